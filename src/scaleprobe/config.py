@@ -89,6 +89,8 @@ class DistConfig:
     average_every: int = 4  # local SGD: average every K steps
     parity: bool = False  # compare accuracy on 1 and N processes
     bucket_cap_mb: float = 25.0  # DDP gradient bucket size
+    sampler: str = "distributed"  # distributed | same_batch | no_set_epoch (the last two inject
+    # the classic sharding bugs, to check that the shard audit catches them)
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,7 @@ def validate(cfg: RunConfig) -> None:
     _choice("strategy", ds.strategy, ("single", "dp", "ddp", "ps", "localsgd"))
     _choice("ps mode", ds.ps_mode, ("sync", "async"))
     _choice("ps device", ds.ps_device, ("auto", "cpu"))
+    _choice("sampler", ds.sampler, ("distributed", "same_batch", "no_set_epoch"))
     if ds.nproc < 1 or ds.nnodes < 1:
         raise ConfigError("nproc and nnodes must be at least 1")
     if not 0 <= ds.node_rank < ds.nnodes:

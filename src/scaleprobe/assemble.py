@@ -1,0 +1,126 @@
+"""Turn the ranks' raw records into the result's metrics, then write result.json, steps.csv
+and one results.jsonl line."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.config import RunConfig
+from scaleprobe.measure.audit import audit
+from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
+
+
+def _write_steps_csv(path: Path, raw0: dict[str, Any]) -> None:
+    phases = raw0["phase_times_s"]
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["step", "step_time_s", *[f"{p}_s" for p in PHASES]])
+        for i, t in enumerate(raw0["step_times_s"]):
+            w.writerow([i, f"{t:.6f}", *[f"{phases[p][i]:.6f}" if i < len(phases[p]) else ""
+                                         for p in PHASES]])
+
+
+def _memory(rec: dict[str, Any], raws: list[dict[str, Any]], mon: dict[str, Any]) -> None:
+    m, why = rec["metrics"]["peak_mem_bytes"], rec["null_reasons"]
+    rss = [r["mem"]["host_peak_rss"] for r in raws if r["mem"]["host_peak_rss"]]
+    cand = [v for v in (mon.get("host_mem_peak_bytes"), sum(rss) if rss else None) if v]
+    m["host"] = max(cand) if cand else None
+    alloc = [r["mem"]["device_allocated"] for r in raws if r["mem"]["device_allocated"] is not None]
+    resv = [r["mem"]["device_reserved"] for r in raws if r["mem"]["device_reserved"] is not None]
+    m["device_allocated"] = max(alloc) if alloc else None
+    m["device_reserved"] = max(resv) if resv else None
+    m["device_nvml"] = mon.get("gpu_mem_peak_bytes")
+    if not alloc:
+        why["peak_mem_bytes.device_allocated"] = "no CUDA device: ran on the CPU"
+        why["peak_mem_bytes.device_reserved"] = "no CUDA device: ran on the CPU"
+    if m["device_nvml"] is None:
+        why["peak_mem_bytes.device_nvml"] = mon.get("gpu_reason") or "no NVML reading"
+
+
+def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
+             mon: dict[str, Any]) -> None:
+    m, why = rec["metrics"], rec["null_reasons"]
+    raw0 = raws[0]
+    ranks = [rank_summary(r) for r in raws]
+    rec["ranks"] = ranks
+    r0 = ranks[0]
+    world = len(raws)
+    per_proc = raw0["samples_per_step"]
+    global_batch = per_proc * world
+    rec["batch"] = {"per_device": cfg.per_device_batch(world), "per_process": per_proc,
+                    "global": global_batch, "world_size": world}
+    st = r0["step_time_s"]
+    m["step_time_s"] = st
+    m["steps_timed"] = raw0["steps_timed"]
+    m["steps_done"] = raw0["steps_done"]
+    m["breakdown_s"] = r0["breakdown_s"]
+    if st:
+        mean = st["mean"]
+        m["samples_per_s"] = global_batch / st["median"]
+        m["data_wait_fraction"] = r0["breakdown_s"]["data"] / mean if mean else None
+        m["comm_fraction"] = r0["breakdown_s"]["comm"] / mean if mean else None
+    else:
+        why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
+    info = raw0["info"]
+    m["param_count"] = info["param_count"]
+    m["lr_effective"] = info["lr_effective"]
+    spe = max(1, info["train_samples"] // world // per_proc)
+    m["steps_per_epoch"] = spe
+    m["epoch_time_s"], m["epoch_time_projected"] = epoch_time(raw0, st and st["median"], spe)
+    m["epoch_times_s"] = raw0["epoch_wall_s"]
+    m["cpu_util_pct"] = mon.get("cpu_util_pct")
+    m["gpu_util_pct"] = mon.get("gpu_util_pct")
+    m["gpu_power_w"] = mon.get("gpu_power_w")
+    for k in ("gpu_util_pct", "gpu_power_w"):
+        if m[k] is None:
+            why[k] = mon.get("gpu_reason") or "no NVML reading"
+    m["loss_first"], m["loss_last"] = raw0["loss_first"], raw0["loss_last"]
+    m["bad_samples_skipped"] = sum(r["bad_samples"] for r in raws)
+    ev = raw0.get("eval") or {}
+    for k, v in ev.items():
+        m[k] = v
+    if not cfg.train.eval:
+        why["accuracy"] = "not evaluated (add --eval)"
+    _memory(rec, raws, mon)
+    rec["straggler"] = straggler(ranks)
+    _comm(rec, raw0, st)
+    if cfg.dist.strategy in ("ddp", "localsgd") and cfg.dist.audit and world > 1:
+        rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
+                             raw0["epochs_complete"])
+    rec["dataset_source"] = info["dataset_source"]
+
+
+def _comm(rec: dict[str, Any], raw0: dict[str, Any], st: dict[str, Any] | None) -> None:
+    cal = raw0.get("comm")
+    if not cal and rec["config"]["dist"]["strategy"] in ("single", "dp"):
+        return
+    out = dict(cal or {})
+    out["exposed_s"] = rec["metrics"]["breakdown_s"]["comm"]
+    out["exposed_fraction"] = rec["metrics"]["comm_fraction"]
+    out["strategy_metrics"] = raw0.get("strategy_metrics") or {}
+    rec["comm"] = out
+
+
+def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | None,
+             monitor: Any, run_dir: Path) -> dict[str, Any]:
+    mon: dict[str, Any] = {"gpu_reason": monitor.gpu_reason}
+    if raws:
+        t0, t1 = raws[0].get("clock_window") or (None, None)
+        mon.update(monitor.summary(t0, t1))
+        try:
+            _metrics(rec, cfg, raws, mon)
+            _write_steps_csv(run_dir / "steps.csv", raws[0])
+        except Exception as e:  # a bug in summarising must not lose the run
+            rec["status"] = "failed"
+            rec["error"] = f"summarising the run failed: {type(e).__name__}: {e}"
+    else:
+        mon.update(monitor.summary())
+        rec["metrics"]["cpu_util_pct"] = mon.get("cpu_util_pct")
+        rec["metrics"]["peak_mem_bytes"]["host"] = mon.get("host_mem_peak_bytes")
+    rec["finished_at"] = res.utc_now()
+    res.write_json_atomic(run_dir / "result.json", rec)
+    res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)
+    return rec

@@ -1,0 +1,56 @@
+"""Command line: parse, build a config, make one call into the package. No logic of its own.
+
+    scaleprobe run --model resnet18 --dataset synthetic --batch-size 32 --steps auto
+    scaleprobe run exp.toml --batch-size 64 --set train.momentum=0.8
+    scaleprobe run --strategy ddp --nproc 2 --eval
+    scaleprobe demo | models | datasets | env | ...   (scaleprobe COMMAND --help for each)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from scaleprobe.errors import ScaleprobeError
+
+COMMANDS = ("run", "demo", "scale", "sweep", "colocate", "comm", "predict", "report", "compare",
+            "datagen", "models", "datasets", "env", "worker")
+
+
+def _modules() -> list:
+    mods = []
+    for name in COMMANDS:
+        try:
+            mods.append(importlib.import_module(f"scaleprobe.commands.{name}"))
+        except ModuleNotFoundError as e:
+            if e.name != f"scaleprobe.commands.{name}":
+                raise
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scaleprobe", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for mod in _modules():
+        sp = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.__doc__)
+        mod.add_arguments(sp)
+        sp.set_defaults(_run=mod.run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except ScaleprobeError as e:
+        print(f"scaleprobe: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("scaleprobe: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

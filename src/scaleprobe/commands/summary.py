@@ -1,0 +1,62 @@
+"""The terminal summary printed at the end of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from scaleprobe.commands import fmt
+
+
+def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
+    con = console or _console()
+    m, cfg = rec["metrics"], rec["config"]
+    status = rec["status"]
+    style = {"ok": "green", "oom": "yellow"}.get(status, "red")
+    con.print(f"[bold]{rec['name']}[/bold]  status: [{style}]{status}[/{style}]"
+              + (f"  ({rec['error']})" if rec.get("error") else ""))
+    if status != "ok" and not m.get("step_time_s"):
+        con.print(f"result: {rec['paths'].get('dir')}/result.json")
+        return
+    t = Table(show_header=True, header_style="bold")
+    for col in ("samples/s", "step median", "p95", "epoch time", "peak host mem",
+                "peak device mem", "CPU util", "GPU util", "accuracy"):
+        t.add_column(col, justify="right")
+    st = m.get("step_time_s") or {}
+    epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
+    mem = m["peak_mem_bytes"]
+    t.add_row(fmt.num(m.get("samples_per_s")), fmt.ms(st.get("median")), fmt.ms(st.get("p95")),
+              epoch, fmt.bytes_(mem.get("host")), fmt.bytes_(mem.get("device_allocated")),
+              fmt.num(m.get("cpu_util_pct"), ".0f", "%"), fmt.num(m.get("gpu_util_pct"), ".0f", "%"),
+              fmt.num(m.get("accuracy"), ".3f"))
+    con.print(t)
+    _breakdown(con, m)
+    if rec.get("straggler"):
+        con.print("straggler: " + rec["straggler"]["line"])
+    if rec.get("audit"):
+        a = rec["audit"]
+        tag = "[green]ok[/green]" if a["ok"] else "[bold red]FAILED[/bold red]"
+        con.print(f"shard audit: {tag} - {a['detail']}")
+    if m.get("bad_samples_skipped"):
+        con.print(f"skipped {m['bad_samples_skipped']} unreadable samples")
+    b = rec.get("batch") or {}
+    con.print(f"batch: {b.get('per_device')} per device, {b.get('global')} global, "
+              f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
+              f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
+    con.print(f"result: {rec['paths'].get('dir')}/result.json")
+
+
+def _console() -> Console:
+    c = Console()
+    return c if c.is_terminal else Console(width=140)
+
+
+def _breakdown(con: Console, m: dict[str, Any]) -> None:
+    bd = m.get("breakdown_s") or {}
+    total = sum(v for v in bd.values() if v) or None
+    if not total:
+        return
+    parts = [f"{k} {v * 1000:.1f} ms ({v / total:.0%})" for k, v in bd.items() if v is not None]
+    con.print("step breakdown (mean): " + ", ".join(parts))

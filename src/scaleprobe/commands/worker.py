@@ -1,0 +1,39 @@
+"""``scaleprobe worker``: the training entry for a launcher you start yourself, e.g.
+``torchrun --nproc-per-node 2 -m scaleprobe worker exp.toml --strategy ddp``. Rank 0 writes
+the result, as ``scaleprobe run`` does."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from scaleprobe.commands.options import add_run_options, config_from_args
+
+NAME = "worker"
+HELP = "training entry under your own launcher (torchrun ... -m scaleprobe worker ...)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_options(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scaleprobe.runner import run_under_launcher
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    extra = {"dist.nproc": local, "dist.nnodes": max(1, world // max(1, local))}
+    if world > 1:
+        addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "0")
+        extra["dist.rdzv_endpoint"] = f"{addr}:{port}"
+    cfg = config_from_args(args, extra)
+    if cfg.dist.strategy == "single" and world > 1:
+        cfg = config_from_args(args, {**extra, "dist.strategy": "ddp"})
+    rec = run_under_launcher(cfg)
+    if rec is None:
+        return 0
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.runner import exit_code
+
+    print_run(rec)
+    return exit_code(rec)

@@ -1,0 +1,175 @@
+"""Datasets by name: embedded digits, in-memory synthetic, generated JPEGs, on-disk formats.
+
+Every dataset yields ``(image, label)`` where image is a PIL image or a uint8 CxHxW tensor;
+transforms (``data/transforms.py``) turn it into the model's input. ``Indexed`` adds the sample
+index to each item, so the engine can audit which samples each rank really consumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from scaleprobe.config import DataConfig
+from scaleprobe.errors import DataError
+from scaleprobe.registry import Registry
+
+DATASETS = Registry("dataset")
+
+
+@dataclass
+class Split:
+    train: Dataset
+    val: Dataset | None
+    num_classes: int
+    image_size: int
+    source: str  # human description, e.g. "sklearn digits (1,797 real images)"
+
+
+class TensorImages(Dataset):
+    """uint8 images held in memory (N x C x H x W) with integer labels."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.images[i], int(self.labels[i])
+
+
+class SyntheticImages(Dataset):
+    """Random uint8 images from a small pool held in memory: no I/O and no decode."""
+
+    def __init__(self, n: int, size: int, num_classes: int, seed: int, pool: int = 256) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.pool = torch.randint(0, 256, (min(n, pool), 3, size, size), dtype=torch.uint8,
+                                  generator=g)
+        self.labels = torch.randint(0, num_classes, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.pool[i % len(self.pool)], int(self.labels[i])
+
+
+def split_indices(n: int, val_fraction: float, seed: int = 0) -> tuple[list[int], list[int]]:
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = max(1, int(round(n * val_fraction)))
+    return sorted(perm[n_val:]), sorted(perm[:n_val])
+
+
+class Subset(Dataset):
+    def __init__(self, base: Dataset, indices: list[int]) -> None:
+        self.base, self.indices = base, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.base[self.indices[i]]
+
+
+def _held_out(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset]:
+    tr, va = split_indices(len(ds), cfg.val_fraction, seed)
+    return Subset(ds, tr), Subset(ds, va)
+
+
+@DATASETS.register("digits", "real handwritten digits shipped with scikit-learn (1,797 images)")
+def _digits(cfg: DataConfig, seed: int) -> Split:
+    from sklearn.datasets import load_digits
+
+    size = cfg.image_size or 32
+    d = load_digits()
+    x = torch.from_numpy(d.images).float().unsqueeze(1) / 16.0  # N x 1 x 8 x 8 in [0, 1]
+    x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear",
+                                        align_corners=False)
+    x = (x.clamp(0, 1) * 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+    full = TensorImages(x, torch.from_numpy(d.target).long())
+    train, val = _held_out(full, cfg, seed=0)  # the split never depends on the run's seed
+    return Split(train, val, 10, size, "scikit-learn digits (1,797 real handwritten images)")
+
+
+@DATASETS.register("synthetic", "random tensors in memory: no I/O, no decode")
+def _synthetic(cfg: DataConfig, seed: int) -> Split:
+    size = cfg.image_size or 64
+    ncls = cfg.num_classes or 10
+    full = SyntheticImages(cfg.num_samples, size, ncls, seed=1234)
+    train, val = _held_out(full, cfg, seed=0)
+    return Split(train, val, ncls, size, f"synthetic {size}x{size} random images")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "scaleprobe"
+
+
+@DATASETS.register("jpeg-synth", "N real JPEG files written once to a cache folder (real decode)")
+def _jpeg_synth(cfg: DataConfig, seed: int) -> Split:
+    from scaleprobe.data.jpegsynth import ensure_jpegs
+
+    size = cfg.image_size or 224
+    ncls = cfg.num_classes or 10
+    root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    tag = hashlib.sha1(f"{cfg.num_samples}-{size}-{ncls}".encode()).hexdigest()[:8]
+    folder = ensure_jpegs(root / f"jpeg-synth-{cfg.num_samples}-{size}px-{tag}",
+                          cfg.num_samples, size, ncls)
+    from scaleprobe.data.formats import open_imagefolder
+
+    full = open_imagefolder(folder)
+    train, val = _held_out(full, cfg, seed=0)
+    return Split(train, val, ncls, cfg.image_size or size, f"{cfg.num_samples} JPEG files {size}px")
+
+
+def _need_dir(cfg: DataConfig, name: str) -> Path:
+    if not cfg.data_dir:
+        raise DataError(f"--dataset {name} needs --data-dir DIR "
+                        f"(make a small one with: scaleprobe datagen {name} --out DIR)")
+    p = Path(cfg.data_dir).expanduser()
+    if not p.is_dir():
+        raise DataError(f"data directory not found: {p}")
+    if not any(p.iterdir()):
+        raise DataError(f"data directory is empty: {p}")
+    return p
+
+
+@DATASETS.register("imagefolder", "one folder per class of image files under --data-dir")
+def _imagefolder(cfg: DataConfig, seed: int) -> Split:
+    from scaleprobe.data.formats import open_imagefolder
+
+    full = open_imagefolder(_need_dir(cfg, "imagefolder"))
+    train, val = _held_out(full, cfg, seed=0)
+    ncls = len(getattr(full, "classes", [])) or cfg.num_classes or 10
+    return Split(train, val, ncls, cfg.image_size or 64, f"image folder {cfg.data_dir}")
+
+
+@DATASETS.register("cifar10", "CIFAR-10 python batches under --data-dir")
+def _cifar10(cfg: DataConfig, seed: int) -> Split:
+    from scaleprobe.data.formats import open_cifar10
+
+    root = _need_dir(cfg, "cifar10")
+    train = open_cifar10(root, train=True, download=cfg.download)
+    val = open_cifar10(root, train=False, download=cfg.download)
+    return Split(train, val, 10, cfg.image_size or 32, f"CIFAR-10 at {root}")
+
+
+@DATASETS.register("mnist", "MNIST idx files under --data-dir")
+def _mnist(cfg: DataConfig, seed: int) -> Split:
+    from scaleprobe.data.formats import open_mnist
+
+    root = _need_dir(cfg, "mnist")
+    train = open_mnist(root, train=True, download=cfg.download)
+    val = open_mnist(root, train=False, download=cfg.download)
+    return Split(train, val, 10, cfg.image_size or 28, f"MNIST at {root}")
+
+
+def build_split(cfg: DataConfig, seed: int = 0) -> Split:
+    return DATASETS.get(cfg.dataset)(cfg, seed)

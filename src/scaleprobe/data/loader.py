@@ -1,0 +1,112 @@
+"""The two input pipelines the reference studies compare.
+
+``naive``: the training process loads, decodes and transforms each batch itself, synchronously
+(``num_workers=0``). ``pipelined``: ``workers`` processes prepare batches ahead, ``prefetch``
+batches queued per worker, pinned memory on CUDA, workers kept alive across epochs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data._utils.collate import default_collate
+
+from scaleprobe.config import DataConfig
+from scaleprobe.errors import DataError
+
+
+class Indexed(Dataset):
+    """Wraps a dataset: items become ``(x, y, index)``; unreadable samples fail with the file
+    name, or, with ``skip_bad``, become ``None`` and are counted by the collate function."""
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], Any] | None,
+                 skip_bad: bool = False, target_transform: Callable[..., Any] | None = None):
+        self.base, self.transform, self.skip_bad = base, transform, skip_bad
+        self.target_transform = target_transform
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def _describe(self, i: int) -> str:
+        base, idx = self.base, i
+        while hasattr(base, "indices") and hasattr(base, "base"):
+            idx, base = base.indices[idx], base.base
+        samples = getattr(base, "samples", None) or getattr(base, "imgs", None)
+        if samples:
+            return str(samples[idx][0])
+        return f"sample {i}"
+
+    def __getitem__(self, i: int) -> Any:
+        try:
+            x, y = self.base[i]
+            if self.target_transform is not None:
+                x, y = self.target_transform(x, y)
+            if self.transform is not None:
+                x = self.transform(x)
+        except DataError:
+            if self.skip_bad:
+                return None
+            raise
+        except (OSError, ValueError, SyntaxError) as e:
+            if self.skip_bad:
+                return None
+            raise DataError(f"cannot read {self._describe(i)}: {e} "
+                            "(use --skip-bad-samples to skip and count such files)") from None
+        return x, y, i
+
+
+def collate_indexed(batch: list[Any]) -> tuple[Any, Any, torch.Tensor, int]:
+    """Stack ``(x, y, i)`` items; drop the skipped ones and count them."""
+    good = [b for b in batch if b is not None]
+    bad = len(batch) - len(good)
+    if not good:
+        return None, None, torch.empty(0, dtype=torch.long), bad
+    xs, ys, idx = zip(*good, strict=True)
+    return default_collate(list(xs)), default_collate(list(ys)), torch.tensor(idx), bad
+
+
+def collate_indexed_list(batch: list[Any]) -> tuple[Any, Any, torch.Tensor, int]:
+    """As ``collate_indexed`` but keeps images and targets as lists (detection)."""
+    good = [b for b in batch if b is not None]
+    bad = len(batch) - len(good)
+    if not good:
+        return None, None, torch.empty(0, dtype=torch.long), bad
+    xs, ys, idx = zip(*good, strict=True)
+    return list(xs), list(ys), torch.tensor(idx), bad
+
+
+def _worker_init(_: int) -> None:
+    torch.set_num_threads(1)
+
+
+def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Sampler | None,
+                 shuffle: bool, device: torch.device, seed: int, drop_last: bool = True,
+                 collate: Callable[..., Any] = collate_indexed,
+                 batch_sampler: Sampler | None = None) -> DataLoader:
+    pipelined = cfg.loader == "pipelined"
+    if batch_sampler is not None:
+        return DataLoader(ds, batch_sampler=batch_sampler, collate_fn=collate,
+                          num_workers=cfg.workers if pipelined else 0,
+                          prefetch_factor=cfg.prefetch if pipelined else None,
+                          persistent_workers=pipelined,
+                          pin_memory=pipelined and device.type == "cuda",
+                          worker_init_fn=_worker_init if pipelined else None)
+    if len(ds) < batch_size and drop_last:
+        raise DataError(f"the dataset has {len(ds)} samples, fewer than one batch of {batch_size}")
+    return DataLoader(
+        ds,
+        batch_size=batch_size,
+        sampler=sampler,
+        shuffle=shuffle if sampler is None else False,
+        num_workers=cfg.workers if pipelined else 0,
+        prefetch_factor=cfg.prefetch if pipelined else None,
+        persistent_workers=pipelined,
+        pin_memory=pipelined and device.type == "cuda",
+        drop_last=drop_last,
+        collate_fn=collate,
+        worker_init_fn=_worker_init if pipelined else None,
+        generator=torch.Generator().manual_seed(seed),
+    )

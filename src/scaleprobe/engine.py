@@ -1,0 +1,308 @@
+"""The one place that wires model + data + task + strategy + measurement, for one rank.
+
+``train(cfg, run_dir)`` runs in every worker process (or in-process on one device) and
+returns this rank's raw record; ``runner.py`` turns the records into a ``result.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scaleprobe import env as envmod
+from scaleprobe.config import RunConfig
+from scaleprobe.data.datasets import build_split
+from scaleprobe.data.loader import Indexed, build_loader
+from scaleprobe.data.transforms import build_eval_transform, build_transform
+from scaleprobe.measure.progress import StepProgress
+from scaleprobe.measure.stats import is_stable
+from scaleprobe.measure.timer import StepTimer
+from scaleprobe.models import build_model, param_count
+from scaleprobe.strategies import build_strategy
+from scaleprobe.tasks import build_task
+
+
+class _NullTimer:
+    def start(self) -> None: ...
+    def mark(self, phase: str) -> None: ...
+
+
+NULL_TIMER = _NullTimer()
+
+
+@dataclass
+class Parts:
+    cfg: RunConfig
+    device: torch.device
+    strategy: Any
+    task: Any
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any
+    autocast: Any
+    loader: Any
+    sampler: Any
+    val_loader: Any
+    per_process_batch: int
+    lr_target: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
+    if amp == "off":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def _optimizer(cfg: RunConfig, params: Any, lr: float) -> torch.optim.Optimizer:
+    t = cfg.train
+    if t.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=t.weight_decay)
+    return torch.optim.SGD(params, lr=lr, momentum=t.momentum, weight_decay=t.weight_decay)
+
+
+def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
+    envmod.seed_all(cfg.train.seed)
+    split = build_split(cfg.data, cfg.train.seed)
+    task = build_task(cfg.task, split.num_classes)
+    size = split.image_size
+    train_ds = Indexed(split.train, build_transform(cfg.data.transform, size),
+                       cfg.data.skip_bad_samples, getattr(task, "target_transform", None))
+    towers = getattr(strategy, "towers", 1)
+    batch = cfg.per_device_batch(strategy.world) * towers
+    base = build_model(cfg.model.name, split.num_classes, size)
+    model = task.build_model(base).to(device)
+    if cfg.model.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model = strategy.wrap(model)
+    lr_target = cfg.train.lr * (strategy.world if cfg.train.lr_scaling == "linear"
+                                and cfg.train.global_batch is None else 1)
+    optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16"
+                                  and device.type == "cuda")
+    sampler = strategy.sampler(train_ds, cfg.train.seed)
+    batch_sampler = task.batch_sampler(train_ds, batch, cfg.train.seed)
+    if batch_sampler is not None:
+        loader = build_loader(train_ds, cfg.data, 1, sampler=None, shuffle=False, device=device,
+                              seed=cfg.train.seed, collate=task.collate, batch_sampler=batch_sampler)
+    else:
+        loader = build_loader(train_ds, cfg.data, batch, sampler=sampler, shuffle=True,
+                              device=device, seed=cfg.train.seed, collate=task.collate)
+    val_loader = None
+    if cfg.train.eval and split.val is not None:
+        val_ds = Indexed(split.val, build_eval_transform(size), cfg.data.skip_bad_samples,
+                         getattr(task, "target_transform", None))
+        val_loader = build_loader(val_ds, cfg.data.__class__(loader="naive", workers=0),
+                                  max(batch, 64), sampler=None, shuffle=False, device=device,
+                                  seed=0, drop_last=False, collate=task.collate)
+    info = {"num_classes": split.num_classes, "image_size": size, "dataset_source": split.source,
+            "train_samples": len(train_ds), "param_count": param_count(strategy.unwrap(model)),
+            "per_process_batch": batch, "lr_effective": lr_target}
+    return Parts(cfg, device, strategy, task, model, optimizer, scaler,
+                 _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
+                 info)
+
+
+def _set_lr(p: Parts, step: int) -> None:
+    """Linear scaling rule with gradual warm-up (Goyal et al.): ramp to the target lr."""
+    base, target = p.cfg.train.lr, p.lr_target
+    if target == base:
+        return
+    w = max(1, p.cfg.train.warmup_steps)
+    lr = target if step >= w else base + (target - base) * (step + 1) / w
+    for g in p.optimizer.param_groups:
+        g["lr"] = lr
+
+
+@dataclass
+class LoopState:
+    step: int = 0
+    timed: int = 0
+    epoch: int = 0
+    bad: int = 0
+    losses: list[torch.Tensor] = field(default_factory=list)
+    epoch_idx: list[list[torch.Tensor]] = field(default_factory=list)
+    epoch_wall_s: list[float] = field(default_factory=list)
+    window_t0: float | None = None
+    window_t1: float | None = None
+    last_batch: Any = None
+    epochs_complete: int = 0
+
+
+def _should_stop(p: Parts, st: LoopState, timer: StepTimer) -> bool:
+    t = p.cfg.train
+    if t.epochs is not None:
+        return False  # epochs end the loop themselves
+    if isinstance(t.steps, int):
+        return st.timed >= t.steps
+    if st.timed < t.min_steps or st.timed % 5:
+        return False
+    elapsed = time.perf_counter() - (st.window_t0 or time.perf_counter())
+    done = (st.timed >= t.max_steps or elapsed >= t.max_seconds
+            or is_stable(timer.step_times(timer.ready_count()), p.cfg.measure.stable_rel_ci,
+                         t.min_steps))
+    return p.strategy.any_true(done)  # every rank stops at the same step
+
+
+def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
+    x, y, idx, bad = batch
+    st.bad += bad
+    st.epoch_idx[-1].append(idx)
+    x, y = p.task.to_device(x, y, p.device, p.cfg.model.channels_last)
+    tm.mark("h2d")
+    _set_lr(p, st.step)
+    with p.autocast:
+        loss = p.task.forward_loss(p.model, x, y)
+    tm.mark("forward")
+    p.scaler.scale(loss).backward()
+    tm.mark("backward")
+    if p.strategy.explicit_comm:
+        p.strategy.before_optimizer(p.model)
+        tm.mark("comm")
+    p.strategy.optimizer_step(p.optimizer, p.scaler)
+    p.optimizer.zero_grad(set_to_none=True)
+    tm.mark("optimizer")
+    if p.strategy.explicit_comm:
+        p.strategy.after_step(p.model, st.step)
+        tm.mark("comm")
+    st.losses.append(loss.detach())
+    st.last_batch = (x, y)
+
+
+def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any) -> LoopState:
+    st = LoopState()
+    t = p.cfg.train
+    warm = t.warmup_steps
+    while t.epochs is None or st.epoch < t.epochs:
+        p.strategy.set_epoch(p.sampler, st.epoch)
+        st.epoch_idx.append([])
+        t_epoch = time.perf_counter()
+        it = iter(p.loader)
+        stop = False
+        while True:
+            timing = st.step >= warm
+            if timing and st.window_t0 is None:
+                st.window_t0 = time.perf_counter()
+                st.clock_t0 = clock()
+            tm = timer if timing else NULL_TIMER
+            tm.start()
+            batch = next(it, None)
+            if batch is None:
+                break
+            tm.mark("data")
+            _one_step(p, st, batch, tm)
+            st.step += 1
+            st.timed += timing
+            progress.advance(st)
+            if timing and _should_stop(p, st, timer):
+                stop = True
+                break
+        if timing:
+            timer.close() if stop else timer.discard_open()
+        if batch is None:
+            st.epochs_complete += 1
+            st.epoch_wall_s.append(time.perf_counter() - t_epoch)
+        st.epoch += 1
+        if stop:
+            break
+    st.window_t1 = time.perf_counter()
+    st.clock_t1 = clock()
+    return st
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def calibrate_comm(p: Parts, st: LoopState) -> dict[str, Any] | None:
+    """Exposed communication = median forward+backward with gradient sync minus the median
+    under ``no_sync()`` on the same batch, in alternating blocks (A B A B ...)."""
+    if not (p.strategy.has_overlapped_comm and p.cfg.dist.calibrate_comm and st.last_batch):
+        return None
+    from scaleprobe.measure.stats import median
+
+    x, y = st.last_batch
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(2 * p.cfg.dist.calibration_steps):
+        sync = i % 2 == 0
+        ctx = contextlib.nullcontext() if sync else p.strategy.no_sync(p.model)
+        _sync(p.device)
+        p.strategy.barrier()
+        t0 = time.perf_counter()
+        with ctx:
+            with p.autocast:
+                loss = p.task.forward_loss(p.model, x, y)
+            p.scaler.scale(loss).backward()
+        _sync(p.device)
+        times[sync].append(time.perf_counter() - t0)
+        p.optimizer.zero_grad(set_to_none=True)
+    s, n = median(times[True][1:]), median(times[False][1:])
+    return {"sync_step_s": s, "no_sync_step_s": n, "exposed_s": max(0.0, s - n),
+            "method": "median(fwd+bwd with sync) - median(fwd+bwd under no_sync), same batch"}
+
+
+def _memory(device: torch.device) -> dict[str, Any]:
+    if device.type != "cuda":
+        return {"device_allocated": None, "device_reserved": None}
+    return {"device_allocated": int(torch.cuda.max_memory_allocated(device)),
+            "device_reserved": int(torch.cuda.max_memory_reserved(device))}
+
+
+def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] | None,
+                eval_metrics: dict[str, Any]) -> dict[str, Any]:
+    from scaleprobe.measure.monitor import process_peak_rss_bytes
+
+    losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
+    return {
+        "rank": p.strategy.rank,
+        "host": socket.gethostname(),
+        "device": str(p.device),
+        "steps_done": st.step,
+        "steps_timed": st.timed,
+        "step_times_s": timer.step_times(),
+        "phase_times_s": timer.phase_times(),
+        "window_s": (st.window_t1 - st.window_t0) if st.window_t0 else None,
+        "clock_window": (getattr(st, "clock_t0", None), getattr(st, "clock_t1", None)),
+        "epochs_complete": st.epochs_complete,
+        "epoch_wall_s": st.epoch_wall_s,
+        "samples_per_step": p.per_process_batch,
+        "indices": [torch.cat(e).tolist() if e else [] for e in st.epoch_idx],
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "loss_finite": all(math.isfinite(v) for v in losses if v is not None),
+        "bad_samples": st.bad,
+        "comm": comm,
+        "eval": eval_metrics,
+        "mem": {"host_peak_rss": process_peak_rss_bytes(), **_memory(p.device)},
+        "info": p.info,
+        "strategy_metrics": p.strategy.extra_metrics(),
+    }
+
+
+def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepProgress,
+          clock: Any = time.perf_counter) -> dict[str, Any]:
+    """Set up, train, calibrate, evaluate; return this rank's raw record."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    p = setup(cfg, device, strategy)
+    progress.begin(p)
+    timer = StepTimer(device.type)
+    st = train_loop(p, timer, progress, clock)
+    progress.end()
+    comm = calibrate_comm(p, st)
+    metrics: dict[str, Any] = {}
+    if p.val_loader is not None and strategy.rank == 0:
+        metrics = p.task.evaluate(strategy.unwrap(p.model), p.val_loader, device, p.autocast,
+                                  cfg.model.channels_last)
+    return rank_record(p, st, timer, comm, metrics)
+
+

@@ -1,0 +1,166 @@
+"""Devices, rank and world from the environment, seeding, threads per process, environment facts."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import shutil
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psutil
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    local_rank: int = 0
+    world: int = 1
+    local_world: int = 1
+    node_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def dist_info() -> DistInfo:
+    """Rank and world as set by PyTorch's launcher (RANK, LOCAL_RANK, WORLD_SIZE, ...)."""
+    e = os.environ
+    return DistInfo(
+        rank=int(e.get("RANK", 0)),
+        local_rank=int(e.get("LOCAL_RANK", 0)),
+        world=int(e.get("WORLD_SIZE", 1)),
+        local_world=int(e.get("LOCAL_WORLD_SIZE", 1)),
+        node_rank=int(e.get("GROUP_RANK", e.get("NODE_RANK", 0))),
+    )
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pick_device(local_rank: int = 0):
+    """cuda:<local_rank> when CUDA works, else the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        idx = local_rank % max(1, torch.cuda.device_count())
+        torch.cuda.set_device(idx)
+        return torch.device("cuda", idx)
+    return torch.device("cpu")
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def set_threads(local_world: int = 1) -> int:
+    """Give each of ``local_world`` processes on this host an equal share of the cores."""
+    import torch
+
+    n = max(1, cpu_count() // max(1, local_world))
+    torch.set_num_threads(n)
+    return n
+
+
+def seed_all(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def init_distributed(backend: str | None = None, timeout_s: float = 30.0) -> tuple[int, int]:
+    """Join the process group described by the launcher's environment; returns (rank, world)."""
+    import torch
+    import torch.distributed as dist
+
+    info = dist_info()
+    set_threads(info.local_world)
+    if info.world == 1 and not os.environ.get("MASTER_ADDR"):
+        return 0, 1
+    if not dist.is_initialized():
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        kwargs: dict[str, Any] = {"backend": backend, "timeout": timedelta(seconds=timeout_s)}
+        if backend == "nccl":
+            kwargs["device_id"] = pick_device(info.local_rank)
+        dist.init_process_group(**kwargs)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def shutdown_distributed() -> None:
+    """Barrier, then destroy: without the barrier a fast rank can abort the others at exit."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def shm_bytes() -> int | None:
+    try:
+        return shutil.disk_usage("/dev/shm").total
+    except OSError:
+        return None
+
+
+def collect_env() -> dict[str, Any]:
+    """Everything a figure depends on: host, CPU, versions, GPUs, driver, world."""
+    import torch
+    import torchvision
+
+    from scaleprobe.measure.gpu import nvml_info
+
+    info = dist_info()
+    gpus: list[dict[str, Any]] = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            gpus.append({"index": i, "name": p.name, "memory_total_bytes": int(p.total_memory)})
+    nv = nvml_info()
+    return {
+        "host": socket.gethostname(),
+        "cores": cpu_count(),
+        "cpu_model": cpu_model(),
+        "mem_total_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "cuda_build": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "cuda_available": torch.cuda.is_available(),
+        "gpus": gpus,
+        "driver": nv.get("driver"),
+        "nvml": nv.get("status"),
+        "threads": torch.get_num_threads(),
+        "shm_bytes": shm_bytes(),
+        "world_size": info.world,
+        "local_world_size": info.local_world,
+        "rank": info.rank,
+    }

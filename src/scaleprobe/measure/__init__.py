@@ -1,0 +1,1 @@
+"""Step timing, statistics and background monitors."""

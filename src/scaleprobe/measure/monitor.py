@@ -1,0 +1,170 @@
+"""Background samplers: CPU use of the whole process tree (loader workers included), host
+memory, and GPU utilisation, memory and power through NVML. ``Monitor`` is a context manager:
+it always stops, also after an exception, Ctrl+C or an out-of-memory error."""
+
+from __future__ import annotations
+
+import csv
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from scaleprobe.env import cpu_count
+from scaleprobe.measure.gpu import nvml_unavailable_reason, open_device
+
+COLUMNS = ("t_s", "cpu_util_pct", "host_mem_bytes", "gpu_util_pct", "gpu_mem_bytes", "gpu_power_w")
+
+
+class Monitor:
+    THREAD_NAME = "scaleprobe-monitor"
+
+    def __init__(self, interval_s: float = 0.5, csv_path: str | Path | None = None,
+                 cuda_indices: list[int] | None = None, training_in_children: bool = False):
+        self.interval_s = interval_s
+        self.csv_path = Path(csv_path) if csv_path else None
+        self.rows: list[dict[str, Any]] = []
+        self.cores = cpu_count()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._procs: dict[int, psutil.Process] = {}
+        self.training_in_children = training_in_children
+        self._gpus = [g for g in (open_device(i) for i in (cuda_indices or [])) if g is not None]
+        self.gpu_reason = (None if self._gpus else
+                           ("no CUDA device" if not cuda_indices else nvml_unavailable_reason()))
+        self._t0 = time.time()
+        self._fh = None
+        self._writer = None
+
+    def __enter__(self) -> Monitor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self.csv_path:
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.csv_path.open("w", newline="")
+            self._writer = csv.writer(self._fh)
+            self._writer.writerow(COLUMNS)
+        self._tree()  # prime cpu_percent counters
+        self._thread = threading.Thread(target=self._loop, name=self.THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            try:
+                self._sample()  # a last sample, so even a short run has one
+            except Exception:
+                pass
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def now(self) -> float:
+        return time.time() - self._t0
+
+    def _tree(self) -> list[psutil.Process]:
+        me = psutil.Process(os.getpid())
+        try:
+            procs = [me, *me.children(recursive=True)]
+        except psutil.Error:
+            procs = [me]
+        out = []
+        for p in procs:
+            if p.pid not in self._procs:
+                self._procs[p.pid] = p
+                try:
+                    p.cpu_percent(None)
+                except psutil.Error:
+                    continue
+            out.append(self._procs[p.pid])
+        return out
+
+    def _sample_host(self) -> tuple[float, int]:
+        """CPU of the whole tree; memory = resident set of each training process plus the
+        unique pages of its loader workers (shared pages counted once)."""
+        cpu, mem = 0.0, 0
+        me = os.getpid()
+        for p in self._tree():
+            try:
+                cpu += p.cpu_percent(None)
+                if self.training_in_children:
+                    is_trainer = p.pid != me and p.ppid() == me
+                else:
+                    is_trainer = p.pid == me
+                if is_trainer:
+                    mem += p.memory_info().rss
+                elif p.pid != me:
+                    mem += p.memory_full_info().uss
+            except psutil.Error:
+                continue
+        return cpu / self.cores, mem
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._sample()
+            except Exception:  # a sampler must never take the run down
+                continue
+
+    def _sample(self) -> None:
+        cpu, mem = self._sample_host()
+        g_util = g_mem = g_pow = None
+        if self._gpus:
+            got = [g.sample() for g in self._gpus]
+            utils = [u for u, _, _ in got if u is not None]
+            mems = [m for _, m, _ in got if m is not None]
+            pows = [w for _, _, w in got if w is not None]
+            g_util = sum(utils) / len(utils) if utils else None
+            g_mem = sum(mems) if mems else None
+            g_pow = sum(pows) if pows else None
+        row = {"t_s": round(self.now(), 3), "cpu_util_pct": round(cpu, 1), "host_mem_bytes": mem,
+               "gpu_util_pct": g_util, "gpu_mem_bytes": g_mem, "gpu_power_w": g_pow}
+        self.rows.append(row)
+        if self._writer is not None:
+            self._writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+            self._fh.flush()
+
+    def summary(self, t_from: float | None = None, t_to: float | None = None) -> dict[str, Any]:
+        """Means over the window given in absolute ``time.time()`` seconds; peaks over all."""
+        t_from = t_from - self._t0 if t_from is not None else None
+        t_to = t_to - self._t0 if t_to is not None else None
+        rows = [r for r in self.rows
+                if (t_from is None or r["t_s"] >= t_from) and (t_to is None or r["t_s"] <= t_to)]
+        rows = rows or self.rows
+
+        def mean(key: str) -> float | None:
+            vals = [r[key] for r in rows if r[key] is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        def peak(key: str) -> Any:
+            vals = [r[key] for r in self.rows if r[key] is not None]
+            return max(vals) if vals else None
+
+        return {"cpu_util_pct": mean("cpu_util_pct"), "gpu_util_pct": mean("gpu_util_pct"),
+                "gpu_power_w": mean("gpu_power_w"), "host_mem_peak_bytes": peak("host_mem_bytes"),
+                "gpu_mem_peak_bytes": peak("gpu_mem_bytes"), "samples": len(rows)}
+
+
+def process_peak_rss_bytes() -> int | None:
+    """VmHWM: the process's peak resident set, from the kernel."""
+    try:
+        with open(f"/proc/{os.getpid()}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,101 @@
+"""Per-step phase timing.
+
+Each step is cut into contiguous phases by marks: ``start`` (before asking the loader for the
+next batch), then ``data``, ``h2d``, ``forward``, ``backward``, ``comm``, ``optimizer``. A
+phase lasts from the previous mark to its own, so the phases add up to the step exactly.
+
+On CPU the marks are ``perf_counter`` readings. On CUDA they are CUDA events recorded in the
+stream and read only after the window: nothing synchronises the host inside the timed window.
+A CUDA event recorded after the batch arrives measures how long the GPU sat idle waiting for
+data, which is the data wait that matters.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+PHASES = ("data", "h2d", "forward", "backward", "comm", "optimizer")
+
+
+class StepTimer:
+    def __init__(self, device_type: str) -> None:
+        self.cuda = device_type == "cuda"
+        self.steps: list[list[tuple[str, Any]]] = []
+        self._cur: list[tuple[str, Any]] | None = None
+        self._t0_wall: float | None = None
+        if self.cuda:
+            import torch
+
+            self._Event = torch.cuda.Event
+
+    def _now(self) -> Any:
+        if self.cuda:
+            ev = self._Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def start(self) -> None:
+        """Open a step. The previous step, if any, ends here."""
+        m = self._now()
+        if self._cur is not None:
+            self._cur.append(("end", m))
+            self.steps.append(self._cur)
+        self._cur = [("start", m)]
+        if self._t0_wall is None:
+            self._t0_wall = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        self._cur.append((phase, self._now()))
+
+    def close(self) -> None:
+        """End the last open step (call after the window)."""
+        if self._cur is not None:
+            self._cur.append(("end", self._now()))
+            self.steps.append(self._cur)
+            self._cur = None
+
+    def discard_open(self) -> None:
+        self._cur = None
+
+    def _delta(self, a: Any, b: Any) -> float:
+        if self.cuda:
+            return a.elapsed_time(b) / 1000.0
+        return b - a
+
+    def ready_count(self) -> int:
+        """Steps whose times can be read without waiting (CUDA: completed events only)."""
+        if not self.cuda:
+            return len(self.steps)
+        n = 0
+        for s in self.steps:
+            if not s[-1][1].query():
+                break
+            n += 1
+        return n
+
+    def step_times(self, upto: int | None = None) -> list[float]:
+        steps = self.steps[:upto] if upto is not None else self.steps
+        return [self._delta(s[0][1], s[-1][1]) for s in steps]
+
+    def phase_times(self) -> dict[str, list[float]]:
+        """Per phase, one duration per step (0 for phases a step did not mark)."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        out: dict[str, list[float]] = {p: [] for p in PHASES}
+        for s in self.steps:
+            got = dict.fromkeys(PHASES, 0.0)
+            marks = [m for m in s if m[0] != "start"]
+            prev = s[0][1]
+            for phase, m in marks:
+                if phase != "end":
+                    got[phase] += self._delta(prev, m)
+                    prev = m
+            # the loop's own bookkeeping after the last mark is charged to the optimizer phase
+            got["optimizer"] += self._delta(prev, s[-1][1])
+            for p in PHASES:
+                out[p].append(got[p])
+        return out

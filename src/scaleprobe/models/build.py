@@ -1,0 +1,115 @@
+"""Build a model by name.
+
+Names: ``digits_cnn``, ``mlp``, ``linear`` (scaleprobe's small models), any torchvision
+classification model (``resnet34``, ``mobilenet_v2``, ``vgg19_bn``, ...), or the user's own
+builder as ``path/to/file.py:build`` or ``package.module:build`` returning an ``nn.Module``.
+Weights are never downloaded: models start from random initialisation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from scaleprobe.errors import ConfigError
+from scaleprobe.models.small import MLP, DigitsCNN, Linear
+from scaleprobe.registry import suggest
+
+SMALL: dict[str, tuple[Callable[..., nn.Module], str]] = {
+    "digits_cnn": (lambda n, s: DigitsCNN(n), "3-layer CNN (~67k parameters), any input size"),
+    "mlp": (lambda n, s: MLP(n, s), "flatten + 256 hidden units (MNIST-style)"),
+    "linear": (lambda n, s: Linear(n, s), "flatten + linear: exposes fixed per-step costs"),
+}
+
+
+def torchvision_models() -> list[str]:
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def list_models() -> list[tuple[str, str]]:
+    rows = [(k, v[1]) for k, v in SMALL.items()]
+    rows += [(m, "torchvision") for m in torchvision_models()]
+    rows.append(("FILE.py:FUNC / pkg.module:FUNC", "your own builder returning an nn.Module"))
+    return rows
+
+
+def _adapt_small_input(model: nn.Module, name: str, num_classes: int, image_size: int) -> None:
+    """VGG's 7x7 pooling and 4096-wide head make no sense at 32x32 (CIFAR): use the common
+    CIFAR variant, global pooling and a 512-wide head."""
+    if name.startswith("vgg") and image_size < 64:
+        model.avgpool = nn.AdaptiveAvgPool2d(1)
+        model.classifier = nn.Sequential(nn.Linear(512, 512), nn.ReLU(inplace=True),
+                                         nn.Dropout(0.5), nn.Linear(512, num_classes))
+
+
+def _user_builder(spec: str) -> Callable[..., Any]:
+    target, _, fn_name = spec.rpartition(":")
+    if target.endswith(".py"):
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"model file not found: {path}")
+        mspec = importlib.util.spec_from_file_location(f"scaleprobe_user_{path.stem}", path)
+        module = importlib.util.module_from_spec(mspec)
+        try:
+            mspec.loader.exec_module(module)
+        except Exception as e:
+            raise ConfigError(f"cannot import {path}: {type(e).__name__}: {e}") from None
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise ConfigError(f"cannot import module '{target}': {e}") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ConfigError(f"'{fn_name}' is not a function in {target}")
+    return fn
+
+
+def _call_user(fn: Callable[..., Any], num_classes: int, image_size: int) -> nn.Module:
+    params = inspect.signature(fn).parameters
+    kwargs = {k: v for k, v in (("num_classes", num_classes), ("image_size", image_size))
+              if k in params}
+    model = fn(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model builder returned {type(model).__name__}, not an nn.Module")
+    return model
+
+
+def check_name(name: str) -> None:
+    """Raise a one-line ConfigError, with close matches, for a name that builds nothing."""
+    if ":" in name or name in SMALL:
+        return
+    names = torchvision_models()
+    if name not in names:
+        near = suggest(name, names + list(SMALL))
+        hint = f"; did you mean {', '.join(near)}?" if near else " (see `scaleprobe models`)"
+        raise ConfigError(f"unknown model '{name}'{hint}")
+
+
+def build_model(name: str, num_classes: int = 10, image_size: int = 32) -> nn.Module:
+    if ":" in name:
+        return _call_user(_user_builder(name), num_classes, image_size)
+    if name in SMALL:
+        return SMALL[name][0](num_classes, image_size)
+    check_name(name)
+    import torchvision
+
+    kwargs: dict[str, Any] = {"weights": None, "num_classes": num_classes}
+    if name.startswith("inception"):
+        kwargs["aux_logits"] = False
+        kwargs["init_weights"] = False
+    model = torchvision.models.get_model(name, **kwargs)
+    _adapt_small_input(model, name, num_classes, image_size)
+    return model
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,239 @@
+"""Run one configuration and record it: in this process (one device) or in N workers started
+through PyTorch's elastic launcher, then one ``result.json`` and one results.jsonl line.
+
+Whatever happens (an error, a lost rank, out of memory, Ctrl+C) the monitors stop, the
+workers are gone, and a result with its status is written.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.config import RunConfig, from_dict
+from scaleprobe.errors import ScaleprobeError
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory",
+               "defaultcpuallocator", "memoryerror", "outofmemoryerror")
+
+
+def is_oom(exc: BaseException | str) -> bool:
+    """True for CUDA out-of-memory and CPU allocator failures; false for everything else,
+    including unrecoverable CUDA faults that merely mention memory."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    low = text.lower()
+    if "illegal memory access" in low or "misaligned address" in low:
+        return False
+    return any(m in low for m in OOM_MARKERS)
+
+
+def apply_memory_limit(limit: str | None) -> None:
+    """Cap this process's heap (RLIMIT_DATA) so a too-large batch fails like a full GPU."""
+    if not limit:
+        return
+    import resource
+
+    from scaleprobe.config import parse_size
+
+    n = parse_size(limit)
+    resource.setrlimit(resource.RLIMIT_DATA, (n, n))
+
+
+def default_name(cfg: RunConfig) -> str:
+    d, t = cfg.dist, cfg.train
+    b = f"gb{t.global_batch}" if t.global_batch else f"b{t.batch_size}"
+    n = f"-{d.strategy}x{cfg.world_size}" if d.strategy != "single" else ""
+    return f"{cfg.model.name.rsplit(':', 1)[-1]}-{cfg.data.dataset}-{b}{n}"
+
+
+# ---------------------------------------------------------------------------------------------
+# worker side
+
+
+def _local_device_and_strategy(cfg: RunConfig):
+    from scaleprobe import env as envmod
+    from scaleprobe.strategies import build_strategy
+
+    info = envmod.dist_info()
+    if cfg.dist.strategy in ("single", "dp"):
+        envmod.set_threads(1)
+    else:
+        envmod.init_distributed(cfg.dist.backend, cfg.dist.timeout_s)
+    device = envmod.pick_device(info.local_rank)
+    return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
+
+
+def worker_main(cfg_dict: dict[str, Any], progress: bool = True) -> list[dict[str, Any]] | None:
+    """Entry of each launched worker: train, gather every rank's record to rank 0."""
+    import time
+
+    from scaleprobe import env as envmod
+    from scaleprobe.engine import train
+    from scaleprobe.measure.progress import StepProgress
+
+    cfg = from_dict(cfg_dict)
+    apply_memory_limit(cfg.measure.memory_limit)
+    device, strategy = _local_device_and_strategy(cfg)
+    try:
+        prog = StepProgress(progress and strategy.rank == 0 and cfg.measure.progress)
+        raw = train(cfg, strategy, device, prog, clock=time.time)
+        gathered = strategy.gather(raw)
+        return gathered if strategy.rank == 0 else None
+    finally:
+        if strategy.distributed:
+            envmod.shutdown_distributed()
+
+
+# ---------------------------------------------------------------------------------------------
+# driver side
+
+
+def _gpu_indices(cfg: RunConfig) -> list[int]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    n = torch.cuda.device_count()
+    used = n if cfg.dist.strategy == "dp" else min(n, cfg.dist.nproc)
+    return list(range(used))
+
+
+def _check_devices(cfg: RunConfig) -> None:
+    import torch
+
+    from scaleprobe.errors import ConfigError
+
+    if torch.cuda.is_available() and cfg.dist.nproc > torch.cuda.device_count():
+        raise ConfigError(f"--nproc {cfg.dist.nproc} is more than the {torch.cuda.device_count()} "
+                          "CUDA devices on this host (one process per device)")
+
+
+def _launch(cfg: RunConfig, run_dir: Path) -> list[dict[str, Any]] | None:
+    if cfg.dist.strategy in ("single", "dp"):
+        return worker_main(cfg.to_dict())
+    from scaleprobe.launch import run_workers
+
+    _check_devices(cfg)
+    out = run_workers(worker_main, (cfg.to_dict(),), nproc=cfg.dist.nproc, nnodes=cfg.dist.nnodes,
+                      node_rank=cfg.dist.node_rank, rdzv_endpoint=cfg.dist.rdzv_endpoint,
+                      timeout_s=cfg.dist.timeout_s, log_dir=str(run_dir / "logs"))
+    return out.get(0)
+
+
+def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``cfg`` and return its result record (also written to disk)."""
+    from scaleprobe import env as envmod
+    from scaleprobe.measure.monitor import Monitor
+    from scaleprobe.assemble import finalize
+
+    preflight(cfg)
+    name = cfg.name or default_name(cfg)
+    run_id = res.make_run_id(name)
+    run_dir = Path(cfg.out) / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    res.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    rec = res.new_run_record(cfg.to_dict(), run_id, name, cfg.key())
+    rec["experiment"] = experiment
+    rec["paths"] = {"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
+                    "monitor_csv": str(run_dir / "monitor.csv")}
+    launched = cfg.dist.strategy not in ("single", "dp")
+    raws = None
+    monitor = Monitor(cfg.measure.monitor_interval_s, run_dir / "monitor.csv",
+                      cuda_indices=_gpu_indices(cfg), training_in_children=launched)
+    try:
+        if not launched:
+            apply_memory_limit(cfg.measure.memory_limit)
+        with monitor:
+            raws = _launch(cfg, run_dir)
+        rec["status"] = "ok"
+    except KeyboardInterrupt:
+        rec["status"], rec["error"] = "interrupted", "interrupted by the user (Ctrl+C)"
+    except ScaleprobeError as e:
+        if type(e).__name__ == "OutOfMemory":
+            rec["status"], rec["error"] = "oom", str(e)
+        else:
+            _write_failure(rec, run_dir, cfg)
+            raise
+    except BaseException as e:  # noqa: BLE001  (recorded, never lost)
+        msg = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        _reraise_user_error(msg, rec, run_dir, cfg)
+        rec["status"] = "oom" if is_oom(msg) or is_oom(e) else "failed"
+        rank = getattr(e, "rank", None)
+        rec["error"] = (f"rank {rank}: {msg}" if rank is not None and rank >= 0 else msg)[:1000]
+        if rec["status"] == "failed":
+            (run_dir / "traceback.txt").write_text(traceback.format_exc())
+    rec["env"] = envmod.collect_env()
+    rec["env"]["world_size"] = cfg.world_size
+    rec["env"]["nnodes"] = cfg.dist.nnodes
+    finalize(rec, cfg, raws, monitor, run_dir)
+    return rec
+
+
+def _write_failure(rec: dict[str, Any], run_dir: Path, cfg: RunConfig) -> None:
+    rec["status"] = "failed"
+    rec["error"] = "configuration or data error (see the message above)"
+    rec["finished_at"] = res.utc_now()
+    res.write_json_atomic(run_dir / "result.json", rec)
+
+
+def _reraise_user_error(msg: str, rec: dict[str, Any], run_dir: Path, cfg: RunConfig) -> None:
+    """A worker's ConfigError / DataError is the user's mistake: one line, exit 2."""
+    from scaleprobe.errors import ConfigError, DataError
+
+    for cls in (ConfigError, DataError):
+        prefix = f"{cls.__name__}: "
+        if msg.startswith(prefix):
+            _write_failure(rec, run_dir, cfg)
+            raise cls(msg[len(prefix):]) from None
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Cheap checks in the driver, so a typo fails in one line before any worker starts."""
+    from scaleprobe.data.datasets import DATASETS
+
+    DATASETS.get(cfg.data.dataset)
+    from scaleprobe.models.build import check_name
+
+    check_name(cfg.model.name)
+
+
+def exit_code(rec: dict[str, Any]) -> int:
+    return {"ok": 0, "oom": 3, "interrupted": 130}.get(rec["status"], 1)
+
+
+def running_under_launcher() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+
+
+def run_under_launcher(cfg: RunConfig) -> dict[str, Any] | None:
+    """This process is one worker of a job someone else launched (torchrun). Every rank
+    trains; rank 0 monitors its own process tree and writes the result."""
+    from scaleprobe import env as envmod
+    from scaleprobe.assemble import finalize
+    from scaleprobe.measure.monitor import Monitor
+
+    preflight(cfg)
+    info = envmod.dist_info()
+    name = cfg.name or default_name(cfg)
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "") or res.make_run_id(name)
+    run_dir = Path(cfg.out) / res.make_run_id(name) if info.rank == 0 else None
+    monitor = Monitor(cfg.measure.monitor_interval_s,
+                      run_dir / "monitor.csv" if run_dir else None,
+                      cuda_indices=[info.local_rank] if _gpu_indices(cfg) else [])
+    with monitor:
+        raws = worker_main(cfg.to_dict())
+    if run_dir is None:
+        return None
+    rec = res.new_run_record(cfg.to_dict(), run_dir.name, name, cfg.key())
+    rec["status"] = "ok"
+    rec["launcher_run_id"] = run_id
+    rec["paths"] = {"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
+                    "monitor_csv": str(run_dir / "monitor.csv")}
+    res.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    rec["env"] = envmod.collect_env()
+    return finalize(rec, cfg, raws, monitor, run_dir)
