@@ -58,10 +58,10 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     m["steps_done"] = raw0["steps_done"]
     m["breakdown_s"] = r0["breakdown_s"]
     if st:
-        mean = st["mean"]
+        typical = sum(r0["breakdown_s"].values())
         m["samples_per_s"] = global_batch / st["median"]
-        m["data_wait_fraction"] = r0["breakdown_s"]["data"] / mean if mean else None
-        m["comm_fraction"] = r0["breakdown_s"]["comm"] / mean if mean else None
+        m["data_wait_fraction"] = r0["breakdown_s"]["data"] / typical if typical else None
+        m["comm_fraction"] = r0["breakdown_s"]["comm"] / typical if typical else None
     else:
         why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
     info = raw0["info"]

@@ -143,9 +143,10 @@ def _need_dir(cfg: DataConfig, name: str) -> Path:
 
 @DATASETS.register("imagefolder", "one folder per class of image files under --data-dir")
 def _imagefolder(cfg: DataConfig, seed: int) -> Split:
+    root = _need_dir(cfg, "imagefolder")
     from scaleprobe.data.formats import open_imagefolder
 
-    full = open_imagefolder(_need_dir(cfg, "imagefolder"))
+    full = open_imagefolder(root)
     train, val = _held_out(full, cfg, seed=0)
     ncls = len(getattr(full, "classes", [])) or cfg.num_classes or 10
     return Split(train, val, ncls, cfg.image_size or 64, f"image folder {cfg.data_dir}")
@@ -153,9 +154,9 @@ def _imagefolder(cfg: DataConfig, seed: int) -> Split:
 
 @DATASETS.register("cifar10", "CIFAR-10 python batches under --data-dir")
 def _cifar10(cfg: DataConfig, seed: int) -> Split:
+    root = _need_dir(cfg, "cifar10")
     from scaleprobe.data.formats import open_cifar10
 
-    root = _need_dir(cfg, "cifar10")
     train = open_cifar10(root, train=True, download=cfg.download)
     val = open_cifar10(root, train=False, download=cfg.download)
     return Split(train, val, 10, cfg.image_size or 32, f"CIFAR-10 at {root}")
@@ -163,9 +164,9 @@ def _cifar10(cfg: DataConfig, seed: int) -> Split:
 
 @DATASETS.register("mnist", "MNIST idx files under --data-dir")
 def _mnist(cfg: DataConfig, seed: int) -> Split:
+    root = _need_dir(cfg, "mnist")
     from scaleprobe.data.formats import open_mnist
 
-    root = _need_dir(cfg, "mnist")
     train = open_mnist(root, train=True, download=cfg.download)
     val = open_mnist(root, train=False, download=cfg.download)
     return Split(train, val, 10, cfg.image_size or 28, f"MNIST at {root}")

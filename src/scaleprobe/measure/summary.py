@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.measure.stats import median, summarize
+from scaleprobe.measure.stats import median, quantile, summarize
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 
 
-def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None) -> dict[str, Any]:
-    """Mean seconds per phase: the means add up to the mean step time exactly.
+def typical_steps(step_times: list[float]) -> list[int]:
+    """Indices of the steps whose time lies between the 25th and 75th percentile."""
+    if len(step_times) < 4:
+        return list(range(len(step_times)))
+    lo, hi = quantile(step_times, 0.25), quantile(step_times, 0.75)
+    return [i for i, t in enumerate(step_times) if lo <= t <= hi]
+
+
+def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
+              step_times: list[float] | None = None) -> dict[str, Any]:
+    """Seconds per phase of a typical step: the mean of each phase over the steps between the
+    25th and 75th percentile of step time, so the phases add up to about the median step and
+    rare slow steps (an epoch boundary, a page fault) do not distort the split.
 
     With overlapped communication (DDP) the gradient all-reduce runs inside the backward
     pass; its exposed part, measured by calibration, is moved from backward to comm."""
@@ -19,9 +30,10 @@ def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None)
     n = max((len(v) for v in phase_times.values()), default=0)
     if n == 0:
         return dict.fromkeys(PHASES)
+    idx = typical_steps(step_times) if step_times and len(step_times) == n else list(range(n))
     for p in PHASES:
         vals = phase_times.get(p) or []
-        out[p] = sum(vals) / n if vals else 0.0
+        out[p] = sum(vals[i] for i in idx) / len(idx) if vals else 0.0
     if exposed_comm_s is not None:
         moved = min(exposed_comm_s, out["backward"])
         out["backward"] -= moved
@@ -45,7 +57,7 @@ def straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
 def rank_summary(raw: dict[str, Any]) -> dict[str, Any]:
     st = summarize(raw["step_times_s"])
     exposed = (raw.get("comm") or {}).get("exposed_s")
-    bd = breakdown(raw["phase_times_s"], exposed)
+    bd = breakdown(raw["phase_times_s"], exposed, raw["step_times_s"])
     sps = raw["samples_per_step"] / st["median"] if st and st["median"] > 0 else None
     return {"rank": raw["rank"], "host": raw["host"], "device": raw.get("device"),
             "step_time_s": st, "breakdown_s": bd, "steps_done": raw["steps_done"],

@@ -1,0 +1,134 @@
+"""Real single-device runs on embedded and synthetic data (CPU)."""
+
+import csv
+import json
+import threading
+
+import pytest
+
+from scaleprobe import config as C
+from scaleprobe.cli import main
+from scaleprobe.results import read_jsonl
+from scaleprobe.runner import execute
+
+pytestmark = pytest.mark.timeout(180)
+
+RESULT_KEYS = {"schema", "kind", "run_id", "name", "key", "status", "error", "started_at",
+               "finished_at", "config", "env", "batch", "metrics", "null_reasons", "paths"}
+METRIC_KEYS = {"samples_per_s", "step_time_s", "breakdown_s", "epoch_time_s",
+               "epoch_time_projected", "peak_mem_bytes", "cpu_util_pct", "gpu_util_pct",
+               "accuracy"}
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("digits")
+    cfg = C.build({"epochs": 3, "eval": True, "loader": "naive", "out": str(out),
+                   "progress": False, "monitor_interval_s": 0.1})
+    return execute(cfg), out
+
+
+def test_digits_cnn_learns_digits(digits_run):
+    rec, _ = digits_run
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["metrics"]["accuracy"] >= 0.90
+    assert rec["metrics"]["loss_last"] < rec["metrics"]["loss_first"]
+
+
+def test_result_schema_and_files(digits_run):
+    rec, out = digits_run
+    assert RESULT_KEYS <= set(rec) and METRIC_KEYS <= set(rec["metrics"])
+    run_dir = out / rec["run_id"]
+    for f in ("config.json", "result.json", "steps.csv", "monitor.csv"):
+        assert (run_dir / f).is_file(), f
+    on_disk = json.loads((run_dir / "result.json").read_text())
+    assert on_disk["run_id"] == rec["run_id"] and on_disk["status"] == "ok"
+    lines = read_jsonl(out / "results.jsonl")
+    assert len(lines) == 1 and lines[0]["run_id"] == rec["run_id"]
+    env = rec["env"]
+    for k in ("host", "cores", "cpu_model", "torch", "gpus", "driver", "world_size"):
+        assert k in env
+    rows = list(csv.DictReader((run_dir / "steps.csv").open()))
+    assert len(rows) == rec["metrics"]["steps_timed"]
+    mon = list(csv.DictReader((run_dir / "monitor.csv").open()))
+    assert mon and float(mon[-1]["t_s"]) > 0
+
+
+def test_epoch_time_measured_and_steps_per_epoch(digits_run):
+    m = digits_run[0]["metrics"]
+    assert m["epoch_time_projected"] is False and m["epoch_time_s"] > 0
+    assert m["steps_per_epoch"] == 1438 // 64
+    assert m["steps_done"] == 3 * m["steps_per_epoch"]
+    assert m["steps_timed"] == m["steps_done"] - 5  # warm-up excluded
+
+
+def test_breakdown_sums_to_step_time(digits_run):
+    m = digits_run[0]["metrics"]
+    total = sum(m["breakdown_s"].values())
+    assert total == pytest.approx(m["step_time_s"]["median"], rel=0.10)
+    assert m["breakdown_s"]["forward"] > 0 and m["breakdown_s"]["backward"] > 0
+
+
+def test_cpu_fields_measured_gpu_fields_null_with_reason(digits_run):
+    rec = digits_run[0]
+    m = rec["metrics"]
+    assert 0 < m["cpu_util_pct"] <= 100
+    assert m["peak_mem_bytes"]["host"] > 100 * 2**20
+    assert m["gpu_util_pct"] is None and m["peak_mem_bytes"]["device_allocated"] is None
+    assert rec["null_reasons"]["gpu_util_pct"]
+    assert rec["null_reasons"]["peak_mem_bytes.device_allocated"]
+
+
+def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
+    cfg = C.build({"dataset": "synthetic", "image_size": 32, "num_samples": 4096,
+                   "batch_size": 32, "steps": "auto", "max_steps": 40, "min_steps": 10,
+                   "warmup_steps": 2, "loader": "pipelined", "workers": 1, "prefetch": 2,
+                   "transform": "heavy", "model": "linear", "out": str(out_dir),
+                   "progress": False})
+    rec = execute(cfg)
+    m = rec["metrics"]
+    assert rec["status"] == "ok"
+    assert 10 <= m["steps_timed"] <= 40
+    assert m["epoch_time_projected"] is True
+    assert m["samples_per_s"] == pytest.approx(32 / m["step_time_s"]["median"])
+    assert 0 <= m["data_wait_fraction"] <= 1
+
+
+def test_no_monitor_thread_left_after_an_exception(tmp_path, out_dir):
+    bad = tmp_path / "boom.py"
+    bad.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.l = torch.nn.Linear(3*32*32, 10); self.n = 0\n"
+        "    def forward(self, x):\n"
+        "        self.n += 1\n"
+        "        if self.n == 3: raise RuntimeError('model exploded')\n"
+        "        return self.l(x.flatten(1))\n"
+        "def build(num_classes):\n    return M()\n")
+    cfg = C.build({"model": f"{bad}:build", "steps": 5, "loader": "naive",
+                   "out": str(out_dir), "progress": False})
+    rec = execute(cfg)
+    assert rec["status"] == "failed" and "model exploded" in rec["error"]
+    names = [t.name for t in threading.enumerate()]
+    assert "scaleprobe-monitor" not in names
+    assert read_jsonl(out_dir / "results.jsonl")[0]["status"] == "failed"
+
+
+def test_out_of_memory_is_a_result_with_exit_code_3(tmp_path, out_dir, capsys):
+    oom = tmp_path / "oom.py"
+    oom.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.l = torch.nn.Linear(3*32*32, 10)\n"
+        "    def forward(self, x):\n"
+        "        raise RuntimeError('[enforce fail at alloc_cpu.cpp:121] data. "
+        "DefaultCPUAllocator: not enough memory: you tried to allocate 8589934592 bytes.')\n"
+        "def build():\n    return M()\n")
+    code = main(["run", "--model", f"{oom}:build", "--steps", "3", "--loader", "naive",
+                 "--out", str(out_dir), "--no-progress"])
+    assert code == 3
+    rec = read_jsonl(out_dir / "results.jsonl")[0]
+    assert rec["status"] == "oom" and "DefaultCPUAllocator" in rec["error"]
+    assert "status: oom" in capsys.readouterr().out

@@ -1,0 +1,107 @@
+import time
+
+import pytest
+
+from scaleprobe.measure import stats
+from scaleprobe.measure.audit import audit, expected_dropped
+from scaleprobe.measure.summary import breakdown, epoch_time, straggler
+from scaleprobe.measure.timer import PHASES, StepTimer
+
+
+def test_quantiles_and_summary():
+    xs = [float(i) for i in range(1, 101)]
+    s = stats.summarize(xs)
+    assert s["median"] == pytest.approx(50.5)
+    assert s["p95"] == pytest.approx(95.05)
+    assert s["n"] == 100 and s["min"] == 1 and s["max"] == 100
+    assert stats.summarize([]) is None
+
+
+def test_median_ci_narrows_with_more_samples_and_stability_rule():
+    import random
+
+    rng = random.Random(0)
+    few = [1 + rng.gauss(0, 0.05) for _ in range(10)]
+    many = [1 + rng.gauss(0, 0.05) for _ in range(400)]
+    assert stats.rel_ci_halfwidth(many) < stats.rel_ci_halfwidth(few)
+    assert stats.is_stable(many, 0.02, 10)
+    assert not stats.is_stable([1.0, 2.0, 3.0, 1.0, 2.5], 0.02, 3)
+    assert not stats.is_stable(many[:5], 0.02, 10)  # below the minimum
+
+
+def test_timer_phases_add_up_to_step():
+    t = StepTimer("cpu")
+    for _ in range(4):
+        t.start()
+        for p in ("data", "h2d", "forward", "backward", "optimizer"):
+            time.sleep(0.002)
+            t.mark(p)
+    t.close()
+    steps = t.step_times()
+    phases = t.phase_times()
+    assert len(steps) == 4 and set(phases) == set(PHASES)
+    for i, s in enumerate(steps):
+        assert sum(phases[p][i] for p in PHASES) == pytest.approx(s, rel=1e-9)
+        assert phases["forward"][i] >= 0.0019
+    assert all(v == 0.0 for v in phases["comm"])
+
+
+def test_breakdown_moves_exposed_comm_out_of_backward():
+    pt = {"data": [1.0, 1.0], "h2d": [0, 0], "forward": [2, 2], "backward": [4, 4],
+          "comm": [0, 0], "optimizer": [1, 1]}
+    bd = breakdown(pt, exposed_comm_s=1.5)
+    assert bd["backward"] == 2.5 and bd["comm"] == 1.5 and sum(bd.values()) == 8.0
+
+
+def test_epoch_time_measured_vs_projected():
+    assert epoch_time({"epoch_wall_s": [3.0, 2.0, 2.2], "epochs_complete": 3}, 0.1, 10) == (
+        2.1, False)
+    assert epoch_time({"epoch_wall_s": [], "epochs_complete": 0}, 0.1, 10) == (
+        pytest.approx(1.0), True)
+
+
+def test_straggler_line():
+    ranks = [{"rank": 0, "step_time_s": {"median": 0.1}, "steps_done": 100},
+             {"rank": 1, "step_time_s": {"median": 0.1}, "steps_done": 100},
+             {"rank": 2, "step_time_s": {"median": 0.2}, "steps_done": 4}]
+    s = straggler(ranks)
+    assert s["slowest_rank"] == 2 and s["slowest_vs_median"] == pytest.approx(2.0)
+    assert "2:4" in s["line"]
+
+
+def _sharded(n, world, batch, epochs, same_batch=False, same_order=False):
+    import random
+
+    out = [[] for _ in range(world)]
+    for e in range(epochs):
+        order = list(range(n))
+        random.Random(0 if same_order else e).shuffle(order)
+        per = n // world
+        usable = (per // batch) * batch
+        for r in range(world):
+            rr = 0 if same_batch else r
+            out[r].append(order[rr * per: rr * per + usable])
+    return out
+
+
+def test_audit_passes_a_correct_sharding():
+    a = audit(_sharded(100, 2, 8, 3), 100, 8, 3)
+    assert a["ok"] and a["duplicate_samples"] == 0 and a["missing_samples"] == 0
+    assert a["same_order_across_epochs"] is False
+
+
+def test_audit_catches_every_rank_on_the_same_batch():
+    a = audit(_sharded(100, 2, 8, 2, same_batch=True), 100, 8, 2)
+    assert not a["ok"] and a["duplicate_samples"] == 2 * 48
+    assert a["missing_samples"] > 0 and "more than one rank" in a["detail"]
+
+
+def test_audit_catches_a_forgotten_set_epoch():
+    a = audit(_sharded(100, 2, 8, 2, same_order=True), 100, 8, 2)
+    assert not a["ok"] and a["same_order_across_epochs"] is True
+    assert "set_epoch" in a["detail"]
+
+
+def test_expected_dropped_matches_drop_last():
+    assert expected_dropped(100, 2, 8) == 100 - 2 * 48
+    assert expected_dropped(64, 2, 8) == 0

@@ -1,0 +1,41 @@
+import json
+
+from scaleprobe import results as R
+
+
+def test_append_and_read_roundtrip(tmp_path):
+    f = tmp_path / "results.jsonl"
+    for i in range(3):
+        R.append_jsonl(f, {"kind": "run", "i": i})
+    assert [r["i"] for r in R.read_jsonl(f)] == [0, 1, 2]
+
+
+def test_torn_last_line_is_skipped_and_next_append_starts_clean(tmp_path, capsys):
+    f = tmp_path / "results.jsonl"
+    R.append_jsonl(f, {"kind": "run", "i": 0})
+    with f.open("a") as fh:
+        fh.write('{"kind": "run", "i": 1, "trunc')  # a writer killed mid-line
+    assert [r["i"] for r in R.read_jsonl(f)] == [0]
+    assert "torn or corrupt" in capsys.readouterr().err
+    R.append_jsonl(f, {"kind": "run", "i": 2})
+    assert [r["i"] for r in R.read_jsonl(f)] == [0, 2]
+
+
+def test_write_json_atomic_leaves_no_temp(tmp_path):
+    R.write_json_atomic(tmp_path / "a" / "r.json", {"x": 1})
+    assert json.loads((tmp_path / "a" / "r.json").read_text()) == {"x": 1}
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["r.json"]
+
+
+def test_new_record_has_nulls_not_zeros():
+    rec = R.new_run_record({}, "id", "n", "k")
+    m = rec["metrics"]
+    assert m["samples_per_s"] is None and m["accuracy"] is None
+    assert all(v is None for v in m["peak_mem_bytes"].values())
+    assert set(m["breakdown_s"]) == set(R.BREAKDOWN_PHASES)
+
+
+def test_get_dotted():
+    rec = {"metrics": {"step_time_s": {"median": 0.5}, "x": None}}
+    assert R.get(rec, "metrics.step_time_s.median") == 0.5
+    assert R.get(rec, "metrics.x.y", "d") == "d"
