@@ -79,14 +79,14 @@ def worker_main(cfg_dict: dict[str, Any], progress: bool = True) -> list[dict[st
     cfg = from_dict(cfg_dict)
     apply_memory_limit(cfg.measure.memory_limit)
     device, strategy = _local_device_and_strategy(cfg)
-    try:
-        prog = StepProgress(progress and strategy.rank == 0 and cfg.measure.progress)
-        raw = train(cfg, strategy, device, prog, clock=time.time)
-        gathered = strategy.gather(raw)
-        return gathered if strategy.rank == 0 else None
-    finally:
-        if strategy.distributed:
-            envmod.shutdown_distributed()
+    prog = StepProgress(progress and strategy.rank == 0 and cfg.measure.progress)
+    raw = train(cfg, strategy, device, prog, clock=time.time)
+    gathered = strategy.gather(raw)
+    # Only a rank that finished waits at the closing barrier: a failed rank exits at once
+    # (the launcher then stops the others) instead of hiding its error behind a timeout.
+    if strategy.distributed:
+        envmod.shutdown_distributed()
+    return gathered if strategy.rank == 0 else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -95,12 +95,12 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> C.RunConfig:
-    """Defaults <- TOML file <- flags <- --set; validated."""
-    merged: dict[str, Any] = {}
+def config_from_args(args: argparse.Namespace,
+                     defaults: dict[str, Any] | None = None) -> C.RunConfig:
+    """Defaults <- ``defaults`` <- TOML file <- flags <- --set; validated."""
+    merged: dict[str, Any] = dict(defaults or {})
     path = getattr(args, "config", None)
     if path:
         merged.update(C.flatten(C.load_toml(path)))
-    merged.update(extra or {})
     merged.update(overrides_from_args(args))
     return C.build(merged)

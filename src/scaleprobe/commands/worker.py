@@ -26,9 +26,8 @@ def run(args: argparse.Namespace) -> int:
     if world > 1:
         addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "0")
         extra["dist.rdzv_endpoint"] = f"{addr}:{port}"
+        extra["dist.strategy"] = "ddp"  # unless the file or a flag names another
     cfg = config_from_args(args, extra)
-    if cfg.dist.strategy == "single" and world > 1:
-        cfg = config_from_args(args, {**extra, "dist.strategy": "ddp"})
     rec = run_under_launcher(cfg)
     if rec is None:
         return 0

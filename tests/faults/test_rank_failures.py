@@ -1,0 +1,62 @@
+"""A rank that raises or dies ends the whole job quickly, with a result naming it."""
+
+import socket
+import time
+
+import psutil
+import pytest
+
+from scaleprobe.results import read_jsonl
+
+pytestmark = pytest.mark.timeout(120)
+
+MODEL = """
+import os, signal, torch
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__(); self.l = torch.nn.Linear(3 * 32 * 32, 10); self.n = 0
+    def forward(self, x):
+        self.n += 1
+        if os.environ.get("RANK") == "1" and self.n == 4:
+            {action}
+        return self.l(x.flatten(1))
+def build():
+    return M()
+"""
+
+
+def _children_left():
+    return [c for c in psutil.Process().children(recursive=True) if c.is_running()
+            and c.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("action,needle", [
+    ("raise ValueError('rank one gave up')", "rank one gave up"),
+    ("os.kill(os.getpid(), signal.SIGKILL)", "signal 9"),
+])
+def test_failed_rank_ends_job_and_is_named(cli, tmp_path, out_dir, action, needle):
+    f = tmp_path / "m.py"
+    f.write_text(MODEL.format(action=action))
+    t0 = time.time()
+    p = cli("run", "--strategy", "ddp", "--nproc", 2, "--steps", 20, "--warmup-steps", 1,
+            "--model", f"{f}:build", "--loader", "naive", "--timeout", 20, "--out", out_dir,
+            "--no-progress", timeout=90)
+    took = time.time() - t0
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert took < 60
+    rec = read_jsonl(out_dir / "results.jsonl")[0]
+    assert rec["status"] == "failed"
+    assert rec["error"].startswith("rank 1") and needle in rec["error"]
+    assert "status: failed" in p.stdout and "Traceback" not in p.stderr
+    assert not _children_left()
+
+
+def test_rendezvous_port_in_use_is_an_error_not_a_hang(cli, out_dir):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = cli("run", "--strategy", "ddp", "--nproc", 2, "--nnodes", 1, "--rdzv-endpoint",
+                f"127.0.0.1:{port}", "--steps", 2, "--out", out_dir, "--no-progress", timeout=60)
+    assert p.returncode == 2
+    assert "already in use" in p.stderr and len(p.stderr.strip().splitlines()) == 1
