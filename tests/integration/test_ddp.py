@@ -101,3 +101,18 @@ def test_worker_entry_under_torchrun(tmp_path):
     rec = _result(out)
     assert rec["config"]["dist"]["strategy"] == "ddp" and rec["batch"]["world_size"] == 2
     assert json.loads((out / rec["run_id"] / "result.json").read_text())["status"] == "ok"
+
+
+def test_accuracy_parity_one_vs_two_processes(cli, out_dir):
+    p = cli("run", "--strategy", "ddp", "--nproc", 2, "--parity", "--epochs", 3,
+            "--batch-size", 32, "--loader", "naive", "--out", out_dir, "--no-progress")
+    assert p.returncode == 0, p.stderr[-2000:] + p.stdout[-2000:]
+    recs = read_jsonl(out_dir / "results.jsonl")
+    par = [r for r in recs if r["kind"] == "parity"][0]
+    runs = [r for r in recs if r["kind"] == "run"]
+    assert {r["batch"]["global"] for r in runs} == {64}
+    assert {r["batch"]["world_size"] for r in runs} == {1, 2}
+    assert par["samples_seen"][0] == par["samples_seen"][1]
+    assert par["accuracy_1"] >= 0.9 and par["accuracy_n"] >= 0.9
+    assert abs(par["difference"]) <= 0.03 and par["within_tolerance"] is True
+    assert "parity holds" in p.stdout
