@@ -43,15 +43,18 @@ def _memory(rec: dict[str, Any], raws: list[dict[str, Any]], mon: dict[str, Any]
 def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
              mon: dict[str, Any]) -> None:
     m, why = rec["metrics"], rec["null_reasons"]
-    raw0 = raws[0]
     ranks = [rank_summary(r) for r in raws]
     rec["ranks"] = ranks
-    r0 = ranks[0]
+    # the headline is the first rank that trained (a parameter server's rank 0 does not)
+    head = next((i for i, r in enumerate(raws) if r["step_times_s"]), 0)
+    raw0, r0 = raws[head], ranks[head]
+    trainers = [r for r in ranks if r["step_time_s"]]
     world = len(raws)
     per_proc = raw0["samples_per_step"]
-    global_batch = per_proc * world
+    global_batch = per_proc * max(1, len(trainers))
     rec["batch"] = {"per_device": cfg.per_device_batch(world), "per_process": per_proc,
-                    "global": global_batch, "world_size": world}
+                    "global": global_batch, "world_size": world,
+                    "training_ranks": len(trainers)}
     st = r0["step_time_s"]
     m["step_time_s"] = st
     m["steps_timed"] = raw0["steps_timed"]
@@ -59,7 +62,9 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     m["breakdown_s"] = r0["breakdown_s"]
     if st:
         typical = sum(r0["breakdown_s"].values())
-        m["samples_per_s"] = global_batch / st["median"]
+        # sum over training ranks: equals global batch / step time when ranks move in
+        # lockstep, and stays right when they do not (asynchronous parameter server)
+        m["samples_per_s"] = sum(r["samples_per_s"] for r in trainers)
         m["data_wait_fraction"] = r0["breakdown_s"]["data"] / typical if typical else None
         m["comm_fraction"] = r0["breakdown_s"]["comm"] / typical if typical else None
     else:
@@ -79,21 +84,21 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
             why[k] = mon.get("gpu_reason") or "no NVML reading"
     m["loss_first"], m["loss_last"] = raw0["loss_first"], raw0["loss_last"]
     m["bad_samples_skipped"] = sum(r["bad_samples"] for r in raws)
-    ev = raw0.get("eval") or {}
+    ev = next((r["eval"] for r in raws if r.get("eval")), {})
     for k, v in ev.items():
         m[k] = v
     if not cfg.train.eval:
         why["accuracy"] = "not evaluated (add --eval)"
     _memory(rec, raws, mon)
-    rec["straggler"] = straggler(ranks)
-    _comm(rec, raw0, st)
+    rec["straggler"] = straggler(trainers)
+    _comm(rec, raw0, raws)
     if cfg.dist.strategy in ("ddp", "localsgd") and cfg.dist.audit and world > 1:
         rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
                              raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
 
 
-def _comm(rec: dict[str, Any], raw0: dict[str, Any], st: dict[str, Any] | None) -> None:
+def _comm(rec: dict[str, Any], raw0: dict[str, Any], raws: list[dict[str, Any]]) -> None:
     cal = raw0.get("comm")
     if not cal and rec["config"]["dist"]["strategy"] in ("single", "dp"):
         return
@@ -101,6 +106,8 @@ def _comm(rec: dict[str, Any], raw0: dict[str, Any], st: dict[str, Any] | None) 
     out["exposed_s"] = rec["metrics"]["breakdown_s"]["comm"]
     out["exposed_fraction"] = rec["metrics"]["comm_fraction"]
     out["strategy_metrics"] = raw0.get("strategy_metrics") or {}
+    if rec["config"]["dist"]["strategy"] == "ps":
+        out["server"] = raws[0].get("strategy_metrics") or {}
     rec["comm"] = out
 
 

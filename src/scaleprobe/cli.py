@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from scaleprobe.errors import ScaleprobeError
+from scaleprobe.errors import ScaleprobeError, one_line
 
 COMMANDS = ("run", "demo", "scale", "sweep", "colocate", "comm", "predict", "report", "compare",
             "datagen", "models", "datasets", "env", "worker")
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except ScaleprobeError as e:
-        print(f"scaleprobe: error: {e}", file=sys.stderr)
+        print(f"scaleprobe: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("scaleprobe: interrupted", file=sys.stderr)

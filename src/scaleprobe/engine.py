@@ -11,7 +11,6 @@ import math
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,7 +24,6 @@ from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.stats import is_stable
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.models import build_model, param_count
-from scaleprobe.strategies import build_strategy
 from scaleprobe.tasks import build_task
 
 
@@ -168,11 +166,11 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
         p.strategy.before_optimizer(p.model)
         tm.mark("comm")
     p.strategy.optimizer_step(p.optimizer, p.scaler)
-    p.optimizer.zero_grad(set_to_none=True)
     tm.mark("optimizer")
     if p.strategy.explicit_comm:
-        p.strategy.after_step(p.model, st.step)
+        p.strategy.after_step(p.model, st.step)  # local SGD averages params that have grads
         tm.mark("comm")
+    p.optimizer.zero_grad(set_to_none=True)  # timed with the optimizer (the step's tail)
     st.losses.append(loss.detach())
     st.last_batch = (x, y)
 
@@ -294,14 +292,24 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     p = setup(cfg, device, strategy)
-    progress.begin(p)
     timer = StepTimer(device.type)
-    st = train_loop(p, timer, progress, clock)
-    progress.end()
+    if strategy.is_server:
+        strategy.serve(p.optimizer)
+        st = LoopState()
+    else:
+        progress.begin(p)
+        st = train_loop(p, timer, progress, clock)
+        progress.end()
+        if hasattr(strategy, "finish_worker"):
+            strategy.finish_worker()
     comm = calibrate_comm(p, st)
     metrics: dict[str, Any] = {}
-    if p.val_loader is not None and strategy.rank == 0:
-        metrics = p.task.evaluate(strategy.unwrap(p.model), p.val_loader, device, p.autocast,
+    # evaluated on a training rank: a parameter server never runs the forward pass, so its
+    # batch-norm statistics were never updated; worker 1 holds the served parameters
+    if p.val_loader is not None and strategy.rank == strategy.progress_rank:
+        model = strategy.unwrap(p.model)
+        eval_device = next(model.parameters()).device
+        metrics = p.task.evaluate(model, p.val_loader, eval_device, p.autocast,
                                   cfg.model.channels_last)
     return rank_record(p, st, timer, comm, metrics)
 

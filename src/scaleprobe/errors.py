@@ -19,3 +19,17 @@ class OutOfMemory(ScaleprobeError):
     """A run that ran out of device or host memory."""
 
     exit_code = 3
+
+
+def one_line(exc: BaseException) -> str:
+    """The user-facing line of an error, also when a DataLoader worker re-raised it with the
+    worker's traceback folded into the message."""
+    text = str(exc).strip()
+    if "Traceback" not in text:
+        return text.splitlines()[0] if text else type(exc).__name__
+    prefix = f"{type(exc).__name__}: "
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith(prefix):
+            return ln[len(prefix):]
+    return lines[-1]

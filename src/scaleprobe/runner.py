@@ -79,7 +79,8 @@ def worker_main(cfg_dict: dict[str, Any], progress: bool = True) -> list[dict[st
     cfg = from_dict(cfg_dict)
     apply_memory_limit(cfg.measure.memory_limit)
     device, strategy = _local_device_and_strategy(cfg)
-    prog = StepProgress(progress and strategy.rank == 0 and cfg.measure.progress)
+    prog = StepProgress(progress and strategy.rank == strategy.progress_rank
+                        and cfg.measure.progress)
     raw = train(cfg, strategy, device, prog, clock=time.time)
     gathered = strategy.gather(raw)
     # Only a rank that finished waits at the closing barrier: a failed rank exits at once
@@ -128,8 +129,8 @@ def _launch(cfg: RunConfig, run_dir: Path) -> list[dict[str, Any]] | None:
 def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``cfg`` and return its result record (also written to disk)."""
     from scaleprobe import env as envmod
-    from scaleprobe.measure.monitor import Monitor
     from scaleprobe.assemble import finalize
+    from scaleprobe.measure.monitor import Monitor
 
     preflight(cfg)
     name = cfg.name or default_name(cfg)

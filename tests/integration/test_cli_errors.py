@@ -54,8 +54,8 @@ def test_unreadable_and_unknown_key_toml(capsys, tmp_path):
 
 
 def test_flags_override_the_file(tmp_path, capsys):
-    from scaleprobe.commands.options import config_from_args
     from scaleprobe.cli import build_parser
+    from scaleprobe.commands.options import config_from_args
 
     f = tmp_path / "exp.toml"
     f.write_text("batch_size = 16\nmodel = 'mlp'\n")

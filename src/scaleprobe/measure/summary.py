@@ -11,18 +11,20 @@ PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 
 
 def typical_steps(step_times: list[float]) -> list[int]:
-    """Indices of the steps whose time lies between the 25th and 75th percentile."""
-    if len(step_times) < 4:
+    """Indices of the steps whose time lies between the 5th and 95th percentile: rare slow
+    steps (an epoch boundary, a page fault) drop out, periodic work (local SGD averaging every
+    K steps) stays in."""
+    if len(step_times) < 10:
         return list(range(len(step_times)))
-    lo, hi = quantile(step_times, 0.25), quantile(step_times, 0.75)
+    lo, hi = quantile(step_times, 0.05), quantile(step_times, 0.95)
     return [i for i, t in enumerate(step_times) if lo <= t <= hi]
 
 
 def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
               step_times: list[float] | None = None) -> dict[str, Any]:
-    """Seconds per phase of a typical step: the mean of each phase over the steps between the
-    25th and 75th percentile of step time, so the phases add up to about the median step and
-    rare slow steps (an epoch boundary, a page fault) do not distort the split.
+    """Seconds per phase of the median step: each phase's share is its mean over the steps
+    between the 5th and 95th percentile of step time (``typical_steps``), and the shares are
+    applied to the median step time, so the breakdown adds up to the headline figure.
 
     With overlapped communication (DDP) the gradient all-reduce runs inside the backward
     pass; its exposed part, measured by calibration, is moved from backward to comm."""
@@ -34,6 +36,12 @@ def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
     for p in PHASES:
         vals = phase_times.get(p) or []
         out[p] = sum(vals[i] for i in idx) / len(idx) if vals else 0.0
+    total = sum(out.values())
+    if step_times and len(step_times) == n and total > 0:
+        # each phase keeps its share of the typical step; the shares are laid over the median
+        # step, so the breakdown adds up to the headline step time
+        scale = median(step_times) / total
+        out = {p: v * scale for p, v in out.items()}
     if exposed_comm_s is not None:
         moved = min(exposed_comm_s, out["backward"])
         out["backward"] -= moved

@@ -13,6 +13,8 @@ class Single:
     name = "single"
     distributed = False
     explicit_comm = False  # True when the step has communication phases of its own (ps, local SGD)
+    is_server = False  # a rank that serves parameters instead of training (ps rank 0)
+    progress_rank = 0  # the rank that shows the progress bar
     world = 1
     rank = 0
 
