@@ -1,0 +1,119 @@
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scaleprobe.data.formats import open_lfw_pairs, open_lfw_people, write_dataset
+from scaleprobe.data.formats.lfw import LocalLFWPairs, LocalLFWPeople
+from scaleprobe.errors import ConfigError, DataError
+
+
+@pytest.fixture(scope="module")
+def lfw(tmp_path_factory) -> Path:
+    return write_dataset("lfw", tmp_path_factory.mktemp("l") / "lfw", count=80, size=(64, 64))
+
+
+@pytest.fixture
+def copy(lfw, tmp_path) -> Path:
+    root = tmp_path / "copy"
+    shutil.copytree(lfw, root)
+    return root
+
+
+@pytest.mark.parametrize("split", ["train", "test", "10fold"])
+def test_torchvision_lfw_classes_read_every_split(lfw, split):
+    pairs = LocalLFWPairs(str(lfw), split=split)
+    people = LocalLFWPeople(str(lfw), split=split)
+    img1, img2, same = pairs[0]
+    assert img1.size == (64, 64) and same in (0, 1)
+    assert sum(pairs.targets) * 2 == len(pairs)  # as many matched as mismatched pairs
+    assert len(people) > 0 and all(Path(p).is_file() for p in people.data)
+    ours_people, ours_pairs = open_lfw_pairs(lfw, split)
+    assert [(str(a), str(b)) for a, b, _ in ours_pairs] == pairs.data
+    assert [int(s) for *_, s in ours_pairs] == pairs.targets
+    assert sorted(str(p) for p, _ in ours_people) == sorted(people.data)
+
+
+def test_pairs_file_header_counts_the_pairs(lfw):
+    text = (lfw / "lfw-py" / "pairs.txt").read_text().splitlines()
+    folds, n = map(int, text[0].split("\t"))
+    assert len(text) == 1 + folds * 2 * n
+    train = (lfw / "lfw-py" / "pairsDevTrain.txt").read_text().splitlines()
+    assert len(train) == 1 + 2 * int(train[0])
+
+
+def test_train_and_test_people_are_different(lfw):
+    train = open_lfw_people(lfw, "train")
+    test = open_lfw_people(lfw, "test")
+    assert not set(train.identities) & set(test.identities)
+    assert sorted(set(train.targets)) == list(range(len(train.identities)))
+    img, ident = train[0]
+    assert img.mode == "RGB" and 0 <= ident < len(train.identities)
+
+
+def test_images_of_one_person_look_alike(lfw):
+    _, pairs = open_lfw_pairs(lfw, "10fold")
+
+    def dist(a, b):
+        from PIL import Image
+
+        x = np.asarray(Image.open(a), np.float32)
+        y = np.asarray(Image.open(b), np.float32)
+        return np.abs(x - y).mean()
+
+    same = np.mean([dist(a, b) for a, b, s in pairs if s])
+    other = np.mean([dist(a, b) for a, b, s in pairs if not s])
+    assert same * 2 < other
+
+
+def test_pairs_line_naming_a_missing_person_gives_file_and_line(copy):
+    f = copy / "lfw-py" / "pairsDevTrain.txt"
+    lines = f.read_text().splitlines()
+    name = lines[3].split("\t")[0]
+    lines[3] = lines[3].replace(name, "Nobody_Here", 1)
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match="pairsDevTrain.txt line 4: person 'Nobody_Here'"):
+        open_lfw_pairs(copy, "train")
+
+
+def test_pairs_line_naming_a_missing_image_and_malformed_lines(copy):
+    f = copy / "lfw-py" / "pairs.txt"
+    lines = f.read_text().splitlines()
+    parts = lines[1].split("\t")
+    lines[1] = "\t".join([parts[0], parts[1], "99"])
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match="pairs.txt line 2: image 99 of .* not found"):
+        open_lfw_pairs(copy, "10fold")
+    lines[1] = "only_one_field"
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match="pairs.txt line 2: expected a matched pair"):
+        open_lfw_pairs(copy, "10fold")
+    f.write_text("\n".join(lines[:1] + lines[2:5]) + "\n")
+    with pytest.raises(DataError, match="pairs.txt line 5: .*end of the file"):
+        open_lfw_pairs(copy, "10fold")
+
+
+def test_people_file_naming_a_missing_image(copy):
+    f = copy / "lfw-py" / "peopleDevTest.txt"
+    lines = f.read_text().splitlines()
+    name, n = lines[1].split("\t")
+    lines[1] = f"{name}\t{int(n) + 1}"
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=f"peopleDevTest.txt line 2: image {int(n) + 1} of"):
+        open_lfw_people(copy, "test")
+
+
+def test_corrupt_face_image_names_the_file(copy):
+    faces = open_lfw_people(copy, "train")
+    path = faces.samples[0][0]
+    Path(path).write_bytes(b"\xff\xd8\xff broken")
+    with pytest.raises(DataError, match=Path(path).name):
+        faces[0]
+
+
+def test_empty_folder_and_bad_split(tmp_path, lfw):
+    with pytest.raises(DataError, match="no LFW data under .*datagen lfw"):
+        open_lfw_pairs(tmp_path, "train")
+    with pytest.raises(ConfigError, match="did you mean train"):
+        open_lfw_pairs(lfw, "trian")
