@@ -58,9 +58,12 @@ def _launch_config(nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str |
     from torch.distributed.launcher.api import LaunchConfig
 
     logs = DefaultLogsSpecs(log_dir=log_dir or tempfile.mkdtemp(prefix="scaleprobe-logs-"))
+    # every host of one job must use the same run id: the rendezvous store keys start with it
+    run_id = (f"scaleprobe-{uuid.uuid4().hex[:12]}" if nnodes == 1 and not rdzv_endpoint
+              else f"scaleprobe-{rdzv_endpoint.replace(':', '-')}")
     common = dict(
         nproc_per_node=nproc,
-        run_id=f"scaleprobe-{uuid.uuid4().hex[:12]}",
+        run_id=run_id,
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
@@ -127,7 +130,8 @@ def run_workers(entry: Callable[..., Any], args: tuple = (), *, nproc: int, nnod
         raise _first_failure(e) from None
     except Exception as e:  # rendezvous errors, closed stores, ...
         if type(e).__name__ in ("RendezvousTimeoutError", "RendezvousClosedError",
-                                "RendezvousConnectionError", "DistNetworkError"):
+                                "RendezvousConnectionError", "DistNetworkError",
+                                "DistStoreError", "DistError"):
             raise WorkerFailure(-1, f"rendezvous failed: {e}") from None
         raise
     finally:

@@ -1,0 +1,209 @@
+"""Collective benchmark: time each operation at each message size inside a process group.
+
+Operations (float32 tensors; ``size_bytes`` is the message size, as in nccl-tests):
+
+    all_reduce     every rank ends with the sum of all ranks' ``size_bytes`` tensors
+    broadcast      rank 0 sends ``size_bytes`` to every rank
+    reduce         the sum of all ranks' tensors lands on rank 0
+    all_gather     every rank contributes ``size_bytes / n`` and ends with all ``size_bytes``
+    ps_push_pull   the parameter-server pattern: every rank's tensor is summed onto rank 0
+                   (push: reduce to rank 0), then rank 0 sends the result back (pull: broadcast)
+
+Timing: before every iteration all ranks meet at a barrier; each rank times the operation
+with ``perf_counter`` (CUDA events on CUDA); the per-iteration time is the slowest rank's,
+and ``time_s`` is the median over the timed iterations. Warm-up iterations are not timed.
+
+Bandwidths, as nccl-tests defines them: ``algbw = size_bytes / time_s`` and
+``busbw = algbw * factor`` where the factor turns the algorithm bandwidth into the load on
+the busiest link, so busbw can be compared with a link's speed for every operation:
+
+    all_reduce 2(n-1)/n    all_gather (n-1)/n    broadcast 1    reduce 1
+    ps_push_pull 2(n-1): rank 0's link carries (n-1) x size in, then (n-1) x size out
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from scaleprobe.errors import ConfigError
+
+OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull")
+DEFAULT_OPS = OPS
+DEFAULT_SIZES = "1K,64K,1M,16M,256M"
+FLOAT32_BYTES = 4
+# Large messages get fewer iterations: at most this many bytes are moved per (op, size).
+BYTES_BUDGET_PER_POINT = 1 << 30
+MIN_TIMED_ITERS = 3
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"1K,1M,16M,256M"`` -> bytes (powers of 1024; ``KiB``/``KB``/``B`` suffixes accepted)."""
+    sizes: list[int] = []
+    for item in str(text).split(","):
+        raw = item.strip()
+        t = raw.upper().removesuffix("B").removesuffix("I")
+        unit = t[-1:] if t[-1:] in ("K", "M", "G") else ""
+        number = t[: len(t) - len(unit)]
+        try:
+            value = float(number)
+        except ValueError:
+            raise ConfigError(f"cannot read message size '{raw}' (e.g. 1K,1M,16M,256M)") from None
+        size_bytes = int(value * _UNITS[unit])
+        if size_bytes < FLOAT32_BYTES:
+            raise ConfigError(f"message size '{raw}' is below one float32 ({FLOAT32_BYTES} bytes)")
+        sizes.append(size_bytes)
+    return sorted(set(sizes))
+
+
+def parse_ops(text: str) -> list[str]:
+    """``"all_reduce,broadcast"`` -> a validated list in the order given."""
+    from scaleprobe.registry import suggest
+
+    ops = [o.strip() for o in str(text).split(",") if o.strip()]
+    if not ops:
+        raise ConfigError("no operations given (choices: " + ", ".join(OPS) + ")")
+    for op in ops:
+        if op not in OPS:
+            near = suggest(op, OPS)
+            hint = f"; did you mean {', '.join(near)}?" if near else f" (choices: {', '.join(OPS)})"
+            raise ConfigError(f"unknown operation '{op}'{hint}")
+    return list(dict.fromkeys(ops))
+
+
+def busbw_factor(op: str, world: int) -> float:
+    """algbw -> busbw multiplier (nccl-tests' definitions; ps_push_pull: see the module doc)."""
+    n = world
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op == "all_gather":
+        return (n - 1) / n
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    if op == "ps_push_pull":
+        return 2.0 * (n - 1)
+    raise ConfigError(f"unknown operation '{op}'")
+
+
+def plan_iters(size_bytes: int, iters: int, warmup: int) -> tuple[int, int]:
+    """Fewer (timed, warm-up) iterations for big messages, so one point stays bounded.
+
+    Deterministic in its arguments: every rank must run the same number of collectives."""
+    cap = max(MIN_TIMED_ITERS, BYTES_BUDGET_PER_POINT // max(1, size_bytes))
+    timed = max(1, min(iters, cap))
+    warm = min(warmup, max(1, cap // 4)) if warmup > 0 else 0
+    return timed, warm
+
+
+def make_row(op: str, size_bytes: int, time_s: float, world: int) -> dict[str, Any]:
+    algbw = size_bytes / time_s / 1e9 if time_s > 0 else None
+    busbw = algbw * busbw_factor(op, world) if algbw is not None else None
+    return {"op": op, "size_bytes": size_bytes, "time_s": time_s,
+            "algbw_gbyte_s": algbw, "busbw_gbyte_s": busbw}
+
+
+def _op_fn(op: str, size_bytes: int, world: int, device: Any):
+    """A closure running one ``op`` on preallocated tensors of ``size_bytes``."""
+    import torch
+    import torch.distributed as dist
+
+    numel = max(1, size_bytes // FLOAT32_BYTES)
+    if op == "all_gather":
+        part = max(1, numel // world)
+        src = torch.ones(part, dtype=torch.float32, device=device)
+        outs = [torch.empty_like(src) for _ in range(world)]
+        return lambda: dist.all_gather(outs, src)
+    buf = torch.ones(numel, dtype=torch.float32, device=device)
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(buf)
+    if op == "broadcast":
+        return lambda: dist.broadcast(buf, src=0)
+    if op == "reduce":
+        return lambda: dist.reduce(buf, dst=0)
+
+    def push_pull() -> None:
+        dist.reduce(buf, dst=0)  # push: every worker's tensor is summed onto the server
+        dist.broadcast(buf, src=0)  # pull: the server sends the result to every worker
+
+    return push_pull
+
+
+def _time_iters(fn, iters: int, warmup: int, device: Any) -> list[float]:
+    """Per-iteration seconds on this rank; a barrier precedes every iteration."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = device.type == "cuda"
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize(device)
+        events = []
+        for _ in range(iters):
+            dist.barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize(device)
+        return [s.elapsed_time(e) / 1e3 for s, e in events]
+    times: list[float] = []
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _slowest_rank(times_s: list[float], device: Any) -> list[float]:
+    """Element-wise maximum over ranks: an iteration lasts until its slowest rank is done."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(times_s, dtype=torch.float64 if device.type == "cpu" else torch.float32,
+                     device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [float(x) for x in t.cpu()]
+
+
+def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
+              device: Any) -> list[dict[str, Any]]:
+    """All (op, size) points in an initialised process group; every rank gets the same rows."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    rows: list[dict[str, Any]] = []
+    for op in ops:
+        for size in sizes_bytes:
+            timed, warm = plan_iters(size, iters, warmup)
+            fn = _op_fn(op, size, world, device)
+            per_iter_s = _slowest_rank(_time_iters(fn, timed, warm, device), device)
+            row = make_row(op, size, statistics.median(per_iter_s), world)
+            row["iters"] = timed
+            rows.append(row)
+            del fn
+    return rows
+
+
+def bench_worker(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
+                 backend: str | None = None, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """Worker entry for ``scaleprobe.launch.run_workers``: join the group, benchmark, leave."""
+    from scaleprobe.env import dist_info, init_distributed, pick_device, shutdown_distributed
+
+    _, world = init_distributed(backend, timeout_s)
+    try:
+        if world < 2:
+            raise ConfigError("the communication benchmark needs at least 2 processes")
+        import torch
+        import torch.distributed as dist
+
+        nccl = dist.get_backend() == "nccl"
+        device = pick_device(dist_info().local_rank) if nccl else torch.device("cpu")
+        return run_bench(ops, sizes_bytes, iters, warmup, device)
+    finally:
+        shutdown_distributed()

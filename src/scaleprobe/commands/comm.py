@@ -1,0 +1,184 @@
+"""``scaleprobe comm``: benchmark collectives between N processes, like nccl-tests.
+
+    scaleprobe comm --nproc 2
+    scaleprobe comm --nproc 2 --ops all_reduce,ps_push_pull --sizes 1K,1M,16M,256M --iters 20
+    scaleprobe comm --nproc 1 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29500  (host 0)
+    scaleprobe comm --nproc 1 --nnodes 2 --node-rank 1 --rdzv-endpoint 10.0.0.1:29500  (host 1)
+
+Prints time, algorithm bandwidth and bus bandwidth per operation and message size, and a fit
+``time = alpha + beta * bytes`` per operation. Host 0 appends one ``kind: "comm"`` record to
+``OUT/results.jsonl``; ``scaleprobe predict --link OUT/results.jsonl`` uses its all_reduce fit.
+Several hosts: set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME to the interface to use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from pathlib import Path
+from typing import Any
+
+from scaleprobe.errors import ConfigError, ScaleprobeError
+
+NAME = "comm"
+HELP = "benchmark collectives (all_reduce, broadcast, ...) and fit latency + bandwidth"
+
+
+class BenchmarkFailed(ScaleprobeError):
+    """A worker of the benchmark failed (a lost host, a timeout): one line, exit code 1."""
+
+    exit_code = 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the usage examples
+    from scaleprobe.comm.bench import DEFAULT_SIZES, OPS
+
+    p.add_argument("--nproc", type=int, default=2, help="processes on this host (default 2)")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma list of {', '.join(OPS)}")
+    p.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help=f"message sizes, powers of 1024 (default {DEFAULT_SIZES})")
+    p.add_argument("--iters", type=int, default=20,
+                   help="timed iterations per point (fewer for big messages; default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed iterations per point")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="default: nccl on CUDA, gloo on CPU")
+    p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds")
+    p.add_argument("--out", default="scaleprobe-out", help="results folder")
+    p.add_argument("--nnodes", type=int, default=1, help="hosts")
+    p.add_argument("--node-rank", type=int, default=0, help="this host's index (0 = rendezvous)")
+    p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of host 0 (several hosts)")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.nproc < 1 or args.nnodes < 1:
+        raise ConfigError("--nproc and --nnodes must be at least 1")
+    if args.nproc * args.nnodes < 2:
+        raise ConfigError("the communication benchmark needs at least 2 processes (--nproc 2)")
+    if args.iters < 1 or args.warmup < 0:
+        raise ConfigError("--iters must be at least 1 and --warmup at least 0")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise ConfigError(f"--node-rank {args.node_rank} is outside 0..{args.nnodes - 1}")
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise ConfigError("several hosts need --rdzv-endpoint HOST:PORT")
+    if args.timeout <= 0:
+        raise ConfigError("--timeout must be positive")
+
+
+def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, Any]]:
+    """Per operation: alpha, beta, effective bandwidth and bus bandwidth (Gbit/s)."""
+    from scaleprobe.comm.bench import busbw_factor
+    from scaleprobe.comm.fit import fit_rows
+
+    out: dict[str, dict[str, Any]] = {}
+    for op, fit in fit_rows(rows).items():
+        d = fit.to_dict()
+        bw = fit.bandwidth_gbit_s
+        d["busbw_gbit_s"] = bw * busbw_factor(op, world) if bw is not None else None
+        out[op] = d
+    return out
+
+
+def make_record(rows: list[dict[str, Any]], args: argparse.Namespace, world: int,
+                backend: str) -> dict[str, Any]:
+    from scaleprobe.env import collect_env
+    from scaleprobe.results import SCHEMA, utc_now
+
+    env = collect_env()
+    env.update(world_size=world, nnodes=args.nnodes, backend=backend)
+    return {
+        "kind": "comm",
+        "schema": SCHEMA,
+        "experiment": {"id": f"comm-{uuid.uuid4().hex[:12]}", "kind": "comm"},
+        "created_at": utc_now(),
+        "env": env,
+        "backend": backend,
+        "world_size": world,
+        "nproc": args.nproc,
+        "nnodes": args.nnodes,
+        "settings": {"sizes_bytes": sorted({r["size_bytes"] for r in rows}),
+                     "iters": args.iters, "warmup": args.warmup},
+        "rows": rows,
+        "fit": fit_summary(rows, world),
+    }
+
+
+def print_tables(rec: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from scaleprobe.commands.fmt import bytes_
+
+    t = Table(title=f"collectives: {rec['backend']}, {rec['world_size']} ranks "
+                    f"(time = median over iterations, slowest rank)")
+    for col in ("size", "op", "time", "algbw GB/s", "busbw GB/s", "iters"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for r in sorted(rec["rows"], key=lambda r: (r["size_bytes"], r["op"])):
+        t.add_row(bytes_(r["size_bytes"]), r["op"], _time(r["time_s"]),
+                  f"{r['algbw_gbyte_s']:.3f}", f"{r['busbw_gbyte_s']:.3f}", str(r["iters"]))
+    f = Table(title="fit: time = alpha + bytes * beta")
+    for col in ("op", "alpha", "bandwidth Gbit/s", "busbw Gbit/s", "worst rel. error"):
+        f.add_column(col, justify="left" if col == "op" else "right")
+    for op, d in rec["fit"].items():
+        bw, bus = d["bandwidth_gbit_s"], d["busbw_gbit_s"]
+        f.add_row(op, _time(d["alpha_s"]), "n/a" if bw is None else f"{bw:.2f}",
+                  "n/a" if bus is None else f"{bus:.2f}", f"{d['max_rel_err'] * 100:.0f}%")
+    console = Console()
+    console.print(t)
+    console.print(f)
+
+
+def _time(v: float) -> str:
+    return f"{v * 1e6:.0f} us" if v < 1e-3 else f"{v * 1e3:.2f} ms"
+
+
+def run(args: argparse.Namespace) -> int:
+    from torch.distributed import DistError
+
+    from scaleprobe.comm.bench import bench_worker, parse_ops, parse_sizes
+    from scaleprobe.launch import WorkerFailure, run_workers
+    from scaleprobe.results import RESULTS_FILE, append_jsonl
+
+    _validate(args)
+    ops, sizes = parse_ops(args.ops), parse_sizes(args.sizes)
+    world = args.nproc * args.nnodes
+    backend = args.backend or _default_backend()
+    _check_backend(backend, args.nproc)
+    try:
+        results = run_workers(bench_worker, (ops, sizes, args.iters, args.warmup, backend,
+                                             args.timeout),
+                              nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
+                              rdzv_endpoint=args.rdzv_endpoint, timeout_s=args.timeout)
+    except WorkerFailure as e:
+        raise BenchmarkFailed(f"communication benchmark failed: {e}") from None
+    except DistError as e:  # the hosts never met: store or rendezvous timeouts
+        line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise BenchmarkFailed(f"communication benchmark failed: {line[:300]}") from None
+    rows = results[min(results)]
+    rec = make_record(rows, args, world, backend)
+    print_tables(rec)
+    if args.node_rank == 0:
+        path = Path(args.out) / RESULTS_FILE
+        append_jsonl(path, rec)
+        print(f"appended to {path}")
+    return 0
+
+
+def _default_backend() -> str:
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def _check_backend(backend: str, nproc: int) -> None:
+    """nccl needs one GPU per process on this host."""
+    if backend != "nccl":
+        return
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        raise ConfigError("--backend nccl needs CUDA GPUs; use --backend gloo on CPUs")
+    if nproc > gpus:
+        raise ConfigError(f"nccl needs one GPU per process: --nproc {nproc} but {gpus} GPU(s) "
+                          "visible; lower --nproc or use --backend gloo")

@@ -1,0 +1,123 @@
+"""Cost-model formulas against hand-computed numbers, and the needed-link inversion."""
+
+import pytest
+
+from scaleprobe.comm.links import PRESETS, Link, link_from_comm, resolve_link, with_alpha
+from scaleprobe.comm.model import (
+    comm_time_s,
+    efficiency,
+    needed_bandwidth_gbit_s,
+    pattern,
+    predict_for_run,
+)
+from scaleprobe.errors import ConfigError
+
+S = 1e8  # bytes of gradients
+LINK = Link("test", 10.0, 20e-6, "test")  # 1.25e9 bytes/s, 20 us per hop
+
+
+def test_ring_allreduce_by_hand():
+    # 2(n-1) alpha + 2(n-1)/n S/B, n = 4: 6 * 20 us + 1.5e8 / 1.25e9
+    assert comm_time_s("allreduce", S, 4, LINK) == pytest.approx(120e-6 + 0.12)
+    assert comm_time_s("ddp", S, 2, LINK) == pytest.approx(40e-6 + 0.08)
+
+
+def test_parameter_server_by_hand():
+    # 2 alpha + 2(n-1) S/B: push then pull over the server's link, no overlap
+    assert comm_time_s("ps", S, 4, LINK) == pytest.approx(40e-6 + 0.48)
+    # two hosts of 2: only the 2 workers on the other host cross the server's link
+    assert comm_time_s("ps", S, 4, LINK, nnodes=2) == pytest.approx(40e-6 + 0.32)
+
+
+def test_local_sgd_divides_the_allreduce():
+    assert comm_time_s("localsgd", S, 4, LINK, average_every=4) == pytest.approx(
+        (120e-6 + 0.12) / 4)
+
+
+def test_one_process_has_no_communication():
+    for s in ("allreduce", "ps", "localsgd"):
+        assert comm_time_s(s, S, 1, LINK) == 0.0
+
+
+def test_efficiency_and_overlap():
+    assert efficiency(0.5, 0.12012) == pytest.approx(0.5 / 0.62012)
+    assert efficiency(0.5, 0.1, overlap=0.5) == pytest.approx(0.5 / 0.55)
+    with pytest.raises(ConfigError):
+        efficiency(0.5, 0.1, overlap=1.0)
+
+
+def test_needed_bandwidth_by_hand_and_inverts_efficiency():
+    pat = pattern("allreduce", S, 4)
+    need = needed_bandwidth_gbit_s(pat, 20e-6, 0.5, 0.9)
+    # budget 0.5 (1/0.9 - 1) = 0.05556 s, minus 120 us of latency, for 1.5e8 bytes
+    assert need == pytest.approx(1.5e8 / (0.5 / 9 - 120e-6) * 8 / 1e9)
+    at_need = Link("x", need, 20e-6, "x")
+    assert efficiency(0.5, pat.time_s(at_need)) == pytest.approx(0.9)
+    for strategy, k in (("ps", 1), ("localsgd", 8)):
+        p = pattern(strategy, S, 8, average_every=k)
+        gbit = needed_bandwidth_gbit_s(p, 50e-6, 0.2, 0.75, overlap=0.3)
+        t = p.time_s(Link("x", gbit, 50e-6, "x"))
+        assert efficiency(0.2, t, overlap=0.3) == pytest.approx(0.75)
+
+
+def test_needed_bandwidth_edge_cases():
+    assert needed_bandwidth_gbit_s(pattern("allreduce", S, 1), 1e-3, 0.1) == 0.0
+    # 2(n-1) hops of 1 ms exceed the whole budget: no link is fast enough
+    assert needed_bandwidth_gbit_s(pattern("allreduce", S, 64), 1e-3, 0.1) is None
+    with pytest.raises(ConfigError):
+        needed_bandwidth_gbit_s(pattern("allreduce", S, 2), 0, 0.1, target_eff=1.0)
+
+
+def test_predict_for_run_fields():
+    p = predict_for_run("ddp", 2, 2, S, 0.5, "10gbit", average_every=4)
+    assert {"strategy", "link", "bandwidth_gbit_s", "alpha_s", "grad_bytes", "comm_s",
+            "efficiency", "needed_gbit_s", "formula"} <= set(p)
+    assert p["strategy"] == "allreduce" and p["link"] == "10gbit"
+    assert p["comm_s"] == pytest.approx(6 * PRESETS["10gbit"].alpha_s + 1.5 * S / 1.25e9)
+    assert p["average_every"] is None
+    none = predict_for_run("localsgd", 2, 1, S, None, average_every=8)
+    assert none["efficiency"] is None and none["needed_gbit_s"] is None
+    assert none["link"] == "loopback" and none["average_every"] == 8
+    assert predict_for_run("ps", 2, 2, S, 0.1)["link"] == "10gbit"  # default across hosts
+
+
+def test_bad_strategy_and_world():
+    with pytest.raises(ConfigError, match="no communication model"):
+        pattern("dp", S, 2)
+    with pytest.raises(ConfigError):
+        pattern("allreduce", S, 3, nnodes=2)
+
+
+def test_links_presets_rates_and_errors():
+    assert resolve_link("1GBIT").bandwidth_gbit_s == 1.0
+    assert resolve_link("200mbit").bandwidth_gbit_s == pytest.approx(0.2)
+    assert resolve_link("2.5gbit").bandwidth_byte_s == pytest.approx(2.5e9 / 8)
+    assert resolve_link(None, nnodes=1).name == "loopback"
+    assert with_alpha(LINK, 1e-3).alpha_s == 1e-3
+    with pytest.raises(ConfigError, match="did you mean 10gbit"):
+        resolve_link("10gbt")
+
+
+def test_link_from_comm_record():
+    # all_reduce over 4 ranks: beta 1.2e-9 s/B -> bus bandwidth 1.5 / 1.2e-9 B/s = 10 Gbit/s;
+    # alpha 120 us over 2(n-1) = 6 hops -> 20 us per hop
+    rec = {"kind": "comm", "backend": "gloo", "world_size": 4,
+           "fit": {"all_reduce": {"alpha_s": 120e-6, "beta_s_per_byte": 1.2e-9}}}
+    link = resolve_link(rec)
+    assert link.bandwidth_gbit_s == pytest.approx(10.0)
+    assert link.alpha_s == pytest.approx(20e-6)
+    with pytest.raises(ConfigError, match="no all_reduce fit"):
+        link_from_comm({"kind": "comm", "world_size": 2, "fit": {}})
+
+
+def test_link_from_results_file(tmp_path):
+    from scaleprobe.results import append_jsonl
+
+    path = tmp_path / "results.jsonl"
+    with pytest.raises(ConfigError):
+        resolve_link(str(tmp_path))  # a folder without comm results
+    append_jsonl(path, {"kind": "comm", "world_size": 2, "backend": "gloo",
+                        "fit": {"all_reduce": {"alpha_s": 4e-4, "beta_s_per_byte": 1e-9}}})
+    link = resolve_link(str(path))
+    assert link.bandwidth_gbit_s == pytest.approx(8.0) and link.alpha_s == pytest.approx(2e-4)
+    assert resolve_link(str(tmp_path)).bandwidth_gbit_s == pytest.approx(8.0)
