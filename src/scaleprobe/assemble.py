@@ -108,7 +108,25 @@ def _comm(rec: dict[str, Any], raw0: dict[str, Any], raws: list[dict[str, Any]])
     out["strategy_metrics"] = raw0.get("strategy_metrics") or {}
     if rec["config"]["dist"]["strategy"] == "ps":
         out["server"] = raws[0].get("strategy_metrics") or {}
+    out["prediction"] = _prediction(rec)
     rec["comm"] = out
+
+
+def _prediction(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The network model's figures for this run's own setting, next to the measurement."""
+    from scaleprobe.comm.model import predict_for_run
+
+    d, m = rec["config"]["dist"], rec["metrics"]
+    bd = m["breakdown_s"]
+    if not m.get("param_count") or bd.get("forward") is None:
+        return None
+    compute_s = sum(v for k, v in bd.items() if k != "comm" and v is not None)
+    try:
+        return predict_for_run(d["strategy"], d["nproc"], d["nnodes"], 4.0 * m["param_count"],
+                               compute_s, d.get("link"), d["average_every"])
+    except Exception as e:  # a bad link spec must not lose the run's own figures
+        rec["null_reasons"]["comm.prediction"] = f"{type(e).__name__}: {e}"
+        return None
 
 
 def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | None,

@@ -89,6 +89,8 @@ class DistConfig:
     average_every: int = 4  # local SGD: average every K steps
     parity: bool = False  # compare accuracy on 1 and N processes
     bucket_cap_mb: float = 25.0  # DDP gradient bucket size
+    link: str | None = None  # network the prediction assumes: 1gbit, 10gbit, 200mbit, or a
+    # `scaleprobe comm` results file; None = loopback on one host, 10gbit across hosts
     sampler: str = "distributed"  # distributed | same_batch | no_set_epoch (the last two inject
     # the classic sharding bugs, to check that the shard audit catches them)
 

@@ -48,6 +48,8 @@ RUN_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--ps-device", "dist.ps_device", str, "parameter server's parameters: auto | cpu"),
     ("--average-every", "dist.average_every", int, "local SGD: average every K steps"),
     ("--bucket-cap-mb", "dist.bucket_cap_mb", float, "DDP gradient bucket size"),
+    ("--link", "dist.link", str, "network the comm prediction assumes: 1gbit, 10gbit, "
+     "200mbit or a `scaleprobe comm` results file"),
     ("--parity", "dist.parity", "flag", "also train on 1 process and compare accuracy"),
     ("--monitor-interval", "measure.monitor_interval_s", float, "sampler period in seconds"),
     ("--memory-limit", "measure.memory_limit", str, "CPU: cap process memory, e.g. 2GiB"),

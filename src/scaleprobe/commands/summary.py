@@ -33,6 +33,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               fmt.num(m.get("accuracy"), ".3f"))
     con.print(t)
     _breakdown(con, m)
+    _comm_line(con, rec)
     if rec.get("straggler"):
         con.print("straggler: " + rec["straggler"]["line"])
     if rec.get("audit"):
@@ -46,6 +47,22 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
               f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
     con.print(f"result: {rec['paths'].get('dir')}/result.json")
+
+
+def _comm_line(con: Console, rec: dict[str, Any]) -> None:
+    c = rec.get("comm") or {}
+    if not c:
+        return
+    line = f"communication: exposed {fmt.ms(c.get('exposed_s'))} per step"
+    if c.get("exposed_fraction") is not None:
+        line += f" ({c['exposed_fraction']:.0%} of the step)"
+    p = c.get("prediction")
+    if p:
+        line += (f"; model ({p['strategy']}, {p['link']}): {fmt.ms(p['comm_s'])}, efficiency "
+                 f"{fmt.pct(p.get('efficiency'))}")
+        if p.get("needed_gbit_s") is not None:
+            line += f", needs >= {p['needed_gbit_s']:.2f} Gbit/s for 90%"
+    con.print(line)
 
 
 def _console() -> Console:
