@@ -1,0 +1,95 @@
+"""A hand-written PyTorch training loop, the baseline scaleprobe's overhead is measured against.
+
+Single process:  python benchmarks/_bare.py --model resnet18 --size 64 --batch 32 --steps 40
+Under torchrun:  torchrun --nproc-per-node 2 benchmarks/_bare.py --ddp ...
+Prints one JSON line: {"samples_per_s": ..., "median_step_s": ...} (rank 0).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torchvision
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
+
+
+class Pool(Dataset):
+    def __init__(self, n, size, classes=10):
+        g = torch.Generator().manual_seed(1234)
+        self.x = torch.randint(0, 256, (min(n, 256), 3, size, size), dtype=torch.uint8, generator=g)
+        self.y = torch.randint(0, classes, (n,), generator=g)
+        self.t = v2.Compose([v2.ToImage(), v2.Resize((size, size), antialias=True),
+                             v2.ToDtype(torch.float32, scale=True),
+                             v2.Normalize((0.5,) * 3, (0.25,) * 3)])
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.t(self.x[i % len(self.x)]), int(self.y[i])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=4096)
+    ap.add_argument("--ddp", action="store_true")
+    a = ap.parse_args()
+    rank, world = 0, 1
+    import torch.distributed as dist
+
+    if a.ddp:
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
+    torch.manual_seed(0)
+    if a.model == "linear":
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * a.size * a.size, 10))
+    else:
+        model = torchvision.models.get_model(a.model, weights=None, num_classes=10)
+    if a.ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    ds = Pool(a.samples, a.size)
+    sampler = torch.utils.data.DistributedSampler(ds, world, rank, seed=0) if a.ddp else None
+    dl = DataLoader(ds, batch_size=a.batch, sampler=sampler, shuffle=sampler is None,
+                    drop_last=True, num_workers=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times, step = [], 0
+    t_prev = None
+    while step < a.warmup + a.steps:
+        it = iter(dl)
+        while step < a.warmup + a.steps:
+            t0 = time.perf_counter()
+            if t_prev is not None and step > a.warmup:
+                times.append(t0 - t_prev)  # batch request to batch request: data included
+            t_prev = t0
+            batch = next(it, None)
+            if batch is None:
+                t_prev = None  # an epoch boundary is not a step
+                break
+            x, y = batch
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+    if a.ddp:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        med = statistics.median(times)
+        print(json.dumps({"samples_per_s": a.batch * world / med, "median_step_s": med,
+                          "steps": len(times)}))
+
+
+if __name__ == "__main__":
+    main()
