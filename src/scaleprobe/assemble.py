@@ -96,6 +96,10 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
         rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
                              raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
+    for r in raws:  # traces, top operators, TensorBoard folder (when switched on)
+        for k, v in (r.get("observed") or {}).items():
+            if v:
+                rec["paths"][k] = v
 
 
 def _comm(rec: dict[str, Any], raw0: dict[str, Any], raws: list[dict[str, Any]]) -> None:

@@ -68,7 +68,8 @@ def _local_device_and_strategy(cfg: RunConfig):
     return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
 
 
-def worker_main(cfg_dict: dict[str, Any], progress: bool = True) -> list[dict[str, Any]] | None:
+def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
+                progress: bool = True) -> list[dict[str, Any]] | None:
     """Entry of each launched worker: train, gather every rank's record to rank 0."""
     import time
 
@@ -81,7 +82,7 @@ def worker_main(cfg_dict: dict[str, Any], progress: bool = True) -> list[dict[st
     device, strategy = _local_device_and_strategy(cfg)
     prog = StepProgress(progress and strategy.rank == strategy.progress_rank
                         and cfg.measure.progress)
-    raw = train(cfg, strategy, device, prog, clock=time.time)
+    raw = train(cfg, strategy, device, prog, clock=time.time, run_dir=run_dir)
     gathered = strategy.gather(raw)
     # Only a rank that finished waits at the closing barrier: a failed rank exits at once
     # (the launcher then stops the others) instead of hiding its error behind a timeout.
@@ -116,11 +117,11 @@ def _check_devices(cfg: RunConfig) -> None:
 
 def _launch(cfg: RunConfig, run_dir: Path) -> list[dict[str, Any]] | None:
     if cfg.dist.strategy in ("single", "dp"):
-        return worker_main(cfg.to_dict())
+        return worker_main(cfg.to_dict(), str(run_dir))
     from scaleprobe.launch import run_workers
 
     _check_devices(cfg)
-    out = run_workers(worker_main, (cfg.to_dict(),), nproc=cfg.dist.nproc, nnodes=cfg.dist.nnodes,
+    out = run_workers(worker_main, (cfg.to_dict(), str(run_dir)), nproc=cfg.dist.nproc, nnodes=cfg.dist.nnodes,
                       node_rank=cfg.dist.node_rank, rdzv_endpoint=cfg.dist.rdzv_endpoint,
                       timeout_s=cfg.dist.timeout_s, log_dir=str(run_dir / "logs"))
     return out.get(0)
@@ -227,7 +228,7 @@ def run_under_launcher(cfg: RunConfig) -> dict[str, Any] | None:
                       run_dir / "monitor.csv" if run_dir else None,
                       cuda_indices=[info.local_rank] if _gpu_indices(cfg) else [])
     with monitor:
-        raws = worker_main(cfg.to_dict())
+        raws = worker_main(cfg.to_dict(), str(run_dir) if run_dir else None)
     if run_dir is None:
         return None
     rec = res.new_run_record(cfg.to_dict(), run_dir.name, name, cfg.key())

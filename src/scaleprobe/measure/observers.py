@@ -1,0 +1,115 @@
+"""Optional observers of the training loop, called after each step on the rank that shows
+progress: TensorBoard scalars every ``--summary-every`` seconds and torch.profiler captures
+(Chrome traces that open in Perfetto and Holistic Trace Analysis) every ``--profile-every``
+seconds. Both are off by default; when on, their small cost lands inside the timed window
+(a loss read, which synchronises the device, every summary interval; profiled steps run
+slower), so the result records that they were on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+MAX_CAPTURES = 5  # bounds the traces' total size
+PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+TOP_OPS = 15
+
+
+class Summaries:
+    """TensorBoard scalars through torch.utils.tensorboard."""
+
+    def __init__(self, log_dir: Path, every_s: float, batch: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(log_dir))
+        self.every_s, self.batch = every_s, batch
+        self._t = time.perf_counter()
+        self._step = 0
+
+    def step(self, st: Any) -> None:
+        now = time.perf_counter()
+        if now - self._t < self.every_s or not st.losses:
+            return
+        import psutil
+        import torch
+
+        w = self.writer
+        w.add_scalar("train/loss", float(st.losses[-1]), st.step)
+        w.add_scalar("perf/samples_per_s", (st.step - self._step) * self.batch / (now - self._t),
+                     st.step)
+        w.add_scalar("host/cpu_util_pct", psutil.cpu_percent(None), st.step)
+        w.add_scalar("host/rss_bytes", psutil.Process().memory_info().rss, st.step)
+        if torch.cuda.is_available():
+            w.add_scalar("device/allocated_bytes", torch.cuda.memory_allocated(), st.step)
+        self._t, self._step = now, st.step
+
+    def close(self) -> dict[str, Any]:
+        self.writer.flush()
+        self.writer.close()
+        return {"tensorboard": self.writer.log_dir}
+
+
+class Profiles:
+    """A few steps under torch.profiler every ``every_s`` seconds, one Chrome trace each."""
+
+    def __init__(self, trace_dir: Path, every_s: float, rank: int, cuda: bool) -> None:
+        self.dir, self.every_s, self.rank, self.cuda = trace_dir, every_s, rank, cuda
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._next = time.perf_counter() + every_s
+        self._prof = None
+        self.traces: list[str] = []
+        self.top_ops: list[dict[str, Any]] = []
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        n = len(self.traces)
+        path = self.dir / f"trace-rank{self.rank}-{n}.json"
+
+        def ready(prof: Any) -> None:
+            prof.export_chrome_trace(str(path))
+            self.traces.append(str(path))
+            self._top(prof)
+
+        self._prof = profile(activities=acts, schedule=schedule(**PROFILE_SCHEDULE),
+                             on_trace_ready=ready, record_shapes=False, with_stack=False)
+        self._prof.__enter__()
+        self._left = sum(PROFILE_SCHEDULE[k] for k in ("wait", "warmup", "active"))
+
+    def _top(self, prof: Any) -> None:
+        key = "self_device_time_total" if self.cuda else "self_cpu_time_total"
+        rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
+        self.top_ops = [{"name": e.key, "self_time_ms": getattr(e, key, 0) / 1000.0,
+                         "calls": e.count} for e in rows[:TOP_OPS]]
+
+    def step(self, st: Any) -> None:
+        if self._prof is not None:
+            self._prof.step()
+            self._left -= 1
+            if self._left <= 0:
+                self._prof.__exit__(None, None, None)
+                self._prof = None
+                self._next = time.perf_counter() + self.every_s
+            return
+        if len(self.traces) < MAX_CAPTURES and time.perf_counter() >= self._next:
+            self._start()
+
+    def close(self) -> dict[str, Any]:
+        if self._prof is not None:
+            self._prof.__exit__(None, None, None)
+            self._prof = None
+        return {"traces": self.traces, "top_ops": self.top_ops}
+
+
+def build_observers(measure_cfg: Any, run_dir: str | None, rank: int, batch: int,
+                    cuda: bool) -> list[Any]:
+    if not run_dir:
+        return []
+    obs: list[Any] = []
+    if measure_cfg.summary_every:
+        obs.append(Summaries(Path(run_dir) / "tensorboard", measure_cfg.summary_every, batch))
+    if measure_cfg.profile_every:
+        obs.append(Profiles(Path(run_dir) / "traces", measure_cfg.profile_every, rank, cuda))
+    return obs

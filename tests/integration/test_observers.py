@@ -1,0 +1,36 @@
+"""--profile-every writes Chrome traces and a top-operators table; --summary-every writes
+TensorBoard scalars."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scaleprobe import config as C
+from scaleprobe.runner import execute
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_traces_and_tensorboard(out_dir):
+    cfg = C.build({"model": "linear", "dataset": "synthetic", "image_size": 32,
+                   "batch_size": 16, "steps": 40, "warmup_steps": 1, "loader": "naive",
+                   "profile_every": 0.2, "summary_every": 0.1, "out": str(out_dir),
+                   "progress": False})
+    rec = execute(cfg)
+    assert rec["status"] == "ok", rec["error"]
+    traces = rec["paths"]["traces"]
+    assert 1 <= len(traces) <= 5
+    doc = json.loads(Path(traces[0]).read_text())
+    assert any(e.get("name", "").startswith("aten::") for e in doc["traceEvents"])
+    top = rec["paths"]["top_ops"]
+    assert top and all(t["self_time_ms"] >= 0 and t["calls"] >= 1 for t in top)
+    assert top == sorted(top, key=lambda t: -t["self_time_ms"])
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(rec["paths"]["tensorboard"])
+    acc.Reload()
+    assert "train/loss" in acc.Tags()["scalars"]
+    assert "perf/samples_per_s" in acc.Tags()["scalars"]
+    assert all(e.value > 0 for e in acc.Scalars("perf/samples_per_s"))
