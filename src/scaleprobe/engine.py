@@ -67,17 +67,28 @@ def _optimizer(cfg: RunConfig, params: Any, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=lr, momentum=t.momentum, weight_decay=t.weight_decay)
 
 
+def _task_transforms(task: Any, kind: str, size: int) -> tuple[Any, Any]:
+    """(joint image+target transform or None, image transform): the task's own when it has
+    them (detection moves boxes with the image), else the classification ones."""
+    if hasattr(task, "transforms"):
+        return task.transforms(kind, size)
+    image_tf = build_eval_transform(size) if kind == "eval" else build_transform(kind, size)
+    return getattr(task, "target_transform", None), image_tf
+
+
 def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     envmod.seed_all(cfg.train.seed)
     split = build_split(cfg.data, cfg.train.seed)
     task = build_task(cfg.task, split.num_classes)
     size = split.image_size
-    train_ds = Indexed(split.train, build_transform(cfg.data.transform, size),
-                       cfg.data.skip_bad_samples, getattr(task, "target_transform", None))
+    joint, image_tf = _task_transforms(task, cfg.data.transform, size)
+    train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
     towers = getattr(strategy, "towers", 1)
     batch = cfg.per_device_batch(strategy.world) * towers
-    base = build_model(cfg.model.name, split.num_classes, size)
-    model = task.build_model(base).to(device)
+    if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
+        model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
+    else:
+        model = task.build_model(build_model(cfg.model.name, split.num_classes, size)).to(device)
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model = strategy.wrap(model)
@@ -88,6 +99,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
                                   and device.type == "cuda")
     sampler = strategy.sampler(train_ds, cfg.train.seed)
     batch_sampler = task.batch_sampler(train_ds, batch, cfg.train.seed)
+    if hasattr(batch_sampler, "shard"):  # the task's batches come from this rank's samples
+        batch_sampler.shard = sampler
     if batch_sampler is not None:
         loader = build_loader(train_ds, cfg.data, 1, sampler=None, shuffle=False, device=device,
                               seed=cfg.train.seed, collate=task.collate, batch_sampler=batch_sampler)
@@ -96,8 +109,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
                               device=device, seed=cfg.train.seed, collate=task.collate)
     val_loader = None
     if cfg.train.eval and split.val is not None:
-        val_ds = Indexed(split.val, build_eval_transform(size), cfg.data.skip_bad_samples,
-                         getattr(task, "target_transform", None))
+        joint, image_tf = _task_transforms(task, "eval", size)
+        val_ds = Indexed(split.val, image_tf, cfg.data.skip_bad_samples, joint)
         val_loader = build_loader(val_ds, cfg.data.__class__(loader="naive", workers=0),
                                   max(batch, 64), sampler=None, shuffle=False, device=device,
                                   seed=0, drop_last=False, collate=task.collate)
@@ -175,7 +188,8 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
     st.last_batch = (x, y)
 
 
-def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any) -> LoopState:
+def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
+               observers: list[Any] = ()) -> LoopState:
     st = LoopState()
     t = p.cfg.train
     warm = t.warmup_steps
@@ -200,6 +214,8 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any) -
             st.step += 1
             st.timed += timing
             progress.advance(st)
+            for ob in observers:
+                ob.step(st)
             if timing and _should_stop(p, st, timer):
                 stop = True
                 break
@@ -287,19 +303,28 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
 
 
 def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepProgress,
-          clock: Any = time.perf_counter) -> dict[str, Any]:
+          clock: Any = time.perf_counter, run_dir: str | None = None) -> dict[str, Any]:
     """Set up, train, calibrate, evaluate; return this rank's raw record."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     p = setup(cfg, device, strategy)
     timer = StepTimer(device.type)
+    observed: dict[str, Any] = {}
     if strategy.is_server:
         strategy.serve(p.optimizer)
         st = LoopState()
     else:
+        from scaleprobe.measure.observers import build_observers
+
+        observers = build_observers(cfg.measure, run_dir if strategy.rank ==
+                                    strategy.progress_rank else None, strategy.rank,
+                                    p.per_process_batch, device.type == "cuda")
         progress.begin(p)
-        st = train_loop(p, timer, progress, clock)
-        progress.end()
+        try:
+            st = train_loop(p, timer, progress, clock, observers)
+        finally:
+            progress.end()
+            observed = {k: v for ob in observers for k, v in ob.close().items()}
         if hasattr(strategy, "finish_worker"):
             strategy.finish_worker()
     comm = calibrate_comm(p, st)
@@ -311,6 +336,8 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
         eval_device = next(model.parameters()).device
         metrics = p.task.evaluate(model, p.val_loader, eval_device, p.autocast,
                                   cfg.model.channels_last)
-    return rank_record(p, st, timer, comm, metrics)
+    rec = rank_record(p, st, timer, comm, metrics)
+    rec["observed"] = observed
+    return rec
 
 
