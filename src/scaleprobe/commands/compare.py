@@ -1,0 +1,39 @@
+"""``scaleprobe compare``: two runs, or two sweeps point by point, side by side.
+
+    scaleprobe compare out-a/20261122-101500-00042-base out-b/20261122-103000-00077-new
+    scaleprobe compare before/results.jsonl after/results.jsonl --md compare.md
+
+A and B are each a result.json, a run folder, a results.jsonl or a results folder. One run
+on each side is compared metric by metric; sweeps are matched by their points. The verdict
+is noise-aware: a change counts only when it exceeds the runs' own spread,
+|change| > max(2%, rel_ci A + rel_ci B) of the median step time (docs/REPORTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "compare"
+HELP = "compare two runs or two sweeps, with a verdict that respects measurement noise"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", metavar="A", help="baseline: result.json, run folder, results.jsonl "
+                   "or folder")
+    p.add_argument("b", metavar="B", help="candidate, same forms as A")
+    p.add_argument("--md", default=None, metavar="FILE", help="also write the comparison as "
+                   "Markdown to FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scaleprobe.report.compare import compare_paths, print_comparison, to_markdown
+
+    cmp = compare_paths(args.a, args.b)
+    print_comparison(cmp)
+    if args.md:
+        path = Path(args.md)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(to_markdown(cmp))
+        print(f"markdown: {path}")
+    return 0

@@ -1,0 +1,42 @@
+"""``scaleprobe report``: tables, plots and a diagnosis from a results folder.
+
+    scaleprobe report scaleprobe-out                 writes report.md + report.html into it
+    scaleprobe report scaleprobe-out --out reports/  writes them elsewhere
+    scaleprobe report scaleprobe-out/results.jsonl --findings   also prints the diagnosis
+
+DIR is a results folder (searched for results.jsonl files), a results.jsonl, a result.json or
+a run folder. report.md holds Markdown tables ready to paste into a README (its plots are
+written to report_files/ beside it); report.html is one self-contained file with the plots
+embedded, readable offline. Needs no GPU and no torch: run it anywhere the results are.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "report"
+HELP = "write report.md and report.html (tables, plots, diagnosis) from results"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", metavar="DIR", help="results folder, results.jsonl, result.json "
+                   "or run folder")
+    p.add_argument("--out", default=None, metavar="DIR2",
+                   help="folder for report.md and report.html (default: DIR itself)")
+    p.add_argument("--findings", action="store_true",
+                   help="also print the diagnosis (verdict, evidence, next step) here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scaleprobe.report.build import build_report
+
+    md_path, html_path = build_report(args.src, args.out)
+    if args.findings:
+        from scaleprobe.report.diagnose import diagnose_all, format_findings, merge_same
+        from scaleprobe.report.records import load_records
+
+        print(format_findings(merge_same(diagnose_all(load_records(args.src)))))
+        print()
+    print(f"report: {md_path}")
+    print(f"report: {html_path}")
+    return 0

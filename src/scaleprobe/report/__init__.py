@@ -1,0 +1,33 @@
+"""Reports from results files: tables, plots, diagnosis, Markdown and HTML. No torch import:
+a report can be built on any machine that has the results.
+
+    build_report(src, out_dir)      -> (report.md, report.html)
+    batch_table / recommend_batch   batch-size sweeps (also printed by the sweep command)
+    loader_table / recommend_workers
+    scale_table                     speedup, efficiency and what the gap was lost to
+    diagnose_run / diagnose_experiment / format_findings
+    compare_paths                   two runs or two sweeps side by side
+"""
+
+from scaleprobe.report.batch import (
+    batch_table,
+    loader_table,
+    recommend_batch,
+    recommend_workers,
+)
+from scaleprobe.report.build import build_report
+from scaleprobe.report.diagnose import (
+    Finding,
+    diagnose_all,
+    diagnose_experiment,
+    diagnose_run,
+    format_findings,
+)
+from scaleprobe.report.scale import scale_table
+from scaleprobe.report.thresholds import Thresholds
+
+__all__ = [
+    "Finding", "Thresholds", "batch_table", "build_report", "diagnose_all", "diagnose_experiment",
+    "diagnose_run", "format_findings", "loader_table", "recommend_batch", "recommend_workers",
+    "scale_table",
+]

@@ -1,0 +1,151 @@
+"""Concrete recommendations, with numbers taken from the run they are about.
+
+Each function returns one sentence (or a few joined by '; ') naming the option to change and
+the value to try, so a finding reads as something to do next, not a general hint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.report import fmt
+from scaleprobe.report import records as R
+
+
+def cores(rec: dict[str, Any]) -> int | None:
+    c = R.number(rec, "env.cores")
+    return int(c) if c else None
+
+
+def local_procs(rec: dict[str, Any]) -> int:
+    n = R.number(rec, "env.local_world_size") or R.cfg_number(rec, "dist.nproc") or 1
+    return max(1, int(n))
+
+
+def compute_threads(rec: dict[str, Any]) -> int | None:
+    t = R.number(rec, "env.threads")
+    return int(t) if t else None
+
+
+def cpu_demand(rec: dict[str, Any]) -> tuple[int | None, str]:
+    """Compute threads + loader workers on this host, and the sum written out."""
+    threads, workers, n = compute_threads(rec), R.loader_workers(rec) or 0, local_procs(rec)
+    if threads is None:
+        return None, ""
+    total = n * (threads + workers)
+    per = f"{threads} compute thread(s) + {workers} loader worker(s)"
+    text = per if n == 1 else f"{n} processes x ({per})"
+    return total, f"{text} = {total}"
+
+
+def input_bound(rec: dict[str, Any]) -> str:
+    """What to change when the loop waits for data: workers, prefetch, cheaper samples."""
+    c, n = cores(rec), local_procs(rec)
+    per_proc = max(1, c // n) if c else None
+    workers, prefetch = R.loader_workers(rec) or 0, int(R.cfg_number(rec, "data.prefetch") or 2)
+    tips = []
+    if per_proc is not None and workers + 1 < per_proc:
+        target = min(per_proc - 1, max(workers * 2, workers + 1))
+        loader = " --loader pipelined" if workers == 0 else ""
+        tips.append(f"raise loader workers from {workers} to {target}{loader} --workers {target}"
+                    f" --prefetch {max(prefetch, 4)} ({c} cores, {n} training process(es);"
+                    " keep workers + 1 per process within the cores)")
+    elif per_proc is not None:
+        tips.append(f"more loader workers would share the {c} cores with compute ({workers} "
+                    f"worker(s) + 1 training process per rank already fill them), so make each "
+                    "sample cheaper instead")
+    else:
+        tips.append(f"raise --workers (now {workers}) and --prefetch (now {prefetch}) while the "
+                    "cores allow")
+    if R.cfg(rec, "data.transform") == "heavy":
+        size = R.cfg_number(rec, "data.image_size")
+        sized = f" ({size}x{size})" if size else ""
+        tips.append("move augmentation off the hot path: pre-resize the dataset once to the "
+                    f"training size{sized} and keep only crop/flip per sample, or measure the "
+                    "ceiling with --transform light")
+    tips.append("check that more workers do not slow compute: sweep workers = [0, 1, 2] and "
+                "compare forward+backward per step, not only the data wait")
+    return "; ".join(tips)
+
+
+def comm_bound(rec: dict[str, Any]) -> str:
+    """Bucket size, batch size, averaging less often, and the network needed."""
+    tips = []
+    comm, total = R.phase_s(rec, "comm"), R.breakdown_total_s(rec)
+    batch = R.batch_size(rec)
+    if comm and total and batch and total > comm:
+        share = comm / (comm + 2 * (total - comm))
+        tips.append(f"doubling the per-device batch to {2 * batch} would cut the communication "
+                    f"share to about {fmt.pct(share)} (compute doubles, the gradients stay the "
+                    "same size)")
+    strategy = R.cfg(rec, "dist.strategy")
+    if strategy == "ddp":
+        cap = float(R.cfg_number(rec, "dist.bucket_cap_mb") or 25.0)
+        tips.append(f"try DDP bucket sizes --bucket-cap-mb {cap * 2:g} and {cap / 2:g} "
+                    f"(now {cap:g}) and keep the faster: larger buckets send fewer messages, "
+                    "smaller ones start overlapping with backward earlier")
+        tips.append("or average less often: --strategy localsgd --average-every 4")
+    tips.append(network(rec) or "measure the link with `scaleprobe comm` and ask "
+                "`scaleprobe predict` which bandwidth the target efficiency needs")
+    return "; ".join(tips)
+
+
+def network(rec: dict[str, Any]) -> str | None:
+    pred = R.dict_of(res.get(rec, "comm.prediction"))
+    needed = R.num(pred.get("needed_gbit_s"))
+    if needed is None:
+        return None
+    target = R.num(pred.get("target_efficiency")) or 0.9
+    have = R.num(pred.get("bandwidth_gbit_s"))
+    link = pred.get("link")
+    now = f"; the link modelled here is {have:.1f} Gbit/s ({link})" if have else ""
+    return (f"the network model needs at least {needed:.1f} Gbit/s for {target:.0%} scaling "
+            f"efficiency{now}")
+
+
+def compute_bound(rec: dict[str, Any]) -> str:
+    on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
+    batch = R.batch_size(rec)
+    if on_gpu:
+        tips = ["mixed precision (--amp bf16)", "channels_last for conv nets (--channels-last)"]
+        if batch:
+            tips.append(f"a larger batch than {batch} while device memory allows")
+        return "faster compute is the lever: " + ", ".join(tips)
+    return ("training runs on the CPU's cores: a GPU, --amp bf16 on CPUs with bf16 support, or "
+            "a smaller model; the input pipeline and communication are not the limit")
+
+
+def cpu_saturated(rec: dict[str, Any], oversubscribed: bool, on_gpu: bool) -> str:
+    c, n = cores(rec), local_procs(rec)
+    workers, threads = R.loader_workers(rec) or 0, compute_threads(rec)
+    tips = []
+    if oversubscribed and c:
+        fit_threads = max(1, c // n - workers)
+        tips.append(f"keep compute threads + loader workers within the {c} cores: "
+                    f"{fit_threads} compute thread(s) per process with {workers} worker(s), or "
+                    f"fewer workers (now {workers}, {threads} threads)")
+    if on_gpu:
+        tips.append("the GPU waits on the CPU: pre-resize images, lighten per-sample "
+                    "transforms, or move augmentation onto the GPU")
+    else:
+        tips.append("training runs on the CPU, so compute is expected to fill the cores; "
+                    "compare forward+backward per step across loader settings to see whether "
+                    "loader workers take cores from compute")
+    return "; ".join(tips)
+
+
+def straggler(rec: dict[str, Any], slow_rank: Any) -> str:
+    host = next((r.get("host") for r in R.dicts(rec.get("ranks"))
+                 if r.get("rank") == slow_rank), None)
+    where = f" on {host}" if host else ""
+    return (f"look at what else runs next to rank {slow_rank}{where} (other jobs, thermal "
+            "throttling, a slower device); on one host give each process its own cores "
+            "(taskset) and set threads per process = cores / processes")
+
+
+def oom(rec: dict[str, Any]) -> str:
+    batch = R.batch_size(rec)
+    half = f"halve the batch ({batch} -> {max(1, batch // 2)}), " if batch else ""
+    return (f"{half}or use --amp bf16; `scaleprobe sweep` with batch_size = \"auto\" finds the "
+            "largest batch that fits")

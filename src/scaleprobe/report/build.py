@@ -1,0 +1,136 @@
+"""``build_report``: read every record under a results folder (or one file) and write
+``report.md`` and ``report.html``. Sections appear only when their data exists; what is
+missing is listed at the end, so a single run, failed runs or CPU-only results still give a
+complete, honest report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.report import records as R
+from scaleprobe.report import sections_exp as SE
+from scaleprobe.report import sections_runs as SR
+from scaleprobe.report.diagnose import diagnose_experiment, diagnose_run
+from scaleprobe.report.doc import Section, Text, to_html, to_markdown
+
+TITLE = "scaleprobe report"
+MD_NAME = "report.md"
+HTML_NAME = "report.html"
+
+
+def build_report(src: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """Write report.md and report.html for the records at ``src`` (a results folder,
+    results.jsonl or result.json) into ``out_dir`` (default: the folder of ``src``).
+    Raises ConfigError when ``src`` is missing or holds no records."""
+    src_p = Path(src)
+    records = R.load_records(src_p)
+    base = src_p if src_p.is_dir() else src_p.parent
+    out = Path(out_dir) if out_dir is not None else base
+    out.mkdir(parents=True, exist_ok=True)
+    intro, sections = compose(records, _bases(base), str(src_p))
+    md_path, html_path = out / MD_NAME, out / HTML_NAME
+    md_path.write_text(to_markdown(TITLE, intro, sections, out))
+    html_path.write_text(to_html(TITLE, intro, sections))
+    return md_path, html_path
+
+
+def _bases(base: Path) -> list[Path]:
+    """Folders that run folders may sit in: the source and every folder holding results."""
+    found = [base]
+    if base.is_dir():
+        found += [p.parent for p in sorted(base.rglob(res.RESULTS_FILE))[:50]]
+    return list(dict.fromkeys(found))
+
+
+def compose(records: list[dict[str, Any]], bases: list[Path],
+            source: str = "") -> tuple[list[Any], list[Section]]:
+    """The report as a document: intro blocks and the sections that have data.
+
+    Each part is built on its own: a malformed record costs that part (named under "Not in
+    these results"), never the whole report."""
+    problems: list[str] = []
+
+    def safe(title: str, build: Any, *args: Any) -> Any:
+        try:
+            return build(*args)
+        except Exception as e:  # reported in the document instead of ending the report
+            problems.append(f"{title}: {type(e).__name__}: {e}")
+            return None
+
+    runs = R.of_kind(records, "run")
+    exp_findings = safe("Findings", diagnose_experiment, records) or []
+    run_findings = [f for r in runs for f in safe("Findings", diagnose_run, r, runs) or []]
+    candidates = [
+        safe("Findings", SR.findings_section, exp_findings, run_findings),
+        safe("Runs", SR.runs_section, runs),
+        safe("Sweeps", SE.sweeps_section, records),
+        safe("Scaling", SE.scaling_section, records),
+        safe("Step-time breakdown", SR.breakdown_section, runs),
+        safe("Utilisation over time", SR.utilisation_section, runs, bases),
+        safe("Co-location", SE.colocate_section, records),
+        safe("Communication", SE.comm_section, records),
+        safe("Accuracy parity", SE.parity_section, records),
+        safe("Top operators", SR.top_ops_section, runs, bases),
+    ]
+    sections = [s for s in candidates if s is not None]
+    missing = _missing(records, runs, {s.anchor for s in sections}, problems)
+    if missing:
+        sections.append(missing)
+    return _intro(records, runs, source), sections
+
+
+def _intro(records: list[dict[str, Any]], runs: list[dict[str, Any]], source: str) -> list[Any]:
+    kinds = Counter(str(r.get("kind")) for r in records)
+    statuses = Counter(str(r.get("status")) for r in runs)
+    parts = [f"{n} {k} record{'s' if n != 1 else ''}" for k, n in kinds.items() if k != "run"]
+    status = ", ".join(f"{n} {R.status_text({'status': s})}" for s, n in statuses.items())
+    head = f"{len(runs)} run{'s' if len(runs) != 1 else ''}" + (f" ({status})" if status else "")
+    lines = [f"Source: {source or 'results'}; generated {res.utc_now()}.",
+             "Contents: " + ", ".join([head, *parts]) + "."]
+    lines += [f"Environment: {e}" for e in _environments(records)]
+    return [Text("\n".join(lines))]
+
+
+def _environments(records: list[dict[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in records:
+        env = R.dict_of(r.get("env"))
+        if not env:
+            continue
+        gpus = [g.get("name") for g in R.dicts(env.get("gpus"))]
+        parts = [str(env.get("host") or "?"), f"{env.get('cores') or '?'} cores",
+                 str(env.get("cpu_model") or "CPU n/a"),
+                 f"torch {env.get('torch') or 'n/a'}",
+                 f"GPU: {', '.join(str(g) for g in gpus)}" if gpus else "no GPU"]
+        if env.get("driver"):
+            parts.append(f"driver {env['driver']}")
+        seen[", ".join(parts)] = None
+    envs = list(seen)
+    return envs[:3] + ([f"... and {len(envs) - 3} more"] if len(envs) > 3 else [])
+
+
+def _missing(records: list[dict[str, Any]], runs: list[dict[str, Any]], shown: set[str],
+             problems: list[str]) -> Section | None:
+    lines = [f"- could not be built from these records: {p}" for p in problems]
+    hints = {
+        "runs": "runs: none in these results (`scaleprobe run`)",
+        "sweeps": "batch / loader sweeps (`scaleprobe sweep`)",
+        "scaling": "scaling runs (`scaleprobe scale`)",
+        "breakdown": "step-time breakdown: no run timed a step",
+        "utilisation": "utilisation over time: no run's monitor.csv was found",
+        "communication": "communication benchmark (`scaleprobe comm`)",
+        "colocation": "co-location (`scaleprobe colocate`)",
+    }
+    lines += [f"- {text}" for anchor, text in hints.items() if anchor not in shown]
+    if runs and not any(res.get(r, "env.gpus") or R.device_peak(r) is not None for r in runs):
+        lines.append("- GPU figures (device memory, GPU utilisation, power): no run used a GPU")
+    bad = [r for r in runs if r.get("status") in ("oom", "failed", "interrupted")]
+    if bad:
+        lines.append(f"- figures of {len(bad)} run(s) that did not finish: "
+                     + ", ".join(f"{R.name(r)} ({R.status_text(r)})" for r in bad[:6]))
+    if not lines:
+        return None
+    return Section("Not in these results", anchor="missing").add(Text("\n".join(lines)))

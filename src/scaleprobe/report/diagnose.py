@@ -1,0 +1,225 @@
+"""Diagnosis: what limits a run, the numbers that show it, and what to change.
+
+``diagnose_run(rec)`` looks at one run record; ``diagnose_experiment(records)`` at many
+together (sweeps, scaling, loader settings, co-location, parity). Each returns a list of
+``Finding``. Thresholds live in ``scaleprobe.report.thresholds.Thresholds``; the verdicts
+and their rules are listed in docs/REPORTS.md.
+
+Verdicts of one run:
+
+    input-bound          data wait above the threshold, or real-data samples/s well below a
+                         synthetic-data run of the same model and batch in the same results
+    communication-bound  exposed communication above the threshold
+    straggler            the slowest rank's median step well above the ranks' median
+    CPU saturated        utilisation of all cores above the threshold, or more compute
+                         threads + loader workers than cores
+    compute-bound        none of the above and forward + backward dominate the step
+    memory headroom      device peak against the GPU's memory (tight, or room to grow)
+    out of memory / failed / shard audit failed
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.report import advice, fmt
+from scaleprobe.report import records as R
+from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.report.findings_exp import experiment_findings
+from scaleprobe.report.thresholds import DEFAULT, Thresholds
+
+__all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
+           "format_findings", "merge_same"]
+
+
+def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None,
+                 th: Thresholds = DEFAULT) -> list[Finding]:
+    """Findings for one run record. ``others``: records from the same results, used to find
+    a synthetic-data run of the same model and batch to compare against."""
+    subject = R.name(rec)
+    status = rec.get("status")
+    if status in ("oom", "failed"):
+        verdict = "out of memory" if status == "oom" else "failed"
+        rec_text = advice.oom(rec) if status == "oom" else _failed_hint(rec)
+        return [Finding(verdict, rec.get("error") or R.status_text(rec), rec_text, "error",
+                        subject)]
+    out = [f for f in (_input_bound(rec, others or [], th), _comm_bound(rec, th),
+                       _straggler(rec, th), _cpu(rec, th)) if f is not None]
+    if not any(f.severity == "warning" for f in out):
+        f = _compute_bound(rec, th)
+        if f is not None:
+            out.append(f)
+    for f in (_memory(rec, th), _audit(rec)):
+        if f is not None:
+            out.append(f)
+    if status == "interrupted":
+        out.append(Finding("interrupted", "the run was stopped before it finished",
+                           "figures cover the steps timed before the stop", "info"))
+    return [Finding(f.verdict, f.evidence, f.recommendation, f.severity, subject) for f in out]
+
+
+def _failed_hint(rec: dict[str, Any]) -> str:
+    where = res.get(rec, "paths.dir")
+    return f"see the logs in {where}" if where else "see the run's logs"
+
+
+def _shares(rec: dict[str, Any]) -> str:
+    total = R.breakdown_total_s(rec)
+    if not total:
+        return ""
+    bd = R.metric_dict(rec, "breakdown_s")
+    parts = [f"{k} {fmt.pct(v / total)}" for k, v in bd.items() if v]
+    return "step: " + ", ".join(parts)
+
+
+def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
+                 th: Thresholds) -> Finding | None:
+    evidence = []
+    f = R.metric(rec, "data_wait_fraction")
+    if f is not None and f > th.data_wait_fraction:
+        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'data'))}"
+                        f" of {fmt.ms(R.breakdown_total_s(rec))}; threshold "
+                        f"{fmt.pct(th.data_wait_fraction)})")
+    synth = synthetic_twin(rec, others)
+    sps = R.metric(rec, "samples_per_s")
+    if synth is not None and sps:
+        ratio = sps / R.metric(synth, "samples_per_s")
+        if ratio < th.real_vs_synthetic:
+            evidence.append(f"{R.cfg(rec, 'data.dataset')} data: {fmt.rate(sps)} samples/s vs "
+                            f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data with "
+                            f"the same model and batch ({fmt.pct(ratio)}, run "
+                            f"{R.name(synth)})")
+    if not evidence:
+        return None
+    return Finding("input-bound", "; ".join(evidence), advice.input_bound(rec), "warning")
+
+
+def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """An ok synthetic-data run of the same model, batch size and world size."""
+    if R.is_synthetic(rec):
+        return None
+    key = (R.cfg(rec, "model.name"), R.batch_size(rec), R.world_size(rec))
+    for o in others:
+        if (o is not rec and o.get("kind") == "run" and o.get("status") == "ok"
+                and R.is_synthetic(o) and R.metric(o, "samples_per_s")
+                and (R.cfg(o, "model.name"), R.batch_size(o), R.world_size(o)) == key):
+            return o
+    return None
+
+
+def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    f = R.metric(rec, "comm_fraction")
+    if f is None or f <= th.comm_fraction:
+        return None
+    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'comm'))} "
+          f"of {fmt.ms(R.breakdown_total_s(rec))}; threshold {fmt.pct(th.comm_fraction)})")
+    sync, no_sync = R.number(rec, "comm.sync_step_s"), R.number(rec, "comm.no_sync_step_s")
+    if sync and no_sync:
+        ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "
+               f"{fmt.ms(no_sync)} without")
+    return Finding("communication-bound", ev, advice.comm_bound(rec), "warning")
+
+
+def _straggler(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    st = R.dict_of(rec.get("straggler"))
+    ratio = R.num(st.get("slowest_vs_median"))
+    if ratio is None or ratio <= th.straggler_ratio:
+        return None
+    ev = (f"rank {st.get('slowest_rank')} runs at {ratio:.2f}x the median rank's step time "
+          f"(threshold {th.straggler_ratio:.2f}x)")
+    done = st.get("steps_done")
+    if isinstance(done, dict) and done:
+        ev += "; steps done per rank: " + ", ".join(f"{k}:{v}" for k, v in done.items())
+    return Finding("straggler", ev, advice.straggler(rec, st.get("slowest_rank")), "warning")
+
+
+def _cpu(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    util = R.metric(rec, "cpu_util_pct")
+    cores = advice.cores(rec)
+    demand, demand_text = advice.cpu_demand(rec)
+    oversub = bool(cores and demand and demand > cores)
+    busy = util is not None and util > th.cpu_util_pct
+    if not (busy or oversub):
+        return None
+    on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
+    parts = []
+    if util is not None:
+        parts.append(f"CPU {util:.0f}% of all {cores or '?'} cores (threshold "
+                     f"{th.cpu_util_pct:.0f}%)")
+    if demand_text and cores:
+        parts.append(f"{demand_text} on {cores} cores")
+    severity = "warning" if (oversub or on_gpu) else "info"
+    return Finding("CPU saturated", "; ".join(parts),
+                   advice.cpu_saturated(rec, oversub, on_gpu), severity)
+
+
+def _compute_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    compute, total = R.compute_s(rec), R.breakdown_total_s(rec)
+    if compute is None or not total or compute / total < th.compute_fraction:
+        return None
+    ev = (f"forward + backward {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
+          f"{fmt.ms(total)}); {_shares(rec)}")
+    return Finding("compute-bound", ev, advice.compute_bound(rec), "info")
+
+
+def _memory(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    total = R.gpu_total_bytes(rec)
+    readings = [R.metric(rec, f"peak_mem_bytes.{k}")
+                for k in ("device_allocated", "device_reserved", "device_nvml")]  # all numbers
+    readings = [v for v in readings if v is not None]
+    if not total or not readings:
+        return None
+    peak = max(readings)
+    frac = peak / total
+    ev = f"device peak {fmt.bytes_(peak)} of {fmt.bytes_(total)} ({fmt.pct(frac)})"
+    batch = R.batch_size(rec)
+    if frac > th.memory_tight_fraction:
+        return Finding("memory headroom", ev + " - little headroom",
+                       "a larger batch will run out of memory; to grow it use --amp bf16 or "
+                       "activation checkpointing", "warning")
+    if frac < th.memory_room_fraction:
+        more = f"try batch {2 * batch} (now {batch}); " if batch else ""
+        return Finding("memory headroom", ev + " - room for a larger batch",
+                       f"{more}memory grows less than linearly with batch (weights and optimizer "
+                       "state stay fixed); `scaleprobe sweep` with batch_size = \"auto\" finds "
+                       "the largest that fits", "info")
+    return None
+
+
+def _audit(rec: dict[str, Any]) -> Finding | None:
+    a = rec.get("audit")
+    if not isinstance(a, dict) or a.get("ok") is not False:
+        return None
+    return Finding("shard audit failed", str(a.get("detail") or "replicas saw overlapping data"),
+                   "give each rank its own shard (DistributedSampler, --set "
+                   "dist.sampler=distributed) and call set_epoch(epoch) every epoch", "error")
+
+
+def diagnose_experiment(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[Finding]:
+    """Findings across runs: batch and loader recommendations, loader workers competing
+    with compute, scaling losses, co-location and accuracy parity."""
+    return experiment_findings(records, th)
+
+
+def diagnose_all(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[Finding]:
+    """Experiment findings first, then every run's."""
+    runs = R.of_kind(records, "run")
+    out = diagnose_experiment(records, th)
+    for r in runs:
+        out.extend(diagnose_run(r, runs, th))
+    return out
+
+
+def format_findings(findings: list[Finding]) -> str:
+    """Findings as plain text for the terminal, most severe first."""
+    if not findings:
+        return "No findings: nothing stands out in these results."
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    lines = []
+    for f in sorted(findings, key=lambda f: order.get(f.severity, len(order))):
+        about = f" ({f.subject})" if f.subject else ""
+        lines.append(f"[{f.severity}] {f.verdict}{about}")
+        lines.append(f"    evidence: {f.evidence}")
+        lines.append(f"    next:     {f.recommendation}")
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""A small document model (sections of text, tables and images) and its two writers.
+
+Markdown: GitHub-flavoured tables ready to paste into a README; images are written as PNG
+files next to the report and linked. HTML: one self-contained file, inline CSS, every image a
+base64 ``data:`` URI, no scripts and no external resources, readable offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scaleprobe.report.fmt import md_table
+
+
+@dataclass
+class Text:
+    text: str  # lines starting with "- " form a list
+    note: bool = False  # small print under a table
+
+
+@dataclass
+class Sub:
+    title: str  # a sub-heading inside a section
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[Any]]
+    right: list[bool] | None = None  # right-aligned columns; default all but the first
+    caption: str = ""
+
+
+@dataclass
+class Image:
+    name: str  # file stem, unique in the report
+    png: bytes
+    alt: str
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Any] = field(default_factory=list)
+    anchor: str = ""
+
+    def add(self, *blocks: Any) -> Section:
+        self.blocks.extend(b for b in blocks if b is not None)
+        return self
+
+
+def _md_text(t: Text) -> str:
+    """Each plain line its own paragraph, runs of '- ' lines one list (a paragraph right
+    after a list item would otherwise continue the item)."""
+    if t.note:
+        return "\n".join(f"<sub>{line}</sub>  " for line in t.text.splitlines())
+    out: list[str] = []
+    prev_item = False
+    for line in t.text.splitlines():
+        item = line.startswith("- ")
+        if out and not (item and prev_item):
+            out.append("")
+        out.append(line)
+        prev_item = item
+    return "\n".join(out)
+
+
+def to_markdown(title: str, intro: list[Any], sections: list[Section], out_dir: Path,
+                image_dir: str = "report_files") -> str:
+    """Render; images go to ``out_dir/image_dir/<name>.png`` and are linked relatively."""
+    parts = [f"# {title}", ""]
+    used: set[str] = set()
+    for block in intro:
+        parts += [_md_block(block, out_dir, image_dir, used), ""]
+    for s in sections:
+        parts += [f"## {s.title}", ""]
+        for block in s.blocks:
+            parts += [_md_block(block, out_dir, image_dir, used), ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def _md_block(block: Any, out_dir: Path, image_dir: str, used: set[str]) -> str:
+    if isinstance(block, Sub):
+        return f"### {block.title}"
+    if isinstance(block, Text):
+        return _md_text(block)
+    if isinstance(block, Table):
+        cap = f"**{block.caption}**\n\n" if block.caption else ""
+        return cap + md_table(block.headers, block.rows, block.right)
+    if isinstance(block, Image):
+        stem, n = block.name, 1
+        while stem in used:  # two figures with one name: number the later ones
+            n += 1
+            stem = f"{block.name}-{n}"
+        used.add(stem)
+        folder = out_dir / image_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{stem}.png").write_bytes(block.png)
+        return f"![{block.alt}]({image_dir}/{stem}.png)"
+    raise TypeError(f"unknown block {type(block).__name__}")
+
+
+CSS = """
+body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:#1d2330;
+margin:0 auto;max-width:1200px;padding:16px 28px 48px;background:#fff}
+h1{font-size:24px;margin:8px 0 4px}h3{font-size:15px;margin:18px 0 6px}h2{font-size:19px;margin:32px 0 8px;padding-bottom:4px;
+border-bottom:1px solid #d8dde6}p{margin:6px 0}ul{margin:6px 0 6px 22px;padding:0}
+nav{font-size:13px;margin:8px 0 16px}nav a{margin-right:12px;color:#2456a6;text-decoration:none}
+.scroll{overflow-x:auto;margin:8px 0}table{border-collapse:collapse;font-size:13px}
+caption{text-align:left;font-weight:600;padding:4px 0}
+th,td{border:1px solid #d8dde6;padding:4px 8px;vertical-align:top}
+th{background:#f2f4f8;text-align:left}td.r{text-align:right;white-space:nowrap}
+tr:nth-child(even) td{background:#fafbfc}.note{font-size:12px;color:#5b6474}
+img{max-width:100%;height:auto;border:1px solid #e5e8ee;margin:8px 0}
+.sev-error{color:#b3261e;font-weight:600}.sev-warning{color:#9a6700;font-weight:600}
+.sev-info{color:#2456a6}
+"""
+
+
+def to_html(title: str, intro: list[Any], sections: list[Section]) -> str:
+    nav = "".join(f'<a href="#{_anchor(s)}">{html.escape(s.title)}</a>' for s in sections)
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    body += [_html_block(b) for b in intro]
+    if sections:
+        body.append(f"<nav>{nav}</nav>")
+    for s in sections:
+        body.append(f'<h2 id="{_anchor(s)}">{html.escape(s.title)}</h2>')
+        body += [_html_block(b) for b in s.blocks]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+            f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def _anchor(s: Section) -> str:
+    return s.anchor or "".join(c if c.isalnum() else "-" for c in s.title.lower())
+
+
+def _html_text(t: Text) -> str:
+    lines = t.text.splitlines()
+    cls = ' class="note"' if t.note else ""
+    out, items = [], []
+    for line in lines + [""]:
+        if line.startswith("- "):
+            items.append(f"<li>{html.escape(line[2:])}</li>")
+            continue
+        if items:
+            out.append(f"<ul{cls}>{''.join(items)}</ul>")
+            items = []
+        if line.strip():
+            out.append(f"<p{cls}>{html.escape(line)}</p>")
+    return "\n".join(out)
+
+
+def _html_block(block: Any) -> str:
+    if isinstance(block, Sub):
+        return f"<h3>{html.escape(block.title)}</h3>"
+    if isinstance(block, Text):
+        return _html_text(block)
+    if isinstance(block, Table):
+        right = block.right or [i > 0 for i in range(len(block.headers))]
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in block.headers)
+        rows = []
+        for row in block.rows:
+            cells = []
+            for i, c in enumerate(row):
+                cls = ' class="r"' if i < len(right) and right[i] else ""
+                cells.append(f"<td{cls}>{_cell_html(c)}</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        cap = f"<caption>{html.escape(block.caption)}</caption>" if block.caption else ""
+        return (f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>'
+                + "".join(rows) + "</tbody></table></div>")
+    if isinstance(block, Image):
+        data = base64.b64encode(block.png).decode("ascii")
+        return (f'<figure><img alt="{html.escape(block.alt)}" '
+                f'src="data:image/png;base64,{data}"></figure>')
+    raise TypeError(f"unknown block {type(block).__name__}")
+
+
+def _cell_html(c: Any) -> str:
+    text = str(c)
+    for sev in ("error", "warning", "info"):
+        if text == sev:
+            return f'<span class="sev-{sev}">{sev}</span>'
+    return html.escape(text)

@@ -1,0 +1,279 @@
+"""Loading result records and reading figures out of them, tolerant of missing parts.
+
+Every accessor returns ``None`` for a figure that is absent or null, so tables and plots can
+skip it; nothing here raises on a partial record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.errors import ConfigError
+
+BATCH_AXES = ("batch_size", "global_batch")
+LOADER_AXES = ("workers", "prefetch", "transform", "loader")
+COMPUTE_PHASES = ("forward", "backward")
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    """Records from a results.jsonl, a result.json, a run folder or a folder of results.
+
+    A folder is searched for results.jsonl files first; when it holds none, for result.json
+    files (a single run folder). Raises ConfigError when nothing is there."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"no such file or folder: {p}")
+    if p.is_file():
+        try:
+            recs = res.find_results(p)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read {p}: {e}") from None
+    else:
+        recs = res.find_results(p)
+        if not recs:
+            recs = _result_jsons(p)
+    recs = _unique([r for r in recs if isinstance(r, dict) and isinstance(r.get("kind"), str)])
+    if not recs:
+        raise ConfigError(f"no result records in {p} (expected results.jsonl or result.json)")
+    return recs
+
+
+def _unique(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop repeats of the same run (one run id, one finish time), e.g. from a results file
+    copied into a subfolder of the folder being read."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for r in recs:
+        rid = r.get("run_id")
+        if r.get("kind") == "run" and isinstance(rid, str):
+            key = (rid, str(r.get("finished_at")))
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(r)
+    return out
+
+
+def _result_jsons(folder: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for f in sorted(folder.rglob("result.json")):
+        try:
+            out.extend(res.find_results(f))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def of_kind(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("kind") == kind]
+
+
+def exp_kind(rec: dict[str, Any]) -> str | None:
+    v = dict_of(rec.get("experiment")).get("kind")
+    return v if isinstance(v, str) else None
+
+
+def exp_id(rec: dict[str, Any]) -> str | None:
+    v = dict_of(rec.get("experiment")).get("id")
+    return None if v is None or isinstance(v, (dict, list)) else str(v)
+
+
+def point(rec: dict[str, Any]) -> dict[str, Any]:
+    """The experiment point with axis names normalised: 'train.batch_size' -> 'batch_size'."""
+    raw = dict_of(dict_of(rec.get("experiment")).get("point"))
+    return {axis_name(k): v for k, v in raw.items()}
+
+
+def axis_name(label: str) -> str:
+    return str(label).split(".")[-1].replace("-", "_")
+
+
+def point_key(pt: dict[str, Any]) -> str:
+    return json.dumps(pt, sort_keys=True, default=str)
+
+
+def by_experiment(records: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any]]]:
+    """Run records of experiments of one kind, by experiment id, in file order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in of_kind(records, "run"):
+        if exp_kind(r) == kind:
+            out.setdefault(exp_id(r) or "(unnamed)", []).append(r)
+    return out
+
+
+def latest_per_point(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per experiment point: the last one that finished ok, else the last one
+    (a resumed sweep may have appended a point twice). Keeps first-seen order."""
+    chosen: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        k = point_key(point(r)) if point(r) else str(r.get("run_id"))
+        prev = chosen.get(k)
+        if prev is None or r.get("status") == "ok" or prev.get("status") != "ok":
+            chosen[k] = r
+    return list(chosen.values())
+
+
+def name(rec: dict[str, Any]) -> str:
+    return str(rec.get("name") or rec.get("run_id") or "?")
+
+
+def num(v: Any) -> float | int | None:
+    """``v`` when it is a finite number (not a bool), else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def number(rec: dict[str, Any], dotted: str) -> float | int | None:
+    """A numeric field anywhere in a record: ``number(rec, "env.cores")``."""
+    return num(res.get(rec, dotted))
+
+
+def cfg(rec: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    return res.get(dict_of(rec.get("config")), dotted, default)
+
+
+def cfg_number(rec: dict[str, Any], dotted: str) -> float | int | None:
+    return num(cfg(rec, dotted))
+
+
+def metric(rec: dict[str, Any], dotted: str) -> float | int | None:
+    """A numeric metric, e.g. ``metric(rec, "step_time_s.median")``; None unless a number."""
+    return num(res.get(dict_of(rec.get("metrics")), dotted))
+
+
+def metric_dict(rec: dict[str, Any], dotted: str) -> dict[str, float | int | None]:
+    """A metric made of numbers, e.g. ``breakdown_s``; non-numbers read as None."""
+    d = res.get(dict_of(rec.get("metrics")), dotted)
+    return {k: num(v) for k, v in d.items()} if isinstance(d, dict) else {}
+
+
+def projected(rec: dict[str, Any]) -> bool:
+    return dict_of(rec.get("metrics")).get("epoch_time_projected") is True
+
+
+def step_median_s(rec: dict[str, Any]) -> float | None:
+    return metric(rec, "step_time_s.median")
+
+
+def phase_s(rec: dict[str, Any], phase: str) -> float | None:
+    return metric(rec, f"breakdown_s.{phase}")
+
+
+def breakdown_total_s(rec: dict[str, Any]) -> float | None:
+    vals = [v for v in metric_dict(rec, "breakdown_s").values() if v is not None]
+    total = sum(vals)
+    return total if vals and total > 0 else None
+
+
+def compute_s(rec: dict[str, Any]) -> float | None:
+    """Forward + backward seconds of a typical step (what loader workers can slow down)."""
+    vals = [phase_s(rec, p) for p in COMPUTE_PHASES]
+    if any(v is None for v in vals):
+        return None
+    return sum(vals)  # type: ignore[arg-type]
+
+
+def host_peak(rec: dict[str, Any]) -> int | None:
+    return metric(rec, "peak_mem_bytes.host")
+
+
+def device_peak(rec: dict[str, Any]) -> int | None:
+    """The framework's peak allocation, else reserved, else NVML's reading."""
+    for k in ("device_allocated", "device_reserved", "device_nvml"):
+        v = metric(rec, f"peak_mem_bytes.{k}")
+        if v is not None:
+            return v
+    return None
+
+
+def gpu_total_bytes(rec: dict[str, Any]) -> int | None:
+    totals = [num(g.get("memory_total_bytes")) for g in dicts(res.get(rec, "env.gpus"))]
+    totals = [t for t in totals if t]
+    return min(totals) if totals else None
+
+
+def world_size(rec: dict[str, Any]) -> int | None:
+    for v in (number(rec, "batch.world_size"), number(rec, "env.world_size")):
+        if v:
+            return int(v)
+    nproc, nnodes = cfg_number(rec, "dist.nproc"), cfg_number(rec, "dist.nnodes")
+    return int(nproc) * int(nnodes or 1) if nproc else None
+
+
+def batch_size(rec: dict[str, Any]) -> int | None:
+    """The batch size a sweep varied: the point's value, else the per-device batch."""
+    pt = point(rec)
+    for k in BATCH_AXES:
+        if num(pt.get(k)):
+            return int(pt[k])
+    for v in (number(rec, "batch.per_device"), cfg_number(rec, "train.batch_size")):
+        if v:
+            return int(v)
+    return None
+
+
+def loader_workers(rec: dict[str, Any]) -> int | None:
+    """Loader worker processes actually used: 0 for the naive (in-process) loader."""
+    if cfg(rec, "data.loader") == "naive":
+        return 0
+    w = num(point(rec).get("workers", cfg(rec, "data.workers")))
+    return int(w) if w is not None else None
+
+
+def status_text(rec: dict[str, Any]) -> str:
+    st = rec.get("status") or "unknown"
+    if st == "oom":
+        return "out of memory"
+    if st == "failed":
+        err = rec.get("error")
+        return f"failed: {err}" if err else "failed"
+    return str(st)
+
+
+def null_reason(rec: dict[str, Any], metric_key: str) -> str | None:
+    reasons = dict_of(rec.get("null_reasons"))
+    why = reasons.get(metric_key) or reasons.get(f"metrics.{metric_key}")
+    return str(why) if why else None
+
+
+def is_synthetic(rec: dict[str, Any]) -> bool:
+    return str(cfg(rec, "data.dataset") or "").startswith("synthetic")
+
+
+def find_run_file(rec: dict[str, Any], path_key: str, default_name: str,
+                  bases: list[Path]) -> Path | None:
+    """A run's file (``paths.<path_key>``), also when the results folder was moved: tried as
+    written, then under each base folder by run id, then by the file's own name."""
+    paths = dict_of(rec.get("paths"))
+    written = paths.get(path_key)
+    cands: list[Path] = []
+    if isinstance(written, str) and written:
+        cands.append(Path(written))
+        cands += [b / written for b in bases if not Path(written).is_absolute()]
+    run_id = rec.get("run_id")
+    if isinstance(run_id, str) and run_id:
+        cands += [b / run_id / default_name for b in bases]
+    if isinstance(paths.get("dir"), str):
+        cands.append(Path(paths["dir"]) / default_name)
+    return next((c for c in cands if _is_file(c)), None)
+
+
+def _is_file(p: Path) -> bool:
+    try:
+        return p.is_file()
+    except OSError:  # a name too long, a permission problem: not a file we can read
+        return False
+
+
+def dicts(items: Any) -> list[dict[str, Any]]:
+    """The dict entries of a list from a record (rows, jobs, ops), skipping anything else."""
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+
+def dict_of(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

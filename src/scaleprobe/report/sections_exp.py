@@ -1,0 +1,211 @@
+"""Report sections about experiments: sweeps (batch size, loader settings), scaling,
+co-location, communication and accuracy parity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.report import batch as B
+from scaleprobe.report import fmt, plots
+from scaleprobe.report import records as R
+from scaleprobe.report import scale as S
+from scaleprobe.report.doc import Image, Section, Sub, Table, Text
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower())[:48]
+
+
+def _within(group: str, eid: str) -> str:
+    """A group label without its sweep's id: 'sw workers=2' -> 'workers=2'."""
+    return group[len(eid):].strip() if group.startswith(eid) else group
+
+
+def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
+    s = Section("Sweeps", anchor="sweeps")
+    for eid, runs in R.by_experiment(records, "sweep").items():
+        recs = runs + [x for x in R.of_kind(records, "sweep") if R.exp_id(x) == eid]
+        axes = {k for r in runs for k in R.point(r)}
+        s.add(Sub(f"Sweep {eid}"))
+        if axes & set(R.BATCH_AXES):
+            _batch_blocks(s, eid, recs)
+        if axes & set(R.LOADER_AXES):
+            _loader_blocks(s, eid, recs)
+        if not axes & (set(R.BATCH_AXES) | set(R.LOADER_AXES)):
+            s.add(Text(f"Varied: {', '.join(sorted(axes)) or 'nothing'}; each point is a row "
+                       "of the runs table."))
+    return s if s.blocks else None
+
+
+def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
+    rows = B.batch_table(recs)
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    for g in groups:
+        grows = [r for r in rows if r["group"] == g]
+        label = _within(g, eid)
+        s.add(Table(list(B.BATCH_HEADERS), [B.batch_cells(r) for r in grows],
+                    caption=f"Batch size: {label}" if label else ""))
+        png = plots.batch_plot(grows, f"Batch size: {label or eid}")
+        if png:
+            s.add(Image(f"batch-{_slug(g)}", png, f"samples/s and peak memory vs batch size, {g}"))
+    kind = rows[0]["memory_kind"] if rows else "host"
+    notes = [f"Peak memory: {kind} memory. Growth compares each point with the previous one "
+             "that finished."]
+    if any(r["epoch_projected"] for r in rows if r["status"] == "ok"):
+        notes.append("~ marks an epoch time projected from the median step time.")
+    s.add(Text("\n".join(notes), note=True))
+    s.add(Text(B.recommend_batch(recs)["text"]))
+
+
+def _loader_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
+    rows = B.loader_table(recs)
+    if not rows:
+        return
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    for g in groups:
+        grows = [r for r in rows if r["group"] == g]
+        s.add(Table(list(B.LOADER_HEADERS), [B.loader_cells(r) for r in grows],
+                    right=[False, True, True, True, True, True, True, False],
+                    caption=" ".join(x for x in ("Loader settings:", _within(g, eid)) if x)
+                    .rstrip(":")))
+    s.add(Text("Compute/step is forward + backward per step: when more workers cut the data "
+               "wait but compute per step grows, the workers are taking cores from compute.",
+               note=True))
+    s.add(Text(B.recommend_workers(recs)["text"]))
+    png = plots.loader_plot(rows)
+    if png:
+        s.add(Image(f"loader-{_slug(eid)}", png, "data wait and compute per loader setting"))
+
+
+def scaling_section(records: list[dict[str, Any]]) -> Section | None:
+    rows = S.scale_table(records)
+    if not rows:
+        return None
+    s = Section("Scaling", anchor="scaling")
+    s.add(Text("Speedup = samples/s at N processes / samples/s at 1 (measured, not "
+               "extrapolated); efficiency = speedup / N. 'Lost to' splits the gap into shares of "
+               "the N-process step."))
+    for eid in dict.fromkeys(r["experiment"] for r in rows):
+        grows = [r for r in rows if r["experiment"] == eid]
+        s.add(Table(list(S.SCALE_HEADERS), [S.scale_cells(r) for r in grows],
+                    right=[True] * 7 + [False], caption=f"Scale experiment {eid}"))
+        s.add(Text("\n".join(f"- {r['line']}" for r in grows)))
+    png = plots.scale_plot(rows)
+    if png:
+        s.add(Image("scaling", png, "speedup vs processes with the ideal line"))
+    return s
+
+
+def colocate_section(records: list[dict[str, Any]]) -> Section | None:
+    recs = R.of_kind(records, "colocate")
+    if not recs:
+        return None
+    s = Section("Co-location", anchor="colocation")
+    headers = ["Job", "Alone samples/s", "Together samples/s", "Alone epoch", "Together epoch",
+               "Slowdown"]
+    for rec in recs:
+        rows = [[str(j.get("name")), fmt.rate(j.get("alone_samples_per_s")),
+                 fmt.rate(j.get("together_samples_per_s")), fmt.seconds(j.get("alone_epoch_time_s")),
+                 fmt.seconds(j.get("together_epoch_time_s")), fmt.ratio(j.get("slowdown"))]
+                for j in R.dicts(rec.get("jobs"))]
+        s.add(Table(headers, rows, caption=f"{R.exp_id(rec) or 'co-location'}: placement "
+                    f"{rec.get('placement') or 'n/a'}"))
+        alone, together = rec.get("total_samples_per_s_alone_sum"), rec.get(
+            "total_samples_per_s_together")
+        lines = [f"Total: {fmt.rate(together)} samples/s together vs {fmt.rate(alone)} as the sum "
+                 f"alone; CPU {fmt.pct_value(rec.get('cpu_util_pct_together'))}, GPU "
+                 f"{fmt.pct_value(rec.get('gpu_util_pct_together'))} while together."]
+        if rec.get("verdict"):
+            lines.append(f"Verdict: {rec['verdict']}" + (f" - {rec['evidence']}"
+                                                         if rec.get("evidence") else ""))
+        s.add(Text("\n".join(lines)))
+    png = plots.colocate_plot(recs)
+    if png:
+        s.add(Image("colocation", png, "slowdown of each job when co-located"))
+    return s
+
+
+def comm_section(records: list[dict[str, Any]]) -> Section | None:
+    s = Section("Communication", anchor="communication")
+    for i, rec in enumerate(R.of_kind(records, "comm")):
+        _comm_bench_blocks(s, rec, i)
+    _prediction_blocks(s, R.of_kind(records, "run"))
+    return s if s.blocks else None
+
+
+def _comm_bench_blocks(s: Section, rec: dict[str, Any], i: int) -> None:
+    fits = {op: R.dict_of(f) for op, f in R.dict_of(rec.get("fit")).items()}
+    s.add(Sub(f"Benchmark {R.exp_id(rec) or i + 1}: {rec.get('backend') or '?'}, "
+              f"{rec.get('world_size') or '?'} processes"))
+    rows = []
+    for r in R.dicts(rec.get("rows")):
+        fit = fits.get(str(r.get("op"))) or {}
+        pred = None
+        alpha, beta = R.num(fit.get("alpha_s")), R.num(fit.get("beta_s_per_byte"))
+        if alpha is not None and beta is not None:
+            pred = alpha + beta * (R.num(r.get("size_bytes")) or 0)
+        err = fmt.rel_change(pred, r.get("time_s"))
+        rows.append([str(r.get("op")), fmt.size(r.get("size_bytes")), fmt.us(r.get("time_s")),
+                     fmt.num(r.get("algbw_gbyte_s"), ".2f"), fmt.num(r.get("busbw_gbyte_s"), ".2f"),
+                     fmt.us(pred), fmt.signed_pct(err, 0)])
+    if rows:
+        s.add(Table(["Op", "Size", "Time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                     "Predicted (us)", "Error"], rows, right=[False] + [True] * 6))
+    if fits:
+        frows = [[op, fmt.us(f.get("alpha_s")),
+                  fmt.num((R.num(f.get("beta_s_per_byte")) or 0) * 1e9 or None, ".3f"),
+                  fmt.num(f.get("bandwidth_gbit_s"), ".2f"), fmt.num(f.get("busbw_gbit_s"), ".2f")]
+                 for op, f in fits.items()]
+        s.add(Table(["Op", "alpha (us)", "beta (ns/byte)", "Bandwidth (Gbit/s)",
+                     "Bus bandwidth (Gbit/s)"], frows, caption="Fit: time = alpha + beta * size"))
+    png = plots.comm_fit_plot(rec)
+    if png:
+        s.add(Image(f"comm-{i}", png, "measured vs predicted communication time per size"))
+
+
+def _prediction_blocks(s: Section, runs: list[dict[str, Any]]) -> None:
+    preds = [r for r in runs if R.number(r, "comm.prediction.comm_s") is not None]
+    if not preds:
+        return
+    rows, labels, pv, mv = [], [], [], []
+    for r in preds:
+        p = R.dict_of(res.get(r, "comm.prediction"))
+        measured = R.number(r, "comm.exposed_s")
+        rows.append([R.name(r), str(p.get("strategy")), fmt.num(p.get("world_size"), "d"),
+                     fmt.ms(p["comm_s"]), fmt.ms(measured),
+                     fmt.ratio(measured / p["comm_s"] if measured and p["comm_s"] else None),
+                     f"{p.get('link')} ({fmt.num(p.get('bandwidth_gbit_s'), '.1f')} Gbit/s)",
+                     fmt.num(p.get("needed_gbit_s"), ".1f")])
+        if measured is not None:
+            labels.append(R.name(r))
+            pv.append(p["comm_s"])
+            mv.append(measured)
+    s.add(Sub("Network model vs measurement"))
+    s.add(Table(["Run", "Strategy", "World", "Predicted comm/step", "Measured exposed",
+                 "Measured / predicted", "Link", "Needed (Gbit/s)"], rows,
+                right=[False, False, True, True, True, True, False, True]))
+    s.add(Text("Measured = exposed communication in place (step with gradient sync minus step "
+               "without), which includes contention with compute; predicted = the network "
+               "model for the link named. Needed = the slowest link that still reaches the "
+               "target efficiency.", note=True))
+    png = plots.comm_prediction_plot(labels, pv, mv)
+    if png:
+        s.add(Image("comm-prediction", png, "predicted vs measured communication per step"))
+
+
+def parity_section(records: list[dict[str, Any]]) -> Section | None:
+    recs = R.of_kind(records, "parity")
+    if not recs:
+        return None
+    rows = [[R.exp_id(r) or "parity", fmt.num(r.get("accuracy_1"), ".3f"),
+             fmt.num(r.get("accuracy_n"), ".3f"), fmt.num(r.get("nproc"), "d"),
+             fmt.num(r.get("difference"), "+.3f"),
+             _yes_no(r.get("within_tolerance"))] for r in recs]
+    return Section("Accuracy parity", anchor="parity").add(
+        Table(["Experiment", "Accuracy (1 process)", "Accuracy (N)", "N", "Difference",
+               "Within tolerance"], rows))
+
+
+def _yes_no(v: object) -> str:
+    return "yes" if v is True else "NO" if v is False else fmt.NA

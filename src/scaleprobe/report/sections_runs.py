@@ -1,0 +1,185 @@
+"""Report sections about individual runs: the runs table (with why figures are missing),
+findings, step-time breakdown, utilisation over time and top operators."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.report import fmt, plots
+from scaleprobe.report import records as R
+from scaleprobe.report.doc import Image, Section, Table, Text
+from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.results import BREAKDOWN_PHASES
+
+RUN_HEADERS = ["Run", "Model", "Dataset", "Strategy", "World", "Batch (device/global)",
+               "Samples/s", "Step median", "Step p95", "Data wait", "Comm", "Peak host mem",
+               "Peak device mem", "CPU", "GPU", "Accuracy", "Status"]
+# column -> the metric whose null_reasons entry explains an "n/a" in it
+REASON_KEYS = {
+    "Samples/s": "samples_per_s", "Step median": "step_time_s", "Data wait": "data_wait_fraction",
+    "Comm": "comm_fraction", "Peak host mem": "peak_mem_bytes.host",
+    "Peak device mem": "peak_mem_bytes.device_allocated", "CPU": "cpu_util_pct",
+    "GPU": "gpu_util_pct", "Accuracy": "accuracy",
+}
+TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
+                ("map50", "mAP50 {:.3f}"))
+
+
+def _accuracy(rec: dict[str, Any]) -> str:
+    for key, pattern in TASK_METRICS:
+        v = R.metric(rec, key)
+        if v is not None:
+            return pattern.format(v)
+    return fmt.NA
+
+
+def run_cells(rec: dict[str, Any]) -> list[str]:
+    b = R.dict_of(rec.get("batch"))
+    batch = f"{fmt.num(b.get('per_device'), 'd')}/{fmt.num(b.get('global'), 'd')}"
+    if not b:
+        batch = fmt.num(R.cfg(rec, "train.batch_size"), "d")
+    return [
+        R.name(rec), str(R.cfg(rec, "model.name") or fmt.NA),
+        str(R.cfg(rec, "data.dataset") or fmt.NA), str(R.cfg(rec, "dist.strategy") or fmt.NA),
+        fmt.num(R.world_size(rec), "d"), batch, fmt.rate(R.metric(rec, "samples_per_s")),
+        fmt.ms(R.step_median_s(rec)), fmt.ms(R.metric(rec, "step_time_s.p95")),
+        fmt.pct(R.metric(rec, "data_wait_fraction")), fmt.pct(R.metric(rec, "comm_fraction")),
+        fmt.bytes_(R.host_peak(rec)), fmt.bytes_(R.device_peak(rec)),
+        fmt.pct_value(R.metric(rec, "cpu_util_pct")), fmt.pct_value(R.metric(rec, "gpu_util_pct")),
+        _accuracy(rec), R.status_text(rec),
+    ]
+
+
+def missing_notes(runs: list[dict[str, Any]], rows: list[list[str]]) -> list[str]:
+    """'n/a' explained: one line per (column, reason), naming the runs it applies to."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    unfinished = [R.name(r) for r in runs if r.get("status") in ("oom", "failed")]
+    for rec, row in zip(runs, rows, strict=True):
+        if rec.get("status") in ("oom", "failed"):
+            continue
+        for col, cell in zip(RUN_HEADERS, row, strict=True):
+            if cell != fmt.NA or col not in REASON_KEYS:
+                continue
+            reason = R.null_reason(rec, REASON_KEYS[col])
+            if reason is None and col == "Peak device mem" and not res.get(rec, "env.gpus"):
+                reason = "no GPU in this run"
+            if reason:
+                seen.setdefault((col, reason), []).append(R.name(rec))
+    lines = []
+    if unfinished:
+        who = ", ".join(unfinished) if len(unfinished) <= 4 else f"{len(unfinished)} runs"
+        lines.append(f"n/a in runs that did not finish ({who}): no figures were measured")
+    for (col, reason), names in seen.items():
+        who = ", ".join(names) if len(names) <= 4 else f"{len(names)} runs"
+        lines.append(f"n/a in {col}: {reason} ({who})")
+    return lines
+
+
+def runs_section(runs: list[dict[str, Any]]) -> Section | None:
+    if not runs:
+        return None
+    rows = [run_cells(r) for r in runs]
+    right = [False] * 6 + [True] * 10 + [False]
+    s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
+    notes = missing_notes(runs, rows)
+    if notes:
+        s.add(Text("\n".join(notes), note=True))
+    return s
+
+
+def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | None:
+    if not exp and not per_run:
+        return None
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    s = Section("Findings", anchor="findings")
+    s.add(Text("What limits each run, the numbers that show it, and what to try next. "
+               "Thresholds and rules: docs/REPORTS.md."))
+    headers = ["Severity", "About", "Verdict", "Evidence", "Next step"]
+    for caption, items in (("Across runs", exp), ("Per run", merge_same(per_run))):
+        if items:
+            items = sorted(items, key=lambda f: order.get(f.severity, len(order)))
+            rows = [[f.severity, f.subject, f.verdict, f.evidence, f.recommendation]
+                    for f in items]
+            s.add(Table(headers, rows, [False] * 5, caption=caption))
+    return s
+
+
+def _label(rec: dict[str, Any]) -> str:
+    pt = fmt.describe_point(R.point(rec))
+    return f"{R.name(rec)}" if not pt or pt in R.name(rec) else f"{R.name(rec)} ({pt})"
+
+
+def breakdown_section(runs: list[dict[str, Any]]) -> Section | None:
+    ok = [r for r in runs if R.breakdown_total_s(r)]
+    if not ok:
+        return None
+    headers = ["Run", *[f"{p}" for p in BREAKDOWN_PHASES], "Total", "Step median"]
+    rows = []
+    for r in ok:
+        bd = R.metric_dict(r, "breakdown_s")
+        rows.append([_label(r), *[fmt.ms(bd.get(p)) for p in BREAKDOWN_PHASES],
+                     fmt.ms(R.breakdown_total_s(r)), fmt.ms(R.step_median_s(r))])
+    s = Section("Step-time breakdown", anchor="breakdown")
+    s.add(Text("Mean seconds per phase of a typical step (steps between the 5th and 95th "
+               "percentile of step time). comm is exposed communication, measured in place."))
+    s.add(Table(headers, rows))
+    png = plots.breakdown_plot([_label(r) for r in ok],
+                               [R.metric_dict(r, "breakdown_s") for r in ok])
+    if png:
+        s.add(Image("breakdown", png, "stacked step-time breakdown per run"))
+    return s
+
+
+def utilisation_section(runs: list[dict[str, Any]], bases: list[Path]) -> Section | None:
+    series = []
+    for r in runs:
+        path = R.find_run_file(r, "monitor_csv", "monitor.csv", bases)
+        if path is None:
+            continue
+        try:
+            series.append((_label(r), plots.read_monitor_csv(path)))
+        except (OSError, ValueError):
+            continue
+    png = plots.utilisation_plot(series)
+    if png is None:
+        return None
+    s = Section("Utilisation over time", anchor="utilisation")
+    shown = min(len(series), plots.MAX_SERIES)
+    s.add(Text(f"From each run's monitor.csv ({shown} of {len(runs)} runs). CPU utilisation is "
+               "the average over all cores; GPU utilisation appears when NVML was sampled."))
+    s.add(Image("utilisation", png, "CPU and GPU utilisation over time"))
+    return s
+
+
+def _top_ops(rec: dict[str, Any], bases: list[Path]) -> list[dict[str, Any]] | None:
+    ops = R.dict_of(rec.get("paths")).get("top_ops")
+    if isinstance(ops, str):
+        path = R.find_run_file(rec, "top_ops", Path(ops).name, bases)
+        if path is None:
+            return None
+        try:
+            ops = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+    if not isinstance(ops, list):
+        return None
+    return [o for o in ops if isinstance(o, dict) and o.get("name")]
+
+
+def top_ops_section(runs: list[dict[str, Any]], bases: list[Path], limit: int = 15) -> Section | None:
+    s = Section("Top operators", anchor="top-ops")
+    for r in runs:
+        ops = _top_ops(r, bases)
+        if not ops:
+            continue
+        ops = sorted(ops, key=lambda o: -(R.num(o.get("self_time_ms")) or 0))[:limit]
+        total = sum(R.num(o.get("self_time_ms")) or 0 for o in ops) or None
+        rows = [[str(o["name"]), fmt.num(o.get("self_time_ms"), ".2f"),
+                 fmt.pct((R.num(o.get("self_time_ms")) or 0) / total if total else None),
+                 fmt.num(o.get("calls"), "d")] for o in ops]
+        s.add(Table(["Operator", "Self time (ms)", "Share of listed", "Calls"], rows,
+                    caption=f"{R.name(r)} (profiler capture)"))
+    return s if s.blocks else None

@@ -1,0 +1,44 @@
+"""Every threshold the diagnosis, the recommendations and ``compare`` use, in one place.
+
+docs/REPORTS.md lists them with the rule each one drives. Change a default here and the
+report, the terminal findings and the docs' examples all follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # input-bound: the loop waits for the next batch for more than this fraction of a step
+    data_wait_fraction: float = 0.10
+    # input-bound: real-data samples/s below this fraction of a synthetic-data run of the
+    # same model and batch size in the same results
+    real_vs_synthetic: float = 0.80
+    # communication-bound: exposed communication above this fraction of a step
+    comm_fraction: float = 0.20
+    # straggler: the slowest rank's median step time above this multiple of the ranks' median
+    straggler_ratio: float = 1.15
+    # CPU saturated: average utilisation of ALL cores above this percentage
+    cpu_util_pct: float = 90.0
+    # compute-bound: forward + backward at least this fraction of a step (and nothing above)
+    compute_fraction: float = 0.50
+    # memory headroom: device peak above this fraction of the GPU's memory is "tight"...
+    memory_tight_fraction: float = 0.90
+    # ...and below this fraction leaves room for a larger batch
+    memory_room_fraction: float = 0.50
+    # loader settings: forward + backward per step grew by more than this factor while the
+    # data wait fell (loader workers and compute threads sharing the cores)
+    compute_growth: float = 1.15
+    # loader recommendation: the fewest workers within this fraction of the best samples/s
+    workers_within: float = 0.05
+    # scaling: a point below this efficiency gets a finding on what the gap was lost to
+    scale_efficiency: float = 0.80
+    # compare: the smallest relative change ever called real, whatever the runs' spread
+    compare_floor_rel: float = 0.02
+    # a share of a step smaller than this is left out of "lost to" lines
+    minor_fraction: float = 0.01
+
+
+DEFAULT = Thresholds()

@@ -1,0 +1,190 @@
+"""Each verdict fires on a record built to trigger it, and not on a clean one."""
+
+from __future__ import annotations
+
+from scaleprobe.report.diagnose import Finding, diagnose_experiment, diagnose_run, format_findings
+from scaleprobe.report.thresholds import Thresholds
+from tests.unit.report.factory import (
+    GIB,
+    breakdown,
+    colocate_record,
+    parity_record,
+    run,
+    scale_point,
+    sweep_point,
+    with_,
+)
+
+
+def _verdicts(findings: list[Finding]) -> set[str]:
+    return {f.verdict for f in findings}
+
+
+def _one(findings: list[Finding], verdict: str) -> Finding:
+    hits = [f for f in findings if f.verdict == verdict]
+    assert len(hits) == 1, [f.verdict for f in findings]
+    return hits[0]
+
+
+def clean() -> dict:
+    return run("clean", bd=breakdown(0.1, data=0.02), cpu=50.0, cores=4, threads=2, workers=1)
+
+
+def test_clean_run_is_compute_bound_only():
+    found = diagnose_run(clean())
+    assert _verdicts(found) == {"compute-bound"}
+    f = found[0]
+    assert f.severity == "info" and "forward + backward" in f.evidence and f.subject == "clean"
+
+
+def test_input_bound_by_data_wait_with_worker_numbers():
+    rec = run("slow-input", bd=breakdown(0.1, data=0.3), workers=1, cores=8, threads=2)
+    f = _one(diagnose_run(rec), "input-bound")
+    assert "data wait 30% of each step (30.0 ms of 100.0 ms" in f.evidence
+    assert "from 1 to 2" in f.recommendation and "--prefetch 4" in f.recommendation
+    assert "compute-bound" not in _verdicts(diagnose_run(rec))
+
+
+def test_input_bound_heavy_transform_suggests_pre_resizing():
+    rec = run("heavy", bd=breakdown(0.1, data=0.3), transform="heavy", workers=1, cores=2)
+    f = _one(diagnose_run(rec), "input-bound")
+    assert "pre-resize" in f.recommendation and "64x64" in f.recommendation
+    assert "share the 2 cores" in f.recommendation
+
+
+def test_input_bound_against_a_synthetic_twin():
+    real = run("real", dataset="jpeg-synth", sps=60.0, bd=breakdown(0.1, data=0.05))
+    synth = run("synth", dataset="synthetic", sps=100.0)
+    f = _one(diagnose_run(real, [real, synth]), "input-bound")
+    assert "60.0 samples/s vs 100 on synthetic data" in f.evidence and "(60%" in f.evidence
+    assert "input-bound" not in _verdicts(diagnose_run(real, [real, with_(synth, "metrics."
+                                                                          "samples_per_s", 65.0)]))
+
+
+def test_communication_bound_with_bucket_batch_and_network():
+    rec = run("ddp", strategy="ddp", nproc=2, bd=breakdown(0.2, data=0.01, comm=0.35),
+              comm={"exposed_s": 0.07, "sync_step_s": 0.2, "no_sync_step_s": 0.13,
+                    "prediction": {"needed_gbit_s": 8.5, "bandwidth_gbit_s": 12.8,
+                                   "link": "loopback", "target_efficiency": 0.9}})
+    f = _one(diagnose_run(rec), "communication-bound")
+    assert "exposed communication 35% of each step" in f.evidence
+    assert "200.0 ms per step with gradient sync vs 130.0 ms without" in f.evidence
+    assert "--bucket-cap-mb 50 and 12.5" in f.recommendation
+    assert "batch to 64" in f.recommendation
+    assert "8.5 Gbit/s" in f.recommendation
+    assert "communication-bound" not in _verdicts(diagnose_run(clean()))
+
+
+def test_straggler():
+    rec = run("strag", strategy="ddp", nproc=2,
+              straggler={"slowest_rank": 1, "slowest_vs_median": 1.32,
+                         "steps_done": {"0": 50, "1": 50}})
+    f = _one(diagnose_run(rec), "straggler")
+    assert "rank 1 runs at 1.32x" in f.evidence
+    calm = with_(rec, "straggler.slowest_vs_median", 1.05)
+    assert "straggler" not in _verdicts(diagnose_run(calm))
+
+
+def test_cpu_saturated_by_utilisation_on_a_gpu_run():
+    rec = run("gpu-busy", cpu=97.0, cores=8, threads=1, workers=1, device_mem=GIB,
+              gpu_total=16 * GIB, gpu=40.0)
+    f = _one(diagnose_run(rec), "CPU saturated")
+    assert f.severity == "warning" and "CPU 97% of all 8 cores" in f.evidence
+    assert "GPU waits on the CPU" in f.recommendation
+
+
+def test_cpu_oversubscribed_by_workers_and_threads():
+    rec = run("oversub", cpu=70.0, cores=2, threads=2, workers=2)
+    f = _one(diagnose_run(rec), "CPU saturated")
+    assert "2 compute thread(s) + 2 loader worker(s) = 4 on 2 cores" in f.evidence
+    assert f.severity == "warning"
+
+
+def test_cpu_busy_on_a_cpu_run_is_information():
+    rec = run("cpu-train", cpu=98.0, cores=4, threads=3, workers=1)
+    f = _one(diagnose_run(rec), "CPU saturated")
+    assert f.severity == "info"
+    assert "compute-bound" in _verdicts(diagnose_run(rec))
+
+
+def test_memory_headroom_tight_and_roomy():
+    tight = run("tight", device_mem=15 * GIB, gpu_total=16 * GIB, gpu=90.0)
+    f = _one(diagnose_run(tight), "memory headroom")
+    assert f.severity == "warning" and "15.0 GiB of 16.0 GiB (94%)" in f.evidence
+    roomy = run("roomy", batch=64, device_mem=4 * GIB, gpu_total=16 * GIB, gpu=90.0)
+    f = _one(diagnose_run(roomy), "memory headroom")
+    assert f.severity == "info" and "try batch 128 (now 64)" in f.recommendation
+    mid = run("mid", device_mem=11 * GIB, gpu_total=16 * GIB, gpu=90.0)
+    assert "memory headroom" not in _verdicts(diagnose_run(mid))
+    assert "memory headroom" not in _verdicts(diagnose_run(clean()))
+
+
+def test_oom_failed_and_audit():
+    oom = run("oom", status="oom", batch=256, error="CUDA out of memory")
+    f = _one(diagnose_run(oom), "out of memory")
+    assert f.severity == "error" and "256 -> 128" in f.recommendation
+    failed = run("bad", status="failed", error="boom")
+    assert _one(diagnose_run(failed), "failed").evidence == "boom"
+    audited = with_(clean(), "audit", {"ok": False, "detail": "12 samples seen twice"})
+    assert _one(diagnose_run(audited), "shard audit failed").evidence == "12 samples seen twice"
+
+
+def test_thresholds_are_configurable():
+    rec = run("x", bd=breakdown(0.1, data=0.15))
+    assert "input-bound" in _verdicts(diagnose_run(rec))
+    assert "input-bound" not in _verdicts(diagnose_run(rec, th=Thresholds(data_wait_fraction=0.2)))
+
+
+def _loader_pair(compute_after: float) -> list[dict]:
+    before = run("w0", workers=0, loader="naive", cores=2, threads=2, sps=120.0,
+                 bd={"data": 0.0385, "h2d": 0.0, "forward": 0.044, "backward": 0.066,
+                     "optimizer": 0.0, "comm": 0.0},
+                 experiment=sweep_point("ld", workers=0))
+    after = run("w2", workers=2, cores=2, threads=2, sps=122.0,
+                bd={"data": 0.0015, "h2d": 0.0, "forward": 0.4 * compute_after,
+                    "backward": 0.6 * compute_after, "optimizer": 0.0, "comm": 0.0},
+                experiment=sweep_point("ld", workers=2))
+    return [before, after]
+
+
+def test_loader_workers_compete_with_compute():
+    found = diagnose_experiment(_loader_pair(0.154))
+    f = _one(found, "loader workers compete with compute")
+    assert "workers 0 -> 2" in f.evidence and "1.40x" in f.evidence
+    assert "110.0 ms -> 154.0 ms" in f.evidence and "+1.7%" in f.evidence
+    assert "2 loader worker(s) = 4 on 2 cores" in f.evidence
+    assert "data wait alone misleads" in f.recommendation
+    quiet = diagnose_experiment(_loader_pair(0.112))
+    assert "loader workers compete with compute" not in _verdicts(quiet)
+    assert "loader workers" in _verdicts(quiet)
+
+
+def test_experiment_scaling_colocate_parity():
+    one = run("n1", nproc=1, sps=100.0, experiment=scale_point("sc", 1))
+    two = run("n2", strategy="ddp", nproc=2, sps=120.0, bd=breakdown(0.15, data=0.02, comm=0.3),
+              experiment=scale_point("sc", 2))
+    found = diagnose_experiment([one, two, colocate_record(), parity_record(ok=False)])
+    f = _one(found, "scaling loss")
+    assert f.evidence.startswith("2 processes: 1.20x (60%)") and "communication 30%" in f.evidence
+    assert "--bucket-cap-mb" in f.recommendation
+    co = [x for x in found if x.verdict.startswith("co-location")]
+    assert co and co[0].severity == "warning" and "pinned" in co[0].recommendation
+    assert _one(found, "accuracy differs").severity == "warning"
+    assert "accuracy holds" in _verdicts(diagnose_experiment([parity_record(ok=True)]))
+
+
+def test_format_findings_orders_by_severity():
+    text = format_findings([Finding("compute-bound", "e1", "r1", "info", "a"),
+                            Finding("out of memory", "e2", "r2", "error", "b")])
+    assert text.index("[error] out of memory (b)") < text.index("[info] compute-bound (a)")
+    assert "evidence: e2" in text and "next:" in text
+    assert "No findings" in format_findings([])
+
+
+def test_merge_same_names_every_run_once():
+    from scaleprobe.report.diagnose import merge_same
+
+    same = [Finding("compute-bound", "e", "r", "info", f"run{i}") for i in range(8)]
+    merged = merge_same(same + [Finding("straggler", "e2", "r2", "warning", "x")])
+    assert len(merged) == 2
+    assert merged[0].subject == "run0, run1, run2, run3, run4, run5 and 2 more"

@@ -1,0 +1,145 @@
+"""build_report end to end on hand-made records: sections, robustness, self-contained HTML."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+
+import pytest
+
+from scaleprobe.commands import report as cmd
+from scaleprobe.errors import ConfigError
+from scaleprobe.report import build_report
+from tests.unit.report.factory import run, write_results
+from tests.unit.report.sample import write_mixed
+
+
+@pytest.fixture(scope="module")
+def mixed_report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mixed")
+    write_mixed(folder)
+    md, html = build_report(folder)
+    return md.read_text(), html.read_text(), folder
+
+
+def test_markdown_sections_and_tables(mixed_report):
+    md, _, folder = mixed_report
+    for title in ("## Findings", "## Runs", "## Sweeps", "## Scaling", "## Step-time breakdown",
+                  "## Utilisation over time", "## Co-location", "## Communication",
+                  "## Accuracy parity", "## Top operators"):
+        assert title in md
+    assert ("| Batch size | Devices | Peak memory | Growth | Epoch time | Growth | Samples/s | "
+            "CPU util | GPU util |") in md
+    assert "| 32 | 1 | 1.4 GiB | +37% | 52.0 s | -48% |" in md
+    assert "| 128 | 1 | out of memory |" in md
+    assert "failed: boom \\| pipe" in md
+    assert "2 processes: 1.50x (75%); lost to: communication 18%" in md
+    assert "n/a in GPU: no NVML reading" in md
+    assert "loader workers compete with compute" in md
+    assert "could not be built" not in md
+    assert (folder / "report_files" / "breakdown.png").is_file()
+    assert re.search(r"!\[[^]]*\]\(report_files/batch-[\w-]+\.png\)", md)
+
+
+def test_html_is_self_contained(mixed_report):
+    _, html, _ = mixed_report
+    assert "<script" not in html.lower()
+    refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)["']""", html, flags=re.I)
+    assert refs, "expected images and in-page links"
+    for ref in refs:
+        assert ref.startswith(("data:", "#")), ref
+    assert "http" not in re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)
+    imgs = re.findall(r"<img\b[^>]*>", html)
+    assert len(imgs) >= 8
+    assert all('src="data:image/png;base64,' in i for i in imgs)
+    assert "@import" not in html and "url(" not in html
+
+
+def test_single_run_report_says_what_is_missing(tmp_path):
+    write_results(tmp_path, [run("only")])
+    md, html = build_report(tmp_path / "results.jsonl", tmp_path / "out")
+    text = md.read_text()
+    assert "## Runs" in text and "## Sweeps" not in text
+    assert "## Not in these results" in text
+    assert "scaling runs (`scaleprobe scale`)" in text
+    assert "GPU figures" in text
+    assert html.is_file()
+
+
+def test_failed_oom_and_all_null_records_render(tmp_path):
+    null_gpu = run("nulls", cpu=None, gpu=None, host_mem=None, rel_ci=None)
+    null_gpu["metrics"]["breakdown_s"] = dict.fromkeys(null_gpu["metrics"]["breakdown_s"])
+    null_gpu["metrics"]["data_wait_fraction"] = None
+    recs = [run("f", status="failed", error="boom"), run("o", status="oom"), null_gpu,
+            {"kind": "run", "status": "interrupted"}, {"kind": "mystery", "x": 1}]
+    write_results(tmp_path, recs)
+    md, html = build_report(tmp_path)
+    text = md.read_text()
+    assert "out of memory" in text and "failed: boom" in text and "interrupted" in text
+    assert "figures of 3 run(s) that did not finish" in text
+    assert "<img" not in html.read_text() or "data:image/png" in html.read_text()
+
+
+def test_torn_last_line_is_skipped(tmp_path, capsys):
+    path = write_results(tmp_path, [run("a"), run("b")])
+    with path.open("a") as fh:
+        fh.write('{"kind": "run", "name": "torn", "metr')
+    md, _ = build_report(tmp_path)
+    assert "skipping a torn or corrupt line" in capsys.readouterr().err
+    text = md.read_text()
+    assert "| a |" in text and "| b |" in text and "| torn |" not in text
+    assert "Contents: 2 runs (2 ok)" in text
+
+
+def test_missing_or_empty_source_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="no such file or folder"):
+        build_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no result records"):
+        build_report(tmp_path / "empty")
+    (tmp_path / "blank.jsonl").write_text("\n")
+    with pytest.raises(ConfigError, match="no result records"):
+        build_report(tmp_path / "blank.jsonl")
+
+
+def test_monitor_csv_found_after_the_folder_moved(tmp_path):
+    from tests.unit.report.factory import write_monitor_csv
+
+    rec = run("moved")
+    rec["paths"] = {"monitor_csv": "/elsewhere/id-moved/monitor.csv"}
+    write_monitor_csv(tmp_path / "id-moved" / "monitor.csv")
+    write_results(tmp_path, [rec])
+    md, _ = build_report(tmp_path)
+    assert "## Utilisation over time" in md.read_text()
+
+
+def test_command_writes_and_prints_paths(tmp_path, capsys):
+    write_results(tmp_path / "res", [run("a")])
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    args = parser.parse_args([str(tmp_path / "res"), "--out", str(tmp_path / "o"), "--findings"])
+    assert cmd.run(args) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path / "o" / "report.md") in out and "report.html" in out
+    assert "compute-bound" in out
+    with pytest.raises(ConfigError):
+        cmd.run(parser.parse_args([str(tmp_path / "missing")]))
+
+
+def test_report_package_does_not_import_torch(tmp_path):
+    write_results(tmp_path, [run("a")])
+    code = ("import sys; from scaleprobe.report import build_report; "
+            f"build_report({str(tmp_path)!r}); "
+            "from scaleprobe.report import compare; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_run_found_twice_is_listed_once(tmp_path):
+    rec = run("twice")
+    write_results(tmp_path, [rec])
+    write_results(tmp_path / "copy", [rec])
+    md, _ = build_report(tmp_path)
+    assert md.read_text().count("| twice | resnet18 |") == 1
