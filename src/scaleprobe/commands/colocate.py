@@ -1,0 +1,45 @@
+"""``scaleprobe colocate SPEC.toml``: several training jobs alone, then all at once; how much
+each slows down, and why (CPU saturated, device contention, or no interference).
+
+    scaleprobe colocate examples/colocate_three_models.toml --out out/coloc
+    scaleprobe colocate spec.toml --placement pinned --image-size 64   # flags override the spec
+
+The spec has [colocate] (placement = "shared" | "pinned", seconds or steps), a [base] run
+configuration and one [[job]] table per job (see docs/EXPERIMENTS.md). Run option flags
+override [base] for every job. The table and verdict are printed and written to
+OUT/colocate.md; the summary record and every job's run records go to OUT/results.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from scaleprobe.commands.options import add_run_options, overrides_from_args
+
+NAME = "colocate"
+HELP = "run several jobs alone and together: slowdown, utilisation, verdict"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("spec", metavar="SPEC.toml", help="colocate spec: [colocate], [base], [[job]]")
+    p.add_argument("--placement", choices=("shared", "pinned"),
+                   help="override the spec's placement")
+    add_run_options(p, config_file=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from scaleprobe.commands.sweep import terminate_as_interrupt
+    from scaleprobe.experiments.colocate import run_colocate
+    from scaleprobe.experiments.verdict import render_colocate
+
+    over = overrides_from_args(args)
+    out = over.pop("out", None)
+    progress = over.pop("measure.progress", True) is not False
+    terminate_as_interrupt()
+    rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
+                       placement=args.placement)
+    print(render_colocate(rec))
+    return 0 if rec["verdict"] != "not measured" else 1

@@ -1,0 +1,30 @@
+"""Experiments: many runs, each in its own process.
+
+- ``sweep``: the cartesian product of a grid of run options (batch size up to out of memory,
+  loader settings, models, process counts), resumable, with tables and a recommendation.
+- ``colocate``: several jobs alone and then together on one host; slowdown and why.
+- ``parity``: the same training on 1 process and on N; does the accuracy hold.
+
+Python API::
+
+    from scaleprobe.experiments import run_sweep, run_colocate
+    records = run_sweep("examples/sweep_batch_mobilenet_v2.toml", "out")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["run_colocate", "run_sweep"]
+
+
+def __getattr__(name: str) -> Any:  # imported on first use: the package import stays light
+    if name == "run_sweep":
+        from scaleprobe.experiments.sweep import run_sweep
+
+        return run_sweep
+    if name == "run_colocate":
+        from scaleprobe.experiments.colocate import run_colocate
+
+        return run_colocate
+    raise AttributeError(name)

@@ -1,0 +1,269 @@
+"""Co-located jobs: K training jobs run first alone (one after another), then all at once, on
+one shared device or each pinned to its own (a GPU each, or on a CPU host a CPU set each).
+
+A spec::
+
+    [colocate]
+    id = "three-mobilenets"     # label in results (default: file name)
+    placement = "shared"        # shared | pinned
+    seconds = 15                # timed window of every job, alone and together
+    # steps = 40                # or a fixed number of timed steps instead
+    warmup_steps = 2
+
+    [base]                      # run options common to every job
+    dataset = "synthetic"
+
+    [[job]]                     # one table per job: any run options
+    name = "mnv2-b32"
+    model = "mobilenet_v2"
+    batch_size = 32
+
+Together, the jobs start their training at the same moment: each point process finishes its
+imports, announces it is ready, and waits for a start file. A time-boxed window (``seconds``)
+keeps every job training for the whole time the others do, so the steps compared really
+overlapped; with fixed ``steps`` a fast job may finish while a slow one is still running.
+In both phases each job has the same placement, so a slowdown is interference, not fewer cores.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+
+from scaleprobe import config as C
+from scaleprobe import results as res
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
+from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.sweep import preflight
+from scaleprobe.experiments.verdict import JobFigures, throughput_line, totals, verdict
+
+OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
+           "warmup_steps": int}
+READY_TIMEOUT_S = 300.0
+SAMPLE_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class ColocateSpec:
+    colocate_id: str
+    placement: str  # shared | pinned
+    jobs: list[tuple[str, C.RunConfig]]
+
+
+def _timing(opts: dict[str, Any]) -> dict[str, Any]:
+    common = {"train.epochs": None, "train.warmup_steps": opts.get("warmup_steps", 2),
+              "measure.progress": False}
+    if "steps" in opts:
+        return {**common, "train.steps": opts["steps"]}
+    seconds = float(opts.get("seconds", 15))
+    if seconds <= 0:
+        raise ConfigError("[colocate] seconds must be positive")
+    # a time-boxed window: never "stable" early, stop after `seconds` of timed steps
+    return {**common, "train.steps": "auto", "train.max_seconds": seconds,
+            "train.max_steps": 1_000_000, "train.min_steps": 3, "measure.stable_rel_ci": 0.0}
+
+
+def _options(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    opts = doc.get("colocate", {})
+    if not isinstance(opts, dict):
+        raise ConfigError(f"{where}: [colocate] must be a table")
+    for k, v in opts.items():
+        if k not in OPTIONS:
+            raise ConfigError(f"{where}: unknown [colocate] option '{k}' "
+                              f"(options: {', '.join(OPTIONS)})")
+        if not isinstance(v, OPTIONS[k]) or isinstance(v, bool):
+            raise ConfigError(f"{where}: [colocate] {k} has the wrong type: {v!r}")
+    if "steps" in opts and "seconds" in opts:
+        raise ConfigError(f"{where}: give [colocate] seconds or steps, not both")
+    if opts.get("placement", "shared") not in ("shared", "pinned"):
+        raise ConfigError(f"{where}: placement must be 'shared' or 'pinned', "
+                          f"got '{opts['placement']}'")
+    return opts
+
+
+def load_colocate_spec(spec: str | Path | dict[str, Any],
+                       overrides: dict[str, Any] | None = None,
+                       placement: str | None = None) -> ColocateSpec:
+    """Read and check a colocate spec; ``overrides`` (flat run options) apply to every job,
+    ``placement`` replaces the spec's."""
+    if isinstance(spec, dict):
+        doc, where, stem = spec, "colocate spec", "colocate"
+    else:
+        doc, where, stem = C.load_toml(spec), str(spec), Path(spec).stem
+    unknown = sorted(set(doc) - {"colocate", "base", "job"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; "
+                          "a colocate spec has [colocate], [base] and [[job]]")
+    if placement is not None:
+        doc = {**doc, "colocate": {**doc.get("colocate", {}), "placement": placement}}
+    opts = _options(doc, where)
+    jobs_doc = doc.get("job")
+    if not isinstance(jobs_doc, list) or len(jobs_doc) < 2:
+        raise ConfigError(f"{where}: give at least two [[job]] tables")
+    base = C.flatten(doc.get("base", {}))
+    base.update({C.resolve_key(k): v for k, v in (overrides or {}).items()})
+    timing = _timing(opts)
+    jobs: list[tuple[str, C.RunConfig]] = []
+    for i, job in enumerate(jobs_doc):
+        flat = {**base, **C.flatten(job), **timing}
+        name = str(flat.get("name") or f"job{i + 1}")
+        flat["name"] = name
+        try:
+            jobs.append((name, C.build(flat)))
+        except ConfigError as e:
+            raise ConfigError(f"{where}: job '{name}': {e}") from None
+    names = [n for n, _ in jobs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: job names must differ, got {names}")
+    return ColocateSpec(opts.get("id", stem), opts.get("placement", "shared"), jobs)
+
+
+@dataclass
+class _Ctx:
+    spec: ColocateSpec
+    out: Path
+    procs: ProcessSet
+    console: Console | None
+
+    def say(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text, markup=False, highlight=False)
+
+
+def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str,
+             place: dict[str, Any]) -> dict[str, Any]:
+    exp = {"id": ctx.spec.colocate_id, "kind": "colocate",
+           "point": {"job": name, "phase": phase}, "attempt": new_attempt()}
+    return {"config": cfg.to_dict(), "experiment": exp, "cpus": place.get("cpus")}
+
+
+def _run_alone(ctx: _Ctx, plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    recs = []
+    for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
+        payload = _payload(ctx, name, cfg, "alone", place)
+        t0 = time.monotonic()
+        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-alone", place.get("env"))
+        rc = ctx.procs.wait(proc)
+        rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
+        ctx.say(f"alone    {name}: {rec['status']} ({time.monotonic() - t0:.1f}s)")
+        recs.append(rec)
+    return recs
+
+
+def _wait_ready(ready: list[Path], procs: list[Any]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not all(p.exists() for p in ready):
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            return  # a job ended early: start the rest anyway; its record says why
+        time.sleep(0.02)
+
+
+def _run_together(ctx: _Ctx, plan: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
+                                                                   dict[str, Any]]:
+    gate = ctx.out / "points" / f"together-{new_attempt()}"
+    gate.mkdir(parents=True, exist_ok=True)
+    started = []
+    for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
+        payload = _payload(ctx, name, cfg, "together", place)
+        payload["barrier"] = {"ready": str(gate / f"{name}.ready"), "go": str(gate / "go")}
+        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-together", place.get("env"))
+        started.append((name, cfg, payload, proc))
+    procs = [s[3] for s in started]
+    _wait_ready([gate / f"{n}.ready" for n, *_ in started], procs)
+    gpu = gpu_sampler(plan)
+    psutil.cpu_percent(None)  # prime the machine-wide counter
+    (gate / "go").touch()
+    t_go, cpu, gpus, overlap_s = time.monotonic(), [], [], 0.0
+    while any(p.poll() is None for p in procs):
+        time.sleep(SAMPLE_EVERY_S)
+        if all(p.poll() is None for p in procs):
+            cpu.append(psutil.cpu_percent(None))
+            g = gpu()
+            if g is not None:
+                gpus.append(g)
+            overlap_s = time.monotonic() - t_go
+    recs = []
+    for name, cfg, payload, proc in started:
+        rc = ctx.procs.wait(proc)
+        rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
+        ctx.say(f"together {name}: {rec['status']}")
+        recs.append(rec)
+    machine = {"cpu_util_pct": sum(cpu) / len(cpu) if cpu else None,
+               "gpu_util_pct": _jobs_gpu_util(recs) or (sum(gpus) / len(gpus) if gpus else None),
+               "overlap_s": overlap_s, "wall_s": time.monotonic() - t_go}
+    return recs, machine
+
+
+def _jobs_gpu_util(recs: list[dict[str, Any]]) -> float | None:
+    """GPU utilisation over the jobs' own timed windows (NVML reads the whole device, so on a
+    shared GPU each job sees everyone's work); None unless every job has a reading."""
+    vals = [res.get(r, "metrics.gpu_util_pct") for r in recs]
+    return sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
+
+
+def _figures(name: str, alone: dict[str, Any], together: dict[str, Any]) -> JobFigures:
+    def m(rec: dict[str, Any], k: str) -> float | None:
+        return res.get(rec, f"metrics.{k}") if rec.get("status") == "ok" else None
+
+    return JobFigures(name, m(alone, "samples_per_s"), m(together, "samples_per_s"),
+                      m(alone, "epoch_time_s"), m(together, "epoch_time_s"))
+
+
+def _threads(recs: list[dict[str, Any]]) -> int | None:
+    n = [res.get(r, "env.threads") for r in recs]
+    return sum(n) if n and all(isinstance(v, int) for v in n) else None
+
+
+def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
+                 overrides: dict[str, Any] | None = None, progress: bool = True,
+                 console: Console | None = None, placement: str | None = None) -> dict[str, Any]:
+    """Run every job alone, then all together; append and return the ``kind: colocate``
+    record (its point runs are run records with ``experiment.kind == "colocate"``)."""
+    from scaleprobe.experiments.verdict import render_colocate
+
+    cs = load_colocate_spec(spec, overrides, placement)
+    out = Path(out_dir) if out_dir is not None else Path(cs.jobs[0][1].out)
+    cs = ColocateSpec(cs.colocate_id, cs.placement,
+                      [(n, C.build({"out": str(out)}, cfg)) for n, cfg in cs.jobs])
+    preflight([cfg for _, cfg in cs.jobs])
+    out.mkdir(parents=True, exist_ok=True)
+    con = (console or Console(stderr=True)) if progress else None
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else list(range(os.cpu_count() or 1))
+    plan, note = plan_placement(len(cs.jobs), cs.placement, cpus, gpu_count())  # no CUDA init
+    ctx = _Ctx(cs, out, ProcessSet(), con)
+    ctx.say(f"placement: {note}")
+    try:
+        alone = _run_alone(ctx, plan)
+        together, machine = _run_together(ctx, plan)
+    except BaseException:
+        ctx.procs.stop_all()
+        raise
+    jobs = [_figures(n, a, t) for (n, _), a, t in zip(cs.jobs, alone, together, strict=True)]
+    n_gpus = gpu_count()
+    share_gpu = n_gpus > 0 and (cs.placement == "shared" or len(cs.jobs) > n_gpus)
+    v, evidence = verdict(jobs, machine["cpu_util_pct"], machine["gpu_util_pct"],
+                          share_gpu=share_gpu, cores=len(cpus), threads_total=_threads(together),
+                          placement=cs.placement)
+    rec = {"kind": "colocate", "schema": res.SCHEMA,
+           "experiment": {"id": cs.colocate_id, "kind": "colocate"},
+           "placement": cs.placement, "placement_note": note, "cpu_sets": [p.get("cpus")
+                                                                        for p in plan],
+           "jobs": [j.to_dict() for j in jobs], **totals(jobs),
+           "cpu_util_pct_together": machine["cpu_util_pct"],
+           "gpu_util_pct_together": machine["gpu_util_pct"],
+           "overlap_s": machine["overlap_s"], "verdict": v, "evidence": evidence,
+           "throughput": throughput_line(totals(jobs), len(jobs)),
+           "run_ids": {"alone": [r.get("run_id") for r in alone],
+                       "together": [r.get("run_id") for r in together]},
+           "finished_at": res.utc_now()}
+    res.append_jsonl(out / res.RESULTS_FILE, rec)
+    (out / "colocate.md").write_text(render_colocate(rec))
+    return rec

@@ -1,0 +1,129 @@
+"""One experiment point in its own process: fresh memory accounting, and a crash or an
+out-of-memory error cannot take the sweep down.
+
+    python -m scaleprobe.experiments.point POINT.json
+
+``POINT.json`` holds ``config`` (``RunConfig.to_dict()``), ``experiment`` (``{id, kind, point,
+attempt}``) and optionally ``cpus`` (a CPU set to pin to) and ``barrier`` (``{ready, go}``
+file paths: announce that imports are done, then wait for the start signal, so co-located
+jobs start training together). The run appends its record to ``OUT/results.jsonl``; the exit
+status is the run's (0 ok, 3 out of memory, 130 interrupted, 1 failed, 2 user error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import results as res
+
+BARRIER_TIMEOUT_S = 300.0
+
+
+def failed_record(cfg_dict: dict[str, Any], key: str, name: str, experiment: dict[str, Any],
+                  error: str, status: str = "failed") -> dict[str, Any]:
+    """A run record for a point that never produced one of its own."""
+    rec = res.new_run_record(cfg_dict, res.make_run_id(name), name, key)
+    rec["status"], rec["error"] = status, error[:1000]
+    rec["experiment"] = experiment
+    rec["finished_at"] = res.utc_now()
+    return rec
+
+
+def find_attempt(records: list[dict[str, Any]], attempt: str) -> dict[str, Any] | None:
+    for rec in reversed(records):
+        if (rec.get("experiment") or {}).get("attempt") == attempt:
+            return rec
+    return None
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process when the sweep that started it dies."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _sigterm_as_interrupt() -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _wait_barrier(barrier: dict[str, str]) -> None:
+    import scaleprobe.engine  # noqa: F401  (the slow imports happen before the start line)
+    import scaleprobe.measure.monitor  # noqa: F401
+
+    Path(barrier["ready"]).touch()
+    deadline = time.monotonic() + BARRIER_TIMEOUT_S
+    go = Path(barrier["go"])
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the start signal never came (the parent is gone?)")
+        time.sleep(0.01)
+
+
+def run_point(payload: dict[str, Any]) -> int:
+    from scaleprobe import runner
+    from scaleprobe.config import from_dict
+    from scaleprobe.errors import ScaleprobeError
+
+    exp = payload["experiment"]
+    cfg = from_dict(payload["config"])
+    if payload.get("cpus") and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
+        os.sched_setaffinity(0, set(payload["cpus"]))
+    try:
+        if payload.get("barrier"):
+            _wait_barrier(payload["barrier"])
+        rec = runner.execute(cfg, experiment=exp)
+    except KeyboardInterrupt:
+        _record(cfg, exp, "interrupted by the user (Ctrl+C)", "interrupted")
+        return 130
+    except ScaleprobeError as e:
+        print(f"scaleprobe: error: {e}", file=sys.stderr)
+        _record(cfg, exp, str(e))
+        return e.exit_code
+    except Exception as e:  # noqa: BLE001  (recorded, never lost)
+        traceback.print_exc()
+        _record(cfg, exp, f"{type(e).__name__}: {e}")
+        return 1
+    print(f"point {exp.get('point')}: {rec['status']}"
+          + (f" ({rec['error']})" if rec.get("error") else ""))
+    return runner.exit_code(rec)
+
+
+def _record(cfg: Any, exp: dict[str, Any], error: str, status: str = "failed") -> None:
+    from scaleprobe.runner import default_name
+
+    name = cfg.name or default_name(cfg)
+    rec = failed_record(cfg.to_dict(), cfg.key(), name, exp, error, status)
+    res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m scaleprobe.experiments.point POINT.json", file=sys.stderr)
+        return 2
+    _die_with_parent()
+    _sigterm_as_interrupt()
+    payload = json.loads(Path(argv[0]).read_text())
+    return run_point(payload)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The experiment's progress bar (points done / total, ETA) and one line per finished point.
+
+Each point's own training bar is off (``measure.progress = false``); this is the only bar.
+With ``enabled=False`` nothing is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from scaleprobe.experiments.spec import Point, describe
+from scaleprobe.report.fmt import bytes_, rate
+
+STYLE = {"ok": "green", "oom": "yellow", "skipped": "yellow"}
+
+
+class SweepProgress:
+    def __init__(self, enabled: bool = True, console: Console | None = None,
+                 label: str = "sweep") -> None:
+        self.enabled = enabled
+        self.console = console or Console(file=sys.stderr)
+        self.label = label
+        self._bar: Any = None
+        self._task: Any = None
+        self.completed = 0
+        self.total = 0
+        self.run_s: list[float] = []  # wall time of each point run (not resumed)
+        self._t_point = time.monotonic()
+
+    def start(self, total: int) -> None:
+        self.total = total
+        if not self.enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                             MofNCompleteColumn(), TextColumn("points"), TimeElapsedColumn(),
+                             TextColumn("ETA {task.fields[eta]}"),
+                             TextColumn("{task.fields[note]}"), console=self.console,
+                             transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task(self.label, total=total or None, note="", eta="-")
+
+    def eta(self) -> str:
+        """Mean duration of the points run so far times the points left (resumed points take
+        no time and do not count)."""
+        if not self.run_s or not self.total:
+            return "-"
+        left_s = sum(self.run_s) / len(self.run_s) * max(0, self.total - self.completed)
+        return time.strftime("%H:%M:%S", time.gmtime(left_s))
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def set_remaining(self, remaining: int) -> None:
+        """For searches whose length is not known in advance: done so far + an estimate."""
+        self.total = self.completed + remaining
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total or None, eta=self.eta())
+
+    def point_started(self, point: Point) -> None:
+        self._t_point = time.monotonic()
+        if self._bar is not None:
+            self._bar.update(self._task, note=escape(describe(point.axes)))
+
+    def _advance(self) -> None:
+        self.completed += 1
+        self.total = max(self.total, self.completed)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.completed, total=self.total,
+                             eta=self.eta())
+
+    def point_done(self, point: Point, rec: dict[str, Any], resumed: bool = False) -> None:
+        status = rec.get("status", "failed")
+        m = rec.get("metrics") or {}
+        if status == "ok":
+            peak = m.get("peak_mem_bytes") or {}
+            where = "device" if peak.get("device_allocated") is not None else "host"
+            detail = (f"{rate(m.get('samples_per_s'))} samples/s, peak "
+                      f"{bytes_(peak.get('device_allocated') or peak.get('host'))} {where}")
+        else:
+            detail = str(rec.get("error") or "")[:160]
+        if not resumed:
+            self.run_s.append(time.monotonic() - self._t_point)
+        self._advance()
+        when = "done before, not rerun" if resumed else f"{self.run_s[-1]:.1f}s"
+        self._line(point, status, f"{detail} ({when})")
+
+    def point_skipped(self, point: Point, reason: str) -> None:
+        self._advance()
+        self._line(point, "skipped", reason)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(escape(text), soft_wrap=True)
+
+    def _line(self, point: Point, status: str, detail: str) -> None:
+        if not self.enabled:
+            return
+        style = STYLE.get(status, "red")
+        self.console.print(f"[{self.completed}/{self.total}] {escape(describe(point.axes))}: "
+                           f"[{style}]{status}[/{style}]  {escape(detail)}", soft_wrap=True)

@@ -1,0 +1,231 @@
+"""Sweep specifications: a ``[base]`` run configuration, a ``[grid]`` of axes, and the points
+their cartesian product gives.
+
+A spec is a TOML file (or the same structure as a dict)::
+
+    [sweep]
+    id = "mobilenet_v2-batch"   # label of this experiment in results (default: file name)
+    batch_start = 16            # batch_size = "auto": the first size tried
+    batch_max = 4096            # batch_size = "auto": never beyond this
+    max_probes = 12             # batch_size = "auto": at most this many runs per search
+    batch_round = 8             # batch_size = "auto": sizes are multiples of this
+    skip_invalid = false        # drop grid points whose combination is invalid
+
+    [base]                      # any run option, as in a run TOML file
+    model = "mobilenet_v2"
+    steps = 10
+    [base.data]
+    image_size = 32
+
+    [grid]                      # axes: any run option, a list of values each
+    batch_size = [16, 32, 64]   # or "auto"
+    workers = [1, 2]
+
+No torch import here: the sweep parent stays light, each point runs in its own process.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import config as C
+from scaleprobe.errors import ConfigError
+
+BATCH_KEYS = ("train.batch_size", "train.global_batch")
+SWEEP_OPTIONS = {
+    "id": str, "batch_start": int, "batch_max": int, "max_probes": int, "batch_round": int,
+    "skip_invalid": bool,
+}
+
+
+@dataclass(frozen=True)
+class Axis:
+    key: str  # full dotted config key, e.g. train.batch_size
+    label: str  # as the spec wrote it, e.g. batch_size
+    values: tuple[Any, ...]  # () when auto
+    auto: bool = False  # batch_size = "auto": searched, not listed
+
+
+@dataclass(frozen=True)
+class Point:
+    axes: dict[str, Any]  # label -> value, stored as the run record's experiment.point
+    overrides: dict[str, Any]  # full key -> value, applied on top of the base
+
+
+@dataclass
+class SweepSpec:
+    sweep_id: str
+    base: dict[str, Any]  # flat {full key: value}
+    axes: list[Axis]
+    batch_start: int = 16
+    batch_max: int = 4096
+    max_probes: int = 12
+    batch_round: int = 8
+    skip_invalid: bool = False
+    dropped: list[str] = field(default_factory=list)  # invalid points left out (skip_invalid)
+
+    @property
+    def batch_axis(self) -> Axis | None:
+        return next((a for a in self.axes if a.key in BATCH_KEYS), None)
+
+    @property
+    def auto(self) -> bool:
+        return bool(self.batch_axis and self.batch_axis.auto)
+
+    def base_config(self, out: str | None = None) -> C.RunConfig:
+        over = dict(self.base)
+        over["measure.progress"] = False
+        if out is not None:
+            over["out"] = out
+        return C.build(over)
+
+    def config(self, point: Point, out: str | None = None) -> C.RunConfig:
+        return C.build({**self.base, **point.overrides, "measure.progress": False,
+                        **({"out": out} if out is not None else {})})
+
+
+def _table(doc: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    v = doc.get(name, {})
+    if not isinstance(v, dict):
+        raise ConfigError(f"{where}: [{name}] must be a table")
+    return v
+
+
+def _sweep_options(opts: dict[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in opts.items():
+        if k not in SWEEP_OPTIONS:
+            from scaleprobe.registry import suggest
+
+            near = suggest(k, SWEEP_OPTIONS)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise ConfigError(f"{where}: unknown [sweep] option '{k}'{hint}")
+        typ = SWEEP_OPTIONS[k]
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            raise ConfigError(f"{where}: [sweep] {k} must be a {typ.__name__}, got {v!r}")
+        if typ is int and v < 1:
+            raise ConfigError(f"{where}: [sweep] {k} must be at least 1, got {v}")
+        out[k] = v
+    if out.get("batch_start", 16) > out.get("batch_max", 4096):
+        raise ConfigError(f"{where}: batch_start is larger than batch_max")
+    return out
+
+
+def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
+    if not grid:
+        raise ConfigError(f"{where}: the [grid] is empty; give at least one axis, "
+                          "e.g. batch_size = [16, 32, 64]")
+    labels = _labels(grid)
+    axes: list[Axis] = []
+    for key, values in C.flatten(grid).items():
+        label = labels.get(key, key)
+        if values == "auto" and key == "train.batch_size":
+            axes.append(Axis(key, label, (), auto=True))
+            continue
+        if not isinstance(values, list):
+            raise ConfigError(f"{where}: grid axis '{label}' must be a list of values "
+                              f"(or \"auto\" for batch_size), got {values!r}")
+        if not values:
+            raise ConfigError(f"{where}: grid axis '{label}' has no values")
+        if len(set(map(repr, values))) != len(values):
+            raise ConfigError(f"{where}: grid axis '{label}' repeats a value: {values}")
+        vals = [C.parse_value(key, v) for v in values]
+        if key in BATCH_KEYS:
+            vals = _sorted_batches(label, vals, where)
+        axes.append(Axis(key, label, tuple(vals)))
+    if sum(a.key in BATCH_KEYS for a in axes) > 1:
+        raise ConfigError(f"{where}: sweep either batch_size or global_batch, not both")
+    # the batch axis varies fastest, so an out-of-memory size skips the larger ones after it
+    return [a for a in axes if a.key not in BATCH_KEYS] + [a for a in axes if a.key in BATCH_KEYS]
+
+
+def _labels(grid: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in grid.items():
+        if isinstance(v, dict) and k in C.SECTIONS:
+            for kk in v:
+                out[C.resolve_key(f"{k}.{kk}")] = kk
+        else:
+            out[C.resolve_key(k)] = k.replace("-", "_")
+    return out
+
+
+def _sorted_batches(label: str, vals: list[Any], where: str) -> list[int]:
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in vals):
+        raise ConfigError(f"{where}: grid axis '{label}' needs positive whole numbers, got {vals}")
+    return sorted(vals)
+
+
+def load_spec(spec: str | Path | dict[str, Any],
+              overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """Read and check a sweep spec. ``overrides`` (flat run options, e.g. from command-line
+    flags) replace the base's values; they may not name a grid axis."""
+    if isinstance(spec, dict):
+        doc, where, stem = spec, "sweep spec", "sweep"
+    else:
+        doc, where, stem = C.load_toml(spec), str(spec), Path(spec).stem
+    unknown = sorted(set(doc) - {"sweep", "base", "grid"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; "
+                          "a sweep spec has [sweep], [base] and [grid]")
+    opts = _sweep_options(_table(doc, "sweep", where), where)
+    base = C.flatten(_table(doc, "base", where))
+    axes = _axes(_table(doc, "grid", where), where)
+    for k, v in (overrides or {}).items():
+        full = C.resolve_key(k)
+        axis = next((a for a in axes if a.key == full), None)
+        if axis is not None:
+            raise ConfigError(f"'{axis.label}' is a grid axis in {where}; "
+                              "change the grid instead of overriding it")
+        base[full] = v
+    sp = SweepSpec(sweep_id=opts.pop("id", stem), base=base, axes=axes, **opts)
+    C.build({**base, "measure.progress": False})  # the base alone must be valid
+    return sp
+
+
+def points(sp: SweepSpec, batch_size: int | None = None) -> list[Point]:
+    """The grid's points in run order (batch axis fastest). For an auto batch axis, the
+    points of the other axes at ``batch_size`` (default: the search's first size)."""
+    lists = []
+    for a in sp.axes:
+        if a.auto:
+            lists.append([(a, batch_size or sp.batch_start)])
+        else:
+            lists.append([(a, v) for v in a.values])
+    return [Point({a.label: v for a, v in combo}, {a.key: v for a, v in combo})
+            for combo in itertools.product(*lists)]
+
+
+def check_points(sp: SweepSpec, out: str | None = None) -> list[Point]:
+    """Validate every point (all of them, before anything runs). An invalid combination is an
+    error naming the point, or, with ``skip_invalid``, left out and listed in ``sp.dropped``."""
+    good: list[Point] = []
+    sp.dropped = []
+    for p in points(sp):
+        try:
+            sp.config(p, out)
+        except ConfigError as e:
+            label = describe(p.axes)
+            if not sp.skip_invalid:
+                raise ConfigError(f"grid point {label}: {e} "
+                                  "(set skip_invalid = true in [sweep] to leave such points out)"
+                                  ) from None
+            sp.dropped.append(f"{label}: {e}")
+            continue
+        good.append(p)
+    if not good:
+        raise ConfigError("no valid point in the grid")
+    return good
+
+
+def describe(axes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in axes.items())
+
+
+def group_key(p: Point, batch_label: str | None) -> tuple[tuple[str, str], ...]:
+    """The point's values on every axis except the batch axis (points that share a group
+    differ only in batch size)."""
+    return tuple((k, repr(v)) for k, v in p.axes.items() if k != batch_label)

@@ -1,0 +1,217 @@
+"""Run a sweep: every grid point in its own process, resumable, with tables at the end.
+
+    records = run_sweep("examples/sweep_batch_mobilenet_v2.toml", "out")
+    records = run_sweep({"base": {"model": "digits_cnn", "steps": 3},
+                         "grid": {"batch_size": [16, 32]}}, "out", progress=False)
+
+Points already in ``OUT/results.jsonl`` (same ``RunConfig.key()``, status ok or oom) are not
+run again; failed ones are. A point that runs out of memory skips the larger batch sizes of
+its group (the points that differ from it only in batch size). Ctrl+C stops the running point
+and everything it started within seconds; finished points stay on disk.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from scaleprobe import results as res
+from scaleprobe.experiments.batch_search import BatchSearch
+from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.progress import SweepProgress
+from scaleprobe.experiments.spec import (
+    Point,
+    SweepSpec,
+    check_points,
+    describe,
+    group_key,
+    load_spec,
+)
+
+DONE = ("ok", "oom")
+
+
+@dataclass
+class SweepState:
+    spec: SweepSpec
+    out: Path
+    bar: SweepProgress
+    procs: ProcessSet = field(default_factory=ProcessSet)
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> ok/oom record
+    records: list[dict[str, Any]] = field(default_factory=list)  # this sweep's, in run order
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # points not run, and why
+    searches: list[dict[str, Any]] = field(default_factory=list)  # batch_size = "auto"
+    started: int = 0  # point processes started by this call
+
+    @property
+    def results_path(self) -> Path:
+        return self.out / res.RESULTS_FILE
+
+
+def completed_runs(results_path: Path) -> dict[str, dict[str, Any]]:
+    """``{config key: record}`` of the runs that need no repeat (ok, or out of memory)."""
+    done: dict[str, dict[str, Any]] = {}
+    for rec in res.runs(res.read_jsonl(results_path)):
+        if rec.get("status") in DONE and rec.get("key"):
+            done[rec["key"]] = rec
+    return done
+
+
+def _slug(point: Point) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", describe(point.axes).replace(", ", "-"))[:80]
+
+
+def run_point(st: SweepState, point: Point) -> dict[str, Any]:
+    """Run one point in its own process (or reuse its earlier record) and return its record."""
+    cfg = st.spec.config(point, str(st.out))
+    key = cfg.key()
+    if key in st.done:  # shown as this sweep's point, whichever run measured it
+        rec = st.done[key]
+        rec = {**rec, "experiment": {"id": st.spec.sweep_id, "kind": "sweep",
+                                     "point": dict(point.axes), "reused": rec.get("run_id")}}
+        st.records.append(rec)
+        st.bar.point_done(point, rec, resumed=True)
+        return rec
+    exp = {"id": st.spec.sweep_id, "kind": "sweep", "point": dict(point.axes),
+           "attempt": new_attempt()}
+    st.bar.point_started(point)
+    proc = st.procs.start({"config": cfg.to_dict(), "experiment": exp}, st.out / "points",
+                          _slug(point))
+    st.started += 1
+    rc = st.procs.wait(proc)
+    rec = collect_record(proc, rc, cfg, exp, st.results_path)
+    if rec.get("status") in DONE:
+        st.done[key] = rec
+    st.records.append(rec)
+    st.bar.point_done(point, rec)
+    return rec
+
+
+def _skip(st: SweepState, point: Point, reason: str) -> None:
+    st.skipped.append({"point": dict(point.axes), "status": "oom", "reason": reason})
+    st.bar.point_skipped(point, reason)
+
+
+def _run_grid(st: SweepState, pts: list[Point]) -> None:
+    axis = st.spec.batch_axis
+    label = axis.label if axis else None
+    oom_at: dict[Any, int] = {}
+    for p in pts:
+        group = group_key(p, label)
+        size = p.axes.get(label) if label else None
+        if size is not None and group in oom_at and size >= oom_at[group]:
+            _skip(st, p, f"not run: batch {oom_at[group]} already ran out of memory")
+            continue
+        rec = run_point(st, p)
+        if rec["status"] == "oom" and size is not None:
+            oom_at[group] = min(size, oom_at.get(group, size))
+
+
+def _with_batch(p: Point, label: str, key: str, size: int) -> Point:
+    return Point({**p.axes, label: size}, {**p.overrides, key: size})
+
+
+def _run_auto(st: SweepState, groups: list[Point]) -> None:
+    sp = st.spec
+    axis = sp.batch_axis
+    assert axis is not None
+    per_search = BatchSearch(sp.batch_start, sp.batch_max, sp.max_probes,
+                             sp.batch_round).estimate_remaining()
+    for n, base_point in enumerate(groups):
+        search = BatchSearch(sp.batch_start, sp.batch_max, sp.max_probes, sp.batch_round)
+        while (size := search.next_size()) is not None:
+            st.bar.set_remaining(search.estimate_remaining()
+                                 + per_search * (len(groups) - n - 1))
+            rec = run_point(st, _with_batch(base_point, axis.label, axis.key, size))
+            status = rec["status"] if rec["status"] in DONE else "failed"
+            search.report(size, status)
+        others = {k: v for k, v in base_point.axes.items() if k != axis.label}
+        st.searches.append({"group": others, "largest_fit": search.largest_fit,
+                            "first_oom": search.first_oom, "probes": search.probes,
+                            "summary": search.summary()})
+        st.bar.note(f"{describe(others) or 'search'}: {search.summary()}")
+    st.bar.set_remaining(0)
+
+
+def _sweep_record(st: SweepState, report: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": res.SCHEMA,
+        "kind": "sweep",
+        "experiment": {"id": st.spec.sweep_id, "kind": "sweep"},
+        "axes": {a.label: ("auto" if a.auto else list(a.values)) for a in st.spec.axes},
+        "points": [{"point": (r.get("experiment") or {}).get("point"), "key": r.get("key"),
+                    "run_id": r.get("run_id"), "status": r.get("status")} for r in st.records],
+        "skipped": st.skipped,
+        "searches": st.searches,
+        "dropped": st.spec.dropped,
+        "points_run": st.started,  # processes started by this invocation (0: all resumed)
+        "recommendation": report.get("recommendation"),
+        "finished_at": res.utc_now(),
+    }
+
+
+def sweep_out_dir(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
+                  overrides: dict[str, Any] | None = None) -> Path:
+    """Where a sweep writes: ``out_dir``, else the base configuration's ``out``."""
+    if out_dir is not None:
+        return Path(out_dir)
+    return Path(load_spec(spec, overrides).base_config().out)
+
+
+def preflight(configs: list[Any]) -> None:
+    """Names that build nothing (a model or dataset typo) fail here, in one line, before any
+    point runs; each distinct (model, dataset) pair is checked once."""
+    from scaleprobe.runner import preflight as check
+
+    seen: set[tuple[str, str]] = set()
+    for cfg in configs:
+        pair = (cfg.model.name, cfg.data.dataset)
+        if pair not in seen:
+            seen.add(pair)
+            check(cfg)
+
+
+def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
+              overrides: dict[str, Any] | None = None, progress: bool = True,
+              console: Console | None = None) -> list[dict[str, Any]]:
+    """Run (or resume) a sweep; returns the records of its points in run order.
+
+    Writes ``sweep.md`` and ``sweep.csv`` into the output folder and appends a ``kind: sweep``
+    summary record to its results.jsonl. Raises ConfigError for a bad spec before anything
+    runs, and KeyboardInterrupt (after stopping every point process) on Ctrl+C.
+    """
+    from scaleprobe.experiments.tables import sweep_report, write_report
+
+    sp = load_spec(spec, overrides)
+    out = Path(out_dir) if out_dir is not None else Path(sp.base_config().out)
+    pts = check_points(sp, str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id))
+    st.done = completed_runs(st.results_path)
+    preflight([c for c in (sp.config(p, str(out)) for p in pts)
+               if sp.auto or c.key() not in st.done])
+    for line in sp.dropped:
+        st.bar.note(f"left out (invalid): {line}")
+    st.bar.start(0 if sp.auto else len(pts))
+    try:
+        if sp.auto:
+            _run_auto(st, pts)
+        else:
+            _run_grid(st, pts)
+    except BaseException:
+        st.procs.stop_all()
+        st.bar.stop()
+        try:  # the tables of the points finished so far; never hide why the sweep stopped
+            write_report(out, sweep_report(st.records, st.skipped, st.searches, sp), True)
+        except Exception as e:  # noqa: BLE001
+            st.bar.note(f"could not write the partial tables: {type(e).__name__}: {e}")
+        raise
+    st.bar.stop()
+    report = sweep_report(st.records, st.skipped, st.searches, sp)
+    write_report(out, report)
+    res.append_jsonl(st.results_path, _sweep_record(st, report))
+    return st.records

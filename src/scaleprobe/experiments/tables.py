@@ -1,0 +1,207 @@
+"""A sweep's tables: batch size (memory, epoch time, their growth), loader settings (data wait,
+compute per step), or every point; printed at the end and written as sweep.md / sweep.csv.
+
+The batch-size and loader analysis and the recommendations come from ``scaleprobe.report.batch``;
+this module only chooses which tables a sweep gets and lays them out. ``sweep.csv`` holds the
+batch rows (raw figures, growth as fractions) for a batch sweep, else one row per point.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import results as res
+from scaleprobe.experiments.spec import BATCH_KEYS, SweepSpec
+from scaleprobe.report import batch as B
+from scaleprobe.report import fmt
+
+LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
+POINT_HEADERS = ("status", "samples/s", "step median", "epoch time", "peak host mem",
+                 "peak device mem", "data wait", "CPU util", "GPU util")
+POINT_CSV = ("status", "samples_per_s", "step_time_median_s", "epoch_time_s",
+             "epoch_time_projected", "peak_host_mem_bytes", "peak_device_mem_bytes",
+             "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "run_id", "error")
+
+
+def _point(rec: dict[str, Any]) -> dict[str, Any]:
+    return (rec.get("experiment") or {}).get("point") or {}
+
+
+def _peak_device(rec: dict[str, Any]) -> Any:
+    return (res.get(rec, "metrics.peak_mem_bytes.device_allocated")
+            or res.get(rec, "metrics.peak_mem_bytes.device_nvml"))
+
+
+def _raw_row(rec: dict[str, Any]) -> list[Any]:
+    g = res.get
+    return [rec.get("status"), g(rec, "metrics.samples_per_s"),
+            g(rec, "metrics.step_time_s.median"), g(rec, "metrics.epoch_time_s"),
+            g(rec, "metrics.epoch_time_projected"), g(rec, "metrics.peak_mem_bytes.host"),
+            _peak_device(rec), g(rec, "metrics.data_wait_fraction"),
+            g(rec, "metrics.cpu_util_pct"), g(rec, "metrics.gpu_util_pct"), rec.get("run_id"),
+            rec.get("error")]
+
+
+def _pretty_row(rec: dict[str, Any]) -> list[str]:
+    g = res.get
+    status = {"oom": "out of memory"}.get(rec.get("status"), rec.get("status"))
+    return [str(status), fmt.rate(g(rec, "metrics.samples_per_s")),
+            fmt.ms(g(rec, "metrics.step_time_s.median")),
+            fmt.seconds(g(rec, "metrics.epoch_time_s"),
+                        bool(g(rec, "metrics.epoch_time_projected"))),
+            fmt.bytes_(g(rec, "metrics.peak_mem_bytes.host")), fmt.bytes_(_peak_device(rec)),
+            fmt.pct(g(rec, "metrics.data_wait_fraction")),
+            fmt.pct_value(g(rec, "metrics.cpu_util_pct")),
+            fmt.pct_value(g(rec, "metrics.gpu_util_pct"))]
+
+
+def points_table(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+                 labels: list[str]) -> dict[str, Any]:
+    """Every point: its axes, then its figures (skipped points say why)."""
+    rows = [[_point(r).get(k) for k in labels] + _pretty_row(r) for r in records]
+    rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * 8 for s in skipped]
+    return {"title": "All points", "headers": [*labels, *POINT_HEADERS], "rows": rows}
+
+
+def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+               labels: list[str]) -> str:
+    """Machine-readable: raw figures in base units (bytes, seconds, fractions)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*labels, *POINT_CSV])
+    for r in records:
+        w.writerow([_point(r).get(k) for k in labels] + ["" if v is None else v
+                                                         for v in _raw_row(r)])
+    for s in skipped:
+        w.writerow([s["point"].get(k) for k in labels] + ["skipped"] + [""] * 10
+                   + [s["reason"]])
+    return buf.getvalue()
+
+
+BATCH_CSV = ("group", "batch_size", "devices", "status", "peak_mem_bytes", "memory_kind",
+             "mem_growth", "epoch_time_s", "epoch_projected", "epoch_growth", "samples_per_s",
+             "cpu_util_pct", "gpu_util_pct", "error")
+
+
+def with_skipped(runs: list[dict[str, Any]], skipped: list[dict[str, Any]],
+                 sweep_id: str) -> list[dict[str, Any]]:
+    """The runs plus a sweep record naming the points skipped after an out-of-memory run
+    (report.batch shows them as "out of memory" rows)."""
+    if not skipped:
+        return list(runs)
+    return [*runs, {"kind": "sweep", "experiment": {"id": sweep_id, "kind": "sweep"},
+                    "skipped": skipped}]
+
+
+def _by_group(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["group"], []).append(row)
+    return out
+
+
+def _title(prefix: str, group: str, sweep_id: str) -> str:
+    rest = group[len(sweep_id):].strip() if group.startswith(sweep_id) else group
+    return f"{prefix}: {rest}" if rest else prefix
+
+
+def batch_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(BATCH_CSV)
+    for row in rows:
+        w.writerow(["" if row.get(k) is None else row.get(k) for k in BATCH_CSV])
+    return buf.getvalue()
+
+
+def batch_sections(records: list[dict[str, Any]], sweep_id: str
+                   ) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """(Markdown sections, one per group of points that differ only in batch size; the CSV of
+    every row; the recommendation)."""
+    rows = B.batch_table(records)
+    rec = B.recommend_batch(records)
+    sections = [{"title": _title("Batch size", group, sweep_id),
+                 "headers": list(B.BATCH_HEADERS),
+                 "rows": [B.batch_cells(r) for r in group_rows]}
+                for group, group_rows in _by_group(rows).items()]
+    if sections:
+        sections[-1]["notes"] = rec["text"].splitlines()
+    return sections, batch_csv(rows), _plain(rec)
+
+
+def loader_sections(records: list[dict[str, Any]], sweep_id: str
+                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rows = B.loader_table(records)
+    rec = B.recommend_workers(records)
+    sections = [{"title": _title("Input pipeline", group, sweep_id),
+                 "headers": list(B.LOADER_HEADERS),
+                 "rows": [B.loader_cells(r) for r in group_rows]}
+                for group, group_rows in _by_group(rows).items()]
+    if sections:
+        sections[-1]["notes"] = [rec["text"]]
+    return sections, _plain(rec)
+
+
+def _plain(rec: dict[str, Any]) -> dict[str, Any]:
+    """The recommendation without the full table rows it quotes (for the sweep record)."""
+    keep = ("batch_size", "group", "samples_per_s", "epoch_time_s", "peak_mem_bytes",
+            "memory_kind", "samples_per_s_per_gib")
+    out: dict[str, Any] = {}
+    for k, v in rec.items():
+        if isinstance(v, dict) and "batch_size" in v:
+            out[k] = {kk: v.get(kk) for kk in keep if kk in v}
+        else:
+            out[k] = v
+    return out
+
+
+def _has(spec: SweepSpec, keys: tuple[str, ...]) -> bool:
+    return any(a.key in keys for a in spec.axes)
+
+
+def sweep_report(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+                 searches: list[dict[str, Any]], spec: SweepSpec) -> dict[str, Any]:
+    """Tables (title, headers, rows, notes), the CSV text, and the recommendation."""
+    labels = [a.label for a in spec.axes]
+    sections: list[dict[str, Any]] = []
+    recommendation: dict[str, Any] = {}
+    csv_text = None
+    runs = res.runs(records)
+    if _has(spec, BATCH_KEYS) and (runs or skipped):
+        batch, csv_text, recommendation["batch"] = batch_sections(
+            with_skipped(runs, skipped, spec.sweep_id), spec.sweep_id)
+        sections += batch
+    if _has(spec, LOADER_KEYS) and runs:
+        loader, recommendation["loader"] = loader_sections(runs, spec.sweep_id)
+        sections += loader
+    if not sections:
+        sections.append(points_table(runs, skipped, labels))
+    notes = [f"batch size search, {', '.join(f'{k}={v}' for k, v in s['group'].items()) or 'all'}"
+             f": {s['summary']}" for s in searches]
+    return {"id": spec.sweep_id, "sections": sections, "notes": notes,
+            "csv": csv_text or points_csv(runs, skipped, labels),
+            "recommendation": recommendation or None, "dropped": spec.dropped}
+
+
+def render_markdown(report: dict[str, Any], partial: bool = False) -> str:
+    lines = [f"# Sweep: {report['id']}", ""]
+    if partial:
+        lines += ["_Interrupted: the tables hold the points finished so far._", ""]
+    for sec in report["sections"]:
+        lines += [f"## {sec['title']}", "", fmt.md_table(sec["headers"], sec["rows"]), ""]
+        lines += [f"  {n}" if n.startswith("- ") else f"- {n}" for n in sec.get("notes", [])]
+        if sec.get("notes"):
+            lines.append("")
+    lines += [f"- {n}" for n in report["notes"]]
+    lines += [f"- left out (invalid combination): {d}" for d in report.get("dropped") or []]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(out: Path, report: dict[str, Any], partial: bool = False) -> str:
+    text = render_markdown(report, partial)
+    (out / "sweep.md").write_text(text)
+    (out / "sweep.csv").write_text(report["csv"])
+    return text

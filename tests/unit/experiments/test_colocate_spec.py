@@ -1,0 +1,54 @@
+"""Colocate specs: jobs, timing, placement, and the user's mistakes."""
+
+import pytest
+
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments.colocate import load_colocate_spec
+
+JOBS = [{"name": "a", "model": "digits_cnn", "batch_size": 16},
+        {"name": "b", "model": "linear", "batch_size": 32}]
+
+
+def doc(**colocate):
+    return {"colocate": colocate, "base": {"loader": "naive"}, "job": [dict(j) for j in JOBS]}
+
+
+def test_jobs_get_the_base_and_a_time_boxed_window():
+    cs = load_colocate_spec(doc(seconds=4, warmup_steps=1), {"data.dataset": "synthetic"})
+    assert cs.placement == "shared" and [n for n, _ in cs.jobs] == ["a", "b"]
+    a = cs.jobs[0][1]
+    assert a.model.name == "digits_cnn" and a.train.batch_size == 16 and a.name == "a"
+    assert a.data.loader == "naive" and a.data.dataset == "synthetic"
+    assert a.train.steps == "auto" and a.train.max_seconds == 4 and a.train.warmup_steps == 1
+    assert a.measure.stable_rel_ci == 0.0 and not a.measure.progress
+
+
+def test_fixed_steps_and_placement_override():
+    cs = load_colocate_spec(doc(steps=7, placement="shared"), placement="pinned")
+    assert cs.placement == "pinned" and all(c.train.steps == 7 for _, c in cs.jobs)
+
+
+def test_unnamed_jobs_are_numbered():
+    d = doc()
+    for j in d["job"]:
+        del j["name"]
+    assert [n for n, _ in load_colocate_spec(d).jobs] == ["job1", "job2"]
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"colocate": {"placment": "shared"}}, "unknown \\[colocate\\] option 'placment'"),
+    ({"colocate": {"placement": "spread"}}, "placement must be 'shared' or 'pinned'"),
+    ({"colocate": {"seconds": 2, "steps": 3}}, "seconds or steps, not both"),
+    ({"colocate": {"steps": "many"}}, "wrong type"),
+    ({"colocate": {"seconds": -1}}, "seconds must be positive"),
+    ({"job": [JOBS[0]]}, "at least two \\[\\[job\\]\\]"),
+    ({"job": [JOBS[0], JOBS[0]]}, "job names must differ"),
+    ({"job": [JOBS[0], {"name": "x", "batch_sise": 3}]}, "did you mean batch_size"),
+    ({"job": [JOBS[0], {"name": "x", "batch_size": 0}]}, "job 'x': batch size must be positive"),
+    ({"jobs": []}, "unknown table\\(s\\) jobs"),
+])
+def test_spec_errors(bad, needle):
+    d = {**doc(), **bad}
+    with pytest.raises(ConfigError, match=needle) as e:
+        load_colocate_spec(d)
+    assert "\n" not in str(e.value)

@@ -1,0 +1,100 @@
+"""Sweep specs: grid expansion, run order, and the errors a user can make."""
+
+import pytest
+
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments.spec import check_points, group_key, load_spec, points
+
+BASE = {"model": "digits_cnn", "loader": "naive", "steps": 3, "warmup_steps": 1}
+
+
+def spec(grid, **extra):
+    return {"base": dict(BASE), "grid": grid, **extra}
+
+
+def test_cartesian_product_with_batch_axis_fastest_and_sorted():
+    sp = load_spec(spec({"batch_size": [64, 16, 32], "model": ["digits_cnn", "linear"]}))
+    pts = check_points(sp)
+    assert [p.axes for p in pts] == [
+        {"model": "digits_cnn", "batch_size": 16}, {"model": "digits_cnn", "batch_size": 32},
+        {"model": "digits_cnn", "batch_size": 64}, {"model": "linear", "batch_size": 16},
+        {"model": "linear", "batch_size": 32}, {"model": "linear", "batch_size": 64}]
+    cfgs = [sp.config(p) for p in pts]
+    assert cfgs[3].model.name == "linear" and cfgs[3].train.batch_size == 16
+    assert all(not c.measure.progress and c.train.steps == 3 for c in cfgs)
+    assert len({c.key() for c in cfgs}) == 6
+
+
+def test_sections_full_keys_and_aliases_mix():
+    sp = load_spec({"base": {"train": {"steps": 2}, "data": {"loader": "naive"}},
+                    "grid": {"data": {"transform": ["light", "heavy"]}, "dist.nproc": [1]}})
+    pts = check_points(sp)
+    assert [p.axes for p in pts] == [{"transform": "light", "dist.nproc": 1},
+                                     {"transform": "heavy", "dist.nproc": 1}]
+    assert sp.config(pts[1]).data.transform == "heavy" and sp.config(pts[1]).train.steps == 2
+
+
+def test_points_share_a_group_when_only_batch_differs():
+    sp = load_spec(spec({"batch_size": [8, 16], "workers": [1, 2]}))
+    pts = points(sp)
+    groups = [group_key(p, "batch_size") for p in pts]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+
+
+def test_overrides_replace_the_base_but_not_an_axis():
+    sp = load_spec(spec({"batch_size": [8]}), {"model.name": "linear"})
+    assert sp.config(points(sp)[0]).model.name == "linear"
+    with pytest.raises(ConfigError, match="'batch_size' is a grid axis"):
+        load_spec(spec({"batch_size": [8]}), {"train.batch_size": "4"})
+
+
+def test_auto_batch_uses_the_start_size_for_validation():
+    sp = load_spec(spec({"batch_size": "auto", "model": ["digits_cnn", "linear"]},
+                        sweep={"batch_start": 4, "batch_max": 64}))
+    assert sp.auto and sp.batch_max == 64
+    pts = check_points(sp)
+    assert [p.axes["batch_size"] for p in pts] == [4, 4]
+
+
+@pytest.mark.parametrize("doc,needle", [
+    (spec({}), "the \\[grid\\] is empty"),
+    ({"base": BASE}, "the \\[grid\\] is empty"),
+    (spec({"batch_sise": [8]}), "unknown config key 'batch_sise'; did you mean batch_size"),
+    (spec({"workers": 2}), "grid axis 'workers' must be a list"),
+    (spec({"workers": []}), "grid axis 'workers' has no values"),
+    (spec({"workers": [1, 1]}), "repeats a value"),
+    (spec({"batch_size": [8, "big"]}), "not a valid int"),
+    (spec({"batch_size": [0, 8]}), "positive whole numbers"),
+    (spec({"workers": "auto"}), "must be a list"),
+    (spec({"batch_size": [8], "global_batch": [16]}), "not both"),
+    (spec({"batch_size": [8]}, sweep={"batch_strat": 8}), "did you mean batch_start"),
+    (spec({"batch_size": [8]}, sweep={"batch_max": "lots"}), "batch_max must be a int"),
+    (spec({"batch_size": "auto"}, sweep={"batch_start": 64, "batch_max": 32}),
+     "batch_start is larger than batch_max"),
+    ({**spec({"batch_size": [8]}), "grdi": {}}, "unknown table\\(s\\) grdi"),
+    ({"base": {"optimizer": "sgdd"}, "grid": {"batch_size": [8]}}, "unknown optimizer 'sgdd'"),
+])
+def test_spec_errors_are_one_clear_line(doc, needle):
+    with pytest.raises(ConfigError, match=needle) as e:
+        check_points(load_spec(doc))
+    assert "\n" not in str(e.value)
+
+
+def test_invalid_combination_names_the_point_or_is_left_out():
+    grid = {"strategy": ["single", "ddp"], "nproc": [1, 2]}
+    with pytest.raises(ConfigError, match="grid point strategy=single, nproc=2: .*use ddp"):
+        check_points(load_spec(spec(grid)))
+    sp = load_spec(spec(grid, sweep={"skip_invalid": True}))
+    pts = check_points(sp)
+    assert len(pts) == 3 and len(sp.dropped) == 1 and "strategy=single, nproc=2" in sp.dropped[0]
+
+
+def test_spec_file_name_is_the_default_id(tmp_path):
+    f = tmp_path / "my_sweep.toml"
+    f.write_text('[base]\nmodel = "linear"\n[grid]\nbatch_size = [8, 16]\n')
+    assert load_spec(f).sweep_id == "my_sweep"
+    f.write_text('[grid]\nbatch_size = [8, 16\n')
+    with pytest.raises(ConfigError, match="cannot parse"):
+        load_spec(f)
+    with pytest.raises(ConfigError, match="not found"):
+        load_spec(tmp_path / "missing.toml")
