@@ -172,5 +172,38 @@ def _mnist(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, 10, cfg.image_size or 28, f"MNIST at {root}")
 
 
+@DATASETS.register("voc", "Pascal VOC detection (VOCdevkit/VOC<year>) under --data-dir")
+def _voc(cfg: DataConfig, seed: int) -> Split:
+    root = _need_dir(cfg, "voc")
+    from scaleprobe.data.formats import VOC_CLASSES, open_voc
+
+    train = open_voc(root, "train")  # reads every annotation first: bad data stops here
+    val = open_voc(root, "val")
+    return Split(train, val, len(VOC_CLASSES) + 1, cfg.image_size or 320,
+                 f"Pascal VOC at {root} ({len(train)} train, {len(val)} val images)")
+
+
+def _lfw_pair_images(pairs: list[tuple[Path, Path, bool]]) -> Dataset:
+    """The images the pairs name, once each, with ``.pairs`` as (item, item, same)."""
+    from scaleprobe.data.formats.lfw import LFWFaces
+
+    paths = list(dict.fromkeys(p for a, b, _ in pairs for p in (a, b)))
+    faces = LFWFaces([(p, p.parent.name) for p in paths])
+    where = {p: i for i, p in enumerate(paths)}
+    faces.pairs = [(where[a], where[b], same) for a, b, same in pairs]
+    return faces
+
+
+@DATASETS.register("lfw", "LFW faces under --data-dir: train people, test pairs (face task)")
+def _lfw(cfg: DataConfig, seed: int) -> Split:
+    root = _need_dir(cfg, "lfw")
+    from scaleprobe.data.formats import open_lfw_pairs, open_lfw_people
+
+    train = open_lfw_people(root, "train")  # every line checked against the files on disk
+    _, pairs = open_lfw_pairs(root, "test")
+    return Split(train, _lfw_pair_images(pairs), len(train.identities), cfg.image_size or 112,
+                 f"LFW at {root} ({len(train.identities)} train people, {len(pairs)} test pairs)")
+
+
 def build_split(cfg: DataConfig, seed: int = 0) -> Split:
     return DATASETS.get(cfg.dataset)(cfg, seed)

@@ -1,16 +1,37 @@
-"""Tasks: each owns its loss and its metric, so every strategy and sweep works with each."""
+"""Tasks: each owns its loss and its metric, so every strategy and sweep works with each.
+
+A task object has ``name``, ``collate``, ``metric_name``, ``build_model(base)``,
+``to_device(x, y, device, channels_last)``, ``forward_loss(model, x, y)`` (the timed forward
+phase), ``batch_sampler(dataset, batch_size, seed)`` (``None`` = ordinary shuffled batches) and
+``evaluate(model, loader, device, autocast, channels_last) -> metrics``. Optional hooks the
+engine uses when a task has them:
+
+- ``transforms(kind, size) -> (joint, image)``: ``joint(image, target)`` and ``image(x)``
+  transforms in place of the classification ones (detection moves boxes with the image);
+  ``kind`` is ``light``, ``heavy`` or ``eval``.
+- ``make_model(name, num_classes, image_size)``: the task builds its own model from the
+  ``--model`` name (detection) instead of wrapping a classifier with ``build_model``.
+- a batch sampler with a ``shard`` attribute gets the strategy's distributed sampler there, so
+  it builds its batches from this rank's samples only (face, triplet loss).
+
+Tasks: ``classification`` (cross-entropy, top-1 accuracy), ``face`` (triplet or softmax loss,
+verification accuracy), ``detection`` (torchvision detectors, mAP@0.5). See docs/TASKS.md.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from scaleprobe.registry import Registry
 
 TASKS = Registry("task")
+MODULES = {"classification": "classification", "face": "face", "detection": "detection"}
 
 
 def build_task(cfg: Any, num_classes: int) -> Any:
-    """``cfg`` is a TaskConfig."""
-    from scaleprobe.tasks import classification  # noqa: F401  (registers)
-
+    """``cfg`` is a TaskConfig. Only the named task's module is imported."""
+    module = MODULES.get(cfg.task)
+    if module is not None:
+        importlib.import_module(f"{__name__}.{module}")  # registers the task
     return TASKS.get(cfg.task)(cfg, num_classes)

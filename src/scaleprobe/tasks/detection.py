@@ -1,0 +1,201 @@
+"""Object detection with torchvision's detectors: the sum of the model's losses, mAP@0.5.
+
+Models (built with ``weights=None, weights_backbone=None``: nothing is ever downloaded):
+``ssdlite320_mobilenet_v3_large`` (the default), ``fasterrcnn_mobilenet_v3_large_fpn``,
+``retinanet_resnet50_fpn``, ``fcos_resnet50_fpn`` and the other box-only torchvision
+detectors. The rule for ``--model``: a detector's name picks that detector; the default model
+(``digits_cnn``) stands for the task's default, ssdlite; any other classifier name is an
+error that lists the detectors. Each model is told the input size, so it does not resize the
+images again (Faster R-CNN would otherwise scale them up to 800 pixels).
+
+Images stay a list (``collate_indexed_list``): detectors take images of any size and a target
+dict each (``boxes`` float N x 4 as x1, y1, x2, y2 pixels; ``labels`` int64 N, 0 =
+background). Transforms move the boxes with the image (torchvision.transforms.v2 with
+``tv_tensors.BoundingBoxes``): ``light`` resizes to ``size x size``; ``heavy`` adds a random
+resized crop, a horizontal flip and colour jitter, and drops boxes the crop cut away. The
+detectors normalise the pixels themselves, so images go in as floats in [0, 1].
+
+Metric: ``map50``, the VOC mean average precision at IoU 0.5 (all-point interpolation,
+difficult objects ignored; ``tasks/metrics.py``). When torchmetrics and a COCO backend are
+installed, ``map50_coco`` (COCO's 101-point AP at IoU 0.5) is reported beside it.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from torch import nn
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+from scaleprobe.data.loader import collate_indexed_list
+from scaleprobe.errors import ConfigError
+from scaleprobe.registry import suggest
+from scaleprobe.tasks import TASKS
+from scaleprobe.tasks.metrics import voc_map50
+
+DEFAULT_DETECTOR = "ssdlite320_mobilenet_v3_large"
+TASK_DEFAULT_MODEL = "digits_cnn"  # the run's default model: means "the task's default"
+UNSUPPORTED = ("maskrcnn", "keypointrcnn")  # need mask / keypoint targets
+
+
+def detectors() -> list[str]:
+    """torchvision detection models that train on boxes and labels alone."""
+    import torchvision
+
+    names = torchvision.models.list_models(module=torchvision.models.detection)
+    return sorted(n for n in names if not n.startswith(UNSUPPORTED))
+
+
+def detector_name(name: str) -> str:
+    """The detector ``--model name`` stands for (see the module docstring)."""
+    known = detectors()
+    if name in known:
+        return name
+    if name == TASK_DEFAULT_MODEL:
+        return DEFAULT_DETECTOR
+    near = suggest(name, known)
+    hint = f"did you mean {', '.join(near)}? " if near else ""
+    raise ConfigError(f"--task detection needs a detection model, not '{name}'; {hint}"
+                      f"choices: {', '.join(known)}")
+
+
+def build_detector(name: str, num_classes: int, size: int) -> nn.Module:
+    """A randomly initialised detector for ``size x size`` inputs and ``num_classes`` classes
+    (background included)."""
+    import torchvision
+
+    name = detector_name(name)
+    kwargs: dict[str, Any] = {"weights": None, "weights_backbone": None,
+                              "num_classes": num_classes}
+    if not name.startswith("ssd"):
+        kwargs.update(min_size=size, max_size=size)
+    model = torchvision.models.get_model(name, **kwargs)
+    if name.startswith("ssd"):  # SSD's input size is fixed by its builder: set it afterwards
+        model.transform.fixed_size = (size, size)
+        model.transform.min_size = (size,)
+        model.transform.max_size = size
+    return model
+
+
+def _sanitized(sample: Any) -> tuple[torch.Tensor, ...]:
+    """What SanitizeBoundingBoxes drops along with each removed box."""
+    target = sample[1]
+    return tuple(target[k] for k in ("labels", "difficult") if k in target)
+
+
+class BoxTransform:
+    """``(uint8 image 3xHxW, target)`` -> ``(float image in [0, 1], target)``, boxes moved with
+    the image. Picklable, so loader worker processes can run it."""
+
+    def __init__(self, kind: str, size: int) -> None:
+        self.kind, self.size = kind, size
+        if kind == "heavy":
+            body = [v2.RandomResizedCrop(size, scale=(0.35, 1.0), antialias=True),
+                    v2.RandomHorizontalFlip(),
+                    v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)]
+        else:
+            body = [v2.Resize((size, size), antialias=True)]
+        self.pipeline = v2.Compose([*body, v2.ClampBoundingBoxes(),
+                                    v2.SanitizeBoundingBoxes(labels_getter=_sanitized),
+                                    v2.ToDtype(torch.float32, scale=True)])
+
+    def __call__(self, image: Any, target: dict[str, Any]) -> tuple[torch.Tensor, dict]:
+        if not isinstance(target, dict) or "boxes" not in target:
+            raise ConfigError("--task detection needs a dataset with boxes (--dataset voc); "
+                              f"this one gives {type(target).__name__} labels")
+        if not isinstance(image, torch.Tensor):
+            image = v2.PILToTensor()(image)
+        img = tv_tensors.Image(image)
+        h, w = img.shape[-2:]
+        t = dict(target)
+        t["boxes"] = tv_tensors.BoundingBoxes(torch.as_tensor(target["boxes"]).reshape(-1, 4),
+                                              format="XYXY", canvas_size=(h, w))
+        img, t = self.pipeline(img, t)
+        out = {k: v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v
+               for k, v in t.items()}
+        return img.as_subclass(torch.Tensor), out
+
+
+def _coco_map50(preds: list[dict[str, torch.Tensor]], gts: list[dict[str, torch.Tensor]]
+                ) -> float | None:
+    """COCO-style AP at IoU 0.5 from torchmetrics, when it and a backend are installed."""
+    try:
+        from torchmetrics.detection import MeanAveragePrecision
+
+        metric = MeanAveragePrecision(iou_type="bbox", iou_thresholds=[0.5])
+        metric.update(preds, [{"boxes": g["boxes"], "labels": g["labels"],
+                               "iscrowd": g.get("difficult", torch.zeros(0)).long()}
+                              for g in gts])
+        return float(metric.compute()["map_50"])
+    except (ImportError, RuntimeError, ValueError):  # optional: absent or without a backend
+        return None
+
+
+class Detection:
+    name = "detection"
+    collate = staticmethod(collate_indexed_list)
+    metric_name = "map50"
+
+    def __init__(self, cfg: Any, num_classes: int) -> None:
+        self.num_classes = num_classes
+
+    def make_model(self, name: str, num_classes: int, image_size: int) -> nn.Module:
+        """The engine calls this instead of building a classifier and ``build_model``."""
+        return build_detector(name, num_classes, image_size)
+
+    def build_model(self, base: nn.Module) -> nn.Module:
+        raise ConfigError("--task detection builds its own model (see make_model)")
+
+    def transforms(self, kind: str, size: int) -> tuple[BoxTransform, None]:
+        """(joint image+target transform, image-only transform) for ``light``/``heavy``/``eval``."""
+        return BoxTransform("light" if kind == "eval" else kind, size), None
+
+    def to_device(self, x: Any, y: Any, device: torch.device, channels_last: bool):
+        x = [img.to(device, non_blocking=True) for img in x]
+        y = [{k: v.to(device, non_blocking=True) for k, v in t.items()} for t in y]
+        return x, y
+
+    def forward_loss(self, model: nn.Module, x: list[torch.Tensor], y: list[dict]) -> torch.Tensor:
+        losses = model(x, y)
+        return sum(losses.values())
+
+    def batch_sampler(self, dataset: Any, batch_size: int, seed: int) -> Any:
+        """Ordinary batches. Setup calls this once with the training set, so it is also where a
+        dataset without boxes is refused, before any training."""
+        if len(dataset):
+            dataset[0]
+        return None
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, loader: Any, device: torch.device,
+                 autocast: AbstractContextManager, channels_last: bool = False) -> dict[str, Any]:
+        was = model.training
+        model.eval()
+        preds: list[dict[str, torch.Tensor]] = []
+        gts: list[dict[str, torch.Tensor]] = []
+        try:
+            for x, y, _, _ in loader:
+                if x is None:
+                    continue
+                x, _ = self.to_device(x, [], device, channels_last)
+                with autocast:
+                    out = model(x)
+                preds += [{k: v.float().cpu() if v.is_floating_point() else v.cpu()
+                           for k, v in o.items()} for o in out]
+                gts += y
+        finally:
+            model.train(was)
+        res = voc_map50(preds, gts)
+        out = {"map50": res["map50"], "eval_samples": len(gts),
+               "eval_objects": int(sum(len(g["labels"]) for g in gts))}
+        coco = _coco_map50(preds, gts)
+        if coco is not None:
+            out["map50_coco"] = coco
+        return out
+
+
+TASKS.add("detection", Detection, "torchvision detectors (ssdlite, Faster R-CNN, RetinaNet, FCOS); "
+          "sum of the model's losses, VOC mAP@0.5")
