@@ -11,20 +11,33 @@ traffic. Each end shapes what it sends: a token bucket (``tbf``) at ``rate_mbit`
 direction (a full-duplex link), with a queue deep enough that TCP never sees drops from it,
 and, when ``delay_ms`` is given, a ``netem`` delay behind it (needs the sch_netem module).
 
-Needs root, ``ip`` and ``tc``. Namespaces are named ``sp-<pid>-<n>-a`` / ``-b``; leaving the
-block deletes them (and the veth pair) and kills the processes started with ``run`` that are
-still alive. ``cleanup_stale()`` removes namespaces left by a process that was killed.
+More than two hosts: ``hosts(n, rate_mbit)`` puts each host in its own namespace and joins
+them through a bridge that lives in a namespace of its own (a switch). Host ``i`` has
+``spv-h<i>`` at 10.213.K.(i+1)/24; its cable is shaped at both ends, so ``rate_mbit`` (one
+rate, or one per host, None = unshaped) limits what the host sends and what it receives:
+
+    with hosts(3, rate_mbit=[200, None, None]) as h:   # host 0 sits behind a 200 Mbit/s link
+        ...
+
+Needs root, ``ip`` and ``tc``. Namespaces are named ``sp-<pid>-<n>-a`` / ``-b`` (``-h<i>`` and
+``-sw`` for ``hosts``); leaving the block stops the processes started with ``run`` (and what
+they started: each leads its own process group, and whatever is left inside the namespaces is
+killed), then deletes the namespaces, which removes the veth pairs, the bridge and the qdiscs.
+``cleanup_stale()`` removes namespaces left by a process that was killed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
 import re
 import shutil
+import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -93,15 +106,19 @@ def tbf_args(rate_mbit: float) -> list[str]:
 
 @dataclass
 class Hosts:
-    namespaces: tuple[str, str]
-    addrs: tuple[str, str]
-    ifnames: tuple[str, str] = IFNAMES
-    rate_mbit: float | None = None
+    namespaces: tuple[str, ...]
+    addrs: tuple[str, ...]
+    ifnames: tuple[str, ...] = IFNAMES
+    rate_mbit: float | tuple[float | None, ...] | None = None
     delay_ms: float | None = None
     procs: list[subprocess.Popen] = field(default_factory=list)
+    switch: str | None = None  # the bridge's namespace (``hosts``); None for a veth pair
+    groups: list[int] = field(default_factory=list)  # process groups led by ``procs``
 
-    def exec_argv(self, ns_index: int, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.namespaces[ns_index], *map(str, argv)]
+    def exec_argv(self, ns_index: int, argv: list[str],
+                  cpus: Sequence[int] | None = None) -> list[str]:
+        pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+        return ["ip", "netns", "exec", self.namespaces[ns_index], *pin, *map(str, argv)]
 
     def socket_env(self, ns_index: int) -> dict[str, str]:
         """Point gloo / NCCL at this namespace's veth end."""
@@ -109,26 +126,56 @@ class Hosts:
         return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
 
     def run(self, ns_index: int, argv: list[str], env: dict[str, str] | None = None,
-            **popen_kwargs) -> subprocess.Popen:
-        """Start ``argv`` inside namespace ``ns_index`` (0 or 1). The environment is this
-        process's, plus ``socket_env(ns_index)``, plus ``env``."""
+            cpus: Sequence[int] | None = None, **popen_kwargs) -> subprocess.Popen:
+        """Start ``argv`` inside namespace ``ns_index`` (0, 1, ...). The environment is this
+        process's, plus ``socket_env(ns_index)``, plus ``env``. ``cpus`` pins the process (and
+        what it starts) to those cores, so each "host" has cores of its own, as real hosts do:
+        torch sizes its thread pool from the cores it may use. The process leads a session of
+        its own, so ``stop_all`` also reaches the processes it started."""
+        if cpus and shutil.which("taskset") is None:
+            raise NetnsUnavailable("pinning to cores needs 'taskset' (util-linux)")
         full = dict(os.environ)
         full.update(self.socket_env(ns_index))
         full.update(env or {})
-        proc = subprocess.Popen(self.exec_argv(ns_index, argv), env=full, **popen_kwargs)
+        popen_kwargs.setdefault("start_new_session", True)
+        proc = subprocess.Popen(self.exec_argv(ns_index, argv, cpus), env=full, **popen_kwargs)
         self.procs.append(proc)
+        if popen_kwargs["start_new_session"]:
+            self.groups.append(proc.pid)
         return proc
 
+    def pids(self) -> dict[str, list[int]]:
+        """Processes still inside each namespace (the bridge's included), by namespace."""
+        names = (*self.namespaces, *([self.switch] if self.switch else []))
+        return {ns: [int(x) for x in _ip_quiet("netns", "pids", ns).stdout.split()]
+                for ns in names}
+
     def stop_all(self, grace_s: float = 3.0) -> None:
+        """Stop what ``run`` started: SIGTERM to each process group, SIGKILL after
+        ``grace_s``; then SIGKILL whatever is still inside the namespaces."""
+        groups = list(self.groups)
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
+        _signal_groups(groups, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
         for p in self.procs:
             try:
-                p.wait(timeout=grace_s)
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=grace_s)
+        _signal_groups(groups, signal.SIGKILL)
+        for pids in self.pids().values():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _signal_groups(groups: list[int], sig: int) -> None:
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
 
 
 def _shape(ns: str, dev: str, rate_mbit: float | None, delay_ms: float | None) -> None:
@@ -175,9 +222,72 @@ def two_hosts(rate_mbit: float | None = None, delay_ms: float | None = None) -> 
         _create(hosts)
         yield hosts
     finally:
-        hosts.stop_all()
-        for ns in hosts.namespaces:
-            _ip_quiet("netns", "del", ns)
+        _teardown(hosts)
+
+
+def _teardown(hosts: Hosts) -> None:
+    hosts.stop_all()
+    for ns in (*hosts.namespaces, *([hosts.switch] if hosts.switch else [])):
+        _ip_quiet("netns", "del", ns)
+
+
+def _per_host_rates(n: int, rate_mbit: float | Sequence[float | None] | None
+                    ) -> tuple[float | None, ...]:
+    if rate_mbit is None or isinstance(rate_mbit, (int, float)):
+        rates: tuple[float | None, ...] = (rate_mbit,) * n
+    else:
+        rates = tuple(rate_mbit)
+    if len(rates) != n:
+        raise ValueError(f"{len(rates)} rates for {n} hosts")
+    if any(r is not None and r <= 0 for r in rates):
+        raise ValueError("rates must be positive")
+    return rates
+
+
+def _create_switched(hosts: Hosts, rates: tuple[float | None, ...]) -> None:
+    sw = hosts.switch
+    _checked(["ip", "netns", "add", sw])
+    _checked(["ip", "-n", sw, "link", "set", "lo", "up"])
+    _checked(["ip", "-n", sw, "link", "add", "spbr", "type", "bridge"])
+    _checked(["ip", "-n", sw, "link", "set", "spbr", "up"])
+    for i, (ns, dev, addr) in enumerate(zip(hosts.namespaces, hosts.ifnames, hosts.addrs,
+                                            strict=True)):
+        port = f"spp-h{i}"
+        _checked(["ip", "netns", "add", ns])
+        _checked(["ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", port,
+                  "netns", sw])
+        _checked(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
+        _checked(["ip", "-n", ns, "link", "set", "lo", "up"])
+        _checked(["ip", "-n", ns, "link", "set", dev, "up"])
+        _checked(["ip", "-n", sw, "link", "set", port, "master", "spbr"])
+        _checked(["ip", "-n", sw, "link", "set", port, "up"])
+        _shape(ns, dev, rates[i], None)  # what host i sends
+        _shape(sw, port, rates[i], None)  # what host i receives
+
+
+@contextmanager
+def hosts(n: int, rate_mbit: float | Sequence[float | None] | None = None) -> Iterator[Hosts]:
+    """``n`` hosts, each in its own namespace, cabled to one bridge (in a namespace of its
+    own). ``rate_mbit``: one rate for every host's cable, or one per host (None = unshaped);
+    each cable is shaped in both directions."""
+    ok, reason = available()
+    if not ok:
+        raise NetnsUnavailable(reason)
+    if not 2 <= n <= 16:
+        raise ValueError(f"hosts() makes 2 to 16 hosts, not {n}")
+    rates = _per_host_rates(n, rate_mbit)
+    cleanup_stale()
+    pid, seq = os.getpid(), next(_SEQ)
+    k = pid % 250 + 1
+    hosts_ = Hosts(namespaces=tuple(f"{PREFIX}{pid}-{seq}-h{i}" for i in range(n)),
+                   addrs=tuple(f"10.213.{k}.{i + 1}" for i in range(n)),
+                   ifnames=tuple(f"spv-h{i}" for i in range(n)), rate_mbit=rates,
+                   switch=f"{PREFIX}{pid}-{seq}-sw")
+    try:
+        _create_switched(hosts_, rates)
+        yield hosts_
+    finally:
+        _teardown(hosts_)
 
 
 def _probe(qdisc: list[str]) -> tuple[bool, str]:

@@ -1,0 +1,217 @@
+"""Training across shaped links: ``scaleprobe run`` with one process per network namespace
+(needs root, ip, tc and taskset).
+
+Two hosts joined by one shaped veth link run ddp at 200 Mbit/s and 1 Gbit/s; the network
+model's prediction for the run (``comm.prediction.comm_s``, told the rate with ``--link``) must
+be within +-30% of the exposed communication measured in the run (``comm.exposed_s``). Three
+hosts on a bridge, the first behind a 1 Gbit/s link and the others unshaped, run ps (the
+server alone on the slow host) and ddp: all-reduce must spend less time communicating per step
+than the parameter server and train more samples per second, as the model says.
+
+The model: ``mlp`` at 64x64 inputs, 3.15 M parameters, 12.6 MB of fp32 gradients, 99.9% of
+them in the first layer. That layer's gradient is the last one the backward pass computes, so
+DDP has nothing to hide its all-reduce under and the no_sync calibration measures the whole
+transfer; and at 1 Gbit/s the transfer (101 ms) is 5-10 times the compute of a step
+(10-20 ms), so CPU noise cannot hide it. (digits_cnn's 267 KB would take 2 ms at 1 Gbit/s.)
+
+Each host is pinned to a core of its own (``cpus=``), as separate machines would be: unpinned,
+every "host" sizes torch's thread pool to both cores, two hosts run four compute threads on two
+cores, and the oversubscribed cores delay gloo's network threads too (see docs/COMMUNICATION.md,
+"Measured across shaped links").
+
+A run whose measured/predicted ratio falls outside +-30% is repeated once, and both attempts
+are printed: on a quiet machine the ratios are 1.01-1.10, but other work on the two cores
+delays every step of gloo's ring and has pushed a 1 Gbit/s run to 1.38. The tolerance itself
+is never widened.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scaleprobe.comm import netns
+from scaleprobe.results import read_jsonl
+
+pytestmark = pytest.mark.root
+
+RATES_MBIT = (200, 1000)
+SERVER_LINK_MBIT = 1000
+TOLERANCE = 0.3  # +-30%: predicted comm time against the measured one
+ATTEMPTS = 2  # a run outside the tolerance is repeated once (see _measure)
+TRAIN = ["--model", "mlp", "--dataset", "synthetic", "--image-size", "64", "--num-samples",
+         "1024", "--batch-size", "32", "--loader", "naive", "--steps", "10", "--warmup-steps",
+         "2", "--timeout", "60", "--no-progress"]
+# steps per calibration phase (sync / no_sync, alternating): about 2 s of calibration at
+# either rate, so a burst of other work on the machine cannot move the median alone
+CALIBRATION_STEPS = {200: 6, 1000: 14}
+RUN_TIMEOUT_S = 110
+
+
+@pytest.fixture(scope="module")
+def harness():
+    ok, reason = netns.available()
+    if not ok:
+        pytest.skip(f"shaped namespaces unavailable here: {reason}")
+    if shutil.which("taskset") is None:
+        pytest.skip("pinning each host to a core needs 'taskset' (util-linux)")
+    netns.cleanup_stale()
+
+
+def _namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _cpus(n_hosts: int) -> list[list[int]]:
+    """One core per host, round robin over the cores this process may use."""
+    cores = sorted(os.sched_getaffinity(0))
+    return [[cores[i % len(cores)]] for i in range(n_hosts)]
+
+
+def _train(hosts: netns.Hosts, strategy: str, rate_mbit: int, port: int, out) -> dict:
+    """``scaleprobe run`` on every host (one process each); rank 0's host's result."""
+    n = len(hosts.namespaces)
+    procs = []
+    for node, cpus in enumerate(_cpus(n)):
+        argv = [sys.executable, "-m", "scaleprobe", "run", "--strategy", strategy, "--nproc", 1,
+                "--nnodes", n, "--node-rank", node, "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}",
+                "--link", f"{rate_mbit}mbit", *TRAIN, "--out", out / f"node{node}",
+                "--set", f"dist.calibration_steps={CALIBRATION_STEPS[rate_mbit]}"]
+        procs.append(hosts.run(node, argv, cpus=cpus, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=RUN_TIMEOUT_S)[0] for p in procs]
+    for node, (p, log) in enumerate(zip(procs, logs, strict=True)):
+        assert p.returncode == 0, f"host {node}:\n{log[-3000:]}"
+    assert not _left_behind(hosts), "processes left inside the namespaces after the run"
+    rec = read_jsonl(out / "node0" / "results.jsonl")[-1]
+    assert rec["status"] == "ok", rec.get("error")
+    return rec
+
+
+def _left_behind(hosts: netns.Hosts, wait_s: float = 5.0) -> dict[str, list[int]]:
+    """Processes still inside the namespaces ``wait_s`` after every host's command ended."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = {ns: pids for ns, pids in hosts.pids().items() if pids}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _figures(rec: dict) -> dict:
+    c, m = rec["comm"], rec["metrics"]
+    trainers = [r["samples_per_s"] for r in rec["ranks"] if r["samples_per_s"]]
+    cal = (c["sync_step_s"] - c["no_sync_step_s"]) if c.get("sync_step_s") else None
+    return {"measured_s": c["exposed_s"], "predicted_s": c["prediction"]["comm_s"],
+            "calibration_s": cal, "step_s": m["step_time_s"]["median"],
+            "samples_per_s": m["samples_per_s"], "per_worker_samples_per_s": trainers,
+            "grad_bytes": c["prediction"]["grad_bytes"], "world_size": rec["batch"]["world_size"]}
+
+
+def _line(label: str, f: dict) -> str:
+    cal = f"{f['calibration_s'] * 1e3:.1f}" if f["calibration_s"] is not None else "-"
+    return (f"{label}: measured {f['measured_s'] * 1e3:.1f} ms (calibration {cal}), "
+            f"model {f['predicted_s'] * 1e3:.1f} ms, ratio {f['measured_s'] / f['predicted_s']:.2f}"
+            f"; step {f['step_s'] * 1e3:.1f} ms, {f['samples_per_s']:.1f} samples/s, per worker "
+            + ", ".join(f"{v:.1f}" for v in f["per_worker_samples_per_s"]))
+
+
+def _within(f: dict) -> bool:
+    return abs(f["measured_s"] / f["predicted_s"] - 1) <= TOLERANCE
+
+
+def _measure(hosts: netns.Hosts, strategy: str, rate_mbit: int, port: int, out,
+             label: str) -> dict:
+    """One run; a second one only when the first falls outside the tolerance (a timing test
+    on a 2-core machine that may share its cores with other work). Every attempt is printed
+    and kept under "attempts"; the figures are the last attempt's."""
+    attempts = []
+    for i in range(ATTEMPTS):
+        rec = _train(hosts, strategy, rate_mbit, port + i, out / f"{strategy}-{i}")
+        f = _figures(rec)
+        f["server"] = rec["comm"].get("server")
+        attempts.append(f)
+        print(f"\n{label}, attempt {i + 1}: " + _line(strategy, f))
+        if _within(f):
+            break
+    return {**attempts[-1], "attempts": attempts}
+
+
+@pytest.fixture(scope="module")
+def two_host_ddp(harness, tmp_path_factory):
+    out, t0, figs = tmp_path_factory.mktemp("train2"), time.perf_counter(), {}
+    for rate in RATES_MBIT:
+        with netns.two_hosts(rate_mbit=rate) as hosts:
+            figs[rate] = _measure(hosts, "ddp", rate, 29520, out / f"r{rate}",
+                                  f"2 hosts, {rate} Mbit/s")
+    return figs, time.perf_counter() - t0
+
+
+@pytest.fixture(scope="module")
+def three_host_ps_ddp(harness, tmp_path_factory):
+    out, t0, figs = tmp_path_factory.mktemp("train3"), time.perf_counter(), {}
+    with netns.hosts(3, rate_mbit=[SERVER_LINK_MBIT, None, None]) as hosts:
+        for port, strategy in ((29530, "ps"), (29540, "ddp")):
+            figs[strategy] = _measure(hosts, strategy, SERVER_LINK_MBIT, port, out,
+                                      f"3 hosts, host 0 at {SERVER_LINK_MBIT} Mbit/s")
+    return figs, time.perf_counter() - t0
+
+
+@pytest.mark.timeout(200)
+def test_ddp_comm_time_matches_the_model_at_both_rates(two_host_ddp):
+    figs, wall_s = two_host_ddp
+    for rate, f in figs.items():
+        assert f["world_size"] == 2
+        ratio = f["measured_s"] / f["predicted_s"]
+        assert abs(ratio - 1) <= TOLERANCE, f"{rate} Mbit/s: {_line('ddp', f)}"
+    print(f"\nshaped ddp runs on two hosts: {wall_s:.0f} s")
+
+
+@pytest.mark.timeout(30)
+def test_ddp_comm_grows_on_the_slower_link(two_host_ddp):
+    figs, _ = two_host_ddp
+    slow, fast = (figs[r] for r in RATES_MBIT)
+    # the model says 5x; the fixed costs of a step make it a little less
+    assert slow["measured_s"] > 3 * fast["measured_s"], (slow, fast)
+    assert slow["samples_per_s"] < fast["samples_per_s"]
+
+
+@pytest.mark.timeout(260)
+def test_allreduce_beats_parameter_server_behind_a_slow_server_link(three_host_ps_ddp):
+    figs, wall_s = three_host_ps_ddp
+    ps, ddp = figs["ps"], figs["ddp"]
+    assert ps["world_size"] == ddp["world_size"] == 3
+    assert ps["server"]["role"] == "server" and ps["server"]["updates"] > 0
+    # the model: ps carries 4 S over the server's link, the ring 4/3 S per direction
+    assert ps["predicted_s"] == pytest.approx(3 * ddp["predicted_s"], rel=0.01)
+    assert ps["measured_s"] > 1.5 * ddp["measured_s"], (ps, ddp)
+    assert ps["samples_per_s"] < ddp["samples_per_s"]
+    assert max(ps["per_worker_samples_per_s"]) < min(ddp["per_worker_samples_per_s"])
+    for name, f in (("ps", ps), ("ddp", ddp)):
+        ratio = f["measured_s"] / f["predicted_s"]
+        assert abs(ratio - 1) <= TOLERANCE, _line(name, f)
+    print(f"\nps and ddp on three shaped hosts: {wall_s:.0f} s")
+
+
+@pytest.mark.timeout(30)
+def test_three_hosts_are_removed_after_an_error(harness):
+    with pytest.raises(RuntimeError, match="boom"):
+        with netns.hosts(3, rate_mbit=[200, None, None]) as hosts:
+            names = {*hosts.namespaces, hosts.switch}
+            assert names <= _namespaces()
+            # a child that starts a grandchild: both must go
+            shell = hosts.run(2, ["sh", "-c", "sleep 60 & sleep 60"])
+            time.sleep(0.3)
+            inside = [pid for pids in hosts.pids().values() for pid in pids]
+            assert len(inside) >= 2
+            raise RuntimeError("boom")
+    assert not names & _namespaces()
+    assert shell.poll() is not None
+    for pid in inside:
+        stat = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                              text=True).stdout.strip()
+        assert stat in ("", "Z"), f"process {pid} survived: {stat}"
