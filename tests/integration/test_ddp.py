@@ -32,7 +32,8 @@ def test_ddp_run_records_every_rank(ddp_run):
     rec = _result(out)
     assert rec["status"] == "ok"
     assert [r["rank"] for r in rec["ranks"]] == [0, 1]
-    assert rec["batch"] == {"per_device": 32, "per_process": 32, "global": 64, "world_size": 2}
+    assert rec["batch"] == {"per_device": 32, "per_process": 32, "global": 64, "world_size": 2,
+                            "training_ranks": 2}
     assert rec["env"]["world_size"] == 2
     steps = rec["ranks"][0]["steps_done"]
     assert steps == 2 * ((1438 // 2) // 32)

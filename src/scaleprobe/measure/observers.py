@@ -51,12 +51,13 @@ class Summaries:
 
 
 class Profiles:
-    """A few steps under torch.profiler every ``every_s`` seconds, one Chrome trace each."""
+    """A few steps under torch.profiler every ``every_s`` seconds, one Chrome trace each. The
+    first capture starts at the first step, so a run shorter than ``every_s`` still gets one."""
 
     def __init__(self, trace_dir: Path, every_s: float, rank: int, cuda: bool) -> None:
         self.dir, self.every_s, self.rank, self.cuda = trace_dir, every_s, rank, cuda
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._next = time.perf_counter() + every_s
+        self._next = time.perf_counter()
         self._prof = None
         self.traces: list[str] = []
         self.top_ops: list[dict[str, Any]] = []
