@@ -96,6 +96,8 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
         rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
                              raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
+    if raw0.get("threads"):  # what a training rank used, not the launching process's
+        rec["env"]["threads"] = raw0["threads"]
     for r in raws:  # traces, top operators, TensorBoard folder (when switched on)
         for k, v in (r.get("observed") or {}).items():
             if v:

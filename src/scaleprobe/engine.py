@@ -280,6 +280,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         "rank": p.strategy.rank,
         "host": socket.gethostname(),
         "device": str(p.device),
+        "threads": torch.get_num_threads(),  # this rank's compute threads (cores / local world)
         "steps_done": st.step,
         "steps_timed": st.timed,
         "step_times_s": timer.step_times(),

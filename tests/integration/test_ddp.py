@@ -35,6 +35,8 @@ def test_ddp_run_records_every_rank(ddp_run):
     assert rec["batch"] == {"per_device": 32, "per_process": 32, "global": 64, "world_size": 2,
                             "training_ranks": 2}
     assert rec["env"]["world_size"] == 2
+    # the threads a training rank used (cores / 2), not the launching process's
+    assert rec["env"]["threads"] == max(1, len(psutil.Process().cpu_affinity()) // 2)
     steps = rec["ranks"][0]["steps_done"]
     assert steps == 2 * ((1438 // 2) // 32)
     assert all(r["steps_done"] == steps for r in rec["ranks"])

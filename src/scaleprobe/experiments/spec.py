@@ -10,6 +10,7 @@ A spec is a TOML file (or the same structure as a dict)::
     max_probes = 12             # batch_size = "auto": at most this many runs per search
     batch_round = 8             # batch_size = "auto": sizes are multiples of this
     skip_invalid = false        # drop grid points whose combination is invalid
+    kind = "sweep"              # "scale": a process-count study (speedup vs 1 process)
 
     [base]                      # any run option, as in a run TOML file
     model = "mobilenet_v2"
@@ -37,8 +38,9 @@ from scaleprobe.errors import ConfigError
 BATCH_KEYS = ("train.batch_size", "train.global_batch")
 SWEEP_OPTIONS = {
     "id": str, "batch_start": int, "batch_max": int, "max_probes": int, "batch_round": int,
-    "skip_invalid": bool,
+    "skip_invalid": bool, "kind": str,
 }
+KINDS = ("sweep", "scale")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class SweepSpec:
     max_probes: int = 12
     batch_round: int = 8
     skip_invalid: bool = False
+    kind: str = "sweep"  # the experiment kind its run records carry: sweep | scale
     dropped: list[str] = field(default_factory=list)  # invalid points left out (skip_invalid)
 
     @property
@@ -109,6 +112,9 @@ def _sweep_options(opts: dict[str, Any], where: str) -> dict[str, Any]:
         if typ is int and v < 1:
             raise ConfigError(f"{where}: [sweep] {k} must be at least 1, got {v}")
         out[k] = v
+    if out.get("kind", "sweep") not in KINDS:
+        raise ConfigError(f"{where}: [sweep] kind must be one of {', '.join(KINDS)}, "
+                          f"got {out['kind']!r}")
     if out.get("batch_start", 16) > out.get("batch_max", 4096):
         raise ConfigError(f"{where}: batch_start is larger than batch_max")
     return out

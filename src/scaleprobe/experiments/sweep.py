@@ -71,12 +71,12 @@ def run_point(st: SweepState, point: Point) -> dict[str, Any]:
     key = cfg.key()
     if key in st.done:  # shown as this sweep's point, whichever run measured it
         rec = st.done[key]
-        rec = {**rec, "experiment": {"id": st.spec.sweep_id, "kind": "sweep",
+        rec = {**rec, "experiment": {"id": st.spec.sweep_id, "kind": st.spec.kind,
                                      "point": dict(point.axes), "reused": rec.get("run_id")}}
         st.records.append(rec)
         st.bar.point_done(point, rec, resumed=True)
         return rec
-    exp = {"id": st.spec.sweep_id, "kind": "sweep", "point": dict(point.axes),
+    exp = {"id": st.spec.sweep_id, "kind": st.spec.kind, "point": dict(point.axes),
            "attempt": new_attempt()}
     st.bar.point_started(point)
     proc = st.procs.start({"config": cfg.to_dict(), "experiment": exp}, st.out / "points",
@@ -141,7 +141,7 @@ def _sweep_record(st: SweepState, report: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": res.SCHEMA,
         "kind": "sweep",
-        "experiment": {"id": st.spec.sweep_id, "kind": "sweep"},
+        "experiment": {"id": st.spec.sweep_id, "kind": st.spec.kind},
         "axes": {a.label: ("auto" if a.auto else list(a.values)) for a in st.spec.axes},
         "points": [{"point": (r.get("experiment") or {}).get("point"), "key": r.get("key"),
                     "run_id": r.get("run_id"), "status": r.get("status")} for r in st.records],

@@ -1,0 +1,109 @@
+"""``scaleprobe scale --nproc 1,2[,4...] [run options]``: the same training at each process
+count, each measured in its own run (never extrapolated from one rank), then speedup and
+scaling efficiency against the 1-process run and what the gap was lost to:
+
+    scaleprobe scale --nproc 1,2                                  # digits_cnn, ddp, gloo on CPU
+    scaleprobe scale --nproc 1,2,4 --model resnet18 --dataset synthetic --image-size 64
+    scaleprobe scale --nproc 1,2 --global-batch 256               # strong scaling: split 256
+    scaleprobe scale --nproc 1,2 --strategy localsgd --average-every 8
+    scaleprobe scale exp.toml --nproc 1,2 --out out/scale         # again: resumes
+
+Every count runs the same strategy (ddp unless ``--strategy`` says otherwise; ``ps`` needs 2 or
+more); the 1-process run is the baseline. ``--batch-size`` is per device (weak scaling: the
+global batch grows with N), ``--global-batch`` is split (strong scaling). Each point is a
+process of its own and lands in OUT/results.jsonl at once; the table goes to OUT/scale.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.errors import ConfigError
+
+NAME = "scale"
+HELP = "the same run on 1, 2, ... processes: speedup, efficiency, what the gap was lost to"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_run_options(p)
+    for a in p._actions:  # --nproc takes a list here
+        if a.dest == "opt_nproc":
+            a.help = "process counts, comma-separated (default 1,2)"
+            a.metavar = "N,N,..."
+    p.add_argument("--id", help="experiment id in results (default: scale-<model>-<strategy>)")
+
+
+def parse_counts(text: str | None) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``: positive, distinct, sorted."""
+    if text is None:
+        return [1, 2]
+    try:
+        counts = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--nproc takes process counts like 1,2,4, got '{text}'") from None
+    if not counts or any(n < 1 for n in counts):
+        raise ConfigError(f"--nproc takes positive process counts like 1,2,4, got '{text}'")
+    if len(set(counts)) != len(counts):
+        raise ConfigError(f"--nproc repeats a count: '{text}'")
+    return sorted(counts)
+
+
+def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bool]:
+    """The scale experiment as a sweep spec over ``nproc`` (kind "scale")."""
+    from scaleprobe import config as C
+
+    over = overrides_from_args(args)
+    counts = parse_counts(over.pop("dist.nproc", None))
+    base: dict[str, Any] = {"dist.strategy": "ddp"}
+    if getattr(args, "config", None):
+        base.update(C.flatten(C.load_toml(args.config)))
+        base.pop("dist.nproc", None)
+    base.update(over)
+    out = base.pop("out", None)
+    progress = base.pop("measure.progress", True) is not False
+    strategy = str(base["dist.strategy"])
+    if strategy in ("single", "dp"):
+        raise ConfigError(f"scale runs one process per device; --strategy {strategy} runs one "
+                          "process: use ddp, ps or localsgd")
+    if strategy == "ps" and counts[0] < 2:
+        raise ConfigError("--strategy ps needs a server and a worker: give --nproc 2,3,...")
+    model = str(base.get("model.name", C.ModelConfig().name)).replace("/", "_").replace(":", "_")
+    sid = args.id or f"scale-{Path(model).name}-{strategy}"
+    spec = {"sweep": {"id": sid, "kind": "scale"}, "base": base, "grid": {"nproc": counts}}
+    return spec, out, progress
+
+
+def scale_markdown(records: list[dict[str, Any]], sid: str) -> tuple[str, list[str]]:
+    """The speedup table (Markdown) and one line per process count."""
+    from scaleprobe.report import records as R
+    from scaleprobe.report.fmt import md_table
+    from scaleprobe.report.scale import SCALE_HEADERS, scale_cells, scale_table
+
+    rows = [r for r in scale_table(R.of_kind(records, "run")) if r["experiment"] == sid]
+    return md_table(list(SCALE_HEADERS), [scale_cells(r) for r in rows]), [r["line"] for r in rows]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from scaleprobe.commands.sweep import terminate_as_interrupt
+    from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir
+
+    spec, out, progress = build_spec(args)
+    terminate_as_interrupt()
+    run_sweep(spec, out, progress=progress, console=Console(stderr=True))
+    folder = sweep_out_dir(spec, out)
+    from scaleprobe.report.records import load_records
+
+    sid = spec["sweep"]["id"]
+    table, lines = scale_markdown(load_records(folder / "results.jsonl"), sid)
+    text = f"## Scaling: {sid}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
+    (folder / "scale.md").write_text(text)
+    print(text)
+    print(f"written: {folder / 'scale.md'}, {folder / 'results.jsonl'}")
+    ok = [x for x in lines if "x (" in x]
+    return 0 if ok else 1
