@@ -5,8 +5,9 @@
    epoch time with their growth rates, the fastest and the most efficient batch size;
 2. the two input pipelines (naive vs pipelined) with the light and the heavy transform;
 3. a report (Markdown + one self-contained HTML file) with plots and a diagnosis.
-Everything lands in ``--out`` (default ``scaleprobe-out/demo``); running it again reuses the
-points already measured there (delete the folder to measure afresh).
+Each sweep's tables are printed as Markdown and written to ``--out`` (default
+``scaleprobe-out/demo``), one folder per sweep; the report covers both. Running it again reuses
+the points already measured there (delete the folder to measure afresh).
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ def run(args: argparse.Namespace) -> int:
     con = Console()
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
-              f"results in {out}/")
+              f"results in {out}/", soft_wrap=True)
     for spec in _sweeps(args.quick):
-        con.rule(spec["sweep"]["id"])
-        run_sweep(spec, out, progress=True, console=con)
+        sid = spec["sweep"]["id"]
+        con.rule(sid)
+        run_sweep(spec, out / sid, progress=True, console=con)
+        print((out / sid / "sweep.md").read_text(), flush=True)
     _report(con, out)
     return 0
 
@@ -64,4 +67,4 @@ def _report(con: Any, out: Path) -> None:
         return
     md, html = build_report(out, out)
     con.rule("report")
-    con.print(f"report: {md}\n        {html}")
+    print(f"report: {md}\n        {html}", flush=True)  # whole paths, never wrapped

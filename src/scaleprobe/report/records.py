@@ -97,11 +97,27 @@ def point_key(pt: dict[str, Any]) -> str:
 
 
 def by_experiment(records: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any]]]:
-    """Run records of experiments of one kind, by experiment id, in file order."""
+    """Run records of experiments of one kind, by experiment id, in file order. A point that a
+    sweep reused from a run of another experiment (same configuration, measured once) is
+    listed under each: the sweep's summary record names its run id and point."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for r in of_kind(records, "run"):
+    runs = of_kind(records, "run")
+    for r in runs:
         if exp_kind(r) == kind:
             out.setdefault(exp_id(r) or "(unnamed)", []).append(r)
+    by_id = {r.get("run_id"): r for r in runs if isinstance(r.get("run_id"), str)}
+    for s in of_kind(records, "sweep"):
+        eid = exp_id(s)
+        if exp_kind(s) != kind or eid is None:
+            continue
+        have = {r.get("run_id") for r in out.get(eid, [])}
+        for pt in s.get("points") or []:
+            run = by_id.get(dict_of(pt).get("run_id"))
+            if run is not None and run.get("run_id") not in have:
+                exp = {"id": eid, "kind": kind, "point": dict_of(pt.get("point")),
+                       "reused": run.get("run_id")}
+                out.setdefault(eid, []).append({**run, "experiment": exp})
+                have.add(run.get("run_id"))
     return out
 
 

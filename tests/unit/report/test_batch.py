@@ -105,3 +105,21 @@ def test_loader_table_rows():
 
 def test_recommend_workers_without_data():
     assert B.recommend_workers([run("plain")])["workers"] is None
+
+
+def test_point_reused_from_another_sweep_is_listed_under_both():
+    from scaleprobe.report import records as R
+    from tests.unit.report.factory import run, sweep_point
+
+    measured = run("b64", batch=64, experiment=sweep_point("batch", batch_size=64))
+    other = run("naive", loader="naive", experiment=sweep_point("loader", loader="naive"))
+    summary = {"kind": "sweep", "experiment": {"id": "loader", "kind": "sweep"},
+               "points": [{"point": {"loader": "naive"}, "run_id": other["run_id"]},
+                          {"point": {"loader": "pipelined"}, "run_id": measured["run_id"]}]}
+    groups = R.by_experiment([measured, other, summary], "sweep")
+    assert [r["run_id"] for r in groups["batch"]] == [measured["run_id"]]
+    loader = groups["loader"]
+    assert [r["run_id"] for r in loader] == [other["run_id"], measured["run_id"]]
+    assert R.point(loader[1]) == {"loader": "pipelined"}
+    assert loader[1]["experiment"]["reused"] == measured["run_id"]
+    assert R.point(measured) == {"batch_size": 64}  # the original record is not changed

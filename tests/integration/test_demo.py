@@ -1,0 +1,24 @@
+"""`scaleprobe demo --quick`: both sweeps' tables printed, the report written, resumable."""
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):
+    p = cli("demo", "--quick", "--out", out_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "| Batch size | Devices | Peak memory | Growth | Epoch time | Growth |" in p.stdout
+    assert "A larger batch pays only while epoch time falls faster than memory grows" in p.stdout
+    assert "| Setting | Workers | Data wait |" in p.stdout
+    for sid in ("demo-batch-size", "demo-loader-transform"):
+        assert (out_dir / sid / "sweep.md").exists()
+    md = (out_dir / "report.md").read_text()
+    assert "## Sweeps" in md or "Batch size" in md
+    assert (out_dir / "report.html").stat().st_size > 10_000
+    assert str(out_dir / "report.html") in p.stdout
+
+    again = cli("demo", "--quick", "--out", out_dir)  # every point reused: no new run records
+    assert again.returncode == 0, again.stderr[-2000:]
+    n_runs = sum(1 for f in out_dir.rglob("result.json"))
+    assert n_runs == 4
