@@ -52,7 +52,8 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     world = len(raws)
     per_proc = raw0["samples_per_step"]
     global_batch = per_proc * max(1, len(trainers))
-    rec["batch"] = {"per_device": cfg.per_device_batch(world), "per_process": per_proc,
+    rec["batch"] = {"per_device": cfg.per_device_batch(max(1, len(trainers))),
+                    "per_process": per_proc,
                     "global": global_batch, "world_size": world,
                     "training_ranks": len(trainers)}
     st = r0["step_time_s"]
@@ -72,7 +73,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     info = raw0["info"]
     m["param_count"] = info["param_count"]
     m["lr_effective"] = info["lr_effective"]
-    spe = max(1, info["train_samples"] // world // per_proc)
+    spe = max(1, info["train_samples"] // max(1, len(trainers)) // per_proc)
     m["steps_per_epoch"] = spe
     m["epoch_time_s"], m["epoch_time_projected"] = epoch_time(raw0, st and st["median"], spe)
     m["epoch_times_s"] = raw0["epoch_wall_s"]
@@ -139,11 +140,12 @@ def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | N
              monitor: Any, run_dir: Path) -> dict[str, Any]:
     mon: dict[str, Any] = {"gpu_reason": monitor.gpu_reason}
     if raws:
-        t0, t1 = raws[0].get("clock_window") or (None, None)
+        head = next((r for r in raws if r["step_times_s"]), raws[0])  # a trainer, not a server
+        t0, t1 = head.get("clock_window") or (None, None)
         mon.update(monitor.summary(t0, t1))
         try:
             _metrics(rec, cfg, raws, mon)
-            _write_steps_csv(run_dir / "steps.csv", raws[0])
+            _write_steps_csv(run_dir / "steps.csv", head)
         except Exception as e:  # a bug in summarising must not lose the run
             rec["status"] = "failed"
             rec["error"] = f"summarising the run failed: {type(e).__name__}: {e}"

@@ -131,10 +131,15 @@ class RunConfig:
     def world_size(self) -> int:
         return self.dist.nproc * self.dist.nnodes
 
-    def per_device_batch(self, world: int | None = None) -> int:
-        world = world or self.world_size
+    @property
+    def training_ranks(self) -> int:
+        """Processes that compute gradients: all of them, less the parameter server."""
+        return self.world_size - (1 if self.dist.strategy == "ps" else 0)
+
+    def per_device_batch(self, devices: int | None = None) -> int:
+        devices = devices or self.training_ranks
         if self.train.global_batch is not None:
-            return self.train.global_batch // world
+            return self.train.global_batch // devices
         return self.train.batch_size
 
 
@@ -290,10 +295,9 @@ def validate(cfg: RunConfig) -> None:
     if t.global_batch is not None:
         if t.global_batch <= 0:
             raise ConfigError(f"global batch must be positive, got {t.global_batch}")
-        if t.global_batch % cfg.world_size:
-            raise ConfigError(
-                f"global batch {t.global_batch} does not split evenly over {cfg.world_size} devices"
-            )
+        if t.global_batch % cfg.training_ranks:
+            raise ConfigError(f"global batch {t.global_batch} does not split evenly over "
+                              f"{cfg.training_ranks} training processes")
     if isinstance(t.steps, str) and t.steps != "auto":
         raise ConfigError(f"steps must be a positive number or 'auto', got '{t.steps}'")
     if isinstance(t.steps, int) and t.steps <= 0:
@@ -335,6 +339,12 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError("several hosts need --rdzv-endpoint HOST:PORT")
     if ds.strategy in ("single", "dp") and ds.nproc * ds.nnodes > 1:
         raise ConfigError(f"--strategy {ds.strategy} runs in one process; use ddp for --nproc > 1")
+    if ds.strategy == "dp" and cfg.task.task == "detection":
+        raise ConfigError("--strategy dp cannot scatter detection targets (a list of boxes per "
+                          "image) over its towers; use --strategy ddp")
+    if ds.strategy == "ps" and ds.backend == "nccl":
+        raise ConfigError("--strategy ps needs --backend gloo: its server receives from whichever "
+                          "worker is ready, which nccl cannot do")
     if ds.strategy == "ps" and cfg.world_size < 2:
         raise ConfigError("--strategy ps needs --nproc >= 2 (one server and at least one worker)")
     if ds.average_every < 1:

@@ -84,7 +84,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     joint, image_tf = _task_transforms(task, cfg.data.transform, size)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
     towers = getattr(strategy, "towers", 1)
-    batch = cfg.per_device_batch(strategy.world) * towers
+    trainers = getattr(strategy, "trainers", strategy.world) * towers  # devices with a batch
+    batch = cfg.per_device_batch(trainers) * towers
     if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
     else:
@@ -92,7 +93,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model = strategy.wrap(model)
-    lr_target = cfg.train.lr * (strategy.world if cfg.train.lr_scaling == "linear"
+    lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
                                 and cfg.train.global_batch is None else 1)
     optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16"

@@ -63,7 +63,9 @@ def _local_device_and_strategy(cfg: RunConfig):
     if cfg.dist.strategy in ("single", "dp"):
         envmod.set_threads(1)
     else:
-        envmod.init_distributed(cfg.dist.backend, cfg.dist.timeout_s)
+        # a parameter server talks over gloo (TCP), as classic ones do, also on CUDA hosts
+        backend = cfg.dist.backend or ("gloo" if cfg.dist.strategy == "ps" else None)
+        envmod.init_distributed(backend, cfg.dist.timeout_s)
     device = envmod.pick_device(info.local_rank)
     return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
 
@@ -199,9 +201,9 @@ def preflight(cfg: RunConfig) -> None:
     from scaleprobe.data.datasets import DATASETS
 
     DATASETS.get(cfg.data.dataset)
-    from scaleprobe.models.build import check_name
+    from scaleprobe.tasks import check_model_name
 
-    check_name(cfg.model.name)
+    check_model_name(cfg.task.task, cfg.model.name)
 
 
 def exit_code(rec: dict[str, Any]) -> int:

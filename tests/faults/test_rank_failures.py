@@ -30,15 +30,19 @@ def _children_left():
             and c.status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.parametrize("action,needle", [
-    ("raise ValueError('rank one gave up')", "rank one gave up"),
-    ("os.kill(os.getpid(), signal.SIGKILL)", "signal 9"),
+@pytest.mark.parametrize("strategy,nproc,action,needle", [
+    ("ddp", 2, "raise ValueError('rank one gave up')", "rank one gave up"),
+    ("ddp", 2, "os.kill(os.getpid(), signal.SIGKILL)", "signal 9"),
+    # a parameter-server worker (rank 1) dies: the server and the other worker do not hang
+    ("ps", 3, "os.kill(os.getpid(), signal.SIGKILL)", "signal 9"),
+    ("ps", 3, "raise ValueError('rank one gave up')", "rank one gave up"),
 ])
-def test_failed_rank_ends_job_and_is_named(cli, tmp_path, out_dir, action, needle):
+def test_failed_rank_ends_job_and_is_named(cli, tmp_path, out_dir, strategy, nproc, action,
+                                           needle):
     f = tmp_path / "m.py"
     f.write_text(MODEL.format(action=action))
     t0 = time.time()
-    p = cli("run", "--strategy", "ddp", "--nproc", 2, "--steps", 20, "--warmup-steps", 1,
+    p = cli("run", "--strategy", strategy, "--nproc", nproc, "--steps", 20, "--warmup-steps", 1,
             "--model", f"{f}:build", "--loader", "naive", "--timeout", 20, "--out", out_dir,
             "--no-progress", timeout=90)
     took = time.time() - t0

@@ -50,6 +50,17 @@ def test_heavy_transform_in_loader_workers(capsys, voc, tmp_path):
     assert code == 0, err
 
 
+@pytest.mark.parametrize("model", ["ssdlite320_mobilenet_v3_large",
+                                   "fasterrcnn_mobilenet_v3_large_fpn"])
+def test_detector_named_on_the_command_line(capsys, voc, tmp_path, model):
+    code, err = _run(capsys, "--task", "detection", "--dataset", "voc", "--data-dir", voc,
+                     "--model", model, "--image-size", 64, "--batch-size", 2, "--steps", 1,
+                     "--out", tmp_path / "o")
+    assert code == 0, err
+    rec = json.loads((tmp_path / "o" / "results.jsonl").read_text().splitlines()[-1])
+    assert rec["status"] == "ok" and rec["config"]["model"]["name"] == model
+
+
 def test_a_classifier_is_not_a_detector(capsys, voc, tmp_path):
     code, err = _run(capsys, "--task", "detection", "--dataset", "voc", "--data-dir", voc,
                      "--model", "resnet18", "--out", tmp_path / "o")

@@ -77,6 +77,10 @@ class ParameterServer(Single):
     def workers(self) -> int:
         return self.world - 1
 
+    @property
+    def trainers(self) -> int:  # ranks that take a batch (the engine sizes batches by these)
+        return self.world - 1
+
     # --- worker side: one step ---------------------------------------------------------------
     def before_optimizer(self, model: nn.Module) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
@@ -104,6 +108,7 @@ class ParameterServer(Single):
         done: set[int] = set()
         per_worker = {w: 0 for w in range(1, self.world)}
         staleness: list[int] = []
+        stale_by: dict[int, list[int]] = {w: [] for w in range(1, self.world)}
         busy_s = wait_s = 0.0
         pending: list[tuple[int, torch.Tensor, int]] = []
         while len(done) < self.workers:
@@ -120,7 +125,9 @@ class ParameterServer(Single):
                 continue
             grads = torch.stack([g for _, g, _ in pending]).mean(0)
             self._apply(optimizer, grads)
-            staleness += [self.version - 1 - v for _, _, v in pending]
+            for w, _, v in pending:
+                staleness.append(self.version - 1 - v)
+                stale_by[w].append(self.version - 1 - v)
             reply = torch.cat([_flat([p.data for p in self._params]).to(self.wire),
                                torch.tensor([float(self.version)], device=self.wire)])
             for w, _, _ in pending:
@@ -132,6 +139,10 @@ class ParameterServer(Single):
                            {str(k): v for k, v in per_worker.items()},
                            "staleness_mean": sum(staleness) / len(staleness) if staleness else 0,
                            "staleness_max": max(staleness, default=0),
+                           "per_worker_staleness": {
+                               str(w): {"mean": sum(v) / len(v) if v else 0,
+                                        "max": max(v, default=0)}
+                               for w, v in stale_by.items()},
                            "server_wait_s": wait_s, "server_busy_s": busy_s,
                            "grad_bytes": 4 * n})
         return self.stats

@@ -35,3 +35,16 @@ def build_task(cfg: Any, num_classes: int) -> Any:
     if module is not None:
         importlib.import_module(f"{__name__}.{module}")  # registers the task
     return TASKS.get(cfg.task)(cfg, num_classes)
+
+
+def check_model_name(task: str, name: str) -> None:
+    """A one-line ConfigError when ``--model name`` builds nothing for ``task``: detection
+    names a torchvision detector, the other tasks a classifier (or a user builder)."""
+    if task == "detection":
+        from scaleprobe.tasks.detection import detector_name
+
+        detector_name(name)
+        return
+    from scaleprobe.models.build import check_name
+
+    check_name(name)
