@@ -38,7 +38,8 @@ def test_detection_trains_and_reports_map50(capsys, voc, tmp_path):
     rec = json.loads((tmp_path / "o" / "results.jsonl").read_text().splitlines()[-1])
     m = rec["metrics"]
     assert rec["status"] == "ok" and m["loss_first"] > 0
-    assert 0.0 <= m["map50"] <= 1.0
+    assert 0.0 <= m["map50"] <= 1.0 and 0.0 <= m["map50_voc"] <= 1.0
+    assert m["map50_source"].startswith("torchmetrics")  # installed with scaleprobe
     assert m["eval_samples"] == 6 and m["eval_objects"] > 0
     assert m["steps_per_epoch"] == 6  # 24 training images, 4 per step
 
