@@ -2,7 +2,8 @@
 
 Single process:  python benchmarks/_bare.py --model resnet18 --size 64 --batch 32 --steps 40
 Under torchrun:  torchrun --nproc-per-node 2 benchmarks/_bare.py --ddp ...
-Prints one JSON line: {"samples_per_s": ..., "median_step_s": ...} (rank 0).
+Prints one JSON line: {"samples_per_s": ..., "median_step_s": ...} (rank 0). Runs on CUDA (nccl
+under torchrun) when a GPU is there, else on the CPU (gloo).
 """
 
 import argparse
@@ -46,42 +47,57 @@ def main():
     rank, world = 0, 1
     import torch.distributed as dist
 
+    cuda = torch.cuda.is_available()
     if a.ddp:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if cuda else "gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
     torch.manual_seed(0)
     if a.model == "linear":
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * a.size * a.size, 10))
     else:
         model = torchvision.models.get_model(a.model, weights=None, num_classes=10)
+    model = model.to(device)
     if a.ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
     ds = Pool(a.samples, a.size)
     sampler = torch.utils.data.DistributedSampler(ds, world, rank, seed=0) if a.ddp else None
     dl = DataLoader(ds, batch_size=a.batch, sampler=sampler, shuffle=sampler is None,
-                    drop_last=True, num_workers=0)
+                    drop_last=True, num_workers=0, pin_memory=cuda)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    times, step = [], 0
-    t_prev = None
+    # step = batch request to batch request (data included); on CUDA the marks are events
+    # read after the loop, so the loop never waits for the device
+    marks, step = [], 0  # (mark, counts as the end of a timed step)
     while step < a.warmup + a.steps:
         it = iter(dl)
         while step < a.warmup + a.steps:
-            t0 = time.perf_counter()
-            if t_prev is not None and step > a.warmup:
-                times.append(t0 - t_prev)  # batch request to batch request: data included
-            t_prev = t0
+            if cuda:
+                mark = torch.cuda.Event(enable_timing=True)
+                mark.record()
+            else:
+                mark = time.perf_counter()
+            marks.append((mark, bool(marks) and marks[-1] is not None and step > a.warmup))
             batch = next(it, None)
             if batch is None:
-                t_prev = None  # an epoch boundary is not a step
+                marks.append(None)  # an epoch boundary is not a step
                 break
-            x, y = batch
+            x, y = (t.to(device, non_blocking=True) for t in batch)
             loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1
+    if cuda:
+        torch.cuda.synchronize()
+    times = []
+    for prev, cur in zip(marks, marks[1:], strict=False):
+        if prev is None or cur is None or not cur[1]:
+            continue
+        times.append(prev[0].elapsed_time(cur[0]) / 1000 if cuda else cur[0] - prev[0])
     if a.ddp:
         dist.barrier()
         dist.destroy_process_group()

@@ -40,6 +40,31 @@ def test_empty_data_dir(capsys, tmp_path):
     code, err = _err(capsys, "run", "--dataset", "imagefolder", "--data-dir",
                      tmp_path / "empty", "--out", tmp_path / "o")
     assert code == 2 and "empty" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_corrupt_image_stops_the_run_or_is_skipped(capsys, tmp_path):
+    from pathlib import Path
+
+    from scaleprobe.data.formats import open_imagefolder, write_dataset
+    from scaleprobe.results import read_jsonl
+
+    root = write_dataset("imagefolder", tmp_path / "d", count=40, size=(32, 32))
+    bads = [Path(open_imagefolder(root).samples[i][0]) for i in (3, 11, 19, 27, 35)]
+    for bad in bads:
+        bad.write_bytes(b"not an image")
+    quick = ("--dataset", "imagefolder", "--data-dir", root, "--batch-size", 4, "--epochs", 1,
+             "--warmup-steps", 1, "--loader", "naive", "--no-progress")
+    code, err = _err(capsys, "run", *quick, "--out", tmp_path / "o1")
+    assert code == 2 and any(str(bad) in err for bad in bads)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+    code, err = _err(capsys, "run", *quick, "--skip-bad-samples", "--out", tmp_path / "o2")
+    assert code == 0, err
+    rec = read_jsonl(tmp_path / "o2" / "results.jsonl")[-1]
+    assert rec["status"] == "ok"
+    # one epoch visits every training sample once; the held-out split takes a few of the five
+    assert 1 <= rec["metrics"]["bad_samples_skipped"] <= len(bads)
 
 
 def test_unreadable_and_unknown_key_toml(capsys, tmp_path):

@@ -12,8 +12,9 @@ from typing import Any
 
 from scaleprobe import results as res
 from scaleprobe.config import RunConfig, validate
+from scaleprobe.report.thresholds import DEFAULT
 
-TOLERANCE = 0.03  # |accuracy(N) - accuracy(1)| that still counts as parity
+TOLERANCE = DEFAULT.parity_tolerance  # |accuracy(N) - accuracy(1)| that still counts as parity
 
 
 def parity_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:

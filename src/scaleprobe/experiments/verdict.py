@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.report.fmt import md_table, num, rate, ratio, seconds
+from scaleprobe.report.thresholds import DEFAULT
 
-NO_INTERFERENCE_BELOW = 1.10  # every job within 10% of its speed alone
-CPU_SATURATED_PCT = 90.0  # machine-wide CPU use while together
-GPU_BUSY_PCT = 90.0  # GPU utilisation while together
+NO_INTERFERENCE_BELOW = DEFAULT.colocate_slowdown  # every job within 10% of its speed alone
+CPU_SATURATED_PCT = DEFAULT.colocate_cpu_pct  # machine-wide CPU use while together
+GPU_BUSY_PCT = DEFAULT.colocate_gpu_pct  # GPU utilisation while together
 
 VERDICTS = ("no interference", "CPU saturated", "device contention",
             "interference without saturation", "not measured")

@@ -216,17 +216,33 @@ def loader_cells(row: dict[str, Any]) -> list[str]:
 def recommend_workers(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> dict[str, Any]:
     """The fewest loader workers within ``th.workers_within`` of the best samples/s (in the
     group of the best setting). Returns ``{"workers", "prefetch", "setting", "samples_per_s",
-    "best_samples_per_s", "best_setting", "group", "text"}``; workers None when nothing ran."""
+    "best_samples_per_s", "best_setting", "group", "text"}``; workers None when nothing ran.
+
+    The transform is the workload, not a knob: when the sweep varied it, each transform gets
+    its own recommendation (``by_transform``), and ``text`` holds one sentence per transform;
+    the top-level fields are those of the transform of the overall best setting."""
     ok = [r for r in loader_table(records)
           if r["status"] == "ok" and (r["samples_per_s"] or 0) > 0 and r["workers"] is not None]
     if not ok:
         return {"workers": None, "text": "No loader setting finished, nothing to recommend."}
+    transforms = sorted({str(r["transform"]) for r in ok})
+    if len(transforms) < 2:
+        return _recommend(ok, th)
+    per = {t: _recommend([r for r in ok if str(r["transform"]) == t], th, f"transform {t}: ")
+           for t in transforms}
+    top = per[str(max(ok, key=lambda r: r["samples_per_s"])["transform"])]
+    return {**top, "by_transform": {t: {k: v for k, v in rec.items() if k != "text"}
+                                    for t, rec in per.items()},
+            "text": " ".join(per[t]["text"] for t in transforms)}
+
+
+def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict[str, Any]:
     best = max(ok, key=lambda r: r["samples_per_s"])
     floor = (1.0 - th.workers_within) * best["samples_per_s"]
     near = [r for r in ok if r["group"] == best["group"] and r["samples_per_s"] >= floor]
     pick = min(near, key=lambda r: (r["workers"], -r["samples_per_s"]))
     gap = pick["samples_per_s"] / best["samples_per_s"] - 1.0
-    text = (f"Use {pick['workers']} loader worker(s) ({pick['setting']}): "
+    text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
             f"{fmt.rate(pick['samples_per_s'])} samples/s, {fmt.signed_pct(gap)} vs the best "
             f"{fmt.rate(best['samples_per_s'])} samples/s ({best['setting']}); the fewest "
             f"workers within {th.workers_within:.0%} of the best leave the cores to compute.")

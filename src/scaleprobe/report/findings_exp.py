@@ -18,7 +18,7 @@ from scaleprobe.report import records as R
 from scaleprobe.report.batch import recommend_batch, recommend_workers
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.scale import scale_table
-from scaleprobe.report.thresholds import Thresholds
+from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 
 def experiment_findings(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
@@ -31,7 +31,7 @@ def experiment_findings(records: list[dict[str, Any]], th: Thresholds) -> list[F
             out.extend(_workers(eid, sweep, th))
     out.extend(loader_contention(R.of_kind(records, "run"), th))
     out.extend(_scaling(records, th))
-    out.extend(_colocate(r) for r in R.of_kind(records, "colocate"))
+    out.extend(_colocate(r, th) for r in R.of_kind(records, "colocate"))
     out.extend(_parity(r) for r in R.of_kind(records, "parity"))
     return out
 
@@ -147,7 +147,7 @@ def _scaling_advice(main: str | None, row: dict[str, Any], records: list[dict]) 
             "/ processes and give each its own cores, or add devices rather than processes")
 
 
-def _colocate(rec: dict[str, Any]) -> Finding:
+def _colocate(rec: dict[str, Any], th: Thresholds = DEFAULT) -> Finding:
     jobs = [j for j in R.dicts(rec.get("jobs")) if R.num(j.get("slowdown")) is not None]
     slow = [j["slowdown"] for j in jobs]
     parts = [f"{j.get('name')}: {j['slowdown']:.2f}x slower together" for j in jobs]
@@ -158,7 +158,7 @@ def _colocate(rec: dict[str, Any]) -> Finding:
                      f"sum alone ({fmt.pct(together / alone)})")
     evidence = str(rec.get("evidence") or "; ".join(parts) or "no job figures")
     placement = str(rec.get("placement") or "shared")
-    if slow and max(slow) > 1.2:
+    if slow and max(slow) >= th.colocate_slowdown:
         tip = ("pin each job to its own cores or device (placement \"pinned\") or run them one "
                "after the other" if placement == "shared" else
                "even pinned, the jobs compete (memory bandwidth, shared caches, the loader): "

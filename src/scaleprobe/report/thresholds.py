@@ -39,6 +39,14 @@ class Thresholds:
     compare_floor_rel: float = 0.02
     # a share of a step smaller than this is left out of "lost to" lines
     minor_fraction: float = 0.01
+    # co-location: every job within this slowdown (alone / together samples/s) = no interference
+    colocate_slowdown: float = 1.10
+    # co-location: machine-wide CPU use while together at or above this = CPU saturated
+    colocate_cpu_pct: float = 90.0
+    # co-location: GPU utilisation while together at or above this = device contention
+    colocate_gpu_pct: float = 90.0
+    # parity: |accuracy on N processes - accuracy on 1| within this = parity holds
+    parity_tolerance: float = 0.03
 
 
 DEFAULT = Thresholds()

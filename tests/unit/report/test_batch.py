@@ -123,3 +123,17 @@ def test_point_reused_from_another_sweep_is_listed_under_both():
     assert R.point(loader[1]) == {"loader": "pipelined"}
     assert loader[1]["experiment"]["reused"] == measured["run_id"]
     assert R.point(measured) == {"batch_size": 64}  # the original record is not changed
+
+
+def test_each_transform_gets_its_own_worker_recommendation():
+    # light: 1 worker is enough; heavy: the CPU transform needs 3
+    sps = {"light": {1: 400.0, 2: 405.0, 3: 404.0}, "heavy": {1: 100.0, 2: 170.0, 3: 200.0}}
+    recs = [run(f"{t}{w}", workers=w, transform=t, sps=s,
+                experiment=sweep_point("lt", transform=t, workers=w))
+            for t, by_w in sps.items() for w, s in by_w.items()]
+    rec = B.recommend_workers(recs)
+    assert rec["by_transform"]["light"]["workers"] == 1
+    assert rec["by_transform"]["heavy"]["workers"] == 3
+    assert rec["workers"] == 1  # the overall best setting is a light one
+    assert "transform heavy: Use 3 loader worker(s)" in rec["text"]
+    assert "transform light: Use 1 loader worker(s)" in rec["text"]
