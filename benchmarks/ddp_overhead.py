@@ -59,7 +59,8 @@ def main() -> None:
     ratio = statistics.median(sp) / statistics.median(bb)
     print(f"model {a.model} {a.size}px, batch {a.batch} per process x {a.nproc} processes (gloo)")
     print(f"A/A (bare vs bare) ratios: {', '.join(f'{r:.3f}' for r in aa)}")
-    print(f"RATIO scaleprobe / bare = {ratio:.3f}")
+    print(f"RATIO scaleprobe / bare = {ratio:.3f} (target >= 0.97: "
+          f"{'met' if ratio >= 0.97 else 'NOT met'}; read it against the A/A spread)")
 
 
 if __name__ == "__main__":

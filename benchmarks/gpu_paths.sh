@@ -23,7 +23,7 @@ step $SP run $R18 --steps 40 --amp fp16 --out "$OUT" --name fp16
 step $SP run $R18 --steps 40 --strategy ddp --nproc 1 --out "$OUT" --name ddp-nccl
 step $SP run $R18 --steps 20 --profile-every 0.5 --summary-every 0.5 --out "$OUT" --name profiled
 step $SP run --model resnet50 --dataset synthetic --image-size 224 --batch-size 4096 --steps 3 \
-    --warmup-steps 1 --out "$OUT" --name oom --no-progress
+    --warmup-steps 1 --num-samples 8192 --out "$OUT" --name oom --no-progress
 step $SP run --strategy dp --steps 3 --out "$OUT" --no-progress
 step $SP run --strategy ddp --nproc 2 --steps 3 --out "$OUT" --no-progress
 step $SP run --epochs 3 --eval --out "$OUT" --name digits-cuda --no-progress

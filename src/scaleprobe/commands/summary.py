@@ -22,7 +22,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
         return
     t = Table(show_header=True, header_style="bold")
     for col in ("samples/s", "step median", "p95", "epoch time", "peak host mem",
-                "peak device mem", "CPU util", "GPU util", "accuracy"):
+                "peak device mem", "CPU util", "GPU util", _metric_name(m)):
         t.add_column(col, justify="right")
     st = m.get("step_time_s") or {}
     epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
@@ -30,7 +30,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     t.add_row(fmt.num(m.get("samples_per_s")), fmt.ms(st.get("median")), fmt.ms(st.get("p95")),
               epoch, fmt.bytes_(mem.get("host")), fmt.bytes_(mem.get("device_allocated")),
               fmt.num(m.get("cpu_util_pct"), ".0f", "%"), fmt.num(m.get("gpu_util_pct"), ".0f", "%"),
-              fmt.num(m.get("accuracy"), ".3f"))
+              fmt.num(m.get(_metric_name(m)), ".3f"))
     con.print(t)
     _breakdown(con, m)
     _comm_line(con, rec)
@@ -77,3 +77,9 @@ def _breakdown(con: Console, m: dict[str, Any]) -> None:
         return
     parts = [f"{k} {v * 1000:.1f} ms ({v / total:.0%})" for k, v in bd.items() if v is not None]
     con.print("step breakdown (mean): " + ", ".join(parts))
+
+
+def _metric_name(m: dict[str, Any]) -> str:
+    """The task's evaluation figure: accuracy, verification_accuracy (face) or map50."""
+    return next((k for k in ("verification_accuracy", "map50") if m.get(k) is not None),
+                "accuracy")

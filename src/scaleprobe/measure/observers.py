@@ -81,7 +81,8 @@ class Profiles:
 
     def _top(self, prof: Any) -> None:
         key = "self_device_time_total" if self.cuda else "self_cpu_time_total"
-        rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
+        rows = sorted((e for e in prof.key_averages() if not e.key.startswith("ProfilerStep")),
+                      key=lambda e: getattr(e, key, 0), reverse=True)  # steps are not operators
         self.top_ops = [{"name": e.key, "self_time_ms": getattr(e, key, 0) / 1000.0,
                          "calls": e.count} for e in rows[:TOP_OPS]]
 

@@ -29,12 +29,18 @@ def compute_threads(rec: dict[str, Any]) -> int | None:
 
 
 def cpu_demand(rec: dict[str, Any]) -> tuple[int | None, str]:
-    """Compute threads + loader workers on this host, and the sum written out."""
+    """Busy threads on this host: compute threads (one driving thread per process when the
+    model runs on a GPU: torch's CPU thread pool then idles) + loader workers, and the sum
+    written out."""
     threads, workers, n = compute_threads(rec), R.loader_workers(rec) or 0, local_procs(rec)
     if threads is None:
         return None, ""
+    if R.device_peak(rec) is not None:
+        threads, kind = 1, "driving thread"
+    else:
+        kind = "compute thread(s)"
     total = n * (threads + workers)
-    per = f"{threads} compute thread(s) + {workers} loader worker(s)"
+    per = f"{threads} {kind} + {workers} loader worker(s)"
     text = per if n == 1 else f"{n} processes x ({per})"
     return total, f"{text} = {total}"
 

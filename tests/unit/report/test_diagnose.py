@@ -100,6 +100,17 @@ def test_cpu_oversubscribed_by_workers_and_threads():
     assert f.severity == "warning"
 
 
+def test_gpu_run_counts_one_driving_thread_not_the_idle_cpu_pool():
+    # 16 intra-op threads idle while the GPU computes: 1 + 2 workers fit 16 cores
+    calm = run("gpu-calm", cpu=12.0, cores=16, threads=16, workers=2, device_mem=GIB,
+               gpu_total=16 * GIB, gpu=60.0)
+    assert "CPU saturated" not in _verdicts(diagnose_run(calm))
+    crowded = run("gpu-crowded", cpu=40.0, cores=4, threads=16, workers=4, device_mem=GIB,
+                  gpu_total=16 * GIB, gpu=60.0)
+    f = _one(diagnose_run(crowded), "CPU saturated")
+    assert "1 driving thread + 4 loader worker(s) = 5 on 4 cores" in f.evidence
+
+
 def test_cpu_busy_on_a_cpu_run_is_information():
     rec = run("cpu-train", cpu=98.0, cores=4, threads=3, workers=1)
     f = _one(diagnose_run(rec), "CPU saturated")
