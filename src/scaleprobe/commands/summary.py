@@ -81,5 +81,6 @@ def _breakdown(con: Console, m: dict[str, Any]) -> None:
 
 def _metric_name(m: dict[str, Any]) -> str:
     """The task's evaluation figure: accuracy, verification_accuracy (face) or map50."""
-    return next((k for k in ("verification_accuracy", "map50") if m.get(k) is not None),
-                "accuracy")
+    from scaleprobe.report.records import TASK_METRICS
+
+    return next((k for k, _ in TASK_METRICS if m.get(k) is not None), "accuracy")

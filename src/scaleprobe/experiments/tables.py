@@ -17,13 +17,16 @@ from scaleprobe import results as res
 from scaleprobe.experiments.spec import BATCH_KEYS, SweepSpec
 from scaleprobe.report import batch as B
 from scaleprobe.report import fmt
+from scaleprobe.report import records as R
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
 POINT_HEADERS = ("status", "samples/s", "step median", "epoch time", "peak host mem",
-                 "peak device mem", "data wait", "CPU util", "GPU util")
+                 "peak device mem", "data wait", "CPU util", "GPU util", "metric",
+                 "shard audit")
 POINT_CSV = ("status", "samples_per_s", "step_time_median_s", "epoch_time_s",
              "epoch_time_projected", "peak_host_mem_bytes", "peak_device_mem_bytes",
-             "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "run_id", "error")
+             "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
+             "audit_ok", "speedup", "run_id", "error")
 
 
 def _point(rec: dict[str, Any]) -> dict[str, Any]:
@@ -35,13 +38,41 @@ def _peak_device(rec: dict[str, Any]) -> Any:
             or res.get(rec, "metrics.peak_mem_bytes.device_nvml"))
 
 
-def _raw_row(rec: dict[str, Any]) -> list[Any]:
+def _audit_text(rec: dict[str, Any]) -> str:
+    a = rec.get("audit")
+    if not isinstance(a, dict):
+        return "-"
+    return "ok" if a.get("ok") else "FAILED"
+
+
+def speedups(records: list[dict[str, Any]], labels: list[str]) -> dict[int, float]:
+    """When ``nproc`` is an axis: samples/s of each point against the 1-process point that
+    shares its other axes (measured both, never extrapolated). ``{id(record): speedup}``."""
+    if "nproc" not in labels:
+        return {}
+    others = [k for k in labels if k != "nproc"]
+    base = {tuple(repr(_point(r).get(k)) for k in others): r for r in records
+            if _point(r).get("nproc") == 1 and r.get("status") == "ok"}
+    out: dict[int, float] = {}
+    for r in records:
+        b = base.get(tuple(repr(_point(r).get(k)) for k in others))
+        sps, sps1 = res.get(r, "metrics.samples_per_s"), b and res.get(b, "metrics.samples_per_s")
+        if r.get("status") == "ok" and sps and sps1:
+            out[id(r)] = sps / sps1
+    return out
+
+
+def _raw_row(rec: dict[str, Any], speedup: float | None = None) -> list[Any]:
     g = res.get
+    found = R.task_metric(rec)
+    audit = rec.get("audit")
     return [rec.get("status"), g(rec, "metrics.samples_per_s"),
             g(rec, "metrics.step_time_s.median"), g(rec, "metrics.epoch_time_s"),
             g(rec, "metrics.epoch_time_projected"), g(rec, "metrics.peak_mem_bytes.host"),
             _peak_device(rec), g(rec, "metrics.data_wait_fraction"),
-            g(rec, "metrics.cpu_util_pct"), g(rec, "metrics.gpu_util_pct"), rec.get("run_id"),
+            g(rec, "metrics.cpu_util_pct"), g(rec, "metrics.gpu_util_pct"),
+            found[0] if found else None, found[1] if found else None,
+            audit.get("ok") if isinstance(audit, dict) else None, speedup, rec.get("run_id"),
             rec.get("error")]
 
 
@@ -55,15 +86,22 @@ def _pretty_row(rec: dict[str, Any]) -> list[str]:
             fmt.bytes_(g(rec, "metrics.peak_mem_bytes.host")), fmt.bytes_(_peak_device(rec)),
             fmt.pct(g(rec, "metrics.data_wait_fraction")),
             fmt.pct_value(g(rec, "metrics.cpu_util_pct")),
-            fmt.pct_value(g(rec, "metrics.gpu_util_pct"))]
+            fmt.pct_value(g(rec, "metrics.gpu_util_pct")), R.task_metric_text(rec, "-"),
+            _audit_text(rec)]
 
 
 def points_table(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
                  labels: list[str]) -> dict[str, Any]:
-    """Every point: its axes, then its figures (skipped points say why)."""
-    rows = [[_point(r).get(k) for k in labels] + _pretty_row(r) for r in records]
-    rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * 8 for s in skipped]
-    return {"title": "All points", "headers": [*labels, *POINT_HEADERS], "rows": rows}
+    """Every point: its axes, then its figures (skipped points say why); with a ``nproc``
+    axis also the speedup against the 1-process point of the same other axes."""
+    sp = speedups(records, labels)
+    extra = ["speedup"] if sp else []
+    rows = [[_point(r).get(k) for k in labels] + _pretty_row(r)
+            + ([fmt.ratio(sp.get(id(r)))] if sp else []) for r in records]
+    width = len(POINT_HEADERS) - 1 + len(extra)
+    rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * width
+             for s in skipped]
+    return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
 
 
 def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
@@ -72,12 +110,13 @@ def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*labels, *POINT_CSV])
+    sp = speedups(records, labels)
     for r in records:
         w.writerow([_point(r).get(k) for k in labels] + ["" if v is None else v
-                                                         for v in _raw_row(r)])
+                                                         for v in _raw_row(r, sp.get(id(r)))])
     for s in skipped:
-        w.writerow([s["point"].get(k) for k in labels] + ["skipped"] + [""] * 10
-                   + [s["reason"]])
+        w.writerow([s["point"].get(k) for k in labels] + ["skipped"]
+                   + [""] * (len(POINT_CSV) - 2) + [s["reason"]])
     return buf.getvalue()
 
 

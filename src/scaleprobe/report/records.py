@@ -293,3 +293,23 @@ def dicts(items: Any) -> list[dict[str, Any]]:
 
 def dict_of(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
+                ("map50", "mAP50 {:.3f}"))  # classification, face, detection
+
+
+def task_metric(rec: dict[str, Any]) -> tuple[str, float] | None:
+    """(name, value) of the run's evaluation figure, or None when it was not evaluated."""
+    for key, _ in TASK_METRICS:
+        v = metric(rec, key)
+        if v is not None:
+            return key, v
+    return None
+
+
+def task_metric_text(rec: dict[str, Any], missing: str = "n/a") -> str:
+    found = task_metric(rec)
+    if found is None:
+        return missing
+    return dict(TASK_METRICS)[found[0]].format(found[1])

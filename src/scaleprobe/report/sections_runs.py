@@ -24,16 +24,10 @@ REASON_KEYS = {
     "Peak device mem": "peak_mem_bytes.device_allocated", "CPU": "cpu_util_pct",
     "GPU": "gpu_util_pct", "Accuracy": "accuracy",
 }
-TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
-                ("map50", "mAP50 {:.3f}"))
 
 
 def _accuracy(rec: dict[str, Any]) -> str:
-    for key, pattern in TASK_METRICS:
-        v = R.metric(rec, key)
-        if v is not None:
-            return pattern.format(v)
-    return fmt.NA
+    return R.task_metric_text(rec, fmt.NA)
 
 
 def run_cells(rec: dict[str, Any]) -> list[str]:
