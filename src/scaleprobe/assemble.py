@@ -99,9 +99,11 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     rec["dataset_source"] = info["dataset_source"]
     if raw0.get("threads"):  # what a training rank used, not the launching process's
         rec["env"]["threads"] = raw0["threads"]
-    for r in raws:  # traces, top operators, TensorBoard folder (when switched on)
+    for r in raws:  # every rank's traces; the first trainer's top operators; TensorBoard
         for k, v in (r.get("observed") or {}).items():
-            if v:
+            if k == "traces" and v:
+                rec["paths"].setdefault("traces", []).extend(v)
+            elif v and k not in rec["paths"]:
                 rec["paths"][k] = v
 
 

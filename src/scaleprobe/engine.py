@@ -318,9 +318,9 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     else:
         from scaleprobe.measure.observers import build_observers
 
-        observers = build_observers(cfg.measure, run_dir if strategy.rank ==
-                                    strategy.progress_rank else None, strategy.rank,
-                                    p.per_process_batch, device.type == "cuda")
+        observers = build_observers(cfg.measure, run_dir, strategy.rank, p.per_process_batch,
+                                    device.type == "cuda",
+                                    summaries=strategy.rank == strategy.progress_rank)
         progress.begin(p)
         try:
             st = train_loop(p, timer, progress, clock, observers)

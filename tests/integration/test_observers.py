@@ -34,3 +34,18 @@ def test_traces_and_tensorboard(out_dir):
     assert "train/loss" in acc.Tags()["scalars"]
     assert "perf/samples_per_s" in acc.Tags()["scalars"]
     assert all(e.value > 0 for e in acc.Scalars("perf/samples_per_s"))
+
+
+def test_every_ddp_rank_writes_its_own_traces(cli, out_dir):
+    p = cli("run", "--strategy", "ddp", "--nproc", 2, "--model", "linear", "--dataset",
+            "synthetic", "--image-size", 32, "--batch-size", 16, "--steps", 12,
+            "--warmup-steps", 1, "--loader", "naive", "--profile-every", 30,
+            "--summary-every", 0.05, "--out", out_dir, "--no-progress")
+    assert p.returncode == 0, p.stderr[-2000:]
+    from scaleprobe.results import read_jsonl
+
+    rec = read_jsonl(out_dir / "results.jsonl")[-1]
+    names = sorted(Path(t).name for t in rec["paths"]["traces"])
+    assert names == ["trace-rank0-0.json", "trace-rank1-0.json"]  # one capture each: 30 s apart
+    assert rec["paths"]["top_ops"] and Path(rec["paths"]["tensorboard"]).is_dir()
+    assert len(list(Path(rec["paths"]["tensorboard"]).glob("events.*"))) == 1  # one writer

@@ -42,12 +42,25 @@ class Summaries:
         w.add_scalar("host/rss_bytes", psutil.Process().memory_info().rss, st.step)
         if torch.cuda.is_available():
             w.add_scalar("device/allocated_bytes", torch.cuda.memory_allocated(), st.step)
+            util = _gpu_util_pct()
+            if util is not None:
+                w.add_scalar("device/gpu_util_pct", util, st.step)
         self._t, self._step = now, st.step
 
     def close(self) -> dict[str, Any]:
         self.writer.flush()
         self.writer.close()
         return {"tensorboard": self.writer.log_dir}
+
+
+def _gpu_util_pct() -> float | None:
+    """This process's GPU's utilisation from NVML (torch.cuda.utilization), if it answers."""
+    import torch
+
+    try:
+        return float(torch.cuda.utilization())
+    except Exception:  # noqa: BLE001  (no NVML, or a driver that does not say)
+        return None
 
 
 class Profiles:
@@ -106,11 +119,13 @@ class Profiles:
 
 
 def build_observers(measure_cfg: Any, run_dir: str | None, rank: int, batch: int,
-                    cuda: bool) -> list[Any]:
+                    cuda: bool, summaries: bool = True) -> list[Any]:
+    """Profiles on every training rank (one trace file per rank and capture); TensorBoard
+    summaries on the rank that shows progress (``summaries``)."""
     if not run_dir:
         return []
     obs: list[Any] = []
-    if measure_cfg.summary_every:
+    if measure_cfg.summary_every and summaries:
         obs.append(Summaries(Path(run_dir) / "tensorboard", measure_cfg.summary_every, batch))
     if measure_cfg.profile_every:
         obs.append(Profiles(Path(run_dir) / "traces", measure_cfg.profile_every, rank, cuda))
