@@ -32,3 +32,23 @@ def test_two_jobs_alone_then_together(cli, out_dir):
     assert co["evidence"] and co["overlap_s"] > 0
     assert f"**verdict: {co['verdict']}**" in p.stdout
     assert (out_dir / "colocate.md").read_text() in p.stdout
+
+
+def test_pinned_jobs_each_get_their_own_cores(cli, out_dir):
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip(f"pinning two jobs needs 2 CPUs, this process may use {len(cpus)}")
+    p = cli("colocate", ROOT / "examples" / "colocate_quick.toml", "--placement", "pinned",
+            "--out", out_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    recs = read_jsonl(out_dir / "results.jsonl")
+    (co,) = [r for r in recs if r["kind"] == "colocate"]
+    assert co["placement"] == "pinned"
+    together = [r for r in recs if r["kind"] == "run"
+                and r["experiment"]["point"]["phase"] == "together"]
+    # each job's process saw only its share of the cores, and sized its threads to it
+    share = len(cpus) // 2
+    assert [r["env"]["threads"] for r in together] == [share, share]
+    assert [r["env"]["cores"] for r in together] == [share, share]
