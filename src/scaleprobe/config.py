@@ -345,6 +345,9 @@ def validate(cfg: RunConfig) -> None:
     if ds.strategy == "ps" and ds.backend == "nccl":
         raise ConfigError("--strategy ps needs --backend gloo: its server receives from whichever "
                           "worker is ready, which nccl cannot do")
+    if ds.strategy == "ps" and t.amp == "fp16":
+        raise ConfigError("--strategy ps with --amp fp16 is not supported: the loss scale lives "
+                          "in each worker while the server applies the gradients; use --amp bf16")
     if ds.strategy == "ps" and cfg.world_size < 2:
         raise ConfigError("--strategy ps needs --nproc >= 2 (one server and at least one worker)")
     if ds.average_every < 1:

@@ -66,6 +66,11 @@ def test_localsgd_averages_every_k_steps(cli, out_dir):
     assert rec["comm"]["prediction"] is not None
 
 
-def test_ps_refuses_nccl(cli, out_dir):
-    p = cli("run", "--strategy", "ps", "--nproc", 2, "--backend", "nccl", "--out", out_dir)
-    assert p.returncode == 2 and "needs --backend gloo" in p.stderr
+@pytest.mark.parametrize("argv, message", [
+    (["--backend", "nccl"], "needs --backend gloo"),
+    (["--amp", "fp16"], "use --amp bf16"),
+    (["--nproc", 3, "--global-batch", 63], "does not split evenly over 2 training processes"),
+])
+def test_ps_input_errors(cli, out_dir, argv, message):
+    p = cli("run", "--strategy", "ps", "--nproc", 2, *argv, "--out", out_dir)
+    assert p.returncode == 2 and message in p.stderr
