@@ -180,7 +180,8 @@ def loader_sections(records: list[dict[str, Any]], sweep_id: str
                  "rows": [B.loader_cells(r) for r in group_rows]}
                 for group, group_rows in _by_group(rows).items()]
     if sections:
-        sections[-1]["notes"] = [rec["text"]]
+        per = rec.get("by_transform") or {}
+        sections[-1]["notes"] = [r["text"] for r in per.values()] or [rec["text"]]
     return sections, _plain(rec)
 
 

@@ -231,9 +231,7 @@ def recommend_workers(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -
     per = {t: _recommend([r for r in ok if str(r["transform"]) == t], th, f"transform {t}: ")
            for t in transforms}
     top = per[str(max(ok, key=lambda r: r["samples_per_s"])["transform"])]
-    return {**top, "by_transform": {t: {k: v for k, v in rec.items() if k != "text"}
-                                    for t, rec in per.items()},
-            "text": " ".join(per[t]["text"] for t in transforms)}
+    return {**top, "by_transform": per, "text": " ".join(per[t]["text"] for t in transforms)}
 
 
 def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict[str, Any]:

@@ -72,7 +72,9 @@ def _loader_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
     s.add(Text("Compute/step is forward + backward per step: when more workers cut the data "
                "wait but compute per step grows, the workers are taking cores from compute.",
                note=True))
-    s.add(Text(B.recommend_workers(recs)["text"]))
+    rec = B.recommend_workers(recs)
+    for r in (rec.get("by_transform") or {"": rec}).values():  # one per transform
+        s.add(Text(r["text"]))
     png = plots.loader_plot(rows)
     if png:
         s.add(Image(f"loader-{_slug(eid)}", png, "data wait and compute per loader setting"))
