@@ -120,9 +120,11 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def key(self) -> str:
-        """A stable hash of everything that affects the measurement (not the output folder)."""
+        """A stable hash of everything that affects the measurement (not the output folder, not
+        the run's label)."""
         d = self.to_dict()
         d.pop("out", None)
+        d.pop("name", None)
         d["measure"].pop("progress", None)
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -86,7 +86,10 @@ class SweepSpec:
         return C.build(over)
 
     def config(self, point: Point, out: str | None = None) -> C.RunConfig:
-        return C.build({**self.base, **point.overrides, "measure.progress": False,
+        """The point's run configuration; unless the base names the runs, each is labelled by
+        its point (``loader=naive, transform=heavy``) so tables tell the points apart."""
+        label = {} if self.base.get("name") else {"name": describe(point.axes)}
+        return C.build({**self.base, **label, **point.overrides, "measure.progress": False,
                         **({"out": out} if out is not None else {})})
 
 

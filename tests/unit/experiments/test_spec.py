@@ -98,3 +98,14 @@ def test_spec_file_name_is_the_default_id(tmp_path):
         load_spec(f)
     with pytest.raises(ConfigError, match="not found"):
         load_spec(tmp_path / "missing.toml")
+
+
+def test_points_are_labelled_by_their_axes_and_the_label_is_not_in_the_key():
+    from scaleprobe.experiments.spec import check_points, load_spec
+
+    sp = load_spec({"base": {"steps": 2}, "grid": {"loader": ["naive", "pipelined"]}})
+    cfgs = [sp.config(p) for p in check_points(sp)]
+    assert [c.name for c in cfgs] == ["loader=naive", "loader=pipelined"]
+    named = load_spec({"base": {"steps": 2, "name": "mine"}, "grid": {"loader": ["naive"]}})
+    (cfg,) = [named.config(p) for p in check_points(named)]
+    assert cfg.name == "mine" and cfg.key() == cfgs[0].key()  # a label measures nothing
