@@ -14,6 +14,17 @@ import sys
 
 from scaleprobe.errors import ScaleprobeError, one_line
 
+DESCRIPTION = """Measure and explain deep-learning training performance: one device or many,
+one process or many, one host or several.
+
+    scaleprobe demo                                 the main job on the embedded digits
+    scaleprobe run --model resnet18 --dataset synthetic --steps auto
+    scaleprobe scale --nproc 1,2                    speedup, and where the gap went
+    scaleprobe sweep examples/sweep_quickstart.toml
+    scaleprobe report scaleprobe-out                tables, plots and a diagnosis
+
+`scaleprobe COMMAND --help` lists each command's options."""
+
 COMMANDS = ("run", "demo", "scale", "sweep", "colocate", "comm", "predict", "report", "compare",
             "datagen", "models", "datasets", "env", "worker")
 
@@ -30,11 +41,13 @@ def _modules() -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scaleprobe", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="scaleprobe", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in _modules():
-        sp = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.__doc__)
+        sp = sub.add_parser(mod.NAME, help=mod.HELP,
+                            description=(mod.__doc__ or "").replace("``", "`"),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(sp)
         sp.set_defaults(_run=mod.run)
     return p

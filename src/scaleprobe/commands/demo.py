@@ -1,4 +1,4 @@
-"""``scaleprobe demo``: the main job on the embedded default data, in about two minutes on a
+"""``scaleprobe demo``: the main job on the embedded default data, in about a minute on a
 2-core CPU. digits_cnn on the 1,797 real handwritten digits of scikit-learn:
 
 1. a batch-size sweep (one whole epoch per point, each in its own process): peak memory and
