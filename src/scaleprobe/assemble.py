@@ -52,7 +52,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     world = len(raws)
     per_proc = raw0["samples_per_step"]
     global_batch = per_proc * max(1, len(trainers))
-    rec["batch"] = {"per_device": cfg.per_device_batch(max(1, len(trainers))),
+    rec["batch"] = {"per_device": per_proc // max(1, raw0.get("towers", 1)),
                     "per_process": per_proc,
                     "global": global_batch, "world_size": world,
                     "training_ranks": len(trainers)}

@@ -291,6 +291,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         "epochs_complete": st.epochs_complete,
         "epoch_wall_s": st.epoch_wall_s,
         "samples_per_step": p.per_process_batch,
+        "towers": getattr(p.strategy, "towers", 1),  # devices this process feeds (dp: all)
         "indices": [torch.cat(e).tolist() if e else [] for e in st.epoch_idx],
         "loss_first": losses[0],
         "loss_last": losses[-1],
