@@ -198,9 +198,10 @@ def _reraise_user_error(msg: str, rec: dict[str, Any], run_dir: Path, cfg: RunCo
 
 def preflight(cfg: RunConfig) -> None:
     """Cheap checks in the driver, so a typo fails in one line before any worker starts."""
-    from scaleprobe.data.datasets import DATASETS
+    from scaleprobe.data.datasets import DATASETS, check_data_dir
 
     DATASETS.get(cfg.data.dataset)
+    check_data_dir(cfg.data)
     from scaleprobe.tasks import check_model_name
 
     check_model_name(cfg.task.task, cfg.model.name)

@@ -41,6 +41,7 @@ def test_empty_data_dir(capsys, tmp_path):
                      tmp_path / "empty", "--out", tmp_path / "o")
     assert code == 2 and "empty" in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "o").exists()  # caught before any run folder is made
 
 
 def test_corrupt_image_stops_the_run_or_is_skipped(capsys, tmp_path):

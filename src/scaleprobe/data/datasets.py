@@ -141,6 +141,16 @@ def _need_dir(cfg: DataConfig, name: str) -> Path:
     return p
 
 
+ON_DISK = ("imagefolder", "cifar10", "mnist", "voc", "lfw")  # read from --data-dir
+
+
+def check_data_dir(cfg: DataConfig) -> None:
+    """The cheap part of an on-disk dataset's checks (the folder is given, exists, holds
+    something), so a wrong path fails in one line before any run folder or worker exists."""
+    if cfg.dataset in ON_DISK:
+        _need_dir(cfg, cfg.dataset)
+
+
 @DATASETS.register("imagefolder", "one folder per class of image files under --data-dir")
 def _imagefolder(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "imagefolder")
