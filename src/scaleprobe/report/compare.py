@@ -172,7 +172,7 @@ def to_markdown(cmp: Comparison) -> str:
         p = cmp.pairs[0]
         rows = [[x.metric, x.a, x.b, x.change] for x in p.deltas]
         lines += [fmt.md_table(["Metric", "A", "B", "Change"], rows), "",
-                  f"**Verdict: B is {p.summary}.**"]
+                  f"**Verdict, B against A: {p.summary}.**"]
     else:
         lines.append(fmt.md_table(SWEEP_HEADERS, [_sweep_row(p) for p in cmp.pairs],
                                   [False] + [True] * 7 + [False]))
@@ -213,7 +213,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
             t.add_row(x.metric, x.a, x.b, x.change)
         con.print(t)
         style = styles.get(p.verdict, "yellow")
-        con.print(f"verdict: B is [{style}]{p.summary}[/{style}]")
+        con.print(f"verdict, B against A: [{style}]{p.summary}[/{style}]")
     else:
         t = Table(show_header=True, header_style="bold")
         for i, col in enumerate(SWEEP_HEADERS):
