@@ -1,7 +1,7 @@
 """``scaleprobe demo``: the main job on the embedded default data, in about a minute on a
 2-core CPU. digits_cnn on the 1,797 real handwritten digits of scikit-learn:
 
-1. a batch-size sweep (one whole epoch per point, each in its own process): peak memory and
+1. a batch-size sweep (two whole epochs per point, each in its own process): peak memory and
    epoch time with their growth rates, the fastest and the most efficient batch size;
 2. the two input pipelines (naive vs pipelined) with the light and the heavy transform;
 3. a report (Markdown + one self-contained HTML file) with plots and a diagnosis.
@@ -19,7 +19,7 @@ from typing import Any
 NAME = "demo"
 HELP = "the main job on the embedded digits data: batch sweep, loaders, transforms, report"
 
-BASE: dict[str, Any] = {"model": "digits_cnn", "dataset": "digits", "epochs": 1,
+BASE: dict[str, Any] = {"model": "digits_cnn", "dataset": "digits", "epochs": 2,
                         "warmup_steps": 3, "loader": "pipelined", "workers": 1, "lr": 0.05}
 BATCH_SWEEP: dict[str, Any] = {"sweep": {"id": "demo-batch-size"}, "base": BASE,
                                "grid": {"batch_size": [16, 32, 64, 128, 256]}}
