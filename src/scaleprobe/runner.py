@@ -122,7 +122,6 @@ def _launch(cfg: RunConfig, run_dir: Path) -> list[dict[str, Any]] | None:
         return worker_main(cfg.to_dict(), str(run_dir))
     from scaleprobe.launch import run_workers
 
-    _check_devices(cfg)
     out = run_workers(worker_main, (cfg.to_dict(), str(run_dir)), nproc=cfg.dist.nproc, nnodes=cfg.dist.nnodes,
                       node_rank=cfg.dist.node_rank, rdzv_endpoint=cfg.dist.rdzv_endpoint,
                       timeout_s=cfg.dist.timeout_s, log_dir=str(run_dir / "logs"))
@@ -205,6 +204,12 @@ def preflight(cfg: RunConfig) -> None:
     from scaleprobe.tasks import check_model_name
 
     check_model_name(cfg.task.task, cfg.model.name)
+    if cfg.dist.strategy == "dp":
+        from scaleprobe.strategies.dp import check_devices
+
+        check_devices()
+    elif cfg.dist.strategy != "single":
+        _check_devices(cfg)
 
 
 def exit_code(rec: dict[str, Any]) -> int:

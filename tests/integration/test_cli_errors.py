@@ -22,12 +22,18 @@ def _err(capsys, *argv):
     (["run", "--set", "nonsense"], "--set needs KEY=VALUE"),
     (["run", "--dataset", "cifar10"], "needs --data-dir"),
     (["run", "--dataset", "mnist", "--data-dir", "/nonexistent/dir"], "not found"),
+    (["run", "--strategy", "dp"], "--strategy dp needs at least 2 CUDA devices"),
 ])
 def test_bad_input_is_one_line(capsys, out_dir, argv, needle):
+    import torch
+
+    if "dp" in argv and torch.cuda.device_count() >= 2:
+        pytest.skip("this host has the CUDA devices dp needs")
     code, err = _err(capsys, *argv, "--out", out_dir, "--no-progress")
     assert code == 2
     assert needle in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out_dir.exists()  # found before any run folder is made
 
 
 def test_resnet35_suggests_resnet34(capsys):
