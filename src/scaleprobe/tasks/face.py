@@ -37,6 +37,7 @@ from torch.utils.data import Sampler
 from scaleprobe.data.loader import collate_indexed
 from scaleprobe.errors import ConfigError, DataError
 from scaleprobe.tasks import TASKS
+from scaleprobe.tasks.classification import Classification
 from scaleprobe.tasks.metrics import verification_accuracy
 
 TRIPLET_MARGIN = 0.2  # FaceNet's margin on squared distances between unit vectors
@@ -255,11 +256,7 @@ class FaceEmbedding:
         ids = self.num_identities if self.loss == "softmax" else None
         return EmbeddingNet(trunk, width, self.dim, ids)
 
-    def to_device(self, x: Any, y: Any, device: torch.device, channels_last: bool):
-        x = x.to(device, non_blocking=True)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x, y.to(device, non_blocking=True)
+    to_device = Classification.to_device  # images and labels, as for a classifier
 
     def forward_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         out = model(x)

@@ -1,0 +1,29 @@
+"""Out of memory is recognised precisely: allocator failures are "oom", other faults are not."""
+
+import pytest
+
+from scaleprobe.runner import is_oom
+
+
+@pytest.mark.parametrize("error", [
+    MemoryError(),
+    "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.25 GiB. GPU 0 has a total "
+    "capacity of 79.18 GiB of which 2.33 GiB is free.",
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't "
+    "allocate memory: you tried to allocate 4294967296 bytes. Error code 12 (Cannot allocate "
+    "memory)",
+    "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR ... out of memory",
+])
+def test_allocator_failures_are_oom(error):
+    assert is_oom(error)
+
+
+@pytest.mark.parametrize("error", [
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "RuntimeError: CUDA error: misaligned address",
+    "ValueError: rank one gave up",
+    "RuntimeError: shape '[64, 10]' is invalid for input of size 320",
+    "DataError: cannot read image /data/x.jpg",
+])
+def test_other_failures_are_not_oom(error):
+    assert not is_oom(error)
