@@ -67,7 +67,7 @@ def _comm_line(con: Console, rec: dict[str, Any]) -> None:
 
 def _console() -> Console:
     c = Console()
-    return c if c.is_terminal else Console(width=140)
+    return c if c.is_terminal else Console(width=140, soft_wrap=True)  # lines stay whole
 
 
 def _breakdown(con: Console, m: dict[str, Any]) -> None:
