@@ -4,7 +4,7 @@
     scaleprobe compare before/results.jsonl after/results.jsonl --md compare.md
 
 A and B are each a result.json, a run folder, a results.jsonl or a results folder. One run
-on each side is compared metric by metric; sweeps are matched by their points. The verdict
+on each side is compared metric by metric; sweeps are matched by sweep id and point. The verdict
 is noise-aware: a change counts only when it exceeds the runs' own spread,
 |change| > max(2%, rel_ci A + rel_ci B) of the median step time (docs/REPORTS.md).
 """

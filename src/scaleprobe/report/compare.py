@@ -141,14 +141,31 @@ def compare_paths(a: str | Path, b: str | Path, th: Thresholds = DEFAULT) -> Com
         if len(runs) > 1 and not all(R.point(r) for r in runs):
             raise ConfigError(f"{which} ({p}) holds {len(runs)} runs that are not points of one "
                               "sweep; pass one run's result.json or folder")
-    pa = {R.point_key(R.point(r)): r for r in R.latest_per_point(ra)}
-    pb = {R.point_key(R.point(r)): r for r in R.latest_per_point(rb)}
-    pairs = [compare_runs(pa[k], pb[k], fmt.describe_point(R.point(pa[k])), th)
-             for k in pa if k in pb]
+    pa, pb = _by_point(ra, True), _by_point(rb, True)
+    if not set(pa) & set(pb):  # two sweeps of other ids (a renamed spec): by point alone
+        pa, pb = _by_point(ra, False), _by_point(rb, False)
+    pairs = [compare_runs(pa[k], pb[k], _point_label(pa[k]), th) for k in pa if k in pb]
     if not pairs:
         raise ConfigError(f"no experiment point of {a} matches one of {b}")
     return Comparison(str(a), str(b), pairs, [_point_label(pa[k]) for k in pa if k not in pb],
                       [_point_label(pb[k]) for k in pb if k not in pa])
+
+
+def _by_point(runs: list[dict[str, Any]], with_id: bool) -> dict[str, dict[str, Any]]:
+    """Each sweep point's latest record, keyed by (sweep id and) point: a folder holding two
+    sweeps whose axes share names keeps their points apart."""
+    out: dict[str, dict[str, Any]] = {}
+    for eid, recs in _by_exp(runs).items():
+        for r in R.latest_per_point(recs):
+            out[(f"{eid}|" if with_id else "") + R.point_key(R.point(r))] = r
+    return out
+
+
+def _by_exp(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        out.setdefault(R.exp_id(r) or "", []).append(r)
+    return out
 
 
 def _point_label(rec: dict[str, Any]) -> str:

@@ -96,3 +96,20 @@ def test_command_prints_and_writes_markdown(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "no change" in out and "samples/s" in out
     assert "no change" in md.read_text()
+
+
+def test_two_sweeps_in_one_folder_are_kept_apart(tmp_path):
+    def side(step_b: float) -> list[dict]:
+        return [run("x16", batch=16, experiment=sweep_point("x", batch_size=16)),
+                run("y16", batch=16, step_s=step_b, experiment=sweep_point("y", batch_size=16))]
+
+    cmp = compare_paths(write_results(tmp_path / "a", side(0.1)),
+                        write_results(tmp_path / "b", side(0.2)))
+    verdicts = sorted(p.verdict for p in cmp.pairs)
+    assert verdicts == ["no change", "slower"]  # y's point against y's, x's against x's
+    renamed = compare_paths(write_results(tmp_path / "c", [
+        run("z16", batch=16, experiment=sweep_point("z", batch_size=16))]),
+        write_results(tmp_path / "d", [
+            run("w16", batch=16, experiment=sweep_point("w", batch_size=16)),
+            run("w32", batch=32, experiment=sweep_point("w", batch_size=32))]))
+    assert len(renamed.pairs) == 1 and renamed.only_b == ["batch_size=32"]
