@@ -41,6 +41,7 @@ from scaleprobe import results as res
 from scaleprobe.errors import ConfigError
 from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight
 from scaleprobe.experiments.verdict import JobFigures, throughput_line, totals, verdict
 
@@ -93,14 +94,7 @@ def load_colocate_spec(spec: str | Path | dict[str, Any],
                        placement: str | None = None) -> ColocateSpec:
     """Read and check a colocate spec; ``overrides`` (flat run options) apply to every job,
     ``placement`` replaces the spec's."""
-    if isinstance(spec, dict):
-        doc, where, stem = spec, "colocate spec", "colocate"
-    else:
-        doc, where, stem = C.load_toml(spec), str(spec), Path(spec).stem
-    unknown = sorted(set(doc) - {"colocate", "base", "job"})
-    if unknown:
-        raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; "
-                          "a colocate spec has [colocate], [base] and [[job]]")
+    doc, where, stem = read_doc(spec, "colocate", ("[colocate]", "[base]", "[[job]]"))
     if placement is not None:
         doc = {**doc, "colocate": {**doc.get("colocate", {}), "placement": placement}}
     opts = _options(doc, where)

@@ -168,18 +168,26 @@ def _sorted_batches(label: str, vals: list[Any], where: str) -> list[int]:
     return sorted(vals)
 
 
+def read_doc(spec: str | Path | dict[str, Any], kind: str, tables: tuple[str, ...]
+             ) -> tuple[dict[str, Any], str, str]:
+    """An experiment spec (a TOML file or the same structure as a dict) as ``(document, where
+    for messages, default id)``; a table other than ``tables`` is a one-line error."""
+    if isinstance(spec, dict):
+        doc, where, stem = spec, f"{kind} spec", kind
+    else:
+        doc, where, stem = C.load_toml(spec), str(spec), Path(spec).stem
+    unknown = sorted(set(doc) - {t.strip("[]") for t in tables})
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; "
+                          f"a {kind} spec has {', '.join(tables[:-1])} and {tables[-1]}")
+    return doc, where, stem
+
+
 def load_spec(spec: str | Path | dict[str, Any],
               overrides: dict[str, Any] | None = None) -> SweepSpec:
     """Read and check a sweep spec. ``overrides`` (flat run options, e.g. from command-line
     flags) replace the base's values; they may not name a grid axis."""
-    if isinstance(spec, dict):
-        doc, where, stem = spec, "sweep spec", "sweep"
-    else:
-        doc, where, stem = C.load_toml(spec), str(spec), Path(spec).stem
-    unknown = sorted(set(doc) - {"sweep", "base", "grid"})
-    if unknown:
-        raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; "
-                          "a sweep spec has [sweep], [base] and [grid]")
+    doc, where, stem = read_doc(spec, "sweep", ("[sweep]", "[base]", "[grid]"))
     opts = _sweep_options(_table(doc, "sweep", where), where)
     base = C.flatten(_table(doc, "base", where))
     axes = _axes(_table(doc, "grid", where), where)

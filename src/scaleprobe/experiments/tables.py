@@ -162,23 +162,25 @@ def batch_sections(records: list[dict[str, Any]], sweep_id: str
     every row; the recommendation)."""
     rows = B.batch_table(records)
     rec = B.recommend_batch(records)
-    sections = [{"title": _title("Batch size", group, sweep_id),
-                 "headers": list(B.BATCH_HEADERS),
-                 "rows": [B.batch_cells(r) for r in group_rows]}
-                for group, group_rows in _by_group(rows).items()]
+    sections = _grouped("Batch size", sweep_id, rows, B.BATCH_HEADERS, B.batch_cells)
     if sections:
         sections[-1]["notes"] = rec["text"].splitlines()
     return sections, batch_csv(rows), _plain(rec)
+
+
+def _grouped(title: str, sweep_id: str, rows: list[dict[str, Any]], headers: Any,
+             cells: Any) -> list[dict[str, Any]]:
+    """One table section per group of rows (the points that differ only on the table's axis)."""
+    return [{"title": _title(title, group, sweep_id), "headers": list(headers),
+             "rows": [cells(r) for r in group_rows]}
+            for group, group_rows in _by_group(rows).items()]
 
 
 def loader_sections(records: list[dict[str, Any]], sweep_id: str
                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = B.loader_table(records)
     rec = B.recommend_workers(records)
-    sections = [{"title": _title("Input pipeline", group, sweep_id),
-                 "headers": list(B.LOADER_HEADERS),
-                 "rows": [B.loader_cells(r) for r in group_rows]}
-                for group, group_rows in _by_group(rows).items()]
+    sections = _grouped("Input pipeline", sweep_id, rows, B.LOADER_HEADERS, B.loader_cells)
     if sections:
         per = rec.get("by_transform") or {}
         sections[-1]["notes"] = [r["text"] for r in per.values()] or [rec["text"]]
