@@ -1,0 +1,235 @@
+"""Every derived figure, defined once, and the intervals that verdicts are built on.
+
+No torch, no I/O: pure functions over numbers (and the lists of figures that repeats give).
+Terminal lines, sweep tables, the report, ``compare`` and ``predict`` read these figures from
+here; a figure computed anywhere else is a bug.
+
+Figures (units in the names):
+
+    samples_per_s(samples, seconds)        samples processed / wall seconds
+    compute_s(breakdown)                   h2d + forward + backward + optimizer of one step
+    speedup(sps_n, sps_1)                  samples/s at N / samples/s at 1 (measured both)
+    efficiency(speedup, n)                 speedup / N
+    growth(new, old)                       new / old - 1 (+0.25 = 25% larger)
+    slowdown(alone_sps, together_sps)      samples/s alone / samples/s together (1.35 = the
+                                           job took 35% longer per sample when sharing)
+
+Intervals. An experiment repeats every point (``--repeats N``), interleaved (A B C A B C),
+each repeat in its own process. The ratio of two points is estimated from the repeats paired
+by repeat index: ``r_i = b_i / a_i``; its 95% interval is a t-interval on ``log r_i``
+(ratios are multiplicative; the log keeps the interval symmetric in "faster" and "slower"),
+never narrower than the runs' own within-run spread. With one repeat only the within-run
+spread is known, and process-to-process noise (10-18% on a loaded 2-core machine) is not;
+the half-width is then at least ``SINGLE_REPEAT_NOISE_REL``.
+
+A verdict is made only when its interval excludes the alternative (``Interval.above`` /
+``below``); otherwise it is "inconclusive", with the spread and the repeats that would decide
+it (``repeats_to_decide``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
+CONFIDENCE = 0.95
+# With one repeat the interval's half-width is at least this relative spread: the
+# process-to-process noise of a bare loop against itself measured on the reference machine
+# (ratios 0.94-1.18, docs/VERDICTS.md). A second process is the only way to see it.
+SINGLE_REPEAT_NOISE_REL = 0.10
+MAX_REPEATS_SUGGESTED = 30
+# speedup above nproc x this is impossible without a measuring error (superlinear caches
+# do not reach 10% on the workloads scaleprobe runs): marked "implausible"
+PLAUSIBLE_SPEEDUP_FACTOR = 1.10
+
+
+# ---- figures ------------------------------------------------------------------------------
+
+def samples_per_s(samples: float | None, seconds: float | None) -> float | None:
+    if samples is None or not seconds or seconds <= 0:
+        return None
+    return samples / seconds
+
+
+def compute_s(breakdown: Mapping[str, float | None] | None) -> float | None:
+    """Seconds of one step spent computing: copy to the device, forward, backward, optimizer
+    (not waiting for data, not exposed communication). None when no phase was measured."""
+    if not breakdown:
+        return None
+    vals = [breakdown.get(p) for p in COMPUTE_PHASES]
+    if all(v is None for v in vals):
+        return None
+    return sum(v for v in vals if v is not None)
+
+
+def speedup(sps_n: float | None, sps_1: float | None) -> float | None:
+    if not sps_n or not sps_1:
+        return None
+    return sps_n / sps_1
+
+
+def efficiency(speedup_x: float | None, n: int | None) -> float | None:
+    if speedup_x is None or not n:
+        return None
+    return speedup_x / n
+
+
+def growth(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old == 0:
+        return None
+    return new / old - 1.0
+
+
+def slowdown(alone_sps: float | None, together_sps: float | None) -> float | None:
+    if not alone_sps or not together_sps:
+        return None
+    return alone_sps / together_sps
+
+
+def plausible_speedup(speedup_x: float | None, n: int | None) -> bool:
+    """False when a speedup over ``n`` processes exceeds ``n`` x 1.1 (a measuring error:
+    usually a noisy 1-process baseline)."""
+    return speedup_x is None or not n or speedup_x <= n * PLAUSIBLE_SPEEDUP_FACTOR
+
+
+# ---- intervals ----------------------------------------------------------------------------
+
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """Two-sided Student-t quantile (scipy)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2, df))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A ratio B/A with its 95% interval. ``n`` repeats (pairs) stand behind it."""
+
+    estimate: float
+    lo: float
+    hi: float
+    n: int
+    method: str
+    log_sd: float | None = None  # spread of the paired log ratios (None with one repeat)
+
+    def above(self, ref: float) -> bool:
+        """The whole interval lies above ``ref``."""
+        return self.lo > ref
+
+    def below(self, ref: float) -> bool:
+        return self.hi < ref
+
+    def decides(self, ref: float) -> bool:
+        return self.above(ref) or self.below(ref)
+
+    def scaled(self, k: float) -> Interval:
+        """The interval of ``k`` x the ratio (e.g. efficiency = speedup / N)."""
+        return Interval(self.estimate * k, self.lo * k, self.hi * k, self.n, self.method,
+                        self.log_sd)
+
+    @property
+    def rel_halfwidth(self) -> float:
+        return (self.hi - self.lo) / 2 / self.estimate if self.estimate else math.inf
+
+    def text(self, unit: str = "x", digits: int = 2) -> str:
+        """``1.62x [1.41, 1.86], 3 repeats``."""
+        f = f"{{:.{digits}f}}"
+        rep = f"{self.n} repeat{'s' if self.n != 1 else ''}"
+        return f"{f.format(self.estimate)}{unit} [{f.format(self.lo)}, {f.format(self.hi)}], {rep}"
+
+    def to_dict(self) -> dict[str, float | int | str | None]:
+        return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi, "n": self.n,
+                "method": self.method, "log_sd": self.log_sd}
+
+
+def _log_halfwidth_within(rel_cis: Sequence[float | None]) -> float | None:
+    """The within-run spread of a ratio of two medians: the sum of the two relative
+    half-widths (as in ``compare``), on the log scale. None when one is unknown."""
+    if any(c is None or not math.isfinite(c) for c in rel_cis):
+        return None
+    return sum(math.log1p(c) for c in rel_cis)  # type: ignore[arg-type]
+
+
+def ratio_interval(a: Sequence[float | None], b: Sequence[float | None],
+                   a_rel_ci: Sequence[float | None] = (), b_rel_ci: Sequence[float | None] = (),
+                   confidence: float = CONFIDENCE) -> Interval | None:
+    """The interval of B / A from repeats paired by position (``a[i]`` with ``b[i]``).
+
+    Pairs with a missing or non-positive figure are dropped. Two or more pairs: a
+    t-interval on the log ratios, never narrower than the within-run spread when it is known.
+    One pair: the within-run spread (the medians' relative CI half-widths, summed), widened to
+    at least ``SINGLE_REPEAT_NOISE_REL``; None when a within-run spread is unknown."""
+    pairs = [(x, y, i) for i, (x, y) in enumerate(zip(a, b, strict=False))
+             if x is not None and y is not None and x > 0 and y > 0]
+    if not pairs:
+        return None
+    logs = [math.log(y / x) for x, y, _ in pairs]
+    n = len(logs)
+    m = sum(logs) / n
+    within = [_log_halfwidth_within(_at(a_rel_ci, i) + _at(b_rel_ci, i)) for _, _, i in pairs]
+    known = [w for w in within if w is not None]
+    within_h = sum(known) / len(known) if known else None
+    if n >= 2:
+        sd = math.sqrt(sum((v - m) ** 2 for v in logs) / (n - 1))
+        h = t_quantile(n - 1, confidence) * sd / math.sqrt(n)
+        if within_h is not None:
+            h = max(h, within_h / math.sqrt(n))
+        method = f"paired t on log ratios, {n} repeats"
+    else:
+        if within_h is None:
+            return None
+        sd = None
+        h = max(within_h, math.log1p(SINGLE_REPEAT_NOISE_REL))
+        method = "1 repeat: within-run spread, at least the process-to-process noise"
+    return Interval(math.exp(m), math.exp(m - h), math.exp(m + h), n, method, sd)
+
+
+def _at(seq: Sequence[float | None], i: int) -> tuple[float | None]:
+    return (seq[i] if i < len(seq) else None,)
+
+
+def repeats_to_decide(iv: Interval, ref: float, confidence: float = CONFIDENCE) -> int | None:
+    """How many repeats would let an interval with this spread exclude ``ref``, assuming the
+    estimate stays where it is. None when even ``MAX_REPEATS_SUGGESTED`` would not."""
+    if iv.decides(ref):
+        return iv.n
+    gap = abs(math.log(iv.estimate) - math.log(ref)) if ref > 0 else 0.0
+    if gap == 0:
+        return None
+    sd = iv.log_sd if iv.log_sd else math.log1p(SINGLE_REPEAT_NOISE_REL) * math.sqrt(2)
+    for n in range(max(2, iv.n + 1), MAX_REPEATS_SUGGESTED + 1):
+        if t_quantile(n - 1, confidence) * sd / math.sqrt(n) < gap:
+            return n
+    return None
+
+
+def undecided_text(iv: Interval | None, ref: float, what: str) -> str:
+    """``inconclusive: 1.04x [0.91, 1.19], 3 repeats; about 12 repeats would decide``."""
+    if iv is None:
+        return f"inconclusive: {what} has no spread (too few timed steps)"
+    need = repeats_to_decide(iv, ref)
+    tail = (f"; about {need} repeats would decide it" if need
+            else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
+                 "difference is smaller than the noise")
+    return f"inconclusive: {what} {iv.text()}{tail}"
+
+
+def mean_difference_interval(a: Sequence[float], b: Sequence[float],
+                             confidence: float = CONFIDENCE) -> tuple[float, float, float] | None:
+    """(mean(b) - mean(a), lo, hi): Welch's interval for unpaired samples (e.g. accuracies
+    over seeds). None with fewer than two values on a side."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
+    se2 = va / len(a) + vb / len(b)
+    d = mb - ma
+    if se2 == 0:
+        return d, d, d
+    df = se2 ** 2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1)
+                     or 1e-300)
+    h = t_quantile(max(1, int(df)), confidence) * math.sqrt(se2)
+    return d, d - h, d + h

@@ -1,0 +1,102 @@
+"""The one definition of each derived figure, and the repeat intervals verdicts rest on."""
+
+import math
+
+import pytest
+
+from scaleprobe import metrics as M
+
+
+def test_figures_and_their_missing_cases():
+    assert M.speedup(300.0, 200.0) == pytest.approx(1.5)
+    assert M.speedup(None, 200.0) is None and M.speedup(300.0, 0.0) is None
+    assert M.efficiency(1.5, 2) == pytest.approx(0.75)
+    assert M.growth(150.0, 100.0) == pytest.approx(0.5)
+    assert M.growth(1.0, 0.0) is None
+    assert M.slowdown(100.0, 80.0) == pytest.approx(1.25)
+    assert M.compute_s({"data": 5.0, "h2d": 1.0, "forward": 2.0, "backward": 3.0,
+                        "optimizer": 0.5, "comm": 9.0}) == pytest.approx(6.5)
+    assert M.compute_s({"data": 1.0}) is None
+    assert M.samples_per_s(640, 2.0) == 320.0 and M.samples_per_s(640, 0) is None
+
+
+def test_implausible_speedup_is_above_n_times_1_1():
+    assert M.plausible_speedup(2.2, 2)
+    assert not M.plausible_speedup(2.21, 2)
+    assert not M.plausible_speedup(6.02, 2)  # the printed-without-warning case
+    assert M.plausible_speedup(None, 2)
+
+
+def test_paired_interval_matches_a_hand_computed_t_interval():
+    a = [100.0, 110.0, 90.0]
+    b = [150.0, 160.0, 140.0]
+    iv = M.ratio_interval(a, b)
+    logs = [math.log(y / x) for x, y in zip(a, b)]
+    m = sum(logs) / 3
+    sd = math.sqrt(sum((v - m) ** 2 for v in logs) / 2)
+    h = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2)
+    assert iv.n == 3
+    assert iv.estimate == pytest.approx(math.exp(m))
+    assert iv.lo == pytest.approx(math.exp(m - h)) and iv.hi == pytest.approx(math.exp(m + h))
+    assert iv.above(1.0) and not iv.below(1.0)
+
+
+def test_pairing_is_by_repeat_not_by_sorted_value():
+    # B is 10% faster than A in every repeat, while the repeats themselves drift 2x: paired,
+    # the ratio is certain; unpaired (sorted) it would not be
+    a = [100.0, 200.0, 150.0]
+    b = [110.0, 220.0, 165.0]
+    iv = M.ratio_interval(a, b)
+    assert iv.estimate == pytest.approx(1.1)
+    assert iv.lo == pytest.approx(1.1) and iv.hi == pytest.approx(1.1)
+
+
+def test_noise_gives_an_interval_that_does_not_decide():
+    iv = M.ratio_interval([100.0, 120.0, 95.0], [105.0, 99.0, 112.0])
+    assert not iv.decides(1.0)
+    text = M.undecided_text(iv, 1.0, "B/A")
+    assert text.startswith("inconclusive: B/A") and "repeats" in text
+
+
+def test_within_run_spread_widens_a_lucky_pair_of_repeats():
+    # two repeats that agree exactly would give zero width; the runs' own spread keeps it open
+    iv = M.ratio_interval([100.0, 100.0], [104.0, 104.0], [0.05, 0.05], [0.05, 0.05])
+    assert iv.lo < 1.0 < iv.hi
+
+
+def test_one_repeat_uses_the_within_run_spread_and_the_noise_floor():
+    iv = M.ratio_interval([100.0], [104.0], [0.01], [0.01])
+    assert iv.n == 1 and iv.lo < 1.0  # 4% is inside the 10% process-to-process floor
+    big = M.ratio_interval([100.0], [200.0], [0.01], [0.01])
+    assert big.above(1.5)
+    assert M.ratio_interval([100.0], [200.0]) is None  # no spread at all: nothing to say
+
+
+def test_missing_repeats_are_dropped_from_the_pairs():
+    iv = M.ratio_interval([100.0, None, 100.0], [200.0, 180.0, 200.0], [0.01] * 3, [0.01] * 3)
+    assert iv.n == 2 and iv.estimate == pytest.approx(2.0)
+
+
+def test_repeats_to_decide_grows_as_the_effect_shrinks():
+    iv_small = M.ratio_interval([100.0, 110.0, 95.0], [112.0, 113.0, 104.0])
+    iv_smaller = M.ratio_interval([100.0, 110.0, 95.0], [106.0, 111.0, 98.0])
+    assert not iv_small.decides(1.0) and not iv_smaller.decides(1.0)
+    n1 = M.repeats_to_decide(iv_small, 1.0)
+    n2 = M.repeats_to_decide(iv_smaller, 1.0)
+    assert n1 is not None and n1 > 3
+    assert n2 is None or n2 > n1
+    decided = M.ratio_interval([100.0, 110.0, 95.0], [150.0, 160.0, 140.0])
+    assert M.repeats_to_decide(decided, 1.0) == 3  # already decided with what it has
+
+
+def test_scaled_interval_is_efficiency():
+    iv = M.ratio_interval([100.0, 100.0, 100.0], [180.0, 170.0, 190.0]).scaled(1 / 2)
+    assert 0.8 < iv.estimate < 0.95 and iv.lo < iv.estimate < iv.hi
+
+
+def test_mean_difference_interval_welch():
+    d, lo, hi = M.mean_difference_interval([0.80, 0.82, 0.81], [0.70, 0.71, 0.69])
+    assert d == pytest.approx(-0.11) and hi < 0
+    d, lo, hi = M.mean_difference_interval([0.77, 0.85, 0.80], [0.81, 0.79, 0.83])
+    assert lo < 0 < hi
+    assert M.mean_difference_interval([0.8], [0.7, 0.71]) is None
