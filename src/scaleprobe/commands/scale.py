@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.commands.sweep import add_repeats_option
 from scaleprobe.errors import ConfigError
 
 NAME = "scale"
@@ -35,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             a.help = "process counts, comma-separated (default 1,2)"
             a.metavar = "N,N,..."
     p.add_argument("--id", help="experiment id in results (default: scale-<model>-<strategy>)")
+    add_repeats_option(p)
 
 
 def parse_counts(text: str | None) -> list[int]:
@@ -77,13 +79,11 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
     return spec, out, progress
 
 
-def scale_markdown(records: list[dict[str, Any]], sid: str) -> tuple[str, list[str]]:
+def scale_markdown(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
     """The speedup table (Markdown) and one line per process count."""
-    from scaleprobe.report import records as R
     from scaleprobe.report.fmt import md_table
-    from scaleprobe.report.scale import SCALE_HEADERS, scale_cells, scale_table
+    from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
 
-    rows = [r for r in scale_table(R.of_kind(records, "run")) if r["experiment"] == sid]
     return md_table(list(SCALE_HEADERS), [scale_cells(r) for r in rows]), [r["line"] for r in rows]
 
 
@@ -91,19 +91,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from scaleprobe.commands.sweep import terminate_as_interrupt
-    from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir
+    from scaleprobe.experiments.scale import run_scale
+    from scaleprobe.experiments.sweep import sweep_out_dir
 
     spec, out, progress = build_spec(args)
     terminate_as_interrupt()
-    run_sweep(spec, out, progress=progress, console=Console(stderr=True))
+    rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
+                     repeats=args.repeats)
     folder = sweep_out_dir(spec, out)
-    from scaleprobe.report.records import load_records
-
-    sid = spec["sweep"]["id"]
-    table, lines = scale_markdown(load_records(folder / "results.jsonl"), sid)
-    text = f"## Scaling: {sid}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
+    table, lines = scale_markdown(rows)
+    text = f"## Scaling: {spec['sweep']['id']}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
     (folder / "scale.md").write_text(text)
     print(text)
     print(f"written: {folder / 'scale.md'}, {folder / 'results.jsonl'}")
-    ok = [x for x in lines if "x (" in x]
-    return 0 if ok else 1
+    return 0 if any(r["speedup"] is not None for r in rows if r["nproc"] != 1) else 1

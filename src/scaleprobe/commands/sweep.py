@@ -26,7 +26,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC.toml", help="sweep spec: [sweep], [base], [grid]")
     p.add_argument("--dry-run", action="store_true",
                    help="check the spec and list the points without running them")
+    add_repeats_option(p)
     add_run_options(p, config_file=False)
+
+
+def add_repeats_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repeats", type=int, metavar="N",
+                   help="runs of every point, interleaved (A B C A B C), each in its own "
+                        "process; verdicts carry intervals from them (default: the spec's "
+                        "[sweep] repeats, else 3)")
 
 
 def terminate_as_interrupt() -> None:
@@ -44,15 +52,15 @@ def _split_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], str | No
     return over, out, progress
 
 
-def _dry_run(spec: str, over: dict[str, Any], out: str | None) -> int:
+def _dry_run(spec: str, over: dict[str, Any], out: str | None, repeats: int | None) -> int:
     from scaleprobe.experiments.spec import check_points, describe, load_spec
     from scaleprobe.experiments.sweep import preflight
 
-    sp = load_spec(spec, over)
+    sp = load_spec(spec, over, repeats)
     pts = check_points(sp, out)
     preflight([sp.config(p, out) for p in pts])
     auto = " (batch size searched from each)" if sp.auto else ""
-    print(f"sweep {sp.sweep_id}: {len(pts)} point(s){auto}")
+    print(f"sweep {sp.sweep_id}: {len(pts)} point(s){auto}, {sp.repeats} repeat(s) each")
     for p in pts:
         print(f"  {describe(p.axes)}  key {sp.config(p, out).key()}")
     for line in sp.dropped:
@@ -67,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
 
     over, out, progress = _split_overrides(args)
     if args.dry_run:
-        return _dry_run(args.spec, over, out)
+        return _dry_run(args.spec, over, out, args.repeats)
     terminate_as_interrupt()
-    records = run_sweep(args.spec, out, over, progress=progress, console=Console(stderr=True))
+    records = run_sweep(args.spec, out, over, progress=progress, console=Console(stderr=True),
+                        repeats=args.repeats)
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())
     failed = sum(r.get("status") == "failed" for r in records)
     return 1 if records and failed == len(records) else 0

@@ -83,7 +83,8 @@ class SweepProgress:
             self._bar.update(self._task, completed=self.completed, total=self.total,
                              eta=self.eta())
 
-    def point_done(self, point: Point, rec: dict[str, Any], resumed: bool = False) -> None:
+    def point_done(self, point: Point, rec: dict[str, Any], resumed: bool = False,
+                   repeat: int = 0) -> None:
         status = rec.get("status", "failed")
         m = rec.get("metrics") or {}
         if status == "ok":
@@ -97,7 +98,7 @@ class SweepProgress:
             self.run_s.append(time.monotonic() - self._t_point)
         self._advance()
         when = "done before, not rerun" if resumed else f"{self.run_s[-1]:.1f}s"
-        self._line(point, status, f"{detail} ({when})")
+        self._line(point, status, f"{detail} ({when})", repeat)
 
     def point_skipped(self, point: Point, reason: str) -> None:
         self._advance()
@@ -107,9 +108,10 @@ class SweepProgress:
         if self.enabled:
             self.console.print(escape(text), soft_wrap=True)
 
-    def _line(self, point: Point, status: str, detail: str) -> None:
+    def _line(self, point: Point, status: str, detail: str, repeat: int = 0) -> None:
         if not self.enabled:
             return
         style = STYLE.get(status, "red")
-        self.console.print(f"[{self.completed}/{self.total}] {escape(describe(point.axes))}: "
+        rep = f" (repeat {repeat + 1})" if repeat else ""
+        self.console.print(f"[{self.completed}/{self.total}] {escape(describe(point.axes))}{rep}: "
                            f"[{style}]{status}[/{style}]  {escape(detail)}", soft_wrap=True)

@@ -11,6 +11,7 @@ A spec is a TOML file (or the same structure as a dict)::
     batch_round = 8             # batch_size = "auto": sizes are multiples of this
     skip_invalid = false        # drop grid points whose combination is invalid
     kind = "sweep"              # "scale": a process-count study (speedup vs 1 process)
+    repeats = 3                 # every point this many times, interleaved (A B C A B C)
 
     [base]                      # any run option, as in a run TOML file
     model = "mobilenet_v2"
@@ -38,8 +39,9 @@ from scaleprobe.errors import ConfigError
 BATCH_KEYS = ("train.batch_size", "train.global_batch")
 SWEEP_OPTIONS = {
     "id": str, "batch_start": int, "batch_max": int, "max_probes": int, "batch_round": int,
-    "skip_invalid": bool, "kind": str,
+    "skip_invalid": bool, "kind": str, "repeats": int,
 }
+DEFAULT_REPEATS = 3  # three processes per point: the fewest that give a spread to judge by
 KINDS = ("sweep", "scale")
 
 
@@ -68,6 +70,7 @@ class SweepSpec:
     batch_round: int = 8
     skip_invalid: bool = False
     kind: str = "sweep"  # the experiment kind its run records carry: sweep | scale
+    repeats: int = DEFAULT_REPEATS  # each point's runs, interleaved across the points
     dropped: list[str] = field(default_factory=list)  # invalid points left out (skip_invalid)
 
     @property
@@ -184,7 +187,7 @@ def read_doc(spec: str | Path | dict[str, Any], kind: str, tables: tuple[str, ..
 
 
 def load_spec(spec: str | Path | dict[str, Any],
-              overrides: dict[str, Any] | None = None) -> SweepSpec:
+              overrides: dict[str, Any] | None = None, repeats: int | None = None) -> SweepSpec:
     """Read and check a sweep spec. ``overrides`` (flat run options, e.g. from command-line
     flags) replace the base's values; they may not name a grid axis."""
     doc, where, stem = read_doc(spec, "sweep", ("[sweep]", "[base]", "[grid]"))
@@ -198,6 +201,10 @@ def load_spec(spec: str | Path | dict[str, Any],
             raise ConfigError(f"'{axis.label}' is a grid axis in {where}; "
                               "change the grid instead of overriding it")
         base[full] = v
+    if repeats is not None:
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ConfigError(f"--repeats must be a whole number of at least 1, got {repeats!r}")
+        opts["repeats"] = repeats
     sp = SweepSpec(sweep_id=opts.pop("id", stem), base=base, axes=axes, **opts)
     C.build({**base, "measure.progress": False})  # the base alone must be valid
     return sp

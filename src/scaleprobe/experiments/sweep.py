@@ -4,7 +4,10 @@
     records = run_sweep({"base": {"model": "digits_cnn", "steps": 3},
                          "grid": {"batch_size": [16, 32]}}, "out", progress=False)
 
-Points already in ``OUT/results.jsonl`` (same ``RunConfig.key()``, status ok or oom) are not
+Every point runs ``repeats`` times (``[sweep] repeats`` or ``--repeats``, default 3), repeat by
+repeat (A B C A B C), each run in its own process; the tables show each point's median repeat
+and the verdicts carry intervals from the repeats (``scaleprobe.metrics``). Runs already in
+``OUT/results.jsonl`` (same ``RunConfig.key()``, status ok or oom) count as repeats and are not
 run again; failed ones are. A point that runs out of memory skips the larger batch sizes of
 its group (the points that differ from it only in batch size). Ctrl+C stops the running point
 and everything it started within seconds; finished points stay on disk.
@@ -40,8 +43,8 @@ class SweepState:
     spec: SweepSpec
     out: Path
     bar: SweepProgress
-    procs: ProcessSet = field(default_factory=ProcessSet)
-    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> ok/oom record
+    procs: ProcessSet
+    done: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # key -> ok/oom runs
     records: list[dict[str, Any]] = field(default_factory=list)  # this sweep's, in run order
     skipped: list[dict[str, Any]] = field(default_factory=list)  # points not run, and why
     searches: list[dict[str, Any]] = field(default_factory=list)  # batch_size = "auto"
@@ -52,12 +55,13 @@ class SweepState:
         return self.out / res.RESULTS_FILE
 
 
-def completed_runs(results_path: Path) -> dict[str, dict[str, Any]]:
-    """``{config key: record}`` of the runs that need no repeat (ok, or out of memory)."""
-    done: dict[str, dict[str, Any]] = {}
+def completed_runs(results_path: Path) -> dict[str, list[dict[str, Any]]]:
+    """``{config key: [records]}`` of the runs that need no rerun (ok, or out of memory), in
+    file order: the first is repeat 0, the next repeat 1, and so on."""
+    done: dict[str, list[dict[str, Any]]] = {}
     for rec in res.runs(res.read_jsonl(results_path)):
         if rec.get("status") in DONE and rec.get("key"):
-            done[rec["key"]] = rec
+            done.setdefault(rec["key"], []).append(rec)
     return done
 
 
@@ -65,29 +69,38 @@ def _slug(point: Point) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", describe(point.axes).replace(", ", "-"))[:80]
 
 
-def run_point(st: SweepState, point: Point) -> dict[str, Any]:
-    """Run one point in its own process (or reuse its earlier record) and return its record."""
+def _experiment(st: SweepState, point: Point, repeat: int) -> dict[str, Any]:
+    return {"id": st.spec.sweep_id, "kind": st.spec.kind, "point": dict(point.axes),
+            "repeat": repeat}
+
+
+def run_point(st: SweepState, point: Point, repeat: int = 0) -> dict[str, Any]:
+    """Run repeat ``repeat`` of one point in its own process (or reuse a run of the same
+    configuration measured before) and return its record. A point that ran out of memory is
+    not repeated: its out-of-memory record stands for every repeat."""
     cfg = st.spec.config(point, str(st.out))
     key = cfg.key()
-    if key in st.done:  # shown as this sweep's point, whichever run measured it
-        rec = st.done[key]
-        rec = {**rec, "experiment": {"id": st.spec.sweep_id, "kind": st.spec.kind,
-                                     "point": dict(point.axes), "reused": rec.get("run_id")}}
-        st.records.append(rec)
-        st.bar.point_done(point, rec, resumed=True)
+    prior = st.done.get(key, [])
+    oom = next((r for r in prior if r.get("status") == "oom"), None)
+    reuse = oom if oom is not None else (prior[repeat] if len(prior) > repeat else None)
+    if reuse is not None:  # shown as this sweep's point, whichever run measured it
+        rec = {**reuse, "experiment": {**_experiment(st, point, repeat),
+                                       "reused": reuse.get("run_id")}}
+        if oom is None or repeat == 0:
+            st.records.append(rec)
+            st.bar.point_done(point, rec, resumed=True, repeat=repeat)
         return rec
-    exp = {"id": st.spec.sweep_id, "kind": st.spec.kind, "point": dict(point.axes),
-           "attempt": new_attempt()}
+    exp = {**_experiment(st, point, repeat), "attempt": new_attempt()}
     st.bar.point_started(point)
     proc = st.procs.start({"config": cfg.to_dict(), "experiment": exp}, st.out / "points",
-                          _slug(point))
+                          f"{_slug(point)}-r{repeat}")
     st.started += 1
     rc = st.procs.wait(proc)
     rec = collect_record(proc, rc, cfg, exp, st.results_path)
     if rec.get("status") in DONE:
-        st.done[key] = rec
+        st.done.setdefault(key, []).append(rec)
     st.records.append(rec)
-    st.bar.point_done(point, rec)
+    st.bar.point_done(point, rec, repeat=repeat)
     return rec
 
 
@@ -97,18 +110,22 @@ def _skip(st: SweepState, point: Point, reason: str) -> None:
 
 
 def _run_grid(st: SweepState, pts: list[Point]) -> None:
+    """Every point, repeat by repeat (A B C A B C): slow drift of the machine falls on every
+    point alike instead of on the last ones."""
     axis = st.spec.batch_axis
     label = axis.label if axis else None
     oom_at: dict[Any, int] = {}
-    for p in pts:
-        group = group_key(p, label)
-        size = p.axes.get(label) if label else None
-        if size is not None and group in oom_at and size >= oom_at[group]:
-            _skip(st, p, f"not run: batch {oom_at[group]} already ran out of memory")
-            continue
-        rec = run_point(st, p)
-        if rec["status"] == "oom" and size is not None:
-            oom_at[group] = min(size, oom_at.get(group, size))
+    for repeat in range(st.spec.repeats):
+        for p in pts:
+            group = group_key(p, label)
+            size = p.axes.get(label) if label else None
+            if size is not None and group in oom_at and size >= oom_at[group]:
+                if repeat == 0:
+                    _skip(st, p, f"not run: batch {oom_at[group]} already ran out of memory")
+                continue
+            rec = run_point(st, p, repeat)
+            if rec["status"] == "oom" and size is not None:
+                oom_at[group] = min(size, oom_at.get(group, size))
 
 
 def _with_batch(p: Point, label: str, key: str, size: int) -> Point:
@@ -116,24 +133,34 @@ def _with_batch(p: Point, label: str, key: str, size: int) -> Point:
 
 
 def _run_auto(st: SweepState, groups: list[Point]) -> None:
+    """Bisect each group's batch size to out of memory (one run per probe), then repeat the
+    sizes that fit, interleaved, so the batch rule has its spread."""
     sp = st.spec
     axis = sp.batch_axis
     assert axis is not None
     per_search = BatchSearch(sp.batch_start, sp.batch_max, sp.max_probes,
                              sp.batch_round).estimate_remaining()
+    fits: list[Point] = []
     for n, base_point in enumerate(groups):
         search = BatchSearch(sp.batch_start, sp.batch_max, sp.max_probes, sp.batch_round)
         while (size := search.next_size()) is not None:
             st.bar.set_remaining(search.estimate_remaining()
                                  + per_search * (len(groups) - n - 1))
-            rec = run_point(st, _with_batch(base_point, axis.label, axis.key, size))
+            pt = _with_batch(base_point, axis.label, axis.key, size)
+            rec = run_point(st, pt)
             status = rec["status"] if rec["status"] in DONE else "failed"
             search.report(size, status)
+            if status == "ok":
+                fits.append(pt)
         others = {k: v for k, v in base_point.axes.items() if k != axis.label}
         st.searches.append({"group": others, "largest_fit": search.largest_fit,
                             "first_oom": search.first_oom, "probes": search.probes,
                             "summary": search.summary()})
         st.bar.note(f"{describe(others) or 'search'}: {search.summary()}")
+    st.bar.set_remaining(len(fits) * (sp.repeats - 1))
+    for repeat in range(1, sp.repeats):
+        for pt in sorted(fits, key=lambda q: q.axes[axis.label]):
+            run_point(st, pt, repeat)
     st.bar.set_remaining(0)
 
 
@@ -144,10 +171,12 @@ def _sweep_record(st: SweepState, report: dict[str, Any]) -> dict[str, Any]:
         "experiment": {"id": st.spec.sweep_id, "kind": st.spec.kind},
         "axes": {a.label: ("auto" if a.auto else list(a.values)) for a in st.spec.axes},
         "points": [{"point": (r.get("experiment") or {}).get("point"), "key": r.get("key"),
+                    "repeat": (r.get("experiment") or {}).get("repeat", 0),
                     "run_id": r.get("run_id"), "status": r.get("status")} for r in st.records],
         "skipped": st.skipped,
         "searches": st.searches,
         "dropped": st.spec.dropped,
+        "repeats": st.spec.repeats,
         "points_run": st.started,  # processes started by this invocation (0: all resumed)
         "recommendation": report.get("recommendation"),
         "finished_at": res.utc_now(),
@@ -177,26 +206,28 @@ def preflight(configs: list[Any]) -> None:
 
 def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, progress: bool = True,
-              console: Console | None = None) -> list[dict[str, Any]]:
+              console: Console | None = None, repeats: int | None = None
+              ) -> list[dict[str, Any]]:
     """Run (or resume) a sweep; returns the records of its points in run order.
 
     Writes ``sweep.md`` and ``sweep.csv`` into the output folder and appends a ``kind: sweep``
     summary record to its results.jsonl. Raises ConfigError for a bad spec before anything
     runs, and KeyboardInterrupt (after stopping every point process) on Ctrl+C.
+    ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
     """
     from scaleprobe.experiments.tables import sweep_report, write_report
 
-    sp = load_spec(spec, overrides)
+    sp = load_spec(spec, overrides, repeats)
     out = Path(out_dir) if out_dir is not None else Path(sp.base_config().out)
     pts = check_points(sp, str(out))
     out.mkdir(parents=True, exist_ok=True)
-    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id))
+    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id), ProcessSet())
     st.done = completed_runs(st.results_path)
     preflight([c for c in (sp.config(p, str(out)) for p in pts)
-               if sp.auto or c.key() not in st.done])
+               if sp.auto or len(st.done.get(c.key(), [])) < sp.repeats])
     for line in sp.dropped:
         st.bar.note(f"left out (invalid): {line}")
-    st.bar.start(0 if sp.auto else len(pts))
+    st.bar.start(0 if sp.auto else len(pts) * sp.repeats)
     try:
         if sp.auto:
             _run_auto(st, pts)

@@ -13,11 +13,13 @@ import io
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe import results as res
 from scaleprobe.experiments.spec import BATCH_KEYS, SweepSpec
 from scaleprobe.report import batch as B
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
+from scaleprobe.report import repeats as P
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
 POINT_HEADERS = ("status", "samples/s", "step median", "epoch time", "peak host mem",
@@ -26,7 +28,7 @@ POINT_HEADERS = ("status", "samples/s", "step median", "epoch time", "peak host 
 POINT_CSV = ("status", "samples_per_s", "step_time_median_s", "epoch_time_s",
              "epoch_time_projected", "peak_host_mem_bytes", "peak_device_mem_bytes",
              "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
-             "audit_ok", "speedup", "run_id", "error")
+             "audit_ok", "speedup", "speedup_lo", "speedup_hi", "repeats", "run_id", "error")
 
 
 def _point(rec: dict[str, Any]) -> dict[str, Any]:
@@ -45,24 +47,28 @@ def _audit_text(rec: dict[str, Any]) -> str:
     return "ok" if a.get("ok") else "FAILED"
 
 
-def speedups(records: list[dict[str, Any]], labels: list[str]) -> dict[int, float]:
-    """When ``nproc`` is an axis: samples/s of each point against the 1-process point that
-    shares its other axes (measured both, never extrapolated). ``{id(record): speedup}``."""
+def speedups(records: list[dict[str, Any]], labels: list[str]) -> dict[int, Any]:
+    """When ``nproc`` is an axis: each point's samples/s against the 1-process point that
+    shares its other axes, over the paired repeats (measured both, never extrapolated).
+    ``{id(record): metrics.Interval}`` for the records of ``group_repeats``."""
     if "nproc" not in labels:
         return {}
     others = [k for k in labels if k != "nproc"]
     base = {tuple(repr(_point(r).get(k)) for k in others): r for r in records
             if _point(r).get("nproc") == 1 and r.get("status") == "ok"}
-    out: dict[int, float] = {}
+    out: dict[int, Any] = {}
     for r in records:
         b = base.get(tuple(repr(_point(r).get(k)) for k in others))
-        sps, sps1 = res.get(r, "metrics.samples_per_s"), b and res.get(b, "metrics.samples_per_s")
-        if r.get("status") == "ok" and sps and sps1:
-            out[id(r)] = sps / sps1
+        if r is b:
+            out[id(r)] = "baseline"
+        elif r.get("status") == "ok" and b is not None:
+            iv = P.interval(b, r, P.samples_per_s)
+            if iv is not None:
+                out[id(r)] = iv
     return out
 
 
-def _raw_row(rec: dict[str, Any], speedup: float | None = None) -> list[Any]:
+def _raw_row(rec: dict[str, Any], speedup: Any = None) -> list[Any]:
     g = res.get
     found = R.task_metric(rec)
     audit = rec.get("audit")
@@ -72,8 +78,15 @@ def _raw_row(rec: dict[str, Any], speedup: float | None = None) -> list[Any]:
             _peak_device(rec), g(rec, "metrics.data_wait_fraction"),
             g(rec, "metrics.cpu_util_pct"), g(rec, "metrics.gpu_util_pct"),
             found[0] if found else None, found[1] if found else None,
-            audit.get("ok") if isinstance(audit, dict) else None, speedup, rec.get("run_id"),
-            rec.get("error")]
+            audit.get("ok") if isinstance(audit, dict) else None,
+            *_speedup_raw(speedup), len(P.repeats_of(rec)),
+            rec.get("run_id"), rec.get("error")]
+
+
+def _speedup_raw(iv: Any) -> tuple[Any, Any, Any]:
+    if iv == "baseline":
+        return 1.0, 1.0, 1.0
+    return (None, None, None) if iv is None else (iv.estimate, iv.lo, iv.hi)
 
 
 def _pretty_row(rec: dict[str, Any]) -> list[str]:
@@ -92,16 +105,28 @@ def _pretty_row(rec: dict[str, Any]) -> list[str]:
 
 def points_table(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
                  labels: list[str]) -> dict[str, Any]:
-    """Every point: its axes, then its figures (skipped points say why); with a ``nproc``
-    axis also the speedup against the 1-process point of the same other axes."""
+    """Every point (its median repeat): its axes, then its figures (skipped points say why);
+    with a ``nproc`` axis also the speedup against the 1-process point of the same other
+    axes, with its interval."""
+    records = P.group_repeats(records)
     sp = speedups(records, labels)
     extra = ["speedup"] if sp else []
     rows = [[_point(r).get(k) for k in labels] + _pretty_row(r)
-            + ([fmt.ratio(sp.get(id(r)))] if sp else []) for r in records]
+            + ([_speedup_text(sp.get(id(r)), _point(r).get("nproc"))] if sp else []) for r in records]
     width = len(POINT_HEADERS) - 1 + len(extra)
     rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * width
              for s in skipped]
     return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
+
+
+def _speedup_text(iv: Any, nproc: Any) -> str:
+    if iv is None:
+        return fmt.NA
+    if iv == "baseline":
+        return "1.00x"
+    n = nproc if isinstance(nproc, int) else None
+    mark = "" if M.plausible_speedup(iv.estimate, n) else " (implausible)"
+    return f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]{mark}"
 
 
 def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
@@ -110,6 +135,7 @@ def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*labels, *POINT_CSV])
+    records = P.group_repeats(records)
     sp = speedups(records, labels)
     for r in records:
         w.writerow([_point(r).get(k) for k in labels] + ["" if v is None else v

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
+from scaleprobe.report import repeats as P
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 BATCH_HEADERS = ("Batch size", "Devices", "Peak memory", "Growth", "Epoch time", "Growth",
@@ -29,7 +31,7 @@ LOADER_HEADERS = ("Setting", "Workers", "Data wait", "Compute/step", "Step media
 
 def _runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     runs = [r for r in records if r.get("kind") == "run"]
-    return R.latest_per_point(runs) + _skipped_points(records, runs)
+    return P.group_repeats(runs) + _skipped_points(records, runs)
 
 
 def _skipped_points(records: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[dict]:
@@ -40,7 +42,8 @@ def _skipped_points(records: list[dict[str, Any]], runs: list[dict[str, Any]]) -
         for sk in s.get("skipped") or []:
             exp = {"id": R.exp_id(s), "kind": "sweep", "point": sk.get("point") or {}}
             rec = {"kind": "run", "status": sk.get("status") or "oom", "experiment": exp,
-                   "error": sk.get("reason"), "metrics": {}, "name": "(skipped)"}
+                   "error": sk.get("reason"), "metrics": {}, "name": "(skipped)",
+                   "repeats": []}
             if (exp["id"], R.point_key(R.point(rec))) not in seen:
                 out.append(rec)
     return out
@@ -56,9 +59,31 @@ def _groups(runs: list[dict[str, Any]], varied: tuple[str, ...]) -> dict[str, li
     return out
 
 
+def host_memory(r: dict[str, Any]) -> float | None:
+    """Host memory a batch size costs: the peak net of the process's resident memory before
+    the model was built (torch itself is ~750 MiB that no batch size changes), else the total
+    peak for records that predate the baseline."""
+    return R.metric(r, "peak_mem_bytes.host_net") or R.host_peak(r)
+
+
+def _memory_figure(kind: str) -> Any:
+    return R.device_peak if kind == "device" else host_memory
+
+
+def epoch_figure(r: dict[str, Any]) -> float | None:
+    """Epoch time; where it is missing, seconds per sample (the same dataset either way, so
+    their ratios between batch sizes agree)."""
+    e = R.metric(r, "epoch_time_s")
+    if e is not None:
+        return e
+    sps = R.metric(r, "samples_per_s")
+    return 1.0 / sps if sps else None
+
+
 def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per batch size, sorted by batch size within each group, with growth rates
-    between consecutive points that finished (the first row's growth is None)."""
+    """One row per batch size (the point's median repeat), sorted by batch size within each
+    group, with growth rates between consecutive points that finished (the first row's growth
+    is None). Epoch-time growth is the paired estimate over the repeats (``epoch_interval``)."""
     rows: list[dict[str, Any]] = []
     for label, recs in _groups(_runs(records), R.BATCH_AXES).items():
         recs = sorted(recs, key=lambda r: (R.batch_size(r) is None, R.batch_size(r) or 0))
@@ -69,32 +94,29 @@ def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row = _batch_row(r, label, mem_kind)
             if row["status"] == "ok":
                 if prev is not None:
-                    row["mem_growth"] = fmt.rel_change(row["peak_mem_bytes"], prev["peak_mem_bytes"])
-                    row["epoch_growth"] = _time_growth(row, prev)
+                    row["mem_growth"] = M.growth(row["peak_mem_bytes"], prev["peak_mem_bytes"])
+                    iv = P.interval(prev["record"], r, epoch_figure)
+                    row["epoch_interval"] = iv
+                    row["epoch_growth"] = (iv.estimate - 1.0 if iv is not None else
+                                           M.growth(epoch_figure(r), epoch_figure(prev["record"])))
                 prev = row
             rows.append(row)
     return rows
 
 
 def _batch_row(r: dict[str, Any], group: str, mem_kind: str) -> dict[str, Any]:
-    mem = R.device_peak(r) if mem_kind == "device" else R.host_peak(r)
+    mem = P.median_of(r, _memory_figure(mem_kind)) if r.get("status") == "ok" else None
     return {
         "group": group, "run": R.name(r), "point": R.point(r), "batch_size": R.batch_size(r),
         "devices": R.world_size(r), "status": r.get("status"), "error": r.get("error"),
         "peak_mem_bytes": mem, "memory_kind": mem_kind, "mem_growth": None,
+        "peak_host_total_bytes": R.host_peak(r),
         "epoch_time_s": R.metric(r, "epoch_time_s"),
-        "epoch_projected": R.projected(r), "epoch_growth": None,
+        "epoch_projected": R.projected(r), "epoch_growth": None, "epoch_interval": None,
         "samples_per_s": R.metric(r, "samples_per_s"),
         "cpu_util_pct": R.metric(r, "cpu_util_pct"), "gpu_util_pct": R.metric(r, "gpu_util_pct"),
+        "repeats": len(P.repeats_of(r)), "record": r,
     }
-
-
-def _time_growth(row: dict[str, Any], prev: dict[str, Any]) -> float | None:
-    """Epoch-time growth; from samples/s when an epoch time is missing (same dataset)."""
-    g = fmt.rel_change(row["epoch_time_s"], prev["epoch_time_s"])
-    if g is None and row["samples_per_s"] and prev["samples_per_s"]:
-        g = prev["samples_per_s"] / row["samples_per_s"] - 1.0
-    return g
 
 
 def batch_cells(row: dict[str, Any]) -> list[str]:
@@ -105,9 +127,17 @@ def batch_cells(row: dict[str, Any]) -> list[str]:
     if row["status"] != "ok":
         err = f": {row['error']}" if row.get("error") else ""
         return head + [f"{row['status']}{err}"[:80]] + ["-"] * 6
+    mem = fmt.bytes_(row["peak_mem_bytes"])
+    total = row.get("peak_host_total_bytes")
+    if row["memory_kind"] == "host" and total and total != row["peak_mem_bytes"]:
+        mem += f" net ({fmt.bytes_(total)} total)"
+    iv = row.get("epoch_interval")
+    eg = fmt.growth(row["epoch_growth"])
+    if iv is not None:
+        eg += f" [{fmt.signed_pct(iv.lo - 1)}, {fmt.signed_pct(iv.hi - 1)}]"
     return head + [
-        fmt.bytes_(row["peak_mem_bytes"]), fmt.growth(row["mem_growth"]),
-        fmt.seconds(row["epoch_time_s"], row["epoch_projected"]), fmt.growth(row["epoch_growth"]),
+        mem, fmt.growth(row["mem_growth"]),
+        fmt.seconds(row["epoch_time_s"], row["epoch_projected"]), eg,
         fmt.rate(row["samples_per_s"]), fmt.pct_value(row["cpu_util_pct"]),
         fmt.pct_value(row["gpu_util_pct"]),
     ]
@@ -119,6 +149,20 @@ def _efficiency(row: dict[str, Any]) -> float | None:
     return row["samples_per_s"] / (row["peak_mem_bytes"] / fmt.GIB)
 
 
+def pays(epoch: M.Interval | None, mem_growth: float | None) -> bool | None:
+    """The batch rule: a larger batch pays while epoch time falls faster than memory grows,
+    i.e. epoch ratio E < 1 - memory growth. True / False only when E's interval lies wholly
+    on one side; None (cannot tell) otherwise."""
+    if epoch is None or mem_growth is None:
+        return None
+    bar = 1.0 - mem_growth
+    if epoch.below(bar):
+        return True
+    if epoch.above(bar):
+        return False
+    return None
+
+
 def _steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each step up in batch size within a group: did it pay?"""
     out, prev = [], None
@@ -126,21 +170,52 @@ def _steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row["status"] != "ok":
             continue
         if prev is not None and prev["group"] == row["group"]:
-            eg, mg = row["epoch_growth"], row["mem_growth"]
-            pays = None if eg is None or mg is None else (eg < 0 and -eg > mg)
+            eg, mg, iv = row["epoch_growth"], row["mem_growth"], row["epoch_interval"]
             out.append({"group": row["group"], "from": prev["batch_size"],
                         "to": row["batch_size"], "epoch_growth": eg, "mem_growth": mg,
-                        "pays": pays})
+                        "epoch_interval": iv.to_dict() if iv else None,
+                        "pays": pays(iv, mg), "text": _step_text(iv, mg)})
         prev = row
     return out
+
+
+def _step_text(iv: M.Interval | None, mg: float | None) -> str:
+    if iv is None or mg is None:
+        return "cannot tell: " + ("no epoch-time spread" if mg is not None
+                                  else "no memory figure")
+    v = pays(iv, mg)
+    if v is True:
+        return "pays"
+    if v is False:
+        return "does not pay"
+    return M.undecided_text(iv, 1.0 - mg, "epoch-time ratio")
+
+
+def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
+           higher_is_better: bool, scale: Any = None) -> tuple[bool, list[str]]:
+    """Whether ``best`` is ahead of every other row by more than the repeats' spread, and
+    the rows it cannot be told apart from (with the interval of other / best; ``scale(o)``
+    multiplies it, e.g. by the memory ratio for samples/s per GiB)."""
+    tied = []
+    for o in others:
+        iv = P.interval(best["record"], o["record"], figure)
+        if iv is not None and scale is not None:
+            iv = iv.scaled(scale(o))
+        ahead = iv is not None and (iv.below(1.0) if higher_is_better else iv.above(1.0))
+        if not ahead:
+            tied.append(f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})")
+    return not tied, tied
 
 
 def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Fastest and most efficient batch size, and which steps up in batch size paid.
 
-    Returns ``{"fastest", "most_efficient", "steps", "text"}``; ``fastest`` and
-    ``most_efficient`` are table rows (``most_efficient`` with ``samples_per_s_per_gib``),
-    or None when no batch size finished."""
+    Returns ``{"fastest", "most_efficient", "steps", "text", "fastest_decided",
+    "most_efficient_decided"}``; ``fastest`` and ``most_efficient`` are table rows
+    (``most_efficient`` with ``samples_per_s_per_gib``), or None when no batch size
+    finished. A row is called fastest / most efficient only when the repeats' intervals
+    put it ahead of every other batch size of its group; otherwise the text says which ones
+    it cannot be told apart from."""
     rows = batch_table(records)
     ok = [r for r in rows if r["status"] == "ok" and (r["samples_per_s"] or 0) > 0]
     steps = _steps(rows)
@@ -150,32 +225,51 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
     timed = [r for r in ok if r["epoch_time_s"] is not None]
     fastest = (min(timed, key=lambda r: r["epoch_time_s"]) if timed
                else max(ok, key=lambda r: r["samples_per_s"]))
+    same = [r for r in ok if r["group"] == fastest["group"] and r is not fastest]
+    fast_ok, fast_tied = _ahead(fastest, same, epoch_figure, higher_is_better=False)
     eff_rows = [r for r in ok if _efficiency(r) is not None]
     best_eff = max(eff_rows, key=_efficiency) if eff_rows else None
+    eff_ok, eff_tied = False, []
     if best_eff is not None:
+        peers = [r for r in eff_rows if r["group"] == best_eff["group"] and r is not best_eff]
+        eff_ok, eff_tied = _ahead(best_eff, peers, P.samples_per_s, higher_is_better=True,
+                                  scale=lambda o: best_eff["peak_mem_bytes"] / o["peak_mem_bytes"])
         best_eff = {**best_eff, "samples_per_s_per_gib": _efficiency(best_eff)}
+    multi = len({r["group"] for r in rows}) > 1
     return {"fastest": fastest, "most_efficient": best_eff, "steps": steps,
-            "text": _batch_text(fastest, best_eff, steps, len({r["group"] for r in rows}) > 1)}
+            "fastest_decided": fast_ok, "most_efficient_decided": eff_ok,
+            "text": _batch_text(fastest, best_eff, steps, multi, fast_tied, eff_tied)}
 
 
-def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool) -> str:
-    lines = ["A larger batch pays only while epoch time falls faster than memory grows."]
+def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
+                fast_tied: list[str], eff_tied: list[str]) -> str:
+    n = max((fastest.get("repeats") or 1), 1)
+    lines = ["A larger batch pays only while epoch time falls faster than memory grows "
+             f"(intervals over {n} repeat{'s' if n != 1 else ''}, 95%)."]
 
     def where(row: dict) -> str:
         return f" ({row['group']})" if multi and row["group"] else ""
 
     for s in steps:
-        verdict = {True: "pays", False: "does not pay", None: "cannot tell"}[s["pays"]]
         lines.append(f"- {s['from']} -> {s['to']}{where(s)}: epoch time {fmt.growth(s['epoch_growth'])},"
-                     f" memory {fmt.growth(s['mem_growth'])}: {verdict}.")
-    lines.append(f"Fastest: batch {fastest['batch_size']}{where(fastest)}, epoch time "
-                 f"{fmt.seconds(fastest['epoch_time_s'], fastest['epoch_projected'])}, "
-                 f"{fmt.rate(fastest['samples_per_s'])} samples/s.")
+                     f" memory {fmt.growth(s['mem_growth'])}: {s['text']}.")
+    head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
+            f"{fmt.seconds(fastest['epoch_time_s'], fastest['epoch_projected'])}, "
+            f"{fmt.rate(fastest['samples_per_s'])} samples/s")
+    if fast_tied:
+        lines.append(f"Fastest: inconclusive: {head}, not told apart from "
+                     + "; ".join(fast_tied) + " (ratio to it).")
+    else:
+        lines.append(f"Fastest: {head}.")
     if eff is not None:
-        lines.append(f"Most efficient: batch {eff['batch_size']}{where(eff)}, "
-                     f"{eff['samples_per_s_per_gib']:.1f} samples/s per GiB of peak "
-                     f"{eff['memory_kind']} memory ({fmt.rate(eff['samples_per_s'])} samples/s "
-                     f"at {fmt.bytes_(eff['peak_mem_bytes'])}).")
+        body = (f"batch {eff['batch_size']}{where(eff)}, {eff['samples_per_s_per_gib']:.1f} "
+                f"samples/s per GiB of peak {eff['memory_kind']} memory "
+                f"({fmt.rate(eff['samples_per_s'])} samples/s at {fmt.bytes_(eff['peak_mem_bytes'])})")
+        if eff_tied:
+            lines.append(f"Most efficient: inconclusive: {body}, not told apart from "
+                         + "; ".join(eff_tied) + ".")
+        else:
+            lines.append(f"Most efficient: {body}.")
     return "\n".join(lines)
 
 
@@ -196,9 +290,10 @@ def loader_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "group": label, "run": R.name(r), "point": R.point(r),
                 "setting": fmt.describe_point(setting), "workers": R.loader_workers(r),
                 "prefetch": R.cfg(r, "data.prefetch"), "transform": R.cfg(r, "data.transform"),
+                "record": r, "repeats": len(P.repeats_of(r)),
                 "loader": R.cfg(r, "data.loader"), "status": r.get("status"),
                 "data_wait_fraction": R.metric(r, "data_wait_fraction"),
-                "data_s": R.phase_s(r, "data"), "compute_s": R.compute_s(r),
+                "data_s": R.phase_s(r, "data"), "compute_s": M.compute_s(R.metric_dict(r, "breakdown_s")),
                 "step_median_s": R.step_median_s(r),
                 "samples_per_s": R.metric(r, "samples_per_s"),
                 "cpu_util_pct": R.metric(r, "cpu_util_pct"),
@@ -235,15 +330,44 @@ def recommend_workers(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -
 
 
 def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict[str, Any]:
+    """The fewest workers shown to reach ``1 - workers_within`` of the best setting's
+    samples/s. Like for like: only settings of the best one's group, loader and prefetch
+    (they differ in workers alone) are candidates. Fewest first, each candidate's ratio to
+    the best is either shown within reach (use it), shown short (more workers pay), or
+    undecided (the recommendation is inconclusive, with the interval)."""
     best = max(ok, key=lambda r: r["samples_per_s"])
-    floor = (1.0 - th.workers_within) * best["samples_per_s"]
-    near = [r for r in ok if r["group"] == best["group"] and r["samples_per_s"] >= floor]
-    pick = min(near, key=lambda r: (r["workers"], -r["samples_per_s"]))
-    gap = pick["samples_per_s"] / best["samples_per_s"] - 1.0
-    text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
-            f"{fmt.rate(pick['samples_per_s'])} samples/s, {fmt.signed_pct(gap)} vs the best "
-            f"{fmt.rate(best['samples_per_s'])} samples/s ({best['setting']}); the fewest "
-            f"workers within {th.workers_within:.0%} of the best leave the cores to compute.")
-    return {"workers": pick["workers"], "prefetch": pick["prefetch"], "setting": pick["setting"],
-            "samples_per_s": pick["samples_per_s"], "best_samples_per_s": best["samples_per_s"],
-            "best_setting": best["setting"], "group": best["group"], "text": text}
+    floor = 1.0 - th.workers_within
+    peers = sorted((r for r in ok if r["group"] == best["group"] and r["workers"] < best["workers"]
+                    and r["loader"] == best["loader"] and r["prefetch"] == best["prefetch"]),
+                   key=lambda r: r["workers"])
+    pick, iv, undecided = best, None, None
+    for cand in peers:
+        civ = P.interval(best["record"], cand["record"], P.samples_per_s)
+        if civ is not None and civ.above(floor):
+            pick, iv = cand, civ
+            break
+        if civ is None or not civ.below(floor):
+            undecided, iv = cand, civ
+            break
+    out = {"prefetch": pick["prefetch"], "setting": pick["setting"],
+           "samples_per_s": pick["samples_per_s"], "best_samples_per_s": best["samples_per_s"],
+           "best_setting": best["setting"], "group": best["group"],
+           "interval": iv.to_dict() if iv else None}
+    if undecided is not None:
+        what = f"{undecided['workers']} worker(s) / the best {best['workers']} worker(s)"
+        text = (f"{lead}Loader workers: "
+                f"{M.undecided_text(iv, floor, what + ' samples/s')} (best: {best['setting']}, "
+                f"{fmt.rate(best['samples_per_s'])} samples/s).")
+        return {**out, "workers": None, "decided": False, "text": text}
+    if pick is best:
+        why = ("every setting with fewer workers was slower by more than "
+               f"{th.workers_within:.0%}" if peers else "no setting with fewer workers to compare")
+        text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
+                f"{fmt.rate(pick['samples_per_s'])} samples/s; {why}.")
+    else:
+        text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
+                f"{fmt.rate(pick['samples_per_s'])} samples/s, {iv.text()} of the best "
+                f"{fmt.rate(best['samples_per_s'])} samples/s ({best['setting']}), within "
+                f"{th.workers_within:.0%}; the fewest workers that reach it leave the cores to "
+                "compute.")
+    return {**out, "workers": pick["workers"], "decided": True, "text": text}

@@ -42,18 +42,25 @@ def _batch(eid: str, recs: list[dict[str, Any]]) -> list[Finding]:
     if fast is None:
         return [Finding("batch size", rec["text"], "check the sweep's failed points", "warning",
                         eid)]
-    advice_text = f"batch {fast['batch_size']} for the shortest epoch"
-    if eff is not None and eff["batch_size"] != fast["batch_size"]:
-        advice_text += f"; batch {eff['batch_size']} for the most samples/s per GiB of memory"
-    elif eff is not None:
-        advice_text += " (also the most samples/s per GiB of memory)"
     evidence = " ".join(line.lstrip("- ") for line in rec["text"].splitlines()[1:])
+    if not rec.get("fastest_decided"):
+        return [Finding("batch size: inconclusive", evidence,
+                        "run the sweep with more --repeats (the spread is larger than the "
+                        "differences between batch sizes)", "info", eid)]
+    advice_text = f"batch {fast['batch_size']} for the shortest epoch"
+    if eff is not None and rec.get("most_efficient_decided"):
+        advice_text += (f"; batch {eff['batch_size']} for the most samples/s per GiB of memory"
+                        if eff["batch_size"] != fast["batch_size"]
+                        else " (also the most samples/s per GiB of memory)")
     return [Finding("batch size", evidence, advice_text, "info", eid)]
 
 
 def _workers(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
     rec = recommend_workers(recs, th)
     if rec["workers"] is None:
+        if rec.get("decided") is False:
+            return [Finding("loader workers: inconclusive", rec["text"],
+                            "run the sweep with more --repeats", "info", eid)]
         return []
     if rec["workers"] == 0:
         flags = "--loader naive"
@@ -119,21 +126,26 @@ def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,
 def _scaling(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
     out = []
     for row in scale_table(records, th):
-        eff = row["efficiency"]
-        if row["status"] != "ok" or eff is None or (row["nproc"] or 0) < 2:
+        if row["status"] != "ok" or (row["nproc"] or 0) < 2:
             continue
-        if eff >= th.scale_efficiency:
+        if row.get("implausible"):
+            out.append(Finding("implausible speedup", row["line"],
+                               "measure again with more --repeats; a noisy 1-process baseline "
+                               "is the usual cause", "warning", row["experiment"]))
             continue
+        eiv = row.get("efficiency_interval")
+        if eiv is None or not eiv.below(th.scale_efficiency):
+            continue  # at or above the bar, or not shown to be below it
         main = max(row["lost"].items(), key=lambda kv: kv[1])[0] if row["lost"] else None
-        rec = _scaling_advice(main, row, records)
-        out.append(Finding("scaling loss", f"{row['line']} (threshold "
+        rec = _scaling_advice(main, row)
+        out.append(Finding("scaling loss", f"{row['line']} (the whole interval is below "
                            f"{fmt.pct(th.scale_efficiency)} efficiency)", rec, "warning",
                            row["experiment"]))
     return out
 
 
-def _scaling_advice(main: str | None, row: dict[str, Any], records: list[dict]) -> str:
-    rec = next((r for r in R.of_kind(records, "run") if R.name(r) == row["run"]), None)
+def _scaling_advice(main: str | None, row: dict[str, Any]) -> str:
+    rec = row.get("record")  # the point itself, never a run found by its display name
     if rec is None or main is None:
         return "look at the step breakdown of each process count"
     if main == "communication":

@@ -85,10 +85,11 @@ def pct_value(value_pct: Any) -> str:
 
 
 def growth(rel: Any) -> str:
-    """Relative change between consecutive points: 0.37 -> '+37%', -0.48 -> '-48%'."""
+    """Relative change between consecutive points: 0.37 -> '+37%', -0.48 -> '-48%'; '-' where
+    there is none (the first point of a group)."""
     rel = _n(rel)
     if rel is None:
-        return "None"
+        return "-"
     return f"{rel * 100:+.0f}%"
 
 

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.report import fmt
 from scaleprobe.report.records import dict_of, dicts, num
 from scaleprobe.results import BREAKDOWN_PHASES
@@ -39,7 +40,7 @@ def _png(fig: Any) -> bytes:
 
 def _label_points(ax: Any, xs: list[float], ys: list[float], labels: list[str]) -> None:
     for x, y, text in zip(xs, ys, labels, strict=True):
-        if text and text != "None":
+        if text and text != "-":
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(0, 7),
                         ha="center", fontsize=8, color="#444")
 
@@ -54,9 +55,8 @@ def batch_plot(rows: list[dict[str, Any]], title: str) -> bytes | None:
     sps = [r["samples_per_s"] for r in ok]
     if all(v is not None for v in sps):
         left.plot(xs, sps, "o-", color="#30638e")
-        growth = [fmt.growth(fmt.rel_change(b, a)) if i else "None"
-                  for i, (a, b) in enumerate(zip([None, *sps[:-1]], sps, strict=True))]
-        _label_points(left, xs, sps, growth)
+        _label_points(left, xs, sps, [fmt.growth(M.growth(b, a)) if i else "-" for i, (a, b)
+                                      in enumerate(zip([None, *sps[:-1]], sps, strict=True))])
     left.set(xlabel="batch size", ylabel="samples/s", title="Throughput")
     mem = [r["peak_mem_bytes"] for r in ok]
     if all(v is not None for v in mem):
@@ -68,6 +68,7 @@ def batch_plot(rows: list[dict[str, Any]], title: str) -> bytes | None:
                 right.axvline(r["batch_size"], color="#b3261e", ls=":", lw=1)
                 right.annotate("out of memory", (r["batch_size"], max(gib)), fontsize=8,
                                color="#b3261e", rotation=90, va="top", ha="right")
+        right.set_ylim(bottom=0)  # a memory axis from zero: +5% must look like +5%
     right.set(xlabel="batch size", ylabel=f"peak {ok[0]['memory_kind']} memory (GiB)",
               title="Peak memory")
     for ax in (left, right):

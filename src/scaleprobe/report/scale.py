@@ -1,8 +1,9 @@
 """Scaling analysis of ``scale`` experiments: speedup and efficiency against the 1-process
 run, and what the gap was lost to. Usable outside the report (the scale command prints it).
 
-Speedup is measured, never extrapolated: ``samples/s at N / samples/s at 1``; efficiency is
-``speedup / N``. The gap is attributed from the step-time breakdowns of the two runs, as
+Speedup is measured, never extrapolated: ``samples/s at N / samples/s at 1`` over the paired
+repeats (``metrics.ratio_interval``), with its 95% interval; efficiency is ``speedup / N``. A
+speedup above N x 1.1 is marked implausible and never feeds a verdict. The gap is attributed from the step-time breakdowns of the two runs, as
 shares of the N-process step:
 
     communication  exposed communication at N (comm phase)
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
+from scaleprobe.report import repeats as P
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 SCALE_HEADERS = ("Processes", "Samples/s", "Speedup", "Efficiency", "Step median",
@@ -67,27 +70,60 @@ def _batch_ratio(rec: dict[str, Any], base: dict[str, Any]) -> float:
 
 
 def scale_table(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[dict[str, Any]]:
-    """One row per process count of each scale experiment, with speedup and efficiency vs
-    that experiment's 1-process run (None when it has none) and a ``line`` such as
-    ``2 processes: 1.62x (81%); lost to: communication 12%, data wait 5%``."""
+    """One row per process count of each scale experiment (the point's median repeat), with
+    speedup and efficiency against that experiment's 1-process point, each with its interval
+    over the paired repeats (None when there is no 1-process point), and a ``line`` such as
+    ``2 processes: 1.62x [1.41, 1.86], 3 repeats (efficiency 81%); lost to: ...``.
+
+    A speedup above N x 1.1 is ``implausible``: the row says so with the baseline's spread,
+    and ``verdict_ok`` is False so that no verdict is drawn from it."""
     rows: list[dict[str, Any]] = []
     for eid, recs in R.by_experiment(records, "scale").items():
-        recs = sorted(R.latest_per_point(recs), key=lambda r: nproc(r) or 0)
+        recs = sorted(P.group_repeats(recs), key=lambda r: nproc(r) or 0)
         base = next((r for r in recs if nproc(r) == 1 and r.get("status") == "ok"), None)
-        base_sps = R.metric(base, "samples_per_s") if base else None
         for r in recs:
-            n, sps = nproc(r), R.metric(r, "samples_per_s")
-            speedup = sps / base_sps if sps and base_sps and r.get("status") == "ok" else None
-            eff = speedup / n if speedup is not None and n else None
-            lost = lost_to(r, base, th) if n and n > 1 and r.get("status") == "ok" else {}
-            row = {"experiment": eid, "run": R.name(r), "nproc": n, "status": r.get("status"),
-                   "error": r.get("error"), "samples_per_s": sps, "speedup": speedup,
-                   "efficiency": eff, "step_median_s": R.step_median_s(r),
-                   "comm_fraction": R.metric(r, "comm_fraction"),
-                   "data_wait_fraction": R.metric(r, "data_wait_fraction"), "lost": lost}
-            row["line"] = scale_line(row)
-            rows.append(row)
+            rows.append(_row(eid, r, base, th))
     return rows
+
+
+def _row(eid: str, r: dict[str, Any], base: dict[str, Any] | None,
+         th: Thresholds) -> dict[str, Any]:
+    n, sps = nproc(r), R.metric(r, "samples_per_s")
+    ok = r.get("status") == "ok"
+    iv = P.interval(base, r, P.samples_per_s) if ok and base is not None and n != 1 else None
+    speedup = iv.estimate if iv is not None else (
+        M.speedup(sps, R.metric(base, "samples_per_s")) if ok and base is not None else None)
+    eff_iv = iv.scaled(1.0 / n) if iv is not None and n else None
+    lost = lost_to(r, base, th) if n and n > 1 and ok else {}
+    implausible = None
+    if not M.plausible_speedup(speedup, n):
+        implausible = (f"above {n} x {M.PLAUSIBLE_SPEEDUP_FACTOR:.1f}: a measuring error, most "
+                       f"likely in the 1-process baseline (its spread: {_spread(base)})")
+    row = {"experiment": eid, "run": R.name(r), "record": r, "nproc": n,
+           "status": r.get("status"), "error": r.get("error"), "samples_per_s": sps,
+           "speedup": speedup, "efficiency": M.efficiency(speedup, n),
+           "speedup_interval": iv, "efficiency_interval": eff_iv,
+           "repeats": len(P.repeats_of(r)), "implausible": implausible,
+           "verdict_ok": implausible is None and iv is not None,
+           "step_median_s": R.step_median_s(r),
+           "comm_fraction": R.metric(r, "comm_fraction"),
+           "data_wait_fraction": R.metric(r, "data_wait_fraction"), "lost": lost}
+    row["line"] = scale_line(row)
+    return row
+
+
+def _spread(base: dict[str, Any] | None) -> str:
+    """The 1-process point's spread: between its repeats, and within its runs."""
+    if base is None:
+        return "no baseline"
+    vals = P.values(base, P.samples_per_s)
+    parts = []
+    if len(vals) >= 2:
+        parts.append(f"repeats {fmt.rate(min(vals))}-{fmt.rate(max(vals))} samples/s")
+    rci = [c for c in (P.rel_ci(x) for x in P.repeats_of(base)) if c is not None]
+    if rci:
+        parts.append(f"median step +/-{fmt.pct(max(rci), 1)} within a run")
+    return ", ".join(parts) or "unknown"
 
 
 def scale_line(row: dict[str, Any]) -> str:
@@ -97,7 +133,20 @@ def scale_line(row: dict[str, Any]) -> str:
         return f"{head}: {R.status_text(row)}"
     if row["speedup"] is None:
         return f"{head}: {fmt.rate(row['samples_per_s'])} samples/s (no 1-process run to compare)"
-    line = f"{head}: {row['speedup']:.2f}x ({fmt.pct(row['efficiency'])})"
+    if n == 1:
+        k = row.get("repeats") or 0
+        return (f"{head}: the baseline, {fmt.rate(row['samples_per_s'])} samples/s "
+                f"(median of {k} repeat{'s' if k != 1 else ''})")
+    if row.get("implausible"):
+        return (f"{head}: {row['speedup']:.2f}x is implausible ({row['implausible']}); "
+                "left out of every verdict")
+    iv, eiv = row.get("speedup_interval"), row.get("efficiency_interval")
+    if iv is not None and eiv is not None:
+        line = (f"{head}: {iv.text()} (efficiency {fmt.pct(eiv.estimate)} "
+                f"[{fmt.pct(eiv.lo)}, {fmt.pct(eiv.hi)}])")
+    else:
+        line = (f"{head}: {row['speedup']:.2f}x ({fmt.pct(row['efficiency'])}), no spread to "
+                "judge it by")
     if row["lost"]:
         line += "; lost to: " + _lost_text(row["lost"])
     return line
@@ -111,7 +160,13 @@ def scale_cells(row: dict[str, Any]) -> list[str]:
     head = [fmt.num(row["nproc"], "d")]
     if row["status"] != "ok":
         return head + [R.status_text(row)[:80]] + ["-"] * 6
-    return head + [fmt.rate(row["samples_per_s"]), fmt.ratio(row["speedup"]),
+    iv = row.get("speedup_interval")
+    sp = fmt.ratio(row["speedup"])
+    if row.get("implausible"):
+        sp += " (implausible)"
+    elif iv is not None:
+        sp += f" [{iv.lo:.2f}, {iv.hi:.2f}]"
+    return head + [fmt.rate(row["samples_per_s"]), sp,
                    fmt.pct(row["efficiency"]), fmt.ms(row["step_median_s"]),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),
                    _lost_text(row["lost"]) or "-"]

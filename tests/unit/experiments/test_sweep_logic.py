@@ -9,49 +9,69 @@ from scaleprobe.experiments import sweep as S
 GIB = 1 << 30
 
 
-def fake_record(cfg, point, status):
+def fake_record(cfg, experiment, status):
     b = cfg.train.batch_size
     ok = status == "ok"
-    rec = res.new_run_record(cfg.to_dict(), f"run-{b}", "fake", cfg.key())
+    rec = res.new_run_record(cfg.to_dict(), f"run-{b}-{experiment['attempt']}", "fake",
+                             cfg.key())
     rec["status"] = status
-    rec["experiment"] = {"id": "fake", "kind": "sweep", "point": dict(point.axes)}
+    rec["experiment"] = experiment
     rec["batch"] = {"per_device": b, "world_size": 1}
     m = rec["metrics"]
     if ok:  # memory grows with the batch, epoch time falls ever more slowly
         m["samples_per_s"] = 100.0 * b / (b + 32)
         m["epoch_time_s"] = 1000 / m["samples_per_s"]
+        m["step_time_s"] = {"median": b / m["samples_per_s"], "rel_ci": 0.01}
         m["peak_mem_bytes"]["host"] = int(GIB * (0.5 + b / 64))
     else:
         rec["error"] = "DefaultCPUAllocator: can't allocate memory"
     return rec
 
 
+class FakeProcs:
+    """Stands in for the point processes: "runs" a point by appending its record to
+    results.jsonl, as the point process does; everything above it (resume, repeats,
+    out-of-memory skips, collect_record) is the sweep's own code."""
+
+    def __init__(self, calls, limit):
+        self.calls, self.limit = calls, limit
+
+    def start(self, payload, work_dir, label, env=None):
+        from scaleprobe.config import from_dict
+
+        cfg = from_dict(payload["config"])
+        exp = payload["experiment"]
+        self.calls.append({**exp["point"], "repeat": exp["repeat"]})
+        status = "ok" if cfg.train.batch_size <= self.limit["fits"] else "oom"
+        res.append_jsonl(work_dir.parent / res.RESULTS_FILE, fake_record(cfg, exp, status))
+        return exp["attempt"]
+
+    def wait(self, proc):
+        return 0
+
+    def stop_all(self):
+        pass
+
+
 @pytest.fixture
 def fake_points(monkeypatch):
-    """Batch sizes up to `limit["fits"]` fit; records go to results.jsonl as a point would."""
+    """Batch sizes up to `limit["fits"]` fit. ``calls``: the points started, with repeat."""
     calls, limit = [], {"fits": 64}
-
-    def run_point(st, point):
-        cfg = st.spec.config(point, str(st.out))
-        if cfg.key() in st.done:
-            rec = st.done[cfg.key()]
-        else:
-            calls.append(dict(point.axes))
-            status = "ok" if cfg.train.batch_size <= limit["fits"] else "oom"
-            rec = fake_record(cfg, point, status)
-            res.append_jsonl(st.results_path, rec)
-        st.records.append(rec)
-        st.bar.point_done(point, rec)
-        return rec
-
-    monkeypatch.setattr(S, "run_point", run_point)
+    monkeypatch.setattr(S, "ProcessSet", lambda: FakeProcs(calls, limit))
+    monkeypatch.setattr(S, "collect_record", lambda proc, rc, cfg, exp, path: next(
+        r for r in res.read_jsonl(path) if (r.get("experiment") or {}).get("attempt") == proc))
     monkeypatch.setattr(S, "preflight", lambda cfgs: None)
     return calls, limit
 
 
 def spec(grid, **sweep):
+    sweep.setdefault("repeats", 1)
     return {"sweep": {"id": "fake", **sweep}, "base": {"model": "linear", "loader": "naive"},
             "grid": grid}
+
+
+def points_of(calls):
+    return [{k: v for k, v in c.items() if k != "repeat"} for c in calls]
 
 
 def test_oom_skips_larger_batches_of_the_same_group_only(tmp_path, fake_points):
@@ -59,8 +79,8 @@ def test_oom_skips_larger_batches_of_the_same_group_only(tmp_path, fake_points):
     limit["fits"] = 32
     recs = S.run_sweep(spec({"model": ["linear", "mlp"], "batch_size": [16, 32, 64, 128]}),
                        tmp_path, progress=False)
-    assert calls == [{"model": m, "batch_size": b} for m in ("linear", "mlp")
-                     for b in (16, 32, 64)]  # 128 skipped in each group
+    assert points_of(calls) == [{"model": m, "batch_size": b} for m in ("linear", "mlp")
+                                for b in (16, 32, 64)]  # 128 skipped in each group
     assert [r["status"] for r in recs] == ["ok", "ok", "oom"] * 2
     summary = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"]
     assert len(summary) == 1
@@ -79,6 +99,7 @@ def test_auto_search_finds_the_largest_batch_per_group(tmp_path, fake_points):
     S.run_sweep(spec({"batch_size": "auto"}, batch_start=16, batch_max=1024, batch_round=8),
                 tmp_path, progress=False)
     sizes = [c["batch_size"] for c in calls]
+    assert all(c["repeat"] == 0 for c in calls)  # one repeat: no re-runs after the search
     assert sizes[:4] == [16, 32, 64, 128] and max(s for s in sizes if s <= 100) == 96
     summary = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"][0]
     assert summary["searches"][0]["largest_fit"] == 96
@@ -87,12 +108,52 @@ def test_auto_search_finds_the_largest_batch_per_group(tmp_path, fake_points):
 
 
 def test_second_run_resumes_from_results(tmp_path, fake_points):
-    calls, _ = fake_points
+    """Catches a resume that reruns finished points, or one that reuses a failed point."""
+    calls, limit = fake_points
     grid = {"batch_size": [16, 32]}
     S.run_sweep(spec(grid), tmp_path, progress=False)
     assert len(calls) == 2
     recs = S.run_sweep(spec(grid), tmp_path, progress=False)
     assert len(calls) == 2 and [r["status"] for r in recs] == ["ok", "ok"]
+    assert all(r["experiment"].get("reused") for r in recs)
+    # a failed point is run again
+    res.append_jsonl(tmp_path / "results.jsonl",
+                     {**recs[0], "key": "other", "status": "failed", "experiment": {}})
+    S.run_sweep(spec({"batch_size": [16, 32, 48]}), tmp_path, progress=False)
+    assert points_of(calls)[2:] == [{"batch_size": 48}]
+
+
+def test_repeats_run_interleaved_and_resume_counts_them(tmp_path, fake_points):
+    """Catches repeats run back to back (A A A B B B: drift lands on one point) and a resume
+    that runs every repeat again or forgets the ones it has."""
+    calls, _ = fake_points
+    grid = {"batch_size": [16, 32]}
+    S.run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
+    assert calls == [{"batch_size": 16, "repeat": 0}, {"batch_size": 32, "repeat": 0},
+                     {"batch_size": 16, "repeat": 1}, {"batch_size": 32, "repeat": 1}]
+    recs = S.run_sweep(spec(grid), tmp_path, progress=False, repeats=3)
+    assert calls[4:] == [{"batch_size": 16, "repeat": 2}, {"batch_size": 32, "repeat": 2}]
+    assert [r["experiment"]["repeat"] for r in recs] == [0, 0, 1, 1, 2, 2]
+    summary = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"]
+    assert summary[-1]["repeats"] == 3
+    assert "intervals over 3 repeats" in (tmp_path / "sweep.md").read_text()
+
+
+def test_an_oom_point_is_not_repeated(tmp_path, fake_points):
+    calls, limit = fake_points
+    limit["fits"] = 16
+    S.run_sweep(spec({"batch_size": [16, 32, 64]}, repeats=2), tmp_path, progress=False)
+    assert calls == [{"batch_size": 16, "repeat": 0}, {"batch_size": 32, "repeat": 0},
+                     {"batch_size": 16, "repeat": 1}]
+
+
+def test_repeats_must_be_positive(tmp_path, fake_points):
+    from scaleprobe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--repeats must be a whole number of at least 1"):
+        S.run_sweep(spec({"batch_size": [16]}), tmp_path, progress=False, repeats=0)
+    with pytest.raises(ConfigError, match=r"\[sweep\] repeats must be at least 1"):
+        S.run_sweep(spec({"batch_size": [16]}, repeats=0), tmp_path, progress=False)
 
 
 def test_completed_runs_keeps_ok_and_oom_only(tmp_path):

@@ -5,36 +5,54 @@ from __future__ import annotations
 import pytest
 
 from scaleprobe.report import batch as B
-from tests.unit.report.factory import GIB, run, sweep_point
+from tests.unit.report.factory import GIB, run
 
 
-def _batch_sweep(device: bool = False) -> list[dict]:
+def _batch_sweep(device: bool = False, repeats: int = 3) -> list[dict]:
+    """16 -> 32 halves the epoch (pays), 32 -> 64 saves 4% for +46% memory (does not pay),
+    three repeats each with a few percent of run-to-run noise."""
     points = [(16, 1.0, 100.0, 160.0), (32, 1.37, 52.0, 308.0), (64, 2.0, 50.0, 320.0)]
+    noise = [1.0, 1.02, 0.99]
     recs = []
-    for bs, mem_gib, epoch, sps in points:
-        mem = int(mem_gib * GIB)
-        recs.append(run(f"b{bs}", batch=bs, experiment=sweep_point("bs", batch_size=bs),
-                        epoch_s=epoch, sps=sps, host_mem=mem * 3,
-                        device_mem=mem if device else None, gpu=80.0 if device else None))
+    for r in range(repeats):
+        for bs, mem_gib, epoch, sps in points:
+            mem = int(mem_gib * GIB)
+            recs.append(run(f"b{bs}r{r}", batch=bs,
+                            experiment=sweep_point("bs", batch_size=bs, repeat=r),
+                            epoch_s=epoch * noise[r], sps=sps / noise[r], host_mem=mem * 3,
+                            device_mem=mem if device else None, gpu=80.0 if device else None))
     recs.append(run("b128", status="oom", batch=128, error="CUDA out of memory",
                     experiment=sweep_point("bs", batch_size=128)))
     return recs
 
 
+def sweep_point(eid: str, repeat: int = 0, **point) -> dict:
+    return {"id": eid, "kind": "sweep", "point": point, "repeat": repeat}
+
+
 def test_batch_table_growth_rates_and_cells():
     rows = B.batch_table(_batch_sweep(device=True))
     assert [r["batch_size"] for r in rows] == [16, 32, 64, 128]
+    assert [r["repeats"] for r in rows] == [3, 3, 3, 0]
     assert rows[0]["mem_growth"] is None and rows[0]["epoch_growth"] is None
     assert rows[1]["mem_growth"] == pytest.approx(0.37, abs=1e-3)
-    assert rows[1]["epoch_growth"] == pytest.approx(-0.48)
+    assert rows[1]["epoch_growth"] == pytest.approx(-0.48)  # the same ratio in every repeat
     assert rows[2]["mem_growth"] == pytest.approx(2.0 / 1.37 - 1, abs=1e-3)
     assert rows[2]["epoch_growth"] == pytest.approx(50 / 52 - 1)
     cells = [B.batch_cells(r) for r in rows]
-    assert cells[0][3] == "None" and cells[0][5] == "None"
-    assert cells[1][3] == "+37%" and cells[1][5] == "-48%"
+    assert cells[0][3] == "-" and cells[0][5] == "-"  # no growth for the first point
+    assert cells[1][3] == "+37%" and cells[1][5].startswith("-48% [")
     assert cells[1][2] == "1.4 GiB"
     assert cells[3][2] == "out of memory"
     assert rows[0]["memory_kind"] == "device"
+
+
+def test_table_shows_the_median_repeat():
+    """Catches a table that shows the last (or first) repeat instead of the median one."""
+    recs = [run(f"r{i}", experiment=sweep_point("m", batch_size=32, repeat=i), sps=v)
+            for i, v in enumerate([300.0, 100.0, 200.0])]
+    rows = B.batch_table(recs)
+    assert rows[0]["samples_per_s"] == 200.0 and rows[0]["repeats"] == 3
 
 
 def test_host_memory_used_when_no_device_memory():
@@ -43,16 +61,66 @@ def test_host_memory_used_when_no_device_memory():
     assert rows[0]["peak_mem_bytes"] == 3 * GIB
 
 
+def test_host_memory_growth_is_net_of_the_baseline():
+    """Catches growth computed on total RSS, where torch's ~750 MiB hides every batch's cost
+    (+2-5% per doubling, so the batch rule always passed)."""
+    recs = []
+    for bs, net in ((16, 100), (32, 200)):
+        r = run(f"b{bs}", batch=bs, experiment=sweep_point("h", batch_size=bs),
+                host_mem=(750 + net) << 20)
+        r["metrics"]["peak_mem_bytes"]["host_net"] = net << 20
+        recs.append(r)
+    rows = B.batch_table(recs)
+    assert rows[1]["mem_growth"] == pytest.approx(1.0)
+    assert B.batch_cells(rows[1])[2] == "200 MiB net (950 MiB total)"
+
+
 def test_recommend_batch_fastest_and_most_efficient():
     rec = B.recommend_batch(_batch_sweep(device=True))
     assert rec["fastest"]["batch_size"] == 64
+    # 64 is 4% faster than 32 with a 1-3% spread over three repeats: a decided, small lead
+    assert rec["fastest_decided"]
     eff = rec["most_efficient"]
-    assert eff["batch_size"] == 32
+    assert eff["batch_size"] == 32 and rec["most_efficient_decided"]
     assert eff["samples_per_s_per_gib"] == pytest.approx(308 / 1.37, rel=1e-3)
     assert [s["pays"] for s in rec["steps"]] == [True, False]
     assert "16 -> 32: epoch time -48%, memory +37%: pays" in rec["text"]
-    assert "32 -> 64" in rec["text"] and "does not pay" in rec["text"]
+    assert "32 -> 64: epoch time -4%, memory +46%: does not pay" in rec["text"]
     assert "Most efficient: batch 32" in rec["text"]
+    assert "intervals over 3 repeats" in rec["text"]
+
+
+def _noisy(sps_by_batch: dict[int, list[float]], mem_gib: dict[int, float]) -> list[dict]:
+    out = []
+    for bs, vals in sps_by_batch.items():
+        for i, v in enumerate(vals):
+            out.append(run(f"b{bs}r{i}", batch=bs, sps=v, epoch_s=1797 / v,
+                           experiment=sweep_point("n", batch_size=bs, repeat=i),
+                           host_mem=int(mem_gib[bs] * GIB)))
+    return out
+
+
+def test_noise_makes_the_batch_verdicts_inconclusive():
+    """The demo's reversed advice: one run per point said "16 -> 32 does not pay" and
+    "fastest: 256"; a rerun said the opposite. With the repeats' spread the same figures
+    give no verdict, and say how many repeats would decide."""
+    recs = _noisy({16: [400.0, 520.0, 450.0], 32: [470.0, 430.0, 540.0]}, {16: 1.0, 32: 1.02})
+    rec = B.recommend_batch(recs)
+    assert rec["steps"][0]["pays"] is None
+    assert "inconclusive: epoch-time ratio" in rec["steps"][0]["text"]
+    assert "repeats would" in rec["steps"][0]["text"] or "more than" in rec["steps"][0]["text"]
+    assert not rec["fastest_decided"]
+    assert "Fastest: inconclusive" in rec["text"] and "not told apart from batch" in rec["text"]
+
+
+def test_pays_needs_the_whole_interval_below_the_memory_bar():
+    from scaleprobe import metrics as M
+
+    iv = M.Interval(0.70, 0.60, 0.80, 3, "test")
+    assert B.pays(iv, 0.15) is True  # bar 0.85: the interval lies below it
+    assert B.pays(iv, 0.25) is None  # bar 0.75: inside the interval, cannot tell
+    assert B.pays(iv, 0.45) is False  # bar 0.55: the interval lies above it
+    assert B.pays(None, 0.1) is None and B.pays(iv, None) is None
 
 
 def test_recommend_batch_nothing_finished():
@@ -79,20 +147,45 @@ def test_groups_by_other_axes_keep_growth_within_group():
     assert [r["epoch_growth"] is None for r in rows] == [True, False, True, False]
 
 
-def _loader_sweep() -> list[dict]:
-    sps = {0: 100.0, 1: 190.0, 2: 200.0, 3: 198.0}
+def _loader_sweep(spread: float = 0.01) -> list[dict]:
+    """0 workers (naive loader) 100, 1 worker 196, 2 workers 200, 3 workers 198 samples/s,
+    three repeats each, repeat-to-repeat spread ``spread``."""
+    sps = {0: 100.0, 1: 196.0, 2: 200.0, 3: 198.0}
+    wiggle = [1.0, 1.0 + spread, 1.0 - spread]
     out = []
-    for w, s in sps.items():
-        out.append(run(f"w{w}", workers=w, loader="naive" if w == 0 else "pipelined", sps=s,
-                       experiment=sweep_point("ld", workers=w)))
+    for r in range(3):
+        for w, s in sps.items():
+            out.append(run(f"w{w}r{r}", workers=w, loader="naive" if w == 0 else "pipelined",
+                           sps=s * (wiggle[r] if w % 2 else wiggle[2 - r]),
+                           experiment=sweep_point("ld", workers=w, repeat=r)))
     return out
 
 
-def test_recommend_workers_fewest_within_five_percent():
+def test_recommend_workers_fewest_shown_within_five_percent():
     rec = B.recommend_workers(_loader_sweep())
-    assert rec["workers"] == 1
+    assert rec["workers"] == 1 and rec["decided"]
     assert rec["best_samples_per_s"] == 200.0
     assert "Use 1 loader worker(s)" in rec["text"]
+    assert rec["interval"]["lo"] > 0.95
+
+
+def test_recommend_workers_is_inconclusive_under_noise():
+    """The demo's "keep 0 workers" / "use 1 worker" flip: with a 10% spread between repeats
+    the 5% question cannot be answered, and the text says so instead of picking."""
+    rec = B.recommend_workers(_loader_sweep(spread=0.10))
+    assert rec["workers"] is None and not rec["decided"]
+    assert "inconclusive" in rec["text"]
+
+
+def test_workers_are_compared_like_for_like():
+    """Catches the naive+light vs pipelined+heavy pairing: 0 workers ran the naive loader,
+    so it is never a candidate against the pipelined best, however close it came."""
+    recs = _loader_sweep()
+    for r in recs:
+        if r["config"]["data"]["workers"] == 0:
+            r["metrics"]["samples_per_s"] = 199.0
+    rec = B.recommend_workers(recs)
+    assert rec["workers"] == 1
 
 
 def test_loader_table_rows():
@@ -128,9 +221,9 @@ def test_point_reused_from_another_sweep_is_listed_under_both():
 def test_each_transform_gets_its_own_worker_recommendation():
     # light: 1 worker is enough; heavy: the CPU transform needs 3
     sps = {"light": {1: 400.0, 2: 405.0, 3: 404.0}, "heavy": {1: 100.0, 2: 170.0, 3: 200.0}}
-    recs = [run(f"{t}{w}", workers=w, transform=t, sps=s,
-                experiment=sweep_point("lt", transform=t, workers=w))
-            for t, by_w in sps.items() for w, s in by_w.items()]
+    recs = [run(f"{t}{w}r{r}", workers=w, transform=t, sps=s * (1 + 0.005 * r),
+                experiment=sweep_point("lt", transform=t, workers=w, repeat=r))
+            for r in range(3) for t, by_w in sps.items() for w, s in by_w.items()]
     rec = B.recommend_workers(recs)
     assert rec["by_transform"]["light"]["workers"] == 1
     assert rec["by_transform"]["heavy"]["workers"] == 3

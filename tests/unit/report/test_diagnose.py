@@ -176,7 +176,8 @@ def test_experiment_scaling_colocate_parity():
               experiment=scale_point("sc", 2))
     found = diagnose_experiment([one, two, colocate_record(), parity_record(ok=False)])
     f = _one(found, "scaling loss")
-    assert f.evidence.startswith("2 processes: 1.20x (60%)") and "communication 30%" in f.evidence
+    assert f.evidence.startswith("2 processes: 1.20x [1.09, 1.32], 1 repeat (efficiency 60%")
+    assert "communication 30%" in f.evidence
     assert "--bucket-cap-mb" in f.recommendation
     co = [x for x in found if x.verdict.startswith("co-location")]
     assert co and co[0].severity == "warning" and "pinned" in co[0].recommendation

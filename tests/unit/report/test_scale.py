@@ -34,10 +34,69 @@ def test_scale_table_speedup_efficiency_and_losses():
     assert two["lost"]["communication"] == pytest.approx(0.0148 / total)
     assert two["lost"]["data wait"] == pytest.approx((0.0112 - 0.005) / total)
     assert two["lost"]["slower compute"] == pytest.approx((0.0975 - 0.095) / total)
-    assert two["line"] == ("2 processes: 1.62x (81%); lost to: communication 12%, "
-                           "data wait 5%, slower compute 2%")
+    # one repeat: the runs' own spread (1% each) widened to the 10% process-to-process floor
+    assert two["line"] == ("2 processes: 1.62x [1.47, 1.78], 1 repeat (efficiency 81% [74%, "
+                           "89%]); lost to: communication 12%, data wait 5%, slower compute 2%")
     assert rows[2]["line"] == "4 processes: failed: rank 3 lost"
-    assert S.scale_cells(rows[1])[2] == "1.62x"
+    assert S.scale_cells(rows[1])[2] == "1.62x [1.47, 1.78]"
+
+
+def _repeated(eid: str, sps: dict[int, list[float]]) -> list[dict]:
+    out = []
+    for n, vals in sps.items():
+        for r, v in enumerate(vals):
+            exp = {**scale_point(eid, n), "repeat": r}
+            out.append(run(f"n{n}r{r}", strategy="ddp", nproc=n, sps=v, experiment=exp))
+    return out
+
+
+def test_speedup_interval_pairs_repeats_interleaved():
+    """Catches unpaired (or median-of-medians) speedups: the machine drifts between repeats,
+    the ratio within each repeat is steady at 1.8x."""
+    rows = S.scale_table(_repeated("p", {1: [100.0, 70.0, 130.0], 2: [180.0, 126.0, 234.0]}))
+    two = rows[1]
+    assert two["repeats"] == 3 and two["speedup"] == pytest.approx(1.8)
+    assert two["speedup_interval"].lo == pytest.approx(1.8, rel=0.02)
+    assert two["efficiency_interval"].estimate == pytest.approx(0.9)
+    assert two["verdict_ok"]
+
+
+def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
+    """The 6.02x on 2 processes that was printed without a warning."""
+    recs = _repeated("v", {1: [30.0], 2: [180.6]})
+    for r in recs:
+        if r["config"]["dist"]["nproc"] == 1:
+            r["metrics"]["step_time_s"]["rel_ci"] = 0.39
+    two = S.scale_table(recs)[1]
+    assert two["speedup"] == pytest.approx(6.02)
+    assert two["implausible"] and not two["verdict_ok"]
+    assert "implausible" in two["line"] and "+/-39.0% within a run" in two["line"]
+    assert "(implausible)" in S.scale_cells(two)[2]
+    from scaleprobe.report.findings_exp import _scaling
+    from scaleprobe.report.thresholds import DEFAULT
+
+    found = _scaling(recs, DEFAULT)
+    assert [f.verdict for f in found] == ["implausible speedup"]
+
+
+def test_scaling_loss_needs_the_whole_interval_below_the_bar():
+    """A noisy 0.7-0.95 efficiency is not reported as a scaling loss; a steady 0.6 is."""
+    from scaleprobe.report.findings_exp import _scaling
+    from scaleprobe.report.thresholds import DEFAULT
+
+    noisy = _repeated("a", {1: [100.0, 100.0, 100.0], 2: [140.0, 190.0, 160.0]})
+    assert _scaling(noisy, DEFAULT) == []
+    steady = _repeated("b", {1: [100.0, 102.0, 98.0], 2: [120.0, 122.0, 119.0]})
+    assert [f.verdict for f in _scaling(steady, DEFAULT)] == ["scaling loss"]
+
+
+def test_two_experiments_with_the_same_point_labels_stay_apart():
+    """Every scale point is labelled nproc=2: two experiments in one folder must not mix."""
+    a = _repeated("scale-digits", {1: [100.0], 2: [190.0]})
+    b = _repeated("scale-vgg", {1: [10.0], 2: [12.0]})
+    rows = {(r["experiment"], r["nproc"]): r for r in S.scale_table(a + b)}
+    assert rows[("scale-digits", 2)]["speedup"] == pytest.approx(1.9)
+    assert rows[("scale-vgg", 2)]["speedup"] == pytest.approx(1.2)
 
 
 def test_strong_scaling_expects_less_compute_per_step():

@@ -1,0 +1,45 @@
+"""A scale experiment: the same run at each process count (a sweep over ``nproc`` of kind
+"scale"), then one re-measurement of any point whose speedup came out implausible.
+
+A speedup above N x 1.1 is a measuring error, most often a 1-process baseline caught by a
+burst of load. Such a point and the baseline each get one more repeat (interleaved, as
+always) and the table is built again from every repeat; a point still implausible after that
+stays marked and out of every verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+
+def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
+    from scaleprobe.report import records as R
+    from scaleprobe.report.scale import scale_table
+
+    return [r for r in scale_table(R.of_kind(R.load_records(folder / "results.jsonl"), "run"))
+            if r["experiment"] == sid]
+
+
+def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
+              console: Console | None = None, repeats: int | None = None
+              ) -> list[dict[str, Any]]:
+    """Run (or resume) the scale experiment; return its table rows (``report.scale``)."""
+    from scaleprobe.experiments.spec import load_spec
+    from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir
+
+    run_sweep(spec, out, progress=progress, console=console, repeats=repeats)
+    folder, sid = sweep_out_dir(spec, out), spec["sweep"]["id"]
+    rows = scale_rows(folder, sid)
+    odd = [r["nproc"] for r in rows if r.get("implausible")]
+    if odd:
+        n = load_spec(spec, None, repeats).repeats
+        con = console or Console(stderr=True)
+        con.print(f"implausible speedup at {', '.join(map(str, odd))} processes: measuring "
+                  "those points and the 1-process baseline once more", soft_wrap=True)
+        again = {**spec, "grid": {"nproc": sorted({1, *odd})}}
+        run_sweep(again, out, progress=progress, console=console, repeats=n + 1)
+        rows = scale_rows(folder, sid)
+    return rows

@@ -1,0 +1,115 @@
+"""An experiment point's repeats: one record to show, all of them to judge by.
+
+A point of a sweep, scale or colocate experiment runs ``repeats`` times (``experiment.repeat``
+0, 1, ...). Tables show the point's *median repeat* (the ok run whose samples/s is the
+median of the point's ok runs; the lower middle one for an even count), so every figure in a
+row comes from one real run. Verdicts read every repeat: ``paired(a, b, figure)`` lines two
+points' repeats up by repeat index, and ``interval`` turns them into a ``metrics.Interval``.
+
+Points are identified by experiment id + point key (+ repeat index), never by display name:
+two experiments whose points share a label stay apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from scaleprobe import metrics as M
+from scaleprobe.report import records as R
+
+Figure = Callable[[dict[str, Any]], float | int | None]
+
+
+def repeat_index(rec: dict[str, Any]) -> int:
+    v = R.dict_of(rec.get("experiment")).get("repeat")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+
+def point_identity(rec: dict[str, Any]) -> tuple[str, str]:
+    """(experiment id, point key); a run outside any experiment is its own point."""
+    pt = R.point(rec)
+    if not pt:
+        return (R.exp_id(rec) or "", f"run:{rec.get('run_id')}")
+    return (R.exp_id(rec) or "", R.point_key(pt))
+
+
+def group_repeats(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per experiment point, in first-seen order: the median repeat of its ok runs
+    (with ``repeats``: every ok run, one per repeat index, in repeat order), else the latest
+    record (a failed or out-of-memory point, ``repeats`` empty). Within one repeat index the
+    latest ok run counts (a resumed experiment may have appended a point twice)."""
+    order: list[tuple[str, str]] = []
+    ok: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in recs:
+        ident = point_identity(r)
+        if ident not in last:
+            order.append(ident)
+        last[ident] = r
+        if r.get("status") == "ok":
+            ok.setdefault(ident, {})[repeat_index(r)] = r
+    out = []
+    for ident in order:
+        reps = [ok[ident][i] for i in sorted(ok.get(ident, {}))]
+        if not reps:
+            out.append({**last[ident], "repeats": []})
+            continue
+        ranked = sorted(reps, key=lambda r: R.metric(r, "samples_per_s") or 0.0)
+        shown = ranked[(len(ranked) - 1) // 2]
+        out.append({**shown, "repeats": reps})
+    return out
+
+
+def repeats_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The point's ok repeats (a record not from ``group_repeats``: itself, when ok)."""
+    reps = rec.get("repeats")
+    if isinstance(reps, list):
+        return reps
+    return [rec] if rec.get("status") == "ok" else []
+
+
+def values(rec: dict[str, Any], figure: Figure) -> list[float]:
+    return [v for v in (figure(r) for r in repeats_of(rec)) if v is not None]
+
+
+def median_of(rec: dict[str, Any], figure: Figure) -> float | None:
+    from scaleprobe.measure.stats import median
+
+    vals = values(rec, figure)
+    return median(vals) if vals else None
+
+
+def rel_ci(r: dict[str, Any]) -> float | None:
+    """The within-run spread of a run: its median step time's relative CI half-width."""
+    return R.metric(r, "step_time_s.rel_ci")
+
+
+def paired(a: dict[str, Any], b: dict[str, Any], figure: Figure
+           ) -> tuple[list[float | None], list[float | None], list[float | None],
+                      list[float | None]]:
+    """Two points' figures lined up by repeat index (repeat i of A with repeat i of B), with
+    each run's within-run spread: ``(a_values, b_values, a_rel_ci, b_rel_ci)``."""
+    ra = {repeat_index(r): r for r in repeats_of(a)}
+    rb = {repeat_index(r): r for r in repeats_of(b)}
+    common = sorted(set(ra) & set(rb))
+    if not common and ra and rb:  # repeat indices that do not meet: pair by order
+        pairs = list(zip(ra.values(), rb.values(), strict=False))
+    else:
+        pairs = [(ra[i], rb[i]) for i in common]
+    return ([figure(x) for x, _ in pairs], [figure(y) for _, y in pairs],
+            [rel_ci(x) for x, _ in pairs], [rel_ci(y) for _, y in pairs])
+
+
+def interval(a: dict[str, Any], b: dict[str, Any], figure: Figure) -> M.Interval | None:
+    """The interval of figure(B) / figure(A) over the two points' paired repeats."""
+    av, bv, ac, bc = paired(a, b, figure)
+    return M.ratio_interval(av, bv, ac, bc)
+
+
+def samples_per_s(r: dict[str, Any]) -> float | None:
+    return R.metric(r, "samples_per_s")
+
+
+def epoch_time_s(r: dict[str, Any]) -> float | None:
+    return R.metric(r, "epoch_time_s")

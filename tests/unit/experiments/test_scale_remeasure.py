@@ -1,0 +1,34 @@
+"""scale re-measures an implausible point once: the point and its baseline get one more
+repeat each, nothing else runs again."""
+
+from scaleprobe.experiments import scale as X
+
+
+def test_implausible_point_is_measured_once_more(monkeypatch, tmp_path):
+    """Catches a scale that prints an impossible speedup without a second look, or one that
+    re-measures forever."""
+    calls = []
+    tables = [[{"nproc": 1, "implausible": None}, {"nproc": 2, "implausible": None},
+               {"nproc": 4, "implausible": "above 4 x 1.1"}],
+              [{"nproc": 1, "implausible": None}, {"nproc": 2, "implausible": None},
+               {"nproc": 4, "implausible": "above 4 x 1.1"}]]
+    monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
+                        lambda spec, out, **kw: calls.append((spec["grid"], kw["repeats"])))
+    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: tables.pop(0))
+    spec = {"sweep": {"id": "s", "kind": "scale", "repeats": 3},
+            "base": {"model": "linear", "dist.strategy": "ddp"}, "grid": {"nproc": [1, 2, 4]}}
+    rows = X.run_scale(spec, str(tmp_path), progress=False)
+    assert calls == [({"nproc": [1, 2, 4]}, None), ({"nproc": [1, 4]}, 4)]
+    assert rows[2]["implausible"]  # still implausible: stays marked, no third try
+    assert tables == []
+
+
+def test_plausible_points_are_not_measured_again(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
+                        lambda spec, out, **kw: calls.append(spec["grid"]))
+    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: [{"nproc": 2, "implausible": None}])
+    spec = {"sweep": {"id": "s", "kind": "scale"}, "base": {"model": "linear"},
+            "grid": {"nproc": [1, 2]}}
+    X.run_scale(spec, str(tmp_path), progress=False, repeats=2)
+    assert calls == [{"nproc": [1, 2]}]
