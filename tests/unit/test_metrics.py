@@ -31,7 +31,7 @@ def test_paired_interval_matches_a_hand_computed_t_interval():
     a = [100.0, 110.0, 90.0]
     b = [150.0, 160.0, 140.0]
     iv = M.ratio_interval(a, b)
-    logs = [math.log(y / x) for x, y in zip(a, b)]
+    logs = [math.log(y / x) for x, y in zip(a, b, strict=True)]
     m = sum(logs) / 3
     sd = math.sqrt(sum((v - m) ** 2 for v in logs) / 2)
     h = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2)
