@@ -7,7 +7,9 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe import results as res
+from scaleprobe.invariants import check_run
 from scaleprobe.config import RunConfig
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
@@ -138,6 +140,17 @@ def _prediction(rec: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+def _checks(rec: dict[str, Any], head: dict[str, Any]) -> None:
+    """The figures the invariants need, then the invariants (``scaleprobe.invariants``)."""
+    m = rec["metrics"]
+    m["window_s"] = head.get("window_s")
+    audit_rec = rec.get("audit")
+    if isinstance(audit_rec, dict) and audit_rec.get("ok") is False:
+        m["unique_samples_per_s"] = M.unique_samples_per_s(m.get("samples_per_s"),
+                                                           audit_rec.get("unique_fraction"))
+    rec["invariants"] = check_run(rec)
+
+
 def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | None,
              monitor: Any, run_dir: Path) -> dict[str, Any]:
     mon: dict[str, Any] = {"gpu_reason": monitor.gpu_reason}
@@ -147,6 +160,7 @@ def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | N
         mon.update(monitor.summary(t0, t1))
         try:
             _metrics(rec, cfg, raws, mon)
+            _checks(rec, head)
             _write_steps_csv(run_dir / "steps.csv", head)
         except Exception as e:  # a bug in summarising must not lose the run
             rec["status"] = "failed"

@@ -7,6 +7,7 @@ here; a figure computed anywhere else is a bug.
 Figures (units in the names):
 
     samples_per_s(samples, seconds)        samples processed / wall seconds
+    unique_samples_per_s(sps, fraction)    samples/s counting each sample once per epoch
     compute_s(breakdown)                   h2d + forward + backward + optimizer of one step
     speedup(sps_n, sps_1)                  samples/s at N / samples/s at 1 (measured both)
     efficiency(speedup, n)                 speedup / N
@@ -51,6 +52,14 @@ def samples_per_s(samples: float | None, seconds: float | None) -> float | None:
     if samples is None or not seconds or seconds <= 0:
         return None
     return samples / seconds
+
+
+def unique_samples_per_s(sps: float | None, unique_fraction: float | None) -> float | None:
+    """Samples/s counting each sample once per epoch (the shard audit's unique fraction):
+    what the model really learned from when ranks read the same data."""
+    if sps is None or unique_fraction is None:
+        return None
+    return sps * unique_fraction
 
 
 def compute_s(breakdown: Mapping[str, float | None] | None) -> float | None:

@@ -21,4 +21,5 @@ def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):
     again = cli("demo", "--quick", "--out", out_dir)  # every point reused: no new run records
     assert again.returncode == 0, again.stderr[-2000:]
     n_runs = sum(1 for f in out_dir.rglob("result.json"))
-    assert n_runs == 4
+    assert n_runs == 8  # 4 points x 2 repeats, none run twice
+    assert "intervals over 2 repeats" in p.stdout

@@ -1,8 +1,9 @@
 """``scaleprobe demo``: the main job on the embedded default data, in about a minute on a
 2-core CPU. digits_cnn on the 1,797 real handwritten digits of scikit-learn:
 
-1. a batch-size sweep (two whole epochs per point, each in its own process): peak memory and
-   epoch time with their growth rates, the fastest and the most efficient batch size;
+1. a batch-size sweep (two whole epochs per point, each in its own process, every point three
+   times, interleaved): peak memory and epoch time with their growth rates, the fastest and
+   the most efficient batch size, each verdict with its interval or "inconclusive";
 2. the two input pipelines (naive vs pipelined) with the light and the heavy transform;
 3. a report (Markdown + one self-contained HTML file) with plots and a diagnosis.
 Each sweep's tables are printed as Markdown and written to ``--out`` (default
@@ -31,7 +32,11 @@ LOADER_SWEEP: dict[str, Any] = {"sweep": {"id": "demo-loader-transform"},
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="scaleprobe-out/demo", help="results folder")
-    p.add_argument("--quick", action="store_true", help="fewer points (a smoke test)")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer points and 2 repeats (a smoke test)")
+    p.add_argument("--repeats", type=int, metavar="N",
+                   help="runs of every point, interleaved; verdicts carry intervals from them "
+                        "(default 3, 2 with --quick)")
 
 
 def _sweeps(quick: bool) -> list[dict[str, Any]]:
@@ -54,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     for spec in _sweeps(args.quick):
         sid = spec["sweep"]["id"]
         con.rule(sid)
-        run_sweep(spec, out / sid, progress=True, console=con)
+        run_sweep(spec, out / sid, progress=True, console=con,
+                  repeats=args.repeats or (2 if args.quick else None))
         print((out / sid / "sweep.md").read_text(), flush=True)
     _report(con, out)
     return 0

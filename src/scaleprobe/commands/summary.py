@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scaleprobe.commands import fmt
@@ -39,7 +40,13 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     if rec.get("audit"):
         a = rec["audit"]
         tag = "[green]ok[/green]" if a["ok"] else "[bold red]FAILED[/bold red]"
-        con.print(f"shard audit: {tag} - {a['detail']}")
+        con.print(f"shard audit: {tag} - {escape(str(a['detail']))}")
+        if m.get("unique_samples_per_s") is not None:
+            con.print(f"unique samples/s: {fmt.num(m['unique_samples_per_s'])} of "
+                      f"{fmt.num(m.get('samples_per_s'))} (the rest were samples read again)")
+    for v in rec.get("invariants") or []:
+        con.print(f"[bold yellow]invariant broken[/bold yellow] ({escape(v['name'])}): "
+                  f"{escape(v['detail'])}")
     if m.get("bad_samples_skipped"):
         con.print(f"skipped {m['bad_samples_skipped']} unreadable samples")
     b = rec.get("batch") or {}

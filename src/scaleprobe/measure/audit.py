@@ -17,19 +17,34 @@ def expected_dropped(n: int, world: int, batch: int) -> int:
 
 def audit(per_rank: list[list[list[int]]], dataset_len: int, batch: int,
           epochs_complete: int) -> dict[str, Any]:
-    """``per_rank[r][e]`` is the list of indices rank ``r`` consumed in epoch ``e``."""
+    """``per_rank[r][e]`` is the list of indices rank ``r`` consumed in epoch ``e``.
+
+    ``duplicate_samples`` counts every consumption of a sample after its first in an epoch,
+    whether another rank or the same one consumed it again; ``unique_fraction`` is the share
+    of all consumptions that were a sample's first in its epoch (1.0 when the shards are
+    disjoint; 0.5 when two ranks read the same batches)."""
     world = len(per_rank)
     n_epochs = max(len(r) for r in per_rank)
     dup_total, missing_total, problems = 0, 0, []
+    consumed_total, unique_total = 0, 0
     for e in range(n_epochs):
-        seen = Counter()
+        seen: Counter[int] = Counter()  # consumptions of each sample in this epoch
+        across: Counter[int] = Counter()  # ranks that consumed each sample
         for r in per_rank:
             if e < len(r):
-                seen.update(set(r[e]))
-        dups = sum(c - 1 for c in seen.values() if c > 1)
+                seen.update(r[e])
+                across.update(set(r[e]))
+        consumed_total += sum(seen.values())
+        unique_total += len(seen)
+        dups = sum(c - 1 for c in seen.values() if c > 1)  # every consumption after the first
         dup_total += dups
-        if dups:
-            problems.append(f"epoch {e + 1}: {dups} samples were consumed by more than one rank")
+        shared = sum(c - 1 for c in across.values() if c > 1)
+        if shared:
+            problems.append(f"epoch {e + 1}: {shared} samples were consumed by more than one "
+                            "rank")
+        if dups > shared:
+            problems.append(f"epoch {e + 1}: {dups - shared} repeated consumptions within one "
+                            "rank")
         if e < epochs_complete:
             missing = dataset_len - len(seen)
             allowed = expected_dropped(dataset_len, world, batch)
@@ -45,7 +60,9 @@ def audit(per_rank: list[list[list[int]]], dataset_len: int, batch: int,
         detail = "ranks disjoint; order across epochs not checked (fewer than 2 epochs seen)"
     else:
         detail = "; ".join(problems) if problems else "ranks disjoint, epochs covered, order reshuffled"
+    unique = unique_total / consumed_total if consumed_total else None
     return {"ok": ok, "duplicate_samples": dup_total, "missing_samples": missing_total,
+            "unique_fraction": unique,
             "same_order_across_epochs": same_order, "epochs_checked": n_epochs,
             "world_size": world, "detail": detail}
 

@@ -331,14 +331,14 @@ def recommend_workers(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -
 
 def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict[str, Any]:
     """The fewest workers shown to reach ``1 - workers_within`` of the best setting's
-    samples/s. Like for like: only settings of the best one's group, loader and prefetch
-    (they differ in workers alone) are candidates. Fewest first, each candidate's ratio to
+    samples/s. Like for like: only settings of the best one's group (every axis but the
+    input pipeline's equal; ``recommend_workers`` has already split by transform) are
+    candidates. Fewest first, each candidate's ratio to
     the best is either shown within reach (use it), shown short (more workers pay), or
     undecided (the recommendation is inconclusive, with the interval)."""
     best = max(ok, key=lambda r: r["samples_per_s"])
     floor = 1.0 - th.workers_within
-    peers = sorted((r for r in ok if r["group"] == best["group"] and r["workers"] < best["workers"]
-                    and r["loader"] == best["loader"] and r["prefetch"] == best["prefetch"]),
+    peers = sorted((r for r in ok if r["group"] == best["group"] and r["workers"] < best["workers"]),
                    key=lambda r: r["workers"])
     pick, iv, undecided = best, None, None
     for cand in peers:

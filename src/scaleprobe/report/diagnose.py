@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe import results as res
+from scaleprobe.invariants import check_run
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import records as R
 from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
@@ -53,6 +54,7 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
     for f in (_memory(rec, th), _audit(rec)):
         if f is not None:
             out.append(f)
+    out.extend(_invariants(rec))
     if status == "interrupted":
         out.append(Finding("interrupted", "the run was stopped before it finished",
                            "figures cover the steps timed before the stop", "info"))
@@ -194,6 +196,22 @@ def _audit(rec: dict[str, Any]) -> Finding | None:
     return Finding("shard audit failed", str(a.get("detail") or "replicas saw overlapping data"),
                    "give each rank its own shard (DistributedSampler, --set "
                    "dist.sampler=distributed) and call set_epoch(epoch) every epoch", "error")
+
+
+INVARIANT_ADVICE = {
+    "shares": "a measuring error: report it with the run's result.json",
+    "no comm at 1": "one process has nothing to communicate; compare with --strategy single",
+    "window": "steps vary widely (stalls every few steps?): look at steps.csv; trust the window "
+              "figure for epoch planning",
+    "unique data": "fix the sharding first: throughput over repeated samples is not progress",
+}
+
+
+def _invariants(rec: dict[str, Any]) -> list[Finding]:
+    """What the record breaks of the invariants, checked again here (old files too)."""
+    return [Finding(f"invariant broken: {v['name']}", v["detail"],
+                    INVARIANT_ADVICE.get(v["name"], "see docs/VERDICTS.md"), "warning")
+            for v in check_run(rec)]
 
 
 def diagnose_experiment(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[Finding]:

@@ -105,3 +105,31 @@ def test_audit_catches_a_forgotten_set_epoch():
 def test_expected_dropped_matches_drop_last():
     assert expected_dropped(100, 2, 8) == 100 - 2 * 48
     assert expected_dropped(64, 2, 8) == 0
+
+
+def test_audit_unique_fraction():
+    """Catches a headline that counts two ranks reading the same batches as twice the data."""
+    assert audit(_sharded(100, 2, 8, 2), 100, 8, 2)["unique_fraction"] == 1.0
+    same = audit(_sharded(100, 2, 8, 2, same_batch=True), 100, 8, 2)
+    assert same["unique_fraction"] == pytest.approx(0.5)
+
+
+def test_audit_partial_overlap_across_ranks():
+    """Rank 1 reads 4 of rank 0's samples: 4 duplicates, named as across ranks."""
+    r0 = [list(range(0, 16))]
+    r1 = [list(range(12, 28))]
+    a = audit([r0, r1], 28, 8, 0)
+    assert not a["ok"] and a["duplicate_samples"] == 4
+    assert "4 samples were consumed by more than one rank" in a["detail"]
+    assert "within one rank" not in a["detail"]
+    assert a["unique_fraction"] == pytest.approx(28 / 32)
+
+
+def test_audit_sample_repeated_within_one_rank_is_a_duplicate_not_missing():
+    """A sampler that hands one rank the same sample twice: reported as a repeat within the
+    rank (it used to read as 'missing' with 0 duplicates)."""
+    r0 = [[0, 1, 2, 3, 4, 5, 6, 6]]
+    r1 = [[8, 9, 10, 11, 12, 13, 14, 15]]
+    a = audit([r0, r1], 16, 8, 0)  # no complete epoch: coverage not checked
+    assert not a["ok"] and a["duplicate_samples"] == 1 and a["missing_samples"] == 0
+    assert "1 repeated consumptions within one rank" in a["detail"]

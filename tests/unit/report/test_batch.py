@@ -178,14 +178,17 @@ def test_recommend_workers_is_inconclusive_under_noise():
 
 
 def test_workers_are_compared_like_for_like():
-    """Catches the naive+light vs pipelined+heavy pairing: 0 workers ran the naive loader,
-    so it is never a candidate against the pipelined best, however close it came."""
+    """Catches the demo's naive+light vs pipelined+heavy pairing: a setting of another
+    transform (or another group) is never a candidate, however close its samples/s."""
     recs = _loader_sweep()
     for r in recs:
-        if r["config"]["data"]["workers"] == 0:
-            r["metrics"]["samples_per_s"] = 199.0
-    rec = B.recommend_workers(recs)
-    assert rec["workers"] == 1
+        r["config"]["data"]["transform"] = "heavy"
+        r["experiment"]["point"]["transform"] = "heavy"
+    light0 = [run(f"l0r{i}", workers=0, loader="naive", transform="light", sps=200.0,
+                  experiment=sweep_point("ld", workers=0, transform="light", repeat=i))
+              for i in range(3)]
+    rec = B.recommend_workers(recs + light0)
+    assert rec["by_transform"]["heavy"]["workers"] == 1
 
 
 def test_loader_table_rows():
