@@ -28,6 +28,7 @@ def _memory(rec: dict[str, Any], raws: list[dict[str, Any]], mon: dict[str, Any]
     rss = [r["mem"]["host_peak_rss"] for r in raws if r["mem"]["host_peak_rss"]]
     cand = [v for v in (mon.get("host_mem_peak_bytes"), sum(rss) if rss else None) if v]
     m["host"] = max(cand) if cand else None
+    _host_net(m, why, raws)
     alloc = [r["mem"]["device_allocated"] for r in raws if r["mem"]["device_allocated"] is not None]
     resv = [r["mem"]["device_reserved"] for r in raws if r["mem"]["device_reserved"] is not None]
     m["device_allocated"] = max(alloc) if alloc else None
@@ -38,6 +39,23 @@ def _memory(rec: dict[str, Any], raws: list[dict[str, Any]], mon: dict[str, Any]
         why["peak_mem_bytes.device_reserved"] = "no CUDA device: ran on the CPU"
     if m["device_nvml"] is None:
         why["peak_mem_bytes.device_nvml"] = mon.get("gpu_reason") or "no NVML reading"
+
+
+def _host_net(m: dict[str, Any], why: dict[str, str], raws: list[dict[str, Any]]) -> None:
+    """Host peak net of what every rank held before its model and data were built (torch
+    itself, about 750 MiB on the CPU): the part of the peak that the run's settings move."""
+    base = [r["mem"].get("host_baseline_rss") for r in raws]
+    m["host_baseline"] = sum(base) if base and all(base) else None
+    m["host_net"] = None
+    if m["host_baseline"] is None:
+        why["peak_mem_bytes.host_baseline"] = "no resident-memory reading before the model was built"
+        why["peak_mem_bytes.host_net"] = why["peak_mem_bytes.host_baseline"]
+    elif m["host"] is None:
+        why["peak_mem_bytes.host_net"] = "no host peak reading"
+    elif m["host"] < m["host_baseline"]:
+        why["peak_mem_bytes.host_net"] = "host peak below the baseline: inconsistent readings"
+    else:
+        m["host_net"] = m["host"] - m["host_baseline"]
 
 
 def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
@@ -155,6 +173,8 @@ def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | N
         mon.update(monitor.summary())
         rec["metrics"]["cpu_util_pct"] = mon.get("cpu_util_pct")
         rec["metrics"]["peak_mem_bytes"]["host"] = mon.get("host_mem_peak_bytes")
+        for k in ("host_baseline", "host_net"):
+            rec["null_reasons"][f"peak_mem_bytes.{k}"] = "no rank returned a record"
     rec["finished_at"] = res.utc_now()
     res.write_json_atomic(run_dir / "result.json", rec)
     res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)

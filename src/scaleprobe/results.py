@@ -21,10 +21,18 @@ A run record (``kind == "run"``)::
     metrics           samples_per_s, step_time_s {median, p95, mean, min, max, n, rel_ci},
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
-                      steps_per_epoch, steps_timed, peak_mem_bytes {host, device_allocated,
-                      device_reserved, device_nvml}, cpu_util_pct, gpu_util_pct,
-                      gpu_power_w, accuracy, loss_first, loss_last, bad_samples_skipped,
+                      steps_per_epoch, steps_timed, peak_mem_bytes {host, host_baseline,
+                      host_net, device_allocated, device_reserved, device_nvml},
+                      cpu_util_pct, gpu_util_pct, gpu_power_w, accuracy, loss_first,
+                      loss_last, bad_samples_skipped,
                       (task metrics: verification_accuracy, map50)
+                      peak_mem_bytes.host: peak resident memory of the training processes
+                      plus their loader workers' unique memory (torch itself included);
+                      host_baseline: the ranks' resident memory summed, each read before
+                      its model and data were built (torch imported); host_net = host -
+                      host_baseline, the part the run's settings (batch, model) move.
+                      cpu_util_pct: the run's own process tree, as % of all cores (not
+                      the machine's)
     null_reasons      {metric name: why it is null}
     ranks             per-rank: rank, host, step_time_s, breakdown_s, steps_done, samples_per_s
     straggler         {slowest_rank, slowest_vs_median, steps_done} or null
@@ -75,6 +83,8 @@ def empty_metrics() -> dict[str, Any]:
         "steps_timed": 0,
         "peak_mem_bytes": {
             "host": None,
+            "host_baseline": None,
+            "host_net": None,
             "device_allocated": None,
             "device_reserved": None,
             "device_nvml": None,

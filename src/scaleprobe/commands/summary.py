@@ -28,7 +28,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
     mem = m["peak_mem_bytes"]
     t.add_row(fmt.num(m.get("samples_per_s")), fmt.ms(st.get("median")), fmt.ms(st.get("p95")),
-              epoch, fmt.bytes_(mem.get("host")), fmt.bytes_(mem.get("device_allocated")),
+              epoch, _host_mem(mem), fmt.bytes_(mem.get("device_allocated")),
               fmt.num(m.get("cpu_util_pct"), ".0f", "%"), fmt.num(m.get("gpu_util_pct"), ".0f", "%"),
               fmt.num(m.get(_metric_name(m)), ".3f"))
     con.print(t)
@@ -47,6 +47,13 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
               f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
     con.print(f"result: {rec['paths'].get('dir')}/result.json")
+
+
+def _host_mem(mem: dict[str, Any]) -> str:
+    """Total peak, and beside it the part above the baseline read before the model was built."""
+    total = fmt.bytes_(mem.get("host"))
+    net = mem.get("host_net")
+    return total if net is None else f"{total} (net {fmt.bytes_(net)})"
 
 
 def _comm_line(con: Console, rec: dict[str, Any]) -> None:

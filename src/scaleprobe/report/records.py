@@ -195,7 +195,14 @@ def compute_s(rec: dict[str, Any]) -> float | None:
 
 
 def host_peak(rec: dict[str, Any]) -> int | None:
+    """Peak host memory in total, torch's own resident memory included."""
     return metric(rec, "peak_mem_bytes.host")
+
+
+def host_peak_net(rec: dict[str, Any]) -> int | None:
+    """Peak host memory net of the baseline read before the model and data were built (what
+    a larger batch or model adds); None for records made before it was measured."""
+    return metric(rec, "peak_mem_bytes.host_net")
 
 
 def device_peak(rec: dict[str, Any]) -> int | None:

@@ -30,6 +30,14 @@ def _accuracy(rec: dict[str, Any]) -> str:
     return R.task_metric_text(rec, fmt.NA)
 
 
+def _host_mem(rec: dict[str, Any]) -> str:
+    """Total peak, and the part above the baseline read before the model was built."""
+    total, net = R.host_peak(rec), R.host_peak_net(rec)
+    if total is None or net is None:
+        return fmt.bytes_(total)
+    return f"{fmt.bytes_(total)} (net {fmt.bytes_(net)})"
+
+
 def run_cells(rec: dict[str, Any]) -> list[str]:
     b = R.dict_of(rec.get("batch"))
     batch = f"{fmt.num(b.get('per_device'), 'd')}/{fmt.num(b.get('global'), 'd')}"
@@ -41,7 +49,7 @@ def run_cells(rec: dict[str, Any]) -> list[str]:
         fmt.num(R.world_size(rec), "d"), batch, fmt.rate(R.metric(rec, "samples_per_s")),
         fmt.ms(R.step_median_s(rec)), fmt.ms(R.metric(rec, "step_time_s.p95")),
         fmt.pct(R.metric(rec, "data_wait_fraction")), fmt.pct(R.metric(rec, "comm_fraction")),
-        fmt.bytes_(R.host_peak(rec)), fmt.bytes_(R.device_peak(rec)),
+        _host_mem(rec), fmt.bytes_(R.device_peak(rec)),
         fmt.pct_value(R.metric(rec, "cpu_util_pct")), fmt.pct_value(R.metric(rec, "gpu_util_pct")),
         _accuracy(rec), R.status_text(rec),
     ]

@@ -1,0 +1,65 @@
+"""From the ranks' raw records to a run's metrics (assemble.py), with hand-made records: no
+process is started and no torch is needed."""
+
+from typing import Any
+
+from scaleprobe import config as C
+from scaleprobe import results as res
+from scaleprobe.assemble import _metrics
+
+MIB = 1 << 20
+PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+
+
+def raw(rank: int, step_s: float | None = 0.1, *, batch: int = 4, steps: int = 10,
+        indices: list[list[int]] | None = None, peak: int = 900 * MIB,
+        baseline: int | None = 750 * MIB) -> dict[str, Any]:
+    """One rank's raw record (engine.rank_record); ``step_s=None`` is a rank that took no
+    batch (a parameter server)."""
+    times = [step_s] * steps if step_s else []
+    return {
+        "rank": rank, "host": "h", "device": "cpu", "threads": 1,
+        "steps_done": len(times), "steps_timed": len(times), "step_times_s": times,
+        "phase_times_s": {p: [step_s / len(PHASES)] * len(times) if step_s else []
+                          for p in PHASES},
+        "window_s": sum(times) or None, "clock_window": (None, None),
+        "epochs_complete": 0, "epoch_wall_s": [], "samples_per_step": batch, "towers": 1,
+        "indices": indices if indices is not None else ([] if not step_s else [[]]),
+        "loss_first": 1.0, "loss_last": 0.5, "loss_finite": True, "bad_samples": 0,
+        "comm": None, "eval": {},
+        "mem": {"host_peak_rss": peak, "host_baseline_rss": baseline,
+                "device_allocated": None, "device_reserved": None},
+        "info": {"num_classes": 10, "image_size": 8, "dataset_source": "generated",
+                 "train_samples": 64, "param_count": 100, "per_process_batch": batch,
+                 "lr_effective": 0.1},
+        "strategy_metrics": {},
+    }
+
+
+def assemble(raws: list[dict[str, Any]], mon: dict[str, Any] | None = None,
+             **overrides: Any) -> dict[str, Any]:
+    cfg = C.build({"link": "1gbit", **overrides})
+    rec = res.new_run_record(cfg.to_dict(), "r", "r", cfg.key())
+    _metrics(rec, cfg, raws, mon or {})
+    return rec
+
+
+def test_host_peak_net_of_the_baseline_read_before_the_model():
+    """Bug: host memory was total RSS only, torch's ~750 MiB included, so a doubled batch
+    showed +2-5% growth. The net figure is the peak less the ranks' baselines."""
+    rec = assemble([raw(0, peak=900 * MIB, baseline=750 * MIB),
+                    raw(1, peak=880 * MIB, baseline=740 * MIB)],
+                   strategy="ddp", nproc=2)
+    mem = rec["metrics"]["peak_mem_bytes"]
+    assert mem["host"] == 1780 * MIB and mem["host_baseline"] == 1490 * MIB
+    assert mem["host_net"] == 290 * MIB
+    assert 0 < mem["host_net"] < mem["host"]
+
+
+def test_host_net_null_with_a_reason_without_a_baseline():
+    rec = assemble([raw(0, baseline=None)])
+    mem = rec["metrics"]["peak_mem_bytes"]
+    assert mem["host"] == 900 * MIB
+    assert mem["host_baseline"] is None and mem["host_net"] is None
+    assert rec["null_reasons"]["peak_mem_bytes.host_net"]
+    assert rec["null_reasons"]["peak_mem_bytes.host_baseline"]
