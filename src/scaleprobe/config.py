@@ -261,9 +261,22 @@ def build(overrides: dict[str, Any] | None = None, base: RunConfig | None = None
             sec, name = full.split(".")
             per_section.setdefault(sec, {})[name] = v
     changes = {sec: replace(getattr(cfg, sec), **vals) for sec, vals in per_section.items()}
-    cfg = replace(cfg, **changes, **top)
+    cfg = _task_default_model(replace(cfg, **changes, **top))
     validate(cfg)
     return cfg
+
+
+# tasks whose models are not classifiers: the default --model stands for the task's own default
+TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large"}
+
+
+def _task_default_model(cfg: RunConfig) -> RunConfig:
+    """The model that will really be built, so the saved config, its key and every table name
+    it (a detection run left at the default model records its detector, not digits_cnn)."""
+    default = TASK_DEFAULT_MODELS.get(cfg.task.task)
+    if default is None or cfg.model.name != ModelConfig.name:
+        return cfg
+    return replace(cfg, model=replace(cfg.model, name=default))
 
 
 def from_dict(d: dict[str, Any]) -> RunConfig:
