@@ -111,9 +111,10 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     _memory(rec, raws, mon)
     rec["straggler"] = straggler(trainers)
     _comm(rec, raw0, raws)
-    if cfg.dist.strategy in ("ddp", "localsgd") and cfg.dist.audit and world > 1:
-        rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
-                             raw0["epochs_complete"])
+    # over the ranks that take batches: a parameter server reads no sample
+    readers = [r["indices"] for r in raws if not r.get("is_server")]
+    if cfg.dist.audit and world > 1 and readers:
+        rec["audit"] = audit(readers, info["train_samples"], per_proc, raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
     if raw0.get("threads"):  # what a training rank used, not the launching process's
         rec["env"]["threads"] = raw0["threads"]

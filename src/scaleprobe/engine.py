@@ -293,6 +293,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
     return {
         "rank": p.strategy.rank,
+        "is_server": p.strategy.is_server,  # serves parameters, takes no batch (ps rank 0)
         "host": socket.gethostname(),
         "device": str(p.device),
         "threads": torch.get_num_threads(),  # this rank's compute threads (cores / local world)

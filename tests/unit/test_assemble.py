@@ -18,7 +18,7 @@ def raw(rank: int, step_s: float | None = 0.1, *, batch: int = 4, steps: int = 1
     batch (a parameter server)."""
     times = [step_s] * steps if step_s else []
     return {
-        "rank": rank, "host": "h", "device": "cpu", "threads": 1,
+        "rank": rank, "is_server": not step_s, "host": "h", "device": "cpu", "threads": 1,
         "steps_done": len(times), "steps_timed": len(times), "step_times_s": times,
         "phase_times_s": {p: [step_s / len(PHASES)] * len(times) if step_s else []
                           for p in PHASES},
@@ -63,3 +63,17 @@ def test_host_net_null_with_a_reason_without_a_baseline():
     assert mem["host_baseline"] is None and mem["host_net"] is None
     assert rec["null_reasons"]["peak_mem_bytes.host_net"]
     assert rec["null_reasons"]["peak_mem_bytes.host_baseline"]
+
+
+def test_ps_audit_over_the_workers_catches_a_shared_shard():
+    """Bug: the shard audit ran for ddp and localsgd only, so two ps workers reading the same
+    shard went unnoticed. It runs over the workers; the server reads no sample."""
+    same = [[0, 1, 2, 3, 4, 5, 6, 7]]
+    rec = assemble([raw(0, None), raw(1, indices=same), raw(2, indices=same)],
+                   strategy="ps", nproc=3)
+    a = rec["audit"]
+    assert a["world_size"] == 2  # the two workers
+    assert a["ok"] is False and a["duplicate_samples"] == 8
+    rec = assemble([raw(0, None), raw(1, indices=[[0, 1, 2, 3]]), raw(2, indices=[[4, 5, 6, 7]])],
+                   strategy="ps", nproc=3)
+    assert rec["audit"]["ok"] is True and rec["audit"]["world_size"] == 2
