@@ -76,6 +76,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
                     "training_ranks": len(trainers)}
     st = r0["step_time_s"]
     m["step_time_s"] = st
+    m["step_time_rank"] = r0["rank"]  # the step figures are this training rank's
     m["steps_timed"] = raw0["steps_timed"]
     m["steps_done"] = raw0["steps_done"]
     m["breakdown_s"] = r0["breakdown_s"]
@@ -84,6 +85,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
         # sum over training ranks: equals global batch / step time when ranks move in
         # lockstep, and stays right when they do not (asynchronous parameter server)
         m["samples_per_s"] = sum(r["samples_per_s"] for r in trainers)
+        m["samples_per_s_by_rank"] = {str(r["rank"]): r["samples_per_s"] for r in trainers}
         m["data_wait_fraction"] = r0["breakdown_s"]["data"] / typical if typical else None
         m["comm_fraction"] = r0["breakdown_s"]["comm"] / typical if typical else None
     else:

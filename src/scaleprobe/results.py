@@ -18,7 +18,8 @@ A run record (``kind == "run"``)::
     env               host, cores, cpu_model, python, torch, cuda, cudnn, gpus[], driver,
                       world_size, nnodes, backend
     batch             {per_device, global, world_size}
-    metrics           samples_per_s, step_time_s {median, p95, mean, min, max, n, rel_ci},
+    metrics           samples_per_s, samples_per_s_by_rank {rank: samples/s},
+                      step_time_s {median, p95, mean, min, max, n, rel_ci}, step_time_rank,
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
                       steps_per_epoch, steps_timed, peak_mem_bytes {host, host_baseline,
@@ -26,6 +27,12 @@ A run record (``kind == "run"``)::
                       cpu_util_pct, gpu_util_pct, gpu_power_w, accuracy, loss_first,
                       loss_last, bad_samples_skipped,
                       (task metrics: verification_accuracy, map50)
+                      samples_per_s: the sum over the training ranks of each one's
+                      samples per step / its own median step (= global batch / step time
+                      when ranks move in lockstep; with an asynchronous parameter server
+                      the workers' rates differ), each in samples_per_s_by_rank.
+                      step_time_s and breakdown_s are one training rank's: step_time_rank
+                      (the first that trained; ranks[] holds every rank's).
                       peak_mem_bytes.host: peak resident memory of the training processes
                       plus their loader workers' unique memory (torch itself included);
                       host_baseline: the ranks' resident memory summed, each read before
@@ -73,7 +80,9 @@ def utc_now() -> str:
 def empty_metrics() -> dict[str, Any]:
     return {
         "samples_per_s": None,
+        "samples_per_s_by_rank": None,
         "step_time_s": None,
+        "step_time_rank": None,
         "breakdown_s": dict.fromkeys(BREAKDOWN_PHASES),
         "data_wait_fraction": None,
         "comm_fraction": None,

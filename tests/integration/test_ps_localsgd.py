@@ -67,6 +67,9 @@ def test_ps_async_updates_per_worker_and_staleness(cli, out_dir):
     assert max(s["max"] for s in stale.values()) == server["staleness_max"]
     assert [r["rank"] for r in rec["ranks"]] == [0, 1, 2]
     assert all(r["samples_per_s"] > 0 for r in rec["ranks"][1:])
+    m = rec["metrics"]  # the headline sums the workers' own rates, each kept beside it
+    assert set(m["samples_per_s_by_rank"]) == {"1", "2"} and m["step_time_rank"] == 1
+    assert m["samples_per_s"] == pytest.approx(sum(m["samples_per_s_by_rank"].values()))
 
 
 def test_localsgd_averages_every_k_steps(cli, out_dir):

@@ -77,3 +77,33 @@ def test_ps_audit_over_the_workers_catches_a_shared_shard():
     rec = assemble([raw(0, None), raw(1, indices=[[0, 1, 2, 3]]), raw(2, indices=[[4, 5, 6, 7]])],
                    strategy="ps", nproc=3)
     assert rec["audit"]["ok"] is True and rec["audit"]["world_size"] == 2
+
+
+def test_ps_async_headline_says_it_sums_the_workers_rates():
+    """Bug: ps async's samples/s summed the workers' rates (10 + 20 = 30) and sat silently
+    beside one worker's step median (400 ms: 4 / 0.4 = 10). The per-worker rates are kept
+    beside the sum, and the summary and the report say what the figure adds up."""
+    import io
+
+    from rich.console import Console
+
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.report import records as R
+    from scaleprobe.report.sections_runs import rate_notes
+
+    rec = assemble([raw(0, None), raw(1, 0.4), raw(2, 0.2)], strategy="ps", ps_mode="async",
+                   nproc=3)
+    rec["status"], rec["paths"] = "ok", {"dir": "d"}
+    m = rec["metrics"]
+    assert m["samples_per_s"] == 30.0
+    assert m["samples_per_s_by_rank"] == {"1": 10.0, "2": 20.0}
+    assert m["step_time_rank"] == 1 and m["step_time_s"]["median"] == 0.4
+    text = "sum of 2 workers' rates (10.0, 20.0); step times are rank 1's"
+    assert R.rate_definition(rec) == text
+    assert rate_notes([rec]) == [f"Samples/s of r: {text}"]
+    out = io.StringIO()
+    print_run(rec, Console(file=out, width=200))
+    assert f"samples/s: {text}" in out.getvalue()
+    single = assemble([raw(0, 0.1)])
+    assert single["metrics"]["samples_per_s_by_rank"] == {"0": 40.0}
+    assert R.rate_definition(single) is None  # one rank: nothing to sum

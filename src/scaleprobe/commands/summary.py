@@ -32,6 +32,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               fmt.num(m.get("cpu_util_pct"), ".0f", "%"), fmt.num(m.get("gpu_util_pct"), ".0f", "%"),
               fmt.num(m.get(_metric_name(m)), ".3f"))
     con.print(t)
+    _rates_line(con, rec)
     _breakdown(con, m)
     _comm_line(con, rec)
     if rec.get("straggler"):
@@ -47,6 +48,15 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
               f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
     con.print(f"result: {rec['paths'].get('dir')}/result.json")
+
+
+def _rates_line(con: Console, rec: dict[str, Any]) -> None:
+    """What samples/s adds up when several ranks train (their step medians may differ)."""
+    from scaleprobe.report.records import rate_definition
+
+    text = rate_definition(rec)
+    if text:
+        con.print(f"samples/s: {text}")
 
 
 def _host_mem(mem: dict[str, Any]) -> str:

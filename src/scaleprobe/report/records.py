@@ -205,6 +205,32 @@ def host_peak_net(rec: dict[str, Any]) -> int | None:
     return metric(rec, "peak_mem_bytes.host_net")
 
 
+def rank_rates(rec: dict[str, Any]) -> dict[str, float]:
+    """Each training rank's samples/s (``metrics.samples_per_s_by_rank``), whose sum is the
+    headline samples/s; {} for a record without them."""
+    d = res.get(dict_of(rec.get("metrics")), "samples_per_s_by_rank")
+    if not isinstance(d, dict):
+        return {}
+    return {str(k): v for k, v in d.items() if num(v) is not None}
+
+
+def rate_definition(rec: dict[str, Any]) -> str | None:
+    """'sum of 2 workers' rates (12.4, 20.3); step times are rank 1's' for a run with several
+    training ranks (workers when a rank serves instead), else None."""
+    from scaleprobe.report import fmt
+
+    rates = rank_rates(rec)
+    if len(rates) < 2:
+        return None
+    b = dict_of(rec.get("batch"))
+    serves = num(b.get("training_ranks")) is not None and num(b.get("world_size")) is not None \
+        and b["training_ranks"] < b["world_size"]
+    who = "workers" if serves else "ranks"
+    text = f"sum of {len(rates)} {who}' rates ({', '.join(fmt.rate(v) for v in rates.values())})"
+    step_rank = metric(rec, "step_time_rank")
+    return text + (f"; step times are rank {step_rank}'s" if step_rank is not None else "")
+
+
 def device_peak(rec: dict[str, Any]) -> int | None:
     """The framework's peak allocation, else reserved, else NVML's reading."""
     for k in ("device_allocated", "device_reserved", "device_nvml"):

@@ -80,13 +80,25 @@ def missing_notes(runs: list[dict[str, Any]], rows: list[list[str]]) -> list[str
     return lines
 
 
+def rate_notes(runs: list[dict[str, Any]], limit: int = 6) -> list[str]:
+    """Samples/s of a run with several training ranks: what it sums, and whose step times
+    stand beside it (an asynchronous parameter server's workers run at their own pace)."""
+    lines = [f"Samples/s of {R.name(r)}: {text}" for r in runs
+             if r.get("status") == "ok" and (text := R.rate_definition(r))]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more runs with several training "
+                                 "ranks: samples/s is the sum of their rates (metrics."
+                                 "samples_per_s_by_rank)"]
+    return lines
+
+
 def runs_section(runs: list[dict[str, Any]]) -> Section | None:
     if not runs:
         return None
     rows = [run_cells(r) for r in runs]
     right = [False] * 6 + [True] * 10 + [False]
     s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
-    notes = missing_notes(runs, rows)
+    notes = missing_notes(runs, rows) + rate_notes(runs)
     if notes:
         s.add(Text("\n".join(notes), note=True))
     return s
