@@ -107,3 +107,24 @@ def test_ps_async_headline_says_it_sums_the_workers_rates():
     single = assemble([raw(0, 0.1)])
     assert single["metrics"]["samples_per_s_by_rank"] == {"0": 40.0}
     assert R.rate_definition(single) is None  # one rank: nothing to sum
+
+
+def test_breakdown_labels_say_ms_of_the_median_step():
+    """Bug: the breakdown was labelled "(mean)" / "Mean seconds per phase" while it holds each
+    phase's share laid over the median step, in ms."""
+    import io
+
+    from rich.console import Console
+
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.report.sections_runs import breakdown_section
+
+    rec = assemble([raw(0, 0.1)])
+    rec["status"], rec["paths"] = "ok", {"dir": "d"}
+    out = io.StringIO()
+    print_run(rec, Console(file=out, width=200))
+    assert "step breakdown (ms per phase of the median step): data 16.7 ms" in out.getvalue()
+    assert "(mean)" not in out.getvalue()
+    intro = breakdown_section([rec]).blocks[0].text
+    assert intro.startswith("Milliseconds per phase of the median step")
+    assert "Mean seconds" not in intro

@@ -93,7 +93,8 @@ def _breakdown(con: Console, m: dict[str, Any]) -> None:
     if not total:
         return
     parts = [f"{k} {v * 1000:.1f} ms ({v / total:.0%})" for k, v in bd.items() if v is not None]
-    con.print("step breakdown (mean): " + ", ".join(parts))
+    # each phase's share of a typical step laid over the median step: they add up to it
+    con.print("step breakdown (ms per phase of the median step): " + ", ".join(parts))
 
 
 def _metric_name(m: dict[str, Any]) -> str:

@@ -137,8 +137,10 @@ def breakdown_section(runs: list[dict[str, Any]]) -> Section | None:
         rows.append([_label(r), *[fmt.ms(bd.get(p)) for p in BREAKDOWN_PHASES],
                      fmt.ms(R.breakdown_total_s(r)), fmt.ms(R.step_median_s(r))])
     s = Section("Step-time breakdown", anchor="breakdown")
-    s.add(Text("Mean seconds per phase of a typical step (steps between the 5th and 95th "
-               "percentile of step time). comm is exposed communication, measured in place."))
+    s.add(Text("Milliseconds per phase of the median step: each phase keeps its share of a "
+               "typical step (its mean over the steps between the 5th and 95th percentile of "
+               "step time), laid over the median step time, so the phases add up to Step "
+               "median. comm is exposed communication, measured in place."))
     s.add(Table(headers, rows))
     png = plots.breakdown_plot([_label(r) for r in ok],
                                [R.metric_dict(r, "breakdown_s") for r in ok])
