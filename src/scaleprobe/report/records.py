@@ -217,8 +217,6 @@ def rank_rates(rec: dict[str, Any]) -> dict[str, float]:
 def rate_definition(rec: dict[str, Any]) -> str | None:
     """'sum of 2 workers' rates (12.4, 20.3); step times are rank 1's' for a run with several
     training ranks (workers when a rank serves instead), else None."""
-    from scaleprobe.report import fmt
-
     rates = rank_rates(rec)
     if len(rates) < 2:
         return None
@@ -226,7 +224,8 @@ def rate_definition(rec: dict[str, Any]) -> str | None:
     serves = num(b.get("training_ranks")) is not None and num(b.get("world_size")) is not None \
         and b["training_ranks"] < b["world_size"]
     who = "workers" if serves else "ranks"
-    text = f"sum of {len(rates)} {who}' rates ({', '.join(fmt.rate(v) for v in rates.values())})"
+    each = ", ".join(f"{v:.0f}" if v >= 100 else f"{v:.1f}" for v in rates.values())  # no 1,202
+    text = f"sum of {len(rates)} {who}' rates ({each})"
     step_rank = metric(rec, "step_time_rank")
     return text + (f"; step times are rank {step_rank}'s" if step_rank is not None else "")
 
