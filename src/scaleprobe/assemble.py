@@ -76,7 +76,6 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
                     "training_ranks": len(trainers)}
     st = r0["step_time_s"]
     m["step_time_s"] = st
-    m["step_time_rank"] = r0["rank"]  # the step figures are this training rank's
     m["steps_timed"] = raw0["steps_timed"]
     m["steps_done"] = raw0["steps_done"]
     m["breakdown_s"] = r0["breakdown_s"]
@@ -86,10 +85,12 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
         # lockstep, and stays right when they do not (asynchronous parameter server)
         m["samples_per_s"] = sum(r["samples_per_s"] for r in trainers)
         m["samples_per_s_by_rank"] = {str(r["rank"]): r["samples_per_s"] for r in trainers}
+        m["step_time_rank"] = r0["rank"]  # the step figures are this training rank's
         m["data_wait_fraction"] = r0["breakdown_s"]["data"] / typical if typical else None
         m["comm_fraction"] = r0["breakdown_s"]["comm"] / typical if typical else None
     else:
         why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
+        why["samples_per_s_by_rank"] = why["step_time_rank"] = why["step_time_s"]
     info = raw0["info"]
     m["param_count"] = info["param_count"]
     m["lr_effective"] = info["lr_effective"]
