@@ -30,6 +30,7 @@ def _memory(rec: dict[str, Any], raws: list[dict[str, Any]], mon: dict[str, Any]
     rss = [r["mem"]["host_peak_rss"] for r in raws if r["mem"]["host_peak_rss"]]
     cand = [v for v in (mon.get("host_mem_peak_bytes"), sum(rss) if rss else None) if v]
     m["host"] = max(cand) if cand else None
+    _host_net(m, why, raws)
     alloc = [r["mem"]["device_allocated"] for r in raws if r["mem"]["device_allocated"] is not None]
     resv = [r["mem"]["device_reserved"] for r in raws if r["mem"]["device_reserved"] is not None]
     m["device_allocated"] = max(alloc) if alloc else None
@@ -40,6 +41,23 @@ def _memory(rec: dict[str, Any], raws: list[dict[str, Any]], mon: dict[str, Any]
         why["peak_mem_bytes.device_reserved"] = "no CUDA device: ran on the CPU"
     if m["device_nvml"] is None:
         why["peak_mem_bytes.device_nvml"] = mon.get("gpu_reason") or "no NVML reading"
+
+
+def _host_net(m: dict[str, Any], why: dict[str, str], raws: list[dict[str, Any]]) -> None:
+    """Host peak net of what every rank held before its model and data were built (torch
+    itself, about 750 MiB on the CPU): the part of the peak that the run's settings move."""
+    base = [r["mem"].get("host_baseline_rss") for r in raws]
+    m["host_baseline"] = sum(base) if base and all(base) else None
+    m["host_net"] = None
+    if m["host_baseline"] is None:
+        why["peak_mem_bytes.host_baseline"] = "no resident-memory reading before the model was built"
+        why["peak_mem_bytes.host_net"] = why["peak_mem_bytes.host_baseline"]
+    elif m["host"] is None:
+        why["peak_mem_bytes.host_net"] = "no host peak reading"
+    elif m["host"] < m["host_baseline"]:
+        why["peak_mem_bytes.host_net"] = "host peak below the baseline: inconsistent readings"
+    else:
+        m["host_net"] = m["host"] - m["host_baseline"]
 
 
 def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
@@ -68,10 +86,13 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
         # sum over training ranks: equals global batch / step time when ranks move in
         # lockstep, and stays right when they do not (asynchronous parameter server)
         m["samples_per_s"] = sum(r["samples_per_s"] for r in trainers)
+        m["samples_per_s_by_rank"] = {str(r["rank"]): r["samples_per_s"] for r in trainers}
+        m["step_time_rank"] = r0["rank"]  # the step figures are this training rank's
         m["data_wait_fraction"] = r0["breakdown_s"]["data"] / typical if typical else None
         m["comm_fraction"] = r0["breakdown_s"]["comm"] / typical if typical else None
     else:
         why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
+        why["samples_per_s_by_rank"] = why["step_time_rank"] = why["step_time_s"]
     info = raw0["info"]
     m["param_count"] = info["param_count"]
     m["lr_effective"] = info["lr_effective"]
@@ -95,9 +116,10 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     _memory(rec, raws, mon)
     rec["straggler"] = straggler(trainers)
     _comm(rec, raw0, raws)
-    if cfg.dist.strategy in ("ddp", "localsgd") and cfg.dist.audit and world > 1:
-        rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
-                             raw0["epochs_complete"])
+    # over the ranks that take batches: a parameter server reads no sample
+    readers = [r["indices"] for r in raws if not r.get("is_server")]
+    if cfg.dist.audit and world > 1 and readers:
+        rec["audit"] = audit(readers, info["train_samples"], per_proc, raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
     if raw0.get("threads"):  # what a training rank used, not the launching process's
         rec["env"]["threads"] = raw0["threads"]
@@ -169,6 +191,8 @@ def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | N
         mon.update(monitor.summary())
         rec["metrics"]["cpu_util_pct"] = mon.get("cpu_util_pct")
         rec["metrics"]["peak_mem_bytes"]["host"] = mon.get("host_mem_peak_bytes")
+        for k in ("host_baseline", "host_net"):
+            rec["null_reasons"][f"peak_mem_bytes.{k}"] = "no rank returned a record"
     rec["finished_at"] = res.utc_now()
     res.write_json_atomic(run_dir / "result.json", rec)
     res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)

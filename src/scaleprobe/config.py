@@ -81,7 +81,7 @@ class DistConfig:
     rdzv_endpoint: str | None = None  # HOST:PORT for several hosts; chosen for one host
     timeout_s: float = 30.0  # collective timeout: a lost rank ends the job within this
     backend: str | None = None  # None = nccl on CUDA, gloo on CPU
-    audit: bool = True  # shard audit (ddp)
+    audit: bool = True  # shard audit over the training ranks (ddp, localsgd, ps workers)
     calibrate_comm: bool = True  # measure exposed communication with a no_sync phase
     calibration_steps: int = 8  # steps per calibration phase
     ps_mode: str = "sync"  # parameter server: sync | async
@@ -91,8 +91,8 @@ class DistConfig:
     bucket_cap_mb: float = 25.0  # DDP gradient bucket size
     link: str | None = None  # network the prediction assumes: 1gbit, 10gbit, 200mbit, or a
     # `scaleprobe comm` results file; None = loopback on one host, 10gbit across hosts
-    sampler: str = "distributed"  # distributed | same_batch | no_set_epoch (the last two inject
-    # the classic sharding bugs, to check that the shard audit catches them)
+    sampler: str = "distributed"  # ddp, localsgd, ps: distributed | same_batch | no_set_epoch
+    # (the last two inject the classic sharding bugs, to check that the shard audit catches them)
 
 
 @dataclass(frozen=True)
@@ -261,9 +261,22 @@ def build(overrides: dict[str, Any] | None = None, base: RunConfig | None = None
             sec, name = full.split(".")
             per_section.setdefault(sec, {})[name] = v
     changes = {sec: replace(getattr(cfg, sec), **vals) for sec, vals in per_section.items()}
-    cfg = replace(cfg, **changes, **top)
+    cfg = _task_default_model(replace(cfg, **changes, **top))
     validate(cfg)
     return cfg
+
+
+# tasks whose models are not classifiers: the default --model stands for the task's own default
+TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large"}
+
+
+def _task_default_model(cfg: RunConfig) -> RunConfig:
+    """The model that will really be built, so the saved config, its key and every table name
+    it (a detection run left at the default model records its detector, not digits_cnn)."""
+    default = TASK_DEFAULT_MODELS.get(cfg.task.task)
+    if default is None or cfg.model.name != ModelConfig.name:
+        return cfg
+    return replace(cfg, model=replace(cfg.model, name=default))
 
 
 def from_dict(d: dict[str, Any]) -> RunConfig:

@@ -51,6 +51,7 @@ class Parts:
     per_process_batch: int
     lr_target: float
     info: dict[str, Any] = field(default_factory=dict)
+    host_baseline_rss_bytes: int | None = None  # resident set before the model and data existed
 
 
 def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
@@ -76,7 +77,20 @@ def _task_transforms(task: Any, kind: str, size: int) -> tuple[Any, Any]:
     return getattr(task, "target_transform", None), image_tf
 
 
+def _rss_bytes() -> int | None:
+    """This process's resident set now (not its peak)."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001  (a missing figure, never a failed run)
+        return None
+
+
 def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
+    # torch (and on CUDA its context) is already resident: what the run adds is measured
+    # against this baseline (``peak_mem_bytes.host_net``)
+    baseline = _rss_bytes()
     envmod.seed_all(cfg.train.seed)
     split = build_split(cfg.data, cfg.train.seed)
     task = build_task(cfg.task, split.num_classes)
@@ -120,7 +134,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
             "per_process_batch": batch, "lr_effective": lr_target}
     return Parts(cfg, device, strategy, task, model, optimizer, scaler,
                  _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
-                 info)
+                 info, baseline)
 
 
 def _set_lr(p: Parts, step: int) -> None:
@@ -279,6 +293,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
     return {
         "rank": p.strategy.rank,
+        "is_server": p.strategy.is_server,  # serves parameters, takes no batch (ps rank 0)
         "host": socket.gethostname(),
         "device": str(p.device),
         "threads": torch.get_num_threads(),  # this rank's compute threads (cores / local world)
@@ -299,7 +314,8 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         "bad_samples": st.bad,
         "comm": comm,
         "eval": eval_metrics,
-        "mem": {"host_peak_rss": process_peak_rss_bytes(), **_memory(p.device)},
+        "mem": {"host_peak_rss": process_peak_rss_bytes(),
+                "host_baseline_rss": p.host_baseline_rss_bytes, **_memory(p.device)},
         "info": p.info,
         "strategy_metrics": p.strategy.extra_metrics(),
     }

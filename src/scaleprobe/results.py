@@ -18,13 +18,28 @@ A run record (``kind == "run"``)::
     env               host, cores, cpu_model, python, torch, cuda, cudnn, gpus[], driver,
                       world_size, nnodes, backend
     batch             {per_device, global, world_size}
-    metrics           samples_per_s, step_time_s {median, p95, mean, min, max, n, rel_ci},
+    metrics           samples_per_s, samples_per_s_by_rank {rank: samples/s},
+                      step_time_s {median, p95, mean, min, max, n, rel_ci}, step_time_rank,
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
-                      steps_per_epoch, steps_timed, peak_mem_bytes {host, device_allocated,
-                      device_reserved, device_nvml}, cpu_util_pct, gpu_util_pct,
-                      gpu_power_w, accuracy, loss_first, loss_last, bad_samples_skipped,
+                      steps_per_epoch, steps_timed, peak_mem_bytes {host, host_baseline,
+                      host_net, device_allocated, device_reserved, device_nvml},
+                      cpu_util_pct, gpu_util_pct, gpu_power_w, accuracy, loss_first,
+                      loss_last, bad_samples_skipped,
                       (task metrics: verification_accuracy, map50)
+                      samples_per_s: the sum over the training ranks of each one's
+                      samples per step / its own median step (= global batch / step time
+                      when ranks move in lockstep; with an asynchronous parameter server
+                      the workers' rates differ), each in samples_per_s_by_rank.
+                      step_time_s and breakdown_s are one training rank's: step_time_rank
+                      (the first that trained; ranks[] holds every rank's).
+                      peak_mem_bytes.host: peak resident memory of the training processes
+                      plus their loader workers' unique memory (torch itself included);
+                      host_baseline: the ranks' resident memory summed, each read before
+                      its model and data were built (torch imported); host_net = host -
+                      host_baseline, the part the run's settings (batch, model) move.
+                      cpu_util_pct: the run's own process tree, as % of all cores (not
+                      the machine's)
     null_reasons      {metric name: why it is null}
     ranks             per-rank: rank, host, step_time_s, breakdown_s, steps_done, samples_per_s
     straggler         {slowest_rank, slowest_vs_median, steps_done} or null
@@ -65,7 +80,9 @@ def utc_now() -> str:
 def empty_metrics() -> dict[str, Any]:
     return {
         "samples_per_s": None,
+        "samples_per_s_by_rank": None,
         "step_time_s": None,
+        "step_time_rank": None,
         "breakdown_s": dict.fromkeys(BREAKDOWN_PHASES),
         "data_wait_fraction": None,
         "comm_fraction": None,
@@ -75,6 +92,8 @@ def empty_metrics() -> dict[str, Any]:
         "steps_timed": 0,
         "peak_mem_bytes": {
             "host": None,
+            "host_baseline": None,
+            "host_net": None,
             "device_allocated": None,
             "device_reserved": None,
             "device_nvml": None,

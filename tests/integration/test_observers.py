@@ -31,8 +31,13 @@ def test_traces_and_tensorboard(out_dir):
 
     acc = EventAccumulator(rec["paths"]["tensorboard"])
     acc.Reload()
-    assert "train/loss" in acc.Tags()["scalars"]
-    assert "perf/samples_per_s" in acc.Tags()["scalars"]
+    tags = acc.Tags()["scalars"]
+    assert "train/loss" in tags and "perf/samples_per_s" in tags
+    # bug: "host/cpu_util_pct" was machine-wide while result.json's cpu_util_pct is the run's
+    # own process tree; the names now tell them apart
+    assert "host/cpu_util_pct" not in tags
+    assert {"host/machine_cpu_util_pct", "rank/cpu_util_pct", "rank/rss_bytes"} <= set(tags)
+    assert all(0 <= e.value <= 105 for e in acc.Scalars("rank/cpu_util_pct"))  # jitter
     assert all(e.value > 0 for e in acc.Scalars("perf/samples_per_s"))
 
 

@@ -40,6 +40,18 @@ def test_ps_sync_one_update_per_step_from_every_worker(cli, out_dir):
     with open(rec["paths"]["steps_csv"]) as fh:  # the steps of a worker, not the server's
         assert len(list(csv.DictReader(fh))) == 6
     assert rec["comm"]["prediction"] is not None
+    audit = rec["audit"]  # over the two workers; the server reads no sample
+    assert audit["ok"] is True and audit["world_size"] == 2
+
+
+def test_ps_honours_the_sampler_and_its_audit_catches_a_shared_shard(cli, out_dir):
+    """Bug: ps ignored dist.sampler and never ran the shard audit. With every worker on the
+    first worker's shard, the audit over the workers fails."""
+    rec = _run(cli, out_dir, "--strategy", "ps", "--nproc", 3, "--batch-size", 64,
+               "--epochs", 2, "--set", "dist.sampler=same_batch")
+    audit = rec["audit"]
+    assert audit["ok"] is False and audit["duplicate_samples"] > 0
+    assert audit["world_size"] == 2
 
 
 def test_ps_async_updates_per_worker_and_staleness(cli, out_dir):
@@ -55,6 +67,9 @@ def test_ps_async_updates_per_worker_and_staleness(cli, out_dir):
     assert max(s["max"] for s in stale.values()) == server["staleness_max"]
     assert [r["rank"] for r in rec["ranks"]] == [0, 1, 2]
     assert all(r["samples_per_s"] > 0 for r in rec["ranks"][1:])
+    m = rec["metrics"]  # the headline sums the workers' own rates, each kept beside it
+    assert set(m["samples_per_s_by_rank"]) == {"1", "2"} and m["step_time_rank"] == 1
+    assert m["samples_per_s"] == pytest.approx(sum(m["samples_per_s_by_rank"].values()))
 
 
 def test_localsgd_averages_every_k_steps(cli, out_dir):

@@ -91,6 +91,15 @@ def test_cpu_fields_measured_gpu_fields_null_with_reason(digits_run):
     assert rec["null_reasons"]["peak_mem_bytes.device_allocated"]
 
 
+def test_host_memory_net_of_the_baseline_before_the_model(digits_run):
+    """Bug: the host peak was total RSS only (torch's own memory included), so growth with
+    the batch looked like a few per cent. The net figure is positive and below the total."""
+    mem = digits_run[0]["metrics"]["peak_mem_bytes"]
+    assert mem["host_baseline"] > 50 * 2**20  # torch is resident before the model is built
+    assert 0 < mem["host_net"] < mem["host"]
+    assert mem["host_net"] == mem["host"] - mem["host_baseline"]
+
+
 def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
     cfg = C.build({"dataset": "synthetic", "image_size": 32, "num_samples": 4096,
                    "batch_size": 32, "steps": "auto", "max_steps": 40, "min_steps": 10,

@@ -38,6 +38,8 @@ def test_detection_trains_and_reports_map50(capsys, voc, tmp_path):
     rec = json.loads((tmp_path / "o" / "results.jsonl").read_text().splitlines()[-1])
     m = rec["metrics"]
     assert rec["status"] == "ok" and m["loss_first"] > 0
+    # bug: the default model was recorded as digits_cnn; the result names the detector
+    assert rec["config"]["model"]["name"] == "ssdlite320_mobilenet_v3_large"
     assert 0.0 <= m["map50"] <= 1.0 and 0.0 <= m["map50_voc"] <= 1.0
     assert m["map50_source"].startswith("torchmetrics")  # installed with scaleprobe
     assert m["eval_samples"] == 6 and m["eval_objects"] > 0

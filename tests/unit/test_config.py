@@ -78,3 +78,14 @@ def test_per_device_batch_weak_and_strong():
     strong = C.build({"strategy": "ddp", "nproc": 4, "global_batch": 128})
     assert weak.per_device_batch() == 32 and strong.per_device_batch() == 32
     assert C.build({"global_batch": 128}).per_device_batch(1) == 128
+
+
+def test_detection_records_the_detector_it_builds():
+    """Bug: a detection run left at the default model recorded config.model.name =
+    digits_cnn (and the report's Model column said so) while it trained ssdlite."""
+    cfg = C.build({"task": "detection", "dataset": "voc"})
+    assert cfg.model.name == "ssdlite320_mobilenet_v3_large"
+    assert C.from_dict(cfg.to_dict()).key() == cfg.key()
+    named = C.build({"task": "detection", "model": "fcos_resnet50_fpn"})
+    assert named.model.name == "fcos_resnet50_fpn"
+    assert C.build({}).model.name == "digits_cnn"  # classification keeps its default

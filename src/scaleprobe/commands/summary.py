@@ -29,10 +29,11 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
     mem = m["peak_mem_bytes"]
     t.add_row(fmt.num(m.get("samples_per_s")), fmt.ms(st.get("median")), fmt.ms(st.get("p95")),
-              epoch, fmt.bytes_(mem.get("host")), fmt.bytes_(mem.get("device_allocated")),
+              epoch, _host_mem(mem), fmt.bytes_(mem.get("device_allocated")),
               fmt.num(m.get("cpu_util_pct"), ".0f", "%"), fmt.num(m.get("gpu_util_pct"), ".0f", "%"),
               fmt.num(m.get(_metric_name(m)), ".3f"))
     con.print(t)
+    _rates_line(con, rec)
     _breakdown(con, m)
     _comm_line(con, rec)
     if rec.get("straggler"):
@@ -54,6 +55,22 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
               f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
     con.print(f"result: {rec['paths'].get('dir')}/result.json")
+
+
+def _rates_line(con: Console, rec: dict[str, Any]) -> None:
+    """What samples/s adds up when several ranks train (their step medians may differ)."""
+    from scaleprobe.report.records import rate_definition
+
+    text = rate_definition(rec)
+    if text:
+        con.print(f"samples/s: {text}")
+
+
+def _host_mem(mem: dict[str, Any]) -> str:
+    """Total peak, and beside it the part above the baseline read before the model was built."""
+    total = fmt.bytes_(mem.get("host"))
+    net = mem.get("host_net")
+    return total if net is None else f"{total} (net {fmt.bytes_(net)})"
 
 
 def _comm_line(con: Console, rec: dict[str, Any]) -> None:
@@ -83,7 +100,8 @@ def _breakdown(con: Console, m: dict[str, Any]) -> None:
     if not total:
         return
     parts = [f"{k} {v * 1000:.1f} ms ({v / total:.0%})" for k, v in bd.items() if v is not None]
-    con.print("step breakdown (mean): " + ", ".join(parts))
+    # each phase's share of a typical step laid over the median step: they add up to it
+    con.print("step breakdown (ms per phase of the median step): " + ", ".join(parts))
 
 
 def _metric_name(m: dict[str, Any]) -> str:

@@ -17,15 +17,24 @@ TOP_OPS = 15
 
 
 class Summaries:
-    """TensorBoard scalars through torch.utils.tensorboard."""
+    """TensorBoard scalars through torch.utils.tensorboard. Names say whose figure it is:
+    ``host/`` the whole machine (every process on it), ``rank/`` this training process and
+    its loader workers. ``host/machine_cpu_util_pct`` is not result.json's ``cpu_util_pct``
+    (the run's own process tree, every rank, as % of all cores); ``rank/cpu_util_pct`` is
+    that figure for this rank alone."""
 
     def __init__(self, log_dir: Path, every_s: float, batch: int) -> None:
+        import psutil
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(log_dir))
         self.every_s, self.batch = every_s, batch
         self._t = time.perf_counter()
         self._step = 0
+        self._me = psutil.Process()
+        self._procs: dict[int, Any] = {}
+        psutil.cpu_percent(None)  # both CPU readings count from here
+        self._rank_cpu_pct()
 
     def step(self, st: Any) -> None:
         now = time.perf_counter()
@@ -38,14 +47,35 @@ class Summaries:
         w.add_scalar("train/loss", float(st.losses[-1]), st.step)
         w.add_scalar("perf/samples_per_s", (st.step - self._step) * self.batch / (now - self._t),
                      st.step)
-        w.add_scalar("host/cpu_util_pct", psutil.cpu_percent(None), st.step)
-        w.add_scalar("host/rss_bytes", psutil.Process().memory_info().rss, st.step)
+        w.add_scalar("host/machine_cpu_util_pct", psutil.cpu_percent(None), st.step)
+        w.add_scalar("rank/cpu_util_pct", self._rank_cpu_pct(), st.step)
+        w.add_scalar("rank/rss_bytes", self._me.memory_info().rss, st.step)
         if torch.cuda.is_available():
             w.add_scalar("device/allocated_bytes", torch.cuda.memory_allocated(), st.step)
             util = _gpu_util_pct()
             if util is not None:
                 w.add_scalar("device/gpu_util_pct", util, st.step)
         self._t, self._step = now, st.step
+
+    def _rank_cpu_pct(self) -> float:
+        """CPU of this process and its loader workers since the last reading, % of all cores
+        (as the run's monitor counts it)."""
+        import psutil
+
+        from scaleprobe.env import cpu_count
+
+        try:
+            tree = [self._me, *self._me.children(recursive=True)]
+        except psutil.Error:
+            tree = [self._me]
+        total = 0.0
+        for p in tree:
+            p = self._procs.setdefault(p.pid, p)  # the same object keeps its last reading
+            try:
+                total += p.cpu_percent(None)
+            except psutil.Error:
+                continue
+        return total / cpu_count()
 
     def close(self) -> dict[str, Any]:
         self.writer.flush()

@@ -104,7 +104,8 @@ def scale_plot(rows: list[dict[str, Any]]) -> bytes | None:
 
 
 def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]]) -> bytes | None:
-    """Stacked bars of a typical step's phases (ms), one bar per run or configuration."""
+    """Stacked bars of the median step's phases (ms; each phase's share of a typical step
+    laid over the median step), one bar per run or configuration."""
     pairs = [(lab, bd) for lab, bd in zip(labels, breakdowns, strict=True)
              if bd and any(isinstance(v, (int, float)) and v > 0 for v in bd.values())]
     if not pairs:
@@ -119,7 +120,7 @@ def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]]) -> bytes
             ax.bar(xs, vals, bottom=bottom, label=phase, color=PHASE_COLOURS[phase])
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_xticks(xs, [lab[:28] for lab, _ in pairs], rotation=35, ha="right", fontsize=8)
-    ax.set(ylabel="ms per step", title="Step-time breakdown (typical step)")
+    ax.set(ylabel="ms per phase of the median step", title="Step-time breakdown (median step)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)

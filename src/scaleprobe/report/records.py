@@ -195,7 +195,39 @@ def compute_s(rec: dict[str, Any]) -> float | None:
 
 
 def host_peak(rec: dict[str, Any]) -> int | None:
+    """Peak host memory in total, torch's own resident memory included."""
     return metric(rec, "peak_mem_bytes.host")
+
+
+def host_peak_net(rec: dict[str, Any]) -> int | None:
+    """Peak host memory net of the baseline read before the model and data were built (what
+    a larger batch or model adds); None for records made before it was measured."""
+    return metric(rec, "peak_mem_bytes.host_net")
+
+
+def rank_rates(rec: dict[str, Any]) -> dict[str, float]:
+    """Each training rank's samples/s (``metrics.samples_per_s_by_rank``), whose sum is the
+    headline samples/s; {} for a record without them."""
+    d = res.get(dict_of(rec.get("metrics")), "samples_per_s_by_rank")
+    if not isinstance(d, dict):
+        return {}
+    return {str(k): v for k, v in d.items() if num(v) is not None}
+
+
+def rate_definition(rec: dict[str, Any]) -> str | None:
+    """'sum of 2 workers' rates (12.4, 20.3); step times are rank 1's' for a run with several
+    training ranks (workers when a rank serves instead), else None."""
+    rates = rank_rates(rec)
+    if len(rates) < 2:
+        return None
+    b = dict_of(rec.get("batch"))
+    serves = num(b.get("training_ranks")) is not None and num(b.get("world_size")) is not None \
+        and b["training_ranks"] < b["world_size"]
+    who = "workers" if serves else "ranks"
+    each = ", ".join(f"{v:.0f}" if v >= 100 else f"{v:.1f}" for v in rates.values())  # no 1,202
+    text = f"sum of {len(rates)} {who}' rates ({each})"
+    step_rank = metric(rec, "step_time_rank")
+    return text + (f"; step times are rank {step_rank}'s" if step_rank is not None else "")
 
 
 def device_peak(rec: dict[str, Any]) -> int | None:

@@ -30,6 +30,14 @@ def _accuracy(rec: dict[str, Any]) -> str:
     return R.task_metric_text(rec, fmt.NA)
 
 
+def _host_mem(rec: dict[str, Any]) -> str:
+    """Total peak, and the part above the baseline read before the model was built."""
+    total, net = R.host_peak(rec), R.host_peak_net(rec)
+    if total is None or net is None:
+        return fmt.bytes_(total)
+    return f"{fmt.bytes_(total)} (net {fmt.bytes_(net)})"
+
+
 def run_cells(rec: dict[str, Any]) -> list[str]:
     b = R.dict_of(rec.get("batch"))
     batch = f"{fmt.num(b.get('per_device'), 'd')}/{fmt.num(b.get('global'), 'd')}"
@@ -41,7 +49,7 @@ def run_cells(rec: dict[str, Any]) -> list[str]:
         fmt.num(R.world_size(rec), "d"), batch, fmt.rate(R.metric(rec, "samples_per_s")),
         fmt.ms(R.step_median_s(rec)), fmt.ms(R.metric(rec, "step_time_s.p95")),
         fmt.pct(R.metric(rec, "data_wait_fraction")), fmt.pct(R.metric(rec, "comm_fraction")),
-        fmt.bytes_(R.host_peak(rec)), fmt.bytes_(R.device_peak(rec)),
+        _host_mem(rec), fmt.bytes_(R.device_peak(rec)),
         fmt.pct_value(R.metric(rec, "cpu_util_pct")), fmt.pct_value(R.metric(rec, "gpu_util_pct")),
         _accuracy(rec), R.status_text(rec),
     ]
@@ -72,13 +80,25 @@ def missing_notes(runs: list[dict[str, Any]], rows: list[list[str]]) -> list[str
     return lines
 
 
+def rate_notes(runs: list[dict[str, Any]], limit: int = 6) -> list[str]:
+    """Samples/s of a run with several training ranks: what it sums, and whose step times
+    stand beside it (an asynchronous parameter server's workers run at their own pace)."""
+    lines = [f"Samples/s of {R.name(r)}: {text}" for r in runs
+             if r.get("status") == "ok" and (text := R.rate_definition(r))]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more runs with several training "
+                                 "ranks: samples/s is the sum of their rates (metrics."
+                                 "samples_per_s_by_rank)"]
+    return lines
+
+
 def runs_section(runs: list[dict[str, Any]]) -> Section | None:
     if not runs:
         return None
     rows = [run_cells(r) for r in runs]
     right = [False] * 6 + [True] * 10 + [False]
     s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
-    notes = missing_notes(runs, rows)
+    notes = missing_notes(runs, rows) + rate_notes(runs)
     if notes:
         s.add(Text("\n".join(notes), note=True))
     return s
@@ -117,8 +137,10 @@ def breakdown_section(runs: list[dict[str, Any]]) -> Section | None:
         rows.append([_label(r), *[fmt.ms(bd.get(p)) for p in BREAKDOWN_PHASES],
                      fmt.ms(R.breakdown_total_s(r)), fmt.ms(R.step_median_s(r))])
     s = Section("Step-time breakdown", anchor="breakdown")
-    s.add(Text("Mean seconds per phase of a typical step (steps between the 5th and 95th "
-               "percentile of step time). comm is exposed communication, measured in place."))
+    s.add(Text("Milliseconds per phase of the median step: each phase keeps its share of a "
+               "typical step (its mean over the steps between the 5th and 95th percentile of "
+               "step time), laid over the median step time, so the phases add up to Step "
+               "median. comm is exposed communication, measured in place."))
     s.add(Table(headers, rows))
     png = plots.breakdown_plot([_label(r) for r in ok],
                                [R.metric_dict(r, "breakdown_s") for r in ok])

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data.distributed import DistributedSampler
 
+from scaleprobe.strategies.ddp import SAMPLERS
 from scaleprobe.strategies.single import Single
 
 
@@ -68,10 +68,13 @@ class ParameterServer(Single):
         return model
 
     def sampler(self, dataset: Any, seed: int, shuffle: bool = True) -> Any:
+        """Worker w reads shard w - 1 of N - 1 (the server takes no batch); ``dist.sampler``
+        picks the sampler as for DDP, faults for the shard audit included."""
         if self.is_server:
             return None
-        return DistributedSampler(dataset, num_replicas=self.world - 1, rank=self.rank - 1,
-                                  shuffle=shuffle, seed=seed, drop_last=True)
+        cls = SAMPLERS[self.cfg.sampler]
+        return cls(dataset, num_replicas=self.world - 1, rank=self.rank - 1, shuffle=shuffle,
+                   seed=seed, drop_last=True)
 
     @property
     def workers(self) -> int:

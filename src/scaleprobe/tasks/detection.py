@@ -4,8 +4,9 @@ Models (built with ``weights=None, weights_backbone=None``: nothing is ever down
 ``ssdlite320_mobilenet_v3_large`` (the default), ``fasterrcnn_mobilenet_v3_large_fpn``,
 ``retinanet_resnet50_fpn``, ``fcos_resnet50_fpn`` and the other box-only torchvision
 detectors. The rule for ``--model``: a detector's name picks that detector; the default model
-(``digits_cnn``) stands for the task's default, ssdlite; any other classifier name is an
-error that lists the detectors. Each model is told the input size, so it does not resize the
+(``digits_cnn``) stands for the task's default, ssdlite (the configuration resolves it, so the
+result records the detector's name); any other classifier name is an error that lists the
+detectors. Each model is told the input size, so it does not resize the
 images again (Faster R-CNN would otherwise scale them up to 800 pixels).
 
 Images stay a list (``collate_indexed_list``): detectors take images of any size and a target
@@ -30,14 +31,15 @@ from torch import nn
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from scaleprobe.config import TASK_DEFAULT_MODELS, ModelConfig
 from scaleprobe.data.loader import collate_indexed_list
 from scaleprobe.errors import ConfigError
 from scaleprobe.registry import suggest
 from scaleprobe.tasks import TASKS
 from scaleprobe.tasks.metrics import voc_map50
 
-DEFAULT_DETECTOR = "ssdlite320_mobilenet_v3_large"
-TASK_DEFAULT_MODEL = "digits_cnn"  # the run's default model: means "the task's default"
+DEFAULT_DETECTOR = TASK_DEFAULT_MODELS["detection"]
+TASK_DEFAULT_MODEL = ModelConfig.name  # the run's default model: means "the task's default"
 UNSUPPORTED = ("maskrcnn", "keypointrcnn")  # need mask / keypoint targets
 
 

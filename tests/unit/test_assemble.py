@@ -1,0 +1,130 @@
+"""From the ranks' raw records to a run's metrics (assemble.py), with hand-made records: no
+process is started and no torch is needed."""
+
+from typing import Any
+
+from scaleprobe import config as C
+from scaleprobe import results as res
+from scaleprobe.assemble import _metrics
+
+MIB = 1 << 20
+PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+
+
+def raw(rank: int, step_s: float | None = 0.1, *, batch: int = 4, steps: int = 10,
+        indices: list[list[int]] | None = None, peak: int = 900 * MIB,
+        baseline: int | None = 750 * MIB) -> dict[str, Any]:
+    """One rank's raw record (engine.rank_record); ``step_s=None`` is a rank that took no
+    batch (a parameter server)."""
+    times = [step_s] * steps if step_s else []
+    return {
+        "rank": rank, "is_server": not step_s, "host": "h", "device": "cpu", "threads": 1,
+        "steps_done": len(times), "steps_timed": len(times), "step_times_s": times,
+        "phase_times_s": {p: [step_s / len(PHASES)] * len(times) if step_s else []
+                          for p in PHASES},
+        "window_s": sum(times) or None, "clock_window": (None, None),
+        "epochs_complete": 0, "epoch_wall_s": [], "samples_per_step": batch, "towers": 1,
+        "indices": indices if indices is not None else ([] if not step_s else [[]]),
+        "loss_first": 1.0, "loss_last": 0.5, "loss_finite": True, "bad_samples": 0,
+        "comm": None, "eval": {},
+        "mem": {"host_peak_rss": peak, "host_baseline_rss": baseline,
+                "device_allocated": None, "device_reserved": None},
+        "info": {"num_classes": 10, "image_size": 8, "dataset_source": "generated",
+                 "train_samples": 64, "param_count": 100, "per_process_batch": batch,
+                 "lr_effective": 0.1},
+        "strategy_metrics": {},
+    }
+
+
+def assemble(raws: list[dict[str, Any]], mon: dict[str, Any] | None = None,
+             **overrides: Any) -> dict[str, Any]:
+    cfg = C.build({"link": "1gbit", **overrides})
+    rec = res.new_run_record(cfg.to_dict(), "r", "r", cfg.key())
+    _metrics(rec, cfg, raws, mon or {})
+    return rec
+
+
+def test_host_peak_net_of_the_baseline_read_before_the_model():
+    """Bug: host memory was total RSS only, torch's ~750 MiB included, so a doubled batch
+    showed +2-5% growth. The net figure is the peak less the ranks' baselines."""
+    rec = assemble([raw(0, peak=900 * MIB, baseline=750 * MIB),
+                    raw(1, peak=880 * MIB, baseline=740 * MIB)],
+                   strategy="ddp", nproc=2)
+    mem = rec["metrics"]["peak_mem_bytes"]
+    assert mem["host"] == 1780 * MIB and mem["host_baseline"] == 1490 * MIB
+    assert mem["host_net"] == 290 * MIB
+    assert 0 < mem["host_net"] < mem["host"]
+
+
+def test_host_net_null_with_a_reason_without_a_baseline():
+    rec = assemble([raw(0, baseline=None)])
+    mem = rec["metrics"]["peak_mem_bytes"]
+    assert mem["host"] == 900 * MIB
+    assert mem["host_baseline"] is None and mem["host_net"] is None
+    assert rec["null_reasons"]["peak_mem_bytes.host_net"]
+    assert rec["null_reasons"]["peak_mem_bytes.host_baseline"]
+
+
+def test_ps_audit_over_the_workers_catches_a_shared_shard():
+    """Bug: the shard audit ran for ddp and localsgd only, so two ps workers reading the same
+    shard went unnoticed. It runs over the workers; the server reads no sample."""
+    same = [[0, 1, 2, 3, 4, 5, 6, 7]]
+    rec = assemble([raw(0, None), raw(1, indices=same), raw(2, indices=same)],
+                   strategy="ps", nproc=3)
+    a = rec["audit"]
+    assert a["world_size"] == 2  # the two workers
+    assert a["ok"] is False and a["duplicate_samples"] == 8
+    rec = assemble([raw(0, None), raw(1, indices=[[0, 1, 2, 3]]), raw(2, indices=[[4, 5, 6, 7]])],
+                   strategy="ps", nproc=3)
+    assert rec["audit"]["ok"] is True and rec["audit"]["world_size"] == 2
+
+
+def test_ps_async_headline_says_it_sums_the_workers_rates():
+    """Bug: ps async's samples/s summed the workers' rates (10 + 20 = 30) and sat silently
+    beside one worker's step median (400 ms: 4 / 0.4 = 10). The per-worker rates are kept
+    beside the sum, and the summary and the report say what the figure adds up."""
+    import io
+
+    from rich.console import Console
+
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.report import records as R
+    from scaleprobe.report.sections_runs import rate_notes
+
+    rec = assemble([raw(0, None), raw(1, 0.4), raw(2, 0.2)], strategy="ps", ps_mode="async",
+                   nproc=3)
+    rec["status"], rec["paths"] = "ok", {"dir": "d"}
+    m = rec["metrics"]
+    assert m["samples_per_s"] == 30.0
+    assert m["samples_per_s_by_rank"] == {"1": 10.0, "2": 20.0}
+    assert m["step_time_rank"] == 1 and m["step_time_s"]["median"] == 0.4
+    text = "sum of 2 workers' rates (10.0, 20.0); step times are rank 1's"
+    assert R.rate_definition(rec) == text
+    assert rate_notes([rec]) == [f"Samples/s of r: {text}"]
+    out = io.StringIO()
+    print_run(rec, Console(file=out, width=200))
+    assert f"samples/s: {text}" in out.getvalue()
+    single = assemble([raw(0, 0.1)])
+    assert single["metrics"]["samples_per_s_by_rank"] == {"0": 40.0}
+    assert R.rate_definition(single) is None  # one rank: nothing to sum
+
+
+def test_breakdown_labels_say_ms_of_the_median_step():
+    """Bug: the breakdown was labelled "(mean)" / "Mean seconds per phase" while it holds each
+    phase's share laid over the median step, in ms."""
+    import io
+
+    from rich.console import Console
+
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.report.sections_runs import breakdown_section
+
+    rec = assemble([raw(0, 0.1)])
+    rec["status"], rec["paths"] = "ok", {"dir": "d"}
+    out = io.StringIO()
+    print_run(rec, Console(file=out, width=200))
+    assert "step breakdown (ms per phase of the median step): data 16.7 ms" in out.getvalue()
+    assert "(mean)" not in out.getvalue()
+    intro = breakdown_section([rec]).blocks[0].text
+    assert intro.startswith("Milliseconds per phase of the median step")
+    assert "Mean seconds" not in intro
