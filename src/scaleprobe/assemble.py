@@ -9,8 +9,8 @@ from typing import Any
 
 from scaleprobe import metrics as M
 from scaleprobe import results as res
-from scaleprobe.invariants import check_run
 from scaleprobe.config import RunConfig
+from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
 

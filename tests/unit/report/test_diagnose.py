@@ -167,7 +167,8 @@ def test_loader_workers_compete_with_compute():
     assert "data wait alone misleads" in f.recommendation
     quiet = diagnose_experiment(_loader_pair(0.112))
     assert "loader workers compete with compute" not in _verdicts(quiet)
-    assert "loader workers" in _verdicts(quiet)
+    # one repeat each, 120 vs 122 samples/s: the 5% question cannot be answered
+    assert "loader workers: inconclusive" in _verdicts(quiet)
 
 
 def test_experiment_scaling_colocate_parity():
