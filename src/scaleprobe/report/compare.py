@@ -24,6 +24,7 @@ from typing import Any
 from scaleprobe.errors import ConfigError
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
+from scaleprobe.report import repeats as P
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import BREAKDOWN_PHASES
 
@@ -152,11 +153,11 @@ def compare_paths(a: str | Path, b: str | Path, th: Thresholds = DEFAULT) -> Com
 
 
 def _by_point(runs: list[dict[str, Any]], with_id: bool) -> dict[str, dict[str, Any]]:
-    """Each sweep point's latest record, keyed by (sweep id and) point: a folder holding two
+    """Each sweep point's median repeat, keyed by (sweep id and) point: a folder holding two
     sweeps whose axes share names keeps their points apart."""
     out: dict[str, dict[str, Any]] = {}
     for eid, recs in _by_exp(runs).items():
-        for r in R.latest_per_point(recs):
+        for r in P.group_repeats(recs):
             out[(f"{eid}|" if with_id else "") + R.point_key(R.point(r))] = r
     return out
 
