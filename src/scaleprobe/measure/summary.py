@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.measure.stats import median, quantile, summarize
+from scaleprobe.results import BREAKDOWN_PHASES
 
-PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+PHASES = BREAKDOWN_PHASES  # the result's order (the timer marks them in the step's own order)
 
 
 def typical_steps(step_times: list[float]) -> list[int]:
