@@ -89,9 +89,13 @@ class SweepProgress:
         m = rec.get("metrics") or {}
         if status == "ok":
             peak = m.get("peak_mem_bytes") or {}
-            where = "device" if peak.get("device_allocated") is not None else "host"
-            detail = (f"{rate(m.get('samples_per_s'))} samples/s, peak "
-                      f"{bytes_(peak.get('device_allocated') or peak.get('host'))} {where}")
+            if peak.get("device_allocated") is not None:
+                mem = f"{bytes_(peak['device_allocated'])} device"
+            elif peak.get("host_net") is not None:
+                mem = f"{bytes_(peak['host_net'])} host net of the baseline"
+            else:
+                mem = f"{bytes_(peak.get('host'))} host"
+            detail = f"{rate(m.get('samples_per_s'))} samples/s, peak {mem}"
         else:
             detail = str(rec.get("error") or "")[:160]
         if not resumed:
