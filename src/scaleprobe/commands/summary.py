@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scaleprobe.commands import fmt
@@ -16,7 +17,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     status = rec["status"]
     style = {"ok": "green", "oom": "yellow"}.get(status, "red")
     con.print(f"[bold]{rec['name']}[/bold]  status: [{style}]{status}[/{style}]"
-              + (f"  ({rec['error']})" if rec.get("error") else ""))
+              + (f"  ({rec['error']})" if rec.get("error") else "") + _load_tag(rec))
     if status != "ok" and not m.get("step_time_s"):
         con.print(f"result: {rec['paths'].get('dir')}/result.json")
         return
@@ -47,6 +48,13 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
               f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
     con.print(f"result: {rec['paths'].get('dir')}/result.json")
+
+
+def _load_tag(rec: dict[str, Any]) -> str:
+    load = rec.get("load") or {}
+    if load.get("flag") is not True:
+        return ""
+    return f"  [bold yellow]measured under load[/bold yellow]: {escape(str(load.get('reason')))}"
 
 
 def _comm_line(con: Console, rec: dict[str, Any]) -> None:
