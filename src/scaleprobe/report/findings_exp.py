@@ -17,14 +17,14 @@ from scaleprobe.report import advice, fmt
 from scaleprobe.report import records as R
 from scaleprobe.report.batch import recommend_batch, recommend_workers
 from scaleprobe.report.finding import Finding
-from scaleprobe.report.scale import scale_table
+from scaleprobe.report.scale import nproc, scale_table
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 
 def experiment_findings(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
     for eid, recs in R.by_experiment(records, "sweep").items():
-        sweep = recs + [s for s in R.of_kind(records, "sweep") if R.exp_id(s) == eid]
+        sweep = recs + R.summaries(records, "sweep", eid)
         if any(k in R.BATCH_AXES for r in recs for k in R.point(r)):
             out.extend(_batch(eid, sweep))
         if any(k in R.LOADER_AXES for r in recs for k in R.point(r)):
@@ -63,9 +63,9 @@ def _workers(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Findi
     return [Finding("loader workers", rec["text"], flags, "info", eid)]
 
 
-def _loader_key(r: dict[str, Any]) -> str:
+def _loader_key(r: dict[str, Any], shared: dict[str, list[str]]) -> str:
     """Runs comparable across loader settings: same experiment, model, data, batch, world."""
-    return json.dumps([R.exp_id(r), R.cfg(r, "model.name"), R.cfg(r, "data.dataset"),
+    return json.dumps([R.exp_label(r, shared), R.cfg(r, "model.name"), R.cfg(r, "data.dataset"),
                        R.cfg(r, "data.image_size"), R.batch_size(r), R.world_size(r),
                        R.cfg(r, "dist.strategy")], default=str)
 
@@ -74,9 +74,10 @@ def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Findin
     """Runs that differ in loader workers: did more workers cut the data wait but slow the
     forward + backward pass (workers and compute threads sharing the cores)?"""
     groups: dict[str, list[dict[str, Any]]] = {}
+    shared = R.shared_ids(runs)
     for r in runs:
         if r.get("status") == "ok" and R.compute_s(r) and R.loader_workers(r) is not None:
-            groups.setdefault(_loader_key(r), []).append(r)
+            groups.setdefault(_loader_key(r, shared), []).append(r)
     out = []
     for recs in groups.values():
         if len({R.loader_workers(r) for r in recs}) < 2:
@@ -133,7 +134,10 @@ def _scaling(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
 
 
 def _scaling_advice(main: str | None, row: dict[str, Any], records: list[dict]) -> str:
-    rec = next((r for r in R.of_kind(records, "run") if R.name(r) == row["run"]), None)
+    # the row's own run, by experiment and point: every scale point is named "nproc=N", so a
+    # name would find another experiment's run (and give one model another's advice)
+    points = R.latest_per_point(R.by_experiment(records, "scale").get(row["experiment"], []))
+    rec = next((r for r in points if nproc(r) == row["nproc"] and r.get("status") == "ok"), None)
     if rec is None or main is None:
         return "look at the step breakdown of each process count"
     if main == "communication":

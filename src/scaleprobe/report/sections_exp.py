@@ -25,7 +25,7 @@ def _within(group: str, eid: str) -> str:
 def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
     s = Section("Sweeps", anchor="sweeps")
     for eid, runs in R.by_experiment(records, "sweep").items():
-        recs = runs + [x for x in R.of_kind(records, "sweep") if R.exp_id(x) == eid]
+        recs = runs + R.summaries(records, "sweep", eid)
         axes = {k for r in runs for k in R.point(r)}
         s.add(Sub(f"Sweep {eid}"))
         if axes & set(R.BATCH_AXES):
@@ -36,6 +36,7 @@ def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
             s.add(Text(f"Varied: {', '.join(sorted(axes)) or 'nothing'}; each point is a row "
                        "of the runs table."))
     return s if s.blocks else None
+
 
 
 def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
