@@ -97,6 +97,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
         rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
                              raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
+    rec["resolved"] = {"data.image_size": info["image_size"], "data.num_classes": info["num_classes"]}
     if raw0.get("threads"):  # what a training rank used, not the launching process's
         rec["env"]["threads"] = raw0["threads"]
     for r in raws:  # every rank's traces; the first trainer's top operators; TensorBoard

@@ -15,6 +15,9 @@ A run record (``kind == "run"``)::
     error             null or one line
     started_at, finished_at   ISO-8601 UTC
     config            RunConfig.to_dict()
+    resolved          {"data.image_size", "data.num_classes"}: what the run resolved these
+                      to when the config left them null (the dataset's own), so runs are
+                      compared like for like on what they measured
     env               host, cores, cpu_model, python, torch, cuda, cudnn, gpus[], driver,
                       world_size, nnodes, backend
     batch             {per_device, global, world_size}

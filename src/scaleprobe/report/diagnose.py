@@ -8,7 +8,7 @@ and their rules are listed in docs/REPORTS.md.
 Verdicts of one run:
 
     input-bound          data wait above the threshold, or real-data samples/s well below a
-                         synthetic-data run of the same model and batch in the same results
+                         synthetic-data run that differs in the dataset alone (like for like)
     communication-bound  exposed communication above the threshold
     straggler            the slowest rank's median step well above the ranks' median
     CPU saturated        utilisation of all cores above the threshold, or more compute
@@ -24,6 +24,7 @@ from typing import Any
 
 from scaleprobe import results as res
 from scaleprobe.report import advice, fmt
+from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
 from scaleprobe.report.findings_exp import experiment_findings
@@ -36,7 +37,7 @@ __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diag
 def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None,
                  th: Thresholds = DEFAULT) -> list[Finding]:
     """Findings for one run record. ``others``: records from the same results, used to find
-    a synthetic-data run of the same model and batch to compare against."""
+    a synthetic-data run that differs from this one in its dataset alone."""
     subject = R.name(rec)
     status = rec.get("status")
     if status in ("oom", "failed"):
@@ -87,8 +88,8 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
         ratio = sps / R.metric(synth, "samples_per_s")
         if ratio < th.real_vs_synthetic:
             evidence.append(f"{R.cfg(rec, 'data.dataset')} data: {fmt.rate(sps)} samples/s vs "
-                            f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data with "
-                            f"the same model and batch ({fmt.pct(ratio)}, run "
+                            f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data, "
+                            f"every other setting the same ({fmt.pct(ratio)}, run "
                             f"{R.name(synth)})")
     if not evidence:
         return None
@@ -96,14 +97,15 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
 
 
 def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """An ok synthetic-data run of the same model, batch size and world size."""
+    """An ok synthetic-data run that differs from ``rec`` in the dataset (and what comes with
+    it: data folder, sample and class counts) and in nothing else: same model, image size,
+    transform, loader, batch, optimizer, world size..."""
     if R.is_synthetic(rec):
         return None
-    key = (R.cfg(rec, "model.name"), R.batch_size(rec), R.world_size(rec))
     for o in others:
         if (o is not rec and o.get("kind") == "run" and o.get("status") == "ok"
                 and R.is_synthetic(o) and R.metric(o, "samples_per_s")
-                and (R.cfg(o, "model.name"), R.batch_size(o), R.world_size(o)) == key):
+                and P.like_for_like(rec, o, P.DATASET_KEYS)):
             return o
     return None
 
