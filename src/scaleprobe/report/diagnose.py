@@ -15,6 +15,7 @@ Verdicts of one run:
                          threads + loader workers than cores
     compute-bound        none of the above and forward + backward dominate the step
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
+    measured under load  processes outside the run's tree used the machine meanwhile
     out of memory / failed / shard audit failed
 """
 
@@ -28,6 +29,7 @@ from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
 from scaleprobe.report.findings_exp import experiment_findings
+from scaleprobe.report.load import run_load
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
@@ -51,13 +53,22 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
         f = _compute_bound(rec, th)
         if f is not None:
             out.append(f)
-    for f in (_memory(rec, th), _audit(rec)):
+    for f in (_memory(rec, th), _audit(rec), _load(rec, th)):
         if f is not None:
             out.append(f)
     if status == "interrupted":
         out.append(Finding("interrupted", "the run was stopped before it finished",
                            "figures cover the steps timed before the stop", "info"))
     return [Finding(f.verdict, f.evidence, f.recommendation, f.severity, subject) for f in out]
+
+
+def _load(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    flag, reason = run_load(rec, th)
+    if not flag:
+        return None
+    return Finding("measured under load", reason,
+                   "its figures may be slower than the machine allows: re-run it when the "
+                   "machine is quiet, and compare it only with runs measured alike", "warning")
 
 
 def _failed_hint(rec: dict[str, Any]) -> str:

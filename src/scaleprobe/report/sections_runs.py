@@ -12,17 +12,19 @@ from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report.doc import Image, Section, Table, Text
 from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.report.load import load_cell
 from scaleprobe.results import BREAKDOWN_PHASES
 
 RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
                "Batch (device/global)", "Samples/s", "Step median", "Step p95", "Data wait",
-               "Comm", "Peak host mem", "Peak device mem", "CPU", "GPU", "Accuracy", "Status"]
+               "Comm", "Peak host mem", "Peak device mem", "CPU", "GPU", "Outside load",
+               "Accuracy", "Status"]
 # column -> the metric whose null_reasons entry explains an "n/a" in it
 REASON_KEYS = {
     "Samples/s": "samples_per_s", "Step median": "step_time_s", "Data wait": "data_wait_fraction",
     "Comm": "comm_fraction", "Peak host mem": "peak_mem_bytes.host",
     "Peak device mem": "peak_mem_bytes.device_allocated", "CPU": "cpu_util_pct",
-    "GPU": "gpu_util_pct", "Accuracy": "accuracy",
+    "GPU": "gpu_util_pct", "Outside load": "outside_cpu_cores", "Accuracy": "accuracy",
 }
 
 
@@ -46,7 +48,7 @@ def run_cells(rec: dict[str, Any], shared: dict[str, list[str]] | None = None) -
         fmt.pct(R.metric(rec, "data_wait_fraction")), fmt.pct(R.metric(rec, "comm_fraction")),
         fmt.bytes_(R.host_peak(rec)), fmt.bytes_(R.device_peak(rec)),
         fmt.pct_value(R.metric(rec, "cpu_util_pct")), fmt.pct_value(R.metric(rec, "gpu_util_pct")),
-        _accuracy(rec), R.status_text(rec),
+        load_cell(rec), _accuracy(rec), R.status_text(rec),
     ]
 
 
@@ -85,9 +87,13 @@ def runs_section(runs: list[dict[str, Any]]) -> Section | None:
         return None
     shared = R.shared_ids(runs)
     rows = [run_cells(r, shared) for r in runs]
-    right = [False] * 7 + [True] * 10 + [False]
+    right = [False] * 7 + [True] * 11 + [False]
     s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
     notes = missing_notes(runs, rows)
+    if any(c.startswith("under load") for row in rows for c in row):
+        notes.append("under load: processes outside the run's own process tree used more than "
+                     "the limit during its timed window (Thresholds.under_load); its figures "
+                     "may be slower than the machine allows")
     if notes:
         s.add(Text("\n".join(notes), note=True))
     return s
