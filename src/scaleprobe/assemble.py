@@ -121,6 +121,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     if cfg.dist.audit and world > 1 and readers:
         rec["audit"] = audit(readers, info["train_samples"], per_proc, raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
+    rec["resolved"] = {"data.image_size": info["image_size"], "data.num_classes": info["num_classes"]}
     if raw0.get("threads"):  # what a training rank used, not the launching process's
         rec["env"]["threads"] = raw0["threads"]
     for r in raws:  # every rank's traces; the first trainer's top operators; TensorBoard
@@ -173,9 +174,23 @@ def _checks(rec: dict[str, Any], head: dict[str, Any]) -> None:
     rec["invariants"] = check_run(rec)
 
 
+def _load(rec: dict[str, Any], window: dict[str, Any]) -> None:
+    """Outside-the-tree figures and the under-load verdict (rule: report/thresholds.py)."""
+    from scaleprobe.measure.outside import result_fields
+    from scaleprobe.report.thresholds import DEFAULT  # torch-free; the one home of thresholds
+
+    try:
+        metrics, reasons, rec["load"] = result_fields(window, DEFAULT)
+    except Exception as e:  # a bug here must not lose the run's own figures
+        metrics, reasons = {}, {"outside_cpu_s": f"not summarised: {type(e).__name__}: {e}"}
+    rec["metrics"].update(metrics)
+    rec["null_reasons"].update(reasons)
+
+
 def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | None,
              monitor: Any, run_dir: Path) -> dict[str, Any]:
     mon: dict[str, Any] = {"gpu_reason": monitor.gpu_reason}
+    t0 = t1 = None
     if raws:
         head = next((r for r in raws if r["step_times_s"]), raws[0])  # a trainer, not a server
         t0, t1 = head.get("clock_window") or (None, None)
@@ -193,6 +208,7 @@ def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | N
         rec["metrics"]["peak_mem_bytes"]["host"] = mon.get("host_mem_peak_bytes")
         for k in ("host_baseline", "host_net"):
             rec["null_reasons"][f"peak_mem_bytes.{k}"] = "no rank returned a record"
+    _load(rec, monitor.outside_load(t0, t1))
     rec["finished_at"] = res.utc_now()
     res.write_json_atomic(run_dir / "result.json", rec)
     res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)

@@ -15,6 +15,9 @@ A run record (``kind == "run"``)::
     error             null or one line
     started_at, finished_at   ISO-8601 UTC
     config            RunConfig.to_dict()
+    resolved          {"data.image_size", "data.num_classes"}: what the run resolved these
+                      to when the config left them null (the dataset's own), so runs are
+                      compared like for like on what they measured
     env               host, cores, cpu_model, python, torch, cuda, cudnn, gpus[], driver,
                       world_size, nnodes, backend
     batch             {per_device, global, world_size}
@@ -40,12 +43,23 @@ A run record (``kind == "run"``)::
                       host_baseline, the part the run's settings (batch, model) move.
                       cpu_util_pct: the run's own process tree, as % of all cores (not
                       the machine's)
+                      outside_cpu_s (CPU seconds that processes outside the run's process
+                      tree used over the monitor samples enclosing the timed window:
+                      machine-wide user+nice+system minus the tree's), outside_cpu_cores
+                      (the same as mean cores busy), outside_gpu_processes (other programs'
+                      compute processes on the run's GPUs; null without NVML)
     null_reasons      {metric name: why it is null}
     ranks             per-rank: rank, host, step_time_s, breakdown_s, steps_done, samples_per_s
     straggler         {slowest_rank, slowest_vs_median, steps_done} or null
     audit             {ok, duplicate_samples, missing_samples, same_order_across_epochs, detail}
     comm              {exposed_s, exposed_fraction, sync_step_s, no_sync_step_s, prediction}
-    experiment        {id, kind, point} when the run belongs to a sweep / scale / ...
+    load              {flag, reason, outside_cpu_cores, limit_cores, machine_cores, window_s,
+                      gpu_processes [{device, pid, name, used_memory_bytes}] or null}:
+                      flag = measured under load (rule: report/thresholds.py
+                      Thresholds.under_load); null when neither figure was measured
+    experiment        {id, kind, point} when the run belongs to a sweep / scale / ...;
+                      a run is identified by experiment id + point (+ ``repeat``, the repeat
+                      index, when present), never by its name
     paths             {dir, steps_csv, monitor_csv, traces[], tensorboard}
 
 A value that was not measured is ``null``, with its reason in ``null_reasons``; never 0.
@@ -105,6 +119,9 @@ def empty_metrics() -> dict[str, Any]:
         "loss_first": None,
         "loss_last": None,
         "bad_samples_skipped": 0,
+        "outside_cpu_s": None,
+        "outside_cpu_cores": None,
+        "outside_gpu_processes": None,
     }
 
 
@@ -128,6 +145,7 @@ def new_run_record(config: dict[str, Any], run_id: str, name: str, key: str) -> 
         "straggler": None,
         "audit": None,
         "comm": None,
+        "load": None,
         "experiment": None,
         "paths": {},
     }

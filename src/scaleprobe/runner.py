@@ -234,7 +234,8 @@ def run_under_launcher(cfg: RunConfig) -> dict[str, Any] | None:
     run_dir = Path(cfg.out) / res.make_run_id(name) if info.rank == 0 else None
     monitor = Monitor(cfg.measure.monitor_interval_s,
                       run_dir / "monitor.csv" if run_dir else None,
-                      cuda_indices=[info.local_rank] if _gpu_indices(cfg) else [])
+                      cuda_indices=[info.local_rank] if _gpu_indices(cfg) else [],
+                      run_root_pid=os.getppid())  # the launcher's tree holds every local rank
     with monitor:
         raws = worker_main(cfg.to_dict(), str(run_dir) if run_dir else None)
     if run_dir is None:

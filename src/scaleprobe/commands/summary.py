@@ -17,7 +17,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     status = rec["status"]
     style = {"ok": "green", "oom": "yellow"}.get(status, "red")
     con.print(f"[bold]{rec['name']}[/bold]  status: [{style}]{status}[/{style}]"
-              + (f"  ({rec['error']})" if rec.get("error") else ""))
+              + (f"  ({rec['error']})" if rec.get("error") else "") + _load_tag(rec))
     if status != "ok" and not m.get("step_time_s"):
         con.print(f"result: {rec['paths'].get('dir')}/result.json")
         return
@@ -71,6 +71,13 @@ def _host_mem(mem: dict[str, Any]) -> str:
     total = fmt.bytes_(mem.get("host"))
     net = mem.get("host_net")
     return total if net is None else f"{total} (net {fmt.bytes_(net)})"
+
+
+def _load_tag(rec: dict[str, Any]) -> str:
+    load = rec.get("load") or {}
+    if load.get("flag") is not True:
+        return ""
+    return f"  [bold yellow]measured under load[/bold yellow]: {escape(str(load.get('reason')))}"
 
 
 def _comm_line(con: Console, rec: dict[str, Any]) -> None:

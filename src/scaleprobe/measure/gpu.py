@@ -52,6 +52,7 @@ class NvmlDevice:
         import pynvml
 
         self._nv = pynvml
+        self.index = cuda_index
         self.handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(cuda_index))
 
     def sample(self) -> tuple[float | None, int | None, float | None]:
@@ -70,6 +71,19 @@ class NvmlDevice:
         except nv.NVMLError:
             pass
         return util, mem, power
+
+    def compute_processes(self) -> list[tuple[int, int | None]] | None:
+        """(pid, used GPU memory in bytes or None) of every process with a compute context on
+        this device; None when NVML cannot list them."""
+        try:
+            procs = self._nv.nvmlDeviceGetComputeRunningProcesses(self.handle)
+        except self._nv.NVMLError:
+            return None
+        out = []
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append((int(p.pid), int(used) if isinstance(used, int) else None))
+        return out
 
 
 def open_device(cuda_index: int) -> NvmlDevice | None:

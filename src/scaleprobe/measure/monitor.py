@@ -1,6 +1,7 @@
 """Background samplers: CPU use of the whole process tree (loader workers included), host
-memory, and GPU utilisation, memory and power through NVML. ``Monitor`` is a context manager:
-it always stops, also after an exception, Ctrl+C or an out-of-memory error."""
+memory, GPU utilisation, memory and power through NVML, and what processes outside the tree
+used meanwhile (``measure/outside.py``). ``Monitor`` is a context manager: it always stops,
+also after an exception, Ctrl+C or an out-of-memory error."""
 
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ import psutil
 
 from scaleprobe.env import cpu_count
 from scaleprobe.measure.gpu import nvml_unavailable_reason, open_device
+from scaleprobe.measure.outside import OutsideLoad
 
-COLUMNS = ("t_s", "cpu_util_pct", "host_mem_bytes", "gpu_util_pct", "gpu_mem_bytes", "gpu_power_w")
+COLUMNS = ("t_s", "cpu_util_pct", "host_mem_bytes", "gpu_util_pct", "gpu_mem_bytes", "gpu_power_w",
+           "outside_cpu_pct")
 
 
 class Monitor:
     THREAD_NAME = "scaleprobe-monitor"
 
     def __init__(self, interval_s: float = 0.5, csv_path: str | Path | None = None,
-                 cuda_indices: list[int] | None = None, training_in_children: bool = False):
+                 cuda_indices: list[int] | None = None, training_in_children: bool = False,
+                 run_root_pid: int | None = None):
         self.interval_s = interval_s
         self.csv_path = Path(csv_path) if csv_path else None
         self.rows: list[dict[str, Any]] = []
@@ -35,6 +39,11 @@ class Monitor:
         self._gpus = [g for g in (open_device(i) for i in (cuda_indices or [])) if g is not None]
         self.gpu_reason = (None if self._gpus else
                            ("no CUDA device" if not cuda_indices else nvml_unavailable_reason()))
+        # the run's own processes, for what others used: this process's tree, or the
+        # launcher's when ranks were started by someone else (torchrun) and are siblings
+        self.run_root_pid = run_root_pid
+        self.outside = OutsideLoad(self.gpu_reason if not self._gpus else None)
+        self._last_tree: list[psutil.Process] = []
         self._t0 = time.time()
         self._fh = None
         self._writer = None
@@ -52,7 +61,8 @@ class Monitor:
             self._fh = self.csv_path.open("w", newline="")
             self._writer = csv.writer(self._fh)
             self._writer.writerow(COLUMNS)
-        self._tree()  # prime cpu_percent counters
+        self._last_tree = self._tree()  # prime cpu_percent counters
+        self._sample_outside()  # the clocks at the start, so any window has a sample before it
         self._thread = threading.Thread(target=self._loop, name=self.THREAD_NAME, daemon=True)
         self._thread.start()
 
@@ -73,12 +83,12 @@ class Monitor:
     def now(self) -> float:
         return time.time() - self._t0
 
-    def _tree(self) -> list[psutil.Process]:
-        me = psutil.Process(os.getpid())
+    def _tree(self, root_pid: int | None = None) -> list[psutil.Process]:
         try:
+            me = self._procs.get(root_pid or os.getpid()) or psutil.Process(root_pid or os.getpid())
             procs = [me, *me.children(recursive=True)]
         except psutil.Error:
-            procs = [me]
+            procs = [psutil.Process(os.getpid())]
         out = []
         for p in procs:
             if p.pid not in self._procs:
@@ -95,7 +105,8 @@ class Monitor:
         unique pages of its loader workers (shared pages counted once)."""
         cpu, mem = 0.0, 0
         me = os.getpid()
-        for p in self._tree():
+        self._last_tree = self._tree()
+        for p in self._last_tree:
             try:
                 cpu += p.cpu_percent(None)
                 if self.training_in_children:
@@ -117,8 +128,21 @@ class Monitor:
             except Exception:  # a sampler must never take the run down
                 continue
 
+    def _sample_outside(self) -> float | None:
+        """Record the CPU clocks; the share of all cores used outside the tree since the
+        previous sample, in percent (None for the first)."""
+        prev = self.outside.clock[-1] if self.outside.clock else None
+        tree = (self._tree(self.run_root_pid) if self.run_root_pid or not self._last_tree
+                else self._last_tree)  # this sample's tree, enumerated once
+        s = self.outside.sample(tree, self._gpus)
+        if prev is None or s.t <= prev.t:
+            return None
+        used = max(0.0, (s.machine_s - prev.machine_s) - (s.tree_s - prev.tree_s))
+        return round(100.0 * used / (s.t - prev.t) / self.outside.machine_cores, 1)
+
     def _sample(self) -> None:
         cpu, mem = self._sample_host()
+        outside = self._sample_outside()
         g_util = g_mem = g_pow = None
         if self._gpus:
             got = [g.sample() for g in self._gpus]
@@ -129,7 +153,8 @@ class Monitor:
             g_mem = sum(mems) if mems else None
             g_pow = sum(pows) if pows else None
         row = {"t_s": round(self.now(), 3), "cpu_util_pct": round(cpu, 1), "host_mem_bytes": mem,
-               "gpu_util_pct": g_util, "gpu_mem_bytes": g_mem, "gpu_power_w": g_pow}
+               "gpu_util_pct": g_util, "gpu_mem_bytes": g_mem, "gpu_power_w": g_pow,
+               "outside_cpu_pct": outside}
         self.rows.append(row)
         if self._writer is not None:
             self._writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
@@ -154,6 +179,12 @@ class Monitor:
         return {"cpu_util_pct": mean("cpu_util_pct"), "gpu_util_pct": mean("gpu_util_pct"),
                 "gpu_power_w": mean("gpu_power_w"), "host_mem_peak_bytes": peak("host_mem_bytes"),
                 "gpu_mem_peak_bytes": peak("gpu_mem_bytes"), "samples": len(rows)}
+
+    def outside_load(self, t_from: float | None = None,
+                     t_to: float | None = None) -> dict[str, Any]:
+        """CPU time (and GPU processes) of processes outside the run's tree over the window
+        given in absolute ``time.time()`` seconds; see ``measure/outside.py``."""
+        return self.outside.window(t_from, t_to)
 
 
 def process_peak_rss_bytes() -> int | None:

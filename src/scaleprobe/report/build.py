@@ -14,7 +14,7 @@ from scaleprobe.report import records as R
 from scaleprobe.report import sections_exp as SE
 from scaleprobe.report import sections_runs as SR
 from scaleprobe.report.diagnose import diagnose_experiment, diagnose_run
-from scaleprobe.report.doc import Section, Text, to_html, to_markdown
+from scaleprobe.report.doc import Section, Table, Text, to_html, to_markdown
 
 TITLE = "scaleprobe report"
 MD_NAME = "report.md"
@@ -74,6 +74,7 @@ def compose(records: list[dict[str, Any]], bases: list[Path],
         safe("Communication", SE.comm_section, records),
         safe("Accuracy parity", SE.parity_section, records),
         safe("Top operators", SR.top_ops_section, runs, bases),
+        safe("Sources", sources_section, records),
     ]
     sections = [s for s in candidates if s is not None]
     missing = _missing(records, runs, {s.anchor for s in sections}, problems)
@@ -91,7 +92,32 @@ def _intro(records: list[dict[str, Any]], runs: list[dict[str, Any]], source: st
     lines = [f"Source: {source or 'results'}; generated {res.utc_now()}.",
              "Contents: " + ", ".join([head, *parts]) + "."]
     lines += [f"Environment: {e}" for e in _environments(records)]
+    lines += [_shared_text(eid, folders) for eid, folders in R.shared_ids(records).items()]
     return [Text("\n".join(lines))]
+
+
+def _shared_text(eid: str, folders: list[str]) -> str:
+    return (f"Note: experiment id {eid} is in {len(folders)} folders ({', '.join(folders)}); "
+            f"each is kept and labelled by its folder, e.g. \"{eid} ({folders[0]})\".")
+
+
+def sources_section(records: list[dict[str, Any]]) -> Section | None:
+    """Every folder records were read from: its experiments and how many runs."""
+    folders: dict[str, dict[str, Any]] = {}
+    for r in records:
+        f = folders.setdefault(R.source(r), {"ids": {}, "runs": 0, "other": 0})
+        if R.exp_id(r) is not None:
+            f["ids"][f"{R.exp_id(r)} ({R.exp_kind(r) or r.get('kind')})"] = None
+        f["runs" if r.get("kind") == "run" else "other"] += 1
+    rows = [[folder or "(records given directly)", ", ".join(f["ids"]) or "-", str(f["runs"]),
+             str(f["other"])] for folder, f in folders.items()]
+    s = Section("Sources", anchor="sources")
+    s.add(Table(["Folder", "Experiments", "Runs", "Other records"], rows,
+                right=[False, False, True, True]))
+    shared = R.shared_ids(records)
+    if shared:
+        s.add(Text("\n".join(_shared_text(eid, fs) for eid, fs in shared.items())))
+    return s
 
 
 def _environments(records: list[dict[str, Any]]) -> list[str]:

@@ -8,13 +8,14 @@ and their rules are listed in docs/REPORTS.md.
 Verdicts of one run:
 
     input-bound          data wait above the threshold, or real-data samples/s well below a
-                         synthetic-data run of the same model and batch in the same results
+                         synthetic-data run that differs in the dataset alone (like for like)
     communication-bound  exposed communication above the threshold
     straggler            the slowest rank's median step well above the ranks' median
     CPU saturated        utilisation of all cores above the threshold, or more compute
                          threads + loader workers than cores
     compute-bound        none of the above and forward + backward dominate the step
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
+    measured under load  processes outside the run's tree used the machine meanwhile
     out of memory / failed / shard audit failed
 """
 
@@ -25,9 +26,11 @@ from typing import Any
 from scaleprobe import results as res
 from scaleprobe.invariants import check_run
 from scaleprobe.report import advice, fmt
+from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
 from scaleprobe.report.findings_exp import experiment_findings
+from scaleprobe.report.load import run_load
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
@@ -37,7 +40,7 @@ __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diag
 def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None,
                  th: Thresholds = DEFAULT) -> list[Finding]:
     """Findings for one run record. ``others``: records from the same results, used to find
-    a synthetic-data run of the same model and batch to compare against."""
+    a synthetic-data run that differs from this one in its dataset alone."""
     subject = R.name(rec)
     status = rec.get("status")
     if status in ("oom", "failed"):
@@ -51,7 +54,7 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
         f = _compute_bound(rec, th)
         if f is not None:
             out.append(f)
-    for f in (_memory(rec, th), _audit(rec)):
+    for f in (_memory(rec, th), _audit(rec), _load(rec, th)):
         if f is not None:
             out.append(f)
     out.extend(_invariants(rec))
@@ -59,6 +62,15 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
         out.append(Finding("interrupted", "the run was stopped before it finished",
                            "figures cover the steps timed before the stop", "info"))
     return [Finding(f.verdict, f.evidence, f.recommendation, f.severity, subject) for f in out]
+
+
+def _load(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    flag, reason = run_load(rec, th)
+    if not flag:
+        return None
+    return Finding("measured under load", reason,
+                   "its figures may be slower than the machine allows: re-run it when the "
+                   "machine is quiet, and compare it only with runs measured alike", "warning")
 
 
 def _failed_hint(rec: dict[str, Any]) -> str:
@@ -89,8 +101,8 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
         ratio = sps / R.metric(synth, "samples_per_s")
         if ratio < th.real_vs_synthetic:
             evidence.append(f"{R.cfg(rec, 'data.dataset')} data: {fmt.rate(sps)} samples/s vs "
-                            f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data with "
-                            f"the same model and batch ({fmt.pct(ratio)}, run "
+                            f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data, "
+                            f"every other setting the same ({fmt.pct(ratio)}, run "
                             f"{R.name(synth)})")
     if not evidence:
         return None
@@ -98,14 +110,15 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
 
 
 def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """An ok synthetic-data run of the same model, batch size and world size."""
+    """An ok synthetic-data run that differs from ``rec`` in the dataset (and what comes with
+    it: data folder, sample and class counts) and in nothing else: same model, image size,
+    transform, loader, batch, optimizer, world size..."""
     if R.is_synthetic(rec):
         return None
-    key = (R.cfg(rec, "model.name"), R.batch_size(rec), R.world_size(rec))
     for o in others:
         if (o is not rec and o.get("kind") == "run" and o.get("status") == "ok"
                 and R.is_synthetic(o) and R.metric(o, "samples_per_s")
-                and (R.cfg(o, "model.name"), R.batch_size(o), R.world_size(o)) == key):
+                and P.like_for_like(rec, o, P.DATASET_KEYS)):
             return o
     return None
 

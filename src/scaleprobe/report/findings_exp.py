@@ -6,14 +6,17 @@ wait from 26% to 1% of a step, yet compute per step grew 1.4x because workers an
 threads shared the cores, and throughput did not move. So the data wait is never judged
 alone: forward + backward per step is compared across loader settings of the same model,
 data and batch.
+
+Every pairing here is like for like (``report/pairing.py``): the two runs differ in the keys
+the finding varies and in nothing else, or no finding is made.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from scaleprobe.report import advice, fmt
+from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report.batch import recommend_batch, recommend_workers
 from scaleprobe.report.finding import Finding
@@ -24,7 +27,7 @@ from scaleprobe.report.thresholds import DEFAULT, Thresholds
 def experiment_findings(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
     for eid, recs in R.by_experiment(records, "sweep").items():
-        sweep = recs + [s for s in R.of_kind(records, "sweep") if R.exp_id(s) == eid]
+        sweep = recs + R.summaries(records, "sweep", eid)
         if any(k in R.BATCH_AXES for r in recs for k in R.point(r)):
             out.extend(_batch(eid, sweep))
         if any(k in R.LOADER_AXES for r in recs for k in R.point(r)):
@@ -70,22 +73,23 @@ def _workers(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Findi
     return [Finding("loader workers", rec["text"], flags, "info", eid)]
 
 
-def _loader_key(r: dict[str, Any]) -> str:
-    """Runs comparable across loader settings: same experiment, model, data, batch, world."""
-    return json.dumps([R.exp_id(r), R.cfg(r, "model.name"), R.cfg(r, "data.dataset"),
-                       R.cfg(r, "data.image_size"), R.batch_size(r), R.world_size(r),
-                       R.cfg(r, "dist.strategy")], default=str)
+def _worker_groups(runs: list[dict[str, Any]]) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """(experiment label, runs): runs of one experiment that differ in loader workers and in
+    nothing else."""
+    shared = R.shared_ids(runs)
+    by_exp: dict[str | None, list[dict[str, Any]]] = {}
+    for r in runs:
+        if r.get("status") == "ok" and R.compute_s(r) and R.loader_workers(r) is not None:
+            by_exp.setdefault(R.exp_label(r, shared), []).append(r)
+    return [(label, g) for label, recs in by_exp.items()
+            for g in P.like_for_like_groups(recs, P.WORKER_KEYS)]
 
 
 def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
-    """Runs that differ in loader workers: did more workers cut the data wait but slow the
-    forward + backward pass (workers and compute threads sharing the cores)?"""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        if r.get("status") == "ok" and R.compute_s(r) and R.loader_workers(r) is not None:
-            groups.setdefault(_loader_key(r), []).append(r)
+    """Runs that differ only in loader workers: did more workers cut the data wait but slow
+    the forward + backward pass (workers and compute threads sharing the cores)?"""
     out = []
-    for recs in groups.values():
+    for label, recs in _worker_groups(runs):
         if len({R.loader_workers(r) for r in recs}) < 2:
             continue
         fewest = min(R.loader_workers(r) for r in recs)
@@ -98,12 +102,13 @@ def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Findin
                     < (R.metric(base, "data_wait_fraction") or 0)):
                 worst, growth = r, g
         if worst is not None:
-            out.append(_contention_finding(base, worst, growth, recs, th))
+            out.append(_contention_finding(base, worst, growth, recs, th, label))
     return out
 
 
 def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,
-                        group: list[dict[str, Any]], th: Thresholds) -> Finding:
+                        group: list[dict[str, Any]], th: Thresholds,
+                        label: str | None = None) -> Finding:
     wa, wb = R.loader_workers(a), R.loader_workers(b)
     sa, sb = R.metric(a, "samples_per_s"), R.metric(b, "samples_per_s")
     ev = (f"workers {wa} -> {wb}: data wait {fmt.pct(R.metric(a, 'data_wait_fraction'))} -> "
@@ -119,7 +124,7 @@ def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,
     rec = (f"the data wait alone misleads here (loader workers took cores from compute): {keep}"
            "cap compute threads so threads + workers fit the cores, or make each sample cheaper "
            "(pre-resized images, a lighter transform) instead of adding workers")
-    subject = R.exp_id(b) or f"{R.name(a)} vs {R.name(b)}"
+    subject = label or f"{R.name(a)} vs {R.name(b)}"
     return Finding("loader workers compete with compute", ev, rec, "warning", subject)
 
 

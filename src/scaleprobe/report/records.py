@@ -19,21 +19,27 @@ LOADER_AXES = ("workers", "prefetch", "transform", "loader")
 COMPUTE_PHASES = ("forward", "backward")
 
 
+SOURCE = "_source"  # set on each record by load_records: the folder it was read from
+
+
 def load_records(path: str | Path) -> list[dict[str, Any]]:
     """Records from a results.jsonl, a result.json, a run folder or a folder of results.
 
     A folder is searched for results.jsonl files first; when it holds none, for result.json
-    files (a single run folder). Raises ConfigError when nothing is there."""
+    files (a single run folder). Each record is tagged with the folder it came from
+    (``rec["_source"]``, see ``source``). Raises ConfigError when nothing is there."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"no such file or folder: {p}")
     if p.is_file():
         try:
-            recs = res.find_results(p)
+            recs = _tagged(res.find_results(p), str(p.parent))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"cannot read {p}: {e}") from None
     else:
-        recs = res.find_results(p)
+        recs = []
+        for f in sorted(p.rglob(res.RESULTS_FILE)):
+            recs.extend(_tagged(res.read_jsonl(f), _folder(p, f.parent)))
         if not recs:
             recs = _result_jsons(p)
     recs = _unique([r for r in recs if isinstance(r, dict) and isinstance(r.get("kind"), str)])
@@ -42,18 +48,34 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return recs
 
 
+def _folder(base: Path, folder: Path) -> str:
+    """A folder as the user named it: the source itself, or source/relative path."""
+    return str(base / folder.relative_to(base)) if folder != base else str(base)
+
+
+def _tagged(recs: list[Any], folder: str) -> list[Any]:
+    for r in recs:
+        if isinstance(r, dict):
+            r[SOURCE] = folder
+    return recs
+
+
 def _unique(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drop repeats of the same run (one run id, one finish time), e.g. from a results file
-    copied into a subfolder of the folder being read."""
-    seen: set[tuple[str, str]] = set()
+    """Drop repeats of the same record, e.g. from a results file copied into a subfolder of
+    the folder being read: a run by run id and finish time, any other record by its
+    content. The first one read is kept."""
+    seen: set[Any] = set()
     out = []
     for r in recs:
         rid = r.get("run_id")
         if r.get("kind") == "run" and isinstance(rid, str):
-            key = (rid, str(r.get("finished_at")))
-            if key in seen:
-                continue
-            seen.add(key)
+            key: Any = (rid, str(r.get("finished_at")))
+        else:
+            key = json.dumps({k: v for k, v in r.items() if k != SOURCE}, sort_keys=True,
+                             default=str)
+        if key in seen:
+            continue
+        seen.add(key)
         out.append(r)
     return out
 
@@ -62,10 +84,16 @@ def _result_jsons(folder: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for f in sorted(folder.rglob("result.json")):
         try:
-            out.extend(res.find_results(f))
+            out.extend(_tagged(res.find_results(f), _folder(folder, f.parent)))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             continue
     return out
+
+
+def source(rec: dict[str, Any]) -> str:
+    """The folder a record was read from ("" when it was not read by load_records)."""
+    v = rec.get(SOURCE)
+    return v if isinstance(v, str) else ""
 
 
 def of_kind(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -96,37 +124,82 @@ def point_key(pt: dict[str, Any]) -> str:
     return json.dumps(pt, sort_keys=True, default=str)
 
 
+def repeat(rec: dict[str, Any]) -> int | None:
+    """The repeat index of an experiment point measured several times, else None."""
+    v = num(dict_of(rec.get("experiment")).get("repeat"))
+    return int(v) if v is not None else None
+
+
+def shared_ids(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Experiment ids found in more than one folder: ``{id: [folders]}``. Both are kept and
+    told apart by folder (``exp_label``)."""
+    folders: dict[str, dict[str, None]] = {}
+    for r in records:
+        eid = exp_id(r)
+        if eid is not None:
+            folders.setdefault(eid, {})[source(r)] = None
+    return {eid: list(f) for eid, f in folders.items() if len(f) > 1}
+
+
+def exp_label(rec: dict[str, Any], shared: dict[str, list[str]]) -> str | None:
+    """The experiment's name in a report: its id, with the folder when the id is shared."""
+    eid = exp_id(rec)
+    if eid is None:
+        return None
+    return f"{eid} ({source(rec) or '?'})" if eid in shared else eid
+
+
+def run_identity(rec: dict[str, Any]) -> str:
+    """What identifies a run: folder, experiment id, point key and repeat index; a run of no
+    experiment (or no point), its run id. Never the display name (every scale point is "nproc=2")."""
+    if exp_id(rec) is None or not point(rec):
+        return json.dumps([source(rec), exp_id(rec), rec.get("run_id")], default=str)
+    return json.dumps([source(rec), exp_id(rec), point_key(point(rec)), repeat(rec)],
+                      default=str)
+
+
 def by_experiment(records: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any]]]:
-    """Run records of experiments of one kind, by experiment id, in file order. A point that a
-    sweep reused from a run of another experiment (same configuration, measured once) is
-    listed under each: the sweep's summary record names its run id and point."""
+    """Run records of experiments of one kind, by experiment label (the id, with the folder
+    when two folders hold the same id: both are kept), in file order. A point that a sweep
+    reused from a run of another experiment (same configuration, measured once) is listed
+    under each: the sweep's summary record names its run id and point."""
     out: dict[str, list[dict[str, Any]]] = {}
+    shared = shared_ids(records)
     runs = of_kind(records, "run")
     for r in runs:
         if exp_kind(r) == kind:
-            out.setdefault(exp_id(r) or "(unnamed)", []).append(r)
-    by_id = {r.get("run_id"): r for r in runs if isinstance(r.get("run_id"), str)}
+            out.setdefault(exp_label(r, shared) or "(unnamed)", []).append(r)
+    by_id = {(source(r), r.get("run_id")): r for r in runs if isinstance(r.get("run_id"), str)}
+    by_run_id = {r.get("run_id"): r for r in runs if isinstance(r.get("run_id"), str)}
     for s in of_kind(records, "sweep"):
-        eid = exp_id(s)
-        if exp_kind(s) != kind or eid is None:
+        label = exp_label(s, shared)
+        if exp_kind(s) != kind or label is None:
             continue
-        have = {r.get("run_id") for r in out.get(eid, [])}
+        have = {r.get("run_id") for r in out.get(label, [])}
         for pt in s.get("points") or []:
-            run = by_id.get(dict_of(pt).get("run_id"))
+            rid = dict_of(pt).get("run_id")
+            run = by_id.get((source(s), rid)) or by_run_id.get(rid)
             if run is not None and run.get("run_id") not in have:
-                exp = {"id": eid, "kind": kind, "point": dict_of(pt.get("point")),
+                exp = {"id": exp_id(s), "kind": kind, "point": dict_of(pt.get("point")),
                        "reused": run.get("run_id")}
-                out.setdefault(eid, []).append({**run, "experiment": exp})
+                out.setdefault(label, []).append({**run, "experiment": exp, SOURCE: source(s)})
                 have.add(run.get("run_id"))
     return out
 
 
+def summaries(records: list[dict[str, Any]], kind: str, label: str) -> list[dict[str, Any]]:
+    """Summary records of one kind ("sweep", "colocate", ...) of the experiment ``label``."""
+    shared = shared_ids(records)
+    return [r for r in of_kind(records, kind) if exp_label(r, shared) == label]
+
+
 def latest_per_point(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per experiment point: the last one that finished ok, else the last one
-    (a resumed sweep may have appended a point twice). Keeps first-seen order."""
+    """One record per run identity (folder, experiment, point, repeat): the last one that
+    finished ok, else the last one (a resumed sweep may have appended a point twice). Keeps
+    first-seen order."""
     chosen: dict[str, dict[str, Any]] = {}
     for r in recs:
-        k = point_key(point(r)) if point(r) else str(r.get("run_id"))
+        k = run_identity(r)
         prev = chosen.get(k)
         if prev is None or r.get("status") == "ok" or prev.get("status") != "ok":
             chosen[k] = r

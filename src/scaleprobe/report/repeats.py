@@ -22,16 +22,16 @@ Figure = Callable[[dict[str, Any]], float | int | None]
 
 
 def repeat_index(rec: dict[str, Any]) -> int:
-    v = R.dict_of(rec.get("experiment")).get("repeat")
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+    """The run's repeat index; 0 for records written before repeats existed."""
+    return R.repeat(rec) or 0
 
 
-def point_identity(rec: dict[str, Any]) -> tuple[str, str]:
-    """(experiment id, point key); a run outside any experiment is its own point."""
+def point_identity(rec: dict[str, Any]) -> tuple[str, str, str]:
+    """(folder, experiment id, point key); a run outside any experiment is its own point."""
     pt = R.point(rec)
     if not pt:
-        return (R.exp_id(rec) or "", f"run:{rec.get('run_id')}")
-    return (R.exp_id(rec) or "", R.point_key(pt))
+        return (R.source(rec), R.exp_id(rec) or "", f"run:{rec.get('run_id')}")
+    return (R.source(rec), R.exp_id(rec) or "", R.point_key(pt))
 
 
 def group_repeats(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -39,9 +39,9 @@ def group_repeats(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (with ``repeats``: every ok run, one per repeat index, in repeat order), else the latest
     record (a failed or out-of-memory point, ``repeats`` empty). Within one repeat index the
     latest ok run counts (a resumed experiment may have appended a point twice)."""
-    order: list[tuple[str, str]] = []
-    ok: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    last: dict[tuple[str, str], dict[str, Any]] = {}
+    order: list[tuple[str, str, str]] = []
+    ok: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = {}
+    last: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in recs:
         ident = point_identity(r)
         if ident not in last:

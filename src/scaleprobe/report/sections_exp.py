@@ -11,6 +11,7 @@ from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
 from scaleprobe.report.doc import Image, Section, Sub, Table, Text
+from scaleprobe.report.load import under_load_line
 
 
 def _slug(text: str) -> str:
@@ -25,7 +26,7 @@ def _within(group: str, eid: str) -> str:
 def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
     s = Section("Sweeps", anchor="sweeps")
     for eid, runs in R.by_experiment(records, "sweep").items():
-        recs = runs + [x for x in R.of_kind(records, "sweep") if R.exp_id(x) == eid]
+        recs = runs + R.summaries(records, "sweep", eid)
         axes = {k for r in runs for k in R.point(r)}
         s.add(Sub(f"Sweep {eid}"))
         if axes & set(R.BATCH_AXES):
@@ -35,7 +36,15 @@ def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
         if not axes & (set(R.BATCH_AXES) | set(R.LOADER_AXES)):
             s.add(Text(f"Varied: {', '.join(sorted(axes)) or 'nothing'}; each point is a row "
                        "of the runs table."))
+        _load_line(s, runs)
     return s if s.blocks else None
+
+
+def _load_line(s: Section, runs: list[dict[str, Any]], note: str = "") -> None:
+    """Which points of an experiment were measured while other processes used the machine."""
+    line = under_load_line(R.latest_per_point(runs), note=note)
+    if line:
+        s.add(Text(line))
 
 
 def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
@@ -88,11 +97,13 @@ def scaling_section(records: list[dict[str, Any]]) -> Section | None:
     s.add(Text("Speedup = samples/s at N processes / samples/s at 1 (measured, not "
                "extrapolated); efficiency = speedup / N. 'Lost to' splits the gap into shares of "
                "the N-process step."))
+    runs = R.by_experiment(records, "scale")
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         grows = [r for r in rows if r["experiment"] == eid]
         s.add(Table(list(S.SCALE_HEADERS), [S.scale_cells(r) for r in grows],
                     right=[True] * 7 + [False], caption=f"Scale experiment {eid}"))
         s.add(Text("\n".join(f"- {r['line']}" for r in grows)))
+        _load_line(s, runs.get(eid, []))
     png = plots.scale_plot(rows)
     if png:
         s.add(Image("scaling", png, "speedup vs processes with the ideal line"))
@@ -122,6 +133,10 @@ def colocate_section(records: list[dict[str, Any]]) -> Section | None:
             lines.append(f"Verdict: {rec['verdict']}" + (f" - {rec['evidence']}"
                                                          if rec.get("evidence") else ""))
         s.add(Text("\n".join(lines)))
+        label = R.exp_label(rec, R.shared_ids(records))
+        _load_line(s, R.by_experiment(records, "colocate").get(label or "", []),
+                   " Jobs measured together share the machine by design; a job measured alone "
+                   "under load makes its slowdown look smaller than it is.")
     png = plots.colocate_plot(recs)
     if png:
         s.add(Image("colocation", png, "slowdown of each job when co-located"))

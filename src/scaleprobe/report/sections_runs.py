@@ -12,17 +12,19 @@ from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report.doc import Image, Section, Table, Text
 from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.report.load import load_cell
 from scaleprobe.results import BREAKDOWN_PHASES
 
-RUN_HEADERS = ["Run", "Model", "Dataset", "Strategy", "World", "Batch (device/global)",
-               "Samples/s", "Step median", "Step p95", "Data wait", "Comm", "Peak host mem",
-               "Peak device mem", "CPU", "GPU", "Accuracy", "Status"]
+RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
+               "Batch (device/global)", "Samples/s", "Step median", "Step p95", "Data wait",
+               "Comm", "Peak host mem", "Peak device mem", "CPU", "GPU", "Outside load",
+               "Accuracy", "Status"]
 # column -> the metric whose null_reasons entry explains an "n/a" in it
 REASON_KEYS = {
     "Samples/s": "samples_per_s", "Step median": "step_time_s", "Data wait": "data_wait_fraction",
     "Comm": "comm_fraction", "Peak host mem": "peak_mem_bytes.host",
     "Peak device mem": "peak_mem_bytes.device_allocated", "CPU": "cpu_util_pct",
-    "GPU": "gpu_util_pct", "Accuracy": "accuracy",
+    "GPU": "gpu_util_pct", "Outside load": "outside_cpu_cores", "Accuracy": "accuracy",
 }
 
 
@@ -38,21 +40,29 @@ def _host_mem(rec: dict[str, Any]) -> str:
     return f"{fmt.bytes_(total)} (net {fmt.bytes_(net)})"
 
 
-def run_cells(rec: dict[str, Any]) -> list[str]:
+def run_cells(rec: dict[str, Any], shared: dict[str, list[str]] | None = None) -> list[str]:
+    """One row of the runs table; ``shared``: experiment ids found in several folders."""
     b = R.dict_of(rec.get("batch"))
     batch = f"{fmt.num(b.get('per_device'), 'd')}/{fmt.num(b.get('global'), 'd')}"
     if not b:
         batch = fmt.num(R.cfg(rec, "train.batch_size"), "d")
+    exp = R.exp_label(rec, shared or {})
     return [
-        R.name(rec), str(R.cfg(rec, "model.name") or fmt.NA),
+        R.name(rec), f"{exp} ({_point_text(rec)})" if exp else "-",
+        str(R.cfg(rec, "model.name") or fmt.NA),
         str(R.cfg(rec, "data.dataset") or fmt.NA), str(R.cfg(rec, "dist.strategy") or fmt.NA),
         fmt.num(R.world_size(rec), "d"), batch, fmt.rate(R.metric(rec, "samples_per_s")),
         fmt.ms(R.step_median_s(rec)), fmt.ms(R.metric(rec, "step_time_s.p95")),
         fmt.pct(R.metric(rec, "data_wait_fraction")), fmt.pct(R.metric(rec, "comm_fraction")),
         _host_mem(rec), fmt.bytes_(R.device_peak(rec)),
         fmt.pct_value(R.metric(rec, "cpu_util_pct")), fmt.pct_value(R.metric(rec, "gpu_util_pct")),
-        _accuracy(rec), R.status_text(rec),
+        load_cell(rec), _accuracy(rec), R.status_text(rec),
     ]
+
+
+def _point_text(rec: dict[str, Any]) -> str:
+    text = fmt.describe_point(R.point(rec)) or "-"
+    return text if R.repeat(rec) is None else f"{text} #{R.repeat(rec)}"
 
 
 def missing_notes(runs: list[dict[str, Any]], rows: list[list[str]]) -> list[str]:
@@ -95,10 +105,15 @@ def rate_notes(runs: list[dict[str, Any]], limit: int = 6) -> list[str]:
 def runs_section(runs: list[dict[str, Any]]) -> Section | None:
     if not runs:
         return None
-    rows = [run_cells(r) for r in runs]
-    right = [False] * 6 + [True] * 10 + [False]
+    shared = R.shared_ids(runs)
+    rows = [run_cells(r, shared) for r in runs]
+    right = [False] * 7 + [True] * 11 + [False]
     s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
     notes = missing_notes(runs, rows) + rate_notes(runs)
+    if any(c.startswith("under load") for row in rows for c in row):
+        notes.append("under load: processes outside the run's own process tree used more than "
+                     "the limit during its timed window (Thresholds.under_load); its figures "
+                     "may be slower than the machine allows")
     if notes:
         s.add(Text("\n".join(notes), note=True))
     return s

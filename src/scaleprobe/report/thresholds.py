@@ -47,6 +47,38 @@ class Thresholds:
     colocate_gpu_pct: float = 90.0
     # parity: |accuracy on N processes - accuracy on 1| within this = parity holds
     parity_tolerance: float = 0.03
+    # measured under load: processes outside the run's own tree kept more than
+    # max(load_cores, load_machine_fraction x the machine's cores) busy on average during the
+    # timed window. Why: process-to-process noise measured on a 2-core machine is 10-18%
+    # (docs/DESIGN.md, 2026-11-22); 0.25 cores of outside work is 12.5% of such a machine,
+    # enough on its own to make a difference of that size, and on larger machines 10% of the
+    # cores is the low end of the same noise. Any compute process of another program on the
+    # run's GPU is load too (NVML cannot say how much of the device it took).
+    load_cores: float = 0.25
+    load_machine_fraction: float = 0.10
+
+    def load_limit_cores(self, machine_cores: int | None) -> float:
+        """Mean cores that outside processes may keep busy before a run is under load."""
+        return max(self.load_cores, self.load_machine_fraction * (machine_cores or 0))
+
+    def under_load(self, outside_cores: float | None, machine_cores: int | None,
+                   gpu_processes: list[dict] | None = None) -> tuple[bool | None, str]:
+        """(flag, reason): was the run measured while other processes used the machine?
+        The flag is None when neither the CPU nor the GPU figure was measured."""
+        limit = self.load_limit_cores(machine_cores)
+        gpu = [g for g in gpu_processes or [] if isinstance(g, dict)]
+        parts = []
+        if outside_cores is not None:
+            parts.append(f"processes outside the run used {outside_cores:.2f} cores on average "
+                         f"(of {machine_cores or '?'}; limit {limit:.2f})")
+        if gpu:
+            who = ", ".join(f"{g.get('name') or 'pid'} {g.get('pid')} on GPU {g.get('device')}"
+                            for g in gpu[:4])
+            parts.append(f"{len(gpu)} other compute process(es) on the run's GPU: {who}")
+        if outside_cores is None and gpu_processes is None:
+            return None, "not measured"
+        flag = bool(gpu) or (outside_cores is not None and outside_cores > limit)
+        return flag, "; ".join(parts)
 
 
 DEFAULT = Thresholds()

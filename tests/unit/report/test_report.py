@@ -142,4 +142,4 @@ def test_a_run_found_twice_is_listed_once(tmp_path):
     write_results(tmp_path, [rec])
     write_results(tmp_path / "copy", [rec])
     md, _ = build_report(tmp_path)
-    assert md.read_text().count("| twice | resnet18 |") == 1
+    assert md.read_text().count("| twice | - | resnet18 |") == 1

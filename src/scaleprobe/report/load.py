@@ -1,0 +1,65 @@
+"""Was a run measured while other processes used the machine? Read from its record.
+
+A run records the CPU time that processes outside its own process tree used during its
+timed window (``metrics.outside_cpu_cores``) and other programs' compute processes on its
+GPUs (``load.gpu_processes``). The report judges those figures again with its own
+thresholds (``Thresholds.under_load``), so one rule applies to every run it shows; a record
+that carries only the flag keeps it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe.report import fmt
+from scaleprobe.report import records as R
+from scaleprobe.report.thresholds import DEFAULT, Thresholds
+
+
+def run_load(rec: dict[str, Any], th: Thresholds = DEFAULT) -> tuple[bool | None, str]:
+    """(flag, reason): True = measured under load, None = not measured."""
+    load = R.dict_of(rec.get("load"))
+    cores = R.metric(rec, "outside_cpu_cores")
+    gpu = load.get("gpu_processes") if isinstance(load.get("gpu_processes"), list) else None
+    if cores is None and gpu is None:
+        flag = load.get("flag")
+        return (flag if isinstance(flag, bool) else None), str(load.get("reason") or
+                                                              "not measured")
+    machine = R.num(load.get("machine_cores")) or R.number(rec, "env.cores")
+    return th.under_load(cores, int(machine) if machine else None, gpu)
+
+
+def load_cell(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str:
+    """The runs table's cell: mean cores busy outside the run, marked when under load."""
+    flag, _ = run_load(rec, th)
+    cores = R.metric(rec, "outside_cpu_cores")
+    text = f"{cores:.2f} cores" if cores is not None else fmt.NA
+    return f"under load ({text})" if flag else text
+
+
+def point_label(rec: dict[str, Any]) -> str:
+    """A run as a point of its experiment: 'batch_size=64', with '#2' for repeat 2."""
+    text = fmt.describe_point(R.point(rec)) or R.name(rec)
+    rep = R.repeat(rec)
+    return f"{text} #{rep}" if rep is not None else text
+
+
+def under_load_line(recs: list[dict[str, Any]], th: Thresholds = DEFAULT,
+                    note: str = "") -> str | None:
+    """'Measured under load: batch_size=64 (1.70 cores outside), ...' or None when no run
+    of ``recs`` was."""
+    hits = [r for r in recs if run_load(r, th)[0]]
+    if not hits:
+        return None
+    parts = []
+    for r in hits:
+        cores = R.metric(r, "outside_cpu_cores")
+        gpus = R.number(r, "metrics.outside_gpu_processes")
+        what = [f"{cores:.2f} cores outside" if cores is not None else "",
+                f"{int(gpus)} other GPU process(es)" if gpus else ""]
+        parts.append(f"{point_label(r)} ({', '.join(w for w in what if w) or 'flagged'})")
+    limit = th.load_cores
+    return (f"Measured under load ({len(hits)} of {len(recs)} points): " + "; ".join(parts)
+            + f". Other processes used more than max({limit:g} cores, "
+            f"{th.load_machine_fraction:.0%} of the machine) during these points' timed "
+            "windows, so their figures may be slower than the machine allows." + note)

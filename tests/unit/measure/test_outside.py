@@ -1,0 +1,139 @@
+"""CPU time outside the run's process tree, GPU neighbours, and the under-load rule.
+
+The CPU tests spin real processes. The machine may be shared, so they assert only what other
+processes cannot undo: a spinning process outside the tree is counted as outside (at least its
+own CPU time), and the tree's own processes, live or already reaped, are counted as the run's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from scaleprobe.measure.monitor import Monitor
+from scaleprobe.measure.outside import OutsideLoad, result_fields
+from scaleprobe.report.thresholds import DEFAULT, Thresholds
+
+pytestmark = pytest.mark.timeout(60)
+
+SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+
+
+def _spinner(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SPIN.format(s=seconds)])
+
+
+def _cpu(p: psutil.Process) -> float:
+    c = p.cpu_times()
+    return c.user + c.system
+
+
+def test_a_spinning_process_outside_the_tree_is_counted_as_outside():
+    """Catches outside CPU time that misses other processes (e.g. machine time read per
+    process of the tree only, or the subtraction done the wrong way round)."""
+    hog = _spinner(30)
+    try:
+        hp = psutil.Process(hog.pid)
+        time.sleep(0.3)
+        me = [psutil.Process(os.getpid())]  # the "run" is this process alone; the hog is not in it
+        out = OutsideLoad()
+        out.sample(me)
+        h0 = _cpu(hp)
+        t0 = time.time()
+        time.sleep(2.0)
+        t1 = time.time()
+        h1 = _cpu(hp)
+        out.sample(me)
+        win = out.window(t0, t1)
+    finally:
+        hog.kill()
+        hog.wait()
+    hog_s = h1 - h0
+    assert hog_s > 0.2, f"the hog barely ran ({hog_s:.2f} s): machine too busy to test"
+    assert win["outside_cpu_s"] >= 0.9 * hog_s - 0.05, (win, hog_s)
+    assert win["outside_cpu_cores"] == pytest.approx(win["outside_cpu_s"] / win["outside_window_s"],
+                                                     rel=0.01)
+    assert 0 <= win["outside_cpu_cores"] <= out.machine_cores + 0.05
+
+
+def test_the_runs_own_children_are_not_outside_even_after_they_exit():
+    """Catches a tree clock that forgets loader workers or ranks once they exit (their time
+    would then show up as load from other processes)."""
+    me = psutil.Process(os.getpid())
+    out = OutsideLoad()
+    out.sample([me])
+    child = _spinner(1.0)  # spins 1 s of CPU time, exits, and is reaped below
+    child.wait(timeout=30)
+    out.sample([me])
+    a, b = out.clock
+    assert b.tree_s - a.tree_s >= 0.9, "the reaped child's CPU time is the run's own"
+
+
+def test_outside_cpu_needs_two_samples():
+    """Catches a figure made up from a single sample (it must be null with a reason)."""
+    out = OutsideLoad()
+    win = out.window(None, None)
+    assert win["outside_cpu_s"] is None and "fewer than two" in win["reasons"]["outside_cpu_s"]
+
+
+class FakeGpu:
+    def __init__(self, index: int, procs: list[tuple[int, int | None]] | None) -> None:
+        self.index, self.procs = index, procs
+
+    def compute_processes(self):
+        return self.procs
+
+
+def test_gpu_neighbours_are_processes_not_in_the_tree():
+    """Catches the run's own CUDA processes reported as neighbours, or neighbours missed."""
+    me = psutil.Process(os.getpid())
+    other = 4_000_000  # no such pid here: NVML sees pids this sandbox cannot name
+    out = OutsideLoad()
+    out.sample([me], [FakeGpu(0, [(me.pid, 1 << 30), (other, 2 << 30)])])
+    out.sample([me], [FakeGpu(0, [(me.pid, 1 << 30), (other, 3 << 30)])])
+    win = out.window(None, None)
+    assert win["outside_gpu_processes"] == [
+        {"device": 0, "pid": other, "name": None, "used_memory_bytes": 3 << 30}]
+    metrics, _, load = result_fields(win, DEFAULT)
+    assert metrics["outside_gpu_processes"] == 1
+    assert load["flag"] is True and "1 other compute process" in load["reason"]
+
+
+def test_gpu_pids_from_another_namespace_are_not_guessed():
+    """Catches every GPU run in a container flagged as shared: NVML's host pids never match
+    the run's own, so the figure must be null with the reason instead."""
+    me = psutil.Process(os.getpid())
+    out = OutsideLoad()
+    out.sample([me], [FakeGpu(0, [(4_000_001, None)])])
+    win = out.window(None, None)
+    assert win["outside_gpu_processes"] is None
+    assert "pid namespace" in win["reasons"]["outside_gpu_processes"]
+
+
+def test_without_nvml_the_gpu_figure_is_null_with_the_reason():
+    """Catches a GPU neighbour count of 0 when NVML could not be asked (here: no library)."""
+    mon = Monitor(0.05, cuda_indices=[0])
+    with mon:
+        time.sleep(0.2)
+    win = mon.outside_load()
+    assert win["outside_gpu_processes"] is None
+    assert win["reasons"]["outside_gpu_processes"] == mon.gpu_reason
+    assert win["outside_cpu_s"] is not None  # the CPU part stands on its own
+
+
+def test_under_load_rule_and_its_limit():
+    """Catches a limit that ignores the machine's size or a flag set without a measurement."""
+    th = Thresholds()
+    assert th.load_limit_cores(2) == 0.25 and th.load_limit_cores(64) == pytest.approx(6.4)
+    assert th.under_load(0.30, 2)[0] is True
+    assert th.under_load(0.20, 2)[0] is False
+    assert th.under_load(3.0, 64)[0] is False
+    assert th.under_load(None, 2, [{"pid": 7, "device": 0}])[0] is True
+    assert th.under_load(None, 2, None) == (None, "not measured")
+    flag, reason = th.under_load(0.9, 2)
+    assert flag and "0.90 cores" in reason and "limit 0.25" in reason

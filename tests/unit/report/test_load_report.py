@@ -1,0 +1,74 @@
+"""A run measured under load says so: in the runs table, the findings and the experiment
+sections of the report."""
+
+from __future__ import annotations
+
+from scaleprobe.report import build_report
+from scaleprobe.report.diagnose import diagnose_run
+from scaleprobe.report.load import run_load, under_load_line
+from scaleprobe.report.thresholds import Thresholds
+from tests.unit.report.factory import run, scale_point, sweep_point, write_results
+
+
+def loaded(rec: dict, cores: float, machine: int = 2) -> dict:
+    """``rec`` with the outside-load figures a run records (flag as judged at run time)."""
+    rec["metrics"]["outside_cpu_cores"] = cores
+    rec["metrics"]["outside_cpu_s"] = cores * 10.0
+    flag, reason = Thresholds().under_load(cores, machine)
+    rec["load"] = {"flag": flag, "reason": reason, "outside_cpu_cores": cores,
+                   "machine_cores": machine, "limit_cores": 0.25, "window_s": 10.0,
+                   "gpu_processes": None}
+    return rec
+
+
+def test_runs_table_and_findings_show_the_load(tmp_path):
+    """Catches a run measured beside other work that the report presents as clean."""
+    busy = loaded(run("busy"), 1.7)
+    quiet = loaded(run("quiet"), 0.05)
+    write_results(tmp_path, [busy, quiet])
+    md = build_report(tmp_path)[0].read_text()
+    assert "| under load (1.70 cores) |" in md and "| 0.05 cores |" in md
+    assert "under load: processes outside the run's own process tree used more" in md
+    f = [x for x in diagnose_run(busy) if x.verdict == "measured under load"]
+    assert f and "1.70 cores on average (of 2; limit 0.25)" in f[0].evidence
+    assert f[0].severity == "warning"
+    assert "measured under load" not in {x.verdict for x in diagnose_run(quiet)}
+    # the caveat does not hide what limits the run
+    assert "compute-bound" in {x.verdict for x in diagnose_run(busy)}
+
+
+def test_experiment_sections_list_the_points_measured_under_load(tmp_path):
+    """Catches sweep and scaling tables built from points measured under load without a
+    word about which ones."""
+    recs = [loaded(run(f"bs{b}", batch=b, experiment=sweep_point("sw", batch_size=b)), c)
+            for b, c in ((16, 0.05), (32, 1.2))]
+    recs += [loaded(run(f"n{n}", nproc=n, strategy="ddp", sps=100.0 * n,
+                        experiment=scale_point("sc", n)), c) for n, c in ((1, 0.9), (2, 0.1))]
+    write_results(tmp_path, recs)
+    md = build_report(tmp_path)[0].read_text()
+    assert "Measured under load (1 of 2 points): batch_size=32 (1.20 cores outside)" in md
+    assert "Measured under load (1 of 2 points): nproc=1 (0.90 cores outside)" in md
+
+
+def test_the_report_judges_with_its_own_thresholds():
+    """Catches a report that trusts a flag set under another threshold (so one rule applies
+    to every run shown), and one that drops a flag recorded without figures."""
+    rec = loaded(run("r"), 0.5)
+    assert run_load(rec)[0] is True
+    assert run_load(rec, Thresholds(load_cores=1.0))[0] is False
+    old = run("old")
+    old["load"] = {"flag": True, "reason": "recorded"}
+    assert run_load(old) == (True, "recorded")
+    assert run_load(run("never"))[0] is None
+    assert under_load_line([run("never")]) is None
+
+
+def test_a_foreign_gpu_process_is_load():
+    """Catches another program's compute process on the run's GPU left out of the flag."""
+    rec = loaded(run("gpu"), 0.0)
+    rec["load"]["gpu_processes"] = [{"device": 0, "pid": 4242, "name": "python",
+                                     "used_memory_bytes": 1 << 30}]
+    rec["metrics"]["outside_gpu_processes"] = 1
+    flag, reason = run_load(rec)
+    assert flag is True and "python 4242 on GPU 0" in reason
+    assert "1 other GPU process(es)" in under_load_line([rec])

@@ -1,0 +1,123 @@
+"""Like for like: every pairing in a diagnosis varies one setting and matches on all others.
+
+Per rule: a pair that differs in one extra configuration key is not made; an exact pair is.
+"""
+
+from __future__ import annotations
+
+from scaleprobe.report import pairing as P
+from scaleprobe.report.diagnose import diagnose_experiment, diagnose_run
+from tests.unit.report.factory import breakdown, run, sweep_point, with_
+
+
+def test_differing_keys_ignore_what_does_not_change_the_measurement():
+    """Catches pairings refused (or keys reported) for a different label or output folder."""
+    a = run("a")
+    b = with_(with_(with_(run("b"), "config.out", "elsewhere"), "config.name", "b"),
+              "config.measure", {"progress": False})
+    a = with_(a, "config.measure", {"progress": True})
+    assert P.differing_keys(a, b) == set()
+    assert P.differing_keys(a, with_(a, "config.train.optimizer", "adamw")) == {
+        "train.optimizer"}
+    # a key one record lacks differs too (older records, hand-made configs)
+    assert P.differing_keys(a, with_(a, "config.train.amp", "bf16")) == {"train.amp"}
+
+
+def test_a_null_setting_is_compared_as_what_the_run_resolved_it_to():
+    """Catches "natural size" on two datasets read as the same image size (64 px vs 32 px)."""
+    a = with_(run("a"), "config.data.image_size", None)
+    b = with_(run("b"), "config.data.image_size", None)
+    assert P.like_for_like(a, b)
+    a["resolved"] = {"data.image_size": 64}
+    b["resolved"] = {"data.image_size": 32}
+    assert P.differing_keys(a, b) == {"data.image_size"}
+    assert not P.like_for_like(a, b)
+
+
+def test_records_without_a_configuration_are_never_paired():
+    """Catches two records with unknown settings treated as identical."""
+    a, b = run("a"), run("b")
+    a["config"], b["config"] = {}, {}
+    assert not P.like_for_like(a, b)
+    assert P.like_for_like_groups([a, b]) == []
+
+
+def test_groups_agree_with_the_pairwise_rule():
+    """Catches a grouping that puts runs together which like_for_like would not pair."""
+    recs = [run("w0", workers=0, loader="naive"), run("w2", workers=2),
+            run("w2-adam", workers=2, **{}), run("w1", workers=1)]
+    recs[2] = with_(recs[2], "config.train.optimizer", "adamw")
+    groups = P.like_for_like_groups(recs, P.WORKER_KEYS)
+    assert [[r["name"] for r in g] for g in groups] == [["w0", "w2", "w1"], ["w2-adam"]]
+    for g in groups:
+        assert all(P.like_for_like(x, y, P.WORKER_KEYS) for x in g for y in g)
+
+
+# input-bound: real data vs synthetic data
+
+def _real_and_synth(**synth_changes):
+    real = run("real", dataset="jpeg-synth", sps=60.0, bd=breakdown(0.1, data=0.05))
+    synth = run("synth", dataset="synthetic", sps=100.0)
+    for k, v in synth_changes.items():
+        synth = with_(synth, f"config.{k}", v)
+    return real, synth
+
+
+def test_input_bound_pairs_a_synthetic_run_that_differs_in_the_dataset_alone():
+    """Catches the exact pair not being made (the real-vs-synthetic verdict lost)."""
+    real, synth = _real_and_synth(**{"data.num_samples": 512})  # comes with the dataset
+    f = [x for x in diagnose_run(real, [real, synth]) if x.verdict == "input-bound"]
+    assert f and "on synthetic data, every other setting the same" in f[0].evidence
+
+
+def test_input_bound_does_not_pair_a_different_image_size():
+    """Catches observation 6: a 64 px JPEG run called input-bound against a 32 px synthetic
+    run (the smaller images explain the speed, not the input pipeline)."""
+    real, synth = _real_and_synth(**{"data.image_size": 32})
+    assert "input-bound" not in {x.verdict for x in diagnose_run(real, [real, synth])}
+
+
+def test_input_bound_does_not_pair_a_different_transform_or_loader():
+    """Catches a twin that also differs in transform or loader workers."""
+    for change in ({"data.transform": "heavy"}, {"data.workers": 4}):
+        real, synth = _real_and_synth(**change)
+        assert "input-bound" not in {x.verdict for x in diagnose_run(real, [real, synth])}
+
+
+# loader workers compete with compute
+
+def _loader_pair(**after_changes):
+    before = run("w0", workers=0, loader="naive", cores=2, threads=2, sps=120.0,
+                 bd={"data": 0.039, "h2d": 0.0, "forward": 0.044, "backward": 0.066,
+                     "optimizer": 0.0, "comm": 0.0},
+                 experiment=sweep_point("ld", workers=0))
+    after = run("w2", workers=2, cores=2, threads=2, sps=122.0,
+                bd={"data": 0.0015, "h2d": 0.0, "forward": 0.0616, "backward": 0.0924,
+                    "optimizer": 0.0, "comm": 0.0},
+                experiment=sweep_point("ld", workers=2))
+    for k, v in after_changes.items():
+        after = with_(after, f"config.{k}", v)
+    return [before, after]
+
+
+def _contention(recs):
+    return [f for f in diagnose_experiment(recs)
+            if f.verdict == "loader workers compete with compute"]
+
+
+def test_loader_contention_pairs_runs_that_differ_in_workers_alone():
+    """Catches the exact pair not being made."""
+    (f,) = _contention(_loader_pair())
+    assert "workers 0 -> 2" in f.evidence and f.subject == "ld"
+
+
+def test_loader_contention_does_not_pair_a_different_transform():
+    """Catches observation 6: compute per step that grew because the transform changed,
+    blamed on the loader workers."""
+    assert _contention(_loader_pair(**{"data.transform": "heavy"})) == []
+
+
+def test_loader_contention_does_not_pair_a_different_optimizer():
+    """Catches compute per step that grew because the optimizer changed (adamw), blamed on
+    the loader workers."""
+    assert _contention(_loader_pair(**{"train.optimizer": "adamw"})) == []
