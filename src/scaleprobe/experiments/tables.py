@@ -20,6 +20,7 @@ from scaleprobe.report import batch as B
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report.load import under_load_line
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
 POINT_HEADERS = ("status", "samples/s", "step median", "epoch time", "peak host mem",
@@ -249,6 +250,9 @@ def sweep_report(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
         sections.append(points_table(runs, skipped, labels))
     notes = [f"batch size search, {', '.join(f'{k}={v}' for k, v in s['group'].items()) or 'all'}"
              f": {s['summary']}" for s in searches]
+    loaded = under_load_line(runs)
+    if loaded:
+        notes.append(loaded)
     return {"id": spec.sweep_id, "sections": sections, "notes": notes,
             "csv": csv_text or points_csv(runs, skipped, labels),
             "recommendation": recommendation or None, "dropped": spec.dropped}

@@ -53,3 +53,18 @@ def test_points_csv_carries_raw_figures_and_skipped_rows():
     assert float(tri3["speedup"]) == 1.8
     assert tri3["metric_name"] == "verification_accuracy" and tri3["audit_ok"] == "True"
     assert rows[-1]["status"] == "skipped" and rows[-1]["error"] == "not run"
+
+
+def test_sweep_tables_name_the_points_measured_under_load():
+    """Catches a sweep whose tables hide that some of its points ran on a busy machine."""
+    from scaleprobe.experiments.spec import load_spec
+
+    sp = load_spec({"sweep": {"id": "s"}, "base": {"model": "linear"},
+                    "grid": {"model": ["a", "b"]}})
+    quiet = run("a", experiment=sweep_point("s", model="a"), cores=2)
+    busy = run("b", experiment=sweep_point("s", model="b"), cores=2)
+    quiet["metrics"]["outside_cpu_cores"] = 0.05
+    busy["metrics"]["outside_cpu_cores"] = 1.5
+    notes = T.sweep_report([quiet, busy], [], [], sp)["notes"]
+    line = next(n for n in notes if "under load" in n.lower())
+    assert "model=b" in line and "model=a" not in line
