@@ -13,7 +13,7 @@ Verdicts of one run:
     straggler            the slowest rank's median step well above the ranks' median
     CPU saturated        utilisation of all cores above the threshold, or more compute
                          threads + loader workers than cores
-    compute-bound        none of the above and forward + backward dominate the step
+    compute-bound        none of the above and compute (h2d + forward + backward + optimizer) dominates
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
     measured under load  processes outside the run's tree used the machine meanwhile
     out of memory / failed / shard audit failed
@@ -173,7 +173,7 @@ def _compute_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     compute, total = R.compute_s(rec), R.breakdown_total_s(rec)
     if compute is None or not total or compute / total < th.compute_fraction:
         return None
-    ev = (f"forward + backward {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
+    ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
           f"{fmt.ms(total)}); {_shares(rec)}")
     return Finding("compute-bound", ev, advice.compute_bound(rec), "info")
 

@@ -4,7 +4,7 @@ slow compute down, scaling losses, co-location and accuracy parity.
 The loader check is the lesson measured on a 2-core machine: more loader workers cut the data
 wait from 26% to 1% of a step, yet compute per step grew 1.4x because workers and compute
 threads shared the cores, and throughput did not move. So the data wait is never judged
-alone: forward + backward per step is compared across loader settings of the same model,
+alone: compute (h2d + forward + backward + optimizer) per step is compared across loader settings of the same model,
 data and batch.
 
 Every pairing here is like for like (``report/pairing.py``): the two runs differ in the keys
@@ -87,7 +87,7 @@ def _worker_groups(runs: list[dict[str, Any]]) -> list[tuple[str | None, list[di
 
 def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
     """Runs that differ only in loader workers: did more workers cut the data wait but slow
-    the forward + backward pass (workers and compute threads sharing the cores)?"""
+    compute (workers and compute threads sharing the cores)?"""
     out = []
     for label, recs in _worker_groups(runs):
         if len({R.loader_workers(r) for r in recs}) < 2:
@@ -112,7 +112,7 @@ def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,
     wa, wb = R.loader_workers(a), R.loader_workers(b)
     sa, sb = R.metric(a, "samples_per_s"), R.metric(b, "samples_per_s")
     ev = (f"workers {wa} -> {wb}: data wait {fmt.pct(R.metric(a, 'data_wait_fraction'))} -> "
-          f"{fmt.pct(R.metric(b, 'data_wait_fraction'))} of each step, but forward + backward "
+          f"{fmt.pct(R.metric(b, 'data_wait_fraction'))} of each step, but compute "
           f"{fmt.ms(R.compute_s(a))} -> {fmt.ms(R.compute_s(b))} per step ({growth:.2f}x); "
           f"samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} ({fmt.signed_pct(fmt.rel_change(sb, sa))})")
     _, demand = advice.cpu_demand(b)

@@ -166,7 +166,7 @@ def utilisation_plot(series: list[tuple[str, dict[str, list[float | None]]]]) ->
 
 
 def loader_plot(rows: list[dict[str, Any]]) -> bytes | None:
-    """Data wait and forward + backward per step for each loader setting, stacked, with the
+    """Data wait and compute (h2d + forward + backward + optimizer) per step for each loader setting, stacked, with the
     data-wait fraction on top: a fall in data wait that compute eats shows as a flat bar."""
     ok = [r for r in rows if r["status"] == "ok" and r["data_s"] is not None
           and r["compute_s"] is not None]
@@ -177,7 +177,7 @@ def loader_plot(rows: list[dict[str, Any]]) -> bytes | None:
     xs = list(range(len(ok)))
     data = [r["data_s"] * 1000 for r in ok]
     comp = [r["compute_s"] * 1000 for r in ok]
-    ax.bar(xs, comp, label="forward + backward", color=PHASE_COLOURS["backward"])
+    ax.bar(xs, comp, label="compute", color=PHASE_COLOURS["backward"])
     ax.bar(xs, data, bottom=comp, label="data wait", color=PHASE_COLOURS["data"])
     tops = [a + b for a, b in zip(comp, data, strict=True)]
     _label_points(ax, xs, tops, [f"wait {fmt.pct(r['data_wait_fraction'])}" for r in ok])

@@ -16,7 +16,6 @@ from scaleprobe.errors import ConfigError
 
 BATCH_AXES = ("batch_size", "global_batch")
 LOADER_AXES = ("workers", "prefetch", "transform", "loader")
-COMPUTE_PHASES = ("forward", "backward")
 
 
 SOURCE = "_source"  # set on each record by load_records: the folder it was read from
@@ -260,11 +259,11 @@ def breakdown_total_s(rec: dict[str, Any]) -> float | None:
 
 
 def compute_s(rec: dict[str, Any]) -> float | None:
-    """Forward + backward seconds of a typical step (what loader workers can slow down)."""
-    vals = [phase_s(rec, p) for p in COMPUTE_PHASES]
-    if any(v is None for v in vals):
-        return None
-    return sum(vals)  # type: ignore[arg-type]
+    """Seconds of a typical step spent computing (``metrics.compute_s``: h2d + forward +
+    backward + optimizer; what loader workers sharing the cores can slow down)."""
+    from scaleprobe.metrics import compute_s as of_breakdown
+
+    return of_breakdown(metric_dict(rec, "breakdown_s"))
 
 
 def host_peak(rec: dict[str, Any]) -> int | None:

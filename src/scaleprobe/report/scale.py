@@ -26,7 +26,6 @@ from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 SCALE_HEADERS = ("Processes", "Samples/s", "Speedup", "Efficiency", "Step median",
                  "Comm", "Data wait", "Lost to")
-COMPUTE = ("h2d", "forward", "backward", "optimizer")
 
 
 def nproc(rec: dict[str, Any]) -> int | None:
@@ -34,13 +33,6 @@ def nproc(rec: dict[str, Any]) -> int | None:
     if isinstance(n, (int, float)):
         return int(n)
     return R.world_size(rec)
-
-
-def _phase_sum(rec: dict[str, Any], phases: tuple[str, ...]) -> float | None:
-    vals = [R.phase_s(rec, p) for p in phases]
-    if all(v is None for v in vals):
-        return None
-    return sum(v for v in vals if v is not None)
 
 
 def lost_to(rec: dict[str, Any], base: dict[str, Any] | None,
@@ -55,8 +47,9 @@ def lost_to(rec: dict[str, Any], base: dict[str, Any] | None,
         out["communication"] = comm / total
     if base is not None and R.breakdown_total_s(base):
         ratio = _batch_ratio(rec, base)
-        for label, phases in (("data wait", ("data",)), ("slower compute", COMPUTE)):
-            now, then = _phase_sum(rec, phases), _phase_sum(base, phases)
+        for label, fig in (("data wait", lambda r: R.phase_s(r, "data")),
+                           ("slower compute", R.compute_s)):
+            now, then = fig(rec), fig(base)
             if now is not None and then is not None and now > then * ratio:
                 out[label] = (now - then * ratio) / total
     elif R.phase_s(rec, "data"):

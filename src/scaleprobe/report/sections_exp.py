@@ -78,7 +78,7 @@ def _loader_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
                     right=[False, True, True, True, True, True, True, False],
                     caption=" ".join(x for x in ("Loader settings:", _within(g, eid)) if x)
                     .rstrip(":")))
-    s.add(Text("Compute/step is forward + backward per step: when more workers cut the data "
+    s.add(Text("Compute/step is compute (h2d + forward + backward + optimizer) per step: when more workers cut the data "
                "wait but compute per step grows, the workers are taking cores from compute.",
                note=True))
     rec = B.recommend_workers(recs)

@@ -22,13 +22,13 @@ class Thresholds:
     straggler_ratio: float = 1.15
     # CPU saturated: average utilisation of ALL cores above this percentage
     cpu_util_pct: float = 90.0
-    # compute-bound: forward + backward at least this fraction of a step (and nothing above)
+    # compute-bound: compute (h2d + forward + backward + optimizer) at least this fraction of a step (and nothing above)
     compute_fraction: float = 0.50
     # memory headroom: device peak above this fraction of the GPU's memory is "tight"...
     memory_tight_fraction: float = 0.90
     # ...and below this fraction leaves room for a larger batch
     memory_room_fraction: float = 0.50
-    # loader settings: forward + backward per step grew by more than this factor while the
+    # loader settings: compute (h2d + forward + backward + optimizer) per step grew by more than this factor while the
     # data wait fell (loader workers and compute threads sharing the cores)
     compute_growth: float = 1.15
     # loader recommendation: the fewest workers within this fraction of the best samples/s

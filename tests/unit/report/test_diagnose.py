@@ -34,7 +34,7 @@ def test_clean_run_is_compute_bound_only():
     found = diagnose_run(clean())
     assert _verdicts(found) == {"compute-bound"}
     f = found[0]
-    assert f.severity == "info" and "forward + backward" in f.evidence and f.subject == "clean"
+    assert f.severity == "info" and "compute 98% of each step" in f.evidence and f.subject == "clean"
 
 
 def test_input_bound_by_data_wait_with_worker_numbers():
