@@ -11,6 +11,7 @@ from scaleprobe import results as res
 from scaleprobe.config import RunConfig
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
+from scaleprobe.traits import traits_of
 
 
 def _write_steps_csv(path: Path, raw0: dict[str, Any]) -> None:
@@ -93,7 +94,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     _memory(rec, raws, mon)
     rec["straggler"] = straggler(trainers)
     _comm(rec, raw0, raws)
-    if cfg.dist.strategy in ("ddp", "localsgd") and cfg.dist.audit and world > 1:
+    if traits_of(cfg.dist.strategy).audits_shards and cfg.dist.audit and world > 1:
         rec["audit"] = audit([r["indices"] for r in raws], info["train_samples"], per_proc,
                              raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]

@@ -83,8 +83,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     size = split.image_size
     joint, image_tf = _task_transforms(task, cfg.data.transform, size)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
-    towers = getattr(strategy, "towers", 1)
-    trainers = getattr(strategy, "trainers", strategy.world) * towers  # devices with a batch
+    towers = strategy.towers
+    trainers = strategy.trainers * towers  # devices with a batch
     batch = cfg.per_device_batch(trainers) * towers
     if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
@@ -291,7 +291,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         "epochs_complete": st.epochs_complete,
         "epoch_wall_s": st.epoch_wall_s,
         "samples_per_step": p.per_process_batch,
-        "towers": getattr(p.strategy, "towers", 1),  # devices this process feeds (dp: all)
+        "towers": p.strategy.towers,  # devices this process feeds (dp: all)
         "indices": [torch.cat(e).tolist() if e else [] for e in st.epoch_idx],
         "loss_first": losses[0],
         "loss_last": losses[-1],
@@ -328,8 +328,7 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
         finally:
             progress.end()
             observed = {k: v for ob in observers for k, v in ob.close().items()}
-        if hasattr(strategy, "finish_worker"):
-            strategy.finish_worker()
+        strategy.finish_worker()
     comm = calibrate_comm(p, st)
     metrics: dict[str, Any] = {}
     # evaluated on a training rank: a parameter server never runs the forward pass, so its
