@@ -84,7 +84,7 @@ class DistConfig:
     backend: str | None = None  # None = nccl on CUDA, gloo on CPU
     audit: bool = True  # shard audit (ddp)
     calibrate_comm: bool = True  # measure exposed communication with a no_sync phase
-    calibration_steps: int = 8  # steps per calibration phase
+    calibration_steps: int = 8  # steps of each kind (sync, no_sync) in calibration; >= 2
     ps_mode: str = "sync"  # parameter server: sync | async
     ps_device: str = "auto"  # parameter server's parameters: auto | cpu
     average_every: int = 4  # local SGD: average every K steps
@@ -358,6 +358,9 @@ def validate(cfg: RunConfig) -> None:
                           "and at least one worker)")
     if ds.average_every < 1:
         raise ConfigError("average_every must be at least 1")
+    if ds.calibration_steps < 2:
+        raise ConfigError("calibration_steps must be at least 2 (the first step of each kind is "
+                          f"dropped), got {ds.calibration_steps}")
     if ds.timeout_s <= 0:
         raise ConfigError("timeout must be positive")
     if cfg.measure.memory_limit is not None:
