@@ -13,6 +13,7 @@ from scaleprobe.config import RunConfig
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
+from scaleprobe.traits import traits_of
 
 
 def _write_steps_csv(path: Path, raw0: dict[str, Any]) -> None:
@@ -118,7 +119,7 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
     _comm(rec, raw0, raws)
     # over the ranks that take batches: a parameter server reads no sample
     readers = [r["indices"] for r in raws if not r.get("is_server")]
-    if cfg.dist.audit and world > 1 and readers:
+    if traits_of(cfg.dist.strategy).audits_shards and cfg.dist.audit and world > 1 and readers:
         rec["audit"] = audit(readers, info["train_samples"], per_proc, raw0["epochs_complete"])
     rec["dataset_source"] = info["dataset_source"]
     rec["resolved"] = {"data.image_size": info["image_size"], "data.num_classes": info["num_classes"]}
@@ -133,21 +134,61 @@ def _metrics(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]],
 
 
 def _comm(rec: dict[str, Any], raw0: dict[str, Any], raws: list[dict[str, Any]]) -> None:
-    cal = raw0.get("comm")
-    if not cal and rec["config"]["dist"]["strategy"] in ("single", "dp"):
+    """The communication record: exposed time split into transfer + sync overhead, with
+    the method of each; with one process, none (DDP's own cost is its wrapper overhead);
+    the network model for the link the run was measured on next to the one it named."""
+    from scaleprobe.comm.exposed import (
+        ALONE_METHOD,
+        OVERHEAD_METHOD,
+        TRANSFER_METHOD,
+        measured_link,
+        split_exposed,
+    )
+
+    d, why = rec["config"]["dist"], rec["null_reasons"]
+    tr = traits_of(d["strategy"])
+    cal = dict(raw0.get("comm") or {})
+    if not cal and tr.in_process:
         return
-    out = dict(cal or {})
+    transfer = cal.pop("transfer", None)
+    out = cal
     out["exposed_s"] = rec["metrics"]["breakdown_s"]["comm"]
     out["exposed_fraction"] = rec["metrics"]["comm_fraction"]
+    out.setdefault("wrapper_overhead_s", None)
+    if rec["batch"]["world_size"] < 2:
+        out.update(transfer_s=0.0, sync_overhead_s=0.0, transfer_hidden_s=0.0,
+                   transfer_method=ALONE_METHOD, sync_overhead_method=ALONE_METHOD)
+        if out["wrapper_overhead_s"] is not None:
+            out["wrapper_overhead_method"] = ("sync minus no_sync with one process: the "
+                                              "wrapper's hooks and bucket copies, not "
+                                              "communication (kept inside backward)")
+    else:
+        out["transfer_standalone"] = transfer
+        out.update(split_exposed(out["exposed_s"], transfer and transfer["per_step_s"]))
+        if out["exposed_s"] is None:
+            why["comm.transfer_s"] = why["comm.sync_overhead_s"] = "no step was timed"
+        elif transfer is not None:
+            out["transfer_method"] = f"{TRANSFER_METHOD}; standalone: {transfer['method']}"
+            out["sync_overhead_method"] = OVERHEAD_METHOD
+        else:
+            reason = ("not measured: calibration switched off (dist.calibrate_comm = false)"
+                      if not d.get("calibrate_comm", True) else
+                      "not measured: no standalone collective for this strategy")
+            why["comm.transfer_s"] = why["comm.sync_overhead_s"] = reason
     out["strategy_metrics"] = raw0.get("strategy_metrics") or {}
-    if rec["config"]["dist"]["strategy"] == "ps":
+    if tr.has_server:
         out["server"] = raws[0].get("strategy_metrics") or {}
-    out["prediction"] = _prediction(rec)
+    out["measured_link"] = measured_link(d)
+    out["prediction"] = _prediction(rec, d.get("link"))
+    p = out["prediction"]
+    if p and out["measured_link"]["name"] == "loopback" and p["link"] != "loopback":
+        # --link named another network than the one measured: compare on loopback
+        out["prediction_measured_link"] = _prediction(rec, "loopback")
     rec["comm"] = out
 
 
-def _prediction(rec: dict[str, Any]) -> dict[str, Any] | None:
-    """The network model's figures for this run's own setting, next to the measurement."""
+def _prediction(rec: dict[str, Any], link: Any) -> dict[str, Any] | None:
+    """The network model's figures for this run's setting on ``link``."""
     from scaleprobe.comm.model import predict_for_run
 
     d, m = rec["config"]["dist"], rec["metrics"]
@@ -157,7 +198,7 @@ def _prediction(rec: dict[str, Any]) -> dict[str, Any] | None:
     compute_s = sum(v for k, v in bd.items() if k != "comm" and v is not None)
     try:
         return predict_for_run(d["strategy"], d["nproc"], d["nnodes"], 4.0 * m["param_count"],
-                               compute_s, d.get("link"), d["average_every"])
+                               compute_s, link, d["average_every"])
     except Exception as e:  # a bad link spec must not lose the run's own figures
         rec["null_reasons"]["comm.prediction"] = f"{type(e).__name__}: {e}"
         return None

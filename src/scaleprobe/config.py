@@ -18,6 +18,7 @@ from typing import Any
 
 from scaleprobe.errors import ConfigError
 from scaleprobe.registry import suggest
+from scaleprobe.traits import TRAITS, traits_of
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class DistConfig:
     backend: str | None = None  # None = nccl on CUDA, gloo on CPU
     audit: bool = True  # shard audit over the training ranks (ddp, localsgd, ps workers)
     calibrate_comm: bool = True  # measure exposed communication with a no_sync phase
-    calibration_steps: int = 8  # steps per calibration phase
+    calibration_steps: int = 8  # steps of each kind (sync, no_sync) in calibration; >= 2
     ps_mode: str = "sync"  # parameter server: sync | async
     ps_device: str = "auto"  # parameter server's parameters: auto | cpu
     average_every: int = 4  # local SGD: average every K steps
@@ -136,7 +137,7 @@ class RunConfig:
     @property
     def training_ranks(self) -> int:
         """Processes that compute gradients: all of them, less the parameter server."""
-        return self.world_size - (1 if self.dist.strategy == "ps" else 0)
+        return traits_of(self.dist.strategy).training_ranks(self.world_size)
 
     def per_device_batch(self, devices: int | None = None) -> int:
         devices = devices or self.training_ranks
@@ -342,7 +343,7 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError("num_samples must be positive")
     _choice("task", cfg.task.task, ("classification", "face", "detection"))
     _choice("loss", cfg.task.loss, ("softmax", "triplet"))
-    _choice("strategy", ds.strategy, ("single", "dp", "ddp", "ps", "localsgd"))
+    _choice("strategy", ds.strategy, tuple(TRAITS))
     _choice("ps mode", ds.ps_mode, ("sync", "async"))
     _choice("ps device", ds.ps_device, ("auto", "cpu"))
     _choice("sampler", ds.sampler, ("distributed", "same_batch", "no_set_epoch"))
@@ -352,21 +353,27 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"node rank {ds.node_rank} is outside 0..{ds.nnodes - 1}")
     if ds.nnodes > 1 and not ds.rdzv_endpoint:
         raise ConfigError("several hosts need --rdzv-endpoint HOST:PORT")
-    if ds.strategy in ("single", "dp") and ds.nproc * ds.nnodes > 1:
+    tr = traits_of(ds.strategy)
+    if tr.in_process and ds.nproc * ds.nnodes > 1:
         raise ConfigError(f"--strategy {ds.strategy} runs in one process; use ddp for --nproc > 1")
-    if ds.strategy == "dp" and cfg.task.task == "detection":
-        raise ConfigError("--strategy dp cannot scatter detection targets (a list of boxes per "
-                          "image) over its towers; use --strategy ddp")
-    if ds.strategy == "ps" and ds.backend == "nccl":
-        raise ConfigError("--strategy ps needs --backend gloo: its server receives from whichever "
-                          "worker is ready, which nccl cannot do")
-    if ds.strategy == "ps" and t.amp == "fp16":
-        raise ConfigError("--strategy ps with --amp fp16 is not supported: the loss scale lives "
-                          "in each worker while the server applies the gradients; use --amp bf16")
-    if ds.strategy == "ps" and cfg.world_size < 2:
-        raise ConfigError("--strategy ps needs --nproc >= 2 (one server and at least one worker)")
+    if tr.towers and cfg.task.task == "detection":
+        raise ConfigError(f"--strategy {ds.strategy} cannot scatter detection targets (a list of "
+                          "boxes per image) over its towers; use --strategy ddp")
+    if tr.needs_any_source_recv and ds.backend == "nccl":
+        raise ConfigError(f"--strategy {ds.strategy} needs --backend gloo: its server receives "
+                          "from whichever worker is ready, which nccl cannot do")
+    if not tr.fp16_loss_scaling and t.amp == "fp16":
+        raise ConfigError(f"--strategy {ds.strategy} with --amp fp16 is not supported: the loss "
+                          "scale lives in each worker while the server applies the gradients; "
+                          "use --amp bf16")
+    if cfg.world_size < tr.min_world:
+        raise ConfigError(f"--strategy {ds.strategy} needs --nproc >= {tr.min_world} (one server "
+                          "and at least one worker)")
     if ds.average_every < 1:
         raise ConfigError("average_every must be at least 1")
+    if ds.calibration_steps < 2:
+        raise ConfigError("calibration_steps must be at least 2 (the first step of each kind is "
+                          f"dropped), got {ds.calibration_steps}")
     if ds.timeout_s <= 0:
         raise ConfigError("timeout must be positive")
     if cfg.measure.memory_limit is not None:

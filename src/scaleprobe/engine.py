@@ -97,8 +97,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     size = split.image_size
     joint, image_tf = _task_transforms(task, cfg.data.transform, size)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
-    towers = getattr(strategy, "towers", 1)
-    trainers = getattr(strategy, "trainers", strategy.world) * towers  # devices with a batch
+    towers = strategy.towers
+    trainers = strategy.trainers * towers  # devices with a batch
     batch = cfg.per_device_batch(trainers) * towers
     if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
@@ -190,14 +190,17 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
     tm.mark("forward")
     p.scaler.scale(loss).backward()
     tm.mark("backward")
+    # with one process nothing crosses a wire: a strategy's own sync phases (local SGD's
+    # averaging over one rank) are bookkeeping, timed with the optimizer, not as communication
+    comm_phase = "comm" if p.strategy.world > 1 else "optimizer"
     if p.strategy.explicit_comm:
         p.strategy.before_optimizer(p.model)
-        tm.mark("comm")
+        tm.mark(comm_phase)
     p.strategy.optimizer_step(p.optimizer, p.scaler)
     tm.mark("optimizer")
     if p.strategy.explicit_comm:
         p.strategy.after_step(p.model, st.step)  # local SGD averages params that have grads
-        tm.mark("comm")
+        tm.mark(comm_phase)
     p.optimizer.zero_grad(set_to_none=True)  # timed with the optimizer (the step's tail)
     st.losses.append(loss.detach())
     st.last_batch = (x, y)
@@ -252,9 +255,20 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def calibrate_comm(p: Parts, st: LoopState) -> dict[str, Any] | None:
-    """Exposed communication = median forward+backward with gradient sync minus the median
-    under ``no_sync()`` on the same batch, in alternating blocks (A B A B ...)."""
+CALIBRATION_METHOD = ("median(fwd+bwd with sync) - median(fwd+bwd under no_sync), same batch, "
+                      "alternating, first of each dropped, clipped at 0")
+
+
+def calibrate_comm(p: Parts, st: LoopState, clock: Any = time.perf_counter) -> dict[str, Any] | None:
+    """What gradient sync costs a step, measured in place: forward + backward with sync
+    against the same under ``no_sync()``, on the same batch, alternating one of each
+    (A B A B ...) so drift and other load hit both alike. The first sample of each kind is
+    dropped (the switch between modes, first-touch allocations), the medians of the rest are
+    compared, and a difference below zero (noise) is clipped to 0.
+
+    With two or more processes that cost is the exposed communication. With one there is no
+    communication: the cost is the wrapper's own bookkeeping (DDP's hooks and bucket copies),
+    recorded as ``wrapper_overhead_s`` while ``exposed_s`` stays 0."""
     if not (p.strategy.has_overlapped_comm and p.cfg.dist.calibrate_comm and st.last_batch):
         return None
     from scaleprobe.measure.stats import median
@@ -266,17 +280,51 @@ def calibrate_comm(p: Parts, st: LoopState) -> dict[str, Any] | None:
         ctx = contextlib.nullcontext() if sync else p.strategy.no_sync(p.model)
         _sync(p.device)
         p.strategy.barrier()
-        t0 = time.perf_counter()
+        t0 = clock()
         with ctx:
             with p.autocast:
                 loss = p.task.forward_loss(p.model, x, y)
             p.scaler.scale(loss).backward()
         _sync(p.device)
-        times[sync].append(time.perf_counter() - t0)
+        times[sync].append(clock() - t0)
         p.optimizer.zero_grad(set_to_none=True)
     s, n = median(times[True][1:]), median(times[False][1:])
-    return {"sync_step_s": s, "no_sync_step_s": n, "exposed_s": max(0.0, s - n),
-            "method": "median(fwd+bwd with sync) - median(fwd+bwd under no_sync), same batch"}
+    cost = max(0.0, s - n)
+    alone = p.strategy.world < 2
+    return {"sync_step_s": s, "no_sync_step_s": n, "sync_cost_s": cost,
+            "exposed_s": 0.0 if alone else cost, "wrapper_overhead_s": cost if alone else None,
+            "samples": {"sync": times[True], "no_sync": times[False]},
+            "method": CALIBRATION_METHOD}
+
+
+TRANSFER_REPEATS = 5  # timed standalone collectives after training (fewer for huge messages)
+
+
+def measure_transfer(p: Parts, repeats: int = TRANSFER_REPEATS,
+                     warmup: int = 1) -> dict[str, Any] | None:
+    """The network part of one synchronisation, measured in place after training: the
+    strategy's own collective (``traits.sync_collective``) for the bytes one synchronisation
+    moves, on this run's backend and process group, ``repeats`` times after ``warmup``; each
+    time the slowest rank's. Every rank must call it (it is a collective). None with one
+    process, for strategies without communication, or with calibration switched off."""
+    s = p.strategy
+    op = s.traits.sync_collective
+    if op is None or s.world < 2 or not p.cfg.dist.calibrate_comm:
+        return None
+    from scaleprobe.comm.bench import plan_iters, time_collective
+    from scaleprobe.measure.stats import median
+
+    nbytes = int(s.sync_bytes(p.model))
+    iters, warm = plan_iters(nbytes, repeats, warmup)
+    s.barrier()
+    times = time_collective(op, nbytes, iters, warm, s.coll_device())
+    med = median(times)
+    every = max(1, int(s.sync_period))
+    per = f", divided by the {every} steps between synchronisations" if every > 1 else ""
+    return {"op": op, "bytes": nbytes, "times_s": times, "median_s": med, "every": every,
+            "per_step_s": med / every,
+            "method": f"standalone {op} of {nbytes} bytes on this run's process group after "
+                      f"training: median of {iters} after {warm} warm-up, slowest rank each{per}"}
 
 
 def _memory(device: torch.device) -> dict[str, Any]:
@@ -306,7 +354,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         "epochs_complete": st.epochs_complete,
         "epoch_wall_s": st.epoch_wall_s,
         "samples_per_step": p.per_process_batch,
-        "towers": getattr(p.strategy, "towers", 1),  # devices this process feeds (dp: all)
+        "towers": p.strategy.towers,  # devices this process feeds (dp: all)
         "indices": [torch.cat(e).tolist() if e else [] for e in st.epoch_idx],
         "loss_first": losses[0],
         "loss_last": losses[-1],
@@ -344,9 +392,11 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
         finally:
             progress.end()
             observed = {k: v for ob in observers for k, v in ob.close().items()}
-        if hasattr(strategy, "finish_worker"):
-            strategy.finish_worker()
+        strategy.finish_worker()
     comm = calibrate_comm(p, st)
+    transfer = measure_transfer(p)
+    if transfer is not None:
+        comm = {**(comm or {}), "transfer": transfer}
     metrics: dict[str, Any] = {}
     # evaluated on a training rank: a parameter server never runs the forward pass, so its
     # batch-norm statistics were never updated; worker 1 holds the served parameters

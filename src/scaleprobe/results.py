@@ -52,7 +52,31 @@ A run record (``kind == "run"``)::
     ranks             per-rank: rank, host, step_time_s, breakdown_s, steps_done, samples_per_s
     straggler         {slowest_rank, slowest_vs_median, steps_done} or null
     audit             {ok, duplicate_samples, missing_samples, same_order_across_epochs, detail}
-    comm              {exposed_s, exposed_fraction, sync_step_s, no_sync_step_s, prediction}
+    comm              null for in-process strategies (single, dp); else (docs/COMMUNICATION.md):
+      exposed_s, exposed_fraction   communication the step waits for (breakdown_s.comm):
+                        ddp: sync minus no_sync calibration; ps / local SGD: the timed comm
+                        phase. 0 at world size 1, where nothing is communicated
+      sync_step_s, no_sync_step_s, sync_cost_s, samples, method   ddp's calibration: medians
+                        of fwd+bwd with / without gradient sync (alternating, first of each
+                        dropped), their difference clipped at 0, the raw samples
+      wrapper_overhead_s, wrapper_overhead_method   world size 1 only: ddp's sync_cost_s,
+                        which is its hooks and bucket copies, not communication (left inside
+                        backward); null otherwise
+      transfer_s, transfer_method   the network's part of exposed_s: the standalone
+                        collective (below), at most exposed_s
+      sync_overhead_s, sync_overhead_method   exposed_s - transfer_s: hooks, bucketing,
+                        waiting for the slowest rank; transfer_s + sync_overhead_s = exposed_s
+      transfer_hidden_s the part of the standalone collective that did not show in the step
+      transfer_standalone   {op, bytes, times_s, median_s, every, per_step_s, method}: the
+                        strategy's own collective for one synchronisation's bytes, timed on
+                        the run's process group after training (median of a few repeats,
+                        slowest rank each); per_step_s = median_s / every (local SGD: K)
+      measured_link     {name, why}: the link the communication crossed (loopback on one
+                        host; the --link named across hosts; null name when unknown)
+      prediction        the network model (comm/model.py) for the link --link named
+      prediction_measured_link   the model for the measured link, when --link named another
+                        (a run on loopback is compared only with the loopback prediction)
+      strategy_metrics, server   the strategy's own figures (ps: the server's)
     load              {flag, reason, outside_cpu_cores, limit_cores, machine_cores, window_s,
                       gpu_processes [{device, pid, name, used_memory_bytes}] or null}:
                       flag = measured under load (rule: report/thresholds.py

@@ -15,6 +15,7 @@ from typing import Any
 from scaleprobe import results as res
 from scaleprobe.config import RunConfig, from_dict
 from scaleprobe.errors import ScaleprobeError
+from scaleprobe.traits import traits_of
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory",
                "defaultcpuallocator", "memoryerror", "outofmemoryerror")
@@ -47,7 +48,8 @@ def apply_memory_limit(limit: str | None) -> None:
 def default_name(cfg: RunConfig) -> str:
     d, t = cfg.dist, cfg.train
     b = f"gb{t.global_batch}" if t.global_batch else f"b{t.batch_size}"
-    n = f"-{d.strategy}x{cfg.world_size}" if d.strategy != "single" else ""
+    tr = traits_of(d.strategy)
+    n = f"-{d.strategy}x{cfg.world_size}" if tr.launched or tr.towers else ""
     return f"{cfg.model.name.rsplit(':', 1)[-1]}-{cfg.data.dataset}-{b}{n}"
 
 
@@ -60,11 +62,12 @@ def _local_device_and_strategy(cfg: RunConfig):
     from scaleprobe.strategies import build_strategy
 
     info = envmod.dist_info()
-    if cfg.dist.strategy in ("single", "dp"):
+    tr = traits_of(cfg.dist.strategy)
+    if tr.in_process:
         envmod.set_threads(1)
     else:
         # a parameter server talks over gloo (TCP), as classic ones do, also on CUDA hosts
-        backend = cfg.dist.backend or ("gloo" if cfg.dist.strategy == "ps" else None)
+        backend = cfg.dist.backend or ("gloo" if tr.needs_any_source_recv else None)
         envmod.init_distributed(backend, cfg.dist.timeout_s)
     device = envmod.pick_device(info.local_rank)
     return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
@@ -103,7 +106,7 @@ def _gpu_indices(cfg: RunConfig) -> list[int]:
     if not torch.cuda.is_available():
         return []
     n = torch.cuda.device_count()
-    used = n if cfg.dist.strategy == "dp" else min(n, cfg.dist.nproc)
+    used = n if traits_of(cfg.dist.strategy).towers else min(n, cfg.dist.nproc)
     return list(range(used))
 
 
@@ -118,7 +121,7 @@ def _check_devices(cfg: RunConfig) -> None:
 
 
 def _launch(cfg: RunConfig, run_dir: Path) -> list[dict[str, Any]] | None:
-    if cfg.dist.strategy in ("single", "dp"):
+    if traits_of(cfg.dist.strategy).in_process:
         return worker_main(cfg.to_dict(), str(run_dir))
     from scaleprobe.launch import run_workers
 
@@ -144,7 +147,7 @@ def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[st
     rec["experiment"] = experiment
     rec["paths"] = {"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                     "monitor_csv": str(run_dir / "monitor.csv")}
-    launched = cfg.dist.strategy not in ("single", "dp")
+    launched = traits_of(cfg.dist.strategy).launched
     raws = None
     monitor = Monitor(cfg.measure.monitor_interval_s, run_dir / "monitor.csv",
                       cuda_indices=_gpu_indices(cfg), training_in_children=launched)
@@ -204,11 +207,12 @@ def preflight(cfg: RunConfig) -> None:
     from scaleprobe.tasks import check_model_name
 
     check_model_name(cfg.task.task, cfg.model.name)
-    if cfg.dist.strategy == "dp":
+    tr = traits_of(cfg.dist.strategy)
+    if tr.towers:
         from scaleprobe.strategies.dp import check_devices
 
         check_devices()
-    elif cfg.dist.strategy != "single":
+    elif tr.launched:
         _check_devices(cfg)
 
 

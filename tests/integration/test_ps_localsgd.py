@@ -42,6 +42,9 @@ def test_ps_sync_one_update_per_step_from_every_worker(cli, out_dir):
     assert rec["comm"]["prediction"] is not None
     audit = rec["audit"]  # over the two workers; the server reads no sample
     assert audit["ok"] is True and audit["world_size"] == 2
+    c = rec["comm"]  # the worker's push + pull, split: the server pattern's own collective
+    assert c["transfer_standalone"]["op"] == "ps_push_pull"
+    assert c["transfer_s"] + c["sync_overhead_s"] == pytest.approx(c["exposed_s"])
 
 
 def test_ps_honours_the_sampler_and_its_audit_catches_a_shared_shard(cli, out_dir):
@@ -79,6 +82,9 @@ def test_localsgd_averages_every_k_steps(cli, out_dir):
     assert rec["metrics"]["breakdown_s"]["comm"] > 0
     assert rec["audit"]["ok"] is True
     assert rec["comm"]["prediction"] is not None
+    std = rec["comm"]["transfer_standalone"]  # one averaging's all_reduce, spread over K steps
+    assert std["op"] == "all_reduce" and std["every"] == 4
+    assert std["per_step_s"] == pytest.approx(std["median_s"] / 4)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -171,6 +171,17 @@ def _slowest_rank(times_s: list[float], device: Any) -> list[float]:
     return [float(x) for x in t.cpu()]
 
 
+def time_collective(op: str, size_bytes: int, iters: int, warmup: int,
+                    device: Any) -> list[float]:
+    """Seconds per timed iteration of one ``op`` of ``size_bytes`` in the current process
+    group, each the slowest rank's (every rank gets the same list). A collective call: every
+    rank of the group must make it with the same arguments."""
+    import torch.distributed as dist
+
+    fn = _op_fn(op, size_bytes, dist.get_world_size(), device)
+    return _slowest_rank(_time_iters(fn, iters, warmup, device), device)
+
+
 def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
               device: Any) -> list[dict[str, Any]]:
     """All (op, size) points in an initialised process group; every rank gets the same rows."""
@@ -181,12 +192,10 @@ def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
     for op in ops:
         for size in sizes_bytes:
             timed, warm = plan_iters(size, iters, warmup)
-            fn = _op_fn(op, size, world, device)
-            per_iter_s = _slowest_rank(_time_iters(fn, timed, warm, device), device)
+            per_iter_s = time_collective(op, size, timed, warm, device)
             row = make_row(op, size, statistics.median(per_iter_s), world)
             row["iters"] = timed
             rows.append(row)
-            del fn
     return rows
 
 

@@ -51,6 +51,7 @@ class Pattern:
     hops: float  # message latencies paid in sequence per step
     link_bytes: float  # bytes over the busiest link, per direction, per step
     formula: str
+    period: int | None = None  # steps between synchronisations when not every step (K)
 
     def time_s(self, link: Link) -> float:
         return self.hops * link.alpha_s + self.link_bytes / link.bandwidth_byte_s
@@ -72,14 +73,15 @@ def pattern(strategy: str, grad_bytes: float, world: int, nnodes: int = 1,
         raise ConfigError(f"world size {n} does not split over {nnodes} hosts")
     if average_every < 1:
         raise ConfigError("average_every must be at least 1")
+    period = int(average_every) if s == "localsgd" else None  # the one periodic pattern
     if n == 1:
-        return Pattern(s, 0.0, 0.0, "one process: no communication")
+        return Pattern(s, 0.0, 0.0, "one process: no communication", period)
     ring_hops, ring_bytes = 2.0 * (n - 1), 2.0 * (n - 1) / n * grad_bytes
     if s == "allreduce":
         return Pattern(s, ring_hops, ring_bytes, FORMULAS[s])
     if s == "localsgd":
         k = float(average_every)
-        return Pattern(s, ring_hops / k, ring_bytes / k, FORMULAS[s])
+        return Pattern(s, ring_hops / k, ring_bytes / k, FORMULAS[s], period)
     senders = n - 1 if nnodes == 1 else n - n // nnodes
     return Pattern(s, 2.0, 2.0 * senders * grad_bytes, FORMULAS[s])
 
@@ -167,7 +169,7 @@ def predict_for_run(strategy: str, nproc: int, nnodes: int, grad_bytes: float,
         "formula": pat.formula,
         "world_size": world,
         "nnodes": int(nnodes),
-        "average_every": int(average_every) if pat.strategy == "localsgd" else None,
+        "average_every": pat.period,
         "compute_step_s": compute_step_s,
         "target_efficiency": target_eff,
         "overlap": overlap,

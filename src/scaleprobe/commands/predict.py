@@ -11,8 +11,10 @@ needs, from the cost model (formulas in docs/COMMUNICATION.md).
 results written by ``scaleprobe comm`` (its all_reduce fit). Default: loopback (measured on
 this project's 2-core reference machine) on one host, 10gbit across hosts.
 ``--from`` takes compute time per step from a run's result (forward + backward + optimizer,
-less DDP's exposed all-reduce, or else the median step minus its communication) and the
-parameter count when the result records it.
+whose breakdown already holds exposed communication apart, or else the median step minus its
+communication) and the parameter count when the result records it; the run's standalone
+collective is shown against the prediction only when both are for the same link, world size
+and strategy (a run on loopback is never compared with a 1gbit prediction).
 """
 
 from __future__ import annotations
@@ -53,22 +55,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def compute_from_result(rec: dict[str, Any]) -> tuple[float | None, str]:
-    """Compute seconds per step from a run record, and how it was obtained."""
+    """Compute seconds per step from a run record, and how it was obtained. The breakdown
+    already holds exposed communication apart (DDP's is moved out of backward by the
+    calibration), so forward + backward + optimizer is compute alone."""
     from scaleprobe.results import get
 
     bd = get(rec, "metrics.breakdown_s", {}) or {}
     parts = [bd.get(k) for k in ("forward", "backward", "optimizer")]
     if all(v is not None for v in parts) and sum(parts) > 0:
-        exposed = get(rec, "comm.exposed_s")
-        if get(rec, "config.dist.strategy") == "ddp" and exposed:
-            # DDP all-reduces inside the backward pass: take its exposed part back out
-            return float(sum(parts) - exposed), "forward + backward + optimizer - exposed comm"
         return float(sum(parts)), "forward + backward + optimizer"
     step = get(rec, "metrics.step_time_s.median")
     if step is None:
         return None, "no step time in the result"
     comm = get(rec, "comm.exposed_s", bd.get("comm") or 0.0)
     return float(step) - float(comm or 0.0), "median step minus exposed communication"
+
+
+def measured_comm(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """What a run measured of its communication, and where: the link it crossed, its world
+    size and strategy, the standalone collective per step and the exposed time."""
+    from scaleprobe.comm.exposed import measured_link
+    from scaleprobe.results import get
+
+    comm = rec.get("comm")
+    if not isinstance(comm, dict):
+        return None
+    dist_cfg = get(rec, "config.dist", {}) or {}
+    link = (comm.get("measured_link") or measured_link(dist_cfg)).get("name")
+    return {"link": link, "world_size": get(rec, "batch.world_size"),
+            "strategy": dist_cfg.get("strategy"), "exposed_s": comm.get("exposed_s"),
+            "transfer_s": comm.get("transfer_s"), "sync_overhead_s": comm.get("sync_overhead_s"),
+            "standalone_s": get(rec, "comm.transfer_standalone.per_step_s")}
 
 
 def load_result(path: str) -> dict[str, Any]:
@@ -91,8 +108,10 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
 
     compute_s, compute_note = args.compute_time, "given" if args.compute_time else None
     params, model = args.params, args.model
+    run_comm = None
     if args.from_result:
         rec = load_result(args.from_result)
+        run_comm = measured_comm(rec)
         compute_s, compute_note = compute_from_result(rec)
         compute_note = f"{compute_note} ({args.from_result})"
         if params is None and model is None:
@@ -108,7 +127,7 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
     if compute_s is not None and compute_s <= 0:
         raise ConfigError(f"compute time per step must be positive, got {compute_s:g}")
     return {"model": model, "params": int(params), "compute_step_s": compute_s,
-            "compute_note": compute_note}
+            "compute_note": compute_note, "run_comm": run_comm}
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -157,6 +176,39 @@ def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> No
     console.print(t)
     for p in preds:
         console.print(f"  {p['strategy']:9s} t = {p['formula']}", highlight=False)
+    line = measured_line(inputs.get("run_comm"), preds)
+    if line:
+        console.print(line, highlight=False)
+
+
+def measured_line(run: dict[str, Any] | None, preds: list[dict[str, Any]]) -> str | None:
+    """The run's own measurement next to the prediction for the same link, world size and
+    strategy; otherwise a line saying why the two are not compared."""
+    from scaleprobe.commands.fmt import ms
+    from scaleprobe.traits import known
+
+    if not run:
+        return None
+    p0 = preds[0]
+    tr = known(run.get("strategy"))
+    pred = next((p for p in preds if tr and p["strategy"] == tr.comm_pattern), None)
+    where = f"{run.get('link') or 'an unnamed link'} with {run.get('world_size')} processes"
+    if pred is None:
+        return f"the run ({run.get('strategy')}) has no communication pattern to compare"
+    if run.get("link") != p0["link"] or run.get("world_size") != p0["world_size"]:
+        return (f"not compared with the run: it was measured on {where}; these predictions "
+                f"are for {p0['link']} with {p0['world_size']} processes")
+    std = run.get("standalone_s")
+    if not pred["comm_s"]:
+        return "one process: no communication to compare"
+    if std is None:
+        return f"the run measured no standalone collective to compare ({where})"
+    text = (f"measured in the run ({where}): standalone collective {ms(std)} per step = "
+            f"{std / pred['comm_s']:.2f}x the {pred['strategy']} prediction")
+    if run.get("exposed_s") is not None and run.get("sync_overhead_s") is not None:
+        text += (f"; exposed {ms(run['exposed_s'])} = transfer {ms(run['transfer_s'])} + sync "
+                 f"overhead {ms(run['sync_overhead_s'])} (not the network)")
+    return text
 
 
 def _needed(p: dict[str, Any]) -> str:

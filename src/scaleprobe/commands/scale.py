@@ -57,6 +57,7 @@ def parse_counts(text: str | None) -> list[int]:
 def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bool]:
     """The scale experiment as a sweep spec over ``nproc`` (kind "scale")."""
     from scaleprobe import config as C
+    from scaleprobe.traits import traits_of
 
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
@@ -68,11 +69,13 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
     out = base.pop("out", None)
     progress = base.pop("measure.progress", True) is not False
     strategy = str(base["dist.strategy"])
-    if strategy in ("single", "dp"):
+    tr = traits_of(strategy)
+    if tr.in_process:
         raise ConfigError(f"scale runs one process per device; --strategy {strategy} runs one "
                           "process: use ddp, ps or localsgd")
-    if strategy == "ps" and counts[0] < 2:
-        raise ConfigError("--strategy ps needs a server and a worker: give --nproc 2,3,...")
+    if counts[0] < tr.min_world:
+        raise ConfigError(f"--strategy {strategy} needs a server and a worker: give --nproc "
+                          f"{tr.min_world},{tr.min_world + 1},...")
     model = str(base.get("model.name", C.ModelConfig().name)).replace("/", "_").replace(":", "_")
     sid = args.id or f"scale-{Path(model).name}-{strategy}"
     spec = {"sweep": {"id": sid, "kind": "scale"}, "base": base, "grid": {"nproc": counts}}

@@ -81,19 +81,69 @@ def _load_tag(rec: dict[str, Any]) -> str:
 
 
 def _comm_line(con: Console, rec: dict[str, Any]) -> None:
+    """Exposed communication as transfer + sync overhead, each said what it is; none at
+    world size 1; the network model only for the link the run was measured on."""
     c = rec.get("comm") or {}
     if not c:
         return
-    line = f"communication: exposed {fmt.ms(c.get('exposed_s'))} per step"
+    world = (rec.get("batch") or {}).get("world_size")
+    if world is not None and world < 2:
+        line = "communication: none (world size 1)"
+        if c.get("wrapper_overhead_s") is not None:
+            line += (f"; wrapper overhead {_ms(c['wrapper_overhead_s'])} per step (sync minus "
+                     "no_sync with one process: hooks and bucket copies, not communication; "
+                     "left in backward)")
+        con.print(line)
+        return
+    line = f"communication: exposed {_ms(c.get('exposed_s'))} per step"
     if c.get("exposed_fraction") is not None:
         line += f" ({c['exposed_fraction']:.0%} of the step)"
-    p = c.get("prediction")
-    if p:
-        line += (f"; model ({p['strategy']}, {p['link']}): {fmt.ms(p['comm_s'])}, efficiency "
-                 f"{fmt.pct(p.get('efficiency'))}")
-        if p.get("needed_gbit_s") is not None:
-            line += f", needs >= {p['needed_gbit_s']:.2f} Gbit/s for 90%"
+    if c.get("transfer_s") is not None and c.get("sync_overhead_s") is not None:
+        line += (f" = transfer {_ms(c['transfer_s'])} + sync overhead "
+                 f"{_ms(c['sync_overhead_s'])}")
     con.print(line)
+    std = c.get("transfer_standalone") or {}
+    if std:
+        every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
+        hidden = c.get("transfer_hidden_s") or 0.0
+        hid = f"; {_ms(hidden)} of it hidden under compute" if hidden > 0 else ""
+        con.print(f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
+                  f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}")
+        con.print("  sync overhead: the rest (hooks, bucket copies, a server's work, waiting for "
+                  "the slowest rank): not the network")
+    _prediction_lines(con, c, rec)
+
+
+def _prediction_lines(con: Console, c: dict[str, Any], rec: dict[str, Any]) -> None:
+    from scaleprobe.comm.exposed import same_link_prediction
+
+    same = same_link_prediction(c, (rec.get("config") or {}).get("dist"))
+    named = c.get("prediction")
+    link = (c.get("measured_link") or {}).get("name")
+    if same:
+        line = (f"  model on the link measured ({same['strategy']}, {same['link']}): "
+                f"{_ms(same['comm_s'])} per step")
+        if c.get("transfer_s") is not None and same.get("comm_s"):
+            line += (" vs the standalone collective's "
+                     f"{_ms((c.get('transfer_standalone') or {}).get('per_step_s'))} measured")
+        con.print(line)
+    if named and named is not same:
+        why = (f"what-if: measured on {link}, not compared" if link else
+               "the link between the hosts is not known (no --link): not compared")
+        line = (f"  model for {named['link']} ({why}): {_ms(named['comm_s'])} per step, "
+                f"efficiency {fmt.pct(named.get('efficiency'))}")
+        if named.get("needed_gbit_s") is not None:
+            line += f", needs >= {named['needed_gbit_s']:.2f} Gbit/s for 90%"
+        con.print(line)
+    elif same and same.get("needed_gbit_s") is not None:
+        con.print(f"  needs >= {same['needed_gbit_s']:.2f} Gbit/s for 90% efficiency")
+
+
+def _ms(v: Any) -> str:
+    """Milliseconds with two decimals below 1 ms (a small all_reduce is 0.3 ms, not 0.0)."""
+    if v is None:
+        return "n/a"
+    return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else fmt.ms(v)
 
 
 def _console() -> Console:

@@ -11,6 +11,7 @@ from typing import Any
 from scaleprobe import results as res
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
+from scaleprobe.traits import known
 
 
 def cores(rec: dict[str, Any]) -> int | None:
@@ -75,8 +76,22 @@ def input_bound(rec: dict[str, Any]) -> str:
     return "; ".join(tips)
 
 
+def short_ms(v_s: Any) -> str:
+    """'0.31 ms' below a millisecond (a small all_reduce), else report.fmt.ms."""
+    v = R.num(v_s)
+    return f"{v * 1000:.2f} ms" if v is not None and abs(v) < 1e-3 else fmt.ms(v)
+
+
+def comm_dominant(rec: dict[str, Any]) -> str | None:
+    """"transfer" or "sync_overhead" when the result splits its exposed communication."""
+    from scaleprobe.comm.exposed import dominant
+
+    return dominant(R.dict_of(rec.get("comm")))
+
+
 def comm_bound(rec: dict[str, Any]) -> str:
-    """Bucket size, batch size, averaging less often, and the network needed."""
+    """What to change when exposed communication is large. Links and bucket sizes only when
+    transfer dominates; when sync overhead dominates, say that the network is not the cost."""
     tips = []
     comm, total = R.phase_s(rec, "comm"), R.breakdown_total_s(rec)
     batch = R.batch_size(rec)
@@ -85,8 +100,26 @@ def comm_bound(rec: dict[str, Any]) -> str:
         tips.append(f"doubling the per-device batch to {2 * batch} would cut the communication "
                     f"share to about {fmt.pct(share)} (compute doubles, the gradients stay the "
                     "same size)")
-    strategy = R.cfg(rec, "dist.strategy")
-    if strategy == "ddp":
+    kind = comm_dominant(rec)
+    if kind == "sync_overhead":
+        transfer = R.number(rec, "comm.transfer_s")
+        overhead = R.number(rec, "comm.sync_overhead_s")
+        tips.insert(0, f"the cost is not the network: moving the gradients takes "
+                       f"{short_ms(transfer)} of the {short_ms((transfer or 0) + (overhead or 0))}"
+                       f" exposed, so a faster link or other bucket sizes cannot win more than "
+                       f"that; the other {short_ms(overhead)} is synchronisation overhead "
+                       "(gradient hooks, bucket copies, waiting for the slowest rank)")
+        tips.append("look for a straggler or for compute threads competing with the "
+                    "communication threads (threads per process = cores / processes), or "
+                    "synchronise less often (--strategy localsgd --average-every 4)")
+        return "; ".join(tips)
+    if kind is None:
+        tips.append("this result does not split the exposed time into transfer and sync "
+                    "overhead; rerun with this version of scaleprobe to see whether the "
+                    "network is the cost before changing links or bucket sizes")
+        return "; ".join(tips)
+    tr = known(R.cfg(rec, "dist.strategy"))
+    if tr is not None and tr.bucketed:
         cap = float(R.cfg_number(rec, "dist.bucket_cap_mb") or 25.0)
         tips.append(f"try DDP bucket sizes --bucket-cap-mb {cap * 2:g} and {cap / 2:g} "
                     f"(now {cap:g}) and keep the faster: larger buckets send fewer messages, "

@@ -9,7 +9,10 @@ Verdicts of one run:
 
     input-bound          data wait above the threshold, or real-data samples/s well below a
                          synthetic-data run that differs in the dataset alone (like for like)
-    communication-bound  exposed communication above the threshold
+    communication-bound  exposed communication above the threshold, most of it transfer
+                         (the standalone collective for the gradient bytes)
+    synchronisation overhead  exposed communication above the threshold, most of it not
+                         transfer: hooks, bucketing, waiting for the slowest rank
     straggler            the slowest rank's median step well above the ranks' median
     CPU saturated        utilisation of all cores above the threshold, or more compute
                          threads + loader workers than cores
@@ -124,16 +127,33 @@ def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[st
 
 
 def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    """Exposed communication above the threshold, said as transfer + sync overhead. Never
+    at world size 1: one process has nothing to communicate (a 1-process DDP's own cost is
+    wrapper overhead, recorded apart)."""
+    world = R.world_size(rec)
+    if world is not None and world < 2:
+        return None
     f = R.metric(rec, "comm_fraction")
     if f is None or f <= th.comm_fraction:
         return None
     ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'comm'))} "
           f"of {fmt.ms(R.breakdown_total_s(rec))}; threshold {fmt.pct(th.comm_fraction)})")
+    transfer, overhead = R.number(rec, "comm.transfer_s"), R.number(rec, "comm.sync_overhead_s")
+    if transfer is not None and overhead is not None:
+        op = res.get(rec, "comm.transfer_standalone.op") or "collective"
+        size = fmt.bytes_(R.number(rec, "comm.transfer_standalone.bytes"))
+        ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
+               f"same process group) + sync overhead {advice.short_ms(overhead)} (hooks, "
+               "bucketing, waiting for the slowest rank)")
+    else:
+        ev += "; not split into transfer and sync overhead (not measured in this result)"
     sync, no_sync = R.number(rec, "comm.sync_step_s"), R.number(rec, "comm.no_sync_step_s")
     if sync and no_sync:
         ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "
                f"{fmt.ms(no_sync)} without")
-    return Finding("communication-bound", ev, advice.comm_bound(rec), "warning")
+    verdict = ("synchronisation overhead" if advice.comm_dominant(rec) == "sync_overhead"
+               else "communication-bound")
+    return Finding(verdict, ev, advice.comm_bound(rec), "warning")
 
 
 def _straggler(rec: dict[str, Any], th: Thresholds) -> Finding | None:

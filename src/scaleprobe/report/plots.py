@@ -235,8 +235,8 @@ def comm_fit_plot(rec: dict[str, Any]) -> bytes | None:
 
 def comm_prediction_plot(labels: list[str], predicted_s: list[float],
                          measured_s: list[float]) -> bytes | None:
-    """Per run: the network model's communication per step against the exposed time
-    measured in place."""
+    """Per run: the network model's communication per step against the standalone
+    collective measured in the run's process group, on the same link."""
     if not labels:
         return None
     fig, ax = _figure(max(5.5, 1.5 + 0.9 * len(labels)), 4.0)
@@ -244,7 +244,8 @@ def comm_prediction_plot(labels: list[str], predicted_s: list[float],
     w = 0.38
     ax.bar([x - w / 2 for x in xs], [p * 1e3 for p in predicted_s], w, label="predicted",
            color="#8d6a9f")
-    ax.bar([x + w / 2 for x in xs], [m * 1e3 for m in measured_s], w, label="measured (exposed)",
+    ax.bar([x + w / 2 for x in xs], [m * 1e3 for m in measured_s], w,
+           label="measured (standalone collective)",
            color="#00798c")
     ax.set_xticks(xs, [lab[:28] for lab in labels], rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="ms per step", title="Communication per step: predicted vs measured")

@@ -9,26 +9,18 @@ from typing import Any
 
 from scaleprobe.errors import ConfigError
 
+# name -> (module, class); what each one is lives in scaleprobe.traits
+CLASSES = {"single": ("scaleprobe.strategies.single", "Single"),
+           "dp": ("scaleprobe.strategies.dp", "DataParallelTowers"),
+           "ddp": ("scaleprobe.strategies.ddp", "DDP"),
+           "ps": ("scaleprobe.strategies.ps", "ParameterServer"),
+           "localsgd": ("scaleprobe.strategies.localsgd", "LocalSGD")}
+
 
 def build_strategy(name: str, dist_cfg: Any, device: Any) -> Any:
-    if name == "single":
-        from scaleprobe.strategies.single import Single
+    import importlib
 
-        return Single(dist_cfg, device)
-    if name == "dp":
-        from scaleprobe.strategies.dp import DataParallelTowers
-
-        return DataParallelTowers(dist_cfg, device)
-    if name == "ddp":
-        from scaleprobe.strategies.ddp import DDP
-
-        return DDP(dist_cfg, device)
-    if name == "ps":
-        from scaleprobe.strategies.ps import ParameterServer
-
-        return ParameterServer(dist_cfg, device)
-    if name == "localsgd":
-        from scaleprobe.strategies.localsgd import LocalSGD
-
-        return LocalSGD(dist_cfg, device)
-    raise ConfigError(f"unknown strategy '{name}'")
+    if name not in CLASSES:
+        raise ConfigError(f"unknown strategy '{name}'")
+    module, cls = CLASSES[name]
+    return getattr(importlib.import_module(module), cls)(dist_cfg, device)

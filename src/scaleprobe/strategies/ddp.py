@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
 from scaleprobe.strategies.single import Single
+from scaleprobe.traits import TRAITS
 
 
 class SameBatchSampler(DistributedSampler):
@@ -37,8 +38,10 @@ SAMPLERS = {"distributed": DistributedSampler, "same_batch": SameBatchSampler,
 
 
 class DDP(Single):
+    traits = TRAITS["ddp"]
     name = "ddp"
     distributed = True
+    has_overlapped_comm = True
 
     def __init__(self, dist_cfg: Any, device: torch.device) -> None:
         super().__init__(dist_cfg, device)
@@ -58,21 +61,17 @@ class DDP(Single):
     def no_sync(self, model: nn.Module):
         return model.no_sync()
 
-    @property
-    def has_overlapped_comm(self) -> bool:
-        return True
-
     def gather(self, obj: Any) -> list[Any] | None:
         out = [None] * self.world if self.rank == 0 else None
         dist.gather_object(obj, out, dst=0)
         return out
 
     def any_true(self, flag: bool) -> bool:
-        t = torch.tensor([1.0 if flag else 0.0], device=self._coll_device())
+        t = torch.tensor([1.0 if flag else 0.0], device=self.coll_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item() > 0)
 
-    def _coll_device(self) -> torch.device:
+    def coll_device(self) -> torch.device:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
 
     def barrier(self) -> None:

@@ -10,6 +10,7 @@ from torch import nn
 
 from scaleprobe.errors import ConfigError
 from scaleprobe.strategies.single import Single
+from scaleprobe.traits import TRAITS
 
 
 def check_devices() -> int:
@@ -22,6 +23,7 @@ def check_devices() -> int:
 
 
 class DataParallelTowers(Single):
+    traits = TRAITS["dp"]
     name = "dp"
 
     def __init__(self, dist_cfg: Any, device: torch.device) -> None:

@@ -11,17 +11,21 @@ import torch.distributed as dist
 from torch import nn
 
 from scaleprobe.strategies.ddp import DDP
+from scaleprobe.traits import TRAITS
 
 
 class LocalSGD(DDP):
+    traits = TRAITS["localsgd"]
     name = "localsgd"
     explicit_comm = True
+    has_overlapped_comm = False
 
     def __init__(self, dist_cfg: Any, device: torch.device) -> None:
         super().__init__(dist_cfg, device)
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 
         self.averager = PeriodicModelAverager(period=dist_cfg.average_every, warmup_steps=0)
+        self.sync_period = dist_cfg.average_every
         self.averages = 0
         self._params: list[torch.nn.Parameter] = []
 
@@ -37,9 +41,9 @@ class LocalSGD(DDP):
 
         return contextlib.nullcontext()
 
-    @property
-    def has_overlapped_comm(self) -> bool:
-        return False
+    def sync_bytes(self, model: nn.Module) -> int:
+        """Bytes of one averaging: every parameter, all-reduced."""
+        return sum(p.numel() * p.element_size() for p in self._params)
 
     def after_step(self, model: nn.Module, step: int) -> None:
         before = self.averager.step

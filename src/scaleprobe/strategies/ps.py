@@ -24,6 +24,7 @@ from torch import nn
 
 from scaleprobe.strategies.ddp import SAMPLERS
 from scaleprobe.strategies.single import Single
+from scaleprobe.traits import TRAITS
 
 
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -39,6 +40,7 @@ def _unflat_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
 
 
 class ParameterServer(Single):
+    traits = TRAITS["ps"]
     name = "ps"
     distributed = True
     explicit_comm = True
@@ -78,11 +80,7 @@ class ParameterServer(Single):
 
     @property
     def workers(self) -> int:
-        return self.world - 1
-
-    @property
-    def trainers(self) -> int:  # ranks that take a batch (the engine sizes batches by these)
-        return self.world - 1
+        return self.traits.training_ranks(self.world)
 
     # --- worker side: one step ---------------------------------------------------------------
     def before_optimizer(self, model: nn.Module) -> None:
@@ -97,6 +95,13 @@ class ParameterServer(Single):
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
         """Workers do not update: the server applied the step."""
+
+    def sync_bytes(self, model: nn.Module) -> int:
+        """Bytes of one push (and of one pull): every parameter as float32."""
+        return 4 * sum(p.numel() for p in self._params)
+
+    def coll_device(self) -> torch.device:
+        return self.wire
 
     def finish_worker(self) -> None:
         n = sum(p.numel() for p in self._params)

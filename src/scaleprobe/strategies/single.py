@@ -8,13 +8,22 @@ from typing import Any
 import torch
 from torch import nn
 
+from scaleprobe.traits import TRAITS, StrategyTraits
+
 
 class Single:
+    """The base of every strategy. Its traits (``scaleprobe.traits``) say what it is; the
+    attributes below that repeat them are kept for the training loop's readability."""
+
+    traits: StrategyTraits = TRAITS["single"]
     name = "single"
-    distributed = False
+    distributed = False  # a process group exists (the strategy was launched)
     explicit_comm = False  # True when the step has communication phases of its own (ps, local SGD)
+    has_overlapped_comm = False  # gradient sync inside backward, measured with no_sync()
     is_server = False  # a rank that serves parameters instead of training (ps rank 0)
     progress_rank = 0  # the rank that shows the progress bar
+    towers = 1  # devices this process feeds (dp: every visible GPU)
+    sync_period = 1  # steps per synchronisation (local SGD: K)
     world = 1
     rank = 0
 
@@ -50,9 +59,23 @@ class Single:
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def finish_worker(self) -> None:
+        """Called by a training rank after its last step (ps: tell the server it is done)."""
+
     @property
-    def has_overlapped_comm(self) -> bool:
-        return False
+    def trainers(self) -> int:
+        """Ranks that take a batch (the engine sizes batches by these)."""
+        return self.traits.training_ranks(self.world)
+
+    # --- what one synchronisation moves (split of exposed comm into transfer + overhead) ---
+    def sync_bytes(self, model: nn.Module) -> int:
+        """Bytes one synchronisation moves per rank: the gradients of trainable parameters."""
+        return sum(p.numel() * p.element_size() for p in self.unwrap(model).parameters()
+                   if p.requires_grad)
+
+    def coll_device(self) -> torch.device:
+        """Where this strategy's collectives run (gloo: the CPU)."""
+        return torch.device("cpu")
 
     # --- collectives -----------------------------------------------------------------------
     def gather(self, obj: Any) -> list[Any] | None:

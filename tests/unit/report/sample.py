@@ -39,10 +39,17 @@ def mixed_records(folder: Path) -> list[dict]:
     recs.append(run("n1", strategy="ddp", nproc=1, sps=100.0, experiment=scale_point("scale", 1)))
     recs.append(run("n2", strategy="ddp", nproc=2, sps=150.0,
                     bd=breakdown(0.13, data=0.03, comm=0.18), experiment=scale_point("scale", 2),
-                    comm={"exposed_s": 0.0234, "prediction": {
+                    comm={"exposed_s": 0.0234, "transfer_s": 0.018, "sync_overhead_s": 0.0054,
+                          "transfer_standalone": {"op": "all_reduce", "bytes": 44_700_000,
+                                                  "per_step_s": 0.018},
+                          "measured_link": {"name": "loopback"}, "prediction": {
                         "strategy": "allreduce", "comm_s": 0.015, "world_size": 2,
                         "link": "loopback", "bandwidth_gbit_s": 12.8, "needed_gbit_s": 6.1,
                         "target_efficiency": 0.9}}))
+    recs.append(run("what-if", strategy="ddp", nproc=2, bd=breakdown(0.13, comm=0.1),
+                    comm={"exposed_s": 0.013, "measured_link": {"name": "loopback"},
+                          "prediction": {"strategy": "allreduce", "comm_s": 0.1,
+                                         "world_size": 2, "link": "1gbit"}}))
     recs.append(run("gpu-null", gpu=None, cpu=None, host_mem=None, accuracy=None))
     recs.append(run("failed-one", status="failed", error="boom | pipe"))
     recs.append(run("gpu-run", device_mem=3 * GIB, gpu_total=16 * GIB, gpu=85.0, accuracy=0.91,

@@ -61,18 +61,59 @@ def test_input_bound_against_a_synthetic_twin():
                                                                           "samples_per_s", 65.0)]))
 
 
+def _comm(exposed_s: float, transfer_s: float, **extra) -> dict:
+    return {"exposed_s": exposed_s, "transfer_s": transfer_s,
+            "sync_overhead_s": exposed_s - transfer_s,
+            "transfer_standalone": {"op": "all_reduce", "bytes": 266920,
+                                    "per_step_s": transfer_s},
+            "prediction": {"needed_gbit_s": 8.5, "bandwidth_gbit_s": 12.8, "link": "loopback",
+                           "target_efficiency": 0.9}, **extra}
+
+
 def test_communication_bound_with_bucket_batch_and_network():
     rec = run("ddp", strategy="ddp", nproc=2, bd=breakdown(0.2, data=0.01, comm=0.35),
-              comm={"exposed_s": 0.07, "sync_step_s": 0.2, "no_sync_step_s": 0.13,
-                    "prediction": {"needed_gbit_s": 8.5, "bandwidth_gbit_s": 12.8,
-                                   "link": "loopback", "target_efficiency": 0.9}})
+              comm=_comm(0.07, 0.06, sync_step_s=0.2, no_sync_step_s=0.13))
     f = _one(diagnose_run(rec), "communication-bound")
     assert "exposed communication 35% of each step" in f.evidence
+    assert "= transfer 60.0 ms (a standalone all_reduce of 261 KiB" in f.evidence
+    assert "+ sync overhead 10.0 ms" in f.evidence
     assert "200.0 ms per step with gradient sync vs 130.0 ms without" in f.evidence
     assert "--bucket-cap-mb 50 and 12.5" in f.recommendation
     assert "batch to 64" in f.recommendation
     assert "8.5 Gbit/s" in f.recommendation
     assert "communication-bound" not in _verdicts(diagnose_run(clean()))
+
+
+def test_sync_overhead_is_not_given_network_advice():
+    """Catches digits_cnn's case: 25 ms exposed against a 0.3 ms standalone all_reduce of its
+    267 KB of gradients was reported as "communication 43%" with bucket-size and link
+    advice, though no link or bucket size could win more than the 0.3 ms."""
+    rec = run("small", strategy="ddp", nproc=2, bd=breakdown(0.058, data=0.002, comm=0.43),
+              comm=_comm(0.025, 0.0003))
+    found = diagnose_run(rec)
+    assert "communication-bound" not in _verdicts(found)
+    f = _one(found, "synchronisation overhead")
+    assert "transfer 0.30 ms" in f.evidence and "sync overhead 24.7 ms" in f.evidence
+    assert "the cost is not the network" in f.recommendation
+    assert "--bucket-cap-mb" not in f.recommendation and "Gbit/s" not in f.recommendation
+
+
+def test_unsplit_comm_gets_no_link_or_bucket_advice():
+    """Catches link and bucket advice given for exposed communication that was never split
+    (a result written before the split): it may all be sync overhead."""
+    rec = run("old", strategy="ddp", nproc=2, bd=breakdown(0.2, data=0.01, comm=0.35),
+              comm={"exposed_s": 0.07, "prediction": _comm(0, 0)["prediction"]})
+    f = _one(diagnose_run(rec), "communication-bound")
+    assert "not split into transfer and sync overhead" in f.evidence
+    assert "--bucket-cap-mb" not in f.recommendation and "Gbit/s" not in f.recommendation
+
+
+def test_no_communication_finding_at_world_size_one():
+    """Catches vgg19_bn --nproc 1 under DDP reported as 8% exposed communication: one
+    process communicates nothing, whatever an old record's comm_fraction says."""
+    rec = run("one", strategy="ddp", nproc=1, bd=breakdown(0.2, data=0.01, comm=0.35),
+              comm=_comm(0.07, 0.06))
+    assert not {"communication-bound", "synchronisation overhead"} & _verdicts(diagnose_run(rec))
 
 
 def test_straggler():
@@ -174,7 +215,7 @@ def test_loader_workers_compete_with_compute():
 def test_experiment_scaling_colocate_parity():
     one = run("n1", nproc=1, sps=100.0, experiment=scale_point("sc", 1))
     two = run("n2", strategy="ddp", nproc=2, sps=120.0, bd=breakdown(0.15, data=0.02, comm=0.3),
-              experiment=scale_point("sc", 2))
+              experiment=scale_point("sc", 2), comm=_comm(0.045, 0.04))
     found = diagnose_experiment([one, two, colocate_record(), parity_record(ok=False)])
     f = _one(found, "scaling loss")
     assert f.evidence.startswith("2 processes: 1.20x [1.09, 1.32], 1 repeat (efficiency 60%")

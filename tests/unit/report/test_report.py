@@ -43,6 +43,21 @@ def test_markdown_sections_and_tables(mixed_report):
     assert re.search(r"!\[[^]]*\]\(report_files/batch-[\w-]+\.png\)", md)
 
 
+def test_network_table_compares_like_with_like(mixed_report):
+    """Catches the network table that set a run measured on loopback against a 1gbit
+    prediction ("0.13x"): a run's measurement meets only the prediction for its own link,
+    and a prediction for another link is shown as a what-if, uncompared."""
+    md, _, _ = mixed_report
+    net = md.split("Network model vs measurement", 1)[1].splitlines()
+    row = next(ln for ln in net if ln.startswith("| n2 |"))
+    assert "| loopback |" in row and "| 23.4 ms | 18.0 ms | 5.4 ms | 18.0 ms | 15.0 ms |" in row
+    assert "1.20x" in row
+    what_if = next(ln for ln in net if ln.startswith("| what-if |"))
+    assert "x |" not in what_if  # no ratio against the 1gbit prediction
+    assert "the model for 1gbit says 100.0 ms per step (a what-if, not compared: measured on " \
+           "loopback)" in md
+
+
 def test_html_is_self_contained(mixed_report):
     _, html, _ = mixed_report
     assert "<script" not in html.lower()
