@@ -189,8 +189,37 @@ def test_experiment_scaling_colocate_parity():
     assert "--bucket-cap-mb" in f.recommendation
     co = [x for x in found if x.verdict.startswith("co-location")]
     assert co and co[0].severity == "warning" and "pinned" in co[0].recommendation
-    assert _one(found, "accuracy differs").severity == "warning"
+    differs = _one(found, "accuracy differs")
+    assert differs.severity == "warning" and "--lr-scaling" not in differs.recommendation
+    assert "per-device batch 32 on 2 processes vs 64 on 1" in differs.recommendation
     assert "accuracy holds" in _verdicts(diagnose_experiment([parity_record(ok=True)]))
+
+
+def test_parity_and_colocate_findings_from_records_written_before_repeats():
+    """Catches: old records (one seed, a fixed tolerance; no slowdown intervals) read as
+    decided claims, and the global batch being held fixed while the advice says to scale the
+    learning rate with it."""
+    for ok in (True, False):
+        f = _one(diagnose_experiment([parity_record(ok=ok, legacy=True)]),
+                 "accuracy parity inconclusive")
+        assert f.severity == "info" and "one seed" in f.evidence
+        assert "--lr-scaling" not in f.recommendation
+    old = diagnose_experiment([colocate_record(legacy=True)])
+    assert "recorded without repeats" in old[0].evidence
+
+
+def test_colocate_finding_never_lists_a_faster_job_as_slower():
+    """Catches observation 7: a job 0.78x together was listed under "jobs slower"."""
+    rec = colocate_record()
+    rec["jobs"][1].update(slowdown=0.78, together_samples_per_s=102.6, reading="faster together",
+                          slowdown_interval={"estimate": 0.78, "lo": 0.7, "hi": 0.86, "n": 3})
+    del rec["evidence"]
+    (f,) = diagnose_experiment([rec])
+    assert "a: 1.80x [1.70, 1.90] slower together" in f.evidence
+    assert "b: 0.78x [0.70, 0.86] faster together" in f.evidence
+    rec["verdict"] = "inconclusive"
+    (f,) = diagnose_experiment([rec])
+    assert f.severity == "info" and "--repeats" in f.recommendation
 
 
 def test_format_findings_orders_by_severity():
