@@ -1,35 +1,78 @@
-"""A tiny real co-location: two jobs alone, then together."""
+"""A tiny real co-location: two jobs alone, then together, two repeats interleaved."""
 
 import pytest
 
+from scaleprobe import metrics
+from scaleprobe.experiments.verdict import INTERFERENCE, NO_INTERFERENCE_BELOW
 from scaleprobe.results import read_jsonl
 
 from ..conftest import ROOT
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(420)
+
+JOBS = ("cnn-b32", "linear-b64")
+
+
+def _order(runs):
+    """(repeat, phase, job) of the runs in the order they started (ties: file order)."""
+    ranked = sorted(enumerate(runs), key=lambda ir: (ir[1]["started_at"], ir[0]))
+    return [(r["experiment"]["repeat"], r["experiment"]["point"]["phase"],
+             r["experiment"]["point"]["job"]) for _, r in ranked]
 
 
 def test_two_jobs_alone_then_together(cli, out_dir):
-    p = cli("colocate", ROOT / "examples" / "colocate_quick.toml", "--out", out_dir)
+    """Catches: repeats run back to back instead of interleaved (alone A, alone B, together per
+    repeat); intervals that do not come from the runs' own figures paired by repeat; a verdict
+    its intervals do not support; a job faster together listed as slower."""
+    p = cli("colocate", ROOT / "examples" / "colocate_quick.toml", "--repeats", 2,
+            "--out", out_dir, timeout=400)
     assert p.returncode == 0, p.stderr[-2000:]
     recs = read_jsonl(out_dir / "results.jsonl")
     runs = [r for r in recs if r["kind"] == "run"]
-    points = [(r["experiment"]["point"]["job"], r["experiment"]["point"]["phase"]) for r in runs]
-    assert points[:2] == [("cnn-b32", "alone"), ("linear-b64", "alone")]  # one after the other
-    assert sorted(points[2:]) == [("cnn-b32", "together"), ("linear-b64", "together")]
     assert all(r["status"] == "ok" and r["experiment"]["kind"] == "colocate" for r in runs)
+    order = _order(runs)
+    for rep in (0, 1):  # alone one after the other, then both together, then the next repeat
+        block = order[4 * rep:4 * rep + 4]
+        assert block[:2] == [(rep, "alone", JOBS[0]), (rep, "alone", JOBS[1])], order
+        assert sorted(block[2:]) == [(rep, "together", j) for j in JOBS], order
     (co,) = [r for r in recs if r["kind"] == "colocate"]
-    assert co["schema"] == 1 and co["placement"] == "shared"
+    assert co["schema"] == 1 and co["placement"] == "shared" and co["repeats"] == 2
     assert co["experiment"] == {"id": "quick", "kind": "colocate"}
-    for job in co["jobs"]:
-        assert job["alone_samples_per_s"] > 0 and job["together_samples_per_s"] > 0
-        assert job["slowdown"] == pytest.approx(
-            job["alone_samples_per_s"] / job["together_samples_per_s"])
-    assert co["total_samples_per_s_together"] > 0 and 0 < co["cpu_util_pct_together"] <= 100
-    assert co["gpu_util_pct_together"] is None
-    assert co["verdict"] in ("no interference", "CPU saturated",
-                             "interference without saturation")
-    assert co["evidence"] and co["overlap_s"] > 0
+    assert len(co["cpu_util_pct_together_repeats"]) == 2 and co["overlap_s"] > 0
+    by_id = {r["run_id"]: r for r in runs}
+    assert sorted(co["run_ids"]["alone"] + co["run_ids"]["together"]) == sorted(by_id)
+
+    def sps(job, phase):  # per repeat, from the run records themselves
+        got = {r["experiment"]["repeat"]: r for r in runs
+               if r["experiment"]["point"] == {"job": job, "phase": phase}}
+        return [got[i]["metrics"]["samples_per_s"] for i in (0, 1)], \
+               [got[i]["metrics"]["step_time_s"]["rel_ci"] for i in (0, 1)]
+
+    for job, name in zip(co["jobs"], JOBS, strict=True):
+        assert job["name"] == name
+        (alone, a_ci), (together, t_ci) = sps(name, "alone"), sps(name, "together")
+        assert job["alone_samples_per_s_repeats"] == alone
+        assert job["together_samples_per_s_repeats"] == together
+        assert job["slowdown_repeats"] == pytest.approx(
+            [a / t for a, t in zip(alone, together, strict=True)])
+        iv = metrics.ratio_interval(together, alone, t_ci, a_ci)
+        stored = job["slowdown_interval"]
+        assert stored["n"] == 2 and stored["lo"] <= stored["estimate"] <= stored["hi"]
+        assert (stored["lo"], stored["hi"]) == pytest.approx((iv.lo, iv.hi))
+        assert job["slowdown"] == pytest.approx(iv.estimate)
+        assert job["slowdown"] == pytest.approx(metrics.slowdown(
+            job["alone_samples_per_s"], job["together_samples_per_s"]))
+        expect = ("slower together" if iv.lo > 1 else "faster together" if iv.hi < 1
+                  else "within noise")
+        assert job["reading"] == expect
+    los = [j["slowdown_interval"]["lo"] for j in co["jobs"]]
+    his = [j["slowdown_interval"]["hi"] for j in co["jobs"]]
+    if any(lo > NO_INTERFERENCE_BELOW for lo in los):
+        assert co["verdict"] in INTERFERENCE
+    elif all(hi < NO_INTERFERENCE_BELOW for hi in his):
+        assert co["verdict"] == "no interference"
+    else:
+        assert co["verdict"] == "inconclusive" and "repeats" in co["evidence"]
     assert f"**verdict: {co['verdict']}**" in p.stdout
     assert (out_dir / "colocate.md").read_text() in p.stdout
 
@@ -41,7 +84,7 @@ def test_pinned_jobs_each_get_their_own_cores(cli, out_dir):
     if len(cpus) < 2:
         pytest.skip(f"pinning two jobs needs 2 CPUs, this process may use {len(cpus)}")
     p = cli("colocate", ROOT / "examples" / "colocate_quick.toml", "--placement", "pinned",
-            "--out", out_dir)
+            "--repeats", 1, "--out", out_dir)
     assert p.returncode == 0, p.stderr[-2000:]
     recs = read_jsonl(out_dir / "results.jsonl")
     (co,) = [r for r in recs if r["kind"] == "colocate"]

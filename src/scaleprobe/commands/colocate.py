@@ -1,13 +1,17 @@
 """``scaleprobe colocate SPEC.toml``: several training jobs alone, then all at once; how much
-each slows down, and why (CPU saturated, device contention, or no interference).
+each slows down, with its interval over repeats, and why (CPU saturated, device contention,
+no interference, or inconclusive when the intervals do not decide).
 
-    scaleprobe colocate examples/colocate_three_models.toml --out out/coloc
+    scaleprobe colocate examples/colocate_three_mobilenets.toml --out out/coloc
     scaleprobe colocate spec.toml --placement pinned --image-size 64   # flags override the spec
+    scaleprobe colocate spec.toml --repeats 5     # more repeats narrow the intervals
 
-The spec has [colocate] (placement = "shared" | "pinned", seconds or steps), a [base] run
-configuration and one [[job]] table per job (see docs/EXPERIMENTS.md). Run option flags
-override [base] for every job. The table and verdict are printed and written to
-OUT/colocate.md; the summary record and every job's run records go to OUT/results.jsonl.
+The spec has [colocate] (placement = "shared" | "pinned", seconds or steps, repeats), a [base]
+run configuration and one [[job]] table per job (see docs/EXPERIMENTS.md). Repeats run
+interleaved: every job alone, then all together, then again. Run option flags override [base]
+for every job. The table and verdict are printed and written to OUT/colocate.md; the summary
+record and every job's run records go to OUT/results.jsonl. Exit status 0, or 1 when a job
+has no figures (verdict "not measured").
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC.toml", help="colocate spec: [colocate], [base], [[job]]")
     p.add_argument("--placement", choices=("shared", "pinned"),
                    help="override the spec's placement")
+    p.add_argument("--repeats", type=int, metavar="N",
+                   help="alone/together phases, interleaved (default: the spec's, else 3)")
     add_run_options(p, config_file=False)
 
 
@@ -40,6 +46,6 @@ def run(args: argparse.Namespace) -> int:
     progress = over.pop("measure.progress", True) is not False
     terminate_as_interrupt()
     rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
-                       placement=args.placement)
+                       placement=args.placement, repeats=args.repeats)
     print(render_colocate(rec))
     return 0 if rec["verdict"] != "not measured" else 1

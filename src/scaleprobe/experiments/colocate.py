@@ -9,6 +9,7 @@ A spec::
     seconds = 15                # timed window of every job, alone and together
     # steps = 40                # or a fixed number of timed steps instead
     warmup_steps = 2
+    repeats = 3                 # alone/together phases, interleaved (--repeats overrides)
 
     [base]                      # run options common to every job
     dataset = "synthetic"
@@ -23,10 +24,16 @@ imports, announces it is ready, and waits for a start file. A time-boxed window 
 keeps every job training for the whole time the others do, so the steps compared really
 overlapped; with fixed ``steps`` a fast job may finish while a slow one is still running.
 In both phases each job has the same placement, so a slowdown is interference, not fewer cores.
+
+Repeats are interleaved: alone A, alone B, together; alone A, alone B, together; ... (each job
+in its own process every time), so slow drift of the machine falls on both phases alike. Each
+run record carries ``experiment.repeat``; repeat ``i`` alone is paired with repeat ``i``
+together for the slowdown's interval (``experiments.verdict``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -43,10 +50,17 @@ from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placem
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
 from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight
-from scaleprobe.experiments.verdict import JobFigures, throughput_line, totals, verdict
+from scaleprobe.experiments.verdict import (
+    JobFigures,
+    throughput_line,
+    total_interval,
+    totals,
+    verdict,
+)
 
 OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
-           "warmup_steps": int}
+           "warmup_steps": int, "repeats": int}
+DEFAULT_REPEATS = 3
 READY_TIMEOUT_S = 300.0
 SAMPLE_EVERY_S = 0.5
 
@@ -56,6 +70,7 @@ class ColocateSpec:
     colocate_id: str
     placement: str  # shared | pinned
     jobs: list[tuple[str, C.RunConfig]]
+    repeats: int = DEFAULT_REPEATS  # alone/together phases, interleaved
 
 
 def _timing(opts: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +96,9 @@ def _options(doc: dict[str, Any], where: str) -> dict[str, Any]:
                               f"(options: {', '.join(OPTIONS)})")
         if not isinstance(v, OPTIONS[k]) or isinstance(v, bool):
             raise ConfigError(f"{where}: [colocate] {k} has the wrong type: {v!r}")
+    if opts.get("repeats", DEFAULT_REPEATS) < 1:
+        raise ConfigError(f"{where}: [colocate] repeats must be at least 1, "
+                          f"got {opts['repeats']}")
     if "steps" in opts and "seconds" in opts:
         raise ConfigError(f"{where}: give [colocate] seconds or steps, not both")
     if opts.get("placement", "shared") not in ("shared", "pinned"):
@@ -91,12 +109,15 @@ def _options(doc: dict[str, Any], where: str) -> dict[str, Any]:
 
 def load_colocate_spec(spec: str | Path | dict[str, Any],
                        overrides: dict[str, Any] | None = None,
-                       placement: str | None = None) -> ColocateSpec:
+                       placement: str | None = None,
+                       repeats: int | None = None) -> ColocateSpec:
     """Read and check a colocate spec; ``overrides`` (flat run options) apply to every job,
-    ``placement`` replaces the spec's."""
+    ``placement`` and ``repeats`` replace the spec's."""
     doc, where, stem = read_doc(spec, "colocate", ("[colocate]", "[base]", "[[job]]"))
     if placement is not None:
         doc = {**doc, "colocate": {**doc.get("colocate", {}), "placement": placement}}
+    if repeats is not None:
+        doc = {**doc, "colocate": {**doc.get("colocate", {}), "repeats": repeats}}
     opts = _options(doc, where)
     jobs_doc = doc.get("job")
     if not isinstance(jobs_doc, list) or len(jobs_doc) < 2:
@@ -116,7 +137,8 @@ def load_colocate_spec(spec: str | Path | dict[str, Any],
     names = [n for n, _ in jobs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: job names must differ, got {names}")
-    return ColocateSpec(opts.get("id", stem), opts.get("placement", "shared"), jobs)
+    return ColocateSpec(opts.get("id", stem), opts.get("placement", "shared"), jobs,
+                        opts.get("repeats", DEFAULT_REPEATS))
 
 
 @dataclass
@@ -131,22 +153,29 @@ class _Ctx:
             self.console.print(text, markup=False, highlight=False)
 
 
-def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str,
-             place: dict[str, Any]) -> dict[str, Any]:
+def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: dict[str, Any],
+             repeat: int) -> dict[str, Any]:
     exp = {"id": ctx.spec.colocate_id, "kind": "colocate",
-           "point": {"job": name, "phase": phase}, "attempt": new_attempt()}
+           "point": {"job": name, "phase": phase}, "repeat": repeat, "attempt": new_attempt()}
     return {"config": cfg.to_dict(), "experiment": exp, "cpus": place.get("cpus")}
 
 
-def _run_alone(ctx: _Ctx, plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _tag(ctx: _Ctx, repeat: int) -> str:
+    n = ctx.spec.repeats
+    return f"[{repeat + 1}/{n}] " if n > 1 else ""
+
+
+def _run_alone(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int) -> list[dict[str, Any]]:
     recs = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
-        payload = _payload(ctx, name, cfg, "alone", place)
+        payload = _payload(ctx, name, cfg, "alone", place, repeat)
         t0 = time.monotonic()
-        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-alone", place.get("env"))
+        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-alone-r{repeat}",
+                               place.get("env"))
         rc = ctx.procs.wait(proc)
         rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
-        ctx.say(f"alone    {name}: {rec['status']} ({time.monotonic() - t0:.1f}s)")
+        ctx.say(f"{_tag(ctx, repeat)}alone    {name}: {rec['status']} "
+                f"({time.monotonic() - t0:.1f}s)")
         recs.append(rec)
     return recs
 
@@ -159,15 +188,16 @@ def _wait_ready(ready: list[Path], procs: list[Any]) -> None:
         time.sleep(0.02)
 
 
-def _run_together(ctx: _Ctx, plan: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
-                                                                   dict[str, Any]]:
+def _run_together(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     gate = ctx.out / "points" / f"together-{new_attempt()}"
     gate.mkdir(parents=True, exist_ok=True)
     started = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
-        payload = _payload(ctx, name, cfg, "together", place)
+        payload = _payload(ctx, name, cfg, "together", place, repeat)
         payload["barrier"] = {"ready": str(gate / f"{name}.ready"), "go": str(gate / "go")}
-        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-together", place.get("env"))
+        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-together-r{repeat}",
+                               place.get("env"))
         started.append((name, cfg, payload, proc))
     procs = [s[3] for s in started]
     _wait_ready([gate / f"{n}.ready" for n, *_ in started], procs)
@@ -187,7 +217,7 @@ def _run_together(ctx: _Ctx, plan: list[dict[str, Any]]) -> tuple[list[dict[str,
     for name, cfg, payload, proc in started:
         rc = ctx.procs.wait(proc)
         rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
-        ctx.say(f"together {name}: {rec['status']}")
+        ctx.say(f"{_tag(ctx, repeat)}together {name}: {rec['status']}")
         recs.append(rec)
     machine = {"cpu_util_pct": sum(cpu) / len(cpu) if cpu else None,
                "gpu_util_pct": _jobs_gpu_util(recs) or (sum(gpus) / len(gpus) if gpus else None),
@@ -202,12 +232,16 @@ def _jobs_gpu_util(recs: list[dict[str, Any]]) -> float | None:
     return sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
 
 
-def _figures(name: str, alone: dict[str, Any], together: dict[str, Any]) -> JobFigures:
-    def m(rec: dict[str, Any], k: str) -> float | None:
-        return res.get(rec, f"metrics.{k}") if rec.get("status") == "ok" else None
+def _figures(name: str, alone: list[dict[str, Any]], together: list[dict[str, Any]]
+             ) -> JobFigures:
+    """One job's figures over the repeats (``alone[i]``, ``together[i]``: repeat i's runs)."""
+    def m(recs: list[dict[str, Any]], k: str) -> tuple[float | None, ...]:
+        return tuple(res.get(r, f"metrics.{k}") if r.get("status") == "ok" else None
+                     for r in recs)
 
     return JobFigures(name, m(alone, "samples_per_s"), m(together, "samples_per_s"),
-                      m(alone, "epoch_time_s"), m(together, "epoch_time_s"))
+                      m(alone, "epoch_time_s"), m(together, "epoch_time_s"),
+                      m(alone, "step_time_s.rel_ci"), m(together, "step_time_s.rel_ci"))
 
 
 def _threads(recs: list[dict[str, Any]]) -> int | None:
@@ -215,17 +249,75 @@ def _threads(recs: list[dict[str, Any]]) -> int | None:
     return sum(n) if n and all(isinstance(v, int) for v in n) else None
 
 
+def _mean(vals: list[float | None]) -> float | None:
+    got = [v for v in vals if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def _run_repeats(ctx: _Ctx, plan: list[dict[str, Any]]
+                 ) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]],
+                            list[dict[str, Any]]]:
+    """alone A, alone B, together; alone A, alone B, together; ... -> (alone[repeat][job],
+    together[repeat][job], machine[repeat])."""
+    alone, together, machine = [], [], []
+    try:
+        for r in range(ctx.spec.repeats):
+            alone.append(_run_alone(ctx, plan, r))
+            recs, mach = _run_together(ctx, plan, r)
+            together.append(recs)
+            machine.append(mach)
+    except BaseException:
+        ctx.procs.stop_all()
+        raise
+    return alone, together, machine
+
+
+def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
+            alone: list[list[dict[str, Any]]], together: list[list[dict[str, Any]]],
+            machine: list[dict[str, Any]]) -> dict[str, Any]:
+    jobs = [_figures(n, [a[k] for a in alone], [t[k] for t in together])
+            for k, (n, _) in enumerate(cs.jobs)]
+    cpu = _mean([m["cpu_util_pct"] for m in machine])
+    gpu = _mean([m["gpu_util_pct"] for m in machine])
+    n_gpus = gpu_count()
+    share_gpu = n_gpus > 0 and (cs.placement == "shared" or len(cs.jobs) > n_gpus)
+    threads = [_threads(t) for t in together]
+    v, evidence = verdict(jobs, cpu, gpu, share_gpu=share_gpu, cores=cores,
+                          threads_total=max((t for t in threads if t), default=None),
+                          placement=cs.placement)
+    tot, tot_iv = totals(jobs), total_interval(jobs)
+    tot_iv_d = tot_iv.to_dict() if tot_iv is not None else None
+    return {"kind": "colocate", "schema": res.SCHEMA,
+            "experiment": {"id": cs.colocate_id, "kind": "colocate"},
+            "placement": cs.placement, "placement_note": note,
+            "cpu_sets": [p.get("cpus") for p in plan], "repeats": cs.repeats,
+            "jobs": [j.to_dict() for j in jobs], **tot,
+            "total_throughput_interval": tot_iv_d,
+            "cpu_util_pct_together": cpu, "gpu_util_pct_together": gpu,
+            "cpu_util_pct_together_repeats": [m["cpu_util_pct"] for m in machine],
+            "gpu_util_pct_together_repeats": [m["gpu_util_pct"] for m in machine],
+            "overlap_s": min((m["overlap_s"] for m in machine), default=None),
+            "overlap_s_repeats": [m["overlap_s"] for m in machine],
+            "verdict": v, "evidence": evidence,
+            "throughput": throughput_line(tot, len(jobs), tot_iv_d),
+            "run_ids": {"alone": [r.get("run_id") for rs in alone for r in rs],
+                        "together": [r.get("run_id") for rs in together for r in rs]},
+            "finished_at": res.utc_now()}
+
+
 def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
                  overrides: dict[str, Any] | None = None, progress: bool = True,
-                 console: Console | None = None, placement: str | None = None) -> dict[str, Any]:
-    """Run every job alone, then all together; append and return the ``kind: colocate``
-    record (its point runs are run records with ``experiment.kind == "colocate"``)."""
+                 console: Console | None = None, placement: str | None = None,
+                 repeats: int | None = None) -> dict[str, Any]:
+    """Run every job alone, then all together, ``repeats`` times interleaved; append and
+    return the ``kind: colocate`` record (its point runs are run records with
+    ``experiment.kind == "colocate"`` and ``experiment.repeat``)."""
     from scaleprobe.experiments.verdict import render_colocate
 
-    cs = load_colocate_spec(spec, overrides, placement)
+    cs = load_colocate_spec(spec, overrides, placement, repeats)
     out = Path(out_dir) if out_dir is not None else Path(cs.jobs[0][1].out)
-    cs = ColocateSpec(cs.colocate_id, cs.placement,
-                      [(n, C.build({"out": str(out)}, cfg)) for n, cfg in cs.jobs])
+    cs = dataclasses.replace(cs, jobs=[(n, C.build({"out": str(out)}, cfg))
+                                       for n, cfg in cs.jobs])
     preflight([cfg for _, cfg in cs.jobs])
     out.mkdir(parents=True, exist_ok=True)
     con = (console or Console(stderr=True)) if progress else None
@@ -233,31 +325,9 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
         else list(range(os.cpu_count() or 1))
     plan, note = plan_placement(len(cs.jobs), cs.placement, cpus, gpu_count())  # no CUDA init
     ctx = _Ctx(cs, out, ProcessSet(), con)
-    ctx.say(f"placement: {note}")
-    try:
-        alone = _run_alone(ctx, plan)
-        together, machine = _run_together(ctx, plan)
-    except BaseException:
-        ctx.procs.stop_all()
-        raise
-    jobs = [_figures(n, a, t) for (n, _), a, t in zip(cs.jobs, alone, together, strict=True)]
-    n_gpus = gpu_count()
-    share_gpu = n_gpus > 0 and (cs.placement == "shared" or len(cs.jobs) > n_gpus)
-    v, evidence = verdict(jobs, machine["cpu_util_pct"], machine["gpu_util_pct"],
-                          share_gpu=share_gpu, cores=len(cpus), threads_total=_threads(together),
-                          placement=cs.placement)
-    rec = {"kind": "colocate", "schema": res.SCHEMA,
-           "experiment": {"id": cs.colocate_id, "kind": "colocate"},
-           "placement": cs.placement, "placement_note": note, "cpu_sets": [p.get("cpus")
-                                                                        for p in plan],
-           "jobs": [j.to_dict() for j in jobs], **totals(jobs),
-           "cpu_util_pct_together": machine["cpu_util_pct"],
-           "gpu_util_pct_together": machine["gpu_util_pct"],
-           "overlap_s": machine["overlap_s"], "verdict": v, "evidence": evidence,
-           "throughput": throughput_line(totals(jobs), len(jobs)),
-           "run_ids": {"alone": [r.get("run_id") for r in alone],
-                       "together": [r.get("run_id") for r in together]},
-           "finished_at": res.utc_now()}
+    ctx.say(f"placement: {note}; {cs.repeats} repeat(s), interleaved")
+    alone, together, machine = _run_repeats(ctx, plan)
+    rec = _record(cs, plan, note, len(cpus), alone, together, machine)
     res.append_jsonl(out / res.RESULTS_FILE, rec)
     (out / "colocate.md").write_text(render_colocate(rec))
     return rec

@@ -1,61 +1,226 @@
-"""Accuracy parity: the same training on 1 process and on N, with the same global batch, seed
-and number of samples seen. Data-parallel training should not change what the model learns;
-when it does (batch-norm statistics over smaller per-device batches, a sharding bug, a learning
-rate not matched to the batch), this shows it with both accuracies side by side."""
+"""Accuracy parity: the same training on 1 process and on N, with the same global batch and
+number of samples seen, over several seeds. Data-parallel training should not change what the
+model learns; when it does (batch-norm statistics over smaller per-device batches, a sharding
+bug), this shows it with both accuracies side by side.
+
+    scaleprobe run --strategy ddp --nproc 2 --parity --epochs 3 --repeats 3
+
+Repeat ``r`` uses seed ``seed + r`` for both runs (the seed moves the initial weights, the data
+order and the held-out split), run interleaved (1, N, 1, N, ...), each in its own process. The
+learning rate is not scaled: the global batch is the same on both sides. Communication
+calibration is off in the N-process run (its extra forward passes would move batch-norm
+statistics the 1-process run never sees).
+
+The verdict compares the difference of mean accuracies (N - 1), with its 95% interval
+(``metrics.mean_difference_interval``, Welch, unpaired over seeds), against a tolerance taken
+from the same runs: ``max(floor, k x pooled seed-to-seed standard deviation)`` (thresholds
+``parity_tolerance_floor``, ``parity_tolerance_sd``). "parity holds" when the whole interval
+lies inside +/- tolerance, "parity broken" when it lies entirely outside, else "inconclusive",
+with the interval and the repeats that would decide it. One repeat has no spread: inconclusive.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import metrics
 from scaleprobe import results as res
 from scaleprobe.config import RunConfig, validate
 from scaleprobe.report.thresholds import DEFAULT
 
-TOLERANCE = DEFAULT.parity_tolerance  # |accuracy(N) - accuracy(1)| that still counts as parity
+DEFAULT_REPEATS = 3
+TOLERANCE_FLOOR = DEFAULT.parity_tolerance_floor
+TOLERANCE_SD = DEFAULT.parity_tolerance_sd
+VERDICTS = ("parity holds", "parity broken", "inconclusive", "not measured")
 
 
-def parity_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
-    """(one process, N processes) with the same global batch and everything else equal."""
-    world = cfg.world_size
-    gb = cfg.train.global_batch or cfg.train.batch_size * world
-    train = dataclasses.replace(cfg.train, global_batch=gb, eval=True)
-    multi = dataclasses.replace(cfg, train=train,
-                                dist=dataclasses.replace(cfg.dist, parity=False))
+def parity_configs(cfg: RunConfig, repeat: int = 0) -> tuple[RunConfig, RunConfig]:
+    """(one process, N processes) for repeat ``repeat``: the same global batch, seed
+    (``seed + repeat``) and amount of training, everything else equal. An adaptive step count
+    ("auto") would let the two sides see different numbers of samples, so it becomes one
+    epoch."""
+    gb = cfg.train.global_batch or cfg.train.batch_size * cfg.training_ranks
+    steps, epochs = cfg.train.steps, cfg.train.epochs
+    if epochs is None and (steps is None or steps == "auto"):
+        steps, epochs = None, 1
+    seed = cfg.train.seed + repeat
+    train = dataclasses.replace(cfg.train, global_batch=gb, eval=True, seed=seed, steps=steps,
+                                epochs=epochs)
+    base = cfg.name or "parity"
+    multi = dataclasses.replace(
+        cfg, train=train, name=f"{base}-n{cfg.world_size}-seed{seed}",
+        dist=dataclasses.replace(cfg.dist, parity=False, calibrate_comm=False),
+        measure=dataclasses.replace(cfg.measure, progress=False))
     one_dist = dataclasses.replace(cfg.dist, strategy="single", nproc=1, nnodes=1, node_rank=0,
-                                   rdzv_endpoint=None, parity=False)
-    one = dataclasses.replace(multi, dist=one_dist)
+                                   rdzv_endpoint=None, parity=False, calibrate_comm=False)
+    one = dataclasses.replace(multi, dist=one_dist, name=f"{base}-n1-seed{seed}")
     validate(one)
     validate(multi)
     return one, multi
 
 
-def parity_record(rec_1: dict[str, Any], rec_n: dict[str, Any], exp_id: str,
-                  tolerance: float = TOLERANCE) -> dict[str, Any]:
-    a1 = res.get(rec_1, "metrics.accuracy")
-    an = res.get(rec_n, "metrics.accuracy")
-    diff = None if a1 is None or an is None else an - a1
+# ---- the verdict (pure: hand-made accuracies in tests) -----------------------------------
+
+def _sd(xs: Sequence[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """The seed-to-seed standard deviation of accuracy, pooled over both sides."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    sa, sb = _sd(a), _sd(b)
+    return math.sqrt(((len(a) - 1) * sa ** 2 + (len(b) - 1) * sb ** 2)  # type: ignore[operator]
+                     / (len(a) + len(b) - 2))
+
+
+def tolerance(a: Sequence[float], b: Sequence[float], floor: float = TOLERANCE_FLOOR,
+              k: float = TOLERANCE_SD) -> tuple[float | None, str]:
+    """(tolerance, how it was derived) from the measured seed-to-seed spread."""
+    sp = pooled_sd(a, b)
+    if sp is None:
+        return None, "no seed-to-seed spread: fewer than 2 accuracies on a side"
+    tol = max(floor, k * sp)
+    return tol, (f"max({floor:.3f}, {k:g} x pooled seed-to-seed sd {sp:.4f}) = {tol:.4f} "
+                 f"(sd over {len(a)} seeds on 1 process, {len(b)} on N)")
+
+
+def repeats_to_decide(diff: float, sd: float, tol: float, n: int) -> int | None:
+    """Repeats per side that would put the interval of ``diff`` wholly inside or wholly outside
+    +/- ``tol``, if the difference and the spread stay as measured (equal-variance t)."""
+    gap = tol - abs(diff) if abs(diff) < tol else abs(diff) - tol
+    if gap <= 0 or sd <= 0:
+        return None
+    for m in range(max(2, n + 1), metrics.MAX_REPEATS_SUGGESTED + 1):
+        if metrics.t_quantile(2 * m - 2) * sd * math.sqrt(2 / m) < gap:
+            return m
+    return None
+
+
+def parity_verdict(acc_1: Sequence[float], acc_n: Sequence[float],
+                   floor: float = TOLERANCE_FLOOR, k: float = TOLERANCE_SD) -> dict[str, Any]:
+    """Verdict, interval and tolerance from the accuracies of the repeats on each side."""
+    if not acc_1 or not acc_n:
+        return {"verdict": "not measured", "text": "no accuracy on one side (see the runs)",
+                "difference": None, "interval": None, "tolerance": None,
+                "tolerance_rule": None, "seed_sd": None}
+    diff = sum(acc_n) / len(acc_n) - sum(acc_1) / len(acc_1)
+    tol, rule = tolerance(acc_1, acc_n, floor, k)
+    iv = metrics.mean_difference_interval(acc_1, acc_n)
+    sd = pooled_sd(acc_1, acc_n)
+    out = {"difference": diff, "tolerance": tol, "tolerance_rule": rule, "seed_sd": sd,
+           "interval": None if iv is None else {"estimate": iv[0], "lo": iv[1], "hi": iv[2],
+                                                "confidence": metrics.CONFIDENCE,
+                                                "method": "Welch t, unpaired over seeds"}}
+    if iv is None or tol is None:
+        return {**out, "verdict": "inconclusive",
+                "text": f"difference {diff:+.4f} from {min(len(acc_1), len(acc_n))} repeat(s): "
+                        "one seed per side shows no seed-to-seed spread, so no tolerance and no "
+                        "interval; run --repeats 3 or more"}
+    _, lo, hi = iv
+    span = f"difference (N - 1) {diff:+.4f} [{lo:+.4f}, {hi:+.4f}] (95%, {len(acc_1)} seeds " \
+           f"per side); tolerance +/-{tol:.4f} = {rule}"
+    if lo > -tol and hi < tol:
+        return {**out, "verdict": "parity holds", "text": f"{span}: the interval lies within it"}
+    if lo > tol or hi < -tol:
+        return {**out, "verdict": "parity broken",
+                "text": f"{span}: the interval lies entirely outside it"}
+    need = repeats_to_decide(diff, sd or 0.0, tol, min(len(acc_1), len(acc_n)))
+    tail = (f"about {need} repeats would decide it" if need else
+            f"more than {metrics.MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
+            "difference sits at the tolerance")
+    return {**out, "verdict": "inconclusive",
+            "text": f"{span}: the interval crosses the tolerance; {tail}"}
+
+
+def _acc(rec: dict[str, Any]) -> float | None:
+    return res.get(rec, "metrics.accuracy") if rec.get("status") == "ok" else None
+
+
+def _samples(rec: dict[str, Any]) -> int | None:
+    steps, gb = res.get(rec, "metrics.steps_done"), res.get(rec, "config.train.global_batch")
+    return steps * gb if isinstance(steps, int) and isinstance(gb, int) else None
+
+
+def parity_record(recs_1: list[dict[str, Any]], recs_n: list[dict[str, Any]],
+                  exp_id: str) -> dict[str, Any]:
+    """The ``kind: parity`` record from the repeats' run records (``recs_1[r]``, ``recs_n[r]``:
+    repeat r on 1 and on N processes). Repeats whose two runs saw different numbers of samples
+    are left out of the comparison (not like for like)."""
+    samples = [[_samples(a), _samples(b)] for a, b in zip(recs_1, recs_n, strict=True)]
+    like = [i for i, (s1, sn) in enumerate(samples) if s1 is not None and s1 == sn]
+    acc_1 = [v for i in like if (v := _acc(recs_1[i])) is not None]
+    acc_n = [v for i in like if (v := _acc(recs_n[i])) is not None]
+    v = parity_verdict(acc_1, acc_n)
+    unlike = [i for i in range(len(samples)) if i not in like]
+    if unlike:
+        v["text"] += (f"; left out: repeat(s) {', '.join(str(i + 1) for i in unlike)} (samples "
+                      "seen differ or unknown)")
+    first = recs_n[0] if recs_n else {}
     return {"kind": "parity", "schema": res.SCHEMA,
             "experiment": {"id": exp_id, "kind": "parity"},
-            "nproc": rec_n["batch"].get("world_size") if rec_n.get("batch") else None,
-            "global_batch": rec_n["config"]["train"]["global_batch"],
-            "samples_seen": [res.get(r, "metrics.steps_done", 0) * r["config"]["train"][
-                "global_batch"] for r in (rec_1, rec_n)],
-            "accuracy_1": a1, "accuracy_n": an, "difference": diff, "tolerance": tolerance,
-            "within_tolerance": None if diff is None else abs(diff) <= tolerance,
-            "runs": [rec_1["run_id"], rec_n["run_id"]],
-            "status": "ok" if diff is not None else "failed"}
+            "nproc": (first.get("batch") or {}).get("world_size"),
+            "global_batch": res.get(first, "config.train.global_batch"),
+            "repeats": len(recs_1),
+            "seeds": [res.get(r, "config.train.seed") for r in recs_1],
+            "samples_seen": samples[0] if samples else [None, None],
+            "samples_seen_repeats": samples,
+            "accuracies_1": [_acc(r) for r in recs_1], "accuracies_n": [_acc(r) for r in recs_n],
+            "accuracy_1": sum(acc_1) / len(acc_1) if acc_1 else None,
+            "accuracy_n": sum(acc_n) / len(acc_n) if acc_n else None,
+            "difference": v["difference"], "difference_interval": v["interval"],
+            "seed_sd": v["seed_sd"], "tolerance": v["tolerance"],
+            "tolerance_rule": v["tolerance_rule"], "verdict": v["verdict"],
+            "verdict_text": v["text"],
+            "within_tolerance": {"parity holds": True, "parity broken": False}.get(v["verdict"]),
+            "runs": [r.get("run_id") for pair in zip(recs_1, recs_n, strict=True)
+                     for r in pair],
+            "status": "ok" if v["verdict"] != "not measured" else "failed"}
 
 
-def run_parity(cfg: RunConfig) -> dict[str, Any]:
-    from scaleprobe.runner import execute
+# ---- running it ---------------------------------------------------------------------------
 
-    one, multi = parity_configs(cfg)
+def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
+               say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train ``repeats`` times on 1 and on N processes, interleaved, each run in its own
+    process; append and return the parity record with the runs."""
+    from scaleprobe.errors import ConfigError
+    from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+    from scaleprobe.experiments.sweep import preflight
+
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1, got {repeats}")
+    plans = [parity_configs(cfg, r) for r in range(repeats)]
+    preflight([c for pair in plans for c in pair])
+    out = Path(cfg.out)
     exp_id = f"parity-{uuid.uuid4().hex[:8]}"
-    rec_n = execute(multi, {"id": exp_id, "kind": "parity", "point": {"nproc": cfg.world_size}})
-    rec_1 = execute(one, {"id": exp_id, "kind": "parity", "point": {"nproc": 1}})
-    rec = parity_record(rec_1, rec_n, exp_id)
-    res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)
-    return {"parity": rec, "runs": [rec_1, rec_n]}
+    procs, recs_1, recs_n = ProcessSet(), [], []
+    try:
+        for r, (one, multi) in enumerate(plans):
+            for c, into in ((one, recs_1), (multi, recs_n)):
+                n = c.world_size
+                exp = {"id": exp_id, "kind": "parity", "point": {"nproc": n}, "repeat": r,
+                       "attempt": new_attempt()}
+                proc = procs.start({"config": c.to_dict(), "experiment": exp}, out / "points",
+                                   f"parity-n{n}-r{r}")
+                rec = collect_record(proc, procs.wait(proc), c, exp, out / res.RESULTS_FILE)
+                into.append(rec)
+                if say is not None:
+                    acc = _acc(rec)
+                    say(f"[{r + 1}/{repeats}] seed {c.train.seed}, {n} process(es): "
+                        f"{rec['status']}" + (f", accuracy {acc:.4f}" if acc is not None else ""))
+    except BaseException:
+        procs.stop_all()
+        raise
+    rec = parity_record(recs_1, recs_n, exp_id)
+    res.append_jsonl(out / res.RESULTS_FILE, rec)
+    return {"parity": rec, "runs": [r for pair in zip(recs_1, recs_n, strict=True)
+                                    for r in pair]}

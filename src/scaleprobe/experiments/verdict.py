@@ -1,16 +1,35 @@
-"""Co-located jobs: per-job slowdown, totals, a verdict with the evidence behind it, and the
-Markdown table (printed and written to ``colocate.md``).
+"""Co-located jobs: per-job slowdown with its interval over repeats, totals, a verdict with the
+evidence behind it, and the Markdown table (printed and written to ``colocate.md``).
 
 Pure functions over plain numbers (no processes, no torch), so the rules are unit-tested with
-hand-made figures. ``slowdown`` is a ratio: samples/s alone / samples/s together (1.35 means
-the job ran 35% longer per step when it shared the machine).
+hand-made repeat figures. ``slowdown`` is ``metrics.slowdown``: samples/s alone / samples/s
+together (1.35 means the job took 35% longer per sample when it shared the machine).
+
+Every repeat runs the jobs alone (one after another) and then together, so repeat ``i`` alone
+is paired with repeat ``i`` together; the slowdown's 95% interval is ``metrics.ratio_interval``
+over those pairs. A job's figures are geometric means over the paired repeats, so its
+``slowdown`` is exactly the interval's centre.
+
+Each claim is made only when the intervals decide it:
+
+- a job is "slower together" when its interval lies above 1, "faster together" when it lies
+  below 1, else "within noise";
+- "no interference": every job's interval lies below 1.10 (within 10% of its speed alone);
+- interference (some job's interval lies above 1.10), named by its cause: "CPU saturated"
+  (machine-wide CPU use together >= 90%), "device contention" (the GPU >= 90% busy, or the
+  jobs share one GPU), else "interference without saturation";
+- otherwise "inconclusive", with each undecided job's interval and the repeats that would
+  decide it.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe import metrics
 from scaleprobe.report.fmt import md_table, num, rate, ratio, seconds
 from scaleprobe.report.thresholds import DEFAULT
 
@@ -18,107 +37,230 @@ NO_INTERFERENCE_BELOW = DEFAULT.colocate_slowdown  # every job within 10% of its
 CPU_SATURATED_PCT = DEFAULT.colocate_cpu_pct  # machine-wide CPU use while together
 GPU_BUSY_PCT = DEFAULT.colocate_gpu_pct  # GPU utilisation while together
 
-VERDICTS = ("no interference", "CPU saturated", "device contention",
-            "interference without saturation", "not measured")
+INTERFERENCE = ("CPU saturated", "device contention", "interference without saturation")
+VERDICTS = ("no interference", *INTERFERENCE, "inconclusive", "not measured")
+READINGS = ("slower together", "faster together", "within noise", "no interval",
+            "not measured")
+
+Figures = Sequence[float | None]
+
+
+def _ok(v: float | None) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+
+def _gmean(vals: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def _at(seq: Figures, i: int) -> float | None:
+    return seq[i] if i < len(seq) else None
 
 
 @dataclass(frozen=True)
 class JobFigures:
+    """One job's figures, one entry per repeat (``None`` where a run gave none)."""
+
     name: str
-    alone_samples_per_s: float | None
-    together_samples_per_s: float | None
-    alone_epoch_time_s: float | None = None
-    together_epoch_time_s: float | None = None
+    alone: tuple[float | None, ...]  # samples/s alone
+    together: tuple[float | None, ...]  # samples/s together
+    alone_epoch_s: tuple[float | None, ...] = ()
+    together_epoch_s: tuple[float | None, ...] = ()
+    # within-run spread: relative 95% CI half-width of each run's median step time
+    alone_rel_ci: tuple[float | None, ...] = ()
+    together_rel_ci: tuple[float | None, ...] = ()
+
+    @property
+    def paired(self) -> list[int]:
+        """Repeats with samples/s both alone and together."""
+        return [i for i in range(min(len(self.alone), len(self.together)))
+                if _ok(self.alone[i]) and _ok(self.together[i])]
+
+    def _mean(self, seq: Figures) -> float | None:
+        return _gmean([v for i in self.paired if _ok(v := _at(seq, i))])  # type: ignore[misc]
+
+    @property
+    def alone_samples_per_s(self) -> float | None:
+        return self._mean(self.alone)
+
+    @property
+    def together_samples_per_s(self) -> float | None:
+        return self._mean(self.together)
 
     @property
     def slowdown(self) -> float | None:
-        a, t = self.alone_samples_per_s, self.together_samples_per_s
-        return a / t if a and t else None
+        return metrics.slowdown(self.alone_samples_per_s, self.together_samples_per_s)
+
+    @property
+    def slowdowns(self) -> list[float | None]:
+        """Per repeat: alone / together of that repeat."""
+        return [metrics.slowdown(a, t) for a, t in zip(self.alone, self.together, strict=False)]
+
+    @property
+    def interval(self) -> metrics.Interval | None:
+        """alone / together over the paired repeats (ratio_interval gives B / A)."""
+        return metrics.ratio_interval(self.together, self.alone, self.together_rel_ci,
+                                      self.alone_rel_ci)
+
+    @property
+    def reading(self) -> str:
+        iv = self.interval
+        if self.slowdown is None:
+            return "not measured"
+        if iv is None:
+            return "no interval"
+        if iv.above(1.0):
+            return "slower together"
+        return "faster together" if iv.below(1.0) else "within noise"
 
     def to_dict(self) -> dict[str, Any]:
+        iv = self.interval
         return {"name": self.name, "alone_samples_per_s": self.alone_samples_per_s,
                 "together_samples_per_s": self.together_samples_per_s,
-                "alone_epoch_time_s": self.alone_epoch_time_s,
-                "together_epoch_time_s": self.together_epoch_time_s,
-                "slowdown": self.slowdown}
+                "alone_epoch_time_s": self._mean(self.alone_epoch_s),
+                "together_epoch_time_s": self._mean(self.together_epoch_s),
+                "slowdown": self.slowdown,
+                "slowdown_interval": iv.to_dict() if iv is not None else None,
+                "reading": self.reading,
+                "alone_samples_per_s_repeats": list(self.alone),
+                "together_samples_per_s_repeats": list(self.together),
+                "slowdown_repeats": self.slowdowns}
 
 
-def _slow_list(jobs: list[JobFigures]) -> str:
-    return ", ".join(f"{j.name} {j.slowdown:.2f}x" for j in jobs if j.slowdown is not None)
+def _iv_short(iv: metrics.Interval | None, est: float | None) -> str:
+    if iv is None:
+        return f"{ratio(est)} (no interval)"
+    return f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]"
+
+
+def readings_text(jobs: list[JobFigures]) -> str:
+    """``slower together: a 1.67x [1.50, 1.86]; faster together: b 0.78x [0.70, 0.87]``: each
+    job under what its interval shows (a job faster together is never listed as slower)."""
+    groups: dict[str, list[str]] = {}
+    for j in jobs:
+        groups.setdefault(j.reading, []).append(f"{j.name} {_iv_short(j.interval, j.slowdown)}")
+    n = max((j.interval.n for j in jobs if j.interval is not None), default=0)
+    text = "; ".join(f"{r}: {', '.join(groups[r])}" for r in READINGS if r in groups)
+    return f"{text} (slowdown = alone / together, 95% interval over {n} repeat(s))"
+
+
+def _machine(cpu_util_pct: float | None, gpu_util_pct: float | None) -> tuple[str, str]:
+    cpu = "not sampled" if cpu_util_pct is None else f"{cpu_util_pct:.0f}% busy"
+    gpu = "not sampled" if gpu_util_pct is None else f"{gpu_util_pct:.0f}% busy"
+    return cpu, gpu
 
 
 def verdict(jobs: list[JobFigures], cpu_util_pct: float | None, gpu_util_pct: float | None,
             share_gpu: bool = False, cores: int | None = None,
             threads_total: int | None = None, placement: str = "shared") -> tuple[str, str]:
-    """(verdict, evidence) from the jobs' slowdowns and the machine's use while together.
+    """(verdict, evidence) from the jobs' slowdown intervals and the machine's measured use
+    while together (CPU: machine-wide, sampled by the parent; never counted from threads).
 
-    - "no interference": every job within 10% of its speed alone.
-    - "CPU saturated": the machine's CPUs were >= 90% busy while together, and jobs slowed.
-    - "device contention": jobs slowed while the CPU was not saturated, and either the GPU
-      was >= 90% busy or the jobs shared one GPU.
-    - "interference without saturation": jobs slowed but neither the CPU nor a GPU was
-      saturated: they compete for something not sampled (memory bandwidth, caches, disk).
-    """
-    slow = [j.slowdown for j in jobs if j.slowdown is not None]
-    if not slow or len(slow) < len(jobs):
-        missing = [j.name for j in jobs if j.slowdown is None]
+    ``threads_total`` and ``cores`` are context in the evidence of "CPU saturated", never the
+    reason for it."""
+    missing = [j.name for j in jobs if j.slowdown is None]
+    if not jobs or missing:
         return "not measured", f"no samples/s alone and together for: {', '.join(missing)}"
-    detail = _slow_list(jobs)
-    if max(slow) < NO_INTERFERENCE_BELOW:
-        return ("no interference", f"every job ran within {NO_INTERFERENCE_BELOW - 1:.0%} of its "
-                f"speed alone ({detail})")
-    cpu = "not sampled" if cpu_util_pct is None else f"{cpu_util_pct:.0f}% busy"
-    gpu = "not sampled" if gpu_util_pct is None else f"{gpu_util_pct:.0f}% busy"
+    ref = NO_INTERFERENCE_BELOW
+    detail = readings_text(jobs)
+    cpu, gpu = _machine(cpu_util_pct, gpu_util_pct)
+    hurt = [j for j in jobs if j.interval is not None and j.interval.above(ref)]
+    if not hurt:
+        if all(j.interval is not None and j.interval.below(ref) for j in jobs):
+            return ("no interference", f"every job's slowdown interval lies below {ref:.2f}x "
+                    f"(within {ref - 1:.0%} of its speed alone): {detail}")
+        undecided = [j for j in jobs if j.interval is None or not j.interval.below(ref)]
+        why = "; ".join(metrics.undecided_text(j.interval, ref, f"{j.name}'s slowdown")
+                        .removeprefix("inconclusive: ") for j in undecided)
+        rest = [j for j in jobs if j not in undecided]
+        others = f"; below {ref:.2f}x: {readings_text(rest)}" if rest else ""
+        return ("inconclusive", f"the intervals do not decide between no interference (every "
+                f"job below {ref:.2f}x) and interference (one above it): {why}{others}; "
+                f"machine CPU {cpu}, GPU {gpu} while together")
+    slow = ", ".join(f"{j.name} {_iv_short(j.interval, j.slowdown)}" for j in hurt)
+    slow = f"slowdown above {ref:.2f}x: {slow}"
     if cpu_util_pct is not None and cpu_util_pct >= CPU_SATURATED_PCT:
         extra = ""
         if cores and threads_total and threads_total > cores:
-            extra = f"; {threads_total} compute threads on {cores} cores"
+            extra = f"; context: {threads_total} compute threads on {cores} cores"
             if placement == "shared":
                 extra += " (placement = \"pinned\" gives each job its own cores)"
-        return "CPU saturated", f"machine CPU {cpu} while together, jobs slower ({detail}){extra}"
+        return ("CPU saturated", f"machine CPU {cpu} while together (threshold "
+                f"{CPU_SATURATED_PCT:.0f}%), {slow}; {detail}{extra}")
     gpu_busy = gpu_util_pct is not None and gpu_util_pct >= GPU_BUSY_PCT
     if gpu_busy or share_gpu:
         why = "the GPU was saturated" if gpu_busy else "the jobs shared one GPU"
         return ("device contention", f"{why} (GPU {gpu}) while the CPU was not ({cpu}); "
-                f"jobs slower together ({detail})")
+                f"{slow}; {detail}")
     return ("interference without saturation",
-            f"jobs slower together ({detail}) although neither the CPU ({cpu}) nor a GPU "
-            f"({gpu}) was saturated: they compete for memory bandwidth, caches or I/O")
+            f"{slow}, although neither the CPU ({cpu}) nor a GPU ({gpu}) was saturated: they "
+            f"compete for memory bandwidth, caches or I/O; {detail}")
 
 
 def totals(jobs: list[JobFigures]) -> dict[str, float | None]:
-    alone = [j.alone_samples_per_s for j in jobs]
-    together = [j.together_samples_per_s for j in jobs]
-    return {
-        "total_samples_per_s_alone_sum": sum(alone) if all(v is not None for v in alone)
-        else None,
-        "total_samples_per_s_together": sum(together) if all(v is not None for v in together)
-        else None,
-    }
+    def total(vals: list[float | None]) -> float | None:
+        return sum(v for v in vals if v is not None) if all(v is not None for v in vals) \
+            else None
+
+    return {"total_samples_per_s_alone_sum": total([j.alone_samples_per_s for j in jobs]),
+            "total_samples_per_s_together": total([j.together_samples_per_s for j in jobs])}
 
 
-def throughput_line(t: dict[str, float | None], n_jobs: int) -> str:
+def total_interval(jobs: list[JobFigures]) -> metrics.Interval | None:
+    """Total samples/s together / the sum alone, paired by repeat (repeats where every job has
+    both figures)."""
+    n = min((min(len(j.alone), len(j.together)) for j in jobs), default=0)
+    full = [i for i in range(n) if all(i in j.paired for j in jobs)]
+    alone = [sum(j.alone[i] for j in jobs) for i in full]  # type: ignore[misc]
+    together = [sum(j.together[i] for j in jobs) for i in full]  # type: ignore[misc]
+    return metrics.ratio_interval(alone, together)
+
+
+def throughput_line(t: dict[str, float | None], n_jobs: int,
+                    iv: dict[str, Any] | None = None) -> str:
     """What running together bought, compared with running the jobs one after another."""
     a, b = t["total_samples_per_s_alone_sum"], t["total_samples_per_s_together"]
     if not a or b is None:
         return "total throughput: not measured"
+    spread = ""
+    if iv and iv.get("lo") is not None:
+        spread = f" [{iv['lo']:.0%}, {iv['hi']:.0%}]"
     # the sum of the speeds alone is what perfect sharing would deliver
-    return (f"total throughput together {rate(b)} samples/s = {b / a:.0%} of the {rate(a)} "
-            f"samples/s the {n_jobs} jobs reach each on its own (100% = no interference)")
+    return (f"total throughput together {rate(b)} samples/s = {b / a:.0%}{spread} of the "
+            f"{rate(a)} samples/s the {n_jobs} jobs reach each on its own (100% = no "
+            "interference)")
 
 
 HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone",
-           "epoch time together", "slowdown")
+           "epoch time together", "slowdown", "95% interval", "reading")
+
+
+def _interval_cell(j: dict[str, Any]) -> str:
+    iv = j.get("slowdown_interval")
+    if not isinstance(iv, dict) or iv.get("lo") is None:
+        return "n/a"
+    return f"[{iv['lo']:.2f}, {iv['hi']:.2f}]"
 
 
 def colocate_rows(rec: dict[str, Any]) -> list[list[str]]:
-    rows = [[j["name"], rate(j["alone_samples_per_s"]), rate(j["together_samples_per_s"]),
-             seconds(j["alone_epoch_time_s"]), seconds(j["together_epoch_time_s"]),
-             ratio(j["slowdown"])] for j in rec["jobs"]]
+    rows = [[j["name"], rate(j.get("alone_samples_per_s")), rate(j.get("together_samples_per_s")),
+             seconds(j.get("alone_epoch_time_s")), seconds(j.get("together_epoch_time_s")),
+             ratio(j.get("slowdown")), _interval_cell(j), str(j.get("reading") or "n/a")]
+            for j in rec["jobs"]]
     a, t = rec.get("total_samples_per_s_alone_sum"), rec.get("total_samples_per_s_together")
     rows.append(["**total**", rate(a) + " (sum)", rate(t), "", "",
-                 ratio(a / t) if a and t else "n/a"])
+                 ratio(a / t) if a and t else "n/a", "", ""])
     return rows
+
+
+def _repeats_line(rec: dict[str, Any]) -> str:
+    n = rec.get("repeats") or 1
+    cpus = rec.get("cpu_util_pct_together_repeats") or []
+    per = ", ".join(num(c, ".0f", "%") for c in cpus)
+    return (f"- repeats: {n}, interleaved (each job alone, then all together, per repeat; each "
+            "run in its own process); figures are geometric means over the repeats, intervals "
+            "a paired t on the log ratios" + (f"; machine CPU together per repeat: {per}"
+                                              if len(cpus) > 1 else ""))
 
 
 def render_colocate(rec: dict[str, Any]) -> str:
@@ -127,11 +269,12 @@ def render_colocate(rec: dict[str, Any]) -> str:
         f"## Co-located jobs: {rec['experiment']['id']}",
         "",
         f"- placement: {rec.get('placement_note') or rec['placement']}",
+        _repeats_line(rec),
         f"- machine while together: CPU {num(cpu, '.0f', '%')} (whole machine, sampled while "
         f"every job was running: {num(rec.get('overlap_s'), '.1f', ' s')}), "
         f"GPU {num(gpu, '.0f', '%')}",
         "",
-        md_table(HEADERS, colocate_rows(rec)),
+        md_table(HEADERS, colocate_rows(rec), right=[False] + [True] * 6 + [False]),
         "",
         f"- {rec.get('throughput', '')}",
         f"- **verdict: {rec['verdict']}** - {rec['evidence']}",

@@ -14,8 +14,9 @@ Verdicts of one run:
     synchronisation overhead  exposed communication above the threshold, most of it not
                          transfer: hooks, bucketing, waiting for the slowest rank
     straggler            the slowest rank's median step well above the ranks' median
-    CPU saturated        utilisation of all cores above the threshold, or more compute
-                         threads + loader workers than cores
+    CPU saturated        the run's measured CPU use (its whole process tree, loader workers
+                         included) above the threshold share of all cores; threads +
+                         workers against cores is context in the evidence, never the reason
     compute-bound        none of the above and compute (h2d + forward + backward + optimizer) dominates
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
     measured under load  processes outside the run's tree used the machine meanwhile
@@ -170,20 +171,20 @@ def _straggler(rec: dict[str, Any], th: Thresholds) -> Finding | None:
 
 
 def _cpu(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    """Decided by measured CPU use only: the run tree's share of all cores over the timed
+    window. Counting threads against cores said "CPU saturated" of a run that used 16% of
+    the cores (a default run: 2 compute threads + 2 loader workers on 2 cores, mostly idle)."""
     util = R.metric(rec, "cpu_util_pct")
+    if util is None or util <= th.cpu_util_pct:
+        return None
     cores = advice.cores(rec)
     demand, demand_text = advice.cpu_demand(rec)
     oversub = bool(cores and demand and demand > cores)
-    busy = util is not None and util > th.cpu_util_pct
-    if not (busy or oversub):
-        return None
     on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
-    parts = []
-    if util is not None:
-        parts.append(f"CPU {util:.0f}% of all {cores or '?'} cores (threshold "
-                     f"{th.cpu_util_pct:.0f}%)")
+    parts = [f"the run's processes used {util:.0f}% of all {cores or '?'} cores (measured; "
+             f"threshold {th.cpu_util_pct:.0f}%)"]
     if demand_text and cores:
-        parts.append(f"{demand_text} on {cores} cores")
+        parts.append(f"context: {demand_text} on {cores} cores")
     severity = "warning" if (oversub or on_gpu) else "info"
     return Finding("CPU saturated", "; ".join(parts),
                    advice.cpu_saturated(rec, oversub, on_gpu), severity)

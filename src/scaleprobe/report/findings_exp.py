@@ -164,26 +164,50 @@ def _scaling_advice(main: str | None, row: dict[str, Any]) -> str:
             "/ processes and give each its own cores, or add devices rather than processes")
 
 
+INTERFERENCE = ("CPU saturated", "device contention", "interference without saturation")
+
+
+def _job_reading(j: dict[str, Any]) -> str:
+    """``a: 1.67x [1.50, 1.86] slower together``; a record written before repeats existed has
+    no interval, and then the direction is not claimed."""
+    iv = R.dict_of(j.get("slowdown_interval"))
+    lo, hi = R.num(iv.get("lo")), R.num(iv.get("hi"))
+    text = f"{j.get('name')}: {fmt.ratio(j.get('slowdown'))}"
+    if lo is None or hi is None:
+        return f"{text} (no interval: recorded without repeats)"
+    reading = "slower together" if lo > 1 else "faster together" if hi < 1 else "within noise"
+    return f"{text} [{lo:.2f}, {hi:.2f}] {reading}"
+
+
 def _colocate(rec: dict[str, Any], th: Thresholds = DEFAULT) -> Finding:
     jobs = [j for j in R.dicts(rec.get("jobs")) if R.num(j.get("slowdown")) is not None]
-    slow = [j["slowdown"] for j in jobs]
-    parts = [f"{j.get('name')}: {j['slowdown']:.2f}x slower together" for j in jobs]
+    parts = [_job_reading(j) for j in jobs]
     alone = R.number(rec, "total_samples_per_s_alone_sum")
     together = R.number(rec, "total_samples_per_s_together")
     if alone and together:
         parts.append(f"total {fmt.rate(together)} samples/s together vs {fmt.rate(alone)} as the "
                      f"sum alone ({fmt.pct(together / alone)})")
     evidence = str(rec.get("evidence") or "; ".join(parts) or "no job figures")
+    if jobs and not any(R.dict_of(j.get("slowdown_interval")) for j in jobs):
+        evidence += ("; recorded without repeats, so no interval supports this verdict (run "
+                     "`scaleprobe colocate` again: it repeats by default)")
     placement = str(rec.get("placement") or "shared")
-    if slow and max(slow) >= th.colocate_slowdown:
+    verdict = str(rec.get("verdict") or "co-location")
+    if verdict in INTERFERENCE:
         tip = ("pin each job to its own cores or device (placement \"pinned\") or run them one "
                "after the other" if placement == "shared" else
                "even pinned, the jobs compete (memory bandwidth, shared caches, the loader): "
                "run them one after the other when each one's time matters")
         severity = "warning"
-    else:
+    elif verdict == "inconclusive":
+        n = R.num(rec.get("repeats")) or 1
+        tip = (f"the slowdowns are within the run-to-run noise at {int(n)} repeat(s): run "
+               "again with more --repeats (the evidence says about how many) before acting")
+        severity = "info"
+    elif verdict == "no interference":
         tip, severity = "sharing costs little here; co-locating these jobs is fine", "info"
-    verdict = str(rec.get("verdict") or "co-location")
+    else:
+        tip, severity = "see the jobs' run records for why a figure is missing", "warning"
     return Finding(f"co-location ({placement}): {verdict}", evidence, tip, severity,
                    R.exp_id(rec) or "")
 
@@ -191,10 +215,30 @@ def _colocate(rec: dict[str, Any], th: Thresholds = DEFAULT) -> Finding:
 def _parity(rec: dict[str, Any]) -> Finding:
     a1, an, diff = (R.number(rec, k) for k in ("accuracy_1", "accuracy_n", "difference"))
     n = rec.get("nproc")
-    ev = (f"accuracy {fmt.num(a1, '.3f')} on 1 process vs {fmt.num(an, '.3f')} on {n} "
-          f"({fmt.num(diff, '+.3f')})")
-    if rec.get("within_tolerance") is False:
-        return Finding("accuracy differs", ev, "scale the learning rate with the global batch "
-                       "(--lr-scaling linear, with warm-up) and check the shard audit", "warning",
-                       R.exp_id(rec) or "")
-    return Finding("accuracy holds", ev, "nothing to change", "info", R.exp_id(rec) or "")
+    subject = R.exp_id(rec) or ""
+    verdict = rec.get("verdict")
+    if verdict is None:  # written before repeats: one seed and a fixed tolerance
+        ev = (f"accuracy {fmt.num(a1, '.3f')} on 1 process vs {fmt.num(an, '.3f')} on {n} "
+              f"({fmt.num(diff, '+.3f')}), from one seed with a fixed tolerance: no interval, "
+              "and the seed-to-seed spread can exceed the difference")
+        return Finding("accuracy parity inconclusive", ev, "run --parity again: it repeats "
+                       "over seeds and derives the tolerance from their spread", "info", subject)
+    ev = str(rec.get("verdict_text") or verdict)
+    if verdict == "parity broken":
+        gb = R.num(rec.get("global_batch"))
+        per = (f" (per-device batch {int(gb) // int(n)} on {n} processes vs {int(gb)} on 1)"
+               if gb and isinstance(n, int) and n > 0 else "")
+        # the global batch, seeds and samples seen were the same on both sides, so a learning
+        # rate scaled with the batch (--lr-scaling linear) would change nothing here
+        tip = (f"the global batch, seeds and samples seen were equal, so the learning rate is "
+               f"not the cause: check batch-norm statistics over the smaller per-device "
+               f"batch{per} (SyncBatchNorm, or a model without batch-norm) and the shard audit "
+               "of the N-process runs")
+        return Finding("accuracy differs", ev, tip, "warning", subject)
+    if verdict == "inconclusive":
+        return Finding("accuracy parity inconclusive", ev, "run more --repeats before acting "
+                       "on the difference (the evidence says about how many)", "info", subject)
+    if verdict == "not measured":
+        return Finding("accuracy parity not measured", ev, "see the runs' records for why",
+                       "warning", subject)
+    return Finding("accuracy holds", ev, "nothing to change", "info", subject)

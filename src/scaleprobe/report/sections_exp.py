@@ -109,25 +109,36 @@ def scaling_section(records: list[dict[str, Any]]) -> Section | None:
     return s
 
 
+def _interval_cell(iv: Any, spec: str = ".2f") -> str:
+    iv = R.dict_of(iv)
+    lo, hi = R.num(iv.get("lo")), R.num(iv.get("hi"))
+    return fmt.NA if lo is None or hi is None else f"[{lo:{spec}}, {hi:{spec}}]"
+
+
 def colocate_section(records: list[dict[str, Any]]) -> Section | None:
     recs = R.of_kind(records, "colocate")
     if not recs:
         return None
     s = Section("Co-location", anchor="colocation")
     headers = ["Job", "Alone samples/s", "Together samples/s", "Alone epoch", "Together epoch",
-               "Slowdown"]
+               "Slowdown", "95% interval", "Reading"]
     for rec in recs:
         rows = [[str(j.get("name")), fmt.rate(j.get("alone_samples_per_s")),
-                 fmt.rate(j.get("together_samples_per_s")), fmt.seconds(j.get("alone_epoch_time_s")),
-                 fmt.seconds(j.get("together_epoch_time_s")), fmt.ratio(j.get("slowdown"))]
+                 fmt.rate(j.get("together_samples_per_s")),
+                 fmt.seconds(j.get("alone_epoch_time_s")),
+                 fmt.seconds(j.get("together_epoch_time_s")), fmt.ratio(j.get("slowdown")),
+                 _interval_cell(j.get("slowdown_interval")), str(j.get("reading") or fmt.NA)]
                 for j in R.dicts(rec.get("jobs"))]
-        s.add(Table(headers, rows, caption=f"{R.exp_id(rec) or 'co-location'}: placement "
-                    f"{rec.get('placement') or 'n/a'}"))
+        reps = R.num(rec.get("repeats"))
+        s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],
+                    caption=f"{R.exp_id(rec) or 'co-location'}: placement "
+                    f"{rec.get('placement') or 'n/a'}, "
+                    + (f"{int(reps)} repeats, interleaved" if reps else "one repeat, no interval")))
         alone, together = rec.get("total_samples_per_s_alone_sum"), rec.get(
             "total_samples_per_s_together")
         lines = [f"Total: {fmt.rate(together)} samples/s together vs {fmt.rate(alone)} as the sum "
-                 f"alone; CPU {fmt.pct_value(rec.get('cpu_util_pct_together'))}, GPU "
-                 f"{fmt.pct_value(rec.get('gpu_util_pct_together'))} while together."]
+                 f"alone; CPU {fmt.pct_value(rec.get('cpu_util_pct_together'))} (whole machine), "
+                 f"GPU {fmt.pct_value(rec.get('gpu_util_pct_together'))} while together."]
         if rec.get("verdict"):
             lines.append(f"Verdict: {rec['verdict']}" + (f" - {rec['evidence']}"
                                                          if rec.get("evidence") else ""))
@@ -136,6 +147,10 @@ def colocate_section(records: list[dict[str, Any]]) -> Section | None:
         _load_line(s, R.by_experiment(records, "colocate").get(label or "", []),
                    " Jobs measured together share the machine by design; a job measured alone "
                    "under load makes its slowdown look smaller than it is.")
+    s.add(Text("Slowdown = samples/s alone / samples/s together, geometric mean over the "
+               "repeats; the interval pairs each repeat alone with the same repeat together. A "
+               "job is slower (faster) together only when its interval lies above (below) 1.",
+               note=True))
     png = plots.colocate_plot(recs)
     if png:
         s.add(Image("colocation", png, "slowdown of each job when co-located"))
@@ -242,12 +257,25 @@ def parity_section(records: list[dict[str, Any]]) -> Section | None:
         return None
     rows = [[R.exp_id(r) or "parity", fmt.num(r.get("accuracy_1"), ".3f"),
              fmt.num(r.get("accuracy_n"), ".3f"), fmt.num(r.get("nproc"), "d"),
-             fmt.num(r.get("difference"), "+.3f"),
-             _yes_no(r.get("within_tolerance"))] for r in recs]
-    return Section("Accuracy parity", anchor="parity").add(
-        Table(["Experiment", "Accuracy (1 process)", "Accuracy (N)", "N", "Difference",
-               "Within tolerance"], rows))
+             fmt.num(r.get("repeats") or 1, "d"), fmt.num(r.get("difference"), "+.3f"),
+             _interval_cell(r.get("difference_interval"), "+.3f"),
+             "+/-" + fmt.num(r.get("tolerance"), ".3f"), _parity_verdict(r)] for r in recs]
+    s = Section("Accuracy parity", anchor="parity").add(
+        Table(["Experiment", "Accuracy (1 process)", "Accuracy (N)", "N", "Seeds", "Difference",
+               "95% interval", "Tolerance", "Verdict"], rows,
+              right=[False] + [True] * 7 + [False]))
+    s.add(Text("Accuracies are means over the seeds; the interval is Welch's on the difference "
+               "(N - 1). The tolerance is max(floor, 2 x the pooled seed-to-seed standard "
+               "deviation of the same runs): parity holds when the whole interval lies inside "
+               "it, is broken when it lies entirely outside, else inconclusive.", note=True))
+    for r in recs:
+        if r.get("verdict_text"):
+            s.add(Text(f"{R.exp_id(r) or 'parity'}: {r.get('verdict')} - {r['verdict_text']}"))
+    return s
 
 
-def _yes_no(v: object) -> str:
-    return "yes" if v is True else "NO" if v is False else fmt.NA
+def _parity_verdict(r: dict[str, Any]) -> str:
+    v = r.get("verdict")
+    if isinstance(v, str):
+        return v
+    return "one seed, no interval"  # written before repeats

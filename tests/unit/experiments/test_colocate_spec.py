@@ -28,6 +28,13 @@ def test_fixed_steps_and_placement_override():
     assert cs.placement == "pinned" and all(c.train.steps == 7 for _, c in cs.jobs)
 
 
+def test_repeats_default_spec_and_override():
+    """Catches: --repeats ignored, or the spec's repeats lost when --placement overrides."""
+    assert load_colocate_spec(doc()).repeats == 3
+    assert load_colocate_spec(doc(repeats=5), placement="pinned").repeats == 5
+    assert load_colocate_spec(doc(repeats=5), repeats=2).repeats == 2
+
+
 def test_unnamed_jobs_are_numbered():
     d = doc()
     for j in d["job"]:
@@ -41,6 +48,8 @@ def test_unnamed_jobs_are_numbered():
     ({"colocate": {"seconds": 2, "steps": 3}}, "seconds or steps, not both"),
     ({"colocate": {"steps": "many"}}, "wrong type"),
     ({"colocate": {"seconds": -1}}, "seconds must be positive"),
+    ({"colocate": {"repeats": 0}}, "repeats must be at least 1"),
+    ({"colocate": {"repeats": 2.5}}, "repeats has the wrong type"),
     ({"job": [JOBS[0]]}, "at least two \\[\\[job\\]\\]"),
     ({"job": [JOBS[0], JOBS[0]]}, "job names must differ"),
     ({"job": [JOBS[0], {"name": "x", "batch_sise": 3}]}, "did you mean batch_size"),

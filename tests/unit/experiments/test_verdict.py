@@ -1,74 +1,162 @@
-"""Co-location verdicts from hand-made figures."""
+"""Co-location verdicts from hand-made repeat figures: each claim only when the intervals
+decide it."""
 
+import pytest
+
+from scaleprobe import metrics
 from scaleprobe.experiments.placement import cpu_list, plan_placement, split_cpus
 from scaleprobe.experiments.verdict import (
     JobFigures,
     render_colocate,
     throughput_line,
+    total_interval,
     totals,
     verdict,
 )
 
 
-def jobs(*pairs):
-    return [JobFigures(f"job{i}", a, t, 10.0, 10.0 * a / t if t else None)
-            for i, (a, t) in enumerate(pairs)]
+def job(name, alone, together):
+    """A job over repeats: samples/s alone and together per repeat (epoch = 1000 samples)."""
+    return JobFigures(name, tuple(alone), tuple(together),
+                      tuple(1000 / a if a else None for a in alone),
+                      tuple(1000 / t if t else None for t in together))
 
 
-def test_no_interference_below_ten_percent():
-    v, ev = verdict(jobs((100, 95), (50, 48)), cpu_util_pct=97.0, gpu_util_pct=None)
-    assert v == "no interference" and "job0 1.05x" in ev
+SLOW = job("a", (100, 102, 98), (60, 62, 58))  # 1.67x, tight
+SLOW2 = job("b", (50, 51, 49), (30, 30, 29))  # 1.68x, tight
+CALM = job("a", (100, 102, 98), (97, 100, 96))  # 1.02x, tight
 
 
-def test_cpu_saturated_when_busy_and_slower():
-    v, ev = verdict(jobs((100, 60), (50, 30)), cpu_util_pct=98.0, gpu_util_pct=40.0, cores=2,
-                    threads_total=6)
+def test_no_interference_only_when_every_interval_lies_below_the_threshold():
+    """Catches: "no interference" claimed from a point estimate under 1.10 whose interval
+    reaches above it."""
+    v, ev = verdict([CALM, job("b", (50, 51, 49), (48, 49, 48))], cpu_util_pct=97.0,
+                    gpu_util_pct=None)
+    assert v == "no interference" and "below 1.10x" in ev and "a 1.02x [" in ev
+    wide = job("b", (50, 60, 45), (52, 48, 45))  # centre 1.06x, interval reaches past 1.10
+    assert wide.slowdown < 1.10 and wide.interval.hi > 1.10
+    v, ev = verdict([CALM, wide], cpu_util_pct=97.0, gpu_util_pct=None)
+    assert v == "inconclusive" and "b's slowdown 1.06x [" in ev and "repeats" in ev
+
+
+def test_slowdown_exactly_at_the_threshold_decides_nothing():
+    """Catches: a threshold compared with >= on one side and < on the other, so a job at
+    exactly 1.10x with no spread is called either way; neither claim excludes the other."""
+    at = job("a", (110, 110, 110), (100, 100, 100))
+    assert at.interval.lo == at.interval.hi == pytest.approx(1.10)
+    v, ev = verdict([at, job("b", (100, 102, 98), (97, 100, 96))], cpu_util_pct=99.0,
+                    gpu_util_pct=None)
+    assert v == "inconclusive" and "a's slowdown 1.10x [1.10, 1.10]" in ev
+
+
+def test_interference_needs_an_interval_above_the_threshold():
+    """Catches: interference stated from a centre above 1.10 whose interval reaches below."""
+    straddle = job("a", (112, 111, 113), (100, 100, 100))
+    assert straddle.slowdown > 1.10 and not straddle.interval.above(1.10)
+    v, _ = verdict([straddle, job("b", (100, 102, 98), (97, 100, 96))], cpu_util_pct=99.0,
+                   gpu_util_pct=None)
+    assert v == "inconclusive"
+    clear = job("a", (120, 121, 119), (100, 100, 100))
+    assert clear.interval.above(1.10)
+    v, _ = verdict([clear, job("b", (100, 102, 98), (97, 100, 96))], cpu_util_pct=99.0,
+                   gpu_util_pct=None)
     assert v == "CPU saturated"
-    assert "CPU 98% busy" in ev and "job0 1.67x" in ev and "6 compute threads on 2 cores" in ev
-    assert 'placement = "pinned"' in ev
 
 
-def test_device_contention_when_gpu_busy_and_cpu_not():
-    v, ev = verdict(jobs((100, 60), (50, 30)), cpu_util_pct=55.0, gpu_util_pct=99.0)
-    assert v == "device contention" and "GPU 99% busy" in ev and "CPU was not (55% busy)" in ev
+def test_faster_together_is_never_listed_as_slower():
+    """Catches observation 7: a job that ran 0.78x (faster) together was listed under "jobs
+    slower"."""
+    fast = job("b", (78, 79, 77), (100, 100, 100))
+    assert fast.reading == "faster together" and SLOW.reading == "slower together"
+    v, ev = verdict([SLOW, fast], cpu_util_pct=98.0, gpu_util_pct=None)
+    assert v == "CPU saturated"
+    above = ev.split("slowdown above 1.10x:")[1].split(";")[0]
+    assert "a 1.67x" in above and "b " not in above
+    assert "faster together: b 0.78x [" in ev
+    assert "slower together: a 1.67x" in ev and "slower together: b" not in ev
 
 
-def test_device_contention_when_jobs_share_one_gpu():
-    v, ev = verdict(jobs((100, 70), (50, 35)), cpu_util_pct=40.0, gpu_util_pct=70.0,
-                    share_gpu=True)
+def test_cpu_saturated_at_the_threshold_and_threads_are_only_context():
+    """Catches: CPU saturation decided by counting threads against cores, and an off-by-one
+    at the 90% threshold (at or above = saturated)."""
+    v, ev = verdict([SLOW, SLOW2], cpu_util_pct=90.0, gpu_util_pct=40.0, cores=2,
+                    threads_total=6)
+    assert v == "CPU saturated" and "CPU 90% busy" in ev
+    assert "context: 6 compute threads on 2 cores" in ev and 'placement = "pinned"' in ev
+    v, ev = verdict([SLOW, SLOW2], cpu_util_pct=89.9, gpu_util_pct=None, cores=2,
+                    threads_total=6)
+    assert v == "interference without saturation" and "compute threads" not in ev
+
+
+def test_device_contention_when_gpu_busy_or_shared_and_cpu_not():
+    """Catches: GPU contention called while the CPU was the saturated resource."""
+    v, ev = verdict([SLOW, SLOW2], cpu_util_pct=55.0, gpu_util_pct=90.0)
+    assert v == "device contention" and "GPU 90% busy" in ev and "CPU was not (55% busy)" in ev
+    v, ev = verdict([SLOW, SLOW2], cpu_util_pct=40.0, gpu_util_pct=70.0, share_gpu=True)
     assert v == "device contention" and "shared one GPU" in ev
-
-
-def test_slower_without_saturation_names_the_other_suspects():
-    v, ev = verdict(jobs((100, 70), (50, 35)), cpu_util_pct=60.0, gpu_util_pct=None)
-    assert v == "interference without saturation" and "memory bandwidth" in ev
+    v, _ = verdict([SLOW, SLOW2], cpu_util_pct=55.0, gpu_util_pct=89.9)
+    assert v == "interference without saturation"
 
 
 def test_missing_figures_are_not_guessed():
-    v, ev = verdict(jobs((100, None), (50, 40)), cpu_util_pct=60.0, gpu_util_pct=None)
-    assert v == "not measured" and "job0" in ev
+    """Catches: a failed run treated as a zero or as no slowdown."""
+    v, ev = verdict([job("a", (100, 100), (None, None)), SLOW2], cpu_util_pct=60.0,
+                    gpu_util_pct=None)
+    assert v == "not measured" and "a" in ev
+
+
+def test_figures_pair_repeats_and_match_the_interval():
+    """Catches: means over all repeats while the interval drops a failed pair, so the table's
+    slowdown and its interval disagree."""
+    j = job("a", (100, 90, 120), (50, None, 60))
+    iv = j.interval
+    assert iv.n == 2 and j.paired == [0, 2]
+    assert j.slowdown == pytest.approx(iv.estimate)
+    assert j.alone_samples_per_s == pytest.approx((100 * 120) ** 0.5)
+    assert j.slowdowns == [2.0, None, 2.0]
+    d = j.to_dict()
+    assert d["slowdown_interval"]["lo"] == iv.lo and d["reading"] == "slower together"
+    assert d["alone_samples_per_s_repeats"] == [100, 90, 120]
+    assert d["slowdown"] == pytest.approx(metrics.slowdown(d["alone_samples_per_s"],
+                                                           d["together_samples_per_s"]))
 
 
 def test_totals_and_throughput_line():
-    js = jobs((100, 50), (60, 30))
+    js = [job("a", (100, 100), (50, 50)), job("b", (60, 60), (30, 30))]
     t = totals(js)
-    assert t == {"total_samples_per_s_alone_sum": 160, "total_samples_per_s_together": 80}
-    assert "50% of the" in throughput_line(t, 2)
+    assert t == {"total_samples_per_s_alone_sum": pytest.approx(160),
+                 "total_samples_per_s_together": pytest.approx(80)}
+    iv = total_interval(js)
+    assert iv.estimate == pytest.approx(0.5)
+    assert "50% [50%, 50%] of the" in throughput_line(t, 2, iv.to_dict())
 
 
-def test_render_has_every_job_and_the_verdict():
-    js = jobs((100, 50), (60, 30))
+def test_render_has_every_job_its_interval_and_the_verdict():
+    js = [SLOW, job("b", (78, 79, 77), (100, 100, 100))]
     rec = {"experiment": {"id": "x"}, "placement": "shared", "placement_note": "shared: all",
-           "jobs": [j.to_dict() for j in js], **totals(js), "cpu_util_pct_together": 99.0,
-           "gpu_util_pct_together": None, "overlap_s": 3.0, "verdict": "CPU saturated",
-           "evidence": "because", "throughput": "t"}
+           "repeats": 3, "jobs": [j.to_dict() for j in js], **totals(js),
+           "cpu_util_pct_together": 99.0, "gpu_util_pct_together": None, "overlap_s": 3.0,
+           "cpu_util_pct_together_repeats": [99.0, 98.0, 100.0],
+           "verdict": "CPU saturated", "evidence": "because", "throughput": "t"}
     text = render_colocate(rec)
-    assert "| job0 | 100 | 50.0 |" in text and "2.00x" in text
+    lo, hi = SLOW.interval.lo, SLOW.interval.hi
+    assert f"| 1.67x | [{lo:.2f}, {hi:.2f}] | slower together |" in text
+    assert "| 0.78x |" in text and "faster together |" in text
+    assert "repeats: 3, interleaved" in text and "99%, 98%, 100%" in text
     assert "**verdict: CPU saturated** - because" in text
 
 
+def test_old_records_without_intervals_still_render():
+    """Catches: the report failing on colocate records written before repeats existed."""
+    rec = {"experiment": {"id": "old"}, "placement": "shared",
+           "jobs": [{"name": "a", "alone_samples_per_s": 100.0, "together_samples_per_s": 50.0,
+                     "alone_epoch_time_s": 1.0, "together_epoch_time_s": 2.0, "slowdown": 2.0}],
+           "verdict": "CPU saturated", "evidence": "e"}
+    assert "| a | 100 | 50.0 | 1.0 s | 2.0 s | 2.00x | n/a | n/a |" in render_colocate(rec)
+
+
 def test_pinned_jobs_on_fewer_gpus_still_share_one():
-    v, _ = verdict(jobs((100, 70), (50, 35)), cpu_util_pct=55.0, gpu_util_pct=53.0,
+    v, _ = verdict([SLOW, SLOW2], cpu_util_pct=55.0, gpu_util_pct=53.0,
                    share_gpu=True, placement="pinned")
     assert v == "device contention"
 

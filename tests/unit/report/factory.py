@@ -91,24 +91,47 @@ def comm_record() -> dict[str, Any]:
                                      "bandwidth_gbit_s": 8.3}}}
 
 
-def colocate_record(placement: str = "shared") -> dict[str, Any]:
-    return {"kind": "colocate", "schema": 1, "experiment": {"id": "co-1", "kind": "colocate"},
-            "placement": placement,
-            "jobs": [{"name": "a", "alone_samples_per_s": 100.0, "together_samples_per_s": 55.0,
-                      "alone_epoch_time_s": 10.0, "together_epoch_time_s": 18.0,
-                      "slowdown": 1.8},
-                     {"name": "b", "alone_samples_per_s": 80.0, "together_samples_per_s": 50.0,
-                      "alone_epoch_time_s": 12.0, "together_epoch_time_s": 19.2,
-                      "slowdown": 1.6}],
-            "total_samples_per_s_alone_sum": 180.0, "total_samples_per_s_together": 105.0,
-            "cpu_util_pct_together": 98.0, "gpu_util_pct_together": None,
-            "verdict": "CPU saturated", "evidence": "CPU 98% while together"}
+def colocate_record(placement: str = "shared", legacy: bool = False) -> dict[str, Any]:
+    """A colocate record over 3 repeats; ``legacy``: as written before repeats (no intervals)."""
+    def iv(est: float, lo: float, hi: float) -> dict[str, Any]:
+        return {"estimate": est, "lo": lo, "hi": hi, "n": 3,
+                "method": "paired t on log ratios, 3 repeats", "log_sd": 0.02}
+
+    rec = {"kind": "colocate", "schema": 1, "experiment": {"id": "co-1", "kind": "colocate"},
+           "placement": placement, "repeats": 3,
+           "jobs": [{"name": "a", "alone_samples_per_s": 100.0, "together_samples_per_s": 55.0,
+                     "alone_epoch_time_s": 10.0, "together_epoch_time_s": 18.0,
+                     "slowdown": 1.8, "slowdown_interval": iv(1.8, 1.7, 1.9),
+                     "reading": "slower together"},
+                    {"name": "b", "alone_samples_per_s": 80.0, "together_samples_per_s": 50.0,
+                     "alone_epoch_time_s": 12.0, "together_epoch_time_s": 19.2,
+                     "slowdown": 1.6, "slowdown_interval": iv(1.6, 1.5, 1.7),
+                     "reading": "slower together"}],
+           "total_samples_per_s_alone_sum": 180.0, "total_samples_per_s_together": 105.0,
+           "cpu_util_pct_together": 98.0, "gpu_util_pct_together": None,
+           "verdict": "CPU saturated", "evidence": "CPU 98% while together"}
+    if legacy:
+        del rec["repeats"]
+        for j in rec["jobs"]:
+            del j["slowdown_interval"], j["reading"]
+    return rec
 
 
-def parity_record(ok: bool = True) -> dict[str, Any]:
-    return {"kind": "parity", "schema": 1, "experiment": {"id": "par-1", "kind": "parity"},
-            "accuracy_1": 0.95, "accuracy_n": 0.94 if ok else 0.80, "nproc": 2,
-            "difference": -0.01 if ok else -0.15, "within_tolerance": ok}
+def parity_record(ok: bool = True, legacy: bool = False) -> dict[str, Any]:
+    """A parity record over 3 seeds (``ok``: holds, else broken); ``legacy``: one seed, a fixed
+    tolerance, no verdict (as written before repeats)."""
+    rec = {"kind": "parity", "schema": 1, "experiment": {"id": "par-1", "kind": "parity"},
+           "accuracy_1": 0.95, "accuracy_n": 0.94 if ok else 0.80, "nproc": 2,
+           "difference": -0.01 if ok else -0.15, "within_tolerance": ok}
+    if legacy:
+        return rec
+    return {**rec, "repeats": 3, "global_batch": 64, "seeds": [0, 1, 2],
+            "difference_interval": {"estimate": rec["difference"],
+                                    "lo": rec["difference"] - 0.005,
+                                    "hi": rec["difference"] + 0.005},
+            "tolerance": 0.02, "tolerance_rule": "max(0.010, 2 x pooled seed-to-seed sd 0.0100)",
+            "verdict": "parity holds" if ok else "parity broken",
+            "verdict_text": "difference (N - 1) ... within" if ok else "... outside"}
 
 
 def with_(rec: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:

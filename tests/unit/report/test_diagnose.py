@@ -130,14 +130,23 @@ def test_cpu_saturated_by_utilisation_on_a_gpu_run():
     rec = run("gpu-busy", cpu=97.0, cores=8, threads=1, workers=1, device_mem=GIB,
               gpu_total=16 * GIB, gpu=40.0)
     f = _one(diagnose_run(rec), "CPU saturated")
-    assert f.severity == "warning" and "CPU 97% of all 8 cores" in f.evidence
+    assert f.severity == "warning" and "used 97% of all 8 cores" in f.evidence
     assert "GPU waits on the CPU" in f.recommendation
 
 
-def test_cpu_oversubscribed_by_workers_and_threads():
-    rec = run("oversub", cpu=70.0, cores=2, threads=2, workers=2)
-    f = _one(diagnose_run(rec), "CPU saturated")
-    assert "2 compute thread(s) + 2 loader worker(s) = 4 on 2 cores" in f.evidence
+def test_cpu_saturated_is_not_claimed_from_thread_counts():
+    """Catches observation 7: a default run (2 compute threads + 2 loader workers on 2 cores)
+    was called "CPU saturated" while its processes used 16-17% of the cores, because threads
+    were counted against cores instead of reading the measured use."""
+    for cpu in (16.5, 70.0, 90.0):  # at the threshold is not above it
+        rec = run("oversub", cpu=cpu, cores=2, threads=2, workers=2)
+        assert "CPU saturated" not in _verdicts(diagnose_run(rec)), cpu
+    assert "CPU saturated" not in _verdicts(diagnose_run(run("unknown", cpu=None, cores=2,
+                                                             threads=8, workers=8)))
+    busy = run("oversub-busy", cpu=95.0, cores=2, threads=2, workers=2)
+    f = _one(diagnose_run(busy), "CPU saturated")
+    assert "used 95% of all 2 cores" in f.evidence
+    assert "context: 2 compute thread(s) + 2 loader worker(s) = 4 on 2 cores" in f.evidence
     assert f.severity == "warning"
 
 
@@ -146,7 +155,7 @@ def test_gpu_run_counts_one_driving_thread_not_the_idle_cpu_pool():
     calm = run("gpu-calm", cpu=12.0, cores=16, threads=16, workers=2, device_mem=GIB,
                gpu_total=16 * GIB, gpu=60.0)
     assert "CPU saturated" not in _verdicts(diagnose_run(calm))
-    crowded = run("gpu-crowded", cpu=40.0, cores=4, threads=16, workers=4, device_mem=GIB,
+    crowded = run("gpu-crowded", cpu=93.0, cores=4, threads=16, workers=4, device_mem=GIB,
                   gpu_total=16 * GIB, gpu=60.0)
     f = _one(diagnose_run(crowded), "CPU saturated")
     assert "1 driving thread + 4 loader worker(s) = 5 on 4 cores" in f.evidence
@@ -223,8 +232,37 @@ def test_experiment_scaling_colocate_parity():
     assert "--bucket-cap-mb" in f.recommendation
     co = [x for x in found if x.verdict.startswith("co-location")]
     assert co and co[0].severity == "warning" and "pinned" in co[0].recommendation
-    assert _one(found, "accuracy differs").severity == "warning"
+    differs = _one(found, "accuracy differs")
+    assert differs.severity == "warning" and "--lr-scaling" not in differs.recommendation
+    assert "per-device batch 32 on 2 processes vs 64 on 1" in differs.recommendation
     assert "accuracy holds" in _verdicts(diagnose_experiment([parity_record(ok=True)]))
+
+
+def test_parity_and_colocate_findings_from_records_written_before_repeats():
+    """Catches: old records (one seed, a fixed tolerance; no slowdown intervals) read as
+    decided claims, and the global batch being held fixed while the advice says to scale the
+    learning rate with it."""
+    for ok in (True, False):
+        f = _one(diagnose_experiment([parity_record(ok=ok, legacy=True)]),
+                 "accuracy parity inconclusive")
+        assert f.severity == "info" and "one seed" in f.evidence
+        assert "--lr-scaling" not in f.recommendation
+    old = diagnose_experiment([colocate_record(legacy=True)])
+    assert "recorded without repeats" in old[0].evidence
+
+
+def test_colocate_finding_never_lists_a_faster_job_as_slower():
+    """Catches observation 7: a job 0.78x together was listed under "jobs slower"."""
+    rec = colocate_record()
+    rec["jobs"][1].update(slowdown=0.78, together_samples_per_s=102.6, reading="faster together",
+                          slowdown_interval={"estimate": 0.78, "lo": 0.7, "hi": 0.86, "n": 3})
+    del rec["evidence"]
+    (f,) = diagnose_experiment([rec])
+    assert "a: 1.80x [1.70, 1.90] slower together" in f.evidence
+    assert "b: 0.78x [0.70, 0.86] faster together" in f.evidence
+    rec["verdict"] = "inconclusive"
+    (f,) = diagnose_experiment([rec])
+    assert f.severity == "info" and "--repeats" in f.recommendation
 
 
 def test_format_findings_orders_by_severity():

@@ -1,0 +1,127 @@
+"""Accuracy parity: configurations, the record, and the verdict from hand-made accuracies."""
+
+import pytest
+
+from scaleprobe import config as C
+from scaleprobe import metrics
+from scaleprobe.experiments.parity import (
+    parity_configs,
+    parity_record,
+    parity_verdict,
+    pooled_sd,
+    tolerance,
+)
+
+
+def base(**over):
+    return C.build({"dist.strategy": "ddp", "dist.nproc": 2, "dist.parity": True,
+                    "train.batch_size": 32, "train.epochs": 2, "train.seed": 7, **over})
+
+
+def test_configs_hold_the_global_batch_and_training_and_move_the_seed_per_repeat():
+    """Catches: the 1-process run training on a smaller global batch or for a different
+    number of samples, and every repeat reusing one seed (no seed-to-seed spread)."""
+    seeds = set()
+    for r in range(3):
+        one, multi = parity_configs(base(), r)
+        assert one.world_size == 1 and multi.world_size == 2 and one.dist.strategy == "single"
+        assert one.train.global_batch == multi.train.global_batch == 64
+        assert one.per_device_batch() == 64 and multi.per_device_batch() == 32
+        assert one.train.epochs == multi.train.epochs == 2
+        assert one.train.seed == multi.train.seed == 7 + r
+        assert one.train.lr == multi.train.lr and one.train.eval and multi.train.eval
+        assert not one.dist.parity and not multi.dist.parity
+        assert not multi.dist.calibrate_comm  # no extra forward passes on one side only
+        assert one.name != multi.name
+        seeds.add(one.train.seed)
+    assert seeds == {7, 8, 9}
+
+
+def test_adaptive_steps_become_a_fixed_amount_of_training():
+    """Catches: steps = "auto" letting each side stop at a different step (different samples
+    seen)."""
+    one, multi = parity_configs(base(**{"train.epochs": None, "train.steps": "auto"}))
+    assert one.train.epochs == multi.train.epochs == 1
+    assert one.train.steps is None and multi.train.steps is None
+    one, multi = parity_configs(base(**{"train.epochs": None, "train.steps": 40}))
+    assert one.train.steps == multi.train.steps == 40
+
+
+def _run(acc, nproc, seed, steps=100, gb=64, status="ok", rid=None):
+    return {"kind": "run", "run_id": rid or f"n{nproc}-s{seed}", "status": status,
+            "config": {"train": {"global_batch": gb, "seed": seed}},
+            "batch": {"world_size": nproc},
+            "metrics": {"accuracy": acc, "steps_done": steps}}
+
+
+def test_record_pairs_repeats_and_keeps_the_old_fields():
+    """Catches: a record the report cannot read any more, and an interval that does not come
+    from the repeats' accuracies."""
+    a1, an = [0.80, 0.84, 0.82], [0.81, 0.83, 0.80]
+    rec = parity_record([_run(a, 1, s) for s, a in enumerate(a1)],
+                        [_run(a, 2, s) for s, a in enumerate(an)], "par-x")
+    assert rec["kind"] == "parity" and rec["nproc"] == 2 and rec["global_batch"] == 64
+    assert rec["seeds"] == [0, 1, 2] and rec["repeats"] == 3
+    assert rec["samples_seen"] == [6400, 6400]
+    assert rec["accuracies_1"] == a1 and rec["accuracies_n"] == an
+    assert rec["accuracy_1"] == pytest.approx(0.82) and rec["accuracy_n"] == pytest.approx(0.8133,
+                                                                                          abs=1e-4)
+    d, lo, hi = metrics.mean_difference_interval(a1, an)
+    assert rec["difference"] == pytest.approx(d)
+    assert (rec["difference_interval"]["lo"], rec["difference_interval"]["hi"]) == \
+        pytest.approx((lo, hi))
+    assert rec["runs"] == ["n1-s0", "n2-s0", "n1-s1", "n2-s1", "n1-s2", "n2-s2"]
+    assert rec["within_tolerance"] is None and rec["verdict"] == "inconclusive"
+    assert "pooled seed-to-seed sd" in rec["tolerance_rule"]
+
+
+def test_record_leaves_out_repeats_that_saw_different_samples():
+    """Catches: comparing a run that stopped early with one that finished (not like for
+    like)."""
+    rec = parity_record([_run(0.9, 1, 0), _run(0.9, 1, 1), _run(0.5, 1, 2, steps=10)],
+                        [_run(0.9, 2, 0), _run(0.9, 2, 1), _run(0.9, 2, 2)], "p")
+    assert rec["samples_seen_repeats"][2] == [640, 6400]
+    assert rec["accuracy_1"] == pytest.approx(0.9) and "left out: repeat(s) 3" in \
+        rec["verdict_text"]
+
+
+def test_tolerance_comes_from_the_seed_to_seed_spread():
+    """Catches: a fixed tolerance below the spread of one process over seeds (0.770-0.855 on
+    one MNIST run made a fixed 0.03 call noise "PARITY BROKEN")."""
+    a1, an = [0.770, 0.855, 0.81], [0.80, 0.84, 0.78]
+    tol, rule = tolerance(a1, an)
+    assert tol == pytest.approx(2 * pooled_sd(a1, an)) and tol > 0.03
+    assert "2 x pooled" in rule and "3 seeds" in rule
+    tol, _ = tolerance([0.95, 0.95], [0.95, 0.95])
+    assert tol == 0.01  # no spread at all: the floor
+    assert tolerance([0.9], [0.9, 0.91])[0] is None
+
+
+def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
+    """Catches: "PARITY BROKEN" from noise, and "parity holds" when the interval reaches past
+    the tolerance."""
+    holds = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
+                           [0.951, 0.950, 0.952, 0.950, 0.949])
+    assert holds["verdict"] == "parity holds" and "lies within" in holds["text"]
+    broken = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
+                            [0.800, 0.802, 0.801, 0.799, 0.800])
+    assert broken["verdict"] == "parity broken" and broken["interval"]["hi"] < -broken["tolerance"]
+    # the MNIST spread: a 0.05 gap in means is within what seeds do at 3 repeats
+    noisy = parity_verdict([0.770, 0.855, 0.81], [0.80, 0.84, 0.70])
+    assert noisy["verdict"] == "inconclusive" and "repeats" in noisy["text"]
+    one = parity_verdict([0.95], [0.80])
+    assert one["verdict"] == "inconclusive" and "--repeats 3" in one["text"]
+    assert parity_verdict([], [0.9])["verdict"] == "not measured"
+
+
+def test_interval_touching_the_tolerance_decides_nothing():
+    """Catches: <= / >= at the tolerance, which would call an interval ending exactly on it
+    either way. With no spread the interval is one point and the tolerance is the floor
+    (binary-exact figures, so the comparison really is at the threshold)."""
+    at = parity_verdict([0.5, 0.5], [0.625, 0.625], floor=0.125)
+    assert at["interval"]["lo"] == at["interval"]["hi"] == at["tolerance"] == 0.125
+    assert at["verdict"] == "inconclusive"
+    assert parity_verdict([0.5, 0.5], [0.5625, 0.5625], floor=0.125)["verdict"] == \
+        "parity holds"
+    assert parity_verdict([0.5, 0.5], [0.75, 0.75], floor=0.125)["verdict"] == "parity broken"
+    assert parity_verdict([0.625, 0.625], [0.5, 0.5], floor=0.125)["verdict"] == "inconclusive"
