@@ -43,7 +43,8 @@ def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
     spec = tmp_path / "s.toml"
     spec.write_text(SPEC)
     sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
-                              str(out_dir), "--no-progress"], stdout=subprocess.PIPE,
+                              str(out_dir), "--no-progress", "--repeats", "1"],
+                             stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     results = out_dir / "results.jsonl"
     try:
@@ -81,7 +82,7 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
     with path.open("a") as fh:
         fh.write(json.dumps({"kind": "run", "status": "ok"})[:20])  # a writer killed mid-line
     t0 = time.time()
-    recs = run_sweep(doc, out, progress=False)
+    recs = run_sweep(doc, out, progress=False, repeats=1)
     assert time.time() - t0 < 20  # no point process: nothing to import torch for
     assert [r["run_id"] for r in recs] == ["r1"]
     assert "torn or corrupt line" in capsys.readouterr().err

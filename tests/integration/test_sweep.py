@@ -29,7 +29,7 @@ def _runs(out):
 def test_quickstart_example_runs_fully_then_resumes_without_running(cli, tmp_path, out_dir):
     spec = tmp_path / "quick.toml"
     shutil.copy(ROOT / "examples" / "sweep_quickstart.toml", spec)
-    p = cli("sweep", spec, "--out", out_dir)
+    p = cli("sweep", spec, "--out", out_dir, "--repeats", 1)
     assert p.returncode == 0, p.stderr[-2000:]
     runs = _runs(out_dir)
     assert [r["status"] for r in runs] == ["ok", "ok"]
@@ -42,7 +42,7 @@ def test_quickstart_example_runs_fully_then_resumes_without_running(cli, tmp_pat
     assert (out_dir / "sweep.csv").read_text().startswith("group,batch_size,devices,status")
     dirs = {d.name for d in out_dir.iterdir() if d.is_dir()}
 
-    again = cli("sweep", spec, "--out", out_dir)  # resume: every point is done
+    again = cli("sweep", spec, "--out", out_dir, "--repeats", 1)  # resume: every point is done
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stderr.count("done before, not rerun") == 2, again.stderr[-2000:]
     assert len(_runs(out_dir)) == 2
@@ -56,7 +56,7 @@ def test_crashing_point_is_recorded_failed_and_the_sweep_goes_on(cli, tmp_path, 
     spec = tmp_path / "s.toml"
     spec.write_text(f'[base]\nloader = "naive"\nsteps = 2\nwarmup_steps = 1\nbatch_size = 16\n'
                     f'[grid]\nmodel = ["{model}:build", "linear"]\n')
-    p = cli("sweep", spec, "--out", out_dir, "--no-progress")
+    p = cli("sweep", spec, "--out", out_dir, "--no-progress", "--repeats", 1)
     assert p.returncode == 0, p.stderr[-2000:]
     crash, ok = _runs(out_dir)
     assert crash["status"] == "failed" and "killed by SIGKILL" in crash["error"]
@@ -70,7 +70,8 @@ def test_memory_limit_makes_a_large_batch_oom_and_skips_larger(cli, tmp_path, ou
     spec.write_text('[base]\nmodel = "resnet18"\ndataset = "synthetic"\nimage_size = 64\n'
                     'num_samples = 1400\nloader = "naive"\nsteps = 1\nwarmup_steps = 1\n'
                     '[grid]\nbatch_size = [8, 512, 1024]\n')
-    p = cli("sweep", spec, "--out", out_dir, "--memory-limit", "2GiB", "--no-progress")
+    p = cli("sweep", spec, "--out", out_dir, "--memory-limit", "2GiB", "--no-progress",
+            "--repeats", 1)
     assert p.returncode == 0, p.stderr[-2000:]
     small, big = _runs(out_dir)
     assert small["status"] == "ok" and small["config"]["measure"]["memory_limit"] == "2GiB"
