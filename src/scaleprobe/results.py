@@ -6,7 +6,8 @@ summary records to the same kind of file. Every record is a JSON object with ``k
 
 A run record (``kind == "run"``)::
 
-    schema            1
+    schema            2 (1: before repeats, invariants, load and the communication split;
+                      the report reads both: a missing field reads as not measured)
     kind              "run"
     run_id            folder name under OUT
     name              user label or a generated one
@@ -105,7 +106,7 @@ try:  # fcntl is POSIX-only; on other systems appends are still whole-line write
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-SCHEMA = 1
+SCHEMA = 2
 STATUSES = ("ok", "oom", "failed", "interrupted")
 BREAKDOWN_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 RESULTS_FILE = "results.jsonl"

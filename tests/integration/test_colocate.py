@@ -36,7 +36,7 @@ def test_two_jobs_alone_then_together(cli, out_dir):
         assert block[:2] == [(rep, "alone", JOBS[0]), (rep, "alone", JOBS[1])], order
         assert sorted(block[2:]) == [(rep, "together", j) for j in JOBS], order
     (co,) = [r for r in recs if r["kind"] == "colocate"]
-    assert co["schema"] == 1 and co["placement"] == "shared" and co["repeats"] == 2
+    assert co["schema"] == 2 and co["placement"] == "shared" and co["repeats"] == 2
     assert co["experiment"] == {"id": "quick", "kind": "colocate"}
     assert len(co["cpu_util_pct_together_repeats"]) == 2 and co["overlap_s"] > 0
     by_id = {r["run_id"]: r for r in runs}

@@ -39,7 +39,7 @@ def test_completes_quickly_and_prints_tables(comm_record):
 
 def test_record_schema(comm_record):
     rec, _, _, _ = comm_record
-    assert rec["kind"] == "comm" and rec["schema"] == 1
+    assert rec["kind"] == "comm" and rec["schema"] == 2
     assert rec["experiment"]["kind"] == "comm" and rec["experiment"]["id"]
     assert rec["backend"] == "gloo" and rec["world_size"] == 2
     assert rec["env"]["cores"] >= 1 and rec["env"]["torch"]

@@ -39,3 +39,24 @@ def test_get_dotted():
     rec = {"metrics": {"step_time_s": {"median": 0.5}, "x": None}}
     assert R.get(rec, "metrics.step_time_s.median") == 0.5
     assert R.get(rec, "metrics.x.y", "d") == "d"
+
+
+def test_the_report_reads_schema_1_records():
+    """Records written before repeats, invariants and load (schema 1) still make a report:
+    their missing fields read as not measured, never as an error."""
+    from scaleprobe.report.diagnose import diagnose_all
+    from scaleprobe.report.scale import scale_table
+    from tests.unit.report.factory import run, scale_point
+
+    old = []
+    for n in (1, 2):
+        r = run(f"n{n}", strategy="ddp", nproc=n, sps=100.0 * n * 0.9,
+                experiment=scale_point("old", n))
+        r["schema"] = 1
+        for k in ("invariants", "load"):
+            r.pop(k, None)
+        r["experiment"].pop("repeat", None)
+        old.append(r)
+    rows = scale_table(old)
+    assert rows[1]["speedup"] is not None and rows[1]["repeats"] == 1
+    diagnose_all(old)  # no exception
