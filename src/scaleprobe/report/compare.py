@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.errors import ConfigError
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
@@ -89,7 +90,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], label: str = "A vs B",
     ga, gb = R.number(a, "batch.global"), R.number(b, "batch.global")
     ma, mb = R.step_median_s(a), R.step_median_s(b)
     if ga == gb and ma and mb:
-        rel, basis = fmt.rel_change(mb, ma), "step median"
+        rel, basis = M.growth(mb, ma), "step median"
     else:
         sa, sb = R.metric(a, "samples_per_s"), R.metric(b, "samples_per_s")
         rel, basis = (sa / sb - 1.0 if sa and sb else None), "time per sample"
@@ -118,7 +119,7 @@ def _deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
 
 
 def _rel(metric: str, a: Any, b: Any, show: Any) -> Delta:
-    return Delta(metric, show(a), show(b), fmt.signed_pct(fmt.rel_change(b, a)))
+    return Delta(metric, show(a), show(b), fmt.signed_pct(M.growth(b, a)))
 
 
 def _points(metric: str, a: Any, b: Any) -> Delta:

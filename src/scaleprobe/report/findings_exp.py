@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
@@ -114,7 +115,7 @@ def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,
     ev = (f"workers {wa} -> {wb}: data wait {fmt.pct(R.metric(a, 'data_wait_fraction'))} -> "
           f"{fmt.pct(R.metric(b, 'data_wait_fraction'))} of each step, but compute "
           f"{fmt.ms(R.compute_s(a))} -> {fmt.ms(R.compute_s(b))} per step ({growth:.2f}x); "
-          f"samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} ({fmt.signed_pct(fmt.rel_change(sb, sa))})")
+          f"samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} ({fmt.signed_pct(M.growth(sb, sa))})")
     _, demand = advice.cpu_demand(b)
     if demand and advice.cores(b):
         ev += f"; {demand} on {advice.cores(b)} cores"

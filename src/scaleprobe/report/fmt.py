@@ -113,14 +113,6 @@ def ratio(v: Any) -> str:
     return NA if v is None else f"{v:.2f}x"
 
 
-def rel_change(new: Any, old: Any) -> float | None:
-    """(new - old) / old, or None when either is missing or old is zero."""
-    new, old = _n(new), _n(old)
-    if new is None or old is None or old == 0:
-        return None
-    return (new - old) / old
-
-
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 

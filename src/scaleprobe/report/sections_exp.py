@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.report import batch as B
 from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
@@ -176,7 +177,7 @@ def _comm_bench_blocks(s: Section, rec: dict[str, Any], i: int) -> None:
         alpha, beta = R.num(fit.get("alpha_s")), R.num(fit.get("beta_s_per_byte"))
         if alpha is not None and beta is not None:
             pred = alpha + beta * (R.num(r.get("size_bytes")) or 0)
-        err = fmt.rel_change(pred, r.get("time_s"))
+        err = M.growth(pred, r.get("time_s"))
         rows.append([str(r.get("op")), fmt.size(r.get("size_bytes")), fmt.us(r.get("time_s")),
                      fmt.num(r.get("algbw_gbyte_s"), ".2f"), fmt.num(r.get("busbw_gbyte_s"), ".2f"),
                      fmt.us(pred), fmt.signed_pct(err, 0)])
