@@ -9,10 +9,13 @@
     ROOT/lfw-py/lfw-names.txt                              "Name<TAB>images" for everyone
 
 Fields are tab-separated, as in the published files. DevTrain and DevTest hold different
-people. Each person is built from one of the 100 real 25x25 face crops bundled with
-scikit-image (``skimage.data.lfw_subset``), with a colour tint, face scale and background of
-their own; each image of that person varies position, angle, brightness and noise. So the
-images of one person resemble each other and differ from everybody else's.
+people. Each person is one of the 100 real 25x25 face crops bundled with scikit-image
+(``skimage.data.lfw_subset``): as it is for the first hundred people, mirrored for the second,
+blended with another crop from the third hundred on. The face is all a person keeps from one
+picture to the next. Light (exposure, contrast, gamma, light from one side), colour cast,
+backdrop, size, angle, position, an occluding block and noise are drawn for every picture,
+so nothing but the face tells people apart: an untrained network verifies pairs near chance,
+and a trained one has to learn to look at the face (docs/DATA.md has the figures).
 """
 
 from __future__ import annotations
@@ -23,11 +26,24 @@ import numpy as np
 from PIL import Image
 
 from scaleprobe.data.formats.common import Written, need_count, need_size, prepare_out
+from scaleprobe.data.formats.draw import random_box
 from scaleprobe.errors import ConfigError
 
 BASE_FOLDER = "lfw-py"
 IMAGES_DIR = "lfw_funneled"
 People = list[tuple[str, int]]  # (name, number of images)
+
+# What varies from one picture of a person to the next (ranges of uniform draws).
+FACE_SCALE = (0.66, 0.74)  # face side / image side
+FACE_SHIFT = 0.02  # centre offset, fraction of the image side, either way
+FACE_ROTATION = 3.0  # degrees, either way
+LIGHT_EXPOSURE = (0.55, 1.4)  # overall brightness factor
+LIGHT_CONTRAST = (0.7, 1.25)  # contrast around the face's mean
+LIGHT_GAMMA = 0.25  # gamma = exp(+-this)
+LIGHT_SIDE = 0.4  # brightness slope across the face, from a random direction
+COLOUR_CAST = (0.55, 1.4)  # per-channel factor on the face
+OCCLUSION_P = 0.35  # chance of a block of colour over part of the face
+NOISE_SIGMA = (2.0, 14.0)  # pixel noise, in 0..255 units
 
 
 def _faces() -> np.ndarray:
@@ -39,31 +55,67 @@ def _faces() -> np.ndarray:
     return lfw_subset()[:100]  # the first 100 are faces, the rest are not
 
 
-def _identity(rng: np.random.Generator, k: int) -> dict:
-    return {"face": k % 100, "flip": (k // 100) % 2 == 1, "tint": rng.uniform(0.55, 1.25, 3),
-            "bg": rng.uniform(30, 220, 3), "scale": rng.uniform(0.55, 0.8)}
+def _identity(k: int) -> dict:
+    """Person ``k``: a face crop, mirrored for the second hundred people, and from the third
+    hundred on blended with a second face (a new face that resembles two others)."""
+    second = None
+    if k >= 200:
+        second = (k * 37 + k // 200 * 11) % 100
+        second = (second + 1) % 100 if second == k % 100 else second
+    return {"face": k % 100, "flip": (k // 100) % 2 == 1, "blend": second}
+
+
+def _face_pixels(faces: np.ndarray, who: dict) -> np.ndarray:
+    face = faces[who["face"]].astype(np.float32)
+    if who["blend"] is not None:
+        face = 0.6 * face + 0.4 * faces[who["blend"]].astype(np.float32)
+    return face[:, ::-1] if who["flip"] else face
+
+
+def _lit(face: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The face under this picture's light: exposure, contrast, gamma and light from one side."""
+    n = face.shape[0]
+    angle = rng.uniform(0, 2 * np.pi)
+    yy, xx = np.mgrid[0:n, 0:n].astype(np.float32) / (n - 1) - 0.5
+    slope = 1.0 + rng.uniform(0.0, LIGHT_SIDE) * (np.cos(angle) * xx + np.sin(angle) * yy) * 2
+    lit = face ** np.float32(np.exp(rng.uniform(-LIGHT_GAMMA, LIGHT_GAMMA)))
+    lit = (lit - lit.mean()) * np.float32(rng.uniform(*LIGHT_CONTRAST)) + lit.mean()
+    lit = lit * slope * np.float32(rng.uniform(*LIGHT_EXPOSURE))
+    return np.clip(lit, 0.0, 1.5) * 255.0
+
+
+def _backdrop(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+    """A smooth backdrop of muted random colours (a 3 x 3 grid, enlarged): float H x W x 3."""
+    low = rng.uniform(30, 220, (3, 3, 3)).astype(np.float32)
+    low = 0.5 * low + 0.5 * low.mean(axis=2, keepdims=True)
+    return np.stack([np.asarray(Image.fromarray(low[:, :, c]).resize((w, h), Image.BICUBIC))
+                     for c in range(3)], axis=-1)
 
 
 def face_image(faces: np.ndarray, who: dict, rng: np.random.Generator, w: int, h: int
                ) -> np.ndarray:
-    """One image of one identity: their face, tint and background, with per-image jitter."""
-    face = Image.fromarray((faces[who["face"]] * 255).astype(np.uint8))
-    if who["flip"]:
-        face = face.transpose(Image.FLIP_LEFT_RIGHT)
-    side = max(8, int(min(w, h) * who["scale"] * rng.uniform(0.93, 1.07)))
-    fill = int(np.median(np.asarray(face)))
-    face = face.resize((side, side), Image.BICUBIC).rotate(rng.uniform(-8, 8), Image.BILINEAR,
-                                                           fillcolor=fill)
-    grey = np.asarray(face, np.float32) * np.float32(rng.uniform(0.85, 1.15))
-    gx = (np.arange(w, dtype=np.float32) / w - 0.5) * np.float32(rng.uniform(-40, 40))
-    gy = (np.arange(h, dtype=np.float32) / h - 0.5) * np.float32(rng.uniform(-40, 40))
-    canvas = (gy[:, None, None] + gx[None, :, None]) + who["bg"].astype(np.float32)
-    x0 = (w - side) // 2 + int(rng.integers(-w // 25 - 1, w // 25 + 2))
-    y0 = (h - side) // 2 + int(rng.integers(-h // 25 - 1, h // 25 + 2))
+    """One picture of one person: only the face itself is theirs. Light, colour cast, size,
+    angle, position, background, occlusion and noise are drawn afresh for every picture."""
+    grey = Image.fromarray(_lit(_face_pixels(faces, who), rng)).convert("F")
+    side = max(8, int(min(w, h) * rng.uniform(*FACE_SCALE)))
+    angle = rng.uniform(-FACE_ROTATION, FACE_ROTATION)
+    face = np.asarray(grey.resize((side, side), Image.BICUBIC).rotate(angle, Image.BILINEAR))
+    inside = np.asarray(Image.new("L", (side, side), 255).rotate(angle, Image.BILINEAR),
+                        np.float32)[..., None] / 255.0
+    canvas = _backdrop(rng, w, h)
+    x0 = (w - side) // 2 + int(round(rng.uniform(-FACE_SHIFT, FACE_SHIFT) * w))
+    y0 = (h - side) // 2 + int(round(rng.uniform(-FACE_SHIFT, FACE_SHIFT) * h))
     xs, ys = slice(max(0, x0), min(w, x0 + side)), slice(max(0, y0), min(h, y0 + side))
-    part = grey[ys.start - y0: ys.stop - y0, xs.start - x0: xs.stop - x0]
-    canvas[ys, xs] = part[..., None] * who["tint"].astype(np.float32)
-    canvas += rng.standard_normal(canvas.shape, dtype=np.float32) * np.float32(4.0)
+    crop = (slice(ys.start - y0, ys.stop - y0), slice(xs.start - x0, xs.stop - x0))
+    tint = rng.uniform(*COLOUR_CAST, 3).astype(np.float32)
+    a = inside[crop]
+    canvas[ys, xs] = canvas[ys, xs] * (1 - a) + face[crop][..., None] * tint * a
+    if rng.random() < OCCLUSION_P:
+        bx0, by0, bx1, by1 = random_box(rng, side, side, 0.25, 0.5, aspect=(0.4, 2.5))
+        canvas[max(0, y0 + by0): min(h, y0 + by1), max(0, x0 + bx0): min(w, x0 + bx1)] = \
+            rng.uniform(0, 255, 3).astype(np.float32)
+    canvas += rng.standard_normal(canvas.shape, dtype=np.float32) * np.float32(
+        rng.uniform(*NOISE_SIGMA))
     return np.clip(canvas, 0, 255, out=canvas).astype(np.uint8)
 
 
@@ -138,7 +190,7 @@ def write_lfw(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (25
     counts = _image_counts(rng, count)
     people = [(f"Person_{k + 1:03d}", c) for k, c in enumerate(counts)]
     for k, (name, c) in enumerate(people):
-        who = _identity(rng, k)
+        who = _identity(k)
         d = folder / IMAGES_DIR / name
         d.mkdir(parents=True, exist_ok=True)
         for i in range(1, c + 1):
@@ -149,5 +201,5 @@ def write_lfw(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (25
                    {"train people": split["train people"], "test people": split["test people"]},
                    [name for name, _ in people],
                    [f"{len(people)} people, {split['folds']} folds in people.txt/pairs.txt",
-                    "each person: one real face crop (scikit-image) with their own tint and "
-                    "background"])
+                    "each person: one real face crop (scikit-image); light, colour, backdrop, "
+                    "size, position, occlusion and noise change from picture to picture"])
