@@ -2,6 +2,8 @@
 
 import pytest
 
+from scaleprobe.report.batch import BATCH_HEADERS, LOADER_HEADERS
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -14,7 +16,12 @@ def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):
     for sid in ("demo-batch-size", "demo-loader-transform"):
         assert (out_dir / sid / "sweep.md").exists()
     md = (out_dir / "report.md").read_text()
-    assert "## Sweeps" in md or "Batch size" in md
+    # the report covers both sweeps, each with its own table
+    assert "## Sweeps" in md
+    for sid in ("demo-batch-size", "demo-loader-transform"):
+        assert f"### Sweep {sid}" in md
+    assert "| " + " | ".join(BATCH_HEADERS) + " |" in md
+    assert "| " + " | ".join(LOADER_HEADERS) + " |" in md
     assert (out_dir / "report.html").stat().st_size > 10_000
     assert str(out_dir / "report.html") in p.stdout
 

@@ -92,8 +92,12 @@ def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
     assert rec["status"] == "ok"
     assert 10 <= m["steps_timed"] <= 40
     assert m["epoch_time_projected"] is True
-    assert m["samples_per_s"] == pytest.approx(32 / m["step_time_s"]["median"])
-    assert 0 <= m["data_wait_fraction"] <= 1
+    # samples/s comes from the median step; the wall clock around the timed steps is an
+    # independent measure of the same rate. They differ by the spread of the steps (measured
+    # 1.05-1.10x under load, 2026-11-24); 25% is the invariant's tolerance (invariants.py).
+    window = 32 * m["steps_timed"] / m["window_s"]
+    assert m["samples_per_s"] == pytest.approx(window, rel=0.25)
+    assert rec["invariants"] == []  # shares within 0..100%, no comm with one process
 
 
 def test_no_monitor_thread_left_after_an_exception(tmp_path, out_dir):
