@@ -121,7 +121,17 @@ def test_no_monitor_thread_left_after_an_exception(tmp_path, out_dir):
     assert read_jsonl(out_dir / "results.jsonl")[0]["status"] == "failed"
 
 
-def test_out_of_memory_is_a_result_with_exit_code_3(tmp_path, out_dir, capsys):
+@pytest.mark.parametrize("error,needle", [
+    ("RuntimeError('[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: not enough "
+     "memory: you tried to allocate 8589934592 bytes.')", "DefaultCPUAllocator"),
+    ("torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')",
+     "CUDA out of memory"),
+    ("MemoryError()", "MemoryError"),
+])
+def test_out_of_memory_is_a_result_with_exit_code_3(tmp_path, out_dir, capsys, error, needle):
+    """The CPU allocator's error, torch's OutOfMemoryError (what a full GPU raises) and
+    Python's MemoryError all make an 'oom' result and exit code 3. Bug caught: one of them
+    recorded as 'failed' (exit 1), so a sweep reruns it and tries the larger batches."""
     oom = tmp_path / "oom.py"
     oom.write_text(
         "import torch\n"
@@ -129,12 +139,11 @@ def test_out_of_memory_is_a_result_with_exit_code_3(tmp_path, out_dir, capsys):
         "    def __init__(self):\n"
         "        super().__init__(); self.l = torch.nn.Linear(3*32*32, 10)\n"
         "    def forward(self, x):\n"
-        "        raise RuntimeError('[enforce fail at alloc_cpu.cpp:121] data. "
-        "DefaultCPUAllocator: not enough memory: you tried to allocate 8589934592 bytes.')\n"
+        f"        raise {error}\n"
         "def build():\n    return M()\n")
     code = main(["run", "--model", f"{oom}:build", "--steps", "3", "--loader", "naive",
                  "--out", str(out_dir), "--no-progress"])
     assert code == 3
     rec = read_jsonl(out_dir / "results.jsonl")[0]
-    assert rec["status"] == "oom" and "DefaultCPUAllocator" in rec["error"]
+    assert rec["status"] == "oom" and needle in rec["error"]
     assert "status: oom" in capsys.readouterr().out
