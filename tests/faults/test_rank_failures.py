@@ -8,7 +8,7 @@ import pytest
 
 from scaleprobe.results import read_jsonl
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 MODEL = """
 import os, signal, torch

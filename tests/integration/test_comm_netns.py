@@ -121,6 +121,7 @@ def measured(harness, tmp_path_factory):
     return recs, time.perf_counter() - t0, harness
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(170)
 def test_allreduce_time_follows_the_link_rate(measured):
     recs, wall_s, delay_ms = measured
@@ -137,6 +138,7 @@ def test_allreduce_time_follows_the_link_rate(measured):
     assert wall_s < 80, f"two shaped comm runs took {wall_s:.0f} s"
 
 
+@pytest.mark.slow
 def test_measured_bandwidth_differs_between_rates(measured):
     recs, _, _ = measured
     slow, fast = (recs[r]["fit"]["all_reduce"]["busbw_gbit_s"] for r in RATES_MBIT)

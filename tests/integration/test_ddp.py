@@ -7,7 +7,7 @@ import pytest
 
 from scaleprobe.results import read_jsonl
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
 def _result(out_dir):

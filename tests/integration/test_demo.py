@@ -4,7 +4,7 @@ import pytest
 
 from scaleprobe.report.batch import BATCH_HEADERS, LOADER_HEADERS
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):

@@ -48,6 +48,7 @@ def test_traces_and_tensorboard(out_dir):
     assert all(e.value > 0 for e in acc.Scalars("perf/samples_per_s"))
 
 
+@pytest.mark.slow
 def test_every_ddp_rank_writes_its_own_traces(cli, out_dir):
     p = cli("run", "--strategy", "ddp", "--nproc", 2, "--model", "linear", "--dataset",
             "synthetic", "--image-size", 32, "--batch-size", 16, "--steps", 12,

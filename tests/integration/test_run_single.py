@@ -28,6 +28,7 @@ def digits_run(tmp_path_factory):
     return execute(cfg), out
 
 
+@pytest.mark.slow  # digits_run: 3 epochs, 84 s measured under load
 def test_digits_cnn_learns_digits(digits_run):
     rec, _ = digits_run
     assert rec["status"] == "ok", rec["error"]
@@ -35,6 +36,7 @@ def test_digits_cnn_learns_digits(digits_run):
     assert rec["metrics"]["loss_last"] < rec["metrics"]["loss_first"]
 
 
+@pytest.mark.slow  # digits_run: 3 epochs, 84 s measured under load
 def test_result_schema_and_files(digits_run):
     rec, out = digits_run
     assert RESULT_KEYS <= set(rec) and METRIC_KEYS <= set(rec["metrics"])
@@ -54,6 +56,7 @@ def test_result_schema_and_files(digits_run):
     assert mon and float(mon[-1]["t_s"]) > 0
 
 
+@pytest.mark.slow  # digits_run: 3 epochs, 84 s measured under load
 def test_epoch_time_measured_and_steps_per_epoch(digits_run):
     m = digits_run[0]["metrics"]
     assert m["epoch_time_projected"] is False and m["epoch_time_s"] > 0
@@ -62,6 +65,7 @@ def test_epoch_time_measured_and_steps_per_epoch(digits_run):
     assert m["steps_timed"] == m["steps_done"] - 5  # warm-up excluded
 
 
+@pytest.mark.slow  # digits_run: 3 epochs, 84 s measured under load
 def test_cpu_fields_measured_gpu_fields_null_with_reason(digits_run):
     rec = digits_run[0]
     m = rec["metrics"]
@@ -72,6 +76,7 @@ def test_cpu_fields_measured_gpu_fields_null_with_reason(digits_run):
     assert rec["null_reasons"]["peak_mem_bytes.device_allocated"]
 
 
+@pytest.mark.slow  # digits_run: 3 epochs, 84 s measured under load
 def test_host_memory_net_of_the_baseline_before_the_model(digits_run):
     """Bug: the host peak was total RSS only (torch's own memory included), so growth with
     the batch looked like a few per cent. The net figure is positive and below the total."""

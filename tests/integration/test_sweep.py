@@ -8,7 +8,7 @@ from scaleprobe.results import read_jsonl
 
 from ..conftest import ROOT
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 CRASH_MODEL = """
 import os, signal, torch

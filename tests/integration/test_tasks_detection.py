@@ -35,6 +35,7 @@ def _run(capsys, *argv) -> tuple[int, str]:
     return code, capsys.readouterr().err.strip()
 
 
+@pytest.mark.slow
 def test_detection_trains_and_reports_map50(capsys, voc, tmp_path):
     code, err = _run(capsys, "--task", "detection", "--dataset", "voc", "--data-dir", voc,
                      "--image-size", 96, "--batch-size", 4, "--steps", 2, "--eval",
@@ -142,6 +143,7 @@ def test_heavy_transform_in_loader_workers_moves_boxes_with_the_image(capsys, vo
     assert not problems, problems
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["ssdlite320_mobilenet_v3_large",
                                    "fasterrcnn_mobilenet_v3_large_fpn"])
 def test_detector_named_on_the_command_line(capsys, voc, tmp_path, model):

@@ -10,7 +10,7 @@ import pytest
 
 from scaleprobe.cli import main
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 # 280 images each: 40 MNIST and 47 CIFAR-10 images held out. A model that learned nothing
 # (labels paired with the wrong images, a loss that does not reach the weights, a test split

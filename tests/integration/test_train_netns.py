@@ -36,7 +36,7 @@ import pytest
 from scaleprobe.comm import netns
 from scaleprobe.results import read_jsonl
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 RATES_MBIT = (200, 1000)
 SERVER_LINK_MBIT = 1000
