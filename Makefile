@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint clean
+.PHONY: demo test test-fast install lint clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python >= 3.11) on PATH, or run: make PY=python3.12 ..."; exit 2; }
@@ -21,6 +21,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+# the tests not marked slow (each marked one takes more than ~20 s on a 2-core CPU); the
+# markers: -m slow, -m gpu (needs CUDA, skipped without), -m root (network namespaces)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,4 +1,5 @@
-"""Errors a user can cause. The CLI prints them as one line and exits 2 (OOM exits 3)."""
+"""Errors a user can cause. The CLI prints them as one line and exits 2. (Running out of memory
+is not one: the runner recognises it, ``runner.is_oom``, records the run as "oom" and exits 3.)"""
 
 
 class ScaleprobeError(Exception):
@@ -13,12 +14,6 @@ class ConfigError(ScaleprobeError):
 
 class DataError(ScaleprobeError):
     """Data that is missing, empty or unreadable; the message names the file."""
-
-
-class OutOfMemory(ScaleprobeError):
-    """A run that ran out of device or host memory."""
-
-    exit_code = 3
 
 
 def one_line(exc: BaseException) -> str:

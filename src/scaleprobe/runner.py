@@ -159,12 +159,9 @@ def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[st
         rec["status"] = "ok"
     except KeyboardInterrupt:
         rec["status"], rec["error"] = "interrupted", "interrupted by the user (Ctrl+C)"
-    except ScaleprobeError as e:
-        if type(e).__name__ == "OutOfMemory":
-            rec["status"], rec["error"] = "oom", str(e)
-        else:
-            _write_failure(rec, run_dir, cfg)
-            raise
+    except ScaleprobeError:
+        _write_failure(rec, run_dir, cfg)
+        raise
     except BaseException as e:  # noqa: BLE001  (recorded, never lost)
         msg = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
         _reraise_user_error(msg, rec, run_dir, cfg)

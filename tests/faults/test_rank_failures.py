@@ -8,7 +8,7 @@ import pytest
 
 from scaleprobe.results import read_jsonl
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 MODEL = """
 import os, signal, torch
@@ -64,3 +64,25 @@ def test_rendezvous_port_in_use_is_an_error_not_a_hang(cli, out_dir):
                 f"127.0.0.1:{port}", "--steps", 2, "--out", out_dir, "--no-progress", timeout=60)
     assert p.returncode == 2
     assert "already in use" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+OOM = ("raise RuntimeError('[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: "
+       "not enough memory: you tried to allocate 8589934592 bytes.')")
+
+
+def test_rank_out_of_memory_is_an_oom_result_with_exit_code_3(cli, tmp_path, out_dir):
+    """One DDP rank runs out of memory (the CPU allocator's own message): the whole run is
+    'oom', names the rank and exits 3, as a single process does. Bug caught: a rank's OOM
+    reported as an ordinary failure (exit 1), which a sweep would rerun and not use to skip
+    the larger batches."""
+    f = tmp_path / "m.py"
+    f.write_text(MODEL.format(action=OOM))
+    p = cli("run", "--strategy", "ddp", "--nproc", 2, "--steps", 20, "--warmup-steps", 1,
+            "--model", f"{f}:build", "--loader", "naive", "--timeout", 20, "--out", out_dir,
+            "--no-progress", timeout=90)
+    assert p.returncode == 3, p.stderr[-2000:]
+    rec = read_jsonl(out_dir / "results.jsonl")[0]
+    assert rec["status"] == "oom"
+    assert rec["error"].startswith("rank 1") and "DefaultCPUAllocator" in rec["error"]
+    assert "status: oom" in p.stdout and "Traceback" not in p.stderr
+    assert not _children_left()

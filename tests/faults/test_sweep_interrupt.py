@@ -11,10 +11,20 @@ import psutil
 import pytest
 
 from scaleprobe import results as res
+from scaleprobe.experiments.procs import GRACE_S
 from scaleprobe.experiments.spec import load_spec, points
 from scaleprobe.experiments.sweep import run_sweep
 
 pytestmark = pytest.mark.timeout(180)
+
+# From SIGINT to the sweep's exit: the sweep SIGINTs the running point, waits up to GRACE_S
+# (3 s) for it to record itself, SIGKILLs what is left, writes the partial tables and exits.
+# Measured 2026-11-24: 0.6-0.7 s on a quiet machine, 2.5-2.7 s with six busy processes beside
+# it (load average 4-6), 3.5-4.1 s with ten (load average 6-10); the point recorded itself
+# every time. GRACE_S + 5 s holds the longest wait for a point plus twice the worst teardown
+# measured; a sweep that waits for its point to finish never stops (the point would train for
+# many minutes) and fails on the 30 s limit of communicate().
+STOP_MARGIN_S = 5.0
 
 SPEC = """
 [base]
@@ -39,6 +49,7 @@ def _wait_for(cond, timeout_s):
     return False
 
 
+@pytest.mark.slow
 def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
     spec = tmp_path / "s.toml"
     spec.write_text(SPEC)
@@ -58,19 +69,23 @@ def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
     finally:
         if sweep.poll() is None:
             sweep.kill()
-    assert time.time() - t0 < 8, "the sweep took too long to stop"
+    stop_s = time.time() - t0
     assert sweep.returncode == 130, err[-2000:]
     _, alive = psutil.wait_procs(family, timeout=3)
     assert not _alive(alive), f"left behind: {[p.cmdline() for p in _alive(alive)]}"
     runs = [r for r in res.read_jsonl(results) if r["kind"] == "run"]
     assert runs[0]["status"] == "ok" and runs[0]["experiment"]["point"] == {"steps": 2}
-    assert all(r["status"] == "interrupted" for r in runs[1:])
+    # the second point records itself interrupted, unless it was still starting when the
+    # sweep's grace ran out and SIGKILL ended it without a record; never "failed"
+    assert [r["status"] for r in runs[1:]] in ([], ["interrupted"]), runs[1:]
     assert "Interrupted" in (out_dir / "sweep.md").read_text()
+    print(f"stopped {stop_s:.1f} s after SIGINT; second point recorded: {len(runs) > 1}")
+    assert stop_s < GRACE_S + STOP_MARGIN_S, f"the sweep took {stop_s:.1f} s to stop"
 
 
 def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsys):
     doc = {"base": {"model": "linear", "loader": "naive", "steps": 2, "warmup_steps": 1},
-           "grid": {"batch_size": [8]}}
+           "grid": {"batch_size": [8]}, "sweep": {"repeats": 1}}
     out = tmp_path / "out"
     out.mkdir()
     sp = load_spec(doc)
@@ -81,11 +96,11 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
     res.append_jsonl(path, done)
     with path.open("a") as fh:
         fh.write(json.dumps({"kind": "run", "status": "ok"})[:20])  # a writer killed mid-line
-    t0 = time.time()
     recs = run_sweep(doc, out, progress=False, repeats=1)
-    assert time.time() - t0 < 20  # no point process: nothing to import torch for
+    assert not (out / "points").exists()  # no point process was started
     assert [r["run_id"] for r in recs] == ["r1"]
     assert "torn or corrupt line" in capsys.readouterr().err
     lines = res.read_jsonl(path, warn=False)
     assert [r["kind"] for r in lines] == ["run", "sweep"]  # the torn line stays torn, alone
+    assert lines[-1]["points_run"] == 0
     assert (out / "sweep.md").exists()

@@ -121,9 +121,22 @@ def measured(harness, tmp_path_factory):
     return recs, time.perf_counter() - t0, harness
 
 
+# Measured (2026-11-24, load average 4-12 from other work on the 2 cores, 3 runs of the
+# fixture): all_reduce measured/model 1.05-1.125 (payload only: TCP/IP headers and gloo's
+# framing make the measurement a little slower, never faster, than the shaped rate); bus
+# bandwidth 0.188-0.189 Gbit/s at 200 Mbit/s, 0.91-0.98 at 1 Gbit/s (ratio 4.83-5.21).
+RATIO_RANGE = (0.9, 1.3)  # below: the model over-predicts; above 1.3: 15% beyond the worst seen
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(170)
 def test_allreduce_time_follows_the_link_rate(measured):
-    recs, wall_s, delay_ms = measured
+    """Bug caught: a model or a benchmark off by a factor (bits for bytes: 8x; one of the
+    ring's two phases, reduce-scatter or all-gather, forgotten: 2x), or a benchmark that no
+    longer measures the link (CPU-bound: the ratio grows with the rate).
+    The fixture's wall time (42-50 s, mostly starting four Python processes) is not checked;
+    the timeout bounds it."""
+    recs, _, delay_ms = measured
     for rate, rec in recs.items():
         assert rec["world_size"] == 2 and rec["nnodes"] == 2
         link = Link("shaped", rate / 1000, (delay_ms or 0.0) / 1000, "test")
@@ -131,14 +144,18 @@ def test_allreduce_time_follows_the_link_rate(measured):
             if row["size_bytes"] in LARGE_BYTES:
                 predicted = comm_time_s("allreduce", row["size_bytes"], 2, link)
                 ratio = row["time_s"] / predicted
-                assert 0.7 < ratio < 1.3, (
+                assert RATIO_RANGE[0] < ratio < RATIO_RANGE[1], (
                     f"{rate} Mbit/s, {row['size_bytes']} B: measured {row['time_s']:.4f} s, "
                     f"model {predicted:.4f} s")
-    assert wall_s < 80, f"two shaped comm runs took {wall_s:.0f} s"
 
 
+@pytest.mark.slow
 def test_measured_bandwidth_differs_between_rates(measured):
+    """The measured bus bandwidth follows the link: within 15% of 200 Mbit/s on the slow link
+    (measured -6%), and at least 4x that on the 5x faster one (measured 4.83-5.21x). Bug
+    caught: a fit or a busbw factor that does not reflect the link, or a measurement that is
+    CPU-bound at 1 Gbit/s."""
     recs, _, _ = measured
     slow, fast = (recs[r]["fit"]["all_reduce"]["busbw_gbit_s"] for r in RATES_MBIT)
-    assert fast / slow > 0.6 * RATES_MBIT[1] / RATES_MBIT[0], (slow, fast)
-    assert slow == pytest.approx(RATES_MBIT[0] / 1000, rel=0.3)
+    assert fast / slow > 0.8 * RATES_MBIT[1] / RATES_MBIT[0], (slow, fast)
+    assert slow == pytest.approx(RATES_MBIT[0] / 1000, rel=0.15)

@@ -7,7 +7,7 @@ import pytest
 
 from scaleprobe.results import read_jsonl
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
 def _result(out_dir):
@@ -40,7 +40,12 @@ def test_ddp_run_records_every_rank(ddp_run):
     steps = rec["ranks"][0]["steps_done"]
     assert steps == 2 * ((1438 // 2) // 32)
     assert all(r["steps_done"] == steps for r in rec["ranks"])
-    assert rec["straggler"]["slowest_vs_median"] >= 1.0
+    # every step of both ranks ends in the same all-reduce, so in lockstep their median steps
+    # agree: measured slowest/median 1.015 and 1.02 under load (2026-11-24). Bug caught: a
+    # rank's steps timed over other steps (its warm-up, its calibration) than the other's.
+    meds = {r["rank"]: r["step_time_s"]["median"] for r in rec["ranks"]}
+    assert rec["straggler"]["slowest_rank"] == max(meds, key=meds.get)
+    assert rec["straggler"]["slowest_vs_median"] < 1.1, rec["straggler"]["line"]
     assert "straggler" in p.stdout
 
 

@@ -2,9 +2,11 @@
 
 import pytest
 
+from scaleprobe.report.batch import BATCH_HEADERS, LOADER_HEADERS
+
 # 8 runs of two epochs each, twice (the second call reuses them): about 90 s on the quiet
 # 2-core machine, 4-5 minutes when other test suites share it
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 
 def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):
@@ -16,7 +18,12 @@ def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):
     for sid in ("demo-batch-size", "demo-loader-transform"):
         assert (out_dir / sid / "sweep.md").exists()
     md = (out_dir / "report.md").read_text()
-    assert "## Sweeps" in md or "Batch size" in md
+    # the report covers both sweeps, each with its own table
+    assert "## Sweeps" in md
+    for sid in ("demo-batch-size", "demo-loader-transform"):
+        assert f"### Sweep {sid}" in md
+    assert "| " + " | ".join(BATCH_HEADERS) + " |" in md
+    assert "| " + " | ".join(LOADER_HEADERS) + " |" in md
     assert (out_dir / "report.html").stat().st_size > 10_000
     assert str(out_dir / "report.html") in p.stdout
 

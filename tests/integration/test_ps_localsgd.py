@@ -20,6 +20,7 @@ def _run(cli, out_dir, *argv):
     return rec
 
 
+@pytest.mark.slow
 def test_ps_sync_one_update_per_step_from_every_worker(cli, out_dir):
     rec = _run(cli, out_dir, "--strategy", "ps", "--ps-mode", "sync", "--nproc", 3,
                "--global-batch", 64, "--steps", 6, "--lr-scaling", "linear", "--lr", 0.01)
@@ -47,6 +48,7 @@ def test_ps_sync_one_update_per_step_from_every_worker(cli, out_dir):
     assert c["transfer_s"] + c["sync_overhead_s"] == pytest.approx(c["exposed_s"])
 
 
+@pytest.mark.slow
 def test_ps_honours_the_sampler_and_its_audit_catches_a_shared_shard(cli, out_dir):
     """Bug: ps ignored dist.sampler and never ran the shard audit. With every worker on the
     first worker's shard, the audit over the workers fails."""
@@ -57,6 +59,7 @@ def test_ps_honours_the_sampler_and_its_audit_catches_a_shared_shard(cli, out_di
     assert audit["world_size"] == 2
 
 
+@pytest.mark.slow
 def test_ps_async_updates_per_worker_and_staleness(cli, out_dir):
     rec = _run(cli, out_dir, "--strategy", "ps", "--ps-mode", "async", "--nproc", 3,
                "--batch-size", 16, "--steps", 8)
@@ -75,6 +78,7 @@ def test_ps_async_updates_per_worker_and_staleness(cli, out_dir):
     assert m["samples_per_s"] == pytest.approx(sum(m["samples_per_s_by_rank"].values()))
 
 
+@pytest.mark.slow
 def test_localsgd_averages_every_k_steps(cli, out_dir):
     rec = _run(cli, out_dir, "--strategy", "localsgd", "--average-every", 4, "--nproc", 2,
                "--batch-size", 16, "--steps", 8)

@@ -1,5 +1,5 @@
 """Open report.html in headless Chromium: every image loads, no console errors, and a
-screenshot is saved to test-artifacts/report.png.
+screenshot is saved beside the report in the test's temporary folder (its path is printed).
 
 The browser is driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``:
 commands in on fd 3, replies out on fd 4, each message NUL-terminated JSON), which needs no
@@ -30,7 +30,6 @@ from scaleprobe.report import build_report
 from tests.unit.report.sample import write_mixed
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACT = REPO / "test-artifacts" / "report.png"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 IMAGE_CHECK = ("JSON.stringify(Array.from(document.images).map("
                "i => [i.complete, i.naturalWidth, i.src.slice(0, 22)]))")
@@ -189,5 +188,6 @@ def test_report_renders_in_headless_chromium(browser, tmp_path):
         assert src.startswith("data:image/png;base64")
     assert errors == []
     assert png.startswith(b"\x89PNG")
-    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-    ARTIFACT.write_bytes(png)
+    shot = html.parent / "report.png"  # in tmp_path, never in the repository
+    shot.write_bytes(png)
+    print(f"screenshot: {shot}")

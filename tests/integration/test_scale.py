@@ -8,6 +8,7 @@ from scaleprobe.results import read_jsonl
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow
 def test_scale_measures_each_count_and_explains_the_gap(cli, out_dir):
     """Each count measured in its own runs, repeats interleaved (1 2 1 2), the speedup and
     its interval computed from the paired repeats; a second call resumes."""

@@ -22,7 +22,13 @@ cores, and the oversubscribed cores delay gloo's network threads too (see docs/C
 A run whose measured/predicted ratio falls outside +-30% is repeated once, and both attempts
 are printed: on a quiet machine the ratios are 1.01-1.10, but other work on the two cores
 delays every step of gloo's ring and has pushed a 1 Gbit/s run to 1.38. The tolerance itself
-is never widened.
+is never widened. Measured 2026-11-24 (three runs of this file, load average 2-6 from other
+work): 2 hosts at 200 Mbit/s 1.07-1.11, at 1 Gbit/s 1.12-1.15; 3 hosts, ps 1.00-1.12 and ddp
+1.08-1.21; every run within the tolerance at the first attempt. The model's other claims, with
+the same runs: comm at 200 Mbit/s 4.6-4.8x that at 1 Gbit/s (model 5x, asserted > 3x); ps
+2.7-2.8x ddp's comm behind the slow server link (model 3x, asserted > 1.5x). Each bound sits
+below the measured factor by more than the 30% that load has moved one run, and far above the
+1x of a run whose communication does not go over the shaped link.
 """
 
 import os
@@ -36,7 +42,7 @@ import pytest
 from scaleprobe.comm import netns
 from scaleprobe.results import read_jsonl
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 RATES_MBIT = (200, 1000)
 SERVER_LINK_MBIT = 1000

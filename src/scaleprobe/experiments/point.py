@@ -24,6 +24,7 @@ from typing import Any
 from scaleprobe import results as res
 
 BARRIER_TIMEOUT_S = 300.0
+INTERRUPTED = "interrupted by the user (Ctrl+C)"
 
 
 def failed_record(cfg_dict: dict[str, Any], key: str, name: str, experiment: dict[str, Any],
@@ -64,11 +65,31 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _wait_barrier(barrier: dict[str, str]) -> None:
-    import scaleprobe.engine  # noqa: F401  (the slow imports happen before the start line)
+def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
+    """The slow imports of a run (torch, torchvision, the engine), with Ctrl+C and SIGTERM
+    recording the point interrupted and ending the process at once. A KeyboardInterrupt
+    raised inside an import cannot be caught safely: it leaves numpy or torch half-imported
+    (their next import fails with an unrelated error, and the interrupted run was recorded
+    failed), is thrown through C++ code (std::terminate), or is swallowed by the library being
+    imported (and the point starts training)."""
+    def stop(signum: int, frame: Any) -> None:
+        _record(cfg, exp, INTERRUPTED, "interrupted")
+        os._exit(130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    import torchvision  # noqa: F401  (the result's environment names its version)
+
+    import scaleprobe.assemble  # noqa: F401
+    import scaleprobe.engine  # noqa: F401
     import scaleprobe.measure.monitor  # noqa: F401
 
-    Path(barrier["ready"]).touch()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _sigterm_as_interrupt()
+
+
+def _wait_barrier(barrier: dict[str, str]) -> None:
+    Path(barrier["ready"]).touch()  # the slow imports are done (_import_or_stop)
     deadline = time.monotonic() + BARRIER_TIMEOUT_S
     go = Path(barrier["go"])
     while not go.exists():
@@ -86,12 +107,13 @@ def run_point(payload: dict[str, Any]) -> int:
     cfg = from_dict(payload["config"])
     if payload.get("cpus") and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
         os.sched_setaffinity(0, set(payload["cpus"]))
+    _import_or_stop(cfg, exp)
     try:
         if payload.get("barrier"):
             _wait_barrier(payload["barrier"])
         rec = runner.execute(cfg, experiment=exp)
     except KeyboardInterrupt:
-        _record(cfg, exp, "interrupted by the user (Ctrl+C)", "interrupted")
+        _record(cfg, exp, INTERRUPTED, "interrupted")
         return 130
     except ScaleprobeError as e:
         print(f"scaleprobe: error: {e}", file=sys.stderr)

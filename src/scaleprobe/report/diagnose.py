@@ -63,8 +63,11 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
             out.append(f)
     out.extend(_invariants(rec))
     if status == "interrupted":
+        measured = R.metric(rec, "step_time_s.median") is not None
         out.append(Finding("interrupted", "the run was stopped before it finished",
-                           "figures cover the steps timed before the stop", "info"))
+                           "figures cover the steps timed before the stop" if measured else
+                           "nothing was measured: run it again (a sweep reruns interrupted "
+                           "points)", "info"))
     return [Finding(f.verdict, f.evidence, f.recommendation, f.severity, subject) for f in out]
 
 

@@ -1,5 +1,7 @@
 """Every example spec parses and validates (models and datasets exist); none is run here."""
 
+import re
+
 import pytest
 
 from scaleprobe.experiments.colocate import load_colocate_spec
@@ -41,17 +43,29 @@ def test_colocate_example_is_valid_and_small(path):
     assert all(cfg.train.max_seconds <= 5 for _, cfg in cs.jobs)
 
 
+DATAGEN = re.compile(r"scaleprobe datagen (\w+) --out (\S+)(?: --count \d+)?( --force)?")
+
+
 @pytest.mark.parametrize("path", OTHERS, ids=lambda p: p.name)
-def test_every_other_example_spec_is_valid(path, tmp_path, monkeypatch):
-    # the reference specs read the small datasets examples/README.md has you generate
+def test_every_other_example_spec_reads_the_data_its_comments_generate(path, tmp_path,
+                                                                        monkeypatch):
+    """Each spec's header gives the `scaleprobe datagen` commands that make its data; run
+    them (with few images) and every point must find and read its data. Bug caught: a spec
+    that reads another folder than its commands write, or a name that builds nothing."""
     from scaleprobe.data.formats import write_dataset
 
     monkeypatch.chdir(tmp_path)
-    write_dataset("voc", "data/voc", count=10)
-    write_dataset("mnist", "data/ref", count=20)
-    write_dataset("cifar10", "data/ref", count=20, overwrite=True)
-    if "[[job]]" in path.read_text():
-        load_colocate_spec(path)
-        return
-    sp = load_spec(path)
-    preflight([sp.config(p) for p in check_points(sp)])
+    text = path.read_text()
+    written = set()
+    for fmt, out, force in DATAGEN.findall(text):
+        write_dataset(fmt, out, count=20, overwrite=bool(force))
+        written.add(out)
+    if "[[job]]" in text:
+        cfgs = [cfg for _, cfg in load_colocate_spec(path).jobs]
+    else:
+        sp = load_spec(path)
+        cfgs = [sp.config(p) for p in check_points(sp)]
+    assert cfgs
+    on_disk = {c.data.data_dir for c in cfgs if c.data.data_dir}
+    assert on_disk <= written, f"read but not written by the spec's commands: {on_disk - written}"
+    preflight(cfgs)  # ConfigError / DataError when a name builds nothing or data does not read

@@ -280,3 +280,21 @@ def test_merge_same_names_every_run_once():
     merged = merge_same(same + [Finding("straggler", "e2", "r2", "warning", "x")])
     assert len(merged) == 2
     assert merged[0].subject == "run0, run1, run2, run3, run4, run5 and 2 more"
+
+
+def test_interrupted_run_says_so_and_whether_it_measured_anything():
+    """Bugs caught: an interrupted run reported as failed or with no finding at all, a verdict
+    drawn from figures that were never measured, and (found with this test) the finding
+    saying "figures cover the steps timed before the stop" for a run the runner records
+    without any figure (Ctrl+C: no rank returned a record)."""
+    bare = run("stopped", status="interrupted", error="interrupted by the user (Ctrl+C)")
+    f = _one(diagnose_run(bare), "interrupted")
+    assert _verdicts(diagnose_run(bare)) == {"interrupted"}
+    assert f.severity == "info" and f.subject == "stopped"
+    assert f.recommendation.startswith("nothing was measured") and "rerun" in f.recommendation
+    partial = with_(clean(), "status", "interrupted")  # figures of the steps before the stop
+    found = diagnose_run(partial)
+    assert _verdicts(found) == {"interrupted", "compute-bound"}
+    assert _one(found, "interrupted").recommendation == ("figures cover the steps timed "
+                                                         "before the stop")
+    assert "interrupted" not in _verdicts(diagnose_run(clean()))
