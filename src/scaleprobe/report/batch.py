@@ -241,6 +241,14 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
             "text": _batch_text(fastest, best_eff, steps, multi, fast_tied, eff_tied)}
 
 
+def _claim(what: str, body: str, tied: list[str]) -> str:
+    """``Fastest: <body>.``, or inconclusive with the rows it cannot be told apart from."""
+    if not tied:
+        return f"{what}: {body}."
+    return (f"{what}: inconclusive: {body}, not told apart from " + "; ".join(tied)
+            + " (each: that batch size's figure / this one's).")
+
+
 def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
                 fast_tied: list[str], eff_tied: list[str]) -> str:
     n = max((fastest.get("repeats") or 1), 1)
@@ -256,20 +264,12 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{fmt.seconds(fastest['epoch_time_s'], fastest['epoch_projected'])}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    if fast_tied:
-        lines.append(f"Fastest: inconclusive: {head}, not told apart from "
-                     + "; ".join(fast_tied) + " (ratio to it).")
-    else:
-        lines.append(f"Fastest: {head}.")
+    lines.append(_claim("Fastest", head, fast_tied))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {eff['samples_per_s_per_gib']:.1f} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory "
                 f"({fmt.rate(eff['samples_per_s'])} samples/s at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        if eff_tied:
-            lines.append(f"Most efficient: inconclusive: {body}, not told apart from "
-                         + "; ".join(eff_tied) + ".")
-        else:
-            lines.append(f"Most efficient: {body}.")
+        lines.append(_claim("Most efficient", body, eff_tied))
     return "\n".join(lines)
 
 
