@@ -8,7 +8,7 @@ from scaleprobe.results import read_jsonl
 
 from ..conftest import ROOT
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
 JOBS = ("cnn-b32", "linear-b64")
 

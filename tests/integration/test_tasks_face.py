@@ -12,7 +12,7 @@ import torch
 from scaleprobe.cli import main
 from scaleprobe.data.formats import write_dataset
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 QUICK = ("--loader", "naive", "--warmup-steps", "1", "--no-progress")
 # generated faces: 600 images of 32x32, about 110 training people and 170 test pairs
