@@ -242,3 +242,33 @@ def mean_difference_interval(a: Sequence[float], b: Sequence[float],
                      or 1e-300)
     h = t_quantile(max(1, int(df)), confidence) * math.sqrt(se2)
     return d, d - h, d + h
+
+
+def sample_sd(xs: Sequence[float]) -> float | None:
+    """The sample standard deviation (n - 1); None with fewer than two values."""
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """The standard deviation pooled over two samples (e.g. accuracy over seeds on 1 and on N
+    processes: the parity tolerance is built from it)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    sa, sb = sample_sd(a), sample_sd(b)
+    return math.sqrt(((len(a) - 1) * sa ** 2 + (len(b) - 1) * sb ** 2)  # type: ignore[operator]
+                     / (len(a) + len(b) - 2))
+
+
+def repeats_to_decide_difference(diff: float, sd: float, tol: float, n: int) -> int | None:
+    """Repeats per side that would put the interval of ``diff`` wholly inside or wholly outside
+    +/- ``tol``, if the difference and the spread stay as measured (equal-variance t)."""
+    gap = tol - abs(diff) if abs(diff) < tol else abs(diff) - tol
+    if gap <= 0 or sd <= 0:
+        return None
+    for m in range(max(2, n + 1), MAX_REPEATS_SUGGESTED + 1):
+        if t_quantile(2 * m - 2) * sd * math.sqrt(2 / m) < gap:
+            return m
+    return None

@@ -100,3 +100,14 @@ def test_mean_difference_interval_welch():
     d, lo, hi = M.mean_difference_interval([0.77, 0.85, 0.80], [0.81, 0.79, 0.83])
     assert lo < 0 < hi
     assert M.mean_difference_interval([0.8], [0.7, 0.71]) is None
+
+
+def test_pooled_sd_and_repeats_for_a_difference():
+    """Hand-computed: sd 0.01 on each side pools to 0.01; a 0.05 gap with that spread needs
+    few repeats, a gap inside the noise cannot be decided."""
+    a, b = [0.80, 0.81, 0.82], [0.75, 0.76, 0.77]
+    assert M.sample_sd(a) == pytest.approx(0.01) and M.pooled_sd(a, b) == pytest.approx(0.01)
+    assert M.pooled_sd([0.8], b) is None
+    # next count after 3: t(0.975, 6) x 0.01 x sqrt(2/4) = 0.017 < the 0.04 gap
+    assert M.repeats_to_decide_difference(-0.05, 0.01, 0.01, 3) == 4
+    assert M.repeats_to_decide_difference(0.01, 0.01, 0.01, 3) is None  # on the tolerance

@@ -22,7 +22,6 @@ with the interval and the repeats that would decide it. One repeat has no spread
 from __future__ import annotations
 
 import dataclasses
-import math
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,43 +65,15 @@ def parity_configs(cfg: RunConfig, repeat: int = 0) -> tuple[RunConfig, RunConfi
 
 # ---- the verdict (pure: hand-made accuracies in tests) -----------------------------------
 
-def _sd(xs: Sequence[float]) -> float | None:
-    if len(xs) < 2:
-        return None
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-
-
-def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """The seed-to-seed standard deviation of accuracy, pooled over both sides."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    sa, sb = _sd(a), _sd(b)
-    return math.sqrt(((len(a) - 1) * sa ** 2 + (len(b) - 1) * sb ** 2)  # type: ignore[operator]
-                     / (len(a) + len(b) - 2))
-
-
 def tolerance(a: Sequence[float], b: Sequence[float], floor: float = TOLERANCE_FLOOR,
               k: float = TOLERANCE_SD) -> tuple[float | None, str]:
     """(tolerance, how it was derived) from the measured seed-to-seed spread."""
-    sp = pooled_sd(a, b)
+    sp = metrics.pooled_sd(a, b)
     if sp is None:
         return None, "no seed-to-seed spread: fewer than 2 accuracies on a side"
     tol = max(floor, k * sp)
     return tol, (f"max({floor:.3f}, {k:g} x pooled seed-to-seed sd {sp:.4f}) = {tol:.4f} "
                  f"(sd over {len(a)} seeds on 1 process, {len(b)} on N)")
-
-
-def repeats_to_decide(diff: float, sd: float, tol: float, n: int) -> int | None:
-    """Repeats per side that would put the interval of ``diff`` wholly inside or wholly outside
-    +/- ``tol``, if the difference and the spread stay as measured (equal-variance t)."""
-    gap = tol - abs(diff) if abs(diff) < tol else abs(diff) - tol
-    if gap <= 0 or sd <= 0:
-        return None
-    for m in range(max(2, n + 1), metrics.MAX_REPEATS_SUGGESTED + 1):
-        if metrics.t_quantile(2 * m - 2) * sd * math.sqrt(2 / m) < gap:
-            return m
-    return None
 
 
 def parity_verdict(acc_1: Sequence[float], acc_n: Sequence[float],
@@ -115,7 +86,7 @@ def parity_verdict(acc_1: Sequence[float], acc_n: Sequence[float],
     diff = sum(acc_n) / len(acc_n) - sum(acc_1) / len(acc_1)
     tol, rule = tolerance(acc_1, acc_n, floor, k)
     iv = metrics.mean_difference_interval(acc_1, acc_n)
-    sd = pooled_sd(acc_1, acc_n)
+    sd = metrics.pooled_sd(acc_1, acc_n)
     out = {"difference": diff, "tolerance": tol, "tolerance_rule": rule, "seed_sd": sd,
            "interval": None if iv is None else {"estimate": iv[0], "lo": iv[1], "hi": iv[2],
                                                 "confidence": metrics.CONFIDENCE,
@@ -133,7 +104,7 @@ def parity_verdict(acc_1: Sequence[float], acc_n: Sequence[float],
     if lo > tol or hi < -tol:
         return {**out, "verdict": "parity broken",
                 "text": f"{span}: the interval lies entirely outside it"}
-    need = repeats_to_decide(diff, sd or 0.0, tol, min(len(acc_1), len(acc_n)))
+    need = metrics.repeats_to_decide_difference(diff, sd or 0.0, tol, min(len(acc_1), len(acc_n)))
     tail = (f"about {need} repeats would decide it" if need else
             f"more than {metrics.MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
             "difference sits at the tolerance")

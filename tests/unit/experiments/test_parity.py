@@ -8,7 +8,6 @@ from scaleprobe.experiments.parity import (
     parity_configs,
     parity_record,
     parity_verdict,
-    pooled_sd,
     tolerance,
 )
 
@@ -90,7 +89,7 @@ def test_tolerance_comes_from_the_seed_to_seed_spread():
     one MNIST run made a fixed 0.03 call noise "PARITY BROKEN")."""
     a1, an = [0.770, 0.855, 0.81], [0.80, 0.84, 0.78]
     tol, rule = tolerance(a1, an)
-    assert tol == pytest.approx(2 * pooled_sd(a1, an)) and tol > 0.03
+    assert tol == pytest.approx(2 * metrics.pooled_sd(a1, an)) and tol > 0.03
     assert "2 x pooled" in rule and "3 seeds" in rule
     tol, _ = tolerance([0.95, 0.95], [0.95, 0.95])
     assert tol == 0.01  # no spread at all: the floor
