@@ -44,6 +44,21 @@ def _children_left():
             and c.status() != psutil.STATUS_ZOMBIE]
 
 
+def _run_with_failing_rank(cli, tmp_path, out_dir, strategy, nproc, action, rc):
+    """Run a job whose rank 1 does ``action``; check its exit code and that it ended within
+    STOP_AFTER_FAILURE_S of the failure; return the process and its run record."""
+    f = tmp_path / "m.py"
+    f.write_text(MODEL.format(action=action))
+    p = cli("run", "--strategy", strategy, "--nproc", nproc, "--steps", 20, "--warmup-steps", 1,
+            "--model", f"{f}:build", "--loader", "naive", "--timeout", COLLECTIVE_TIMEOUT_S,
+            "--out", out_dir, "--no-progress", timeout=240)
+    stop_s = _stop_after_failure_s(f)
+    print(f"{strategy} {action[:20]}: ended {stop_s:.1f} s after rank 1 failed")
+    assert p.returncode == rc, p.stderr[-2000:]
+    assert stop_s < STOP_AFTER_FAILURE_S, f"ended {stop_s:.1f} s after rank 1 failed"
+    return p, read_jsonl(out_dir / "results.jsonl")[0]
+
+
 @pytest.mark.parametrize("strategy,nproc,action,needle", [
     ("ddp", 2, "raise ValueError('rank one gave up')", "rank one gave up"),
     ("ddp", 2, "os.kill(os.getpid(), signal.SIGKILL)", "signal 9"),
@@ -53,16 +68,7 @@ def _children_left():
 ])
 def test_failed_rank_ends_job_and_is_named(cli, tmp_path, out_dir, strategy, nproc, action,
                                            needle):
-    f = tmp_path / "m.py"
-    f.write_text(MODEL.format(action=action))
-    p = cli("run", "--strategy", strategy, "--nproc", nproc, "--steps", 20, "--warmup-steps", 1,
-            "--model", f"{f}:build", "--loader", "naive", "--timeout", COLLECTIVE_TIMEOUT_S,
-            "--out", out_dir, "--no-progress", timeout=240)
-    stop_s = _stop_after_failure_s(f)
-    print(f"{strategy} {action[:20]}: ended {stop_s:.1f} s after rank 1 failed")
-    assert p.returncode == 1, p.stderr[-2000:]
-    assert stop_s < STOP_AFTER_FAILURE_S, f"ended {stop_s:.1f} s after rank 1 failed"
-    rec = read_jsonl(out_dir / "results.jsonl")[0]
+    p, rec = _run_with_failing_rank(cli, tmp_path, out_dir, strategy, nproc, action, 1)
     assert rec["status"] == "failed"
     assert rec["error"].startswith("rank 1") and needle in rec["error"]
     assert "status: failed" in p.stdout and "Traceback" not in p.stderr
@@ -89,16 +95,7 @@ def test_rank_out_of_memory_is_an_oom_result_with_exit_code_3(cli, tmp_path, out
     'oom', names the rank and exits 3, as a single process does. Bug caught: a rank's OOM
     reported as an ordinary failure (exit 1), which a sweep would rerun and not use to skip
     the larger batches."""
-    f = tmp_path / "m.py"
-    f.write_text(MODEL.format(action=OOM))
-    p = cli("run", "--strategy", "ddp", "--nproc", 2, "--steps", 20, "--warmup-steps", 1,
-            "--model", f"{f}:build", "--loader", "naive", "--timeout", COLLECTIVE_TIMEOUT_S,
-            "--out", out_dir, "--no-progress", timeout=240)
-    stop_s = _stop_after_failure_s(f)
-    print(f"ddp out of memory: ended {stop_s:.1f} s after rank 1 failed")
-    assert p.returncode == 3, p.stderr[-2000:]
-    assert stop_s < STOP_AFTER_FAILURE_S, f"ended {stop_s:.1f} s after rank 1 failed"
-    rec = read_jsonl(out_dir / "results.jsonl")[0]
+    p, rec = _run_with_failing_rank(cli, tmp_path, out_dir, "ddp", 2, OOM, 3)
     assert rec["status"] == "oom"
     assert rec["error"].startswith("rank 1") and "DefaultCPUAllocator" in rec["error"]
     assert "status: oom" in p.stdout and "Traceback" not in p.stderr
