@@ -336,37 +336,40 @@ def _memory(device: torch.device) -> dict[str, Any]:
 
 def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] | None,
                 eval_metrics: dict[str, Any]) -> dict[str, Any]:
+    """This rank's ``results.RankRecord``, as the plain dict it travels as (through the
+    launcher's pickled return values) to ``assemble.build_result``."""
     from scaleprobe.measure.monitor import process_peak_rss_bytes
+    from scaleprobe.results import RankInfo, RankMem, RankRecord
 
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
-    return {
-        "rank": p.strategy.rank,
-        "is_server": p.strategy.is_server,  # serves parameters, takes no batch (ps rank 0)
-        "host": socket.gethostname(),
-        "device": str(p.device),
-        "threads": torch.get_num_threads(),  # this rank's compute threads (cores / local world)
-        "steps_done": st.step,
-        "steps_timed": st.timed,
-        "step_times_s": timer.step_times(),
-        "phase_times_s": timer.phase_times(),
-        "window_s": (st.window_t1 - st.window_t0) if st.window_t0 else None,
-        "clock_window": (getattr(st, "clock_t0", None), getattr(st, "clock_t1", None)),
-        "epochs_complete": st.epochs_complete,
-        "epoch_wall_s": st.epoch_wall_s,
-        "samples_per_step": p.per_process_batch,
-        "towers": p.strategy.towers,  # devices this process feeds (dp: all)
-        "indices": [torch.cat(e).tolist() if e else [] for e in st.epoch_idx],
-        "loss_first": losses[0],
-        "loss_last": losses[-1],
-        "loss_finite": all(math.isfinite(v) for v in losses if v is not None),
-        "bad_samples": st.bad,
-        "comm": comm,
-        "eval": eval_metrics,
-        "mem": {"host_peak_rss": process_peak_rss_bytes(),
-                "host_baseline_rss": p.host_baseline_rss_bytes, **_memory(p.device)},
-        "info": p.info,
-        "strategy_metrics": p.strategy.extra_metrics(),
-    }
+    return RankRecord(
+        rank=p.strategy.rank,
+        is_server=p.strategy.is_server,  # serves parameters, takes no batch (ps rank 0)
+        host=socket.gethostname(),
+        device=str(p.device),
+        threads=torch.get_num_threads(),  # this rank's compute threads (cores / local world)
+        steps_done=st.step,
+        steps_timed=st.timed,
+        step_times_s=timer.step_times(),
+        phase_times_s=timer.phase_times(),
+        window_s=(st.window_t1 - st.window_t0) if st.window_t0 else None,
+        clock_window=(getattr(st, "clock_t0", None), getattr(st, "clock_t1", None)),
+        epochs_complete=st.epochs_complete,
+        epoch_wall_s=st.epoch_wall_s,
+        samples_per_step=p.per_process_batch,
+        towers=p.strategy.towers,  # devices this process feeds (dp: all)
+        indices=[torch.cat(e).tolist() if e else [] for e in st.epoch_idx],
+        loss_first=losses[0],
+        loss_last=losses[-1],
+        loss_finite=all(math.isfinite(v) for v in losses if v is not None),
+        bad_samples=st.bad,
+        comm=comm,
+        eval=eval_metrics,
+        mem=RankMem(host_peak_rss=process_peak_rss_bytes(),
+                    host_baseline_rss=p.host_baseline_rss_bytes, **_memory(p.device)),
+        info=RankInfo.from_dict(p.info),
+        strategy_metrics=p.strategy.extra_metrics(),
+    ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
 
 
 def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepProgress,

@@ -5,7 +5,8 @@ from typing import Any
 
 from scaleprobe import config as C
 from scaleprobe import results as res
-from scaleprobe.assemble import _metrics
+from scaleprobe.assemble import build_result
+from scaleprobe.results import RankRecord, RunResult
 
 MIB = 1 << 20
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
@@ -39,9 +40,11 @@ def raw(rank: int, step_s: float | None = 0.1, *, batch: int = 4, steps: int = 1
 def assemble(raws: list[dict[str, Any]], mon: dict[str, Any] | None = None,
              **overrides: Any) -> dict[str, Any]:
     cfg = C.build({"link": "1gbit", **overrides})
-    rec = res.new_run_record(cfg.to_dict(), "r", "r", cfg.key())
-    _metrics(rec, cfg, raws, mon or {})
-    return rec
+    rec = RunResult.from_dict(res.new_run_record(cfg.to_dict(), "r", "r", cfg.key()))
+    rec.status = "ok"
+    ranks = [RankRecord.from_dict(r) for r in raws]
+    return build_result(rec, cfg, ranks, mon or {}, None).to_dict()
+
 
 
 def test_host_peak_net_of_the_baseline_read_before_the_model():

@@ -17,10 +17,11 @@ import torch
 
 from scaleprobe import config as C
 from scaleprobe import results as res
-from scaleprobe.assemble import _metrics
+from scaleprobe.assemble import build_result
 from scaleprobe.engine import Parts, train_loop
 from scaleprobe.measure.summary import typical_steps
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.results import RankRecord, RunResult
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,9 +144,9 @@ def test_each_phase_lands_in_its_own_bucket():
     CLOCK.steps.clear()
     cfg = C.build({"steps": TIMED_STEPS, "warmup_steps": WARMUP_STEPS, "progress": False})
     raw = _raw(cfg)
-    rec = res.new_run_record(cfg.to_dict(), "r", "r", cfg.key())
-    _metrics(rec, cfg, [raw], {})
-    m = rec["metrics"]
+    result = RunResult.from_dict(res.new_run_record(cfg.to_dict(), "r", "r", cfg.key()))
+    result.status = "ok"
+    m = build_result(result, cfg, [RankRecord.from_dict(raw)], {}, None).to_dict()["metrics"]
     assert m["steps_timed"] == TIMED_STEPS
     timed = CLOCK.steps[WARMUP_STEPS:]
     assert len(timed) == TIMED_STEPS

@@ -55,15 +55,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def compute_from_result(rec: dict[str, Any]) -> tuple[float | None, str]:
-    """Compute seconds per step from a run record, and how it was obtained. The breakdown
-    already holds exposed communication apart (DDP's is moved out of backward by the
-    calibration), so forward + backward + optimizer is compute alone."""
+    """Compute seconds per step from a run record (``metrics.compute_s``: copy to the
+    device + forward + backward + optimizer; the breakdown already holds exposed
+    communication apart), and how it was obtained."""
+    from scaleprobe.metrics import compute_s
     from scaleprobe.results import get
 
     bd = get(rec, "metrics.breakdown_s", {}) or {}
-    parts = [bd.get(k) for k in ("forward", "backward", "optimizer")]
-    if all(v is not None for v in parts) and sum(parts) > 0:
-        return float(sum(parts)), "forward + backward + optimizer"
+    c = compute_s(bd)
+    if c is not None and c > 0:
+        return float(c), "copy to device + forward + backward + optimizer"
     step = get(rec, "metrics.step_time_s.median")
     if step is None:
         return None, "no step time in the result"

@@ -287,22 +287,22 @@ def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
                           placement=cs.placement)
     tot, tot_iv = totals(jobs), total_interval(jobs)
     tot_iv_d = tot_iv.to_dict() if tot_iv is not None else None
-    return {"kind": "colocate", "schema": res.SCHEMA,
-            "experiment": {"id": cs.colocate_id, "kind": "colocate"},
-            "placement": cs.placement, "placement_note": note,
-            "cpu_sets": [p.get("cpus") for p in plan], "repeats": cs.repeats,
-            "jobs": [j.to_dict() for j in jobs], **tot,
-            "total_throughput_interval": tot_iv_d,
-            "cpu_util_pct_together": cpu, "gpu_util_pct_together": gpu,
-            "cpu_util_pct_together_repeats": [m["cpu_util_pct"] for m in machine],
-            "gpu_util_pct_together_repeats": [m["gpu_util_pct"] for m in machine],
-            "overlap_s": min((m["overlap_s"] for m in machine), default=None),
-            "overlap_s_repeats": [m["overlap_s"] for m in machine],
-            "verdict": v, "evidence": evidence,
-            "throughput": throughput_line(tot, len(jobs), tot_iv_d),
-            "run_ids": {"alone": [r.get("run_id") for rs in alone for r in rs],
-                        "together": [r.get("run_id") for rs in together for r in rs]},
-            "finished_at": res.utc_now()}
+    return res.ColocateRecord(
+        experiment=res.Experiment(id=cs.colocate_id, kind="colocate"),
+        placement=cs.placement, placement_note=note,
+        cpu_sets=[p.get("cpus") for p in plan], repeats=cs.repeats,
+        jobs=[j.to_dict() for j in jobs], **tot,
+        total_throughput_interval=tot_iv_d,
+        cpu_util_pct_together=cpu, gpu_util_pct_together=gpu,
+        cpu_util_pct_together_repeats=[m["cpu_util_pct"] for m in machine],
+        gpu_util_pct_together_repeats=[m["gpu_util_pct"] for m in machine],
+        overlap_s=min((m["overlap_s"] for m in machine), default=None),
+        overlap_s_repeats=[m["overlap_s"] for m in machine],
+        verdict=v, evidence=evidence,
+        throughput=throughput_line(tot, len(jobs), tot_iv_d),
+        run_ids={"alone": [r.get("run_id") for rs in alone for r in rs],
+                 "together": [r.get("run_id") for rs in together for r in rs]},
+        finished_at=res.utc_now()).to_dict()
 
 
 def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,

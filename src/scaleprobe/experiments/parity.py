@@ -136,25 +136,24 @@ def parity_record(recs_1: list[dict[str, Any]], recs_n: list[dict[str, Any]],
         v["text"] += (f"; left out: repeat(s) {', '.join(str(i + 1) for i in unlike)} (samples "
                       "seen differ or unknown)")
     first = recs_n[0] if recs_n else {}
-    return {"kind": "parity", "schema": res.SCHEMA,
-            "experiment": {"id": exp_id, "kind": "parity"},
-            "nproc": (first.get("batch") or {}).get("world_size"),
-            "global_batch": res.get(first, "config.train.global_batch"),
-            "repeats": len(recs_1),
-            "seeds": [res.get(r, "config.train.seed") for r in recs_1],
-            "samples_seen": samples[0] if samples else [None, None],
-            "samples_seen_repeats": samples,
-            "accuracies_1": [_acc(r) for r in recs_1], "accuracies_n": [_acc(r) for r in recs_n],
-            "accuracy_1": sum(acc_1) / len(acc_1) if acc_1 else None,
-            "accuracy_n": sum(acc_n) / len(acc_n) if acc_n else None,
-            "difference": v["difference"], "difference_interval": v["interval"],
-            "seed_sd": v["seed_sd"], "tolerance": v["tolerance"],
-            "tolerance_rule": v["tolerance_rule"], "verdict": v["verdict"],
-            "verdict_text": v["text"],
-            "within_tolerance": {"parity holds": True, "parity broken": False}.get(v["verdict"]),
-            "runs": [r.get("run_id") for pair in zip(recs_1, recs_n, strict=True)
-                     for r in pair],
-            "status": "ok" if v["verdict"] != "not measured" else "failed"}
+    return res.ParityRecord(
+        experiment=res.Experiment(id=exp_id, kind="parity"),
+        nproc=(first.get("batch") or {}).get("world_size"),
+        global_batch=res.get(first, "config.train.global_batch"),
+        repeats=len(recs_1),
+        seeds=[res.get(r, "config.train.seed") for r in recs_1],
+        samples_seen=samples[0] if samples else [None, None],
+        samples_seen_repeats=samples,
+        accuracies_1=[_acc(r) for r in recs_1], accuracies_n=[_acc(r) for r in recs_n],
+        accuracy_1=sum(acc_1) / len(acc_1) if acc_1 else None,
+        accuracy_n=sum(acc_n) / len(acc_n) if acc_n else None,
+        difference=v["difference"], difference_interval=v["interval"],
+        seed_sd=v["seed_sd"], tolerance=v["tolerance"],
+        tolerance_rule=v["tolerance_rule"], verdict=v["verdict"],
+        verdict_text=v["text"],
+        within_tolerance={"parity holds": True, "parity broken": False}.get(v["verdict"]),
+        runs=[r.get("run_id") for pair in zip(recs_1, recs_n, strict=True) for r in pair],
+        status="ok" if v["verdict"] != "not measured" else "failed").to_dict()
 
 
 # ---- running it ---------------------------------------------------------------------------

@@ -165,22 +165,21 @@ def _run_auto(st: SweepState, groups: list[Point]) -> None:
 
 
 def _sweep_record(st: SweepState, report: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "schema": res.SCHEMA,
-        "kind": "sweep",
-        "experiment": {"id": st.spec.sweep_id, "kind": st.spec.kind},
-        "axes": {a.label: ("auto" if a.auto else list(a.values)) for a in st.spec.axes},
-        "points": [{"point": (r.get("experiment") or {}).get("point"), "key": r.get("key"),
-                    "repeat": (r.get("experiment") or {}).get("repeat", 0),
-                    "run_id": r.get("run_id"), "status": r.get("status")} for r in st.records],
-        "skipped": st.skipped,
-        "searches": st.searches,
-        "dropped": st.spec.dropped,
-        "repeats": st.spec.repeats,
-        "points_run": st.started,  # processes started by this invocation (0: all resumed)
-        "recommendation": report.get("recommendation"),
-        "finished_at": res.utc_now(),
-    }
+    return res.SweepRecord(
+        kind="sweep",
+        experiment=res.Experiment(id=st.spec.sweep_id, kind=st.spec.kind),
+        axes={a.label: ("auto" if a.auto else list(a.values)) for a in st.spec.axes},
+        points=[{"point": (r.get("experiment") or {}).get("point"), "key": r.get("key"),
+                 "repeat": (r.get("experiment") or {}).get("repeat", 0),
+                 "run_id": r.get("run_id"), "status": r.get("status")} for r in st.records],
+        skipped=st.skipped,
+        searches=st.searches,
+        dropped=st.spec.dropped,
+        repeats=st.spec.repeats,
+        points_run=st.started,  # processes started by this invocation (0: all resumed)
+        recommendation=report.get("recommendation"),
+        finished_at=res.utc_now(),
+    ).to_dict()
 
 
 def sweep_out_dir(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,

@@ -158,8 +158,8 @@ def with_skipped(runs: list[dict[str, Any]], skipped: list[dict[str, Any]],
     (report.batch shows them as "out of memory" rows)."""
     if not skipped:
         return list(runs)
-    return [*runs, {"kind": "sweep", "experiment": {"id": sweep_id, "kind": "sweep"},
-                    "skipped": skipped}]
+    return [*runs, res.SweepRecord(experiment=res.Experiment(id=sweep_id, kind="sweep"),
+                                   skipped=skipped).to_dict()]
 
 
 def _by_group(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.measure.stats import median, quantile, summarize
-from scaleprobe.results import BREAKDOWN_PHASES
+from scaleprobe.results import (
+    BREAKDOWN_PHASES,
+    Breakdown,
+    RankRecord,
+    RankSummary,
+    StepTime,
+)
 
 PHASES = BREAKDOWN_PHASES  # the result's order (the timer marks them in the step's own order)
 
@@ -50,36 +56,38 @@ def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
     return out
 
 
-def straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    meds = [(r["rank"], r["step_time_s"]["median"]) for r in ranks if r.get("step_time_s")]
+def straggler(ranks: list[RankSummary]) -> dict[str, Any] | None:
+    meds = [(r.rank, r.step_time_s.median) for r in ranks
+            if r.step_time_s and r.step_time_s.median is not None]
     if len(meds) < 2:
         return None
     mid = median([m for _, m in meds])
     slow_rank, slow = max(meds, key=lambda x: x[1])
     return {"slowest_rank": slow_rank, "slowest_vs_median": slow / mid if mid else None,
-            "steps_done": {str(r["rank"]): r["steps_done"] for r in ranks},
+            "steps_done": {str(r.rank): r.steps_done for r in ranks},
             "line": f"slowest rank {slow_rank}: {slow * 1000:.1f} ms/step vs median "
                     f"{mid * 1000:.1f} ms ({slow / mid:.2f}x); steps done per rank: "
-                    + ", ".join(f"{r['rank']}:{r['steps_done']}" for r in ranks)}
+                    + ", ".join(f"{r.rank}:{r.steps_done}" for r in ranks)}
 
 
-def rank_summary(raw: dict[str, Any]) -> dict[str, Any]:
-    st = summarize(raw["step_times_s"])
-    exposed = (raw.get("comm") or {}).get("exposed_s")
-    bd = breakdown(raw["phase_times_s"], exposed, raw["step_times_s"])
-    sps = raw["samples_per_step"] / st["median"] if st and st["median"] > 0 else None
-    return {"rank": raw["rank"], "host": raw["host"], "device": raw.get("device"),
-            "step_time_s": st, "breakdown_s": bd, "steps_done": raw["steps_done"],
-            "steps_timed": raw["steps_timed"], "samples_per_s": sps,
-            "strategy_metrics": raw.get("strategy_metrics") or {}}
+def rank_summary(raw: RankRecord) -> RankSummary:
+    st = summarize(raw.step_times_s)
+    exposed = (raw.comm or {}).get("exposed_s")
+    bd = breakdown(raw.phase_times_s, exposed, raw.step_times_s)
+    sps = raw.samples_per_step / st["median"] if st and st["median"] > 0 else None
+    return RankSummary(rank=raw.rank, host=raw.host, device=raw.device,
+                       step_time_s=StepTime.from_dict(st) if st else None,
+                       breakdown_s=Breakdown.from_dict(bd), steps_done=raw.steps_done,
+                       steps_timed=raw.steps_timed, samples_per_s=sps,
+                       strategy_metrics=raw.strategy_metrics or {})
 
 
-def epoch_time(raw0: dict[str, Any], step_median_s: float | None,
+def epoch_time(raw0: RankRecord, step_median_s: float | None,
                steps_per_epoch: int) -> tuple[float | None, bool | None]:
     """Measured when whole epochs ran (median of epochs after the first, which carries the
     warm-up, when there are several), else projected from the steady-state step time."""
-    walls = raw0.get("epoch_wall_s") or []
-    if walls and raw0.get("epochs_complete"):
+    walls = raw0.epoch_wall_s or []
+    if walls and raw0.epochs_complete:
         return (median(walls[1:]) if len(walls) > 1 else walls[0]), False
     if step_median_s is None:
         return None, None

@@ -42,6 +42,9 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
         if not recs:
             recs = _result_jsons(p)
     recs = _unique([r for r in recs if isinstance(r, dict) and isinstance(r.get("kind"), str)])
+    # every record read through its typed model (results.py): old schemas and damaged
+    # blocks read as "not measured", every field the report asks for is there
+    recs = [res.typed(r).to_dict() for r in recs]
     if not recs:
         raise ConfigError(f"no result records in {p} (expected results.jsonl or result.json)")
     return recs

@@ -6,6 +6,7 @@ from scaleprobe.measure import stats
 from scaleprobe.measure.audit import audit, expected_dropped
 from scaleprobe.measure.summary import breakdown, epoch_time, straggler
 from scaleprobe.measure.timer import PHASES, StepTimer
+from scaleprobe.results import RankRecord, RankSummary, StepTime
 
 
 def test_quantiles_and_summary():
@@ -54,16 +55,14 @@ def test_breakdown_moves_exposed_comm_out_of_backward():
 
 
 def test_epoch_time_measured_vs_projected():
-    assert epoch_time({"epoch_wall_s": [3.0, 2.0, 2.2], "epochs_complete": 3}, 0.1, 10) == (
-        2.1, False)
-    assert epoch_time({"epoch_wall_s": [], "epochs_complete": 0}, 0.1, 10) == (
-        pytest.approx(1.0), True)
+    walls = RankRecord(epoch_wall_s=[3.0, 2.0, 2.2], epochs_complete=3)
+    assert epoch_time(walls, 0.1, 10) == (2.1, False)
+    assert epoch_time(RankRecord(), 0.1, 10) == (pytest.approx(1.0), True)
 
 
 def test_straggler_line():
-    ranks = [{"rank": 0, "step_time_s": {"median": 0.1}, "steps_done": 100},
-             {"rank": 1, "step_time_s": {"median": 0.1}, "steps_done": 100},
-             {"rank": 2, "step_time_s": {"median": 0.2}, "steps_done": 4}]
+    ranks = [RankSummary(rank=r, step_time_s=StepTime(median=t), steps_done=n)
+             for r, t, n in ((0, 0.1, 100), (1, 0.1, 100), (2, 0.2, 4))]
     s = straggler(ranks)
     assert s["slowest_rank"] == 2 and s["slowest_vs_median"] == pytest.approx(2.0)
     assert "2:4" in s["line"]

@@ -1,0 +1,110 @@
+"""The typed result model (results.py): every record reads and writes the JSON schema without
+losing a figure, old and damaged files read as "not measured", and a result is made by one
+pure function (assemble.build_result)."""
+
+import copy
+import json
+
+import pytest
+
+from scaleprobe import config as C
+from scaleprobe import results as R
+from scaleprobe.assemble import build_result
+from tests.unit.test_assemble import raw
+
+
+def _filled_run() -> dict:
+    """A run record with every block filled, plus a task metric and a field this version does
+    not know (a newer file): both must survive a read and a write."""
+    cfg = C.build({"strategy": "ddp", "nproc": 2, "link": "1gbit"})
+    rec = R.new_run_record(cfg.to_dict(), "id", "n", "k")
+    rec.update(status="ok", batch={"per_device": 4, "per_process": 4, "global": 8,
+                                   "world_size": 2, "training_ranks": 2},
+               audit={"ok": False, "duplicate_samples": 8, "missing_samples": 0,
+                      "same_order_across_epochs": False, "unique_fraction": 0.5,
+                      "detail": "x", "world_size": 2},
+               experiment={"id": "sw", "kind": "sweep", "point": {"batch_size": 4},
+                           "repeat": 1},
+               future_block={"a": [1, 2]})
+    rec["metrics"].update(samples_per_s=80.0, map50=0.42,
+                          step_time_s={"median": 0.1, "p95": 0.12, "mean": 0.1, "min": 0.09,
+                                       "max": 0.2, "n": 10, "rel_ci": 0.02})
+    rec["metrics"]["peak_mem_bytes"]["host"] = 123
+    return rec
+
+
+def test_a_run_record_reads_and_writes_back_unchanged():
+    """Bug caught: a field dropped or renamed on the way through the model (``global`` is a
+    Python keyword; a task's own metric or a newer file's block is not declared)."""
+    rec = _filled_run()
+    back = R.RunResult.from_dict(copy.deepcopy(rec)).to_dict()
+    assert back == rec
+    r = R.RunResult.from_dict(rec)
+    assert r.batch.global_ == 8 and r.metrics.step_time_s.median == 0.1
+    assert r.metrics.extra == {"map50": 0.42} and r.extra["future_block"] == {"a": [1, 2]}
+    assert r.audit.unique_fraction == 0.5 and r.experiment.repeat == 1
+    assert json.loads(json.dumps(back)) == rec  # plain JSON, nothing else
+
+
+def test_schema_1_and_damaged_records_read_as_not_measured():
+    """Bug caught: a report that raises on an old file (no load, invariants, comm split) or
+    on a damaged block (a list where an object belongs) instead of reading it as missing."""
+    old = {"kind": "run", "schema": 1, "status": "ok", "metrics": {"samples_per_s": 5.0}}
+    r = R.RunResult.from_dict(old)
+    assert r.schema == 1 and r.load is None and r.invariants is None
+    assert r.metrics.samples_per_s == 5.0 and r.metrics.step_time_s is None
+    assert r.metrics.breakdown_s.phases() == dict.fromkeys(R.BREAKDOWN_PHASES)
+    bad = R.RunResult.from_dict({"kind": "run", "metrics": [1, 2], "batch": "x",
+                                 "ranks": {"0": 1}, "comm": 3})
+    assert bad.metrics.samples_per_s is None and bad.batch.global_ is None
+    assert bad.ranks == [] and bad.comm is None
+    with pytest.raises(TypeError):
+        R.RunResult.from_dict([1, 2])
+
+
+def test_records_by_kind_and_unknown_kinds_kept():
+    assert isinstance(R.typed({"kind": "run"}), R.RunResult)
+    assert isinstance(R.typed({"kind": "parity"}), R.ParityRecord)
+    other = {"kind": "comm", "ops": {"all_reduce": [1.0]}}
+    assert R.typed(other).to_dict() == other
+
+
+def test_a_parity_record_is_written_through_its_type():
+    """Bug caught: a parity figure written outside its record type (undeclared, untyped) or
+    lost on a read and write."""
+    from scaleprobe.experiments.parity import parity_record
+    from tests.unit.report.factory import run
+
+    ones = [run(f"a{i}", accuracy=0.80 + i / 100, nproc=1) for i in range(3)]
+    twos = [run(f"b{i}", accuracy=0.81 + i / 100, nproc=2) for i in range(3)]
+    for r in ones + twos:
+        r["config"]["train"]["global_batch"] = 8
+        r["metrics"]["steps_done"] = 20  # both sides saw the same samples: like for like
+    rec = parity_record(ones, twos, "par")
+    assert rec["accuracy_1"] == pytest.approx(0.81)
+    typed = R.ParityRecord.from_dict(rec)
+    assert typed.extra == {}, f"undeclared: {sorted(typed.extra)}"
+    assert typed.to_dict() == rec
+
+
+def test_build_result_is_pure_and_repeatable(tmp_path, monkeypatch):
+    """Bug caught: assembling a result that writes files, reads the clock or mutates the
+    ranks' records (a second call on the same input would then differ)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = C.build({"strategy": "ddp", "nproc": 2, "link": "1gbit", "out": str(tmp_path / "o")})
+    ranks = [R.RankRecord.from_dict(raw(0, indices=[[0, 1, 2, 3]])),
+             R.RankRecord.from_dict(raw(1, indices=[[4, 5, 6, 7]]))]
+    before = [r.to_dict() for r in ranks]
+
+    def once():
+        base = R.RunResult.from_dict(R.new_run_record(cfg.to_dict(), "r", "r", "k"))
+        base.status, base.started_at = "ok", "t"
+        return build_result(base, cfg, ranks, {"cpu_util_pct": 50.0}, None).to_dict()
+
+    a, b = once(), once()
+    assert a == b
+    assert [r.to_dict() for r in ranks] == before
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    assert a["metrics"]["samples_per_s"] == pytest.approx(80.0)  # 2 ranks x 4 / 0.1 s
+    assert a["batch"]["global"] == 8 and a["audit"]["ok"] is True
+    assert a["null_reasons"]["outside_cpu_s"].startswith("not measured")
