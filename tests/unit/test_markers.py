@@ -1,0 +1,57 @@
+"""The markers select what they say: ``pytest -m gpu`` runs the GPU tests, ``-m root`` the
+network-namespace tests, ``-m slow`` the long ones, and ``make test-fast`` leaves the slow
+ones out. A marker misspelt on a test (``@pytest.mark.gpus``) is an error
+(``--strict-markers``), not a test that silently runs everywhere or nowhere."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+PLUGIN = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        marks = sorted({m.name for m in item.iter_markers()})
+        print("ITEM", item.nodeid.split("[")[0], ",".join(marks))
+"""
+
+
+@pytest.fixture(scope="module")
+def selections(tmp_path_factory):
+    """One collection of the whole suite: each test's markers, as pytest resolves them
+    (module-level ``pytestmark`` included)."""
+    d = tmp_path_factory.mktemp("plugin")
+    (d / "marks_plugin.py").write_text(PLUGIN)
+    env = {**__import__("os").environ, "PYTHONPATH": f"{d}:{TESTS.parent}"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "marks_plugin", str(TESTS)], capture_output=True, text=True,
+                         timeout=300, cwd=TESTS.parent, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    marks: dict[str, set[str]] = {}
+    for ln in out.stdout.splitlines():
+        if ln.startswith("ITEM "):
+            parts = ln.split(" ")
+            marks.setdefault(parts[1], set()).update(filter(None, (parts[2:] or [""])[0].split(",")))
+    sel = {m: {t for t, ms in marks.items() if m in ms} for m in ("gpu", "root", "slow")}
+    sel["not slow"] = {t for t, ms in marks.items() if "slow" not in ms}
+    return sel
+
+
+def test_each_marker_selects_its_tests(selections):
+    """Bug caught: a marker dropped or renamed in a refactor, so `pytest -m gpu` on a GPU
+    machine (or `-m root` as root) runs nothing and reports success."""
+    assert any("test_gpu.py" in t for t in selections["gpu"]), selections["gpu"]
+    assert all("test_gpu.py" in t for t in selections["gpu"])
+    assert any("netns" in t for t in selections["root"]), selections["root"]
+    assert len(selections["slow"]) >= 10
+
+
+def test_fast_selection_leaves_the_slow_ones_out(selections):
+    """Bug caught: `make test-fast` (-m "not slow") running a slow test, or losing fast ones."""
+    assert selections["slow"].isdisjoint(selections["not slow"])
+    assert len(selections["not slow"]) > len(selections["slow"])
+    assert any("test_markers.py" in t for t in selections["not slow"])
