@@ -46,7 +46,7 @@ class Parser(argparse.ArgumentParser):
     """A usage mistake is one line (what is wrong, and where the help is), exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        message = message.replace("\n", "\\n")
+        message = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

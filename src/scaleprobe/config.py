@@ -51,7 +51,7 @@ def _is_size(text: str) -> bool:
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, or FILE.py:FUNC "
-                       "/ package.module:FUNC (`scaleprobe models`)")
+                       "/ package.module:FUNC (`scaleprobe models`)", text="a model name")
     channels_last: bool = option(False, "NHWC memory format for conv nets")
     pretrained: bool = option(False, "cached weights only; never downloads")
 
@@ -59,7 +59,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = option("digits", "digits, synthetic, jpeg-synth, imagefolder, cifar10, mnist, "
-                          "voc, lfw (`scaleprobe datasets`)")
+                          "voc, lfw (`scaleprobe datasets`)", text="a dataset name")
     data_dir: str | None = option(None, "root folder of an on-disk dataset (imagefolder, "
                                   "cifar10, mnist, voc, lfw)")
     download: bool = option(False, "let torchvision download (needs a network)")
