@@ -170,14 +170,16 @@ def test_a_flag_default_never_overrides_the_file(tmp_path):
 
     f = tmp_path / "exp.toml"
     f.write_text("batch_size = 16\nworkers = 1\nlr = 0.2\neval = true\nprogress = false\n"
-                 "[dist]\ntimeout_s = 7\n")
+                 "[dist]\ntimeout_s = 7\nbackend = 'gloo'\n")
     cfg = config_from_args(build_parser().parse_args(["run", str(f)]))
     assert (cfg.train.batch_size, cfg.data.workers, cfg.train.lr, cfg.dist.timeout_s) == (
         16, 1, 0.2, 7.0)
     assert cfg.train.eval is True and cfg.measure.progress is False
+    assert cfg.dist.backend == "gloo"
     cfg = config_from_args(build_parser().parse_args(
-        ["run", str(f), "--no-eval", "--progress", "--workers", "3"]))
+        ["run", str(f), "--no-eval", "--progress", "--workers", "3", "--backend", "none"]))
     assert cfg.train.eval is False and cfg.measure.progress is True and cfg.data.workers == 3
+    assert cfg.dist.backend is None  # `none` given on the command line unsets the file's
 
 
 def test_version(capsys):

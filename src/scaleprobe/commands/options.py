@@ -3,9 +3,9 @@ to config keys, a TOML file underneath, ``--set section.key=value`` on top.
 
 Each flag's type, default, help and accepted values are those of its config key, declared
 once in ``config.py``; argparse converts and checks the value with the key's own check, so a
-bad value is one line naming the flag. A flag left out stays ``None`` here, which means "take
-the value from the TOML file or spec, else the config's default": the default ``--help`` shows
-never overrides a file.
+bad value is one line naming the flag. A flag left out is absent from the parsed arguments,
+which means "take the value from the TOML file or spec, else the config's default": the
+default ``--help`` shows never overrides a file.
 """
 
 from __future__ import annotations
@@ -112,12 +112,12 @@ def add_run_options(p: argparse.ArgumentParser, config_file: bool = True,
         knob, text = C.KNOBS[key], flag_help(key, defaults.get(key))
         if bool in knob.kinds:
             g.add_argument(flag, *other, dest=_dest(flag), action=argparse.BooleanOptionalAction,
-                           default=None, help=text)
+                           default=argparse.SUPPRESS, help=text)
             continue
         metavar = ("{" + ",".join(knob.choices) + "}" if knob.choices and str in knob.kinds
                    and int not in knob.kinds else flag.lstrip("-").upper().replace("-", "_"))
         g.add_argument(flag, *other, dest=_dest(flag), type=converter(key), metavar=metavar,
-                       help=text)
+                       default=argparse.SUPPRESS, help=text)
     g.add_argument("--set", dest="opt_set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config key, e.g. --set train.momentum=0.8 (repeatable; the keys "
                         "without a flag are listed below)")
@@ -140,9 +140,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Flags and --set as flat ``{full.key: value}``, each value checked and converted."""
     out: dict[str, Any] = {}
     for flag, key, _other in RUN_FLAGS:
-        v = getattr(args, _dest(flag), None)
-        if v is not None:
-            out[key] = v
+        if hasattr(args, _dest(flag)):  # given (`--backend none` too: it unsets the file's)
+            out[key] = getattr(args, _dest(flag))
     for item in getattr(args, "opt_set", []) or []:
         k, sep, v = item.partition("=")
         if not sep:
