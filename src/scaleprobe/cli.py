@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
+from typing import NoReturn
 
 from scaleprobe.errors import ScaleprobeError, one_line
 
@@ -40,21 +42,55 @@ def _modules() -> list:
     return mods
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage mistake is one line (what is wrong, and where the help is), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        message = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps each command's usage examples as written; shows an option's default where it has
+    one and its help does not say it already (the run options write their own, from the
+    config)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if (action.option_strings and d is not None and d is not False
+                and d is not argparse.SUPPRESS and d != [] and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("scaleprobe")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        from scaleprobe import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scaleprobe", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="scaleprobe", description=DESCRIPTION, formatter_class=HelpFormatter)
+    p.add_argument("--version", action="version", version=f"scaleprobe {version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in _modules():
         sp = sub.add_parser(mod.NAME, help=mod.HELP,
-                            description=(mod.__doc__ or "").replace("``", "`"),
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+                            description=(mod.__doc__ or "").replace("``", "`"))
         mod.add_arguments(sp)
+        sp.formatter_class = HelpFormatter
         sp.set_defaults(_run=mod.run)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage mistake already printed
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     try:
         return int(args._run(args) or 0)
     except ScaleprobeError as e:

@@ -16,8 +16,12 @@ def _err(capsys, *argv):
 @pytest.mark.parametrize("argv,needle", [
     (["run", "--model", "resnet35"], "unknown model 'resnet35'; did you mean"),
     (["run", "--dataset", "digitz"], "unknown dataset 'digitz'; did you mean digits"),
-    (["run", "--batch-size", "0"], "batch size must be positive"),
-    (["run", "--batch-size", "-1"], "batch size must be positive"),
+    (["run", "--batch-size", "0"], "argument --batch-size: expected a whole number >= 1, got '0'"),
+    (["run", "--batch-size", "-1"], "argument --batch-size: expected a whole number >= 1"),
+    (["run", "--loader", "fast"], "argument --loader: expected one of naive, pipelined, got 'fast'"),
+    (["run", "--momentum", "-0.1"], "argument --momentum: expected a number in [0, 1), got '-0.1'"),
+    (["run", "--set", "train.momentum=1.5"], "--set train.momentum: expected a number in [0, 1)"),
+    (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["run", "--set", "train.batch_sise=3"], "unknown config key"),
     (["run", "--set", "nonsense"], "--set needs KEY=VALUE"),
     (["run", "--dataset", "cifar10"], "needs --data-dir"),
@@ -96,3 +100,120 @@ def test_flags_override_the_file(tmp_path, capsys):
     cfg = config_from_args(args)
     assert cfg.train.batch_size == 64 and cfg.model.name == "mlp"
     assert cfg.train.momentum == 0.5
+
+
+def _help(capsys, *argv):
+    code = main([*argv, "--help"])
+    return code, capsys.readouterr().out
+
+
+def _entries(out):
+    """--help text as {first option string: its whole entry on one line}."""
+    entries, cur = {}, None
+    for ln in out.splitlines():
+        if ln.startswith("  -"):
+            cur = ln.split()[0].rstrip(",")
+            entries[cur] = ln.strip()
+        elif cur and ln.startswith("    "):
+            entries[cur] += " " + ln.strip()
+        else:
+            cur = None
+    return entries
+
+
+def test_run_help_shows_the_defaults_that_apply(capsys):
+    """Bug: every flag was declared as a string with default None, so `run --help` showed no
+    default at all (batch size, workers, lr, warm-up, timeout, the auto-stop caps)."""
+    code, out = _help(capsys, "run")
+    assert code == 0
+    entries = _entries(out)
+    for flag, shown in [("--batch-size", "64"), ("--workers", "2"), ("--lr", "0.05"),
+                        ("--warmup-steps", "5"), ("--timeout", "30 s"), ("--max-steps", "200"),
+                        ("--max-seconds", "120"), ("--min-steps", "10"), ("--steps", "auto"),
+                        ("--loader", "pipelined"), ("--eval", "off")]:
+        assert f"(default: {shown}" in entries[flag], entries[flag]
+    assert "--optimizer {sgd,adamw}" in out and "--strategy {single,dp,ddp,ps,localsgd}" in out
+    assert "dist.calibration_steps" in out  # keys without a flag, with their defaults too
+    assert "--nproc-per-node" in out
+
+
+def test_help_defaults_follow_the_config_dataclass(capsys):
+    """The defaults --help shows come from RunConfig's fields, not a second copy: every run
+    flag shows the default of its key, so changing a dataclass default changes the help."""
+    from scaleprobe import config as C
+    from scaleprobe.commands.options import RUN_FLAGS
+
+    _, out = _help(capsys, "run")
+    entries = _entries(out)
+    cfg = C.RunConfig()
+    for flag, key, _other in RUN_FLAGS:
+        sec, _, name = key.rpartition(".")
+        value = getattr(getattr(cfg, sec) if sec else cfg, name)
+        if value is not None and not isinstance(value, bool):
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            assert f"(default: {shown}" in entries[flag], entries[flag]
+
+
+def test_scale_help_shows_its_own_defaults(capsys):
+    """scale runs ddp over 1,2 processes unless told otherwise; its help must not say
+    `single` (the run default) or `1`."""
+    entries = _entries(_help(capsys, "scale")[1])
+    assert "(default: ddp)" in entries["--strategy"]
+    assert "(default: 1,2)" in entries["--nproc"]
+
+
+def test_a_flag_default_never_overrides_the_file(tmp_path):
+    """A flag left out must leave the TOML file's value alone, whatever default --help shows
+    for it; a flag given wins, and --no-FLAG turns a file's `true` off."""
+    from scaleprobe.cli import build_parser
+    from scaleprobe.commands.options import config_from_args
+
+    f = tmp_path / "exp.toml"
+    f.write_text("batch_size = 16\nworkers = 1\nlr = 0.2\neval = true\nprogress = false\n"
+                 "[dist]\ntimeout_s = 7\nbackend = 'gloo'\n")
+    cfg = config_from_args(build_parser().parse_args(["run", str(f)]))
+    assert (cfg.train.batch_size, cfg.data.workers, cfg.train.lr, cfg.dist.timeout_s) == (
+        16, 1, 0.2, 7.0)
+    assert cfg.train.eval is True and cfg.measure.progress is False
+    assert cfg.dist.backend == "gloo"
+    cfg = config_from_args(build_parser().parse_args(
+        ["run", str(f), "--no-eval", "--progress", "--workers", "3", "--backend", "none"]))
+    assert cfg.train.eval is False and cfg.measure.progress is True and cfg.data.workers == 3
+    assert cfg.dist.backend is None  # `none` given on the command line unsets the file's
+
+
+def test_version(capsys):
+    """`scaleprobe --version` prints the installed version (it was an unknown argument)."""
+    import importlib.metadata
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"scaleprobe {importlib.metadata.version('scaleprobe')}")
+
+
+def test_nproc_per_node_is_torchrun_spelling_of_nproc():
+    """People coming from torchrun type --nproc-per-node; it was an unknown argument."""
+    from scaleprobe.cli import build_parser
+    from scaleprobe.commands.options import config_from_args
+    from scaleprobe.commands.scale import build_spec
+
+    p = build_parser()
+    cfg = config_from_args(p.parse_args(["run", "--strategy", "ddp", "--nproc-per-node", "2"]))
+    assert cfg.dist.nproc == 2
+    spec, _out, _progress = build_spec(p.parse_args(["scale", "--nproc-per-node", "1,2,4"]))
+    assert spec["grid"]["nproc"] == [1, 2, 4]
+    assert p.parse_args(["comm", "--nproc-per-node", "3"]).nproc == 3
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["rn"], "argument COMMAND: invalid choice: 'rn'"),
+    (["sweep"], "the following arguments are required: SPEC.toml"),
+    (["run", "--workers", "two"], "argument --workers: expected a whole number >= 0, got 'two'"),
+    (["run", "--name", "a\nb"], "expected text without control characters"),
+    (["report"], "the following arguments are required: DIR"),
+])
+def test_usage_mistakes_are_one_line(capsys, argv, needle):
+    """Bug: argparse printed its whole usage (24 lines for `run`) before the error."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

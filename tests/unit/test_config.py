@@ -26,18 +26,26 @@ def test_key_ignores_output_folder_but_not_batch():
 
 
 @pytest.mark.parametrize("over,needle", [
-    ({"batch_size": 0}, "batch size must be positive"),
-    ({"batch_size": -3}, "batch size must be positive"),
+    ({"batch_size": 0}, "train.batch_size: expected a whole number >= 1, got 0"),
+    ({"batch_size": -3}, "train.batch_size: expected a whole number >= 1, got -3"),
     ({"steps": 5, "epochs": 2}, "either --steps or --epochs"),
-    ({"loader": "fast"}, "unknown loader 'fast'"),
+    ({"loader": "fast"}, "data.loader: expected one of naive, pipelined, got 'fast'"),
     ({"optimizer": "sgdd"}, "did you mean sgd"),
     ({"loader": "pipelined", "workers": 0}, "needs --workers >= 1"),
     ({"strategy": "single", "nproc": 2}, "use ddp"),
     ({"strategy": "ps", "nproc": 1}, "one server and at least one worker"),
     ({"strategy": "ddp", "nproc": 2, "global_batch": 33}, "does not split evenly"),
     ({"nnodes": 2, "strategy": "ddp"}, "--rdzv-endpoint"),
-    ({"batch_size": "abc"}, "not a valid int"),
-    ({"memory_limit": "lots"}, "cannot read size"),
+    ({"batch_size": "abc"}, "train.batch_size: expected a whole number >= 1, got 'abc'"),
+    ({"memory_limit": "lots"}, "measure.memory_limit: expected a size such as 512MiB or 2GiB, "
+                               "got 'lots'"),
+    ({"momentum": -0.5}, "train.momentum: expected a number in [0, 1), got -0.5"),
+    ({"momentum": 1}, "train.momentum: expected a number in [0, 1), got 1"),
+    ({"lr": 0}, "train.lr: expected a number > 0, got 0"),
+    ({"workers": -1, "loader": "naive"}, "data.workers: expected a whole number >= 0, got -1"),
+    ({"timeout_s": 0}, "dist.timeout_s: expected a number in (0, 86400], got 0"),
+    ({"steps": "forever"}, "train.steps: expected a whole number >= 1 or 'auto', got 'forever'"),
+    ({"strategy": "dpp"}, "dist.strategy: expected one of single, dp, ddp, ps, localsgd"),
 ])
 def test_invalid_values_are_one_line_errors(over, needle):
     with pytest.raises(ConfigError) as e:
@@ -73,6 +81,14 @@ def test_parse_size():
     assert C.parse_size("1000") == 1000
 
 
+@pytest.mark.parametrize("text", ["inf", "1e400GiB", "0", "-2GiB", "nan", ""])
+def test_parse_size_refuses_what_is_no_size(text):
+    """Bug: 'inf' raised OverflowError (a traceback), and 0 or a negative size was taken as
+    a memory cap that no process can live under."""
+    with pytest.raises(ConfigError, match="cannot read size"):
+        C.parse_size(text)
+
+
 def test_per_device_batch_weak_and_strong():
     weak = C.build({"strategy": "ddp", "nproc": 4, "batch_size": 32})
     strong = C.build({"strategy": "ddp", "nproc": 4, "global_batch": 128})
@@ -89,3 +105,98 @@ def test_detection_records_the_detector_it_builds():
     named = C.build({"task": "detection", "model": "fcos_resnet50_fpn"})
     assert named.model.name == "fcos_resnet50_fpn"
     assert C.build({}).model.name == "digits_cnn"  # classification keeps its default
+
+
+@pytest.mark.parametrize("key,ok,bad", [
+    ("train.momentum", [0, 0.0, 0.5, 0.999], [-0.01, 1, 1.5]),
+    ("train.lr", [1e-9, 0.05, 3], [0, -0.1]),
+    ("train.batch_size", [1, 64, 4096], [0, -1]),
+    ("data.workers", [0, 1, 16], [-1]),
+    ("dist.timeout_s", [0.001, 30, 3600], [0, -5]),
+    ("train.warmup_steps", [0, 5], [-1]),
+    ("data.val_fraction", [0.01, 0.5, 0.99], [0, 1]),
+])
+def test_ranges_at_their_edges(key, ok, bad):
+    """The documented ranges hold at their edges: momentum in [0, 1), lr > 0, batch size >= 1,
+    workers >= 0, timeout > 0 (negative momentum used to pass silently)."""
+    extra = {"loader": "naive"} if key == "data.workers" else {}
+    for v in ok:
+        cfg = C.build({key: v, **extra})
+        sec, name = key.split(".")
+        assert getattr(getattr(cfg, sec), name) == v
+    for v in bad:
+        with pytest.raises(ConfigError, match=f"^{key}: expected .*, got {v}$"):
+            C.build({key: v, **extra})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("train.lr", float("nan")), ("train.lr", float("inf")), ("dist.timeout_s", float("inf")),
+    ("train.momentum", float("nan")), ("measure.profile_every", float("-inf")),
+    ("train.lr", 10**400), ("train.seed", 2**64), ("train.batch_size", 2**63),
+])
+def test_non_finite_and_oversized_numbers_are_refused(key, value):
+    """Bug: lr = nan passed `lr <= 0` (nan compares false), a 1e308-second timeout overflowed
+    timedelta in the workers, a seed above 2**64 crashed torch.manual_seed."""
+    with pytest.raises(ConfigError, match=f"^{key}: expected "):
+        C.build({key: value})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("train.batch_size", True), ("train.batch_size", 1.5), ("data.workers", 2.0),
+    ("train.eval", 1), ("train.eval", "maybe"), ("model.name", 5), ("name", ["a"]),
+    ("train.steps", 2.5), ("data.image_size", {"w": 3}),
+])
+def test_values_of_the_wrong_type_are_refused(key, value):
+    """Bug: batch_size = true trained with batch size 1, a float batch size reached the
+    DataLoader, `name = ["a"]` reached the tables."""
+    with pytest.raises(ConfigError, match=f"^{key}: expected "):
+        C.build({key: value})
+
+
+def test_an_integer_for_a_float_key_is_stored_as_a_float():
+    """`lr = 1` in a TOML file and `--lr 1.0` are the same run: same saved value, same key
+    (an int kept as such gave config.json "lr": 1 and a different run key, so a sweep did not
+    recognise the point as done)."""
+    a, b = C.build({"lr": 1}), C.build({"lr": "1.0"})
+    assert isinstance(a.train.lr, float) and a.key() == b.key()
+
+
+def test_validate_holds_a_config_built_in_code_to_the_same_rules():
+    """A RunConfig made with dataclasses.replace (parity, colocate) bypasses build(); validate
+    must still refuse a wrong type or an out-of-range value."""
+    from dataclasses import replace
+
+    cfg = C.build({})
+    with pytest.raises(ConfigError, match="train.momentum"):
+        C.validate(replace(cfg, train=replace(cfg.train, momentum=-1.0)))
+    with pytest.raises(ConfigError, match="train.steps"):
+        C.validate(replace(cfg, train=replace(cfg.train, steps="12")))
+
+
+def test_every_default_passes_its_own_check_and_has_help():
+    """A default outside its declared range would fail every run that leaves the key out; a
+    key without help leaves a blank line in --help."""
+    cfg = C.build({})
+    C.check_types(cfg)
+    for key, knob in C.KNOBS.items():
+        assert knob.help, key
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("a = " + "1" * 5000, "cannot parse"),  # more digits than Python converts: ValueError
+    ("a = " + "[" * 600 + "]" * 600, "nested too deeply"),  # RecursionError in tomllib
+    (b"lr = 0.1\n\xff\xfe".decode("latin-1"), "not UTF-8"),
+])
+def test_toml_files_python_cannot_read_are_one_line(tmp_path, text, needle):
+    """Bug: tomllib raised ValueError / RecursionError past the TOMLDecodeError handler."""
+    p = tmp_path / "bad.toml"
+    p.write_bytes(text.encode("latin-1") if needle == "not UTF-8" else text.encode())
+    with pytest.raises(ConfigError, match=needle) as e:
+        C.load_toml(p)
+    assert "\n" not in str(e.value)
+
+
+def test_a_section_written_as_a_value_is_named():
+    """`train = 5` at the top of a file: say that [train] is a table, not 'unknown key'."""
+    with pytest.raises(ConfigError, match=r"\[train\] must be a table"):
+        C.flatten({"train": 5})

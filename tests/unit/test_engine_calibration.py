@@ -144,5 +144,5 @@ def test_fewer_than_two_calibration_steps_is_a_config_error():
     """Catches calibration_steps = 1, which left nothing after dropping the first sample
     and crashed the run after training (median of an empty list)."""
     assert DistConfig().calibration_steps >= 2
-    with pytest.raises(ConfigError, match="calibration_steps must be at least 2"):
+    with pytest.raises(ConfigError, match="dist.calibration_steps: expected a whole number >= 2, got 1"):
         build({"strategy": "ddp", "nproc": 2, "dist.calibration_steps": 1})

@@ -25,7 +25,6 @@ HELP = "run several jobs alone and together: slowdown, utilisation, verdict"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("spec", metavar="SPEC.toml", help="colocate spec: [colocate], [base], [[job]]")
     p.add_argument("--placement", choices=("shared", "pinned"),
                    help="override the spec's placement")

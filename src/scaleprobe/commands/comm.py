@@ -31,10 +31,10 @@ class BenchmarkFailed(ScaleprobeError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the usage examples
     from scaleprobe.comm.bench import DEFAULT_SIZES, OPS
 
-    p.add_argument("--nproc", type=int, default=2, help="processes on this host (default 2)")
+    p.add_argument("--nproc", "--nproc-per-node", type=int, default=2,
+                   help="processes on this host (default 2)")
     p.add_argument("--ops", default=",".join(OPS), help=f"comma list of {', '.join(OPS)}")
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"message sizes, powers of 1024 (default {DEFAULT_SIZES})")

@@ -26,7 +26,6 @@ MAX_LINES = 12
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("format", metavar="FORMAT",
                    help="cifar10 | mnist | imagefolder | voc | lfw")
     p.add_argument("--out", required=True, metavar="DIR",

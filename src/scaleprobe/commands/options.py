@@ -1,99 +1,156 @@
 """The run options shared by ``run``, ``worker``, ``scale`` and the experiments: flags mapped
-to config keys, a TOML file underneath, ``--set section.key=value`` on top."""
+to config keys, a TOML file underneath, ``--set section.key=value`` on top.
+
+Each flag's type, default, help and accepted values are those of its config key, declared
+once in ``config.py``; argparse converts and checks the value with the key's own check, so a
+bad value is one line naming the flag. A flag left out is absent from the parsed arguments,
+which means "take the value from the TOML file or spec, else the config's default": the
+default ``--help`` shows never overrides a file.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from scaleprobe import config as C
 from scaleprobe.errors import ConfigError
+from scaleprobe.schema import BadValue, show
 
-# flag, config key, type, help
-RUN_FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--model", "model.name", str, "torchvision name, digits_cnn, mlp, linear, or FILE.py:FUNC"),
-    ("--channels-last", "model.channels_last", "flag", "NHWC memory format"),
-    ("--dataset", "data.dataset", str, "digits (default), synthetic, jpeg-synth, imagefolder, "
-     "cifar10, mnist, voc, lfw"),
-    ("--data-dir", "data.data_dir", str, "root folder of an on-disk dataset"),
-    ("--download", "data.download", "flag", "let torchvision download (needs a network)"),
-    ("--image-size", "data.image_size", int, "input side in pixels"),
-    ("--num-samples", "data.num_samples", int, "samples in synthetic / jpeg-synth data"),
-    ("--loader", "data.loader", str, "naive (in-process, synchronous) | pipelined (workers)"),
-    ("--workers", "data.workers", int, "pipelined: loader worker processes"),
-    ("--prefetch", "data.prefetch", int, "pipelined: batches queued per worker"),
-    ("--transform", "data.transform", str, "light | heavy (crop + flip + colour jitter)"),
-    ("--skip-bad-samples", "data.skip_bad_samples", "flag", "skip and count unreadable images"),
-    ("--batch-size", "train.batch_size", int, "per device (each device gets its own batch)"),
-    ("--global-batch", "train.global_batch", int, "split one batch across devices instead"),
-    ("--steps", "train.steps", str, "timed steps, or 'auto' (stop when the median is stable)"),
-    ("--epochs", "train.epochs", int, "whole epochs instead of steps"),
-    ("--lr", "train.lr", float, "learning rate"),
-    ("--lr-scaling", "train.lr_scaling", str, "none | linear (Goyal et al., with warm-up)"),
-    ("--optimizer", "train.optimizer", str, "sgd | adamw"),
-    ("--amp", "train.amp", str, "off | bf16 | fp16"),
-    ("--seed", "train.seed", int, "random seed"),
-    ("--warmup-steps", "train.warmup_steps", int, "untimed steps before the window"),
-    ("--eval", "train.eval", "flag", "task metric on the held-out split after training"),
-    ("--task", "task.task", str, "classification | face | detection"),
-    ("--loss", "task.loss", str, "face: triplet | softmax"),
-    ("--strategy", "dist.strategy", str, "single | dp | ddp | ps | localsgd"),
-    ("--nproc", "dist.nproc", int, "processes on this host"),
-    ("--nnodes", "dist.nnodes", int, "hosts"),
-    ("--node-rank", "dist.node_rank", int, "this host's index (0 = the rendezvous host)"),
-    ("--rdzv-endpoint", "dist.rdzv_endpoint", str, "HOST:PORT of host 0 (several hosts)"),
-    ("--backend", "dist.backend", str, "gloo | nccl (default: nccl on CUDA, gloo on CPU)"),
-    ("--timeout", "dist.timeout_s", float, "collective timeout in seconds"),
-    ("--ps-mode", "dist.ps_mode", str, "parameter server: sync | async"),
-    ("--ps-device", "dist.ps_device", str, "parameter server's parameters: auto | cpu"),
-    ("--average-every", "dist.average_every", int, "local SGD: average every K steps"),
-    ("--bucket-cap-mb", "dist.bucket_cap_mb", float, "DDP gradient bucket size"),
-    ("--link", "dist.link", str, "network the comm prediction assumes: 1gbit, 10gbit, "
-     "200mbit or a `scaleprobe comm` results file"),
-    ("--parity", "dist.parity", "flag", "also train on 1 process and compare accuracy"),
-    ("--monitor-interval", "measure.monitor_interval_s", float, "sampler period in seconds"),
-    ("--memory-limit", "measure.memory_limit", str, "CPU: cap process memory, e.g. 2GiB"),
-    ("--profile-every", "measure.profile_every", float, "seconds between profiler captures"),
-    ("--summary-every", "measure.summary_every", float, "seconds between TensorBoard summaries"),
-    ("--out", "out", str, "results folder (default scaleprobe-out)"),
-    ("--name", "name", str, "label for this run in tables"),
+# flag, config key, other spellings of the flag
+RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("--model", "model.name", ()),
+    ("--channels-last", "model.channels_last", ()),
+    ("--dataset", "data.dataset", ()),
+    ("--data-dir", "data.data_dir", ()),
+    ("--download", "data.download", ()),
+    ("--image-size", "data.image_size", ()),
+    ("--num-samples", "data.num_samples", ()),
+    ("--loader", "data.loader", ()),
+    ("--workers", "data.workers", ()),
+    ("--prefetch", "data.prefetch", ()),
+    ("--transform", "data.transform", ()),
+    ("--skip-bad-samples", "data.skip_bad_samples", ()),
+    ("--batch-size", "train.batch_size", ()),
+    ("--global-batch", "train.global_batch", ()),
+    ("--steps", "train.steps", ()),
+    ("--min-steps", "train.min_steps", ()),
+    ("--max-steps", "train.max_steps", ()),
+    ("--max-seconds", "train.max_seconds", ()),
+    ("--epochs", "train.epochs", ()),
+    ("--lr", "train.lr", ()),
+    ("--lr-scaling", "train.lr_scaling", ()),
+    ("--optimizer", "train.optimizer", ()),
+    ("--momentum", "train.momentum", ()),
+    ("--weight-decay", "train.weight_decay", ()),
+    ("--amp", "train.amp", ()),
+    ("--seed", "train.seed", ()),
+    ("--warmup-steps", "train.warmup_steps", ()),
+    ("--eval", "train.eval", ()),
+    ("--task", "task.task", ()),
+    ("--loss", "task.loss", ()),
+    ("--strategy", "dist.strategy", ()),
+    ("--nproc", "dist.nproc", ("--nproc-per-node",)),  # torchrun's name
+    ("--nnodes", "dist.nnodes", ()),
+    ("--node-rank", "dist.node_rank", ()),
+    ("--rdzv-endpoint", "dist.rdzv_endpoint", ()),
+    ("--backend", "dist.backend", ()),
+    ("--timeout", "dist.timeout_s", ()),
+    ("--ps-mode", "dist.ps_mode", ()),
+    ("--ps-device", "dist.ps_device", ()),
+    ("--average-every", "dist.average_every", ()),
+    ("--bucket-cap-mb", "dist.bucket_cap_mb", ()),
+    ("--link", "dist.link", ()),
+    ("--parity", "dist.parity", ()),
+    ("--monitor-interval", "measure.monitor_interval_s", ()),
+    ("--memory-limit", "measure.memory_limit", ()),
+    ("--profile-every", "measure.profile_every", ()),
+    ("--summary-every", "measure.summary_every", ()),
+    ("--progress", "measure.progress", ()),
+    ("--out", "out", ()),
+    ("--name", "name", ()),
 ]
+FILE_NOTE = "A flag left out takes its value from the TOML file, else the default shown."
+SPEC_NOTE = ("A flag overrides the spec's [base] for every point; left out, the spec's value "
+             "applies, else the default shown.")
 
 
 def _dest(flag: str) -> str:
     return "opt_" + flag.lstrip("-").replace("-", "_")
 
 
-def add_run_options(p: argparse.ArgumentParser, config_file: bool = True) -> None:
+def converter(key: str) -> Callable[[str], Any]:
+    """argparse ``type=`` for a config key: its own conversion and check."""
+    def convert(text: str) -> Any:
+        try:
+            return C.check_value(key, text)
+        except BadValue as e:
+            raise argparse.ArgumentTypeError(e.problem) from None
+
+    return convert
+
+
+def flag_help(key: str, default: str | None = None) -> str:
+    """The key's help with its default (``default`` replaces the config's, e.g. for scale)."""
+    knob = C.KNOBS[key]
+    text = f"{knob.help} (default: {default or knob.default_text()})"
+    return text.replace("%", "%%")  # argparse formats help with %
+
+
+def add_run_options(p: argparse.ArgumentParser, config_file: bool = True,
+                    defaults: dict[str, str] | None = None) -> None:
+    """The run flags, each with its default from the config (or ``defaults``: the text of a
+    command's own default for a key), and the other keys with theirs in the epilog."""
     if config_file:
         p.add_argument("config", nargs="?", help="TOML file with run options (flags override it)")
-    g = p.add_argument_group("run options")
-    for flag, _key, typ, help_ in RUN_FLAGS:
-        if typ == "flag":
-            g.add_argument(flag, dest=_dest(flag), action="store_const", const=True, help=help_)
-        else:
-            g.add_argument(flag, dest=_dest(flag), type=str, metavar=flag.lstrip("-").upper()
-                           .replace("-", "_"), help=help_)
+    g = p.add_argument_group("run options", FILE_NOTE if config_file else SPEC_NOTE)
+    defaults = defaults or {}
+    for flag, key, other in RUN_FLAGS:
+        knob, text = C.KNOBS[key], flag_help(key, defaults.get(key))
+        if bool in knob.kinds:
+            g.add_argument(flag, *other, dest=_dest(flag), action=argparse.BooleanOptionalAction,
+                           default=argparse.SUPPRESS, help=text)
+            continue
+        metavar = ("{" + ",".join(knob.choices) + "}" if knob.choices and str in knob.kinds
+                   and int not in knob.kinds else flag.lstrip("-").upper().replace("-", "_"))
+        g.add_argument(flag, *other, dest=_dest(flag), type=converter(key), metavar=metavar,
+                       default=argparse.SUPPRESS, help=text)
     g.add_argument("--set", dest="opt_set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config key, e.g. --set train.momentum=0.8 (repeatable)")
-    g.add_argument("--no-progress", dest="opt_no_progress", action="store_true",
-                   help="no live progress bar")
+                   help="any config key, e.g. --set train.momentum=0.8 (repeatable; the keys "
+                        "without a flag are listed below)")
+    p.epilog = other_keys_text()
+
+
+def other_keys_text() -> str:
+    """The config keys that have no flag, with their help and defaults (for ``--help``)."""
+    flagged = {key for _f, key, _o in RUN_FLAGS}
+    keys = [k for k in C.ALL_KEYS if k not in flagged]
+    width = max(map(len, keys)) + 4
+    cols = min(max(shutil.get_terminal_size().columns - 2, 60), 100)
+    lines = [textwrap.fill(f"{C.KNOBS[k].help} (default: {C.KNOBS[k].default_text()})",
+                           cols, initial_indent=f"  {k:{width - 2}s}",
+                           subsequent_indent=" " * width) for k in keys]
+    return ("keys without a flag (--set KEY=VALUE, or in a TOML file):\n" + "\n".join(lines))
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Flags and --set as flat ``{full.key: value}`` (strings are converted by config.build)."""
+    """Flags and --set as flat ``{full.key: value}``, each value checked and converted."""
     out: dict[str, Any] = {}
-    for flag, key, _typ, _help in RUN_FLAGS:
-        v = getattr(args, _dest(flag), None)
-        if v is not None:
-            out[key] = v
+    for flag, key, _other in RUN_FLAGS:
+        if hasattr(args, _dest(flag)):  # given (`--backend none` too: it unsets the file's)
+            out[key] = getattr(args, _dest(flag))
     for item in getattr(args, "opt_set", []) or []:
         k, sep, v = item.partition("=")
         if not sep:
-            raise ConfigError(f"--set needs KEY=VALUE, got '{item}'")
-        out[C.resolve_key(k)] = v
-    if getattr(args, "opt_no_progress", False):
-        out["measure.progress"] = False
+            raise ConfigError(f"--set needs KEY=VALUE, got {show(item)}")
+        key = C.resolve_key(k)
+        try:
+            out[key] = C.check_value(key, v)
+        except BadValue as e:
+            raise ConfigError(f"--set {key}: {e.problem}") from None
     return out
 
 
@@ -103,6 +160,6 @@ def config_from_args(args: argparse.Namespace,
     merged: dict[str, Any] = dict(defaults or {})
     path = getattr(args, "config", None)
     if path:
-        merged.update(C.flatten(C.load_toml(path)))
+        merged.update(C.load_flat(path))
     merged.update(overrides_from_args(args))
     return C.build(merged)

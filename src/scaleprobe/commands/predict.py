@@ -31,13 +31,13 @@ HELP = "predict communication time and scaling efficiency per strategy and link"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the usage examples
     size = p.add_mutually_exclusive_group()
     size.add_argument("--model", help="model name (parameters counted without building weights)")
     size.add_argument("--params", type=float, help="parameter count, e.g. 25e6")
     p.add_argument("--num-classes", type=int, default=None,
                    help="classifier head size for --model (default: the model's own)")
-    p.add_argument("--nproc", type=int, required=True, help="processes per host")
+    p.add_argument("--nproc", "--nproc-per-node", type=int, required=True,
+                   help="processes per host")
     p.add_argument("--nnodes", type=int, default=1, help="hosts (default 1)")
     p.add_argument("--link", default=None,
                    help="1gbit|10gbit|25gbit|100gbit|loopback|<rate>|PATH to comm results")

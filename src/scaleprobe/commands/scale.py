@@ -28,13 +28,17 @@ NAME = "scale"
 HELP = "the same run on 1, 2, ... processes: speedup, efficiency, what the gap was lost to"
 
 
+DEFAULT_COUNTS = (1, 2)
+DEFAULTS = {"dist.strategy": "ddp"}  # scale's own defaults, under the config's
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    add_run_options(p)
+    add_run_options(p, defaults={k: str(v) for k, v in DEFAULTS.items()})
     for a in p._actions:  # --nproc takes a list here
         if a.dest == "opt_nproc":
-            a.help = "process counts, comma-separated (default 1,2)"
-            a.metavar = "N,N,..."
+            a.help = ("process counts, comma-separated (default: "
+                      f"{','.join(map(str, DEFAULT_COUNTS))})")
+            a.metavar, a.type = "N,N,...", None
     p.add_argument("--id", help="experiment id in results (default: scale-<model>-<strategy>)")
     add_repeats_option(p)
 
@@ -42,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def parse_counts(text: str | None) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``: positive, distinct, sorted."""
     if text is None:
-        return [1, 2]
+        return list(DEFAULT_COUNTS)
     try:
         counts = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
@@ -61,9 +65,9 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
 
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
-    base: dict[str, Any] = {"dist.strategy": "ddp"}
+    base: dict[str, Any] = dict(DEFAULTS)
     if getattr(args, "config", None):
-        base.update(C.flatten(C.load_toml(args.config)))
+        base.update(C.load_flat(args.config))
         base.pop("dist.nproc", None)
     base.update(over)
     out = base.pop("out", None)

@@ -22,7 +22,6 @@ HELP = "run a grid of configurations (batch size to out of memory, loader settin
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("spec", metavar="SPEC.toml", help="sweep spec: [sweep], [base], [grid]")
     p.add_argument("--dry-run", action="store_true",
                    help="check the spec and list the points without running them")

@@ -132,21 +132,24 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
                           "e.g. batch_size = [16, 32, 64]")
     labels = _labels(grid)
     axes: list[Axis] = []
-    for key, values in C.flatten(grid).items():
+    for key, values in C.flatten_in(grid, where).items():
         label = labels.get(key, key)
         if values == "auto" and key == "train.batch_size":
             axes.append(Axis(key, label, (), auto=True))
             continue
         if not isinstance(values, list):
             raise ConfigError(f"{where}: grid axis '{label}' must be a list of values "
-                              f"(or \"auto\" for batch_size), got {values!r}")
+                              f"(or \"auto\" for batch_size), got {C.show(values)}")
         if not values:
             raise ConfigError(f"{where}: grid axis '{label}' has no values")
         if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"{where}: grid axis '{label}' repeats a value: {values}")
-        vals = [C.parse_value(key, v) for v in values]
+            raise ConfigError(f"{where}: grid axis '{label}' repeats a value: {C.show(values)}")
+        try:
+            vals = [C.check_value(key, v) for v in values]
+        except ConfigError as e:
+            raise ConfigError(f"{where}: grid axis '{label}': {e}") from None
         if key in BATCH_KEYS:
-            vals = _sorted_batches(label, vals, where)
+            vals = sorted(vals)  # each already checked: a whole number >= 1
         axes.append(Axis(key, label, tuple(vals)))
     if sum(a.key in BATCH_KEYS for a in axes) > 1:
         raise ConfigError(f"{where}: sweep either batch_size or global_batch, not both")
@@ -163,12 +166,6 @@ def _labels(grid: dict[str, Any]) -> dict[str, str]:
         else:
             out[C.resolve_key(k)] = k.replace("-", "_")
     return out
-
-
-def _sorted_batches(label: str, vals: list[Any], where: str) -> list[int]:
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in vals):
-        raise ConfigError(f"{where}: grid axis '{label}' needs positive whole numbers, got {vals}")
-    return sorted(vals)
 
 
 def read_doc(spec: str | Path | dict[str, Any], kind: str, tables: tuple[str, ...]
@@ -192,10 +189,9 @@ def load_spec(spec: str | Path | dict[str, Any],
     flags) replace the base's values; they may not name a grid axis."""
     doc, where, stem = read_doc(spec, "sweep", ("[sweep]", "[base]", "[grid]"))
     opts = _sweep_options(_table(doc, "sweep", where), where)
-    base = C.flatten(_table(doc, "base", where))
+    base = C.check_flat(C.flatten_in(_table(doc, "base", where), where), f"{where}: [base]")
     axes = _axes(_table(doc, "grid", where), where)
-    for k, v in (overrides or {}).items():
-        full = C.resolve_key(k)
+    for full, v in C.check_flat(overrides or {}).items():
         axis = next((a for a in axes if a.key == full), None)
         if axis is not None:
             raise ConfigError(f"'{axis.label}' is a grid axis in {where}; "

@@ -53,7 +53,7 @@ def test_unnamed_jobs_are_numbered():
     ({"job": [JOBS[0]]}, "at least two \\[\\[job\\]\\]"),
     ({"job": [JOBS[0], JOBS[0]]}, "job names must differ"),
     ({"job": [JOBS[0], {"name": "x", "batch_sise": 3}]}, "did you mean batch_size"),
-    ({"job": [JOBS[0], {"name": "x", "batch_size": 0}]}, "job 'x': batch size must be positive"),
+    ({"job": [JOBS[0], {"name": "x", "batch_size": 0}]}, "job 'x': train.batch_size: expected a whole number >= 1, got 0"),
     ({"jobs": []}, "unknown table\\(s\\) jobs"),
 ])
 def test_spec_errors(bad, needle):

@@ -63,8 +63,9 @@ def test_auto_batch_uses_the_start_size_for_validation():
     (spec({"workers": 2}), "grid axis 'workers' must be a list"),
     (spec({"workers": []}), "grid axis 'workers' has no values"),
     (spec({"workers": [1, 1]}), "repeats a value"),
-    (spec({"batch_size": [8, "big"]}), "not a valid int"),
-    (spec({"batch_size": [0, 8]}), "positive whole numbers"),
+    (spec({"batch_size": [8, "big"]}), "grid axis 'batch_size': train.batch_size: expected a whole "
+     "number >= 1, got 'big'"),
+    (spec({"batch_size": [0, 8]}), "train.batch_size: expected a whole number >= 1, got 0"),
     (spec({"workers": "auto"}), "must be a list"),
     (spec({"batch_size": [8], "global_batch": [16]}), "not both"),
     (spec({"batch_size": [8]}, sweep={"batch_strat": 8}), "did you mean batch_start"),
@@ -72,7 +73,8 @@ def test_auto_batch_uses_the_start_size_for_validation():
     (spec({"batch_size": "auto"}, sweep={"batch_start": 64, "batch_max": 32}),
      "batch_start is larger than batch_max"),
     ({**spec({"batch_size": [8]}), "grdi": {}}, "unknown table\\(s\\) grdi"),
-    ({"base": {"optimizer": "sgdd"}, "grid": {"batch_size": [8]}}, "unknown optimizer 'sgdd'"),
+    ({"base": {"optimizer": "sgdd"}, "grid": {"batch_size": [8]}},
+     "train.optimizer: expected one of sgd, adamw, got 'sgdd'; did you mean sgd"),
 ])
 def test_spec_errors_are_one_clear_line(doc, needle):
     with pytest.raises(ConfigError, match=needle) as e:
