@@ -71,7 +71,11 @@ class Group:
             return None
         what, _, form, tail = key
         lo, hi = min(self.figures), max(self.figures)
-        span = form(lo) if form(lo) == form(hi) else f"{form(lo)}-{form(hi)}"
+        a, b = form(lo), form(hi)
+        unit = b.split(" ", 1)[1] if " " in b else ""
+        if unit and a.endswith(" " + unit):  # '0.27-1.43 cores', not '0.27 cores-1.43 cores'
+            a = a[: -len(unit) - 1]
+        span = b if form(lo) == b else f"{a}-{b}"
         return f"{what} {span} {tail}"
 
 
@@ -91,7 +95,7 @@ def _group(members: list[tuple[dict[str, Any], Finding]]) -> Group:
     recs = [m[0] for m in members]
     figs = _figures(first.verdict, recs)
     names = [m[1].subject for m in members]
-    about = f"{len(names)} runs: " + ", ".join(names[:MOST_NAMED]) + (
+    about = f"{len(names)} runs: " + "; ".join(names[:MOST_NAMED]) + (
         f" and {len(names) - MOST_NAMED} more" if len(names) > MOST_NAMED else "")
     group = Group(first, recs, figs)
     spread = group.range_text()

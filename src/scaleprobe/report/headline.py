@@ -191,7 +191,7 @@ def worker_verdicts(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> lis
     rows = B.loader_table(recs)
     out = []
     for transform, r in (rec.get("by_transform") or {"": rec}).items():
-        where = f"{eid}, transform {transform}" if transform else eid
+        where = f"{eid}, transform={transform}" if transform else eid
         if r.get("workers") is None:
             iv = M.Interval(**r["interval"]) if r.get("interval") else None
             need = M.repeats_to_decide(iv, 1.0 - th.workers_within) if iv else None

@@ -107,7 +107,7 @@ def test_per_run_warnings_with_one_next_step_are_one_finding(tmp_path):
     input_rows = [line for line in per_run.splitlines() if "| input-bound |" in line]
     assert len(input_rows) == 1
     row = input_rows[0]
-    assert "3 runs: #0, #1, #2" in row
+    assert "3 runs: #0; #1; #2" in row
     assert "data wait 20%-30% of each step" in row
     assert row.count("raise loader workers") == 1
 
