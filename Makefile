@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install lint clean
+.PHONY: demo test test-fast install lint clean browser
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python >= 3.11) on PATH, or run: make PY=python3.12 ..."; exit 2; }
@@ -19,8 +19,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/scaleprobe demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q tests
+
+# the HTML report test opens the report in headless Chromium: a set-up step of its own, run
+# once (the stamp file); `rm $(CHROMIUM_STAMP)` to try again. No test installs anything.
+CHROMIUM_STAMP := $(VENV)/.chromium-checked
+
+browser: $(CHROMIUM_STAMP)
+
+$(CHROMIUM_STAMP): scripts/ensure-chromium.sh
+	@echo "browser: the HTML report test needs headless Chromium; when none is on PATH this"
+	@echo "         installs the Debian package 'chromium' with apt-get (root only, once)"
+	@bash scripts/ensure-chromium.sh
+	@mkdir -p $(VENV) && touch $@
 
 # the tests not marked slow (each marked one takes more than ~20 s on a 2-core CPU); the
 # markers: -m slow, -m gpu (needs CUDA, skipped without), -m root (network namespaces)

@@ -1,13 +1,19 @@
-"""Open report.html in headless Chromium: every image loads, no console errors, and a
-screenshot is saved beside the report in the test's temporary folder (its path is printed).
+"""Open report.html in real headless Chromium and check what a reader sees: the report
+opens with its answer ("What this says"), no memory axis starts above zero, no label of a
+figure is cut and no two bars are labelled alike, no "None" and no literal backtick on the
+page, every image loads with no console error. A screenshot goes to the test's temporary
+folder (its path is printed), never into the repository.
 
 The browser is driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``:
 commands in on fd 3, replies out on fd 4, each message NUL-terminated JSON), which needs no
 network port and no extra Python package. The report itself contains no script; the checks
-run as DevTools ``Runtime.evaluate`` calls from outside the page.
+run as DevTools ``Runtime.evaluate`` calls from outside the page, and read what each figure
+says it shows from its ``data-plot`` attribute (report/plots.py ``_meta``).
 
-Without Chromium, scripts/ensure-chromium.sh tries to install it (root + apt-get only); if
-that cannot work the test skips and says why.
+No test installs a browser: ``make test`` does that first, as its visible ``browser`` step
+(scripts/ensure-chromium.sh). Without Chromium ($CHROMIUM, or chromium / chromium-browser /
+google-chrome on PATH) these tests skip and say why. Chromium runs with a temporary HOME and
+cache, so nothing is left in the user's cache.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import base64
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -29,37 +36,55 @@ import pytest
 from scaleprobe.report import build_report
 from tests.unit.report.sample import write_mixed
 
+from ..conftest import ROOT, run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-IMAGE_CHECK = ("JSON.stringify(Array.from(document.images).map("
-               "i => [i.complete, i.naturalWidth, i.src.slice(0, 22)]))")
+PAGE_CHECK = """JSON.stringify((() => {
+  const lead = document.querySelector('section.lead');
+  const blocks = Array.from(document.body.querySelectorAll('h2, table, figure, p'));
+  const cells = t => t ? Array.from(t.querySelectorAll('tr')).map(
+      r => Array.from(r.children).map(c => c.innerText)) : null;
+  return {
+    h2: Array.from(document.querySelectorAll('h2')).map(h => h.textContent),
+    leadFirst: lead !== null && blocks.length > 0 && lead.contains(blocks[0]),
+    lead: cells(lead && lead.querySelector('table')),
+    breakdown: cells(document.querySelector('#breakdown ~ .scroll table')),
+    batch: cells(document.querySelector('#sweeps ~ .scroll table')),
+    figures: Array.from(document.querySelectorAll('figure')).map(f => {
+      const img = f.querySelector('img');
+      return {name: f.dataset.name, plot: f.dataset.plot ? JSON.parse(f.dataset.plot) : null,
+              complete: img.complete, w: img.naturalWidth, h: img.naturalHeight,
+              src: img.src.slice(0, 22)};
+    }),
+    text: document.body.innerText,
+    backtick: document.documentElement.outerHTML.includes('`'),
+  };
+})())"""
 
 
-def _find_browser() -> str | None:
+def find_browser() -> str | None:
+    env = os.environ.get("CHROMIUM")
+    if env and os.access(env, os.X_OK):
+        return env
     return next((p for p in map(shutil.which, BROWSERS) if p), None)
 
 
 @pytest.fixture(scope="module")
 def browser() -> str:
-    found = _find_browser()
+    found = find_browser()
     if found is None:
-        script = REPO / "scripts" / "ensure-chromium.sh"
-        try:
-            out = subprocess.run(["bash", str(script)], capture_output=True, text=True,
-                                 timeout=280).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired) as e:
-            out = f"ensure-chromium.sh did not finish: {e}"
-        found = _find_browser()
-        if found is None:
-            print(f"skipping: {out}")
-            pytest.skip(f"no headless Chromium: {out}")
+        reason = ("no headless Chromium ($CHROMIUM, or chromium / chromium-browser / "
+                  "google-chrome on PATH): run `make browser` (scripts/ensure-chromium.sh)")
+        print(f"skipping: {reason}")
+        pytest.skip(reason)
     return found
 
 
 class DevTools:
     """A minimal DevTools protocol client over Chromium's debugging pipe."""
 
-    def __init__(self, binary: str, profile: Path) -> None:
+    def __init__(self, binary: str, home: Path) -> None:
         cmd_r, self._cmd_w = os.pipe()
         self._res_r, res_w = os.pipe()
         # move the child's ends out of the way of 3 and 4 before placing them there
@@ -75,11 +100,15 @@ class DevTools:
         args = [binary, "--headless=new", "--no-sandbox", "--disable-gpu",
                 "--disable-background-networking", "--disable-component-update",
                 "--disable-sync", "--no-first-run", "--no-default-browser-check",
-                "--hide-scrollbars", "--mute-audio", f"--user-data-dir={profile}",
+                "--hide-scrollbars", "--mute-audio", f"--user-data-dir={home / 'profile'}",
+                f"--disk-cache-dir={home / 'cache' / 'chromium'}",
                 "--remote-debugging-pipe", "about:blank"]
+        # everything Chromium keeps (profile, caches, fontconfig) goes under ``home``
+        env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
+               "XDG_CONFIG_HOME": str(home / "config"), "XDG_DATA_HOME": str(home / "data")}
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, close_fds=False,
-                                     preexec_fn=place_fds)
+                                     preexec_fn=place_fds, env=env)
         os.close(high_r)
         os.close(high_w)
         self._buf = b""
@@ -155,39 +184,135 @@ def _wait_loaded(dt: DevTools, sid: str, url: str, timeout_s: float = 60.0) -> N
     raise TimeoutError(f"{url} did not finish loading in {timeout_s:.0f} s")
 
 
-def _inspect(binary: str, html: Path, profile: Path) -> tuple[list, list[str], bytes]:
-    dt = DevTools(binary, profile)
-    try:
-        target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        sid = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        for method in ("Page.enable", "Runtime.enable", "Log.enable"):
-            dt.call(method, session=sid)
-        dt.call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 2000,
-                                                       "deviceScaleFactor": 1, "mobile": False},
-                session=sid)
-        dt.events.clear()
-        dt.call("Page.navigate", {"url": html.as_uri()}, session=sid)
-        _wait_loaded(dt, sid, html.as_uri())
-        value = dt.call("Runtime.evaluate", {"expression": IMAGE_CHECK, "returnByValue": True},
-                        session=sid)["result"]["value"]
-        shot = dt.call("Page.captureScreenshot", {"format": "png"}, session=sid)["data"]
-        return json.loads(value), _console_errors(dt.events), base64.b64decode(shot)
-    finally:
-        dt.close()
+def inspect(binary: str, html: Path) -> tuple[dict[str, Any], list[str], bytes]:
+    """Load the page in a fresh Chromium whose HOME and caches live in a temporary folder
+    (removed afterwards); returns the page check, console errors and a screenshot."""
+    with tempfile.TemporaryDirectory(prefix="scaleprobe-chromium-") as home:
+        dt = DevTools(binary, Path(home))
+        try:
+            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            sid = dt.call("Target.attachToTarget", {"targetId": target,
+                                                    "flatten": True})["sessionId"]
+            for method in ("Page.enable", "Runtime.enable", "Log.enable"):
+                dt.call(method, session=sid)
+            dt.call("Emulation.setDeviceMetricsOverride",
+                    {"width": 1280, "height": 2000, "deviceScaleFactor": 1, "mobile": False},
+                    session=sid)
+            dt.events.clear()
+            dt.call("Page.navigate", {"url": html.as_uri()}, session=sid)
+            _wait_loaded(dt, sid, html.as_uri())
+            value = dt.call("Runtime.evaluate", {"expression": PAGE_CHECK,
+                                                 "returnByValue": True},
+                            session=sid)["result"]["value"]
+            shot = dt.call("Page.captureScreenshot", {"format": "png"}, session=sid)["data"]
+            return json.loads(value), _console_errors(dt.events), base64.b64decode(shot)
+        finally:
+            dt.close()
+
+
+def _user_cache() -> set[str]:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return {p.name for p in cache.iterdir()} if cache.is_dir() else set()
+
+
+def _inside(box: list[float], width: float, height: float, tol: float = 1.0) -> bool:
+    x0, y0, x1, y1 = box
+    return x0 >= -tol and y0 >= -tol and x1 <= width + tol and y1 <= height + tol
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"[\s,]", "", text)
+
+
+def check_page(page: dict[str, Any], errors: list[str]) -> None:
+    """What every report page must hold, whatever its records."""
+    # the answer first: "What this says" is the first heading and holds the first block
+    assert page["h2"][0] == "What this says", page["h2"][:3]
+    assert page["leadFirst"]
+    assert page["lead"] is not None and 2 <= len(page["lead"]) <= 6  # header + 1..5 verdicts
+    for row in page["lead"][1:]:
+        assert all(cell.strip() for cell in row[1:]), row  # verdict, number, interval, command
+    # no "None", no literal backtick (a `command` is a <code> element)
+    assert not re.search(r"\bNone\b", page["text"]), re.findall(r".{40}\bNone\b.{20}",
+                                                                  page["text"])
+    assert not page["backtick"]
+    assert errors == []
+    for fig in page["figures"]:
+        assert fig["complete"] and fig["w"] > 0, fig["name"]
+        assert fig["src"].startswith("data:image/png;base64")
+        meta = fig["plot"]
+        assert meta is not None, fig["name"]
+        # the PNG is the whole figure, and everything drawn lies inside it: no label is cut
+        assert (fig["w"], fig["h"]) == (meta["width"], meta["height"]), fig["name"]
+        assert _inside(meta["content"], meta["width"], meta["height"]), (fig["name"], meta)
+        for ax in meta["axes"]:
+            assert _inside(ax["bbox"], meta["width"], meta["height"]), (fig["name"], ax)
+            if "memory" in ax["ylabel"] or "time" in ax["ylabel"]:
+                assert ax["ylim"][0] == 0, (fig["name"], ax["ylabel"], ax["ylim"])
+            ticks = ax["xticklabels"]
+            assert len(set(ticks)) == len(ticks), (fig["name"], ticks)  # no two bars alike
+            boxes = sorted(ax["xtickboxes"])  # and none runs into the next
+            assert all(a[2] <= b[0] + 1 for a, b in zip(boxes, boxes[1:], strict=False)), (
+                fig["name"], ticks)
+
+
+def _shoot(png: bytes, folder: Path) -> Path:
+    assert png.startswith(b"\x89PNG")
+    shot = folder / "report.png"
+    shot.write_bytes(png)
+    print(f"screenshot: {shot}")
+    return shot
 
 
 @pytest.mark.timeout(120)
-def test_report_renders_in_headless_chromium(browser, tmp_path):
+def test_mixed_report_renders_in_headless_chromium(browser, tmp_path):
+    """Every kind of record (sweeps, scaling, co-location, communication, parity, failed
+    runs): each section's figures load, carry their description, and none is cut."""
     write_mixed(tmp_path / "results")
     _, html = build_report(tmp_path / "results", tmp_path / "report")
-    with tempfile.TemporaryDirectory(prefix="scaleprobe-chromium-") as profile:
-        images, errors, png = _inspect(browser, html, Path(profile))
-    assert len(images) >= 6, images
-    for complete, width, src in images:
-        assert complete and width > 0, (complete, width, src)
-        assert src.startswith("data:image/png;base64")
-    assert errors == []
-    assert png.startswith(b"\x89PNG")
-    shot = html.parent / "report.png"  # in tmp_path, never in the repository
-    shot.write_bytes(png)
-    print(f"screenshot: {shot}")
+    before = _user_cache()
+    page, errors, png = inspect(browser, html)
+    assert _user_cache() == before  # Chromium's caches went to its temporary HOME
+    assert len(page["figures"]) >= 6
+    check_page(page, errors)
+    shot = _shoot(png, html.parent)
+    assert tmp_path in shot.parents and REPO not in shot.parents
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_real_sweep_report_in_headless_chromium(browser, tmp_path):
+    """A real sweep (digits, batch 16 and 64, 2 repeats each) as a new user's first report:
+    the headline verdict on batch size comes first with its interval and a command; the
+    memory and epoch-time axes start at zero; the epoch-time figure is labelled with the
+    Growth the table beside it shows; the breakdown's bars carry the table's run labels in
+    full, each different."""
+    spec = tmp_path / "quick.toml"
+    shutil.copy(ROOT / "examples" / "sweep_quickstart.toml", spec)
+    out = tmp_path / "out"
+    p = run_cli("sweep", spec, "--out", out, "--repeats", 2, "--no-progress", timeout=500)
+    assert p.returncode == 0, p.stderr[-2000:]
+    _, html = build_report(out, tmp_path / "report")
+    page, errors, png = inspect(browser, html)
+    check_page(page, errors)
+    head = " ".join(" ".join(row) for row in page["lead"][1:])
+    assert "(quickstart)" in head  # the sweep's batch-size verdict is among them
+    assert "repeats" in head  # every batch verdict carries the repeats behind its interval
+
+    batch = next(f["plot"] for f in page["figures"] if f["name"].startswith("batch-"))
+    epoch, memory = batch["axes"]
+    assert epoch["ylabel"].startswith("epoch time") and memory["ylabel"].startswith("peak")
+    assert memory["ylim"][0] == 0 and epoch["ylim"][0] == 0
+    header, *rows = page["batch"]
+    growth_col = [i for i, h in enumerate(header) if h == "Growth"][1]  # the epoch time's
+    table_growth = [r[growth_col].split(" [")[0] for r in rows if r[growth_col] != "-"]
+    assert epoch["points"] == table_growth
+
+    breakdown = next(f["plot"] for f in page["figures"] if f["name"] == "breakdown")
+    bars = breakdown["axes"][0]["xticklabels"]
+    runs = [r[0] for r in page["breakdown"][1:]]
+    assert [_flat(b) for b in bars] == [_flat(r) for r in runs]  # the full label, wrapped
+    assert "median step" in breakdown["axes"][0]["title"].lower()
+    assert "ms" in breakdown["axes"][0]["title"]
+    shot = _shoot(png, html.parent)
+    assert tmp_path in shot.parents and REPO not in shot.parents

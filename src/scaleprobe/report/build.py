@@ -6,6 +6,7 @@ complete, honest report."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,11 @@ from scaleprobe.report import sections_exp as SE
 from scaleprobe.report import sections_runs as SR
 from scaleprobe.report.diagnose import diagnose_experiment, diagnose_run
 from scaleprobe.report.doc import Section, Table, Text, to_html, to_markdown
+from scaleprobe.report.finding import Finding
+from scaleprobe.report.grouped import group_findings
+from scaleprobe.report.headline import TITLE as HEADLINE
+from scaleprobe.report.headline import headline_section
+from scaleprobe.report.labels import distinct_labels
 
 TITLE = "scaleprobe report"
 MD_NAME = "report.md"
@@ -47,7 +53,8 @@ def _bases(base: Path) -> list[Path]:
 
 def compose(records: list[dict[str, Any]], bases: list[Path],
             source: str = "") -> tuple[list[Any], list[Section]]:
-    """The report as a document: intro blocks and the sections that have data.
+    """The report as a document: intro blocks and the sections that have data, the first
+    being "What this says" (the verdicts, report/headline.py).
 
     Each part is built on its own: a malformed record costs that part (named under "Not in
     these results"), never the whole report."""
@@ -62,9 +69,10 @@ def compose(records: list[dict[str, Any]], bases: list[Path],
 
     runs = R.of_kind(records, "run")
     exp_findings = safe("Findings", diagnose_experiment, records) or []
-    run_findings = [f for r in runs for f in safe("Findings", diagnose_run, r, runs) or []]
+    groups = safe("Findings", group_findings, _run_findings(runs, safe)) or []
     candidates = [
-        safe("Findings", SR.findings_section, exp_findings, run_findings),
+        safe(HEADLINE, headline_section, records, groups),
+        safe("Findings", SR.findings_section, exp_findings, [g.finding for g in groups]),
         safe("Runs", SR.runs_section, runs),
         safe("Sweeps", SE.sweeps_section, records),
         safe("Scaling", SE.scaling_section, records),
@@ -81,6 +89,14 @@ def compose(records: list[dict[str, Any]], bases: list[Path],
     if missing:
         sections.append(missing)
     return _intro(records, runs, source), sections
+
+
+def _run_findings(runs: list[dict[str, Any]], safe: Any) -> list[tuple[dict[str, Any], Finding]]:
+    """Each run's findings, about the run as the figures name it: what sets it apart from
+    the others (experiment point and repeat), never a name that several runs share."""
+    labels = distinct_labels(runs) if runs else []
+    return [(r, replace(f, subject=label)) for r, label in zip(runs, labels, strict=True)
+            for f in safe("Findings", diagnose_run, r, runs) or []]
 
 
 def _intro(records: list[dict[str, Any]], runs: list[dict[str, Any]], source: str) -> list[Any]:

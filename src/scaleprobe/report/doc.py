@@ -2,13 +2,18 @@
 
 Markdown: GitHub-flavoured tables ready to paste into a README; images are written as PNG
 files next to the report and linked. HTML: one self-contained file, inline CSS, every image a
-base64 ``data:`` URI, no scripts and no external resources, readable offline.
+base64 ``data:`` URI, no scripts and no external resources, readable offline. Text in
+`backticks` (a command, an option) becomes ``<code>`` in HTML, never a literal backtick; each
+figure carries what it shows (axis ranges, labels, where its text landed) in a ``data-plot``
+attribute, as JSON, for checks from outside the page.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,7 @@ class Image:
     name: str  # file stem, unique in the report
     png: bytes
     alt: str
+    meta: dict[str, Any] | None = None  # plots.Plot.meta: what the figure shows
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Section:
     title: str
     blocks: list[Any] = field(default_factory=list)
     anchor: str = ""
+    lead: bool = False  # the report's answer: set apart at the top of the HTML
 
     def add(self, *blocks: Any) -> Section:
         self.blocks.extend(b for b in blocks if b is not None)
@@ -74,10 +81,10 @@ def to_markdown(title: str, intro: list[Any], sections: list[Section], out_dir: 
     """Render; images go to ``out_dir/image_dir/<name>.png`` and are linked relatively."""
     parts = [f"# {title}", ""]
     used: set[str] = set()
-    for block in intro:
-        parts += [_md_block(block, out_dir, image_dir, used), ""]
-    for s in sections:
-        parts += [f"## {s.title}", ""]
+    lead = [s for s in sections if s.lead]
+    for s in lead + [Section("", list(intro))] + [s for s in sections if not s.lead]:
+        if s.title:
+            parts += [f"## {s.title}", ""]
         for block in s.blocks:
             parts += [_md_block(block, out_dir, image_dir, used), ""]
     return "\n".join(parts).rstrip() + "\n"
@@ -118,16 +125,28 @@ tr:nth-child(even) td{background:#fafbfc}.note{font-size:12px;color:#5b6474}
 img{max-width:100%;height:auto;border:1px solid #e5e8ee;margin:8px 0}
 .sev-error{color:#b3261e;font-weight:600}.sev-warning{color:#9a6700;font-weight:600}
 .sev-info{color:#2456a6}
+code{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;background:#f2f4f8;padding:1px 4px;
+border-radius:3px}code span{white-space:nowrap}
+section.lead{background:#f6f9fe;border:1px solid #d3def0;border-radius:6px;padding:2px 18px 10px;
+margin:12px 0 18px}section.lead h2{border:0;margin-top:12px}
 """
 
 
 def to_html(title: str, intro: list[Any], sections: list[Section]) -> str:
-    nav = "".join(f'<a href="#{_anchor(s)}">{html.escape(s.title)}</a>' for s in sections)
+    """The page: title, the lead sections (the report's answer) set apart, the intro, a
+    table of contents, then every other section."""
+    rest = [s for s in sections if not s.lead]
+    nav = "".join(f'<a href="#{_anchor(s)}">{html.escape(s.title)}</a>' for s in rest)
     body = [f"<h1>{html.escape(title)}</h1>"]
-    body += [_html_block(b) for b in intro]
-    if sections:
-        body.append(f"<nav>{nav}</nav>")
     for s in sections:
+        if s.lead:
+            body.append(f'<section class="lead" id="{_anchor(s)}">'
+                        f"<h2>{html.escape(s.title)}</h2>")
+            body += [_html_block(b) for b in s.blocks] + ["</section>"]
+    body += [_html_block(b) for b in intro]
+    if rest:
+        body.append(f"<nav>{nav}</nav>")
+    for s in rest:
         body.append(f'<h2 id="{_anchor(s)}">{html.escape(s.title)}</h2>')
         body += [_html_block(b) for b in s.blocks]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -140,30 +159,48 @@ def _anchor(s: Section) -> str:
     return s.anchor or "".join(c if c.isalnum() else "-" for c in s.title.lower())
 
 
+CODE = re.compile(r"`([^`]+)`")
+
+
+def inline(text: str) -> str:
+    """Escaped HTML of one line of text: `code` spans become <code>; a stray backtick is
+    dropped (it would show as a literal character)."""
+    parts = CODE.split(text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(html.escape(part.replace("`", "")))
+            continue
+        # a command wraps between its words only, never inside '--repeats'
+        words = " ".join(f"<span>{html.escape(w)}</span>" for w in part.split(" "))
+        out.append(f"<code>{words}</code>")
+    return "".join(out)
+
+
 def _html_text(t: Text) -> str:
     lines = t.text.splitlines()
     cls = ' class="note"' if t.note else ""
     out, items = [], []
     for line in lines + [""]:
         if line.startswith("- "):
-            items.append(f"<li>{html.escape(line[2:])}</li>")
+            items.append(f"<li>{inline(line[2:])}</li>")
             continue
         if items:
             out.append(f"<ul{cls}>{''.join(items)}</ul>")
             items = []
         if line.strip():
-            out.append(f"<p{cls}>{html.escape(line)}</p>")
+            out.append(f"<p{cls}>{inline(line)}</p>")
     return "\n".join(out)
 
 
 def _html_block(block: Any) -> str:
     if isinstance(block, Sub):
-        return f"<h3>{html.escape(block.title)}</h3>"
+        return f"<h3>{inline(block.title)}</h3>"
     if isinstance(block, Text):
         return _html_text(block)
     if isinstance(block, Table):
         right = block.right or [i > 0 for i in range(len(block.headers))]
-        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in block.headers)
+        head = "".join(f"<th>{inline(str(h))}</th>" for h in block.headers)
         rows = []
         for row in block.rows:
             cells = []
@@ -171,13 +208,16 @@ def _html_block(block: Any) -> str:
                 cls = ' class="r"' if i < len(right) and right[i] else ""
                 cells.append(f"<td{cls}>{_cell_html(c)}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
-        cap = f"<caption>{html.escape(block.caption)}</caption>" if block.caption else ""
+        cap = f"<caption>{inline(block.caption)}</caption>" if block.caption else ""
         return (f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>'
                 + "".join(rows) + "</tbody></table></div>")
     if isinstance(block, Image):
         data = base64.b64encode(block.png).decode("ascii")
-        return (f'<figure><img alt="{html.escape(block.alt)}" '
-                f'src="data:image/png;base64,{data}"></figure>')
+        meta = (f' data-plot="{html.escape(json.dumps(block.meta), quote=True)}"'
+                if block.meta is not None else "")
+        return (f'<figure data-name="{html.escape(block.name)}"{meta}>'
+                f'<img alt="{html.escape(block.alt)}" src="data:image/png;base64,{data}">'
+                "</figure>")
     raise TypeError(f"unknown block {type(block).__name__}")
 
 
@@ -186,4 +226,4 @@ def _cell_html(c: Any) -> str:
     for sev in ("error", "warning", "info"):
         if text == sev:
             return f'<span class="sev-{sev}">{sev}</span>'
-    return html.escape(text)
+    return inline(text)

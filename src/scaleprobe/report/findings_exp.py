@@ -86,9 +86,11 @@ def _worker_groups(runs: list[dict[str, Any]]) -> list[tuple[str | None, list[di
             for g in P.like_for_like_groups(recs, P.WORKER_KEYS)]
 
 
-def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
-    """Runs that differ only in loader workers: did more workers cut the data wait but slow
-    compute (workers and compute threads sharing the cores)?"""
+def contention_cases(runs: list[dict[str, Any]], th: Thresholds) -> list[dict[str, Any]]:
+    """Runs that differ only in loader workers where more workers cut the data wait but
+    compute per step grew by more than ``th.compute_growth``: per group of such runs,
+    ``{"label", "base", "worst", "growth", "group"}`` (base: the fewest workers' fastest
+    compute; worst: the largest growth)."""
     out = []
     for label, recs in _worker_groups(runs):
         if len({R.loader_workers(r) for r in recs}) < 2:
@@ -103,8 +105,16 @@ def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Findin
                     < (R.metric(base, "data_wait_fraction") or 0)):
                 worst, growth = r, g
         if worst is not None:
-            out.append(_contention_finding(base, worst, growth, recs, th, label))
+            out.append({"label": label, "base": base, "worst": worst, "growth": growth,
+                        "group": recs})
     return out
+
+
+def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
+    """Runs that differ only in loader workers: did more workers cut the data wait but slow
+    compute (workers and compute threads sharing the cores)?"""
+    return [_contention_finding(c["base"], c["worst"], c["growth"], c["group"], th, c["label"])
+            for c in contention_cases(runs, th)]
 
 
 def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,

@@ -1,7 +1,14 @@
-"""The report's figures as PNG bytes (matplotlib's Agg renderer, no display, no pyplot state).
+"""The report's figures (matplotlib's Agg renderer, no display, no pyplot state).
 
-Each function returns PNG bytes, or None when its data is missing, so a section simply
-leaves the figure out.
+Each function returns a ``Plot`` (PNG bytes and what the figure shows: every panel's title,
+axis labels and ranges, tick labels, point labels, and where its text landed), or None when
+its data is missing, so a section simply leaves the figure out. The HTML report writes that
+description beside the image, so a test can check that no memory axis starts above zero and
+that no label was cut.
+
+Rules every figure follows: an axis of memory or time starts at zero (+5% must look like
++5%); a label is never cut (categories are labelled with what varies between them, wrapped,
+and the figure grows to hold them); a figure holds what its title says.
 """
 
 from __future__ import annotations
@@ -9,33 +16,84 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import metrics as M
 from scaleprobe.report import fmt
-from scaleprobe.report.records import dict_of, dicts, num
+from scaleprobe.report import repeats as P
+from scaleprobe.report.doc import Image
+from scaleprobe.report.labels import wrap
+from scaleprobe.report.records import dict_of, dicts, metric, num
 from scaleprobe.results import BREAKDOWN_PHASES
 
 PHASE_COLOURS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c",
                  "backward": "#30638e", "optimizer": "#66a182", "comm": "#8d6a9f"}
 MAX_BARS = 40
-MAX_SERIES = 10
+MAX_PANELS = 12  # small multiples of the utilisation figure
+DPI = 100
+CHAR_IN = 0.075  # width of one character of an 8 pt tick label, inches (generous)
+MAX_WIDTH_IN = 18.0
 
 
-def _figure(w_in: float = 9.0, h_in: float = 4.2, ncols: int = 1) -> tuple[Any, Any]:
-    # a bare Figure (no pyplot) renders PNG through the Agg canvas and leaves the caller's
-    # backend and global state alone
+@dataclass(frozen=True)
+class Plot:
+    png: bytes
+    meta: dict[str, Any]  # what the figure shows: see _meta
+
+
+def image(name: str, plot: Plot | None, alt: str) -> Image | None:
+    """The figure as a report block (None stays None: ``Section.add`` skips it)."""
+    return None if plot is None else Image(name, plot.png, alt, plot.meta)
+
+
+def _figure(w_in: float = 9.0, h_in: float = 4.2, ncols: int = 1, nrows: int = 1,
+            **kw: Any) -> tuple[Any, Any]:
+    # a bare Figure on its own Agg canvas (no pyplot) leaves the caller's backend and global
+    # state alone, and keeps the renderer that placed the text, for _meta
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(w_in, h_in), dpi=100, layout="constrained")
-    return fig, fig.subplots(1, ncols)
+    fig = Figure(figsize=(w_in, h_in), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **kw)
 
 
-def _png(fig: Any) -> bytes:
+def _render(fig: Any) -> Plot:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    fig.canvas.draw()  # the same layout again, to measure where the text landed
+    return Plot(buf.getvalue(), _meta(fig))
+
+
+def _extents(bb: Any) -> list[float]:
+    return [round(float(v), 1) for v in bb.extents]
+
+
+def _meta(fig: Any) -> dict[str, Any]:
+    """Per visible panel: title, axis labels and ranges, tick and point labels, the box of
+    each x tick label and the box that holds all its drawn text (pixels, origin bottom
+    left); ``content``: the box of everything drawn. A label is cut when a box leaves
+    ``[0, width] x [0, height]``; two tick labels run into each other when theirs overlap."""
+    renderer = fig.canvas.get_renderer()
+    axes = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        axes.append({
+            "title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
+            "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+            "xticklabels": [t.get_text() for t in ax.get_xticklabels() if t.get_text()],
+            "xtickboxes": [_extents(t.get_window_extent(renderer))
+                           for t in ax.get_xticklabels() if t.get_text()],
+            "points": [t.get_text() for t in ax.texts],
+            "bbox": _extents(ax.get_tightbbox(renderer)),
+        })
+    content = fig.get_tightbbox(renderer)  # inches
+    return {"width": round(fig.bbox.width), "height": round(fig.bbox.height),
+            "suptitle": fig.get_suptitle(), "axes": axes,
+            "content": [round(v * fig.dpi, 1) for v in content.extents]}
 
 
 def _label_points(ax: Any, xs: list[float], ys: list[float], labels: list[str]) -> None:
@@ -45,42 +103,107 @@ def _label_points(ax: Any, xs: list[float], ys: list[float], labels: list[str]) 
                         ha="center", fontsize=8, color="#444")
 
 
-def batch_plot(rows: list[dict[str, Any]], title: str) -> bytes | None:
-    """Samples/s and peak memory against batch size, each point labelled with its growth."""
+def _from_zero(ax: Any, values: list[float], headroom: float = 1.25) -> None:
+    """The y axis from zero to the largest value plus room for the point labels."""
+    top = max([v for v in values if v is not None and math.isfinite(v)] or [1.0])
+    ax.set_ylim(0, top * headroom if top > 0 else 1.0)
+
+
+def _categories(ax: Any, labels: list[str]) -> tuple[float, float]:
+    """Tick labels for bars, wrapped, never cut. Returns the figure width they need and the
+    height to add below the plot (inches); too many to stand side by side: turned upright."""
+    wrapped = [wrap(lab) for lab in labels]
+    lines = [line for w in wrapped for line in w.splitlines()] or ["????"]
+    longest = max(len(line) for line in lines)
+    per = max(0.55, CHAR_IN * longest + 0.2)
+    xs = list(range(len(labels)))
+    if 2.2 + per * len(labels) <= MAX_WIDTH_IN:
+        ax.set_xticks(xs, wrapped, fontsize=8)
+        depth = max(len(w.splitlines()) for w in wrapped) if wrapped else 1
+        return max(6.0, 2.2 + per * len(labels)), 0.14 * depth
+    upright = [wrap(lab, 40) for lab in labels]
+    ax.set_xticks(xs, upright, fontsize=8, rotation=90)
+    longest = max(len(line) for w in upright for line in w.splitlines())
+    lines_per = max(len(w.splitlines()) for w in upright)
+    return max(6.0, 2.2 + 0.16 * lines_per * len(labels)), CHAR_IN * longest
+
+
+def _gib_or_mib(values: list[float]) -> tuple[float, str]:
+    top = max(values)
+    return (fmt.GIB, "GiB") if top >= fmt.GIB else (1 << 20, "MiB")
+
+
+def batch_plot(rows: list[dict[str, Any]], title: str) -> Plot | None:
+    """The two figures of the batch table beside it, against batch size: epoch time (each
+    point labelled with the table's epoch-time Growth; faint dots: every repeat) and peak
+    memory (labelled with the table's memory Growth). Both axes start at zero."""
     ok = [r for r in rows if r["status"] == "ok" and (r["batch_size"] or 0) > 0]
     if len(ok) < 2:
         return None
-    fig, (left, right) = _figure(10.0, 4.0, 2)
+    fig, (left, right) = _figure(10.0, 4.2, 2)
     xs = [r["batch_size"] for r in ok]
-    sps = [r["samples_per_s"] for r in ok]
-    if all(v is not None for v in sps):
-        left.plot(xs, sps, "o-", color="#30638e")
-        _label_points(left, xs, sps, [fmt.growth(M.growth(b, a)) if i else "-" for i, (a, b)
-                                      in enumerate(zip([None, *sps[:-1]], sps, strict=True))])
-    left.set(xlabel="batch size", ylabel="samples/s", title="Throughput")
-    mem = [r["peak_mem_bytes"] for r in ok]
-    if all(v is not None for v in mem):
-        gib = [m / fmt.GIB for m in mem]
-        right.plot(xs, gib, "o-", color="#d1495b")
-        _label_points(right, xs, gib, [fmt.growth(r["mem_growth"]) for r in ok])
-        for r in rows:
-            if r["status"] == "oom" and (r["batch_size"] or 0) > 0:
-                right.axvline(r["batch_size"], color="#b3261e", ls=":", lw=1)
-                right.annotate("out of memory", (r["batch_size"], max(gib)), fontsize=8,
-                               color="#b3261e", rotation=90, va="top", ha="right")
-        right.set_ylim(bottom=0)  # a memory axis from zero: +5% must look like +5%
-    right.set(xlabel="batch size", ylabel=f"peak {ok[0]['memory_kind']} memory (GiB)",
-              title="Peak memory")
+    _epoch_panel(left, ok, xs)
+    ooms = [r["batch_size"] for r in rows if r["status"] == "oom" and (r["batch_size"] or 0) > 0]
+    _memory_panel(right, ok, xs, ooms)
+    ticks = sorted(set(xs) | set(ooms))
     for ax in (left, right):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xticks(ticks, [str(x) for x in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("batch size")
         ax.grid(alpha=0.3)
-        ax.margins(y=0.2)
     fig.suptitle(title)
-    return _png(fig)
+    return _render(fig)
 
 
-def scale_plot(rows: list[dict[str, Any]]) -> bytes | None:
+def _epoch_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int]) -> None:
+    epochs = [r["epoch_time_s"] for r in ok]
+    if all(e is not None for e in epochs):
+        every: list[float] = []
+        for r in ok:
+            reps = P.values(r["record"], lambda x: metric(x, "epoch_time_s"))
+            every += reps
+            ax.plot([r["batch_size"]] * len(reps), reps, ".", color="#9bb3d1", ms=6, zorder=1,
+                    label="each repeat" if r is ok[0] else None)
+        ax.plot(xs, epochs, "o-", color="#30638e", label="the table's row (median repeat)")
+        _label_points(ax, xs, epochs, [fmt.growth(r["epoch_growth"]) for r in ok])
+        projected = any(r["epoch_projected"] for r in ok)
+        ax.set(ylabel="epoch time (s)" + (", ~ projected" if projected else ""),
+               title="Epoch time, labelled with its Growth")
+        _from_zero(ax, epochs + every)
+        ax.legend(fontsize=7, loc="lower left")
+        return
+    sps = [r["samples_per_s"] for r in ok]  # no epoch time: the table's Samples/s column
+    if all(v is not None for v in sps):
+        ax.plot(xs, sps, "o-", color="#30638e")
+        _label_points(ax, xs, sps, [fmt.rate(v) for v in sps])
+        _from_zero(ax, sps)
+    ax.set(ylabel="samples/s", title="Samples/s")
+
+
+def _memory_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int], ooms: list[int]) -> None:
+    mem = [r["peak_mem_bytes"] for r in ok]
+    kind = ok[0]["memory_kind"]
+    net = kind == "host" and any(r.get("peak_host_total_bytes") not in (None, r["peak_mem_bytes"])
+                                 for r in ok)
+    unit_div, unit = (fmt.GIB, "GiB")
+    if all(v is not None for v in mem):
+        unit_div, unit = _gib_or_mib(mem)
+        ys = [m / unit_div for m in mem]
+        ax.plot(xs, ys, "o-", color="#d1495b")
+        _label_points(ax, xs, ys, [fmt.growth(r["mem_growth"]) for r in ok])
+        _from_zero(ax, ys)  # a memory axis from zero: +5% must look like +5%
+        for b in ooms:
+            ax.axvline(b, color="#b3261e", ls=":", lw=1)
+            ax.annotate("out of memory", (b, ax.get_ylim()[1]), fontsize=8, color="#b3261e",
+                        rotation=90, va="top", ha="right")
+    else:
+        ax.set_ylim(bottom=0)
+    what = f"peak {kind} memory" + (", net of the baseline" if net else "")
+    ax.set(ylabel=f"{what} ({unit})", title="Peak memory, labelled with its Growth")
+
+
+def scale_plot(rows: list[dict[str, Any]]) -> Plot | None:
     """Measured speedup against processes, with the ideal line."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -97,21 +220,27 @@ def scale_plot(rows: list[dict[str, Any]]) -> bytes | None:
         _label_points(ax, xs, ys, [fmt.pct(r["efficiency"]) for r in g])
     ticks = sorted({r["nproc"] for g in groups.values() for r in g} | {1})
     ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.set(xlabel="processes", ylabel="speedup vs 1 process", title="Scaling")
+    ax.set(xlabel="processes", ylabel="speedup vs 1 process",
+           title="Scaling (points labelled with their efficiency)")
+    _from_zero(ax, [top] + [r["speedup"] for g in groups.values() for r in g], 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    return _png(fig)
+    return _render(fig)
 
 
-def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]]) -> bytes | None:
+BREAKDOWN_TITLE = "Median step split by phase (ms): each phase keeps its share of a typical step"
+
+
+def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]]) -> Plot | None:
     """Stacked bars of the median step's phases (ms; each phase's share of a typical step
-    laid over the median step), one bar per run or configuration."""
+    laid over the median step), one bar per label; the labels must tell the bars apart
+    (``labels.distinct_labels``)."""
     pairs = [(lab, bd) for lab, bd in zip(labels, breakdowns, strict=True)
              if bd and any(isinstance(v, (int, float)) and v > 0 for v in bd.values())]
     if not pairs:
         return None
     pairs = pairs[:MAX_BARS]
-    fig, ax = _figure(max(6.0, 1.0 + 0.45 * len(pairs)), 4.6)
+    fig, ax = _figure(6.0, 4.2)
     xs = list(range(len(pairs)))
     bottom = [0.0] * len(pairs)
     for phase in BREAKDOWN_PHASES:
@@ -119,11 +248,14 @@ def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]]) -> bytes
         if any(vals):
             ax.bar(xs, vals, bottom=bottom, label=phase, color=PHASE_COLOURS[phase])
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax.set_xticks(xs, [lab[:28] for lab, _ in pairs], rotation=35, ha="right", fontsize=8)
-    ax.set(ylabel="ms per phase of the median step", title="Step-time breakdown (median step)")
+    w, extra = _categories(ax, [lab for lab, _ in pairs])
+    fig.set_size_inches(w, 4.2 + extra)
+    ax.set(ylabel="ms per step", title=BREAKDOWN_TITLE)
+    ax.title.set_fontsize(10)
+    _from_zero(ax, bottom, 1.1)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return _render(fig)
 
 
 def read_monitor_csv(path: Path) -> dict[str, list[float | None]]:
@@ -142,38 +274,60 @@ def read_monitor_csv(path: Path) -> dict[str, list[float | None]]:
     return cols
 
 
-def utilisation_plot(series: list[tuple[str, dict[str, list[float | None]]]]) -> bytes | None:
-    """CPU and (when sampled) GPU utilisation over time, one line per run."""
-    series = [(n, c) for n, c in series if any(v is not None for v in c.get("cpu_util_pct", []))]
+def _has(c: dict[str, list[float | None]], col: str) -> bool:
+    return any(v is not None for v in c.get(col, []))
+
+
+def utilisation_plot(series: list[tuple[str, dict[str, list[float | None]]]]) -> Plot | None:
+    """Small multiples: one panel per run (at most ``MAX_PANELS``), CPU utilisation of all
+    cores and, when sampled, GPU utilisation, on one 0-100% scale; each panel titled with
+    what sets its run apart."""
+    series = [(n, c) for n, c in series if _has(c, "cpu_util_pct")][:MAX_PANELS]
     if not series:
         return None
-    series = series[:MAX_SERIES]
-    has_gpu = any(v is not None for _, c in series for v in c.get("gpu_util_pct", []))
-    fig, axes = _figure(10.0 if has_gpu else 7.0, 3.8, 2 if has_gpu else 1)
-    axes = list(axes) if has_gpu else [axes]
-    for ax, col, title in zip(axes, ("cpu_util_pct", "gpu_util_pct"),
-                              ("CPU utilisation (all cores)", "GPU utilisation"), strict=False):
-        for i, (label, c) in enumerate(series):  # one colour per run in both panels
+    has_gpu = any(_has(c, "gpu_util_pct") for _, c in series)
+    ncols = min(3, len(series))
+    nrows = math.ceil(len(series) / ncols)
+    fig, axes = _figure(3.4 * ncols, 0.8 + 2.3 * nrows, ncols, nrows, sharey=True,
+                        squeeze=False)
+    flat = list(axes.ravel())
+    for i, ax in enumerate(flat):
+        if i >= len(series):
+            ax.set_visible(False)
+            continue
+        label, c = series[i]
+        for col, colour, name in (("cpu_util_pct", "#30638e", "CPU (all cores)"),
+                                  ("gpu_util_pct", "#d1495b", "GPU")):
             pts = [(t, v) for t, v in zip(c["t_s"], c.get(col, []), strict=False)
                    if t is not None and v is not None]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.2, label=label[:28],
-                        color=f"C{i}")
-        ax.set(xlabel="seconds", ylabel="%", title=title, ylim=(0, 105))
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.2, color=colour,
+                        label=name)
+        ax.set_title(wrap(label, 34), fontsize=8)
+        ax.set_ylim(0, 105)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    return _png(fig)
+        ax.tick_params(labelsize=7)
+        if i % ncols == 0:
+            ax.set_ylabel("%", fontsize=8)
+        if i + ncols >= len(series):
+            ax.set_xlabel("seconds", fontsize=8)
+    what = "CPU (all cores) and GPU utilisation" if has_gpu else "CPU utilisation (all cores)"
+    fig.suptitle(f"{what} over each run", fontsize=10)
+    if has_gpu:
+        fig.legend(*flat[0].get_legend_handles_labels(), loc="outside upper right", fontsize=8)
+    return _render(fig)
 
 
-def loader_plot(rows: list[dict[str, Any]]) -> bytes | None:
-    """Data wait and compute (h2d + forward + backward + optimizer) per step for each loader setting, stacked, with the
-    data-wait fraction on top: a fall in data wait that compute eats shows as a flat bar."""
+def loader_plot(rows: list[dict[str, Any]]) -> Plot | None:
+    """Data wait and compute (h2d + forward + backward + optimizer) per step for each loader
+    setting, stacked, with the data-wait fraction on top: a fall in data wait that compute
+    eats shows as a flat bar."""
     ok = [r for r in rows if r["status"] == "ok" and r["data_s"] is not None
           and r["compute_s"] is not None]
     if not ok:
         return None
     ok = ok[:MAX_BARS]
-    fig, ax = _figure(max(6.0, 1.5 + 0.7 * len(ok)), 4.4)
+    fig, ax = _figure(6.0, 4.4)
     xs = list(range(len(ok)))
     data = [r["data_s"] * 1000 for r in ok]
     comp = [r["compute_s"] * 1000 for r in ok]
@@ -182,34 +336,36 @@ def loader_plot(rows: list[dict[str, Any]]) -> bytes | None:
     tops = [a + b for a, b in zip(comp, data, strict=True)]
     _label_points(ax, xs, tops, [f"wait {fmt.pct(r['data_wait_fraction'])}" for r in ok])
     multi = len({r["group"] for r in ok}) > 1
-    labels = [(f"{r['group']} {r['setting']}" if multi else r["setting"])[:34] for r in ok]
-    ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize=8)
+    w, extra = _categories(ax, [(f"{r['group']}, {r['setting']}" if multi else r["setting"])
+                                for r in ok])
+    fig.set_size_inches(w, 4.4 + extra)
     ax.set(ylabel="ms per step", title="Loader settings: data wait vs compute per step")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.margins(y=0.15)
+    _from_zero(ax, tops)
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return _render(fig)
 
 
-def colocate_plot(records: list[dict[str, Any]]) -> bytes | None:
+def colocate_plot(records: list[dict[str, Any]]) -> Plot | None:
     """Slowdown of each job when sharing, grouped by placement."""
     bars = [(f"{j.get('name')} ({r.get('placement') or '?'})", float(j["slowdown"]))
             for r in records for j in dicts(r.get("jobs")) if num(j.get("slowdown")) is not None]
     if not bars:
         return None
     bars = bars[:MAX_BARS]
-    fig, ax = _figure(max(5.0, 1.5 + 0.8 * len(bars)), 3.8)
+    fig, ax = _figure(5.0, 3.8)
     xs = list(range(len(bars)))
     ax.bar(xs, [b[1] for b in bars], color="#edae49")
     ax.axhline(1.0, color="#999", ls="--", lw=1)
     _label_points(ax, xs, [b[1] for b in bars], [f"{b[1]:.2f}x" for b in bars])
-    ax.set_xticks(xs, [b[0][:30] for b in bars], rotation=20, ha="right", fontsize=8)
+    w, extra = _categories(ax, [b[0] for b in bars])
+    fig.set_size_inches(max(5.0, w - 1.0), 3.8 + extra)
     ax.set(ylabel="slowdown together vs alone", title="Co-location")
-    ax.margins(y=0.15)
-    return _png(fig)
+    _from_zero(ax, [b[1] for b in bars])
+    return _render(fig)
 
 
-def comm_fit_plot(rec: dict[str, Any]) -> bytes | None:
+def comm_fit_plot(rec: dict[str, Any]) -> Plot | None:
     """Measured time per message size against the fitted alpha + beta * size, per op."""
     rows = [r for r in dicts(rec.get("rows")) if isinstance(r.get("op"), str)
             and (num(r.get("size_bytes")) or 0) > 0 and (num(r.get("time_s")) or 0) > 0]
@@ -230,25 +386,26 @@ def comm_fit_plot(rec: dict[str, Any]) -> bytes | None:
            title="Communication: measured vs predicted (alpha + beta * size)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return _render(fig)
 
 
 def comm_prediction_plot(labels: list[str], predicted_s: list[float],
-                         measured_s: list[float]) -> bytes | None:
+                         measured_s: list[float]) -> Plot | None:
     """Per run: the network model's communication per step against the standalone
     collective measured in the run's process group, on the same link."""
     if not labels:
         return None
-    fig, ax = _figure(max(5.5, 1.5 + 0.9 * len(labels)), 4.0)
+    fig, ax = _figure(5.5, 4.0)
     xs = list(range(len(labels)))
     w = 0.38
     ax.bar([x - w / 2 for x in xs], [p * 1e3 for p in predicted_s], w, label="predicted",
            color="#8d6a9f")
     ax.bar([x + w / 2 for x in xs], [m * 1e3 for m in measured_s], w,
-           label="measured (standalone collective)",
-           color="#00798c")
-    ax.set_xticks(xs, [lab[:28] for lab in labels], rotation=20, ha="right", fontsize=8)
+           label="measured (standalone collective)", color="#00798c")
+    width, extra = _categories(ax, labels)
+    fig.set_size_inches(max(5.5, width), 4.0 + extra)
     ax.set(ylabel="ms per step", title="Communication per step: predicted vs measured")
+    _from_zero(ax, [p * 1e3 for p in predicted_s] + [m * 1e3 for m in measured_s], 1.3)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return _render(fig)

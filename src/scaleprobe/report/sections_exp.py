@@ -10,7 +10,7 @@ from scaleprobe.report import batch as B
 from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
-from scaleprobe.report.doc import Image, Section, Sub, Table, Text
+from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.load import under_load_line
 
 
@@ -55,9 +55,8 @@ def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
         label = _within(g, eid)
         s.add(Table(list(B.BATCH_HEADERS), [B.batch_cells(r) for r in grows],
                     caption=f"Batch size: {label}" if label else ""))
-        png = plots.batch_plot(grows, f"Batch size: {label or eid}")
-        if png:
-            s.add(Image(f"batch-{_slug(g)}", png, f"samples/s and peak memory vs batch size, {g}"))
+        s.add(plots.image(f"batch-{_slug(g)}", plots.batch_plot(grows, f"Batch size: {label or eid}"),
+                          f"epoch time and peak memory vs batch size, {g}"))
     kind = rows[0]["memory_kind"] if rows else "host"
     notes = [f"Peak memory: {kind} memory. Growth compares each point with the previous one "
              "that finished."]
@@ -84,9 +83,8 @@ def _loader_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
     rec = B.recommend_workers(recs)
     for r in (rec.get("by_transform") or {"": rec}).values():  # one per transform
         s.add(Text(r["text"]))
-    png = plots.loader_plot(rows)
-    if png:
-        s.add(Image(f"loader-{_slug(eid)}", png, "data wait and compute per loader setting"))
+    s.add(plots.image(f"loader-{_slug(eid)}", plots.loader_plot(rows),
+                      "data wait and compute per loader setting"))
 
 
 def scaling_section(records: list[dict[str, Any]]) -> Section | None:
@@ -104,9 +102,7 @@ def scaling_section(records: list[dict[str, Any]]) -> Section | None:
                     right=[True] * 7 + [False], caption=f"Scale experiment {eid}"))
         s.add(Text("\n".join(f"- {r['line']}" for r in grows)))
         _load_line(s, runs.get(eid, []))
-    png = plots.scale_plot(rows)
-    if png:
-        s.add(Image("scaling", png, "speedup vs processes with the ideal line"))
+    s.add(plots.image("scaling", plots.scale_plot(rows), "speedup vs processes with the ideal line"))
     return s
 
 
@@ -152,9 +148,8 @@ def colocate_section(records: list[dict[str, Any]]) -> Section | None:
                "repeats; the interval pairs each repeat alone with the same repeat together. A "
                "job is slower (faster) together only when its interval lies above (below) 1.",
                note=True))
-    png = plots.colocate_plot(recs)
-    if png:
-        s.add(Image("colocation", png, "slowdown of each job when co-located"))
+    s.add(plots.image("colocation", plots.colocate_plot(recs),
+                      "slowdown of each job when co-located"))
     return s
 
 
@@ -191,9 +186,8 @@ def _comm_bench_blocks(s: Section, rec: dict[str, Any], i: int) -> None:
                  for op, f in fits.items()]
         s.add(Table(["Op", "alpha (us)", "beta (ns/byte)", "Bandwidth (Gbit/s)",
                      "Bus bandwidth (Gbit/s)"], frows, caption="Fit: time = alpha + beta * size"))
-    png = plots.comm_fit_plot(rec)
-    if png:
-        s.add(Image(f"comm-{i}", png, "measured vs predicted communication time per size"))
+    s.add(plots.image(f"comm-{i}", plots.comm_fit_plot(rec),
+                      "measured vs predicted communication time per size"))
 
 
 def _prediction_blocks(s: Section, runs: list[dict[str, Any]]) -> None:
@@ -246,10 +240,8 @@ def _prediction_blocks(s: Section, runs: list[dict[str, Any]]) -> None:
     if what_if:
         s.add(Text("Predictions for a link the run did not cross: " + "; ".join(what_if) + ".",
                    note=True))
-    png = plots.comm_prediction_plot(labels, pv, mv)
-    if png:
-        s.add(Image("comm-prediction", png,
-                    "predicted vs measured standalone collective per step, same link"))
+    s.add(plots.image("comm-prediction", plots.comm_prediction_plot(labels, pv, mv),
+                      "predicted vs measured standalone collective per step, same link"))
 
 
 def parity_section(records: list[dict[str, Any]]) -> Section | None:

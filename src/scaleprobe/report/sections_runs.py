@@ -10,8 +10,10 @@ from typing import Any
 from scaleprobe import results as res
 from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
-from scaleprobe.report.doc import Image, Section, Table, Text
-from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.report import repeats as P
+from scaleprobe.report.doc import Section, Table, Text
+from scaleprobe.report.finding import SEVERITIES, Finding
+from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import load_cell
 from scaleprobe.results import BREAKDOWN_PHASES
 
@@ -120,6 +122,8 @@ def runs_section(runs: list[dict[str, Any]]) -> Section | None:
 
 
 def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | None:
+    """Findings across runs, then per run (``per_run`` already grouped: one row per verdict
+    and next step, report/grouped.py)."""
     if not exp and not per_run:
         return None
     order = {s: i for i, s in enumerate(SEVERITIES)}
@@ -127,7 +131,7 @@ def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | No
     s.add(Text("What limits each run, the numbers that show it, and what to try next. "
                "Thresholds and rules: docs/REPORTS.md."))
     headers = ["Severity", "About", "Verdict", "Evidence", "Next step"]
-    for caption, items in (("Across runs", exp), ("Per run", merge_same(per_run))):
+    for caption, items in (("Across runs", exp), ("Per run", per_run)):
         if items:
             items = sorted(items, key=lambda f: order.get(f.severity, len(order)))
             rows = [[f.severity, f.subject, f.verdict, f.evidence, f.recommendation]
@@ -136,52 +140,59 @@ def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | No
     return s
 
 
-def _label(rec: dict[str, Any]) -> str:
-    pt = fmt.describe_point(R.point(rec))
-    return f"{R.name(rec)}" if not pt or pt in R.name(rec) else f"{R.name(rec)} ({pt})"
+def _points(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per experiment point: its median repeat (a run of no experiment is its own
+    point), so repeats do not multiply the bars and panels."""
+    return P.group_repeats(runs)
 
 
 def breakdown_section(runs: list[dict[str, Any]]) -> Section | None:
-    ok = [r for r in runs if R.breakdown_total_s(r)]
+    ok = [r for r in _points([r for r in runs if R.breakdown_total_s(r)])
+          if R.breakdown_total_s(r)]
     if not ok:
         return None
-    headers = ["Run", *[f"{p}" for p in BREAKDOWN_PHASES], "Total", "Step median"]
+    labels = distinct_labels(ok, with_repeat=False)
+    headers = ["Run", *BREAKDOWN_PHASES, "Total", "Step median", "Repeats"]
     rows = []
-    for r in ok:
+    for lab, r in zip(labels, ok, strict=True):
         bd = R.metric_dict(r, "breakdown_s")
-        rows.append([_label(r), *[fmt.ms(bd.get(p)) for p in BREAKDOWN_PHASES],
-                     fmt.ms(R.breakdown_total_s(r)), fmt.ms(R.step_median_s(r))])
+        rows.append([lab, *[fmt.ms(bd.get(p)) for p in BREAKDOWN_PHASES],
+                     fmt.ms(R.breakdown_total_s(r)), fmt.ms(R.step_median_s(r)),
+                     str(len(P.repeats_of(r)) or 1)])
     s = Section("Step-time breakdown", anchor="breakdown")
     s.add(Text("Milliseconds per phase of the median step: each phase keeps its share of a "
                "typical step (its mean over the steps between the 5th and 95th percentile of "
                "step time), laid over the median step time, so the phases add up to Step "
-               "median. comm is exposed communication, measured in place."))
+               "median. comm is exposed communication, measured in place. One row (and bar) "
+               "per experiment point: its median repeat; Run names what sets it apart."))
     s.add(Table(headers, rows))
-    png = plots.breakdown_plot([_label(r) for r in ok],
-                               [R.metric_dict(r, "breakdown_s") for r in ok])
-    if png:
-        s.add(Image("breakdown", png, "stacked step-time breakdown per run"))
+    plot = plots.breakdown_plot(labels, [R.metric_dict(r, "breakdown_s") for r in ok])
+    s.add(plots.image("breakdown", plot, "stacked step-time breakdown per run"))
     return s
 
 
 def utilisation_section(runs: list[dict[str, Any]], bases: list[Path]) -> Section | None:
-    series = []
-    for r in runs:
+    found = []
+    for r in _points(runs):
         path = R.find_run_file(r, "monitor_csv", "monitor.csv", bases)
         if path is None:
             continue
         try:
-            series.append((_label(r), plots.read_monitor_csv(path)))
+            found.append((r, plots.read_monitor_csv(path)))
         except (OSError, ValueError):
             continue
-    png = plots.utilisation_plot(series)
-    if png is None:
+    labels = distinct_labels([r for r, _ in found], with_repeat=False)
+    series = [(lab, cols) for lab, (_, cols) in zip(labels, found, strict=True)]
+    plot = plots.utilisation_plot(series)
+    if plot is None:
         return None
     s = Section("Utilisation over time", anchor="utilisation")
-    shown = min(len(series), plots.MAX_SERIES)
-    s.add(Text(f"From each run's monitor.csv ({shown} of {len(runs)} runs). CPU utilisation is "
-               "the average over all cores; GPU utilisation appears when NVML was sampled."))
-    s.add(Image("utilisation", png, "CPU and GPU utilisation over time"))
+    shown = len(plot.meta["axes"])
+    of = f"the first {shown} of {len(series)}" if shown < len(series) else f"{shown}"
+    s.add(Text(f"From each run's monitor.csv: one panel per experiment point ({of}; each "
+               "point's median repeat), on one 0-100% scale. CPU utilisation is the average over "
+               "all cores; GPU utilisation appears when NVML was sampled."))
+    s.add(plots.image("utilisation", plot, "CPU and GPU utilisation over time, one panel per run"))
     return s
 
 

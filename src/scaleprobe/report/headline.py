@@ -1,0 +1,399 @@
+"""The report's opening section, "What this says": at most five verdicts, most important
+first, each with its number, its interval and the command that would improve or decide it.
+
+Where the verdicts come from (the details stay in the sections below):
+
+    batch size        report/batch.py: the fastest batch size against every other of its
+                      group, epoch-time ratios over the paired repeats
+    loader workers    report/batch.py: the fewest workers within reach of the best samples/s
+    scaling           report/scale.py: speedup and efficiency at the largest process count
+    co-location       the colocate record's verdict and each job's slowdown interval
+    accuracy parity   the parity record's verdict and the difference's interval
+    loader contention more workers cut the data wait but slowed compute
+    per-run findings  grouped by verdict and next step (report/grouped.py)
+
+Order: runs that failed; verdicts an experiment decided (warnings first); verdicts it could
+not decide (each says how many repeats would); loader contention; per-run warnings, the one
+about most runs first; then per-run notes. Runs measured under load are one caveat line, not
+a verdict, because they weaken every verdict above.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import metrics as M
+from scaleprobe.report import batch as B
+from scaleprobe.report import fmt
+from scaleprobe.report import records as R
+from scaleprobe.report import repeats as P
+from scaleprobe.report import scale as S
+from scaleprobe.report.doc import Section, Table, Text
+from scaleprobe.report.findings_exp import contention_cases
+from scaleprobe.report.grouped import Group
+from scaleprobe.report.load import run_load
+from scaleprobe.report.thresholds import DEFAULT, Thresholds
+
+TITLE = "What this says"
+ANCHOR = "what-this-says"
+MOST = 5
+HEADERS = ["", "Verdict", "Number", "Interval (95%)", "To decide or improve it"]
+ERROR, DECIDED, UNDECIDED, CONTENTION, RUN_WARNING, NOTE = range(6)
+# the demo's sweeps: rerun through `scaleprobe demo`, which has no spec file to name
+DEMO_SWEEPS = ("demo-batch-size", "demo-loader-transform")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    number: str
+    interval: str
+    command: str
+    rank: int  # ERROR ... NOTE: lower comes first
+    weight: float = 0.0  # within a rank, larger comes first (runs affected)
+    warning: bool = False  # a decided verdict that calls for a change
+
+
+def headline_section(records: list[dict[str, Any]], groups: list[Group],
+                     th: Thresholds = DEFAULT) -> Section:
+    """The section; ``groups``: the per-run findings, grouped."""
+    found = collect(records, groups, th)
+    s = Section(TITLE, anchor=ANCHOR, lead=True)
+    if not found:
+        s.add(Text("Nothing stands out: no run failed and no rule in docs/REPORTS.md fired. The "
+                   "figures are in the sections below."))
+        return s
+    shown = found[:MOST]
+    rows = [[str(i), v.claim, v.number, v.interval, v.command] for i, v in enumerate(shown, 1)]
+    s.add(Table(HEADERS, rows, right=[True, False, False, False, False]))
+    notes = [line for line in (_load_caveat(records, th), _more(found[MOST:])) if line]
+    if notes:
+        s.add(Text("\n".join(notes), note=True))
+    return s
+
+
+def collect(records: list[dict[str, Any]], groups: list[Group],
+            th: Thresholds = DEFAULT) -> list[Verdict]:
+    """Every verdict, most important first (the section shows the first ``MOST``)."""
+    found: list[Verdict] = []
+    for eid, runs in R.by_experiment(records, "sweep").items():
+        recs = runs + R.summaries(records, "sweep", eid)
+        axes = {k for r in runs for k in R.point(r)}
+        if axes & set(R.BATCH_AXES):
+            found += batch_verdicts(eid, recs)
+        if axes & set(R.LOADER_AXES):
+            found += worker_verdicts(eid, recs, th)
+    found += scale_verdicts(records, th)
+    found += [colocate_verdict(r, th) for r in R.of_kind(records, "colocate")]
+    found += [parity_verdict(r) for r in R.of_kind(records, "parity")]
+    found += contention_verdicts(R.of_kind(records, "run"), th)
+    found += group_verdicts(groups)
+    order = {id(v): i for i, v in enumerate(found)}
+    return sorted(found, key=lambda v: (v.rank, not v.warning, -v.weight, order[id(v)]))
+
+
+def _repeats_text(need: int | None, what: str = "") -> str:
+    if need is None:
+        return (f"more than {M.MAX_REPEATS_SUGGESTED} repeats would be needed{what}, or the "
+                "difference is smaller than the noise")
+    return f"about {need} repeats would decide it{what}"
+
+
+def _rerun(kind: str, eid: str, folder: str, repeats: int | None) -> str:
+    """The command that measures an experiment again with more repeats (finished runs are
+    reused, only the new repeats run)."""
+    n = repeats or M.MAX_REPEATS_SUGGESTED
+    out = folder or "OUT"
+    if kind == "sweep" and eid in DEMO_SWEEPS:
+        return f"`scaleprobe demo --out {Path(out).parent} --repeats {n}`"
+    if kind == "sweep":
+        return f"`scaleprobe sweep SPEC.toml --out {out} --repeats {n}` (the sweep's own spec)"
+    if kind == "scale":
+        return (f"`scaleprobe scale --id {eid} --out {out} --repeats {n}` with the same "
+                "--nproc and run options")
+    return f"`scaleprobe {kind} SPEC.toml --repeats {n}` (the experiment's own spec)"
+
+
+def _folder(recs: list[dict[str, Any]]) -> str:
+    return next((R.source(r) for r in recs if R.source(r)), "")
+
+
+def _run_cmd(rec: dict[str, Any], flags: dict[str, Any]) -> str:
+    """``scaleprobe run`` with the run's model and dataset, its experiment point's settings
+    (each axis is a run option) and ``flags`` over them ({"batch_size": 32} -> --batch-size
+    32)."""
+    opts = {"model": R.cfg(rec, "model.name"), "dataset": R.cfg(rec, "data.dataset"),
+            **{k: v for k, v in R.point(rec).items() if k != "nproc"}, **flags}
+    parts = [f"--{k.replace('_', '-')} {v}" for k, v in opts.items() if v is not None]
+    return "`scaleprobe run " + " ".join(parts) + "`"
+
+
+def batch_verdicts(eid: str, recs: list[dict[str, Any]]) -> list[Verdict]:
+    """The fastest batch size, told apart from every other of its group or not."""
+    rec = B.recommend_batch(recs)
+    fast = rec["fastest"]
+    folder = _folder(recs)
+    if fast is None:
+        return [Verdict(f"Batch size ({eid}): no batch size finished", "0 points finished",
+                        "-", "see Findings: why each point failed", ERROR)]
+    table = [r for r in B.batch_table(recs) if r["group"] == fast["group"]]
+    others = [r for r in table if r["status"] == "ok" and r["batch_size"] != fast["batch_size"]]
+    ivs = [(o, P.interval(fast["record"], o["record"], B.epoch_figure)) for o in others]
+    oom = [str(r["batch_size"]) for r in table if r["status"] == "oom"]
+    number = (f"batch {fast['batch_size']}: epoch "
+              f"{fmt.seconds(fast['epoch_time_s'], fast['epoch_projected'])}, "
+              f"{fmt.rate(fast['samples_per_s'])} samples/s"
+              + (f"; batch {', '.join(oom)} ran out of memory" if oom else ""))
+    tied = [(o, iv) for o, iv in ivs if iv is None or not iv.above(1.0)]
+    if not tied:
+        o, iv = min(ivs, key=lambda p: p[1].lo) if ivs else (None, None)
+        interval = (f"the next, batch {o['batch_size']}: {iv.text()} (its epoch time / batch "
+                    f"{fast['batch_size']}'s)" if iv is not None
+                    else "the only batch size that finished")
+        return [Verdict(f"Batch {fast['batch_size']} gives the shortest epoch ({eid})", number,
+                        interval, f"use it: {_run_cmd(fast['record'], {'batch_size': fast['batch_size']})}",
+                        DECIDED)]
+    needs = [(o, iv, M.repeats_to_decide(iv, 1.0) if iv is not None else None) for o, iv in tied]
+    o, iv, need = max(needs, key=lambda t: math.inf if t[2] is None else t[2])
+    closest = (f"batch {o['batch_size']}: {iv.text()} (its epoch time / batch "
+               f"{fast['batch_size']}'s)" if iv is not None else f"batch {o['batch_size']}: no spread")
+    names = ", ".join(str(t[0]["batch_size"]) for t in tied)
+    return [Verdict(f"Fastest batch size ({eid}): inconclusive, batch {fast['batch_size']} is "
+                    f"not told apart from batch {names}", number,
+                    f"{closest}; {_repeats_text(need)}",
+                    _decide(need, iv, lambda n: _rerun("sweep", eid, folder, n)), UNDECIDED)]
+
+
+def _decide(need: int | None, iv: M.Interval | None, command: Any) -> str:
+    """The command with the repeats that would decide; when no number of repeats would (the
+    difference is below the noise), a quieter machine first, then twice the repeats."""
+    if need is not None:
+        return command(need)
+    n = max(2 * (iv.n if iv is not None else 1), 3)
+    return f"the noise is larger than the difference: measure on a quiet machine, e.g. {command(n)}"
+
+
+def _worker_flags(r: dict[str, Any]) -> dict[str, Any]:
+    if r["workers"] == 0:
+        return {"loader": "naive", "workers": None}
+    return {"loader": "pipelined", "workers": r["workers"], "prefetch": r.get("prefetch")}
+
+
+def worker_verdicts(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
+    """The loader-worker recommendation, one per transform the sweep varied."""
+    rec = B.recommend_workers(recs, th)
+    if rec.get("workers") is None and rec.get("decided") is not False and "by_transform" not in rec:
+        return [Verdict(f"Loader settings ({eid}): none finished", "0 settings finished", "-",
+                        "see Findings: why each point failed", ERROR)]
+    rows = B.loader_table(recs)
+    out = []
+    for transform, r in (rec.get("by_transform") or {"": rec}).items():
+        where = f"{eid}, transform={transform}" if transform else eid
+        if r.get("workers") is None:
+            iv = M.Interval(**r["interval"]) if r.get("interval") else None
+            need = M.repeats_to_decide(iv, 1.0 - th.workers_within) if iv else None
+            out.append(Verdict(f"Loader workers ({where}): inconclusive", f"best: "
+                               f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
+                               "samples/s",
+                               (f"fewer workers / the best: {iv.text()}; " if iv else "")
+                               + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)}"
+                                               " of the best"),
+                               _decide(need, iv, lambda n: _rerun("sweep", eid, _folder(recs), n)),
+                               UNDECIDED))
+            continue
+        pick = next((x for x in rows if x["group"] == r["group"] and x["setting"] == r["setting"]),
+                    None)
+        use = (f"use it: {_run_cmd(pick['record'], _worker_flags(r))}" if pick is not None
+               else "see Sweeps")
+        out.append(Verdict(f"Use {r['workers']} loader worker(s) ({where}): {r['setting']}",
+                           f"{fmt.rate(r['samples_per_s'])} samples/s",
+                           _worker_margin(r, pick, rows), use, DECIDED))
+    return out
+
+
+def _worker_margin(r: dict[str, Any], pick: dict[str, Any] | None,
+                   rows: list[dict[str, Any]]) -> str:
+    """The recommendation's interval, or (the best setting itself) how the next setting of
+    its group compares with it."""
+    if r.get("interval"):
+        return f"{M.Interval(**r['interval']).text()} of the best ({r['best_setting']})"
+    if pick is None:
+        return "-"
+    peers = [x for x in rows if x["group"] == pick["group"] and x is not pick
+             and x["status"] == "ok" and x["transform"] == pick["transform"]]
+    ivs = [(x, P.interval(pick["record"], x["record"], P.samples_per_s)) for x in peers]
+    ivs = [(x, iv) for x, iv in ivs if iv is not None]
+    if not ivs:
+        return "no other setting to compare"
+    x, iv = max(ivs, key=lambda p: p[1].estimate)
+    return f"the next, {x['setting']}: {iv.text()} (its samples/s / this one's)"
+
+
+def scale_verdicts(records: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
+    """Each scale experiment at its largest process count that finished."""
+    rows = [r for r in S.scale_table(records, th) if r["status"] == "ok" and (r["nproc"] or 0) > 1]
+    out = []
+    for eid in dict.fromkeys(r["experiment"] for r in rows):
+        row = max((r for r in rows if r["experiment"] == eid), key=lambda r: r["nproc"])
+        n, folder = row["nproc"], R.source(row["record"])
+        number = (f"{n} processes: speedup {fmt.ratio(row['speedup'])}, efficiency "
+                  f"{fmt.pct(row['efficiency'])}")
+        iv, eiv = row["speedup_interval"], row["efficiency_interval"]
+        if row.get("implausible"):
+            out.append(Verdict(f"Scaling ({eid}): the speedup is implausible", number,
+                               iv.text() if iv else "no spread", _rerun("scale", eid, folder, 5),
+                               UNDECIDED))
+            continue
+        if eiv is None:
+            out.append(Verdict(f"Scaling ({eid}): not judged", number, "no spread to judge by",
+                               _rerun("scale", eid, folder, 3), UNDECIDED))
+            continue
+        ivtext = f"efficiency [{fmt.pct(eiv.lo)}, {fmt.pct(eiv.hi)}], {eiv.n} repeats"
+        bar = th.scale_efficiency
+        if eiv.below(bar):
+            lost = S._lost_text(row["lost"]) or "see Scaling"
+            out.append(Verdict(f"{n} processes scale below {fmt.pct(bar)} efficiency ({eid}); "
+                               f"lost to {lost}", number, ivtext,
+                               "see Scaling and Findings for what to change", DECIDED,
+                               warning=True))
+        elif eiv.above(bar):
+            out.append(Verdict(f"{n} processes scale above {fmt.pct(bar)} efficiency ({eid})",
+                               number, ivtext, "nothing to change", DECIDED))
+        else:
+            need = M.repeats_to_decide(eiv, bar)
+            out.append(Verdict(f"Scaling ({eid}): inconclusive against {fmt.pct(bar)} "
+                               "efficiency", number, f"{ivtext}; {_repeats_text(need)}",
+                               _rerun("scale", eid, folder, need), UNDECIDED))
+    return out
+
+
+def colocate_verdict(rec: dict[str, Any], th: Thresholds) -> Verdict:
+    eid = R.exp_id(rec) or "co-location"
+    jobs = [j for j in R.dicts(rec.get("jobs")) if R.num(j.get("slowdown")) is not None]
+    verdict = str(rec.get("verdict") or "no verdict")
+    claim = f"Co-location ({eid}, {rec.get('placement') or 'shared'}): {verdict}"
+    if not jobs:
+        return Verdict(claim, "no job figures", "-", "see the jobs' run records", ERROR)
+    worst = max(jobs, key=lambda j: j["slowdown"])
+    number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} slower together"
+    ivd = R.dict_of(worst.get("slowdown_interval"))
+    iv = M.Interval(**ivd) if {"estimate", "lo", "hi", "n", "method"} <= set(ivd) else None
+    interval = iv.text() if iv else "no interval: recorded without repeats"
+    if verdict == "inconclusive" or iv is None:
+        need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None
+        return Verdict(claim, number, f"{interval}; {_repeats_text(need)}",
+                       _rerun("colocate", eid, "", need), UNDECIDED)
+    warning = verdict not in ("no interference",)
+    return Verdict(claim, number, interval, "see Co-location and Findings" if warning
+                   else "nothing to change", DECIDED, warning=warning)
+
+
+def parity_verdict(rec: dict[str, Any]) -> Verdict:
+    eid = R.exp_id(rec) or "parity"
+    verdict = str(rec.get("verdict") or "inconclusive")
+    diff, tol = R.number(rec, "difference"), R.number(rec, "tolerance")
+    number = (f"accuracy {fmt.num(rec.get('accuracy_1'), '.3f')} on 1 process vs "
+              f"{fmt.num(rec.get('accuracy_n'), '.3f')} on {rec.get('nproc') or 'N'}")
+    ivd = R.dict_of(rec.get("difference_interval"))
+    lo, hi = R.num(ivd.get("lo")), R.num(ivd.get("hi"))
+    if lo is None or hi is None or diff is None or tol is None:
+        return Verdict(f"Accuracy parity ({eid}): inconclusive", number, "one seed, no interval",
+                       "`scaleprobe scale --parity --repeats 3` with the same options",
+                       UNDECIDED)
+    n = int(R.num(rec.get("repeats")) or 1)
+    interval = (f"difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], {n} seeds; tolerance "
+                f"+/-{tol:.3f}")
+    if verdict == "inconclusive":
+        need = parity_repeats(diff, lo, hi, tol, n)
+        return Verdict(f"Accuracy parity ({eid}): inconclusive", number,
+                       f"{interval}; {_repeats_text(need)}",
+                       f"`scaleprobe scale --parity --repeats {need or M.MAX_REPEATS_SUGGESTED}`"
+                       " with the same options", UNDECIDED)
+    broken = verdict == "parity broken"
+    return Verdict(f"Accuracy parity ({eid}): {verdict}", number, interval,
+                   "see Accuracy parity and Findings" if broken else "nothing to change",
+                   DECIDED, warning=broken)
+
+
+def parity_repeats(diff: float, lo: float, hi: float, tol: float, n: int) -> int | None:
+    """Seeds that would shrink the difference's interval (half-width ~ 1/sqrt(seeds)) inside
+    the tolerance or wholly outside it, the difference staying where it is."""
+    half = (hi - lo) / 2
+    room = abs(tol - abs(diff))
+    if room == 0 or half == 0:
+        return None
+    need = math.ceil(n * (half / room) ** 2) + 1
+    return need if need <= M.MAX_REPEATS_SUGGESTED else None
+
+
+def contention_verdicts(runs: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
+    out = []
+    for c in contention_cases(runs, th):
+        base, worst = c["base"], c["worst"]
+        wa, wb = R.loader_workers(base), R.loader_workers(worst)
+        sa, sb = R.metric(base, "samples_per_s"), R.metric(worst, "samples_per_s")
+        setting = fmt.describe_point({k: v for k, v in R.point(worst).items()
+                                      if k not in ("workers", "loader", "prefetch")})
+        where = ", ".join(x for x in (c["label"], setting) if x)
+        out.append(Verdict(
+            f"Loader workers take cores from compute ({where}): {wa} -> {wb} worker(s) cut "
+            f"the data wait {fmt.pct(R.metric(base, 'data_wait_fraction'))} -> "
+            f"{fmt.pct(R.metric(worst, 'data_wait_fraction'))}",
+            f"compute per step {c['growth']:.2f}x; samples/s {fmt.rate(sa)} -> {fmt.rate(sb)}",
+            "one run each (the fastest compute with the fewest workers against the largest "
+            "growth), no interval",
+            f"keep {wa} worker(s): {_run_cmd(base, _worker_flags({'workers': wa}))}, or make "
+            "each sample cheaper", CONTENTION, weight=c["growth"]))
+    return out
+
+
+def group_verdicts(groups: list[Group]) -> list[Verdict]:
+    """Per-run findings (grouped): failures, warnings by the number of runs, then notes.
+    "Measured under load" is left to the caveat line."""
+    out = []
+    for g in groups:
+        f = g.finding
+        if f.verdict == "measured under load" or (f.verdict == "out of memory" and all(
+                _batch_point(r) for r in g.recs)):
+            continue  # the caveat line says the one; the batch-size verdict the other
+        if f.severity == "error":
+            rank = ERROR
+        elif f.severity == "warning":
+            rank = RUN_WARNING
+        else:
+            rank = NOTE
+        n = len(g.recs)
+        who = f"{n} runs" if n > 1 else (f.subject or "1 run")
+        number = g.range_text() or (f.evidence if n == 1 else f"{n} runs")
+        interval = ("-: per-run readings, no interval" if n > 1 else "-: one run, no interval")
+        if f.severity == "error":
+            interval = "-: a failure, not a measurement"
+        out.append(Verdict(f"{f.verdict[:1].upper()}{f.verdict[1:]} ({who})", number, interval,
+                           f.recommendation.split("; ")[0], rank, weight=n))
+    return out
+
+
+def _batch_point(rec: dict[str, Any]) -> bool:
+    """A point of a sweep over batch size (running out of memory there finds the limit)."""
+    return R.exp_kind(rec) == "sweep" and bool(set(R.point(rec)) & set(R.BATCH_AXES))
+
+
+def _load_caveat(records: list[dict[str, Any]], th: Thresholds) -> str | None:
+    runs = R.of_kind(records, "run")
+    loaded = [r for r in runs if run_load(r, th)[0]]
+    if not loaded:
+        return None
+    return (f"Caveat: {len(loaded)} of {len(runs)} runs were measured under load (processes "
+            "outside the run used the machine during its timed window); their figures may be "
+            "slower than the machine allows and widen the intervals above. Measure again on a "
+            "quiet machine; the runs are named under Findings.")
+
+
+def _more(rest: list[Verdict]) -> str | None:
+    if not rest:
+        return None
+    names = "; ".join(v.claim for v in rest[:4]) + ("; ..." if len(rest) > 4 else "")
+    return f"{len(rest)} more below (Findings and the sections after it): {names}."

@@ -1,0 +1,147 @@
+"""The report's opening section "What this says" and the grouped per-run findings."""
+
+from __future__ import annotations
+
+import re
+
+from scaleprobe.report import build_report
+from scaleprobe.report import headline as H
+from scaleprobe.report.build import compose
+from scaleprobe.report.doc import Table, Text
+from tests.unit.report.factory import GIB, breakdown, run, with_, write_results
+from tests.unit.report.sample import write_mixed
+
+
+def _point(eid: str, repeat: int, **point) -> dict:
+    return {"id": eid, "kind": "sweep", "point": point, "repeat": repeat}
+
+
+def _batch(eid: str, noise: list[float], epochs: dict[int, float], oom: int | None = None,
+           **kw) -> list[dict]:
+    """A batch sweep with ``len(noise)`` repeats, interleaved; repeat i's epoch times are
+    scaled by noise[i] at the smaller batch and by 1 / noise[i] at the larger, so noise
+    moves the two apart (the paired interval sees it)."""
+    recs = []
+    sizes = sorted(epochs)
+    for i, k in enumerate(noise):
+        for j, bs in enumerate(sizes):
+            f = k if j == 0 else 1 / k
+            recs.append(run(f"{eid}{bs}r{i}", batch=bs, epoch_s=epochs[bs] * f,
+                            sps=bs * 10.0 / f, host_mem=int((1 + bs / 64) * GIB),
+                            experiment=_point(eid, i, batch_size=bs), **kw))
+    if oom is not None:
+        recs.append(run(f"{eid}{oom}", status="oom", batch=oom, error="out of memory",
+                        experiment=_point(eid, 0, batch_size=oom)))
+    return recs
+
+
+def _headline(recs: list[dict], tmp_path) -> tuple[list[list[str]], list[str]]:
+    """The verdict rows and the notes of the opening section."""
+    write_results(tmp_path, recs)
+    from scaleprobe.report import records as R
+
+    _, sections = compose(R.load_records(tmp_path), [tmp_path])
+    lead = sections[0]
+    assert lead.title == H.TITLE and lead.lead
+    rows = next((b.rows for b in lead.blocks if isinstance(b, Table)), [])
+    notes = [b.text for b in lead.blocks if isinstance(b, Text)]
+    return rows, notes
+
+
+def test_a_decided_batch_verdict_has_its_number_interval_and_command(tmp_path):
+    """Catches a headline that states the fastest batch size without the interval that
+    supports it, or without the command to use it."""
+    recs = _batch("bs", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0}, oom=64)
+    rows, _ = _headline(recs, tmp_path)
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert row[1] == "Batch 32 gives the shortest epoch (bs)"
+    assert "epoch 52.0 s" in row[2] and "batch 64 ran out of memory" in row[2]
+    assert re.search(r"batch 16: \d\.\d\dx \[\d\.\d\d, \d\.\d\d\], 3 repeats", row[3])
+    assert "--batch-size 32" in row[4] and row[4].count("`") == 2
+    # running out of memory while probing batch sizes is the batch verdict's, not an error row
+    assert not any(r[1].lower().startswith("out of memory") for r in rows)
+
+
+def test_an_inconclusive_verdict_says_which_repeats_would_decide(tmp_path):
+    """Catches an undecided comparison stated as a verdict, or an "inconclusive" that leaves
+    the user without the repeats (and the command) that would decide it."""
+    recs = _batch("bs", [1.0, 1.04, 0.96], {16: 100.0, 32: 90.0})
+    rows, _ = _headline(recs, tmp_path)
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert row[1].startswith("Fastest batch size (bs): inconclusive")
+    m = re.search(r"about (\d+) repeats would decide it", row[3])
+    assert m, row[3]
+    need = int(m.group(1))
+    assert need > 3
+    assert f"--repeats {need}`" in row[4] and "scaleprobe sweep" in row[4]
+
+
+def test_at_most_five_verdicts_failures_first_the_rest_named(tmp_path):
+    """Catches a headline that lists every finding (the old report opened with 36 per-run
+    rows) or buries a failed run under notes."""
+    recs = _batch("a", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0})
+    recs += _batch("b", [1.0, 1.04, 0.96], {16: 100.0, 32: 90.0})
+    recs += [run(f"slow{i}", bd=breakdown(0.1, data=0.3 + i / 100)) for i in range(4)]
+    recs += [run("straggly", straggler={"slowest_rank": 1, "slowest_vs_median": 1.5}),
+             run("crashed", status="failed", error="worker exited with code -9")]
+    rows, notes = _headline(recs, tmp_path)
+    assert len(rows) == H.MOST
+    assert rows[0][1].startswith("Failed")
+    assert [r[0] for r in rows] == ["1", "2", "3", "4", "5"]
+    decided = next(i for i, r in enumerate(rows) if r[1].startswith("Batch 32"))
+    undecided = next(i for i, r in enumerate(rows) if "inconclusive" in r[1])
+    assert decided < undecided
+    more = next(n for n in notes if "more below" in n)
+    assert re.match(r"\d+ more below", more)
+
+
+def test_per_run_warnings_with_one_next_step_are_one_finding(tmp_path):
+    """Catches the per-run table that repeated the same long next step once per run (11
+    rows for 9 demo runs): runs that share a verdict and its advice are one row, naming the
+    runs and the range of the figure behind the verdict."""
+    recs = [run(f"r{i}", bd=breakdown(0.1, data=d), experiment=_point("w", i, batch_size=16))
+            for i, d in enumerate([0.2, 0.25, 0.3])]
+    md, _ = build_report(write_results(tmp_path, recs), tmp_path / "out")
+    text = md.read_text()
+    per_run = text.split("**Per run**", 1)[1]
+    input_rows = [line for line in per_run.splitlines() if "| input-bound |" in line]
+    assert len(input_rows) == 1
+    row = input_rows[0]
+    assert "3 runs: #0; #1; #2" in row
+    assert "data wait 20%-30% of each step" in row
+    assert row.count("raise loader workers") == 1
+
+
+def test_runs_under_load_are_one_caveat_not_a_verdict(tmp_path):
+    """Catches a headline that spends a verdict on "measured under load", or forgets to say
+    that the figures behind every verdict were measured on a busy machine."""
+    recs = _batch("bs", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0})
+    recs[0] = with_(recs[0], "metrics.outside_cpu_cores", 1.2)
+    rows, notes = _headline(recs, tmp_path)
+    assert not any("under load" in r[1] for r in rows)
+    assert any(n.startswith("Caveat: 1 of 6 runs were measured under load") for n in notes)
+
+
+def test_the_report_opens_with_the_headline(tmp_path):
+    """Catches a report whose answer sits below the intro and the findings tables."""
+    write_mixed(tmp_path)
+    md, html = build_report(tmp_path)
+    md_text, html_text = md.read_text(), html.read_text()
+    assert md_text.index("## What this says") < md_text.index("Source: ")
+    assert md_text.index("## What this says") < md_text.index("## Findings")
+    body = html_text.split("<body>", 1)[1]
+    assert body.index('<section class="lead" id="what-this-says">') < body.index("<nav>")
+    assert body.index("</section>") < body.index("<p>Source: ")
+
+
+def test_no_literal_backticks_or_none_in_the_page(tmp_path):
+    """Catches `commands` shown with their backticks in HTML, and "None" leaking into
+    cells (Growth of a first row, a figure that was not measured)."""
+    write_mixed(tmp_path)
+    md, html = build_report(tmp_path)
+    html_text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html.read_text())
+    assert "`" not in html_text
+    assert "<code><span>scaleprobe</span> <span>sweep</span></code>" in html_text
+    assert "`scaleprobe sweep`" in md.read_text()  # Markdown keeps them: they render as code
+    for text in (md.read_text(), html_text):
+        assert not re.search(r"\bNone\b", text)

@@ -1,0 +1,134 @@
+"""The report's figures: axes from zero, labels that are whole and tell bars apart, small
+multiples instead of tangled lines, figures that show what the table beside them shows."""
+
+from __future__ import annotations
+
+from scaleprobe.report import batch as B
+from scaleprobe.report import build_report, plots
+from scaleprobe.report.labels import distinct_labels, wrap
+from tests.unit.report.factory import GIB, breakdown, run, write_monitor_csv
+from tests.unit.report.sample import write_mixed
+
+
+def _point(eid: str, repeat: int = 0, **point) -> dict:
+    return {"id": eid, "kind": "sweep", "point": point, "repeat": repeat}
+
+
+def _sweep() -> list[dict]:
+    """Peak memory 1.00 -> 1.09 GiB: the +9% that an axis starting at 1 GiB made look steep."""
+    recs = []
+    for i, k in enumerate([1.0, 1.03, 0.98]):
+        for bs, mem, epoch in ((16, 1.00, 100.0), (32, 1.05, 60.0), (64, 1.09, 55.0)):
+            recs.append(run(f"b{bs}r{i}", batch=bs, epoch_s=epoch * k, sps=bs * 10 / k,
+                            device_mem=int(mem * GIB), gpu=80.0,
+                            experiment=_point("bs", i, batch_size=bs)))
+    return recs
+
+
+def _inside(box, meta, tol=1.0) -> bool:
+    x0, y0, x1, y1 = box
+    return x0 >= -tol and y0 >= -tol and x1 <= meta["width"] + tol and y1 <= meta["height"] + tol
+
+
+def _apart(boxes, tol=1.0) -> bool:
+    """No two tick labels overlap side by side."""
+    boxes = sorted(boxes)
+    return all(a[2] <= b[0] + tol for a, b in zip(boxes, boxes[1:], strict=False))
+
+
+def test_batch_figure_axes_from_zero_and_labels_as_in_the_table():
+    """Catches the peak-memory axis that started at 1.00 GiB (+9% looked steep), and a
+    throughput figure labelled with throughput growth beside a table of epoch-time growth."""
+    rows = B.batch_table(_sweep())
+    plot = plots.batch_plot(rows, "Batch size: bs")
+    epoch, memory = plot.meta["axes"]
+    assert memory["ylim"][0] == 0 and epoch["ylim"][0] == 0
+    assert memory["ylim"][1] > 1.09  # the whole range is shown, from zero
+    cells = [B.batch_cells(r) for r in rows]
+    assert memory["points"] == [c[3] for c in cells if c[3] != "-"]
+    assert epoch["points"] == [c[5].split(" [")[0] for c in cells if c[5] != "-"]
+    assert epoch["ylabel"].startswith("epoch time") and "Growth" in epoch["title"]
+
+
+def test_breakdown_bars_are_labelled_with_what_varies_never_cut_or_alike():
+    """Catches bars labelled "loader=pipelined, transform=" twice: the labels were the whole
+    description cut at 28 characters, so two bars could not be told apart."""
+    recs = [run(f"{ld}-{tf}", loader=ld, transform=tf, bd=breakdown(0.1, data=0.1),
+                experiment=_point("demo-loader-transform", loader=ld, transform=tf))
+            for ld in ("naive", "pipelined") for tf in ("light", "heavy")]
+    labels = distinct_labels(recs, with_repeat=False)
+    assert labels == ["loader=naive, transform=light", "loader=naive, transform=heavy",
+                      "loader=pipelined, transform=light", "loader=pipelined, transform=heavy"]
+    plot = plots.breakdown_plot(labels, [r["metrics"]["breakdown_s"] for r in recs])
+    ax = plot.meta["axes"][0]
+    assert ax["xticklabels"] == [wrap(lab) for lab in labels]
+    assert [t.replace("\n", ", ") for t in ax["xticklabels"]] == labels  # nothing dropped
+    assert _inside(plot.meta["content"], plot.meta) and _inside(ax["bbox"], plot.meta)
+    assert _apart(ax["xtickboxes"])
+    assert "median step" in ax["title"].lower() and "(ms)" in ax["title"]
+    assert ax["ylim"][0] == 0
+
+
+def test_many_bars_with_long_labels_stay_inside_the_figure():
+    """Catches labels cut at the figure's edge, or run into each other, when there are many
+    bars with long names."""
+    recs = [run(f"r{i}", bd=breakdown(0.1), experiment=_point(
+        "a-long-experiment-name", transform=f"transform-number-{i}-with-a-long-name"))
+        for i in range(30)]
+    labels = distinct_labels(recs)
+    plot = plots.breakdown_plot(labels, [r["metrics"]["breakdown_s"] for r in recs])
+    ax = plot.meta["axes"][0]
+    assert len(set(ax["xticklabels"])) == 30
+    assert _inside(plot.meta["content"], plot.meta) and _inside(ax["bbox"], plot.meta)
+    assert _apart(ax["xtickboxes"])
+
+
+def test_labels_keep_only_what_varies_and_never_collide():
+    """Catches labels that repeat what every run shares and hide what differs, and two runs
+    that look alike."""
+    recs = [run("a", experiment=_point("sw", 0, batch_size=16)),
+            run("b", experiment=_point("sw", 1, batch_size=16)),
+            run("c", experiment=_point("sw", 0, batch_size=32)),
+            run("d", experiment={"id": "other", "kind": "sweep", "point": {"batch_size": 16},
+                                 "repeat": 0})]
+    assert distinct_labels(recs) == ["sw, batch_size=16 #0", "sw, batch_size=16 #1",
+                                     "sw, batch_size=32 #0", "other, batch_size=16 #0"]
+    assert distinct_labels(recs[:3]) == ["batch_size=16 #0", "batch_size=16 #1",
+                                         "batch_size=32 #0"]
+    same = [run("x"), run("x")]
+    assert distinct_labels(same) == ["x", "x (2)"]
+
+
+def test_utilisation_is_small_multiples_not_nine_tangled_lines(tmp_path):
+    """Catches nine runs drawn as nine lines in one panel with a nine-entry legend."""
+    series = []
+    for i in range(9):
+        path = write_monitor_csv(tmp_path / f"r{i}" / "monitor.csv", gpu=(i == 0))
+        series.append((f"batch_size={2 ** (i + 4)}", plots.read_monitor_csv(path)))
+    plot = plots.utilisation_plot(series)
+    axes = plot.meta["axes"]
+    assert len(axes) == 9
+    assert [a["title"] for a in axes] == [name for name, _ in series]
+    assert all(a["ylim"] == [0.0, 105.0] for a in axes)
+    assert all(_inside(a["bbox"], plot.meta) for a in axes)
+
+
+def test_every_figure_of_the_report_is_whole(tmp_path):
+    """Catches any figure of a full report (every section) with text outside its edges."""
+    write_mixed(tmp_path)
+    from scaleprobe.report import records as R
+    from scaleprobe.report.build import compose
+    from scaleprobe.report.doc import Image
+
+    _, sections = compose(R.load_records(tmp_path), [tmp_path])
+    images = [b for s in sections for b in s.blocks if isinstance(b, Image)]
+    assert len(images) >= 8
+    for img in images:
+        meta = img.meta
+        assert _inside(meta["content"], meta), (img.name, meta["content"])
+        for ax in meta["axes"]:
+            assert _inside(ax["bbox"], meta), (img.name, ax["title"])
+            assert len(set(ax["xticklabels"])) == len(ax["xticklabels"]), img.name
+            assert _apart(ax["xtickboxes"]), (img.name, ax["xticklabels"])
+    md, _ = build_report(tmp_path)
+    assert (tmp_path / "report_files" / "utilisation.png").is_file() and md.is_file()
