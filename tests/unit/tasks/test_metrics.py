@@ -49,6 +49,13 @@ def test_one_kind_of_pair_gives_null():
     assert verification_accuracy([0.1, 0.2], [True, True])["verification_accuracy"] is None
 
 
+def test_one_pair_of_a_kind_gives_null():
+    """Bug caught: with a single matched pair, the fold that holds it out chose its threshold
+    from mismatched pairs alone, and an accuracy came out that measured nothing."""
+    out = verification_accuracy([0.1, 0.7, 0.8, 0.9, 1.0], [True, False, False, False, False])
+    assert out["verification_accuracy"] is None and out["eval_pairs"] == 5
+
+
 def test_mismatched_lengths_raise():
     with pytest.raises(ValueError):
         verification_accuracy([0.1, 0.2], [True])
