@@ -229,7 +229,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         with p.open("rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {p}") from None
+        from scaleprobe.bundled import hint
+
+        raise ConfigError(f"config file not found: {p}{hint(p)}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"cannot parse {p}: {e}") from None
     except OSError as e:
