@@ -274,7 +274,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         with p.open("rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {name}") from None
+        from scaleprobe.bundled import hint
+
+        raise ConfigError(f"config file not found: {name}{hint(p)}") from None
     except OSError as e:
         raise ConfigError(f"cannot read {name}: {e.strerror}") from None
     except ValueError:  # a NUL in the path

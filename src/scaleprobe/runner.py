@@ -204,6 +204,10 @@ def preflight(cfg: RunConfig) -> None:
     from scaleprobe.tasks import check_model_name
 
     check_model_name(cfg.task.task, cfg.model.name)
+    if cfg.task.task == "detection" and cfg.train.eval:
+        from scaleprobe.tasks.detection import require_metric
+
+        require_metric()  # the optional libraries of the mAP: before training, not after
     tr = traits_of(cfg.dist.strategy)
     if tr.towers:
         from scaleprobe.strategies.dp import check_devices

@@ -46,16 +46,14 @@ def test_detection_trains_and_reports_map50(capsys, voc, tmp_path):
     assert rec["status"] == "ok" and m["loss_first"] > 0
     # bug: the default model was recorded as digits_cnn; the result names the detector
     assert rec["config"]["model"]["name"] == "ssdlite320_mobilenet_v3_large"
-    assert m["map50_source"].startswith("torchmetrics")  # installed with scaleprobe
+    assert m["map50_source"].startswith("torchmetrics")  # the [detection] extra
     # every object of the held-out images is evaluated (a box lost to the eval transform
     # would flatter the mAP): the count agrees with the annotation files, read here
     assert m["eval_samples"] == 6 and m["eval_objects"] == _objects(voc, "val")
-    # a detector trained for 2 steps has no skill (measured: 0.0 in both implementations,
-    # also after 30 steps); a figure above 0.05 means the detections were matched against
-    # something other than the held-out boxes. COCO's 101-point AP (torchmetrics) and the VOC
-    # all-point AP (ours) of the same detections differ by at most 1/101 per class
-    assert m["map50_voc"] <= 0.05
-    assert m["map50"] == pytest.approx(m["map50_voc"], abs=1 / 101)
+    # a detector trained for 2 steps has no skill (measured: 0.0, also after 30 steps); a
+    # figure above 0.05 means the detections were matched against something other than the
+    # held-out boxes
+    assert 0.0 <= m["map50"] <= 0.05
     assert m["steps_per_epoch"] == 6  # 24 training images, 4 per step
 
 

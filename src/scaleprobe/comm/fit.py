@@ -6,19 +6,23 @@ operation's effective (algorithm) bandwidth for large messages.
 
 Message sizes in a benchmark span many orders of magnitude (1 KiB .. 256 MiB), so an
 ordinary least-squares fit would be decided by the largest messages alone and could give a
-negative latency. The fit minimises the *relative* error instead (weights ``1 / time^2``),
-keeps both parameters non-negative, and works with any number of points:
+negative latency. The fit minimises the *relative* error instead (each equation divided by
+its measured time), keeps both parameters non-negative (``scipy.optimize.lsq_linear`` with
+bounds), and works with any number of points:
 
-    1 point    all of the time is taken as bandwidth cost (alpha = 0)
-    2+ points  weighted least squares, clamped to alpha >= 0 and beta >= 0
+    1 size     all of the time is taken as bandwidth cost (alpha = 0): with one message size
+               latency and bandwidth cannot be told apart
+    2+ sizes   bounded least squares, alpha >= 0 and beta >= 0
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
+from scipy.optimize import lsq_linear
 
 
 @dataclass(frozen=True)
@@ -41,22 +45,16 @@ class Fit:
         return d
 
 
-def _weighted_ls(xs: Sequence[float], ts: Sequence[float], ws: Sequence[float]) -> tuple[float, float]:
-    sw = sum(ws)
-    sx = sum(w * x for w, x in zip(ws, xs, strict=True))
-    st = sum(w * t for w, t in zip(ws, ts, strict=True))
-    sxx = sum(w * x * x for w, x in zip(ws, xs, strict=True))
-    sxt = sum(w * x * t for w, x, t in zip(ws, xs, ts, strict=True))
-    det = sw * sxx - sx * sx
-    if det <= 0 or not math.isfinite(det):  # all sizes equal: no slope can be told apart
-        return 0.0, (st / sx if sx > 0 else 0.0)
-    beta = (sw * sxt - sx * st) / det
-    alpha = (st - beta * sx) / sw
-    if alpha < 0:  # best fit through the origin
-        return 0.0, sxt / sxx
-    if beta < 0:  # time does not grow with size: latency only
-        return st / sw, 0.0
-    return alpha, beta
+def _relative_ls(xs: np.ndarray, ts: np.ndarray) -> tuple[float, float]:
+    """alpha, beta >= 0 minimising the sum of ``((alpha + beta * x) / t - 1) ** 2``."""
+    if len(np.unique(xs)) < 2:  # one size: through the origin
+        cols = np.column_stack([xs / ts])
+    else:
+        cols = np.column_stack([1.0 / ts, xs / ts])
+    scale = np.linalg.norm(cols, axis=0)  # sizes span 1e3..3e8: equalise the columns
+    res = lsq_linear(cols / scale, np.ones(len(ts)), bounds=(0.0, np.inf), method="bvls")
+    params = res.x / scale
+    return (0.0, float(params[0])) if len(params) == 1 else (float(params[0]), float(params[1]))
 
 
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Fit:
@@ -65,11 +63,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Fi
            if t is not None and t > 0 and x > 0]
     if not pts:
         raise ValueError("no positive (size, time) points to fit")
-    xs, ts = [p[0] for p in pts], [p[1] for p in pts]
-    if len(pts) == 1:
-        alpha, beta = 0.0, ts[0] / xs[0]
-    else:
-        alpha, beta = _weighted_ls(xs, ts, [1.0 / (t * t) for t in ts])
+    alpha, beta = _relative_ls(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
     worst = max(abs((alpha + beta * x) / t - 1.0) for x, t in pts)
     return Fit(alpha_s=alpha, beta_s_per_byte=beta, points=len(pts), max_rel_err=worst)
 

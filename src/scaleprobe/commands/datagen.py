@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.report.fmt import bytes_
 
 NAME = "datagen"
 HELP = "write a small dataset in a standard on-disk format (cifar10, mnist, imagefolder, voc, lfw)"
@@ -59,15 +60,6 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     return w, h
 
 
-def _human(n_bytes: int) -> str:
-    size = float(n_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
-
-
 def layout_lines(root: Path) -> list[str]:
     """Folders under ``root`` with their file counts and sizes, collapsed when there are many."""
     per_dir: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -83,10 +75,10 @@ def layout_lines(root: Path) -> list[str]:
             grouped[key][0] += n
             grouped[key][1] += b
             grouped[key][2] += 1
-        return [f"  {d + '/':40s} {n:6d} files {_human(b):>10s}"
+        return [f"  {d + '/':40s} {n:6d} files {bytes_(b):>10s}"
                 + (f"  in {k} folders" if k > 1 else "")
                 for d, (n, b, k) in sorted(grouped.items())]
-    return [f"  {(d + '/') if d != '.' else './':40s} {n:6d} files {_human(b):>10s}"
+    return [f"  {(d + '/') if d != '.' else './':40s} {n:6d} files {bytes_(b):>10s}"
             for d, (n, b) in sorted(per_dir.items())]
 
 

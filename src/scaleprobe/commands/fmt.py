@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.report.fmt import bytes_  # one byte formatter for the terminal and the report
+
+__all__ = ["bytes_", "ms", "num", "pct", "seconds"]
+
 
 def num(v: Any, spec: str = ".1f", unit: str = "") -> str:
     return "n/a" if v is None else f"{v:{spec}}{unit}"
-
-
-def bytes_(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(v) >= div:
-            return f"{v / div:.2f} {unit}" if unit == "GiB" else f"{v / div:.0f} {unit}"
-    return f"{v} B"
 
 
 def ms(v: Any) -> str:

@@ -21,18 +21,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     if status != "ok" and not m.get("step_time_s"):
         con.print(f"result: {rec['paths'].get('dir')}/result.json")
         return
-    t = Table(show_header=True, header_style="bold")
-    for col in ("samples/s", "step median", "p95", "epoch time", "peak host mem",
-                "peak device mem", "CPU util", "GPU util", _metric_name(m)):
-        t.add_column(col, justify="right")
-    st = m.get("step_time_s") or {}
-    epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
-    mem = m["peak_mem_bytes"]
-    t.add_row(fmt.num(m.get("samples_per_s")), fmt.ms(st.get("median")), fmt.ms(st.get("p95")),
-              epoch, _host_mem(mem), fmt.bytes_(mem.get("device_allocated")),
-              fmt.num(m.get("cpu_util_pct"), ".0f", "%"), fmt.num(m.get("gpu_util_pct"), ".0f", "%"),
-              fmt.num(m.get(_metric_name(m)), ".3f"))
-    con.print(t)
+    con.print(_figures_table(con, _figures(m)))
     _rates_line(con, rec)
     _breakdown(con, m)
     _comm_line(con, rec)
@@ -55,6 +44,45 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
               f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
               f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
     con.print(f"result: {rec['paths'].get('dir')}/result.json")
+
+
+def _figures(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, value) of the run's headline figures, in the order they are shown."""
+    st = m.get("step_time_s") or {}
+    epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
+    mem = m["peak_mem_bytes"]
+    name = _metric_name(m)
+    return [("samples/s", fmt.num(m.get("samples_per_s"))),
+            ("step median", fmt.ms(st.get("median"))), ("p95", fmt.ms(st.get("p95"))),
+            ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
+            ("peak device mem", fmt.bytes_(mem.get("device_allocated"))),
+            ("CPU util", fmt.num(m.get("cpu_util_pct"), ".0f", "%")),
+            ("GPU util", fmt.num(m.get("gpu_util_pct"), ".0f", "%")),
+            (name, fmt.num(m.get(name), ".3f"))]
+
+
+def _figures_table(con: Console, figures: list[tuple[str, str]]) -> Table:
+    """One row of figures under their names where that fits the console whole; else one
+    figure per row (name, value), so that no header is cut and no value wrapped."""
+    wide = Table(show_header=True, header_style="bold")
+    for name, _ in figures:
+        wide.add_column(name, justify="right", no_wrap=True)
+    wide.add_row(*(v for _, v in figures))
+    if _natural_width(con, wide) <= con.width:
+        return wide
+    tall = Table(show_header=False)
+    tall.add_column(style="bold", no_wrap=True)
+    tall.add_column(justify="right", no_wrap=True)
+    for name, value in figures:
+        tall.add_row(name, value)
+    return tall
+
+
+def _natural_width(con: Console, table: Table) -> int:
+    """The width ``table`` takes with nothing cut or wrapped."""
+    from rich.measure import Measurement
+
+    return Measurement.get(con, con.options.update(width=10_000), table).maximum
 
 
 def _rates_line(con: Console, rec: dict[str, Any]) -> None:
@@ -147,8 +175,14 @@ def _ms(v: Any) -> str:
 
 
 def _console() -> Console:
+    """A terminal's width (or ``COLUMNS`` where it is set); piped without ``COLUMNS``, lines
+    stay whole for the log that reads them."""
+    import os
+
     c = Console()
-    return c if c.is_terminal else Console(width=140, soft_wrap=True)  # lines stay whole
+    if c.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return c
+    return Console(width=140, soft_wrap=True)
 
 
 def _breakdown(con: Console, m: dict[str, Any]) -> None:

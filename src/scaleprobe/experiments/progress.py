@@ -54,7 +54,9 @@ class SweepProgress:
 
     def eta(self) -> str:
         """Mean duration of the points run so far times the points left (resumed points take
-        no time and do not count)."""
+        no time and do not count). Not rich's TimeRemainingColumn: it estimates from the last
+        30 s of progress (a point takes minutes), needs two finished points and would count
+        resumed points as instant progress (docs/DEPENDENCIES.md)."""
         if not self.run_s or not self.total:
             return "-"
         left_s = sum(self.run_s) / len(self.run_s) * max(0, self.total - self.completed)

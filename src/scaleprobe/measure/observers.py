@@ -3,17 +3,34 @@ progress: TensorBoard scalars every ``--summary-every`` seconds and torch.profil
 (Chrome traces that open in Perfetto and Holistic Trace Analysis) every ``--profile-every``
 seconds. Both are off by default; when on, their small cost lands inside the timed window
 (a loss read, which synchronises the device, every summary interval; profiled steps run
-slower), so the result records that they were on."""
+slower), so the result records that they were on.
+
+The profiler's native library (kineto) writes its own log lines to the process's stderr
+(``USDT: ... profiler_start`` at every capture, and on a machine without a GPU an ``ERROR``
+that no GPU was found). Written straight to file descriptor 2, they break the progress bar.
+They are captured instead: every one goes to ``traces/profiler-rank<r>.log``, and only
+warnings and errors that say something are printed again, above the bar."""
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 MAX_CAPTURES = 5  # bounds the traces' total size
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 TOP_OPS = 15
+# kineto's log lines: "LEVEL:2026-11-23 19:33:48 5967:5967 File.cpp:39] text"
+KINETO_LINE = re.compile(r"(VERBOSE|INFO|WARNING|STAGE|ERROR|USDT):\d{4}-\d\d-\d\d ")
+# printed at every capture for tracing tools, and where no GPU is present: not for the user
+KINETO_NOISE = ("USDT:", "VERBOSE:", "INFO:", "STAGE:")
+NO_GPU_NOISE = "gpuGetDeviceCount failed"
 
 
 class Summaries:
@@ -104,6 +121,8 @@ class Profiles:
         self._prof = None
         self.traces: list[str] = []
         self.top_ops: list[dict[str, Any]] = []
+        self._top_total = 0.0  # operator time of the capture top_ops comes from
+        self.log = self.dir / f"profiler-rank{rank}.log"
 
     def _start(self) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
@@ -119,23 +138,56 @@ class Profiles:
 
         self._prof = profile(activities=acts, schedule=schedule(**PROFILE_SCHEDULE),
                              on_trace_ready=ready, record_shapes=False, with_stack=False)
-        self._prof.__enter__()
+        with self._native_log():
+            self._prof.__enter__()
         self._left = sum(PROFILE_SCHEDULE[k] for k in ("wait", "warmup", "active"))
 
     def _top(self, prof: Any) -> None:
+        """The top operators of the capture with the most operator time so far. A capture cut
+        short when the run ends holds little or nothing; it must not replace a full one."""
         key = "self_device_time_total" if self.cuda else "self_cpu_time_total"
         rows = sorted((e for e in prof.key_averages() if not e.key.startswith("ProfilerStep")),
                       key=lambda e: getattr(e, key, 0), reverse=True)  # steps are not operators
+        total = sum(getattr(e, key, 0) for e in rows)
+        if total <= self._top_total:
+            return
+        self._top_total = total
         self.top_ops = [{"name": e.key, "self_time_ms": getattr(e, key, 0) / 1000.0,
                          "calls": e.count} for e in rows[:TOP_OPS]]
 
+    @contextmanager
+    def _native_log(self) -> Iterator[None]:
+        """Around the profiler's calls: kineto's lines into the log (see the module
+        docstring); anything else written to stderr meanwhile goes back to it unchanged."""
+        with _fd2_captured() as captured:
+            yield
+        text = captured()
+        if not text:
+            return
+        kept, said = [], []
+        for line in text.splitlines(keepends=True):
+            m = KINETO_LINE.search(line)  # at the start, or after a bar drawn meanwhile
+            kept.append(line[:m.start()] if m else line)
+            if m:
+                said.append(line[m.start():])
+        if "".join(kept):
+            os.write(2, "".join(kept).encode(errors="replace"))
+        if said:
+            with self.log.open("a") as f:
+                f.writelines(said)
+        for line in said:
+            if not line.startswith(KINETO_NOISE) and not (NO_GPU_NOISE in line and not self.cuda):
+                print(f"profiler: {line.rstrip()}", file=sys.stderr)
+
     def step(self, st: Any) -> None:
         if self._prof is not None:
-            self._prof.step()
-            self._left -= 1
-            if self._left <= 0:
-                self._prof.__exit__(None, None, None)
-                self._prof = None
+            with self._native_log():
+                self._prof.step()
+                self._left -= 1
+                if self._left <= 0:
+                    self._prof.__exit__(None, None, None)
+                    self._prof = None
+            if self._prof is None:
                 self._next = time.perf_counter() + self.every_s
             return
         if len(self.traces) < MAX_CAPTURES and time.perf_counter() >= self._next:
@@ -143,9 +195,29 @@ class Profiles:
 
     def close(self) -> dict[str, Any]:
         if self._prof is not None:
-            self._prof.__exit__(None, None, None)
+            with self._native_log():
+                self._prof.__exit__(None, None, None)
             self._prof = None
         return {"traces": self.traces, "top_ops": self.top_ops}
+
+
+@contextmanager
+def _fd2_captured() -> Iterator[Any]:
+    """File descriptor 2 points at a temporary file inside the block; yields a function that
+    returns what was written there (after the block)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    out: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lambda: "".join(out)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            out.append(tmp.read().decode(errors="replace"))
 
 
 def build_observers(measure_cfg: Any, run_dir: str | None, rank: int, batch: int,

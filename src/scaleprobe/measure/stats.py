@@ -1,4 +1,15 @@
-"""Summary statistics of step times, and the stopping rule for an adaptive window."""
+"""Summary statistics of step times, and the stopping rule for an adaptive window.
+
+Quantiles are numpy's (linear interpolation between order statistics). The median's 95%
+confidence interval is the distribution-free one between two order statistics, chosen with
+the binomial distribution as ``scipy.stats.quantile_test(...).confidence_interval()`` chooses
+them (a test holds the two to the same answer). It is computed here rather than through
+``quantile_test`` because the stopping rule asks for it every few steps inside the measured
+window, and ``quantile_test`` costs several times as much per call
+(``benchmarks/median_ci.py``; figures in docs/DEPENDENCIES.md). With fewer than 6 steps no two
+order statistics reach 95%; the interval is then the whole range (min, max), as wide as the
+data allows.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +17,33 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from scipy.stats import binom
+
+CONFIDENCE = 0.95
+
 
 def quantile(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    if not s:
+    if not len(xs):
         raise ValueError("no values")
-    pos = q * (len(s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return float(np.quantile(np.asarray(xs, dtype=np.float64), q))
 
 
 def median(xs: Sequence[float]) -> float:
     return quantile(xs, 0.5)
 
 
-def median_ci(xs: Sequence[float], z: float = 1.96) -> tuple[float, float]:
-    """Distribution-free 95% confidence interval of the median (order statistics)."""
-    s = sorted(xs)
+def median_ci(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median (order statistics)."""
+    s = np.sort(np.asarray(xs, dtype=np.float64))
     n = len(s)
-    if n < 3:
-        return s[0], s[-1]
-    half = z * math.sqrt(n) / 2
-    lo = max(0, int(math.floor(n / 2 - half)))
-    hi = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
-    return s[lo], s[max(lo, hi)]
+    if n == 0:
+        raise ValueError("no values")
+    alpha = (1.0 - confidence) / 2
+    lo, hi = int(binom.ppf(alpha, n, 0.5)) - 1, int(binom.isf(alpha, n, 0.5))
+    if lo < 0 or hi >= n:  # too few values for this confidence
+        return float(s[0]), float(s[-1])
+    return float(s[lo]), float(s[hi])
 
 
 def rel_ci_halfwidth(xs: Sequence[float]) -> float:
@@ -42,16 +56,17 @@ def rel_ci_halfwidth(xs: Sequence[float]) -> float:
 
 
 def summarize(xs: Sequence[float]) -> dict[str, Any] | None:
-    if not xs:
+    if not len(xs):
         return None
+    a = np.asarray(xs, dtype=np.float64)
     return {
-        "median": median(xs),
-        "p95": quantile(xs, 0.95),
-        "mean": sum(xs) / len(xs),
-        "min": min(xs),
-        "max": max(xs),
-        "n": len(xs),
-        "rel_ci": rel_ci_halfwidth(xs) if len(xs) >= 3 else None,
+        "median": median(a),
+        "p95": quantile(a, 0.95),
+        "mean": float(a.mean()),
+        "min": float(a.min()),
+        "max": float(a.max()),
+        "n": len(a),
+        "rel_ci": rel_ci_halfwidth(a) if len(a) >= 3 else None,
     }
 
 

@@ -16,9 +16,10 @@ background). Transforms move the boxes with the image (torchvision.transforms.v2
 resized crop, a horizontal flip and colour jitter, and drops boxes the crop cut away. The
 detectors normalise the pixels themselves, so images go in as floats in [0, 1].
 
-Metric: ``map50``, the VOC mean average precision at IoU 0.5 (all-point interpolation,
-difficult objects ignored; ``tasks/metrics.py``). When torchmetrics and a COCO backend are
-installed, ``map50_coco`` (COCO's 101-point AP at IoU 0.5) is reported beside it.
+Metric (``--eval``): ``map50``, the mean average precision at IoU 0.5 as COCO defines it
+(precision sampled at 101 recall points), from torchmetrics with the pycocotools backend:
+``pip install 'scaleprobe[detection]'``. Objects marked difficult are COCO crowd regions: a
+detection on one counts neither as a hit nor as a miss, and missing one costs nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from scaleprobe.data.loader import collate_indexed_list
 from scaleprobe.errors import ConfigError
 from scaleprobe.registry import suggest
 from scaleprobe.tasks import TASKS
-from scaleprobe.tasks.metrics import voc_map50
 
 DEFAULT_DETECTOR = TASK_DEFAULT_MODELS["detection"]
 TASK_DEFAULT_MODEL = ModelConfig.name  # the run's default model: means "the task's default"
@@ -121,20 +121,31 @@ class BoxTransform:
         return img.as_subclass(torch.Tensor), out
 
 
-def _coco_map50(preds: list[dict[str, torch.Tensor]], gts: list[dict[str, torch.Tensor]]
-                ) -> float | None:
-    """COCO-style AP at IoU 0.5 from torchmetrics, when it and a backend are installed."""
-    try:
-        from torchmetrics.detection import MeanAveragePrecision
+MAP50_SOURCE = "torchmetrics (COCO, 101-point)"
 
-        metric = MeanAveragePrecision(iou_type="bbox", iou_thresholds=[0.5])
-        metric.warn_on_many_detections = False  # COCO keeps the 100 best per image, as intended
-        metric.update(preds, [{"boxes": g["boxes"], "labels": g["labels"],
-                               "iscrowd": g.get("difficult", torch.zeros(0)).long()}
-                              for g in gts])
-        return float(metric.compute()["map_50"])
-    except (ImportError, RuntimeError, ValueError):  # optional: absent or without a backend
-        return None
+
+def require_metric() -> None:
+    """A one-line ConfigError naming the extra when the mAP cannot be computed here."""
+    from scaleprobe.extras import require
+
+    require("detection", "--task detection with --eval (mAP through torchmetrics)")
+
+
+def map50(preds: list[dict[str, torch.Tensor]], gts: list[dict[str, torch.Tensor]]
+          ) -> float | None:
+    """COCO's AP at IoU 0.5, mean over the classes that have objects; None when none has.
+    ``preds[i]``: ``boxes`` N x 4, ``scores``, ``labels``; ``gts[i]``: ``boxes``, ``labels``
+    and optionally ``difficult``, for image ``i``."""
+    require_metric()
+    from torchmetrics.detection import MeanAveragePrecision
+
+    metric = MeanAveragePrecision(iou_type="bbox", iou_thresholds=[0.5], backend="pycocotools")
+    metric.warn_on_many_detections = False  # COCO keeps the 100 best per image, as intended
+    metric.update(preds, [{"boxes": g["boxes"], "labels": g["labels"],
+                           "iscrowd": g.get("difficult", torch.zeros(len(g["labels"]))).long()}
+                          for g in gts])
+    value = float(metric.compute()["map_50"])
+    return value if value >= 0 else None  # -1: no class has an object
 
 
 class Detection:
@@ -191,12 +202,8 @@ class Detection:
                 gts += y
         finally:
             model.train(was)
-        voc = voc_map50(preds, gts)["map50"]
-        coco = _coco_map50(preds, gts)  # the maintained implementation, when installed
-        return {"map50": coco if coco is not None else voc,
-                "map50_source": "torchmetrics (COCO, 101-point)" if coco is not None
-                else "scaleprobe (VOC, all-point)",
-                "map50_voc": voc, "eval_samples": len(gts),
+        return {"map50": map50(preds, gts), "map50_source": MAP50_SOURCE,
+                "eval_samples": len(gts),
                 "eval_objects": int(sum(len(g["labels"]) for g in gts))}
 
 

@@ -30,6 +30,30 @@ def test_median_ci_narrows_with_more_samples_and_stability_rule():
     assert not stats.is_stable(many[:5], 0.02, 10)  # below the minimum
 
 
+def test_median_ci_is_scipy_quantile_tests_interval():
+    """Bug caught: an order statistic off by one, or a normal approximation (the interval this
+    replaced: at 8 steps it claimed 95% for (x2, x7), which covers the median 93% of the
+    time). The interval must be the one scipy's exact binomial test gives, at every n."""
+    import random
+
+    from scipy.stats import quantile_test
+
+    rng = random.Random(1)
+    for n in range(6, 161, 7):  # 6, 13, ..., 160
+        xs = [rng.lognormvariate(0, 0.3) for _ in range(n)]
+        ci = quantile_test(xs, p=0.5).confidence_interval(0.95)
+        assert stats.median_ci(xs) == (ci.low, ci.high), n
+
+
+def test_median_ci_of_too_few_steps_is_the_whole_range():
+    """Bug caught: scipy gives nan there, and a nan half-width would reach result.json and
+    the comparisons. Five steps cannot give a 95% interval between order statistics: the
+    range, the widest there is, stands in."""
+    xs = [3.0, 1.0, 5.0, 2.0, 4.0]
+    assert stats.median_ci(xs) == (1.0, 5.0)
+    assert stats.rel_ci_halfwidth(xs) == pytest.approx(2 / 3)
+
+
 def test_timer_phases_add_up_to_step():
     t = StepTimer("cpu")
     for _ in range(4):

@@ -27,7 +27,6 @@ from PIL import Image
 
 from scaleprobe.data.formats.common import Written, need_count, need_size, prepare_out
 from scaleprobe.data.formats.draw import random_box
-from scaleprobe.errors import ConfigError
 
 BASE_FOLDER = "lfw-py"
 IMAGES_DIR = "lfw_funneled"
@@ -47,11 +46,11 @@ NOISE_SIGMA = (2.0, 14.0)  # pixel noise, in 0..255 units
 
 
 def _faces() -> np.ndarray:
-    try:
-        from skimage.data import lfw_subset
-    except ImportError:
-        raise ConfigError("datagen lfw draws on scikit-image's bundled faces; "
-                          "install it with `pip install scikit-image`") from None
+    from scaleprobe.extras import require
+
+    require("face", "datagen lfw (scikit-image's bundled faces)")
+    from skimage.data import lfw_subset
+
     return lfw_subset()[:100]  # the first 100 are faces, the rest are not
 
 

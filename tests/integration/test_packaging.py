@@ -1,0 +1,80 @@
+"""What an installed scaleprobe carries: the examples and docs the README and the help point
+to, and the optional libraries kept out of the plain install."""
+
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+from scaleprobe.bundled import bundled, hint
+
+ROOT = Path(__file__).resolve().parents[2]
+OPTIONAL = {"torchmetrics": "detection", "pycocotools": "detection", "scikit-image": "face"}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """A wheel built from a copy of the sources (the checkout is left untouched), offline:
+    with the setuptools of this environment."""
+    pytest.importorskip("setuptools", minversion="77", reason="building needs setuptools>=77")
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("examples", "docs"):
+        shutil.copytree(ROOT / name, src / name)
+    shutil.copytree(ROOT / "src", src / "src", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    out = tmp_path_factory.mktemp("wheel")
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "-q", str(src), "-w", str(out)], capture_output=True, text=True,
+                       timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (whl,) = out.glob("scaleprobe-*.whl")
+    return zipfile.ZipFile(whl)
+
+
+@pytest.mark.timeout(300)
+def test_wheel_carries_examples_and_docs(wheel):
+    """Bug caught: `pip install scaleprobe` then `scaleprobe sweep examples/...` or "see
+    docs/REPORTS.md": neither existed anywhere on the user's machine. Every file of examples/
+    and docs/, and so every one the README links to, is inside the package."""
+    names = set(wheel.namelist())
+    for kind in ("examples", "docs"):
+        for f in sorted((ROOT / kind).iterdir()):
+            assert f"scaleprobe/{kind}/{f.name}" in names, f"{kind}/{f.name} not in the wheel"
+    linked = set(re.findall(r"\b((?:examples|docs)/[\w.-]+\.(?:toml|md))", (ROOT /
+                                                                           "README.md").read_text()))
+    assert linked and all(f"scaleprobe/{p}" in names for p in linked), linked
+
+
+@pytest.mark.timeout(300)
+def test_optional_libraries_are_extras(wheel):
+    """Bug caught: every user installed pycocotools, torchmetrics and scikit-image (and
+    compiled pycocotools) for parts most never use; `.[all]` must still bring them all."""
+    (meta,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    msg = Parser().parsestr(wheel.read(meta).decode())
+    requires = msg.get_all("Requires-Dist")
+    for dist, extra in OPTIONAL.items():
+        lines = [r for r in requires if re.match(rf"{dist}\b", r)]
+        assert lines and all(f'extra == "{extra}"' in r for r in lines), (dist, lines)
+    assert any("scaleprobe[detection,face]" in r and 'extra == "all"' in r for r in requires)
+    assert {"detection", "face", "all", "test"} <= set(msg.get_all("Provides-Extra"))
+
+
+def test_a_missing_example_path_names_the_copy_that_comes_with_scaleprobe(tmp_path, capsys,
+                                                                         monkeypatch):
+    """Bug caught: run from another folder, `scaleprobe sweep examples/sweep_quickstart.toml`
+    (the README's command) said only "not found"."""
+    from scaleprobe.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "examples/sweep_quickstart.toml"]) == 2
+    err = capsys.readouterr().err.strip()
+    copy = bundled("examples") / "sweep_quickstart.toml"
+    assert len(err.splitlines()) == 1 and str(copy) in err and copy.is_file()
+    assert hint("mine/sweep.toml") == "" and hint("examples/no_such.toml") == ""

@@ -1,0 +1,46 @@
+"""The terminal summary of a run (commands/summary.py) on hand-made records."""
+
+import io
+
+from rich.cells import cell_len
+from rich.console import Console
+
+from scaleprobe.commands.summary import print_run
+from scaleprobe.report import fmt as report_fmt
+from tests.unit.test_assemble import MIB, assemble, raw
+
+
+def _printed(width: int, **raw_kw) -> str:
+    rec = assemble([raw(0, 0.1102, **raw_kw)])
+    rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
+    rec["metrics"]["accuracy"] = 0.931
+    out = io.StringIO()
+    print_run(rec, Console(file=out, width=width))
+    return out.getvalue()
+
+
+def test_narrow_console_lists_the_figures_one_per_row():
+    """Bug: at 80 columns the nine-column table cut its headers ("sampl...", "accu...") and
+    wrapped values ("1102.0 / ms")."""
+    text = _printed(80)
+    lines = text.splitlines()
+    assert max(cell_len(line) for line in lines) <= 80
+    assert "…" not in text
+    row = {line.strip("│ ").split("│")[0].strip(): line for line in lines if "│" in line}
+    assert "110.2 ms" in row["step median"] and "0.931" in row["accuracy"]
+    assert "900 MiB (net 150 MiB)" in row["peak host mem"]  # whole, on one line
+
+
+def test_wide_console_keeps_the_one_row_table():
+    """The one-row table stays where it fits: the headers in one line, the values below."""
+    lines = _printed(200).splitlines()
+    header = next(line for line in lines if "samples/s" in line)
+    assert "step median" in header and "accuracy" in header and "peak host mem" in header
+
+
+def test_terminal_and_report_write_a_size_alike():
+    """Bug: the same peak read "1.19 GiB" in the terminal and "1.2 GiB" in the report (two
+    byte formatters)."""
+    peak = int(1.19 * 1024) * MIB
+    text = _printed(200, peak=peak, baseline=None)
+    assert report_fmt.bytes_(peak) in text and "1.19 GiB" not in text
