@@ -349,6 +349,26 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
         if civ is None or not civ.below(floor):
             undecided, iv = cand, civ
             break
+    if undecided is None:
+        # the pick must also be shown within reach of every other setting of its group: the
+        # best was chosen by its point estimate, and a setting the noise ranks below it may
+        # be faster by more than the margin (the demo's "use 0 workers" beside a pipelined
+        # loader whose interval ran up to 1.00x)
+        for other in (r for r in ok if r["group"] == best["group"] and r is not pick):
+            oiv = P.interval(pick["record"], other["record"], P.samples_per_s)
+            if oiv is None or not oiv.below(1.0 / floor):
+                what = f"{other['setting']} / {pick['setting']} samples/s"
+                return {"prefetch": pick["prefetch"], "setting": pick["setting"],
+                        "samples_per_s": pick["samples_per_s"],
+                        "best_samples_per_s": best["samples_per_s"],
+                        "best_setting": best["setting"], "group": best["group"],
+                        "interval": oiv.to_dict() if oiv else None, "workers": None,
+                        "decided": False,
+                        "text": (f"{lead}Loader workers: {pick['workers']} worker(s) "
+                                 f"({pick['setting']}) would do, unless "
+                                 f"{other['setting']} is faster by more than "
+                                 f"{1.0 / floor - 1.0:.0%}: "
+                                 f"{M.undecided_text(oiv, 1.0 / floor, what)}.")}
     out = {"prefetch": pick["prefetch"], "setting": pick["setting"],
            "samples_per_s": pick["samples_per_s"], "best_samples_per_s": best["samples_per_s"],
            "best_setting": best["setting"], "group": best["group"],
@@ -361,7 +381,9 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
         return {**out, "workers": None, "decided": False, "text": text}
     if pick is best:
         why = ("every setting with fewer workers was slower by more than "
-               f"{th.workers_within:.0%}" if peers else "no setting with fewer workers to compare")
+               f"{th.workers_within:.0%}" if peers else "no setting has fewer workers")
+        why += (f", and no other setting is faster by more than {1.0 / floor - 1.0:.0%}"
+                if len([r for r in ok if r["group"] == best["group"]]) > 1 else "")
         text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
                 f"{fmt.rate(pick['samples_per_s'])} samples/s; {why}.")
     else:

@@ -177,6 +177,31 @@ def test_recommend_workers_is_inconclusive_under_noise():
     assert "inconclusive" in rec["text"]
 
 
+def test_fewest_workers_as_the_best_must_beat_the_others_by_an_interval():
+    """Bug caught: the demo's "use 0 workers": the 0-worker setting had the highest point
+    estimate, so with no setting of fewer workers the recommendation counted as decided,
+    though the pipelined loader's interval against it ran up to 1.00x and beyond. The pick
+    must be shown within reach of every other setting of its group."""
+    noisy = []
+    for r, (w0, w2) in enumerate(((200.0, 120.0), (150.0, 210.0), (210.0, 150.0))):
+        noisy += [run(f"a{r}", workers=0, loader="naive", sps=w0,
+                      experiment=sweep_point("ld0", workers=0, repeat=r)),
+                  run(f"b{r}", workers=2, loader="pipelined", sps=w2,
+                      experiment=sweep_point("ld0", workers=2, repeat=r))]
+    rec = B.recommend_workers(noisy)
+    assert rec["workers"] is None and not rec["decided"], rec["text"]
+    assert "inconclusive" in rec["text"] and "unless" in rec["text"]
+    clear = []
+    for r, (w0, w2) in enumerate(((200.0, 120.0), (202.0, 118.0), (198.0, 121.0))):
+        clear += [run(f"c{r}", workers=0, loader="naive", sps=w0,
+                      experiment=sweep_point("ld1", workers=0, repeat=r)),
+                  run(f"d{r}", workers=2, loader="pipelined", sps=w2,
+                      experiment=sweep_point("ld1", workers=2, repeat=r))]
+    rec = B.recommend_workers(clear)
+    assert rec["workers"] == 0 and rec["decided"], rec["text"]
+    assert "no other setting is faster" in rec["text"]
+
+
 def test_workers_are_compared_like_for_like():
     """Catches the demo's naive+light vs pipelined+heavy pairing: a setting of another
     transform (or another group) is never a candidate, however close its samples/s."""
