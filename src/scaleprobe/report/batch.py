@@ -111,7 +111,9 @@ def _batch_row(r: dict[str, Any], group: str, mem_kind: str) -> dict[str, Any]:
         "devices": R.world_size(r), "status": r.get("status"), "error": r.get("error"),
         "peak_mem_bytes": mem, "memory_kind": mem_kind, "mem_growth": None,
         "peak_host_total_bytes": R.host_peak(r),
-        "epoch_time_s": R.metric(r, "epoch_time_s"),
+        # the median over the repeats, as the growth beside it is taken over the repeats
+        # (the median-throughput repeat's own epoch can sit on the other side of a step)
+        "epoch_time_s": P.median_of(r, lambda x: R.metric(x, "epoch_time_s")),
         "epoch_projected": R.projected(r), "epoch_growth": None, "epoch_interval": None,
         "samples_per_s": R.metric(r, "samples_per_s"),
         "cpu_util_pct": R.metric(r, "cpu_util_pct"), "gpu_util_pct": R.metric(r, "gpu_util_pct"),
