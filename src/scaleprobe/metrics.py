@@ -112,6 +112,9 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
     return float(t.ppf(0.5 + confidence / 2, df))
 
 
+TEXT_BOUND_MIN, TEXT_BOUND_MAX = 0.01, 100.0  # Interval.text prints bounds beyond these as such
+
+
 @dataclass(frozen=True)
 class Interval:
     """A ratio B/A with its 95% interval. ``n`` repeats (pairs) stand behind it."""
@@ -146,7 +149,11 @@ class Interval:
         """``1.62x [1.41, 1.86], 3 repeats``."""
         f = f"{{:.{digits}f}}"
         rep = f"{self.n} repeat{'s' if self.n != 1 else ''}"
-        return f"{f.format(self.estimate)}{unit} [{f.format(self.lo)}, {f.format(self.hi)}], {rep}"
+        # a bound beyond 100x either way says only "unbounded" (two noisy repeats give a t
+        # quantile of 12.7): printed as such, not as 0.00 or 281257.25
+        lo = f.format(self.lo) if self.lo >= TEXT_BOUND_MIN else f"<{TEXT_BOUND_MIN:g}"
+        hi = f.format(self.hi) if self.hi <= TEXT_BOUND_MAX else f">{TEXT_BOUND_MAX:g}"
+        return f"{f.format(self.estimate)}{unit} [{lo}, {hi}], {rep}"
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi, "n": self.n,

@@ -111,3 +111,11 @@ def test_pooled_sd_and_repeats_for_a_difference():
     # next count after 3: t(0.975, 6) x 0.01 x sqrt(2/4) = 0.017 < the 0.04 gap
     assert M.repeats_to_decide_difference(-0.05, 0.01, 0.01, 3) == 4
     assert M.repeats_to_decide_difference(0.01, 0.01, 0.01, 3) is None  # on the tolerance
+
+
+def test_interval_text_prints_unbounded_ends_as_such():
+    """Bug caught: two noisy repeats printed "3.23x [0.00, 281257.25]", a precision the
+    interval does not have."""
+    iv = M.Interval(3.23, 1e-5, 281257.25, 2, "t")
+    assert iv.text() == "3.23x [<0.01, >100], 2 repeats"
+    assert M.Interval(1.1, 0.9, 1.3, 3, "t").text() == "1.10x [0.90, 1.30], 3 repeats"
