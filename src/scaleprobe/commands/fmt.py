@@ -1,8 +1,18 @@
-"""Human formatting of figures for terminal tables (no torch)."""
+"""Human formatting of figures for terminal tables (no torch), and ``esc`` for any text that
+goes through rich."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from rich.markup import escape
+
+
+def esc(v: Any) -> str:
+    """Text that came from a user or an exception (a run name, a path, an error message) made
+    safe for rich markup: ``[/oops]`` or ``[bold red]x[/]`` print as written, never as styles
+    and never as a MarkupError."""
+    return escape(str(v))
 
 
 def num(v: Any, spec: str = ".1f", unit: str = "") -> str:
