@@ -128,12 +128,42 @@ def shm_bytes() -> int | None:
         return None
 
 
+def data_segment_bytes() -> int | None:
+    """What this process holds against RLIMIT_DATA (VmData: heap and private writable
+    mappings; Linux), or None where that is not readable."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _torchvision_version() -> str | None:
+    """From the installed package's metadata: importing torchvision here could fail (or half
+    import) after a run that hit its memory limit, and must not cost the result."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torchvision")
+    except PackageNotFoundError:
+        return None
+
+
+def _nvml() -> dict[str, Any]:
+    try:
+        from scaleprobe.measure.gpu import nvml_info
+
+        return nvml_info()
+    except Exception as e:  # noqa: BLE001  (an environment fact, never worth the result)
+        return {"status": f"{type(e).__name__}: {e}", "driver": None}
+
+
 def collect_env() -> dict[str, Any]:
     """Everything a figure depends on: host, CPU, versions, GPUs, driver, world."""
     import torch
-    import torchvision
-
-    from scaleprobe.measure.gpu import nvml_info
 
     info = dist_info()
     gpus: list[dict[str, Any]] = []
@@ -141,7 +171,7 @@ def collect_env() -> dict[str, Any]:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             gpus.append({"index": i, "name": p.name, "memory_total_bytes": int(p.total_memory)})
-    nv = nvml_info()
+    nv = _nvml()
     return {
         "host": socket.gethostname(),
         "cores": cpu_count(),
@@ -150,7 +180,7 @@ def collect_env() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": _torchvision_version(),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "cuda_build": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,

@@ -16,6 +16,11 @@ class DataError(ScaleprobeError):
     """Data that is missing, empty or unreadable; the message names the file."""
 
 
+class OutputError(ScaleprobeError):
+    """An output folder that cannot take the results (read-only, no permission, full); the
+    message names the path."""
+
+
 def one_line(exc: BaseException) -> str:
     """The user-facing line of an error, also when a DataLoader worker re-raised it with the
     worker's traceback folded into the message."""

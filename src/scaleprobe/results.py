@@ -97,6 +97,7 @@ A value that was not measured is ``null``, with its reason in ``null_reasons``; 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -107,6 +108,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from scaleprobe.errors import OutputError
 
 try:  # fcntl is POSIX-only; on other systems appends are still whole-line writes
     import fcntl
@@ -144,17 +147,92 @@ def make_run_id(name: str | None = None) -> str:
     return base
 
 
+OUTPUT_REASONS = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                  errno.EPERM: "permission denied", errno.ENOSPC: "no space left on device",
+                  errno.EDQUOT: "disk quota exceeded", errno.ENOTDIR: "not a folder"}
+
+
+def output_error(path: str | Path, e: OSError, verb: str = "cannot write") -> OutputError:
+    """One line naming the path and why: ``cannot write OUT/result.json: read-only file system``."""
+    reason = OUTPUT_REASONS.get(e.errno) or e.strerror or str(e)
+    return OutputError(f"{verb} {path}: {reason}")
+
+
+def free_bytes(folder: str | Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``folder``'s file system."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _kib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n // 1024} KiB"
+
+
+def check_writable(folder: str | Path, need_bytes: int = 0, what: str = "the results") -> Path:
+    """Preflight of an output folder: create it, create and remove a file in it, and check
+    that ``need_bytes`` are free. Raises OutputError (one line naming the folder)."""
+    d = Path(folder)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(d, e, "cannot create the output folder") from None
+    if not d.is_dir():
+        raise OutputError(f"output folder {d} is not a folder")
+    probe = d / f".scaleprobe-probe.{os.getpid()}.tmp"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as e:
+        raise output_error(d, e, "cannot write in the output folder") from None
+    probe.unlink(missing_ok=True)
+    free = free_bytes(d)
+    if need_bytes and free is not None and free < need_bytes:
+        raise OutputError(f"not enough free space in {d}: {_kib(free)} free, {what} need "
+                          f"about {_kib(need_bytes)}")
+    return d
+
+
+def _mkdir(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(folder, e, "cannot create the output folder") from None
+
+
+def write_text_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write via a temporary file (``.<name>.<pid>.tmp``) and rename, so a crash never leaves
+    half a file; on failure (read-only, full disk) the temporary file is removed and an
+    OutputError names the path."""
+    p = Path(path)
+    _mkdir(p.parent)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    data = text.encode() if isinstance(text, str) else text
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except OSError as e:
+        _remove(tmp)
+        raise output_error(p, e) from None
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # a read-only folder, where the file was never created
+        pass
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    with tmp.open("w") as fh:
-        json.dump(obj, fh, indent=2, default=_json_default)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, p)
+    write_text_atomic(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(o: Any) -> Any:
@@ -168,29 +246,47 @@ def _json_default(o: Any) -> Any:
 
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one complete line, under an exclusive lock, flushed to disk.
+    """Append one complete line, under an exclusive lock, flushed to disk: whole or not at all.
 
-    If the file ends in a torn line (a writer killed mid-write), a newline is written first,
-    so the new record always starts on its own line.
+    The line goes out in one ``os.write`` after a check that the file system has room for it;
+    a short write (the disk filled meanwhile) is cut back to the previous size, so the file
+    never ends in part of this record. If the file already ends in a torn line (a writer
+    killed mid-write), a newline is written first, so the new record starts on its own line.
+    Raises OutputError (naming the file) when the line cannot be written.
     """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
-    with p.open("a+b") as fh:
+    _mkdir(p.parent)
+    line = (json.dumps(record, default=_json_default, separators=(",", ":")) + "\n").encode()
+    try:
+        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        raise output_error(p, e) from None
+    try:
         if fcntl is not None:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        _append_whole(fd, p, line)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _append_whole(fd: int, p: Path, line: bytes) -> None:
+    size = os.fstat(fd).st_size
+    if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+        line = b"\n" + line
+    free = free_bytes(p.parent)
+    if free is not None and free < len(line):
+        raise output_error(p, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    try:
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes)")
+        os.fsync(fd)
+    except OSError as e:
         try:
-            fh.seek(0, os.SEEK_END)
-            if fh.tell() > 0:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    fh.write(b"\n")
-            fh.write(line.encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        finally:
-            if fcntl is not None:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+            os.ftruncate(fd, size)
+        except OSError:  # pragma: no cover  (truncating never needs space)
+            pass
+        raise output_error(p, e) from None
 
 
 def read_jsonl(path: str | Path, warn: bool = True) -> list[dict[str, Any]]:

@@ -107,21 +107,21 @@ def print_tables(rec: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import bytes_
+    from scaleprobe.commands.fmt import bytes_, esc
 
-    t = Table(title=f"collectives: {rec['backend']}, {rec['world_size']} ranks "
+    t = Table(title=f"collectives: {esc(rec['backend'])}, {rec['world_size']} ranks "
                     f"(time = median over iterations, slowest rank)")
     for col in ("size", "op", "time", "algbw GB/s", "busbw GB/s", "iters"):
         t.add_column(col, justify="left" if col == "op" else "right")
     for r in sorted(rec["rows"], key=lambda r: (r["size_bytes"], r["op"])):
-        t.add_row(bytes_(r["size_bytes"]), r["op"], _time(r["time_s"]),
+        t.add_row(bytes_(r["size_bytes"]), esc(r["op"]), _time(r["time_s"]),
                   f"{r['algbw_gbyte_s']:.3f}", f"{r['busbw_gbyte_s']:.3f}", str(r["iters"]))
     f = Table(title="fit: time = alpha + bytes * beta")
     for col in ("op", "alpha", "bandwidth Gbit/s", "busbw Gbit/s", "worst rel. error"):
         f.add_column(col, justify="left" if col == "op" else "right")
     for op, d in rec["fit"].items():
         bw, bus = d["bandwidth_gbit_s"], d["busbw_gbit_s"]
-        f.add_row(op, _time(d["alpha_s"]), "n/a" if bw is None else f"{bw:.2f}",
+        f.add_row(esc(op), _time(d["alpha_s"]), "n/a" if bw is None else f"{bw:.2f}",
                   "n/a" if bus is None else f"{bus:.2f}", f"{d['max_rel_err'] * 100:.0f}%")
     console = Console()
     console.print(t)

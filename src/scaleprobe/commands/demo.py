@@ -49,13 +49,14 @@ def _sweeps(quick: bool) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     from scaleprobe.experiments import run_sweep
 
     con = Console()
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
-              f"results in {out}/", soft_wrap=True)
+              f"results in {escape(str(out))}/", soft_wrap=True)
     for spec in _sweeps(args.quick):
         sid = spec["sweep"]["id"]
         con.rule(sid)

@@ -1,12 +1,22 @@
-"""Human formatting of figures for terminal tables (no torch)."""
+"""Human formatting of figures for terminal tables (no torch), and ``esc`` for any text that
+goes through rich."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+
 from scaleprobe.report.fmt import bytes_  # one byte formatter for the terminal and the report
 
-__all__ = ["bytes_", "ms", "num", "pct", "seconds"]
+__all__ = ["bytes_", "esc", "ms", "num", "pct", "seconds"]
+
+
+def esc(v: Any) -> str:
+    """Text that came from a user or an exception (a run name, a path, an error message) made
+    safe for rich markup: ``[/oops]`` or ``[bold red]x[/]`` print as written, never as styles
+    and never as a MarkupError."""
+    return escape(str(v))
 
 
 def num(v: Any, spec: str = ".1f", unit: str = "") -> str:

@@ -153,6 +153,7 @@ def predictions(args: argparse.Namespace, inputs: dict[str, Any]) -> list[dict[s
 
 def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from scaleprobe.commands.fmt import bytes_, ms, pct
@@ -161,25 +162,27 @@ def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> No
     console = Console()
     what = inputs["model"] or "model"
     console.print(f"{what}: {inputs['params']:,} parameters, {bytes_(p0['grad_bytes'])} of fp32 "
-                  f"gradients; {p0['world_size']} processes on {p0['nnodes']} host(s)")
+                  f"gradients; {p0['world_size']} processes on {p0['nnodes']} host(s)",
+                  markup=False)  # names and paths print as written
     console.print(f"link: {p0['link']} = {p0['bandwidth_gbit_s']:.3g} Gbit/s, "
-                  f"{p0['alpha_s'] * 1e6:.0f} us per hop ({p0['link_source']})")
+                  f"{p0['alpha_s'] * 1e6:.0f} us per hop ({p0['link_source']})", markup=False)
     c = inputs["compute_step_s"]
     console.print("compute per step: " + (f"{ms(c)} ({inputs['compute_note']})" if c else
-                                          "not given (--compute-time or --from): no efficiency"))
+                                          "not given (--compute-time or --from): no efficiency"),
+                  markup=False)
     t = Table(title=f"communication per step (no overlap with compute unless --overlap); "
                     f"needed link = slowest for {p0['target_efficiency']:.0%} efficiency")
     for col in ("strategy", "comm per step", "efficiency", "needed link"):
         t.add_column(col, justify="left" if col == "strategy" else "right")
     for p in preds:
         name = p["strategy"] + (f" (K={p['average_every']})" if p["average_every"] else "")
-        t.add_row(name, ms(p["comm_s"]), pct(p["efficiency"]), _needed(p))
+        t.add_row(escape(name), ms(p["comm_s"]), pct(p["efficiency"]), escape(_needed(p)))
     console.print(t)
     for p in preds:
-        console.print(f"  {p['strategy']:9s} t = {p['formula']}", highlight=False)
+        console.print(f"  {p['strategy']:9s} t = {p['formula']}", highlight=False, markup=False)
     line = measured_line(inputs.get("run_comm"), preds)
     if line:
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
 
 
 def measured_line(run: dict[str, Any] | None, preds: list[dict[str, Any]]) -> str | None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from scaleprobe.commands import fmt
+from scaleprobe.commands.fmt import esc
 
 
 def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
@@ -16,34 +16,35 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     m, cfg = rec["metrics"], rec["config"]
     status = rec["status"]
     style = {"ok": "green", "oom": "yellow"}.get(status, "red")
-    con.print(f"[bold]{rec['name']}[/bold]  status: [{style}]{status}[/{style}]"
-              + (f"  ({rec['error']})" if rec.get("error") else "") + _load_tag(rec))
+    con.print(f"[bold]{esc(rec['name'])}[/bold]  status: [{style}]{esc(status)}[/{style}]"
+              + (f"  ({esc(rec['error'])})" if rec.get("error") else "") + _load_tag(rec))
     if status != "ok" and not m.get("step_time_s"):
-        con.print(f"result: {rec['paths'].get('dir')}/result.json")
+        con.print(f"result: {esc(rec['paths'].get('dir'))}/result.json")
         return
     con.print(_figures_table(con, _figures(m)))
     _rates_line(con, rec)
     _breakdown(con, m)
     _comm_line(con, rec)
     if rec.get("straggler"):
-        con.print("straggler: " + rec["straggler"]["line"])
+        con.print("straggler: " + esc(rec["straggler"]["line"]))
     if rec.get("audit"):
         a = rec["audit"]
         tag = "[green]ok[/green]" if a["ok"] else "[bold red]FAILED[/bold red]"
-        con.print(f"shard audit: {tag} - {escape(str(a['detail']))}")
+        con.print(f"shard audit: {tag} - {esc(a['detail'])}")
         if m.get("unique_samples_per_s") is not None:
             con.print(f"unique samples/s: {fmt.num(m['unique_samples_per_s'])} of "
                       f"{fmt.num(m.get('samples_per_s'))} (the rest were samples read again)")
     for v in rec.get("invariants") or []:
-        con.print(f"[bold yellow]invariant broken[/bold yellow] ({escape(v['name'])}): "
-                  f"{escape(v['detail'])}")
+        con.print(f"[bold yellow]invariant broken[/bold yellow] ({esc(v['name'])}): "
+                  f"{esc(v['detail'])}")
     if m.get("bad_samples_skipped"):
         con.print(f"skipped {m['bad_samples_skipped']} unreadable samples")
     b = rec.get("batch") or {}
     con.print(f"batch: {b.get('per_device')} per device, {b.get('global')} global, "
               f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
-              f"of {m.get('steps_done')}; {cfg['data']['dataset']} ({rec.get('dataset_source')})")
-    con.print(f"result: {rec['paths'].get('dir')}/result.json")
+              f"of {m.get('steps_done')}; {esc(cfg['data']['dataset'])} "
+              f"({esc(rec.get('dataset_source'))})")
+    con.print(f"result: {esc(rec['paths'].get('dir'))}/result.json")
 
 
 def _figures(m: dict[str, Any]) -> list[tuple[str, str]]:
@@ -91,7 +92,7 @@ def _rates_line(con: Console, rec: dict[str, Any]) -> None:
 
     text = rate_definition(rec)
     if text:
-        con.print(f"samples/s: {text}")
+        con.print(f"samples/s: {esc(text)}")
 
 
 def _host_mem(mem: dict[str, Any]) -> str:
@@ -105,12 +106,13 @@ def _load_tag(rec: dict[str, Any]) -> str:
     load = rec.get("load") or {}
     if load.get("flag") is not True:
         return ""
-    return f"  [bold yellow]measured under load[/bold yellow]: {escape(str(load.get('reason')))}"
+    return f"  [bold yellow]measured under load[/bold yellow]: {esc(load.get('reason'))}"
 
 
 def _comm_line(con: Console, rec: dict[str, Any]) -> None:
     """Exposed communication as transfer + sync overhead, each said what it is; none at
-    world size 1; the network model only for the link the run was measured on."""
+    world size 1; the network model only for the link the run was measured on. Printed
+    without markup: link names can be a user's file path."""
     c = rec.get("comm") or {}
     if not c:
         return
@@ -121,7 +123,7 @@ def _comm_line(con: Console, rec: dict[str, Any]) -> None:
             line += (f"; wrapper overhead {_ms(c['wrapper_overhead_s'])} per step (sync minus "
                      "no_sync with one process: hooks and bucket copies, not communication; "
                      "left in backward)")
-        con.print(line)
+        con.print(line, markup=False)
         return
     line = f"communication: exposed {_ms(c.get('exposed_s'))} per step"
     if c.get("exposed_fraction") is not None:
@@ -129,14 +131,15 @@ def _comm_line(con: Console, rec: dict[str, Any]) -> None:
     if c.get("transfer_s") is not None and c.get("sync_overhead_s") is not None:
         line += (f" = transfer {_ms(c['transfer_s'])} + sync overhead "
                  f"{_ms(c['sync_overhead_s'])}")
-    con.print(line)
+    con.print(line, markup=False)
     std = c.get("transfer_standalone") or {}
     if std:
         every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
         hidden = c.get("transfer_hidden_s") or 0.0
         hid = f"; {_ms(hidden)} of it hidden under compute" if hidden > 0 else ""
         con.print(f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
-                  f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}")
+                  f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}",
+                  markup=False)
         con.print("  sync overhead: the rest (hooks, bucket copies, a server's work, waiting for "
                   "the slowest rank): not the network")
     _prediction_lines(con, c, rec)
@@ -154,7 +157,7 @@ def _prediction_lines(con: Console, c: dict[str, Any], rec: dict[str, Any]) -> N
         if c.get("transfer_s") is not None and same.get("comm_s"):
             line += (" vs the standalone collective's "
                      f"{_ms((c.get('transfer_standalone') or {}).get('per_step_s'))} measured")
-        con.print(line)
+        con.print(line, markup=False)
     if named and named is not same:
         why = (f"what-if: measured on {link}, not compared" if link else
                "the link between the hosts is not known (no --link): not compared")
@@ -162,9 +165,10 @@ def _prediction_lines(con: Console, c: dict[str, Any], rec: dict[str, Any]) -> N
                 f"efficiency {fmt.pct(named.get('efficiency'))}")
         if named.get("needed_gbit_s") is not None:
             line += f", needs >= {named['needed_gbit_s']:.2f} Gbit/s for 90%"
-        con.print(line)
+        con.print(line, markup=False)
     elif same and same.get("needed_gbit_s") is not None:
-        con.print(f"  needs >= {same['needed_gbit_s']:.2f} Gbit/s for 90% efficiency")
+        con.print(f"  needs >= {same['needed_gbit_s']:.2f} Gbit/s for 90% efficiency",
+                  markup=False)
 
 
 def _ms(v: Any) -> str:

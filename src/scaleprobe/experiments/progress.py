@@ -50,7 +50,9 @@ class SweepProgress:
                              TextColumn("{task.fields[note]}"), console=self.console,
                              transient=True)
         self._bar.start()
-        self._task = self._bar.add_task(self.label, total=total or None, note="", eta="-")
+        # the description is read as markup: a sweep id is the user's text
+        self._task = self._bar.add_task(escape(self.label), total=total or None, note="",
+                                        eta="-")
 
     def eta(self) -> str:
         """Mean duration of the points run so far times the points left (resumed points take

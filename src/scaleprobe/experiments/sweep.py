@@ -15,7 +15,10 @@ and everything it started within seconds; finished points stay on disk.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from typing import Any
 from rich.console import Console
 
 from scaleprobe import results as res
+from scaleprobe.errors import ConfigError
 from scaleprobe.experiments.batch_search import BatchSearch
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
 from scaleprobe.experiments.progress import SweepProgress
@@ -34,6 +38,11 @@ from scaleprobe.experiments.spec import (
     group_key,
     load_spec,
 )
+
+try:  # POSIX; elsewhere sweeps into one folder are not kept apart
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 DONE = ("ok", "oom")
 
@@ -211,19 +220,37 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
 
     Writes ``sweep.md`` and ``sweep.csv`` into the output folder and appends a ``kind: sweep``
     summary record to its results.jsonl. Raises ConfigError for a bad spec before anything
-    runs, and KeyboardInterrupt (after stopping every point process) on Ctrl+C.
-    ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
+    runs, OutputError for an output folder that cannot take the runs (read-only, full) or
+    that another sweep is writing to, and KeyboardInterrupt (after stopping every point
+    process) on Ctrl+C. ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
     """
-    from scaleprobe.experiments.tables import sweep_report, write_report
-
     sp = load_spec(spec, overrides, repeats)
     out = Path(out_dir) if out_dir is not None else Path(sp.base_config().out)
     pts = check_points(sp, str(out))
-    out.mkdir(parents=True, exist_ok=True)
+    from scaleprobe.runner import RUN_OUTPUT_BYTES
+
+    res.check_writable(out, RUN_OUTPUT_BYTES, "a run's files")  # all points: once locked
+    with sweep_lock(out):
+        try:
+            return _run_locked(sp, out, pts, progress, console)
+        except OSError as e:  # a write failed mid-sweep: the disk filled, the folder went away
+            if e.errno in res.OUTPUT_REASONS and e.filename:
+                raise res.output_error(e.filename, e) from None
+            raise
+
+
+def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
+                console: Console | None) -> list[dict[str, Any]]:
+    from scaleprobe.experiments.tables import sweep_report, write_report
+    from scaleprobe.runner import RUN_OUTPUT_BYTES
+
     st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id), ProcessSet())
     st.done = completed_runs(st.results_path)
-    preflight([c for c in (sp.config(p, str(out)) for p in pts)
-               if sp.auto or len(st.done.get(c.key(), [])) < sp.repeats])
+    todo = [c for c in (sp.config(p, str(out)) for p in pts)
+            if sp.auto or len(st.done.get(c.key(), [])) < sp.repeats]
+    preflight(todo)
+    runs_left = sum(sp.repeats - min(sp.repeats, len(st.done.get(c.key(), []))) for c in todo)
+    res.check_writable(out, RUN_OUTPUT_BYTES * max(1, runs_left), f"{runs_left} runs' files")
     for line in sp.dropped:
         st.bar.note(f"left out (invalid): {line}")
     st.bar.start(0 if sp.auto else len(pts) * sp.repeats)
@@ -245,3 +272,36 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     write_report(out, report)
     res.append_jsonl(st.results_path, _sweep_record(st, report))
     return st.records
+
+
+LOCK_FILE = ".sweep.lock"
+
+
+@contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """One sweep at a time in a folder: a second sweep into it (the same spec or another)
+    refuses in one line naming the folder and the PID of the sweep holding it. The lock is an
+    ``fcntl`` lock on ``OUT/.sweep.lock``, so the kernel releases it when its holder ends,
+    however it ends; the PID written into the file is only for that message."""
+    path = out / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise res.output_error(path, e) from None
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                who = f" (PID {pid})" if pid.isdigit() else ""
+                raise ConfigError(f"another sweep{who} is writing to {out}; wait for it to end "
+                                  "or use another --out") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:  # only the message of a second sweep would miss the PID
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from scaleprobe.errors import ConfigError
@@ -50,8 +52,27 @@ def _adapt_small_input(model: nn.Module, name: str, num_classes: int, image_size
                                          nn.Dropout(0.5), nn.Linear(512, num_classes))
 
 
-def _user_builder(spec: str) -> Callable[..., Any]:
+def _where(e: BaseException, path: Path | None) -> str:
+    """``file:line`` of the failing line in the user's file (the innermost frame in it), else
+    of the innermost frame; a SyntaxError names its own line."""
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"{e.filename}:{e.lineno}"
+    frames = traceback.extract_tb(e.__traceback__)
+    mine = [f for f in frames if path is not None and _same_file(f.filename, path)]
+    frame = (mine or frames or [None])[-1]
+    return f"{frame.filename}:{frame.lineno}" if frame is not None else str(path or "?")
+
+
+def _same_file(name: str, path: Path) -> bool:
+    try:
+        return Path(name).resolve() == path.resolve()
+    except OSError:
+        return False
+
+
+def _user_builder(spec: str) -> tuple[Callable[..., Any], Path | None]:
     target, _, fn_name = spec.rpartition(":")
+    path: Path | None = None
     if target.endswith(".py"):
         path = Path(target).expanduser()
         if not path.is_file():
@@ -61,23 +82,34 @@ def _user_builder(spec: str) -> Callable[..., Any]:
         try:
             mspec.loader.exec_module(module)
         except Exception as e:
-            raise ConfigError(f"cannot import {path}: {type(e).__name__}: {e}") from None
+            raise ConfigError(f"cannot import {path} ({_where(e, path)}): "
+                              f"{type(e).__name__}: {e}") from None
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as e:
             raise ConfigError(f"cannot import module '{target}': {e}") from None
+        path = Path(getattr(module, "__file__", None) or target)
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise ConfigError(f"'{fn_name}' is not a function in {target}")
-    return fn
+    return fn, path
 
 
-def _call_user(fn: Callable[..., Any], num_classes: int, image_size: int) -> nn.Module:
+def _call_user(fn: Callable[..., Any], num_classes: int, image_size: int,
+               spec: str = "", path: Path | None = None) -> nn.Module:
+    """Call the user's builder. An error inside it is the user's to fix: a ConfigError naming
+    the file and line (exit 2); running out of memory while building stays out of memory."""
     params = inspect.signature(fn).parameters
     kwargs = {k: v for k, v in (("num_classes", num_classes), ("image_size", image_size))
               if k in params}
-    model = fn(**kwargs)
+    try:
+        model = fn(**kwargs)
+    except (MemoryError, torch.OutOfMemoryError, ConfigError):
+        raise
+    except Exception as e:
+        raise ConfigError(f"model builder {spec or fn.__name__} raised {type(e).__name__}: {e} "
+                          f"(at {_where(e, path)})") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model builder returned {type(model).__name__}, not an nn.Module")
     return model
@@ -96,7 +128,8 @@ def check_name(name: str) -> None:
 
 def build_model(name: str, num_classes: int = 10, image_size: int = 32) -> nn.Module:
     if ":" in name:
-        return _call_user(_user_builder(name), num_classes, image_size)
+        fn, path = _user_builder(name)
+        return _call_user(fn, num_classes, image_size, name, path)
     if name in SMALL:
         return SMALL[name][0](num_classes, image_size)
     check_name(name)

@@ -30,16 +30,19 @@ HTML_NAME = "report.html"
 def build_report(src: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
     """Write report.md and report.html for the records at ``src`` (a results folder,
     results.jsonl or result.json) into ``out_dir`` (default: the folder of ``src``).
-    Raises ConfigError when ``src`` is missing or holds no records."""
+    Raises ConfigError when ``src`` is missing or holds no records, OutputError when the
+    output folder cannot take the report (read-only, no permission, full)."""
     src_p = Path(src)
     records = R.load_records(src_p)
     base = src_p if src_p.is_dir() else src_p.parent
-    out = Path(out_dir) if out_dir is not None else base
-    out.mkdir(parents=True, exist_ok=True)
+    out = res.check_writable(Path(out_dir) if out_dir is not None else base)
     intro, sections = compose(records, _bases(base), str(src_p))
     md_path, html_path = out / MD_NAME, out / HTML_NAME
-    md_path.write_text(to_markdown(TITLE, intro, sections, out))
-    html_path.write_text(to_html(TITLE, intro, sections))
+    try:  # each file whole or not at all; a full or read-only folder is one line
+        res.write_text_atomic(md_path, to_markdown(TITLE, intro, sections, out))
+        res.write_text_atomic(html_path, to_html(TITLE, intro, sections))
+    except OSError as e:  # a plot written beside report.md
+        raise res.output_error(e.filename or out, e) from None
     return md_path, html_path
 
 

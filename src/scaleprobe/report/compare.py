@@ -217,11 +217,12 @@ RULE = ("A difference counts only when it exceeds the runs' own spread: |change|
 def print_comparison(cmp: Comparison, console: Any = None) -> None:
     """A rich table in the terminal."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     con = console or Console()
     styles = {"faster": "green", "slower": "red", "no change": "dim"}
-    con.print(f"A: {cmp.a_source}\nB: {cmp.b_source}")
+    con.print(f"A: {escape(str(cmp.a_source))}\nB: {escape(str(cmp.b_source))}")
     if len(cmp.pairs) == 1 and not cmp.only_a and not cmp.only_b:
         p = cmp.pairs[0]
         t = Table(show_header=True, header_style="bold")
@@ -229,10 +230,10 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
                           ("change", "right")):
             t.add_column(col, justify=just)
         for x in p.deltas:
-            t.add_row(x.metric, x.a, x.b, x.change)
+            t.add_row(*(escape(str(v)) for v in (x.metric, x.a, x.b, x.change)))
         con.print(t)
         style = styles.get(p.verdict, "yellow")
-        con.print(f"verdict, B against A: [{style}]{p.summary}[/{style}]")
+        con.print(f"verdict, B against A: [{style}]{escape(p.summary)}[/{style}]")
     else:
         t = Table(show_header=True, header_style="bold")
         for i, col in enumerate(SWEEP_HEADERS):
@@ -240,9 +241,10 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         for p in cmp.pairs:
             row = _sweep_row(p)
             style = styles.get(p.verdict, "yellow")
-            t.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]")
+            cells = [escape(str(c)) for c in row]
+            t.add_row(*cells[:-1], f"[{style}]{cells[-1]}[/{style}]")
         con.print(t)
         for line in _unmatched(cmp):
             if line:
-                con.print(line)
+                con.print(line, markup=False)
     con.print(f"[dim]{RULE}[/dim]")

@@ -6,6 +6,10 @@ base64 ``data:`` URI, no scripts and no external resources, readable offline. Te
 `backticks` (a command, an option) becomes ``<code>`` in HTML, never a literal backtick; each
 figure carries what it shows (axis ranges, labels, where its text landed) in a ``data-plot``
 attribute, as JSON, for checks from outside the page.
+
+Text in the blocks is plain text, whoever wrote it: a run name like ``<script>...``, ``a|b``
+or ``![x](http://...)`` comes out as those characters in both writers, never as HTML, a
+broken table or a link (``md_safe``; the HTML writer escapes everything).
 """
 
 from __future__ import annotations
@@ -60,14 +64,25 @@ class Section:
         return self
 
 
+_HTML_OPEN = re.compile(r"<(?=[A-Za-z/!?])")  # what can start a tag, comment or autolink
+
+
+def md_safe(text: Any) -> str:
+    """Plain text for Markdown: nothing in it can open raw HTML (``<script>``, ``<img ...>``,
+    ``<!--``) or a link or image (``[x](y)``, ``![x](y)``). Code spans and emphasis that the
+    report's own texts use are left as they are; ``|`` and line breaks in table cells are
+    handled by ``md_table``."""
+    return _HTML_OPEN.sub("&lt;", str(text)).replace("](", "]\\(")
+
+
 def _md_text(t: Text) -> str:
     """Each plain line its own paragraph, runs of '- ' lines one list (a paragraph right
     after a list item would otherwise continue the item)."""
     if t.note:
-        return "\n".join(f"<sub>{line}</sub>  " for line in t.text.splitlines())
+        return "\n".join(f"<sub>{md_safe(line)}</sub>  " for line in t.text.splitlines())
     out: list[str] = []
     prev_item = False
-    for line in t.text.splitlines():
+    for line in map(md_safe, t.text.splitlines()):
         item = line.startswith("- ")
         if out and not (item and prev_item):
             out.append("")
@@ -79,12 +94,12 @@ def _md_text(t: Text) -> str:
 def to_markdown(title: str, intro: list[Any], sections: list[Section], out_dir: Path,
                 image_dir: str = "report_files") -> str:
     """Render; images go to ``out_dir/image_dir/<name>.png`` and are linked relatively."""
-    parts = [f"# {title}", ""]
+    parts = [f"# {md_safe(title)}", ""]
     used: set[str] = set()
     lead = [s for s in sections if s.lead]
     for s in lead + [Section("", list(intro))] + [s for s in sections if not s.lead]:
         if s.title:
-            parts += [f"## {s.title}", ""]
+            parts += [f"## {md_safe(s.title)}", ""]
         for block in s.blocks:
             parts += [_md_block(block, out_dir, image_dir, used), ""]
     return "\n".join(parts).rstrip() + "\n"
@@ -92,12 +107,13 @@ def to_markdown(title: str, intro: list[Any], sections: list[Section], out_dir: 
 
 def _md_block(block: Any, out_dir: Path, image_dir: str, used: set[str]) -> str:
     if isinstance(block, Sub):
-        return f"### {block.title}"
+        return f"### {md_safe(block.title)}"
     if isinstance(block, Text):
         return _md_text(block)
     if isinstance(block, Table):
-        cap = f"**{block.caption}**\n\n" if block.caption else ""
-        return cap + md_table(block.headers, block.rows, block.right)
+        cap = f"**{md_safe(block.caption)}**\n\n" if block.caption else ""
+        return cap + md_table([md_safe(h) for h in block.headers],
+                              [[md_safe(c) for c in row] for row in block.rows], block.right)
     if isinstance(block, Image):
         stem, n = block.name, 1
         while stem in used:  # two figures with one name: number the later ones
@@ -107,7 +123,8 @@ def _md_block(block: Any, out_dir: Path, image_dir: str, used: set[str]) -> str:
         folder = out_dir / image_dir
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{stem}.png").write_bytes(block.png)
-        return f"![{block.alt}]({image_dir}/{stem}.png)"
+        alt = md_safe(block.alt).replace("[", "\\[").replace("]", "\\]")
+        return f"![{alt}]({image_dir}/{stem}.png)"
     raise TypeError(f"unknown block {type(block).__name__}")
 
 

@@ -129,6 +129,8 @@ def read_pairs(files: LFWFiles, split: str) -> list[Pair]:
         folds, n = _count(src, lines, 0, "'folds<TAB>pairs per fold'", fields=2)
     else:
         folds, (n,) = 1, _count(src, lines, 0, "the number of pairs")
+    if folds < 1 or n < 1:
+        raise DataError(f"{src} line 1: expected counts above 0, found '{lines[0].strip()}'")
     out: list[Pair] = []
     for k in range(folds * 2 * n):
         line_no = 2 + k
@@ -148,6 +150,10 @@ def read_pairs(files: LFWFiles, split: str) -> list[Pair]:
             raise DataError(f"{src} line {line_no}: expected a {'matched' if same else 'mismatched'}"
                             f" pair {want}, found '{lines[line_no - 1].strip()}'")
         out.append((a, b, same))
+    extra = next((i for i in range(1 + folds * 2 * n, len(lines)) if lines[i].strip()), None)
+    if extra is not None:
+        raise DataError(f"{src} line {extra + 1}: more lines than the {folds * 2 * n} pairs the "
+                        f"header announces, found '{lines[extra].strip()}'")
     return out
 
 
@@ -172,10 +178,16 @@ class LFWFaces(Dataset):
 
 def open_lfw_people(root: str | Path, split: str = "train", transform: Any = None,
                     image_set: str | None = None) -> LFWFaces:
-    """The people of one split as a training set of (image, identity 0..K-1)."""
-    faces = LFWFaces(read_people(LFWFiles(root, image_set), split), transform)
+    """The people of one split as a training set of (image, identity 0..K-1). The split's
+    pairs file, where the copy has one, is read and checked too: a broken
+    ``pairsDevTrain.txt`` (a bad header, a short line, a person not on disk) stops the run
+    here, naming the file and line, instead of going unnoticed."""
+    files = LFWFiles(root, image_set)
+    faces = LFWFaces(read_people(files, split), transform)
     if not faces.samples:
         raise DataError(f"the LFW {split} split under {root} lists no people")
+    if (files.folder / f"pairs{SPLIT_SUFFIX[split]}.txt").is_file():
+        read_pairs(files, split)
     return faces
 
 
