@@ -80,6 +80,7 @@ class DistConfig:
     nnodes: int = 1  # hosts
     node_rank: int = 0  # this host's index
     rdzv_endpoint: str | None = None  # HOST:PORT for several hosts; chosen for one host
+    master_port: int | None = None  # one host: the rendezvous port on 127.0.0.1 (None: a free one)
     timeout_s: float = 30.0  # collective timeout: a lost rank ends the job within this
     backend: str | None = None  # None = nccl on CUDA, gloo on CPU
     audit: bool = True  # shard audit over the training ranks (ddp, localsgd, ps workers)
@@ -127,6 +128,7 @@ class RunConfig:
         d.pop("out", None)
         d.pop("name", None)
         d["measure"].pop("progress", None)
+        d["dist"].pop("master_port", None)  # where the ranks meet, not what they measure
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -376,5 +378,7 @@ def validate(cfg: RunConfig) -> None:
                           f"dropped), got {ds.calibration_steps}")
     if ds.timeout_s <= 0:
         raise ConfigError("timeout must be positive")
+    if ds.master_port is not None and not 1 <= ds.master_port <= 65535:
+        raise ConfigError(f"--master-port must be 1..65535, got {ds.master_port}")
     if cfg.measure.memory_limit is not None:
         parse_size(cfg.measure.memory_limit)

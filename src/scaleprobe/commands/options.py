@@ -42,6 +42,8 @@ RUN_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--nnodes", "dist.nnodes", int, "hosts"),
     ("--node-rank", "dist.node_rank", int, "this host's index (0 = the rendezvous host)"),
     ("--rdzv-endpoint", "dist.rdzv_endpoint", str, "HOST:PORT of host 0 (several hosts)"),
+    ("--master-port", "dist.master_port", int, "one host: rendezvous port on 127.0.0.1 "
+     "(default: a free one)"),
     ("--backend", "dist.backend", str, "gloo | nccl (default: nccl on CUDA, gloo on CPU)"),
     ("--timeout", "dist.timeout_s", float, "collective timeout in seconds"),
     ("--ps-mode", "dist.ps_mode", str, "parameter server: sync | async"),
