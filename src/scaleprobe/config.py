@@ -124,6 +124,8 @@ class DistConfig:
     node_rank: int = option(0, "this host's index (0 = the rendezvous host)", ge=0)
     rdzv_endpoint: str | None = option(None, "HOST:PORT of host 0 (several hosts)",
                                        unset="chosen for one host")
+    master_port: int | None = option(None, "one host: the rendezvous port on 127.0.0.1",
+                                     ge=1, le=65535, unset="a free one")
     timeout_s: float = option(30.0, "collective timeout in seconds: a lost rank ends the job "
                               "within this", gt=0, le=86400)
     backend: str | None = option(None, "gloo | nccl", choices=("gloo", "nccl"),
@@ -183,6 +185,7 @@ class RunConfig:
         d.pop("out", None)
         d.pop("name", None)
         d["measure"].pop("progress", None)
+        d["dist"].pop("master_port", None)  # where the ranks meet, not what they measure
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -20,6 +20,8 @@ from scaleprobe.config import RunConfig
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.loader import Indexed, build_loader
 from scaleprobe.data.transforms import build_eval_transform, build_transform
+from scaleprobe.interrupt import StopRequest
+from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.stats import is_stable
 from scaleprobe.measure.timer import StepTimer
@@ -161,6 +163,7 @@ class LoopState:
     window_t1: float | None = None
     last_batch: Any = None
     epochs_complete: int = 0
+    interrupted: bool = False  # stopped early on a stop request (interrupt.py)
 
 
 def _should_stop(p: Parts, st: LoopState, timer: StepTimer) -> bool:
@@ -206,9 +209,60 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
     st.last_batch = (x, y)
 
 
+def _stop_step(p: Parts, st: LoopState, stop: StopRequest) -> int:
+    """The step count to stop at once a stop was requested. One process, or a parameter
+    server's workers (each ends on its own), stop now. Ranks that synchronise must stop at
+    the same step, or one would wait in a collective the others never join: the first rank
+    to see the request proposes a step far enough ahead that no rank has passed it (ranks
+    are at most ``sync_period`` steps apart) and every rank reads the same answer from the
+    job's store."""
+    if stop.stop_at is None:
+        s = p.strategy
+        if not s.distributed or s.traits.has_server:
+            stop.stop_at = st.step
+        else:
+            stop.stop_at = _agree_stop_step(st.step + int(s.sync_period) + 1)
+    return stop.stop_at
+
+
+def _agree_stop_step(proposal: int) -> int:
+    import torch.distributed as dist
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        got = store.compare_set("scaleprobe/stop_step", "", str(proposal))
+        return int(got)
+    except Exception:  # noqa: BLE001  (no store: the ranks that asked stop at the proposal)
+        return proposal
+
+
 def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
-               observers: list[Any] = ()) -> LoopState:
+               observers: list[Any] = (), stop: StopRequest | None = None,
+               beat: Heartbeat | None = None) -> LoopState:
+    """Warm-up, then the timed window, until the step count, the stable median, the epochs or
+    a stop request (``stop``: at a step boundary, ``_stop_step``) ends it. ``beat`` follows
+    every phase mark."""
+    stop = stop if stop is not None else StopRequest()
     st = LoopState()
+    timers = ((Beating(timer, beat), Beating(NULL_TIMER, beat)) if beat is not None
+              else (timer, NULL_TIMER))
+    try:
+        _epochs(p, st, timer, timers, progress, clock, observers, stop, beat)
+    except KeyboardInterrupt:
+        # a second Ctrl+C in one process: stop mid-step, keep the steps that ended
+        if p.strategy.distributed:
+            raise
+        timer.discard_open()
+        st.interrupted = True
+        stop.signame = stop.signame or "SIGINT"
+    st.window_t1 = time.perf_counter()
+    st.clock_t1 = clock()
+    return st
+
+
+def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
+            progress: StepProgress, clock: Any, observers: list[Any], stop: StopRequest,
+            beat: Heartbeat | None) -> None:
     t = p.cfg.train
     warm = t.warmup_steps
     while t.epochs is None or st.epoch < t.epochs:
@@ -216,13 +270,13 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
         st.epoch_idx.append([])
         t_epoch = time.perf_counter()
         it = iter(p.loader)
-        stop = False
+        halt = False
         while True:
             timing = st.step >= warm
             if timing and st.window_t0 is None:
                 st.window_t0 = time.perf_counter()
                 st.clock_t0 = clock()
-            tm = timer if timing else NULL_TIMER
+            tm = timers[0] if timing else timers[1]
             tm.start()
             batch = next(it, None)
             if batch is None:
@@ -231,23 +285,25 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
             _one_step(p, st, batch, tm)
             st.step += 1
             st.timed += timing
+            if beat is not None:
+                beat.step_done(st.step)
             progress.advance(st)
             for ob in observers:
                 ob.step(st)
             if timing and _should_stop(p, st, timer):
-                stop = True
+                halt = True
+                break
+            if stop.requested and st.step >= _stop_step(p, st, stop):
+                halt = st.interrupted = True
                 break
         if timing:
-            timer.close() if stop else timer.discard_open()
+            timer.close() if halt else timer.discard_open()
         if batch is None:
             st.epochs_complete += 1
             st.epoch_wall_s.append(time.perf_counter() - t_epoch)
         st.epoch += 1
-        if stop:
+        if halt:
             break
-    st.window_t1 = time.perf_counter()
-    st.clock_t1 = clock()
-    return st
 
 
 def _sync(device: torch.device) -> None:
@@ -372,16 +428,37 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
     ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
 
 
+def _agree_interrupted(strategy: Any, mine: bool) -> bool:
+    """Whether any rank was interrupted: every rank then skips the collectives after training
+    (calibration, transfer) together. One all-reduce after the timed window."""
+    if not strategy.distributed:
+        return mine
+    import torch.distributed as dist
+
+    t = torch.tensor([1.0 if mine else 0.0], device=strategy.coll_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
 def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepProgress,
-          clock: Any = time.perf_counter, run_dir: str | None = None) -> dict[str, Any]:
-    """Set up, train, calibrate, evaluate; return this rank's raw record."""
+          clock: Any = time.perf_counter, run_dir: str | None = None,
+          beat: Heartbeat | None = None, stop: StopRequest | None = None) -> dict[str, Any]:
+    """Set up, train, calibrate, evaluate; return this rank's raw record.
+
+    From the end of setup, Ctrl+C and SIGTERM only ask to stop (``stop``, handled by the
+    caller): the loop ends at a step boundary, the record holds the steps so far and
+    ``interrupted`` names the signal, and calibration and evaluation are skipped."""
+    stop = stop if stop is not None else StopRequest()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     p = setup(cfg, device, strategy)
     timer = StepTimer(device.type)
     observed: dict[str, Any] = {}
+    stop.deferring = True
+    if beat is not None:
+        beat.set_state("serving" if strategy.is_server else "training")
     if strategy.is_server:
-        strategy.serve(p.optimizer)
+        strategy.serve(p.optimizer)  # until every worker is done, interrupted or not
         st = LoopState()
     else:
         from scaleprobe.measure.observers import build_observers
@@ -391,25 +468,36 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
                                     summaries=strategy.rank == strategy.progress_rank)
         progress.begin(p)
         try:
-            st = train_loop(p, timer, progress, clock, observers)
+            st = train_loop(p, timer, progress, clock, observers, stop, beat)
         finally:
             progress.end()
             observed = {k: v for ob in observers for k, v in ob.close().items()}
         strategy.finish_worker()
-    comm = calibrate_comm(p, st)
-    transfer = measure_transfer(p)
-    if transfer is not None:
-        comm = {**(comm or {}), "transfer": transfer}
+    if beat is not None:
+        beat.set_state("after")
+    interrupted = _agree_interrupted(strategy, st.interrupted or stop.requested)
+    comm = transfer = None
     metrics: dict[str, Any] = {}
-    # evaluated on a training rank: a parameter server never runs the forward pass, so its
-    # batch-norm statistics were never updated; worker 1 holds the served parameters
-    if p.val_loader is not None and strategy.rank == strategy.progress_rank:
-        model = strategy.unwrap(p.model)
-        eval_device = next(model.parameters()).device
-        metrics = p.task.evaluate(model, p.val_loader, eval_device, p.autocast,
-                                  cfg.model.channels_last)
+    try:
+        if not interrupted:
+            comm = calibrate_comm(p, st)
+            transfer = measure_transfer(p)
+            if transfer is not None:
+                comm = {**(comm or {}), "transfer": transfer}
+        # evaluated on a training rank: a parameter server never runs the forward pass, so its
+        # batch-norm statistics were never updated; worker 1 holds the served parameters
+        if (not interrupted and p.val_loader is not None
+                and strategy.rank == strategy.progress_rank):
+            model = strategy.unwrap(p.model)
+            eval_device = next(model.parameters()).device
+            metrics = p.task.evaluate(model, p.val_loader, eval_device, p.autocast,
+                                      cfg.model.channels_last)
+    except KeyboardInterrupt:  # one process, a second Ctrl+C: keep the training figures
+        if strategy.distributed:
+            raise
+        interrupted, stop.signame = True, stop.signame or "SIGINT"
     rec = rank_record(p, st, timer, comm, metrics)
     rec["observed"] = observed
+    # the signal this rank saw, or "peer" when it stopped because another rank was asked to
+    rec["interrupted"] = (stop.signame or "peer") if interrupted else None
     return rec
-
-

@@ -19,6 +19,8 @@ A run record (``kind == "run"``)::
     key               hash of the resolved config (sweeps resume by it)
     status            "ok" | "oom" | "failed" | "interrupted"
     error             null or one line
+    partial           true when an interrupted run kept the steps timed so far: its figures
+                      cover those steps (the reason in null_reasons.partial); absent otherwise
     started_at, finished_at   ISO-8601 UTC
     config            RunConfig.to_dict()
     resolved          {"data.image_size", "data.num_classes"}: what the run resolved these

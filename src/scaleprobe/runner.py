@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -109,27 +110,86 @@ def _local_device_and_strategy(cfg: RunConfig):
 
 
 def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
-                progress: bool = True) -> list[dict[str, Any]] | None:
-    """Entry of each launched worker: train, gather every rank's record to rank 0."""
+                progress: bool = True, beat: Any = None,
+                stop: Any = None) -> list[dict[str, Any]] | None:
+    """Train this rank and gather every rank's record to rank 0. Ctrl+C and SIGTERM are
+    handled by ``stop`` (``interrupt.StopRequest``) until the records are gathered."""
     import time
 
     from scaleprobe import env as envmod
     from scaleprobe.engine import train
+    from scaleprobe.interrupt import StopRequest
     from scaleprobe.measure.progress import StepProgress
 
     cfg = from_dict(cfg_dict)
-    device, strategy = _local_device_and_strategy(cfg)
-    prog = StepProgress(progress and strategy.rank == strategy.progress_rank
-                        and cfg.measure.progress)
-    # the limit covers training, not the imports before it nor the recording after it
-    with memory_limit(cfg.measure.memory_limit):
-        raw = train(cfg, strategy, device, prog, clock=time.time, run_dir=run_dir)
-    gathered = strategy.gather(raw)
-    # Only a rank that finished waits at the closing barrier: a failed rank exits at once
-    # (the launcher then stops the others) instead of hiding its error behind a timeout.
-    if strategy.distributed:
-        envmod.shutdown_distributed()
+    stop = stop if stop is not None else StopRequest()
+    with stop.handling():
+        device, strategy = _local_device_and_strategy(cfg)
+        prog = StepProgress(progress and strategy.rank == strategy.progress_rank
+                            and cfg.measure.progress)
+        # the limit covers training, not the imports before it nor the recording after it
+        with memory_limit(cfg.measure.memory_limit):
+            raw = train(cfg, strategy, device, prog, clock=time.time, run_dir=run_dir,
+                        beat=beat, stop=stop)
+        gathered = strategy.gather(raw)
+        # Only a rank that finished waits at the closing barrier: a failed rank exits at once
+        # (the launcher then stops the others) instead of hiding its error behind a timeout.
+        if strategy.distributed:
+            envmod.shutdown_distributed()
     return gathered if strategy.rank == 0 else None
+
+
+HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the launcher was stopped
+
+
+def _own_process_group() -> None:
+    """A launched rank leads its own process group, so its loader workers can be stopped with
+    it (``launch.py``), and a terminal's Ctrl+C reaches only the launcher, which forwards it;
+    and it dies with the launcher (Linux)."""
+    import signal
+
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+
+def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
+                    progress: bool = True) -> list[dict[str, Any]] | None:
+    """Entry of each rank started by ``launch.run_workers``: a heartbeat for the launcher, a
+    stop request that ends training at a step all ranks agree on, and, when the launcher was
+    asked to stop (it then no longer collects return values), rank 0's records in a file."""
+    from scaleprobe.interrupt import StopRequest
+    from scaleprobe.measure.heartbeat import Heartbeat
+
+    _own_process_group()
+    beat = Heartbeat(run_dir, int(os.environ.get("RANK", "0"))).start()
+    stop = StopRequest(escape_on_second=False)  # the launcher ends a rank that does not stop
+    try:
+        out = worker_main(cfg_dict, run_dir, progress, beat=beat, stop=stop)
+        if out is not None and (stop.requested or any(r.get("interrupted") for r in out)):
+            res.write_json_atomic(Path(run_dir) / HANDOFF, out)
+    except BaseException:
+        from scaleprobe.launch import last_meaningful_line
+        from scaleprobe.measure.heartbeat import write_error
+
+        write_error(run_dir, beat.rank, last_meaningful_line(traceback.format_exc()))
+        beat.finish("failed")
+        raise
+    beat.finish("done")
+    if stop.requested:
+        # the launcher forwarded a stop: it no longer reads return values, and a worker that
+        # returns one waits for it to (torch.distributed.elastic) until it is killed
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,18 +219,63 @@ def _check_devices(cfg: RunConfig) -> None:
 def _launch(cfg: RunConfig, run_dir: Path) -> list[dict[str, Any]] | None:
     if traits_of(cfg.dist.strategy).in_process:
         return worker_main(cfg.to_dict(), str(run_dir))
+    from scaleprobe.interrupt import Interrupted
     from scaleprobe.launch import run_workers
 
-    out = run_workers(worker_main, (cfg.to_dict(), str(run_dir)), nproc=cfg.dist.nproc, nnodes=cfg.dist.nnodes,
-                      node_rank=cfg.dist.node_rank, rdzv_endpoint=cfg.dist.rdzv_endpoint,
-                      timeout_s=cfg.dist.timeout_s, log_dir=str(run_dir / "logs"))
+    try:
+        out = run_workers(launched_worker, (cfg.to_dict(), str(run_dir)), nproc=cfg.dist.nproc,
+                          nnodes=cfg.dist.nnodes, node_rank=cfg.dist.node_rank,
+                          rdzv_endpoint=cfg.dist.rdzv_endpoint, timeout_s=cfg.dist.timeout_s,
+                          log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
+                          master_port=cfg.dist.master_port)
+    except Interrupted as e:
+        e.raws = _read_handoff(run_dir)
+        raise
+    _read_handoff(run_dir)  # a stop that came after the records were returned
     return out.get(0)
+
+
+def _read_handoff(run_dir: Path) -> list[dict[str, Any]] | None:
+    import json
+
+    path = run_dir / HANDOFF
+    try:
+        raws = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    finally:
+        path.unlink(missing_ok=True)
+    ok = isinstance(raws, list) and raws and all(isinstance(r, dict) for r in raws)
+    return raws if ok else None
+
+
+def _interrupted_from(raws: list[dict[str, Any]] | None) -> str | None:
+    """The signal that stopped the ranks early ("peer": another rank's), or None."""
+    seen = [r["interrupted"] for r in raws or [] if r.get("interrupted")]
+    return next((s for s in seen if s != "peer"), seen[0] if seen else None)
+
+
+def _mark_partial(rec: dict[str, Any], raws: list[dict[str, Any]] | None, signame: str) -> None:
+    """An interrupted run keeps what it measured: the figures of the steps timed so far,
+    flagged as partial; what runs after training (calibration, evaluation) was skipped."""
+    from scaleprobe.interrupt import describe
+
+    rec["status"], rec["error"] = "interrupted", describe(None if signame == "peer" else signame)
+    if not raws:
+        rec["null_reasons"]["partial"] = "interrupted before any rank returned its record"
+        return
+    timed = next((r["steps_timed"] for r in raws if r.get("step_times_s")), 0)
+    rec["partial"] = True
+    rec["null_reasons"]["partial"] = (
+        f"interrupted after {timed} timed steps: the figures cover those steps only; "
+        "communication calibration and evaluation were skipped")
 
 
 def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``cfg`` and return its result record (also written to disk)."""
     from scaleprobe import env as envmod
     from scaleprobe.assemble import finalize
+    from scaleprobe.interrupt import sigterm_interrupts
     from scaleprobe.measure.monitor import Monitor
 
     preflight(cfg)
@@ -187,11 +292,14 @@ def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[st
     monitor = Monitor(cfg.measure.monitor_interval_s, run_dir / "monitor.csv",
                       cuda_indices=_gpu_indices(cfg), training_in_children=launched)
     try:
-        with monitor:
+        with sigterm_interrupts(), monitor:
             raws = _launch(cfg, run_dir)
         rec["status"] = "ok"
-    except KeyboardInterrupt:
-        rec["status"], rec["error"] = "interrupted", "interrupted by the user (Ctrl+C)"
+        if _interrupted_from(raws):
+            _mark_partial(rec, raws, _interrupted_from(raws) or "SIGINT")
+    except KeyboardInterrupt as e:  # Ctrl+C, SIGTERM (interrupt.Interrupted), the launcher's
+        raws = getattr(e, "raws", None)
+        _mark_partial(rec, raws, getattr(e, "signame", "SIGINT"))
     except ScaleprobeError as e:
         _write_failure(rec, run_dir, cfg, e)
         raise
@@ -345,6 +453,7 @@ def run_under_launcher(cfg: RunConfig) -> dict[str, Any] | None:
     trains; rank 0 monitors its own process tree and writes the result."""
     from scaleprobe import env as envmod
     from scaleprobe.assemble import finalize
+    from scaleprobe.interrupt import StopRequest
     from scaleprobe.measure.monitor import Monitor
 
     preflight(cfg)
@@ -358,12 +467,15 @@ def run_under_launcher(cfg: RunConfig) -> dict[str, Any] | None:
                       run_dir / "monitor.csv" if run_dir else None,
                       cuda_indices=[info.local_rank] if _gpu_indices(cfg) else [],
                       run_root_pid=os.getppid())  # the launcher's tree holds every local rank
-    with monitor:
-        raws = worker_main(cfg.to_dict(), str(run_dir) if run_dir else None)
+    with monitor:  # ranks under a launcher stop together when it forwards a signal
+        raws = worker_main(cfg.to_dict(), str(run_dir) if run_dir else None,
+                           stop=StopRequest(escape_on_second=False))
     if run_dir is None:
         return None
     rec = res.new_run_record(cfg.to_dict(), run_dir.name, name, cfg.key())
     rec["status"] = "ok"
+    if _interrupted_from(raws):
+        _mark_partial(rec, raws, _interrupted_from(raws) or "SIGTERM")
     rec["launcher_run_id"] = run_id
     rec["paths"] = {"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                     "monitor_csv": str(run_dir / "monitor.csv")}

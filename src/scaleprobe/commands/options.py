@@ -57,6 +57,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--nnodes", "dist.nnodes", ()),
     ("--node-rank", "dist.node_rank", ()),
     ("--rdzv-endpoint", "dist.rdzv_endpoint", ()),
+    ("--master-port", "dist.master_port", ()),
     ("--backend", "dist.backend", ()),
     ("--timeout", "dist.timeout_s", ()),
     ("--ps-mode", "dist.ps_mode", ()),

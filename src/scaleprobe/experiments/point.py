@@ -59,8 +59,10 @@ def _die_with_parent() -> None:
 
 
 def _sigterm_as_interrupt() -> None:
+    from scaleprobe.interrupt import Interrupted
+
     def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        raise Interrupted("SIGTERM")
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -112,8 +114,10 @@ def run_point(payload: dict[str, Any]) -> int:
         if payload.get("barrier"):
             _wait_barrier(payload["barrier"])
         rec = runner.execute(cfg, experiment=exp)
-    except KeyboardInterrupt:
-        _record(cfg, exp, INTERRUPTED, "interrupted")
+    except KeyboardInterrupt as e:
+        from scaleprobe.interrupt import describe
+
+        _record(cfg, exp, describe(getattr(e, "signame", None)), "interrupted")
         return 130
     except ScaleprobeError as e:
         print(f"scaleprobe: error: {e}", file=sys.stderr)

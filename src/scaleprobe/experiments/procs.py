@@ -23,12 +23,23 @@ import psutil
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL
 
 
+def grace_for(payload: dict[str, Any]) -> float:
+    """A launched point (ddp, ps, ...) forwards the stop to its ranks, which stop together
+    and hand over their records within ``launch.INTERRUPT_GRACE_S``; then it writes its own."""
+    from scaleprobe.launch import INTERRUPT_GRACE_S
+    from scaleprobe.traits import known
+
+    tr = known((payload.get("config") or {}).get("dist", {}).get("strategy"))
+    return INTERRUPT_GRACE_S + 5.0 if tr is not None and tr.launched else GRACE_S
+
+
 @dataclass
 class PointProcess:
     popen: subprocess.Popen
     attempt: str  # token in experiment.attempt: finds the record this process wrote
     log_path: Path
     started_s: float  # time.monotonic() at start
+    payload: dict[str, Any] | None = None  # what it runs: its config and experiment
 
     @property
     def pid(self) -> int:
@@ -59,7 +70,7 @@ class ProcessSet:
                 [sys.executable, "-m", "scaleprobe.experiments.point", str(spec_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=full_env)
-        proc = PointProcess(popen, attempt, log_path, time.monotonic())
+        proc = PointProcess(popen, attempt, log_path, time.monotonic(), payload)
         self.live[popen.pid] = proc
         return proc
 
@@ -75,10 +86,16 @@ class ProcessSet:
     def finished(self, proc: PointProcess) -> None:
         self.live.pop(proc.pid, None)
 
-    def stop_all(self, grace_s: float = GRACE_S) -> None:
+    def stop_all(self, grace_s: float | None = None) -> None:
+        """Stop every point (``stop_groups``); a point that was ended before it recorded
+        itself is recorded "interrupted" (it is run again on resume)."""
         procs = list(self.live.values())
         self.live.clear()
+        if grace_s is None:
+            grace_s = max([grace_for(p.payload or {}) for p in procs], default=GRACE_S)
         stop_groups([p.popen for p in procs], grace_s)
+        for p in procs:
+            _record_if_missing(p)
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -138,6 +155,27 @@ def collect_record(proc: PointProcess, rc: int, cfg: Any, experiment: dict[str, 
                             experiment, error)
         res.append_jsonl(results_path, rec)
     return rec
+
+
+def _record_if_missing(proc: PointProcess) -> None:
+    from scaleprobe import results as res
+    from scaleprobe.config import from_dict
+    from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
+    from scaleprobe.runner import default_name
+
+    if not proc.payload:
+        return
+    try:
+        cfg = from_dict(proc.payload["config"])
+        path = Path(cfg.out) / res.RESULTS_FILE
+        if find_attempt(res.read_jsonl(path, warn=False), proc.attempt) is None:
+            rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or default_name(cfg),
+                                proc.payload["experiment"],
+                                f"{INTERRUPTED}: stopped before it recorded itself",
+                                status="interrupted")
+            res.append_jsonl(path, rec)
+    except Exception:  # noqa: BLE001  (stopping must go on; the point reruns on resume)
+        pass
 
 
 def new_attempt() -> str:

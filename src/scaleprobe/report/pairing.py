@@ -19,7 +19,7 @@ from scaleprobe.report.records import dict_of
 # keys that never change what is measured: where results go, the run's label, the progress
 # bar, where generated data is cached, the rendezvous address
 IGNORED_KEYS = frozenset({"out", "name", "measure.progress", "data.cache_dir",
-                          "dist.rdzv_endpoint"})
+                          "dist.rdzv_endpoint", "dist.master_port"})
 # what comes with a dataset: a pairing that varies the dataset varies these with it
 DATASET_KEYS = frozenset({"data.dataset", "data.data_dir", "data.download", "data.num_samples",
                           "data.num_classes", "data.val_fraction", "data.skip_bad_samples"})

@@ -23,6 +23,17 @@ def test_differing_keys_ignore_what_does_not_change_the_measurement():
     assert P.differing_keys(a, with_(a, "config.train.amp", "bf16")) == {"train.amp"}
 
 
+def test_the_rendezvous_port_does_not_split_pairs():
+    """Catches runs recorded before ``dist.master_port`` existed (no such key) or with another
+    --master-port refused as pairs: where the ranks met changes nothing measured."""
+    old = run("a")
+    old["config"]["dist"] = {k: v for k, v in (old["config"].get("dist") or {}).items()
+                             if k != "master_port"}
+    new = with_(run("b"), "config.dist", {**old["config"]["dist"], "master_port": 29511})
+    assert P.differing_keys(old, new) == set()
+    assert P.like_for_like(old, new)
+
+
 def test_a_null_setting_is_compared_as_what_the_run_resolved_it_to():
     """Catches "natural size" on two datasets read as the same image size (64 px vs 32 px)."""
     a = with_(run("a"), "config.data.image_size", None)

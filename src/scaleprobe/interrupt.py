@@ -1,0 +1,123 @@
+"""Stopping a run on request without losing what it measured.
+
+Ctrl+C (SIGINT) and SIGTERM (what a cluster scheduler sends on pre-emption, or ``kill``) both
+mean "stop": outside the training loop they raise ``Interrupted`` (a ``KeyboardInterrupt``),
+inside it (``StopRequest.deferred``) they only set a flag, and the loop stops at the end of a
+step, so the steps timed so far are kept and the run is recorded "interrupted" with a partial
+summary. Launched ranks stop together at a step they agree on (``engine``), because a rank
+that stopped alone would leave the others waiting in a collective. A second Ctrl+C in a
+single-process run stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe(signame: str | None) -> str:
+    """The error line of an interrupted run."""
+    if signame in (None, "SIGINT"):
+        return "interrupted by the user (Ctrl+C)"
+    return f"interrupted by {signame} (asked to stop, e.g. pre-empted by a scheduler)"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop request that ended a run; ``raws`` holds the ranks' records when they were kept."""
+
+    def __init__(self, signame: str = "SIGINT", raws: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(describe(signame))
+        self.signame = signame
+        self.raws = raws
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _in_forked_child(owner_pid: int, signum: int) -> bool:
+    """A process forked while the handler was installed (a DataLoader worker) inherits it:
+    there the signal does what it does by default (SIGTERM ends the process: the loader
+    stops its workers with it)."""
+    if os.getpid() == owner_pid:
+        return False
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return True
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM raises ``Interrupted("SIGTERM")`` as Ctrl+C raises
+    KeyboardInterrupt (instead of ending the process without a record)."""
+    if not _in_main_thread():
+        yield
+        return
+
+    owner = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        if not _in_forked_child(owner, signum):
+            raise Interrupted(signal_name(signum))
+
+    prev = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+
+
+class StopRequest:
+    """What a run does with SIGINT and SIGTERM while ``handling()``: raise ``Interrupted``
+    (setting up: nothing measured yet), or, once ``deferring`` (training, and what follows
+    it), set ``signame`` for the loop to poll between steps. ``stop_at`` is the step count the
+    ranks agreed to stop at. With ``escape_on_second`` (one process, a person at the
+    keyboard) a second signal raises at once."""
+
+    def __init__(self, escape_on_second: bool = True) -> None:
+        self.signame: str | None = None
+        self.stop_at: int | None = None
+        self.deferring = False
+        self.escape_on_second = escape_on_second
+        self._owner = os.getpid()
+
+    @property
+    def requested(self) -> bool:
+        return self.signame is not None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if _in_forked_child(self._owner, signum):
+            return
+        name = signal_name(signum)
+        if not self.deferring or (self.requested and self.escape_on_second):
+            raise Interrupted(name)
+        self.signame = self.signame or name
+
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[StopRequest]:
+        if not _in_main_thread():
+            yield self
+            return
+        self._owner = os.getpid()
+        prev = {s: signal.signal(s, self._handler) for s in SIGNALS}
+        try:
+            yield self
+        finally:
+            self.deferring = False
+            for s, h in prev.items():
+                signal.signal(s, h)

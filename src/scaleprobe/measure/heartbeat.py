@@ -1,0 +1,195 @@
+"""Per-rank heartbeats of a launched job: where each rank is, and whether its process still
+runs, so the launcher can tell the rank that stopped making progress from the ranks that
+waited for it.
+
+``RUN_DIR/heartbeat/rank-N.hb`` is a 64-byte file each rank maps into memory: eight
+little-endian float64 fields, written in place with no system call, so the training loop
+updates it at every phase mark (a few hundred nanoseconds) and a reader always sees the
+latest position:
+
+    rank, pid, state      state: 0 setup, 1 training, 2 after training, 3 done, 4 failed,
+                          5 serving (a parameter server: it has no steps of its own)
+    step, step_wall       steps done, and time.time() when the last one ended
+    mark, progress_wall   index in ``MARKS`` of the last phase mark passed in the step under
+                          way, and time.time() then
+    beat_wall             time.time() of the last beat: a daemon thread beats every
+                          ``INTERVAL_S``; a stopped process (SIGSTOP, or wedged with the
+                          interpreter lock held) stops beating
+
+A rank waiting in a collective keeps beating, its position still; a stopped rank neither
+moves nor beats. ``find_stalled`` reads that. A heartbeat never fails a run: when its file
+cannot be created (a full disk) the rank runs without one.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+INTERVAL_S = 0.5
+# A rank whose last beat is older than this while another rank beat more recently was stopped
+# (its thread did not run for six intervals)
+FROZEN_AFTER_S = 3.0
+MARKS = ("start", "data", "h2d", "forward", "backward", "comm", "optimizer")
+_INDEX = {m: i for i, m in enumerate(MARKS)}
+STATES = ("setup", "training", "after", "done", "failed", "serving")
+FIELDS = ("rank", "pid", "state", "step", "step_wall", "mark", "progress_wall", "beat_wall")
+_FMT = "<8d"
+SIZE = struct.calcsize(_FMT)
+DIR = "heartbeat"
+
+
+def beat_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / DIR
+
+
+class Heartbeat:
+    def __init__(self, run_dir: str | Path, rank: int, interval_s: float = INTERVAL_S) -> None:
+        self.path = beat_dir(run_dir) / f"rank-{rank}.hb"
+        self.rank = rank
+        self.interval_s = interval_s
+        self._buf: mmap.mmap | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the training loop's side: stores into the mapped file, no system call -------------
+    def step_done(self, steps: int) -> None:
+        if self._buf is not None:
+            t = time.time()
+            struct.pack_into("<dddd", self._buf, 24, steps, t, 0.0, t)
+
+    def passed(self, mark: str) -> None:
+        if self._buf is not None:
+            struct.pack_into("<dd", self._buf, 40, _INDEX.get(mark, 0), time.time())
+
+    def set_state(self, state: str) -> None:
+        if self._buf is not None:
+            struct.pack_into("<d", self._buf, 16, STATES.index(state))
+            self._beat()
+
+    # --- the beat -----------------------------------------------------------------------------
+    def start(self) -> Heartbeat:
+        now = time.time()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(struct.pack(_FMT, self.rank, os.getpid(), 0, 0, 0.0, 0, now,
+                                              now))
+            with self.path.open("r+b") as fh:
+                self._buf = mmap.mmap(fh.fileno(), SIZE)
+        except (OSError, ValueError):
+            self._buf = None
+            return self
+        self._thread = threading.Thread(target=self._loop, name="scaleprobe-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def finish(self, state: str) -> None:
+        """The last beat, with the final state; the thread stops."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.set_state(state)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._beat()
+
+    def _beat(self) -> None:
+        if self._buf is not None:
+            struct.pack_into("<d", self._buf, 56, time.time())
+
+
+class Beating:
+    """A step timer that also moves the heartbeat's position at each mark."""
+
+    def __init__(self, timer: Any, beat: Heartbeat) -> None:
+        self.timer, self.beat = timer, beat
+
+    def start(self) -> None:
+        self.timer.start()
+
+    def mark(self, phase: str) -> None:
+        self.timer.mark(phase)
+        self.beat.passed(phase)
+
+
+def write_error(run_dir: str | Path, rank: int, line: str) -> None:
+    """A failed rank's one-line error, for the launcher (best effort)."""
+    try:
+        (beat_dir(run_dir) / f"rank-{rank}.error").write_text(line)
+    except OSError:
+        pass
+
+
+def read_error(run_dir: str | Path, rank: int) -> str | None:
+    try:
+        return (beat_dir(run_dir) / f"rank-{rank}.error").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def read_beat(path: str | Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(SIZE)
+        vals = struct.unpack(_FMT, raw)
+    except (OSError, struct.error):
+        return None
+    doc: dict[str, Any] = dict(zip(FIELDS, vals, strict=True))
+    for k in ("rank", "pid", "step", "mark"):
+        doc[k] = int(doc[k])
+    doc["state"] = STATES[int(doc["state"])] if 0 <= doc["state"] < len(STATES) else "?"
+    doc["step_wall"] = doc["step_wall"] or None
+    return doc
+
+
+def read_beats(run_dir: str | Path) -> dict[int, dict[str, Any]]:
+    """Every rank's heartbeat now (unreadable files are skipped)."""
+    out: dict[int, dict[str, Any]] = {}
+    try:
+        files = list(beat_dir(run_dir).glob("rank-*.hb"))
+    except OSError:
+        return out
+    for f in files:
+        doc = read_beat(f)
+        if doc is not None:
+            out[doc["rank"]] = doc
+    return out
+
+
+def find_stalled(beats: dict[int, dict[str, Any]], now: float) -> int | None:
+    """The rank that stopped making progress while the others waited, or None when the
+    heartbeats cannot tell (one rank, or every rank at the same place and beating).
+
+    First a rank in training whose process stopped beating while another beat recently;
+    else the one rank furthest behind (steps done, then phase), when it is alone there."""
+    if len(beats) < 2:
+        return None
+    training = {r: b for r, b in beats.items() if b.get("state") == "training"}
+    frozen = [r for r, b in training.items() if now - b["beat_wall"] > FROZEN_AFTER_S]
+    fresh = [r for r, b in beats.items() if r not in frozen
+             and now - b["beat_wall"] <= FROZEN_AFTER_S]
+    if frozen and fresh:
+        return min(frozen, key=lambda r: (training[r]["beat_wall"], r))
+    placed = {r: (b["step"], b["mark"]) for r, b in beats.items()
+              if b.get("state") in ("training", "failed")}
+    if len(placed) < 2 or not training:
+        return None
+    low = min(placed.values())
+    behind = [r for r, p in placed.items() if p == low]
+    if len(behind) == 1 and behind[0] in training:
+        return behind[0]
+    return None
+
+
+def stall_text(beat: dict[str, Any], stopped_at: float) -> str:
+    """``stopped making progress at step 7, 12.3 s before the job was stopped``"""
+    since = max(0.0, stopped_at - beat["progress_wall"])
+    return (f"stopped making progress at step {beat['step']}, {since:.1f} s before the job "
+            "was stopped")

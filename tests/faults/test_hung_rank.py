@@ -1,0 +1,39 @@
+"""A rank that stops making progress (SIGSTOP: frozen, not dead) ends the job within the
+collective timeout + 10 s, and the error names it, not the rank that waited for it."""
+
+import re
+
+import pytest
+
+from .test_rank_failures import run_with_failing_rank
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+TIMEOUT_S = 10  # --timeout: the collective timeout after which the waiting rank gives up
+# The target: the job ends within TIMEOUT_S + 10 s of the stop. Measured 2026-11-23 on this
+# 2-core machine with other jobs beside it (load average 4-7): 13.9-16.8 s (the waiting rank
+# raises at 10 s, the stopped rank is killed 1 s after, the launcher writes the result). A
+# load margin of 10 s more on top of the target; the launcher's own teardown alone (its 30 s
+# grace for a rank that ignores SIGTERM) would take 40 s or more.
+LOAD_MARGIN_S = 10
+STOP_AT_CALL = 8  # rank 1 stops itself at its 8th forward: 7 steps done
+
+
+def test_stopped_rank_is_named_and_the_job_ends_within_the_timeout(tmp_path, out_dir):
+    """Bugs caught: the job ending after the launcher's 30 s grace on top of the timeout
+    (46 s with --timeout 10); the error naming rank 0, which only waited; a stopped process
+    left behind; a torn results line."""
+    job, stopped_at, rec = run_with_failing_rank(
+        tmp_path, out_dir, "ddp", 2, "os.kill(os.getpid(), signal.SIGSTOP)", 1,
+        at_call=STOP_AT_CALL, timeout_s=TIMEOUT_S)
+    took = job.ended_at - stopped_at
+    print(f"ended {took:.1f} s after rank 1 stopped; error: {rec['error']}")
+    assert rec["status"] == "failed"
+    assert rec["error"].startswith(
+        f"rank 1: stopped making progress at step {STOP_AT_CALL - 1}, "), rec["error"]
+    # the rank that raised is named after it, with its own error
+    assert "; rank 0 then failed: " in rec["error"]
+    # how long it had been stopped when the waiting rank gave up: about the timeout
+    stalled_s = float(re.search(r", ([0-9.]+) s before the job was stopped", rec["error"])[1])
+    assert TIMEOUT_S - 1 <= stalled_s <= TIMEOUT_S + LOAD_MARGIN_S, stalled_s
+    assert took < TIMEOUT_S + 10 + LOAD_MARGIN_S, f"ended {took:.1f} s after the stop"

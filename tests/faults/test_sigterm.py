@@ -1,0 +1,146 @@
+"""SIGTERM to the launcher (what a scheduler sends on pre-emption) and Ctrl+C keep what was
+measured: status "interrupted", steps.csv with the steps so far, a summary marked partial,
+no process left; in one process and with two DDP ranks, alone and as a sweep point."""
+
+import csv
+import os
+import signal
+import time
+
+import pytest
+
+from scaleprobe.experiments.procs import grace_for
+from scaleprobe.experiments.sweep import completed_runs
+from scaleprobe.launch import INTERRUPT_GRACE_S
+
+from .test_rank_failures import run_job, valid_jsonl
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+# rank 0 (or the single process) writes the marker at this forward: the run is training, with
+# timed steps, when the signal is sent
+MARK_AT_CALL = 30
+WARMUP = 2
+MODEL = """
+import os, time, torch
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__(); self.l = torch.nn.Linear(3 * 32 * 32, 10); self.n = 0
+    def forward(self, x):
+        self.n += 1
+        if self.n == {at} and os.environ.get("RANK", "0") == "0":
+            with open(__file__ + ".reached", "w") as fh:
+                fh.write(repr(time.time()))
+        return self.l(x.flatten(1))
+def build():
+    return M()
+"""
+# From SIGTERM to the end of `scaleprobe run`, measured 2026-11-23 on this 2-core machine with
+# other jobs beside it (load average 4-7): one process 1.4-4.2 s (the loop stops after the step
+# under way; summarising and writing take the rest); two DDP ranks 5.0-8.2 s (they finish at
+# most two steps, agree, hand over their records, then the same). One process: 20 s holds four
+# times the worst measured. DDP: the ranks must be done before the launcher's grace
+# (INTERRUPT_GRACE_S, 20 s) kills them, which the records kept also show; a rank left waiting
+# for the launcher to read its return value (the bug this bound catches) is killed only then.
+SINGLE_STOP_S = 20.0
+
+
+def _model(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(MODEL.format(at=MARK_AT_CALL))
+    return f
+
+
+def _signal_when_training(model_file, sig, group=False):
+    """A ``during`` callback: send ``sig`` once the marker exists; remembers when."""
+    marker = model_file.parent / (model_file.name + ".reached")
+    sent = {}
+
+    def during(p):
+        if not sent and marker.exists():
+            sent["at"] = time.time()
+            os.killpg(p.pid, sig) if group else p.send_signal(sig)
+
+    return during, sent
+
+
+def _check_partial(out_dir, job, signame):
+    """The one run recorded interrupted, with the steps timed so far in steps.csv and in a
+    summary marked partial; every results line whole; nothing left running."""
+    try:
+        assert job.returncode == 130, job.stderr[-2000:]
+        left = job.left_behind()
+        assert not left, f"left running: {[p.pid for p in left]}"
+    finally:
+        job.kill_left()
+    recs = [r for r in valid_jsonl(out_dir / "results.jsonl") if r["kind"] == "run"]
+    assert len(recs) == 1, recs
+    rec = recs[0]
+    assert rec["status"] == "interrupted" and signame in rec["error"], rec["error"]
+    assert rec["partial"] is True and "interrupted after" in rec["null_reasons"]["partial"]
+    timed = rec["metrics"]["steps_timed"]
+    # the signal came after forward MARK_AT_CALL: every step before it was timed
+    assert timed >= MARK_AT_CALL - WARMUP - 1, timed
+    assert rec["metrics"]["step_time_s"]["n"] == timed
+    with open(rec["paths"]["steps_csv"]) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == timed
+    assert all(float(r["step_time_s"]) > 0 for r in rows)
+    return rec
+
+
+def _run_args(model_file, out_dir, *extra):
+    return ["run", "--model", f"{model_file}:build", "--loader", "pipelined", "--workers", 1,
+            "--steps", 10**6, "--warmup-steps", WARMUP, "--timeout", 300, "--out", out_dir,
+            "--no-progress", *extra]
+
+
+def test_sigterm_to_a_single_process_run_keeps_the_steps_so_far(tmp_path, out_dir):
+    """Bugs caught: SIGTERM ending the run without any record (Python's default), or with
+    status interrupted but no steps.csv and an empty summary (what Ctrl+C kept before)."""
+    f = _model(tmp_path)
+    during, sent = _signal_when_training(f, signal.SIGTERM)
+    job = run_job(_run_args(f, out_dir), tmp_path, during=during)
+    took = job.ended_at - sent["at"]
+    rec = _check_partial(out_dir, job, "SIGTERM")
+    print(f"single: {rec['metrics']['steps_timed']} steps kept, ended {took:.1f} s after SIGTERM")
+    assert took < SINGLE_STOP_S
+
+
+def test_sigterm_to_the_launcher_of_two_ddp_ranks_keeps_the_steps_so_far(tmp_path, out_dir):
+    """Bugs caught: an interrupted DDP run recorded "failed" (the launcher's own signal
+    exception), the ranks' records lost (the launcher no longer collects return values), a
+    rank left waiting in a collective for a peer that stopped a step earlier, or waiting for
+    the launcher to read its return value until it is killed."""
+    f = _model(tmp_path)
+    during, sent = _signal_when_training(f, signal.SIGTERM)
+    job = run_job(_run_args(f, out_dir, "--strategy", "ddp", "--nproc", 2), tmp_path,
+                  during=during)
+    took = job.ended_at - sent["at"]
+    rec = _check_partial(out_dir, job, "SIGTERM")
+    # both ranks stopped at the same step
+    assert len({r["steps_done"] for r in rec["ranks"]}) == 1, rec["ranks"]
+    assert rec["audit"] is not None
+    print(f"ddp: {rec['metrics']['steps_timed']} steps kept, ended {took:.1f} s after SIGTERM")
+    assert took < INTERRUPT_GRACE_S
+
+
+def test_ctrl_c_in_a_sweep_records_the_ddp_point_interrupted_and_reruns_it(tmp_path, out_dir):
+    """Ctrl+C reaches the sweep (the terminal's process group; points run in sessions of their
+    own). Bugs caught: the DDP point recorded "failed" (today's behaviour), or killed after
+    the sweep's 3 s grace before it could record what its ranks measured; the point counted
+    as done on resume."""
+    f = _model(tmp_path)
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[base]\nmodel = "{f}:build"\nloader = "naive"\nwarmup_steps = {WARMUP}\n'
+                    '[base.dist]\nstrategy = "ddp"\nnproc = 2\n[grid]\nsteps = [1000000]\n')
+    during, sent = _signal_when_training(f, signal.SIGINT)
+    job = run_job(["sweep", spec, "--out", out_dir, "--no-progress", "--repeats", 1], tmp_path,
+                  during=during)
+    took = job.ended_at - sent["at"]
+    rec = _check_partial(out_dir, job, "Ctrl+C")
+    assert rec["experiment"]["point"] == {"steps": 1000000}
+    assert rec["key"] not in completed_runs(out_dir / "results.jsonl")  # rerun on resume
+    print(f"sweep: the point kept {rec['metrics']['steps_timed']} steps, the sweep ended "
+          f"{took:.1f} s after Ctrl+C")
+    assert took < grace_for({"config": {"dist": {"strategy": "ddp"}}}) + 5

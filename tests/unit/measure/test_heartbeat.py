@@ -1,0 +1,68 @@
+"""Heartbeats (``measure/heartbeat.py``): what a rank writes, and which rank they name as the
+one that stopped making progress."""
+
+import time
+
+from scaleprobe.measure.heartbeat import (
+    FROZEN_AFTER_S,
+    Heartbeat,
+    find_stalled,
+    read_beats,
+    stall_text,
+)
+
+
+def _beat(rank, step, mark, beat_age, state="training", now=1000.0, moved_age=None):
+    return {"rank": rank, "pid": 100 + rank, "state": state, "step": step, "mark": mark,
+            "step_wall": now - 1, "progress_wall": now - (moved_age if moved_age is not None
+                                                           else beat_age),
+            "beat_wall": now - beat_age}
+
+
+def test_the_file_holds_the_position_and_the_state(tmp_path):
+    """Bug caught: a position written late (a step behind) or not at all, so the launcher
+    named the wrong step or saw no rank."""
+    hb = Heartbeat(tmp_path, 3).start()
+    try:
+        hb.set_state("training")
+        hb.step_done(7)
+        hb.passed("forward")
+        b = read_beats(tmp_path)[3]
+        assert (b["state"], b["step"], b["mark"]) == ("training", 7, 3)
+        assert abs(b["progress_wall"] - time.time()) < 5
+    finally:
+        hb.finish("done")
+    assert read_beats(tmp_path)[3]["state"] == "done"
+
+
+def test_a_rank_that_stopped_beating_is_named_not_the_one_that_waited():
+    """SIGSTOP: both ranks finished step 7; rank 0 waits in backward and beats, rank 1 froze
+    in forward. Bug caught: naming rank 0, the one whose collective timed out."""
+    beats = {0: _beat(0, 7, 3, beat_age=0.2, state="failed", moved_age=10),
+             1: _beat(1, 7, 3, beat_age=FROZEN_AFTER_S + 7)}
+    assert find_stalled(beats, 1000.0) == 1
+
+
+def test_a_live_rank_behind_the_others_is_named():
+    """A rank stuck in its own code (an endless loop: it keeps beating) while the other waits
+    in backward: the one furthest behind is named."""
+    beats = {0: _beat(0, 7, 4, beat_age=0.1, state="failed"), 1: _beat(1, 7, 2, beat_age=0.1)}
+    assert find_stalled(beats, 1000.0) == 1
+
+
+def test_no_rank_is_named_when_the_beats_cannot_tell():
+    """Both at the same place and beating, one rank alone, or the only laggard a parameter
+    server (it has no steps): None, rather than a guess."""
+    same = {0: _beat(0, 7, 3, 0.1), 1: _beat(1, 7, 3, 0.1)}
+    assert find_stalled(same, 1000.0) is None
+    assert find_stalled({0: _beat(0, 7, 3, 50)}, 1000.0) is None
+    server = {0: _beat(0, 0, 0, 0.1, state="serving"), 1: _beat(1, 3, 2, 0.1, "failed"),
+              2: _beat(2, 3, 5, 0.1)}
+    # the failed worker is the one behind: no other rank stalled (and never the server)
+    assert find_stalled(server, 1000.0) is None
+
+
+def test_the_stall_text_counts_from_the_last_move():
+    b = _beat(1, 7, 3, beat_age=12, moved_age=12.3)
+    assert stall_text(b, 1000.0) == ("stopped making progress at step 7, 12.3 s before the job "
+                                     "was stopped")

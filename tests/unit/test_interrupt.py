@@ -1,0 +1,85 @@
+"""How a run hears Ctrl+C and SIGTERM (``scaleprobe.interrupt``), in this process."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from scaleprobe.interrupt import Interrupted, StopRequest, describe, sigterm_interrupts
+
+
+def _deliver(sig):
+    os.kill(os.getpid(), sig)
+    time.sleep(0.05)  # the handler runs at the next bytecode boundary
+
+
+@pytest.mark.parametrize("sig,name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
+def test_while_setting_up_a_signal_raises(sig, name):
+    """Bug caught: a signal during setup (nothing measured yet) swallowed, the run going on."""
+    stop = StopRequest()
+    with stop.handling(), pytest.raises(Interrupted) as err:
+        _deliver(sig)
+    assert err.value.signame == name and not stop.requested
+
+
+def test_while_training_a_signal_only_asks_to_stop_and_a_second_stops_at_once():
+    """Bugs caught: the first Ctrl+C raising inside a step (the step's timing half done, the
+    steps so far lost); a second Ctrl+C ignored, so a stuck run could not be stopped."""
+    stop = StopRequest(escape_on_second=True)
+    with stop.handling():
+        stop.deferring = True
+        _deliver(signal.SIGTERM)
+        assert stop.signame == "SIGTERM"
+        with pytest.raises(Interrupted):
+            _deliver(signal.SIGINT)
+    assert stop.signame == "SIGTERM"  # the first request is what is reported
+
+
+def test_a_launched_rank_never_raises_once_training():
+    """Bug caught: a rank that raised on a second signal (a terminal's Ctrl+C and the
+    launcher's forwarded one) left its peers waiting in a collective."""
+    stop = StopRequest(escape_on_second=False)
+    with stop.handling():
+        stop.deferring = True
+        _deliver(signal.SIGINT)
+        _deliver(signal.SIGINT)
+    assert stop.signame == "SIGINT"
+
+
+def test_handlers_are_restored_after():
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    with StopRequest().handling(), sigterm_interrupts():
+        pass
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_forked_loader_worker_still_dies_on_sigterm():
+    """A DataLoader worker forked while the handler is installed inherits it. Bug caught: the
+    worker ignoring the SIGTERM its loader stops it with, so the rank waited for it at exit."""
+    stop = StopRequest()
+    with stop.handling():
+        stop.deferring = True
+        pid = os.fork()
+        if pid == 0:  # the worker: wait to be stopped
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child ignored SIGTERM")
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    assert not stop.requested  # the child's signal is not this process's stop request
+
+
+def test_the_error_line_names_the_signal():
+    assert describe("SIGINT") == "interrupted by the user (Ctrl+C)"
+    assert "SIGTERM" in describe("SIGTERM") and "pre-empted" in describe("SIGTERM")
