@@ -630,6 +630,11 @@ class Experiment(Record):
     repeat: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, Any]:
+        # an experiment's own record has no point and no repeat: left out, not written null
+        d = super().to_dict()
+        return {k: v for k, v in d.items() if not (k in ("point", "repeat") and v is None)}
+
 
 @dataclass
 class RunResult(Record):

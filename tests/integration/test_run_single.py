@@ -98,11 +98,15 @@ def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
     assert 10 <= m["steps_timed"] <= 40
     assert m["epoch_time_projected"] is True
     # samples/s comes from the median step; the wall clock around the timed steps is an
-    # independent measure of the same rate. They differ by the spread of the steps (measured
-    # 1.05-1.10x under load, 2026-11-24); 25% is the invariant's tolerance (invariants.py).
+    # independent measure of the same rate. They differ by the spread of the steps: 1.05-1.10x
+    # under light load, 1.29x with a heavy loader and six other jobs on the 2 cores
+    # (2026-11-23). A formula bug (a batch counted twice, a window missing steps) moves the
+    # ratio by 2x; past the invariant's 25% the result must say so itself.
     window = 32 * m["steps_timed"] / m["window_s"]
-    assert m["samples_per_s"] == pytest.approx(window, rel=0.25)
-    assert rec["invariants"] == []  # shares within 0..100%, no comm with one process
+    ratio = m["samples_per_s"] / window
+    assert 0.67 < ratio < 1.5, ratio
+    flagged = [v["name"] for v in rec["invariants"]]
+    assert flagged == ([] if abs(ratio - 1) <= 0.25 else ["window"]), (ratio, flagged)
 
 
 def test_no_monitor_thread_left_after_an_exception(tmp_path, out_dir):
