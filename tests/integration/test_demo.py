@@ -9,8 +9,17 @@ from scaleprobe.report.batch import BATCH_HEADERS, LOADER_HEADERS
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 
-def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):
-    p = cli("demo", "--quick", "--out", out_dir, timeout=900)
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One `scaleprobe demo --quick` for the module's tests: (its output folder, its process)."""
+    from tests.conftest import run_cli
+
+    out_dir = tmp_path_factory.mktemp("demo") / "out"
+    return out_dir, run_cli("demo", "--quick", "--out", out_dir, timeout=900)
+
+
+def test_quick_demo_prints_tables_and_writes_the_report(cli, demo):
+    out_dir, p = demo
     assert p.returncode == 0, p.stderr[-2000:]
     assert "| Batch size | Devices | Peak memory | Growth | Epoch time | Growth |" in p.stdout
     assert "A larger batch pays only while epoch time falls faster than memory grows" in p.stdout
@@ -32,3 +41,19 @@ def test_quick_demo_prints_tables_and_writes_the_report(cli, out_dir):
     n_runs = sum(1 for f in out_dir.rglob("result.json"))
     assert n_runs == 8  # 4 points x 2 repeats, none run twice
     assert "intervals over 2 repeats" in p.stdout
+
+
+def test_the_demos_report_in_a_real_browser(demo):
+    """The report a new user opens first: its "What this says" headline comes first with at
+    most five verdicts, each with number, interval and command; no memory or time axis starts
+    above zero; no label is cut or two alike; no "None" and no literal backtick."""
+    from tests.integration.test_report_html import check_page, find_browser, inspect
+
+    out_dir, p = demo
+    assert p.returncode == 0, p.stderr[-2000:]
+    binary = find_browser()
+    if binary is None:
+        pytest.skip("no headless Chromium: run `make browser` (scripts/ensure-chromium.sh)")
+    page, errors, _ = inspect(binary, out_dir / "report.html")
+    check_page(page, errors)
+    assert page["figures"], "the demo's report has its figures"
