@@ -207,8 +207,10 @@ def test_run_with_loader_workers_on_a_tiny_dev_shm(tmp_path, out_dir):
     cmd = (f"mount -t tmpfs -o size=512k tmpfs /dev/shm && exec {sys.executable} -m scaleprobe"
            " run --model linear --steps 3 --warmup-steps 1 --loader pipelined --workers 2"
            f" --batch-size 256 --image-size 64 --no-progress --out {out_dir}")
+    # piped, no COLUMNS (pytest may export one): the summary keeps each line whole for a log
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     p = subprocess.run(["unshare", "-m", "sh", "-c", cmd], capture_output=True, text=True,
-                       timeout=180)
+                       timeout=180, env=env)
     assert p.returncode == 1, p.stderr[-2000:]
     (rec,) = res.read_jsonl(out_dir / res.RESULTS_FILE)
     assert rec["status"] == "failed"
