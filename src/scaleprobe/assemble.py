@@ -151,7 +151,10 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         typical = r0.breakdown_s.total_s()
         # sum over training ranks: equals global batch / step time when ranks move in
         # lockstep, and stays right when they do not (asynchronous parameter server)
-        m.samples_per_s = sum(r.samples_per_s or 0.0 for r in trainers)
+        rates = [r.samples_per_s for r in trainers if r.samples_per_s is not None]
+        m.samples_per_s = sum(rates) if rates else None
+        if not rates:
+            why["samples_per_s"] = "no rank counted the samples of its steps"
         m.samples_per_s_by_rank = {str(r.rank): r.samples_per_s for r in trainers}
         m.step_time_rank = r0.rank  # the step figures are this training rank's
         data = r0.breakdown_s.data
@@ -167,6 +170,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     spe = max(1, info.train_samples // max(1, len(trainers)) // max(1, per_proc))
     m.steps_per_epoch = spe
     m.epoch_time_s, m.epoch_time_projected = epoch_time(raw0, st.median if st else None, spe)
+    if not info.train_samples and m.epoch_time_projected:  # no dataset size to project with
+        m.epoch_time_s = m.epoch_time_projected = m.steps_per_epoch = None
+        why["epoch_time_s"] = "not projected: the size of the training data is unknown"
     m.epoch_times_s = raw0.epoch_wall_s
     m.cpu_util_pct = mon.get("cpu_util_pct")
     m.gpu_util_pct = mon.get("gpu_util_pct")

@@ -122,6 +122,19 @@ def _exit_code(e: SystemExit) -> int:
     return 1
 
 
+def _script_traceback() -> str:
+    """The traceback as ``python SCRIPT`` prints it: from the script's frames on, without
+    this module's and runpy's."""
+    exc = sys.exc_info()[1]
+    tb = exc.__traceback__ if exc is not None else None
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>")
+                              or tb.tb_frame.f_code.co_filename.endswith("runpy.py")):
+        tb = tb.tb_next
+    if exc is None or tb is None:
+        return traceback.format_exc()
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
 def _sigterm(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -152,11 +165,13 @@ def main(argv: list[str]) -> int:
         shutdown_distributed()  # every rank stops at the same step
     except SystemExit as e:
         code = _exit_code(e)
+        if code:
+            facts["error"] = f"the script exited with code {code}"
     except KeyboardInterrupt as e:
         code, facts["interrupted"] = 130, str(e) or "SIGINT"
     except BaseException:
         code = 1
-        text = traceback.format_exc()
+        text = _script_traceback()
         sys.stderr.write(text)  # as Python would have printed it
         try:
             traceback_path(run_dir, rank).write_text(text)
