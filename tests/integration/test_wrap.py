@@ -279,3 +279,47 @@ def test_usage_mistakes_are_one_line(tmp_path, argv, needle):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_steps_stops_the_script_cleanly(tmp_path):
+    """--steps N: the script stops after N timed steps, status ok, exit 0. Bug caught: the
+    stop taken for a failure (exit 1), or counted from the first step instead of after the
+    warm-up."""
+    out = tmp_path / "out"
+    p = _wrap(out, SCRIPTS / "train_plain.py", "--epochs", 50, extra=("--steps", 6))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "own:" not in p.stdout  # it never reached its own end
+    rec = _result(out)
+    assert rec["status"] == "ok"
+    assert rec["metrics"]["steps_timed"] == 6 and rec["metrics"]["steps_done"] == 9
+    assert rec["script"]["stopped_after"] == 6
+    _no_rank_left(rec)
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_steps_so_far(tmp_path):
+    """Ctrl+C to scaleprobe: the ranks stop, status interrupted with the steps timed so far,
+    exit code 130, nothing left running."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "scaleprobe", "wrap", "--nproc", "2", "--warmup-steps", "2",
+           "--out", str(out), "--", str(SCRIPTS / "train_ddp.py"), "--epochs", "1000",
+           "--samples", "256"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # the script's first epoch ended: steps were timed
+            if line.startswith("epoch 1:"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    rec = _result(out)
+    assert rec["status"] == "interrupted"
+    assert rec["metrics"]["steps_timed"] >= 2 * (256 // 2 // 32) - 2
+    _no_rank_left(rec)
