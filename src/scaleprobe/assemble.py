@@ -151,11 +151,16 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         typical = r0.breakdown_s.total_s()
         # sum over training ranks: equals global batch / step time when ranks move in
         # lockstep, and stays right when they do not (asynchronous parameter server)
-        m.samples_per_s = sum(r.samples_per_s or 0.0 for r in trainers)
+        rates = [r.samples_per_s for r in trainers if r.samples_per_s is not None]
+        m.samples_per_s = sum(rates) if rates else None
+        if not rates:
+            why["samples_per_s"] = "no rank counted the samples of its steps"
         m.samples_per_s_by_rank = {str(r.rank): r.samples_per_s for r in trainers}
         m.step_time_rank = r0.rank  # the step figures are this training rank's
-        m.data_wait_fraction = (r0.breakdown_s.data or 0.0) / typical if typical else None
-        m.comm_fraction = (r0.breakdown_s.comm or 0.0) / typical if typical else None
+        data = r0.breakdown_s.data
+        m.data_wait_fraction = data / typical if typical and data is not None else None
+        comm = r0.breakdown_s.comm
+        m.comm_fraction = comm / typical if typical and comm is not None else None
     else:
         why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
         why["samples_per_s_by_rank"] = why["step_time_rank"] = why["step_time_s"]
@@ -165,6 +170,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     spe = max(1, info.train_samples // max(1, len(trainers)) // max(1, per_proc))
     m.steps_per_epoch = spe
     m.epoch_time_s, m.epoch_time_projected = epoch_time(raw0, st.median if st else None, spe)
+    if not info.train_samples and m.epoch_time_projected:  # no dataset size to project with
+        m.epoch_time_s = m.epoch_time_projected = m.steps_per_epoch = None
+        why["epoch_time_s"] = "not projected: the size of the training data is unknown"
     m.epoch_times_s = raw0.epoch_wall_s
     m.cpu_util_pct = mon.get("cpu_util_pct")
     m.gpu_util_pct = mon.get("gpu_util_pct")
@@ -181,7 +189,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         else:
             m.extra[k] = v
     if not cfg.train.eval:
-        why["accuracy"] = "not evaluated (add --eval)"
+        why.setdefault("accuracy", "not evaluated (add --eval)")
+    for p, reason in raw0.phases_unseen.items():
+        why[f"breakdown_s.{p}"] = reason
     _memory(result, ranks, mon)
     s = straggler(trainers)
     result.straggler = Straggler.from_dict(s) if s else None
@@ -237,7 +247,8 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
         c.transfer_s, c.sync_overhead_s = split["transfer_s"], split["sync_overhead_s"]
         c.transfer_hidden_s = split["transfer_hidden_s"]
         if c.exposed_s is None:
-            why["comm.transfer_s"] = why["comm.sync_overhead_s"] = "no step was timed"
+            why["comm.transfer_s"] = why["comm.sync_overhead_s"] = (
+                raw0.phases_unseen.get("comm") or "no step was timed")
         elif transfer is not None:
             c.transfer_method = f"{TRANSFER_METHOD}; standalone: {transfer['method']}"
             c.sync_overhead_method = OVERHEAD_METHOD

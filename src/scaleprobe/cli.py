@@ -22,12 +22,13 @@ one process or many, one host or several.
     scaleprobe demo                                 the main job on the embedded digits
     scaleprobe run --model resnet18 --dataset synthetic --steps auto
     scaleprobe scale --nproc 1,2                    speedup, and where the gap went
+    scaleprobe wrap --nproc 2 -- train.py           your own script, measured unchanged
     scaleprobe sweep examples/sweep_quickstart.toml
     scaleprobe report scaleprobe-out                tables, plots and a diagnosis
 
 `scaleprobe COMMAND --help` lists each command's options."""
 
-COMMANDS = ("run", "demo", "scale", "sweep", "colocate", "comm", "predict", "report", "compare",
+COMMANDS = ("run", "wrap", "demo", "scale", "sweep", "colocate", "comm", "predict", "report", "compare",
             "datagen", "models", "datasets", "env", "worker")
 
 

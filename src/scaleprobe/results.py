@@ -664,6 +664,9 @@ class RunResult(Record):
     invariants: list[dict[str, str]] | None = None
     experiment: Experiment | None = None
     paths: dict[str, Any] = field(default_factory=dict)
+    # `scaleprobe wrap`: the user's script (target, exit_code, loader, stopped_after,
+    # sampler_note); null for the built-in training loop
+    script: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
@@ -709,6 +712,8 @@ class RankRecord(Record):
     steps_timed: int = 0
     step_times_s: list[float] = field(default_factory=list)
     phase_times_s: dict[str, list[float]] = field(default_factory=dict)
+    # phases this rank could not see ({phase: why}): null in the breakdown, with the reason
+    phases_unseen: dict[str, str] = field(default_factory=dict)
     window_s: float | None = None
     clock_window: list[float | None] | tuple[float | None, float | None] | None = None
     epochs_complete: int = 0

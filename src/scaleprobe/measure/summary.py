@@ -74,7 +74,10 @@ def rank_summary(raw: RankRecord) -> RankSummary:
     st = summarize(raw.step_times_s)
     exposed = (raw.comm or {}).get("exposed_s")
     bd = breakdown(raw.phase_times_s, exposed, raw.step_times_s)
-    sps = raw.samples_per_step / st["median"] if st and st["median"] > 0 else None
+    for p in raw.phases_unseen:  # not seen is not zero
+        bd[p] = None
+    sps = (raw.samples_per_step / st["median"]
+           if raw.samples_per_step and st and st["median"] > 0 else None)
     return RankSummary(rank=raw.rank, host=raw.host, device=raw.device,
                        step_time_s=StepTime.from_dict(st) if st else None,
                        breakdown_s=Breakdown.from_dict(bd), steps_done=raw.steps_done,

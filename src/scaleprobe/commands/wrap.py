@@ -1,0 +1,64 @@
+"""``scaleprobe wrap [OPTIONS] -- SCRIPT.py [ARGS]``: measure your own training script,
+unchanged, as ``scaleprobe run`` measures its built-in loop.
+
+    scaleprobe wrap -- train.py --lr 0.1                    one process
+    scaleprobe wrap --nproc 2 -- train_ddp.py               2 ranks, started as torchrun would
+    scaleprobe wrap --nproc 2 -- -m mypkg.train --epochs 1  a module instead of a file
+    scaleprobe wrap --warmup-steps 10 --steps 50 -- train.py  stop after 50 timed steps
+
+The ranks see RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR/PORT as under torchrun. The
+script's stdout, stderr and exit code are its own; scaleprobe's summary goes to stderr, and
+the run folder, result.json and results.jsonl line under --out are those of `run`. A step is
+one optimizer step; what is measured and what cannot be seen: docs/WRAP.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from scaleprobe.commands.options import RUN_FLAGS, _dest, converter, flag_help
+
+NAME = "wrap"
+HELP = "measure your own training script, unchanged (-- SCRIPT.py [ARGS])"
+
+# the run flags that apply to a script: processes, rendezvous, warm-up, stopping, output
+FLAGS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint", "--master-port", "--timeout",
+         "--warmup-steps", "--steps", "--monitor-interval", "--out", "--name")
+STEPS_HELP = "stop the script cleanly after N timed steps (default: let it run to its end)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("wrap options")
+    for flag, key, other in RUN_FLAGS:
+        if flag not in FLAGS:
+            continue
+        metavar = flag.lstrip("-").upper().replace("-", "_")
+        g.add_argument(flag, *other, dest=_dest(flag), type=converter(key), metavar=metavar,
+                       default=argparse.SUPPRESS,
+                       help=STEPS_HELP if flag == "--steps" else flag_help(key))
+    p.add_argument("target", nargs=argparse.REMAINDER, metavar="-- SCRIPT.py [ARGS]",
+                   help="the script and its own arguments (or -m package.module [ARGS])")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.wrap.driver import base_config, check_target, execute_wrap
+
+    target = list(args.target)
+    if target[:1] == ["--"]:
+        target = target[1:]
+    name = check_target(target)
+    overrides = {key: getattr(args, _dest(flag)) for flag, key, _o in RUN_FLAGS
+                 if flag in FLAGS and hasattr(args, _dest(flag))}
+    cfg = base_config(overrides, name)
+    sys.stdout.flush()
+    rec, code = execute_wrap(cfg, target, name)
+    from rich.console import Console
+
+    print_run(rec, Console(stderr=True))
+    note = (rec.get("script") or {}).get("sampler_note")
+    if note and rec.get("audit") and not rec["audit"].get("ok"):
+        print(f"shard audit: {note}", file=sys.stderr)
+    return code
+

@@ -1,0 +1,200 @@
+"""Each rank's entry under ``scaleprobe wrap``: ``python -m scaleprobe.wrap.boot RUN_DIR -- SCRIPT
+[ARGS]`` (or ``-- -m MODULE [ARGS]``), started by PyTorch's elastic launcher as torchrun starts
+a script (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT set).
+
+It installs the hooks (``hooks.py``) and a heartbeat, runs the script as ``__main__`` with its
+own ``sys.argv`` and ``sys.path[0]``, and whatever happens writes this rank's record to
+``RUN_DIR/wrap-ranks/rank-R.json`` (and the traceback of a script that raised to
+``RUN_DIR/traceback-rank-R.txt``), then exits with the script's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+RANKS_DIR = "wrap-ranks"
+SETTINGS = "wrap.json"
+
+
+def rank_path(run_dir: str | Path, rank: int) -> Path:
+    return Path(run_dir) / RANKS_DIR / f"rank-{rank}.json"
+
+
+def traceback_path(run_dir: str | Path, rank: int) -> Path:
+    return Path(run_dir) / f"traceback-rank-{rank}.txt"
+
+
+def _rss_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001  (a figure, never the script's failure)
+        return None
+
+
+def rank_record(rec: Any, rank: int, world: int, baseline_rss: int | None) -> dict[str, Any]:
+    """This rank's ``RankRecord`` (as a dict) from what the hooks saw."""
+    import socket
+
+    import torch
+
+    from scaleprobe.measure.monitor import process_peak_rss_bytes
+    from scaleprobe.measure.stats import median
+
+    w = min(rec.warmup, len(rec.step_times))
+    timed = rec.step_times[w:]
+    phases = {p: v[w:] for p, v in rec.phases.items()}
+    unseen: dict[str, str] = {}
+    if world > 1:
+        unseen["comm"] = ("inside backward: the gradient all-reduce of DDP overlaps the backward "
+                          "pass, and wrap runs no no_sync calibration to separate it")
+    else:
+        phases["comm"] = [0.0] * len(timed)  # one process: nothing to communicate
+    if not rec.forward_seen:
+        del phases["forward"]
+        unseen["forward"] = ("no call of an nn.Module was seen in a step: the forward pass is "
+                             "counted in backward")
+    if not rec.data_seen:
+        del phases["data"]
+        unseen["data"] = "no DataLoader batch was taken: data wait cannot be seen"
+    samples = rec.samples[w:]
+    per_step = int(round(median(samples))) if samples else 0
+    log = rec.train_loader()
+    epochs = log.epochs if log else []
+    idx = [e.indices() for e in epochs]
+    indices = [i for i in idx if i] if idx and all(i is not None for i in idx) else []
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    t0 = rec.walls[w - 1] if w > 0 and len(rec.walls) >= w else rec.wall0
+    return {
+        "rank": rank, "host": socket.gethostname(),
+        "device": f"cuda:{torch.cuda.current_device()}" if cuda else "cpu",
+        "threads": torch.get_num_threads(),
+        "steps_done": len(rec.step_times), "steps_timed": len(timed),
+        "step_times_s": timed, "phase_times_s": phases, "phases_unseen": unseen,
+        "window_s": sum(timed) if timed else None,
+        "clock_window": [t0, rec.walls[-1]] if timed else None,
+        "epochs_complete": sum(1 for e in epochs if e.complete),
+        "samples_per_step": per_step, "indices": indices,
+        "mem": {"host_peak_rss": process_peak_rss_bytes(), "host_baseline_rss": baseline_rss,
+                "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
+                "device_reserved": torch.cuda.max_memory_reserved() if cuda else None},
+        "info": {"train_samples": (log.dataset_len or 0) if log else 0,
+                 "param_count": max(rec.top_params.values()) if rec.top_params else None,
+                 "per_process_batch": per_step or None,
+                 "dataset_source": (f"the script's DataLoader ({log.sampler})" if log
+                                    else "no DataLoader seen")},
+    }
+
+
+def _script_facts(rec: Any) -> dict[str, Any]:
+    log = rec.train_loader()
+    return {"loader": log.facts() if log else None,
+            "indices_seen": bool(log and log.epochs and all(e.indices() is not None
+                                                            for e in log.epochs))}
+
+
+def _run_target(target: list[str]) -> None:
+    import runpy
+
+    if target[0] == "-m":
+        sys.argv = [target[1], *target[2:]]
+        runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+    else:
+        script = os.path.abspath(target[0])
+        sys.argv = [target[0], *target[1:]]
+        sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` sets it
+        runpy.run_path(script, run_name="__main__")
+
+
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
+    return 1
+
+
+def _script_traceback() -> str:
+    """The traceback as ``python SCRIPT`` prints it: from the script's frames on, without
+    this module's and runpy's."""
+    exc = sys.exc_info()[1]
+    tb = exc.__traceback__ if exc is not None else None
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>")
+                              or tb.tb_frame.f_code.co_filename.endswith("runpy.py")):
+        tb = tb.tb_next
+    if exc is None or tb is None:
+        return traceback.format_exc()
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _sigterm(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv: list[str]) -> int:
+    from scaleprobe.measure.heartbeat import Heartbeat, write_error
+    from scaleprobe.runner import _own_process_group
+
+    run_dir, target = argv[0], argv[2:] if argv[1:2] == ["--"] else argv[1:]
+    settings = json.loads((Path(run_dir) / SETTINGS).read_text())
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    _own_process_group()
+    signal.signal(signal.SIGTERM, _sigterm)
+    import torch  # noqa: F401  (the baseline below is the memory held before the script's work)
+
+    from scaleprobe.wrap.hooks import Recorder, StopScript
+
+    baseline = _rss_bytes()
+    beat = Heartbeat(run_dir, rank).start()
+    rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install()
+    code, facts = 0, {}
+    try:
+        _run_target(target)
+    except StopScript:
+        facts["stopped_after"] = settings.get("stop_after")
+        from scaleprobe.env import shutdown_distributed
+
+        shutdown_distributed()  # every rank stops at the same step
+    except SystemExit as e:
+        code = _exit_code(e)
+        if code:
+            facts["error"] = f"the script exited with code {code}"
+    except KeyboardInterrupt as e:
+        code, facts["interrupted"] = 130, str(e) or "SIGINT"
+    except BaseException:
+        code = 1
+        text = _script_traceback()
+        sys.stderr.write(text)  # as Python would have printed it
+        try:
+            traceback_path(run_dir, rank).write_text(text)
+        except OSError:
+            pass
+        from scaleprobe.launch import last_meaningful_line
+
+        write_error(run_dir, rank, last_meaningful_line(text))
+        facts["error"] = last_meaningful_line(text)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    facts.update(_script_facts(rec), exit_code=code)
+    try:
+        out = {"record": rank_record(rec, rank, world, baseline), "script": facts}
+        from scaleprobe.results import write_json_atomic
+
+        rank_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(rank_path(run_dir, rank), out)
+    finally:
+        beat.finish("done" if code in (0, 130) else "failed")
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

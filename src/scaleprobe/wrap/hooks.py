@@ -1,0 +1,292 @@
+"""What ``scaleprobe wrap`` sees inside a user's script, through PyTorch's public hooks and two
+small patches on the DataLoader's iterator, installed before the script's first line.
+
+A step is one call of the optimizer that stepped first (``register_optimizer_step_pre_hook``
+/ ``..._post_hook``): it lasts from the end of the previous step to the end of this one, and
+is cut, on ``perf_counter``, into phases that add up to it exactly:
+
+    data       time inside the DataLoader: ``iter(loader)`` (worker start-up at an epoch) and
+               its iterator's ``__next__``
+    forward    time inside calls of outermost modules (``register_module_forward_pre_hook`` /
+               ``register_module_forward_hook``, depth 0 -> 0): the model, and a loss module
+    optimizer  ``optimizer.step()`` (every optimizer's, when a script has several)
+    h2d        the rest before the step's first forward: copies to the device, ``zero_grad``,
+               the script's own per-batch work
+    backward   the rest after the first forward: the loss arithmetic outside modules,
+               ``loss.backward()`` and, under DDP, the gradient all-reduce it overlaps
+
+Which samples a rank read: the indices its DataLoader's sampler handed out (``_next_index``)
+up to the batches the loop consumed, per ``iter(loader)`` (one epoch), for the shard audit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer")
+
+
+class StopScript(BaseException):  # noqa: N818  (not an error: the requested end of a script)
+    """Raised from the optimizer's post hook after ``--steps`` timed steps; a BaseException, so
+    the script's own ``except Exception`` does not swallow it."""
+
+
+@dataclass
+class Epoch:
+    dispatched: list[list[int] | None] = field(default_factory=list)  # per batch handed out
+    consumed: int = 0  # batches the loop took
+    complete: bool = False  # the iterator ran out
+
+    def indices(self) -> list[int] | None:
+        got = self.dispatched[:self.consumed]
+        if any(b is None for b in got):
+            return None
+        return [i for b in got for i in b or []]
+
+
+@dataclass
+class LoaderLog:
+    """One DataLoader: its sampler's class, dataset size, and what each epoch handed out."""
+
+    sampler: str
+    dataset_len: int | None
+    batch_size: int | None
+    workers: int
+    owner: Any = None  # the loader's index sampler (keeps its id from being reused)
+    epochs: list[Epoch] = field(default_factory=list)
+    batches: int = 0
+
+    def facts(self) -> dict[str, Any]:
+        return {"sampler": self.sampler, "dataset_len": self.dataset_len,
+                "batch_size": self.batch_size, "workers": self.workers,
+                "epochs_started": len(self.epochs), "batches": self.batches}
+
+
+def _ints(idx: Any) -> list[int] | None:
+    if isinstance(idx, int):
+        return [idx]
+    if isinstance(idx, (list, tuple)) and all(isinstance(i, int) for i in idx):
+        return list(idx)
+    return None
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    stack = [batch]
+    while stack:
+        b = stack.pop(0)
+        shape = getattr(b, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+        if isinstance(b, dict):
+            stack.extend(b.values())
+        elif isinstance(b, (list, tuple)):
+            stack.extend(b)
+    return 0
+
+
+def _sampler_name(loader: Any) -> str:
+    bs = getattr(loader, "batch_sampler", None)
+    s = getattr(bs, "sampler", None) if bs is not None else getattr(loader, "sampler", None)
+    return type(s if s is not None else bs).__name__
+
+
+class Recorder:
+    """Collects one rank's steps and reads; ``install`` puts its hooks in place."""
+
+    def __init__(self, warmup_steps: int, stop_after: int | None = None, beat: Any = None) -> None:
+        self.warmup = warmup_steps
+        self.stop_after = stop_after
+        self.beat = beat
+        self.step_times: list[float] = []
+        self.phases: dict[str, list[float]] = {p: [] for p in STEP_PHASES}
+        self.samples: list[int] = []
+        self.walls: list[float] = []  # time.time() at the end of each step
+        self.wall0: float | None = None  # time.time() at the start of the first step
+        self.forward_seen = self.data_seen = False
+        self.loaders: dict[int, LoaderLog] = {}
+        self.top_params: dict[int, int] = {}
+        self._start: float | None = None
+        self._events: list[tuple[str, float, float]] = []
+        self._depth = 0
+        self._fwd_t0: float | None = None
+        self._opt_t0: float | None = None
+        self._primary: int | None = None
+        self._in_data = 0
+        self._pending_loader: Any = None  # the loader whose iterator is being made
+        self._step_samples = 0
+        self._handles: list[Any] = []
+
+    # --- events ---------------------------------------------------------------------------
+    def _begin(self, t: float) -> None:
+        if self._start is None:
+            self._start = t
+            self.wall0 = time.time() - (time.perf_counter() - t)
+
+    def _data(self, t0: float, t1: float) -> None:
+        self._begin(t0)
+        self._events.append(("data", t0, t1))
+
+    def fwd_pre(self, module: Any, _args: Any) -> None:
+        if self._in_data:  # a transform module run by the loader: data, not forward
+            return
+        if self._depth == 0:
+            t = time.perf_counter()
+            self._begin(t)
+            self._fwd_t0 = t
+            if id(module) not in self.top_params:
+                self.top_params[id(module)] = sum(p.numel() for p in module.parameters())
+        self._depth += 1
+
+    def fwd_post(self, _module: Any, _args: Any, _out: Any) -> None:
+        if self._in_data or self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self._fwd_t0 is not None:
+            self._events.append(("forward", self._fwd_t0, time.perf_counter()))
+            self._fwd_t0 = None
+            self.forward_seen = True
+
+    def opt_pre(self, opt: Any, _args: Any, _kwargs: Any) -> None:
+        if self._primary is None:
+            self._primary = id(opt)
+        self._depth, self._fwd_t0 = 0, None  # a forward that raised never closed
+        self._opt_t0 = time.perf_counter()
+        self._begin(self._opt_t0)
+
+    def opt_post(self, opt: Any, _args: Any, _kwargs: Any) -> None:
+        t = time.perf_counter()
+        self._events.append(("optimizer", self._opt_t0 if self._opt_t0 is not None else t, t))
+        if id(opt) == self._primary:
+            self._end_step(t)
+
+    def _end_step(self, t: float) -> None:
+        start = self._start if self._start is not None else t
+        ev = self._events
+        total = {p: 0.0 for p in STEP_PHASES}
+        for kind, a, b in ev:
+            total[kind] += max(0.0, min(b, t) - max(a, start))
+        fwd = [a for kind, a, _ in ev if kind == "forward"]
+        if fwd:
+            first = max(start, min(fwd))
+            before = sum(max(0.0, min(b, first) - max(a, start)) for k, a, b in ev if k == "data")
+            total["h2d"] = max(0.0, first - start - before)
+        dur = t - start
+        total["backward"] = max(0.0, dur - sum(total.values()))
+        self.step_times.append(dur)
+        for p in STEP_PHASES:
+            self.phases[p].append(total[p])
+        self.samples.append(self._step_samples)
+        self.walls.append(time.time())
+        self._events, self._start, self._step_samples = [], t, 0
+        if self.beat is not None:
+            self.beat.step_done(len(self.step_times))
+        if self.stop_after is not None and len(self.step_times) - self.warmup >= self.stop_after:
+            raise StopScript()
+
+    # --- the DataLoader ---------------------------------------------------------------------
+    def _epoch(self, it: Any) -> Epoch:
+        si = getattr(it, "_sampler_iter", None)
+        if getattr(it, "_sp_si", None) is not si or getattr(it, "_sp_ep", None) is None:
+            log = self._log_of(it)
+            ep = Epoch()
+            log.epochs.append(ep)
+            it._sp_si, it._sp_ep, it._sp_log = si, ep, log
+        return it._sp_ep
+
+    def _log_of(self, it: Any) -> LoaderLog:
+        owner = getattr(it, "_index_sampler", None)
+        log = self.loaders.get(id(owner))
+        if log is None or log.owner is not owner:
+            loader = getattr(it, "_sp_loader", None) or self._pending_loader
+            try:
+                n = len(it._dataset)
+            except (TypeError, AttributeError, NotImplementedError):
+                n = None
+            log = LoaderLog(sampler=_sampler_name(loader) if loader is not None else "?",
+                            dataset_len=n, batch_size=getattr(loader, "batch_size", None),
+                            workers=int(getattr(it, "_num_workers", 0) or 0), owner=owner)
+            self.loaders[id(owner)] = log
+        return log
+
+    def next_index(self, it: Any, idx: Any) -> None:
+        self._epoch(it).dispatched.append(_ints(idx))
+
+    def consumed(self, it: Any, batch: Any) -> None:
+        self.data_seen = True
+        ep, log = getattr(it, "_sp_ep", None), getattr(it, "_sp_log", None)
+        n = 0
+        if ep is not None:
+            ep.consumed += 1
+            got = ep.dispatched[ep.consumed - 1] if ep.consumed <= len(ep.dispatched) else None
+            n = len(got) if got is not None else 0
+        if log is not None:
+            log.batches += 1
+        self._step_samples += n or _batch_len(batch)
+
+    def exhausted(self, it: Any) -> None:
+        ep = getattr(it, "_sp_ep", None)
+        if ep is not None:
+            ep.complete = True
+
+    # --- installing -------------------------------------------------------------------------
+    def install(self) -> Recorder:
+        import torch.nn.modules.module as mm
+        import torch.optim.optimizer as oo
+        from torch.utils.data import dataloader as dl
+
+        self._handles = [mm.register_module_forward_pre_hook(self.fwd_pre),
+                         mm.register_module_forward_hook(self.fwd_post),
+                         oo.register_optimizer_step_pre_hook(self.opt_pre),
+                         oo.register_optimizer_step_post_hook(self.opt_post)]
+        _patch_loader(dl, self)
+        return self
+
+    def train_loader(self) -> LoaderLog | None:
+        """The loader that fed training: the one that handed out the most batches."""
+        logs = [log for log in self.loaders.values() if log.batches]
+        return max(logs, key=lambda log: log.batches) if logs else None
+
+
+def _patch_loader(dl: Any, rec: Recorder) -> None:
+    base, loader_cls = dl._BaseDataLoaderIter, dl.DataLoader
+    orig_next, orig_index, orig_iter = base.__next__, base._next_index, loader_cls.__iter__
+
+    def __next__(it: Any) -> Any:
+        t0 = time.perf_counter()
+        rec._in_data += 1
+        try:
+            batch = orig_next(it)
+        except StopIteration:
+            rec.exhausted(it)
+            raise
+        finally:
+            rec._in_data -= 1
+            rec._data(t0, time.perf_counter())
+        rec.consumed(it, batch)
+        return batch
+
+    def _next_index(it: Any) -> Any:
+        idx = orig_index(it)  # StopIteration at the end of the epoch
+        rec.next_index(it, idx)
+        return idx
+
+    def __iter__(loader: Any) -> Any:
+        t0 = time.perf_counter()
+        rec._in_data += 1
+        rec._pending_loader = loader  # its workers take their first indices in the iterator
+        try:
+            it = orig_iter(loader)
+        finally:
+            rec._in_data -= 1
+            rec._pending_loader = None
+            rec._data(t0, time.perf_counter())
+        try:
+            it._sp_loader = loader
+        except AttributeError:  # a loader subclass with its own iterator type
+            pass
+        return it
+
+    base.__next__, base._next_index, loader_cls.__iter__ = __next__, _next_index, __iter__

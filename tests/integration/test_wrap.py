@@ -1,0 +1,325 @@
+"""`scaleprobe wrap`: a user's own script, unchanged, measured in 1 and 2 processes (gloo).
+
+The scripts print their own throughput over the steps after their warm-up (``own: steps=K
+samples=S seconds=T``); scaleprobe's figures are checked against what the script itself saw.
+"""
+
+import re
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from scaleprobe.invariants import window_samples_per_s
+from scaleprobe.results import BREAKDOWN_PHASES, read_jsonl
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.timeout(300)
+SCRIPTS = ROOT / "examples" / "scripts"
+OWN = re.compile(r"own: steps=(\d+) samples=(\d+) seconds=([\d.]+)")
+# The script's clock and scaleprobe's cover the same steps (from the end of the warm-up's last
+# optimizer step to the end of the last one); they differ by the clock reads and the loop's
+# own bookkeeping between them: well under 1% of a window of 25+ steps of 4+ ms.
+RATE_TOL = 0.05
+
+
+def _wrap(out, *target, nproc=1, warmup=3, extra=(), timeout=240, cwd=None):
+    return run_cli("wrap", "--nproc", nproc, "--warmup-steps", warmup, "--out", out, *extra,
+                   "--", *map(str, target), timeout=timeout, cwd=cwd)
+
+
+def _result(out: Path) -> dict:
+    recs = read_jsonl(out / "results.jsonl")
+    assert len(recs) == 1
+    return recs[0]
+
+
+def _own(stdout: str) -> tuple[int, int, float]:
+    m = OWN.search(stdout)
+    assert m, stdout[-2000:]
+    return int(m.group(1)), int(m.group(2)), float(m.group(3))
+
+
+def _no_rank_left(rec: dict) -> None:
+    """Every rank (pids from the run's heartbeats) is gone."""
+    from scaleprobe.measure.heartbeat import read_beats
+
+    pids = [b["pid"] for b in read_beats(rec["paths"]["dir"]).values()]
+    assert pids
+    deadline = time.time() + 5
+    while time.time() < deadline and any(psutil.pid_exists(int(p)) for p in pids):
+        time.sleep(0.2)
+    alive = [p for p in pids if psutil.pid_exists(int(p))
+             and psutil.Process(int(p)).status() != psutil.STATUS_ZOMBIE]
+    assert not alive
+
+
+def _check_figures(rec: dict, stdout: str, warmup: int) -> None:
+    """Bugs caught: warm-up steps timed, a step counted per forward or per loader batch instead
+    of per optimizer step, samples miscounted, phases that do not add up to the step."""
+    steps, samples, seconds = _own(stdout)
+    m = rec["metrics"]
+    assert m["steps_timed"] == steps
+    assert m["steps_done"] == steps + warmup
+    assert window_samples_per_s(rec) == pytest.approx(samples / seconds, rel=RATE_TOL)
+    bd = m["breakdown_s"]
+    total = sum(bd[p] for p in BREAKDOWN_PHASES if bd[p] is not None)
+    assert total == pytest.approx(m["step_time_s"]["median"], rel=1e-6)
+    assert bd["forward"] > 0 and bd["backward"] > 0 and bd["optimizer"] > 0
+
+
+def test_plain_script_single_process(tmp_path):
+    out = tmp_path / "out"
+    p = _wrap(out, SCRIPTS / "train_plain.py", "--epochs", 1, "--samples", 1024,
+              "--warmup", 3)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "epoch 0: loss" in p.stdout  # the script's own output passes through
+    rec = _result(out)
+    assert rec["status"] == "ok"
+    _check_figures(rec, p.stdout, 3)
+    assert rec["batch"]["per_process"] == 64 and rec["batch"]["world_size"] == 1
+    assert rec["metrics"]["breakdown_s"]["comm"] == 0.0  # one process: nothing to send
+    assert rec["metrics"]["param_count"] == 256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+    assert rec["audit"] is None and rec["script"]["exit_code"] == 0
+    assert (Path(rec["paths"]["dir"]) / "steps.csv").is_file()
+    _no_rank_left(rec)
+
+
+@pytest.mark.slow
+def test_ddp_script_two_processes(tmp_path):
+    """The tutorial DDP script: each rank's shard audited, communication null with its
+    reason (inside backward), never a made-up 0."""
+    out = tmp_path / "out"
+    p = _wrap(out, SCRIPTS / "train_ddp.py", "--epochs", 2, "--samples", 1024, "--warmup", 3,
+              nproc=2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = _result(out)
+    assert rec["status"] == "ok"
+    _check_figures(rec, p.stdout, 3)
+    assert rec["batch"]["global"] == 64 and rec["batch"]["world_size"] == 2
+    assert rec["audit"]["ok"] is True, rec["audit"]
+    assert rec["audit"]["same_order_across_epochs"] is False  # set_epoch reshuffles
+    assert rec["metrics"]["breakdown_s"]["comm"] is None
+    assert "backward" in rec["null_reasons"]["breakdown_s.comm"]
+    assert rec["metrics"]["comm_fraction"] is None
+    _no_rank_left(rec)
+
+
+@pytest.mark.slow
+def test_missing_distributed_sampler_is_caught(tmp_path):
+    """The reference study's bug: every rank reads the whole dataset. The audit fails with
+    the duplicate count (every sample read once more by the second rank, each epoch) and the
+    sampler is named."""
+    out = tmp_path / "out"
+    p = _wrap(out, SCRIPTS / "train_ddp_nosampler.py", "--epochs", 1, "--samples", 512,
+              "--warmup", 3, nproc=2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = _result(out)
+    a = rec["audit"]
+    assert a["ok"] is False
+    assert a["duplicate_samples"] == 512
+    assert a["unique_fraction"] == pytest.approx(0.5)
+    assert "RandomSampler" in rec["script"]["sampler_note"]
+    assert "RandomSampler, not a DistributedSampler" in p.stderr
+    assert rec["metrics"]["unique_samples_per_s"] == pytest.approx(
+        rec["metrics"]["samples_per_s"] / 2)
+
+
+USER_SCRIPT = """
+import os, sys, time
+import torch
+from helper import make_model          # a module beside the script (sys.path[0])
+
+assert __name__ == "__main__"
+args = sys.argv[1:]
+print("argv", args, "rank", os.environ["RANK"], "world", os.environ["WORLD_SIZE"],
+      "master", os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], flush=True)
+if int(os.environ["WORLD_SIZE"]) > 1:
+    torch.distributed.init_process_group("gloo")
+torch.manual_seed(0)
+data = torch.utils.data.TensorDataset(torch.randn(480, 32), torch.randint(0, 4, (480,)))
+sampler = (torch.utils.data.distributed.DistributedSampler(data)
+           if torch.distributed.is_initialized() else None)
+loader = torch.utils.data.DataLoader(data, batch_size=int(args[0]), sampler=sampler,
+                                     shuffle=sampler is None, num_workers=1)
+model = make_model()
+if torch.distributed.is_initialized():
+    model = torch.nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.Adam(model.parameters())
+step, n, t0 = 0, 0, None
+for xb, yb in loader:
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(xb), yb).backward()
+    time.sleep(0.004)  # a steady step: some compute the hooks cannot see as a module
+    opt.step()
+    t1 = time.perf_counter()  # the end of this step: what follows the loop is not a step
+    step += 1
+    if step == 2:
+        t0 = time.perf_counter()
+    elif step > 2:
+        n += len(xb)
+world = int(os.environ["WORLD_SIZE"])
+if os.environ["RANK"] == "0":
+    print(f"own: steps={step - 2} samples={n * world} seconds={t1 - t0:.6f}")
+if torch.distributed.is_initialized():
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+"""
+
+
+def _user_script(tmp_path: Path) -> Path:
+    d = tmp_path / "user"
+    d.mkdir()
+    (d / "helper.py").write_text("import torch\n\ndef make_model():\n"
+                                 "    return torch.nn.Sequential(torch.nn.Linear(32, 64), "
+                                 "torch.nn.ReLU(), torch.nn.Linear(64, 4))\n")
+    (d / "train.py").write_text(textwrap.dedent(USER_SCRIPT))
+    return d
+
+
+@pytest.mark.parametrize("nproc", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_script_outside_the_package(tmp_path, nproc):
+    """A script written here, with a sibling import and its own arguments, run from another
+    folder: it sees its argv, the launcher's environment, and a loader with a worker.
+    Bugs caught: the script not run as __main__, its folder not on sys.path, argv of boot."""
+    d = _user_script(tmp_path)
+    out = tmp_path / "out"
+    p = _wrap(out, d / "train.py", 12, nproc=nproc, warmup=2, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"argv ['12'] rank 0 world {nproc} master" in p.stdout
+    rec = _result(out)
+    assert rec["status"] == "ok"
+    _check_figures(rec, p.stdout, 2)
+    assert rec["script"]["loader"]["workers"] == 1
+    if nproc == 2:
+        assert rec["audit"]["ok"] is True
+
+
+def test_module_target(tmp_path):
+    """`-- -m package.module ARGS`: found on the caller's path, run as __main__."""
+    d = _user_script(tmp_path)
+    (d / "__init__.py").write_text("")
+    (d / "train.py").write_text(textwrap.dedent(USER_SCRIPT).replace(
+        "from helper import", "from user.helper import"))
+    out = tmp_path / "out"
+    p = run_cli("wrap", "--warmup-steps", 2, "--out", out, "--", "-m", "user.train", 24,
+                cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT / 'src'}"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "argv ['24']" in p.stdout
+    assert _result(out)["metrics"]["steps_timed"] == 480 // 24 - 2
+
+
+RAISES = """
+import os, sys, torch
+if int(os.environ["WORLD_SIZE"]) > 1:
+    torch.distributed.init_process_group("gloo")
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)),
+                                     batch_size=8, num_workers=1)
+for i, (x,) in enumerate(loader):
+    opt.zero_grad(); m(x).sum().backward(); opt.step()
+    if i == 5 and os.environ["RANK"] == os.environ.get("FAIL_RANK", "0"):
+        if "EXIT_CODE" in os.environ:
+            sys.exit(int(os.environ["EXIT_CODE"]))
+        raise ValueError("the user's bug at step 6")
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+"""
+
+
+@pytest.mark.slow
+def test_script_that_raises(tmp_path):
+    """Rank 1 raises while rank 0 waits in a collective: status failed naming rank 1 and its
+    error, the traceback in the run folder and on stderr as Python prints it, exit code 1,
+    and no rank nor loader worker left behind."""
+    (tmp_path / "bad.py").write_text(textwrap.dedent(RAISES))
+    out = tmp_path / "out"
+    p = run_cli("wrap", "--nproc", 2, "--warmup-steps", 1, "--out", out, "--",
+                tmp_path / "bad.py", env={"FAIL_RANK": "1"})
+    assert p.returncode == 1, p.stderr[-3000:]
+    rec = _result(out)
+    assert rec["status"] == "failed"
+    assert rec["error"].startswith("rank 1: ValueError: the user's bug at step 6")
+    tb = (Path(rec["paths"]["dir"]) / "traceback.txt").read_text()
+    assert 'bad.py", line' in tb and "ValueError: the user's bug" in tb
+    assert "boot.py" not in tb  # the user's frames, not scaleprobe's
+    assert "ValueError: the user's bug at step 6" in p.stderr
+    assert rec["script"]["exit_code"] == 1
+    _no_rank_left(rec)
+    assert not [c for c in psutil.Process().children(recursive=True)]
+
+
+def test_exit_code_passes_through(tmp_path):
+    """sys.exit(3) in the script: scaleprobe exits 3, the run is failed with that line.
+    Bug caught: every failure reported as exit code 1 (or 0 when the steps were fine)."""
+    (tmp_path / "bad.py").write_text(textwrap.dedent(RAISES))
+    out = tmp_path / "out"
+    p = run_cli("wrap", "--warmup-steps", 1, "--out", out, "--", tmp_path / "bad.py",
+                env={"EXIT_CODE": "3"})
+    assert p.returncode == 3, p.stderr[-3000:]
+    rec = _result(out)
+    assert rec["status"] == "failed" and "exited with code 3" in rec["error"]
+    assert rec["metrics"]["steps_done"] == 6  # the steps before the exit are kept
+    _no_rank_left(rec)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--", "no_such_script.py"], "script not found: no_such_script.py"),
+    ([], "wrap needs a script"),
+    (["--", "-m", "no_such_pkg.train"], "no module named 'no_such_pkg.train'"),
+    (["--steps", "auto", "--", "x.py"], "--steps"),
+])
+def test_usage_mistakes_are_one_line(tmp_path, argv, needle):
+    (tmp_path / "x.py").write_text("")
+    p = run_cli("wrap", "--out", tmp_path / "out", *argv, cwd=tmp_path, timeout=60)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_steps_stops_the_script_cleanly(tmp_path):
+    """--steps N: the script stops after N timed steps, status ok, exit 0. Bug caught: the
+    stop taken for a failure (exit 1), or counted from the first step instead of after the
+    warm-up."""
+    out = tmp_path / "out"
+    p = _wrap(out, SCRIPTS / "train_plain.py", "--epochs", 50, extra=("--steps", 6))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "own:" not in p.stdout  # it never reached its own end
+    rec = _result(out)
+    assert rec["status"] == "ok"
+    assert rec["metrics"]["steps_timed"] == 6 and rec["metrics"]["steps_done"] == 9
+    assert rec["script"]["stopped_after"] == 6
+    _no_rank_left(rec)
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_steps_so_far(tmp_path):
+    """Ctrl+C to scaleprobe: the ranks stop, status interrupted with the steps timed so far,
+    exit code 130, nothing left running."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "scaleprobe", "wrap", "--nproc", "2", "--warmup-steps", "2",
+           "--out", str(out), "--", str(SCRIPTS / "train_ddp.py"), "--epochs", "1000",
+           "--samples", "256"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # the script's first epoch ended: steps were timed
+            if line.startswith("epoch 1:"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    rec = _result(out)
+    assert rec["status"] == "interrupted"
+    assert rec["metrics"]["steps_timed"] >= 2 * (256 // 2 // 32) - 2
+    _no_rank_left(rec)
