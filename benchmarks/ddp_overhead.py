@@ -31,7 +31,8 @@ def bare(a) -> float:
 def scaleprobe(a) -> float:
     with tempfile.TemporaryDirectory() as d:
         subprocess.run([sys.executable, "-m", "scaleprobe", "run", "--strategy", "ddp",
-                        "--nproc", str(a.nproc), "--model", a.model, "--dataset", "synthetic",
+                        "--nproc", str(a.nproc), "--model", a.model,
+                        "--dataset", "synthetic-loader",
                         "--image-size", str(a.size), "--num-samples", "4096", "--batch-size",
                         str(a.batch), "--steps", str(a.steps), "--loader", "naive",
                         "--out", d, "--no-progress"], capture_output=True, text=True, check=True)

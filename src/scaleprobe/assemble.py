@@ -22,6 +22,7 @@ from scaleprobe.results import (
     Batch,
     Comm,
     Load,
+    Peak,
     PeakMem,
     RankRecord,
     RunResult,
@@ -193,6 +194,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     for p, reason in raw0.phases_unseen.items():
         why[f"breakdown_s.{p}"] = reason
     _memory(result, ranks, mon)
+    _flops(result, ranks, raw0)
     s = straggler(trainers)
     result.straggler = Straggler.from_dict(s) if s else None
     _comm(result, cfg, raw0, ranks)
@@ -202,6 +204,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         result.audit = Audit.from_dict(audit(readers, info.train_samples, per_proc,
                                              raw0.epochs_complete))
     result.dataset_source = info.dataset_source
+    result.input_mode = info.input_mode
     result.resolved = {"data.image_size": info.image_size, "data.num_classes": info.num_classes}
     if raw0.threads:  # what a training rank used, not the launching process's
         result.env["threads"] = raw0.threads
@@ -211,6 +214,41 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
                 result.paths.setdefault("traces", []).extend(v)
             elif v and k not in result.paths:
                 result.paths[k] = v
+
+
+def _flops(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> None:
+    """FLOPs per step and per sample (raw0's count; every training rank runs the same
+    shapes), achieved FLOP/s and MFU against the peak of the devices the run trained on."""
+    m, why = result.metrics, result.null_reasons
+    f = raw0.flops or {}
+    per_rank = f.get("flops_per_step")
+    trainers = [r for r in ranks if not r.is_server]
+    if per_rank:
+        m.flops_per_step = float(per_rank) * len(trainers)
+        m.flops_per_sample = M.flops_per_sample(per_rank, raw0.samples_per_step)
+        m.achieved_flops_per_s = M.achieved_flops_per_s(m.flops_per_sample, m.samples_per_s)
+    else:
+        why["flops_per_step"] = f.get("reason") or "not counted"
+    peak = f.get("peak")
+    if peak:
+        m.peak = Peak.from_dict({**peak, "devices": _devices(trainers)})
+        m.mfu = M.mfu(m.achieved_flops_per_s, m.peak.flops_per_s, m.peak.devices)
+    else:
+        why["peak"] = f.get("peak_reason") or "no peak for this device"
+    if m.mfu is None:
+        why["mfu"] = why.get("flops_per_step") or why.get("peak") or "no step was timed"
+    if m.achieved_flops_per_s is None:
+        why["achieved_flops_per_s"] = why.get("flops_per_step") or "no step was timed"
+
+
+def _devices(trainers: list[RankRecord]) -> int:
+    """Devices the training ranks computed on: distinct GPUs (a DataParallel process feeds
+    ``towers``), or on CPUs one per host (the peak is the host's, with all its cores)."""
+    gpus = {(r.host, r.device): max(1, r.towers or 1) for r in trainers
+            if str(r.device or "").startswith("cuda")}
+    if gpus:
+        return sum(gpus.values())
+    return max(1, len({r.host for r in trainers}))
 
 
 def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankRecord]) -> None:

@@ -58,8 +58,9 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    dataset: str = option("digits", "digits, synthetic, jpeg-synth, imagefolder, cifar10, mnist, "
-                          "voc, lfw (`scaleprobe datasets`)", text="a dataset name")
+    dataset: str = option("digits", "digits, synthetic (made once on the device), "
+                          "synthetic-loader, jpeg-synth, imagefolder, cifar10, mnist, voc, lfw "
+                          "(`scaleprobe datasets`)", text="a dataset name")
     data_dir: str | None = option(None, "root folder of an on-disk dataset (imagefolder, "
                                   "cifar10, mnist, voc, lfw)")
     download: bool = option(False, "let torchvision download (needs a network)")
@@ -374,6 +375,11 @@ def validate(cfg: RunConfig) -> None:
                           f"{cfg.training_ranks} training processes")
     if t.epochs is not None and t.steps is not None:
         raise ConfigError("give either --steps or --epochs, not both")
+    if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
+        what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"
+                else f"--transform {d.transform} runs in the input pipeline")
+        raise ConfigError(f"--dataset synthetic makes one classification batch on the device and "
+                          f"has no input pipeline; {what}: use --dataset synthetic-loader")
     if d.loader == "pipelined" and d.workers == 0:
         raise ConfigError("--loader pipelined needs --workers >= 1 (use --loader naive for none)")
     if not 0 <= ds.node_rank < ds.nnodes:

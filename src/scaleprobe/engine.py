@@ -54,6 +54,7 @@ class Parts:
     lr_target: float
     info: dict[str, Any] = field(default_factory=dict)
     host_baseline_rss_bytes: int | None = None  # resident set before the model and data existed
+    flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
 
 
 def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
@@ -118,7 +119,12 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     batch_sampler = task.batch_sampler(train_ds, batch, cfg.train.seed)
     if hasattr(batch_sampler, "shard"):  # the task's batches come from this rank's samples
         batch_sampler.shard = sampler
-    if batch_sampler is not None:
+    if split.resident:  # synthetic: one batch made once on the device, no loader
+        from scaleprobe.data.device import DeviceBatches
+
+        loader = DeviceBatches(len(train_ds), batch, sampler, size, split.num_classes,
+                               cfg.train.seed, strategy.rank, device, cfg.model.channels_last)
+    elif batch_sampler is not None:
         loader = build_loader(train_ds, cfg.data, 1, sampler=None, shuffle=False, device=device,
                               seed=cfg.train.seed, collate=task.collate, batch_sampler=batch_sampler)
     else:
@@ -133,7 +139,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
                                   seed=0, drop_last=False, collate=task.collate)
     info = {"num_classes": split.num_classes, "image_size": size, "dataset_source": split.source,
             "train_samples": len(train_ds), "param_count": param_count(strategy.unwrap(model)),
-            "per_process_batch": batch, "lr_effective": lr_target}
+            "per_process_batch": batch, "lr_effective": lr_target,
+            "input_mode": "device-resident" if split.resident else "loader"}
     return Parts(cfg, device, strategy, task, model, optimizer, scaler,
                  _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
                  info, baseline)
@@ -282,7 +289,8 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
             if batch is None:
                 break
             tm.mark("data")
-            _one_step(p, st, batch, tm)
+            with (p.flops.around(st.step, timing) if p.flops else contextlib.nullcontext()):
+                _one_step(p, st, batch, tm)
             st.step += 1
             st.timed += timing
             if beat is not None:
@@ -428,6 +436,22 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
     ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
 
 
+def _peak(device: torch.device, amp: str) -> dict[str, Any]:
+    """``{"peak": this device's peak FLOP/s for the run's dtype (measure/flops.py)}``, or
+    ``{"peak_reason": why not}``: a peak that cannot be had never fails the run. Resolved
+    before the model exists, so a calibration's memory is gone before memory is measured."""
+    from scaleprobe.measure.flops import resolve_peak
+
+    try:
+        peak = resolve_peak(device, amp)
+    except Exception as e:  # noqa: BLE001
+        return {"peak": None, "peak_reason": f"no peak: {type(e).__name__}: {e}"}
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {"peak": peak, "peak_reason": None}
+
+
 def _agree_interrupted(strategy: Any, mine: bool) -> bool:
     """Whether any rank was interrupted: every rank then skips the collectives after training
     (calibration, transfer) together. One all-reduce after the timed window."""
@@ -449,9 +473,14 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     caller): the loop ends at a step boundary, the record holds the steps so far and
     ``interrupted`` names the signal, and calibration and evaluation are skipped."""
     stop = stop if stop is not None else StopRequest()
+    peak = None if strategy.is_server else _peak(device, cfg.train.amp)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     p = setup(cfg, device, strategy)
+    if not strategy.is_server:
+        from scaleprobe.measure.flops import StepFlops
+
+        p.flops = StepFlops(cfg.train.warmup_steps, strategy.towers)
     timer = StepTimer(device.type)
     observed: dict[str, Any] = {}
     stop.deferring = True
@@ -498,6 +527,7 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
         interrupted, stop.signame = True, stop.signame or "SIGINT"
     rec = rank_record(p, st, timer, comm, metrics)
     rec["observed"] = observed
+    rec["flops"] = {**p.flops.result(), **peak} if p.flops else None
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
     rec["interrupted"] = (stop.signame or "peer") if interrupted else None
     return rec

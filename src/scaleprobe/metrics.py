@@ -14,6 +14,9 @@ Figures (units in the names):
     growth(new, old)                       new / old - 1 (+0.25 = 25% larger)
     slowdown(alone_sps, together_sps)      samples/s alone / samples/s together (1.35 = the
                                            job took 35% longer per sample when sharing)
+    flops_per_sample(flops, samples)       FLOPs of one step / the samples it processed
+    achieved_flops_per_s(fps, sps)         FLOPs per sample x samples/s
+    mfu(achieved, peak, devices)           achieved FLOP/s / (one device's peak x devices)
 
 Intervals. An experiment repeats every point (``--repeats N``), interleaved (A B C A B C),
 each repeat in its own process. The ratio of two points is estimated from the repeats paired
@@ -95,6 +98,29 @@ def slowdown(alone_sps: float | None, together_sps: float | None) -> float | Non
     if not alone_sps or not together_sps:
         return None
     return alone_sps / together_sps
+
+
+def flops_per_sample(flops_per_step: float | None, samples_per_step: int | None
+                     ) -> float | None:
+    if not flops_per_step or not samples_per_step:
+        return None
+    return flops_per_step / samples_per_step
+
+
+def achieved_flops_per_s(flops_per_sample_: float | None, sps: float | None) -> float | None:
+    """FLOP/s the run did: per-sample FLOPs x samples/s (right for ranks that do not move in
+    lockstep too, like the asynchronous parameter server's workers)."""
+    if flops_per_sample_ is None or sps is None:
+        return None
+    return flops_per_sample_ * sps
+
+
+def mfu(achieved: float | None, peak_per_device: float | None, devices: int | None
+        ) -> float | None:
+    """Model FLOPs utilisation: the share of the devices' peak the model's FLOPs used."""
+    if achieved is None or not peak_per_device or not devices:
+        return None
+    return achieved / (peak_per_device * devices)
 
 
 def plausible_speedup(speedup_x: float | None, n: int | None) -> bool:

@@ -26,6 +26,9 @@ A run record (``kind == "run"``)::
     resolved          {"data.image_size", "data.num_classes"}: what the run resolved these
                       to when the config left them null (the dataset's own), so runs are
                       compared like for like on what they measured
+    input_mode        "device-resident": --dataset synthetic, one batch per rank made once on
+                      the training device and reused every step (no loader, data wait ~0);
+                      "loader": every other dataset, through data/loader.py
     env               host, cores, cpu_model, python, torch, cuda, cudnn, gpus[], driver,
                       world_size, nnodes, backend
     batch             {per_device, global, world_size}
@@ -36,7 +39,9 @@ A run record (``kind == "run"``)::
                       steps_per_epoch, steps_timed, peak_mem_bytes {host, host_baseline,
                       host_net, device_allocated, device_reserved, device_nvml},
                       cpu_util_pct, gpu_util_pct, gpu_power_w, accuracy, loss_first,
-                      loss_last, bad_samples_skipped,
+                      loss_last, bad_samples_skipped, flops_per_step, flops_per_sample,
+                      achieved_flops_per_s, mfu, peak {flops_per_s, devices, dtype,
+                      device_name, source, measured},
                       (task metrics: verification_accuracy, map50)
                       samples_per_s: the sum over the training ranks of each one's
                       samples per step / its own median step (= global batch / step time
@@ -49,6 +54,12 @@ A run record (``kind == "run"``)::
                       host_baseline: the ranks' resident memory summed, each read before
                       its model and data were built (torch imported); host_net = host -
                       host_baseline, the part the run's settings (batch, model) move.
+                      flops_per_step: FLOPs of one step of every training rank, counted
+                      once on the first warm-up step (measure/flops.py: forward + backward,
+                      2 per multiply-add, optimizer and element-wise operators 0);
+                      achieved_flops_per_s = flops_per_sample x samples_per_s; mfu = that /
+                      (peak.flops_per_s x peak.devices), the peak from a data sheet
+                      (measure/peaks.py) or measured ("measured peak", cached per machine)
                       cpu_util_pct: the run's own process tree, as % of all cores (not
                       the machine's)
                       outside_cpu_s (CPU seconds that processes outside the run's process
@@ -492,6 +503,20 @@ class PeakMem(Record):
 
 
 @dataclass
+class Peak(Record):
+    """The peak an MFU is held against (measure/flops.py): one device's dense FLOP/s for the
+    run's dtype, from a data sheet or measured, and how many such devices the run trained on."""
+
+    flops_per_s: float | None = None  # one device
+    devices: int | None = None  # CUDA: distinct GPUs of the training ranks; CPU: hosts
+    dtype: str | None = None  # fp32 | tf32 | bf16 | fp16
+    device_name: str | None = None
+    source: str | None = None  # "data sheet: ..." or "measured peak: ..."
+    measured: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Metrics(Record):
     """A run's figures (units in the names; see the schema above). Task metrics
     (verification_accuracy, map50, ...) are kept in ``extra`` under their own names."""
@@ -524,6 +549,11 @@ class Metrics(Record):
     outside_gpu_processes: int | None = None
     param_count: int | None = None
     lr_effective: float | None = None
+    flops_per_step: float | None = None  # the whole job's (every training rank's batch)
+    flops_per_sample: float | None = None
+    achieved_flops_per_s: float | None = None
+    mfu: float | None = None  # achieved / (peak.flops_per_s x peak.devices)
+    peak: Peak | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -652,6 +682,7 @@ class RunResult(Record):
     config: dict[str, Any] = field(default_factory=dict)
     resolved: dict[str, Any] | None = None
     dataset_source: str | None = None
+    input_mode: str | None = None
     env: dict[str, Any] = field(default_factory=dict)
     batch: Batch = field(default_factory=Batch)
     metrics: Metrics = field(default_factory=Metrics)
@@ -685,6 +716,7 @@ class RankInfo(Record):
     param_count: int | None = None
     per_process_batch: int | None = None
     lr_effective: float | None = None
+    input_mode: str | None = None  # "device-resident" (synthetic) | "loader"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -731,6 +763,8 @@ class RankRecord(Record):
     info: RankInfo = field(default_factory=RankInfo)
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
     observed: dict[str, Any] | None = None
+    # measure/flops.py: {flops_per_step (this rank's batch), method, reason, peak, peak_reason}
+    flops: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -87,7 +87,7 @@ def test_host_memory_net_of_the_baseline_before_the_model(digits_run):
 
 
 def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
-    cfg = C.build({"dataset": "synthetic", "image_size": 32, "num_samples": 4096,
+    cfg = C.build({"dataset": "synthetic-loader", "image_size": 32, "num_samples": 4096,
                    "batch_size": 32, "steps": "auto", "max_steps": 40, "min_steps": 10,
                    "warmup_steps": 2, "loader": "pipelined", "workers": 1, "prefetch": 2,
                    "transform": "heavy", "model": "linear", "out": str(out_dir),

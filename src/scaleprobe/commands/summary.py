@@ -24,6 +24,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     con.print(_figures_table(con, _figures(m)))
     _rates_line(con, rec)
     _breakdown(con, m)
+    _flops_line(con, rec)
     _comm_line(con, rec)
     if rec.get("straggler"):
         con.print("straggler: " + esc(rec["straggler"]["line"]))
@@ -60,6 +61,26 @@ def _figures(m: dict[str, Any]) -> list[tuple[str, str]]:
             ("CPU util", fmt.num(m.get("cpu_util_pct"), ".0f", "%")),
             ("GPU util", fmt.num(m.get("gpu_util_pct"), ".0f", "%")),
             (name, fmt.num(m.get(name), ".3f"))]
+
+
+def _flops_line(con: Console, rec: dict[str, Any]) -> None:
+    """FLOPs per step, achieved TFLOP/s and MFU against the peak and where the peak came from."""
+    from scaleprobe.report.fmt import mfu, tflops
+
+    m, why = rec["metrics"], rec.get("null_reasons") or {}
+    if not m.get("flops_per_step"):
+        if why.get("flops_per_step"):
+            con.print(f"FLOPs: {esc(why['flops_per_step'])}")
+        return
+    line = (f"FLOPs: {m['flops_per_step'] / 1e9:,.2f} GFLOP per step, "
+            f"{tflops(m.get('achieved_flops_per_s'))} TFLOP/s achieved")
+    p = m.get("peak") or {}
+    if m.get("mfu") is not None:
+        line += (f", MFU {mfu(m['mfu'])} of {tflops(p['flops_per_s'] * (p.get('devices') or 1))}"
+                 f" TFLOP/s {p.get('dtype')} ({p.get('source')})")
+    else:
+        line += f"; MFU: {why.get('mfu') or 'n/a'}"
+    con.print(esc(line))
 
 
 def _figures_table(con: Console, figures: list[tuple[str, str]]) -> Table:

@@ -1,4 +1,5 @@
-"""Datasets by name: embedded digits, in-memory synthetic, generated JPEGs, on-disk formats.
+"""Datasets by name: embedded digits, synthetic (on the device or through the loader),
+generated JPEGs, on-disk formats.
 
 Every dataset yields ``(image, label)`` where image is a PIL image or a uint8 CxHxW tensor;
 transforms (``data/transforms.py``) turn it into the model's input. ``Indexed`` adds the sample
@@ -30,6 +31,9 @@ class Split:
     num_classes: int
     image_size: int
     source: str  # human description, e.g. "sklearn digits (1,797 real images)"
+    # True: the engine makes the training batches once on the device (data/device.py) and
+    # reads only the sample count and the held-out split from here
+    resident: bool = False
 
 
 class TensorImages(Dataset):
@@ -98,13 +102,25 @@ def _digits(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, 10, size, "scikit-learn digits (1,797 real handwritten images)")
 
 
-@DATASETS.register("synthetic", "random tensors in memory: no I/O, no decode")
+@DATASETS.register("synthetic", "one random batch per rank made once on the training device, "
+                   "reused every step: no input pipeline (measures the model)")
 def _synthetic(cfg: DataConfig, seed: int) -> Split:
+    split = _synthetic_loader(cfg, seed)
+    split.resident = True
+    split.source = (f"synthetic {split.image_size}x{split.image_size}: one random batch per "
+                    "rank made once on the training device, reused every step (no loader)")
+    return split
+
+
+@DATASETS.register("synthetic-loader", "random uint8 images in memory through the loader "
+                   "(per-sample __getitem__, transform, collate, workers): no I/O, no decode")
+def _synthetic_loader(cfg: DataConfig, seed: int) -> Split:
     size = cfg.image_size or 64
     ncls = cfg.num_classes or 10
     full = SyntheticImages(cfg.num_samples, size, ncls, seed=1234)
     train, val = _held_out(full, cfg, seed=0)
-    return Split(train, val, ncls, size, f"synthetic {size}x{size} random images")
+    return Split(train, val, ncls, size, f"synthetic {size}x{size} random images through the "
+                 "loader")
 
 
 def default_cache_dir() -> Path:

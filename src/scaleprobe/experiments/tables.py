@@ -23,10 +23,10 @@ from scaleprobe.report import repeats as P
 from scaleprobe.report.load import under_load_line
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
-POINT_HEADERS = ("status", "samples/s", "step median", "epoch time", "peak host mem",
+POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "peak host mem",
                  "peak device mem", "data wait", "CPU util", "GPU util", "metric",
                  "shard audit")
-POINT_CSV = ("status", "samples_per_s", "step_time_median_s", "epoch_time_s",
+POINT_CSV = ("status", "samples_per_s", "achieved_flops_per_s", "mfu", "step_time_median_s", "epoch_time_s",
              "epoch_time_projected", "peak_host_mem_bytes", "peak_device_mem_bytes",
              "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
              "audit_ok", "speedup", "speedup_lo", "speedup_hi", "repeats", "run_id", "error")
@@ -74,6 +74,7 @@ def _raw_row(rec: dict[str, Any], speedup: Any = None) -> list[Any]:
     found = R.task_metric(rec)
     audit = rec.get("audit")
     return [rec.get("status"), g(rec, "metrics.samples_per_s"),
+            g(rec, "metrics.achieved_flops_per_s"), g(rec, "metrics.mfu"),
             g(rec, "metrics.step_time_s.median"), g(rec, "metrics.epoch_time_s"),
             g(rec, "metrics.epoch_time_projected"), g(rec, "metrics.peak_mem_bytes.host"),
             _peak_device(rec), g(rec, "metrics.data_wait_fraction"),
@@ -94,6 +95,7 @@ def _pretty_row(rec: dict[str, Any]) -> list[str]:
     g = res.get
     status = {"oom": "out of memory"}.get(rec.get("status"), rec.get("status"))
     return [str(status), fmt.rate(g(rec, "metrics.samples_per_s")),
+            fmt.mfu(g(rec, "metrics.mfu")),
             fmt.ms(g(rec, "metrics.step_time_s.median")),
             fmt.seconds(g(rec, "metrics.epoch_time_s"),
                         bool(g(rec, "metrics.epoch_time_projected"))),
@@ -149,7 +151,7 @@ def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
 
 BATCH_CSV = ("group", "batch_size", "devices", "status", "peak_mem_bytes", "memory_kind",
              "mem_growth", "epoch_time_s", "epoch_projected", "epoch_growth", "samples_per_s",
-             "cpu_util_pct", "gpu_util_pct", "error")
+             "achieved_flops_per_s", "mfu", "cpu_util_pct", "gpu_util_pct", "error")
 
 
 def with_skipped(runs: list[dict[str, Any]], skipped: list[dict[str, Any]],

@@ -155,6 +155,16 @@ def compute_bound(rec: dict[str, Any]) -> str:
             "a smaller model; the input pipeline and communication are not the limit")
 
 
+def below_peak(rec: dict[str, Any]) -> str:
+    """What to try when the model's FLOPs use little of the device's peak."""
+    on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
+    if on_gpu:
+        return ("feed the device more work per launch: a larger batch, --amp bf16, "
+                "--channels-last for conv nets; input or communication first if they lead")
+    return ("a larger batch or image gives the cores larger products; the input pipeline or "
+            "communication first where they lead")
+
+
 def cpu_saturated(rec: dict[str, Any], oversubscribed: bool, on_gpu: bool) -> str:
     c, n = cores(rec), local_procs(rec)
     workers, threads = R.loader_workers(rec) or 0, compute_threads(rec)

@@ -3,7 +3,8 @@
 ``batch_table(records)`` gives one row per batch size (grouped by the sweep's other axes)
 with growth rates between consecutive points, in the style of the reference studies::
 
-    | Batch size | Devices | Peak memory | Growth | Epoch time | Growth | Samples/s | ...
+    | Batch size | Devices | Peak memory | Growth | Epoch time | Growth | Samples/s | TFLOP/s |
+    | MFU | ...
 
 ``recommend_batch(records)`` applies the rule: a larger batch pays only while epoch time
 falls faster than memory grows; it names the fastest batch size and the most efficient one
@@ -24,7 +25,7 @@ from scaleprobe.report import repeats as P
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 BATCH_HEADERS = ("Batch size", "Devices", "Peak memory", "Growth", "Epoch time", "Growth",
-                 "Samples/s", "CPU util", "GPU util")
+                 "Samples/s", "TFLOP/s", "MFU", "CPU util", "GPU util")
 LOADER_HEADERS = ("Setting", "Workers", "Data wait", "Compute/step", "Step median",
                   "Samples/s", "CPU util", "Status")
 
@@ -116,6 +117,7 @@ def _batch_row(r: dict[str, Any], group: str, mem_kind: str) -> dict[str, Any]:
         "epoch_time_s": P.median_of(r, lambda x: R.metric(x, "epoch_time_s")),
         "epoch_projected": R.projected(r), "epoch_growth": None, "epoch_interval": None,
         "samples_per_s": R.metric(r, "samples_per_s"),
+        "achieved_flops_per_s": R.metric(r, "achieved_flops_per_s"), "mfu": R.metric(r, "mfu"),
         "cpu_util_pct": R.metric(r, "cpu_util_pct"), "gpu_util_pct": R.metric(r, "gpu_util_pct"),
         "repeats": len(P.repeats_of(r)), "record": r,
     }
@@ -125,10 +127,10 @@ def batch_cells(row: dict[str, Any]) -> list[str]:
     """The row as table cells, in BATCH_HEADERS order."""
     head = [fmt.num(row["batch_size"], "d"), fmt.num(row["devices"], "d")]
     if row["status"] == "oom":
-        return head + ["out of memory"] + ["-"] * 6
+        return head + ["out of memory"] + ["-"] * 8
     if row["status"] != "ok":
         err = f": {row['error']}" if row.get("error") else ""
-        return head + [f"{row['status']}{err}"[:80]] + ["-"] * 6
+        return head + [f"{row['status']}{err}"[:80]] + ["-"] * 8
     mem = fmt.bytes_(row["peak_mem_bytes"])
     total = row.get("peak_host_total_bytes")
     if row["memory_kind"] == "host" and total and total != row["peak_mem_bytes"]:
@@ -140,7 +142,8 @@ def batch_cells(row: dict[str, Any]) -> list[str]:
     return head + [
         mem, fmt.growth(row["mem_growth"]),
         fmt.seconds(row["epoch_time_s"], row["epoch_projected"]), eg,
-        fmt.rate(row["samples_per_s"]), fmt.pct_value(row["cpu_util_pct"]),
+        fmt.rate(row["samples_per_s"]), fmt.tflops(row["achieved_flops_per_s"]),
+        fmt.mfu(row["mfu"]), fmt.pct_value(row["cpu_util_pct"]),
         fmt.pct_value(row["gpu_util_pct"]),
     ]
 

@@ -17,7 +17,11 @@ Verdicts of one run:
     CPU saturated        the run's measured CPU use (its whole process tree, loader workers
                          included) above the threshold share of all cores; threads +
                          workers against cores is context in the evidence, never the reason
-    compute-bound        none of the above and compute (h2d + forward + backward + optimizer) dominates
+    compute-bound        none of the above and compute (h2d + forward + backward + optimizer)
+                         dominates; or MFU at or above ``mfu_compute_bound``
+    not compute-bound    MFU below ``mfu_compute_bound``: "8% of peak; the step waits on X",
+                         X the input, the communication, or the host (compute phases that
+                         use little of the peak); replaces the compute-share verdict
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
     measured under load  processes outside the run's tree used the machine meanwhile
     out of memory / failed / shard audit failed
@@ -54,10 +58,13 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
                         subject)]
     out = [f for f in (_input_bound(rec, others or [], th), _comm_bound(rec, th),
                        _straggler(rec, th), _cpu(rec, th)) if f is not None]
-    if not any(f.severity == "warning" for f in out):
-        f = _compute_bound(rec, th)
-        if f is not None:
-            out.append(f)
+    shares = None if any(f.severity == "warning" for f in out) else _compute_bound(rec, th)
+    peak_use = _peak_use(rec, th)  # MFU, where counted, decides "compute-bound"
+    if peak_use is not None and peak_use.verdict == "compute-bound" and shares is not None:
+        peak_use = Finding(peak_use.verdict, f"{peak_use.evidence}; {shares.evidence}",
+                           peak_use.recommendation, peak_use.severity)
+    if peak_use is not None or shares is not None:
+        out.append(peak_use or shares)  # type: ignore[arg-type]
     for f in (_memory(rec, th), _audit(rec), _load(rec, th)):
         if f is not None:
             out.append(f)
@@ -200,6 +207,44 @@ def _compute_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
           f"{fmt.ms(total)}); {_shares(rec)}")
     return Finding("compute-bound", ev, advice.compute_bound(rec), "info")
+
+
+def _peak_use(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+    """MFU against the device's peak: "8% of peak: not compute-bound; the step waits on X",
+    X the largest part of the step that is not the device's arithmetic."""
+    mfu = R.metric(rec, "mfu")
+    if mfu is None:
+        return None
+    peak = res.get(dict_of(rec.get("metrics")), "peak") or {}
+    measured = "measured " if peak.get("measured") else ""
+    head = (f"{fmt.mfu(mfu)} of the {measured}peak "
+            f"({fmt.tflops(R.metric(rec, 'achieved_flops_per_s'))} of "
+            f"{fmt.tflops((peak.get('flops_per_s') or 0) * (peak.get('devices') or 1))} TFLOP/s "
+            f"{peak.get('dtype') or ''}; MFU)")
+    if mfu >= th.mfu_compute_bound:
+        return Finding("compute-bound", f"{head}: the device's arithmetic bounds the step "
+                       f"(threshold {fmt.pct(th.mfu_compute_bound)})", advice.compute_bound(rec),
+                       "info")
+    return Finding("not compute-bound", f"{head}; the step waits on {_waits_on(rec)}",
+                   advice.below_peak(rec), "info")
+
+
+def _waits_on(rec: dict[str, Any]) -> str:
+    total = R.breakdown_total_s(rec)
+    bd = R.metric_dict(rec, "breakdown_s")
+    if not total:
+        return "something the step breakdown does not show"
+    data, comm = (bd.get("data") or 0.0), (bd.get("comm") or 0.0)
+    compute = R.compute_s(rec) or 0.0
+    if max(data, comm) >= compute:
+        what = "input (data wait" if data >= comm else "communication (exposed"
+        return f"{what} {fmt.pct(max(data, comm) / total)} of the step)"
+    return (f"the host and memory: compute phases take {fmt.pct(compute / total)} of the step "
+            "but use little of the peak (small operators, kernel launches, memory-bound layers)")
+
+
+def dict_of(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
 
 
 def _memory(rec: dict[str, Any], th: Thresholds) -> Finding | None:

@@ -108,6 +108,21 @@ def rate(v: Any) -> str:
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
+def tflops(flops_per_s: Any) -> str:
+    """FLOP/s as TFLOP/s with three significant figures: 2.6e10 -> '0.0260'."""
+    v = _n(flops_per_s)
+    if v is None:
+        return NA
+    t = v / 1e12
+    return f"{t:,.0f}" if t >= 100 else f"{t:.3g}" if t >= 0.001 else f"{t:.2e}"
+
+
+def mfu(v: Any) -> str:
+    """0.554 -> '55%', 0.034 -> '3.4%'."""
+    v = _n(v)
+    return NA if v is None else pct(v, 1 if v < 0.1 else 0)
+
+
 def ratio(v: Any) -> str:
     v = _n(v)
     return NA if v is None else f"{v:.2f}x"

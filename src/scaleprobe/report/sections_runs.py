@@ -18,12 +18,12 @@ from scaleprobe.report.load import load_cell
 from scaleprobe.results import BREAKDOWN_PHASES
 
 RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
-               "Batch (device/global)", "Samples/s", "Step median", "Step p95", "Data wait",
+               "Batch (device/global)", "Samples/s", "MFU", "Step median", "Step p95", "Data wait",
                "Comm", "Peak host mem", "Peak device mem", "CPU", "GPU", "Outside load",
                "Accuracy", "Status"]
 # column -> the metric whose null_reasons entry explains an "n/a" in it
 REASON_KEYS = {
-    "Samples/s": "samples_per_s", "Step median": "step_time_s", "Data wait": "data_wait_fraction",
+    "Samples/s": "samples_per_s", "MFU": "mfu", "Step median": "step_time_s", "Data wait": "data_wait_fraction",
     "Comm": "comm_fraction", "Peak host mem": "peak_mem_bytes.host",
     "Peak device mem": "peak_mem_bytes.device_allocated", "CPU": "cpu_util_pct",
     "GPU": "gpu_util_pct", "Outside load": "outside_cpu_cores", "Accuracy": "accuracy",
@@ -54,6 +54,7 @@ def run_cells(rec: dict[str, Any], shared: dict[str, list[str]] | None = None) -
         str(R.cfg(rec, "model.name") or fmt.NA),
         str(R.cfg(rec, "data.dataset") or fmt.NA), str(R.cfg(rec, "dist.strategy") or fmt.NA),
         fmt.num(R.world_size(rec), "d"), batch, fmt.rate(R.metric(rec, "samples_per_s")),
+        fmt.mfu(R.metric(rec, "mfu")),
         fmt.ms(R.step_median_s(rec)), fmt.ms(R.metric(rec, "step_time_s.p95")),
         fmt.pct(R.metric(rec, "data_wait_fraction")), fmt.pct(R.metric(rec, "comm_fraction")),
         _host_mem(rec), fmt.bytes_(R.device_peak(rec)),

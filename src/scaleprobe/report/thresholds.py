@@ -24,6 +24,12 @@ class Thresholds:
     cpu_util_pct: float = 90.0
     # compute-bound: compute (h2d + forward + backward + optimizer) at least this fraction of a step (and nothing above)
     compute_fraction: float = 0.50
+    # utilisation of peak: MFU below this is "not compute-bound" (the device could do several
+    # times more), at or above it the step is bound by the device's arithmetic. Published
+    # well-tuned dense training sits at 40-55% MFU (PaLM 46%, Megatron-LM GPT 40-50%); on this
+    # repository's 2-core CPU resnet18 at 32 px reached 55% of the measured matmul peak
+    # (docs/BENCHMARKS.md), so 30% leaves room for convolutions being slower than a matmul
+    mfu_compute_bound: float = 0.30
     # memory headroom: device peak above this fraction of the GPU's memory is "tight"...
     memory_tight_fraction: float = 0.90
     # ...and below this fraction leaves room for a larger batch

@@ -31,7 +31,7 @@ def test_markdown_sections_and_tables(mixed_report):
                   "## Accuracy parity", "## Top operators"):
         assert title in md
     assert ("| Batch size | Devices | Peak memory | Growth | Epoch time | Growth | Samples/s | "
-            "CPU util | GPU util |") in md
+            "TFLOP/s | MFU | CPU util | GPU util |") in md
     assert "| 32 | 1 | 1.4 GiB | +37% | 52.0 s | -48% [-52.7%, -42.8%] |" in md
     assert "| 128 | 1 | out of memory |" in md
     assert "failed: boom \\| pipe" in md

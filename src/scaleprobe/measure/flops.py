@@ -1,0 +1,257 @@
+"""FLOPs per training step, and the peak they are held against (MFU).
+
+Counting. ``StepFlops`` wraps the FIRST warm-up step (untimed) in
+``torch.utils.flop_counter.FlopCounterMode``: every operator of that step that has a FLOP
+formula is counted as it runs, forward and backward. The counter's convention: a matrix
+product or convolution of ``M x K`` by ``K x N`` counts ``2 M K N`` FLOPs (one multiply and
+one add each), so its figures are twice the "multiply-adds" that model cards print (resnet18
+at 224 px: 1.82 G multiply-adds forward = 3.6 GFLOPs). The backward pass counts the gradient
+of the input and of the weight of each layer (about twice the forward; the first layer's input
+needs no gradient). Element-wise operators (activations, normalisation, the loss) and the
+optimizer update have no formula and count 0: the optimizer's few FLOPs per parameter are
+negligible next to the products (resnet18: SGD with momentum does a few FLOPs for each of its
+11.7 M parameters, well under 0.1 GFLOP per step, against about 11 GFLOPs of products per
+sample at 224 px), and leaving them out is the usual "model FLOPs" convention of MFU.
+Communication is not counted. Nothing inside the timed window is touched: the count happens
+once, on a step that is never timed.
+
+Peak. On a device in ``measure/peaks.py`` (matched by name) the data-sheet dense peak for the
+run's dtype. Elsewhere (every CPU, an unknown GPU) a measured peak: the best rate of a short
+series of large square matrix products in the run's dtype on that device, with every core the
+process may use on a CPU; it is cached per machine in the user cache folder (``peaks.json``
+under ``$XDG_CACHE_HOME/scaleprobe`` or ``~/.cache/scaleprobe``), under a lock so that ranks
+starting together measure it once. Delete the file to measure again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scaleprobe.measure.peaks import table_peak
+
+CACHE_FILE = "peaks.json"
+COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "
+                "(forward + backward; 2 FLOPs per multiply-add; element-wise operators and "
+                "the optimizer update count 0)")
+
+
+# ---- counting -----------------------------------------------------------------------------
+
+class StepFlops:
+    """Counts one step's FLOPs: ``with sf.around(step, timed): <one step>``. Only the first
+    untimed step is counted; ``result()`` is this rank's record entry."""
+
+    def __init__(self, warmup_steps: int, towers: int = 1) -> None:
+        self.flops: int | None = None
+        self.reason: str | None = None
+        if warmup_steps < 1:
+            self.reason = "not counted: no untimed step to count on (--warmup-steps 0)"
+        elif towers > 1:
+            self.reason = ("not counted: DataParallel runs its replicas in threads the "
+                           "counter does not see")
+
+    @contextlib.contextmanager
+    def around(self, step: int, timed: bool) -> Iterator[None]:
+        if step != 0 or timed or self.reason is not None:
+            yield
+            return
+        from torch.utils.flop_counter import FlopCounterMode
+
+        mode = FlopCounterMode(display=False)
+        with mode:
+            yield
+        total = int(mode.get_total_flops())
+        if total > 0:
+            self.flops = total
+        else:
+            self.reason = "not counted: no matrix product or convolution in the step"
+
+    def result(self) -> dict[str, Any]:
+        return {"flops_per_step": self.flops, "method": COUNT_METHOD, "reason": self.reason}
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of ``fn()`` (run once under the counter), e.g. a forward and backward pass."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mode = FlopCounterMode(display=False)
+    with mode:
+        fn()
+    return int(mode.get_total_flops())
+
+
+# ---- the peak -----------------------------------------------------------------------------
+
+def run_dtype(device: torch.device, amp: str) -> str:
+    """The dtype the run's matrix products use: bf16 / fp16 under autocast; without it, fp32,
+    or tf32 on a CUDA device of compute capability 8.0 or above when cuDNN or matmul TF32 is
+    allowed (PyTorch allows it for convolutions by default)."""
+    if amp in ("bf16", "fp16"):
+        return amp
+    if device.type == "cuda":
+        tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32
+        if tf32 and torch.cuda.get_device_capability(device)[0] >= 8:
+            return "tf32"
+    return "fp32"
+
+
+TORCH_DTYPE = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+               "fp16": torch.float16}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return _cpu_model() or platform.processor() or platform.machine() or "cpu"
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_threads() -> int:
+    """The cores this process may run on (its affinity), the CPU "device" a peak is for."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: float = 0.5,
+              clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """The best FLOP/s of ``n x n`` matrix products in ``dtype`` on ``device``, over about
+    ``seconds`` after two untimed products. On a CPU every core of the process's affinity is
+    used (the thread count is restored after)."""
+    cuda = device.type == "cuda"
+    n = n or (8192 if cuda else 1024)
+    tdt = TORCH_DTYPE[dtype]
+    threads = torch.get_num_threads()
+    if not cuda:
+        torch.set_num_threads(cpu_threads())
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    try:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=g).to(device, tdt)
+        b = torch.randn(n, n, generator=g).to(device, tdt)
+        best, reps, t_end = 0.0, 0, clock() + seconds
+        for i in range(1000):
+            _sync(device)
+            t0 = clock()
+            torch.mm(a, b)
+            _sync(device)
+            dt = clock() - t0
+            if i >= 2:
+                reps += 1
+                best = max(best, 2.0 * n ** 3 / dt) if dt > 0 else best
+                if clock() >= t_end and reps >= 3:
+                    break
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+        torch.set_num_threads(threads)
+    used = cpu_threads() if not cuda else None
+    where = f"{used} threads" if used else "one device"
+    return {"flops_per_s": best, "n": n, "reps": reps, "threads": used,
+            "method": f"measured peak: best of {reps} {dtype} {n}x{n} matrix products, {where}"}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "scaleprobe"
+
+
+def cache_key(device: torch.device, dtype: str) -> str:
+    where = f"{cpu_threads()} threads" if device.type != "cuda" else "gpu"
+    return (f"{socket.gethostname()}|{device_name(device)}|{where}|{dtype}|"
+            f"torch {torch.__version__.split('+')[0]}")
+
+
+def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
+                  measure: Callable[[torch.device, str], dict[str, Any]] | None = None
+                  ) -> dict[str, Any]:
+    """The cached measured peak for this machine, device and dtype; measured (and cached) when
+    missing. Ranks on one host that ask together wait on a lock and measure once. A cache that
+    cannot be read or written costs a measurement, never the run."""
+    folder = folder or cache_dir()
+    key = cache_key(device, dtype)
+    with _locked(folder):
+        cached = _read(folder / CACHE_FILE)
+        hit = cached.get(key)
+        if isinstance(hit, dict) and (hit.get("flops_per_s") or 0) > 0:
+            return {**hit, "cached": True}
+        got = (measure or calibrate)(device, dtype)
+        entry = {**got, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        cached[key] = entry
+        _write(folder / CACHE_FILE, cached)
+    return {**entry, "cached": False}
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / "peaks.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        yield  # no lock: at worst two ranks measure
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        d = json.loads(path.read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(path: Path, d: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def resolve_peak(device: torch.device, amp: str, folder: Path | None = None) -> dict[str, Any]:
+    """This device's peak FLOP/s for the run's dtype: ``{flops_per_s, dtype, device_name,
+    source, measured}`` from the data-sheet table, else measured (``measured_peak``)."""
+    dtype = run_dtype(device, amp)
+    name = device_name(device)
+    hit = table_peak(name, dtype) if device.type == "cuda" else None
+    if hit is not None:
+        return {"flops_per_s": hit[0], "dtype": dtype, "device_name": name,
+                "source": f"data sheet: {hit[1]}", "measured": False}
+    m = measured_peak(device, dtype, folder)
+    cached = f", cached {m.get('measured_at')}" if m.get("cached") else ""
+    return {"flops_per_s": m["flops_per_s"], "dtype": dtype, "device_name": name,
+            "source": f"{m['method']}{cached}", "measured": True}

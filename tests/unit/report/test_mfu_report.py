@@ -1,0 +1,62 @@
+"""MFU in the diagnosis, the runs table and the batch table (report/diagnose.py, batch.py)."""
+
+from scaleprobe.report import batch as B
+from scaleprobe.report.diagnose import diagnose_run
+from scaleprobe.report.sections_runs import RUN_HEADERS, run_cells
+from tests.unit.report.factory import breakdown, run, sweep_point
+
+
+def _with_mfu(rec, mfu, peak=1e11, measured=True):
+    m = rec["metrics"]
+    m["achieved_flops_per_s"] = mfu * peak
+    m["mfu"] = mfu
+    m["peak"] = {"flops_per_s": peak, "devices": 1, "dtype": "fp32", "measured": measured,
+                 "source": "measured peak: test"}
+    return rec
+
+
+def _verdicts(rec):
+    return {f.verdict: f for f in diagnose_run(rec)}
+
+
+def test_low_mfu_says_not_compute_bound_and_names_what_the_step_waits_on():
+    """Catches a step that is mostly 'compute' by the phase timer called compute-bound while
+    the model's FLOPs use 8% of the device: the user would buy a faster device for nothing."""
+    rec = _with_mfu(run("slow", bd=breakdown(0.1, data=0.05)), 0.08)
+    v = _verdicts(rec)
+    assert "not compute-bound" in v and "compute-bound" not in v
+    ev = v["not compute-bound"].evidence
+    assert ev.startswith("8.0% of the measured peak") and "host" in ev
+
+
+def test_low_mfu_with_a_long_data_wait_names_the_input():
+    """Catches the 'waits on' part naming compute when the input takes most of the step."""
+    rec = _with_mfu(run("starved", bd=breakdown(0.1, data=0.6)), 0.05)
+    assert "waits on input (data wait 60%" in _verdicts(rec)["not compute-bound"].evidence
+
+
+def test_high_mfu_is_compute_bound_with_the_figure():
+    """Catches a device at half its peak reported without the figure that proves it."""
+    rec = _with_mfu(run("busy"), 0.5, peak=1e15, measured=False)
+    fs = [f for f in diagnose_run(rec) if f.verdict == "compute-bound"]
+    assert len(fs) == 1  # one verdict: the MFU figure and the compute share together
+    assert "50% of the peak" in fs[0].evidence and "measured" not in fs[0].evidence
+    assert "compute 98% of each step" in fs[0].evidence  # the factory: data 2%
+
+
+def test_no_mfu_no_finding_and_an_explained_cell():
+    """Catches old records (no FLOPs) read as 0% of peak."""
+    rec = run("old")
+    assert "not compute-bound" not in _verdicts(rec)
+    cells = dict(zip(RUN_HEADERS, run_cells(rec), strict=True))
+    assert cells["MFU"] == "n/a"
+
+
+def test_batch_table_has_tflops_and_mfu_per_point():
+    """Catches the roofline columns missing or taken from another point."""
+    recs = [_with_mfu(run(f"b{b}", batch=b, experiment=sweep_point("s", batch_size=b)), m)
+            for b, m in ((16, 0.1), (32, 0.2))]
+    rows = B.batch_table(recs)
+    cells = [dict(zip(B.BATCH_HEADERS, B.batch_cells(r), strict=True)) for r in rows]
+    assert [c["MFU"] for c in cells] == ["10%", "20%"]
+    assert [c["TFLOP/s"] for c in cells] == ["0.01", "0.02"]
