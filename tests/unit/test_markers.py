@@ -26,7 +26,9 @@ def selections(tmp_path_factory):
     (module-level ``pytestmark`` included)."""
     d = tmp_path_factory.mktemp("plugin")
     (d / "marks_plugin.py").write_text(PLUGIN)
-    env = {**__import__("os").environ, "PYTHONPATH": f"{d}:{TESTS.parent}"}
+    base = __import__("os").environ.get("PYTHONPATH", "")
+    env = {**__import__("os").environ,
+           "PYTHONPATH": ":".join(p for p in (str(d), str(TESTS.parent), base) if p)}
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           "-p", "marks_plugin", str(TESTS)], capture_output=True, text=True,
                          timeout=300, cwd=TESTS.parent, env=env)
