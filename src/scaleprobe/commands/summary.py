@@ -199,15 +199,15 @@ def _ms(v: Any) -> str:
     return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else fmt.ms(v)
 
 
-def _console() -> Console:
+def _console(stderr: bool = False) -> Console:
     """A terminal's width (or ``COLUMNS`` where it is set); piped without ``COLUMNS``, lines
     stay whole for the log that reads them."""
     import os
 
-    c = Console()
+    c = Console(stderr=stderr)
     if c.is_terminal or os.environ.get("COLUMNS", "").isdigit():
         return c
-    return Console(width=140, soft_wrap=True)
+    return Console(stderr=stderr, width=140, soft_wrap=True)
 
 
 def _breakdown(con: Console, m: dict[str, Any]) -> None:

@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = base_config(overrides, name)
     sys.stdout.flush()
     rec, code = execute_wrap(cfg, target, name)
-    from rich.console import Console
+    from scaleprobe.commands.summary import _console
 
-    print_run(rec, Console(stderr=True))
+    print_run(rec, _console(stderr=True))  # stdout is the script's own
     note = (rec.get("script") or {}).get("sampler_note")
     if note and rec.get("audit") and not rec["audit"].get("ok"):
         print(f"shard audit: {note}", file=sys.stderr)
