@@ -27,6 +27,7 @@ from scaleprobe.results import (
     RankRecord,
     RunResult,
     Straggler,
+    TimeToTarget,
 )
 from scaleprobe.traits import traits_of
 
@@ -40,6 +41,7 @@ def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | No
     if ranks:
         try:
             _metrics(result, cfg, ranks, monitor)
+            _target(result, cfg, ranks)
             _checks(result, _head(ranks))
         except Exception as e:  # a bug in summarising must not lose the run
             result.status = "failed"
@@ -71,6 +73,14 @@ def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | N
             _write_steps_csv(run_dir / "steps.csv", _head(ranks))
         except OSError as e:
             result.null_reasons["paths.steps_csv"] = f"not written: {e}"
+    if result.target is not None and result.target.curve:
+        from scaleprobe.target import CURVE_FILE, write_curve_csv
+
+        try:
+            write_curve_csv(run_dir / CURVE_FILE, result.target.curve)
+            result.paths["target_curve_csv"] = str(run_dir / CURVE_FILE)
+        except OSError as e:
+            result.null_reasons["paths.target_curve_csv"] = f"not written: {e}"
     result.finished_at = res.utc_now()
     rec.clear()
     rec.update(result.to_dict())
@@ -93,6 +103,29 @@ def _write_steps_csv(path: Path, raw0: RankRecord) -> None:
             w.writerow([i, f"{t:.6f}", *[f"{phases[p][i]:.6f}"
                                          if i < len(phases.get(p) or []) else ""
                                          for p in PHASES]])
+
+
+def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:
+    """--target: the time to it from the evaluating rank's record (target.summarize); a run
+    that ended at --max-epochs below it is ``target_not_reached``."""
+    if cfg.train.target is None:
+        return
+    from scaleprobe.target import not_reached_line, summarize
+
+    raw = next((r.target for r in ranks if r.target), None)
+    if raw is None:
+        result.null_reasons["target"] = "no evaluation ran (stopped before the first one)"
+        return
+    tt = summarize(raw, result.metrics.steps_per_epoch, result.batch.global_,
+                   cfg.train.max_epochs)
+    result.target = TimeToTarget.from_dict(tt)
+    if not tt["reached"]:
+        for k in ("time_to_target_s", "steps_to_target", "epochs_to_target",
+                  "samples_to_target"):
+            result.null_reasons[f"target.{k}"] = "the target was not reached"
+        if result.status == "ok":
+            result.status = "target_not_reached"
+            result.error = not_reached_line(tt)
 
 
 def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> None:

@@ -48,6 +48,11 @@ def _is_size(text: str) -> bool:
         return False
 
 
+def _is_target(text: str) -> bool:
+    """METRIC=VALUE in shape; ``validate`` names what is wrong with the metric or the value."""
+    return "=" in text
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, or FILE.py:FUNC "
@@ -105,6 +110,13 @@ class TrainConfig:
     max_seconds: float = option(120.0, "steps=auto: at most this many seconds of timed steps",
                                 gt=0)
     min_steps: int = option(10, "steps=auto: never stop before this many timed steps", ge=1)
+    target: str | None = option(None, "train until the task metric reaches this, e.g. "
+                                "accuracy=0.95 (also verification_accuracy, map50); records "
+                                "the time to it (docs/TIME_TO_TARGET.md)", unset="off",
+                                valid=_is_target, text="METRIC=VALUE, e.g. accuracy=0.95")
+    eval_every: int | None = option(None, "--target: evaluate every this many steps", ge=1,
+                                    unset="at the end of every epoch")
+    max_epochs: int = option(20, "--target: stop after this many epochs if not reached", ge=1)
 
 
 @dataclass(frozen=True)
@@ -375,6 +387,8 @@ def validate(cfg: RunConfig) -> None:
                           f"{cfg.training_ranks} training processes")
     if t.epochs is not None and t.steps is not None:
         raise ConfigError("give either --steps or --epochs, not both")
+    if t.target is not None:
+        _validate_target(cfg)
     if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
         what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"
                 else f"--transform {d.transform} runs in the input pipeline")
@@ -402,3 +416,19 @@ def validate(cfg: RunConfig) -> None:
     if cfg.world_size < tr.min_world:
         raise ConfigError(f"--strategy {ds.strategy} needs --nproc >= {tr.min_world} (one server "
                           "and at least one worker)")
+
+
+def _validate_target(cfg: RunConfig) -> None:
+    """--target: the metric fits the task, the run's length is the target's to decide, and
+    every training rank can stop at the same step."""
+    from scaleprobe.target import check_task, parse_target
+
+    t = cfg.train
+    check_task(parse_target(t.target), cfg.task.task)  # type: ignore[arg-type]
+    if t.epochs is not None or t.steps is not None:
+        given = "--epochs" if t.epochs is not None else "--steps"
+        raise ConfigError(f"--target trains until the target is reached; {given} cannot also "
+                          "set the length (cap it with --max-epochs)")
+    if cfg.dist.strategy == "ps":
+        raise ConfigError("--target needs ranks that stop at the same step; the parameter "
+                          "server's workers do not: use --strategy ddp or localsgd")

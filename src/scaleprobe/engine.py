@@ -55,6 +55,7 @@ class Parts:
     info: dict[str, Any] = field(default_factory=dict)
     host_baseline_rss_bytes: int | None = None  # resident set before the model and data existed
     flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
+    watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
 
 
 def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
@@ -131,7 +132,12 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
         loader = build_loader(train_ds, cfg.data, batch, sampler=sampler, shuffle=True,
                               device=device, seed=cfg.train.seed, collate=task.collate)
     val_loader = None
-    if cfg.train.eval and split.val is not None:
+    if cfg.train.target and split.val is None:
+        from scaleprobe.errors import ConfigError
+
+        raise ConfigError(f"--target needs a held-out split to evaluate on; --dataset "
+                          f"{cfg.data.dataset} has none")
+    if (cfg.train.eval or cfg.train.target) and split.val is not None:
         joint, image_tf = _task_transforms(task, "eval", size)
         val_ds = Indexed(split.val, image_tf, cfg.data.skip_bad_samples, joint)
         val_loader = build_loader(val_ds, cfg.data.__class__(loader="naive", workers=0),
@@ -171,12 +177,13 @@ class LoopState:
     last_batch: Any = None
     epochs_complete: int = 0
     interrupted: bool = False  # stopped early on a stop request (interrupt.py)
+    paused_s: float = 0.0  # --target evaluations inside the timed window: not in window_s
 
 
 def _should_stop(p: Parts, st: LoopState, timer: StepTimer) -> bool:
     t = p.cfg.train
-    if t.epochs is not None:
-        return False  # epochs end the loop themselves
+    if t.epochs is not None or t.target is not None:
+        return False  # epochs (or the target, or --max-epochs) end the loop themselves
     if isinstance(t.steps, int):
         return st.timed >= t.steps
     if st.timed < t.min_steps or st.timed % 5:
@@ -272,7 +279,11 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
             beat: Heartbeat | None) -> None:
     t = p.cfg.train
     warm = t.warmup_steps
-    while t.epochs is None or st.epoch < t.epochs:
+    cap = t.max_epochs if t.target is not None else t.epochs
+    halt = False
+    if p.watch is not None:
+        p.watch.start()  # time to target counts from here: loader start-up included
+    while cap is None or st.epoch < cap:
         p.strategy.set_epoch(p.sampler, st.epoch)
         st.epoch_idx.append([])
         t_epoch = time.perf_counter()
@@ -298,6 +309,12 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
             progress.advance(st)
             for ob in observers:
                 ob.step(st)
+            if p.watch is not None and p.watch.due(st.step):
+                if timing:
+                    timer.close()  # the step ends before the evaluation: not in its time
+                if _target_eval(p, st):
+                    halt = True
+                    break
             if timing and _should_stop(p, st, timer):
                 halt = True
                 break
@@ -309,9 +326,43 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
         if batch is None:
             st.epochs_complete += 1
             st.epoch_wall_s.append(time.perf_counter() - t_epoch)
+            if p.watch is not None and p.watch.due(st.step, epoch_end=True):
+                halt = _target_eval(p, st) or halt
         st.epoch += 1
         if halt:
             break
+    if (p.watch is not None and not (halt or st.interrupted) and st.step
+            and p.watch.last_step != st.step):
+        _target_eval(p, st)  # at the cap: the last model's value, when not evaluated yet
+
+
+def _target_eval(p: Parts, st: LoopState) -> bool:
+    """One --target evaluation (on the progress rank; every rank agrees on stopping)."""
+    fn = None
+    if p.strategy.rank == p.strategy.progress_rank:
+        model = p.strategy.unwrap(p.model)
+        dev = next(model.parameters()).device
+        fn = lambda: p.task.evaluate(model, p.val_loader, dev, p.autocast,  # noqa: E731
+                                     p.cfg.model.channels_last)
+    t0 = time.perf_counter()
+    stop = p.watch.evaluate(st.step, fn, p.strategy.any_true)
+    if st.window_t0 is not None:
+        st.paused_s += time.perf_counter() - t0
+    return stop
+
+
+def _watch(p: Parts) -> Any:
+    """The --target watch, or None."""
+    if p.cfg.train.target is None:
+        return None
+    from scaleprobe.target import TargetWatch, parse_target
+
+    try:
+        per_epoch = len(p.loader)
+    except TypeError:
+        per_epoch = None
+    return TargetWatch(parse_target(p.cfg.train.target), p.cfg.train.eval_every,
+                       sync=lambda: _sync(p.device), steps_per_epoch=per_epoch)
 
 
 def _sync(device: torch.device) -> None:
@@ -416,7 +467,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         steps_timed=st.timed,
         step_times_s=timer.step_times(),
         phase_times_s=timer.phase_times(),
-        window_s=(st.window_t1 - st.window_t0) if st.window_t0 else None,
+        window_s=(st.window_t1 - st.window_t0 - st.paused_s) if st.window_t0 else None,
         clock_window=(getattr(st, "clock_t0", None), getattr(st, "clock_t1", None)),
         epochs_complete=st.epochs_complete,
         epoch_wall_s=st.epoch_wall_s,
@@ -433,6 +484,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
                     host_baseline_rss=p.host_baseline_rss_bytes, **_memory(p.device)),
         info=RankInfo.from_dict(p.info),
         strategy_metrics=p.strategy.extra_metrics(),
+        target=p.watch.record() if p.watch is not None and p.watch.points else None,
     ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
 
 
@@ -481,6 +533,7 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
         from scaleprobe.measure.flops import StepFlops
 
         p.flops = StepFlops(cfg.train.warmup_steps, strategy.towers)
+        p.watch = _watch(p)
     timer = StepTimer(device.type)
     observed: dict[str, Any] = {}
     stop.deferring = True

@@ -17,6 +17,9 @@ Figures (units in the names):
     flops_per_sample(flops, samples)       FLOPs of one step / the samples it processed
     achieved_flops_per_s(fps, sps)         FLOPs per sample x samples/s
     mfu(achieved, peak, devices)           achieved FLOP/s / (one device's peak x devices)
+    epochs_of(step, steps_per_epoch)       steps / steps per epoch (1.0 = one pass)
+    samples_of(step, global_batch)         steps x global batch (every training rank's)
+    time_speedup(t_n, t_1)                 time to target at 1 / time to target at N
 
 Intervals. An experiment repeats every point (``--repeats N``), interleaved (A B C A B C),
 each repeat in its own process. The ratio of two points is estimated from the repeats paired
@@ -121,6 +124,28 @@ def mfu(achieved: float | None, peak_per_device: float | None, devices: int | No
     if achieved is None or not peak_per_device or not devices:
         return None
     return achieved / (peak_per_device * devices)
+
+
+def epochs_of(step: int | None, steps_per_epoch: int | None) -> float | None:
+    """Epochs a run had trained after ``step`` steps: 1.0 is one pass over its training split
+    (the steps of a whole epoch, with the last partial batch dropped)."""
+    if step is None or not steps_per_epoch:
+        return None
+    return step / steps_per_epoch
+
+
+def samples_of(step: int | None, global_batch: int | None) -> int | None:
+    """Training samples every rank together had processed after ``step`` steps."""
+    if step is None or not global_batch:
+        return None
+    return step * global_batch
+
+
+def time_speedup(t_n: float | None, t_1: float | None) -> float | None:
+    """How many times sooner N reached the target than 1 (time to target at 1 / at N)."""
+    if not t_n or not t_1:
+        return None
+    return t_1 / t_n
 
 
 def plausible_speedup(speedup_x: float | None, n: int | None) -> bool:

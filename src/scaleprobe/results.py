@@ -17,7 +17,9 @@ A run record (``kind == "run"``)::
     run_id            folder name under OUT
     name              user label or a generated one
     key               hash of the resolved config (sweeps resume by it)
-    status            "ok" | "oom" | "failed" | "interrupted"
+    status            "ok" | "oom" | "failed" | "interrupted" | "target_not_reached" (a run
+                      with --target that ended at --max-epochs below it: its figures are
+                      complete measurements; ``target`` holds the best value and when)
     error             null or one line
     partial           true when an interrupted run kept the steps timed so far: its figures
                       cover those steps (the reason in null_reasons.partial); absent otherwise
@@ -100,6 +102,15 @@ A run record (``kind == "run"``)::
                       gpu_processes [{device, pid, name, used_memory_bytes}] or null}:
                       flag = measured under load (rule: report/thresholds.py
                       Thresholds.under_load); null when neither figure was measured
+    target            null without --target; else (docs/TIME_TO_TARGET.md, target.py):
+                      metric, target, reached, time_to_target_s (training wall clock from
+                      the first step to the evaluation that reached it, evaluation time
+                      excluded), eval_time_s (that evaluation time, every evaluation's),
+                      steps_to_target, epochs_to_target, samples_to_target (global),
+                      best_value, best_at_s, best_at_epoch, best_at_samples, evaluations,
+                      eval_every_steps (null: every epoch), max_epochs, rule, curve [{
+                      evaluation, step, epoch, samples, train_wall_s, eval_s, value}] (also
+                      OUT/<run>/target_curve.csv); null figures when not reached
     experiment        {id, kind, point} when the run belongs to a sweep / scale / ...;
                       a run is identified by experiment id + point (+ ``repeat``, the repeat
                       index, when present), never by its name
@@ -130,7 +141,9 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 SCHEMA = 2
-STATUSES = ("ok", "oom", "failed", "interrupted")
+STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached")
+# statuses whose figures are complete measurements (a target not reached ran to its cap)
+MEASURED = ("ok", "target_not_reached")
 BREAKDOWN_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 RESULTS_FILE = "results.jsonl"
 
@@ -558,6 +571,31 @@ class Metrics(Record):
 
 
 @dataclass
+class TimeToTarget(Record):
+    """Time to a target quality (``--target``; target.py): MLPerf Training's time to train.
+    The ``*_to_target`` figures are null when the target was not reached."""
+
+    metric: str | None = None
+    target: float | None = None
+    reached: bool | None = None
+    time_to_target_s: float | None = None  # training wall clock, evaluation excluded
+    eval_time_s: float | None = None  # every evaluation's time, reported beside it
+    steps_to_target: int | None = None
+    epochs_to_target: float | None = None
+    samples_to_target: int | None = None  # every training rank's
+    best_value: float | None = None
+    best_at_s: float | None = None
+    best_at_epoch: float | None = None
+    best_at_samples: int | None = None
+    evaluations: int | None = None
+    eval_every_steps: int | None = None  # None: at the end of every epoch
+    max_epochs: int | None = None
+    rule: str | None = None
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Batch(Record):
     per_device: int | None = None
     per_process: int | None = None
@@ -694,6 +732,7 @@ class RunResult(Record):
     load: Load | None = None
     invariants: list[dict[str, str]] | None = None
     experiment: Experiment | None = None
+    target: TimeToTarget | None = None
     paths: dict[str, Any] = field(default_factory=dict)
     # `scaleprobe wrap`: the user's script (target, exit_code, loader, stopped_after,
     # sampler_note); null for the built-in training loop
@@ -765,6 +804,8 @@ class RankRecord(Record):
     observed: dict[str, Any] | None = None
     # measure/flops.py: {flops_per_step (this rank's batch), method, reason, peak, peak_reason}
     flops: dict[str, Any] | None = None
+    # --target, the evaluating rank only: target.TargetWatch.record()
+    target: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

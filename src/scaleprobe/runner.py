@@ -441,7 +441,7 @@ def preflight(cfg: RunConfig) -> None:
 
 
 def exit_code(rec: dict[str, Any]) -> int:
-    return {"ok": 0, "oom": 3, "interrupted": 130}.get(rec["status"], 1)
+    return {"ok": 0, "oom": 3, "target_not_reached": 4, "interrupted": 130}.get(rec["status"], 1)
 
 
 def running_under_launcher() -> bool:

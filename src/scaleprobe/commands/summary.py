@@ -15,7 +15,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     con = console or _console()
     m, cfg = rec["metrics"], rec["config"]
     status = rec["status"]
-    style = {"ok": "green", "oom": "yellow"}.get(status, "red")
+    style = {"ok": "green", "oom": "yellow", "target_not_reached": "yellow"}.get(status, "red")
     con.print(f"[bold]{esc(rec['name'])}[/bold]  status: [{style}]{esc(status)}[/{style}]"
               + (f"  ({esc(rec['error'])})" if rec.get("error") else "") + _load_tag(rec))
     if status != "ok" and not m.get("step_time_s"):
@@ -24,6 +24,10 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     con.print(_figures_table(con, _figures(m)))
     _rates_line(con, rec)
     _breakdown(con, m)
+    if rec.get("target"):
+        from scaleprobe.target import summary_line
+
+        con.print(esc(summary_line(rec["target"])))
     _flops_line(con, rec)
     _comm_line(con, rec)
     if rec.get("straggler"):

@@ -69,6 +69,10 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
         if f is not None:
             out.append(f)
     out.extend(_invariants(rec))
+    if status == "target_not_reached":
+        out.append(Finding("target not reached", rec.get("error") or "target not reached",
+                           "raise --max-epochs, tune --lr / --lr-scaling, or set a lower "
+                           "--target; the curve is in target_curve.csv", "warning"))
     if status == "interrupted":
         measured = R.metric(rec, "step_time_s.median") is not None
         out.append(Finding("interrupted", "the run was stopped before it finished",

@@ -355,6 +355,8 @@ def status_text(rec: dict[str, Any]) -> str:
     if st == "failed":
         err = rec.get("error")
         return f"failed: {err}" if err else "failed"
+    if st == "target_not_reached":
+        return "target not reached"
     return str(st)
 
 

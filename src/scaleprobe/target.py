@@ -1,0 +1,236 @@
+"""Time to a target quality (``--target METRIC=VALUE``), measured by MLPerf Training's rules.
+
+A run with a target trains for whole epochs (at most ``--max-epochs``), evaluates its task
+metric on the held-out split every ``--eval-every`` steps (default: at the end of every
+epoch) and stops at the first evaluation that reaches the target. What it records
+(``results.TimeToTarget``):
+
+- ``time_to_target_s``: training wall clock from the start of the first step (data loading,
+  loader start-up and the untimed measuring warm-up included) to the evaluation that reached
+  the target, with the time spent evaluating taken out; the evaluation time is reported
+  beside it as ``eval_time_s``. This is how MLPerf Training times a result ("time to train"),
+  where evaluation is likewise not counted.
+- ``steps_to_target``, ``samples_to_target`` (global: every training rank's samples) and
+  ``epochs_to_target`` (steps / steps per epoch, so 1.0 is one pass over the training split).
+- the curve: one row per evaluation (metric against training wall clock, epochs and samples),
+  in ``OUT/<run>/target_curve.csv``.
+
+A target not reached by the cap ends as status ``target_not_reached``, with the best value
+and when it was seen. Every metric here is "higher is better".
+
+This module has no torch import at the top: the config checks it (``parse_target``) and the
+result is assembled from it (``summarize``) without torch. ``TargetWatch`` runs in the rank
+that evaluates; the engine hands it the evaluation as a callable.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scaleprobe.errors import ConfigError
+
+# metric -> the task whose evaluation reports it
+METRICS = {"accuracy": "classification", "verification_accuracy": "face", "map50": "detection"}
+CURVE_FILE = "target_curve.csv"
+CURVE_COLUMNS = ("evaluation", "step", "epoch", "samples", "train_wall_s", "eval_s", "value")
+RULE = ("training wall clock from the start of the first step (data loading and warm-up "
+        "included) to the evaluation that reached the target, evaluation time excluded "
+        "(MLPerf Training's time-to-train rule)")
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    value: float
+
+    def text(self) -> str:
+        return f"{self.metric} >= {self.value:g}"
+
+    def reached(self, value: float | None) -> bool:
+        return value is not None and math.isfinite(value) and value >= self.value
+
+
+def parse_target(text: str) -> Target:
+    """``"accuracy=0.95"`` -> Target; ConfigError (one line) on anything else."""
+    metric, sep, num = str(text).partition("=")
+    metric = metric.strip()
+    if not sep or not metric:
+        raise ConfigError(f"--target takes METRIC=VALUE, e.g. accuracy=0.95; got '{text}'")
+    if metric not in METRICS:
+        raise ConfigError(f"--target: unknown metric '{metric}'; one of {', '.join(METRICS)}")
+    try:
+        value = float(num)
+    except ValueError:
+        raise ConfigError(f"--target {metric}=...: '{num.strip()}' is not a number") from None
+    if not 0 < value <= 1:
+        raise ConfigError(f"--target {metric}={num.strip()}: {metric} is a fraction; give a "
+                          "value in (0, 1], e.g. 0.95")
+    return Target(metric, value)
+
+
+def is_target(text: str) -> bool:
+    try:
+        parse_target(text)
+    except ConfigError:
+        return False
+    return True
+
+
+def check_task(target: Target, task: str) -> None:
+    """The metric must be one the run's task evaluates."""
+    want = METRICS[target.metric]
+    if want != task:
+        raise ConfigError(f"--target {target.metric} is reported by --task {want}; this run's "
+                          f"task ({task}) reports "
+                          f"{next(m for m, t in METRICS.items() if t == task)}")
+
+
+# ---- in the evaluating rank ----------------------------------------------------------------
+
+@dataclass
+class TargetWatch:
+    """Evaluates on a schedule and keeps the training clock net of evaluation.
+
+    ``start()`` before the first step; ``due(step, epoch_end)`` after each step and at the end
+    of each epoch; ``evaluate(step, evaluate_fn, agree)`` runs the evaluation (``evaluate_fn``:
+    the task's metrics dict) and returns whether to stop. ``agree`` turns this rank's verdict
+    into every rank's (an all-reduce), so all ranks stop at the same step; its wait counts as
+    evaluation. ``sync`` waits for the device (CUDA) before the clock is read."""
+
+    target: Target
+    eval_every: int | None  # steps; None: at the end of every epoch
+    clock: Callable[[], float] = time.perf_counter
+    sync: Callable[[], None] = lambda: None
+    steps_per_epoch: int | None = None  # the rank's loader length, when it has one
+    t0: float | None = None
+    eval_total_s: float = 0.0
+    points: list[dict[str, Any]] = field(default_factory=list)
+    last_step: int = -1  # the step of the last evaluation
+    reached: bool = False
+
+    def start(self) -> None:
+        if self.t0 is None:
+            self.t0 = self.clock()
+
+    def due(self, step: int, epoch_end: bool = False) -> bool:
+        if step == self.last_step or step == 0:
+            return False
+        if self.eval_every is None:
+            return epoch_end
+        return not epoch_end and step % self.eval_every == 0
+
+    def evaluate(self, step: int, evaluate_fn: Callable[[], dict[str, Any]] | None,
+                 agree: Callable[[bool], bool] = lambda x: x) -> bool:
+        """One evaluation at ``step`` (``evaluate_fn`` None: this rank does not evaluate, it
+        only joins ``agree``). Returns True when every rank should stop."""
+        self.sync()
+        t_begin = self.clock()
+        train_wall = t_begin - (self.t0 if self.t0 is not None else t_begin) - self.eval_total_s
+        value = None
+        if evaluate_fn is not None:
+            got = evaluate_fn().get(self.target.metric)
+            value = float(got) if isinstance(got, (int, float)) else None
+        hit = self.target.reached(value)
+        stop = bool(agree(hit))
+        self.sync()
+        took = self.clock() - t_begin
+        self.eval_total_s += took
+        self.last_step = step
+        self.reached = self.reached or stop
+        if evaluate_fn is not None:
+            self.points.append({"step": step, "train_wall_s": train_wall, "eval_s": took,
+                                "value": value})
+        return stop
+
+    def record(self) -> dict[str, Any]:
+        """What travels in the rank's record (``RankRecord.target``)."""
+        return {"metric": self.target.metric, "value": self.target.value,
+                "eval_every": self.eval_every, "points": self.points,
+                "steps_per_epoch": self.steps_per_epoch,
+                "eval_time_s": self.eval_total_s}
+
+
+# ---- in the driver: the result -----------------------------------------------------------
+
+def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: int | None,
+              max_epochs: int | None) -> dict[str, Any]:
+    """``results.TimeToTarget`` (as a dict) from the evaluating rank's ``record()``: the first
+    evaluation that reached the target, the best one, and the curve with epochs and samples."""
+    from scaleprobe import metrics as M
+
+    target = Target(raw["metric"], float(raw["value"]))
+    steps_per_epoch = raw.get("steps_per_epoch") or steps_per_epoch  # the loader's own count
+    curve = []
+    for i, p in enumerate(raw.get("points") or []):
+        curve.append({"evaluation": i + 1, "step": p["step"],
+                      "epoch": M.epochs_of(p["step"], steps_per_epoch),
+                      "samples": M.samples_of(p["step"], global_batch),
+                      "train_wall_s": p["train_wall_s"], "eval_s": p["eval_s"],
+                      "value": p["value"]})
+    hit = next((c for c in curve if target.reached(c["value"])), None)
+    seen = [c for c in curve if c["value"] is not None]
+    best = max(seen, key=lambda c: c["value"]) if seen else None
+    out: dict[str, Any] = {
+        "metric": target.metric, "target": target.value, "reached": hit is not None,
+        "time_to_target_s": hit["train_wall_s"] if hit else None,
+        "eval_time_s": raw.get("eval_time_s"),
+        "steps_to_target": hit["step"] if hit else None,
+        "epochs_to_target": hit["epoch"] if hit else None,
+        "samples_to_target": hit["samples"] if hit else None,
+        "best_value": best["value"] if best else None,
+        "best_at_s": best["train_wall_s"] if best else None,
+        "best_at_epoch": best["epoch"] if best else None,
+        "best_at_samples": best["samples"] if best else None,
+        "evaluations": len(curve), "eval_every_steps": raw.get("eval_every"),
+        "max_epochs": max_epochs, "rule": RULE, "curve": curve}
+    return out
+
+
+def not_reached_line(tt: dict[str, Any]) -> str:
+    """``accuracy >= 0.99 not reached in 3 epochs (4 evaluations); best 0.972 at 5.1 s,
+    epoch 3.0``."""
+    head = (f"{tt['metric']} >= {tt['target']:g} not reached in {tt.get('max_epochs')} "
+            f"epoch{'s' if tt.get('max_epochs') != 1 else ''} ({tt['evaluations']} "
+            f"evaluation{'s' if tt['evaluations'] != 1 else ''})")
+    if tt.get("best_value") is None:
+        return head + "; no evaluation gave a value"
+    return (f"{head}; best {tt['best_value']:.4f} at {tt['best_at_s']:.1f} s of training, "
+            f"epoch {tt['best_at_epoch']:.2f}")
+
+
+def write_curve_csv(path: Path, curve: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(CURVE_COLUMNS)
+        for c in curve:
+            w.writerow([_cell(c.get(k)) for k in CURVE_COLUMNS])
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def read_curve_csv(path: Path) -> list[dict[str, float | None]]:
+    with path.open(newline="") as fh:
+        return [{k: (float(v) if v != "" else None) for k, v in row.items()}
+                for row in csv.DictReader(fh)]
+
+
+def summary_line(tt: dict[str, Any]) -> str:
+    """The run's time to target in one line, evaluation time named as excluded."""
+    ev = tt.get("evaluations") or 0
+    evals = (f"{ev} evaluation{'s' if ev != 1 else ''} took {tt.get('eval_time_s') or 0:.2f} s, "
+             "excluded")
+    if not tt.get("reached"):
+        return f"time to target: {not_reached_line(tt)} ({evals})"
+    return (f"time to target: {tt['metric']} >= {tt['target']:g} reached in "
+            f"{tt['time_to_target_s']:.2f} s of training, epoch {tt['epochs_to_target']:.2f}, "
+            f"{tt['samples_to_target']:,} samples ({evals})")
