@@ -93,6 +93,11 @@ def check_task(target: Target, task: str) -> None:
 
 # ---- in the evaluating rank ----------------------------------------------------------------
 
+def now() -> float:
+    """The training clock: monotonic wall seconds."""
+    return time.perf_counter()
+
+
 @dataclass
 class TargetWatch:
     """Evaluates on a schedule and keeps the training clock net of evaluation.
@@ -105,7 +110,7 @@ class TargetWatch:
 
     target: Target
     eval_every: int | None  # steps; None: at the end of every epoch
-    clock: Callable[[], float] = time.perf_counter
+    clock: Callable[[], float] | None = None  # None: ``now`` (tests replace either)
     sync: Callable[[], None] = lambda: None
     steps_per_epoch: int | None = None  # the rank's loader length, when it has one
     t0: float | None = None
@@ -114,9 +119,12 @@ class TargetWatch:
     last_step: int = -1  # the step of the last evaluation
     reached: bool = False
 
+    def _now(self) -> float:
+        return (self.clock or now)()
+
     def start(self) -> None:
         if self.t0 is None:
-            self.t0 = self.clock()
+            self.t0 = self._now()
 
     def due(self, step: int, epoch_end: bool = False) -> bool:
         if step == self.last_step or step == 0:
@@ -130,7 +138,7 @@ class TargetWatch:
         """One evaluation at ``step`` (``evaluate_fn`` None: this rank does not evaluate, it
         only joins ``agree``). Returns True when every rank should stop."""
         self.sync()
-        t_begin = self.clock()
+        t_begin = self._now()
         train_wall = t_begin - (self.t0 if self.t0 is not None else t_begin) - self.eval_total_s
         value = None
         if evaluate_fn is not None:
@@ -139,7 +147,7 @@ class TargetWatch:
         hit = self.target.reached(value)
         stop = bool(agree(hit))
         self.sync()
-        took = self.clock() - t_begin
+        took = self._now() - t_begin
         self.eval_total_s += took
         self.last_step = step
         self.reached = self.reached or stop

@@ -1,0 +1,151 @@
+"""--target: parsing and config checks, the evaluation clock, the result it summarises to."""
+
+import pytest
+
+from scaleprobe import config as C
+from scaleprobe.errors import ConfigError
+from scaleprobe.results import RunResult, TimeToTarget
+from scaleprobe.target import (
+    Target,
+    TargetWatch,
+    parse_target,
+    read_curve_csv,
+    summarize,
+    write_curve_csv,
+)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("accuracy", "METRIC=VALUE"),
+    ("top5=0.9", "unknown metric"),
+    ("accuracy=high", "not a number"),
+    ("accuracy=95", "a fraction"),
+    ("accuracy=0", "a fraction"),
+])
+def test_bad_targets_are_one_line_errors(text, why):
+    """A mistyped --target must be a clear one-line error before any training, not a run
+    that never stops or a target of 95 (percent typed for a fraction) that can never be met."""
+    with pytest.raises(ConfigError, match=why):
+        C.build({"target": text})
+
+
+def test_target_metric_must_belong_to_the_task():
+    """map50 on a classification run would never get a value: the user must hear why."""
+    with pytest.raises(ConfigError, match="--task detection"):
+        C.build({"target": "map50=0.3"})
+    assert C.build({"target": "accuracy=0.9"}).train.target == "accuracy=0.9"
+
+
+@pytest.mark.parametrize("extra", [{"epochs": 2}, {"steps": 10}])
+def test_target_refuses_a_fixed_length(extra):
+    """--target with --epochs/--steps would stop before (or regardless of) the target."""
+    with pytest.raises(ConfigError, match="--max-epochs"):
+        C.build({"target": "accuracy=0.9", **extra})
+
+
+def test_target_refuses_the_parameter_server():
+    """ps workers stop on their own: they could not all stop at the step that hit the target."""
+    with pytest.raises(ConfigError, match="same step"):
+        C.build({"target": "accuracy=0.9", "strategy": "ps", "nproc": 2})
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_evaluation_time_is_excluded_from_the_training_clock():
+    """MLPerf's rule: evaluation does not count toward the time to train. A slow evaluation
+    (10 s here, against 1 s of training per step) must not appear in train_wall_s, and must
+    be reported in eval_time_s."""
+    clock = FakeClock()
+    w = TargetWatch(Target("accuracy", 0.9), eval_every=2, clock=clock)
+    w.start()
+    values = iter([0.5, 0.95])
+
+    def slow_eval():
+        clock.t += 10.0
+        return {"accuracy": next(values)}
+
+    stopped_at = None
+    for step in range(1, 7):
+        clock.t += 1.0  # one training step
+        if w.due(step) and w.evaluate(step, slow_eval):
+            stopped_at = step
+            break
+    assert stopped_at == 4
+    assert [p["train_wall_s"] for p in w.points] == [2.0, 4.0]
+    assert w.eval_total_s == 20.0 and [p["eval_s"] for p in w.points] == [10.0, 10.0]
+
+
+def test_a_rank_that_does_not_evaluate_follows_the_agreed_verdict():
+    """In ddp only one rank evaluates; the others must stop at the same step (or they would
+    wait in a collective forever), so the verdict comes from ``agree`` (the all-reduce)."""
+    w = TargetWatch(Target("accuracy", 0.9), eval_every=None, clock=FakeClock())
+    w.start()
+    assert not w.due(5) and w.due(5, epoch_end=True)
+    assert w.evaluate(5, None, agree=lambda mine: True) is True
+    assert w.points == []  # nothing measured on this rank
+
+
+def test_summary_takes_the_first_evaluation_that_reached_it_and_the_best():
+    """The time to target is the FIRST evaluation at or above the target (a later, higher
+    value must not move it), epochs and samples come from the step count."""
+    raw = {"metric": "accuracy", "value": 0.9, "eval_every": 10, "eval_time_s": 3.0,
+           "steps_per_epoch": 20,
+           "points": [{"step": 10, "train_wall_s": 1.0, "eval_s": 1.0, "value": 0.7},
+                      {"step": 20, "train_wall_s": 2.0, "eval_s": 1.0, "value": 0.91},
+                      {"step": 30, "train_wall_s": 3.0, "eval_s": 1.0, "value": 0.97}]}
+    tt = summarize(raw, steps_per_epoch=99, global_batch=128, max_epochs=5)
+    assert tt["reached"] and tt["time_to_target_s"] == 2.0 and tt["steps_to_target"] == 20
+    assert tt["epochs_to_target"] == 1.0  # the loader's own steps per epoch wins
+    assert tt["samples_to_target"] == 20 * 128
+    assert tt["best_value"] == 0.97 and tt["best_at_epoch"] == 1.5
+    assert TimeToTarget.from_dict(tt).to_dict() == tt  # declared: round-trips unchanged
+
+
+def test_not_reached_keeps_the_best_value_and_when():
+    raw = {"metric": "accuracy", "value": 0.99, "eval_every": None, "eval_time_s": 2.0,
+           "points": [{"step": 10, "train_wall_s": 1.5, "eval_s": 1.0, "value": 0.8},
+                      {"step": 20, "train_wall_s": 3.0, "eval_s": 1.0, "value": 0.75}]}
+    tt = summarize(raw, steps_per_epoch=10, global_batch=64, max_epochs=2)
+    assert not tt["reached"] and tt["time_to_target_s"] is None
+    assert (tt["best_value"], tt["best_at_s"], tt["best_at_epoch"]) == (0.8, 1.5, 1.0)
+
+
+def test_curve_csv_round_trips(tmp_path):
+    """The curve file is what the report plots from and users load: every row and column."""
+    raw = {"metric": "accuracy", "value": 0.5, "eval_time_s": 0.1,
+           "points": [{"step": 3, "train_wall_s": 0.25, "eval_s": 0.1, "value": 0.625}]}
+    tt = summarize(raw, steps_per_epoch=3, global_batch=8, max_epochs=1)
+    write_curve_csv(tmp_path / "c.csv", tt["curve"])
+    (row,) = read_curve_csv(tmp_path / "c.csv")
+    assert row == {"evaluation": 1, "step": 3, "epoch": 1.0, "samples": 24,
+                   "train_wall_s": 0.25, "eval_s": 0.1, "value": 0.625}
+
+
+def test_run_result_declares_the_target_block():
+    rec = RunResult(target=TimeToTarget(metric="accuracy", target=0.9)).to_dict()
+    assert rec["target"]["metric"] == "accuracy"
+    assert RunResult.from_dict(rec).target.target == 0.9
+    assert parse_target(" accuracy = 0.5").value == 0.5
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "--target", "top5=0.9"], "unknown metric"),
+    (["run", "--target", "accuracy"], "METRIC=VALUE"),
+    (["run", "--target", "accuracy=0.9", "--epochs", "2"], "--max-epochs"),
+    (["run", "--target", "accuracy=0.9", "--eval-every", "0"], "--eval-every"),
+])
+def test_cli_target_mistakes_exit_2_in_one_line(capsys, tmp_path, argv, needle):
+    """The flags reach the same checks from the command line: exit code 2, one line, no run
+    folder made."""
+    from scaleprobe.cli import main
+
+    code = main([*argv, "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
