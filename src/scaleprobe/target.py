@@ -242,3 +242,15 @@ def summary_line(tt: dict[str, Any]) -> str:
     return (f"time to target: {tt['metric']} >= {tt['target']:g} reached in "
             f"{tt['time_to_target_s']:.2f} s of training, epoch {tt['epochs_to_target']:.2f}, "
             f"{tt['samples_to_target']:,} samples ({evals})")
+
+
+def repeat_config(cfg: Any, repeat: int) -> tuple[Any, int]:
+    """An experiment's repeat ``repeat`` of a point: with --target, a run with its own seed
+    (seed + repeat: convergence varies between seeds, and MLPerf asks for several runs per
+    result), which is then the first run of its own configuration (index 0); without, the
+    same configuration measured again (index ``repeat``)."""
+    if getattr(cfg.train, "target", None) is None:
+        return cfg, repeat
+    from dataclasses import replace
+
+    return replace(cfg, train=replace(cfg.train, seed=cfg.train.seed + repeat)), 0

@@ -81,7 +81,9 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
         raise ConfigError(f"--strategy {strategy} needs a server and a worker: give --nproc "
                           f"{tr.min_world},{tr.min_world + 1},...")
     model = str(base.get("model.name", C.ModelConfig().name)).replace("/", "_").replace(":", "_")
-    sid = args.id or f"scale-{Path(model).name}-{strategy}"
+    # with --target its points are other configurations: kept apart from a plain scale's
+    sid = args.id or f"scale-{Path(model).name}-{strategy}" + ("-ttt" if base.get("train.target")
+                                                               else "")
     spec = {"sweep": {"id": sid, "kind": "scale"}, "base": base, "grid": {"nproc": counts}}
     return spec, out, progress
 
@@ -90,8 +92,11 @@ def scale_markdown(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
     """The speedup table (Markdown) and one line per process count."""
     from scaleprobe.report.fmt import md_table
     from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
+    from scaleprobe.report.target import explain, table_parts
 
-    return md_table(list(SCALE_HEADERS), [scale_cells(r) for r in rows]), [r["line"] for r in rows]
+    headers, cells = table_parts(SCALE_HEADERS, rows, scale_cells)
+    lines = [r["line"] for r in rows] + explain(rows, [r["record"] for r in rows])
+    return md_table(headers, cells), lines
 
 
 def run(args: argparse.Namespace) -> int:

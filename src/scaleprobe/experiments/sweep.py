@@ -44,7 +44,7 @@ try:  # POSIX; elsewhere sweeps into one folder are not kept apart
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-DONE = ("ok", "oom")
+DONE = ("ok", "oom", "target_not_reached")  # measured: not run again on resume
 
 
 @dataclass
@@ -87,11 +87,13 @@ def run_point(st: SweepState, point: Point, repeat: int = 0) -> dict[str, Any]:
     """Run repeat ``repeat`` of one point in its own process (or reuse a run of the same
     configuration measured before) and return its record. A point that ran out of memory is
     not repeated: its out-of-memory record stands for every repeat."""
-    cfg = st.spec.config(point, str(st.out))
+    from scaleprobe.target import repeat_config
+
+    cfg, index = repeat_config(st.spec.config(point, str(st.out)), repeat)
     key = cfg.key()
     prior = st.done.get(key, [])
     oom = next((r for r in prior if r.get("status") == "oom"), None)
-    reuse = oom if oom is not None else (prior[repeat] if len(prior) > repeat else None)
+    reuse = oom if oom is not None else (prior[index] if len(prior) > index else None)
     if reuse is not None:  # shown as this sweep's point, whichever run measured it
         rec = {**reuse, "experiment": {**_experiment(st, point, repeat),
                                        "reused": reuse.get("run_id")}}

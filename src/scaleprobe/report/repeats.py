@@ -17,6 +17,7 @@ from typing import Any
 
 from scaleprobe import metrics as M
 from scaleprobe.report import records as R
+from scaleprobe.results import MEASURED  # ok, and a --target run that ran to its cap
 
 Figure = Callable[[dict[str, Any]], float | int | None]
 
@@ -47,7 +48,7 @@ def group_repeats(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if ident not in last:
             order.append(ident)
         last[ident] = r
-        if r.get("status") == "ok":
+        if r.get("status") in MEASURED:
             ok.setdefault(ident, {})[repeat_index(r)] = r
     out = []
     for ident in order:
@@ -66,7 +67,7 @@ def repeats_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
     reps = rec.get("repeats")
     if isinstance(reps, list):
         return reps
-    return [rec] if rec.get("status") == "ok" else []
+    return [rec] if rec.get("status") in MEASURED else []
 
 
 def values(rec: dict[str, Any], figure: Figure) -> list[float]:

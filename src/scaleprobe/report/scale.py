@@ -22,7 +22,9 @@ from scaleprobe import metrics as M
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report.target import target_fields
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.results import MEASURED
 
 SCALE_HEADERS = ("Processes", "Samples/s", "Speedup", "Efficiency", "Step median",
                  "Comm", "Data wait", "Lost to")
@@ -73,7 +75,7 @@ def scale_table(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list
     rows: list[dict[str, Any]] = []
     for eid, recs in R.by_experiment(records, "scale").items():
         recs = sorted(P.group_repeats(recs), key=lambda r: nproc(r) or 0)
-        base = next((r for r in recs if nproc(r) == 1 and r.get("status") == "ok"), None)
+        base = next((r for r in recs if nproc(r) == 1 and r.get("status") in MEASURED), None)
         for r in recs:
             rows.append(_row(eid, r, base, th))
     return rows
@@ -82,7 +84,7 @@ def scale_table(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list
 def _row(eid: str, r: dict[str, Any], base: dict[str, Any] | None,
          th: Thresholds) -> dict[str, Any]:
     n, sps = nproc(r), R.metric(r, "samples_per_s")
-    ok = r.get("status") == "ok"
+    ok = r.get("status") in MEASURED
     iv = P.interval(base, r, P.samples_per_s) if ok and base is not None and n != 1 else None
     speedup = iv.estimate if iv is not None else (
         M.speedup(sps, R.metric(base, "samples_per_s")) if ok and base is not None else None)
@@ -101,6 +103,7 @@ def _row(eid: str, r: dict[str, Any], base: dict[str, Any] | None,
            "step_median_s": R.step_median_s(r),
            "comm_fraction": R.metric(r, "comm_fraction"),
            "data_wait_fraction": R.metric(r, "data_wait_fraction"), "lost": lost}
+    row.update(target_fields(r, base, ok))
     row["line"] = scale_line(row)
     return row
 
@@ -122,7 +125,7 @@ def _spread(base: dict[str, Any] | None) -> str:
 def scale_line(row: dict[str, Any]) -> str:
     n = row["nproc"]
     head = f"{n} process{'es' if n != 1 else ''}"
-    if row["status"] != "ok":
+    if row["status"] not in MEASURED:
         return f"{head}: {R.status_text(row)}"
     if row["speedup"] is None:
         return f"{head}: {fmt.rate(row['samples_per_s'])} samples/s (no 1-process run to compare)"
@@ -151,7 +154,7 @@ def _lost_text(lost: dict[str, float]) -> str:
 
 def scale_cells(row: dict[str, Any]) -> list[str]:
     head = [fmt.num(row["nproc"], "d")]
-    if row["status"] != "ok":
+    if row["status"] not in MEASURED:
         return head + [R.status_text(row)[:80]] + ["-"] * 6
     iv = row.get("speedup_interval")
     sp = fmt.ratio(row["speedup"])

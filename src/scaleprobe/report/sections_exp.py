@@ -10,6 +10,7 @@ from scaleprobe.report import batch as B
 from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
+from scaleprobe.report import target as T
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.load import under_load_line
 
@@ -98,12 +99,27 @@ def scaling_section(records: list[dict[str, Any]]) -> Section | None:
     runs = R.by_experiment(records, "scale")
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         grows = [r for r in rows if r["experiment"] == eid]
-        s.add(Table(list(S.SCALE_HEADERS), [S.scale_cells(r) for r in grows],
-                    right=[True] * 7 + [False], caption=f"Scale experiment {eid}"))
-        s.add(Text("\n".join(f"- {r['line']}" for r in grows)))
+        hs, cells = T.table_parts(S.SCALE_HEADERS, grows, S.scale_cells)
+        s.add(Table(hs, cells, right=[True] * 7 + [False] + [True] * (len(hs) - 8),
+                    caption=f"Scale experiment {eid}"))
+        lines = [r["line"] for r in grows] + T.explain(grows, runs.get(eid, []))
+        s.add(Text("\n".join(f"- {x}" for x in lines)))
         _load_line(s, runs.get(eid, []))
+        _target_plot(s, eid, grows)
     s.add(plots.image("scaling", plots.scale_plot(rows), "speedup vs processes with the ideal line"))
     return s
+
+
+def _target_plot(s: Section, eid: str, rows: list[dict[str, Any]]) -> None:
+    """--target: the metric against training time, one line per process count."""
+    series = T.curve_series(rows, lambda r: f"{r['nproc']} process{'es' if r['nproc'] != 1 else ''}")
+    if not series:
+        return
+    tt = series[0][1]
+    s.add(plots.image(f"target-{_slug(eid)}", T.curve_plot(series, tt.get("target"),
+                                                           tt.get("metric") or "metric"),
+                      "metric against training wall clock, one line per process count, the "
+                      "target as a horizontal line"))
 
 
 def _interval_cell(iv: Any, spec: str = ".2f") -> str:

@@ -1,0 +1,218 @@
+"""Time to target across an experiment's points (``scale`` or a sweep run with ``--target``).
+
+Each point runs ``repeats`` times with its own seed per repeat (seed, seed+1, ...; target.py
+``repeat_config``), so repeat i of every point shares a seed and the points are paired by
+seed. Per point: the median time to target over the runs that reached it, the spread (fastest
+- slowest) and how many of the runs reached it. Between points:
+
+    time-to-target speedup   time at 1 / time at N, paired by seed (``metrics.ratio_interval``
+                             on time_to_target_s); "inconclusive" unless its interval
+                             excludes 1. A run that did not reach the target has no time and
+                             drops out of the pairs (the table says k of n reached).
+    statistical efficiency   time-to-target speedup / throughput speedup = (samples to target
+                             at 1) / (samples to target at N): the share of the throughput
+                             gain that survives as time to target. Below 1 the larger global
+                             batch needed more samples to reach the same quality.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe import metrics as M
+from scaleprobe.report import fmt
+from scaleprobe.report import records as R
+from scaleprobe.report import repeats as P
+from scaleprobe.results import get
+
+TARGET_HEADERS = ("Time to target", "Reached", "Samples to target", "TTT speedup")
+
+
+def time_to_target_s(r: dict[str, Any]) -> float | None:
+    return get(r, "target.time_to_target_s")
+
+
+def samples_to_target(r: dict[str, Any]) -> float | None:
+    return get(r, "target.samples_to_target")
+
+
+def has_target(r: dict[str, Any]) -> bool:
+    return bool(R.cfg(r, "train.target")) or bool(r.get("target"))
+
+
+def target_text(r: dict[str, Any]) -> str:
+    t = r.get("target") or {}
+    if t.get("metric") is not None:
+        return f"{t['metric']} >= {t['target']:g}"
+    return str(R.cfg(r, "train.target") or "the target").replace("=", " >= ")
+
+
+def _median(vals: list[float]) -> float | None:
+    from scaleprobe.measure.stats import median
+
+    return median(vals) if vals else None
+
+
+def point_figures(r: dict[str, Any]) -> dict[str, Any]:
+    """A point's time to target over its repeats (seeds)."""
+    reps = P.repeats_of(r)
+    times = [t for t in (time_to_target_s(x) for x in reps) if t is not None]
+    samples = [s for s in (samples_to_target(x) for x in reps) if s is not None]
+    return {"ttt_runs": len(reps), "ttt_reached": len(times), "ttt_median_s": _median(times),
+            "ttt_min_s": min(times) if times else None,
+            "ttt_max_s": max(times) if times else None,
+            "samples_to_target_median": _median(samples)}
+
+
+def ttt_interval(base: dict[str, Any], r: dict[str, Any]) -> M.Interval | None:
+    """time at 1 / time at N over the runs paired by seed (repeat index) that both reached
+    the target. No within-run spread exists for a time to target: one pair gives None."""
+    a, b, _, _ = P.paired(r, base, time_to_target_s)
+    return M.ratio_interval(a, b)
+
+
+def target_fields(r: dict[str, Any], base: dict[str, Any] | None, ok: bool) -> dict[str, Any]:
+    """The time-to-target columns of one scale row (empty without --target)."""
+    if not has_target(r):
+        return {}
+    out = point_figures(r)
+    out["target_text"] = target_text(r)
+    iv = None
+    if ok and base is not None and r is not base and R.point(r) != R.point(base):
+        iv = ttt_interval(base, r)
+        b = point_figures(base)
+        out["ttt_speedup"] = iv.estimate if iv is not None else M.time_speedup(
+            out["ttt_median_s"], b["ttt_median_s"])
+        out["samples_ratio"] = (out["samples_to_target_median"] / b["samples_to_target_median"]
+                                if out["samples_to_target_median"]
+                                and b["samples_to_target_median"] else None)
+    out["ttt_speedup_interval"] = iv
+    return out
+
+
+def target_cells(row: dict[str, Any]) -> list[str]:
+    if "ttt_runs" not in row:
+        return ["-"] * len(TARGET_HEADERS)
+    med = row["ttt_median_s"]
+    t = "not reached" if med is None else fmt.seconds(med)
+    if med is not None and row["ttt_reached"] > 1:
+        t += f" ({fmt.seconds(row['ttt_min_s'])}-{fmt.seconds(row['ttt_max_s'])})"
+    iv = row.get("ttt_speedup_interval")
+    if row.get("ttt_speedup") is None:
+        sp = "-"
+    elif iv is None:
+        sp = f"{row['ttt_speedup']:.2f}x, inconclusive (no spread)"
+    else:
+        sp = f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]" + (
+            "" if iv.decides(1.0) else ", inconclusive")
+    samples = row.get("samples_to_target_median")
+    return [t, f"{row['ttt_reached']}/{row['ttt_runs']}",
+            "-" if samples is None else f"{samples:,.0f}", sp]
+
+
+def target_line(row: dict[str, Any]) -> str | None:
+    """``2 processes: accuracy >= 0.8 reached 1.31x sooner [1.05, 1.63] ...`` or inconclusive,
+    with the throughput speedup beside it and what the difference means."""
+    if "ttt_runs" not in row or row["nproc"] == 1 or row.get("ttt_speedup") is None:
+        return None
+    n, iv = row["nproc"], row.get("ttt_speedup_interval")
+    head = f"{n} processes, time to {row['target_text']}"
+    if iv is not None and iv.decides(1.0):
+        word = "sooner" if iv.above(1.0) else "later"
+        text = f"{head}: reached {iv.text()} {word} than 1 process"
+    else:
+        text = f"{head}: {M.undecided_text(iv, 1.0, 'time-to-target speedup')}"
+    if row.get("speedup") is not None:
+        text += f"; throughput speedup {row['speedup']:.2f}x"
+    eff = statistical_efficiency(row)
+    if eff is not None:
+        text += (f"; statistical efficiency {eff:.2f} (it needed {row['samples_ratio']:.2f}x "
+                 "the samples of 1 process to reach the target)")
+    return text
+
+
+def statistical_efficiency(row: dict[str, Any]) -> float | None:
+    """Samples to target at 1 / at N: the share of the throughput speedup that the larger
+    global batch keeps as time to target (1.0: none lost)."""
+    ratio = row.get("samples_ratio")
+    return 1.0 / ratio if ratio else None
+
+
+def lr_statement(records: list[dict[str, Any]]) -> str:
+    """The learning-rate scaling and warm-up the runs used: a time-to-target comparison means
+    nothing without them (Goyal et al. 2017)."""
+    recs = [r for r in records if has_target(r)]
+    if not recs:
+        return ""
+    r = recs[0]
+    lr, scaling = R.cfg(r, "train.lr"), R.cfg(r, "train.lr_scaling")
+    warm = R.cfg(r, "train.warmup_steps")
+    eff = sorted({(R.world_size(x) or 1, R.metric(x, "lr_effective")) for x in recs
+                  if R.metric(x, "lr_effective") is not None})
+    at = ", ".join(f"{lr_x:g} at {n} process{'es' if n != 1 else ''}" for n, lr_x in eff)
+    if scaling == "linear":
+        return (f"learning rate: --lr {lr:g} for one device's batch, --lr-scaling linear "
+                f"(Goyal et al. 2017: {at}), reached after a linear warm-up of {warm} steps")
+    return (f"learning rate: --lr {lr:g} at every process count (--lr-scaling none: a larger "
+            "global batch takes the same step size, which usually costs it samples; "
+            "--lr-scaling linear scales it with the batch after a warm-up)")
+
+
+def explain(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
+    """Lines for the scale output and the report: the per-count verdicts, then why the two
+    speedups differ."""
+    lines = [x for x in (target_line(r) for r in rows) if x]
+    if not lines:
+        return []
+    lines.append("time to target counts training wall clock from the first step, evaluation "
+                 "excluded (MLPerf Training's rule); throughput speedup counts samples/s only. "
+                 "They differ by the statistical efficiency: a larger global batch may need "
+                 "more samples (epochs) to reach the same quality (McCandlish et al. 2018)")
+    lr = lr_statement(records)
+    if lr:
+        lines.append(lr)
+    return lines
+
+
+def table_parts(headers: tuple[str, ...] | list[str], rows: list[dict[str, Any]],
+                cells: Any) -> tuple[list[str], list[list[str]]]:
+    """A table's headers and cells, with the time-to-target columns added when any row
+    has them: the two speedups then stand side by side."""
+    extra = any("ttt_runs" in r for r in rows)
+    hs = list(headers) + (list(TARGET_HEADERS) if extra else [])
+    return hs, [cells(r) + (target_cells(r) if extra else []) for r in rows]
+
+
+def curve_plot(series: list[tuple[str, dict[str, Any]]], target: float | None,
+               metric: str) -> Any:
+    """The metric against training wall clock (evaluation excluded), one line per
+    configuration (its curve, from the run's ``target`` block), the target as a horizontal
+    line. None when no series has two points."""
+    from scaleprobe.report import plots
+
+    drawn = [(label, tt.get("curve") or []) for label, tt in series]
+    drawn = [(label, [c for c in cv if c.get("value") is not None]) for label, cv in drawn]
+    drawn = [(label, cv) for label, cv in drawn if cv]
+    if not drawn:
+        return None
+    fig, ax = plots._figure(7.5, 4.2)
+    for label, cv in drawn:
+        ax.plot([c["train_wall_s"] for c in cv], [c["value"] for c in cv], "o-", label=label,
+                ms=4)
+    if target is not None:
+        ax.axhline(target, ls="--", color="#d1495b", label=f"target {target:g}")
+    ax.set(xlabel="training wall clock (s, evaluation excluded)", ylabel=metric,
+           title=f"{metric} against training time")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return plots._render(fig)
+
+
+def curve_series(rows: list[dict[str, Any]], label: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(label, target block) of each row's shown run (its median repeat)."""
+    out = []
+    for r in rows:
+        rec = r.get("record") or r
+        if rec.get("target"):
+            out.append((label(r), rec["target"]))
+    return out
