@@ -1,0 +1,64 @@
+"""The scale table with --target: time-to-target speedup beside the throughput speedup."""
+
+from scaleprobe.report.scale import SCALE_HEADERS, scale_cells, scale_table
+from scaleprobe.report.target import explain, table_parts
+
+
+def _run(n, rep, sps, ttt, samples, status="ok"):
+    reached = ttt is not None
+    return {"kind": "run", "status": status, "run_id": f"r{n}-{rep}", "name": f"n{n}",
+            "config": {"train": {"target": "accuracy=0.8", "lr": 0.05, "lr_scaling": "none",
+                                 "warmup_steps": 5, "seed": rep}, "dist": {"nproc": n}},
+            "experiment": {"id": "scale-x-ttt", "kind": "scale", "point": {"nproc": n},
+                           "repeat": rep},
+            "batch": {"world_size": n, "global": 64 * n},
+            "env": {"world_size": n},
+            "metrics": {"samples_per_s": sps, "step_time_s": {"median": 0.1, "rel_ci": 0.01},
+                        "lr_effective": 0.05},
+            "target": {"metric": "accuracy", "target": 0.8, "reached": reached,
+                       "time_to_target_s": ttt, "samples_to_target": samples}}
+
+
+def _rows(recs):
+    return scale_table(recs)
+
+
+def test_table_shows_both_speedups_and_the_samples_it_took():
+    """Bug caught: a scale with --target that showed only the throughput speedup would tell
+    a user the second process pays (1.8x samples/s) while it reached the target no sooner
+    (it needed twice the samples)."""
+    recs = []
+    for rep, (t1, t2) in enumerate([(10.0, 10.5), (12.0, 11.0), (11.0, 11.8)]):
+        recs += [_run(1, rep, 100.0 + rep, t1, 1000), _run(2, rep, 180.0 + rep, t2, 2000)]
+    rows = _rows(recs)
+    headers, cells = table_parts(SCALE_HEADERS, rows, scale_cells)
+    assert "Speedup" in headers and "TTT speedup" in headers
+    two = dict(zip(headers, cells[1], strict=True))
+    assert two["Speedup"].startswith("1.79x [")  # throughput: decided, with its interval
+    assert two["TTT speedup"].endswith("inconclusive")  # 0.95-1.09 over 3 seeds: not decided
+    assert two["Reached"] == "3/3" and two["Samples to target"] == "2,000"
+    text = "\n".join(explain(rows, recs))
+    assert "statistical efficiency 0.50" in text and "2.00x the samples" in text
+    assert "--lr-scaling none" in text and "MLPerf" in text
+
+
+def test_a_clear_time_to_target_gain_is_stated_with_its_interval():
+    recs = []
+    for rep, (t1, t2) in enumerate([(10.0, 5.5), (12.0, 6.4), (11.0, 6.0)]):
+        recs += [_run(1, rep, 100.0, t1, 1000), _run(2, rep, 190.0, t2, 1050)]
+    row = _rows(recs)[1]
+    assert row["ttt_speedup_interval"].above(1.0)
+    assert "sooner than 1 process" in explain([row], recs)[0]
+
+
+def test_runs_that_missed_the_target_still_count_for_throughput_and_are_reported():
+    """A seed that did not reach the target (status target_not_reached) is a complete
+    throughput measurement; its time drops out of the pairs, and the table says 1 of 2."""
+    recs = [_run(1, 0, 100.0, 10.0, 1000), _run(2, 0, 180.0, 7.0, 1400),
+            _run(1, 1, 101.0, 11.0, 1100),
+            _run(2, 1, 181.0, None, None, status="target_not_reached")]
+    row = _rows(recs)[1]
+    assert row["repeats"] == 2 and row["ttt_reached"] == 1
+    assert row["speedup_interval"] is not None and row["speedup_interval"].n == 2
+    assert row["ttt_speedup_interval"] is None  # one pair reached: no spread to judge by
+    assert "inconclusive" in table_parts(SCALE_HEADERS, [row], scale_cells)[1][0][-1]
