@@ -100,6 +100,8 @@ def target_cells(row: dict[str, Any]) -> list[str]:
     iv = row.get("ttt_speedup_interval")
     if row.get("ttt_speedup") is None:
         sp = "-"
+    elif row.get("implausible"):
+        sp = f"{row['ttt_speedup']:.2f}x (implausible runs)"
     elif iv is None:
         sp = f"{row['ttt_speedup']:.2f}x, inconclusive (no spread)"
     else:
@@ -117,9 +119,13 @@ def target_line(row: dict[str, Any]) -> str | None:
         return None
     n, iv = row["nproc"], row.get("ttt_speedup_interval")
     head = f"{n} processes, time to {row['target_text']}"
+    if row.get("implausible"):
+        # the same runs gave an impossible throughput speedup: their clocks are not trusted
+        return (f"{head}: {row['ttt_speedup']:.2f}x, left out of every verdict (the "
+                "throughput speedup of the same runs is implausible)")
     if iv is not None and iv.decides(1.0):
         word = "sooner" if iv.above(1.0) else "later"
-        text = f"{head}: reached {iv.text()} {word} than 1 process"
+        text = f"{head}: reached {word} than 1 process by {iv.text()}"
     else:
         text = f"{head}: {M.undecided_text(iv, 1.0, 'time-to-target speedup')}"
     if row.get("speedup") is not None:

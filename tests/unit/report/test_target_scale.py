@@ -62,3 +62,17 @@ def test_runs_that_missed_the_target_still_count_for_throughput_and_are_reported
     assert row["speedup_interval"] is not None and row["speedup_interval"].n == 2
     assert row["ttt_speedup_interval"] is None  # one pair reached: no spread to judge by
     assert "inconclusive" in table_parts(SCALE_HEADERS, [row], scale_cells)[1][0][-1]
+
+
+def test_no_time_to_target_verdict_from_runs_with_an_implausible_throughput():
+    """Bug caught (seen on a loaded machine): a 1-process baseline slowed by other load gave
+    an implausible 4.2x throughput speedup on 2 processes AND a "4.35x sooner" time-to-target
+    verdict from the same runs; the second must be withheld like the first."""
+    recs = []
+    for rep, (t1, t2) in enumerate([(14.8, 2.2), (11.1, 3.1), (9.6, 2.9)]):
+        recs += [_run(1, rep, 100.0, t1, 1408), _run(2, rep, 440.0, t2, 2816)]
+    row = _rows(recs)[1]
+    assert row["implausible"]
+    line = explain([row], recs)[0]
+    assert "left out of every verdict" in line and "sooner" not in line
+    assert "implausible" in table_parts(SCALE_HEADERS, [row], scale_cells)[1][0][-1]
