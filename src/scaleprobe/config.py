@@ -429,6 +429,6 @@ def _validate_target(cfg: RunConfig) -> None:
         given = "--epochs" if t.epochs is not None else "--steps"
         raise ConfigError(f"--target trains until the target is reached; {given} cannot also "
                           "set the length (cap it with --max-epochs)")
-    if cfg.dist.strategy == "ps":
+    if traits_of(cfg.dist.strategy).has_server:
         raise ConfigError("--target needs ranks that stop at the same step; the parameter "
                           "server's workers do not: use --strategy ddp or localsgd")
