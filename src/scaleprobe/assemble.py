@@ -218,7 +218,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.bad_samples_skipped = sum(r.bad_samples for r in ranks)
     ev = next((r.eval for r in ranks if r.eval), {})
     for k, v in ev.items():  # accuracy, or a task's own metrics (map50, ...)
-        if k in res._hints(type(m)) and k != "extra":
+        if m.declares(k):
             setattr(m, k, v)
         else:
             m.extra[k] = v

@@ -1,0 +1,570 @@
+"""The typed result model: one dataclass per record kind, on exactly the JSON schema that
+``scaleprobe.results`` documents (and re-exports these names from). Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+SCHEMA = 2
+STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached")
+# statuses whose figures are complete measurements (a target not reached ran to its cap)
+MEASURED = ("ok", "target_not_reached")
+BREAKDOWN_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+
+
+def get(rec: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """``get(rec, "metrics.step_time_s.median")``; missing or null parts give ``default``."""
+    cur: Any = rec
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or cur.get(part) is None:
+            return default
+        cur = cur[part]
+    return cur
+
+
+# ---- the typed result model -----------------------------------------------------------------
+# Dataclasses for every record scaleprobe writes, on exactly the JSON schema above. Each one
+# reads a record (``from_dict``: a missing field reads as None, "not measured"; a field this
+# version does not declare is kept in ``extra`` and written back, so reading and writing a
+# record never loses a figure) and writes it (``to_dict``). Derived figures are not stored
+# here twice: they come from ``scaleprobe.metrics``.
+
+_R = TypeVar("_R", bound="Record")
+
+
+class Record:
+    """Mixin for the dataclasses below: ``to_dict`` / ``from_dict`` on the JSON schema."""
+
+    extra: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            if f.name != "extra":
+                out[f.name] = _dump(getattr(self, f.name))
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
+
+    @classmethod
+    def from_dict(cls: type[_R], d: Any) -> _R:
+        """The record ``d`` (a dict from JSON) as this class; raises TypeError on a record
+        that is not a JSON object."""
+        if isinstance(d, cls):
+            return d
+        if not isinstance(d, dict):
+            raise TypeError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
+        hints = _hints(cls)
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for k, v in d.items():
+            if k in hints and k != "extra":
+                loaded = _load(hints[k], v)
+                if loaded is not _BAD:
+                    kwargs[k] = loaded
+                # else: a block of the wrong shape (a damaged or foreign file) reads as
+                # not measured: the field keeps its default
+            else:
+                extra[k] = v
+        return cls(**kwargs, extra=extra)  # type: ignore[call-arg]
+
+    @classmethod
+    def declares(cls, name: str) -> bool:
+        """Is ``name`` a declared field (rather than one kept in ``extra``)?"""
+        return name != "extra" and name in _hints(cls)
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        """``result.get("metrics.step_time_s.median")`` on the record's JSON form."""
+        return get(self.to_dict(), dotted, default)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _dump(v: Any) -> Any:
+    if isinstance(v, Record):
+        return v.to_dict()
+    if isinstance(v, list):
+        return [_dump(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _dump(x) for k, x in v.items()}
+    return v
+
+
+def _record_type(hint: Any) -> type | None:
+    """The Record class in ``X``, ``X | None``."""
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint
+    if get_origin(hint) in (Union, UnionType):
+        for a in get_args(hint):
+            if isinstance(a, type) and issubclass(a, Record):
+                return a
+    return None
+
+
+_BAD = object()  # _load's answer for a value of the wrong shape
+
+
+def _load(hint: Any, v: Any) -> Any:
+    rt = _record_type(hint)
+    if rt is not None:
+        if isinstance(v, dict):
+            return rt.from_dict(v)
+        return None if v is None and hint is not rt else _BAD
+    if get_origin(hint) is list:
+        if not isinstance(v, list):
+            return _BAD
+        (item,) = get_args(hint) or (Any,)
+        it = _record_type(item)
+        if it is not None:
+            return [it.from_dict(x) for x in v if isinstance(x, dict)]
+    return v
+
+
+@dataclass
+class StepTime(Record):
+    """Step-time statistics of one rank's timed steps (``measure.stats.summarize``), seconds."""
+
+    median: float | None = None
+    p95: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    n: int | None = None
+    rel_ci: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Breakdown(Record):
+    """Seconds per phase of the median step (shares of the typical step laid over the
+    median, so the phases add up to it); null phases were not measured."""
+
+    data: float | None = None
+    h2d: float | None = None
+    forward: float | None = None
+    backward: float | None = None
+    optimizer: float | None = None
+    comm: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def phases(self) -> dict[str, float | None]:
+        return {p: getattr(self, p) for p in BREAKDOWN_PHASES}
+
+    def total_s(self) -> float:
+        return sum(v for v in self.phases().values() if v is not None)
+
+    def compute_s(self) -> float | None:
+        from scaleprobe import metrics as M
+
+        return M.compute_s(self.phases())
+
+
+@dataclass
+class PeakMem(Record):
+    host: int | None = None
+    host_baseline: int | None = None
+    host_net: int | None = None
+    device_allocated: int | None = None
+    device_reserved: int | None = None
+    device_nvml: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Peak(Record):
+    """The peak an MFU is held against (measure/flops.py): one device's dense FLOP/s for the
+    run's dtype, from a data sheet or measured, and how many such devices the run trained on."""
+
+    flops_per_s: float | None = None  # one device
+    devices: int | None = None  # CUDA: distinct GPUs of the training ranks; CPU: hosts
+    dtype: str | None = None  # fp32 | tf32 | bf16 | fp16
+    device_name: str | None = None
+    source: str | None = None  # "data sheet: ..." or "measured peak: ..."
+    measured: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Metrics(Record):
+    """A run's figures (units in the names; see the schema above). Task metrics
+    (verification_accuracy, map50, ...) are kept in ``extra`` under their own names."""
+
+    samples_per_s: float | None = None
+    samples_per_s_by_rank: dict[str, float] | None = None
+    unique_samples_per_s: float | None = None
+    step_time_s: StepTime | None = None
+    step_time_rank: int | None = None
+    breakdown_s: Breakdown = field(default_factory=Breakdown)
+    data_wait_fraction: float | None = None
+    comm_fraction: float | None = None
+    epoch_time_s: float | None = None
+    epoch_time_projected: bool | None = None
+    epoch_times_s: list[float] | None = None
+    steps_per_epoch: int | None = None
+    steps_timed: int = 0
+    steps_done: int | None = None
+    window_s: float | None = None
+    peak_mem_bytes: PeakMem = field(default_factory=PeakMem)
+    cpu_util_pct: float | None = None
+    gpu_util_pct: float | None = None
+    gpu_power_w: float | None = None
+    accuracy: float | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    bad_samples_skipped: int = 0
+    outside_cpu_s: float | None = None
+    outside_cpu_cores: float | None = None
+    outside_gpu_processes: int | None = None
+    param_count: int | None = None
+    lr_effective: float | None = None
+    flops_per_step: float | None = None  # the whole job's (every training rank's batch)
+    flops_per_sample: float | None = None
+    achieved_flops_per_s: float | None = None
+    mfu: float | None = None  # achieved / (peak.flops_per_s x peak.devices)
+    peak: Peak | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TimeToTarget(Record):
+    """Time to a target quality (``--target``; target.py): MLPerf Training's time to train.
+    The ``*_to_target`` figures are null when the target was not reached."""
+
+    metric: str | None = None
+    target: float | None = None
+    reached: bool | None = None
+    time_to_target_s: float | None = None  # training wall clock, evaluation excluded
+    eval_time_s: float | None = None  # every evaluation's time, reported beside it
+    steps_to_target: int | None = None
+    epochs_to_target: float | None = None
+    samples_to_target: int | None = None  # every training rank's
+    best_value: float | None = None
+    best_at_s: float | None = None
+    best_at_epoch: float | None = None
+    best_at_samples: int | None = None
+    evaluations: int | None = None
+    eval_every_steps: int | None = None  # None: at the end of every epoch
+    max_epochs: int | None = None
+    rule: str | None = None
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Batch(Record):
+    per_device: int | None = None
+    per_process: int | None = None
+    global_: int | None = None
+    world_size: int | None = None
+    training_ranks: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # "global" is a Python keyword: the field is global_, the JSON key "global"
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        return {("global" if k == "global_" else k): v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Batch:
+        if isinstance(d, dict) and "global" in d:
+            d = {("global_" if k == "global" else k): v for k, v in d.items()}
+        return super().from_dict(d)
+
+
+@dataclass
+class RankSummary(Record):
+    """One rank's own figures (``measure.summary.rank_summary``)."""
+
+    rank: int | None = None
+    host: str | None = None
+    device: str | None = None
+    step_time_s: StepTime | None = None
+    breakdown_s: Breakdown = field(default_factory=Breakdown)
+    steps_done: int | None = None
+    steps_timed: int | None = None
+    samples_per_s: float | None = None
+    strategy_metrics: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Straggler(Record):
+    slowest_rank: int | None = None
+    slowest_vs_median: float | None = None
+    steps_done: dict[str, int] | None = None
+    line: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Audit(Record):
+    """The shard audit (``measure.audit``): did every rank read its own samples?"""
+
+    ok: bool | None = None
+    duplicate_samples: int | None = None
+    missing_samples: int | None = None
+    same_order_across_epochs: bool | None = None
+    unique_fraction: float | None = None
+    detail: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Comm(Record):
+    """Communication (docs/COMMUNICATION.md): exposed = transfer + sync overhead."""
+
+    exposed_s: float | None = None
+    exposed_fraction: float | None = None
+    transfer_s: float | None = None
+    sync_overhead_s: float | None = None
+    transfer_hidden_s: float | None = None
+    transfer_method: str | None = None
+    sync_overhead_method: str | None = None
+    wrapper_overhead_s: float | None = None
+    transfer_standalone: dict[str, Any] | None = None
+    measured_link: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
+    strategy_metrics: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Load(Record):
+    """Was the run measured under load? (rule: report/thresholds.py ``under_load``)"""
+
+    flag: bool | None = None
+    reason: str | None = None
+    outside_cpu_cores: float | None = None
+    limit_cores: float | None = None
+    machine_cores: int | None = None
+    window_s: float | None = None
+    gpu_processes: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Experiment(Record):
+    """Which experiment a run or record belongs to; runs are identified by id + point
+    (+ repeat), never by name."""
+
+    id: str | None = None
+    kind: str | None = None
+    point: dict[str, Any] | None = None
+    repeat: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        # an experiment's own record has no point and no repeat: left out, not written null
+        d = super().to_dict()
+        return {k: v for k, v in d.items() if not (k in ("point", "repeat") and v is None)}
+
+
+@dataclass
+class RunResult(Record):
+    """One run's record (``kind == "run"``): result.json and its results.jsonl line."""
+
+    schema: int = SCHEMA
+    kind: str = "run"
+    run_id: str = ""
+    name: str = ""
+    key: str = ""
+    status: str = "failed"
+    error: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    resolved: dict[str, Any] | None = None
+    dataset_source: str | None = None
+    input_mode: str | None = None
+    env: dict[str, Any] = field(default_factory=dict)
+    batch: Batch = field(default_factory=Batch)
+    metrics: Metrics = field(default_factory=Metrics)
+    null_reasons: dict[str, str] = field(default_factory=dict)
+    ranks: list[RankSummary] = field(default_factory=list)
+    straggler: Straggler | None = None
+    audit: Audit | None = None
+    comm: Comm | None = None
+    load: Load | None = None
+    invariants: list[dict[str, str]] | None = None
+    experiment: Experiment | None = None
+    target: TimeToTarget | None = None
+    paths: dict[str, Any] = field(default_factory=dict)
+    # `scaleprobe wrap`: the user's script (target, exit_code, loader, stopped_after,
+    # sampler_note); null for the built-in training loop
+    script: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def cfg(self, dotted: str, default: Any = None) -> Any:
+        """A configuration value: ``result.cfg("dist.strategy")``."""
+        return get(self.config, dotted, default)
+
+
+@dataclass
+class RankInfo(Record):
+    """What a rank resolved while building its model and data."""
+
+    num_classes: int | None = None
+    image_size: int | None = None
+    dataset_source: str | None = None
+    train_samples: int = 0
+    param_count: int | None = None
+    per_process_batch: int | None = None
+    lr_effective: float | None = None
+    input_mode: str | None = None  # "device-resident" (synthetic) | "loader"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankMem(Record):
+    host_peak_rss: int | None = None
+    host_baseline_rss: int | None = None
+    device_allocated: int | None = None
+    device_reserved: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankRecord(Record):
+    """What one rank returns after training (``engine``): its raw step and phase times,
+    the sample indices it read, memory, calibration. ``assemble.build_result`` turns the
+    ranks' records and the monitor's figures into a ``RunResult``."""
+
+    rank: int = 0
+    is_server: bool = False
+    host: str | None = None
+    device: str | None = None
+    threads: int | None = None
+    steps_done: int = 0
+    steps_timed: int = 0
+    step_times_s: list[float] = field(default_factory=list)
+    phase_times_s: dict[str, list[float]] = field(default_factory=dict)
+    # phases this rank could not see ({phase: why}): null in the breakdown, with the reason
+    phases_unseen: dict[str, str] = field(default_factory=dict)
+    window_s: float | None = None
+    clock_window: list[float | None] | tuple[float | None, float | None] | None = None
+    epochs_complete: int = 0
+    epoch_wall_s: list[float] = field(default_factory=list)
+    samples_per_step: int = 0
+    towers: int = 1
+    indices: list[list[int]] = field(default_factory=list)
+    loss_first: float | None = None
+    loss_last: float | None = None
+    loss_finite: bool = True
+    bad_samples: int = 0
+    comm: dict[str, Any] | None = None
+    eval: dict[str, Any] | None = None
+    mem: RankMem = field(default_factory=RankMem)
+    info: RankInfo = field(default_factory=RankInfo)
+    strategy_metrics: dict[str, Any] = field(default_factory=dict)
+    observed: dict[str, Any] | None = None
+    # measure/flops.py: {flops_per_step (this rank's batch), method, reason, peak, peak_reason}
+    flops: dict[str, Any] | None = None
+    # --target, the evaluating rank only: target.TargetWatch.record()
+    target: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepRecord(Record):
+    """A sweep's (or scale's) own record, beside its points' run records."""
+
+    schema: int = SCHEMA
+    kind: str = "sweep"
+    experiment: Experiment | None = None
+    axes: dict[str, Any] | None = None
+    points: list[dict[str, Any]] | None = None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    searches: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[Any] | None = None
+    repeats: int | None = None
+    points_run: int | None = None
+    recommendation: Any = None
+    finished_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ColocateRecord(Record):
+    """A colocate experiment's record: each job alone and together (interleaved repeats),
+    its slowdown with an interval, the total throughput and the verdict."""
+
+    schema: int = SCHEMA
+    kind: str = "colocate"
+    experiment: Experiment | None = None
+    placement: str | None = None
+    placement_note: str | None = None
+    cpu_sets: list[Any] | None = None
+    repeats: int | None = None
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    total_samples_per_s_alone_sum: float | None = None
+    total_samples_per_s_together: float | None = None
+    total_throughput_interval: dict[str, Any] | None = None
+    cpu_util_pct_together: float | None = None
+    gpu_util_pct_together: float | None = None
+    cpu_util_pct_together_repeats: list[float | None] | None = None
+    gpu_util_pct_together_repeats: list[float | None] | None = None
+    overlap_s: float | None = None
+    overlap_s_repeats: list[float | None] | None = None
+    verdict: str | None = None
+    evidence: list[str] | None = None
+    throughput: str | None = None
+    run_ids: dict[str, list[str]] | None = None
+    finished_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParityRecord(Record):
+    """An accuracy-parity experiment's record: 1 process vs N at the same global batch,
+    over repeats with their own seeds; the tolerance comes from the seed-to-seed spread."""
+
+    schema: int = SCHEMA
+    kind: str = "parity"
+    experiment: Experiment | None = None
+    nproc: int | None = None
+    global_batch: int | None = None
+    repeats: int | None = None
+    seeds: list[Any] | None = None
+    samples_seen: list[int | None] | None = None
+    samples_seen_repeats: list[Any] | None = None
+    accuracies_1: list[float | None] | None = None
+    accuracies_n: list[float | None] | None = None
+    accuracy_1: float | None = None
+    accuracy_n: float | None = None
+    difference: float | None = None
+    difference_interval: dict[str, Any] | None = None
+    seed_sd: float | None = None
+    tolerance: float | None = None
+    tolerance_rule: str | None = None
+    verdict: str | None = None
+    verdict_text: str | None = None
+    within_tolerance: bool | None = None
+    runs: list[str | None] | None = None
+    status: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+RECORD_TYPES: dict[str, type[Record]] = {"run": RunResult, "sweep": SweepRecord,
+                                         "colocate": ColocateRecord, "parity": ParityRecord}
+
+
+def typed(rec: dict[str, Any]) -> Record:
+    """A record read from a results file as its dataclass (by ``kind``); an unknown kind is
+    kept as a plain ``Other`` record, never dropped."""
+    cls = RECORD_TYPES.get(rec.get("kind"), Other)  # type: ignore[arg-type]
+    return cls.from_dict(rec)
+
+
+@dataclass
+class Other(Record):
+    kind: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
