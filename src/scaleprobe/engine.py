@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from scaleprobe import env as envmod
+from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.config import RunConfig
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.loader import Indexed, build_loader
@@ -363,83 +364,6 @@ def _watch(p: Parts) -> Any:
         per_epoch = None
     return TargetWatch(parse_target(p.cfg.train.target), p.cfg.train.eval_every,
                        sync=lambda: _sync(p.device), steps_per_epoch=per_epoch)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-CALIBRATION_METHOD = ("median(fwd+bwd with sync) - median(fwd+bwd under no_sync), same batch, "
-                      "alternating, first of each dropped, clipped at 0")
-
-
-def calibrate_comm(p: Parts, st: LoopState, clock: Any = time.perf_counter) -> dict[str, Any] | None:
-    """What gradient sync costs a step, measured in place: forward + backward with sync
-    against the same under ``no_sync()``, on the same batch, alternating one of each
-    (A B A B ...) so drift and other load hit both alike. The first sample of each kind is
-    dropped (the switch between modes, first-touch allocations), the medians of the rest are
-    compared, and a difference below zero (noise) is clipped to 0.
-
-    With two or more processes that cost is the exposed communication. With one there is no
-    communication: the cost is the wrapper's own bookkeeping (DDP's hooks and bucket copies),
-    recorded as ``wrapper_overhead_s`` while ``exposed_s`` stays 0."""
-    if not (p.strategy.has_overlapped_comm and p.cfg.dist.calibrate_comm and st.last_batch):
-        return None
-    from scaleprobe.measure.stats import median
-
-    x, y = st.last_batch
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for i in range(2 * p.cfg.dist.calibration_steps):
-        sync = i % 2 == 0
-        ctx = contextlib.nullcontext() if sync else p.strategy.no_sync(p.model)
-        _sync(p.device)
-        p.strategy.barrier()
-        t0 = clock()
-        with ctx:
-            with p.autocast:
-                loss = p.task.forward_loss(p.model, x, y)
-            p.scaler.scale(loss).backward()
-        _sync(p.device)
-        times[sync].append(clock() - t0)
-        p.optimizer.zero_grad(set_to_none=True)
-    s, n = median(times[True][1:]), median(times[False][1:])
-    cost = max(0.0, s - n)
-    alone = p.strategy.world < 2
-    return {"sync_step_s": s, "no_sync_step_s": n, "sync_cost_s": cost,
-            "exposed_s": 0.0 if alone else cost, "wrapper_overhead_s": cost if alone else None,
-            "samples": {"sync": times[True], "no_sync": times[False]},
-            "method": CALIBRATION_METHOD}
-
-
-TRANSFER_REPEATS = 5  # timed standalone collectives after training (fewer for huge messages)
-
-
-def measure_transfer(p: Parts, repeats: int = TRANSFER_REPEATS,
-                     warmup: int = 1) -> dict[str, Any] | None:
-    """The network part of one synchronisation, measured in place after training: the
-    strategy's own collective (``traits.sync_collective``) for the bytes one synchronisation
-    moves, on this run's backend and process group, ``repeats`` times after ``warmup``; each
-    time the slowest rank's. Every rank must call it (it is a collective). None with one
-    process, for strategies without communication, or with calibration switched off."""
-    s = p.strategy
-    op = s.traits.sync_collective
-    if op is None or s.world < 2 or not p.cfg.dist.calibrate_comm:
-        return None
-    from scaleprobe.comm.bench import plan_iters, time_collective
-    from scaleprobe.measure.stats import median
-
-    nbytes = int(s.sync_bytes(p.model))
-    iters, warm = plan_iters(nbytes, repeats, warmup)
-    s.barrier()
-    times = time_collective(op, nbytes, iters, warm, s.coll_device())
-    med = median(times)
-    every = max(1, int(s.sync_period))
-    per = f", divided by the {every} steps between synchronisations" if every > 1 else ""
-    return {"op": op, "bytes": nbytes, "times_s": times, "median_s": med, "every": every,
-            "per_step_s": med / every,
-            "method": f"standalone {op} of {nbytes} bytes on this run's process group after "
-                      f"training: median of {iters} after {warm} warm-up, slowest rank each{per}"}
 
 
 def _memory(device: torch.device) -> dict[str, Any]:

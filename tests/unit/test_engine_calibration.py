@@ -1,4 +1,4 @@
-"""engine.calibrate_comm on a fake model and strategy whose sync cost is known exactly: a
+"""calibrate.calibrate_comm on a fake model and strategy whose sync cost is known exactly: a
 fake clock advances by the forward and backward costs, and by the sync cost unless the
 strategy's no_sync() context is active (as DDP's hooks skip the all-reduce under no_sync)."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from scaleprobe.config import DistConfig, build
-from scaleprobe.engine import calibrate_comm
+from scaleprobe.calibrate import calibrate_comm
 from scaleprobe.errors import ConfigError
 
 FORWARD_S, BACKWARD_S, SYNC_S = 0.010, 0.020, 0.005
