@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.config import DistConfig, build
 from scaleprobe.calibrate import calibrate_comm
+from scaleprobe.config import DistConfig, build
 from scaleprobe.errors import ConfigError
 
 FORWARD_S, BACKWARD_S, SYNC_S = 0.010, 0.020, 0.005
