@@ -176,12 +176,27 @@ def _steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if prev is not None and prev["group"] == row["group"]:
             eg, mg, iv = row["epoch_growth"], row["mem_growth"], row["epoch_interval"]
+            text = _step_text(iv, mg)
+            if pays(iv, mg) is not True:
+                text += _at_peak(prev)
             out.append({"group": row["group"], "from": prev["batch_size"],
                         "to": row["batch_size"], "epoch_growth": eg, "mem_growth": mg,
                         "epoch_interval": iv.to_dict() if iv else None,
-                        "pays": pays(iv, mg), "text": _step_text(iv, mg)})
+                        "pays": pays(iv, mg), "text": text})
         prev = row
     return out
+
+
+def _at_peak(row: dict[str, Any], th: Thresholds = DEFAULT) -> str:
+    """Roofline context for a step up that did not pay: at or above ``mfu_compute_bound``
+    the smaller batch already kept the device's arithmetic busy, so a larger one can only
+    cut the rest of the step (waiting, launch and per-step overhead), not its compute."""
+    mfu = row.get("mfu")
+    if mfu is None or mfu < th.mfu_compute_bound:
+        return ""
+    return (f" (batch {row['batch_size']} already ran at {mfu:.0%} of the device's peak "
+            f"FLOP/s, compute-bound: a larger batch cannot cut the compute per sample, "
+            f"only the rest of the step)")
 
 
 def _step_text(iv: M.Interval | None, mg: float | None) -> str:

@@ -268,3 +268,24 @@ def test_each_transform_gets_its_own_worker_recommendation():
     assert rec["workers"] == 1  # the overall best setting is a light one
     assert "transform heavy: Use 3 loader worker(s)" in rec["text"]
     assert "transform light: Use 1 loader worker(s)" in rec["text"]
+
+
+def test_a_step_up_from_a_compute_bound_batch_says_why_it_cannot_pay():
+    """Bug caught (roofline context missing): a larger batch that does not pay next to a
+    smaller one already at 60% of the device's peak gets the same bare "does not pay" as one
+    that waits on its loader; the text names the compute-bound batch and its MFU. A batch
+    below the compute-bound bar (MFU 10%) gets no such note."""
+    recs = []
+    for r in range(3):
+        for b, e, mfu in ((32, 10.0, 0.60), (64, 10.0 + 0.05 * r, 0.61)):
+            rec = run(f"b{b}r{r}", batch=b, epoch_s=e, host_mem=(1 + b // 32) * GIB,
+                      experiment=sweep_point("pk", batch_size=b, repeat=r))
+            rec["metrics"]["mfu"] = mfu
+            recs.append(rec)
+    (step,) = B.recommend_batch(recs)["steps"]
+    assert step["pays"] is False
+    assert "batch 32 already ran at 60% of the device's peak" in step["text"]
+    for rec in recs:
+        rec["metrics"]["mfu"] = 0.10
+    (step,) = B.recommend_batch(recs)["steps"]
+    assert "peak" not in step["text"]
