@@ -135,8 +135,9 @@ def _cell(text: Any) -> str:
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
              right: Sequence[bool] | None = None) -> str:
     """A GitHub-flavoured Markdown table; ``right`` marks right-aligned (numeric) columns."""
-    if right is None:
-        right = [i > 0 for i in range(len(headers))]
+    default = [i > 0 for i in range(len(headers))]
+    # one alignment cell per header, always: a delimiter row of another width is not a table
+    right = [*(right or default)[:len(headers)], *default[len(right or default):]]
     out = ["| " + " | ".join(_cell(h) for h in headers) + " |",
            "|" + "|".join("---:" if r else "---" for r in right) + "|"]
     for row in rows:

@@ -110,7 +110,7 @@ def runs_section(runs: list[dict[str, Any]]) -> Section | None:
         return None
     shared = R.shared_ids(runs)
     rows = [run_cells(r, shared) for r in runs]
-    right = [False] * 7 + [True] * 11 + [False]
+    right = [False] * 7 + [True] * (len(RUN_HEADERS) - 8) + [False]
     s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
     notes = missing_notes(runs, rows) + rate_notes(runs)
     if any(c.startswith("under load") for row in rows for c in row):

@@ -58,6 +58,26 @@ def test_network_table_compares_like_with_like(mixed_report):
            "loopback)" in md
 
 
+def test_every_markdown_table_is_a_table(mixed_report):
+    """Bug caught: a column added to a table's headers but not to its alignment row (the runs
+    table's MFU): GitHub renders such a block as plain text, not a table. Every table of the
+    mixed report has a delimiter row as wide as its header, and rows as wide as both."""
+    md, _, _ = mixed_report
+    lines = md.splitlines()
+    tables = 0
+    for i, line in enumerate(lines[:-1]):
+        nxt = lines[i + 1]
+        if line.startswith("| ") and re.fullmatch(r"\|(-{3}:?\|)+", nxt):
+            tables += 1
+            width = len(re.findall(r"(?<!\\)\|", line))
+            assert len(re.findall(r"\|", nxt)) == width, (line, nxt)
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                assert len(re.findall(r"(?<!\\)\|", row)) == width, (line, row)
+    assert tables >= 8
+
+
 def test_html_is_self_contained(mixed_report):
     _, html, _ = mixed_report
     assert "<script" not in html.lower()
