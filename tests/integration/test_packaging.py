@@ -45,8 +45,9 @@ def test_wheel_carries_examples_and_docs(wheel):
     and docs/, and so every one the README links to, is inside the package."""
     names = set(wheel.namelist())
     for kind in ("examples", "docs"):
-        for f in sorted((ROOT / kind).iterdir()):
-            assert f"scaleprobe/{kind}/{f.name}" in names, f"{kind}/{f.name} not in the wheel"
+        for f in sorted(p for p in (ROOT / kind).rglob("*") if p.is_file()):
+            rel = f.relative_to(ROOT).as_posix()
+            assert f"scaleprobe/{rel}" in names, f"{rel} not in the wheel"
     linked = set(re.findall(r"\b((?:examples|docs)/[\w.-]+\.(?:toml|md))", (ROOT /
                                                                            "README.md").read_text()))
     assert linked and all(f"scaleprobe/{p}" in names for p in linked), linked
