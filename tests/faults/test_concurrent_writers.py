@@ -3,7 +3,8 @@ colocated jobs, `scaleprobe run` in two terminals with the same --out): every re
 whole, once, on its own line."""
 
 import json
-import multiprocessing as mp
+import subprocess
+import sys
 
 from scaleprobe import results as R
 
@@ -11,9 +12,13 @@ WRITERS, RECORDS = 4, 150
 PAD = "x" * 9000  # larger than PIPE_BUF (4096): a plain append could interleave such lines
 
 
-def _write(path: str, writer: int) -> None:
-    for i in range(RECORDS):
-        R.append_jsonl(path, {"kind": "run", "writer": writer, "i": i, "pad": PAD})
+WRITER = """
+import sys
+from scaleprobe import results as R
+path, writer, n, pad = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "x" * int(sys.argv[4])
+for i in range(n):
+    R.append_jsonl(path, {"kind": "run", "writer": writer, "i": i, "pad": pad})
+"""
 
 
 def test_concurrent_appends_are_whole_lines_each_once(tmp_path):
@@ -21,13 +26,12 @@ def test_concurrent_appends_are_whole_lines_each_once(tmp_path):
     records inside one line (lost records, corrupt lines the reader skips)."""
     path = tmp_path / "results.jsonl"
     R.append_jsonl(path, {"kind": "run", "writer": -1, "i": 0})  # recorded before: kept
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_write, args=(str(path), w)) for w in range(WRITERS)]
+    # plain processes (not multiprocessing: its resource tracker would outlive the test as a
+    # child of pytest, and the tests that check no process is left would see it)
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w), str(RECORDS),
+                               str(len(PAD))]) for w in range(WRITERS)]
     for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+        assert p.wait(120) == 0
     lines = path.read_bytes().split(b"\n")
     assert lines[-1] == b""  # the file ends with a newline
     recs = [json.loads(line) for line in lines[:-1]]  # every line is valid JSON

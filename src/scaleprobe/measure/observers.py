@@ -48,15 +48,20 @@ class Summaries:
         self.every_s, self.batch = every_s, batch
         self._t = time.perf_counter()
         self._step = 0
+        self._st: Any = None  # the loop's state at the last step seen
         self._me = psutil.Process()
         self._procs: dict[int, Any] = {}
         psutil.cpu_percent(None)  # both CPU readings count from here
         self._rank_cpu_pct()
 
     def step(self, st: Any) -> None:
+        self._st = st
         now = time.perf_counter()
         if now - self._t < self.every_s or not st.losses:
             return
+        self._write(st, now)
+
+    def _write(self, st: Any, now: float) -> None:
         import psutil
         import torch
 
@@ -95,6 +100,9 @@ class Summaries:
         return total / cpu_count()
 
     def close(self) -> dict[str, Any]:
+        st = self._st
+        if st is not None and st.losses and st.step > self._step:
+            self._write(st, time.perf_counter())  # the last steps, however short the run
         self.writer.flush()
         self.writer.close()
         return {"tensorboard": self.writer.log_dir}

@@ -84,3 +84,21 @@ def test_profiler_log_lines_do_not_reach_the_terminal(tmp_path, capfd, monkeypat
     assert log.count("profiler_start") == 1 and log.count("profiler_stop") == 1
     assert "gpuGetDeviceCount" in log and log.startswith("USDT:")
 
+
+
+def test_a_run_shorter_than_the_summary_period_still_gets_its_summary(tmp_path):
+    """Bug caught: a run whose steps all fit in one --summary-every period (a fast model, a
+    short run) wrote an empty TensorBoard log; the close writes the last steps' figures."""
+    from types import SimpleNamespace
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from scaleprobe.measure.observers import Summaries
+
+    s = Summaries(tmp_path / "tb", every_s=3600.0, batch=16)
+    for step in range(1, 6):
+        s.step(SimpleNamespace(step=step, losses=[2.0, 1.5]))
+    out = s.close()
+    acc = EventAccumulator(out["tensorboard"])
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == [5]
