@@ -25,15 +25,24 @@ OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory
                "defaultcpuallocator", "memoryerror", "outofmemoryerror")
 
 
-def is_oom(exc: BaseException | str) -> bool:
+# Under a CPU memory limit (RLIMIT_DATA), oneDNN reports a failed workspace allocation only as
+# a primitive it could not create; without a limit the same words mean an unsupported shape or
+# layout, so they count as out of memory only where a limit is in force.
+LIMITED_OOM_MARKERS = ("could not create a primitive",)
+
+
+def is_oom(exc: BaseException | str, memory_limited: bool = False) -> bool:
     """True for CUDA out-of-memory and CPU allocator failures; false for everything else,
-    including unrecoverable CUDA faults that merely mention memory."""
+    including unrecoverable CUDA faults that merely mention memory. ``memory_limited``: the
+    process ran under ``--memory-limit``, where oneDNN's allocation failures are oom too."""
     if isinstance(exc, MemoryError):
         return True
     text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
     low = text.lower()
     if "illegal memory access" in low or "misaligned address" in low:
         return False
+    if memory_limited and any(m in low for m in LIMITED_OOM_MARKERS):
+        return True
     return any(m in low for m in OOM_MARKERS)
 
 
@@ -306,7 +315,8 @@ def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[st
     except BaseException as e:  # noqa: BLE001  (recorded, never lost)
         msg = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
         _reraise_user_error(msg, rec, run_dir, cfg)
-        rec["status"] = "oom" if is_oom(msg) or is_oom(e) else "failed"
+        limited = bool(cfg.measure.memory_limit)
+        rec["status"] = "oom" if is_oom(msg, limited) or is_oom(e, limited) else "failed"
         rank = getattr(e, "rank", None)
         line = failure_line(msg)
         rec["error"] = (f"rank {rank}: {line}" if rank is not None and rank >= 0 else line)[:1000]

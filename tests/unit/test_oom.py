@@ -27,3 +27,19 @@ def test_allocator_failures_are_oom(error):
 ])
 def test_other_failures_are_not_oom(error):
     assert not is_oom(error)
+
+
+ONEDNN = ("RuntimeError: could not create a primitive descriptor for a convolution "
+          "forward propagation primitive")
+
+
+def test_onednn_primitive_failure_is_oom_only_under_a_memory_limit():
+    """Under --memory-limit a large batch's conv fails in oneDNN with "could not create a
+    primitive" (a workspace it could not allocate): that point is oom, and the sweep skips the
+    larger batches. Without a limit the same words are a real failure (an unsupported shape),
+    which must not be hidden as oom."""
+    assert is_oom(ONEDNN, memory_limited=True)
+    assert is_oom(RuntimeError("could not create a primitive"), memory_limited=True)
+    assert not is_oom(ONEDNN)
+    assert not is_oom("RuntimeError: CUDA error: an illegal memory access was encountered",
+                      memory_limited=True)
