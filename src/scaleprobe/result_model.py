@@ -489,6 +489,7 @@ class SweepRecord(Record):
     points_run: int | None = None
     recommendation: Any = None
     finished_at: str | None = None
+    spec_path: str | None = None  # the spec file it ran from (absolute); None: a dict spec
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -502,6 +503,7 @@ class ColocateRecord(Record):
     experiment: Experiment | None = None
     placement: str | None = None
     placement_note: str | None = None
+    spec_path: str | None = None  # the spec file it ran from (absolute); None: a dict spec
     cpu_sets: list[Any] | None = None
     repeats: int | None = None
     jobs: list[dict[str, Any]] = field(default_factory=list)

@@ -38,6 +38,7 @@ def test_two_jobs_alone_then_together(cli, out_dir):
     (co,) = [r for r in recs if r["kind"] == "colocate"]
     assert co["schema"] == 2 and co["placement"] == "shared" and co["repeats"] == 2
     assert co["experiment"] == {"id": "quick", "kind": "colocate"}
+    assert co["spec_path"] == str((ROOT / "examples" / "colocate_quick.toml").resolve())
     assert len(co["cpu_util_pct_together_repeats"]) == 2 and co["overlap_s"] > 0
     by_id = {r["run_id"]: r for r in runs}
     assert sorted(co["run_ids"]["alone"] + co["run_ids"]["together"]) == sorted(by_id)

@@ -121,6 +121,7 @@ def test_auto_batch_search_resumes_without_running_a_probe_again(cli, tmp_path, 
     first = _sweep_record(out_dir)
     assert first["searches"][0]["probes"] == [[32, "ok"], [64, "ok"], [128, "oom"]]
     assert first["points_run"] == 3
+    assert first["spec_path"] == str(spec.resolve())  # the report's rerun command names it
     runs = _runs(out_dir)
 
     again = cli(*argv)

@@ -49,7 +49,7 @@ from scaleprobe.errors import ConfigError
 from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
 from scaleprobe.experiments.spec import read_doc
-from scaleprobe.experiments.sweep import preflight
+from scaleprobe.experiments.sweep import preflight, spec_file
 from scaleprobe.experiments.verdict import (
     JobFigures,
     throughput_line,
@@ -328,6 +328,7 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
     ctx.say(f"placement: {note}; {cs.repeats} repeat(s), interleaved")
     alone, together, machine = _run_repeats(ctx, plan)
     rec = _record(cs, plan, note, len(cpus), alone, together, machine)
+    rec["spec_path"] = spec_file(spec)
     res.append_jsonl(out / res.RESULTS_FILE, rec)
     (out / "colocate.md").write_text(render_colocate(rec))
     return rec

@@ -58,6 +58,7 @@ class SweepState:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # points not run, and why
     searches: list[dict[str, Any]] = field(default_factory=list)  # batch_size = "auto"
     started: int = 0  # point processes started by this call
+    spec_path: str | None = None  # the spec file, for the report's rerun commands
 
     @property
     def results_path(self) -> Path:
@@ -190,7 +191,14 @@ def _sweep_record(st: SweepState, report: dict[str, Any]) -> dict[str, Any]:
         points_run=st.started,  # processes started by this invocation (0: all resumed)
         recommendation=report.get("recommendation"),
         finished_at=res.utc_now(),
+        spec_path=st.spec_path,
     ).to_dict()
+
+
+def spec_file(spec: str | Path | dict[str, Any]) -> str | None:
+    """The spec's file as an absolute path (recorded so the report's rerun commands name it);
+    None for a spec given as a dict."""
+    return str(Path(spec).resolve()) if isinstance(spec, (str, Path)) else None
 
 
 def sweep_out_dir(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
@@ -234,7 +242,7 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     res.check_writable(out, RUN_OUTPUT_BYTES, "a run's files")  # all points: once locked
     with sweep_lock(out):
         try:
-            return _run_locked(sp, out, pts, progress, console)
+            return _run_locked(sp, out, pts, progress, console, spec_file(spec))
         except OSError as e:  # a write failed mid-sweep: the disk filled, the folder went away
             if e.errno in res.OUTPUT_REASONS and e.filename:
                 raise res.output_error(e.filename, e) from None
@@ -242,11 +250,12 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
 
 
 def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
-                console: Console | None) -> list[dict[str, Any]]:
+                console: Console | None, spec_path: str | None) -> list[dict[str, Any]]:
     from scaleprobe.experiments.tables import sweep_report, write_report
     from scaleprobe.runner import RUN_OUTPUT_BYTES
 
-    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id), ProcessSet())
+    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id), ProcessSet(),
+                    spec_path=spec_path)
     st.done = completed_runs(st.results_path)
     todo = [c for c in (sp.config(p, str(out)) for p in pts)
             if sp.auto or len(st.done.get(c.key(), [])) < sp.repeats]

@@ -102,19 +102,38 @@ def _repeats_text(need: int | None, what: str = "") -> str:
     return f"about {need} repeats would decide it{what}"
 
 
-def _rerun(kind: str, eid: str, folder: str, repeats: int | None) -> str:
+def _rerun(kind: str, eid: str, folder: str, repeats: int | None,
+           spec: str | None = None) -> str:
     """The command that measures an experiment again with more repeats (finished runs are
-    reused, only the new repeats run)."""
+    reused, only the new repeats run); ``spec``: the spec file the experiment recorded."""
     n = repeats or M.MAX_REPEATS_SUGGESTED
     out = folder or "OUT"
     if kind == "sweep" and eid in DEMO_SWEEPS:
         return f"`scaleprobe demo --out {Path(out).parent} --repeats {n}`"
-    if kind == "sweep":
-        return f"`scaleprobe sweep SPEC.toml --out {out} --repeats {n}` (the sweep's own spec)"
     if kind == "scale":
         return (f"`scaleprobe scale --id {eid} --out {out} --repeats {n}` with the same "
                 "--nproc and run options")
-    return f"`scaleprobe {kind} SPEC.toml --repeats {n}` (the experiment's own spec)"
+    at = f" --out {out}" if folder else ""
+    if spec:
+        return f"`scaleprobe {kind} {_shown(spec)}{at} --repeats {n}`"
+    return f"`scaleprobe {kind} SPEC.toml{at} --repeats {n}` (the experiment's own spec)"
+
+
+def _shown(path: str) -> str:
+    """A recorded spec path as a command would take it: relative to the current folder when
+    it lies under it, quoted when it holds a space."""
+    p = Path(path)
+    try:
+        p = p.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    text = str(p)
+    return f"'{text}'" if any(c.isspace() for c in text) else text
+
+
+def _spec(recs: list[dict[str, Any]]) -> str | None:
+    """The spec file an experiment's own record names (None: not recorded)."""
+    return next((str(r["spec_path"]) for r in recs if r.get("spec_path")), None)
 
 
 def _folder(recs: list[dict[str, Any]]) -> str:
@@ -164,7 +183,8 @@ def batch_verdicts(eid: str, recs: list[dict[str, Any]]) -> list[Verdict]:
     return [Verdict(f"Fastest batch size ({eid}): inconclusive, batch {fast['batch_size']} is "
                     f"not told apart from batch {names}", number,
                     f"{closest}; {_repeats_text(need)}",
-                    _decide(need, iv, lambda n: _rerun("sweep", eid, folder, n)), UNDECIDED)]
+                    _decide(need, iv, lambda n: _rerun("sweep", eid, folder, n, _spec(recs))),
+                    UNDECIDED)]
 
 
 def _decide(need: int | None, iv: M.Interval | None, command: Any) -> str:
@@ -201,7 +221,8 @@ def worker_verdicts(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> lis
                                (f"fewer workers / the best: {iv.text()}; " if iv else "")
                                + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)}"
                                                " of the best"),
-                               _decide(need, iv, lambda n: _rerun("sweep", eid, _folder(recs), n)),
+                               _decide(need, iv, lambda n: _rerun("sweep", eid, _folder(recs), n,
+                                                                 _spec(recs))),
                                UNDECIDED))
             continue
         pick = next((x for x in rows if x["group"] == r["group"] and x["setting"] == r["setting"]),
@@ -285,7 +306,8 @@ def colocate_verdict(rec: dict[str, Any], th: Thresholds) -> Verdict:
     if verdict == "inconclusive" or iv is None:
         need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None
         return Verdict(claim, number, f"{interval}; {_repeats_text(need)}",
-                       _rerun("colocate", eid, "", need), UNDECIDED)
+                       _rerun("colocate", eid, R.source(rec), need, _spec([rec])),
+                       UNDECIDED)
     warning = verdict not in ("no interference",)
     return Verdict(claim, number, interval, "see Co-location and Findings" if warning
                    else "nothing to change", DECIDED, warning=warning)

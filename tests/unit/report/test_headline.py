@@ -145,3 +145,20 @@ def test_no_literal_backticks_or_none_in_the_page(tmp_path):
     assert "`scaleprobe sweep`" in md.read_text()  # Markdown keeps them: they render as code
     for text in (md.read_text(), html_text):
         assert not re.search(r"\bNone\b", text)
+
+
+def test_an_inconclusive_sweep_names_its_own_spec_file_in_the_rerun_command(tmp_path):
+    """Catches a rerun command that says SPEC.toml when the sweep recorded the file it ran
+    from: the user would have to find the spec again. A sweep without a recorded spec (older
+    results, a dict spec) still says SPEC.toml."""
+    recs = _batch("bs", [1.0, 1.04, 0.96], {16: 100.0, 32: 90.0})
+    spec = tmp_path / "my specs" / "batch.toml"
+    recs.append({"schema": 4, "kind": "sweep", "experiment": {"id": "bs", "kind": "sweep"},
+                 "spec_path": str(spec)})
+    rows, _ = _headline(recs, tmp_path)
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert f"scaleprobe sweep '{spec}' --out {tmp_path}" in row[4], row[4]
+    assert "SPEC.toml" not in row[4]
+    rows, _ = _headline(recs[:-1], tmp_path / "older")
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert "scaleprobe sweep SPEC.toml" in row[4]
