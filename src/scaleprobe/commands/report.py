@@ -32,10 +32,10 @@ def run(args: argparse.Namespace) -> int:
 
     md_path, html_path = build_report(args.src, args.out)
     if args.findings:
-        from scaleprobe.report.diagnose import diagnose_all, format_findings, merge_same
+        from scaleprobe.report.build import findings_text
         from scaleprobe.report.records import load_records
 
-        print(format_findings(merge_same(diagnose_all(load_records(args.src)))))
+        print(findings_text(load_records(args.src)))
         print()
     print(f"report: {md_path}")
     print(f"report: {html_path}")

@@ -94,6 +94,22 @@ def compose(records: list[dict[str, Any]], bases: list[Path],
     return _intro(records, runs, source), sections
 
 
+def findings_text(records: list[dict[str, Any]]) -> str:
+    """The report's Findings for the terminal (``report --findings``): the findings across
+    runs, then the per-run findings grouped as in the report (one per verdict and next step,
+    naming its runs), most severe first."""
+    from scaleprobe.report.diagnose import format_findings
+
+    runs = R.of_kind(records, "run")
+    across = diagnose_experiment(records)
+    per_run = [g.finding for g in group_findings(_run_findings(runs, lambda _, f, *a: f(*a)))]
+    if not across and not per_run:
+        return format_findings([])
+    parts = [f"{caption}:\n{format_findings(items)}" for caption, items
+             in (("Across runs", across), ("Per run", per_run)) if items]
+    return "\n\n".join(parts)
+
+
 def _run_findings(runs: list[dict[str, Any]], safe: Any) -> list[tuple[dict[str, Any], Finding]]:
     """Each run's findings, about the run as the figures name it: what sets it apart from
     the others (experiment point and repeat), never a name that several runs share."""

@@ -162,3 +162,25 @@ def test_an_inconclusive_sweep_names_its_own_spec_file_in_the_rerun_command(tmp_
     rows, _ = _headline(recs[:-1], tmp_path / "older")
     row = next(r for r in rows if "(bs)" in r[1])
     assert "scaleprobe sweep SPEC.toml" in row[4]
+
+
+def test_report_findings_in_the_terminal_are_grouped_as_in_the_report(tmp_path, capsys):
+    """Catches `report --findings` printing one block per run (the same long next step three
+    times) while report.md groups them: the terminal names the runs and the figure's range
+    once, like the report's Per run table."""
+    import argparse
+
+    from scaleprobe.commands import report as cmd
+
+    recs = [run(f"r{i}", bd=breakdown(0.1, data=d), experiment=_point("w", i, batch_size=16))
+            for i, d in enumerate([0.2, 0.25, 0.3])]
+    write_results(tmp_path / "res", recs)
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    assert cmd.run(parser.parse_args([str(tmp_path / "res"), "--out", str(tmp_path / "o"),
+                                      "--findings"])) == 0
+    out = capsys.readouterr().out
+    assert out.count("input-bound") == 1, out
+    assert "Per run:" in out and "(3 runs: #0; #1; #2)" in out
+    assert "data wait 20%-30% of each step" in out
+    assert out.count("raise loader workers") == 1
