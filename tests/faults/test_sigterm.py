@@ -144,3 +144,58 @@ def test_ctrl_c_in_a_sweep_records_the_ddp_point_interrupted_and_reruns_it(tmp_p
     print(f"sweep: the point kept {rec['metrics']['steps_timed']} steps, the sweep ended "
           f"{took:.1f} s after Ctrl+C")
     assert took < grace_for({"config": {"dist": {"strategy": "ddp"}}}) + 5
+
+
+STUCK_MODEL = """
+import time, torch
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__(); self.l = torch.nn.Linear(3 * 32 * 32, 10); self.n = 0
+    def forward(self, x):
+        self.n += 1
+        if self.n == {at}:
+            with open(__file__ + ".reached", "w") as fh:
+                fh.write(repr(time.time()))
+            time.sleep(120)  # a step that will not end soon: only a second Ctrl+C stops it
+        return self.l(x.flatten(1))
+def build():
+    return M()
+"""
+# From the second Ctrl+C to the end of `scaleprobe run`: raising out of the stuck step, then
+# recording the result (environment, summary, files): a few seconds on this machine under load;
+# 30 s is far below the stuck step's 120 s, which a second Ctrl+C that is ignored would wait out.
+SECOND_STOP_S = 30.0
+
+
+def test_a_second_ctrl_c_stops_a_stuck_single_process_run_at_once(tmp_path, out_dir):
+    """The first Ctrl+C asks the loop to stop after the step under way; when that step is
+    stuck (here 120 s in forward), a second Ctrl+C must end the run at once. Bugs caught: the
+    second Ctrl+C ignored (the user must kill -9 and loses the record), or the run ending
+    without a results line or with its loader worker left running."""
+    f = tmp_path / "m.py"
+    f.write_text(STUCK_MODEL.format(at=MARK_AT_CALL))
+    marker = tmp_path / "m.py.reached"
+    sent: list[float] = []
+
+    def during(p):
+        if marker.exists() and len(sent) < 2 and (not sent or time.time() - sent[0] > 1.0):
+            sent.append(time.time())
+            p.send_signal(signal.SIGINT)
+
+    job = run_job(_run_args(f, out_dir), tmp_path, during=during, timeout=150)
+    try:
+        assert len(sent) == 2, job.stderr[-2000:]
+        took = job.ended_at - sent[1]
+        assert job.returncode == 130, job.stderr[-2000:]
+        assert took < SECOND_STOP_S, f"ended {took:.1f} s after the second Ctrl+C"
+        left = job.left_behind()
+        assert not left, f"left running: {[p.pid for p in left]}"
+    finally:
+        job.kill_left()
+    (rec,) = [r for r in valid_jsonl(out_dir / "results.jsonl") if r["kind"] == "run"]
+    assert rec["status"] == "interrupted", rec.get("error")
+    assert "Ctrl+C" in rec["error"]
+    # the steps timed before the stuck one are kept, as after a single Ctrl+C
+    assert rec["metrics"]["steps_timed"] >= MARK_AT_CALL - WARMUP - 1
+    print(f"second Ctrl+C: ended {took:.1f} s after it; {rec['metrics']['steps_timed']} "
+          "steps kept")
