@@ -49,13 +49,17 @@ def _in_main_thread() -> bool:
 
 
 def _in_forked_child(owner_pid: int, signum: int) -> bool:
-    """A process forked while the handler was installed (a DataLoader worker) inherits it:
-    there the signal does what it does by default (SIGTERM ends the process: the loader
-    stops its workers with it)."""
+    """A process forked while the handler was installed (a DataLoader worker) inherits it.
+    There SIGINT is ignored from then on: a terminal's Ctrl+C, or a launcher's SIGINT to a
+    rank's process group (torchrun's), reaches the workers too, and a worker that ended on it
+    would fail the fetch under way instead of letting the run stop after its step (the loader
+    ends its workers when the run ends). SIGTERM does what it does by default: it ends the
+    process (the loader stops its workers with it)."""
     if os.getpid() == owner_pid:
         return False
     if signum == signal.SIGINT:
-        raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_IGN)
+        return True
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     return True

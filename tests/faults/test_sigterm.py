@@ -228,3 +228,40 @@ def test_sigkill_of_the_launcher_leaves_no_rank_running(tmp_path, out_dir):
         assert not left, f"still running {ORPHAN_GONE_S} s after: {[p.pid for p in left]}"
     finally:
         job.kill_left()
+
+
+def test_ctrl_c_under_an_external_torchrun_keeps_the_steps_so_far(tmp_path, out_dir):
+    """A terminal's Ctrl+C reaches torchrun, which sends SIGINT to each rank's process group,
+    loader workers included. Bug caught: the workers died on it, the rank's fetch under way
+    failed ("DataLoader worker exited unexpectedly") and the run was lost without a record;
+    now the workers ignore it, the ranks stop together after a step and rank 0 records the
+    run interrupted with its steps."""
+    import subprocess
+    import sys
+
+    f = _model(tmp_path)
+    marker = f.parent / (f.name + ".reached")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "2", "-m", "scaleprobe", "worker", *map(str, _run_args(f, out_dir)[1:])]
+    with (tmp_path / "job.err").open("w") as err:
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err,
+                             start_new_session=True)  # its own group, as a terminal's job
+        try:
+            deadline = time.time() + 200
+            while not marker.exists() and p.poll() is None and time.time() < deadline:
+                time.sleep(0.1)
+            assert marker.exists(), (tmp_path / "job.err").read_text()[-2000:]
+            sent = time.time()
+            os.killpg(p.pid, signal.SIGINT)  # what Ctrl+C does: the whole foreground group
+            p.wait(timeout=INTERRUPT_GRACE_S + 40)
+            took = time.time() - sent
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    (rec,) = [r for r in valid_jsonl(out_dir / "results.jsonl") if r["kind"] == "run"]
+    assert rec["status"] == "interrupted" and "Ctrl+C" in rec["error"], rec.get("error")
+    assert rec["partial"] is True
+    assert rec["metrics"]["steps_timed"] >= MARK_AT_CALL - WARMUP - 1
+    assert len({r["steps_done"] for r in rec["ranks"]}) == 1, rec["ranks"]
+    print(f"torchrun: ended {took:.1f} s after Ctrl+C, {rec['metrics']['steps_timed']} steps")

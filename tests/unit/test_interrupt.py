@@ -83,3 +83,25 @@ def test_a_forked_loader_worker_still_dies_on_sigterm():
 def test_the_error_line_names_the_signal():
     assert describe("SIGINT") == "interrupted by the user (Ctrl+C)"
     assert "SIGTERM" in describe("SIGTERM") and "pre-empted" in describe("SIGTERM")
+
+
+def test_a_forked_loader_worker_ignores_ctrl_c_and_still_ends_on_sigterm():
+    """Ctrl+C at a terminal (or torchrun's SIGINT to a rank's process group) reaches the
+    loader workers too. Bug caught: a worker that ended on it failed the rank's fetch under
+    way, so the run crashed instead of stopping after its step with a record."""
+    stop = StopRequest()
+    with stop.handling():
+        stop.deferring = True
+        pid = os.fork()
+        if pid == 0:  # the worker
+            time.sleep(3)
+            os._exit(7)
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        assert done == 0, "the worker ended on SIGINT"
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    assert not stop.requested  # the parent was not asked to stop by its worker's signal
