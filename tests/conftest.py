@@ -28,3 +28,51 @@ def run_cli(*argv, timeout=240, env=None, cwd=None):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# Processes a test module left running after its last test: named in the summary, so a test
+# that leaks a child (a rank, a loader worker, a sweep point) is found by module. Warned, not
+# failed: a leak here says which test to fix; the fault tests assert "nothing left" themselves.
+_LEFT: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_left(request):
+    import psutil
+
+    me = psutil.Process()
+    before = set(_children(me))
+    yield
+    new = [c for key, c in _children(me).items() if key not in before]
+    _, alive = psutil.wait_procs(new, timeout=5)
+    for c in alive:
+        try:
+            _LEFT.append(f"{request.module.__name__}: pid {c.pid} {' '.join(c.cmdline())[:150]}")
+            c.kill()
+        except psutil.Error:
+            pass
+
+
+def _children(proc):
+    """{(pid, start time): process} of the running (not zombie) descendants."""
+    import psutil
+
+    out = {}
+    try:
+        kids = proc.children(recursive=True)
+    except psutil.Error:
+        return out
+    for c in kids:
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                out[(c.pid, c.create_time())] = c
+        except psutil.Error:
+            pass
+    return out
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LEFT:
+        terminalreporter.section("processes left running by a test module (killed)")
+        for line in _LEFT:
+            terminalreporter.write_line(line)
