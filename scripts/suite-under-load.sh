@@ -16,8 +16,13 @@ CMD=("$@")
 [ ${#CMD[@]} -eq 0 ] && CMD=(make test)
 
 hogs=()
-cleanup() { [ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null; }
-trap cleanup EXIT INT TERM
+child=
+cleanup() {
+  [ -n "$child" ] && kill -- -"$child" 2>/dev/null
+  [ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 for _ in $(seq "$HOGS"); do
   python3 -c 'while True: pass' &
   hogs+=($!)
@@ -26,8 +31,11 @@ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $HOGS hog(s)
 failed=0
 for i in $(seq "$RUNS"); do
   start=$(date +%s)
-  "${CMD[@]}" > "$LOG.run$i" 2>&1
+  setsid "${CMD[@]}" > "$LOG.run$i" 2>&1 &  # its own group: stopped whole with the series
+  child=$!
+  wait "$child"
   rc=$?
+  child=
   took=$(( $(date +%s) - start ))
   summary=$(grep -E "(passed|failed|error)" "$LOG.run$i" | tail -1)
   echo "run $i: exit $rc in ${took} s; load average $(cut -d' ' -f1-3 /proc/loadavg): $summary" | tee -a "$LOG"
