@@ -10,6 +10,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def pytest_configure(config):
     os.environ.setdefault("SCALEPROBE_TEST", "1")
+    # A suite started in the background of a non-interactive shell (`make test &`, a CI step,
+    # scripts/suite-under-load.sh) starts with SIGINT ignored, and every process it starts
+    # inherits that: the tests that press Ctrl+C on a sweep or a wrapped script would wait for
+    # a stop that never comes. Give the suite (and so its children) Python's default.
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
