@@ -85,7 +85,7 @@ def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | N
     rec.clear()
     rec.update(result.to_dict())
     res.write_json_atomic(run_dir / "result.json", rec)
-    res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)
+    res.append_jsonl(res.results_file(cfg.out), rec)
     return rec
 
 

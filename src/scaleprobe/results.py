@@ -169,6 +169,15 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 RESULTS_FILE = "results.jsonl"
+RESULTS_FILE_ENV = "SCALEPROBE_RESULTS_FILE"
+
+
+def results_file(out: str | Path) -> Path:
+    """Where a run appends its record: ``OUT/results.jsonl``, or the file named by
+    SCALEPROBE_RESULTS_FILE (a Slurm job's own file; the process that submitted the job
+    appends the record to OUT/results.jsonl, so jobs never write one file at once)."""
+    override = os.environ.get(RESULTS_FILE_ENV)
+    return Path(override) if override else Path(out) / RESULTS_FILE
 
 
 def utc_now() -> str:

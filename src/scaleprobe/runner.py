@@ -411,7 +411,7 @@ def _write_failure(rec: dict[str, Any], run_dir: Path, cfg: RunConfig,
     rec["finished_at"] = res.utc_now()
     try:
         res.write_json_atomic(run_dir / "result.json", rec)
-        res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)
+        res.append_jsonl(res.results_file(cfg.out), rec)
     except OutputError:  # the user's own error says more than a full disk would
         pass
 

@@ -63,8 +63,11 @@ def test_optional_libraries_are_extras(wheel):
     for dist, extra in OPTIONAL.items():
         lines = [r for r in requires if re.match(rf"{dist}\b", r)]
         assert lines and all(f'extra == "{extra}"' in r for r in lines), (dist, lines)
-    assert any("scaleprobe[detection,face]" in r and 'extra == "all"' in r for r in requires)
-    assert {"detection", "face", "all", "test"} <= set(msg.get_all("Provides-Extra"))
+    (everything,) = [r for r in requires if r.startswith("scaleprobe[") and 'extra == "all"' in r]
+    assert set(re.search(r"\[(.*?)\]", everything).group(1).split(",")) == {
+        "detection", "face", "cluster"}
+    assert {"detection", "face", "cluster", "all", "test"} <= set(msg.get_all("Provides-Extra"))
+    assert any(re.match(r"submitit\b", r) and 'extra == "cluster"' in r for r in requires)
 
 
 def test_a_missing_example_path_names_the_copy_that_comes_with_scaleprobe(tmp_path, capsys,

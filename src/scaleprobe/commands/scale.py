@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.commands.options import add_run_options, overrides_from_args
-from scaleprobe.commands.sweep import add_repeats_option
+from scaleprobe.commands.sweep import add_executor_options, add_repeats_option
 from scaleprobe.errors import ConfigError
 
 NAME = "scale"
@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             a.metavar, a.type = "N,N,...", None
     p.add_argument("--id", help="experiment id in results (default: scale-<model>-<strategy>)")
     add_repeats_option(p)
+    add_executor_options(p)
 
 
 def parse_counts(text: str | None) -> list[int]:
@@ -103,13 +104,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from scaleprobe.commands.sweep import terminate_as_interrupt
+    from scaleprobe.experiments.executor import from_args
     from scaleprobe.experiments.scale import run_scale
     from scaleprobe.experiments.sweep import sweep_out_dir
 
+    executor = from_args(args)
     spec, out, progress = build_spec(args)
     terminate_as_interrupt()
     rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
-                     repeats=args.repeats)
+                     repeats=args.repeats, executor=executor)
     folder = sweep_out_dir(spec, out)
     table, lines = scale_markdown(rows)
     text = f"## Scaling: {spec['sweep']['id']}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"

@@ -26,7 +26,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="check the spec and list the points without running them")
     add_repeats_option(p)
+    add_executor_options(p)
     add_run_options(p, config_file=False)
+
+
+def add_executor_options(p: argparse.ArgumentParser) -> None:
+    from scaleprobe.experiments.executor import add_executor_options as add
+
+    add(p)
 
 
 def add_repeats_option(p: argparse.ArgumentParser) -> None:
@@ -70,14 +77,16 @@ def _dry_run(spec: str, over: dict[str, Any], out: str | None, repeats: int | No
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from scaleprobe.experiments.executor import from_args
     from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir
 
     over, out, progress = _split_overrides(args)
+    executor = from_args(args)
     if args.dry_run:
         return _dry_run(args.spec, over, out, args.repeats)
     terminate_as_interrupt()
     records = run_sweep(args.spec, out, over, progress=progress, console=Console(stderr=True),
-                        repeats=args.repeats)
+                        repeats=args.repeats, executor=executor)
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())
     failed = sum(r.get("status") == "failed" for r in records)
     return 1 if records and failed == len(records) else 0

@@ -135,12 +135,12 @@ def run_point(payload: dict[str, Any]) -> int:
 def _record(cfg: Any, exp: dict[str, Any], error: str, status: str = "failed") -> None:
     from scaleprobe.runner import default_name
 
-    path = Path(cfg.out) / res.RESULTS_FILE
+    path = res.results_file(cfg.out)
     if exp.get("attempt") and find_attempt(res.read_jsonl(path, warn=False), exp["attempt"]):
         return  # the run recorded its own ending (a data error met while training)
     name = cfg.name or default_name(cfg)
     rec = failed_record(cfg.to_dict(), cfg.key(), name, exp, error, status)
-    res.append_jsonl(Path(cfg.out) / res.RESULTS_FILE, rec)
+    res.append_jsonl(path, rec)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,13 +24,15 @@ def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
 
 
 def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
-              console: Console | None = None, repeats: int | None = None
-              ) -> list[dict[str, Any]]:
-    """Run (or resume) the scale experiment; return its table rows (``report.scale``)."""
+              console: Console | None = None, repeats: int | None = None,
+              executor: Any = None) -> list[dict[str, Any]]:
+    """Run (or resume) the scale experiment; return its table rows (``report.scale``);
+    ``executor``: where its points run (experiments/executor.py; None: here)."""
     from scaleprobe.experiments.spec import load_spec
     from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir
 
-    run_sweep(spec, out, progress=progress, console=console, repeats=repeats)
+    run_sweep(spec, out, progress=progress, console=console, repeats=repeats,
+              executor=executor)
     folder, sid = sweep_out_dir(spec, out), spec["sweep"]["id"]
     rows = scale_rows(folder, sid)
     odd = [r["nproc"] for r in rows if r.get("implausible")]
@@ -40,6 +42,7 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
         con.print(f"implausible speedup at {', '.join(map(str, odd))} processes: measuring "
                   "those points and the 1-process baseline once more", soft_wrap=True)
         again = {**spec, "grid": {"nproc": sorted({1, *odd})}}
-        run_sweep(again, out, progress=progress, console=console, repeats=n + 1)
+        run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
+                  executor=executor)
         rows = scale_rows(folder, sid)
     return rows

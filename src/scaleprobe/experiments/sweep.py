@@ -52,7 +52,7 @@ class SweepState:
     spec: SweepSpec
     out: Path
     bar: SweepProgress
-    procs: ProcessSet
+    procs: ProcessSet  # or executor.SlurmProcessSet: the same calls
     done: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # key -> ok/oom runs
     records: list[dict[str, Any]] = field(default_factory=list)  # this sweep's, in run order
     skipped: list[dict[str, Any]] = field(default_factory=list)  # points not run, and why
@@ -224,8 +224,8 @@ def preflight(configs: list[Any]) -> None:
 
 def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, progress: bool = True,
-              console: Console | None = None, repeats: int | None = None
-              ) -> list[dict[str, Any]]:
+              console: Console | None = None, repeats: int | None = None,
+              executor: Any = None) -> list[dict[str, Any]]:
     """Run (or resume) a sweep; returns the records of its points in run order.
 
     Writes ``sweep.md`` and ``sweep.csv`` into the output folder and appends a ``kind: sweep``
@@ -233,6 +233,7 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     runs, OutputError for an output folder that cannot take the runs (read-only, full) or
     that another sweep is writing to, and KeyboardInterrupt (after stopping every point
     process) on Ctrl+C. ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
+    ``executor`` (experiments/executor.py): where the points run; None: here.
     """
     sp = load_spec(spec, overrides, repeats)
     out = Path(out_dir) if out_dir is not None else Path(sp.base_config().out)
@@ -242,7 +243,7 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     res.check_writable(out, RUN_OUTPUT_BYTES, "a run's files")  # all points: once locked
     with sweep_lock(out):
         try:
-            return _run_locked(sp, out, pts, progress, console, spec_file(spec))
+            return _run_locked(sp, out, pts, progress, console, spec_file(spec), executor)
         except OSError as e:  # a write failed mid-sweep: the disk filled, the folder went away
             if e.errno in res.OUTPUT_REASONS and e.filename:
                 raise res.output_error(e.filename, e) from None
@@ -250,11 +251,14 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
 
 
 def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
-                console: Console | None, spec_path: str | None) -> list[dict[str, Any]]:
+                console: Console | None, spec_path: str | None,
+                executor: Any = None) -> list[dict[str, Any]]:
+    from scaleprobe.experiments.executor import process_set
     from scaleprobe.experiments.tables import sweep_report, write_report
     from scaleprobe.runner import RUN_OUTPUT_BYTES
 
-    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id), ProcessSet(),
+    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id),
+                    process_set(executor, out),
                     spec_path=spec_path)
     st.done = completed_runs(st.results_path)
     todo = [c for c in (sp.config(p, str(out)) for p in pts)

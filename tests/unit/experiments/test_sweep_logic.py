@@ -57,7 +57,9 @@ class FakeProcs:
 def fake_points(monkeypatch):
     """Batch sizes up to `limit["fits"]` fit. ``calls``: the points started, with repeat."""
     calls, limit = [], {"fits": 64}
-    monkeypatch.setattr(S, "ProcessSet", lambda: FakeProcs(calls, limit))
+    from scaleprobe.experiments import executor as X
+
+    monkeypatch.setattr(X, "process_set", lambda executor, out: FakeProcs(calls, limit))
     monkeypatch.setattr(S, "collect_record", lambda proc, rc, cfg, exp, path: next(
         r for r in res.read_jsonl(path) if (r.get("experiment") or {}).get("attempt") == proc))
     monkeypatch.setattr(S, "preflight", lambda cfgs: None)

@@ -1,0 +1,111 @@
+"""Experiments through `--executor slurm` on a real (one-node) Slurm cluster: each point one
+job, the records written by the submitting process, resume, and a job the scheduler ended."""
+
+import subprocess
+import time
+
+import pytest
+
+from scaleprobe import results as res
+
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.timeout(600)]
+
+SWEEP = """
+[sweep]
+id = "{id}"
+repeats = 1
+[base]
+model = "linear"
+loader = "naive"
+warmup_steps = 1
+[grid]
+{grid}
+"""
+
+
+def _spec(tmp_path, sid, grid):
+    f = tmp_path / f"{sid}.toml"
+    f.write_text(SWEEP.format(id=sid, grid=grid))
+    return f
+
+
+def _records(out, kind="run"):
+    return [r for r in res.read_jsonl(out / "results.jsonl") if r["kind"] == kind]
+
+
+def test_a_sweep_runs_each_point_as_a_job_and_resumes_without_submitting(
+        slurm_cluster, cli, tmp_path, out_dir):
+    """Bugs caught: points run here instead of as jobs (no job ids), a job's record lost or
+    written twice (jobs appending to results.jsonl themselves, or the submitter appending a
+    record the job also wrote), a resume that submits finished points again."""
+    spec = _spec(tmp_path, "two", "batch_size = [16, 32]\nsteps = [3]")
+    p = cli("sweep", spec, "--out", out_dir, "--executor", "slurm", "--no-progress",
+            "--time", "10", timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs = _records(out_dir)
+    assert [r["status"] for r in runs] == ["ok", "ok"]
+    jobs = [r["slurm"]["job_id"] for r in runs]
+    assert len(set(jobs)) == 2 and all(r["slurm"]["state"] == "COMPLETED" for r in runs)
+    assert sorted(r["experiment"]["point"]["batch_size"] for r in runs) == [16, 32]
+    # each job wrote its record to its own file, never to the experiment's results.jsonl
+    own = sorted((out_dir / "points").glob("*.jsonl"))
+    assert len(own) == 2
+    assert all(len(res.read_jsonl(f)) == 1 for f in own)
+    ids = [r["run_id"] for r in runs]
+    assert len(set(ids)) == 2  # one line per run
+
+    again = cli("sweep", spec, "--out", out_dir, "--executor", "slurm", "--no-progress",
+                timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [r["run_id"] for r in _records(out_dir)] == ids
+    assert _records(out_dir, "sweep")[-1]["points_run"] == 0
+    assert len(list((out_dir / "points").glob("*.jsonl"))) == 2  # nothing submitted
+
+
+def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
+        slurm_cluster, tmp_path, out_dir):
+    """`scancel` of a running point (what a pre-emption or an admin does). Bugs caught: the
+    sweep waiting forever for a job that will never return (submitit asks sacct, which a
+    cluster without accounting refuses), the point recorded ok or failed, the scheduler's
+    verdict missing from its error, the steps timed before the cancel lost."""
+    import sys
+
+    spec = _spec(tmp_path, "cancel", "steps = [1000000]")
+    sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
+                              str(out_dir), "--executor", "slurm", "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        job = None
+        deadline = time.time() + 120
+        while job is None and time.time() < deadline:
+            q = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"],
+                               capture_output=True, text=True)
+            job = (q.stdout.split() or [None])[0]
+            time.sleep(0.5)
+        assert job is not None, "the point never ran as a job"
+        time.sleep(10)  # it is training
+        subprocess.run(["scancel", job], check=True)
+        _, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    (run,) = _records(out_dir)
+    assert run["status"] == "interrupted", run.get("error")
+    assert run["error"].startswith(f"Slurm job {job} ended CANCELLED"), run["error"]
+    assert run["slurm"] == {"job_id": job, "state": "CANCELLED"}
+    assert run["metrics"]["steps_timed"] > 0  # the job stopped as on SIGTERM, steps kept
+
+
+def test_scale_one_vs_two_processes_as_jobs(slurm_cluster, cli, out_dir):
+    """Bugs caught: a multi-process point that cannot start its ranks inside a job (too few
+    CPUs asked for, the launcher's rendezvous unreachable), or a scale table without the
+    2-process row."""
+    p = cli("scale", "--nproc", "1,2", "--model", "linear", "--loader", "naive", "--steps", 3,
+            "--warmup-steps", 1, "--repeats", 1, "--executor", "slurm", "--out", out_dir,
+            "--no-progress", timeout=400)
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs = _records(out_dir)
+    # (an implausible speedup measures both counts once more: more runs, the same two counts)
+    assert {r["batch"]["world_size"] for r in runs if r["status"] == "ok"} == {1, 2}
+    assert all(r["slurm"]["state"] == "COMPLETED" for r in runs)
+    assert "| 2 |" in p.stdout

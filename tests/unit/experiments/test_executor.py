@@ -1,0 +1,119 @@
+"""The executor layer's parts that need no cluster: Slurm's variables to the elastic
+launcher's settings, the options, and how a job the scheduler ended becomes a record."""
+
+import argparse
+import json
+
+import pytest
+
+from scaleprobe import results as res
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments import executor as X
+
+
+def test_each_task_of_a_two_node_job_gets_its_node_rank_and_the_first_node_as_rendezvous():
+    """Bug caught: every node believing it is node 0 (two rendezvous hosts, a hang), or the
+    rendezvous on the task's own host instead of the job's first."""
+    env = {"SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    got = X.launcher_env(env, nodelist=["gpu07", "gpu08"])
+    assert got == {"node_rank": "1", "nnodes": "2", "rdzv_endpoint": f"gpu07:{X.RDZV_PORT}"}
+    got0 = X.launcher_env({**env, "SLURM_NODEID": "0"}, nodelist=["gpu07", "gpu08"])
+    assert got0["node_rank"] == "0" and got0["rdzv_endpoint"] == got["rdzv_endpoint"]
+    # older Slurm: SLURM_NNODES and SLURM_NODELIST; a plain comma list needs no scontrol
+    old = X.launcher_env({"SLURM_NODEID": "0", "SLURM_NNODES": "2", "SLURM_NODELIST": "a,b"})
+    assert old["rdzv_endpoint"].startswith("a:")
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "a,b"}, "SLURM_NODEID"),
+    ({"SLURM_NODEID": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "a,b"},
+     "do not agree"),
+])
+def test_outside_a_job_step_or_with_inconsistent_variables_it_says_so(env, words):
+    with pytest.raises(ConfigError, match=words):
+        X.launcher_env(env)
+
+
+@pytest.mark.parametrize("text, minutes", [("90", 90), ("1:30:00", 90), ("2-00:00:00", 2880),
+                                           ("30:00", 30), ("0:00:30", 1)])
+def test_slurm_time_forms(text, minutes):
+    assert X.parse_time(text) == minutes
+
+
+@pytest.mark.parametrize("text", ["soon", "0", "1:2:3:4"])
+def test_bad_time_is_a_one_line_error(text):
+    with pytest.raises(ConfigError, match="--time"):
+        X.parse_time(text)
+
+
+def _args(**kw):
+    base = dict(executor="local", partition=None, time=None, gpus_per_node=None,
+                cpus_per_task=None, account=None, slurm_arg=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_slurm_options_without_the_slurm_executor_are_refused():
+    """Bug caught: `--partition gpu` silently ignored, the sweep running here instead."""
+    with pytest.raises(ConfigError, match="--partition is a Slurm option: add --executor slurm"):
+        X.from_args(_args(partition="gpu"))
+    assert X.from_args(_args()) is X.LOCAL
+
+
+def test_slurm_options_are_passed_through():
+    ex = X.from_args(_args(executor="slurm", partition="gpu", time="1:00:00", gpus_per_node=4,
+                           slurm_arg=["qos=high", "--constraint=a100"]))
+    assert ex.kind == "slurm" and ex.slurm.partition == "gpu" and ex.slurm.time_min == 60
+    assert ex.slurm.gpus_per_node == 4
+    assert ex.slurm.extra == {"qos": "high", "constraint": "a100"}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        X.from_args(_args(executor="slurm", slurm_arg=["qos"]))
+
+
+class _Job:
+    def __init__(self, job_id, folder):
+        self.job_id = job_id
+        self.paths = argparse.Namespace(result_pickle=folder / "none.pkl",
+                                        stderr=folder / "err")
+
+
+def _point(tmp_path, own_record=None):
+    from scaleprobe.config import RunConfig
+
+    cfg = RunConfig().to_dict()
+    cfg["out"] = str(tmp_path / "out")
+    exp = {"id": "s", "kind": "sweep", "point": {"steps": 9}, "attempt": "a1"}
+    own = tmp_path / "own.jsonl"
+    if own_record is not None:
+        res.append_jsonl(own, {**own_record, "experiment": exp})
+    return X.SlurmPoint(_Job("42", tmp_path), "a1", tmp_path / "err", 0.0,
+                        {"config": cfg, "experiment": exp}, own)
+
+
+@pytest.mark.parametrize("state, status", [("TIMEOUT", "interrupted"), ("NODE_FAIL", "failed"),
+                                           ("PREEMPTED", "interrupted"), ("OUT_OF_MEMORY", "oom")])
+def test_a_job_the_scheduler_ended_before_it_recorded_is_recorded_with_the_reason(
+        tmp_path, state, status):
+    """Bug caught: a timed-out or node-failed job leaving no record (the point lost, or
+    recorded ok from a stale line), or recorded without the scheduler's verdict."""
+    p = _point(tmp_path)
+    p.ended = (state, "some reason")
+    X.SlurmProcessSet._hand_over(None, p)  # type: ignore[arg-type]
+    (rec,) = res.read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert rec["status"] == status
+    assert rec["error"] == f"Slurm job 42 ended {state} (some reason)"
+    assert rec["slurm"] == {"job_id": "42", "state": state}
+    assert rec["experiment"]["attempt"] == "a1"
+
+
+def test_the_jobs_own_record_is_handed_over_once_with_the_schedulers_verdict(tmp_path):
+    """A job cancelled while training records itself interrupted (SIGTERM) in its own file;
+    the submitter appends that record, with the scheduler's state, to results.jsonl."""
+    p = _point(tmp_path, {"kind": "run", "run_id": "r1", "status": "interrupted",
+                          "error": "interrupted by SIGTERM"})
+    p.ended = ("CANCELLED", "None")
+    X.SlurmProcessSet._hand_over(None, p)  # type: ignore[arg-type]
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    rec = json.loads(lines[0])
+    assert rec["run_id"] == "r1" and rec["status"] == "interrupted"
+    assert rec["error"] == "Slurm job 42 ended CANCELLED; interrupted by SIGTERM"
