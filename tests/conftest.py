@@ -51,7 +51,9 @@ def _no_process_left(request):
     me = psutil.Process()
     before = set(_children(me))
     yield
-    new = [c for key, c in _children(me).items() if key not in before]
+    # multiprocessing's resource tracker is one per process and ends with pytest itself
+    new = [c for key, c in _children(me).items() if key not in before
+           and "resource_tracker" not in " ".join(_cmdline(c))]
     _, alive = psutil.wait_procs(new, timeout=5)
     for c in alive:
         try:
@@ -59,6 +61,15 @@ def _no_process_left(request):
             c.kill()
         except psutil.Error:
             pass
+
+
+def _cmdline(proc):
+    import psutil
+
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
 
 
 def _children(proc):

@@ -27,6 +27,7 @@ from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.stats import is_stable
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.models import build_model, param_count
+from scaleprobe.models.build import has_lazy, init_lazy
 from scaleprobe.tasks import build_task
 
 
@@ -109,6 +110,10 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
     else:
         model = task.build_model(build_model(cfg.model.name, split.num_classes, size)).to(device)
+    if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
+        x, y = task.to_device(*task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])[:2],
+                              device, False)
+        init_lazy(model, x)
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model = strategy.wrap(model)

@@ -146,3 +146,47 @@ def build_model(name: str, num_classes: int = 10, image_size: int = 32) -> nn.Mo
 
 def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def has_lazy(model: nn.Module) -> bool:
+    """True while a lazy module (``nn.LazyLinear``, ``nn.LazyConv2d``, ...) has parameters
+    whose shape is not known yet."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    return any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()
+               for m in model.modules())
+
+
+@torch.no_grad()
+def init_lazy(model: nn.Module, example: torch.Tensor) -> None:
+    """Give a model's lazy modules their shapes with one forward pass of ``example`` (a batch
+    of the run's own inputs, on the model's device), in eval mode so batch-norm statistics are
+    not touched; before its parameters are counted, handed to the optimizer or wrapped in DDP
+    (which refuses uninitialised parameters)."""
+    was = model.training
+    model.eval()
+    try:
+        model(example)
+    finally:
+        model.train(was)
+
+
+def logits_of(out: Any) -> torch.Tensor:
+    """The logits in what a classification model returned: a tensor; the first tensor of a
+    tuple or list (``(logits, aux)``); a dict's ``logits`` or ``out`` entry (torchvision's
+    segmentation-style dicts, Hugging Face-style outputs), else its first tensor."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict) or hasattr(out, "keys"):
+        for key in ("logits", "out"):
+            if key in out and isinstance(out[key], torch.Tensor):
+                return out[key]
+        found = next((v for v in out.values() if isinstance(v, torch.Tensor)), None)
+    elif isinstance(out, (tuple, list)):
+        found = next((v for v in out if isinstance(v, torch.Tensor)), None)
+    else:
+        found = None
+    if found is None:
+        raise ConfigError(f"the model returned {type(out).__name__}: return a tensor of logits, "
+                          "a tuple whose first tensor is the logits, or a dict with 'logits'")
+    return found

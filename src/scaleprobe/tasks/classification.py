@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from scaleprobe.data.loader import collate_indexed
+from scaleprobe.models.build import logits_of
 from scaleprobe.tasks import TASKS
 
 
@@ -31,7 +32,7 @@ class Classification:
         return x, y.to(device, non_blocking=True)
 
     def forward_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.criterion(model(x), y)
+        return self.criterion(logits_of(model(x)), y)
 
     def batch_sampler(self, dataset: Any, batch_size: int, seed: int) -> Any:
         return None
@@ -48,7 +49,7 @@ class Classification:
                     continue
                 x, y = self.to_device(x, y, device, channels_last)
                 with autocast:
-                    pred = model(x).argmax(1)
+                    pred = logits_of(model(x)).argmax(1)
                 correct += int((pred == y).sum())
                 total += int(y.numel())
         finally:
