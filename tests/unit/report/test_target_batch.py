@@ -1,0 +1,59 @@
+"""A batch-size sweep with --target names the batch size that reaches it soonest and the one
+that needs the fewest samples, each only when the seeds' intervals decide it."""
+
+from scaleprobe.report.batch import recommend_batch
+from tests.unit.report.factory import run
+
+
+def _rec(bs, seed, ttt, samples, epoch_s=10.0):
+    status = "ok" if ttt is not None else "target_not_reached"
+    r = run(f"b{bs}s{seed}", batch=bs, epoch_s=epoch_s, sps=bs * 10.0,
+            experiment={"id": "bt", "kind": "sweep", "point": {"batch_size": bs},
+                        "repeat": seed})
+    r["status"] = status
+    r["config"]["train"]["target"] = "accuracy=0.9"
+    r["target"] = {"metric": "accuracy", "target": 0.9, "reached": ttt is not None,
+                   "time_to_target_s": ttt, "samples_to_target": samples}
+    return r
+
+
+# batch 32: slower per sample but fewest samples; batch 128: sooner in wall clock, more
+# samples (past the critical batch size); batch 512: never reached in 3 seeds
+SWEEP = ([_rec(32, s, t, n) for s, (t, n) in enumerate([(30.0, 4000), (31.0, 4100),
+                                                         (29.5, 3900)])]
+         + [_rec(128, s, t, n) for s, (t, n) in enumerate([(20.0, 6000), (20.5, 6400),
+                                                          (19.0, 5900)])]
+         + [_rec(512, s, None, None) for s in range(3)])
+
+
+def test_soonest_and_fewest_samples_are_different_batch_sizes_each_with_its_interval():
+    """Bugs caught: the soonest batch picked by samples (or the reverse), which hides the
+    point the larger batch stops paying in quality; a batch size that never reached the
+    target dropped from the text (or picked, with no time at all)."""
+    rec = recommend_batch(SWEEP)
+    assert rec["soonest"]["batch_size"] == 128
+    assert rec["fewest_samples"]["batch_size"] == 32
+    text = rec["text"]
+    line = next(ln for ln in text.splitlines() if "Soonest to accuracy >= 0.9" in ln)
+    assert "batch 128" in line and "3 of 3 runs" in line and "inconclusive" not in line
+    assert "Never reached: batch 512 (0 of 3 runs)" in line
+    few = next(ln for ln in text.splitlines() if "Fewest samples to" in ln)
+    assert "batch 32" in few and "4,000 samples" in few
+
+
+def test_seeds_that_do_not_separate_two_batch_sizes_give_inconclusive():
+    """Bug caught: a "soonest" claim from medians 2% apart whose seeds cross."""
+    recs = ([_rec(32, s, t, 4000) for s, t in enumerate([20.0, 24.0, 19.0])]
+            + [_rec(64, s, t, 4000) for s, t in enumerate([21.0, 19.5, 23.0])])
+    rec = recommend_batch(recs)
+    assert rec["soonest"] is None
+    line = next(ln for ln in rec["text"].splitlines() if "Soonest to" in ln)
+    assert "inconclusive" in line and "not told apart from batch" in line
+
+
+def test_without_a_target_nothing_is_said_about_it():
+    recs = [run(f"b{bs}", batch=bs, experiment={"id": "b", "kind": "sweep",
+                                                 "point": {"batch_size": bs}, "repeat": 0})
+            for bs in (32, 64)]
+    rec = recommend_batch(recs)
+    assert rec["soonest"] is None and "Soonest" not in rec["text"]
