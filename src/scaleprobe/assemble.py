@@ -201,6 +201,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     info = raw0.info
     m.param_count = info.param_count
     m.lr_effective = info.lr_effective
+    m.lr_warmup_steps = info.lr_warmup_steps
     spe = max(1, info.train_samples // max(1, len(trainers)) // max(1, per_proc))
     m.steps_per_epoch = spe
     m.epoch_time_s, m.epoch_time_projected = epoch_time(raw0, st.median if st else None, spe)

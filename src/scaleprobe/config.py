@@ -105,6 +105,9 @@ class TrainConfig:
     amp: str = option("off", "mixed precision: off | bf16 | fp16", choices=("off", "bf16", "fp16"))
     seed: int = option(0, "random seed", ge=0, lt=2**32)
     warmup_steps: int = option(5, "untimed steps before the measuring window", ge=0)
+    warmup_epochs: float | None = option(None, "--lr-scaling linear: ramp the learning rate "
+                                         "linearly over this many epochs (Goyal et al. 2017 "
+                                         "use 5)", ge=0, unset="over the --warmup-steps steps")
     eval: bool = option(False, "task metric on the held-out split after training")
     max_steps: int = option(200, "steps=auto: at most this many timed steps", ge=1)
     max_seconds: float = option(120.0, "steps=auto: at most this many seconds of timed steps",

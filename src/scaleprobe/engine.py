@@ -152,10 +152,27 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     info = {"num_classes": split.num_classes, "image_size": size, "dataset_source": split.source,
             "train_samples": len(train_ds), "param_count": param_count(strategy.unwrap(model)),
             "per_process_batch": batch, "lr_effective": lr_target,
-            "input_mode": "device-resident" if split.resident else "loader"}
+            "input_mode": "device-resident" if split.resident else "loader",
+            "lr_warmup_steps": lr_warmup_steps(cfg, _steps_per_epoch(loader))}
     return Parts(cfg, device, strategy, task, model, optimizer, scaler,
                  _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
                  info, baseline)
+
+
+def lr_warmup_steps(cfg: RunConfig, steps_per_epoch: int | None) -> int:
+    """The steps of the linear learning-rate warm-up: ``--warmup-epochs`` epochs of this
+    run's steps (rounded, at least 1), else the untimed ``--warmup-steps``."""
+    t = cfg.train
+    if t.warmup_epochs is not None and steps_per_epoch:
+        return max(1, round(t.warmup_epochs * steps_per_epoch))
+    return max(1, t.warmup_steps)
+
+
+def _steps_per_epoch(loader: Any) -> int | None:
+    try:
+        return len(loader) or None
+    except TypeError:
+        return None
 
 
 def _set_lr(p: Parts, step: int) -> None:
@@ -163,7 +180,7 @@ def _set_lr(p: Parts, step: int) -> None:
     base, target = p.cfg.train.lr, p.lr_target
     if target == base:
         return
-    w = max(1, p.cfg.train.warmup_steps)
+    w = p.info.get("lr_warmup_steps") or max(1, p.cfg.train.warmup_steps)
     lr = target if step >= w else base + (target - base) * (step + 1) / w
     for g in p.optimizer.param_groups:
         g["lr"] = lr

@@ -226,6 +226,7 @@ class Metrics(Record):
     outside_gpu_processes: int | None = None
     param_count: int | None = None
     lr_effective: float | None = None
+    lr_warmup_steps: int | None = None  # --lr-scaling linear: steps of the linear warm-up
     flops_per_step: float | None = None  # the whole job's (every training rank's batch)
     flops_per_sample: float | None = None
     achieved_flops_per_s: float | None = None
@@ -422,6 +423,7 @@ class RankInfo(Record):
     param_count: int | None = None
     per_process_batch: int | None = None
     lr_effective: float | None = None
+    lr_warmup_steps: int | None = None
     input_mode: str | None = None  # "device-resident" (synthetic) | "loader"
     extra: dict[str, Any] = field(default_factory=dict)
 

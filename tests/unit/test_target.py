@@ -149,3 +149,18 @@ def test_cli_target_mistakes_exit_2_in_one_line(capsys, tmp_path, argv, needle):
     err = capsys.readouterr().err.strip()
     assert code == 2 and needle in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_learning_rate_warm_up_in_epochs_counts_this_runs_steps():
+    """Goyal et al. warm up over epochs: 5 epochs at 2 processes are half the steps of 5
+    epochs at 1. Bugs caught: --warmup-epochs ignored (the ramp over the untimed
+    --warmup-steps, 5 steps), or counted in the steps of another batch size."""
+    from scaleprobe.config import build
+    from scaleprobe.engine import lr_warmup_steps
+
+    cfg = build({"lr_scaling": "linear", "warmup_epochs": 2.5, "warmup_steps": 3})
+    assert lr_warmup_steps(cfg, 28) == 70
+    assert lr_warmup_steps(cfg, 14) == 35
+    assert lr_warmup_steps(cfg, None) == 3  # no epoch length known: the untimed steps
+    assert lr_warmup_steps(build({"warmup_steps": 0}), 28) == 1
+    assert lr_warmup_steps(build({"warmup_epochs": 0.01}), 28) == 1

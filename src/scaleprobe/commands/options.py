@@ -49,6 +49,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--amp", "train.amp", ()),
     ("--seed", "train.seed", ()),
     ("--warmup-steps", "train.warmup_steps", ()),
+    ("--warmup-epochs", "train.warmup_epochs", ()),
     ("--eval", "train.eval", ()),
     ("--target", "train.target", ()),
     ("--eval-every", "train.eval_every", ()),

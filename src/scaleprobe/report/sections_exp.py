@@ -58,6 +58,8 @@ def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
                     caption=f"Batch size: {label}" if label else ""))
         s.add(plots.image(f"batch-{_slug(g)}", plots.batch_plot(grows, f"Batch size: {label or eid}"),
                           f"epoch time and peak memory vs batch size, {g}"))
+        _target_curves(s, f"{eid}-{g}", grows, lambda r: f"batch {r['batch_size']}",
+                       "one line per batch size")
     kind = rows[0]["memory_kind"] if rows else "host"
     notes = [f"Peak memory: {kind} memory. Growth compares each point with the previous one "
              "that finished."]
@@ -112,14 +114,24 @@ def scaling_section(records: list[dict[str, Any]]) -> Section | None:
 
 def _target_plot(s: Section, eid: str, rows: list[dict[str, Any]]) -> None:
     """--target: the metric against training time, one line per process count."""
-    series = T.curve_series(rows, lambda r: f"{r['nproc']} process{'es' if r['nproc'] != 1 else ''}")
+    _target_curves(s, eid, rows,
+                   lambda r: f"{r['nproc']} process{'es' if r['nproc'] != 1 else ''}",
+                   "one line per process count")
+
+
+def _target_curves(s: Section, eid: str, rows: list[dict[str, Any]], label: Any,
+                   lines: str) -> None:
+    """With --target: the metric against training wall clock of each row's median repeat,
+    the target as a horizontal line (nothing without a target)."""
+    series = T.curve_series([r for r in rows if r.get("status") in ("ok", "target_not_reached")],
+                            label)
     if not series:
         return
     tt = series[0][1]
     s.add(plots.image(f"target-{_slug(eid)}", T.curve_plot(series, tt.get("target"),
                                                            tt.get("metric") or "metric"),
-                      "metric against training wall clock, one line per process count, the "
-                      "target as a horizontal line"))
+                      f"metric against training wall clock, {lines}, the target as a "
+                      "horizontal line"))
 
 
 def _interval_cell(iv: Any, spec: str = ".2f") -> str:

@@ -152,13 +152,16 @@ def lr_statement(records: list[dict[str, Any]]) -> str:
         return ""
     r = recs[0]
     lr, scaling = R.cfg(r, "train.lr"), R.cfg(r, "train.lr_scaling")
-    warm = R.cfg(r, "train.warmup_steps")
+    steps = R.metric(r, "lr_warmup_steps") or R.cfg(r, "train.warmup_steps")
+    epochs = R.cfg(r, "train.warmup_epochs")
+    warm = (f"{epochs:g} epoch{'s' if epochs != 1 else ''} ({steps} steps)"
+            if epochs is not None else f"{steps} steps")
     eff = sorted({(R.world_size(x) or 1, R.metric(x, "lr_effective")) for x in recs
                   if R.metric(x, "lr_effective") is not None})
     at = ", ".join(f"{lr_x:g} at {n} process{'es' if n != 1 else ''}" for n, lr_x in eff)
     if scaling == "linear":
         return (f"learning rate: --lr {lr:g} for one device's batch, --lr-scaling linear "
-                f"(Goyal et al. 2017: {at}), reached after a linear warm-up of {warm} steps")
+                f"(Goyal et al. 2017: {at}), reached after a linear warm-up of {warm}")
     return (f"learning rate: --lr {lr:g} at every process count (--lr-scaling none: a larger "
             "global batch takes the same step size, which usually costs it samples; "
             "--lr-scaling linear scales it with the batch after a warm-up)")
@@ -209,6 +212,7 @@ def curve_plot(series: list[tuple[str, dict[str, Any]]], target: float | None,
         ax.axhline(target, ls="--", color="#d1495b", label=f"target {target:g}")
     ax.set(xlabel="training wall clock (s, evaluation excluded)", ylabel=metric,
            title=f"{metric} against training time")
+    ax.set_xlim(left=0)  # training starts at 0 s: the lines compare from there
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return plots._render(fig)

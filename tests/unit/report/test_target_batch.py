@@ -13,7 +13,9 @@ def _rec(bs, seed, ttt, samples, epoch_s=10.0):
     r["status"] = status
     r["config"]["train"]["target"] = "accuracy=0.9"
     r["target"] = {"metric": "accuracy", "target": 0.9, "reached": ttt is not None,
-                   "time_to_target_s": ttt, "samples_to_target": samples}
+                   "time_to_target_s": ttt, "samples_to_target": samples,
+                   "curve": [{"train_wall_s": 10.0, "value": 0.5},
+                             {"train_wall_s": ttt or 40.0, "value": 0.9 if ttt else 0.8}]}
     return r
 
 
@@ -57,3 +59,15 @@ def test_without_a_target_nothing_is_said_about_it():
             for bs in (32, 64)]
     rec = recommend_batch(recs)
     assert rec["soonest"] is None and "Soonest" not in rec["text"]
+
+
+def test_the_report_draws_each_batch_sizes_metric_against_time(tmp_path):
+    """Bug caught: a batch sweep with a target whose report had only the throughput plot,
+    so the user could not see where a larger batch reached the target later."""
+    from scaleprobe.report import build_report
+    from tests.unit.report.factory import write_results
+
+    md, _ = build_report(write_results(tmp_path, SWEEP), tmp_path / "out")
+    text = md.read_text()
+    assert "metric against training wall clock, one line per batch size" in text
+    assert "Soonest to accuracy >= 0.9" in text
