@@ -326,3 +326,34 @@ def test_ctrl_c_keeps_the_steps_so_far(tmp_path):
     assert rec["status"] == "interrupted"
     assert rec["metrics"]["steps_timed"] >= 2 * (256 // 2 // 32) - 2
     _no_rank_left(rec)
+
+
+def test_scale_over_a_script_gives_the_scale_table_and_resumes(tmp_path):
+    """`scale --nproc 1,2 -- SCRIPT.py`: the user's script at each count under wrap. Bugs
+    caught: the counts not recorded as one scale experiment (no speedup row), the script's
+    own options taken as scaleprobe's, a rerun measuring the finished points again, and run
+    options a script cannot take (--model) silently ignored."""
+    out = tmp_path / "out"
+    argv = ("scale", "--nproc", "1,2", "--repeats", 1, "--warmup-steps", 3, "--steps", 20,
+            "--out", out, "--", SCRIPTS / "train_ddp.py")
+    p = run_cli(*argv, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs = [r for r in read_jsonl(out / "results.jsonl") if r["kind"] == "run"]
+    assert [r["status"] for r in runs] == ["ok", "ok"]
+    assert [r["experiment"]["point"]["nproc"] for r in runs] == [1, 2]
+    assert {r["experiment"]["id"] for r in runs} == {"scale-script-train_ddp"}
+    assert all(r["experiment"]["kind"] == "scale" and r["script"] for r in runs)
+    assert [r["metrics"]["steps_timed"] for r in runs] == [20, 20]
+    assert [r["batch"]["world_size"] for r in runs] == [1, 2]
+    assert re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\dx", p.stdout, re.M), p.stdout
+    assert (out / "scale.md").is_file()
+
+    again = run_cli(*argv, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len([r for r in read_jsonl(out / "results.jsonl") if r["kind"] == "run"]) == 2
+
+    bad = run_cli("scale", "--nproc", "1,2", "--model", "resnet18", "--out", out, "--",
+                  SCRIPTS / "train_ddp.py", timeout=60)
+    assert bad.returncode == 2
+    assert "--model does not apply to a script" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id", help="experiment id in results (default: scale-<model>-<strategy>)")
     add_repeats_option(p)
     add_executor_options(p)
+    p.add_argument("target", nargs="*", metavar="-- SCRIPT.py [ARGS]",
+                   help="your own training script instead of the built-in loop, run under "
+                        "`wrap` at each count (docs/WRAP.md)")
 
 
 def parse_counts(text: str | None) -> list[int]:
@@ -109,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
     from scaleprobe.experiments.sweep import sweep_out_dir
 
     executor = from_args(args)
+    target = script_target(args)
+    if target:
+        return _run_script(args, target, executor)
     spec, out, progress = build_spec(args)
     terminate_as_interrupt()
     rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
@@ -116,6 +122,37 @@ def run(args: argparse.Namespace) -> int:
     folder = sweep_out_dir(spec, out)
     table, lines = scale_markdown(rows)
     text = f"## Scaling: {spec['sweep']['id']}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
+    (folder / "scale.md").write_text(text)
+    print(text)
+    print(f"written: {folder / 'scale.md'}, {folder / 'results.jsonl'}")
+    return 0 if any(r["speedup"] is not None for r in rows if r["nproc"] != 1) else 1
+
+
+def script_target(args: argparse.Namespace) -> list[str]:
+    """``scale [OPTIONS] -- SCRIPT.py [ARGS]`` (or ``-- -m package.module [ARGS]``): what
+    follows ``--`` reaches the optional config-file positional first, so a ``.py`` file or
+    ``-m`` there starts the script; anything after a config file is an error."""
+    first = getattr(args, "config", None)
+    rest = list(getattr(args, "target", None) or [])
+    if first and (first.endswith(".py") or first == "-m"):
+        args.config = None
+        return [first, *rest]
+    if rest:
+        raise ConfigError(f"unexpected arguments after {first}: {' '.join(rest[:3])} (a "
+                          "script goes after --: scale --nproc 1,2 -- SCRIPT.py [ARGS])")
+    return []
+
+
+def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> int:
+    from scaleprobe.wrap.scale import scale_script
+
+    if executor.kind != "local":
+        raise ConfigError("scale -- SCRIPT.py runs here only (--executor local)")
+    over = overrides_from_args(args)
+    counts = parse_counts(over.pop("dist.nproc", None))
+    rows, folder, sid = scale_script(target, counts, over, args.repeats or 3, args.id)
+    table, lines = scale_markdown(rows)
+    text = f"## Scaling: {sid}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
     (folder / "scale.md").write_text(text)
     print(text)
     print(f"written: {folder / 'scale.md'}, {folder / 'results.jsonl'}")

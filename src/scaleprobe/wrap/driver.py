@@ -123,9 +123,10 @@ def _keep_traceback(run_dir: Path, facts: list[dict[str, Any]], err: BaseExcepti
             return
 
 
-def execute_wrap(cfg: C.RunConfig, target: list[str],
-                 name: str) -> tuple[dict[str, Any], int]:
-    """Run ``target`` under ``cfg``; returns (the written result, the script's exit code)."""
+def execute_wrap(cfg: C.RunConfig, target: list[str], name: str,
+                 experiment: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+    """Run ``target`` under ``cfg``; returns (the written result, the script's exit code).
+    ``experiment``: the point this run is of (``scale -- SCRIPT.py``)."""
     from scaleprobe import env as envmod
     from scaleprobe.assemble import finalize
     from scaleprobe.interrupt import Interrupted, sigterm_interrupts
@@ -162,6 +163,7 @@ def execute_wrap(cfg: C.RunConfig, target: list[str],
     rec["paths"] = {"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                     "monitor_csv": str(run_dir / "monitor.csv")}
     rec["null_reasons"]["accuracy"] = ACCURACY_REASON
+    rec["experiment"] = experiment
     code = _exit_code(facts, err)
     world = cfg.world_size
     rec["script"] = {"target": target, "exit_code": code,
