@@ -357,3 +357,27 @@ def test_scale_over_a_script_gives_the_scale_table_and_resumes(tmp_path):
     assert bad.returncode == 2
     assert "--model does not apply to a script" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_summaries_and_profiles_under_wrap(tmp_path):
+    """--summary-every and --profile-every under wrap, as in `run`. Bugs caught: the options
+    refused or silently ignored for a script, TensorBoard without the script's loss (the
+    backward it starts from is not seen) or with a samples/s of 0 (the batch of a script is
+    not known in advance), traces of one rank only."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "out"
+    p = _wrap(out, SCRIPTS / "train_ddp.py", nproc=2,
+              extra=("--summary-every", "0.05", "--profile-every", "30", "--steps", "30"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = _result(out)
+    assert rec["status"] == "ok"
+    traces = rec["paths"]["traces"]
+    assert sorted(Path(t).name for t in traces) == ["trace-rank0-0.json", "trace-rank1-0.json"]
+    assert rec["paths"]["top_ops"]
+    acc = EventAccumulator(rec["paths"]["tensorboard"])
+    acc.Reload()
+    losses = [e.value for e in acc.Scalars("train/loss")]
+    rates = [e.value for e in acc.Scalars("perf/samples_per_s")]
+    assert losses and all(0 < v < 10 for v in losses)
+    assert rates and all(v > 0 for v in rates)

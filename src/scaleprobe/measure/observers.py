@@ -48,6 +48,7 @@ class Summaries:
         self.every_s, self.batch = every_s, batch
         self._t = time.perf_counter()
         self._step = 0
+        self._samples = 0
         self._st: Any = None  # the loop's state at the last step seen
         self._me = psutil.Process()
         self._procs: dict[int, Any] = {}
@@ -67,8 +68,11 @@ class Summaries:
 
         w = self.writer
         w.add_scalar("train/loss", float(st.losses[-1]), st.step)
-        w.add_scalar("perf/samples_per_s", (st.step - self._step) * self.batch / (now - self._t),
-                     st.step)
+        samples = getattr(st, "samples", None)  # wrap: counted; the built-in loop: steps x batch
+        done = (samples - self._samples if samples is not None
+                else (st.step - self._step) * self.batch)
+        w.add_scalar("perf/samples_per_s", done / (now - self._t), st.step)
+        self._samples = samples or 0
         w.add_scalar("host/machine_cpu_util_pct", psutil.cpu_percent(None), st.step)
         w.add_scalar("rank/cpu_util_pct", self._rank_cpu_pct(), st.step)
         w.add_scalar("rank/rss_bytes", self._me.memory_info().rss, st.step)

@@ -135,6 +135,32 @@ def _script_traceback() -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+def _observers(settings: dict[str, Any], run_dir: str, rank: int) -> list[Any]:
+    """--summary-every (rank 0) and --profile-every (every rank), as in `run`."""
+    if not (settings.get("summary_every") or settings.get("profile_every")):
+        return []
+    from types import SimpleNamespace
+
+    import torch
+
+    from scaleprobe.measure.observers import build_observers
+
+    measure = SimpleNamespace(summary_every=settings.get("summary_every"),
+                              profile_every=settings.get("profile_every"))
+    return build_observers(measure, run_dir, rank, 0, torch.cuda.is_available(),
+                           summaries=rank == 0)
+
+
+def _close(observers: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for ob in observers:
+        try:
+            out.update(ob.close())
+        except Exception as e:  # noqa: BLE001  (a figure, never the script's failure)
+            print(f"scaleprobe: {type(ob).__name__}: {type(e).__name__}: {e}", file=sys.stderr)
+    return out
+
+
 def _sigterm(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -155,6 +181,7 @@ def main(argv: list[str]) -> int:
     baseline = _rss_bytes()
     beat = Heartbeat(run_dir, rank).start()
     rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install()
+    rec.observers = _observers(settings, run_dir, rank)
     code, facts = 0, {}
     try:
         _run_target(target)
@@ -183,8 +210,10 @@ def main(argv: list[str]) -> int:
         facts["error"] = last_meaningful_line(text)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     facts.update(_script_facts(rec), exit_code=code)
+    observed = _close(rec.observers)
     try:
-        out = {"record": rank_record(rec, rank, world, baseline), "script": facts}
+        out = {"record": {**rank_record(rec, rank, world, baseline), "observed": observed},
+               "script": facts}
         from scaleprobe.results import write_json_atomic
 
         rank_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)

@@ -140,7 +140,8 @@ def execute_wrap(cfg: C.RunConfig, target: list[str], name: str,
     run_dir.mkdir(parents=True, exist_ok=True)
     res.write_json_atomic(run_dir / SETTINGS, {
         "warmup_steps": cfg.train.warmup_steps, "target": target,
-        "stop_after": cfg.train.steps if isinstance(cfg.train.steps, int) else None})
+        "stop_after": cfg.train.steps if isinstance(cfg.train.steps, int) else None,
+        "summary_every": cfg.measure.summary_every, "profile_every": cfg.measure.profile_every})
     d = cfg.dist
     monitor = Monitor(cfg.measure.monitor_interval_s, run_dir / "monitor.csv",
                       cuda_indices=_gpu_indices(cfg), training_in_children=True)

@@ -21,6 +21,7 @@ up to the batches the loop consumed, per ``iter(loader)`` (one epoch), for the s
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,8 @@ class Recorder:
         self._pending_loader: Any = None  # the loader whose iterator is being made
         self._step_samples = 0
         self._handles: list[Any] = []
+        self.observers: list[Any] = []  # --summary-every / --profile-every (measure/observers)
+        self.last_loss: Any = None  # the last scalar a backward() started from
 
     # --- events ---------------------------------------------------------------------------
     def _begin(self, t: float) -> None:
@@ -183,8 +186,23 @@ class Recorder:
         self._events, self._start, self._step_samples = [], t, 0
         if self.beat is not None:
             self.beat.step_done(len(self.step_times))
+        if self.observers:
+            self._observe()
         if self.stop_after is not None and len(self.step_times) - self.warmup >= self.stop_after:
             raise StopScript()
+
+    def _observe(self) -> None:
+        """TensorBoard summaries and profiler captures, as in `run`: they see the step count,
+        the samples so far and the last loss; an observer's failure never stops the script."""
+        loss = self.last_loss
+        st = _State(len(self.step_times), [loss] if loss is not None else [], sum(self.samples))
+        for ob in list(self.observers):
+            try:
+                ob.step(st)
+            except Exception as e:  # noqa: BLE001
+                print(f"scaleprobe: {type(ob).__name__} stopped: {type(e).__name__}: {e}",
+                      file=sys.stderr)
+                self.observers.remove(ob)
 
     # --- the DataLoader ---------------------------------------------------------------------
     def _epoch(self, it: Any) -> Epoch:
@@ -242,12 +260,40 @@ class Recorder:
                          oo.register_optimizer_step_pre_hook(self.opt_pre),
                          oo.register_optimizer_step_post_hook(self.opt_post)]
         _patch_loader(dl, self)
+        _patch_backward(self)
         return self
 
     def train_loader(self) -> LoaderLog | None:
         """The loader that fed training: the one that handed out the most batches."""
         logs = [log for log in self.loaders.values() if log.batches]
         return max(logs, key=lambda log: log.batches) if logs else None
+
+
+@dataclass
+class _State:
+    """What the observers read of a step (the built-in loop's LoopState has the same names)."""
+
+    step: int
+    losses: list[Any]
+    samples: int
+
+
+def _patch_backward(rec: Recorder) -> None:
+    """Keep the scalar each ``loss.backward()`` starts from (detached: no graph is held), for
+    the TensorBoard loss; nothing else changes."""
+    import torch
+
+    original = torch.Tensor.backward
+    if getattr(original, "_scaleprobe", False):
+        return
+
+    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.numel() == 1:
+            rec.last_loss = self.detach()
+        return original(self, *args, **kwargs)
+
+    backward._scaleprobe = True  # type: ignore[attr-defined]
+    torch.Tensor.backward = backward  # type: ignore[method-assign]
 
 
 def _patch_loader(dl: Any, rec: Recorder) -> None:
