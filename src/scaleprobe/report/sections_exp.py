@@ -300,3 +300,43 @@ def _parity_verdict(r: dict[str, Any]) -> str:
     if isinstance(v, str):
         return v
     return "one seed, no interval"  # written before repeats
+
+
+TARGET_RUNS_DRAWN = 8  # lines in one plot before it stops being readable
+
+
+def target_runs_section(records: list[dict[str, Any]]) -> Section | None:
+    """Runs with --target outside a scale or batch sweep (those draw their own): the metric
+    against training wall clock, one line per run, the target as a horizontal line, and a
+    row per run with its time, epochs and samples to the target (or its best value)."""
+    from scaleprobe.report.labels import distinct_labels
+
+    runs = [r for r in R.of_kind(records, "run") if r.get("target")
+            and (R.exp_kind(r) not in ("scale", "sweep"))]
+    if not runs:
+        return None
+    s = Section("Time to target", anchor="time-to-target")
+    labels = distinct_labels(runs)
+    rows = []
+    for r, label in zip(runs, labels, strict=True):
+        tt = r["target"]
+        reached = tt.get("time_to_target_s") is not None
+        rows.append([label, T.target_text(r),
+                     fmt.seconds(tt["time_to_target_s"]) if reached else "not reached",
+                     f"{tt['epochs_to_target']:.2f}" if reached and tt.get("epochs_to_target")
+                     is not None else "-",
+                     f"{tt['samples_to_target']:,}" if reached and tt.get("samples_to_target")
+                     is not None else "-",
+                     "-" if tt.get("best_value") is None else f"{tt['best_value']:.4g}"])
+    s.add(Table(["Run", "Target", "Time to target", "Epochs", "Samples", "Best value"], rows,
+                right=[False, False, True, True, True, True]))
+    series = list(zip(labels, [r["target"] for r in runs], strict=True))[:TARGET_RUNS_DRAWN]
+    tt0 = runs[0]["target"]
+    s.add(plots.image("target-runs", T.curve_plot(series, tt0.get("target"),
+                                                  tt0.get("metric") or "metric"),
+                      "metric against training wall clock, one line per run, the target as a "
+                      "horizontal line"))
+    if len(runs) > TARGET_RUNS_DRAWN:
+        s.add(Text(f"The plot draws the first {TARGET_RUNS_DRAWN} of {len(runs)} runs.",
+                   note=True))
+    return s

@@ -71,3 +71,26 @@ def test_the_report_draws_each_batch_sizes_metric_against_time(tmp_path):
     text = md.read_text()
     assert "metric against training wall clock, one line per batch size" in text
     assert "Soonest to accuracy >= 0.9" in text
+
+
+def test_single_runs_with_a_target_get_their_own_section_and_plot(tmp_path):
+    """Bug caught: runs with --target outside an experiment had their curves only in the run
+    folder; a run that missed the target must show "not reached" with its best value, not
+    vanish or show a time."""
+    from scaleprobe.report import build_report
+    from tests.unit.report.factory import write_results
+
+    a = _rec(32, 0, 12.5, 3000)
+    b = _rec(64, 0, None, None)
+    b["target"]["best_value"] = 0.83
+    for r in (a, b):
+        r["experiment"] = None
+    a["target"]["epochs_to_target"] = 1.5
+    md, _ = build_report(write_results(tmp_path, [a, b]), tmp_path / "out")
+    text = md.read_text()
+    sec = text.split("## Time to target", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in sec.splitlines() if ln.startswith("| ") and "accuracy" in ln]
+    assert len(rows) == 2
+    assert "12.5 s" in rows[0] and "1.50" in rows[0] and "3,000" in rows[0]
+    assert "not reached" in rows[1] and "0.83" in rows[1]
+    assert "one line per run" in sec
