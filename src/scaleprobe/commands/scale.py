@@ -119,13 +119,7 @@ def run(args: argparse.Namespace) -> int:
     terminate_as_interrupt()
     rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
                      repeats=args.repeats, executor=executor)
-    folder = sweep_out_dir(spec, out)
-    table, lines = scale_markdown(rows)
-    text = f"## Scaling: {spec['sweep']['id']}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
-    (folder / "scale.md").write_text(text)
-    print(text)
-    print(f"written: {folder / 'scale.md'}, {folder / 'results.jsonl'}")
-    return 0 if any(r["speedup"] is not None for r in rows if r["nproc"] != 1) else 1
+    return _write_table(sweep_out_dir(spec, out), spec["sweep"]["id"], rows)
 
 
 def script_target(args: argparse.Namespace) -> list[str]:
@@ -151,6 +145,12 @@ def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> i
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
     rows, folder, sid = scale_script(target, counts, over, args.repeats or 3, args.id)
+    return _write_table(folder, sid, rows)
+
+
+def _write_table(folder: Path, sid: str, rows: list[dict[str, Any]]) -> int:
+    """scale.md in the output folder and on stdout; exit 1 when no count beyond 1 gave a
+    speedup."""
     table, lines = scale_markdown(rows)
     text = f"## Scaling: {sid}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
     (folder / "scale.md").write_text(text)
