@@ -13,6 +13,7 @@ from scaleprobe.report import scale as S
 from scaleprobe.report import target as T
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.load import under_load_line
+from scaleprobe.report.repeats import group_repeats
 
 
 def _slug(text: str) -> str:
@@ -37,8 +38,14 @@ def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
         if not axes & (set(R.BATCH_AXES) | set(R.LOADER_AXES)):
             s.add(Text(f"Varied: {', '.join(sorted(axes)) or 'nothing'}; each point is a row "
                        "of the runs table."))
+        if not axes & set(R.BATCH_AXES):  # a batch sweep draws its curves by batch size
+            _target_curves(s, eid, group_repeats(runs), _point_label, "one line per point")
         _load_line(s, runs)
     return s if s.blocks else None
+
+
+def _point_label(r: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in R.point(r).items()) or R.name(r)
 
 
 def _load_line(s: Section, runs: list[dict[str, Any]], note: str = "") -> None:

@@ -94,3 +94,20 @@ def test_single_runs_with_a_target_get_their_own_section_and_plot(tmp_path):
     assert "12.5 s" in rows[0] and "1.50" in rows[0] and "3,000" in rows[0]
     assert "not reached" in rows[1] and "0.83" in rows[1]
     assert "one line per run" in sec
+
+
+def test_a_sweep_over_another_axis_with_a_target_draws_one_line_per_point(tmp_path):
+    """Bug caught: a sweep over, say, the learning rate with a target drew no curves (only
+    batch sweeps and scales did), so the configurations could not be compared in time."""
+    from scaleprobe.report import build_report
+    from tests.unit.report.factory import write_results
+
+    recs = []
+    for lr, t in ((0.05, 20.0), (0.2, 12.0)):
+        r = _rec(32, 0, t, 3000)
+        r["experiment"] = {"id": "lr", "kind": "sweep", "point": {"lr": lr}, "repeat": 0}
+        recs.append(r)
+    md, _ = build_report(write_results(tmp_path, recs), tmp_path / "out")
+    text = md.read_text()
+    assert "metric against training wall clock, one line per point" in text
+    assert "## Time to target" not in text  # sweep runs are drawn in their sweep
