@@ -191,7 +191,11 @@ def batch_sections(records: list[dict[str, Any]], sweep_id: str
     every row; the recommendation)."""
     rows = B.batch_table(records)
     rec = B.recommend_batch(records)
-    sections = _grouped("Batch size", sweep_id, rows, B.BATCH_HEADERS, B.batch_cells)
+    sections = []
+    for group, group_rows in _by_group(rows).items():  # with --target: time-to-target columns
+        headers, cells = B.batch_table_parts(group_rows)
+        sections.append({"title": _title("Batch size", group, sweep_id), "headers": headers,
+                         "rows": cells})
     if sections:
         sections[-1]["notes"] = rec["text"].splitlines()
     return sections, batch_csv(rows), _plain(rec)

@@ -123,6 +123,16 @@ def _batch_row(r: dict[str, Any], group: str, mem_kind: str) -> dict[str, Any]:
     }
 
 
+def batch_table_parts(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The batch table's headers and cells; with --target, each batch size's time to it over
+    its seeds (median, fastest-slowest, k of n reached, samples) beside the usual columns."""
+    from scaleprobe.report import target as T
+
+    shown = [{**r, **T.point_figures(r["record"])} if T.has_target(r["record"]) else r
+             for r in rows]
+    return T.table_parts(BATCH_HEADERS, shown, batch_cells)
+
+
 def batch_cells(row: dict[str, Any]) -> list[str]:
     """The row as table cells, in BATCH_HEADERS order."""
     head = [fmt.num(row["batch_size"], "d"), fmt.num(row["devices"], "d")]

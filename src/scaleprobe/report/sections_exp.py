@@ -61,8 +61,8 @@ def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
     for g in groups:
         grows = [r for r in rows if r["group"] == g]
         label = _within(g, eid)
-        s.add(Table(list(B.BATCH_HEADERS), [B.batch_cells(r) for r in grows],
-                    caption=f"Batch size: {label}" if label else ""))
+        hs, cells = B.batch_table_parts(grows)
+        s.add(Table(hs, cells, caption=f"Batch size: {label}" if label else ""))
         s.add(plots.image(f"batch-{_slug(g)}", plots.batch_plot(grows, f"Batch size: {label or eid}"),
                           f"epoch time and peak memory vs batch size, {g}"))
         _target_curves(s, f"{eid}-{g}", grows, lambda r: f"batch {r['batch_size']}",

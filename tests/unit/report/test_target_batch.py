@@ -71,6 +71,11 @@ def test_the_report_draws_each_batch_sizes_metric_against_time(tmp_path):
     text = md.read_text()
     assert "metric against training wall clock, one line per batch size" in text
     assert "Soonest to accuracy >= 0.9" in text
+    # the batch table gives each batch size's time to target over its seeds
+    row32 = next(ln for ln in text.splitlines() if ln.startswith("| 32 |"))
+    assert "30.0 s (29.5 s-31.0 s)" in row32 and "| 3/3 |" in row32 and "4,000" in row32
+    row512 = next(ln for ln in text.splitlines() if ln.startswith("| 512 |"))
+    assert "not reached" in row512 and "| 0/3 |" in row512
 
 
 def test_single_runs_with_a_target_get_their_own_section_and_plot(tmp_path):
