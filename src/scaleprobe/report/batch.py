@@ -327,6 +327,9 @@ def target_picks(rows: list[dict[str, Any]]) -> dict[str, Any]:
             out["lines"].append(line)
             if not tied and out[key] is None:
                 out[key] = best
+    lr = T.lr_statement([r["record"] for r in measured])
+    if lr:  # a larger batch's samples to target depend on its step size (Goyal et al.)
+        out["lines"].append(f"- {lr[0].upper()}{lr[1:]}.")
     return out
 
 

@@ -152,6 +152,8 @@ def lr_statement(records: list[dict[str, Any]]) -> str:
         return ""
     r = recs[0]
     lr, scaling = R.cfg(r, "train.lr"), R.cfg(r, "train.lr_scaling")
+    if not isinstance(lr, (int, float)):
+        return ""  # not recorded: nothing to state
     steps = R.metric(r, "lr_warmup_steps") or R.cfg(r, "train.warmup_steps")
     epochs = R.cfg(r, "train.warmup_epochs")
     warm = (f"{epochs:g} epoch{'s' if epochs != 1 else ''} ({steps} steps)"

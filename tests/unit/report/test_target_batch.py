@@ -11,7 +11,7 @@ def _rec(bs, seed, ttt, samples, epoch_s=10.0):
             experiment={"id": "bt", "kind": "sweep", "point": {"batch_size": bs},
                         "repeat": seed})
     r["status"] = status
-    r["config"]["train"]["target"] = "accuracy=0.9"
+    r["config"]["train"].update(target="accuracy=0.9", lr=0.05, lr_scaling="none")
     r["target"] = {"metric": "accuracy", "target": 0.9, "reached": ttt is not None,
                    "time_to_target_s": ttt, "samples_to_target": samples,
                    "curve": [{"train_wall_s": 10.0, "value": 0.5},
@@ -41,6 +41,7 @@ def test_soonest_and_fewest_samples_are_different_batch_sizes_each_with_its_inte
     assert "Never reached: batch 512 (0 of 3 runs)" in line
     few = next(ln for ln in text.splitlines() if "Fewest samples to" in ln)
     assert "batch 32" in few and "4,000 samples" in few
+    assert "- Learning rate: --lr " in text  # the step size the comparison was made at
 
 
 def test_seeds_that_do_not_separate_two_batch_sizes_give_inconclusive():
