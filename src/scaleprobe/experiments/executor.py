@@ -303,10 +303,10 @@ class SlurmProcessSet:
 
     def start(self, payload: dict[str, Any], work_dir: Path, label: str,
               env: dict[str, str] | None = None) -> SlurmPoint:
+        from scaleprobe.experiments.procs import write_payload
+
         attempt = payload["experiment"]["attempt"]
-        work_dir.mkdir(parents=True, exist_ok=True)
-        spec_path = work_dir / f"{label}-{attempt}.json"
-        spec_path.write_text(json.dumps(payload, indent=1, default=str))
+        spec_path = write_payload(payload, work_dir, label)
         results_file = work_dir / f"{label}-{attempt}.jsonl"
         job = self._executor(payload).submit(job_main, str(spec_path), str(results_file))
         point = SlurmPoint(job, attempt, Path(job.paths.stderr), time.monotonic(), payload,

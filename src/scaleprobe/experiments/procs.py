@@ -49,6 +49,14 @@ class PointProcess:
         return self.popen.poll()
 
 
+def write_payload(payload: dict[str, Any], work_dir: Path, label: str) -> Path:
+    """``WORK_DIR/<label>-<attempt>.json``: what a point runs (read by experiments/point.py)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / f"{label}-{payload['experiment']['attempt']}.json"
+    path.write_text(json.dumps(payload, indent=1, default=str))
+    return path
+
+
 class ProcessSet:
     """Every point process still running; ``stop_all()`` ends them and their children."""
 
@@ -58,9 +66,7 @@ class ProcessSet:
     def start(self, payload: dict[str, Any], work_dir: Path, label: str,
               env: dict[str, str] | None = None) -> PointProcess:
         attempt = payload["experiment"]["attempt"]
-        work_dir.mkdir(parents=True, exist_ok=True)
-        spec_path = work_dir / f"{label}-{attempt}.json"
-        spec_path.write_text(json.dumps(payload, indent=1, default=str))
+        spec_path = write_payload(payload, work_dir, label)
         log_path = work_dir / f"{label}-{attempt}.log"
         full_env = dict(os.environ)
         full_env.update(env or {})
