@@ -109,3 +109,15 @@ def test_scale_one_vs_two_processes_as_jobs(slurm_cluster, cli, out_dir):
     assert {r["batch"]["world_size"] for r in runs if r["status"] == "ok"} == {1, 2}
     assert all(r["slurm"]["state"] == "COMPLETED" for r in runs)
     assert "| 2 |" in p.stdout
+
+
+def test_a_job_slurm_refuses_is_a_one_line_error(slurm_cluster, cli, tmp_path, out_dir):
+    """GPUs asked of a cluster without any. Bug caught: submitit's traceback instead of the
+    scheduler's reason in one line (exit 2), or a point recorded as if it had run."""
+    spec = _spec(tmp_path, "gpu", "steps = [2]")
+    p = cli("sweep", spec, "--out", out_dir, "--executor", "slurm", "--gpus-per-node", 1,
+            "--no-progress", timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "scaleprobe: error: Slurm refused the job: sbatch: error:" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (out_dir / "results.jsonl").exists() or not _records(out_dir)

@@ -308,7 +308,12 @@ class SlurmProcessSet:
         attempt = payload["experiment"]["attempt"]
         spec_path = write_payload(payload, work_dir, label)
         results_file = work_dir / f"{label}-{attempt}.jsonl"
-        job = self._executor(payload).submit(job_main, str(spec_path), str(results_file))
+        try:
+            job = self._executor(payload).submit(job_main, str(spec_path), str(results_file))
+        except Exception as e:  # noqa: BLE001  (sbatch said no: the user's options, one line)
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            raise ConfigError(f"Slurm refused the job: {lines[-1] if lines else type(e).__name__}"
+                              ) from None
         point = SlurmPoint(job, attempt, Path(job.paths.stderr), time.monotonic(), payload,
                            results_file)
         self.live[point.pid] = point
