@@ -1,0 +1,69 @@
+"""A batch-size sweep run with ``--target``: which batch size reaches the target soonest and
+which needs the fewest samples (McCandlish et al. 2018: past the critical batch size a larger
+batch finishes epochs sooner and needs more samples for the same quality)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe import metrics as M
+from scaleprobe.report import fmt
+from scaleprobe.report import repeats as P
+from scaleprobe.report.batch import _claim
+
+
+def target_picks(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """With a target (``--target``): the batch size that reaches it soonest (wall clock,
+    evaluation excluded) and the one that needs the fewest samples, per group, each named
+    only when the seeds' paired intervals put it ahead of every other batch size that reached
+    the target (else "inconclusive", with the ones it is not told apart from). A larger batch
+    can shorten each epoch and still need more samples (McCandlish et al. 2018, the critical
+    batch size): the two picks differ exactly there. Batch sizes whose runs never reached
+    the target are named as such."""
+    from scaleprobe.report import target as T
+
+    out: dict[str, Any] = {"soonest": None, "fewest_samples": None, "lines": []}
+    measured = [r for r in rows if r["status"] in ("ok", "target_not_reached")
+                and T.has_target(r["record"])]
+    if not measured:
+        return out
+    what = T.target_text(measured[0]["record"])
+    groups = list(dict.fromkeys(r["group"] for r in measured))
+    for group in groups:
+        members = [{**r, **T.point_figures(r["record"])} for r in measured if r["group"] == group]
+        reached = [r for r in members if r["ttt_reached"]]
+        never = [f"batch {r['batch_size']} (0 of {r['ttt_runs']} runs)" for r in members
+                 if not r["ttt_reached"]]
+        where = f" ({group})" if group and len(groups) > 1 else ""
+        if not reached:
+            out["lines"].append(f"- {what}{where}: no batch size reached it: "
+                                + "; ".join(never) + ".")
+            continue
+        for key, label, figure, median_key, unit in (
+                ("soonest", "Soonest to", T.time_to_target_s, "ttt_median_s", "time"),
+                ("fewest_samples", "Fewest samples to", T.samples_to_target,
+                 "samples_to_target_median", "samples")):
+            best = min(reached, key=lambda r: r[median_key])
+            tied = []
+            for o in reached:
+                if o is best:
+                    continue
+                a, b, _, _ = P.paired(best["record"], o["record"], figure)
+                iv = M.ratio_interval(a, b)  # the other's figure / the best's, seed by seed
+                if iv is None or not iv.above(1.0):
+                    tied.append(f"batch {o['batch_size']} "
+                                f"({'no spread' if iv is None else iv.text()})")
+            figure_text = (fmt.seconds(best["ttt_median_s"]) if unit == "time"
+                           else f"{best['samples_to_target_median']:,.0f} samples")
+            body = (f"batch {best['batch_size']}{where}, median {figure_text} over "
+                    f"{best['ttt_reached']} of {best['ttt_runs']} runs that reached it")
+            line = "- " + _claim(f"{label} {what}", body, tied)
+            if never:
+                line += " Never reached: " + "; ".join(never) + "."
+            out["lines"].append(line)
+            if not tied and out[key] is None:
+                out[key] = best
+    lr = T.lr_statement([r["record"] for r in measured])
+    if lr:  # a larger batch's samples to target depend on its step size (Goyal et al.)
+        out["lines"].append(f"- {lr[0].upper()}{lr[1:]}.")
+    return out
