@@ -350,9 +350,12 @@ class SlurmProcessSet:
 
     def _result(self, proc: SlurmPoint) -> int:
         try:
-            return int(proc.job.result())
+            out = proc.job.result()
         except Exception:  # noqa: BLE001  (the job raised: its traceback is in the log)
             return 1
+        if isinstance(out, (list, tuple)):  # a job of several tasks: the first node's
+            out = out[0] if out else 1
+        return int(out)
 
     def _hand_over(self, proc: SlurmPoint) -> None:
         """The job's record, with the scheduler's verdict on it when the scheduler ended the
