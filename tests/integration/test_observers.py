@@ -44,7 +44,12 @@ def test_traces_and_tensorboard(out_dir):
     # own process tree; the names now tell them apart
     assert "host/cpu_util_pct" not in tags
     assert {"host/machine_cpu_util_pct", "rank/cpu_util_pct", "rank/rss_bytes"} <= set(tags)
-    assert all(0 <= e.value <= 105 for e in acc.Scalars("rank/cpu_util_pct"))  # jitter
+    # a process's CPU time moves in clock ticks (10 ms): over a 0.1 s summary interval one
+    # tick each side is 20% of a core, 100 + 20 / cores % of the machine at most
+    import os
+
+    bound = 100 + 20 / (os.cpu_count() or 1)
+    assert all(0 <= e.value <= bound for e in acc.Scalars("rank/cpu_util_pct"))
     assert all(e.value > 0 for e in acc.Scalars("perf/samples_per_s"))
 
 
