@@ -111,9 +111,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     else:
         model = task.build_model(build_model(cfg.model.name, split.num_classes, size)).to(device)
     if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
-        x, y = task.to_device(*task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])[:2],
-                              device, False)
-        init_lazy(model, x)
+        first = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])
+        init_lazy(model, task.to_device(*first[:2], device, False)[0])
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model = strategy.wrap(model)
@@ -180,7 +179,7 @@ def _set_lr(p: Parts, step: int) -> None:
     base, target = p.cfg.train.lr, p.lr_target
     if target == base:
         return
-    w = p.info.get("lr_warmup_steps") or max(1, p.cfg.train.warmup_steps)
+    w = p.info.get("lr_warmup_steps") or lr_warmup_steps(p.cfg, None)
     lr = target if step >= w else base + (target - base) * (step + 1) / w
     for g in p.optimizer.param_groups:
         g["lr"] = lr
