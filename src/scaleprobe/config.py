@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shlex
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -180,6 +181,34 @@ class MeasureConfig:
     progress: bool = option(True, "live progress bar")
 
 
+def _script_text(text: str) -> bool:
+    return text.startswith("-m ") and len(text.split()) == 2 or not text.startswith("-")
+
+
+@dataclass(frozen=True)
+class ScriptConfig:
+    path: str | None = option(None, "your own training script, run under `wrap` instead of the "
+                              "built-in loop: FILE.py or -m package.module (docs/WRAP.md)",
+                              unset="the built-in loop", text="FILE.py or -m package.module",
+                              valid=_script_text)
+    args: str | None = option(None, "the script's arguments, split as a shell splits them (in a "
+                              "TOML file also a list of strings)", unset="none")
+
+    def target(self) -> list[str]:
+        """The command line after ``wrap --``: ``[FILE.py, *args]`` or ``[-m, module, *args]``."""
+        assert self.path is not None
+        head = self.path.split() if self.path.startswith("-m ") else [self.path]
+        return head + shlex.split(self.args or "")
+
+    @staticmethod
+    def from_target(target: list[str]) -> dict[str, Any]:
+        """The keys of a ``wrap -- ...`` command line (the inverse of :meth:`target`)."""
+        n = 2 if target[0] == "-m" else 1
+        rest = target[n:]
+        return {"script.path": " ".join(target[:n]),
+                "script.args": shlex.join(rest) if rest else None}
+
+
 @dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -188,6 +217,7 @@ class RunConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    script: ScriptConfig = field(default_factory=ScriptConfig)
     out: str = option("scaleprobe-out", "results folder")
     name: str | None = option(None, "label for this run in tables", unset="model-dataset-batch, e.g. digits_cnn-digits-b64")
 
@@ -202,6 +232,8 @@ class RunConfig:
         d.pop("name", None)
         d["measure"].pop("progress", None)
         d["dist"].pop("master_port", None)  # where the ranks meet, not what they measure
+        if d["script"]["path"] is None:  # the built-in loop: keys as before scripts had a section
+            d.pop("script")
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -228,6 +260,7 @@ SECTIONS: dict[str, type] = {
     "task": TaskConfig,
     "dist": DistConfig,
     "measure": MeasureConfig,
+    "script": ScriptConfig,
 }
 TOP_LEVEL = ("out", "name")
 
@@ -241,6 +274,7 @@ def _aliases() -> dict[str, str]:
     out["task"] = "task.task"
     out["strategy"] = "dist.strategy"
     out["dataset"] = "data.dataset"
+    out["script"] = "script.path"
     return out
 
 
@@ -325,7 +359,24 @@ def flatten(d: dict[str, Any]) -> dict[str, Any]:
 
 def load_flat(path: str | Path) -> dict[str, Any]:
     """A run TOML file as checked ``{full key: value}``; errors name the file."""
-    return check_flat(flatten_in(load_toml(path), str(path)), str(path))
+    return check_flat(join_args(flatten_in(load_toml(path), str(path)), str(path)), str(path))
+
+
+def args_text(value: Any, where: str) -> Any:
+    """``args = ["--batch-size", "32"]`` (TOML) as the one string ``script.args`` keeps,
+    shell-quoted so that an argument with a space stays one; other values are left to the
+    key's own check."""
+    if not isinstance(value, list):
+        return value
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: args must be a list of strings (or one string), got "
+                          f"{show(value)}")
+    return shlex.join(value) if value else None
+
+
+def join_args(flat: dict[str, Any], where: str) -> dict[str, Any]:
+    """A flattened TOML file with a list for ``script.args`` made its text (:func:`args_text`)."""
+    return {k: args_text(v, where) if k == "script.args" else v for k, v in flat.items()}
 
 
 def flatten_in(d: dict[str, Any], where: str) -> dict[str, Any]:
@@ -392,6 +443,13 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError("give either --steps or --epochs, not both")
     if t.target is not None:
         _validate_target(cfg)
+    if cfg.script.args is not None:
+        if cfg.script.path is None:
+            raise ConfigError("script.args needs script.path (the script they are passed to)")
+        try:
+            shlex.split(cfg.script.args)
+        except ValueError as e:
+            raise ConfigError(f"script.args: {e}: {cfg.script.args!r}") from None
     if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
         what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"
                 else f"--transform {d.transform} runs in the input pipeline")

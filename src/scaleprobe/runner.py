@@ -281,7 +281,13 @@ def _mark_partial(rec: dict[str, Any], raws: list[dict[str, Any]] | None, signam
 
 
 def execute(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run ``cfg`` and return its result record (also written to disk)."""
+    """Run ``cfg`` and return its result record (also written to disk). A config with
+    ``script.path`` runs that script under ``wrap`` (a sweep over a script's own flags)."""
+    if cfg.script.path is not None:
+        from scaleprobe.wrap.driver import check_target, execute_wrap
+
+        target = cfg.script.target()
+        return execute_wrap(cfg, target, check_target(target), experiment=experiment)[0]
     from scaleprobe import env as envmod
     from scaleprobe.assemble import finalize
     from scaleprobe.interrupt import sigterm_interrupts
@@ -430,6 +436,11 @@ def _reraise_user_error(msg: str, rec: dict[str, Any], run_dir: Path, cfg: RunCo
 
 def preflight(cfg: RunConfig) -> None:
     """Cheap checks in the driver, so a typo fails in one line before any worker starts."""
+    if cfg.script.path is not None:  # the script builds its own model and data
+        from scaleprobe.wrap.driver import check_target
+
+        check_target(cfg.script.target())
+        return
     from scaleprobe.data.datasets import DATASETS, check_data_dir
 
     DATASETS.get(cfg.data.dataset)

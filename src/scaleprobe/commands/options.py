@@ -167,4 +167,13 @@ def config_from_args(args: argparse.Namespace,
     if path:
         merged.update(C.load_flat(path))
     merged.update(overrides_from_args(args))
+    if merged.get("script.path") is not None:  # the user's own script, under wrap
+        from scaleprobe.wrap.driver import SPEC_KEYS, script_defaults
+
+        for key in merged:
+            if key not in SPEC_KEYS:
+                raise ConfigError(f"{key} does not apply to a script (it builds its own model, "
+                                  f"data and training); a script takes "
+                                  f"{', '.join(sorted(SPEC_KEYS))}")
+        merged = script_defaults(merged)
     return C.build(merged)

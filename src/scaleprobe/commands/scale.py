@@ -138,13 +138,13 @@ def script_target(args: argparse.Namespace) -> list[str]:
 
 
 def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> int:
+    from scaleprobe.commands.sweep import terminate_as_interrupt
     from scaleprobe.wrap.scale import scale_script
 
-    if executor.kind != "local":
-        raise ConfigError("scale -- SCRIPT.py runs here only (--executor local)")
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
-    rows, folder, sid = scale_script(target, counts, over, args.repeats or 3, args.id)
+    terminate_as_interrupt()
+    rows, folder, sid = scale_script(target, counts, over, args.repeats, args.id, executor)
     return _write_table(folder, sid, rows)
 
 

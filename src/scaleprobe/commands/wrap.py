@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     name = check_target(target)
     overrides = {key: getattr(args, _dest(flag)) for flag, key, _o in RUN_FLAGS
                  if flag in FLAGS and hasattr(args, _dest(flag))}
-    cfg = base_config(overrides, name)
+    cfg = base_config(overrides, target)
     sys.stdout.flush()
     rec, code = execute_wrap(cfg, target, name)
     from scaleprobe.commands.summary import _console

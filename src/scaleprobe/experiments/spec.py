@@ -83,17 +83,48 @@ class SweepSpec:
 
     def base_config(self, out: str | None = None) -> C.RunConfig:
         over = dict(self.base)
+        script = next((a for a in self.axes if a.key == "script.path"), None)
+        if script is not None and "script.path" not in over:  # the base of a script axis
+            over["script.path"] = script.values[0]
         over["measure.progress"] = False
         if out is not None:
             over["out"] = out
-        return C.build(over)
+        return C.build(_complete(over))
 
     def config(self, point: Point, out: str | None = None) -> C.RunConfig:
         """The point's run configuration; unless the base names the runs, each is labelled by
         its point (``loader=naive, transform=heavy``) so tables tell the points apart."""
         label = {} if self.base.get("name") else {"name": describe(point.axes)}
-        return C.build({**self.base, **label, **point.overrides, "measure.progress": False,
-                        **({"out": out} if out is not None else {})})
+        over = {**self.base, **label, **point.overrides, "measure.progress": False,
+                **({"out": out} if out is not None else {})}
+        if point.overrides.get(ARGS_KEY) and self.base.get(ARGS_KEY):  # a point's own flags
+            over[ARGS_KEY] = f"{self.base[ARGS_KEY]} {point.overrides[ARGS_KEY]}"  # go last
+        return C.build(_complete(over))
+
+
+def _complete(flat: dict[str, Any]) -> dict[str, Any]:
+    """A point of a script (``script.path`` set) gets what ``wrap`` sets for every script."""
+    if flat.get("script.path") is None:
+        return flat
+    from scaleprobe.wrap.driver import script_defaults
+
+    return script_defaults(flat)
+
+
+ARGS_KEY = "script.args"
+
+
+def _check_script_keys(base: dict[str, Any], axes: list[Axis], where: str) -> None:
+    """A spec that runs a script takes only the options a script can take."""
+    if base.get("script.path") is None and not any(a.key == "script.path" for a in axes):
+        return
+    from scaleprobe.wrap.driver import SPEC_KEYS
+
+    for key, what in [*((k, "[base]") for k in base), *((a.key, "[grid]") for a in axes)]:
+        if key not in SPEC_KEYS:
+            raise ConfigError(f"{where}: {what} {key} does not apply to a script (it builds "
+                              "its own model, data and training); a script's spec takes "
+                              f"{', '.join(sorted(SPEC_KEYS))}")
 
 
 def _table(doc: dict[str, Any], name: str, where: str) -> dict[str, Any]:
@@ -134,6 +165,8 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
     axes: list[Axis] = []
     for key, values in C.flatten_in(grid, where).items():
         label = labels.get(key, key)
+        if key == ARGS_KEY and isinstance(values, list):
+            values = [C.args_text(v, f"{where}: grid axis '{label}'") for v in values]
         if values == "auto" and key == "train.batch_size":
             axes.append(Axis(key, label, (), auto=True))
             continue
@@ -189,8 +222,10 @@ def load_spec(spec: str | Path | dict[str, Any],
     flags) replace the base's values; they may not name a grid axis."""
     doc, where, stem = read_doc(spec, "sweep", ("[sweep]", "[base]", "[grid]"))
     opts = _sweep_options(_table(doc, "sweep", where), where)
-    base = C.check_flat(C.flatten_in(_table(doc, "base", where), where), f"{where}: [base]")
+    base = C.check_flat(C.join_args(C.flatten_in(_table(doc, "base", where), where),
+                                    f"{where}: [base]"), f"{where}: [base]")
     axes = _axes(_table(doc, "grid", where), where)
+    _check_script_keys(base, axes, where)
     for full, v in C.check_flat(overrides or {}).items():
         axis = next((a for a in axes if a.key == full), None)
         if axis is not None:
@@ -202,7 +237,7 @@ def load_spec(spec: str | Path | dict[str, Any],
             raise ConfigError(f"--repeats must be a whole number of at least 1, got {repeats!r}")
         opts["repeats"] = repeats
     sp = SweepSpec(sweep_id=opts.pop("id", stem), base=base, axes=axes, **opts)
-    C.build({**base, "measure.progress": False})  # the base alone must be valid
+    sp.base_config()  # the base alone must be valid
     return sp
 
 

@@ -24,6 +24,13 @@ from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
 # torch's samplers that walk the whole dataset in every process that holds one
 WHOLE_DATASET_SAMPLERS = {"RandomSampler", "SequentialSampler"}
 ACCURACY_REASON = "not read: the script's own evaluation is not visible to wrap"
+# run options that apply to a script (the rest: the script builds its own model and data)
+SCRIPT_KEYS = ("dist.nnodes", "dist.node_rank", "dist.rdzv_endpoint", "dist.master_port",
+               "dist.timeout_s", "train.warmup_steps", "train.steps",
+               "measure.monitor_interval_s", "measure.progress", "measure.summary_every",
+               "measure.profile_every", "out", "name")
+# and in an experiment spec: the script itself, its arguments and its process count
+SPEC_KEYS = (*SCRIPT_KEYS, "script.path", "script.args", "dist.nproc")
 
 
 def check_target(target: list[str]) -> str:
@@ -48,13 +55,26 @@ def check_target(target: list[str]) -> str:
     return path.stem
 
 
-def base_config(overrides: dict[str, Any], script_name: str) -> C.RunConfig:
-    """The run's config: the keys wrap sets (processes, warm-up, output), the script named as
-    the model; launched ranks are DDP's traits (one process per rank, shards audited)."""
-    world = int(overrides.get("dist.nproc", 1)) * int(overrides.get("dist.nnodes", 1))
-    merged = {"model.name": f"script:{script_name}", "data.dataset": "script",
-              "dist.strategy": "ddp" if world > 1 else "single", "dist.calibrate_comm": False,
-              **overrides}
+def script_name(target: list[str]) -> str:
+    """A short name for a script or module: its file's stem, or the module's last part."""
+    return target[1].rsplit(".", 1)[-1] if target[0] == "-m" else Path(target[0]).stem
+
+
+def script_defaults(flat: dict[str, Any]) -> dict[str, Any]:
+    """A script's run options (full keys, with ``script.path``) completed with what wrap sets
+    for every script: the script named as the model, its data as the script's own, and the
+    launched ranks given DDP's traits (one process per rank, shards audited)."""
+    world = int(flat.get("dist.nproc", 1)) * int(flat.get("dist.nnodes", 1))
+    name = script_name(C.ScriptConfig(flat["script.path"]).target())
+    return {"model.name": f"script:{name}", "data.dataset": "script",
+            "dist.strategy": "ddp" if world > 1 else "single", "dist.calibrate_comm": False,
+            **flat}
+
+
+def base_config(overrides: dict[str, Any], target: list[str]) -> C.RunConfig:
+    """The run's config: the keys wrap sets (processes, warm-up, output), the command line
+    as ``script.path`` and ``script.args`` (so runs of other arguments have other keys)."""
+    merged = script_defaults({**overrides, **C.ScriptConfig.from_target(target)})
     if "train.steps" in merged and not isinstance(merged["train.steps"], int):
         raise ConfigError("wrap --steps takes a number of timed steps (the script decides how "
                           "long it trains; auto is not available)")
@@ -159,8 +179,9 @@ def execute_wrap(cfg: C.RunConfig, target: list[str], name: str,
         err = e
     raws, facts = _read_ranks(run_dir)
     run_cfg = _observed_config(cfg, raws, facts) if raws else cfg
-    rec = res.new_run_record(run_cfg.to_dict(), run_id, cfg.name or f"wrap-{name}",
-                             run_cfg.key())
+    # keyed by the config asked for (the command line), not as observed: a rerun of the same
+    # command is the same point, whatever batch the script turned out to use
+    rec = res.new_run_record(run_cfg.to_dict(), run_id, cfg.name or f"wrap-{name}", cfg.key())
     rec["paths"] = {"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                     "monitor_csv": str(run_dir / "monitor.csv")}
     rec["null_reasons"]["accuracy"] = ACCURACY_REASON

@@ -1,26 +1,23 @@
 """``scaleprobe scale --nproc 1,2 -- SCRIPT.py [ARGS]``: the user's own script at each process
-count, under ``wrap``, as a scale experiment: the same records, table and verdicts as a scale
-of the built-in loop.
+count, under ``wrap``, as a scale experiment: the same spec, records, table, verdicts, resume
+and executors (``--executor slurm``) as a scale of the built-in loop, because it is one: a
+sweep over ``nproc`` whose base names the script (``script.path``, ``script.args``).
 
 Repeats are interleaved (1, 2, 1, 2, ...) so slow drift of the machine falls on every count
-alike; a point measured before (same experiment id, count and repeat, status ok) is not run
-again, so a rerun with more ``--repeats`` runs only the new ones.
+alike; a point measured before (same command line and count, status ok) is not run again, so
+a rerun with more ``--repeats`` runs only the new ones.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import config as C
-from scaleprobe import results as res
-from scaleprobe.errors import ConfigError
+from rich.console import Console
 
-# run options that apply to a script (the rest: the script builds its own model and data)
-SCRIPT_KEYS = ("dist.nnodes", "dist.node_rank", "dist.rdzv_endpoint", "dist.master_port",
-               "dist.timeout_s", "train.warmup_steps", "train.steps",
-               "measure.monitor_interval_s", "measure.progress", "out", "name")
+from scaleprobe import config as C
+from scaleprobe.errors import ConfigError
+from scaleprobe.wrap.driver import SCRIPT_KEYS
 
 
 def check_overrides(over: dict[str, Any]) -> dict[str, Any]:
@@ -36,38 +33,33 @@ def check_overrides(over: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in over.items() if k in SCRIPT_KEYS}
 
 
-def _done(results: Path, sid: str) -> set[tuple[int, int]]:
-    """(count, repeat) of the points of ``sid`` measured before (status ok)."""
-    out = set()
-    for r in res.runs(res.read_jsonl(results, warn=False)):
-        exp = r.get("experiment") or {}
-        if exp.get("id") == sid and r.get("status") == "ok":
-            n = (exp.get("point") or {}).get("nproc")
-            if isinstance(n, int):
-                out.add((n, int(exp.get("repeat") or 0)))
-    return out
-
-
-def scale_script(target: list[str], counts: list[int], over: dict[str, Any], repeats: int,
-                 sid: str | None = None) -> tuple[list[dict[str, Any]], Path, str]:
-    """Run (or resume) the script at each count, ``repeats`` times interleaved; returns the
-    scale table's rows (``report.scale``), the output folder and the experiment id."""
-    from scaleprobe.experiments.scale import scale_rows
-    from scaleprobe.wrap.driver import base_config, check_target, execute_wrap
+def script_spec(target: list[str], counts: list[int], over: dict[str, Any],
+                repeats: int | None, sid: str | None = None
+                ) -> tuple[dict[str, Any], str | None, bool]:
+    """The scale experiment of a script as a sweep spec over ``nproc`` (kind "scale"), with
+    the output folder and whether to show progress."""
+    from scaleprobe.wrap.driver import check_target
 
     name = check_target(target)
-    over = check_overrides(over)
-    out = Path(over.get("out") or C.build({}).out)
-    sid = sid or f"scale-script-{name}"
-    done = _done(out / res.RESULTS_FILE, sid)
-    todo = [(rep, n) for rep in range(repeats) for n in counts if (n, rep) not in done]
-    for i, (rep, n) in enumerate(todo, 1):
-        cfg = base_config({**over, "dist.nproc": n, "out": str(out)}, name)
-        print(f"scale {sid}: {n} process{'es' if n != 1 else ''}, repeat {rep + 1} of "
-              f"{repeats} ({i}/{len(todo)})", file=sys.stderr, flush=True)
-        rec, _code = execute_wrap(cfg, target, name, experiment={
-            "id": sid, "kind": "scale", "point": {"nproc": n}, "repeat": rep})
-        if rec.get("status") != "ok":
-            print(f"scale {sid}: {n} processes, repeat {rep + 1}: {rec.get('status')}"
-                  + (f" ({rec.get('error')})" if rec.get("error") else ""), file=sys.stderr)
-    return scale_rows(out, sid), out, sid
+    base = check_overrides(over)
+    out = base.pop("out", None)
+    progress = base.pop("measure.progress", True) is not False
+    base.update(C.ScriptConfig.from_target(target))
+    sweep: dict[str, Any] = {"id": sid or f"scale-script-{name}", "kind": "scale"}
+    if repeats is not None:
+        sweep["repeats"] = repeats
+    return {"sweep": sweep, "base": base, "grid": {"nproc": counts}}, out, progress
+
+
+def scale_script(target: list[str], counts: list[int], over: dict[str, Any],
+                 repeats: int | None, sid: str | None = None, executor: Any = None,
+                 console: Console | None = None) -> tuple[list[dict[str, Any]], Path, str]:
+    """Run (or resume) the script at each count; returns the scale table's rows
+    (``report.scale``), the output folder and the experiment id."""
+    from scaleprobe.experiments.scale import run_scale
+    from scaleprobe.experiments.sweep import sweep_out_dir
+
+    spec, out, progress = script_spec(target, counts, over, repeats, sid)
+    rows = run_scale(spec, out, progress=progress, console=console or Console(stderr=True),
+                     repeats=repeats, executor=executor)
+    return rows, sweep_out_dir(spec, out), spec["sweep"]["id"]

@@ -111,3 +111,66 @@ def test_points_are_labelled_by_their_axes_and_the_label_is_not_in_the_key():
     named = load_spec({"base": {"steps": 2, "name": "mine"}, "grid": {"loader": ["naive"]}})
     (cfg,) = [named.config(p) for p in check_points(named)]
     assert cfg.name == "mine" and cfg.key() == cfgs[0].key()  # a label measures nothing
+
+
+# --- a sweep over a user's own script (`script = ...`, `args = [...]`) ----------------------
+
+
+def script_spec(grid, base=None):
+    return {"base": {"script": "train.py", "args": ["--epochs", "1"], **(base or {})},
+            "grid": grid}
+
+
+def test_script_points_append_their_args_and_get_the_wrap_defaults():
+    """Bugs caught: a point's flags replacing the base's instead of following them, a list
+    of arguments joined so that one with a space splits in two, every point sharing one key,
+    a 2-process point not given DDP's traits (its shards not audited)."""
+    sp = load_spec(script_spec({"args": [["--batch-size", "16"], ["--name", "a b"]],
+                                "nproc": [1, 2]}))
+    pts = check_points(sp)
+    assert [p.axes for p in pts][:2] == [{"args": "--batch-size 16", "nproc": 1},
+                                         {"args": "--batch-size 16", "nproc": 2}]
+    cfgs = [sp.config(p) for p in pts]
+    assert cfgs[0].script.target() == ["train.py", "--epochs", "1", "--batch-size", "16"]
+    assert cfgs[3].script.target() == ["train.py", "--epochs", "1", "--name", "a b"]
+    assert [c.dist.strategy for c in cfgs] == ["single", "ddp", "single", "ddp"]
+    assert {c.model.name for c in cfgs} == {"script:train"} and cfgs[0].data.dataset == "script"
+    assert len({c.key() for c in cfgs}) == 4
+    assert sp.config(pts[0]).key() == load_spec(script_spec(
+        {"args": [["--batch-size", "16"], ["--name", "a b"]], "nproc": [1, 2]})
+    ).config(pts[0]).key()  # the same point in another run of the spec: resumed
+
+
+def test_script_axis_and_module_targets():
+    sp = load_spec({"base": {"args": "--epochs 1"},
+                    "grid": {"script": ["a.py", "-m pkg.train"]}})
+    cfgs = [sp.config(p) for p in check_points(sp)]
+    assert [c.script.target() for c in cfgs] == [["a.py", "--epochs", "1"],
+                                                  ["-m", "pkg.train", "--epochs", "1"]]
+    assert [c.model.name for c in cfgs] == ["script:a", "script:train"]
+
+
+@pytest.mark.parametrize("doc, needle", [
+    (script_spec({"args": ["-b 1"]}, {"model": "resnet18"}),
+     "\\[base\\] model.name does not apply to a script"),
+    (script_spec({"batch_size": [8, 16]}), "\\[grid\\] train.batch_size does not apply"),
+    (script_spec({"args": [["--lr", 1]]}), "args must be a list of strings"),
+    (script_spec({"args": ["--name 'unclosed"]}), "script.args: No closing quotation"),
+    ({"base": {"args": "--epochs 1"}, "grid": {"nproc": [1, 2]}},
+     "script.args needs script.path"),
+    (script_spec({"nproc": [1]}, {"script": "-x.py"}),
+     "script.path: expected FILE.py or -m package.module"),
+])
+def test_script_spec_errors_are_one_line(doc, needle):
+    with pytest.raises(ConfigError, match=needle) as e:
+        check_points(load_spec(doc))
+    assert "\n" not in str(e.value)
+
+
+def test_built_in_runs_keep_their_keys():
+    """The script section is left out of the key of a built-in run, so results written before
+    it existed still resume (a changed key reruns every finished point)."""
+    from scaleprobe import config as C
+
+    assert C.RunConfig().key() == "2eee2356488fb202"
+    assert C.build({"script": "t.py"}).key() != C.RunConfig().key()
