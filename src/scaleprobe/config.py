@@ -231,7 +231,8 @@ class RunConfig:
         d.pop("out", None)
         d.pop("name", None)
         d["measure"].pop("progress", None)
-        d["dist"].pop("master_port", None)  # where the ranks meet, not what they measure
+        d["dist"].pop("master_port", None)  # where the ranks meet, not what they measure,
+        d["dist"].update(rdzv_endpoint=None, node_rank=0)  # nor which host wrote the record
         if d["script"]["path"] is None:  # the built-in loop: keys as before scripts had a section
             d.pop("script")
         blob = json.dumps(d, sort_keys=True, default=str)

@@ -402,7 +402,7 @@ class RunResult(Record):
     # `scaleprobe wrap`: the user's script (target, exit_code, loader, stopped_after,
     # sampler_note); null for the built-in training loop
     script: dict[str, Any] | None = None
-    # `--executor slurm`: the point's job ({job_id, state}, state as the scheduler ended it);
+    # `--executor slurm`: the point's job ({job_id, state, nodes}, state as the scheduler ended it);
     # null for a point run here
     slurm: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -29,6 +29,12 @@ def _spec(tmp_path, sid, grid):
     return f
 
 
+def _hostname():
+    import socket
+
+    return socket.gethostname().split(".")[0]
+
+
 def _records(out, kind="run"):
     return [r for r in res.read_jsonl(out / "results.jsonl") if r["kind"] == kind]
 
@@ -92,7 +98,7 @@ def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
     (run,) = _records(out_dir)
     assert run["status"] == "interrupted", run.get("error")
     assert run["error"].startswith(f"Slurm job {job} ended CANCELLED"), run["error"]
-    assert run["slurm"] == {"job_id": job, "state": "CANCELLED"}
+    assert run["slurm"] == {"job_id": job, "state": "CANCELLED", "nodes": [_hostname()]}
     assert run["metrics"]["steps_timed"] > 0  # the job stopped as on SIGTERM, steps kept
 
 
@@ -121,3 +127,28 @@ def test_a_job_slurm_refuses_is_a_one_line_error(slurm_cluster, cli, tmp_path, o
     assert "scaleprobe: error: Slurm refused the job: sbatch: error:" in p.stderr
     assert "Traceback" not in p.stderr
     assert not (out_dir / "results.jsonl").exists() or not _records(out_dir)
+
+
+def test_scale_across_two_nodes_crosses_the_network(slurm_two_nodes, out_dir):
+    """`scale --nnodes 1,2 --executor slurm` on two Slurm nodes in network namespaces. Bugs
+    caught: a multi-node point that is not one job over both nodes (one world of 2 ranks on
+    two hosts), ranks that cannot meet (the rendezvous not on the job's first node, a name
+    that does not resolve there), node 1 writing a second record of the point, and a table
+    that does not tell 2 processes on 2 nodes from 2 on one."""
+    import sys
+
+    p = slurm_two_nodes([sys.executable, "-m", "scaleprobe", "scale", "--nproc", "1",
+                         "--nnodes", "1,2", "--model", "linear", "--loader", "naive",
+                         "--steps", 5, "--warmup-steps", 1, "--repeats", 1,
+                         "--executor", "slurm", "--out", out_dir, "--no-progress"], 500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = _records(out_dir)
+    first = {r["experiment"]["point"]["nnodes"]: r for r in reversed(runs)}
+    assert set(first) == {1, 2} and all(r["status"] == "ok" for r in runs)
+    two = first[2]
+    assert two["batch"]["world_size"] == 2 and two["env"]["nnodes"] == 2
+    assert two["config"]["dist"]["rdzv_endpoint"] == "sp-node0:29400"
+    assert first[1]["config"]["dist"]["rdzv_endpoint"] is None
+    assert two["slurm"]["nodes"] == ["sp-node0", "sp-node1"]
+    assert len(runs) == len({r["run_id"] for r in runs})  # one record per run, node 0's
+    assert "| 2 (2 nodes x 1) |" in p.stdout

@@ -34,10 +34,14 @@ DEFAULTS = {"dist.strategy": "ddp"}  # scale's own defaults, under the config's
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_options(p, defaults={k: str(v) for k, v in DEFAULTS.items()})
-    for a in p._actions:  # --nproc takes a list here
+    for a in p._actions:  # --nproc and --nnodes take lists here
         if a.dest == "opt_nproc":
-            a.help = ("process counts, comma-separated (default: "
+            a.help = ("process counts per node, comma-separated (default: "
                       f"{','.join(map(str, DEFAULT_COUNTS))})")
+            a.metavar, a.type = "N,N,...", None
+        if a.dest == "opt_nnodes":
+            a.help = ("node counts, comma-separated (default: 1); more than 1 needs "
+                      "--executor slurm: each point one job over that many nodes")
             a.metavar, a.type = "N,N,...", None
     p.add_argument("--id", help="experiment id in results (default: scale-<model>-<strategy>)")
     add_repeats_option(p)
@@ -47,19 +51,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "`wrap` at each count (docs/WRAP.md)")
 
 
-def parse_counts(text: str | None) -> list[int]:
+def parse_counts(text: str | None, flag: str = "--nproc",
+                 default: tuple[int, ...] = DEFAULT_COUNTS) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``: positive, distinct, sorted."""
     if text is None:
-        return list(DEFAULT_COUNTS)
+        return list(default)
+    what = "process" if flag == "--nproc" else "node"
     try:
         counts = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--nproc takes process counts like 1,2,4, got '{text}'") from None
+        raise ConfigError(f"{flag} takes {what} counts like 1,2,4, got '{text}'") from None
     if not counts or any(n < 1 for n in counts):
-        raise ConfigError(f"--nproc takes positive process counts like 1,2,4, got '{text}'")
+        raise ConfigError(f"{flag} takes positive {what} counts like 1,2,4, got '{text}'")
     if len(set(counts)) != len(counts):
-        raise ConfigError(f"--nproc repeats a count: '{text}'")
+        raise ConfigError(f"{flag} repeats a count: '{text}'")
     return sorted(counts)
+
+
+def node_axis(over: dict[str, Any], executor: str) -> dict[str, Any]:
+    """``--nnodes 1,2``: the grid's node axis (none for one node), and the rendezvous of the
+    multi-node points, which only the scheduler can place (``--executor slurm``)."""
+    nodes = parse_counts(over.pop("dist.nnodes", None), "--nnodes", (1,))
+    if nodes == [1]:
+        return {}
+    if executor != "slurm":
+        raise ConfigError(f"--nnodes {','.join(map(str, nodes))} runs points over several "
+                          "hosts: add --executor slurm (each point one job over that many "
+                          "nodes), or start `scaleprobe run --nnodes N --node-rank R` on each "
+                          "host yourself")
+    if over.get("dist.rdzv_endpoint"):
+        raise ConfigError("--rdzv-endpoint is chosen per job under --executor slurm (the job's "
+                          "first node); leave it out")
+    from scaleprobe.experiments.executor import FIRST_NODE
+
+    over["dist.rdzv_endpoint"] = FIRST_NODE
+    return {"nnodes": nodes}
 
 
 def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bool]:
@@ -69,6 +95,7 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
 
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
+    nodes = node_axis(over, getattr(args, "executor", None) or "local")
     base: dict[str, Any] = dict(DEFAULTS)
     if getattr(args, "config", None):
         base.update(C.load_flat(args.config))
@@ -88,7 +115,8 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
     # with --target its points are other configurations: kept apart from a plain scale's
     sid = args.id or f"scale-{Path(model).name}-{strategy}" + ("-ttt" if base.get("train.target")
                                                                else "")
-    spec = {"sweep": {"id": sid, "kind": "scale"}, "base": base, "grid": {"nproc": counts}}
+    spec = {"sweep": {"id": sid, "kind": "scale"}, "base": base,
+            "grid": {"nproc": counts, **nodes}}
     return spec, out, progress
 
 
@@ -143,8 +171,10 @@ def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> i
 
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
+    nodes = node_axis(over, executor.kind)
     terminate_as_interrupt()
-    rows, folder, sid = scale_script(target, counts, over, args.repeats, args.id, executor)
+    rows, folder, sid = scale_script(target, counts, over, args.repeats, args.id, executor,
+                                     nodes=nodes.get("nnodes"))
     return _write_table(folder, sid, rows)
 
 

@@ -31,6 +31,9 @@ from scaleprobe.errors import ConfigError
 
 EXECUTORS = ("local", "slurm")
 RDZV_PORT = 29400  # the rendezvous port on a multi-node job's first node
+# a multi-node point's endpoint before it runs: the job's first node, known once Slurm has
+# placed it (job_main puts the real one in; the config key ignores where ranks meet)
+FIRST_NODE = f"slurm-first-node:{RDZV_PORT}"
 
 # Slurm job states (squeue/scontrol) that end a job, and the status its point gets
 ENDED = {
@@ -172,16 +175,31 @@ def _partitions() -> set[str] | None:
     return {ln.strip() for ln in out.stdout.splitlines() if ln.strip()}
 
 
-def job_state(job_id: str) -> tuple[str | None, str]:
-    """(state, reason) of a job from ``scontrol show job`` (kept for MinJobAge after it
-    ends), else ``squeue``; (None, "") while unknown."""
+def _job_fields(job_id: str) -> dict[str, str] | None:
+    """``scontrol show job`` as ``{field: value}`` (kept for MinJobAge after the job ends);
+    None when scontrol does not know the job."""
     try:
         out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return None, ""
+        return None
     if out.returncode == 0 and "JobState=" in out.stdout:
-        fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+        return dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    return None
+
+
+def job_nodes(job_id: str) -> list[str] | None:
+    """The nodes the job ran on (its NodeList expanded), or None when not known."""
+    fields = _job_fields(job_id)
+    nodes = (fields or {}).get("NodeList")
+    return expand_nodelist(nodes) if nodes and nodes != "(null)" else None
+
+
+def job_state(job_id: str) -> tuple[str | None, str]:
+    """(state, reason) of a job from ``scontrol show job`` (kept for MinJobAge after it
+    ends), else ``squeue``; (None, "") while unknown."""
+    fields = _job_fields(job_id)
+    if fields is not None:
         return fields.get("JobState"), fields.get("Reason", "")
     try:
         q = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r"],
@@ -243,6 +261,12 @@ def job_main(spec_path: str, results_file: str) -> int:
         env = launcher_env(dict(os.environ))
         cfg["dist"]["node_rank"] = int(env["node_rank"])
         cfg["dist"]["rdzv_endpoint"] = env["rdzv_endpoint"]
+        if cfg["dist"]["node_rank"] > 0:  # the point's record and run folder are node 0's;
+            # another node's go aside (its run folder holds its ranks' logs)
+            os.environ["SCALEPROBE_RESULTS_FILE"] = f"{results_file}.node{env['node_rank']}"
+            cfg["out"] = str(Path(cfg["out"]) / "slurm" / f"node{env['node_rank']}")
+    elif cfg.get("dist", {}).get("rdzv_endpoint") == FIRST_NODE:  # a 1-node point of the grid
+        cfg["dist"]["rdzv_endpoint"] = None
     return run_point(payload)
 
 
@@ -375,7 +399,8 @@ class SlurmProcessSet:
             if rec.get("status") == "ok":
                 rec["status"] = ENDED[state] or "interrupted"
         rec["slurm"] = {"job_id": proc.pid,
-                        "state": proc.ended[0] if proc.ended else "COMPLETED"}
+                        "state": proc.ended[0] if proc.ended else "COMPLETED",
+                        "nodes": job_nodes(proc.pid)}
         out = Path(proc.payload["config"].get("out") or ".")
         res.append_jsonl(res.results_file(out), rec)
 

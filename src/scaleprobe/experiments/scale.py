@@ -35,13 +35,18 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
               executor=executor)
     folder, sid = sweep_out_dir(spec, out), spec["sweep"]["id"]
     rows = scale_rows(folder, sid)
-    odd = [r["nproc"] for r in rows if r.get("implausible")]
+    odd = [r for r in rows if r.get("implausible")]
     if odd:
         n = load_spec(spec, None, repeats).repeats
         con = console or Console(stderr=True)
-        con.print(f"implausible speedup at {', '.join(map(str, odd))} processes: measuring "
-                  "those points and the 1-process baseline once more", soft_wrap=True)
-        again = {**spec, "grid": {"nproc": sorted({1, *odd})}}
+        con.print(f"implausible speedup at {', '.join(str(r['nproc']) for r in odd)} "
+                  "processes: measuring those points and the 1-process baseline once more",
+                  soft_wrap=True)
+        points = [(r["record"].get("experiment") or {}).get("point") or {} for r in odd]
+        grid: dict[str, Any] = {"nproc": sorted({1, *(p.get("nproc", 1) for p in points)})}
+        if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
+            grid["nnodes"] = sorted({1, *(p.get("nnodes", 1) for p in points)})
+        again = {**spec, "grid": grid}
         run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
                   executor=executor)
         rows = scale_rows(folder, sid)

@@ -54,9 +54,10 @@ def speedups(records: list[dict[str, Any]], labels: list[str]) -> dict[int, Any]
     ``{id(record): metrics.Interval}`` for the records of ``group_repeats``."""
     if "nproc" not in labels:
         return {}
-    others = [k for k in labels if k != "nproc"]
+    others = [k for k in labels if k not in ("nproc", "nnodes")]
     base = {tuple(repr(_point(r).get(k)) for k in others): r for r in records
-            if _point(r).get("nproc") == 1 and r.get("status") == "ok"}
+            if _point(r).get("nproc") == 1 and _point(r).get("nnodes", 1) == 1
+            and r.get("status") == "ok"}
     out: dict[int, Any] = {}
     for r in records:
         b = base.get(tuple(repr(_point(r).get(k)) for k in others))
@@ -115,11 +116,17 @@ def points_table(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
     sp = speedups(records, labels)
     extra = ["speedup"] if sp else []
     rows = [[_point(r).get(k) for k in labels] + _pretty_row(r)
-            + ([_speedup_text(sp.get(id(r)), _point(r).get("nproc"))] if sp else []) for r in records]
+            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else []) for r in records]
     width = len(POINT_HEADERS) - 1 + len(extra)
     rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * width
              for s in skipped]
     return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
+
+
+def _world(rec: dict[str, Any]) -> Any:
+    """The point's processes in all (per node times nodes), for the plausibility bound."""
+    n, k = _point(rec).get("nproc"), _point(rec).get("nnodes", 1)
+    return n * k if isinstance(n, int) and isinstance(k, int) else n
 
 
 def _speedup_text(iv: Any, nproc: Any) -> str:

@@ -31,10 +31,22 @@ SCALE_HEADERS = ("Processes", "Samples/s", "Speedup", "Efficiency", "Step median
 
 
 def nproc(rec: dict[str, Any]) -> int | None:
+    """The point's processes in all: per node times nodes (``scale --nnodes 1,2``)."""
     n = R.point(rec).get("nproc")
     if isinstance(n, (int, float)):
-        return int(n)
+        return int(n) * nodes(rec)
     return R.world_size(rec)
+
+
+def nodes(rec: dict[str, Any]) -> int:
+    k = R.point(rec).get("nnodes")
+    return int(k) if isinstance(k, (int, float)) and k >= 1 else 1
+
+
+def _placement(row: dict[str, Any]) -> str:
+    """``2 nodes x 2`` for a point over several nodes, else empty."""
+    k = row.get("nodes") or 1
+    return f"{k} nodes x {row['nproc'] // k}" if k > 1 else ""
 
 
 def lost_to(rec: dict[str, Any], base: dict[str, Any] | None,
@@ -74,7 +86,7 @@ def scale_table(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list
     and ``verdict_ok`` is False so that no verdict is drawn from it."""
     rows: list[dict[str, Any]] = []
     for eid, recs in R.by_experiment(records, "scale").items():
-        recs = sorted(P.group_repeats(recs), key=lambda r: nproc(r) or 0)
+        recs = sorted(P.group_repeats(recs), key=lambda r: (nproc(r) or 0, nodes(r)))
         base = next((r for r in recs if nproc(r) == 1 and r.get("status") in MEASURED), None)
         for r in recs:
             rows.append(_row(eid, r, base, th))
@@ -94,7 +106,7 @@ def _row(eid: str, r: dict[str, Any], base: dict[str, Any] | None,
     if not M.plausible_speedup(speedup, n):
         implausible = (f"above {n} x {M.PLAUSIBLE_SPEEDUP_FACTOR:.1f}: a measuring error, most "
                        f"likely in the 1-process baseline (its spread: {_spread(base)})")
-    row = {"experiment": eid, "run": R.name(r), "record": r, "nproc": n,
+    row = {"experiment": eid, "run": R.name(r), "record": r, "nproc": n, "nodes": nodes(r),
            "status": r.get("status"), "error": r.get("error"), "samples_per_s": sps,
            "speedup": speedup, "efficiency": M.efficiency(speedup, n),
            "speedup_interval": iv, "efficiency_interval": eff_iv,
@@ -125,6 +137,8 @@ def _spread(base: dict[str, Any] | None) -> str:
 def scale_line(row: dict[str, Any]) -> str:
     n = row["nproc"]
     head = f"{n} process{'es' if n != 1 else ''}"
+    if row.get("nodes", 1) > 1:
+        head += f" on {row['nodes']} nodes"
     if row["status"] not in MEASURED:
         return f"{head}: {R.status_text(row)}"
     if row["speedup"] is None:
@@ -153,7 +167,7 @@ def _lost_text(lost: dict[str, float]) -> str:
 
 
 def scale_cells(row: dict[str, Any]) -> list[str]:
-    head = [fmt.num(row["nproc"], "d")]
+    head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else "")]
     if row["status"] not in MEASURED:
         return head + [R.status_text(row)[:80]] + ["-"] * 6
     iv = row.get("speedup_interval")

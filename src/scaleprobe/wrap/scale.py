@@ -34,7 +34,7 @@ def check_overrides(over: dict[str, Any]) -> dict[str, Any]:
 
 
 def script_spec(target: list[str], counts: list[int], over: dict[str, Any],
-                repeats: int | None, sid: str | None = None
+                repeats: int | None, sid: str | None = None, nodes: list[int] | None = None
                 ) -> tuple[dict[str, Any], str | None, bool]:
     """The scale experiment of a script as a sweep spec over ``nproc`` (kind "scale"), with
     the output folder and whether to show progress."""
@@ -48,18 +48,20 @@ def script_spec(target: list[str], counts: list[int], over: dict[str, Any],
     sweep: dict[str, Any] = {"id": sid or f"scale-script-{name}", "kind": "scale"}
     if repeats is not None:
         sweep["repeats"] = repeats
-    return {"sweep": sweep, "base": base, "grid": {"nproc": counts}}, out, progress
+    grid: dict[str, Any] = {"nproc": counts, **({"nnodes": nodes} if nodes else {})}
+    return {"sweep": sweep, "base": base, "grid": grid}, out, progress
 
 
 def scale_script(target: list[str], counts: list[int], over: dict[str, Any],
                  repeats: int | None, sid: str | None = None, executor: Any = None,
-                 console: Console | None = None) -> tuple[list[dict[str, Any]], Path, str]:
+                 console: Console | None = None, nodes: list[int] | None = None
+                 ) -> tuple[list[dict[str, Any]], Path, str]:
     """Run (or resume) the script at each count; returns the scale table's rows
     (``report.scale``), the output folder and the experiment id."""
     from scaleprobe.experiments.scale import run_scale
     from scaleprobe.experiments.sweep import sweep_out_dir
 
-    spec, out, progress = script_spec(target, counts, over, repeats, sid)
+    spec, out, progress = script_spec(target, counts, over, repeats, sid, nodes)
     rows = run_scale(spec, out, progress=progress, console=console or Console(stderr=True),
                      repeats=repeats, executor=executor)
     return rows, sweep_out_dir(spec, out), spec["sweep"]["id"]

@@ -4,14 +4,18 @@ repeat each, nothing else runs again."""
 from scaleprobe.experiments import scale as X
 
 
+def row(nproc, implausible=None, nnodes=None):
+    point = {"nproc": nproc, **({"nnodes": nnodes} if nnodes else {})}
+    return {"nproc": nproc * (nnodes or 1), "implausible": implausible,
+            "record": {"experiment": {"point": point}}}
+
+
 def test_implausible_point_is_measured_once_more(monkeypatch, tmp_path):
     """Catches a scale that prints an impossible speedup without a second look, or one that
     re-measures forever."""
     calls = []
-    tables = [[{"nproc": 1, "implausible": None}, {"nproc": 2, "implausible": None},
-               {"nproc": 4, "implausible": "above 4 x 1.1"}],
-              [{"nproc": 1, "implausible": None}, {"nproc": 2, "implausible": None},
-               {"nproc": 4, "implausible": "above 4 x 1.1"}]]
+    tables = [[row(1), row(2), row(4, "above 4 x 1.1")],
+              [row(1), row(2), row(4, "above 4 x 1.1")]]
     monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
                         lambda spec, out, **kw: calls.append((spec["grid"], kw["repeats"])))
     monkeypatch.setattr(X, "scale_rows", lambda folder, sid: tables.pop(0))
@@ -32,3 +36,18 @@ def test_plausible_points_are_not_measured_again(monkeypatch, tmp_path):
             "grid": {"nproc": [1, 2]}}
     X.run_scale(spec, str(tmp_path), progress=False, repeats=2)
     assert calls == [{"nproc": [1, 2]}]
+
+
+def test_an_implausible_point_over_nodes_is_measured_by_its_own_axes(monkeypatch, tmp_path):
+    """``scale --nnodes 1,2``: the point 2 nodes x 2 processes is re-measured as such (nproc 2,
+    nnodes 2), not as a 4-process point on one node, which the grid never had."""
+    calls = []
+    tables = [[row(1, nnodes=1), row(2, nnodes=2, implausible="above 4 x 1.1")],
+              [row(1, nnodes=1), row(2, nnodes=2)]]
+    monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
+                        lambda spec, out, **kw: calls.append((spec["grid"], kw["repeats"])))
+    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: tables.pop(0))
+    spec = {"sweep": {"id": "s", "kind": "scale", "repeats": 1}, "base": {"model": "linear"},
+            "grid": {"nproc": [1, 2], "nnodes": [1, 2]}}
+    X.run_scale(spec, str(tmp_path), progress=False)
+    assert calls[1] == ({"nproc": [1, 2], "nnodes": [1, 2]}, 2)
