@@ -117,3 +117,64 @@ def test_the_jobs_own_record_is_handed_over_once_with_the_schedulers_verdict(tmp
     rec = json.loads(lines[0])
     assert rec["run_id"] == "r1" and rec["status"] == "interrupted"
     assert rec["error"] == "Slurm job 42 ended CANCELLED; interrupted by SIGTERM"
+
+
+def _scale_args(*argv):
+    from scaleprobe.commands import scale as S
+
+    p = argparse.ArgumentParser()
+    p.add_argument("config", nargs="?")
+    S.add_arguments(p)
+    return S, p.parse_args([str(a) for a in argv])
+
+
+def test_scale_over_nodes_is_a_grid_of_nodes_with_the_rendezvous_left_to_slurm():
+    """Bugs caught: `--nnodes 1,2` taken as one count (or refused as not a number), the
+    multi-node points given no rendezvous (their config invalid before anything runs), the
+    1-node points sent to the placeholder host instead of their own 127.0.0.1."""
+    S, args = _scale_args("--nproc", "1,2", "--nnodes", "2,1", "--executor", "slurm")
+    spec, _out, _progress = S.build_spec(args)
+    assert spec["grid"] == {"nproc": [1, 2], "nnodes": [1, 2]}
+    assert spec["base"]["dist.rdzv_endpoint"] == X.FIRST_NODE
+    from scaleprobe.experiments.spec import check_points, load_spec
+
+    sp = load_spec(spec)
+    worlds = sorted(sp.config(p).world_size for p in check_points(sp))
+    assert worlds == [1, 2, 2, 4]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--nnodes", "1,2"), "add --executor slurm"),
+    (("--nnodes", "2", "--executor", "slurm", "--rdzv-endpoint", "h:1"),
+     "--rdzv-endpoint is chosen per job"),
+    (("--nnodes", "0,1", "--executor", "slurm"), "--nnodes takes positive node counts"),
+])
+def test_scale_over_nodes_refuses_what_cannot_run(argv, words):
+    S, args = _scale_args(*argv)
+    with pytest.raises(ConfigError, match=words):
+        S.build_spec(args)
+
+
+def test_a_one_node_point_of_a_node_grid_drops_the_placeholder(tmp_path, monkeypatch):
+    """Inside the job: a 1-node point meets on 127.0.0.1, a node other than 0 writes its
+    record aside (the point's record is node 0's)."""
+    seen = []
+    monkeypatch.setenv("SCALEPROBE_RESULTS_FILE", "")  # job_main sets it: restored after
+    monkeypatch.setattr("scaleprobe.experiments.point.run_point",
+                        lambda payload: seen.append(payload["config"]["dist"]) or 0)
+    spec = tmp_path / "p.json"
+    spec.write_text(json.dumps({"config": {"dist": {"nnodes": 1,
+                                                    "rdzv_endpoint": X.FIRST_NODE}}}))
+    X.job_main(str(spec), str(tmp_path / "r.jsonl"))
+    assert seen[-1]["rdzv_endpoint"] is None
+    monkeypatch.setattr(X, "expand_nodelist", lambda text: ["n0", "n1"])
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[0-1]")
+    spec.write_text(json.dumps({"config": {"out": str(tmp_path), "dist": {
+        "nnodes": 2, "rdzv_endpoint": X.FIRST_NODE}}}))
+    X.job_main(str(spec), str(tmp_path / "r.jsonl"))
+    assert seen[-1]["rdzv_endpoint"] == f"n0:{X.RDZV_PORT}" and seen[-1]["node_rank"] == 1
+    import os
+
+    assert os.environ["SCALEPROBE_RESULTS_FILE"] == str(tmp_path / "r.jsonl") + ".node1"
