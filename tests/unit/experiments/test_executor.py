@@ -92,16 +92,18 @@ def _point(tmp_path, own_record=None):
 @pytest.mark.parametrize("state, status", [("TIMEOUT", "interrupted"), ("NODE_FAIL", "failed"),
                                            ("PREEMPTED", "interrupted"), ("OUT_OF_MEMORY", "oom")])
 def test_a_job_the_scheduler_ended_before_it_recorded_is_recorded_with_the_reason(
-        tmp_path, state, status):
+        tmp_path, state, status, monkeypatch):
     """Bug caught: a timed-out or node-failed job leaving no record (the point lost, or
-    recorded ok from a stale line), or recorded without the scheduler's verdict."""
+    recorded ok from a stale line), or recorded without the scheduler's verdict and the
+    nodes it ran on."""
+    monkeypatch.setattr(X, "job_nodes", lambda job_id: ["gpu07"] if job_id == "42" else None)
     p = _point(tmp_path)
     p.ended = (state, "some reason")
     X.SlurmProcessSet._hand_over(None, p)  # type: ignore[arg-type]
     (rec,) = res.read_jsonl(tmp_path / "out" / "results.jsonl")
     assert rec["status"] == status
     assert rec["error"] == f"Slurm job 42 ended {state} (some reason)"
-    assert rec["slurm"] == {"job_id": "42", "state": state}
+    assert rec["slurm"] == {"job_id": "42", "state": state, "nodes": ["gpu07"]}
     assert rec["experiment"]["attempt"] == "a1"
 
 
