@@ -152,3 +152,25 @@ def test_scale_across_two_nodes_crosses_the_network(slurm_two_nodes, out_dir):
     assert two["slurm"]["nodes"] == ["sp-node0", "sp-node1"]
     assert len(runs) == len({r["run_id"] for r in runs})  # one record per run, node 0's
     assert "| 2 (2 nodes x 1) |" in p.stdout
+
+
+def test_comm_across_two_nodes_as_one_job_feeds_predict(slurm_two_nodes, out_dir):
+    """`comm --nnodes 2 --executor slurm`, then `predict --nnodes 2 --link results.jsonl`.
+    Bugs caught: the benchmark run on the login node instead of across the job's nodes, the
+    record written by a job instead of the submitter, or lost; predict taking the link from a
+    measurement within one host."""
+    import sys
+
+    p = slurm_two_nodes([sys.executable, "-m", "scaleprobe", "comm", "--nproc", 1, "--nnodes",
+                         2, "--ops", "all_reduce", "--sizes", "1K,1M,8M", "--iters", 3,
+                         "--executor", "slurm", "--out", out_dir], 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (rec,) = [r for r in res.read_jsonl(out_dir / "results.jsonl") if r["kind"] == "comm"]
+    assert rec["world_size"] == 2 and rec["nnodes"] == 2
+    assert rec["slurm"]["nodes"] == ["sp-node0", "sp-node1"]
+    assert rec["fit"]["all_reduce"]["beta_s_per_byte"] > 0
+    pred = slurm_two_nodes([sys.executable, "-m", "scaleprobe", "predict", "--params", 1e6,
+                            "--nproc", 1, "--nnodes", 2, "--compute-time", 0.1, "--link",
+                            out_dir / "results.jsonl"], 120)
+    assert pred.returncode == 0, pred.stderr[-2000:]
+    assert "measured (gloo, 2 ranks on 2 nodes)" in " ".join(pred.stdout.split())

@@ -75,10 +75,17 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     alpha_hop_s = float(fit.get("alpha_s") or 0.0) / (2 * (world - 1))
     where = source or "comm record"
     backend = rec.get("backend", "?")
-    return Link(f"measured ({backend}, {world} ranks)", gbit, alpha_hop_s, f"measured: {where}")
+    nodes = int(rec.get("nnodes") or 1)
+    across = f" on {nodes} nodes" if nodes > 1 else ""
+    return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
+                f"measured: {where}")
 
 
-def _from_path(path: Path) -> Link:
+def _from_path(path: Path, nnodes: int = 1) -> Link:
+    """The latest comm record of ``path`` that crossed the same kind of link as the
+    prediction: between nodes for ``nnodes > 1`` (a record of several nodes, e.g. from
+    ``comm --nnodes 2 --executor slurm``), within one host otherwise. A record of the other
+    kind is used only when there is no other, and the link's source says so."""
     from scaleprobe.results import find_results
 
     try:
@@ -87,7 +94,14 @@ def _from_path(path: Path) -> Link:
         raise ConfigError(f"cannot read comm results {path}: {e}") from None
     if not recs:
         raise ConfigError(f"no comm results in {path}; run `scaleprobe comm --out DIR` first")
-    return link_from_comm(recs[-1], str(path))
+    across = nnodes > 1
+    same = [r for r in recs if (int(r.get("nnodes") or 1) > 1) == across]
+    link = link_from_comm((same or recs)[-1], str(path))
+    if not same:
+        what = ("measured within one host: the network between nodes was not crossed" if across
+                else "measured across nodes, for a prediction within one host")
+        link = Link(link.name, link.bandwidth_gbit_s, link.alpha_s, f"{link.source} ({what})")
+    return link
 
 
 def parse_rate(text: str) -> Link | None:
@@ -119,7 +133,7 @@ def resolve_link(spec: Any = None, nnodes: int = 1) -> Link:
         return rate
     path = Path(text).expanduser()
     if path.exists():
-        return _from_path(path)
+        return _from_path(path, nnodes)
     from scaleprobe.registry import suggest
 
     near = suggest(text.lower(), list(PRESETS))

@@ -48,9 +48,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nnodes", type=int, default=1, help="hosts")
     p.add_argument("--node-rank", type=int, default=0, help="this host's index (0 = rendezvous)")
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of host 0 (several hosts)")
+    from scaleprobe.experiments.executor import add_executor_options
+
+    add_executor_options(p)
+    for a in p._actions:
+        if a.dest == "executor":
+            a.help = ("local: the ranks here (default); slurm: one Slurm job of --nnodes nodes, "
+                      "so the fit is the cluster's own network (docs/CLUSTER.md)")
 
 
-def _validate(args: argparse.Namespace) -> None:
+def _validate(args: argparse.Namespace, slurm: bool = False) -> None:
+    if slurm and (args.rdzv_endpoint or args.node_rank):
+        raise ConfigError("--executor slurm places the hosts itself (one job of --nnodes "
+                          "nodes): leave out --rdzv-endpoint and --node-rank")
     if args.nproc < 1 or args.nnodes < 1:
         raise ConfigError("--nproc and --nnodes must be at least 1")
     if args.nproc * args.nnodes < 2:
@@ -59,8 +69,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise ConfigError("--iters must be at least 1 and --warmup at least 0")
     if not 0 <= args.node_rank < args.nnodes:
         raise ConfigError(f"--node-rank {args.node_rank} is outside 0..{args.nnodes - 1}")
-    if args.nnodes > 1 and not args.rdzv_endpoint:
-        raise ConfigError("several hosts need --rdzv-endpoint HOST:PORT")
+    if args.nnodes > 1 and not args.rdzv_endpoint and not slurm:
+        raise ConfigError("several hosts need --rdzv-endpoint HOST:PORT (or --executor slurm)")
     if args.timeout <= 0:
         raise ConfigError("--timeout must be positive")
 
@@ -133,13 +143,31 @@ def _time(v: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from scaleprobe.experiments.executor import from_args
+    from scaleprobe.results import RESULTS_FILE, append_jsonl
+
+    executor = from_args(args)
+    _validate(args, slurm=executor.kind == "slurm")
+    if executor.kind == "slurm":
+        rec = _measure_as_job(args, executor)
+    else:
+        rec = measure(args)
+    print_tables(rec)
+    if args.node_rank == 0:
+        path = Path(args.out) / RESULTS_FILE
+        append_jsonl(path, rec)
+        print(f"appended to {path}")
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The benchmark on this host's ranks (with the other hosts' when --nnodes > 1): the
+    ``kind: "comm"`` record."""
     from torch.distributed import DistError
 
     from scaleprobe.comm.bench import bench_worker, parse_ops, parse_sizes
     from scaleprobe.launch import WorkerFailure, run_workers
-    from scaleprobe.results import RESULTS_FILE, append_jsonl
 
-    _validate(args)
     ops, sizes = parse_ops(args.ops), parse_sizes(args.sizes)
     world = args.nproc * args.nnodes
     backend = args.backend or _default_backend()
@@ -155,13 +183,43 @@ def run(args: argparse.Namespace) -> int:
         line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise BenchmarkFailed(f"communication benchmark failed: {line[:300]}") from None
     rows = results[min(results)]
-    rec = make_record(rows, args, world, backend)
-    print_tables(rec)
-    if args.node_rank == 0:
-        path = Path(args.out) / RESULTS_FILE
-        append_jsonl(path, rec)
-        print(f"appended to {path}")
-    return 0
+    return make_record(rows, args, world, backend)
+
+
+JOB_ARGS = ("nproc", "ops", "sizes", "iters", "warmup", "backend", "timeout", "out", "nnodes")
+
+
+def comm_job(given: dict[str, Any]) -> dict[str, Any] | None:
+    """What the Slurm job runs, on each of its nodes: the benchmark with this node's rank and
+    the rendezvous on the job's first node; node 0 returns the record."""
+    import os
+
+    from scaleprobe.experiments.executor import launcher_env
+
+    args = argparse.Namespace(**given, node_rank=0, rdzv_endpoint=None)
+    if args.nnodes > 1:
+        env = launcher_env(dict(os.environ))
+        args.node_rank, args.rdzv_endpoint = int(env["node_rank"]), env["rdzv_endpoint"]
+    rec = measure(args)
+    return rec if args.node_rank == 0 else None
+
+
+def _measure_as_job(args: argparse.Namespace, executor: Any) -> dict[str, Any]:
+    """One Slurm job of --nnodes nodes runs the benchmark; the record comes back here (this
+    process writes results.jsonl), with the job and the nodes it ran on."""
+    from scaleprobe.experiments.executor import SlurmProcessSet, job_nodes
+
+    folder = Path(args.out) / "slurm"
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = SlurmProcessSet(executor.slurm, folder)
+    print(f"comm: submitting one Slurm job of {args.nnodes} node(s) x {args.nproc} "
+          "process(es)", flush=True)
+    rec, job_id = jobs.call(comm_job, {k: getattr(args, k) for k in JOB_ARGS},
+                            nnodes=args.nnodes, nproc=args.nproc)
+    if not isinstance(rec, dict):
+        raise BenchmarkFailed(f"Slurm job {job_id} returned no comm record")
+    rec["slurm"] = {"job_id": job_id, "state": "COMPLETED", "nodes": job_nodes(job_id)}
+    return rec
 
 
 def _default_backend() -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.errors import ConfigError, ScaleprobeError
 
 EXECUTORS = ("local", "slurm")
 RDZV_PORT = 29400  # the rendezvous port on a multi-node job's first node
@@ -43,6 +43,12 @@ ENDED = {
     "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "oom",
     "REVOKED": "failed",
 }
+
+
+class JobFailed(ScaleprobeError):
+    """A job the scheduler ended, or whose function raised: one line, exit code 1."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -305,10 +311,10 @@ class SlurmProcessSet:
         self._submitit = submitit
 
     def _executor(self, payload: dict[str, Any]) -> Any:
-        cfg = payload["config"]
-        dist = cfg.get("dist", {})
-        nnodes = int(dist.get("nnodes") or 1)
-        nproc = int(dist.get("nproc") or 1)
+        dist = payload["config"].get("dist", {})
+        return self._executor_for(int(dist.get("nnodes") or 1), int(dist.get("nproc") or 1))
+
+    def _executor_for(self, nnodes: int, nproc: int) -> Any:
         ex = self._submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster="slurm")
         params: dict[str, Any] = {"timeout_min": self.opts.time_min, "nodes": nnodes,
                                   "tasks_per_node": 1,
@@ -373,8 +379,9 @@ class SlurmProcessSet:
         return rc
 
     def _result(self, proc: SlurmPoint) -> int:
-        try:
-            out = proc.job.result()
+        nnodes = int(proc.payload["config"].get("dist", {}).get("nnodes") or 1)
+        try:  # a job of several tasks (nodes) has one result per task
+            out = proc.job.results() if nnodes > 1 else proc.job.result()
         except Exception:  # noqa: BLE001  (the job raised: its traceback is in the log)
             return 1
         if isinstance(out, (list, tuple)):  # a job of several tasks: the first node's
@@ -406,6 +413,36 @@ class SlurmProcessSet:
 
     def finished(self, proc: SlurmPoint) -> None:
         self.live.pop(proc.pid, None)
+
+    def call(self, fn: Any, *args: Any, nnodes: int = 1, nproc: int = 1,
+             poll_s: float | None = None) -> tuple[Any, str]:
+        """``fn(*args)`` as one job of ``nnodes`` tasks (one per node), waited for: the first
+        task's return value and the job's id. A job the scheduler ends, or whose function
+        raises, is a one-line ``JobFailed``; Ctrl+C cancels the job."""
+        try:
+            job = self._executor_for(nnodes, nproc).submit(fn, *args)
+        except Exception as e:  # noqa: BLE001  (sbatch said no: the user's options, one line)
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            raise ConfigError(f"Slurm refused the job: {lines[-1] if lines else type(e).__name__}"
+                              ) from None
+        job_id = str(job.job_id)
+        try:
+            while not _returned(job):
+                state, reason = job_state(job_id)
+                base = _base(state)
+                if base in ENDED and base != "COMPLETED":
+                    raise JobFailed(_ended_text(job_id, base, reason))
+                time.sleep(poll_s if poll_s is not None else self.POLL_S)
+        except KeyboardInterrupt:
+            subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
+            raise
+        try:
+            out = job.results() if nnodes > 1 else job.result()
+        except Exception as e:  # noqa: BLE001  (the function raised in the job: its last line)
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            raise JobFailed(f"Slurm job {job_id} failed: {lines[-1] if lines else e!r}; its "
+                            f"log: {job.paths.stderr}") from None
+        return (out[0] if isinstance(out, (list, tuple)) and out else out), job_id
 
     def stop_all(self, grace_s: float | None = None) -> None:
         """Cancel every job this process submitted (Ctrl+C); each becomes an interrupted

@@ -63,6 +63,9 @@ def test_predict_table(capsys):
     (["comm", "--sizes", "1Q"], "cannot read message size"),
     (["comm", "--ops", "allgather"], "did you mean all_gather"),
     (["comm", "--nnodes", "2", "--nproc", "1"], "rdzv-endpoint"),
+    (["comm", "--nnodes", "2", "--executor", "slurm", "--rdzv-endpoint", "h:1"],
+     "--executor slurm places the hosts itself"),
+    (["comm", "--partition", "gpu"], "--partition is a Slurm option"),
 ])
 def test_user_mistakes_are_one_line(argv, msg, capsys):
     assert main(argv) == 2

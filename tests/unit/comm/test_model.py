@@ -121,3 +121,29 @@ def test_link_from_results_file(tmp_path):
     link = resolve_link(str(path))
     assert link.bandwidth_gbit_s == pytest.approx(8.0) and link.alpha_s == pytest.approx(2e-4)
     assert resolve_link(str(tmp_path)).bandwidth_gbit_s == pytest.approx(8.0)
+
+
+def test_a_prediction_across_nodes_uses_the_comm_results_measured_across_nodes(tmp_path):
+    """A results file with a loopback measurement (1 node) after a cluster one (2 nodes, e.g.
+    `comm --nnodes 2 --executor slurm`). Bugs caught: a 2-node prediction from the loopback
+    fit (the latest record, 10x too fast a network), a 1-host prediction from the cluster's,
+    and a fallback to the other kind that does not say so."""
+    from scaleprobe.results import append_jsonl
+
+    path = tmp_path / "results.jsonl"
+    fit = {"all_reduce": {"alpha_s": 4e-4, "beta_s_per_byte": 1e-8}}  # 0.8 Gbit/s
+    append_jsonl(path, {"kind": "comm", "world_size": 2, "nnodes": 2, "backend": "gloo",
+                        "fit": fit})
+    append_jsonl(path, {"kind": "comm", "world_size": 2, "nnodes": 1, "backend": "gloo",
+                        "fit": {"all_reduce": {"alpha_s": 4e-5, "beta_s_per_byte": 1e-9}}})
+    across = resolve_link(str(path), nnodes=2)
+    assert across.bandwidth_gbit_s == pytest.approx(0.8)
+    assert across.name == "measured (gloo, 2 ranks on 2 nodes)"
+    assert "not crossed" not in across.source
+    assert resolve_link(str(path), nnodes=1).bandwidth_gbit_s == pytest.approx(8.0)
+
+    only_local = tmp_path / "local.jsonl"
+    append_jsonl(only_local, {"kind": "comm", "world_size": 2, "nnodes": 1, "backend": "gloo",
+                              "fit": fit})
+    link = resolve_link(str(only_local), nnodes=2)
+    assert "the network between nodes was not crossed" in link.source
