@@ -180,8 +180,10 @@ def main(argv: list[str]) -> int:
 
     baseline = _rss_bytes()
     beat = Heartbeat(run_dir, rank).start()
-    rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install()
-    rec.observers = _observers(settings, run_dir, rank)
+    observers = _observers(settings, run_dir, rank)
+    rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install(
+        loss=bool(observers))
+    rec.observers = observers
     code, facts = 0, {}
     try:
         _run_target(target)

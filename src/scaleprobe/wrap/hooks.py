@@ -8,7 +8,10 @@ is cut, on ``perf_counter``, into phases that add up to it exactly:
     data       time inside the DataLoader: ``iter(loader)`` (worker start-up at an epoch) and
                its iterator's ``__next__``
     forward    time inside calls of outermost modules (``register_module_forward_pre_hook`` /
-               ``register_module_forward_hook``, depth 0 -> 0): the model, and a loss module
+               ``register_module_forward_hook``, depth 0 -> 0): the model, and a loss module;
+               once a step has called no outermost module not seen before (and the warm-up
+               is over), the global hooks give way to hooks on those modules alone, so the
+               modules inside them run PyTorch's hook-free fast path
     optimizer  ``optimizer.step()`` (every optimizer's, when a script has several)
     h2d        the rest before the step's first forward: copies to the device, ``zero_grad``,
                the script's own per-batch work
@@ -44,7 +47,8 @@ class Epoch:
         got = self.dispatched[:self.consumed]
         if any(b is None for b in got):
             return None
-        return [i for b in got for i in b or []]
+        out = [i for b in got for i in b or []]
+        return out if all(isinstance(i, int) for i in out) else None  # numpy ints: not seen
 
 
 @dataclass
@@ -66,10 +70,12 @@ class LoaderLog:
 
 
 def _ints(idx: Any) -> list[int] | None:
+    """A batch's indices as handed out (a list or tuple kept as a list: checked to be whole
+    numbers once, in ``Epoch.indices``, not on every batch), an int as a list of one."""
+    if isinstance(idx, (list, tuple)):
+        return list(idx)
     if isinstance(idx, int):
         return [idx]
-    if isinstance(idx, (list, tuple)) and all(isinstance(i, int) for i in idx):
-        return list(idx)
     return None
 
 
@@ -119,6 +125,9 @@ class Recorder:
         self._pending_loader: Any = None  # the loader whose iterator is being made
         self._step_samples = 0
         self._handles: list[Any] = []
+        self._global: list[Any] = []  # the global module hooks, until the outermost are known
+        self._top: dict[int, Any] = {}  # the outermost modules seen, by id
+        self._new_top = False  # this step called an outermost module not seen before
         self.observers: list[Any] = []  # --summary-every / --profile-every (measure/observers)
         self.last_loss: Any = None  # the last scalar a backward() started from
 
@@ -141,6 +150,9 @@ class Recorder:
             self._fwd_t0 = t
             if id(module) not in self.top_params:
                 self.top_params[id(module)] = sum(p.numel() for p in module.parameters())
+            if self._global and id(module) not in self._top:
+                self._top[id(module)] = module
+                self._new_top = True
         self._depth += 1
 
     def fwd_post(self, _module: Any, _args: Any, _out: Any) -> None:
@@ -184,12 +196,30 @@ class Recorder:
         self.samples.append(self._step_samples)
         self.walls.append(time.time())
         self._events, self._start, self._step_samples = [], t, 0
+        if self._global:
+            self._narrow()
         if self.beat is not None:
             self.beat.step_done(len(self.step_times))
         if self.observers:
             self._observe()
         if self.stop_after is not None and len(self.step_times) - self.warmup >= self.stop_after:
             raise StopScript()
+
+    def _narrow(self) -> None:
+        """After a step that called only outermost modules seen before (and no sooner than
+        the end of the warm-up): hooks on those modules replace the global ones, which made
+        every submodule call take PyTorch's slow path. A script that makes a new outermost
+        module every step (``nn.CrossEntropyLoss()(out, y)``) keeps the global hooks."""
+        new, self._new_top = self._new_top, False
+        if new or not self._top or len(self.step_times) < max(2, self.warmup):
+            return
+        for h in self._global:
+            h.remove()
+        self._handles = [h for h in self._handles if h not in self._global]
+        self._global = []
+        for m in self._top.values():
+            self._handles += [m.register_forward_pre_hook(self.fwd_pre),
+                              m.register_forward_hook(self.fwd_post)]
 
     def _observe(self) -> None:
         """TensorBoard summaries and profiler captures, as in `run`: they see the step count,
@@ -250,17 +280,20 @@ class Recorder:
             ep.complete = True
 
     # --- installing -------------------------------------------------------------------------
-    def install(self) -> Recorder:
+    def install(self, loss: bool = True) -> Recorder:
+        """The hooks; ``loss``: also keep the scalar each ``backward()`` starts from (only the
+        observers read it: without --summary-every the patch is left out, and its cost)."""
         import torch.nn.modules.module as mm
         import torch.optim.optimizer as oo
         from torch.utils.data import dataloader as dl
 
-        self._handles = [mm.register_module_forward_pre_hook(self.fwd_pre),
-                         mm.register_module_forward_hook(self.fwd_post),
-                         oo.register_optimizer_step_pre_hook(self.opt_pre),
+        self._global = [mm.register_module_forward_pre_hook(self.fwd_pre),
+                        mm.register_module_forward_hook(self.fwd_post)]
+        self._handles = [*self._global, oo.register_optimizer_step_pre_hook(self.opt_pre),
                          oo.register_optimizer_step_post_hook(self.opt_post)]
         _patch_loader(dl, self)
-        _patch_backward(self)
+        if loss:
+            _patch_backward(self)
         return self
 
     def train_loader(self) -> LoaderLog | None:

@@ -1,0 +1,88 @@
+"""The hooks `wrap` installs, in this process: steps and phases from a small training loop,
+and the narrowing of the global module hooks to the outermost modules once they are known."""
+
+import time
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from scaleprobe.wrap import hooks as H
+
+
+@pytest.fixture
+def recorder():
+    """A Recorder installed for one test, everything it patched put back afterwards."""
+    from torch.utils.data import dataloader as dl
+
+    saved = (dl._BaseDataLoaderIter.__next__, dl._BaseDataLoaderIter._next_index,
+             dl.DataLoader.__iter__, torch.Tensor.backward)
+    made = []
+
+    def make(warmup):
+        rec = H.Recorder(warmup).install()
+        made.append(rec)
+        return rec
+
+    yield make
+    for rec in made:
+        for h in rec._handles:
+            h.remove()
+    (dl._BaseDataLoaderIter.__next__, dl._BaseDataLoaderIter._next_index,
+     dl.DataLoader.__iter__, torch.Tensor.backward) = saved
+
+
+class Slow(nn.Module):
+    """A module whose forward takes a known time (so forward is seen where it is)."""
+
+    def __init__(self, inner: nn.Module, seconds: float) -> None:
+        super().__init__()
+        self.inner, self.seconds = inner, seconds
+
+    def forward(self, x):
+        time.sleep(self.seconds)
+        return self.inner(x)
+
+
+def _train(steps, model, loss_of, opt=None, batch=8):
+    """``steps`` optimizer steps of one loop; returns its optimizer (pass it on to go on)."""
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(steps * batch, 4), torch.randint(0, 3, (steps * batch,)))
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.1)
+    for xb, yb in DataLoader(data, batch_size=batch):
+        opt.zero_grad()
+        loss_of(model(xb), yb).backward()
+        opt.step()
+    return opt
+
+
+def test_global_module_hooks_give_way_to_the_outermost_modules_after_the_warmup(recorder):
+    """Bugs caught: every submodule call kept on PyTorch's slow path for the whole run (global
+    hooks never removed; they cost 33 us a step of a 2.3 ms MLP step, benchmarks/wrap_hooks.py),
+    narrowing before the warm-up ends, and the forward phase lost once narrowed (the
+    outermost modules not hooked in their place)."""
+    rec = recorder(warmup=3)
+    inner = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    model = Slow(inner, 0.005)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = _train(2, model, loss_fn)
+    assert len(rec._global) == 2  # 2 steps: still finding the outermost modules
+    _train(6, model, loss_fn, opt)
+    assert rec._global == [] and set(rec._top) == {id(model), id(loss_fn)}
+    assert len(model._forward_pre_hooks) == 1 and len(loss_fn._forward_hooks) == 1
+    assert not inner[0]._forward_pre_hooks  # the submodules: no hook, the fast path
+    assert len(rec.step_times) == 8
+    assert all(f >= 0.005 for f in rec.phases["forward"])  # before and after narrowing
+    assert rec.top_params[id(model)] == 4 * 8 + 8 + 8 * 3 + 3
+
+
+def test_a_new_outermost_module_every_step_keeps_the_global_hooks(recorder):
+    """`nn.CrossEntropyLoss()(out, y)` makes a module per step: narrowed hooks would miss
+    each new one, so the global hooks stay (bug caught: its forward time moved into
+    backward)."""
+    rec = recorder(warmup=2)
+    model = nn.Linear(4, 3)
+    _train(6, model, lambda out, y: nn.CrossEntropyLoss()(out, y))
+    assert len(rec._global) == 2
+    assert len(rec.step_times) == 6
