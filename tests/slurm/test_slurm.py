@@ -174,3 +174,23 @@ def test_comm_across_two_nodes_as_one_job_feeds_predict(slurm_two_nodes, out_dir
                             out_dir / "results.jsonl"], 120)
     assert pred.returncode == 0, pred.stderr[-2000:]
     assert "measured (gloo, 2 ranks on 2 nodes)" in " ".join(pred.stdout.split())
+
+
+def test_scale_over_a_users_script_as_jobs(slurm_cluster, cli, out_dir):
+    """`scale --executor slurm -- SCRIPT.py`: the user's script at 1 and 2 processes, each
+    point one job running it under wrap. Bugs caught: the script's points run here (no job
+    ids), the script's arguments lost on the way into the job, a 2-process point without
+    its ranks' shard audit."""
+    from tests.conftest import ROOT
+
+    p = cli("scale", "--nproc", "1,2", "--repeats", 1, "--steps", 5, "--warmup-steps", 2,
+            "--executor", "slurm", "--out", out_dir, "--no-progress", "--",
+            ROOT / "examples" / "scripts" / "train_ddp.py", "--epochs", 1, "--samples", 512,
+            timeout=400)
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = _records(out_dir)
+    assert {r["experiment"]["point"]["nproc"] for r in runs} == {1, 2}
+    assert all(r["status"] == "ok" and r["slurm"]["state"] == "COMPLETED" for r in runs)
+    assert all(r["script"]["target"][1:] == ["--epochs", "1", "--samples", "512"]
+               for r in runs)
+    assert all(r["audit"]["ok"] for r in runs if r["batch"]["world_size"] == 2)
