@@ -51,6 +51,8 @@ def input_bound(rec: dict[str, Any]) -> str:
     c, n = cores(rec), local_procs(rec)
     per_proc = max(1, c // n) if c else None
     workers, prefetch = R.loader_workers(rec) or 0, int(R.cfg_number(rec, "data.prefetch") or 2)
+    if R.cfg(rec, "data.dataset") == "script":  # the user's own DataLoader: its arguments
+        return _script_input_bound(c, n, per_proc, workers)
     tips = []
     if per_proc is not None and workers + 1 < per_proc:
         target = min(per_proc - 1, max(workers * 2, workers + 1))
@@ -74,6 +76,25 @@ def input_bound(rec: dict[str, Any]) -> str:
     tips.append("check that more workers do not slow compute: sweep workers = [0, 1, 2] and "
                 "compare forward+backward per step, not only the data wait")
     return "; ".join(tips)
+
+
+def _script_input_bound(c: int | None, n: int, per_proc: int | None, workers: int) -> str:
+    """The input-bound advice for a script under ``wrap``: its DataLoader's own arguments
+    (scaleprobe's --workers and --loader do not reach a script)."""
+    if per_proc is not None and workers + 1 < per_proc:
+        target = min(per_proc - 1, max(workers * 2, workers + 1))
+        tip = (f"in your script, raise the DataLoader's num_workers from {workers} to {target} "
+               f"(with persistent_workers=True, prefetch_factor=4; {c} cores, {n} training "
+               "process(es): keep workers + 1 per process within the cores)")
+    elif per_proc is not None:
+        tip = (f"more DataLoader workers would share the {c} cores with compute ({workers} "
+               "worker(s) + 1 training process per rank already fill them), so make each "
+               "sample cheaper in your dataset's __getitem__ or transforms")
+    else:
+        tip = f"raise the DataLoader's num_workers (now {workers}) while the cores allow"
+    return (f"{tip}; check that more workers do not slow compute: sweep your script's own "
+            "flag for them (a sweep spec with args = [...], docs/WRAP.md) and compare "
+            "forward+backward per step, not only the data wait")
 
 
 def short_ms(v_s: Any) -> str:

@@ -45,6 +45,16 @@ def test_input_bound_by_data_wait_with_worker_numbers():
     assert "compute-bound" not in _verdicts(diagnose_run(rec))
 
 
+def test_input_bound_script_is_told_about_its_own_dataloader():
+    """A script under wrap: scaleprobe's --workers/--loader do not reach it. Bug caught: the
+    advice naming flags the script never sees."""
+    rec = run("mine", dataset="script", bd=breakdown(0.1, data=0.3), workers=0, cores=8,
+              threads=2)
+    f = _one(diagnose_run(rec), "input-bound")
+    assert "DataLoader's num_workers from 0 to 1" in f.recommendation
+    assert "--workers" not in f.recommendation and "--loader" not in f.recommendation
+
+
 def test_input_bound_heavy_transform_suggests_pre_resizing():
     rec = run("heavy", bd=breakdown(0.1, data=0.3), transform="heavy", workers=1, cores=2)
     f = _one(diagnose_run(rec), "input-bound")
