@@ -70,6 +70,24 @@ def _check_figures(rec: dict, stdout: str, warmup: int) -> None:
     assert bd["forward"] > 0 and bd["backward"] > 0 and bd["optimizer"] > 0
 
 
+# the examples' MLP, Linear(256, 512) -> Linear(512, 512) -> Linear(512, 10), one sample's
+# training step by hand: forward and weight gradients 2 FLOPs per multiply-add each, input
+# gradients of the two later layers (the first layer's input needs none)
+MLP_MACS = 256 * 512 + 512 * 512 + 512 * 10
+MLP_FLOPS_PER_SAMPLE = 2 * MLP_MACS + 2 * MLP_MACS + 2 * (512 * 512 + 512 * 10)
+
+
+def _check_flops(rec):
+    """The script's step counted under wrap as `run` counts its own (bugs caught: no count, a
+    count of two steps or of one rank for the job, an MFU against the wrong peak)."""
+    m = rec["metrics"]
+    assert m["flops_per_sample"] == MLP_FLOPS_PER_SAMPLE
+    assert m["flops_per_step"] == MLP_FLOPS_PER_SAMPLE * rec["batch"]["global"]
+    assert m["peak"]["dtype"] == "fp32" and m["peak"]["measured"] is True
+    assert m["mfu"] == pytest.approx(m["achieved_flops_per_s"] / m["peak"]["flops_per_s"])
+    assert 0 < m["mfu"] < 1
+
+
 def test_plain_script_single_process(tmp_path):
     out = tmp_path / "out"
     p = _wrap(out, SCRIPTS / "train_plain.py", "--epochs", 1, "--samples", 1024,
@@ -83,6 +101,8 @@ def test_plain_script_single_process(tmp_path):
     assert rec["metrics"]["breakdown_s"]["comm"] == 0.0  # one process: nothing to send
     assert rec["metrics"]["param_count"] == 256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
     assert rec["audit"] is None and rec["script"]["exit_code"] == 0
+    _check_flops(rec)
+    assert "MFU" in p.stderr  # the summary, on stderr beside the script's own output
     assert (Path(rec["paths"]["dir"]) / "steps.csv").is_file()
     _no_rank_left(rec)
 
@@ -104,6 +124,7 @@ def test_ddp_script_two_processes(tmp_path):
     assert rec["metrics"]["breakdown_s"]["comm"] is None
     assert "backward" in rec["null_reasons"]["breakdown_s.comm"]
     assert rec["metrics"]["comm_fraction"] is None
+    _check_flops(rec)
     _no_rank_left(rec)
 
 

@@ -85,12 +85,38 @@ def rank_record(rec: Any, rank: int, world: int, baseline_rss: int | None) -> di
         "mem": {"host_peak_rss": process_peak_rss_bytes(), "host_baseline_rss": baseline_rss,
                 "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
                 "device_reserved": torch.cuda.max_memory_reserved() if cuda else None},
+        "flops": _flops_record(rec),
         "info": {"train_samples": (log.dataset_len or 0) if log else 0,
                  "param_count": max(rec.top_params.values()) if rec.top_params else None,
                  "per_process_batch": per_step or None,
                  "dataset_source": (f"the script's DataLoader ({log.sampler})" if log
                                     else "no DataLoader seen")},
     }
+
+
+def _flops_record(rec: Any) -> dict[str, Any]:
+    """The count of the last warm-up step (hooks.py) and, when there is one, the peak of the
+    device it ran on (measure/flops.py: the data sheet's, or measured once per machine and
+    cached), resolved after the script: a peak that cannot be had never fails the record."""
+    import torch
+
+    from scaleprobe.wrap.hooks import FLOPS_METHOD
+
+    out: dict[str, Any] = {"flops_per_step": rec.flops, "method": FLOPS_METHOD,
+                           "reason": rec.flops_reason, "peak": None, "peak_reason": None}
+    if not rec.flops:
+        out["peak_reason"] = "not resolved: no FLOPs were counted"
+        return out
+    if rec.flops_device is None:
+        out["peak_reason"] = "no peak: the counted step's model has no parameters"
+        return out
+    from scaleprobe.measure.flops import resolve_peak
+
+    try:
+        out["peak"] = resolve_peak(torch.device(rec.flops_device), rec.flops_amp)
+    except Exception as e:  # noqa: BLE001
+        out["peak_reason"] = f"no peak: {type(e).__name__}: {e}"
+    return out
 
 
 def _script_facts(rec: Any) -> dict[str, Any]:
@@ -211,6 +237,7 @@ def main(argv: list[str]) -> int:
         write_error(run_dir, rank, last_meaningful_line(text))
         facts["error"] = last_meaningful_line(text)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    rec.flops_end(complete=False)  # the script ended inside the counted step
     facts.update(_script_facts(rec), exit_code=code)
     observed = _close(rec.observers)
     try:

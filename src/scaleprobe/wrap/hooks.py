@@ -20,6 +20,12 @@ is cut, on ``perf_counter``, into phases that add up to it exactly:
 
 Which samples a rank read: the indices its DataLoader's sampler handed out (``_next_index``)
 up to the batches the loop consumed, per ``iter(loader)`` (one epoch), for the shard audit.
+
+FLOPs: the last warm-up step (never timed) runs inside ``torch.utils.flop_counter.
+FlopCounterMode``, entered at the end of the step before it and left at its own end, so the
+count is of everything that step ran (measure/flops.py gives the convention). Not with
+``torch.compile``: a frame run under a dispatch mode is not compiled, and PyTorch may then keep
+the eager code for good, so a script that has compiled anything by then is not counted.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer")
+FLOPS_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the script's last warm-up step "
+                "(all it ran between two optimizer steps; 2 FLOPs per multiply-add; "
+                "element-wise operators and the optimizer update count 0)")
 
 
 class StopScript(BaseException):  # noqa: N818  (not an error: the requested end of a script)
@@ -130,6 +139,15 @@ class Recorder:
         self._new_top = False  # this step called an outermost module not seen before
         self.observers: list[Any] = []  # --summary-every / --profile-every (measure/observers)
         self.last_loss: Any = None  # the last scalar a backward() started from
+        # FLOPs of the last warm-up step: counted from the end of the step before it
+        self.count_at = warmup_steps - 1 if warmup_steps >= 2 else None
+        self.flops: int | None = None
+        self.flops_reason: str | None = (
+            None if self.count_at is not None else
+            "not counted: wrap counts on a warm-up step after the first (--warmup-steps 2 or more)")
+        self.flops_device: str | None = None  # where the counted step's model ran
+        self.flops_amp = "none"  # bf16 / fp16 under autocast or in those dtypes
+        self._flop_mode: Any = None
 
     # --- events ---------------------------------------------------------------------------
     def _begin(self, t: float) -> None:
@@ -150,6 +168,8 @@ class Recorder:
             self._fwd_t0 = t
             if id(module) not in self.top_params:
                 self.top_params[id(module)] = sum(p.numel() for p in module.parameters())
+            if self._flop_mode is not None and self.flops_device is None:
+                self._flops_where(module)
             if self._global and id(module) not in self._top:
                 self._top[id(module)] = module
                 self._new_top = True
@@ -178,6 +198,8 @@ class Recorder:
             self._end_step(t)
 
     def _end_step(self, t: float) -> None:
+        if self._flop_mode is not None:
+            self.flops_end()
         start = self._start if self._start is not None else t
         ev = self._events
         total = {p: 0.0 for p in STEP_PHASES}
@@ -202,6 +224,8 @@ class Recorder:
             self.beat.step_done(len(self.step_times))
         if self.observers:
             self._observe()
+        if len(self.step_times) == self.count_at:
+            self._flops_begin()
         if self.stop_after is not None and len(self.step_times) - self.warmup >= self.stop_after:
             raise StopScript()
 
@@ -220,6 +244,60 @@ class Recorder:
         for m in self._top.values():
             self._handles += [m.register_forward_pre_hook(self.fwd_pre),
                               m.register_forward_hook(self.fwd_post)]
+
+    # --- FLOPs ------------------------------------------------------------------------------
+    def _flops_begin(self) -> None:
+        """Enters the FLOP counter for the next step, unless the script uses torch.compile."""
+        if self.flops_reason is not None or self.flops is not None:
+            return
+        why = _compiled(self._top.values())
+        if why:
+            self.flops_reason = f"not counted: {why}"
+            return
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            mode = FlopCounterMode(display=False)
+            mode.__enter__()
+        except Exception as e:  # noqa: BLE001  (a figure, never the script's failure)
+            self.flops_reason = f"not counted: {type(e).__name__}: {e}"
+            return
+        self._flop_mode = mode
+
+    def flops_end(self, complete: bool = True) -> None:
+        """Leaves the counter: at the end of the counted step, or (``complete`` False) when
+        the script ended inside it, which counts nothing."""
+        mode, self._flop_mode = self._flop_mode, None
+        if mode is None:
+            return
+        try:
+            mode.__exit__(None, None, None)
+            total = int(mode.get_total_flops())
+        except Exception as e:  # noqa: BLE001
+            self.flops_reason = f"not counted: {type(e).__name__}: {e}"
+            return
+        if not complete:
+            self.flops_reason = "not counted: the script ended inside the counted step"
+        elif total > 0:
+            self.flops = total
+        else:
+            self.flops_reason = "not counted: no matrix product or convolution in the step"
+
+    def _flops_where(self, module: Any) -> None:
+        """The device and dtype of the counted step's model, for the peak its MFU is held
+        against: its first parameter's device; bf16 / fp16 under autocast or as its dtype."""
+        try:
+            import torch
+
+            p = next(module.parameters(), None)
+            if p is None:
+                return
+            self.flops_device = str(p.device)
+            kind = p.device.type
+            dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else p.dtype
+            self.flops_amp = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "none")
+        except Exception:  # noqa: BLE001  (an older torch: no peak, never a failure)
+            self.flops_device = None
 
     def _observe(self) -> None:
         """TensorBoard summaries and profiler captures, as in `run`: they see the step count,
@@ -300,6 +378,21 @@ class Recorder:
         """The loader that fed training: the one that handed out the most batches."""
         logs = [log for log in self.loaders.values() if log.batches]
         return max(logs, key=lambda log: log.batches) if logs else None
+
+
+def _compiled(modules: Any) -> str | None:
+    """Why the script's step must not run under the FLOP counter: torch.compile has compiled
+    a frame (dynamo's counters) or an outermost module is a compiled one."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(dynamo, "counters", None) if dynamo is not None else None
+    try:
+        frames = counters["frames"]["total"] if counters is not None else 0
+    except Exception:  # noqa: BLE001
+        frames = 0
+    if frames or any(type(m).__name__ == "OptimizedModule" for m in modules):
+        return ("the script uses torch.compile, whose compiled code a step run under "
+                "the counter would give up")
+    return None
 
 
 @dataclass

@@ -13,8 +13,12 @@ from scaleprobe.wrap import hooks as H
 
 @pytest.fixture
 def recorder():
-    """A Recorder installed for one test, everything it patched put back afterwards."""
+    """A Recorder installed for one test, everything it patched put back afterwards (and
+    torch.compile's process-wide counters cleared: the FLOP count looks at them)."""
+    from torch._dynamo.utils import counters
     from torch.utils.data import dataloader as dl
+
+    counters.clear()
 
     saved = (dl._BaseDataLoaderIter.__next__, dl._BaseDataLoaderIter._next_index,
              dl.DataLoader.__iter__, torch.Tensor.backward)
@@ -31,6 +35,7 @@ def recorder():
             h.remove()
     (dl._BaseDataLoaderIter.__next__, dl._BaseDataLoaderIter._next_index,
      dl.DataLoader.__iter__, torch.Tensor.backward) = saved
+    counters.clear()
 
 
 class Slow(nn.Module):
@@ -86,3 +91,70 @@ def test_a_new_outermost_module_every_step_keeps_the_global_hooks(recorder):
     _train(6, model, lambda out, y: nn.CrossEntropyLoss()(out, y))
     assert len(rec._global) == 2
     assert len(rec.step_times) == 6
+
+
+def _mlp_step_flops(batch: int) -> int:
+    """A hand count of one training step of ``Linear(4, 8) -> ReLU -> Linear(8, 3)``: forward
+    2 FLOPs per multiply-add; backward the weight gradient of both layers and the input
+    gradient of the second (the first layer's input needs none)."""
+    macs = 4 * 8 + 8 * 3
+    return batch * (2 * macs + 2 * macs + 2 * 8 * 3)
+
+
+def test_the_last_warmup_step_is_counted_exactly(recorder):
+    """Bugs caught: counting two steps (the counter left on past the step, or entered one step
+    early: 2x), counting none of the backward (the counter left before ``backward``), or a
+    count of the first step (which includes whatever the script did before its loop)."""
+    rec = recorder(warmup=3)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    _train(6, model, nn.CrossEntropyLoss(), batch=8)
+    assert rec._flop_mode is None
+    assert rec.flops == _mlp_step_flops(8) and rec.flops_reason is None
+    assert rec.flops_device == "cpu" and rec.flops_amp == "none"
+
+
+def test_autocast_in_the_step_sets_the_dtype_of_the_peak(recorder):
+    """The peak an MFU is held against is the dtype's (bf16 under autocast, not fp32): bug
+    caught, a bf16 run held against the fp32 peak."""
+    rec = recorder(warmup=2)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
+    for xb, yb in DataLoader(data, batch_size=8):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(xb).float(), yb)
+        loss.backward()
+        opt.step()
+    assert rec.flops and rec.flops_amp == "bf16"
+
+
+def test_no_count_with_one_warmup_step_or_torch_compile(recorder):
+    """Each "not counted" says why; with torch.compile the step never runs under the counter
+    (a dispatch mode would keep the compiled code from running, the script measured slower)."""
+    rec = recorder(warmup=1)
+    _train(3, nn.Linear(4, 3), nn.CrossEntropyLoss())
+    assert rec.flops is None and "--warmup-steps 2" in rec.flops_reason
+
+    rec = recorder(warmup=3)
+    model = nn.Linear(4, 3)
+    compiled = torch.compile(model, backend="eager")
+    _train(4, compiled, nn.CrossEntropyLoss())
+    assert rec.flops is None and "torch.compile" in rec.flops_reason
+    assert rec._flop_mode is None
+
+
+def test_a_script_that_ends_inside_the_counted_step_counts_nothing(recorder):
+    """The counter is left when the script ends (no dispatch mode outlives it) and a partial
+    step is not reported as a step's FLOPs."""
+    rec = recorder(warmup=3)
+    model = nn.Linear(4, 3)
+    _train(2, model, nn.CrossEntropyLoss())
+    assert rec._flop_mode is not None  # entered after step 2 of 3
+    model(torch.randn(8, 4)).sum().backward()  # part of a step, then the script ends
+    rec.flops_end(complete=False)
+    assert rec._flop_mode is None and rec.flops is None
+    assert "ended inside the counted step" in rec.flops_reason
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None
