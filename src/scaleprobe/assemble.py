@@ -325,9 +325,10 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
             c.transfer_method = f"{TRANSFER_METHOD}; standalone: {transfer['method']}"
             c.sync_overhead_method = OVERHEAD_METHOD
         else:
-            reason = ("not measured: calibration switched off (dist.calibrate_comm = false)"
-                      if not d.get("calibrate_comm", True) else
-                      "not measured: no standalone collective for this strategy")
+            reason = (c.extra.pop("transfer_reason", None) or
+                      ("not measured: calibration switched off (dist.calibrate_comm = false)"
+                       if not d.get("calibrate_comm", True) else
+                       "not measured: no standalone collective for this strategy"))
             why["comm.transfer_s"] = why["comm.sync_overhead_s"] = reason
     c.strategy_metrics = raw0.strategy_metrics or {}
     if tr.has_server:

@@ -52,11 +52,16 @@ def rank_record(rec: Any, rank: int, world: int, baseline_rss: int | None) -> di
     timed = rec.step_times[w:]
     phases = {p: v[w:] for p, v in rec.phases.items()}
     unseen: dict[str, str] = {}
-    if world > 1:
-        unseen["comm"] = ("inside backward: the gradient all-reduce of DDP overlaps the backward "
-                          "pass, and wrap runs no no_sync calibration to separate it")
-    else:
+    comm = _comm_record(rec, w, world)
+    if world < 2:
         phases["comm"] = [0.0] * len(timed)  # one process: nothing to communicate
+    elif comm is not None:
+        phases["comm"] = [e or 0.0 for e in rec.comm_exposed[w:]]
+    else:
+        timer = rec.comm
+        unseen["comm"] = (timer.reason if timer is not None and timer.reason else
+                          "inside backward: no DistributedDataParallel all-reduce was seen "
+                          "(a DDP model on the CPU gets wrap's comm hook)")
     if not rec.forward_seen:
         del phases["forward"]
         unseen["forward"] = ("no call of an nn.Module was seen in a step: the forward pass is "
@@ -86,12 +91,29 @@ def rank_record(rec: Any, rank: int, world: int, baseline_rss: int | None) -> di
                 "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
                 "device_reserved": torch.cuda.max_memory_reserved() if cuda else None},
         "flops": _flops_record(rec),
+        "comm": comm,
         "info": {"train_samples": (log.dataset_len or 0) if log else 0,
                  "param_count": max(rec.top_params.values()) if rec.top_params else None,
                  "per_process_batch": per_step or None,
                  "dataset_source": (f"the script's DataLoader ({log.sampler})" if log
                                     else "no DataLoader seen")},
     }
+
+
+def _comm_record(rec: Any, warmup: int, world: int) -> dict[str, Any] | None:
+    """What DDP's comm hook saw over the timed steps (wrap/comm.py); None when it saw no
+    all-reduce in them (one process, no DDP, or a DDP model it could not time)."""
+    from scaleprobe.measure.stats import median
+    from scaleprobe.wrap.comm import EXPOSED_METHOD, IN_FLIGHT_METHOD
+
+    exposed = rec.comm_exposed[warmup:]
+    if world < 2 or not exposed or any(e is None for e in exposed):
+        return None
+    flight = [f for f in rec.comm_in_flight[warmup:] if f is not None]
+    return {"method": EXPOSED_METHOD, "in_flight_s": median(flight),
+            "in_flight_method": IN_FLIGHT_METHOD, "models_timed": rec.comm.attached,
+            "transfer_reason": ("not measured under wrap: the network's share needs a "
+                                "standalone collective on the script's process group")}
 
 
 def _flops_record(rec: Any) -> dict[str, Any]:
@@ -117,6 +139,19 @@ def _flops_record(rec: Any) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         out["peak_reason"] = f"no peak: {type(e).__name__}: {e}"
     return out
+
+
+def _comm_timer() -> Any:
+    """DDP's comm hook timer (wrap/comm.py), installed before the script builds its model;
+    None where torch has no distributed package."""
+    try:
+        from scaleprobe.wrap import comm
+
+        timer = comm.CommTimer()
+        comm.install(timer)
+        return timer
+    except Exception:  # noqa: BLE001  (communication then stays null with its reason)
+        return None
 
 
 def _script_facts(rec: Any) -> dict[str, Any]:
@@ -210,6 +245,7 @@ def main(argv: list[str]) -> int:
     rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install(
         loss=bool(observers))
     rec.observers = observers
+    rec.comm = _comm_timer()
     code, facts = 0, {}
     try:
         _run_target(target)

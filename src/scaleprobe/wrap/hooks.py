@@ -16,7 +16,9 @@ is cut, on ``perf_counter``, into phases that add up to it exactly:
     h2d        the rest before the step's first forward: copies to the device, ``zero_grad``,
                the script's own per-batch work
     backward   the rest after the first forward: the loss arithmetic outside modules,
-               ``loss.backward()`` and, under DDP, the gradient all-reduce it overlaps
+               ``loss.backward()`` and the gradient all-reduces it overlaps
+    comm       under DDP on the CPU, the part of backward spent waiting on the all-reduce
+               after every gradient was computed (``comm.py``, through DDP's comm hook)
 
 Which samples a rank read: the indices its DataLoader's sampler handed out (``_next_index``)
 up to the batches the loop consumed, per ``iter(loader)`` (one epoch), for the shard audit.
@@ -148,6 +150,9 @@ class Recorder:
         self.flops_device: str | None = None  # where the counted step's model ran
         self.flops_amp = "none"  # bf16 / fp16 under autocast or in those dtypes
         self._flop_mode: Any = None
+        self.comm: Any = None  # wrap/comm.CommTimer: DDP's all-reduces, through its comm hook
+        self.comm_exposed: list[float | None] = []  # per step; None: nothing was sent
+        self.comm_in_flight: list[float | None] = []
 
     # --- events ---------------------------------------------------------------------------
     def _begin(self, t: float) -> None:
@@ -212,6 +217,16 @@ class Recorder:
             total["h2d"] = max(0.0, first - start - before)
         dur = t - start
         total["backward"] = max(0.0, dur - sum(total.values()))
+        exposed = in_flight = None
+        if self.comm is not None:
+            from scaleprobe.wrap.comm import step_figures
+
+            got = step_figures(self.comm.take())
+            if got is not None:  # the wait on the network is inside backward: split it out
+                exposed, in_flight = min(got[0], total["backward"]), got[1]
+                total["backward"] -= exposed
+        self.comm_exposed.append(exposed)
+        self.comm_in_flight.append(in_flight)
         self.step_times.append(dur)
         for p in STEP_PHASES:
             self.phases[p].append(total[p])
