@@ -6,21 +6,25 @@ the binomial distribution as ``scipy.stats.quantile_test(...).confidence_interva
 them (a test holds the two to the same answer). It is computed here rather than through
 ``quantile_test`` because the stopping rule asks for it every few steps inside the measured
 window, and ``quantile_test`` costs several times as much per call
-(``benchmarks/median_ci.py``; figures in docs/DEPENDENCIES.md). With fewer than 6 steps no two
-order statistics reach 95%; the interval is then the whole range (min, max), as wide as the
-data allows.
+(``benchmarks/median_ci.py``; figures in docs/DEPENDENCIES.md). The two order statistics
+depend only on the number of steps: they come from the exact binomial tail in integers,
+cached per count, so a process that summarises its steps does not import ``scipy.stats``
+(half a second of every run's start). With fewer than 6 steps no two order statistics reach
+95%; the interval is then the whole range (min, max), as wide as the data allows.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy.stats import binom
 
 CONFIDENCE = 0.95
+EXACT_MAX_N = 4096  # _order_statistics: integers up to here, scipy beyond
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
@@ -39,11 +43,41 @@ def median_ci(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[floa
     n = len(s)
     if n == 0:
         raise ValueError("no values")
-    alpha = (1.0 - confidence) / 2
-    lo, hi = int(binom.ppf(alpha, n, 0.5)) - 1, int(binom.isf(alpha, n, 0.5))
+    lo, hi = _order_statistics(n, (1.0 - confidence) / 2)
     if lo < 0 or hi >= n:  # too few values for this confidence
         return float(s[0]), float(s[-1])
     return float(s[lo]), float(s[hi])
+
+
+@lru_cache(maxsize=4096)
+def _order_statistics(n: int, alpha: float) -> tuple[int, int]:
+    """0-based indices of the interval's ends among ``n`` sorted values: with X ~ Binomial(n,
+    1/2), the lower end is the k-th value for the smallest k with P(X <= k) >= alpha (scipy's
+    ``binom.ppf``), less one; the upper end the (k+1)-th for the smallest k with P(X > k) <=
+    alpha (``binom.isf``). Exact: the tail sums are integers over 2**n, alpha an exact
+    fraction, so no rounding decides a boundary. Beyond ``EXACT_MAX_N`` steps (where the
+    integers grow long) scipy's ``binom``, which gives the same indices (a test compares them),
+    imported there only."""
+    if n > EXACT_MAX_N:
+        from scipy.stats import binom
+
+        return int(binom.ppf(alpha, n, 0.5)) - 1, int(binom.isf(alpha, n, 0.5))
+    a = Fraction(alpha)
+    target = a.numerator * 2**n  # P <= alpha  <=>  count * denominator <= target
+    lo, cum, c, k = -1, 0, 1, 0  # c = comb(n, k), carried from one k to the next
+    while k <= n:  # the smallest k with P(X <= k) >= alpha
+        cum += c
+        if cum * a.denominator >= target:
+            lo = k - 1
+            break
+        c = c * (n - k) // (k + 1)
+        k += 1
+    tail, c, k = 2**n, 1, -1  # tail = P(X > k) * 2**n; c = comb(n, k + 1)
+    while k < n and tail * a.denominator > target:  # the smallest k with P(X > k) <= alpha
+        k += 1
+        tail -= c
+        c = c * (n - k) // (k + 1)
+    return lo, k
 
 
 def rel_ci_halfwidth(xs: Sequence[float]) -> float:

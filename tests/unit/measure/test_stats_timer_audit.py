@@ -156,3 +156,25 @@ def test_audit_sample_repeated_within_one_rank_is_a_duplicate_not_missing():
     a = audit([r0, r1], 16, 8, 0)  # no complete epoch: coverage not checked
     assert not a["ok"] and a["duplicate_samples"] == 1 and a["missing_samples"] == 0
     assert "1 repeated consumptions within one rank" in a["detail"]
+
+
+def test_median_ci_order_statistics_are_scipys_binomial_quantiles_at_every_count():
+    """Bug caught: the exact integer tails off by one at a boundary (``>=`` against ``>``), or
+    the carried binomial coefficient drifting: the indices must be scipy's ``binom.ppf`` and
+    ``binom.isf`` at every step count up to the exact path's limit and beyond it."""
+    from scipy.stats import binom
+
+    stats._order_statistics.cache_clear()
+    for n in [*range(1, 700), 1001, 2048, stats.EXACT_MAX_N, stats.EXACT_MAX_N + 1]:
+        for alpha in (0.025, 0.05, 0.005):
+            expect = int(binom.ppf(alpha, n, 0.5)) - 1, int(binom.isf(alpha, n, 0.5))
+            assert stats._order_statistics(n, alpha) == expect, (n, alpha)
+
+
+def test_t_quantile_is_scipys():
+    from scipy.stats import t
+
+    from scaleprobe.metrics import t_quantile
+
+    for df in (1, 2, 3, 7, 30):
+        assert t_quantile(df) == pytest.approx(float(t.ppf(0.975, df)), rel=1e-12)
