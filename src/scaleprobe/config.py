@@ -83,8 +83,8 @@ class DataConfig:
     transform: str = option("light", "light (convert + normalise) | heavy (crop + flip + colour "
                             "jitter)", choices=("light", "heavy"))
     skip_bad_samples: bool = option(False, "skip and count unreadable images instead of failing")
-    cache_dir: str | None = option(None, "where generated datasets are cached (jpeg-synth)",
-                                   unset="$XDG_CACHE_HOME/scaleprobe or ~/.cache/scaleprobe")
+    cache_dir: str | None = option(None, "where generated datasets (jpeg-synth) and the digits "
+                                   "are cached", unset="$XDG_CACHE_HOME/scaleprobe or ~/.cache/scaleprobe")
 
 
 @dataclass(frozen=True)

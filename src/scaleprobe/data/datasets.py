@@ -89,15 +89,15 @@ def _held_out(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset
 
 @DATASETS.register("digits", "real handwritten digits shipped with scikit-learn (1,797 images)")
 def _digits(cfg: DataConfig, seed: int) -> Split:
-    from sklearn.datasets import load_digits
+    from scaleprobe.data.digits import digits_arrays
 
     size = cfg.image_size or 32
-    d = load_digits()
-    x = torch.from_numpy(d.images).float().unsqueeze(1) / 16.0  # N x 1 x 8 x 8 in [0, 1]
+    images, target = digits_arrays(cfg.cache_dir)
+    x = torch.from_numpy(images).float().unsqueeze(1) / 16.0  # N x 1 x 8 x 8 in [0, 1]
     x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear",
                                         align_corners=False)
     x = (x.clamp(0, 1) * 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
-    full = TensorImages(x, torch.from_numpy(d.target).long())
+    full = TensorImages(x, torch.from_numpy(target).long())
     train, val = _held_out(full, cfg, seed=0)  # the split never depends on the run's seed
     return Split(train, val, 10, size, "scikit-learn digits (1,797 real handwritten images)")
 

@@ -64,10 +64,9 @@ def render_digit(base: np.ndarray, rng: np.random.Generator, w: int, h: int) -> 
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
+    from scaleprobe.data.digits import digits_arrays
 
-    d = load_digits()
-    return d.images, d.target
+    return digits_arrays()
 
 
 def write_mnist(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (28, 28),
