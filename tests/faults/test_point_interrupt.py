@@ -55,8 +55,9 @@ def _point(tmp_path, module: str) -> tuple[subprocess.CompletedProcess, dict | N
 # numpy.linalg: imported lazily by torch._dynamo while torchvision is being imported; a
 # KeyboardInterrupt there left numpy half-imported, the result's environment (which imports
 # torchvision again) raised RecursionError, and the interrupted point was recorded "failed".
-# sklearn: imported while the run builds its dataset, after the training imports.
-@pytest.mark.parametrize("module", ["numpy.linalg", "sklearn"])
+# scaleprobe.data.digits: imported while the run builds its dataset, after the training
+# imports (it is always imported there; scikit-learn only when the digits are not cached yet).
+@pytest.mark.parametrize("module", ["numpy.linalg", "scaleprobe.data.digits"])
 def test_interrupt_inside_an_import_is_recorded_interrupted(tmp_path, module):
     """Bug caught: an interrupted point recorded as failed (with an unrelated error), or a
     point that ignored the interrupt and trained on (it then never ends: the timeout)."""
