@@ -99,16 +99,22 @@ def _observed_config(cfg: C.RunConfig, raws: list[dict[str, Any]],
     return C.build(over, base=cfg) if over else cfg
 
 
-def _read_ranks(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _read_ranks(run_dir: Path, failed_rank: Any = None
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ranks' records in rank order, and their script facts with the failed rank's
+    (``failed_rank``: the launcher's first failure) first: its error and exit code are the
+    job's. The others' may be the aftermath (a peer's "connection closed" when the failed
+    rank's socket closed before the launcher stopped them, or 130 for that stop)."""
     files = sorted((run_dir / RANKS_DIR).glob("rank-*.json"),
                    key=lambda p: int(p.stem.split("-")[1]))
     outs = []
     for f in files:
         try:
-            outs.append(json.loads(f.read_text()))
+            outs.append((int(f.stem.split("-")[1]), json.loads(f.read_text())))
         except (OSError, ValueError):
             continue
-    return [o["record"] for o in outs], [o["script"] for o in outs]
+    facts = sorted(outs, key=lambda ro: ro[0] != failed_rank)  # stable: then rank order
+    return [o["record"] for _, o in outs], [o["script"] for _, o in facts]
 
 
 def _sampler_note(facts: list[dict[str, Any]], world: int) -> str | None:
@@ -177,7 +183,7 @@ def execute_wrap(cfg: C.RunConfig, target: list[str], name: str,
         raise
     except (Interrupted, KeyboardInterrupt, Exception) as e:  # noqa: BLE001  (recorded)
         err = e
-    raws, facts = _read_ranks(run_dir)
+    raws, facts = _read_ranks(run_dir, getattr(err, "rank", None))
     run_cfg = _observed_config(cfg, raws, facts) if raws else cfg
     # keyed by the config asked for (the command line), not as observed: a rerun of the same
     # command is the same point, whatever batch the script turned out to use

@@ -1,0 +1,29 @@
+"""Which rank's words a failed wrapped job reports: the rank the launcher saw fail first."""
+
+import json
+
+from scaleprobe.wrap.boot import rank_path
+from scaleprobe.wrap.driver import _exit_code, _read_ranks
+
+
+def _write(run_dir, rank, script):
+    path = rank_path(run_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"record": {"rank": rank}, "script": script}))
+
+
+def test_the_failed_ranks_error_and_exit_code_come_first(tmp_path):
+    """Rank 1 raised; rank 0, waiting in a collective, saw the closed socket before the
+    launcher stopped it (or was stopped: 130). Bug caught: the job reported as "rank 1:
+    RuntimeError: ... Connection closed by peer" (rank 0's words under rank 1's number), or
+    with exit code 130 instead of the script's 1."""
+    _write(tmp_path, 0, {"error": "RuntimeError: [gloo] Connection closed by peer",
+                         "exit_code": 130})
+    _write(tmp_path, 1, {"error": "ValueError: the user's bug at step 6", "exit_code": 1})
+    _write(tmp_path, 2, {"exit_code": 0})
+    raws, facts = _read_ranks(tmp_path, 1)
+    assert [r["rank"] for r in raws] == [0, 1, 2]  # the records stay in rank order
+    assert facts[0]["error"] == "ValueError: the user's bug at step 6"
+    assert _exit_code(facts, RuntimeError()) == 1
+    _, unknown = _read_ranks(tmp_path, None)  # no rank known: rank order
+    assert unknown[0]["exit_code"] == 130
