@@ -38,6 +38,20 @@ def cli():
     return run_cli
 
 
+@pytest.fixture(scope="session")
+def quickstart_sweep(tmp_path_factory):
+    """One `scaleprobe sweep examples/sweep_quickstart.toml --repeats 2` for the session
+    (the sweep tests and the report's browser test read it; none writes to it): (the spec's
+    copy, the output folder, the process)."""
+    import shutil
+
+    d = tmp_path_factory.mktemp("quickstart")
+    spec = d / "quick.toml"
+    shutil.copy(ROOT / "examples" / "sweep_quickstart.toml", spec)
+    out = d / "out"
+    return spec, out, run_cli("sweep", spec, "--out", out, "--repeats", 2, timeout=500)
+
+
 # Processes a test module left running after its last test: named in the summary, so a test
 # that leaks a child (a rank, a loader worker, a sweep point) is found by module. Warned, not
 # failed: a leak here says which test to fix; the fault tests assert "nothing left" themselves.

@@ -36,8 +36,6 @@ import pytest
 from scaleprobe.report import build_report
 from tests.unit.report.sample import write_mixed
 
-from ..conftest import ROOT, run_cli
-
 REPO = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 PAGE_CHECK = """JSON.stringify((() => {
@@ -281,16 +279,13 @@ def test_mixed_report_renders_in_headless_chromium(browser, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_real_sweep_report_in_headless_chromium(browser, tmp_path):
+def test_real_sweep_report_in_headless_chromium(browser, tmp_path, quickstart_sweep):
     """A real sweep (digits, batch 16 and 64, 2 repeats each) as a new user's first report:
     the headline verdict on batch size comes first with its interval and a command; the
     memory and epoch-time axes start at zero; the epoch-time figure is labelled with the
     Growth the table beside it shows; the breakdown's bars carry the table's run labels in
     full, each different."""
-    spec = tmp_path / "quick.toml"
-    shutil.copy(ROOT / "examples" / "sweep_quickstart.toml", spec)
-    out = tmp_path / "out"
-    p = run_cli("sweep", spec, "--out", out, "--repeats", 2, "--no-progress", timeout=500)
+    _, out, p = quickstart_sweep
     assert p.returncode == 0, p.stderr[-2000:]
     _, html = build_report(out, tmp_path / "report")
     page, errors, png = inspect(browser, html)

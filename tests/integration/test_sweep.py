@@ -7,8 +7,6 @@ import pytest
 from scaleprobe.results import read_jsonl
 from scaleprobe.runner import is_oom
 
-from ..conftest import ROOT
-
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 CRASH_MODEL = """
@@ -27,14 +25,17 @@ def _runs(out):
     return [r for r in read_jsonl(out / "results.jsonl") if r["kind"] == "run"]
 
 
-def test_quickstart_example_runs_fully_then_resumes_without_running(cli, tmp_path, out_dir):
-    spec = tmp_path / "quick.toml"
-    shutil.copy(ROOT / "examples" / "sweep_quickstart.toml", spec)
-    p = cli("sweep", spec, "--out", out_dir, "--repeats", 1)
+def test_quickstart_example_runs_fully_then_resumes_without_running(cli, tmp_path,
+                                                                    quickstart_sweep):
+    spec, first, p = quickstart_sweep
     assert p.returncode == 0, p.stderr[-2000:]
+    out_dir = tmp_path / "out"
+    shutil.copytree(first, out_dir)  # the resume below writes; the session's copy stays
     runs = _runs(out_dir)
-    assert [r["status"] for r in runs] == ["ok", "ok"]
-    assert [r["experiment"]["point"] for r in runs] == [{"batch_size": 16}, {"batch_size": 64}]
+    assert [r["status"] for r in runs] == ["ok"] * 4
+    # every point once per repeat, the repeats one after the other
+    assert [(r["experiment"]["repeat"], r["experiment"]["point"]) for r in runs] == [
+        (k, {"batch_size": b}) for k in (0, 1) for b in (16, 64)]
     assert all(r["experiment"]["kind"] == "sweep" for r in runs)
     assert all(r["config"]["measure"]["progress"] is False for r in runs)
     md = (out_dir / "sweep.md").read_text()
@@ -44,10 +45,10 @@ def test_quickstart_example_runs_fully_then_resumes_without_running(cli, tmp_pat
     assert (out_dir / "sweep.csv").read_text().startswith("group,batch_size,devices,status")
     dirs = {d.name for d in out_dir.iterdir() if d.is_dir()}
 
-    again = cli("sweep", spec, "--out", out_dir, "--repeats", 1)  # resume: every point is done
+    again = cli("sweep", spec, "--out", out_dir, "--repeats", 2)  # resume: every point is done
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stderr.count("done before, not rerun") == 2, again.stderr[-2000:]
-    assert len(_runs(out_dir)) == 2
+    assert again.stderr.count("done before, not rerun") == 4, again.stderr[-2000:]
+    assert len(_runs(out_dir)) == 4
     assert {d.name for d in out_dir.iterdir() if d.is_dir()} == dirs
     assert "- Fastest: " in again.stdout
 

@@ -218,26 +218,28 @@ def _user_script(tmp_path: Path) -> Path:
     return d
 
 
-@pytest.mark.parametrize("nproc", [1, pytest.param(2, marks=pytest.mark.slow)])
-def test_script_outside_the_package(tmp_path, nproc):
+@pytest.mark.slow
+def test_script_outside_the_package(tmp_path):
     """A script written here, with a sibling import and its own arguments, run from another
-    folder: it sees its argv, the launcher's environment, and a loader with a worker.
-    Bugs caught: the script not run as __main__, its folder not on sys.path, argv of boot."""
+    folder in 2 processes: it sees its argv, the launcher's environment, and a loader with a
+    worker. Bugs caught: the script not run as __main__, its folder not on sys.path, argv of
+    boot. (One process: test_module_target.)"""
     d = _user_script(tmp_path)
     out = tmp_path / "out"
-    p = _wrap(out, d / "train.py", 12, nproc=nproc, warmup=2, cwd=tmp_path)
+    p = _wrap(out, d / "train.py", 12, nproc=2, warmup=2, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert f"argv ['12'] rank 0 world {nproc} master" in p.stdout
+    assert "argv ['12'] rank 0 world 2 master" in p.stdout
     rec = _result(out)
     assert rec["status"] == "ok"
     _check_figures(rec, p.stdout, 2)
     assert rec["script"]["loader"]["workers"] == 1
-    if nproc == 2:
-        assert rec["audit"]["ok"] is True
+    assert rec["audit"]["ok"] is True
 
 
 def test_module_target(tmp_path):
-    """`-- -m package.module ARGS`: found on the caller's path, run as __main__."""
+    """`-- -m package.module ARGS` in one process: found on the caller's path, run as
+    __main__, with its argv, the launcher's environment and its loader's worker. Bugs caught:
+    the module not run as __main__, argv of boot, the figures of a one-process script."""
     d = _user_script(tmp_path)
     (d / "__init__.py").write_text("")
     (d / "train.py").write_text(textwrap.dedent(USER_SCRIPT).replace(
@@ -246,8 +248,11 @@ def test_module_target(tmp_path):
     p = run_cli("wrap", "--warmup-steps", 2, "--out", out, "--", "-m", "user.train", 24,
                 cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT / 'src'}"})
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "argv ['24']" in p.stdout
-    assert _result(out)["metrics"]["steps_timed"] == 480 // 24 - 2
+    assert "argv ['24'] rank 0 world 1 master" in p.stdout
+    rec = _result(out)
+    assert rec["status"] == "ok" and rec["metrics"]["steps_timed"] == 480 // 24 - 2
+    _check_figures(rec, p.stdout, 2)
+    assert rec["script"]["loader"]["workers"] == 1 and rec["audit"] is None
 
 
 RAISES = """
