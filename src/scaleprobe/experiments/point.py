@@ -86,8 +86,9 @@ def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
     if _trains_here(cfg):
         import scaleprobe.engine  # noqa: F401  (torch, torchvision, the training loop)
     else:  # the ranks train in processes of their own: this one launches them and assembles
-        import scaleprobe.launch  # noqa: F401
         import torch.distributed.launcher.api  # noqa: F401
+
+        import scaleprobe.launch  # noqa: F401
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _sigterm_as_interrupt()
