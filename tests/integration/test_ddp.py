@@ -54,13 +54,20 @@ def test_ddp_run_records_every_rank(ddp_run):
 
 
 def test_ddp_exposed_communication_is_measured(ddp_run):
+    """Catches a no_sync() that does not skip the all-reduce (then sync and no_sync steps cost
+    the same and the exposed share is noise around 0), and exposed communication counted on
+    top of the backward that already holds it (forward + backward + comm then exceeds a
+    synchronised step by the comm share, 1.34x here). Measured quiet (2026-11-25): 14 ms
+    exposed of a 35 ms synchronised step (40%), forward + backward + comm 0.95x of it. The
+    calibration itself, against a fake clock with a known sync cost, is in
+    tests/unit/test_engine_calibration.py."""
     rec = _result(ddp_run[1])
-    comm = rec["comm"]
-    assert comm["sync_step_s"] > 0 and comm["no_sync_step_s"] > 0
-    assert comm["exposed_s"] == pytest.approx(max(0, comm["sync_step_s"] - comm["no_sync_step_s"]))
-    assert rec["metrics"]["breakdown_s"]["comm"] == pytest.approx(comm["exposed_s"], rel=1e-6) or \
-        rec["metrics"]["breakdown_s"]["backward"] == 0
-    assert 0 <= rec["metrics"]["comm_fraction"] < 1
+    comm, bd = rec["comm"], rec["metrics"]["breakdown_s"]
+    assert comm["no_sync_step_s"] > 0
+    assert comm["exposed_s"] > 0.1 * comm["sync_step_s"], comm
+    assert bd["comm"] == comm["exposed_s"] and bd["backward"] > 0
+    ratio = (bd["forward"] + bd["backward"] + bd["comm"]) / comm["sync_step_s"]
+    assert 0.75 < ratio < 1.25, (ratio, bd, comm)
 
 
 def test_ddp_exposed_comm_is_transfer_plus_sync_overhead(ddp_run):
