@@ -54,20 +54,20 @@ def test_ddp_run_records_every_rank(ddp_run):
 
 
 def test_ddp_exposed_communication_is_measured(ddp_run):
-    """Catches a no_sync() that does not skip the all-reduce (then sync and no_sync steps cost
-    the same and the exposed share is noise around 0), and exposed communication counted on
-    top of the backward that already holds it (forward + backward + comm then exceeds a
-    synchronised step by the comm share, 1.34x here). Measured quiet (2026-11-25): 14 ms
-    exposed of a 35 ms synchronised step (40%), forward + backward + comm 0.95x of it. The
-    calibration itself, against a fake clock with a known sync cost, is in
-    tests/unit/test_engine_calibration.py."""
+    """The calibration ran in the real run and its figure is the breakdown's comm, in seconds
+    and inside a step: catches a run that skips the calibration, a figure in milliseconds, or
+    one taken from a single mode's steps. How large the exposed share is depends on the load,
+    so it is not held here: measured 14 ms of a 35 ms synchronised step quiet, 0.0, 0.0 and
+    4.9 ms of 40 ms under two CPU hogs (2026-11-25). The calibration's arithmetic is tested
+    against a fake clock with a known sync cost (tests/unit/test_engine_calibration.py), and
+    the premise it rests on, that the strategy's no_sync() skips the all-reduce, by the
+    gradients of two real ranks (tests/integration/test_ddp_no_sync.py)."""
     rec = _result(ddp_run[1])
     comm, bd = rec["comm"], rec["metrics"]["breakdown_s"]
-    assert comm["no_sync_step_s"] > 0
-    assert comm["exposed_s"] > 0.1 * comm["sync_step_s"], comm
+    assert comm["method"].startswith("median(fwd+bwd with sync) - median(fwd+bwd under no_sync)")
+    assert 0 < comm["no_sync_step_s"] < 1 and 0 < comm["sync_step_s"] < 1
+    assert 0 <= comm["exposed_s"] < comm["sync_step_s"]
     assert bd["comm"] == comm["exposed_s"] and bd["backward"] > 0
-    ratio = (bd["forward"] + bd["backward"] + bd["comm"]) / comm["sync_step_s"]
-    assert 0.75 < ratio < 1.25, (ratio, bd, comm)
 
 
 def test_ddp_exposed_comm_is_transfer_plus_sync_overhead(ddp_run):
