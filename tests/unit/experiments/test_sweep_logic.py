@@ -42,7 +42,9 @@ class FakeProcs:
         cfg = from_dict(payload["config"])
         exp = payload["experiment"]
         self.calls.append({**exp["point"], "repeat": exp["repeat"]})
-        status = "ok" if cfg.train.batch_size <= self.limit["fits"] else "oom"
+        b = cfg.train.batch_size
+        status = ("failed" if b in self.limit["fail"] else "ok" if b <= self.limit["fits"]
+                  else "oom")
         res.append_jsonl(work_dir.parent / res.RESULTS_FILE, fake_record(cfg, exp, status))
         return exp["attempt"]
 
@@ -55,8 +57,9 @@ class FakeProcs:
 
 @pytest.fixture
 def fake_points(monkeypatch):
-    """Batch sizes up to `limit["fits"]` fit. ``calls``: the points started, with repeat."""
-    calls, limit = [], {"fits": 64}
+    """Batch sizes up to `limit["fits"]` fit; those in `limit["fail"]` fail. ``calls``: the
+    points started, with repeat."""
+    calls, limit = [], {"fits": 64, "fail": set()}
     from scaleprobe.experiments import executor as X
 
     monkeypatch.setattr(X, "process_set", lambda executor, out: FakeProcs(calls, limit))
@@ -118,11 +121,24 @@ def test_second_run_resumes_from_results(tmp_path, fake_points):
     recs = S.run_sweep(spec(grid), tmp_path, progress=False)
     assert len(calls) == 2 and [r["status"] for r in recs] == ["ok", "ok"]
     assert all(r["experiment"].get("reused") for r in recs)
-    # a failed point is run again
-    res.append_jsonl(tmp_path / "results.jsonl",
-                     {**recs[0], "key": "other", "status": "failed", "experiment": {}})
+    # a new point is run, the finished ones are not
     S.run_sweep(spec({"batch_size": [16, 32, 48]}), tmp_path, progress=False)
     assert points_of(calls)[2:] == [{"batch_size": 48}]
+
+
+def test_a_failed_point_is_run_again_and_only_it(tmp_path, fake_points):
+    """Catches a resume that takes a failed point's record as finished (the point would never
+    be measured) or one that reruns the points that did finish."""
+    calls, limit = fake_points
+    limit["fail"] = {32}
+    grid = {"batch_size": [16, 32, 64]}
+    first = S.run_sweep(spec(grid), tmp_path, progress=False)
+    assert [r["status"] for r in first] == ["ok", "failed", "ok"]
+    limit["fail"] = set()
+    again = S.run_sweep(spec(grid), tmp_path, progress=False)
+    assert points_of(calls) == [{"batch_size": b} for b in (16, 32, 64)] + [{"batch_size": 32}]
+    assert [r["status"] for r in again] == ["ok", "ok", "ok"]
+    assert [bool(r["experiment"].get("reused")) for r in again] == [True, False, True]
 
 
 def test_repeats_run_interleaved_and_resume_counts_them(tmp_path, fake_points):
