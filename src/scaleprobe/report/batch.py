@@ -221,7 +221,8 @@ def _step_text(iv: M.Interval | None, mg: float | None) -> str:
         return "pays"
     if v is False:
         return "does not pay"
-    return M.undecided_text(iv, 1.0 - mg, "epoch-time ratio")
+    bar = 1.0 - mg
+    return M.undecided_text(iv, bar, f"epoch-time ratio (pays below {bar:.2f}x)")
 
 
 def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,

@@ -133,6 +133,30 @@ def test_pays_needs_the_whole_interval_below_the_memory_bar():
     assert B.pays(None, 0.1) is None and B.pays(iv, None) is None
 
 
+def test_an_interval_touching_the_memory_bar_decides_nothing():
+    """Catches a rule that takes an interval edge on the bar (<= for <) as a decision: at the
+    bar the larger batch's epoch time falls exactly as fast as its memory grows."""
+    from scaleprobe import metrics as M
+
+    at_hi = M.Interval(0.70, 0.60, 0.75, 3, "test")  # bar 0.75 = the upper edge
+    at_lo = M.Interval(0.80, 0.75, 0.90, 3, "test")  # bar 0.75 = the lower edge
+    assert B.pays(at_hi, 0.25) is None and B.pays(at_lo, 0.25) is None
+    assert B.pays(at_hi, 0.2499) is True and B.pays(at_lo, 0.2501) is False
+
+
+def test_step_text_says_why_it_cannot_tell():
+    """Catches a step printed as "pays" / "does not pay" without the figures to decide it."""
+    from scaleprobe import metrics as M
+
+    iv = M.Interval(0.70, 0.60, 0.80, 3, "test")
+    assert B._step_text(None, 0.2) == "cannot tell: no epoch-time spread"
+    assert B._step_text(iv, None) == "cannot tell: no memory figure"
+    assert B._step_text(iv, 0.15) == "pays" and B._step_text(iv, 0.45) == "does not pay"
+    undecided = B._step_text(iv, 0.25)
+    assert undecided.startswith("inconclusive: epoch-time ratio (pays below 0.75x) 0.70x "), \
+        undecided
+
+
 def test_recommend_batch_nothing_finished():
     recs = [run("x", status="oom", experiment=sweep_point("bs", batch_size=512))]
     rec = B.recommend_batch(recs)
