@@ -158,6 +158,19 @@ def test_audit_sample_repeated_within_one_rank_is_a_duplicate_not_missing():
     assert "1 repeated consumptions within one rank" in a["detail"]
 
 
+def test_audit_repeat_in_a_complete_epoch_is_both_a_duplicate_and_a_missing_sample():
+    """In a complete epoch a sample read twice by one rank takes the place of one never read:
+    the audit must name both (catches a repeat counted as coverage, or the missing sample
+    excused by drop_last when the epoch divides evenly and nothing was dropped)."""
+    r0 = [[0, 1, 2, 3, 4, 5, 6, 6]]  # 7 is never read
+    r1 = [[8, 9, 10, 11, 12, 13, 14, 15]]
+    a = audit([r0, r1], 16, 8, 1)
+    assert not a["ok"] and a["duplicate_samples"] == 1 and a["missing_samples"] == 1
+    assert "1 repeated consumptions within one rank" in a["detail"]
+    assert "1 samples never seen (drop_last accounts for 0)" in a["detail"]
+    assert a["unique_fraction"] == pytest.approx(15 / 16)
+
+
 def test_median_ci_order_statistics_are_scipys_binomial_quantiles_at_every_count():
     """Bug caught: the exact integer tails off by one at a boundary (``>=`` against ``>``), or
     the carried binomial coefficient drifting: the indices must be scipy's ``binom.ppf`` and
