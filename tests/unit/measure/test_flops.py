@@ -223,6 +223,45 @@ def test_resolve_on_cpu_is_labelled_measured(tmp_path, monkeypatch):
     assert got["dtype"] == "fp32" and got["flops_per_s"] == 4e10
 
 
+def _fake_cuda(monkeypatch, name, capability=(9, 0)):
+    """A CUDA device as resolve_peak asks about it (its name and compute capability), on a
+    machine without one; calibrating it is an error: a known card is never measured."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
+
+    def no_calibration(d, t):
+        raise AssertionError(f"calibrated a known card ({name}, {t})")
+
+    monkeypatch.setattr(F, "calibrate", no_calibration)
+
+
+@pytest.mark.parametrize("amp, dtype", [("bf16", "bf16"), ("fp16", "fp16"), ("off", "tf32")])
+def test_a_known_card_gets_its_data_sheet_peak_for_the_runs_dtype(amp, dtype, monkeypatch,
+                                                                   tmp_path):
+    """Catches a known GPU measured instead of looked up, the fp32 figure given to a bf16 run
+    (or the other way round), and an Ampere-or-later card without AMP not taken as TF32
+    (PyTorch allows TF32 convolutions by default)."""
+    _fake_cuda(monkeypatch, "NVIDIA H100 80GB HBM3")
+    got = F.resolve_peak(torch.device("cuda", 0), amp, tmp_path)
+    want, src = table_peak("NVIDIA H100 80GB HBM3", dtype)
+    assert got == {"flops_per_s": want, "dtype": dtype, "device_name": "NVIDIA H100 80GB HBM3",
+                   "source": f"data sheet: {src}", "measured": False}
+    assert not list(tmp_path.iterdir())  # nothing cached for a data-sheet figure
+
+
+def test_an_unknown_cuda_card_is_measured_and_says_so(monkeypatch, tmp_path):
+    """Catches an unknown card given some row of the table (a loose name match) instead of a
+    measured peak, labelled as such."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA Future X1")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (10, 0))
+    seen = []
+    monkeypatch.setattr(F, "calibrate", lambda d, t: seen.append(t) or {
+        "flops_per_s": 7e14, "method": "measured peak: fake"})
+    got = F.resolve_peak(torch.device("cuda", 0), "bf16", tmp_path)
+    assert seen == ["bf16"] and got["measured"] is True and got["flops_per_s"] == 7e14
+    assert got["source"].startswith("measured peak") and got["device_name"] == "NVIDIA Future X1"
+
+
 def test_mfu_is_achieved_over_the_devices_peak():
     """Catches MFU against one device when the run used several (N x too high) and a null
     figure read as 0."""
