@@ -1,6 +1,7 @@
 """CUDA paths, on a host with a GPU (skipped elsewhere): NCCL DDP at world size 1, AMP with
-CUDA events and NVML, and a real CUDA out-of-memory as a result. benchmarks/gpu_paths.sh runs
-the same paths at full size and keeps their figures."""
+CUDA events and NVML, device-resident synthetic data, FLOPs and MFU against the card's
+data-sheet peak, and a real CUDA out-of-memory as a result, in a run and in a batch search.
+benchmarks/gpu_paths.sh runs the same paths at full size and keeps their figures."""
 
 import pytest
 
@@ -36,3 +37,65 @@ def test_cuda_out_of_memory_is_a_result(cli, out_dir):
     assert p.returncode == 3, p.stderr[-2000:]
     rec = _last(out_dir)
     assert rec["status"] == "oom" and "out of memory" in rec["error"]
+
+
+def test_device_resident_synthetic_data_waits_for_nothing_on_the_gpu(cli, out_dir):
+    """Catches synthetic batches made on the host and copied every step (on an H100 the old
+    loader path waited 24.8 of 34.2 ms per step): the batch lives on the device already."""
+    p = cli("run", *R18, "--out", out_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = _last(out_dir)
+    m = rec["metrics"]
+    assert rec["input_mode"] == "device-resident"
+    assert m["data_wait_fraction"] < 0.01, m["breakdown_s"]
+    assert m["breakdown_s"]["h2d"] < 0.01 * m["step_time_s"]["median"], m["breakdown_s"]
+
+
+def test_mfu_on_a_known_card_is_against_its_data_sheet_peak(cli, out_dir):
+    """Catches a known GPU given a measured (or fp32) peak under bf16, and an MFU off the
+    achieved FLOP/s: the figure must come from the table for this card and dtype."""
+    from scaleprobe.measure.peaks import table_peak
+
+    p = cli("run", *R18, "--amp", "bf16", "--out", out_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = _last(out_dir)["metrics"]
+    name = torch.cuda.get_device_name(0)
+    hit = table_peak(name, "bf16")
+    if hit is None:
+        assert m["peak"]["measured"] is True, m["peak"]  # a card the table lacks is measured
+        pytest.skip(f"{name} is not in the peak table: its peak was measured")
+    assert m["peak"]["measured"] is False and m["peak"]["dtype"] == "bf16"
+    assert m["peak"]["flops_per_s"] == hit[0] and m["peak"]["source"].startswith("data sheet")
+    assert m["mfu"] == pytest.approx(m["achieved_flops_per_s"] / hit[0])
+    assert 0 < m["mfu"] < 1
+
+
+def test_device_memory_three_ways(cli, out_dir):
+    """Catches the allocator's figures swapped or read as 0 on a real device, and NVML's
+    figure (which holds the CUDA context) below the allocator's reservation."""
+    p = cli("run", *R18, "--out", out_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    mem = _last(out_dir)["metrics"]["peak_mem_bytes"]
+    assert 0 < mem["device_allocated"] <= mem["device_reserved"] <= mem["device_nvml"], mem
+
+
+def test_batch_search_runs_to_a_real_out_of_memory(cli, tmp_path, out_dir):
+    """Catches an out-of-memory probe recorded as failed (the search would stop without a
+    limit), and a largest fit that is not the largest size that ran: resnet50 at 512 px
+    doubles from 64 until the card runs out, then bisects."""
+    spec = tmp_path / "oom.toml"
+    spec.write_text('[sweep]\nid = "gpu-oom"\nbatch_start = 64\nbatch_max = 8192\n'
+                    'batch_round = 64\nmax_probes = 8\n\n[base]\nmodel = "resnet50"\n'
+                    'dataset = "synthetic"\nimage_size = 512\nnum_samples = 8192\n'
+                    'steps = 2\nwarmup_steps = 1\n\n[grid]\nbatch_size = "auto"\n')
+    p = cli("sweep", spec, "--out", out_dir, "--no-progress", timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    recs = read_jsonl(out_dir / "results.jsonl")
+    (search,) = [r for r in recs if r["kind"] == "sweep"][-1]["searches"]
+    probes = search["probes"]
+    ok = [b for b, st in probes if st == "ok"]
+    oom = [b for b, st in probes if st == "oom"]
+    assert ok and oom and {st for _, st in probes} == {"ok", "oom"}, probes
+    assert search["largest_fit"] == max(ok) < min(oom), search
+    runs = [r for r in recs if r["kind"] == "run" and r["status"] == "oom"]
+    assert runs and all("out of memory" in r["error"].lower() for r in runs)
