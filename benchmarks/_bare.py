@@ -2,6 +2,12 @@
 
 Single process:  python benchmarks/_bare.py --model resnet18 --size 64 --batch 32 --steps 40
 Under torchrun:  torchrun --nproc-per-node 2 benchmarks/_bare.py --ddp ...
+GPU-bound:       python benchmarks/_bare.py --model resnet50 --size 224 --batch 128 \
+                     --device-data --amp bf16 --channels-last
+
+--device-data trains on one random batch made once on the device and reused every step (no
+loader, no copy), as `scaleprobe run --dataset synthetic` does; without it, uint8 images go
+through a transform and a DataLoader in the training process.
 Prints one JSON line: {"samples_per_s": ..., "median_step_s": ...} (rank 0). Runs on CUDA (nccl
 under torchrun) when a GPU is there, else on the CPU (gloo).
 """
@@ -43,6 +49,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--samples", type=int, default=4096)
     ap.add_argument("--ddp", action="store_true")
+    ap.add_argument("--device-data", action="store_true")
+    ap.add_argument("--amp", choices=("off", "bf16"), default="off")
+    ap.add_argument("--channels-last", action="store_true")
     a = ap.parse_args()
     rank, world = 0, 1
     import torch.distributed as dist
@@ -60,13 +69,22 @@ def main():
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * a.size * a.size, 10))
     else:
         model = torchvision.models.get_model(a.model, weights=None, num_classes=10)
-    model = model.to(device)
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=fmt)
     if a.ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
-    ds = Pool(a.samples, a.size)
-    sampler = torch.utils.data.DistributedSampler(ds, world, rank, seed=0) if a.ddp else None
-    dl = DataLoader(ds, batch_size=a.batch, sampler=sampler, shuffle=sampler is None,
-                    drop_last=True, num_workers=0, pin_memory=cuda)
+    if a.device_data:
+        g = torch.Generator().manual_seed(1234 + rank)
+        one = (torch.randn(a.batch, 3, a.size, a.size, generator=g).to(device,
+                                                                       memory_format=fmt),
+               torch.randint(0, 10, (a.batch,), generator=g).to(device))
+        dl = [one] * (a.samples // (a.batch * world))
+    else:
+        ds = Pool(a.samples, a.size)
+        sampler = torch.utils.data.DistributedSampler(ds, world, rank, seed=0) if a.ddp else None
+        dl = DataLoader(ds, batch_size=a.batch, sampler=sampler, shuffle=sampler is None,
+                        drop_last=True, num_workers=0, pin_memory=cuda)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     # step = batch request to batch request (data included); on CUDA the marks are events
@@ -86,7 +104,10 @@ def main():
                 marks.append(None)  # an epoch boundary is not a step
                 break
             x, y = (t.to(device, non_blocking=True) for t in batch)
-            loss = loss_fn(model(x), y)
+            if a.channels_last:
+                x = x.contiguous(memory_format=fmt)
+            with autocast:
+                loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
