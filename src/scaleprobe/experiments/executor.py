@@ -444,14 +444,32 @@ class SlurmProcessSet:
                             f"log: {job.paths.stderr}") from None
         return (out[0] if isinstance(out, (list, tuple)) and out else out), job_id
 
+    STOP_WAIT_S = 30.0  # after scancel: how long the cancelled jobs get to leave their records
+
     def stop_all(self, grace_s: float | None = None) -> None:
         """Cancel every job this process submitted (Ctrl+C); each becomes an interrupted
-        point, run again on resume."""
+        point, run again on resume. scancel sends the job's processes SIGTERM, on which the run
+        stops after its step and writes its record with the steps timed so far: that record is
+        waited for (``grace_s``, default ``STOP_WAIT_S``) and handed over, else the
+        scheduler's alone."""
+        from scaleprobe import results as res
+        from scaleprobe.experiments.point import find_attempt
+
         points = list(self.live.values())
         self.live.clear()
         if not points:
             return
         subprocess.run(["scancel", *[p.pid for p in points]], capture_output=True, timeout=60)
+
+        def settled(p: SlurmPoint) -> bool:
+            return _returned(p.job) or find_attempt(
+                res.read_jsonl(p.results_file, warn=False), p.attempt) is not None
+
+        deadline = time.monotonic() + (self.STOP_WAIT_S if grace_s is None else grace_s)
+        waiting = points
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.5)
+            waiting = [p for p in waiting if not settled(p)]
         for p in points:
             p.ended = ("CANCELLED", "cancelled by scaleprobe (Ctrl+C in the submitting process)")
             self._hand_over(p)

@@ -121,6 +121,54 @@ def test_the_jobs_own_record_is_handed_over_once_with_the_schedulers_verdict(tmp
     assert rec["error"] == "Slurm job 42 ended CANCELLED; interrupted by SIGTERM"
 
 
+def _stopping_set(tmp_path, monkeypatch, points):
+    """A SlurmProcessSet holding ``points`` as live jobs, scancel recorded instead of run."""
+    cancelled = []
+    monkeypatch.setattr(X.subprocess, "run", lambda argv, **kw: cancelled.append(argv))
+    monkeypatch.setattr(X, "job_nodes", lambda job_id: ["n0"])
+    ps = X.SlurmProcessSet.__new__(X.SlurmProcessSet)
+    ps.live = {p.pid: p for p in points}
+    return ps, cancelled
+
+
+def test_ctrl_c_cancels_the_jobs_and_hands_over_the_record_they_leave(tmp_path, monkeypatch):
+    """Ctrl+C in the submitter: every live job is scancel'ed and the record the job writes
+    as it stops (SIGTERM: the steps so far) is waited for and handed over. Bugs caught: jobs
+    left on the cluster, the point recorded from the scheduler alone although the job was
+    about to leave its steps, a record handed over twice."""
+    import threading
+
+    p = _point(tmp_path)
+    ps, cancelled = _stopping_set(tmp_path, monkeypatch, [p])
+    own = {"kind": "run", "run_id": "r1", "status": "interrupted",
+           "error": "interrupted by SIGTERM", "experiment": p.payload["experiment"],
+           "metrics": {"steps_timed": 17}}
+    late = threading.Timer(1.0, res.append_jsonl, (p.results_file, own))
+    late.start()
+    ps.stop_all(grace_s=20)
+    late.join()
+    assert cancelled == [["scancel", "42"]] and ps.live == {}
+    (rec,) = res.read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert rec["run_id"] == "r1" and rec["metrics"]["steps_timed"] == 17
+    assert rec["error"] == ("Slurm job 42 ended CANCELLED (cancelled by scaleprobe (Ctrl+C in "
+                            "the submitting process)); interrupted by SIGTERM")
+
+
+def test_ctrl_c_records_a_job_that_leaves_nothing_within_the_grace(tmp_path, monkeypatch):
+    """Bug caught: the submitter waiting forever for a job killed before it could write (or a
+    point lost): after the grace the scheduler's record stands for it."""
+    import time
+
+    p = _point(tmp_path)
+    ps, cancelled = _stopping_set(tmp_path, monkeypatch, [p])
+    t0 = time.monotonic()
+    ps.stop_all(grace_s=1.0)
+    assert 1.0 <= time.monotonic() - t0 < 10
+    (rec,) = res.read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert rec["status"] == "interrupted" and rec["slurm"]["state"] == "CANCELLED"
+    assert rec["error"].startswith("Slurm job 42 ended CANCELLED (cancelled by scaleprobe")
+
+
 def _scale_args(*argv):
     from scaleprobe.commands import scale as S
 
