@@ -81,13 +81,7 @@ def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
                               str(out_dir), "--executor", "slurm", "--no-progress"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        job = None
-        deadline = time.time() + 120
-        while job is None and time.time() < deadline:
-            q = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"],
-                               capture_output=True, text=True)
-            job = (q.stdout.split() or [None])[0]
-            time.sleep(0.5)
+        job = _running_job()
         assert job is not None, "the point never ran as a job"
         time.sleep(10)  # it is training
         subprocess.run(["scancel", job], check=True)
@@ -100,6 +94,58 @@ def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
     assert run["error"].startswith(f"Slurm job {job} ended CANCELLED"), run["error"]
     assert run["slurm"] == {"job_id": job, "state": "CANCELLED", "nodes": [_hostname()]}
     assert run["metrics"]["steps_timed"] > 0  # the job stopped as on SIGTERM, steps kept
+
+
+def _running_job(timeout_s=120):
+    """The id of the first job the cluster is running, waited for."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        q = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"],
+                           capture_output=True, text=True)
+        if q.stdout.split():
+            return q.stdout.split()[0]
+        time.sleep(0.5)
+    return None
+
+
+def test_ctrl_c_in_the_submitter_cancels_its_jobs_and_keeps_their_steps(
+        slurm_cluster, tmp_path, out_dir):
+    """Ctrl+C in `scaleprobe sweep --executor slurm` while a point trains as a job. Bugs
+    caught: the job left running on the cluster after the sweep is gone (it would hold its
+    nodes until its time limit), the sweep not ending 130, the point not recorded (or
+    recorded ok, or without the steps the job timed before it was cancelled), the reason not
+    saying who cancelled it."""
+    import signal
+    import sys
+
+    spec = _spec(tmp_path, "ctrlc", "steps = [1000000]")
+    sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
+                              str(out_dir), "--executor", "slurm", "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        job = _running_job()
+        assert job is not None, "the point never ran as a job"
+        time.sleep(10)  # it is training
+        sweep.send_signal(signal.SIGINT)
+        _, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 130, err[-2000:]
+    deadline = time.time() + 60  # scancel'ed: the job leaves the queue
+    while time.time() < deadline:
+        q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                           text=True)
+        if not q.stdout.strip():
+            break
+        time.sleep(1)
+    assert not q.stdout.strip(), f"job {job} still {q.stdout.strip()} after the sweep ended"
+    (run,) = _records(out_dir)
+    assert run["status"] == "interrupted", run.get("error")
+    assert run["error"].startswith(f"Slurm job {job} ended CANCELLED (cancelled by scaleprobe "
+                                   "(Ctrl+C in the submitting process))"), run["error"]
+    assert run["slurm"]["job_id"] == job and run["slurm"]["state"] == "CANCELLED"
+    assert run["metrics"]["steps_timed"] > 0  # the job's own record, handed over
 
 
 def test_a_job_slurm_refuses_is_a_one_line_error(slurm_cluster, cli, tmp_path, out_dir):
@@ -115,14 +161,15 @@ def test_a_job_slurm_refuses_is_a_one_line_error(slurm_cluster, cli, tmp_path, o
 
 
 def test_scale_across_two_nodes_crosses_the_network(slurm_two_nodes, out_dir):
-    """`scale --nnodes 1,2 --executor slurm` on two Slurm nodes in network namespaces. Bugs
-    caught: a multi-node point that is not one job over both nodes (one world of 2 ranks on
-    two hosts), ranks that cannot meet (the rendezvous not on the job's first node, a name
-    that does not resolve there), node 1 writing a second record of the point, and a table
-    that does not tell 2 processes on 2 nodes from 2 on one."""
+    """`scale --nnodes 1,2 --nproc 2 --executor slurm` on two Slurm nodes in network
+    namespaces: 2 processes on one node against 2 on each of two. Bugs caught: a multi-node
+    point that is not one job over both nodes (one world of 4 ranks on two hosts), ranks that
+    cannot meet (the rendezvous not on the job's first node, a name that does not resolve
+    there), a node that starts one rank instead of --nproc, node 1 writing a second record
+    of the point, and a table that does not tell 4 processes on 2 nodes from 2 on one."""
     import sys
 
-    p = slurm_two_nodes([sys.executable, "-m", "scaleprobe", "scale", "--nproc", "1",
+    p = slurm_two_nodes([sys.executable, "-m", "scaleprobe", "scale", "--nproc", "2",
                          "--nnodes", "1,2", "--model", "linear", "--loader", "naive",
                          "--steps", 5, "--warmup-steps", 1, "--repeats", 1,
                          "--executor", "slurm", "--out", out_dir, "--no-progress"], 500)
@@ -131,12 +178,14 @@ def test_scale_across_two_nodes_crosses_the_network(slurm_two_nodes, out_dir):
     first = {r["experiment"]["point"]["nnodes"]: r for r in reversed(runs)}
     assert set(first) == {1, 2} and all(r["status"] == "ok" for r in runs)
     two = first[2]
-    assert two["batch"]["world_size"] == 2 and two["env"]["nnodes"] == 2
+    assert first[1]["batch"]["world_size"] == 2 and first[1]["slurm"]["nodes"] == ["sp-node0"]
+    assert two["batch"]["world_size"] == 4 and two["env"]["nnodes"] == 2
+    assert len(two["ranks"]) == 4 and two["audit"]["ok"], two["audit"]
     assert two["config"]["dist"]["rdzv_endpoint"] == "sp-node0:29400"
     assert first[1]["config"]["dist"]["rdzv_endpoint"] is None
     assert two["slurm"]["nodes"] == ["sp-node0", "sp-node1"]
     assert len(runs) == len({r["run_id"] for r in runs})  # one record per run, node 0's
-    assert "| 2 (2 nodes x 1) |" in p.stdout
+    assert "| 2 |" in p.stdout and "| 4 (2 nodes x 2) |" in p.stdout, p.stdout
 
 
 def test_comm_across_two_nodes_as_one_job_feeds_predict(slurm_two_nodes, out_dir):
