@@ -96,6 +96,7 @@ def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
     rec = execute(cfg)
     m = rec["metrics"]
     assert rec["status"] == "ok"
+    assert rec["input_mode"] == "loader"  # synthetic-loader: through the workers, not resident
     assert 10 <= m["steps_timed"] <= 40
     assert m["epoch_time_projected"] is True
     # steps.csv, every timed step as measured, read independently of the summary: samples/s
