@@ -60,3 +60,25 @@ def test_batch_table_has_tflops_and_mfu_per_point():
     cells = [dict(zip(B.BATCH_HEADERS, B.batch_cells(r), strict=True)) for r in rows]
     assert [c["MFU"] for c in cells] == ["10%", "20%"]
     assert [c["TFLOP/s"] for c in cells] == ["0.01", "0.02"]
+
+
+def test_low_mfu_with_exposed_communication_names_it():
+    """Catches the 'waits on' part naming the input (or compute) when exposed communication
+    is the largest part of the step that is not arithmetic."""
+    rec = _with_mfu(run("ddp", strategy="ddp", nproc=2, bd=breakdown(0.1, data=0.1, comm=0.5)),
+                    0.04)
+    assert "waits on communication (exposed 50% of the step)" in \
+        _verdicts(rec)["not compute-bound"].evidence
+
+
+def test_sweep_points_table_shows_each_points_own_mfu():
+    """Catches the MFU column of a sweep's points table missing, shifted against its header,
+    or filled from another point."""
+    from scaleprobe.experiments.tables import POINT_HEADERS, points_table
+
+    recs = [_with_mfu(run(m, model=m, experiment=sweep_point("s", model=m)), f)
+            for m, f in (("linear", 0.031), ("mlp", 0.42))]
+    table = points_table(recs, [], ["model"])
+    assert table["headers"] == ["model", *POINT_HEADERS]
+    col = table["headers"].index("MFU")
+    assert [(row[0], row[col]) for row in table["rows"]] == [("linear", "3.1%"), ("mlp", "42%")]
