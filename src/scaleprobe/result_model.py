@@ -190,6 +190,7 @@ class Peak(Record):
     device_name: str | None = None
     source: str | None = None  # "data sheet: ..." or "measured peak: ..."
     measured: bool | None = None
+    under_load: bool | None = None  # measured while other processes took some of the cores
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -20,7 +20,11 @@ run's dtype. Elsewhere (every CPU, an unknown GPU) a measured peak: the best rat
 series of large square matrix products in the run's dtype on that device, with every core the
 process may use on a CPU; it is cached per machine in the user cache folder (``peaks.json``
 under ``$XDG_CACHE_HOME/scaleprobe`` or ``~/.cache/scaleprobe``), under a lock so that ranks
-starting together measure it once. Delete the file to measure again.
+starting together measure it once. A calibration that did not get the cores it ran on (its
+threads' CPU time under ``BUSY_SHARE`` of wall time x threads: other processes took the rest)
+is marked ``under_load``: it is used, labelled so, and measured again at the next run, the
+higher figure kept, until a calibration on a quiet machine replaces it. Delete the file to
+measure again.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ import torch
 from scaleprobe.measure.peaks import table_peak
 
 CACHE_FILE = "peaks.json"
+# A CPU calibration whose threads got less than this share of their cores (process CPU time /
+# (wall time x threads), over its best product) ran beside other work: its peak is low. A
+# quiet 2-core machine gives 0.95-1.0 (2026-11-25); two busy loops beside it, about 0.5.
+BUSY_SHARE = 0.8
 COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "
                 "(forward + backward; 2 FLOPs per multiply-add; element-wise operators and "
                 "the optimizer update count 0)")
@@ -134,10 +142,13 @@ def cpu_threads() -> int:
 
 
 def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: float = 0.5,
-              clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+              clock: Callable[[], float] = time.perf_counter,
+              cpu_clock: Callable[[], float] = time.process_time) -> dict[str, Any]:
     """The best FLOP/s of ``n x n`` matrix products in ``dtype`` on ``device``, over about
     ``seconds`` after two untimed products. On a CPU every core of the process's affinity is
-    used (the thread count is restored after)."""
+    used (the thread count is restored after), and the share of those cores the best product
+    got (``cpu_share``: process CPU time / (wall time x threads)) says whether other processes
+    took some (``under_load``)."""
     cuda = device.type == "cuda"
     n = n or (8192 if cuda else 1024)
     tdt = TORCH_DTYPE[dtype]
@@ -150,24 +161,27 @@ def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: f
         g = torch.Generator().manual_seed(0)
         a = torch.randn(n, n, generator=g).to(device, tdt)
         b = torch.randn(n, n, generator=g).to(device, tdt)
-        best, reps, t_end = 0.0, 0, clock() + seconds
+        used = None if cuda else cpu_threads()
+        best, share, reps, t_end = 0.0, None, 0, clock() + seconds
         for i in range(1000):
             _sync(device)
-            t0 = clock()
+            t0, c0 = clock(), cpu_clock()
             torch.mm(a, b)
             _sync(device)
-            dt = clock() - t0
+            dt, cpu_dt = clock() - t0, cpu_clock() - c0
             if i >= 2:
                 reps += 1
-                best = max(best, 2.0 * n ** 3 / dt) if dt > 0 else best
+                if dt > 0 and 2.0 * n ** 3 / dt > best:
+                    best = 2.0 * n ** 3 / dt
+                    share = min(1.0, cpu_dt / (dt * used)) if used else None
                 if clock() >= t_end and reps >= 3:
                     break
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
         torch.set_num_threads(threads)
-    used = cpu_threads() if not cuda else None
     where = f"{used} threads" if used else "one device"
-    return {"flops_per_s": best, "n": n, "reps": reps, "threads": used,
+    return {"flops_per_s": best, "n": n, "reps": reps, "threads": used, "cpu_share": share,
+            "under_load": share is not None and share < BUSY_SHARE,
             "method": f"measured peak: best of {reps} {dtype} {n}x{n} matrix products, {where}"}
 
 
@@ -191,17 +205,23 @@ def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
                   measure: Callable[[torch.device, str], dict[str, Any]] | None = None
                   ) -> dict[str, Any]:
     """The cached measured peak for this machine, device and dtype; measured (and cached) when
-    missing. Ranks on one host that ask together wait on a lock and measure once. A cache that
-    cannot be read or written costs a measurement, never the run."""
+    missing, or when the one kept was measured under load: then the higher of the two is kept
+    (still under load), unless the new one ran on a quiet machine, which replaces it. Ranks on
+    one host that ask together wait on a lock and measure once. A cache that cannot be read or
+    written costs a measurement, never the run."""
     folder = folder or cache_dir()
     key = cache_key(device, dtype)
     with _locked(folder):
         cached = _read(folder / CACHE_FILE)
         hit = cached.get(key)
-        if isinstance(hit, dict) and (hit.get("flops_per_s") or 0) > 0:
+        if not (isinstance(hit, dict) and (hit.get("flops_per_s") or 0) > 0):
+            hit = None
+        if hit is not None and not hit.get("under_load"):
             return {**hit, "cached": True}
         got = (measure or calibrate)(device, dtype)
         entry = {**got, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        if hit is not None and entry.get("under_load") and hit["flops_per_s"] >= entry["flops_per_s"]:
+            return {**hit, "cached": True}  # busy again, and no higher than the one kept
         cached[key] = entry
         _write(folder / CACHE_FILE, cached)
     return {**entry, "cached": False}
@@ -253,5 +273,12 @@ def resolve_peak(device: torch.device, amp: str, folder: Path | None = None) -> 
                 "source": f"data sheet: {hit[1]}", "measured": False}
     m = measured_peak(device, dtype, folder)
     cached = f", cached {m.get('measured_at')}" if m.get("cached") else ""
+    busy = ""
+    if m.get("under_load"):
+        share = m.get("cpu_share")
+        got = f" (its threads had {share:.0%} of their cores)" if share is not None else ""
+        busy = (f"; measured while other processes used the CPU{got}: the peak is likely "
+                "higher and the MFU lower than shown; measured again at the next run")
     return {"flops_per_s": m["flops_per_s"], "dtype": dtype, "device_name": name,
-            "source": f"{m['method']}{cached}", "measured": True}
+            "source": f"{m['method']}{cached}{busy}", "measured": True,
+            "under_load": bool(m.get("under_load"))}

@@ -190,6 +190,67 @@ def test_measured_peak_is_cached_per_machine_and_dtype(tmp_path):
     assert len(json.loads((tmp_path / F.CACHE_FILE).read_text())) == 2
 
 
+class _Clocks:
+    """A wall clock that moves 10 ms a reading and a CPU clock that moves ``share`` of the
+    wall time of every thread the calibration runs: its products got that share of the cores."""
+
+    def __init__(self, share):
+        self.t, self.c, self.share = 0.0, 0.0, share
+
+    def wall(self):
+        self.t += 0.01
+        return self.t
+
+    def cpu(self):
+        self.c += 0.01 * self.share * F.cpu_threads()
+        return self.c
+
+
+@pytest.mark.parametrize("share, busy", [(1.0, False), (0.9, False), (0.45, True)])
+def test_calibration_says_whether_its_threads_got_their_cores(share, busy):
+    """Catches a peak measured beside other work (two busy loops gave the threads 34-44% of
+    their cores, 2026-11-25) taken for the machine's peak: the CPU time of the products
+    against wall time x threads says so."""
+    c = _Clocks(share)
+    got = F.calibrate(torch.device("cpu"), "fp32", n=32, seconds=0.0, clock=c.wall,
+                      cpu_clock=c.cpu)
+    assert got["cpu_share"] == pytest.approx(share)
+    assert got["under_load"] is busy
+
+
+def test_a_peak_measured_under_load_is_measured_again_and_the_higher_kept(tmp_path):
+    """Catches a busy machine's low peak cached for good (every later MFU too high), a
+    second busy measurement replacing a higher first one, and a quiet one not settling it."""
+    cpu = torch.device("cpu")
+    seq = iter([(2e10, True), (1.5e10, True), (3e10, True), (4e10, False), (1e10, True)])
+    calls = []
+
+    def fake(device, dtype):
+        v, busy = next(seq)
+        calls.append(v)
+        return {"flops_per_s": v, "under_load": busy, "cpu_share": 0.5 if busy else 1.0,
+                "method": "measured peak: fake"}
+
+    got = [F.measured_peak(cpu, "fp32", tmp_path, fake) for _ in range(6)]
+    assert calls == [2e10, 1.5e10, 3e10, 4e10]  # settled by the quiet one: no fifth
+    assert [g["flops_per_s"] for g in got] == [2e10, 2e10, 3e10, 4e10, 4e10, 4e10]
+    assert [g["under_load"] for g in got] == [True, True, True, False, False, False]
+    label = F.resolve_peak(cpu, "off", tmp_path)
+    assert label["under_load"] is False and "other processes" not in label["source"]
+
+
+def test_a_peak_under_load_says_so_in_its_source(tmp_path, monkeypatch):
+    """Catches an MFU against a busy machine's peak printed as if the peak were sound."""
+    monkeypatch.setattr(F, "calibrate", lambda d, t: {
+        "flops_per_s": 2e10, "under_load": True, "cpu_share": 0.44,
+        "method": "measured peak: fake"})
+    got = F.resolve_peak(torch.device("cpu"), "off", tmp_path)
+    assert got["under_load"] is True
+    assert got["source"] == ("measured peak: fake; measured while other processes used the CPU "
+                             "(its threads had 44% of their cores): the peak is likely higher "
+                             "and the MFU lower than shown; measured again at the next run")
+
+
 def test_a_damaged_cache_costs_a_measurement_not_the_run(tmp_path):
     """Catches a torn or foreign peaks.json (or a zero entry) failing every later run."""
     cpu = torch.device("cpu")
