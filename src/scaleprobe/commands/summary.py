@@ -69,19 +69,19 @@ def _figures(m: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _flops_line(con: Console, rec: dict[str, Any]) -> None:
     """FLOPs per step, achieved TFLOP/s and MFU against the peak and where the peak came from."""
-    from scaleprobe.report.fmt import mfu, tflops
+    from scaleprobe.report.fmt import flops, mfu
 
     m, why = rec["metrics"], rec.get("null_reasons") or {}
     if not m.get("flops_per_step"):
         if why.get("flops_per_step"):
             con.print(f"FLOPs: {esc(why['flops_per_step'])}")
         return
-    line = (f"FLOPs: {m['flops_per_step'] / 1e9:,.2f} GFLOP per step, "
-            f"{tflops(m.get('achieved_flops_per_s'))} TFLOP/s achieved")
+    line = (f"FLOPs: {flops(m['flops_per_step'])} per step, "
+            f"{flops(m.get('achieved_flops_per_s'), per_s=True)} achieved")
     p = m.get("peak") or {}
     if m.get("mfu") is not None:
-        line += (f", MFU {mfu(m['mfu'])} of {tflops(p['flops_per_s'] * (p.get('devices') or 1))}"
-                 f" TFLOP/s {p.get('dtype')} ({p.get('source')})")
+        peak = flops(p['flops_per_s'] * (p.get('devices') or 1), per_s=True)
+        line += f", MFU {mfu(m['mfu'])} of {peak} {p.get('dtype')} ({p.get('source')})"
     else:
         line += f"; MFU: {why.get('mfu') or 'n/a'}"
     con.print(esc(line))

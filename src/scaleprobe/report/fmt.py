@@ -117,6 +117,20 @@ def tflops(flops_per_s: Any) -> str:
     return f"{t:,.0f}" if t >= 100 else f"{t:.3g}" if t >= 0.001 else f"{t:.2e}"
 
 
+def flops(v: Any, per_s: bool = False) -> str:
+    """FLOPs (or FLOP/s) in the unit that reads: 4.2e6 -> '4.2 MFLOP', 2.781e10 -> '27.8
+    GFLOP', 9.89e14 with per_s -> '989 TFLOP/s'."""
+    v = _n(v)
+    if v is None:
+        return NA
+    unit = "FLOP/s" if per_s else "FLOP"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            x = v / scale
+            return f"{x:.3g} {prefix}{unit}" if x < 1000 else f"{x:,.0f} {prefix}{unit}"
+    return f"{v:.3g} {unit}"
+
+
 def mfu(v: Any) -> str:
     """0.554 -> '55%', 0.034 -> '3.4%'."""
     v = _n(v)

@@ -1,0 +1,13 @@
+"""Figures as the reports print them (report/fmt.py)."""
+
+from scaleprobe.report import fmt
+
+
+def test_flops_in_the_unit_that_reads():
+    """Catches a small model's count printed as '0.00 GFLOP' and a unit prefix off by 1000."""
+    assert fmt.flops(214_016) == "214 kFLOP"
+    assert fmt.flops(2.781e10) == "27.8 GFLOP"
+    assert fmt.flops(9.89e14, per_s=True) == "989 TFLOP/s"
+    assert fmt.flops(3.71e6, per_s=True) == "3.71 MFLOP/s"
+    assert fmt.flops(2.5e18) == "2,500 PFLOP" and fmt.flops(12) == "12 FLOP"
+    assert fmt.flops(None) == fmt.NA
