@@ -85,7 +85,8 @@ def speedup(sps_n: float | None, sps_1: float | None) -> float | None:
     return sps_n / sps_1
 
 
-def efficiency(speedup_x: float | None, n: int | None) -> float | None:
+def efficiency(speedup_x: float | None, n: float | None) -> float | None:
+    """Speedup over its ideal ``n`` (the process count, or N / B against a B-process base)."""
     if speedup_x is None or not n:
         return None
     return speedup_x / n
@@ -148,7 +149,7 @@ def time_speedup(t_n: float | None, t_1: float | None) -> float | None:
     return t_1 / t_n
 
 
-def plausible_speedup(speedup_x: float | None, n: int | None) -> bool:
+def plausible_speedup(speedup_x: float | None, n: float | None) -> bool:
     """False when a speedup over ``n`` processes exceeds ``n`` x 1.1 (a measuring error:
     usually a noisy 1-process baseline)."""
     return speedup_x is None or not n or speedup_x <= n * PLAUSIBLE_SPEEDUP_FACTOR

@@ -173,7 +173,7 @@ def test_scale_across_two_nodes_crosses_the_network(slurm_two_nodes, out_dir):
                          "--nnodes", "1,2", "--model", "linear", "--loader", "naive",
                          "--steps", 5, "--warmup-steps", 1, "--repeats", 1,
                          "--executor", "slurm", "--out", out_dir, "--no-progress"], 500)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     runs = _records(out_dir)
     first = {r["experiment"]["point"]["nnodes"]: r for r in reversed(runs)}
     assert set(first) == {1, 2} and all(r["status"] == "ok" for r in runs)

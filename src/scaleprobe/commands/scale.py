@@ -1,6 +1,7 @@
 """``scaleprobe scale --nproc 1,2[,4...] [run options]``: the same training at each process
 count, each measured in its own run (never extrapolated from one rank), then speedup and
-scaling efficiency against the 1-process run and what the gap was lost to:
+scaling efficiency against the 1-process run (or the smallest count measured, when there is
+none: ``--nproc 2 --nnodes 1,2``) and what the gap was lost to:
 
     scaleprobe scale --nproc 1,2                                  # digits_cnn, ddp, gloo on CPU
     scaleprobe scale --nproc 1,2,4 --model resnet18 --dataset synthetic --image-size 64
@@ -179,11 +180,11 @@ def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> i
 
 
 def _write_table(folder: Path, sid: str, rows: list[dict[str, Any]]) -> int:
-    """scale.md in the output folder and on stdout; exit 1 when no count beyond 1 gave a
-    speedup."""
+    """scale.md in the output folder and on stdout; exit 1 when no count beyond the baseline
+    gave a speedup."""
     table, lines = scale_markdown(rows)
     text = f"## Scaling: {sid}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
     (folder / "scale.md").write_text(text)
     print(text)
     print(f"written: {folder / 'scale.md'}, {folder / 'results.jsonl'}")
-    return 0 if any(r["speedup"] is not None for r in rows if r["nproc"] != 1) else 1
+    return 0 if any(r["speedup"] is not None for r in rows if not r["is_base"]) else 1

@@ -1,10 +1,10 @@
 """A scale experiment: the same run at each process count (a sweep over ``nproc`` of kind
 "scale"), then one re-measurement of any point whose speedup came out implausible.
 
-A speedup above N x 1.1 is a measuring error, most often a 1-process baseline caught by a
-burst of load. Such a point and the baseline each get one more repeat (interleaved, as
-always) and the table is built again from every repeat; a point still implausible after that
-stays marked and out of every verdict.
+A speedup above N x 1.1 (N / B x 1.1 against a B-process baseline) is a measuring error,
+most often a baseline caught by a burst of load. Such a point and the baseline each get one
+more repeat (interleaved, as always) and the table is built again from every repeat; a point
+still implausible after that stays marked and out of every verdict.
 """
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
         n = load_spec(spec, None, repeats).repeats
         con = console or Console(stderr=True)
         con.print(f"implausible speedup at {', '.join(str(r['nproc']) for r in odd)} "
-                  "processes: measuring those points and the 1-process baseline once more",
+                  "processes: measuring those points and the baseline once more",
                   soft_wrap=True)
+        (base,) = [(r["record"].get("experiment") or {}).get("point") or {}
+                   for r in rows if r["is_base"] and r["experiment"] == odd[0]["experiment"]]
         points = [(r["record"].get("experiment") or {}).get("point") or {} for r in odd]
-        grid: dict[str, Any] = {"nproc": sorted({1, *(p.get("nproc", 1) for p in points)})}
+        grid: dict[str, Any] = {"nproc": sorted({p.get("nproc", 1) for p in [base, *points]})}
         if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
-            grid["nnodes"] = sorted({1, *(p.get("nnodes", 1) for p in points)})
+            grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})
         again = {**spec, "grid": grid}
         run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
                   executor=executor)

@@ -142,11 +142,11 @@ def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,
 def _scaling(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
     out = []
     for row in scale_table(records, th):
-        if row["status"] != "ok" or (row["nproc"] or 0) < 2:
+        if row["status"] != "ok" or row["is_base"] or row["speedup"] is None:
             continue
         if row.get("implausible"):
             out.append(Finding("implausible speedup", row["line"],
-                               "measure again with more --repeats; a noisy 1-process baseline "
+                               "measure again with more --repeats; a noisy baseline "
                                "is the usual cause", "warning", row["experiment"]))
             continue
         eiv = row.get("efficiency_interval")

@@ -255,12 +255,14 @@ def _worker_margin(r: dict[str, Any], pick: dict[str, Any] | None,
 
 def scale_verdicts(records: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
     """Each scale experiment at its largest process count that finished."""
-    rows = [r for r in S.scale_table(records, th) if r["status"] == "ok" and (r["nproc"] or 0) > 1]
+    rows = [r for r in S.scale_table(records, th) if r["status"] == "ok" and not r["is_base"]
+            and r["speedup"] is not None]
     out = []
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         row = max((r for r in rows if r["experiment"] == eid), key=lambda r: r["nproc"])
         n, folder = row["nproc"], R.source(row["record"])
-        number = (f"{n} processes: speedup {fmt.ratio(row['speedup'])}, efficiency "
+        against = f" against {row['base_nproc']}" if row["base_nproc"] != 1 else ""
+        number = (f"{n} processes{against}: speedup {fmt.ratio(row['speedup'])}, efficiency "
                   f"{fmt.pct(row['efficiency'])}")
         iv, eiv = row["speedup_interval"], row["efficiency_interval"]
         if row.get("implausible"):

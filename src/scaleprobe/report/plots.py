@@ -213,16 +213,20 @@ def scale_plot(rows: list[dict[str, Any]]) -> Plot | None:
         return None
     fig, ax = _figure(7.0, 4.2)
     top = max(r["nproc"] for g in groups.values() for r in g)
-    ax.plot([1, top], [1, top], "--", color="#999", label="ideal")
+    bases = sorted({r.get("base_nproc") or 1 for g in groups.values() for r in g})
+    for b in bases:  # perfect scaling from each baseline: N / B at N processes
+        ax.plot([b, top], [1, top / b], "--", color="#999",
+                label="ideal" if bases == [1] else f"ideal from {b}")
     for eid, g in groups.items():
         xs, ys = [r["nproc"] for r in g], [r["speedup"] for r in g]
         ax.plot(xs, ys, "o-", label=eid)
         _label_points(ax, xs, ys, [fmt.pct(r["efficiency"]) for r in g])
-    ticks = sorted({r["nproc"] for g in groups.values() for r in g} | {1})
+    ticks = sorted({r["nproc"] for g in groups.values() for r in g} | set(bases))
     ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.set(xlabel="processes", ylabel="speedup vs 1 process",
+    against = "1 process" if bases == [1] else "the smallest count measured"
+    ax.set(xlabel="processes", ylabel=f"speedup vs {against}",
            title="Scaling (points labelled with their efficiency)")
-    _from_zero(ax, [top] + [r["speedup"] for g in groups.values() for r in g], 1.15)
+    _from_zero(ax, [top / bases[0]] + [r["speedup"] for g in groups.values() for r in g], 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     return _render(fig)

@@ -78,16 +78,19 @@ def _batch_ratio(rec: dict[str, Any], base: dict[str, Any]) -> float:
 
 def scale_table(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[dict[str, Any]]:
     """One row per process count of each scale experiment (the point's median repeat), with
-    speedup and efficiency against that experiment's 1-process point, each with its interval
-    over the paired repeats (None when there is no 1-process point), and a ``line`` such as
-    ``2 processes: 1.62x [1.41, 1.86], 3 repeats (efficiency 81%); lost to: ...``.
+    speedup and efficiency against that experiment's baseline, each with its interval over the
+    paired repeats, and a ``line`` such as ``2 processes: 1.62x [1.41, 1.86], 3 repeats
+    (efficiency 81%); lost to: ...``. The baseline is the 1-process point, or, in an
+    experiment without one (``--nproc 2 --nnodes 1,2``), its smallest measured point: N
+    processes against B are ideally N / B times as fast, and efficiency is the speedup over
+    N / B (``base_nproc``; ``is_base`` on the baseline's own row).
 
-    A speedup above N x 1.1 is ``implausible``: the row says so with the baseline's spread,
-    and ``verdict_ok`` is False so that no verdict is drawn from it."""
+    A speedup above N / B x 1.1 is ``implausible``: the row says so with the baseline's
+    spread, and ``verdict_ok`` is False so that no verdict is drawn from it."""
     rows: list[dict[str, Any]] = []
     for eid, recs in R.by_experiment(records, "scale").items():
         recs = sorted(P.group_repeats(recs), key=lambda r: (nproc(r) or 0, nodes(r)))
-        base = next((r for r in recs if nproc(r) == 1 and r.get("status") in MEASURED), None)
+        base = next((r for r in recs if r.get("status") in MEASURED and nproc(r)), None)
         for r in recs:
             rows.append(_row(eid, r, base, th))
     return rows
@@ -97,18 +100,25 @@ def _row(eid: str, r: dict[str, Any], base: dict[str, Any] | None,
          th: Thresholds) -> dict[str, Any]:
     n, sps = nproc(r), R.metric(r, "samples_per_s")
     ok = r.get("status") in MEASURED
-    iv = P.interval(base, r, P.samples_per_s) if ok and base is not None and n != 1 else None
+    b = nproc(base) if base is not None else None
+    ideal = n / b if n and b else None  # the speedup of perfect scaling from the baseline
+    is_base = r is base
+    iv = P.interval(base, r, P.samples_per_s) if ok and base is not None and not is_base \
+        else None
     speedup = iv.estimate if iv is not None else (
         M.speedup(sps, R.metric(base, "samples_per_s")) if ok and base is not None else None)
-    eff_iv = iv.scaled(1.0 / n) if iv is not None and n else None
-    lost = lost_to(r, base, th) if n and n > 1 and ok else {}
+    eff_iv = iv.scaled(1.0 / ideal) if iv is not None and ideal else None
+    lost = lost_to(r, base, th) if n and n > 1 and ok and not is_base else {}
     implausible = None
-    if not M.plausible_speedup(speedup, n):
-        implausible = (f"above {n} x {M.PLAUSIBLE_SPEEDUP_FACTOR:.1f}: a measuring error, most "
-                       f"likely in the 1-process baseline (its spread: {_spread(base)})")
+    if not M.plausible_speedup(speedup, ideal):
+        what = "1-process baseline" if b == 1 else f"baseline ({b} processes)"
+        implausible = (f"above {_ideal_text(n, b)} x {M.PLAUSIBLE_SPEEDUP_FACTOR:.1f}: a "
+                       f"measuring error, most likely in the {what} (its spread: "
+                       f"{_spread(base)})")
     row = {"experiment": eid, "run": R.name(r), "record": r, "nproc": n, "nodes": nodes(r),
+           "base_nproc": b, "is_base": is_base,
            "status": r.get("status"), "error": r.get("error"), "samples_per_s": sps,
-           "speedup": speedup, "efficiency": M.efficiency(speedup, n),
+           "speedup": speedup, "efficiency": M.efficiency(speedup, ideal),
            "speedup_interval": iv, "efficiency_interval": eff_iv,
            "repeats": len(P.repeats_of(r)), "implausible": implausible,
            "verdict_ok": implausible is None and iv is not None,
@@ -118,6 +128,10 @@ def _row(eid: str, r: dict[str, Any], base: dict[str, Any] | None,
     row.update(target_fields(r, base, ok))
     row["line"] = scale_line(row)
     return row
+
+
+def _ideal_text(n: int | None, b: int | None) -> str:
+    return f"{n}" if b == 1 else f"{n}/{b}"
 
 
 def _spread(base: dict[str, Any] | None) -> str:
@@ -142,11 +156,14 @@ def scale_line(row: dict[str, Any]) -> str:
     if row["status"] not in MEASURED:
         return f"{head}: {R.status_text(row)}"
     if row["speedup"] is None:
-        return f"{head}: {fmt.rate(row['samples_per_s'])} samples/s (no 1-process run to compare)"
-    if n == 1:
+        return f"{head}: {fmt.rate(row['samples_per_s'])} samples/s (no measured run to compare)"
+    if row.get("is_base", n == 1):
         k = row.get("repeats") or 0
         return (f"{head}: the baseline, {fmt.rate(row['samples_per_s'])} samples/s "
                 f"(median of {k} repeat{'s' if k != 1 else ''})")
+    b = row.get("base_nproc") or 1
+    if b != 1:
+        head += f" against {b}"
     if row.get("implausible"):
         return (f"{head}: {row['speedup']:.2f}x is implausible ({row['implausible']}); "
                 "left out of every verdict")

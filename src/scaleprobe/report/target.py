@@ -115,7 +115,8 @@ def target_cells(row: dict[str, Any]) -> list[str]:
 def target_line(row: dict[str, Any]) -> str | None:
     """``2 processes: accuracy >= 0.8 reached 1.31x sooner [1.05, 1.63] ...`` or inconclusive,
     with the throughput speedup beside it and what the difference means."""
-    if "ttt_runs" not in row or row["nproc"] == 1 or row.get("ttt_speedup") is None:
+    if "ttt_runs" not in row or row.get("is_base", row["nproc"] == 1) \
+            or row.get("ttt_speedup") is None:
         return None
     n, iv = row["nproc"], row.get("ttt_speedup_interval")
     head = f"{n} processes, time to {row['target_text']}"
@@ -125,7 +126,9 @@ def target_line(row: dict[str, Any]) -> str | None:
                 "throughput speedup of the same runs is implausible)")
     if iv is not None and iv.decides(1.0):
         word = "sooner" if iv.above(1.0) else "later"
-        text = f"{head}: reached {word} than 1 process by {iv.text()}"
+        b = row.get("base_nproc") or 1
+        than = "1 process" if b == 1 else f"{b} processes"
+        text = f"{head}: reached {word} than {than} by {iv.text()}"
     else:
         text = f"{head}: {M.undecided_text(iv, 1.0, 'time-to-target speedup')}"
     if row.get("speedup") is not None:

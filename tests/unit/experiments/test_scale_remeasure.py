@@ -4,9 +4,11 @@ repeat each, nothing else runs again."""
 from scaleprobe.experiments import scale as X
 
 
-def row(nproc, implausible=None, nnodes=None):
+def row(nproc, implausible=None, nnodes=None, base=None):
     point = {"nproc": nproc, **({"nnodes": nnodes} if nnodes else {})}
-    return {"nproc": nproc * (nnodes or 1), "implausible": implausible,
+    n = nproc * (nnodes or 1)
+    return {"nproc": n, "implausible": implausible, "experiment": "s",
+            "is_base": n == 1 if base is None else base,
             "record": {"experiment": {"point": point}}}
 
 
@@ -51,3 +53,20 @@ def test_an_implausible_point_over_nodes_is_measured_by_its_own_axes(monkeypatch
             "grid": {"nproc": [1, 2], "nnodes": [1, 2]}}
     X.run_scale(spec, str(tmp_path), progress=False)
     assert calls[1] == ({"nproc": [1, 2], "nnodes": [1, 2]}, 2)
+
+
+def test_without_a_1_process_point_the_baseline_measured_again_is_its_own(monkeypatch,
+                                                                           tmp_path):
+    """``scale --nproc 2 --nnodes 1,2``: an implausible 2 x 2 point is measured again beside
+    the experiment's own baseline (2 processes on one node), not beside a 1-process point the
+    grid never had."""
+    calls = []
+    tables = [[row(2, nnodes=1, base=True), row(2, nnodes=2, implausible="above 4/2 x 1.1")],
+              [row(2, nnodes=1, base=True), row(2, nnodes=2)]]
+    monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
+                        lambda spec, out, **kw: calls.append((spec["grid"], kw["repeats"])))
+    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: tables.pop(0))
+    spec = {"sweep": {"id": "s", "kind": "scale", "repeats": 1}, "base": {"model": "linear"},
+            "grid": {"nproc": [2], "nnodes": [1, 2]}}
+    X.run_scale(spec, str(tmp_path), progress=False)
+    assert calls[1] == ({"nproc": [2], "nnodes": [1, 2]}, 2)

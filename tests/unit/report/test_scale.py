@@ -108,7 +108,30 @@ def test_strong_scaling_expects_less_compute_per_step():
     assert two["lost"]["slower compute"] == pytest.approx((0.34 - 0.32) / 0.36)
 
 
-def test_no_baseline_gives_no_speedup():
-    rows = S.scale_table([run("n2", nproc=2, experiment=scale_point("x", 2))])
-    assert rows[0]["speedup"] is None
-    assert "no 1-process run" in rows[0]["line"]
+def test_without_a_1_process_point_the_smallest_count_is_the_baseline():
+    """`scale --nproc 2 --nnodes 1,2` has no 1-process point. Catches such a scale giving no
+    speedup at all (the command then failed), and one judged against a 1-process ideal: 4
+    processes against 2 are ideally 2x, so 1.5x is 75% efficient, and above 2 x 1.1 is
+    implausible, not above 4 x 1.1."""
+    recs = _repeated("b2", {2: [200.0, 190.0, 210.0], 4: [300.0, 285.0, 315.0]})
+    two, four = S.scale_table(recs)
+    assert two["is_base"] and two["speedup"] == pytest.approx(1.0)
+    assert two["line"].startswith("2 processes: the baseline, 200 samples/s")
+    assert four["base_nproc"] == 2 and not four["is_base"]
+    assert four["speedup"] == pytest.approx(1.5) and four["efficiency"] == pytest.approx(0.75)
+    assert four["efficiency_interval"].estimate == pytest.approx(0.75)
+    assert four["line"].startswith("4 processes against 2: 1.50x [")
+    odd = S.scale_table(_repeated("b2", {2: [100.0, 100.0], 4: [240.0, 240.0]}))[1]
+    assert odd["implausible"].startswith("above 4/2 x 1.1") and "baseline (2 processes)" in \
+        odd["implausible"]
+    single = S.scale_table([run("n2", nproc=2, experiment=scale_point("x", 2))])
+    assert single[0]["is_base"] and "the baseline" in single[0]["line"]
+
+
+def test_a_failed_smallest_point_leaves_the_next_as_the_baseline():
+    """Catches a scale whose 1-process point failed giving no figure for the rest."""
+    recs = _repeated("f", {2: [200.0], 4: [360.0]})
+    recs.append(run("n1", status="failed", error="boom", nproc=1, experiment=scale_point("f", 1)))
+    rows = S.scale_table(recs)
+    assert [r["nproc"] for r in rows] == [1, 2, 4] and rows[0]["line"] == "1 process: failed: boom"
+    assert rows[1]["is_base"] and rows[2]["speedup"] == pytest.approx(1.8)
