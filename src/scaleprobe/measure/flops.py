@@ -220,7 +220,8 @@ def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
             return {**hit, "cached": True}
         got = (measure or calibrate)(device, dtype)
         entry = {**got, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-        if hit is not None and entry.get("under_load") and hit["flops_per_s"] >= entry["flops_per_s"]:
+        busy_again = entry.get("under_load") and hit is not None
+        if busy_again and hit["flops_per_s"] >= entry["flops_per_s"]:
             return {**hit, "cached": True}  # busy again, and no higher than the one kept
         cached[key] = entry
         _write(folder / CACHE_FILE, cached)
