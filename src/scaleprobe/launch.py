@@ -217,7 +217,7 @@ class RankWatch:
 
     def __init__(self, run_dir: str | None) -> None:
         self.run_dir = run_dir
-        self.procs: dict[int, Any] = {}
+        self.procs: dict[int, Any] = {}  # rank -> its process (None: gone before first seen)
         self.family: dict[int, dict[int, Any]] = {}
         self.first: tuple[int, float, bool] | None = None  # (rank, when, raised: not killed)
         self.stalled: tuple[int, dict[str, Any]] | None = None
@@ -260,11 +260,14 @@ class RankWatch:
             if rank not in self.procs:
                 try:
                     self.procs[rank] = psutil.Process(int(beat["pid"]))
+                except psutil.NoSuchProcess:  # died (and was reaped) before a poll saw it
+                    self.procs[rank] = None
                 except (psutil.Error, ValueError, KeyError, TypeError):
                     continue
-                self.family[rank] = {self.procs[rank].pid: self.procs[rank]}
+                proc = self.procs[rank]
+                self.family[rank] = {proc.pid: proc} if proc is not None else {}
             proc = self.procs[rank]
-            alive = _alive(proc)
+            alive = proc is not None and _alive(proc)
             if alive:
                 with contextlib.suppress(psutil.Error):
                     for child in proc.children(recursive=True):
@@ -297,7 +300,7 @@ class RankWatch:
         import psutil
 
         for rank, members in self.family.items():
-            leader = self.procs[rank].pid
+            leader = getattr(self.procs.get(rank), "pid", None)
             for proc in members.values():
                 if not _alive(proc):
                     continue

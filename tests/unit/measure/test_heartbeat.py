@@ -66,3 +66,39 @@ def test_the_stall_text_counts_from_the_last_move():
     b = _beat(1, 7, 3, beat_age=12, moved_age=12.3)
     assert stall_text(b, 1000.0) == ("stopped making progress at step 7, 12.3 s before the job "
                                      "was stopped")
+
+
+def _write_beat(run_dir, rank, pid, state, beat_wall):
+    """A rank's heartbeat file as the rank writes it (eight float64 fields)."""
+    import struct
+
+    from scaleprobe.measure.heartbeat import STATES, beat_dir
+
+    beat_dir(run_dir).mkdir(parents=True, exist_ok=True)
+    (beat_dir(run_dir) / f"rank-{rank}.hb").write_bytes(struct.pack(
+        "<8d", rank, pid, STATES.index(state), 9, beat_wall, 3, beat_wall, beat_wall))
+
+
+def test_a_rank_gone_before_the_watch_first_saw_it_is_the_one_that_died(tmp_path):
+    """SIGKILL of rank 0, whose process the launcher reaped before the watch's first look at
+    it (a loaded machine), while rank 1 then raised on the closed connection. Bug caught: the
+    dead rank skipped for good (its pid no longer opens), so the job blamed rank 1."""
+    import subprocess
+
+    from scaleprobe.launch import RankWatch
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # exited and reaped: its pid opens no process
+    waiting = subprocess.Popen(["sleep", "60"])  # rank 1, still exiting
+    try:
+        now = time.time()
+        _write_beat(tmp_path, 0, gone.pid, "training", now - 1.0)
+        _write_beat(tmp_path, 1, waiting.pid, "failed", now - 0.5)
+        watch = RankWatch(str(tmp_path))
+        watch.poll()
+        assert watch.first is not None and watch.first[0] == 0, watch.first
+        assert watch.first[2] is False  # killed, not raised
+        watch.kill_all()  # the rank without a process is skipped; the live one is killed
+        assert waiting.wait(timeout=10) == -9
+    finally:
+        waiting.kill()
