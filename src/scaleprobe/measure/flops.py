@@ -45,8 +45,9 @@ from scaleprobe.measure.peaks import table_peak
 
 CACHE_FILE = "peaks.json"
 # A CPU calibration whose threads got less than this share of their cores (process CPU time /
-# (wall time x threads), over its best product) ran beside other work: its peak is low. A
-# quiet 2-core machine gives 0.95-1.0 (2026-11-25); two busy loops beside it, about 0.5.
+# (wall time x threads), over its best product) ran beside other work: its peak is low.
+# Measured on the 2-core machine (2026-11-25, 5 calibrations each): quiet, 1.0 and 69-73
+# GFLOP/s; one busy loop beside it, 0.68-0.71 and 41-44 GFLOP/s; two, 0.33-0.44.
 BUSY_SHARE = 0.8
 COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "
                 "(forward + backward; 2 FLOPs per multiply-add; element-wise operators and "
