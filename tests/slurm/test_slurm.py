@@ -68,34 +68,6 @@ def test_a_sweep_runs_each_point_as_a_job_and_resumes_without_submitting(
     assert len(list((out_dir / "points").glob("*.jsonl"))) == 2  # nothing submitted
 
 
-def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
-        slurm_cluster, tmp_path, out_dir):
-    """`scancel` of a running point (what a pre-emption or an admin does). Bugs caught: the
-    sweep waiting forever for a job that will never return (submitit asks sacct, which a
-    cluster without accounting refuses), the point recorded ok or failed, the scheduler's
-    verdict missing from its error, the steps timed before the cancel lost."""
-    import sys
-
-    spec = _spec(tmp_path, "cancel", "steps = [1000000]")
-    sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
-                              str(out_dir), "--executor", "slurm", "--no-progress"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        job = _running_job()
-        assert job is not None, "the point never ran as a job"
-        time.sleep(10)  # it is training
-        subprocess.run(["scancel", job], check=True)
-        _, err = sweep.communicate(timeout=120)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-    (run,) = _records(out_dir)
-    assert run["status"] == "interrupted", run.get("error")
-    assert run["error"].startswith(f"Slurm job {job} ended CANCELLED"), run["error"]
-    assert run["slurm"] == {"job_id": job, "state": "CANCELLED", "nodes": [_hostname()]}
-    assert run["metrics"]["steps_timed"] > 0  # the job stopped as on SIGTERM, steps kept
-
-
 def _running_job(timeout_s=120):
     """The id of the first job the cluster is running, waited for."""
     deadline = time.time() + timeout_s
@@ -108,6 +80,42 @@ def _running_job(timeout_s=120):
     return None
 
 
+def _stop_a_training_point(tmp_path, out_dir, sid, stop):
+    """A one-point sweep of a long run as a Slurm job; once it has trained for 10 s,
+    ``stop(job_id, sweep_process)``; returns (job id, the sweep's exit code, its stderr)."""
+    import sys
+
+    spec = _spec(tmp_path, sid, "steps = [1000000]")
+    sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
+                              str(out_dir), "--executor", "slurm", "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        job = _running_job()
+        assert job is not None, "the point never ran as a job"
+        time.sleep(10)  # it is training
+        stop(job, sweep)
+        _, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    return job, sweep.returncode, err
+
+
+def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
+        slurm_cluster, tmp_path, out_dir):
+    """`scancel` of a running point (what a pre-emption or an admin does). Bugs caught: the
+    sweep waiting forever for a job that will never return (submitit asks sacct, which a
+    cluster without accounting refuses), the point recorded ok or failed, the scheduler's
+    verdict missing from its error, the steps timed before the cancel lost."""
+    job, _, _ = _stop_a_training_point(tmp_path, out_dir, "cancel", lambda job, sweep: (
+        subprocess.run(["scancel", job], check=True)))
+    (run,) = _records(out_dir)
+    assert run["status"] == "interrupted", run.get("error")
+    assert run["error"].startswith(f"Slurm job {job} ended CANCELLED"), run["error"]
+    assert run["slurm"] == {"job_id": job, "state": "CANCELLED", "nodes": [_hostname()]}
+    assert run["metrics"]["steps_timed"] > 0  # the job stopped as on SIGTERM, steps kept
+
+
 def test_ctrl_c_in_the_submitter_cancels_its_jobs_and_keeps_their_steps(
         slurm_cluster, tmp_path, out_dir):
     """Ctrl+C in `scaleprobe sweep --executor slurm` while a point trains as a job. Bugs
@@ -116,22 +124,10 @@ def test_ctrl_c_in_the_submitter_cancels_its_jobs_and_keeps_their_steps(
     recorded ok, or without the steps the job timed before it was cancelled), the reason not
     saying who cancelled it."""
     import signal
-    import sys
 
-    spec = _spec(tmp_path, "ctrlc", "steps = [1000000]")
-    sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
-                              str(out_dir), "--executor", "slurm", "--no-progress"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        job = _running_job()
-        assert job is not None, "the point never ran as a job"
-        time.sleep(10)  # it is training
-        sweep.send_signal(signal.SIGINT)
-        _, err = sweep.communicate(timeout=120)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-    assert sweep.returncode == 130, err[-2000:]
+    job, rc, err = _stop_a_training_point(tmp_path, out_dir, "ctrlc", lambda job, sweep: (
+        sweep.send_signal(signal.SIGINT)))
+    assert rc == 130, err[-2000:]
     deadline = time.time() + 60  # scancel'ed: the job leaves the queue
     while time.time() < deadline:
         q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
