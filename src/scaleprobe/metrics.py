@@ -85,6 +85,11 @@ def speedup(sps_n: float | None, sps_1: float | None) -> float | None:
     return sps_n / sps_1
 
 
+def ideal_speedup(n: int | None, base_n: int | None) -> float | None:
+    """Perfect scaling from ``base_n`` processes to ``n``: N / B (N at a 1-process baseline)."""
+    return n / base_n if n and base_n else None
+
+
 def efficiency(speedup_x: float | None, n: float | None) -> float | None:
     """Speedup over its ideal ``n`` (the process count, or N / B against a B-process base)."""
     if speedup_x is None or not n:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
 from scaleprobe.report.doc import Image
@@ -215,7 +216,7 @@ def scale_plot(rows: list[dict[str, Any]]) -> Plot | None:
     top = max(r["nproc"] for g in groups.values() for r in g)
     bases = sorted({r.get("base_nproc") or 1 for g in groups.values() for r in g})
     for b in bases:  # perfect scaling from each baseline: N / B at N processes
-        ax.plot([b, top], [1, top / b], "--", color="#999",
+        ax.plot([b, top], [1, M.ideal_speedup(top, b)], "--", color="#999",
                 label="ideal" if bases == [1] else f"ideal from {b}")
     for eid, g in groups.items():
         xs, ys = [r["nproc"] for r in g], [r["speedup"] for r in g]
@@ -226,7 +227,8 @@ def scale_plot(rows: list[dict[str, Any]]) -> Plot | None:
     against = "1 process" if bases == [1] else "the smallest count measured"
     ax.set(xlabel="processes", ylabel=f"speedup vs {against}",
            title="Scaling (points labelled with their efficiency)")
-    _from_zero(ax, [top / bases[0]] + [r["speedup"] for g in groups.values() for r in g], 1.15)
+    _from_zero(ax, [M.ideal_speedup(top, bases[0])]
+               + [r["speedup"] for g in groups.values() for r in g], 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     return _render(fig)

@@ -101,7 +101,7 @@ def _row(eid: str, r: dict[str, Any], base: dict[str, Any] | None,
     n, sps = nproc(r), R.metric(r, "samples_per_s")
     ok = r.get("status") in MEASURED
     b = nproc(base) if base is not None else None
-    ideal = n / b if n and b else None  # the speedup of perfect scaling from the baseline
+    ideal = M.ideal_speedup(n, b)
     is_base = r is base
     iv = P.interval(base, r, P.samples_per_s) if ok and base is not None and not is_base \
         else None
