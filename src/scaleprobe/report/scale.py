@@ -135,7 +135,7 @@ def _ideal_text(n: int | None, b: int | None) -> str:
 
 
 def _spread(base: dict[str, Any] | None) -> str:
-    """The 1-process point's spread: between its repeats, and within its runs."""
+    """The baseline's spread: between its repeats, and within its runs."""
     if base is None:
         return "no baseline"
     vals = P.values(base, P.samples_per_s)
