@@ -57,6 +57,90 @@ def test_detection_trains_and_reports_map50(capsys, voc, tmp_path):
     assert m["steps_per_epoch"] == 6  # 24 training images, 4 per step
 
 
+# one pure colour per drawn class, far from each other and from the grey background
+CLASS_RGB = {"aeroplane": (255, 255, 255), "bird": (0, 255, 255), "bottle": (0, 255, 0),
+             "car": (0, 0, 255), "cat": (255, 0, 255), "dog": (0, 0, 0), "person": (255, 0, 0),
+             "tvmonitor": (255, 255, 0)}
+
+
+class ColourBoxDetector(torch.nn.Module):
+    """A detector that needs no training: on the flat-painted images below each object is a
+    box of its class's pure colour on grey, so it reports, per class colour, the bounding box
+    of every connected region of pixels within 60/255 of that colour (score 1). Scored against
+    the right boxes in the right coordinates it finds every object; ``shift`` moves each box
+    right by its own width and ``relabel`` names the next class instead, the two controls."""
+
+    def __init__(self, shift: bool = False, relabel: bool = False) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+        self.shift, self.relabel = shift, relabel
+
+    def forward(self, images, targets=None):
+        if self.training:  # the run's few training steps: a loss that moves one weight
+            return {"loss": (self.w - 2.0).square().sum() + 0 * sum(i.sum() for i in images)}
+        from scipy import ndimage
+
+        from scaleprobe.data.formats import VOC_CLASSES
+
+        out = []
+        for img in images:
+            boxes, labels = [], []
+            for name, rgb in CLASS_RGB.items():
+                ref = torch.tensor(rgb, dtype=img.dtype).view(3, 1, 1) / 255
+                near = ((img - ref).square().sum(0).sqrt() < 60 / 255).numpy()
+                regions, _ = ndimage.label(near)
+                for sl in ndimage.find_objects(regions):
+                    y, x = sl
+                    if (y.stop - y.start) * (x.stop - x.start) < 4:
+                        continue  # a stray pixel of JPEG noise
+                    dx = (x.stop - x.start) if self.shift else 0
+                    boxes.append([x.start + dx, y.start, x.stop + dx, y.stop])
+                    k = (VOC_CLASSES.index(name) + (1 if self.relabel else 0)) % 20
+                    labels.append(k + 1)  # 0 is the background
+            out.append({"boxes": torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+                        "scores": torch.ones(len(boxes)),
+                        "labels": torch.tensor(labels, dtype=torch.int64)})
+        return out
+
+
+def _paint_by_class(root: Path) -> None:
+    """Redraw every image as grey with each annotated box filled in its class's colour."""
+    for jpg in (_voc_dir(root) / "JPEGImages").glob("*.jpg"):
+        ann = ET.parse(_voc_dir(root) / "Annotations" / f"{jpg.stem}.xml")
+        w, h = Image.open(jpg).size
+        img = np.full((h, w, 3), 128, np.uint8)
+        for obj in ann.iter("object"):
+            box = obj.find("bndbox")
+            x0, y0, x1, y1 = (int(box.find(t).text) for t in ("xmin", "ymin", "xmax", "ymax"))
+            img[y0 - 1:y1, x0 - 1:x1] = CLASS_RGB[obj.find("name").text]
+        Image.fromarray(img).save(jpg, quality=98)
+
+
+@pytest.mark.parametrize(("kind", "lo", "hi"), [("exact", 0.9, 1.0), ("shift", 0.0, 0.05),
+                                                 ("relabel", 0.0, 0.05)])
+def test_map50_of_a_detector_that_reads_the_boxes_off_the_pixels(capsys, voc, tmp_path,
+                                                                  monkeypatch, kind, lo, hi):
+    """The run's mAP end to end (eval transform, loader, model, matching) against a detector
+    whose answer is known: one that reads each box off the pixels scores close to 1 (JPEG and
+    resize blur may cost a small object its IoU; measured 1.0), the same boxes moved by a box
+    width or given the next class score close to 0. Bugs caught: ground-truth boxes left in
+    the original image's coordinates while the images are resized, predictions matched with
+    another image's boxes, labels off by one (the background's 0)."""
+    from scaleprobe.tasks import detection
+
+    root = _copy(voc, tmp_path)
+    _paint_by_class(root)
+    model = ColourBoxDetector(shift=kind == "shift", relabel=kind == "relabel")
+    monkeypatch.setattr(detection, "build_detector", lambda *a, **k: model)
+    code, err = _run(capsys, "--task", "detection", "--dataset", "voc", "--data-dir", root,
+                     "--image-size", 96, "--batch-size", 4, "--steps", 1, "--eval",
+                     "--out", tmp_path / "o")
+    assert code == 0, err
+    m = json.loads((tmp_path / "o" / "results.jsonl").read_text().splitlines()[-1])["metrics"]
+    assert m["eval_objects"] == _objects(root, "val")
+    assert lo <= m["map50"] <= hi, m["map50"]
+
+
 def _voc_dir(root: Path) -> Path:
     return root / "VOCdevkit" / "VOC2012"
 
