@@ -26,6 +26,11 @@ from typing import Any
 MAX_CAPTURES = 5  # bounds the traces' total size
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 TOP_OPS = 15
+# CPU figures need an interval the kernel's CPU clock resolves: a process's CPU time moves in
+# clock ticks (10 ms on Linux), so over 10 ticks or more one tick either side is at most 20%
+# of a core; over a shorter interval (the closing write can come 1 ms after the last one) one
+# tick alone would read as 1000% of a core. Such an interval is left to the next reading.
+MIN_CPU_TICKS = 10
 # kineto's log lines: "LEVEL:2026-11-23 19:33:48 5967:5967 File.cpp:39] text"
 KINETO_LINE = re.compile(r"(VERBOSE|INFO|WARNING|STAGE|ERROR|USDT):\d{4}-\d\d-\d\d ")
 # printed at every capture for tracing tools, and where no GPU is present: not for the user
@@ -52,8 +57,14 @@ class Summaries:
         self._st: Any = None  # the loop's state at the last step seen
         self._me = psutil.Process()
         self._procs: dict[int, Any] = {}
+        try:
+            tick = 1.0 / os.sysconf("SC_CLK_TCK")
+        except (AttributeError, ValueError, OSError):
+            tick = 0.01
+        self.min_cpu_s = MIN_CPU_TICKS * tick
         psutil.cpu_percent(None)  # both CPU readings count from here
         self._rank_cpu_pct()
+        self._cpu_t = self._t
 
     def step(self, st: Any) -> None:
         self._st = st
@@ -73,8 +84,10 @@ class Summaries:
                 else (st.step - self._step) * self.batch)
         w.add_scalar("perf/samples_per_s", done / (now - self._t), st.step)
         self._samples = samples or 0
-        w.add_scalar("host/machine_cpu_util_pct", psutil.cpu_percent(None), st.step)
-        w.add_scalar("rank/cpu_util_pct", self._rank_cpu_pct(), st.step)
+        if now - self._cpu_t >= self.min_cpu_s:  # else: too short to resolve (MIN_CPU_TICKS)
+            w.add_scalar("host/machine_cpu_util_pct", psutil.cpu_percent(None), st.step)
+            w.add_scalar("rank/cpu_util_pct", self._rank_cpu_pct(), st.step)
+            self._cpu_t = now
         w.add_scalar("rank/rss_bytes", self._me.memory_info().rss, st.step)
         if torch.cuda.is_available():
             w.add_scalar("device/allocated_bytes", torch.cuda.memory_allocated(), st.step)

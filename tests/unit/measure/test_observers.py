@@ -4,6 +4,7 @@ lines go."""
 import os
 import sys
 
+import pytest
 import torch
 
 from scaleprobe.measure.observers import PROFILE_SCHEDULE, Profiles
@@ -102,3 +103,32 @@ def test_a_run_shorter_than_the_summary_period_still_gets_its_summary(tmp_path):
     acc = EventAccumulator(out["tensorboard"])
     acc.Reload()
     assert [e.step for e in acc.Scalars("train/loss")] == [5]
+
+
+def test_cpu_figures_only_over_an_interval_the_cpu_clock_resolves(tmp_path, monkeypatch):
+    """Bug caught: the closing write came a few ms after the last periodic one, and one clock
+    tick of CPU time over that interval read as hundreds of % of a core (a run's
+    rank/cpu_util_pct above 100% of the machine). A write sooner than MIN_CPU_TICKS after the
+    last CPU reading skips the CPU figures and leaves that interval to the next reading; the
+    loss and throughput are written every time."""
+    from types import SimpleNamespace
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from scaleprobe.measure import observers
+    from scaleprobe.measure.observers import Summaries
+
+    now = [1000.0]
+    monkeypatch.setattr(observers.time, "perf_counter", lambda: now[0])
+    s = Summaries(tmp_path / "tb", every_s=0.001, batch=16)
+    assert s.min_cpu_s == pytest.approx(observers.MIN_CPU_TICKS / os.sysconf("SC_CLK_TCK"))
+    for step, dt in enumerate((0.5, 0.002, 0.002, s.min_cpu_s, 0.002), start=1):
+        now[0] += dt
+        s.step(SimpleNamespace(step=step, losses=[2.0, 1.5]))
+    acc = EventAccumulator(s.close()["tensorboard"])
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4, 5]
+    # step 4 is min_cpu_s after step 1's reading + 0.004 s; steps 2, 3, 5 come too soon
+    for tag in ("rank/cpu_util_pct", "host/machine_cpu_util_pct"):
+        assert [e.step for e in acc.Scalars(tag)] == [1, 4], tag
+
