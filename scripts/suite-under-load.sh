@@ -39,6 +39,7 @@ for i in $(seq "$RUNS"); do
   took=$(( $(date +%s) - start ))
   summary=$(grep -E "(passed|failed|error)" "$LOG.run$i" | tail -1)
   echo "run $i: exit $rc in ${took} s; load average $(cut -d' ' -f1-3 /proc/loadavg): $summary" | tee -a "$LOG"
+  grep -E "^(FAILED|ERROR) " "$LOG.run$i" | sed 's/^/  /' | tee -a "$LOG"  # which, if any
   [ "$rc" -ne 0 ] && failed=$((failed + 1))
 done
 echo "$failed of $RUNS run(s) failed" | tee -a "$LOG"
