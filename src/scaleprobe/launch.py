@@ -322,6 +322,11 @@ class RankWatch:
         rank, at, raised = self.first
         failures = getattr(err, "failures", None) or {}
         fail = failures.get(rank)
+        if not raised and fail is None and agent.rank in failures:
+            # ordered by last beats alone (up to a beat interval apart), a rank the launcher
+            # stopped after the failure can look first; the launcher lists only the ranks
+            # that failed on their own
+            return agent
         line = read_error(self.run_dir or "", rank) if raised else None
         if line is None:
             line = (_failure_line(fail) if fail is not None else

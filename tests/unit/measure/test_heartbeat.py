@@ -102,3 +102,31 @@ def test_a_rank_gone_before_the_watch_first_saw_it_is_the_one_that_died(tmp_path
         assert waiting.wait(timeout=10) == -9
     finally:
         waiting.kill()
+
+
+def test_a_rank_the_launcher_stopped_is_not_blamed_for_the_one_it_stopped_for(tmp_path):
+    """SIGKILL of rank 1 just after its heartbeat thread beat; rank 0, waiting for it, last beat
+    0.3 s earlier and was then stopped by the launcher, so by last beats rank 0 looks first.
+    The launcher lists only rank 1 (killed by signal 9). Bug caught (seen in CI): the job
+    blamed rank 0 with "exited"."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from scaleprobe.launch import RankWatch
+
+    procs = [subprocess.Popen(["true"]) for _ in range(2)]
+    for p in procs:
+        p.wait()
+    now = time.time()
+    _write_beat(tmp_path, 0, procs[0].pid, "training", now - 0.4)
+    _write_beat(tmp_path, 1, procs[1].pid, "training", now - 0.1)
+    watch = RankWatch(str(tmp_path))
+    watch.poll()
+    assert watch.first is not None and watch.first[0] == 0  # what the beats alone say
+    fail = SimpleNamespace(exitcode=-9, timestamp=int(now), message="", error_file_data=None)
+    err = SimpleNamespace(failures={1: fail})
+    got = watch.failure(err)
+    assert (got.rank, got.message) == (1, "killed by signal 9"), got
+    # a rank the launcher does list keeps the watch's order
+    err_both = SimpleNamespace(failures={0: fail, 1: fail})
+    assert watch.failure(err_both).rank == 0
