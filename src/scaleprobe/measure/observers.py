@@ -18,7 +18,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,13 +45,15 @@ class Summaries:
     (the run's own process tree, every rank, as % of all cores); ``rank/cpu_util_pct`` is
     that figure for this rank alone."""
 
-    def __init__(self, log_dir: Path, every_s: float, batch: int) -> None:
+    def __init__(self, log_dir: Path, every_s: float, batch: int,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         import psutil
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(log_dir))
         self.every_s, self.batch = every_s, batch
-        self._t = time.perf_counter()
+        self.clock = clock
+        self._t = clock()
         self._step = 0
         self._samples = 0
         self._st: Any = None  # the loop's state at the last step seen
@@ -68,7 +70,7 @@ class Summaries:
 
     def step(self, st: Any) -> None:
         self._st = st
-        now = time.perf_counter()
+        now = self.clock()
         if now - self._t < self.every_s or not st.losses:
             return
         self._write(st, now)
@@ -119,7 +121,7 @@ class Summaries:
     def close(self) -> dict[str, Any]:
         st = self._st
         if st is not None and st.losses and st.step > self._step:
-            self._write(st, time.perf_counter())  # the last steps, however short the run
+            self._write(st, self.clock())  # the last steps, however short the run
         self.writer.flush()
         self.writer.close()
         return {"tensorboard": self.writer.log_dir}
