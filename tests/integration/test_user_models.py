@@ -30,6 +30,11 @@ def lazy_dict():
     return Lazy("dict")
 def lazy_tuple():
     return Lazy("tuple")
+def lazy_noting_start_method():
+    import multiprocessing, os
+    with open(__file__ + f".start-method-{os.environ.get('RANK', '0')}", "w") as fh:
+        fh.write(multiprocessing.get_start_method())
+    return Lazy("tensor")
 def returns_a_string():
     class S(torch.nn.Module):
         def __init__(self):
@@ -64,11 +69,22 @@ def test_a_lazy_model_trains_and_its_parameters_are_counted(tmp_path, fn):
 
 
 def test_a_lazy_model_under_ddp_starts_on_every_rank(tmp_path):
-    """Bug caught: DDP refusing the model ("Modules with uninitialized parameters can't be
-    used with DistributedDataParallel") on every rank."""
-    rec = _run(tmp_path, "lazy", strategy="ddp", nproc=2, eval=False)
+    """Bugs caught: DDP refusing the model ("Modules with uninitialized parameters can't be
+    used with DistributedDataParallel") on every rank; a launched rank whose loader workers
+    start as multiprocessing's spawn (inherited from the launcher), each a fresh interpreter
+    importing torch again, where the same rank under torchrun forks them (the platform's
+    default, as a fresh interpreter reports it)."""
+    import subprocess
+    import sys
+
+    rec = _run(tmp_path, "lazy_noting_start_method", strategy="ddp", nproc=2, eval=False)
     assert rec["status"] == "ok", rec.get("error")
     assert rec["batch"]["world_size"] == 2
+    fresh = subprocess.run([sys.executable, "-c", "import multiprocessing as m; "
+                            "print(m.get_start_method())"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    for rank in (0, 1):
+        assert (tmp_path / f"models.py.start-method-{rank}").read_text() == fresh, rank
 
 
 def test_an_output_that_holds_no_tensor_is_a_one_line_error(tmp_path):
