@@ -192,6 +192,23 @@ def last_meaningful_line(msg: str) -> str:
     return ""
 
 
+def _how_child_ended(pid: int) -> str | None:
+    """How a child process of this one that has ended did ("killed by signal 9", "exited with
+    code 1"), read without reaping it (``WNOWAIT``: the launcher still collects it); None
+    when it is not this process's child, has not ended, or the platform cannot tell."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (OSError, AttributeError):
+        return None
+    if info is None:
+        return None
+    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        return f"killed by signal {info.si_status}"
+    if info.si_code == os.CLD_EXITED:
+        return f"exited with code {info.si_status}"
+    return None
+
+
 def _alive(proc: Any) -> bool:
     import psutil
 
@@ -221,6 +238,8 @@ class RankWatch:
         self.family: dict[int, dict[int, Any]] = {}
         self.first: tuple[int, float, bool] | None = None  # (rank, when, raised: not killed)
         self.stalled: tuple[int, dict[str, Any]] | None = None
+        self.exits: dict[int, str] = {}  # rank -> how its process ended, where it could be read
+        self.killed: set[int] = set()  # ranks this watch killed (after another's failure)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -280,6 +299,10 @@ class RankWatch:
                     ended.append((final["beat_wall"], rank, True))
                 elif final["state"] != "done":  # killed: alive at its last beat and move
                     ended.append((max(final["beat_wall"], final["progress_wall"]), rank, False))
+                    if proc is not None and rank not in self.exits:
+                        how = _how_child_ended(proc.pid)
+                        if how is not None:
+                            self.exits[rank] = how
         if self.first is None and ended:
             # the earliest; a rank that raised because a peer died (connection reset) raised
             # after the peer's last sign of life
@@ -301,6 +324,8 @@ class RankWatch:
 
         for rank, members in self.family.items():
             leader = getattr(self.procs.get(rank), "pid", None)
+            if self.procs.get(rank) is not None and _alive(self.procs[rank]):
+                self.killed.add(rank)
             for proc in members.values():
                 if not _alive(proc):
                     continue
@@ -322,15 +347,18 @@ class RankWatch:
         rank, at, raised = self.first
         failures = getattr(err, "failures", None) or {}
         fail = failures.get(rank)
-        if not raised and fail is None and agent.rank in failures:
+        if (not raised and fail is None and agent.rank in failures
+                and agent.rank not in self.killed):
             # ordered by last beats alone (up to a beat interval apart), a rank the launcher
-            # stopped after the failure can look first; the launcher lists only the ranks
-            # that failed on their own
+            # stopped after the failure can look first; the launcher lists the ranks that
+            # failed on their own (and those this watch killed, which are no cause)
             return agent
         line = read_error(self.run_dir or "", rank) if raised else None
         if line is None:
-            line = (_failure_line(fail) if fail is not None else
-                    agent.message if agent.rank == rank else "exited")
+            # the launcher may not list a rank it has not seen end: a loader worker forked
+            # from it holds the pipe the launcher waits on until the worker ends too
+            line = (_failure_line(fail) if fail is not None else self.exits.get(rank) or
+                    (agent.message if agent.rank == rank else "exited"))
         first = WorkerFailure(rank, line, None if raised or fail is None else fail.exitcode)
         if self.stalled is None or not raised:
             return first

@@ -130,3 +130,37 @@ def test_a_rank_the_launcher_stopped_is_not_blamed_for_the_one_it_stopped_for(tm
     # a rank the launcher does list keeps the watch's order
     err_both = SimpleNamespace(failures={0: fail, 1: fail})
     assert watch.failure(err_both).rank == 0
+
+
+def test_a_rank_the_launcher_has_not_seen_end_is_named_with_how_it_died(tmp_path):
+    """SIGKILL of rank 1, whose forked loader worker still holds the pipe the launcher waits
+    on: the launcher has not seen rank 1 end, and lists only rank 0, which this watch killed
+    a second later. Bugs caught (both seen): the job blamed rank 0 ("killed by signal 9", the
+    watch's own kill), or named rank 1 with "exited" and no signal."""
+    import signal
+    import subprocess
+    from types import SimpleNamespace
+
+    from scaleprobe.launch import RankWatch
+
+    dead = subprocess.Popen(["sleep", "60"])
+    dead.send_signal(signal.SIGKILL)  # not waited for: ended, not yet collected (a zombie)
+    waiting = subprocess.Popen(["sleep", "60"])  # rank 0, in a collective
+    try:
+        time.sleep(0.3)
+        now = time.time()
+        _write_beat(tmp_path, 0, waiting.pid, "training", now - 0.05)
+        _write_beat(tmp_path, 1, dead.pid, "training", now - 0.3)
+        watch = RankWatch(str(tmp_path))
+        watch.poll()
+        assert watch.first is not None and watch.first[0] == 1, watch.first
+        assert watch.exits.get(1) == "killed by signal 9", watch.exits
+        watch.kill_all()
+        assert waiting.wait(timeout=10) == -9 and watch.killed == {0}
+        fail = SimpleNamespace(exitcode=-9, timestamp=int(now), message="", error_file_data=None)
+        got = watch.failure(SimpleNamespace(failures={0: fail}))
+        assert (got.rank, got.message) == (1, "killed by signal 9"), got
+        assert dead.wait(timeout=5) == -9  # the watch read it without collecting it
+    finally:
+        waiting.kill()
+        dead.kill()
