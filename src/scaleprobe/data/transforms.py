@@ -53,7 +53,11 @@ class Light:
         if x.dtype == torch.uint8:
             x = x.to(torch.float32).div_(255.0)
         elif not x.is_floating_point():
-            raise TypeError(f"light transform: expected uint8 or float images, got {x.dtype}")
+            from scaleprobe.errors import DataError
+
+            raise DataError(f"the light transform takes 8-bit or floating-point images; this "
+                            f"one is {str(x.dtype).replace('torch.', '')}: convert it to 8-bit "
+                            f"RGB or grey in the dataset")
         else:
             x = x.to(torch.float32)
         if tuple(x.shape[-2:]) != self.size:
