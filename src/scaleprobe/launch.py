@@ -176,10 +176,16 @@ def _failure_line(fail: Any) -> str:
         m = fail.error_file_data.get("message", {})
         if isinstance(m, dict):
             msg = m.get("message", msg)
-    line = last_meaningful_line(msg) or f"exited with code {fail.exitcode}"
     if fail.exitcode is not None and fail.exitcode < 0:
-        line = f"killed by signal {-fail.exitcode}"
-    return line
+        return _exit_text(fail.exitcode)
+    return last_meaningful_line(msg) or _exit_text(fail.exitcode)
+
+
+def _exit_text(exitcode: int | None) -> str:
+    """A rank's end as the job's error names it; negative: the signal that killed it."""
+    if exitcode is not None and exitcode < 0:
+        return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
 
 
 def last_meaningful_line(msg: str) -> str:
@@ -203,9 +209,9 @@ def _how_child_ended(pid: int) -> str | None:
     if info is None:
         return None
     if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
-        return f"killed by signal {info.si_status}"
+        return _exit_text(-info.si_status)
     if info.si_code == os.CLD_EXITED:
-        return f"exited with code {info.si_status}"
+        return _exit_text(info.si_status)
     return None
 
 

@@ -79,6 +79,13 @@ def _write_beat(run_dir, rank, pid, state, beat_wall):
         "<8d", rank, pid, STATES.index(state), 9, beat_wall, 3, beat_wall, beat_wall))
 
 
+def _killed_by_9(now):
+    """A failure as the elastic launcher lists it: its rank was killed by SIGKILL."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(exitcode=-9, timestamp=int(now), message="", error_file_data=None)
+
+
 def test_a_rank_gone_before_the_watch_first_saw_it_is_the_one_that_died(tmp_path):
     """SIGKILL of rank 0, whose process the launcher reaped before the watch's first look at
     it (a loaded machine), while rank 1 then raised on the closed connection. Bug caught: the
@@ -123,7 +130,7 @@ def test_a_rank_the_launcher_stopped_is_not_blamed_for_the_one_it_stopped_for(tm
     watch = RankWatch(str(tmp_path))
     watch.poll()
     assert watch.first is not None and watch.first[0] == 0  # what the beats alone say
-    fail = SimpleNamespace(exitcode=-9, timestamp=int(now), message="", error_file_data=None)
+    fail = _killed_by_9(now)
     err = SimpleNamespace(failures={1: fail})
     got = watch.failure(err)
     assert (got.rank, got.message) == (1, "killed by signal 9"), got
@@ -157,7 +164,7 @@ def test_a_rank_the_launcher_has_not_seen_end_is_named_with_how_it_died(tmp_path
         assert watch.exits.get(1) == "killed by signal 9", watch.exits
         watch.kill_all()
         assert waiting.wait(timeout=10) == -9 and watch.killed == {0}
-        fail = SimpleNamespace(exitcode=-9, timestamp=int(now), message="", error_file_data=None)
+        fail = _killed_by_9(now)
         got = watch.failure(SimpleNamespace(failures={0: fail}))
         assert (got.rank, got.message) == (1, "killed by signal 9"), got
         assert dead.wait(timeout=5) == -9  # the watch read it without collecting it
