@@ -110,6 +110,21 @@ def shutdown_distributed() -> None:
             dist.destroy_process_group()
 
 
+def die_with_parent(sig: int, parent: int | None = None) -> None:
+    """Ask Linux to send this process ``sig`` when its parent ends (``PR_SET_PDEATHSIG``), and
+    send it now if the parent ended before the request took effect (``parent``: the pid it
+    had, ``os.getppid()`` at the call if not given). Elsewhere nothing happens."""
+    parent = os.getppid() if parent is None else parent
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:

@@ -161,12 +161,9 @@ def _own_process_group() -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
-    try:
-        import ctypes
+    from scaleprobe.env import die_with_parent
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux
-        pass
+    die_with_parent(signal.SIGKILL)
 
 
 def _platform_start_method() -> None:

@@ -7,6 +7,8 @@ batches queued per worker, pinned memory on CUDA, workers kept alive across epoc
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -78,8 +80,16 @@ def collate_indexed_list(batch: list[Any]) -> tuple[Any, Any, torch.Tensor, int]
     return list(xs), list(ys), torch.tensor(idx), bad
 
 
-def _worker_init(_: int) -> None:
+def _worker_init(parent: int, _: int) -> None:
+    """A loader worker computes on one thread and ends with the process that started it
+    (``parent``): a training process that is killed takes its workers along at once, instead
+    of leaving them running until their own watchdog notices seconds later."""
+    import signal
+
+    from scaleprobe.env import die_with_parent
+
     torch.set_num_threads(1)
+    die_with_parent(signal.SIGKILL, parent)
 
 
 def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Sampler | None,
@@ -87,13 +97,14 @@ def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Samp
                  collate: Callable[..., Any] = collate_indexed,
                  batch_sampler: Sampler | None = None) -> DataLoader:
     pipelined = cfg.loader == "pipelined"
+    _init = functools.partial(_worker_init, os.getpid())
     if batch_sampler is not None:
         return DataLoader(ds, batch_sampler=batch_sampler, collate_fn=collate,
                           num_workers=cfg.workers if pipelined else 0,
                           prefetch_factor=cfg.prefetch if pipelined else None,
                           persistent_workers=pipelined,
                           pin_memory=pipelined and device.type == "cuda",
-                          worker_init_fn=_worker_init if pipelined else None)
+                          worker_init_fn=_init if pipelined else None)
     if len(ds) < batch_size and drop_last:
         raise DataError(f"the dataset has {len(ds)} samples, fewer than one batch of {batch_size}")
     return DataLoader(
@@ -107,6 +118,6 @@ def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Samp
         pin_memory=pipelined and device.type == "cuda",
         drop_last=drop_last,
         collate_fn=collate,
-        worker_init_fn=_worker_init if pipelined else None,
+        worker_init_fn=_init if pipelined else None,
         generator=torch.Generator().manual_seed(seed),
     )

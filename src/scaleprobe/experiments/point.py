@@ -46,16 +46,9 @@ def find_attempt(records: list[dict[str, Any]], attempt: str) -> dict[str, Any] 
 
 def _die_with_parent() -> None:
     """Ask Linux to SIGTERM this process when the sweep that started it dies."""
-    parent = os.getppid()
-    try:
-        import ctypes
+    from scaleprobe.env import die_with_parent
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+    die_with_parent(signal.SIGTERM)
 
 
 def _sigterm_as_interrupt() -> None:

@@ -1,0 +1,57 @@
+"""A pipelined loader's workers end with the process that started them."""
+
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+CHILD = """
+import time, torch
+from torch.utils.data import TensorDataset
+from scaleprobe.config import DataConfig
+from scaleprobe.data.loader import build_loader
+ds = TensorDataset(torch.zeros(64, 4), torch.zeros(64, dtype=torch.long))
+loader = build_loader(ds, DataConfig(loader="pipelined", workers=2), 8, sampler=None,
+                      shuffle=False, device=torch.device("cpu"), seed=0,
+                      collate=torch.utils.data.default_collate)
+it = iter(loader)
+next(it)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def _running(p):  # a zombie has ended; only its reaper has not read its status yet
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def test_workers_die_with_a_killed_training_process():
+    """SIGKILL of the process that iterates the loader: its two workers are gone within a
+    second. Bug caught: workers reparented away from a killed rank kept running until their
+    own watchdog noticed (it checks every 5 s), so a job's "nothing left running" check
+    found them (a rank killed within 0.2 s of starting its workers, before the launcher's
+    watch had seen them)."""
+    parent = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        workers = psutil.Process(parent.pid).children()
+        assert len(workers) == 2
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(_running(w) for w in workers):
+            time.sleep(0.05)
+        alive = [w for w in workers if _running(w)]
+        assert not alive, f"still running 1 s after their parent was killed: {alive}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for p in psutil.Process().children(recursive=True):
+            p.kill()
