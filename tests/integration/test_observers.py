@@ -17,9 +17,12 @@ def test_traces_and_tensorboard(out_dir):
     """Captures come back to back (profile_every = 1 us): each takes 6 steps (start, then
     wait 1 + warm-up 1 + active 3), so 41 steps hold 6 whole captures and the cap
     (MAX_CAPTURES = 5) is what stops them. Bug caught: a cap that is not applied, or a
-    capture lost before it was written."""
-    cfg = C.build({"model": "linear", "dataset": "synthetic", "image_size": 32,
-                   "batch_size": 16, "steps": 40, "warmup_steps": 1, "loader": "naive",
+    capture lost before it was written. The model is an MLP on 64 px batches of 64 (about
+    1 GFLOP a step), so the run lasts several CPU-figure intervals (MIN_CPU_TICKS): 40 steps
+    of the linear model took 0.09 s on a 2-core CPU, shorter than one interval, and a run
+    that short has no CPU figure to write."""
+    cfg = C.build({"model": "mlp", "dataset": "synthetic", "image_size": 64,
+                   "batch_size": 64, "steps": 40, "warmup_steps": 1, "loader": "naive",
                    "profile_every": 1e-6, "summary_every": 0.1, "out": str(out_dir),
                    "progress": False})
     rec = execute(cfg)
