@@ -49,7 +49,7 @@ def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | No
     else:
         result.metrics.cpu_util_pct = monitor.get("cpu_util_pct")
         result.metrics.peak_mem_bytes.host = monitor.get("host_mem_peak_bytes")
-        for k in ("host_baseline", "host_net"):
+        for k in ("host_baseline", "host_file_growth", "host_net"):
             result.null_reasons[f"peak_mem_bytes.{k}"] = "no rank returned a record"
     _load(result, outside)
     return result
@@ -148,19 +148,26 @@ def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> 
 
 def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
     """Host peak net of what every rank held before its model and data were built (torch
-    itself, about 750 MiB on the CPU): the part of the peak that the run's settings move."""
+    itself, about 750 MiB on the CPU) and of the library code the ranks first touched since
+    (``host_file_growth``): the part of the peak that the run's settings move, the same
+    whether a process started fresh or was forked from one that had imported torch."""
     base = [r.mem.host_baseline_rss for r in ranks]
     m.host_baseline = sum(b for b in base if b) if base and all(base) else None
+    grown = [r.mem.host_file_growth for r in ranks]
+    m.host_file_growth = sum(grown) if grown and all(g is not None for g in grown) else None
     m.host_net = None
+    if m.host_file_growth is None:
+        why["peak_mem_bytes.host_file_growth"] = ("no file-backed resident-memory reading "
+                                                  "(Linux's RssFile)")
     if m.host_baseline is None:
         why["peak_mem_bytes.host_baseline"] = "no resident-memory reading before the model was built"
         why["peak_mem_bytes.host_net"] = why["peak_mem_bytes.host_baseline"]
     elif m.host is None:
         why["peak_mem_bytes.host_net"] = "no host peak reading"
-    elif m.host < m.host_baseline:
+    elif m.host - (m.host_file_growth or 0) < m.host_baseline:
         why["peak_mem_bytes.host_net"] = "host peak below the baseline: inconsistent readings"
     else:
-        m.host_net = m.host - m.host_baseline
+        m.host_net = m.host - m.host_baseline - (m.host_file_growth or 0)
 
 
 def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],

@@ -23,6 +23,7 @@ from scaleprobe.data.loader import Indexed, build_loader
 from scaleprobe.data.transforms import build_eval_transform, build_transform
 from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
+from scaleprobe.measure.monitor import host_mem_baseline, host_mem_record
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.stats import is_stable
 from scaleprobe.measure.timer import StepTimer
@@ -55,7 +56,7 @@ class Parts:
     per_process_batch: int
     lr_target: float
     info: dict[str, Any] = field(default_factory=dict)
-    host_baseline_rss_bytes: int | None = None  # resident set before the model and data existed
+    host_baseline: dict[str, Any] = field(default_factory=dict)  # before the model and data existed
     flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
     watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
 
@@ -83,20 +84,14 @@ def _task_transforms(task: Any, kind: str, size: int) -> tuple[Any, Any]:
     return getattr(task, "target_transform", None), image_tf
 
 
-def _rss_bytes() -> int | None:
-    """This process's resident set now (not its peak)."""
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:  # noqa: BLE001  (a missing figure, never a failed run)
-        return None
-
-
 def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     # torch (and on CUDA its context) is already resident: what the run adds is measured
-    # against this baseline (``peak_mem_bytes.host_net``)
-    baseline = _rss_bytes()
+    # against this baseline (``peak_mem_bytes.host_net``). torch's compiler front end is
+    # imported by the first optimizer (and by DDP) whether or not anything is compiled: about
+    # 130 MiB of a library's import, not the run's memory, so it is resident before the baseline
+    import torch._dynamo  # noqa: F401
+
+    baseline = host_mem_baseline()
     envmod.seed_all(cfg.train.seed)
     split = build_split(cfg.data, cfg.train.seed)
     task = build_task(cfg.task, split.num_classes)
@@ -398,7 +393,6 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
                 eval_metrics: dict[str, Any]) -> dict[str, Any]:
     """This rank's ``results.RankRecord``, as the plain dict it travels as (through the
     launcher's pickled return values) to ``assemble.build_result``."""
-    from scaleprobe.measure.monitor import process_peak_rss_bytes
     from scaleprobe.results import RankInfo, RankMem, RankRecord
 
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
@@ -425,8 +419,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         bad_samples=st.bad,
         comm=comm,
         eval=eval_metrics,
-        mem=RankMem(host_peak_rss=process_peak_rss_bytes(),
-                    host_baseline_rss=p.host_baseline_rss_bytes, **_memory(p.device)),
+        mem=RankMem(**host_mem_record(p.host_baseline), **_memory(p.device)),
         info=RankInfo.from_dict(p.info),
         strategy_metrics=p.strategy.extra_metrics(),
         target=p.watch.record() if p.watch is not None and p.watch.points else None,

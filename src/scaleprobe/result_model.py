@@ -172,7 +172,10 @@ class Breakdown(Record):
 class PeakMem(Record):
     host: int | None = None
     host_baseline: int | None = None
-    host_net: int | None = None
+    # file-backed resident pages (library code, mapped files) the ranks first touched after
+    # the baseline: not what the run's settings cost (measure/monitor.process_file_rss_bytes)
+    host_file_growth: int | None = None
+    host_net: int | None = None  # host - host_baseline - host_file_growth
     device_allocated: int | None = None
     device_reserved: int | None = None
     device_nvml: int | None = None
@@ -433,6 +436,7 @@ class RankInfo(Record):
 class RankMem(Record):
     host_peak_rss: int | None = None
     host_baseline_rss: int | None = None
+    host_file_growth: int | None = None  # RssFile at the peak reading less at the baseline
     device_allocated: int | None = None
     device_reserved: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -39,7 +39,8 @@ A run record (``kind == "run"``)::
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
                       steps_per_epoch, steps_timed, peak_mem_bytes {host, host_baseline,
-                      host_net, device_allocated, device_reserved, device_nvml},
+                      host_file_growth, host_net, device_allocated, device_reserved,
+                      device_nvml},
                       cpu_util_pct, gpu_util_pct, gpu_power_w, accuracy, loss_first,
                       loss_last, bad_samples_skipped, flops_per_step, flops_per_sample,
                       achieved_flops_per_s, mfu, peak {flops_per_s, devices, dtype,
@@ -54,8 +55,10 @@ A run record (``kind == "run"``)::
                       peak_mem_bytes.host: peak resident memory of the training processes
                       plus their loader workers' unique memory (torch itself included);
                       host_baseline: the ranks' resident memory summed, each read before
-                      its model and data were built (torch imported); host_net = host -
-                      host_baseline, the part the run's settings (batch, model) move.
+                      its model and data were built (torch imported);
+                      host_file_growth: file-backed resident pages (library code) the
+                      ranks first touched after it; host_net = host - host_baseline -
+                      host_file_growth, the part the run's settings (batch, model) move.
                       flops_per_step: FLOPs of one step of every training rank, counted
                       once on the first warm-up step (measure/flops.py: forward + backward,
                       2 per multiply-add, optimizer and element-wise operators 0);

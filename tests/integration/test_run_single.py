@@ -84,7 +84,9 @@ def test_host_memory_net_of_the_baseline_before_the_model(digits_run):
     mem = digits_run[0]["metrics"]["peak_mem_bytes"]
     assert mem["host_baseline"] > 50 * 2**20  # torch is resident before the model is built
     assert 0 < mem["host_net"] < mem["host"]
-    assert mem["host_net"] == mem["host"] - mem["host_baseline"]
+    # training touches library code it had not used before: counted apart, left out of net
+    assert mem["host_file_growth"] > 0
+    assert mem["host_net"] == mem["host"] - mem["host_baseline"] - mem["host_file_growth"]
 
 
 def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):

@@ -187,15 +187,60 @@ class Monitor:
         return self.outside.window(t_from, t_to)
 
 
-def process_peak_rss_bytes() -> int | None:
-    """VmHWM: the process's peak resident set, from the kernel."""
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` line of ``/proc/self/status`` in bytes; None where there is none (not Linux)."""
     try:
         with open(f"/proc/{os.getpid()}/status") as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def process_peak_rss_bytes() -> int | None:
+    """VmHWM: the process's peak resident set, from the kernel."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def process_rss_bytes() -> int | None:
+    """This process's resident set now (not its peak)."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001  (a missing figure, never a failed run)
+        return None
+
+
+def process_file_rss_bytes() -> int | None:
+    """RssFile: the file-backed part of the resident set now (the code of the libraries
+    loaded, memory-mapped files). A run touches library code it had not used before, and how
+    much of it counts depends on how the process started: a process forked from one that
+    had imported torch counts only the pages it touches itself, so its first training step
+    adds about 50-100 MiB of torch's code where a fresh interpreter, which touched much of it
+    while importing, adds about 40 (2-core CPU, 2026-11-25). ``host_net`` leaves this growth
+    out (``assemble``)."""
+    return _status_bytes("RssFile")
+
+
+def host_mem_baseline() -> dict[str, int | None]:
+    """What a rank holds before its model and data are built: its resident set and the
+    file-backed part of it (``host_mem_record`` measures the run against this)."""
+    return {"rss": process_rss_bytes(), "file_rss": process_file_rss_bytes()}
+
+
+def host_mem_record(baseline: dict[str, int | None]) -> dict[str, int | None]:
+    """A rank's host-memory fields of its ``RankMem``: its peak resident set, the baseline,
+    and the file-backed pages it touched since the baseline (read with the peak)."""
+    file_now, file_then = process_file_rss_bytes(), baseline.get("file_rss")
+    growth = (max(0, file_now - file_then) if file_now is not None and file_then is not None
+              else None)
+    return {"host_peak_rss": process_peak_rss_bytes(), "host_baseline_rss": baseline.get("rss"),
+            "host_file_growth": growth}

@@ -30,22 +30,14 @@ def traceback_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / f"traceback-rank-{rank}.txt"
 
 
-def _rss_bytes() -> int | None:
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:  # noqa: BLE001  (a figure, never the script's failure)
-        return None
-
-
-def rank_record(rec: Any, rank: int, world: int, baseline_rss: int | None) -> dict[str, Any]:
+def rank_record(rec: Any, rank: int, world: int,
+                baseline: dict[str, int | None]) -> dict[str, Any]:
     """This rank's ``RankRecord`` (as a dict) from what the hooks saw."""
     import socket
 
     import torch
 
-    from scaleprobe.measure.monitor import process_peak_rss_bytes
+    from scaleprobe.measure.monitor import host_mem_record
     from scaleprobe.measure.stats import median
 
     w = min(rec.warmup, len(rec.step_times))
@@ -87,7 +79,7 @@ def rank_record(rec: Any, rank: int, world: int, baseline_rss: int | None) -> di
         "clock_window": [t0, rec.walls[-1]] if timed else None,
         "epochs_complete": sum(1 for e in epochs if e.complete),
         "samples_per_step": per_step, "indices": indices,
-        "mem": {"host_peak_rss": process_peak_rss_bytes(), "host_baseline_rss": baseline_rss,
+        "mem": {**host_mem_record(baseline),
                 "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
                 "device_reserved": torch.cuda.max_memory_reserved() if cuda else None},
         "flops": _flops_record(rec),
@@ -236,10 +228,12 @@ def main(argv: list[str]) -> int:
     _own_process_group()
     signal.signal(signal.SIGTERM, _sigterm)
     import torch  # noqa: F401  (the baseline below is the memory held before the script's work)
+    import torch._dynamo  # noqa: F401  (imported by the script's first optimizer: see engine.setup)
 
+    from scaleprobe.measure.monitor import host_mem_baseline
     from scaleprobe.wrap.hooks import Recorder, StopScript
 
-    baseline = _rss_bytes()
+    baseline = host_mem_baseline()
     beat = Heartbeat(run_dir, rank).start()
     observers = _observers(settings, run_dir, rank)
     rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install(
