@@ -365,12 +365,16 @@ class Experiment(Record):
     kind: str | None = None
     point: dict[str, Any] | None = None
     repeat: int | None = None
+    # how a point's process started: "fork" (from the preloaded server) or "exec" (a fresh
+    # interpreter); its host memory total depends on it (experiments/procs.py)
+    start: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        # an experiment's own record has no point and no repeat: left out, not written null
+        # an experiment's own record has no point, repeat or start: left out, not written null
         d = super().to_dict()
-        return {k: v for k, v in d.items() if not (k in ("point", "repeat") and v is None)}
+        return {k: v for k, v in d.items()
+                if not (k in ("point", "repeat", "start") and v is None)}
 
 
 @dataclass

@@ -269,6 +269,8 @@ def _run_repeats(ctx: _Ctx, plan: list[dict[str, Any]]
     except BaseException:
         ctx.procs.stop_all()
         raise
+    finally:
+        ctx.procs.close()
     return alone, together, machine
 
 

@@ -446,6 +446,9 @@ class SlurmProcessSet:
 
     STOP_WAIT_S = 30.0  # after scancel: how long the cancelled jobs get to leave their records
 
+    def close(self) -> None:
+        """Nothing to end: the jobs are the scheduler's (``ProcessSet.close``'s call)."""
+
     def stop_all(self, grace_s: float | None = None) -> None:
         """Cancel every job this process submitted (Ctrl+C); each becomes an interrupted
         point, run again on resume. scancel sends the job's processes SIGTERM, on which the run

@@ -190,6 +190,8 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
     except BaseException:
         procs.stop_all()
         raise
+    finally:
+        procs.close()
     rec = parity_record(recs_1, recs_n, exp_id)
     res.append_jsonl(out / res.RESULTS_FILE, rec)
     return {"parity": rec, "runs": [r for pair in zip(recs_1, recs_n, strict=True)

@@ -1,13 +1,23 @@
 """Point processes: start one run in its own process (and its own process group), wait for it,
 and stop it and everything it started, whatever happens to the parent.
 
-A point process runs ``python -m scaleprobe.experiments.point POINT.json``; its output goes to
-a log file, so the parent's progress bar stays readable and a failure can quote the log.
+A point process runs ``scaleprobe.experiments.point`` on ``POINT.json``; its output goes to a
+log file, so the parent's progress bar stays readable and a failure can quote the log.
+
+How a point process starts: on a machine without an NVIDIA or AMD GPU it is forked from a
+server process (multiprocessing's forkserver) that imported torch, its compiler front end
+(which torch's optimizers and DDP import on first use) and the training engine once, so a
+point does not spend about five seconds of a 2-core CPU importing them again. The server
+imports nothing that touches a GPU, but a process forked after CUDA was initialised cannot use
+CUDA, and the forked start has not been run on a GPU, so on a GPU machine every point is a
+fresh interpreter (``python -m scaleprobe.experiments.point POINT.json``).
+``SCALEPROBE_POINT_START=fork`` or ``=exec`` chooses either start explicitly.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -21,6 +31,15 @@ from typing import Any
 import psutil
 
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL
+START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)
+
+# what the server imports once, for every point it forks: a point that trains in its own process
+# needs the engine (and torch's compiler front end, imported by the optimizer's first use); a
+# launcher of ranks needs the launcher's imports
+_PRELOAD = ["scaleprobe.experiments.point", "scaleprobe.assemble", "scaleprobe.measure.monitor",
+            "scaleprobe.engine", "torch._dynamo", "torch.distributed.launcher.api",
+            "scaleprobe.launch"]
+_GPU_NODES = ("/proc/driver/nvidia", "/dev/kfd")
 
 
 def grace_for(payload: dict[str, Any]) -> float:
@@ -35,7 +54,7 @@ def grace_for(payload: dict[str, Any]) -> float:
 
 @dataclass
 class PointProcess:
-    popen: subprocess.Popen
+    popen: Any  # subprocess.Popen, or _Forked (the same calls)
     attempt: str  # token in experiment.attempt: finds the record this process wrote
     log_path: Path
     started_s: float  # time.monotonic() at start
@@ -57,6 +76,94 @@ def write_payload(payload: dict[str, Any], work_dir: Path, label: str) -> Path:
     return path
 
 
+def fork_points() -> bool:
+    """Whether points are forked from the preloaded server (see the module's docstring)."""
+    how = os.environ.get(START_ENV, "").strip().lower()
+    if how in ("fork", "exec"):
+        return how == "fork"
+    if how:
+        from scaleprobe.errors import ConfigError
+
+        raise ConfigError(f"{START_ENV}={how!r}: expected fork or exec")
+    return (sys.platform == "linux" and "forkserver" in multiprocessing.get_all_start_methods()
+            and not any(os.path.exists(p) for p in _GPU_NODES))
+
+
+_server: Any = None
+
+
+def _forkserver() -> Any:
+    global _server
+    if _server is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        _server = ctx
+    return _server
+
+
+def stop_server() -> None:
+    """End the forkserver this process started: idle, it still holds torch's memory. Its
+    points are over by then (``stop_all``); a straggler forked from it gets SIGTERM as the
+    server ends (``point._die_with_parent``)."""
+    global _server
+    if _server is None:
+        return
+    _server = None
+    from multiprocessing import forkserver
+
+    srv = getattr(forkserver, "_forkserver", None)
+    pid = getattr(srv, "_forkserver_pid", None)
+    if srv is None or pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)  # it would wait for every holder of its pipe to end
+    except ProcessLookupError:
+        pass
+    try:
+        srv._stop()  # closes its pipe, reaps it
+    except (OSError, AttributeError):  # pragma: no cover  (another Python's internals)
+        pass
+
+
+def _forked_point(spec_path: str, log_path: str, env: dict[str, str]) -> None:
+    """The body of a forked point: its own session, output to its log, the parent's current
+    environment, then the point (its exit status is the point's)."""
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # None under pythonw; lines reach the log as written
+            stream.reconfigure(line_buffering=True)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["scaleprobe.experiments.point", spec_path]
+    from scaleprobe.experiments import point
+
+    sys.exit(point.main([spec_path]))
+
+
+class _Forked:
+    """A forked point with the calls ``subprocess.Popen`` gives (pid, poll, wait)."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.proc.exitcode
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.proc.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(f"point {self.pid}", timeout or 0.0)
+        return self.returncode  # type: ignore[return-value]
+
+
 class ProcessSet:
     """Every point process still running; ``stop_all()`` ends them and their children."""
 
@@ -66,16 +173,26 @@ class ProcessSet:
     def start(self, payload: dict[str, Any], work_dir: Path, label: str,
               env: dict[str, str] | None = None) -> PointProcess:
         attempt = payload["experiment"]["attempt"]
+        forked = fork_points()
+        payload = {**payload, "experiment": {**payload["experiment"],
+                                             "start": "fork" if forked else "exec"}}
         spec_path = write_payload(payload, work_dir, label)
         log_path = work_dir / f"{label}-{attempt}.log"
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
-        with log_path.open("w") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "scaleprobe.experiments.point", str(spec_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=full_env)
+        if forked:
+            log_path.write_text("")
+            child = _forkserver().Process(target=_forked_point, name=f"point {label}",
+                                          args=(str(spec_path), str(log_path), full_env))
+            child.start()
+            popen: Any = _Forked(child)
+        else:
+            with log_path.open("w") as log:
+                popen = subprocess.Popen(
+                    [sys.executable, "-m", "scaleprobe.experiments.point", str(spec_path)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, env=full_env)
         proc = PointProcess(popen, attempt, log_path, time.monotonic(), payload)
         self.live[popen.pid] = proc
         return proc
@@ -91,6 +208,10 @@ class ProcessSet:
 
     def finished(self, proc: PointProcess) -> None:
         self.live.pop(proc.pid, None)
+
+    def close(self) -> None:
+        """Once the set's points are over: end the server they were forked from."""
+        stop_server()
 
     def stop_all(self, grace_s: float | None = None) -> None:
         """Stop every point (``stop_groups``); a point that was ended before it recorded
@@ -115,10 +236,13 @@ def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        pass
+        try:  # a forked point in its first instant, before it made its own group
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
-def stop_groups(popens: list[subprocess.Popen], grace_s: float = GRACE_S) -> None:
+def stop_groups(popens: list[Any], grace_s: float = GRACE_S) -> None:
     """SIGINT each process group (a point records itself as interrupted), SIGKILL whatever is
     left after ``grace_s``, including descendants that left the group."""
     alive = [p for p in popens if p.poll() is None]

@@ -282,6 +282,8 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
         except Exception as e:  # noqa: BLE001
             st.bar.note(f"could not write the partial tables: {type(e).__name__}: {e}")
         raise
+    finally:
+        st.procs.close()
     st.bar.stop()
     report = sweep_report(st.records, st.skipped, st.searches, sp)
     write_report(out, report)

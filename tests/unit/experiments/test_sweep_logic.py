@@ -54,6 +54,9 @@ class FakeProcs:
     def stop_all(self):
         pass
 
+    def close(self):
+        pass
+
 
 @pytest.fixture
 def fake_points(monkeypatch):

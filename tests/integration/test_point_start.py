@@ -1,0 +1,97 @@
+"""How sweep points start: forked from a server that imported torch and the engine once
+(the default on a machine without a GPU), or as fresh interpreters (SCALEPROBE_POINT_START
+=exec); both record how they started, and the server ends with the sweep."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from scaleprobe import results as res
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments import procs
+from scaleprobe.experiments.sweep import run_sweep
+
+DOC = {"base": {"model": "linear", "loader": "naive", "steps": 2, "warmup_steps": 1},
+       "grid": {"batch_size": [8, 16]}, "sweep": {"repeats": 1}}
+
+
+def _servers() -> list[psutil.Process]:
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if "multiprocessing.forkserver" in " ".join(c.cmdline()) and c.is_running() \
+                    and c.status() != psutil.STATUS_ZOMBIE:
+                out.append(c)
+        except psutil.Error:
+            pass
+    return out
+
+
+def test_the_start_is_chosen_by_the_environment(monkeypatch):
+    monkeypatch.setenv(procs.START_ENV, "exec")
+    assert not procs.fork_points()
+    monkeypatch.setenv(procs.START_ENV, "Fork")
+    assert procs.fork_points()
+    monkeypatch.setenv(procs.START_ENV, "vfork")
+    with pytest.raises(ConfigError, match="SCALEPROBE_POINT_START='vfork': expected fork or exec"):
+        procs.fork_points()
+
+
+def _sweep(monkeypatch, out, how) -> dict[int, dict]:
+    monkeypatch.setenv(procs.START_ENV, how)
+    t0 = time.monotonic()
+    recs = run_sweep(DOC, out, progress=False, repeats=1)
+    print(f"{how}: two points in {time.monotonic() - t0:.1f} s")
+    runs = [r for r in recs if r["kind"] == "run"]
+    assert [r["status"] for r in runs] == ["ok", "ok"]
+    assert {r["experiment"]["start"] for r in runs} == {how}
+    on_disk = [r for r in res.read_jsonl(out / "results.jsonl") if r["kind"] == "run"]
+    assert {r["experiment"]["start"] for r in on_disk} == {how}
+    # the point's own output went to its log, as with a fresh interpreter
+    logs = sorted((out / "points").glob("*.log"))
+    assert len(logs) == 2 and all("point {'batch_size'" in p.read_text() for p in logs)
+    assert not _servers(), "the forkserver outlived the sweep"
+    return {r["experiment"]["point"]["batch_size"]: r["metrics"]["peak_mem_bytes"] for r in runs}
+
+
+def test_forked_and_fresh_points_record_their_start_and_agree_on_net_memory(monkeypatch,
+                                                                            tmp_path):
+    """The same sweep with each start: both record how they started, leave no server, and
+    measure the same net host memory. Bug caught: the net figure counted the library code a
+    run first touched, about 40 MiB in a fresh interpreter and 70-100 MiB in a forked one
+    (measured 2026-11-25), so the batch table's memory growth depended on the start."""
+    fresh = _sweep(monkeypatch, tmp_path / "exec", "exec")
+    forked = _sweep(monkeypatch, tmp_path / "fork", "fork")
+    for bs in (8, 16):
+        f, x = forked[bs], fresh[bs]
+        assert f["host"] < x["host"]  # a forked point's total counts only what it touched
+        assert f["host_file_growth"] > x["host_file_growth"] > 0
+        assert abs(f["host_net"] - x["host_net"]) < 16 * 2**20, (bs, f, x)
+
+
+def test_a_forked_point_killed_by_a_signal_reads_as_killed(monkeypatch, tmp_path):
+    """The forked point's exit status is read as a process's would be: SIGKILL is -9, and
+    the record written for it names the signal."""
+    monkeypatch.setenv(procs.START_ENV, "fork")
+    from scaleprobe.experiments.spec import load_spec, points
+
+    sp = load_spec({**DOC, "base": {**DOC["base"], "steps": 100_000}})
+    cfg = sp.config(points(sp)[0], str(tmp_path / "out"))
+    exp = {"id": "k", "kind": "sweep", "point": {"batch_size": 8}, "attempt": procs.new_attempt()}
+    ps = procs.ProcessSet()
+    try:
+        proc = ps.start({"config": cfg.to_dict(), "experiment": exp}, tmp_path / "points", "k")
+        time.sleep(1.0)  # setting up or training: forked, it needs no imports
+        assert proc.popen.poll() is None
+        psutil.Process(proc.pid).kill()
+        rc = ps.wait(proc)
+        assert rc == -9
+        rec = procs.collect_record(proc, rc, cfg, exp, tmp_path / "out" / "results.jsonl")
+        assert rec["status"] == "failed" and "killed by SIGKILL" in rec["error"]
+    finally:
+        ps.stop_all()
+        ps.close()
+    assert not _servers()
