@@ -1,0 +1,76 @@
+"""Which combinations of configuration keys a run can have: each key alone is checked
+against its declaration (``config.check_types``); these rules check keys together, with one
+line that says what to change."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from scaleprobe.errors import ConfigError
+from scaleprobe.traits import traits_of
+
+if TYPE_CHECKING:
+    from scaleprobe.config import RunConfig
+
+
+def check_combinations(cfg: RunConfig) -> None:
+    """The combinations of keys a run cannot have, each a one-line ``ConfigError``."""
+    t, d, ds = cfg.train, cfg.data, cfg.dist
+    if t.global_batch is not None and t.global_batch % cfg.training_ranks:
+        raise ConfigError(f"global batch {t.global_batch} does not split evenly over "
+                          f"{cfg.training_ranks} training processes")
+    if t.epochs is not None and t.steps is not None:
+        raise ConfigError("give either --steps or --epochs, not both")
+    if t.target is not None:
+        _validate_target(cfg)
+    if cfg.script.args is not None:
+        if cfg.script.path is None:
+            raise ConfigError("script.args needs script.path (the script they are passed to)")
+        try:
+            shlex.split(cfg.script.args)
+        except ValueError as e:
+            raise ConfigError(f"script.args: {e}: {cfg.script.args!r}") from None
+    if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
+        what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"
+                else f"--transform {d.transform} runs in the input pipeline")
+        raise ConfigError(f"--dataset synthetic makes one classification batch on the device and "
+                          f"has no input pipeline; {what}: use --dataset synthetic-loader")
+    if d.loader == "pipelined" and d.workers == 0:
+        raise ConfigError("--loader pipelined needs --workers >= 1 (use --loader naive for none)")
+    if not 0 <= ds.node_rank < ds.nnodes:
+        raise ConfigError(f"node rank {ds.node_rank} is outside 0..{ds.nnodes - 1}")
+    if ds.nnodes > 1 and not ds.rdzv_endpoint:
+        raise ConfigError("several hosts need --rdzv-endpoint HOST:PORT")
+    tr = traits_of(ds.strategy)
+    if tr.in_process and ds.nproc * ds.nnodes > 1:
+        raise ConfigError(f"--strategy {ds.strategy} runs in one process; use ddp for --nproc > 1")
+    if tr.towers and cfg.task.task == "detection":
+        raise ConfigError(f"--strategy {ds.strategy} cannot scatter detection targets (a list of "
+                          "boxes per image) over its towers; use --strategy ddp")
+    if tr.needs_any_source_recv and ds.backend == "nccl":
+        raise ConfigError(f"--strategy {ds.strategy} needs --backend gloo: its server receives "
+                          "from whichever worker is ready, which nccl cannot do")
+    if not tr.fp16_loss_scaling and t.amp == "fp16":
+        raise ConfigError(f"--strategy {ds.strategy} with --amp fp16 is not supported: the loss "
+                          "scale lives in each worker while the server applies the gradients; "
+                          "use --amp bf16")
+    if cfg.world_size < tr.min_world:
+        raise ConfigError(f"--strategy {ds.strategy} needs --nproc >= {tr.min_world} (one server "
+                          "and at least one worker)")
+
+
+def _validate_target(cfg: RunConfig) -> None:
+    """--target: the metric fits the task, the run's length is the target's to decide, and
+    every training rank can stop at the same step."""
+    from scaleprobe.target import check_task, parse_target
+
+    t = cfg.train
+    check_task(parse_target(t.target), cfg.task.task)  # type: ignore[arg-type]
+    if t.epochs is not None or t.steps is not None:
+        given = "--epochs" if t.epochs is not None else "--steps"
+        raise ConfigError(f"--target trains until the target is reached; {given} cannot also "
+                          "set the length (cap it with --max-epochs)")
+    if traits_of(cfg.dist.strategy).has_server:
+        raise ConfigError("--target needs ranks that stop at the same step; the parameter "
+                          "server's workers do not: use --strategy ddp or localsgd")
