@@ -125,6 +125,19 @@ def die_with_parent(sig: int, parent: int | None = None) -> None:
         os.kill(os.getpid(), sig)
 
 
+def use_platform_start_method() -> None:
+    """Start processes (loader workers) the platform's default way, fork on Linux before
+    Python 3.14, as a process started by ``torchrun`` or from a shell does. A process started
+    by multiprocessing's spawn or forkserver inherits that method as its default: with spawn
+    each loader worker is a fresh interpreter importing torch again (seconds of CPU per
+    worker on a 2-core machine); with forkserver the workers are the server's children, not
+    the training process's, so its CPU and memory figures miss them and count them as load
+    from outside the run."""
+    import multiprocessing
+
+    multiprocessing.set_start_method(multiprocessing.get_all_start_methods()[0], force=True)
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:

@@ -166,17 +166,6 @@ def _own_process_group() -> None:
     die_with_parent(signal.SIGKILL)
 
 
-def _platform_start_method() -> None:
-    """The platform's default way to start processes (fork on Linux before Python 3.14), as
-    a rank started by ``torchrun`` has. A rank started by ``launch.run_workers`` comes from
-    multiprocessing's spawn and inherits "spawn" as its default, so each loader worker would be
-    a fresh interpreter importing torch and torchvision again: seconds of CPU per worker before
-    its first batch (on a 2-core CPU, a 2-process run's four workers cost 20 s of CPU)."""
-    import multiprocessing
-
-    multiprocessing.set_start_method(multiprocessing.get_all_start_methods()[0], force=True)
-
-
 def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
                     progress: bool = True) -> list[dict[str, Any]] | None:
     """Entry of each rank started by ``launch.run_workers``: a heartbeat for the launcher, a
@@ -186,7 +175,9 @@ def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
     from scaleprobe.measure.heartbeat import Heartbeat
 
     _own_process_group()
-    _platform_start_method()
+    from scaleprobe.env import use_platform_start_method
+
+    use_platform_start_method()
     beat = Heartbeat(run_dir, int(os.environ.get("RANK", "0"))).start()
     stop = StopRequest(escape_on_second=False)  # the launcher ends a rank that does not stop
     try:

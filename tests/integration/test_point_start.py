@@ -95,3 +95,42 @@ def test_a_forked_point_killed_by_a_signal_reads_as_killed(monkeypatch, tmp_path
         ps.stop_all()
         ps.close()
     assert not _servers()
+
+
+WORKER_MODEL = """
+import os, torch
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__(); self.l = torch.nn.Linear(3 * 8 * 8, 10); self.seen = False
+    def forward(self, x):
+        if not self.seen:  # the loader's workers are running by the first forward
+            import psutil
+            me = psutil.Process()
+            kids = [p.name() for p in me.children()]
+            with open(__file__ + ".kids", "w") as fh:
+                fh.write(",".join(kids))
+            self.seen = True
+        return self.l(x.flatten(1))
+def build():
+    return M()
+"""
+
+
+def test_a_forked_points_loader_workers_are_its_own(monkeypatch, tmp_path):
+    """A point forked from the server inherits "forkserver" as its default start method; its
+    DataLoader would then have the server start the workers, outside the point's process tree:
+    its CPU and memory figures would miss them and count them as load from outside the run.
+    The point starts them itself, as a fresh interpreter would (fork on Linux)."""
+    monkeypatch.setenv(procs.START_ENV, "fork")
+    model = tmp_path / "m.py"
+    model.write_text(WORKER_MODEL)
+    doc = {"base": {"model": f"{model}:build", "dataset": "synthetic-loader", "image_size": 8,
+                    "num_samples": 256, "loader": "pipelined", "workers": 2, "steps": 4,
+                    "warmup_steps": 1},
+           "grid": {"batch_size": [16]}, "sweep": {"repeats": 1}}
+    (rec,) = [r for r in run_sweep(doc, tmp_path / "out", progress=False, repeats=1)
+              if r["kind"] == "run"]
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["experiment"]["start"] == "fork"
+    kids = (tmp_path / "m.py.kids").read_text().split(",")
+    assert kids.count("pt_data_worker") == 2, kids

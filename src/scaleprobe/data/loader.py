@@ -81,15 +81,18 @@ def collate_indexed_list(batch: list[Any]) -> tuple[Any, Any, torch.Tensor, int]
 
 
 def _worker_init(parent: int, _: int) -> None:
-    """A loader worker computes on one thread and ends with the process that started it
-    (``parent``): a training process that is killed takes its workers along at once, instead
-    of leaving them running until their own watchdog notices seconds later."""
+    """A loader worker computes on one thread and ends with the training process that made
+    its loader (``parent``): a training process that is killed takes its workers along at
+    once, instead of leaving them running until their own watchdog notices seconds later.
+    Only a worker that process started itself (fork, spawn) can be tied to it; one started
+    by a forkserver is the server's child, and its watchdog remains."""
     import signal
 
     from scaleprobe.env import die_with_parent
 
     torch.set_num_threads(1)
-    die_with_parent(signal.SIGKILL, parent)
+    if os.getppid() == parent:
+        die_with_parent(signal.SIGKILL, parent)
 
 
 def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Sampler | None,

@@ -139,6 +139,9 @@ def _forked_point(spec_path: str, log_path: str, env: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(env)
     sys.argv = ["scaleprobe.experiments.point", spec_path]
+    from scaleprobe.env import use_platform_start_method
+
+    use_platform_start_method()  # else "forkserver": its loader workers would not be its own
     from scaleprobe.experiments import point
 
     sys.exit(point.main([spec_path]))

@@ -55,3 +55,16 @@ def test_workers_die_with_a_killed_training_process():
             parent.kill()
         for p in psutil.Process().children(recursive=True):
             p.kill()
+
+
+def test_workers_started_by_a_forkserver_still_load():
+    """Under "forkserver" (Python 3.14's default on Linux) a worker is the server's child, not
+    the training process's: it cannot be tied to the training process, and it still loads.
+    Bug caught: a worker that took its parent to be the training process killed itself at
+    once ("DataLoader worker exited unexpectedly")."""
+    code = "import multiprocessing; multiprocessing.set_start_method('forkserver')\n" + CHILD
+    code = code.replace("time.sleep(120)", "print(sum(1 for _ in it) + 1, flush=True)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=100)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ready", "8"]
