@@ -226,19 +226,21 @@ def _step_text(iv: M.Interval | None, mg: float | None) -> str:
 
 
 def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
-           higher_is_better: bool, scale: Any = None) -> tuple[bool, list[str]]:
-    """Whether ``best`` is ahead of every other row by more than the repeats' spread, and
-    the rows it cannot be told apart from (with the interval of other / best; ``scale(o)``
-    multiplies it, e.g. by the memory ratio for samples/s per GiB)."""
-    tied = []
+           higher_is_better: bool, scale: Any = None) -> tuple[list[str], list[str]]:
+    """The rows ``best`` is ahead of by more than the repeats' spread, and those it cannot
+    be told apart from, each as ``batch N (interval of other / best)``; ``scale(o)``
+    multiplies the interval, e.g. by the memory ratio for samples/s per GiB."""
+    ahead, tied = [], []
     for o in others:
         iv = P.interval(best["record"], o["record"], figure)
         if iv is not None and scale is not None:
             iv = iv.scaled(scale(o))
-        ahead = iv is not None and (iv.below(1.0) if higher_is_better else iv.above(1.0))
-        if not ahead:
-            tied.append(f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})")
-    return not tied, tied
+        text = f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})"
+        if iv is not None and (iv.below(1.0) if higher_is_better else iv.above(1.0)):
+            ahead.append(text)
+        else:
+            tied.append(text)
+    return ahead, tied
 
 
 def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -260,38 +262,43 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
     fastest = (min(timed, key=lambda r: r["epoch_time_s"]) if timed
                else max(ok, key=lambda r: r["samples_per_s"]))
     same = [r for r in ok if r["group"] == fastest["group"] and r is not fastest]
-    fast_ok, fast_tied = _ahead(fastest, same, epoch_figure, higher_is_better=False)
+    fast_ahead, fast_tied = _ahead(fastest, same, epoch_figure, higher_is_better=False)
     eff_rows = [r for r in ok if _efficiency(r) is not None]
     best_eff = max(eff_rows, key=_efficiency) if eff_rows else None
-    eff_ok, eff_tied = False, []
+    eff_ahead: list[str] = []
+    eff_tied: list[str] = []
     if best_eff is not None:
         peers = [r for r in eff_rows if r["group"] == best_eff["group"] and r is not best_eff]
-        eff_ok, eff_tied = _ahead(best_eff, peers, P.samples_per_s, higher_is_better=True,
+        eff_ahead, eff_tied = _ahead(best_eff, peers, P.samples_per_s, higher_is_better=True,
                                   scale=lambda o: best_eff["peak_mem_bytes"] / o["peak_mem_bytes"])
         best_eff = {**best_eff, "samples_per_s_per_gib": _efficiency(best_eff)}
     multi = len({r["group"] for r in rows}) > 1
     from scaleprobe.report.batch_target import target_picks
 
     picks = target_picks(rows)
-    text = _batch_text(fastest, best_eff, steps, multi, fast_tied, eff_tied)
+    text = _batch_text(fastest, best_eff, steps, multi, (fast_ahead, fast_tied),
+                       (eff_ahead, eff_tied))
     if picks["lines"]:
         text += "\n" + "\n".join(picks["lines"])
     return {"fastest": fastest, "most_efficient": best_eff, "steps": steps,
-            "fastest_decided": fast_ok, "most_efficient_decided": eff_ok,
+            "fastest_decided": not fast_tied,
+            "most_efficient_decided": best_eff is not None and not eff_tied,
             "soonest": picks["soonest"], "fewest_samples": picks["fewest_samples"],
             "text": text}
 
 
-def _claim(what: str, body: str, tied: list[str]) -> str:
-    """``Fastest: <body>.``, or inconclusive with the rows it cannot be told apart from."""
+def _claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None) -> str:
+    """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
+    or inconclusive with the rows it cannot be told apart from (``tied``)."""
+    each = " (each: that batch size's figure / this one's)."
     if not tied:
-        return f"{what}: {body}."
-    return (f"{what}: inconclusive: {body}, not told apart from " + "; ".join(tied)
-            + " (each: that batch size's figure / this one's).")
+        return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + each if ahead else ".")
+    return f"{what}: inconclusive: {body}, not told apart from " + "; ".join(tied) + each
 
 
 def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
-                fast_tied: list[str], eff_tied: list[str]) -> str:
+                fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]]) -> str:
+    """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with)."""
     n = max((fastest.get("repeats") or 1), 1)
     lines = ["A larger batch pays only while epoch time falls faster than memory grows "
              f"(intervals over {n} repeat{'s' if n != 1 else ''}, 95%)."]
@@ -305,12 +312,12 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{fmt.seconds(fastest['epoch_time_s'], fastest['epoch_projected'])}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    lines.append(_claim("Fastest", head, fast_tied))
+    lines.append(_claim("Fastest", head, fast[1], fast[0]))
     if eff is not None:
-        body = (f"batch {eff['batch_size']}{where(eff)}, {eff['samples_per_s_per_gib']:.1f} "
+        body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory "
                 f"({fmt.rate(eff['samples_per_s'])} samples/s at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        lines.append(_claim("Most efficient", body, eff_tied))
+        lines.append(_claim("Most efficient", body, eff_vs[1], eff_vs[0]))
     return "\n".join(lines)
 
 

@@ -44,20 +44,19 @@ def target_picks(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 ("fewest_samples", "Fewest samples to", T.samples_to_target,
                  "samples_to_target_median", "samples")):
             best = min(reached, key=lambda r: r[median_key])
-            tied = []
+            ahead, tied = [], []
             for o in reached:
                 if o is best:
                     continue
                 a, b, _, _ = P.paired(best["record"], o["record"], figure)
                 iv = M.ratio_interval(a, b)  # the other's figure / the best's, seed by seed
-                if iv is None or not iv.above(1.0):
-                    tied.append(f"batch {o['batch_size']} "
-                                f"({'no spread' if iv is None else iv.text()})")
+                text = f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})"
+                (ahead if iv is not None and iv.above(1.0) else tied).append(text)
             figure_text = (fmt.seconds(best["ttt_median_s"]) if unit == "time"
                            else f"{best['samples_to_target_median']:,.0f} samples")
             body = (f"batch {best['batch_size']}{where}, median {figure_text} over "
                     f"{best['ttt_reached']} of {best['ttt_runs']} runs that reached it")
-            line = "- " + _claim(f"{label} {what}", body, tied)
+            line = "- " + _claim(f"{label} {what}", body, tied, ahead)
             if never:
                 line += " Never reached: " + "; ".join(never) + "."
             out["lines"].append(line)

@@ -96,7 +96,13 @@ def test_recommend_batch_fastest_and_most_efficient():
     assert [s["pays"] for s in rec["steps"]] == [True, False]
     assert "16 -> 32: epoch time -48%, memory +37%: pays" in rec["text"]
     assert "32 -> 64: epoch time -4%, memory +46%: does not pay" in rec["text"]
-    assert "Most efficient: batch 32" in rec["text"]
+    # a decided claim shows the intervals that decided it, as an inconclusive one does
+    assert ("Fastest: batch 64, epoch time 50.0 s, 320 samples/s, ahead of batch 16 (2.00x "
+            "[1.98, 2.02], 3 repeats); batch 32 (1.04x [1.03, 1.05], 3 repeats) (each: that "
+            "batch size's figure / this one's).") in rec["text"]
+    assert ("Most efficient: batch 32, 225 samples/s per GiB of peak device memory (308 "
+            "samples/s at 1.4 GiB), ahead of batch 16 (0.71x [0.70, 0.72], 3 repeats); batch "
+            "64 (0.71x [0.70, 0.72], 3 repeats)") in rec["text"]
     assert "intervals over 3 repeats" in rec["text"]
 
 

@@ -38,6 +38,7 @@ def test_soonest_and_fewest_samples_are_different_batch_sizes_each_with_its_inte
     text = rec["text"]
     line = next(ln for ln in text.splitlines() if "Soonest to accuracy >= 0.9" in ln)
     assert "batch 128" in line and "3 of 3 runs" in line and "inconclusive" not in line
+    assert "ahead of batch 32 (" in line and "3 repeats)" in line  # the deciding interval
     assert "Never reached: batch 512 (0 of 3 runs)" in line
     few = next(ln for ln in text.splitlines() if "Fewest samples to" in ln)
     assert "batch 32" in few and "4,000 samples" in few
