@@ -397,6 +397,7 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
         if civ is None or not civ.below(floor):
             undecided, iv = cand, civ
             break
+    vs: list[str] = []  # every other setting's samples/s / the pick's
     if undecided is None:
         # the pick must also be shown within reach of every other setting of its group: the
         # best was chosen by its point estimate, and a setting the noise ranks below it may
@@ -404,6 +405,8 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
         # loader whose interval ran up to 1.00x)
         for other in (r for r in ok if r["group"] == best["group"] and r is not pick):
             oiv = P.interval(pick["record"], other["record"], P.samples_per_s)
+            if oiv is not None:
+                vs.append(f"{other['setting']} {oiv.text()}")
             if oiv is None or not oiv.below(1.0 / floor):
                 what = f"{other['setting']} / {pick['setting']} samples/s"
                 return {"prefetch": pick["prefetch"], "setting": pick["setting"],
@@ -432,8 +435,9 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                f"{th.workers_within:.0%}" if peers else "no setting has fewer workers")
         why += (f", and no other setting is faster by more than {1.0 / floor - 1.0:.0%}"
                 if len([r for r in ok if r["group"] == best["group"]]) > 1 else "")
+        each = f" (each setting's samples/s / this one's: {'; '.join(vs)})" if vs else ""
         text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
-                f"{fmt.rate(pick['samples_per_s'])} samples/s; {why}.")
+                f"{fmt.rate(pick['samples_per_s'])} samples/s; {why}{each}.")
     else:
         text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
                 f"{fmt.rate(pick['samples_per_s'])} samples/s, {iv.text()} of the best "

@@ -243,6 +243,8 @@ def test_fewest_workers_as_the_best_must_beat_the_others_by_an_interval():
     rec = B.recommend_workers(clear)
     assert rec["workers"] == 0 and rec["decided"], rec["text"]
     assert "no other setting is faster" in rec["text"]
+    # the decided pick shows the interval that decided it
+    assert "(each setting's samples/s / this one's: workers=2 0.60x [0.57, 0.63], 3 repeats)" in rec["text"]
 
 
 def test_workers_are_compared_like_for_like():
