@@ -324,3 +324,34 @@ def test_a_step_up_from_a_compute_bound_batch_says_why_it_cannot_pay():
         rec["metrics"]["mfu"] = 0.10
     (step,) = B.recommend_batch(recs)["steps"]
     assert "peak" not in step["text"]
+
+
+def test_memory_that_moves_between_repeats_widens_the_bar():
+    """Host memory of one point moves between repeats (52-70 MiB net for the demo's batch 16
+    on a 2-core CPU). The epoch ratio 0.70x is tight, and memory's median growth +25% puts
+    the bar at 0.75x: the point estimate said "pays". Memory's own interval over the paired
+    repeats (ratios 1.05, 1.25, 1.45) moves the bar anywhere from below 0.2x to above 1x, so
+    the step cannot be called. Bug caught: a memory growth taken from the median repeat
+    alone, as if it were exact."""
+    recs = []
+    for r, (m16, m32) in enumerate(((1.0, 1.05), (1.0, 1.25), (1.0, 1.45))):
+        for bs, mem, epoch in ((16, m16, 10.0), (32, m32, 7.0 * (1 + 0.005 * r))):
+            recs.append(run(f"b{bs}r{r}", batch=bs, epoch_s=epoch, sps=1000.0 / epoch,
+                            host_mem=int(mem * GIB),
+                            experiment=sweep_point("mv", batch_size=bs, repeat=r)))
+    rows = B.batch_table(recs)
+    assert rows[1]["mem_growth"] == pytest.approx(0.25, abs=1e-3)
+    miv = rows[1]["mem_interval"]
+    assert miv.lo < 1.0 < 1.25 < miv.hi  # the t-interval over three pairs
+    assert B.batch_cells(rows[1])[3].startswith("+25% [")
+    (step,) = B.recommend_batch(recs)["steps"]
+    assert B.pays(rows[1]["epoch_interval"], 0.25) is True  # the point estimate alone
+    assert step["pays"] is None
+    assert step["text"].startswith("inconclusive: epoch-time ratio (pays below 0.75x, ")
+    assert "over memory's interval" in step["text"]
+    # the same memory in every repeat: the bar is exact again, and the step pays
+    for rec in recs:
+        if rec["experiment"]["point"]["batch_size"] == 32:
+            rec["metrics"]["peak_mem_bytes"]["host"] = int(1.25 * GIB)
+    (step,) = B.recommend_batch(recs)["steps"]
+    assert step["pays"] is True and step["text"] == "pays"
