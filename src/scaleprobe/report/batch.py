@@ -255,15 +255,12 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
 
 
 def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
-           higher_is_better: bool, scale: Any = None) -> tuple[list[str], list[str]]:
+           higher_is_better: bool) -> tuple[list[str], list[str]]:
     """The rows ``best`` is ahead of by more than the repeats' spread, and those it cannot
-    be told apart from, each as ``batch N (interval of other / best)``; ``scale(o)``
-    multiplies the interval, e.g. by the memory ratio for samples/s per GiB."""
+    be told apart from, each as ``batch N (interval of other / best)``."""
     ahead, tied = [], []
     for o in others:
         iv = P.interval(best["record"], o["record"], figure)
-        if iv is not None and scale is not None:
-            iv = iv.scaled(scale(o))
         text = f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})"
         if iv is not None and (iv.below(1.0) if higher_is_better else iv.above(1.0)):
             ahead.append(text)
@@ -298,8 +295,13 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
     eff_tied: list[str] = []
     if best_eff is not None:
         peers = [r for r in eff_rows if r["group"] == best_eff["group"] and r is not best_eff]
-        eff_ahead, eff_tied = _ahead(best_eff, peers, P.samples_per_s, higher_is_better=True,
-                                  scale=lambda o: best_eff["peak_mem_bytes"] / o["peak_mem_bytes"])
+        mem_of = _memory_figure(best_eff["memory_kind"])
+
+        def per_byte(r: dict[str, Any]) -> float | None:  # each repeat's own samples/s / memory
+            sps, mem = P.samples_per_s(r), mem_of(r)
+            return sps / mem if sps and mem else None
+
+        eff_ahead, eff_tied = _ahead(best_eff, peers, per_byte, higher_is_better=True)
         best_eff = {**best_eff, "samples_per_s_per_gib": _efficiency(best_eff)}
     multi = len({r["group"] for r in rows}) > 1
     from scaleprobe.report.batch_target import target_picks
