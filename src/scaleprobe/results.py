@@ -116,7 +116,9 @@ A run record (``kind == "run"``)::
                       OUT/<run>/target_curve.csv); null figures when not reached
     experiment        {id, kind, point} when the run belongs to a sweep / scale / ...;
                       a run is identified by experiment id + point (+ ``repeat``, the repeat
-                      index, when present), never by its name
+                      index, when present), never by its name; ``start``: how the
+                      point's process started, "fork" (from the preloaded server) or
+                      "exec" (a fresh interpreter; experiments/procs.py)
     paths             {dir, steps_csv, monitor_csv, traces[], tensorboard}
 
 A value that was not measured is ``null``, with its reason in ``null_reasons``; never 0.
