@@ -2,7 +2,8 @@
 
 import pytest
 
-from scaleprobe.report.batch import BATCH_HEADERS, LOADER_HEADERS
+from scaleprobe.report.batch import BATCH_HEADERS
+from scaleprobe.report.workers import LOADER_HEADERS
 
 # 8 runs of two epochs each, twice (the second call reuses them): about 90 s on the quiet
 # 2-core machine, 4-5 minutes when other test suites share it

@@ -20,6 +20,7 @@ from scaleprobe.report import batch as B
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report import workers as W
 from scaleprobe.report.load import under_load_line
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
@@ -218,9 +219,9 @@ def _grouped(title: str, sweep_id: str, rows: list[dict[str, Any]], headers: Any
 
 def loader_sections(records: list[dict[str, Any]], sweep_id: str
                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    rows = B.loader_table(records)
-    rec = B.recommend_workers(records)
-    sections = _grouped("Input pipeline", sweep_id, rows, B.LOADER_HEADERS, B.loader_cells)
+    rows = W.loader_table(records)
+    rec = W.recommend_workers(records)
+    sections = _grouped("Input pipeline", sweep_id, rows, W.LOADER_HEADERS, W.loader_cells)
     if sections:
         per = rec.get("by_transform") or {}
         sections[-1]["notes"] = [r["text"] for r in per.values()] or [rec["text"]]

@@ -9,12 +9,7 @@ a report can be built on any machine that has the results.
     compare_paths                   two runs or two sweeps side by side
 """
 
-from scaleprobe.report.batch import (
-    batch_table,
-    loader_table,
-    recommend_batch,
-    recommend_workers,
-)
+from scaleprobe.report.batch import batch_table, recommend_batch
 from scaleprobe.report.build import build_report
 from scaleprobe.report.diagnose import (
     Finding,
@@ -25,6 +20,7 @@ from scaleprobe.report.diagnose import (
 )
 from scaleprobe.report.scale import scale_table
 from scaleprobe.report.thresholds import Thresholds
+from scaleprobe.report.workers import loader_table, recommend_workers
 
 __all__ = [
     "Finding", "Thresholds", "batch_table", "build_report", "diagnose_all", "diagnose_experiment",

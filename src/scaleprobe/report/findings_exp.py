@@ -19,10 +19,11 @@ from scaleprobe import metrics as M
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
-from scaleprobe.report.batch import recommend_batch, recommend_workers
+from scaleprobe.report.batch import recommend_batch
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.scale import scale_table
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.report.workers import recommend_workers
 
 
 def experiment_findings(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:

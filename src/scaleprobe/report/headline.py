@@ -5,7 +5,7 @@ Where the verdicts come from (the details stay in the sections below):
 
     batch size        report/batch.py: the fastest batch size against every other of its
                       group, epoch-time ratios over the paired repeats
-    loader workers    report/batch.py: the fewest workers within reach of the best samples/s
+    loader workers    report/workers.py: the fewest workers within reach of the best samples/s
     scaling           report/scale.py: speedup and efficiency at the largest process count
     co-location       the colocate record's verdict and each job's slowdown interval
     accuracy parity   the parity record's verdict and the difference's interval
@@ -31,6 +31,7 @@ from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import scale as S
+from scaleprobe.report import workers as W
 from scaleprobe.report.doc import Section, Table, Text
 from scaleprobe.report.findings_exp import contention_cases
 from scaleprobe.report.grouped import Group
@@ -204,11 +205,11 @@ def _worker_flags(r: dict[str, Any]) -> dict[str, Any]:
 
 def worker_verdicts(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
     """The loader-worker recommendation, one per transform the sweep varied."""
-    rec = B.recommend_workers(recs, th)
+    rec = W.recommend_workers(recs, th)
     if rec.get("workers") is None and rec.get("decided") is not False and "by_transform" not in rec:
         return [Verdict(f"Loader settings ({eid}): none finished", "0 settings finished", "-",
                         "see Findings: why each point failed", ERROR)]
-    rows = B.loader_table(recs)
+    rows = W.loader_table(recs)
     out = []
     for transform, r in (rec.get("by_transform") or {"": rec}).items():
         where = f"{eid}, transform={transform}" if transform else eid

@@ -11,6 +11,7 @@ from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
 from scaleprobe.report import target as T
+from scaleprobe.report import workers as W
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.load import under_load_line
 from scaleprobe.report.repeats import group_repeats
@@ -77,20 +78,20 @@ def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
 
 
 def _loader_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
-    rows = B.loader_table(recs)
+    rows = W.loader_table(recs)
     if not rows:
         return
     groups = list(dict.fromkeys(r["group"] for r in rows))
     for g in groups:
         grows = [r for r in rows if r["group"] == g]
-        s.add(Table(list(B.LOADER_HEADERS), [B.loader_cells(r) for r in grows],
+        s.add(Table(list(W.LOADER_HEADERS), [W.loader_cells(r) for r in grows],
                     right=[False, True, True, True, True, True, True, False],
                     caption=" ".join(x for x in ("Loader settings:", _within(g, eid)) if x)
                     .rstrip(":")))
     s.add(Text("Compute/step is compute (h2d + forward + backward + optimizer) per step: when more workers cut the data "
                "wait but compute per step grows, the workers are taking cores from compute.",
                note=True))
-    rec = B.recommend_workers(recs)
+    rec = W.recommend_workers(recs)
     for r in (rec.get("by_transform") or {"": rec}).values():  # one per transform
         s.add(Text(r["text"]))
     s.add(plots.image(f"loader-{_slug(eid)}", plots.loader_plot(rows),

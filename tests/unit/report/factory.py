@@ -66,8 +66,10 @@ def run(name: str = "run", *, status: str = "ok", model: str = "resnet18",
     return rec
 
 
-def sweep_point(eid: str, **point: Any) -> dict[str, Any]:
-    return {"id": eid, "kind": "sweep", "point": point}
+def sweep_point(eid: str, repeat: int | None = None, **point: Any) -> dict[str, Any]:
+    """A sweep run's ``experiment``; ``repeat`` (its repeat index) only when given."""
+    exp = {"id": eid, "kind": "sweep", "point": point}
+    return exp if repeat is None else {**exp, "repeat": repeat}
 
 
 def scale_point(eid: str, nproc: int) -> dict[str, Any]:

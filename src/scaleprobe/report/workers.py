@@ -1,0 +1,140 @@
+"""Loader-setting analysis of sweep runs, usable outside the report: ``loader_table`` gives
+one row per loader setting (workers, prefetch, transform, loader), ``recommend_workers`` the
+fewest loader workers shown to reach ``Thresholds.workers_within`` of the best samples/s, or
+"inconclusive" with the interval that did not decide it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe import metrics as M
+from scaleprobe.report import fmt
+from scaleprobe.report import records as R
+from scaleprobe.report import repeats as P
+from scaleprobe.report.sweep_points import point_groups, sweep_runs
+from scaleprobe.report.thresholds import DEFAULT, Thresholds
+
+LOADER_HEADERS = ("Setting", "Workers", "Data wait", "Compute/step", "Step median",
+                  "Samples/s", "CPU util", "Status")
+
+
+def loader_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per loader setting of sweeps that varied workers / prefetch / transform /
+    loader, grouped by the other axes, in order of loader workers."""
+    runs = [r for r in sweep_runs(records) if any(k in R.LOADER_AXES for k in R.point(r))]
+    rows: list[dict[str, Any]] = []
+    for label, recs in point_groups(runs, R.LOADER_AXES).items():
+        recs = sorted(recs, key=lambda r: (R.loader_workers(r) or 0, R.point_key(R.point(r))))
+        for r in recs:
+            setting = {k: v for k, v in R.point(r).items() if k in R.LOADER_AXES}
+            rows.append({
+                "group": label, "run": R.name(r), "point": R.point(r),
+                "setting": fmt.describe_point(setting), "workers": R.loader_workers(r),
+                "prefetch": R.cfg(r, "data.prefetch"), "transform": R.cfg(r, "data.transform"),
+                "record": r, "repeats": len(P.repeats_of(r)),
+                "loader": R.cfg(r, "data.loader"), "status": r.get("status"),
+                "data_wait_fraction": R.metric(r, "data_wait_fraction"),
+                "data_s": R.phase_s(r, "data"), "compute_s": M.compute_s(R.metric_dict(r, "breakdown_s")),
+                "step_median_s": R.step_median_s(r),
+                "samples_per_s": R.metric(r, "samples_per_s"),
+                "cpu_util_pct": R.metric(r, "cpu_util_pct"),
+            })
+    return rows
+
+
+def loader_cells(row: dict[str, Any]) -> list[str]:
+    return [row["setting"], fmt.num(row["workers"], "d"), fmt.pct(row["data_wait_fraction"]),
+            fmt.ms(row["compute_s"]), fmt.ms(row["step_median_s"]),
+            fmt.rate(row["samples_per_s"]), fmt.pct_value(row["cpu_util_pct"]),
+            "ok" if row["status"] == "ok" else str(row["status"])]
+
+
+def recommend_workers(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> dict[str, Any]:
+    """The fewest loader workers within ``th.workers_within`` of the best samples/s (in the
+    group of the best setting). Returns ``{"workers", "prefetch", "setting", "samples_per_s",
+    "best_samples_per_s", "best_setting", "group", "text"}``; workers None when nothing ran.
+
+    The transform is the workload, not a knob: when the sweep varied it, each transform gets
+    its own recommendation (``by_transform``), and ``text`` holds one sentence per transform;
+    the top-level fields are those of the transform of the overall best setting."""
+    ok = [r for r in loader_table(records)
+          if r["status"] == "ok" and (r["samples_per_s"] or 0) > 0 and r["workers"] is not None]
+    if not ok:
+        return {"workers": None, "text": "No loader setting finished, nothing to recommend."}
+    transforms = sorted({str(r["transform"]) for r in ok})
+    if len(transforms) < 2:
+        return _recommend(ok, th)
+    per = {t: _recommend([r for r in ok if str(r["transform"]) == t], th, f"transform {t}: ")
+           for t in transforms}
+    top = per[str(max(ok, key=lambda r: r["samples_per_s"])["transform"])]
+    return {**top, "by_transform": per, "text": " ".join(per[t]["text"] for t in transforms)}
+
+
+def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict[str, Any]:
+    """The fewest workers shown to reach ``1 - workers_within`` of the best setting's
+    samples/s. Like for like: only settings of the best one's group (every axis but the
+    input pipeline's equal; ``recommend_workers`` has already split by transform) are
+    candidates. Fewest first, each candidate's ratio to
+    the best is either shown within reach (use it), shown short (more workers pay), or
+    undecided (the recommendation is inconclusive, with the interval)."""
+    best = max(ok, key=lambda r: r["samples_per_s"])
+    floor = 1.0 - th.workers_within
+    peers = sorted((r for r in ok if r["group"] == best["group"] and r["workers"] < best["workers"]),
+                   key=lambda r: r["workers"])
+    pick, iv, undecided = best, None, None
+    for cand in peers:
+        civ = P.interval(best["record"], cand["record"], P.samples_per_s)
+        if civ is not None and civ.above(floor):
+            pick, iv = cand, civ
+            break
+        if civ is None or not civ.below(floor):
+            undecided, iv = cand, civ
+            break
+    vs: list[str] = []  # every other setting's samples/s / the pick's
+    if undecided is None:
+        # the pick must also be shown within reach of every other setting of its group: the
+        # best was chosen by its point estimate, and a setting the noise ranks below it may
+        # be faster by more than the margin (the demo's "use 0 workers" beside a pipelined
+        # loader whose interval ran up to 1.00x)
+        for other in (r for r in ok if r["group"] == best["group"] and r is not pick):
+            oiv = P.interval(pick["record"], other["record"], P.samples_per_s)
+            if oiv is not None:
+                vs.append(f"{other['setting']} {oiv.text()}")
+            if oiv is None or not oiv.below(1.0 / floor):
+                what = f"{other['setting']} / {pick['setting']} samples/s"
+                return {"prefetch": pick["prefetch"], "setting": pick["setting"],
+                        "samples_per_s": pick["samples_per_s"],
+                        "best_samples_per_s": best["samples_per_s"],
+                        "best_setting": best["setting"], "group": best["group"],
+                        "interval": oiv.to_dict() if oiv else None, "workers": None,
+                        "decided": False,
+                        "text": (f"{lead}Loader workers: {pick['workers']} worker(s) "
+                                 f"({pick['setting']}) would do, unless "
+                                 f"{other['setting']} is faster by more than "
+                                 f"{1.0 / floor - 1.0:.0%}: "
+                                 f"{M.undecided_text(oiv, 1.0 / floor, what)}.")}
+    out = {"prefetch": pick["prefetch"], "setting": pick["setting"],
+           "samples_per_s": pick["samples_per_s"], "best_samples_per_s": best["samples_per_s"],
+           "best_setting": best["setting"], "group": best["group"],
+           "interval": iv.to_dict() if iv else None}
+    if undecided is not None:
+        what = f"{undecided['workers']} worker(s) / the best {best['workers']} worker(s)"
+        text = (f"{lead}Loader workers: "
+                f"{M.undecided_text(iv, floor, what + ' samples/s')} (best: {best['setting']}, "
+                f"{fmt.rate(best['samples_per_s'])} samples/s).")
+        return {**out, "workers": None, "decided": False, "text": text}
+    if pick is best:
+        why = ("every setting with fewer workers was slower by more than "
+               f"{th.workers_within:.0%}" if peers else "no setting has fewer workers")
+        why += (f", and no other setting is faster by more than {1.0 / floor - 1.0:.0%}"
+                if len([r for r in ok if r["group"] == best["group"]]) > 1 else "")
+        each = f" (each setting's samples/s / this one's: {'; '.join(vs)})" if vs else ""
+        text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
+                f"{fmt.rate(pick['samples_per_s'])} samples/s; {why}{each}.")
+    else:
+        text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
+                f"{fmt.rate(pick['samples_per_s'])} samples/s, {iv.text()} of the best "
+                f"{fmt.rate(best['samples_per_s'])} samples/s ({best['setting']}), within "
+                f"{th.workers_within:.0%}; the fewest workers that reach it leave the cores to "
+                "compute.")
+    return {**out, "workers": pick["workers"], "decided": True, "text": text}

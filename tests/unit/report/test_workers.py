@@ -1,0 +1,112 @@
+"""Loader-setting table and the loader-worker recommendation."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaleprobe.report import workers as W
+from tests.unit.report.factory import run, sweep_point
+
+
+def _loader_sweep(spread: float = 0.01) -> list[dict]:
+    """0 workers (naive loader) 100, 1 worker 196, 2 workers 200, 3 workers 198 samples/s,
+    three repeats each, repeat-to-repeat spread ``spread``."""
+    sps = {0: 100.0, 1: 196.0, 2: 200.0, 3: 198.0}
+    wiggle = [1.0, 1.0 + spread, 1.0 - spread]
+    out = []
+    for r in range(3):
+        for w, s in sps.items():
+            out.append(run(f"w{w}r{r}", workers=w, loader="naive" if w == 0 else "pipelined",
+                           sps=s * (wiggle[r] if w % 2 else wiggle[2 - r]),
+                           experiment=sweep_point("ld", workers=w, repeat=r)))
+    return out
+
+
+
+def test_recommend_workers_fewest_shown_within_five_percent():
+    rec = W.recommend_workers(_loader_sweep())
+    assert rec["workers"] == 1 and rec["decided"]
+    assert rec["best_samples_per_s"] == 200.0
+    assert "Use 1 loader worker(s)" in rec["text"]
+    assert rec["interval"]["lo"] > 0.95
+
+
+
+def test_recommend_workers_is_inconclusive_under_noise():
+    """The demo's "keep 0 workers" / "use 1 worker" flip: with a 10% spread between repeats
+    the 5% question cannot be answered, and the text says so instead of picking."""
+    rec = W.recommend_workers(_loader_sweep(spread=0.10))
+    assert rec["workers"] is None and not rec["decided"]
+    assert "inconclusive" in rec["text"]
+
+
+
+def test_fewest_workers_as_the_best_must_beat_the_others_by_an_interval():
+    """Bug caught: the demo's "use 0 workers": the 0-worker setting had the highest point
+    estimate, so with no setting of fewer workers the recommendation counted as decided,
+    though the pipelined loader's interval against it ran up to 1.00x and beyond. The pick
+    must be shown within reach of every other setting of its group."""
+    noisy = []
+    for r, (w0, w2) in enumerate(((200.0, 120.0), (150.0, 210.0), (210.0, 150.0))):
+        noisy += [run(f"a{r}", workers=0, loader="naive", sps=w0,
+                      experiment=sweep_point("ld0", workers=0, repeat=r)),
+                  run(f"b{r}", workers=2, loader="pipelined", sps=w2,
+                      experiment=sweep_point("ld0", workers=2, repeat=r))]
+    rec = W.recommend_workers(noisy)
+    assert rec["workers"] is None and not rec["decided"], rec["text"]
+    assert "inconclusive" in rec["text"] and "unless" in rec["text"]
+    clear = []
+    for r, (w0, w2) in enumerate(((200.0, 120.0), (202.0, 118.0), (198.0, 121.0))):
+        clear += [run(f"c{r}", workers=0, loader="naive", sps=w0,
+                      experiment=sweep_point("ld1", workers=0, repeat=r)),
+                  run(f"d{r}", workers=2, loader="pipelined", sps=w2,
+                      experiment=sweep_point("ld1", workers=2, repeat=r))]
+    rec = W.recommend_workers(clear)
+    assert rec["workers"] == 0 and rec["decided"], rec["text"]
+    assert "no other setting is faster" in rec["text"]
+    # the decided pick shows the interval that decided it
+    assert "(each setting's samples/s / this one's: workers=2 0.60x [0.57, 0.63], 3 repeats)" in rec["text"]
+
+
+
+def test_workers_are_compared_like_for_like():
+    """Catches the demo's naive+light vs pipelined+heavy pairing: a setting of another
+    transform (or another group) is never a candidate, however close its samples/s."""
+    recs = _loader_sweep()
+    for r in recs:
+        r["config"]["data"]["transform"] = "heavy"
+        r["experiment"]["point"]["transform"] = "heavy"
+    light0 = [run(f"l0r{i}", workers=0, loader="naive", transform="light", sps=200.0,
+                  experiment=sweep_point("ld", workers=0, transform="light", repeat=i))
+              for i in range(3)]
+    rec = W.recommend_workers(recs + light0)
+    assert rec["by_transform"]["heavy"]["workers"] == 1
+
+
+
+def test_loader_table_rows():
+    rows = W.loader_table(_loader_sweep())
+    assert [r["workers"] for r in rows] == [0, 1, 2, 3]
+    assert rows[0]["data_wait_fraction"] == pytest.approx(0.02)
+    cells = W.loader_cells(rows[0])
+    assert cells[0] == "workers=0" and cells[2] == "2%"
+
+
+
+def test_recommend_workers_without_data():
+    assert W.recommend_workers([run("plain")])["workers"] is None
+
+
+
+def test_each_transform_gets_its_own_worker_recommendation():
+    # light: 1 worker is enough; heavy: the CPU transform needs 3
+    sps = {"light": {1: 400.0, 2: 405.0, 3: 404.0}, "heavy": {1: 100.0, 2: 170.0, 3: 200.0}}
+    recs = [run(f"{t}{w}r{r}", workers=w, transform=t, sps=s * (1 + 0.005 * r),
+                experiment=sweep_point("lt", transform=t, workers=w, repeat=r))
+            for r in range(3) for t, by_w in sps.items() for w, s in by_w.items()]
+    rec = W.recommend_workers(recs)
+    assert rec["by_transform"]["light"]["workers"] == 1
+    assert rec["by_transform"]["heavy"]["workers"] == 3
+    assert rec["workers"] == 1  # the overall best setting is a light one
+    assert "transform heavy: Use 3 loader worker(s)" in rec["text"]
+    assert "transform light: Use 1 loader worker(s)" in rec["text"]
