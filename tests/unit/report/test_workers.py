@@ -22,14 +22,12 @@ def _loader_sweep(spread: float = 0.01) -> list[dict]:
     return out
 
 
-
 def test_recommend_workers_fewest_shown_within_five_percent():
     rec = W.recommend_workers(_loader_sweep())
     assert rec["workers"] == 1 and rec["decided"]
     assert rec["best_samples_per_s"] == 200.0
     assert "Use 1 loader worker(s)" in rec["text"]
     assert rec["interval"]["lo"] > 0.95
-
 
 
 def test_recommend_workers_is_inconclusive_under_noise():
@@ -40,33 +38,33 @@ def test_recommend_workers_is_inconclusive_under_noise():
     assert "inconclusive" in rec["text"]
 
 
+def _naive_vs_two(eid: str, sps: tuple[tuple[float, float], ...]) -> list[dict]:
+    """0 workers (naive loader) against 2 (pipelined), one (0, 2) samples/s pair a repeat."""
+    out = []
+    for r, (w0, w2) in enumerate(sps):
+        out += [run(f"{eid}-a{r}", workers=0, loader="naive", sps=w0,
+                    experiment=sweep_point(eid, workers=0, repeat=r)),
+                run(f"{eid}-b{r}", workers=2, loader="pipelined", sps=w2,
+                    experiment=sweep_point(eid, workers=2, repeat=r))]
+    return out
+
 
 def test_fewest_workers_as_the_best_must_beat_the_others_by_an_interval():
     """Bug caught: the demo's "use 0 workers": the 0-worker setting had the highest point
     estimate, so with no setting of fewer workers the recommendation counted as decided,
     though the pipelined loader's interval against it ran up to 1.00x and beyond. The pick
     must be shown within reach of every other setting of its group."""
-    noisy = []
-    for r, (w0, w2) in enumerate(((200.0, 120.0), (150.0, 210.0), (210.0, 150.0))):
-        noisy += [run(f"a{r}", workers=0, loader="naive", sps=w0,
-                      experiment=sweep_point("ld0", workers=0, repeat=r)),
-                  run(f"b{r}", workers=2, loader="pipelined", sps=w2,
-                      experiment=sweep_point("ld0", workers=2, repeat=r))]
-    rec = W.recommend_workers(noisy)
+    rec = W.recommend_workers(_naive_vs_two(
+        "ld0", ((200.0, 120.0), (150.0, 210.0), (210.0, 150.0))))
     assert rec["workers"] is None and not rec["decided"], rec["text"]
     assert "inconclusive" in rec["text"] and "unless" in rec["text"]
-    clear = []
-    for r, (w0, w2) in enumerate(((200.0, 120.0), (202.0, 118.0), (198.0, 121.0))):
-        clear += [run(f"c{r}", workers=0, loader="naive", sps=w0,
-                      experiment=sweep_point("ld1", workers=0, repeat=r)),
-                  run(f"d{r}", workers=2, loader="pipelined", sps=w2,
-                      experiment=sweep_point("ld1", workers=2, repeat=r))]
+    clear = _naive_vs_two("ld1", ((200.0, 120.0), (202.0, 118.0), (198.0, 121.0)))
     rec = W.recommend_workers(clear)
     assert rec["workers"] == 0 and rec["decided"], rec["text"]
     assert "no other setting is faster" in rec["text"]
     # the decided pick shows the interval that decided it
-    assert "(each setting's samples/s / this one's: workers=2 0.60x [0.57, 0.63], 3 repeats)" in rec["text"]
-
+    assert ("(each setting's samples/s / this one's: workers=2 0.60x [0.57, 0.63], 3 repeats)"
+            in rec["text"])
 
 
 def test_workers_are_compared_like_for_like():
@@ -83,7 +81,6 @@ def test_workers_are_compared_like_for_like():
     assert rec["by_transform"]["heavy"]["workers"] == 1
 
 
-
 def test_loader_table_rows():
     rows = W.loader_table(_loader_sweep())
     assert [r["workers"] for r in rows] == [0, 1, 2, 3]
@@ -92,10 +89,8 @@ def test_loader_table_rows():
     assert cells[0] == "workers=0" and cells[2] == "2%"
 
 
-
 def test_recommend_workers_without_data():
     assert W.recommend_workers([run("plain")])["workers"] is None
-
 
 
 def test_each_transform_gets_its_own_worker_recommendation():
