@@ -224,7 +224,7 @@ def process_file_rss_bytes() -> int | None:
     loaded, memory-mapped files). A run touches library code it had not used before, and how
     much of it counts depends on how the process started: a process forked from one that
     had imported torch counts only the pages it touches itself, so its first training step
-    adds about 50-100 MiB of torch's code where a fresh interpreter, which touched much of it
+    adds about 70-100 MiB of torch's code where a fresh interpreter, which touched much of it
     while importing, adds about 40 (2-core CPU, 2026-11-25). ``host_net`` leaves this growth
     out (``assemble``)."""
     return _status_bytes("RssFile")
