@@ -269,21 +269,34 @@ def repeats_to_decide(iv: Interval, ref: float, confidence: float = CONFIDENCE) 
     estimate stays where it is. None when even ``MAX_REPEATS_SUGGESTED`` would not."""
     if iv.decides(ref):
         return iv.n
-    gap = abs(math.log(iv.estimate) - math.log(ref)) if ref > 0 else 0.0
-    if gap == 0:
+    if ref <= 0 or iv.estimate == ref:
         return None
-    sd = iv.log_sd if iv.log_sd else math.log1p(SINGLE_REPEAT_NOISE_REL) * math.sqrt(2)
     for n in range(max(2, iv.n + 1), MAX_REPEATS_SUGGESTED + 1):
-        if t_quantile(n - 1, confidence) * sd / math.sqrt(n) < gap:
+        if projected(iv, n, confidence).decides(ref):
             return n
     return None
 
 
-def undecided_text(iv: Interval | None, ref: float, what: str) -> str:
-    """``inconclusive: 1.04x [0.91, 1.19], 3 repeats; about 12 repeats would decide``."""
+def projected(iv: Interval, n: int, confidence: float = CONFIDENCE) -> Interval:
+    """The interval ``iv`` would have after ``n`` repeats, if its estimate and the spread of
+    its repeats stayed as measured (one repeat: the single-repeat noise, as
+    ``repeats_to_decide`` assumes)."""
+    sd = iv.log_sd if iv.log_sd else math.log1p(SINGLE_REPEAT_NOISE_REL) * math.sqrt(2)
+    h = t_quantile(max(1, n - 1), confidence) * sd / math.sqrt(n)
+    return Interval(iv.estimate, iv.estimate * math.exp(-h), iv.estimate * math.exp(h), n,
+                    iv.method, iv.log_sd)
+
+
+def undecided_text(iv: Interval | None, ref: float, what: str,
+                   need: int | None | str = "from ref") -> str:
+    """``inconclusive: 1.04x [0.91, 1.19], 3 repeats; about 12 repeats would decide``.
+    ``need`` (the repeats that would decide; None: more than ``MAX_REPEATS_SUGGESTED``)
+    replaces ``repeats_to_decide(iv, ref)`` where the verdict hangs on more than one
+    interval."""
     if iv is None:
         return f"inconclusive: {what} has no spread (too few timed steps)"
-    need = repeats_to_decide(iv, ref)
+    if need == "from ref":
+        need = repeats_to_decide(iv, ref)
     tail = (f"; about {need} repeats would decide it" if need
             else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
                  "difference is smaller than the noise")

@@ -215,10 +215,22 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
     if v is False:
         return "does not pay"
     bar = 1.0 - mg
-    what = f"epoch-time ratio (pays below {bar:.2f}x"
+    what = f"epoch-time ratio (pays below 1 - memory growth = {bar:.2f}x"
     if miv is not None and miv.lo < miv.hi:
-        what += f", {2.0 - miv.hi:.2f}-{2.0 - miv.lo:.2f}x over memory's interval"
-    return M.undecided_text(iv, bar, what + ")")
+        what += f"; {2.0 - miv.hi:.2f}x to {2.0 - miv.lo:.2f}x over memory's interval"
+    return M.undecided_text(iv, bar, what + ")", need=_repeats_to_decide(iv, mg, miv))
+
+
+def _repeats_to_decide(iv: M.Interval, mg: float, miv: M.Interval | None) -> int | None:
+    """The repeats after which the rule would decide, if both the epoch-time ratio and the
+    memory ratio kept their estimates and spreads: both intervals narrow with more repeats
+    (the epoch interval alone can clear the bar at memory's estimate while memory's
+    interval still straddles it)."""
+    for n in range(max(2, iv.n + 1), M.MAX_REPEATS_SUGGESTED + 1):
+        mem = M.projected(miv, n) if miv is not None else None
+        if pays(M.projected(iv, n), mg, mem) is not None:
+            return n
+    return None
 
 
 def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,

@@ -127,7 +127,7 @@ def test_noise_makes_the_batch_verdicts_inconclusive():
     # epoch ratio 0.95x against a bar of 0.98x, log-spread 0.21 over 3 pairs: no number of
     # repeats within reach decides a 3% difference under that noise, and the text says so
     assert rec["steps"][0]["text"] == (
-        "inconclusive: epoch-time ratio (pays below 0.98x) 0.95x [0.57, 1.60], 3 repeats; more "
+        "inconclusive: epoch-time ratio (pays below 1 - memory growth = 0.98x) 0.95x [0.57, 1.60], 3 repeats; more "
         "than 30 repeats would be needed, or the difference is smaller than the noise")
     assert not rec["fastest_decided"]
     assert "Fastest: inconclusive" in rec["text"] and "not told apart from batch" in rec["text"]
@@ -163,8 +163,8 @@ def test_step_text_says_why_it_cannot_tell():
     assert B._step_text(iv, None) == "cannot tell: no memory figure"
     assert B._step_text(iv, 0.15) == "pays" and B._step_text(iv, 0.45) == "does not pay"
     undecided = B._step_text(iv, 0.25)
-    assert undecided.startswith("inconclusive: epoch-time ratio (pays below 0.75x) 0.70x "), \
-        undecided
+    assert undecided.startswith(
+        "inconclusive: epoch-time ratio (pays below 1 - memory growth = 0.75x) 0.70x "), undecided
 
 
 def test_recommend_batch_nothing_finished():
@@ -257,11 +257,41 @@ def test_memory_that_moves_between_repeats_widens_the_bar():
     # memory ratio made batch 32 "ahead" at 0.88x)
     assert not rec["most_efficient_decided"]
     assert "Most efficient: inconclusive: batch 32" in rec["text"]
-    assert step["text"].startswith("inconclusive: epoch-time ratio (pays below 0.75x, ")
+    assert step["text"].startswith(
+        "inconclusive: epoch-time ratio (pays below 1 - memory growth = 0.75x; ")
     assert "over memory's interval" in step["text"]
+    # the epoch interval alone clears the bar at memory's estimate; memory's interval (log
+    # spread 0.16 over 3 pairs) would need about 115 repeats to narrow inside the 7% gap.
+    # Bug caught: "about 3 repeats would decide it" (the repeats already run), counted
+    # against the estimate's bar alone
+    assert step["text"].endswith("more than 30 repeats would be needed, or the difference "
+                                 "is smaller than the noise"), step["text"]
     # the same memory in every repeat: the bar is exact again, and the step pays
     for rec in recs:
         if rec["experiment"]["point"]["batch_size"] == 32:
             rec["metrics"]["peak_mem_bytes"]["host"] = int(1.25 * GIB)
     (step,) = B.recommend_batch(recs)["steps"]
     assert step["pays"] is True and step["text"] == "pays"
+
+
+def test_repeats_to_decide_counts_memory_s_interval_too():
+    """The demo's 32 -> 64 step (2-core CPU, 2026-11-25): epoch ratio 0.92x [0.80, 1.07],
+    memory ratio 2.36x [0.88, 4.35] over 3 pairs. At memory's estimate the bar (-0.36x) is
+    already cleared, so a count against the estimate alone said "about 3 repeats would decide
+    it" - the repeats already run. With both intervals narrowing (t quantile 4.30 -> 3.18),
+    a 4th repeat puts memory's interval above 1.12 and the step reads "does not pay"."""
+    import math
+
+    from scaleprobe import metrics as M
+
+    def iv(est, lo, hi):
+        return M.Interval(est, lo, hi, 3, "test",
+                          log_sd=math.log(hi / lo) / 2 / M.t_quantile(2) * math.sqrt(3))
+
+    e, m = iv(0.92, 0.80, 1.07), iv(2.36, 0.884, 4.349)
+    assert B.pays(e, 1.36, m) is None
+    text = B._step_text(e, 1.36, m)
+    assert "-2.35x to 1.12x over memory's interval" in text
+    assert text.endswith("; about 4 repeats would decide it"), text
+    assert B.pays(M.projected(e, 4), 1.36, M.projected(m, 4)) is False
+    assert B.pays(M.projected(e, 3), 1.36, M.projected(m, 3)) is None
