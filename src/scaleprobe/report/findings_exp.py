@@ -19,6 +19,7 @@ from scaleprobe import metrics as M
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
+from scaleprobe.report import repeats as REP
 from scaleprobe.report.batch import recommend_batch
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.scale import scale_table
@@ -88,55 +89,87 @@ def _worker_groups(runs: list[dict[str, Any]]) -> list[tuple[str | None, list[di
 
 
 def contention_cases(runs: list[dict[str, Any]], th: Thresholds) -> list[dict[str, Any]]:
-    """Runs that differ only in loader workers where more workers cut the data wait but
-    compute per step grew by more than ``th.compute_growth``: per group of such runs,
-    ``{"label", "base", "worst", "growth", "group"}`` (base: the fewest workers' fastest
-    compute; worst: the largest growth)."""
+    """Points that differ only in loader workers where more workers cut the data wait but
+    compute per step grew by more than ``th.compute_growth``, by the paired interval over
+    the points' repeats (one repeat each: the within-run spread, at least +/-10%). Per group:
+    ``{"label", "base", "worst", "growth", "interval", "group"}``: ``base`` is the point with
+    the fewest workers (the shortest median compute among several), ``worst`` the point
+    whose compute interval lies above the bar with the largest estimate; both are points of
+    ``repeats.group_repeats`` (the median repeat, with ``repeats``)."""
     out = []
     for label, recs in _worker_groups(runs):
-        if len({R.loader_workers(r) for r in recs}) < 2:
+        points = REP.group_repeats(recs)
+        if len({R.loader_workers(p) for p in points}) < 2:
             continue
-        fewest = min(R.loader_workers(r) for r in recs)
-        base = min((r for r in recs if R.loader_workers(r) == fewest), key=R.compute_s)
-        worst, growth = None, th.compute_growth
-        for r in recs:
-            g = R.compute_s(r) / R.compute_s(base)
-            if (R.loader_workers(r) > fewest and g > growth
-                    and (R.metric(r, "data_wait_fraction") or 0)
-                    < (R.metric(base, "data_wait_fraction") or 0)):
-                worst, growth = r, g
-        if worst is not None:
-            out.append({"label": label, "base": base, "worst": worst, "growth": growth,
-                        "group": recs})
+        fewest = min(R.loader_workers(p) for p in points)
+        base = min((p for p in points if R.loader_workers(p) == fewest),
+                   key=lambda p: REP.median_of(p, R.compute_s) or float("inf"))
+        base_wait = REP.median_of(base, _data_wait) or 0.0
+        worst, worst_iv = None, None
+        for p in points:
+            if R.loader_workers(p) <= fewest or (REP.median_of(p, _data_wait) or 0.0) >= base_wait:
+                continue
+            iv = REP.interval(base, p, R.compute_s)
+            if iv is not None and iv.above(th.compute_growth) and (
+                    worst_iv is None or iv.estimate > worst_iv.estimate):
+                worst, worst_iv = p, iv
+        if worst is not None and worst_iv is not None:
+            out.append({"label": label, "base": base, "worst": worst,
+                        "growth": worst_iv.estimate, "interval": worst_iv, "group": recs})
     return out
+
+
+def _data_wait(r: dict[str, Any]) -> float | None:
+    return R.metric(r, "data_wait_fraction")
 
 
 def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
     """Runs that differ only in loader workers: did more workers cut the data wait but slow
     compute (workers and compute threads sharing the cores)?"""
-    return [_contention_finding(c["base"], c["worst"], c["growth"], c["group"], th, c["label"])
-            for c in contention_cases(runs, th)]
+    return [_contention_finding(c, th) for c in contention_cases(runs, th)]
 
 
-def _contention_finding(a: dict[str, Any], b: dict[str, Any], growth: float,
-                        group: list[dict[str, Any]], th: Thresholds,
-                        label: str | None = None) -> Finding:
-    wa, wb = R.loader_workers(a), R.loader_workers(b)
-    sa, sb = R.metric(a, "samples_per_s"), R.metric(b, "samples_per_s")
-    ev = (f"workers {wa} -> {wb}: data wait {fmt.pct(R.metric(a, 'data_wait_fraction'))} -> "
-          f"{fmt.pct(R.metric(b, 'data_wait_fraction'))} of each step, but compute "
-          f"{fmt.ms(R.compute_s(a))} -> {fmt.ms(R.compute_s(b))} per step ({growth:.2f}x); "
-          f"samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} ({fmt.signed_pct(M.growth(sb, sa))})")
+def contention_evidence(c: dict[str, Any]) -> tuple[str, str, str]:
+    """A contention case in words: (the data wait, compute and samples/s as medians over the
+    repeats, the interval of compute per step)."""
+    a, b = c["base"], c["worst"]
+    med = REP.median_of
+    sa, sb = med(a, REP.samples_per_s), med(b, REP.samples_per_s)
+    wait = (f"data wait {fmt.pct(med(a, _data_wait))} -> {fmt.pct(med(b, _data_wait))} "
+            "of each step")
+    figures = (f"compute {fmt.ms(med(a, R.compute_s))} -> {fmt.ms(med(b, R.compute_s))} per "
+               f"step; samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} "
+               f"({fmt.signed_pct(M.growth(sb, sa))})")
+    return wait, figures, (f"compute per step {c['interval'].text()} (more workers / fewer, "
+                           "paired by repeat)")
+
+
+def contention_keep(c: dict[str, Any], th: Thresholds) -> dict[str, Any] | None:
+    """The loader-worker recommendation for the case's group when it is decided (the fewest
+    workers within ``th.workers_within`` of the best samples/s), else None: compute that grows
+    with workers does not by itself say fewer workers are faster."""
+    group = c["group"]
+    if not any(R.point(r) for r in group):
+        return None
+    pick = recommend_workers(group, th)
+    return pick if pick.get("workers") is not None else None
+
+
+def _contention_finding(c: dict[str, Any], th: Thresholds) -> Finding:
+    wait, figures, interval = contention_evidence(c)
+    a, b = c["base"], c["worst"]
+    ev = (f"workers {R.loader_workers(a)} -> {R.loader_workers(b)}: {wait}, but {figures}; "
+          f"{interval}")
     _, demand = advice.cpu_demand(b)
     if demand and advice.cores(b):
         ev += f"; {demand} on {advice.cores(b)} cores"
-    pick = recommend_workers(group, th) if any(R.point(r) for r in group) else {"workers": None}
+    pick = contention_keep(c, th)
     keep = (f"keep {pick['workers']} worker(s) (the fewest within {th.workers_within:.0%} of the "
-            "best samples/s); " if pick.get("workers") is not None else "")
+            "best samples/s); " if pick is not None else "")
     rec = (f"the data wait alone misleads here (loader workers took cores from compute): {keep}"
            "cap compute threads so threads + workers fit the cores, or make each sample cheaper "
            "(pre-resized images, a lighter transform) instead of adding workers")
-    subject = label or f"{R.name(a)} vs {R.name(b)}"
+    subject = c["label"] or f"{R.name(a)} vs {R.name(b)}"
     return Finding("loader workers compete with compute", ev, rec, "warning", subject)
 
 

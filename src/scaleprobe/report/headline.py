@@ -33,7 +33,7 @@ from scaleprobe.report import repeats as P
 from scaleprobe.report import scale as S
 from scaleprobe.report import workers as W
 from scaleprobe.report.doc import Section, Table, Text
-from scaleprobe.report.findings_exp import contention_cases
+from scaleprobe.report.findings_exp import contention_cases, contention_evidence, contention_keep
 from scaleprobe.report.grouped import Group
 from scaleprobe.report.load import run_load
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
@@ -184,17 +184,25 @@ def batch_verdicts(eid: str, recs: list[dict[str, Any]]) -> list[Verdict]:
     return [Verdict(f"Fastest batch size ({eid}): inconclusive, batch {fast['batch_size']} is "
                     f"not told apart from batch {names}", number,
                     f"{closest}; {_repeats_text(need)}",
-                    _decide(need, iv, lambda n: _rerun("sweep", eid, folder, n, _spec(recs))),
+                    _decide(need, iv, lambda n: _rerun("sweep", eid, folder, n, _spec(recs)),
+                            recs),
                     UNDECIDED)]
 
 
-def _decide(need: int | None, iv: M.Interval | None, command: Any) -> str:
+def _decide(need: int | None, iv: M.Interval | None, command: Any,
+            recs: list[dict[str, Any]] = (), th: Thresholds = DEFAULT) -> str:
     """The command with the repeats that would decide; when no number of repeats would (the
-    difference is below the noise), a quieter machine first, then twice the repeats."""
+    difference is below the noise): a quieter machine first where runs were measured under
+    load, else (the noise is the machine's own) the two are equal at this noise."""
     if need is not None:
         return command(need)
     n = max(2 * (iv.n if iv is not None else 1), 3)
-    return f"the noise is larger than the difference: measure on a quiet machine, e.g. {command(n)}"
+    if any(run_load(r, th)[0] for r in R.of_kind(list(recs), "run")):
+        return ("the noise is larger than the difference and runs were measured under load: "
+                f"measure on a quiet machine, e.g. {command(n)}")
+    return ("the difference is within this machine's run-to-run noise (no run measured under "
+            "load): either will do; only longer runs or many more repeats could separate "
+            f"them, e.g. {command(n)}")
 
 
 def _worker_flags(r: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +231,7 @@ def worker_verdicts(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> lis
                                + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)}"
                                                " of the best"),
                                _decide(need, iv, lambda n: _rerun("sweep", eid, _folder(recs), n,
-                                                                 _spec(recs))),
+                                                                 _spec(recs)), recs, th),
                                UNDECIDED))
             continue
         pick = next((x for x in rows if x["group"] == r["group"] and x["setting"] == r["setting"]),
@@ -359,19 +367,19 @@ def contention_verdicts(runs: list[dict[str, Any]], th: Thresholds) -> list[Verd
     for c in contention_cases(runs, th):
         base, worst = c["base"], c["worst"]
         wa, wb = R.loader_workers(base), R.loader_workers(worst)
-        sa, sb = R.metric(base, "samples_per_s"), R.metric(worst, "samples_per_s")
         setting = fmt.describe_point({k: v for k, v in R.point(worst).items()
                                       if k not in ("workers", "loader", "prefetch")})
         where = ", ".join(x for x in (c["label"], setting) if x)
+        wait, figures, interval = contention_evidence(c)
+        pick = contention_keep(c, th)
+        command = (f"keep {pick['workers']} worker(s): "
+                   f"{_run_cmd(base, _worker_flags(pick))}, or make each sample cheaper"
+                   if pick is not None else
+                   "the worker count itself is undecided (see Loader workers): cap compute "
+                   "threads so threads + workers fit the cores, or make each sample cheaper")
         out.append(Verdict(
             f"Loader workers take cores from compute ({where}): {wa} -> {wb} worker(s) cut "
-            f"the data wait {fmt.pct(R.metric(base, 'data_wait_fraction'))} -> "
-            f"{fmt.pct(R.metric(worst, 'data_wait_fraction'))}",
-            f"compute per step {c['growth']:.2f}x; samples/s {fmt.rate(sa)} -> {fmt.rate(sb)}",
-            "one run each (the fastest compute with the fewest workers against the largest "
-            "growth), no interval",
-            f"keep {wa} worker(s): {_run_cmd(base, _worker_flags({'workers': wa}))}, or make "
-            "each sample cheaper", CONTENTION, weight=c["growth"]))
+            f"the {wait}", figures, interval, command, CONTENTION, weight=c["growth"]))
     return out
 
 

@@ -308,3 +308,62 @@ def test_interrupted_run_says_so_and_whether_it_measured_anything():
     assert _one(found, "interrupted").recommendation == ("figures cover the steps timed "
                                                          "before the stop")
     assert "interrupted" not in _verdicts(diagnose_run(clean()))
+
+
+def _repeated_loader_points(computes_after: list[float], sps_before: list[float],
+                            sps_after: list[float]) -> list[dict]:
+    """The demo's heavy transform on 2 cores: 0 workers (naive) against 1 (pipelined), one
+    run per repeat, compute per step as given for the pipelined point."""
+    recs = []
+    for i, (ca, sb, sa) in enumerate(zip(computes_after, sps_before, sps_after, strict=True)):
+        recs.append(run(f"w0r{i}", workers=0, loader="naive", cores=2, threads=2, sps=sb,
+                        bd={"data": 0.050, "h2d": 0.0, "forward": 0.020, "backward": 0.030,
+                            "optimizer": 0.0, "comm": 0.0},
+                        experiment=sweep_point("ld", repeat=i, workers=0)))
+        recs.append(run(f"w1r{i}", workers=1, cores=2, threads=2, sps=sa,
+                        bd={"data": 0.005, "h2d": 0.0, "forward": 0.4 * ca,
+                            "backward": 0.6 * ca, "optimizer": 0.0, "comm": 0.0},
+                        experiment=sweep_point("ld", repeat=i, workers=1)))
+    return recs
+
+
+def test_loader_contention_reads_every_repeat():
+    """Compute per step 0.050 s with no worker against 0.088, 0.052, 0.090 s with one: the
+    largest growth (1.80x, one repeat) passed 1.15 while the repeats' interval reaches below
+    it. Bug caught: the fastest-compute run with the fewest workers set against the single
+    run with the largest growth, printed as a verdict with "no interval"."""
+    noisy = _repeated_loader_points([0.088, 0.052, 0.090], [624.0, 623.0, 642.0],
+                                    [698.0, 786.0, 680.0])
+    assert "loader workers compete with compute" not in _verdicts(diagnose_experiment(noisy))
+    steady = _repeated_loader_points([0.088, 0.087, 0.090], [624.0, 623.0, 642.0],
+                                     [698.0, 786.0, 680.0])
+    f = _one(diagnose_experiment(steady), "loader workers compete with compute")
+    # medians over the repeats, and the paired interval of compute per step
+    assert "compute 50.0 ms -> 88.0 ms per step; samples/s 624 -> 698" in f.evidence, f.evidence
+    assert "compute per step 1.77x [1.69, 1.84], 3 repeats" in f.evidence, f.evidence
+
+
+def test_loader_contention_keeps_workers_only_when_the_worker_verdict_is_decided():
+    """One worker cut compute's share of the cores but was faster in every repeat (698, 786,
+    680 against 624, 623, 642 samples/s), though not by a decided margin. Bug caught: the
+    headline said "keep 0 worker(s)" - the fewest workers of the pair - with no interval,
+    while the worker verdict beside it was inconclusive."""
+    from scaleprobe.report import headline as H
+    from scaleprobe.report.thresholds import DEFAULT
+    from scaleprobe.report.workers import recommend_workers
+
+    recs = _repeated_loader_points([0.088, 0.087, 0.090], [624.0, 623.0, 642.0],
+                                   [698.0, 786.0, 680.0])
+    assert recommend_workers(recs)["workers"] is None  # inconclusive
+    (v,) = H.contention_verdicts(recs, DEFAULT)
+    assert "keep" not in v.command and "undecided" in v.command, v.command
+    assert v.interval.startswith("compute per step 1.77x [1.69, 1.84], 3 repeats")
+    assert "no interval" not in v.interval
+    f = _one(diagnose_experiment(recs), "loader workers compete with compute")
+    assert "keep" not in f.recommendation
+    # one worker clearly slower in every repeat: the worker verdict decides, and says keep 0
+    slow = _repeated_loader_points([0.088, 0.087, 0.090], [624.0, 623.0, 642.0],
+                                   [500.0, 505.0, 510.0])
+    assert recommend_workers(slow)["workers"] == 0
+    (v,) = H.contention_verdicts(slow, DEFAULT)
+    assert v.command.startswith("keep 0 worker(s): `scaleprobe run"), v.command

@@ -184,3 +184,22 @@ def test_report_findings_in_the_terminal_are_grouped_as_in_the_report(tmp_path, 
     assert "Per run:" in out and "(3 runs: #0; #1; #2)" in out
     assert "data wait 20%-30% of each step" in out
     assert out.count("raise loader workers") == 1
+
+
+def test_below_the_noise_a_quiet_machine_is_not_blamed(tmp_path):
+    """Epoch times 1% apart under 20% noise: no number of repeats decides. On a machine where
+    no run saw outside load, "measure on a quiet machine" is advice the user already took
+    (the quiet demo said it); the row says the two are equal at this noise instead. With a
+    run measured under load, a quiet machine comes first."""
+    recs = _batch("bs", [1.0, 1.2, 0.85], {16: 100.0, 32: 99.0})
+    rows, _ = _headline(recs, tmp_path / "quiet")
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert "more than 30 repeats would be needed" in row[3], row[3]
+    assert row[4].startswith("the difference is within this machine's run-to-run noise (no "
+                             "run measured under load): either will do"), row[4]
+    assert "quiet machine" not in row[4]
+    recs[0] = with_(recs[0], "metrics.outside_cpu_cores", 1.2)
+    rows, _ = _headline(recs, tmp_path / "loaded")
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert row[4].startswith("the noise is larger than the difference and runs were measured "
+                             "under load: measure on a quiet machine, e.g. `scaleprobe"), row[4]
