@@ -260,6 +260,25 @@ def ratio_interval(a: Sequence[float | None], b: Sequence[float | None],
     return Interval(math.exp(m), math.exp(m - h), math.exp(m + h), n, method, sd)
 
 
+def unpaired_ratio_interval(a: Sequence[float | None], b: Sequence[float | None],
+                            confidence: float = CONFIDENCE) -> Interval | None:
+    """The interval of B / A from two sets of repeats that were not run side by side (two
+    sessions, two machines): Welch's t on the log values, so the ratio of geometric means.
+    None with fewer than two positive values on a side. ``n`` is the smaller side, and
+    ``log_sd`` the spread that, over ``n`` repeats a side, gives this half-width (for
+    ``repeats_to_decide``)."""
+    la = [math.log(x) for x in a if x is not None and x > 0]
+    lb = [math.log(x) for x in b if x is not None and x > 0]
+    got = mean_difference_interval(la, lb, confidence)
+    if got is None:
+        return None
+    d, lo, hi = got
+    sa, sb = sample_sd(la) or 0.0, sample_sd(lb) or 0.0
+    return Interval(math.exp(d), math.exp(lo), math.exp(hi), min(len(la), len(lb)),
+                    f"Welch t on log values, {len(la)} and {len(lb)} repeats",
+                    math.sqrt(sa * sa + sb * sb))
+
+
 def _at(seq: Sequence[float | None], i: int) -> tuple[float | None]:
     return (seq[i] if i < len(seq) else None,)
 

@@ -4,9 +4,10 @@
     scaleprobe compare before/results.jsonl after/results.jsonl --md compare.md
 
 A and B are each a result.json, a run folder, a results.jsonl or a results folder. One run
-on each side is compared metric by metric; sweeps are matched by sweep id and point. The verdict
-is noise-aware: a change counts only when it exceeds the runs' own spread,
-|change| > max(2%, rel_ci A + rel_ci B) of the median step time (docs/REPORTS.md).
+on each side is compared metric by metric; sweeps are matched by sweep id and point. B is
+faster or slower only when the 95% interval of samples/s B / A excludes 1 (Welch over each
+side's repeats; one run a side: its within-run spread, at least +/-10%), and every comparison
+names what else differs between A and B (docs/REPORTS.md).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 from pathlib import Path
 
 NAME = "compare"
-HELP = "compare two runs or two sweeps, with a verdict that respects measurement noise"
+HELP = "compare two runs or two sweeps: B against A with an interval, and what else differs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,18 +1,21 @@
-"""Compare two runs, or two sweeps point by point, with a noise-aware verdict.
+"""Compare two runs, or two sweeps point by point, with an interval behind the verdict.
 
 A side is a result.json, a run folder, a results.jsonl or a folder of results. One run on
 each side is compared directly; several runs on each side are matched by ``experiment.point``.
 
-The rule: a difference counts only when it is larger than the runs' own spread.
+The verdict reads samples/s, B / A, through the same intervals as every other verdict
+(docs/VERDICTS.md):
 
-    delta_rel = median_B / median_A - 1      (step time; samples/s when the global batches
-                                              differ: delta_rel = sps_A / sps_B - 1)
-    threshold = max(floor, rel_ci_A + rel_ci_B)
+- a point with two or more repeats on each side: Welch's t on the log samples/s of the
+  repeats (``metrics.unpaired_ratio_interval``; A and B were not run side by side, so their
+  repeats are not paired);
+- otherwise the two (median) runs: their within-run spreads, widened to at least the
+  process-to-process noise of one run, +/-10% (``metrics.ratio_interval`` with one pair).
 
-``rel_ci`` is the relative 95% confidence half-width of each run's median step time; the
-floor (``Thresholds.compare_floor_rel``, 2%) keeps two very steady runs from calling a 1%
-difference real. |delta_rel| <= threshold is "no change"; otherwise B is "faster" or
-"slower". Without a spread (fewer than 3 steps) the verdict is "inconclusive".
+**faster** / **slower**: the interval lies wholly above / below 1. **no change**: it lies
+wholly within +/- ``Thresholds.compare_floor_rel`` (2%). Otherwise **inconclusive**, with the
+repeats per side that would decide it. Every pair also says which configuration keys (and
+which parts of the machine) differ between A and B: the verdict measures all of them at once.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe import results as res
 from scaleprobe.errors import ConfigError
 from scaleprobe.report import fmt
+from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
@@ -43,18 +48,30 @@ class Pair:
     label: str  # the point, or 'A vs B'
     a: dict[str, Any]
     b: dict[str, Any]
-    verdict: str  # faster | slower | no change | inconclusive | not comparable
-    delta_rel: float | None  # relative change of the time measure (negative = B faster)
-    threshold_rel: float | None  # the spread it had to exceed
-    basis: str  # what delta_rel measures
+    verdict: str  # faster | slower | no change | inconclusive | not comparable (...)
+    interval: M.Interval | None  # samples/s B / A
+    need: int | None = None  # repeats per side that would decide an inconclusive verdict
+    differs: list[str] = field(default_factory=list)  # "train.batch_size: 64 -> 32"
     deltas: list[Delta] = field(default_factory=list)
 
     @property
     def summary(self) -> str:
-        if self.delta_rel is None:
-            return self.verdict
-        return (f"{self.verdict}: {self.basis} {fmt.signed_pct(self.delta_rel)} "
-                f"(spread +/-{fmt.pct(self.threshold_rel, 1)})")
+        iv = self.interval
+        if iv is None:
+            return self.verdict + ("" if self.verdict.startswith("not comparable")
+                                   else ": no spread to judge by (fewer than 3 timed steps)")
+        text = f"{self.verdict}: samples/s B / A {iv.text()} ({_how(iv)})"
+        if self.verdict == "inconclusive":
+            text += ("; " + (f"about {self.need} repeats a side would decide it" if self.need
+                             else "more repeats would not decide it: the difference is "
+                                  "smaller than the noise"))
+        return text
+
+
+def _how(iv: M.Interval) -> str:
+    if iv.method.startswith("Welch"):
+        return "Welch t over the repeats of each side"
+    return "one run a side: within-run spread, at least the +/-10% noise of one run"
 
 
 @dataclass
@@ -66,17 +83,72 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
 
 
-def verdict(rel: float | None, rci_a: float | None, rci_b: float | None,
-            th: Thresholds = DEFAULT) -> tuple[str, float | None]:
-    """(verdict, threshold) for a relative change of a time measure (negative = faster)."""
-    if rel is None:
-        return "not comparable", None
-    if rci_a is None or rci_b is None:
-        return "inconclusive", None
-    threshold = max(th.compare_floor_rel, rci_a + rci_b)
-    if abs(rel) <= threshold:
-        return "no change", threshold
-    return ("faster" if rel < 0 else "slower"), threshold
+def samples_interval(a: dict[str, Any], b: dict[str, Any]) -> M.Interval | None:
+    """samples/s B / A: Welch over both sides' repeats when each has two or more, else the
+    two runs shown (each point's median repeat) with their within-run spreads."""
+    va, vb = P.values(a, P.samples_per_s), P.values(b, P.samples_per_s)
+    if len(va) >= 2 and len(vb) >= 2:
+        return M.unpaired_ratio_interval(va, vb)
+    return M.ratio_interval([P.samples_per_s(a)], [P.samples_per_s(b)], [P.rel_ci(a)],
+                            [P.rel_ci(b)])
+
+
+def verdict(iv: M.Interval | None, th: Thresholds = DEFAULT) -> str:
+    """faster / slower (B against A) when the interval of samples/s B / A excludes 1, no
+    change when it lies within +/- ``compare_floor_rel``, else inconclusive."""
+    if iv is None:
+        return "inconclusive"
+    if iv.above(1.0):
+        return "faster"
+    if iv.below(1.0):
+        return "slower"
+    if iv.lo >= 1.0 / (1.0 + th.compare_floor_rel) and iv.hi <= 1.0 + th.compare_floor_rel:
+        return "no change"
+    return "inconclusive"
+
+
+def _repeats_to_decide(iv: M.Interval, th: Thresholds) -> int | None:
+    """Repeats a side after which the verdict would be faster, slower or no change, the
+    ratio and its spread staying as measured (None: more than ``MAX_REPEATS_SUGGESTED``)."""
+    for n in range(max(2, iv.n + 1), M.MAX_REPEATS_SUGGESTED + 1):
+        if verdict(M.projected(iv, n), th) != "inconclusive":
+            return n
+    return None
+
+
+ENV_KEYS = (("host", "env.host"), ("CPU", "env.cpu_model"), ("cores", "env.cores"),
+            ("torch", "env.torch"))
+
+
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between the two runs besides the code: each configuration key that
+    changes the measurement (``pairing.differing_keys``), the machine (host, CPU, cores,
+    GPUs, torch), and load from outside the run."""
+    fa, fb = PR.resolved_config(a), PR.resolved_config(b)
+    out = [f"{k}: {_val(fa.get(k))} -> {_val(fb.get(k))}"
+           for k in sorted(PR.differing_keys(a, b))]
+    for name, key in ENV_KEYS:
+        x, y = res.get(a, key), res.get(b, key)
+        if x != y and x is not None and y is not None:
+            out.append(f"{name}: {x} -> {y}")
+    ga, gb = _gpus(a), _gpus(b)
+    if ga != gb:
+        out.append(f"GPUs: {ga or 'none'} -> {gb or 'none'}")
+    from scaleprobe.report.load import run_load
+
+    loaded = [side for side, r in (("A", a), ("B", b)) if run_load(r)[0]]
+    if loaded:
+        out.append(f"measured under load: {' and '.join(loaded)}")
+    return out
+
+
+def _val(v: Any) -> str:
+    return "(absent)" if v is None else str(v)
+
+
+def _gpus(r: dict[str, Any]) -> str:
+    names = [str(g.get("name")) for g in R.dicts(res.get(r, "env.gpus"))]
+    return ", ".join(names)
 
 
 def compare_runs(a: dict[str, Any], b: dict[str, Any], label: str = "A vs B",
@@ -85,18 +157,12 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], label: str = "A vs B",
     bad = [f"{side} {R.status_text(r)}" for side, r in (("A", a), ("B", b))
            if r.get("status") != "ok"]
     if bad:
-        return Pair(label, a, b, "not comparable (" + ", ".join(bad) + ")", None, None, "",
-                    deltas)
-    ga, gb = R.number(a, "batch.global"), R.number(b, "batch.global")
-    ma, mb = R.step_median_s(a), R.step_median_s(b)
-    if ga == gb and ma and mb:
-        rel, basis = M.growth(mb, ma), "step median"
-    else:
-        sa, sb = R.metric(a, "samples_per_s"), R.metric(b, "samples_per_s")
-        rel, basis = (sa / sb - 1.0 if sa and sb else None), "time per sample"
-    v, threshold = verdict(rel, R.metric(a, "step_time_s.rel_ci"),
-                           R.metric(b, "step_time_s.rel_ci"), th)
-    return Pair(label, a, b, v, rel, threshold, basis, deltas)
+        return Pair(label, a, b, "not comparable (" + ", ".join(bad) + ")", None,
+                    deltas=deltas)
+    iv = samples_interval(a, b)
+    v = verdict(iv, th)
+    need = _repeats_to_decide(iv, th) if v == "inconclusive" and iv is not None else None
+    return Pair(label, a, b, v, iv, need, differences(a, b), deltas)
 
 
 def _deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
@@ -175,14 +241,27 @@ def _point_label(rec: dict[str, Any]) -> str:
 
 
 SWEEP_HEADERS = ["Point", "Samples/s A", "Samples/s B", "Change", "Step median A",
-                 "Step median B", "Change", "Spread", "Verdict"]
+                 "Step median B", "Change", "B / A (95%)", "Verdict"]
 
 
 def _sweep_row(p: Pair) -> list[str]:
     d = {x.metric: x for x in p.deltas}
     sps, med = d["samples/s"], d["step median"]
     return [p.label, sps.a, sps.b, sps.change, med.a, med.b, med.change,
-            fmt.pct(p.threshold_rel, 1) if p.threshold_rel is not None else fmt.NA, p.verdict]
+            p.interval.text() if p.interval is not None else fmt.NA, p.verdict]
+
+
+def _differ_lines(cmp: Comparison) -> list[str]:
+    """What the verdicts measure besides the code: the keys and machine parts that differ,
+    once for all pairs where they agree."""
+    seen: list[str] = []
+    for p in cmp.pairs:
+        for d in p.differs:
+            if d not in seen:
+                seen.append(d)
+    if not seen:
+        return ["A and B ran the same configuration on the same kind of machine."]
+    return ["A and B differ in (every verdict measures these together): " + "; ".join(seen)]
 
 
 def to_markdown(cmp: Comparison) -> str:
@@ -192,10 +271,12 @@ def to_markdown(cmp: Comparison) -> str:
         rows = [[x.metric, x.a, x.b, x.change] for x in p.deltas]
         lines += [fmt.md_table(["Metric", "A", "B", "Change"], rows), "",
                   f"**Verdict, B against A: {p.summary}.**"]
+        lines += ["", *_differ_lines(cmp)]
     else:
         lines.append(fmt.md_table(SWEEP_HEADERS, [_sweep_row(p) for p in cmp.pairs],
                                   [False] + [True] * 7 + [False]))
         lines += _unmatched(cmp)
+        lines += ["", *_differ_lines(cmp)]
     lines += ["", RULE]
     return "\n".join(lines) + "\n"
 
@@ -209,9 +290,10 @@ def _unmatched(cmp: Comparison) -> list[str]:
     return out
 
 
-RULE = ("A difference counts only when it exceeds the runs' own spread: |change| > "
-        "max(2%, rel_ci A + rel_ci B), where rel_ci is the relative 95% confidence half-width "
-        "of each run's median step time.")
+RULE = ("B is faster or slower only when the 95% interval of samples/s B / A excludes 1 "
+        "(Welch t over each side's repeats; one run a side: its within-run spread, at least "
+        "+/-10%), no change only when it lies within +/-2%; otherwise inconclusive. See "
+        "docs/REPORTS.md.")
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:
@@ -234,6 +316,8 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         con.print(t)
         style = styles.get(p.verdict, "yellow")
         con.print(f"verdict, B against A: [{style}]{escape(p.summary)}[/{style}]")
+        for line in _differ_lines(cmp):
+            con.print(line, markup=False)
     else:
         t = Table(show_header=True, header_style="bold")
         for i, col in enumerate(SWEEP_HEADERS):
@@ -244,7 +328,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
             cells = [escape(str(c)) for c in row]
             t.add_row(*cells[:-1], f"[{style}]{cells[-1]}[/{style}]")
         con.print(t)
-        for line in _unmatched(cmp):
+        for line in _unmatched(cmp) + _differ_lines(cmp):
             if line:
                 con.print(line, markup=False)
     con.print(f"[dim]{RULE}[/dim]")

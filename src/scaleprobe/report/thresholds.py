@@ -41,7 +41,7 @@ class Thresholds:
     workers_within: float = 0.05
     # scaling: a point below this efficiency gets a finding on what the gap was lost to
     scale_efficiency: float = 0.80
-    # compare: the smallest relative change ever called real, whatever the runs' spread
+    # compare: "no change" only when the interval of samples/s B / A lies within +/- this
     compare_floor_rel: float = 0.02
     # a share of a step smaller than this is left out of "lost to" lines
     minor_fraction: float = 0.01

@@ -9,36 +9,83 @@ import pytest
 
 from scaleprobe.commands import compare as cmd
 from scaleprobe.errors import ConfigError
-from scaleprobe.report.compare import compare_paths, compare_runs, to_markdown, verdict
+from scaleprobe.report.compare import compare_paths, compare_runs, to_markdown
 from tests.unit.report.factory import run, sweep_point, write_results
 
 
 @pytest.mark.parametrize(("a_s", "b_s", "ci", "expected"), [
-    (0.100, 0.101, 0.01, "no change"),   # 1% inside 2% spread
-    (0.100, 0.080, 0.01, "faster"),      # -20%
-    (0.100, 0.130, 0.01, "slower"),      # +30%
-    (0.100, 0.115, 0.08, "no change"),   # +15% inside a 16% spread
-    (0.100, 0.1015, 0.001, "no change"),  # 1.5% below the 2% floor
-    (0.100, 0.103, 0.001, "slower"),     # 3% above the floor
+    (0.100, 0.080, 0.01, "faster"),        # 1.25x: beyond one run's +/-10% noise
+    (0.100, 0.130, 0.01, "slower"),        # 0.77x
+    (0.100, 0.101, 0.01, "inconclusive"),  # 1% apart: one run a side cannot say "no change"
+    (0.100, 0.103, 0.001, "inconclusive"),  # 3%, steady runs: still within one run's noise
+    (0.100, 0.115, 0.08, "inconclusive"),  # 15% inside two 8% within-run spreads
 ])
-def test_verdict_against_spread(a_s, b_s, ci, expected):
+def test_one_run_a_side_is_judged_with_one_run_s_noise(a_s, b_s, ci, expected):
+    """Catches a verdict that trusts the within-run spread alone: two steady runs 3% apart
+    were "slower" under max(2%, rel_ci A + rel_ci B), while two processes of one
+    configuration on this machine differ by 10-18%. One run a side gets the same interval
+    as every other single-repeat verdict: the within-run spread, at least +/-10%."""
     pair = compare_runs(run("a", step_s=a_s, rel_ci=ci), run("b", step_s=b_s, rel_ci=ci))
-    assert pair.verdict == expected
-    assert pair.basis == "step median"
-    assert pair.delta_rel == pytest.approx(b_s / a_s - 1)
+    assert pair.verdict == expected, pair.summary
+    assert pair.interval.estimate == pytest.approx(a_s / b_s)
+    assert pair.interval.n == 1 and pair.interval.hi / pair.interval.lo >= 1.1 ** 2 * 0.999
+    if expected == "inconclusive":
+        assert "one run a side" in pair.summary and "a side would decide it" in pair.summary \
+            or "smaller than the noise" in pair.summary
 
 
-def test_verdict_rule_directly():
-    assert verdict(-0.05, 0.01, 0.02) == ("faster", 0.03)
-    assert verdict(0.01, None, 0.01) == ("inconclusive", None)
-    assert verdict(None, 0.01, 0.01)[0] == "not comparable"
+def _repeated(eid: str, sps: list[float], **kw) -> list[dict]:
+    return [run(f"{eid}{i}", sps=v, experiment=sweep_point(eid, repeat=i, batch_size=32), **kw)
+            for i, v in enumerate(sps)]
 
 
-def test_different_global_batch_compares_time_per_sample():
+def test_repeats_on_both_sides_give_welch_s_interval(tmp_path):
+    """Three repeats a side, from two sessions (not paired): B 10% faster in every repeat is
+    "faster"; B within 1% with a tight spread is "no change" (the interval lies inside
+    +/-2%), which one run a side can never show."""
+    a = write_results(tmp_path / "a", _repeated("s", [100.0, 102.0, 98.0]))
+    b = write_results(tmp_path / "b", _repeated("s", [110.0, 112.0, 108.0]))
+    (p,) = compare_paths(a, b).pairs
+    assert p.verdict == "faster" and p.interval.method.startswith("Welch")
+    assert p.interval.estimate == pytest.approx(1.0999, rel=1e-3)
+    assert 1.0 < p.interval.lo < 1.1 < p.interval.hi
+    steady = write_results(tmp_path / "a2", _repeated("s", [100.0, 100.4, 99.8]))
+    same = write_results(tmp_path / "c", _repeated("s", [100.2, 99.9, 100.1]))
+    (q,) = compare_paths(steady, same).pairs
+    assert q.verdict == "no change", q.summary
+    noisy = write_results(tmp_path / "d", _repeated("s", [90.0, 125.0, 104.0]))
+    (r,) = compare_paths(a, noisy).pairs
+    assert r.verdict == "inconclusive" and "Welch t over the repeats" in r.summary
+    # B as fast, A +/-2%: more repeats would show "no change" (the interval
+    # narrowing inside +/-2%), not "faster" - the count is of either decision
+    close = write_results(tmp_path / "e", _repeated("s", [100.5, 100.0, 99.5]))
+    (c,) = compare_paths(a, close).pairs
+    assert c.verdict == "inconclusive" and c.need is not None and c.need > 3, c.summary
+    assert f"about {c.need} repeats a side would decide it" in c.summary
+
+
+def test_what_differs_between_a_and_b_is_named(tmp_path):
+    """Catches a verdict that reads as the effect of the code change while A and B also
+    differed in a key or ran on another machine."""
+    same = compare_runs(run("a"), run("b"))
+    assert same.differs == []
+    b = run("b", batch=64, workers=4)
+    b["env"]["host"], b["env"]["cores"] = "otherhost", 8
+    b["metrics"]["outside_cpu_cores"] = 3.0
+    p = compare_runs(run("a"), b)
+    assert "train.batch_size: 32 -> 64" in p.differs and "data.workers: 2 -> 4" in p.differs
+    assert "host: testhost -> otherhost" in p.differs and "cores: 4 -> 8" in p.differs
+    assert "measured under load: B" in p.differs
+    md = to_markdown(compare_paths(write_results(tmp_path / "a", [run("a")]),
+                                   write_results(tmp_path / "b", [b])))
+    assert "A and B differ in (every verdict measures these together): " in md
+    assert "train.batch_size: 32 -> 64" in md
+
+
+def test_different_global_batch_compares_samples_per_s():
     pair = compare_runs(run("a", batch=32, step_s=0.1), run("b", batch=64, step_s=0.15))
-    assert pair.basis == "time per sample"
     assert pair.verdict == "faster"
-    assert pair.delta_rel == pytest.approx(320 / (64 / 0.15) - 1)
+    assert pair.interval.estimate == pytest.approx((64 / 0.15) / 320)
 
 
 def test_failed_side_is_not_comparable():
@@ -71,7 +118,7 @@ def test_sweeps_matched_by_point(tmp_path):
     b = write_results(tmp_path / "b", b_recs)
     cmp = compare_paths(a, b)
     assert [p.label for p in cmp.pairs] == ["batch_size=16", "batch_size=32"]
-    assert [p.verdict for p in cmp.pairs] == ["no change", "slower"]
+    assert [p.verdict for p in cmp.pairs] == ["inconclusive", "slower"]  # same: one run a side
     assert cmp.only_b == ["batch_size=64"]
     md = to_markdown(cmp)
     assert "| batch_size=32 |" in md and "Only in B: batch_size=64" in md
@@ -106,7 +153,7 @@ def test_two_sweeps_in_one_folder_are_kept_apart(tmp_path):
     cmp = compare_paths(write_results(tmp_path / "a", side(0.1)),
                         write_results(tmp_path / "b", side(0.2)))
     verdicts = sorted(p.verdict for p in cmp.pairs)
-    assert verdicts == ["no change", "slower"]  # y's point against y's, x's against x's
+    assert verdicts == ["inconclusive", "slower"]  # y's point against y's, x's against x's
     renamed = compare_paths(write_results(tmp_path / "c", [
         run("z16", batch=16, experiment=sweep_point("z", batch_size=16))]),
         write_results(tmp_path / "d", [
