@@ -369,6 +369,8 @@ def _checks(result: RunResult, head: RankRecord) -> None:
     """The figures the invariants need, then the invariants (``scaleprobe.invariants``)."""
     m = result.metrics
     m.window_s = head.window_s
+    t0, t1 = head.clock_window or (None, None)
+    m.window_clock = [t0, t1] if t0 is not None and t1 is not None else None
     if result.audit is not None and result.audit.ok is False:
         m.unique_samples_per_s = M.unique_samples_per_s(m.samples_per_s,
                                                         result.audit.unique_fraction)

@@ -10,6 +10,7 @@ import contextlib
 import math
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,23 @@ class _NullTimer:
 
 
 NULL_TIMER = _NullTimer()
+
+# Called once, just before the first timed step (then cleared): co-located jobs wait there
+# for each other, so their timed windows start together whatever their set-up and warm-up
+# took (``experiments.point``). None: the window starts when the warm-up ends.
+_window_gate: Callable[[], None] | None = None
+
+
+def set_window_gate(gate: Callable[[], None] | None) -> None:
+    global _window_gate
+    _window_gate = gate
+
+
+def _pass_window_gate() -> None:
+    global _window_gate
+    gate, _window_gate = _window_gate, None
+    if gate is not None:
+        gate()
 
 
 @dataclass
@@ -203,12 +221,16 @@ def _should_stop(p: Parts, st: LoopState, timer: StepTimer) -> bool:
         return False  # epochs (or the target, or --max-epochs) end the loop themselves
     if isinstance(t.steps, int):
         return st.timed >= t.steps
-    if st.timed < t.min_steps or st.timed % 5:
+    # ranks agree every 5 steps (one collective); one process checks its caps every step, so
+    # a time-boxed window (co-located jobs) ends within a step of its time, and tests its
+    # median's stability every 5
+    if st.timed < t.min_steps or (p.strategy.distributed and st.timed % 5):
         return False
     elapsed = time.perf_counter() - (st.window_t0 or time.perf_counter())
     done = (st.timed >= t.max_steps or elapsed >= t.max_seconds
-            or is_stable(timer.step_times(timer.ready_count()), p.cfg.measure.stable_rel_ci,
-                         t.min_steps))
+            or (st.timed % 5 == 0
+                and is_stable(timer.step_times(timer.ready_count()), p.cfg.measure.stable_rel_ci,
+                              t.min_steps)))
     return p.strategy.any_true(done)  # every rank stops at the same step
 
 
@@ -309,6 +331,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
         while True:
             timing = st.step >= warm
             if timing and st.window_t0 is None:
+                _pass_window_gate()
                 st.window_t0 = time.perf_counter()
                 st.clock_t0 = clock()
             tm = timers[0] if timing else timers[1]

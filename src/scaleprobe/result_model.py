@@ -217,6 +217,9 @@ class Metrics(Record):
     steps_timed: int = 0
     steps_done: int | None = None
     window_s: float | None = None
+    # [start, end] of the timed window on the rank shown, wall clock (seconds since the epoch):
+    # co-located jobs' windows are checked for overlap with it
+    window_clock: list[float] | None = None
     peak_mem_bytes: PeakMem = field(default_factory=PeakMem)
     cpu_util_pct: float | None = None
     gpu_util_pct: float | None = None
@@ -530,6 +533,10 @@ class ColocateRecord(Record):
     gpu_util_pct_together_repeats: list[float | None] | None = None
     overlap_s: float | None = None
     overlap_s_repeats: list[float | None] | None = None
+    # per repeat, the time every job's timed window was open / the longest window (None: a
+    # job has no window clock); repeats below MIN_WINDOW_OVERLAP feed no figure
+    window_overlap_repeats: list[float | None] | None = None
+    repeats_left_out: list[dict[str, Any]] | None = None
     verdict: str | None = None
     evidence: list[str] | None = None
     throughput: str | None = None

@@ -38,7 +38,9 @@ A run record (``kind == "run"``)::
                       step_time_s {median, p95, mean, min, max, n, rel_ci}, step_time_rank,
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
-                      steps_per_epoch, steps_timed, peak_mem_bytes {host, host_baseline,
+                      steps_per_epoch, steps_timed, window_s, window_clock [start, end]
+                      (the timed window, wall clock, seconds since the epoch),
+                      peak_mem_bytes {host, host_baseline,
                       host_file_growth, host_net, device_allocated, device_reserved,
                       device_nvml},
                       cpu_util_pct, gpu_util_pct, gpu_power_w, accuracy, loss_first,

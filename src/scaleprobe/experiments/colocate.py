@@ -62,6 +62,9 @@ OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
            "warmup_steps": int, "repeats": int}
 DEFAULT_REPEATS = 3
 READY_TIMEOUT_S = 300.0
+# a repeat whose jobs' timed windows were open together for less than this share of the
+# longest window did not measure the jobs together: it feeds no figure
+MIN_WINDOW_OVERLAP = 0.9
 SAMPLE_EVERY_S = 0.5
 
 
@@ -232,16 +235,30 @@ def _jobs_gpu_util(recs: list[dict[str, Any]]) -> float | None:
     return sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
 
 
-def _figures(name: str, alone: list[dict[str, Any]], together: list[dict[str, Any]]
-             ) -> JobFigures:
-    """One job's figures over the repeats (``alone[i]``, ``together[i]``: repeat i's runs)."""
-    def m(recs: list[dict[str, Any]], k: str) -> tuple[float | None, ...]:
-        return tuple(res.get(r, f"metrics.{k}") if r.get("status") == "ok" else None
-                     for r in recs)
+def window_overlap(recs: list[dict[str, Any]]) -> float | None:
+    """The time every job's timed window was open at once, as a share of the longest window
+    (1.0: they started and ended together); None when a job has no window clock."""
+    clocks = [res.get(r, "metrics.window_clock") for r in recs]
+    if not clocks or any(not isinstance(c, list) or len(c) != 2 for c in clocks):
+        return None
+    longest = max(c[1] - c[0] for c in clocks)
+    if longest <= 0:
+        return None
+    return max(0.0, min(c[1] for c in clocks) - max(c[0] for c in clocks)) / longest
 
-    return JobFigures(name, m(alone, "samples_per_s"), m(together, "samples_per_s"),
-                      m(alone, "epoch_time_s"), m(together, "epoch_time_s"),
-                      m(alone, "step_time_s.rel_ci"), m(together, "step_time_s.rel_ci"))
+
+def _figures(name: str, alone: list[dict[str, Any]], together: list[dict[str, Any]],
+             left_out: set[int] = frozenset()) -> JobFigures:
+    """One job's figures over the repeats (``alone[i]``, ``together[i]``: repeat i's runs);
+    the repeats in ``left_out`` (windows that did not overlap) give none together."""
+    def m(recs: list[dict[str, Any]], k: str, drop: set[int] = frozenset()
+          ) -> tuple[float | None, ...]:
+        return tuple(res.get(r, f"metrics.{k}") if r.get("status") == "ok" and i not in drop
+                     else None for i, r in enumerate(recs))
+
+    return JobFigures(name, m(alone, "samples_per_s"), m(together, "samples_per_s", left_out),
+                      m(alone, "epoch_time_s"), m(together, "epoch_time_s", left_out),
+                      m(alone, "step_time_s.rel_ci"), m(together, "step_time_s.rel_ci", left_out))
 
 
 def _threads(recs: list[dict[str, Any]]) -> int | None:
@@ -277,7 +294,9 @@ def _run_repeats(ctx: _Ctx, plan: list[dict[str, Any]]
 def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
             alone: list[list[dict[str, Any]]], together: list[list[dict[str, Any]]],
             machine: list[dict[str, Any]]) -> dict[str, Any]:
-    jobs = [_figures(n, [a[k] for a in alone], [t[k] for t in together])
+    overlaps = [window_overlap(t) for t in together]
+    left_out = {i for i, o in enumerate(overlaps) if o is not None and o < MIN_WINDOW_OVERLAP}
+    jobs = [_figures(n, [a[k] for a in alone], [t[k] for t in together], left_out)
             for k, (n, _) in enumerate(cs.jobs)]
     cpu = _mean([m["cpu_util_pct"] for m in machine])
     gpu = _mean([m["gpu_util_pct"] for m in machine])
@@ -287,6 +306,10 @@ def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
     v, evidence = verdict(jobs, cpu, gpu, share_gpu=share_gpu, cores=cores,
                           threads_total=max((t for t in threads if t), default=None),
                           placement=cs.placement)
+    if left_out:
+        evidence += "; " + "; ".join(
+            f"repeat {i + 1} left out: the jobs' timed windows overlapped {overlaps[i]:.0%} "
+            f"(below {MIN_WINDOW_OVERLAP:.0%})" for i in sorted(left_out))
     tot, tot_iv = totals(jobs), total_interval(jobs)
     tot_iv_d = tot_iv.to_dict() if tot_iv is not None else None
     return res.ColocateRecord(
@@ -300,6 +323,8 @@ def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
         gpu_util_pct_together_repeats=[m["gpu_util_pct"] for m in machine],
         overlap_s=min((m["overlap_s"] for m in machine), default=None),
         overlap_s_repeats=[m["overlap_s"] for m in machine],
+        window_overlap_repeats=overlaps,
+        repeats_left_out=[{"repeat": i, "window_overlap": overlaps[i]} for i in sorted(left_out)],
         verdict=v, evidence=evidence,
         throughput=throughput_line(tot, len(jobs), tot_iv_d),
         run_ids={"alone": [r.get("run_id") for rs in alone for r in rs],

@@ -97,13 +97,26 @@ def _trains_here(cfg: Any) -> bool:
 
 
 def _wait_barrier(barrier: dict[str, str]) -> None:
-    Path(barrier["ready"]).touch()  # the slow imports are done (_import_or_stop)
+    Path(barrier["ready"]).touch()  # ready to start the window (or the imports are done)
     deadline = time.monotonic() + BARRIER_TIMEOUT_S
     go = Path(barrier["go"])
     while not go.exists():
         if time.monotonic() > deadline:
             raise RuntimeError("the start signal never came (the parent is gone?)")
         time.sleep(0.01)
+
+
+def _barrier(cfg: Any, barrier: dict[str, str]) -> None:
+    """Where the co-located jobs wait for each other: just before the first timed step when
+    the training runs in this process (set-up, FLOP count and warm-up take each job its own
+    time: waiting after the imports let a fast job's window pass half alone in a 1-second
+    window), else (a launcher's ranks) after the imports."""
+    if _trains_here(cfg):
+        from scaleprobe import engine
+
+        engine.set_window_gate(lambda: _wait_barrier(barrier))
+    else:
+        _wait_barrier(barrier)
 
 
 def run_point(payload: dict[str, Any]) -> int:
@@ -118,7 +131,7 @@ def run_point(payload: dict[str, Any]) -> int:
     _import_or_stop(cfg, exp)
     try:
         if payload.get("barrier"):
-            _wait_barrier(payload["barrier"])
+            _barrier(cfg, payload["barrier"])
         rec = runner.execute(cfg, experiment=exp)
     except KeyboardInterrupt as e:
         from scaleprobe.interrupt import describe

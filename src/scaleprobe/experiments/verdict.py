@@ -260,7 +260,17 @@ def _repeats_line(rec: dict[str, Any]) -> str:
     return (f"- repeats: {n}, interleaved (each job alone, then all together, per repeat; each "
             "run in its own process); figures are geometric means over the repeats, intervals "
             "a paired t on the log ratios" + (f"; machine CPU together per repeat: {per}"
-                                              if len(cpus) > 1 else ""))
+                                              if len(cpus) > 1 else "")
+            + _overlap_text(rec))
+
+
+def _overlap_text(rec: dict[str, Any]) -> str:
+    """The jobs' timed windows, open together, per repeat (absent in older records)."""
+    ov = rec.get("window_overlap_repeats")
+    if not isinstance(ov, list) or not any(isinstance(v, (int, float)) for v in ov):
+        return ""
+    return "; timed windows open together per repeat: " + ", ".join(
+        num(v * 100 if isinstance(v, (int, float)) else None, ".0f", "%") for v in ov)
 
 
 def render_colocate(rec: dict[str, Any]) -> str:

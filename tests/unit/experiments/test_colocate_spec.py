@@ -61,3 +61,47 @@ def test_spec_errors(bad, needle):
     with pytest.raises(ConfigError, match=needle) as e:
         load_colocate_spec(d)
     assert "\n" not in str(e.value)
+
+
+def _timed(name: str, sps: float, start: float, end: float) -> dict:
+    from tests.unit.report.factory import run
+
+    rec = run(name, sps=sps)
+    rec["metrics"]["window_clock"] = [start, end]
+    return rec
+
+
+def test_window_overlap_is_the_shared_time_over_the_longest_window():
+    from scaleprobe.experiments.colocate import window_overlap
+
+    assert window_overlap([_timed("a", 1, 100.0, 102.0), _timed("b", 1, 100.0, 102.0)]) == 1.0
+    # b opened 1 s late: 1 s of a's 2 s shared
+    assert window_overlap([_timed("a", 1, 100.0, 102.0),
+                           _timed("b", 1, 101.0, 103.0)]) == pytest.approx(0.5)
+    assert window_overlap([_timed("a", 1, 100.0, 101.0), _timed("b", 1, 102.0, 103.0)]) == 0.0
+    no_clock = _timed("b", 1, 0, 0)
+    no_clock["metrics"]["window_clock"] = None
+    assert window_overlap([_timed("a", 1, 100.0, 102.0), no_clock]) is None
+
+
+def test_a_repeat_whose_windows_did_not_overlap_feeds_no_figure():
+    """Repeat 1's windows were open together for 40% of the longest: b ran mostly alone and
+    read 100 samples/s "together". Bug caught: that repeat paired as if measured together,
+    hiding the slowdown the other two repeats show (2x)."""
+    from scaleprobe.experiments.colocate import ColocateSpec, _record
+
+    cs = load_colocate_spec(doc(seconds=2))
+    cs = ColocateSpec(cs.colocate_id, cs.placement, cs.jobs, 3)
+    alone = [[_timed("a", 100.0, 0, 2), _timed("b", 100.0, 3, 5)] for _ in range(3)]
+    together = [[_timed("a", 50.0, 10, 12), _timed("b", 50.0, 10, 12)],
+                [_timed("a", 100.0, 20, 22), _timed("b", 100.0, 21.2, 23.2)],
+                [_timed("a", 50.0, 30, 32), _timed("b", 50.0, 30.01, 32.02)]]
+    machine = [{"cpu_util_pct": 100.0, "gpu_util_pct": None, "overlap_s": 2.0}] * 3
+    rec = _record(cs, [{}, {}], "shared", 2, alone, together, machine)
+    assert rec["window_overlap_repeats"][1] == pytest.approx(0.4)
+    assert rec["repeats_left_out"] == [{"repeat": 1, "window_overlap": pytest.approx(0.4)}]
+    for j in rec["jobs"]:
+        assert j["together_samples_per_s_repeats"][1] is None
+        assert j["slowdown"] == pytest.approx(2.0)
+    assert "repeat 2 left out: the jobs' timed windows overlapped 40% (below 90%)" \
+        in rec["evidence"]

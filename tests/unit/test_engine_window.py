@@ -1,0 +1,66 @@
+"""Where the timed window starts and ends: the co-located jobs' gate, and a time-boxed window
+that ends within a step of its time in one process. The engine's real loop drives the fake
+step of ``test_engine_phases`` (every phase sleeps; a step takes about 210 ms)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from scaleprobe import config as C
+from scaleprobe import engine
+from scaleprobe.measure.timer import StepTimer
+from tests.unit.test_engine_phases import _parts
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _loop(cfg: C.RunConfig, distributed: bool = False):
+    parts = _parts(cfg)
+    parts.strategy.distributed = distributed
+    timer = StepTimer("cpu")
+    st = engine.train_loop(parts, timer, SimpleNamespace(advance=lambda st: None),
+                           time.perf_counter)
+    return st, timer
+
+
+def test_the_window_gate_opens_the_timed_window_once(monkeypatch):
+    """Co-located jobs wait for each other just before their first timed step, so their
+    windows start together whatever their set-up and warm-up took. Bugs caught: a gate passed
+    before the warm-up (the windows then start apart by the warm-up's difference), its wait
+    counted in the window or the first step, or a gate left set for a later loop."""
+    calls = []
+
+    def gate():
+        calls.append(time.perf_counter())
+        time.sleep(0.3)
+
+    engine.set_window_gate(gate)
+    try:
+        st, timer = _loop(C.build({"steps": 3, "warmup_steps": 2, "progress": False}))
+    finally:
+        engine.set_window_gate(None)
+    assert len(calls) == 1
+    assert st.window_t0 - calls[0] >= 0.3  # the window opened after the wait
+    assert st.step == 5 and st.timed == 3
+    assert max(timer.step_times()) < 0.3  # no step holds the wait
+    st2, _ = _loop(C.build({"steps": 1, "warmup_steps": 1, "progress": False}))
+    assert len(calls) == 1 and st2.timed == 1
+
+
+def test_a_time_boxed_window_ends_within_a_step_in_one_process():
+    """A 0.5 s window of ~210 ms steps: one process checks its time every step and stops
+    after 3 steps (~0.63 s). Bug caught: the check every 5 steps, which ran it to 1.05 s -
+    co-located jobs' windows then closed up to 5 steps apart, and a job ran alone at the end
+    of the window it was measured "together" in. Ranks of a distributed run still agree every
+    5 steps (one collective per check)."""
+    cfg = C.build({"steps": "auto", "max_seconds": 0.5, "min_steps": 1, "warmup_steps": 1,
+                   "progress": False, "stable_rel_ci": 0.0})
+    st, _ = _loop(cfg)
+    assert st.timed == 3, st.timed
+    window = st.window_t1 - st.window_t0
+    assert 0.5 <= window < 0.5 + 0.3, window
+    st_d, _ = _loop(cfg, distributed=True)
+    assert st_d.timed == 5
