@@ -23,8 +23,10 @@ under ``$XDG_CACHE_HOME/scaleprobe`` or ``~/.cache/scaleprobe``), under a lock s
 starting together measure it once. A calibration that did not get the cores it ran on (its
 threads' CPU time under ``BUSY_SHARE`` of wall time x threads: other processes took the rest)
 is marked ``under_load``: it is used, labelled so, and measured again at the next run, the
-higher figure kept, until a calibration on a quiet machine replaces it. Delete the file to
-measure again.
+higher figure kept, until a calibration on a quiet machine replaces it. A quiet cached peak is
+checked at every run by a few of the same products (``CHECK_SECONDS``); beaten by more than
+``STALE_MARGIN``, it was too low for this machine (a virtual machine moved, a power setting
+changed) and is measured again. Delete the file to measure again.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ CACHE_FILE = "peaks.json"
 # Measured on the 2-core machine (2026-11-25, 5 calibrations each): quiet, 1.0 and 69-73
 # GFLOP/s; one busy loop beside it, 0.68-0.71 and 41-44 GFLOP/s; two, 0.33-0.44.
 BUSY_SHARE = 0.8
+# A cached peak is checked at every run with a short series of the same products (about
+# CHECK_SECONDS); a check above the cached figure by more than STALE_MARGIN proves the cache
+# low (a best-of can only be beaten by a faster machine): it is measured again and replaced.
+# Seen on the 2-core machine (2026-11-25): the peak cached in the morning, 101 GFLOP/s, on a
+# machine that later gave 195-198 GFLOP/s (the VM moved), every MFU twice the truth.
+CHECK_SECONDS = 0.05
+STALE_MARGIN = 0.10
 COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "
                 "(forward + backward; 2 FLOPs per multiply-add; element-wise operators and "
                 "the optimizer update count 0)")
@@ -203,30 +212,58 @@ def cache_key(device: torch.device, dtype: str) -> str:
 
 
 def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
-                  measure: Callable[[torch.device, str], dict[str, Any]] | None = None
+                  measure: Callable[[torch.device, str], dict[str, Any]] | None = None,
+                  check: Callable[[torch.device, str], dict[str, Any]] | None = None
                   ) -> dict[str, Any]:
     """The cached measured peak for this machine, device and dtype; measured (and cached) when
     missing, or when the one kept was measured under load: then the higher of the two is kept
-    (still under load), unless the new one ran on a quiet machine, which replaces it. Ranks on
-    one host that ask together wait on a lock and measure once. A cache that cannot be read or
-    written costs a measurement, never the run."""
+    (still under load), unless the new one ran on a quiet machine, which replaces it. A quiet
+    cached peak is checked first (``check``, a short series of the same products): one beaten
+    by more than ``STALE_MARGIN`` is measured again and replaced (the entry's ``replaced``
+    keeps the old figure). Ranks on one host that ask together wait on a lock and measure
+    once. A cache that cannot be read or written costs a measurement, never the run."""
     folder = folder or cache_dir()
     key = cache_key(device, dtype)
+    stale = None
     with _locked(folder):
         cached = _read(folder / CACHE_FILE)
         hit = cached.get(key)
         if not (isinstance(hit, dict) and (hit.get("flops_per_s") or 0) > 0):
             hit = None
         if hit is not None and not hit.get("under_load"):
-            return {**hit, "cached": True}
+            stale = _stale(hit, device, dtype, check or (None if measure else _quick_check))
+            if stale is None:
+                return {**hit, "cached": True}
+            hit = None  # proven low: measured again below, replaced whatever it gives
         got = (measure or calibrate)(device, dtype)
         entry = {**got, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        if stale is not None:
+            entry["replaced"] = stale
         busy_again = entry.get("under_load") and hit is not None
         if busy_again and hit["flops_per_s"] >= entry["flops_per_s"]:
             return {**hit, "cached": True}  # busy again, and no higher than the one kept
         cached[key] = entry
         _write(folder / CACHE_FILE, cached)
     return {**entry, "cached": False}
+
+
+def _stale(hit: dict[str, Any], device: torch.device, dtype: str,
+           check: Callable[[torch.device, str], dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The cached entry's figures when a short check beats it by more than ``STALE_MARGIN``
+    (it is then too low for this machine), else None (also with no check: a caller's own
+    ``measure`` and no ``check``)."""
+    if check is None:
+        return None
+    got = check(device, dtype)
+    now = got.get("flops_per_s") or 0.0
+    if now > hit["flops_per_s"] * (1.0 + STALE_MARGIN):
+        return {"flops_per_s": hit["flops_per_s"], "measured_at": hit.get("measured_at"),
+                "check_flops_per_s": now}
+    return None
+
+
+def _quick_check(device: torch.device, dtype: str) -> dict[str, Any]:
+    return calibrate(device, dtype, seconds=CHECK_SECONDS)
 
 
 @contextlib.contextmanager
@@ -275,6 +312,11 @@ def resolve_peak(device: torch.device, amp: str, folder: Path | None = None) -> 
                 "source": f"data sheet: {hit[1]}", "measured": False}
     m = measured_peak(device, dtype, folder)
     cached = f", cached {m.get('measured_at')}" if m.get("cached") else ""
+    old = m.get("replaced")
+    if isinstance(old, dict) and old.get("flops_per_s") and not m.get("cached"):
+        cached = (f"; replaces the peak cached {old.get('measured_at')} "
+                  f"({old['flops_per_s'] / 1e9:.3g} GFLOP/s), which a check at "
+                  f"{old.get('check_flops_per_s', 0) / 1e9:.3g} GFLOP/s beat")
     busy = ""
     if m.get("under_load"):
         share = m.get("cpu_share")
