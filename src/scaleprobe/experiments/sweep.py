@@ -278,7 +278,7 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
         st.procs.stop_all()
         st.bar.stop()
         try:  # the tables of the points finished so far; never hide why the sweep stopped
-            write_report(out, sweep_report(st.records, st.skipped, st.searches, sp), True)
+            write_report(out, sweep_report(_finished(st), st.skipped, st.searches, sp), True)
         except Exception as e:  # noqa: BLE001
             st.bar.note(f"could not write the partial tables: {type(e).__name__}: {e}")
         raise
@@ -289,6 +289,17 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
     write_report(out, report)
     res.append_jsonl(st.results_path, _sweep_record(st, report))
     return st.records
+
+
+def _finished(st: SweepState) -> list[dict[str, Any]]:
+    """This call's records, then the finished runs of this sweep found on disk that it had
+    not reached yet: a resumed sweep stopped while it was still listing finished points
+    writes the tables of everything finished, not of the points it had listed."""
+    seen = {r.get("run_id") for r in st.records}
+    earlier = [r for recs in st.done.values() for r in recs
+               if (r.get("experiment") or {}).get("id") == st.spec.sweep_id
+               and r.get("run_id") not in seen]
+    return st.records + earlier
 
 
 LOCK_FILE = ".sweep.lock"

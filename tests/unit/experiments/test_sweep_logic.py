@@ -190,3 +190,29 @@ def test_generic_table_for_other_axes(tmp_path, fake_points):
     md = (tmp_path / "sweep.md").read_text()
     assert "## All points" in md and "| linear | ok |" in md
     assert (tmp_path / "sweep.csv").read_text().startswith("model,status,samples_per_s")
+
+
+def test_a_resumed_sweep_stopped_early_keeps_the_finished_tables(tmp_path, fake_points,
+                                                                 monkeypatch):
+    """Ctrl+C (or a closed pipe: `scaleprobe sweep ... | head`) while a finished sweep is run
+    again and lists its points as "done before". Bug caught: the partial tables were written
+    from the points listed so far, replacing the complete sweep.md / sweep.csv with one
+    batch size of two (and medians over the repeats reached)."""
+    grid = {"batch_size": [16, 32]}
+    S.run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
+    full_csv = (tmp_path / "sweep.csv").read_text()
+    real, n = S.run_point, []
+
+    def stop_at_second(*a, **kw):
+        n.append(1)
+        if len(n) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(S, "run_point", stop_at_second)
+    with pytest.raises(KeyboardInterrupt):
+        S.run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
+    md = (tmp_path / "sweep.md").read_text()
+    assert "_Interrupted: the tables hold the points finished so far._" in md
+    assert "| 16 |" in md and "| 32 |" in md
+    assert (tmp_path / "sweep.csv").read_text() == full_csv
