@@ -85,7 +85,9 @@ def _worker_init(parent: int, _: int) -> None:
     its loader (``parent``): a training process that is killed takes its workers along at
     once, instead of leaving them running until their own watchdog notices seconds later.
     Only a worker that process started itself (fork, spawn) can be tied to it; one started
-    by a forkserver is the server's child, and its watchdog remains."""
+    by a forkserver is the server's child (its parent alive, and not ``parent``), and its
+    watchdog remains. A worker whose training process died before the worker began (it was
+    reparented) ends at once."""
     import signal
 
     from scaleprobe.env import die_with_parent
@@ -93,6 +95,18 @@ def _worker_init(parent: int, _: int) -> None:
     torch.set_num_threads(1)
     if os.getppid() == parent:
         die_with_parent(signal.SIGKILL, parent)
+    elif not _alive(parent):  # reparented: the training process died before this worker began
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, someone else's
+        return True
+    return True
 
 
 def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Sampler | None,

@@ -68,3 +68,27 @@ def test_workers_started_by_a_forkserver_still_load():
                           timeout=100)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ready", "8"]
+
+
+INIT = """
+import sys
+from scaleprobe.data.loader import _worker_init
+_worker_init(int(sys.argv[1]), 0)
+print("survived", flush=True)
+"""
+
+
+def test_a_worker_whose_parent_died_before_it_began_ends_at_once():
+    """The suite under load (2026-11-25): one of two workers outlived its killed parent by
+    more than a second. It began after the kill, was already reparented, and took itself
+    for a forkserver's worker (a parent pid that is not its own), so it was never tied.
+    Bug caught: that worker left running until its watchdog noticed. A worker whose
+    recorded parent is alive but not its parent (a forkserver's) still runs on."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no longer runs: the training process, already killed
+    dead = subprocess.run([sys.executable, "-c", INIT, str(gone.pid)], capture_output=True,
+                          text=True, timeout=60)
+    assert dead.returncode == -9 and "survived" not in dead.stdout, dead.stderr[-500:]
+    alive = subprocess.run([sys.executable, "-c", INIT, "1"], capture_output=True, text=True,
+                           timeout=60)  # pid 1: alive, and not this process's parent
+    assert alive.returncode == 0 and "survived" in alive.stdout, alive.stderr[-500:]
