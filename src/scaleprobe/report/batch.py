@@ -182,7 +182,7 @@ def _steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             verdict = pays(iv, mg, miv)
             text = _step_text(iv, mg, miv)
             if verdict is not True:
-                text += _at_peak(prev)
+                text += _at_peak(prev, row)
             out.append({"group": row["group"], "from": prev["batch_size"],
                         "to": row["batch_size"], "epoch_growth": eg, "mem_growth": mg,
                         "epoch_interval": iv.to_dict() if iv else None,
@@ -193,16 +193,20 @@ def _steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _at_peak(row: dict[str, Any], th: Thresholds = DEFAULT) -> str:
+def _at_peak(row: dict[str, Any], nxt: dict[str, Any] | None = None,
+             th: Thresholds = DEFAULT) -> str:
     """Roofline context for a step up that did not pay: at or above ``mfu_compute_bound``
     the smaller batch already kept the device's arithmetic busy, so a larger one can only
-    cut the rest of the step (waiting, launch and per-step overhead), not its compute."""
+    cut the rest of the step (waiting, launch and per-step overhead), not its compute. The
+    larger batch's own MFU is shown beside it: how much more of the peak it reached."""
     mfu = row.get("mfu")
     if mfu is None or mfu < th.mfu_compute_bound:
         return ""
+    then = nxt.get("mfu") if nxt is not None else None
+    beside = f" and batch {nxt['batch_size']} at {then:.0%}" if then is not None else ""
     return (f" (batch {row['batch_size']} already ran at {mfu:.0%} of the device's peak "
-            f"FLOP/s, compute-bound: a larger batch cannot cut the compute per sample, "
-            f"only the rest of the step)")
+            f"FLOP/s{beside}: compute-bound, at or above {th.mfu_compute_bound:.0%}, so a "
+            "larger batch cannot cut the compute per sample, only the rest of the step)")
 
 
 def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None = None) -> str:

@@ -223,7 +223,9 @@ def test_a_step_up_from_a_compute_bound_batch_says_why_it_cannot_pay():
             recs.append(rec)
     (step,) = B.recommend_batch(recs)["steps"]
     assert step["pays"] is False
-    assert "batch 32 already ran at 60% of the device's peak" in step["text"]
+    assert ("batch 32 already ran at 60% of the device's peak FLOP/s and batch 64 at 61%: "
+            "compute-bound, at or above 30%, so a larger batch cannot cut the compute per "
+            "sample") in step["text"], step["text"]
     for rec in recs:
         rec["metrics"]["mfu"] = 0.10
     (step,) = B.recommend_batch(recs)["steps"]
