@@ -183,6 +183,11 @@ class Interval:
     n: int
     method: str
     log_sd: float | None = None  # spread of the paired log ratios (None with one repeat)
+    # the runs' own spread on the log scale for one pair (the floor of the half-width is
+    # this / sqrt(n)); None when unknown
+    within_log_h: float | None = None
+    # Welch intervals: degrees of freedom per repeat on each side (n per side -> 2n - 2)
+    welch: bool = False
 
     def above(self, ref: float) -> bool:
         """The whole interval lies above ``ref``."""
@@ -197,7 +202,7 @@ class Interval:
     def scaled(self, k: float) -> Interval:
         """The interval of ``k`` x the ratio (e.g. efficiency = speedup / N)."""
         return Interval(self.estimate * k, self.lo * k, self.hi * k, self.n, self.method,
-                        self.log_sd)
+                        self.log_sd, self.within_log_h, self.welch)
 
     @property
     def rel_halfwidth(self) -> float:
@@ -215,7 +220,8 @@ class Interval:
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi, "n": self.n,
-                "method": self.method, "log_sd": self.log_sd}
+                "method": self.method, "log_sd": self.log_sd,
+                "within_log_h": self.within_log_h, "welch": self.welch}
 
 
 def _log_halfwidth_within(rel_cis: Sequence[float | None]) -> float | None:
@@ -257,7 +263,7 @@ def ratio_interval(a: Sequence[float | None], b: Sequence[float | None],
         sd = None
         h = max(within_h, math.log1p(SINGLE_REPEAT_NOISE_REL))
         method = "1 repeat: within-run spread, at least the process-to-process noise"
-    return Interval(math.exp(m), math.exp(m - h), math.exp(m + h), n, method, sd)
+    return Interval(math.exp(m), math.exp(m - h), math.exp(m + h), n, method, sd, within_h)
 
 
 def unpaired_ratio_interval(a: Sequence[float | None], b: Sequence[float | None],
@@ -276,7 +282,7 @@ def unpaired_ratio_interval(a: Sequence[float | None], b: Sequence[float | None]
     sa, sb = sample_sd(la) or 0.0, sample_sd(lb) or 0.0
     return Interval(math.exp(d), math.exp(lo), math.exp(hi), min(len(la), len(lb)),
                     f"Welch t on log values, {len(la)} and {len(lb)} repeats",
-                    math.sqrt(sa * sa + sb * sb))
+                    math.sqrt(sa * sa + sb * sb), welch=True)
 
 
 def _at(seq: Sequence[float | None], i: int) -> tuple[float | None]:
@@ -297,13 +303,18 @@ def repeats_to_decide(iv: Interval, ref: float, confidence: float = CONFIDENCE) 
 
 
 def projected(iv: Interval, n: int, confidence: float = CONFIDENCE) -> Interval:
-    """The interval ``iv`` would have after ``n`` repeats, if its estimate and the spread of
-    its repeats stayed as measured (one repeat: the single-repeat noise, as
-    ``repeats_to_decide`` assumes)."""
-    sd = iv.log_sd if iv.log_sd else math.log1p(SINGLE_REPEAT_NOISE_REL) * math.sqrt(2)
-    h = t_quantile(max(1, n - 1), confidence) * sd / math.sqrt(n)
+    """The interval ``iv`` would have after ``n`` repeats (a side, for Welch), if its estimate,
+    the spread of its repeats and its runs' own spread stayed as measured. Without a spread
+    between repeats (one repeat), the single-repeat noise, as ``repeats_to_decide`` assumes;
+    a spread of zero stays zero (device memory, identical every repeat)."""
+    sd = (iv.log_sd if iv.log_sd is not None
+          else math.log1p(SINGLE_REPEAT_NOISE_REL) * math.sqrt(2))
+    df = 2 * n - 2 if iv.welch else n - 1
+    h = t_quantile(max(1, df), confidence) * sd / math.sqrt(n)
+    if iv.within_log_h is not None:
+        h = max(h, iv.within_log_h / math.sqrt(n))
     return Interval(iv.estimate, iv.estimate * math.exp(-h), iv.estimate * math.exp(h), n,
-                    iv.method, iv.log_sd)
+                    iv.method, iv.log_sd, iv.within_log_h, iv.welch)
 
 
 def undecided_text(iv: Interval | None, ref: float, what: str,

@@ -119,3 +119,22 @@ def test_interval_text_prints_unbounded_ends_as_such():
     iv = M.Interval(3.23, 1e-5, 281257.25, 2, "t")
     assert iv.text() == "3.23x [<0.01, >100], 2 repeats"
     assert M.Interval(1.1, 0.9, 1.3, 3, "t").text() == "1.10x [0.90, 1.30], 3 repeats"
+
+
+def test_projected_keeps_a_zero_spread_the_runs_own_floor_and_welch_s_df():
+    """Three ways a projection promised the wrong number of repeats. Bugs caught: a spread
+    of exactly zero (device memory, the same every repeat) taken for "unknown" and widened
+    to one run's noise; the runs' own spread (the interval's floor) dropped, so 4 repeats
+    were promised where 16 are needed; a Welch interval projected with n - 1 degrees of
+    freedom instead of its 2n - 2."""
+    same = M.ratio_interval([100.0] * 3, [150.0] * 3)
+    assert same.log_sd == 0.0
+    p = M.projected(same, 5)
+    assert p.lo == p.hi == pytest.approx(1.5)
+    floor = M.ratio_interval([100.0] * 3, [105.0, 105.5, 104.6], [0.1] * 3, [0.1] * 3)
+    assert M.repeats_to_decide(floor, 1.0) == 16  # log(1.05) > 2 x log(1.1) / sqrt(16)
+    assert M.projected(floor, 15).lo < 1.0 < M.projected(floor, 16).lo
+    w = M.unpaired_ratio_interval([100.0, 104.0, 96.0], [104.0, 108.0, 100.0])
+    assert w.welch and not floor.welch
+    h9 = math.log(M.projected(w, 9).hi / w.estimate)
+    assert h9 == pytest.approx(M.t_quantile(16) * w.log_sd / 3)
