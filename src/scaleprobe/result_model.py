@@ -533,8 +533,9 @@ class ColocateRecord(Record):
     gpu_util_pct_together_repeats: list[float | None] | None = None
     overlap_s: float | None = None
     overlap_s_repeats: list[float | None] | None = None
-    # per repeat, the time every job's timed window was open / the longest window (None: a
-    # job has no window clock); repeats below MIN_WINDOW_OVERLAP feed no figure
+    # per repeat, the smallest share of a job's own timed window during which every job's
+    # window was open (None: a job has no window clock, or fixed steps); a job below
+    # MIN_WINDOW_OVERLAP in a repeat is listed in repeats_left_out {repeat, job, window_share}
     window_overlap_repeats: list[float | None] | None = None
     repeats_left_out: list[dict[str, Any]] | None = None
     verdict: str | None = None

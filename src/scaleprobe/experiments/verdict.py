@@ -269,7 +269,7 @@ def _overlap_text(rec: dict[str, Any]) -> str:
     ov = rec.get("window_overlap_repeats")
     if not isinstance(ov, list) or not any(isinstance(v, (int, float)) for v in ov):
         return ""
-    return "; timed windows open together per repeat: " + ", ".join(
+    return "; share of each job's timed window with every job running, smallest per repeat: " + ", ".join(
         num(v * 100 if isinstance(v, (int, float)) else None, ".0f", "%") for v in ov)
 
 

@@ -71,37 +71,54 @@ def _timed(name: str, sps: float, start: float, end: float) -> dict:
     return rec
 
 
-def test_window_overlap_is_the_shared_time_over_the_longest_window():
-    from scaleprobe.experiments.colocate import window_overlap
+def test_window_shares_are_each_job_s_own_window_shared():
+    from scaleprobe.experiments.colocate import window_shares
 
-    assert window_overlap([_timed("a", 1, 100.0, 102.0), _timed("b", 1, 100.0, 102.0)]) == 1.0
-    # b opened 1 s late: 1 s of a's 2 s shared
-    assert window_overlap([_timed("a", 1, 100.0, 102.0),
-                           _timed("b", 1, 101.0, 103.0)]) == pytest.approx(0.5)
-    assert window_overlap([_timed("a", 1, 100.0, 101.0), _timed("b", 1, 102.0, 103.0)]) == 0.0
+    assert window_shares([_timed("a", 1, 100.0, 102.0), _timed("b", 1, 100.0, 102.0)]) == [
+        1.0, 1.0]
+    # b opened 1 s late: half of each window shared
+    assert window_shares([_timed("a", 1, 100.0, 102.0),
+                          _timed("b", 1, 101.0, 103.0)]) == pytest.approx([0.5, 0.5])
+    # a slow step overshot b's time box: a's window wholly shared, b's 82%
+    assert window_shares([_timed("a", 1, 0.0, 2.01),
+                          _timed("b", 1, 0.0, 2.45)]) == pytest.approx([1.0, 2.01 / 2.45])
+    assert window_shares([_timed("a", 1, 100.0, 101.0), _timed("b", 1, 102.0, 103.0)]) == [
+        0.0, 0.0]
     no_clock = _timed("b", 1, 0, 0)
     no_clock["metrics"]["window_clock"] = None
-    assert window_overlap([_timed("a", 1, 100.0, 102.0), no_clock]) is None
+    assert window_shares([_timed("a", 1, 100.0, 102.0), no_clock]) is None
 
 
-def test_a_repeat_whose_windows_did_not_overlap_feeds_no_figure():
-    """Repeat 1's windows were open together for 40% of the longest: b ran mostly alone and
-    read 100 samples/s "together". Bug caught: that repeat paired as if measured together,
-    hiding the slowdown the other two repeats show (2x)."""
-    from scaleprobe.experiments.colocate import ColocateSpec, _record
+def test_a_job_that_ran_partly_alone_feeds_no_figure_for_that_repeat():
+    """Repeat 1: b's window opened 1.2 s late, so only 40% of each window had both jobs
+    running, and a read 100 samples/s "together"; repeat 2: b ran 2.5 s past a's 2 s box
+    (45% of b's window shared, all of a's). Bugs caught: a repeat paired as if measured
+    together (hiding the 2x slowdown the other repeats show), and a whole repeat thrown away
+    for every job when only one job's window was not shared. A last step past the box (82%
+    shared) keeps its figure: samples/s comes from the median step."""
+    from scaleprobe.experiments.colocate import MIN_WINDOW_OVERLAP, ColocateSpec, _record
 
+    assert MIN_WINDOW_OVERLAP == 0.6
     cs = load_colocate_spec(doc(seconds=2))
-    cs = ColocateSpec(cs.colocate_id, cs.placement, cs.jobs, 3)
-    alone = [[_timed("a", 100.0, 0, 2), _timed("b", 100.0, 3, 5)] for _ in range(3)]
+    cs = ColocateSpec(cs.colocate_id, cs.placement, cs.jobs, 4)
+    alone = [[_timed("a", 100.0, 0, 2), _timed("b", 100.0, 3, 5)] for _ in range(4)]
     together = [[_timed("a", 50.0, 10, 12), _timed("b", 50.0, 10, 12)],
                 [_timed("a", 100.0, 20, 22), _timed("b", 100.0, 21.2, 23.2)],
-                [_timed("a", 50.0, 30, 32), _timed("b", 50.0, 30.01, 32.02)]]
-    machine = [{"cpu_util_pct": 100.0, "gpu_util_pct": None, "overlap_s": 2.0}] * 3
+                [_timed("a", 50.0, 30, 32.0), _timed("b", 70.0, 30, 34.5)],
+                [_timed("a", 50.0, 40, 42.01), _timed("b", 50.0, 40, 42.45)]]
+    machine = [{"cpu_util_pct": 100.0, "gpu_util_pct": None, "overlap_s": 2.0}] * 4
     rec = _record(cs, [{}, {}], "shared", 2, alone, together, machine)
-    assert rec["window_overlap_repeats"][1] == pytest.approx(0.4)
-    assert rec["repeats_left_out"] == [{"repeat": 1, "window_overlap": pytest.approx(0.4)}]
-    for j in rec["jobs"]:
-        assert j["together_samples_per_s_repeats"][1] is None
-        assert j["slowdown"] == pytest.approx(2.0)
-    assert "repeat 2 left out: the jobs' timed windows overlapped 40% (below 90%)" \
-        in rec["evidence"]
+    assert rec["window_overlap_repeats"] == pytest.approx([1.0, 0.4, 2.0 / 4.5, 2.01 / 2.45])
+    assert [(x["repeat"], x["job"]) for x in rec["repeats_left_out"]] == [
+        (1, "a"), (1, "b"), (2, "b")]
+    a, b = rec["jobs"]
+    assert a["together_samples_per_s_repeats"] == [50.0, None, 50.0, 50.0]
+    assert b["together_samples_per_s_repeats"] == [50.0, None, None, 50.0]
+    assert a["slowdown"] == pytest.approx(2.0) and b["slowdown"] == pytest.approx(2.0)
+    assert ("a repeat 2 left out: only 40% of its timed window had every job running "
+            "(below 60%)") in rec["evidence"], rec["evidence"]
+    # fixed steps: a fast job ends first by design, nothing is left out
+    steps = load_colocate_spec(doc(steps=5))
+    steps = ColocateSpec(steps.colocate_id, steps.placement, steps.jobs, 4)
+    rec = _record(steps, [{}, {}], "shared", 2, alone, together, machine)
+    assert rec["repeats_left_out"] == [] and rec["window_overlap_repeats"] == [None] * 4
