@@ -40,22 +40,24 @@ class _NullTimer:
 
 NULL_TIMER = _NullTimer()
 
-# Called once, just before the first timed step (then cleared): co-located jobs wait there
-# for each other, so their timed windows start together whatever their set-up and warm-up
-# took (``experiments.point``). None: the window starts when the warm-up ends.
-_window_gate: Callable[[], None] | None = None
+# Called once, just before the first timed step (then cleared), with a function that says
+# whether the run was asked to stop: co-located jobs wait there for each other, so their timed
+# windows start together whatever their set-up and warm-up took (``experiments.point``); a
+# stop request ends the wait (the loop then stops at its next step). None: the window starts
+# when the warm-up ends.
+_window_gate: Callable[[Callable[[], bool]], None] | None = None
 
 
-def set_window_gate(gate: Callable[[], None] | None) -> None:
+def set_window_gate(gate: Callable[[Callable[[], bool]], None] | None) -> None:
     global _window_gate
     _window_gate = gate
 
 
-def _pass_window_gate() -> None:
+def _pass_window_gate(stopping: Callable[[], bool]) -> None:
     global _window_gate
     gate, _window_gate = _window_gate, None
     if gate is not None:
-        gate()
+        gate(stopping)
 
 
 @dataclass
@@ -331,7 +333,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
         while True:
             timing = st.step >= warm
             if timing and st.window_t0 is None:
-                _pass_window_gate()
+                _pass_window_gate(lambda: stop.requested)
                 st.window_t0 = time.perf_counter()
                 st.clock_t0 = clock()
             tm = timers[0] if timing else timers[1]

@@ -33,7 +33,8 @@ def test_the_window_gate_opens_the_timed_window_once(monkeypatch):
     counted in the window or the first step, or a gate left set for a later loop."""
     calls = []
 
-    def gate():
+    def gate(stopping):
+        assert stopping() is False
         calls.append(time.perf_counter())
         time.sleep(0.3)
 
@@ -64,3 +65,26 @@ def test_a_time_boxed_window_ends_within_a_step_in_one_process():
     assert 0.5 <= window < 0.5 + 0.3, window
     st_d, _ = _loop(cfg, distributed=True)
     assert st_d.timed == 5
+
+
+def test_a_stop_request_ends_the_wait_at_the_gate(tmp_path, monkeypatch):
+    """SIGTERM (the co-location parent stopping every job) while a job waits for the others:
+    the wait ends and the run stops at its next step, instead of sleeping until the parent's
+    grace period runs out and kills it. A parent that is gone is an error at once."""
+    import os
+    import threading
+
+    from scaleprobe.experiments import point
+
+    barrier = {"ready": str(tmp_path / "a.ready"), "go": str(tmp_path / "go")}
+    flag = threading.Event()
+    threading.Timer(0.2, flag.set).start()
+    t0 = time.monotonic()
+    point._wait_barrier(barrier, flag.is_set)
+    assert 0.15 < time.monotonic() - t0 < 2.0 and (tmp_path / "a.ready").exists()
+    parents = iter([os.getppid()])  # the parent at the start, then init: reparented
+    monkeypatch.setattr(os, "getppid", lambda: next(parents, 1))
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="co-location parent is gone"):
+        point._wait_barrier(barrier)
+    assert time.monotonic() - t0 < 1.0

@@ -96,27 +96,37 @@ def _trains_here(cfg: Any) -> bool:
     return cfg.script.path is None and traits_of(cfg.dist.strategy).in_process
 
 
-def _wait_barrier(barrier: dict[str, str]) -> None:
+def _wait_barrier(barrier: dict[str, str], stopping: Any = None) -> None:
+    """Say this job is ready, then wait for the start file. Ends early, without error, when
+    ``stopping()`` says the run was asked to stop (its loop then stops at the next step); a
+    parent that is gone, or no start signal within ``BARRIER_TIMEOUT_S``, is an error."""
+    parent = os.getppid()
     Path(barrier["ready"]).touch()  # ready to start the window (or the imports are done)
     deadline = time.monotonic() + BARRIER_TIMEOUT_S
     go = Path(barrier["go"])
     while not go.exists():
+        if stopping is not None and stopping():
+            return
+        if os.getppid() != parent:
+            raise RuntimeError("the start signal never came: the co-location parent is gone")
         if time.monotonic() > deadline:
             raise RuntimeError("the start signal never came (the parent is gone?)")
         time.sleep(0.01)
 
 
-def _barrier(cfg: Any, barrier: dict[str, str]) -> None:
+def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
     """Where the co-located jobs wait for each other: just before the first timed step when
     the training runs in this process (set-up, FLOP count and warm-up take each job its own
     time: waiting after the imports let a fast job's window pass half alone in a 1-second
-    window), else (a launcher's ranks) after the imports."""
+    window), else (a launcher's ranks) after the imports. True when the engine's gate was
+    set (the caller clears it, however the run ends)."""
     if _trains_here(cfg):
         from scaleprobe import engine
 
-        engine.set_window_gate(lambda: _wait_barrier(barrier))
-    else:
-        _wait_barrier(barrier)
+        engine.set_window_gate(lambda stopping: _wait_barrier(barrier, stopping))
+        return True
+    _wait_barrier(barrier)
+    return False
 
 
 def run_point(payload: dict[str, Any]) -> int:
@@ -129,9 +139,10 @@ def run_point(payload: dict[str, Any]) -> int:
     if payload.get("cpus") and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
         os.sched_setaffinity(0, set(payload["cpus"]))
     _import_or_stop(cfg, exp)
+    gated = False
     try:
         if payload.get("barrier"):
-            _barrier(cfg, payload["barrier"])
+            gated = _barrier(cfg, payload["barrier"])
         rec = runner.execute(cfg, experiment=exp)
     except KeyboardInterrupt as e:
         from scaleprobe.interrupt import describe
@@ -146,6 +157,11 @@ def run_point(payload: dict[str, Any]) -> int:
         traceback.print_exc()
         _record(cfg, exp, f"{type(e).__name__}: {e}")
         return 1
+    finally:
+        if gated:  # a run that ended before its first timed step never passed it
+            from scaleprobe import engine
+
+            engine.set_window_gate(None)
     print(f"point {exp.get('point')}: {rec['status']}"
           + (f" ({rec['error']})" if rec.get("error") else ""))
     return runner.exit_code(rec)
