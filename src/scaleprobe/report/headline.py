@@ -193,16 +193,24 @@ def _decide(need: int | None, iv: M.Interval | None, command: Any,
             recs: list[dict[str, Any]] = (), th: Thresholds = DEFAULT) -> str:
     """The command with the repeats that would decide; when no number of repeats would (the
     difference is below the noise): a quieter machine first where runs were measured under
-    load, else (the noise is the machine's own) the two are equal at this noise."""
+    load, the two equal at this noise where every run was measured quiet, and neither claim
+    where the load was not measured or there is no spread at all."""
     if need is not None:
         return command(need)
     n = max(2 * (iv.n if iv is not None else 1), 3)
-    if any(run_load(r, th)[0] for r in R.of_kind(list(recs), "run")):
+    if iv is None:
+        return ("no spread to judge by (too few timed steps or repeats): measure again with "
+                f"more, e.g. {command(n)}")
+    flags = [run_load(r, th)[0] for r in R.of_kind(list(recs), "run")]
+    if any(f is True for f in flags):
         return ("the noise is larger than the difference and runs were measured under load: "
                 f"measure on a quiet machine, e.g. {command(n)}")
-    return ("the difference is within this machine's run-to-run noise (no run measured under "
-            "load): either will do; only longer runs or many more repeats could separate "
-            f"them, e.g. {command(n)}")
+    if flags and all(f is False for f in flags):
+        return ("the difference is within this machine's run-to-run noise (no run measured "
+                "under load): either will do; only longer runs or many more repeats could "
+                f"separate them, e.g. {command(n)}")
+    return ("the noise is larger than the difference (whether other programs used the machine "
+            f"was not measured): measure on a quiet machine, e.g. {command(n)}")
 
 
 def _worker_flags(r: dict[str, Any]) -> dict[str, Any]:

@@ -192,6 +192,8 @@ def test_below_the_noise_a_quiet_machine_is_not_blamed(tmp_path):
     (the quiet demo said it); the row says the two are equal at this noise instead. With a
     run measured under load, a quiet machine comes first."""
     recs = _batch("bs", [1.0, 1.2, 0.85], {16: 100.0, 32: 99.0})
+    for r in recs:
+        r["metrics"]["outside_cpu_cores"] = 0.01  # measured: quiet
     rows, _ = _headline(recs, tmp_path / "quiet")
     row = next(r for r in rows if "(bs)" in r[1])
     assert "more than 30 repeats would be needed" in row[3], row[3]
@@ -203,3 +205,17 @@ def test_below_the_noise_a_quiet_machine_is_not_blamed(tmp_path):
     row = next(r for r in rows if "(bs)" in r[1])
     assert row[4].startswith("the noise is larger than the difference and runs were measured "
                              "under load: measure on a quiet machine, e.g. `scaleprobe"), row[4]
+
+
+def test_below_the_noise_with_the_load_unmeasured_claims_neither(tmp_path):
+    """Records without a load measurement (older ones): "no run measured under load" would be
+    a claim nothing supports. Bug caught: an unmeasured load read as a quiet machine."""
+    recs = _batch("bs", [1.0, 1.2, 0.85], {16: 100.0, 32: 99.0})
+    for r in recs:
+        r["metrics"]["outside_cpu_cores"] = None
+        r["load"] = None
+    rows, _ = _headline(recs, tmp_path)
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert row[4].startswith("the noise is larger than the difference (whether other "
+                             "programs used the machine was not measured)"), row[4]
+    assert "either will do" not in row[4]
