@@ -252,16 +252,19 @@ def _sweep_row(p: Pair) -> list[str]:
 
 
 def _differ_lines(cmp: Comparison) -> list[str]:
-    """What the verdicts measure besides the code: the keys and machine parts that differ,
-    once for all pairs where they agree."""
-    seen: list[str] = []
+    """What the verdicts measure besides the code: the keys and machine parts that differ in
+    every pair on one line, then those of single pairs under their point."""
+    lists = [p.differs for p in cmp.pairs]
+    common = [d for d in (lists[0] if lists else []) if all(d in x for x in lists)]
+    lines = []
+    if common:
+        lines.append("A and B differ in (every verdict measures these together): "
+                     + "; ".join(common))
     for p in cmp.pairs:
-        for d in p.differs:
-            if d not in seen:
-                seen.append(d)
-    if not seen:
-        return ["A and B ran the same configuration on the same kind of machine."]
-    return ["A and B differ in (every verdict measures these together): " + "; ".join(seen)]
+        own = [d for d in p.differs if d not in common]
+        if own:
+            lines.append(f"{p.label} also differs in: " + "; ".join(own))
+    return lines or ["A and B ran the same configuration on the same kind of machine."]
 
 
 def to_markdown(cmp: Comparison) -> str:

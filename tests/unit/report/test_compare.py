@@ -160,3 +160,21 @@ def test_two_sweeps_in_one_folder_are_kept_apart(tmp_path):
             run("w16", batch=16, experiment=sweep_point("w", batch_size=16)),
             run("w32", batch=32, experiment=sweep_point("w", batch_size=32))]))
     assert len(renamed.pairs) == 1 and renamed.only_b == ["batch_size=32"]
+
+
+def test_a_difference_of_one_point_is_named_under_that_point(tmp_path):
+    """Catches a load (or key) that differs at one point of a sweep comparison said of every
+    verdict: the shared differences go on one line, a single point's under its name."""
+    def side(loaded: bool) -> list[dict]:
+        out = []
+        for b in (16, 32):
+            r = run(f"b{b}", batch=b, experiment=sweep_point("s", batch_size=b))
+            r["metrics"]["outside_cpu_cores"] = 3.0 if loaded and b == 32 else 0.0
+            out.append(r)
+        return out
+
+    cmp = compare_paths(write_results(tmp_path / "a", side(False)),
+                        write_results(tmp_path / "b", side(True)))
+    md = to_markdown(cmp)
+    assert "batch_size=32 also differs in: measured under load: B" in md
+    assert "every verdict measures these together" not in md
