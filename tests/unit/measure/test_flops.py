@@ -393,3 +393,18 @@ def test_resolve_peak_checks_the_cache_and_says_what_it_replaced(tmp_path, monke
     monkeypatch.setattr(F, "calibrate", lambda d, t, *a, **kw: {"flops_per_s": 1.0})
     again = F.resolve_peak(cpu, "off", tmp_path)
     assert ", cached " in again["source"] and "replaces" not in again["source"]
+
+
+def test_a_busy_calibration_after_a_stale_check_keeps_the_check_s_figure(tmp_path):
+    """Cached 100, the check 120 (the cache is low), then the calibration runs beside other
+    work and reads 90. Bug caught: the 90 replaced the cache, below both figures seen."""
+    cpu = torch.device("cpu")
+    F.measured_peak(cpu, "fp32", tmp_path, lambda d, t: {
+        "flops_per_s": 1e11, "method": "measured peak: fake"})
+    got = F.measured_peak(
+        cpu, "fp32", tmp_path,
+        lambda d, t: {"flops_per_s": 9e10, "under_load": True, "cpu_share": 0.5,
+                      "method": "measured peak: busy"},
+        lambda d, t: {"flops_per_s": 1.2e11})
+    assert got["flops_per_s"] == 1.2e11 and got["under_load"] is True
+    assert got["method"] == "measured peak: busy; the check before it reached 120 GFLOP/s, kept"
