@@ -278,7 +278,9 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
         st.procs.stop_all()
         st.bar.stop()
         try:  # the tables of the points finished so far; never hide why the sweep stopped
-            write_report(out, sweep_report(_finished(st), st.skipped, st.searches, sp), True)
+            keys = None if sp.auto else {sp.config(p, str(out)).key() for p in pts}
+            write_report(out, sweep_report(_finished(st, keys), st.skipped, st.searches, sp),
+                         True)
         except Exception as e:  # noqa: BLE001
             st.bar.note(f"could not write the partial tables: {type(e).__name__}: {e}")
         raise
@@ -291,14 +293,20 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
     return st.records
 
 
-def _finished(st: SweepState) -> list[dict[str, Any]]:
+def _finished(st: SweepState, keys: set[str] | None) -> list[dict[str, Any]]:
     """This call's records, then the finished runs of this sweep found on disk that it had
     not reached yet: a resumed sweep stopped while it was still listing finished points
-    writes the tables of everything finished, not of the points it had listed."""
+    writes the tables of everything finished, not of the points it had listed. ``keys``: the
+    grid's points (their first ``repeats`` runs each); None (a batch search): every finished
+    run of this sweep id."""
     seen = {r.get("run_id") for r in st.records}
-    earlier = [r for recs in st.done.values() for r in recs
-               if (r.get("experiment") or {}).get("id") == st.spec.sweep_id
-               and r.get("run_id") not in seen]
+    earlier = []
+    for key, recs in st.done.items():
+        if keys is not None and key not in keys:
+            continue
+        mine = [r for r in recs if (r.get("experiment") or {}).get("id") == st.spec.sweep_id]
+        earlier += [r for r in (mine[:st.spec.repeats] if keys is not None else mine)
+                    if r.get("run_id") not in seen]
     return st.records + earlier
 
 

@@ -216,3 +216,9 @@ def test_a_resumed_sweep_stopped_early_keeps_the_finished_tables(tmp_path, fake_
     assert "_Interrupted: the tables hold the points finished so far._" in md
     assert "| 16 |" in md and "| 32 |" in md
     assert (tmp_path / "sweep.csv").read_text() == full_csv
+    # the same sweep id with a smaller grid: only its own points' runs fill the tables
+    n.clear()
+    with pytest.raises(KeyboardInterrupt):
+        S.run_sweep(spec({"batch_size": [16]}, repeats=2), tmp_path, progress=False)
+    md = (tmp_path / "sweep.md").read_text()
+    assert "| 16 |" in md and "| 32 |" not in md
