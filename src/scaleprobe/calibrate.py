@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from scaleprobe.engine import LoopState, Parts
+    from scaleprobe.engine import LoopState
+    from scaleprobe.parts import Parts
 
 
 def _sync(device: torch.device) -> None:

@@ -16,21 +16,15 @@ from typing import Any
 
 import torch
 
-from scaleprobe import env as envmod
 from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.config import RunConfig
-from scaleprobe.data.datasets import build_split
-from scaleprobe.data.loader import Indexed, build_loader
-from scaleprobe.data.transforms import build_eval_transform, build_transform
 from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
-from scaleprobe.measure.monitor import host_mem_baseline, host_mem_record
+from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.stats import is_stable
 from scaleprobe.measure.timer import StepTimer
-from scaleprobe.models import build_model, param_count
-from scaleprobe.models.build import has_lazy, init_lazy
-from scaleprobe.tasks import build_task
+from scaleprobe.parts import Parts, lr_warmup_steps, setup
 
 
 class _NullTimer:
@@ -58,135 +52,6 @@ def _pass_window_gate(stopping: Callable[[], bool]) -> None:
     gate, _window_gate = _window_gate, None
     if gate is not None:
         gate(stopping)
-
-
-@dataclass
-class Parts:
-    cfg: RunConfig
-    device: torch.device
-    strategy: Any
-    task: Any
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: Any
-    autocast: Any
-    loader: Any
-    sampler: Any
-    val_loader: Any
-    per_process_batch: int
-    lr_target: float
-    info: dict[str, Any] = field(default_factory=dict)
-    host_baseline: dict[str, Any] = field(default_factory=dict)  # before the model and data existed
-    flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
-    watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
-
-
-def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
-    if amp == "off":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
-
-
-def _optimizer(cfg: RunConfig, params: Any, lr: float) -> torch.optim.Optimizer:
-    t = cfg.train
-    if t.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=t.weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=t.momentum, weight_decay=t.weight_decay)
-
-
-def _task_transforms(task: Any, kind: str, size: int) -> tuple[Any, Any]:
-    """(joint image+target transform or None, image transform): the task's own when it has
-    them (detection moves boxes with the image), else the classification ones."""
-    if hasattr(task, "transforms"):
-        return task.transforms(kind, size)
-    image_tf = build_eval_transform(size) if kind == "eval" else build_transform(kind, size)
-    return getattr(task, "target_transform", None), image_tf
-
-
-def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
-    # torch (and on CUDA its context) is already resident: what the run adds is measured
-    # against this baseline (``peak_mem_bytes.host_net``). torch's compiler front end is
-    # imported by the first optimizer (and by DDP) whether or not anything is compiled: about
-    # 130 MiB of a library's import, not the run's memory, so it is resident before the baseline
-    import torch._dynamo  # noqa: F401
-
-    baseline = host_mem_baseline()
-    envmod.seed_all(cfg.train.seed)
-    split = build_split(cfg.data, cfg.train.seed)
-    task = build_task(cfg.task, split.num_classes)
-    size = split.image_size
-    joint, image_tf = _task_transforms(task, cfg.data.transform, size)
-    train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
-    towers = strategy.towers
-    trainers = strategy.trainers * towers  # devices with a batch
-    batch = cfg.per_device_batch(trainers) * towers
-    if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
-        model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
-    else:
-        model = task.build_model(build_model(cfg.model.name, split.num_classes, size)).to(device)
-    if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
-        first = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])
-        init_lazy(model, task.to_device(*first[:2], device, False)[0])
-    if cfg.model.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    model = strategy.wrap(model)
-    lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
-                                and cfg.train.global_batch is None else 1)
-    optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16"
-                                  and device.type == "cuda")
-    sampler = strategy.sampler(train_ds, cfg.train.seed)
-    batch_sampler = task.batch_sampler(train_ds, batch, cfg.train.seed)
-    if hasattr(batch_sampler, "shard"):  # the task's batches come from this rank's samples
-        batch_sampler.shard = sampler
-    if split.resident:  # synthetic: one batch made once on the device, no loader
-        from scaleprobe.data.device import DeviceBatches
-
-        loader = DeviceBatches(len(train_ds), batch, sampler, size, split.num_classes,
-                               cfg.train.seed, strategy.rank, device, cfg.model.channels_last)
-    elif batch_sampler is not None:
-        loader = build_loader(train_ds, cfg.data, 1, sampler=None, shuffle=False, device=device,
-                              seed=cfg.train.seed, collate=task.collate, batch_sampler=batch_sampler)
-    else:
-        loader = build_loader(train_ds, cfg.data, batch, sampler=sampler, shuffle=True,
-                              device=device, seed=cfg.train.seed, collate=task.collate)
-    val_loader = None
-    if cfg.train.target and split.val is None:
-        from scaleprobe.errors import ConfigError
-
-        raise ConfigError(f"--target needs a held-out split to evaluate on; --dataset "
-                          f"{cfg.data.dataset} has none")
-    if (cfg.train.eval or cfg.train.target) and split.val is not None:
-        joint, image_tf = _task_transforms(task, "eval", size)
-        val_ds = Indexed(split.val, image_tf, cfg.data.skip_bad_samples, joint)
-        val_loader = build_loader(val_ds, cfg.data.__class__(loader="naive", workers=0),
-                                  max(batch, 64), sampler=None, shuffle=False, device=device,
-                                  seed=0, drop_last=False, collate=task.collate)
-    info = {"num_classes": split.num_classes, "image_size": size, "dataset_source": split.source,
-            "train_samples": len(train_ds), "param_count": param_count(strategy.unwrap(model)),
-            "per_process_batch": batch, "lr_effective": lr_target,
-            "input_mode": "device-resident" if split.resident else "loader",
-            "lr_warmup_steps": lr_warmup_steps(cfg, _steps_per_epoch(loader))}
-    return Parts(cfg, device, strategy, task, model, optimizer, scaler,
-                 _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
-                 info, baseline)
-
-
-def lr_warmup_steps(cfg: RunConfig, steps_per_epoch: int | None) -> int:
-    """The steps of the linear learning-rate warm-up: ``--warmup-epochs`` epochs of this
-    run's steps (rounded, at least 1), else the untimed ``--warmup-steps``."""
-    t = cfg.train
-    if t.warmup_epochs is not None and steps_per_epoch:
-        return max(1, round(t.warmup_epochs * steps_per_epoch))
-    return max(1, t.warmup_steps)
-
-
-def _steps_per_epoch(loader: Any) -> int | None:
-    try:
-        return len(loader) or None
-    except TypeError:
-        return None
 
 
 def _set_lr(p: Parts, step: int) -> None:

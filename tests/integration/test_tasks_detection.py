@@ -200,7 +200,7 @@ def test_heavy_transform_in_loader_workers_moves_boxes_with_the_image(capsys, vo
     and the boxes that reach the training step still frame the objects. Bugs caught: boxes
     not flipped or cropped with the image, boxes left in the original image's coordinates,
     targets paired with another sample's image on the way back from the worker."""
-    from scaleprobe.engine import setup
+    from scaleprobe.parts import setup
     from scaleprobe.strategies import build_strategy
 
     root = _copy(voc, tmp_path)

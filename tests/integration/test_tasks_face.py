@@ -40,7 +40,7 @@ def run_inproc(capsys, out: Path, *argv) -> dict:
 def untrained_accuracy(*overrides: str) -> dict:
     """Verification of the run's starting point (same seed, same initialisation, same pairs)."""
     from scaleprobe.config import build
-    from scaleprobe.engine import setup
+    from scaleprobe.parts import setup
     from scaleprobe.strategies.single import Single
 
     cfg = build({"task": "face", "eval": True, "loader": "naive",

@@ -18,9 +18,10 @@ import torch
 from scaleprobe import config as C
 from scaleprobe import results as res
 from scaleprobe.assemble import build_result
-from scaleprobe.engine import Parts, train_loop
+from scaleprobe.engine import train_loop
 from scaleprobe.measure.summary import typical_steps
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.parts import Parts
 from scaleprobe.results import RankRecord, RunResult
 
 pytestmark = pytest.mark.timeout(60)

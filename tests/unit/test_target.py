@@ -156,7 +156,7 @@ def test_learning_rate_warm_up_in_epochs_counts_this_runs_steps():
     epochs at 1. Bugs caught: --warmup-epochs ignored (the ramp over the untimed
     --warmup-steps, 5 steps), or counted in the steps of another batch size."""
     from scaleprobe.config import build
-    from scaleprobe.engine import lr_warmup_steps
+    from scaleprobe.parts import lr_warmup_steps
 
     cfg = build({"lr_scaling": "linear", "warmup_epochs": 2.5, "warmup_steps": 3})
     assert lr_warmup_steps(cfg, 28) == 70

@@ -228,7 +228,7 @@ def main(argv: list[str]) -> int:
     _own_process_group()
     signal.signal(signal.SIGTERM, _sigterm)
     import torch  # noqa: F401  (the baseline below is the memory held before the script's work)
-    import torch._dynamo  # noqa: F401  (imported by the script's first optimizer: see engine.setup)
+    import torch._dynamo  # noqa: F401  (imported by the script's first optimizer: see parts.setup)
 
     from scaleprobe.measure.monitor import host_mem_baseline
     from scaleprobe.wrap.hooks import Recorder, StopScript
