@@ -27,6 +27,36 @@ def typical_steps(step_times: list[float]) -> list[int]:
     return [i for i, t in enumerate(step_times) if lo <= t <= hi]
 
 
+def _typical_basis(phase_times: dict[str, list[float]],
+                   step_times: list[float] | None) -> tuple[list[int], float] | None:
+    """The steps a breakdown averages over (``typical_steps``) and the factor that lays their
+    mean over the median step; None when no step was timed."""
+    n = max((len(v) for v in phase_times.values()), default=0)
+    if n == 0:
+        return None
+    idx = typical_steps(step_times) if step_times and len(step_times) == n else list(range(n))
+    total = sum(sum(vals[i] for i in idx) / len(idx)
+                for p, vals in phase_times.items() if p in PHASES and vals)
+    scale = (median(step_times) / total
+             if step_times and len(step_times) == n and total > 0 else 1.0)
+    return idx, scale
+
+
+def per_median_step(values: list[float], phase_times: dict[str, list[float]],
+                    step_times: list[float] | None) -> float | None:
+    """A per-step figure on the breakdown's own basis: its mean over the typical steps, laid
+    over the median step like each phase. A figure that is at least a phase in every step
+    (DDP's all-reduce in flight vs its exposed wait) stays at least that phase here, which a
+    median of the one against the breakdown's mean of the other does not."""
+    basis = _typical_basis(phase_times, step_times)
+    if basis is None or not values:
+        return None
+    idx, scale = basis
+    if len(values) != max(len(v) for v in phase_times.values()):
+        raise ValueError(f"{len(values)} values for {len(idx)} steps' phases")
+    return sum(values[i] for i in idx) / len(idx) * scale
+
+
 def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
               step_times: list[float] | None = None) -> dict[str, Any]:
     """Seconds per phase of the median step: each phase's share is its mean over the steps
@@ -35,20 +65,16 @@ def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
 
     With overlapped communication (DDP) the gradient all-reduce runs inside the backward
     pass; its exposed part, measured by calibration, is moved from backward to comm."""
-    out: dict[str, Any] = {}
-    n = max((len(v) for v in phase_times.values()), default=0)
-    if n == 0:
+    basis = _typical_basis(phase_times, step_times)
+    if basis is None:
         return dict.fromkeys(PHASES)
-    idx = typical_steps(step_times) if step_times and len(step_times) == n else list(range(n))
+    idx, scale = basis
+    out: dict[str, Any] = {}
     for p in PHASES:
         vals = phase_times.get(p) or []
-        out[p] = sum(vals[i] for i in idx) / len(idx) if vals else 0.0
-    total = sum(out.values())
-    if step_times and len(step_times) == n and total > 0:
         # each phase keeps its share of the typical step; the shares are laid over the median
         # step, so the breakdown adds up to the headline step time
-        scale = median(step_times) / total
-        out = {p: v * scale for p, v in out.items()}
+        out[p] = sum(vals[i] for i in idx) / len(idx) * scale if vals else 0.0
     if exposed_comm_s is not None:
         moved = min(exposed_comm_s, out["backward"])
         out["backward"] -= moved

@@ -39,6 +39,7 @@ def rank_record(rec: Any, rank: int, world: int,
 
     from scaleprobe.measure.monitor import host_mem_record
     from scaleprobe.measure.stats import median
+    from scaleprobe.measure.summary import per_median_step
 
     w = min(rec.warmup, len(rec.step_times))
     timed = rec.step_times[w:]
@@ -61,6 +62,8 @@ def rank_record(rec: Any, rank: int, world: int,
     if not rec.data_seen:
         del phases["data"]
         unseen["data"] = "no DataLoader batch was taken: data wait cannot be seen"
+    if comm is not None:  # on the breakdown's basis, so in flight >= exposed holds here too
+        comm["in_flight_s"] = per_median_step(rec.comm_in_flight[w:], phases, timed)
     samples = rec.samples[w:]
     per_step = int(round(median(samples))) if samples else 0
     log = rec.train_loader()
@@ -94,15 +97,14 @@ def rank_record(rec: Any, rank: int, world: int,
 
 def _comm_record(rec: Any, warmup: int, world: int) -> dict[str, Any] | None:
     """What DDP's comm hook saw over the timed steps (wrap/comm.py); None when it saw no
-    all-reduce in them (one process, no DDP, or a DDP model it could not time)."""
-    from scaleprobe.measure.stats import median
+    all-reduce in them (one process, no DDP, or a DDP model it could not time).
+    ``in_flight_s`` is filled in once the phases are final."""
     from scaleprobe.wrap.comm import EXPOSED_METHOD, IN_FLIGHT_METHOD
 
     exposed = rec.comm_exposed[warmup:]
     if world < 2 or not exposed or any(e is None for e in exposed):
         return None
-    flight = [f for f in rec.comm_in_flight[warmup:] if f is not None]
-    return {"method": EXPOSED_METHOD, "in_flight_s": median(flight),
+    return {"method": EXPOSED_METHOD, "in_flight_s": None,
             "in_flight_method": IN_FLIGHT_METHOD, "models_timed": rec.comm.attached,
             "transfer_reason": ("not measured under wrap: the network's share needs a "
                                 "standalone collective on the script's process group")}

@@ -31,7 +31,8 @@ from typing import Any
 EXPOSED_METHOD = ("DDP comm hook: from the launch of the step's last gradient bucket to the "
                   "completion of its last all-reduce (every gradient is computed by then)")
 IN_FLIGHT_METHOD = ("DDP comm hook: time with at least one of the step's gradient all-reduces "
-                    "in flight (union of launch-to-completion intervals)")
+                    "in flight (union of launch-to-completion intervals), per step on the "
+                    "breakdown's basis: mean over the typical steps laid over the median step")
 
 
 def step_figures(buckets: list[tuple[float, float]]) -> tuple[float, float] | None:
