@@ -16,6 +16,7 @@ from scaleprobe import results as res
 from scaleprobe.config import RunConfig
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
+from scaleprobe.measure.stats import median
 from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
 from scaleprobe.results import (
     Audit,
@@ -170,6 +171,24 @@ def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
         m.host_net = m.host - m.host_baseline - (m.host_file_growth or 0)
 
 
+def _epoch_starts(m: Any, raw0: RankRecord, why: dict[str, str]) -> None:
+    """The data wait of the timed steps that took an epoch's first batch, against the
+    window's: a DataLoader prefetches nothing across an epoch boundary, so with few steps per
+    epoch that first wait recurs, and the median step (samples/s) leaves it out."""
+    data = raw0.phase_times_s.get("data") or []
+    if not data or "data" in raw0.phases_unseen:
+        why["epoch_start_data_s"] = "no data wait was timed"
+        return
+    starts = sorted({i for i in raw0.epoch_start_steps if 0 <= i < len(data)})
+    m.epoch_starts_timed = len(starts)
+    if not starts:
+        why["epoch_start_data_s"] = "no timed step took an epoch's first batch"
+        return
+    m.epoch_start_data_s = median([data[i] for i in starts])
+    total = sum(data)
+    m.epoch_start_data_share = sum(data[i] for i in starts) / total if total > 0 else None
+
+
 def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
              mon: dict[str, Any]) -> None:
     m, why = result.metrics, result.null_reasons
@@ -216,6 +235,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         m.epoch_time_s = m.epoch_time_projected = m.steps_per_epoch = None
         why["epoch_time_s"] = "not projected: the size of the training data is unknown"
     m.epoch_times_s = raw0.epoch_wall_s
+    _epoch_starts(m, raw0, why)
     m.cpu_util_pct = mon.get("cpu_util_pct")
     m.gpu_util_pct = mon.get("gpu_util_pct")
     m.gpu_power_w = mon.get("gpu_power_w")

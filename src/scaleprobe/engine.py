@@ -78,6 +78,7 @@ class LoopState:
     window_t1: float | None = None
     last_batch: Any = None
     epochs_complete: int = 0
+    epoch_starts: list[int] = field(default_factory=list)  # timed steps that began an epoch
     interrupted: bool = False  # stopped early on a stop request (interrupt.py)
     paused_s: float = 0.0  # --target evaluations inside the timed window: not in window_s
 
@@ -195,6 +196,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
         t_epoch = time.perf_counter()
         it = iter(p.loader)
         halt = False
+        first = True  # the epoch's first batch: the loader prefetches none across epochs
         while True:
             timing = st.step >= warm
             if timing and st.window_t0 is None:
@@ -206,6 +208,9 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
             batch = next(it, None)
             if batch is None:
                 break
+            if first and timing:
+                st.epoch_starts.append(st.timed)
+            first = False
             tm.mark("data")
             with (p.flops.around(st.step, timing) if p.flops else contextlib.nullcontext()):
                 _one_step(p, st, batch, tm)
@@ -300,6 +305,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         clock_window=(getattr(st, "clock_t0", None), getattr(st, "clock_t1", None)),
         epochs_complete=st.epochs_complete,
         epoch_wall_s=st.epoch_wall_s,
+        epoch_start_steps=st.epoch_starts,
         samples_per_step=p.per_process_batch,
         towers=p.strategy.towers,  # devices this process feeds (dp: all)
         indices=[torch.cat(e).tolist() if e else [] for e in st.epoch_idx],

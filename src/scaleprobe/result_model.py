@@ -214,6 +214,11 @@ class Metrics(Record):
     epoch_time_projected: bool | None = None
     epoch_times_s: list[float] | None = None
     steps_per_epoch: int | None = None
+    # the timed steps that took an epoch's first batch (the loader prefetches nothing across
+    # an epoch boundary): how many, their median data wait, their share of the window's
+    epoch_starts_timed: int | None = None
+    epoch_start_data_s: float | None = None
+    epoch_start_data_share: float | None = None
     steps_timed: int = 0
     steps_done: int | None = None
     window_s: float | None = None
@@ -470,6 +475,8 @@ class RankRecord(Record):
     clock_window: list[float | None] | tuple[float | None, float | None] | None = None
     epochs_complete: int = 0
     epoch_wall_s: list[float] = field(default_factory=list)
+    # positions in step_times_s of the timed steps that took an epoch's first batch
+    epoch_start_steps: list[int] = field(default_factory=list)
     samples_per_step: int = 0
     towers: int = 1
     indices: list[list[int]] = field(default_factory=list)

@@ -46,6 +46,17 @@ def cpu_demand(rec: dict[str, Any]) -> tuple[int | None, str]:
     return total, f"{text} = {total}"
 
 
+def epoch_starts(rec: dict[str, Any]) -> str:
+    """What to change when the wait comes at each epoch's first batch."""
+    spe = R.metric(rec, "steps_per_epoch")
+    few = f" ({int(spe)} now)" if spe else ""
+    return ("a DataLoader prefetches nothing across an epoch boundary: each epoch's first "
+            "batch is built from scratch, by one worker alone, while the device waits, so "
+            "more workers do not shorten it; compare settings by epoch time, not samples/s; "
+            f"more steps per epoch{few} (more samples, or a smaller batch) spread that wait "
+            "over more steps, and a cheaper sample shortens it")
+
+
 def input_bound(rec: dict[str, Any]) -> str:
     """What to change when the loop waits for data: workers, prefetch, cheaper samples."""
     c, n = cores(rec), local_procs(rec)

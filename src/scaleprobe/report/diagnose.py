@@ -9,6 +9,10 @@ Verdicts of one run:
 
     input-bound          data wait above the threshold, or real-data samples/s well below a
                          synthetic-data run that differs in the dataset alone (like for like)
+    input-bound at epoch starts  most of the data wait fell on the steps that took an
+                         epoch's first batch, and that wait is a notable share of an epoch:
+                         the loader prefetches nothing across an epoch boundary, and
+                         samples/s (from the median step) leaves the wait out
     communication-bound  exposed communication above the threshold, most of it transfer
                          (the standalone collective for the gradient bytes)
     synchronisation overhead  exposed communication above the threshold, most of it not
@@ -122,9 +126,35 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
                             f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data, "
                             f"every other setting the same ({fmt.pct(ratio)}, run "
                             f"{R.name(synth)})")
+    starts = _epoch_start_wait(rec, th)
+    if starts is not None:
+        return Finding("input-bound at epoch starts", "; ".join([starts, *evidence]),
+                       advice.epoch_starts(rec), "warning")
     if not evidence:
         return None
     return Finding("input-bound", "; ".join(evidence), advice.input_bound(rec), "warning")
+
+
+def _epoch_start_wait(rec: dict[str, Any], th: Thresholds) -> str | None:
+    """The evidence that the data wait comes at epoch starts, or None: two or more timed
+    epoch starts, at least ``epoch_start_share`` of the window's data wait on them, and
+    their median wait above ``data_wait_fraction`` of an epoch (that wait plus the epoch's
+    median steps)."""
+    n = R.metric(rec, "epoch_starts_timed")
+    share = R.metric(rec, "epoch_start_data_share")
+    wait = R.metric(rec, "epoch_start_data_s")
+    spe, step = R.metric(rec, "steps_per_epoch"), R.step_median_s(rec)
+    if not n or n < 2 or share is None or share < th.epoch_start_share:
+        return None
+    if not (wait and spe and step):
+        return None
+    cost = wait / (wait + spe * step)
+    if cost <= th.data_wait_fraction:
+        return None
+    return (f"{fmt.pct(share)} of the data wait fell on the {int(n)} timed steps that took an "
+            f"epoch's first batch, {fmt.ms(wait)} each (median); with {int(spe)} step"
+            f"{'s' if spe != 1 else ''} per epoch of {fmt.ms(step)} that is {fmt.pct(cost)} "
+            "of each epoch, which samples/s (from the median step) leaves out")
 
 
 def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -39,6 +39,9 @@ KeyFigure = tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str], st
 KEY_FIGURES: dict[str, KeyFigure] = {
     "input-bound": ("data wait", lambda r: R.metric(r, "data_wait_fraction"), fmt.pct,
                     "of each step"),
+    "input-bound at epoch starts": ("data wait at epoch starts",
+                                    lambda r: R.metric(r, "epoch_start_data_share"), fmt.pct,
+                                    "of the data wait"),
     "communication-bound": ("exposed communication", lambda r: R.metric(r, "comm_fraction"),
                             fmt.pct, "of each step"),
     "synchronisation overhead": ("exposed communication",

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 class Thresholds:
     # input-bound: the loop waits for the next batch for more than this fraction of a step
     data_wait_fraction: float = 0.10
+    # input-bound at epoch starts: at least this share of the window's data wait fell on the
+    # steps that took an epoch's first batch (and that first wait is above data_wait_fraction
+    # of an epoch): a DataLoader prefetches nothing across an epoch boundary. On an H100,
+    # resnet34 at 512 px with 1-3 steps per epoch put 95-100% of its data wait there
+    epoch_start_share: float = 0.60
     # input-bound: real-data samples/s below this fraction of a synthetic-data run of the
     # same model and batch size in the same results
     real_vs_synthetic: float = 0.80

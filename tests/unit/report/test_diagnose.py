@@ -45,6 +45,47 @@ def test_input_bound_by_data_wait_with_worker_numbers():
     assert "compute-bound" not in _verdicts(diagnose_run(rec))
 
 
+def _epoch_starts(rec: dict, n: int, wait: float, share: float, spe: int) -> dict:
+    for k, v in (("epoch_starts_timed", n), ("epoch_start_data_s", wait),
+                 ("epoch_start_data_share", share), ("steps_per_epoch", spe)):
+        rec = with_(rec, f"metrics.{k}", v)
+    return rec
+
+
+def test_input_bound_at_epoch_starts_is_told_apart_from_too_few_workers():
+    """The H100 batch search: resnet34 at 512 px, batch 256, 3 steps per epoch, waited 1.2-1.5
+    s at each epoch's first batch and nothing between (0.41 s steps). Bug caught: "raise
+    loader workers", which cannot shorten one worker's build of the epoch's first batch."""
+    rec = _epoch_starts(run("b256", step_s=0.41, bd=breakdown(0.41, data=0.43), workers=8,
+                            cores=16),
+                        n=3, wait=1.23, share=1.0, spe=3)
+    f = _one(diagnose_run(rec), "input-bound at epoch starts")
+    assert "100% of the data wait fell on the 3 timed steps" in f.evidence
+    assert "1.23 s each (median)" in f.evidence
+    assert "3 steps per epoch of 410.0 ms that is 50% of each epoch" in f.evidence
+    assert "data wait 43% of each step" in f.evidence
+    assert "more workers do not shorten it" in f.recommendation
+    assert "more steps per epoch (3 now)" in f.recommendation
+    assert "raise loader workers" not in f.recommendation
+    assert "input-bound" not in _verdicts(diagnose_run(rec))
+
+
+def test_epoch_start_wait_below_the_bars_keeps_the_plain_verdicts():
+    """Too few epoch starts, too small a share of the wait, or a wait too short against the
+    epoch: the epoch-start verdict stays out (bug caught: one slow first batch, or a CPU run's
+    8 ms first-batch wait against 0.4 s steps, read as the pattern)."""
+    base = run("w", step_s=0.41, bd=breakdown(0.41, data=0.3), workers=2, cores=16)
+    for n, wait, share, spe in ((1, 1.2, 1.0, 3), (3, 1.2, 0.5, 3), (4, 0.008, 0.73, 3)):
+        found = _verdicts(diagnose_run(_epoch_starts(base, n, wait, share, spe)))
+        assert "input-bound at epoch starts" not in found and "input-bound" in found
+    quiet = run("q", step_s=0.41, bd=breakdown(0.41, data=0.02), workers=2, cores=16)
+    found = _verdicts(diagnose_run(_epoch_starts(quiet, 4, 0.008, 0.73, 3)))
+    assert "input-bound at epoch starts" not in found and "input-bound" not in found
+    # the median step can hide them (rare long waits drop out of the typical steps)
+    hidden = _verdicts(diagnose_run(_epoch_starts(quiet, 4, 0.5, 0.95, 5)))
+    assert "input-bound at epoch starts" in hidden
+
+
 def test_input_bound_script_is_told_about_its_own_dataloader():
     """A script under wrap: scaleprobe's --workers/--loader do not reach it. Bug caught: the
     advice naming flags the script never sees."""
