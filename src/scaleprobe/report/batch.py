@@ -48,6 +48,40 @@ def epoch_figure(r: dict[str, Any]) -> float | None:
     return 1.0 / sps if sps else None
 
 
+def projected_epoch(r: dict[str, Any]) -> float | None:
+    """Epoch time on the median step's basis: the record's own where it was projected, else
+    its median step x steps per epoch (a measured epoch also holds the wait for each epoch's
+    first batch, which the median step leaves out)."""
+    if R.projected(r):
+        return R.metric(r, "epoch_time_s")
+    step, spe = R.step_median_s(r), R.metric(r, "steps_per_epoch")
+    return step * spe if step and spe else None
+
+
+def seconds_per_sample(r: dict[str, Any]) -> float | None:
+    sps = R.metric(r, "samples_per_s")
+    return 1.0 / sps if sps else None
+
+
+EPOCH_BASES = {"measured": epoch_figure, "projected": projected_epoch,
+               "per sample": seconds_per_sample}
+
+
+def epoch_basis(recs: list[dict[str, Any]]) -> str:
+    """One basis for every epoch time a group compares, so that no comparison pairs a
+    measured epoch (its first batch's wait included) with a projected one (median step x
+    steps per epoch, no such wait): "measured" when every repeat of every point ran whole
+    epochs, else "projected" when each has a median step and steps per epoch, else seconds
+    per sample."""
+    every = [x for r in recs for x in P.repeats_of(r)]
+    if every and all(R.metric(x, "epoch_time_s") is not None and not R.projected(x)
+                     for x in every):
+        return "measured"
+    if every and all(projected_epoch(x) is not None for x in every):
+        return "projected"
+    return "per sample"
+
+
 def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per batch size (the point's median repeat), sorted by batch size within each
     group, with growth rates between consecutive points that finished (the first row's growth
@@ -57,17 +91,22 @@ def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         recs = sorted(recs, key=lambda r: (R.batch_size(r) is None, R.batch_size(r) or 0))
         ok = [r for r in recs if r.get("status") == "ok"]
         mem_kind = "device" if ok and all(R.device_peak(r) is not None for r in ok) else "host"
+        basis = epoch_basis(ok)
+        fig = EPOCH_BASES[basis]
         prev: dict[str, Any] | None = None
         for r in recs:
             row = _batch_row(r, label, mem_kind)
+            row["epoch_basis"] = basis
+            row["epoch_basis_mixed"] = basis != "measured" and any(
+                not R.projected(x) and R.metric(x, "epoch_time_s") is not None for x in ok)
             if row["status"] == "ok":
                 if prev is not None:
                     row["mem_growth"] = M.growth(row["peak_mem_bytes"], prev["peak_mem_bytes"])
                     row["mem_interval"] = _mem_interval(prev["record"], r, mem_kind)
-                    iv = P.interval(prev["record"], r, epoch_figure)
+                    iv = P.interval(prev["record"], r, fig)
                     row["epoch_interval"] = iv
                     row["epoch_growth"] = (iv.estimate - 1.0 if iv is not None else
-                                           M.growth(epoch_figure(r), epoch_figure(prev["record"])))
+                                           M.growth(fig(r), fig(prev["record"])))
                 prev = row
             rows.append(row)
     return rows
@@ -130,7 +169,7 @@ def batch_cells(row: dict[str, Any]) -> list[str]:
         mem += f" net ({fmt.bytes_(total)} total)"
     return head + [
         mem, _growth_cell(row["mem_growth"], row.get("mem_interval")),
-        fmt.seconds(row["epoch_time_s"], row["epoch_projected"]),
+        epoch_text(row),
         _growth_cell(row["epoch_growth"], row.get("epoch_interval")),
         fmt.rate(row["samples_per_s"]), fmt.tflops(row["achieved_flops_per_s"]),
         fmt.mfu(row["mfu"]), fmt.pct_value(row["cpu_util_pct"]),
@@ -252,6 +291,20 @@ def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
     return ahead, tied
 
 
+def epoch_text(row: dict[str, Any]) -> str:
+    """The row's epoch time as its group compares it: projected (``~``) where the group's
+    basis is the median step's, else the row's own."""
+    if row.get("epoch_basis") == "projected":
+        return fmt.seconds(compared_epoch(row), True)
+    return fmt.seconds(row["epoch_time_s"], row["epoch_projected"])
+
+
+def compared_epoch(row: dict[str, Any]) -> float | None:
+    """The row's epoch time on its group's basis (``epoch_basis``), over its repeats."""
+    fig = EPOCH_BASES[row["epoch_basis"]]
+    return P.median_of(row["record"], fig)
+
+
 def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Fastest and most efficient batch size, and which steps up in batch size paid.
 
@@ -267,11 +320,12 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
     if not ok:
         return {"fastest": None, "most_efficient": None, "steps": steps,
                 "text": "No batch size finished, so there is nothing to recommend."}
-    timed = [r for r in ok if r["epoch_time_s"] is not None]
-    fastest = (min(timed, key=lambda r: r["epoch_time_s"]) if timed
+    timed = [r for r in ok if compared_epoch(r) is not None]
+    fastest = (min(timed, key=compared_epoch) if timed
                else max(ok, key=lambda r: r["samples_per_s"]))
     same = [r for r in ok if r["group"] == fastest["group"] and r is not fastest]
-    fast_ahead, fast_tied = _ahead(fastest, same, epoch_figure, higher_is_better=False)
+    fast_ahead, fast_tied = _ahead(fastest, same, EPOCH_BASES[fastest["epoch_basis"]],
+                                   higher_is_better=False)
     eff_rows = [r for r in ok if _efficiency(r) is not None]
     best_eff = max(eff_rows, key=_efficiency) if eff_rows else None
     eff_ahead: list[str] = []
@@ -320,11 +374,16 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
     def where(row: dict) -> str:
         return f" ({row['group']})" if multi and row["group"] else ""
 
+    if fastest.get("epoch_basis_mixed"):
+        lines.append("Epoch times are compared as projected (median step x steps per epoch) "
+                     "for every batch size: some ran whole epochs and some did not, and a "
+                     "measured epoch holds the wait for its first batch, which a projection "
+                     "leaves out.")
     for s in steps:
         lines.append(f"- {s['from']} -> {s['to']}{where(s)}: epoch time {fmt.growth(s['epoch_growth'])},"
                      f" memory {s['mem_growth_text']}: {s['text']}.")
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
-            f"{fmt.seconds(fastest['epoch_time_s'], fastest['epoch_projected'])}, "
+            f"{epoch_text(fastest)}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
     lines.append(_claim("Fastest", head, fast[1], fast[0]))
     if eff is not None:

@@ -161,10 +161,10 @@ def batch_verdicts(eid: str, recs: list[dict[str, Any]]) -> list[Verdict]:
                         "-", "see Findings: why each point failed", ERROR)]
     table = [r for r in B.batch_table(recs) if r["group"] == fast["group"]]
     others = [r for r in table if r["status"] == "ok" and r["batch_size"] != fast["batch_size"]]
-    ivs = [(o, P.interval(fast["record"], o["record"], B.epoch_figure)) for o in others]
+    fig = B.EPOCH_BASES[fast["epoch_basis"]]
+    ivs = [(o, P.interval(fast["record"], o["record"], fig)) for o in others]
     oom = [str(r["batch_size"]) for r in table if r["status"] == "oom"]
-    number = (f"batch {fast['batch_size']}: epoch "
-              f"{fmt.seconds(fast['epoch_time_s'], fast['epoch_projected'])}, "
+    number = (f"batch {fast['batch_size']}: epoch {B.epoch_text(fast)}, "
               f"{fmt.rate(fast['samples_per_s'])} samples/s"
               + (f"; batch {', '.join(oom)} ran out of memory" if oom else ""))
     tied = [(o, iv) for o, iv in ivs if iv is None or not iv.above(1.0)]

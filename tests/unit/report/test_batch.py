@@ -297,3 +297,56 @@ def test_repeats_to_decide_counts_memory_s_interval_too():
     assert text.endswith("; about 4 repeats would decide it"), text
     assert B.pays(M.projected(e, 4), 1.36, M.projected(m, 4)) is False
     assert B.pays(M.projected(e, 3), 1.36, M.projected(m, 3)) is None
+
+
+def _h100_search(repeats: int = 2) -> list[dict]:
+    """The H100 batch search's shape (resnet34, 512 px, 880 training samples): batch 64 ran
+    no whole epoch in its window (epoch projected from its 106 ms median step x 13), while 128
+    and 256 did, and their measured epochs hold a 1.1-1.5 s wait for each epoch's first batch."""
+    pts = [(64, 10.6, 0.1056, 13, None), (128, 20.9, 0.2066, 6, 3.9), (256, 41.5, 0.411, 3, 2.4)]
+    noise = [1.0, 1.03]
+    recs = []
+    for r in range(repeats):
+        for bs, mem, step, spe, epoch in pts:
+            s = step * noise[r]
+            rec = run(f"b{bs}r{r}", batch=bs, step_s=s,
+                      experiment=sweep_point("h100", batch_size=bs, repeat=r),
+                      epoch_s=(epoch * noise[r] if epoch else s * spe), host_mem=int(mem * GIB),
+                      device_mem=int(mem * GIB), gpu=80.0)
+            rec["metrics"]["epoch_time_projected"] = epoch is None
+            rec["metrics"]["steps_per_epoch"] = spe
+            recs.append(rec)
+    return recs
+
+
+def test_a_measured_epoch_is_never_compared_with_a_projected_one():
+    """Bug caught (H100, 2026-11-25): batch 64's projected epoch (1.4 s, no epoch-start wait)
+    against batch 128's measured one (3.9 s, with it) read as "+183%", and 64 named the
+    fastest; on one basis (median step x steps per epoch) 128 and 256 are shorter and tied."""
+    recs = _h100_search()
+    rows = B.batch_table(recs)
+    assert {r["epoch_basis"] for r in rows} == {"projected"}
+    assert all(r["epoch_basis_mixed"] for r in rows)
+    assert rows[1]["epoch_growth"] == pytest.approx(0.2066 * 6 / (0.1056 * 13) - 1, abs=1e-3)
+    assert rows[2]["epoch_growth"] == pytest.approx(0.411 * 3 / (0.2066 * 6) - 1, abs=1e-3)
+    rec = B.recommend_batch(recs)
+    assert rec["fastest"]["batch_size"] == 256
+    assert "compared as projected (median step x steps per epoch) for every batch size" in \
+        rec["text"]
+    assert "Fastest: inconclusive: batch 256, epoch time ~1.3 s" in rec["text"]
+    assert "not told apart from batch 128" in rec["text"]  # both at the GPU's 620 samples/s
+    assert "+183%" not in rec["text"]
+
+
+def test_all_measured_epochs_keep_the_measured_basis():
+    """Every point ran whole epochs: the measured epochs (waits included) are compared."""
+    recs = _h100_search()
+    for r in recs:
+        if r["metrics"]["epoch_time_projected"]:
+            r["metrics"]["epoch_time_projected"] = False
+            r["metrics"]["epoch_time_s"] = 5.0
+    rows = B.batch_table(recs)
+    assert {r["epoch_basis"] for r in rows} == {"measured"}
+    assert not any(r["epoch_basis_mixed"] for r in rows)
+    assert 3.9 / 5.0 - 1 < rows[1]["epoch_growth"] < 3.9 * 1.03 / 5.0 - 1  # over the repeats
+    assert "compared as projected" not in B.recommend_batch(recs)["text"]
