@@ -24,6 +24,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
     con.print(_figures_table(con, _figures(m)))
     _rates_line(con, rec)
     _breakdown(con, m)
+    _epoch_starts(con, rec)
     if rec.get("target"):
         from scaleprobe.target import summary_line
 
@@ -222,6 +223,16 @@ def _breakdown(con: Console, m: dict[str, Any]) -> None:
     parts = [f"{k} {v * 1000:.1f} ms ({v / total:.0%})" for k, v in bd.items() if v is not None]
     # each phase's share of a typical step laid over the median step: they add up to it
     con.print("step breakdown (ms per phase of the median step): " + ", ".join(parts))
+
+
+def _epoch_starts(con: Console, rec: dict[str, Any]) -> None:
+    """The report's "input-bound at epoch starts" evidence, where it holds: the median step
+    above leaves that wait out."""
+    from scaleprobe.report.diagnose import epoch_start_wait
+
+    line = epoch_start_wait(rec)
+    if line:
+        con.print(f"[bold yellow]data wait at epoch starts[/bold yellow]: {esc(line)}")
 
 
 def _metric_name(m: dict[str, Any]) -> str:

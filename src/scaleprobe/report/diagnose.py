@@ -126,7 +126,7 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
                             f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data, "
                             f"every other setting the same ({fmt.pct(ratio)}, run "
                             f"{R.name(synth)})")
-    starts = _epoch_start_wait(rec, th)
+    starts = epoch_start_wait(rec, th)
     if starts is not None:
         return Finding("input-bound at epoch starts", "; ".join([starts, *evidence]),
                        advice.epoch_starts(rec), "warning")
@@ -135,7 +135,7 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
     return Finding("input-bound", "; ".join(evidence), advice.input_bound(rec), "warning")
 
 
-def _epoch_start_wait(rec: dict[str, Any], th: Thresholds) -> str | None:
+def epoch_start_wait(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str | None:
     """The evidence that the data wait comes at epoch starts, or None: two or more timed
     epoch starts, at least ``epoch_start_share`` of the window's data wait on them, and
     their median wait above ``data_wait_fraction`` of an epoch (that wait plus the epoch's
