@@ -205,6 +205,15 @@ class Interval:
                         self.log_sd, self.within_log_h, self.welch)
 
     @property
+    def within_run_bound(self) -> bool:
+        """The runs' own spread (their median steps' uncertainty: stalls, waits inside a
+        run), not the spread between repeats, set this interval's width."""
+        if self.within_log_h is None or self.estimate <= 0 or self.hi <= self.estimate:
+            return False
+        floor = self.within_log_h / math.sqrt(self.n) if self.n >= 2 else self.within_log_h
+        return floor >= math.log(self.hi / self.estimate) * (1.0 - 1e-9)
+
+    @property
     def rel_halfwidth(self) -> float:
         return (self.hi - self.lo) / 2 / self.estimate if self.estimate else math.inf
 

@@ -138,3 +138,17 @@ def test_projected_keeps_a_zero_spread_the_runs_own_floor_and_welch_s_df():
     assert w.welch and not floor.welch
     h9 = math.log(M.projected(w, 9).hi / w.estimate)
     assert h9 == pytest.approx(M.t_quantile(16) * w.log_sd / 3)
+
+
+def test_an_interval_knows_when_the_runs_own_spread_set_its_width():
+    """Repeats that agree but runs whose medians are uncertain: the within-run floor sets
+    the width; repeats that disagree over steady runs: the repeats' spread does; one repeat
+    below the process-to-process floor: neither the runs' own spread."""
+    same = M.ratio_interval([1.0, 1.0, 1.0], [1.1, 1.1, 1.1], [0.3] * 3, [0.3] * 3)
+    assert same.within_run_bound
+    apart = M.ratio_interval([1.0, 1.0, 1.0], [0.9, 1.3, 1.1], [0.01] * 3, [0.01] * 3)
+    assert not apart.within_run_bound
+    one = M.ratio_interval([1.0], [1.1], [0.01], [0.01])
+    assert not one.within_run_bound  # the 10% process-to-process floor, not the runs'
+    assert M.ratio_interval([1.0], [1.1], [0.2], [0.2]).within_run_bound
+    assert not M.ratio_interval([1.0, 1.0], [1.1, 1.2]).within_run_bound  # unknown: no claim

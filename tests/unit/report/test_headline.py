@@ -219,3 +219,25 @@ def test_below_the_noise_with_the_load_unmeasured_claims_neither(tmp_path):
     assert row[4].startswith("the noise is larger than the difference (whether other "
                              "programs used the machine was not measured)"), row[4]
     assert "either will do" not in row[4]
+
+
+def test_below_a_runs_own_spread_the_machine_is_not_blamed(tmp_path):
+    """Three repeats that agree to the digit, each run's median step uncertain by +/-40%
+    (the H100 batch search: waits at every epoch start inside each run): the width is the
+    runs' own, and "this machine's run-to-run noise" would be a false reason. Bug caught:
+    that sentence, and its "either will do", on such an interval."""
+    recs = _batch("bs", [1.0, 1.0, 1.0], {16: 100.0, 32: 99.0}, rel_ci=0.4)
+    for r in recs:
+        r["metrics"]["outside_cpu_cores"] = 0.01  # measured: quiet
+    rows, _ = _headline(recs, tmp_path)
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert row[4].startswith("the runs' own step times vary more than the difference (their "
+                             "median steps are uncertain by about"), row[4]
+    assert "run-to-run noise" not in row[4] and "either will do" not in row[4]
+    from scaleprobe.report import batch as B
+    from scaleprobe.report import repeats as P
+
+    fast = B.recommend_batch(recs)["fastest"]
+    other = next(r for r in B.batch_table(recs) if r["batch_size"] != fast["batch_size"])
+    iv = P.interval(fast["record"], other["record"], B.EPOCH_BASES[fast["epoch_basis"]])
+    assert iv.within_run_bound and iv.log_sd < 1e-9  # the width is the runs' own
