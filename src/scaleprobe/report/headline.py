@@ -202,9 +202,10 @@ def _decide(need: int | None, iv: M.Interval | None, command: Any,
         return ("no spread to judge by (too few timed steps or repeats): measure again with "
                 f"more, e.g. {command(n)}")
     if iv.within_run_bound:
-        return ("the runs' own step times vary more than the difference (their median steps "
-                f"are uncertain by about {fmt.pct(math.expm1(iv.within_log_h))} within each run: "
-                "stalls or waits inside the runs, see Findings and each run's steps.csv), so "
+        k = math.exp(iv.within_log_h / math.sqrt(max(iv.n, 1)))
+        return ("the runs' own step times vary more than the difference (their spread alone "
+                f"leaves the ratio uncertain by a factor of {k:.2f} either way: stalls or waits "
+                "inside the runs, see Findings and each run's steps.csv), so "
                 "neither more repeats nor a quieter machine is the first fix: remove the stalls, "
                 f"or time more steps per run, then e.g. {command(n)}")
     flags = [run_load(r, th)[0] for r in R.of_kind(list(recs), "run")]

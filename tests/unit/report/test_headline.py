@@ -232,7 +232,7 @@ def test_below_a_runs_own_spread_the_machine_is_not_blamed(tmp_path):
     rows, _ = _headline(recs, tmp_path)
     row = next(r for r in rows if "(bs)" in r[1])
     assert row[4].startswith("the runs' own step times vary more than the difference (their "
-                             "median steps are uncertain by about"), row[4]
+                             "spread alone leaves the ratio uncertain by a factor of"), row[4]
     assert "run-to-run noise" not in row[4] and "either will do" not in row[4]
     from scaleprobe.report import batch as B
     from scaleprobe.report import repeats as P
