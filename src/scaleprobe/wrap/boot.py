@@ -81,6 +81,8 @@ def rank_record(rec: Any, rank: int, world: int,
         "window_s": sum(timed) if timed else None,
         "clock_window": [t0, rec.walls[-1]] if timed else None,
         "epochs_complete": sum(1 for e in epochs if e.complete),
+        "epoch_start_steps": ([i - w for i, got in enumerate(rec.step_epoch_starts)
+                               if i >= w and id(log) in got] if log else []),
         "samples_per_step": per_step, "indices": indices,
         "mem": {**host_mem_record(baseline),
                 "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,

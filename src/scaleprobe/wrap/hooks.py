@@ -135,6 +135,9 @@ class Recorder:
         self._in_data = 0
         self._pending_loader: Any = None  # the loader whose iterator is being made
         self._step_samples = 0
+        # per step, the loaders (their LoaderLog ids) whose epoch's first batch it took
+        self.step_epoch_starts: list[set[int]] = []
+        self._step_starts: set[int] = set()
         self._handles: list[Any] = []
         self._global: list[Any] = []  # the global module hooks, until the outermost are known
         self._top: dict[int, Any] = {}  # the outermost modules seen, by id
@@ -232,7 +235,9 @@ class Recorder:
             self.phases[p].append(total[p])
         self.samples.append(self._step_samples)
         self.walls.append(time.time())
+        self.step_epoch_starts.append(self._step_starts)
         self._events, self._start, self._step_samples = [], t, 0
+        self._step_starts = set()
         if self._global:
             self._narrow()
         if self.beat is not None:
@@ -365,6 +370,8 @@ class Recorder:
             n = len(got) if got is not None else 0
         if log is not None:
             log.batches += 1
+            if ep is not None and ep.consumed == 1:  # a loader prefetches none across epochs
+                self._step_starts.add(id(log))
         self._step_samples += n or _batch_len(batch)
 
     def exhausted(self, it: Any) -> None:

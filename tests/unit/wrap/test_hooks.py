@@ -158,3 +158,30 @@ def test_a_script_that_ends_inside_the_counted_step_counts_nothing(recorder):
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     assert _get_current_dispatch_mode() is None
+
+
+def test_the_steps_that_took_an_epochs_first_batch_are_recorded(recorder):
+    """A script's own epochs of 3 batches, with a validation pass in the middle of each: after
+    one warm-up step the timed steps 2, 5, 8 took a training epoch's first batch (bug caught:
+    the validation loader's first batches counted, at 1, 4, 7, 10, or the warm-up shifting
+    the positions)."""
+    from scaleprobe.wrap import boot
+
+    rec = recorder(1)
+    model = nn.Linear(8, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(24, 8), torch.randint(0, 3, (24,))),
+                       batch_size=8)
+    val = DataLoader(TensorDataset(torch.randn(8, 8), torch.randint(0, 3, (8,))), batch_size=4)
+    for _ in range(4):
+        for i, (xb, yb) in enumerate(train):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+            if i == 0:  # its batches fall in the epoch's second step
+                with torch.no_grad():
+                    for vb, _ in val:
+                        model(vb)
+    assert len(rec.step_times) == 12
+    raw = boot.rank_record(rec, 0, 1, {})
+    assert raw["epoch_start_steps"] == [2, 5, 8]
