@@ -172,21 +172,35 @@ def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
 
 
 def _epoch_starts(m: Any, raw0: RankRecord, why: dict[str, str]) -> None:
-    """The data wait of the timed steps that took an epoch's first batch, against the
-    window's: a DataLoader prefetches nothing across an epoch boundary, so with few steps per
-    epoch that first wait recurs, and the median step (samples/s) leaves it out."""
+    """The wait of the timed steps that took an epoch's first batch, against the window's: a
+    DataLoader prefetches nothing across an epoch boundary, so with few steps per epoch that
+    first wait recurs, and the median step (samples/s) can leave it out. The wait is the
+    training loader's own where the rank timed it (wrap: a step can also hold a validation
+    pass), else the step's data phase (the built-in loop's, which holds nothing else)."""
     data = raw0.phase_times_s.get("data") or []
+    steps = raw0.step_times_s or []
     if not data or "data" in raw0.phases_unseen:
         why["epoch_start_data_s"] = "no data wait was timed"
         return
-    starts = sorted({i for i in raw0.epoch_start_steps if 0 <= i < len(data)})
-    m.epoch_starts_timed = len(starts)
-    if not starts:
+    own = raw0.epoch_start_wait_s
+    pairs = ([(i, w) for i, w in zip(raw0.epoch_start_steps, own, strict=False)
+              if 0 <= i < len(data)] if own else
+             [(i, data[i]) for i in sorted(set(raw0.epoch_start_steps)) if 0 <= i < len(data)])
+    m.epoch_starts_timed = len(pairs)
+    if not pairs:
         why["epoch_start_data_s"] = "no timed step took an epoch's first batch"
         return
-    m.epoch_start_data_s = median([data[i] for i in starts])
+    waits = [w for _, w in pairs]
+    m.epoch_start_data_s = median(waits)
     total = sum(data)
-    m.epoch_start_data_share = sum(data[i] for i in starts) / total if total > 0 else None
+    m.epoch_start_data_share = min(1.0, sum(waits) / total) if total > 0 else None
+    window = sum(steps) if len(steps) == len(data) else None
+    m.epoch_start_window_share = min(1.0, sum(waits) / window) if window else None
+    taken = {i for i, _ in pairs}
+    rest = [d for i, d in enumerate(data) if i not in taken]
+    m.epoch_start_other_data_s = median(rest) if rest else None
+    if not rest:
+        why["epoch_start_other_data_s"] = "every timed step took an epoch's first batch"
 
 
 def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],

@@ -215,10 +215,13 @@ class Metrics(Record):
     epoch_times_s: list[float] | None = None
     steps_per_epoch: int | None = None
     # the timed steps that took an epoch's first batch (the loader prefetches nothing across
-    # an epoch boundary): how many, their median data wait, their share of the window's
+    # an epoch boundary): how many, their median wait for it, the waits' share of the
+    # window's data wait and of the timed window, and the median data wait of the other steps
     epoch_starts_timed: int | None = None
     epoch_start_data_s: float | None = None
     epoch_start_data_share: float | None = None
+    epoch_start_window_share: float | None = None
+    epoch_start_other_data_s: float | None = None
     steps_timed: int = 0
     steps_done: int | None = None
     window_s: float | None = None
@@ -475,8 +478,10 @@ class RankRecord(Record):
     clock_window: list[float | None] | tuple[float | None, float | None] | None = None
     epochs_complete: int = 0
     epoch_wall_s: list[float] = field(default_factory=list)
-    # positions in step_times_s of the timed steps that took an epoch's first batch
+    # positions in step_times_s of the timed steps that took an epoch's first batch, and
+    # (wrap) the training loader's own wait for each of those batches
     epoch_start_steps: list[int] = field(default_factory=list)
+    epoch_start_wait_s: list[float] = field(default_factory=list)
     samples_per_step: int = 0
     towers: int = 1
     indices: list[list[int]] = field(default_factory=list)

@@ -39,9 +39,11 @@ A run record (``kind == "run"``)::
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
                       steps_per_epoch, steps_timed, epoch_starts_timed, epoch_start_data_s,
-                      epoch_start_data_share (the timed steps that took an epoch's first
-                      batch: how many, their median data wait, their share of the window's
-                      data wait), window_s, window_clock [start, end] (the timed window,
+                      epoch_start_data_share, epoch_start_window_share,
+                      epoch_start_other_data_s (the timed steps that took an epoch's first
+                      batch: how many, their median wait for it, the waits' share of the
+                      data wait and of the timed window, the other steps' median data
+                      wait), window_s, window_clock [start, end] (the timed window,
                       wall clock, seconds since the epoch),
                       peak_mem_bytes {host, host_baseline,
                       host_file_growth, host_net, device_allocated, device_reserved,

@@ -184,3 +184,7 @@ def test_epoch_starts_are_the_timed_steps_that_took_an_epochs_first_batch(tmp_pa
     starts = [data[i] for i in (1, 3, 5)]
     assert m["epoch_start_data_s"] == pytest.approx(statistics.median(starts), abs=2e-6)
     assert m["epoch_start_data_share"] == pytest.approx(sum(starts) / sum(data), abs=1e-4)
+    steps = [float(r["step_time_s"]) for r in rows]
+    assert m["epoch_start_window_share"] == pytest.approx(sum(starts) / sum(steps), abs=1e-4)
+    rest = [data[i] for i in (0, 2, 4, 6)]
+    assert m["epoch_start_other_data_s"] == pytest.approx(statistics.median(rest), abs=2e-6)

@@ -54,7 +54,8 @@ def test_the_wait_at_epoch_starts_is_printed_under_the_breakdown():
     rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
     m = rec["metrics"]
     m.update(epoch_starts_timed=3, epoch_start_data_s=1.31, epoch_start_data_share=1.0,
-             steps_per_epoch=3)
+             epoch_start_window_share=0.51, epoch_start_other_data_s=0.0, steps_per_epoch=3,
+             steps_timed=10)
     out = io.StringIO()
     print_run(rec, Console(file=out, width=300))
     text = out.getvalue()

@@ -10,9 +10,10 @@ Verdicts of one run:
     input-bound          data wait above the threshold, or real-data samples/s well below a
                          synthetic-data run that differs in the dataset alone (like for like)
     input-bound at epoch starts  most of the data wait fell on the steps that took an
-                         epoch's first batch, and that wait is a notable share of an epoch:
-                         the loader prefetches nothing across an epoch boundary, and
-                         samples/s (from the median step) leaves the wait out
+                         epoch's first batch, and those waits are a notable share of the
+                         timed window: the loader prefetches nothing across an epoch
+                         boundary; alone when the other steps do not wait, else beside
+                         input-bound
     communication-bound  exposed communication above the threshold, most of it transfer
                          (the standalone collective for the gradient bytes)
     synchronisation overhead  exposed communication above the threshold, most of it not
@@ -60,7 +61,7 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
         rec_text = advice.oom(rec) if status == "oom" else _failed_hint(rec)
         return [Finding(verdict, rec.get("error") or R.status_text(rec), rec_text, "error",
                         subject)]
-    out = [f for f in (_input_bound(rec, others or [], th), _comm_bound(rec, th),
+    out = [f for f in (*_input_bound(rec, others or [], th), _comm_bound(rec, th),
                        _straggler(rec, th), _cpu(rec, th)) if f is not None]
     shares = None if any(f.severity == "warning" for f in out) else _compute_bound(rec, th)
     peak_use = _peak_use(rec, th)  # MFU, where counted, decides "compute-bound"
@@ -110,7 +111,9 @@ def _shares(rec: dict[str, Any]) -> str:
 
 
 def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
-                 th: Thresholds) -> Finding | None:
+                 th: Thresholds) -> list[Finding]:
+    """"input-bound" and / or "input-bound at epoch starts": the latter alone when the steps
+    between epoch starts do not wait, both when they do (more workers help those)."""
     evidence = []
     f = R.metric(rec, "data_wait_fraction")
     if f is not None and f > th.data_wait_fraction:
@@ -127,34 +130,47 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
                             f"every other setting the same ({fmt.pct(ratio)}, run "
                             f"{R.name(synth)})")
     starts = epoch_start_wait(rec, th)
+    out = []
     if starts is not None:
-        return Finding("input-bound at epoch starts", "; ".join([starts, *evidence]),
-                       advice.epoch_starts(rec), "warning")
-    if not evidence:
-        return None
-    return Finding("input-bound", "; ".join(evidence), advice.input_bound(rec), "warning")
+        out.append(Finding("input-bound at epoch starts", starts, advice.epoch_starts(rec),
+                           "warning"))
+        if not _steady_wait(rec, th):  # the wait is the starts' alone
+            out[0] = Finding(out[0].verdict, "; ".join([starts, *evidence]),
+                             out[0].recommendation, "warning")
+            return out
+    if evidence:
+        out.insert(0, Finding("input-bound", "; ".join(evidence), advice.input_bound(rec),
+                              "warning"))
+    return out
 
 
 def epoch_start_wait(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str | None:
     """The evidence that the data wait comes at epoch starts, or None: two or more timed
-    epoch starts, at least ``epoch_start_share`` of the window's data wait on them, and
-    their median wait above ``data_wait_fraction`` of an epoch (that wait plus the epoch's
-    median steps)."""
+    epoch starts, at least ``epoch_start_share`` of the data wait on them, and their waits
+    above ``data_wait_fraction`` of the timed window."""
     n = R.metric(rec, "epoch_starts_timed")
     share = R.metric(rec, "epoch_start_data_share")
     wait = R.metric(rec, "epoch_start_data_s")
-    spe, step = R.metric(rec, "steps_per_epoch"), R.step_median_s(rec)
-    if not n or n < 2 or share is None or share < th.epoch_start_share:
+    window = R.metric(rec, "epoch_start_window_share")
+    spe, timed = R.metric(rec, "steps_per_epoch"), R.metric(rec, "steps_timed")
+    if not n or n < 2 or share is None or share < th.epoch_start_share or not wait:
         return None
-    if not (wait and spe and step):
+    if window is None or window <= th.data_wait_fraction:
         return None
-    cost = wait / (wait + spe * step)
-    if cost <= th.data_wait_fraction:
-        return None
+    per = f"; {int(spe)} step{'s' if spe != 1 else ''} per epoch" if spe else ""
+    # the median step leaves the starts out only while they are fewer than half the steps
+    hidden = (", which samples/s (from the median step) leaves out"
+              if timed and 2 * n < timed else "")
     return (f"{fmt.pct(share)} of the data wait fell on the {int(n)} timed steps that took an "
-            f"epoch's first batch, {fmt.ms(wait)} each (median); with {int(spe)} step"
-            f"{'s' if spe != 1 else ''} per epoch of {fmt.ms(step)} that is {fmt.pct(cost)} "
-            "of each epoch, which samples/s (from the median step) leaves out")
+            f"epoch's first batch, {fmt.ms(wait)} each (median){per}: {fmt.pct(window)} of "
+            f"the timed window{hidden}")
+
+
+def _steady_wait(rec: dict[str, Any], th: Thresholds) -> bool:
+    """The steps between epoch starts wait too: their median data wait above
+    ``data_wait_fraction`` of the median step."""
+    other, step = R.metric(rec, "epoch_start_other_data_s"), R.step_median_s(rec)
+    return other is not None and bool(step) and other > th.data_wait_fraction * step
 
 
 def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -70,6 +70,8 @@ def rank_record(rec: Any, rank: int, world: int,
     epochs = log.epochs if log else []
     idx = [e.indices() for e in epochs]
     indices = [i for i in idx if i] if idx and all(i is not None for i in idx) else []
+    starts = ([(i, got) for i, got in enumerate(rec.step_epoch_starts)
+               if i >= w and id(log) in got] if log else [])
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     t0 = rec.walls[w - 1] if w > 0 and len(rec.walls) >= w else rec.wall0
     return {
@@ -81,8 +83,8 @@ def rank_record(rec: Any, rank: int, world: int,
         "window_s": sum(timed) if timed else None,
         "clock_window": [t0, rec.walls[-1]] if timed else None,
         "epochs_complete": sum(1 for e in epochs if e.complete),
-        "epoch_start_steps": ([i - w for i, got in enumerate(rec.step_epoch_starts)
-                               if i >= w and id(log) in got] if log else []),
+        "epoch_start_steps": [i - w for i, got in starts],
+        "epoch_start_wait_s": [got[id(log)] for _, got in starts],
         "samples_per_step": per_step, "indices": indices,
         "mem": {**host_mem_record(baseline),
                 "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,

@@ -135,9 +135,10 @@ class Recorder:
         self._in_data = 0
         self._pending_loader: Any = None  # the loader whose iterator is being made
         self._step_samples = 0
-        # per step, the loaders (their LoaderLog ids) whose epoch's first batch it took
-        self.step_epoch_starts: list[set[int]] = []
-        self._step_starts: set[int] = set()
+        # per step, the loaders (their LoaderLog ids) whose epoch's first batch it took, each
+        # with its own wait for that batch (its iter() and first __next__)
+        self.step_epoch_starts: list[dict[int, float]] = []
+        self._step_starts: dict[int, float] = {}
         self._handles: list[Any] = []
         self._global: list[Any] = []  # the global module hooks, until the outermost are known
         self._top: dict[int, Any] = {}  # the outermost modules seen, by id
@@ -237,7 +238,7 @@ class Recorder:
         self.walls.append(time.time())
         self.step_epoch_starts.append(self._step_starts)
         self._events, self._start, self._step_samples = [], t, 0
-        self._step_starts = set()
+        self._step_starts = {}
         if self._global:
             self._narrow()
         if self.beat is not None:
@@ -360,7 +361,7 @@ class Recorder:
     def next_index(self, it: Any, idx: Any) -> None:
         self._epoch(it).dispatched.append(_ints(idx))
 
-    def consumed(self, it: Any, batch: Any) -> None:
+    def consumed(self, it: Any, batch: Any, waited: float = 0.0) -> None:
         self.data_seen = True
         ep, log = getattr(it, "_sp_ep", None), getattr(it, "_sp_log", None)
         n = 0
@@ -371,7 +372,7 @@ class Recorder:
         if log is not None:
             log.batches += 1
             if ep is not None and ep.consumed == 1:  # a loader prefetches none across epochs
-                self._step_starts.add(id(log))
+                self._step_starts[id(log)] = waited + (getattr(it, "_sp_iter_s", 0.0) or 0.0)
         self._step_samples += n or _batch_len(batch)
 
     def exhausted(self, it: Any) -> None:
@@ -458,8 +459,9 @@ def _patch_loader(dl: Any, rec: Recorder) -> None:
             raise
         finally:
             rec._in_data -= 1
-            rec._data(t0, time.perf_counter())
-        rec.consumed(it, batch)
+            t1 = time.perf_counter()
+            rec._data(t0, t1)
+        rec.consumed(it, batch, t1 - t0)
         return batch
 
     def _next_index(it: Any) -> Any:
@@ -479,6 +481,7 @@ def _patch_loader(dl: Any, rec: Recorder) -> None:
             rec._data(t0, time.perf_counter())
         try:
             it._sp_loader = loader
+            it._sp_iter_s = time.perf_counter() - t0  # the epoch's start: part of its wait
         except AttributeError:  # a loader subclass with its own iterator type
             pass
         return it

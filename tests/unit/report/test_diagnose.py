@@ -45,44 +45,69 @@ def test_input_bound_by_data_wait_with_worker_numbers():
     assert "compute-bound" not in _verdicts(diagnose_run(rec))
 
 
-def _epoch_starts(rec: dict, n: int, wait: float, share: float, spe: int) -> dict:
+def _epoch_starts(rec: dict, n: int, wait: float, share: float, window: float,
+                  other: float = 0.0, timed: int = 10, spe: int = 3) -> dict:
     for k, v in (("epoch_starts_timed", n), ("epoch_start_data_s", wait),
-                 ("epoch_start_data_share", share), ("steps_per_epoch", spe)):
+                 ("epoch_start_data_share", share), ("epoch_start_window_share", window),
+                 ("epoch_start_other_data_s", other), ("steps_timed", timed),
+                 ("steps_per_epoch", spe)):
         rec = with_(rec, f"metrics.{k}", v)
     return rec
 
 
 def test_input_bound_at_epoch_starts_is_told_apart_from_too_few_workers():
-    """The H100 batch search: resnet34 at 512 px, batch 256, 3 steps per epoch, waited 1.2-1.5
-    s at each epoch's first batch and nothing between (0.41 s steps). Bug caught: "raise
-    loader workers", which cannot shorten one worker's build of the epoch's first batch."""
-    rec = _epoch_starts(run("b256", step_s=0.41, bd=breakdown(0.41, data=0.43), workers=8,
-                            cores=16),
-                        n=3, wait=1.23, share=1.0, spe=3)
+    """The H200 check: resnet34 at 512 px, batch 256, 3 steps per epoch, waited 1.31 s at each
+    epoch's first batch and nothing between (0.37 s steps). Bug caught: "raise loader
+    workers", which cannot shorten one worker's build of the epoch's first batch."""
+    rec = _epoch_starts(run("b256", step_s=0.37, bd=breakdown(0.37, data=0.44), workers=8,
+                            cores=16), n=3, wait=1.31, share=1.0, window=0.51)
     f = _one(diagnose_run(rec), "input-bound at epoch starts")
-    assert "100% of the data wait fell on the 3 timed steps" in f.evidence
-    assert "1.23 s each (median)" in f.evidence
-    assert "3 steps per epoch of 410.0 ms that is 50% of each epoch" in f.evidence
-    assert "data wait 43% of each step" in f.evidence
+    assert ("100% of the data wait fell on the 3 timed steps that took an epoch's first batch, "
+            "1.31 s each (median); 3 steps per epoch: 51% of the timed window, which samples/s "
+            "(from the median step) leaves out") in f.evidence
+    assert "data wait 44% of each step" in f.evidence
     assert "more workers do not shorten it" in f.recommendation
     assert "more steps per epoch (3 now)" in f.recommendation
     assert "raise loader workers" not in f.recommendation
     assert "input-bound" not in _verdicts(diagnose_run(rec))
 
 
+def test_with_one_step_per_epoch_the_median_step_holds_the_wait():
+    """Every step took an epoch's first batch (the H100 search's batch 448): the median step
+    already holds the wait, so "samples/s leaves it out" would be false."""
+    rec = _epoch_starts(run("b448", step_s=3.0, bd=breakdown(3.0, data=0.77), workers=8,
+                            cores=16), n=10, wait=2.3, share=1.0, window=0.77, other=None,
+                            spe=1)
+    f = _one(diagnose_run(rec), "input-bound at epoch starts")
+    assert "1 step per epoch: 77% of the timed window" in f.evidence
+    assert "leaves out" not in f.evidence
+
+
+def test_a_wait_between_epoch_starts_keeps_the_worker_advice_too():
+    """Most of the wait at the starts, but the steps between wait too (one worker on 16
+    cores, 0.5 s of a 0.6 s step): both verdicts, and the worker advice stays (bug caught:
+    the epoch-start verdict replacing input-bound and its "raise loader workers")."""
+    rec = _epoch_starts(run("w1", step_s=0.6, bd=breakdown(0.6, data=0.8), workers=1,
+                            cores=16), n=5, wait=1.0, share=0.67, window=0.5, other=0.5, spe=2)
+    found = diagnose_run(rec)
+    assert {"input-bound", "input-bound at epoch starts"} <= _verdicts(found)
+    assert "raise loader workers" in _one(found, "input-bound").recommendation
+
+
 def test_epoch_start_wait_below_the_bars_keeps_the_plain_verdicts():
-    """Too few epoch starts, too small a share of the wait, or a wait too short against the
-    epoch: the epoch-start verdict stays out (bug caught: one slow first batch, or a CPU run's
-    8 ms first-batch wait against 0.4 s steps, read as the pattern)."""
+    """Too few epoch starts, too small a share of the wait, or too small a share of the
+    window: the epoch-start verdict stays out (bug caught: one slow first batch, or a CPU
+    run's 8 ms first-batch waits against 0.4 s steps, read as the pattern)."""
     base = run("w", step_s=0.41, bd=breakdown(0.41, data=0.3), workers=2, cores=16)
-    for n, wait, share, spe in ((1, 1.2, 1.0, 3), (3, 1.2, 0.5, 3), (4, 0.008, 0.73, 3)):
-        found = _verdicts(diagnose_run(_epoch_starts(base, n, wait, share, spe)))
+    for n, wait, share, window in ((1, 1.2, 1.0, 0.3), (3, 1.2, 0.5, 0.3),
+                                   (4, 0.008, 0.73, 0.007)):
+        found = _verdicts(diagnose_run(_epoch_starts(base, n, wait, share, window)))
         assert "input-bound at epoch starts" not in found and "input-bound" in found
     quiet = run("q", step_s=0.41, bd=breakdown(0.41, data=0.02), workers=2, cores=16)
-    found = _verdicts(diagnose_run(_epoch_starts(quiet, 4, 0.008, 0.73, 3)))
+    found = _verdicts(diagnose_run(_epoch_starts(quiet, 4, 0.008, 0.73, 0.007)))
     assert "input-bound at epoch starts" not in found and "input-bound" not in found
     # the median step can hide them (rare long waits drop out of the typical steps)
-    hidden = _verdicts(diagnose_run(_epoch_starts(quiet, 4, 0.5, 0.95, 5)))
+    hidden = _verdicts(diagnose_run(_epoch_starts(quiet, 4, 0.5, 0.95, 0.2, timed=20, spe=5)))
     assert "input-bound at epoch starts" in hidden
 
 

@@ -185,3 +185,42 @@ def test_the_steps_that_took_an_epochs_first_batch_are_recorded(recorder):
     assert len(rec.step_times) == 12
     raw = boot.rank_record(rec, 0, 1, {})
     assert raw["epoch_start_steps"] == [2, 5, 8]
+
+
+def test_a_validation_pass_before_an_epoch_is_not_the_training_loaders_wait(recorder):
+    """Train an epoch, then validate on a slow loader: the validation's 80 ms fall in the
+    step that takes the next epoch's first batch, so its data phase is long, but the training
+    loader's own wait for that batch is not (bug caught: the step's data phase taken as the
+    epoch-start wait, and "input-bound at epoch starts" for a script whose training loader
+    never waited)."""
+    from torch.utils.data import Dataset
+
+    from scaleprobe.wrap import boot
+
+    class SlowVal(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(0.02)
+            return torch.randn(8), 0
+
+    rec = recorder(1)
+    model = nn.Linear(8, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(24, 8), torch.randint(0, 3, (24,))),
+                       batch_size=8)
+    val = DataLoader(SlowVal(), batch_size=4)
+    for _ in range(3):
+        for xb, yb in train:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+        with torch.no_grad():
+            for vb, _ in val:
+                model(vb)
+    raw = boot.rank_record(rec, 0, 1, {})
+    assert raw["epoch_start_steps"] == [2, 5]
+    data = raw["phase_times_s"]["data"]
+    assert all(data[i] > 0.06 for i in (2, 5)), data  # the validation pass is in the step
+    assert all(w < 0.02 for w in raw["epoch_start_wait_s"]), raw["epoch_start_wait_s"]
