@@ -158,7 +158,8 @@ def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
 
 
 BATCH_CSV = ("group", "batch_size", "devices", "status", "peak_mem_bytes", "memory_kind",
-             "mem_growth", "epoch_time_s", "epoch_projected", "epoch_growth", "samples_per_s",
+             "mem_growth", "epoch_time_s", "epoch_projected", "epoch_basis",
+             "epoch_compared_s", "epoch_growth", "samples_per_s",
              "achieved_flops_per_s", "mfu", "cpu_util_pct", "gpu_util_pct", "error")
 
 
@@ -230,8 +231,8 @@ def loader_sections(records: list[dict[str, Any]], sweep_id: str
 
 def _plain(rec: dict[str, Any]) -> dict[str, Any]:
     """The recommendation without the full table rows it quotes (for the sweep record)."""
-    keep = ("batch_size", "group", "samples_per_s", "epoch_time_s", "peak_mem_bytes",
-            "memory_kind", "samples_per_s_per_gib")
+    keep = ("batch_size", "group", "samples_per_s", "epoch_time_s", "epoch_basis",
+            "epoch_compared_s", "peak_mem_bytes", "memory_kind", "samples_per_s_per_gib")
     out: dict[str, Any] = {}
     for k, v in rec.items():
         if isinstance(v, dict) and "batch_size" in v:

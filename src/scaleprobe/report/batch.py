@@ -67,15 +67,24 @@ EPOCH_BASES = {"measured": epoch_figure, "projected": projected_epoch,
                "per sample": seconds_per_sample}
 
 
+def measured_epoch(r: dict[str, Any]) -> bool:
+    """A measured epoch time that compares like for like: not projected, and not a run's
+    only complete epoch (its first, which holds the warm-up and the loader's start-up; with
+    two or more the figure is the median of those after the first)."""
+    if R.projected(r) or R.metric(r, "epoch_time_s") is None:
+        return False
+    walls = R.dict_of(r.get("metrics")).get("epoch_times_s")
+    return not (isinstance(walls, list) and len(walls) == 1)
+
+
 def epoch_basis(recs: list[dict[str, Any]]) -> str:
     """One basis for every epoch time a group compares, so that no comparison pairs a
     measured epoch (its first batch's wait included) with a projected one (median step x
-    steps per epoch, no such wait): "measured" when every repeat of every point ran whole
-    epochs, else "projected" when each has a median step and steps per epoch, else seconds
-    per sample."""
+    steps per epoch, no such wait): "measured" when every repeat of every point measured a
+    like-for-like epoch (``measured_epoch``), else "projected" when each has a median step
+    and steps per epoch, else seconds per sample."""
     every = [x for r in recs for x in P.repeats_of(r)]
-    if every and all(R.metric(x, "epoch_time_s") is not None and not R.projected(x)
-                     for x in every):
+    if every and all(measured_epoch(x) for x in every):
         return "measured"
     if every and all(projected_epoch(x) is not None for x in every):
         return "projected"
@@ -97,8 +106,12 @@ def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for r in recs:
             row = _batch_row(r, label, mem_kind)
             row["epoch_basis"] = basis
+            # some epoch times of the group were measured: the basis is not what they show
             row["epoch_basis_mixed"] = basis != "measured" and any(
-                not R.projected(x) and R.metric(x, "epoch_time_s") is not None for x in ok)
+                not R.projected(x) and R.metric(x, "epoch_time_s") is not None
+                for r2 in ok for x in P.repeats_of(r2))
+            row["epoch_compared_s"] = (P.median_of(r, fig) if row["status"] == "ok"
+                                       and basis != "per sample" else None)
             if row["status"] == "ok":
                 if prev is not None:
                     row["mem_growth"] = M.growth(row["peak_mem_bytes"], prev["peak_mem_bytes"])
@@ -293,16 +306,46 @@ def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
 
 def epoch_text(row: dict[str, Any]) -> str:
     """The row's epoch time as its group compares it: projected (``~``) where the group's
-    basis is the median step's, else the row's own."""
+    basis is the median step's; none where it is seconds per sample and the kinds were mixed
+    (the growth beside it is from samples/s); else the row's own."""
     if row.get("epoch_basis") == "projected":
         return fmt.seconds(compared_epoch(row), True)
+    if row.get("epoch_basis") == "per sample" and row.get("epoch_basis_mixed"):
+        return fmt.NA
     return fmt.seconds(row["epoch_time_s"], row["epoch_projected"])
+
+
+def shown_epoch(row: dict[str, Any]) -> float | None:
+    """The epoch time the table shows for the row (``epoch_text``'s figure), in seconds."""
+    if row.get("epoch_basis") == "projected":
+        return compared_epoch(row)
+    if row.get("epoch_basis") == "per sample" and row.get("epoch_basis_mixed"):
+        return None
+    return row["epoch_time_s"]
+
+
+def shown_epoch_figure(row: dict[str, Any]) -> Any:
+    """The per-repeat figure behind ``shown_epoch``."""
+    if row.get("epoch_basis") == "projected":
+        return projected_epoch
+    return lambda x: R.metric(x, "epoch_time_s")
 
 
 def compared_epoch(row: dict[str, Any]) -> float | None:
     """The row's epoch time on its group's basis (``epoch_basis``), over its repeats."""
     fig = EPOCH_BASES[row["epoch_basis"]]
     return P.median_of(row["record"], fig)
+
+
+def _fastest(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """The shortest epoch on the groups' basis when every group has the same one (seconds
+    per sample is not seconds per epoch); across groups of different bases, the most
+    samples/s."""
+    bases = {r["epoch_basis"] for r in ok}
+    timed = [r for r in ok if compared_epoch(r) is not None]
+    if len(bases) == 1 and timed:
+        return min(timed, key=compared_epoch)
+    return max(ok, key=lambda r: r["samples_per_s"])
 
 
 def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -320,9 +363,7 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
     if not ok:
         return {"fastest": None, "most_efficient": None, "steps": steps,
                 "text": "No batch size finished, so there is nothing to recommend."}
-    timed = [r for r in ok if compared_epoch(r) is not None]
-    fastest = (min(timed, key=compared_epoch) if timed
-               else max(ok, key=lambda r: r["samples_per_s"]))
+    fastest = _fastest(ok)
     same = [r for r in ok if r["group"] == fastest["group"] and r is not fastest]
     fast_ahead, fast_tied = _ahead(fastest, same, EPOCH_BASES[fastest["epoch_basis"]],
                                    higher_is_better=False)
@@ -355,6 +396,22 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
             "text": text}
 
 
+def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+    """Every interval that leaves ``fastest`` undecided against a batch size of its group is
+    as wide as the runs' own spread made it (``Interval.within_run_bound``): stalls inside
+    the runs, not the repeats, keep it open."""
+    fig = EPOCH_BASES[fastest["epoch_basis"]]
+    open_ivs = []
+    for o in rows:
+        if (o["group"] != fastest["group"] or o is fastest or o["status"] != "ok"
+                or o["batch_size"] == fastest["batch_size"]):
+            continue
+        iv = P.interval(fastest["record"], o["record"], fig)
+        if iv is None or not iv.above(1.0):
+            open_ivs.append(iv)
+    return bool(open_ivs) and all(iv is not None and iv.within_run_bound for iv in open_ivs)
+
+
 def _claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None) -> str:
     """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
     or inconclusive with the rows it cannot be told apart from (``tied``)."""
@@ -375,10 +432,13 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
         return f" ({row['group']})" if multi and row["group"] else ""
 
     if fastest.get("epoch_basis_mixed"):
-        lines.append("Epoch times are compared as projected (median step x steps per epoch) "
-                     "for every batch size: some ran whole epochs and some did not, and a "
-                     "measured epoch holds the wait for its first batch, which a projection "
-                     "leaves out.")
+        how = ("as projected (median step x steps per epoch)"
+               if fastest["epoch_basis"] == "projected" else
+               "as seconds per sample (from samples/s; no epoch time is shown)")
+        lines.append(f"Epoch times are compared {how} for every batch size: some were "
+                     "measured over whole epochs after the first and some were not (projected, "
+                     "or only a first epoch, which holds the warm-up), and a measured epoch "
+                     "holds the wait for its first batch, which a projection leaves out.")
     for s in steps:
         lines.append(f"- {s['from']} -> {s['to']}{where(s)}: epoch time {fmt.growth(s['epoch_growth'])},"
                      f" memory {s['mem_growth_text']}: {s['text']}.")

@@ -20,7 +20,7 @@ from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as REP
-from scaleprobe.report.batch import recommend_batch
+from scaleprobe.report.batch import batch_table, recommend_batch, runs_own_spread
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.scale import scale_table
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
@@ -50,9 +50,14 @@ def _batch(eid: str, recs: list[dict[str, Any]]) -> list[Finding]:
                         eid)]
     evidence = " ".join(line.lstrip("- ") for line in rec["text"].splitlines()[1:])
     if not rec.get("fastest_decided"):
-        return [Finding("batch size: inconclusive", evidence,
-                        "run the sweep with more --repeats (the spread is larger than the "
-                        "differences between batch sizes)", "info", eid)]
+        tip = ("run the sweep with more --repeats (the spread is larger than the "
+               "differences between batch sizes)")
+        if runs_own_spread(fast, batch_table(recs)):
+            tip = ("the runs' own step times vary more than the differences between batch "
+                   "sizes (stalls or waits inside the runs: see the runs' findings and "
+                   "steps.csv): remove them, or time more steps per run, before adding "
+                   "--repeats")
+        return [Finding("batch size: inconclusive", evidence, tip, "info", eid)]
     advice_text = f"batch {fast['batch_size']} for the shortest epoch"
     if eff is not None and rec.get("most_efficient_decided"):
         advice_text += (f"; batch {eff['batch_size']} for the most samples/s per GiB of memory"

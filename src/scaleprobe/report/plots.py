@@ -25,7 +25,7 @@ from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
 from scaleprobe.report.doc import Image
 from scaleprobe.report.labels import wrap
-from scaleprobe.report.records import dict_of, dicts, metric, num
+from scaleprobe.report.records import dict_of, dicts, num
 from scaleprobe.results import BREAKDOWN_PHASES
 
 PHASE_COLOURS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c",
@@ -158,17 +158,20 @@ def batch_plot(rows: list[dict[str, Any]], title: str) -> Plot | None:
 
 
 def _epoch_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int]) -> None:
-    epochs = [r["epoch_time_s"] for r in ok]
+    from scaleprobe.report import batch as B
+
+    epochs = [B.shown_epoch(r) for r in ok]  # the table's figures, on the group's basis
     if all(e is not None for e in epochs):
         every: list[float] = []
         for r in ok:
-            reps = P.values(r["record"], lambda x: metric(x, "epoch_time_s"))
+            reps = P.values(r["record"], B.shown_epoch_figure(r))
             every += reps
             ax.plot([r["batch_size"]] * len(reps), reps, ".", color="#9bb3d1", ms=6, zorder=1,
                     label="each repeat" if r is ok[0] else None)
         ax.plot(xs, epochs, "o-", color="#30638e", label="the table's row (median repeat)")
         _label_points(ax, xs, epochs, [fmt.growth(r["epoch_growth"]) for r in ok])
-        projected = any(r["epoch_projected"] for r in ok)
+        projected = any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
+                        for r in ok)
         ax.set(ylabel="epoch time (s)" + (", ~ projected" if projected else ""),
                title="Epoch time, labelled with its Growth")
         _from_zero(ax, epochs + every)

@@ -71,7 +71,8 @@ def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
     kind = rows[0]["memory_kind"] if rows else "host"
     notes = [f"Peak memory: {kind} memory. Growth compares each point with the previous one "
              "that finished."]
-    if any(r["epoch_projected"] for r in rows if r["status"] == "ok"):
+    if any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
+           for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the median step time.")
     s.add(Text("\n".join(notes), note=True))
     s.add(Text(B.recommend_batch(recs)["text"]))

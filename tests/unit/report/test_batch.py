@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaleprobe.report import batch as B
+from scaleprobe.report import records as R
 from tests.unit.report import factory
 from tests.unit.report.factory import GIB, run
 
@@ -320,9 +321,10 @@ def _h100_search(repeats: int = 2) -> list[dict]:
 
 
 def test_a_measured_epoch_is_never_compared_with_a_projected_one():
-    """Bug caught (H100, 2026-11-25): batch 64's projected epoch (1.4 s, no epoch-start wait)
-    against batch 128's measured one (3.9 s, with it) read as "+183%", and 64 named the
-    fastest; on one basis (median step x steps per epoch) 128 and 256 are shorter and tied."""
+    """Bug caught (H100, 2026-11-25): batch 64's projected epoch (1.4 s, no warm-up, no
+    epoch-start wait) against batch 128's measured one (3.9 s, both in it) read as "+183%",
+    and 64 named the fastest; on one basis (median step x steps per epoch) 128 and 256 are
+    shorter and tied."""
     recs = _h100_search()
     rows = B.batch_table(recs)
     assert {r["epoch_basis"] for r in rows} == {"projected"}
@@ -350,3 +352,65 @@ def test_all_measured_epochs_keep_the_measured_basis():
     assert not any(r["epoch_basis_mixed"] for r in rows)
     assert 3.9 / 5.0 - 1 < rows[1]["epoch_growth"] < 3.9 * 1.03 / 5.0 - 1  # over the repeats
     assert "compared as projected" not in B.recommend_batch(recs)["text"]
+
+
+def test_a_runs_only_epoch_is_not_a_like_for_like_measured_epoch():
+    """A point whose only complete epoch is its first (warm-up and loader start-up in it)
+    is compared as projected, with every other point (bug caught: the H100 search's batch
+    128, 3.9 s over its first epoch, against batch 256's median of later epochs)."""
+    recs = _h100_search()
+    for r in recs:
+        r["metrics"]["epoch_time_projected"] = False
+        r["metrics"]["epoch_times_s"] = ([3.9] if R.batch_size(r) == 128 else [5.0, 2.4, 2.4])
+    rows = B.batch_table(recs)
+    assert {r["epoch_basis"] for r in rows} == {"projected"} and rows[1]["epoch_basis_mixed"]
+    assert rows[1]["epoch_compared_s"] == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)
+    cells = B.batch_cells(rows[1])
+    assert cells[4] == "~1.3 s", cells  # the compared figure (1.24-1.28 s), marked projected
+
+
+def test_fastest_across_groups_of_different_bases_is_by_samples_per_s():
+    """One group with epoch times in seconds, another only with samples/s: 1 / samples/s
+    (about 0.02) is not an epoch time, so it cannot win on it (bug caught: model=b's slower
+    batch named fastest with 'epoch time n/a')."""
+    recs = []
+    for model, bs, epoch, sps in (("a", 32, 10.0, 100.0), ("a", 64, 6.0, 120.0),
+                                  ("b", 32, None, 50.0), ("b", 64, None, 60.0)):
+        r = run(f"{model}{bs}", batch=bs, model=model, sps=sps, epoch_s=epoch,
+                experiment=sweep_point("g", batch_size=bs, model=model))
+        if epoch is None:
+            r["metrics"]["epoch_time_s"] = None
+        recs.append(r)
+    rows = B.batch_table(recs)
+    assert {r["epoch_basis"] for r in rows} == {"measured", "per sample"}
+    fast = B.recommend_batch(recs)["fastest"]
+    assert (fast["batch_size"], fast["samples_per_s"]) == (64, 120.0)
+
+
+def test_a_per_sample_basis_says_so_and_shows_no_mixed_epoch_times():
+    """Batch 32 measured (10 s) with no steps per epoch, batch 64 projected (3 s): the growth
+    is from samples/s, so the cells show no epoch times that would contradict it."""
+    a = run("a", batch=32, sps=100.0, epoch_s=10.0, experiment=sweep_point("p", batch_size=32))
+    b = run("b", batch=64, sps=200.0, experiment=sweep_point("p", batch_size=64))
+    b["metrics"]["epoch_time_s"] = 3.0
+    rows = B.batch_table([a, b])
+    assert rows[1]["epoch_basis"] == "per sample" and rows[1]["epoch_basis_mixed"]
+    assert B.batch_cells(rows[0])[4] == B.batch_cells(rows[1])[4] == "n/a"
+    assert rows[1]["epoch_growth"] == pytest.approx(-0.5)
+    assert "as seconds per sample" in B.recommend_batch([a, b])["text"]
+
+
+def test_the_csv_and_the_plot_carry_the_compared_epoch():
+    """sweep.csv and the batch plot show the figures the growth is computed from (bug
+    caught: 1.39 s -> 3.96 s labelled -10%, the rows' own epochs beside the basis' growth)."""
+    import csv
+    import io
+
+    from scaleprobe.experiments.tables import batch_csv
+
+    rows = B.batch_table(_h100_search())
+    got = list(csv.DictReader(io.StringIO(batch_csv(rows))))
+    assert [g["epoch_basis"] for g in got] == ["projected"] * 3
+    assert float(got[1]["epoch_compared_s"]) == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)
+    assert float(got[1]["epoch_time_s"]) == pytest.approx(3.9 * 1.015, rel=0.02)  # its own
+    assert [B.shown_epoch(r) for r in rows] == [r["epoch_compared_s"] for r in rows]

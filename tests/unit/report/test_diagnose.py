@@ -433,3 +433,25 @@ def test_loader_contention_keeps_workers_only_when_the_worker_verdict_is_decided
     assert recommend_workers(slow)["workers"] == 0
     (v,) = H.contention_verdicts(slow, DEFAULT)
     assert v.command.startswith("keep 0 worker(s): `scaleprobe run"), v.command
+
+
+def test_an_inconclusive_batch_finding_held_open_by_the_runs_own_spread_says_so():
+    """Repeats that agree, runs whose median steps are uncertain by +/-40%: "more --repeats"
+    is not the first fix (bug caught: the finding kept it while the headline said not)."""
+    recs = []
+    for i in range(3):
+        for bs, epoch in ((16, 100.0), (32, 99.0)):
+            recs.append(run(f"b{bs}r{i}", batch=bs, epoch_s=epoch, sps=bs * 10.0, rel_ci=0.4,
+                            experiment=sweep_point("bs", repeat=i, batch_size=bs)))
+    f = _one(diagnose_experiment(recs), "batch size: inconclusive")
+    assert f.recommendation.startswith("the runs' own step times vary more than the "
+                                       "differences between batch sizes")
+    steady = [with_(r, "metrics.step_time_s.rel_ci", 0.001) for r in recs]
+    for r, k in zip(steady, [1.0, 1.2, 0.85] * 2, strict=True):  # the repeats disagree
+        r["metrics"]["epoch_time_s"] *= k if _batch_of(r) == 16 else 1 / k
+    f = _one(diagnose_experiment(steady), "batch size: inconclusive")
+    assert f.recommendation.startswith("run the sweep with more --repeats")
+
+
+def _batch_of(rec: dict) -> int:
+    return rec["config"]["train"]["batch_size"]
