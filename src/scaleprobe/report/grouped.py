@@ -16,6 +16,7 @@ from scaleprobe.invariants import window_samples_per_s
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report.finding import Finding
+from scaleprobe.report.load import outside_cores
 
 MOST_NAMED = 8  # runs named in a group's About before "and N more"
 
@@ -49,8 +50,7 @@ KEY_FIGURES: dict[str, KeyFigure] = {
                                  "of each step"),
     "CPU saturated": ("CPU use", lambda r: R.metric(r, "cpu_util_pct"), fmt.pct_value,
                       "of all cores"),
-    "measured under load": ("load from outside the run",
-                            lambda r: R.metric(r, "outside_cpu_cores"), _cores, "on average"),
+    "measured under load": ("load from outside the run", outside_cores, _cores, "on average"),
     "straggler": ("slowest rank",
                   lambda r: R.num(R.dict_of(r.get("straggler")).get("slowest_vs_median")),
                   fmt.ratio, "the median rank's step time"),

@@ -16,24 +16,43 @@ from scaleprobe.report import records as R
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 
+def outside_cores(rec: dict[str, Any]) -> float | None:
+    """Cores other processes kept busy during the run's timed window: the recorded figure,
+    less what the run's co-located jobs used themselves (``records.colocated_load``), whose
+    load a together run holds by design."""
+    cores = R.metric(rec, "outside_cpu_cores")
+    colo = R.num(R.dict_of(rec.get("load")).get("colocated_cores"))
+    if cores is None or not colo:
+        return cores
+    return max(0.0, cores - colo)
+
+
 def run_load(rec: dict[str, Any], th: Thresholds = DEFAULT) -> tuple[bool | None, str]:
     """(flag, reason): True = measured under load, None = not measured."""
     load = R.dict_of(rec.get("load"))
-    cores = R.metric(rec, "outside_cpu_cores")
+    cores = outside_cores(rec)
     gpu = load.get("gpu_processes") if isinstance(load.get("gpu_processes"), list) else None
     if cores is None and gpu is None:
         flag = load.get("flag")
         return (flag if isinstance(flag, bool) else None), str(load.get("reason") or
                                                               "not measured")
     machine = R.num(load.get("machine_cores")) or R.number(rec, "env.cores")
-    return th.under_load(cores, int(machine) if machine else None, gpu)
+    flag, reason = th.under_load(cores, int(machine) if machine else None, gpu)
+    colo = R.num(load.get("colocated_cores"))
+    if colo and cores is not None:
+        jobs = ", ".join(str(j) for j in load.get("colocated_jobs") or [])
+        reason += (f" (net of the {colo:.2f} cores its co-located job(s) {jobs} used "
+                   "themselves)")
+    return flag, reason
 
 
 def load_cell(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str:
     """The runs table's cell: mean cores busy outside the run, marked when under load."""
     flag, _ = run_load(rec, th)
-    cores = R.metric(rec, "outside_cpu_cores")
+    cores = outside_cores(rec)
     text = f"{cores:.2f} cores" if cores is not None else fmt.NA
+    if cores is not None and R.num(R.dict_of(rec.get("load")).get("colocated_cores")):
+        text += " net of co-located jobs"
     return f"under load ({text})" if flag else text
 
 
@@ -53,7 +72,7 @@ def under_load_line(recs: list[dict[str, Any]], th: Thresholds = DEFAULT,
         return None
     parts = []
     for r in hits:
-        cores = R.metric(r, "outside_cpu_cores")
+        cores = outside_cores(r)
         gpus = R.number(r, "metrics.outside_gpu_processes")
         what = [f"{cores:.2f} cores outside" if cores is not None else "",
                 f"{int(gpus)} other GPU process(es)" if gpus else ""]

@@ -47,7 +47,50 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     recs = [res.typed(r).to_dict() for r in recs]
     if not recs:
         raise ConfigError(f"no result records in {p} (expected results.jsonl or result.json)")
+    colocated_load(recs)
     return recs
+
+
+def colocated_load(recs: list[dict[str, Any]]) -> None:
+    """Each co-located job's together run gets ``load.colocated_cores``: the cores its
+    co-located jobs used themselves (their own ``cpu_util_pct`` of the machine) in the same
+    repeat, over windows that overlap its own. Its outside figure holds them by design, so the
+    load the report judges is net of them (``report.load.run_load``)."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in recs:
+        e = dict_of(r.get("experiment"))
+        point = dict_of(e.get("point"))
+        if r.get("kind") != "run" or e.get("kind") != "colocate" or point.get("phase") != "together":
+            continue
+        groups.setdefault((r.get("_source"), e.get("id"), e.get("repeat")), []).append(r)
+    for group in groups.values():
+        for r in group:
+            job = dict_of(dict_of(r.get("experiment")).get("point")).get("job")
+            total, names = 0.0, []
+            for o in group:
+                other = dict_of(dict_of(o.get("experiment")).get("point")).get("job")
+                pct = metric(o, "cpu_util_pct")
+                machine = num(dict_of(o.get("load")).get("machine_cores")) or num(
+                    dict_of(o.get("env")).get("cores"))
+                if other == job or pct is None or not machine or not _overlap(r, o):
+                    continue
+                total += pct / 100.0 * machine
+                names.append(str(other))
+            if names:
+                load = r.get("load") if isinstance(r.get("load"), dict) else {}
+                r["load"] = {**load, "colocated_cores": total, "colocated_jobs": names}
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The two runs' timed windows (wall clock) overlap; True when either is unknown."""
+    wa = dict_of(a.get("metrics")).get("window_clock")
+    wb = dict_of(b.get("metrics")).get("window_clock")
+    if not (isinstance(wa, list) and isinstance(wb, list) and len(wa) == len(wb) == 2):
+        return True
+    try:
+        return min(wa[1], wb[1]) > max(wa[0], wb[0])
+    except TypeError:
+        return True
 
 
 def _folder(base: Path, folder: Path) -> str:

@@ -72,3 +72,36 @@ def test_a_foreign_gpu_process_is_load():
     flag, reason = run_load(rec)
     assert flag is True and "python 4242 on GPU 0" in reason
     assert "1 other GPU process(es)" in under_load_line([rec])
+
+
+def _together(job: str, repeat: int, outside: float, cpu_pct: float,
+              window: tuple[float, float] = (100.0, 101.0)) -> dict:
+    rec = loaded(run(f"{job}-t{repeat}", cpu=cpu_pct), outside)
+    rec["experiment"] = {"id": "quick", "kind": "colocate", "repeat": repeat,
+                         "point": {"job": job, "phase": "together"}}
+    rec["metrics"]["window_clock"] = list(window)
+    return rec
+
+
+def test_a_colocated_jobs_own_cpu_is_not_outside_load(tmp_path):
+    """Two jobs together on 2 cores: each one's outside figure is the other job (1.02 and
+    0.96 cores, the other's 51% and 47% of the machine), not load to measure again on a
+    quiet machine (bug caught: colocate_quick's 6 together runs called 'measured under load'
+    with 'measure again on a quiet machine'). A third process's core still counts."""
+    from scaleprobe.report import records as R
+
+    recs = [_together("cnn", 0, 0.96, 47.0), _together("linear", 0, 1.02, 51.0),
+            _together("cnn", 1, 1.96, 47.0), _together("linear", 1, 2.02, 51.0),
+            _together("cnn", 2, 1.0, 47.0, (200.0, 201.0)),  # its partner ran at another time
+            _together("linear", 2, 1.0, 51.0, (300.0, 301.0))]
+    write_results(tmp_path, recs)
+    got = {(R.dict_of(r["experiment"]["point"])["job"], r["experiment"]["repeat"]): r
+           for r in R.load_records(tmp_path) if r.get("kind") == "run"}
+    flag, reason = run_load(got[("cnn", 0)])
+    assert flag is False and "net of the 1.02 cores its co-located job(s) linear" in reason
+    assert run_load(got[("linear", 0)])[0] is False
+    assert run_load(got[("cnn", 1)])[0] is True  # 1.96 - 1.02: a core of someone else's
+    assert run_load(got[("cnn", 2)])[0] is True  # windows apart: nothing to take off
+    md = build_report(tmp_path)[0].read_text()
+    assert "0.00 cores net of co-located jobs" in md
+    assert "under load (0.94 cores net of co-located jobs)" in md
