@@ -53,6 +53,8 @@ class Pair:
     need: int | None = None  # repeats per side that would decide an inconclusive verdict
     differs: list[str] = field(default_factory=list)  # "train.batch_size: 64 -> 32"
     deltas: list[Delta] = field(default_factory=list)
+    # where a side's samples/s (from its median step) is not its window's throughput
+    caveats: list[str] = field(default_factory=list)
 
     @property
     def summary(self) -> str:
@@ -162,7 +164,27 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], label: str = "A vs B",
     iv = samples_interval(a, b)
     v = verdict(iv, th)
     need = _repeats_to_decide(iv, th) if v == "inconclusive" and iv is not None else None
-    return Pair(label, a, b, v, iv, need, differences(a, b), deltas)
+    return Pair(label, a, b, v, iv, need, differences(a, b), deltas, caveats(a, b, th))
+
+
+def caveats(a: dict[str, Any], b: dict[str, Any], th: Thresholds = DEFAULT) -> list[str]:
+    """The verdict compares samples/s from each side's median step: where that is not the
+    side's throughput over its whole window (the window invariant), say so, and why when the
+    wait at epoch starts explains it."""
+    from scaleprobe.invariants import WINDOW_TOLERANCE, window_samples_per_s
+    from scaleprobe.report.diagnose import epoch_start_wait
+
+    out = []
+    for side, r in (("A", a), ("B", b)):
+        sps, window = R.metric(r, "samples_per_s"), window_samples_per_s(r)
+        if not sps or not window or abs(sps / window - 1.0) <= WINDOW_TOLERANCE:
+            continue
+        why = epoch_start_wait(r, th)
+        out.append(f"{side}: {fmt.rate(sps)} samples/s from its median step, {fmt.rate(window)} "
+                   f"over its whole timed window ({sps / window:.2f}x)"
+                   + (f": {why}" if why else ": its steps vary widely (see its steps.csv)")
+                   + "; compare epoch times, or fix the stalls first")
+    return out
 
 
 def _deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
@@ -264,7 +286,11 @@ def _differ_lines(cmp: Comparison) -> list[str]:
         own = [d for d in p.differs if d not in common]
         if own:
             lines.append(f"{p.label} also differs in: " + "; ".join(own))
-    return lines or ["A and B ran the same configuration on the same kind of machine."]
+    lines = lines or ["A and B ran the same configuration on the same kind of machine."]
+    for p in cmp.pairs:
+        where = "" if len(cmp.pairs) == 1 else f"{p.label}: "
+        lines += [f"Caveat: {where}{c}" for c in p.caveats]
+    return lines
 
 
 def to_markdown(cmp: Comparison) -> str:

@@ -178,3 +178,25 @@ def test_a_difference_of_one_point_is_named_under_that_point(tmp_path):
     md = to_markdown(cmp)
     assert "batch_size=32 also differs in: measured under load: B" in md
     assert "every verdict measures these together" not in md
+
+
+def test_a_side_whose_median_step_is_not_its_throughput_is_a_caveat(tmp_path):
+    """B's samples/s (from its median step) is 1.89x its whole window's, all of the gap the
+    wait at epoch starts (the H200 run): the verdict on samples/s stands, with the caveat
+    beside it (bug caught: "faster" printed with nothing to say B's epochs were slower)."""
+    a = run("a", step_s=0.5, batch=256)
+    b = run("b", step_s=0.3725, batch=256)
+    for r, window in ((a, 5.0), (b, 7.05)):
+        r["metrics"].update(steps_timed=10, window_s=window)
+    b["metrics"].update(epoch_starts_timed=3, epoch_start_data_s=1.31,
+                        epoch_start_data_share=1.0, epoch_start_window_share=0.51,
+                        epoch_start_other_data_s=0.0, steps_per_epoch=3)
+    pair = compare_runs(a, b)
+    assert len(pair.caveats) == 1 and pair.caveats[0].startswith(
+        "B: 687 samples/s from its median step, 363 over its whole timed window (1.89x): 100% "
+        "of the data wait fell on the 3 timed steps that took an epoch's first batch")
+    write_results(tmp_path / "a", [a])
+    write_results(tmp_path / "b", [b])
+    md = to_markdown(compare_paths(tmp_path / "a", tmp_path / "b"))
+    assert "Caveat: B: 687 samples/s from its median step" in md
+    assert "Caveat: A" not in md  # A's steps agree with its window
