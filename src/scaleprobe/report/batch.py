@@ -77,6 +77,21 @@ def measured_epoch(r: dict[str, Any]) -> bool:
     return not (isinstance(walls, list) and len(walls) == 1)
 
 
+def _epoch_kind(r: dict[str, Any]) -> str:
+    """like (epochs after the first measured), first (only a first epoch measured),
+    projected, or none."""
+    if measured_epoch(r):
+        return "like"
+    if R.metric(r, "epoch_time_s") is None:
+        return "none"
+    return "projected" if R.projected(r) else "first"
+
+
+KIND_TEXT = {"like": "measured over epochs after the first",
+             "first": "only a first epoch measured, which holds the warm-up",
+             "projected": "projected from the median step", "none": "no epoch time"}
+
+
 def epoch_basis(recs: list[dict[str, Any]]) -> str:
     """One basis for every epoch time a group compares, so that no comparison pairs a
     measured epoch (its first batch's wait included) with a projected one (median step x
@@ -102,14 +117,14 @@ def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         mem_kind = "device" if ok and all(R.device_peak(r) is not None for r in ok) else "host"
         basis = epoch_basis(ok)
         fig = EPOCH_BASES[basis]
+        kinds = {_epoch_kind(x) for r2 in ok for x in P.repeats_of(r2)}
         prev: dict[str, Any] | None = None
         for r in recs:
             row = _batch_row(r, label, mem_kind)
             row["epoch_basis"] = basis
+            row["epoch_kinds"] = kinds
             # some epoch times of the group were measured: the basis is not what they show
-            row["epoch_basis_mixed"] = basis != "measured" and any(
-                not R.projected(x) and R.metric(x, "epoch_time_s") is not None
-                for r2 in ok for x in P.repeats_of(r2))
+            row["epoch_basis_mixed"] = basis != "measured" and bool(kinds & {"like", "first"})
             row["epoch_compared_s"] = (P.median_of(r, fig) if row["status"] == "ok"
                                        and basis != "per sample" else None)
             if row["status"] == "ok":
@@ -403,7 +418,7 @@ def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool
     fig = EPOCH_BASES[fastest["epoch_basis"]]
     open_ivs = []
     for o in rows:
-        if (o["group"] != fastest["group"] or o is fastest or o["status"] != "ok"
+        if (o["group"] != fastest["group"] or o["status"] != "ok"
                 or o["batch_size"] == fastest["batch_size"]):
             continue
         iv = P.interval(fastest["record"], o["record"], fig)
@@ -435,10 +450,12 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
         how = ("as projected (median step x steps per epoch)"
                if fastest["epoch_basis"] == "projected" else
                "as seconds per sample (from samples/s; no epoch time is shown)")
-        lines.append(f"Epoch times are compared {how} for every batch size: some were "
-                     "measured over whole epochs after the first and some were not (projected, "
-                     "or only a first epoch, which holds the warm-up), and a measured epoch "
-                     "holds the wait for its first batch, which a projection leaves out.")
+        kinds = [KIND_TEXT[k] for k in ("like", "first", "projected", "none")
+                 if k in fastest.get("epoch_kinds", ())]
+        lines.append(f"Epoch times are compared {how} for every batch size, as their own "
+                     f"were not alike ({'; '.join(kinds)}): a measured epoch holds the wait "
+                     "for its first batch, and a run's first epoch the warm-up, which a "
+                     "projection leaves out.")
     for s in steps:
         lines.append(f"- {s['from']} -> {s['to']}{where(s)}: epoch time {fmt.growth(s['epoch_growth'])},"
                      f" memory {s['mem_growth_text']}: {s['text']}.")

@@ -155,6 +155,9 @@ def epoch_start_wait(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str | Non
     spe, timed = R.metric(rec, "steps_per_epoch"), R.metric(rec, "steps_timed")
     if not n or n < 2 or share is None or share < th.epoch_start_share or not wait:
         return None
+    if window is None:  # a record from before the window share: from its median wait
+        span = R.metric(rec, "window_s")
+        window = min(1.0, n * wait / span) if span else None
     if window is None or window <= th.data_wait_fraction:
         return None
     per = f"; {int(spe)} step{'s' if spe != 1 else ''} per epoch" if spe else ""

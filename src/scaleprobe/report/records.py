@@ -53,9 +53,12 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
 
 def colocated_load(recs: list[dict[str, Any]]) -> None:
     """Each co-located job's together run gets ``load.colocated_cores``: the cores its
-    co-located jobs used themselves (their own ``cpu_util_pct`` of the machine) in the same
-    repeat, over windows that overlap its own. Its outside figure holds them by design, so the
-    load the report judges is net of them (``report.load.run_load``)."""
+    co-located jobs used themselves in the same repeat (each partner's own ``cpu_util_pct``,
+    a share of the cores it could run on, ``env.cores``), weighted by the share of the run's
+    timed window that the partner's window covered. Its outside figure holds them by design,
+    so the load the report judges is net of them (``report.load.run_load``). Only finished
+    partners with a known window count, one record per partner job (the most overlap): a
+    failed or rerun attempt is not subtracted again."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in recs:
         e = dict_of(r.get("experiment"))
@@ -65,32 +68,41 @@ def colocated_load(recs: list[dict[str, Any]]) -> None:
         groups.setdefault((r.get("_source"), e.get("id"), e.get("repeat")), []).append(r)
     for group in groups.values():
         for r in group:
-            job = dict_of(dict_of(r.get("experiment")).get("point")).get("job")
-            total, names = 0.0, []
+            job = _job(r)
+            best: dict[str, tuple[float, float]] = {}  # partner job -> (overlap share, cores)
             for o in group:
-                other = dict_of(dict_of(o.get("experiment")).get("point")).get("job")
                 pct = metric(o, "cpu_util_pct")
-                machine = num(dict_of(o.get("load")).get("machine_cores")) or num(
-                    dict_of(o.get("env")).get("cores"))
-                if other == job or pct is None or not machine or not _overlap(r, o):
+                cores = num(dict_of(o.get("env")).get("cores")) or num(
+                    dict_of(o.get("load")).get("machine_cores"))
+                share = _overlap_share(r, o)
+                if _job(o) == job or o.get("status") != "ok" or pct is None or not cores \
+                        or not share:
                     continue
-                total += pct / 100.0 * machine
-                names.append(str(other))
-            if names:
+                if share > best.get(_job(o), (0.0, 0.0))[0]:
+                    best[_job(o)] = (share, pct / 100.0 * cores * share)
+            if best:
                 load = r.get("load") if isinstance(r.get("load"), dict) else {}
-                r["load"] = {**load, "colocated_cores": total, "colocated_jobs": names}
+                r["load"] = {**load, "colocated_cores": sum(c for _, c in best.values()),
+                             "colocated_jobs": sorted(best)}
 
 
-def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """The two runs' timed windows (wall clock) overlap; True when either is unknown."""
+def _job(r: dict[str, Any]) -> str:
+    return str(dict_of(dict_of(r.get("experiment")).get("point")).get("job"))
+
+
+def _overlap_share(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The share of run ``a``'s timed window (wall clock) that ``b``'s covered; 0 when either
+    window is unknown."""
     wa = dict_of(a.get("metrics")).get("window_clock")
     wb = dict_of(b.get("metrics")).get("window_clock")
     if not (isinstance(wa, list) and isinstance(wb, list) and len(wa) == len(wb) == 2):
-        return True
+        return 0.0
     try:
-        return min(wa[1], wb[1]) > max(wa[0], wb[0])
-    except TypeError:
-        return True
+        span = float(wa[1]) - float(wa[0])
+        both = min(float(wa[1]), float(wb[1])) - max(float(wa[0]), float(wb[0]))
+    except (TypeError, ValueError):
+        return 0.0
+    return max(0.0, min(1.0, both / span)) if span > 0 else 0.0
 
 
 def _folder(base: Path, folder: Path) -> str:

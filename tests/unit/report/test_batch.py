@@ -414,3 +414,34 @@ def test_the_csv_and_the_plot_carry_the_compared_epoch():
     assert float(got[1]["epoch_compared_s"]) == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)
     assert float(got[1]["epoch_time_s"]) == pytest.approx(3.9 * 1.015, rel=0.02)  # its own
     assert [B.shown_epoch(r) for r in rows] == [r["epoch_compared_s"] for r in rows]
+
+
+def test_the_plot_draws_the_compared_epochs():
+    """The batch plot's line is the table's Epoch time column on the group's basis (bug
+    caught: batch 128's own 3.9 s drawn beside a growth of -10% from its ~1.26 s)."""
+    from unittest import mock
+
+    from scaleprobe.report import plots
+
+    rows = [r for r in B.batch_table(_h100_search()) if r["status"] == "ok"]
+    ax = mock.MagicMock()
+    plots._epoch_panel(ax, rows, [r["batch_size"] for r in rows])
+    line = next(c for c in ax.plot.call_args_list
+                if c.kwargs.get("label") == "the table's row (median repeat)")
+    assert list(line.args[1]) == pytest.approx([B.shown_epoch(r) for r in rows])
+    assert line.args[1][1] == pytest.approx(1.26, abs=0.03)  # not 3.9
+    dots = [c for c in ax.plot.call_args_list if c.kwargs.get("label") != line.kwargs["label"]]
+    assert max(max(c.args[1]) for c in dots) < 2.0  # each repeat on the same basis
+
+
+def test_every_epoch_a_first_one_is_worded_as_such():
+    """Every point measured only its first epoch: the text names that, not "some were
+    measured over epochs after the first" (none were)."""
+    recs = _h100_search()
+    for r in recs:
+        r["metrics"]["epoch_time_projected"] = False
+        r["metrics"]["epoch_time_s"] = r["metrics"]["epoch_time_s"] or 2.0
+        r["metrics"]["epoch_times_s"] = [r["metrics"]["epoch_time_s"]]
+    text = B.recommend_batch(recs)["text"]
+    assert "(only a first epoch measured, which holds the warm-up)" in text
+    assert "after the first" not in text

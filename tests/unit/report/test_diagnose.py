@@ -455,3 +455,15 @@ def test_an_inconclusive_batch_finding_held_open_by_the_runs_own_spread_says_so(
 
 def _batch_of(rec: dict) -> int:
     return rec["config"]["train"]["batch_size"]
+
+
+def test_a_record_from_before_the_window_share_still_gets_the_epoch_start_verdict():
+    """Records written before epoch_start_window_share have the count, the median wait and
+    the share of the data wait: their share of the window comes from those and window_s
+    (bug caught: the verdict dropped for them, and compare's caveat said "steps vary
+    widely" instead)."""
+    rec = _epoch_starts(run("old", step_s=0.37, bd=breakdown(0.37, data=0.44), workers=8,
+                            cores=16), n=3, wait=1.31, share=1.0, window=None)
+    rec["metrics"]["window_s"] = 7.64
+    f = _one(diagnose_run(rec), "input-bound at epoch starts")
+    assert "51% of the timed window" in f.evidence

@@ -3,6 +3,8 @@ sections of the report."""
 
 from __future__ import annotations
 
+import pytest
+
 from scaleprobe.report import build_report
 from scaleprobe.report.diagnose import diagnose_run
 from scaleprobe.report.load import run_load, under_load_line
@@ -75,8 +77,10 @@ def test_a_foreign_gpu_process_is_load():
 
 
 def _together(job: str, repeat: int, outside: float, cpu_pct: float,
-              window: tuple[float, float] = (100.0, 101.0)) -> dict:
-    rec = loaded(run(f"{job}-t{repeat}", cpu=cpu_pct), outside)
+              window: tuple[float, float] = (100.0, 101.0), cores: int = 2,
+              machine: int = 2, status: str = "ok") -> dict:
+    rec = loaded(run(f"{job}-t{repeat}", cpu=cpu_pct, cores=cores), outside, machine)
+    rec["status"] = status
     rec["experiment"] = {"id": "quick", "kind": "colocate", "repeat": repeat,
                          "point": {"job": job, "phase": "together"}}
     rec["metrics"]["window_clock"] = list(window)
@@ -105,3 +109,28 @@ def test_a_colocated_jobs_own_cpu_is_not_outside_load(tmp_path):
     md = build_report(tmp_path)[0].read_text()
     assert "0.00 cores net of co-located jobs" in md
     assert "under load (0.94 cores net of co-located jobs)" in md
+
+
+def test_a_partners_cpu_is_counted_on_its_own_cores_once_over_the_shared_window(tmp_path):
+    """cpu_util_pct is a share of the cores a run may use (its affinity): two pinned jobs of
+    4 cores on 8, each at 87.5%, plus a third process's 2 cores: the net is 2.0, flagged
+    (bug caught: 87.5% of all 8 cores subtracted, 7.0, and the load hidden). A failed
+    attempt of the partner and a partner window covering a tenth of the run's are not
+    subtracted in full (bugs caught: 'b' counted twice after a rerun; 8 cores subtracted for
+    1 s of a 10 s window)."""
+    from scaleprobe.report import records as R
+
+    recs = [_together("a", 0, 5.5, 87.5, cores=4, machine=8),
+            _together("b", 0, 5.5, 87.5, cores=4, machine=8),
+            _together("a", 1, 4.0, 50.0, (0.0, 10.0), cores=8, machine=8),
+            _together("b", 1, 4.0, 100.0, (9.0, 10.0), cores=8, machine=8),
+            _together("b", 1, 4.0, 90.0, (0.0, 10.0), cores=8, machine=8, status="failed")]
+    write_results(tmp_path, recs)
+    got = [r for r in R.load_records(tmp_path) if r.get("kind") == "run"]
+    a0 = next(r for r in got if r["name"] == "a-t0")
+    assert a0["load"]["colocated_cores"] == pytest.approx(3.5)
+    assert run_load(a0)[0] is True and "2.00 cores" in run_load(a0)[1]
+    a1 = next(r for r in got if r["name"] == "a-t1")
+    assert a1["load"]["colocated_jobs"] == ["b"]
+    assert a1["load"]["colocated_cores"] == pytest.approx(0.8)  # 8 cores x 1 s of 10 s
+    assert run_load(a1)[0] is True
