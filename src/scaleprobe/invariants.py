@@ -52,9 +52,9 @@ def check_run(rec: RunResult | dict[str, Any]) -> list[dict[str, str]]:
     if trainers == 1 and comm and comm > 0:
         out.append({"name": "no comm at 1",
                     "detail": f"{comm * 1000:.1f} ms of communication with one training process"})
-    window = window_samples_per_s(r)
-    sps = _num(m.samples_per_s)
-    if window and sps and abs(sps / window - 1.0) > WINDOW_TOLERANCE:
+    gap = window_gap(r)
+    if gap is not None:
+        sps, window = gap
         out.append({"name": "window",
                     "detail": f"{sps:.1f} samples/s from the median step vs {window:.1f} over the "
                               f"timed window ({sps / window:.2f}x): step times vary widely"})
@@ -62,6 +62,16 @@ def check_run(rec: RunResult | dict[str, Any]) -> list[dict[str, str]]:
         out.append({"name": "unique data",
                     "detail": "the shard audit failed but no unique samples/s was given"})
     return out
+
+
+def window_gap(rec: RunResult | dict[str, Any]) -> tuple[float, float] | None:
+    """(samples/s from the median step, samples/s over the timed window) when the two differ
+    by more than ``WINDOW_TOLERANCE`` (the window invariant), else None."""
+    r = rec if isinstance(rec, RunResult) else RunResult.from_dict(rec)
+    window, sps = window_samples_per_s(r), _num(r.metrics.samples_per_s)
+    if window and sps and abs(sps / window - 1.0) > WINDOW_TOLERANCE:
+        return sps, window
+    return None
 
 
 def window_samples_per_s(rec: RunResult | dict[str, Any]) -> float | None:

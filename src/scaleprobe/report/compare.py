@@ -171,14 +171,15 @@ def caveats(a: dict[str, Any], b: dict[str, Any], th: Thresholds = DEFAULT) -> l
     """The verdict compares samples/s from each side's median step: where that is not the
     side's throughput over its whole window (the window invariant), say so, and why when the
     wait at epoch starts explains it."""
-    from scaleprobe.invariants import WINDOW_TOLERANCE, window_samples_per_s
+    from scaleprobe.invariants import window_gap
     from scaleprobe.report.diagnose import epoch_start_wait
 
     out = []
     for side, r in (("A", a), ("B", b)):
-        sps, window = R.metric(r, "samples_per_s"), window_samples_per_s(r)
-        if not sps or not window or abs(sps / window - 1.0) <= WINDOW_TOLERANCE:
+        gap = window_gap(r)
+        if gap is None:
             continue
+        sps, window = gap
         why = epoch_start_wait(r, th)
         out.append(f"{side}: {fmt.rate(sps)} samples/s from its median step, {fmt.rate(window)} "
                    f"over its whole timed window ({sps / window:.2f}x)"
