@@ -118,6 +118,12 @@ def epoch_time(raw0: RankRecord, step_median_s: float | None,
     walls = raw0.epoch_wall_s or []
     if walls and raw0.epochs_complete:
         return (median(walls[1:]) if len(walls) > 1 else walls[0]), False
-    if step_median_s is None:
-        return None, None
-    return step_median_s * steps_per_epoch, True
+    projected = projected_epoch_s(step_median_s, steps_per_epoch)
+    return (projected, True) if projected is not None else (None, None)
+
+
+def projected_epoch_s(step_median_s: float | None, steps_per_epoch: int | None) -> float | None:
+    """An epoch projected from the steady-state step: median step x steps per epoch."""
+    if step_median_s is None or not steps_per_epoch:
+        return None
+    return step_median_s * steps_per_epoch

@@ -52,10 +52,12 @@ def projected_epoch(r: dict[str, Any]) -> float | None:
     """Epoch time on the median step's basis: the record's own where it was projected, else
     its median step x steps per epoch (a measured epoch also holds the wait for each epoch's
     first batch, which the median step leaves out)."""
+    from scaleprobe.measure.summary import projected_epoch_s
+
     if R.projected(r):
         return R.metric(r, "epoch_time_s")
-    step, spe = R.step_median_s(r), R.metric(r, "steps_per_epoch")
-    return step * spe if step and spe else None
+    spe = R.metric(r, "steps_per_epoch")
+    return projected_epoch_s(R.step_median_s(r), int(spe) if spe else None)
 
 
 def seconds_per_sample(r: dict[str, Any]) -> float | None:
