@@ -322,18 +322,15 @@ def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
 
 
 def epoch_text(row: dict[str, Any]) -> str:
-    """The row's epoch time as its group compares it: projected (``~``) where the group's
-    basis is the median step's; none where it is seconds per sample and the kinds were mixed
-    (the growth beside it is from samples/s); else the row's own."""
-    if row.get("epoch_basis") == "projected":
-        return fmt.seconds(compared_epoch(row), True)
-    if row.get("epoch_basis") == "per sample" and row.get("epoch_basis_mixed"):
-        return fmt.NA
-    return fmt.seconds(row["epoch_time_s"], row["epoch_projected"])
+    """``shown_epoch`` as the table writes it, ``~`` where projected."""
+    return fmt.seconds(shown_epoch(row),
+                       row.get("epoch_basis") == "projected" or bool(row["epoch_projected"]))
 
 
 def shown_epoch(row: dict[str, Any]) -> float | None:
-    """The epoch time the table shows for the row (``epoch_text``'s figure), in seconds."""
+    """The epoch time the table shows for the row, in seconds: the compared (projected)
+    figure where the group's basis is the median step's; none where it is seconds per sample
+    and the kinds were mixed (the growth beside it is from samples/s); else the row's own."""
     if row.get("epoch_basis") == "projected":
         return compared_epoch(row)
     if row.get("epoch_basis") == "per sample" and row.get("epoch_basis_mixed"):

@@ -130,17 +130,14 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
                             f"every other setting the same ({fmt.pct(ratio)}, run "
                             f"{R.name(synth)})")
     starts = epoch_start_wait(rec, th)
-    out = []
+    if starts is not None and not _steady_wait(rec, th):  # the wait is the starts' alone
+        return [Finding("input-bound at epoch starts", "; ".join([starts, *evidence]),
+                        advice.epoch_starts(rec), "warning")]
+    out = ([Finding("input-bound", "; ".join(evidence), advice.input_bound(rec), "warning")]
+           if evidence else [])
     if starts is not None:
         out.append(Finding("input-bound at epoch starts", starts, advice.epoch_starts(rec),
                            "warning"))
-        if not _steady_wait(rec, th):  # the wait is the starts' alone
-            out[0] = Finding(out[0].verdict, "; ".join([starts, *evidence]),
-                             out[0].recommendation, "warning")
-            return out
-    if evidence:
-        out.insert(0, Finding("input-bound", "; ".join(evidence), advice.input_bound(rec),
-                              "warning"))
     return out
 
 
