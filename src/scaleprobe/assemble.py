@@ -270,6 +270,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         why[f"breakdown_s.{p}"] = reason
     _memory(result, ranks, mon)
     _flops(result, ranks, raw0)
+    _compile(result, cfg, ranks, raw0)
     s = straggler(trainers)
     result.straggler = Straggler.from_dict(s) if s else None
     _comm(result, cfg, raw0, ranks)
@@ -314,6 +315,20 @@ def _flops(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> None
         why["mfu"] = why.get("flops_per_step") or why.get("peak") or "no step was timed"
     if m.achieved_flops_per_s is None:
         why["achieved_flops_per_s"] = why.get("flops_per_step") or "no step was timed"
+
+
+def _compile(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
+             raw0: RankRecord) -> None:
+    """torch.compile's compilations (measure/compiled.py): raw0's figures and events, and the
+    most compilations inside the timed window of any rank."""
+    from scaleprobe.measure.compiled import block, result_fields
+
+    off = ("the script compiled nothing" if cfg.script.path else "not compiled (add --compile)")
+    fields, why = result_fields(raw0.compile, off, [r.compile for r in ranks if r.compile])
+    for k, v in fields.items():
+        setattr(result.metrics, k, v)
+    result.null_reasons.update(why)
+    result.compile = block(raw0.compile, None if cfg.script.path else cfg.model.compile_mode)
 
 
 def _devices(trainers: list[RankRecord]) -> int:

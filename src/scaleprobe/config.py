@@ -61,6 +61,12 @@ class ModelConfig:
                        "/ package.module:FUNC (`scaleprobe models`)", text="a model name")
     channels_last: bool = option(False, "NHWC memory format for conv nets")
     pretrained: bool = option(False, "cached weights only; never downloads")
+    compile: bool = option(False, "torch.compile the model (after DDP's wrapper, so its graphs "
+                           "split at the gradient buckets); compiling happens in the untimed "
+                           "warm-up and is reported apart (metrics.compile_time_s)")
+    compile_mode: str = option("default", "--compile: torch.compile's mode",
+                               choices=("default", "reduce-overhead", "max-autotune",
+                                        "max-autotune-no-cudagraphs"))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ def check_combinations(cfg: RunConfig) -> None:
         raise ConfigError("give either --steps or --epochs, not both")
     if t.target is not None:
         _validate_target(cfg)
+    if cfg.model.compile and t.warmup_steps < 1:
+        raise ConfigError("--compile needs --warmup-steps 1 or more: the first step compiles the "
+                          "forward and backward, which must not be timed")
     if cfg.script.args is not None:
         if cfg.script.path is None:
             raise ConfigError("script.args needs script.path (the script they are passed to)")

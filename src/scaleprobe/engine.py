@@ -364,10 +364,13 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
         torch.cuda.reset_peak_memory_stats(device)
     p = setup(cfg, device, strategy)
     if not strategy.is_server:
-        from scaleprobe.measure.flops import StepFlops
+        from scaleprobe.measure.fakeflops import step_flops
 
-        p.flops = StepFlops(cfg.train.warmup_steps, strategy.towers)
+        p.flops = step_flops(cfg.model.compile, cfg.train.warmup_steps, strategy.towers)
         p.watch = _watch(p)
+    from scaleprobe.measure.compiled import CompileWatch
+
+    compiles = CompileWatch().install()  # torch.compile's compilations, and when (a no-op else)
     timer = StepTimer(device.type)
     observed: dict[str, Any] = {}
     stop.deferring = True
@@ -383,12 +386,13 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
                                     device.type == "cuda",
                                     summaries=strategy.rank == strategy.progress_rank)
         progress.begin(p)
-        try:
-            st = train_loop(p, timer, progress, clock, observers, stop, beat)
+        try:  # the watch follows the loop as an observer: each step's end, for its events
+            st = train_loop(p, timer, progress, clock, [*observers, compiles], stop, beat)
         finally:
             progress.end()
             observed = {k: v for ob in observers for k, v in ob.close().items()}
         strategy.finish_worker()
+        p.flops.after_loop(p, st)  # a compiled model's count: now, outside the window
     if beat is not None:
         beat.set_state("after")
     interrupted = _agree_interrupted(strategy, st.interrupted or stop.requested)
@@ -415,6 +419,10 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     rec = rank_record(p, st, timer, comm, metrics)
     rec["observed"] = observed
     rec["flops"] = {**p.flops.result(), **peak} if p.flops else None
+    rec["compile"] = (None if strategy.is_server else
+                      compiles.record((st.window_t0, st.window_t1), compiles.ends,
+                                      cfg.train.warmup_steps))
+    compiles.remove()
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
     rec["interrupted"] = (stop.signame or "peer") if interrupted else None
     return rec

@@ -11,6 +11,10 @@ keeps its figures and lists what does not hold, and the summary line and the rep
                     loader that stalls every few steps, make the median flatter the run)
     unique data     with a failing shard audit, samples/s counts samples read twice: the
                     result also gives unique samples/s (``metrics.unique_samples_per_s``)
+    compile in window  torch.compile compiles in the untimed warm-up: a compilation (a
+                    recompile, a first compile of a new frame, a CUDA graph recording) inside
+                    the timed window is time the steady state does not spend
+                    (``metrics.compiles_in_window``; measure/compiled.py)
 
 Pure Python over the typed result (``results.RunResult``); no torch.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.measure.compiled import window_line
 from scaleprobe.results import RunResult
 
 # median-step samples/s vs whole-window samples/s: a run whose steps are stable agrees within
@@ -58,6 +63,12 @@ def check_run(rec: RunResult | dict[str, Any]) -> list[dict[str, str]]:
         out.append({"name": "window",
                     "detail": f"{sps:.1f} samples/s from the median step vs {window:.1f} over the "
                               f"timed window ({sps / window:.2f}x): step times vary widely"})
+    inside = _num(m.compiles_in_window)
+    if inside:
+        events = (r.compile or {}).get("events") or []
+        out.append({"name": "compile in window",
+                    "detail": (window_line(events) or f"{inside} compilations inside the timed "
+                               "window (on another rank)") + ": those steps include compiling"})
     if r.audit is not None and r.audit.ok is False and m.unique_samples_per_s is None:
         out.append({"name": "unique data",
                     "detail": "the shard audit failed but no unique samples/s was given"})

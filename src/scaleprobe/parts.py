@@ -92,6 +92,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model = strategy.wrap(model)
+    if cfg.model.compile:  # the wrapped model, as PyTorch advises for DDP (graphs split at buckets)
+        model = torch.compile(model, mode=cfg.model.compile_mode)
     lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
                                 and cfg.train.global_batch is None else 1)
     optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr)

@@ -247,6 +247,17 @@ class Metrics(Record):
     achieved_flops_per_s: float | None = None
     mfu: float | None = None  # achieved / (peak.flops_per_s x peak.devices)
     peak: Peak | None = None
+    # torch.compile (measure/compiled.py): seconds spent compiling in all (warm-up, window and
+    # after), frames dynamo compiled (recompiles included) and recompiles, the compilations
+    # (and recompiles) inside the timed window and their seconds (the most of any rank), graph
+    # breaks; null with the reason when nothing was compiled
+    compile_time_s: float | None = None
+    compiles: int | None = None
+    recompiles: int | None = None
+    compiles_in_window: int | None = None
+    recompiles_in_window: int | None = None
+    compile_in_window_s: float | None = None
+    graph_breaks: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -424,6 +435,10 @@ class RunResult(Record):
     # `--executor slurm`: the point's job ({job_id, state, nodes}, state as the scheduler ended it);
     # null for a point run here
     slurm: dict[str, Any] | None = None
+    # torch.compile's compilations (measure/compiled.py): {mode, method, events: [{kind,
+    # compile_id, phase, duration_s, at_s, step, timed_step, recompile, reason}], graph_breaks};
+    # null when nothing was compiled
+    compile: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
@@ -499,6 +514,8 @@ class RankRecord(Record):
     flops: dict[str, Any] | None = None
     # --target, the evaluating rank only: target.TargetWatch.record()
     target: dict[str, Any] | None = None
+    # measure/compiled.CompileWatch.record(): this rank's compilations and where they fell
+    compile: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

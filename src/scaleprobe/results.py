@@ -71,7 +71,13 @@ A run record (``kind == "run"``)::
                       2 per multiply-add, optimizer and element-wise operators 0);
                       achieved_flops_per_s = flops_per_sample x samples_per_s; mfu = that /
                       (peak.flops_per_s x peak.devices), the peak from a data sheet
-                      (measure/peaks.py) or measured ("measured peak", cached per machine)
+                      (measure/peaks.py) or measured ("measured peak", cached per machine);
+                      a compiled model is counted once on its eager module with fake
+                      tensors, after the window (measure/fakeflops.py)
+                      compile_time_s, compiles, recompiles, compiles_in_window,
+                      recompiles_in_window, compile_in_window_s, graph_breaks: torch.compile's
+                      compilations (measure/compiled.py; the in-window ones: the most of
+                      any rank); null with the reason when nothing was compiled
                       cpu_util_pct: the run's own process tree, as % of all cores (not
                       the machine's)
                       outside_cpu_s (CPU seconds that processes outside the run's process
@@ -127,6 +133,11 @@ A run record (``kind == "run"``)::
                       point's process started, "fork" (from the preloaded server) or
                       "exec" (a fresh interpreter; experiments/procs.py)
     paths             {dir, steps_csv, monitor_csv, traces[], tensorboard}
+    compile           null when nothing was compiled; else {mode (`run --compile-mode`; null
+                      under wrap), method, graph_breaks, events [{kind (dynamo | backward |
+                      cudagraph | ...), compile_id, phase (warm-up | window | after),
+                      duration_s, at_s (from the window's start), step, timed_step,
+                      recompile, reason (the guard that failed)}]}: the first training rank's
 
 A value that was not measured is ``null``, with its reason in ``null_reasons``; never 0.
 """

@@ -24,6 +24,8 @@ from scaleprobe.schema import BadValue, show
 RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--model", "model.name", ()),
     ("--channels-last", "model.channels_last", ()),
+    ("--compile", "model.compile", ()),
+    ("--compile-mode", "model.compile_mode", ()),
     ("--dataset", "data.dataset", ()),
     ("--data-dir", "data.data_dir", ()),
     ("--download", "data.download", ()),

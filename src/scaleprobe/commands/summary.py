@@ -30,6 +30,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
 
         con.print(esc(summary_line(rec["target"])))
     _flops_line(con, rec)
+    _compile_line(con, rec)
     _comm_line(con, rec)
     if rec.get("straggler"):
         con.print("straggler: " + esc(rec["straggler"]["line"]))
@@ -86,6 +87,18 @@ def _flops_line(con: Console, rec: dict[str, Any]) -> None:
     else:
         line += f"; MFU: {why.get('mfu') or 'n/a'}"
     con.print(esc(line))
+
+
+def _compile_line(con: Console, rec: dict[str, Any]) -> None:
+    """torch.compile's time, apart from the timed window (measure/compiled.py)."""
+    from scaleprobe.measure.compiled import summary_line
+
+    why = rec.get("null_reasons") or {}
+    line = summary_line(rec["metrics"], rec.get("compile"), why)
+    if line is None and (rec.get("config") or {}).get("model", {}).get("compile"):
+        line = f"compile: {why.get('compile_time_s') or 'not measured'}"
+    if line:
+        con.print(esc(line))
 
 
 def _figures_table(con: Console, figures: list[tuple[str, str]]) -> Table:

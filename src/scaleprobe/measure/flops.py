@@ -94,6 +94,10 @@ class StepFlops:
         else:
             self.reason = "not counted: no matrix product or convolution in the step"
 
+    def after_loop(self, p: Any, st: Any) -> None:
+        """After the timed window: nothing here (``measure/fakeflops.CompiledStepFlops``
+        counts a compiled model then)."""
+
     def result(self) -> dict[str, Any]:
         return {"flops_per_step": self.flops, "method": COUNT_METHOD, "reason": self.reason}
 

@@ -36,6 +36,9 @@ class Single:
         return model
 
     def unwrap(self, model: nn.Module) -> nn.Module:
+        """The model itself: without torch.compile's wrapper (its eager original: evaluating
+        it compiles nothing) and without the strategy's."""
+        model = getattr(model, "_orig_mod", model)
         return getattr(model, "module", model)
 
     def sampler(self, dataset: Any, seed: int, shuffle: bool = True) -> Any:

@@ -90,6 +90,7 @@ def rank_record(rec: Any, rank: int, world: int,
                 "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
                 "device_reserved": torch.cuda.max_memory_reserved() if cuda else None},
         "flops": _flops_record(rec),
+        "compile": _compile_record(rec, w),
         "comm": comm,
         "info": {"train_samples": (log.dataset_len or 0) if log else 0,
                  "param_count": max(rec.top_params.values()) if rec.top_params else None,
@@ -120,9 +121,7 @@ def _flops_record(rec: Any) -> dict[str, Any]:
     cached), resolved after the script: a peak that cannot be had never fails the record."""
     import torch
 
-    from scaleprobe.wrap.hooks import FLOPS_METHOD
-
-    out: dict[str, Any] = {"flops_per_step": rec.flops, "method": FLOPS_METHOD,
+    out: dict[str, Any] = {"flops_per_step": rec.flops, "method": rec.flops_method,
                            "reason": rec.flops_reason, "peak": None, "peak_reason": None}
     if not rec.flops:
         out["peak_reason"] = "not resolved: no FLOPs were counted"
@@ -137,6 +136,31 @@ def _flops_record(rec: Any) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         out["peak_reason"] = f"no peak: {type(e).__name__}: {e}"
     return out
+
+
+def _compile_record(rec: Any, warmup: int) -> dict[str, Any] | None:
+    """The script's compilations (measure/compiled.py), placed against its timed window: from
+    the end of the last warm-up step to the end of the last step, on the hooks' clock."""
+    if rec.watch is None:
+        return None
+    ends = rec.ends
+    t0 = ends[warmup - 1] if 0 < warmup <= len(ends) else (rec.t_first if warmup == 0 else None)
+    window = (t0, ends[-1]) if t0 is not None and len(ends) > warmup else None
+    return rec.watch.record(window, ends, warmup)
+
+
+def _compile_watch() -> Any:
+    """The compile-event watch, installed before the script's first line. torch.compile
+    warns, at every call of a compiled module while global module hooks exist, that they fire
+    once more for the compiled wrapper: they are wrap's, which counts that call once (it nests
+    in the wrapper's), so the warning is not the script's and is silenced."""
+    import warnings
+
+    from scaleprobe.measure.compiled import CompileWatch
+
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there "
+                            r"are global hooks on modules")
+    return CompileWatch().install()
 
 
 def _comm_timer() -> Any:
@@ -246,6 +270,7 @@ def main(argv: list[str]) -> int:
         loss=bool(observers))
     rec.observers = observers
     rec.comm = _comm_timer()
+    rec.watch = _compile_watch()
     code, facts = 0, {}
     try:
         _run_target(target)
@@ -274,6 +299,7 @@ def main(argv: list[str]) -> int:
         facts["error"] = last_meaningful_line(text)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     rec.flops_end(complete=False)  # the script ended inside the counted step
+    rec.count_compiled()  # a compiled model's FLOPs: after the script, on fake tensors
     facts.update(_script_facts(rec), exit_code=code)
     observed = _close(rec.observers)
     try:

@@ -26,8 +26,16 @@ up to the batches the loop consumed, per ``iter(loader)`` (one epoch), for the s
 FLOPs: the last warm-up step (never timed) runs inside ``torch.utils.flop_counter.
 FlopCounterMode``, entered at the end of the step before it and left at its own end, so the
 count is of everything that step ran (measure/flops.py gives the convention). Not with
-``torch.compile``: a frame run under a dispatch mode is not compiled, and PyTorch may then keep
-the eager code for good, so a script that has compiled anything by then is not counted.
+``torch.compile``: a frame run under a dispatch mode is not compiled (dynamo runs it eagerly),
+so a compiled module's calls in that step are captured instead, as fake tensors of their
+inputs, and counted after the script on the module's eager original (measure/fakeflops.py).
+
+torch.compile (measure/compiled.py notes every compilation): the hooks never make a compiled
+frame break, fail a guard or recompile. The module hooks return at once while dynamo traces
+them (``torch.compiler.is_compiling()``), so a compiled graph holds nothing of them and no guard
+on their state; dynamo still guards on the set of global hooks, so once the script has
+compiled anything (or called a compiled module) that set never changes: the global hooks stay
+for the rest of the run instead of giving way to per-module ones.
 """
 
 from __future__ import annotations
@@ -41,6 +49,17 @@ STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 FLOPS_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the script's last warm-up step "
                 "(all it ran between two optimizer steps; 2 FLOPs per multiply-add; "
                 "element-wise operators and the optimizer update count 0)")
+COMPILED_CALLS = ("; every call of the script's compiled modules in its last warm-up step "
+                  "(work outside them is not counted)")
+
+
+def _never() -> bool:
+    return False
+
+
+# torch.compiler.is_compiling once torch is there (``Recorder.install``): True while dynamo
+# traces a hook, which then returns at once and leaves nothing in the graph
+_compiling = _never
 
 
 class StopScript(BaseException):  # noqa: N818  (not an error: the requested end of a script)
@@ -157,11 +176,17 @@ class Recorder:
         self.comm: Any = None  # wrap/comm.CommTimer: DDP's all-reduces, through its comm hook
         self.comm_exposed: list[float | None] = []  # per step; None: nothing was sent
         self.comm_in_flight: list[float | None] = []
+        self.ends: list[float] = []  # perf_counter at the end of each step
+        self.t_first: float | None = None  # perf_counter at the start of the first step
+        self.watch: Any = None  # measure/compiled.CompileWatch: the script's compilations
+        self._compiled: dict[int, Any] = {}  # compiled outermost modules, by id
+        self._capturing = False  # their calls in the counted step are captured
+        self.flops_method = FLOPS_METHOD
 
     # --- events ---------------------------------------------------------------------------
     def _begin(self, t: float) -> None:
         if self._start is None:
-            self._start = t
+            self._start = self.t_first = t
             self.wall0 = time.time() - (time.perf_counter() - t)
 
     def _data(self, t0: float, t1: float) -> None:
@@ -169,6 +194,8 @@ class Recorder:
         self._events.append(("data", t0, t1))
 
     def fwd_pre(self, module: Any, _args: Any) -> None:
+        if _compiling():  # traced into a compiled frame: leave nothing there
+            return
         if self._in_data:  # a transform module run by the loader: data, not forward
             return
         if self._depth == 0:
@@ -182,9 +209,13 @@ class Recorder:
             if self._global and id(module) not in self._top:
                 self._top[id(module)] = module
                 self._new_top = True
+                if _is_compiled(module):
+                    self._compiled_top(module)
         self._depth += 1
 
     def fwd_post(self, _module: Any, _args: Any, _out: Any) -> None:
+        if _compiling():
+            return
         if self._in_data or self._depth == 0:
             return
         self._depth -= 1
@@ -209,6 +240,7 @@ class Recorder:
     def _end_step(self, t: float) -> None:
         if self._flop_mode is not None:
             self.flops_end()
+        self._capturing = False  # the counted step's calls are in self._compiled's captures
         start = self._start if self._start is not None else t
         ev = self._events
         total = {p: 0.0 for p in STEP_PHASES}
@@ -236,6 +268,7 @@ class Recorder:
             self.phases[p].append(total[p])
         self.samples.append(self._step_samples)
         self.walls.append(time.time())
+        self.ends.append(t)
         self.step_epoch_starts.append(self._step_starts)
         self._events, self._start, self._step_samples = [], t, 0
         self._step_starts = {}
@@ -258,6 +291,8 @@ class Recorder:
         new, self._new_top = self._new_top, False
         if new or not self._top or len(self.step_times) < max(2, self.warmup):
             return
+        if self._compiled or (self.watch is not None and self.watch.compiled):
+            return  # dynamo guards on the global hooks: changing them would recompile
         for h in self._global:
             h.remove()
         self._handles = [h for h in self._handles if h not in self._global]
@@ -268,12 +303,20 @@ class Recorder:
 
     # --- FLOPs ------------------------------------------------------------------------------
     def _flops_begin(self) -> None:
-        """Enters the FLOP counter for the next step, unless the script uses torch.compile."""
+        """Enters the FLOP counter for the next step; with compiled modules, captures their
+        calls in it instead (counted after the script: ``count_compiled``)."""
         if self.flops_reason is not None or self.flops is not None:
             return
-        why = _compiled(self._top.values())
-        if why:
-            self.flops_reason = f"not counted: {why}"
+        if self._compiled:
+            from scaleprobe.measure.fakeflops import METHOD
+
+            self._capturing = True
+            self.flops_method = METHOD + COMPILED_CALLS
+            return
+        if self.watch is not None and self.watch.compiled or _compiled_frames():
+            self.flops_reason = ("not counted: the script compiles a function, or a module in "
+                                 "place (module.compile()), whose calls wrap's hooks do not see "
+                                 "(FLOPs are counted for torch.compile(module))")
             return
         try:
             from torch.utils.flop_counter import FlopCounterMode
@@ -303,6 +346,44 @@ class Recorder:
             self.flops = total
         else:
             self.flops_reason = "not counted: no matrix product or convolution in the step"
+
+    def _compiled_top(self, module: Any) -> None:
+        """A compiled outermost module (``torch.compile(module)``), seen at its first call,
+        before dynamo compiles it: a hook on the wrapper itself (which runs outside the
+        compiled frame, and which dynamo does not guard on) captures its calls in the counted
+        step, keyword arguments included."""
+        from scaleprobe.measure.fakeflops import CallCapture
+
+        cap = CallCapture(module)
+        self._compiled[id(module)] = cap
+
+        def capture(mod: Any, args: Any, kwargs: Any) -> None:
+            if self._capturing and not self._in_data:
+                cap.add(args, kwargs)
+                if self.flops_device is None:
+                    self._flops_where(mod)
+
+        try:
+            self._handles.append(module.register_forward_pre_hook(capture, with_kwargs=True))
+        except Exception as e:  # noqa: BLE001  (FLOPs then not counted, with the reason)
+            cap.error = f"{type(e).__name__}: {e}"
+
+    def count_compiled(self) -> None:
+        """After the script: the FLOPs of the compiled modules' calls captured in the counted
+        step, on their eager modules with fake tensors (measure/fakeflops.py)."""
+        if not self._compiled or self.flops is not None or self.flops_reason is not None:
+            return
+        total, why = 0, None
+        for cap in self._compiled.values():
+            got, err = cap.count()
+            if got is None and err:
+                why = why or err
+            total += got or 0
+        if total > 0 and why is None:
+            self.flops = total
+        else:
+            self.flops_reason = why or ("not counted: the script ended before its last warm-up "
+                                        "step ran a compiled module")
 
     def _flops_where(self, module: Any) -> None:
         """The device and dtype of the counted step's model, for the peak its MFU is held
@@ -388,6 +469,11 @@ class Recorder:
         import torch.optim.optimizer as oo
         from torch.utils.data import dataloader as dl
 
+        global _compiling
+        _compiling = getattr(getattr(sys.modules.get("torch"), "compiler", None),
+                             "is_compiling", _never)
+        _not_frames(Recorder.fwd_pre, Recorder.fwd_post)
+
         self._global = [mm.register_module_forward_pre_hook(self.fwd_pre),
                         mm.register_module_forward_hook(self.fwd_post)]
         self._handles = [*self._global, oo.register_optimizer_step_pre_hook(self.opt_pre),
@@ -403,19 +489,37 @@ class Recorder:
         return max(logs, key=lambda log: log.batches) if logs else None
 
 
-def _compiled(modules: Any) -> str | None:
-    """Why the script's step must not run under the FLOP counter: torch.compile has compiled
-    a frame (dynamo's counters) or an outermost module is a compiled one."""
+def _not_frames(*fns: Any) -> None:
+    """dynamo never compiles these functions as frames of their own. A compiled module's
+    own hooks run inside the call dynamo compiles (``OptimizedModule`` runs
+    ``_orig_mod.__call__`` under dynamo), where dynamo would compile each hook as a frame (an
+    empty graph, a compile id of its own). Traced from inside a compiled frame they are still
+    inlined (and return at once there). A torch without ``skip_code``: they are compiled once
+    each, empty, at the first call."""
+    try:
+        from torch._dynamo.eval_frame import skip_code
+
+        for fn in fns:
+            skip_code(fn.__code__)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _is_compiled(module: Any) -> bool:
+    from scaleprobe.measure.fakeflops import _is_compiled as compiled
+
+    return compiled(module)
+
+
+def _compiled_frames() -> bool:
+    """dynamo has compiled a frame in this process (its counters), where no CompileWatch
+    could say so."""
     dynamo = sys.modules.get("torch._dynamo.utils")
     counters = getattr(dynamo, "counters", None) if dynamo is not None else None
     try:
-        frames = counters["frames"]["total"] if counters is not None else 0
+        return bool(counters["frames"]["total"]) if counters is not None else False
     except Exception:  # noqa: BLE001
-        frames = 0
-    if frames or any(type(m).__name__ == "OptimizedModule" for m in modules):
-        return ("the script uses torch.compile, whose compiled code a step run under "
-                "the counter would give up")
-    return None
+        return False
 
 
 @dataclass

@@ -1,0 +1,306 @@
+"""torch.compile's compile events: when the process compiled, for how long, what recompiled
+and why, and whether any of it fell inside the timed window. One mechanism for `run --compile`
+(the built-in loop) and `wrap` (a user's compiled script).
+
+Seen through PyTorch's own instrumentation, never through anything that runs in a compiled
+frame: ``torch._dynamo.callback.callback_handler`` calls a start and an end callback around
+every compilation (dynamo tracing a frame and everything it compiles with it, a backward graph
+compiled lazily at the first backward, a CUDA graph recorded by ``mode="reduce-overhead"``);
+``CompileWatch`` notes each with ``perf_counter`` at both ends, its trigger and its compile id
+(``"frame/n"``: ``n > 0`` is a recompile of that frame). After the run it reads, from
+``torch._dynamo.utils``, the reason dynamo recorded for each recompile
+(``get_compilation_metrics()``: the guard that failed) and the graph breaks it counted
+(``counters["graph_break"]``). The callbacks cost nothing between compilations.
+
+Every name used from ``torch._dynamo`` is private; each is read inside a ``try``: a torch
+without it (older than the callback handler, or one that moved it) gives "not measured" with
+the reason, never a failure. Torch before the callbacks took arguments (about 2.5) gives no
+trigger or compile id: events are then all counted as compiles, recompiles not told apart.
+A script that calls ``torch._dynamo.reset()`` clears the callbacks: the record says so.
+
+The record (``CompileWatch.record``) is plain data; ``result_fields`` (torch-free) turns it
+into the result's figures (``metrics.compile_time_s``, ``compiles``, ``recompiles``,
+``compiles_in_window``, ``recompiles_in_window``, ``compile_in_window_s``, ``graph_breaks``)
+and their null reasons.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+METHOD = ("torch._dynamo callback_handler start/end callbacks timed with perf_counter; "
+          "recompile reasons from torch._dynamo.utils.get_compilation_metrics(); graph breaks "
+          "from torch._dynamo.utils.counters['graph_break']")
+KINDS = {"DYNAMO": "dynamo", "LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph",
+         "TRITON_AUTOTUNING": "autotune"}
+_ID = re.compile(r"(\d+)/(\d+)")
+WARMUP, WINDOW, AFTER = "warm-up", "window", "after"
+
+
+@dataclass
+class Event:
+    kind: str  # dynamo | backward | cudagraph | autotune | compile (no trigger known)
+    compile_id: str | None
+    t0: float
+    t1: float
+
+    @property
+    def recompile(self) -> bool | None:
+        """A dynamo compile of a frame compiled before (its compile id's second number > 0);
+        None when the compile id is unknown."""
+        if self.kind not in ("dynamo", "compile"):
+            return False
+        m = _ID.search(self.compile_id or "")
+        return int(m.group(2)) > 0 if m else None
+
+
+class CompileWatch:
+    """Notes every compilation of this process from ``install()`` on."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.events: list[Event] = []
+        self.reason: str | None = None
+        self._open: tuple[str, str | None, float] | None = None
+        self._handler: Any = None
+        self._breaks0 = 0
+        self.ends: list[float] = []  # each step's end (``step``), on ``clock``
+
+    def install(self) -> CompileWatch:
+        try:
+            from torch._dynamo.callback import callback_handler
+
+            callback_handler.register_start_callback(self._start)
+            callback_handler.register_end_callback(self._end)
+            self._handler = callback_handler
+            self._breaks0 = _graph_breaks() or 0
+        except Exception as e:  # noqa: BLE001  (an older or newer torch: not measured)
+            self.reason = (f"not measured: this torch has no compile callbacks "
+                           f"(torch._dynamo.callback: {type(e).__name__}: {e})")
+        return self
+
+    def remove(self) -> None:
+        h, self._handler = self._handler, None
+        if h is None:
+            return
+        for fn, cb in ((h.remove_start_callback, self._start), (h.remove_end_callback, self._end)):
+            try:
+                fn(cb)
+            except Exception:  # noqa: BLE001  (cleared by torch._dynamo.reset(): gone already)
+                pass
+
+    def _start(self, *args: Any) -> None:
+        try:
+            a = args[0] if args else None
+            trig = getattr(getattr(a, "callback_trigger", None), "name", None)
+            kind = KINDS.get(trig, trig.lower()) if trig else "compile"
+            self._open = (kind, getattr(a, "compile_id", None), self.clock())
+        except Exception:  # noqa: BLE001  (a callback must never fail a compilation)
+            self._open = None
+
+    def _end(self, *_args: Any) -> None:
+        opened, self._open = self._open, None
+        if opened is not None:
+            self.events.append(Event(*opened, t1=self.clock()))
+
+    # the built-in loop calls it as one of its observers (measure/observers.py): each step's
+    # end, to place the events in steps
+    def step(self, _st: Any) -> None:
+        self.ends.append(self.clock())
+
+    def close(self) -> dict[str, Any]:
+        return {}
+
+    @property
+    def compiled(self) -> bool:
+        return bool(self.events)
+
+    def cleared(self) -> bool:
+        """The callbacks were removed by someone else (``torch._dynamo.reset()``)."""
+        h = self._handler
+        return h is not None and self._start not in getattr(h, "start_callbacks", [self._start])
+
+    def record(self, window: tuple[float | None, float | None] | None,
+               step_ends: list[float] | None = None, warmup: int = 0) -> dict[str, Any]:
+        """This rank's compile record: every event with where it fell (warm-up, the timed
+        window ``[t0, t1]``, or after it), the step it started in (``step_ends``: each step's
+        end on the same clock; ``timed_step`` counts from the first timed step), its
+        duration, and a recompile's reason."""
+        if self.reason is not None:
+            return {"method": METHOD, "reason": self.reason, "events": []}
+        reasons = _recompile_reasons()
+        breaks = _graph_breaks()
+        out = {"method": METHOD, "reason": None,
+               "events": classify(self.events, window, step_ends, warmup, reasons),
+               "graph_breaks": None if breaks is None else max(0, breaks - self._breaks0),
+               "cleared": self.cleared()}
+        return out
+
+
+def classify(events: list[Event], window: tuple[float | None, float | None] | None,
+             step_ends: list[float] | None = None, warmup: int = 0,
+             reasons: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each event as a dict: ``phase`` is ``window`` when it overlaps the timed window
+    ``[t0, t1]`` (an open end reaches to infinity), ``warm-up`` when it ended before the window,
+    ``after`` when it started after it; ``at_s`` its start from the window's start."""
+    t0, t1 = window or (None, None)
+    out = []
+    for ev in events:
+        if t0 is None or ev.t1 <= t0:
+            phase = WARMUP if t0 is not None or t1 is None else AFTER
+        elif t1 is not None and ev.t0 >= t1:
+            phase = AFTER
+        else:
+            phase = WINDOW
+        step = _step_of(ev.t0, step_ends)
+        rc = ev.recompile
+        out.append({"kind": ev.kind, "compile_id": ev.compile_id, "phase": phase,
+                    "duration_s": max(0.0, ev.t1 - ev.t0),
+                    "at_s": ev.t0 - t0 if t0 is not None else None,
+                    "step": step, "timed_step": step - warmup if step is not None
+                    and step >= warmup else None,
+                    "recompile": rc,
+                    "reason": (reasons or {}).get(ev.compile_id or "") if rc else None})
+    return out
+
+
+def _step_of(t: float, step_ends: list[float] | None) -> int | None:
+    """The index of the step running at ``t``: the first whose end is at or after it."""
+    if not step_ends:
+        return None
+    for i, end in enumerate(step_ends):
+        if end >= t:
+            return i
+    return None  # after the last step
+
+
+def _recompile_reasons() -> dict[str, str]:
+    """Compile id -> the guard failure dynamo recorded for that recompile (the last 64
+    compilations dynamo keeps)."""
+    try:
+        from torch._dynamo.utils import get_compilation_metrics
+
+        return {str(m.compile_id): str(m.recompile_reason) for m in get_compilation_metrics()
+                if getattr(m, "recompile_reason", None)}
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def _graph_breaks() -> int | None:
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(sum(counters["graph_break"].values()))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# ---- the result's figures (torch-free) ------------------------------------------------------
+
+FIELDS = ("compile_time_s", "compiles", "recompiles", "compiles_in_window",
+          "recompiles_in_window", "compile_in_window_s", "graph_breaks")
+
+
+def result_fields(raw: dict[str, Any] | None, not_compiled: str,
+                  others: list[dict[str, Any]] | None = None
+                  ) -> tuple[dict[str, Any], dict[str, str]]:
+    """(metrics fields, null reasons) from the first training rank's compile record ``raw``;
+    the in-window figures are the most of any rank's (``others``: every rank's records): in
+    lockstep, one rank compiling holds the others up. ``not_compiled`` is the reason given when
+    nothing was compiled (the run did not ask for it, or the script compiled nothing)."""
+    if raw is None or raw.get("reason"):
+        why = (raw or {}).get("reason") or "not measured: no compile record"
+        return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, why)
+    events = raw.get("events") or []
+    if not events:
+        return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, not_compiled)
+    frames = [e for e in events if e["kind"] in ("dynamo", "compile")]
+    known = all(e["recompile"] is not None for e in frames)
+    m: dict[str, Any] = {"compile_time_s": sum(e["duration_s"] for e in events),
+                         "compiles": len(frames),
+                         "recompiles": sum(1 for e in frames if e["recompile"]) if known else None,
+                         "graph_breaks": raw.get("graph_breaks")}
+    inside = max((_inside(r.get("events") or []) for r in [raw, *(others or [])]),
+                 key=lambda t: (t[0], t[2]))
+    m["compiles_in_window"], m["recompiles_in_window"], m["compile_in_window_s"] = inside
+    why: dict[str, str] = {}
+    if not known:
+        m["recompiles_in_window"] = None
+        why["recompiles"] = why["recompiles_in_window"] = (
+            "not told apart: this torch's compile callbacks give no compile id")
+    if m["graph_breaks"] is None:
+        why["graph_breaks"] = "not measured: torch._dynamo.utils.counters not readable"
+    if raw.get("cleared"):
+        why["compile_time_s"] = ("partial: the script cleared torch's compile callbacks "
+                                 "(torch._dynamo.reset()); later compilations were not seen")
+    return m, why
+
+
+def _inside(events: list[dict[str, Any]]) -> tuple[int, int, float]:
+    """(compilations, recompiles, seconds) inside the timed window."""
+    inside = [e for e in events if e.get("phase") == WINDOW]
+    return (len(inside), sum(1 for e in inside if e.get("recompile")),
+            sum(e.get("duration_s") or 0.0 for e in inside))
+
+
+def block(raw: dict[str, Any] | None, mode: str | None) -> dict[str, Any] | None:
+    """The result's ``compile`` block: None when nothing was compiled."""
+    if not raw or not raw.get("events"):
+        return None
+    return {"mode": mode, "method": raw.get("method"), "graph_breaks": raw.get("graph_breaks"),
+            "events": raw["events"]}
+
+
+def window_line(events: list[dict[str, Any]]) -> str | None:
+    """One line naming the compilations inside the timed window (None when there are none):
+    how many, their time, the timed steps they fell in, and a recompile's reason."""
+    inside = [e for e in events if e.get("phase") == WINDOW]
+    if not inside:
+        return None
+    total = sum(e.get("duration_s") or 0.0 for e in inside)
+    rc = [e for e in inside if e.get("recompile")]
+    steps = sorted({e["timed_step"] for e in inside if e.get("timed_step") is not None})
+    what = (f"{len(rc)} recompile{'s' if len(rc) != 1 else ''}" if rc and len(rc) == len(inside)
+            else f"{len(inside)} compilation{'s' if len(inside) != 1 else ''}"
+            + (f" ({len(rc)} recompile{'s' if len(rc) != 1 else ''})" if rc else ""))
+    line = f"{what} inside the timed window, {total:.2f} s"
+    if steps:
+        line += " in timed step" + ("s " if len(steps) > 1 else " ") + ", ".join(
+            str(s + 1) for s in steps[:5]) + (", ..." if len(steps) > 5 else "")
+    why = next((e.get("reason") for e in rc if e.get("reason")), None)
+    if why:
+        line += f"; {why.strip().splitlines()[0]}"
+    return line
+
+
+def summary_line(m: dict[str, Any], block_: dict[str, Any] | None,
+                 why: dict[str, str]) -> str | None:
+    """The terminal summary's line: where the compile time went (warm-up, window, after),
+    what was compiled and recompiled; None when nothing was compiled."""
+    if m.get("compile_time_s") is None:
+        return None
+    events = (block_ or {}).get("events") or []
+    spent = {p: sum(e.get("duration_s") or 0.0 for e in events if e.get("phase") == p)
+             for p in (WARMUP, WINDOW, AFTER)}
+    n, rc, gb = m.get("compiles"), m.get("recompiles"), m.get("graph_breaks")
+    what = [f"{n} frame{'s' if n != 1 else ''} compiled" if n is not None else None,
+            f"{rc} recompile{'s' if rc != 1 else ''}" if rc is not None else None,
+            f"{gb} graph break{'s' if gb != 1 else ''}" if gb is not None else None]
+    mode = (block_ or {}).get("mode")
+    line = (f"compile: {spent[WARMUP]:.1f} s in the warm-up"
+            + (f" ({', '.join(w for w in what if w)})" if any(what) else "")
+            + (f", mode {mode}" if mode else ""))
+    inside = m.get("compiles_in_window")
+    if inside:
+        line += f"; {m.get('compile_in_window_s') or 0.0:.2f} s INSIDE the timed window"
+    else:
+        line += "; none inside the timed window"
+    if spent[AFTER] > 0:
+        line += f"; {spent[AFTER]:.1f} s after it"
+    if why.get("compile_time_s"):
+        line += f" ({why['compile_time_s']})"
+    return line

@@ -1,0 +1,229 @@
+"""FLOPs of a compiled model, counted on its eager module with fake tensors: nothing is
+computed and nothing the training holds changes.
+
+``torch.utils.flop_counter.FlopCounterMode`` counts operators as they dispatch. A compiled
+frame does not run its operators through the dispatcher one by one, and a frame called under a
+dispatch mode is not compiled at all (dynamo skips it and runs it eagerly), so the step count of
+``measure/flops.py`` cannot be taken on a compiled step without changing what the step runs.
+Here the count is taken on the original module (``OptimizedModule._orig_mod``, inside any
+DistributedDataParallel), outside the timed window, under ``FakeTensorMode``: its parameters
+and buffers are replaced for the call by fake copies of the same shapes, dtypes and devices
+(``torch.func.functional_call``, tied weights kept tied), the inputs are fake tensors of the
+real batch's shapes, and the backward is ``torch.autograd.grad`` with respect to the fake
+parameters. No kernel runs; no real parameter, gradient, buffer (batch-norm statistics) or
+random-number state changes (the CPU and current CUDA generators are restored regardless). The
+count uses the same operator formulas as the eager count, so a model counts the same compiled
+or not (``tests/unit/measure/test_fakeflops.py``). A model whose forward needs real values
+(data-dependent shapes: detection's box matching, triplet mining) cannot run on fake tensors:
+it is then not counted, with the error as the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from scaleprobe.measure.flops import StepFlops
+
+METHOD = ("torch.utils.flop_counter.FlopCounterMode over one forward and backward of the eager "
+          "module (the compiled model's original) on fake tensors of the real inputs' shapes "
+          "(FakeTensorMode: nothing computed, nothing changed), outside the timed window; 2 "
+          "FLOPs per multiply-add; element-wise operators and the optimizer update count 0")
+
+
+def eager_module(model: Any) -> Any:
+    """The module a compiled (and possibly DDP- or DataParallel-wrapped) model runs:
+    ``torch.compile``'s ``OptimizedModule`` and the data-parallel wrappers taken off."""
+    import torch
+
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    for _ in range(8):  # compile(DDP(compile(m))): a few layers at most
+        inner = getattr(model, "_orig_mod", None) if _is_compiled(model) else None
+        if inner is None and isinstance(model, wrappers):
+            inner = model.module
+        if inner is None:
+            return model
+        model = inner
+    return model
+
+
+def _is_compiled(model: Any) -> bool:
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+
+        return isinstance(model, OptimizedModule)
+    except Exception:  # noqa: BLE001  (no dynamo: nothing is compiled)
+        return type(model).__name__ == "OptimizedModule"
+
+
+class FakeRun:
+    """One fake-tensor context for a module: ``fake(x)`` makes fake inputs (tensors anywhere in
+    nested lists, tuples and dicts), ``count(body)`` runs ``body(call)`` under the FLOP
+    counter, where ``call(*args, **kwargs)`` is the module's forward on fake parameters, and
+    ``body`` returns the tensors to differentiate (a loss, or outputs, with ones as their
+    gradient) with respect to those parameters."""
+
+    def __init__(self, module: Any) -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.module = module
+        self.mode = FakeTensorMode(allow_non_fake_inputs=False)
+
+    def fake(self, value: Any) -> Any:
+        import torch
+        from torch.utils._pytree import tree_map_only
+
+        return tree_map_only(torch.Tensor, self.mode.from_tensor, value)
+
+    def count(self, body: Callable[[Callable[..., Any]], list[Any]],
+              training: bool | None = None, autocast: Any = None) -> int:
+        import torch
+        from torch.func import functional_call
+        from torch.utils.flop_counter import FlopCounterMode
+
+        mod = self.module
+        with self.mode:
+            params = {k: self.mode.from_tensor(p).detach().requires_grad_(p.requires_grad)
+                      for k, p in mod.named_parameters()}
+        buffers = {k: self.mode.from_tensor(b) for k, b in mod.named_buffers()}
+        state = {**params, **buffers}
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return functional_call(mod, state, args, kwargs)
+
+        counter = FlopCounterMode(display=False)
+        with _kept(mod, training), torch.enable_grad(), self.mode, counter:
+            with autocast if autocast is not None else contextlib.nullcontext():
+                outs = [o for o in body(call) if isinstance(o, torch.Tensor)
+                        and o.requires_grad]
+            wrt = [p for p in params.values() if p.requires_grad]
+            if outs and wrt:
+                torch.autograd.grad(outs, wrt, grad_outputs=[torch.ones_like(o) for o in outs],
+                                    allow_unused=True)
+        return int(counter.get_total_flops())
+
+
+@contextlib.contextmanager
+def _kept(module: Any, training: bool | None) -> Iterator[None]:
+    """Train / eval flags of every submodule and the random-number state, as they were."""
+    import torch
+
+    flags = [(m, m.training) for m in module.modules()]
+    cpu = torch.get_rng_state()
+    cuda = (torch.cuda.get_rng_state() if torch.cuda.is_available()
+            and torch.cuda.is_initialized() else None)
+    try:
+        if training is not None:
+            module.train(training)
+        yield
+    finally:
+        for m, t in flags:
+            m.training = t
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda)
+
+
+def outputs(value: Any) -> list[Any]:
+    """The tensors in a module's output (a tensor, or nested tuples, lists and dicts)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def count_step(model: Any, forward_loss: Callable[[Any, Any, Any], Any], x: Any, y: Any,
+               autocast: Any = None) -> tuple[int | None, str | None]:
+    """(FLOPs, None) of one training step's forward and backward of ``model``'s eager module on
+    fake tensors shaped as ``x`` and ``y`` (``forward_loss(model, x, y)`` gives the loss, as
+    the task computes it), or (None, why not)."""
+    try:
+        run = FakeRun(eager_module(model))
+        fx, fy = run.fake(x), run.fake(y)
+        total = run.count(lambda call: [forward_loss(call, fx, fy)], autocast=autocast)
+    except Exception as e:  # noqa: BLE001  (a figure, never the run's failure)
+        return None, f"not counted: the model does not run on fake tensors ({_short(e)})"
+    if total <= 0:
+        return None, "not counted: no matrix product or convolution in the step"
+    return total, None
+
+
+class CallCapture:
+    """The calls of one compiled module in a step (``wrap``: the script's last warm-up step),
+    kept as fake tensors of their inputs (metadata only: no memory held, nothing computed), and
+    counted later (``count``) on the module's eager original, forward and backward, with ones
+    as the outputs' gradient. The count is the module's own work: a loss computed outside it
+    (element-wise, 0 FLOPs by the counter's convention) is not in it."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.calls: list[tuple[Any, Any]] = []
+        self.training: bool | None = None
+        self.error: str | None = None
+        self._run: FakeRun | None = None
+
+    def add(self, args: Any, kwargs: Any) -> None:
+        if self.error is not None:
+            return
+        try:
+            if self._run is None:
+                self._run = FakeRun(eager_module(self.module))
+            self.training = bool(self.module.training)
+            self.calls.append((self._run.fake(tuple(args)), self._run.fake(dict(kwargs or {}))))
+        except Exception as e:  # noqa: BLE001
+            self.error = _short(e)
+
+    def count(self) -> tuple[int | None, str | None]:
+        """(FLOPs, None) of the captured calls, (None, why) when they cannot be counted, or
+        (None, None) when the module was not called in the counted step."""
+        if self.error is not None:
+            return None, f"not counted: a compiled module's inputs could not be captured ({self.error})"
+        if not self.calls or self._run is None:
+            return None, None
+        calls = self.calls
+
+        def body(call: Callable[..., Any]) -> list[Any]:
+            return [o for args, kwargs in calls for o in outputs(call(*args, **kwargs))]
+
+        try:
+            total = self._run.count(body, training=self.training)
+        except Exception as e:  # noqa: BLE001
+            return None, f"not counted: the model does not run on fake tensors ({_short(e)})"
+        if total <= 0:
+            return None, "not counted: no matrix product or convolution in the compiled module"
+        return total, None
+
+
+class CompiledStepFlops(StepFlops):
+    """`run --compile`: no step runs under the counter; after the timed window
+    (``after_loop``), one step of the eager module on fake tensors of the last batch's shapes."""
+
+    @contextlib.contextmanager
+    def around(self, step: int, timed: bool) -> Iterator[None]:
+        yield
+
+    def after_loop(self, p: Any, st: Any) -> None:
+        if self.reason is not None:
+            return
+        if st.last_batch is None:
+            self.reason = "not counted: no step ran"
+            return
+        x, y = st.last_batch
+        self.flops, self.reason = count_step(p.model, p.task.forward_loss, x, y, p.autocast)
+
+    def result(self) -> dict[str, Any]:
+        return {**super().result(), "method": METHOD}
+
+
+def step_flops(compiled: bool, warmup_steps: int, towers: int = 1) -> StepFlops:
+    """The built-in loop's FLOP count: the first warm-up step under the counter
+    (``measure/flops.StepFlops``), or, for a compiled model, ``CompiledStepFlops``."""
+    if compiled:
+        return CompiledStepFlops(max(1, warmup_steps), towers)
+    return StepFlops(warmup_steps, towers)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
