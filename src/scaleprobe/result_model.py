@@ -436,8 +436,8 @@ class RunResult(Record):
     # null for a point run here
     slurm: dict[str, Any] | None = None
     # torch.compile's compilations (measure/compiled.py): {mode, method, events: [{kind,
-    # compile_id, phase, duration_s, at_s, step, timed_step, recompile, reason}], graph_breaks};
-    # null when nothing was compiled
+    # compile_id, phase, duration_s, at_s, step, timed_step, recompile, reason}], graph_breaks,
+    # graph_break_reasons}; null when nothing was compiled
     compile: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -134,7 +134,8 @@ A run record (``kind == "run"``)::
                       "exec" (a fresh interpreter; experiments/procs.py)
     paths             {dir, steps_csv, monitor_csv, traces[], tensorboard}
     compile           null when nothing was compiled; else {mode (`run --compile-mode`; null
-                      under wrap), method, graph_breaks, events [{kind (dynamo | backward |
+                      under wrap), method, graph_breaks, graph_break_reasons [{reason,
+                      count}] (dynamo's, the 5 most frequent), events [{kind (dynamo | backward |
                       cudagraph | ...), compile_id, phase (warm-up | window | after),
                       duration_s, at_s (from the window's start), step, timed_step,
                       recompile, reason (the guard that failed)}]}: the first training rank's

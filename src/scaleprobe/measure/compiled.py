@@ -67,7 +67,7 @@ class CompileWatch:
         self.reason: str | None = None
         self._open: tuple[str, str | None, float] | None = None
         self._handler: Any = None
-        self._breaks0 = 0
+        self._breaks0: dict[str, int] = {}
         self.ends: list[float] = []  # each step's end (``step``), on ``clock``
 
     def install(self) -> CompileWatch:
@@ -77,7 +77,7 @@ class CompileWatch:
             callback_handler.register_start_callback(self._start)
             callback_handler.register_end_callback(self._end)
             self._handler = callback_handler
-            self._breaks0 = _graph_breaks() or 0
+            self._breaks0 = _graph_breaks() or {}
         except Exception as e:  # noqa: BLE001  (an older or newer torch: not measured)
             self.reason = (f"not measured: this torch has no compile callbacks "
                            f"(torch._dynamo.callback: {type(e).__name__}: {e})")
@@ -134,11 +134,15 @@ class CompileWatch:
             return {"method": METHOD, "reason": self.reason, "events": []}
         reasons = _recompile_reasons()
         breaks = _graph_breaks()
-        out = {"method": METHOD, "reason": None,
-               "events": classify(self.events, window, step_ends, warmup, reasons),
-               "graph_breaks": None if breaks is None else max(0, breaks - self._breaks0),
-               "cleared": self.cleared()}
-        return out
+        new = ({k: n - self._breaks0.get(k, 0) for k, n in breaks.items()
+                if n > self._breaks0.get(k, 0)} if breaks is not None else None)
+        top = sorted((new or {}).items(), key=lambda kv: -kv[1])[:5]
+        return {"method": METHOD, "reason": None,
+                "events": classify(self.events, window, step_ends, warmup, reasons),
+                "graph_breaks": None if new is None else sum(new.values()),
+                "graph_break_reasons": [{"reason": k.strip().splitlines()[0][:300], "count": n}
+                                        for k, n in top],
+                "cleared": self.cleared()}
 
 
 def classify(events: list[Event], window: tuple[float | None, float | None] | None,
@@ -150,8 +154,8 @@ def classify(events: list[Event], window: tuple[float | None, float | None] | No
     t0, t1 = window or (None, None)
     out = []
     for ev in events:
-        if t0 is None or ev.t1 <= t0:
-            phase = WARMUP if t0 is not None or t1 is None else AFTER
+        if t0 is None or ev.t1 <= t0:  # no window opened: all of it came before one
+            phase = WARMUP
         elif t1 is not None and ev.t0 >= t1:
             phase = AFTER
         else:
@@ -169,11 +173,11 @@ def classify(events: list[Event], window: tuple[float | None, float | None] | No
 
 
 def _step_of(t: float, step_ends: list[float] | None) -> int | None:
-    """The index of the step running at ``t``: the first whose end is at or after it."""
+    """The index of the step running at ``t``: the first that ends after it."""
     if not step_ends:
         return None
     for i, end in enumerate(step_ends):
-        if end >= t:
+        if end > t:
             return i
     return None  # after the last step
 
@@ -190,11 +194,12 @@ def _recompile_reasons() -> dict[str, str]:
         return {}
 
 
-def _graph_breaks() -> int | None:
+def _graph_breaks() -> dict[str, int] | None:
+    """dynamo's graph breaks so far, by reason (each time a trace broke there)."""
     try:
         from torch._dynamo.utils import counters
 
-        return int(sum(counters["graph_break"].values()))
+        return {str(k): int(v) for k, v in counters["graph_break"].items()}
     except Exception:  # noqa: BLE001
         return None
 
@@ -252,7 +257,7 @@ def block(raw: dict[str, Any] | None, mode: str | None) -> dict[str, Any] | None
     if not raw or not raw.get("events"):
         return None
     return {"mode": mode, "method": raw.get("method"), "graph_breaks": raw.get("graph_breaks"),
-            "events": raw["events"]}
+            "graph_break_reasons": raw.get("graph_break_reasons") or [], "events": raw["events"]}
 
 
 def window_line(events: list[dict[str, Any]]) -> str | None:
