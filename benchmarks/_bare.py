@@ -4,7 +4,10 @@ Single process:  python benchmarks/_bare.py --model resnet18 --size 64 --batch 3
 Under torchrun:  torchrun --nproc-per-node 2 benchmarks/_bare.py --ddp ...
 GPU-bound:       python benchmarks/_bare.py --model resnet50 --size 224 --batch 128 \
                      --device-data --amp bf16 --channels-last
+Compiled:        python benchmarks/_bare.py --compile [--compile-mode max-autotune] ...
 
+--compile applies torch.compile to the model (after DDP's wrapper, as `scaleprobe run --compile`
+does); it compiles in the first (untimed) step.
 --device-data trains on one random batch made once on the device and reused every step (no
 loader, no copy), as `scaleprobe run --dataset synthetic` does; without it, uint8 images go
 through a transform and a DataLoader in the training process.
@@ -52,6 +55,8 @@ def main():
     ap.add_argument("--device-data", action="store_true")
     ap.add_argument("--amp", choices=("off", "bf16"), default="off")
     ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile-mode", default="default")
     a = ap.parse_args()
     rank, world = 0, 1
     import torch.distributed as dist
@@ -73,6 +78,8 @@ def main():
     model = model.to(device, memory_format=fmt)
     if a.ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
+    if a.compile:
+        model = torch.compile(model, mode=a.compile_mode)
     if a.device_data:
         g = torch.Generator().manual_seed(1234 + rank)
         one = (torch.randn(a.batch, 3, a.size, a.size, generator=g).to(device,

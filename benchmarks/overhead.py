@@ -3,6 +3,7 @@ model, data and batch, in fresh processes, interleaved (A B A B ...), samples/s 
 
     python benchmarks/overhead.py [--model resnet18 --size 64 --batch 32 --steps 40 --pairs 4]
     python benchmarks/overhead.py --gpu-bound [--pairs 4]   # on a GPU
+    python benchmarks/overhead.py --compile [...]            # `run --compile` vs a compiled loop
 
 By default both use the same synthetic uint8 images and transform, in-process loading (no
 workers), SGD with momentum, one process with all cores: on a GPU that CPU work, not the
@@ -29,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 
 def bare(a) -> float:
     extra = ["--amp", a.amp] + (["--channels-last"] if a.channels_last else []) \
-        + (["--device-data"] if a.device_data else [])
+        + (["--device-data"] if a.device_data else []) \
+        + (["--compile", "--compile-mode", a.compile_mode] if a.compile else [])
     out = subprocess.run([sys.executable, str(HERE / "_bare.py"), "--model", a.model, "--size",
                           str(a.size), "--batch", str(a.batch), "--steps", str(a.steps), *extra],
                          capture_output=True, text=True, check=True)
@@ -40,7 +42,8 @@ def scaleprobe(a) -> float:
     with tempfile.TemporaryDirectory() as d:
         data = ["--dataset", "synthetic"] if a.device_data else [
             "--dataset", "synthetic-loader", "--loader", "naive"]
-        extra = ["--amp", a.amp] + (["--channels-last"] if a.channels_last else [])
+        extra = ["--amp", a.amp] + (["--channels-last"] if a.channels_last else []) \
+            + (["--compile", "--compile-mode", a.compile_mode] if a.compile else [])
         subprocess.run([sys.executable, "-m", "scaleprobe", "run", "--model", a.model,
                         "--image-size", str(a.size), "--num-samples", "4096",
                         "--batch-size", str(a.batch), "--steps", str(a.steps), *data, *extra,
@@ -61,6 +64,9 @@ def main() -> None:
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--device-data", action="store_true",
                     help="one batch made once on the device, reused every step, both sides")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile on both sides (compiled in the untimed warm-up)")
+    ap.add_argument("--compile-mode", default="default")
     ap.add_argument("--gpu-bound", action="store_true",
                     help="resnet50, 224 px, batch 128, bf16, channels_last, device data")
     a = ap.parse_args()
@@ -80,7 +86,8 @@ def main() -> None:
     ratio = statistics.median(sp) / statistics.median(bb)
     data = "device-resident data" if a.device_data else "in-process loader"
     print(f"model {a.model} {a.size}px batch {a.batch}, amp {a.amp}"
-          f"{', channels_last' if a.channels_last else ''}, {data}, {a.steps} timed steps, "
+          f"{', channels_last' if a.channels_last else ''}, {data}, {a.steps} timed steps"
+          f"{f', compiled ({a.compile_mode})' if a.compile else ''}, "
           f"{a.pairs} pairs")
     print(f"bare median {statistics.median(bb):.1f} samples/s, scaleprobe median "
           f"{statistics.median(sp):.1f} samples/s")

@@ -102,6 +102,7 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--tokens", type=int, default=2_000_000, help="bytes of text to train on")
     p.add_argument("--mode", default="default", help="torch.compile mode")
+    p.add_argument("--amp", choices=("off", "bf16"), default="off", help="bf16 autocast")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the own figure")
     args = p.parse_args()
@@ -111,7 +112,8 @@ def main() -> None:
     data = Windows(stdlib_bytes(args.tokens), args.seq)
     loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True)
     model = GPT(256, args.seq, args.layers, args.d, args.heads).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
+                            fused=device == "cuda")
     if args.compile:
         model = torch.compile(model, mode=args.mode)
 
@@ -119,8 +121,9 @@ def main() -> None:
     while step < args.steps:
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
-            logits = model(xb)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), yb.view(-1))
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=args.amp == "bf16"):
+                logits = model(xb)
+                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), yb.view(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
