@@ -39,7 +39,7 @@ def eager_module(model: Any) -> Any:
 
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     for _ in range(8):  # compile(DDP(compile(m))): a few layers at most
-        inner = getattr(model, "_orig_mod", None) if _is_compiled(model) else None
+        inner = getattr(model, "_orig_mod", None)
         if inner is None and isinstance(model, wrappers):
             inner = model.module
         if inner is None:
@@ -49,6 +49,10 @@ def eager_module(model: Any) -> Any:
 
 
 def _is_compiled(model: Any) -> bool:
+    """``torch.compile(module)``'s wrapper, or a module compiled in place
+    (``module.compile()``, whose ``__call__`` runs the compiled call)."""
+    if getattr(model, "_compiled_call_impl", None) is not None:
+        return True
     try:
         from torch._dynamo.eval_frame import OptimizedModule
 
@@ -106,18 +110,24 @@ class FakeRun:
 
 @contextlib.contextmanager
 def _kept(module: Any, training: bool | None) -> Iterator[None]:
-    """Train / eval flags of every submodule and the random-number state, as they were."""
+    """Train / eval flags of every submodule and the random-number state, as they were; a
+    module compiled in place runs its eager call meanwhile."""
     import torch
 
     flags = [(m, m.training) for m in module.modules()]
+    inplace = module.__dict__.get("_compiled_call_impl")
     cpu = torch.get_rng_state()
     cuda = (torch.cuda.get_rng_state() if torch.cuda.is_available()
             and torch.cuda.is_initialized() else None)
     try:
         if training is not None:
             module.train(training)
+        if inplace is not None:
+            module._compiled_call_impl = None
         yield
     finally:
+        if inplace is not None:
+            module._compiled_call_impl = inplace
         for m, t in flags:
             m.training = t
         torch.set_rng_state(cpu)

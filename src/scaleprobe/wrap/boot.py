@@ -59,6 +59,9 @@ def rank_record(rec: Any, rank: int, world: int,
         del phases["forward"]
         unseen["forward"] = ("no call of an nn.Module was seen in a step: the forward pass is "
                              "counted in backward")
+        if rec.watch is not None and rec.watch.compiled:
+            unseen["forward"] += (" (the script's modules run inside compiled code, a compiled "
+                                  "function or module.compile(), where wrap's hooks do nothing)")
     if not rec.data_seen:
         del phases["data"]
         unseen["data"] = "no DataLoader batch was taken: data wait cannot be seen"
@@ -299,7 +302,10 @@ def main(argv: list[str]) -> int:
         facts["error"] = last_meaningful_line(text)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     rec.flops_end(complete=False)  # the script ended inside the counted step
-    rec.count_compiled()  # a compiled model's FLOPs: after the script, on fake tensors
+    rec.count_captured()  # with torch.compile: the FLOPs, after the script, on fake tensors
+    if rec.opt_compiled and not rec.step_times:
+        rec.flops_reason = ("not counted: no step was seen: the script's optimizer step is "
+                            "compiled, and wrap's step hooks do nothing inside compiled code")
     facts.update(_script_facts(rec), exit_code=code)
     observed = _close(rec.observers)
     try:

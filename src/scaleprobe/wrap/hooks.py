@@ -177,10 +177,15 @@ class Recorder:
         self.comm_exposed: list[float | None] = []  # per step; None: nothing was sent
         self.comm_in_flight: list[float | None] = []
         self.ends: list[float] = []  # perf_counter at the end of each step
+        self.opt_compiled = False  # an optimizer step ran inside compiled code
         self.t_first: float | None = None  # perf_counter at the start of the first step
         self.watch: Any = None  # measure/compiled.CompileWatch: the script's compilations
-        self._compiled: dict[int, Any] = {}  # compiled outermost modules, by id
-        self._capturing = False  # their calls in the counted step are captured
+        self._compiled: set[int] = set()  # the ids of compiled outermost modules
+        # with anything compiled: the outermost modules' calls in the counted step, kept as fake
+        # tensors (measure/fakeflops.CallCapture), by module id
+        self._captures: dict[int, Any] = {}
+        self._capturing = False  # in the counted step
+        self._by_capture = False  # the count is of captured calls (set at the counted step)
         self.flops_method = FLOPS_METHOD
 
     # --- events ---------------------------------------------------------------------------
@@ -209,8 +214,9 @@ class Recorder:
             if self._global and id(module) not in self._top:
                 self._top[id(module)] = module
                 self._new_top = True
-                if _is_compiled(module):
-                    self._compiled_top(module)
+                if _is_compiled(module):  # hooked now, before dynamo compiles it
+                    self._compiled.add(id(module))
+                    self._capture_calls(module)
         self._depth += 1
 
     def fwd_post(self, _module: Any, _args: Any, _out: Any) -> None:
@@ -225,6 +231,9 @@ class Recorder:
             self.forward_seen = True
 
     def opt_pre(self, opt: Any, _args: Any, _kwargs: Any) -> None:
+        if _compiling():  # a compiled optimizer step: traced, it must leave nothing there
+            self.opt_compiled = True  # (replayed by dynamo: says why no step was seen)
+            return
         if self._primary is None:
             self._primary = id(opt)
         self._depth, self._fwd_t0 = 0, None  # a forward that raised never closed
@@ -232,6 +241,8 @@ class Recorder:
         self._begin(self._opt_t0)
 
     def opt_post(self, opt: Any, _args: Any, _kwargs: Any) -> None:
+        if _compiling():
+            return
         t = time.perf_counter()
         self._events.append(("optimizer", self._opt_t0 if self._opt_t0 is not None else t, t))
         if id(opt) == self._primary:
@@ -240,7 +251,7 @@ class Recorder:
     def _end_step(self, t: float) -> None:
         if self._flop_mode is not None:
             self.flops_end()
-        self._capturing = False  # the counted step's calls are in self._compiled's captures
+        self._capturing = False  # the counted step's calls are in self._captures
         start = self._start if self._start is not None else t
         ev = self._events
         total = {p: 0.0 for p in STEP_PHASES}
@@ -303,20 +314,21 @@ class Recorder:
 
     # --- FLOPs ------------------------------------------------------------------------------
     def _flops_begin(self) -> None:
-        """Enters the FLOP counter for the next step; with compiled modules, captures their
-        calls in it instead (counted after the script: ``count_compiled``)."""
+        """Enters the FLOP counter for the next step. Once anything is compiled, the step must
+        not run under it (a frame called under a dispatch mode is not compiled): the calls of
+        the outermost modules in it are captured instead, counted after the script
+        (``count_captured``)."""
         if self.flops_reason is not None or self.flops is not None:
             return
-        if self._compiled:
+        if self._compiled or (self.watch is not None and self.watch.compiled) \
+                or _compiled_frames():
             from scaleprobe.measure.fakeflops import METHOD
 
-            self._capturing = True
+            for m in self._top.values():  # eager ones (a loss module, a model whose parts
+                if id(m) not in self._captures and not _in_place(m):  # are compiled)
+                    self._capture_calls(m)
+            self._capturing = self._by_capture = True
             self.flops_method = METHOD + COMPILED_CALLS
-            return
-        if self.watch is not None and self.watch.compiled or _compiled_frames():
-            self.flops_reason = ("not counted: the script compiles a function, or a module in "
-                                 "place (module.compile()), whose calls wrap's hooks do not see "
-                                 "(FLOPs are counted for torch.compile(module))")
             return
         try:
             from torch.utils.flop_counter import FlopCounterMode
@@ -347,15 +359,14 @@ class Recorder:
         else:
             self.flops_reason = "not counted: no matrix product or convolution in the step"
 
-    def _compiled_top(self, module: Any) -> None:
-        """A compiled outermost module (``torch.compile(module)``), seen at its first call,
-        before dynamo compiles it: a hook on the wrapper itself (which runs outside the
-        compiled frame, and which dynamo does not guard on) captures its calls in the counted
-        step, keyword arguments included."""
+    def _capture_calls(self, module: Any) -> None:
+        """A hook on an outermost module that keeps its calls in the counted step (keyword
+        arguments too) as fake tensors. On ``torch.compile``'s wrapper it runs outside the
+        compiled frame, and dynamo does not guard on the wrapper's hooks."""
         from scaleprobe.measure.fakeflops import CallCapture
 
         cap = CallCapture(module)
-        self._compiled[id(module)] = cap
+        self._captures[id(module)] = cap
 
         def capture(mod: Any, args: Any, kwargs: Any) -> None:
             if self._capturing and not self._in_data:
@@ -368,22 +379,30 @@ class Recorder:
         except Exception as e:  # noqa: BLE001  (FLOPs then not counted, with the reason)
             cap.error = f"{type(e).__name__}: {e}"
 
-    def count_compiled(self) -> None:
-        """After the script: the FLOPs of the compiled modules' calls captured in the counted
-        step, on their eager modules with fake tensors (measure/fakeflops.py)."""
-        if not self._compiled or self.flops is not None or self.flops_reason is not None:
+    def count_captured(self) -> None:
+        """After the script: the FLOPs of the outermost modules' calls captured in the counted
+        step, forward and backward on their eager modules with fake tensors
+        (measure/fakeflops.py)."""
+        if not self._by_capture or self.flops is not None or self.flops_reason is not None:
             return
+        self._capturing = False
         total, why = 0, None
-        for cap in self._compiled.values():
-            got, err = cap.count()
-            if got is None and err:
-                why = why or err
-            total += got or 0
+        self._in_data += 1  # the eager modules' calls below are not the script's
+        try:
+            for cap in self._captures.values():
+                got, err = cap.count()
+                if got is None and err and "no matrix product" not in err:
+                    why = why or err
+                total += got or 0
+        finally:
+            self._in_data -= 1
         if total > 0 and why is None:
             self.flops = total
         else:
-            self.flops_reason = why or ("not counted: the script ended before its last warm-up "
-                                        "step ran a compiled module")
+            self.flops_reason = why or (
+                "not counted: no module call outside compiled code was seen in the counted "
+                "step (a compiled function, or module.compile(), runs the modules inside "
+                "the compiled frame, where wrap's hooks see nothing)")
 
     def _flops_where(self, module: Any) -> None:
         """The device and dtype of the counted step's model, for the peak its MFU is held
@@ -472,7 +491,7 @@ class Recorder:
         global _compiling
         _compiling = getattr(getattr(sys.modules.get("torch"), "compiler", None),
                              "is_compiling", _never)
-        _not_frames(Recorder.fwd_pre, Recorder.fwd_post)
+        _not_frames(Recorder.fwd_pre, Recorder.fwd_post, Recorder.opt_pre, Recorder.opt_post)
 
         self._global = [mm.register_module_forward_pre_hook(self.fwd_pre),
                         mm.register_module_forward_hook(self.fwd_post)]
@@ -509,6 +528,12 @@ def _is_compiled(module: Any) -> bool:
     from scaleprobe.measure.fakeflops import _is_compiled as compiled
 
     return compiled(module)
+
+
+def _in_place(module: Any) -> bool:
+    """Compiled in place (``module.compile()``): its own hooks are traced into the compiled
+    call, so none is added to it."""
+    return module.__dict__.get("_compiled_call_impl") is not None
 
 
 def _compiled_frames() -> bool:

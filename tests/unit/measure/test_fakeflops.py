@@ -97,3 +97,17 @@ def test_autocast_does_not_change_the_count(amp):
     got, _ = count_step(model, lambda m, a, b: nn.functional.cross_entropy(m(a).float(), b),
                         x, y, ctx)
     assert got == 4 * 2 * (8 * 16 + 16 * 4) * 2 + 4 * 2 * 16 * 4
+
+
+def test_a_module_compiled_in_place_is_counted_eagerly_and_stays_compiled():
+    """``module.compile()``: calling the module runs its compiled call, which a frame under a
+    dispatch mode would not compile; the count runs its eager call and puts the compiled one
+    back."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    eager = count_flops(lambda: nn.functional.cross_entropy(model(x), y).backward())
+    model.compile(backend="eager")
+    compiled_call = model._compiled_call_impl
+    got, why = count_step(model, lambda m, a, b: nn.functional.cross_entropy(m(a), b), x, y)
+    assert why is None and got == eager
+    assert model._compiled_call_impl is compiled_call

@@ -146,7 +146,7 @@ def test_a_compiled_model_is_counted_on_fake_tensors_never_under_the_counter(rec
     compiled = torch.compile(model, backend="eager")
     _train(6, compiled, nn.CrossEntropyLoss(), batch=8)
     assert rec._flop_mode is None and rec.flops is None
-    rec.count_compiled()
+    rec.count_captured()
     assert rec.flops == _mlp_step_flops(8) and rec.flops_reason is None
     assert rec.flops_device == "cpu" and "fake tensors" in rec.flops_method
 
@@ -266,3 +266,33 @@ def test_a_validation_pass_before_an_epoch_is_not_the_training_loaders_wait(reco
     data = raw["phase_times_s"]["data"]
     assert all(data[i] > 0.06 for i in (2, 5)), data  # the validation pass is in the step
     assert all(w < 0.02 for w in raw["epoch_start_wait_s"]), raw["epoch_start_wait_s"]
+
+
+def _compiled_opt_step_run(model):
+    """Train 4 steps with a compiled optimizer step; dynamo's graph breaks and compiles."""
+    from torch._dynamo.utils import counters
+
+    from scaleprobe.measure.compiled import CompileWatch
+
+    torch._dynamo.reset()
+    counters.clear()
+    watch = CompileWatch().install()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(opt.step, backend="eager")
+    for _ in range(4):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        step()
+    watch.remove()
+    return dict(counters["graph_break"]), [e.compile_id for e in watch.events]
+
+
+def test_a_compiled_optimizer_step_compiles_as_it_does_bare(recorder):
+    """The global optimizer step hooks are traced into a compiled ``opt.step``: they must leave
+    nothing there (bug caught: their clock read broke the graph inside a loop, and dynamo ran
+    the whole step eagerly). The step is then not seen, and the record says why."""
+    bare = _compiled_opt_step_run(nn.Linear(4, 3))
+    rec = recorder(warmup=1)
+    hooked = _compiled_opt_step_run(nn.Linear(4, 3))
+    assert hooked == bare
+    assert rec.opt_compiled and rec.step_times == []
