@@ -242,6 +242,8 @@ class RunConfig:
         d["dist"].update(rdzv_endpoint=None, node_rank=0)  # nor which host wrote the record
         if d["script"]["path"] is None:  # the built-in loop: keys as before scripts had a section
             d.pop("script")
+        if not d["model"]["compile"]:  # eager: keys as before --compile existed
+            del d["model"]["compile"], d["model"]["compile_mode"]
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -25,6 +25,16 @@ def test_key_ignores_output_folder_but_not_batch():
     assert C.build({"batch_size": 32}).key() != a.key()
 
 
+def test_compile_is_in_the_key_only_when_on():
+    """An eager run keeps the key it had before --compile existed (a sweep measured then is
+    not run again); a compiled run, and each mode, is a point of its own."""
+    eager = C.build({})
+    assert C.build({"compile_mode": "max-autotune"}).key() == eager.key()
+    on = C.build({"compile": True})
+    assert on.key() != eager.key()
+    assert C.build({"compile": True, "compile_mode": "max-autotune"}).key() != on.key()
+
+
 @pytest.mark.parametrize("over,needle", [
     ({"batch_size": 0}, "train.batch_size: expected a whole number >= 1, got 0"),
     ({"batch_size": -3}, "train.batch_size: expected a whole number >= 1, got -3"),
@@ -46,6 +56,8 @@ def test_key_ignores_output_folder_but_not_batch():
     ({"timeout_s": 0}, "dist.timeout_s: expected a number in (0, 86400], got 0"),
     ({"steps": "forever"}, "train.steps: expected a whole number >= 1 or 'auto', got 'forever'"),
     ({"strategy": "dpp"}, "dist.strategy: expected one of single, dp, ddp, ps, localsgd"),
+    ({"compile": True, "warmup_steps": 0}, "--compile needs --warmup-steps 1 or more"),
+    ({"compile_mode": "fast"}, "model.compile_mode: expected one of default, reduce-overhead"),
 ])
 def test_invalid_values_are_one_line_errors(over, needle):
     with pytest.raises(ConfigError) as e:

@@ -292,7 +292,9 @@ def summary_line(m: dict[str, Any], block_: dict[str, Any] | None,
     spent = {p: sum(e.get("duration_s") or 0.0 for e in events if e.get("phase") == p)
              for p in (WARMUP, WINDOW, AFTER)}
     n, rc, gb = m.get("compiles"), m.get("recompiles"), m.get("graph_breaks")
-    what = [f"{n} frame{'s' if n != 1 else ''} compiled" if n is not None else None,
+    nb = sum(1 for e in events if e.get("kind") == "backward")
+    back = f" and {nb} backward graph{'s' if nb != 1 else ''}" if nb else ""
+    what = [f"{n} frame{'s' if n != 1 else ''}{back} compiled" if n is not None else None,
             f"{rc} recompile{'s' if rc != 1 else ''}" if rc is not None else None,
             f"{gb} graph break{'s' if gb != 1 else ''}" if gb is not None else None]
     mode = (block_ or {}).get("mode")
