@@ -33,15 +33,17 @@ def test_run_compile_reports_compile_time_apart_and_counts_flops(tmp_path):
     """Compile time measured (> 0) and outside the window, no recompile in it, the FLOPs of the
     compiled model equal to the eager run's count, and the summary says where the time went.
     Bugs caught: compiling inside the timed window (a warm-up that did not cover the
-    backward), FLOPs "not counted" for compiled models, or a count that differs from eager."""
-    rec, text = _run(tmp_path / "c", "--compile")
+    backward), FLOPs "not counted" for compiled models, or a count that differs from eager;
+    the evaluation run on the compiled model (a recompile for eval mode after the window)."""
+    rec, text = _run(tmp_path / "c", "--compile", "--eval")  # evaluates the eager module
     eager, _ = _run(tmp_path / "e")
     m, why = rec["metrics"], rec["null_reasons"]
     assert rec["status"] == "ok", rec["error"]
     assert m["compile_time_s"] > 0 and m["compiles"] >= 1, why
     assert m["compiles_in_window"] == 0 and m["recompiles_in_window"] == 0
     assert m["recompiles"] == 0 and m["graph_breaks"] == 0
-    assert {e["phase"] for e in rec["compile"]["events"]} == {"warm-up"}
+    assert {e["phase"] for e in rec["compile"]["events"]} == {"warm-up"}  # none after
+    assert m["accuracy"] is not None
     assert {e["kind"] for e in rec["compile"]["events"]} >= {"dynamo"}
     assert rec["compile"]["mode"] == "default"
     assert not [v for v in rec["invariants"] if v["name"] == "compile in window"]

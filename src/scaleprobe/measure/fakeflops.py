@@ -48,7 +48,7 @@ def eager_module(model: Any) -> Any:
     return model
 
 
-def _is_compiled(model: Any) -> bool:
+def is_compiled(model: Any) -> bool:
     """``torch.compile(module)``'s wrapper, or a module compiled in place
     (``module.compile()``, whose ``__call__`` runs the compiled call)."""
     if getattr(model, "_compiled_call_impl", None) is not None:

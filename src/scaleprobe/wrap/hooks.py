@@ -25,17 +25,14 @@ up to the batches the loop consumed, per ``iter(loader)`` (one epoch), for the s
 
 FLOPs: the last warm-up step (never timed) runs inside ``torch.utils.flop_counter.
 FlopCounterMode``, entered at the end of the step before it and left at its own end, so the
-count is of everything that step ran (measure/flops.py gives the convention). Not with
-``torch.compile``: a frame run under a dispatch mode is not compiled (dynamo runs it eagerly),
-so a compiled module's calls in that step are captured instead, as fake tensors of their
-inputs, and counted after the script on the module's eager original (measure/fakeflops.py).
+count is of everything that step ran (measure/flops.py gives the convention). Once anything
+is compiled, the outermost modules' calls in that step are captured instead and counted after
+the script on fake tensors (capture.py).
 
 torch.compile (measure/compiled.py notes every compilation): the hooks never make a compiled
-frame break, fail a guard or recompile. The module hooks return at once while dynamo traces
-them (``torch.compiler.is_compiling()``), so a compiled graph holds nothing of them and no guard
-on their state; dynamo still guards on the set of global hooks, so once the script has
-compiled anything (or called a compiled module) that set never changes: the global hooks stay
-for the rest of the run instead of giving way to per-module ones.
+frame break, fail a guard or recompile (capture.py says how); once the script has compiled
+anything, the global hooks stay for the rest of the run instead of giving way to per-module
+ones (dynamo guards on them).
 """
 
 from __future__ import annotations
@@ -45,12 +42,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from scaleprobe.wrap.capture import CallCounts, compiled_frames, compiling, not_frames
+
 STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 FLOPS_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the script's last warm-up step "
                 "(all it ran between two optimizer steps; 2 FLOPs per multiply-add; "
                 "element-wise operators and the optimizer update count 0)")
-COMPILED_CALLS = ("; every call of the script's compiled modules in its last warm-up step "
-                  "(work outside them is not counted)")
+CAPTURED = ("; every call of the script's outermost modules (a compiled model, a loss module) "
+            "in its last warm-up step (work outside modules is not counted)")
 
 
 def _never() -> bool:
@@ -181,11 +180,7 @@ class Recorder:
         self.t_first: float | None = None  # perf_counter at the start of the first step
         self.watch: Any = None  # measure/compiled.CompileWatch: the script's compilations
         self._compiled: set[int] = set()  # the ids of compiled outermost modules
-        # with anything compiled: the outermost modules' calls in the counted step, kept as fake
-        # tensors (measure/fakeflops.CallCapture), by module id
-        self._captures: dict[int, Any] = {}
-        self._capturing = False  # in the counted step
-        self._by_capture = False  # the count is of captured calls (set at the counted step)
+        self.calls = CallCounts()  # with anything compiled: the counted step's module calls
         self.flops_method = FLOPS_METHOD
 
     # --- events ---------------------------------------------------------------------------
@@ -216,7 +211,8 @@ class Recorder:
                 self._new_top = True
                 if _is_compiled(module):  # hooked now, before dynamo compiles it
                     self._compiled.add(id(module))
-                    self._capture_calls(module)
+                    self._handles.append(self.calls.watch(module, self._loading,
+                                                          self._flops_where))
         self._depth += 1
 
     def fwd_post(self, _module: Any, _args: Any, _out: Any) -> None:
@@ -251,7 +247,7 @@ class Recorder:
     def _end_step(self, t: float) -> None:
         if self._flop_mode is not None:
             self.flops_end()
-        self._capturing = False  # the counted step's calls are in self._captures
+        self.calls.capturing = False
         start = self._start if self._start is not None else t
         ev = self._events
         total = {p: 0.0 for p in STEP_PHASES}
@@ -321,14 +317,12 @@ class Recorder:
         if self.flops_reason is not None or self.flops is not None:
             return
         if self._compiled or (self.watch is not None and self.watch.compiled) \
-                or _compiled_frames():
+                or compiled_frames():
             from scaleprobe.measure.fakeflops import METHOD
 
-            for m in self._top.values():  # eager ones (a loss module, a model whose parts
-                if id(m) not in self._captures and not _in_place(m):  # are compiled)
-                    self._capture_calls(m)
-            self._capturing = self._by_capture = True
-            self.flops_method = METHOD + COMPILED_CALLS
+            self._handles += self.calls.begin(self._top.values(), self._loading,
+                                              self._flops_where)
+            self.flops_method = METHOD + CAPTURED
             return
         try:
             from torch.utils.flop_counter import FlopCounterMode
@@ -359,54 +353,27 @@ class Recorder:
         else:
             self.flops_reason = "not counted: no matrix product or convolution in the step"
 
-    def _capture_calls(self, module: Any) -> None:
-        """A hook on an outermost module that keeps its calls in the counted step (keyword
-        arguments too) as fake tensors. On ``torch.compile``'s wrapper it runs outside the
-        compiled frame, and dynamo does not guard on the wrapper's hooks."""
-        from scaleprobe.measure.fakeflops import CallCapture
-
-        cap = CallCapture(module)
-        self._captures[id(module)] = cap
-
-        def capture(mod: Any, args: Any, kwargs: Any) -> None:
-            if self._capturing and not self._in_data:
-                cap.add(args, kwargs)
-                if self.flops_device is None:
-                    self._flops_where(mod)
-
-        try:
-            self._handles.append(module.register_forward_pre_hook(capture, with_kwargs=True))
-        except Exception as e:  # noqa: BLE001  (FLOPs then not counted, with the reason)
-            cap.error = f"{type(e).__name__}: {e}"
+    def _loading(self) -> bool:
+        return bool(self._in_data)
 
     def count_captured(self) -> None:
-        """After the script: the FLOPs of the outermost modules' calls captured in the counted
-        step, forward and backward on their eager modules with fake tensors
-        (measure/fakeflops.py)."""
-        if not self._by_capture or self.flops is not None or self.flops_reason is not None:
+        """After the script: the FLOPs of the module calls captured in the counted step
+        (capture.py), forward and backward on the eager modules with fake tensors."""
+        if not self.calls.active or self.flops is not None or self.flops_reason is not None:
             return
-        self._capturing = False
-        total, why = 0, None
-        self._in_data += 1  # the eager modules' calls below are not the script's
+        self._in_data += 1  # the eager modules' calls it makes are not the script's
         try:
-            for cap in self._captures.values():
-                got, err = cap.count()
-                if got is None and err and "no matrix product" not in err:
-                    why = why or err
-                total += got or 0
+            self.flops, why = self.calls.count()
         finally:
             self._in_data -= 1
-        if total > 0 and why is None:
-            self.flops = total
-        else:
-            self.flops_reason = why or (
-                "not counted: no module call outside compiled code was seen in the counted "
-                "step (a compiled function, or module.compile(), runs the modules inside "
-                "the compiled frame, where wrap's hooks see nothing)")
+        self.flops_reason = why
 
     def _flops_where(self, module: Any) -> None:
         """The device and dtype of the counted step's model, for the peak its MFU is held
-        against: its first parameter's device; bf16 / fp16 under autocast or as its dtype."""
+        against: its first parameter's device; bf16 / fp16 under autocast or as its dtype.
+        Once known, kept."""
+        if self.flops_device is not None:
+            return
         try:
             import torch
 
@@ -489,9 +456,8 @@ class Recorder:
         from torch.utils.data import dataloader as dl
 
         global _compiling
-        _compiling = getattr(getattr(sys.modules.get("torch"), "compiler", None),
-                             "is_compiling", _never)
-        _not_frames(Recorder.fwd_pre, Recorder.fwd_post, Recorder.opt_pre, Recorder.opt_post)
+        _compiling = compiling()
+        not_frames(Recorder.fwd_pre, Recorder.fwd_post, Recorder.opt_pre, Recorder.opt_post)
 
         self._global = [mm.register_module_forward_pre_hook(self.fwd_pre),
                         mm.register_module_forward_hook(self.fwd_post)]
@@ -508,43 +474,10 @@ class Recorder:
         return max(logs, key=lambda log: log.batches) if logs else None
 
 
-def _not_frames(*fns: Any) -> None:
-    """dynamo never compiles these functions as frames of their own. A compiled module's
-    own hooks run inside the call dynamo compiles (``OptimizedModule`` runs
-    ``_orig_mod.__call__`` under dynamo), where dynamo would compile each hook as a frame (an
-    empty graph, a compile id of its own). Traced from inside a compiled frame they are still
-    inlined (and return at once there). A torch without ``skip_code``: they are compiled once
-    each, empty, at the first call."""
-    try:
-        from torch._dynamo.eval_frame import skip_code
-
-        for fn in fns:
-            skip_code(fn.__code__)
-    except Exception:  # noqa: BLE001
-        pass
-
-
 def _is_compiled(module: Any) -> bool:
-    from scaleprobe.measure.fakeflops import _is_compiled as compiled
+    from scaleprobe.measure.fakeflops import is_compiled
 
-    return compiled(module)
-
-
-def _in_place(module: Any) -> bool:
-    """Compiled in place (``module.compile()``): its own hooks are traced into the compiled
-    call, so none is added to it."""
-    return module.__dict__.get("_compiled_call_impl") is not None
-
-
-def _compiled_frames() -> bool:
-    """dynamo has compiled a frame in this process (its counters), where no CompileWatch
-    could say so."""
-    dynamo = sys.modules.get("torch._dynamo.utils")
-    counters = getattr(dynamo, "counters", None) if dynamo is not None else None
-    try:
-        return bool(counters["frames"]["total"]) if counters is not None else False
-    except Exception:  # noqa: BLE001
-        return False
+    return is_compiled(module)
 
 
 @dataclass
