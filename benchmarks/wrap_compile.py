@@ -57,6 +57,10 @@ def wrapped(args: list[str], warmup: int) -> tuple[float, dict]:
     return _own(p.stdout), figures
 
 
+def _f(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=4)
@@ -75,8 +79,8 @@ def main() -> None:
         w.append(got)
         print(f"pair {i + 1}: bare {b[-1]:.1f}  wrap {w[-1]:.1f}  ratio {w[-1] / b[-1]:.3f}  "
               f"(wrap saw {fig['compiles']} compiles, {fig['recompiles']} recompiles, "
-              f"{fig['compiles_in_window']} in its window, {fig['compile_time_s']:.1f} s "
-              f"compiling; its samples/s {fig['samples_per_s']:.1f})", flush=True)
+              f"{fig['compiles_in_window']} in its window, {_f(fig['compile_time_s'])} s "
+              f"compiling; its samples/s {_f(fig['samples_per_s'])})", flush=True)
     b.append(bare(args))  # each wrap is held against the bare runs on either side of it
     around = [math.sqrt(x * y) for x, y in zip(b, b[1:], strict=False)]
     iv = ratio_interval(around, w)
