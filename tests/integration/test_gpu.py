@@ -99,3 +99,19 @@ def test_batch_search_runs_to_a_real_out_of_memory(cli, tmp_path, out_dir):
     assert search["largest_fit"] == max(ok) < min(oom), search
     runs = [r for r in recs if r["kind"] == "run" and r["status"] == "oom"]
     assert runs and all("out of memory" in r["error"].lower() for r in runs)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compile_on_the_gpu_keeps_compiling_out_of_the_window(cli, out_dir, mode):
+    """`run --compile` with bf16 on the GPU: the forward and backward compile (and, with
+    reduce-overhead, the CUDA graphs record) in the warm-up, nothing inside the window, and
+    the FLOPs of the compiled model are the eager run's."""
+    p = cli("run", *R18, "--amp", "bf16", "--compile", "--compile-mode", mode,
+            "--warmup-steps", 5, "--out", out_dir / "c")
+    assert p.returncode == 0, p.stderr[-2000:]
+    e = cli("run", *R18, "--amp", "bf16", "--out", out_dir / "e")
+    assert e.returncode == 0, e.stderr[-2000:]
+    rec, eager = _last(out_dir / "c"), _last(out_dir / "e")
+    m = rec["metrics"]
+    assert m["compile_time_s"] > 0 and m["compiles_in_window"] == 0, rec["compile"]
+    assert m["flops_per_step"] == eager["metrics"]["flops_per_step"] and m["mfu"] > 0
