@@ -9,6 +9,12 @@ the compilations (compiles, recompiles and compilations inside its window).
 
     python benchmarks/wrap_compile.py [--pairs 6] [--steps 60] [-- extra script args]
 
+Two figures per run: samples per wall second (what the script got), and samples per CPU second
+of the script's process (its ``cpu_s``: the work it did, hooks included), which a neighbour
+on the machine moves far less. The script runs one compute thread (``--threads``, default 1):
+with two, OpenMP threads spin while they wait for each other, more so when a neighbour holds a
+core, and CPU time then grows with the load too.
+
 Each process is also timed against the machine: the CPU that other processes used while it ran
 (the machine's busy time from /proc/stat less this process tree's own CPU time), in cores. On a
 shared 2-core machine a busy neighbour moves a run by 10x, so a pair starts once the machine
@@ -38,7 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples/scripts/gpt_compiled.py"
-OWN = re.compile(r"samples_per_s=([\d.]+)")
+OWN = re.compile(r"samples=(\d+) seconds=([\d.]+) samples_per_s=([\d.]+) cpu_s=([\d.]+)")
 # other processes' CPU, in cores, under which a run counts as quiet: the run's own threshold
 # for "measured under load" (report/thresholds.py, under_load: 0.25 cores)
 QUIET_CORES = 0.25
@@ -61,19 +67,21 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return p
 
 
-def _own(stdout: str) -> float:
+def _own(stdout: str) -> tuple[float, float]:
+    """(samples per wall second, samples per CPU second) from the script's own line."""
     m = OWN.search(stdout)
     if not m:
         raise SystemExit(f"the script printed no own figure:\n{stdout[-2000:]}")
-    return float(m.group(1))
+    samples, cpu = int(m.group(1)), float(m.group(4))
+    return float(m.group(3)), samples / cpu if cpu > 0 else 0.0
 
 
-def bare(args: list[str]) -> float:
+def bare(args: list[str]) -> tuple[float, float]:
     return _own(_run([sys.executable, str(SCRIPT), *args]).stdout)
 
 
-def wrapped(args: list[str], warmup: int) -> tuple[float, dict]:
-    """The script's own samples/s under wrap, and wrap's compile figures."""
+def wrapped(args: list[str], warmup: int) -> tuple[tuple[float, float], dict]:
+    """The script's own figures under wrap, and wrap's compile figures."""
     with tempfile.TemporaryDirectory() as d:
         p = _run([sys.executable, "-m", "scaleprobe", "wrap", "--warmup-steps", str(warmup),
                   "--out", d, "--", str(SCRIPT), *args])
@@ -96,12 +104,14 @@ def main() -> None:
                     help="seconds to wait for a quiet machine before a pair")
     ap.add_argument("--steps", type=int, default=60, help="the script's steps in all")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps, both sides")
+    ap.add_argument("--threads", type=int, default=1, help="the script's compute threads")
     a, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]
-    args = ["--steps", str(a.steps), "--warmup", str(a.warmup), *extra]
+    args = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads),
+            *extra]
 
-    print(f"cache warm-up: bare {bare(args):.1f} samples/s (not counted)", flush=True)
-    pairs: list[tuple[float, float, float, bool]] = []  # bare, wrap, bare, quiet
+    print(f"cache warm-up: bare {bare(args)[0]:.1f} samples/s (not counted)", flush=True)
+    pairs: list[tuple[tuple, tuple, tuple, bool]] = []  # bare, wrap, bare, quiet
     for i in range(a.pairs):
         for _ in range(a.tries):
             _wait_quiet(a.wait)
@@ -112,18 +122,21 @@ def main() -> None:
             b2 = bare(args)
             quiet = max(l1, lw, LAST_OUTSIDE[0]) < QUIET_CORES
             pairs.append((b1, got, b2, quiet))
-            print(f"pair {i + 1}: bare {b1:.1f}  wrap {got:.1f}  bare {b2:.1f}  ratio "
-                  f"{got / math.sqrt(b1 * b2):.3f}  (others' cores {l1:.2f} {lw:.2f} "
-                  f"{LAST_OUTSIDE[0]:.2f}{'' if quiet else ': under load'}; wrap saw "
+            print(f"pair {i + 1}: samples/s bare {b1[0]:.1f} wrap {got[0]:.1f} bare {b2[0]:.1f}; "
+                  f"per CPU s {b1[1]:.1f} {got[1]:.1f} {b2[1]:.1f} (others' cores {l1:.2f} "
+                  f"{lw:.2f} {LAST_OUTSIDE[0]:.2f}{'' if quiet else ': under load'}; wrap saw "
                   f"{fig['compiles']} compiles, {fig['recompiles']} recompiles, "
                   f"{fig['compiles_in_window']} in its window, {_f(fig['compile_time_s'])} s "
                   f"compiling; its samples/s {_f(fig['samples_per_s'])})", flush=True)
             if quiet:
                 break
-    for what, sel in (("quiet pairs", [p for p in pairs if p[3]]), ("every pair run", pairs)):
-        _ratio(f"{what} ({len(sel)})", [math.sqrt(p[0] * p[2]) for p in sel],
-               [p[1] for p in sel])
-        print(f"A/A bare / bare, {what}: " + ", ".join(f"{p[2] / p[0]:.3f}" for p in sel))
+    quiet = [p for p in pairs if p[3]]
+    for k, unit in ((0, "samples/s"), (1, "samples per CPU second")):
+        for what, sel in ((f"quiet pairs ({len(quiet)})", quiet),
+                          (f"every pair run ({len(pairs)})", pairs)):
+            _ratio(f"{unit}, {what}", [math.sqrt(p[0][k] * p[2][k]) for p in sel],
+                   [p[1][k] for p in sel])
+            print("  A/A bare / bare: " + ", ".join(f"{p[2][k] / p[0][k]:.3f}" for p in sel))
 
 
 def _wait_quiet(limit_s: float) -> None:
@@ -147,8 +160,8 @@ def _ratio(what: str, bare_: list[float], wrap_: list[float]) -> None:
         print(f"ratio wrap / bare, {what}: {one}")
         return
     print(f"ratio wrap / bare, {what}: {iv.estimate:.3f} (95% interval {iv.lo:.3f}-"
-          f"{iv.hi:.3f}; wrap median {statistics.median(wrap_):.1f}, bare median "
-          f"{statistics.median(bare_):.1f} samples/s)")
+          f"{iv.hi:.3f}; medians wrap {statistics.median(wrap_):.1f}, bare "
+          f"{statistics.median(bare_):.1f})")
 
 
 if __name__ == "__main__":

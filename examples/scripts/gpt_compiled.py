@@ -12,7 +12,9 @@ first step (``--no-compile`` runs it eagerly).
 
 It prints its own throughput over the steps after --warmup (samples / wall seconds from the end
 of step --warmup to the end of the last step), to compare with what `scaleprobe wrap` measures
-with --warmup-steps set to the same number.
+with --warmup-steps set to the same number, and the CPU time this process used over the same
+steps (``cpu_s``, all its threads): on a machine shared with other work, wall time moves with
+the neighbours, CPU time far less.
 """
 
 import argparse
@@ -105,8 +107,11 @@ def main() -> None:
     p.add_argument("--amp", choices=("off", "bf16"), default="off", help="bf16 autocast")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the own figure")
+    p.add_argument("--threads", type=int, default=None, help="torch's CPU threads")
     args = p.parse_args()
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     data = Windows(stdlib_bytes(args.tokens), args.seq)
@@ -117,7 +122,7 @@ def main() -> None:
     if args.compile:
         model = torch.compile(model, mode=args.mode)
 
-    step, samples, t0, t_end = 0, 0, None, None
+    step, samples, t0, t_end, c0, c_end = 0, 0, None, None, None, None
     while step < args.steps:
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
@@ -127,10 +132,10 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            t_end = time.perf_counter()  # the end of the last step, not of the loop
+            t_end, c_end = time.perf_counter(), time.process_time()  # the last step's end
             step += 1
             if step == args.warmup:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
             elif step > args.warmup:
                 samples += len(xb)
             if step % 10 == 0 or step == args.steps:
@@ -138,8 +143,9 @@ def main() -> None:
             if step == args.steps:
                 break
     seconds = t_end - t0 if t0 is not None else 0.0
+    cpu = c_end - c0 if c0 is not None else 0.0
     print(f"own: steps={step - args.warmup} samples={samples} seconds={seconds:.6f} "
-          f"samples_per_s={samples / seconds if seconds else 0:.2f}")
+          f"samples_per_s={samples / seconds if seconds else 0:.2f} cpu_s={cpu:.6f}")
 
 
 if __name__ == "__main__":
