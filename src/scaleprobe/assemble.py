@@ -1,23 +1,19 @@
 """From the ranks' records and the monitor's figures to a run's result.
 
 ``build_result`` is the one place a result is made: a pure function (no file, no clock, no
-process) from the ranks' ``RankRecord``s and the monitor's summaries to a ``RunResult``.
-``finalize`` gathers its inputs, calls it, and writes result.json, steps.csv and one
-results.jsonl line."""
+process) from the ranks' ``RankRecord``s and the monitor's summaries to a ``RunResult``
+(``run/finalize.py`` gathers its inputs, calls it and writes the files)."""
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
 from typing import Any
 
 from scaleprobe import metrics as M
-from scaleprobe import results as res
 from scaleprobe.config import RunConfig
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.stats import median
-from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
+from scaleprobe.measure.summary import epoch_time, rank_summary, straggler
 from scaleprobe.results import (
     Audit,
     Batch,
@@ -43,7 +39,7 @@ def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | No
         try:
             _metrics(result, cfg, ranks, monitor)
             _target(result, cfg, ranks)
-            _checks(result, _head(ranks))
+            _checks(result, head_rank(ranks))
         except Exception as e:  # a bug in summarising must not lose the run
             result.status = "failed"
             result.error = f"summarising the run failed: {type(e).__name__}: {e}"
@@ -56,54 +52,9 @@ def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | No
     return result
 
 
-def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | None,
-             monitor: Any, run_dir: Path) -> dict[str, Any]:
-    """Build the result of the run ``rec`` and write its files. ``rec`` is updated in place
-    to the written record, which is also returned."""
-    ranks = [RankRecord.from_dict(r) for r in raws] if raws else None
-    mon: dict[str, Any] = {"gpu_reason": monitor.gpu_reason}
-    t0 = t1 = None
-    if ranks:
-        t0, t1 = _head(ranks).clock_window or (None, None)
-        mon.update(monitor.summary(t0, t1))
-    else:
-        mon.update(monitor.summary())
-    result = build_result(RunResult.from_dict(rec), cfg, ranks, mon, monitor.outside_load(t0, t1))
-    if ranks:
-        try:
-            _write_steps_csv(run_dir / "steps.csv", _head(ranks))
-        except OSError as e:
-            result.null_reasons["paths.steps_csv"] = f"not written: {e}"
-    if result.target is not None and result.target.curve:
-        from scaleprobe.target import CURVE_FILE, write_curve_csv
-
-        try:
-            write_curve_csv(run_dir / CURVE_FILE, result.target.curve)
-            result.paths["target_curve_csv"] = str(run_dir / CURVE_FILE)
-        except OSError as e:
-            result.null_reasons["paths.target_curve_csv"] = f"not written: {e}"
-    result.finished_at = res.utc_now()
-    rec.clear()
-    rec.update(result.to_dict())
-    res.write_json_atomic(run_dir / "result.json", rec)
-    res.append_jsonl(res.results_file(cfg.out), rec)
-    return rec
-
-
-def _head(ranks: list[RankRecord]) -> RankRecord:
+def head_rank(ranks: list[RankRecord]) -> RankRecord:
     """The first rank that trained (a parameter server's rank 0 does not)."""
     return next((r for r in ranks if r.step_times_s), ranks[0])
-
-
-def _write_steps_csv(path: Path, raw0: RankRecord) -> None:
-    phases = raw0.phase_times_s
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["step", "step_time_s", *[f"{p}_s" for p in PHASES]])
-        for i, t in enumerate(raw0.step_times_s):
-            w.writerow([i, f"{t:.6f}", *[f"{phases[p][i]:.6f}"
-                                         if i < len(phases.get(p) or []) else ""
-                                         for p in PHASES]])
 
 
 def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:

@@ -239,6 +239,15 @@ class RunConfig:
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def default_name(self) -> str:
+        """The run's label when ``name`` is not set: model-dataset-batch, and the strategy and
+        world size when several devices train (``digits_cnn-digits-b64-ddpx2``)."""
+        d, t = self.dist, self.train
+        b = f"gb{t.global_batch}" if t.global_batch else f"b{t.batch_size}"
+        tr = traits_of(d.strategy)
+        n = f"-{d.strategy}x{self.world_size}" if tr.launched or tr.towers else ""
+        return f"{self.model.name.rsplit(':', 1)[-1]}-{self.data.dataset}-{b}{n}"
+
     @property
     def world_size(self) -> int:
         return self.dist.nproc * self.dist.nnodes

@@ -1,7 +1,7 @@
 """The one place that wires model + data + task + strategy + measurement, for one rank.
 
 ``train(cfg, run_dir)`` runs in every worker process (or in-process on one device) and
-returns this rank's raw record; ``runner.py`` turns the records into a ``result.json``.
+returns this rank's raw record; the run driver (``run/driver.py``) turns the records into a ``result.json``.
 """
 
 from __future__ import annotations

@@ -56,6 +56,20 @@ def pick_device(local_rank: int = 0):
     return torch.device("cpu")
 
 
+def cuda_device_count() -> int:
+    """CUDA devices on this host; 0 without CUDA."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def cuda_indices(nproc: int, every_device: bool = False) -> list[int]:
+    """The CUDA devices a run's ranks use on this host: one per process, or every one
+    (``every_device``: one process feeds them all, DataParallel); [] without CUDA."""
+    n = cuda_device_count()
+    return list(range(n if every_device else min(n, nproc)))
+
+
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -123,6 +137,19 @@ def die_with_parent(sig: int, parent: int | None = None) -> None:
         return
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def own_process_group() -> None:
+    """A launched rank leads its own process group, so its loader workers can be stopped with
+    it (``launch.py``), and a terminal's Ctrl+C reaches only the launcher, which forwards it;
+    and it dies with the launcher (Linux)."""
+    import signal
+
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    die_with_parent(signal.SIGKILL)
 
 
 def use_platform_start_method() -> None:

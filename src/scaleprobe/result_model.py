@@ -3,15 +3,23 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field, fields
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from scaleprobe import metrics as M
 
 SCHEMA = 2
 STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached")
 # statuses whose figures are complete measurements (a target not reached ran to its cap)
 MEASURED = ("ok", "target_not_reached")
 BREAKDOWN_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+BATCH_AXES = ("batch_size", "global_batch")
+# each task's evaluation figure and how a table shows it: classification, face, detection
+TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
+                ("map50", "mAP50 {:.3f}"))
 
 
 def get(rec: dict[str, Any], dotted: str, default: Any = None) -> Any:
@@ -38,12 +46,20 @@ class Record:
     """Mixin for the dataclasses below: ``to_dict`` / ``from_dict`` on the JSON schema."""
 
     extra: dict[str, Any]
+    # the folder a record was read from (report/records.load_records); "" for one made here.
+    # Not part of the record: never written.
+    source = ""
+    # fields written only where they hold something (older records never had them)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):  # type: ignore[arg-type]
-            if f.name != "extra":
-                out[f.name] = _dump(getattr(self, f.name))
+            if f.name == "extra" or f.metadata.get("transient"):
+                continue
+            v = getattr(self, f.name)
+            if v is not None or f.name not in self.OPTIONAL:
+                out[f.name] = _dump(v)
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
@@ -56,11 +72,11 @@ class Record:
             return d
         if not isinstance(d, dict):
             raise TypeError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
-        hints = _hints(cls)
+        hints = _fields(cls)
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for k, v in d.items():
-            if k in hints and k != "extra":
+            if k in hints:
                 loaded = _load(hints[k], v)
                 if loaded is not _BAD:
                     kwargs[k] = loaded
@@ -73,20 +89,27 @@ class Record:
     @classmethod
     def declares(cls, name: str) -> bool:
         """Is ``name`` a declared field (rather than one kept in ``extra``)?"""
-        return name != "extra" and name in _hints(cls)
+        return name in _fields(cls)
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """``result.get("metrics.step_time_s.median")`` on the record's JSON form."""
         return get(self.to_dict(), dotted, default)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_FIELDS: dict[type, dict[str, Any]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = get_type_hints(cls)
-    return _HINTS[cls]
+def _fields(cls: type) -> dict[str, Any]:
+    """The type of each field a record reads and writes (not ``extra``, not a transient
+    field: ``field(metadata=TRANSIENT)``, which lives in memory only)."""
+    if cls not in _FIELDS:
+        hints = get_type_hints(cls)
+        _FIELDS[cls] = {f.name: hints[f.name] for f in fields(cls)
+                        if f.name != "extra" and not f.metadata.get("transient")}
+    return _FIELDS[cls]
+
+
+TRANSIENT = {"transient": True}  # a field's metadata: kept in memory, never written or read
 
 
 def _dump(v: Any) -> Any:
@@ -114,19 +137,55 @@ _BAD = object()  # _load's answer for a value of the wrong shape
 
 
 def _load(hint: Any, v: Any) -> Any:
+    """``v`` read as a field declared ``hint``; ``_BAD`` for a value of another type (a
+    damaged or foreign record): the field then keeps its default, "not measured". A number
+    that is not finite reads as missing too, so a reader never meets NaN in a figure."""
     rt = _record_type(hint)
     if rt is not None:
         if isinstance(v, dict):
             return rt.from_dict(v)
         return None if v is None and hint is not rt else _BAD
-    if get_origin(hint) is list:
+    origin = get_origin(hint)
+    if origin in (Union, UnionType):
+        args = get_args(hint)
+        if v is None:
+            return None if type(None) in args else _BAD
+        for a in args:
+            if a is not type(None):
+                got = _load(a, v)
+                if got is not _BAD:
+                    return got
+        return _BAD
+    if hint is Any or isinstance(hint, TypeVar):
+        return v
+    if origin is list or hint is list:
         if not isinstance(v, list):
             return _BAD
         (item,) = get_args(hint) or (Any,)
         it = _record_type(item)
         if it is not None:
             return [it.from_dict(x) for x in v if isinstance(x, dict)]
-    return v
+        return v
+    if origin is tuple or hint is tuple:
+        return v if isinstance(v, (list, tuple)) else _BAD
+    if origin is dict or hint is dict:
+        return v if isinstance(v, dict) else _BAD
+    return v if _is_a(hint, v) else _BAD
+
+
+def _is_a(hint: Any, v: Any) -> bool:
+    """Is the JSON value ``v`` one of the plain type ``hint``? (a bool is no number; an int
+    is a float; a float must be finite)"""
+    if hint is bool:
+        return isinstance(v, bool)
+    if hint is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if hint is float:
+        return (isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v))
+    if hint is str:
+        return isinstance(v, str)
+    return True
 
 
 @dataclass
@@ -163,9 +222,13 @@ class Breakdown(Record):
         return sum(v for v in self.phases().values() if v is not None)
 
     def compute_s(self) -> float | None:
-        from scaleprobe import metrics as M
-
         return M.compute_s(self.phases())
+
+    def measured_total_s(self) -> float | None:
+        """The phases' sum, None when no phase was measured (or they sum to 0)."""
+        vals = [v for v in self.phases().values() if v is not None]
+        total = sum(vals)
+        return total if vals and total > 0 else None
 
 
 @dataclass
@@ -180,6 +243,13 @@ class PeakMem(Record):
     device_reserved: int | None = None
     device_nvml: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def device_peak(self) -> int | None:
+        """The framework's peak allocation, else reserved, else NVML's reading."""
+        for v in (self.device_allocated, self.device_reserved, self.device_nvml):
+            if v is not None:
+                return v
+        return None
 
 
 @dataclass
@@ -364,7 +434,71 @@ class Load(Record):
     machine_cores: int | None = None
     window_s: float | None = None
     gpu_processes: list[dict[str, Any]] | None = None
+    # set where records are read for a report (report/records.colocated_load), never written by
+    # a run: the cores a co-located job's partners used themselves over its window, and which
+    # partner jobs those were; the load judged is net of them
+    colocated_cores: float | None = None
+    colocated_jobs: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("colocated_cores", "colocated_jobs")
+
+
+def num(v: Any) -> float | int | None:
+    """``v`` when it is a finite number (not a bool), else None: for the JSON parts of a
+    record that are not typed (a sweep's points, a colocate job, the environment)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def dict_of(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {}."""
+    return value if isinstance(value, dict) else {}
+
+
+def dicts(items: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list (rows, jobs, ops), skipping anything else."""
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+
+def axis_name(label: str) -> str:
+    """An axis as reports name it: 'train.batch_size' -> 'batch_size'."""
+    return str(label).split(".")[-1].replace("-", "_")
+
+
+def point_key(pt: dict[str, Any]) -> str:
+    return json.dumps(pt, sort_keys=True, default=str)
+
+
+class InExperiment:
+    """What a record says of the experiment it belongs to (runs are identified by experiment
+    id + point + repeat, never by name)."""
+
+    experiment: Experiment | None
+    source: str
+
+    @property
+    def exp_id(self) -> str | None:
+        v = self.experiment.id if self.experiment is not None else None
+        return None if v is None or isinstance(v, (dict, list)) else str(v)
+
+    @property
+    def exp_kind(self) -> str | None:
+        v = self.experiment.kind if self.experiment is not None else None
+        return v if isinstance(v, str) else None
+
+    @property
+    def point(self) -> dict[str, Any]:
+        """The experiment point with axis names normalised: 'train.batch_size' -> 'batch_size'."""
+        raw = dict_of(self.experiment.point if self.experiment is not None else None)
+        return {axis_name(k): v for k, v in raw.items()}
+
+    @property
+    def repeat(self) -> int | None:
+        """The repeat index of an experiment point measured several times, else None."""
+        v = num(self.experiment.repeat if self.experiment is not None else None)
+        return int(v) if v is not None else None
 
 
 @dataclass
@@ -381,15 +515,12 @@ class Experiment(Record):
     start: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        # an experiment's own record has no point, repeat or start: left out, not written null
-        d = super().to_dict()
-        return {k: v for k, v in d.items()
-                if not (k in ("point", "repeat", "start") and v is None)}
+    # an experiment's own record has no point, repeat or start: left out, not written null
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("point", "repeat", "start")
 
 
 @dataclass
-class RunResult(Record):
+class RunResult(InExperiment, Record):
     """One run's record (``kind == "run"``): result.json and its results.jsonl line."""
 
     schema: int = SCHEMA
@@ -424,11 +555,138 @@ class RunResult(Record):
     # `--executor slurm`: the point's job ({job_id, state, nodes}, state as the scheduler ended it);
     # null for a point run here
     slurm: dict[str, Any] | None = None
+    # true when an interrupted run kept the steps timed so far (the reason in
+    # null_reasons.partial); absent otherwise
+    partial: bool | None = None
+    # `scaleprobe worker` under your own launcher: the launcher's run id; absent otherwise
+    launcher_run_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # in memory only, for a point of an experiment shown by its median repeat
+    # (report/repeats.group_repeats): every measured repeat of the point, in repeat order;
+    # None for a run read on its own
+    repeats: list[RunResult] | None = field(default=None, metadata=TRANSIENT, repr=False,
+                                            compare=False)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("partial", "launcher_run_id")
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
         """A configuration value: ``result.cfg("dist.strategy")``."""
         return get(self.config, dotted, default)
+
+    def cfg_number(self, dotted: str) -> float | int | None:
+        return num(self.cfg(dotted))
+
+    def env_number(self, key: str) -> float | int | None:
+        return num(self.env.get(key))
+
+    # ---- what reports ask of a run ---------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return str(self.name or self.run_id or "?")
+
+    @property
+    def identity(self) -> str:
+        """What identifies a run: folder, experiment id, point key and repeat index; a run of
+        no experiment (or no point), its run id. Never the display name (every scale point
+        is "nproc=2")."""
+        if self.exp_id is None or not self.point:
+            return json.dumps([self.source, self.exp_id, self.run_id], default=str)
+        return json.dumps([self.source, self.exp_id, point_key(self.point), self.repeat],
+                          default=str)
+
+    @property
+    def step_median_s(self) -> float | None:
+        st = self.metrics.step_time_s
+        return st.median if st is not None else None
+
+    @property
+    def world_size(self) -> int | None:
+        for v in (self.batch.world_size, num(self.env.get("world_size"))):
+            if v:
+                return int(v)
+        nproc, nnodes = self.cfg_number("dist.nproc"), self.cfg_number("dist.nnodes")
+        return int(nproc) * int(nnodes or 1) if nproc else None
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size a sweep varied: the point's value, else the per-device batch."""
+        pt = self.point
+        for k in BATCH_AXES:
+            if num(pt.get(k)):
+                return int(pt[k])
+        for v in (self.batch.per_device, self.cfg_number("train.batch_size")):
+            if v:
+                return int(v)
+        return None
+
+    @property
+    def loader_workers(self) -> int | None:
+        """Loader worker processes actually used: 0 for the naive (in-process) loader."""
+        if self.cfg("data.loader") == "naive":
+            return 0
+        w = num(self.point.get("workers", self.cfg("data.workers")))
+        return int(w) if w is not None else None
+
+    @property
+    def is_synthetic(self) -> bool:
+        return str(self.cfg("data.dataset") or "").startswith("synthetic")
+
+    @property
+    def status_text(self) -> str:
+        st = self.status or "unknown"
+        if st == "oom":
+            return "out of memory"
+        if st == "failed":
+            return f"failed: {self.error}" if self.error else "failed"
+        if st == "target_not_reached":
+            return "target not reached"
+        return str(st)
+
+    def null_reason(self, key: str) -> str | None:
+        why = self.null_reasons.get(key) or self.null_reasons.get(f"metrics.{key}")
+        return str(why) if why else None
+
+    @property
+    def gpu_total_bytes(self) -> int | None:
+        totals = [num(g.get("memory_total_bytes")) for g in dicts(self.env.get("gpus"))]
+        totals = [t for t in totals if t]
+        return int(min(totals)) if totals else None
+
+    def rank_rates(self) -> dict[str, float]:
+        """Each training rank's samples/s, whose sum is the headline samples/s; {} for a
+        record without them."""
+        d = self.metrics.samples_per_s_by_rank or {}
+        return {str(k): float(v) for k, v in d.items() if num(v) is not None}
+
+    def rate_definition(self) -> str | None:
+        """'sum of 2 workers' rates (12.4, 20.3); step times are rank 1's' for a run with
+        several training ranks (workers when a rank serves instead), else None."""
+        rates = self.rank_rates()
+        if len(rates) < 2:
+            return None
+        b = self.batch
+        serves = (b.training_ranks is not None and b.world_size is not None
+                  and b.training_ranks < b.world_size)
+        who = "workers" if serves else "ranks"
+        each = ", ".join(f"{v:.0f}" if v >= 100 else f"{v:.1f}" for v in rates.values())
+        text = f"sum of {len(rates)} {who}' rates ({each})"
+        rank = self.metrics.step_time_rank
+        return text + (f"; step times are rank {rank}'s" if rank is not None else "")
+
+    def task_metric(self) -> tuple[str, float] | None:
+        """(name, value) of the run's evaluation figure, or None when it was not evaluated."""
+        for key, _ in TASK_METRICS:
+            v = num(getattr(self.metrics, key) if self.metrics.declares(key)
+                    else self.metrics.extra.get(key))
+            if v is not None:
+                return key, float(v)
+        return None
+
+    def task_metric_text(self, missing: str = "n/a") -> str:
+        found = self.task_metric()
+        if found is None:
+            return missing
+        return dict(TASK_METRICS)[found[0]].format(found[1])
 
 
 @dataclass
@@ -499,11 +757,14 @@ class RankRecord(Record):
     flops: dict[str, Any] | None = None
     # --target, the evaluating rank only: target.TargetWatch.record()
     target: dict[str, Any] | None = None
+    # the signal this rank stopped on ("peer": another rank was asked to stop); None: it ran
+    # to its end
+    interrupted: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class SweepRecord(Record):
+class SweepRecord(InExperiment, Record):
     """A sweep's (or scale's) own record, beside its points' run records."""
 
     schema: int = SCHEMA
@@ -523,7 +784,7 @@ class SweepRecord(Record):
 
 
 @dataclass
-class ColocateRecord(Record):
+class ColocateRecord(InExperiment, Record):
     """A colocate experiment's record: each job alone and together (interleaved repeats),
     its slowdown with an interval, the total throughput and the verdict."""
 
@@ -559,7 +820,7 @@ class ColocateRecord(Record):
 
 
 @dataclass
-class ParityRecord(Record):
+class ParityRecord(InExperiment, Record):
     """An accuracy-parity experiment's record: 1 process vs N at the same global batch,
     over repeats with their own seeds; the tolerance comes from the seed-to-seed spread."""
 

@@ -1,5 +1,5 @@
 """What each training strategy is, as data: one torch-free table that the config checks, the
-runner, the result assembly and the report ask instead of testing a strategy's name.
+run driver, the result assembly and the report ask instead of testing a strategy's name.
 
 The strategy classes (``scaleprobe.strategies``) carry the same record as their ``traits``
 class attribute, so code holding a strategy object asks ``strategy.traits`` and code holding

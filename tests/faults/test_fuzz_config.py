@@ -4,7 +4,7 @@ flag, scaleprobe answers with a valid configuration or one line naming the probl
 
 hypothesis is not installed in the project's environment, so the fuzzing uses a seeded random
 generator: the same inputs every run, and a failure names the seed and the input. Nothing is
-trained: the CLI runs up to the point where it would start the work (``runner.execute``,
+trained: the CLI runs up to the point where it would start the work (``run.workloads.run_config``,
 ``run_sweep``, ``run_scale``, ``build_report`` are replaced by a stub that stops there), so
 the whole file takes a few seconds.
 """
@@ -173,7 +173,7 @@ def stop_before_work(monkeypatch):
         check_points(load_spec(spec, None, k.get("repeats")), out)
         stop()
 
-    monkeypatch.setattr("scaleprobe.runner.execute", stop)
+    monkeypatch.setattr("scaleprobe.run.workloads.run_config", stop)
     monkeypatch.setattr("scaleprobe.experiments.parity.run_parity", stop)
     monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep", sweep)
     monkeypatch.setattr("scaleprobe.experiments.sweep.preflight", lambda cfgs: None)

@@ -126,7 +126,7 @@ def test_ps_async_headline_says_it_sums_the_workers_rates():
     assert R.rate_definition(rec) == text
     assert rate_notes([rec]) == [f"Samples/s of r: {text}"]
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=200))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=200))
     assert f"samples/s: {text}" in out.getvalue()
     single = assemble([raw(0, 0.1)])
     assert single["metrics"]["samples_per_s_by_rank"] == {"0": 40.0}
@@ -146,7 +146,7 @@ def test_breakdown_labels_say_ms_of_the_median_step():
     rec = assemble([raw(0, 0.1)])
     rec["status"], rec["paths"] = "ok", {"dir": "d"}
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=200))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=200))
     assert "step breakdown (ms per phase of the median step): data 16.7 ms" in out.getvalue()
     assert "(mean)" not in out.getvalue()
     intro = breakdown_section([rec]).blocks[0].text

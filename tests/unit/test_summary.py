@@ -7,6 +7,7 @@ from rich.console import Console
 
 from scaleprobe.commands.summary import print_run
 from scaleprobe.report import fmt as report_fmt
+from scaleprobe.results import RunResult
 from tests.unit.test_assemble import MIB, assemble, raw
 
 
@@ -15,7 +16,7 @@ def _printed(width: int, **raw_kw) -> str:
     rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
     rec["metrics"]["accuracy"] = 0.931
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=width))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=width))
     return out.getvalue()
 
 
@@ -57,10 +58,10 @@ def test_the_wait_at_epoch_starts_is_printed_under_the_breakdown():
              epoch_start_window_share=0.51, epoch_start_other_data_s=0.0, steps_per_epoch=3,
              steps_timed=10)
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=300))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=300))
     text = out.getvalue()
     assert "data wait at epoch starts: 100% of the data wait fell on the 3 timed steps" in text
     m["epoch_start_data_share"] = 0.3  # spread over the steps: no such line
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=300))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=300))
     assert "epoch starts" not in out.getvalue()

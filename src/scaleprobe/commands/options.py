@@ -168,7 +168,7 @@ def config_from_args(args: argparse.Namespace,
         merged.update(C.load_flat(path))
     merged.update(overrides_from_args(args))
     if merged.get("script.path") is not None:  # the user's own script, under wrap
-        from scaleprobe.wrap.driver import SPEC_KEYS, script_defaults
+        from scaleprobe.run.script import SPEC_KEYS, script_defaults
 
         for key in merged:
             if key not in SPEC_KEYS:

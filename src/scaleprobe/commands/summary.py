@@ -9,10 +9,12 @@ from rich.table import Table
 
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
+from scaleprobe.results import RunResult
 
 
-def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
-    con = console or _console()
+def print_run(result: RunResult, con: Console | None = None) -> None:
+    con = con or console()
+    rec = result.to_dict()
     m, cfg = rec["metrics"], rec["config"]
     status = rec["status"]
     style = {"ok": "green", "oom": "yellow", "target_not_reached": "yellow"}.get(status, "red")
@@ -204,7 +206,7 @@ def _ms(v: Any) -> str:
     return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else fmt.ms(v)
 
 
-def _console(stderr: bool = False) -> Console:
+def console(stderr: bool = False) -> Console:
     """A terminal's width (or ``COLUMNS`` where it is set); piped without ``COLUMNS``, lines
     stay whole for the log that reads them."""
     import os

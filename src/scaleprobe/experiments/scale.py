@@ -5,6 +5,10 @@ A speedup above N x 1.1 (N / B x 1.1 against a B-process baseline) is a measurin
 most often a baseline caught by a burst of load. Such a point and the baseline each get one
 more repeat (interleaved, as always) and the table is built again from every repeat; a point
 still implausible after that stays marked and out of every verdict.
+
+A scale of the user's own script (``scale --nproc 1,2 -- SCRIPT.py [ARGS]``) is one too: a
+sweep over ``nproc`` whose base names the script (``script.path``, ``script.args``), each
+point run under ``wrap``, with the same spec, records, table, verdicts, resume and executors.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from scaleprobe import config as C
+from scaleprobe.errors import ConfigError
+from scaleprobe.run.script import SCRIPT_KEYS, check_target
 
 
 def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
@@ -53,3 +61,47 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
                   executor=executor)
         rows = scale_rows(folder, sid)
     return rows
+
+
+def check_overrides(over: dict[str, Any], flags: dict[str, str]) -> dict[str, Any]:
+    """The given run options, refusing those a script decides itself (one line, exit 2);
+    ``flags``: each key's flag, to name it as the user typed it."""
+    for key in over:
+        if key not in SCRIPT_KEYS and key != "dist.nproc" and key != "dist.strategy":
+            raise ConfigError(f"{flags.get(key, key)} does not apply to a script (it builds "
+                              "its own model, data and training); scale -- SCRIPT.py takes "
+                              "--nproc, --repeats, --warmup-steps, --steps, --out, --id")
+    return {k: v for k, v in over.items() if k in SCRIPT_KEYS}
+
+
+def script_spec(target: list[str], counts: list[int], over: dict[str, Any],
+                repeats: int | None, sid: str | None = None, nodes: list[int] | None = None,
+                flags: dict[str, str] | None = None
+                ) -> tuple[dict[str, Any], str | None, bool]:
+    """The scale experiment of a script as a sweep spec over ``nproc`` (kind "scale"), with
+    the output folder and whether to show progress."""
+    name = check_target(target)
+    base = check_overrides(over, flags or {})
+    out = base.pop("out", None)
+    progress = base.pop("measure.progress", True) is not False
+    base.update(C.ScriptConfig.from_target(target))
+    sweep: dict[str, Any] = {"id": sid or f"scale-script-{name}", "kind": "scale"}
+    if repeats is not None:
+        sweep["repeats"] = repeats
+    grid: dict[str, Any] = {"nproc": counts, **({"nnodes": nodes} if nodes else {})}
+    return {"sweep": sweep, "base": base, "grid": grid}, out, progress
+
+
+def scale_script(target: list[str], counts: list[int], over: dict[str, Any],
+                 repeats: int | None, sid: str | None = None, executor: Any = None,
+                 console: Console | None = None, nodes: list[int] | None = None,
+                 flags: dict[str, str] | None = None
+                 ) -> tuple[list[dict[str, Any]], Path, str]:
+    """Run (or resume) the script at each count; returns the scale table's rows
+    (``report.scale``), the output folder and the experiment id."""
+    from scaleprobe.experiments.sweep import sweep_out_dir
+
+    spec, out, progress = script_spec(target, counts, over, repeats, sid, nodes, flags)
+    rows = run_scale(spec, out, progress=progress, console=console or Console(stderr=True),
+                     repeats=repeats, executor=executor)
+    return rows, sweep_out_dir(spec, out), spec["sweep"]["id"]

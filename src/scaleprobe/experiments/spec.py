@@ -35,6 +35,7 @@ from typing import Any
 
 from scaleprobe import config as C
 from scaleprobe.errors import ConfigError
+from scaleprobe.run.script import SPEC_KEYS, script_defaults
 
 BATCH_KEYS = ("train.batch_size", "train.global_batch")
 SWEEP_OPTIONS = {
@@ -106,8 +107,6 @@ def _complete(flat: dict[str, Any]) -> dict[str, Any]:
     """A point of a script (``script.path`` set) gets what ``wrap`` sets for every script."""
     if flat.get("script.path") is None:
         return flat
-    from scaleprobe.wrap.driver import script_defaults
-
     return script_defaults(flat)
 
 
@@ -118,8 +117,6 @@ def _check_script_keys(base: dict[str, Any], axes: list[Axis], where: str) -> No
     """A spec that runs a script takes only the options a script can take."""
     if base.get("script.path") is None and not any(a.key == "script.path" for a in axes):
         return
-    from scaleprobe.wrap.driver import SPEC_KEYS
-
     for key, what in [*((k, "[base]") for k in base), *((a.key, "[grid]") for a in axes)]:
         if key not in SPEC_KEYS:
             raise ConfigError(f"{where}: {what} {key} does not apply to a script (it builds "

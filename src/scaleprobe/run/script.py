@@ -1,9 +1,10 @@
-"""``scaleprobe wrap``'s driver: start the user's script in N ranks through PyTorch's elastic
-launcher (``launch.run_workers``, as torchrun), each rank under ``boot.py``; monitors around
-it; then the ranks' records through ``assemble.finalize`` into the same run folder,
-result.json and results.jsonl line as ``scaleprobe run``.
+"""The user's own training script as a run's workload (``scaleprobe wrap``): N ranks started
+through PyTorch's elastic launcher (as torchrun starts a script), each running the script
+under ``wrap/boot.py``, which leaves the rank's record in the run folder; the driver then
+records the run as it records the built-in loop's.
 
-The script's stdout and stderr are the ranks' own (inherited); its exit code is returned.
+The script's stdout and stderr are the ranks' own (inherited); its exit code is kept in the
+record (``script.exit_code``) and is what ``scaleprobe wrap`` exits with.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from typing import Any
 from scaleprobe import config as C
 from scaleprobe import results as res
 from scaleprobe.errors import ConfigError
+from scaleprobe.launch import run_workers
+from scaleprobe.results import RunResult
+from scaleprobe.run.driver import Ending, execute
+from scaleprobe.run.failure import failure_line
 from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
 
 # torch's samplers that walk the whole dataset in every process that holds one
@@ -81,8 +86,96 @@ def base_config(overrides: dict[str, Any], target: list[str]) -> C.RunConfig:
     return C.build(merged)
 
 
-def _observed_config(cfg: C.RunConfig, raws: list[dict[str, Any]],
-                     facts: list[dict[str, Any]]) -> C.RunConfig:
+class UserScript:
+    """``cfg.script``'s command line in ``cfg.dist.nproc`` ranks under ``wrap/boot.py``."""
+
+    training_in_children = True
+
+    def __init__(self, cfg: C.RunConfig) -> None:
+        self.cfg = cfg
+        self.target = cfg.script.target()
+        self.label = f"wrap-{script_name(self.target)}"
+        self.facts: list[dict[str, Any]] = []
+        self.code = 0
+
+    def preflight(self) -> None:
+        check_target(self.target)
+
+    def prepare(self, run_dir: Path) -> None:
+        t = self.cfg.train
+        res.write_json_atomic(run_dir / SETTINGS, {
+            "warmup_steps": t.warmup_steps, "target": self.target,
+            "stop_after": t.steps if isinstance(t.steps, int) else None,
+            "summary_every": self.cfg.measure.summary_every,
+            "profile_every": self.cfg.measure.profile_every})
+
+    def monitor_args(self) -> dict[str, Any]:
+        from scaleprobe.env import cuda_indices
+
+        return {"cuda_indices": cuda_indices(self.cfg.dist.nproc), "training_in_children": True}
+
+    def environment(self) -> _ChildEnv:
+        return _ChildEnv(self.cfg.dist.nproc)
+
+    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+        d = self.cfg.dist
+        entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *self.target)
+        run_workers(entry[0], entry[1:], nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
+                    rdzv_endpoint=d.rdzv_endpoint, timeout_s=d.timeout_s,
+                    log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
+                    master_port=d.master_port)
+        return None  # the ranks leave their records in files (``conclude``)
+
+    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> C.RunConfig:
+        """The ranks' records from their files, the script's facts, and the config as the
+        script ran it (its batch and loader as seen). The record keeps the key of the config
+        asked for: a rerun of the same command is the same point, whatever batch the script
+        turned out to use."""
+        raws, self.facts = read_ranks(run_dir, getattr(end.error, "rank", None))
+        end.raws = raws or None
+        run_cfg = observed_config(self.cfg, raws, self.facts) if raws else self.cfg
+        result.config = run_cfg.to_dict()
+        result.null_reasons["accuracy"] = ACCURACY_REASON
+        self.code = script_exit_code(self.facts, end.error if end.signame is None
+                                     else KeyboardInterrupt())
+        facts = self.facts
+        result.script = {"target": self.target, "exit_code": self.code,
+                         "loader": next((f["loader"] for f in facts if f.get("loader")), None),
+                         "stopped_after": next((f["stopped_after"] for f in facts
+                                                if f.get("stopped_after")), None),
+                         "sampler_note": sampler_note(facts, self.cfg.world_size)}
+        return run_cfg
+
+    def error_line(self, end: Ending) -> str | None:
+        if end.error is None and self.code == 0:
+            return None
+        line = next((f["error"] for f in self.facts if f.get("error")), None)
+        if line:
+            return line
+        if end.error is not None:
+            return failure_line(getattr(end.error, "message", None) or str(end.error))
+        return f"the script exited with code {self.code}"
+
+    def keep_traceback(self, run_dir: Path, end: Ending) -> None:
+        """The failing rank's traceback as the run folder's traceback.txt."""
+        rank = getattr(end.error, "rank", None)
+        ranks = [rank] if isinstance(rank, int) and rank >= 0 else []
+        for r in ranks + list(range(len(self.facts) or 1)):
+            src = traceback_path(run_dir, r)
+            if src.is_file():
+                shutil.copyfile(src, run_dir / "traceback.txt")
+                return
+
+
+def run_script(cfg: C.RunConfig, experiment: dict[str, Any] | None = None
+               ) -> tuple[RunResult, int]:
+    """Run ``cfg``'s script; returns (its written result, the script's exit code)."""
+    work = UserScript(cfg)
+    return execute(work, experiment), work.code
+
+
+def observed_config(cfg: C.RunConfig, raws: list[dict[str, Any]],
+                    facts: list[dict[str, Any]]) -> C.RunConfig:
     """The config as the script ran it: its batch and loader as seen, the audit off when a
     rank's sample indices could not be seen."""
     head = next((r for r in raws if r.get("step_times_s")), raws[0])
@@ -99,8 +192,8 @@ def _observed_config(cfg: C.RunConfig, raws: list[dict[str, Any]],
     return C.build(over, base=cfg) if over else cfg
 
 
-def _read_ranks(run_dir: Path, failed_rank: Any = None
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def read_ranks(run_dir: Path, failed_rank: Any = None
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The ranks' records in rank order, and their script facts with the failed rank's
     (``failed_rank``: the launcher's first failure) first: its error and exit code are the
     job's. The others' may be the aftermath (a peer's "connection closed" when the failed
@@ -117,7 +210,7 @@ def _read_ranks(run_dir: Path, failed_rank: Any = None
     return [o["record"] for _, o in outs], [o["script"] for _, o in facts]
 
 
-def _sampler_note(facts: list[dict[str, Any]], world: int) -> str | None:
+def sampler_note(facts: list[dict[str, Any]], world: int) -> str | None:
     """Names the classic bug: ranks of one job whose loaders have no DistributedSampler."""
     samplers = {f["loader"]["sampler"] for f in facts if f.get("loader")}
     if world < 2 or not samplers or not samplers <= WHOLE_DATASET_SAMPLERS:
@@ -126,7 +219,8 @@ def _sampler_note(facts: list[dict[str, Any]], world: int) -> str | None:
             f"each of the {world} ranks reads the whole dataset")
 
 
-def _exit_code(facts: list[dict[str, Any]], err: BaseException | None) -> int:
+def script_exit_code(facts: list[dict[str, Any]], err: BaseException | None) -> int:
+    """The script's exit code: the failed rank's own, else what the launch's error implies."""
     codes = [f.get("exit_code") for f in facts if f.get("exit_code")]
     if codes:
         return int(codes[0])
@@ -138,86 +232,7 @@ def _exit_code(facts: list[dict[str, Any]], err: BaseException | None) -> int:
     return code if isinstance(code, int) and code > 0 else 1
 
 
-def _keep_traceback(run_dir: Path, facts: list[dict[str, Any]], err: BaseException) -> None:
-    """The failing rank's traceback as the run folder's traceback.txt."""
-    rank = getattr(err, "rank", None)
-    ranks = [rank] if isinstance(rank, int) and rank >= 0 else []
-    for r in ranks + list(range(len(facts) or 1)):
-        src = traceback_path(run_dir, r)
-        if src.is_file():
-            shutil.copyfile(src, run_dir / "traceback.txt")
-            return
-
-
-def execute_wrap(cfg: C.RunConfig, target: list[str], name: str,
-                 experiment: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
-    """Run ``target`` under ``cfg``; returns (the written result, the script's exit code).
-    ``experiment``: the point this run is of (``scale -- SCRIPT.py``)."""
-    from scaleprobe import env as envmod
-    from scaleprobe.assemble import finalize
-    from scaleprobe.interrupt import Interrupted, sigterm_interrupts
-    from scaleprobe.launch import run_workers
-    from scaleprobe.measure.monitor import Monitor
-    from scaleprobe.runner import _gpu_indices, _mark_partial, check_output, failure_line
-
-    check_output(cfg)
-    run_id = res.make_run_id(cfg.name or name)
-    run_dir = Path(cfg.out) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    res.write_json_atomic(run_dir / SETTINGS, {
-        "warmup_steps": cfg.train.warmup_steps, "target": target,
-        "stop_after": cfg.train.steps if isinstance(cfg.train.steps, int) else None,
-        "summary_every": cfg.measure.summary_every, "profile_every": cfg.measure.profile_every})
-    d = cfg.dist
-    monitor = Monitor(cfg.measure.monitor_interval_s, run_dir / "monitor.csv",
-                      cuda_indices=_gpu_indices(cfg), training_in_children=True)
-    err: BaseException | None = None
-    entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *target)
-    try:
-        with sigterm_interrupts(), monitor, _child_env(d.nproc):
-            run_workers(entry[0], entry[1:], nproc=d.nproc, nnodes=d.nnodes,
-                        node_rank=d.node_rank, rdzv_endpoint=d.rdzv_endpoint,
-                        timeout_s=d.timeout_s, log_dir=str(run_dir / "logs"),
-                        run_dir=str(run_dir), master_port=d.master_port)
-    except ConfigError:
-        raise
-    except (Interrupted, KeyboardInterrupt, Exception) as e:  # noqa: BLE001  (recorded)
-        err = e
-    raws, facts = _read_ranks(run_dir, getattr(err, "rank", None))
-    run_cfg = _observed_config(cfg, raws, facts) if raws else cfg
-    # keyed by the config asked for (the command line), not as observed: a rerun of the same
-    # command is the same point, whatever batch the script turned out to use
-    rec = res.new_run_record(run_cfg.to_dict(), run_id, cfg.name or f"wrap-{name}", cfg.key())
-    rec["paths"] = {"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
-                    "monitor_csv": str(run_dir / "monitor.csv")}
-    rec["null_reasons"]["accuracy"] = ACCURACY_REASON
-    rec["experiment"] = experiment
-    code = _exit_code(facts, err)
-    world = cfg.world_size
-    rec["script"] = {"target": target, "exit_code": code,
-                     "loader": next((f["loader"] for f in facts if f.get("loader")), None),
-                     "stopped_after": next((f["stopped_after"] for f in facts
-                                            if f.get("stopped_after")), None),
-                     "sampler_note": _sampler_note(facts, world)}
-    if isinstance(err, KeyboardInterrupt):
-        _mark_partial(rec, raws or None, getattr(err, "signame", "SIGINT"))
-    elif err is not None or code != 0:
-        rec["status"] = "failed"
-        line = next((f["error"] for f in facts if f.get("error")), None)
-        rank = getattr(err, "rank", None)
-        line = line or (failure_line(getattr(err, "message", str(err))) if err
-                        else f"the script exited with code {code}")
-        rec["error"] = (f"rank {rank}: {line}" if isinstance(rank, int) and rank >= 0
-                        else line)[:1000]
-        _keep_traceback(run_dir, facts, err or RuntimeError())
-    else:
-        rec["status"] = "ok"
-    rec["env"] = envmod.collect_env()
-    rec["env"]["world_size"], rec["env"]["nnodes"] = world, d.nnodes
-    return finalize(rec, run_cfg, raws or None, monitor, run_dir), code
-
-
-class _child_env:  # noqa: N801  (a context manager used like a function)
+class _ChildEnv:
     """The ranks' environment: scaleprobe importable as in this process, wherever it was
     imported from; and, as torchrun does with several processes per host, one OpenMP thread
     per process unless OMP_NUM_THREADS is set."""
