@@ -330,7 +330,7 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     p = c.prediction
     if p and c.measured_link["name"] == "loopback" and p["link"] != "loopback":
         # --link named another network than the one measured: compare on loopback
-        c.extra["prediction_measured_link"] = _prediction(result, "loopback")
+        c.prediction_measured_link = _prediction(result, "loopback")
     result.comm = c
 
 

@@ -419,8 +419,29 @@ class Comm(Record):
     transfer_standalone: dict[str, Any] | None = None
     measured_link: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = None
+    # the model for the measured link, when --link named another (a run on loopback is
+    # compared only with the loopback prediction); absent otherwise
+    prediction_measured_link: dict[str, Any] | None = None
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
+    # ddp's calibration (calibrate.py): medians of fwd+bwd with / without gradient sync, their
+    # difference, the raw samples and how they were taken; absent where it did not run
+    sync_step_s: float | None = None
+    no_sync_step_s: float | None = None
+    sync_cost_s: float | None = None
+    samples: dict[str, Any] | None = None
+    method: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("sync_step_s", "no_sync_step_s", "sync_cost_s",
+                                           "samples", "method", "prediction_measured_link")
+
+    def dominant(self) -> str | None:
+        """"transfer" or "sync_overhead": the larger part of the exposed communication; None
+        when the split was not measured or nothing was exposed."""
+        t, o = self.transfer_s, self.sync_overhead_s
+        if t is None or o is None or t + o <= 0:
+            return None
+        return "transfer" if t >= o else "sync_overhead"
 
 
 @dataclass
@@ -513,10 +534,13 @@ class Experiment(Record):
     # how a point's process started: "fork" (from the preloaded server) or "exec" (a fresh
     # interpreter); its host memory total depends on it (experiments/procs.py)
     start: str | None = None
+    # a point a sweep took from a run of another experiment (the same configuration,
+    # measured once): that run's id (report/records.by_experiment); never written by a run
+    reused: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     # an experiment's own record has no point, repeat or start: left out, not written null
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("point", "repeat", "start")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("point", "repeat", "start", "reused")
 
 
 @dataclass
@@ -812,7 +836,7 @@ class ColocateRecord(InExperiment, Record):
     window_overlap_repeats: list[float | None] | None = None
     repeats_left_out: list[dict[str, Any]] | None = None
     verdict: str | None = None
-    evidence: list[str] | None = None
+    evidence: str | None = None
     throughput: str | None = None
     run_ids: dict[str, list[str]] | None = None
     finished_at: str | None = None
@@ -850,8 +874,29 @@ class ParityRecord(InExperiment, Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class CommBenchRecord(InExperiment, Record):
+    """``scaleprobe comm``'s record: collectives timed per size on this host's (or these
+    hosts') process group, and the alpha-beta fit per operation (comm/fit.py)."""
+
+    schema: int = SCHEMA
+    kind: str = "comm"
+    experiment: Experiment | None = None
+    created_at: str | None = None
+    env: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    world_size: int | None = None
+    nproc: int | None = None
+    nnodes: int | None = None
+    settings: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)  # one per (op, size)
+    fit: dict[str, Any] = field(default_factory=dict)  # op -> {alpha_s, beta_s_per_byte, ...}
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 RECORD_TYPES: dict[str, type[Record]] = {"run": RunResult, "sweep": SweepRecord,
-                                         "colocate": ColocateRecord, "parity": ParityRecord}
+                                         "colocate": ColocateRecord, "parity": ParityRecord,
+                                         "comm": CommBenchRecord}
 
 
 def typed(rec: dict[str, Any]) -> Record:

@@ -112,7 +112,6 @@ def test_ps_async_headline_says_it_sums_the_workers_rates():
     from rich.console import Console
 
     from scaleprobe.commands.summary import print_run
-    from scaleprobe.report import records as R
     from scaleprobe.report.sections_runs import rate_notes
 
     rec = assemble([raw(0, None), raw(1, 0.4), raw(2, 0.2)], strategy="ps", ps_mode="async",
@@ -123,14 +122,14 @@ def test_ps_async_headline_says_it_sums_the_workers_rates():
     assert m["samples_per_s_by_rank"] == {"1": 10.0, "2": 20.0}
     assert m["step_time_rank"] == 1 and m["step_time_s"]["median"] == 0.4
     text = "sum of 2 workers' rates (10.0, 20.0); step times are rank 1's"
-    assert R.rate_definition(rec) == text
-    assert rate_notes([rec]) == [f"Samples/s of r: {text}"]
+    assert RunResult.from_dict(rec).rate_definition() == text
+    assert rate_notes([RunResult.from_dict(rec)]) == [f"Samples/s of r: {text}"]
     out = io.StringIO()
     print_run(RunResult.from_dict(rec), Console(file=out, width=200))
     assert f"samples/s: {text}" in out.getvalue()
     single = assemble([raw(0, 0.1)])
     assert single["metrics"]["samples_per_s_by_rank"] == {"0": 40.0}
-    assert R.rate_definition(single) is None  # one rank: nothing to sum
+    assert RunResult.from_dict(single).rate_definition() is None  # one rank: nothing to sum
 
 
 def test_breakdown_labels_say_ms_of_the_median_step():
@@ -149,6 +148,6 @@ def test_breakdown_labels_say_ms_of_the_median_step():
     print_run(RunResult.from_dict(rec), Console(file=out, width=200))
     assert "step breakdown (ms per phase of the median step): data 16.7 ms" in out.getvalue()
     assert "(mean)" not in out.getvalue()
-    intro = breakdown_section([rec]).blocks[0].text
+    intro = breakdown_section([RunResult.from_dict(rec)]).blocks[0].text
     assert intro.startswith("Milliseconds per phase of the median step")
     assert "Mean seconds" not in intro

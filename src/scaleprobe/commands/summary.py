@@ -9,82 +9,83 @@ from rich.table import Table
 
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
-from scaleprobe.results import RunResult
+from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime
 
 
 def print_run(result: RunResult, con: Console | None = None) -> None:
     con = con or console()
-    rec = result.to_dict()
-    m, cfg = rec["metrics"], rec["config"]
-    status = rec["status"]
+    r, m = result, result.metrics
+    status = r.status
     style = {"ok": "green", "oom": "yellow", "target_not_reached": "yellow"}.get(status, "red")
-    con.print(f"[bold]{esc(rec['name'])}[/bold]  status: [{style}]{esc(status)}[/{style}]"
-              + (f"  ({esc(rec['error'])})" if rec.get("error") else "") + _load_tag(rec))
-    if status != "ok" and not m.get("step_time_s"):
-        con.print(f"result: {esc(rec['paths'].get('dir'))}/result.json")
+    con.print(f"[bold]{esc(r.name)}[/bold]  status: [{style}]{esc(status)}[/{style}]"
+              + (f"  ({esc(r.error)})" if r.error else "") + _load_tag(r))
+    if status != "ok" and m.step_time_s is None:
+        con.print(f"result: {esc(r.paths.get('dir'))}/result.json")
         return
-    con.print(_figures_table(con, _figures(m)))
-    _rates_line(con, rec)
-    _breakdown(con, m)
-    _epoch_starts(con, rec)
-    if rec.get("target"):
+    con.print(_figures_table(con, _figures(r)))
+    _rates_line(con, r)
+    _breakdown(con, r)
+    _epoch_starts(con, r)
+    if r.target is not None:
         from scaleprobe.target import summary_line
 
-        con.print(esc(summary_line(rec["target"])))
-    _flops_line(con, rec)
-    _comm_line(con, rec)
-    if rec.get("straggler"):
-        con.print("straggler: " + esc(rec["straggler"]["line"]))
-    if rec.get("audit"):
-        a = rec["audit"]
-        tag = "[green]ok[/green]" if a["ok"] else "[bold red]FAILED[/bold red]"
-        con.print(f"shard audit: {tag} - {esc(a['detail'])}")
-        if m.get("unique_samples_per_s") is not None:
-            con.print(f"unique samples/s: {fmt.num(m['unique_samples_per_s'])} of "
-                      f"{fmt.num(m.get('samples_per_s'))} (the rest were samples read again)")
-    for v in rec.get("invariants") or []:
+        con.print(esc(summary_line(r.target.to_dict())))
+    _flops_line(con, r)
+    _comm_line(con, r)
+    if r.straggler is not None:
+        con.print("straggler: " + esc(r.straggler.line))
+    if r.audit is not None:
+        a = r.audit
+        tag = "[green]ok[/green]" if a.ok else "[bold red]FAILED[/bold red]"
+        con.print(f"shard audit: {tag} - {esc(a.detail)}")
+        if m.unique_samples_per_s is not None:
+            con.print(f"unique samples/s: {fmt.num(m.unique_samples_per_s)} of "
+                      f"{fmt.num(m.samples_per_s)} (the rest were samples read again)")
+    for v in r.invariants or []:
         con.print(f"[bold yellow]invariant broken[/bold yellow] ({esc(v['name'])}): "
                   f"{esc(v['detail'])}")
-    if m.get("bad_samples_skipped"):
-        con.print(f"skipped {m['bad_samples_skipped']} unreadable samples")
-    b = rec.get("batch") or {}
-    con.print(f"batch: {b.get('per_device')} per device, {b.get('global')} global, "
-              f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
-              f"of {m.get('steps_done')}; {esc(cfg['data']['dataset'])} "
-              f"({esc(rec.get('dataset_source'))})")
-    con.print(f"result: {esc(rec['paths'].get('dir'))}/result.json")
+    if m.bad_samples_skipped:
+        con.print(f"skipped {m.bad_samples_skipped} unreadable samples")
+    b = r.batch
+    con.print(f"batch: {b.per_device} per device, {b.global_} global, "
+              f"world size {b.world_size}; {m.steps_timed} steps timed "
+              f"of {m.steps_done}; {esc(r.cfg('data.dataset'))} "
+              f"({esc(r.dataset_source)})")
+    con.print(f"result: {esc(r.paths.get('dir'))}/result.json")
 
 
-def _figures(m: dict[str, Any]) -> list[tuple[str, str]]:
+def _figures(r: RunResult) -> list[tuple[str, str]]:
     """(name, value) of the run's headline figures, in the order they are shown."""
-    st = m.get("step_time_s") or {}
-    epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
-    mem = m["peak_mem_bytes"]
-    name = _metric_name(m)
-    return [("samples/s", fmt.num(m.get("samples_per_s"))),
-            ("step median", fmt.ms(st.get("median"))), ("p95", fmt.ms(st.get("p95"))),
+    m = r.metrics
+    st = m.step_time_s or StepTime()
+    epoch = fmt.seconds(m.epoch_time_s) + (" (proj.)" if m.epoch_time_projected else "")
+    mem = m.peak_mem_bytes
+    found = r.task_metric()
+    name, value = found if found is not None else ("accuracy", None)
+    return [("samples/s", fmt.num(m.samples_per_s)),
+            ("step median", fmt.ms(st.median)), ("p95", fmt.ms(st.p95)),
             ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
-            ("peak device mem", fmt.bytes_(mem.get("device_allocated"))),
-            ("CPU util", fmt.num(m.get("cpu_util_pct"), ".0f", "%")),
-            ("GPU util", fmt.num(m.get("gpu_util_pct"), ".0f", "%")),
-            (name, fmt.num(m.get(name), ".3f"))]
+            ("peak device mem", fmt.bytes_(mem.device_allocated)),
+            ("CPU util", fmt.num(m.cpu_util_pct, ".0f", "%")),
+            ("GPU util", fmt.num(m.gpu_util_pct, ".0f", "%")),
+            (name, fmt.num(value, ".3f"))]
 
 
-def _flops_line(con: Console, rec: dict[str, Any]) -> None:
+def _flops_line(con: Console, r: RunResult) -> None:
     """FLOPs per step, achieved TFLOP/s and MFU against the peak and where the peak came from."""
     from scaleprobe.report.fmt import flops, mfu
 
-    m, why = rec["metrics"], rec.get("null_reasons") or {}
-    if not m.get("flops_per_step"):
+    m, why = r.metrics, r.null_reasons
+    if not m.flops_per_step:
         if why.get("flops_per_step"):
             con.print(f"FLOPs: {esc(why['flops_per_step'])}")
         return
-    line = (f"FLOPs: {flops(m['flops_per_step'])} per step, "
-            f"{flops(m.get('achieved_flops_per_s'), per_s=True)} achieved")
-    p = m.get("peak") or {}
-    if m.get("mfu") is not None:
-        peak = flops(p['flops_per_s'] * (p.get('devices') or 1), per_s=True)
-        line += f", MFU {mfu(m['mfu'])} of {peak} {p.get('dtype')} ({p.get('source')})"
+    line = (f"FLOPs: {flops(m.flops_per_step)} per step, "
+            f"{flops(m.achieved_flops_per_s, per_s=True)} achieved")
+    p = m.peak or Peak()
+    if m.mfu is not None and p.flops_per_s is not None:
+        peak = flops(p.flops_per_s * (p.devices or 1), per_s=True)
+        line += f", MFU {mfu(m.mfu)} of {peak} {p.dtype} ({p.source})"
     else:
         line += f"; MFU: {why.get('mfu') or 'n/a'}"
     con.print(esc(line))
@@ -114,77 +115,73 @@ def _natural_width(con: Console, table: Table) -> int:
     return Measurement.get(con, con.options.update(width=10_000), table).maximum
 
 
-def _rates_line(con: Console, rec: dict[str, Any]) -> None:
+def _rates_line(con: Console, r: RunResult) -> None:
     """What samples/s adds up when several ranks train (their step medians may differ)."""
-    from scaleprobe.report.records import rate_definition
-
-    text = rate_definition(rec)
+    text = r.rate_definition()
     if text:
         con.print(f"samples/s: {esc(text)}")
 
 
-def _host_mem(mem: dict[str, Any]) -> str:
+def _host_mem(mem: PeakMem) -> str:
     """Total peak, and beside it the part above the baseline read before the model was built."""
-    total = fmt.bytes_(mem.get("host"))
-    net = mem.get("host_net")
-    return total if net is None else f"{total} (net {fmt.bytes_(net)})"
+    total = fmt.bytes_(mem.host)
+    return total if mem.host_net is None else f"{total} (net {fmt.bytes_(mem.host_net)})"
 
 
-def _load_tag(rec: dict[str, Any]) -> str:
-    load = rec.get("load") or {}
-    if load.get("flag") is not True:
+def _load_tag(r: RunResult) -> str:
+    if r.load is None or r.load.flag is not True:
         return ""
-    return f"  [bold yellow]measured under load[/bold yellow]: {esc(load.get('reason'))}"
+    return f"  [bold yellow]measured under load[/bold yellow]: {esc(r.load.reason)}"
 
 
-def _comm_line(con: Console, rec: dict[str, Any]) -> None:
+def _comm_line(con: Console, r: RunResult) -> None:
     """Exposed communication as transfer + sync overhead, each said what it is; none at
     world size 1; the network model only for the link the run was measured on. Printed
     without markup: link names can be a user's file path."""
-    c = rec.get("comm") or {}
-    if not c:
+    c = r.comm
+    if c is None:
         return
-    world = (rec.get("batch") or {}).get("world_size")
+    world = r.batch.world_size
     if world is not None and world < 2:
         line = "communication: none (world size 1)"
-        if c.get("wrapper_overhead_s") is not None:
-            line += (f"; wrapper overhead {_ms(c['wrapper_overhead_s'])} per step (sync minus "
+        if c.wrapper_overhead_s is not None:
+            line += (f"; wrapper overhead {_ms(c.wrapper_overhead_s)} per step (sync minus "
                      "no_sync with one process: hooks and bucket copies, not communication; "
                      "left in backward)")
         con.print(line, markup=False)
         return
-    line = f"communication: exposed {_ms(c.get('exposed_s'))} per step"
-    if c.get("exposed_fraction") is not None:
-        line += f" ({c['exposed_fraction']:.0%} of the step)"
-    if c.get("transfer_s") is not None and c.get("sync_overhead_s") is not None:
-        line += (f" = transfer {_ms(c['transfer_s'])} + sync overhead "
-                 f"{_ms(c['sync_overhead_s'])}")
+    line = f"communication: exposed {_ms(c.exposed_s)} per step"
+    if c.exposed_fraction is not None:
+        line += f" ({c.exposed_fraction:.0%} of the step)"
+    if c.transfer_s is not None and c.sync_overhead_s is not None:
+        line += (f" = transfer {_ms(c.transfer_s)} + sync overhead "
+                 f"{_ms(c.sync_overhead_s)}")
     con.print(line, markup=False)
-    std = c.get("transfer_standalone") or {}
+    std = c.transfer_standalone or {}
     if std:
         every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
-        hidden = c.get("transfer_hidden_s") or 0.0
+        hidden = c.transfer_hidden_s or 0.0
         hid = f"; {_ms(hidden)} of it hidden under compute" if hidden > 0 else ""
         con.print(f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
                   f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}",
                   markup=False)
         con.print("  sync overhead: the rest (hooks, bucket copies, a server's work, waiting for "
                   "the slowest rank): not the network")
-    _prediction_lines(con, c, rec)
+    _prediction_lines(con, c, r)
 
 
-def _prediction_lines(con: Console, c: dict[str, Any], rec: dict[str, Any]) -> None:
+def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
     from scaleprobe.comm.exposed import same_link_prediction
 
-    same = same_link_prediction(c, (rec.get("config") or {}).get("dist"))
-    named = c.get("prediction")
-    link = (c.get("measured_link") or {}).get("name")
+    same = same_link_prediction(c, r.config.get("dist"))
+    named = c.prediction
+    link = (c.measured_link or {}).get("name")
     if same:
         line = (f"  model on the link measured ({same['strategy']}, {same['link']}): "
                 f"{_ms(same['comm_s'])} per step")
-        if c.get("transfer_s") is not None and same.get("comm_s"):
+        if c.transfer_s is not None and same.get("comm_s"):
             line += (" vs the standalone collective's "
-                     f"{_ms((c.get('transfer_standalone') or {}).get('per_step_s'))} measured")
+                     f"{_ms((c.transfer_standalone or {}).get('per_step_s'))} measured")
         con.print(line, markup=False)
     if named and named is not same:
         why = (f"what-if: measured on {link}, not compared" if link else
@@ -217,8 +214,8 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=140, soft_wrap=True)
 
 
-def _breakdown(con: Console, m: dict[str, Any]) -> None:
-    bd = m.get("breakdown_s") or {}
+def _breakdown(con: Console, r: RunResult) -> None:
+    bd = r.metrics.breakdown_s.phases()
     total = sum(v for v in bd.values() if v) or None
     if not total:
         return
@@ -227,18 +224,11 @@ def _breakdown(con: Console, m: dict[str, Any]) -> None:
     con.print("step breakdown (ms per phase of the median step): " + ", ".join(parts))
 
 
-def _epoch_starts(con: Console, rec: dict[str, Any]) -> None:
+def _epoch_starts(con: Console, r: RunResult) -> None:
     """The report's "input-bound at epoch starts" evidence, where it holds: the median step
     above leaves that wait out."""
     from scaleprobe.report.diagnose import epoch_start_wait
 
-    line = epoch_start_wait(rec)
+    line = epoch_start_wait(r)
     if line:
         con.print(f"[bold yellow]data wait at epoch starts[/bold yellow]: {esc(line)}")
-
-
-def _metric_name(m: dict[str, Any]) -> str:
-    """The task's evaluation figure: accuracy, verification_accuracy (face) or map50."""
-    from scaleprobe.report.records import TASK_METRICS
-
-    return next((k for k, _ in TASK_METRICS if m.get(k) is not None), "accuracy")

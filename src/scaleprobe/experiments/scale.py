@@ -20,6 +20,7 @@ from rich.console import Console
 
 from scaleprobe import config as C
 from scaleprobe.errors import ConfigError
+from scaleprobe.results import RunResult, dict_of
 from scaleprobe.run.script import SCRIPT_KEYS, check_target
 
 
@@ -27,8 +28,13 @@ def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
     from scaleprobe.report import records as R
     from scaleprobe.report.scale import scale_table
 
-    return [r for r in scale_table(R.of_kind(R.load_records(folder / "results.jsonl"), "run"))
+    return [r for r in scale_table(R.runs(R.load_records(folder / "results.jsonl")))
             if r["experiment"] == sid]
+
+
+def _spec_point(rec: RunResult) -> dict[str, Any]:
+    """The point as the spec's grid names it (``nproc``, ``nnodes``)."""
+    return dict_of(rec.experiment.point if rec.experiment is not None else None)
 
 
 def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
@@ -50,9 +56,9 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
         con.print(f"implausible speedup at {', '.join(str(r['nproc']) for r in odd)} "
                   "processes: measuring those points and the baseline once more",
                   soft_wrap=True)
-        (base,) = [(r["record"].get("experiment") or {}).get("point") or {}
+        (base,) = [_spec_point(r["record"])
                    for r in rows if r["is_base"] and r["experiment"] == odd[0]["experiment"]]
-        points = [(r["record"].get("experiment") or {}).get("point") or {} for r in odd]
+        points = [_spec_point(r["record"]) for r in odd]
         grid: dict[str, Any] = {"nproc": sorted({p.get("nproc", 1) for p in [base, *points]})}
         if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
             grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})

@@ -34,9 +34,6 @@ Verdicts of one run:
 
 from __future__ import annotations
 
-from typing import Any
-
-from scaleprobe import results as res
 from scaleprobe.invariants import check_run
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
@@ -45,21 +42,22 @@ from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
 from scaleprobe.report.findings_exp import experiment_findings
 from scaleprobe.report.load import run_load
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.results import Comm, Peak, Record, RunResult
 
 __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
            "format_findings", "merge_same"]
 
 
-def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None,
+def diagnose_run(rec: RunResult, others: list[RunResult] | None = None,
                  th: Thresholds = DEFAULT) -> list[Finding]:
     """Findings for one run record. ``others``: records from the same results, used to find
     a synthetic-data run that differs from this one in its dataset alone."""
-    subject = R.name(rec)
-    status = rec.get("status")
+    subject = rec.label
+    status = rec.status
     if status in ("oom", "failed"):
         verdict = "out of memory" if status == "oom" else "failed"
         rec_text = advice.oom(rec) if status == "oom" else _failed_hint(rec)
-        return [Finding(verdict, rec.get("error") or R.status_text(rec), rec_text, "error",
+        return [Finding(verdict, rec.error or rec.status_text, rec_text, "error",
                         subject)]
     out = [f for f in (*_input_bound(rec, others or [], th), _comm_bound(rec, th),
                        _straggler(rec, th), _cpu(rec, th)) if f is not None]
@@ -75,11 +73,11 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
             out.append(f)
     out.extend(_invariants(rec))
     if status == "target_not_reached":
-        out.append(Finding("target not reached", rec.get("error") or "target not reached",
+        out.append(Finding("target not reached", rec.error or "target not reached",
                            "raise --max-epochs, tune --lr / --lr-scaling, or set a lower "
                            "--target; the curve is in target_curve.csv", "warning"))
     if status == "interrupted":
-        measured = R.metric(rec, "step_time_s.median") is not None
+        measured = rec.step_median_s is not None
         out.append(Finding("interrupted", "the run was stopped before it finished",
                            "figures cover the steps timed before the stop" if measured else
                            "nothing was measured: run it again (a sweep reruns interrupted "
@@ -87,7 +85,7 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
     return [Finding(f.verdict, f.evidence, f.recommendation, f.severity, subject) for f in out]
 
 
-def _load(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _load(rec: RunResult, th: Thresholds) -> Finding | None:
     flag, reason = run_load(rec, th)
     if not flag:
         return None
@@ -96,39 +94,41 @@ def _load(rec: dict[str, Any], th: Thresholds) -> Finding | None:
                    "machine is quiet, and compare it only with runs measured alike", "warning")
 
 
-def _failed_hint(rec: dict[str, Any]) -> str:
-    where = res.get(rec, "paths.dir")
+def _failed_hint(rec: RunResult) -> str:
+    where = rec.paths.get("dir")
     return f"see the logs in {where}" if where else "see the run's logs"
 
 
-def _shares(rec: dict[str, Any]) -> str:
-    total = R.breakdown_total_s(rec)
+def _shares(rec: RunResult) -> str:
+    total = rec.metrics.breakdown_s.measured_total_s()
     if not total:
         return ""
-    bd = R.metric_dict(rec, "breakdown_s")
+    bd = rec.metrics.breakdown_s.phases()
     parts = [f"{k} {fmt.pct(v / total)}" for k, v in bd.items() if v]
     return "step: " + ", ".join(parts)
 
 
-def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
+def _input_bound(rec: RunResult, others: list[RunResult],
                  th: Thresholds) -> list[Finding]:
     """"input-bound" and / or "input-bound at epoch starts": the latter alone when the steps
     between epoch starts do not wait, both when they do (more workers help those)."""
     evidence = []
-    f = R.metric(rec, "data_wait_fraction")
+    m = rec.metrics
+    f = m.data_wait_fraction
     if f is not None and f > th.data_wait_fraction:
-        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'data'))}"
-                        f" of {fmt.ms(R.breakdown_total_s(rec))}; threshold "
+        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.ms(m.breakdown_s.data)}"
+                        f" of {fmt.ms(m.breakdown_s.measured_total_s())}; threshold "
                         f"{fmt.pct(th.data_wait_fraction)})")
     synth = synthetic_twin(rec, others)
-    sps = R.metric(rec, "samples_per_s")
-    if synth is not None and sps:
-        ratio = sps / R.metric(synth, "samples_per_s")
+    sps = m.samples_per_s
+    synth_sps = synth.metrics.samples_per_s if synth is not None else None
+    if synth_sps and sps:
+        ratio = sps / synth_sps
         if ratio < th.real_vs_synthetic:
-            evidence.append(f"{R.cfg(rec, 'data.dataset')} data: {fmt.rate(sps)} samples/s vs "
-                            f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data, "
+            evidence.append(f"{rec.cfg('data.dataset')} data: {fmt.rate(sps)} samples/s vs "
+                            f"{fmt.rate(synth_sps)} on synthetic data, "
                             f"every other setting the same ({fmt.pct(ratio)}, run "
-                            f"{R.name(synth)})")
+                            f"{synth.label})")  # type: ignore[union-attr]
     starts = epoch_start_wait(rec, th)
     if starts is not None and not _steady_wait(rec, th):  # the wait is the starts' alone
         return [Finding("input-bound at epoch starts", "; ".join([starts, *evidence]),
@@ -141,19 +141,20 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
     return out
 
 
-def epoch_start_wait(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str | None:
+def epoch_start_wait(rec: RunResult, th: Thresholds = DEFAULT) -> str | None:
     """The evidence that the data wait comes at epoch starts, or None: two or more timed
     epoch starts, at least ``epoch_start_share`` of the data wait on them, and their waits
     above ``data_wait_fraction`` of the timed window."""
-    n = R.metric(rec, "epoch_starts_timed")
-    share = R.metric(rec, "epoch_start_data_share")
-    wait = R.metric(rec, "epoch_start_data_s")
-    window = R.metric(rec, "epoch_start_window_share")
-    spe, timed = R.metric(rec, "steps_per_epoch"), R.metric(rec, "steps_timed")
+    m = rec.metrics
+    n = m.epoch_starts_timed
+    share = m.epoch_start_data_share
+    wait = m.epoch_start_data_s
+    window = m.epoch_start_window_share
+    spe, timed = m.steps_per_epoch, m.steps_timed
     if not n or n < 2 or share is None or share < th.epoch_start_share or not wait:
         return None
     if window is None:  # a record from before the window share: from its median wait
-        span = R.metric(rec, "window_s")
+        span = m.window_s
         window = min(1.0, n * wait / span) if span else None
     if window is None or window <= th.data_wait_fraction:
         return None
@@ -166,49 +167,52 @@ def epoch_start_wait(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str | Non
             f"the timed window{hidden}")
 
 
-def _steady_wait(rec: dict[str, Any], th: Thresholds) -> bool:
+def _steady_wait(rec: RunResult, th: Thresholds) -> bool:
     """The steps between epoch starts wait too: their median data wait above
     ``data_wait_fraction`` of the median step."""
-    other, step = R.metric(rec, "epoch_start_other_data_s"), R.step_median_s(rec)
+    other, step = rec.metrics.epoch_start_other_data_s, rec.step_median_s
     return other is not None and bool(step) and other > th.data_wait_fraction * step
 
 
-def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
+def synthetic_twin(rec: RunResult, others: list[RunResult]) -> RunResult | None:
     """An ok synthetic-data run that differs from ``rec`` in the dataset (and what comes with
     it: data folder, sample and class counts) and in nothing else: same model, image size,
     transform, loader, batch, optimizer, world size..."""
-    if R.is_synthetic(rec):
+    if rec.is_synthetic:
         return None
     for o in others:
-        if (o is not rec and o.get("kind") == "run" and o.get("status") == "ok"
-                and R.is_synthetic(o) and R.metric(o, "samples_per_s")
+        if (o is not rec and o.status == "ok"
+                and o.is_synthetic and o.metrics.samples_per_s
                 and P.like_for_like(rec, o, P.DATASET_KEYS)):
             return o
     return None
 
 
-def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     """Exposed communication above the threshold, said as transfer + sync overhead. Never
     at world size 1: one process has nothing to communicate (a 1-process DDP's own cost is
     wrapper overhead, recorded apart)."""
-    world = R.world_size(rec)
+    world = rec.world_size
     if world is not None and world < 2:
         return None
-    f = R.metric(rec, "comm_fraction")
+    bd = rec.metrics.breakdown_s
+    f = rec.metrics.comm_fraction
     if f is None or f <= th.comm_fraction:
         return None
-    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'comm'))} "
-          f"of {fmt.ms(R.breakdown_total_s(rec))}; threshold {fmt.pct(th.comm_fraction)})")
-    transfer, overhead = R.number(rec, "comm.transfer_s"), R.number(rec, "comm.sync_overhead_s")
+    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(bd.comm)} "
+          f"of {fmt.ms(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
+    c = rec.comm or Comm()
+    transfer, overhead = c.transfer_s, c.sync_overhead_s
     if transfer is not None and overhead is not None:
-        op = res.get(rec, "comm.transfer_standalone.op") or "collective"
-        size = fmt.bytes_(R.number(rec, "comm.transfer_standalone.bytes"))
+        standalone = R.dict_of(c.transfer_standalone)
+        op = standalone.get("op") or "collective"
+        size = fmt.bytes_(R.num(standalone.get("bytes")))
         ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
                f"same process group) + sync overhead {advice.short_ms(overhead)} (hooks, "
                "bucketing, waiting for the slowest rank)")
     else:
         ev += "; not split into transfer and sync overhead (not measured in this result)"
-    sync, no_sync = R.number(rec, "comm.sync_step_s"), R.number(rec, "comm.no_sync_step_s")
+    sync, no_sync = c.sync_step_s, c.no_sync_step_s
     if sync and no_sync:
         ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "
                f"{fmt.ms(no_sync)} without")
@@ -217,30 +221,30 @@ def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     return Finding(verdict, ev, advice.comm_bound(rec), "warning")
 
 
-def _straggler(rec: dict[str, Any], th: Thresholds) -> Finding | None:
-    st = R.dict_of(rec.get("straggler"))
-    ratio = R.num(st.get("slowest_vs_median"))
-    if ratio is None or ratio <= th.straggler_ratio:
+def _straggler(rec: RunResult, th: Thresholds) -> Finding | None:
+    st = rec.straggler
+    ratio = st.slowest_vs_median if st is not None else None
+    if st is None or ratio is None or ratio <= th.straggler_ratio:
         return None
-    ev = (f"rank {st.get('slowest_rank')} runs at {ratio:.2f}x the median rank's step time "
+    ev = (f"rank {st.slowest_rank} runs at {ratio:.2f}x the median rank's step time "
           f"(threshold {th.straggler_ratio:.2f}x)")
-    done = st.get("steps_done")
-    if isinstance(done, dict) and done:
+    done = st.steps_done
+    if done:
         ev += "; steps done per rank: " + ", ".join(f"{k}:{v}" for k, v in done.items())
-    return Finding("straggler", ev, advice.straggler(rec, st.get("slowest_rank")), "warning")
+    return Finding("straggler", ev, advice.straggler(rec, st.slowest_rank), "warning")
 
 
-def _cpu(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _cpu(rec: RunResult, th: Thresholds) -> Finding | None:
     """Decided by measured CPU use only: the run tree's share of all cores over the timed
     window. Counting threads against cores said "CPU saturated" of a run that used 16% of
     the cores (a default run: 2 compute threads + 2 loader workers on 2 cores, mostly idle)."""
-    util = R.metric(rec, "cpu_util_pct")
+    util = rec.metrics.cpu_util_pct
     if util is None or util <= th.cpu_util_pct:
         return None
     cores = advice.cores(rec)
     demand, demand_text = advice.cpu_demand(rec)
     oversub = bool(cores and demand and demand > cores)
-    on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
+    on_gpu = advice.on_gpu(rec)
     parts = [f"the run's processes used {util:.0f}% of all {cores or '?'} cores (measured; "
              f"threshold {th.cpu_util_pct:.0f}%)"]
     if demand_text and cores:
@@ -250,8 +254,9 @@ def _cpu(rec: dict[str, Any], th: Thresholds) -> Finding | None:
                    advice.cpu_saturated(rec, oversub, on_gpu), severity)
 
 
-def _compute_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
-    compute, total = R.compute_s(rec), R.breakdown_total_s(rec)
+def _compute_bound(rec: RunResult, th: Thresholds) -> Finding | None:
+    bd = rec.metrics.breakdown_s
+    compute, total = bd.compute_s(), bd.measured_total_s()
     if compute is None or not total or compute / total < th.compute_fraction:
         return None
     ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
@@ -259,18 +264,18 @@ def _compute_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     return Finding("compute-bound", ev, advice.compute_bound(rec), "info")
 
 
-def _peak_use(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _peak_use(rec: RunResult, th: Thresholds) -> Finding | None:
     """MFU against the device's peak: "8% of peak: not compute-bound; the step waits on X",
     X the largest part of the step that is not the device's arithmetic."""
-    mfu = R.metric(rec, "mfu")
+    mfu = rec.metrics.mfu
     if mfu is None:
         return None
-    peak = res.get(dict_of(rec.get("metrics")), "peak") or {}
-    measured = "measured " if peak.get("measured") else ""
+    peak = rec.metrics.peak or Peak()
+    measured = "measured " if peak.measured else ""
     head = (f"{fmt.mfu(mfu)} of the {measured}peak "
-            f"({fmt.tflops(R.metric(rec, 'achieved_flops_per_s'))} of "
-            f"{fmt.tflops((peak.get('flops_per_s') or 0) * (peak.get('devices') or 1))} TFLOP/s "
-            f"{peak.get('dtype') or ''}; MFU)")
+            f"({fmt.tflops(rec.metrics.achieved_flops_per_s)} of "
+            f"{fmt.tflops((peak.flops_per_s or 0) * (peak.devices or 1))} TFLOP/s "
+            f"{peak.dtype or ''}; MFU)")
     if mfu >= th.mfu_compute_bound:
         return Finding("compute-bound", f"{head}: the device's arithmetic bounds the step "
                        f"(threshold {fmt.pct(th.mfu_compute_bound)})", advice.compute_bound(rec),
@@ -279,13 +284,13 @@ def _peak_use(rec: dict[str, Any], th: Thresholds) -> Finding | None:
                    advice.below_peak(rec), "info")
 
 
-def _waits_on(rec: dict[str, Any]) -> str:
-    total = R.breakdown_total_s(rec)
-    bd = R.metric_dict(rec, "breakdown_s")
+def _waits_on(rec: RunResult) -> str:
+    bd = rec.metrics.breakdown_s
+    total = bd.measured_total_s()
     if not total:
         return "something the step breakdown does not show"
-    data, comm = (bd.get("data") or 0.0), (bd.get("comm") or 0.0)
-    compute = R.compute_s(rec) or 0.0
+    data, comm = (bd.data or 0.0), (bd.comm or 0.0)
+    compute = bd.compute_s() or 0.0
     if max(data, comm) >= compute:
         what = "input (data wait" if data >= comm else "communication (exposed"
         return f"{what} {fmt.pct(max(data, comm) / total)} of the step)"
@@ -293,21 +298,17 @@ def _waits_on(rec: dict[str, Any]) -> str:
             "but use little of the peak (small operators, kernel launches, memory-bound layers)")
 
 
-def dict_of(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _memory(rec: dict[str, Any], th: Thresholds) -> Finding | None:
-    total = R.gpu_total_bytes(rec)
-    readings = [R.metric(rec, f"peak_mem_bytes.{k}")
-                for k in ("device_allocated", "device_reserved", "device_nvml")]  # all numbers
-    readings = [v for v in readings if v is not None]
+def _memory(rec: RunResult, th: Thresholds) -> Finding | None:
+    total = rec.gpu_total_bytes
+    pm = rec.metrics.peak_mem_bytes
+    readings = [v for v in (pm.device_allocated, pm.device_reserved, pm.device_nvml)
+                if v is not None]
     if not total or not readings:
         return None
     peak = max(readings)
     frac = peak / total
     ev = f"device peak {fmt.bytes_(peak)} of {fmt.bytes_(total)} ({fmt.pct(frac)})"
-    batch = R.batch_size(rec)
+    batch = rec.batch_size
     if frac > th.memory_tight_fraction:
         return Finding("memory headroom", ev + " - little headroom",
                        "a larger batch will run out of memory; to grow it use --amp bf16 or "
@@ -321,11 +322,11 @@ def _memory(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     return None
 
 
-def _audit(rec: dict[str, Any]) -> Finding | None:
-    a = rec.get("audit")
-    if not isinstance(a, dict) or a.get("ok") is not False:
+def _audit(rec: RunResult) -> Finding | None:
+    a = rec.audit
+    if a is None or a.ok is not False:
         return None
-    return Finding("shard audit failed", str(a.get("detail") or "replicas saw overlapping data"),
+    return Finding("shard audit failed", str(a.detail or "replicas saw overlapping data"),
                    "give each rank its own shard (DistributedSampler, --set "
                    "dist.sampler=distributed) and call set_epoch(epoch) every epoch", "error")
 
@@ -339,22 +340,22 @@ INVARIANT_ADVICE = {
 }
 
 
-def _invariants(rec: dict[str, Any]) -> list[Finding]:
+def _invariants(rec: RunResult) -> list[Finding]:
     """What the record breaks of the invariants, checked again here (old files too)."""
     return [Finding(f"invariant broken: {v['name']}", v["detail"],
                     INVARIANT_ADVICE.get(v["name"], "see docs/VERDICTS.md"), "warning")
             for v in check_run(rec)]
 
 
-def diagnose_experiment(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[Finding]:
+def diagnose_experiment(records: list[Record], th: Thresholds = DEFAULT) -> list[Finding]:
     """Findings across runs: batch and loader recommendations, loader workers competing
     with compute, scaling losses, co-location and accuracy parity."""
     return experiment_findings(records, th)
 
 
-def diagnose_all(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[Finding]:
+def diagnose_all(records: list[Record], th: Thresholds = DEFAULT) -> list[Finding]:
     """Experiment findings first, then every run's."""
-    runs = R.of_kind(records, "run")
+    runs = R.runs(records)
     out = diagnose_experiment(records, th)
     for r in runs:
         out.extend(diagnose_run(r, runs, th))

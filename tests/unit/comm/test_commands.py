@@ -5,7 +5,12 @@ import json
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.commands.predict import compute_from_result
+from scaleprobe.commands.predict import compute_from_result as _compute_from_result
+from scaleprobe.results import RunResult
+
+
+def compute_from_result(rec):
+    return _compute_from_result(RunResult.from_dict(rec))
 
 
 def _result(tmp_path, **metrics):

@@ -3,8 +3,10 @@
 import csv
 import io
 
-from scaleprobe.experiments import tables as T
-from tests.unit.report.factory import run, sweep_point, with_
+from scaleprobe.experiments import tables as _tables
+from tests.unit.report.factory import run, sweep_point, typed_module, with_
+
+T = typed_module(_tables)
 
 
 def _face_points():

@@ -9,8 +9,11 @@ import pytest
 
 from scaleprobe.commands import compare as cmd
 from scaleprobe.errors import ConfigError
-from scaleprobe.report.compare import compare_paths, compare_runs, to_markdown
-from tests.unit.report.factory import run, sweep_point, write_results
+from scaleprobe.report.compare import compare_paths, to_markdown
+from scaleprobe.report.compare import compare_runs as _compare_runs
+from tests.unit.report.factory import run, sweep_point, typed_api, write_results
+
+compare_runs = typed_api(_compare_runs)
 
 
 @pytest.mark.parametrize(("a_s", "b_s", "ci", "expected"), [

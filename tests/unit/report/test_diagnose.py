@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scaleprobe.report.diagnose import Finding, diagnose_experiment, diagnose_run, format_findings
+from scaleprobe.report import diagnose as _diagnose
+from scaleprobe.report.diagnose import Finding, format_findings
 from scaleprobe.report.thresholds import Thresholds
 from tests.unit.report.factory import (
     GIB,
@@ -12,8 +13,12 @@ from tests.unit.report.factory import (
     run,
     scale_point,
     sweep_point,
+    typed_api,
     with_,
 )
+
+diagnose_run = typed_api(_diagnose.diagnose_run)
+diagnose_experiment = typed_api(_diagnose.diagnose_experiment)
 
 
 def _verdicts(findings: list[Finding]) -> set[str]:
@@ -414,9 +419,11 @@ def test_loader_contention_keeps_workers_only_when_the_worker_verdict_is_decided
     680 against 624, 623, 642 samples/s), though not by a decided margin. Bug caught: the
     headline said "keep 0 worker(s)" - the fewest workers of the pair - with no interval,
     while the worker verdict beside it was inconclusive."""
-    from scaleprobe.report import headline as H
+    from scaleprobe.report import headline, workers
     from scaleprobe.report.thresholds import DEFAULT
-    from scaleprobe.report.workers import recommend_workers
+    from tests.unit.report.factory import typed_module
+
+    H, recommend_workers = typed_module(headline), typed_api(workers.recommend_workers)
 
     recs = _repeated_loader_points([0.088, 0.087, 0.090], [624.0, 623.0, 642.0],
                                    [698.0, 786.0, 680.0])

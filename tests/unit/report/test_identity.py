@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from scaleprobe.report import build_report
 from scaleprobe.report import records as R
-from scaleprobe.report.diagnose import diagnose_experiment
-from tests.unit.report.factory import breakdown, run, scale_point, sweep_point, write_results
+from scaleprobe.report.diagnose import diagnose_experiment as _diagnose_experiment
+from tests.unit.report.factory import (
+    breakdown,
+    loaded,
+    run,
+    scale_point,
+    sweep_point,
+    typed_api,
+    write_results,
+)
+
+diagnose_experiment = typed_api(_diagnose_experiment)
 
 
 def _sweep(eid: str, sps_scale: float) -> list[dict]:
@@ -76,9 +86,9 @@ def test_repeats_of_a_point_are_kept_apart():
         r = run(f"bs16-r{i}", experiment=sweep_point("sw", batch_size=16))
         r["experiment"]["repeat"] = i
         reps.append(r)
-    assert len(R.latest_per_point(reps)) == 3
+    assert len(R.latest_per_point(loaded(reps))) == 3
     # a resumed sweep that appended the same repeat twice still gives one run
-    assert len(R.latest_per_point(reps + [reps[0]])) == 3
+    assert len(R.latest_per_point(loaded(reps + [reps[0]]))) == 3
 
 
 def test_identity_never_uses_the_display_name():
@@ -86,5 +96,6 @@ def test_identity_never_uses_the_display_name():
     a = run("same-name", experiment=scale_point("x", 2))
     b = run("same-name", experiment=scale_point("y", 2))
     c = run("other-name", experiment=scale_point("x", 2))
-    assert R.run_identity(a) != R.run_identity(b)
-    assert R.run_identity(a) == R.run_identity(c)
+    a, b, c = loaded([a, b, c])
+    assert a.identity != b.identity
+    assert a.identity == c.identity

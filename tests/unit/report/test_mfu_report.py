@@ -1,9 +1,14 @@
 """MFU in the diagnosis, the runs table and the batch table (report/diagnose.py, batch.py)."""
 
-from scaleprobe.report import batch as B
-from scaleprobe.report.diagnose import diagnose_run
-from scaleprobe.report.sections_runs import RUN_HEADERS, run_cells
-from tests.unit.report.factory import breakdown, run, sweep_point
+from scaleprobe.report import batch as _batch
+from scaleprobe.report import diagnose as _diagnose
+from scaleprobe.report import sections_runs as _runs
+from scaleprobe.report.sections_runs import RUN_HEADERS
+from tests.unit.report.factory import breakdown, loaded, run, sweep_point, typed_api, typed_module
+
+B = typed_module(_batch)
+diagnose_run = typed_api(_diagnose.diagnose_run)
+run_cells = typed_api(_runs.run_cells)
 
 
 def _with_mfu(rec, mfu, peak=1e11, measured=True):
@@ -78,7 +83,7 @@ def test_sweep_points_table_shows_each_points_own_mfu():
 
     recs = [_with_mfu(run(m, model=m, experiment=sweep_point("s", model=m)), f)
             for m, f in (("linear", 0.031), ("mlp", 0.42))]
-    table = points_table(recs, [], ["model"])
+    table = points_table(loaded(recs), [], ["model"])
     assert table["headers"] == ["model", *POINT_HEADERS]
     col = table["headers"].index("MFU")
     assert [(row[0], row[col]) for row in table["rows"]] == [("linear", "3.1%"), ("mlp", "42%")]

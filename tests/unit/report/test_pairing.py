@@ -5,9 +5,13 @@ Per rule: a pair that differs in one extra configuration key is not made; an exa
 
 from __future__ import annotations
 
-from scaleprobe.report import pairing as P
-from scaleprobe.report.diagnose import diagnose_experiment, diagnose_run
-from tests.unit.report.factory import breakdown, run, sweep_point, with_
+from scaleprobe.report import diagnose as _diagnose
+from scaleprobe.report import pairing as _pairing
+from tests.unit.report.factory import breakdown, run, sweep_point, typed_api, typed_module, with_
+
+P = typed_module(_pairing)
+diagnose_run = typed_api(_diagnose.diagnose_run)
+diagnose_experiment = typed_api(_diagnose.diagnose_experiment)
 
 
 def test_differing_keys_ignore_what_does_not_change_the_measurement():
@@ -59,9 +63,9 @@ def test_groups_agree_with_the_pairwise_rule():
             run("w2-adam", workers=2, **{}), run("w1", workers=1)]
     recs[2] = with_(recs[2], "config.train.optimizer", "adamw")
     groups = P.like_for_like_groups(recs, P.WORKER_KEYS)
-    assert [[r["name"] for r in g] for g in groups] == [["w0", "w2", "w1"], ["w2-adam"]]
+    assert [[r.name for r in g] for g in groups] == [["w0", "w2", "w1"], ["w2-adam"]]
     for g in groups:
-        assert all(P.like_for_like(x, y, P.WORKER_KEYS) for x in g for y in g)
+        assert all(_pairing.like_for_like(x, y, P.WORKER_KEYS) for x in g for y in g)
 
 
 # input-bound: real data vs synthetic data

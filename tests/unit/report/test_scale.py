@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scaleprobe.report import scale as S
-from tests.unit.report.factory import run, scale_point
+from scaleprobe.report import scale as _scale
+from tests.unit.report.factory import loaded, run, scale_point, typed_module
+
+S = typed_module(_scale)
 
 
 def _bd(data: float, comm: float, compute: float) -> dict[str, float]:
@@ -75,7 +77,7 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
     from scaleprobe.report.findings_exp import _scaling
     from scaleprobe.report.thresholds import DEFAULT
 
-    found = _scaling(recs, DEFAULT)
+    found = _scaling(loaded(recs), DEFAULT)
     assert [f.verdict for f in found] == ["implausible speedup"]
 
 
@@ -85,9 +87,9 @@ def test_scaling_loss_needs_the_whole_interval_below_the_bar():
     from scaleprobe.report.thresholds import DEFAULT
 
     noisy = _repeated("a", {1: [100.0, 100.0, 100.0], 2: [140.0, 190.0, 160.0]})
-    assert _scaling(noisy, DEFAULT) == []
+    assert _scaling(loaded(noisy), DEFAULT) == []
     steady = _repeated("b", {1: [100.0, 102.0, 98.0], 2: [120.0, 122.0, 119.0]})
-    assert [f.verdict for f in _scaling(steady, DEFAULT)] == ["scaling loss"]
+    assert [f.verdict for f in _scaling(loaded(steady), DEFAULT)] == ["scaling loss"]
 
 
 def test_two_experiments_with_the_same_point_labels_stay_apart():

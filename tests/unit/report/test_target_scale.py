@@ -1,7 +1,14 @@
 """The scale table with --target: time-to-target speedup beside the throughput speedup."""
 
-from scaleprobe.report.scale import SCALE_HEADERS, scale_cells, scale_table
-from scaleprobe.report.target import explain, table_parts
+from scaleprobe.report import scale as _scale
+from scaleprobe.report import target as _target
+from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
+from scaleprobe.report.target import table_parts
+from tests.unit.report.factory import typed_api
+
+scale_table = typed_api(_scale.scale_table)
+explain = typed_api(_target.explain)
+
 
 
 def _run(n, rep, sps, ttt, samples, status="ok"):

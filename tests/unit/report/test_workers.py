@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scaleprobe.report import workers as W
-from tests.unit.report.factory import run, sweep_point
+from scaleprobe.report import workers as _workers
+from tests.unit.report.factory import run, sweep_point, typed_module
+
+W = typed_module(_workers)
 
 
 def _loader_sweep(spread: float = 0.01) -> list[dict]:
