@@ -41,10 +41,17 @@ def has_target(r: dict[str, Any]) -> bool:
 
 
 def target_text(r: dict[str, Any]) -> str:
+    """``accuracy >= 0.95`` or ``loss <= 2.1``: the run's target with its direction."""
+    from scaleprobe.target import target_text as text
+
     t = r.get("target") or {}
     if t.get("metric") is not None:
-        return f"{t['metric']} >= {t['target']:g}"
-    return str(R.cfg(r, "train.target") or "the target").replace("=", " >= ")
+        return text(t["metric"], t["target"])
+    metric, sep, value = str(R.cfg(r, "train.target") or "").partition("=")
+    try:
+        return text(metric.strip(), float(value)) if sep else "the target"
+    except ValueError:
+        return f"{metric.strip()} = {value.strip()}"
 
 
 def _median(vals: list[float]) -> float | None:
@@ -219,7 +226,10 @@ def curve_plot(series: list[tuple[str, dict[str, Any]]], target: float | None,
            title=f"{metric} against training time")
     ax.set_xlim(left=0)  # training starts at 0 s: the lines compare from there
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    from scaleprobe.target import LOWER_IS_BETTER
+
+    # the curves rise to a target of accuracy, fall to one of loss: the legend where they leave
+    ax.legend(fontsize=8, loc="upper right" if metric in LOWER_IS_BETTER else "lower right")
     return plots._render(fig)
 
 
