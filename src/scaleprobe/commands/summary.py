@@ -23,6 +23,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
         return
     con.print(_figures_table(con, _figures(m)))
     _rates_line(con, rec)
+    _lm_line(con, m)
     _breakdown(con, m)
     _epoch_starts(con, rec)
     if rec.get("target"):
@@ -59,13 +60,33 @@ def _figures(m: dict[str, Any]) -> list[tuple[str, str]]:
     epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
     mem = m["peak_mem_bytes"]
     name = _metric_name(m)
-    return [("samples/s", fmt.num(m.get("samples_per_s"))),
+    tokens = ([("tokens/s", fmt.num(m["tokens_per_s"]))] if m.get("tokens_per_s") is not None
+              else [])  # token tasks (lm)
+    return [("samples/s", fmt.num(m.get("samples_per_s"))), *tokens,
             ("step median", fmt.ms(st.get("median"))), ("p95", fmt.ms(st.get("p95"))),
             ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
             ("peak device mem", fmt.bytes_(mem.get("device_allocated"))),
             ("CPU util", fmt.num(m.get("cpu_util_pct"), ".0f", "%")),
             ("GPU util", fmt.num(m.get("gpu_util_pct"), ".0f", "%")),
             (name, fmt.num(m.get(name), ".3f"))]
+
+
+def _lm_line(con: Console, m: dict[str, Any]) -> None:
+    """--task lm: the held-out loss beside the training split's unigram entropy (the loss of
+    a model that knows only token frequencies)."""
+    h = m.get("unigram_entropy_nats")
+    if h is None:
+        return
+    loss = m.get("loss")
+    if loss is None:
+        con.print(f"language model: unigram entropy of the training split {h:.3f} nats/token "
+                  "(held-out loss: add --eval)")
+        return
+    ppl = m.get("perplexity")
+    side = "below" if loss < h else "not below"
+    con.print(f"language model: held-out loss {loss:.3f} nats/token (perplexity "
+              f"{fmt.num(ppl, '.2f')}) over {fmt.num(m.get('eval_tokens'), ',.0f')} tokens, "
+              f"{side} the training split's unigram entropy {h:.3f} nats/token")
 
 
 def _flops_line(con: Console, rec: dict[str, Any]) -> None:
@@ -236,7 +257,9 @@ def _epoch_starts(con: Console, rec: dict[str, Any]) -> None:
 
 
 def _metric_name(m: dict[str, Any]) -> str:
-    """The task's evaluation figure: accuracy, verification_accuracy (face) or map50."""
+    """The task's evaluation figure: accuracy, verification_accuracy (face), map50 or loss
+    (lm)."""
     from scaleprobe.report.records import TASK_METRICS
 
-    return next((k for k, _ in TASK_METRICS if m.get(k) is not None), "accuracy")
+    lm = m.get("unigram_entropy_nats") is not None
+    return next((k for k, _ in TASK_METRICS if m.get(k) is not None), "loss" if lm else "accuracy")

@@ -460,7 +460,8 @@ def dict_of(value: Any) -> dict[str, Any]:
 
 
 TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
-                ("map50", "mAP50 {:.3f}"))  # classification, face, detection
+                ("map50", "mAP50 {:.3f}"),  # classification, face, detection
+                ("loss", "loss {:.3f}"))  # lm: held-out nats per token (lower is better)
 
 
 def task_metric(rec: dict[str, Any]) -> tuple[str, float] | None:
