@@ -81,7 +81,8 @@ class DataConfig:
     download: bool = option(False, "let torchvision download (needs a network)")
     image_size: int | None = option(None, "input side in pixels", ge=8,
                                     unset="the dataset's own size")
-    num_samples: int = option(2048, "samples in synthetic / jpeg-synth data", ge=1)
+    num_samples: int = option(2048, "samples in synthetic / jpeg-synth / tokens-synthetic "
+                              "data", ge=1)
     num_classes: int | None = option(None, "classes", ge=1, unset="the dataset's own")
     val_fraction: float = option(0.2, "held-out split for --eval when the dataset has no test "
                                  "split", gt=0, lt=1)
@@ -255,6 +256,10 @@ class RunConfig:
         d["dist"].update(rdzv_endpoint=None, node_rank=0)  # nor which host wrote the record
         if d["script"]["path"] is None:  # the built-in loop: keys as before scripts had a section
             d.pop("script")
+        for full in LATER_KEYS:  # at their defaults: keys as before these existed
+            sec, name = full.split(".")
+            if d[sec][name] == KNOBS[full].default:
+                d[sec].pop(name)
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -305,6 +310,10 @@ KNOBS: dict[str, Knob] = {k: v for sec, cls in SECTIONS.items()
                           for k, v in knobs(cls, f"{sec}.").items()}
 KNOBS.update({k: v for k, v in knobs(RunConfig).items() if k in TOP_LEVEL})
 ALL_KEYS = sorted(KNOBS)
+# keys added after results were written: left out of RunConfig.key() while at their defaults,
+# so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
+LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
+              "data.eval_windows")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure
 
 

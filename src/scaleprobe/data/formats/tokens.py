@@ -76,9 +76,10 @@ def read_meta(root: Path) -> dict[str, Any]:
     return meta
 
 
-def scan(path: Path, dtype: np.dtype, counts: np.ndarray | None = None) -> tuple[int, int]:
-    """(tokens, largest token) of one split's file, reading it in chunks; with ``counts``
-    (an int64 array of the vocabulary's size) each token's count is added to it."""
+def scan(path: Path, dtype: np.dtype, count: bool = False
+         ) -> tuple[int, int, np.ndarray | None]:
+    """(tokens, largest token, each token's count or None) of one split's file, read in
+    chunks; the counts (``count``) are an int64 array as long as the largest token + 1."""
     if not path.is_file():
         raise DataError(f"token file not found: {path} ({hint()})")
     size = path.stat().st_size
@@ -88,45 +89,44 @@ def scan(path: Path, dtype: np.dtype, counts: np.ndarray | None = None) -> tuple
         raise DataError(f"{path}: {size:,} bytes is not a whole number of {dtype.name} tokens "
                         f"({dtype.itemsize} bytes each): the wrong dtype in {META}?")
     arr = np.memmap(path, dtype=dtype, mode="r")
-    top = 0
+    top, counts = 0, np.zeros(0, dtype=np.int64)
     for i in range(0, len(arr), CHUNK):
         part = np.asarray(arr[i:i + CHUNK])
         top = max(top, int(part.max()))
-        if counts is not None:
-            if top >= len(counts):
-                break  # reported by the caller with the vocabulary it checked against
-            counts += np.bincount(part, minlength=len(counts))
-    return len(arr), top
+        if count:
+            got = np.bincount(part)
+            if len(got) > len(counts):
+                counts = np.pad(counts, (0, len(got) - len(counts)))
+            counts[:len(got)] += got
+    return len(arr), top, counts if count else None
 
 
 def open_tokens(root: str | Path, vocab_size: int | None = None
                 ) -> tuple[dict[str, TokenSplit], int, np.ndarray]:
     """``({"train": ..., "val": ...}, vocabulary size, training token counts)`` of a token
     folder. ``vocab_size`` (the run's ``data.vocab_size``) replaces the folder's own; either
-    must exceed every token in the files."""
+    must exceed every token in the files. The counts are as long as the vocabulary."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise DataError(f"token folder not found: {root} ({hint()})")
     meta = read_meta(root)
     dtype = DTYPES[meta.get("dtype", "uint16")]
-    vocab = vocab_size or meta.get("vocab_size")
     splits: dict[str, TokenSplit] = {}
-    counts = np.zeros(vocab, dtype=np.int64) if vocab else None
+    counts = None
     for name in SPLITS:
         path = root / f"{name}.bin"
-        n, top = scan(path, dtype, counts if name == "train" else None)
+        n, top, got = scan(path, dtype, count=name == "train")
         splits[name] = TokenSplit(path, dtype, n, top)
+        counts = got if got is not None else counts
     top = max(s.max_token for s in splits.values())
-    if vocab is None:
-        vocab = top + 1
-        counts = np.zeros(vocab, dtype=np.int64)
-        scan(splits["train"].path, dtype, counts)
+    vocab = vocab_size or meta.get("vocab_size") or top + 1
     if top >= vocab:
         where = next(s.path for s in splits.values() if s.max_token == top)
         given = "data.vocab_size" if vocab_size else META
         raise DataError(f"{where} holds token {top}, outside the vocabulary of {vocab:,} "
                         f"({given}); the vocabulary must be at least {top + 1:,}")
-    return splits, int(vocab), counts
+    assert counts is not None
+    return splits, int(vocab), np.pad(counts, (0, vocab - len(counts)))
 
 
 def write_tokens(root: Path, splits: dict[str, np.ndarray], vocab_size: int,
