@@ -103,7 +103,7 @@ class DataConfig:
                                     unset="the data's own (meta.json, else largest token + 1; "
                                     "text: 256; tokens-synthetic: the model's)")
     eval_windows: int | None = option(256, "--task lm: held-out samples evaluated, spread "
-                                      "evenly over the held-out split", ge=1,
+                                      "evenly over the held-out split (none: all)", ge=1,
                                       unset="every sample of the held-out split")
 
 
