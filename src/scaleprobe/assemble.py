@@ -190,6 +190,11 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
         why["samples_per_s_by_rank"] = why["step_time_rank"] = why["step_time_s"]
     info = raw0.info
+    result.batch.tokens_per_sample = info.tokens_per_sample  # token tasks (lm)
+    m.tokens_per_s = M.tokens_per_s(m.samples_per_s, info.tokens_per_sample)
+    if info.tokens_per_sample and m.tokens_per_s is None:
+        why["tokens_per_s"] = why.get("samples_per_s") or why.get("step_time_s") or "no rate"
+    m.unigram_entropy_nats = info.unigram_entropy_nats
     m.param_count = info.param_count
     m.lr_effective = info.lr_effective
     m.lr_warmup_steps = info.lr_warmup_steps
@@ -232,6 +237,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     result.dataset_source = info.dataset_source
     result.input_mode = info.input_mode
     result.resolved = {"data.image_size": info.image_size, "data.num_classes": info.num_classes}
+    if info.seq_len:  # token data and the GPT shape the run built
+        result.resolved.update({"data.seq_len": info.seq_len, "data.vocab_size": info.vocab_size,
+                                **{f"model.{k}": v for k, v in (info.model_shape or {}).items()}})
     if raw0.threads:  # what a training rank used, not the launching process's
         result.env["threads"] = raw0.threads
     for r in ranks:  # every rank's traces; the first trainer's top operators; TensorBoard

@@ -57,23 +57,32 @@ def _is_target(text: str) -> bool:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, or FILE.py:FUNC "
-                       "/ package.module:FUNC (`scaleprobe models`)", text="a model name")
+    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, gpt_tiny, "
+                       "gpt2_small (--task lm), or FILE.py:FUNC / package.module:FUNC "
+                       "(`scaleprobe models`)", text="a model name")
     channels_last: bool = option(False, "NHWC memory format for conv nets")
     pretrained: bool = option(False, "cached weights only; never downloads")
+    layers: int | None = option(None, "GPT models: transformer blocks", ge=1,
+                                unset="the named model's own")
+    width: int | None = option(None, "GPT models: model width (d_model), a multiple of heads",
+                               ge=1, unset="the named model's own")
+    heads: int | None = option(None, "GPT models: attention heads", ge=1,
+                               unset="the named model's own")
 
 
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = option("digits", "digits, synthetic (made once on the device), "
-                          "synthetic-loader, jpeg-synth, imagefolder, cifar10, mnist, voc, lfw "
-                          "(`scaleprobe datasets`)", text="a dataset name")
+                          "synthetic-loader, jpeg-synth, imagefolder, cifar10, mnist, voc, lfw; "
+                          "--task lm: text, tokens, tokens-synthetic (`scaleprobe datasets`)",
+                          text="a dataset name")
     data_dir: str | None = option(None, "root folder of an on-disk dataset (imagefolder, "
-                                  "cifar10, mnist, voc, lfw)")
+                                  "cifar10, mnist, voc, lfw, tokens, text)")
     download: bool = option(False, "let torchvision download (needs a network)")
     image_size: int | None = option(None, "input side in pixels", ge=8,
                                     unset="the dataset's own size")
-    num_samples: int = option(2048, "samples in synthetic / jpeg-synth data", ge=1)
+    num_samples: int = option(2048, "samples in synthetic / jpeg-synth / tokens-synthetic "
+                              "data", ge=1)
     num_classes: int | None = option(None, "classes", ge=1, unset="the dataset's own")
     val_fraction: float = option(0.2, "held-out split for --eval when the dataset has no test "
                                  "split", gt=0, lt=1)
@@ -84,8 +93,18 @@ class DataConfig:
     transform: str = option("light", "light (convert + normalise) | heavy (crop + flip + colour "
                             "jitter)", choices=("light", "heavy"))
     skip_bad_samples: bool = option(False, "skip and count unreadable images instead of failing")
-    cache_dir: str | None = option(None, "where generated datasets (jpeg-synth) and the digits "
-                                   "are cached", unset="$XDG_CACHE_HOME/scaleprobe or ~/.cache/scaleprobe")
+    cache_dir: str | None = option(None, "where generated datasets (jpeg-synth, text) and the "
+                                   "digits are cached",
+                                   unset="$XDG_CACHE_HOME/scaleprobe or ~/.cache/scaleprobe")
+    seq_len: int | None = option(None, "--task lm: tokens per sample, also the model's context",
+                                 ge=2, unset="the model's context (gpt_tiny 128, gpt2_small 1024)")
+    vocab_size: int | None = option(None, "--task lm: vocabulary size (token files: at least "
+                                    "their largest token + 1)", ge=2,
+                                    unset="the data's own (meta.json, else largest token + 1; "
+                                    "text: 256; tokens-synthetic: the model's)")
+    eval_windows: int | None = option(256, "--task lm: held-out samples evaluated, spread "
+                                      "evenly over the held-out split (none: all)", ge=1,
+                                      unset="every sample of the held-out split")
 
 
 @dataclass(frozen=True)
@@ -116,7 +135,8 @@ class TrainConfig:
                                 gt=0)
     min_steps: int = option(10, "steps=auto: never stop before this many timed steps", ge=1)
     target: str | None = option(None, "train until the task metric reaches this, e.g. "
-                                "accuracy=0.95 (also verification_accuracy, map50); records "
+                                "accuracy=0.95 (also verification_accuracy, map50, and for "
+                                "--task lm loss or perplexity, lower is better); records "
                                 "the time to it (docs/TIME_TO_TARGET.md)", unset="off",
                                 valid=_is_target, text="METRIC=VALUE, e.g. accuracy=0.95")
     eval_every: int | None = option(None, "--target: evaluate every this many steps", ge=1,
@@ -126,8 +146,8 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    task: str = option("classification", "classification | face | detection",
-                       choices=("classification", "face", "detection"))
+    task: str = option("classification", "classification | face | detection | lm",
+                       choices=("classification", "face", "detection", "lm"))
     loss: str = option("softmax", "face: triplet | softmax", choices=("softmax", "triplet"))
     embedding_dim: int = option(128, "face: embedding size", ge=2)
     images_per_identity: int = option(4, "face/triplet: images of one identity in each batch",
@@ -236,6 +256,10 @@ class RunConfig:
         d["dist"].update(rdzv_endpoint=None, node_rank=0)  # nor which host wrote the record
         if d["script"]["path"] is None:  # the built-in loop: keys as before scripts had a section
             d.pop("script")
+        for full in LATER_KEYS:  # at their defaults: keys as before these existed
+            sec, name = full.split(".")
+            if d[sec][name] == KNOBS[full].default:
+                d[sec].pop(name)
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -295,6 +319,10 @@ KNOBS: dict[str, Knob] = {k: v for sec, cls in SECTIONS.items()
                           for k, v in knobs(cls, f"{sec}.").items()}
 KNOBS.update({k: v for k, v in knobs(RunConfig).items() if k in TOP_LEVEL})
 ALL_KEYS = sorted(KNOBS)
+# keys added after results were written: left out of RunConfig.key() while at their defaults,
+# so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
+LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
+              "data.eval_windows")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure
 
 
@@ -418,16 +446,22 @@ def build(overrides: dict[str, Any] | None = None, base: RunConfig | None = None
 
 
 # tasks whose models are not classifiers: the default --model stands for the task's own default
-TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large"}
+TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large", "lm": "gpt_tiny"}
+# tasks that read no images: the default --dataset stands for the task's own default
+TASK_DEFAULT_DATASETS = {"lm": "text"}
 
 
 def _task_default_model(cfg: RunConfig) -> RunConfig:
-    """The model that will really be built, so the saved config, its key and every table name
-    it (a detection run left at the default model records its detector, not digits_cnn)."""
-    default = TASK_DEFAULT_MODELS.get(cfg.task.task)
-    if default is None or cfg.model.name != ModelConfig.name:
-        return cfg
-    return replace(cfg, model=replace(cfg.model, name=default))
+    """The model (and dataset) that will really be used, so the saved config, its key and
+    every table name it (a detection run left at the default model records its detector, not
+    digits_cnn; an lm run left at the default dataset records text, not digits)."""
+    model = TASK_DEFAULT_MODELS.get(cfg.task.task)
+    if model is not None and cfg.model.name == ModelConfig.name:
+        cfg = replace(cfg, model=replace(cfg.model, name=model))
+    dataset = TASK_DEFAULT_DATASETS.get(cfg.task.task)
+    if dataset is not None and cfg.data.dataset == DataConfig.dataset:
+        cfg = replace(cfg, data=replace(cfg.data, dataset=dataset))
+    return cfg
 
 
 def from_dict(d: dict[str, Any]) -> RunConfig:

@@ -31,6 +31,10 @@ def check_combinations(cfg: RunConfig) -> None:
             shlex.split(cfg.script.args)
         except ValueError as e:
             raise ConfigError(f"script.args: {e}: {cfg.script.args!r}") from None
+    if cfg.script.path is None:  # language models with tokens, image models with images
+        from scaleprobe.lmspec import check_run
+
+        check_run(cfg)
     if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
         what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"
                 else f"--transform {d.transform} runs in the input pipeline")

@@ -60,6 +60,13 @@ def samples_per_s(samples: float | None, seconds: float | None) -> float | None:
     return samples / seconds
 
 
+def tokens_per_s(sps: float | None, tokens_per_sample: int | None) -> float | None:
+    """Tokens per second of a token task: samples/s x tokens per sample (``seq_len``)."""
+    if sps is None or not tokens_per_sample:
+        return None
+    return sps * tokens_per_sample
+
+
 def unique_samples_per_s(sps: float | None, unique_fraction: float | None) -> float | None:
     """Samples/s counting each sample once per epoch (the shard audit's unique fraction):
     what the model really learned from when ranks read the same data."""

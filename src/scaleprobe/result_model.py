@@ -17,9 +17,10 @@ STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached")
 MEASURED = ("ok", "target_not_reached")
 BREAKDOWN_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 BATCH_AXES = ("batch_size", "global_batch")
-# each task's evaluation figure and how a table shows it: classification, face, detection
+# each task's evaluation figure and how a table shows it: classification, face, detection, lm
 TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
-                ("map50", "mAP50 {:.3f}"))
+                ("map50", "mAP50 {:.3f}"),
+                ("loss", "loss {:.3f}"))  # lm: held-out nats per token (lower is better)
 
 
 def get(rec: dict[str, Any], dotted: str, default: Any = None) -> Any:
@@ -274,6 +275,7 @@ class Metrics(Record):
 
     samples_per_s: float | None = None
     samples_per_s_by_rank: dict[str, float] | None = None
+    tokens_per_s: float | None = None  # token tasks (lm): samples_per_s x batch.tokens_per_sample
     unique_samples_per_s: float | None = None
     step_time_s: StepTime | None = None
     step_time_rank: int | None = None
@@ -303,6 +305,9 @@ class Metrics(Record):
     gpu_util_pct: float | None = None
     gpu_power_w: float | None = None
     accuracy: float | None = None
+    # lm: the training split's unigram entropy (nats/token), the held-out loss of a model that
+    # knows only token frequencies; the held-out loss and perplexity are task metrics (extra)
+    unigram_entropy_nats: float | None = None
     loss_first: float | None = None
     loss_last: float | None = None
     bad_samples_skipped: int = 0
@@ -352,6 +357,7 @@ class Batch(Record):
     global_: int | None = None
     world_size: int | None = None
     training_ranks: int | None = None
+    tokens_per_sample: int | None = None  # token tasks (lm): data.seq_len; null for images
     extra: dict[str, Any] = field(default_factory=dict)
 
     # "global" is a Python keyword: the field is global_, the JSON key "global"
@@ -726,6 +732,13 @@ class RankInfo(Record):
     lr_effective: float | None = None
     lr_warmup_steps: int | None = None
     input_mode: str | None = None  # "device-resident" (synthetic) | "loader"
+    # token data (lm): tokens per sample, the sequence length, the vocabulary, the training
+    # split's unigram entropy in nats per token (data/tokens.py); null for images
+    tokens_per_sample: int | None = None
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    unigram_entropy_nats: float | None = None
+    model_shape: dict[str, int] | None = None  # GPT models: layers, width, heads, context
     extra: dict[str, Any] = field(default_factory=dict)
 
 

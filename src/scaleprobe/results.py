@@ -27,14 +27,19 @@ A run record (``kind == "run"``)::
     config            RunConfig.to_dict()
     resolved          {"data.image_size", "data.num_classes"}: what the run resolved these
                       to when the config left them null (the dataset's own), so runs are
-                      compared like for like on what they measured
+                      compared like for like on what they measured; --task lm adds
+                      "data.seq_len", "data.vocab_size" and the GPT shape built
+                      ("model.layers", "model.width", "model.heads", "model.context")
     input_mode        "device-resident": --dataset synthetic, one batch per rank made once on
                       the training device and reused every step (no loader, data wait ~0);
                       "loader": every other dataset, through data/loader.py
     env               host, cores, cpu_model, python, torch, cuda, cudnn, gpus[], driver,
                       world_size, nnodes, backend
-    batch             {per_device, global, world_size}
+    batch             {per_device, global, world_size, tokens_per_sample (token tasks: the
+                      sequence length; null for images)}
     metrics           samples_per_s, samples_per_s_by_rank {rank: samples/s},
+                      tokens_per_s (token tasks: samples_per_s x batch.tokens_per_sample),
+                      unigram_entropy_nats (lm: the training split's, nats per token),
                       step_time_s {median, p95, mean, min, max, n, rel_ci}, step_time_rank,
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
@@ -52,7 +57,8 @@ A run record (``kind == "run"``)::
                       loss_last, bad_samples_skipped, flops_per_step, flops_per_sample,
                       achieved_flops_per_s, mfu, peak {flops_per_s, devices, dtype,
                       device_name, source, measured},
-                      (task metrics: verification_accuracy, map50)
+                      (task metrics: verification_accuracy, map50; lm: loss (held-out,
+                      mean nats per token), perplexity, eval_tokens)
                       samples_per_s: the sum over the training ranks of each one's
                       samples per step / its own median step (= global batch / step time
                       when ranks move in lockstep; with an asynchronous parameter server

@@ -151,3 +151,19 @@ def test_breakdown_labels_say_ms_of_the_median_step():
     intro = breakdown_section([RunResult.from_dict(rec)]).blocks[0].text
     assert intro.startswith("Milliseconds per phase of the median step")
     assert "Mean seconds" not in intro
+
+
+def test_a_token_task_records_tokens_per_s_beside_samples_per_s():
+    """tokens/s = samples/s x tokens per sample, from the rank's data; images have none."""
+    r = raw(0, 0.1, batch=8)
+    r["info"].update(tokens_per_sample=128, seq_len=128, vocab_size=256,
+                     unigram_entropy_nats=3.2, image_size=None,
+                     model_shape={"layers": 4, "width": 128, "heads": 4, "context": 128})
+    rec = assemble([r], task="lm", dataset="tokens-synthetic")
+    m = rec["metrics"]
+    assert m["samples_per_s"] == 80.0 and m["tokens_per_s"] == 80.0 * 128
+    assert rec["batch"]["tokens_per_sample"] == 128 and m["unigram_entropy_nats"] == 3.2
+    assert rec["resolved"]["data.seq_len"] == 128 and rec["resolved"]["model.layers"] == 4
+    img = assemble([raw(0, 0.1)])
+    assert img["metrics"]["tokens_per_s"] is None and img["batch"]["tokens_per_sample"] is None
+    assert "tokens_per_s" not in img["null_reasons"]

@@ -65,3 +65,19 @@ def test_the_wait_at_epoch_starts_is_printed_under_the_breakdown():
     out = io.StringIO()
     print_run(RunResult.from_dict(rec), Console(file=out, width=300))
     assert "epoch starts" not in out.getvalue()
+
+
+def test_an_lm_run_shows_tokens_per_s_and_its_loss_beside_the_unigram_entropy():
+    r = raw(0, 0.1, batch=8)
+    r["info"].update(tokens_per_sample=64, unigram_entropy_nats=3.231)
+    rec = assemble([r], task="lm", dataset="tokens-synthetic")
+    rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
+    rec["metrics"].update(loss=2.5, perplexity=12.18, eval_tokens=16384)
+    out = io.StringIO()
+    print_run(RunResult.from_dict(rec), Console(file=out, width=80))
+    text = out.getvalue()
+    row = {line.strip("│ ").split("│")[0].strip(): line for line in text.splitlines()
+           if "│" in line}
+    assert "5120.0" in row["tokens/s"] and "2.500" in row["loss"]
+    assert ("held-out loss 2.500 nats/token (perplexity 12.18) over 16,384 tokens, below the "
+            "training split's unigram entropy 3.231 nats/token") in " ".join(text.split())

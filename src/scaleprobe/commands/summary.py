@@ -9,7 +9,7 @@ from rich.table import Table
 
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
-from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime
+from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
 
 
 def print_run(result: RunResult, con: Console | None = None) -> None:
@@ -24,6 +24,7 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
         return
     con.print(_figures_table(con, _figures(r)))
     _rates_line(con, r)
+    _lm_line(con, r)
     _breakdown(con, r)
     _epoch_starts(con, r)
     if r.target is not None:
@@ -61,14 +62,36 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     epoch = fmt.seconds(m.epoch_time_s) + (" (proj.)" if m.epoch_time_projected else "")
     mem = m.peak_mem_bytes
     found = r.task_metric()
-    name, value = found if found is not None else ("accuracy", None)
-    return [("samples/s", fmt.num(m.samples_per_s)),
+    lm = m.unigram_entropy_nats is not None
+    name, value = found if found is not None else ("loss" if lm else "accuracy", None)
+    tokens = ([("tokens/s", fmt.num(m.tokens_per_s))] if m.tokens_per_s is not None
+              else [])  # token tasks (lm)
+    return [("samples/s", fmt.num(m.samples_per_s)), *tokens,
             ("step median", fmt.ms(st.median)), ("p95", fmt.ms(st.p95)),
             ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
             ("peak device mem", fmt.bytes_(mem.device_allocated)),
             ("CPU util", fmt.num(m.cpu_util_pct, ".0f", "%")),
             ("GPU util", fmt.num(m.gpu_util_pct, ".0f", "%")),
             (name, fmt.num(value, ".3f"))]
+
+
+def _lm_line(con: Console, r: RunResult) -> None:
+    """--task lm: the held-out loss beside the training split's unigram entropy (the loss of
+    a model that knows only token frequencies)."""
+    m = r.metrics
+    h = m.unigram_entropy_nats
+    if h is None:
+        return
+    loss = num(m.extra.get("loss"))
+    if loss is None:
+        con.print(f"language model: unigram entropy of the training split {h:.3f} nats/token "
+                  "(held-out loss: add --eval)")
+        return
+    ppl = num(m.extra.get("perplexity"))
+    side = "below" if loss < h else "not below"
+    con.print(f"language model: held-out loss {loss:.3f} nats/token (perplexity "
+              f"{fmt.num(ppl, '.2f')}) over {fmt.num(num(m.extra.get('eval_tokens')), ',.0f')} "
+              f"tokens, {side} the training split's unigram entropy {h:.3f} nats/token")
 
 
 def _flops_line(con: Console, r: RunResult) -> None:

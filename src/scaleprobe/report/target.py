@@ -24,6 +24,8 @@ from scaleprobe.measure.stats import median
 from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
 from scaleprobe.results import Record, RunResult, TimeToTarget
+from scaleprobe.target import LOWER_IS_BETTER
+from scaleprobe.target import target_text as direction_text
 
 TARGET_HEADERS = ("Time to target", "Reached", "Samples to target", "TTT speedup")
 
@@ -41,10 +43,15 @@ def has_target(r: RunResult) -> bool:
 
 
 def target_text(r: RunResult) -> str:
+    """``accuracy >= 0.95`` or ``loss <= 2.1``: the run's target with its direction."""
     t = r.target
     if t is not None and t.metric is not None and t.target is not None:
-        return f"{t.metric} >= {t.target:g}"
-    return str(r.cfg("train.target") or "the target").replace("=", " >= ")
+        return direction_text(t.metric, t.target)
+    metric, sep, value = str(r.cfg("train.target") or "").partition("=")
+    try:
+        return direction_text(metric.strip(), float(value)) if sep else "the target"
+    except ValueError:
+        return f"{metric.strip()} = {value.strip()}"
 
 
 def _median(vals: list[float]) -> float | None:
@@ -217,7 +224,8 @@ def curve_plot(series: list[tuple[str, TimeToTarget]], target: float | None,
            title=f"{metric} against training time")
     ax.set_xlim(left=0)  # training starts at 0 s: the lines compare from there
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    # the curves rise to a target of accuracy, fall to one of loss: the legend where they leave
+    ax.legend(fontsize=8, loc="upper right" if metric in LOWER_IS_BETTER else "lower right")
     return plots._render(fig)
 
 
