@@ -183,6 +183,37 @@ class PeakMem(Record):
 
 
 @dataclass
+class RankState(Record):
+    """The training state one rank holds (measure/held.py: local shards under fsdp, full
+    copies otherwise) and that rank's measured peak memory beside it, bytes."""
+
+    rank: int | None = None
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    total_bytes: int | None = None
+    host_peak_rss: int | None = None  # this process's peak resident memory
+    device_allocated: int | None = None  # CUDA: max_memory_allocated
+    device_reserved: int | None = None  # CUDA: max_memory_reserved
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StateBytes(Record):
+    """Parameters + gradients + optimizer state per rank: the largest rank's figures (``rank``)
+    and every training rank's in ``by_rank``; ``read_at`` says when they were read."""
+
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    total_bytes: int | None = None
+    rank: int | None = None
+    by_rank: list[RankState] = field(default_factory=list)
+    read_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Peak(Record):
     """The peak an MFU is held against (measure/flops.py): one device's dense FLOP/s for the
     run's dtype, from a data sheet or measured, and how many such devices the run trained on."""
@@ -247,6 +278,8 @@ class Metrics(Record):
     achieved_flops_per_s: float | None = None
     mfu: float | None = None  # achieved / (peak.flops_per_s x peak.devices)
     peak: Peak | None = None
+    # parameters, gradients and optimizer state each rank holds (measure/held.py)
+    state_bytes: StateBytes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -350,6 +383,11 @@ class Comm(Record):
     measured_link: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = None
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
+    # measured in the step (traits.comm_in_step; comm/instep.py): the per-step figure's
+    # {median_s, interval_s: [lo, hi], steps, resolved, method}; and the sync-minus-no_sync
+    # calibration beside it as a cross-check with its own interval (never in the breakdown)
+    exposed_per_step: dict[str, Any] | None = None
+    cross_check: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -454,6 +492,10 @@ class RankMem(Record):
     host_file_growth: int | None = None  # RssFile at the peak reading less at the baseline
     device_allocated: int | None = None
     device_reserved: int | None = None
+    # the training state this rank holds (measure/held.py): local shards under fsdp
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

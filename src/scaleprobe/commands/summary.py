@@ -30,6 +30,7 @@ def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
 
         con.print(esc(summary_line(rec["target"])))
     _flops_line(con, rec)
+    _state_line(con, m)
     _comm_line(con, rec)
     if rec.get("straggler"):
         con.print("straggler: " + esc(rec["straggler"]["line"]))
@@ -152,12 +153,15 @@ def _comm_line(con: Console, rec: dict[str, Any]) -> None:
         con.print(line, markup=False)
         return
     line = f"communication: exposed {_ms(c.get('exposed_s'))} per step"
+    if c.get("exposed_s") is None and c.get("exposed_reason"):
+        line += f" ({c['exposed_reason']})"
     if c.get("exposed_fraction") is not None:
         line += f" ({c['exposed_fraction']:.0%} of the step)"
     if c.get("transfer_s") is not None and c.get("sync_overhead_s") is not None:
         line += (f" = transfer {_ms(c['transfer_s'])} + sync overhead "
                  f"{_ms(c['sync_overhead_s'])}")
     con.print(line, markup=False)
+    _in_step_lines(con, c)
     std = c.get("transfer_standalone") or {}
     if std:
         every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
@@ -169,6 +173,43 @@ def _comm_line(con: Console, rec: dict[str, Any]) -> None:
         con.print("  sync overhead: the rest (hooks, bucket copies, a server's work, waiting for "
                   "the slowest rank): not the network")
     _prediction_lines(con, c, rec)
+
+
+def _in_step_lines(con: Console, c: dict[str, Any]) -> None:
+    """Communication measured in the step (fsdp): the per-step figure's median and interval,
+    what was timed, and the no_sync cross-check beside it."""
+    from scaleprobe.comm.instep import text
+
+    if c.get("exposed_per_step"):
+        calls = c.get("calls_per_step") or {}
+        what = (f" (blocked in {calls.get('all_gather', 0)} all-gathers and "
+                f"{calls.get('reduce_scatter', 0)} reduce-scatters per step)" if calls else "")
+        con.print(f"  measured in the step: median {text(c['exposed_per_step'], _ms)}{what}",
+                  markup=False)
+    if c.get("cross_check"):
+        con.print("  cross-check, sync minus no_sync (not in the breakdown): "
+                  + text(c["cross_check"], _ms), markup=False)
+
+
+def _state_line(con: Console, m: dict[str, Any]) -> None:
+    """Parameters + gradients + optimizer state each rank holds, with its own peak beside."""
+    sb = m.get("state_bytes") or {}
+    rows = sb.get("by_rank") or []
+    if not rows:
+        return
+    shown = rows if len(rows) <= 4 else [r for r in rows if r.get("rank") == sb.get("rank")]
+    parts = []
+    for r in shown:
+        peak = (f"peak device allocated {fmt.bytes_(r['device_allocated'])}"
+                if r.get("device_allocated") is not None else
+                f"peak RSS {fmt.bytes_(r.get('host_peak_rss'))}")
+        parts.append(f"rank {r.get('rank')} {fmt.bytes_(r.get('params_bytes'))} + "
+                     f"{fmt.bytes_(r.get('grads_bytes'))} + "
+                     f"{fmt.bytes_(r.get('optimizer_bytes'))} = "
+                     f"{fmt.bytes_(r.get('total_bytes'))} ({peak})")
+    tail = f" (the largest of {len(rows)} ranks)" if len(shown) < len(rows) else ""
+    con.print("state per rank, params + grads + optimizer: " + "; ".join(parts) + tail,
+              markup=False)
 
 
 def _prediction_lines(con: Console, c: dict[str, Any], rec: dict[str, Any]) -> None:

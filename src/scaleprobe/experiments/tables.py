@@ -29,7 +29,7 @@ POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "pea
                  "shard audit")
 POINT_CSV = ("status", "samples_per_s", "achieved_flops_per_s", "mfu", "step_time_median_s", "epoch_time_s",
              "epoch_time_projected", "peak_host_mem_bytes", "peak_device_mem_bytes",
-             "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
+             "state_bytes_per_rank", "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
              "audit_ok", "speedup", "speedup_lo", "speedup_hi", "repeats", "run_id", "error")
 
 
@@ -79,7 +79,8 @@ def _raw_row(rec: dict[str, Any], speedup: Any = None) -> list[Any]:
             g(rec, "metrics.achieved_flops_per_s"), g(rec, "metrics.mfu"),
             g(rec, "metrics.step_time_s.median"), g(rec, "metrics.epoch_time_s"),
             g(rec, "metrics.epoch_time_projected"), g(rec, "metrics.peak_mem_bytes.host"),
-            _peak_device(rec), g(rec, "metrics.data_wait_fraction"),
+            _peak_device(rec), g(rec, "metrics.state_bytes.total_bytes"),
+            g(rec, "metrics.data_wait_fraction"),
             g(rec, "metrics.cpu_util_pct"), g(rec, "metrics.gpu_util_pct"),
             found[0] if found else None, found[1] if found else None,
             audit.get("ok") if isinstance(audit, dict) else None,
@@ -115,13 +116,25 @@ def points_table(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
     axes, with its interval."""
     records = P.group_repeats(records)
     sp = speedups(records, labels)
-    extra = ["speedup"] if sp else []
+    state = _shows_state(records)
+    extra = ["speedup"] * bool(sp) + ["state/rank"] * state
     rows = [[_point(r).get(k) for k in labels] + _pretty_row(r)
-            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else []) for r in records]
+            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else [])
+            + ([fmt.bytes_(res.get(r, "metrics.state_bytes.total_bytes"))] if state else [])
+            for r in records]
     width = len(POINT_HEADERS) - 1 + len(extra)
     rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * width
              for s in skipped]
     return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
+
+
+def _shows_state(records: list[dict[str, Any]]) -> bool:
+    """A sweep with a strategy that shards the training state (fsdp) shows the parameters +
+    gradients + optimizer state each rank holds (the largest rank's), beside its peak."""
+    from scaleprobe.traits import known
+
+    return any((tr := known(R.cfg(r, "dist.strategy"))) is not None and tr.shards_state
+               for r in records)
 
 
 def _world(rec: dict[str, Any]) -> Any:
