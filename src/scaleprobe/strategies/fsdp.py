@@ -110,7 +110,9 @@ class FSDP(DDP):
         fully_shard(model, **kwargs)
         self.units = len(units) + 1
         sharded = [m for m in model.modules() if isinstance(m, fsdp_module)]
-        if self.device.type == "cuda":
+        if self.world < 2:
+            pass  # one rank: FSDP sends nothing, the comm phase is 0 in every step
+        elif self.device.type == "cuda":
             self.unseen["comm"] = CUDA_REASON
         else:
             why = install(sharded, self.waits)
