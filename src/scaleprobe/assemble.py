@@ -13,9 +13,11 @@ from typing import Any
 
 from scaleprobe import metrics as M
 from scaleprobe import results as res
+from scaleprobe.comm.instep import fill_in_step
 from scaleprobe.config import RunConfig
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
+from scaleprobe.measure.held import summarize_held
 from scaleprobe.measure.stats import median
 from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
 from scaleprobe.results import (
@@ -146,8 +148,6 @@ def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> 
         why["peak_mem_bytes.device_reserved"] = "no CUDA device: ran on the CPU"
     if m.device_nvml is None:
         why["peak_mem_bytes.device_nvml"] = mon.get("gpu_reason") or "no NVML reading"
-    from scaleprobe.measure.held import summarize_held
-
     held = summarize_held(ranks)
     result.metrics.state_bytes = StateBytes.from_dict(held) if held else None
     if held is None:
@@ -355,8 +355,6 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     c.exposed_s = result.metrics.breakdown_s.comm
     c.exposed_fraction = result.metrics.comm_fraction
     if tr.comm_in_step:  # fsdp: per-step figure, its interval; the calibration a cross-check
-        from scaleprobe.comm.instep import fill_in_step
-
         fill_in_step(c, raw0, result.batch.world_size or 0, why)
     if (result.batch.world_size or 0) < 2:
         c.transfer_s = c.sync_overhead_s = c.transfer_hidden_s = 0.0

@@ -20,6 +20,7 @@ from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.config import RunConfig
 from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
+from scaleprobe.measure.held import held_bytes
 from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.stats import is_stable
@@ -124,8 +125,6 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
     p.strategy.optimizer_step(p.optimizer, p.scaler)
     tm.mark("optimizer")
     if st.step == max(0, p.cfg.train.warmup_steps - 1):  # once: gradients and moments exist
-        from scaleprobe.measure.held import held_bytes
-
         p.held = held_bytes(p.strategy.unwrap(p.model), p.optimizer)
     if p.strategy.explicit_comm:
         p.strategy.after_step(p.model, st.step)  # local SGD averages params that have grads
