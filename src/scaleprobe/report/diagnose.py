@@ -197,6 +197,9 @@ def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     f = R.metric(rec, "comm_fraction")
     if f is None or f <= th.comm_fraction:
         return None
+    per = R.dict_of(res.get(rec, "comm.exposed_per_step"))
+    if per.get("resolved") is False:  # measured in the step, its interval reaches 0: no verdict
+        return None
     ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'comm'))} "
           f"of {fmt.ms(R.breakdown_total_s(rec))}; threshold {fmt.pct(th.comm_fraction)})")
     transfer, overhead = R.number(rec, "comm.transfer_s"), R.number(rec, "comm.sync_overhead_s")
@@ -204,10 +207,14 @@ def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
         op = res.get(rec, "comm.transfer_standalone.op") or "collective"
         size = fmt.bytes_(R.number(rec, "comm.transfer_standalone.bytes"))
         ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
-               f"same process group) + sync overhead {advice.short_ms(overhead)} (hooks, "
-               "bucketing, waiting for the slowest rank)")
+               f"same process group) + sync overhead {advice.short_ms(overhead)} "
+               f"({advice.sync_words(rec)[1]})")
     else:
         ev += "; not split into transfer and sync overhead (not measured in this result)"
+    if per.get("interval_s"):
+        lo, hi = per["interval_s"]
+        ev += (f"; measured in the step: median {fmt.ms(per.get('median_s'))} [{fmt.ms(lo)}, "
+               f"{fmt.ms(hi)}] over {per.get('steps')} steps")
     sync, no_sync = R.number(rec, "comm.sync_step_s"), R.number(rec, "comm.no_sync_step_s")
     if sync and no_sync:
         ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "

@@ -151,3 +151,23 @@ def test_the_comm_record_keeps_the_calibration_as_a_cross_check_only(group):
     # pairs after the first: differences 0.10, 0.09, 0.09 (paired, not medians subtracted)
     assert cc["pairs"] == 3 and cc["difference_s"] == pytest.approx(0.09)
     assert cc["interval_s"] == pytest.approx([0.09, 0.10]) and cc["resolved"] is True
+
+
+def test_fully_shard_from_torch_2_6_then_the_older_path_then_a_one_line_error(monkeypatch):
+    import sys
+    import types
+
+    from torch.distributed.fsdp import fully_shard
+
+    from scaleprobe.strategies.fsdp import fsdp_api
+
+    assert fsdp_api()[0] is fully_shard
+    monkeypatch.setitem(sys.modules, "torch.distributed.fsdp", None)  # as before torch 2.6
+    old = types.ModuleType("torch.distributed._composable.fsdp")  # where 2.4-2.5 had it
+    old.fully_shard, old.MixedPrecisionPolicy, old.FSDPModule = "fs", "mp", "mod"
+    monkeypatch.setitem(sys.modules, "torch.distributed._composable.fsdp", old)
+    assert fsdp_api() == ("fs", "mp", "mod")
+    monkeypatch.setitem(sys.modules, "torch.distributed._composable.fsdp", None)  # before 2.4
+    with pytest.raises(ConfigError, match=r"--strategy fsdp needs PyTorch's FSDP2 fully_shard "
+                                          r"\(torch 2.4 or later\); this is torch "):
+        fsdp_api()
