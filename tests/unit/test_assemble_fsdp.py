@@ -23,7 +23,10 @@ def _fsdp_rank(rank: int, comm_s: list[float], cross: dict | None = None) -> dic
                               h2d=[0.0] * STEPS)
     r["comm"] = {"method": "in step", "in_step": True, "exposed_reason": None,
                  "cross_check": cross, "calls_per_step": {"all_gather": 7, "reduce_scatter": 4},
-                 "units": 4, "sharding_rule": "blocks"}
+                 "units": 4, "sharding_rule": "blocks",
+                 "transfer": {"op": "fsdp_step", "bytes": 3000, "times_s": [0.005],
+                              "median_s": 0.005, "every": 1, "per_step_s": 0.005,
+                              "method": "standalone"}}
     r["mem"].update(params_bytes=1000, grads_bytes=1000, optimizer_bytes=2040)
     return r
 
@@ -66,5 +69,8 @@ def test_the_state_each_rank_holds_and_the_summary_lines():
     line = next(ln for ln in text.splitlines() if "measured in the step" in ln)
     assert "median 11.0 ms" in line and "over 10 steps" in line
     assert "7 all-gathers and 4 reduce-scatters per step" in line
+    assert ("sync overhead: the rest (one collective per unit and its latency, buffer copies, "
+            "waiting for the slowest rank)") in text
+    assert "bucket copies" not in text  # FSDP has no buckets
     cross = next(ln for ln in text.splitlines() if "cross-check" in ln)
     assert "4.0 ms" in cross and "not resolved from noise" in cross

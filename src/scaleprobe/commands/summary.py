@@ -170,8 +170,13 @@ def _comm_line(con: Console, rec: dict[str, Any]) -> None:
         con.print(f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
                   f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}",
                   markup=False)
-        con.print("  sync overhead: the rest (hooks, bucket copies, a server's work, waiting for "
-                  "the slowest rank): not the network")
+        from scaleprobe.report.advice import sync_words
+        from scaleprobe.traits import known
+
+        tr = known(((rec.get("config") or {}).get("dist") or {}).get("strategy"))
+        parts = (sync_words(rec)[1] if tr is not None and tr.shards_state else
+                 "hooks, bucket copies, a server's work, waiting for the slowest rank")
+        con.print(f"  sync overhead: the rest ({parts}): not the network", markup=False)
     _prediction_lines(con, c, rec)
 
 
