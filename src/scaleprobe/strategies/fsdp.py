@@ -30,8 +30,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 
+from scaleprobe.comm.instep import cross_check
 from scaleprobe.errors import ConfigError
+from scaleprobe.measure.timer import WaitSplit
 from scaleprobe.strategies.ddp import DDP
 from scaleprobe.strategies.fsdp_comm import CUDA_REASON, IN_STEP_METHOD, WaitClock, install
 from scaleprobe.traits import TRAITS
@@ -96,8 +99,6 @@ class FSDP(DDP):
         self.amp = cfg.train.amp
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        from torch.distributed.device_mesh import init_device_mesh
-
         fully_shard, policy_cls, fsdp_module = self.api
         mesh = init_device_mesh(self.device.type, (self.world,))
         kwargs: dict[str, Any] = {"mesh": mesh}
@@ -134,8 +135,6 @@ class FSDP(DDP):
     def step_timer(self, timer: Any) -> Any:
         if "comm" in self.unseen:
             return timer
-        from scaleprobe.measure.timer import WaitSplit
-
         return WaitSplit(timer, self.waits)
 
     @property
@@ -146,8 +145,6 @@ class FSDP(DDP):
         return dict(self.unseen)
 
     def comm_record(self, calibration: dict[str, Any] | None) -> dict[str, Any]:
-        from scaleprobe.comm.instep import cross_check
-
         cal = calibration or {}
         return {"method": None if "comm" in self.unseen else IN_STEP_METHOD,
                 "in_step": True, "exposed_reason": self.unseen.get("comm"),
