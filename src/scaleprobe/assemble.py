@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe.comm.instep import fill_in_step
 from scaleprobe.config import RunConfig
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
+from scaleprobe.measure.held import summarize_held
 from scaleprobe.measure.stats import median
 from scaleprobe.measure.summary import epoch_time, rank_summary, straggler
 from scaleprobe.results import (
@@ -23,6 +25,7 @@ from scaleprobe.results import (
     PeakMem,
     RankRecord,
     RunResult,
+    StateBytes,
     Straggler,
     TimeToTarget,
 )
@@ -96,6 +99,10 @@ def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> 
         why["peak_mem_bytes.device_reserved"] = "no CUDA device: ran on the CPU"
     if m.device_nvml is None:
         why["peak_mem_bytes.device_nvml"] = mon.get("gpu_reason") or "no NVML reading"
+    held = summarize_held(ranks)
+    result.metrics.state_bytes = StateBytes.from_dict(held) if held else None
+    if held is None:
+        why["state_bytes"] = "no training rank read its state (no step ran)"
 
 
 def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
@@ -306,6 +313,8 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     c = Comm.from_dict(cal)
     c.exposed_s = result.metrics.breakdown_s.comm
     c.exposed_fraction = result.metrics.comm_fraction
+    if tr.comm_in_step:  # fsdp: per-step figure, its interval; the calibration a cross-check
+        fill_in_step(c, raw0, result.batch.world_size or 0, why)
     if (result.batch.world_size or 0) < 2:
         c.transfer_s = c.sync_overhead_s = c.transfer_hidden_s = 0.0
         c.transfer_method = c.sync_overhead_method = ALONE_METHOD

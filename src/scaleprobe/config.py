@@ -156,8 +156,9 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class DistConfig:
-    strategy: str = option("single", "single | dp | ddp | ps | localsgd", choices=tuple(TRAITS))
-    nproc: int = option(1, "processes on this host (ddp, ps, localsgd)", ge=1)
+    strategy: str = option("single", "single | dp | ddp | ps | localsgd | fsdp",
+                           choices=tuple(TRAITS))
+    nproc: int = option(1, "processes on this host (ddp, ps, localsgd, fsdp)", ge=1)
     nnodes: int = option(1, "hosts", ge=1)
     node_rank: int = option(0, "this host's index (0 = the rendezvous host)", ge=0)
     rdzv_endpoint: str | None = option(None, "HOST:PORT of host 0 (several hosts)",
@@ -168,7 +169,8 @@ class DistConfig:
                               "within this", gt=0, le=86400)
     backend: str | None = option(None, "gloo | nccl", choices=("gloo", "nccl"),
                                  unset="nccl on CUDA, gloo on CPU")
-    audit: bool = option(True, "shard audit over the training ranks (ddp, localsgd, ps workers)")
+    audit: bool = option(True, "shard audit over the training ranks (ddp, fsdp, localsgd, ps "
+                         "workers)")
     calibrate_comm: bool = option(True, "measure exposed communication with a no_sync phase")
     calibration_steps: int = option(8, "steps of each kind (sync, no_sync) in calibration; the "
                                     "first of each is dropped", ge=2)

@@ -41,6 +41,7 @@ class Parts:
     host_baseline: dict[str, Any] = field(default_factory=dict)  # before the model and data existed
     flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
     watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
+    held: dict[str, int] | None = None  # measure/held.py: state bytes this rank holds
 
 
 def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
@@ -94,6 +95,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
         init_lazy(model, task.to_device(*first[:2], device, False)[0])
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    strategy.configure(cfg)
     model = strategy.wrap(model)
     lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
                                 and cfg.train.global_batch is None else 1)

@@ -254,6 +254,37 @@ class PeakMem(Record):
 
 
 @dataclass
+class RankState(Record):
+    """The training state one rank holds (measure/held.py: local shards under fsdp, full
+    copies otherwise) and that rank's measured peak memory beside it, bytes."""
+
+    rank: int | None = None
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    total_bytes: int | None = None
+    host_peak_rss: int | None = None  # this process's peak resident memory
+    device_allocated: int | None = None  # CUDA: max_memory_allocated
+    device_reserved: int | None = None  # CUDA: max_memory_reserved
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StateBytes(Record):
+    """Parameters + gradients + optimizer state per rank: the largest rank's figures (``rank``)
+    and every training rank's in ``by_rank``; ``read_at`` says when they were read."""
+
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    total_bytes: int | None = None
+    rank: int | None = None
+    by_rank: list[RankState] = field(default_factory=list)
+    read_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Peak(Record):
     """The peak an MFU is held against (measure/flops.py): one device's dense FLOP/s for the
     run's dtype, from a data sheet or measured, and how many such devices the run trained on."""
@@ -322,6 +353,8 @@ class Metrics(Record):
     achieved_flops_per_s: float | None = None
     mfu: float | None = None  # achieved / (peak.flops_per_s x peak.devices)
     peak: Peak | None = None
+    # parameters, gradients and optimizer state each rank holds (measure/held.py)
+    state_bytes: StateBytes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -357,8 +390,10 @@ class Batch(Record):
     global_: int | None = None
     world_size: int | None = None
     training_ranks: int | None = None
-    tokens_per_sample: int | None = None  # token tasks (lm): data.seq_len; null for images
+    tokens_per_sample: int | None = None  # token tasks (lm): data.seq_len; absent for images
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("tokens_per_sample",)
 
     # "global" is a Python keyword: the field is global_, the JSON key "global"
     def to_dict(self) -> dict[str, Any]:
@@ -429,6 +464,16 @@ class Comm(Record):
     # compared only with the loopback prediction); absent otherwise
     prediction_measured_link: dict[str, Any] | None = None
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
+    # measured in the step (traits.comm_in_step; comm/instep.py): the per-step figure's
+    # {median_s, interval_s: [lo, hi], steps, resolved, method}; and the sync-minus-no_sync
+    # calibration beside it as a cross-check with its own interval (never in the breakdown)
+    exposed_per_step: dict[str, Any] | None = None
+    cross_check: dict[str, Any] | None = None
+    # fsdp: the collectives the step was blocked in ({all_gather, reduce_scatter} per step),
+    # and why exposed_s is null where it is
+    in_step: bool | None = None
+    calls_per_step: dict[str, Any] | None = None
+    exposed_reason: str | None = None
     # ddp's calibration (calibrate.py): medians of fwd+bwd with / without gradient sync, their
     # difference, the raw samples and how they were taken; absent where it did not run
     sync_step_s: float | None = None
@@ -439,7 +484,8 @@ class Comm(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("sync_step_s", "no_sync_step_s", "sync_cost_s",
-                                           "samples", "method", "prediction_measured_link")
+                                           "samples", "method", "prediction_measured_link",
+                                           "in_step", "calls_per_step", "exposed_reason")
 
     def dominant(self) -> str | None:
         """"transfer" or "sync_overhead": the larger part of the exposed communication; None
@@ -749,6 +795,10 @@ class RankMem(Record):
     host_file_growth: int | None = None  # RssFile at the peak reading less at the baseline
     device_allocated: int | None = None
     device_reserved: int | None = None
+    # the training state this rank holds (measure/held.py): local shards under fsdp
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -57,6 +57,12 @@ A run record (``kind == "run"``)::
                       loss_last, bad_samples_skipped, flops_per_step, flops_per_sample,
                       achieved_flops_per_s, mfu, peak {flops_per_s, devices, dtype,
                       device_name, source, measured},
+                      state_bytes {params_bytes, grads_bytes, optimizer_bytes, total_bytes,
+                      rank, by_rank [{rank, params_bytes, grads_bytes, optimizer_bytes,
+                      total_bytes, host_peak_rss, device_allocated, device_reserved}],
+                      read_at}: the training state each rank holds (measure/held.py: local
+                      shards under fsdp, full copies otherwise), the largest rank's at the
+                      top, each rank's with its own measured peak memory beside it,
                       (task metrics: verification_accuracy, map50; lm: loss (held-out,
                       mean nats per token), perplexity, eval_tokens)
                       samples_per_s: the sum over the training ranks of each one's
@@ -92,7 +98,14 @@ A run record (``kind == "run"``)::
     comm              null for in-process strategies (single, dp); else (docs/COMMUNICATION.md):
       exposed_s, exposed_fraction   communication the step waits for (breakdown_s.comm):
                         ddp: sync minus no_sync calibration; ps / local SGD: the timed comm
-                        phase. 0 at world size 1, where nothing is communicated
+                        phase; fsdp: the time blocked on its collectives, measured in the
+                        step. 0 at world size 1, where nothing is communicated
+      exposed_per_step  measured in the step (fsdp): {median_s, interval_s [lo, hi], steps,
+                        resolved, method}: the per-step figure's median and its 95% interval
+                        over the timed steps; resolved false when the interval reaches 0
+      cross_check       fsdp: the no_sync calibration beside it {sync_step_s,
+                        no_sync_step_s, difference_s, interval_s, resolved, pairs, samples,
+                        method}; never moved into the breakdown
       sync_step_s, no_sync_step_s, sync_cost_s, samples, method   ddp's calibration: medians
                         of fwd+bwd with / without gradient sync (alternating, first of each
                         dropped), their difference clipped at 0, the raw samples
@@ -176,9 +189,11 @@ from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-export
     RankInfo,
     RankMem,
     RankRecord,
+    RankState,
     RankSummary,
     Record,
     RunResult,
+    StateBytes,
     StepTime,
     Straggler,
     SweepRecord,

@@ -9,7 +9,9 @@ from rich.table import Table
 
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
+from scaleprobe.report.advice import sync_words
 from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
+from scaleprobe.traits import known
 
 
 def print_run(result: RunResult, con: Console | None = None) -> None:
@@ -32,6 +34,7 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
 
         con.print(esc(summary_line(r.target.to_dict())))
     _flops_line(con, r)
+    _state_line(con, r)
     _comm_line(con, r)
     if r.straggler is not None:
         con.print("straggler: " + esc(r.straggler.line))
@@ -174,12 +177,15 @@ def _comm_line(con: Console, r: RunResult) -> None:
         con.print(line, markup=False)
         return
     line = f"communication: exposed {_ms(c.exposed_s)} per step"
+    if c.exposed_s is None and c.exposed_reason:
+        line += f" ({c.exposed_reason})"
     if c.exposed_fraction is not None:
         line += f" ({c.exposed_fraction:.0%} of the step)"
     if c.transfer_s is not None and c.sync_overhead_s is not None:
         line += (f" = transfer {_ms(c.transfer_s)} + sync overhead "
                  f"{_ms(c.sync_overhead_s)}")
     con.print(line, markup=False)
+    _in_step_lines(con, c)
     std = c.transfer_standalone or {}
     if std:
         every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
@@ -188,9 +194,48 @@ def _comm_line(con: Console, r: RunResult) -> None:
         con.print(f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
                   f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}",
                   markup=False)
-        con.print("  sync overhead: the rest (hooks, bucket copies, a server's work, waiting for "
-                  "the slowest rank): not the network")
+        tr = known(r.cfg("dist.strategy"))
+        parts = (sync_words(r)[1] if tr is not None and tr.shards_state else
+                 "hooks, bucket copies, a server's work, waiting for the slowest rank")
+        con.print(f"  sync overhead: the rest ({parts}): not the network", markup=False)
     _prediction_lines(con, c, r)
+
+
+def _in_step_lines(con: Console, c: Comm) -> None:
+    """Communication measured in the step (fsdp): the per-step figure's median and interval,
+    what was timed, and the no_sync cross-check beside it."""
+    from scaleprobe.comm.instep import text
+
+    if c.exposed_per_step:
+        calls = c.calls_per_step or {}
+        what = (f" (blocked in {calls.get('all_gather', 0)} all-gathers and "
+                f"{calls.get('reduce_scatter', 0)} reduce-scatters per step)" if calls else "")
+        con.print(f"  measured in the step: median {text(c.exposed_per_step, _ms)}{what}",
+                  markup=False)
+    if c.cross_check:
+        con.print("  cross-check, sync minus no_sync (not in the breakdown): "
+                  + text(c.cross_check, _ms), markup=False)
+
+
+def _state_line(con: Console, r: RunResult) -> None:
+    """Parameters + gradients + optimizer state each rank holds, with its own peak beside."""
+    sb = r.metrics.state_bytes
+    rows = sb.by_rank if sb is not None else []
+    if sb is None or not rows:
+        return
+    shown = rows if len(rows) <= 4 else [x for x in rows if x.rank == sb.rank]
+    parts = []
+    for x in shown:
+        peak = (f"peak device allocated {fmt.bytes_(x.device_allocated)}"
+                if x.device_allocated is not None else
+                f"peak RSS {fmt.bytes_(x.host_peak_rss)}")
+        parts.append(f"rank {x.rank} {fmt.bytes_(x.params_bytes)} + "
+                     f"{fmt.bytes_(x.grads_bytes)} + "
+                     f"{fmt.bytes_(x.optimizer_bytes)} = "
+                     f"{fmt.bytes_(x.total_bytes)} ({peak})")
+    tail = f" (the largest of {len(rows)} ranks)" if len(shown) < len(rows) else ""
+    con.print("state per rank, params + grads + optimizer: " + "; ".join(parts) + tail,
+              markup=False)
 
 
 def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:

@@ -23,6 +23,7 @@ from scaleprobe.report import repeats as P
 from scaleprobe.report import workers as W
 from scaleprobe.report.load import under_load_line
 from scaleprobe.results import Experiment, Record, RunResult, SweepRecord
+from scaleprobe.traits import known
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
 POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "peak host mem",
@@ -30,7 +31,7 @@ POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "pea
                  "shard audit")
 POINT_CSV = ("status", "samples_per_s", "achieved_flops_per_s", "mfu", "step_time_median_s", "epoch_time_s",
              "epoch_time_projected", "peak_host_mem_bytes", "peak_device_mem_bytes",
-             "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
+             "state_bytes_per_rank", "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
              "audit_ok", "speedup", "speedup_lo", "speedup_hi", "repeats", "run_id", "error")
 
 
@@ -77,7 +78,8 @@ def _raw_row(rec: RunResult, speedup: Any = None) -> list[Any]:
     found = rec.task_metric()
     return [rec.status, m.samples_per_s, m.achieved_flops_per_s, m.mfu, rec.step_median_s,
             m.epoch_time_s, m.epoch_time_projected, m.peak_mem_bytes.host,
-            _peak_device(rec), m.data_wait_fraction, m.cpu_util_pct, m.gpu_util_pct,
+            _peak_device(rec), _state_total(rec), m.data_wait_fraction, m.cpu_util_pct,
+            m.gpu_util_pct,
             found[0] if found else None, found[1] if found else None,
             rec.audit.ok if rec.audit is not None else None,
             *_speedup_raw(speedup), len(P.repeats_of(rec)), rec.run_id, rec.error]
@@ -106,13 +108,28 @@ def points_table(records: list[RunResult], skipped: list[dict[str, Any]],
     axes, with its interval."""
     records = P.group_repeats(records)
     sp = speedups(records, labels)
-    extra = ["speedup"] if sp else []
+    state = _shows_state(records)
+    extra = ["speedup"] * bool(sp) + ["state/rank"] * state
     rows = [[_point(r).get(k) for k in labels] + _pretty_row(r)
-            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else []) for r in records]
+            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else [])
+            + ([fmt.bytes_(_state_total(r))] if state else [])
+            for r in records]
     width = len(POINT_HEADERS) - 1 + len(extra)
     rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * width
              for s in skipped]
     return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
+
+
+def _state_total(rec: RunResult) -> int | None:
+    sb = rec.metrics.state_bytes
+    return sb.total_bytes if sb is not None else None
+
+
+def _shows_state(records: list[RunResult]) -> bool:
+    """A sweep with a strategy that shards the training state (fsdp) shows the parameters +
+    gradients + optimizer state each rank holds (the largest rank's), beside its peak."""
+    return any((tr := known(r.cfg("dist.strategy"))) is not None and tr.shards_state
+               for r in records)
 
 
 def _world(rec: RunResult) -> Any:

@@ -122,6 +122,17 @@ def comm_dominant(rec: RunResult) -> str | None:
     return rec.comm.dominant() if rec.comm is not None else None
 
 
+def sync_words(rec: RunResult) -> tuple[str, str]:
+    """(what one synchronisation moves, what its overhead is made of) for the run's strategy:
+    DDP's gradient buckets, or FSDP's per-unit gathers of parameters and scatters of
+    gradients."""
+    tr = known(rec.cfg("dist.strategy"))
+    if tr is not None and tr.shards_state:
+        return ("parameters and gradients", "one collective per unit and its latency, buffer "
+                "copies, waiting for the slowest rank")
+    return "gradients", "gradient hooks, bucket copies, waiting for the slowest rank"
+
+
 def comm_bound(rec: RunResult) -> str:
     """What to change when exposed communication is large. Links and bucket sizes only when
     transfer dominates; when sync overhead dominates, say that the network is not the cost."""
@@ -138,11 +149,12 @@ def comm_bound(rec: RunResult) -> str:
     if kind == "sync_overhead":
         transfer = rec.comm.transfer_s if rec.comm is not None else None
         overhead = rec.comm.sync_overhead_s if rec.comm is not None else None
-        tips.insert(0, f"the cost is not the network: moving the gradients takes "
+        moved, parts = sync_words(rec)
+        tips.insert(0, f"the cost is not the network: moving the {moved} takes "
                        f"{short_ms(transfer)} of the {short_ms((transfer or 0) + (overhead or 0))}"
                        f" exposed, so a faster link or other bucket sizes cannot win more than "
                        f"that; the other {short_ms(overhead)} is synchronisation overhead "
-                       "(gradient hooks, bucket copies, waiting for the slowest rank)")
+                       f"({parts})")
         tips.append("look for a straggler or for compute threads competing with the "
                     "communication threads (threads per process = cores / processes), or "
                     "synchronise less often (--strategy localsgd --average-every 4)")

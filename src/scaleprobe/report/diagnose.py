@@ -199,19 +199,26 @@ def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     f = rec.metrics.comm_fraction
     if f is None or f <= th.comm_fraction:
         return None
+    c = rec.comm or Comm()
+    per = R.dict_of(c.exposed_per_step)
+    if per.get("resolved") is False:  # measured in the step, its interval reaches 0: no verdict
+        return None
     ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(bd.comm)} "
           f"of {fmt.ms(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
-    c = rec.comm or Comm()
     transfer, overhead = c.transfer_s, c.sync_overhead_s
     if transfer is not None and overhead is not None:
         standalone = R.dict_of(c.transfer_standalone)
         op = standalone.get("op") or "collective"
         size = fmt.bytes_(R.num(standalone.get("bytes")))
         ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
-               f"same process group) + sync overhead {advice.short_ms(overhead)} (hooks, "
-               "bucketing, waiting for the slowest rank)")
+               f"same process group) + sync overhead {advice.short_ms(overhead)} "
+               f"({advice.sync_words(rec)[1]})")
     else:
         ev += "; not split into transfer and sync overhead (not measured in this result)"
+    if per.get("interval_s"):
+        lo, hi = per["interval_s"]
+        ev += (f"; measured in the step: median {fmt.ms(per.get('median_s'))} [{fmt.ms(lo)}, "
+               f"{fmt.ms(hi)}] over {per.get('steps')} steps")
     sync, no_sync = c.sync_step_s, c.no_sync_step_s
     if sync and no_sync:
         ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "

@@ -179,6 +179,23 @@ def test_sync_overhead_is_not_given_network_advice():
     assert "--bucket-cap-mb" not in f.recommendation and "Gbit/s" not in f.recommendation
 
 
+def test_fsdp_comm_is_said_from_the_step_and_not_resolved_feeds_no_verdict():
+    """fsdp: the evidence carries the in-step median and interval and names what FSDP's
+    overhead is made of (not DDP's hooks and buckets); a figure whose interval reaches 0 is
+    not resolved from noise and gives no finding at all."""
+    per = {"median_s": 0.041, "interval_s": [0.031, 0.060], "steps": 10, "resolved": True}
+    rec = run("fsdp", strategy="fsdp", nproc=2, bd=breakdown(0.09, data=0.005, comm=0.5),
+              comm=_comm(0.045, 0.02, exposed_per_step=per))
+    f = _one(diagnose_run(rec), "synchronisation overhead")
+    assert "measured in the step: median 41.0 ms [31.0 ms, 60.0 ms] over 10 steps" in f.evidence
+    assert "one collective per unit" in f.evidence and "bucketing" not in f.evidence
+    assert "moving the parameters and gradients takes 20.0 ms" in f.recommendation
+    unresolved = {**per, "interval_s": [0.0, 0.06], "resolved": False}
+    rec = run("fsdp", strategy="fsdp", nproc=2, bd=breakdown(0.09, data=0.005, comm=0.5),
+              comm=_comm(0.045, 0.02, exposed_per_step=unresolved))
+    assert not {"communication-bound", "synchronisation overhead"} & _verdicts(diagnose_run(rec))
+
+
 def test_unsplit_comm_gets_no_link_or_bucket_advice():
     """Catches link and bucket advice given for exposed communication that was never split
     (a result written before the split): it may all be sync overhead."""
