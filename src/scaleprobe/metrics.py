@@ -7,6 +7,9 @@ here; a figure computed anywhere else is a bug.
 Figures (units in the names):
 
     samples_per_s(samples, seconds)        samples processed / wall seconds
+    window_samples_per_s(n, steps, window) the headline throughput: samples of the timed steps
+                                           / the timed window (samples over time)
+    step_samples_per_s(n, step)            the median step's rate (steady state, stalls out)
     unique_samples_per_s(sps, fraction)    samples/s counting each sample once per epoch
     compute_s(breakdown)                   h2d + forward + backward + optimizer of one step
     speedup(sps_n, sps_1)                  samples/s at N / samples/s at 1 (measured both)
@@ -65,6 +68,23 @@ def tokens_per_s(sps: float | None, tokens_per_sample: int | None) -> float | No
     if sps is None or not tokens_per_sample:
         return None
     return sps * tokens_per_sample
+
+
+def window_samples_per_s(samples_per_step: float | None, steps: int | None,
+                         window_s: float | None) -> float | None:
+    """Throughput: the samples of the timed steps over the timed window's wall clock (what a
+    user's own counter reports: samples over time, stalls and epoch starts included)."""
+    if not samples_per_step or not steps:
+        return None
+    return samples_per_s(samples_per_step * steps, window_s)
+
+
+def step_samples_per_s(samples_per_step: float | None, step_s: float | None) -> float | None:
+    """The typical step's rate: the samples of one step over the median step time (steady
+    state, stalls left out); the breakdown's basis, never the headline throughput."""
+    if not samples_per_step:
+        return None
+    return samples_per_s(samples_per_step, step_s)
 
 
 def unique_samples_per_s(sps: float | None, unique_fraction: float | None) -> float | None:

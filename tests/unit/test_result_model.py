@@ -19,8 +19,7 @@ def _filled_run() -> dict:
     cfg = C.build({"strategy": "ddp", "nproc": 2, "link": "1gbit"})
     rec = R.new_run_record(cfg.to_dict(), "id", "n", "k")
     rec.update(status="ok", batch={"per_device": 4, "per_process": 4, "global": 8,
-                                   "world_size": 2, "training_ranks": 2,
-                                   "tokens_per_sample": None},
+                                   "world_size": 2, "training_ranks": 2},
                audit={"ok": False, "duplicate_samples": 8, "missing_samples": 0,
                       "same_order_across_epochs": False, "unique_fraction": 0.5,
                       "detail": "x", "world_size": 2},

@@ -166,23 +166,23 @@ def compare_runs(a: RunResult, b: RunResult, label: str = "A vs B",
 
 
 def caveats(a: RunResult, b: RunResult, th: Thresholds = DEFAULT) -> list[str]:
-    """The verdict compares samples/s from each side's median step: where that is not the
-    side's throughput over its whole window (the window invariant), say so, and why when the
-    wait at epoch starts explains it."""
-    from scaleprobe.invariants import window_gap
+    """The verdict compares each side's throughput (samples over its timed window): where a
+    side's median step would say another figure (its steps vary widely), say so, and why when
+    the wait at epoch starts explains it: the difference may be the stalls, not the code."""
+    from scaleprobe.invariants import uneven_steps
     from scaleprobe.report.diagnose import epoch_start_wait
 
     out = []
     for side, r in (("A", a), ("B", b)):
-        gap = window_gap(r)
+        gap = uneven_steps(r)
         if gap is None:
             continue
-        sps, window = gap
+        step, window = gap
         why = epoch_start_wait(r, th)
-        out.append(f"{side}: {fmt.rate(sps)} samples/s from its median step, {fmt.rate(window)} "
-                   f"over its whole timed window ({sps / window:.2f}x)"
+        out.append(f"{side}: {fmt.rate(window)} samples/s over its timed window, "
+                   f"{fmt.rate(step)} from its median step ({step / window:.2f}x)"
                    + (f": {why}" if why else ": its steps vary widely (see its steps.csv)")
-                   + "; compare epoch times, or fix the stalls first")
+                   + "; the difference may be the stalls: compare epoch times, or fix them first")
     return out
 
 

@@ -34,7 +34,7 @@ Verdicts of one run:
 
 from __future__ import annotations
 
-from scaleprobe.invariants import check_run
+from scaleprobe.invariants import check_run, uneven_steps
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
@@ -68,7 +68,7 @@ def diagnose_run(rec: RunResult, others: list[RunResult] | None = None,
                            peak_use.recommendation, peak_use.severity)
     if peak_use is not None or shares is not None:
         out.append(peak_use or shares)  # type: ignore[arg-type]
-    for f in (_memory(rec, th), _audit(rec), _load(rec, th)):
+    for f in (_memory(rec, th), _audit(rec), _load(rec, th), _uneven(rec)):
         if f is not None:
             out.append(f)
     out.extend(_invariants(rec))
@@ -160,7 +160,7 @@ def epoch_start_wait(rec: RunResult, th: Thresholds = DEFAULT) -> str | None:
         return None
     per = f"; {int(spe)} step{'s' if spe != 1 else ''} per epoch" if spe else ""
     # the median step leaves the starts out only while they are fewer than half the steps
-    hidden = (", which samples/s (from the median step) leaves out"
+    hidden = (", which the median step (the breakdown's basis) leaves out"
               if timed and 2 * n < timed else "")
     return (f"{fmt.pct(share)} of the data wait fell on the {int(n)} timed steps that took an "
             f"epoch's first batch, {fmt.ms(wait)} each (median){per}: {fmt.pct(window)} of "
@@ -341,10 +341,24 @@ def _audit(rec: RunResult) -> Finding | None:
 INVARIANT_ADVICE = {
     "shares": "a measuring error: report it with the run's result.json",
     "no comm at 1": "one process has nothing to communicate; compare with --strategy single",
-    "window": "steps vary widely (stalls every few steps?): look at steps.csv; trust the window "
-              "figure for epoch planning",
+    "window": "a measuring error: report it with the run's result.json",
     "unique data": "fix the sharding first: throughput over repeated samples is not progress",
 }
+
+
+def _uneven(rec: RunResult) -> Finding | None:
+    """Steps that vary widely: the median step's rate is not the run's throughput."""
+    gap = uneven_steps(rec)
+    if gap is None:
+        return None
+    step, window = gap
+    why = epoch_start_wait(rec)
+    return Finding("steps vary widely",
+                   f"{fmt.rate(window)} samples/s over the timed window, {fmt.rate(step)} from "
+                   f"the median step ({step / window:.2f}x)" + (f": {why}" if why else ""),
+                   "look at steps.csv for the slow steps (loader stalls, epoch starts, other "
+                   "programs); plan epochs with the window's figure, the one samples/s shows",
+                   "warning")
 
 
 def _invariants(rec: RunResult) -> list[Finding]:

@@ -68,8 +68,8 @@ def test_input_bound_at_epoch_starts_is_told_apart_from_too_few_workers():
                             cores=16), n=3, wait=1.31, share=1.0, window=0.51)
     f = _one(diagnose_run(rec), "input-bound at epoch starts")
     assert ("100% of the data wait fell on the 3 timed steps that took an epoch's first batch, "
-            "1.31 s each (median); 3 steps per epoch: 51% of the timed window, which samples/s "
-            "(from the median step) leaves out") in f.evidence
+            "1.31 s each (median); 3 steps per epoch: 51% of the timed window, which the median "
+            "step (the breakdown's basis) leaves out") in f.evidence
     assert "data wait 44% of each step" in f.evidence
     assert "more workers do not shorten it" in f.recommendation
     assert "more steps per epoch (3 now)" in f.recommendation
