@@ -1,23 +1,21 @@
 """From the ranks' records and the monitor's figures to a run's result.
 
 ``build_result`` is the one place a result is made: a pure function (no file, no clock, no
-process) from the ranks' ``RankRecord``s and the monitor's summaries to a ``RunResult``.
-``finalize`` gathers its inputs, calls it, and writes result.json, steps.csv and one
-results.jsonl line."""
+process) from the ranks' ``RankRecord``s and the monitor's summaries to a ``RunResult``
+(``run/finalize.py`` gathers its inputs, calls it and writes the files)."""
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
 from typing import Any
 
 from scaleprobe import metrics as M
-from scaleprobe import results as res
+from scaleprobe.comm.instep import fill_in_step
 from scaleprobe.config import RunConfig
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
+from scaleprobe.measure.held import summarize_held
 from scaleprobe.measure.stats import median
-from scaleprobe.measure.summary import PHASES, epoch_time, rank_summary, straggler
+from scaleprobe.measure.summary import epoch_time, rank_summary, straggler
 from scaleprobe.results import (
     Audit,
     Batch,
@@ -27,6 +25,7 @@ from scaleprobe.results import (
     PeakMem,
     RankRecord,
     RunResult,
+    StateBytes,
     Straggler,
     TimeToTarget,
 )
@@ -43,7 +42,7 @@ def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | No
         try:
             _metrics(result, cfg, ranks, monitor)
             _target(result, cfg, ranks)
-            _checks(result, _head(ranks))
+            _checks(result, head_rank(ranks))
         except Exception as e:  # a bug in summarising must not lose the run
             result.status = "failed"
             result.error = f"summarising the run failed: {type(e).__name__}: {e}"
@@ -56,54 +55,9 @@ def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | No
     return result
 
 
-def finalize(rec: dict[str, Any], cfg: RunConfig, raws: list[dict[str, Any]] | None,
-             monitor: Any, run_dir: Path) -> dict[str, Any]:
-    """Build the result of the run ``rec`` and write its files. ``rec`` is updated in place
-    to the written record, which is also returned."""
-    ranks = [RankRecord.from_dict(r) for r in raws] if raws else None
-    mon: dict[str, Any] = {"gpu_reason": monitor.gpu_reason}
-    t0 = t1 = None
-    if ranks:
-        t0, t1 = _head(ranks).clock_window or (None, None)
-        mon.update(monitor.summary(t0, t1))
-    else:
-        mon.update(monitor.summary())
-    result = build_result(RunResult.from_dict(rec), cfg, ranks, mon, monitor.outside_load(t0, t1))
-    if ranks:
-        try:
-            _write_steps_csv(run_dir / "steps.csv", _head(ranks))
-        except OSError as e:
-            result.null_reasons["paths.steps_csv"] = f"not written: {e}"
-    if result.target is not None and result.target.curve:
-        from scaleprobe.target import CURVE_FILE, write_curve_csv
-
-        try:
-            write_curve_csv(run_dir / CURVE_FILE, result.target.curve)
-            result.paths["target_curve_csv"] = str(run_dir / CURVE_FILE)
-        except OSError as e:
-            result.null_reasons["paths.target_curve_csv"] = f"not written: {e}"
-    result.finished_at = res.utc_now()
-    rec.clear()
-    rec.update(result.to_dict())
-    res.write_json_atomic(run_dir / "result.json", rec)
-    res.append_jsonl(res.results_file(cfg.out), rec)
-    return rec
-
-
-def _head(ranks: list[RankRecord]) -> RankRecord:
+def head_rank(ranks: list[RankRecord]) -> RankRecord:
     """The first rank that trained (a parameter server's rank 0 does not)."""
     return next((r for r in ranks if r.step_times_s), ranks[0])
-
-
-def _write_steps_csv(path: Path, raw0: RankRecord) -> None:
-    phases = raw0.phase_times_s
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["step", "step_time_s", *[f"{p}_s" for p in PHASES]])
-        for i, t in enumerate(raw0.step_times_s):
-            w.writerow([i, f"{t:.6f}", *[f"{phases[p][i]:.6f}"
-                                         if i < len(phases.get(p) or []) else ""
-                                         for p in PHASES]])
 
 
 def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:
@@ -145,6 +99,10 @@ def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> 
         why["peak_mem_bytes.device_reserved"] = "no CUDA device: ran on the CPU"
     if m.device_nvml is None:
         why["peak_mem_bytes.device_nvml"] = mon.get("gpu_reason") or "no NVML reading"
+    held = summarize_held(ranks)
+    result.metrics.state_bytes = StateBytes.from_dict(held) if held else None
+    if held is None:
+        why["state_bytes"] = "no training rank read its state (no step ran)"
 
 
 def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
@@ -223,12 +181,16 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.breakdown_s = r0.breakdown_s
     if st:
         typical = r0.breakdown_s.total_s()
-        # sum over training ranks: equals global batch / step time when ranks move in
-        # lockstep, and stays right when they do not (asynchronous parameter server)
+        # sum over training ranks of each one's samples over its own timed window: equals
+        # global batch x steps / window when ranks move in lockstep, and stays right when
+        # they do not (asynchronous parameter server)
         rates = [r.samples_per_s for r in trainers if r.samples_per_s is not None]
         m.samples_per_s = sum(rates) if rates else None
         if not rates:
             why["samples_per_s"] = "no rank counted the samples of its steps"
+        step_rates = [r.samples_per_s_median_step for r in trainers
+                      if r.samples_per_s_median_step is not None]
+        m.samples_per_s_median_step = sum(step_rates) if step_rates else None
         m.samples_per_s_by_rank = {str(r.rank): r.samples_per_s for r in trainers}
         m.step_time_rank = r0.rank  # the step figures are this training rank's
         data = r0.breakdown_s.data
@@ -239,6 +201,11 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
         why["samples_per_s_by_rank"] = why["step_time_rank"] = why["step_time_s"]
     info = raw0.info
+    result.batch.tokens_per_sample = info.tokens_per_sample  # token tasks (lm)
+    m.tokens_per_s = M.tokens_per_s(m.samples_per_s, info.tokens_per_sample)
+    if info.tokens_per_sample and m.tokens_per_s is None:
+        why["tokens_per_s"] = why.get("samples_per_s") or why.get("step_time_s") or "no rate"
+    m.unigram_entropy_nats = info.unigram_entropy_nats
     m.param_count = info.param_count
     m.lr_effective = info.lr_effective
     m.lr_warmup_steps = info.lr_warmup_steps
@@ -282,6 +249,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     result.dataset_source = info.dataset_source
     result.input_mode = info.input_mode
     result.resolved = {"data.image_size": info.image_size, "data.num_classes": info.num_classes}
+    if info.seq_len:  # token data and the GPT shape the run built
+        result.resolved.update({"data.seq_len": info.seq_len, "data.vocab_size": info.vocab_size,
+                                **{f"model.{k}": v for k, v in (info.model_shape or {}).items()}})
     if raw0.threads:  # what a training rank used, not the launching process's
         result.env["threads"] = raw0.threads
     for r in ranks:  # every rank's traces; the first trainer's top operators; TensorBoard
@@ -362,6 +332,13 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     c = Comm.from_dict(cal)
     c.exposed_s = result.metrics.breakdown_s.comm
     c.exposed_fraction = result.metrics.comm_fraction
+    # every strategy's communication is measured in the step (DDP's comm hook, FSDP's timed
+    # collectives, the timed comm phases of ps and local SGD): the per-step figure and its
+    # interval; a calibration, where the strategy has one, is a cross-check beside it
+    fill_in_step(c, raw0, result.batch.world_size or 0, why,
+                 None if tr.overlapped_comm else
+                 "no sync-minus-no_sync calibration for this strategy: its communication is a "
+                 "phase of its own")
     if (result.batch.world_size or 0) < 2:
         c.transfer_s = c.sync_overhead_s = c.transfer_hidden_s = 0.0
         c.transfer_method = c.sync_overhead_method = ALONE_METHOD
@@ -394,7 +371,7 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     p = c.prediction
     if p and c.measured_link["name"] == "loopback" and p["link"] != "loopback":
         # --link named another network than the one measured: compare on loopback
-        c.extra["prediction_measured_link"] = _prediction(result, "loopback")
+        c.prediction_measured_link = _prediction(result, "loopback")
     result.comm = c
 
 

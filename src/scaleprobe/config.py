@@ -57,8 +57,9 @@ def _is_target(text: str) -> bool:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, or FILE.py:FUNC "
-                       "/ package.module:FUNC (`scaleprobe models`)", text="a model name")
+    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, gpt_tiny, "
+                       "gpt2_small (--task lm), or FILE.py:FUNC / package.module:FUNC "
+                       "(`scaleprobe models`)", text="a model name")
     channels_last: bool = option(False, "NHWC memory format for conv nets")
     pretrained: bool = option(False, "cached weights only; never downloads")
     compile: bool = option(False, "torch.compile the model (after DDP's wrapper, so its graphs "
@@ -67,19 +68,27 @@ class ModelConfig:
     compile_mode: str = option("default", "--compile: torch.compile's mode",
                                choices=("default", "reduce-overhead", "max-autotune",
                                         "max-autotune-no-cudagraphs"))
+    layers: int | None = option(None, "GPT models: transformer blocks", ge=1,
+                                unset="the named model's own")
+    width: int | None = option(None, "GPT models: model width (d_model), a multiple of heads",
+                               ge=1, unset="the named model's own")
+    heads: int | None = option(None, "GPT models: attention heads", ge=1,
+                               unset="the named model's own")
 
 
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = option("digits", "digits, synthetic (made once on the device), "
-                          "synthetic-loader, jpeg-synth, imagefolder, cifar10, mnist, voc, lfw "
-                          "(`scaleprobe datasets`)", text="a dataset name")
+                          "synthetic-loader, jpeg-synth, imagefolder, cifar10, mnist, voc, lfw; "
+                          "--task lm: text, tokens, tokens-synthetic (`scaleprobe datasets`)",
+                          text="a dataset name")
     data_dir: str | None = option(None, "root folder of an on-disk dataset (imagefolder, "
-                                  "cifar10, mnist, voc, lfw)")
+                                  "cifar10, mnist, voc, lfw, tokens, text)")
     download: bool = option(False, "let torchvision download (needs a network)")
     image_size: int | None = option(None, "input side in pixels", ge=8,
                                     unset="the dataset's own size")
-    num_samples: int = option(2048, "samples in synthetic / jpeg-synth data", ge=1)
+    num_samples: int = option(2048, "samples in synthetic / jpeg-synth / tokens-synthetic "
+                              "data", ge=1)
     num_classes: int | None = option(None, "classes", ge=1, unset="the dataset's own")
     val_fraction: float = option(0.2, "held-out split for --eval when the dataset has no test "
                                  "split", gt=0, lt=1)
@@ -90,8 +99,18 @@ class DataConfig:
     transform: str = option("light", "light (convert + normalise) | heavy (crop + flip + colour "
                             "jitter)", choices=("light", "heavy"))
     skip_bad_samples: bool = option(False, "skip and count unreadable images instead of failing")
-    cache_dir: str | None = option(None, "where generated datasets (jpeg-synth) and the digits "
-                                   "are cached", unset="$XDG_CACHE_HOME/scaleprobe or ~/.cache/scaleprobe")
+    cache_dir: str | None = option(None, "where generated datasets (jpeg-synth, text) and the "
+                                   "digits are cached",
+                                   unset="$XDG_CACHE_HOME/scaleprobe or ~/.cache/scaleprobe")
+    seq_len: int | None = option(None, "--task lm: tokens per sample, also the model's context",
+                                 ge=2, unset="the model's context (gpt_tiny 128, gpt2_small 1024)")
+    vocab_size: int | None = option(None, "--task lm: vocabulary size (token files: at least "
+                                    "their largest token + 1)", ge=2,
+                                    unset="the data's own (meta.json, else largest token + 1; "
+                                    "text: 256; tokens-synthetic: the model's)")
+    eval_windows: int | None = option(256, "--task lm: held-out samples evaluated, spread "
+                                      "evenly over the held-out split (none: all)", ge=1,
+                                      unset="every sample of the held-out split")
 
 
 @dataclass(frozen=True)
@@ -122,7 +141,8 @@ class TrainConfig:
                                 gt=0)
     min_steps: int = option(10, "steps=auto: never stop before this many timed steps", ge=1)
     target: str | None = option(None, "train until the task metric reaches this, e.g. "
-                                "accuracy=0.95 (also verification_accuracy, map50); records "
+                                "accuracy=0.95 (also verification_accuracy, map50, and for "
+                                "--task lm loss or perplexity, lower is better); records "
                                 "the time to it (docs/TIME_TO_TARGET.md)", unset="off",
                                 valid=_is_target, text="METRIC=VALUE, e.g. accuracy=0.95")
     eval_every: int | None = option(None, "--target: evaluate every this many steps", ge=1,
@@ -132,8 +152,8 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    task: str = option("classification", "classification | face | detection",
-                       choices=("classification", "face", "detection"))
+    task: str = option("classification", "classification | face | detection | lm",
+                       choices=("classification", "face", "detection", "lm"))
     loss: str = option("softmax", "face: triplet | softmax", choices=("softmax", "triplet"))
     embedding_dim: int = option(128, "face: embedding size", ge=2)
     images_per_identity: int = option(4, "face/triplet: images of one identity in each batch",
@@ -142,8 +162,9 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class DistConfig:
-    strategy: str = option("single", "single | dp | ddp | ps | localsgd", choices=tuple(TRAITS))
-    nproc: int = option(1, "processes on this host (ddp, ps, localsgd)", ge=1)
+    strategy: str = option("single", "single | dp | ddp | ps | localsgd | fsdp",
+                           choices=tuple(TRAITS))
+    nproc: int = option(1, "processes on this host (ddp, ps, localsgd, fsdp)", ge=1)
     nnodes: int = option(1, "hosts", ge=1)
     node_rank: int = option(0, "this host's index (0 = the rendezvous host)", ge=0)
     rdzv_endpoint: str | None = option(None, "HOST:PORT of host 0 (several hosts)",
@@ -154,7 +175,8 @@ class DistConfig:
                               "within this", gt=0, le=86400)
     backend: str | None = option(None, "gloo | nccl", choices=("gloo", "nccl"),
                                  unset="nccl on CUDA, gloo on CPU")
-    audit: bool = option(True, "shard audit over the training ranks (ddp, localsgd, ps workers)")
+    audit: bool = option(True, "shard audit over the training ranks (ddp, fsdp, localsgd, ps "
+                         "workers)")
     calibrate_comm: bool = option(True, "measure exposed communication with a no_sync phase")
     calibration_steps: int = option(8, "steps of each kind (sync, no_sync) in calibration; the "
                                     "first of each is dropped", ge=2)
@@ -163,7 +185,15 @@ class DistConfig:
                             choices=("auto", "cpu"))
     average_every: int = option(4, "local SGD: average every K steps", ge=1)
     parity: bool = option(False, "also train on 1 process and compare accuracy")
+    parity_tolerance: float = option(0.01, "--parity: the accuracy difference (N - 1, "
+                                     "absolute) that still counts as parity; the verdict's "
+                                     "margin, never derived from the noise", gt=0, lt=1)
     bucket_cap_mb: float = option(25.0, "DDP gradient bucket size in MB", gt=0)
+    threads_per_rank: int | None = option(None, "compute threads of each rank "
+                                          "(torch.set_num_threads; OMP_NUM_THREADS for a "
+                                          "script); scale and sweeps over nproc set every "
+                                          "point to the largest count's cores / processes",
+                                          ge=1, unset="cores / processes on this host")
     link: str | None = option(None, "network the comm prediction assumes: 1gbit, 10gbit, "
                               "200mbit or a `scaleprobe comm` results file",
                               unset="loopback on one host, 10gbit across hosts")
@@ -244,8 +274,21 @@ class RunConfig:
             d.pop("script")
         if not d["model"]["compile"]:  # eager: keys as before --compile existed
             del d["model"]["compile"], d["model"]["compile_mode"]
+        for full in LATER_KEYS:  # at their defaults: keys as before these existed
+            sec, name = full.split(".")
+            if d[sec][name] == KNOBS[full].default:
+                d[sec].pop(name)
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def default_name(self) -> str:
+        """The run's label when ``name`` is not set: model-dataset-batch, and the strategy and
+        world size when several devices train (``digits_cnn-digits-b64-ddpx2``)."""
+        d, t = self.dist, self.train
+        b = f"gb{t.global_batch}" if t.global_batch else f"b{t.batch_size}"
+        tr = traits_of(d.strategy)
+        n = f"-{d.strategy}x{self.world_size}" if tr.launched or tr.towers else ""
+        return f"{self.model.name.rsplit(':', 1)[-1]}-{self.data.dataset}-{b}{n}"
 
     @property
     def world_size(self) -> int:
@@ -294,6 +337,10 @@ KNOBS: dict[str, Knob] = {k: v for sec, cls in SECTIONS.items()
                           for k, v in knobs(cls, f"{sec}.").items()}
 KNOBS.update({k: v for k, v in knobs(RunConfig).items() if k in TOP_LEVEL})
 ALL_KEYS = sorted(KNOBS)
+# keys added after results were written: left out of RunConfig.key() while at their defaults,
+# so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
+LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
+              "data.eval_windows", "dist.threads_per_rank", "dist.parity_tolerance")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure
 
 
@@ -417,21 +464,75 @@ def build(overrides: dict[str, Any] | None = None, base: RunConfig | None = None
 
 
 # tasks whose models are not classifiers: the default --model stands for the task's own default
-TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large"}
+TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large", "lm": "gpt_tiny"}
+# tasks that read no images: the default --dataset stands for the task's own default
+TASK_DEFAULT_DATASETS = {"lm": "text"}
 
 
 def _task_default_model(cfg: RunConfig) -> RunConfig:
-    """The model that will really be built, so the saved config, its key and every table name
-    it (a detection run left at the default model records its detector, not digits_cnn)."""
-    default = TASK_DEFAULT_MODELS.get(cfg.task.task)
-    if default is None or cfg.model.name != ModelConfig.name:
-        return cfg
-    return replace(cfg, model=replace(cfg.model, name=default))
+    """The model (and dataset) that will really be used, so the saved config, its key and
+    every table name it (a detection run left at the default model records its detector, not
+    digits_cnn; an lm run left at the default dataset records text, not digits)."""
+    model = TASK_DEFAULT_MODELS.get(cfg.task.task)
+    if model is not None and cfg.model.name == ModelConfig.name:
+        cfg = replace(cfg, model=replace(cfg.model, name=model))
+    dataset = TASK_DEFAULT_DATASETS.get(cfg.task.task)
+    if dataset is not None and cfg.data.dataset == DataConfig.dataset:
+        cfg = replace(cfg, data=replace(cfg.data, dataset=dataset))
+    return cfg
 
 
 def from_dict(d: dict[str, Any]) -> RunConfig:
     """Rebuild a RunConfig from ``to_dict()`` output (as saved in config.json)."""
     return build(flatten(d))
+
+
+# run options that apply to a script (the rest: the script builds its own model and data)
+SCRIPT_KEYS = ("dist.nnodes", "dist.node_rank", "dist.rdzv_endpoint", "dist.master_port",
+               "dist.timeout_s", "dist.threads_per_rank", "train.warmup_steps", "train.steps",
+               "measure.monitor_interval_s", "measure.progress", "measure.summary_every",
+               "measure.profile_every", "out", "name")
+# and in an experiment spec: the script itself, its arguments and its process count
+SPEC_KEYS = (*SCRIPT_KEYS, "script.path", "script.args", "dist.nproc")
+
+
+def script_name(target: list[str]) -> str:
+    """A short name for a script or module: its file's stem, or the module's last part."""
+    return target[1].rsplit(".", 1)[-1] if target[0] == "-m" else Path(target[0]).stem
+
+
+def script_defaults(flat: dict[str, Any]) -> dict[str, Any]:
+    """A script's run options (full keys, with ``script.path``) completed with what wrap sets
+    for every script: the script named as the model, its data as the script's own, and the
+    launched ranks given DDP's traits (one process per rank, shards audited)."""
+    world = int(flat.get("dist.nproc", 1)) * int(flat.get("dist.nnodes", 1))
+    name = script_name(ScriptConfig(flat["script.path"]).target())
+    return {"model.name": f"script:{name}", "data.dataset": "script",
+            "dist.strategy": "ddp" if world > 1 else "single", "dist.calibrate_comm": False,
+            **flat}
+
+
+# keys a printed command leaves out: where results go, the label, the progress bar, where
+# the ranks met (each run finds its own)
+COMMAND_LEAVES_OUT = frozenset({"out", "name", "measure.progress", "dist.master_port",
+                                "dist.rdzv_endpoint", "dist.node_rank"})
+
+
+def command_options(config: dict[str, Any], leave_out: Any = ()) -> list[str]:
+    """``--set KEY=VALUE`` for every key of a recorded configuration (``RunConfig.to_dict()``
+    form) that is not at its default, so that a printed command runs the same configuration
+    as printed (keys this version does not know, and ``leave_out``, are left out)."""
+    out: list[str] = []
+    skip = COMMAND_LEAVES_OUT | set(leave_out)
+    for sec, vals in config.items():
+        pairs = vals.items() if isinstance(vals, dict) and sec in SECTIONS else [(None, vals)]
+        for name, v in pairs:
+            full = sec if name is None else f"{sec}.{name}"
+            if full not in KNOBS or full in skip or v == KNOBS[full].default:
+                continue
+            text = ("null" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
+            out += ["--set", f"{full}={text}"]
+    return out
 
 
 def check_types(cfg: RunConfig) -> None:

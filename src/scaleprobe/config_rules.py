@@ -34,6 +34,10 @@ def check_combinations(cfg: RunConfig) -> None:
             shlex.split(cfg.script.args)
         except ValueError as e:
             raise ConfigError(f"script.args: {e}: {cfg.script.args!r}") from None
+    if cfg.script.path is None:  # language models with tokens, image models with images
+        from scaleprobe.lmspec import check_run
+
+        check_run(cfg)
     if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
         what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"
                 else f"--transform {d.transform} runs in the input pipeline")
@@ -55,8 +59,10 @@ def check_combinations(cfg: RunConfig) -> None:
         raise ConfigError(f"--strategy {ds.strategy} needs --backend gloo: its server receives "
                           "from whichever worker is ready, which nccl cannot do")
     if not tr.fp16_loss_scaling and t.amp == "fp16":
-        raise ConfigError(f"--strategy {ds.strategy} with --amp fp16 is not supported: the loss "
-                          "scale lives in each worker while the server applies the gradients; "
+        why = ("its gradients are sharded DTensors, which the loss scaler does not unscale "
+               "across ranks" if tr.shards_state else
+               "the loss scale lives in each worker while the server applies the gradients")
+        raise ConfigError(f"--strategy {ds.strategy} with --amp fp16 is not supported: {why}; "
                           "use --amp bf16")
     if cfg.world_size < tr.min_world:
         raise ConfigError(f"--strategy {ds.strategy} needs --nproc >= {tr.min_world} (one server "

@@ -1,7 +1,7 @@
 """The one place that wires model + data + task + strategy + measurement, for one rank.
 
 ``train(cfg, run_dir)`` runs in every worker process (or in-process on one device) and
-returns this rank's raw record; ``runner.py`` turns the records into a ``result.json``.
+returns this rank's raw record; the run driver (``run/driver.py``) turns the records into a ``result.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.config import RunConfig
 from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
+from scaleprobe.measure.held import held_bytes
 from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.stats import is_stable
@@ -30,6 +31,7 @@ from scaleprobe.parts import Parts, lr_warmup_steps, setup
 class _NullTimer:
     def start(self) -> None: ...
     def mark(self, phase: str) -> None: ...
+    def move(self, src: str, dst: str, seconds: float) -> None: ...
 
 
 NULL_TIMER = _NullTimer()
@@ -122,6 +124,8 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
         tm.mark(comm_phase)
     p.strategy.optimizer_step(p.optimizer, p.scaler)
     tm.mark("optimizer")
+    if st.step == max(0, p.cfg.train.warmup_steps - 1):  # once: gradients and moments exist
+        p.held = held_bytes(p.strategy.unwrap(p.model), p.optimizer)
     if p.strategy.explicit_comm:
         p.strategy.after_step(p.model, st.step)  # local SGD averages params that have grads
         tm.mark(comm_phase)
@@ -165,8 +169,10 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
     every phase mark."""
     stop = stop if stop is not None else StopRequest()
     st = LoopState()
-    timers = ((Beating(timer, beat), Beating(NULL_TIMER, beat)) if beat is not None
-              else (timer, NULL_TIMER))
+    # fsdp: the time blocked on its collectives moves from the phase it was in to comm
+    timed, untimed = p.strategy.step_timer(timer), p.strategy.step_timer(NULL_TIMER)
+    timers = ((Beating(timed, beat), Beating(untimed, beat)) if beat is not None
+              else (timed, untimed))
     try:
         _epochs(p, st, timer, timers, progress, clock, observers, stop, beat)
     except KeyboardInterrupt:
@@ -251,7 +257,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
 def _target_eval(p: Parts, st: LoopState) -> bool:
     """One --target evaluation (on the progress rank; every rank agrees on stopping)."""
     fn = None
-    if p.strategy.rank == p.strategy.progress_rank:
+    if p.strategy.evaluates:  # one rank, or every rank when the forward needs them all (fsdp)
         model = p.strategy.unwrap(p.model)
         dev = next(model.parameters()).device
         fn = lambda: p.task.evaluate(model, p.val_loader, dev, p.autocast,  # noqa: E731
@@ -284,6 +290,13 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "device_reserved": int(torch.cuda.max_memory_reserved(device))}
 
 
+def _held(held: dict[str, int] | None) -> dict[str, int | None]:
+    """The state bytes read on the warm-up step (measure/held.py), as ``RankMem`` fields."""
+    h = held or {}
+    return {"params_bytes": h.get("params"), "grads_bytes": h.get("grads"),
+            "optimizer_bytes": h.get("optimizer")}
+
+
 def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] | None,
                 eval_metrics: dict[str, Any]) -> dict[str, Any]:
     """This rank's ``results.RankRecord``, as the plain dict it travels as (through the
@@ -301,6 +314,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         steps_timed=st.timed,
         step_times_s=timer.step_times(),
         phase_times_s=timer.phase_times(),
+        phases_unseen=p.strategy.phases_unseen(),
         window_s=(st.window_t1 - st.window_t0 - st.paused_s) if st.window_t0 else None,
         clock_window=(getattr(st, "clock_t0", None), getattr(st, "clock_t1", None)),
         epochs_complete=st.epochs_complete,
@@ -315,7 +329,8 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         bad_samples=st.bad,
         comm=comm,
         eval=eval_metrics,
-        mem=RankMem(**host_mem_record(p.host_baseline), **_memory(p.device)),
+        mem=RankMem(**host_mem_record(p.host_baseline), **_memory(p.device),
+                    **_held(p.held)),
         info=RankInfo.from_dict(p.info),
         strategy_metrics=p.strategy.extra_metrics(),
         target=p.watch.record() if p.watch is not None and p.watch.points else None,
@@ -400,18 +415,19 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     metrics: dict[str, Any] = {}
     try:
         if not interrupted:
-            comm = calibrate_comm(p, st)
+            comm = strategy.comm_record(calibrate_comm(p, st))
             transfer = measure_transfer(p)
             if transfer is not None:
                 comm = {**(comm or {}), "transfer": transfer}
         # evaluated on a training rank: a parameter server never runs the forward pass, so its
         # batch-norm statistics were never updated; worker 1 holds the served parameters
-        if (not interrupted and p.val_loader is not None
-                and strategy.rank == strategy.progress_rank):
+        if not interrupted and p.val_loader is not None and strategy.evaluates:
             model = strategy.unwrap(p.model)
             eval_device = next(model.parameters()).device
             metrics = p.task.evaluate(model, p.val_loader, eval_device, p.autocast,
                                       cfg.model.channels_last)
+            if strategy.rank != strategy.progress_rank:  # every rank ran it (fsdp); one records
+                metrics = {}
     except KeyboardInterrupt:  # one process, a second Ctrl+C: keep the training figures
         if strategy.distributed:
             raise

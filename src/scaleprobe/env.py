@@ -56,6 +56,20 @@ def pick_device(local_rank: int = 0):
     return torch.device("cpu")
 
 
+def cuda_device_count() -> int:
+    """CUDA devices on this host; 0 without CUDA."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def cuda_indices(nproc: int, every_device: bool = False) -> list[int]:
+    """The CUDA devices a run's ranks use on this host: one per process, or every one
+    (``every_device``: one process feeds them all, DataParallel); [] without CUDA."""
+    n = cuda_device_count()
+    return list(range(n if every_device else min(n, nproc)))
+
+
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -63,11 +77,17 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def set_threads(local_world: int = 1) -> int:
-    """Give each of ``local_world`` processes on this host an equal share of the cores."""
+def threads_for(local_world: int = 1, per_rank: int | None = None) -> int:
+    """Compute threads of each of ``local_world`` processes on this host: ``per_rank`` when
+    given (``dist.threads_per_rank``), else an equal share of the cores."""
+    return per_rank or max(1, cpu_count() // max(1, local_world))
+
+
+def set_threads(local_world: int = 1, per_rank: int | None = None) -> int:
+    """Set this process's compute threads (``threads_for``)."""
     import torch
 
-    n = max(1, cpu_count() // max(1, local_world))
+    n = threads_for(local_world, per_rank)
     torch.set_num_threads(n)
     return n
 
@@ -81,13 +101,14 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def init_distributed(backend: str | None = None, timeout_s: float = 30.0) -> tuple[int, int]:
+def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
+                     threads_per_rank: int | None = None) -> tuple[int, int]:
     """Join the process group described by the launcher's environment; returns (rank, world)."""
     import torch
     import torch.distributed as dist
 
     info = dist_info()
-    set_threads(info.local_world)
+    set_threads(info.local_world, threads_per_rank)
     if info.world == 1 and not os.environ.get("MASTER_ADDR"):
         return 0, 1
     if not dist.is_initialized():
@@ -123,6 +144,19 @@ def die_with_parent(sig: int, parent: int | None = None) -> None:
         return
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def own_process_group() -> None:
+    """A launched rank leads its own process group, so its loader workers can be stopped with
+    it (``launch.py``), and a terminal's Ctrl+C reaches only the launcher, which forwards it;
+    and it dies with the launcher (Linux)."""
+    import signal
+
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    die_with_parent(signal.SIGKILL)
 
 
 def use_platform_start_method() -> None:

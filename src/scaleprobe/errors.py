@@ -1,5 +1,5 @@
 """Errors a user can cause. The CLI prints them as one line and exits 2. (Running out of memory
-is not one: the runner recognises it, ``runner.is_oom``, records the run as "oom" and exits 3.)"""
+is not one: the driver recognises it, ``run.failure.is_oom``, records the run as "oom" and exits 3.)"""
 
 
 class ScaleprobeError(Exception):

@@ -336,7 +336,7 @@ class RankWatch:
                 if not _alive(proc):
                     continue
                 with contextlib.suppress(OSError):
-                    if os.getpgid(proc.pid) == leader:  # the rank's group (runner.py sets it)
+                    if os.getpgid(proc.pid) == leader:  # the rank's group (env.own_process_group sets it)
                         os.killpg(leader, signal.SIGKILL)
                 with contextlib.suppress(psutil.Error):
                     proc.kill()

@@ -15,6 +15,7 @@ from scaleprobe.config import RunConfig
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.loader import Indexed, build_loader
 from scaleprobe.data.transforms import build_eval_transform, build_transform
+from scaleprobe.lmspec import is_gpt, resolved_data, shape_of
 from scaleprobe.measure.monitor import host_mem_baseline
 from scaleprobe.models import build_model, param_count
 from scaleprobe.models.build import has_lazy, init_lazy
@@ -40,6 +41,7 @@ class Parts:
     host_baseline: dict[str, Any] = field(default_factory=dict)  # before the model and data existed
     flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
     watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
+    held: dict[str, int] | None = None  # measure/held.py: state bytes this rank holds
 
 
 def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
@@ -74,7 +76,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
 
     baseline = host_mem_baseline()
     envmod.seed_all(cfg.train.seed)
-    split = build_split(cfg.data, cfg.train.seed)
+    split = build_split(resolved_data(cfg), cfg.train.seed)  # lm: seq_len from the model
     task = build_task(cfg.task, split.num_classes)
     size = split.image_size
     joint, image_tf = _task_transforms(task, cfg.data.transform, size)
@@ -82,15 +84,18 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     towers = strategy.towers
     trainers = strategy.trainers * towers  # devices with a batch
     batch = cfg.per_device_batch(trainers) * towers
+    shape = shape_of(cfg) if is_gpt(cfg.model.name) else None  # GPT: sizes from flags
     if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
     else:
-        model = task.build_model(build_model(cfg.model.name, split.num_classes, size)).to(device)
+        model = task.build_model(build_model(cfg.model.name, split.num_classes, size,
+                                             shape)).to(device)
     if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
         first = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])
         init_lazy(model, task.to_device(*first[:2], device, False)[0])
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    strategy.configure(cfg)
     model = strategy.wrap(model)
     if cfg.model.compile:  # the wrapped model, as PyTorch advises for DDP (graphs split at buckets)
         model = torch.compile(model, mode=cfg.model.compile_mode)
@@ -107,7 +112,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
         from scaleprobe.data.device import DeviceBatches
 
         loader = DeviceBatches(len(train_ds), batch, sampler, size, split.num_classes,
-                               cfg.train.seed, strategy.rank, device, cfg.model.channels_last)
+                               cfg.train.seed, strategy.rank, device, cfg.model.channels_last,
+                               seq_len=split.seq_len)
     elif batch_sampler is not None:
         loader = build_loader(train_ds, cfg.data, 1, sampler=None, shuffle=False, device=device,
                               seed=cfg.train.seed, collate=task.collate, batch_sampler=batch_sampler)
@@ -124,13 +130,18 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
         joint, image_tf = _task_transforms(task, "eval", size)
         val_ds = Indexed(split.val, image_tf, cfg.data.skip_bad_samples, joint)
         val_loader = build_loader(val_ds, cfg.data.__class__(loader="naive", workers=0),
-                                  max(batch, 64), sampler=None, shuffle=False, device=device,
+                                  # tokens: the training batch (its logits are vocab wide)
+                                  batch if split.seq_len else max(batch, 64), sampler=None,
+                                  shuffle=False, device=device,
                                   seed=0, drop_last=False, collate=task.collate)
     info = {"num_classes": split.num_classes, "image_size": size, "dataset_source": split.source,
             "train_samples": len(train_ds), "param_count": param_count(strategy.unwrap(model)),
             "per_process_batch": batch, "lr_effective": lr_target,
             "input_mode": "device-resident" if split.resident else "loader",
-            "lr_warmup_steps": lr_warmup_steps(cfg, _steps_per_epoch(loader))}
+            "lr_warmup_steps": lr_warmup_steps(cfg, _steps_per_epoch(loader)), **split.info}
+    if shape is not None:
+        info["model_shape"] = {"layers": shape.layers, "width": shape.width,
+                               "heads": shape.heads, "context": shape.context}
     return Parts(cfg, device, strategy, task, model, optimizer, scaler,
                  _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
                  info, baseline)

@@ -3,15 +3,24 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field, fields
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from scaleprobe import metrics as M
 
 SCHEMA = 2
 STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached")
 # statuses whose figures are complete measurements (a target not reached ran to its cap)
 MEASURED = ("ok", "target_not_reached")
 BREAKDOWN_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+BATCH_AXES = ("batch_size", "global_batch")
+# each task's evaluation figure and how a table shows it: classification, face, detection, lm
+TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
+                ("map50", "mAP50 {:.3f}"),
+                ("loss", "loss {:.3f}"))  # lm: held-out nats per token (lower is better)
 
 
 def get(rec: dict[str, Any], dotted: str, default: Any = None) -> Any:
@@ -38,12 +47,20 @@ class Record:
     """Mixin for the dataclasses below: ``to_dict`` / ``from_dict`` on the JSON schema."""
 
     extra: dict[str, Any]
+    # the folder a record was read from (report/records.load_records); "" for one made here.
+    # Not part of the record: never written.
+    source = ""
+    # fields written only where they hold something (older records never had them)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):  # type: ignore[arg-type]
-            if f.name != "extra":
-                out[f.name] = _dump(getattr(self, f.name))
+            if f.name == "extra" or f.metadata.get("transient"):
+                continue
+            v = getattr(self, f.name)
+            if v is not None or f.name not in self.OPTIONAL:
+                out[f.name] = _dump(v)
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
@@ -56,11 +73,11 @@ class Record:
             return d
         if not isinstance(d, dict):
             raise TypeError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
-        hints = _hints(cls)
+        hints = _fields(cls)
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for k, v in d.items():
-            if k in hints and k != "extra":
+            if k in hints:
                 loaded = _load(hints[k], v)
                 if loaded is not _BAD:
                     kwargs[k] = loaded
@@ -73,20 +90,27 @@ class Record:
     @classmethod
     def declares(cls, name: str) -> bool:
         """Is ``name`` a declared field (rather than one kept in ``extra``)?"""
-        return name != "extra" and name in _hints(cls)
+        return name in _fields(cls)
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """``result.get("metrics.step_time_s.median")`` on the record's JSON form."""
         return get(self.to_dict(), dotted, default)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_FIELDS: dict[type, dict[str, Any]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = get_type_hints(cls)
-    return _HINTS[cls]
+def _fields(cls: type) -> dict[str, Any]:
+    """The type of each field a record reads and writes (not ``extra``, not a transient
+    field: ``field(metadata=TRANSIENT)``, which lives in memory only)."""
+    if cls not in _FIELDS:
+        hints = get_type_hints(cls)
+        _FIELDS[cls] = {f.name: hints[f.name] for f in fields(cls)
+                        if f.name != "extra" and not f.metadata.get("transient")}
+    return _FIELDS[cls]
+
+
+TRANSIENT = {"transient": True}  # a field's metadata: kept in memory, never written or read
 
 
 def _dump(v: Any) -> Any:
@@ -114,19 +138,55 @@ _BAD = object()  # _load's answer for a value of the wrong shape
 
 
 def _load(hint: Any, v: Any) -> Any:
+    """``v`` read as a field declared ``hint``; ``_BAD`` for a value of another type (a
+    damaged or foreign record): the field then keeps its default, "not measured". A number
+    that is not finite reads as missing too, so a reader never meets NaN in a figure."""
     rt = _record_type(hint)
     if rt is not None:
         if isinstance(v, dict):
             return rt.from_dict(v)
         return None if v is None and hint is not rt else _BAD
-    if get_origin(hint) is list:
+    origin = get_origin(hint)
+    if origin in (Union, UnionType):
+        args = get_args(hint)
+        if v is None:
+            return None if type(None) in args else _BAD
+        for a in args:
+            if a is not type(None):
+                got = _load(a, v)
+                if got is not _BAD:
+                    return got
+        return _BAD
+    if hint is Any or isinstance(hint, TypeVar):
+        return v
+    if origin is list or hint is list:
         if not isinstance(v, list):
             return _BAD
         (item,) = get_args(hint) or (Any,)
         it = _record_type(item)
         if it is not None:
             return [it.from_dict(x) for x in v if isinstance(x, dict)]
-    return v
+        return v
+    if origin is tuple or hint is tuple:
+        return v if isinstance(v, (list, tuple)) else _BAD
+    if origin is dict or hint is dict:
+        return v if isinstance(v, dict) else _BAD
+    return v if _is_a(hint, v) else _BAD
+
+
+def _is_a(hint: Any, v: Any) -> bool:
+    """Is the JSON value ``v`` one of the plain type ``hint``? (a bool is no number; an int
+    is a float; a float must be finite)"""
+    if hint is bool:
+        return isinstance(v, bool)
+    if hint is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if hint is float:
+        return (isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v))
+    if hint is str:
+        return isinstance(v, str)
+    return True
 
 
 @dataclass
@@ -163,9 +223,13 @@ class Breakdown(Record):
         return sum(v for v in self.phases().values() if v is not None)
 
     def compute_s(self) -> float | None:
-        from scaleprobe import metrics as M
-
         return M.compute_s(self.phases())
+
+    def measured_total_s(self) -> float | None:
+        """The phases' sum, None when no phase was measured (or they sum to 0)."""
+        vals = [v for v in self.phases().values() if v is not None]
+        total = sum(vals)
+        return total if vals and total > 0 else None
 
 
 @dataclass
@@ -179,6 +243,44 @@ class PeakMem(Record):
     device_allocated: int | None = None
     device_reserved: int | None = None
     device_nvml: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def device_peak(self) -> int | None:
+        """The framework's peak allocation, else reserved, else NVML's reading."""
+        for v in (self.device_allocated, self.device_reserved, self.device_nvml):
+            if v is not None:
+                return v
+        return None
+
+
+@dataclass
+class RankState(Record):
+    """The training state one rank holds (measure/held.py: local shards under fsdp, full
+    copies otherwise) and that rank's measured peak memory beside it, bytes."""
+
+    rank: int | None = None
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    total_bytes: int | None = None
+    host_peak_rss: int | None = None  # this process's peak resident memory
+    device_allocated: int | None = None  # CUDA: max_memory_allocated
+    device_reserved: int | None = None  # CUDA: max_memory_reserved
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StateBytes(Record):
+    """Parameters + gradients + optimizer state per rank: the largest rank's figures (``rank``)
+    and every training rank's in ``by_rank``; ``read_at`` says when they were read."""
+
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    total_bytes: int | None = None
+    rank: int | None = None
+    by_rank: list[RankState] = field(default_factory=list)
+    read_at: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -202,8 +304,12 @@ class Metrics(Record):
     """A run's figures (units in the names; see the schema above). Task metrics
     (verification_accuracy, map50, ...) are kept in ``extra`` under their own names."""
 
+    # throughput: samples over the timed window (stalls and epoch starts in it), summed over the
+    # training ranks; the median step's rate beside it (the breakdown's basis)
     samples_per_s: float | None = None
     samples_per_s_by_rank: dict[str, float] | None = None
+    samples_per_s_median_step: float | None = None
+    tokens_per_s: float | None = None  # token tasks (lm): samples_per_s x batch.tokens_per_sample
     unique_samples_per_s: float | None = None
     step_time_s: StepTime | None = None
     step_time_rank: int | None = None
@@ -233,6 +339,9 @@ class Metrics(Record):
     gpu_util_pct: float | None = None
     gpu_power_w: float | None = None
     accuracy: float | None = None
+    # lm: the training split's unigram entropy (nats/token), the held-out loss of a model that
+    # knows only token frequencies; the held-out loss and perplexity are task metrics (extra)
+    unigram_entropy_nats: float | None = None
     loss_first: float | None = None
     loss_last: float | None = None
     bad_samples_skipped: int = 0
@@ -247,6 +356,8 @@ class Metrics(Record):
     achieved_flops_per_s: float | None = None
     mfu: float | None = None  # achieved / (peak.flops_per_s x peak.devices)
     peak: Peak | None = None
+    # parameters, gradients and optimizer state each rank holds (measure/held.py)
+    state_bytes: StateBytes | None = None
     # torch.compile (measure/compiled.py): seconds spent compiling in all (warm-up, window and
     # after), frames dynamo compiled (recompiles included) and recompiles, the compilations
     # (and recompiles) inside the timed window and their seconds (the most of any rank), graph
@@ -293,7 +404,10 @@ class Batch(Record):
     global_: int | None = None
     world_size: int | None = None
     training_ranks: int | None = None
+    tokens_per_sample: int | None = None  # token tasks (lm): data.seq_len; absent for images
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("tokens_per_sample",)
 
     # "global" is a Python keyword: the field is global_, the JSON key "global"
     def to_dict(self) -> dict[str, Any]:
@@ -318,7 +432,8 @@ class RankSummary(Record):
     breakdown_s: Breakdown = field(default_factory=Breakdown)
     steps_done: int | None = None
     steps_timed: int | None = None
-    samples_per_s: float | None = None
+    samples_per_s: float | None = None  # over the rank's timed window
+    samples_per_s_median_step: float | None = None
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -360,8 +475,49 @@ class Comm(Record):
     transfer_standalone: dict[str, Any] | None = None
     measured_link: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = None
+    # the model for the measured link, when --link named another (a run on loopback is
+    # compared only with the loopback prediction); absent otherwise
+    prediction_measured_link: dict[str, Any] | None = None
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
+    # measured in the step (traits.comm_in_step; comm/instep.py): the per-step figure's
+    # {median_s, interval_s: [lo, hi], steps, resolved, method}; and the sync-minus-no_sync
+    # calibration beside it as a cross-check with its own interval (never in the breakdown)
+    exposed_per_step: dict[str, Any] | None = None
+    cross_check: dict[str, Any] | None = None
+    # fsdp: the collectives the step was blocked in ({all_gather, reduce_scatter} per step),
+    # and why exposed_s is null where it is
+    in_step: bool | None = None
+    calls_per_step: dict[str, Any] | None = None
+    exposed_reason: str | None = None
+    # DDP (comm/hook.py): the time at least one all-reduce was in flight, on the breakdown's
+    # basis (in_flight_per_step: per timed step, summarised away once assembled); each
+    # gradient bucket's bytes, median ready time after backward began and all-reduce time
+    in_flight_s: float | None = None
+    in_flight_method: str | None = None
+    in_flight_per_step: list[float | None] | None = None
+    buckets: list[dict[str, Any]] | None = None
+    # ddp's calibration (calibrate.py): medians of fwd+bwd with / without gradient sync, their
+    # difference, the raw samples and how they were taken; absent where it did not run
+    sync_step_s: float | None = None
+    no_sync_step_s: float | None = None
+    sync_cost_s: float | None = None
+    samples: dict[str, Any] | None = None
+    method: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("sync_step_s", "no_sync_step_s", "sync_cost_s",
+                                           "samples", "method", "prediction_measured_link",
+                                           "in_step", "calls_per_step", "exposed_reason",
+                                           "in_flight_s", "in_flight_method",
+                                           "in_flight_per_step", "buckets")
+
+    def dominant(self) -> str | None:
+        """"transfer" or "sync_overhead": the larger part of the exposed communication; None
+        when the split was not measured or nothing was exposed."""
+        t, o = self.transfer_s, self.sync_overhead_s
+        if t is None or o is None or t + o <= 0:
+            return None
+        return "transfer" if t >= o else "sync_overhead"
 
 
 @dataclass
@@ -375,7 +531,71 @@ class Load(Record):
     machine_cores: int | None = None
     window_s: float | None = None
     gpu_processes: list[dict[str, Any]] | None = None
+    # set where records are read for a report (report/records.colocated_load), never written by
+    # a run: the cores a co-located job's partners used themselves over its window, and which
+    # partner jobs those were; the load judged is net of them
+    colocated_cores: float | None = None
+    colocated_jobs: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("colocated_cores", "colocated_jobs")
+
+
+def num(v: Any) -> float | int | None:
+    """``v`` when it is a finite number (not a bool), else None: for the JSON parts of a
+    record that are not typed (a sweep's points, a colocate job, the environment)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def dict_of(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {}."""
+    return value if isinstance(value, dict) else {}
+
+
+def dicts(items: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list (rows, jobs, ops), skipping anything else."""
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+
+def axis_name(label: str) -> str:
+    """An axis as reports name it: 'train.batch_size' -> 'batch_size'."""
+    return str(label).split(".")[-1].replace("-", "_")
+
+
+def point_key(pt: dict[str, Any]) -> str:
+    return json.dumps(pt, sort_keys=True, default=str)
+
+
+class InExperiment:
+    """What a record says of the experiment it belongs to (runs are identified by experiment
+    id + point + repeat, never by name)."""
+
+    experiment: Experiment | None
+    source: str
+
+    @property
+    def exp_id(self) -> str | None:
+        v = self.experiment.id if self.experiment is not None else None
+        return None if v is None or isinstance(v, (dict, list)) else str(v)
+
+    @property
+    def exp_kind(self) -> str | None:
+        v = self.experiment.kind if self.experiment is not None else None
+        return v if isinstance(v, str) else None
+
+    @property
+    def point(self) -> dict[str, Any]:
+        """The experiment point with axis names normalised: 'train.batch_size' -> 'batch_size'."""
+        raw = dict_of(self.experiment.point if self.experiment is not None else None)
+        return {axis_name(k): v for k, v in raw.items()}
+
+    @property
+    def repeat(self) -> int | None:
+        """The repeat index of an experiment point measured several times, else None."""
+        v = num(self.experiment.repeat if self.experiment is not None else None)
+        return int(v) if v is not None else None
 
 
 @dataclass
@@ -390,17 +610,17 @@ class Experiment(Record):
     # how a point's process started: "fork" (from the preloaded server) or "exec" (a fresh
     # interpreter); its host memory total depends on it (experiments/procs.py)
     start: str | None = None
+    # a point a sweep took from a run of another experiment (the same configuration,
+    # measured once): that run's id (report/records.by_experiment); never written by a run
+    reused: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        # an experiment's own record has no point, repeat or start: left out, not written null
-        d = super().to_dict()
-        return {k: v for k, v in d.items()
-                if not (k in ("point", "repeat", "start") and v is None)}
+    # an experiment's own record has no point, repeat or start: left out, not written null
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("point", "repeat", "start", "reused")
 
 
 @dataclass
-class RunResult(Record):
+class RunResult(InExperiment, Record):
     """One run's record (``kind == "run"``): result.json and its results.jsonl line."""
 
     schema: int = SCHEMA
@@ -435,15 +655,142 @@ class RunResult(Record):
     # `--executor slurm`: the point's job ({job_id, state, nodes}, state as the scheduler ended it);
     # null for a point run here
     slurm: dict[str, Any] | None = None
+    # true when an interrupted run kept the steps timed so far (the reason in
+    # null_reasons.partial); absent otherwise
+    partial: bool | None = None
+    # `scaleprobe worker` under your own launcher: the launcher's run id; absent otherwise
+    launcher_run_id: str | None = None
     # torch.compile's compilations (measure/compiled.py): {mode, method, events: [{kind,
     # compile_id, phase, duration_s, at_s, step, timed_step, recompile, reason}], graph_breaks,
     # graph_break_reasons}; null when nothing was compiled
     compile: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # in memory only, for a point of an experiment shown by its median repeat
+    # (report/repeats.group_repeats): every measured repeat of the point, in repeat order;
+    # None for a run read on its own
+    repeats: list[RunResult] | None = field(default=None, metadata=TRANSIENT, repr=False,
+                                            compare=False)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("partial", "launcher_run_id")
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
         """A configuration value: ``result.cfg("dist.strategy")``."""
         return get(self.config, dotted, default)
+
+    def cfg_number(self, dotted: str) -> float | int | None:
+        return num(self.cfg(dotted))
+
+    def env_number(self, key: str) -> float | int | None:
+        return num(self.env.get(key))
+
+    # ---- what reports ask of a run ---------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return str(self.name or self.run_id or "?")
+
+    @property
+    def identity(self) -> str:
+        """What identifies a run: folder, experiment id, point key and repeat index; a run of
+        no experiment (or no point), its run id. Never the display name (every scale point
+        is "nproc=2")."""
+        if self.exp_id is None or not self.point:
+            return json.dumps([self.source, self.exp_id, self.run_id], default=str)
+        return json.dumps([self.source, self.exp_id, point_key(self.point), self.repeat],
+                          default=str)
+
+    @property
+    def step_median_s(self) -> float | None:
+        st = self.metrics.step_time_s
+        return st.median if st is not None else None
+
+    @property
+    def world_size(self) -> int | None:
+        for v in (self.batch.world_size, num(self.env.get("world_size"))):
+            if v:
+                return int(v)
+        nproc, nnodes = self.cfg_number("dist.nproc"), self.cfg_number("dist.nnodes")
+        return int(nproc) * int(nnodes or 1) if nproc else None
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size a sweep varied: the point's value, else the per-device batch."""
+        pt = self.point
+        for k in BATCH_AXES:
+            if num(pt.get(k)):
+                return int(pt[k])
+        for v in (self.batch.per_device, self.cfg_number("train.batch_size")):
+            if v:
+                return int(v)
+        return None
+
+    @property
+    def loader_workers(self) -> int | None:
+        """Loader worker processes actually used: 0 for the naive (in-process) loader."""
+        if self.cfg("data.loader") == "naive":
+            return 0
+        w = num(self.point.get("workers", self.cfg("data.workers")))
+        return int(w) if w is not None else None
+
+    @property
+    def is_synthetic(self) -> bool:
+        return str(self.cfg("data.dataset") or "").startswith("synthetic")
+
+    @property
+    def status_text(self) -> str:
+        st = self.status or "unknown"
+        if st == "oom":
+            return "out of memory"
+        if st == "failed":
+            return f"failed: {self.error}" if self.error else "failed"
+        if st == "target_not_reached":
+            return "target not reached"
+        return str(st)
+
+    def null_reason(self, key: str) -> str | None:
+        why = self.null_reasons.get(key) or self.null_reasons.get(f"metrics.{key}")
+        return str(why) if why else None
+
+    @property
+    def gpu_total_bytes(self) -> int | None:
+        totals = [num(g.get("memory_total_bytes")) for g in dicts(self.env.get("gpus"))]
+        totals = [t for t in totals if t]
+        return int(min(totals)) if totals else None
+
+    def rank_rates(self) -> dict[str, float]:
+        """Each training rank's samples/s, whose sum is the headline samples/s; {} for a
+        record without them."""
+        d = self.metrics.samples_per_s_by_rank or {}
+        return {str(k): float(v) for k, v in d.items() if num(v) is not None}
+
+    def rate_definition(self) -> str | None:
+        """'sum of 2 workers' rates (12.4, 20.3); step times are rank 1's' for a run with
+        several training ranks (workers when a rank serves instead), else None."""
+        rates = self.rank_rates()
+        if len(rates) < 2:
+            return None
+        b = self.batch
+        serves = (b.training_ranks is not None and b.world_size is not None
+                  and b.training_ranks < b.world_size)
+        who = "workers" if serves else "ranks"
+        each = ", ".join(f"{v:.0f}" if v >= 100 else f"{v:.1f}" for v in rates.values())
+        text = f"sum of {len(rates)} {who}' rates ({each})"
+        rank = self.metrics.step_time_rank
+        return text + (f"; step times are rank {rank}'s" if rank is not None else "")
+
+    def task_metric(self) -> tuple[str, float] | None:
+        """(name, value) of the run's evaluation figure, or None when it was not evaluated."""
+        for key, _ in TASK_METRICS:
+            v = num(getattr(self.metrics, key) if self.metrics.declares(key)
+                    else self.metrics.extra.get(key))
+            if v is not None:
+                return key, float(v)
+        return None
+
+    def task_metric_text(self, missing: str = "n/a") -> str:
+        found = self.task_metric()
+        if found is None:
+            return missing
+        return dict(TASK_METRICS)[found[0]].format(found[1])
 
 
 @dataclass
@@ -459,6 +806,13 @@ class RankInfo(Record):
     lr_effective: float | None = None
     lr_warmup_steps: int | None = None
     input_mode: str | None = None  # "device-resident" (synthetic) | "loader"
+    # token data (lm): tokens per sample, the sequence length, the vocabulary, the training
+    # split's unigram entropy in nats per token (data/tokens.py); null for images
+    tokens_per_sample: int | None = None
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    unigram_entropy_nats: float | None = None
+    model_shape: dict[str, int] | None = None  # GPT models: layers, width, heads, context
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -469,6 +823,10 @@ class RankMem(Record):
     host_file_growth: int | None = None  # RssFile at the peak reading less at the baseline
     device_allocated: int | None = None
     device_reserved: int | None = None
+    # the training state this rank holds (measure/held.py): local shards under fsdp
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -514,13 +872,16 @@ class RankRecord(Record):
     flops: dict[str, Any] | None = None
     # --target, the evaluating rank only: target.TargetWatch.record()
     target: dict[str, Any] | None = None
+    # the signal this rank stopped on ("peer": another rank was asked to stop); None: it ran
+    # to its end
+    interrupted: str | None = None
     # measure/compiled.CompileWatch.record(): this rank's compilations and where they fell
     compile: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class SweepRecord(Record):
+class SweepRecord(InExperiment, Record):
     """A sweep's (or scale's) own record, beside its points' run records."""
 
     schema: int = SCHEMA
@@ -540,7 +901,7 @@ class SweepRecord(Record):
 
 
 @dataclass
-class ColocateRecord(Record):
+class ColocateRecord(InExperiment, Record):
     """A colocate experiment's record: each job alone and together (interleaved repeats),
     its slowdown with an interval, the total throughput and the verdict."""
 
@@ -568,7 +929,7 @@ class ColocateRecord(Record):
     window_overlap_repeats: list[float | None] | None = None
     repeats_left_out: list[dict[str, Any]] | None = None
     verdict: str | None = None
-    evidence: list[str] | None = None
+    evidence: str | None = None
     throughput: str | None = None
     run_ids: dict[str, list[str]] | None = None
     finished_at: str | None = None
@@ -576,7 +937,7 @@ class ColocateRecord(Record):
 
 
 @dataclass
-class ParityRecord(Record):
+class ParityRecord(InExperiment, Record):
     """An accuracy-parity experiment's record: 1 process vs N at the same global batch,
     over repeats with their own seeds; the tolerance comes from the seed-to-seed spread."""
 
@@ -606,8 +967,29 @@ class ParityRecord(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class CommBenchRecord(InExperiment, Record):
+    """``scaleprobe comm``'s record: collectives timed per size on this host's (or these
+    hosts') process group, and the alpha-beta fit per operation (comm/fit.py)."""
+
+    schema: int = SCHEMA
+    kind: str = "comm"
+    experiment: Experiment | None = None
+    created_at: str | None = None
+    env: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    world_size: int | None = None
+    nproc: int | None = None
+    nnodes: int | None = None
+    settings: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)  # one per (op, size)
+    fit: dict[str, Any] = field(default_factory=dict)  # op -> {alpha_s, beta_s_per_byte, ...}
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 RECORD_TYPES: dict[str, type[Record]] = {"run": RunResult, "sweep": SweepRecord,
-                                         "colocate": ColocateRecord, "parity": ParityRecord}
+                                         "colocate": ColocateRecord, "parity": ParityRecord,
+                                         "comm": CommBenchRecord}
 
 
 def typed(rec: dict[str, Any]) -> Record:

@@ -27,14 +27,19 @@ A run record (``kind == "run"``)::
     config            RunConfig.to_dict()
     resolved          {"data.image_size", "data.num_classes"}: what the run resolved these
                       to when the config left them null (the dataset's own), so runs are
-                      compared like for like on what they measured
+                      compared like for like on what they measured; --task lm adds
+                      "data.seq_len", "data.vocab_size" and the GPT shape built
+                      ("model.layers", "model.width", "model.heads", "model.context")
     input_mode        "device-resident": --dataset synthetic, one batch per rank made once on
                       the training device and reused every step (no loader, data wait ~0);
                       "loader": every other dataset, through data/loader.py
     env               host, cores, cpu_model, python, torch, cuda, cudnn, gpus[], driver,
                       world_size, nnodes, backend
-    batch             {per_device, global, world_size}
+    batch             {per_device, global, world_size, tokens_per_sample (token tasks: the
+                      sequence length; null for images)}
     metrics           samples_per_s, samples_per_s_by_rank {rank: samples/s},
+                      tokens_per_s (token tasks: samples_per_s x batch.tokens_per_sample),
+                      unigram_entropy_nats (lm: the training split's, nats per token),
                       step_time_s {median, p95, mean, min, max, n, rel_ci}, step_time_rank,
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
@@ -52,7 +57,14 @@ A run record (``kind == "run"``)::
                       loss_last, bad_samples_skipped, flops_per_step, flops_per_sample,
                       achieved_flops_per_s, mfu, peak {flops_per_s, devices, dtype,
                       device_name, source, measured},
-                      (task metrics: verification_accuracy, map50)
+                      state_bytes {params_bytes, grads_bytes, optimizer_bytes, total_bytes,
+                      rank, by_rank [{rank, params_bytes, grads_bytes, optimizer_bytes,
+                      total_bytes, host_peak_rss, device_allocated, device_reserved}],
+                      read_at}: the training state each rank holds (measure/held.py: local
+                      shards under fsdp, full copies otherwise), the largest rank's at the
+                      top, each rank's with its own measured peak memory beside it,
+                      (task metrics: verification_accuracy, map50; lm: loss (held-out,
+                      mean nats per token), perplexity, eval_tokens)
                       samples_per_s: the sum over the training ranks of each one's
                       samples per step / its own median step (= global batch / step time
                       when ranks move in lockstep; with an asynchronous parameter server
@@ -92,7 +104,14 @@ A run record (``kind == "run"``)::
     comm              null for in-process strategies (single, dp); else (docs/COMMUNICATION.md):
       exposed_s, exposed_fraction   communication the step waits for (breakdown_s.comm):
                         ddp: sync minus no_sync calibration; ps / local SGD: the timed comm
-                        phase. 0 at world size 1, where nothing is communicated
+                        phase; fsdp: the time blocked on its collectives, measured in the
+                        step. 0 at world size 1, where nothing is communicated
+      exposed_per_step  measured in the step (fsdp): {median_s, interval_s [lo, hi], steps,
+                        resolved, method}: the per-step figure's median and its 95% interval
+                        over the timed steps; resolved false when the interval reaches 0
+      cross_check       fsdp: the no_sync calibration beside it {sync_step_s,
+                        no_sync_step_s, difference_s, interval_s, resolved, pairs, samples,
+                        method}; never moved into the breakdown
       sync_step_s, no_sync_step_s, sync_cost_s, samples, method   ddp's calibration: medians
                         of fwd+bwd with / without gradient sync (alternating, first of each
                         dropped), their difference clipped at 0, the raw samples
@@ -157,17 +176,22 @@ from typing import Any
 
 from scaleprobe.errors import OutputError
 from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-exported)
+    BATCH_AXES,
     BREAKDOWN_PHASES,
     MEASURED,
     RECORD_TYPES,
     SCHEMA,
     STATUSES,
+    TASK_METRICS,
+    TRANSIENT,
     Audit,
     Batch,
     Breakdown,
     ColocateRecord,
     Comm,
+    CommBenchRecord,
     Experiment,
+    InExperiment,
     Load,
     Metrics,
     Other,
@@ -177,13 +201,21 @@ from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-export
     RankInfo,
     RankMem,
     RankRecord,
+    RankState,
     RankSummary,
+    Record,
     RunResult,
+    StateBytes,
     StepTime,
     Straggler,
     SweepRecord,
     TimeToTarget,
+    axis_name,
+    dict_of,
+    dicts,
     get,
+    num,
+    point_key,
     typed,
 )
 

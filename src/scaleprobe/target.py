@@ -16,7 +16,9 @@ epoch) and stops at the first evaluation that reaches the target. What it record
   in ``OUT/<run>/target_curve.csv``.
 
 A target not reached by the cap ends as status ``target_not_reached``, with the best value
-and when it was seen. Every metric here is "higher is better".
+and when it was seen. Each metric has its direction (``LOWER_IS_BETTER``): accuracy,
+verification_accuracy and map50 reach their target at or above it, the language model's loss
+and perplexity at or below it; "best" is the highest or the lowest value accordingly.
 
 This module has no torch import at the top: the config checks it (``parse_target``) and the
 result is assembled from it (``summarize``) without torch. ``TargetWatch`` runs in the rank
@@ -35,8 +37,13 @@ from typing import Any
 
 from scaleprobe.errors import ConfigError
 
-# metric -> the task whose evaluation reports it
-METRICS = {"accuracy": "classification", "verification_accuracy": "face", "map50": "detection"}
+# metric -> the task whose evaluation reports it (the first of a task's is its main metric)
+METRICS = {"accuracy": "classification", "verification_accuracy": "face", "map50": "detection",
+           "loss": "lm", "perplexity": "lm"}
+# metrics whose target is reached at or below it (held-out nats per token, exp of it)
+LOWER_IS_BETTER = frozenset({"loss", "perplexity"})
+# the smallest value each lower-is-better metric can take (a target must lie above it)
+FLOOR = {"loss": 0.0, "perplexity": 1.0}
 CURVE_FILE = "target_curve.csv"
 CURVE_COLUMNS = ("evaluation", "step", "epoch", "samples", "train_wall_s", "eval_s", "value")
 RULE = ("training wall clock from the start of the first step (data loading and warm-up "
@@ -49,11 +56,27 @@ class Target:
     metric: str
     value: float
 
+    @property
+    def lower(self) -> bool:
+        """Is a lower value better (reached at or below the target)?"""
+        return self.metric in LOWER_IS_BETTER
+
     def text(self) -> str:
-        return f"{self.metric} >= {self.value:g}"
+        return target_text(self.metric, self.value)
 
     def reached(self, value: float | None) -> bool:
-        return value is not None and math.isfinite(value) and value >= self.value
+        if value is None or not math.isfinite(value):
+            return False
+        return value <= self.value if self.lower else value >= self.value
+
+    def best(self, values: list[float]) -> float:
+        """The best of ``values`` in this metric's direction."""
+        return min(values) if self.lower else max(values)
+
+
+def target_text(metric: str, value: float) -> str:
+    """``accuracy >= 0.95``, ``loss <= 2.1``: the target with its direction."""
+    return f"{metric} {'<=' if metric in LOWER_IS_BETTER else '>='} {value:g}"
 
 
 def parse_target(text: str) -> Target:
@@ -68,6 +91,12 @@ def parse_target(text: str) -> Target:
         value = float(num)
     except ValueError:
         raise ConfigError(f"--target {metric}=...: '{num.strip()}' is not a number") from None
+    if metric in LOWER_IS_BETTER:
+        floor = FLOOR[metric]
+        if not (math.isfinite(value) and value > floor):
+            raise ConfigError(f"--target {metric}={num.strip()}: give a finite value above "
+                              f"{floor:g} ({metric} is lower-is-better, at least {floor:g})")
+        return Target(metric, value)
     if not 0 < value <= 1:
         raise ConfigError(f"--target {metric}={num.strip()}: {metric} is a fraction; give a "
                           "value in (0, 1], e.g. 0.95")
@@ -183,7 +212,8 @@ def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: in
                       "value": p["value"]})
     hit = next((c for c in curve if target.reached(c["value"])), None)
     seen = [c for c in curve if c["value"] is not None]
-    best = max(seen, key=lambda c: c["value"]) if seen else None
+    best_value = target.best([c["value"] for c in seen]) if seen else None
+    best = next((c for c in seen if c["value"] == best_value), None)
     out: dict[str, Any] = {
         "metric": target.metric, "target": target.value, "reached": hit is not None,
         "time_to_target_s": hit["train_wall_s"] if hit else None,
@@ -202,8 +232,8 @@ def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: in
 
 def not_reached_line(tt: dict[str, Any]) -> str:
     """``accuracy >= 0.99 not reached in 3 epochs (4 evaluations); best 0.972 at 5.1 s,
-    epoch 3.0``."""
-    head = (f"{tt['metric']} >= {tt['target']:g} not reached in {tt.get('max_epochs')} "
+    epoch 3.0`` (``loss <= 1.5 ...``: the best is the lowest)."""
+    head = (f"{target_text(tt['metric'], tt['target'])} not reached in {tt.get('max_epochs')} "
             f"epoch{'s' if tt.get('max_epochs') != 1 else ''} ({tt['evaluations']} "
             f"evaluation{'s' if tt['evaluations'] != 1 else ''})")
     if tt.get("best_value") is None:
@@ -239,7 +269,7 @@ def summary_line(tt: dict[str, Any]) -> str:
              "excluded")
     if not tt.get("reached"):
         return f"time to target: {not_reached_line(tt)} ({evals})"
-    return (f"time to target: {tt['metric']} >= {tt['target']:g} reached in "
+    return (f"time to target: {target_text(tt['metric'], tt['target'])} reached in "
             f"{tt['time_to_target_s']:.2f} s of training, epoch {tt['epochs_to_target']:.2f}, "
             f"{tt['samples_to_target']:,} samples ({evals})")
 

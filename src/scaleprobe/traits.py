@@ -1,5 +1,5 @@
 """What each training strategy is, as data: one torch-free table that the config checks, the
-runner, the result assembly and the report ask instead of testing a strategy's name.
+run driver, the result assembly and the report ask instead of testing a strategy's name.
 
 The strategy classes (``scaleprobe.strategies``) carry the same record as their ``traits``
 class attribute, so code holding a strategy object asks ``strategy.traits`` and code holding
@@ -31,6 +31,12 @@ class StrategyTraits:
     sync_collective: str | None = None
     # the network model's pattern (comm/model.py); None = no communication between processes
     comm_pattern: str | None = None
+    # parameters, gradients and optimizer state split over the ranks (FSDP): every rank's
+    # forward takes part in gathering them, so evaluation runs on every rank
+    shards_state: bool = False
+    # the step's own communication is measured inside it as the comm phase (not carved out
+    # of backward by the no_sync calibration, which stays a cross-check)
+    comm_in_step: bool = False
 
     @property
     def in_process(self) -> bool:
@@ -58,6 +64,10 @@ TRAITS: dict[str, StrategyTraits] = {
     "localsgd": StrategyTraits("localsgd", launched=True, explicit_comm=True,
                                audits_shards=True, sync_collective="all_reduce",
                                comm_pattern="localsgd"),
+    # FSDP2: all-gather before each unit's forward and backward, reduce-scatter after it
+    "fsdp": StrategyTraits("fsdp", launched=True, overlapped_comm=True, audits_shards=True,
+                           fp16_loss_scaling=False, sync_collective="fsdp_step",
+                           comm_pattern="fsdp", shards_state=True, comm_in_step=True),
 }
 
 

@@ -183,13 +183,13 @@ def test_report_on_full_disk_fails_at_the_write_and_leaves_no_partial_file(cli, 
 def test_run_whose_disk_fills_after_the_preflight(small_fs, monkeypatch, capsys):
     """Catches a write that fails mid-run (the disk filled after the free-space check) ending
     in a traceback with the temporary file and an empty run folder left behind."""
-    from scaleprobe import runner
     from scaleprobe.cli import main
+    from scaleprobe.run import driver
 
     folder = small_fs(64)
     before = _seed(folder)
     _fill(folder)
-    monkeypatch.setattr(runner, "RUN_OUTPUT_BYTES", 0)  # the preflight saw room
+    monkeypatch.setattr(driver, "RUN_OUTPUT_BYTES", 0)  # the preflight saw room
     code = main([*map(str, RUN), "--out", str(folder)])
     err = capsys.readouterr().err
     assert code == 2, err

@@ -16,6 +16,7 @@ from scaleprobe.experiments.progress import SweepProgress
 from scaleprobe.experiments.spec import Point
 from scaleprobe.report.build import build_report
 from scaleprobe.report.compare import compare_paths, print_comparison
+from scaleprobe.results import RunResult
 from tests.unit.report.factory import run, sweep_point, write_results
 
 pytestmark = pytest.mark.timeout(120)
@@ -52,12 +53,12 @@ def test_summary_prints_names_and_errors_literally(text):
     ok["paths"] = {"dir": f"/tmp/{text}"}
     for rec in (failed, ok):
         con = _console()
-        print_run(rec, con)
+        print_run(RunResult.from_dict(rec), con)
         out = _printed(con)
         assert text in _plain(out)
         assert not RED_X.search(out)  # our own colours go to status words, never to "x"
     con = _console()
-    print_run(failed, con)
+    print_run(RunResult.from_dict(failed), con)
     assert f"({text})" in _plain(_printed(con).splitlines()[0])
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.comm.bench import OPS
+from scaleprobe.comm.bench import DEFAULT_OPS
 from scaleprobe.results import read_jsonl
 from tests.conftest import run_cli
 
@@ -51,10 +51,10 @@ def test_record_schema(comm_record):
     assert rec["experiment"]["kind"] == "comm" and rec["experiment"]["id"]
     assert rec["backend"] == "gloo" and rec["world_size"] == 2
     assert rec["env"]["cores"] >= 1 and rec["env"]["torch"]
-    assert len(rec["rows"]) == len(OPS) * 4
+    assert len(rec["rows"]) == len(DEFAULT_OPS) * 4
     for row in rec["rows"]:
         assert ROW_KEYS <= set(row) and row["time_s"] > 0 and row["busbw_gbyte_s"] > 0
-    assert set(rec["fit"]) == set(OPS)
+    assert set(rec["fit"]) == set(DEFAULT_OPS)
     for fit in rec["fit"].values():
         assert {"alpha_s", "beta_s_per_byte", "bandwidth_gbit_s"} <= set(fit)
         assert fit["beta_s_per_byte"] > 0  # 16 MiB takes longer than 64 KiB

@@ -101,6 +101,23 @@ def test_batch_search_runs_to_a_real_out_of_memory(cli, tmp_path, out_dir):
     assert runs and all("out of memory" in r["error"].lower() for r in runs)
 
 
+def test_fsdp_bf16_on_one_gpu_shards_with_mixed_precision(cli, out_dir):
+    """FSDP2 on CUDA (nccl, world size 1 on a one-GPU host): bf16 mixed precision
+    (MixedPrecisionPolicy) through forward, backward and the evaluation, and the state the
+    rank holds beside its device peak."""
+    p = cli("run", *R18, "--strategy", "fsdp", "--nproc", 1, "--amp", "bf16", "--eval",
+            "--out", out_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = _last(out_dir)
+    assert rec["status"] == "ok" and rec["metrics"]["accuracy"] is not None
+    sb = rec["metrics"]["state_bytes"]["by_rank"][0]
+    n = rec["metrics"]["param_count"]
+    assert sb["params_bytes"] == 4 * n  # one rank: the whole model, fp32 master weights
+    assert sb["device_allocated"] >= sb["total_bytes"]
+    assert rec["metrics"]["breakdown_s"]["forward"] > 0
+    assert rec["comm"]["exposed_s"] == 0.0  # one rank: nothing is sent
+
+
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_compile_on_the_gpu_keeps_compiling_out_of_the_window(cli, out_dir, mode):
     """`run --compile` with bf16 on the GPU: the forward and backward compile (and, with

@@ -8,7 +8,12 @@ import pytest
 
 from scaleprobe import config as C
 from scaleprobe.measure.observers import MAX_CAPTURES
-from scaleprobe.runner import execute
+from scaleprobe.run.workloads import run_config
+
+
+def execute(cfg):
+    """The run's record as written (result.json)."""
+    return run_config(cfg).to_dict()
 
 pytestmark = pytest.mark.timeout(180)
 

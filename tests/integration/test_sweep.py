@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from scaleprobe.results import read_jsonl
-from scaleprobe.runner import is_oom
+from scaleprobe.run.failure import is_oom
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 

@@ -6,7 +6,12 @@ import torch
 from scaleprobe import config as C
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.errors import ConfigError, DataError
-from scaleprobe.runner import execute
+from scaleprobe.run.workloads import run_config
+
+
+def execute(cfg):
+    """The run's record as written (result.json)."""
+    return run_config(cfg).to_dict()
 
 pytestmark = pytest.mark.timeout(240)
 

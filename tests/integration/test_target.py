@@ -6,8 +6,18 @@ from pathlib import Path
 import pytest
 
 from scaleprobe import config as C
-from scaleprobe.runner import execute, exit_code
+from scaleprobe.run.failure import exit_code as status_exit_code
+from scaleprobe.run.workloads import run_config
 from scaleprobe.target import CURVE_FILE, read_curve_csv
+
+
+def execute(cfg):
+    """The run's record as written (result.json)."""
+    return run_config(cfg).to_dict()
+
+
+def exit_code(rec):
+    return status_exit_code(rec["status"])
 
 pytestmark = pytest.mark.timeout(300)
 

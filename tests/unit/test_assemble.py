@@ -3,6 +3,8 @@ process is started and no torch is needed."""
 
 from typing import Any
 
+import pytest
+
 from scaleprobe import config as C
 from scaleprobe import results as res
 from scaleprobe.assemble import build_result
@@ -112,25 +114,24 @@ def test_ps_async_headline_says_it_sums_the_workers_rates():
     from rich.console import Console
 
     from scaleprobe.commands.summary import print_run
-    from scaleprobe.report import records as R
     from scaleprobe.report.sections_runs import rate_notes
 
     rec = assemble([raw(0, None), raw(1, 0.4), raw(2, 0.2)], strategy="ps", ps_mode="async",
                    nproc=3)
     rec["status"], rec["paths"] = "ok", {"dir": "d"}
     m = rec["metrics"]
-    assert m["samples_per_s"] == 30.0
-    assert m["samples_per_s_by_rank"] == {"1": 10.0, "2": 20.0}
+    assert m["samples_per_s"] == pytest.approx(30.0)
+    assert m["samples_per_s_by_rank"] == pytest.approx({"1": 10.0, "2": 20.0})
     assert m["step_time_rank"] == 1 and m["step_time_s"]["median"] == 0.4
     text = "sum of 2 workers' rates (10.0, 20.0); step times are rank 1's"
-    assert R.rate_definition(rec) == text
-    assert rate_notes([rec]) == [f"Samples/s of r: {text}"]
+    assert RunResult.from_dict(rec).rate_definition() == text
+    assert rate_notes([RunResult.from_dict(rec)]) == [f"Samples/s of r: {text}"]
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=200))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=200))
     assert f"samples/s: {text}" in out.getvalue()
     single = assemble([raw(0, 0.1)])
-    assert single["metrics"]["samples_per_s_by_rank"] == {"0": 40.0}
-    assert R.rate_definition(single) is None  # one rank: nothing to sum
+    assert single["metrics"]["samples_per_s_by_rank"] == pytest.approx({"0": 40.0})
+    assert RunResult.from_dict(single).rate_definition() is None  # one rank: nothing to sum
 
 
 def test_breakdown_labels_say_ms_of_the_median_step():
@@ -146,9 +147,26 @@ def test_breakdown_labels_say_ms_of_the_median_step():
     rec = assemble([raw(0, 0.1)])
     rec["status"], rec["paths"] = "ok", {"dir": "d"}
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=200))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=200))
     assert "step breakdown (ms per phase of the median step): data 16.7 ms" in out.getvalue()
     assert "(mean)" not in out.getvalue()
-    intro = breakdown_section([rec]).blocks[0].text
+    intro = breakdown_section([RunResult.from_dict(rec)]).blocks[0].text
     assert intro.startswith("Milliseconds per phase of the median step")
     assert "Mean seconds" not in intro
+
+
+def test_a_token_task_records_tokens_per_s_beside_samples_per_s():
+    """tokens/s = samples/s x tokens per sample, from the rank's data; images have none."""
+    r = raw(0, 0.1, batch=8)
+    r["info"].update(tokens_per_sample=128, seq_len=128, vocab_size=256,
+                     unigram_entropy_nats=3.2, image_size=None,
+                     model_shape={"layers": 4, "width": 128, "heads": 4, "context": 128})
+    rec = assemble([r], task="lm", dataset="tokens-synthetic")
+    m = rec["metrics"]
+    assert m["samples_per_s"] == pytest.approx(80.0)
+    assert m["tokens_per_s"] == pytest.approx(80.0 * 128)
+    assert rec["batch"]["tokens_per_sample"] == 128 and m["unigram_entropy_nats"] == 3.2
+    assert rec["resolved"]["data.seq_len"] == 128 and rec["resolved"]["model.layers"] == 4
+    img = assemble([raw(0, 0.1)])
+    assert img["metrics"]["tokens_per_s"] is None and "tokens_per_sample" not in img["batch"]
+    assert "tokens_per_s" not in img["null_reasons"]

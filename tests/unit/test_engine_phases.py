@@ -23,6 +23,7 @@ from scaleprobe.measure.summary import typical_steps
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.parts import Parts
 from scaleprobe.results import RankRecord, RunResult
+from scaleprobe.strategies.single import Single
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,9 +83,12 @@ class _Task:
         return _SlowBackward.apply(model.weight)
 
 
-class _Strategy:
+class _Strategy(Single):  # the defaults of every strategy (step timer, unwrap, ...)
     explicit_comm = True
     world = 2  # communication is a phase of its own only with more than one process
+
+    def __init__(self) -> None:
+        pass
 
     def set_epoch(self, sampler, epoch):
         pass
@@ -111,8 +115,9 @@ class _Loader:
 
 
 def _parts(cfg: C.RunConfig) -> Parts:
-    model = SimpleNamespace(weight=torch.zeros(2, requires_grad=True))
-    opt = SimpleNamespace(zero_grad=lambda set_to_none=True: None, param_groups=[])
+    model = torch.nn.Module()
+    model.weight = torch.nn.Parameter(torch.zeros(2))
+    opt = SimpleNamespace(zero_grad=lambda set_to_none=True: None, param_groups=[], state={})
     return Parts(cfg, torch.device("cpu"), _Strategy(), _Task(), model, opt,
                  torch.amp.GradScaler("cpu", enabled=False), contextlib.nullcontext(),
                  _Loader(), None, None, 4, cfg.train.lr)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe.runner import is_oom
+from scaleprobe.run.failure import is_oom
 
 
 @pytest.mark.parametrize("error", [

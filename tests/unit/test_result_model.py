@@ -65,8 +65,9 @@ def test_schema_1_and_damaged_records_read_as_not_measured():
 def test_records_by_kind_and_unknown_kinds_kept():
     assert isinstance(R.typed({"kind": "run"}), R.RunResult)
     assert isinstance(R.typed({"kind": "parity"}), R.ParityRecord)
-    other = {"kind": "comm", "ops": {"all_reduce": [1.0]}}
-    assert R.typed(other).to_dict() == other
+    assert isinstance(R.typed({"kind": "comm"}), R.CommBenchRecord)
+    other = {"kind": "future-kind", "ops": {"all_reduce": [1.0]}}
+    assert isinstance(R.typed(other), R.Other) and R.typed(other).to_dict() == other
 
 
 def test_a_parity_record_is_written_through_its_type():
@@ -80,7 +81,8 @@ def test_a_parity_record_is_written_through_its_type():
     for r in ones + twos:
         r["config"]["train"]["global_batch"] = 8
         r["metrics"]["steps_done"] = 20  # both sides saw the same samples: like for like
-    rec = parity_record(ones, twos, "par")
+    rec = parity_record([R.RunResult.from_dict(r) for r in ones],
+                        [R.RunResult.from_dict(r) for r in twos], "par", 0.01)
     assert rec["accuracy_1"] == pytest.approx(0.81)
     typed = R.ParityRecord.from_dict(rec)
     assert typed.extra == {}, f"undeclared: {sorted(typed.extra)}"

@@ -57,6 +57,7 @@ def test_the_report_reads_schema_1_records():
             r.pop(k, None)
         r["experiment"].pop("repeat", None)
         old.append(r)
+    old = [R.typed(r) for r in old]
     rows = scale_table(old)
     assert rows[1]["speedup"] is not None and rows[1]["repeats"] == 1
     diagnose_all(old)  # no exception

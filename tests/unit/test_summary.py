@@ -7,6 +7,7 @@ from rich.console import Console
 
 from scaleprobe.commands.summary import print_run
 from scaleprobe.report import fmt as report_fmt
+from scaleprobe.results import RunResult
 from tests.unit.test_assemble import MIB, assemble, raw
 
 
@@ -15,7 +16,7 @@ def _printed(width: int, **raw_kw) -> str:
     rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
     rec["metrics"]["accuracy"] = 0.931
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=width))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=width))
     return out.getvalue()
 
 
@@ -57,10 +58,26 @@ def test_the_wait_at_epoch_starts_is_printed_under_the_breakdown():
              epoch_start_window_share=0.51, epoch_start_other_data_s=0.0, steps_per_epoch=3,
              steps_timed=10)
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=300))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=300))
     text = out.getvalue()
     assert "data wait at epoch starts: 100% of the data wait fell on the 3 timed steps" in text
     m["epoch_start_data_share"] = 0.3  # spread over the steps: no such line
     out = io.StringIO()
-    print_run(rec, Console(file=out, width=300))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=300))
     assert "epoch starts" not in out.getvalue()
+
+
+def test_an_lm_run_shows_tokens_per_s_and_its_loss_beside_the_unigram_entropy():
+    r = raw(0, 0.1, batch=8)
+    r["info"].update(tokens_per_sample=64, unigram_entropy_nats=3.231)
+    rec = assemble([r], task="lm", dataset="tokens-synthetic")
+    rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
+    rec["metrics"].update(loss=2.5, perplexity=12.18, eval_tokens=16384)
+    out = io.StringIO()
+    print_run(RunResult.from_dict(rec), Console(file=out, width=80))
+    text = out.getvalue()
+    row = {line.strip("│ ").split("│")[0].strip(): line for line in text.splitlines()
+           if "│" in line}
+    assert "5120.0" in row["tokens/s"] and "2.500" in row["loss"]
+    assert ("held-out loss 2.500 nats/token (perplexity 12.18) over 16,384 tokens, below the "
+            "training split's unigram entropy 3.231 nats/token") in " ".join(text.split())

@@ -8,9 +8,11 @@ from scaleprobe.results import RunResult, TimeToTarget
 from scaleprobe.target import (
     Target,
     TargetWatch,
+    not_reached_line,
     parse_target,
     read_curve_csv,
     summarize,
+    summary_line,
     write_curve_csv,
 )
 
@@ -164,3 +166,83 @@ def test_learning_rate_warm_up_in_epochs_counts_this_runs_steps():
     assert lr_warmup_steps(cfg, None) == 3  # no epoch length known: the untimed steps
     assert lr_warmup_steps(build({"warmup_steps": 0}), 28) == 1
     assert lr_warmup_steps(build({"warmup_epochs": 0.01}), 28) == 1
+
+
+# ---- the direction of a metric: loss and perplexity are lower-is-better -------------------
+
+LM = {"task": "lm", "dataset": "tokens-synthetic"}
+
+
+@pytest.mark.parametrize("text, why", [
+    ("loss=0", "above 0"),
+    ("loss=-1", "above 0"),
+    ("loss=inf", "finite"),
+    ("perplexity=1", "above 1"),
+])
+def test_bad_lower_is_better_targets_are_one_line_errors(text, why):
+    """A loss target of 0 (or a perplexity of 1) can never be reached."""
+    with pytest.raises(ConfigError, match=why):
+        C.build({**LM, "target": text})
+
+
+def test_loss_targets_belong_to_the_lm_task_and_take_values_above_one():
+    assert C.build({**LM, "target": "loss=2.5"}).train.target == "loss=2.5"
+    assert parse_target("perplexity=12").value == 12  # not a fraction: no (0, 1] check
+    with pytest.raises(ConfigError, match="--task lm"):
+        C.build({"target": "loss=2.5"})
+    with pytest.raises(ConfigError, match="reports loss"):
+        C.build({**LM, "target": "accuracy=0.5"})
+
+
+def test_a_lower_is_better_target_is_reached_at_or_below_it():
+    loss = Target("loss", 2.0)
+    assert loss.lower and loss.text() == "loss <= 2"
+    assert loss.reached(2.0) and loss.reached(1.2) and not loss.reached(2.01)
+    assert not loss.reached(float("nan")) and not loss.reached(None)
+    acc = Target("accuracy", 0.9)
+    assert not acc.lower and acc.text() == "accuracy >= 0.9"
+    assert acc.reached(0.95) and not acc.reached(0.89)
+
+
+def _loss_raw(target, values):
+    return {"metric": "loss", "value": target, "eval_every": 10, "eval_time_s": 1.0,
+            "steps_per_epoch": 100,
+            "points": [{"step": 10 * (i + 1), "train_wall_s": float(i + 1), "eval_s": 0.1,
+                        "value": v} for i, v in enumerate(values)]}
+
+
+def test_the_time_to_a_loss_target_is_the_first_evaluation_at_or_below_it():
+    """Bug caught: with "higher is better" everywhere the first evaluation (the highest loss)
+    'reached' a loss target and the run stopped untrained."""
+    tt = summarize(_loss_raw(2.0, [5.5, 2.4, 1.9, 1.7]), 100, 32, 3)
+    assert tt["reached"] and tt["steps_to_target"] == 30 and tt["time_to_target_s"] == 3.0
+    assert tt["best_value"] == 1.7 and tt["best_at_s"] == 4.0  # the lowest
+
+
+def test_a_loss_target_not_reached_names_the_lowest_loss():
+    tt = summarize(_loss_raw(1.0, [5.5, 2.4, 2.6]), 100, 32, 2)
+    assert not tt["reached"] and tt["best_value"] == 2.4 and tt["best_at_s"] == 2.0
+    line = not_reached_line(tt)
+    assert line.startswith("loss <= 1 not reached in 2 epochs (3 evaluations); best 2.4000 ")
+    assert "loss <= 1 not reached" in summary_line(tt)
+    hit = summarize(_loss_raw(3.0, [5.5, 2.4]), 100, 32, 2)
+    assert summary_line(hit).startswith("time to target: loss <= 3 reached in 2.00 s")
+
+
+def test_a_watch_stops_when_the_loss_falls_to_the_target():
+    w = TargetWatch(Target("loss", 2.0), eval_every=1, clock=FakeClock())
+    w.start()
+    assert w.evaluate(1, lambda: {"loss": 3.1, "perplexity": 22.2}) is False
+    assert w.evaluate(2, lambda: {"loss": 1.99, "perplexity": 7.3}) is True and w.reached
+
+
+def test_the_report_writes_the_targets_direction():
+    from scaleprobe.report.target import target_text
+    from scaleprobe.results import RunResult
+
+    def text(rec):
+        return target_text(RunResult.from_dict({"kind": "run", **rec}))
+
+    assert text({"target": {"metric": "loss", "target": 1.5}}) == "loss <= 1.5"
+    assert text({"config": {"train": {"target": "perplexity=9"}}}) == "perplexity <= 9"
+    assert text({"config": {"train": {"target": "accuracy=0.9"}}}) == "accuracy >= 0.9"

@@ -33,9 +33,19 @@ def test_traits_answer_what_the_name_tests_did():
     assert [n for n, t in TRAITS.items() if t.in_process] == ["single", "dp"]
     assert traits_of("ps").training_ranks(3) == 2 and traits_of("ddp").training_ranks(3) == 3
     assert traits_of("ps").min_world == 2 and traits_of("ps").needs_any_source_recv
-    assert {n for n, t in TRAITS.items() if t.audits_shards} == {"ddp", "localsgd", "ps"}
+    assert {n for n, t in TRAITS.items() if t.audits_shards} == {"ddp", "localsgd", "ps",
+                                                                 "fsdp"}
     with pytest.raises(ConfigError, match="did you mean .*ddp"):
         traits_of("dpp")
+
+
+def test_fsdp_is_launched_shards_its_state_and_measures_comm_in_the_step():
+    t = traits_of("fsdp")
+    assert t.launched and t.audits_shards and t.overlapped_comm and not t.bucketed
+    assert t.shards_state and t.comm_in_step and not t.has_server
+    assert t.sync_collective == "fsdp_step" and t.comm_pattern == "fsdp"
+    assert not t.fp16_loss_scaling  # --amp fp16 is refused (config_rules)
+    assert {n for n, t in TRAITS.items() if t.shards_state or t.comm_in_step} == {"fsdp"}
 
 
 def test_no_code_tests_a_strategy_name():

@@ -8,6 +8,11 @@ Operations (float32 tensors; ``size_bytes`` is the message size, as in nccl-test
     all_gather     every rank contributes ``size_bytes / n`` and ends with all ``size_bytes``
     ps_push_pull   the parameter-server pattern: every rank's tensor is summed onto rank 0
                    (push: reduce to rank 0), then rank 0 sends the result back (pull: broadcast)
+    reduce_scatter every rank contributes ``size_bytes`` and ends with its ``size_bytes / n``
+                   part of the sum (``reduce_scatter_tensor``, as FSDP calls it)
+    fsdp_step      FSDP's pattern for one step over ``size_bytes`` of parameters: all-gather
+                   (forward), all-gather (backward), reduce-scatter (gradients), each of the
+                   whole ``size_bytes`` (``all_gather_into_tensor`` / ``reduce_scatter_tensor``)
 
 Timing: before every iteration all ranks meet at a barrier; each rank times the operation
 with ``perf_counter`` (CUDA events on CUDA); the per-iteration time is the slowest rank's,
@@ -19,6 +24,7 @@ the busiest link, so busbw can be compared with a link's speed for every operati
 
     all_reduce 2(n-1)/n    all_gather (n-1)/n    broadcast 1    reduce 1
     ps_push_pull 2(n-1): rank 0's link carries (n-1) x size in, then (n-1) x size out
+    reduce_scatter (n-1)/n    fsdp_step 3(n-1)/n (three collectives of (n-1)/n each)
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from typing import Any
 
 from scaleprobe.errors import ConfigError
 
-OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull")
-DEFAULT_OPS = OPS
+OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull", "reduce_scatter",
+       "fsdp_step")
+DEFAULT_OPS = OPS[:5]  # `scaleprobe comm` by default; the FSDP ones on request (--ops)
 DEFAULT_SIZES = "1K,64K,1M,16M,256M"
 FLOAT32_BYTES = 4
 # Large messages get fewer iterations: at most this many bytes are moved per (op, size).
@@ -79,8 +86,10 @@ def busbw_factor(op: str, world: int) -> float:
     n = world
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op == "all_gather":
+    if op in ("all_gather", "reduce_scatter"):
         return (n - 1) / n
+    if op == "fsdp_step":
+        return 3 * (n - 1) / n
     if op in ("broadcast", "reduce"):
         return 1.0
     if op == "ps_push_pull":
@@ -116,6 +125,8 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
         src = torch.ones(part, dtype=torch.float32, device=device)
         outs = [torch.empty_like(src) for _ in range(world)]
         return lambda: dist.all_gather(outs, src)
+    if op in ("reduce_scatter", "fsdp_step"):
+        return _sharded_fn(op, numel, world, device)
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     if op == "all_reduce":
         return lambda: dist.all_reduce(buf)
@@ -129,6 +140,29 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
         dist.broadcast(buf, src=0)  # pull: the server sends the result to every worker
 
     return push_pull
+
+
+def _sharded_fn(op: str, numel: int, world: int, device: Any):
+    """reduce_scatter or fsdp_step on flat tensors of ``numel`` (rounded down to a multiple
+    of the world size) and their ``numel / world`` shards."""
+    import torch
+    import torch.distributed as dist
+
+    # the names FSDP calls (torch 2.14); the older names of the same collectives before
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    part = max(1, numel // world)
+    full = torch.ones(part * world, dtype=torch.float32, device=device)
+    shard = torch.ones(part, dtype=torch.float32, device=device)
+    if op == "reduce_scatter":
+        return lambda: scatter(shard, full)
+
+    def step() -> None:
+        gather(full, shard)  # forward: gather the parameters
+        gather(full, shard)  # backward: gather them again
+        scatter(shard, full)  # gradients: reduce, keep this rank's shard
+
+    return step
 
 
 def _time_iters(fn, iters: int, warmup: int, device: Any) -> list[float]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.results import Comm
+
 TRANSFER_METHOD = ("min(standalone collective of the gradient bytes, exposed): the network's "
                    "part of the exposed communication")
 OVERHEAD_METHOD = ("exposed - transfer: hooks, bucket copies, reduction, waiting for the "
@@ -35,16 +37,6 @@ def split_exposed(exposed_s: float | None, standalone_s: float | None) -> dict[s
             "transfer_hidden_s": standalone - transfer}
 
 
-def dominant(comm: dict[str, Any] | None) -> str | None:
-    """"transfer" or "sync_overhead": the larger part of the exposed communication; None when
-    the split was not measured or nothing was exposed."""
-    c = comm or {}
-    t, o = c.get("transfer_s"), c.get("sync_overhead_s")
-    if not isinstance(t, (int, float)) or not isinstance(o, (int, float)) or t + o <= 0:
-        return None
-    return "transfer" if t >= o else "sync_overhead"
-
-
 def measured_link(dist_cfg: dict[str, Any]) -> dict[str, Any]:
     """The link a run's communication crossed: loopback when every process ran on one host,
     else the link ``--link`` named (None when it named none)."""
@@ -56,21 +48,21 @@ def measured_link(dist_cfg: dict[str, Any]) -> dict[str, Any]:
     return {"name": None, "why": "several hosts and no --link: the link between them is unknown"}
 
 
-def same_link_prediction(comm: dict[str, Any] | None,
+def same_link_prediction(comm: Comm | None,
                          dist_cfg: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The network model's prediction for the link the run was measured on, or None when
     that link is not known (several hosts, no ``--link``). A run on one host with ``--link
     1gbit`` was measured on loopback: its 1gbit prediction is a what-if, not a comparison.
     ``dist_cfg`` (the run's ``config.dist``) places records written before ``measured_link``."""
-    c = comm or {}
-    ml = c.get("measured_link") or (measured_link(dist_cfg) if dist_cfg else {})
+    c = comm or Comm()
+    ml = c.measured_link or (measured_link(dist_cfg) if dist_cfg else {})
     link = ml.get("name")
     if not link:
         return None
-    if isinstance(c.get("prediction_measured_link"), dict):
-        return c["prediction_measured_link"]
-    pred = c.get("prediction")
-    if not isinstance(pred, dict):
+    if c.prediction_measured_link is not None:
+        return c.prediction_measured_link
+    pred = c.prediction
+    if pred is None:
         return None
     if link == "loopback" and pred.get("link") != "loopback":
         return None

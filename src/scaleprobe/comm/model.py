@@ -16,6 +16,13 @@ parameters: 4 x parameter count), ``B`` the link's bandwidth in bytes/s per dire
                      link: n-1 becomes n - nproc_per_node)
     localsgd         an all-reduce of the parameters every K steps:
                      t = [2(n-1)*alpha + 2(n-1)/n * S/B] / K
+    fsdp             FSDP: the parameters all-gathered before the forward and again before
+                     the backward, the gradients reduce-scattered after: three ring
+                     collectives of (n-1) steps of S/n each
+                     t = 3(n-1)*alpha + 3(n-1)/n * S/B
+                     (one message per collective: FSDP sends one per unit, so each unit adds
+                     its latencies; with bf16 all-gathers, as on CUDA with --amp bf16, the
+                     first two move S/2)
 
 Efficiency with compute time per step ``C``: ``eff = C / (C + (1 - overlap) * t)``. The
 default overlap is 0: no communication hides under compute, which is conservative (DDP
@@ -32,14 +39,15 @@ from typing import Any
 from scaleprobe.comm.links import Link, resolve_link
 from scaleprobe.errors import ConfigError
 
-STRATEGIES = ("allreduce", "ps", "localsgd")
+STRATEGIES = ("allreduce", "ps", "localsgd", "fsdp")
 ALIASES = {"ddp": "allreduce", "all_reduce": "allreduce", "allreduce": "allreduce",
-           "ps": "ps", "localsgd": "localsgd"}
+           "ps": "ps", "localsgd": "localsgd", "fsdp": "fsdp"}
 FP32_BYTES = 4
 FORMULAS = {
     "allreduce": "2(n-1)*alpha + 2(n-1)/n * S/B",
     "ps": "2*alpha + 2(n-1) * S/B (push, then pull, over the server's link)",
     "localsgd": "[2(n-1)*alpha + 2(n-1)/n * S/B] / K",
+    "fsdp": "3(n-1)*alpha + 3(n-1)/n * S/B (all-gather, all-gather, reduce-scatter)",
 }
 
 
@@ -82,6 +90,8 @@ def pattern(strategy: str, grad_bytes: float, world: int, nnodes: int = 1,
     if s == "localsgd":
         k = float(average_every)
         return Pattern(s, ring_hops / k, ring_bytes / k, FORMULAS[s], period)
+    if s == "fsdp":
+        return Pattern(s, 3.0 * (n - 1), 3.0 * (n - 1) / n * grad_bytes, FORMULAS[s])
     senders = n - 1 if nnodes == 1 else n - n // nnodes
     return Pattern(s, 2.0, 2.0 * senders * grad_bytes, FORMULAS[s])
 

@@ -31,11 +31,12 @@ class BenchmarkFailed(ScaleprobeError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from scaleprobe.comm.bench import DEFAULT_SIZES, OPS
+    from scaleprobe.comm.bench import DEFAULT_OPS, DEFAULT_SIZES, OPS
 
     p.add_argument("--nproc", "--nproc-per-node", type=int, default=2,
                    help="processes on this host (default 2)")
-    p.add_argument("--ops", default=",".join(OPS), help=f"comma list of {', '.join(OPS)}")
+    p.add_argument("--ops", default=",".join(DEFAULT_OPS),
+                   help=f"comma list of {', '.join(OPS)} (default {','.join(DEFAULT_OPS)})")
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"message sizes, powers of 1024 (default {DEFAULT_SIZES})")
     p.add_argument("--iters", type=int, default=20,

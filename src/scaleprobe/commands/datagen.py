@@ -5,6 +5,7 @@
     scaleprobe datagen imagefolder --out data/shapes --size 96x96
     scaleprobe datagen voc --out data/voc --count 500 --seed 1 # detection, exact boxes
     scaleprobe datagen lfw --out data/lfw                      # faces, people and pairs files
+    scaleprobe datagen text --out data/text                    # stdlib sources as tokens
 
 The files follow the published layouts closely enough that torchvision's own dataset classes
 read them (CIFAR-10 and LFW skip the checksum of the published archive; see docs/DATA.md).
@@ -22,17 +23,19 @@ from scaleprobe.errors import ConfigError
 from scaleprobe.report.fmt import bytes_
 
 NAME = "datagen"
-HELP = "write a small dataset in a standard on-disk format (cifar10, mnist, imagefolder, voc, lfw)"
+HELP = ("write a small dataset in a standard on-disk format (cifar10, mnist, imagefolder, voc, "
+        "lfw, text)")
 MAX_LINES = 12
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("format", metavar="FORMAT",
-                   help="cifar10 | mnist | imagefolder | voc | lfw")
+                   help="cifar10 | mnist | imagefolder | voc | lfw | text")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder to write into (created; must be empty unless --force)")
     p.add_argument("--count", type=int, default=None, metavar="N",
-                   help="images to write, all splits together (default 200)")
+                   help="images to write, all splits together (default 200); text: the "
+                        "first N source files (default all)")
     p.add_argument("--size", default=None, metavar="WxH",
                    help="image size in pixels, e.g. 64x64 or 64 (default: the format's own)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -93,10 +96,12 @@ def run(args: argparse.Namespace) -> int:
     w = generate(fmt, args.out, count=args.count, size=size, seed=args.seed,
                  overwrite=args.force)
     took = time.perf_counter() - t0
-    print(f"wrote {fmt}: {w.count} images of {w.size[0]}x{w.size[1]} to {w.root} "
-          f"(seed {args.seed}, {took:.1f} s)")
+    what = (f"{w.count} images of {w.size[0]}x{w.size[1]}" if w.unit == "images"
+            else f"{w.count:,} {w.unit}")
+    seed = f"seed {args.seed}, " if w.unit == "images" else ""
+    print(f"wrote {fmt}: {what} to {w.root} ({seed}{took:.1f} s)")
     print(f"  {FORMATS[fmt][3]}")
-    print("  " + ", ".join(f"{k} {v}" for k, v in w.splits.items()))
+    print("  " + ", ".join(f"{k} {v:,}" for k, v in w.splits.items()))
     for note in w.notes:
         print(f"  {note}")
     print("files:")
@@ -107,5 +112,6 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # the dataset registry is optional for writing files
         DATASETS = None
     if DATASETS is not None and fmt in DATASETS:
-        print(f"use it: scaleprobe run --dataset {fmt} --data-dir {w.root}")
+        task = "--task lm " if w.unit == "tokens" else ""
+        print(f"use it: scaleprobe run {task}--dataset {fmt} --data-dir {w.root}")
     return 0

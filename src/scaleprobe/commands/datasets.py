@@ -16,5 +16,5 @@ def run(args: argparse.Namespace) -> int:
     from scaleprobe.data.datasets import DATASETS
 
     for name, desc in DATASETS.describe():
-        print(f"{name:14s} {desc}")
+        print(f"{name:17s} {desc}")
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.results import RunResult
 
 NAME = "predict"
 HELP = "predict communication time and scaling efficiency per strategy and link"
@@ -54,42 +55,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def compute_from_result(rec: dict[str, Any]) -> tuple[float | None, str]:
-    """Compute seconds per step from a run record (``metrics.compute_s``: copy to the
+def compute_from_result(rec: RunResult) -> tuple[float | None, str]:
+    """Compute seconds per step from a run's result (``metrics.compute_s``: copy to the
     device + forward + backward + optimizer; the breakdown already holds exposed
     communication apart), and how it was obtained."""
-    from scaleprobe.metrics import compute_s
-    from scaleprobe.results import get
-
-    bd = get(rec, "metrics.breakdown_s", {}) or {}
-    c = compute_s(bd)
+    bd = rec.metrics.breakdown_s
+    c = bd.compute_s()
     if c is not None and c > 0:
         return float(c), "copy to device + forward + backward + optimizer"
-    step = get(rec, "metrics.step_time_s.median")
+    step = rec.step_median_s
     if step is None:
         return None, "no step time in the result"
-    comm = get(rec, "comm.exposed_s", bd.get("comm") or 0.0)
-    return float(step) - float(comm or 0.0), "median step minus exposed communication"
+    exposed = rec.comm.exposed_s if rec.comm is not None else None
+    comm = exposed if exposed is not None else (bd.comm or 0.0)
+    return float(step) - float(comm), "median step minus exposed communication"
 
 
-def measured_comm(rec: dict[str, Any]) -> dict[str, Any] | None:
+def measured_comm(rec: RunResult) -> dict[str, Any] | None:
     """What a run measured of its communication, and where: the link it crossed, its world
     size and strategy, the standalone collective per step and the exposed time."""
     from scaleprobe.comm.exposed import measured_link
-    from scaleprobe.results import get
 
-    comm = rec.get("comm")
-    if not isinstance(comm, dict):
+    c = rec.comm
+    if c is None:
         return None
-    dist_cfg = get(rec, "config.dist", {}) or {}
-    link = (comm.get("measured_link") or measured_link(dist_cfg)).get("name")
-    return {"link": link, "world_size": get(rec, "batch.world_size"),
-            "strategy": dist_cfg.get("strategy"), "exposed_s": comm.get("exposed_s"),
-            "transfer_s": comm.get("transfer_s"), "sync_overhead_s": comm.get("sync_overhead_s"),
-            "standalone_s": get(rec, "comm.transfer_standalone.per_step_s")}
+    dist_cfg = rec.config.get("dist") or {}
+    link = (c.measured_link or measured_link(dist_cfg)).get("name")
+    return {"link": link, "world_size": rec.batch.world_size,
+            "strategy": dist_cfg.get("strategy"), "exposed_s": c.exposed_s,
+            "transfer_s": c.transfer_s, "sync_overhead_s": c.sync_overhead_s,
+            "standalone_s": (c.transfer_standalone or {}).get("per_step_s")}
 
 
-def load_result(path: str) -> dict[str, Any]:
+def load_result(path: str) -> RunResult:
     p = Path(path)
     try:
         with p.open() as fh:
@@ -100,7 +98,7 @@ def load_result(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read {p} as a result.json: {e}") from None
     if not isinstance(rec, dict) or rec.get("kind") != "run":
         raise ConfigError(f"{p} is not the result of a scaleprobe run")
-    return rec
+    return RunResult.from_dict(rec)
 
 
 def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,9 +114,8 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
         compute_s, compute_note = compute_from_result(rec)
         compute_note = f"{compute_note} ({args.from_result})"
         if params is None and model is None:
-            params = (rec.get("metrics") or {}).get("param_count")
-            model = None if params is not None else (rec.get("config") or {}).get(
-                "model", {}).get("name")
+            params = rec.metrics.param_count
+            model = None if params is not None else rec.cfg("model.name")
     if params is None and model is None:
         raise ConfigError("give the model size: --model NAME or --params N (or --from a result)")
     if params is None:

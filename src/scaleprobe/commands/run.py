@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from scaleprobe.commands.summary import print_run
     from scaleprobe.errors import ConfigError
-    from scaleprobe.runner import execute, exit_code
+    from scaleprobe.run.failure import exit_code
+    from scaleprobe.run.workloads import run_config
 
     cfg = config_from_args(args)
     if cfg.dist.parity:
@@ -37,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats is not None:
         raise ConfigError("--repeats applies to --parity (a single run is one measurement; "
                           "`scaleprobe sweep` and `colocate` repeat points)")
-    rec = execute(cfg)
-    print_run(rec)
-    return exit_code(rec)
+    result = run_config(cfg)
+    print_run(result)
+    return exit_code(result.status)
 
 
 def _parity(cfg, repeats: int | None) -> int:

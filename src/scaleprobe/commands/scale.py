@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.commands.options import RUN_FLAGS, add_run_options, overrides_from_args
 from scaleprobe.commands.sweep import add_executor_options, add_repeats_option
 from scaleprobe.errors import ConfigError
 
@@ -168,14 +168,15 @@ def script_target(args: argparse.Namespace) -> list[str]:
 
 def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> int:
     from scaleprobe.commands.sweep import terminate_as_interrupt
-    from scaleprobe.wrap.scale import scale_script
+    from scaleprobe.experiments.scale import scale_script
 
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
     nodes = node_axis(over, executor.kind)
     terminate_as_interrupt()
     rows, folder, sid = scale_script(target, counts, over, args.repeats, args.id, executor,
-                                     nodes=nodes.get("nnodes"))
+                                     nodes=nodes.get("nnodes"),
+                                     flags={key: flag for flag, key, _o in RUN_FLAGS})
     return _write_table(folder, sid, rows)
 
 

@@ -9,93 +9,123 @@ from rich.table import Table
 
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
+from scaleprobe.invariants import uneven_steps
+from scaleprobe.measure.compiled import summary_line as compile_line
+from scaleprobe.report.advice import sync_words
+from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
+from scaleprobe.traits import known
 
 
-def print_run(rec: dict[str, Any], console: Console | None = None) -> None:
-    con = console or _console()
-    m, cfg = rec["metrics"], rec["config"]
-    status = rec["status"]
+def print_run(result: RunResult, con: Console | None = None) -> None:
+    con = con or console()
+    r, m = result, result.metrics
+    status = r.status
     style = {"ok": "green", "oom": "yellow", "target_not_reached": "yellow"}.get(status, "red")
-    con.print(f"[bold]{esc(rec['name'])}[/bold]  status: [{style}]{esc(status)}[/{style}]"
-              + (f"  ({esc(rec['error'])})" if rec.get("error") else "") + _load_tag(rec))
-    if status != "ok" and not m.get("step_time_s"):
-        con.print(f"result: {esc(rec['paths'].get('dir'))}/result.json")
+    con.print(f"[bold]{esc(r.name)}[/bold]  status: [{style}]{esc(status)}[/{style}]"
+              + (f"  ({esc(r.error)})" if r.error else "") + _load_tag(r))
+    if status != "ok" and m.step_time_s is None:
+        con.print(f"result: {esc(r.paths.get('dir'))}/result.json")
         return
-    con.print(_figures_table(con, _figures(m)))
-    _rates_line(con, rec)
-    _breakdown(con, m)
-    _epoch_starts(con, rec)
-    if rec.get("target"):
+    con.print(_figures_table(con, _figures(r)))
+    _rates_line(con, r)
+    _uneven_line(con, r)
+    _lm_line(con, r)
+    _breakdown(con, r)
+    _epoch_starts(con, r)
+    if r.target is not None:
         from scaleprobe.target import summary_line
 
-        con.print(esc(summary_line(rec["target"])))
-    _flops_line(con, rec)
-    _compile_line(con, rec)
-    _comm_line(con, rec)
-    if rec.get("straggler"):
-        con.print("straggler: " + esc(rec["straggler"]["line"]))
-    if rec.get("audit"):
-        a = rec["audit"]
-        tag = "[green]ok[/green]" if a["ok"] else "[bold red]FAILED[/bold red]"
-        con.print(f"shard audit: {tag} - {esc(a['detail'])}")
-        if m.get("unique_samples_per_s") is not None:
-            con.print(f"unique samples/s: {fmt.num(m['unique_samples_per_s'])} of "
-                      f"{fmt.num(m.get('samples_per_s'))} (the rest were samples read again)")
-    for v in rec.get("invariants") or []:
+        con.print(esc(summary_line(r.target.to_dict())))
+    _flops_line(con, r)
+    _compile_line(con, r)
+    _state_line(con, r)
+    _comm_line(con, r)
+    if r.straggler is not None:
+        con.print("straggler: " + esc(r.straggler.line))
+    if r.audit is not None:
+        a = r.audit
+        tag = "[green]ok[/green]" if a.ok else "[bold red]FAILED[/bold red]"
+        con.print(f"shard audit: {tag} - {esc(a.detail)}")
+        if m.unique_samples_per_s is not None:
+            con.print(f"unique samples/s: {fmt.num(m.unique_samples_per_s)} of "
+                      f"{fmt.num(m.samples_per_s)} (the rest were samples read again)")
+    for v in r.invariants or []:
         con.print(f"[bold yellow]invariant broken[/bold yellow] ({esc(v['name'])}): "
                   f"{esc(v['detail'])}")
-    if m.get("bad_samples_skipped"):
-        con.print(f"skipped {m['bad_samples_skipped']} unreadable samples")
-    b = rec.get("batch") or {}
-    con.print(f"batch: {b.get('per_device')} per device, {b.get('global')} global, "
-              f"world size {b.get('world_size')}; {m.get('steps_timed')} steps timed "
-              f"of {m.get('steps_done')}; {esc(cfg['data']['dataset'])} "
-              f"({esc(rec.get('dataset_source'))})")
-    con.print(f"result: {esc(rec['paths'].get('dir'))}/result.json")
+    if m.bad_samples_skipped:
+        con.print(f"skipped {m.bad_samples_skipped} unreadable samples")
+    b = r.batch
+    con.print(f"batch: {b.per_device} per device, {b.global_} global, "
+              f"world size {b.world_size}; {m.steps_timed} steps timed "
+              f"of {m.steps_done}; {esc(r.cfg('data.dataset'))} "
+              f"({esc(r.dataset_source)})")
+    con.print(f"result: {esc(r.paths.get('dir'))}/result.json")
 
 
-def _figures(m: dict[str, Any]) -> list[tuple[str, str]]:
+def _figures(r: RunResult) -> list[tuple[str, str]]:
     """(name, value) of the run's headline figures, in the order they are shown."""
-    st = m.get("step_time_s") or {}
-    epoch = fmt.seconds(m.get("epoch_time_s")) + (" (proj.)" if m.get("epoch_time_projected") else "")
-    mem = m["peak_mem_bytes"]
-    name = _metric_name(m)
-    return [("samples/s", fmt.num(m.get("samples_per_s"))),
-            ("step median", fmt.ms(st.get("median"))), ("p95", fmt.ms(st.get("p95"))),
+    m = r.metrics
+    st = m.step_time_s or StepTime()
+    epoch = fmt.seconds(m.epoch_time_s) + (" (proj.)" if m.epoch_time_projected else "")
+    mem = m.peak_mem_bytes
+    found = r.task_metric()
+    lm = m.unigram_entropy_nats is not None
+    name, value = found if found is not None else ("loss" if lm else "accuracy", None)
+    tokens = ([("tokens/s", fmt.num(m.tokens_per_s))] if m.tokens_per_s is not None
+              else [])  # token tasks (lm)
+    return [("samples/s", fmt.num(m.samples_per_s)), *tokens,
+            ("step median", fmt.ms(st.median)), ("p95", fmt.ms(st.p95)),
             ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
-            ("peak device mem", fmt.bytes_(mem.get("device_allocated"))),
-            ("CPU util", fmt.num(m.get("cpu_util_pct"), ".0f", "%")),
-            ("GPU util", fmt.num(m.get("gpu_util_pct"), ".0f", "%")),
-            (name, fmt.num(m.get(name), ".3f"))]
+            ("peak device mem", fmt.bytes_(mem.device_allocated)),
+            ("CPU util", fmt.num(m.cpu_util_pct, ".0f", "%")),
+            ("GPU util", fmt.num(m.gpu_util_pct, ".0f", "%")),
+            (name, fmt.num(value, ".3f"))]
 
 
-def _flops_line(con: Console, rec: dict[str, Any]) -> None:
+def _lm_line(con: Console, r: RunResult) -> None:
+    """--task lm: the held-out loss beside the training split's unigram entropy (the loss of
+    a model that knows only token frequencies)."""
+    m = r.metrics
+    h = m.unigram_entropy_nats
+    if h is None:
+        return
+    loss = num(m.extra.get("loss"))
+    if loss is None:
+        con.print(f"language model: unigram entropy of the training split {h:.3f} nats/token "
+                  "(held-out loss: add --eval)")
+        return
+    ppl = num(m.extra.get("perplexity"))
+    side = "below" if loss < h else "not below"
+    con.print(f"language model: held-out loss {loss:.3f} nats/token (perplexity "
+              f"{fmt.num(ppl, '.2f')}) over {fmt.num(num(m.extra.get('eval_tokens')), ',.0f')} "
+              f"tokens, {side} the training split's unigram entropy {h:.3f} nats/token")
+
+
+def _flops_line(con: Console, r: RunResult) -> None:
     """FLOPs per step, achieved TFLOP/s and MFU against the peak and where the peak came from."""
     from scaleprobe.report.fmt import flops, mfu
 
-    m, why = rec["metrics"], rec.get("null_reasons") or {}
-    if not m.get("flops_per_step"):
+    m, why = r.metrics, r.null_reasons
+    if not m.flops_per_step:
         if why.get("flops_per_step"):
             con.print(f"FLOPs: {esc(why['flops_per_step'])}")
         return
-    line = (f"FLOPs: {flops(m['flops_per_step'])} per step, "
-            f"{flops(m.get('achieved_flops_per_s'), per_s=True)} achieved")
-    p = m.get("peak") or {}
-    if m.get("mfu") is not None:
-        peak = flops(p['flops_per_s'] * (p.get('devices') or 1), per_s=True)
-        line += f", MFU {mfu(m['mfu'])} of {peak} {p.get('dtype')} ({p.get('source')})"
+    line = (f"FLOPs: {flops(m.flops_per_step)} per step, "
+            f"{flops(m.achieved_flops_per_s, per_s=True)} achieved")
+    p = m.peak or Peak()
+    if m.mfu is not None and p.flops_per_s is not None:
+        peak = flops(p.flops_per_s * (p.devices or 1), per_s=True)
+        line += f", MFU {mfu(m.mfu)} of {peak} {p.dtype} ({p.source})"
     else:
         line += f"; MFU: {why.get('mfu') or 'n/a'}"
     con.print(esc(line))
 
 
-def _compile_line(con: Console, rec: dict[str, Any]) -> None:
+def _compile_line(con: Console, r: RunResult) -> None:
     """torch.compile's time, apart from the timed window (measure/compiled.py)."""
-    from scaleprobe.measure.compiled import summary_line
-
-    why = rec.get("null_reasons") or {}
-    line = summary_line(rec["metrics"], rec.get("compile"), why)
-    if line is None and (rec.get("config") or {}).get("model", {}).get("compile"):
+    why = r.null_reasons or {}
+    line = compile_line(r.metrics.to_dict(), r.compile, why)
+    if line is None and r.cfg("model.compile"):
         line = f"compile: {why.get('compile_time_s') or 'not measured'}"
     if line:
         con.print(esc(line))
@@ -125,77 +155,127 @@ def _natural_width(con: Console, table: Table) -> int:
     return Measurement.get(con, con.options.update(width=10_000), table).maximum
 
 
-def _rates_line(con: Console, rec: dict[str, Any]) -> None:
+def _rates_line(con: Console, r: RunResult) -> None:
     """What samples/s adds up when several ranks train (their step medians may differ)."""
-    from scaleprobe.report.records import rate_definition
-
-    text = rate_definition(rec)
+    text = r.rate_definition()
     if text:
         con.print(f"samples/s: {esc(text)}")
 
 
-def _host_mem(mem: dict[str, Any]) -> str:
+def _uneven_line(con: Console, r: RunResult) -> None:
+    """samples/s is the window's throughput; where the median step says another figure by
+    more than the noise, name it and why (the breakdown above is the median step's)."""
+    gap = uneven_steps(r)
+    if gap is None:
+        return
+    step, window = gap
+    con.print(f"[bold yellow]steps vary widely[/bold yellow]: {fmt.num(window)} samples/s over "
+              f"the timed window, {fmt.num(step)} from the median step ({step / window:.2f}x); "
+              "see steps.csv for the slow steps")
+
+
+def _host_mem(mem: PeakMem) -> str:
     """Total peak, and beside it the part above the baseline read before the model was built."""
-    total = fmt.bytes_(mem.get("host"))
-    net = mem.get("host_net")
-    return total if net is None else f"{total} (net {fmt.bytes_(net)})"
+    total = fmt.bytes_(mem.host)
+    return total if mem.host_net is None else f"{total} (net {fmt.bytes_(mem.host_net)})"
 
 
-def _load_tag(rec: dict[str, Any]) -> str:
-    load = rec.get("load") or {}
-    if load.get("flag") is not True:
+def _load_tag(r: RunResult) -> str:
+    if r.load is None or r.load.flag is not True:
         return ""
-    return f"  [bold yellow]measured under load[/bold yellow]: {esc(load.get('reason'))}"
+    return f"  [bold yellow]measured under load[/bold yellow]: {esc(r.load.reason)}"
 
 
-def _comm_line(con: Console, rec: dict[str, Any]) -> None:
+def _comm_line(con: Console, r: RunResult) -> None:
     """Exposed communication as transfer + sync overhead, each said what it is; none at
     world size 1; the network model only for the link the run was measured on. Printed
     without markup: link names can be a user's file path."""
-    c = rec.get("comm") or {}
-    if not c:
+    c = r.comm
+    if c is None:
         return
-    world = (rec.get("batch") or {}).get("world_size")
+    world = r.batch.world_size
     if world is not None and world < 2:
         line = "communication: none (world size 1)"
-        if c.get("wrapper_overhead_s") is not None:
-            line += (f"; wrapper overhead {_ms(c['wrapper_overhead_s'])} per step (sync minus "
+        if c.wrapper_overhead_s is not None:
+            line += (f"; wrapper overhead {_ms(c.wrapper_overhead_s)} per step (sync minus "
                      "no_sync with one process: hooks and bucket copies, not communication; "
                      "left in backward)")
         con.print(line, markup=False)
         return
-    line = f"communication: exposed {_ms(c.get('exposed_s'))} per step"
-    if c.get("exposed_fraction") is not None:
-        line += f" ({c['exposed_fraction']:.0%} of the step)"
-    if c.get("transfer_s") is not None and c.get("sync_overhead_s") is not None:
-        line += (f" = transfer {_ms(c['transfer_s'])} + sync overhead "
-                 f"{_ms(c['sync_overhead_s'])}")
+    line = f"communication: exposed {_ms(c.exposed_s)} per step"
+    if c.exposed_s is None and c.exposed_reason:
+        line += f" ({c.exposed_reason})"
+    if c.exposed_fraction is not None:
+        line += f" ({c.exposed_fraction:.0%} of the step)"
+    if c.transfer_s is not None and c.sync_overhead_s is not None:
+        line += (f" = transfer {_ms(c.transfer_s)} + sync overhead "
+                 f"{_ms(c.sync_overhead_s)}")
     con.print(line, markup=False)
-    std = c.get("transfer_standalone") or {}
+    _in_step_lines(con, c)
+    std = c.transfer_standalone or {}
     if std:
         every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
-        hidden = c.get("transfer_hidden_s") or 0.0
+        hidden = c.transfer_hidden_s or 0.0
         hid = f"; {_ms(hidden)} of it hidden under compute" if hidden > 0 else ""
         con.print(f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
                   f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}",
                   markup=False)
-        con.print("  sync overhead: the rest (hooks, bucket copies, a server's work, waiting for "
-                  "the slowest rank): not the network")
-    _prediction_lines(con, c, rec)
+        tr = known(r.cfg("dist.strategy"))
+        parts = (sync_words(r)[1] if tr is not None and tr.shards_state else
+                 "hooks, bucket copies, a server's work, waiting for the slowest rank")
+        con.print(f"  sync overhead: the rest ({parts}): not the network", markup=False)
+    _prediction_lines(con, c, r)
 
 
-def _prediction_lines(con: Console, c: dict[str, Any], rec: dict[str, Any]) -> None:
+def _in_step_lines(con: Console, c: Comm) -> None:
+    """Communication measured in the step (fsdp): the per-step figure's median and interval,
+    what was timed, and the no_sync cross-check beside it."""
+    from scaleprobe.comm.instep import text
+
+    if c.exposed_per_step:
+        calls = c.calls_per_step or {}
+        what = (f" (blocked in {calls.get('all_gather', 0)} all-gathers and "
+                f"{calls.get('reduce_scatter', 0)} reduce-scatters per step)" if calls else "")
+        con.print(f"  measured in the step: median {text(c.exposed_per_step, _ms)}{what}",
+                  markup=False)
+    if c.cross_check:
+        con.print("  cross-check, sync minus no_sync (not in the breakdown): "
+                  + text(c.cross_check, _ms), markup=False)
+
+
+def _state_line(con: Console, r: RunResult) -> None:
+    """Parameters + gradients + optimizer state each rank holds, with its own peak beside."""
+    sb = r.metrics.state_bytes
+    rows = sb.by_rank if sb is not None else []
+    if sb is None or not rows:
+        return
+    shown = rows if len(rows) <= 4 else [x for x in rows if x.rank == sb.rank]
+    parts = []
+    for x in shown:
+        peak = (f"peak device allocated {fmt.bytes_(x.device_allocated)}"
+                if x.device_allocated is not None else
+                f"peak RSS {fmt.bytes_(x.host_peak_rss)}")
+        parts.append(f"rank {x.rank} {fmt.bytes_(x.params_bytes)} + "
+                     f"{fmt.bytes_(x.grads_bytes)} + "
+                     f"{fmt.bytes_(x.optimizer_bytes)} = "
+                     f"{fmt.bytes_(x.total_bytes)} ({peak})")
+    tail = f" (the largest of {len(rows)} ranks)" if len(shown) < len(rows) else ""
+    con.print("state per rank, params + grads + optimizer: " + "; ".join(parts) + tail,
+              markup=False)
+
+
+def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
     from scaleprobe.comm.exposed import same_link_prediction
 
-    same = same_link_prediction(c, (rec.get("config") or {}).get("dist"))
-    named = c.get("prediction")
-    link = (c.get("measured_link") or {}).get("name")
+    same = same_link_prediction(c, r.config.get("dist"))
+    named = c.prediction
+    link = (c.measured_link or {}).get("name")
     if same:
         line = (f"  model on the link measured ({same['strategy']}, {same['link']}): "
                 f"{_ms(same['comm_s'])} per step")
-        if c.get("transfer_s") is not None and same.get("comm_s"):
+        if c.transfer_s is not None and same.get("comm_s"):
             line += (" vs the standalone collective's "
-                     f"{_ms((c.get('transfer_standalone') or {}).get('per_step_s'))} measured")
+                     f"{_ms((c.transfer_standalone or {}).get('per_step_s'))} measured")
         con.print(line, markup=False)
     if named and named is not same:
         why = (f"what-if: measured on {link}, not compared" if link else
@@ -217,7 +297,7 @@ def _ms(v: Any) -> str:
     return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else fmt.ms(v)
 
 
-def _console(stderr: bool = False) -> Console:
+def console(stderr: bool = False) -> Console:
     """A terminal's width (or ``COLUMNS`` where it is set); piped without ``COLUMNS``, lines
     stay whole for the log that reads them."""
     import os
@@ -228,8 +308,8 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=140, soft_wrap=True)
 
 
-def _breakdown(con: Console, m: dict[str, Any]) -> None:
-    bd = m.get("breakdown_s") or {}
+def _breakdown(con: Console, r: RunResult) -> None:
+    bd = r.metrics.breakdown_s.phases()
     total = sum(v for v in bd.values() if v) or None
     if not total:
         return
@@ -238,18 +318,11 @@ def _breakdown(con: Console, m: dict[str, Any]) -> None:
     con.print("step breakdown (ms per phase of the median step): " + ", ".join(parts))
 
 
-def _epoch_starts(con: Console, rec: dict[str, Any]) -> None:
+def _epoch_starts(con: Console, r: RunResult) -> None:
     """The report's "input-bound at epoch starts" evidence, where it holds: the median step
     above leaves that wait out."""
     from scaleprobe.report.diagnose import epoch_start_wait
 
-    line = epoch_start_wait(rec)
+    line = epoch_start_wait(r)
     if line:
         con.print(f"[bold yellow]data wait at epoch starts[/bold yellow]: {esc(line)}")
-
-
-def _metric_name(m: dict[str, Any]) -> str:
-    """The task's evaluation figure: accuracy, verification_accuracy (face) or map50."""
-    from scaleprobe.report.records import TASK_METRICS
-
-    return next((k for k, _ in TASK_METRICS if m.get(k) is not None), "accuracy")

@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.runner import run_under_launcher
+    from scaleprobe.run.builtin import run_under_launcher
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -28,11 +28,11 @@ def run(args: argparse.Namespace) -> int:
         extra["dist.rdzv_endpoint"] = f"{addr}:{port}"
         extra["dist.strategy"] = "ddp"  # unless the file or a flag names another
     cfg = config_from_args(args, extra)
-    rec = run_under_launcher(cfg)
-    if rec is None:
+    result = run_under_launcher(cfg)
+    if result is None:
         return 0
     from scaleprobe.commands.summary import print_run
-    from scaleprobe.runner import exit_code
+    from scaleprobe.run.failure import exit_code
 
-    print_run(rec)
-    return exit_code(rec)
+    print_run(result)
+    return exit_code(result.status)

@@ -43,23 +43,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.commands.summary import print_run
-    from scaleprobe.wrap.driver import base_config, check_target, execute_wrap
+    from scaleprobe.commands.summary import console, print_run
+    from scaleprobe.run.script import base_config, check_target, run_script
 
     target = list(args.target)
     if target[:1] == ["--"]:
         target = target[1:]
-    name = check_target(target)
+    check_target(target)
     overrides = {key: getattr(args, _dest(flag)) for flag, key, _o in RUN_FLAGS
                  if flag in FLAGS and hasattr(args, _dest(flag))}
     cfg = base_config(overrides, target)
     sys.stdout.flush()
-    rec, code = execute_wrap(cfg, target, name)
-    from scaleprobe.commands.summary import _console
-
-    print_run(rec, _console(stderr=True))  # stdout is the script's own
-    note = (rec.get("script") or {}).get("sampler_note")
-    if note and rec.get("audit") and not rec["audit"].get("ok"):
+    result, code = run_script(cfg)
+    print_run(result, console(stderr=True))  # stdout is the script's own
+    note = (result.script or {}).get("sampler_note")
+    if note and result.audit is not None and not result.audit.ok:
         print(f"shard audit: {note}", file=sys.stderr)
     return code
 

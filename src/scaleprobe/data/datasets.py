@@ -1,16 +1,18 @@
 """Datasets by name: embedded digits, synthetic (on the device or through the loader),
-generated JPEGs, on-disk formats.
+generated JPEGs, on-disk formats; and for ``--task lm`` token data (``data/tokens.py``).
 
-Every dataset yields ``(image, label)`` where image is a PIL image or a uint8 CxHxW tensor;
-transforms (``data/transforms.py``) turn it into the model's input. ``Indexed`` adds the sample
+Every image dataset yields ``(image, label)`` where image is a PIL image or a uint8 CxHxW
+tensor; transforms (``data/transforms.py``) turn it into the model's input. A token dataset
+yields ``(input tokens, target tokens)``, int64 tensors of ``seq_len`` each. ``Indexed`` adds the sample
 index to each item, so the engine can audit which samples each rank really consumed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,16 @@ DATASETS = Registry("dataset")
 class Split:
     train: Dataset
     val: Dataset | None
-    num_classes: int
-    image_size: int
+    num_classes: int  # token data: the vocabulary size
+    image_size: int | None  # token data: None
     source: str  # human description, e.g. "sklearn digits (1,797 real images)"
     # True: the engine makes the training batches once on the device (data/device.py) and
     # reads only the sample count and the held-out split from here
     resident: bool = False
+    seq_len: int | None = None  # token data: tokens per sample
+    # what the rank records about its data beyond the above (results.RankInfo): token data's
+    # tokens_per_sample, seq_len, vocab_size, unigram_entropy_nats
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 class TensorImages(Dataset):
@@ -147,8 +153,9 @@ def _jpeg_synth(cfg: DataConfig, seed: int) -> Split:
 
 def _need_dir(cfg: DataConfig, name: str) -> Path:
     if not cfg.data_dir:
+        gen = "text" if name == "tokens" else name
         raise DataError(f"--dataset {name} needs --data-dir DIR "
-                        f"(make a small one with: scaleprobe datagen {name} --out DIR)")
+                        f"(make a small one with: scaleprobe datagen {gen} --out DIR)")
     p = Path(cfg.data_dir).expanduser()
     if not p.is_dir():
         raise DataError(f"data directory not found: {p}")
@@ -157,14 +164,14 @@ def _need_dir(cfg: DataConfig, name: str) -> Path:
     return p
 
 
-ON_DISK = ("imagefolder", "cifar10", "mnist", "voc", "lfw")  # read from --data-dir
+ON_DISK = ("imagefolder", "cifar10", "mnist", "voc", "lfw", "tokens")  # read from --data-dir
 
 
 def check_data_dir(cfg: DataConfig) -> None:
     """The cheap part of an on-disk dataset's checks (the folder is given, exists, holds
     something), so a wrong path fails in one line before any run folder or worker exists."""
-    if cfg.dataset in ON_DISK:
-        _need_dir(cfg, cfg.dataset)
+    if cfg.dataset in ON_DISK or (cfg.dataset == "text" and cfg.data_dir):
+        _need_dir(cfg, "text" if cfg.dataset == "text" else cfg.dataset)
 
 
 @DATASETS.register("imagefolder", "one folder per class of image files under --data-dir")
@@ -229,6 +236,67 @@ def _lfw(cfg: DataConfig, seed: int) -> Split:
     _, pairs = open_lfw_pairs(root, "test")
     return Split(train, _lfw_pair_images(pairs), len(train.identities), cfg.image_size or 112,
                  f"LFW at {root} ({len(train.identities)} train people, {len(pairs)} test pairs)")
+
+
+def _seq_len(cfg: DataConfig) -> int:
+    if cfg.seq_len is None:  # resolved from the model (lmspec.resolved_data) before this
+        raise DataError(f"--dataset {cfg.dataset} needs a sequence length (--seq-len)")
+    return cfg.seq_len
+
+
+def _token_split(cfg: DataConfig, root: Path, source: str) -> Split:
+    from scaleprobe.data.tokens import file_split
+
+    T = _seq_len(cfg)
+    got = file_split(root, T, cfg.vocab_size, cfg.eval_windows)
+    n = got["tokens"]
+    info = {"seq_len": T, "tokens_per_sample": T, "vocab_size": got["vocab"],
+            "unigram_entropy_nats": got["entropy"], "train_tokens": n["train"],
+            "val_tokens": n["val"]}
+    return Split(got["train"], got["val"], got["vocab"], None,
+                 f"{source} ({n['train']:,} train / {n['val']:,} val tokens, vocabulary "
+                 f"{got['vocab']:,})", seq_len=T, info=info)
+
+
+@DATASETS.register("tokens", "--task lm: token files under --data-dir (train.bin, val.bin, "
+                   "optional meta.json; nanoGPT's format, uint16 or uint32)")
+def _tokens(cfg: DataConfig, seed: int) -> Split:
+    root = _need_dir(cfg, "tokens")
+    return _token_split(cfg, root, f"token files at {root}")
+
+
+@DATASETS.register("text", "--task lm: the Python standard library's sources, byte-level "
+                   "(scaleprobe datagen text; --data-dir, else written once to the cache)")
+def _text(cfg: DataConfig, seed: int) -> Split:
+    if cfg.data_dir:
+        root = _need_dir(cfg, "text")
+    else:
+        from scaleprobe.data.tokens import text_cache
+
+        root = text_cache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
+    return _token_split(cfg, root, f"Python standard library sources, bytes, at {root}")
+
+
+@DATASETS.register("tokens-synthetic", "--task lm: one batch of random tokens per rank made "
+                   "once on the training device, reused every step: no input pipeline")
+def _tokens_synthetic(cfg: DataConfig, seed: int) -> Split:
+    from scaleprobe.data.tokens import RandomWindows
+
+    T = _seq_len(cfg)
+    vocab = cfg.vocab_size
+    if vocab is None:
+        raise DataError("--dataset tokens-synthetic needs a vocabulary size (data.vocab_size)")
+    n_val = max(1, round(cfg.num_samples * cfg.val_fraction))
+    if cfg.eval_windows is not None:
+        n_val = min(n_val, cfg.eval_windows)
+    train = RandomWindows(cfg.num_samples, T, vocab, seed=1234)  # never read: only its size
+    val = RandomWindows(n_val, T, vocab, seed=4321)
+    info = {"seq_len": T, "tokens_per_sample": T, "vocab_size": vocab,
+            "unigram_entropy_nats": math.log(vocab)}  # uniform: every token equally likely
+    return Split(train, val, vocab, None,
+                 f"random tokens (vocabulary {vocab:,}, {T} per sample): one batch per rank "
+                 "made once on the training device, reused every step (no loader)",
+                 resident=True, seq_len=T, info=info)
 
 
 def build_split(cfg: DataConfig, seed: int = 0) -> Split:

@@ -14,6 +14,10 @@ the same order (``dist.sampler`` faults) while the tensors themselves are per ra
 
 ``--dataset synthetic-loader`` keeps the per-sample path (``data/loader.py``) for studying the
 loader itself.
+
+``--dataset tokens-synthetic`` (``--task lm``) is the same for a language model: one batch of
+``seq_len + 1`` uniformly random tokens per sample, made once on the device; its input is the
+first ``seq_len`` tokens and its targets the last ``seq_len``.
 """
 
 from __future__ import annotations
@@ -42,20 +46,34 @@ def make_batch(batch: int, image_size: int, num_classes: int, seed: int,
     return x, y
 
 
+def make_token_batch(batch: int, seq_len: int, vocab: int, seed: int, device: torch.device
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of int64 input and target tokens (``batch x seq_len`` each, the targets the
+    inputs shifted by one), drawn on the CPU from ``seed`` and moved once."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, vocab, (batch, seq_len + 1), generator=g).to(device)
+    return t[:, :-1], t[:, 1:]
+
+
 class DeviceBatches:
     """An iterable in the loader's place: each epoch yields ``(x, y, indices, 0)`` like
     ``collate_indexed``, where ``x, y`` are the one pre-made batch on the device and
-    ``indices`` the next ``batch`` indices of the sampler's order (drop_last)."""
+    ``indices`` the next ``batch`` indices of the sampler's order (drop_last). With
+    ``seq_len`` the batch is tokens (``num_classes``: the vocabulary), else images."""
 
-    def __init__(self, n: int, batch: int, sampler: Any, image_size: int, num_classes: int,
-                 seed: int, rank: int, device: torch.device, channels_last: bool = False):
+    def __init__(self, n: int, batch: int, sampler: Any, image_size: int | None,
+                 num_classes: int, seed: int, rank: int, device: torch.device,
+                 channels_last: bool = False, seq_len: int | None = None):
         self.n, self.batch, self.sampler = n, batch, sampler
         if len(self) < 1:
             raise DataError(f"the dataset has {n} samples, fewer than one batch of {batch} "
                             "per rank (raise --num-samples)")
         self.seed = seed + RANK_SEED_STRIDE * (rank + 1)
-        self.x, self.y = make_batch(batch, image_size, num_classes, self.seed, device,
-                                    channels_last)
+        if seq_len is not None:
+            self.x, self.y = make_token_batch(batch, seq_len, num_classes, self.seed, device)
+        else:
+            self.x, self.y = make_batch(batch, image_size, num_classes, self.seed, device,
+                                        channels_last)
         self._order = torch.Generator().manual_seed(seed)  # shuffles without a sampler
 
     def _indices(self) -> torch.Tensor:

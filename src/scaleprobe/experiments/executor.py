@@ -509,12 +509,11 @@ def _ended_text(job_id: str, state: str, reason: str) -> str:
 def _scheduler_record(proc: SlurmPoint) -> dict[str, Any]:
     from scaleprobe.config import from_dict
     from scaleprobe.experiments.point import failed_record
-    from scaleprobe.runner import default_name
 
     assert proc.ended is not None
     state, reason = proc.ended
     cfg = from_dict(proc.payload["config"])
-    return failed_record(cfg.to_dict(), cfg.key(), cfg.name or default_name(cfg),
+    return failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
                          proc.payload["experiment"], _ended_text(proc.pid, state, reason),
                          status=ENDED[state] or "interrupted")
 

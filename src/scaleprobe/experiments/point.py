@@ -73,15 +73,12 @@ def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
-    import scaleprobe.assemble  # noqa: F401
-    import scaleprobe.measure.monitor  # noqa: F401
+    import scaleprobe.run.workloads  # noqa: F401  (the driver, the launcher, torch)
 
     if _trains_here(cfg):
         import scaleprobe.engine  # noqa: F401  (torch, torchvision, the training loop)
     else:  # the ranks train in processes of their own: this one launches them and assembles
         import torch.distributed.launcher.api  # noqa: F401
-
-        import scaleprobe.launch  # noqa: F401
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _sigterm_as_interrupt()
@@ -130,9 +127,9 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
 
 
 def run_point(payload: dict[str, Any]) -> int:
-    from scaleprobe import runner
     from scaleprobe.config import from_dict
     from scaleprobe.errors import ScaleprobeError
+    from scaleprobe.run.failure import exit_code
 
     exp = payload["experiment"]
     cfg = from_dict(payload["config"])
@@ -141,9 +138,11 @@ def run_point(payload: dict[str, Any]) -> int:
     _import_or_stop(cfg, exp)
     gated = False
     try:
+        from scaleprobe.run.workloads import run_config  # imported by _import_or_stop
+
         if payload.get("barrier"):
             gated = _barrier(cfg, payload["barrier"])
-        rec = runner.execute(cfg, experiment=exp)
+        result = run_config(cfg, experiment=exp)
     except KeyboardInterrupt as e:
         from scaleprobe.interrupt import describe
 
@@ -162,18 +161,16 @@ def run_point(payload: dict[str, Any]) -> int:
             from scaleprobe import engine
 
             engine.set_window_gate(None)
-    print(f"point {exp.get('point')}: {rec['status']}"
-          + (f" ({rec['error']})" if rec.get("error") else ""))
-    return runner.exit_code(rec)
+    print(f"point {exp.get('point')}: {result.status}"
+          + (f" ({result.error})" if result.error else ""))
+    return exit_code(result.status)
 
 
 def _record(cfg: Any, exp: dict[str, Any], error: str, status: str = "failed") -> None:
-    from scaleprobe.runner import default_name
-
     path = res.results_file(cfg.out)
     if exp.get("attempt") and find_attempt(res.read_jsonl(path, warn=False), exp["attempt"]):
         return  # the run recorded its own ending (a data error met while training)
-    name = cfg.name or default_name(cfg)
+    name = cfg.name or cfg.default_name()
     rec = failed_record(cfg.to_dict(), cfg.key(), name, exp, error, status)
     res.append_jsonl(path, rec)
 

@@ -278,13 +278,12 @@ def collect_record(proc: PointProcess, rc: int, cfg: Any, experiment: dict[str, 
     naming how it ended, appended to ``results_path`` so the failure is on disk too."""
     from scaleprobe import results as res
     from scaleprobe.experiments.point import failed_record, find_attempt
-    from scaleprobe.runner import default_name
 
     rec = find_attempt(res.read_jsonl(results_path, warn=False), experiment["attempt"])
     if rec is None:
         tail = log_tail(proc.log_path)
         error = f"point process {describe_exit(rc)}" + (f": {tail}" if tail else "")
-        rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or default_name(cfg),
+        rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
                             experiment, error)
         res.append_jsonl(results_path, rec)
     return rec
@@ -294,7 +293,6 @@ def _record_if_missing(proc: PointProcess) -> None:
     from scaleprobe import results as res
     from scaleprobe.config import from_dict
     from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
-    from scaleprobe.runner import default_name
 
     if not proc.payload:
         return
@@ -302,7 +300,7 @@ def _record_if_missing(proc: PointProcess) -> None:
         cfg = from_dict(proc.payload["config"])
         path = Path(cfg.out) / res.RESULTS_FILE
         if find_attempt(res.read_jsonl(path, warn=False), proc.attempt) is None:
-            rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or default_name(cfg),
+            rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
                                 proc.payload["experiment"],
                                 f"{INTERRUPTED}: stopped before it recorded itself",
                                 status="interrupted")

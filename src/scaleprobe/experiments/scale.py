@@ -5,6 +5,10 @@ A speedup above N x 1.1 (N / B x 1.1 against a B-process baseline) is a measurin
 most often a baseline caught by a burst of load. Such a point and the baseline each get one
 more repeat (interleaved, as always) and the table is built again from every repeat; a point
 still implausible after that stays marked and out of every verdict.
+
+A scale of the user's own script (``scale --nproc 1,2 -- SCRIPT.py [ARGS]``) is one too: a
+sweep over ``nproc`` whose base names the script (``script.path``, ``script.args``), each
+point run under ``wrap``, with the same spec, records, table, verdicts, resume and executors.
 """
 
 from __future__ import annotations
@@ -14,13 +18,23 @@ from typing import Any
 
 from rich.console import Console
 
+from scaleprobe import config as C
+from scaleprobe.errors import ConfigError
+from scaleprobe.results import RunResult, dict_of
+from scaleprobe.run.script import check_target
+
 
 def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
     from scaleprobe.report import records as R
     from scaleprobe.report.scale import scale_table
 
-    return [r for r in scale_table(R.of_kind(R.load_records(folder / "results.jsonl"), "run"))
+    return [r for r in scale_table(R.runs(R.load_records(folder / "results.jsonl")))
             if r["experiment"] == sid]
+
+
+def _spec_point(rec: RunResult) -> dict[str, Any]:
+    """The point as the spec's grid names it (``nproc``, ``nnodes``)."""
+    return dict_of(rec.experiment.point if rec.experiment is not None else None)
 
 
 def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
@@ -42,9 +56,9 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
         con.print(f"implausible speedup at {', '.join(str(r['nproc']) for r in odd)} "
                   "processes: measuring those points and the baseline once more",
                   soft_wrap=True)
-        (base,) = [(r["record"].get("experiment") or {}).get("point") or {}
+        (base,) = [_spec_point(r["record"])
                    for r in rows if r["is_base"] and r["experiment"] == odd[0]["experiment"]]
-        points = [(r["record"].get("experiment") or {}).get("point") or {} for r in odd]
+        points = [_spec_point(r["record"]) for r in odd]
         grid: dict[str, Any] = {"nproc": sorted({p.get("nproc", 1) for p in [base, *points]})}
         if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
             grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})
@@ -53,3 +67,47 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
                   executor=executor)
         rows = scale_rows(folder, sid)
     return rows
+
+
+def check_overrides(over: dict[str, Any], flags: dict[str, str]) -> dict[str, Any]:
+    """The given run options, refusing those a script decides itself (one line, exit 2);
+    ``flags``: each key's flag, to name it as the user typed it."""
+    for key in over:
+        if key not in C.SCRIPT_KEYS and key != "dist.nproc" and key != "dist.strategy":
+            raise ConfigError(f"{flags.get(key, key)} does not apply to a script (it builds "
+                              "its own model, data and training); scale -- SCRIPT.py takes "
+                              "--nproc, --repeats, --warmup-steps, --steps, --out, --id")
+    return {k: v for k, v in over.items() if k in C.SCRIPT_KEYS}
+
+
+def script_spec(target: list[str], counts: list[int], over: dict[str, Any],
+                repeats: int | None, sid: str | None = None, nodes: list[int] | None = None,
+                flags: dict[str, str] | None = None
+                ) -> tuple[dict[str, Any], str | None, bool]:
+    """The scale experiment of a script as a sweep spec over ``nproc`` (kind "scale"), with
+    the output folder and whether to show progress."""
+    name = check_target(target)
+    base = check_overrides(over, flags or {})
+    out = base.pop("out", None)
+    progress = base.pop("measure.progress", True) is not False
+    base.update(C.ScriptConfig.from_target(target))
+    sweep: dict[str, Any] = {"id": sid or f"scale-script-{name}", "kind": "scale"}
+    if repeats is not None:
+        sweep["repeats"] = repeats
+    grid: dict[str, Any] = {"nproc": counts, **({"nnodes": nodes} if nodes else {})}
+    return {"sweep": sweep, "base": base, "grid": grid}, out, progress
+
+
+def scale_script(target: list[str], counts: list[int], over: dict[str, Any],
+                 repeats: int | None, sid: str | None = None, executor: Any = None,
+                 console: Console | None = None, nodes: list[int] | None = None,
+                 flags: dict[str, str] | None = None
+                 ) -> tuple[list[dict[str, Any]], Path, str]:
+    """Run (or resume) the script at each count; returns the scale table's rows
+    (``report.scale``), the output folder and the experiment id."""
+    from scaleprobe.experiments.sweep import sweep_out_dir
+
+    spec, out, progress = script_spec(target, counts, over, repeats, sid, nodes, flags)
+    rows = run_scale(spec, out, progress=progress, console=console or Console(stderr=True),
+                     repeats=repeats, executor=executor)
+    return rows, sweep_out_dir(spec, out), spec["sweep"]["id"]

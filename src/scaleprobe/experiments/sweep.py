@@ -38,6 +38,7 @@ from scaleprobe.experiments.spec import (
     group_key,
     load_spec,
 )
+from scaleprobe.run.driver import RUN_OUTPUT_BYTES
 
 try:  # POSIX; elsewhere sweeps into one folder are not kept apart
     import fcntl
@@ -212,7 +213,7 @@ def sweep_out_dir(spec: str | Path | dict[str, Any], out_dir: str | Path | None 
 def preflight(configs: list[Any]) -> None:
     """Names that build nothing (a model or dataset typo) fail here, in one line, before any
     point runs; each distinct (model, dataset) pair is checked once."""
-    from scaleprobe.runner import preflight as check
+    from scaleprobe.run.workloads import preflight as check  # imports torch
 
     seen: set[tuple[str, str]] = set()
     for cfg in configs:
@@ -238,8 +239,6 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     sp = load_spec(spec, overrides, repeats)
     out = Path(out_dir) if out_dir is not None else Path(sp.base_config().out)
     pts = check_points(sp, str(out))
-    from scaleprobe.runner import RUN_OUTPUT_BYTES
-
     res.check_writable(out, RUN_OUTPUT_BYTES, "a run's files")  # all points: once locked
     with sweep_lock(out):
         try:
@@ -255,7 +254,6 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
                 executor: Any = None) -> list[dict[str, Any]]:
     from scaleprobe.experiments.executor import process_set
     from scaleprobe.experiments.tables import sweep_report, write_report
-    from scaleprobe.runner import RUN_OUTPUT_BYTES
 
     st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id),
                     process_set(executor, out),

@@ -22,6 +22,8 @@ from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import workers as W
 from scaleprobe.report.load import under_load_line
+from scaleprobe.results import Experiment, Record, RunResult, SweepRecord
+from scaleprobe.traits import known
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
 POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "peak host mem",
@@ -29,27 +31,27 @@ POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "pea
                  "shard audit")
 POINT_CSV = ("status", "samples_per_s", "achieved_flops_per_s", "mfu", "step_time_median_s", "epoch_time_s",
              "epoch_time_projected", "peak_host_mem_bytes", "peak_device_mem_bytes",
-             "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
+             "state_bytes_per_rank", "data_wait_fraction", "cpu_util_pct", "gpu_util_pct", "metric_name", "metric",
              "audit_ok", "speedup", "speedup_lo", "speedup_hi", "repeats", "run_id", "error")
 
 
-def _point(rec: dict[str, Any]) -> dict[str, Any]:
-    return (rec.get("experiment") or {}).get("point") or {}
+def _point(rec: RunResult) -> dict[str, Any]:
+    """The point as the spec names its axes (``train.batch_size`` where it said so)."""
+    return R.dict_of(rec.experiment.point if rec.experiment is not None else None)
 
 
-def _peak_device(rec: dict[str, Any]) -> Any:
-    return (res.get(rec, "metrics.peak_mem_bytes.device_allocated")
-            or res.get(rec, "metrics.peak_mem_bytes.device_nvml"))
+def _peak_device(rec: RunResult) -> Any:
+    pm = rec.metrics.peak_mem_bytes
+    return pm.device_allocated or pm.device_nvml
 
 
-def _audit_text(rec: dict[str, Any]) -> str:
-    a = rec.get("audit")
-    if not isinstance(a, dict):
+def _audit_text(rec: RunResult) -> str:
+    if rec.audit is None:
         return "-"
-    return "ok" if a.get("ok") else "FAILED"
+    return "ok" if rec.audit.ok else "FAILED"
 
 
-def speedups(records: list[dict[str, Any]], labels: list[str]) -> dict[int, Any]:
+def speedups(records: list[RunResult], labels: list[str]) -> dict[int, Any]:
     """When ``nproc`` is an axis: each point's samples/s against the 1-process point that
     shares its other axes, over the paired repeats (measured both, never extrapolated).
     ``{id(record): metrics.Interval}`` for the records of ``group_repeats``."""
@@ -58,33 +60,29 @@ def speedups(records: list[dict[str, Any]], labels: list[str]) -> dict[int, Any]
     others = [k for k in labels if k not in ("nproc", "nnodes")]
     base = {tuple(repr(_point(r).get(k)) for k in others): r for r in records
             if _point(r).get("nproc") == 1 and _point(r).get("nnodes", 1) == 1
-            and r.get("status") == "ok"}
+            and r.status == "ok"}
     out: dict[int, Any] = {}
     for r in records:
         b = base.get(tuple(repr(_point(r).get(k)) for k in others))
         if r is b:
             out[id(r)] = "baseline"
-        elif r.get("status") == "ok" and b is not None:
+        elif r.status == "ok" and b is not None:
             iv = P.interval(b, r, P.samples_per_s)
             if iv is not None:
                 out[id(r)] = iv
     return out
 
 
-def _raw_row(rec: dict[str, Any], speedup: Any = None) -> list[Any]:
-    g = res.get
-    found = R.task_metric(rec)
-    audit = rec.get("audit")
-    return [rec.get("status"), g(rec, "metrics.samples_per_s"),
-            g(rec, "metrics.achieved_flops_per_s"), g(rec, "metrics.mfu"),
-            g(rec, "metrics.step_time_s.median"), g(rec, "metrics.epoch_time_s"),
-            g(rec, "metrics.epoch_time_projected"), g(rec, "metrics.peak_mem_bytes.host"),
-            _peak_device(rec), g(rec, "metrics.data_wait_fraction"),
-            g(rec, "metrics.cpu_util_pct"), g(rec, "metrics.gpu_util_pct"),
+def _raw_row(rec: RunResult, speedup: Any = None) -> list[Any]:
+    m = rec.metrics
+    found = rec.task_metric()
+    return [rec.status, m.samples_per_s, m.achieved_flops_per_s, m.mfu, rec.step_median_s,
+            m.epoch_time_s, m.epoch_time_projected, m.peak_mem_bytes.host,
+            _peak_device(rec), _state_total(rec), m.data_wait_fraction, m.cpu_util_pct,
+            m.gpu_util_pct,
             found[0] if found else None, found[1] if found else None,
-            audit.get("ok") if isinstance(audit, dict) else None,
-            *_speedup_raw(speedup), len(P.repeats_of(rec)),
-            rec.get("run_id"), rec.get("error")]
+            rec.audit.ok if rec.audit is not None else None,
+            *_speedup_raw(speedup), len(P.repeats_of(rec)), rec.run_id, rec.error]
 
 
 def _speedup_raw(iv: Any) -> tuple[Any, Any, Any]:
@@ -93,38 +91,48 @@ def _speedup_raw(iv: Any) -> tuple[Any, Any, Any]:
     return (None, None, None) if iv is None else (iv.estimate, iv.lo, iv.hi)
 
 
-def _pretty_row(rec: dict[str, Any]) -> list[str]:
-    g = res.get
-    status = {"oom": "out of memory"}.get(rec.get("status"), rec.get("status"))
-    return [str(status), fmt.rate(g(rec, "metrics.samples_per_s")),
-            fmt.mfu(g(rec, "metrics.mfu")),
-            fmt.ms(g(rec, "metrics.step_time_s.median")),
-            fmt.seconds(g(rec, "metrics.epoch_time_s"),
-                        bool(g(rec, "metrics.epoch_time_projected"))),
-            fmt.bytes_(g(rec, "metrics.peak_mem_bytes.host")), fmt.bytes_(_peak_device(rec)),
-            fmt.pct(g(rec, "metrics.data_wait_fraction")),
-            fmt.pct_value(g(rec, "metrics.cpu_util_pct")),
-            fmt.pct_value(g(rec, "metrics.gpu_util_pct")), R.task_metric_text(rec, "-"),
-            _audit_text(rec)]
+def _pretty_row(rec: RunResult) -> list[str]:
+    m = rec.metrics
+    status = {"oom": "out of memory"}.get(rec.status, rec.status)
+    return [str(status), fmt.rate(m.samples_per_s), fmt.mfu(m.mfu), fmt.ms(rec.step_median_s),
+            fmt.seconds(m.epoch_time_s, bool(m.epoch_time_projected)),
+            fmt.bytes_(m.peak_mem_bytes.host), fmt.bytes_(_peak_device(rec)),
+            fmt.pct(m.data_wait_fraction), fmt.pct_value(m.cpu_util_pct),
+            fmt.pct_value(m.gpu_util_pct), rec.task_metric_text("-"), _audit_text(rec)]
 
 
-def points_table(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+def points_table(records: list[RunResult], skipped: list[dict[str, Any]],
                  labels: list[str]) -> dict[str, Any]:
     """Every point (its median repeat): its axes, then its figures (skipped points say why);
     with a ``nproc`` axis also the speedup against the 1-process point of the same other
     axes, with its interval."""
     records = P.group_repeats(records)
     sp = speedups(records, labels)
-    extra = ["speedup"] if sp else []
+    state = _shows_state(records)
+    extra = ["speedup"] * bool(sp) + ["state/rank"] * state
     rows = [[_point(r).get(k) for k in labels] + _pretty_row(r)
-            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else []) for r in records]
+            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else [])
+            + ([fmt.bytes_(_state_total(r))] if state else [])
+            for r in records]
     width = len(POINT_HEADERS) - 1 + len(extra)
     rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * width
              for s in skipped]
     return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
 
 
-def _world(rec: dict[str, Any]) -> Any:
+def _state_total(rec: RunResult) -> int | None:
+    sb = rec.metrics.state_bytes
+    return sb.total_bytes if sb is not None else None
+
+
+def _shows_state(records: list[RunResult]) -> bool:
+    """A sweep with a strategy that shards the training state (fsdp) shows the parameters +
+    gradients + optimizer state each rank holds (the largest rank's), beside its peak."""
+    return any((tr := known(r.cfg("dist.strategy"))) is not None and tr.shards_state
+               for r in records)
+
+
+def _world(rec: RunResult) -> Any:
     """The point's processes in all (per node times nodes), for the plausibility bound."""
     n, k = _point(rec).get("nproc"), _point(rec).get("nnodes", 1)
     return n * k if isinstance(n, int) and isinstance(k, int) else n
@@ -140,7 +148,7 @@ def _speedup_text(iv: Any, nproc: Any) -> str:
     return f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]{mark}"
 
 
-def points_csv(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+def points_csv(records: list[RunResult], skipped: list[dict[str, Any]],
                labels: list[str]) -> str:
     """Machine-readable: raw figures in base units (bytes, seconds, fractions)."""
     buf = io.StringIO()
@@ -163,14 +171,14 @@ BATCH_CSV = ("group", "batch_size", "devices", "status", "peak_mem_bytes", "memo
              "achieved_flops_per_s", "mfu", "cpu_util_pct", "gpu_util_pct", "error")
 
 
-def with_skipped(runs: list[dict[str, Any]], skipped: list[dict[str, Any]],
-                 sweep_id: str) -> list[dict[str, Any]]:
+def with_skipped(runs: list[RunResult], skipped: list[dict[str, Any]],
+                 sweep_id: str) -> list[Record]:
     """The runs plus a sweep record naming the points skipped after an out-of-memory run
     (report.batch shows them as "out of memory" rows)."""
     if not skipped:
         return list(runs)
-    return [*runs, res.SweepRecord(experiment=res.Experiment(id=sweep_id, kind="sweep"),
-                                   skipped=skipped).to_dict()]
+    return [*runs, SweepRecord(experiment=Experiment(id=sweep_id, kind="sweep"),
+                               skipped=skipped)]
 
 
 def _by_group(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -194,7 +202,7 @@ def batch_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def batch_sections(records: list[dict[str, Any]], sweep_id: str
+def batch_sections(records: list[Record], sweep_id: str
                    ) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
     """(Markdown sections, one per group of points that differ only in batch size; the CSV of
     every row; the recommendation)."""
@@ -218,7 +226,7 @@ def _grouped(title: str, sweep_id: str, rows: list[dict[str, Any]], headers: Any
             for group, group_rows in _by_group(rows).items()]
 
 
-def loader_sections(records: list[dict[str, Any]], sweep_id: str
+def loader_sections(records: list[Record], sweep_id: str
                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = W.loader_table(records)
     rec = W.recommend_workers(records)
@@ -248,12 +256,13 @@ def _has(spec: SweepSpec, keys: tuple[str, ...]) -> bool:
 
 def sweep_report(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
                  searches: list[dict[str, Any]], spec: SweepSpec) -> dict[str, Any]:
-    """Tables (title, headers, rows, notes), the CSV text, and the recommendation."""
+    """Tables (title, headers, rows, notes), the CSV text, and the recommendation;
+    ``records``: the sweep's run records as they were written."""
     labels = [a.label for a in spec.axes]
     sections: list[dict[str, Any]] = []
     recommendation: dict[str, Any] = {}
     csv_text = None
-    runs = res.runs(records)
+    runs = [RunResult.from_dict(r) for r in res.runs(records)]
     if _has(spec, BATCH_KEYS) and (runs or skipped):
         batch, csv_text, recommendation["batch"] = batch_sections(
             with_skipped(runs, skipped, spec.sweep_id), spec.sweep_id)

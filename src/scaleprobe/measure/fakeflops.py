@@ -24,12 +24,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from scaleprobe.measure.flops import StepFlops
+from scaleprobe.measure.flops import StepFlops, flop_counter
 
 METHOD = ("torch.utils.flop_counter.FlopCounterMode over one forward and backward of the eager "
           "module (the compiled model's original) on fake tensors of the real inputs' shapes "
           "(FakeTensorMode: nothing computed, nothing changed), outside the timed window; 2 "
-          "FLOPs per multiply-add; element-wise operators and the optimizer update count 0")
+          "FLOPs per multiply-add; attention's products on the full T x T scores, without "
+          "recomputation; element-wise operators and the optimizer update count 0")
 
 
 def eager_module(model: Any) -> Any:
@@ -84,8 +85,6 @@ class FakeRun:
               training: bool | None = None, autocast: Any = None) -> int:
         import torch
         from torch.func import functional_call
-        from torch.utils.flop_counter import FlopCounterMode
-
         mod = self.module
         with self.mode:
             params = {k: self.mode.from_tensor(p).detach().requires_grad_(p.requires_grad)
@@ -96,7 +95,7 @@ class FakeRun:
         def call(*args: Any, **kwargs: Any) -> Any:
             return functional_call(mod, state, args, kwargs)
 
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()  # the eager count's formulas, attention's included
         with _kept(mod, training), torch.enable_grad(), self.mode, counter:
             with autocast if autocast is not None else contextlib.nullcontext():
                 outs = [o for o in body(call) if isinstance(o, torch.Tensor)

@@ -15,6 +15,17 @@ sample at 224 px), and leaving them out is the usual "model FLOPs" convention of
 Communication is not counted. Nothing inside the timed window is touched: the count happens
 once, on a step that is never timed.
 
+Attention. ``F.scaled_dot_product_attention`` counts its two products (``Q K^T`` and
+``P V``: ``4 T d`` FLOPs per token and layer forward) whichever kernel runs. PyTorch's
+counter has formulas for the CUDA kernels (flash, memory-efficient, cuDNN) but none for the
+CPU's (``_scaled_dot_product_flash_attention_for_cpu`` and its backward, which counted 0):
+``flop_counter()`` adds them. Its backward formula, for every kernel, is the four gradient
+products (twice the forward), not PyTorch's five, which add the flash kernels' recomputation
+of ``Q K^T``: the count is model FLOPs, as MFU defines them (PaLM: recomputation is work the
+hardware does, not work the model needs). A causal mask is not modelled: the count is the
+full ``T x T`` products, which a causal kernel does about half of (docs/FLOPS.md). A
+transformer's step is then 6N + 12 L d T FLOPs per token (``models/gpt.matmul_params``).
+
 Peak. On a device in ``measure/peaks.py`` (matched by name) the data-sheet dense peak for the
 run's dtype. Elsewhere (every CPU, an unknown GPU) a measured peak: the best rate of a short
 series of large square matrix products in the run's dtype on that device, with every core the
@@ -59,8 +70,9 @@ BUSY_SHARE = 0.8
 CHECK_SECONDS = 0.05
 STALE_MARGIN = 0.10
 COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "
-                "(forward + backward; 2 FLOPs per multiply-add; element-wise operators and "
-                "the optimizer update count 0)")
+                "(forward + backward; 2 FLOPs per multiply-add; attention's products on the "
+                "full T x T scores, without recomputation; element-wise operators and the "
+                "optimizer update count 0)")
 
 
 # ---- counting -----------------------------------------------------------------------------
@@ -83,9 +95,7 @@ class StepFlops:
         if step != 0 or timed or self.reason is not None:
             yield
             return
-        from torch.utils.flop_counter import FlopCounterMode
-
-        mode = FlopCounterMode(display=False)
+        mode = flop_counter()
         with mode:
             yield
         total = int(mode.get_total_flops())
@@ -102,11 +112,47 @@ class StepFlops:
         return {"flops_per_step": self.flops, "method": COUNT_METHOD, "reason": self.reason}
 
 
-def count_flops(fn: Callable[[], Any]) -> int:
-    """FLOPs of ``fn()`` (run once under the counter), e.g. a forward and backward pass."""
+def _sdpa_forward(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any,
+                  out_shape: Any = None, **kwargs: Any) -> int:
+    """Attention's two products, ``Q K^T`` and ``P V``, on the full ``T x T`` scores."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _sdpa_backward(grad_out_shape: Any, query_shape: Any, key_shape: Any, value_shape: Any,
+                   *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """The gradients of the two products (of P, V, Q and K): four products, twice the
+    forward; a kernel's recomputation of the scores is not counted (model FLOPs)."""
+    return 2 * _sdpa_forward(query_shape, key_shape, value_shape)
+
+
+def sdpa_formulas() -> dict[Any, Any]:
+    """FLOP formulas for the attention operators, by operator (see the module docstring)."""
+    aten = torch.ops.aten
+    out: dict[Any, Any] = {}
+    for name in ("_scaled_dot_product_flash_attention_for_cpu",):
+        if hasattr(aten, name):
+            out[getattr(aten, name)] = _sdpa_forward
+    for name in ("_scaled_dot_product_flash_attention_for_cpu_backward",
+                 "_scaled_dot_product_flash_attention_backward",
+                 "_scaled_dot_product_efficient_attention_backward",
+                 "_scaled_dot_product_cudnn_attention_backward"):
+        if hasattr(aten, name):
+            out[getattr(aten, name)] = _sdpa_backward
+    return out
+
+
+def flop_counter() -> Any:
+    """A ``FlopCounterMode`` (no display) with the attention formulas of ``sdpa_formulas``."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    mode = FlopCounterMode(display=False)
+    return FlopCounterMode(display=False, custom_mapping=sdpa_formulas())
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of ``fn()`` (run once under the counter), e.g. a forward and backward pass."""
+    mode = flop_counter()
     with mode:
         fn()
     return int(mode.get_total_flops())

@@ -8,6 +8,9 @@ On CPU the marks are ``perf_counter`` readings. On CUDA they are CUDA events rec
 stream and read only after the window: nothing synchronises the host inside the timed window.
 A CUDA event recorded after the batch arrives measures how long the GPU sat idle waiting for
 data, which is the data wait that matters.
+
+``move`` re-labels host-clock time measured inside a phase (FSDP's waits on its collectives,
+``strategies/fsdp_comm.py``) as another phase: the phases still add up to the step.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ class StepTimer:
     def mark(self, phase: str) -> None:
         self._cur.append((phase, self._now()))
 
+    def move(self, src: str, dst: str, seconds: float) -> None:
+        """Count ``seconds`` of the open step's ``src`` phase as ``dst`` (host-clock figures:
+        not on CUDA, where the phases are the stream's). At most what ``src`` lasted moves."""
+        if self._cur is not None and seconds > 0:
+            self._cur.append(("move", (src, dst, float(seconds))))
+
     def close(self) -> None:
         """End the last open step (call after the window)."""
         if self._cur is not None:
@@ -88,7 +97,7 @@ class StepTimer:
         out: dict[str, list[float]] = {p: [] for p in PHASES}
         for s in self.steps:
             got = dict.fromkeys(PHASES, 0.0)
-            marks = [m for m in s if m[0] != "start"]
+            marks = [m for m in s if m[0] not in ("start", "move")]
             prev = s[0][1]
             for phase, m in marks:
                 if phase != "end":
@@ -96,6 +105,33 @@ class StepTimer:
                     prev = m
             # the loop's own bookkeeping after the last mark is charged to the optimizer phase
             got["optimizer"] += self._delta(prev, s[-1][1])
+            for src, dst, sec in (m[1] for m in s if m[0] == "move"):
+                moved = min(sec, got[src])
+                got[src] -= moved
+                got[dst] += moved
             for p in PHASES:
                 out[p].append(got[p])
         return out
+
+
+class WaitSplit:
+    """A step timer that, at each mark, moves the time a strategy's ``waits`` saw the
+    training thread blocked on communication since the previous mark out of the phase just
+    marked and into ``comm`` (``waits.take()``: seconds, drained). At ``start``
+    (``waits.begin_step()``) what was waited between steps is dropped: it belongs to no step."""
+
+    def __init__(self, timer: Any, waits: Any) -> None:
+        self.timer, self.waits = timer, waits
+
+    def start(self) -> None:
+        self.waits.begin_step()
+        self.timer.start()
+
+    def mark(self, phase: str) -> None:
+        self.timer.mark(phase)
+        waited = self.waits.take()
+        if waited > 0:
+            self.timer.move(phase, "comm", waited)
+
+    def move(self, src: str, dst: str, seconds: float) -> None:
+        self.timer.move(src, dst, seconds)

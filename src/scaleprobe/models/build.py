@@ -1,6 +1,7 @@
 """Build a model by name.
 
-Names: ``digits_cnn``, ``mlp``, ``linear`` (scaleprobe's small models), any torchvision
+Names: ``digits_cnn``, ``mlp``, ``linear`` (scaleprobe's small models), the GPT decoders of
+``--task lm`` (``gpt_tiny``, ``gpt2_small``: models/gpt.py), any torchvision
 classification model (``resnet34``, ``mobilenet_v2``, ``vgg19_bn``, ...), or the user's own
 builder as ``path/to/file.py:build`` or ``package.module:build`` returning an ``nn.Module``.
 Weights are never downloaded: models start from random initialisation.
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.lmspec import GPT_MODELS, GPTShape
 from scaleprobe.models.small import MLP, DigitsCNN, Linear
 from scaleprobe.registry import suggest
 
@@ -38,6 +40,7 @@ def torchvision_models() -> list[str]:
 
 def list_models() -> list[tuple[str, str]]:
     rows = [(k, v[1]) for k, v in SMALL.items()]
+    rows += [(k, f"{v[1]}; --task lm") for k, v in GPT_MODELS.items()]
     rows += [(m, "torchvision") for m in torchvision_models()]
     rows.append(("FILE.py:FUNC / pkg.module:FUNC", "your own builder returning an nn.Module"))
     return rows
@@ -117,16 +120,24 @@ def _call_user(fn: Callable[..., Any], num_classes: int, image_size: int,
 
 def check_name(name: str) -> None:
     """Raise a one-line ConfigError, with close matches, for a name that builds nothing."""
-    if ":" in name or name in SMALL:
+    if ":" in name or name in SMALL or name in GPT_MODELS:
         return
     names = torchvision_models()
     if name not in names:
-        near = suggest(name, names + list(SMALL))
+        near = suggest(name, names + list(SMALL) + list(GPT_MODELS))
         hint = f"; did you mean {', '.join(near)}?" if near else " (see `scaleprobe models`)"
         raise ConfigError(f"unknown model '{name}'{hint}")
 
 
-def build_model(name: str, num_classes: int = 10, image_size: int = 32) -> nn.Module:
+def build_model(name: str, num_classes: int = 10, image_size: int = 32,
+                shape: GPTShape | None = None) -> nn.Module:
+    """The model ``name`` for ``num_classes`` classes and ``image_size`` pixels; a GPT
+    decoder for a vocabulary of ``num_classes`` tokens in ``shape`` (None: the named model's
+    own shape)."""
+    if name in GPT_MODELS:
+        from scaleprobe.models.gpt import GPT
+
+        return GPT(shape or GPT_MODELS[name][0], num_classes)
     if ":" in name:
         fn, path = _user_builder(name)
         return _call_user(fn, num_classes, image_size, name, path)

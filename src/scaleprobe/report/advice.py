@@ -8,35 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe import results as res
 from scaleprobe.report import fmt
-from scaleprobe.report import records as R
+from scaleprobe.results import RunResult, dict_of, num
 from scaleprobe.traits import known
 
 
-def cores(rec: dict[str, Any]) -> int | None:
-    c = R.number(rec, "env.cores")
+def cores(rec: RunResult) -> int | None:
+    c = rec.env_number("cores")
     return int(c) if c else None
 
 
-def local_procs(rec: dict[str, Any]) -> int:
-    n = R.number(rec, "env.local_world_size") or R.cfg_number(rec, "dist.nproc") or 1
+def local_procs(rec: RunResult) -> int:
+    n = rec.env_number("local_world_size") or rec.cfg_number("dist.nproc") or 1
     return max(1, int(n))
 
 
-def compute_threads(rec: dict[str, Any]) -> int | None:
-    t = R.number(rec, "env.threads")
+def compute_threads(rec: RunResult) -> int | None:
+    t = rec.env_number("threads")
     return int(t) if t else None
 
 
-def cpu_demand(rec: dict[str, Any]) -> tuple[int | None, str]:
+def on_gpu(rec: RunResult) -> bool:
+    return rec.metrics.peak_mem_bytes.device_peak() is not None or bool(rec.env.get("gpus"))
+
+
+def cpu_demand(rec: RunResult) -> tuple[int | None, str]:
     """Busy threads on this host: compute threads (one driving thread per process when the
     model runs on a GPU: torch's CPU thread pool then idles) + loader workers, and the sum
     written out."""
-    threads, workers, n = compute_threads(rec), R.loader_workers(rec) or 0, local_procs(rec)
+    threads, workers, n = compute_threads(rec), rec.loader_workers or 0, local_procs(rec)
     if threads is None:
         return None, ""
-    if R.device_peak(rec) is not None:
+    if rec.metrics.peak_mem_bytes.device_peak() is not None:
         threads, kind = 1, "driving thread"
     else:
         kind = "compute thread(s)"
@@ -46,9 +49,9 @@ def cpu_demand(rec: dict[str, Any]) -> tuple[int | None, str]:
     return total, f"{text} = {total}"
 
 
-def epoch_starts(rec: dict[str, Any]) -> str:
+def epoch_starts(rec: RunResult) -> str:
     """What to change when the wait comes at each epoch's first batch."""
-    spe = R.metric(rec, "steps_per_epoch")
+    spe = rec.metrics.steps_per_epoch
     few = f" ({int(spe)} now)" if spe else ""
     return ("a DataLoader prefetches nothing across an epoch boundary: each epoch's first "
             "batch is built from scratch, by one worker alone, while the device waits, so "
@@ -57,12 +60,12 @@ def epoch_starts(rec: dict[str, Any]) -> str:
             "over more steps, and a cheaper sample shortens it")
 
 
-def input_bound(rec: dict[str, Any]) -> str:
+def input_bound(rec: RunResult) -> str:
     """What to change when the loop waits for data: workers, prefetch, cheaper samples."""
     c, n = cores(rec), local_procs(rec)
     per_proc = max(1, c // n) if c else None
-    workers, prefetch = R.loader_workers(rec) or 0, int(R.cfg_number(rec, "data.prefetch") or 2)
-    if R.cfg(rec, "data.dataset") == "script":  # the user's own DataLoader: its arguments
+    workers, prefetch = rec.loader_workers or 0, int(rec.cfg_number("data.prefetch") or 2)
+    if rec.cfg("data.dataset") == "script":  # the user's own DataLoader: its arguments
         return _script_input_bound(c, n, per_proc, workers)
     tips = []
     if per_proc is not None and workers + 1 < per_proc:
@@ -78,8 +81,8 @@ def input_bound(rec: dict[str, Any]) -> str:
     else:
         tips.append(f"raise --workers (now {workers}) and --prefetch (now {prefetch}) while the "
                     "cores allow")
-    if R.cfg(rec, "data.transform") == "heavy":
-        size = R.cfg_number(rec, "data.image_size")
+    if rec.cfg("data.transform") == "heavy":
+        size = rec.cfg_number("data.image_size")
         sized = f" ({size}x{size})" if size else ""
         tips.append("move augmentation off the hot path: pre-resize the dataset once to the "
                     f"training size{sized} and keep only crop/flip per sample, or measure the "
@@ -110,23 +113,33 @@ def _script_input_bound(c: int | None, n: int, per_proc: int | None, workers: in
 
 def short_ms(v_s: Any) -> str:
     """'0.31 ms' below a millisecond (a small all_reduce), else report.fmt.ms."""
-    v = R.num(v_s)
+    v = num(v_s)
     return f"{v * 1000:.2f} ms" if v is not None and abs(v) < 1e-3 else fmt.ms(v)
 
 
-def comm_dominant(rec: dict[str, Any]) -> str | None:
+def comm_dominant(rec: RunResult) -> str | None:
     """"transfer" or "sync_overhead" when the result splits its exposed communication."""
-    from scaleprobe.comm.exposed import dominant
-
-    return dominant(R.dict_of(rec.get("comm")))
+    return rec.comm.dominant() if rec.comm is not None else None
 
 
-def comm_bound(rec: dict[str, Any]) -> str:
+def sync_words(rec: RunResult) -> tuple[str, str]:
+    """(what one synchronisation moves, what its overhead is made of) for the run's strategy:
+    DDP's gradient buckets, or FSDP's per-unit gathers of parameters and scatters of
+    gradients."""
+    tr = known(rec.cfg("dist.strategy"))
+    if tr is not None and tr.shards_state:
+        return ("parameters and gradients", "one collective per unit and its latency, buffer "
+                "copies, waiting for the slowest rank")
+    return "gradients", "gradient hooks, bucket copies, waiting for the slowest rank"
+
+
+def comm_bound(rec: RunResult) -> str:
     """What to change when exposed communication is large. Links and bucket sizes only when
     transfer dominates; when sync overhead dominates, say that the network is not the cost."""
     tips = []
-    comm, total = R.phase_s(rec, "comm"), R.breakdown_total_s(rec)
-    batch = R.batch_size(rec)
+    bd = rec.metrics.breakdown_s
+    comm, total = bd.comm, bd.measured_total_s()
+    batch = rec.batch_size
     if comm and total and batch and total > comm:
         share = comm / (comm + 2 * (total - comm))
         tips.append(f"doubling the per-device batch to {2 * batch} would cut the communication "
@@ -134,13 +147,14 @@ def comm_bound(rec: dict[str, Any]) -> str:
                     "same size)")
     kind = comm_dominant(rec)
     if kind == "sync_overhead":
-        transfer = R.number(rec, "comm.transfer_s")
-        overhead = R.number(rec, "comm.sync_overhead_s")
-        tips.insert(0, f"the cost is not the network: moving the gradients takes "
+        transfer = rec.comm.transfer_s if rec.comm is not None else None
+        overhead = rec.comm.sync_overhead_s if rec.comm is not None else None
+        moved, parts = sync_words(rec)
+        tips.insert(0, f"the cost is not the network: moving the {moved} takes "
                        f"{short_ms(transfer)} of the {short_ms((transfer or 0) + (overhead or 0))}"
                        f" exposed, so a faster link or other bucket sizes cannot win more than "
                        f"that; the other {short_ms(overhead)} is synchronisation overhead "
-                       "(gradient hooks, bucket copies, waiting for the slowest rank)")
+                       f"({parts})")
         tips.append("look for a straggler or for compute threads competing with the "
                     "communication threads (threads per process = cores / processes), or "
                     "synchronise less often (--strategy localsgd --average-every 4)")
@@ -150,9 +164,9 @@ def comm_bound(rec: dict[str, Any]) -> str:
                     "overhead; rerun with this version of scaleprobe to see whether the "
                     "network is the cost before changing links or bucket sizes")
         return "; ".join(tips)
-    tr = known(R.cfg(rec, "dist.strategy"))
+    tr = known(rec.cfg("dist.strategy"))
     if tr is not None and tr.bucketed:
-        cap = float(R.cfg_number(rec, "dist.bucket_cap_mb") or 25.0)
+        cap = float(rec.cfg_number("dist.bucket_cap_mb") or 25.0)
         tips.append(f"try DDP bucket sizes --bucket-cap-mb {cap * 2:g} and {cap / 2:g} "
                     f"(now {cap:g}) and keep the faster: larger buckets send fewer messages, "
                     "smaller ones start overlapping with backward earlier")
@@ -162,23 +176,22 @@ def comm_bound(rec: dict[str, Any]) -> str:
     return "; ".join(tips)
 
 
-def network(rec: dict[str, Any]) -> str | None:
-    pred = R.dict_of(res.get(rec, "comm.prediction"))
-    needed = R.num(pred.get("needed_gbit_s"))
+def network(rec: RunResult) -> str | None:
+    pred = dict_of(rec.comm.prediction if rec.comm is not None else None)
+    needed = num(pred.get("needed_gbit_s"))
     if needed is None:
         return None
-    target = R.num(pred.get("target_efficiency")) or 0.9
-    have = R.num(pred.get("bandwidth_gbit_s"))
+    target = num(pred.get("target_efficiency")) or 0.9
+    have = num(pred.get("bandwidth_gbit_s"))
     link = pred.get("link")
     now = f"; the link modelled here is {have:.1f} Gbit/s ({link})" if have else ""
     return (f"the network model needs at least {needed:.1f} Gbit/s for {target:.0%} scaling "
             f"efficiency{now}")
 
 
-def compute_bound(rec: dict[str, Any]) -> str:
-    on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
-    batch = R.batch_size(rec)
-    if on_gpu:
+def compute_bound(rec: RunResult) -> str:
+    batch = rec.batch_size
+    if on_gpu(rec):
         tips = ["mixed precision (--amp bf16)", "channels_last for conv nets (--channels-last)"]
         if batch:
             tips.append(f"a larger batch than {batch} while device memory allows")
@@ -187,26 +200,25 @@ def compute_bound(rec: dict[str, Any]) -> str:
             "a smaller model; the input pipeline and communication are not the limit")
 
 
-def below_peak(rec: dict[str, Any]) -> str:
+def below_peak(rec: RunResult) -> str:
     """What to try when the model's FLOPs use little of the device's peak."""
-    on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
-    if on_gpu:
+    if on_gpu(rec):
         return ("feed the device more work per launch: a larger batch, --amp bf16, "
                 "--channels-last for conv nets; input or communication first if they lead")
     return ("a larger batch or image gives the cores larger products; the input pipeline or "
             "communication first where they lead")
 
 
-def cpu_saturated(rec: dict[str, Any], oversubscribed: bool, on_gpu: bool) -> str:
+def cpu_saturated(rec: RunResult, oversubscribed: bool, gpu: bool) -> str:
     c, n = cores(rec), local_procs(rec)
-    workers, threads = R.loader_workers(rec) or 0, compute_threads(rec)
+    workers, threads = rec.loader_workers or 0, compute_threads(rec)
     tips = []
     if oversubscribed and c:
         fit_threads = max(1, c // n - workers)
         tips.append(f"keep compute threads + loader workers within the {c} cores: "
                     f"{fit_threads} compute thread(s) per process with {workers} worker(s), or "
                     f"fewer workers (now {workers}, {threads} threads)")
-    if on_gpu:
+    if gpu:
         tips.append("the GPU waits on the CPU: pre-resize images, lighten per-sample "
                     "transforms, or move augmentation onto the GPU")
     else:
@@ -216,17 +228,16 @@ def cpu_saturated(rec: dict[str, Any], oversubscribed: bool, on_gpu: bool) -> st
     return "; ".join(tips)
 
 
-def straggler(rec: dict[str, Any], slow_rank: Any) -> str:
-    host = next((r.get("host") for r in R.dicts(rec.get("ranks"))
-                 if r.get("rank") == slow_rank), None)
+def straggler(rec: RunResult, slow_rank: Any) -> str:
+    host = next((r.host for r in rec.ranks if r.rank == slow_rank), None)
     where = f" on {host}" if host else ""
     return (f"look at what else runs next to rank {slow_rank}{where} (other jobs, thermal "
             "throttling, a slower device); on one host give each process its own cores "
             "(taskset) and set threads per process = cores / processes")
 
 
-def oom(rec: dict[str, Any]) -> str:
-    batch = R.batch_size(rec)
+def oom(rec: RunResult) -> str:
+    batch = rec.batch_size
     half = f"halve the batch ({batch} -> {max(1, batch // 2)}), " if batch else ""
     return (f"{half}or use --amp bf16; `scaleprobe sweep` with batch_size = \"auto\" finds the "
             "largest batch that fits")

@@ -17,76 +17,88 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe.measure.summary import projected_epoch_s
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.sweep_points import point_groups, sweep_runs
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.results import Record, RunResult
 
 BATCH_HEADERS = ("Batch size", "Devices", "Peak memory", "Growth", "Epoch time", "Growth",
                  "Samples/s", "TFLOP/s", "MFU", "CPU util", "GPU util")
 
 
-def host_memory(r: dict[str, Any]) -> float | None:
+def host_memory(r: RunResult) -> float | None:
     """Host memory a batch size costs: the peak net of the process's resident memory before
     the model was built (torch itself is ~750 MiB that no batch size changes), else the total
     peak for records that predate the baseline."""
-    return R.metric(r, "peak_mem_bytes.host_net") or R.host_peak(r)
+    pm = r.metrics.peak_mem_bytes
+    return pm.host_net or pm.host
+
+
+def device_memory(r: RunResult) -> float | None:
+    return r.metrics.peak_mem_bytes.device_peak()
 
 
 def _memory_figure(kind: str) -> Any:
-    return R.device_peak if kind == "device" else host_memory
+    return device_memory if kind == "device" else host_memory
 
 
-def epoch_figure(r: dict[str, Any]) -> float | None:
+def _projected(r: RunResult) -> bool:
+    return r.metrics.epoch_time_projected is True
+
+
+def epoch_figure(r: RunResult) -> float | None:
     """Epoch time; where it is missing, seconds per sample (the same dataset either way, so
     their ratios between batch sizes agree)."""
-    e = R.metric(r, "epoch_time_s")
+    e = r.metrics.epoch_time_s
     if e is not None:
         return e
-    sps = R.metric(r, "samples_per_s")
+    sps = r.metrics.samples_per_s
     return 1.0 / sps if sps else None
 
 
-def projected_epoch(r: dict[str, Any]) -> float | None:
+def projected_epoch(r: RunResult) -> float | None:
     """Epoch time on the median step's basis: the record's own where it was projected, else
     its median step x steps per epoch (a measured epoch also holds the wait for each epoch's
     first batch, which the median step leaves out)."""
-    from scaleprobe.measure.summary import projected_epoch_s
-
-    if R.projected(r):
-        return R.metric(r, "epoch_time_s")
-    spe = R.metric(r, "steps_per_epoch")
-    return projected_epoch_s(R.step_median_s(r), int(spe) if spe else None)
+    if _projected(r):
+        return r.metrics.epoch_time_s
+    return projected_epoch_s(r.step_median_s, r.metrics.steps_per_epoch)
 
 
-def seconds_per_sample(r: dict[str, Any]) -> float | None:
-    sps = R.metric(r, "samples_per_s")
+def seconds_per_sample(r: RunResult) -> float | None:
+    sps = r.metrics.samples_per_s
     return 1.0 / sps if sps else None
+
+
+def epoch_time_s(r: RunResult) -> float | None:
+    return r.metrics.epoch_time_s
 
 
 EPOCH_BASES = {"measured": epoch_figure, "projected": projected_epoch,
                "per sample": seconds_per_sample}
 
 
-def measured_epoch(r: dict[str, Any]) -> bool:
+def measured_epoch(r: RunResult) -> bool:
     """A measured epoch time that compares like for like: not projected, and not a run's
     only complete epoch (its first, which holds the warm-up and the loader's start-up; with
     two or more the figure is the median of those after the first)."""
-    if R.projected(r) or R.metric(r, "epoch_time_s") is None:
+    if _projected(r) or r.metrics.epoch_time_s is None:
         return False
-    walls = R.dict_of(r.get("metrics")).get("epoch_times_s")
-    return not (isinstance(walls, list) and len(walls) == 1)
+    walls = r.metrics.epoch_times_s
+    return not (walls is not None and len(walls) == 1)
 
 
-def _epoch_kind(r: dict[str, Any]) -> str:
+def _epoch_kind(r: RunResult) -> str:
     """like (epochs after the first measured), first (only a first epoch measured),
     projected, or none."""
     if measured_epoch(r):
         return "like"
-    if R.metric(r, "epoch_time_s") is None:
+    if r.metrics.epoch_time_s is None:
         return "none"
-    return "projected" if R.projected(r) else "first"
+    return "projected" if _projected(r) else "first"
 
 
 KIND_TEXT = {"like": "measured over epochs after the first",
@@ -94,7 +106,7 @@ KIND_TEXT = {"like": "measured over epochs after the first",
              "projected": "projected from the median step", "none": "no epoch time"}
 
 
-def epoch_basis(recs: list[dict[str, Any]]) -> str:
+def epoch_basis(recs: list[RunResult]) -> str:
     """One basis for every epoch time a group compares, so that no comparison pairs a
     measured epoch (its first batch's wait included) with a projected one (median step x
     steps per epoch, no such wait): "measured" when every repeat of every point measured a
@@ -108,15 +120,15 @@ def epoch_basis(recs: list[dict[str, Any]]) -> str:
     return "per sample"
 
 
-def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def batch_table(records: list[Record]) -> list[dict[str, Any]]:
     """One row per batch size (the point's median repeat), sorted by batch size within each
     group, with growth rates between consecutive points that finished (the first row's growth
     is None). Epoch-time growth is the paired estimate over the repeats (``epoch_interval``)."""
     rows: list[dict[str, Any]] = []
     for label, recs in point_groups(sweep_runs(records), R.BATCH_AXES).items():
-        recs = sorted(recs, key=lambda r: (R.batch_size(r) is None, R.batch_size(r) or 0))
-        ok = [r for r in recs if r.get("status") == "ok"]
-        mem_kind = "device" if ok and all(R.device_peak(r) is not None for r in ok) else "host"
+        recs = sorted(recs, key=lambda r: (r.batch_size is None, r.batch_size or 0))
+        ok = [r for r in recs if r.status == "ok"]
+        mem_kind = "device" if ok and all(device_memory(r) is not None for r in ok) else "host"
         basis = epoch_basis(ok)
         fig = EPOCH_BASES[basis]
         kinds = {_epoch_kind(x) for r2 in ok for x in P.repeats_of(r2)}
@@ -142,7 +154,7 @@ def batch_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _mem_interval(a: dict[str, Any], b: dict[str, Any], mem_kind: str) -> M.Interval | None:
+def _mem_interval(a: RunResult, b: RunResult, mem_kind: str) -> M.Interval | None:
     """The interval of B's peak memory / A's over their paired repeats (two or more pairs).
     Host memory moves between repeats of one point (a digits batch of 16: 52-70 MiB net over
     three repeats, 2026-11-25), so its growth is an estimate as the epoch time's is; with one
@@ -153,21 +165,22 @@ def _mem_interval(a: dict[str, Any], b: dict[str, Any], mem_kind: str) -> M.Inte
     return M.ratio_interval(av, bv)
 
 
-def _batch_row(r: dict[str, Any], group: str, mem_kind: str) -> dict[str, Any]:
-    mem = P.median_of(r, _memory_figure(mem_kind)) if r.get("status") == "ok" else None
+def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
+    mem = P.median_of(r, _memory_figure(mem_kind)) if r.status == "ok" else None
+    m = r.metrics
     return {
-        "group": group, "run": R.name(r), "point": R.point(r), "batch_size": R.batch_size(r),
-        "devices": R.world_size(r), "status": r.get("status"), "error": r.get("error"),
+        "group": group, "run": r.label, "point": r.point, "batch_size": r.batch_size,
+        "devices": r.world_size, "status": r.status, "error": r.error,
         "peak_mem_bytes": mem, "memory_kind": mem_kind, "mem_growth": None,
         "mem_interval": None,
-        "peak_host_total_bytes": R.host_peak(r),
+        "peak_host_total_bytes": m.peak_mem_bytes.host,
         # the median over the repeats, as the growth beside it is taken over the repeats
         # (the median-throughput repeat's own epoch can sit on the other side of a step)
-        "epoch_time_s": P.median_of(r, lambda x: R.metric(x, "epoch_time_s")),
-        "epoch_projected": R.projected(r), "epoch_growth": None, "epoch_interval": None,
-        "samples_per_s": R.metric(r, "samples_per_s"),
-        "achieved_flops_per_s": R.metric(r, "achieved_flops_per_s"), "mfu": R.metric(r, "mfu"),
-        "cpu_util_pct": R.metric(r, "cpu_util_pct"), "gpu_util_pct": R.metric(r, "gpu_util_pct"),
+        "epoch_time_s": P.median_of(r, epoch_time_s),
+        "epoch_projected": _projected(r), "epoch_growth": None, "epoch_interval": None,
+        "samples_per_s": m.samples_per_s,
+        "achieved_flops_per_s": m.achieved_flops_per_s, "mfu": m.mfu,
+        "cpu_util_pct": m.cpu_util_pct, "gpu_util_pct": m.gpu_util_pct,
         "repeats": len(P.repeats_of(r)), "record": r,
     }
 
@@ -342,7 +355,7 @@ def shown_epoch_figure(row: dict[str, Any]) -> Any:
     """The per-repeat figure behind ``shown_epoch``."""
     if row.get("epoch_basis") == "projected":
         return projected_epoch
-    return lambda x: R.metric(x, "epoch_time_s")
+    return epoch_time_s
 
 
 def compared_epoch(row: dict[str, Any]) -> float | None:
@@ -362,7 +375,7 @@ def _fastest(ok: list[dict[str, Any]]) -> dict[str, Any]:
     return max(ok, key=lambda r: r["samples_per_s"])
 
 
-def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
+def recommend_batch(records: list[Record]) -> dict[str, Any]:
     """Fastest and most efficient batch size, and which steps up in batch size paid.
 
     Returns ``{"fastest", "most_efficient", "steps", "text", "fastest_decided",
@@ -389,7 +402,7 @@ def recommend_batch(records: list[dict[str, Any]]) -> dict[str, Any]:
         peers = [r for r in eff_rows if r["group"] == best_eff["group"] and r is not best_eff]
         mem_of = _memory_figure(best_eff["memory_kind"])
 
-        def per_byte(r: dict[str, Any]) -> float | None:  # each repeat's own samples/s / memory
+        def per_byte(r: RunResult) -> float | None:  # each repeat's own samples/s / memory
             sps, mem = P.samples_per_s(r), mem_of(r)
             return sps / mem if sps and mem else None
 
@@ -426,13 +439,16 @@ def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool
     return bool(open_ivs) and all(iv is not None and iv.within_run_bound for iv in open_ivs)
 
 
-def _claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None) -> str:
+def _claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
+           repeats: int = 2) -> str:
     """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
-    or inconclusive with the rows it cannot be told apart from (``tied``)."""
+    or inconclusive with the rows it cannot be told apart from (``tied``; with one repeat
+    every other row is, as one repeat decides nothing)."""
     each = " (each: that batch size's figure / this one's)."
     if not tied:
         return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + each if ahead else ".")
-    return f"{what}: inconclusive: {body}, not told apart from " + "; ".join(tied) + each
+    why = "inconclusive" if repeats >= M.MIN_REPEATS_TO_DECIDE else "inconclusive (1 repeat)"
+    return f"{what}: {why}: {body}, not told apart from " + "; ".join(tied) + each
 
 
 def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
@@ -461,10 +477,10 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{epoch_text(fastest)}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    lines.append(_claim("Fastest", head, fast[1], fast[0]))
+    lines.append(_claim("Fastest", head, fast[1], fast[0], n))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory "
                 f"({fmt.rate(eff['samples_per_s'])} samples/s at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        lines.append(_claim("Most efficient", body, eff_vs[1], eff_vs[0]))
+        lines.append(_claim("Most efficient", body, eff_vs[1], eff_vs[0], n))
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from scaleprobe.report.grouped import group_findings
 from scaleprobe.report.headline import TITLE as HEADLINE
 from scaleprobe.report.headline import headline_section
 from scaleprobe.report.labels import distinct_labels
+from scaleprobe.results import Record, RunResult
 
 TITLE = "scaleprobe report"
 MD_NAME = "report.md"
@@ -54,7 +55,7 @@ def _bases(base: Path) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def compose(records: list[dict[str, Any]], bases: list[Path],
+def compose(records: list[Record], bases: list[Path],
             source: str = "") -> tuple[list[Any], list[Section]]:
     """The report as a document: intro blocks and the sections that have data, the first
     being "What this says" (the verdicts, report/headline.py).
@@ -70,7 +71,7 @@ def compose(records: list[dict[str, Any]], bases: list[Path],
             problems.append(f"{title}: {type(e).__name__}: {e}")
             return None
 
-    runs = R.of_kind(records, "run")
+    runs = R.runs(records)
     exp_findings = safe("Findings", diagnose_experiment, records) or []
     groups = safe("Findings", group_findings, _run_findings(runs, safe)) or []
     candidates = [
@@ -95,13 +96,13 @@ def compose(records: list[dict[str, Any]], bases: list[Path],
     return _intro(records, runs, source), sections
 
 
-def findings_text(records: list[dict[str, Any]]) -> str:
+def findings_text(records: list[Record]) -> str:
     """The report's Findings for the terminal (``report --findings``): the findings across
     runs, then the per-run findings grouped as in the report (one per verdict and next step,
     naming its runs), most severe first."""
     from scaleprobe.report.diagnose import format_findings
 
-    runs = R.of_kind(records, "run")
+    runs = R.runs(records)
     across = diagnose_experiment(records)
     per_run = [g.finding for g in group_findings(_run_findings(runs, lambda _, f, *a: f(*a)))]
     if not across and not per_run:
@@ -111,7 +112,7 @@ def findings_text(records: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
-def _run_findings(runs: list[dict[str, Any]], safe: Any) -> list[tuple[dict[str, Any], Finding]]:
+def _run_findings(runs: list[RunResult], safe: Any) -> list[tuple[RunResult, Finding]]:
     """Each run's findings, about the run as the figures name it: what sets it apart from
     the others (experiment point and repeat), never a name that several runs share."""
     labels = distinct_labels(runs) if runs else []
@@ -119,11 +120,11 @@ def _run_findings(runs: list[dict[str, Any]], safe: Any) -> list[tuple[dict[str,
             for f in safe("Findings", diagnose_run, r, runs) or []]
 
 
-def _intro(records: list[dict[str, Any]], runs: list[dict[str, Any]], source: str) -> list[Any]:
-    kinds = Counter(str(r.get("kind")) for r in records)
-    statuses = Counter(str(r.get("status")) for r in runs)
+def _intro(records: list[Record], runs: list[RunResult], source: str) -> list[Any]:
+    kinds = Counter(_kind(r) for r in records)
+    statuses = Counter(str(r.status) for r in runs)
     parts = [f"{n} {k} record{'s' if n != 1 else ''}" for k, n in kinds.items() if k != "run"]
-    status = ", ".join(f"{n} {R.status_text({'status': s})}" for s, n in statuses.items())
+    status = ", ".join(f"{n} {RunResult(status=s).status_text}" for s, n in statuses.items())
     head = f"{len(runs)} run{'s' if len(runs) != 1 else ''}" + (f" ({status})" if status else "")
     lines = [f"Source: {source or 'results'}; generated {res.utc_now()}.",
              "Contents: " + ", ".join([head, *parts]) + "."]
@@ -137,14 +138,19 @@ def _shared_text(eid: str, folders: list[str]) -> str:
             f"each is kept and labelled by its folder, e.g. \"{eid} ({folders[0]})\".")
 
 
-def sources_section(records: list[dict[str, Any]]) -> Section | None:
+def _kind(r: Record) -> str:
+    return str(getattr(r, "kind", None))
+
+
+def sources_section(records: list[Record]) -> Section | None:
     """Every folder records were read from: its experiments and how many runs."""
     folders: dict[str, dict[str, Any]] = {}
     for r in records:
-        f = folders.setdefault(R.source(r), {"ids": {}, "runs": 0, "other": 0})
-        if R.exp_id(r) is not None:
-            f["ids"][f"{R.exp_id(r)} ({R.exp_kind(r) or r.get('kind')})"] = None
-        f["runs" if r.get("kind") == "run" else "other"] += 1
+        f = folders.setdefault(r.source, {"ids": {}, "runs": 0, "other": 0})
+        eid = getattr(r, "exp_id", None)
+        if eid is not None:
+            f["ids"][f"{eid} ({getattr(r, 'exp_kind', None) or _kind(r)})"] = None
+        f["runs" if isinstance(r, RunResult) else "other"] += 1
     rows = [[folder or "(records given directly)", ", ".join(f["ids"]) or "-", str(f["runs"]),
              str(f["other"])] for folder, f in folders.items()]
     s = Section("Sources", anchor="sources")
@@ -156,10 +162,10 @@ def sources_section(records: list[dict[str, Any]]) -> Section | None:
     return s
 
 
-def _environments(records: list[dict[str, Any]]) -> list[str]:
+def _environments(records: list[Record]) -> list[str]:
     seen: dict[str, None] = {}
     for r in records:
-        env = R.dict_of(r.get("env"))
+        env = R.dict_of(getattr(r, "env", None))
         if not env:
             continue
         gpus = [g.get("name") for g in R.dicts(env.get("gpus"))]
@@ -174,7 +180,7 @@ def _environments(records: list[dict[str, Any]]) -> list[str]:
     return envs[:3] + ([f"... and {len(envs) - 3} more"] if len(envs) > 3 else [])
 
 
-def _missing(records: list[dict[str, Any]], runs: list[dict[str, Any]], shown: set[str],
+def _missing(records: list[Record], runs: list[RunResult], shown: set[str],
              problems: list[str]) -> Section | None:
     lines = [f"- could not be built from these records: {p}" for p in problems]
     hints = {
@@ -187,12 +193,13 @@ def _missing(records: list[dict[str, Any]], runs: list[dict[str, Any]], shown: s
         "colocation": "co-location (`scaleprobe colocate`)",
     }
     lines += [f"- {text}" for anchor, text in hints.items() if anchor not in shown]
-    if runs and not any(res.get(r, "env.gpus") or R.device_peak(r) is not None for r in runs):
+    if runs and not any(r.env.get("gpus") or r.metrics.peak_mem_bytes.device_peak() is not None
+                        for r in runs):
         lines.append("- GPU figures (device memory, GPU utilisation, power): no run used a GPU")
-    bad = [r for r in runs if r.get("status") in ("oom", "failed", "interrupted")]
+    bad = [r for r in runs if r.status in ("oom", "failed", "interrupted")]
     if bad:
         lines.append(f"- figures of {len(bad)} run(s) that did not finish: "
-                     + ", ".join(f"{R.name(r)} ({R.status_text(r)})" for r in bad[:6]))
+                     + ", ".join(f"{r.label} ({r.status_text})" for r in bad[:6]))
     if not lines:
         return None
     return Section("Not in these results", anchor="missing").add(Text("\n".join(lines)))

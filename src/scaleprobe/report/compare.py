@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import metrics as M
-from scaleprobe import results as res
 from scaleprobe.errors import ConfigError
 from scaleprobe.report import fmt
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import BREAKDOWN_PHASES
+from scaleprobe.results import BREAKDOWN_PHASES, RunResult, StepTime
 
 
 @dataclass
@@ -46,8 +45,8 @@ class Delta:
 @dataclass
 class Pair:
     label: str  # the point, or 'A vs B'
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: RunResult
+    b: RunResult
     verdict: str  # faster | slower | no change | inconclusive | not comparable (...)
     interval: M.Interval | None  # samples/s B / A
     need: int | None = None  # repeats per side that would decide an inconclusive verdict
@@ -62,7 +61,14 @@ class Pair:
         if iv is None:
             return self.verdict + ("" if self.verdict.startswith("not comparable")
                                    else ": no spread to judge by (fewer than 3 timed steps)")
-        text = f"{self.verdict}: samples/s B / A {iv.text()} ({_how(iv)})"
+        head = self.verdict
+        if head == "inconclusive" and not iv.enough_repeats:
+            head = "inconclusive (1 run a side)"
+            if iv.lo > 1.0 or iv.hi < 1.0:  # the one pair leans, and cannot see drift
+                lean = "faster" if iv.lo > 1.0 else "slower"
+                head += (f", leaning {lean}: one run a side cannot see the drift between "
+                         "runs (load that comes and goes)")
+        text = f"{head}: samples/s B / A {iv.text()} ({_how(iv)})"
         if self.verdict == "inconclusive":
             text += ("; " + (f"about {self.need} repeats a side would decide it" if self.need
                              else "more repeats would not decide it: the difference is "
@@ -85,7 +91,7 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
 
 
-def samples_interval(a: dict[str, Any], b: dict[str, Any]) -> M.Interval | None:
+def samples_interval(a: RunResult, b: RunResult) -> M.Interval | None:
     """samples/s B / A: Welch over both sides' repeats when each has two or more, else the
     two runs shown (each point's median repeat) with their within-run spreads."""
     va, vb = P.values(a, P.samples_per_s), P.values(b, P.samples_per_s)
@@ -97,14 +103,16 @@ def samples_interval(a: dict[str, Any], b: dict[str, Any]) -> M.Interval | None:
 
 def verdict(iv: M.Interval | None, th: Thresholds = DEFAULT) -> str:
     """faster / slower (B against A) when the interval of samples/s B / A excludes 1, no
-    change when it lies within +/- ``compare_floor_rel``, else inconclusive."""
+    change when it lies within +/- ``compare_floor_rel``, else inconclusive; one run a side
+    is always inconclusive (``Interval.above`` needs two repeats)."""
     if iv is None:
         return "inconclusive"
     if iv.above(1.0):
         return "faster"
     if iv.below(1.0):
         return "slower"
-    if iv.lo >= 1.0 / (1.0 + th.compare_floor_rel) and iv.hi <= 1.0 + th.compare_floor_rel:
+    if (iv.enough_repeats and iv.lo >= 1.0 / (1.0 + th.compare_floor_rel)
+            and iv.hi <= 1.0 + th.compare_floor_rel):
         return "no change"
     return "inconclusive"
 
@@ -118,11 +126,10 @@ def _repeats_to_decide(iv: M.Interval, th: Thresholds) -> int | None:
     return None
 
 
-ENV_KEYS = (("host", "env.host"), ("CPU", "env.cpu_model"), ("cores", "env.cores"),
-            ("torch", "env.torch"))
+ENV_KEYS = (("host", "host"), ("CPU", "cpu_model"), ("cores", "cores"), ("torch", "torch"))
 
 
-def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def differences(a: RunResult, b: RunResult) -> list[str]:
     """What differs between the two runs besides the code: each configuration key that
     changes the measurement (``pairing.differing_keys``), the machine (host, CPU, cores,
     GPUs, torch), and load from outside the run."""
@@ -130,7 +137,7 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     out = [f"{k}: {_val(fa.get(k))} -> {_val(fb.get(k))}"
            for k in sorted(PR.differing_keys(a, b))]
     for name, key in ENV_KEYS:
-        x, y = res.get(a, key), res.get(b, key)
+        x, y = a.env.get(key), b.env.get(key)
         if x != y and x is not None and y is not None:
             out.append(f"{name}: {x} -> {y}")
     ga, gb = _gpus(a), _gpus(b)
@@ -148,16 +155,16 @@ def _val(v: Any) -> str:
     return "(absent)" if v is None else str(v)
 
 
-def _gpus(r: dict[str, Any]) -> str:
-    names = [str(g.get("name")) for g in R.dicts(res.get(r, "env.gpus"))]
+def _gpus(r: RunResult) -> str:
+    names = [str(g.get("name")) for g in R.dicts(r.env.get("gpus"))]
     return ", ".join(names)
 
 
-def compare_runs(a: dict[str, Any], b: dict[str, Any], label: str = "A vs B",
+def compare_runs(a: RunResult, b: RunResult, label: str = "A vs B",
                  th: Thresholds = DEFAULT) -> Pair:
     deltas = _deltas(a, b)
-    bad = [f"{side} {R.status_text(r)}" for side, r in (("A", a), ("B", b))
-           if r.get("status") != "ok"]
+    bad = [f"{side} {r.status_text}" for side, r in (("A", a), ("B", b))
+           if r.status != "ok"]
     if bad:
         return Pair(label, a, b, "not comparable (" + ", ".join(bad) + ")", None,
                     deltas=deltas)
@@ -167,43 +174,44 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], label: str = "A vs B",
     return Pair(label, a, b, v, iv, need, differences(a, b), deltas, caveats(a, b, th))
 
 
-def caveats(a: dict[str, Any], b: dict[str, Any], th: Thresholds = DEFAULT) -> list[str]:
-    """The verdict compares samples/s from each side's median step: where that is not the
-    side's throughput over its whole window (the window invariant), say so, and why when the
-    wait at epoch starts explains it."""
-    from scaleprobe.invariants import window_gap
+def caveats(a: RunResult, b: RunResult, th: Thresholds = DEFAULT) -> list[str]:
+    """The verdict compares each side's throughput (samples over its timed window): where a
+    side's median step would say another figure (its steps vary widely), say so, and why when
+    the wait at epoch starts explains it: the difference may be the stalls, not the code."""
+    from scaleprobe.invariants import uneven_steps
     from scaleprobe.report.diagnose import epoch_start_wait
 
     out = []
     for side, r in (("A", a), ("B", b)):
-        gap = window_gap(r)
+        gap = uneven_steps(r)
         if gap is None:
             continue
-        sps, window = gap
+        step, window = gap
         why = epoch_start_wait(r, th)
-        out.append(f"{side}: {fmt.rate(sps)} samples/s from its median step, {fmt.rate(window)} "
-                   f"over its whole timed window ({sps / window:.2f}x)"
+        out.append(f"{side}: {fmt.rate(window)} samples/s over its timed window, "
+                   f"{fmt.rate(step)} from its median step ({step / window:.2f}x)"
                    + (f": {why}" if why else ": its steps vary widely (see its steps.csv)")
-                   + "; compare epoch times, or fix the stalls first")
+                   + "; the difference may be the stalls: compare epoch times, or fix them first")
     return out
 
 
-def _deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
-    out = [_rel("samples/s", R.metric(a, "samples_per_s"), R.metric(b, "samples_per_s"),
-                fmt.rate),
-           _rel("step median", R.step_median_s(a), R.step_median_s(b), fmt.ms),
-           _rel("step p95", R.metric(a, "step_time_s.p95"), R.metric(b, "step_time_s.p95"),
-                fmt.ms),
-           Delta("step spread (rel. CI)", fmt.pct(R.metric(a, "step_time_s.rel_ci"), 1),
-                 fmt.pct(R.metric(b, "step_time_s.rel_ci"), 1), "")]
+def _deltas(a: RunResult, b: RunResult) -> list[Delta]:
+    ma, mb = a.metrics, b.metrics
+    sa, sb = ma.step_time_s or StepTime(), mb.step_time_s or StepTime()
+    pa, pb = ma.breakdown_s.phases(), mb.breakdown_s.phases()
+    out = [_rel("samples/s", ma.samples_per_s, mb.samples_per_s, fmt.rate),
+           _rel("step median", sa.median, sb.median, fmt.ms),
+           _rel("step p95", sa.p95, sb.p95, fmt.ms),
+           Delta("step spread (rel. CI)", fmt.pct(sa.rel_ci, 1), fmt.pct(sb.rel_ci, 1), "")]
     for p in BREAKDOWN_PHASES:
-        out.append(_rel(f"{p} / step", R.phase_s(a, p), R.phase_s(b, p), fmt.ms))
-    out.append(_points("data wait", R.metric(a, "data_wait_fraction"),
-                       R.metric(b, "data_wait_fraction")))
-    out.append(_points("comm", R.metric(a, "comm_fraction"), R.metric(b, "comm_fraction")))
-    out.append(_rel("peak host memory", R.host_peak(a), R.host_peak(b), fmt.bytes_))
-    out.append(_rel("peak device memory", R.device_peak(a), R.device_peak(b), fmt.bytes_))
-    out.append(_points("accuracy", R.metric(a, "accuracy"), R.metric(b, "accuracy")))
+        out.append(_rel(f"{p} / step", pa[p], pb[p], fmt.ms))
+    out.append(_points("data wait", ma.data_wait_fraction, mb.data_wait_fraction))
+    out.append(_points("comm", ma.comm_fraction, mb.comm_fraction))
+    out.append(_rel("peak host memory", ma.peak_mem_bytes.host, mb.peak_mem_bytes.host,
+                    fmt.bytes_))
+    out.append(_rel("peak device memory", ma.peak_mem_bytes.device_peak(),
+                    mb.peak_mem_bytes.device_peak(), fmt.bytes_))
+    out.append(_points("accuracy", ma.accuracy, mb.accuracy))
     return out
 
 
@@ -216,8 +224,8 @@ def _points(metric: str, a: Any, b: Any) -> Delta:
     return Delta(metric, fmt.pct(a, 1), fmt.pct(b, 1), change)
 
 
-def _side(path: str | Path, which: str) -> list[dict[str, Any]]:
-    runs = R.of_kind(R.load_records(path), "run")
+def _side(path: str | Path, which: str) -> list[RunResult]:
+    runs = R.runs(R.load_records(path))
     if not runs:
         raise ConfigError(f"{which}: no run records in {path}")
     return runs
@@ -229,7 +237,7 @@ def compare_paths(a: str | Path, b: str | Path, th: Thresholds = DEFAULT) -> Com
     if len(ra) == 1 and len(rb) == 1:
         return Comparison(str(a), str(b), [compare_runs(ra[0], rb[0], "A vs B", th)])
     for runs, which, p in ((ra, "A", a), (rb, "B", b)):
-        if len(runs) > 1 and not all(R.point(r) for r in runs):
+        if len(runs) > 1 and not all(r.point for r in runs):
             raise ConfigError(f"{which} ({p}) holds {len(runs)} runs that are not points of one "
                               "sweep; pass one run's result.json or folder")
     pa, pb = _by_point(ra, True), _by_point(rb, True)
@@ -242,25 +250,25 @@ def compare_paths(a: str | Path, b: str | Path, th: Thresholds = DEFAULT) -> Com
                       [_point_label(pb[k]) for k in pb if k not in pa])
 
 
-def _by_point(runs: list[dict[str, Any]], with_id: bool) -> dict[str, dict[str, Any]]:
+def _by_point(runs: list[RunResult], with_id: bool) -> dict[str, RunResult]:
     """Each sweep point's median repeat, keyed by (sweep id and) point: a folder holding two
     sweeps whose axes share names keeps their points apart."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, RunResult] = {}
     for eid, recs in _by_exp(runs).items():
         for r in P.group_repeats(recs):
-            out[(f"{eid}|" if with_id else "") + R.point_key(R.point(r))] = r
+            out[(f"{eid}|" if with_id else "") + R.point_key(r.point)] = r
     return out
 
 
-def _by_exp(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+def _by_exp(runs: list[RunResult]) -> dict[str, list[RunResult]]:
+    out: dict[str, list[RunResult]] = {}
     for r in runs:
-        out.setdefault(R.exp_id(r) or "", []).append(r)
+        out.setdefault(r.exp_id or "", []).append(r)
     return out
 
 
-def _point_label(rec: dict[str, Any]) -> str:
-    return fmt.describe_point(R.point(rec)) or R.name(rec)
+def _point_label(rec: RunResult) -> str:
+    return fmt.describe_point(rec.point) or rec.label
 
 
 SWEEP_HEADERS = ["Point", "Samples/s A", "Samples/s B", "Change", "Step median A",
@@ -321,9 +329,10 @@ def _unmatched(cmp: Comparison) -> list[str]:
 
 
 RULE = ("B is faster or slower only when the 95% interval of samples/s B / A excludes 1 "
-        "(Welch t over each side's repeats; one run a side: its within-run spread, at least "
-        "+/-10%), no change only when it lies within +/-2%; otherwise inconclusive. See "
-        "docs/REPORTS.md.")
+        "over at least two repeats a side (Welch t over each side's repeats); no change only "
+        "when it lies within +/-2%; otherwise inconclusive. One run a side is always "
+        "inconclusive: its interval (the within-run spread, at least +/-10%) cannot see the "
+        "drift between runs. See docs/REPORTS.md.")
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:

@@ -26,7 +26,11 @@ Verdicts of one run:
                          dominates; or MFU at or above ``mfu_compute_bound``
     not compute-bound    MFU below ``mfu_compute_bound``: "8% of peak; the step waits on X",
                          X the input, the communication, or the host (compute phases that
-                         use little of the peak); replaces the compute-share verdict
+                         use little of the peak; said only where the run's CPU share was
+                         measured and was not starved); replaces the compute-share verdict
+    CPU-starved          MFU below ``mfu_compute_bound`` while the run's processes used less
+                         than half the cores their threads could: other programs held the
+                         CPU, so the MFU says nothing about the model
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
     measured under load  processes outside the run's tree used the machine meanwhile
     out of memory / failed / shard audit failed
@@ -34,10 +38,7 @@ Verdicts of one run:
 
 from __future__ import annotations
 
-from typing import Any
-
-from scaleprobe import results as res
-from scaleprobe.invariants import check_run
+from scaleprobe.invariants import check_run, uneven_steps
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
@@ -45,21 +46,22 @@ from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
 from scaleprobe.report.findings_exp import experiment_findings
 from scaleprobe.report.load import run_load
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.results import Comm, Peak, Record, RunResult
 
 __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
            "format_findings", "merge_same"]
 
 
-def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None,
+def diagnose_run(rec: RunResult, others: list[RunResult] | None = None,
                  th: Thresholds = DEFAULT) -> list[Finding]:
     """Findings for one run record. ``others``: records from the same results, used to find
     a synthetic-data run that differs from this one in its dataset alone."""
-    subject = R.name(rec)
-    status = rec.get("status")
+    subject = rec.label
+    status = rec.status
     if status in ("oom", "failed"):
         verdict = "out of memory" if status == "oom" else "failed"
         rec_text = advice.oom(rec) if status == "oom" else _failed_hint(rec)
-        return [Finding(verdict, rec.get("error") or R.status_text(rec), rec_text, "error",
+        return [Finding(verdict, rec.error or rec.status_text, rec_text, "error",
                         subject)]
     out = [f for f in (*_input_bound(rec, others or [], th), _comm_bound(rec, th),
                        _straggler(rec, th), _cpu(rec, th)) if f is not None]
@@ -70,16 +72,16 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
                            peak_use.recommendation, peak_use.severity)
     if peak_use is not None or shares is not None:
         out.append(peak_use or shares)  # type: ignore[arg-type]
-    for f in (_memory(rec, th), _audit(rec), _load(rec, th)):
+    for f in (_memory(rec, th), _audit(rec), _load(rec, th), _uneven(rec)):
         if f is not None:
             out.append(f)
     out.extend(_invariants(rec))
     if status == "target_not_reached":
-        out.append(Finding("target not reached", rec.get("error") or "target not reached",
+        out.append(Finding("target not reached", rec.error or "target not reached",
                            "raise --max-epochs, tune --lr / --lr-scaling, or set a lower "
                            "--target; the curve is in target_curve.csv", "warning"))
     if status == "interrupted":
-        measured = R.metric(rec, "step_time_s.median") is not None
+        measured = rec.step_median_s is not None
         out.append(Finding("interrupted", "the run was stopped before it finished",
                            "figures cover the steps timed before the stop" if measured else
                            "nothing was measured: run it again (a sweep reruns interrupted "
@@ -87,7 +89,7 @@ def diagnose_run(rec: dict[str, Any], others: list[dict[str, Any]] | None = None
     return [Finding(f.verdict, f.evidence, f.recommendation, f.severity, subject) for f in out]
 
 
-def _load(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _load(rec: RunResult, th: Thresholds) -> Finding | None:
     flag, reason = run_load(rec, th)
     if not flag:
         return None
@@ -96,39 +98,41 @@ def _load(rec: dict[str, Any], th: Thresholds) -> Finding | None:
                    "machine is quiet, and compare it only with runs measured alike", "warning")
 
 
-def _failed_hint(rec: dict[str, Any]) -> str:
-    where = res.get(rec, "paths.dir")
+def _failed_hint(rec: RunResult) -> str:
+    where = rec.paths.get("dir")
     return f"see the logs in {where}" if where else "see the run's logs"
 
 
-def _shares(rec: dict[str, Any]) -> str:
-    total = R.breakdown_total_s(rec)
+def _shares(rec: RunResult) -> str:
+    total = rec.metrics.breakdown_s.measured_total_s()
     if not total:
         return ""
-    bd = R.metric_dict(rec, "breakdown_s")
+    bd = rec.metrics.breakdown_s.phases()
     parts = [f"{k} {fmt.pct(v / total)}" for k, v in bd.items() if v]
     return "step: " + ", ".join(parts)
 
 
-def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
+def _input_bound(rec: RunResult, others: list[RunResult],
                  th: Thresholds) -> list[Finding]:
     """"input-bound" and / or "input-bound at epoch starts": the latter alone when the steps
     between epoch starts do not wait, both when they do (more workers help those)."""
     evidence = []
-    f = R.metric(rec, "data_wait_fraction")
+    m = rec.metrics
+    f = m.data_wait_fraction
     if f is not None and f > th.data_wait_fraction:
-        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'data'))}"
-                        f" of {fmt.ms(R.breakdown_total_s(rec))}; threshold "
+        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.ms(m.breakdown_s.data)}"
+                        f" of {fmt.ms(m.breakdown_s.measured_total_s())}; threshold "
                         f"{fmt.pct(th.data_wait_fraction)})")
     synth = synthetic_twin(rec, others)
-    sps = R.metric(rec, "samples_per_s")
-    if synth is not None and sps:
-        ratio = sps / R.metric(synth, "samples_per_s")
+    sps = m.samples_per_s
+    synth_sps = synth.metrics.samples_per_s if synth is not None else None
+    if synth_sps and sps:
+        ratio = sps / synth_sps
         if ratio < th.real_vs_synthetic:
-            evidence.append(f"{R.cfg(rec, 'data.dataset')} data: {fmt.rate(sps)} samples/s vs "
-                            f"{fmt.rate(R.metric(synth, 'samples_per_s'))} on synthetic data, "
+            evidence.append(f"{rec.cfg('data.dataset')} data: {fmt.rate(sps)} samples/s vs "
+                            f"{fmt.rate(synth_sps)} on synthetic data, "
                             f"every other setting the same ({fmt.pct(ratio)}, run "
-                            f"{R.name(synth)})")
+                            f"{synth.label})")  # type: ignore[union-attr]
     starts = epoch_start_wait(rec, th)
     if starts is not None and not _steady_wait(rec, th):  # the wait is the starts' alone
         return [Finding("input-bound at epoch starts", "; ".join([starts, *evidence]),
@@ -141,74 +145,85 @@ def _input_bound(rec: dict[str, Any], others: list[dict[str, Any]],
     return out
 
 
-def epoch_start_wait(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str | None:
+def epoch_start_wait(rec: RunResult, th: Thresholds = DEFAULT) -> str | None:
     """The evidence that the data wait comes at epoch starts, or None: two or more timed
     epoch starts, at least ``epoch_start_share`` of the data wait on them, and their waits
     above ``data_wait_fraction`` of the timed window."""
-    n = R.metric(rec, "epoch_starts_timed")
-    share = R.metric(rec, "epoch_start_data_share")
-    wait = R.metric(rec, "epoch_start_data_s")
-    window = R.metric(rec, "epoch_start_window_share")
-    spe, timed = R.metric(rec, "steps_per_epoch"), R.metric(rec, "steps_timed")
+    m = rec.metrics
+    n = m.epoch_starts_timed
+    share = m.epoch_start_data_share
+    wait = m.epoch_start_data_s
+    window = m.epoch_start_window_share
+    spe, timed = m.steps_per_epoch, m.steps_timed
     if not n or n < 2 or share is None or share < th.epoch_start_share or not wait:
         return None
     if window is None:  # a record from before the window share: from its median wait
-        span = R.metric(rec, "window_s")
+        span = m.window_s
         window = min(1.0, n * wait / span) if span else None
     if window is None or window <= th.data_wait_fraction:
         return None
     per = f"; {int(spe)} step{'s' if spe != 1 else ''} per epoch" if spe else ""
     # the median step leaves the starts out only while they are fewer than half the steps
-    hidden = (", which samples/s (from the median step) leaves out"
+    hidden = (", which the median step (the breakdown's basis) leaves out"
               if timed and 2 * n < timed else "")
     return (f"{fmt.pct(share)} of the data wait fell on the {int(n)} timed steps that took an "
             f"epoch's first batch, {fmt.ms(wait)} each (median){per}: {fmt.pct(window)} of "
             f"the timed window{hidden}")
 
 
-def _steady_wait(rec: dict[str, Any], th: Thresholds) -> bool:
+def _steady_wait(rec: RunResult, th: Thresholds) -> bool:
     """The steps between epoch starts wait too: their median data wait above
     ``data_wait_fraction`` of the median step."""
-    other, step = R.metric(rec, "epoch_start_other_data_s"), R.step_median_s(rec)
+    other, step = rec.metrics.epoch_start_other_data_s, rec.step_median_s
     return other is not None and bool(step) and other > th.data_wait_fraction * step
 
 
-def synthetic_twin(rec: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
+def synthetic_twin(rec: RunResult, others: list[RunResult]) -> RunResult | None:
     """An ok synthetic-data run that differs from ``rec`` in the dataset (and what comes with
     it: data folder, sample and class counts) and in nothing else: same model, image size,
     transform, loader, batch, optimizer, world size..."""
-    if R.is_synthetic(rec):
+    if rec.is_synthetic:
         return None
     for o in others:
-        if (o is not rec and o.get("kind") == "run" and o.get("status") == "ok"
-                and R.is_synthetic(o) and R.metric(o, "samples_per_s")
+        if (o is not rec and o.status == "ok"
+                and o.is_synthetic and o.metrics.samples_per_s
                 and P.like_for_like(rec, o, P.DATASET_KEYS)):
             return o
     return None
 
 
-def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     """Exposed communication above the threshold, said as transfer + sync overhead. Never
     at world size 1: one process has nothing to communicate (a 1-process DDP's own cost is
     wrapper overhead, recorded apart)."""
-    world = R.world_size(rec)
+    world = rec.world_size
     if world is not None and world < 2:
         return None
-    f = R.metric(rec, "comm_fraction")
+    bd = rec.metrics.breakdown_s
+    f = rec.metrics.comm_fraction
     if f is None or f <= th.comm_fraction:
         return None
-    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(R.phase_s(rec, 'comm'))} "
-          f"of {fmt.ms(R.breakdown_total_s(rec))}; threshold {fmt.pct(th.comm_fraction)})")
-    transfer, overhead = R.number(rec, "comm.transfer_s"), R.number(rec, "comm.sync_overhead_s")
+    c = rec.comm or Comm()
+    per = R.dict_of(c.exposed_per_step)
+    if per.get("resolved") is False:  # measured in the step, its interval reaches 0: no verdict
+        return None
+    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(bd.comm)} "
+          f"of {fmt.ms(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
+    transfer, overhead = c.transfer_s, c.sync_overhead_s
     if transfer is not None and overhead is not None:
-        op = res.get(rec, "comm.transfer_standalone.op") or "collective"
-        size = fmt.bytes_(R.number(rec, "comm.transfer_standalone.bytes"))
+        standalone = R.dict_of(c.transfer_standalone)
+        op = standalone.get("op") or "collective"
+        size = fmt.bytes_(R.num(standalone.get("bytes")))
         ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
-               f"same process group) + sync overhead {advice.short_ms(overhead)} (hooks, "
-               "bucketing, waiting for the slowest rank)")
+               f"same process group) + sync overhead {advice.short_ms(overhead)} "
+               f"({advice.sync_words(rec)[1]})")
     else:
         ev += "; not split into transfer and sync overhead (not measured in this result)"
-    sync, no_sync = R.number(rec, "comm.sync_step_s"), R.number(rec, "comm.no_sync_step_s")
+    if per.get("interval_s"):
+        lo, hi = per["interval_s"]
+        ev += (f"; measured in the step: median {fmt.ms(per.get('median_s'))} [{fmt.ms(lo)}, "
+               f"{fmt.ms(hi)}] over {per.get('steps')} steps")
+    sync, no_sync = c.sync_step_s, c.no_sync_step_s
     if sync and no_sync:
         ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "
                f"{fmt.ms(no_sync)} without")
@@ -217,30 +232,30 @@ def _comm_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     return Finding(verdict, ev, advice.comm_bound(rec), "warning")
 
 
-def _straggler(rec: dict[str, Any], th: Thresholds) -> Finding | None:
-    st = R.dict_of(rec.get("straggler"))
-    ratio = R.num(st.get("slowest_vs_median"))
-    if ratio is None or ratio <= th.straggler_ratio:
+def _straggler(rec: RunResult, th: Thresholds) -> Finding | None:
+    st = rec.straggler
+    ratio = st.slowest_vs_median if st is not None else None
+    if st is None or ratio is None or ratio <= th.straggler_ratio:
         return None
-    ev = (f"rank {st.get('slowest_rank')} runs at {ratio:.2f}x the median rank's step time "
+    ev = (f"rank {st.slowest_rank} runs at {ratio:.2f}x the median rank's step time "
           f"(threshold {th.straggler_ratio:.2f}x)")
-    done = st.get("steps_done")
-    if isinstance(done, dict) and done:
+    done = st.steps_done
+    if done:
         ev += "; steps done per rank: " + ", ".join(f"{k}:{v}" for k, v in done.items())
-    return Finding("straggler", ev, advice.straggler(rec, st.get("slowest_rank")), "warning")
+    return Finding("straggler", ev, advice.straggler(rec, st.slowest_rank), "warning")
 
 
-def _cpu(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _cpu(rec: RunResult, th: Thresholds) -> Finding | None:
     """Decided by measured CPU use only: the run tree's share of all cores over the timed
     window. Counting threads against cores said "CPU saturated" of a run that used 16% of
     the cores (a default run: 2 compute threads + 2 loader workers on 2 cores, mostly idle)."""
-    util = R.metric(rec, "cpu_util_pct")
+    util = rec.metrics.cpu_util_pct
     if util is None or util <= th.cpu_util_pct:
         return None
     cores = advice.cores(rec)
     demand, demand_text = advice.cpu_demand(rec)
     oversub = bool(cores and demand and demand > cores)
-    on_gpu = R.device_peak(rec) is not None or bool(res.get(rec, "env.gpus"))
+    on_gpu = advice.on_gpu(rec)
     parts = [f"the run's processes used {util:.0f}% of all {cores or '?'} cores (measured; "
              f"threshold {th.cpu_util_pct:.0f}%)"]
     if demand_text and cores:
@@ -250,8 +265,9 @@ def _cpu(rec: dict[str, Any], th: Thresholds) -> Finding | None:
                    advice.cpu_saturated(rec, oversub, on_gpu), severity)
 
 
-def _compute_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
-    compute, total = R.compute_s(rec), R.breakdown_total_s(rec)
+def _compute_bound(rec: RunResult, th: Thresholds) -> Finding | None:
+    bd = rec.metrics.breakdown_s
+    compute, total = bd.compute_s(), bd.measured_total_s()
     if compute is None or not total or compute / total < th.compute_fraction:
         return None
     ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
@@ -259,55 +275,89 @@ def _compute_bound(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     return Finding("compute-bound", ev, advice.compute_bound(rec), "info")
 
 
-def _peak_use(rec: dict[str, Any], th: Thresholds) -> Finding | None:
+def _peak_use(rec: RunResult, th: Thresholds) -> Finding | None:
     """MFU against the device's peak: "8% of peak: not compute-bound; the step waits on X",
     X the largest part of the step that is not the device's arithmetic."""
-    mfu = R.metric(rec, "mfu")
+    mfu = rec.metrics.mfu
     if mfu is None:
         return None
-    peak = res.get(dict_of(rec.get("metrics")), "peak") or {}
-    measured = "measured " if peak.get("measured") else ""
+    peak = rec.metrics.peak or Peak()
+    measured = "measured " if peak.measured else ""
     head = (f"{fmt.mfu(mfu)} of the {measured}peak "
-            f"({fmt.tflops(R.metric(rec, 'achieved_flops_per_s'))} of "
-            f"{fmt.tflops((peak.get('flops_per_s') or 0) * (peak.get('devices') or 1))} TFLOP/s "
-            f"{peak.get('dtype') or ''}; MFU)")
+            f"({fmt.tflops(rec.metrics.achieved_flops_per_s)} of "
+            f"{fmt.tflops((peak.flops_per_s or 0) * (peak.devices or 1))} TFLOP/s "
+            f"{peak.dtype or ''}; MFU)")
     if mfu >= th.mfu_compute_bound:
         return Finding("compute-bound", f"{head}: the device's arithmetic bounds the step "
                        f"(threshold {fmt.pct(th.mfu_compute_bound)})", advice.compute_bound(rec),
                        "info")
-    return Finding("not compute-bound", f"{head}; the step waits on {_waits_on(rec)}",
+    waits = _waits_on(rec)
+    if waits.startswith("the CPU"):
+        return Finding("CPU-starved", f"{head}; the step waits on {waits}",
+                       "measure on a quiet machine (or pin the run to cores nothing else "
+                       "uses) before reading its MFU as the model's", "warning")
+    return Finding("not compute-bound", f"{head}; the step waits on {waits}",
                    advice.below_peak(rec), "info")
 
 
-def _waits_on(rec: dict[str, Any]) -> str:
-    total = R.breakdown_total_s(rec)
-    bd = R.metric_dict(rec, "breakdown_s")
+def _waits_on(rec: RunResult) -> str:
+    bd = rec.metrics.breakdown_s
+    total = bd.measured_total_s()
     if not total:
         return "something the step breakdown does not show"
-    data, comm = (bd.get("data") or 0.0), (bd.get("comm") or 0.0)
-    compute = R.compute_s(rec) or 0.0
+    data, comm = (bd.data or 0.0), (bd.comm or 0.0)
+    compute = bd.compute_s() or 0.0
     if max(data, comm) >= compute:
         what = "input (data wait" if data >= comm else "communication (exposed"
         return f"{what} {fmt.pct(max(data, comm) / total)} of the step)"
+    starved = _cpu_starved(rec)
+    if starved:
+        return (f"the CPU: compute phases take {fmt.pct(compute / total)} of the step, but "
+                f"{starved}: the processor was busy elsewhere, so no statement about the "
+                "model's own efficiency can be made from this run")
+    if rec.metrics.cpu_util_pct is None:
+        return (f"the host or memory: compute phases take {fmt.pct(compute / total)} of the "
+                "step but use little of the peak (the run's CPU share was not measured, so "
+                "a starved processor is not ruled out)")
     return (f"the host and memory: compute phases take {fmt.pct(compute / total)} of the step "
             "but use little of the peak (small operators, kernel launches, memory-bound layers)")
 
 
-def dict_of(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
+# a run whose processes used less than this share of the cores their threads could use was
+# starved of CPU (other programs held the cores): its low MFU is not the model's
+CPU_STARVED_SHARE = 0.5
 
 
-def _memory(rec: dict[str, Any], th: Thresholds) -> Finding | None:
-    total = R.gpu_total_bytes(rec)
-    readings = [R.metric(rec, f"peak_mem_bytes.{k}")
-                for k in ("device_allocated", "device_reserved", "device_nvml")]  # all numbers
-    readings = [v for v in readings if v is not None]
+def _cpu_starved(rec: RunResult) -> str | None:
+    """"the run's processes used 8% of the machine's cores, 16% of what its 1 thread(s) x 2
+    process(es) could" when that is below ``CPU_STARVED_SHARE``; None when not starved or
+    not measured."""
+    cpu = rec.metrics.cpu_util_pct
+    cores = rec.env_number("cores")
+    threads = rec.env_number("threads")
+    if cpu is None or not cores or not threads:
+        return None
+    ranks = rec.world_size or 1
+    usable = min(1.0, threads * ranks / cores)  # the share of the machine its threads can use
+    share = cpu / 100.0 / usable
+    if share >= CPU_STARVED_SHARE:
+        return None
+    return (f"the run's processes used {fmt.pct_value(cpu)} of the machine's cores, "
+            f"{fmt.pct(share)} of what its {int(threads)} thread(s) x {ranks} process(es) "
+            "could")
+
+
+def _memory(rec: RunResult, th: Thresholds) -> Finding | None:
+    total = rec.gpu_total_bytes
+    pm = rec.metrics.peak_mem_bytes
+    readings = [v for v in (pm.device_allocated, pm.device_reserved, pm.device_nvml)
+                if v is not None]
     if not total or not readings:
         return None
     peak = max(readings)
     frac = peak / total
     ev = f"device peak {fmt.bytes_(peak)} of {fmt.bytes_(total)} ({fmt.pct(frac)})"
-    batch = R.batch_size(rec)
+    batch = rec.batch_size
     if frac > th.memory_tight_fraction:
         return Finding("memory headroom", ev + " - little headroom",
                        "a larger batch will run out of memory; to grow it use --amp bf16 or "
@@ -321,11 +371,11 @@ def _memory(rec: dict[str, Any], th: Thresholds) -> Finding | None:
     return None
 
 
-def _audit(rec: dict[str, Any]) -> Finding | None:
-    a = rec.get("audit")
-    if not isinstance(a, dict) or a.get("ok") is not False:
+def _audit(rec: RunResult) -> Finding | None:
+    a = rec.audit
+    if a is None or a.ok is not False:
         return None
-    return Finding("shard audit failed", str(a.get("detail") or "replicas saw overlapping data"),
+    return Finding("shard audit failed", str(a.detail or "replicas saw overlapping data"),
                    "give each rank its own shard (DistributedSampler, --set "
                    "dist.sampler=distributed) and call set_epoch(epoch) every epoch", "error")
 
@@ -333,28 +383,42 @@ def _audit(rec: dict[str, Any]) -> Finding | None:
 INVARIANT_ADVICE = {
     "shares": "a measuring error: report it with the run's result.json",
     "no comm at 1": "one process has nothing to communicate; compare with --strategy single",
-    "window": "steps vary widely (stalls every few steps?): look at steps.csv; trust the window "
-              "figure for epoch planning",
+    "window": "a measuring error: report it with the run's result.json",
     "unique data": "fix the sharding first: throughput over repeated samples is not progress",
 }
 
 
-def _invariants(rec: dict[str, Any]) -> list[Finding]:
+def _uneven(rec: RunResult) -> Finding | None:
+    """Steps that vary widely: the median step's rate is not the run's throughput."""
+    gap = uneven_steps(rec)
+    if gap is None:
+        return None
+    step, window = gap
+    why = epoch_start_wait(rec)
+    return Finding("steps vary widely",
+                   f"{fmt.rate(window)} samples/s over the timed window, {fmt.rate(step)} from "
+                   f"the median step ({step / window:.2f}x)" + (f": {why}" if why else ""),
+                   "look at steps.csv for the slow steps (loader stalls, epoch starts, other "
+                   "programs); plan epochs with the window's figure, the one samples/s shows",
+                   "warning")
+
+
+def _invariants(rec: RunResult) -> list[Finding]:
     """What the record breaks of the invariants, checked again here (old files too)."""
     return [Finding(f"invariant broken: {v['name']}", v["detail"],
                     INVARIANT_ADVICE.get(v["name"], "see docs/VERDICTS.md"), "warning")
             for v in check_run(rec)]
 
 
-def diagnose_experiment(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[Finding]:
+def diagnose_experiment(records: list[Record], th: Thresholds = DEFAULT) -> list[Finding]:
     """Findings across runs: batch and loader recommendations, loader workers competing
     with compute, scaling losses, co-location and accuracy parity."""
     return experiment_findings(records, th)
 
 
-def diagnose_all(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> list[Finding]:
+def diagnose_all(records: list[Record], th: Thresholds = DEFAULT) -> list[Finding]:
     """Experiment findings first, then every run's."""
-    runs = R.of_kind(records, "run")
+    runs = R.runs(records)
     out = diagnose_experiment(records, th)
     for r in runs:
         out.extend(diagnose_run(r, runs, th))

@@ -25,24 +25,25 @@ from scaleprobe.report.finding import Finding
 from scaleprobe.report.scale import scale_table
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.workers import recommend_workers
+from scaleprobe.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
 
 
-def experiment_findings(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
+def experiment_findings(records: list[Record], th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
     for eid, recs in R.by_experiment(records, "sweep").items():
-        sweep = recs + R.summaries(records, "sweep", eid)
-        if any(k in R.BATCH_AXES for r in recs for k in R.point(r)):
+        sweep: list[Record] = [*recs, *R.summaries(records, SweepRecord, eid)]
+        if any(k in R.BATCH_AXES for r in recs for k in r.point):
             out.extend(_batch(eid, sweep))
-        if any(k in R.LOADER_AXES for r in recs for k in R.point(r)):
+        if any(k in R.LOADER_AXES for r in recs for k in r.point):
             out.extend(_workers(eid, sweep, th))
-    out.extend(loader_contention(R.of_kind(records, "run"), th))
+    out.extend(loader_contention(R.runs(records), th))
     out.extend(_scaling(records, th))
-    out.extend(_colocate(r, th) for r in R.of_kind(records, "colocate"))
-    out.extend(_parity(r) for r in R.of_kind(records, "parity"))
+    out.extend(_colocate(r, th) for r in R.of_type(records, ColocateRecord))
+    out.extend(_parity(r) for r in R.of_type(records, ParityRecord))
     return out
 
 
-def _batch(eid: str, recs: list[dict[str, Any]]) -> list[Finding]:
+def _batch(eid: str, recs: list[Record]) -> list[Finding]:
     rec = recommend_batch(recs)
     fast, eff = rec["fastest"], rec["most_efficient"]
     if fast is None:
@@ -66,7 +67,7 @@ def _batch(eid: str, recs: list[dict[str, Any]]) -> list[Finding]:
     return [Finding("batch size", evidence, advice_text, "info", eid)]
 
 
-def _workers(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
+def _workers(eid: str, recs: list[Record], th: Thresholds) -> list[Finding]:
     rec = recommend_workers(recs, th)
     if rec["workers"] is None:
         if rec.get("decided") is False:
@@ -81,19 +82,27 @@ def _workers(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Findi
     return [Finding("loader workers", rec["text"], flags, "info", eid)]
 
 
-def _worker_groups(runs: list[dict[str, Any]]) -> list[tuple[str | None, list[dict[str, Any]]]]:
+def _worker_groups(runs: list[RunResult]) -> list[tuple[str | None, list[RunResult]]]:
     """(experiment label, runs): runs of one experiment that differ in loader workers and in
     nothing else."""
     shared = R.shared_ids(runs)
-    by_exp: dict[str | None, list[dict[str, Any]]] = {}
+    by_exp: dict[str | None, list[RunResult]] = {}
     for r in runs:
-        if r.get("status") == "ok" and R.compute_s(r) and R.loader_workers(r) is not None:
+        if r.status == "ok" and _compute_s(r) and r.loader_workers is not None:
             by_exp.setdefault(R.exp_label(r, shared), []).append(r)
     return [(label, g) for label, recs in by_exp.items()
             for g in P.like_for_like_groups(recs, P.WORKER_KEYS)]
 
 
-def contention_cases(runs: list[dict[str, Any]], th: Thresholds) -> list[dict[str, Any]]:
+def _compute_s(r: RunResult) -> float | None:
+    return r.metrics.breakdown_s.compute_s()
+
+
+def _workers_of(r: RunResult) -> int:
+    return r.loader_workers or 0
+
+
+def contention_cases(runs: list[RunResult], th: Thresholds) -> list[dict[str, Any]]:
     """Points that differ only in loader workers where more workers cut the data wait but
     compute per step grew by more than ``th.compute_growth``, by the paired interval over
     the points' repeats (one repeat each: the within-run spread, at least +/-10%). Per group:
@@ -104,17 +113,17 @@ def contention_cases(runs: list[dict[str, Any]], th: Thresholds) -> list[dict[st
     out = []
     for label, recs in _worker_groups(runs):
         points = REP.group_repeats(recs)
-        if len({R.loader_workers(p) for p in points}) < 2:
+        if len({p.loader_workers for p in points}) < 2:
             continue
-        fewest = min(R.loader_workers(p) for p in points)
-        base = min((p for p in points if R.loader_workers(p) == fewest),
-                   key=lambda p: REP.median_of(p, R.compute_s) or float("inf"))
+        fewest = min(_workers_of(p) for p in points)
+        base = min((p for p in points if _workers_of(p) == fewest),
+                   key=lambda p: REP.median_of(p, _compute_s) or float("inf"))
         base_wait = REP.median_of(base, _data_wait) or 0.0
         worst, worst_iv = None, None
         for p in points:
-            if R.loader_workers(p) <= fewest or (REP.median_of(p, _data_wait) or 0.0) >= base_wait:
+            if _workers_of(p) <= fewest or (REP.median_of(p, _data_wait) or 0.0) >= base_wait:
                 continue
-            iv = REP.interval(base, p, R.compute_s)
+            iv = REP.interval(base, p, _compute_s)
             if iv is not None and iv.above(th.compute_growth) and (
                     worst_iv is None or iv.estimate > worst_iv.estimate):
                 worst, worst_iv = p, iv
@@ -124,11 +133,11 @@ def contention_cases(runs: list[dict[str, Any]], th: Thresholds) -> list[dict[st
     return out
 
 
-def _data_wait(r: dict[str, Any]) -> float | None:
-    return R.metric(r, "data_wait_fraction")
+def _data_wait(r: RunResult) -> float | None:
+    return r.metrics.data_wait_fraction
 
 
-def loader_contention(runs: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
+def loader_contention(runs: list[RunResult], th: Thresholds) -> list[Finding]:
     """Runs that differ only in loader workers: did more workers cut the data wait but slow
     compute (workers and compute threads sharing the cores)?"""
     return [_contention_finding(c, th) for c in contention_cases(runs, th)]
@@ -142,7 +151,7 @@ def contention_evidence(c: dict[str, Any]) -> tuple[str, str, str]:
     sa, sb = med(a, REP.samples_per_s), med(b, REP.samples_per_s)
     wait = (f"data wait {fmt.pct(med(a, _data_wait))} -> {fmt.pct(med(b, _data_wait))} "
             "of each step")
-    figures = (f"compute {fmt.ms(med(a, R.compute_s))} -> {fmt.ms(med(b, R.compute_s))} per "
+    figures = (f"compute {fmt.ms(med(a, _compute_s))} -> {fmt.ms(med(b, _compute_s))} per "
                f"step; samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} "
                f"({fmt.signed_pct(M.growth(sb, sa))})")
     return wait, figures, (f"compute per step {c['interval'].text()} (more workers / fewer, "
@@ -154,7 +163,7 @@ def contention_keep(c: dict[str, Any], th: Thresholds) -> dict[str, Any] | None:
     workers within ``th.workers_within`` of the best samples/s), else None: compute that grows
     with workers does not by itself say fewer workers are faster."""
     group = c["group"]
-    if not any(R.point(r) for r in group):
+    if not any(r.point for r in group):
         return None
     pick = recommend_workers(group, th)
     return pick if pick.get("workers") is not None else None
@@ -163,7 +172,7 @@ def contention_keep(c: dict[str, Any], th: Thresholds) -> dict[str, Any] | None:
 def _contention_finding(c: dict[str, Any], th: Thresholds) -> Finding:
     wait, figures, interval = contention_evidence(c)
     a, b = c["base"], c["worst"]
-    ev = (f"workers {R.loader_workers(a)} -> {R.loader_workers(b)}: {wait}, but {figures}; "
+    ev = (f"workers {a.loader_workers} -> {b.loader_workers}: {wait}, but {figures}; "
           f"{interval}")
     _, demand = advice.cpu_demand(b)
     if demand and advice.cores(b):
@@ -174,14 +183,20 @@ def _contention_finding(c: dict[str, Any], th: Thresholds) -> Finding:
     rec = (f"the data wait alone misleads here (loader workers took cores from compute): {keep}"
            "cap compute threads so threads + workers fit the cores, or make each sample cheaper "
            "(pre-resized images, a lighter transform) instead of adding workers")
-    subject = c["label"] or f"{R.name(a)} vs {R.name(b)}"
+    subject = c["label"] or f"{a.label} vs {b.label}"
     return Finding("loader workers compete with compute", ev, rec, "warning", subject)
 
 
-def _scaling(records: list[dict[str, Any]], th: Thresholds) -> list[Finding]:
+def _scaling(records: list[Record], th: Thresholds) -> list[Finding]:
     out = []
     for row in scale_table(records, th):
         if row["status"] != "ok" or row["is_base"] or row["speedup"] is None:
+            continue
+        if row.get("unlike") and not row.get("implausible"):
+            out.append(Finding("scaling not compared like for like", row["line"],
+                               "run every process count with the same settings (scale holds "
+                               "threads per rank equal unless --threads-per-rank or the spec "
+                               "sets them)", "warning", row["experiment"]))
             continue
         if row.get("implausible"):
             out.append(Finding("implausible speedup", row["line"],
@@ -229,20 +244,20 @@ def _job_reading(j: dict[str, Any]) -> str:
     return f"{text} [{lo:.2f}, {hi:.2f}] {reading}"
 
 
-def _colocate(rec: dict[str, Any], th: Thresholds = DEFAULT) -> Finding:
-    jobs = [j for j in R.dicts(rec.get("jobs")) if R.num(j.get("slowdown")) is not None]
+def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:
+    jobs = [j for j in R.dicts(rec.jobs) if R.num(j.get("slowdown")) is not None]
     parts = [_job_reading(j) for j in jobs]
-    alone = R.number(rec, "total_samples_per_s_alone_sum")
-    together = R.number(rec, "total_samples_per_s_together")
+    alone = rec.total_samples_per_s_alone_sum
+    together = rec.total_samples_per_s_together
     if alone and together:
         parts.append(f"total {fmt.rate(together)} samples/s together vs {fmt.rate(alone)} as the "
                      f"sum alone ({fmt.pct(together / alone)})")
-    evidence = str(rec.get("evidence") or "; ".join(parts) or "no job figures")
+    evidence = str(rec.evidence or "; ".join(parts) or "no job figures")
     if jobs and not any(R.dict_of(j.get("slowdown_interval")) for j in jobs):
         evidence += ("; recorded without repeats, so no interval supports this verdict (run "
                      "`scaleprobe colocate` again: it repeats by default)")
-    placement = str(rec.get("placement") or "shared")
-    verdict = str(rec.get("verdict") or "co-location")
+    placement = str(rec.placement or "shared")
+    verdict = str(rec.verdict or "co-location")
     if verdict in INTERFERENCE:
         tip = ("pin each job to its own cores or device (placement \"pinned\") or run them one "
                "after the other" if placement == "shared" else
@@ -250,7 +265,7 @@ def _colocate(rec: dict[str, Any], th: Thresholds = DEFAULT) -> Finding:
                "run them one after the other when each one's time matters")
         severity = "warning"
     elif verdict == "inconclusive":
-        n = R.num(rec.get("repeats")) or 1
+        n = rec.repeats or 1
         tip = (f"the slowdowns are within the run-to-run noise at {int(n)} repeat(s): run "
                "again with more --repeats (the evidence says about how many) before acting")
         severity = "info"
@@ -259,23 +274,23 @@ def _colocate(rec: dict[str, Any], th: Thresholds = DEFAULT) -> Finding:
     else:
         tip, severity = "see the jobs' run records for why a figure is missing", "warning"
     return Finding(f"co-location ({placement}): {verdict}", evidence, tip, severity,
-                   R.exp_id(rec) or "")
+                   rec.exp_id or "")
 
 
-def _parity(rec: dict[str, Any]) -> Finding:
-    a1, an, diff = (R.number(rec, k) for k in ("accuracy_1", "accuracy_n", "difference"))
-    n = rec.get("nproc")
-    subject = R.exp_id(rec) or ""
-    verdict = rec.get("verdict")
+def _parity(rec: ParityRecord) -> Finding:
+    a1, an, diff = rec.accuracy_1, rec.accuracy_n, rec.difference
+    n = rec.nproc
+    subject = rec.exp_id or ""
+    verdict = rec.verdict
     if verdict is None:  # written before repeats: one seed and a fixed tolerance
         ev = (f"accuracy {fmt.num(a1, '.3f')} on 1 process vs {fmt.num(an, '.3f')} on {n} "
               f"({fmt.num(diff, '+.3f')}), from one seed with a fixed tolerance: no interval, "
               "and the seed-to-seed spread can exceed the difference")
         return Finding("accuracy parity inconclusive", ev, "run --parity again: it repeats "
                        "over seeds and derives the tolerance from their spread", "info", subject)
-    ev = str(rec.get("verdict_text") or verdict)
+    ev = str(rec.verdict_text or verdict)
     if verdict == "parity broken":
-        gb = R.num(rec.get("global_batch"))
+        gb = rec.global_batch
         per = (f" (per-device batch {int(gb) // int(n)} on {n} processes vs {int(gb)} on 1)"
                if gb and isinstance(n, int) and n > 0 else "")
         # the global batch, seeds and samples seen were the same on both sides, so a learning

@@ -12,23 +12,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaleprobe.invariants import window_samples_per_s
+from scaleprobe.invariants import uneven_steps
 from scaleprobe.report import fmt
-from scaleprobe.report import records as R
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.load import outside_cores
+from scaleprobe.results import RunResult
 
 MOST_NAMED = 8  # runs named in a group's About before "and N more"
 
 
-def _compute_share(rec: dict[str, Any]) -> float | None:
-    c, t = R.compute_s(rec), R.breakdown_total_s(rec)
+def _compute_share(rec: RunResult) -> float | None:
+    bd = rec.metrics.breakdown_s
+    c, t = bd.compute_s(), bd.measured_total_s()
     return c / t if c is not None and t else None
 
 
-def _window_ratio(rec: dict[str, Any]) -> float | None:
-    w, s = window_samples_per_s(rec), R.metric(rec, "samples_per_s")
-    return s / w if w and s else None
+def _window_ratio(rec: RunResult) -> float | None:
+    gap = uneven_steps(rec)
+    return gap[0] / gap[1] if gap else None
 
 
 def _cores(v: float) -> str:
@@ -36,27 +37,27 @@ def _cores(v: float) -> str:
 
 
 # verdict -> (what the figure is, the figure of one run, its format, what follows the range)
-KeyFigure = tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str], str]
+KeyFigure = tuple[str, Callable[[RunResult], Any], Callable[[Any], str], str]
 KEY_FIGURES: dict[str, KeyFigure] = {
-    "input-bound": ("data wait", lambda r: R.metric(r, "data_wait_fraction"), fmt.pct,
+    "input-bound": ("data wait", lambda r: r.metrics.data_wait_fraction, fmt.pct,
                     "of each step"),
     "input-bound at epoch starts": ("data wait at epoch starts",
-                                    lambda r: R.metric(r, "epoch_start_data_share"), fmt.pct,
+                                    lambda r: r.metrics.epoch_start_data_share, fmt.pct,
                                     "of the data wait"),
-    "communication-bound": ("exposed communication", lambda r: R.metric(r, "comm_fraction"),
+    "communication-bound": ("exposed communication", lambda r: r.metrics.comm_fraction,
                             fmt.pct, "of each step"),
     "synchronisation overhead": ("exposed communication",
-                                 lambda r: R.metric(r, "comm_fraction"), fmt.pct,
+                                 lambda r: r.metrics.comm_fraction, fmt.pct,
                                  "of each step"),
-    "CPU saturated": ("CPU use", lambda r: R.metric(r, "cpu_util_pct"), fmt.pct_value,
+    "CPU saturated": ("CPU use", lambda r: r.metrics.cpu_util_pct, fmt.pct_value,
                       "of all cores"),
     "measured under load": ("load from outside the run", outside_cores, _cores, "on average"),
     "straggler": ("slowest rank",
-                  lambda r: R.num(R.dict_of(r.get("straggler")).get("slowest_vs_median")),
+                  lambda r: r.straggler.slowest_vs_median if r.straggler else None,
                   fmt.ratio, "the median rank's step time"),
     "compute-bound": ("compute", _compute_share, fmt.pct, "of each step"),
-    "invariant broken: window": ("samples/s from the median step", _window_ratio, fmt.ratio,
-                                 "the whole window's"),
+    "steps vary widely": ("samples/s from the median step", _window_ratio, fmt.ratio,
+                          "the whole window's"),
 }
 
 
@@ -64,7 +65,7 @@ KEY_FIGURES: dict[str, KeyFigure] = {
 class Group:
     """One finding standing for several runs, with the runs and their key figures."""
     finding: Finding
-    recs: list[dict[str, Any]] = field(default_factory=list)
+    recs: list[RunResult] = field(default_factory=list)
     figures: list[float] = field(default_factory=list)  # the key figure of each run, if any
 
     def range_text(self) -> str | None:
@@ -82,16 +83,16 @@ class Group:
         return f"{what} {span} {tail}"
 
 
-def group_findings(pairs: list[tuple[dict[str, Any], Finding]]) -> list[Group]:
+def group_findings(pairs: list[tuple[RunResult, Finding]]) -> list[Group]:
     """``pairs``: (run record, one of its findings, subject = the run's label). One group per
     (severity, verdict, next step), in first-seen order."""
-    groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], Finding]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[RunResult, Finding]]] = {}
     for rec, f in pairs:
         groups.setdefault((f.severity, f.verdict, f.recommendation), []).append((rec, f))
     return [_group(members) for members in groups.values()]
 
 
-def _group(members: list[tuple[dict[str, Any], Finding]]) -> Group:
+def _group(members: list[tuple[RunResult, Finding]]) -> Group:
     first = members[0][1]
     if len(members) == 1:
         return Group(first, [members[0][0]], _figures(first.verdict, [members[0][0]]))
@@ -115,14 +116,14 @@ def _group(members: list[tuple[dict[str, Any], Finding]]) -> Group:
     return group
 
 
-def _figures(verdict: str, recs: list[dict[str, Any]]) -> list[float]:
+def _figures(verdict: str, recs: list[RunResult]) -> list[float]:
     key = KEY_FIGURES.get(verdict)
     if key is None:
         return []
     return [v for v in (key[1](r) for r in recs) if isinstance(v, (int, float))]
 
 
-def _strongest(verdict: str, members: list[tuple[dict[str, Any], Finding]]) -> Finding:
+def _strongest(verdict: str, members: list[tuple[RunResult, Finding]]) -> Finding:
     fig = KEY_FIGURES[verdict][1]
     scored = [(fig(rec), f) for rec, f in members]
     known = [(v, f) for v, f in scored if isinstance(v, (int, float))]

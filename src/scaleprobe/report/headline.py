@@ -21,10 +21,12 @@ a verdict, because they weaken every verdict above.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import config as C
 from scaleprobe import metrics as M
 from scaleprobe.report import batch as B
 from scaleprobe.report import fmt
@@ -37,6 +39,7 @@ from scaleprobe.report.findings_exp import contention_cases, contention_evidence
 from scaleprobe.report.grouped import Group
 from scaleprobe.report.load import run_load
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
 
 TITLE = "What this says"
 ANCHOR = "what-this-says"
@@ -58,7 +61,7 @@ class Verdict:
     warning: bool = False  # a decided verdict that calls for a change
 
 
-def headline_section(records: list[dict[str, Any]], groups: list[Group],
+def headline_section(records: list[Record], groups: list[Group],
                      th: Thresholds = DEFAULT) -> Section:
     """The section; ``groups``: the per-run findings, grouped."""
     found = collect(records, groups, th)
@@ -76,21 +79,22 @@ def headline_section(records: list[dict[str, Any]], groups: list[Group],
     return s
 
 
-def collect(records: list[dict[str, Any]], groups: list[Group],
+def collect(records: list[Record], groups: list[Group],
             th: Thresholds = DEFAULT) -> list[Verdict]:
     """Every verdict, most important first (the section shows the first ``MOST``)."""
     found: list[Verdict] = []
     for eid, runs in R.by_experiment(records, "sweep").items():
-        recs = runs + R.summaries(records, "sweep", eid)
-        axes = {k for r in runs for k in R.point(r)}
+        recs: list[Record] = [*runs, *R.summaries(records, SweepRecord, eid)]
+        axes = {k for r in runs for k in r.point}
         if axes & set(R.BATCH_AXES):
             found += batch_verdicts(eid, recs)
         if axes & set(R.LOADER_AXES):
             found += worker_verdicts(eid, recs, th)
     found += scale_verdicts(records, th)
-    found += [colocate_verdict(r, th) for r in R.of_kind(records, "colocate")]
-    found += [parity_verdict(r) for r in R.of_kind(records, "parity")]
-    found += contention_verdicts(R.of_kind(records, "run"), th)
+    found += [colocate_verdict(r, th) for r in R.of_type(records, ColocateRecord)]
+    by_id = {r.run_id: r for r in R.runs(records) if r.run_id}
+    found += [parity_verdict(r, by_id) for r in R.of_type(records, ParityRecord)]
+    found += contention_verdicts(R.runs(records), th)
     found += group_verdicts(groups)
     order = {id(v): i for i, v in enumerate(found)}
     return sorted(found, key=lambda v: (v.rank, not v.warning, -v.weight, order[id(v)]))
@@ -103,55 +107,80 @@ def _repeats_text(need: int | None, what: str = "") -> str:
     return f"about {need} repeats would decide it{what}"
 
 
+def _command(*argv: Any) -> str:
+    """A command a user can paste: ``scaleprobe ARGS``, shell-quoted."""
+    return "`" + shlex.join(["scaleprobe", *map(str, argv)]) + "`"
+
+
 def _rerun(kind: str, eid: str, folder: str, repeats: int | None,
-           spec: str | None = None) -> str:
+           spec: str | None = None, runs: list[RunResult] = ()) -> str:
     """The command that measures an experiment again with more repeats (finished runs are
-    reused, only the new repeats run); ``spec``: the spec file the experiment recorded."""
+    reused, only the new repeats run), as it runs: the spec file the experiment recorded
+    (``spec``), or for a scale its own options read off its runs (``runs``)."""
     n = repeats or M.MAX_REPEATS_SUGGESTED
-    out = folder or "OUT"
+    at = ["--out", folder] if folder else []
     if kind == "sweep" and eid in DEMO_SWEEPS:
-        return f"`scaleprobe demo --out {Path(out).parent} --repeats {n}`"
-    if kind == "scale":
-        return (f"`scaleprobe scale --id {eid} --out {out} --repeats {n}` with the same "
-                "--nproc and run options")
-    at = f" --out {out}" if folder else ""
+        return _command("demo", "--out", Path(folder or "scaleprobe-out/demo").parent,
+                        "--repeats", n)
+    if kind == "scale" and runs:
+        return _scale_command(eid, runs, at, n)
     if spec:
-        return f"`scaleprobe {kind} {_shown(spec)}{at} --repeats {n}`"
-    return f"`scaleprobe {kind} SPEC.toml{at} --repeats {n}` (the experiment's own spec)"
+        return _command(kind, _shown(spec), *at, "--repeats", n)
+    return (f"`scaleprobe {kind}` with the experiment's own spec and --repeats {n} (its record "
+            "does not name the spec file)")
+
+
+def _scale_command(eid: str, runs: list[RunResult], at: list[str], n: int) -> str:
+    """``scaleprobe scale`` over the experiment's process counts (and nodes) with the options
+    its runs share; a script's scale names the script after ``--``."""
+    counts = sorted({int(c) for r in runs if (c := R.num(r.point.get("nproc"))) is not None})
+    nodes = sorted({int(c) for r in runs if (c := R.num(r.point.get("nnodes"))) is not None})
+    first = runs[0]
+    grid = ["--nproc", ",".join(map(str, counts))] + (
+        ["--nnodes", ",".join(map(str, nodes))] if nodes else [])
+    script = first.cfg("script.path")
+    if script:
+        keep = set(C.SCRIPT_KEYS) - {"out", "name", "dist.nnodes"}
+        opts = C.command_options(first.config, set(C.KNOBS) - keep)
+        tail = ["--", *C.ScriptConfig(script, first.cfg("script.args")).target()]
+        return _command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts, *tail)
+    opts = C.command_options(first.config, {"dist.nproc", "dist.nnodes"})
+    return _command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts)
 
 
 def _shown(path: str) -> str:
     """A recorded spec path as a command would take it: relative to the current folder when
-    it lies under it, quoted when it holds a space."""
+    it lies under it (``_command`` quotes it where it must)."""
     p = Path(path)
     try:
         p = p.relative_to(Path.cwd())
     except ValueError:
         pass
-    text = str(p)
-    return f"'{text}'" if any(c.isspace() for c in text) else text
+    return str(p)
 
 
-def _spec(recs: list[dict[str, Any]]) -> str | None:
+def _spec(recs: list[Record]) -> str | None:
     """The spec file an experiment's own record names (None: not recorded)."""
-    return next((str(r["spec_path"]) for r in recs if r.get("spec_path")), None)
+    return next((r.spec_path for r in recs
+                 if isinstance(r, (SweepRecord, ColocateRecord)) and r.spec_path), None)
 
 
-def _folder(recs: list[dict[str, Any]]) -> str:
-    return next((R.source(r) for r in recs if R.source(r)), "")
+def _folder(recs: list[Record]) -> str:
+    return next((r.source for r in recs if r.source), "")
 
 
-def _run_cmd(rec: dict[str, Any], flags: dict[str, Any]) -> str:
-    """``scaleprobe run`` with the run's model and dataset, its experiment point's settings
-    (each axis is a run option) and ``flags`` over them ({"batch_size": 32} -> --batch-size
-    32)."""
-    opts = {"model": R.cfg(rec, "model.name"), "dataset": R.cfg(rec, "data.dataset"),
-            **{k: v for k, v in R.point(rec).items() if k != "nproc"}, **flags}
-    parts = [f"--{k.replace('_', '-')} {v}" for k, v in opts.items() if v is not None]
-    return "`scaleprobe run " + " ".join(parts) + "`"
+def _run_cmd(rec: RunResult, flags: dict[str, Any]) -> str:
+    """``scaleprobe run`` with everything the run's configuration set (task, data folder,
+    processes...), and ``flags`` over it ({"batch_size": 32}): a command that runs as
+    printed (bug caught: a "use it" command for a detection point without --task detection,
+    --data-dir or --nproc)."""
+    over = {C.resolve_key(k): v for k, v in flags.items()}
+    sets = [f"{k}={'null' if v is None else v}" for k, v in over.items()]
+    opts = C.command_options(rec.config, set(over))
+    return _command("run", *opts, *[x for kv in sets for x in ("--set", kv)])
 
 
-def batch_verdicts(eid: str, recs: list[dict[str, Any]]) -> list[Verdict]:
+def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     """The fastest batch size, told apart from every other of its group or not."""
     rec = B.recommend_batch(recs)
     fast = rec["fastest"]
@@ -190,7 +219,7 @@ def batch_verdicts(eid: str, recs: list[dict[str, Any]]) -> list[Verdict]:
 
 
 def _decide(need: int | None, iv: M.Interval | None, command: Any,
-            recs: list[dict[str, Any]] = (), th: Thresholds = DEFAULT) -> str:
+            recs: list[Record] = (), th: Thresholds = DEFAULT) -> str:
     """The command with the repeats that would decide; when no number of repeats would (the
     difference is below the noise): a quieter machine first where runs were measured under
     load, the two equal at this noise where every run was measured quiet, and neither claim
@@ -208,7 +237,7 @@ def _decide(need: int | None, iv: M.Interval | None, command: Any,
                 "inside the runs, see Findings and each run's steps.csv), so "
                 "neither more repeats nor a quieter machine is the first fix: remove the stalls, "
                 f"or time more steps per run, then e.g. {command(n)}")
-    flags = [run_load(r, th)[0] for r in R.of_kind(list(recs), "run")]
+    flags = [run_load(r, th)[0] for r in R.runs(recs)]
     if any(f is True for f in flags):
         return ("the noise is larger than the difference and runs were measured under load: "
                 f"measure on a quiet machine, e.g. {command(n)}")
@@ -226,7 +255,7 @@ def _worker_flags(r: dict[str, Any]) -> dict[str, Any]:
     return {"loader": "pipelined", "workers": r["workers"], "prefetch": r.get("prefetch")}
 
 
-def worker_verdicts(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
+def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdict]:
     """The loader-worker recommendation, one per transform the sweep varied."""
     rec = W.recommend_workers(recs, th)
     if rec.get("workers") is None and rec.get("decided") is not False and "by_transform" not in rec:
@@ -239,12 +268,12 @@ def worker_verdicts(eid: str, recs: list[dict[str, Any]], th: Thresholds) -> lis
         if r.get("workers") is None:
             iv = M.Interval(**r["interval"]) if r.get("interval") else None
             need = M.repeats_to_decide(iv, 1.0 - th.workers_within) if iv else None
+            why = (r["unexplained"] if r.get("unexplained") else
+                   (f"fewer workers / the best: {iv.text()}; " if iv else "")
+                   + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)} of the best"))
             out.append(Verdict(f"Loader workers ({where}): inconclusive", f"best: "
                                f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
-                               "samples/s",
-                               (f"fewer workers / the best: {iv.text()}; " if iv else "")
-                               + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)}"
-                                               " of the best"),
+                               "samples/s", why,
                                _decide(need, iv, lambda n: _rerun("sweep", eid, _folder(recs), n,
                                                                  _spec(recs)), recs, th),
                                UNDECIDED))
@@ -277,26 +306,38 @@ def _worker_margin(r: dict[str, Any], pick: dict[str, Any] | None,
     return f"the next, {x['setting']}: {iv.text()} (its samples/s / this one's)"
 
 
-def scale_verdicts(records: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
+def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
     """Each scale experiment at its largest process count that finished."""
-    rows = [r for r in S.scale_table(records, th) if r["status"] == "ok" and not r["is_base"]
+    every = S.scale_table(records, th)
+    rows = [r for r in every if r["status"] == "ok" and not r["is_base"]
             and r["speedup"] is not None]
     out = []
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         row = max((r for r in rows if r["experiment"] == eid), key=lambda r: r["nproc"])
-        n, folder = row["nproc"], R.source(row["record"])
+        n, folder = row["nproc"], row["record"].source
+        runs = [r["record"] for r in every if r["experiment"] == eid]
+
+        def again(k: int | None, runs: list[RunResult] = runs, folder: str = folder,
+                  eid: str = eid) -> str:
+            return _rerun("scale", eid, folder, k, runs=runs)
+
         against = f" against {row['base_nproc']}" if row["base_nproc"] != 1 else ""
         number = (f"{n} processes{against}: speedup {fmt.ratio(row['speedup'])}, efficiency "
                   f"{fmt.pct(row['efficiency'])}")
         iv, eiv = row["speedup_interval"], row["efficiency_interval"]
+        if row.get("unlike") and not row.get("implausible"):
+            out.append(Verdict(f"Scaling ({eid}): not like for like", number,
+                               "; ".join(row["unlike"]),
+                               "run every count with the same settings", UNDECIDED))
+            continue
         if row.get("implausible"):
             out.append(Verdict(f"Scaling ({eid}): the speedup is implausible", number,
-                               iv.text() if iv else "no spread", _rerun("scale", eid, folder, 5),
+                               iv.text() if iv else "no spread", again(5),
                                UNDECIDED))
             continue
         if eiv is None:
             out.append(Verdict(f"Scaling ({eid}): not judged", number, "no spread to judge by",
-                               _rerun("scale", eid, folder, 3), UNDECIDED))
+                               again(3), UNDECIDED))
             continue
         ivtext = f"efficiency [{fmt.pct(eiv.lo)}, {fmt.pct(eiv.hi)}], {eiv.n} repeats"
         bar = th.scale_efficiency
@@ -313,15 +354,15 @@ def scale_verdicts(records: list[dict[str, Any]], th: Thresholds) -> list[Verdic
             need = M.repeats_to_decide(eiv, bar)
             out.append(Verdict(f"Scaling ({eid}): inconclusive against {fmt.pct(bar)} "
                                "efficiency", number, f"{ivtext}; {_repeats_text(need)}",
-                               _rerun("scale", eid, folder, need), UNDECIDED))
+                               again(need), UNDECIDED))
     return out
 
 
-def colocate_verdict(rec: dict[str, Any], th: Thresholds) -> Verdict:
-    eid = R.exp_id(rec) or "co-location"
-    jobs = [j for j in R.dicts(rec.get("jobs")) if R.num(j.get("slowdown")) is not None]
-    verdict = str(rec.get("verdict") or "no verdict")
-    claim = f"Co-location ({eid}, {rec.get('placement') or 'shared'}): {verdict}"
+def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
+    eid = rec.exp_id or "co-location"
+    jobs = [j for j in R.dicts(rec.jobs) if R.num(j.get("slowdown")) is not None]
+    verdict = str(rec.verdict or "no verdict")
+    claim = f"Co-location ({eid}, {rec.placement or 'shared'}): {verdict}"
     if not jobs:
         return Verdict(claim, "no job figures", "-", "see the jobs' run records", ERROR)
     worst = max(jobs, key=lambda j: j["slowdown"])
@@ -332,38 +373,55 @@ def colocate_verdict(rec: dict[str, Any], th: Thresholds) -> Verdict:
     if verdict == "inconclusive" or iv is None:
         need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None
         return Verdict(claim, number, f"{interval}; {_repeats_text(need)}",
-                       _rerun("colocate", eid, R.source(rec), need, _spec([rec])),
+                       _rerun("colocate", eid, rec.source, need, _spec([rec])),
                        UNDECIDED)
     warning = verdict not in ("no interference",)
     return Verdict(claim, number, interval, "see Co-location and Findings" if warning
                    else "nothing to change", DECIDED, warning=warning)
 
 
-def parity_verdict(rec: dict[str, Any]) -> Verdict:
-    eid = R.exp_id(rec) or "parity"
-    verdict = str(rec.get("verdict") or "inconclusive")
-    diff, tol = R.number(rec, "difference"), R.number(rec, "tolerance")
-    number = (f"accuracy {fmt.num(rec.get('accuracy_1'), '.3f')} on 1 process vs "
-              f"{fmt.num(rec.get('accuracy_n'), '.3f')} on {rec.get('nproc') or 'N'}")
-    ivd = R.dict_of(rec.get("difference_interval"))
+def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) -> Verdict:
+    """The parity record's verdict; ``runs``: run records by id, to print the command that
+    measures it again with its options."""
+    eid = rec.exp_id or "parity"
+    verdict = str(rec.verdict or "inconclusive")
+    diff, tol = rec.difference, rec.tolerance
+    number = (f"accuracy {fmt.num(rec.accuracy_1, '.3f')} on 1 process vs "
+              f"{fmt.num(rec.accuracy_n, '.3f')} on {rec.nproc or 'N'}")
+    ivd = R.dict_of(rec.difference_interval)
     lo, hi = R.num(ivd.get("lo")), R.num(ivd.get("hi"))
+    n = int(rec.repeats or 1)
     if lo is None or hi is None or diff is None or tol is None:
         return Verdict(f"Accuracy parity ({eid}): inconclusive", number, "one seed, no interval",
-                       "`scaleprobe scale --parity --repeats 3` with the same options",
-                       UNDECIDED)
-    n = int(R.num(rec.get("repeats")) or 1)
+                       _parity_command(rec, runs or {}, 3), UNDECIDED)
     interval = (f"difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], {n} seeds; tolerance "
                 f"+/-{tol:.3f}")
     if verdict == "inconclusive":
         need = parity_repeats(diff, lo, hi, tol, n)
         return Verdict(f"Accuracy parity ({eid}): inconclusive", number,
                        f"{interval}; {_repeats_text(need)}",
-                       f"`scaleprobe scale --parity --repeats {need or M.MAX_REPEATS_SUGGESTED}`"
-                       " with the same options", UNDECIDED)
+                       _parity_command(rec, runs or {}, need or M.MAX_REPEATS_SUGGESTED),
+                       UNDECIDED)
     broken = verdict == "parity broken"
     return Verdict(f"Accuracy parity ({eid}): {verdict}", number, interval,
                    "see Accuracy parity and Findings" if broken else "nothing to change",
                    DECIDED, warning=broken)
+
+
+def _parity_command(rec: ParityRecord, runs: dict[str, RunResult], repeats: int) -> str:
+    """``scaleprobe run --parity`` with the N-process side's options and the record's
+    tolerance; without its runs, the options are the user's to add."""
+    multi = next((runs[i] for i in reversed(rec.runs or []) if i in runs), None)
+    tol = ["--parity-tolerance", rec.tolerance] if rec.tolerance else []
+    if multi is None:
+        return (_command("run", "--parity", "--repeats", repeats, *tol)
+                + " with the options of the runs compared")
+    opts = C.command_options(multi.config, {"dist.parity", "dist.calibrate_comm", "train.eval",
+                                            "train.seed", "dist.parity_tolerance"})
+    seed = multi.cfg("train.seed")
+    first = int(seed) - (multi.repeat or 0) if isinstance(seed, int) else None
+    return _command("run", *opts, *(["--set", f"train.seed={first}"] if first else []),
+                    "--parity", "--repeats", repeats, *tol)
 
 
 def parity_repeats(diff: float, lo: float, hi: float, tol: float, n: int) -> int | None:
@@ -377,12 +435,12 @@ def parity_repeats(diff: float, lo: float, hi: float, tol: float, n: int) -> int
     return need if need <= M.MAX_REPEATS_SUGGESTED else None
 
 
-def contention_verdicts(runs: list[dict[str, Any]], th: Thresholds) -> list[Verdict]:
+def contention_verdicts(runs: list[RunResult], th: Thresholds) -> list[Verdict]:
     out = []
     for c in contention_cases(runs, th):
         base, worst = c["base"], c["worst"]
-        wa, wb = R.loader_workers(base), R.loader_workers(worst)
-        setting = fmt.describe_point({k: v for k, v in R.point(worst).items()
+        wa, wb = base.loader_workers, worst.loader_workers
+        setting = fmt.describe_point({k: v for k, v in worst.point.items()
                                       if k not in ("workers", "loader", "prefetch")})
         where = ", ".join(x for x in (c["label"], setting) if x)
         wait, figures, interval = contention_evidence(c)
@@ -424,13 +482,13 @@ def group_verdicts(groups: list[Group]) -> list[Verdict]:
     return out
 
 
-def _batch_point(rec: dict[str, Any]) -> bool:
+def _batch_point(rec: RunResult) -> bool:
     """A point of a sweep over batch size (running out of memory there finds the limit)."""
-    return R.exp_kind(rec) == "sweep" and bool(set(R.point(rec)) & set(R.BATCH_AXES))
+    return rec.exp_kind == "sweep" and bool(set(rec.point) & set(R.BATCH_AXES))
 
 
-def _load_caveat(records: list[dict[str, Any]], th: Thresholds) -> str | None:
-    runs = R.of_kind(records, "run")
+def _load_caveat(records: list[Record], th: Thresholds) -> str | None:
+    runs = R.runs(records)
     loaded = [r for r in runs if run_load(r, th)[0]]
     if not loaded:
         return None

@@ -10,24 +10,24 @@ that still collide, so no two labels are equal and none needs cutting.
 from __future__ import annotations
 
 import textwrap
-from typing import Any
 
 from scaleprobe.report import records as R
+from scaleprobe.results import RunResult
 
 EXPERIMENT = "experiment"
 REPEAT = "repeat"
 
 
-def identity(rec: dict[str, Any], with_repeat: bool = True) -> dict[str, str]:
+def identity(rec: RunResult, with_repeat: bool = True) -> dict[str, str]:
     """The keys that say which run this is: experiment label, point axes, repeat index; a
     run of no experiment is known by its name."""
-    pt = R.point(rec)
-    if R.exp_id(rec) is None and not pt:
-        return {"run": R.name(rec)}
+    pt = rec.point
+    if rec.exp_id is None and not pt:
+        return {"run": rec.label}
     out = {EXPERIMENT: R.exp_label(rec, {}) or ""}
     out.update({k: str(v) for k, v in pt.items()})
-    if with_repeat and R.repeat(rec) is not None:
-        out[REPEAT] = f"#{R.repeat(rec)}"
+    if with_repeat and rec.repeat is not None:
+        out[REPEAT] = f"#{rec.repeat}"
     return out
 
 
@@ -46,7 +46,7 @@ def _text(ident: dict[str, str], keys: list[str]) -> list[str]:
     return parts
 
 
-def distinct_labels(recs: list[dict[str, Any]], with_repeat: bool = True,
+def distinct_labels(recs: list[RunResult], with_repeat: bool = True,
                     sep: str = ", ") -> list[str]:
     """One label per record, built from the keys that vary between them; labels are unique."""
     idents = [identity(r, with_repeat) for r in recs]
@@ -58,7 +58,7 @@ def distinct_labels(recs: list[dict[str, Any]], with_repeat: bool = True,
     without_exp = [k for k in varying if k != EXPERIMENT]
     if without_exp and len({tuple(_text(i, without_exp)) for i in idents}) == len(idents):
         varying = without_exp
-    labels = [sep.join(_text(i, varying)) or R.name(r) for i, r in zip(idents, recs, strict=True)]
+    labels = [sep.join(_text(i, varying)) or r.label for i, r in zip(idents, recs, strict=True)]
     return _unique(labels)
 
 

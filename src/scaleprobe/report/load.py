@@ -9,61 +9,57 @@ that carries only the flag keeps it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from scaleprobe.report import fmt
-from scaleprobe.report import records as R
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.results import Load, RunResult
 
 
-def outside_cores(rec: dict[str, Any]) -> float | None:
+def outside_cores(rec: RunResult) -> float | None:
     """Cores other processes kept busy during the run's timed window: the recorded figure,
     less what the run's co-located jobs used themselves (``records.colocated_load``), whose
     load a together run holds by design."""
-    cores = R.metric(rec, "outside_cpu_cores")
-    colo = R.num(R.dict_of(rec.get("load")).get("colocated_cores"))
+    cores = rec.metrics.outside_cpu_cores
+    colo = rec.load.colocated_cores if rec.load is not None else None
     if cores is None or not colo:
         return cores
     return max(0.0, cores - colo)
 
 
-def run_load(rec: dict[str, Any], th: Thresholds = DEFAULT) -> tuple[bool | None, str]:
+def run_load(rec: RunResult, th: Thresholds = DEFAULT) -> tuple[bool | None, str]:
     """(flag, reason): True = measured under load, None = not measured."""
-    load = R.dict_of(rec.get("load"))
+    load = rec.load or Load()
     cores = outside_cores(rec)
-    gpu = load.get("gpu_processes") if isinstance(load.get("gpu_processes"), list) else None
+    gpu = load.gpu_processes
     if cores is None and gpu is None:
-        flag = load.get("flag")
-        return (flag if isinstance(flag, bool) else None), str(load.get("reason") or
-                                                              "not measured")
-    machine = R.num(load.get("machine_cores")) or R.number(rec, "env.cores")
+        return load.flag, str(load.reason or "not measured")
+    machine = load.machine_cores or rec.env_number("cores")
     flag, reason = th.under_load(cores, int(machine) if machine else None, gpu)
-    colo = R.num(load.get("colocated_cores"))
+    colo = load.colocated_cores
     if colo and cores is not None:
-        jobs = ", ".join(str(j) for j in load.get("colocated_jobs") or [])
+        jobs = ", ".join(str(j) for j in load.colocated_jobs or [])
         reason += (f" (net of the {colo:.2f} cores its co-located job(s) {jobs} used "
                    "themselves)")
     return flag, reason
 
 
-def load_cell(rec: dict[str, Any], th: Thresholds = DEFAULT) -> str:
+def load_cell(rec: RunResult, th: Thresholds = DEFAULT) -> str:
     """The runs table's cell: mean cores busy outside the run, marked when under load."""
     flag, _ = run_load(rec, th)
     cores = outside_cores(rec)
     text = f"{cores:.2f} cores" if cores is not None else fmt.NA
-    if cores is not None and R.num(R.dict_of(rec.get("load")).get("colocated_cores")):
+    if cores is not None and rec.load is not None and rec.load.colocated_cores:
         text += " net of co-located jobs"
     return f"under load ({text})" if flag else text
 
 
-def point_label(rec: dict[str, Any]) -> str:
+def point_label(rec: RunResult) -> str:
     """A run as a point of its experiment: 'batch_size=64', with '#2' for repeat 2."""
-    text = fmt.describe_point(R.point(rec)) or R.name(rec)
-    rep = R.repeat(rec)
+    text = fmt.describe_point(rec.point) or rec.label
+    rep = rec.repeat
     return f"{text} #{rep}" if rep is not None else text
 
 
-def under_load_line(recs: list[dict[str, Any]], th: Thresholds = DEFAULT,
+def under_load_line(recs: list[RunResult], th: Thresholds = DEFAULT,
                     note: str = "") -> str | None:
     """'Measured under load: batch_size=64 (1.70 cores outside), ...' or None when no run
     of ``recs`` was."""
@@ -73,7 +69,7 @@ def under_load_line(recs: list[dict[str, Any]], th: Thresholds = DEFAULT,
     parts = []
     for r in hits:
         cores = outside_cores(r)
-        gpus = R.number(r, "metrics.outside_gpu_processes")
+        gpus = r.metrics.outside_gpu_processes
         what = [f"{cores:.2f} cores outside" if cores is not None else "",
                 f"{int(gpus)} other GPU process(es)" if gpus else ""]
         parts.append(f"{point_label(r)} ({', '.join(w for w in what if w) or 'flagged'})")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.report.records import dict_of
+from scaleprobe.results import RunResult
 
 # keys that never change what is measured: where results go, the run's label, the progress
 # bar, where generated data is cached, the rendezvous address
@@ -28,12 +28,12 @@ WORKER_KEYS = frozenset({"data.workers", "data.loader"})
 _ABSENT = "<absent>"
 
 
-def resolved_config(rec: dict[str, Any]) -> dict[str, Any]:
+def resolved_config(rec: RunResult) -> dict[str, Any]:
     """The run's configuration flattened to dotted keys (``data.image_size``), with what the
-    run resolved from a null setting (``rec["resolved"]``: the dataset's own image size and
+    run resolved from a null setting (``rec.resolved``: the dataset's own image size and
     classes) filled in, so "natural size" on two datasets is compared as the two sizes."""
-    flat = _flatten(dict_of(rec.get("config")))
-    for k, v in dict_of(rec.get("resolved")).items():
+    flat = _flatten(rec.config)
+    for k, v in (rec.resolved or {}).items():
         if flat.get(k) is None and v is not None:
             flat[k] = v
     return flat
@@ -49,7 +49,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def differing_keys(a: dict[str, Any], b: dict[str, Any],
+def differing_keys(a: RunResult, b: RunResult,
                    ignore: frozenset[str] = IGNORED_KEYS) -> set[str]:
     """Configuration keys whose values differ between two runs (a key one of them lacks
     differs too), leaving out keys that do not change the measurement."""
@@ -58,21 +58,21 @@ def differing_keys(a: dict[str, Any], b: dict[str, Any],
             if k not in ignore and fa.get(k, _ABSENT) != fb.get(k, _ABSENT)}
 
 
-def like_for_like(a: dict[str, Any], b: dict[str, Any], varied: Any = frozenset()) -> bool:
+def like_for_like(a: RunResult, b: RunResult, varied: Any = frozenset()) -> bool:
     """True when ``a`` and ``b`` differ in no configuration key but those in ``varied`` (full
     dotted keys). Runs without a recorded configuration are never like for like."""
-    if not dict_of(a.get("config")) or not dict_of(b.get("config")):
+    if not a.config or not b.config:
         return False
     return not differing_keys(a, b) - set(varied)
 
 
-def like_for_like_groups(recs: list[dict[str, Any]],
-                         varied: Any = frozenset()) -> list[list[dict[str, Any]]]:
+def like_for_like_groups(recs: list[RunResult],
+                         varied: Any = frozenset()) -> list[list[RunResult]]:
     """``recs`` split into groups in which every two runs are ``like_for_like`` for
     ``varied``; runs without a configuration are left out. First-seen order."""
-    groups: list[list[dict[str, Any]]] = []
+    groups: list[list[RunResult]] = []
     for r in recs:
-        if not dict_of(r.get("config")):
+        if not r.config:
             continue
         home = next((g for g in groups if like_for_like(g[0], r, varied)), None)
         if home is None:

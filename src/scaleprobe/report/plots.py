@@ -25,8 +25,14 @@ from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
 from scaleprobe.report.doc import Image
 from scaleprobe.report.labels import wrap
-from scaleprobe.report.records import dict_of, dicts, num
-from scaleprobe.results import BREAKDOWN_PHASES
+from scaleprobe.results import (
+    BREAKDOWN_PHASES,
+    ColocateRecord,
+    CommBenchRecord,
+    dict_of,
+    dicts,
+    num,
+)
 
 PHASE_COLOURS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c",
                  "backward": "#30638e", "optimizer": "#66a182", "comm": "#8d6a9f"}
@@ -355,10 +361,10 @@ def loader_plot(rows: list[dict[str, Any]]) -> Plot | None:
     return _render(fig)
 
 
-def colocate_plot(records: list[dict[str, Any]]) -> Plot | None:
+def colocate_plot(records: list[ColocateRecord]) -> Plot | None:
     """Slowdown of each job when sharing, grouped by placement."""
-    bars = [(f"{j.get('name')} ({r.get('placement') or '?'})", float(j["slowdown"]))
-            for r in records for j in dicts(r.get("jobs")) if num(j.get("slowdown")) is not None]
+    bars = [(f"{j.get('name')} ({r.placement or '?'})", float(j["slowdown"]))
+            for r in records for j in dicts(r.jobs) if num(j.get("slowdown")) is not None]
     if not bars:
         return None
     bars = bars[:MAX_BARS]
@@ -374,9 +380,9 @@ def colocate_plot(records: list[dict[str, Any]]) -> Plot | None:
     return _render(fig)
 
 
-def comm_fit_plot(rec: dict[str, Any]) -> Plot | None:
+def comm_fit_plot(rec: CommBenchRecord) -> Plot | None:
     """Measured time per message size against the fitted alpha + beta * size, per op."""
-    rows = [r for r in dicts(rec.get("rows")) if isinstance(r.get("op"), str)
+    rows = [r for r in dicts(rec.rows) if isinstance(r.get("op"), str)
             and (num(r.get("size_bytes")) or 0) > 0 and (num(r.get("time_s")) or 0) > 0]
     if not rows:
         return None
@@ -384,7 +390,7 @@ def comm_fit_plot(rec: dict[str, Any]) -> Plot | None:
     for op in dict.fromkeys(r["op"] for r in rows):
         pts = sorted((r["size_bytes"], r["time_s"]) for r in rows if r["op"] == op)
         line = ax.plot([p[0] for p in pts], [p[1] * 1e3 for p in pts], "o", label=f"{op} measured")
-        fit = dict_of(dict_of(rec.get("fit")).get(op))
+        fit = dict_of(rec.fit.get(op))
         alpha, beta = num(fit.get("alpha_s")), num(fit.get("beta_s_per_byte"))
         if alpha is not None and beta is not None:
             lo, hi = math.log10(pts[0][0]), math.log10(pts[-1][0])

@@ -12,81 +12,84 @@ two experiments whose points share a label stay apart.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from typing import Any
 
 from scaleprobe import metrics as M
-from scaleprobe.report import records as R
-from scaleprobe.results import MEASURED  # ok, and a --target run that ran to its cap
+from scaleprobe.measure.stats import median
+from scaleprobe.results import MEASURED, RunResult, point_key  # MEASURED: ok, target not reached
 
-Figure = Callable[[dict[str, Any]], float | int | None]
+Figure = Callable[[RunResult], float | int | None]
 
 
-def repeat_index(rec: dict[str, Any]) -> int:
+def repeat_index(rec: RunResult) -> int:
     """The run's repeat index; 0 for records written before repeats existed."""
-    return R.repeat(rec) or 0
+    return rec.repeat or 0
 
 
-def point_identity(rec: dict[str, Any]) -> tuple[str, str, str]:
+def point_identity(rec: RunResult) -> tuple[str, str, str]:
     """(folder, experiment id, point key); a run outside any experiment is its own point."""
-    pt = R.point(rec)
+    pt = rec.point
     if not pt:
-        return (R.source(rec), R.exp_id(rec) or "", f"run:{rec.get('run_id')}")
-    return (R.source(rec), R.exp_id(rec) or "", R.point_key(pt))
+        return (rec.source, rec.exp_id or "", f"run:{rec.run_id}")
+    return (rec.source, rec.exp_id or "", point_key(pt))
 
 
-def group_repeats(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def group_repeats(recs: list[RunResult]) -> list[RunResult]:
     """One record per experiment point, in first-seen order: the median repeat of its ok runs
-    (with ``repeats``: every ok run, one per repeat index, in repeat order), else the latest
-    record (a failed or out-of-memory point, ``repeats`` empty). Within one repeat index the
-    latest ok run counts (a resumed experiment may have appended a point twice)."""
+    (a copy, with ``repeats``: every ok run, one per repeat index, in repeat order), else the
+    latest record (a failed or out-of-memory point, ``repeats`` empty). Within one repeat
+    index the latest ok run counts (a resumed experiment may have appended a point twice)."""
     order: list[tuple[str, str, str]] = []
-    ok: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = {}
-    last: dict[tuple[str, str, str], dict[str, Any]] = {}
+    ok: dict[tuple[str, str, str], dict[int, RunResult]] = {}
+    last: dict[tuple[str, str, str], RunResult] = {}
     for r in recs:
         ident = point_identity(r)
         if ident not in last:
             order.append(ident)
         last[ident] = r
-        if r.get("status") in MEASURED:
+        if r.status in MEASURED:
             ok.setdefault(ident, {})[repeat_index(r)] = r
     out = []
     for ident in order:
         reps = [ok[ident][i] for i in sorted(ok.get(ident, {}))]
         if not reps:
-            out.append({**last[ident], "repeats": []})
+            out.append(_with_repeats(last[ident], []))
             continue
-        ranked = sorted(reps, key=lambda r: R.metric(r, "samples_per_s") or 0.0)
-        shown = ranked[(len(ranked) - 1) // 2]
-        out.append({**shown, "repeats": reps})
+        ranked = sorted(reps, key=lambda r: r.metrics.samples_per_s or 0.0)
+        out.append(_with_repeats(ranked[(len(ranked) - 1) // 2], reps))
     return out
 
 
-def repeats_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
+def _with_repeats(rec: RunResult, reps: list[RunResult]) -> RunResult:
+    shown = copy.copy(rec)
+    shown.repeats = reps
+    return shown
+
+
+def repeats_of(rec: RunResult) -> list[RunResult]:
     """The point's ok repeats (a record not from ``group_repeats``: itself, when ok)."""
-    reps = rec.get("repeats")
-    if isinstance(reps, list):
-        return reps
-    return [rec] if rec.get("status") in MEASURED else []
+    if rec.repeats is not None:
+        return rec.repeats
+    return [rec] if rec.status in MEASURED else []
 
 
-def values(rec: dict[str, Any], figure: Figure) -> list[float]:
+def values(rec: RunResult, figure: Figure) -> list[float]:
     return [v for v in (figure(r) for r in repeats_of(rec)) if v is not None]
 
 
-def median_of(rec: dict[str, Any], figure: Figure) -> float | None:
-    from scaleprobe.measure.stats import median
-
+def median_of(rec: RunResult, figure: Figure) -> float | None:
     vals = values(rec, figure)
     return median(vals) if vals else None
 
 
-def rel_ci(r: dict[str, Any]) -> float | None:
+def rel_ci(r: RunResult) -> float | None:
     """The within-run spread of a run: its median step time's relative CI half-width."""
-    return R.metric(r, "step_time_s.rel_ci")
+    st = r.metrics.step_time_s
+    return st.rel_ci if st is not None else None
 
 
-def paired(a: dict[str, Any], b: dict[str, Any], figure: Figure
+def paired(a: RunResult, b: RunResult, figure: Figure
            ) -> tuple[list[float | None], list[float | None], list[float | None],
                       list[float | None]]:
     """Two points' figures lined up by repeat index (repeat i of A with repeat i of B), with
@@ -102,15 +105,15 @@ def paired(a: dict[str, Any], b: dict[str, Any], figure: Figure
             [rel_ci(x) for x, _ in pairs], [rel_ci(y) for _, y in pairs])
 
 
-def interval(a: dict[str, Any], b: dict[str, Any], figure: Figure) -> M.Interval | None:
+def interval(a: RunResult, b: RunResult, figure: Figure) -> M.Interval | None:
     """The interval of figure(B) / figure(A) over the two points' paired repeats."""
     av, bv, ac, bc = paired(a, b, figure)
     return M.ratio_interval(av, bv, ac, bc)
 
 
-def samples_per_s(r: dict[str, Any]) -> float | None:
-    return R.metric(r, "samples_per_s")
+def samples_per_s(r: RunResult) -> float | None:
+    return r.metrics.samples_per_s
 
 
-def epoch_time_s(r: dict[str, Any]) -> float | None:
-    return R.metric(r, "epoch_time_s")
+def epoch_time_s(r: RunResult) -> float | None:
+    return r.metrics.epoch_time_s

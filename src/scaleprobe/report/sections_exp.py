@@ -15,6 +15,14 @@ from scaleprobe.report import workers as W
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.load import under_load_line
 from scaleprobe.report.repeats import group_repeats
+from scaleprobe.results import (
+    ColocateRecord,
+    CommBenchRecord,
+    ParityRecord,
+    Record,
+    RunResult,
+    SweepRecord,
+)
 
 
 def _slug(text: str) -> str:
@@ -26,11 +34,11 @@ def _within(group: str, eid: str) -> str:
     return group[len(eid):].strip() if group.startswith(eid) else group
 
 
-def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
+def sweeps_section(records: list[Record]) -> Section | None:
     s = Section("Sweeps", anchor="sweeps")
     for eid, runs in R.by_experiment(records, "sweep").items():
-        recs = runs + R.summaries(records, "sweep", eid)
-        axes = {k for r in runs for k in R.point(r)}
+        recs: list[Record] = [*runs, *R.summaries(records, SweepRecord, eid)]
+        axes = {k for r in runs for k in r.point}
         s.add(Sub(f"Sweep {eid}"))
         if axes & set(R.BATCH_AXES):
             _batch_blocks(s, eid, recs)
@@ -40,23 +48,25 @@ def sweeps_section(records: list[dict[str, Any]]) -> Section | None:
             s.add(Text(f"Varied: {', '.join(sorted(axes)) or 'nothing'}; each point is a row "
                        "of the runs table."))
         if not axes & set(R.BATCH_AXES):  # a batch sweep draws its curves by batch size
-            _target_curves(s, eid, group_repeats(runs), _point_label, "one line per point")
+            _target_curves(s, eid, [{"record": r, "status": r.status}
+                                    for r in group_repeats(runs)],
+                           lambda row: _point_label(row["record"]), "one line per point")
         _load_line(s, runs)
     return s if s.blocks else None
 
 
-def _point_label(r: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in R.point(r).items()) or R.name(r)
+def _point_label(r: RunResult) -> str:
+    return ", ".join(f"{k}={v}" for k, v in r.point.items()) or r.label
 
 
-def _load_line(s: Section, runs: list[dict[str, Any]], note: str = "") -> None:
+def _load_line(s: Section, runs: list[RunResult], note: str = "") -> None:
     """Which points of an experiment were measured while other processes used the machine."""
     line = under_load_line(R.latest_per_point(runs), note=note)
     if line:
         s.add(Text(line))
 
 
-def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
+def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
     rows = B.batch_table(recs)
     groups = list(dict.fromkeys(r["group"] for r in rows))
     for g in groups:
@@ -78,7 +88,7 @@ def _batch_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
     s.add(Text(B.recommend_batch(recs)["text"]))
 
 
-def _loader_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
+def _loader_blocks(s: Section, eid: str, recs: list[Record]) -> None:
     rows = W.loader_table(recs)
     if not rows:
         return
@@ -99,21 +109,25 @@ def _loader_blocks(s: Section, eid: str, recs: list[dict[str, Any]]) -> None:
                       "data wait and compute per loader setting"))
 
 
-def scaling_section(records: list[dict[str, Any]]) -> Section | None:
+def scaling_section(records: list[Record]) -> Section | None:
     rows = S.scale_table(records)
     if not rows:
         return None
     s = Section("Scaling", anchor="scaling")
     s.add(Text("Speedup = samples/s at N processes / samples/s at 1 (measured, not "
-               "extrapolated); efficiency = speedup / N. 'Lost to' splits the gap into shares of "
-               "the N-process step."))
+               "extrapolated); efficiency = speedup / N. Samples/s is each point's median repeat "
+               "(samples over its timed window); the speedup is the geometric mean of the "
+               "repeats' paired ratios, so it is not the ratio of the samples/s shown. Every "
+               "point ran the same threads per rank unless the row says it is not like for "
+               "like. 'Lost to' splits the gap into shares of the N-process step (none above "
+               "100% efficiency)."))
     runs = R.by_experiment(records, "scale")
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         grows = [r for r in rows if r["experiment"] == eid]
         hs, cells = T.table_parts(S.SCALE_HEADERS, grows, S.scale_cells)
-        s.add(Table(hs, cells, right=[True] * 7 + [False] + [True] * (len(hs) - 8),
+        s.add(Table(hs, cells, right=[True] * 8 + [False] + [True] * (len(hs) - 9),
                     caption=f"Scale experiment {eid}"))
-        lines = [r["line"] for r in grows] + T.explain(grows, runs.get(eid, []))
+        lines = [r["line"] for r in grows] + T.explain(grows, list(runs.get(eid, [])))
         s.add(Text("\n".join(f"- {x}" for x in lines)))
         _load_line(s, runs.get(eid, []))
         _target_plot(s, eid, grows)
@@ -137,8 +151,8 @@ def _target_curves(s: Section, eid: str, rows: list[dict[str, Any]], label: Any,
     if not series:
         return
     tt = series[0][1]
-    s.add(plots.image(f"target-{_slug(eid)}", T.curve_plot(series, tt.get("target"),
-                                                           tt.get("metric") or "metric"),
+    s.add(plots.image(f"target-{_slug(eid)}", T.curve_plot(series, tt.target,
+                                                           tt.metric or "metric"),
                       f"metric against training wall clock, {lines}, the target as a "
                       "horizontal line"))
 
@@ -149,8 +163,8 @@ def _interval_cell(iv: Any, spec: str = ".2f") -> str:
     return fmt.NA if lo is None or hi is None else f"[{lo:{spec}}, {hi:{spec}}]"
 
 
-def colocate_section(records: list[dict[str, Any]]) -> Section | None:
-    recs = R.of_kind(records, "colocate")
+def colocate_section(records: list[Record]) -> Section | None:
+    recs = R.of_type(records, ColocateRecord)
     if not recs:
         return None
     s = Section("Co-location", anchor="colocation")
@@ -162,20 +176,19 @@ def colocate_section(records: list[dict[str, Any]]) -> Section | None:
                  fmt.seconds(j.get("alone_epoch_time_s")),
                  fmt.seconds(j.get("together_epoch_time_s")), fmt.ratio(j.get("slowdown")),
                  _interval_cell(j.get("slowdown_interval")), str(j.get("reading") or fmt.NA)]
-                for j in R.dicts(rec.get("jobs"))]
-        reps = R.num(rec.get("repeats"))
+                for j in R.dicts(rec.jobs)]
+        reps = rec.repeats
         s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],
-                    caption=f"{R.exp_id(rec) or 'co-location'}: placement "
-                    f"{rec.get('placement') or 'n/a'}, "
+                    caption=f"{rec.exp_id or 'co-location'}: placement "
+                    f"{rec.placement or 'n/a'}, "
                     + (f"{int(reps)} repeats, interleaved" if reps else "one repeat, no interval")))
-        alone, together = rec.get("total_samples_per_s_alone_sum"), rec.get(
-            "total_samples_per_s_together")
+        alone, together = rec.total_samples_per_s_alone_sum, rec.total_samples_per_s_together
         lines = [f"Total: {fmt.rate(together)} samples/s together vs {fmt.rate(alone)} as the sum "
-                 f"alone; CPU {fmt.pct_value(rec.get('cpu_util_pct_together'))} (whole machine), "
-                 f"GPU {fmt.pct_value(rec.get('gpu_util_pct_together'))} while together."]
-        if rec.get("verdict"):
-            lines.append(f"Verdict: {rec['verdict']}" + (f" - {rec['evidence']}"
-                                                         if rec.get("evidence") else ""))
+                 f"alone; CPU {fmt.pct_value(rec.cpu_util_pct_together)} (whole machine), "
+                 f"GPU {fmt.pct_value(rec.gpu_util_pct_together)} while together."]
+        if rec.verdict:
+            lines.append(f"Verdict: {rec.verdict}" + (f" - {rec.evidence}"
+                                                      if rec.evidence else ""))
         s.add(Text("\n".join(lines)))
         label = R.exp_label(rec, R.shared_ids(records))
         _load_line(s, R.by_experiment(records, "colocate").get(label or "", []),
@@ -190,20 +203,20 @@ def colocate_section(records: list[dict[str, Any]]) -> Section | None:
     return s
 
 
-def comm_section(records: list[dict[str, Any]]) -> Section | None:
+def comm_section(records: list[Record]) -> Section | None:
     s = Section("Communication", anchor="communication")
-    for i, rec in enumerate(R.of_kind(records, "comm")):
+    for i, rec in enumerate(R.of_type(records, CommBenchRecord)):
         _comm_bench_blocks(s, rec, i)
-    _prediction_blocks(s, R.of_kind(records, "run"))
+    _prediction_blocks(s, R.runs(records))
     return s if s.blocks else None
 
 
-def _comm_bench_blocks(s: Section, rec: dict[str, Any], i: int) -> None:
-    fits = {op: R.dict_of(f) for op, f in R.dict_of(rec.get("fit")).items()}
-    s.add(Sub(f"Benchmark {R.exp_id(rec) or i + 1}: {rec.get('backend') or '?'}, "
-              f"{rec.get('world_size') or '?'} processes"))
+def _comm_bench_blocks(s: Section, rec: CommBenchRecord, i: int) -> None:
+    fits = {op: R.dict_of(f) for op, f in rec.fit.items()}
+    s.add(Sub(f"Benchmark {rec.exp_id or i + 1}: {rec.backend or '?'}, "
+              f"{rec.world_size or '?'} processes"))
     rows = []
-    for r in R.dicts(rec.get("rows")):
+    for r in R.dicts(rec.rows):
         fit = fits.get(str(r.get("op"))) or {}
         pred = None
         alpha, beta = R.num(fit.get("alpha_s")), R.num(fit.get("beta_s_per_byte"))
@@ -227,37 +240,38 @@ def _comm_bench_blocks(s: Section, rec: dict[str, Any], i: int) -> None:
                       "measured vs predicted communication time per size"))
 
 
-def _prediction_blocks(s: Section, runs: list[dict[str, Any]]) -> None:
+def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
     """Each multi-process run's exposed communication as transfer + sync overhead, and the
     network model for the link the run was measured on (never another one) next to the
     transfer: like with like. Predictions for a link the run did not cross are listed apart."""
     from scaleprobe.comm.exposed import same_link_prediction
 
-    runs = [r for r in runs if isinstance(r.get("comm"), dict) and (R.world_size(r) or 0) >= 2]
+    runs = [r for r in runs if r.comm is not None and (r.world_size or 0) >= 2]
     if not runs:
         return
     rows, labels, pv, mv, what_if = [], [], [], [], []
     for r in runs:
-        c = R.dict_of(r.get("comm"))
-        same = same_link_prediction(c, R.dict_of(R.dict_of(r.get("config")).get("dist")))
-        named = R.dict_of(c.get("prediction"))
-        link = R.dict_of(c.get("measured_link")).get("name") or (
-            "loopback" if (R.cfg_number(r, "dist.nnodes") or 1) <= 1 else None)
-        transfer = R.number(r, "comm.transfer_standalone.per_step_s")
+        c = r.comm
+        assert c is not None
+        same = same_link_prediction(c, R.dict_of(r.config.get("dist")))
+        named = R.dict_of(c.prediction)
+        link = R.dict_of(c.measured_link).get("name") or (
+            "loopback" if (r.cfg_number("dist.nnodes") or 1) <= 1 else None)
+        transfer = R.num(R.dict_of(c.transfer_standalone).get("per_step_s"))
         pred = R.num(same.get("comm_s")) if same else None
-        rows.append([R.name(r), str(R.cfg(r, "dist.strategy") or fmt.NA),
-                     fmt.num(R.world_size(r), "d"), str(link or "unknown"),
-                     fmt.ms(R.number(r, "comm.exposed_s")), fmt.ms(R.number(r, "comm.transfer_s")),
-                     fmt.ms(R.number(r, "comm.sync_overhead_s")), fmt.ms(transfer),
+        rows.append([r.label, str(r.cfg("dist.strategy") or fmt.NA),
+                     fmt.num(r.world_size, "d"), str(link or "unknown"),
+                     fmt.ms(c.exposed_s), fmt.ms(c.transfer_s),
+                     fmt.ms(c.sync_overhead_s), fmt.ms(transfer),
                      fmt.ms(pred), fmt.ratio(transfer / pred if transfer and pred else None),
                      fmt.num(same.get("needed_gbit_s"), ".1f") if same else fmt.NA])
         if transfer is not None and pred:
-            labels.append(R.name(r))
+            labels.append(r.label)
             pv.append(pred)
             mv.append(transfer)
         if named and named is not same and R.num(named.get("comm_s")) is not None:
             where = f"measured on {link}" if link else "the link between its hosts is unknown"
-            what_if.append(f"{R.name(r)}: the model for {named.get('link')} says "
+            what_if.append(f"{r.label}: the model for {named.get('link')} says "
                            f"{fmt.ms(named['comm_s'])} per step (a what-if, not compared: "
                            f"{where})")
     s.add(Sub("Network model vs measurement"))
@@ -281,68 +295,67 @@ def _prediction_blocks(s: Section, runs: list[dict[str, Any]]) -> None:
                       "predicted vs measured standalone collective per step, same link"))
 
 
-def parity_section(records: list[dict[str, Any]]) -> Section | None:
-    recs = R.of_kind(records, "parity")
+def parity_section(records: list[Record]) -> Section | None:
+    recs = R.of_type(records, ParityRecord)
     if not recs:
         return None
-    rows = [[R.exp_id(r) or "parity", fmt.num(r.get("accuracy_1"), ".3f"),
-             fmt.num(r.get("accuracy_n"), ".3f"), fmt.num(r.get("nproc"), "d"),
-             fmt.num(r.get("repeats") or 1, "d"), fmt.num(r.get("difference"), "+.3f"),
-             _interval_cell(r.get("difference_interval"), "+.3f"),
-             "+/-" + fmt.num(r.get("tolerance"), ".3f"), _parity_verdict(r)] for r in recs]
+    rows = [[r.exp_id or "parity", fmt.num(r.accuracy_1, ".3f"),
+             fmt.num(r.accuracy_n, ".3f"), fmt.num(r.nproc, "d"),
+             fmt.num(r.repeats or 1, "d"), fmt.num(r.difference, "+.3f"),
+             _interval_cell(r.difference_interval, "+.3f"),
+             "+/-" + fmt.num(r.tolerance, ".3f"), _parity_verdict(r)] for r in recs]
     s = Section("Accuracy parity", anchor="parity").add(
         Table(["Experiment", "Accuracy (1 process)", "Accuracy (N)", "N", "Seeds", "Difference",
                "95% interval", "Tolerance", "Verdict"], rows,
               right=[False] + [True] * 7 + [False]))
-    s.add(Text("Accuracies are means over the seeds; the interval is Welch's on the difference "
-               "(N - 1). The tolerance is max(floor, 2 x the pooled seed-to-seed standard "
-               "deviation of the same runs): parity holds when the whole interval lies inside "
-               "it, is broken when it lies entirely outside, else inconclusive.", note=True))
+    s.add(Text("Accuracies are means over the seeds; the interval is a paired t interval on "
+               "the difference (N - 1) seed by seed (both sides of a seed share its initial "
+               "weights, data order and split). The tolerance is the user's "
+               "(--parity-tolerance, default 0.01 absolute), never derived from the noise: "
+               "parity holds when the whole interval lies inside it, is broken when it lies "
+               "entirely outside, else inconclusive.", note=True))
     for r in recs:
-        if r.get("verdict_text"):
-            s.add(Text(f"{R.exp_id(r) or 'parity'}: {r.get('verdict')} - {r['verdict_text']}"))
+        if r.verdict_text:
+            s.add(Text(f"{r.exp_id or 'parity'}: {r.verdict} - {r.verdict_text}"))
     return s
 
 
-def _parity_verdict(r: dict[str, Any]) -> str:
-    v = r.get("verdict")
-    if isinstance(v, str):
-        return v
-    return "one seed, no interval"  # written before repeats
+def _parity_verdict(r: ParityRecord) -> str:
+    return r.verdict or "one seed, no interval"  # none: written before repeats
 
 
 TARGET_RUNS_DRAWN = 8  # lines in one plot before it stops being readable
 
 
-def target_runs_section(records: list[dict[str, Any]]) -> Section | None:
+def target_runs_section(records: list[Record]) -> Section | None:
     """Runs with --target outside a scale or batch sweep (those draw their own): the metric
     against training wall clock, one line per run, the target as a horizontal line, and a
     row per run with its time, epochs and samples to the target (or its best value)."""
     from scaleprobe.report.labels import distinct_labels
 
-    runs = [r for r in R.of_kind(records, "run") if r.get("target")
-            and (R.exp_kind(r) not in ("scale", "sweep"))]
+    runs = [r for r in R.runs(records) if r.target is not None
+            and (r.exp_kind not in ("scale", "sweep"))]
     if not runs:
         return None
     s = Section("Time to target", anchor="time-to-target")
     labels = distinct_labels(runs)
     rows = []
-    for r, label in zip(runs, labels, strict=True):
-        tt = r["target"]
-        reached = tt.get("time_to_target_s") is not None
+    targets = [r.target for r in runs if r.target is not None]
+    for r, tt, label in zip(runs, targets, labels, strict=True):
+        reached = tt.time_to_target_s is not None
         rows.append([label, T.target_text(r),
-                     fmt.seconds(tt["time_to_target_s"]) if reached else "not reached",
-                     f"{tt['epochs_to_target']:.2f}" if reached and tt.get("epochs_to_target")
+                     fmt.seconds(tt.time_to_target_s) if reached else "not reached",
+                     f"{tt.epochs_to_target:.2f}" if reached and tt.epochs_to_target
                      is not None else "-",
-                     f"{tt['samples_to_target']:,}" if reached and tt.get("samples_to_target")
+                     f"{tt.samples_to_target:,}" if reached and tt.samples_to_target
                      is not None else "-",
-                     "-" if tt.get("best_value") is None else f"{tt['best_value']:.4g}"])
+                     "-" if tt.best_value is None else f"{tt.best_value:.4g}"])
     s.add(Table(["Run", "Target", "Time to target", "Epochs", "Samples", "Best value"], rows,
                 right=[False, False, True, True, True, True]))
-    series = list(zip(labels, [r["target"] for r in runs], strict=True))[:TARGET_RUNS_DRAWN]
-    tt0 = runs[0]["target"]
-    s.add(plots.image("target-runs", T.curve_plot(series, tt0.get("target"),
-                                                  tt0.get("metric") or "metric"),
+    series = list(zip(labels, targets, strict=True))[:TARGET_RUNS_DRAWN]
+    tt0 = targets[0]
+    s.add(plots.image("target-runs", T.curve_plot(series, tt0.target,
+                                                  tt0.metric or "metric"),
                       "metric against training wall clock, one line per run, the target as a "
                       "horizontal line"))
     if len(runs) > TARGET_RUNS_DRAWN:

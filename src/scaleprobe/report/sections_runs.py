@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import results as res
 from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
@@ -15,7 +14,7 @@ from scaleprobe.report.doc import Section, Table, Text
 from scaleprobe.report.finding import SEVERITIES, Finding
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import load_cell
-from scaleprobe.results import BREAKDOWN_PHASES
+from scaleprobe.results import BREAKDOWN_PHASES, RunResult
 
 RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
                "Batch (device/global)", "Samples/s", "MFU", "Step median", "Step p95", "Data wait",
@@ -30,59 +29,63 @@ REASON_KEYS = {
 }
 
 
-def _accuracy(rec: dict[str, Any]) -> str:
-    return R.task_metric_text(rec, fmt.NA)
+def _accuracy(rec: RunResult) -> str:
+    return rec.task_metric_text(fmt.NA)
 
 
-def _host_mem(rec: dict[str, Any]) -> str:
+def _host_mem(rec: RunResult) -> str:
     """Total peak, and the part above the baseline read before the model was built."""
-    total, net = R.host_peak(rec), R.host_peak_net(rec)
+    pm = rec.metrics.peak_mem_bytes
+    total, net = pm.host, pm.host_net
     if total is None or net is None:
         return fmt.bytes_(total)
     return f"{fmt.bytes_(total)} (net {fmt.bytes_(net)})"
 
 
-def run_cells(rec: dict[str, Any], shared: dict[str, list[str]] | None = None) -> list[str]:
+def run_cells(rec: RunResult, shared: dict[str, list[str]] | None = None) -> list[str]:
     """One row of the runs table; ``shared``: experiment ids found in several folders."""
-    b = R.dict_of(rec.get("batch"))
-    batch = f"{fmt.num(b.get('per_device'), 'd')}/{fmt.num(b.get('global'), 'd')}"
-    if not b:
-        batch = fmt.num(R.cfg(rec, "train.batch_size"), "d")
+    b = rec.batch
+    if b.per_device is None and b.global_ is None:
+        batch = fmt.num(rec.cfg("train.batch_size"), "d")
+    else:
+        batch = f"{fmt.num(b.per_device, 'd')}/{fmt.num(b.global_, 'd')}"
     exp = R.exp_label(rec, shared or {})
+    m = rec.metrics
+    st = m.step_time_s
     return [
-        R.name(rec), f"{exp} ({_point_text(rec)})" if exp else "-",
-        str(R.cfg(rec, "model.name") or fmt.NA),
-        str(R.cfg(rec, "data.dataset") or fmt.NA), str(R.cfg(rec, "dist.strategy") or fmt.NA),
-        fmt.num(R.world_size(rec), "d"), batch, fmt.rate(R.metric(rec, "samples_per_s")),
-        fmt.mfu(R.metric(rec, "mfu")),
-        fmt.ms(R.step_median_s(rec)), fmt.ms(R.metric(rec, "step_time_s.p95")),
-        fmt.pct(R.metric(rec, "data_wait_fraction")), fmt.pct(R.metric(rec, "comm_fraction")),
-        _host_mem(rec), fmt.bytes_(R.device_peak(rec)),
-        fmt.pct_value(R.metric(rec, "cpu_util_pct")), fmt.pct_value(R.metric(rec, "gpu_util_pct")),
-        load_cell(rec), _accuracy(rec), R.status_text(rec),
+        rec.label, f"{exp} ({_point_text(rec)})" if exp else "-",
+        str(rec.cfg("model.name") or fmt.NA),
+        str(rec.cfg("data.dataset") or fmt.NA), str(rec.cfg("dist.strategy") or fmt.NA),
+        fmt.num(rec.world_size, "d"), batch, fmt.rate(m.samples_per_s),
+        fmt.mfu(m.mfu),
+        fmt.ms(rec.step_median_s), fmt.ms(st.p95 if st is not None else None),
+        fmt.pct(m.data_wait_fraction), fmt.pct(m.comm_fraction),
+        _host_mem(rec), fmt.bytes_(m.peak_mem_bytes.device_peak()),
+        fmt.pct_value(m.cpu_util_pct), fmt.pct_value(m.gpu_util_pct),
+        load_cell(rec), _accuracy(rec), rec.status_text,
     ]
 
 
-def _point_text(rec: dict[str, Any]) -> str:
-    text = fmt.describe_point(R.point(rec)) or "-"
-    return text if R.repeat(rec) is None else f"{text} #{R.repeat(rec)}"
+def _point_text(rec: RunResult) -> str:
+    text = fmt.describe_point(rec.point) or "-"
+    return text if rec.repeat is None else f"{text} #{rec.repeat}"
 
 
-def missing_notes(runs: list[dict[str, Any]], rows: list[list[str]]) -> list[str]:
+def missing_notes(runs: list[RunResult], rows: list[list[str]]) -> list[str]:
     """'n/a' explained: one line per (column, reason), naming the runs it applies to."""
     seen: dict[tuple[str, str], list[str]] = {}
-    unfinished = [R.name(r) for r in runs if r.get("status") in ("oom", "failed")]
+    unfinished = [r.label for r in runs if r.status in ("oom", "failed")]
     for rec, row in zip(runs, rows, strict=True):
-        if rec.get("status") in ("oom", "failed"):
+        if rec.status in ("oom", "failed"):
             continue
         for col, cell in zip(RUN_HEADERS, row, strict=True):
             if cell != fmt.NA or col not in REASON_KEYS:
                 continue
-            reason = R.null_reason(rec, REASON_KEYS[col])
-            if reason is None and col == "Peak device mem" and not res.get(rec, "env.gpus"):
+            reason = rec.null_reason(REASON_KEYS[col])
+            if reason is None and col == "Peak device mem" and not rec.env.get("gpus"):
                 reason = "no GPU in this run"
             if reason:
-                seen.setdefault((col, reason), []).append(R.name(rec))
+                seen.setdefault((col, reason), []).append(rec.label)
     lines = []
     if unfinished:
         who = ", ".join(unfinished) if len(unfinished) <= 4 else f"{len(unfinished)} runs"
@@ -93,11 +96,11 @@ def missing_notes(runs: list[dict[str, Any]], rows: list[list[str]]) -> list[str
     return lines
 
 
-def rate_notes(runs: list[dict[str, Any]], limit: int = 6) -> list[str]:
+def rate_notes(runs: list[RunResult], limit: int = 6) -> list[str]:
     """Samples/s of a run with several training ranks: what it sums, and whose step times
     stand beside it (an asynchronous parameter server's workers run at their own pace)."""
-    lines = [f"Samples/s of {R.name(r)}: {text}" for r in runs
-             if r.get("status") == "ok" and (text := R.rate_definition(r))]
+    lines = [f"Samples/s of {r.label}: {text}" for r in runs
+             if r.status == "ok" and (text := r.rate_definition())]
     if len(lines) > limit:
         lines = lines[:limit] + [f"... and {len(lines) - limit} more runs with several training "
                                  "ranks: samples/s is the sum of their rates (metrics."
@@ -105,7 +108,7 @@ def rate_notes(runs: list[dict[str, Any]], limit: int = 6) -> list[str]:
     return lines
 
 
-def runs_section(runs: list[dict[str, Any]]) -> Section | None:
+def runs_section(runs: list[RunResult]) -> Section | None:
     if not runs:
         return None
     shared = R.shared_ids(runs)
@@ -141,24 +144,27 @@ def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | No
     return s
 
 
-def _points(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _points(runs: list[RunResult]) -> list[RunResult]:
     """One record per experiment point: its median repeat (a run of no experiment is its own
     point), so repeats do not multiply the bars and panels."""
     return P.group_repeats(runs)
 
 
-def breakdown_section(runs: list[dict[str, Any]]) -> Section | None:
-    ok = [r for r in _points([r for r in runs if R.breakdown_total_s(r)])
-          if R.breakdown_total_s(r)]
+def _total(r: RunResult) -> float | None:
+    return r.metrics.breakdown_s.measured_total_s()
+
+
+def breakdown_section(runs: list[RunResult]) -> Section | None:
+    ok = [r for r in _points([r for r in runs if _total(r)]) if _total(r)]
     if not ok:
         return None
     labels = distinct_labels(ok, with_repeat=False)
     headers = ["Run", *BREAKDOWN_PHASES, "Total", "Step median", "Repeats"]
     rows = []
     for lab, r in zip(labels, ok, strict=True):
-        bd = R.metric_dict(r, "breakdown_s")
-        rows.append([lab, *[fmt.ms(bd.get(p)) for p in BREAKDOWN_PHASES],
-                     fmt.ms(R.breakdown_total_s(r)), fmt.ms(R.step_median_s(r)),
+        bd = r.metrics.breakdown_s.phases()
+        rows.append([lab, *[fmt.ms(bd[p]) for p in BREAKDOWN_PHASES],
+                     fmt.ms(_total(r)), fmt.ms(r.step_median_s),
                      str(len(P.repeats_of(r)) or 1)])
     s = Section("Step-time breakdown", anchor="breakdown")
     s.add(Text("Milliseconds per phase of the median step: each phase keeps its share of a "
@@ -167,12 +173,12 @@ def breakdown_section(runs: list[dict[str, Any]]) -> Section | None:
                "median. comm is exposed communication, measured in place. One row (and bar) "
                "per experiment point: its median repeat; Run names what sets it apart."))
     s.add(Table(headers, rows))
-    plot = plots.breakdown_plot(labels, [R.metric_dict(r, "breakdown_s") for r in ok])
+    plot = plots.breakdown_plot(labels, [r.metrics.breakdown_s.phases() for r in ok])
     s.add(plots.image("breakdown", plot, "stacked step-time breakdown per run"))
     return s
 
 
-def utilisation_section(runs: list[dict[str, Any]], bases: list[Path]) -> Section | None:
+def utilisation_section(runs: list[RunResult], bases: list[Path]) -> Section | None:
     found = []
     for r in _points(runs):
         path = R.find_run_file(r, "monitor_csv", "monitor.csv", bases)
@@ -197,8 +203,8 @@ def utilisation_section(runs: list[dict[str, Any]], bases: list[Path]) -> Sectio
     return s
 
 
-def _top_ops(rec: dict[str, Any], bases: list[Path]) -> list[dict[str, Any]] | None:
-    ops = R.dict_of(rec.get("paths")).get("top_ops")
+def _top_ops(rec: RunResult, bases: list[Path]) -> list[dict[str, Any]] | None:
+    ops = rec.paths.get("top_ops")
     if isinstance(ops, str):
         path = R.find_run_file(rec, "top_ops", Path(ops).name, bases)
         if path is None:
@@ -212,7 +218,7 @@ def _top_ops(rec: dict[str, Any], bases: list[Path]) -> list[dict[str, Any]] | N
     return [o for o in ops if isinstance(o, dict) and o.get("name")]
 
 
-def top_ops_section(runs: list[dict[str, Any]], bases: list[Path], limit: int = 15) -> Section | None:
+def top_ops_section(runs: list[RunResult], bases: list[Path], limit: int = 15) -> Section | None:
     s = Section("Top operators", anchor="top-ops")
     for r in runs:
         ops = _top_ops(r, bases)
@@ -224,5 +230,5 @@ def top_ops_section(runs: list[dict[str, Any]], bases: list[Path], limit: int = 
                  fmt.pct((R.num(o.get("self_time_ms")) or 0) / total if total else None),
                  fmt.num(o.get("calls"), "d")] for o in ops]
         s.add(Table(["Operator", "Self time (ms)", "Share of listed", "Calls"], rows,
-                    caption=f"{R.name(r)} (profiler capture)"))
+                    caption=f"{r.label} (profiler capture)"))
     return s if s.blocks else None

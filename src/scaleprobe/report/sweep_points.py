@@ -4,38 +4,37 @@ their own, and runs grouped by the sweep's axes other than the one analysed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.results import Experiment, Record, RunResult
 
 
-def sweep_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    runs = [r for r in records if r.get("kind") == "run"]
+def sweep_runs(records: list[Record]) -> list[RunResult]:
+    runs = R.runs(records)
     return P.group_repeats(runs) + _skipped_points(records, runs)
 
 
-def _skipped_points(records: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[dict]:
+def _skipped_points(records: list[Record], runs: list[RunResult]) -> list[RunResult]:
     """Points a sweep did not run because a smaller batch already ran out of memory."""
-    seen = {(R.exp_id(r), R.point_key(R.point(r))) for r in runs}
+    seen = {(r.exp_id, R.point_key(r.point)) for r in runs}
     out = []
-    for s in R.of_kind(records, "sweep"):
-        for sk in s.get("skipped") or []:
-            exp = {"id": R.exp_id(s), "kind": "sweep", "point": sk.get("point") or {}}
-            rec = {"kind": "run", "status": sk.get("status") or "oom", "experiment": exp,
-                   "error": sk.get("reason"), "metrics": {}, "name": "(skipped)",
-                   "repeats": []}
-            if (exp["id"], R.point_key(R.point(rec))) not in seen:
+    for s in R.sweeps(records):
+        for sk in R.dicts(s.skipped):
+            exp = Experiment(id=s.exp_id, kind="sweep", point=R.dict_of(sk.get("point")))
+            rec = RunResult(status=str(sk.get("status") or "oom"), experiment=exp,
+                            error=sk.get("reason"), name="(skipped)", repeats=[])
+            rec.source = s.source
+            if (s.exp_id, R.point_key(rec.point)) not in seen:
                 out.append(rec)
     return out
 
 
-def point_groups(runs: list[dict[str, Any]], varied: tuple[str, ...]) -> dict[str, list[dict]]:
+def point_groups(runs: list[RunResult], varied: tuple[str, ...]) -> dict[str, list[RunResult]]:
     """Runs by experiment and by the point's axes other than ``varied``."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[RunResult]] = {}
     for r in runs:
-        others = {k: v for k, v in R.point(r).items() if k not in varied}
-        label = " ".join(x for x in (R.exp_id(r) or "", fmt.describe_point(others)) if x)
+        others = {k: v for k, v in r.point.items() if k not in varied}
+        label = " ".join(x for x in (r.exp_id or "", fmt.describe_point(others)) if x)
         out.setdefault(label, []).append(r)
     return out

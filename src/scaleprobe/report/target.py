@@ -20,40 +20,45 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe.measure.stats import median
 from scaleprobe.report import fmt
-from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
-from scaleprobe.results import get
+from scaleprobe.results import Record, RunResult, TimeToTarget
+from scaleprobe.target import LOWER_IS_BETTER
+from scaleprobe.target import target_text as direction_text
 
 TARGET_HEADERS = ("Time to target", "Reached", "Samples to target", "TTT speedup")
 
 
-def time_to_target_s(r: dict[str, Any]) -> float | None:
-    return get(r, "target.time_to_target_s")
+def time_to_target_s(r: RunResult) -> float | None:
+    return r.target.time_to_target_s if r.target is not None else None
 
 
-def samples_to_target(r: dict[str, Any]) -> float | None:
-    return get(r, "target.samples_to_target")
+def samples_to_target(r: RunResult) -> float | None:
+    return r.target.samples_to_target if r.target is not None else None
 
 
-def has_target(r: dict[str, Any]) -> bool:
-    return bool(R.cfg(r, "train.target")) or bool(r.get("target"))
+def has_target(r: RunResult) -> bool:
+    return bool(r.cfg("train.target")) or r.target is not None
 
 
-def target_text(r: dict[str, Any]) -> str:
-    t = r.get("target") or {}
-    if t.get("metric") is not None:
-        return f"{t['metric']} >= {t['target']:g}"
-    return str(R.cfg(r, "train.target") or "the target").replace("=", " >= ")
+def target_text(r: RunResult) -> str:
+    """``accuracy >= 0.95`` or ``loss <= 2.1``: the run's target with its direction."""
+    t = r.target
+    if t is not None and t.metric is not None and t.target is not None:
+        return direction_text(t.metric, t.target)
+    metric, sep, value = str(r.cfg("train.target") or "").partition("=")
+    try:
+        return direction_text(metric.strip(), float(value)) if sep else "the target"
+    except ValueError:
+        return f"{metric.strip()} = {value.strip()}"
 
 
 def _median(vals: list[float]) -> float | None:
-    from scaleprobe.measure.stats import median
-
     return median(vals) if vals else None
 
 
-def point_figures(r: dict[str, Any]) -> dict[str, Any]:
+def point_figures(r: RunResult) -> dict[str, Any]:
     """A point's time to target over its repeats (seeds)."""
     reps = P.repeats_of(r)
     times = [t for t in (time_to_target_s(x) for x in reps) if t is not None]
@@ -64,21 +69,21 @@ def point_figures(r: dict[str, Any]) -> dict[str, Any]:
             "samples_to_target_median": _median(samples)}
 
 
-def ttt_interval(base: dict[str, Any], r: dict[str, Any]) -> M.Interval | None:
+def ttt_interval(base: RunResult, r: RunResult) -> M.Interval | None:
     """time at 1 / time at N over the runs paired by seed (repeat index) that both reached
     the target. No within-run spread exists for a time to target: one pair gives None."""
     a, b, _, _ = P.paired(r, base, time_to_target_s)
     return M.ratio_interval(a, b)
 
 
-def target_fields(r: dict[str, Any], base: dict[str, Any] | None, ok: bool) -> dict[str, Any]:
+def target_fields(r: RunResult, base: RunResult | None, ok: bool) -> dict[str, Any]:
     """The time-to-target columns of one scale row (empty without --target)."""
     if not has_target(r):
         return {}
     out = point_figures(r)
     out["target_text"] = target_text(r)
     iv = None
-    if ok and base is not None and r is not base and R.point(r) != R.point(base):
+    if ok and base is not None and r is not base and r.point != base.point:
         iv = ttt_interval(base, r)
         b = point_figures(base)
         out["ttt_speedup"] = iv.estimate if iv is not None else M.time_speedup(
@@ -147,22 +152,22 @@ def statistical_efficiency(row: dict[str, Any]) -> float | None:
     return 1.0 / ratio if ratio else None
 
 
-def lr_statement(records: list[dict[str, Any]]) -> str:
+def lr_statement(records: list[Record]) -> str:
     """The learning-rate scaling and warm-up the runs used: a time-to-target comparison means
     nothing without them (Goyal et al. 2017)."""
-    recs = [r for r in records if has_target(r)]
+    recs = [r for r in records if isinstance(r, RunResult) and has_target(r)]
     if not recs:
         return ""
     r = recs[0]
-    lr, scaling = R.cfg(r, "train.lr"), R.cfg(r, "train.lr_scaling")
-    if not isinstance(lr, (int, float)):
+    lr, scaling = r.cfg_number("train.lr"), r.cfg("train.lr_scaling")
+    if lr is None:
         return ""  # not recorded: nothing to state
-    steps = R.metric(r, "lr_warmup_steps") or R.cfg(r, "train.warmup_steps")
-    epochs = R.cfg(r, "train.warmup_epochs")
+    steps = r.metrics.lr_warmup_steps or r.cfg("train.warmup_steps")
+    epochs = r.cfg_number("train.warmup_epochs")
     warm = (f"{epochs:g} epoch{'s' if epochs != 1 else ''} ({steps} steps)"
             if epochs is not None else f"{steps} steps")
-    eff = sorted({(R.world_size(x) or 1, R.metric(x, "lr_effective")) for x in recs
-                  if R.metric(x, "lr_effective") is not None})
+    eff = sorted({(x.world_size or 1, x.metrics.lr_effective) for x in recs
+                  if x.metrics.lr_effective is not None})
     at = ", ".join(f"{lr_x:g} at {n} process{'es' if n != 1 else ''}" for n, lr_x in eff)
     if scaling == "linear":
         return (f"learning rate: --lr {lr:g} for one device's batch, --lr-scaling linear "
@@ -172,7 +177,7 @@ def lr_statement(records: list[dict[str, Any]]) -> str:
             "--lr-scaling linear scales it with the batch after a warm-up)")
 
 
-def explain(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
+def explain(rows: list[dict[str, Any]], records: list[Record]) -> list[str]:
     """Lines for the scale output and the report: the per-count verdicts, then why the two
     speedups differ."""
     lines = [x for x in (target_line(r) for r in rows) if x]
@@ -197,14 +202,14 @@ def table_parts(headers: tuple[str, ...] | list[str], rows: list[dict[str, Any]]
     return hs, [cells(r) + (target_cells(r) if extra else []) for r in rows]
 
 
-def curve_plot(series: list[tuple[str, dict[str, Any]]], target: float | None,
+def curve_plot(series: list[tuple[str, TimeToTarget]], target: float | None,
                metric: str) -> Any:
     """The metric against training wall clock (evaluation excluded), one line per
     configuration (its curve, from the run's ``target`` block), the target as a horizontal
     line. None when no series has two points."""
-    from scaleprobe.report import plots
+    from scaleprobe.report import plots  # matplotlib: only where a figure is drawn
 
-    drawn = [(label, tt.get("curve") or []) for label, tt in series]
+    drawn = [(label, tt.curve) for label, tt in series]
     drawn = [(label, [c for c in cv if c.get("value") is not None]) for label, cv in drawn]
     drawn = [(label, cv) for label, cv in drawn if cv]
     if not drawn:
@@ -219,15 +224,11 @@ def curve_plot(series: list[tuple[str, dict[str, Any]]], target: float | None,
            title=f"{metric} against training time")
     ax.set_xlim(left=0)  # training starts at 0 s: the lines compare from there
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    # the curves rise to a target of accuracy, fall to one of loss: the legend where they leave
+    ax.legend(fontsize=8, loc="upper right" if metric in LOWER_IS_BETTER else "lower right")
     return plots._render(fig)
 
 
-def curve_series(rows: list[dict[str, Any]], label: Any) -> list[tuple[str, dict[str, Any]]]:
+def curve_series(rows: list[dict[str, Any]], label: Any) -> list[tuple[str, TimeToTarget]]:
     """(label, target block) of each row's shown run (its median repeat)."""
-    out = []
-    for r in rows:
-        rec = r.get("record") or r
-        if rec.get("target"):
-            out.append((label(r), rec["target"]))
-    return out
+    return [(label(r), r["record"].target) for r in rows if r["record"].target is not None]

@@ -13,31 +13,33 @@ from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.sweep_points import point_groups, sweep_runs
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
+from scaleprobe.results import Record
 
 LOADER_HEADERS = ("Setting", "Workers", "Data wait", "Compute/step", "Step median",
                   "Samples/s", "CPU util", "Status")
 
 
-def loader_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def loader_table(records: list[Record]) -> list[dict[str, Any]]:
     """One row per loader setting of sweeps that varied workers / prefetch / transform /
     loader, grouped by the other axes, in order of loader workers."""
-    runs = [r for r in sweep_runs(records) if any(k in R.LOADER_AXES for k in R.point(r))]
+    runs = [r for r in sweep_runs(records) if any(k in R.LOADER_AXES for k in r.point)]
     rows: list[dict[str, Any]] = []
     for label, recs in point_groups(runs, R.LOADER_AXES).items():
-        recs = sorted(recs, key=lambda r: (R.loader_workers(r) or 0, R.point_key(R.point(r))))
+        recs = sorted(recs, key=lambda r: (r.loader_workers or 0, R.point_key(r.point)))
         for r in recs:
-            setting = {k: v for k, v in R.point(r).items() if k in R.LOADER_AXES}
+            setting = {k: v for k, v in r.point.items() if k in R.LOADER_AXES}
+            m = r.metrics
             rows.append({
-                "group": label, "run": R.name(r), "point": R.point(r),
-                "setting": fmt.describe_point(setting), "workers": R.loader_workers(r),
-                "prefetch": R.cfg(r, "data.prefetch"), "transform": R.cfg(r, "data.transform"),
+                "group": label, "run": r.label, "point": r.point,
+                "setting": fmt.describe_point(setting), "workers": r.loader_workers,
+                "prefetch": r.cfg("data.prefetch"), "transform": r.cfg("data.transform"),
                 "record": r, "repeats": len(P.repeats_of(r)),
-                "loader": R.cfg(r, "data.loader"), "status": r.get("status"),
-                "data_wait_fraction": R.metric(r, "data_wait_fraction"),
-                "data_s": R.phase_s(r, "data"), "compute_s": M.compute_s(R.metric_dict(r, "breakdown_s")),
-                "step_median_s": R.step_median_s(r),
-                "samples_per_s": R.metric(r, "samples_per_s"),
-                "cpu_util_pct": R.metric(r, "cpu_util_pct"),
+                "loader": r.cfg("data.loader"), "status": r.status,
+                "data_wait_fraction": m.data_wait_fraction,
+                "data_s": m.breakdown_s.data, "compute_s": m.breakdown_s.compute_s(),
+                "step_median_s": r.step_median_s,
+                "samples_per_s": m.samples_per_s,
+                "cpu_util_pct": m.cpu_util_pct,
             })
     return rows
 
@@ -49,7 +51,7 @@ def loader_cells(row: dict[str, Any]) -> list[str]:
             "ok" if row["status"] == "ok" else str(row["status"])]
 
 
-def recommend_workers(records: list[dict[str, Any]], th: Thresholds = DEFAULT) -> dict[str, Any]:
+def recommend_workers(records: list[Record], th: Thresholds = DEFAULT) -> dict[str, Any]:
     """The fewest loader workers within ``th.workers_within`` of the best samples/s (in the
     group of the best setting). Returns ``{"workers", "prefetch", "setting", "samples_per_s",
     "best_samples_per_s", "best_setting", "group", "text"}``; workers None when nothing ran.
@@ -123,6 +125,10 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                 f"{M.undecided_text(iv, floor, what + ' samples/s')} (best: {best['setting']}, "
                 f"{fmt.rate(best['samples_per_s'])} samples/s).")
         return {**out, "workers": None, "decided": False, "text": text}
+    unexplained = _gain_beyond_data_wait(pick, [r for r in ok if r["group"] == best["group"]])
+    if unexplained:
+        return {**out, "workers": None, "decided": False, "unexplained": unexplained,
+                "text": f"{lead}Loader workers: inconclusive: {unexplained}."}
     if pick is best:
         why = ("every setting with fewer workers was slower by more than "
                f"{th.workers_within:.0%}" if peers else "no setting has fewer workers")
@@ -138,3 +144,30 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                 f"{th.workers_within:.0%}; the fewest workers that reach it leave the cores to "
                 "compute.")
     return {**out, "workers": pick["workers"], "decided": True, "text": text}
+
+
+# the step-time gain more workers may show beyond the data wait they remove: the run-to-run
+# noise of one step median (``metrics.SINGLE_REPEAT_NOISE_REL``)
+GAIN_SLACK_REL = M.SINGLE_REPEAT_NOISE_REL
+
+
+def _gain_beyond_data_wait(pick: dict[str, Any], group: list[dict[str, Any]]) -> str | None:
+    """Why the pick's gain over the fewest-workers setting of its group cannot come from the
+    loader (None: it can). More workers can only remove the data wait the fewest-workers
+    setting had (their loading moves off the training loop); a step that got shorter by more
+    than that wait (plus a step's run-to-run noise) got faster for another reason, most often
+    load on the machine that came and went between the runs, and says nothing about workers."""
+    fewest = min(group, key=lambda r: r["workers"])
+    if fewest is pick or (pick["workers"] or 0) <= (fewest["workers"] or 0):
+        return None
+    step_few, step_pick, wait = fewest["step_median_s"], pick["step_median_s"], fewest["data_s"]
+    if step_few is None or step_pick is None or wait is None:
+        return None
+    gain = step_few - step_pick
+    if gain <= wait + GAIN_SLACK_REL * step_few:
+        return None
+    return (f"{pick['workers']} worker(s) shortened the median step by {fmt.ms(gain)} against "
+            f"{fewest['setting']}, but {fewest['setting']} waited only {fmt.ms(wait)} per step "
+            "for data, all that workers can remove: the runs differ by something other than "
+            "the loader (load on the machine that came and went?); measure again with more "
+            "repeats, interleaved")

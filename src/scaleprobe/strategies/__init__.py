@@ -14,7 +14,8 @@ CLASSES = {"single": ("scaleprobe.strategies.single", "Single"),
            "dp": ("scaleprobe.strategies.dp", "DataParallelTowers"),
            "ddp": ("scaleprobe.strategies.ddp", "DDP"),
            "ps": ("scaleprobe.strategies.ps", "ParameterServer"),
-           "localsgd": ("scaleprobe.strategies.localsgd", "LocalSGD")}
+           "localsgd": ("scaleprobe.strategies.localsgd", "LocalSGD"),
+           "fsdp": ("scaleprobe.strategies.fsdp", "FSDP")}
 
 
 def build_strategy(name: str, dist_cfg: Any, device: Any) -> Any:

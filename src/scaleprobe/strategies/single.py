@@ -32,6 +32,10 @@ class Single:
         self.device = device
 
     # --- setup -----------------------------------------------------------------------------
+    def configure(self, cfg: Any) -> None:
+        """Settings outside the ``dist`` section that the strategy needs (fsdp: ``--amp``),
+        from the run's ``RunConfig``, before ``wrap``."""
+
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
 
@@ -61,6 +65,26 @@ class Single:
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
+
+    def step_timer(self, timer: Any) -> Any:
+        """The step timer the loop marks phases on (fsdp: one that moves the time blocked on
+        its collectives into ``comm``)."""
+        return timer
+
+    @property
+    def evaluates(self) -> bool:
+        """Does this rank run the evaluation? One rank does; a strategy whose forward needs
+        every rank (fsdp: sharded parameters) runs it on all, and the progress rank records."""
+        return self.rank == self.progress_rank
+
+    def comm_record(self, calibration: dict[str, Any] | None) -> dict[str, Any] | None:
+        """This rank's communication record from the no_sync calibration (fsdp: the
+        in-step measurement, the calibration a cross-check)."""
+        return calibration
+
+    def phases_unseen(self) -> dict[str, str]:
+        """Phases this rank could not measure ({phase: why}): null in the breakdown."""
+        return {}
 
     def finish_worker(self) -> None:
         """Called by a training rank after its last step (ps: tell the server it is done)."""

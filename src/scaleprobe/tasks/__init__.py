@@ -15,7 +15,8 @@ engine uses when a task has them:
   it builds its batches from this rank's samples only (face, triplet loss).
 
 Tasks: ``classification`` (cross-entropy, top-1 accuracy), ``face`` (triplet or softmax loss,
-verification accuracy), ``detection`` (torchvision detectors, mAP@0.5). See docs/TASKS.md.
+verification accuracy), ``detection`` (torchvision detectors, mAP@0.5), ``lm`` (GPT decoders,
+next-token cross-entropy, held-out loss and perplexity). See docs/TASKS.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any
 from scaleprobe.registry import Registry
 
 TASKS = Registry("task")
-MODULES = {"classification": "classification", "face": "face", "detection": "detection"}
+MODULES = {"classification": "classification", "face": "face", "detection": "detection",
+           "lm": "lm"}
 
 
 def build_task(cfg: Any, num_classes: int) -> Any:
@@ -39,7 +41,13 @@ def build_task(cfg: Any, num_classes: int) -> Any:
 
 def check_model_name(task: str, name: str) -> None:
     """A one-line ConfigError when ``--model name`` builds nothing for ``task``: detection
-    names a torchvision detector, the other tasks a classifier (or a user builder)."""
+    names a torchvision detector, lm a GPT decoder, the other tasks a classifier (or a user
+    builder)."""
+    if task == "lm":
+        from scaleprobe.lmspec import gpt_shape
+
+        gpt_shape(name)
+        return
     if task == "detection":
         from scaleprobe.tasks.detection import detector_name
 

@@ -252,13 +252,13 @@ def _sigterm(signum: int, _frame: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
+    from scaleprobe.env import own_process_group
     from scaleprobe.measure.heartbeat import Heartbeat, write_error
-    from scaleprobe.runner import _own_process_group
 
     run_dir, target = argv[0], argv[2:] if argv[1:2] == ["--"] else argv[1:]
     settings = json.loads((Path(run_dir) / SETTINGS).read_text())
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    _own_process_group()
+    own_process_group()
     signal.signal(signal.SIGTERM, _sigterm)
     import torch  # noqa: F401  (the baseline below is the memory held before the script's work)
     import torch._dynamo  # noqa: F401  (imported by the script's first optimizer: see parts.setup)

@@ -325,9 +325,9 @@ class Recorder:
             self.flops_method = METHOD + CAPTURED
             return
         try:
-            from torch.utils.flop_counter import FlopCounterMode
+            from scaleprobe.measure.flops import flop_counter  # with the CPU attention formulas
 
-            mode = FlopCounterMode(display=False)
+            mode = flop_counter()
             mode.__enter__()
         except Exception as e:  # noqa: BLE001  (a figure, never the script's failure)
             self.flops_reason = f"not counted: {type(e).__name__}: {e}"

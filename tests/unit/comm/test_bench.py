@@ -4,6 +4,7 @@ import pytest
 
 from scaleprobe.comm.bench import (
     BYTES_BUDGET_PER_POINT,
+    DEFAULT_OPS,
     MIN_TIMED_ITERS,
     OPS,
     busbw_factor,
@@ -40,7 +41,9 @@ def test_ops_validated_with_suggestion():
     "op,n,factor",
     [("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
      ("all_gather", 2, 0.5), ("all_gather", 4, 0.75), ("broadcast", 8, 1.0),
-     ("reduce", 8, 1.0), ("ps_push_pull", 2, 2.0), ("ps_push_pull", 4, 6.0)],
+     ("reduce", 8, 1.0), ("ps_push_pull", 2, 2.0), ("ps_push_pull", 4, 6.0),
+     ("reduce_scatter", 2, 0.5), ("reduce_scatter", 4, 0.75), ("fsdp_step", 2, 1.5),
+     ("fsdp_step", 4, 2.25)],
 )
 def test_busbw_factors(op, n, factor):
     assert busbw_factor(op, n) == pytest.approx(factor)
@@ -51,7 +54,10 @@ def test_rows_carry_algbw_and_busbw():
     assert row["algbw_gbyte_s"] == pytest.approx(0.5)
     assert row["busbw_gbyte_s"] == pytest.approx(0.75)
     assert set(row) == {"op", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s"}
-    assert set(OPS) == {"all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull"}
+    assert set(OPS) == {"all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull",
+                        "reduce_scatter", "fsdp_step"}
+    # `scaleprobe comm` runs the classic five unless --ops names the FSDP ones
+    assert DEFAULT_OPS == ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull")
 
 
 def test_big_messages_get_fewer_iterations():

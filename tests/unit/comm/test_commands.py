@@ -5,7 +5,12 @@ import json
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.commands.predict import compute_from_result
+from scaleprobe.commands.predict import compute_from_result as _compute_from_result
+from scaleprobe.results import RunResult
+
+
+def compute_from_result(rec):
+    return _compute_from_result(RunResult.from_dict(rec))
 
 
 def _result(tmp_path, **metrics):
@@ -38,9 +43,10 @@ def test_predict_json_from_result_uses_param_count(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["inputs"]["params"] == 1_000_000
     preds = {p["strategy"]: p for p in out["predictions"]}
-    assert set(preds) == {"allreduce", "ps", "localsgd"}
+    assert set(preds) == {"allreduce", "ps", "localsgd", "fsdp"}
     # 4e6 bytes, n = 4, 1 Gbit/s = 1.25e8 B/s, 50 us per hop
     assert preds["allreduce"]["comm_s"] == pytest.approx(6 * 50e-6 + 1.5 * 4e6 / 1.25e8)
+    assert preds["fsdp"]["comm_s"] == pytest.approx(9 * 50e-6 + 2.25 * 4e6 / 1.25e8)
     assert preds["allreduce"]["efficiency"] == pytest.approx(0.4 / (0.4 + 0.0483))
     assert preds["localsgd"]["average_every"] == 4
 

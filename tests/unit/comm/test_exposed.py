@@ -2,7 +2,17 @@
 
 import pytest
 
-from scaleprobe.comm.exposed import dominant, measured_link, same_link_prediction, split_exposed
+from scaleprobe.comm.exposed import measured_link, split_exposed
+from scaleprobe.comm.exposed import same_link_prediction as _same_link_prediction
+from scaleprobe.results import Comm
+
+
+def dominant(split):
+    return Comm.from_dict(split).dominant()
+
+
+def same_link_prediction(comm, dist_cfg=None):
+    return _same_link_prediction(Comm.from_dict(comm), dist_cfg)
 
 
 @pytest.mark.parametrize("exposed,standalone", [(0.025, 0.0003), (0.07, 0.06), (0.01, 0.03),

@@ -147,3 +147,14 @@ def test_a_prediction_across_nodes_uses_the_comm_results_measured_across_nodes(t
                               "fit": fit})
     link = resolve_link(str(only_local), nnodes=2)
     assert "the network between nodes was not crossed" in link.source
+
+
+def test_fsdp_by_hand():
+    """Two all-gathers and a reduce-scatter of the parameters: 3(n-1) alpha + 3(n-1)/n S/B.
+    n = 4: 9 x 20 us + 0.75 x 3 x 1e8 / 1.25e9 = 180 us + 0.18 s, 1.5x ddp's ring transfer."""
+    assert comm_time_s("fsdp", S, 4, LINK) == pytest.approx(180e-6 + 0.18)
+    assert comm_time_s("fsdp", S, 2, LINK) == pytest.approx(60e-6 + 0.12)
+    assert comm_time_s("fsdp", S, 1, LINK) == 0.0
+    pat = pattern("fsdp", S, 4)
+    assert pat.link_bytes == pytest.approx(2.25e8) and pat.hops == 9
+    assert predict_for_run("fsdp", 2, 1, S, 0.5, LINK)["strategy"] == "fsdp"

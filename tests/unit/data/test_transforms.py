@@ -60,10 +60,10 @@ def test_a_digits_run_never_imports_torchvision():
     torchvision dataset formats import it when they are used)."""
     code = ("import sys\n"
             "from scaleprobe.config import build\n"
-            "from scaleprobe.runner import execute\n"
-            "rec = execute(build({'steps': 2, 'warmup_steps': 1, 'loader': 'naive', "
+            "from scaleprobe.run.workloads import run_config\n"
+            "rec = run_config(build({'steps': 2, 'warmup_steps': 1, 'loader': 'naive', "
             "'progress': False, 'out': sys.argv[1]}))\n"
-            "assert rec['status'] == 'ok', rec.get('error')\n"
+            "assert rec.status == 'ok', rec.error\n"
             "print('torchvision' in sys.modules)\n")
     import tempfile
 

@@ -2,6 +2,7 @@
 repeat each, nothing else runs again."""
 
 from scaleprobe.experiments import scale as X
+from scaleprobe.results import Experiment, RunResult
 
 
 def row(nproc, implausible=None, nnodes=None, base=None):
@@ -9,7 +10,7 @@ def row(nproc, implausible=None, nnodes=None, base=None):
     n = nproc * (nnodes or 1)
     return {"nproc": n, "implausible": implausible, "experiment": "s",
             "is_base": n == 1 if base is None else base,
-            "record": {"experiment": {"point": point}}}
+            "record": RunResult(experiment=Experiment(point=point))}
 
 
 def test_implausible_point_is_measured_once_more(monkeypatch, tmp_path):

@@ -3,8 +3,10 @@
 import csv
 import io
 
-from scaleprobe.experiments import tables as T
-from tests.unit.report.factory import run, sweep_point, with_
+from scaleprobe.experiments import tables as _tables
+from tests.unit.report.factory import run, sweep_point, typed_module, with_
+
+T = typed_module(_tables)
 
 
 def _face_points():
@@ -68,3 +70,21 @@ def test_sweep_tables_name_the_points_measured_under_load():
     notes = T.sweep_report([quiet, busy], [], [], sp)["notes"]
     line = next(n for n in notes if "under load" in n.lower())
     assert "model=b" in line and "model=a" not in line
+
+
+def test_a_strategy_sweep_with_fsdp_shows_the_state_each_rank_holds():
+    """ddp vs fsdp: the parameters + gradients + optimizer state per rank beside the peaks
+    (the largest rank's), in the table and in sweep.csv; a sweep without a sharding
+    strategy keeps its columns."""
+    recs = []
+    for strategy, total in (("ddp", 12 << 20), ("fsdp", 6 << 20)):
+        rec = run(strategy, strategy=strategy, nproc=2,
+                  experiment=sweep_point("s", strategy=strategy))
+        rec["metrics"]["state_bytes"] = {"total_bytes": total, "rank": 0, "by_rank": []}
+        recs.append(rec)
+    tab = T.points_table(recs, [], ["strategy"])
+    assert tab["headers"][-1] == "state/rank"
+    assert [r[-1] for r in tab["rows"]] == ["12.0 MiB", "6.0 MiB"]
+    assert "state/rank" not in T.points_table(recs[:1], [], ["strategy"])["headers"]
+    rows = list(csv.DictReader(io.StringIO(T.points_csv(recs, [], ["strategy"]))))
+    assert [r["state_bytes_per_rank"] for r in rows] == [str(12 << 20), str(6 << 20)]

@@ -111,3 +111,23 @@ def test_a_module_compiled_in_place_is_counted_eagerly_and_stays_compiled():
     got, why = count_step(model, lambda m, a, b: nn.functional.cross_entropy(m(a), b), x, y)
     assert why is None and got == eager
     assert model._compiled_call_impl is compiled_call
+
+
+def test_a_gpts_attention_is_counted_on_fake_tensors_as_in_the_eager_step():
+    """A compiled GPT counts what the eager step counts, attention included: the CPU's SDPA
+    kernel has no formula in PyTorch's counter, so a fake count without the eager count's
+    formulas (measure/flops.flop_counter) misses 12 L d T per token; the total is also
+    checked against 6N + 12 L d T (tied head, full T x T scores)."""
+    from scaleprobe.lmspec import GPTShape
+    from scaleprobe.models.gpt import GPT, matmul_params
+
+    torch.manual_seed(0)
+    shape = GPTShape(2, 32, 2, 16, 64)
+    model = GPT(shape, 64)
+    x, y = torch.randint(0, 64, (3, 16)), torch.randint(0, 64, (3, 16))
+    eager = count_flops(lambda: _loss(model, x, y).backward())
+    model.zero_grad(set_to_none=True)
+    got, why = count_step(torch.compile(model, backend="eager"), _loss, x, y)
+    assert why is None and got == eager
+    tokens = 3 * 16
+    assert got == tokens * (6 * matmul_params(model) + 12 * 2 * 32 * 16)

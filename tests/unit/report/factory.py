@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from scaleprobe import results as res
@@ -164,3 +166,36 @@ def write_monitor_csv(path: Path, n: int = 12, gpu: bool = False) -> Path:
         lines.append(f"{100 + 0.5 * i},{40 + 3 * i},{(1 << 30) + i},{g}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def loaded(x: Any) -> Any:
+    """Records as the report reads them (``report/records.load_records``): each JSON record a
+    typed one (``_source`` kept as its ``source``); lists element by element; anything else
+    (table rows, numbers) as it is."""
+    if isinstance(x, list):
+        return [loaded(r) for r in x]
+    if isinstance(x, dict) and isinstance(x.get("kind"), str):
+        rec = res.typed(x)
+        if isinstance(x.get("_source"), str):
+            rec.source = x["_source"]
+        return rec
+    return x
+
+
+def typed_api(fn: Any) -> Any:
+    """``fn`` taking the hand-built JSON records of these tests as the report reads them."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kw: Any) -> Any:
+        return fn(*(loaded(a) for a in args), **{k: loaded(v) for k, v in kw.items()})
+    return call
+
+
+class typed_module:  # noqa: N801  (stands in for a module)
+    """A report module whose functions take the tests' JSON records (``typed_api``)."""
+
+    def __init__(self, mod: ModuleType) -> None:
+        self._mod = mod
+
+    def __getattr__(self, name: str) -> Any:
+        v = getattr(self._mod, name)
+        return typed_api(v) if callable(v) and not isinstance(v, type) else v

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from scaleprobe.report import batch as B
+from scaleprobe.report import batch as _batch
 from scaleprobe.report import records as R
 from tests.unit.report import factory
-from tests.unit.report.factory import GIB, run
+from tests.unit.report.factory import GIB, loaded, run, typed_module
+
+B = typed_module(_batch)
 
 
 def _batch_sweep(device: bool = False, repeats: int = 3) -> list[dict]:
@@ -193,21 +195,21 @@ def test_groups_by_other_axes_keep_growth_within_group():
 
 
 def test_point_reused_from_another_sweep_is_listed_under_both():
-    from scaleprobe.report import records as R
-    from tests.unit.report.factory import run, sweep_point
+    from tests.unit.report.factory import loaded, run, sweep_point
 
     measured = run("b64", batch=64, experiment=sweep_point("batch", batch_size=64))
     other = run("naive", loader="naive", experiment=sweep_point("loader", loader="naive"))
     summary = {"kind": "sweep", "experiment": {"id": "loader", "kind": "sweep"},
                "points": [{"point": {"loader": "naive"}, "run_id": other["run_id"]},
                           {"point": {"loader": "pipelined"}, "run_id": measured["run_id"]}]}
-    groups = R.by_experiment([measured, other, summary], "sweep")
-    assert [r["run_id"] for r in groups["batch"]] == [measured["run_id"]]
+    records = loaded([measured, other, summary])
+    groups = R.by_experiment(records, "sweep")
+    assert [r.run_id for r in groups["batch"]] == [measured["run_id"]]
     loader = groups["loader"]
-    assert [r["run_id"] for r in loader] == [other["run_id"], measured["run_id"]]
-    assert R.point(loader[1]) == {"loader": "pipelined"}
-    assert loader[1]["experiment"]["reused"] == measured["run_id"]
-    assert R.point(measured) == {"batch_size": 64}  # the original record is not changed
+    assert [r.run_id for r in loader] == [other["run_id"], measured["run_id"]]
+    assert loader[1].point == {"loader": "pipelined"}
+    assert loader[1].experiment.reused == measured["run_id"]
+    assert records[0].point == {"batch_size": 64}  # the original record is not changed
 
 
 def test_a_step_up_from_a_compute_bound_batch_says_why_it_cannot_pay():
@@ -361,7 +363,8 @@ def test_a_runs_only_epoch_is_not_a_like_for_like_measured_epoch():
     recs = _h100_search()
     for r in recs:
         r["metrics"]["epoch_time_projected"] = False
-        r["metrics"]["epoch_times_s"] = ([3.9] if R.batch_size(r) == 128 else [5.0, 2.4, 2.4])
+        r["metrics"]["epoch_times_s"] = ([3.9] if loaded(r).batch_size == 128
+                                         else [5.0, 2.4, 2.4])
     rows = B.batch_table(recs)
     assert {r["epoch_basis"] for r in rows} == {"projected"} and rows[1]["epoch_basis_mixed"]
     assert rows[1]["epoch_compared_s"] == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)

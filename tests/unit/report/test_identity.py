@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from scaleprobe.report import build_report
 from scaleprobe.report import records as R
-from scaleprobe.report.diagnose import diagnose_experiment
-from tests.unit.report.factory import breakdown, run, scale_point, sweep_point, write_results
+from scaleprobe.report.diagnose import diagnose_experiment as _diagnose_experiment
+from tests.unit.report.factory import (
+    breakdown,
+    loaded,
+    run,
+    scale_point,
+    sweep_point,
+    typed_api,
+    write_results,
+)
+
+diagnose_experiment = typed_api(_diagnose_experiment)
 
 
 def _sweep(eid: str, sps_scale: float) -> list[dict]:
@@ -46,15 +56,21 @@ def test_sources_lists_every_folder_even_without_a_clash(tmp_path):
 
 
 def _scale(eid: str, model: str, batch: int, bucket_mb: float) -> list[dict]:
-    one = run("nproc=1", model=model, nproc=1, batch=batch, sps=100.0,
-              experiment=scale_point(eid, 1))
-    two = run("nproc=2", model=model, strategy="ddp", nproc=2, batch=batch, sps=110.0,
-              bd=breakdown(0.2, comm=0.35), experiment=scale_point(eid, 2))
-    two["config"]["dist"]["bucket_cap_mb"] = bucket_mb
-    exposed = two["metrics"]["breakdown_s"]["comm"]  # most of it the network's transfer
-    two["comm"] = {"exposed_s": exposed, "transfer_s": 0.8 * exposed,
-                   "sync_overhead_s": 0.2 * exposed}
-    return [one, two]
+    """1 and 2 processes, two repeats (a verdict needs two)."""
+    out = []
+    for i, k in enumerate((1.0, 1.02)):
+        one = run("nproc=1", model=model, nproc=1, batch=batch, sps=100.0,
+                  experiment={**scale_point(eid, 1), "repeat": i})
+        two = run("nproc=2", model=model, strategy="ddp", nproc=2, batch=batch, sps=110.0 * k,
+                  bd=breakdown(0.2, comm=0.35), experiment={**scale_point(eid, 2), "repeat": i})
+        for r in (one, two):  # like for like: the same bucket size at both counts
+            r["config"]["dist"]["bucket_cap_mb"] = bucket_mb
+            r["run_id"] += f"-{eid}-{i}"
+        exposed = two["metrics"]["breakdown_s"]["comm"]  # most of it the network's transfer
+        two["comm"] = {"exposed_s": exposed, "transfer_s": 0.8 * exposed,
+                       "sync_overhead_s": 0.2 * exposed}
+        out += [one, two]
+    return out
 
 
 def test_scaling_advice_comes_from_the_rows_own_experiment():
@@ -76,9 +92,9 @@ def test_repeats_of_a_point_are_kept_apart():
         r = run(f"bs16-r{i}", experiment=sweep_point("sw", batch_size=16))
         r["experiment"]["repeat"] = i
         reps.append(r)
-    assert len(R.latest_per_point(reps)) == 3
+    assert len(R.latest_per_point(loaded(reps))) == 3
     # a resumed sweep that appended the same repeat twice still gives one run
-    assert len(R.latest_per_point(reps + [reps[0]])) == 3
+    assert len(R.latest_per_point(loaded(reps + [reps[0]]))) == 3
 
 
 def test_identity_never_uses_the_display_name():
@@ -86,5 +102,6 @@ def test_identity_never_uses_the_display_name():
     a = run("same-name", experiment=scale_point("x", 2))
     b = run("same-name", experiment=scale_point("y", 2))
     c = run("other-name", experiment=scale_point("x", 2))
-    assert R.run_identity(a) != R.run_identity(b)
-    assert R.run_identity(a) == R.run_identity(c)
+    a, b, c = loaded([a, b, c])
+    assert a.identity != b.identity
+    assert a.identity == c.identity

@@ -6,10 +6,14 @@ from __future__ import annotations
 import pytest
 
 from scaleprobe.report import build_report
-from scaleprobe.report.diagnose import diagnose_run
-from scaleprobe.report.load import run_load, under_load_line
+from scaleprobe.report import load as _load
+from scaleprobe.report.diagnose import diagnose_run as _diagnose_run
 from scaleprobe.report.thresholds import Thresholds
-from tests.unit.report.factory import run, scale_point, sweep_point, write_results
+from tests.unit.report.factory import run, scale_point, sweep_point, typed_api, write_results
+
+diagnose_run = typed_api(_diagnose_run)
+run_load = typed_api(_load.run_load)
+under_load_line = typed_api(_load.under_load_line)
 
 
 def loaded(rec: dict, cores: float, machine: int = 2) -> dict:
@@ -99,8 +103,7 @@ def test_a_colocated_jobs_own_cpu_is_not_outside_load(tmp_path):
             _together("cnn", 2, 1.0, 47.0, (200.0, 201.0)),  # its partner ran at another time
             _together("linear", 2, 1.0, 51.0, (300.0, 301.0))]
     write_results(tmp_path, recs)
-    got = {(R.dict_of(r["experiment"]["point"])["job"], r["experiment"]["repeat"]): r
-           for r in R.load_records(tmp_path) if r.get("kind") == "run"}
+    got = {(r.point["job"], r.repeat): r for r in R.runs(R.load_records(tmp_path))}
     flag, reason = run_load(got[("cnn", 0)])
     assert flag is False and "net of the 1.02 cores its co-located job(s) linear" in reason
     assert run_load(got[("linear", 0)])[0] is False
@@ -126,11 +129,11 @@ def test_a_partners_cpu_is_counted_on_its_own_cores_once_over_the_shared_window(
             _together("b", 1, 4.0, 100.0, (9.0, 10.0), cores=8, machine=8),
             _together("b", 1, 4.0, 90.0, (0.0, 10.0), cores=8, machine=8, status="failed")]
     write_results(tmp_path, recs)
-    got = [r for r in R.load_records(tmp_path) if r.get("kind") == "run"]
-    a0 = next(r for r in got if r["name"] == "a-t0")
-    assert a0["load"]["colocated_cores"] == pytest.approx(3.5)
+    got = R.runs(R.load_records(tmp_path))
+    a0 = next(r for r in got if r.name == "a-t0")
+    assert a0.load.colocated_cores == pytest.approx(3.5)
     assert run_load(a0)[0] is True and "2.00 cores" in run_load(a0)[1]
-    a1 = next(r for r in got if r["name"] == "a-t1")
-    assert a1["load"]["colocated_jobs"] == ["b"]
-    assert a1["load"]["colocated_cores"] == pytest.approx(0.8)  # 8 cores x 1 s of 10 s
+    a1 = next(r for r in got if r.name == "a-t1")
+    assert a1.load.colocated_jobs == ["b"]
+    assert a1.load.colocated_cores == pytest.approx(0.8)  # 8 cores x 1 s of 10 s
     assert run_load(a1)[0] is True

@@ -3,11 +3,20 @@ multiples instead of tangled lines, figures that show what the table beside them
 
 from __future__ import annotations
 
-from scaleprobe.report import batch as B
-from scaleprobe.report import build_report, plots
-from scaleprobe.report.labels import distinct_labels, wrap
-from tests.unit.report.factory import GIB, breakdown, run, write_monitor_csv
+from scaleprobe.report import batch, build_report, labels, plots
+from scaleprobe.report.labels import wrap
+from tests.unit.report.factory import (
+    GIB,
+    breakdown,
+    run,
+    typed_api,
+    typed_module,
+    write_monitor_csv,
+)
 from tests.unit.report.sample import write_mixed
+
+B = typed_module(batch)
+distinct_labels = typed_api(labels.distinct_labels)
 
 
 def _point(eid: str, repeat: int = 0, **point) -> dict:

@@ -1,7 +1,14 @@
 """The scale table with --target: time-to-target speedup beside the throughput speedup."""
 
-from scaleprobe.report.scale import SCALE_HEADERS, scale_cells, scale_table
-from scaleprobe.report.target import explain, table_parts
+from scaleprobe.report import scale as _scale
+from scaleprobe.report import target as _target
+from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
+from scaleprobe.report.target import table_parts
+from tests.unit.report.factory import typed_api
+
+scale_table = typed_api(_scale.scale_table)
+explain = typed_api(_target.explain)
+
 
 
 def _run(n, rep, sps, ttt, samples, status="ok"):
@@ -32,9 +39,9 @@ def test_table_shows_both_speedups_and_the_samples_it_took():
         recs += [_run(1, rep, 100.0 + rep, t1, 1000), _run(2, rep, 180.0 + rep, t2, 2000)]
     rows = _rows(recs)
     headers, cells = table_parts(SCALE_HEADERS, rows, scale_cells)
-    assert "Speedup" in headers and "TTT speedup" in headers
+    assert "Speedup (paired)" in headers and "TTT speedup" in headers
     two = dict(zip(headers, cells[1], strict=True))
-    assert two["Speedup"].startswith("1.79x [")  # throughput: decided, with its interval
+    assert two["Speedup (paired)"].startswith("1.79x [")  # throughput: decided, with its interval
     assert two["TTT speedup"].endswith("inconclusive")  # 0.95-1.09 over 3 seeds: not decided
     assert two["Reached"] == "3/3" and two["Samples to target"] == "2,000"
     text = "\n".join(explain(rows, recs))

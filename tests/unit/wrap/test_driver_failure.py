@@ -2,8 +2,8 @@
 
 import json
 
+from scaleprobe.run.script import read_ranks, script_exit_code
 from scaleprobe.wrap.boot import rank_path
-from scaleprobe.wrap.driver import _exit_code, _read_ranks
 
 
 def _write(run_dir, rank, script):
@@ -21,9 +21,9 @@ def test_the_failed_ranks_error_and_exit_code_come_first(tmp_path):
                          "exit_code": 130})
     _write(tmp_path, 1, {"error": "ValueError: the user's bug at step 6", "exit_code": 1})
     _write(tmp_path, 2, {"exit_code": 0})
-    raws, facts = _read_ranks(tmp_path, 1)
+    raws, facts = read_ranks(tmp_path, 1)
     assert [r["rank"] for r in raws] == [0, 1, 2]  # the records stay in rank order
     assert facts[0]["error"] == "ValueError: the user's bug at step 6"
-    assert _exit_code(facts, RuntimeError()) == 1
-    _, unknown = _read_ranks(tmp_path, None)  # no rank known: rank order
+    assert script_exit_code(facts, RuntimeError()) == 1
+    _, unknown = read_ranks(tmp_path, None)  # no rank known: rank order
     assert unknown[0]["exit_code"] == 130

@@ -13,6 +13,7 @@ Readers (torchvision's classes wherever they can give clear errors)::
     validate_voc(root, image_set)     -> (images, objects), reads every annotation up front
     open_lfw_people(root, split)      (PIL RGB, identity 0..K-1); .identities
     open_lfw_pairs(root, split)       -> ([(path, identity)], [(path_a, path_b, same)])
+    open_tokens(root, vocab_size)     -> ({"train", "val": TokenSplit}, vocab, train counts)
 
 Bad data raises ``scaleprobe.errors.DataError`` naming the file (and line, where there is one).
 Reader names are imported on first use, so importing this package does not import torch.
@@ -41,7 +42,12 @@ FORMATS: dict[str, tuple[str, str, tuple[int, int], str]] = {
             "Pascal VOC 2012 detection (VOCdevkit/VOC2012/...), exact boxes"),
     "lfw": ("lfw_gen", "write_lfw", (250, 250),
             "LFW faces with people and pairs files (lfw-py/...), as torchvision reads them"),
+    "text": ("text_gen", "write_text", (0, 0),
+             "token files (train.bin, val.bin, meta.json as nanoGPT's) of the Python standard "
+             "library's sources, byte-level"),
 }
+# formats whose --count is not images (text: files of the corpus; None: all of them)
+COUNT_DEFAULTS: dict[str, int | None] = {"text": None}
 DEFAULT_COUNT = 200
 
 _READERS = {
@@ -51,6 +57,7 @@ _READERS = {
     "open_voc": "voc", "validate_voc": "voc", "parse_annotation": "voc", "VOCBoxes": "voc",
     "open_lfw_people": "lfw", "open_lfw_pairs": "lfw", "LFWFaces": "lfw",
     "LocalLFWPeople": "lfw", "LocalLFWPairs": "lfw",
+    "open_tokens": "tokens", "write_tokens": "tokens",
 }
 
 __all__ = ["FORMATS", "VOC_CLASSES", "Written", "generate", "write_dataset", *_READERS]
@@ -70,7 +77,9 @@ def generate(fmt: str, out_dir: str | Path, count: int | None = None,
              overwrite: bool = False) -> Written:
     """Write a small valid dataset in ``fmt`` under ``out_dir``; returns what was written."""
     writer = _writer(fmt)
-    return writer(out_dir, count=DEFAULT_COUNT if count is None else count,
+    if count is None:
+        count = COUNT_DEFAULTS.get(fmt, DEFAULT_COUNT)
+    return writer(out_dir, count=count,
                   size=FORMATS[fmt][2] if size is None else tuple(size), seed=seed,
                   overwrite=overwrite)
 

@@ -14,11 +14,12 @@ class Written:
 
     format: str
     root: Path
-    count: int  # images written, all splits together
+    count: int  # images (or ``unit``) written, all splits together
     size: tuple[int, int]  # width, height in pixels
     splits: dict[str, int] = field(default_factory=dict)  # split name -> images
     classes: list[str] = field(default_factory=list)  # class (or identity) names
     notes: list[str] = field(default_factory=list)  # one-line remarks for the user
+    unit: str = "images"  # what count counts (text: tokens)
 
 
 def prepare_out(out_dir: str | Path, overwrite: bool) -> Path:

@@ -1,0 +1,114 @@
+"""The language-model task's names and shapes, torch-free: the GPT family's sizes, the token
+datasets, and the rules that keep language models and image models apart.
+
+The configuration checks these (``config_rules``) and the CLI lists them without importing
+torch; ``models/gpt.py`` builds the model from a resolved :class:`GPTShape`.
+
+A GPT shape's sizes are overridable one by one (``model.layers``, ``model.width``,
+``model.heads``, ``data.seq_len``); an unset key takes the named model's own. ``data.seq_len``
+is both the tokens of one sample and the model's context (its position embeddings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scaleprobe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GPTShape:
+    layers: int
+    width: int  # d_model
+    heads: int
+    context: int  # tokens per sample = position embeddings
+    vocab: int  # the model's own vocabulary, used where the data does not fix one
+
+    def text(self) -> str:
+        return (f"{self.layers} layers x {self.width} wide x {self.heads} heads, context "
+                f"{self.context}")
+
+
+GPT_MODELS: dict[str, tuple[GPTShape, str]] = {
+    "gpt_tiny": (GPTShape(4, 128, 4, 128, 256),
+                 "GPT decoder, 4 layers x 128 x 4 heads, context 128, tied head (CPU-sized)"),
+    "gpt2_small": (GPTShape(12, 768, 12, 1024, 50257),
+                   "GPT-2 small shape: 12 layers x 768 x 12 heads, context 1024, tied head"),
+}
+# tokens-synthetic: random tokens made once on the device; tokens: nanoGPT-style train.bin /
+# val.bin under --data-dir; text: the standard library's Python sources, byte-level
+TOKEN_DATASETS = ("tokens-synthetic", "tokens", "text")
+LM_TASK = "lm"
+DEFAULT_DATASET = "text"  # what --task lm reads when --dataset is left at its default
+
+
+def is_gpt(name: str) -> bool:
+    return name in GPT_MODELS
+
+
+def gpt_shape(name: str, layers: int | None = None, width: int | None = None,
+              heads: int | None = None, seq_len: int | None = None) -> GPTShape:
+    """The named model's shape with the given sizes in place of its own; a width that the
+    heads do not divide is a one-line ConfigError."""
+    if name not in GPT_MODELS:
+        raise ConfigError(f"unknown language model '{name}'; one of {', '.join(GPT_MODELS)}")
+    base = GPT_MODELS[name][0]
+    shape = replace(base, layers=layers or base.layers, width=width or base.width,
+                    heads=heads or base.heads, context=seq_len or base.context)
+    if shape.width % shape.heads:
+        raise ConfigError(f"model width {shape.width} does not split into {shape.heads} heads "
+                          "(set model.width to a multiple of model.heads)")
+    return shape
+
+
+def shape_of(cfg: Any) -> GPTShape:
+    """The shape a run config builds (``cfg``: a RunConfig)."""
+    m = cfg.model
+    return gpt_shape(m.name, m.layers, m.width, m.heads, cfg.data.seq_len)
+
+
+def resolved_data(cfg: Any) -> Any:
+    """``cfg.data`` with ``seq_len`` (and for tokens-synthetic ``vocab_size``) resolved from the
+    model's shape when unset; any other task's data unchanged."""
+    if cfg.task.task != LM_TASK or not is_gpt(cfg.model.name):
+        return cfg.data
+    shape = shape_of(cfg)
+    vocab = cfg.data.vocab_size
+    if vocab is None and cfg.data.dataset == "tokens-synthetic":
+        vocab = shape.vocab
+    return replace(cfg.data, seq_len=shape.context, vocab_size=vocab)
+
+
+def check_run(cfg: Any) -> None:
+    """The lm rules of a RunConfig: :func:`check_combination`, then the GPT shape it builds
+    (a width the heads do not divide is an error before any process starts)."""
+    check_combination(cfg.task.task, cfg.model.name, cfg.data.dataset, cfg.data.transform)
+    if cfg.task.task == LM_TASK:
+        shape_of(cfg)
+    elif any(v is not None for v in (cfg.model.layers, cfg.model.width, cfg.model.heads,
+                                     cfg.data.seq_len)):
+        raise ConfigError("--layers, --width, --heads and --seq-len size a GPT model: use them "
+                          "with --task lm")
+
+
+def check_combination(task: str, model: str, dataset: str, transform: str) -> None:
+    """Language models with token data, image models with image data: one line otherwise."""
+    tokens = dataset in TOKEN_DATASETS
+    if task == LM_TASK:
+        if not is_gpt(model):
+            raise ConfigError(f"--task lm trains a GPT decoder: --model {' or '.join(GPT_MODELS)}"
+                              f" (got '{model}')")
+        if not tokens:
+            raise ConfigError(f"--task lm reads tokens: --dataset {', '.join(TOKEN_DATASETS)} "
+                              f"(got '{dataset}', an image dataset)")
+        if transform != "light":
+            raise ConfigError(f"--transform {transform} augments images; --task lm reads "
+                              "tokens (leave --transform at light)")
+        return
+    if is_gpt(model):
+        raise ConfigError(f"--model {model} is a language model: use it with --task lm "
+                          f"(this run's task is {task})")
+    if tokens:
+        raise ConfigError(f"--dataset {dataset} holds tokens for --task lm; --task {task} "
+                          "reads images")

@@ -1,0 +1,140 @@
+"""The built-in training loop as a run's workload: in the driver's own process (one device,
+DataParallel towers), in N ranks started through PyTorch's elastic launcher (ddp, ps, local
+SGD, fsdp), or as rank 0 of a job someone else launched (``scaleprobe worker`` under
+torchrun). Each rank runs ``train/worker.py``; the records come back to the driver."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import env as envmod
+from scaleprobe.config import RunConfig
+from scaleprobe.data.datasets import DATASETS, check_data_dir
+from scaleprobe.errors import ConfigError
+from scaleprobe.interrupt import Interrupted, StopRequest
+from scaleprobe.launch import run_workers
+from scaleprobe.results import RunResult
+from scaleprobe.run.driver import Ending, execute, save_traceback
+from scaleprobe.tasks import check_model_name
+from scaleprobe.train.worker import HANDOFF, launched_worker, worker_main
+from scaleprobe.traits import traits_of
+
+
+class BuiltinTraining:
+    """The built-in loop, in this process or in launched ranks (``traits.launched``)."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.label = cfg.default_name()
+        self.traits = traits_of(cfg.dist.strategy)
+        self.training_in_children = self.traits.launched
+
+    def preflight(self) -> None:
+        cfg = self.cfg
+        DATASETS.get(cfg.data.dataset)
+        check_data_dir(cfg.data)
+        check_model_name(cfg.task.task, cfg.model.name)
+        if cfg.task.task == "detection" and cfg.train.eval:
+            from scaleprobe.tasks.detection import require_metric  # torchmetrics: optional
+
+            require_metric()  # the optional libraries of the mAP: before training, not after
+        if self.traits.towers:
+            from scaleprobe.strategies.dp import check_devices  # imports torch
+
+            check_devices()
+        elif self.traits.launched and envmod.cuda_available():
+            n = envmod.cuda_device_count()
+            if cfg.dist.nproc > n:
+                raise ConfigError(f"--nproc {cfg.dist.nproc} is more than the {n} CUDA "
+                                  "devices on this host (one process per device)")
+
+    def prepare(self, run_dir: Path) -> None:
+        pass
+
+    def monitor_args(self) -> dict[str, Any]:
+        return {"cuda_indices": envmod.cuda_indices(self.cfg.dist.nproc, self.traits.towers),
+                "training_in_children": self.traits.launched}
+
+    def environment(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+        cfg = self.cfg
+        if self.traits.in_process:
+            return worker_main(cfg.to_dict(), str(run_dir))
+        d = cfg.dist
+        try:
+            out = run_workers(launched_worker, (cfg.to_dict(), str(run_dir)), nproc=d.nproc,
+                              nnodes=d.nnodes, node_rank=d.node_rank,
+                              rdzv_endpoint=d.rdzv_endpoint, timeout_s=d.timeout_s,
+                              log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
+                              master_port=d.master_port)
+        except Interrupted as e:
+            e.raws = read_handoff(run_dir)
+            raise
+        read_handoff(run_dir)  # a stop that came after the records were returned
+        return out.get(0)
+
+    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig:
+        return self.cfg
+
+    def error_line(self, end: Ending) -> str | None:
+        return None
+
+    def keep_traceback(self, run_dir: Path, end: Ending) -> None:
+        save_traceback(run_dir, end.tb)
+
+
+class UnderLauncher(BuiltinTraining):
+    """Rank 0 of a job someone else launched (torchrun): it trains like every rank, monitors
+    the launcher's process tree, and writes the result."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.training_in_children = False
+        self.info = envmod.dist_info()
+
+    def monitor_args(self) -> dict[str, Any]:
+        gpus = envmod.cuda_indices(self.cfg.dist.nproc)
+        return {"cuda_indices": [self.info.local_rank] if gpus else [],
+                "run_root_pid": os.getppid()}  # the launcher's tree holds every local rank
+
+    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+        # ranks under a launcher stop together when it forwards a signal
+        return worker_main(self.cfg.to_dict(), str(run_dir),
+                           stop=StopRequest(escape_on_second=False))
+
+    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig:
+        result.launcher_run_id = os.environ.get("TORCHELASTIC_RUN_ID") or result.run_id
+        return self.cfg
+
+
+def run_under_launcher(cfg: RunConfig) -> RunResult | None:
+    """This process is one worker of a job someone else launched (torchrun). Every rank
+    trains; rank 0 monitors its own process tree and writes the result (None elsewhere)."""
+    if envmod.dist_info().rank == 0:
+        return execute(UnderLauncher(cfg))
+    BuiltinTraining(cfg).preflight()
+    worker_main(cfg.to_dict(), None, stop=StopRequest(escape_on_second=False))
+    return None
+
+
+def running_under_launcher() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+
+
+def read_handoff(run_dir: Path) -> list[dict[str, Any]] | None:
+    """Rank 0's gathered records, left in a file when the launcher was asked to stop."""
+    path = run_dir / HANDOFF
+    try:
+        raws = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    finally:
+        path.unlink(missing_ok=True)
+    ok = isinstance(raws, list) and raws and all(isinstance(r, dict) for r in raws)
+    return raws if ok else None

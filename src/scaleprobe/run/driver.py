@@ -1,0 +1,221 @@
+"""One run, whatever trains: the built-in loop (``run/builtin.py``) or the user's own script
+(``run/script.py``), each a ``Workload``. The driver is the skeleton both share:
+
+    preflight -> output checks -> run folder -> the record -> monitors -> launch
+      -> how it ended (ok, interrupted, out of memory, failed) -> environment -> finalize
+
+Whatever happens (an error, a lost rank, out of memory, Ctrl+C) the monitors stop, the
+workers are gone, and a ``RunResult`` with its status is written: result.json in the run
+folder and one line in results.jsonl (``run/finalize.py``). The record is typed from the
+moment the run starts: nothing here builds it as a dict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from scaleprobe import env as envmod
+from scaleprobe import results as res
+from scaleprobe.config import RunConfig
+from scaleprobe.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
+from scaleprobe.interrupt import describe, sigterm_interrupts
+from scaleprobe.measure.monitor import Monitor
+from scaleprobe.results import Experiment, RunResult
+from scaleprobe.run.failure import exit_code, failure_line, is_oom
+from scaleprobe.run.finalize import finalize
+
+# What a run writes: a 4-step digits_cnn run wrote 12 KiB (config.json 1.5, result.json 6,
+# its results.jsonl line 4.5, steps.csv and monitor.csv under 1 each; measured 2026-11-23);
+# steps.csv (~70 B a step) and monitor.csv (~100 B a sample) grow with the run, and 1 MiB
+# holds thousands of steps and an hour of samples at the default interval.
+RUN_OUTPUT_BYTES = 1 << 20
+
+
+@dataclass
+class Ending:
+    """How the launch ended: the ranks' records (dicts, as they travelled), the error that
+    ended it, or the signal that stopped it; ``tb`` the driver's traceback of that error."""
+
+    raws: list[dict[str, Any]] | None = None
+    error: BaseException | None = None
+    signame: str | None = None
+    tb: str | None = None
+
+
+class Workload(Protocol):
+    """What trains in a run. ``cfg`` is the configuration asked for (its key identifies the
+    run); ``label`` the run's name when ``--name`` gives none."""
+
+    cfg: RunConfig
+    label: str
+    training_in_children: bool  # the monitor counts its child processes as the run's
+
+    def preflight(self) -> None:
+        """Cheap checks, so a typo fails in one line before any worker starts."""
+
+    def prepare(self, run_dir: Path) -> None:
+        """Files the ranks read before they start."""
+
+    def monitor_args(self) -> dict[str, Any]:
+        """The monitor's devices and process tree."""
+
+    def environment(self) -> contextlib.AbstractContextManager[Any]:
+        """The environment the ranks start in."""
+
+    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+        """Train; the ranks' records, or None. Raises as the run ends otherwise."""
+
+    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig:
+        """What only this workload knows of the ending, into ``result`` (and ``end.raws``
+        where the ranks left them in files); returns the configuration as it ran."""
+
+    def error_line(self, end: Ending) -> str | None:
+        """The failure's line when the workload knows it better than the driver."""
+
+    def keep_traceback(self, run_dir: Path, end: Ending) -> None:
+        """traceback.txt of a failed run."""
+
+
+def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResult:
+    """Run ``work`` and return its result (also written to disk). ``experiment``: the
+    point this run is of."""
+    cfg = work.cfg
+    work.preflight()
+    check_output(cfg)
+    name = cfg.name or work.label
+    run_id = res.make_run_id(name)
+    run_dir = make_run_dir(Path(cfg.out) / run_id, cfg)
+    result = RunResult(run_id=run_id, name=name, key=cfg.key(), started_at=res.utc_now(),
+                       config=cfg.to_dict(),
+                       experiment=Experiment.from_dict(experiment) if experiment else None,
+                       paths={"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
+                              "monitor_csv": str(run_dir / "monitor.csv")})
+    work.prepare(run_dir)
+    monitor = Monitor(cfg.measure.monitor_interval_s, run_dir / "monitor.csv",
+                      **work.monitor_args())
+    end = Ending()
+    try:
+        with sigterm_interrupts(), monitor, work.environment():
+            end.raws = work.launch(run_dir)
+    except KeyboardInterrupt as e:  # Ctrl+C, SIGTERM (interrupt.Interrupted), the launcher's
+        end.signame = getattr(e, "signame", None) or "SIGINT"
+        end.raws = getattr(e, "raws", None)
+    except ScaleprobeError as e:  # the user's mistake, met while running: recorded, then raised
+        write_failure(result, run_dir, cfg, e)
+        raise
+    except BaseException as e:  # noqa: BLE001  (recorded, never lost)
+        end.error, end.tb = e, traceback.format_exc()
+    run_cfg = work.conclude(result, end, run_dir)
+    _ending(result, work, end, run_dir)
+    result.env = envmod.collect_env()
+    result.env["world_size"], result.env["nnodes"] = cfg.world_size, cfg.dist.nnodes
+    return finalize(result, run_cfg, end.raws, monitor, run_dir)
+
+
+def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> None:
+    """The run's status and error line from how the launch ended."""
+    signame = end.signame or (interrupted_from(end.raws) if end.error is None else None)
+    if signame:
+        mark_partial(result, end.raws, signame)
+        return
+    line = work.error_line(end)
+    if end.error is None and line is None:
+        result.status = "ok"
+        return
+    e = end.error
+    msg = (getattr(e, "message", None) or f"{type(e).__name__}: {e}") if e is not None else ""
+    if line is None:  # the built-in loop's ranks raise scaleprobe's own errors
+        _reraise_user_error(msg, result, run_dir, work.cfg)
+    limited = bool(work.cfg.measure.memory_limit)
+    oom = e is not None and (is_oom(msg, limited) or is_oom(e, limited))
+    result.status = "oom" if oom else "failed"
+    line = line or failure_line(msg)
+    rank = getattr(e, "rank", None)
+    result.error = (f"rank {rank}: {line}" if isinstance(rank, int) and rank >= 0
+                    else line)[:1000]
+    if result.status == "failed":
+        work.keep_traceback(run_dir, end)
+
+
+def interrupted_from(raws: list[dict[str, Any]] | None) -> str | None:
+    """The signal that stopped the ranks early ("peer": another rank's), or None."""
+    seen = [r["interrupted"] for r in raws or [] if r.get("interrupted")]
+    return next((s for s in seen if s != "peer"), seen[0] if seen else None)
+
+
+def mark_partial(result: RunResult, raws: list[dict[str, Any]] | None, signame: str) -> None:
+    """An interrupted run keeps what it measured: the figures of the steps timed so far,
+    flagged as partial; what runs after training (calibration, evaluation) was skipped."""
+    result.status, result.error = "interrupted", describe(None if signame == "peer" else signame)
+    if not raws:
+        result.null_reasons["partial"] = "interrupted before any rank returned its record"
+        return
+    timed = next((r["steps_timed"] for r in raws if r.get("step_times_s")), 0)
+    result.partial = True
+    result.null_reasons["partial"] = (
+        f"interrupted after {timed} timed steps: the figures cover those steps only; "
+        "communication calibration and evaluation were skipped")
+
+
+def check_output(cfg: RunConfig) -> None:
+    """The output folder can be written and has room for a run's files (OutputError, exit 2,
+    naming the folder, before any run folder or worker exists)."""
+    res.check_writable(cfg.out, RUN_OUTPUT_BYTES, "a run's files")
+
+
+def make_run_dir(run_dir: Path, cfg: RunConfig) -> Path:
+    """The run's folder, with the configuration asked for in config.json."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        res.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    except OSError as e:  # the folder filled or turned read-only since the preflight
+        _remove_empty(run_dir)
+        raise res.output_error(run_dir, e, "cannot create the run folder") from None
+    except OutputError:
+        _remove_empty(run_dir)
+        raise
+    return run_dir
+
+
+def _remove_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+
+
+def write_failure(result: RunResult, run_dir: Path, cfg: RunConfig,
+                  err: BaseException) -> None:
+    """A user error (bad data, bad option) met during the run: its line in result.json and in
+    results.jsonl, like any other ending."""
+    result.status = "failed"
+    result.error = one_line(err)[:1000]
+    result.finished_at = res.utc_now()
+    try:
+        res.write_json_atomic(run_dir / "result.json", result.to_dict())
+        res.append_jsonl(res.results_file(cfg.out), result.to_dict())
+    except OutputError:  # the user's own error says more than a full disk would
+        pass
+
+
+def _reraise_user_error(msg: str, result: RunResult, run_dir: Path, cfg: RunConfig) -> None:
+    """A rank's ConfigError / DataError is the user's mistake: one line, exit 2."""
+    for cls in (ConfigError, DataError):
+        prefix = f"{cls.__name__}: "
+        if msg.startswith(prefix):
+            err = cls(msg[len(prefix):])
+            write_failure(result, run_dir, cfg, err)
+            raise err from None
+
+
+def save_traceback(run_dir: Path, text: str | None) -> None:
+    if not text:
+        return
+    with contextlib.suppress(OSError):  # a full or read-only folder: the result write says so
+        (run_dir / "traceback.txt").write_text(text)
+
+
+def result_exit_code(result: RunResult) -> int:
+    return exit_code(result.status)

@@ -1,0 +1,239 @@
+"""The user's own training script as a run's workload (``scaleprobe wrap``): N ranks started
+through PyTorch's elastic launcher (as torchrun starts a script), each running the script
+under ``wrap/boot.py``, which leaves the rank's record in the run folder; the driver then
+records the run as it records the built-in loop's.
+
+The script's stdout and stderr are the ranks' own (inherited); its exit code is kept in the
+record (``script.exit_code``) and is what ``scaleprobe wrap`` exits with.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import config as C
+from scaleprobe import results as res
+from scaleprobe.config import script_defaults, script_name
+from scaleprobe.errors import ConfigError
+from scaleprobe.launch import run_workers
+from scaleprobe.results import RunResult
+from scaleprobe.run.driver import Ending, execute
+from scaleprobe.run.failure import failure_line
+from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
+
+# torch's samplers that walk the whole dataset in every process that holds one
+WHOLE_DATASET_SAMPLERS = {"RandomSampler", "SequentialSampler"}
+ACCURACY_REASON = "not read: the script's own evaluation is not visible to wrap"
+def check_target(target: list[str]) -> str:
+    """The script (or module) to run exists; returns a short name for it."""
+    if not target:
+        raise ConfigError("wrap needs a script: scaleprobe wrap [OPTIONS] -- SCRIPT.py [ARGS] "
+                          "(or -- -m package.module [ARGS])")
+    if target[0] == "-m":
+        if len(target) < 2:
+            raise ConfigError("-m needs a module name: -- -m package.module [ARGS]")
+        try:
+            found = importlib.util.find_spec(target[1]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ConfigError(f"no module named '{target[1]}' (looked on PYTHONPATH from "
+                              f"{os.getcwd()})")
+        return target[1].rsplit(".", 1)[-1]
+    path = Path(target[0])
+    if not path.is_file():
+        raise ConfigError(f"script not found: {target[0]}")
+    return path.stem
+
+
+def base_config(overrides: dict[str, Any], target: list[str]) -> C.RunConfig:
+    """The run's config: the keys wrap sets (processes, warm-up, output), the command line
+    as ``script.path`` and ``script.args`` (so runs of other arguments have other keys)."""
+    merged = script_defaults({**overrides, **C.ScriptConfig.from_target(target)})
+    if "train.steps" in merged and not isinstance(merged["train.steps"], int):
+        raise ConfigError("wrap --steps takes a number of timed steps (the script decides how "
+                          "long it trains; auto is not available)")
+    return C.build(merged)
+
+
+class UserScript:
+    """``cfg.script``'s command line in ``cfg.dist.nproc`` ranks under ``wrap/boot.py``."""
+
+    training_in_children = True
+
+    def __init__(self, cfg: C.RunConfig) -> None:
+        self.cfg = cfg
+        self.target = cfg.script.target()
+        self.label = f"wrap-{script_name(self.target)}"
+        self.facts: list[dict[str, Any]] = []
+        self.code = 0
+
+    def preflight(self) -> None:
+        check_target(self.target)
+
+    def prepare(self, run_dir: Path) -> None:
+        t = self.cfg.train
+        res.write_json_atomic(run_dir / SETTINGS, {
+            "warmup_steps": t.warmup_steps, "target": self.target,
+            "stop_after": t.steps if isinstance(t.steps, int) else None,
+            "summary_every": self.cfg.measure.summary_every,
+            "profile_every": self.cfg.measure.profile_every})
+
+    def monitor_args(self) -> dict[str, Any]:
+        from scaleprobe.env import cuda_indices
+
+        return {"cuda_indices": cuda_indices(self.cfg.dist.nproc), "training_in_children": True}
+
+    def environment(self) -> _ChildEnv:
+        return _ChildEnv(self.cfg.dist.nproc, self.cfg.dist.threads_per_rank)
+
+    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+        d = self.cfg.dist
+        entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *self.target)
+        run_workers(entry[0], entry[1:], nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
+                    rdzv_endpoint=d.rdzv_endpoint, timeout_s=d.timeout_s,
+                    log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
+                    master_port=d.master_port)
+        return None  # the ranks leave their records in files (``conclude``)
+
+    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> C.RunConfig:
+        """The ranks' records from their files, the script's facts, and the config as the
+        script ran it (its batch and loader as seen). The record keeps the key of the config
+        asked for: a rerun of the same command is the same point, whatever batch the script
+        turned out to use."""
+        raws, self.facts = read_ranks(run_dir, getattr(end.error, "rank", None))
+        end.raws = raws or None
+        run_cfg = observed_config(self.cfg, raws, self.facts) if raws else self.cfg
+        result.config = run_cfg.to_dict()
+        result.null_reasons["accuracy"] = ACCURACY_REASON
+        self.code = script_exit_code(self.facts, end.error if end.signame is None
+                                     else KeyboardInterrupt())
+        facts = self.facts
+        result.script = {"target": self.target, "exit_code": self.code,
+                         "loader": next((f["loader"] for f in facts if f.get("loader")), None),
+                         "stopped_after": next((f["stopped_after"] for f in facts
+                                                if f.get("stopped_after")), None),
+                         "sampler_note": sampler_note(facts, self.cfg.world_size)}
+        return run_cfg
+
+    def error_line(self, end: Ending) -> str | None:
+        if end.error is None and self.code == 0:
+            return None
+        line = next((f["error"] for f in self.facts if f.get("error")), None)
+        if line:
+            return line
+        if end.error is not None:
+            return failure_line(getattr(end.error, "message", None) or str(end.error))
+        return f"the script exited with code {self.code}"
+
+    def keep_traceback(self, run_dir: Path, end: Ending) -> None:
+        """The failing rank's traceback as the run folder's traceback.txt."""
+        rank = getattr(end.error, "rank", None)
+        ranks = [rank] if isinstance(rank, int) and rank >= 0 else []
+        for r in ranks + list(range(len(self.facts) or 1)):
+            src = traceback_path(run_dir, r)
+            if src.is_file():
+                shutil.copyfile(src, run_dir / "traceback.txt")
+                return
+
+
+def run_script(cfg: C.RunConfig, experiment: dict[str, Any] | None = None
+               ) -> tuple[RunResult, int]:
+    """Run ``cfg``'s script; returns (its written result, the script's exit code)."""
+    work = UserScript(cfg)
+    return execute(work, experiment), work.code
+
+
+def observed_config(cfg: C.RunConfig, raws: list[dict[str, Any]],
+                    facts: list[dict[str, Any]]) -> C.RunConfig:
+    """The config as the script ran it: its batch and loader as seen, the audit off when a
+    rank's sample indices could not be seen."""
+    head = next((r for r in raws if r.get("step_times_s")), raws[0])
+    over: dict[str, Any] = {}
+    if head.get("samples_per_step"):
+        over["train.batch_size"] = int(head["samples_per_step"])
+    loader = next((f["loader"] for f in facts if f.get("loader")), None)
+    if loader:
+        w = int(loader.get("workers") or 0)
+        over.update({"data.loader": "pipelined" if w else "naive"}, **({"data.workers": w}
+                                                                      if w else {}))
+    if not all(f.get("indices_seen") for f in facts):
+        over["dist.audit"] = False
+    return C.build(over, base=cfg) if over else cfg
+
+
+def read_ranks(run_dir: Path, failed_rank: Any = None
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ranks' records in rank order, and their script facts with the failed rank's
+    (``failed_rank``: the launcher's first failure) first: its error and exit code are the
+    job's. The others' may be the aftermath (a peer's "connection closed" when the failed
+    rank's socket closed before the launcher stopped them, or 130 for that stop)."""
+    files = sorted((run_dir / RANKS_DIR).glob("rank-*.json"),
+                   key=lambda p: int(p.stem.split("-")[1]))
+    outs = []
+    for f in files:
+        try:
+            outs.append((int(f.stem.split("-")[1]), json.loads(f.read_text())))
+        except (OSError, ValueError):
+            continue
+    facts = sorted(outs, key=lambda ro: ro[0] != failed_rank)  # stable: then rank order
+    return [o["record"] for _, o in outs], [o["script"] for _, o in facts]
+
+
+def sampler_note(facts: list[dict[str, Any]], world: int) -> str | None:
+    """Names the classic bug: ranks of one job whose loaders have no DistributedSampler."""
+    samplers = {f["loader"]["sampler"] for f in facts if f.get("loader")}
+    if world < 2 or not samplers or not samplers <= WHOLE_DATASET_SAMPLERS:
+        return None
+    return (f"the DataLoader uses {', '.join(sorted(samplers))}, not a DistributedSampler: "
+            f"each of the {world} ranks reads the whole dataset")
+
+
+def script_exit_code(facts: list[dict[str, Any]], err: BaseException | None) -> int:
+    """The script's exit code: the failed rank's own, else what the launch's error implies."""
+    codes = [f.get("exit_code") for f in facts if f.get("exit_code")]
+    if codes:
+        return int(codes[0])
+    if err is None:
+        return 0
+    if isinstance(err, KeyboardInterrupt):
+        return 130
+    code = getattr(err, "exitcode", None)
+    return code if isinstance(code, int) and code > 0 else 1
+
+
+class _ChildEnv:
+    """The ranks' environment: scaleprobe importable as in this process, wherever it was
+    imported from; and the ranks' OpenMP threads: ``threads_per_rank`` when set, else, as
+    torchrun does with several processes per host, one per process unless OMP_NUM_THREADS
+    is set."""
+
+    def __init__(self, nproc: int, threads_per_rank: int | None = None) -> None:
+        self.nproc = nproc
+        self.threads = threads_per_rank
+
+    def __enter__(self) -> None:
+        import scaleprobe
+
+        root = str(Path(scaleprobe.__file__).resolve().parent.parent)
+        self.saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
+        parts = [p for p in (self.saved["PYTHONPATH"] or "").split(os.pathsep) if p]
+        if root not in parts:
+            os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+        if self.threads is not None:
+            os.environ["OMP_NUM_THREADS"] = str(self.threads)
+        elif self.nproc > 1 and self.saved["OMP_NUM_THREADS"] is None:
+            os.environ["OMP_NUM_THREADS"] = "1"
+
+    def __exit__(self, *exc: Any) -> None:
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

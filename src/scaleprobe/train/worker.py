@@ -1,0 +1,138 @@
+"""One rank of the built-in training loop, as a process: its device and strategy, a memory
+cap around training, the gather of every rank's record to rank 0, and (launched ranks) a
+heartbeat and a stop request that ends training at a step every rank agrees on.
+
+``worker_main`` runs in the driver's own process for in-process strategies and under a
+launcher you started yourself; ``launched_worker`` is the entry of each rank that
+``launch.run_workers`` starts (``run/builtin.py``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from scaleprobe import env as envmod
+from scaleprobe import results as res
+from scaleprobe.config import RunConfig, from_dict, parse_size
+from scaleprobe.errors import ConfigError
+from scaleprobe.interrupt import StopRequest
+from scaleprobe.launch import last_meaningful_line
+from scaleprobe.measure.heartbeat import Heartbeat, write_error
+from scaleprobe.measure.progress import StepProgress
+from scaleprobe.strategies import build_strategy
+from scaleprobe.traits import traits_of
+
+HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the launcher was stopped
+
+
+def apply_memory_limit(limit: str | None) -> tuple[int, int] | None:
+    """Cap this process's heap (the soft RLIMIT_DATA) so a too-large batch fails like a full
+    GPU; returns the limits before, for ``lift_memory_limit``. A limit at or below what the
+    process already holds (Python, torch, the loaded modules) could only fail wherever the
+    next allocation happens: a ConfigError says so instead."""
+    if not limit:
+        return None
+    import resource  # POSIX only: imported where a limit is asked for
+
+    n = parse_size(limit)
+    held = envmod.data_segment_bytes()
+    if held is not None and n <= held:
+        raise ConfigError(f"--memory-limit {limit} is below the {held >> 20} MiB this process "
+                          "already holds (Python, torch and their modules, before any model "
+                          f"or data); give it more than {held >> 20} MiB plus what the run needs")
+    before = resource.getrlimit(resource.RLIMIT_DATA)
+    hard = before[1]
+    resource.setrlimit(resource.RLIMIT_DATA,
+                       (n if hard == resource.RLIM_INFINITY else min(n, hard), hard))
+    return before
+
+
+def lift_memory_limit(before: tuple[int, int] | None) -> None:
+    """Back to the limits before ``apply_memory_limit``: recording the result (environment,
+    files) needs memory that a run which hit its limit no longer has."""
+    if before is not None:
+        import resource  # POSIX only, as above
+
+        resource.setrlimit(resource.RLIMIT_DATA, before)
+
+
+@contextmanager
+def memory_limit(limit: str | None) -> Iterator[None]:
+    before = apply_memory_limit(limit)
+    try:
+        yield
+    finally:
+        lift_memory_limit(before)
+
+
+def _local_device_and_strategy(cfg: RunConfig) -> tuple[Any, Any]:
+    info = envmod.dist_info()
+    tr = traits_of(cfg.dist.strategy)
+    if tr.in_process:
+        envmod.set_threads(1, cfg.dist.threads_per_rank)
+    else:
+        # a parameter server talks over gloo (TCP), as classic ones do, also on CUDA hosts
+        backend = cfg.dist.backend or ("gloo" if tr.needs_any_source_recv else None)
+        envmod.init_distributed(backend, cfg.dist.timeout_s, cfg.dist.threads_per_rank)
+    device = envmod.pick_device(info.local_rank)
+    return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
+
+
+def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
+                progress: bool = True, beat: Any = None,
+                stop: StopRequest | None = None) -> list[dict[str, Any]] | None:
+    """Train this rank and gather every rank's record to rank 0. Ctrl+C and SIGTERM are
+    handled by ``stop`` (``interrupt.StopRequest``) until the records are gathered."""
+    # the training loop's imports (torchvision, the models): not in a launcher that only
+    # starts ranks, where this module is imported for ``launched_worker``
+    from scaleprobe.engine import train
+
+    cfg = from_dict(cfg_dict)
+    stop = stop if stop is not None else StopRequest()
+    with stop.handling():
+        device, strategy = _local_device_and_strategy(cfg)
+        prog = StepProgress(progress and strategy.rank == strategy.progress_rank
+                            and cfg.measure.progress)
+        # the limit covers training, not the imports before it nor the recording after it
+        with memory_limit(cfg.measure.memory_limit):
+            raw = train(cfg, strategy, device, prog, clock=time.time, run_dir=run_dir,
+                        beat=beat, stop=stop)
+        gathered = strategy.gather(raw)
+        # Only a rank that finished waits at the closing barrier: a failed rank exits at once
+        # (the launcher then stops the others) instead of hiding its error behind a timeout.
+        if strategy.distributed:
+            envmod.shutdown_distributed()
+    return gathered if strategy.rank == 0 else None
+
+
+def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
+                    progress: bool = True) -> list[dict[str, Any]] | None:
+    """Entry of each rank started by ``launch.run_workers``: a heartbeat for the launcher, a
+    stop request that ends training at a step all ranks agree on, and, when the launcher was
+    asked to stop (it then no longer collects return values), rank 0's records in a file."""
+    envmod.own_process_group()
+    envmod.use_platform_start_method()
+    beat = Heartbeat(run_dir, int(os.environ.get("RANK", "0"))).start()
+    stop = StopRequest(escape_on_second=False)  # the launcher ends a rank that does not stop
+    try:
+        out = worker_main(cfg_dict, run_dir, progress, beat=beat, stop=stop)
+        if out is not None and (stop.requested or any(r.get("interrupted") for r in out)):
+            res.write_json_atomic(Path(run_dir) / HANDOFF, out)
+    except BaseException:
+        write_error(run_dir, beat.rank, last_meaningful_line(traceback.format_exc()))
+        beat.finish("failed")
+        raise
+    beat.finish("done")
+    if stop.requested:
+        # the launcher forwarded a stop: it no longer reads return values, and a worker that
+        # returns one waits for it to (torch.distributed.elastic) until it is killed
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return out

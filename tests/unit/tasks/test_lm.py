@@ -1,0 +1,100 @@
+"""--task lm (tasks/lm.py): its loss, its evaluation, its device-resident random tokens, and
+the rules that keep language models and image models apart (lmspec.py)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from scaleprobe import config as C
+from scaleprobe.config import TaskConfig
+from scaleprobe.data.device import DeviceBatches
+from scaleprobe.data.loader import Indexed, collate_indexed
+from scaleprobe.data.tokens import RandomWindows
+from scaleprobe.errors import ConfigError
+from scaleprobe.lmspec import gpt_shape
+from scaleprobe.models import build_model
+from scaleprobe.tasks import build_task, check_model_name
+
+
+def test_task_lm_defaults_to_gpt_tiny_on_the_stdlib_text():
+    cfg = C.build({"task": "lm"})
+    assert cfg.model.name == "gpt_tiny" and cfg.data.dataset == "text"
+    cfg = C.build({"task": "lm", "model": "gpt2_small", "dataset": "tokens-synthetic"})
+    assert cfg.model.name == "gpt2_small" and cfg.data.dataset == "tokens-synthetic"
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"task": "lm", "model": "resnet18"}, "--task lm trains a GPT decoder"),
+    ({"task": "lm", "dataset": "cifar10"}, "--task lm reads tokens"),
+    ({"task": "lm", "dataset": "synthetic"}, "--task lm reads tokens"),
+    ({"task": "lm", "transform": "heavy"}, "--transform heavy augments images"),
+    ({"model": "gpt_tiny"}, "is a language model: use it with --task lm"),
+    ({"task": "face", "model": "gpt2_small"}, "use it with --task lm"),
+    ({"dataset": "tokens-synthetic"}, "holds tokens for --task lm"),
+    ({"dataset": "text"}, "holds tokens for --task lm"),
+    ({"layers": 2}, "size a GPT model: use them with --task lm"),
+])
+def test_language_and_image_models_do_not_mix(keys, message):
+    """One line before anything is built (the config is torch-free)."""
+    with pytest.raises(ConfigError, match=message) as e:
+        C.build(keys)
+    assert "\n" not in str(e.value)
+
+
+def test_model_names_are_checked_per_task():
+    check_model_name("lm", "gpt_tiny")
+    with pytest.raises(ConfigError, match="unknown language model 'resnet18'"):
+        check_model_name("lm", "resnet18")
+    check_model_name("classification", "resnet18")
+
+
+def test_the_loss_is_the_mean_next_token_cross_entropy():
+    task = build_task(TaskConfig(task="lm"), 50)
+    torch.manual_seed(0)
+    m = build_model("gpt_tiny", 50, shape=gpt_shape("gpt_tiny", layers=1, width=16, heads=2,
+                                                    seq_len=8))
+    x, y = torch.randint(0, 50, (3, 8)), torch.randint(0, 50, (3, 8))
+    got = task.forward_loss(m, x, y)
+    logits = m(x)
+    by_hand = -torch.log_softmax(logits, -1).gather(2, y.unsqueeze(2)).mean()
+    assert got.item() == pytest.approx(by_hand.item(), rel=1e-5)
+    assert got.requires_grad
+
+
+def test_evaluation_is_the_held_out_mean_nats_per_token_and_its_exp():
+    """Catches a loss averaged per batch instead of per token (the last, smaller batch would
+    weigh as much as a full one) and a perplexity that is not exp(loss)."""
+    task = build_task(TaskConfig(task="lm"), 40)
+    torch.manual_seed(1)
+    m = build_model("gpt_tiny", 40, shape=gpt_shape("gpt_tiny", layers=1, width=16, heads=2,
+                                                    seq_len=6))
+    ds = RandomWindows(7, 6, 40, seed=3)
+    loader = DataLoader(Indexed(ds, None), batch_size=4, collate_fn=collate_indexed)
+    got = task.evaluate(m, loader, torch.device("cpu"), torch.autocast("cpu", enabled=False))
+    xs = torch.stack([ds[i][0] for i in range(7)])
+    ys = torch.stack([ds[i][1] for i in range(7)])
+    with torch.no_grad():
+        logits = m(xs)
+    expected = F.cross_entropy(logits.reshape(-1, 40), ys.reshape(-1)).item()
+    assert got["loss"] == pytest.approx(expected, rel=1e-5)
+    assert got["perplexity"] == pytest.approx(math.exp(expected), rel=1e-5)
+    assert got["eval_tokens"] == 42 and got["eval_samples"] == 7
+    assert m.training  # put back as it was
+
+
+def test_random_tokens_are_made_once_per_rank_on_the_device():
+    """tokens-synthetic: one batch per rank, targets the inputs shifted by one, ranks apart."""
+    a = DeviceBatches(64, 4, None, None, 100, seed=0, rank=0, device=torch.device("cpu"),
+                      seq_len=16)
+    b = DeviceBatches(64, 4, None, None, 100, seed=0, rank=1, device=torch.device("cpu"),
+                      seq_len=16)
+    (x, y, idx, bad), *_ = list(a)
+    assert x.shape == y.shape == (4, 16) and x.dtype == torch.int64 and bad == 0
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert int(x.max()) < 100 and len(list(a)) == 16
+    assert not torch.equal(a.x, b.x)
+    again = next(iter(a))[0]
+    assert again.data_ptr() == x.data_ptr()  # the same tensor every step
