@@ -13,7 +13,9 @@ real batch's shapes, and the backward is ``torch.autograd.grad`` with respect to
 parameters. No kernel runs; no real parameter, gradient, buffer (batch-norm statistics) or
 random-number state changes (the CPU and current CUDA generators are restored regardless). The
 count uses the same operator formulas as the eager count, so a model counts the same compiled
-or not (``tests/unit/measure/test_fakeflops.py``). A model whose forward needs real values
+or not (``tests/unit/measure/test_fakeflops.py``). A model sharded by FSDP2 (``--strategy fsdp``)
+is counted whole: its parameters' fakes take the unsharded shapes and FSDP's forward hooks (the
+all-gather of the real shards) are off for the count and put back after. A model whose forward needs real values
 (data-dependent shapes: detection's box matching, triplet mining) cannot run on fake tensors:
 it is then not counted, with the error as the reason.
 """
@@ -87,16 +89,17 @@ class FakeRun:
         from torch.func import functional_call
         mod = self.module
         with self.mode:
-            params = {k: self.mode.from_tensor(p).detach().requires_grad_(p.requires_grad)
+            params = {k: self._fake(p).detach().requires_grad_(p.requires_grad)
                       for k, p in mod.named_parameters()}
-        buffers = {k: self.mode.from_tensor(b) for k, b in mod.named_buffers()}
+        buffers = {k: self._fake(b) for k, b in mod.named_buffers()}
         state = {**params, **buffers}
 
         def call(*args: Any, **kwargs: Any) -> Any:
             return functional_call(mod, state, args, kwargs)
 
         counter = flop_counter()  # the eager count's formulas, attention's included
-        with _kept(mod, training), torch.enable_grad(), self.mode, counter:
+        with (_kept(mod, training), _fsdp_hooks_off(mod), torch.enable_grad(), self.mode,
+              counter):
             with autocast if autocast is not None else contextlib.nullcontext():
                 outs = [o for o in body(call) if isinstance(o, torch.Tensor)
                         and o.requires_grad]
@@ -105,6 +108,39 @@ class FakeRun:
                 torch.autograd.grad(outs, wrt, grad_outputs=[torch.ones_like(o) for o in outs],
                                     allow_unused=True)
         return int(counter.get_total_flops())
+
+    def _fake(self, t: Any) -> Any:
+        """A fake copy of a parameter or buffer; a sharded one (FSDP2's DTensor) as a plain
+        tensor of its whole (unsharded) shape, the shape the forward computes with."""
+        import torch
+
+        if hasattr(t, "full_tensor"):  # DTensor: its shape is the global one
+            return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        return self.mode.from_tensor(t)
+
+
+@contextlib.contextmanager
+def _fsdp_hooks_off(module: Any) -> Iterator[None]:
+    """FSDP2's (``fully_shard``) forward hooks taken off the module's units for the count, put
+    back in their order after: they all-gather the real shards before each unit's forward and
+    register the backward's reduce-scatter, which neither runs nor is needed on fake tensors
+    of the whole parameters."""
+    saved: list[tuple[Any, dict[Any, Any]]] = []
+    for m in module.modules():
+        get = getattr(m, "_get_fsdp_state", None)
+        state = get() if callable(get) else None
+        for name in ("_pre_forward_hook_handle", "_post_forward_hook_handle"):
+            handle = getattr(state, name, None)
+            hooks = handle.hooks_dict_ref() if handle is not None else None
+            if hooks is not None and handle.id in hooks:
+                saved.append((hooks, dict(hooks)))
+                del hooks[handle.id]
+    try:
+        yield
+    finally:
+        for hooks, before in reversed(saved):
+            hooks.clear()
+            hooks.update(before)
 
 
 @contextlib.contextmanager

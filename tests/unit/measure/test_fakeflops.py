@@ -131,3 +131,43 @@ def test_a_gpts_attention_is_counted_on_fake_tensors_as_in_the_eager_step():
     assert why is None and got == eager
     tokens = 3 * 16
     assert got == tokens * (6 * matmul_params(model) + 12 * 2 * 32 * 16)
+
+
+@pytest.mark.timeout(120)
+def test_a_sharded_compiled_model_is_counted_as_the_plain_one_and_keeps_its_hooks():
+    """--strategy fsdp --compile: FSDP2's forward hooks all-gather the real shards, which fake
+    tensors cannot feed (the count was "not counted"); with them off for the count, the
+    sharded model counts what the plain one does, and its hooks are back after (training the
+    sharded model still matches the plain one)."""
+    import torch.distributed as dist
+
+    from scaleprobe import config as C
+    from scaleprobe.strategies.fsdp import FSDP
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already up in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        plain = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        sharded = copy.deepcopy(plain)
+        cfg = C.build({"strategy": "fsdp", "nproc": 1})
+        s = FSDP(cfg.dist, torch.device("cpu"))
+        s.configure(cfg)
+        model = s.wrap(sharded)
+        x, y = torch.randn(6, 4), torch.randint(0, 2, (6,))
+        loss = lambda m, a, b: nn.functional.cross_entropy(m(a), b)  # noqa: E731
+        eager = count_flops(lambda: loss(plain, x, y).backward())
+        got, why = count_step(torch.compile(model, backend="eager"), loss, x, y)
+        assert why is None and got == eager > 0
+        hooks = [len(m._forward_pre_hooks) for m in model.modules()]
+        for m in (plain, model):
+            m.zero_grad(set_to_none=True)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            loss(m, x, y).backward()
+            opt.step()
+        for a, b in zip(plain.parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(a, b.full_tensor())
+        assert hooks == [len(m._forward_pre_hooks) for m in model.modules()] and sum(hooks) > 0
+    finally:
+        dist.destroy_process_group()
