@@ -79,3 +79,27 @@ def test_wrap_of_a_compiled_script_does_not_recompile_and_counts_flops(tmp_path)
     assert "global hooks" not in text
     assert eager["metrics"]["compiles"] is None
     assert eager["null_reasons"]["compiles"] == "the script compiled nothing"
+
+
+@pytest.mark.slow  # two ranks compiling a 2-block GPT on 2 cores: one to five minutes
+def test_fsdp_lm_compile_on_two_ranks_counts_flops_and_compiles_outside_the_window(tmp_path):
+    """--task lm --strategy fsdp --nproc 2 --compile (gloo on the CPU): the sharded model
+    compiles in the warm-up on both ranks, nothing in the window, FSDP's collectives still
+    measured in the step, and the FLOPs those of the whole model, 6N + 12 L d T per token
+    (N = 2 x 12 x 32^2 + 256 x 32; 16 windows of 32 tokens per step over both ranks). Bugs
+    caught: "not counted" (the fake count running FSDP's all-gather on fake tensors), a
+    count of one rank's shard only, compiling inside the window."""
+    p = run_cli("run", "--task", "lm", "--model", "gpt_tiny", "--layers", 2, "--width", 32,
+                "--heads", 2, "--seq-len", 32, "--dataset", "tokens-synthetic",
+                "--batch-size", 8, "--strategy", "fsdp", "--nproc", 2, "--compile",
+                "--steps", 6, "--warmup-steps", 2, "--out", tmp_path, "--no-progress",
+                timeout=800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = _only(tmp_path)
+    m = rec["metrics"]
+    assert rec["status"] == "ok", rec["error"]
+    assert m["compile_time_s"] > 0 and m["compiles"] >= 1, rec["null_reasons"]
+    assert m["compiles_in_window"] == 0 and m["recompiles"] == 0
+    n = 2 * 12 * 32 * 32 + 256 * 32
+    assert m["flops_per_step"] == (6 * n + 12 * 2 * 32 * 32) * 16 * 32
+    assert rec["comm"]["in_step"] is not None
