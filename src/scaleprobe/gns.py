@@ -244,3 +244,46 @@ def summarize(samples: Sequence[GnsSamples], global_batch: int | None
     if out.b_noise_path is None:
         why["gns.b_noise_path"] = "a block of steps has no positive |G|^2 estimate"
     return out, why
+
+
+def _n(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
+
+
+def regime(batch: float, b_noise: float, lo: float | None = None, hi: float | None = None
+           ) -> str:
+    """Where a batch lies against B_noise (McCandlish et al.'s model): ``below`` (a larger
+    batch cuts the steps nearly in proportion), ``above`` (it mostly costs samples) or
+    ``near``; against the interval's ends where one is given."""
+    lo = b_noise if lo is None else lo
+    hi = b_noise if hi is None else hi
+    if batch * 2 <= lo:
+        return "below"
+    if batch >= 2 * hi:
+        return "above"
+    return "near"
+
+
+REGIME_TEXT = {"below": "a larger batch cuts the steps nearly in proportion",
+               "near": "a larger batch still cuts steps, at a growing cost in samples",
+               "above": "a larger batch mostly costs samples, not steps"}
+
+
+def summary_line(g: Gns | None, reasons: dict[str, str]) -> str | None:
+    """One line for the terminal: B_simple with its interval, the two estimates, how it was
+    measured and where the run's batch lies against it; or why it is null."""
+    if g is None:
+        why = reasons.get("gns")
+        return f"gradient noise scale: not measured ({why})" if why else None
+    if g.b_simple is None:
+        return f"gradient noise scale: {reasons.get('gns.b_simple', 'not measured')}"
+    hi = "unbounded" if g.b_simple_hi is None else _n(g.b_simple_hi)
+    iv = f" [{_n(g.b_simple_lo)}, {hi}]" if g.b_simple_lo is not None else ""
+    text = (f"gradient noise scale B_simple: {_n(g.b_simple)} samples{iv} over {g.steps} timed "
+            f"steps (|G|^2 {_n(g.grad_sq)}, tr(Sigma) {_n(g.trace_sigma)}; "
+            f"{g.method_text or g.method})")
+    if g.global_batch:
+        where = regime(g.global_batch, g.b_simple, g.b_simple_lo, g.b_simple_hi)
+        text += (f"; the global batch {g.global_batch} is {where} it: "
+                 f"{REGIME_TEXT[where]} (McCandlish et al. 2018)")
+    return text
