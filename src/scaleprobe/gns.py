@@ -167,16 +167,30 @@ class Block:
 def blocks(trace: Sequence[float], g2: Sequence[float], first_step: int = 0,
            most: int = SERIES_BLOCKS, min_steps: int = MIN_BLOCK_STEPS) -> list[Block]:
     """The ratio over consecutive blocks of steps (at most ``most`` blocks of at least
-    ``min_steps`` steps; the last block takes the remainder)."""
+    ``min_steps`` steps; the last block takes the remainder). A block whose |G|^2 estimate
+    is not positive (the noise swamps it over so few steps) is merged with its smaller
+    neighbour until every block has one, or one block is left."""
     n = len(g2)
     count = max(1, min(most, n // max(1, min_steps)))
-    size = n // count if count else n
-    out = []
-    for i in range(count):
-        a = i * size
-        b = n if i == count - 1 else a + size
-        out.append(Block(first_step + a, b - a, ratio(trace[a:b], g2[a:b])))
-    return out
+    size = n // count
+    cuts = [i * size for i in range(count)] + [n]
+    spans = [[cuts[i], cuts[i + 1], sum(trace[cuts[i]:cuts[i + 1]]),
+              sum(g2[cuts[i]:cuts[i + 1]])] for i in range(count)]
+    while len(spans) > 1:
+        bad = next((i for i, sp in enumerate(spans) if sp[3] <= 0), None)
+        if bad is None:
+            break
+        if bad == 0:
+            j = 1
+        elif bad == len(spans) - 1:
+            j = bad - 1
+        else:
+            j = bad - 1 if spans[bad - 1][1] - spans[bad - 1][0] <= \
+                spans[bad + 1][1] - spans[bad + 1][0] else bad + 1
+        a, b = sorted((bad, j))
+        spans[a:b + 1] = [[spans[a][0], spans[b][1], spans[a][2] + spans[b][2],
+                           spans[a][3] + spans[b][3]]]
+    return [Block(first_step + a, b - a, t / g if g > 0 else None) for a, b, t, g in spans]
 
 
 def path_average(series: Sequence[Block], batch: float) -> float | None:

@@ -119,3 +119,13 @@ def test_mode_and_config_rules():
 def test_key_unchanged_at_default():
     assert C.build({"gns": None}).key() == C.RunConfig().key()
     assert C.build({"gns": True}).key() != C.RunConfig().key()
+
+
+def test_blocks_merge_a_block_without_signal_into_its_smaller_neighbour():
+    g2 = [1.0] * 10 + [-1.5] * 10 + [1.0] * 20
+    tr = [10.0] * 40
+    out = gns.blocks(tr, g2, first_step=2, most=4, min_steps=10)
+    # the second block (sum -15) joins the first (sizes tie: the earlier one), still -5, so
+    # the third joins them: 30 steps summing to +5, then the last block on its own
+    assert [(b.first_step, b.steps) for b in out] == [(2, 30), (32, 10)]
+    assert out[0].b_simple == pytest.approx(300 / 5) and out[1].b_simple == pytest.approx(10)
