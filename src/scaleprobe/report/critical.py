@@ -341,11 +341,12 @@ def _fit_panel(ax: Any, rows: list[dict[str, Any]], fit: CriticalFit) -> None:
         ax.axvline(fit.s_min, ls=":", color="#999", label=f"S_min {fit.s_min:,.0f} steps")
     if fit.e_min > 0:
         ax.axhline(fit.e_min, ls="--", color="#999", label=f"E_min {fit.e_min:,.0f} samples")
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_xscale("log")
     ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):  # plain numbers at the decades, no crowded minor labels
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers at 1, 2, 5 x 10^k; no minor labels
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
         axis.set_minor_formatter(NullFormatter())
     ax.set(xlabel="steps to target", ylabel="samples to target",

@@ -107,3 +107,19 @@ def test_without_gns_the_table_and_rule_are_unchanged():
     headers, _ = batch_table_parts(batch_table(plain))
     assert "B_noise" not in headers
     assert "Critical batch" not in recommend_batch(plain)["text"]
+
+
+def test_plot_draws_the_fit_and_the_series_with_nothing_cut():
+    plot = C.critical_plot(batch_table(SWEEP), "Critical batch: cb")
+    left, right = plot.meta["axes"]
+    assert left["xscale"] == right["xscale"] == "linear" or left["xscale"] == "log"
+    assert (left["xlabel"], left["ylabel"]) == ("steps to target", "samples to target")
+    assert left["points"] == ["B=16", "B=64", "B=256"]  # each batch size labelled once
+    assert right["ylim"][0] == 0 and right["ylabel"] == "B_noise (samples)"
+    w, h = plot.meta["width"], plot.meta["height"]
+    x0, y0, x1, y1 = plot.meta["content"]
+    assert x0 >= 0 and y0 >= 0 and x1 <= w and y1 <= h  # no text leaves the figure
+    plain = [_rec(b, 0, 50, 80) for b in (16, 64)]
+    for r in plain:
+        del r["gns"], r["target"]
+    assert C.critical_plot(batch_table(plain), "x") is None
