@@ -38,6 +38,26 @@ def run(a, gns: bool) -> float:
         return rec["metrics"]["samples_per_s"]
 
 
+def norm_cost(a) -> tuple[float, int]:
+    """The two squared norms the DDP tap takes per step, over a tensor the size of the
+    model's parameters, in this process: seconds per step (median of 20), parameters."""
+    import time
+
+    import torch
+
+    from scaleprobe.measure.gns_probe import sq_norm
+    from scaleprobe.models.build import build_model, param_count
+
+    n = param_count(build_model(a.model, 10, a.size))
+    buf = torch.randn(n)
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        sq_norm(buf), sq_norm(buf)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="digits_cnn")
@@ -60,6 +80,11 @@ def main() -> None:
     print(f"model {a.model} {a.size}px, batch {a.batch} per process, {where}, {a.steps} steps")
     print(f"A/A (off vs off) ratios: {', '.join(f'{r:.3f}' for r in aa)}")
     print(f"gns / off ratios: {', '.join(f'{r:.3f}' for r in ratios)}")
+    if a.nproc > 1:
+        per_step, n = norm_cost(a)
+        step_s = a.batch * a.nproc / statistics.median(off)
+        print(f"the tap's two norms over {n:,} parameters: {per_step * 1e3:.3f} ms per step, "
+              f"{per_step / step_s:.2%} of the mean step without it ({step_s * 1e3:.1f} ms)")
     print(f"RATIO gns / off = {statistics.median(on) / statistics.median(off):.3f} "
           f"(median samples/s); within noise when inside the A/A spread "
           f"[{min(aa):.3f}, {max(aa):.3f}]")

@@ -183,7 +183,7 @@ def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
         "achieved_flops_per_s": m.achieved_flops_per_s, "mfu": m.mfu,
         "cpu_util_pct": m.cpu_util_pct, "gpu_util_pct": m.gpu_util_pct,
         "repeats": len(P.repeats_of(r)), "record": r,
-        "b_noise": P.median_of(r, C.b_noise),  # the gradient noise scale (report/critical.py)
+        "b_noise": P.median_of(r, C.b_noise_path),  # gradient noise scale (report/critical.py)
     }
 
 

@@ -129,22 +129,19 @@ def b_noise_path(r: RunResult) -> float | None:
 
 
 def has_gns(rows: list[dict[str, Any]]) -> bool:
-    return any(P.values(r["record"], b_noise) for r in rows if r.get("record") is not None)
+    return any(P.values(r["record"], b_noise_path) for r in rows
+               if r.get("record") is not None)
 
 
 def noise_cell(row: dict[str, Any]) -> str:
-    """``412 (350-480)``: the median B_simple over the point's repeats and their range; with
-    one repeat its own 95% interval in brackets."""
+    """``83 (37-148)``: the median over the point's repeats of B_noise along each run's path
+    (``b_noise_path``, the figure the critical batch is compared with), and their range."""
     rec = row.get("record")
-    vals = P.values(rec, b_noise) if rec is not None else []
+    vals = P.values(rec, b_noise_path) if rec is not None else []
     if not vals:
         return "-"
     med = median(vals)
-    if len(vals) > 1:
-        return f"{med:,.0f} ({min(vals):,.0f}-{max(vals):,.0f})"
-    g = P.repeats_of(rec)[0].gns
-    hi = "unbounded" if g.b_simple_hi is None else f"{g.b_simple_hi:,.0f}"
-    return f"{med:,.0f} [{g.b_simple_lo or 0:,.0f}, {hi}]"
+    return f"{med:,.0f} ({min(vals):,.0f}-{max(vals):,.0f})" if len(vals) > 1 else f"{med:,.0f}"
 
 
 def batch_global(r: RunResult) -> int | None:
@@ -157,7 +154,7 @@ def regime_cell(row: dict[str, Any]) -> str:
     from scaleprobe.gns import regime
 
     rec = row.get("record")
-    vals = P.values(rec, b_noise) if rec is not None else []
+    vals = P.values(rec, b_noise_path) if rec is not None else []
     b = batch_global(rec) if rec is not None else None
     if not vals or not b:
         return "-"

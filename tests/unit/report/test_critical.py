@@ -79,7 +79,7 @@ def test_batch_table_shows_b_noise_and_where_each_batch_lies():
     headers, cells = batch_table_parts(rows)
     assert headers[-2:] == ["B_noise", "Batch vs B_noise"]
     by = {c[0]: c for c in cells}
-    assert by["16"][-2] == "90 (80-100)"  # median over the seeds, their range
+    assert by["16"][-2] == "90 (80-100)"  # B_noise along the path: median over seeds, range
     assert [by[b][-1] for b in ("16", "64", "256")] == ["below", "near", "above"]
 
 
