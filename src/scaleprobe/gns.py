@@ -21,10 +21,12 @@ recommends, numerator and denominator are averaged separately before their ratio
                the steps' correlation), fixed seed
     series     the same ratio over consecutive blocks of steps: B_noise over training (it
                grows as the loss falls)
+    end        the series' last block: B_noise where the run ended (with --target, near the
+               target), the figure a batch sweep's fitted critical batch is compared with
     path       B_noise along the path to the target: the blocks' ratios averaged with weights
                S_min per block = steps / (1 + B_noise / B). Summing the model's
                S = S_min (1 + B_noise / B) over the path gives a critical batch of exactly
-               this weighted mean; it is what a batch sweep's fitted E_min / S_min compares to.
+               this weighted mean, if the model held at every step (shown beside ``end``).
 """
 
 from __future__ import annotations

@@ -128,16 +128,24 @@ def b_noise_path(r: RunResult) -> float | None:
     return r.gns.b_noise_path if r.gns is not None else None
 
 
+def b_noise_end(r: RunResult) -> float | None:
+    """B_noise over the run's last block of steps (its series' last point): near the target
+    for a --target run."""
+    if r.gns is None or not r.gns.series:
+        return None
+    return r.gns.series[-1].b_simple
+
+
 def has_gns(rows: list[dict[str, Any]]) -> bool:
-    return any(P.values(r["record"], b_noise_path) for r in rows
+    return any(P.values(r["record"], b_noise_end) for r in rows
                if r.get("record") is not None)
 
 
 def noise_cell(row: dict[str, Any]) -> str:
-    """``83 (37-148)``: the median over the point's repeats of B_noise along each run's path
-    (``b_noise_path``, the figure the critical batch is compared with), and their range."""
+    """``150 (52-360)``: the median over the point's repeats of B_noise at each run's end
+    (``b_noise_end``, the figure the critical batch is compared with), and their range."""
     rec = row.get("record")
-    vals = P.values(rec, b_noise_path) if rec is not None else []
+    vals = P.values(rec, b_noise_end) if rec is not None else []
     if not vals:
         return "-"
     med = median(vals)
@@ -154,7 +162,7 @@ def regime_cell(row: dict[str, Any]) -> str:
     from scaleprobe.gns import regime
 
     rec = row.get("record")
-    vals = P.values(rec, b_noise_path) if rec is not None else []
+    vals = P.values(rec, b_noise_end) if rec is not None else []
     b = batch_global(rec) if rec is not None else None
     if not vals or not b:
         return "-"
@@ -179,29 +187,37 @@ def group_fit(rows: list[dict[str, Any]]) -> CriticalFit | None:
 
 @dataclass(frozen=True)
 class Predicted:
-    b_noise: float  # median over the runs of B_noise along each run's path
+    b_noise: float  # median over the runs of B_noise at each run's end (near the target)
     lo: float  # the runs' range
     hi: float
     runs: int
+    b_path: float | None  # median over the runs of B_noise along each run's path
     b_simple: float | None  # median over the runs of B_simple over each whole window
 
 
 def predicted(rows: list[dict[str, Any]]) -> Predicted | None:
-    """The group's B_noise from its runs' own measurements: along each run's path (the
-    figure the fitted critical batch is compared with, gns.py), median and range."""
+    """The group's B_noise from its runs' own measurements: at each run's end (near its
+    target; gns.py), median and range, with the path and window figures beside it."""
     runs = _runs(rows)
-    path = [v for v in (b_noise_path(r) for r in runs) if v is not None]
-    if not path:
+    end = [v for v in (b_noise_end(r) for r in runs) if v is not None]
+    if not end:
         return None
+    path = [v for v in (b_noise_path(r) for r in runs) if v is not None]
     simple = [v for v in (b_noise(r) for r in runs) if v is not None]
-    return Predicted(median(path), min(path), max(path), len(path),
-                     median(simple) if simple else None)
+    return Predicted(median(end), min(end), max(end), len(end),
+                     median(path) if path else None, median(simple) if simple else None)
 
 
 def _iv(lo: float | None, hi: float | None) -> str:
     left = "<1" if lo is None else f"{lo:,.0f}"
     right = "unbounded" if hi is None else f"{hi:,.0f}"
     return f"[{left}, {right}]"
+
+
+def _ratio_text(measured: float, pred: float) -> str:
+    ratio = measured / pred
+    agree = 1 / FACTOR <= ratio <= FACTOR
+    return f"{ratio:.2f}, " + ("within" if agree else "not within") + f" a factor of {FACTOR:g}"
 
 
 def fit_text(fit: CriticalFit) -> str:
@@ -230,18 +246,19 @@ def verdict_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None,
         return []
     lines = []
     if pred is not None:
+        beside = [f"{what} {v:,.0f}" for what, v in (("along each run's path", pred.b_path),
+                                                      ("B_simple over the whole window",
+                                                       pred.b_simple)) if v is not None]
         lines.append(f"- Critical batch{where}, predicted by the gradient noise scale: B_noise "
-                     f"{pred.b_noise:,.0f} samples (median over {pred.runs} runs, range "
-                     f"{pred.lo:,.0f}-{pred.hi:,.0f}; along each run's path to its end, "
-                     "docs/CRITICAL_BATCH.md" + (f"; B_simple over the whole window "
-                     f"{pred.b_simple:,.0f}" if pred.b_simple is not None else "") + ").")
+                     f"{pred.b_noise:,.0f} samples at each run's end (median over {pred.runs} "
+                     f"runs, range {pred.lo:,.0f}-{pred.hi:,.0f}; "
+                     + "; ".join(beside + ["docs/CRITICAL_BATCH.md"]) + ").")
     if fit is not None:
         line = f"- Critical batch{where}, measured from the steps to the target: {fit_text(fit)}"
         if pred is not None and fit.b_crit is not None:
-            ratio = fit.b_crit / pred.b_noise
-            agree = 1 / FACTOR <= ratio <= FACTOR
-            line += (f"; measured / predicted = {ratio:.2f} ("
-                     + ("within" if agree else "not within") + f" a factor of {FACTOR:g})")
+            line += "; measured / predicted = " + _ratio_text(fit.b_crit, pred.b_noise)
+            if pred.b_path:
+                line += f" (along the path: {_ratio_text(fit.b_crit, pred.b_path)})"
         lines.append(line + ".")
     crit = fit.b_crit if fit is not None and fit.b_crit is not None else (
         pred.b_noise if pred is not None else None)
@@ -365,10 +382,10 @@ def _series_panel(ax: Any, series: list[tuple[int | None, list[Any]]],
             ax.axhspan(fit.lo, fit.hi, color="#d1495b", alpha=0.12)
     if pred is not None:
         ax.axhline(pred.b_noise, color="#444", ls="--", lw=1,
-                   label=f"predicted B_noise {pred.b_noise:,.0f}")
+                   label=f"B_noise at the runs' end {pred.b_noise:,.0f}")
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
     ax.set(xlabel="samples trained", ylabel="B_noise (samples)",
            title="B_noise over training (blocks of steps)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", framealpha=0.6)

@@ -66,7 +66,8 @@ def _rec(bs, seed, steps, path, simple=None):
     r["gns"] = {"b_simple": simple or path, "b_simple_lo": path * 0.8, "b_simple_hi": path * 1.3,
                 "b_noise_path": path, "steps": 50, "global_batch": bs, "method": "micro_batches",
                 "series": [{"step": 5, "steps": 25, "samples": 5 * bs, "b_simple": path * 0.7},
-                           {"step": 30, "steps": 25, "samples": 30 * bs, "b_simple": path}]}
+                           {"step": 30, "steps": 25, "samples": 30 * bs,
+                            "b_simple": path + 10}]}
     return r
 
 
@@ -79,19 +80,20 @@ def test_batch_table_shows_b_noise_and_where_each_batch_lies():
     headers, cells = batch_table_parts(rows)
     assert headers[-2:] == ["B_noise", "Batch vs B_noise"]
     by = {c[0]: c for c in cells}
-    assert by["16"][-2] == "90 (80-100)"  # B_noise along the path: median over seeds, range
+    assert by["16"][-2] == "100 (90-110)"  # B_noise at each run's end: median, range
     assert [by[b][-1] for b in ("16", "64", "256")] == ["below", "near", "above"]
 
 
 def test_the_rule_names_predicted_and_measured_critical_batch_with_their_ratio():
     text = recommend_batch(SWEEP)["text"]
     pred = next(ln for ln in text.splitlines() if "predicted by the gradient noise" in ln)
-    assert "B_noise 90 samples (median over 9 runs, range 80-100" in pred
+    assert "B_noise 100 samples at each run's end (median over 9 runs, range 90-110" in pred
+    assert "along each run's path 90" in pred
     meas = next(ln for ln in text.splitlines() if "measured from the steps" in ln)
     assert "E_min / S_min = 10" in meas and "3 batch sizes (16, 64, 256), 9 runs" in meas
-    ratio = float(meas.split("measured / predicted = ")[1].split()[0])
-    assert ratio == pytest.approx(C.group_fit(batch_table(SWEEP)).b_crit / 90, rel=0.01)
-    assert "within a factor of 2" in meas
+    ratio = float(meas.split("measured / predicted = ")[1].split(",")[0])
+    assert ratio == pytest.approx(C.group_fit(batch_table(SWEEP)).b_crit / 100, rel=0.01)
+    assert "within a factor of 2 (along the path: " in meas
     model = next(ln for ln in text.splitlines() if ln.startswith("- By the model"))
     assert "below it (16)" in model and "above it (256)" in model
     # the memory/time rule's most efficient batch (256: most samples/s per GiB here) lies
