@@ -17,7 +17,12 @@ closed form. Its 95% interval is a bootstrap over the runs: each batch size's ru
 seeds) resampled with replacement, 2000 times, fixed seed, the fit redone. A fit whose S_min
 comes out <= 0 has no floor in steps over the batches measured: the critical batch lies above
 the largest one (and the interval is unbounded above); E_min <= 0, below the smallest.
-Torch-free.
+
+Verdicts (where a batch lies against the critical batch, whether measured and predicted agree
+within a factor of 2, where the memory/time rule disagrees) need ``MIN_REPEATS_TO_DECIDE``
+runs at every batch size they stand on: one seed's steps to a target or noise scale cannot
+show the seed-to-seed spread. With fewer, the figures are shown and the verdict is
+inconclusive. Torch-free.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.measure.stats import median
 from scaleprobe.report import repeats as P
 from scaleprobe.results import RunResult
@@ -50,6 +56,7 @@ class CriticalFit:
     runs: int
     batches: list[int]
     beyond: str | None = None  # "above" / "below" the batches measured, or None: within
+    min_runs: int = 1  # the fewest runs at one batch size (MIN_REPEATS_TO_DECIDE)
 
     def steps(self, b: float) -> float:
         return self.s_min + self.e_min / b
@@ -114,7 +121,7 @@ def fit_critical(points: Sequence[tuple[float, float]], resamples: int = RESAMPL
     batches = sorted(int(b) for b in by_batch)
     beyond = ("above" if b_crit > batches[-1] else "below" if b_crit < batches[0] else None)
     return CriticalFit(got[0], got[1], b_crit if 0 < b_crit < math.inf else None, lo, hi,
-                       len(pts), batches, beyond)
+                       len(pts), batches, beyond, min(len(v) for v in by_batch.values()))
 
 
 # ---- the sweep's records ------------------------------------------------------------------
@@ -157,8 +164,14 @@ def batch_global(r: RunResult) -> int | None:
     return r.batch.global_ or r.batch_size
 
 
+def undecided(n: int) -> str:
+    """The verdict's place when ``n`` (< ``MIN_REPEATS_TO_DECIDE``) runs stand behind it."""
+    return f"inconclusive ({n} repeat{'s' if n != 1 else ''})"
+
+
 def regime_cell(row: dict[str, Any]) -> str:
-    """Where the batch lies against the point's B_noise (``gns.regime``)."""
+    """Where the batch lies against the point's B_noise (``gns.regime``) over the range of
+    its repeats; inconclusive with fewer than ``MIN_REPEATS_TO_DECIDE`` of them."""
     from scaleprobe.gns import regime
 
     rec = row.get("record")
@@ -166,12 +179,14 @@ def regime_cell(row: dict[str, Any]) -> str:
     b = batch_global(rec) if rec is not None else None
     if not vals or not b:
         return "-"
+    if len(vals) < M.MIN_REPEATS_TO_DECIDE:
+        return undecided(len(vals))
     return regime(b, median(vals), min(vals), max(vals))
 
 
 # ---- one group of a batch sweep: prediction, measurement, verdicts ------------------------
 
-def _runs(rows: list[dict[str, Any]]) -> list[RunResult]:
+def runs_of(rows: list[dict[str, Any]]) -> list[RunResult]:
     return [x for r in rows if r.get("record") is not None for x in P.repeats_of(r["record"])]
 
 
@@ -181,7 +196,7 @@ def steps_to_target(r: RunResult) -> int | None:
 
 def group_fit(rows: list[dict[str, Any]]) -> CriticalFit | None:
     """The fit over every run of the group that reached its target."""
-    pts = [(batch_global(r), steps_to_target(r)) for r in _runs(rows)]
+    pts = [(batch_global(r), steps_to_target(r)) for r in runs_of(rows)]
     return fit_critical([(b, s) for b, s in pts if b and s])
 
 
@@ -193,19 +208,22 @@ class Predicted:
     runs: int
     b_path: float | None  # median over the runs of B_noise along each run's path
     b_simple: float | None  # median over the runs of B_simple over each whole window
+    min_runs: int = 1  # the fewest runs with B_noise at one batch size of the group
 
 
 def predicted(rows: list[dict[str, Any]]) -> Predicted | None:
     """The group's B_noise from its runs' own measurements: at each run's end (near its
     target; gns.py), median and range, with the path and window figures beside it."""
-    runs = _runs(rows)
+    runs = runs_of(rows)
     end = [v for v in (b_noise_end(r) for r in runs) if v is not None]
     if not end:
         return None
     path = [v for v in (b_noise_path(r) for r in runs) if v is not None]
     simple = [v for v in (b_noise(r) for r in runs) if v is not None]
+    counts = [len(P.values(r["record"], b_noise_end)) for r in rows if r.get("record")]
     return Predicted(median(end), min(end), max(end), len(end),
-                     median(path) if path else None, median(simple) if simple else None)
+                     median(path) if path else None, median(simple) if simple else None,
+                     min(c for c in counts if c))
 
 
 def _iv(lo: float | None, hi: float | None) -> str:
@@ -214,10 +232,29 @@ def _iv(lo: float | None, hi: float | None) -> str:
     return f"[{left}, {right}]"
 
 
-def _ratio_text(measured: float, pred: float) -> str:
+def _ratio_text(measured: float, pred: float, decided: bool = True) -> str:
+    """The ratio, and whether it lies within ``FACTOR`` when ``decided``."""
     ratio = measured / pred
+    if not decided:
+        return f"{ratio:.2f}"
     agree = 1 / FACTOR <= ratio <= FACTOR
     return f"{ratio:.2f}, " + ("within" if agree else "not within") + f" a factor of {FACTOR:g}"
+
+
+def _ratio_line(fit: CriticalFit, pred: Predicted) -> str:
+    """``; measured / predicted = ...`` against the end and the path figures; whether they
+    agree is decided only with ``MIN_REPEATS_TO_DECIDE`` runs at every batch size behind
+    either figure."""
+    assert fit.b_crit is not None
+    runs = min(fit.min_runs, pred.min_runs)
+    decided = runs >= M.MIN_REPEATS_TO_DECIDE
+    text = "; measured / predicted = " + _ratio_text(fit.b_crit, pred.b_noise, decided)
+    if pred.b_path:
+        text += f" (along the path: {_ratio_text(fit.b_crit, pred.b_path, decided)})"
+    if not decided:
+        text += (f", {undecided(runs)} at a batch size: whether they agree within a factor "
+                 f"of {FACTOR:g} is not decided")
+    return text
 
 
 def fit_text(fit: CriticalFit) -> str:
@@ -256,16 +293,19 @@ def verdict_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None,
     if fit is not None:
         line = f"- Critical batch{where}, measured from the steps to the target: {fit_text(fit)}"
         if pred is not None and fit.b_crit is not None:
-            line += "; measured / predicted = " + _ratio_text(fit.b_crit, pred.b_noise)
-            if pred.b_path:
-                line += f" (along the path: {_ratio_text(fit.b_crit, pred.b_path)})"
+            line += _ratio_line(fit, pred)
         lines.append(line + ".")
-    crit = fit.b_crit if fit is not None and fit.b_crit is not None else (
-        pred.b_noise if pred is not None else None)
-    if crit is not None:
-        lines += _model_lines(rows, crit, "measured" if fit is not None and fit.b_crit
-                              else "predicted", rec)
-    return lines
+    measured = fit is not None and fit.b_crit is not None
+    crit = fit.b_crit if measured else pred.b_noise if pred is not None else None
+    if crit is None:
+        return lines
+    which = "measured" if measured else "predicted"
+    runs = fit.min_runs if measured else pred.min_runs
+    if runs < M.MIN_REPEATS_TO_DECIDE:
+        return lines + [f"- Where each batch size lies against the {which} critical batch "
+                        f"{crit:,.0f}: {undecided(runs)} at a batch size; "
+                        f"{M.MIN_REPEATS_TO_DECIDE} or more (--repeats) decide it."]
+    return lines + _model_lines(rows, crit, which, rec)
 
 
 def _model_lines(rows: list[dict[str, Any]], crit: float, which: str,
@@ -305,87 +345,3 @@ def group_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None) -
         where = f" ({g})" if g and len(groups) > 1 else ""
         out += verdict_lines([r for r in rows if r["group"] == g], rec, where)
     return out
-
-
-def critical_plot(rows: list[dict[str, Any]], title: str) -> Any:
-    """Left: samples against steps to the target, one dot per run (labelled with its batch
-    size at the median), and the fitted curve (S(B), E(B)) with its asymptotes S_min and
-    E_min. Right: B_noise over training, one line per batch size (its median repeat's
-    series), with the fitted critical batch. None without a fit or a series to draw."""
-    from scaleprobe.report import plots  # matplotlib: only where a figure is drawn
-
-    fit = group_fit(rows)
-    series = [(batch_global(r["record"]), r["record"].gns.series) for r in rows
-              if r.get("record") is not None and r["record"].gns is not None
-              and r["record"].gns.series]
-    if fit is None and not series:
-        return None
-    fig, (left, right) = plots._figure(11.0, 4.4, 2)
-    if fit is not None:
-        _fit_panel(left, rows, fit)
-    else:
-        left.set_visible(False)
-    if series:
-        _series_panel(right, series, fit, predicted(rows))
-    else:
-        right.set_visible(False)
-    fig.suptitle(title)
-    return plots._render(fig)
-
-
-def _fit_panel(ax: Any, rows: list[dict[str, Any]], fit: CriticalFit) -> None:
-    runs = [(batch_global(r), steps_to_target(r)) for r in _runs(rows)]
-    runs = [(b, s) for b, s in runs if b and s]
-    ax.plot([s for _, s in runs], [s * b for b, s in runs], "o", color="#30638e", ms=5,
-            label="each run (seed)")
-    for b in fit.batches:  # label each batch size at its median run
-        mine = sorted(s for bb, s in runs if bb == b)
-        s = mine[(len(mine) - 1) // 2]
-        ax.annotate(f"B={b}", (s, s * b), textcoords="offset points", xytext=(5, 4),
-                    fontsize=8, color="#444")
-    lo, hi = fit.batches[0] / 2, fit.batches[-1] * 2
-    bs = [lo * (hi / lo) ** (i / 99) for i in range(100)]
-    curve = [(fit.steps(b), fit.samples(b)) for b in bs if fit.steps(b) > 0]
-    if curve:
-        label = ("fit S = S_min + E_min/B" + (f", B_crit {fit.b_crit:,.0f}" if fit.b_crit
-                                              else ""))
-        ax.plot([c[0] for c in curve], [c[1] for c in curve], "-", color="#d1495b",
-                label=label)
-    if fit.s_min > 0:
-        ax.axvline(fit.s_min, ls=":", color="#999", label=f"S_min {fit.s_min:,.0f} steps")
-    if fit.e_min > 0:
-        ax.axhline(fit.e_min, ls="--", color="#999", label=f"E_min {fit.e_min:,.0f} samples")
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):  # plain numbers at 1, 2, 5 x 10^k; no minor labels
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
-        axis.set_minor_formatter(NullFormatter())
-    ax.set(xlabel="steps to target", ylabel="samples to target",
-           title="Samples against steps to the target")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper right")
-
-
-def _series_panel(ax: Any, series: list[tuple[int | None, list[Any]]],
-                  fit: CriticalFit | None, pred: Predicted | None) -> None:
-    for b, pts in series:
-        xs = [p.samples for p in pts if p.b_simple is not None and p.samples is not None]
-        ys = [p.b_simple for p in pts if p.b_simple is not None and p.samples is not None]
-        ax.plot(xs, ys, "o-", ms=3, label=f"batch {b}")
-    if fit is not None and fit.b_crit is not None:
-        ax.axhline(fit.b_crit, color="#d1495b", ls="-", lw=1.5,
-                   label=f"fitted critical batch {fit.b_crit:,.0f}")
-        if fit.lo is not None and fit.hi is not None:
-            ax.axhspan(fit.lo, fit.hi, color="#d1495b", alpha=0.12)
-    if pred is not None:
-        ax.axhline(pred.b_noise, color="#444", ls="--", lw=1,
-                   label=f"B_noise at the runs' end {pred.b_noise:,.0f}")
-    ax.set_ylim(bottom=0)
-    ax.set_xlim(left=0)
-    ax.set(xlabel="samples trained", ylabel="B_noise (samples)",
-           title="B_noise over training (blocks of steps)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", framealpha=0.6)

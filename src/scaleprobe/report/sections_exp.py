@@ -12,7 +12,7 @@ from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
 from scaleprobe.report import target as T
 from scaleprobe.report import workers as W
-from scaleprobe.report.critical import critical_plot
+from scaleprobe.report.critical_plot import critical_plot
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.load import under_load_line
 from scaleprobe.report.repeats import group_repeats

@@ -10,6 +10,7 @@ from scaleprobe.report import critical as C
 from scaleprobe.report.batch import batch_table as _table
 from scaleprobe.report.batch import batch_table_parts as _parts
 from scaleprobe.report.batch import recommend_batch as _recommend
+from scaleprobe.report.critical_plot import critical_plot
 from tests.unit.report.factory import run, typed_api
 
 recommend_batch, batch_table, batch_table_parts = (typed_api(_recommend), typed_api(_table),
@@ -102,6 +103,35 @@ def test_the_rule_names_predicted_and_measured_critical_batch_with_their_ratio()
     assert "fastest per epoch batch" not in text
 
 
+def test_one_repeat_shows_the_figures_and_decides_no_verdict():
+    """Verdicts need MIN_REPEATS_TO_DECIDE runs at every batch size: one seed's steps to a
+    target and noise scale show no seed-to-seed spread. The figures stay; where each batch
+    lies, whether measured and predicted agree, and the disagreement with the memory/time
+    rule do not appear."""
+    one = [r for r in SWEEP if r["experiment"]["repeat"] == 0]
+    _, cells = batch_table_parts(batch_table(one))
+    assert [c[-1] for c in cells] == ["inconclusive (1 repeat)"] * 3
+    assert [c[-2] for c in cells] == ["90"] * 3  # the figure is still shown
+    text = recommend_batch(one)["text"]
+    meas = next(ln for ln in text.splitlines() if "measured from the steps" in ln)
+    assert "E_min / S_min = " in meas and "(no repeats: no interval)" in meas
+    assert "inconclusive (1 repeat) at a batch size: whether they agree within a factor" in meas
+    assert "not within" not in meas and ", within" not in meas
+    assert "- Where each batch size lies against the measured critical batch" in text
+    assert "below it (" not in text and "above it (" not in text
+    assert "lies above the critical batch" not in text
+    # one batch size with a single run is enough to hold the verdicts back
+    mixed = [r for r in SWEEP if r["experiment"]["repeat"] < 2 or r["batch"]["global"] == 64]
+    mixed = [r for r in mixed if not (r["batch"]["global"] == 16 and r["experiment"]["repeat"])]
+    assert C.group_fit(batch_table(mixed)).min_runs == 1
+    assert "inconclusive (1 repeat) at a batch size" in recommend_batch(mixed)["text"]
+    two = [r for r in SWEEP if r["experiment"]["repeat"] < 2]
+    assert C.group_fit(batch_table(two)).min_runs == 2
+    text2 = recommend_batch(two)["text"]
+    assert "inconclusive (" not in text2.split("measured from the steps")[1].split("\n")[0]
+    assert "- By the model with the measured critical batch" in text2
+
+
 def test_without_gns_the_table_and_rule_are_unchanged():
     plain = [_rec(b, 0, 50, 80) for b in (16, 64)]
     for r in plain:
@@ -112,7 +142,7 @@ def test_without_gns_the_table_and_rule_are_unchanged():
 
 
 def test_plot_draws_the_fit_and_the_series_with_nothing_cut():
-    plot = C.critical_plot(batch_table(SWEEP), "Critical batch: cb")
+    plot = critical_plot(batch_table(SWEEP), "Critical batch: cb")
     left, right = plot.meta["axes"]
     assert left["xscale"] == right["xscale"] == "linear" or left["xscale"] == "log"
     assert (left["xlabel"], left["ylabel"]) == ("steps to target", "samples to target")
@@ -124,4 +154,4 @@ def test_plot_draws_the_fit_and_the_series_with_nothing_cut():
     plain = [_rec(b, 0, 50, 80) for b in (16, 64)]
     for r in plain:
         del r["gns"], r["target"]
-    assert C.critical_plot(batch_table(plain), "x") is None
+    assert critical_plot(batch_table(plain), "x") is None
