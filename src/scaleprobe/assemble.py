@@ -11,6 +11,7 @@ from typing import Any
 from scaleprobe import metrics as M
 from scaleprobe.comm.instep import fill_in_step
 from scaleprobe.config import RunConfig
+from scaleprobe.gns import summarize as summarize_gns
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.held import summarize_held
@@ -42,6 +43,7 @@ def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | No
         try:
             _metrics(result, cfg, ranks, monitor)
             _target(result, cfg, ranks)
+            _gns(result, ranks)
             _checks(result, head_rank(ranks))
         except Exception as e:  # a bug in summarising must not lose the run
             result.status = "failed"
@@ -81,6 +83,14 @@ def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:
         if result.status == "ok":
             result.status = "target_not_reached"
             result.error = not_reached_line(tt)
+
+
+def _gns(result: RunResult, ranks: list[RankRecord]) -> None:
+    """The gradient noise scale from the ranks' squared norms (gns.py); absent when off."""
+    got = [r.gns for r in ranks if r.gns is not None]
+    if got:
+        result.gns, why = summarize_gns(got, result.batch.global_)
+        result.null_reasons.update(why)
 
 
 def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> None:

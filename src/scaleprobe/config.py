@@ -216,6 +216,10 @@ class MeasureConfig:
                                       unset="no cap", valid=_is_size,
                                       text="a size such as 512MiB or 2GiB")
     progress: bool = option(True, "live progress bar")
+    gns: bool | None = option(None, "gradient noise scale B_noise (McCandlish et al. 2018; "
+                              "docs/CRITICAL_BATCH.md): under ddp from its all-reduce hook, "
+                              "on one process from two half-batches per step",
+                              unset="on under ddp with 2+ processes, off otherwise")
 
 
 def _script_text(text: str) -> bool:
@@ -340,7 +344,8 @@ ALL_KEYS = sorted(KNOBS)
 # keys added after results were written: left out of RunConfig.key() while at their defaults,
 # so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
 LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
-              "data.eval_windows", "dist.threads_per_rank", "dist.parity_tolerance")
+              "data.eval_windows", "measure.gns", "dist.threads_per_rank",
+              "dist.parity_tolerance")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure
 
 

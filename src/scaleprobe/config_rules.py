@@ -8,6 +8,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.gns import check_config as check_gns
 from scaleprobe.traits import traits_of
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def check_combinations(cfg: RunConfig) -> None:
                "the loss scale lives in each worker while the server applies the gradients")
         raise ConfigError(f"--strategy {ds.strategy} with --amp fp16 is not supported: {why}; "
                           "use --amp bf16")
+    check_gns(cfg)
     if cfg.world_size < tr.min_world:
         raise ConfigError(f"--strategy {ds.strategy} needs --nproc >= {tr.min_world} (one server "
                           "and at least one worker)")

@@ -19,6 +19,7 @@ import torch
 from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.config import RunConfig
 from scaleprobe.interrupt import StopRequest
+from scaleprobe.measure.gns_probe import half_steps, samples_of
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
 from scaleprobe.measure.monitor import host_mem_record
@@ -111,11 +112,14 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
     x, y = p.task.to_device(x, y, p.device, p.cfg.model.channels_last)
     tm.mark("h2d")
     _set_lr(p, st.step)
-    with p.autocast:
-        loss = p.task.forward_loss(p.model, x, y)
-    tm.mark("forward")
-    p.scaler.scale(loss).backward()
-    tm.mark("backward")
+    if p.gns is not None:  # --gns on one process: the batch's two halves (gns_probe.py)
+        loss = p.gns.step(p, x, y, tm, timed=st.step >= p.cfg.train.warmup_steps)
+    else:
+        with p.autocast:
+            loss = p.task.forward_loss(p.model, x, y)
+        tm.mark("forward")
+        p.scaler.scale(loss).backward()
+        tm.mark("backward")
     # with one process nothing crosses a wire: a strategy's own sync phases (local SGD's
     # averaging over one rank) are bookkeeping, timed with the optimizer, not as communication
     comm_phase = "comm" if p.strategy.world > 1 else "optimizer"
@@ -334,6 +338,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         info=RankInfo.from_dict(p.info),
         strategy_metrics=p.strategy.extra_metrics(),
         target=p.watch.record() if p.watch is not None and p.watch.points else None,
+        gns=samples_of(p),
     ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
 
 
@@ -383,6 +388,7 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
 
         p.flops = step_flops(cfg.model.compile, cfg.train.warmup_steps, strategy.towers)
         p.watch = _watch(p)
+        p.gns = half_steps(p)
     from scaleprobe.measure.compiled import CompileWatch
 
     compiles = CompileWatch().install()  # torch.compile's compilations, and when (a no-op else)

@@ -42,6 +42,7 @@ class Parts:
     flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
     watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
     held: dict[str, int] | None = None  # measure/held.py: state bytes this rank holds
+    gns: Any = None  # measure/gns_probe.HalfSteps: one process's --gns step (two halves)
 
 
 def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:

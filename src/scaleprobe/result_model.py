@@ -398,6 +398,56 @@ class TimeToTarget(Record):
 
 
 @dataclass
+class GnsPoint(Record):
+    """B_noise over one block of consecutive timed steps (``gns.blocks``)."""
+
+    step: int | None = None  # the block's first step (0 = the run's first step)
+    steps: int | None = None
+    samples: int | None = None  # global samples trained before the block's first step
+    b_simple: float | None = None  # None: no positive |G|^2 estimate over the block
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Gns(Record):
+    """The gradient noise scale (``scaleprobe/gns.py``; McCandlish et al. 2018): B_noise =
+    tr(Sigma) / |G|^2 in samples, from the squared norms of a small and a big gradient per
+    timed step."""
+
+    b_simple: float | None = None  # samples; ratio of the means over the timed steps
+    b_simple_lo: float | None = None  # 95% interval (``interval_method``); hi may be inf
+    b_simple_hi: float | None = None
+    b_noise_path: float | None = None  # samples; the S_min-weighted mean over ``series``
+    grad_sq: float | None = None  # |G|^2 estimate, mean over the timed steps
+    trace_sigma: float | None = None  # tr(Sigma) estimate (per sample), mean over the steps
+    steps: int | None = None
+    b_small: int | None = None  # samples behind each small gradient
+    b_big: int | None = None  # samples behind the big one
+    global_batch: int | None = None  # the run's samples per optimizer step
+    method: str | None = None  # ddp_hook | micro_batches
+    method_text: str | None = None
+    smoothing: str | None = None
+    interval_method: str | None = None
+    series: list[GnsPoint] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GnsSamples(Record):
+    """One rank's squared gradient norms per timed step (``measure/gns_probe.py``); the
+    run's ``Gns`` is made from every rank's (``gns.summarize``)."""
+
+    method: str | None = None  # ddp_hook | micro_batches
+    b_small: int | None = None  # samples behind each small gradient (this rank's)
+    b_big: int | None = None  # samples behind the big gradient (every rank's, under DDP)
+    first_step: int | None = None  # the step index of the first timed step
+    small_sq: list[float] = field(default_factory=list)  # per step; mean over the smalls
+    big_sq: list[float] = field(default_factory=list)
+    reason: str | None = None  # why not measured (then the lists are empty)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Batch(Record):
     per_device: int | None = None
     per_process: int | None = None
@@ -648,6 +698,7 @@ class RunResult(InExperiment, Record):
     invariants: list[dict[str, str]] | None = None
     experiment: Experiment | None = None
     target: TimeToTarget | None = None
+    gns: Gns | None = None  # the gradient noise scale (--gns; on under DDP); absent when off
     paths: dict[str, Any] = field(default_factory=dict)
     # `scaleprobe wrap`: the user's script (target, exit_code, loader, stopped_after,
     # sampler_note); null for the built-in training loop
@@ -671,7 +722,7 @@ class RunResult(InExperiment, Record):
     repeats: list[RunResult] | None = field(default=None, metadata=TRANSIENT, repr=False,
                                             compare=False)
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("partial", "launcher_run_id")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("partial", "launcher_run_id", "gns")
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
         """A configuration value: ``result.cfg("dist.strategy")``."""
@@ -877,7 +928,10 @@ class RankRecord(Record):
     interrupted: str | None = None
     # measure/compiled.CompileWatch.record(): this rank's compilations and where they fell
     compile: dict[str, Any] | None = None
+    gns: GnsSamples | None = None  # squared gradient norms per timed step (--gns)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("gns",)
 
 
 @dataclass

@@ -146,6 +146,13 @@ A run record (``kind == "run"``)::
                       eval_every_steps (null: every epoch), max_epochs, rule, curve [{
                       evaluation, step, epoch, samples, train_wall_s, eval_s, value}] (also
                       OUT/<run>/target_curve.csv); null figures when not reached
+    gns               absent unless measured (--gns; on by default under DDP with 2+
+                      processes): the gradient noise scale (gns.py, docs/CRITICAL_BATCH.md):
+                      b_simple (samples) with b_simple_lo/b_simple_hi (95%, block bootstrap
+                      over the timed steps), b_noise_path, grad_sq (|G|^2), trace_sigma
+                      (tr(Sigma) per sample), steps, b_small, b_big, global_batch, method
+                      (ddp_hook | micro_batches), smoothing, series [{step, steps, samples,
+                      b_simple}]; asked for and not measured: null_reasons.gns
     experiment        {id, kind, point} when the run belongs to a sweep / scale / ...;
                       a run is identified by experiment id + point (+ ``repeat``, the repeat
                       index, when present), never by its name; ``start``: how the
@@ -191,6 +198,9 @@ from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-export
     Comm,
     CommBenchRecord,
     Experiment,
+    Gns,
+    GnsPoint,
+    GnsSamples,
     InExperiment,
     Load,
     Metrics,

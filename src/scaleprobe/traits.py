@@ -37,6 +37,11 @@ class StrategyTraits:
     # the step's own communication is measured inside it as the comm phase (not carved out
     # of backward by the no_sync calibration, which stays a cross-check)
     comm_in_step: bool = False
+    # the gradient noise scale (gns.py): from DDP's all-reduce hook (each rank's gradient and
+    # the reduced one), or from two micro-batches of a step whose gradients after backward are
+    # the process's whole batch (no sharding, no server, no averaging of its own)
+    gns_from_hook: bool = False
+    gns_micro_batches: bool = False
 
     @property
     def in_process(self) -> bool:
@@ -53,10 +58,11 @@ class StrategyTraits:
 
 
 TRAITS: dict[str, StrategyTraits] = {
-    "single": StrategyTraits("single", launched=False),
-    "dp": StrategyTraits("dp", launched=False, towers=True),
+    "single": StrategyTraits("single", launched=False, gns_micro_batches=True),
+    "dp": StrategyTraits("dp", launched=False, towers=True, gns_micro_batches=True),
     "ddp": StrategyTraits("ddp", launched=True, overlapped_comm=True, audits_shards=True,
-                          bucketed=True, sync_collective="all_reduce", comm_pattern="allreduce"),
+                          bucketed=True, sync_collective="all_reduce", comm_pattern="allreduce",
+                          gns_from_hook=True, gns_micro_batches=True),
     "ps": StrategyTraits("ps", launched=True, server_ranks=1, min_world=2, explicit_comm=True,
                          audits_shards=True,
                          needs_any_source_recv=True, fp16_loss_scaling=False,

@@ -139,13 +139,15 @@ def test_an_array_or_table_for_any_key_names_the_key(bad):
 
 
 def test_true_for_any_key_that_is_not_a_switch_is_refused():
-    """Bug: `batch_size = true` trained with a batch of 1 (a bool is an int in Python)."""
-    defaults = C.flatten(C.RunConfig().to_dict())
+    """Bug: `batch_size = true` trained with a batch of 1 (a bool is an int in Python).
+    A switch is known by its declared type, not its default (``measure.gns`` is a switch
+    whose default, None, means "decided by the strategy")."""
     for k in C.ALL_KEYS:
-        if isinstance(defaults[k], bool):
+        if bool in C.KNOBS[k].kinds:
             continue
         with pytest.raises(ConfigError, match=f"^{k}: expected .*, got true"):
             C.build({k: True})
+    assert C.build({"measure.gns": True}).measure.gns is True
 
 
 # --- through the command line ------------------------------------------------------------

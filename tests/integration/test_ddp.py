@@ -186,3 +186,17 @@ def test_accuracy_parity_one_vs_two_processes(cli, out_dir):
     expect = ("parity holds" if -tol < iv["lo"] and iv["hi"] < tol else
               "parity broken" if iv["lo"] > tol or iv["hi"] < -tol else "inconclusive")
     assert par["verdict"] == expect and f"{expect}: " in p.stdout
+
+
+def test_ddp_measures_the_gradient_noise_scale_by_default(ddp_run):
+    """On by default under DDP with 2 processes: from the comm hook, every timed step, each
+    rank's gradient (batch 32) against the reduced one (batch 64); the summary prints it."""
+    p, out = ddp_run
+    rec = _result(out)
+    g = rec["gns"]
+    assert (g["method"], g["b_small"], g["b_big"], g["global_batch"]) == ("ddp_hook", 32, 64, 64)
+    assert g["steps"] == rec["metrics"]["steps_timed"]
+    assert g["trace_sigma"] > 0 and g["series"] and g["series"][0]["step"] == 5
+    if g["b_simple"] is not None:
+        assert g["b_simple_lo"] <= g["b_simple"]
+    assert "gradient noise scale" in p.stdout

@@ -24,6 +24,8 @@ def test_quick_demo_prints_tables_and_writes_the_report(cli, demo):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "| Batch size | Devices | Peak memory | Growth | Epoch time | Growth |" in p.stdout
     assert "A larger batch pays only while epoch time falls faster than memory grows" in p.stdout
+    assert "| B_noise | Batch vs B_noise |" in p.stdout  # the gradient noise scale per batch
+    assert "Critical batch, predicted by the gradient noise scale" in p.stdout
     assert "| Setting | Workers | Data wait |" in p.stdout
     for sid in ("demo-batch-size", "demo-loader-transform"):
         assert (out_dir / sid / "sweep.md").exists()

@@ -68,6 +68,10 @@ class CommTimer:
         self.clock = clock
         self.attached = 0  # DDP models timed
         self.reason: str | None = None  # why a DDP model was not timed
+        # sees each bucket's buffer before the inner hook (this rank's gradient) and the
+        # future's value after it (the reduced one), and changes neither: tap.before(buffer),
+        # tap.after(value) (measure/gns_probe.NormTap: the gradient noise scale)
+        self.tap: Any = None
         self._done: list[Bucket] = []
         self._lock = threading.Lock()
 
@@ -79,6 +83,9 @@ class CommTimer:
         def timed(_state, bucket):  # noqa: ANN001, ANN202  (DDP checks a hook's annotations)
             buf = bucket.buffer()
             nbytes = int(buf.numel() * buf.element_size())
+            tap = self.tap
+            if tap is not None:
+                tap.before(buf)  # before the inner hook divides the buffer in place
             t0 = self.clock()
             fut = inner["hook"](inner["state"], bucket)
 
@@ -86,7 +93,11 @@ class CommTimer:
                 t1 = self.clock()
                 with self._lock:
                     self._done.append((t0, t1, nbytes))
-                return f.value()
+                if tap is None:
+                    return f.value()
+                value = f.value()
+                tap.after(value)
+                return value
 
             return fut.then(done)
 

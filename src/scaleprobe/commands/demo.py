@@ -3,7 +3,8 @@
 
 1. a batch-size sweep (two whole epochs per point, each in its own process, every point three
    times, interleaved): peak memory and epoch time with their growth rates, the fastest and
-   the most efficient batch size, each verdict with its interval or "inconclusive";
+   the most efficient batch size, each verdict with its interval or "inconclusive", and the
+   gradient noise scale B_noise beside each batch size (``--gns``);
 2. the two input pipelines (naive vs pipelined) with the light and the heavy transform;
 3. a report (Markdown + one self-contained HTML file) with plots and a diagnosis.
 Each sweep's tables are printed as Markdown and written to ``--out`` (default
@@ -22,7 +23,10 @@ HELP = "the main job on the embedded digits data: batch sweep, loaders, transfor
 
 BASE: dict[str, Any] = {"model": "digits_cnn", "dataset": "digits", "epochs": 2,
                         "warmup_steps": 3, "loader": "pipelined", "workers": 1, "lr": 0.05}
-BATCH_SWEEP: dict[str, Any] = {"sweep": {"id": "demo-batch-size"}, "base": BASE,
+# the batch sweep also measures the gradient noise scale (two half-batches per step): its
+# table shows B_noise beside each batch size (docs/CRITICAL_BATCH.md)
+BATCH_SWEEP: dict[str, Any] = {"sweep": {"id": "demo-batch-size"},
+                               "base": {**BASE, "gns": True},
                                "grid": {"batch_size": [16, 32, 64, 128, 256]}}
 LOADER_SWEEP: dict[str, Any] = {"sweep": {"id": "demo-loader-transform"},
                                 "base": {**BASE, "batch_size": 64},

@@ -82,6 +82,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--profile-every", "measure.profile_every", ()),
     ("--summary-every", "measure.summary_every", ()),
     ("--progress", "measure.progress", ()),
+    ("--gns", "measure.gns", ()),
     ("--out", "out", ()),
     ("--name", "name", ()),
 ]

@@ -36,6 +36,7 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
         from scaleprobe.target import summary_line
 
         con.print(esc(summary_line(r.target.to_dict())))
+    _gns_line(con, r)
     _flops_line(con, r)
     _compile_line(con, r)
     _state_line(con, r)
@@ -99,6 +100,15 @@ def _lm_line(con: Console, r: RunResult) -> None:
     con.print(f"language model: held-out loss {loss:.3f} nats/token (perplexity "
               f"{fmt.num(ppl, '.2f')}) over {fmt.num(num(m.extra.get('eval_tokens')), ',.0f')} "
               f"tokens, {side} the training split's unigram entropy {h:.3f} nats/token")
+
+
+def _gns_line(con: Console, r: RunResult) -> None:
+    """The gradient noise scale (gns.py), or why it was not measured when it was asked for."""
+    from scaleprobe.gns import summary_line
+
+    line = summary_line(r.gns, r.null_reasons)
+    if line:
+        con.print(esc(line))
 
 
 def _flops_line(con: Console, r: RunResult) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from scaleprobe import metrics as M
 from scaleprobe.measure.summary import projected_epoch_s
+from scaleprobe.report import critical as C
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
@@ -190,6 +191,7 @@ def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
         "mfu": med(lambda x: x.metrics.mfu), "cpu_util_pct": med(lambda x: x.metrics.cpu_util_pct),
         "gpu_util_pct": med(lambda x: x.metrics.gpu_util_pct),
         "repeats": len(P.repeats_of(r)), "record": r,
+        "b_noise": P.median_of(r, C.b_noise_path),  # gradient noise scale (report/critical.py)
     }
 
 
@@ -203,6 +205,9 @@ def batch_table_parts(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
     headers, cells = T.table_parts(BATCH_HEADERS, shown, batch_cells)
     if headers[-1] == T.TARGET_HEADERS[-1]:  # a speedup over processes: not a batch sweep's
         headers, cells = headers[:-1], [c[:-1] for c in cells]
+    if C.has_gns(rows):  # the gradient noise scale each batch size measured (report/critical)
+        headers += list(C.NOISE_HEADERS)
+        cells = [c + [C.noise_cell(r), C.regime_cell(r)] for c, r in zip(cells, rows, strict=True)]
     return headers, cells
 
 
@@ -423,6 +428,10 @@ def recommend_batch(records: list[Record]) -> dict[str, Any]:
                        (eff_ahead, eff_tied))
     if picks["lines"]:
         text += "\n" + "\n".join(picks["lines"])
+    crit = C.group_lines(rows, {"fastest": None if fast_tied else fastest,  # decided picks
+                                "most_efficient": None if eff_tied else best_eff})
+    if crit:
+        text += "\n" + "\n".join(crit)
     return {"fastest": fastest, "most_efficient": best_eff, "steps": steps,
             "fastest_decided": not fast_tied,
             "most_efficient_decided": best_eff is not None and not eff_tied,

@@ -12,6 +12,7 @@ from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
 from scaleprobe.report import target as T
 from scaleprobe.report import workers as W
+from scaleprobe.report.critical_plot import critical_plot
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.load import under_load_line
 from scaleprobe.report.repeats import group_repeats
@@ -78,6 +79,10 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
                           f"epoch time and peak memory vs batch size, {g}"))
         _target_curves(s, f"{eid}-{g}", grows, lambda r: f"batch {r['batch_size']}",
                        "one line per batch size")
+        s.add(plots.image(f"critical-{_slug(g)}", critical_plot(grows, "Critical batch: "
+                                                                  f"{label or eid}"),
+                          "samples against steps to the target with the fitted curve, and "
+                          "B_noise over training"))
     kind = rows[0]["memory_kind"] if rows else "host"
     notes = [f"Peak memory: {kind} memory. Every figure of a row is the median over the "
              "point's repeats (with an even number, the mean of the middle two). Growth compares each point with the "

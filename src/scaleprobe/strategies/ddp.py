@@ -12,7 +12,10 @@ from torch.utils.data.distributed import DistributedSampler
 
 from scaleprobe.comm.hook import EXPOSED_METHOD, IN_FLIGHT_METHOD, BucketLog, CommTimer, HookSplit
 from scaleprobe.comm.instep import cross_check
+from scaleprobe.gns import mode as gns_mode
+from scaleprobe.measure.gns_probe import NormTap, StepNorms, TapSteps
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.results import GnsSamples
 from scaleprobe.strategies.single import Single
 from scaleprobe.traits import TRAITS
 
@@ -54,12 +57,20 @@ class DDP(Single):
         self.buckets = BucketLog()
         self.in_flight: list[float | None] = []
         self.unseen: dict[str, str] = {}
+        self.gns: StepNorms | None = None  # the noise scale's norms, from the comm hook
+
+    def configure(self, cfg: Any) -> None:
+        if self.world > 1 and gns_mode(cfg) == "ddp_hook" and cfg.train.amp != "fp16":
+            b = cfg.per_device_batch(self.world)
+            self.gns = StepNorms("ddp_hook", b, b * self.world, cfg.train.warmup_steps)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         ids = [self.device.index] if self.device.type == "cuda" else None
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids,
                                                   bucket_cap_mb=self.cfg.bucket_cap_mb)
         if self.world > 1:  # one process sends nothing: its comm phase is 0 in every step
+            if self.gns is not None:
+                self.hook.tap = NormTap()
             self.hook.attach(ddp)
             if self.hook.reason:
                 self.unseen["comm"] = self.hook.reason
@@ -70,8 +81,18 @@ class DDP(Single):
         if self.world < 2 or "comm" in self.unseen:
             return timer
         timed = isinstance(timer, StepTimer)  # the warm-up's steps are no figure's
-        return HookSplit(timer, self.hook, self.buckets if timed else None,
-                         self.in_flight if timed else None)
+        split = HookSplit(timer, self.hook, self.buckets if timed else None,
+                          self.in_flight if timed else None)
+        if self.hook.tap is None:
+            return split
+        return TapSteps(split, self.hook.tap, self.gns if timed else None)
+
+    def gns_samples(self) -> GnsSamples | None:
+        if self.gns is None:
+            return None
+        why = self.unseen.get("comm")
+        return self.gns.record(f"DDP's comm hook, which the noise scale reads, is not attached: "
+                               f"{why}" if why else None)
 
     def phases_unseen(self) -> dict[str, str]:
         return dict(self.unseen)

@@ -116,3 +116,9 @@ class Single:
 
     def extra_metrics(self) -> dict[str, Any]:
         return {}
+
+    def gns_samples(self) -> Any:
+        """The squared gradient norms this strategy measured in its own communication
+        (``results.GnsSamples``: DDP's comm hook); None: none (one process uses two
+        micro-batches instead, ``measure/gns_probe.py``)."""
+        return None

@@ -1,0 +1,101 @@
+"""The critical-batch figure of a batch sweep (``report/critical.py`` holds the fit and the
+prediction it draws): samples against steps to the target with the fitted curve, beside
+B_noise over training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe.report.critical import (
+    CriticalFit,
+    Predicted,
+    batch_global,
+    group_fit,
+    predicted,
+    runs_of,
+    steps_to_target,
+)
+
+
+def critical_plot(rows: list[dict[str, Any]], title: str) -> Any:
+    """Left: samples against steps to the target, one dot per run (labelled with its batch
+    size at the median), and the fitted curve (S(B), E(B)) with its asymptotes S_min and
+    E_min. Right: B_noise over training, one line per batch size (its median repeat's
+    series), with the fitted critical batch. None without a fit or a series to draw."""
+    from scaleprobe.report import plots  # matplotlib: only where a figure is drawn
+
+    fit = group_fit(rows)
+    series = [(batch_global(r["record"]), r["record"].gns.series) for r in rows
+              if r.get("record") is not None and r["record"].gns is not None
+              and r["record"].gns.series]
+    if fit is None and not series:
+        return None
+    fig, (left, right) = plots._figure(11.0, 4.4, 2)
+    if fit is not None:
+        _fit_panel(left, rows, fit)
+    else:
+        left.set_visible(False)
+    if series:
+        _series_panel(right, series, fit, predicted(rows))
+    else:
+        right.set_visible(False)
+    fig.suptitle(title)
+    return plots._render(fig)
+
+
+def _fit_panel(ax: Any, rows: list[dict[str, Any]], fit: CriticalFit) -> None:
+    runs = [(batch_global(r), steps_to_target(r)) for r in runs_of(rows)]
+    runs = [(b, s) for b, s in runs if b and s]
+    ax.plot([s for _, s in runs], [s * b for b, s in runs], "o", color="#30638e", ms=5,
+            label="each run (seed)")
+    for b in fit.batches:  # label each batch size at its median run
+        mine = sorted(s for bb, s in runs if bb == b)
+        s = mine[(len(mine) - 1) // 2]
+        ax.annotate(f"B={b}", (s, s * b), textcoords="offset points", xytext=(5, 4),
+                    fontsize=8, color="#444")
+    lo, hi = fit.batches[0] / 2, fit.batches[-1] * 2
+    bs = [lo * (hi / lo) ** (i / 99) for i in range(100)]
+    curve = [(fit.steps(b), fit.samples(b)) for b in bs if fit.steps(b) > 0]
+    if curve:
+        label = ("fit S = S_min + E_min/B" + (f", B_crit {fit.b_crit:,.0f}" if fit.b_crit
+                                              else ""))
+        ax.plot([c[0] for c in curve], [c[1] for c in curve], "-", color="#d1495b",
+                label=label)
+    if fit.s_min > 0:
+        ax.axvline(fit.s_min, ls=":", color="#999", label=f"S_min {fit.s_min:,.0f} steps")
+    if fit.e_min > 0:
+        ax.axhline(fit.e_min, ls="--", color="#999", label=f"E_min {fit.e_min:,.0f} samples")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers at 1, 2, 5 x 10^k; no minor labels
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set(xlabel="steps to target", ylabel="samples to target",
+           title="Samples against steps to the target")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def _series_panel(ax: Any, series: list[tuple[int | None, list[Any]]],
+                  fit: CriticalFit | None, pred: Predicted | None) -> None:
+    for b, pts in series:
+        xs = [p.samples for p in pts if p.b_simple is not None and p.samples is not None]
+        ys = [p.b_simple for p in pts if p.b_simple is not None and p.samples is not None]
+        ax.plot(xs, ys, "o-", ms=3, label=f"batch {b}")
+    if fit is not None and fit.b_crit is not None:
+        ax.axhline(fit.b_crit, color="#d1495b", ls="-", lw=1.5,
+                   label=f"fitted critical batch {fit.b_crit:,.0f}")
+        if fit.lo is not None and fit.hi is not None:
+            ax.axhspan(fit.lo, fit.hi, color="#d1495b", alpha=0.12)
+    if pred is not None:
+        ax.axhline(pred.b_noise, color="#444", ls="--", lw=1,
+                   label=f"B_noise at the runs' end {pred.b_noise:,.0f}")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0)
+    ax.set(xlabel="samples trained", ylabel="B_noise (samples)",
+           title="B_noise over training (blocks of steps)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", framealpha=0.6)

@@ -1,0 +1,157 @@
+"""The critical batch: the fit of McCandlish et al.'s S = S_min (1 + B_crit/B) to steps to a
+target, against points generated from the model with known S_min and E_min; and how the
+batch table and rule show it beside the gradient noise scale."""
+
+import random
+
+import pytest
+
+from scaleprobe.report import critical as C
+from scaleprobe.report.batch import batch_table as _table
+from scaleprobe.report.batch import batch_table_parts as _parts
+from scaleprobe.report.batch import recommend_batch as _recommend
+from scaleprobe.report.critical_plot import critical_plot
+from tests.unit.report.factory import run, typed_api
+
+recommend_batch, batch_table, batch_table_parts = (typed_api(_recommend), typed_api(_table),
+                                                   _parts)
+
+S_MIN, E_MIN = 40.0, 4000.0  # B_crit = 100
+BATCHES = (8, 16, 32, 64, 128, 256)
+
+
+def _model_points(noise=0.0, seeds=3, seed=0):
+    rng = random.Random(seed)
+    return [(b, S_MIN * (1 + (E_MIN / S_MIN) / b) * (1 + rng.gauss(0, noise)))
+            for b in BATCHES for _ in range(seeds)]
+
+
+def test_exact_points_give_the_models_parameters():
+    fit = C.fit_critical(_model_points())
+    assert fit.s_min == pytest.approx(S_MIN, rel=1e-9)
+    assert fit.e_min == pytest.approx(E_MIN, rel=1e-9)
+    assert fit.b_crit == pytest.approx(100.0, rel=1e-9)
+    assert fit.lo == pytest.approx(100.0) and fit.hi == pytest.approx(100.0)  # no spread
+    assert fit.beyond is None and fit.runs == 18
+    assert fit.samples(100) == pytest.approx(2 * E_MIN)
+
+
+def test_noisy_seeds_recover_b_crit_and_the_interval_covers_it():
+    """10% seed-to-seed noise in the steps: over 30 independent sweeps the estimate lands
+    within 25% of 100 in most, and the bootstrap interval holds 100 in most."""
+    near = covered = 0
+    for seed in range(30):
+        fit = C.fit_critical(_model_points(noise=0.1, seed=seed), resamples=300)
+        near += abs(fit.b_crit / 100 - 1) < 0.25
+        covered += (fit.lo or 0) <= 100 <= (fit.hi or float("inf"))
+    assert near >= 25
+    assert covered >= 24  # ~95% nominal; percentile bootstrap of 3 seeds under-covers
+
+
+def test_no_floor_in_steps_says_the_critical_batch_is_above_the_range():
+    pts = [(b, 5000.0 / b) for b in BATCHES for _ in range(2)]  # S ~ 1/B exactly: S_min = 0
+    fit = C.fit_critical(pts)
+    assert fit.b_crit is None and fit.s_min <= 1e-9
+    assert "above the largest measured" in C.fit_text(fit)
+    assert C.fit_critical([(8, 10.0), (16, 5.0)]) is None  # two batch sizes: no fit
+
+
+def _rec(bs, seed, steps, path, simple=None):
+    r = run(f"b{bs}s{seed}", batch=bs, epoch_s=10.0, sps=bs * 10.0,
+            experiment={"id": "cb", "kind": "sweep", "point": {"batch_size": bs},
+                        "repeat": seed})
+    r["config"]["train"].update(target="accuracy=0.9", lr=0.05, lr_scaling="none")
+    r["target"] = {"metric": "accuracy", "target": 0.9, "reached": True,
+                   "time_to_target_s": steps * 0.01, "steps_to_target": steps,
+                   "samples_to_target": steps * bs, "curve": []}
+    r["gns"] = {"b_simple": simple or path, "b_simple_lo": path * 0.8, "b_simple_hi": path * 1.3,
+                "b_noise_path": path, "steps": 50, "global_batch": bs, "method": "micro_batches",
+                "series": [{"step": 5, "steps": 25, "samples": 5 * bs, "b_simple": path * 0.7},
+                           {"step": 30, "steps": 25, "samples": 30 * bs,
+                            "b_simple": path + 10}]}
+    return r
+
+
+SWEEP = [_rec(b, s, round(S_MIN * (1 + 100 / b) * (1 + 0.03 * (s - 1))), 80 + 10 * s)
+         for b in (16, 64, 256) for s in range(3)]
+
+
+def test_batch_table_shows_b_noise_and_where_each_batch_lies():
+    rows = batch_table(SWEEP)
+    headers, cells = batch_table_parts(rows)
+    assert headers[-2:] == ["B_noise", "Batch vs B_noise"]
+    by = {c[0]: c for c in cells}
+    assert by["16"][-2] == "100 (90-110)"  # B_noise at each run's end: median, range
+    assert [by[b][-1] for b in ("16", "64", "256")] == ["below", "near", "above"]
+
+
+def test_the_rule_names_predicted_and_measured_critical_batch_with_their_ratio():
+    text = recommend_batch(SWEEP)["text"]
+    pred = next(ln for ln in text.splitlines() if "predicted by the gradient noise" in ln)
+    assert "B_noise 100 samples at each run's end (median over 9 runs, range 90-110" in pred
+    assert "along each run's path 90" in pred
+    meas = next(ln for ln in text.splitlines() if "measured from the steps" in ln)
+    assert "E_min / S_min = 10" in meas and "3 batch sizes (16, 64, 256), 9 runs" in meas
+    ratio = float(meas.split("measured / predicted = ")[1].split(",")[0])
+    assert ratio == pytest.approx(C.group_fit(batch_table(SWEEP)).b_crit / 100, rel=0.01)
+    assert "within a factor of 2 (along the path: " in meas
+    model = next(ln for ln in text.splitlines() if ln.startswith("- By the model"))
+    assert "below it (16)" in model and "above it (256)" in model
+    # the memory/time rule's most efficient batch (256: most samples/s per GiB here) lies
+    # above the critical batch; its fastest is undecided (equal epoch times): not named
+    assert "most efficient batch 256 lies above the critical batch" in text
+    assert "fastest per epoch batch" not in text
+
+
+def test_one_repeat_shows_the_figures_and_decides_no_verdict():
+    """Verdicts need MIN_REPEATS_TO_DECIDE runs at every batch size: one seed's steps to a
+    target and noise scale show no seed-to-seed spread. The figures stay; where each batch
+    lies, whether measured and predicted agree, and the disagreement with the memory/time
+    rule do not appear."""
+    one = [r for r in SWEEP if r["experiment"]["repeat"] == 0]
+    _, cells = batch_table_parts(batch_table(one))
+    assert [c[-1] for c in cells] == ["inconclusive (1 repeat)"] * 3
+    assert [c[-2] for c in cells] == ["90"] * 3  # the figure is still shown
+    text = recommend_batch(one)["text"]
+    meas = next(ln for ln in text.splitlines() if "measured from the steps" in ln)
+    assert "E_min / S_min = " in meas and "(no repeats: no interval)" in meas
+    assert "inconclusive (1 repeat) at a batch size: whether they agree within a factor" in meas
+    assert "not within" not in meas and ", within" not in meas
+    assert "- Where each batch size lies against the measured critical batch" in text
+    assert "below it (" not in text and "above it (" not in text
+    assert "lies above the critical batch" not in text
+    # one batch size with a single run is enough to hold the verdicts back
+    mixed = [r for r in SWEEP if r["experiment"]["repeat"] < 2 or r["batch"]["global"] == 64]
+    mixed = [r for r in mixed if not (r["batch"]["global"] == 16 and r["experiment"]["repeat"])]
+    assert C.group_fit(batch_table(mixed)).min_runs == 1
+    assert "inconclusive (1 repeat) at a batch size" in recommend_batch(mixed)["text"]
+    two = [r for r in SWEEP if r["experiment"]["repeat"] < 2]
+    assert C.group_fit(batch_table(two)).min_runs == 2
+    text2 = recommend_batch(two)["text"]
+    assert "inconclusive (" not in text2.split("measured from the steps")[1].split("\n")[0]
+    assert "- By the model with the measured critical batch" in text2
+
+
+def test_without_gns_the_table_and_rule_are_unchanged():
+    plain = [_rec(b, 0, 50, 80) for b in (16, 64)]
+    for r in plain:
+        del r["gns"]
+    headers, _ = batch_table_parts(batch_table(plain))
+    assert "B_noise" not in headers
+    assert "Critical batch" not in recommend_batch(plain)["text"]
+
+
+def test_plot_draws_the_fit_and_the_series_with_nothing_cut():
+    plot = critical_plot(batch_table(SWEEP), "Critical batch: cb")
+    left, right = plot.meta["axes"]
+    assert left["xscale"] == right["xscale"] == "linear" or left["xscale"] == "log"
+    assert (left["xlabel"], left["ylabel"]) == ("steps to target", "samples to target")
+    assert left["points"] == ["B=16", "B=64", "B=256"]  # each batch size labelled once
+    assert right["ylim"][0] == 0 and right["ylabel"] == "B_noise (samples)"
+    w, h = plot.meta["width"], plot.meta["height"]
+    x0, y0, x1, y1 = plot.meta["content"]
+    assert x0 >= 0 and y0 >= 0 and x1 <= w and y1 <= h  # no text leaves the figure
+    plain = [_rec(b, 0, 50, 80) for b in (16, 64)]
+    for r in plain:
+        del r["gns"], r["target"]
+    assert critical_plot(batch_table(plain), "x") is None
