@@ -155,3 +155,20 @@ def test_plot_draws_the_fit_and_the_series_with_nothing_cut():
     for r in plain:
         del r["gns"], r["target"]
     assert critical_plot(batch_table(plain), "x") is None
+
+
+def test_a_batch_table_measured_with_half_batches_says_so():
+    """Measuring B_noise on one process runs each step as two half-batches: the rows' epoch
+    time and memory are that step's, and the table must say so (under DDP it says nothing)."""
+    from scaleprobe.report import sections_exp as X
+    from scaleprobe.report.doc import Section, Text
+    from scaleprobe.results import typed
+
+    def notes(recs):
+        s = Section("t")
+        X._batch_blocks(s, "cb", [typed(r) for r in recs])
+        return " ".join(b.text for b in s.blocks if isinstance(b, Text))
+
+    assert "two half-batches" in notes(SWEEP)
+    ddp = [{**r, "gns": {**r["gns"], "method": "ddp_hook"}} for r in SWEEP]
+    assert "two half-batches" not in notes(ddp)
