@@ -129,12 +129,12 @@ def load_colocate_spec(spec: str | Path | dict[str, Any],
     jobs_doc = doc.get("job")
     if not isinstance(jobs_doc, list) or len(jobs_doc) < 2:
         raise ConfigError(f"{where}: give at least two [[job]] tables")
-    base = C.flatten(doc.get("base", {}))
+    base = C.flatten_in(doc.get("base", {}), f"{where}: [base]")
     base.update({C.resolve_key(k): v for k, v in (overrides or {}).items()})
     timing = _timing(opts)
     jobs: list[tuple[str, C.RunConfig]] = []
     for i, job in enumerate(jobs_doc):
-        flat = {**base, **C.flatten(job), **timing}
+        flat = {**base, **C.flatten_in(job, f"{where}: [[job]] {i + 1}"), **timing}
         name = str(flat.get("name") or f"job{i + 1}")
         flat["name"] = name
         try:

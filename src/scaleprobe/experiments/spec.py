@@ -160,7 +160,7 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
                           "e.g. batch_size = [16, 32, 64]")
     labels = _labels(grid)
     axes: list[Axis] = []
-    for key, values in C.flatten_in(grid, where).items():
+    for key, values in C.flatten_in(grid, f"{where}: [grid]").items():
         label = labels.get(key, key)
         if key == ARGS_KEY and isinstance(values, list):
             values = [C.args_text(v, f"{where}: grid axis '{label}'") for v in values]
@@ -219,8 +219,9 @@ def load_spec(spec: str | Path | dict[str, Any],
     flags) replace the base's values; they may not name a grid axis."""
     doc, where, stem = read_doc(spec, "sweep", ("[sweep]", "[base]", "[grid]"))
     opts = _sweep_options(_table(doc, "sweep", where), where)
-    base = C.check_flat(C.join_args(C.flatten_in(_table(doc, "base", where), where),
-                                    f"{where}: [base]"), f"{where}: [base]")
+    in_base = f"{where}: [base]"
+    base = C.check_flat(C.join_args(C.flatten_in(_table(doc, "base", where), in_base), in_base),
+                        in_base)
     axes = _axes(_table(doc, "grid", where), where)
     _check_script_keys(base, axes, where)
     for full, v in C.check_flat(overrides or {}).items():
