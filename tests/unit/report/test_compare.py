@@ -203,3 +203,4 @@ def test_a_side_whose_median_step_is_not_its_throughput_is_a_caveat(tmp_path):
     md = to_markdown(compare_paths(tmp_path / "a", tmp_path / "b"))
     assert "Caveat: B: 687 samples/s from its median step" in md
     assert "Caveat: A" not in md  # A's steps agree with its window
+
