@@ -32,8 +32,10 @@ def check_combinations(cfg: RunConfig) -> None:
         except ValueError as e:
             raise ConfigError(f"script.args: {e}: {cfg.script.args!r}") from None
     if cfg.script.path is None:  # language models with tokens, image models with images
+        from scaleprobe.catalog import check_names
         from scaleprobe.lmspec import check_run
 
+        check_names(cfg)  # a mistyped name, before torch is imported (catalog.py)
         check_run(cfg)
     if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
         what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"

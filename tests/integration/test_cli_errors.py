@@ -132,7 +132,7 @@ def test_run_help_shows_the_defaults_that_apply(capsys):
                         ("--max-seconds", "120"), ("--min-steps", "10"), ("--steps", "auto"),
                         ("--loader", "pipelined"), ("--eval", "off")]:
         assert f"(default: {shown}" in entries[flag], entries[flag]
-    assert "--optimizer {sgd,adamw}" in out and "--strategy {single,dp,ddp,ps,localsgd}" in out
+    assert "--optimizer {sgd,adamw}" in out and "--strategy {single,dp,ddp,ps,localsgd,fsdp}" in out
     assert "dist.calibration_steps" in out  # keys without a flag, with their defaults too
     assert "--nproc-per-node" in out
 
@@ -217,3 +217,57 @@ def test_usage_mistakes_are_one_line(capsys, argv, needle):
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+FRESH = """
+import importlib.abc, sys
+class Hide(importlib.abc.MetaPathFinder):  # an optional library not installed here
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {hidden!r}:
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Hide())
+from scaleprobe.cli import main
+code = main(sys.argv[1:])
+print('heavy imports:', sorted(m for m in ('torch', 'torchvision') if m in sys.modules),
+      file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("argv,hidden,needle", [
+    (["run", "--model", "resnet35"], (), "unknown model 'resnet35'; did you mean"),
+    (["run", "--dataset", "digitz"], (), "unknown dataset 'digitz'; did you mean digits"),
+    (["run", "--task", "face", "--model", "resnt18"], (), "did you mean resnet18"),
+    (["run", "--task", "detection", "--model", "resnet18", "--dataset", "voc"], (),
+     "needs a detection model, not 'resnet18'"),
+    (["run", "--task", "detection"], (), "needs a dataset with boxes"),
+    (["run", "--task", "lm", "--model", "gpt_huge"], (), "trains a GPT decoder"),
+    (["run", "--model", "no_such_file.py:build"], (), "model file not found"),
+    (["run", "--task", "detection", "--dataset", "voc", "--data-dir", "DIR", "--eval"],
+     ("torchmetrics",), "pip install 'scaleprobe[detection]'"),
+    (["scale", "--nproc", "1,2", "--model", "resnet35"], (), "unknown model 'resnet35'"),
+    (["worker", "--model", "resnet35"], (), "unknown model 'resnet35'"),
+    (["sweep", "SPEC", "--dry-run"], (), "grid point model=resnet35: unknown model"),
+])
+def test_names_and_extras_are_checked_before_torch_is_imported(tmp_path, argv, hidden, needle):
+    """Bug: an unknown model name or a missing extra was reported after torch and torchvision
+    were imported, ~200 s on a loaded machine. Found in a fresh interpreter: torch is not
+    imported when the one-line error comes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\nmodel = ["resnet35"]\n')
+    argv = [str(spec) if a == "SPEC" else str(tmp_path) if a == "DIR" else a for a in argv]
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-c", FRESH.format(hidden=set(hidden)), *argv,
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       env=env, timeout=100)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 2, p.stderr
+    assert needle in lines[0] and lines[0].startswith("scaleprobe: error: "), lines[0]
+    assert lines[1] == "heavy imports: []", p.stderr
+    assert not (tmp_path / "out").exists()

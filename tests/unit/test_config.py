@@ -117,7 +117,7 @@ def test_detection_records_the_detector_it_builds():
     cfg = C.build({"task": "detection", "dataset": "voc"})
     assert cfg.model.name == "ssdlite320_mobilenet_v3_large"
     assert C.from_dict(cfg.to_dict()).key() == cfg.key()
-    named = C.build({"task": "detection", "model": "fcos_resnet50_fpn"})
+    named = C.build({"task": "detection", "model": "fcos_resnet50_fpn", "dataset": "voc"})
     assert named.model.name == "fcos_resnet50_fpn"
     assert C.build({}).model.name == "digits_cnn"  # classification keeps its default
 

@@ -27,17 +27,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.commands.summary import print_run
     from scaleprobe.errors import ConfigError
-    from scaleprobe.run.failure import exit_code
-    from scaleprobe.run.workloads import run_config
 
-    cfg = config_from_args(args)
+    cfg = config_from_args(args)  # names and values checked before torch is imported
     if cfg.dist.parity:
         return _parity(cfg, args.repeats)
     if args.repeats is not None:
         raise ConfigError("--repeats applies to --parity (a single run is one measurement; "
                           "`scaleprobe sweep` and `colocate` repeat points)")
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.run.failure import exit_code
+    from scaleprobe.run.workloads import run_config  # imports torch
+
     result = run_config(cfg)
     print_run(result)
     return exit_code(result.status)
