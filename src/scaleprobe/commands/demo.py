@@ -17,6 +17,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.commands.options import repeats as repeats_arg
+
 NAME = "demo"
 HELP = "the main job on the embedded digits data: batch sweep, loaders, transforms, report"
 
@@ -34,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="scaleprobe-out/demo", help="results folder")
     p.add_argument("--quick", action="store_true",
                    help="fewer points and 2 repeats (a smoke test)")
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=repeats_arg, metavar="N",
                    help="runs of every point, interleaved; verdicts carry intervals from them "
                         "(default 3, 2 with --quick)")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from scaleprobe import config as C
@@ -61,7 +61,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--task", "task.task", ()),
     ("--loss", "task.loss", ()),
     ("--strategy", "dist.strategy", ()),
-    ("--nproc", "dist.nproc", ("--nproc-per-node",)),  # torchrun's name
+    ("--nproc", "dist.nproc", ("--nproc-per-node", "--nproc_per_node")),  # torchrun's names
     ("--nnodes", "dist.nnodes", ()),
     ("--node-rank", "dist.node_rank", ()),
     ("--rdzv-endpoint", "dist.rdzv_endpoint", ()),
@@ -100,6 +100,18 @@ def converter(key: str) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(e.problem) from None
 
     return convert
+
+
+def repeats(text: str) -> int:
+    """argparse ``type=`` for ``--repeats``: a whole number >= 1 (0 ran the default number
+    of repeats while saying nothing)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {show(text)}")
+    return n
 
 
 def flag_help(key: str, default: str | None = None) -> str:
@@ -168,9 +180,9 @@ def config_from_args(args: argparse.Namespace,
     """Defaults <- ``defaults`` <- TOML file <- flags <- --set; validated."""
     merged: dict[str, Any] = dict(defaults or {})
     path = getattr(args, "config", None)
-    if path:
-        merged.update(C.load_flat(path))
-    merged.update(overrides_from_args(args))
+    given: dict[str, Any] = C.load_flat(path) if path else {}
+    given.update(overrides_from_args(args))
+    merged.update(given)
     if merged.get("script.path") is not None:  # the user's own script, under wrap
         from scaleprobe.run.script import SPEC_KEYS, script_defaults
 
@@ -180,4 +192,16 @@ def config_from_args(args: argparse.Namespace,
                                   f"data and training); a script takes "
                                   f"{', '.join(sorted(SPEC_KEYS))}")
         merged = script_defaults(merged)
-    return C.build(merged)
+    cfg = C.build(merged)
+    warn_unused(cfg, given)
+    return cfg
+
+
+def warn_unused(cfg: C.RunConfig, given: Iterable[str]) -> None:
+    """One line on stderr for each option the user set that this run does not use."""
+    import sys
+
+    from scaleprobe.config_rules import unused
+
+    for line in unused(cfg, given):
+        print(f"scaleprobe: warning: {line}", file=sys.stderr, flush=True)

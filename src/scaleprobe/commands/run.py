@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from scaleprobe.commands.options import add_run_options, config_from_args
+from scaleprobe.commands.options import repeats as repeats_arg
 
 NAME = "run"
 HELP = "one measured training run"
@@ -22,7 +23,7 @@ HELP = "one measured training run"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_options(p)
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=repeats_arg, metavar="N",
                    help="--parity: seeds per side, run interleaved (default 3)")
 
 

@@ -16,6 +16,7 @@ import signal
 from typing import Any
 
 from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.commands.options import repeats as repeats_arg
 
 NAME = "sweep"
 HELP = "run a grid of configurations (batch size to out of memory, loader settings, ...)"
@@ -37,7 +38,7 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_repeats_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=repeats_arg, metavar="N",
                    help="runs of every point, interleaved (A B C A B C), each in its own "
                         "process; verdicts carry intervals from them (default: the spec's "
                         "[sweep] repeats, else 3)")
@@ -71,6 +72,8 @@ def _dry_run(spec: str, over: dict[str, Any], out: str | None, repeats: int | No
         print(f"  {describe(p.axes)}  key {sp.config(p, out).key()}")
     for line in sp.dropped:
         print(f"  left out (invalid): {line}")
+    for line in sp.unused:
+        print(f"  warning: {line}")
     return 0
 
 

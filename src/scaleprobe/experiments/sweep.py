@@ -266,6 +266,8 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
     res.check_writable(out, RUN_OUTPUT_BYTES * max(1, runs_left), f"{runs_left} runs' files")
     for line in sp.dropped:
         st.bar.note(f"left out (invalid): {line}")
+    for line in sp.unused:
+        st.bar.note(f"warning: {line}")
     st.bar.start(0 if sp.auto else len(pts) * sp.repeats)
     try:
         if sp.auto:
