@@ -224,7 +224,7 @@ def _growth_cell(growth: float | None, iv: M.Interval | None) -> str:
     """``+37%``, with the interval when the repeats gave one that is not a single value."""
     text = fmt.growth(growth)
     if iv is not None and iv.lo < iv.hi:
-        text += f" [{fmt.signed_pct(iv.lo - 1)}, {fmt.signed_pct(iv.hi - 1)}]"
+        text += " " + iv.bounds(lambda v: fmt.signed_pct(v - 1))
     return text
 
 
@@ -301,10 +301,30 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
     if v is False:
         return "does not pay"
     bar = 1.0 - mg
-    what = f"epoch-time ratio (pays below 1 - memory growth = {bar:.2f}x"
-    if miv is not None and miv.lo < miv.hi:
-        what += f"; {2.0 - miv.hi:.2f}x to {2.0 - miv.lo:.2f}x over memory's interval"
-    return M.undecided_text(iv, bar, what + ")", need=_repeats_to_decide(iv, mg, miv))
+    return M.undecided_text(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
+                            need=_repeats_to_decide(iv, mg, miv))
+
+
+def bar_text(mg: float, miv: M.Interval | None = None) -> str:
+    """The bar an epoch-time ratio must pass, ``pays below 1 - memory growth = 0.62x``, and
+    its range over memory's own interval; never a ratio of 0 or below (memory that more than
+    doubled leaves no epoch time that could pay) and never the numbers of an interval too
+    wide to mean anything."""
+    bar = 1.0 - mg
+    if bar <= 0:
+        text = (f"memory grew {fmt.signed_pct(mg)}, more than epoch time can fall, so it pays "
+                "only if memory's true growth is below +100%")
+    else:
+        text = f"pays below 1 - memory growth = {bar:.2f}x"
+    if miv is None or not miv.lo < miv.hi:
+        return text
+    if miv.too_wide(None):
+        return text + f"; memory's own interval: spread too large, {miv.repeats_text}"
+    lo, hi = 2.0 - miv.hi, 2.0 - miv.lo
+    if hi <= 0:
+        return text
+    return text + (f"; {lo:.2f}x to {hi:.2f}x over memory's interval" if lo > 0
+                   else f"; up to {hi:.2f}x over memory's interval")
 
 
 def _repeats_to_decide(iv: M.Interval, mg: float, miv: M.Interval | None) -> int | None:

@@ -296,7 +296,11 @@ def test_repeats_to_decide_counts_memory_s_interval_too():
     e, m = iv(0.92, 0.80, 1.07), iv(2.36, 0.884, 4.349)
     assert B.pays(e, 1.36, m) is None
     text = B._step_text(e, 1.36, m)
-    assert "-2.35x to 1.12x over memory's interval" in text
+    # never a ratio of 0 or below (this read "-2.35x to 1.12x over memory's interval"), nor
+    # the numbers of memory's interval, which spans a factor of 4.9
+    assert "memory grew +136.0%, more than epoch time can fall" in text
+    assert "memory's own interval: spread too large, 3 repeats" in text
+    assert "-2.35x" not in text and "-0.36x" not in text
     assert text.endswith("; about 4 repeats would decide it"), text
     assert B.pays(M.projected(e, 4), 1.36, M.projected(m, 4)) is False
     assert B.pays(M.projected(e, 3), 1.36, M.projected(m, 3)) is None
