@@ -59,14 +59,25 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
               f"results in {escape(str(out))}/", soft_wrap=True)
-    for spec in _sweeps(args.quick):
-        sid = spec["sweep"]["id"]
-        con.rule(sid)
-        run_sweep(spec, out / sid, progress=True, console=con,
-                  repeats=args.repeats or (2 if args.quick else None))
-        print((out / sid / "sweep.md").read_text(), flush=True)
+    try:
+        for spec in _sweeps(args.quick):
+            sid = spec["sweep"]["id"]
+            con.rule(sid)
+            run_sweep(spec, out / sid, progress=True, console=con,
+                      repeats=args.repeats or (2 if args.quick else None))
+            print((out / sid / "sweep.md").read_text(), flush=True)
+    except KeyboardInterrupt:  # every point process is stopped; what finished is on disk
+        from scaleprobe.commands.interrupted import say_interrupted
+
+        return say_interrupted(out, _again(args), report=True)
     _report(con, out)
     return 0
+
+
+def _again(args: argparse.Namespace) -> str:
+    """The command that resumes this demo."""
+    return ("scaleprobe demo" + (" --quick" if args.quick else "")
+            + (f" --repeats {args.repeats}" if args.repeats else "") + f" --out {args.out}")
 
 
 def _report(con: Any, out: Path) -> None:

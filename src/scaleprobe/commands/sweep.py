@@ -88,8 +88,14 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args.spec, over, out, args.repeats)
     terminate_as_interrupt()
-    records = run_sweep(args.spec, out, over, progress=progress, console=Console(stderr=True),
-                        repeats=args.repeats, executor=executor)
+    try:
+        records = run_sweep(args.spec, out, over, progress=progress,
+                            console=Console(stderr=True), repeats=args.repeats,
+                            executor=executor)
+    except KeyboardInterrupt:  # every point stopped; the tables of what finished are written
+        from scaleprobe.commands.interrupted import say_interrupted
+
+        return say_interrupted(sweep_out_dir(args.spec, out, over))
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())
     failed = sum(r.get("status") == "failed" for r in records)
     return 1 if records and failed == len(records) else 0
