@@ -10,6 +10,7 @@ from rich.table import Table
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
 from scaleprobe.report.advice import sync_words
+from scaleprobe.report.fmt import phase_name
 from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
 from scaleprobe.traits import known
 
@@ -287,9 +288,11 @@ def _breakdown(con: Console, r: RunResult) -> None:
     total = sum(v for v in bd.values() if v) or None
     if not total:
         return
-    parts = [f"{k} {v * 1000:.1f} ms ({v / total:.0%})" for k, v in bd.items() if v is not None]
+    gpu = bool(r.env.get("gpus")) or r.metrics.peak_mem_bytes.device_peak() is not None
+    parts = [f"{phase_name(k, gpu)} {fmt.ms(v)} ({v / total:.0%})" for k, v in bd.items()
+             if v is not None]
     # each phase's share of a typical step laid over the median step: they add up to it
-    con.print("step breakdown (ms per phase of the median step): " + ", ".join(parts))
+    con.print("step breakdown (each phase of the median step): " + ", ".join(parts))
 
 
 def _epoch_starts(con: Console, r: RunResult) -> None:

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from scaleprobe.experiments.spec import Point, describe
 from scaleprobe.measure.progress import read_point_progress
-from scaleprobe.report.fmt import bytes_, rate
+from scaleprobe.report.fmt import bytes_, rate, repeat_label
 
 STYLE = {"ok": "green", "oom": "yellow", "skipped": "yellow"}
 LINE_EVERY_S = 60.0  # without a live bar (output to a file or pipe): a line this often
@@ -115,7 +115,7 @@ class SweepProgress:
         (``measure.progress.FileProgress``), shown beside the point while it runs."""
         self._t_point = time.monotonic()
         self._watch_stop()
-        name = describe(point.axes) + (f" (repeat {repeat + 1})" if repeat else "")
+        name = describe(point.axes) + (f" ({repeat_label(repeat)})" if repeat else "")
         if self._bar is not None:
             self._bar.update(self._task, note=escape(name))
         if self.enabled and steps_file:
@@ -179,6 +179,6 @@ class SweepProgress:
         if not self.enabled:
             return
         style = STYLE.get(status, "red")
-        rep = f" (repeat {repeat + 1})" if repeat else ""
+        rep = f" ({repeat_label(repeat)})" if repeat else ""
         self.console.print(f"[{self.completed}/{self.total}] {escape(describe(point.axes))}{rep}: "
                            f"[{style}]{status}[/{style}]  {escape(detail)}", soft_wrap=True)

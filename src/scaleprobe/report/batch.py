@@ -195,7 +195,23 @@ def batch_table_parts(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
     headers, cells = T.table_parts(BATCH_HEADERS, shown, batch_cells)
     if headers[-1] == T.TARGET_HEADERS[-1]:  # a speedup over processes: not a batch sweep's
         headers, cells = headers[:-1], [c[:-1] for c in cells]
-    return headers, cells
+    return _one_unit_per_column(headers, cells, shown)
+
+
+def _one_unit_per_column(headers: list[str], cells: list[list[str]],
+                         rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Epoch times in one unit (fmt.durations) and FLOP/s in the unit that reads (GFLOP/s
+    on a CPU, never '2.40e-04' TFLOP/s), for the rows that measured them."""
+    ok = [r["status"] == "ok" for r in rows]
+    e, f = headers.index("Epoch time"), headers.index("TFLOP/s")
+    epochs = fmt.durations([shown_epoch(r) if k else None for r, k in zip(rows, ok, strict=True)],
+                           [epoch_projected(r) for r in rows])
+    unit, rates = fmt.flops_column([r["achieved_flops_per_s"] if k else None
+                                    for r, k in zip(rows, ok, strict=True)])
+    for row, k, ep, fl in zip(cells, ok, epochs, rates, strict=True):
+        if k:
+            row[e], row[f] = ep, fl
+    return [unit if i == f else h for i, h in enumerate(headers)], cells
 
 
 def batch_cells(row: dict[str, Any]) -> list[str]:
@@ -319,7 +335,7 @@ def bar_text(mg: float, miv: M.Interval | None = None) -> str:
     if miv is None or not miv.lo < miv.hi:
         return text
     if miv.too_wide(None):
-        return text + f"; memory's own interval: spread too large, {miv.repeats_text}"
+        return text + "; memory's own interval: spread too large"
     lo, hi = 2.0 - miv.hi, 2.0 - miv.lo
     if hi <= 0:
         return text
@@ -354,10 +370,13 @@ def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
     return ahead, tied
 
 
+def epoch_projected(row: dict[str, Any]) -> bool:
+    return row.get("epoch_basis") == "projected" or bool(row.get("epoch_projected"))
+
+
 def epoch_text(row: dict[str, Any]) -> str:
     """``shown_epoch`` as the table writes it, ``~`` where projected."""
-    return fmt.seconds(shown_epoch(row),
-                       row.get("epoch_basis") == "projected" or bool(row["epoch_projected"]))
+    return fmt.seconds(shown_epoch(row), epoch_projected(row))
 
 
 def shown_epoch(row: dict[str, Any]) -> float | None:

@@ -48,6 +48,12 @@ __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diag
            "format_findings", "merge_same"]
 
 
+def _flops_of(achieved: float | None, peak: float) -> str:
+    """'7.29 of 78.1 GFLOP/s': both in the unit that reads for the peak."""
+    unit, (a, p) = fmt.flops_column([achieved, peak])
+    return f"{a} of {p} {unit}"
+
+
 def diagnose_run(rec: RunResult, others: list[RunResult] | None = None,
                  th: Thresholds = DEFAULT) -> list[Finding]:
     """Findings for one run record. ``others``: records from the same results, used to find
@@ -279,10 +285,9 @@ def _peak_use(rec: RunResult, th: Thresholds) -> Finding | None:
         return None
     peak = rec.metrics.peak or Peak()
     measured = "measured " if peak.measured else ""
-    head = (f"{fmt.mfu(mfu)} of the {measured}peak "
-            f"({fmt.tflops(rec.metrics.achieved_flops_per_s)} of "
-            f"{fmt.tflops((peak.flops_per_s or 0) * (peak.devices or 1))} TFLOP/s "
-            f"{peak.dtype or ''}; MFU)")
+    of = _flops_of(rec.metrics.achieved_flops_per_s,
+                   (peak.flops_per_s or 0) * (peak.devices or 1))
+    head = f"{fmt.mfu(mfu)} of the {measured}peak ({of} {peak.dtype or ''}; MFU)"
     if mfu >= th.mfu_compute_bound:
         return Finding("compute-bound", f"{head}: the device's arithmetic bounds the step "
                        f"(threshold {fmt.pct(th.mfu_compute_bound)})", advice.compute_bound(rec),

@@ -109,7 +109,7 @@ def test_per_run_warnings_with_one_next_step_are_one_finding(tmp_path):
     input_rows = [line for line in per_run.splitlines() if "| input-bound |" in line]
     assert len(input_rows) == 1
     row = input_rows[0]
-    assert "3 runs: #0; #1; #2" in row
+    assert "3 runs: repeat 1; repeat 2; repeat 3" in row
     assert "data wait 20%-30% of each step" in row
     assert row.count("raise loader workers") == 1
 
@@ -183,7 +183,7 @@ def test_report_findings_in_the_terminal_are_grouped_as_in_the_report(tmp_path, 
                                       "--findings"])) == 0
     out = capsys.readouterr().out
     assert out.count("input-bound") == 1, out
-    assert "Per run:" in out and "(3 runs: #0; #1; #2)" in out
+    assert "Per run:" in out and "(3 runs: repeat 1; repeat 2; repeat 3)" in out
     assert "data wait 20%-30% of each step" in out
     assert out.count("raise loader workers") == 1
 
