@@ -95,6 +95,23 @@ def detectors() -> tuple[str, ...] | None:
     return tuple(n for n in names if not n.startswith(DETECTION_UNSUPPORTED))
 
 
+def list_models() -> list[tuple[str, str]]:
+    """Every ``--model`` name with what it is, for ``scaleprobe models``: scaleprobe's own,
+    the GPT decoders, torchvision's classifiers and detectors (when its source can be read
+    here; else the classifiers from torchvision itself)."""
+    rows = list(SMALL_MODELS.items())
+    rows += [(k, f"{v[1]}; --task lm") for k, v in GPT_MODELS.items()]
+    classifiers = torchvision_models()
+    if classifiers is None:
+        from scaleprobe.models.build import torchvision_models as imported  # imports torch
+
+        classifiers = tuple(imported())
+    rows += [(m, "torchvision classifier") for m in classifiers]
+    rows += [(m, "torchvision detector; --task detection") for m in detectors() or ()]
+    rows.append(("FILE.py:FUNC / pkg.module:FUNC", "your own builder returning an nn.Module"))
+    return rows
+
+
 def check_dataset(name: str) -> None:
     if name not in DATASETS:
         near = suggest(name, DATASETS)

@@ -266,13 +266,18 @@ class RunConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def default_name(self) -> str:
-        """The run's label when ``name`` is not set: model-dataset-batch, and the strategy and
-        world size when several devices train (``digits_cnn-digits-b64-ddpx2``)."""
-        d, t = self.dist, self.train
+        """The run's label when ``name`` is not set: model-dataset-batch, the task when it is
+        not classification (a face run on lfw is not named like a classifier on lfw), and
+        the strategy and world size when several devices train
+        (``digits_cnn-digits-b64-ddpx2``, ``resnet18-lfw-b64-face-triplet``)."""
+        d, t, k = self.dist, self.train, self.task
         b = f"gb{t.global_batch}" if t.global_batch else f"b{t.batch_size}"
+        task = "" if k.task == "classification" else f"-{k.task}"
+        if k.task == "face" and k.loss != "softmax":
+            task += f"-{k.loss}"
         tr = traits_of(d.strategy)
         n = f"-{d.strategy}x{self.world_size}" if tr.launched or tr.towers else ""
-        return f"{self.model.name.rsplit(':', 1)[-1]}-{self.data.dataset}-{b}{n}"
+        return f"{self.model.name.rsplit(':', 1)[-1]}-{self.data.dataset}-{b}{task}{n}"
 
     @property
     def world_size(self) -> int:

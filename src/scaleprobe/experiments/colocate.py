@@ -57,6 +57,7 @@ from scaleprobe.experiments.verdict import (
     totals,
     verdict,
 )
+from scaleprobe.report.fmt import duration
 
 OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
            "warmup_steps": int, "repeats": int}
@@ -182,7 +183,7 @@ def _run_alone(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int) -> list[dict[
         rc = ctx.procs.wait(proc)
         rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
         ctx.say(f"{_tag(ctx, repeat)}alone    {name}: {rec['status']} "
-                f"({time.monotonic() - t0:.1f}s)")
+                f"({duration(time.monotonic() - t0)})")
         recs.append(rec)
     return recs
 

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from scaleprobe.experiments.spec import Point, describe
 from scaleprobe.measure.progress import read_point_progress
-from scaleprobe.report.fmt import bytes_, rate, repeat_label
+from scaleprobe.report.fmt import bytes_, duration, rate, repeat_label
 
 STYLE = {"ok": "green", "oom": "yellow", "skipped": "yellow"}
 LINE_EVERY_S = 60.0  # without a live bar (output to a file or pipe): a line this often
@@ -164,7 +164,7 @@ class SweepProgress:
         if not resumed:
             self.run_s.append(time.monotonic() - self._t_point)
         self._advance()
-        when = "done before, not rerun" if resumed else f"{self.run_s[-1]:.1f}s"
+        when = "done before, not rerun" if resumed else duration(self.run_s[-1])
         self._line(point, status, f"{detail} ({when})", repeat)
 
     def point_skipped(self, point: Point, reason: str) -> None:

@@ -312,10 +312,9 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
         return "cannot tell: " + ("no epoch-time spread" if mg is not None
                                   else "no memory figure")
     v = pays(iv, mg, miv)
-    if v is True:
-        return "pays"
-    if v is False:
-        return "does not pay"
+    if v is not None:  # decided: with the interval it was decided on
+        return (f"{'pays' if v else 'does not pay'} (epoch-time ratio {iv.short(ref=None)}, "
+                f"{bar_text(mg, miv)})")
     bar = 1.0 - mg
     return M.undecided_text(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
                             need=_repeats_to_decide(iv, mg, miv))

@@ -222,7 +222,7 @@ def breakdown_section(runs: list[RunResult]) -> Section | None:
     rows = [[lab, *(c[i] for c in cols), str(len(P.repeats_of(r)) or 1)]
             for i, (lab, r) in enumerate(zip(labels, ok, strict=True))]
     s = Section("Step-time breakdown", anchor="breakdown")
-    s.add(Text("Milliseconds per phase of the median step: each phase keeps its share of a "
+    s.add(Text("Time per phase of the median step: each phase keeps its share of a "
                "typical step (its mean over the steps between the 5th and 95th percentile of "
                "step time), laid over the median step time, so the phases add up to Step "
                "median. comm is exposed communication, measured in place. One row (and bar) "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scaleprobe.report import batch as _batch
@@ -164,7 +166,11 @@ def test_step_text_says_why_it_cannot_tell():
     iv = M.Interval(0.70, 0.60, 0.80, 3, "test")
     assert B._step_text(None, 0.2) == "cannot tell: no epoch-time spread"
     assert B._step_text(iv, None) == "cannot tell: no memory figure"
-    assert B._step_text(iv, 0.15) == "pays" and B._step_text(iv, 0.45) == "does not pay"
+    # each verdict with the interval it was decided on (a "does not pay" had none)
+    assert B._step_text(iv, 0.15).startswith("pays (epoch-time ratio ")
+    assert B._step_text(iv, 0.45).startswith("does not pay (epoch-time ratio ")
+    assert re.search(r"\d\.\d\dx \[\d\.\d\d, \d\.\d\d\], pays below 1 - memory growth = "
+                     r"0\.55x\)$", B._step_text(iv, 0.45)), B._step_text(iv, 0.45)
     undecided = B._step_text(iv, 0.25)
     assert undecided.startswith(
         "inconclusive: epoch-time ratio (pays below 1 - memory growth = 0.75x) 0.70x "), undecided
@@ -276,7 +282,7 @@ def test_memory_that_moves_between_repeats_widens_the_bar():
         if rec["experiment"]["point"]["batch_size"] == 32:
             rec["metrics"]["peak_mem_bytes"]["host"] = int(1.25 * GIB)
     (step,) = B.recommend_batch(recs)["steps"]
-    assert step["pays"] is True and step["text"] == "pays"
+    assert step["pays"] is True and step["text"].startswith("pays (epoch-time ratio ")
 
 
 def test_repeats_to_decide_counts_memory_s_interval_too():
