@@ -98,7 +98,7 @@ def test_make_demo_shows_the_install_and_takes_another_torch_index(tmp_path, tor
     pips = [ln for ln in p.stdout.splitlines() if "/pip install" in ln]
     install = [ln for ln in pips if "-e '.[all,test]'" in ln]
     assert install and " -q" not in install[0]  # pip's own progress shows
-    assert re.search(r"about 5\.3 GB installed, the CPU-only build about 0\.75 GB", p.stdout)
+    assert re.search(r"the venv is about 5\.9 GB, the CPU-only torch about 0\.75 GB", p.stdout)
     assert "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in p.stdout
     first = [ln for ln in pips if "--index-url" in ln]
     if torch_index:
