@@ -128,7 +128,6 @@ class SweepProgress:
             self._bar.update(self._task, note=escape(f"{name}: {text}"))
         elif quiet_s >= LINE_EVERY_S:
             self.console.print(f"  ... {escape(name)}: {escape(text)}", soft_wrap=True)
-            return
         else:
             return
         self._shown = time.monotonic()

@@ -66,6 +66,30 @@ def test_without_a_live_bar_a_running_point_gets_a_line_every_minute(tmp_path, m
     assert "  ... batch_size=32: 12 of 400 steps timed" in out.getvalue()
 
 
+def test_without_a_live_bar_the_lines_come_no_more_often_than_the_interval(tmp_path,
+                                                                         monkeypatch):
+    """Bug: once a minute had passed, every change of the steps file (each second) printed a
+    line, the same line again when it had not changed: a piped demo log of one line a step."""
+    import time
+
+    out = io.StringIO()
+    bar = EP.SweepProgress(True, Console(file=out, width=200), "demo-batch-size")
+    bar.start(4)
+    path = tmp_path / "p.progress"
+    path.write_text("step 0")
+    monkeypatch.setattr(EP, "LINE_EVERY_S", 0.4)
+    t0 = time.monotonic()
+    watch = EP.PointWatch(bar, "batch_size=32", str(path), every_s=0.01).start()
+    for i in range(150):  # the file changes every 10 ms for 1.5 s or more
+        path.write_text(f"step {i}")
+        time.sleep(0.01)
+    watch.stop()
+    elapsed = time.monotonic() - t0
+    bar.stop()
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("  ... batch_size=32")]
+    assert 1 <= len(lines) <= elapsed / 0.4 + 1, (elapsed, lines)
+
+
 def test_the_point_names_its_repeat_and_the_watch_ends_with_the_point(tmp_path):
     bar = EP.SweepProgress(True, Console(file=io.StringIO()), "s")
     bar.start(2)
