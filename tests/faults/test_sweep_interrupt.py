@@ -144,3 +144,31 @@ def test_ctrl_c_in_the_demo_says_what_was_kept_and_writes_the_report(tmp_path):
     assert f"report of what was measured: {out / 'report.md'}" in err
     assert "Traceback" not in err
     assert "steps=2" in (out / "report.md").read_text()
+
+
+def test_sigterm_stops_the_demo_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    """Bug: `kill` (SIGTERM) of the demo ended it at once without a word: no runs named, no
+    resume command (sweep and scale already took SIGTERM as Ctrl+C)."""
+    import argparse
+    import os
+
+    from scaleprobe.commands import demo
+
+    def terminated(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        raise AssertionError("SIGTERM did not stop the demo")
+
+    def unhandled(signum, frame):  # what stands in for "the process ends without a word"
+        raise AssertionError("the demo left SIGTERM to end the process")
+
+    monkeypatch.setattr("scaleprobe.experiments.run_sweep", terminated)
+    prev = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        code = demo.run(argparse.Namespace(out=str(tmp_path / "d"), quick=True, repeats=None))
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+    err = capsys.readouterr().err
+    assert code == 130
+    assert f"Kept 0 finished runs in {tmp_path / 'd'}" in err
+    assert f"Running `scaleprobe demo --quick --out {tmp_path / 'd'}` again resumes" in err

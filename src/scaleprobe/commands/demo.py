@@ -53,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    from scaleprobe.commands.sweep import terminate_as_interrupt
     from scaleprobe.experiments import run_sweep
 
     con = Console()
+    terminate_as_interrupt()  # SIGTERM (kill, a scheduler) stops it as Ctrl+C does
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
               f"results in {escape(str(out))}/", soft_wrap=True)
