@@ -243,6 +243,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
             m.extra[k] = v
     if not cfg.train.eval:
         why.setdefault("accuracy", "not evaluated (add --eval)")
+    elif m.accuracy is None and cfg.task.task != "classification":  # the task's own metric
+        why.setdefault("accuracy", f"--task {cfg.task.task} measures its own metric: "
+                       f"{', '.join(k for k in ev if k != 'eval_samples') or 'see metrics'}")
     for p, reason in raw0.phases_unseen.items():
         why[f"breakdown_s.{p}"] = reason
     _memory(result, ranks, mon)

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import importlib.metadata
 import sys
+import textwrap
 from typing import NoReturn
 
 from scaleprobe.errors import ScaleprobeError, one_line
@@ -52,12 +53,26 @@ class Parser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps each command's usage examples as written; shows an option's default where it has
-    one and its help does not say it already (the run options write their own, from the
-    config)."""
+    """Keeps each command's usage examples as written (indented lines) and fills every other
+    paragraph of its description to the terminal's width (the module docstrings are wrapped
+    at ~94 columns); a `command` in backticks is shown without them; shows an option's
+    default where it has one and its help does not say it already (the run options write
+    their own, from the config)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for para in text.replace("`", "").split("\n\n"):
+            lines = para.splitlines()
+            if any(ln[:1].isspace() for ln in lines):  # examples, a listing: as written
+                out.append("\n".join(indent + ln for ln in lines))
+            else:
+                out.append(textwrap.fill(" ".join(ln.strip() for ln in lines), width,
+                                         initial_indent=indent, subsequent_indent=indent,
+                                         break_on_hyphens=False))
+        return "\n\n".join(out)
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
+        text = (action.help or "").replace("`", "")
         d = action.default
         if (action.option_strings and d is not None and d is not False
                 and d is not argparse.SUPPRESS and d != [] and "default" not in text):

@@ -286,13 +286,18 @@ class RunConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def default_name(self) -> str:
-        """The run's label when ``name`` is not set: model-dataset-batch, and the strategy and
-        world size when several devices train (``digits_cnn-digits-b64-ddpx2``)."""
-        d, t = self.dist, self.train
+        """The run's label when ``name`` is not set: model-dataset-batch, the task when it is
+        not classification (a face run on lfw is not named like a classifier on lfw), and
+        the strategy and world size when several devices train
+        (``digits_cnn-digits-b64-ddpx2``, ``resnet18-lfw-b64-face-triplet``)."""
+        d, t, k = self.dist, self.train, self.task
         b = f"gb{t.global_batch}" if t.global_batch else f"b{t.batch_size}"
+        task = "" if k.task == "classification" else f"-{k.task}"
+        if k.task == "face" and k.loss != "softmax":
+            task += f"-{k.loss}"
         tr = traits_of(d.strategy)
         n = f"-{d.strategy}x{self.world_size}" if tr.launched or tr.towers else ""
-        return f"{self.model.name.rsplit(':', 1)[-1]}-{self.data.dataset}-{b}{n}"
+        return f"{self.model.name.rsplit(':', 1)[-1]}-{self.data.dataset}-{b}{task}{n}"
 
     @property
     def world_size(self) -> int:
@@ -371,15 +376,27 @@ def check_value(full: str, value: Any, parse: bool = True) -> Any:
 
 def check_flat(flat: dict[str, Any], where: str = "") -> dict[str, Any]:
     """Every value of a flat ``{key: value}`` mapping checked and converted, by full key; an
-    error starts with ``where`` (the file it came from)."""
+    error starts with ``where`` (the file it came from). Two spellings of one key
+    (``batch_size`` and ``train.batch_size``) are an error, not a silent overwrite."""
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for k, v in flat.items():
         try:
             full = resolve_key(k)
+            _once(spelled, full, str(k))
             out[full] = check_value(full, v)
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}" if where else str(e)) from None
     return out
+
+
+def _once(spelled: dict[str, str], full: str, spelling: str) -> None:
+    """Record that ``spelling`` names ``full``; a second spelling of the same key is a
+    one-line error naming both (the later one would silently replace the earlier)."""
+    first = spelled.setdefault(full, spelling)
+    if first != spelling:
+        raise ConfigError(f"{full} is given twice, as {show(first)} and {show(spelling)}; "
+                          "keep one")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -406,16 +423,22 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def flatten(d: dict[str, Any]) -> dict[str, Any]:
-    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}``; keys are resolved through aliases."""
+    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}``; keys are resolved through aliases, and
+    one key under two spellings (``lr`` and ``[train] lr``) is a one-line error."""
     if not isinstance(d, dict):
         raise ConfigError(f"expected a table of config keys, got {show(d)}")
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for k, v in d.items():
         if isinstance(v, dict) and k in SECTIONS:
             for kk, vv in v.items():
-                out[resolve_key(f"{k}.{kk}")] = vv
+                full = resolve_key(f"{k}.{kk}")
+                _once(spelled, full, f"[{k}] {kk}")
+                out[full] = vv
         else:
-            out[resolve_key(k)] = v
+            full = resolve_key(k)
+            _once(spelled, full, str(k))
+            out[full] = v
     return out
 
 

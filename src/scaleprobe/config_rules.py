@@ -5,6 +5,7 @@ line that says what to change."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from scaleprobe.errors import ConfigError
@@ -36,14 +37,17 @@ def check_combinations(cfg: RunConfig) -> None:
         except ValueError as e:
             raise ConfigError(f"script.args: {e}: {cfg.script.args!r}") from None
     if cfg.script.path is None:  # language models with tokens, image models with images
+        from scaleprobe.catalog import check_names
         from scaleprobe.lmspec import check_run
 
+        check_names(cfg)  # a mistyped name, before torch is imported (catalog.py)
         check_run(cfg)
     if d.dataset == "synthetic" and (cfg.task.task != "classification" or d.transform != "light"):
         what = (f"--task {cfg.task.task} draws its own batches" if cfg.task.task != "classification"
                 else f"--transform {d.transform} runs in the input pipeline")
         raise ConfigError(f"--dataset synthetic makes one classification batch on the device and "
                           f"has no input pipeline; {what}: use --dataset synthetic-loader")
+    _check_unrelated(cfg)
     if d.loader == "pipelined" and d.workers == 0:
         raise ConfigError("--loader pipelined needs --workers >= 1 (use --loader naive for none)")
     if not 0 <= ds.node_rank < ds.nnodes:
@@ -85,3 +89,43 @@ def _validate_target(cfg: RunConfig) -> None:
     if traits_of(cfg.dist.strategy).has_server:
         raise ConfigError("--target needs ranks that stop at the same step; the parameter "
                           "server's workers do not: use --strategy ddp or localsgd")
+
+
+def _check_unrelated(cfg: RunConfig) -> None:
+    """Options that belong to another dataset or task: an error, since the run would measure
+    something else than the one asked for (a folder of images never read, a softmax run
+    labelled triplet)."""
+    from scaleprobe.catalog import BUILT_IN_DATA, DATASETS
+
+    d = cfg.data
+    if d.data_dir is not None and d.dataset in BUILT_IN_DATA:
+        readers = [n for n in DATASETS if n not in BUILT_IN_DATA]
+        raise ConfigError(f"--data-dir is read by --dataset {', '.join(readers)}; --dataset "
+                          f"{d.dataset} is built in and reads no folder: name the format of "
+                          f"{d.data_dir} with --dataset, or leave --data-dir out")
+    if cfg.task.loss != "softmax" and cfg.task.task != "face":
+        raise ConfigError(f"--loss {cfg.task.loss} trains face embeddings: add --task face "
+                          f"(this run's task is {cfg.task.task})")
+
+
+# keys that configure the loader; a dataset made once on the device has none (catalog.py)
+LOADER_KEYS = {"data.workers": "--workers", "data.loader": "--loader",
+               "data.prefetch": "--prefetch"}
+
+
+def unused(cfg: RunConfig, given: Iterable[str]) -> list[str]:
+    """The options in ``given`` (full keys the user set) that this run does not use, one line
+    each. A warning, not an error: the run measures what it names (a base file shared with
+    loader runs may carry them), but the user should know the setting did nothing."""
+    from scaleprobe.catalog import DEVICE_RESIDENT
+
+    d = cfg.data
+    if d.dataset not in DEVICE_RESIDENT:
+        return []
+    flags = [flag for key, flag in LOADER_KEYS.items() if key in set(given)]
+    if not flags:
+        return []
+    other = "tokens or text" if d.dataset == "tokens-synthetic" else "synthetic-loader"
+    return [f"{' and '.join(flags)} do{'es' * (len(flags) == 1)} nothing with --dataset "
+            f"{d.dataset}: it has no loader (one batch made once on the device); use "
+            f"--dataset {other} to measure an input pipeline"]

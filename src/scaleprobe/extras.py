@@ -12,6 +12,7 @@ names the extra (``require``).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from scaleprobe.errors import ConfigError
 
@@ -33,9 +34,31 @@ def missing(extra: str) -> list[str]:
     return out
 
 
+def not_found(extra: str) -> list[str]:
+    """The distributions of ``extra`` that are not installed, found without importing them
+    (torchmetrics imports torch): the configuration's early check; ``missing`` imports."""
+    out = []
+    for module in EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(DISTRIBUTIONS.get(module, module))
+    return out
+
+
+def require_installed(extra: str, what: str) -> None:
+    """``require`` without importing anything: for the checks made before torch is."""
+    _stop(not_found(extra), extra, what)
+
+
 def require(extra: str, what: str) -> None:
     """A one-line ConfigError naming the extra when ``what`` cannot run without it."""
-    gone = missing(extra)
+    _stop(missing(extra), extra, what)
+
+
+def _stop(gone: list[str], extra: str, what: str) -> None:
     if gone:
         raise ConfigError(f"{what} needs {' and '.join(gone)}, not installed: "
                           f"pip install 'scaleprobe[{extra}]' (in a clone: "

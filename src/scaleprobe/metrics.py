@@ -40,7 +40,7 @@ it (``repeats_to_decide``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
@@ -201,6 +201,13 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
 
 
 TEXT_BOUND_MIN, TEXT_BOUND_MAX = 0.01, 100.0  # Interval.text prints bounds beyond these as such
+# An interval of a ratio wider than this factor (hi / lo) that holds its reference says
+# nothing a user could act on: "1.04x [0.03, 39.44]" (two noisy repeats, t = 12.7) allows
+# anything from 30x slower to 40x faster. Every text of an interval (Interval.text, .short,
+# .bounds) shows such an interval as "spread too large" with its repeats, never its numbers;
+# a factor of 4 is "from half to double", already wider than any difference the verdicts
+# act on (docs/VERDICTS.md).
+MEANINGFUL_SPAN = 4.0
 
 
 @dataclass(frozen=True)
@@ -253,20 +260,65 @@ class Interval:
     def rel_halfwidth(self) -> float:
         return (self.hi - self.lo) / 2 / self.estimate if self.estimate else math.inf
 
-    def text(self, unit: str = "x", digits: int = 2) -> str:
-        """``1.62x [1.41, 1.86], 3 repeats``."""
+    @property
+    def repeats_text(self) -> str:
+        return f"{self.n} repeat{'s' if self.n != 1 else ''}"
+
+    def too_wide(self, ref: float | None = 1.0) -> bool:
+        """Too wide to mean anything: a bound not positive or not finite (a ratio cannot be),
+        or wider than ``MEANINGFUL_SPAN`` with ``ref`` inside (None: whatever it holds). An
+        interval that excludes its reference says at least that much, however wide."""
+        if not (math.isfinite(self.lo) and math.isfinite(self.hi)) or self.lo <= 0:
+            return True
+        if self.hi / self.lo <= MEANINGFUL_SPAN:
+            return False
+        # a reference at or below 0 (a bar no ratio can pass) is no reference
+        return ref is None or ref <= 0 or self.lo < ref < self.hi
+
+    def text(self, unit: str = "x", digits: int = 2, ref: float | None = 1.0) -> str:
+        """``1.62x [1.41, 1.86], 3 repeats``; ``inconclusive: 2 repeats, spread too large``
+        for an interval too wide to mean anything (``too_wide``)."""
+        if self.too_wide(ref):
+            return f"inconclusive: {self.repeats_text}, spread too large"
         f = f"{{:.{digits}f}}"
-        rep = f"{self.n} repeat{'s' if self.n != 1 else ''}"
-        # a bound beyond 100x either way says only "unbounded" (two noisy repeats give a t
-        # quantile of 12.7): printed as such, not as 0.00 or 281257.25
-        lo = f.format(self.lo) if self.lo >= TEXT_BOUND_MIN else f"<{TEXT_BOUND_MIN:g}"
-        hi = f.format(self.hi) if self.hi <= TEXT_BOUND_MAX else f">{TEXT_BOUND_MAX:g}"
-        return f"{f.format(self.estimate)}{unit} [{lo}, {hi}], {rep}"
+        return f"{f.format(self.estimate)}{unit} {self.bounds(f.format, ref)}, {self.repeats_text}"
+
+    def short(self, unit: str = "x", digits: int = 2, ref: float | None = 1.0) -> str:
+        """``1.62x [1.41, 1.86]`` (a table cell); ``1.04x (spread too large, 2 repeats)``."""
+        f = f"{{:.{digits}f}}"
+        return f"{f.format(self.estimate)}{unit} {self.bounds(f.format, ref)}"
+
+    def bounds(self, show: Callable[[float], str] | None = None,
+               ref: float | None = 1.0) -> str:
+        """``[1.41, 1.86]`` with each bound as ``show`` writes it (a growth: ``[-12%, +4%]``);
+        ``(spread too large, 2 repeats)`` for an interval too wide to mean anything."""
+        if self.too_wide(ref):
+            return f"(spread too large, {self.repeats_text})"
+        show = show or "{:.2f}".format
+        # a bound beyond 100x either way says only "unbounded": printed as such
+        lo = show(self.lo) if self.lo >= TEXT_BOUND_MIN else f"<{TEXT_BOUND_MIN:g}"
+        hi = show(self.hi) if self.hi <= TEXT_BOUND_MAX else f">{TEXT_BOUND_MAX:g}"
+        return f"[{lo}, {hi}]"
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi, "n": self.n,
                 "method": self.method, "log_sd": self.log_sd,
                 "within_log_h": self.within_log_h, "welch": self.welch}
+
+
+INTERVAL_FIELDS = ("estimate", "lo", "hi", "n", "method", "log_sd", "within_log_h", "welch")
+
+
+def interval_of(d: object) -> Interval | None:
+    """An interval as a record stores it (``Interval.to_dict``); None for anything else (a
+    record written before repeats, a damaged block)."""
+    if not isinstance(d, Mapping) or not {"estimate", "lo", "hi", "n"} <= set(d):
+        return None
+    vals = {"method": "", **{k: d[k] for k in INTERVAL_FIELDS if k in d}}
+    if not all(isinstance(vals[k], (int, float)) and not isinstance(vals[k], bool)
+               for k in ("estimate", "lo", "hi", "n")):
+        return None
+    return Interval(**vals)
 
 
 def _log_halfwidth_within(rel_cis: Sequence[float | None]) -> float | None:
@@ -376,7 +428,9 @@ def undecided_text(iv: Interval | None, ref: float, what: str,
     tail = (f"; about {need} repeats would decide it" if need
             else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
                  "difference is smaller than the noise")
-    return f"{head}: {what} {iv.text()}{tail}"
+    if iv.too_wide(ref):  # the repeats said once, not in the head too
+        return f"inconclusive: {what}: {iv.repeats_text}, spread too large{tail}"
+    return f"{head}: {what} {iv.text(ref=ref)}{tail}"
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float],

@@ -15,6 +15,10 @@ SCHEMA = 2
 STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached")
 # statuses whose figures are complete measurements (a target not reached ran to its cap)
 MEASURED = ("ok", "target_not_reached")
+# a record read without a status (written before status existed, or by hand): whether it
+# finished is not known, so it is neither "ok" nor "failed"
+UNKNOWN = "unknown"
+UNKNOWN_TEXT = "unknown (older record without a status)"
 BREAKDOWN_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 BATCH_AXES = ("batch_size", "global_batch")
 # each task's evaluation figure and how a table shows it: classification, face, detection, lm
@@ -724,6 +728,15 @@ class RunResult(InExperiment, Record):
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("partial", "launcher_run_id", "gns")
 
+    @classmethod
+    def from_dict(cls, d: Any) -> RunResult:
+        """A run record; one without a readable ``status`` (an older or hand-made record)
+        reads as ``"unknown"``, never as "failed": nothing says it failed."""
+        rec = super().from_dict(d)
+        if isinstance(d, dict) and not isinstance(d.get("status"), str):
+            rec.status = UNKNOWN
+        return rec
+
     def cfg(self, dotted: str, default: Any = None) -> Any:
         """A configuration value: ``result.cfg("dist.strategy")``."""
         return get(self.config, dotted, default)
@@ -788,7 +801,9 @@ class RunResult(InExperiment, Record):
 
     @property
     def status_text(self) -> str:
-        st = self.status or "unknown"
+        st = self.status or UNKNOWN
+        if st == UNKNOWN:
+            return UNKNOWN_TEXT
         if st == "oom":
             return "out of memory"
         if st == "failed":

@@ -19,7 +19,9 @@ A run record (``kind == "run"``)::
     key               hash of the resolved config (sweeps resume by it)
     status            "ok" | "oom" | "failed" | "interrupted" | "target_not_reached" (a run
                       with --target that ended at --max-epochs below it: its figures are
-                      complete measurements; ``target`` holds the best value and when)
+                      complete measurements; ``target`` holds the best value and when). A
+                      record read without one reads as "unknown" (shown "unknown (older
+                      record without a status)"), never as "failed"
     error             null or one line
     partial           true when an interrupted run kept the steps timed so far: its figures
                       cover those steps (the reason in null_reasons.partial); absent otherwise
@@ -191,6 +193,8 @@ from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-export
     STATUSES,
     TASK_METRICS,
     TRANSIENT,
+    UNKNOWN,
+    UNKNOWN_TEXT,
     Audit,
     Batch,
     Breakdown,

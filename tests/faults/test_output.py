@@ -329,3 +329,39 @@ def test_second_sweep_into_the_same_folder_refuses(cli, tmp_path, out_dir):
     recs = res.read_jsonl(out_dir / res.RESULTS_FILE)
     assert [r["kind"] for r in recs] == ["run", "sweep"]  # the point ran once
     assert recs[0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("where", ["/proc/nope/x.md", "/proc/x.md", "FOLDER", "FILE/x.md",
+                                   "READ_ONLY/x.md"])
+def test_an_unwritable_compare_markdown_path_is_one_line_before_comparing(
+        tmp_path, capsys, read_only, where):
+    """Bug: `compare A B --md /proc/nope/x.md` printed the comparison, then a 19-line
+    FileNotFoundError traceback, exit 1."""
+    from scaleprobe.cli import main
+    from tests.unit.report.factory import write_results
+
+    a = write_results(tmp_path / "a", [run_record("a", step_s=0.1)])
+    b = write_results(tmp_path / "b", [run_record("b", step_s=0.1)])
+    (tmp_path / "f").write_text("a file, not a folder")
+    md = (where.replace("FOLDER", str(tmp_path)).replace("FILE", str(tmp_path / "f"))
+          .replace("READ_ONLY", str(read_only[0])))
+    assert main(["compare", str(a), str(b), "--md", md]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("scaleprobe: error: "), err
+    assert str(Path(md).parent) in err or md in err, err
+    assert "samples/s" not in cap.out  # found before the comparison was printed
+    assert not Path(md).is_file()
+
+
+@pytest.mark.parametrize("where", ["/proc/nope", "FILE"])
+def test_an_unwritable_report_folder_is_one_line(tmp_path, capsys, where):
+    from scaleprobe.cli import main
+    from tests.unit.report.factory import write_results
+
+    a = write_results(tmp_path / "a", [run_record("a", step_s=0.1)])
+    (tmp_path / "f").write_text("a file, not a folder")
+    out = where.replace("FILE", str(tmp_path / "f"))
+    assert main(["report", str(a), "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("scaleprobe: error: ") and out in err

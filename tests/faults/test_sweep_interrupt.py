@@ -105,3 +105,70 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
     assert [r["kind"] for r in lines] == ["run", "sweep"]  # the torn line stays torn, alone
     assert lines[-1]["points_run"] == 0
     assert (out / "sweep.md").exists()
+
+
+DEMO = """
+import sys
+from scaleprobe.commands import demo
+SPEC = {"sweep": {"id": "tiny"}, "base": {"model": "linear", "loader": "naive",
+        "warmup_steps": 1}, "grid": {"steps": [2, 1000000]}}
+demo._sweeps = lambda quick: [SPEC]
+from scaleprobe.cli import main
+sys.exit(main(["demo", "--repeats", "1", "--out", sys.argv[1]]))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_demo_says_what_was_kept_and_writes_the_report(tmp_path):
+    """Bug: on a busy machine the demo showed nothing inside a point for minutes, and Ctrl+C
+    printed only "scaleprobe: interrupted". Now the running point's steps are in its steps
+    file (shown on the bar), and Ctrl+C names the runs kept, the command that resumes and the
+    report of what was measured."""
+    out = tmp_path / "demo"
+    demo = subprocess.Popen([sys.executable, "-c", DEMO, str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    results = out / "tiny" / "results.jsonl"
+    try:
+        assert _wait_for(lambda: len(res.read_jsonl(results, warn=False)) == 1, 120)
+        steps = out / "tiny" / "points"
+        assert _wait_for(lambda: any("of 1000000 steps timed" in p.read_text()
+                                     for p in steps.glob("*.progress")), 90)
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, err[-2000:]
+    assert f"Kept 1 finished run in {out} (tiny: 1)" in err, err[-2000:]
+    assert f"Running `scaleprobe demo --repeats 1 --out {out}` again resumes" in err
+    assert f"report of what was measured: {out / 'report.md'}" in err
+    assert "Traceback" not in err
+    assert "steps=2" in (out / "report.md").read_text()
+
+
+def test_sigterm_stops_the_demo_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    """Bug: `kill` (SIGTERM) of the demo ended it at once without a word: no runs named, no
+    resume command (sweep and scale already took SIGTERM as Ctrl+C)."""
+    import argparse
+    import os
+
+    from scaleprobe.commands import demo
+
+    def terminated(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        raise AssertionError("SIGTERM did not stop the demo")
+
+    def unhandled(signum, frame):  # what stands in for "the process ends without a word"
+        raise AssertionError("the demo left SIGTERM to end the process")
+
+    monkeypatch.setattr("scaleprobe.experiments.run_sweep", terminated)
+    prev = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        code = demo.run(argparse.Namespace(out=str(tmp_path / "d"), quick=True, repeats=None))
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+    err = capsys.readouterr().err
+    assert code == 130
+    assert f"Kept 0 finished runs in {tmp_path / 'd'}" in err
+    assert f"Running `scaleprobe demo --quick --out {tmp_path / 'd'}` again resumes" in err

@@ -3,6 +3,7 @@
 import pytest
 
 from scaleprobe.cli import main
+from scaleprobe.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -217,3 +218,125 @@ def test_usage_mistakes_are_one_line(capsys, argv, needle):
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+FRESH = """
+import importlib.abc, sys
+class Hide(importlib.abc.MetaPathFinder):  # an optional library not installed here
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {hidden!r}:
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Hide())
+from scaleprobe.cli import main
+code = main(sys.argv[1:])
+print('heavy imports:', sorted(m for m in ('torch', 'torchvision') if m in sys.modules),
+      file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("argv,hidden,needle", [
+    (["run", "--model", "resnet35"], (), "unknown model 'resnet35'; did you mean"),
+    (["run", "--dataset", "digitz"], (), "unknown dataset 'digitz'; did you mean digits"),
+    (["run", "--task", "face", "--model", "resnt18"], (), "did you mean resnet18"),
+    (["run", "--task", "detection", "--model", "resnet18", "--dataset", "voc"], (),
+     "needs a detection model, not 'resnet18'"),
+    (["run", "--task", "detection"], (), "needs a dataset with boxes"),
+    (["run", "--task", "lm", "--model", "gpt_huge"], (), "trains a GPT decoder"),
+    (["run", "--model", "no_such_file.py:build"], (), "model file not found"),
+    (["run", "--task", "detection", "--dataset", "voc", "--data-dir", "DIR", "--eval"],
+     ("torchmetrics",), "pip install 'scaleprobe[detection]'"),
+    (["scale", "--nproc", "1,2", "--model", "resnet35"], (), "unknown model 'resnet35'"),
+    (["worker", "--model", "resnet35"], (), "unknown model 'resnet35'"),
+    (["sweep", "SPEC", "--dry-run"], (), "grid point model=resnet35: unknown model"),
+])
+def test_names_and_extras_are_checked_before_torch_is_imported(tmp_path, argv, hidden, needle):
+    """Bug: an unknown model name or a missing extra was reported after torch and torchvision
+    were imported, ~200 s on a loaded machine. Found in a fresh interpreter: torch is not
+    imported when the one-line error comes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\nmodel = ["resnet35"]\n')
+    argv = [str(spec) if a == "SPEC" else str(tmp_path) if a == "DIR" else a for a in argv]
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-c", FRESH.format(hidden=set(hidden)), *argv,
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       env=env, timeout=100)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 2, p.stderr
+    assert needle in lines[0] and lines[0].startswith("scaleprobe: error: "), lines[0]
+    assert lines[1] == "heavy imports: []", p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["run", "--data-dir", "DIR"], "--dataset digits is built in and reads no folder"),
+    (["run", "--dataset", "synthetic", "--data-dir", "DIR"], "--dataset synthetic is built in"),
+    (["run", "--loss", "triplet"], "--loss triplet trains face embeddings: add --task face"),
+    (["demo", "--repeats", "0"], "argument --repeats: expected a whole number >= 1, got '0'"),
+    (["sweep", "SPEC", "--repeats", "-1"], "argument --repeats: expected a whole number >= 1"),
+    (["run", "--parity", "--repeats", "0"], "argument --repeats: expected a whole number >= 1"),
+    (["colocate", "SPEC", "--repeats", "x"], "argument --repeats: expected a whole number"),
+])
+def test_options_that_do_not_apply_are_refused_before_anything_runs(capsys, tmp_path, argv,
+                                                                      needle):
+    """Bug: `--data-dir` with the built-in digits, `--loss triplet` without `--task face` and
+    `demo --repeats 0` were accepted silently (the demo started measuring)."""
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\nbatch_size = [8]\n')
+    argv = [str(spec) if a == "SPEC" else str(tmp_path) if a == "DIR" else a for a in argv]
+    code, err = _err(capsys, *argv, "--out", tmp_path / "out")
+    assert code == 2 and needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("dataset,argv,flags", [
+    ("synthetic", ["--workers", "4"], "--workers does"),
+    ("synthetic", ["--loader", "pipelined", "--prefetch", "4"], "--loader and --prefetch do "),
+    ("tokens-synthetic", ["--workers", "1"], "use --dataset tokens or text"),
+])
+def test_loader_options_with_a_dataset_made_on_the_device_warn(capsys, dataset, argv, flags):
+    """Bug: `--workers`/`--loader pipelined` with `--dataset synthetic` (no loader) were
+    accepted silently. A warning, not an error: the run measures what it names."""
+    from scaleprobe.cli import build_parser
+    from scaleprobe.commands.options import config_from_args
+
+    task = ["--task", "lm"] if dataset.startswith("tokens") else []
+    cfg = config_from_args(build_parser().parse_args(["run", "--dataset", dataset, *task,
+                                                      *argv]))
+    err = capsys.readouterr().err.strip()
+    assert cfg.data.dataset == dataset
+    assert err.startswith("scaleprobe: warning: ") and flags in err, err
+    assert "nothing with --dataset " + dataset in err and len(err.splitlines()) == 1
+    config_from_args(build_parser().parse_args(["run", "--dataset", dataset, *task]))
+    assert capsys.readouterr().err == ""  # the defaults alone: no warning
+
+
+def test_a_grid_axis_that_changes_nothing_is_an_error_and_a_base_key_a_warning():
+    from scaleprobe.experiments.spec import check_points, load_spec
+
+    base = {"dataset": "synthetic", "model": "linear", "steps": 2}
+    with pytest.raises(ConfigError, match="grid axis 'workers' changes nothing at workers=1: "
+                       "--workers does nothing with --dataset synthetic"):
+        check_points(load_spec({"base": base, "grid": {"workers": [1, 2]}}))
+    sp = load_spec({"base": {**base, "workers": 3}, "grid": {"batch_size": [8, 16]}})
+    assert len(check_points(sp)) == 2 and len(sp.unused) == 1
+    assert "--workers does nothing" in sp.unused[0]
+
+
+def test_nproc_per_node_with_underscores_is_torchrun_spelling_too():
+    from scaleprobe.cli import build_parser
+    from scaleprobe.commands.options import config_from_args
+    from scaleprobe.commands.scale import build_spec
+
+    p = build_parser()
+    cfg = config_from_args(p.parse_args(["run", "--strategy", "ddp", "--nproc_per_node", "2"]))
+    assert cfg.dist.nproc == 2
+    spec, _out, _progress = build_spec(p.parse_args(["scale", "--nproc_per_node", "1,2"]))
+    assert spec["grid"]["nproc"] == [1, 2]
+    assert p.parse_args(["comm", "--nproc_per_node", "3"]).nproc == 3

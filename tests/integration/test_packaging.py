@@ -82,3 +82,28 @@ def test_a_missing_example_path_names_the_copy_that_comes_with_scaleprobe(tmp_pa
     copy = bundled("examples") / "sweep_quickstart.toml"
     assert len(err.splitlines()) == 1 and str(copy) in err and copy.is_file()
     assert hint("mine/sweep.toml") == "" and hint("examples/no_such.toml") == ""
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("torch_index", [None, "https://example.invalid/whl/cpu"])
+def test_make_demo_shows_the_install_and_takes_another_torch_index(tmp_path, torch_index):
+    """Bug: `make demo` installed with `pip -q`: minutes of silence, and on a machine
+    without a GPU PyTorch's CUDA build (a 5.9 GB venv) with no word of the CPU-only one."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    extra = [f"TORCH_INDEX={torch_index}"] if torch_index else []
+    p = subprocess.run(["make", "-n", "demo", f"PY={sys.executable}", *extra], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    pips = [ln for ln in p.stdout.splitlines() if "/pip install" in ln]
+    install = [ln for ln in pips if "-e '.[all,test]'" in ln]
+    assert install and " -q" not in install[0]  # pip's own progress shows
+    assert re.search(r"the venv is about 5\.9 GB, the CPU-only torch about 0\.75 GB", p.stdout)
+    assert "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in p.stdout
+    first = [ln for ln in pips if "--index-url" in ln]
+    if torch_index:
+        assert first == [f".venv/bin/pip install --progress-bar on --index-url {torch_index} "
+                         "torch torchvision"]
+        assert pips.index(first[0]) < pips.index(install[0])
+    else:
+        assert not first

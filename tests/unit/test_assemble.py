@@ -148,10 +148,10 @@ def test_breakdown_labels_say_ms_of_the_median_step():
     rec["status"], rec["paths"] = "ok", {"dir": "d"}
     out = io.StringIO()
     print_run(RunResult.from_dict(rec), Console(file=out, width=200))
-    assert "step breakdown (ms per phase of the median step): data 16.7 ms" in out.getvalue()
+    assert "step breakdown (each phase of the median step): data 16.7 ms" in out.getvalue()
     assert "(mean)" not in out.getvalue()
     intro = breakdown_section([RunResult.from_dict(rec)]).blocks[0].text
-    assert intro.startswith("Milliseconds per phase of the median step")
+    assert intro.startswith("Time per phase of the median step")
     assert "Mean seconds" not in intro
 
 

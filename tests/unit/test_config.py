@@ -78,6 +78,21 @@ def test_toml_sections_and_aliases(tmp_path):
         "mlp", 16, 0.2, "naive")
 
 
+@pytest.mark.parametrize("text,first,second", [
+    ('batch_size = 16\n"train.batch_size" = 64\n', "'batch_size'", "'train.batch_size'"),
+    ('lr = 0.1\n[train]\nlr = 0.2\n', "'lr'", "'\\[train\\] lr'"),
+    ('batch-size = 16\nbatch_size = 32\n', "'batch-size'", "'batch_size'"),
+    ('model = "linear"\n"model.name" = "mlp"\n', "'model'", "'model.name'"),
+])
+def test_one_key_under_two_spellings_in_a_run_file_is_an_error(tmp_path, text, first, second):
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=f"exp.toml: .* is given twice, as {first} and "
+                       f"{second}; keep one") as e:
+        C.load_flat(p)
+    assert "\n" not in str(e.value)
+
+
 def test_unreadable_toml(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text("batch_size = = 3\n")
@@ -114,7 +129,7 @@ def test_detection_records_the_detector_it_builds():
     cfg = C.build({"task": "detection", "dataset": "voc"})
     assert cfg.model.name == "ssdlite320_mobilenet_v3_large"
     assert C.from_dict(cfg.to_dict()).key() == cfg.key()
-    named = C.build({"task": "detection", "model": "fcos_resnet50_fpn"})
+    named = C.build({"task": "detection", "model": "fcos_resnet50_fpn", "dataset": "voc"})
     assert named.model.name == "fcos_resnet50_fpn"
     assert C.build({}).model.name == "digits_cnn"  # classification keeps its default
 

@@ -135,9 +135,34 @@ def test_pooled_sd_and_repeats_for_a_difference():
 def test_interval_text_prints_unbounded_ends_as_such():
     """Bug caught: two noisy repeats printed "3.23x [0.00, 281257.25]", a precision the
     interval does not have."""
-    iv = M.Interval(3.23, 1e-5, 281257.25, 2, "t")
-    assert iv.text() == "3.23x [<0.01, >100], 2 repeats"
+    iv = M.Interval(0.003, 1e-5, 0.5, 2, "t")  # excludes 1: says "at least 2x slower"
+    assert iv.text() == "0.00x [<0.01, 0.50], 2 repeats"
     assert M.Interval(1.1, 0.9, 1.3, 3, "t").text() == "1.10x [0.90, 1.30], 3 repeats"
+
+
+@pytest.mark.parametrize("est,lo,hi", [(1.04, 0.03, 39.44), (3.23, 1e-5, 281257.25),
+                                       (1.0, -5.12, 1.73), (1.1, 0.45, 1.9),
+                                       (1.0, 0.0, 2.0), (1.0, 0.9, math.inf)])
+def test_an_interval_too_wide_to_mean_anything_is_never_printed_as_numbers(est, lo, hi):
+    """Bug: "1.04x [0.03, 39.44]", "+4% [-97.3%, +3844.4%]" and "-5.12x to 1.73x" were
+    printed as if they said something: spread wider than a factor of 4 around 1, a bound
+    at or below 0 or infinite."""
+    iv = M.Interval(est, lo, hi, 2, "t")
+    assert iv.too_wide()
+    assert iv.text() == "inconclusive: 2 repeats, spread too large"
+    assert iv.short() == f"{est:.2f}x (spread too large, 2 repeats)"
+    assert iv.bounds(lambda v: f"{v - 1:+.1%}") == "(spread too large, 2 repeats)"
+    text = M.undecided_text(iv, 1.0, "samples/s B / A", need=None)
+    assert text.startswith("inconclusive: samples/s B / A: 2 repeats, spread too large; ")
+    for shown in (iv.text(), iv.short(), iv.bounds(), text):
+        assert not any(f"{b:.2f}" in shown for b in (lo, hi) if math.isfinite(b) and b), shown
+
+
+def test_a_wide_interval_that_excludes_its_reference_keeps_its_numbers():
+    iv = M.Interval(3.0, 1.2, 7.5, 2, "t")  # a factor of 6.25, but wholly above 1
+    assert not iv.too_wide() and iv.text() == "3.00x [1.20, 7.50], 2 repeats"
+    assert iv.too_wide(None) and iv.too_wide(2.0)
+    assert not M.Interval(1.0, 0.6, 2.3, 3, "t").too_wide()  # a factor of 3.8
 
 
 def test_projected_keeps_a_zero_spread_the_runs_own_floor_and_welch_s_df():

@@ -110,3 +110,16 @@ def test_build_result_is_pure_and_repeatable(tmp_path, monkeypatch):
     assert a["metrics"]["samples_per_s"] == pytest.approx(80.0)  # 2 ranks x 4 / 0.1 s
     assert a["batch"]["global"] == 8 and a["audit"]["ok"] is True
     assert a["null_reasons"]["outside_cpu_s"].startswith("not measured")
+
+
+@pytest.mark.parametrize("status", ["absent", None, 5])
+def test_a_run_record_without_a_readable_status_is_unknown_not_failed(status):
+    rec = _filled_run()
+    if status == "absent":
+        del rec["status"]
+    else:
+        rec["status"] = status
+    r = R.RunResult.from_dict(rec)
+    assert r.status == "unknown" and r.status_text == "unknown (older record without a status)"
+    assert R.RunResult.from_dict(_filled_run()).status == "ok"
+    assert R.RunResult().status == "failed"  # a run being written is failed until it ends

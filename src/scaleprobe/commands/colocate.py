@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 
 from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.commands.options import repeats as repeats_arg
 
 NAME = "colocate"
 HELP = "run several jobs alone and together: slowdown, utilisation, verdict"
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC.toml", help="colocate spec: [colocate], [base], [[job]]")
     p.add_argument("--placement", choices=("shared", "pinned"),
                    help="override the spec's placement")
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=repeats_arg, metavar="N",
                    help="alone/together phases, interleaved (default: the spec's, else 3)")
     add_run_options(p, config_file=False)
 

@@ -33,7 +33,7 @@ class BenchmarkFailed(ScaleprobeError):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from scaleprobe.comm.bench import DEFAULT_OPS, DEFAULT_SIZES, OPS
 
-    p.add_argument("--nproc", "--nproc-per-node", type=int, default=2,
+    p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", type=int, default=2,
                    help="processes on this host (default 2)")
     p.add_argument("--ops", default=",".join(DEFAULT_OPS),
                    help=f"comma list of {', '.join(OPS)} (default {','.join(DEFAULT_OPS)})")

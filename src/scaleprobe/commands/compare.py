@@ -29,12 +29,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scaleprobe.report.compare import compare_paths, print_comparison, to_markdown
+    from scaleprobe.results import write_text_atomic
 
+    md = _md_path(args.md) if args.md else None  # checked before anything is compared
     cmp = compare_paths(args.a, args.b)
     print_comparison(cmp)
-    if args.md:
-        path = Path(args.md)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(to_markdown(cmp))
-        print(f"markdown: {path}")
+    if md is not None:
+        write_text_atomic(md, to_markdown(cmp))  # whole or not at all
+        print(f"markdown: {md}")
     return 0
+
+
+def _md_path(text: str) -> Path:
+    """``--md FILE`` that can be written: its folder made and writable, FILE not a folder;
+    otherwise one line naming it (OutputError, exit 2), never a traceback."""
+    from scaleprobe.errors import OutputError
+    from scaleprobe.results import check_writable
+
+    path = Path(text)
+    if path.is_dir():
+        raise OutputError(f"--md {path} is a folder; give a file name, e.g. {path / 'compare.md'}")
+    check_writable(path.parent, what="the comparison")
+    return path

@@ -13,8 +13,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.data.datasets import DATASETS
+    from scaleprobe.catalog import DATASETS  # torch-free: listed without importing torch
+    from scaleprobe.commands.listing import columns
 
-    for name, desc in DATASETS.describe():
-        print(f"{name:17s} {desc}")
+    print(columns(sorted(DATASETS.items())))
     return 0

@@ -18,6 +18,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.commands.options import repeats as repeats_arg
+
 NAME = "demo"
 HELP = "the main job on the embedded digits data: batch sweep, loaders, transforms, report"
 
@@ -38,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="scaleprobe-out/demo", help="results folder")
     p.add_argument("--quick", action="store_true",
                    help="fewer points and 2 repeats (a smoke test)")
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=repeats_arg, metavar="N",
                    help="runs of every point, interleaved; verdicts carry intervals from them "
                         "(default 3, 2 with --quick)")
 
@@ -55,20 +57,33 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    from scaleprobe.commands.sweep import terminate_as_interrupt
     from scaleprobe.experiments import run_sweep
 
     con = Console()
+    terminate_as_interrupt()  # SIGTERM (kill, a scheduler) stops it as Ctrl+C does
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
               f"results in {escape(str(out))}/", soft_wrap=True)
-    for spec in _sweeps(args.quick):
-        sid = spec["sweep"]["id"]
-        con.rule(sid)
-        run_sweep(spec, out / sid, progress=True, console=con,
-                  repeats=args.repeats or (2 if args.quick else None))
-        print((out / sid / "sweep.md").read_text(), flush=True)
+    try:
+        for spec in _sweeps(args.quick):
+            sid = spec["sweep"]["id"]
+            con.rule(sid)
+            run_sweep(spec, out / sid, progress=True, console=con,
+                      repeats=args.repeats or (2 if args.quick else None))
+            print((out / sid / "sweep.md").read_text(), flush=True)
+    except KeyboardInterrupt:  # every point process is stopped; what finished is on disk
+        from scaleprobe.commands.interrupted import say_interrupted
+
+        return say_interrupted(out, _again(args), report=True)
     _report(con, out)
     return 0
+
+
+def _again(args: argparse.Namespace) -> str:
+    """The command that resumes this demo."""
+    return ("scaleprobe demo" + (" --quick" if args.quick else "")
+            + (f" --repeats {args.repeats}" if args.repeats else "") + f" --out {args.out}")
 
 
 def _report(con: Any, out: Path) -> None:

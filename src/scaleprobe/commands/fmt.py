@@ -7,9 +7,10 @@ from typing import Any
 
 from rich.markup import escape
 
-from scaleprobe.report.fmt import bytes_  # one byte formatter for the terminal and the report
+# one byte and one time formatter for the terminal and the report
+from scaleprobe.report.fmt import bytes_, duration
 
-__all__ = ["bytes_", "esc", "ms", "num", "pct", "seconds"]
+__all__ = ["bytes_", "duration", "esc", "ms", "num", "pct", "seconds"]
 
 
 def esc(v: Any) -> str:
@@ -24,7 +25,8 @@ def num(v: Any, spec: str = ".1f", unit: str = "") -> str:
 
 
 def ms(v: Any) -> str:
-    return "n/a" if v is None else f"{v * 1000:.1f} ms"
+    """A time: ``report.fmt.duration`` ('412.3 ms', '4.21 s')."""
+    return duration(v)
 
 
 def pct(v: Any, scale: float = 100.0) -> str:
@@ -32,4 +34,5 @@ def pct(v: Any, scale: float = 100.0) -> str:
 
 
 def seconds(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.2f}s"
+    """A time: ``report.fmt.duration`` ('95.8 s'), never '95.82s' beside '4213.5 ms'."""
+    return duration(v)

@@ -13,9 +13,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.models import list_models
+    from scaleprobe.catalog import list_models
+    from scaleprobe.commands.listing import columns
 
-    for name, desc in list_models():
-        if not args.filter or args.filter in name:
-            print(f"{name:34s} {desc}")
+    rows = [(n, d) for n, d in list_models() if not args.filter or args.filter in n]
+    if rows:
+        print(columns(rows))
     return 0

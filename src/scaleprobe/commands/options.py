@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from scaleprobe import config as C
@@ -63,7 +63,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--task", "task.task", ()),
     ("--loss", "task.loss", ()),
     ("--strategy", "dist.strategy", ()),
-    ("--nproc", "dist.nproc", ("--nproc-per-node",)),  # torchrun's name
+    ("--nproc", "dist.nproc", ("--nproc-per-node", "--nproc_per_node")),  # torchrun's names
     ("--nnodes", "dist.nnodes", ()),
     ("--node-rank", "dist.node_rank", ()),
     ("--rdzv-endpoint", "dist.rdzv_endpoint", ()),
@@ -106,6 +106,18 @@ def converter(key: str) -> Callable[[str], Any]:
     return convert
 
 
+def repeats(text: str) -> int:
+    """argparse ``type=`` for ``--repeats``: a whole number >= 1 (0 ran the default number
+    of repeats while saying nothing)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {show(text)}")
+    return n
+
+
 def flag_help(key: str, default: str | None = None) -> str:
     """The key's help with its default (``default`` replaces the config's, e.g. for scale)."""
     knob = C.KNOBS[key]
@@ -129,6 +141,9 @@ def add_run_options(p: argparse.ArgumentParser, config_file: bool = True,
             continue
         metavar = ("{" + ",".join(knob.choices) + "}" if knob.choices and str in knob.kinds
                    and int not in knob.kinds else flag.lstrip("-").upper().replace("-", "_"))
+        if len(metavar) > 40:  # a long list of choices: named in the help, not the usage line
+            text += f" (one of: {', '.join(knob.choices)})"
+            metavar = flag.lstrip("-").upper().replace("-", "_")
         g.add_argument(flag, *other, dest=_dest(flag), type=converter(key), metavar=metavar,
                        default=argparse.SUPPRESS, help=text)
     g.add_argument("--set", dest="opt_set", action="append", default=[], metavar="KEY=VALUE",
@@ -172,15 +187,26 @@ def config_from_args(args: argparse.Namespace,
     """Defaults <- ``defaults`` <- TOML file <- flags <- --set; validated."""
     merged: dict[str, Any] = dict(defaults or {})
     path = getattr(args, "config", None)
-    if path:
-        merged.update(C.load_flat(path))
-    merged.update(overrides_from_args(args))
+    given: dict[str, Any] = C.load_flat(path) if path else {}
+    given.update(overrides_from_args(args))
+    merged.update(given)
     if merged.get("script.path") is not None:  # the user's own script, under wrap
-
         for key in merged:
             if key not in C.SPEC_KEYS:
                 raise ConfigError(f"{key} does not apply to a script (it builds its own model, "
                                   f"data and training); a script takes "
                                   f"{', '.join(sorted(C.SPEC_KEYS))}")
         merged = C.script_defaults(merged)
-    return C.build(merged)
+    cfg = C.build(merged)
+    warn_unused(cfg, given)
+    return cfg
+
+
+def warn_unused(cfg: C.RunConfig, given: Iterable[str]) -> None:
+    """One line on stderr for each option the user set that this run does not use."""
+    import sys
+
+    from scaleprobe.config_rules import unused
+
+    for line in unused(cfg, given):
+        print(f"scaleprobe: warning: {line}", file=sys.stderr, flush=True)

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size.add_argument("--params", type=float, help="parameter count, e.g. 25e6")
     p.add_argument("--num-classes", type=int, default=None,
                    help="classifier head size for --model (default: the model's own)")
-    p.add_argument("--nproc", "--nproc-per-node", type=int, required=True,
+    p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", type=int, required=True,
                    help="processes per host")
     p.add_argument("--nnodes", type=int, default=1, help="hosts (default 1)")
     p.add_argument("--link", default=None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from scaleprobe.commands.options import add_run_options, config_from_args
+from scaleprobe.commands.options import repeats as repeats_arg
 
 NAME = "run"
 HELP = "one measured training run"
@@ -22,22 +23,23 @@ HELP = "one measured training run"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_options(p)
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=repeats_arg, metavar="N",
                    help="--parity: seeds per side, run interleaved (default 3)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.commands.summary import print_run
     from scaleprobe.errors import ConfigError
-    from scaleprobe.run.failure import exit_code
-    from scaleprobe.run.workloads import run_config
 
-    cfg = config_from_args(args)
+    cfg = config_from_args(args)  # names and values checked before torch is imported
     if cfg.dist.parity:
         return _parity(cfg, args.repeats)
     if args.repeats is not None:
         raise ConfigError("--repeats applies to --parity (a single run is one measurement; "
                           "`scaleprobe sweep` and `colocate` repeat points)")
+    from scaleprobe.commands.summary import print_run
+    from scaleprobe.run.failure import exit_code
+    from scaleprobe.run.workloads import run_config  # imports torch
+
     result = run_config(cfg)
     print_run(result)
     return exit_code(result.status)

@@ -146,8 +146,13 @@ def run(args: argparse.Namespace) -> int:
         return _run_script(args, target, executor)
     spec, out, progress = build_spec(args)
     terminate_as_interrupt()
-    rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
-                     repeats=args.repeats, executor=executor)
+    try:
+        rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
+                         repeats=args.repeats, executor=executor)
+    except KeyboardInterrupt:  # every point stopped; the runs that finished are kept
+        from scaleprobe.commands.interrupted import say_interrupted
+
+        return say_interrupted(sweep_out_dir(spec, out))
     return _write_table(sweep_out_dir(spec, out), spec["sweep"]["id"], rows)
 
 

@@ -12,6 +12,7 @@ from scaleprobe.commands.fmt import esc
 from scaleprobe.invariants import uneven_steps
 from scaleprobe.measure.compiled import summary_line as compile_line
 from scaleprobe.report.advice import sync_words
+from scaleprobe.report.fmt import phase_name
 from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
 from scaleprobe.traits import known
 
@@ -21,12 +22,13 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
     r, m = result, result.metrics
     status = r.status
     style = {"ok": "green", "oom": "yellow", "target_not_reached": "yellow"}.get(status, "red")
-    con.print(f"[bold]{esc(r.name)}[/bold]  status: [{style}]{esc(status)}[/{style}]"
+    say(con, f"[bold]{esc(r.name)}[/bold]  status: [{style}]{esc(status)}[/{style}]"
               + (f"  ({esc(r.error)})" if r.error else "") + _load_tag(r))
     if status != "ok" and m.step_time_s is None:
-        con.print(f"result: {esc(r.paths.get('dir'))}/result.json")
+        say(con, f"result: {esc(r.paths.get('dir'))}/result.json")
         return
     con.print(_figures_table(con, _figures(r)))
+    _na_line(con, r)
     _rates_line(con, r)
     _uneven_line(con, r)
     _lm_line(con, r)
@@ -35,32 +37,32 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
     if r.target is not None:
         from scaleprobe.target import summary_line
 
-        con.print(esc(summary_line(r.target.to_dict())))
+        say(con, esc(summary_line(r.target.to_dict())))
     _gns_line(con, r)
     _flops_line(con, r)
     _compile_line(con, r)
     _state_line(con, r)
     _comm_line(con, r)
     if r.straggler is not None:
-        con.print("straggler: " + esc(r.straggler.line))
+        say(con, "straggler: " + esc(r.straggler.line))
     if r.audit is not None:
         a = r.audit
         tag = "[green]ok[/green]" if a.ok else "[bold red]FAILED[/bold red]"
-        con.print(f"shard audit: {tag} - {esc(a.detail)}")
+        say(con, f"shard audit: {tag} - {esc(a.detail)}")
         if m.unique_samples_per_s is not None:
-            con.print(f"unique samples/s: {fmt.num(m.unique_samples_per_s)} of "
+            say(con, f"unique samples/s: {fmt.num(m.unique_samples_per_s)} of "
                       f"{fmt.num(m.samples_per_s)} (the rest were samples read again)")
     for v in r.invariants or []:
-        con.print(f"[bold yellow]invariant broken[/bold yellow] ({esc(v['name'])}): "
+        say(con, f"[bold yellow]invariant broken[/bold yellow] ({esc(v['name'])}): "
                   f"{esc(v['detail'])}")
     if m.bad_samples_skipped:
-        con.print(f"skipped {m.bad_samples_skipped} unreadable samples")
+        say(con, f"skipped {m.bad_samples_skipped} unreadable samples")
     b = r.batch
-    con.print(f"batch: {b.per_device} per device, {b.global_} global, "
+    say(con, f"batch: {b.per_device} per device, {b.global_} global, "
               f"world size {b.world_size}; {m.steps_timed} steps timed "
               f"of {m.steps_done}; {esc(r.cfg('data.dataset'))} "
               f"({esc(r.dataset_source)})")
-    con.print(f"result: {esc(r.paths.get('dir'))}/result.json")
+    say(con, f"result: {esc(r.paths.get('dir'))}/result.json")
 
 
 def _figures(r: RunResult) -> list[tuple[str, str]]:
@@ -74,13 +76,17 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     name, value = found if found is not None else ("loss" if lm else "accuracy", None)
     tokens = ([("tokens/s", fmt.num(m.tokens_per_s))] if m.tokens_per_s is not None
               else [])  # token tasks (lm)
+    shown = fmt.num(value, ".3f")
+    std = num(m.extra.get(f"{name}_std"))  # face: the spread over the verification folds
+    if value is not None and std is not None:
+        shown += f" +/- {std:.3f}"
     return [("samples/s", fmt.num(m.samples_per_s)), *tokens,
             ("step median", fmt.ms(st.median)), ("p95", fmt.ms(st.p95)),
             ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
             ("peak device mem", fmt.bytes_(mem.device_allocated)),
             ("CPU util", fmt.num(m.cpu_util_pct, ".0f", "%")),
             ("GPU util", fmt.num(m.gpu_util_pct, ".0f", "%")),
-            (name, fmt.num(value, ".3f"))]
+            (name.replace("_", " "), shown)]
 
 
 def _lm_line(con: Console, r: RunResult) -> None:
@@ -92,12 +98,12 @@ def _lm_line(con: Console, r: RunResult) -> None:
         return
     loss = num(m.extra.get("loss"))
     if loss is None:
-        con.print(f"language model: unigram entropy of the training split {h:.3f} nats/token "
+        say(con, f"language model: unigram entropy of the training split {h:.3f} nats/token "
                   "(held-out loss: add --eval)")
         return
     ppl = num(m.extra.get("perplexity"))
     side = "below" if loss < h else "not below"
-    con.print(f"language model: held-out loss {loss:.3f} nats/token (perplexity "
+    say(con, f"language model: held-out loss {loss:.3f} nats/token (perplexity "
               f"{fmt.num(ppl, '.2f')}) over {fmt.num(num(m.extra.get('eval_tokens')), ',.0f')} "
               f"tokens, {side} the training split's unigram entropy {h:.3f} nats/token")
 
@@ -108,7 +114,7 @@ def _gns_line(con: Console, r: RunResult) -> None:
 
     line = summary_line(r.gns, r.null_reasons)
     if line:
-        con.print(esc(line))
+        say(con, esc(line))
 
 
 def _flops_line(con: Console, r: RunResult) -> None:
@@ -118,7 +124,7 @@ def _flops_line(con: Console, r: RunResult) -> None:
     m, why = r.metrics, r.null_reasons
     if not m.flops_per_step:
         if why.get("flops_per_step"):
-            con.print(f"FLOPs: {esc(why['flops_per_step'])}")
+            say(con, f"FLOPs: {esc(why['flops_per_step'])}")
         return
     line = (f"FLOPs: {flops(m.flops_per_step)} per step, "
             f"{flops(m.achieved_flops_per_s, per_s=True)} achieved")
@@ -128,7 +134,7 @@ def _flops_line(con: Console, r: RunResult) -> None:
         line += f", MFU {mfu(m.mfu)} of {peak} {p.dtype} ({p.source})"
     else:
         line += f"; MFU: {why.get('mfu') or 'n/a'}"
-    con.print(esc(line))
+    say(con, esc(line))
 
 
 def _compile_line(con: Console, r: RunResult) -> None:
@@ -138,7 +144,7 @@ def _compile_line(con: Console, r: RunResult) -> None:
     if line is None and r.cfg("model.compile"):
         line = f"compile: {why.get('compile_time_s') or 'not measured'}"
     if line:
-        con.print(esc(line))
+        say(con, esc(line))
 
 
 def _figures_table(con: Console, figures: list[tuple[str, str]]) -> Table:
@@ -169,7 +175,7 @@ def _rates_line(con: Console, r: RunResult) -> None:
     """What samples/s adds up when several ranks train (their step medians may differ)."""
     text = r.rate_definition()
     if text:
-        con.print(f"samples/s: {esc(text)}")
+        say(con, f"samples/s: {esc(text)}")
 
 
 def _uneven_line(con: Console, r: RunResult) -> None:
@@ -210,7 +216,7 @@ def _comm_line(con: Console, r: RunResult) -> None:
             line += (f"; wrapper overhead {_ms(c.wrapper_overhead_s)} per step (sync minus "
                      "no_sync with one process: hooks and bucket copies, not communication; "
                      "left in backward)")
-        con.print(line, markup=False)
+        say(con, line, markup=False)
         return
     line = f"communication: exposed {_ms(c.exposed_s)} per step"
     if c.exposed_s is None and c.exposed_reason:
@@ -220,20 +226,20 @@ def _comm_line(con: Console, r: RunResult) -> None:
     if c.transfer_s is not None and c.sync_overhead_s is not None:
         line += (f" = transfer {_ms(c.transfer_s)} + sync overhead "
                  f"{_ms(c.sync_overhead_s)}")
-    con.print(line, markup=False)
+    say(con, line, markup=False)
     _in_step_lines(con, c)
     std = c.transfer_standalone or {}
     if std:
         every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
         hidden = c.transfer_hidden_s or 0.0
         hid = f"; {_ms(hidden)} of it hidden under compute" if hidden > 0 else ""
-        con.print(f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
+        say(con, f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
                   f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}",
                   markup=False)
         tr = known(r.cfg("dist.strategy"))
         parts = (sync_words(r)[1] if tr is not None and tr.shards_state else
                  "hooks, bucket copies, a server's work, waiting for the slowest rank")
-        con.print(f"  sync overhead: the rest ({parts}): not the network", markup=False)
+        say(con, f"  sync overhead: the rest ({parts}): not the network", markup=False)
     _prediction_lines(con, c, r)
 
 
@@ -246,10 +252,10 @@ def _in_step_lines(con: Console, c: Comm) -> None:
         calls = c.calls_per_step or {}
         what = (f" (blocked in {calls.get('all_gather', 0)} all-gathers and "
                 f"{calls.get('reduce_scatter', 0)} reduce-scatters per step)" if calls else "")
-        con.print(f"  measured in the step: median {text(c.exposed_per_step, _ms)}{what}",
+        say(con, f"  measured in the step: median {text(c.exposed_per_step, _ms)}{what}",
                   markup=False)
     if c.cross_check:
-        con.print("  cross-check, sync minus no_sync (not in the breakdown): "
+        say(con, "  cross-check, sync minus no_sync (not in the breakdown): "
                   + text(c.cross_check, _ms), markup=False)
 
 
@@ -270,7 +276,7 @@ def _state_line(con: Console, r: RunResult) -> None:
                      f"{fmt.bytes_(x.optimizer_bytes)} = "
                      f"{fmt.bytes_(x.total_bytes)} ({peak})")
     tail = f" (the largest of {len(rows)} ranks)" if len(shown) < len(rows) else ""
-    con.print("state per rank, params + grads + optimizer: " + "; ".join(parts) + tail,
+    say(con, "state per rank, params + grads + optimizer: " + "; ".join(parts) + tail,
               markup=False)
 
 
@@ -286,7 +292,7 @@ def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
         if c.transfer_s is not None and same.get("comm_s"):
             line += (" vs the standalone collective's "
                      f"{_ms((c.transfer_standalone or {}).get('per_step_s'))} measured")
-        con.print(line, markup=False)
+        say(con, line, markup=False)
     if named and named is not same:
         why = (f"what-if: measured on {link}, not compared" if link else
                "the link between the hosts is not known (no --link): not compared")
@@ -294,9 +300,9 @@ def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
                 f"efficiency {fmt.pct(named.get('efficiency'))}")
         if named.get("needed_gbit_s") is not None:
             line += f", needs >= {named['needed_gbit_s']:.2f} Gbit/s for 90%"
-        con.print(line, markup=False)
+        say(con, line, markup=False)
     elif same and same.get("needed_gbit_s") is not None:
-        con.print(f"  needs >= {same['needed_gbit_s']:.2f} Gbit/s for 90% efficiency",
+        say(con, f"  needs >= {same['needed_gbit_s']:.2f} Gbit/s for 90% efficiency",
                   markup=False)
 
 
@@ -305,6 +311,42 @@ def _ms(v: Any) -> str:
     if v is None:
         return "n/a"
     return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else fmt.ms(v)
+
+
+def say(con: Console, text: str, markup: bool = True) -> None:
+    """One line of the summary, wrapped to the console with its continuation lines indented
+    two spaces under the line's own start (a terminal's own wrap puts them at column 0)."""
+    from rich.text import Text
+
+    t = Text.from_markup(text) if markup else Text(text)
+    if con.soft_wrap or len(t.plain) <= con.width:
+        con.print(t)
+        return
+    indent = len(t.plain) - len(t.plain.lstrip(" ")) + 2
+    for i, line in enumerate(t.wrap(con, max(20, con.width - indent))):
+        line.rstrip()
+        con.print(Text(" " * indent) + line if i else line)
+
+
+# the figures of the summary's table, and the record's key whose reason explains an n/a
+NA_KEYS = {"samples/s": "samples_per_s", "step median": "step_time_s",
+           "epoch time": "epoch_time_s", "peak device mem": "peak_mem_bytes.device_allocated",
+           "CPU util": "cpu_util_pct", "GPU util": "gpu_util_pct", "accuracy": "accuracy",
+           "tokens/s": "tokens_per_s"}
+
+
+def _na_line(con: Console, r: RunResult) -> None:
+    """Why each n/a in the table is n/a: 'n/a: accuracy: not evaluated (add --eval); peak
+    device mem, GPU util: no CUDA device'."""
+    by_reason: dict[str, list[str]] = {}
+    for name, value in _figures(r):
+        key = NA_KEYS.get(name)
+        why = r.null_reason(key) if key and value == "n/a" else None
+        if why:
+            by_reason.setdefault(why, []).append(name)
+    if by_reason:
+        say(con, "n/a: " + "; ".join(f"{', '.join(n)}: {w}" for w, n in by_reason.items()),
+            markup=False)
 
 
 def console(stderr: bool = False) -> Console:
@@ -323,9 +365,11 @@ def _breakdown(con: Console, r: RunResult) -> None:
     total = sum(v for v in bd.values() if v) or None
     if not total:
         return
-    parts = [f"{k} {v * 1000:.1f} ms ({v / total:.0%})" for k, v in bd.items() if v is not None]
+    gpu = bool(r.env.get("gpus")) or r.metrics.peak_mem_bytes.device_peak() is not None
+    parts = [f"{phase_name(k, gpu)} {fmt.ms(v)} ({v / total:.0%})" for k, v in bd.items()
+             if v is not None]
     # each phase's share of a typical step laid over the median step: they add up to it
-    con.print("step breakdown (ms per phase of the median step): " + ", ".join(parts))
+    say(con, "step breakdown (each phase of the median step): " + ", ".join(parts))
 
 
 def _epoch_starts(con: Console, r: RunResult) -> None:
@@ -335,4 +379,4 @@ def _epoch_starts(con: Console, r: RunResult) -> None:
 
     line = epoch_start_wait(r)
     if line:
-        con.print(f"[bold yellow]data wait at epoch starts[/bold yellow]: {esc(line)}")
+        say(con, f"[bold yellow]data wait at epoch starts[/bold yellow]: {esc(line)}")

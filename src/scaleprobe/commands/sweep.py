@@ -16,6 +16,7 @@ import signal
 from typing import Any
 
 from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.commands.options import repeats as repeats_arg
 
 NAME = "sweep"
 HELP = "run a grid of configurations (batch size to out of memory, loader settings, ...)"
@@ -37,7 +38,7 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_repeats_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeats", type=int, metavar="N",
+    p.add_argument("--repeats", type=repeats_arg, metavar="N",
                    help="runs of every point, interleaved (A B C A B C), each in its own "
                         "process; verdicts carry intervals from them (default: the spec's "
                         "[sweep] repeats, else 3)")
@@ -71,6 +72,8 @@ def _dry_run(spec: str, over: dict[str, Any], out: str | None, repeats: int | No
         print(f"  {describe(p.axes)}  key {sp.config(p, out).key()}")
     for line in sp.dropped:
         print(f"  left out (invalid): {line}")
+    for line in sp.unused:
+        print(f"  warning: {line}")
     return 0
 
 
@@ -85,8 +88,14 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args.spec, over, out, args.repeats)
     terminate_as_interrupt()
-    records = run_sweep(args.spec, out, over, progress=progress, console=Console(stderr=True),
-                        repeats=args.repeats, executor=executor)
+    try:
+        records = run_sweep(args.spec, out, over, progress=progress,
+                            console=Console(stderr=True), repeats=args.repeats,
+                            executor=executor)
+    except KeyboardInterrupt:  # every point stopped; the tables of what finished are written
+        from scaleprobe.commands.interrupted import say_interrupted
+
+        return say_interrupted(sweep_out_dir(args.spec, out, over))
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())
     failed = sum(r.get("status") == "failed" for r in records)
     return 1 if records and failed == len(records) else 0

@@ -18,8 +18,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.run.builtin import run_under_launcher
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     extra = {"dist.nproc": local, "dist.nnodes": max(1, world // max(1, local))}
@@ -28,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
         extra["dist.rdzv_endpoint"] = f"{addr}:{port}"
         extra["dist.strategy"] = "ddp"  # unless the file or a flag names another
     cfg = config_from_args(args, extra)
+    from scaleprobe.run.builtin import run_under_launcher  # imports torch: after the checks
+
     result = run_under_launcher(cfg)
     if result is None:
         return 0

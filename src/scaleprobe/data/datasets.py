@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from scaleprobe.catalog import DATASETS as CATALOG
 from scaleprobe.config import DataConfig
 from scaleprobe.errors import DataError
 from scaleprobe.registry import Registry
@@ -93,7 +94,7 @@ def _held_out(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset
     return Subset(ds, tr), Subset(ds, va)
 
 
-@DATASETS.register("digits", "real handwritten digits shipped with scikit-learn (1,797 images)")
+@DATASETS.register("digits", CATALOG["digits"])
 def _digits(cfg: DataConfig, seed: int) -> Split:
     from scaleprobe.data.digits import digits_arrays
 
@@ -108,8 +109,7 @@ def _digits(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, 10, size, "scikit-learn digits (1,797 real handwritten images)")
 
 
-@DATASETS.register("synthetic", "one random batch per rank made once on the training device, "
-                   "reused every step: no input pipeline (measures the model)")
+@DATASETS.register("synthetic", CATALOG["synthetic"])
 def _synthetic(cfg: DataConfig, seed: int) -> Split:
     split = _synthetic_loader(cfg, seed)
     split.resident = True
@@ -118,8 +118,7 @@ def _synthetic(cfg: DataConfig, seed: int) -> Split:
     return split
 
 
-@DATASETS.register("synthetic-loader", "random uint8 images in memory through the loader "
-                   "(per-sample __getitem__, transform, collate, workers): no I/O, no decode")
+@DATASETS.register("synthetic-loader", CATALOG["synthetic-loader"])
 def _synthetic_loader(cfg: DataConfig, seed: int) -> Split:
     size = cfg.image_size or 64
     ncls = cfg.num_classes or 10
@@ -134,7 +133,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "scaleprobe"
 
 
-@DATASETS.register("jpeg-synth", "N real JPEG files written once to a cache folder (real decode)")
+@DATASETS.register("jpeg-synth", CATALOG["jpeg-synth"])
 def _jpeg_synth(cfg: DataConfig, seed: int) -> Split:
     from scaleprobe.data.jpegsynth import ensure_jpegs
 
@@ -174,7 +173,7 @@ def check_data_dir(cfg: DataConfig) -> None:
         _need_dir(cfg, "text" if cfg.dataset == "text" else cfg.dataset)
 
 
-@DATASETS.register("imagefolder", "one folder per class of image files under --data-dir")
+@DATASETS.register("imagefolder", CATALOG["imagefolder"])
 def _imagefolder(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "imagefolder")
     from scaleprobe.data.formats import open_imagefolder
@@ -185,7 +184,7 @@ def _imagefolder(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, ncls, cfg.image_size or 64, f"image folder {cfg.data_dir}")
 
 
-@DATASETS.register("cifar10", "CIFAR-10 python batches under --data-dir")
+@DATASETS.register("cifar10", CATALOG["cifar10"])
 def _cifar10(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "cifar10")
     from scaleprobe.data.formats import open_cifar10
@@ -195,7 +194,7 @@ def _cifar10(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, 10, cfg.image_size or 32, f"CIFAR-10 at {root}")
 
 
-@DATASETS.register("mnist", "MNIST idx files under --data-dir")
+@DATASETS.register("mnist", CATALOG["mnist"])
 def _mnist(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "mnist")
     from scaleprobe.data.formats import open_mnist
@@ -205,7 +204,7 @@ def _mnist(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, 10, cfg.image_size or 28, f"MNIST at {root}")
 
 
-@DATASETS.register("voc", "Pascal VOC detection (VOCdevkit/VOC<year>) under --data-dir")
+@DATASETS.register("voc", CATALOG["voc"])
 def _voc(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "voc")
     from scaleprobe.data.formats import VOC_CLASSES, open_voc
@@ -227,7 +226,7 @@ def _lfw_pair_images(pairs: list[tuple[Path, Path, bool]]) -> Dataset:
     return faces
 
 
-@DATASETS.register("lfw", "LFW faces under --data-dir: train people, test pairs (face task)")
+@DATASETS.register("lfw", CATALOG["lfw"])
 def _lfw(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "lfw")
     from scaleprobe.data.formats import open_lfw_pairs, open_lfw_people
@@ -258,15 +257,13 @@ def _token_split(cfg: DataConfig, root: Path, source: str) -> Split:
                  f"{got['vocab']:,})", seq_len=T, info=info)
 
 
-@DATASETS.register("tokens", "--task lm: token files under --data-dir (train.bin, val.bin, "
-                   "optional meta.json; nanoGPT's format, uint16 or uint32)")
+@DATASETS.register("tokens", CATALOG["tokens"])
 def _tokens(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "tokens")
     return _token_split(cfg, root, f"token files at {root}")
 
 
-@DATASETS.register("text", "--task lm: the Python standard library's sources, byte-level "
-                   "(scaleprobe datagen text; --data-dir, else written once to the cache)")
+@DATASETS.register("text", CATALOG["text"])
 def _text(cfg: DataConfig, seed: int) -> Split:
     if cfg.data_dir:
         root = _need_dir(cfg, "text")
@@ -277,8 +274,7 @@ def _text(cfg: DataConfig, seed: int) -> Split:
     return _token_split(cfg, root, f"Python standard library sources, bytes, at {root}")
 
 
-@DATASETS.register("tokens-synthetic", "--task lm: one batch of random tokens per rank made "
-                   "once on the training device, reused every step: no input pipeline")
+@DATASETS.register("tokens-synthetic", CATALOG["tokens-synthetic"])
 def _tokens_synthetic(cfg: DataConfig, seed: int) -> Split:
     from scaleprobe.data.tokens import RandomWindows
 

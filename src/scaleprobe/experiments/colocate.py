@@ -57,6 +57,7 @@ from scaleprobe.experiments.verdict import (
     totals,
     verdict,
 )
+from scaleprobe.report.fmt import duration
 
 OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
            "warmup_steps": int, "repeats": int}
@@ -129,12 +130,12 @@ def load_colocate_spec(spec: str | Path | dict[str, Any],
     jobs_doc = doc.get("job")
     if not isinstance(jobs_doc, list) or len(jobs_doc) < 2:
         raise ConfigError(f"{where}: give at least two [[job]] tables")
-    base = C.flatten(doc.get("base", {}))
+    base = C.flatten_in(doc.get("base", {}), f"{where}: [base]")
     base.update({C.resolve_key(k): v for k, v in (overrides or {}).items()})
     timing = _timing(opts)
     jobs: list[tuple[str, C.RunConfig]] = []
     for i, job in enumerate(jobs_doc):
-        flat = {**base, **C.flatten(job), **timing}
+        flat = {**base, **C.flatten_in(job, f"{where}: [[job]] {i + 1}"), **timing}
         name = str(flat.get("name") or f"job{i + 1}")
         flat["name"] = name
         try:
@@ -182,7 +183,7 @@ def _run_alone(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int) -> list[dict[
         rc = ctx.procs.wait(proc)
         rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
         ctx.say(f"{_tag(ctx, repeat)}alone    {name}: {rec['status']} "
-                f"({time.monotonic() - t0:.1f}s)")
+                f"({duration(time.monotonic() - t0)})")
         recs.append(rec)
     return recs
 

@@ -7,6 +7,7 @@ With ``enabled=False`` nothing is printed.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any
 
@@ -14,9 +15,39 @@ from rich.console import Console
 from rich.markup import escape
 
 from scaleprobe.experiments.spec import Point, describe
-from scaleprobe.report.fmt import bytes_, rate
+from scaleprobe.measure.progress import read_point_progress
+from scaleprobe.report.fmt import bytes_, duration, rate, repeat_label
 
 STYLE = {"ok": "green", "oom": "yellow", "skipped": "yellow"}
+LINE_EVERY_S = 60.0  # without a live bar (output to a file or pipe): a line this often
+
+
+class PointWatch:
+    """Reads a running point's steps file every ``every_s`` and shows it on the bar."""
+
+    def __init__(self, bar: SweepProgress, name: str, path: str, every_s: float = 1.0) -> None:
+        self.bar, self.name, self.path, self.every_s = bar, name, path, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="scaleprobe-point-watch",
+                                        daemon=True)
+        self._started = time.monotonic()
+
+    def start(self) -> PointWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def _loop(self) -> None:
+        last = None
+        while not self._stop.wait(self.every_s):
+            text = read_point_progress(self.path) or "starting: importing torch"
+            quiet = time.monotonic() - max(self.bar._shown, self._started)
+            if text != last or quiet >= LINE_EVERY_S:
+                self.bar.show_point(self.name, text, quiet)
+                last = text
 
 
 class SweepProgress:
@@ -31,6 +62,8 @@ class SweepProgress:
         self.total = 0
         self.run_s: list[float] = []  # wall time of each point run (not resumed)
         self._t_point = time.monotonic()
+        self._watch: PointWatch | None = None
+        self._shown = time.monotonic()
 
     def start(self, total: int) -> None:
         self.total = total
@@ -65,6 +98,7 @@ class SweepProgress:
         return time.strftime("%H:%M:%S", time.gmtime(left_s))
 
     def stop(self) -> None:
+        self._watch_stop()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
@@ -75,10 +109,33 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.update(self._task, total=self.total or None, eta=self.eta())
 
-    def point_started(self, point: Point) -> None:
+    def point_started(self, point: Point, steps_file: str | None = None,
+                      repeat: int = 0) -> None:
+        """A point's process started; ``steps_file``: where it writes its steps
+        (``measure.progress.FileProgress``), shown beside the point while it runs."""
         self._t_point = time.monotonic()
+        self._watch_stop()
+        name = describe(point.axes) + (f" ({repeat_label(repeat)})" if repeat else "")
         if self._bar is not None:
-            self._bar.update(self._task, note=escape(describe(point.axes)))
+            self._bar.update(self._task, note=escape(name))
+        if self.enabled and steps_file:
+            self._watch = PointWatch(self, name, steps_file).start()
+
+    def show_point(self, name: str, text: str, quiet_s: float) -> None:
+        """The running point's steps beside it on the bar; where the console is no terminal
+        (no live bar), a line every ``LINE_EVERY_S``."""
+        if self._bar is not None and self.console.is_terminal:
+            self._bar.update(self._task, note=escape(f"{name}: {text}"))
+        elif quiet_s >= LINE_EVERY_S:
+            self.console.print(f"  ... {escape(name)}: {escape(text)}", soft_wrap=True)
+        else:
+            return
+        self._shown = time.monotonic()
+
+    def _watch_stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
 
     def _advance(self) -> None:
         self.completed += 1
@@ -102,10 +159,11 @@ class SweepProgress:
             detail = f"{rate(m.get('samples_per_s'))} samples/s, peak {mem}"
         else:
             detail = str(rec.get("error") or "")[:160]
+        self._watch_stop()
         if not resumed:
             self.run_s.append(time.monotonic() - self._t_point)
         self._advance()
-        when = "done before, not rerun" if resumed else f"{self.run_s[-1]:.1f}s"
+        when = "done before, not rerun" if resumed else duration(self.run_s[-1])
         self._line(point, status, f"{detail} ({when})", repeat)
 
     def point_skipped(self, point: Point, reason: str) -> None:
@@ -120,6 +178,6 @@ class SweepProgress:
         if not self.enabled:
             return
         style = STYLE.get(status, "red")
-        rep = f" (repeat {repeat + 1})" if repeat else ""
+        rep = f" ({repeat_label(repeat)})" if repeat else ""
         self.console.print(f"[{self.completed}/{self.total}] {escape(describe(point.axes))}{rep}: "
                            f"[{style}]{status}[/{style}]  {escape(detail)}", soft_wrap=True)

@@ -73,6 +73,7 @@ class SweepSpec:
     kind: str = "sweep"  # the experiment kind its run records carry: sweep | scale
     repeats: int = DEFAULT_REPEATS  # each point's runs, interleaved across the points
     dropped: list[str] = field(default_factory=list)  # invalid points left out (skip_invalid)
+    unused: list[str] = field(default_factory=list)  # [base] options no point uses (warnings)
 
     @property
     def batch_axis(self) -> Axis | None:
@@ -83,14 +84,17 @@ class SweepSpec:
         return bool(self.batch_axis and self.batch_axis.auto)
 
     def base_config(self, out: str | None = None) -> C.RunConfig:
-        over = dict(self.base)
-        script = next((a for a in self.axes if a.key == "script.path"), None)
-        if script is not None and "script.path" not in over:  # the base of a script axis
-            over["script.path"] = script.values[0]
-        over["measure.progress"] = False
-        if out is not None:
-            over["out"] = out
-        return C.build(_complete(over))
+        """The base with the first value of each axis: an axis may be what makes a base key
+        apply (a script axis, ``data_dir`` under a dataset axis); where that first point is
+        invalid (``skip_invalid``), the base alone."""
+        over = {**self.base, "measure.progress": False, **({"out": out} if out else {})}
+        first = {a.key: a.values[0] for a in self.axes if a.values and a.key not in over}
+        try:
+            return C.build(_complete({**over, **first}))
+        except ConfigError:
+            if not first or "script.path" in first:
+                raise
+            return C.build(_complete(over))
 
     def config(self, point: Point, out: str | None = None) -> C.RunConfig:
         """The point's run configuration; unless the base names the runs, each is labelled by
@@ -160,7 +164,7 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
                           "e.g. batch_size = [16, 32, 64]")
     labels = _labels(grid)
     axes: list[Axis] = []
-    for key, values in C.flatten_in(grid, where).items():
+    for key, values in C.flatten_in(grid, f"{where}: [grid]").items():
         label = labels.get(key, key)
         if key == ARGS_KEY and isinstance(values, list):
             values = [C.args_text(v, f"{where}: grid axis '{label}'") for v in values]
@@ -219,8 +223,9 @@ def load_spec(spec: str | Path | dict[str, Any],
     flags) replace the base's values; they may not name a grid axis."""
     doc, where, stem = read_doc(spec, "sweep", ("[sweep]", "[base]", "[grid]"))
     opts = _sweep_options(_table(doc, "sweep", where), where)
-    base = C.check_flat(C.join_args(C.flatten_in(_table(doc, "base", where), where),
-                                    f"{where}: [base]"), f"{where}: [base]")
+    in_base = f"{where}: [base]"
+    base = C.check_flat(C.join_args(C.flatten_in(_table(doc, "base", where), in_base), in_base),
+                        in_base)
     axes = _axes(_table(doc, "grid", where), where)
     _check_script_keys(base, axes, where)
     for full, v in C.check_flat(overrides or {}).items():
@@ -272,11 +277,13 @@ def points(sp: SweepSpec, batch_size: int | None = None) -> list[Point]:
 def check_points(sp: SweepSpec, out: str | None = None) -> list[Point]:
     """Validate every point (all of them, before anything runs). An invalid combination is an
     error naming the point, or, with ``skip_invalid``, left out and listed in ``sp.dropped``."""
+    from scaleprobe.config_rules import unused
+
     good: list[Point] = []
-    sp.dropped = []
+    sp.dropped, sp.unused = [], []
     for p in points(sp):
         try:
-            sp.config(p, out)
+            cfg = sp.config(p, out)
         except ConfigError as e:
             label = describe(p.axes)
             if not sp.skip_invalid:
@@ -285,10 +292,24 @@ def check_points(sp: SweepSpec, out: str | None = None) -> list[Point]:
                                   ) from None
             sp.dropped.append(f"{label}: {e}")
             continue
+        _check_axes_used(sp, cfg, p)
+        sp.unused += [u for u in unused(cfg, sp.base) if u not in sp.unused]
         good.append(p)
     if not good:
         raise ConfigError("no valid point in the grid")
     return good
+
+
+def _check_axes_used(sp: SweepSpec, cfg: C.RunConfig, p: Point) -> None:
+    """A grid axis the point's run does not use makes points that measure the same thing
+    (``workers = [1, 2]`` with ``dataset = "synthetic"``): an error naming the axis."""
+    from scaleprobe.config_rules import unused
+
+    for a in sp.axes:
+        why = unused(cfg, [a.key])
+        if why:
+            raise ConfigError(f"grid axis '{a.label}' changes nothing at {describe(p.axes)}: "
+                              f"{why[0]}")
 
 
 def describe(axes: dict[str, Any]) -> str:

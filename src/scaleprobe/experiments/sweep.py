@@ -38,6 +38,7 @@ from scaleprobe.experiments.spec import (
     group_key,
     load_spec,
 )
+from scaleprobe.measure.progress import PROGRESS_ENV
 from scaleprobe.run.driver import RUN_OUTPUT_BYTES
 
 try:  # POSIX; elsewhere sweeps into one folder are not kept apart
@@ -104,9 +105,11 @@ def run_point(st: SweepState, point: Point, repeat: int = 0) -> dict[str, Any]:
             st.bar.point_done(point, rec, resumed=True, repeat=repeat)
         return rec
     exp = {**_experiment(st, point, repeat), "attempt": new_attempt()}
-    st.bar.point_started(point)
+    label = f"{_slug(point)}-r{repeat}"
+    steps = st.out / "points" / f"{label}-{exp['attempt']}.progress"  # the point's own steps
+    st.bar.point_started(point, str(steps), repeat)
     proc = st.procs.start({"config": cfg.to_dict(), "experiment": exp}, st.out / "points",
-                          f"{_slug(point)}-r{repeat}")
+                          label, env={PROGRESS_ENV: str(steps)})
     st.started += 1
     rc = st.procs.wait(proc)
     rec = collect_record(proc, rc, cfg, exp, st.results_path)
@@ -266,6 +269,8 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
     res.check_writable(out, RUN_OUTPUT_BYTES * max(1, runs_left), f"{runs_left} runs' files")
     for line in sp.dropped:
         st.bar.note(f"left out (invalid): {line}")
+    for line in sp.unused:
+        st.bar.note(f"warning: {line}")
     st.bar.start(0 if sp.auto else len(pts) * sp.repeats)
     try:
         if sp.auto:

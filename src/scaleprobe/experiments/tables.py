@@ -145,7 +145,7 @@ def _speedup_text(iv: Any, nproc: Any) -> str:
         return "1.00x"
     n = nproc if isinstance(nproc, int) else None
     mark = "" if M.plausible_speedup(iv.estimate, n) else " (implausible)"
-    return f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]{mark}"
+    return f"{iv.short()}{mark}"
 
 
 def points_csv(records: list[RunResult], skipped: list[dict[str, Any]],

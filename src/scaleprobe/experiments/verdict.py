@@ -130,7 +130,7 @@ class JobFigures:
 def _iv_short(iv: metrics.Interval | None, est: float | None) -> str:
     if iv is None:
         return f"{ratio(est)} (no interval)"
-    return f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]"
+    return iv.short()
 
 
 def readings_text(jobs: list[JobFigures]) -> str:
@@ -223,8 +223,9 @@ def throughput_line(t: dict[str, float | None], n_jobs: int,
     if not a or b is None:
         return "total throughput: not measured"
     spread = ""
-    if iv and iv.get("lo") is not None:
-        spread = f" [{iv['lo']:.0%}, {iv['hi']:.0%}]"
+    interval = metrics.interval_of(iv)
+    if interval is not None:
+        spread = " " + interval.bounds("{:.0%}".format)
     # the sum of the speeds alone is what perfect sharing would deliver
     return (f"total throughput together {rate(b)} samples/s = {b / a:.0%}{spread} of the "
             f"{rate(a)} samples/s the {n_jobs} jobs reach each on its own (100% = no "
@@ -236,10 +237,8 @@ HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone",
 
 
 def _interval_cell(j: dict[str, Any]) -> str:
-    iv = j.get("slowdown_interval")
-    if not isinstance(iv, dict) or iv.get("lo") is None:
-        return "n/a"
-    return f"[{iv['lo']:.2f}, {iv['hi']:.2f}]"
+    iv = metrics.interval_of(j.get("slowdown_interval"))
+    return "n/a" if iv is None else iv.bounds()
 
 
 def colocate_rows(rec: dict[str, Any]) -> list[list[str]]:

@@ -56,3 +56,79 @@ class StepProgress:
 class NoProgress(StepProgress):
     def __init__(self) -> None:
         super().__init__(enabled=False)
+
+
+# the file a point's progress goes to, named by the experiment that started the point (a
+# sweep, scale or the demo shows it on its own bar; a point's own bar is off)
+PROGRESS_ENV = "SCALEPROBE_POINT_PROGRESS"
+
+
+class FileProgress(StepProgress):
+    """Where the training loop is, as one line of text in a file, for the experiment's bar:
+    ``epoch 1/2, step 37 of 56`` or ``27 steps timed; --steps auto stops when the median is
+    stable, by 200 steps or 120 s``. Rewritten (a small file, renamed into place) at most
+    every ``every_s``: a cost of the same kind as the live bar a run shows otherwise."""
+
+    def __init__(self, path: str, every_s: float = 1.0) -> None:
+        super().__init__(enabled=False)
+        self.path = path
+        self.every_s = every_s
+        self._last = 0.0
+        self._t: Any = None
+        self._per_epoch: int | None = None
+
+    def begin(self, parts: Any) -> None:
+        self._t = parts.cfg.train
+        if self._t.epochs is not None or self._t.target is not None:
+            try:
+                self._per_epoch = len(parts.loader)
+            except TypeError:  # an iterable loader without a length
+                self._per_epoch = None
+        self._write("setting up: building the model and data")
+
+    def advance(self, st: Any) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self._write(self.text(st))
+
+    def text(self, st: Any) -> str:
+        t = self._t
+        if st.timed == 0 and t.warmup_steps:
+            return f"warm-up step {min(st.step, t.warmup_steps)} of {t.warmup_steps} (untimed)"
+        if t.epochs is not None or t.target is not None:
+            of = t.epochs if t.epochs is not None else f"at most {t.max_epochs}"
+            inside = (f", step {st.step - st.epochs_complete * self._per_epoch} of "
+                      f"{self._per_epoch}" if self._per_epoch else "")
+            return f"epoch {st.epoch + 1} of {of}{inside}"
+        if isinstance(t.steps, int):
+            return f"{st.timed} of {t.steps} steps timed"
+        return (f"{st.timed} steps timed; --steps auto stops when the median is stable, by "
+                f"{t.max_steps} steps or {t.max_seconds:g} s")
+
+    def end(self) -> None:
+        self._write("training done: recording the result")
+
+    def _write(self, text: str) -> None:
+        import os
+
+        tmp = f"{self.path}.tmp"
+        try:
+            with open(tmp, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, self.path)
+        except OSError:  # progress is a courtesy: never fails a run
+            pass
+
+
+def read_point_progress(path: str | None) -> str | None:
+    """The last line a point's ``FileProgress`` wrote, or None."""
+    if not path:
+        return None
+    try:
+        with open(path) as fh:
+            return fh.read(300).strip() or None
+    except OSError:
+        return None

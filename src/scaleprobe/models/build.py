@@ -20,15 +20,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from scaleprobe.catalog import SMALL_MODELS
 from scaleprobe.errors import ConfigError
 from scaleprobe.lmspec import GPT_MODELS, GPTShape
 from scaleprobe.models.small import MLP, DigitsCNN, Linear
 from scaleprobe.registry import suggest
 
 SMALL: dict[str, tuple[Callable[..., nn.Module], str]] = {
-    "digits_cnn": (lambda n, s: DigitsCNN(n), "3-layer CNN (~67k parameters), any input size"),
-    "mlp": (lambda n, s: MLP(n, s), "flatten + 256 hidden units (MNIST-style)"),
-    "linear": (lambda n, s: Linear(n, s), "flatten + linear: exposes fixed per-step costs"),
+    "digits_cnn": (lambda n, s: DigitsCNN(n), SMALL_MODELS["digits_cnn"]),
+    "mlp": (lambda n, s: MLP(n, s), SMALL_MODELS["mlp"]),
+    "linear": (lambda n, s: Linear(n, s), SMALL_MODELS["linear"]),
 }
 
 

@@ -205,10 +205,27 @@ def batch_table_parts(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
     headers, cells = T.table_parts(BATCH_HEADERS, shown, batch_cells)
     if headers[-1] == T.TARGET_HEADERS[-1]:  # a speedup over processes: not a batch sweep's
         headers, cells = headers[:-1], [c[:-1] for c in cells]
+    headers, cells = _one_unit_per_column(headers, cells, shown)
     if C.has_gns(rows):  # the gradient noise scale each batch size measured (report/critical)
         headers += list(C.NOISE_HEADERS)
         cells = [c + [C.noise_cell(r), C.regime_cell(r)] for c, r in zip(cells, rows, strict=True)]
     return headers, cells
+
+
+def _one_unit_per_column(headers: list[str], cells: list[list[str]],
+                         rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Epoch times in one unit (fmt.durations) and FLOP/s in the unit that reads (GFLOP/s
+    on a CPU, never '2.40e-04' TFLOP/s), for the rows that measured them."""
+    ok = [r["status"] == "ok" for r in rows]
+    e, f = headers.index("Epoch time"), headers.index("TFLOP/s")
+    epochs = fmt.durations([shown_epoch(r) if k else None for r, k in zip(rows, ok, strict=True)],
+                           [epoch_projected(r) for r in rows])
+    unit, rates = fmt.flops_column([r["achieved_flops_per_s"] if k else None
+                                    for r, k in zip(rows, ok, strict=True)])
+    for row, k, ep, fl in zip(cells, ok, epochs, rates, strict=True):
+        if k:
+            row[e], row[f] = ep, fl
+    return [unit if i == f else h for i, h in enumerate(headers)], cells
 
 
 def batch_cells(row: dict[str, Any]) -> list[str]:
@@ -237,7 +254,7 @@ def _growth_cell(growth: float | None, iv: M.Interval | None) -> str:
     """``+37%``, with the interval when the repeats gave one that is not a single value."""
     text = fmt.growth(growth)
     if iv is not None and iv.lo < iv.hi:
-        text += f" [{fmt.signed_pct(iv.lo - 1)}, {fmt.signed_pct(iv.hi - 1)}]"
+        text += " " + iv.bounds(lambda v: fmt.signed_pct(v - 1))
     return text
 
 
@@ -309,15 +326,34 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
         return "cannot tell: " + ("no epoch-time spread" if mg is not None
                                   else "no memory figure")
     v = pays(iv, mg, miv)
-    if v is True:
-        return "pays"
-    if v is False:
-        return "does not pay"
+    if v is not None:  # decided: with the interval it was decided on
+        return (f"{'pays' if v else 'does not pay'} (epoch-time ratio {iv.short(ref=None)}, "
+                f"{bar_text(mg, miv)})")
     bar = 1.0 - mg
-    what = f"epoch-time ratio (pays below 1 - memory growth = {bar:.2f}x"
-    if miv is not None and miv.lo < miv.hi:
-        what += f"; {2.0 - miv.hi:.2f}x to {2.0 - miv.lo:.2f}x over memory's interval"
-    return M.undecided_text(iv, bar, what + ")", need=_repeats_to_decide(iv, mg, miv))
+    return M.undecided_text(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
+                            need=_repeats_to_decide(iv, mg, miv))
+
+
+def bar_text(mg: float, miv: M.Interval | None = None) -> str:
+    """The bar an epoch-time ratio must pass, ``pays below 1 - memory growth = 0.62x``, and
+    its range over memory's own interval; never a ratio of 0 or below (memory that more than
+    doubled leaves no epoch time that could pay) and never the numbers of an interval too
+    wide to mean anything."""
+    bar = 1.0 - mg
+    if bar <= 0:
+        text = (f"memory grew {fmt.signed_pct(mg)}, more than epoch time can fall, so it pays "
+                "only if memory's true growth is below +100%")
+    else:
+        text = f"pays below 1 - memory growth = {bar:.2f}x"
+    if miv is None or not miv.lo < miv.hi:
+        return text
+    if miv.too_wide(None):
+        return text + "; memory's own interval: spread too large"
+    lo, hi = 2.0 - miv.hi, 2.0 - miv.lo
+    if hi <= 0:
+        return text
+    return text + (f"; {lo:.2f}x to {hi:.2f}x over memory's interval" if lo > 0
+                   else f"; up to {hi:.2f}x over memory's interval")
 
 
 def _repeats_to_decide(iv: M.Interval, mg: float, miv: M.Interval | None) -> int | None:
@@ -347,10 +383,13 @@ def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
     return ahead, tied
 
 
+def epoch_projected(row: dict[str, Any]) -> bool:
+    return row.get("epoch_basis") == "projected" or bool(row.get("epoch_projected"))
+
+
 def epoch_text(row: dict[str, Any]) -> str:
     """``shown_epoch`` as the table writes it, ``~`` where projected."""
-    return fmt.seconds(shown_epoch(row),
-                       row.get("epoch_basis") == "projected" or bool(row["epoch_projected"]))
+    return fmt.seconds(shown_epoch(row), epoch_projected(row))
 
 
 def shown_epoch(row: dict[str, Any]) -> float | None:

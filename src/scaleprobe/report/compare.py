@@ -31,7 +31,7 @@ from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import BREAKDOWN_PHASES, RunResult, StepTime
+from scaleprobe.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
 
 
 @dataclass
@@ -136,12 +136,17 @@ def differences(a: RunResult, b: RunResult) -> list[str]:
     fa, fb = PR.resolved_config(a), PR.resolved_config(b)
     out = [f"{k}: {_val(fa.get(k))} -> {_val(fb.get(k))}"
            for k in sorted(PR.differing_keys(a, b))]
+    blank = [side for side, r in (("A", a), ("B", b)) if not _has_env(r)]
+    if blank:
+        out.append(f"machine: not recorded for {' and '.join(blank)} (an older record without "
+                   "an environment); whether A and B ran on the same kind of machine is not "
+                   "known")
     for name, key in ENV_KEYS:
         x, y = a.env.get(key), b.env.get(key)
-        if x != y and x is not None and y is not None:
-            out.append(f"{name}: {x} -> {y}")
+        if x != y and not blank:
+            out.append(f"{name}: {_val(x)} -> {_val(y)}")
     ga, gb = _gpus(a), _gpus(b)
-    if ga != gb:
+    if ga != gb and not blank:
         out.append(f"GPUs: {ga or 'none'} -> {gb or 'none'}")
     from scaleprobe.report.load import run_load
 
@@ -149,6 +154,11 @@ def differences(a: RunResult, b: RunResult) -> list[str]:
     if loaded:
         out.append(f"measured under load: {' and '.join(loaded)}")
     return out
+
+
+def _has_env(r: RunResult) -> bool:
+    """Does the record say what machine it ran on (host, CPU, cores, torch)?"""
+    return any(r.env.get(key) is not None for _name, key in ENV_KEYS)
 
 
 def _val(v: Any) -> str:
@@ -164,7 +174,7 @@ def compare_runs(a: RunResult, b: RunResult, label: str = "A vs B",
                  th: Thresholds = DEFAULT) -> Pair:
     deltas = _deltas(a, b)
     bad = [f"{side} {r.status_text}" for side, r in (("A", a), ("B", b))
-           if r.status != "ok"]
+           if r.status != "ok" and not _older_but_measured(r)]
     if bad:
         return Pair(label, a, b, "not comparable (" + ", ".join(bad) + ")", None,
                     deltas=deltas)
@@ -174,14 +184,22 @@ def compare_runs(a: RunResult, b: RunResult, label: str = "A vs B",
     return Pair(label, a, b, v, iv, need, differences(a, b), deltas, caveats(a, b, th))
 
 
+def _older_but_measured(r: RunResult) -> bool:
+    """A record without a status (older schema) that holds samples/s: compared, with a
+    caveat, rather than refused as if it had failed."""
+    return r.status == UNKNOWN and r.metrics.samples_per_s is not None
+
+
 def caveats(a: RunResult, b: RunResult, th: Thresholds = DEFAULT) -> list[str]:
     """The verdict compares each side's throughput (samples over its timed window): where a
     side's median step would say another figure (its steps vary widely), say so, and why when
-    the wait at epoch starts explains it: the difference may be the stalls, not the code."""
+    the wait at epoch starts explains it: the difference may be the stalls, not the code. A
+    side of unknown status (an older record) is named."""
     from scaleprobe.invariants import uneven_steps
     from scaleprobe.report.diagnose import epoch_start_wait
 
-    out = []
+    out = [f"{side}: {UNKNOWN_TEXT}: its figures are read as recorded; whether it ran to "
+           "its end is not known" for side, r in (("A", a), ("B", b)) if r.status == UNKNOWN]
     for side, r in (("A", a), ("B", b)):
         gap = uneven_steps(r)
         if gap is None:
@@ -203,8 +221,9 @@ def _deltas(a: RunResult, b: RunResult) -> list[Delta]:
            _rel("step median", sa.median, sb.median, fmt.ms),
            _rel("step p95", sa.p95, sb.p95, fmt.ms),
            Delta("step spread (rel. CI)", fmt.pct(sa.rel_ci, 1), fmt.pct(sb.rel_ci, 1), "")]
+    gpu = any(bool(r.env.get("gpus")) for r in (a, b))
     for p in BREAKDOWN_PHASES:
-        out.append(_rel(f"{p} / step", pa[p], pb[p], fmt.ms))
+        out.append(_rel(f"{fmt.phase_name(p, gpu)} / step", pa[p], pb[p], fmt.ms))
     out.append(_points("data wait", ma.data_wait_fraction, mb.data_wait_fraction))
     out.append(_points("comm", ma.comm_fraction, mb.comm_fraction))
     out.append(_rel("peak host memory", ma.peak_mem_bytes.host, mb.peak_mem_bytes.host,

@@ -38,6 +38,8 @@ Verdicts of one run:
 
 from __future__ import annotations
 
+import re
+
 from scaleprobe.invariants import check_run, uneven_steps
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
@@ -50,6 +52,12 @@ from scaleprobe.results import Comm, Peak, Record, RunResult
 
 __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
            "format_findings", "merge_same"]
+
+
+def _flops_of(achieved: float | None, peak: float) -> str:
+    """'7.29 of 78.1 GFLOP/s': both in the unit that reads for the peak."""
+    unit, (a, p) = fmt.flops_column([achieved, peak])
+    return f"{a} of {p} {unit}"
 
 
 def diagnose_run(rec: RunResult, others: list[RunResult] | None = None,
@@ -283,10 +291,9 @@ def _peak_use(rec: RunResult, th: Thresholds) -> Finding | None:
         return None
     peak = rec.metrics.peak or Peak()
     measured = "measured " if peak.measured else ""
-    head = (f"{fmt.mfu(mfu)} of the {measured}peak "
-            f"({fmt.tflops(rec.metrics.achieved_flops_per_s)} of "
-            f"{fmt.tflops((peak.flops_per_s or 0) * (peak.devices or 1))} TFLOP/s "
-            f"{peak.dtype or ''}; MFU)")
+    of = _flops_of(rec.metrics.achieved_flops_per_s,
+                   (peak.flops_per_s or 0) * (peak.devices or 1))
+    head = f"{fmt.mfu(mfu)} of the {measured}peak ({of} {peak.dtype or ''}; MFU)"
     if mfu >= th.mfu_compute_bound:
         return Finding("compute-bound", f"{head}: the device's arithmetic bounds the step "
                        f"(threshold {fmt.pct(th.mfu_compute_bound)})", advice.compute_bound(rec),
@@ -425,15 +432,30 @@ def diagnose_all(records: list[Record], th: Thresholds = DEFAULT) -> list[Findin
     return out
 
 
-def format_findings(findings: list[Finding]) -> str:
-    """Findings as plain text for the terminal, most severe first."""
+UNIT = re.compile(r"(\d) (ms|s|min|[KMGT]iB|[kMGTP]?FLOP/s|samples/s|repeats?|cores?)\b")
+
+
+def format_findings(findings: list[Finding], width: int | None = None) -> str:
+    """Findings as plain text for the terminal, most severe first, each line wrapped to the
+    terminal (``width``) with its continuation lines under the text they continue."""
     if not findings:
         return "No findings: nothing stands out in these results."
+    import shutil
+    import textwrap
+
+    width = max(width or shutil.get_terminal_size((100, 24)).columns, 60) - 1
     order = {s: i for i, s in enumerate(SEVERITIES)}
     lines = []
+
+    def put(head: str, text: str, indent: int) -> None:
+        glued = UNIT.sub("\\1\u00a0\\2", text)  # a figure and its unit stay on one line
+        lines.append(textwrap.fill(glued, width, initial_indent=head,
+                                   subsequent_indent=" " * indent, break_on_hyphens=False,
+                                   break_long_words=False).replace("\u00a0", " "))
+
     for f in sorted(findings, key=lambda f: order.get(f.severity, len(order))):
         about = f" ({f.subject})" if f.subject else ""
-        lines.append(f"[{f.severity}] {f.verdict}{about}")
-        lines.append(f"    evidence: {f.evidence}")
-        lines.append(f"    next:     {f.recommendation}")
+        put("", f"[{f.severity}] {f.verdict}{about}", 4)
+        put("    evidence: ", f.evidence, 14)
+        put("    next:     ", f.recommendation, 14)
     return "\n".join(lines)

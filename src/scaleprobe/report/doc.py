@@ -45,6 +45,30 @@ class Table:
 
 
 @dataclass
+class Long:
+    """A table cell whose text can run long (a finding's evidence, 900 characters for eight
+    runs): Markdown shows its beginning, cut after a clause, and says where the rest is;
+    HTML shows the same beginning with the whole text one click away (``<details>``)."""
+
+    text: str
+    limit: int = 320
+
+    def head(self) -> str | None:
+        """The beginning shown, or None when the text is short enough to show whole."""
+        if len(self.text) <= self.limit:
+            return None
+        cut = self.text[:self.limit]
+        at = max(cut.rfind("; "), cut.rfind(". "))
+        if at < self.limit // 2:
+            at = cut.rfind(" ")
+        return cut[:at + 1 if at > 0 else self.limit].rstrip(" ;,")
+
+    def __str__(self) -> str:
+        head = self.head()
+        return self.text if head is None else f"{head} ... (the whole text: report.html)"
+
+
+@dataclass
 class Image:
     name: str  # file stem, unique in the report
     png: bytes
@@ -239,6 +263,11 @@ def _html_block(block: Any) -> str:
 
 
 def _cell_html(c: Any) -> str:
+    if isinstance(c, Long):
+        head = c.head()
+        if head is None:
+            return inline(c.text)
+        return (f"<details><summary>{inline(head)} ...</summary>{inline(c.text)}</details>")
     text = str(c)
     for sev in ("error", "warning", "info"):
         if text == sev:

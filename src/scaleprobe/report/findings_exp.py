@@ -235,13 +235,13 @@ INTERFERENCE = ("CPU saturated", "device contention", "interference without satu
 def _job_reading(j: dict[str, Any]) -> str:
     """``a: 1.67x [1.50, 1.86] slower together``; a record written before repeats existed has
     no interval, and then the direction is not claimed."""
-    iv = R.dict_of(j.get("slowdown_interval"))
-    lo, hi = R.num(iv.get("lo")), R.num(iv.get("hi"))
+    iv = M.interval_of(j.get("slowdown_interval"))
     text = f"{j.get('name')}: {fmt.ratio(j.get('slowdown'))}"
-    if lo is None or hi is None:
+    if iv is None:
         return f"{text} (no interval: recorded without repeats)"
-    reading = "slower together" if lo > 1 else "faster together" if hi < 1 else "within noise"
-    return f"{text} [{lo:.2f}, {hi:.2f}] {reading}"
+    reading = ("slower together" if iv.above(1) else "faster together" if iv.below(1)
+               else "within noise")
+    return f"{text} {iv.bounds()} {reading}"
 
 
 def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:

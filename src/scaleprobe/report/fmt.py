@@ -49,14 +49,45 @@ def size(v: Any) -> str:
     return f"{int(v)} B"
 
 
-def ms(v_s: Any) -> str:
-    """Seconds -> '12.3 ms' (or '1.20 s' from a second up)."""
+def duration(v_s: Any, projected: bool = False) -> str:
+    """A time, one way everywhere (report, terminal, compare): '412.3 ms' below a second,
+    '1.50 s' below 10 s, '95.8 s' below 10 minutes, then '12.5 min'; '~' where projected."""
     v_s = _n(v_s)
     if v_s is None:
         return NA
-    if abs(v_s) >= 1.0:
-        return f"{v_s:.2f} s"
-    return f"{v_s * 1000:.1f} ms"
+    a = abs(v_s)
+    text = (f"{v_s * 1000:.1f} ms" if a < 1.0 else f"{v_s:.2f} s" if a < 10.0
+            else f"{v_s:.1f} s" if a < 600.0 else f"{v_s / 60:.1f} min")
+    return f"~{text}" if projected else text
+
+
+def ms(v_s: Any) -> str:
+    """A step or phase time: ``duration``."""
+    return duration(v_s)
+
+
+def durations(values: Sequence[Any], projected: Sequence[bool] = ()) -> list[str]:
+    """A table column of times in one unit (never '65.1 ms' above '1.25 s'): milliseconds
+    where the column's middle value is below a second, else seconds; '~' before the values
+    marked ``projected``."""
+    nums = sorted(v for v in map(_n, values) if v is not None)
+    if not nums:
+        return [NA for _ in values]
+    in_ms = nums[len(nums) // 2] < 1.0
+
+    def one(v: Any) -> str:
+        v = _n(v)
+        if v is None:
+            return NA
+        if in_ms:
+            x = v * 1000
+            return f"{x:,.1f} ms" if abs(x) < 100 else f"{x:,.0f} ms"
+        return (f"{v:.3f} s" if abs(v) < 1 else f"{v:,.2f} s" if abs(v) < 10
+                else f"{v:,.1f} s")
+
+    marks = [*projected, *[False] * len(values)]
+    return [("~" if mark and _n(v) is not None else "") + one(v)
+            for v, mark in zip(values, marks, strict=False)]
 
 
 def us(v_s: Any) -> str:
@@ -65,11 +96,8 @@ def us(v_s: Any) -> str:
 
 
 def seconds(v_s: Any, projected: bool = False) -> str:
-    v_s = _n(v_s)
-    if v_s is None:
-        return NA
-    text = f"{v_s:.1f} s" if v_s < 600 else f"{v_s / 60:.1f} min"
-    return f"~{text}" if projected else text
+    """An epoch or a run's time: ``duration``."""
+    return duration(v_s, projected)
 
 
 def pct(fraction: Any, digits: int = 0) -> str:
@@ -117,6 +145,27 @@ def tflops(flops_per_s: Any) -> str:
     return f"{t:,.0f}" if t >= 100 else f"{t:.3g}" if t >= 0.001 else f"{t:.2e}"
 
 
+def flops_column(values: Sequence[Any]) -> tuple[str, list[str]]:
+    """A column of FLOP/s in the unit that reads for its largest value, with its header:
+    ('TFLOP/s', ['312', '298']) on a GPU, ('GFLOP/s', ['3.49', '5.19']) on a CPU, never
+    '2.40e-04' TFLOP/s."""
+    nums = [abs(v) for v in map(_n, values) if v is not None]
+    if not nums:
+        return "TFLOP/s", [NA for _ in values]
+    top = max(nums)
+    unit, div = next(((u, d) for u, d in (("TFLOP/s", 1e12), ("GFLOP/s", 1e9),
+                                            ("MFLOP/s", 1e6)) if top >= d), ("MFLOP/s", 1e6))
+
+    def one(v: Any) -> str:
+        v = _n(v)
+        if v is None:
+            return NA
+        x = v / div
+        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+    return unit, [one(v) for v in values]
+
+
 def flops(v: Any, per_s: bool = False) -> str:
     """FLOPs (or FLOP/s) in the unit that reads: 4.2e6 -> '4.2 MFLOP', 2.781e10 -> '27.8
     GFLOP', 9.89e14 with per_s -> '989 TFLOP/s'."""
@@ -157,6 +206,21 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
     for row in rows:
         out.append("| " + " | ".join(_cell(c) for c in row) + " |")
     return "\n".join(out)
+
+
+def phase_name(phase: str, gpu: bool) -> str:
+    """A step phase as a reader knows it. 'h2d' (the record's key) is the copy of a batch to
+    the GPU; on a CPU nothing is copied and the phase is what the loop does to the batch
+    there (dtype and memory-format conversion): 'batch prep'."""
+    if phase == "h2d":
+        return "to device" if gpu else "batch prep"
+    return phase
+
+
+def repeat_label(index: int) -> str:
+    """A repeat as every text names it, counted from 1: repeat index 0 -> 'repeat 1' (the
+    terminal and the report once said 'repeat 2' and '#1' for the same run)."""
+    return f"repeat {index + 1}"
 
 
 def describe_point(point: dict[str, Any] | None) -> str:

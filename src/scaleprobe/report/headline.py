@@ -211,8 +211,7 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
                f"{fast['batch_size']}'s)" if iv is not None else f"batch {o['batch_size']}: no spread")
     names = ", ".join(str(t[0]["batch_size"]) for t in tied)
     return [Verdict(f"Fastest batch size ({eid}): inconclusive, batch {fast['batch_size']} is "
-                    f"not told apart from batch {names}", number,
-                    f"{closest}; {_repeats_text(need)}",
+                    f"not told apart from batch {names}", number, closest,
                     _decide(need, iv, lambda n: _rerun("sweep", eid, folder, n, _spec(recs)),
                             recs),
                     UNDECIDED)]
@@ -225,7 +224,7 @@ def _decide(need: int | None, iv: M.Interval | None, command: Any,
     load, the two equal at this noise where every run was measured quiet, and neither claim
     where the load was not measured or there is no spread at all."""
     if need is not None:
-        return command(need)
+        return f"about {need} repeats would decide it: {command(need)}"
     n = max(2 * (iv.n if iv is not None else 1), 3)
     if iv is None:
         return ("no spread to judge by (too few timed steps or repeats): measure again with "
@@ -266,11 +265,11 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
     for transform, r in (rec.get("by_transform") or {"": rec}).items():
         where = f"{eid}, transform={transform}" if transform else eid
         if r.get("workers") is None:
-            iv = M.Interval(**r["interval"]) if r.get("interval") else None
-            need = M.repeats_to_decide(iv, 1.0 - th.workers_within) if iv else None
+            iv = M.interval_of(r.get("interval"))
+            need = r.get("need")  # as the recommendation itself counted them
             why = (r["unexplained"] if r.get("unexplained") else
-                   (f"fewer workers / the best: {iv.text()}; " if iv else "")
-                   + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)} of the best"))
+                   f"{r.get('compared') or 'fewer workers / the best'}: "
+                   f"{iv.text(ref=r.get('ref', 1.0)) if iv else 'no spread'}")
             out.append(Verdict(f"Loader workers ({where}): inconclusive", f"best: "
                                f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
                                "samples/s", why,
@@ -339,7 +338,8 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
             out.append(Verdict(f"Scaling ({eid}): not judged", number, "no spread to judge by",
                                again(3), UNDECIDED))
             continue
-        ivtext = f"efficiency [{fmt.pct(eiv.lo)}, {fmt.pct(eiv.hi)}], {eiv.n} repeats"
+        ivtext = (f"efficiency {eiv.bounds(fmt.pct, th.scale_efficiency)}"
+                  + ("" if eiv.too_wide(th.scale_efficiency) else f", {eiv.repeats_text}"))
         bar = th.scale_efficiency
         if eiv.below(bar):
             lost = S._lost_text(row["lost"]) or "see Scaling"
@@ -353,8 +353,8 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
         else:
             need = M.repeats_to_decide(eiv, bar)
             out.append(Verdict(f"Scaling ({eid}): inconclusive against {fmt.pct(bar)} "
-                               "efficiency", number, f"{ivtext}; {_repeats_text(need)}",
-                               again(need), UNDECIDED))
+                               "efficiency", number, ivtext,
+                               _decide(need, eiv, again, [row["record"]], th), UNDECIDED))
     return out
 
 
@@ -372,9 +372,9 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     interval = iv.text() if iv else "no interval: recorded without repeats"
     if verdict == "inconclusive" or iv is None:
         need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None
-        return Verdict(claim, number, f"{interval}; {_repeats_text(need)}",
-                       _rerun("colocate", eid, rec.source, need, _spec([rec])),
-                       UNDECIDED)
+        return Verdict(claim, number, interval,
+                       _decide(need, iv, lambda k: _rerun("colocate", eid, rec.source, k,
+                                                          _spec([rec]))), UNDECIDED)
     warning = verdict not in ("no interference",)
     return Verdict(claim, number, interval, "see Co-location and Findings" if warning
                    else "nothing to change", DECIDED, warning=warning)
@@ -398,9 +398,10 @@ def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) 
                 f"+/-{tol:.3f}")
     if verdict == "inconclusive":
         need = parity_repeats(diff, lo, hi, tol, n)
-        return Verdict(f"Accuracy parity ({eid}): inconclusive", number,
-                       f"{interval}; {_repeats_text(need)}",
-                       _parity_command(rec, runs or {}, need or M.MAX_REPEATS_SUGGESTED),
+        return Verdict(f"Accuracy parity ({eid}): inconclusive", number, interval,
+                       (f"about {need} seeds a side would decide it: "
+                        f"{_parity_command(rec, runs or {}, need)}" if need else
+                        f"{_repeats_text(None)}: set the tolerance by what matters to you"),
                        UNDECIDED)
     broken = verdict == "parity broken"
     return Verdict(f"Accuracy parity ({eid}): {verdict}", number, interval,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import textwrap
 
 from scaleprobe.report import records as R
+from scaleprobe.report.fmt import repeat_label
 from scaleprobe.results import RunResult
 
 EXPERIMENT = "experiment"
@@ -27,20 +28,20 @@ def identity(rec: RunResult, with_repeat: bool = True) -> dict[str, str]:
     out = {EXPERIMENT: R.exp_label(rec, {}) or ""}
     out.update({k: str(v) for k, v in pt.items()})
     if with_repeat and rec.repeat is not None:
-        out[REPEAT] = f"#{rec.repeat}"
+        out[REPEAT] = repeat_label(rec.repeat)
     return out
 
 
 def _text(ident: dict[str, str], keys: list[str]) -> list[str]:
-    """The parts of a label; the repeat index rides on the part before it ('batch_size=16
-    #2')."""
+    """The parts of a label; the repeat rides on the part before it ('batch_size=16
+    (repeat 2)')."""
     parts: list[str] = []
     for k in keys:
         if k not in ident:
             continue
         v = ident[k]
         if k == REPEAT and parts:
-            parts[-1] = f"{parts[-1]} {v}"
+            parts[-1] = f"{parts[-1]} ({v})"
         else:
             parts.append(v if k in (EXPERIMENT, REPEAT, "run") else f"{k}={v}")
     return parts

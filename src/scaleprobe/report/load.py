@@ -53,10 +53,11 @@ def load_cell(rec: RunResult, th: Thresholds = DEFAULT) -> str:
 
 
 def point_label(rec: RunResult) -> str:
-    """A run as a point of its experiment: 'batch_size=64', with '#2' for repeat 2."""
+    """A run as a point of its experiment: 'batch_size=64', with '(repeat 2)' for its second
+    repeat (fmt.repeat_label: counted from 1, as the terminal counts)."""
     text = fmt.describe_point(rec.point) or rec.label
     rep = rec.repeat
-    return f"{text} #{rep}" if rep is not None else text
+    return f"{text} ({fmt.repeat_label(rep)})" if rep is not None else text
 
 
 def under_load_line(recs: list[RunResult], th: Thresholds = DEFAULT,

@@ -246,7 +246,8 @@ def scale_plot(rows: list[dict[str, Any]]) -> Plot | None:
 BREAKDOWN_TITLE = "Median step split by phase (ms): each phase keeps its share of a typical step"
 
 
-def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]]) -> Plot | None:
+def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]],
+                   gpu: bool = True) -> Plot | None:
     """Stacked bars of the median step's phases (ms; each phase's share of a typical step
     laid over the median step), one bar per label; the labels must tell the bars apart
     (``labels.distinct_labels``)."""
@@ -261,7 +262,8 @@ def breakdown_plot(labels: list[str], breakdowns: list[dict[str, Any]]) -> Plot 
     for phase in BREAKDOWN_PHASES:
         vals = [(bd.get(phase) or 0.0) * 1000 for _, bd in pairs]
         if any(vals):
-            ax.bar(xs, vals, bottom=bottom, label=phase, color=PHASE_COLOURS[phase])
+            ax.bar(xs, vals, bottom=bottom, label=fmt.phase_name(phase, gpu),
+                   color=PHASE_COLOURS[phase])
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     w, extra = _categories(ax, [lab for lab, _ in pairs])
     fig.set_size_inches(w, 4.2 + extra)

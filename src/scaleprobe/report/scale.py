@@ -203,8 +203,8 @@ def scale_line(row: dict[str, Any]) -> str:
                 f"({'; '.join(row['unlike'])}); left out of every verdict")
     iv, eiv = row.get("speedup_interval"), row.get("efficiency_interval")
     if iv is not None and eiv is not None:
-        line = (f"{head}: {iv.text()} (efficiency {fmt.pct(eiv.estimate)} "
-                f"[{fmt.pct(eiv.lo)}, {fmt.pct(eiv.hi)}])")
+        line = f"{head}: {iv.text()}" + ("" if iv.too_wide() else (
+            f" (efficiency {fmt.pct(eiv.estimate)} {eiv.bounds(fmt.pct, None)})"))
     else:
         line = (f"{head}: {row['speedup']:.2f}x ({fmt.pct(row['efficiency'])}), no spread to "
                 "judge it by")
@@ -241,7 +241,7 @@ def scale_cells(row: dict[str, Any]) -> list[str]:
     elif row.get("unlike"):
         sp += " (not like for like)"
     elif iv is not None:
-        sp += f" [{iv.lo:.2f}, {iv.hi:.2f}]"
+        sp += f" {iv.bounds()}"
     return head + [fmt.rate(row["samples_per_s"]), sp,
                    fmt.pct(row["efficiency"]), fmt.ms(row["step_median_s"]),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),

@@ -170,6 +170,12 @@ def _target_curves(s: Section, eid: str, rows: list[dict[str, Any]], label: Any,
                       "horizontal line"))
 
 
+def _ratio_cell(d: Any) -> str:
+    """A ratio's stored interval as a cell; one too wide to mean anything says so."""
+    iv = M.interval_of(d)
+    return fmt.NA if iv is None else iv.bounds()
+
+
 def _interval_cell(iv: Any, spec: str = ".2f") -> str:
     iv = R.dict_of(iv)
     lo, hi = R.num(iv.get("lo")), R.num(iv.get("hi"))
@@ -188,7 +194,7 @@ def colocate_section(records: list[Record]) -> Section | None:
                  fmt.rate(j.get("together_samples_per_s")),
                  fmt.seconds(j.get("alone_epoch_time_s")),
                  fmt.seconds(j.get("together_epoch_time_s")), fmt.ratio(j.get("slowdown")),
-                 _interval_cell(j.get("slowdown_interval")), str(j.get("reading") or fmt.NA)]
+                 _ratio_cell(j.get("slowdown_interval")), str(j.get("reading") or fmt.NA)]
                 for j in R.dicts(rec.jobs)]
         reps = rec.repeats
         s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],

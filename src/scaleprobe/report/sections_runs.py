@@ -10,10 +10,11 @@ from typing import Any
 from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
-from scaleprobe.report.doc import Section, Table, Text
+from scaleprobe.report.doc import Long, Section, Table, Text
 from scaleprobe.report.finding import SEVERITIES, Finding
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import load_cell
+from scaleprobe.report.thresholds import DEFAULT
 from scaleprobe.results import BREAKDOWN_PHASES, RunResult
 
 RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
@@ -68,7 +69,7 @@ def run_cells(rec: RunResult, shared: dict[str, list[str]] | None = None) -> lis
 
 def _point_text(rec: RunResult) -> str:
     text = fmt.describe_point(rec.point) or "-"
-    return text if rec.repeat is None else f"{text} #{rec.repeat}"
+    return text if rec.repeat is None else f"{text}, {fmt.repeat_label(rec.repeat)}"
 
 
 def missing_notes(runs: list[RunResult], rows: list[list[str]]) -> list[str]:
@@ -108,21 +109,70 @@ def rate_notes(runs: list[RunResult], limit: int = 6) -> list[str]:
     return lines
 
 
+# the columns of times: one unit per column (fmt.durations)
+TIME_COLUMNS = ("Step median", "Step p95")
+
+
 def runs_section(runs: list[RunResult]) -> Section | None:
     if not runs:
         return None
     shared = R.shared_ids(runs)
     rows = [run_cells(r, shared) for r in runs]
-    right = [False] * 7 + [True] * (len(RUN_HEADERS) - 8) + [False]
-    s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
+    for col in TIME_COLUMNS:
+        i = RUN_HEADERS.index(col)
+        st = [r.metrics.step_time_s for r in runs]
+        raw = [(s.median if col == "Step median" else s.p95) if s is not None else None
+               for s in st]
+        for row, cell in zip(rows, fmt.durations(raw), strict=True):
+            row[i] = cell
     notes = missing_notes(runs, rows) + rate_notes(runs)
     if any(c.startswith("under load") for row in rows for c in row):
-        notes.append("under load: processes outside the run's own process tree used more than "
-                     "the limit during its timed window (Thresholds.under_load); its figures "
+        notes.append("under load: processes outside the run's own process tree kept more than "
+                     f"max({DEFAULT.load_cores:g} cores, {DEFAULT.load_machine_fraction:.0%} of "
+                     "the machine) busy during its timed window (docs/REPORTS.md); its figures "
                      "may be slower than the machine allows")
+    headers, rows, common = split_constant(RUN_HEADERS, rows)
+    right = [h not in LEFT_COLUMNS for h in headers]
+    s = Section("Runs", anchor="runs")
+    if common:
+        s.add(Text(common_line(common)))
+    s.add(Table(headers, rows, right))
     if notes:
         s.add(Text("\n".join(notes), note=True))
     return s
+
+
+LEFT_COLUMNS = ("Run", "Experiment", "Model", "Dataset", "Strategy", "World",
+                "Batch (device/global)", "Status")
+KEEP_CASE = ("MFU", "CPU", "GPU")
+
+
+def split_constant(headers: list[str], rows: list[list[str]]
+                   ) -> tuple[list[str], list[list[str]], list[tuple[str, str]]]:
+    """The columns whose cell is the same in every row (of two or more) taken out of the
+    table, as (header, value) pairs for one line above it: a 20-column table where model,
+    dataset and strategy never change is cut off at the side of a window. The first column
+    (the runs' names) stays."""
+    if len(rows) < 2:
+        return headers, rows, []
+    same = [i for i in range(1, len(headers)) if len({row[i] for row in rows}) == 1]
+    keep = [i for i in range(len(headers)) if i not in same]
+    return ([headers[i] for i in keep], [[row[i] for i in keep] for row in rows],
+            [(headers[i], rows[0][i]) for i in same])
+
+
+def common_line(common: list[tuple[str, str]]) -> str:
+    """'All runs: model digits_cnn, dataset digits, status ok; not measured in any: GPU,
+    accuracy (why: below the table).' A column of '-' (nothing that applies) is left out."""
+    def name(h: str) -> str:
+        return h if h in KEEP_CASE else h.lower()
+
+    same = [f"{name(h)} {v}" for h, v in common if v not in (fmt.NA, "-")]
+    none = [name(h) for h, v in common if v == fmt.NA]
+    parts = (["All runs: " + ", ".join(same)] if same else []) + (
+        [f"{'n' if same else 'N'}ot measured in any run: {', '.join(none)} (why: under the "
+         "table)"] if none else [])
+    return "; ".join(parts) + "." if parts else ""
 
 
 def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | None:
@@ -138,10 +188,14 @@ def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | No
     for caption, items in (("Across runs", exp), ("Per run", per_run)):
         if items:
             items = sorted(items, key=lambda f: order.get(f.severity, len(order)))
-            rows = [[f.severity, f.subject, f.verdict, f.evidence, f.recommendation]
-                    for f in items]
+            rows = [[f.severity, Long(f.subject, 160), f.verdict, Long(f.evidence),
+                     f.recommendation] for f in items]
             s.add(Table(headers, rows, [False] * 5, caption=caption))
     return s
+
+
+def _on_gpu(r: RunResult) -> bool:
+    return bool(r.env.get("gpus")) or r.metrics.peak_mem_bytes.device_peak() is not None
 
 
 def _points(runs: list[RunResult]) -> list[RunResult]:
@@ -159,21 +213,22 @@ def breakdown_section(runs: list[RunResult]) -> Section | None:
     if not ok:
         return None
     labels = distinct_labels(ok, with_repeat=False)
-    headers = ["Run", *BREAKDOWN_PHASES, "Total", "Step median", "Repeats"]
-    rows = []
-    for lab, r in zip(labels, ok, strict=True):
-        bd = r.metrics.breakdown_s.phases()
-        rows.append([lab, *[fmt.ms(bd[p]) for p in BREAKDOWN_PHASES],
-                     fmt.ms(_total(r)), fmt.ms(r.step_median_s),
-                     str(len(P.repeats_of(r)) or 1)])
+    gpu = any(_on_gpu(r) for r in ok)
+    headers = ["Run", *(fmt.phase_name(p, gpu) for p in BREAKDOWN_PHASES), "Total",
+               "Step median", "Repeats"]
+    bds = [r.metrics.breakdown_s.phases() for r in ok]
+    cols = [fmt.durations([bd[p] for bd in bds]) for p in BREAKDOWN_PHASES]
+    cols += [fmt.durations([_total(r) for r in ok]), fmt.durations([r.step_median_s for r in ok])]
+    rows = [[lab, *(c[i] for c in cols), str(len(P.repeats_of(r)) or 1)]
+            for i, (lab, r) in enumerate(zip(labels, ok, strict=True))]
     s = Section("Step-time breakdown", anchor="breakdown")
-    s.add(Text("Milliseconds per phase of the median step: each phase keeps its share of a "
+    s.add(Text("Time per phase of the median step: each phase keeps its share of a "
                "typical step (its mean over the steps between the 5th and 95th percentile of "
                "step time), laid over the median step time, so the phases add up to Step "
                "median. comm is exposed communication, measured in place. One row (and bar) "
                "per experiment point: its median repeat; Run names what sets it apart."))
     s.add(Table(headers, rows))
-    plot = plots.breakdown_plot(labels, [r.metrics.breakdown_s.phases() for r in ok])
+    plot = plots.breakdown_plot(labels, bds, gpu)
     s.add(plots.image("breakdown", plot, "stacked step-time breakdown per run"))
     return s
 

@@ -110,7 +110,7 @@ def target_cells(row: dict[str, Any]) -> list[str]:
     elif iv is None:
         sp = f"{row['ttt_speedup']:.2f}x, inconclusive (no spread)"
     else:
-        sp = f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]" + (
+        sp = iv.short() + (
             "" if iv.decides(1.0) else ", inconclusive")
     samples = row.get("samples_to_target_median")
     return [t, f"{row['ttt_reached']}/{row['ttt_runs']}",

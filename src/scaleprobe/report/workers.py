@@ -104,7 +104,9 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                 vs.append(f"{other['setting']} {oiv.text()}")
             if oiv is None or not oiv.below(1.0 / floor):
                 what = f"{other['setting']} / {pick['setting']} samples/s"
+                need = M.repeats_to_decide(oiv, 1.0 / floor) if oiv else None
                 return {"prefetch": pick["prefetch"], "setting": pick["setting"],
+                        "need": need, "ref": 1.0 / floor, "compared": what,
                         "samples_per_s": pick["samples_per_s"],
                         "best_samples_per_s": best["samples_per_s"],
                         "best_setting": best["setting"], "group": best["group"],
@@ -114,17 +116,19 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                                  f"({pick['setting']}) would do, unless "
                                  f"{other['setting']} is faster by more than "
                                  f"{1.0 / floor - 1.0:.0%}: "
-                                 f"{M.undecided_text(oiv, 1.0 / floor, what)}.")}
+                                 f"{M.undecided_text(oiv, 1.0 / floor, what, need)}.")}
     out = {"prefetch": pick["prefetch"], "setting": pick["setting"],
            "samples_per_s": pick["samples_per_s"], "best_samples_per_s": best["samples_per_s"],
            "best_setting": best["setting"], "group": best["group"],
            "interval": iv.to_dict() if iv else None}
     if undecided is not None:
         what = f"{undecided['workers']} worker(s) / the best {best['workers']} worker(s)"
+        need = M.repeats_to_decide(iv, floor) if iv else None
         text = (f"{lead}Loader workers: "
-                f"{M.undecided_text(iv, floor, what + ' samples/s')} (best: {best['setting']}, "
-                f"{fmt.rate(best['samples_per_s'])} samples/s).")
-        return {**out, "workers": None, "decided": False, "text": text}
+                f"{M.undecided_text(iv, floor, what + ' samples/s', need)} (best: "
+                f"{best['setting']}, {fmt.rate(best['samples_per_s'])} samples/s).")
+        return {**out, "workers": None, "decided": False, "text": text, "need": need,
+                "ref": floor, "compared": what + " samples/s"}
     unexplained = _gain_beyond_data_wait(pick, [r for r in ok if r["group"] == best["group"]])
     if unexplained:
         return {**out, "workers": None, "decided": False, "unexplained": unexplained,

@@ -24,7 +24,7 @@ from scaleprobe.errors import ConfigError
 from scaleprobe.interrupt import StopRequest
 from scaleprobe.launch import last_meaningful_line
 from scaleprobe.measure.heartbeat import Heartbeat, write_error
-from scaleprobe.measure.progress import StepProgress
+from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
 from scaleprobe.strategies import build_strategy
 from scaleprobe.traits import traits_of
 
@@ -97,8 +97,7 @@ def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
     stop = stop if stop is not None else StopRequest()
     with stop.handling():
         device, strategy = _local_device_and_strategy(cfg)
-        prog = StepProgress(progress and strategy.rank == strategy.progress_rank
-                            and cfg.measure.progress)
+        prog = _progress(progress and strategy.rank == strategy.progress_rank, cfg)
         # the limit covers training, not the imports before it nor the recording after it
         with memory_limit(cfg.measure.memory_limit):
             raw = train(cfg, strategy, device, prog, clock=time.time, run_dir=run_dir,
@@ -109,6 +108,15 @@ def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
         if strategy.distributed:
             envmod.shutdown_distributed()
     return gathered if strategy.rank == 0 else None
+
+
+def _progress(shows: bool, cfg: Any) -> StepProgress:
+    """The live bar; or, where an experiment shows this point's progress on its own bar
+    (``PROGRESS_ENV``), the file it reads; else nothing."""
+    path = os.environ.get(PROGRESS_ENV)
+    if shows and not cfg.measure.progress and path:
+        return FileProgress(path)
+    return StepProgress(shows and cfg.measure.progress)
 
 
 def launched_worker(cfg_dict: dict[str, Any], run_dir: str,

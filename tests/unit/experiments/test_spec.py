@@ -176,6 +176,22 @@ def test_built_in_runs_keep_their_keys():
     assert C.build({"script": "t.py"}).key() != C.RunConfig().key()
 
 
+@pytest.mark.parametrize("doc,first,second", [
+    (spec({"batch_size": [16, 32], "train.batch_size": [64]}), "'batch_size'",
+     "'train.batch_size'"),
+    (spec({"workers": [1], "data": {"workers": [2]}}), "'workers'", "'\\[data\\] workers'"),
+    ({"base": {**BASE, "train.steps": 4}, "grid": {"batch_size": [8]}}, "'steps'",
+     "'train.steps'"),
+    ({"base": {**BASE, "train": {"lr": 0.1}, "lr": 0.2}, "grid": {"batch_size": [8]}},
+     "'\\[train\\] lr'", "'lr'"),
+])
+def test_one_key_under_two_spellings_is_an_error_naming_both(doc, first, second):
+    """The later spelling silently replaced the earlier: a 2-point grid ran as 1 point of 64."""
+    with pytest.raises(ConfigError, match=f"is given twice, as {first} and {second}") as e:
+        load_spec(doc)
+    assert "\n" not in str(e.value)
+
+
 def test_a_grid_over_process_counts_holds_threads_per_rank_equal(monkeypatch):
     """Bug caught: the 1-process point of a scale ran every core's threads beside 2 ranks of
     1 thread each, so the pairing measured the thread count too."""

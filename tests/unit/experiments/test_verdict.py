@@ -152,7 +152,7 @@ def test_old_records_without_intervals_still_render():
            "jobs": [{"name": "a", "alone_samples_per_s": 100.0, "together_samples_per_s": 50.0,
                      "alone_epoch_time_s": 1.0, "together_epoch_time_s": 2.0, "slowdown": 2.0}],
            "verdict": "CPU saturated", "evidence": "e"}
-    assert "| a | 100 | 50.0 | 1.0 s | 2.0 s | 2.00x | n/a | n/a |" in render_colocate(rec)
+    assert "| a | 100 | 50.0 | 1.00 s | 2.00 s | 2.00x | n/a | n/a |" in render_colocate(rec)
 
 
 def test_pinned_jobs_on_fewer_gpus_still_share_one():

@@ -223,3 +223,32 @@ def test_the_no_change_band_is_two_percent_each_way(lo, hi, want):
 
     iv = M.Interval(1.0, lo, hi, 3, "test", 0.01, None)
     assert C.verdict(iv) == want
+
+
+def test_an_older_record_without_status_or_environment_is_not_failed_nor_the_same_machine(
+        tmp_path):
+    """Bug: a record without `status` read as "failed" (compare: not comparable), and a side
+    with no environment at all was "the same kind of machine"."""
+    from scaleprobe.report.build import build_report
+
+    old = run("old", step_s=0.1)
+    del old["status"]
+    old["env"] = {}
+    a = write_results(tmp_path / "a", [old])
+    b = write_results(tmp_path / "b", [run("b", step_s=0.1)])
+    (p,) = compare_paths(a, b).pairs
+    assert p.a.status == "unknown" and p.a.status_text.startswith("unknown (older record")
+    assert not p.verdict.startswith("not comparable") and "failed" not in p.summary
+    md = to_markdown(compare_paths(a, b))
+    assert "same kind of machine" not in md.replace("whether A and B ran on the same kind "
+                                                    "of machine is not known", "")
+    assert "machine: not recorded for A" in md and "unknown (older record" in md
+    report = build_report(a)[0].read_text()
+    assert "unknown (older record without a status)" in report and "failed" not in report
+
+
+def test_a_missing_environment_key_on_one_side_is_a_difference():
+    a, b = run("a"), run("b")
+    del b["env"]["cpu_model"]
+    (pair,) = [compare_runs(a, b)]
+    assert "CPU: Test CPU -> (absent)" in pair.differs

@@ -69,11 +69,13 @@ def test_an_inconclusive_verdict_says_which_repeats_would_decide(tmp_path):
     rows, _ = _headline(recs, tmp_path)
     row = next(r for r in rows if "(bs)" in r[1])
     assert row[1].startswith("Fastest batch size (bs): inconclusive")
-    m = re.search(r"about (\d+) repeats would decide it", row[3])
-    assert m, row[3]
+    m = re.search(r"^about (\d+) repeats would decide it: `scaleprobe sweep", row[4])
+    assert m, row[4]
     need = int(m.group(1))
     assert need > 3
     assert f"--repeats {need}" in row[4] and "scaleprobe sweep" in row[4]
+    # one recommendation per verdict: the interval column holds the interval alone
+    assert "repeats would" not in row[3] and len(re.findall(r"\d+ repeats", row[4])) == 1
 
 
 def test_at_most_five_verdicts_failures_first_the_rest_named(tmp_path):
@@ -107,7 +109,7 @@ def test_per_run_warnings_with_one_next_step_are_one_finding(tmp_path):
     input_rows = [line for line in per_run.splitlines() if "| input-bound |" in line]
     assert len(input_rows) == 1
     row = input_rows[0]
-    assert "3 runs: #0; #1; #2" in row
+    assert "3 runs: repeat 1; repeat 2; repeat 3" in row
     assert "data wait 20%-30% of each step" in row
     assert row.count("raise loader workers") == 1
 
@@ -181,7 +183,7 @@ def test_report_findings_in_the_terminal_are_grouped_as_in_the_report(tmp_path, 
                                       "--findings"])) == 0
     out = capsys.readouterr().out
     assert out.count("input-bound") == 1, out
-    assert "Per run:" in out and "(3 runs: #0; #1; #2)" in out
+    assert "Per run:" in out and "(3 runs: repeat 1; repeat 2; repeat 3)" in out
     assert "data wait 20%-30% of each step" in out
     assert out.count("raise loader workers") == 1
 
@@ -196,7 +198,7 @@ def test_below_the_noise_a_quiet_machine_is_not_blamed(tmp_path):
         r["metrics"]["outside_cpu_cores"] = 0.01  # measured: quiet
     rows, _ = _headline(recs, tmp_path / "quiet")
     row = next(r for r in rows if "(bs)" in r[1])
-    assert "more than 30 repeats would be needed" in row[3], row[3]
+    assert "repeats would" not in row[3], row[3]  # the advice is the next column's, once
     assert row[4].startswith("the difference is within this machine's run-to-run noise (no "
                              "run measured under load): either will do"), row[4]
     assert "quiet machine" not in row[4]
@@ -243,3 +245,27 @@ def test_below_a_runs_own_spread_the_machine_is_not_blamed(tmp_path):
     other = next(r for r in B.batch_table(recs) if r["batch_size"] != fast["batch_size"])
     iv = P.interval(fast["record"], other["record"], B.EPOCH_BASES[fast["epoch_basis"]])
     assert iv.within_run_bound and iv.log_sd < 1e-9  # the width is the runs' own
+
+
+def test_intervals_too_wide_to_mean_anything_are_never_printed_as_numbers(tmp_path):
+    """Bug (the demo on a loaded 2-core machine, 2 repeats): the report printed "+204%
+    [-62.5%, +2395.4%]", "0.87x [0.02, 46.24]" and a bar of "-22.95x to 1.62x", and one
+    verdict carried "about 3 repeats", "more than 30 repeats" and "--repeats 30"."""
+    recs = []
+    for i, (k, mem) in enumerate([(0.15, 1.0), (6.0, 10.0)]):  # two wildly different repeats
+        for bs, f, m in ((32, k, 1.0), (128, 1 / k, mem)):
+            recs.append(run(f"b{bs}r{i}", batch=bs, epoch_s=12.0 * f, sps=bs * 10.0 / f,
+                            host_mem=int(0.5 * GIB * m * (bs / 32)),
+                            experiment=_point("bs", i, batch_size=bs)))
+    md, html = build_report(write_results(tmp_path, recs), tmp_path / "out")
+    text = md.read_text()
+    assert "spread too large" in text
+    # no bracketed bound of a ratio, and no ratio at or below zero, anywhere
+    assert not re.search(r"\[[-+]?\d+(\.\d+)?(x|%)?, [-+]?\d+(\.\d+)?(x|%)?\]", text), \
+        re.findall(r".{60}\[[-+]?\d[^\]]*\].{20}", text)
+    assert not re.search(r"(?<![\w.])-\d+\.\d\dx", text)
+    rows, _ = _headline(recs, tmp_path / "h")
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert "inconclusive: 2 repeats, spread too large" in row[3], row[3]
+    assert "repeats would" not in row[3]
+    assert len(set(re.findall(r"(\d+) repeats", row[4]))) <= 1, row[4]

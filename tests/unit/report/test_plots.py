@@ -100,10 +100,12 @@ def test_labels_keep_only_what_varies_and_never_collide():
             run("c", experiment=_point("sw", 0, batch_size=32)),
             run("d", experiment={"id": "other", "kind": "sweep", "point": {"batch_size": 16},
                                  "repeat": 0})]
-    assert distinct_labels(recs) == ["sw, batch_size=16 #0", "sw, batch_size=16 #1",
-                                     "sw, batch_size=32 #0", "other, batch_size=16 #0"]
-    assert distinct_labels(recs[:3]) == ["batch_size=16 #0", "batch_size=16 #1",
-                                         "batch_size=32 #0"]
+    assert distinct_labels(recs) == ["sw, batch_size=16 (repeat 1)",
+                                     "sw, batch_size=16 (repeat 2)",
+                                     "sw, batch_size=32 (repeat 1)",
+                                     "other, batch_size=16 (repeat 1)"]
+    assert distinct_labels(recs[:3]) == ["batch_size=16 (repeat 1)", "batch_size=16 (repeat 2)",
+                                         "batch_size=32 (repeat 1)"]
     same = [run("x"), run("x")]
     assert distinct_labels(same) == ["x", "x (2)"]
 

@@ -1,0 +1,58 @@
+"""What an experiment interrupted by Ctrl+C (or SIGTERM) leaves: the runs it kept, how to
+resume, and the report of what was measured. Used by ``demo``, ``sweep`` and ``scale``.
+
+Every finished run is already on disk when the interrupt comes (each point appends its record
+as it ends); the point that was running is recorded "interrupted" and runs again on resume.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from scaleprobe.results import MEASURED
+
+KEPT = (*MEASURED, "oom")  # the statuses a resumed experiment reuses
+
+
+def kept_runs(folder: Path) -> dict[str, int]:
+    """Finished runs under ``folder`` by experiment id (or run name); {} when none."""
+    from scaleprobe.errors import ScaleprobeError
+    from scaleprobe.report import records as R
+
+    try:
+        runs = R.runs(R.load_records(folder))
+    except (ScaleprobeError, OSError):
+        return {}
+    out: dict[str, int] = {}
+    for r in runs:
+        if r.status in KEPT:
+            key = r.exp_id or r.label
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def say_interrupted(folder: Path, again: str | None = None, report: bool = False) -> int:
+    """The lines on stderr after an interrupt: what was kept, that ``again`` resumes, and
+    (``report``) the report of what was measured, written into ``folder``. Returns 130."""
+    kept = kept_runs(folder)
+    n = sum(kept.values())
+    each = ", ".join(f"{k}: {v}" for k, v in kept.items())
+    _say(f"scaleprobe: interrupted. Kept {n} finished run{'s' if n != 1 else ''} in {folder}"
+         + (f" ({each})" if kept else "") + "; a point that was running is recorded as "
+         "interrupted and runs again.")
+    what = f"`{again}`" if again else "the same command"
+    _say(f"Running {what} again resumes: finished points are reused, not rerun.")
+    if report and n:
+        try:
+            from scaleprobe.report import build_report
+
+            md, html = build_report(folder, folder)
+            _say(f"report of what was measured: {md}\n        {html}")
+        except ImportError:  # the report's plotting library is not installed
+            pass
+    return 130
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,100 @@
+"""Progress inside a point: the steps file a point writes, and the experiment's bar that
+shows it (a demo point on a busy machine ran for 7 minutes with "ETA -" and nothing else)."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from scaleprobe.config import TrainConfig
+from scaleprobe.experiments import progress as EP
+from scaleprobe.experiments.spec import Point
+from scaleprobe.measure.progress import FileProgress, read_point_progress
+
+
+def _parts(**train):
+    return SimpleNamespace(cfg=SimpleNamespace(train=TrainConfig(**train)), loader=range(56))
+
+
+def _st(step, timed, epoch=0, done=0):
+    return SimpleNamespace(step=step, timed=timed, epoch=epoch, epochs_complete=done)
+
+
+def test_the_steps_file_says_where_training_is_and_the_auto_caps(tmp_path):
+    path = str(tmp_path / "p.progress")
+    fp = FileProgress(path, every_s=0.0)
+    fp.begin(_parts(steps="auto", warmup_steps=5, max_steps=200, max_seconds=120.0))
+    assert read_point_progress(path) == "setting up: building the model and data"
+    fp.advance(_st(3, 0))
+    assert read_point_progress(path) == "warm-up step 3 of 5 (untimed)"
+    fp.advance(_st(32, 27))
+    assert read_point_progress(path) == ("27 steps timed; --steps auto stops when the median "
+                                         "is stable, by 200 steps or 120 s")
+    fp = FileProgress(path, every_s=0.0)
+    fp.begin(_parts(epochs=2, warmup_steps=0))
+    fp.advance(_st(93, 93, epoch=1, done=1))
+    assert read_point_progress(path) == "epoch 2 of 2, step 37 of 56"
+    fp.end()
+    assert read_point_progress(path) == "training done: recording the result"
+    assert read_point_progress(str(tmp_path / "none")) is None
+
+
+def test_the_file_is_rewritten_at_most_every_interval(tmp_path):
+    path = str(tmp_path / "p.progress")
+    fp = FileProgress(path, every_s=3600.0)
+    fp.begin(_parts(steps=10, warmup_steps=0))
+    fp.advance(_st(1, 1))
+    fp.advance(_st(2, 2))  # within the hour: not written again
+    assert read_point_progress(path) == "1 of 10 steps timed"
+
+
+def test_without_a_live_bar_a_running_point_gets_a_line_every_minute(tmp_path, monkeypatch):
+    out = io.StringIO()
+    bar = EP.SweepProgress(True, Console(file=out, width=200), "demo-batch-size")
+    bar.start(4)
+    path = tmp_path / "p.progress"
+    path.write_text("12 of 400 steps timed")
+    monkeypatch.setattr(EP, "LINE_EVERY_S", 0.0)
+    watch = EP.PointWatch(bar, "batch_size=32", str(path), every_s=0.05).start()
+    import time
+
+    time.sleep(0.5)
+    watch.stop()
+    bar.stop()
+    assert "  ... batch_size=32: 12 of 400 steps timed" in out.getvalue()
+
+
+def test_without_a_live_bar_the_lines_come_no_more_often_than_the_interval(tmp_path,
+                                                                         monkeypatch):
+    """Bug: once a minute had passed, every change of the steps file (each second) printed a
+    line, the same line again when it had not changed: a piped demo log of one line a step."""
+    import time
+
+    out = io.StringIO()
+    bar = EP.SweepProgress(True, Console(file=out, width=200), "demo-batch-size")
+    bar.start(4)
+    path = tmp_path / "p.progress"
+    path.write_text("step 0")
+    monkeypatch.setattr(EP, "LINE_EVERY_S", 0.4)
+    t0 = time.monotonic()
+    watch = EP.PointWatch(bar, "batch_size=32", str(path), every_s=0.01).start()
+    for i in range(150):  # the file changes every 10 ms for 1.5 s or more
+        path.write_text(f"step {i}")
+        time.sleep(0.01)
+    watch.stop()
+    elapsed = time.monotonic() - t0
+    bar.stop()
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("  ... batch_size=32")]
+    assert 1 <= len(lines) <= elapsed / 0.4 + 1, (elapsed, lines)
+
+
+def test_the_point_names_its_repeat_and_the_watch_ends_with_the_point(tmp_path):
+    bar = EP.SweepProgress(True, Console(file=io.StringIO()), "s")
+    bar.start(2)
+    bar.point_started(Point({"batch_size": 32}, {}), str(tmp_path / "x"), repeat=1)
+    assert bar._watch is not None and bar._watch.name == "batch_size=32 (repeat 2)"
+    bar.point_done(Point({"batch_size": 32}, {}), {"status": "ok", "metrics": {}}, repeat=1)
+    assert bar._watch is None
+    bar.stop()
