@@ -57,7 +57,8 @@ def _is_target(text: str) -> bool:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, gpt_tiny, "
+    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, mlp_large, linear, "
+                       "gpt_tiny, "
                        "gpt2_small (--task lm), or FILE.py:FUNC / package.module:FUNC "
                        "(`scaleprobe models`)", text="a model name")
     channels_last: bool = option(False, "NHWC memory format for conv nets")

@@ -450,6 +450,22 @@ class Audit(Record):
 
 
 @dataclass
+class CommBucket(Record):
+    """One DDP gradient bucket of a run (comm/hook.py ``BucketLog``), in launch order: its
+    bytes, when it became ready (median seconds after backward began, and as a fraction of
+    the step's backward phase), its median all-reduce time, and over how many steps."""
+
+    bytes: int | None = None
+    ready_s: float | None = None
+    allreduce_s: float | None = None
+    steps: int | None = None
+    ready_fraction: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("ready_fraction",)
+
+
+@dataclass
 class Comm(Record):
     """Communication (docs/COMMUNICATION.md): exposed = transfer + sync overhead."""
 
@@ -484,7 +500,7 @@ class Comm(Record):
     in_flight_s: float | None = None
     in_flight_method: str | None = None
     in_flight_per_step: list[float | None] | None = None
-    buckets: list[dict[str, Any]] | None = None
+    buckets: list[CommBucket] | None = None
     # ddp's calibration (calibrate.py): medians of fwd+bwd with / without gradient sync, their
     # difference, the raw samples and how they were taken; absent where it did not run
     sync_step_s: float | None = None

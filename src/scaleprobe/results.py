@@ -177,6 +177,7 @@ from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-export
     Breakdown,
     ColocateRecord,
     Comm,
+    CommBucket,
     CommBenchRecord,
     Experiment,
     InExperiment,
