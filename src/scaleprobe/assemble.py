@@ -237,7 +237,8 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         why[f"breakdown_s.{p}"] = reason
     _memory(result, ranks, mon)
     _flops(result, ranks, raw0)
-    s = straggler(trainers)
+    server = next((r.strategy_metrics for r in ranks if r.is_server), None) or {}
+    s = straggler(trainers, server.get("per_worker_arrival_lag_s"))
     result.straggler = Straggler.from_dict(s) if s else None
     _comm(result, cfg, raw0, ranks)
     # over the ranks that take batches: a parameter server reads no sample
