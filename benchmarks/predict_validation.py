@@ -8,10 +8,16 @@ two network-namespace hosts joined by a tc-shaped link (root, ip, tc, taskset).
 across the link (the all_reduce fit every prediction uses: ``--link measured:OUT/comm/L``),
 then per model, back to back so that the machine's load is alike for all four:
 
-    single1   ``--strategy single`` on host 0 (core 0, one thread): the 1-rank run that a
-              parameter server's worker is predicted from (no DDP in its backward)
-    ddp1      ``--strategy ddp --nproc 1`` on host 0: the 1-rank run DDP is predicted from
-              (its buckets' ready times, logged by DDP's comm hook on one process)
+    ddp1      ``--strategy ddp --nproc 1``, two at once, one per host (core 0 and core 1,
+              one thread each, ``ddp1`` and ``ddp1b``): the 1-rank runs DDP is predicted
+              from (their buckets' ready times, logged by DDP's comm hook on one process).
+              Side by side, because the two "hosts" share one machine: its memory, caches
+              and the other jobs' load; in a DDP run both cores compute at once, and a rank
+              alone on the machine computes faster than either of them (digits_cnn: forward
+              93 ms alone, 122 ms in the 2-rank run, 2026-11-26)
+    single1   ``--strategy single`` on host 1 (core 1), alone: the 1-rank run a parameter
+              server's worker is predicted from (no DDP in its backward; the server waits
+              while the worker computes, so the worker has the machine as this run had it)
     ddp2      ``--strategy ddp``, one rank per host (``--nnodes 2``), each on its own core
     ps2       ``--strategy ps``: the server on host 0, one worker on host 1
 
@@ -106,14 +112,19 @@ def comm_fit(hosts: netns.Hosts, folder: Path) -> bool:
     return _wait(procs, f"comm {folder}")
 
 
-def one_rank(hosts: netns.Hosts, folder: Path, model: str, strategy: str) -> bool:
-    if _done(folder):
+def one_rank(hosts: netns.Hosts, folders: list[Path], model: str, strategy: str) -> bool:
+    """The 1-rank run on host 0 (core 0), or, with two folders, on both hosts at once (one
+    on each core, so each sees the machine as a rank of a DDP run does)."""
+    if all(_done(f) for f in folders):
         return True
     extra = ["--nproc", "1"] if strategy != "single" else []
-    argv = [*_scaleprobe(), "run", "--strategy", strategy, *extra, "--model", model, *COMMON,
-            *ONE_RANK, "--out", str(folder)]
-    return _wait([hosts.run(0, argv, cpus=[0], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)], str(folder))
+    procs = []
+    for host, folder in zip((1, 0) if len(folders) == 1 else (0, 1), folders, strict=False):
+        argv = [*_scaleprobe(), "run", "--strategy", strategy, *extra, "--model", model,
+                *COMMON, *ONE_RANK, "--out", str(folder)]
+        procs.append(hosts.run(host, argv, cpus=[host], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True))
+    return _wait(procs, str(folders[0]))
 
 
 def two_rank(hosts: netns.Hosts, folder: Path, model: str, strategy: str, link: str) -> bool:
@@ -149,12 +160,14 @@ def measure_link(out: Path, name: str, models: list[str]) -> None:
         link = f"measured:{fit / 'node0'}"
         for model in models:
             base = out / "runs" / name / model
-            for kind, fn in (("single1", lambda f: one_rank(hosts, f, model, "single")),
-                             ("ddp1", lambda f: one_rank(hosts, f, model, "ddp")),
-                             ("ddp2", lambda f: two_rank(hosts, f, model, "ddp", link)),
-                             ("ps2", lambda f: two_rank(hosts, f, model, "ps", link))):
+            for kind in ("ddp1", "single1", "ddp2", "ps2"):
                 t0 = time.monotonic()
-                ok = fn(base / kind)
+                if kind == "ddp1":
+                    ok = one_rank(hosts, [base / "ddp1", base / "ddp1b"], model, "ddp")
+                elif kind == "single1":
+                    ok = one_rank(hosts, [base / kind], model, "single")
+                else:
+                    ok = two_rank(hosts, base / kind, model, kind[:-1], link)
                 _log(out, f"{name} {model} {kind}: {'ok' if ok else 'FAILED'} "
                           f"({time.monotonic() - t0:.0f} s)")
     finally:

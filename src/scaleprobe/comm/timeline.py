@@ -153,12 +153,12 @@ class WorkerPath:
 @dataclass(frozen=True)
 class Server:
     """The parameter server: its link's rate, its per-byte memory pass (copies, averaging),
-    and the update of every step (``update_s[k]``: the optimizer as the one-rank run
-    measured it)."""
+    and the update of every step (``update_s[k]``; None: the optimizer time of the first
+    worker's compute drawn for that step, as the one-rank run measured it)."""
 
     capacity_byte_s: float
     pass_s_per_byte: float
-    update_s: Sequence[float]
+    update_s: Sequence[float] | None
 
 
 # memory passes over the gradient bytes that scaleprobe's parameter server makes per step
@@ -190,7 +190,8 @@ def ps_steps(steps: Sequence[Sequence[Compute]], nbytes: float, paths: Sequence[
         busy = -float("inf")
         for w in order:  # the server copies each push as it takes it
             busy = max(busy, arrive[w]) + passes
-        update = server.update_s[k % len(server.update_s)]
+        update = (row[0].optimizer if server.update_s is None
+                  else server.update_s[k % len(server.update_s)])
         send = busy + (server_passes(workers) - workers) * passes + update
         ranks = [None] * workers
         for w in order:  # replies one after another, in arrival order
