@@ -20,6 +20,9 @@ then per model, back to back so that the machine's load is alike for all four:
               while the worker computes, so the worker has the machine as this run had it)
     ddp2      ``--strategy ddp``, one rank per host (``--nnodes 2``), each on its own core
     ps2       ``--strategy ps``: the server on host 0, one worker on host 1
+    ddp1after, single1after   the 1-rank runs again: the machine's load drifts within
+              minutes, and ``predict --check`` pools the nearest 1-rank runs before and
+              after each measured run
 
 A point whose results.jsonl already holds an ``ok`` record is skipped, so an interrupted
 ``measure`` goes on where it stopped; ``--links``/``--models`` pick part of the grid. Links:
@@ -38,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,6 +62,9 @@ ONE_RANK = ["--steps", "24", "--warmup-steps", "3"]
 TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
             "--warmup-steps", "2"]
 RUN_TIMEOUT_S = 1500
+# one model on one link, in this order: the 1-rank runs before and after the 2-rank runs
+# (``predict --check`` pools the nearest before and after)
+GROUP = ("ddp1", "single1", "ddp2", "ps2", "ddp1after", "single1after")
 _PORT = [29700]
 
 
@@ -160,11 +167,11 @@ def measure_link(out: Path, name: str, models: list[str]) -> None:
         link = f"measured:{fit / 'node0'}"
         for model in models:
             base = out / "runs" / name / model
-            for kind in ("ddp1", "single1", "ddp2", "ps2"):
+            for kind in GROUP:
                 t0 = time.monotonic()
-                if kind == "ddp1":
-                    ok = one_rank(hosts, [base / "ddp1", base / "ddp1b"], model, "ddp")
-                elif kind == "single1":
+                if kind.startswith("ddp1"):
+                    ok = one_rank(hosts, [base / kind, base / f"{kind}b"], model, "ddp")
+                elif kind.startswith("single1"):
                     ok = one_rank(hosts, [base / kind], model, "single")
                 else:
                     ok = two_rank(hosts, base / kind, model, kind[:-1], link)
@@ -180,6 +187,10 @@ def _skipped(out: Path) -> dict[str, str]:
 
 
 def measure(a: argparse.Namespace) -> int:
+    # SIGTERM (and SIGINT, ignored in a shell's background job) end the grid through the
+    # namespaces' teardown: the runs inside are stopped and the namespaces deleted
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(143))
     ok, reason = netns.available()
     if not ok:
         print(f"cannot run here: {reason}")

@@ -41,6 +41,9 @@ class Link:
     bandwidth_gbit_s: float
     alpha_s: float
     source: str
+    # relative uncertainty of the link's costs: a comm fit's worst relative error over its
+    # points; 0 for nominal or given figures (no measured spread)
+    spread: float = 0.0
 
     @property
     def bandwidth_byte_s(self) -> float:
@@ -89,7 +92,7 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     nodes = int(rec.get("nnodes") or 1)
     across = f" on {nodes} nodes" if nodes > 1 else ""
     return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
-                f"measured: {where}")
+                f"measured: {where}", float(fit.get("max_rel_err") or 0.0))
 
 
 def _from_path(path: Path, nnodes: int = 1) -> Link:
@@ -111,7 +114,8 @@ def _from_path(path: Path, nnodes: int = 1) -> Link:
     if not same:
         what = ("measured within one host: the network between nodes was not crossed" if across
                 else "measured across nodes, for a prediction within one host")
-        link = Link(link.name, link.bandwidth_gbit_s, link.alpha_s, f"{link.source} ({what})")
+        link = Link(link.name, link.bandwidth_gbit_s, link.alpha_s, f"{link.source} ({what})",
+                    link.spread)
     return link
 
 
@@ -186,7 +190,8 @@ def resolve_link(spec: Any = None, nnodes: int = 1) -> Link:
         links = [resolve_link(x, nnodes) for x in (parts.base, *parts.per_rank.values()) if x]
         slow = min(links, key=lambda k: k.bandwidth_gbit_s)
         return Link(str(spec), slow.bandwidth_gbit_s, max(k.alpha_s for k in links),
-                    f"the slowest of the per-rank links: {slow.name} ({slow.source})")
+                    f"the slowest of the per-rank links: {slow.name} ({slow.source})",
+                    slow.spread)
     return _resolve_one(str(spec), nnodes)
 
 
@@ -216,4 +221,4 @@ def with_alpha(link: Link, alpha_s: float) -> Link:
     if alpha_s < 0:
         raise ConfigError(f"latency must not be negative, got {alpha_s}")
     return Link(link.name, link.bandwidth_gbit_s, alpha_s, f"{link.source}; latency set to "
-                f"{alpha_s * 1e6:g} us")
+                f"{alpha_s * 1e6:g} us", link.spread)

@@ -33,20 +33,20 @@ REPLICATES = 100  # bootstrap resamples for the interval
 REPLICATE_STEPS = 20  # steps per resample: about as many as a run times
 DEFAULT_PASS_S_PER_BYTE = 1.0 / 2e9  # 2 GB/s: one fp32 pass, 1 CPU thread (assumed)
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+NEEDED_FLOOR_GBIT_S = 1e-3  # the slowest link searched: 1 Mbit/s (slower: "< 1 Mbit/s")
 
 
 @dataclass(frozen=True)
 class Scenario:
     """What to predict: ``nproc`` processes on each of ``nnodes`` hosts joined by ``link``
     (one host: the link between its processes); ``rank_links``: ranks behind a link of
-    their own; ``spread``: the link's relative uncertainty (0: nominal figures)."""
+    their own."""
 
     strategy: str
     nproc: int
     nnodes: int
     link: Link
     rank_links: dict[int, Link] = field(default_factory=dict)
-    spread: float = 0.0
     average_every: int = 4
     prefetch: bool = False  # fsdp: collectives on their own stream (CUDA)
     intra: Link = PRESETS["loopback"]
@@ -55,6 +55,11 @@ class Scenario:
     @property
     def world(self) -> int:
         return self.nproc * self.nnodes
+
+    @property
+    def spread(self) -> float:
+        """The links' relative uncertainty (a comm fit's worst error; 0: nominal figures)."""
+        return max(x.spread for x in (self.link, *self.rank_links.values()))
 
     @property
     def trainers(self) -> int:
@@ -178,7 +183,7 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0) -> Prediction:
     pass_s = s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE
     if s.pass_s_per_byte is None and sc.strategy in ("ps", "localsgd"):
         s.notes.append(f"memory pass assumed {1 / DEFAULT_PASS_S_PER_BYTE / 1e9:g} GB/s (the "
-                       "run has no DDP buckets to measure it from)")
+                       "run has no DDP bucket of 4 MiB or more to time it with)")
     sim, rows = simulator(sc, s, pass_s)
     alone = S.for_ddp(s, pass_s)[0] if sc.strategy == "ddp" else rows
     rng = np.random.default_rng(seed)
@@ -237,7 +242,7 @@ def needed_link_gbit_s(s: S.RunSample, sc: Scenario, target: float = 0.9) -> flo
     no batch, or the run's compute alone). Bisection on a log scale, point estimates."""
     def eff_at(gbit: float) -> float:
         link = Link(sc.link.name, gbit, sc.link.alpha_s, sc.link.source)
-        sc2 = Scenario(sc.strategy, sc.nproc, sc.nnodes, link, {}, 0.0, sc.average_every,
+        sc2 = Scenario(sc.strategy, sc.nproc, sc.nnodes, link, {}, sc.average_every,
                        sc.prefetch, sc.intra, sc.units)
         pass_s = s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE
         sim, rows = simulator(sc2, s, pass_s)
@@ -246,7 +251,7 @@ def needed_link_gbit_s(s: S.RunSample, sc: Scenario, target: float = 0.9) -> flo
         step = _median_step(sim, rows, sc2, 60, 1.0, np.random.default_rng(0))[0]
         return sc.trainers * one / step / sc.world
 
-    lo, hi = 1e-3, 1e5
+    lo, hi = NEEDED_FLOOR_GBIT_S, 1e5
     if sc.world < 2:
         return 0.0
     if eff_at(hi) < target:
