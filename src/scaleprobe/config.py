@@ -182,7 +182,9 @@ class DistConfig:
     parity: bool = option(False, "also train on 1 process and compare accuracy")
     bucket_cap_mb: float = option(25.0, "DDP gradient bucket size in MB", gt=0)
     link: str | None = option(None, "network the comm prediction assumes: 1gbit, 10gbit, "
-                              "200mbit or a `scaleprobe comm` results file",
+                              "200mbit, measured:DIR (`scaleprobe comm` results); rankN=RATE "
+                              "(e.g. rank2=100mbit, root) puts each rank in a network "
+                              "namespace of its own, rank N behind a cable of that rate",
                               unset="loopback on one host, 10gbit across hosts")
     sampler: str = option("distributed", "distributed | same_batch | no_set_epoch (the last two "
                           "inject the classic sharding bugs the shard audit must catch)",
