@@ -175,8 +175,10 @@ def _phases(head: list[T.RankStep], median: float) -> dict[str, float]:
     return {p: sum(getattr(h, p) for h in head) / total * median for p in PHASES}
 
 
-def predict(s: S.RunSample, sc: Scenario, seed: int = 0) -> Prediction:
-    """The step of ``sc`` from the one-rank run ``s``."""
+def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
+            replicates: int = REPLICATES) -> Prediction:
+    """The step of ``sc`` from the one-rank run ``s`` (``replicates``: bootstrap resamples
+    for the interval)."""
     if sc.world < 1 or (sc.strategy == "ps" and sc.world < 2):
         raise ConfigError(f"{sc.strategy} needs at least {2 if sc.strategy == 'ps' else 1} "
                           f"processes, not {sc.world}")
@@ -189,7 +191,7 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0) -> Prediction:
     rng = np.random.default_rng(seed)
     one = float(np.median([c.total for c in alone]))
     step, head = _median_step(sim, rows, sc, SIM_STEPS, 1.0, rng)
-    iv = _interval(sim, rows, alone, sc, rng)
+    iv = _interval(sim, rows, alone, sc, rng, replicates)
     busy = _busy(sim, sc)
     sp = Figure(sc.trainers * one / step, *(sc.trainers * r for r in iv.ratio))
     eff = Figure(*(v / sc.world for v in (sp.value, sp.lo, sp.hi)))
@@ -209,12 +211,12 @@ class Interval:
 
 
 def _interval(sim: Simulator, rows: list[T.Compute], alone: list[T.Compute], sc: Scenario,
-              rng: np.random.Generator) -> Interval:
+              rng: np.random.Generator, replicates: int) -> Interval:
     """Percentiles 2.5 / 97.5 over bootstrap resamples of the run's steps: of the median
     step (the link's costs scaled down by the spread for the low end, up for the high end),
     and of one-rank step / step (same resample; the high costs for the low end)."""
     lows, highs, r_lo, r_hi = [], [], [], []
-    for _ in range(REPLICATES if len(rows) > 1 else 1):
+    for _ in range(replicates if len(rows) > 1 else 1):
         pick = rng.integers(0, len(rows), size=len(rows))
         pool = [rows[i] for i in pick]
         one = float(np.median([alone[i].total for i in pick]))

@@ -96,6 +96,7 @@ def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
     world = len(steps[0]) if steps else 0
     t = [0.0] * world
     out: list[list[RankStep]] = []
+    tails: dict[int, float] = {}  # per drawn row (rows repeat: drawn from one run's steps)
     for row in steps:
         if world == 1:
             c = row[0]
@@ -110,7 +111,9 @@ def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
             link = start + b.local_s + allreduce_s(b.nbytes)
         ranks = []
         for r, c in enumerate(row):
-            end_bwd = max(link, ready[r][-1]) + _ddp_tail(c, buckets)
+            if id(c) not in tails:
+                tails[id(c)] = _ddp_tail(c, buckets)
+            end_bwd = max(link, ready[r][-1]) + tails[id(c)]
             wait = link - ready[r][-1]
             end = end_bwd + c.optimizer
             ranks.append(RankStep(end - t[r], c.data, c.h2d, c.forward,

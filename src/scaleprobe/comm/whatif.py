@@ -13,7 +13,7 @@ its share of the parameters (an assumption, noted with the prediction). No torch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
@@ -95,21 +95,19 @@ def plan(sample: S.RunSample, strategies: list[str], nprocs: list[int], nnodes: 
                     if strategy == "ps" and n * nodes < 2:
                         continue
                     sc = scenario(strategy, n, nodes, spec, average_every, prefetch, units)
-                    s = _fresh(sample)
+                    s = fresh(sample)
                     pred = M.predict(s, sc)
                     if strategy == "fsdp":
                         pred.notes.append(UNITS_NOTE if units else
                                           "fsdp: the model's units unknown: one unit")
-                    got, why = needed(_fresh(sample), sc, target) if with_needed else (None,
+                    got, why = needed(fresh(sample), sc, target) if with_needed else (None,
                                                                                        None)
                     rows.append(Row(spec or "default", n, nodes, pred, got, why))
     return rows
 
 
-def _fresh(s: S.RunSample) -> S.RunSample:
+def fresh(s: S.RunSample) -> S.RunSample:
     """A copy whose notes start empty (each prediction notes what it assumed)."""
-    from dataclasses import replace
-
     return replace(s, notes=[])
 
 
