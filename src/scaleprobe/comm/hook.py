@@ -132,6 +132,9 @@ class BucketLog:
     def add(self, backward_start: float, buckets: list[Bucket],
             backward_end: float | None = None) -> None:
         span = (backward_end - backward_start) if backward_end is not None else 0.0
+        if self.nbytes and [n for _, _, n in sorted(buckets)] != self.nbytes:
+            # DDP rebuilt its buckets (after its first iteration): keep the new layout only
+            self.ready_s, self.allreduce_s, self.nbytes, self.ready_fraction = [], [], [], []
         for i, (a, b, n) in enumerate(sorted(buckets)):
             if i == len(self.nbytes):
                 self.nbytes.append(n)

@@ -163,15 +163,12 @@ def parse_spec(spec: str | None) -> LinkSpec:
         return LinkSpec(None, {})
     base: str | None = None
     per_rank: dict[int, str] = {}
-    for i, item in enumerate(_ITEMS.split(str(spec))):
+    for item in _ITEMS.split(str(spec)):  # every item after the first starts with rankN=
         m = _RANK_ITEM.match(item)
         if m:
             per_rank[int(m.group(1))] = m.group(2).strip()
-        elif i == 0 and item.strip():
+        elif item.strip():
             base = item.strip()
-        else:
-            raise ConfigError(f"cannot read the link spec '{spec}': after the first item, "
-                              "each item is rankN=LINK")
     return LinkSpec(base, per_rank)
 
 

@@ -126,7 +126,8 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                         f"slowest link for {target:.0%} efficiency")
         for col in ("strategy", "processes", "step ms", "speedup", "efficiency",
                     "compute / comm ms", "link busy ms", f"link for {target:.0%}"):
-            t.add_column(col, justify="left" if col == "strategy" else "right")
+            t.add_column(col, justify="left" if col == "strategy" else "right",
+                         no_wrap=col in ("strategy", "processes"))
         for r in part:
             p = r.prediction
             comp = sum(v for k, v in p.phases.items() if k != "comm")
