@@ -27,8 +27,8 @@ then per model, back to back so that the machine's load is alike for all four:
 A point whose results.jsonl already holds an ``ok`` record is skipped, so an interrupted
 ``measure`` goes on where it stopped; ``--links``/``--models`` pick part of the grid. Links:
 100mbit, 1gbit, unshaped (the veth pair as it is: CPU-bound near 6-9 Gbit/s here) and
-1gbit+1ms (1 ms added each way; needs sch_netem: where the kernel has none the case is
-skipped with that reason). Models at 32x32, batch 32, synthetic data made on the device:
+1gbit+1ms (1 ms added each way: netem, or where the kernel has no sch_netem the delay relay
+of comm/delay.py, which ``netns.two_hosts`` uses then). Models at 32x32, batch 32, synthetic data made on the device:
 digits_cnn (67 k parameters), resnet18 (11.2 M), mlp_large (23.1 M, little compute).
 
 ``table`` is ``scaleprobe predict --check OUT/runs`` (each measured run beside its prediction
