@@ -33,6 +33,7 @@ REPLICATES = 100  # bootstrap resamples for the interval
 REPLICATE_STEPS = 20  # steps per resample: about as many as a run times
 DEFAULT_PASS_S_PER_BYTE = 1.0 / 2e9  # 2 GB/s: one fp32 pass, 1 CPU thread (assumed)
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+FREE = 1e-9  # the link's costs scaled to nothing: what remains of the comm phase
 NEEDED_FLOOR_GBIT_S = 1e-3  # the slowest link searched: 1 Mbit/s (slower: "< 1 Mbit/s")
 
 
@@ -92,6 +93,9 @@ class Prediction:
     efficiency: Figure
     phases: dict[str, float]
     comm_busy_s: float  # the link's time per step (all of it, hidden or not)
+    # the comm phase on a link that costs nothing: waiting for the slowest rank (the run's
+    # own spread, drawn per rank) and the strategy's local work
+    comm_free_link_s: float
     threads: int | None
     notes: list[str]
 
@@ -163,10 +167,24 @@ def _head(steps: list[list[T.RankStep]]) -> list[T.RankStep]:
     return [row[0] for row in steps]
 
 
-def _median_step(sim: Simulator, rows: Sequence[T.Compute], sc: Scenario, steps: int,
-                 scale: float, rng: np.random.Generator) -> tuple[float, list[T.RankStep]]:
-    head = _head(sim(_draw(rows, steps, sc.trainers, rng), scale, sc.world))
-    return float(np.median([h.step_s for h in head])), head
+@dataclass
+class Run:
+    """A simulated sequence of steps: the first training rank's."""
+
+    head: list[T.RankStep]
+
+    @property
+    def median(self) -> float:
+        return float(np.median([h.step_s for h in self.head]))
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean([h.step_s for h in self.head]))
+
+
+def _simulate(sim: Simulator, rows: Sequence[T.Compute], sc: Scenario, steps: int,
+              scale: float, rng: np.random.Generator) -> Run:
+    return Run(_head(sim(_draw(rows, steps, sc.trainers, rng), scale, sc.world)))
 
 
 def _phases(head: list[T.RankStep], median: float) -> dict[str, float]:
@@ -178,7 +196,8 @@ def _phases(head: list[T.RankStep], median: float) -> dict[str, float]:
 def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
             replicates: int = REPLICATES) -> Prediction:
     """The step of ``sc`` from the one-rank run ``s`` (``replicates``: bootstrap resamples
-    for the interval)."""
+    for the interval). The speedup is samples per second (the mean step: local SGD's
+    averaging steps count) over the run's own, as measured."""
     if sc.world < 1 or (sc.strategy == "ps" and sc.world < 2):
         raise ConfigError(f"{sc.strategy} needs at least {2 if sc.strategy == 'ps' else 1} "
                           f"processes, not {sc.world}")
@@ -187,45 +206,48 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
         s.notes.append(f"memory pass assumed {1 / DEFAULT_PASS_S_PER_BYTE / 1e9:g} GB/s (the "
                        "run has no DDP bucket of 4 MiB or more to time it with)")
     sim, rows = simulator(sc, s, pass_s)
-    alone = S.for_ddp(s, pass_s)[0] if sc.strategy == "ddp" else rows
     rng = np.random.default_rng(seed)
-    one = float(np.median([c.total for c in alone]))
-    step, head = _median_step(sim, rows, sc, SIM_STEPS, 1.0, rng)
-    iv = _interval(sim, rows, alone, sc, rng, replicates)
-    busy = _busy(sim, sc)
-    sp = Figure(sc.trainers * one / step, *(sc.trainers * r for r in iv.ratio))
+    one = [c.total for c in s.rows]  # the run as measured: every strategy's baseline
+    run = _simulate(sim, rows, sc, SIM_STEPS, 1.0, rng)
+    step = run.median
+    iv = _interval(sim, rows, one, sc, rng, replicates)
+    sp = Figure(sc.trainers * float(np.mean(one)) / run.mean,
+                *(sc.trainers * r for r in iv.ratio))
     eff = Figure(*(v / sc.world for v in (sp.value, sp.lo, sp.hi)))
+    free = _simulate(sim, rows, sc, SIM_STEPS, FREE, rng) if sc.world > 1 else run
     slow = _slowest(sc)
     return Prediction(
         strategy=sc.strategy, world=sc.world, trainers=sc.trainers, link=slow.name,
         link_source=slow.source, bandwidth_gbit_s=slow.bandwidth_gbit_s, alpha_s=slow.alpha_s,
-        step_s=Figure(step, *iv.step), step_mean_s=float(np.mean([h.step_s for h in head])),
-        one_rank_step_s=one, speedup=sp, efficiency=eff, phases=_phases(head, step),
-        comm_busy_s=busy, threads=s.threads, notes=list(dict.fromkeys(s.notes)))
+        step_s=Figure(step, *iv.step), step_mean_s=run.mean, one_rank_step_s=float(
+            np.median(one)), speedup=sp, efficiency=eff, phases=_phases(run.head, step),
+        comm_busy_s=_busy(sim, sc), comm_free_link_s=_phases(free.head, free.median)["comm"],
+        threads=s.threads, notes=list(dict.fromkeys(s.notes)))
 
 
 @dataclass(frozen=True)
 class Interval:
     step: tuple[float, float]  # the median step's
-    ratio: tuple[float, float]  # one-rank step / step, paired per resample
+    ratio: tuple[float, float]  # the run's mean step / the mean step, paired per resample
 
 
-def _interval(sim: Simulator, rows: list[T.Compute], alone: list[T.Compute], sc: Scenario,
+def _interval(sim: Simulator, rows: list[T.Compute], one: list[float], sc: Scenario,
               rng: np.random.Generator, replicates: int) -> Interval:
     """Percentiles 2.5 / 97.5 over bootstrap resamples of the run's steps: of the median
     step (the link's costs scaled down by the spread for the low end, up for the high end),
-    and of one-rank step / step (same resample; the high costs for the low end)."""
+    and of the run's mean step over the predicted mean (same resample; the high costs for
+    the low end)."""
     lows, highs, r_lo, r_hi = [], [], [], []
     for _ in range(replicates if len(rows) > 1 else 1):
         pick = rng.integers(0, len(rows), size=len(rows))
         pool = [rows[i] for i in pick]
-        one = float(np.median([alone[i].total for i in pick]))
-        lo = _median_step(sim, pool, sc, REPLICATE_STEPS, 1 - sc.spread, rng)[0]
-        hi = _median_step(sim, pool, sc, REPLICATE_STEPS, 1 + sc.spread, rng)[0]
-        lows.append(lo)
-        highs.append(hi)
-        r_lo.append(one / hi)
-        r_hi.append(one / lo)
+        base = float(np.mean([one[i] for i in pick]))
+        lo = _simulate(sim, pool, sc, REPLICATE_STEPS, 1 - sc.spread, rng)
+        hi = _simulate(sim, pool, sc, REPLICATE_STEPS, 1 + sc.spread, rng)
+        lows.append(lo.median)
+        highs.append(hi.median)
+        r_lo.append(base / hi.mean)
+        r_hi.append(base / lo.mean)
     return Interval((float(np.percentile(lows, 2.5)), float(np.percentile(highs, 97.5))),
                     (float(np.percentile(r_lo, 2.5)), float(np.percentile(r_hi, 97.5))))
 
@@ -238,19 +260,26 @@ def _busy(sim: Simulator, sc: Scenario) -> float:
     return sim([[T.Compute()] * sc.trainers], 1.0, sc.world)[0][0].step_s
 
 
+def free_link_efficiency(s: S.RunSample, sc: Scenario) -> float:
+    """The efficiency on a link that costs nothing (no bandwidth limit, no latency): what the
+    ranks' waiting for the slowest and the strategy's local work leave."""
+    sim, rows = simulator(sc, s, s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE)
+    step = _simulate(sim, rows, sc, 60, FREE, np.random.default_rng(0)).mean
+    return sc.trainers * float(np.mean([c.total for c in s.rows])) / step / sc.world
+
+
 def needed_link_gbit_s(s: S.RunSample, sc: Scenario, target: float = 0.9) -> float | None:
     """The slowest link (Gbit/s, the scenario's latency kept) at which the predicted
     efficiency reaches ``target``; None when no bandwidth does (latency, a server that takes
     no batch, or the run's compute alone). Bisection on a log scale, point estimates."""
+    one = float(np.mean([c.total for c in s.rows]))
+
     def eff_at(gbit: float) -> float:
         link = Link(sc.link.name, gbit, sc.link.alpha_s, sc.link.source)
         sc2 = Scenario(sc.strategy, sc.nproc, sc.nnodes, link, {}, sc.average_every,
                        sc.prefetch, sc.intra, sc.units)
-        pass_s = s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE
-        sim, rows = simulator(sc2, s, pass_s)
-        alone = S.for_ddp(s, pass_s)[0] if sc.strategy == "ddp" else rows
-        one = float(np.median([c.total for c in alone]))
-        step = _median_step(sim, rows, sc2, 60, 1.0, np.random.default_rng(0))[0]
+        sim, rows = simulator(sc2, s, s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE)
+        step = _simulate(sim, rows, sc2, 60, 1.0, np.random.default_rng(0)).mean
         return sc.trainers * one / step / sc.world
 
     lo, hi = NEEDED_FLOOR_GBIT_S, 1e5

@@ -77,9 +77,14 @@ def needed(sample: S.RunSample, sc: M.Scenario, target: float) -> tuple[float | 
         return None, (f"unreachable: the server takes no batch, so at most "
                       f"{(sc.world - 1) / sc.world:.0%} with {sc.world} processes")
     got = M.needed_link_gbit_s(sample, sc, target)
-    if got is None:
-        return None, "unreachable: latency or compute alone keeps it below the target"
-    return got, None
+    if got is not None:
+        return got, None
+    free = M.free_link_efficiency(sample, sc)
+    if free < target:
+        return None, (f"unreachable: even on a link that costs nothing, {free:.0%}: waiting "
+                      f"for the slowest of {sc.trainers} ranks (the run's own step-to-step "
+                      "spread, drawn per rank) and the strategy's local work")
+    return None, "unreachable: the link's latency alone keeps it below the target"
 
 
 def plan(sample: S.RunSample, strategies: list[str], nprocs: list[int], nnodes: list[int],

@@ -122,7 +122,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
         part = [r for r in rows if r.link_spec == spec]
         con.print("link: " + W.link_line(None if spec == "default" else spec, part[0].nnodes),
                   markup=False, highlight=False)
-        t = Table(title=f"predicted step (ms, 95% interval), speedup over 1 process, and the "
+        t = Table(title=f"predicted median step (ms, 95% interval), speedup in samples/s over the run, and the "
                         f"slowest link for {target:.0%} efficiency")
         for col in ("strategy", "processes", "step ms", "speedup", "efficiency",
                     "compute / comm ms", "link busy ms", f"link for {target:.0%}"):
