@@ -122,8 +122,8 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
         part = [r for r in rows if r.link_spec == spec]
         con.print("link: " + W.link_line(None if spec == "default" else spec, part[0].nnodes),
                   markup=False, highlight=False)
-        t = Table(title=f"predicted median step (ms, 95% interval), speedup in samples/s over the run, and the "
-                        f"slowest link for {target:.0%} efficiency")
+        t = Table(title=f"predicted median step (ms, 95% interval), speedup in samples/s "
+                        f"over the run, and the slowest link for {target:.0%} efficiency")
         for col in ("strategy", "processes", "step ms", "speedup", "efficiency",
                     "compute / comm ms", "link busy ms", f"link for {target:.0%}"):
             t.add_column(col, justify="left" if col == "strategy" else "right",
