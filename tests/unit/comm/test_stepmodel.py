@@ -157,6 +157,8 @@ def test_predict_from_a_run_on_the_command_line(tmp_path, capsys):
 @pytest.mark.parametrize("argv,msg", [
     (["predict", "--params", "1e6", "--nproc", "2,4"], "need --from RUN"),
     (["predict", "--params", "1e6", "--nproc", "2", "--strategy", "ddp"], "needs --from"),
+    (["run", "--strategy", "ps", "--nproc", "3", "--link", "rank5=100mbit"], "ranks 0..2"),
+    (["run", "--link", "rank0=100mbit"], "needs launched ranks"),
 ])
 def test_step_model_options_without_a_run_are_one_line(argv, msg, capsys):
     from scaleprobe.cli import main
