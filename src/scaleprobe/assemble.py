@@ -21,6 +21,7 @@ from scaleprobe.results import (
     Batch,
     Comm,
     Load,
+    MemoryPass,
     Peak,
     PeakMem,
     RankRecord,
@@ -205,6 +206,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.tokens_per_s = M.tokens_per_s(m.samples_per_s, info.tokens_per_sample)
     if info.tokens_per_sample and m.tokens_per_s is None:
         why["tokens_per_s"] = why.get("samples_per_s") or why.get("step_time_s") or "no rate"
+    m.memory_pass = MemoryPass.from_dict(raw0.memory_pass) if raw0.memory_pass else None
     m.unigram_entropy_nats = info.unigram_entropy_nats
     m.param_count = info.param_count
     m.lr_effective = info.lr_effective

@@ -300,6 +300,19 @@ class Peak(Record):
 
 
 @dataclass
+class MemoryPass(Record):
+    """How fast a one-rank run's process moved host memory (measure/memprobe.py): seconds per
+    byte of a pass over touched memory (warm) and into a fresh allocation (fresh)."""
+
+    bytes: int | None = None
+    warm_s_per_byte: float | None = None
+    fresh_s_per_byte: float | None = None
+    threads: int | None = None
+    method: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Metrics(Record):
     """A run's figures (units in the names; see the schema above). Task metrics
     (verification_accuracy, map50, ...) are kept in ``extra`` under their own names."""
@@ -358,7 +371,11 @@ class Metrics(Record):
     peak: Peak | None = None
     # parameters, gradients and optimizer state each rank holds (measure/held.py)
     state_bytes: StateBytes | None = None
+    # one-rank runs: host memory passes after the window (the step model's copy costs)
+    memory_pass: MemoryPass | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("memory_pass",)
 
 
 @dataclass
@@ -876,6 +893,8 @@ class RankRecord(Record):
     # the signal this rank stopped on ("peer": another rank was asked to stop); None: it ran
     # to its end
     interrupted: str | None = None
+    # one process: measure/memprobe.py after the window; None elsewhere
+    memory_pass: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -182,6 +182,7 @@ from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-export
     Experiment,
     InExperiment,
     Load,
+    MemoryPass,
     Metrics,
     Other,
     ParityRecord,

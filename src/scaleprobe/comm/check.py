@@ -76,11 +76,15 @@ def pooled(runs: list[RunResult]) -> S.RunSample:
     samples = [S.from_run(r) for r in runs]
     first = samples[0]
     rows = [c for s in samples for c in s.rows]
-    passes = [s.pass_s_per_byte for s in samples if s.pass_s_per_byte]
     return replace(first, label=" + ".join(s.label for s in samples), rows=rows,
                    rows_source="; ".join(s.rows_source for s in samples),
-                   pass_s_per_byte=sum(passes) / len(passes) if passes else None,
-                   notes=[])
+                   pass_s_per_byte=_mean([s.pass_s_per_byte for s in samples]),
+                   fresh_s_per_byte=_mean([s.fresh_s_per_byte for s in samples]), notes=[])
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    got = [x for x in xs if x]
+    return sum(got) / len(got) if got else None
 
 
 def scenario_of(run: RunResult) -> M.Scenario:

@@ -14,9 +14,11 @@ What the model needs that the run may not hold, and what stands in for it (each 
     buckets      a run of --strategy single has none: one bucket of every gradient, ready at
                  the end of backward (the least overlap DDP could have)
     memory pass  seconds per byte of one read-and-write pass over memory (the copies a
-                 parameter server makes): the one-rank DDP hook's own time per bucket byte
-                 (the division by the world size and gloo's local work), over buckets of
-                 4 MiB and more; else an assumed rate (``stepmodel``), noted as assumed
+                 parameter server makes), over touched memory and into a fresh allocation:
+                 what the run measured after its window (``metrics.memory_pass``,
+                 measure/memprobe.py); else the one-rank DDP hook's own time per bucket byte
+                 (the division and gloo's local work, buckets of 4 MiB and more) with no
+                 first-touch cost; else an assumed rate (``stepmodel``), noted as assumed
     DDP's cost   a single run's backward holds no DDP: a DDP prediction adds its bucket
                  copies (two passes) and the division (one pass) to backward; a DDP run's
                  backward holds them: a parameter server's worker (no DDP) has them taken out
@@ -53,6 +55,7 @@ class RunSample:
     rows_source: str
     buckets: list[Bucket] | None
     pass_s_per_byte: float | None
+    fresh_s_per_byte: float | None
     step_median_s: float | None
     started_at: str | None
     notes: list[str] = field(default_factory=list)
@@ -119,15 +122,19 @@ def from_run(rec: RunResult) -> RunSample:
     params = rec.metrics.param_count
     grad = float(FP32_BYTES * params) if params else (
         sum(b.nbytes for b in buckets) if buckets else 0.0)
-    pass_s = None
+    pass_s = fresh = None
+    probe = rec.metrics.memory_pass
     big = [b for b in buckets or [] if b.nbytes >= PASS_MIN_BYTES]
-    if big and (rec.world_size or 1) == 1:  # small buckets: the hook's fixed cost dominates
+    if probe is not None and probe.warm_s_per_byte:
+        pass_s, fresh = probe.warm_s_per_byte, probe.fresh_s_per_byte
+    elif big and (rec.world_size or 1) == 1:  # small buckets: the hook's fixed cost dominates
         moved, local = sum(b.nbytes for b in big), sum(b.local_s for b in big)
         pass_s = local / moved if local > 0 else None
     return RunSample(label=rec.label, strategy=str(rec.cfg("dist.strategy") or "single"),
                      world=int(rec.world_size or 1), threads=_int(rec.env.get("threads")),
                      grad_bytes=grad, rows=rows, rows_source=source, buckets=buckets,
-                     pass_s_per_byte=pass_s, step_median_s=rec.step_median_s,
+                     pass_s_per_byte=pass_s, fresh_s_per_byte=fresh,
+                     step_median_s=rec.step_median_s,
                      started_at=rec.started_at)
 
 

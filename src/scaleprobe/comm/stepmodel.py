@@ -33,6 +33,7 @@ REPLICATES = 100  # bootstrap resamples for the interval
 REPLICATE_STEPS = 20  # steps per resample: about as many as a run times
 DEFAULT_PASS_S_PER_BYTE = 1.0 / 2e9  # 2 GB/s: one fp32 pass, 1 CPU thread (assumed)
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+MMAP_BYTES = 32 << 20  # glibc's largest mmap threshold: bigger buffers come fresh each time
 FREE = 1e-9  # the link's costs scaled to nothing: what remains of the comm phase
 NEEDED_FLOOR_GBIT_S = 1e-3  # the slowest link searched: 1 Mbit/s (slower: "< 1 Mbit/s")
 
@@ -130,6 +131,15 @@ def _ps_paths(sc: Scenario, scale: float) -> tuple[list[T.WorkerPath], float]:
 Simulator = Callable[[list[list[T.Compute]], float, int], list[list[T.RankStep]]]
 
 
+def _fresh_s_per_byte(s: S.RunSample, pass_s: float) -> float:
+    """A pass into a fresh buffer: what the run measured, for buffers large enough to be
+    returned to the system when freed (glibc maps allocations over ``MMAP_BYTES``);
+    smaller ones reuse memory already touched."""
+    if s.grad_bytes < MMAP_BYTES or not s.fresh_s_per_byte:
+        return pass_s
+    return max(pass_s, s.fresh_s_per_byte)
+
+
 def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, list[T.Compute]]:
     """A function (steps, cost scale, world) -> the timeline, and the rows to draw from."""
     kind = sc.strategy
@@ -138,16 +148,18 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
         slow = _slowest(sc)
         return (lambda st, k, n: T.ddp_steps(st, buckets, _ring(slow, n, k))), rows
     rows = S.without_ddp(s, pass_s)
+    fresh = _fresh_s_per_byte(s, pass_s)
     if kind == "localsgd":
         slow = _slowest(sc)
-        local = 3.0 * pass_s * s.grad_bytes  # flatten, divide, copy back
+        local = (fresh + 2.0 * pass_s) * s.grad_bytes  # flatten (new), divide, copy back
         return (lambda st, k, n: T.localsgd_steps(st, sc.average_every, _ring(slow, n, k),
                                                   s.grad_bytes, local)), rows
     if kind == "ps":
         def run_ps(st: list[list[T.Compute]], k: float, n: int) -> list[list[T.RankStep]]:
             paths, cap = _ps_paths(sc, k)
             # the server's update each step: the optimizer of a step drawn from the run
-            return T.ps_steps(st, s.grad_bytes, paths[:n - 1], T.Server(cap, pass_s, None))
+            return T.ps_steps(st, s.grad_bytes, paths[:n - 1],
+                              T.Server(cap, pass_s, None, fresh))
         return run_ps, rows
     if kind == "fsdp":
         units = sc.units or (T.Unit(s.grad_bytes, 1.0),)
@@ -204,7 +216,11 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
     pass_s = s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE
     if s.pass_s_per_byte is None and sc.strategy in ("ps", "localsgd"):
         s.notes.append(f"memory pass assumed {1 / DEFAULT_PASS_S_PER_BYTE / 1e9:g} GB/s (the "
-                       "run has no DDP bucket of 4 MiB or more to time it with)")
+                       "run measured none: no memory probe, no DDP bucket of 4 MiB or more)")
+    elif (s.fresh_s_per_byte is None and s.grad_bytes >= MMAP_BYTES
+          and sc.strategy in ("ps", "localsgd")):
+        s.notes.append("copies into fresh buffers priced as passes over touched memory (the "
+                       "run measured no first-touch cost): low for buffers over 32 MiB")
     sim, rows = simulator(sc, s, pass_s)
     rng = np.random.default_rng(seed)
     one = [c.total for c in s.rows]  # the run as measured: every strategy's baseline

@@ -155,25 +155,34 @@ class WorkerPath:
 
 @dataclass(frozen=True)
 class Server:
-    """The parameter server: its link's rate, its per-byte memory pass (copies, averaging),
-    and the update of every step (``update_s[k]``; None: the optimizer time of the first
-    worker's compute drawn for that step, as the one-rank run measured it)."""
+    """The parameter server: its link's rate; seconds per byte of a memory pass over memory
+    already touched (``pass_s_per_byte``) and into a fresh allocation (``fresh_s_per_byte``,
+    None: the same); and the update of every step (``update_s[k]``; None: the optimizer time
+    of the first worker's compute drawn for that step, as the one-rank run measured it)."""
 
     capacity_byte_s: float
     pass_s_per_byte: float
     update_s: Sequence[float] | None
+    fresh_s_per_byte: float | None = None
+
+    def passes_s(self, nbytes: float, fresh: float, warm: float = 0.0) -> float:
+        f = self.fresh_s_per_byte if self.fresh_s_per_byte is not None else self.pass_s_per_byte
+        return nbytes * (fresh * f + warm * self.pass_s_per_byte)
 
 
-# memory passes over the gradient bytes that scaleprobe's parameter server makes per step
-# (strategies/ps.py): a worker flattens its gradients and appends the version (2), then
-# copies the reply into its parameters (1); the server clones each push (1 each), stacks
-# them (1 each), averages them (reading all, writing one: (n + 1) / 2), flattens the
-# parameters and appends the version (2)
-WORKER_PASSES_BEFORE, WORKER_PASSES_AFTER = 2.0, 1.0
+# Memory passes over the gradient bytes that scaleprobe's parameter server makes per step
+# (strategies/ps.py), as (into fresh buffers, over touched memory). A worker flattens its
+# gradients and appends the version into new tensors (2 fresh), receives the reply into a new
+# tensor and copies it into its parameters (first touch + a pass: 1 fresh). The server clones
+# each push (1 fresh each), stacks them (1 fresh each), averages them (a fresh output, and the
+# other pushes read: (n - 1) / 2 warm), flattens the parameters and appends the version
+# (2 fresh).
+WORKER_BEFORE, WORKER_AFTER, SERVER_PER_PUSH = (2.0, 0.0), (1.0, 0.0), (1.0, 0.0)
 
 
-def server_passes(workers: int) -> float:
-    return 2.0 * workers + (workers + 1) / 2.0 + 2.0
+def server_passes(workers: int) -> tuple[float, float]:
+    """The server's passes after the pushes' clones: stack, mean, flatten, append."""
+    return workers + 3.0, (workers - 1) / 2.0
 
 
 def ps_steps(steps: Sequence[Sequence[Compute]], nbytes: float, paths: Sequence[WorkerPath],
@@ -183,25 +192,26 @@ def ps_steps(steps: Sequence[Sequence[Compute]], nbytes: float, paths: Sequence[
     workers = len(paths)
     t = [0.0] * workers
     out = []
-    passes = server.pass_s_per_byte * nbytes
+    before, after = server.passes_s(nbytes, *WORKER_BEFORE), server.passes_s(nbytes, *WORKER_AFTER)
+    clone, rest = server.passes_s(nbytes, *SERVER_PER_PUSH), server.passes_s(
+        nbytes, *server_passes(workers))
     for k, row in enumerate(steps):
-        sent = [t[w] + c.before_backward + c.backward + WORKER_PASSES_BEFORE * passes
-                for w, c in enumerate(row)]
+        sent = [t[w] + c.before_backward + c.backward + before for w, c in enumerate(row)]
         arrive = finish_times([Transfer(sent[w], nbytes, p.cap_byte_s, p.alpha_s)
                                for w, p in enumerate(paths)], server.capacity_byte_s)
         order = sorted(range(workers), key=lambda w: arrive[w])
         busy = -float("inf")
         for w in order:  # the server copies each push as it takes it
-            busy = max(busy, arrive[w]) + passes
+            busy = max(busy, arrive[w]) + clone
         update = (row[0].optimizer if server.update_s is None
                   else server.update_s[k % len(server.update_s)])
-        send = busy + (server_passes(workers) - workers) * passes + update
+        send = busy + rest + update
         ranks = [None] * workers
         for w in order:  # replies one after another, in arrival order
             p = paths[w]
             rate = min(server.capacity_byte_s, p.cap_byte_s or server.capacity_byte_s)
             send += p.alpha_s + nbytes / rate
-            end = send + WORKER_PASSES_AFTER * passes
+            end = send + after
             c = row[w]
             comm = end - (t[w] + c.before_backward + c.backward)
             ranks[w] = RankStep(end - t[w], c.data, c.h2d, c.forward, c.backward, 0.0, comm)

@@ -17,7 +17,7 @@ MB = 1e6
 
 
 def one_rank_run(tmp_path, rows, buckets=None, strategy="ddp", params=750_000, threads=1,
-                 started="2026-11-26T08:00:00+00:00", name="r", model="m"):
+                 started="2026-11-26T08:00:00+00:00", name="r", model="m", memory=None):
     """A one-rank run's record and its steps.csv: rows of (forward, backward, optimizer)."""
     folder = tmp_path / name
     folder.mkdir()
@@ -32,7 +32,8 @@ def one_rank_run(tmp_path, rows, buckets=None, strategy="ddp", params=750_000, t
            "env": {"threads": threads, "cpu_model": "cpu"}, "batch": {"per_device": 32,
                                                                       "world_size": 1},
            "metrics": {"param_count": params, "step_time_s": {"median": f + b + o},
-                       "breakdown_s": {"forward": f, "backward": b, "optimizer": o}},
+                       "breakdown_s": {"forward": f, "backward": b, "optimizer": o},
+                       **({"memory_pass": memory} if memory else {})},
            "comm": {"buckets": buckets} if buckets else None,
            "paths": {"steps_csv": str(csv)}}
     return RunResult.from_dict(rec)
@@ -119,6 +120,21 @@ def test_parameter_server_from_a_ddp_run_takes_ddps_cost_out(tmp_path):
                                      name="s"))
     p = M.predict(single, M.Scenario("ddp", 1, 2, SLOW))
     assert any("one bucket of all" in n for n in p.notes)
+
+
+def test_parameter_server_copies_priced_from_the_runs_memory_probe(tmp_path):
+    """A single run (no DDP to take out), 10 M parameters = 40 MB (over the 32 MiB beyond
+    which a buffer comes fresh each time), its probe: 1 ns/byte in place, 3 ns/byte into a
+    fresh buffer (120 ms per 40 MB). 1 Gbit/s, no latency: 320 ms a message. Worker: compute
+    40, flatten and append 240, push 320; server: clone 120, stack + mean + flatten + append
+    480, update 5; pull 320; first touch and copy 120: 1645 ms."""
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, strategy="single",
+                                params=10_000_000, memory={"warm_s_per_byte": 1e-9,
+                                                           "fresh_s_per_byte": 3e-9}))
+    assert (s.pass_s_per_byte, s.fresh_s_per_byte) == (1e-9, 3e-9)
+    p = M.predict(s, M.Scenario("ps", 1, 2, Link("g", 1.0, 0.0, "given")))
+    assert p.step_s.value == pytest.approx(1645 * MS)
+    assert not any("assumed" in n or "first-touch" in n for n in p.notes)
 
 
 def test_what_if_plan_and_its_errors(tmp_path):

@@ -135,15 +135,18 @@ def test_parameter_server_worker_behind_a_slow_cable_arrives_last():
 
 
 def test_parameter_server_memory_passes_and_latency():
-    """One worker, 1 MB, 1 ms per pass over 1 MB, alpha 0.5 ms per message, link 10 MB/s,
-    update 10 ms. Worker: 2 passes (flatten, append) 100-102; push 102 + 0.5 + 100 = 202.5;
-    server: clone 1 pass -> 203.5, then the rest of server_passes(1) = 2 + 1 + 2 = 5 passes:
-    4 more -> 207.5, update -> 217.5; reply 0.5 + 100 -> 318; worker's copy into its
-    parameters: 319."""
-    assert server_passes(1) == 5.0
+    """One worker, 1 MB, a pass over touched memory 1 ms per MB, into a fresh buffer 3 ms,
+    alpha 0.5 ms per message, link 10 MB/s, update 10 ms. Worker: compute 100, flatten and
+    append into new tensors (2 fresh) 106; push 0.5 + 100 -> 206.5. Server: clone (1 fresh)
+    209.5; stack, mean, flatten, append: server_passes(1) = 4 fresh, 0 warm -> 221.5; update
+    231.5; reply 0.5 + 100 -> 332; the worker's first touch and copy (1 fresh): 335."""
+    assert server_passes(1) == (4.0, 0.0) and server_passes(3) == (6.0, 1.0)
     w = Compute(forward=40 * MS, backward=60 * MS)
-    server = Server(1e7, 1 * MS / 1e6, [10 * MS])
+    server = Server(1e7, 1 * MS / 1e6, [10 * MS], fresh_s_per_byte=3 * MS / 1e6)
     (a,), = ps_steps([[w]], 1e6, [WorkerPath(None, 0.5 * MS)], server)
+    assert a.step_s == pytest.approx(335 * MS)
+    warm_only = Server(1e7, 1 * MS / 1e6, [10 * MS])  # no first-touch cost: 8 passes of 1 ms
+    (a,), = ps_steps([[w]], 1e6, [WorkerPath(None, 0.5 * MS)], warm_only)
     assert a.step_s == pytest.approx(319 * MS)
 
 
