@@ -222,6 +222,7 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
         s.notes.append("copies into fresh buffers priced as passes over touched memory (the "
                        "run measured no first-touch cost): low for buffers over 32 MiB")
     sim, rows = simulator(sc, s, pass_s)
+    _straggler_note(s, sc)
     rng = np.random.default_rng(seed)
     one = [c.total for c in s.rows]  # the run as measured: every strategy's baseline
     run = _simulate(sim, rows, sc, SIM_STEPS, 1.0, rng)
@@ -239,6 +240,21 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
             np.median(one)), speedup=sp, efficiency=eff, phases=_phases(run.head, step),
         comm_busy_s=_busy(sim, sc), comm_free_link_s=_phases(free.head, free.median)["comm"],
         threads=s.threads, notes=list(dict.fromkeys(s.notes)))
+
+
+def _straggler_note(s: S.RunSample, sc: Scenario) -> None:
+    """Which rank the others wait for, when a rank sits behind a slower link of its own."""
+    slow = [(link.bandwidth_gbit_s, r) for r, link in sc.rank_links.items()
+            if 0 < r < sc.world and link.bandwidth_gbit_s < sc.link.bandwidth_gbit_s]
+    if not slow:
+        return
+    gbit, rank = min(slow)
+    if sc.strategy == "ps":
+        s.notes.append(f"straggler: rank {rank} (behind {gbit:g} Gbit/s): its push reaches the "
+                       "server last and its pull leaves last; the others wait for it")
+    else:
+        s.notes.append(f"straggler: rank {rank} (behind {gbit:g} Gbit/s) holds the ring to its "
+                       "cable's rate")
 
 
 @dataclass(frozen=True)
