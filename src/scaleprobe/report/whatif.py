@@ -75,7 +75,8 @@ def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
             got.append(W.Row(spec, 1, n, pred, *need))
             notes.update(dict.fromkeys(pred.notes))
         link = got[0].prediction
-        where = "measured" if link.link_source.startswith("measured") else "nominal"
+        where = next((w for w in ("measured", "given") if link.link_source.startswith(w)),
+                     "nominal")
         rows.append([_short(spec), f"{link.bandwidth_gbit_s:.3g} Gbit/s, "
                      f"{link.alpha_s * 1e6:.0f} us ({where})",
                      *[_speedup_cell(r.prediction) for r in got], _needed_cell(got[-1])])
