@@ -6,8 +6,10 @@ per rank and step, so that ranks wait for the slowest as they do. No torch.
                  interval: the timeline re-run on bootstrap resamples of the run's steps
                  (its own spread), the link's costs at the low / high end of the comm fit's
                  spread for the interval's low / high end (a nominal link has none)
-    speedup      samples per second over the one-rank run's: trainers x one-rank step /
-                 step (weak scaling: the batch per device stays); efficiency = speedup / N
+    speedup      samples per second over the one-rank run's as measured: trainers x its
+                 mean step / the predicted mean step (weak scaling: the batch per device
+                 stays; the mean, so local SGD's averaging steps count); efficiency =
+                 speedup / N
     phases       where the time goes: the run's phases on the median step's basis, the wait
                  on communication in ``comm`` (as the run itself would record it)
 
