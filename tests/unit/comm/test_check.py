@@ -113,3 +113,24 @@ def test_a_parameter_server_names_the_worker_it_waits_for():
     got = straggler(ranks, {"1": 0.0, "2": 0.9})
     assert got["slowest_rank"] == 2 and "900.0 ms after the first worker" in got["line"]
     assert straggler(ranks, {"1": None, "2": None})["slowest_rank"] == 1  # none recorded
+
+
+def test_check_on_the_command_line(tmp_path, capsys):
+    import json
+
+    from scaleprobe.cli import main
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    lines = [json.dumps(r.to_dict()) for r in (base, measured("a", _t(1), step=0.1))]
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["predict", "--check", str(tmp_path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    (pt,) = got["points"]
+    assert pt["ratio"] == pytest.approx(0.85) and pt["bases"] == ["r"]
+    assert got["summary"]["points"] == 1 and got["summary"]["goal_met"] is False  # 15% off
+    assert main(["predict", "--check", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "0.85" in out and "goal (median within +-10%" in out
+    (tmp_path / "results.jsonl").write_text(lines[0] + "\n")
+    assert main(["predict", "--check", str(tmp_path)]) == 2
+    assert "no measured multi-rank run" in capsys.readouterr().err
