@@ -77,11 +77,17 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def set_threads(local_world: int = 1) -> int:
-    """Give each of ``local_world`` processes on this host an equal share of the cores."""
+def threads_for(local_world: int = 1, per_rank: int | None = None) -> int:
+    """Compute threads of each of ``local_world`` processes on this host: ``per_rank`` when
+    given (``dist.threads_per_rank``), else an equal share of the cores."""
+    return per_rank or max(1, cpu_count() // max(1, local_world))
+
+
+def set_threads(local_world: int = 1, per_rank: int | None = None) -> int:
+    """Set this process's compute threads (``threads_for``)."""
     import torch
 
-    n = max(1, cpu_count() // max(1, local_world))
+    n = threads_for(local_world, per_rank)
     torch.set_num_threads(n)
     return n
 
@@ -96,6 +102,7 @@ def seed_all(seed: int) -> None:
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
+                     threads_per_rank: int | None = None,
                      join: Any = None) -> tuple[int, int]:
     """Join the process group described by the launcher's environment; returns (rank, world).
     ``join(timeout)``: a store to build the group on instead (None: the launcher's own way),
@@ -104,7 +111,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
     import torch.distributed as dist
 
     info = dist_info()
-    set_threads(info.local_world)
+    set_threads(info.local_world, threads_per_rank)
     if info.world == 1 and not os.environ.get("MASTER_ADDR"):
         return 0, 1
     if not dist.is_initialized():

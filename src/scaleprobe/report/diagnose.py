@@ -26,7 +26,11 @@ Verdicts of one run:
                          dominates; or MFU at or above ``mfu_compute_bound``
     not compute-bound    MFU below ``mfu_compute_bound``: "8% of peak; the step waits on X",
                          X the input, the communication, or the host (compute phases that
-                         use little of the peak); replaces the compute-share verdict
+                         use little of the peak; said only where the run's CPU share was
+                         measured and was not starved); replaces the compute-share verdict
+    CPU-starved          MFU below ``mfu_compute_bound`` while the run's processes used less
+                         than half the cores their threads could: other programs held the
+                         CPU, so the MFU says nothing about the model
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
     measured under load  processes outside the run's tree used the machine meanwhile
     out of memory / failed / shard audit failed
@@ -287,7 +291,12 @@ def _peak_use(rec: RunResult, th: Thresholds) -> Finding | None:
         return Finding("compute-bound", f"{head}: the device's arithmetic bounds the step "
                        f"(threshold {fmt.pct(th.mfu_compute_bound)})", advice.compute_bound(rec),
                        "info")
-    return Finding("not compute-bound", f"{head}; the step waits on {_waits_on(rec)}",
+    waits = _waits_on(rec)
+    if waits.startswith("the CPU"):
+        return Finding("CPU-starved", f"{head}; the step waits on {waits}",
+                       "measure on a quiet machine (or pin the run to cores nothing else "
+                       "uses) before reading its MFU as the model's", "warning")
+    return Finding("not compute-bound", f"{head}; the step waits on {waits}",
                    advice.below_peak(rec), "info")
 
 
@@ -301,8 +310,41 @@ def _waits_on(rec: RunResult) -> str:
     if max(data, comm) >= compute:
         what = "input (data wait" if data >= comm else "communication (exposed"
         return f"{what} {fmt.pct(max(data, comm) / total)} of the step)"
+    starved = _cpu_starved(rec)
+    if starved:
+        return (f"the CPU: compute phases take {fmt.pct(compute / total)} of the step, but "
+                f"{starved}: the processor was busy elsewhere, so no statement about the "
+                "model's own efficiency can be made from this run")
+    if rec.metrics.cpu_util_pct is None:
+        return (f"the host or memory: compute phases take {fmt.pct(compute / total)} of the "
+                "step but use little of the peak (the run's CPU share was not measured, so "
+                "a starved processor is not ruled out)")
     return (f"the host and memory: compute phases take {fmt.pct(compute / total)} of the step "
             "but use little of the peak (small operators, kernel launches, memory-bound layers)")
+
+
+# a run whose processes used less than this share of the cores their threads could use was
+# starved of CPU (other programs held the cores): its low MFU is not the model's
+CPU_STARVED_SHARE = 0.5
+
+
+def _cpu_starved(rec: RunResult) -> str | None:
+    """"the run's processes used 8% of the machine's cores, 16% of what its 1 thread(s) x 2
+    process(es) could" when that is below ``CPU_STARVED_SHARE``; None when not starved or
+    not measured."""
+    cpu = rec.metrics.cpu_util_pct
+    cores = rec.env_number("cores")
+    threads = rec.env_number("threads")
+    if cpu is None or not cores or not threads:
+        return None
+    ranks = rec.world_size or 1
+    usable = min(1.0, threads * ranks / cores)  # the share of the machine its threads can use
+    share = cpu / 100.0 / usable
+    if share >= CPU_STARVED_SHARE:
+        return None
+    return (f"the run's processes used {fmt.pct_value(cpu)} of the machine's cores, "
+            f"{fmt.pct(share)} of what its {int(threads)} thread(s) x {ranks} process(es) "
+            "could")
 
 
 def _memory(rec: RunResult, th: Thresholds) -> Finding | None:

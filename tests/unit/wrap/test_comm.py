@@ -82,10 +82,10 @@ def test_a_hook_the_script_registers_runs_inside_the_timing_hook(group):
 
 
 def test_the_wait_on_the_all_reduce_leaves_backward(group):
-    """A comm path that takes a known 60 ms (a script hook that delays its result) lands in
+    """A comm path that takes a known 250 ms (a script hook that delays its result) lands in
     the step's exposed communication, not in backward (bug caught: the wait counted in
     backward, or exposed taken from the step's first bucket)."""
-    delay = 0.06
+    delay = 0.25
 
     def slow(state, bucket):
         fut = torch.futures.Future()
