@@ -33,6 +33,7 @@ from pathlib import Path
 from scaleprobe.comm.timeline import Bucket, Compute
 from scaleprobe.results import RunResult
 from scaleprobe.results import num as _num
+from scaleprobe.traits import known
 
 FP32_BYTES = 4
 DDP_COPY_PASSES = 2.0  # gradients into DDP's buckets and back
@@ -62,7 +63,8 @@ class RunSample:
 
     @property
     def has_ddp(self) -> bool:
-        return self.strategy == "ddp"
+        t = known(self.strategy)  # its buckets logged by DDP's comm hook
+        return bool(t and t.bucketed)
 
 
 def _steps_csv(rec: RunResult) -> Path | None:

@@ -29,6 +29,7 @@ from scaleprobe.comm import sample as S
 from scaleprobe.comm import timeline as T
 from scaleprobe.comm.links import PRESETS, Link
 from scaleprobe.errors import ConfigError
+from scaleprobe.traits import StrategyTraits, traits_of
 
 SIM_STEPS = 200  # steps simulated for the point estimate
 REPLICATES = 100  # bootstrap resamples for the interval
@@ -67,7 +68,11 @@ class Scenario:
 
     @property
     def trainers(self) -> int:
-        return self.world - 1 if self.strategy == "ps" else self.world
+        return self.traits.training_ranks(self.world)
+
+    @property
+    def traits(self) -> StrategyTraits:
+        return traits_of(self.strategy)
 
 
 @dataclass
@@ -144,8 +149,8 @@ def _fresh_s_per_byte(s: S.RunSample, pass_s: float) -> float:
 
 def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, list[T.Compute]]:
     """A function (steps, cost scale, world) -> the timeline, and the rows to draw from."""
-    kind = sc.strategy
-    if kind == "ddp":
+    kind = sc.traits.comm_pattern  # the strategy's communication pattern (traits.py)
+    if kind == "allreduce":
         rows, buckets = S.for_ddp(s, pass_s)
         slow = _slowest(sc)
         return (lambda st, k, n: T.ddp_steps(st, buckets, _ring(slow, n, k))), rows
@@ -168,7 +173,7 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
         slow = _slowest(sc)
         return (lambda st, k, n: T.fsdp_steps(st, units, _ring(slow, n, k, 1.0),
                                               _ring(slow, n, k, 1.0), sc.prefetch)), rows
-    raise ConfigError(f"no step model for strategy '{kind}' (ddp, ps, localsgd, fsdp)")
+    raise ConfigError(f"no step model for strategy '{sc.strategy}' (ddp, ps, localsgd, fsdp)")
 
 
 def _draw(rows: Sequence[T.Compute], steps: int, ranks: int,
@@ -212,15 +217,16 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
     """The step of ``sc`` from the one-rank run ``s`` (``replicates``: bootstrap resamples
     for the interval). The speedup is samples per second (the mean step: local SGD's
     averaging steps count) over the run's own, as measured."""
-    if sc.world < 1 or (sc.strategy == "ps" and sc.world < 2):
-        raise ConfigError(f"{sc.strategy} needs at least {2 if sc.strategy == 'ps' else 1} "
+    if sc.world < max(1, sc.traits.min_world):
+        raise ConfigError(f"{sc.strategy} needs at least {max(1, sc.traits.min_world)} "
                           f"processes, not {sc.world}")
+    copies = sc.traits.explicit_comm  # ps and local SGD copy flat buffers (memory passes)
     pass_s = s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE
-    if s.pass_s_per_byte is None and sc.strategy in ("ps", "localsgd"):
+    if s.pass_s_per_byte is None and copies:
         s.notes.append(f"memory pass assumed {1 / DEFAULT_PASS_S_PER_BYTE / 1e9:g} GB/s (the "
                        "run measured none: no memory probe, no DDP bucket of 4 MiB or more)")
     elif (s.fresh_s_per_byte is None and s.grad_bytes >= MMAP_BYTES
-          and sc.strategy in ("ps", "localsgd")):
+          and copies):
         s.notes.append("copies into fresh buffers priced as passes over touched memory (the "
                        "run measured no first-touch cost): low for buffers over 32 MiB")
     sim, rows = simulator(sc, s, pass_s)
@@ -251,7 +257,7 @@ def _straggler_note(s: S.RunSample, sc: Scenario) -> None:
     if not slow:
         return
     gbit, rank = min(slow)
-    if sc.strategy == "ps":
+    if sc.traits.has_server:
         s.notes.append(f"straggler: rank {rank} (behind {gbit:g} Gbit/s): its push reaches the "
                        "server last and its pull leaves last; the others wait for it")
     else:

@@ -20,6 +20,7 @@ from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import timeline as T
 from scaleprobe.comm.links import Link, parse_spec, resolve_link
 from scaleprobe.errors import ConfigError
+from scaleprobe.traits import traits_of
 
 STRATEGIES = ("ddp", "ps", "localsgd", "fsdp")
 DEFAULT_STRATEGIES = ("ddp", "ps", "localsgd")
@@ -73,9 +74,9 @@ def scenario(strategy: str, nproc: int, nnodes: int, spec: str | None,
 
 def needed(sample: S.RunSample, sc: M.Scenario, target: float) -> tuple[float | None, str | None]:
     """The slowest link for ``target`` efficiency, or None with the reason."""
-    if sc.strategy == "ps" and (sc.world - 1) / sc.world < target:
+    if sc.trainers / sc.world < target:
         return None, (f"unreachable: the server takes no batch, so at most "
-                      f"{(sc.world - 1) / sc.world:.0%} with {sc.world} processes")
+                      f"{sc.trainers / sc.world:.0%} with {sc.world} processes")
     got = M.needed_link_gbit_s(sample, sc, target)
     if got is not None:
         return got, None
@@ -97,12 +98,12 @@ def plan(sample: S.RunSample, strategies: list[str], nprocs: list[int], nnodes: 
         for nodes in nnodes:
             for n in nprocs:
                 for strategy in strategies:
-                    if strategy == "ps" and n * nodes < 2:
+                    if n * nodes < traits_of(strategy).min_world:
                         continue
                     sc = scenario(strategy, n, nodes, spec, average_every, prefetch, units)
                     s = fresh(sample)
                     pred = M.predict(s, sc)
-                    if strategy == "fsdp":
+                    if traits_of(strategy).shards_state:
                         pred.notes.append(UNITS_NOTE if units else
                                           "fsdp: the model's units unknown: one unit")
                     got, why = needed(fresh(sample), sc, target) if with_needed else (None,

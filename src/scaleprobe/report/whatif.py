@@ -15,6 +15,7 @@ from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.results import Record, RunResult
+from scaleprobe.traits import known
 
 DEVICES = (2, 4, 8)
 NOMINAL = ("1gbit", "10gbit", "100gbit")
@@ -36,11 +37,16 @@ def _measured_links(runs: list[RunResult], one: RunResult) -> list[str]:
     return list(out)
 
 
+def _bucketed(r: RunResult) -> bool:
+    t = known(r.cfg("dist.strategy"))
+    return bool(t and t.bucketed)
+
+
 def _ones(runs: list[RunResult]) -> list[RunResult]:
     """The latest measured one-rank run of each setting (a DDP run where there is one: its
     buckets), newest first."""
     latest: dict[tuple[object, ...], RunResult] = {}
-    for r in sorted(runs, key=lambda x: (x.cfg("dist.strategy") == "ddp",
+    for r in sorted(runs, key=lambda x: (_bucketed(x),
                                          str(x.started_at or ""))):
         if r.status == "ok" and (r.world_size or 1) == 1 and r.step_median_s:
             latest[C.setting(r)] = r
