@@ -57,7 +57,7 @@ LINKS = {"100mbit": (100, None), "1gbit": (1000, None), "unshaped": (None, None)
 MODELS = ("digits_cnn", "resnet18", "mlp_large")
 COMMON = ["--dataset", "synthetic", "--image-size", "32", "--batch-size", "32",
           "--loader", "naive", "--no-progress", "--timeout", "300",
-          "--set", "dist.calibrate_comm=false"]
+          "--set", "dist.calibrate_comm=false", "--set", "dist.threads_per_rank=1"]
 ONE_RANK = ["--steps", "24", "--warmup-steps", "3"]
 TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
             "--warmup-steps", "2"]
