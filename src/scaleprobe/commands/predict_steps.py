@@ -99,6 +99,13 @@ def _ms(v: float) -> str:
     return f"{v * 1e3:.1f}" if v < 10 else f"{v:.2f} s"
 
 
+def _time_fig(v: float | None, lo: float | None, hi: float | None) -> str:
+    """A time with its interval in one unit: ms, or seconds (said once) from 10 s up."""
+    if v is None or lo is None or hi is None or max(v, hi) < 10:
+        return _fig(v, lo, hi, _ms)
+    return f"{v:.2f} [{lo:.2f}, {hi:.2f}] s"
+
+
 def _needed(r: W.Row) -> str:
     if r.needed_gbit_s is None:
         return "unreachable" if r.needed_reason else "n/a"
@@ -132,7 +139,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
             p = r.prediction
             comp = sum(v for k, v in p.phases.items() if k != "comm")
             where = f"{r.nnodes} x {r.nproc}" if r.nnodes > 1 else str(r.nproc)
-            t.add_row(esc(p.strategy), where, _fig(p.step_s.value, p.step_s.lo, p.step_s.hi, _ms),
+            t.add_row(esc(p.strategy), where, _time_fig(p.step_s.value, p.step_s.lo, p.step_s.hi),
                       _fig(p.speedup.value, p.speedup.lo, p.speedup.hi, lambda v: f"{v:.2f}"),
                       f"{p.efficiency.value:.0%}", f"{_ms(comp)} / {_ms(p.phases['comm'])}",
                       _ms(p.comm_busy_s), esc(_needed(r)))
@@ -193,8 +200,8 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
         t.add_column(col, justify="left" if col in ("model", "link", "strategy") else "right")
     for p in points:
         pr, iv, ri = p.prediction, p.measured_interval, p.ratio_interval
-        meas = _fig(p.measured_s, *(iv or (None, None)), _ms)
-        pred = (_fig(pr.step_s.value, pr.step_s.lo, pr.step_s.hi, _ms) if pr
+        meas = _time_fig(p.measured_s, *(iv or (None, None)))
+        pred = (_time_fig(pr.step_s.value, pr.step_s.lo, pr.step_s.hi) if pr
                 else esc(p.reason or "n/a"))
         ratio = (_fig(p.ratio, *(ri or (None, None)), lambda v: f"{v:.2f}")
                  if p.ratio is not None else "n/a")

@@ -134,3 +134,12 @@ def test_check_on_the_command_line(tmp_path, capsys):
     (tmp_path / "results.jsonl").write_text(lines[0] + "\n")
     assert main(["predict", "--check", str(tmp_path)]) == 2
     assert "no measured multi-rank run" in capsys.readouterr().err
+
+
+def test_a_time_and_its_interval_share_one_unit():
+    from scaleprobe.commands.predict_steps import _time_fig
+
+    assert _time_fig(0.3421, 0.3326, 0.3514) == "342.1 [332.6, 351.4]"
+    # 10.23 s with a low end under 10 s: seconds for all three, not "9850.1" beside "10.49 s"
+    assert _time_fig(10.23, 9.8501, 10.49) == "10.23 [9.85, 10.49] s"
+    assert _time_fig(None, None, None) == "n/a"
