@@ -22,6 +22,7 @@ from scaleprobe.results import (
     Batch,
     Comm,
     Load,
+    MemoryPass,
     Peak,
     PeakMem,
     RankRecord,
@@ -215,6 +216,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.tokens_per_s = M.tokens_per_s(m.samples_per_s, info.tokens_per_sample)
     if info.tokens_per_sample and m.tokens_per_s is None:
         why["tokens_per_s"] = why.get("samples_per_s") or why.get("step_time_s") or "no rate"
+    m.memory_pass = MemoryPass.from_dict(raw0.memory_pass) if raw0.memory_pass else None
     m.unigram_entropy_nats = info.unigram_entropy_nats
     m.param_count = info.param_count
     m.lr_effective = info.lr_effective
@@ -251,7 +253,8 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     _memory(result, ranks, mon)
     _flops(result, ranks, raw0)
     _compile(result, cfg, ranks, raw0)
-    s = straggler(trainers)
+    server = next((r.strategy_metrics for r in ranks if r.is_server), None) or {}
+    s = straggler(trainers, server.get("per_worker_arrival_lag_s"))
     result.straggler = Straggler.from_dict(s) if s else None
     _comm(result, cfg, raw0, ranks)
     # over the ranks that take batches: a parameter server reads no sample

@@ -31,6 +31,8 @@ SMALL_MODELS: dict[str, str] = {
     "digits_cnn": "3-layer CNN (~67k parameters), any input size",
     "mlp": "flatten + 256 hidden units (MNIST-style)",
     "linear": "flatten + linear: exposes fixed per-step costs",
+    "mlp_large": "flatten + 5 x 2048 hidden units (23 M parameters at 32x32): large "
+                 "gradients, little compute",
 }
 # every --dataset name (data/datasets.py registers a builder for each), name -> what it is
 DATASETS: dict[str, str] = {

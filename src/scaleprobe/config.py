@@ -57,7 +57,8 @@ def _is_target(text: str) -> bool:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, linear, gpt_tiny, "
+    name: str = option("digits_cnn", "torchvision name, digits_cnn, mlp, mlp_large, linear, "
+                       "gpt_tiny, "
                        "gpt2_small (--task lm), or FILE.py:FUNC / package.module:FUNC "
                        "(`scaleprobe models`)", text="a model name")
     channels_last: bool = option(False, "NHWC memory format for conv nets")
@@ -195,7 +196,9 @@ class DistConfig:
                                           "point to the largest count's cores / processes",
                                           ge=1, unset="cores / processes on this host")
     link: str | None = option(None, "network the comm prediction assumes: 1gbit, 10gbit, "
-                              "200mbit or a `scaleprobe comm` results file",
+                              "200mbit, measured:DIR (`scaleprobe comm` results); rankN=RATE "
+                              "(e.g. rank2=100mbit, root) puts each rank in a network "
+                              "namespace of its own, rank N behind a cable of that rate",
                               unset="loopback on one host, 10gbit across hosts")
     sampler: str = option("distributed", "distributed | same_batch | no_set_epoch (the last two "
                           "inject the classic sharding bugs the shard audit must catch)",

@@ -70,9 +70,26 @@ def check_combinations(cfg: RunConfig) -> None:
         raise ConfigError(f"--strategy {ds.strategy} with --amp fp16 is not supported: {why}; "
                           "use --amp bf16")
     check_gns(cfg)
+    if ds.link and "rank" in str(ds.link).lower():
+        _check_rank_links(cfg)
     if cfg.world_size < tr.min_world:
         raise ConfigError(f"--strategy {ds.strategy} needs --nproc >= {tr.min_world} (one server "
                           "and at least one worker)")
+
+
+def _check_rank_links(cfg: RunConfig) -> None:
+    """--link rankN=RATE: ranks of the built-in loop, launched on one host (comm/ranknet.py)."""
+    from scaleprobe.comm.ranknet import rates_mbit
+
+    ds = cfg.dist
+    if rates_mbit(ds.link, ds.nproc, ds.nnodes) is None:
+        return
+    if cfg.script.path is not None:
+        raise ConfigError("--link rankN=... puts the built-in loop's ranks in network "
+                          "namespaces; a wrapped script's ranks are not placed")
+    if traits_of(ds.strategy).in_process:
+        raise ConfigError(f"--link rankN=... needs launched ranks (ddp, ps, localsgd, fsdp), "
+                          f"not --strategy {ds.strategy}")
 
 
 def _validate_target(cfg: RunConfig) -> None:

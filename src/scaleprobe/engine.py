@@ -439,6 +439,10 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
             raise
         interrupted, stop.signame = True, stop.signame or "SIGINT"
     rec = rank_record(p, st, timer, comm, metrics)
+    if strategy.world == 1 and not interrupted:  # what the step model prices copies with
+        from scaleprobe.measure.memprobe import memory_passes
+
+        rec["memory_pass"] = memory_passes()
     rec["observed"] = observed
     rec["flops"] = {**p.flops.result(), **peak} if p.flops else None
     rec["compile"] = (None if strategy.is_server else

@@ -102,8 +102,11 @@ def seed_all(seed: int) -> None:
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
-                     threads_per_rank: int | None = None) -> tuple[int, int]:
-    """Join the process group described by the launcher's environment; returns (rank, world)."""
+                     threads_per_rank: int | None = None,
+                     join: Any = None) -> tuple[int, int]:
+    """Join the process group described by the launcher's environment; returns (rank, world).
+    ``join(timeout)``: a store to build the group on instead (None: the launcher's own way),
+    e.g. ``comm.ranknet.join`` for ranks in network namespaces of their own."""
     import torch
     import torch.distributed as dist
 
@@ -116,6 +119,9 @@ def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
         kwargs: dict[str, Any] = {"backend": backend, "timeout": timedelta(seconds=timeout_s)}
         if backend == "nccl":
             kwargs["device_id"] = pick_device(info.local_rank)
+        store = join(kwargs["timeout"]) if join is not None else None
+        if store is not None:
+            kwargs.update(store=store, rank=info.rank, world_size=info.world)
         dist.init_process_group(**kwargs)
     return dist.get_rank(), dist.get_world_size()
 

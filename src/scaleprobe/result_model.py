@@ -304,6 +304,19 @@ class Peak(Record):
 
 
 @dataclass
+class MemoryPass(Record):
+    """How fast a one-rank run's process moved host memory (measure/memprobe.py): seconds per
+    byte of a pass over touched memory (warm) and into a fresh allocation (fresh)."""
+
+    bytes: int | None = None
+    warm_s_per_byte: float | None = None
+    fresh_s_per_byte: float | None = None
+    threads: int | None = None
+    method: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Metrics(Record):
     """A run's figures (units in the names; see the schema above). Task metrics
     (verification_accuracy, map50, ...) are kept in ``extra`` under their own names."""
@@ -373,7 +386,11 @@ class Metrics(Record):
     recompiles_in_window: int | None = None
     compile_in_window_s: float | None = None
     graph_breaks: int | None = None
+    # one-rank runs: host memory passes after the window (the step model's copy costs)
+    memory_pass: MemoryPass | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("memory_pass",)
 
 
 @dataclass
@@ -515,6 +532,22 @@ class Audit(Record):
 
 
 @dataclass
+class CommBucket(Record):
+    """One DDP gradient bucket of a run (comm/hook.py ``BucketLog``), in launch order: its
+    bytes, when it became ready (median seconds after backward began, and as a fraction of
+    the step's backward phase), its median all-reduce time, and over how many steps."""
+
+    bytes: int | None = None
+    ready_s: float | None = None
+    allreduce_s: float | None = None
+    steps: int | None = None
+    ready_fraction: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("ready_fraction",)
+
+
+@dataclass
 class Comm(Record):
     """Communication (docs/COMMUNICATION.md): exposed = transfer + sync overhead."""
 
@@ -549,7 +582,7 @@ class Comm(Record):
     in_flight_s: float | None = None
     in_flight_method: str | None = None
     in_flight_per_step: list[float | None] | None = None
-    buckets: list[dict[str, Any]] | None = None
+    buckets: list[CommBucket] | None = None
     # ddp's calibration (calibrate.py): medians of fwd+bwd with / without gradient sync, their
     # difference, the raw samples and how they were taken; absent where it did not run
     sync_step_s: float | None = None
@@ -944,6 +977,8 @@ class RankRecord(Record):
     # measure/compiled.CompileWatch.record(): this rank's compilations and where they fell
     compile: dict[str, Any] | None = None
     gns: GnsSamples | None = None  # squared gradient norms per timed step (--gns)
+    # one process: measure/memprobe.py after the window; None elsewhere
+    memory_pass: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("gns",)

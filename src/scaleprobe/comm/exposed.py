@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.comm.links import parse_spec
+from scaleprobe.errors import ConfigError
 from scaleprobe.results import Comm
 
 TRANSFER_METHOD = ("min(standalone collective of the gradient bytes, exposed): the network's "
@@ -37,12 +39,23 @@ def split_exposed(exposed_s: float | None, standalone_s: float | None) -> dict[s
             "transfer_hidden_s": standalone - transfer}
 
 
+def _per_rank(spec: str) -> bool:
+    try:
+        return bool(parse_spec(spec).per_rank)
+    except ConfigError:
+        return False
+
+
 def measured_link(dist_cfg: dict[str, Any]) -> dict[str, Any]:
     """The link a run's communication crossed: loopback when every process ran on one host,
-    else the link ``--link`` named (None when it named none)."""
+    unless ``--link`` put each rank behind a cable of its own (``rank2=100mbit``:
+    comm/ranknet.py); else the link ``--link`` named (None when it named none)."""
+    named = dist_cfg.get("link")
+    if named and _per_rank(str(named)):
+        return {"name": str(named), "why": "each rank in a network namespace of its own, "
+                                           "cables shaped as --link names"}
     if int(dist_cfg.get("nnodes") or 1) <= 1:
         return {"name": "loopback", "why": "every process on one host"}
-    named = dist_cfg.get("link")
     if named:
         return {"name": str(named), "why": "several hosts; the link --link named"}
     return {"name": None, "why": "several hosts and no --link: the link between them is unknown"}

@@ -137,32 +137,49 @@ class BucketLog:
     ready_s: list[list[float]] = field(default_factory=list)
     allreduce_s: list[list[float]] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)
+    # ready time over the step's whole backward phase (when its end is known)
+    ready_fraction: list[list[float]] = field(default_factory=list)
 
-    def add(self, backward_start: float, buckets: list[Bucket]) -> None:
+    def add(self, backward_start: float, buckets: list[Bucket],
+            backward_end: float | None = None) -> None:
+        span = (backward_end - backward_start) if backward_end is not None else 0.0
+        if self.nbytes and [n for _, _, n in sorted(buckets)] != self.nbytes:
+            # DDP rebuilt its buckets (after its first iteration): keep the new layout only
+            self.ready_s, self.allreduce_s, self.nbytes, self.ready_fraction = [], [], [], []
         for i, (a, b, n) in enumerate(sorted(buckets)):
             if i == len(self.nbytes):
                 self.nbytes.append(n)
                 self.ready_s.append([])
                 self.allreduce_s.append([])
+                self.ready_fraction.append([])
             self.ready_s[i].append(max(0.0, a - backward_start))
             self.allreduce_s[i].append(max(0.0, b - a))
+            if span > 0:
+                self.ready_fraction[i].append(min(1.0, max(0.0, a - backward_start) / span))
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per bucket, in launch order: bytes, median ready time after backward began,
-        median all-reduce time, and over how many steps."""
-        return [{"bytes": n, "ready_s": median(r), "allreduce_s": median(d), "steps": len(r)}
-                for n, r, d in zip(self.nbytes, self.ready_s, self.allreduce_s, strict=True)]
+        """Per bucket, in launch order: bytes, median ready time after backward began (and
+        as a fraction of the step's backward phase), median all-reduce time, and over how
+        many steps."""
+        return [{"bytes": n, "ready_s": median(r), "allreduce_s": median(d), "steps": len(r),
+                 "ready_fraction": median(f) if f else None}
+                for n, r, d, f in zip(self.nbytes, self.ready_s, self.allreduce_s,
+                                      self.ready_fraction, strict=True)]
 
 
 class HookSplit:
     """A step timer that, at the backward mark, moves the step's exposed wait on DDP's
     all-reduces (``step_figures``) out of backward into ``comm``, and keeps the step's time
-    in flight and its buckets (``log``: the timed steps only)."""
+    in flight and its buckets (``log``: the timed steps only). ``split=False`` (one process,
+    where nothing crosses a wire) only logs the buckets: when each became ready in backward,
+    which the step model (``comm/timeline.py``) lays a multi-rank step out from."""
 
     def __init__(self, timer: Any, comm: CommTimer, log: BucketLog | None,
-                 in_flight: list[float | None] | None, clock: Any = time.perf_counter) -> None:
+                 in_flight: list[float | None] | None, clock: Any = time.perf_counter,
+                 split: bool = True) -> None:
         self.timer, self.comm, self.log, self.in_flight = timer, comm, log, in_flight
         self.clock = clock
+        self.split = split
         self._backward_start: float | None = None
 
     def start(self) -> None:
@@ -174,14 +191,15 @@ class HookSplit:
         if phase == "forward":
             self._backward_start = self.clock()
         elif phase == "backward":
+            end = self.clock()
             buckets = self.comm.take()
             got = step_figures(buckets)
-            if got is not None:
+            if got is not None and self.split:
                 self.timer.move("backward", "comm", got[0])
             if self.in_flight is not None:
                 self.in_flight.append(got[1] if got is not None else None)
             if self.log is not None and buckets and self._backward_start is not None:
-                self.log.add(self._backward_start, buckets)
+                self.log.add(self._backward_start, buckets, end)
 
     def move(self, src: str, dst: str, seconds: float) -> None:
         self.timer.move(src, dst, seconds)

@@ -12,9 +12,17 @@ Where they come from:
     200mbit, 2.5gbit, ...            any rate written as <number>mbit or <number>gbit
     loopback                         gloo over 127.0.0.1 between 2 processes on this project's
                                      reference machine (2-core CPU), measured 2026-11-22
-    PATH                             a results.jsonl / folder / record written by
+    measured:PATH (or PATH)          a results.jsonl / folder / record written by
                                      ``scaleprobe comm``: its all_reduce fit is turned into a
                                      link (bus bandwidth and per-hop latency)
+    NAME=GBIT,US                     a link of your own: NAME at GBIT Gbit/s, US microseconds
+                                     per hop (e.g. ib=200,2)
+    nvlink                           nominal NVLink 4 (H100 SXM): 450 GB/s per direction
+
+A spec may also name links per rank, for a rank behind a slower cable (seed 000's topology):
+``rank2=100mbit`` (the others: the default), ``1gbit,rank2=100mbit`` (the others 1gbit).
+``parse_spec`` splits such a spec; ``resolve_link`` answers with its slowest link (what a
+ring all-reduce is held to).
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ class Link:
     bandwidth_gbit_s: float
     alpha_s: float
     source: str
+    # relative uncertainty of the link's costs: a comm fit's worst relative error over its
+    # points; 0 for nominal or given figures (no measured spread)
+    spread: float = 0.0
 
     @property
     def bandwidth_byte_s(self) -> float:
@@ -49,6 +60,9 @@ PRESETS: dict[str, Link] = {
     # (2 hops): see docs/COMMUNICATION.md
     "loopback": Link("loopback", 7.5, 200e-6,
                      "measured: gloo over 127.0.0.1, 2 processes, 2-core CPU, 2026-11-22"),
+    "nvlink": Link("nvlink", 3600.0, 3e-6,
+                   "preset: nominal NVLink 4 (H100 SXM), 450 GB/s per direction, 3 us per "
+                   "hop assumed"),
 }
 DEFAULT_MULTI_HOST = "10gbit"
 GENERIC_ALPHA_S = 30e-6
@@ -78,7 +92,7 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     nodes = int(rec.get("nnodes") or 1)
     across = f" on {nodes} nodes" if nodes > 1 else ""
     return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
-                f"measured: {where}")
+                f"measured: {where}", float(fit.get("max_rel_err") or 0.0))
 
 
 def _from_path(path: Path, nnodes: int = 1) -> Link:
@@ -100,7 +114,8 @@ def _from_path(path: Path, nnodes: int = 1) -> Link:
     if not same:
         what = ("measured within one host: the network between nodes was not crossed" if across
                 else "measured across nodes, for a prediction within one host")
-        link = Link(link.name, link.bandwidth_gbit_s, link.alpha_s, f"{link.source} ({what})")
+        link = Link(link.name, link.bandwidth_gbit_s, link.alpha_s, f"{link.source} ({what})",
+                    link.spread)
     return link
 
 
@@ -116,34 +131,91 @@ def parse_rate(text: str) -> Link | None:
                 f"rate {gbit:g} Gbit/s, {GENERIC_ALPHA_S * 1e6:.0f} us per hop assumed")
 
 
+_CUSTOM = re.compile(r"^\s*([A-Za-z][\w.-]*)\s*=\s*(\d+(?:\.\d+)?)\s*,\s*(\d+(?:\.\d+)?)\s*$")
+_RANK_ITEM = re.compile(r"^\s*rank(\d+)\s*=\s*(.+)$", re.IGNORECASE)
+_ITEMS = re.compile(r",(?=\s*rank\d+\s*=)", re.IGNORECASE)
+
+
+def parse_custom(text: str) -> Link | None:
+    """``NAME=GBIT,US`` -> a link of that name; None if ``text`` is not of that form."""
+    m = _CUSTOM.match(text)
+    if not m or _RANK_ITEM.match(text):
+        return None
+    gbit, us = float(m.group(2)), float(m.group(3))
+    if gbit <= 0:
+        raise ConfigError(f"link rate must be positive, got '{text}'")
+    return Link(m.group(1), gbit, us * 1e-6, f"given: {gbit:g} Gbit/s, {us:g} us per hop")
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link spec split: the link every rank has (``base``: None = the default) and the
+    ranks behind links of their own (``per_rank``: rank -> that link's spec text)."""
+
+    base: str | None
+    per_rank: dict[int, str]
+
+
+def parse_spec(spec: str | None) -> LinkSpec:
+    """``"1gbit,rank2=100mbit"`` -> LinkSpec("1gbit", {2: "100mbit"}); a plain spec has no
+    per-rank part."""
+    if not spec:
+        return LinkSpec(None, {})
+    base: str | None = None
+    per_rank: dict[int, str] = {}
+    for item in _ITEMS.split(str(spec)):  # every item after the first starts with rankN=
+        m = _RANK_ITEM.match(item)
+        if m:
+            per_rank[int(m.group(1))] = m.group(2).strip()
+        elif item.strip():
+            base = item.strip()
+    return LinkSpec(base, per_rank)
+
+
 def resolve_link(spec: Any = None, nnodes: int = 1) -> Link:
-    """A Link from a preset name, a rate, a comm record or results path, or None (default:
-    ``loopback`` on one host, ``10gbit`` across hosts)."""
+    """A Link from a preset name, a rate, ``NAME=GBIT,US``, ``measured:PATH`` (or a comm
+    record or results path), or None (default: ``loopback`` on one host, ``10gbit`` across
+    hosts). A spec with per-rank links gives its slowest."""
     if isinstance(spec, Link):
         return spec
     if isinstance(spec, dict):
         return link_from_comm(spec)
     if spec is None or spec == "":
         return PRESETS["loopback" if nnodes <= 1 else DEFAULT_MULTI_HOST]
-    text = str(spec)
+    parts = parse_spec(str(spec))
+    if parts.per_rank:
+        links = [resolve_link(x, nnodes) for x in (parts.base, *parts.per_rank.values()) if x]
+        slow = min(links, key=lambda k: k.bandwidth_gbit_s)
+        return Link(str(spec), slow.bandwidth_gbit_s, max(k.alpha_s for k in links),
+                    f"the slowest of the per-rank links: {slow.name} ({slow.source})",
+                    slow.spread)
+    return _resolve_one(str(spec), nnodes)
+
+
+def _resolve_one(text: str, nnodes: int) -> Link:
     if text.lower() in PRESETS:
         return PRESETS[text.lower()]
-    rate = parse_rate(text)
-    if rate is not None:
-        return rate
-    path = Path(text).expanduser()
+    for parse in (parse_rate, parse_custom):
+        link = parse(text)
+        if link is not None:
+            return link
+    measured = text[len("measured:"):] if text.lower().startswith("measured:") else None
+    path = Path(measured if measured is not None else text).expanduser()
     if path.exists():
         return _from_path(path, nnodes)
+    if measured is not None:
+        raise ConfigError(f"no comm results at '{path}' (measured:PATH names a folder or "
+                          "results.jsonl written by `scaleprobe comm`)")
     from scaleprobe.registry import suggest
 
     near = suggest(text.lower(), list(PRESETS))
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise ConfigError(f"unknown link '{text}': give {', '.join(PRESETS)}, a rate like 200mbit, "
-                      f"or a comm results file{hint}")
+                      f"NAME=GBIT,US, or measured:PATH to comm results{hint}")
 
 
 def with_alpha(link: Link, alpha_s: float) -> Link:
     if alpha_s < 0:
         raise ConfigError(f"latency must not be negative, got {alpha_s}")
     return Link(link.name, link.bandwidth_gbit_s, alpha_s, f"{link.source}; latency set to "
-                f"{alpha_s * 1e6:g} us")
+                f"{alpha_s * 1e6:g} us", link.spread)

@@ -9,7 +9,9 @@ Each namespace has loopback up and one end of the veth pair (``spv-a`` at 10.213
 two namespaces, and addresses are private to them, so nothing else on the machine sees this
 traffic. Each end shapes what it sends: a token bucket (``tbf``) at ``rate_mbit`` in each
 direction (a full-duplex link), with a queue deep enough that TCP never sees drops from it,
-and, when ``delay_ms`` is given, a ``netem`` delay behind it (needs the sch_netem module).
+and, when ``delay_ms`` is given, a ``netem`` delay behind it; where the kernel has no
+sch_netem, the two namespaces are joined instead through a relay that holds each packet
+``delay_ms`` (comm/delay.py: TUN devices ``spt-a``/``spt-b``, token buckets on them).
 
 More than two hosts: ``hosts(n, rate_mbit)`` puts each host in its own namespace and joins
 them through a bridge that lives in a namespace of its own (a switch). Host ``i`` has
@@ -33,9 +35,11 @@ import functools
 import itertools
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -43,6 +47,8 @@ from dataclasses import dataclass, field
 
 PREFIX = "sp-"
 IFNAMES = ("spv-a", "spv-b")
+RELAY_IFNAMES = ("spt-a", "spt-b")  # the delay relay's TUN devices (no sch_netem)
+RELAY_MTU = 64000  # comm/delay.py: few packets per second for the relay to move
 _STALE = re.compile(r"^sp-(\d+)-")
 _SEQ = itertools.count()
 
@@ -114,6 +120,7 @@ class Hosts:
     procs: list[subprocess.Popen] = field(default_factory=list)
     switch: str | None = None  # the bridge's namespace (``hosts``); None for a veth pair
     groups: list[int] = field(default_factory=list)  # process groups led by ``procs``
+    delay_via: str | None = None  # "netem", or "relay" (comm/delay.py) where there is none
 
     def exec_argv(self, ns_index: int, argv: list[str],
                   cpus: Sequence[int] | None = None) -> list[str]:
@@ -207,9 +214,10 @@ def two_hosts(rate_mbit: float | None = None, delay_ms: float | None = None) -> 
     ok, reason = available()
     if not ok:
         raise NetnsUnavailable(reason)
-    if delay_ms and not netem_available():
-        raise NetnsUnavailable("delay shaping needs the sch_netem kernel module, "
-                               "which this kernel does not provide")
+    relayed = bool(delay_ms) and not netem_available()
+    if relayed and not os.path.exists("/dev/net/tun"):
+        raise NetnsUnavailable("delay shaping needs the sch_netem kernel module or "
+                               "/dev/net/tun (a delay relay); this machine has neither")
     if (rate_mbit is not None and rate_mbit <= 0) or (delay_ms is not None and delay_ms < 0):
         raise ValueError("rate must be positive and delay non-negative")
     cleanup_stale()
@@ -217,12 +225,35 @@ def two_hosts(rate_mbit: float | None = None, delay_ms: float | None = None) -> 
     k = pid % 250 + 1
     hosts = Hosts(namespaces=(f"{PREFIX}{pid}-{seq}-a", f"{PREFIX}{pid}-{seq}-b"),
                   addrs=(f"10.213.{k}.1", f"10.213.{k}.2"), rate_mbit=rate_mbit,
-                  delay_ms=delay_ms)
+                  delay_ms=delay_ms, ifnames=RELAY_IFNAMES if relayed else IFNAMES,
+                  delay_via=("relay" if relayed else "netem") if delay_ms else None)
     try:
-        _create(hosts)
+        _create_relayed(hosts) if relayed else _create(hosts)
         yield hosts
     finally:
         _teardown(hosts)
+
+
+def _create_relayed(hosts: Hosts, ready_s: float = 30.0) -> None:
+    """Two namespaces joined through the delay relay (comm/delay.py): a TUN device in
+    each, the relay between them; each device shaped to the rate (token bucket)."""
+    (a, b), (ia, ib) = hosts.namespaces, hosts.ifnames
+    for ns in (a, b):
+        _checked(["ip", "netns", "add", ns])
+        _checked(["ip", "-n", ns, "link", "set", "lo", "up"])
+    proc = subprocess.Popen([sys.executable, "-m", "scaleprobe.comm.delay", a, ia, b, ib,
+                             f"{hosts.delay_ms:g}"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    hosts.procs.append(proc)
+    hosts.groups.append(proc.pid)
+    ready, _, _ = select.select([proc.stdout], [], [], ready_s)
+    if not ready or proc.stdout.readline().strip() != "ready":
+        raise NetnsUnavailable(f"the delay relay did not start (exit {proc.poll()})")
+    for ns, dev, addr, peer in ((a, ia, *hosts.addrs), (b, ib, *reversed(hosts.addrs))):
+        _checked(["ip", "-n", ns, "link", "set", dev, "mtu", str(RELAY_MTU)])
+        _checked(["ip", "-n", ns, "addr", "add", addr, "peer", f"{peer}/32", "dev", dev])
+        _checked(["ip", "-n", ns, "link", "set", dev, "up"])
+        _shape(ns, dev, hosts.rate_mbit, None)
 
 
 def _teardown(hosts: Hosts) -> None:

@@ -1,31 +1,35 @@
-"""``scaleprobe predict``: communication time, scaling efficiency and the link each strategy
-needs, from the cost model (formulas in docs/COMMUNICATION.md).
+"""``scaleprobe predict``: the step on N processes and another network, from one measured
+run (the step model), or communication time and efficiency from the closed-form cost model
+(formulas in docs/COMMUNICATION.md).
 
+    scaleprobe predict --from RUN --nproc 2,4,8 --link 1gbit --link measured:COMM_DIR
+    scaleprobe predict --from RUN --nproc 1 --nnodes 2,4,8 --link 10gbit --strategy ddp,ps
+    scaleprobe predict --check RUNS            # each multi-rank run beside its prediction
     scaleprobe predict --model resnet50 --nproc 8 --link 10gbit --compute-time 0.25
     scaleprobe predict --params 25e6 --nproc 4 --nnodes 2 --link 1gbit --compute-time 0.1
-    scaleprobe predict --from scaleprobe-out/<run>/result.json --nproc 4 --link 25gbit
-    scaleprobe predict --model resnet18 --nproc 2 --link scaleprobe-out/results.jsonl \\
-        --compute-time 0.4 --average-every 8
 
-``--link`` takes 1gbit, 10gbit, 25gbit, 100gbit, loopback, any rate (200mbit, 2.5gbit) or
-results written by ``scaleprobe comm`` (its all_reduce fit). Default: loopback (measured on
-this project's 2-core reference machine) on one host, 10gbit across hosts.
-``--from`` takes compute time per step from a run's result (forward + backward + optimizer,
-whose breakdown already holds exposed communication apart, or else the median step minus its
-communication) and the parameter count when the result records it; the run's standalone
-collective is shown against the prediction only when both are for the same link, world size
-and strategy (a run on loopback is never compared with a 1gbit prediction).
+``--from`` takes a one-rank run (a result.json, a run folder, or a folder whose latest
+one-rank run is taken) and lays out the step's timeline per strategy: DDP's buckets become
+ready during backward at the times the run measured and are all-reduced one after another on
+the link; a parameter server's link carries every push, then every pull; local SGD averages
+every K steps; FSDP gathers and scatters per unit. Compute is drawn from the run's own timed
+steps (same threads per rank), so predictions carry an interval (see comm/stepmodel.py).
+``--link`` (repeatable) takes 1gbit, 10gbit, 25gbit, 100gbit, nvlink, loopback, any rate
+(100mbit, 2.5gbit), NAME=GBIT,US, measured:DIR (results of ``scaleprobe comm`` on that link),
+and per-rank items (``1gbit,rank2=100mbit``). Default: loopback on one host, 10gbit across
+hosts. Nominal figures are labelled as such; a measured link's fit error widens the interval.
+
+Without ``--from``, the closed-form model: ``--compute-time`` (or none) and the parameter
+count of ``--model`` / ``--params``; ``--overlap`` is the fraction of communication hidden.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from scaleprobe.errors import ConfigError
-from scaleprobe.results import RunResult
 
 NAME = "predict"
 HELP = "predict communication time and scaling efficiency per strategy and link"
@@ -37,68 +41,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size.add_argument("--params", type=float, help="parameter count, e.g. 25e6")
     p.add_argument("--num-classes", type=int, default=None,
                    help="classifier head size for --model (default: the model's own)")
-    p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", type=int, required=True,
-                   help="processes per host")
-    p.add_argument("--nnodes", type=int, default=1, help="hosts (default 1)")
-    p.add_argument("--link", default=None,
-                   help="1gbit|10gbit|25gbit|100gbit|loopback|<rate>|PATH to comm results")
+    p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", default=None,
+                   help="processes per host; with --from a list, e.g. 2,4,8")
+    p.add_argument("--nnodes", default="1", help="hosts (default 1); with --from a list")
+    p.add_argument("--link", action="append", default=None,
+                   help="1gbit|10gbit|100gbit|nvlink|loopback|<rate>|NAME=GBIT,US|"
+                        "measured:DIR|...,rankN=LINK; repeatable with --from")
+    p.add_argument("--strategy", default=None,
+                   help="--from: strategies to predict, of ddp,ps,localsgd,fsdp "
+                        "(default ddp,ps,localsgd)")
+    p.add_argument("--check", metavar="RUNS", default=None,
+                   help="set every measured multi-rank run in RUNS beside its prediction "
+                        "from the matching one-rank run")
     p.add_argument("--alpha-us", type=float, default=None,
                    help="override the link's per-hop latency in microseconds")
     step = p.add_mutually_exclusive_group()
     step.add_argument("--compute-time", type=float, help="compute seconds per step (one device)")
-    step.add_argument("--from", dest="from_result", metavar="RESULT",
-                      help="result.json of a scaleprobe run: compute time (and params)")
+    step.add_argument("--from", dest="from_result", metavar="RUN",
+                      help="a one-rank run (result.json or folder): its step's timeline")
     p.add_argument("--average-every", type=int, default=4, help="local SGD: average every K steps")
     p.add_argument("--target", type=float, default=0.9, help="target efficiency (default 0.9)")
     p.add_argument("--overlap", type=float, default=0.0,
                    help="fraction of communication hidden under compute (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def compute_from_result(rec: RunResult) -> tuple[float | None, str]:
-    """Compute seconds per step from a run's result (``metrics.compute_s``: copy to the
-    device + forward + backward + optimizer; the breakdown already holds exposed
-    communication apart), and how it was obtained."""
-    bd = rec.metrics.breakdown_s
-    c = bd.compute_s()
-    if c is not None and c > 0:
-        return float(c), "copy to device + forward + backward + optimizer"
-    step = rec.step_median_s
-    if step is None:
-        return None, "no step time in the result"
-    exposed = rec.comm.exposed_s if rec.comm is not None else None
-    comm = exposed if exposed is not None else (bd.comm or 0.0)
-    return float(step) - float(comm), "median step minus exposed communication"
-
-
-def measured_comm(rec: RunResult) -> dict[str, Any] | None:
-    """What a run measured of its communication, and where: the link it crossed, its world
-    size and strategy, the standalone collective per step and the exposed time."""
-    from scaleprobe.comm.exposed import measured_link
-
-    c = rec.comm
-    if c is None:
-        return None
-    dist_cfg = rec.config.get("dist") or {}
-    link = (c.measured_link or measured_link(dist_cfg)).get("name")
-    return {"link": link, "world_size": rec.batch.world_size,
-            "strategy": dist_cfg.get("strategy"), "exposed_s": c.exposed_s,
-            "transfer_s": c.transfer_s, "sync_overhead_s": c.sync_overhead_s,
-            "standalone_s": (c.transfer_standalone or {}).get("per_step_s")}
-
-
-def load_result(path: str) -> RunResult:
-    p = Path(path)
-    try:
-        with p.open() as fh:
-            rec = json.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"result file not found: {p}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError) as e:
-        raise ConfigError(f"cannot read {p} as a result.json: {e}") from None
-    if not isinstance(rec, dict) or rec.get("kind") != "run":
-        raise ConfigError(f"{p} is not the result of a scaleprobe run")
-    return RunResult.from_dict(rec)
 
 
 def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -107,17 +72,8 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
 
     compute_s, compute_note = args.compute_time, "given" if args.compute_time else None
     params, model = args.params, args.model
-    run_comm = None
-    if args.from_result:
-        rec = load_result(args.from_result)
-        run_comm = measured_comm(rec)
-        compute_s, compute_note = compute_from_result(rec)
-        compute_note = f"{compute_note} ({args.from_result})"
-        if params is None and model is None:
-            params = rec.metrics.param_count
-            model = None if params is not None else rec.cfg("model.name")
     if params is None and model is None:
-        raise ConfigError("give the model size: --model NAME or --params N (or --from a result)")
+        raise ConfigError("give the model size: --model NAME or --params N (or --from a run)")
     if params is None:
         params = count_params(model, args.num_classes)
     if params <= 0:
@@ -125,14 +81,27 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
     if compute_s is not None and compute_s <= 0:
         raise ConfigError(f"compute time per step must be positive, got {compute_s:g}")
     return {"model": model, "params": int(params), "compute_step_s": compute_s,
-            "compute_note": compute_note, "run_comm": run_comm}
+            "compute_note": compute_note}
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if args.nproc < 1 or args.nnodes < 1:
-        raise ConfigError("--nproc and --nnodes must be at least 1")
+    from scaleprobe.comm.whatif import parse_counts
+
     if args.average_every < 1:
         raise ConfigError("--average-every must be at least 1")
+    if args.check or args.from_result:
+        return
+    if args.nproc is None:
+        raise ConfigError("give --nproc N (processes per host)")
+    nproc, nnodes = parse_counts(args.nproc, "--nproc"), parse_counts(args.nnodes, "--nnodes")
+    if len(nproc) > 1 or len(nnodes) > 1 or len(args.link or []) > 1:
+        raise ConfigError("lists of --nproc, --nnodes or --link need --from RUN (the step "
+                          "model); the closed-form model takes one of each")
+    args.nproc, args.nnodes = nproc[0], nnodes[0]
+    args.link = (args.link or [None])[0]
+    if args.strategy:
+        raise ConfigError("--strategy needs --from RUN (the closed-form model shows every "
+                          "strategy)")
 
 
 def predictions(args: argparse.Namespace, inputs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -177,39 +146,6 @@ def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> No
     console.print(t)
     for p in preds:
         console.print(f"  {p['strategy']:9s} t = {p['formula']}", highlight=False, markup=False)
-    line = measured_line(inputs.get("run_comm"), preds)
-    if line:
-        console.print(line, highlight=False, markup=False)
-
-
-def measured_line(run: dict[str, Any] | None, preds: list[dict[str, Any]]) -> str | None:
-    """The run's own measurement next to the prediction for the same link, world size and
-    strategy; otherwise a line saying why the two are not compared."""
-    from scaleprobe.commands.fmt import ms
-    from scaleprobe.traits import known
-
-    if not run:
-        return None
-    p0 = preds[0]
-    tr = known(run.get("strategy"))
-    pred = next((p for p in preds if tr and p["strategy"] == tr.comm_pattern), None)
-    where = f"{run.get('link') or 'an unnamed link'} with {run.get('world_size')} processes"
-    if pred is None:
-        return f"the run ({run.get('strategy')}) has no communication pattern to compare"
-    if run.get("link") != p0["link"] or run.get("world_size") != p0["world_size"]:
-        return (f"not compared with the run: it was measured on {where}; these predictions "
-                f"are for {p0['link']} with {p0['world_size']} processes")
-    std = run.get("standalone_s")
-    if not pred["comm_s"]:
-        return "one process: no communication to compare"
-    if std is None:
-        return f"the run measured no standalone collective to compare ({where})"
-    text = (f"measured in the run ({where}): standalone collective {ms(std)} per step = "
-            f"{std / pred['comm_s']:.2f}x the {pred['strategy']} prediction")
-    if run.get("exposed_s") is not None and run.get("sync_overhead_s") is not None:
-        text += (f"; exposed {ms(run['exposed_s'])} = transfer {ms(run['transfer_s'])} + sync "
-                 f"overhead {ms(run['sync_overhead_s'])} (not the network)")
-    return text
 
 
 def _needed(p: dict[str, Any]) -> str:
@@ -223,6 +159,14 @@ def _needed(p: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
+    if args.check or args.from_result:
+        from scaleprobe.commands import predict_steps
+
+        if args.check:
+            return predict_steps.run_check(args)
+        if args.nproc is None:
+            raise ConfigError("give --nproc N (or a list, e.g. 2,4,8) to predict for")
+        return predict_steps.run_from(args)
     inputs = resolve_inputs(args)
     preds = predictions(args, inputs)
     if args.json:

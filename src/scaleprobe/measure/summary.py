@@ -79,18 +79,29 @@ def breakdown(phase_times: dict[str, list[float]],
     return out
 
 
-def straggler(ranks: list[RankSummary]) -> dict[str, Any] | None:
+def straggler(ranks: list[RankSummary],
+              arrival_lag_s: dict[str, float | None] | None = None) -> dict[str, Any] | None:
+    """The slowest rank: by median step, or, for a synchronous parameter server whose
+    workers move in lockstep (equal steps), the worker whose gradients reach the server last
+    (``arrival_lag_s``: per worker, the median time after the round's first push)."""
     meds = [(r.rank, r.step_time_s.median) for r in ranks
             if r.step_time_s and r.step_time_s.median is not None]
     if len(meds) < 2:
         return None
     mid = median([m for _, m in meds])
     slow_rank, slow = max(meds, key=lambda x: x[1])
+    done = ", ".join(f"{r.rank}:{r.steps_done}" for r in ranks)
+    line = (f"slowest rank {slow_rank}: {slow * 1000:.1f} ms/step vs median {mid * 1000:.1f} "
+            f"ms ({slow / mid:.2f}x); steps done per rank: {done}")
+    lags = {int(k): float(v) for k, v in (arrival_lag_s or {}).items() if v is not None}
+    if lags and max(lags.values()) > 0:
+        slow_rank = max(lags, key=lambda w: lags[w])
+        slow = dict(meds).get(slow_rank, slow)
+        line = (f"slowest rank {slow_rank}: its gradients reach the server "
+                f"{lags[slow_rank] * 1000:.1f} ms after the first worker's (median per round; "
+                "the others wait for it); " + line.replace("slowest rank", "longest step: rank"))
     return {"slowest_rank": slow_rank, "slowest_vs_median": slow / mid if mid else None,
-            "steps_done": {str(r.rank): r.steps_done for r in ranks},
-            "line": f"slowest rank {slow_rank}: {slow * 1000:.1f} ms/step vs median "
-                    f"{mid * 1000:.1f} ms ({slow / mid:.2f}x); steps done per rank: "
-                    + ", ".join(f"{r.rank}:{r.steps_done}" for r in ranks)}
+            "steps_done": {str(r.rank): r.steps_done for r in ranks}, "line": line}
 
 
 def rank_summary(raw: RankRecord) -> RankSummary:

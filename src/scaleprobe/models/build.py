@@ -1,7 +1,7 @@
 """Build a model by name.
 
-Names: ``digits_cnn``, ``mlp``, ``linear`` (scaleprobe's small models), the GPT decoders of
-``--task lm`` (``gpt_tiny``, ``gpt2_small``: models/gpt.py), any torchvision
+Names: ``digits_cnn``, ``mlp``, ``mlp_large``, ``linear`` (scaleprobe's small models), the
+GPT decoders of ``--task lm`` (``gpt_tiny``, ``gpt2_small``: models/gpt.py), any torchvision
 classification model (``resnet34``, ``mobilenet_v2``, ``vgg19_bn``, ...), or the user's own
 builder as ``path/to/file.py:build`` or ``package.module:build`` returning an ``nn.Module``.
 Weights are never downloaded: models start from random initialisation.
@@ -23,13 +23,14 @@ from torch import nn
 from scaleprobe.catalog import SMALL_MODELS
 from scaleprobe.errors import ConfigError
 from scaleprobe.lmspec import GPT_MODELS, GPTShape
-from scaleprobe.models.small import MLP, DigitsCNN, Linear
+from scaleprobe.models.small import MLP, DigitsCNN, Linear, MLPLarge
 from scaleprobe.registry import suggest
 
 SMALL: dict[str, tuple[Callable[..., nn.Module], str]] = {
     "digits_cnn": (lambda n, s: DigitsCNN(n), SMALL_MODELS["digits_cnn"]),
     "mlp": (lambda n, s: MLP(n, s), SMALL_MODELS["mlp"]),
     "linear": (lambda n, s: Linear(n, s), SMALL_MODELS["linear"]),
+    "mlp_large": (lambda n, s: MLPLarge(n, s), SMALL_MODELS["mlp_large"]),
 }
 
 

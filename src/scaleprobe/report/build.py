@@ -21,6 +21,7 @@ from scaleprobe.report.grouped import group_findings
 from scaleprobe.report.headline import TITLE as HEADLINE
 from scaleprobe.report.headline import headline_section
 from scaleprobe.report.labels import distinct_labels
+from scaleprobe.report.whatif import whatif_section
 from scaleprobe.results import Record, RunResult
 
 TITLE = "scaleprobe report"
@@ -85,6 +86,7 @@ def compose(records: list[Record], bases: list[Path],
         safe("Utilisation over time", SR.utilisation_section, runs, bases),
         safe("Co-location", SE.colocate_section, records),
         safe("Communication", SE.comm_section, records),
+        safe("What if", whatif_section, records),
         safe("Accuracy parity", SE.parity_section, records),
         safe("Top operators", SR.top_ops_section, runs, bases),
         safe("Sources", sources_section, records),

@@ -60,7 +60,11 @@ class BuiltinTraining:
                 "training_in_children": self.traits.launched}
 
     def environment(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
+        from scaleprobe.comm.ranknet import context  # --link rankN=...: a namespace per rank
+
+        d = self.cfg.dist
+        return context(d.link, d.nproc, d.nnodes) if self.traits.launched else \
+            contextlib.nullcontext()
 
     def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
         cfg = self.cfg

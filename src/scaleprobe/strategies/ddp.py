@@ -68,21 +68,23 @@ class DDP(Single):
         ids = [self.device.index] if self.device.type == "cuda" else None
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids,
                                                   bucket_cap_mb=self.cfg.bucket_cap_mb)
-        if self.world > 1:  # one process sends nothing: its comm phase is 0 in every step
-            if self.gns is not None:
-                self.hook.tap = NormTap()
-            self.hook.attach(ddp)
-            if self.hook.reason:
-                self.unseen["comm"] = self.hook.reason
+        # one process sends nothing (its comm phase is 0 in every step), but DDP still
+        # buckets its gradients and calls the hook: the buckets' ready times are logged
+        if self.world > 1 and self.gns is not None:
+            self.hook.tap = NormTap()
+        self.hook.attach(ddp)
+        if self.hook.reason and self.world > 1:
+            self.unseen["comm"] = self.hook.reason
         return ddp
 
     # --- communication measured in the step (comm/hook.py) ---------------------------------
     def step_timer(self, timer: Any) -> Any:
-        if self.world < 2 or "comm" in self.unseen:
+        if "comm" in self.unseen or not self.hook.attached:
             return timer
         timed = isinstance(timer, StepTimer)  # the warm-up's steps are no figure's
+        alone = self.world < 2  # one process: log the buckets, move nothing to comm
         split = HookSplit(timer, self.hook, self.buckets if timed else None,
-                          self.in_flight if timed else None)
+                          self.in_flight if timed and not alone else None, split=not alone)
         if self.hook.tap is None:
             return split
         return TapSteps(split, self.hook.tap, self.gns if timed else None)
@@ -102,7 +104,9 @@ class DDP(Single):
         the no_sync calibration beside it as a cross-check (never in the breakdown). With one
         process there is no communication: the calibration is the wrapper's own cost."""
         if self.world < 2:
-            return calibration
+            if not self.buckets.nbytes:
+                return calibration
+            return {**(calibration or {}), "buckets": self.buckets.summary()}
         return {"in_step": True, "method": None if "comm" in self.unseen else EXPOSED_METHOD,
                 "exposed_reason": self.unseen.get("comm"),
                 "cross_check": cross_check(calibration),

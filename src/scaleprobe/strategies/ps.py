@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from scaleprobe.measure.stats import median
 from scaleprobe.strategies.ddp import SAMPLERS
 from scaleprobe.strategies.single import Single
 from scaleprobe.traits import TRAITS
@@ -119,6 +120,8 @@ class ParameterServer(Single):
         stale_by: dict[int, list[int]] = {w: [] for w in range(1, self.world)}
         busy_s = wait_s = 0.0
         pending: list[tuple[int, torch.Tensor, int]] = []
+        arrived: dict[int, float] = {}  # this round's pushes: when each was in
+        lags: dict[int, list[float]] = {w: [] for w in range(1, self.world)}
         while len(done) < self.workers:
             t0 = time.perf_counter()
             src = dist.recv(buf, src=None)
@@ -128,9 +131,15 @@ class ParameterServer(Single):
                 done.add(src)
             else:
                 pending.append((src, buf[:-2].clone(), int(buf[-2].item())))
+                arrived[src] = t1
             active = self.workers - len(done)
             if not pending or (self.mode == "sync" and len(pending) < active):
                 continue
+            if len(arrived) == self.workers:  # a round with every worker: who came last
+                first = min(arrived.values())
+                for w, t in arrived.items():
+                    lags[w].append(t - first)
+            arrived = {}
             grads = torch.stack([g for _, g, _ in pending]).mean(0)
             self._apply(optimizer, grads)
             for w, _, v in pending:
@@ -152,7 +161,12 @@ class ParameterServer(Single):
                                         "max": max(v, default=0)}
                                for w, v in stale_by.items()},
                            "server_wait_s": wait_s, "server_busy_s": busy_s,
-                           "grad_bytes": 4 * n})
+                           "grad_bytes": 4 * n,
+                           # per worker: the median time its push came in after the
+                           # round's first (sync rounds with every worker): the one the
+                           # others wait for has the largest
+                           "per_worker_arrival_lag_s": {
+                               str(w): median(v) if v else None for w, v in lags.items()}})
         return self.stats
 
     def _apply(self, optimizer: torch.optim.Optimizer, flat_grad: torch.Tensor) -> None:

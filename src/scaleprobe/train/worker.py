@@ -79,7 +79,9 @@ def _local_device_and_strategy(cfg: RunConfig) -> tuple[Any, Any]:
     else:
         # a parameter server talks over gloo (TCP), as classic ones do, also on CUDA hosts
         backend = cfg.dist.backend or ("gloo" if tr.needs_any_source_recv else None)
-        envmod.init_distributed(backend, cfg.dist.timeout_s, cfg.dist.threads_per_rank)
+        from scaleprobe.comm.ranknet import join  # --link rankN=...: this rank's namespace
+
+        envmod.init_distributed(backend, cfg.dist.timeout_s, cfg.dist.threads_per_rank, join)
     device = envmod.pick_device(info.local_rank)
     return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
 

@@ -1,0 +1,232 @@
+"""The step model (``scaleprobe predict``) against measured multi-rank runs, on this machine:
+two network-namespace hosts joined by a tc-shaped link (root, ip, tc, taskset).
+
+    nice -n 10 python benchmarks/predict_validation.py measure --out OUT     # resumable
+    python benchmarks/predict_validation.py table --out OUT                  # the table
+
+``measure`` runs the grid, one link at a time, in fresh namespaces: first ``scaleprobe comm``
+across the link (the all_reduce fit every prediction uses: ``--link measured:OUT/comm/L``),
+then per model, back to back so that the machine's load is alike for all four:
+
+    ddp1      ``--strategy ddp --nproc 1``, two at once, one per host (core 0 and core 1,
+              one thread each, ``ddp1`` and ``ddp1b``): the 1-rank runs DDP is predicted
+              from (their buckets' ready times, logged by DDP's comm hook on one process).
+              Side by side, because the two "hosts" share one machine: its memory, caches
+              and the other jobs' load; in a DDP run both cores compute at once, and a rank
+              alone on the machine computes faster than either of them (digits_cnn: forward
+              93 ms alone, 122 ms in the 2-rank run, 2026-11-26)
+    single1   ``--strategy single`` on host 1 (core 1), alone: the 1-rank run a parameter
+              server's worker is predicted from (no DDP in its backward; the server waits
+              while the worker computes, so the worker has the machine as this run had it)
+    ddp2      ``--strategy ddp``, one rank per host (``--nnodes 2``), each on its own core
+    ps2       ``--strategy ps``: the server on host 0, one worker on host 1
+    ddp1after, single1after   the 1-rank runs again: the machine's load drifts within
+              minutes, and ``predict --check`` pools the nearest 1-rank runs before and
+              after each measured run
+
+A point whose results.jsonl already holds an ``ok`` record is skipped, so an interrupted
+``measure`` goes on where it stopped; ``--links``/``--models`` pick part of the grid. Links:
+100mbit, 1gbit, unshaped (the veth pair as it is: CPU-bound near 6-9 Gbit/s here) and
+1gbit+1ms (1 ms added each way: netem, or where the kernel has no sch_netem the delay relay
+of comm/delay.py, which ``netns.two_hosts`` uses then). Models at 32x32, batch 32, synthetic data made on the device:
+digits_cnn (67 k parameters), resnet18 (11.2 M), mlp_large (23.1 M, little compute).
+
+``table`` is ``scaleprobe predict --check OUT/runs`` (each measured run beside its prediction
+from the matching 1-rank run nearest in time), with the grid's summary: the median point's
+and every point's predicted / measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from scaleprobe.comm import netns  # noqa: E402
+
+LINKS = {"100mbit": (100, None), "1gbit": (1000, None), "unshaped": (None, None),
+         "1gbit+1ms": (1000, 1.0)}
+MODELS = ("digits_cnn", "resnet18", "mlp_large")
+COMMON = ["--dataset", "synthetic", "--image-size", "32", "--batch-size", "32",
+          "--loader", "naive", "--no-progress", "--timeout", "300",
+          "--set", "dist.calibrate_comm=false", "--set", "dist.threads_per_rank=1"]
+ONE_RANK = ["--steps", "24", "--warmup-steps", "3"]
+TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
+            "--warmup-steps", "2"]
+RUN_TIMEOUT_S = 1500
+# one model on one link, in this order: the 1-rank runs before and after the 2-rank runs
+# (``predict --check`` pools the nearest before and after)
+GROUP = ("ddp1", "single1", "ddp2", "ps2", "ddp1after", "single1after")
+_PORT = [29700]
+
+
+def _port() -> int:
+    _PORT[0] += 1
+    return _PORT[0]
+
+
+def _done(folder: Path) -> bool:
+    f = folder / "results.jsonl"
+    if not f.exists():
+        return False
+    lines = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    return any(r.get("status") == "ok" for r in lines)
+
+
+def _log(out: Path, text: str) -> None:
+    line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}"
+    print(line, flush=True)
+    with (out / "progress.log").open("a") as fh:
+        fh.write(line + "\n")
+
+
+def _wait(procs: list[subprocess.Popen], what: str) -> bool:
+    ok = True
+    for i, p in enumerate(procs):
+        try:
+            text = p.communicate(timeout=RUN_TIMEOUT_S)[0] or ""
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text = "timed out"
+        if p.returncode != 0:
+            ok = False
+            print(f"{what}, host {i} failed ({p.returncode}):\n{text[-2000:]}", flush=True)
+    return ok
+
+
+def _scaleprobe() -> list[str]:
+    return [sys.executable, "-m", "scaleprobe"]
+
+
+def comm_fit(hosts: netns.Hosts, folder: Path) -> bool:
+    if _done(folder / "node0"):
+        return True
+    port = _port()
+    procs = [hosts.run(i, [*_scaleprobe(), "comm", "--nproc", "1", "--nnodes", "2",
+                           "--node-rank", str(i), "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}",
+                           "--ops", "all_reduce", "--sizes", "256K,1M,4M,16M", "--iters", "5",
+                           "--warmup", "1", "--out", str(folder / f"node{i}")],
+                       cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in (0, 1)]
+    return _wait(procs, f"comm {folder}")
+
+
+def one_rank(hosts: netns.Hosts, folders: list[Path], model: str, strategy: str) -> bool:
+    """The 1-rank run on host 0 (core 0), or, with two folders, on both hosts at once (one
+    on each core, so each sees the machine as a rank of a DDP run does)."""
+    if all(_done(f) for f in folders):
+        return True
+    extra = ["--nproc", "1"] if strategy != "single" else []
+    procs = []
+    for host, folder in zip((1, 0) if len(folders) == 1 else (0, 1), folders, strict=False):
+        argv = [*_scaleprobe(), "run", "--strategy", strategy, *extra, "--model", model,
+                *COMMON, *ONE_RANK, "--out", str(folder)]
+        procs.append(hosts.run(host, argv, cpus=[host], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True))
+    return _wait(procs, str(folders[0]))
+
+
+def two_rank(hosts: netns.Hosts, folder: Path, model: str, strategy: str, link: str) -> bool:
+    if _done(folder / "node0"):
+        return True
+    port = _port()
+    procs = [hosts.run(i, [*_scaleprobe(), "run", "--strategy", strategy, "--nproc", "1",
+                           "--nnodes", "2", "--node-rank", str(i),
+                           "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}", "--link", link,
+                           "--model", model, *COMMON, *TWO_RANK,
+                           "--out", str(folder / f"node{i}")],
+                       cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in (0, 1)]
+    return _wait(procs, str(folder))
+
+
+def measure_link(out: Path, name: str, models: list[str]) -> None:
+    rate, delay = LINKS[name]
+    try:
+        ctx = netns.two_hosts(rate_mbit=rate, delay_ms=delay)
+        hosts = ctx.__enter__()
+    except netns.NetnsUnavailable as e:
+        _log(out, f"{name}: skipped, {e}")
+        (out / "skipped.json").write_text(json.dumps({
+            **_skipped(out), name: str(e)}, indent=1))
+        return
+    try:
+        fit = out / "comm" / name
+        _log(out, f"{name}: comm fit")
+        if not comm_fit(hosts, fit):
+            _log(out, f"{name}: comm fit failed; link skipped")
+            return
+        link = f"measured:{fit / 'node0'}"
+        for model in models:
+            base = out / "runs" / name / model
+            for kind in GROUP:
+                t0 = time.monotonic()
+                if kind.startswith("ddp1"):
+                    ok = one_rank(hosts, [base / kind, base / f"{kind}b"], model, "ddp")
+                elif kind.startswith("single1"):
+                    ok = one_rank(hosts, [base / kind], model, "single")
+                else:
+                    ok = two_rank(hosts, base / kind, model, kind[:-1], link)
+                _log(out, f"{name} {model} {kind}: {'ok' if ok else 'FAILED'} "
+                          f"({time.monotonic() - t0:.0f} s)")
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def _skipped(out: Path) -> dict[str, str]:
+    f = out / "skipped.json"
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def measure(a: argparse.Namespace) -> int:
+    # SIGTERM (and SIGINT, ignored in a shell's background job) end the grid through the
+    # namespaces' teardown: the runs inside are stopped and the namespaces deleted
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(143))
+    ok, reason = netns.available()
+    if not ok:
+        print(f"cannot run here: {reason}")
+        return 2
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    netns.cleanup_stale()
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    models = a.models.split(",")
+    for name in a.links.split(","):
+        measure_link(out, name, models)
+    _log(out, "grid done")
+    return 0
+
+
+def table(a: argparse.Namespace) -> int:
+    from scaleprobe.cli import main as cli
+
+    args = ["predict", "--check", str(Path(a.out) / "runs")]
+    skipped = _skipped(Path(a.out))
+    for name, why in skipped.items():
+        print(f"link case {name} not measured: {why}")
+    return cli(args + (["--json"] if a.json else []))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=("measure", "table"))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--links", default=",".join(LINKS))
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    return measure(a) if a.what == "measure" else table(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""``scaleprobe predict --from RUN`` (the step model: a step's timeline from one measured
+one-rank run) and ``scaleprobe predict --check RUNS`` (each measured multi-rank run beside
+its prediction). The figures come from ``comm/stepmodel.py``, ``comm/whatif.py`` and
+``comm/check.py``; this module reads the records and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from scaleprobe.comm import check as C
+from scaleprobe.comm import sample as S
+from scaleprobe.comm import whatif as W
+from scaleprobe.errors import ConfigError
+from scaleprobe.results import RunResult
+
+
+def load_runs(path: str) -> list[RunResult]:
+    from scaleprobe.report.records import load_records, runs
+
+    return runs(load_records(path))
+
+
+def one_rank_run(path: str) -> RunResult:
+    """The one-rank run ``path`` names (a result.json, a run folder, or a folder of runs:
+    then its latest one-rank run)."""
+    got = [r for r in load_runs(path) if r.status == "ok" and r.step_median_s is not None]
+    ones = [r for r in got if (r.world_size or 1) == 1]
+    if not ones:
+        many = f" (it holds runs of {sorted({r.world_size for r in got})} processes)" if got \
+            else ""
+        raise ConfigError(f"no measured one-rank run in {path}{many}: --from takes a run of "
+                          "one process; --check sets multi-rank runs beside their prediction")
+    return max(ones, key=lambda r: str(r.started_at or ""))
+
+
+def fsdp_units(run: RunResult) -> tuple[Any, ...]:
+    """FSDP's units of the run's model (strategies/fsdp.py's rule, then the root), built on
+    the meta device; () when the model cannot be built here."""
+    import torch  # the model is built on the meta device: no memory, no weights
+
+    from scaleprobe.comm.timeline import Unit
+    from scaleprobe.models.build import build_model
+    from scaleprobe.strategies.fsdp import shard_units
+
+    name = run.cfg("model.name")
+    size = (run.resolved or {}).get("data.image_size") or run.cfg("data.image_size") or 32
+    classes = (run.resolved or {}).get("data.num_classes") or 10
+    try:
+        with torch.device("meta"):
+            model = build_model(str(name), int(classes), int(size))
+    except Exception:  # noqa: BLE001  (a user's builder may not build on meta: one unit)
+        return ()
+    units, _ = shard_units(model)
+    counts = [sum(p.numel() for p in u.parameters()) for u in units]
+    total = sum(p.numel() for p in model.parameters())
+    counts.append(total - sum(counts))  # the root: what no unit holds
+    return tuple(Unit(S.FP32_BYTES * c, c / total) for c in counts if c > 0)
+
+
+def run_from(args: argparse.Namespace) -> int:
+    run = one_rank_run(args.from_result)
+    sample = S.from_run(run)
+    strategies = W.parse_strategies(args.strategy)
+    on_cuda = str(run.env.get("cuda_available")).lower() == "true"
+    units = fsdp_units(run) if "fsdp" in strategies else ()
+    rows = W.plan(sample, strategies, W.parse_counts(args.nproc, "--nproc"),
+                  W.parse_counts(args.nnodes, "--nnodes"), args.link or [None],
+                  args.average_every, args.target, prefetch=on_cuda, units=units)
+    if args.json:
+        print(json.dumps({"from": _from_dict(run, sample),
+                          "rows": [_row_dict(r) for r in rows]}, indent=2, default=str))
+    else:
+        print_rows(run, sample, rows, args.target)
+    return 0
+
+
+def _from_dict(run: RunResult, s: S.RunSample) -> dict[str, Any]:
+    return {"run": run.label, "strategy": s.strategy, "threads": s.threads,
+            "grad_bytes": s.grad_bytes, "steps": s.rows_source, "buckets": len(s.buckets or []),
+            "step_median_s": s.step_median_s, "pass_s_per_byte": s.pass_s_per_byte}
+
+
+def _row_dict(r: W.Row) -> dict[str, Any]:
+    return {"link_spec": r.link_spec, "nproc": r.nproc, "nnodes": r.nnodes,
+            "needed_gbit_s": r.needed_gbit_s, "needed_reason": r.needed_reason,
+            **r.prediction.to_dict()}
+
+
+def _fig(v: Any, lo: Any, hi: Any, fmt: Any) -> str:
+    if v is None:
+        return "n/a"
+    return f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]" if lo is not None and hi is not None else fmt(v)
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1e3:.1f}" if v < 10 else f"{v:.2f} s"
+
+
+def _time_fig(v: float | None, lo: float | None, hi: float | None) -> str:
+    """A time with its interval in one unit: ms, or seconds (said once) from 10 s up."""
+    if v is None or lo is None or hi is None or max(v, hi) < 10:
+        return _fig(v, lo, hi, _ms)
+    return f"{v:.2f} [{lo:.2f}, {hi:.2f}] s"
+
+
+def _needed(r: W.Row) -> str:
+    if r.needed_gbit_s is None:
+        return "unreachable" if r.needed_reason else "n/a"
+    g = r.needed_gbit_s
+    if g <= W.M.NEEDED_FLOOR_GBIT_S:
+        return f"< {g * 1e3:g} Mbit/s"
+    return f">= {g:.2f} Gbit/s" if g >= 0.1 else f">= {g * 1e3:.1f} Mbit/s"
+
+
+def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from scaleprobe.commands.fmt import esc
+
+    con = Console()
+    con.print(f"from {run.label}: 1 process, {s.threads or '?'} thread(s) per rank, "
+              f"{s.grad_bytes / 1e6:.1f} MB of fp32 gradients, step {_ms(s.step_median_s or 0)} "
+              f"ms; compute drawn from {s.rows_source}", markup=False, highlight=False)
+    for spec in dict.fromkeys(r.link_spec for r in rows):
+        part = [r for r in rows if r.link_spec == spec]
+        con.print("link: " + W.link_line(None if spec == "default" else spec, part[0].nnodes),
+                  markup=False, highlight=False)
+        t = Table(title=f"predicted median step (ms, 95% interval), speedup in samples/s "
+                        f"over the run, and the slowest link for {target:.0%} efficiency")
+        for col in ("strategy", "processes", "step ms", "speedup", "efficiency",
+                    "compute / comm ms", "link busy ms", f"link for {target:.0%}"):
+            t.add_column(col, justify="left" if col == "strategy" else "right",
+                         no_wrap=col in ("strategy", "processes"))
+        for r in part:
+            p = r.prediction
+            comp = sum(v for k, v in p.phases.items() if k != "comm")
+            where = f"{r.nnodes} x {r.nproc}" if r.nnodes > 1 else str(r.nproc)
+            t.add_row(esc(p.strategy), where, _time_fig(p.step_s.value, p.step_s.lo, p.step_s.hi),
+                      _fig(p.speedup.value, p.speedup.lo, p.speedup.hi, lambda v: f"{v:.2f}"),
+                      f"{p.efficiency.value:.0%}", f"{_ms(comp)} / {_ms(p.phases['comm'])}",
+                      _ms(p.comm_busy_s), esc(_needed(r)))
+        con.print(t)
+    notes = dict.fromkeys([n for r in rows for n in r.prediction.notes] +
+                          [f"{r.prediction.strategy} on {r.nnodes * r.nproc} processes, link "
+                           f"for {target:.0%}: {r.needed_reason}" for r in rows
+                           if r.needed_reason])
+    for n in notes:
+        con.print(f"  note: {n}", markup=False, highlight=False)
+
+
+def _link_label(run: RunResult) -> str:
+    name = str(((run.comm.measured_link if run.comm else None) or {}).get("name") or "?")
+    if name.startswith("measured:"):
+        parts = name.split("/")
+        return "measured:" + "/".join(parts[-2:])
+    return name
+
+
+def run_check(args: argparse.Namespace) -> int:
+    points = C.check(load_runs(args.check))
+    if not points:
+        raise ConfigError(f"no measured multi-rank run in {args.check}")
+    summ = C.summary(points)
+    if args.json:
+        print(json.dumps({"points": [_point_dict(p) for p in points],
+                          "summary": summ.__dict__ | {"goal_met": summ.goal_met}},
+                         indent=2, default=str))
+        return 0
+    print_check(points, summ)
+    return 0
+
+
+def _point_dict(p: C.Point) -> dict[str, Any]:
+    pred = p.prediction
+    return {"run": p.run.label, "run_id": p.run.run_id, "model": p.run.cfg("model.name"),
+            "link": _link_label(p.run), "strategy": p.run.cfg("dist.strategy"),
+            "world": p.run.world_size, "measured_s": p.measured_s,
+            "measured_interval_s": p.measured_interval,
+            "predicted": pred.to_dict() if pred else None, "ratio": p.ratio,
+            "ratio_interval": p.ratio_interval, "bases": [b.run_id for b in p.bases],
+            "measured_comm_s": p.run.metrics.breakdown_s.comm, "reason": p.reason,
+            "causes": p.causes(), "started_at": p.run.started_at}
+
+
+def print_check(points: list[C.Point], summ: C.Summary) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from scaleprobe.commands.fmt import esc
+
+    con = Console()
+    t = Table(title="measured step beside its prediction from the matching 1-rank run "
+                    "(ms, 95% intervals)")
+    for col in ("model", "link", "strategy", "N", "measured", "predicted", "pred / meas",
+                "comm meas / pred"):
+        t.add_column(col, justify="left" if col in ("model", "link", "strategy") else "right")
+    for p in points:
+        pr, iv, ri = p.prediction, p.measured_interval, p.ratio_interval
+        meas = _time_fig(p.measured_s, *(iv or (None, None)))
+        pred = (_time_fig(pr.step_s.value, pr.step_s.lo, pr.step_s.hi) if pr
+                else esc(p.reason or "n/a"))
+        ratio = (_fig(p.ratio, *(ri or (None, None)), lambda v: f"{v:.2f}")
+                 if p.ratio is not None else "n/a")
+        mc = p.run.metrics.breakdown_s.comm
+        comm = f"{_ms(mc)} / {_ms(pr.phases['comm'])}" if pr and mc is not None else "n/a"
+        t.add_row(esc(p.run.cfg("model.name")), esc(_link_label(p.run)),
+                  esc(p.run.cfg("dist.strategy")), str(p.run.world_size), meas, pred, ratio, comm)
+    con.print(t)
+    if summ.points:
+        con.print(f"{summ.points} points: median |predicted / measured - 1| "
+                  f"{summ.median_abs_error:.1%}, worst {summ.worst_abs_error:.1%}; within "
+                  f"+-{C.GOAL_MEDIAN:.0%}: {summ.within_median_goal}, within "
+                  f"+-{C.GOAL_EVERY:.0%}: {summ.within_every_goal}; goal (median within "
+                  f"+-{C.GOAL_MEDIAN:.0%}, every point within +-{C.GOAL_EVERY:.0%}): "
+                  f"{'met' if summ.goal_met else 'not met'}", markup=False, highlight=False)
+    for p in points:
+        if p.ratio is not None and abs(p.ratio - 1) > C.GOAL_EVERY:
+            con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "
+                      f"{_link_label(p.run)} {p.run.cfg('dist.strategy')} ({p.ratio:.2f}): "
+                      + ("; ".join(p.causes()) or "no single phase stands out"),
+                      markup=False, highlight=False)

@@ -1,0 +1,145 @@
+"""``predict --check`` (comm/check.py): which one-rank runs a measured run is predicted from,
+and the figures set beside it; link specs (comm/links.py) and per-rank cables
+(comm/ranknet.py); the straggler a parameter server names (measure/summary.py)."""
+
+import pytest
+
+from scaleprobe.comm import check as C
+from scaleprobe.comm import ranknet
+from scaleprobe.comm.links import parse_spec, resolve_link
+from scaleprobe.errors import ConfigError
+from scaleprobe.measure.summary import straggler
+from scaleprobe.results import RankSummary, RunResult, StepTime
+from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
+
+
+def measured(name, started, strategy="ddp", link="slow=0.4,0", step=0.085, threads=1,
+             comm=0.04):
+    return RunResult.from_dict({
+        "kind": "run", "run_id": name, "name": name, "status": "ok", "started_at": started,
+        "config": {"model": {"name": "m"}, "dist": {"strategy": strategy, "nproc": 1,
+                                                    "nnodes": 2, "link": link}},
+        "env": {"threads": threads, "cpu_model": "cpu"},
+        "batch": {"per_device": 32, "world_size": 2},
+        "metrics": {"step_time_s": {"median": step, "rel_ci": 0.05},
+                    "breakdown_s": {"forward": 0.01, "backward": 0.03, "optimizer": 0.005,
+                                    "comm": comm}},
+        "comm": {"measured_link": {"name": link}}})
+
+
+def _t(minute, second=0):
+    return f"2026-11-26T08:{minute:02d}:{second:02d}+00:00"
+
+
+def test_matching_takes_the_nearest_before_and_after_and_their_side_by_side_runs(tmp_path):
+    rows = [(0.01, 0.03, 0.005)] * 4
+    early = one_rank_run(tmp_path, rows, THIRDS, started=_t(0), name="early")
+    pair = [one_rank_run(tmp_path, rows, THIRDS, started=_t(5, s), name=f"p{s}")
+            for s in (0, 10)]
+    after = one_rank_run(tmp_path, rows, THIRDS, started=_t(8), name="after")
+    late = one_rank_run(tmp_path, rows, THIRDS, started=_t(40), name="late")  # > 15 min on
+    other_threads = one_rank_run(tmp_path, rows, THIRDS, started=_t(6), name="t2", threads=2)
+    single = one_rank_run(tmp_path, rows, strategy="single", started=_t(6), name="single")
+    run = measured("m2", _t(6, 30))
+    pool = [early, *pair, after, late, other_threads, single, run]
+    assert {r.run_id for r in C.matching(run, pool)} == {"p0", "p10", "after"}
+    # a parameter server is predicted from a run without DDP when there is one
+    assert [r.run_id for r in C.matching(measured("ps", _t(6, 30), "ps"), pool)] == ["single"]
+    assert C.matching(measured("x", _t(6, 30), threads=4), pool) == []
+
+
+def test_check_sets_each_measured_run_beside_its_prediction(tmp_path):
+    """The hand-computed 85 ms step (test_stepmodel) against measured 85 ms and 100 ms."""
+    rows = [(0.01, 0.03, 0.005)] * 8
+    base = one_rank_run(tmp_path, rows, THIRDS, started=_t(0))
+    exact, slow = measured("a", _t(1)), measured("b", _t(2), step=0.100, comm=0.055)
+    second_host = RunResult.from_dict({**measured("c", _t(1)).to_dict(),
+                                       "metrics": {}, "batch": {}})  # node 1's empty record
+    second_host.config["dist"]["node_rank"] = 1
+    points = C.check([base, exact, slow, second_host])
+    assert [p.run.run_id for p in points] == ["a", "b"]
+    a, b = points
+    assert a.ratio == pytest.approx(1.0) and b.ratio == pytest.approx(0.85)
+    lo, hi = b.ratio_interval  # predicted 85 (no spread) over measured 100 +- 5%
+    assert lo == pytest.approx(85 / 105) and hi == pytest.approx(85 / 95)
+    assert a.causes() == [] and any("communication measured 55 ms" in c for c in b.causes())
+    summ = C.summary(points)
+    assert summ.points == 2 and summ.median_abs_error == pytest.approx(0.075)
+    assert summ.within_median_goal == 1 and summ.within_every_goal == 2
+    assert summ.goal_met  # the median point within 10% (7.5%), every point within 20%
+    worse = C.check([base, exact, slow, measured("c", _t(3), step=0.120)])
+    assert not C.summary(worse).goal_met  # 85 / 120: 29% off
+    nothing = C.check([measured("alone", _t(1))])
+    assert nothing[0].prediction is None and "no matching 1-rank run" in nothing[0].reason
+
+
+def test_link_specs():
+    assert parse_spec("1gbit,rank2=100mbit").per_rank == {2: "100mbit"}
+    assert parse_spec("rank2=100mbit").base is None
+    assert parse_spec("ib=200,2").base == "ib=200,2"  # the comma of NAME=GBIT,US stays
+    ib = resolve_link("ib=200,2")
+    assert (ib.name, ib.bandwidth_gbit_s, ib.alpha_s) == ("ib", 200.0, 2e-6)
+    slow = resolve_link("1gbit,rank2=100mbit")
+    assert slow.bandwidth_gbit_s == pytest.approx(0.1) and "slowest" in slow.source
+    assert resolve_link("nvlink").bandwidth_gbit_s == 3600.0
+    with pytest.raises(ConfigError, match="no comm results"):
+        resolve_link("measured:/nonexistent/dir")
+    with pytest.raises(ConfigError, match="unknown link '1gbit,2gbit'"):
+        resolve_link("1gbit,2gbit,rank1=10gbit")
+
+
+def test_per_rank_cables():
+    assert ranknet.rates_mbit("rank2=100mbit", 3) == [None, None, 100.0]
+    assert ranknet.rates_mbit("1gbit,rank0=100mbit", 2) == [100.0, 1000.0]
+    assert ranknet.rates_mbit("1gbit", 3) is None  # no per-rank item: no namespaces
+    with pytest.raises(ConfigError, match="ranks 0..2"):
+        ranknet.rates_mbit("rank3=100mbit", 3)
+    with pytest.raises(ConfigError, match="give a rate"):
+        ranknet.rates_mbit("rank1=measured:/x", 3)
+    with pytest.raises(ConfigError, match="across real hosts"):
+        ranknet.rates_mbit("rank1=100mbit", 1, nnodes=2)
+
+
+def _rank(r, median):
+    return RankSummary(rank=r, step_time_s=StepTime(median=median), steps_done=10)
+
+
+def test_a_parameter_server_names_the_worker_it_waits_for():
+    """Workers of a synchronous server take equal steps (lockstep), so the longest median
+    step is chance (here rank 1 by 0.1 ms); the worker whose gradients come in last is the
+    one the others wait for."""
+    ranks = [_rank(1, 0.7521), _rank(2, 0.7520)]
+    assert straggler(ranks)["slowest_rank"] == 1
+    got = straggler(ranks, {"1": 0.0, "2": 0.9})
+    assert got["slowest_rank"] == 2 and "900.0 ms after the first worker" in got["line"]
+    assert straggler(ranks, {"1": None, "2": None})["slowest_rank"] == 1  # none recorded
+
+
+def test_check_on_the_command_line(tmp_path, capsys):
+    import json
+
+    from scaleprobe.cli import main
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    lines = [json.dumps(r.to_dict()) for r in (base, measured("a", _t(1), step=0.1))]
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["predict", "--check", str(tmp_path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    (pt,) = got["points"]
+    assert pt["ratio"] == pytest.approx(0.85) and pt["bases"] == ["r"]
+    assert got["summary"]["points"] == 1 and got["summary"]["goal_met"] is False  # 15% off
+    assert main(["predict", "--check", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "0.85" in out and "goal (median within +-10%" in out
+    (tmp_path / "results.jsonl").write_text(lines[0] + "\n")
+    assert main(["predict", "--check", str(tmp_path)]) == 2
+    assert "no measured multi-rank run" in capsys.readouterr().err
+
+
+def test_a_time_and_its_interval_share_one_unit():
+    from scaleprobe.commands.predict_steps import _time_fig
+
+    assert _time_fig(0.3421, 0.3326, 0.3514) == "342.1 [332.6, 351.4]"
+    # 10.23 s with a low end under 10 s: seconds for all three, not "9850.1" beside "10.49 s"
+    assert _time_fig(10.23, 9.8501, 10.49) == "10.23 [9.85, 10.49] s"
+    assert _time_fig(None, None, None) == "n/a"

@@ -1,0 +1,194 @@
+"""The step model from one run's record (comm/sample.py, comm/stepmodel.py, comm/whatif.py):
+what it reads from a run, and predictions checked against hand computations."""
+
+import json
+
+import pytest
+
+from scaleprobe.comm import sample as S
+from scaleprobe.comm import stepmodel as M
+from scaleprobe.comm import whatif as W
+from scaleprobe.comm.links import Link
+from scaleprobe.errors import ConfigError
+from scaleprobe.results import RunResult
+
+MS = 1e-3
+MB = 1e6
+
+
+def one_rank_run(tmp_path, rows, buckets=None, strategy="ddp", params=750_000, threads=1,
+                 started="2026-11-26T08:00:00+00:00", name="r", model="m", memory=None):
+    """A one-rank run's record and its steps.csv: rows of (forward, backward, optimizer)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    csv = folder / "steps.csv"
+    lines = ["step,step_time_s,data_s,h2d_s,forward_s,backward_s,optimizer_s,comm_s"]
+    lines += [f"{i},{f + b + o},0,0,{f},{b},{o},0" for i, (f, b, o) in enumerate(rows)]
+    csv.write_text("\n".join(lines) + "\n")
+    f, b, o = rows[0]
+    rec = {"kind": "run", "run_id": name, "name": name, "status": "ok", "started_at": started,
+           "config": {"model": {"name": model}, "dist": {"strategy": strategy, "nproc": 1,
+                                                         "nnodes": 1}},
+           "env": {"threads": threads, "cpu_model": "cpu"}, "batch": {"per_device": 32,
+                                                                      "world_size": 1},
+           "metrics": {"param_count": params, "step_time_s": {"median": f + b + o},
+                       "breakdown_s": {"forward": f, "backward": b, "optimizer": o},
+                       **({"memory_pass": memory} if memory else {})},
+           "comm": {"buckets": buckets} if buckets else None,
+           "paths": {"steps_csv": str(csv)}}
+    return RunResult.from_dict(rec)
+
+
+THIRDS = [{"bytes": 1_000_000, "ready_s": 0.01, "allreduce_s": 0.0, "steps": 8,
+           "ready_fraction": f} for f in (1 / 3, 2 / 3, 1.0)]
+# 1 MB all-reduced over 2 ranks = 1 MB per direction: 20 ms at 50 MB/s (0.4 Gbit/s)
+SLOW = Link("slow", 0.4, 0.0, "given")
+
+
+def test_the_run_is_read_through_its_record_and_steps(tmp_path):
+    rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 3 + [(0.02, 0.06, 0.01)], THIRDS)
+    s = S.from_run(rec)
+    assert len(s.rows) == 4 and s.rows[3].backward == pytest.approx(0.06)
+    assert [b.ready_fraction for b in s.buckets] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert s.grad_bytes == 3_000_000 and s.threads == 1 and s.world == 1
+    assert s.pass_s_per_byte is None  # buckets under 4 MiB: the hook's fixed cost would pass
+    big = [dict(b, bytes=8 << 20, allreduce_s=0.004) for b in THIRDS]
+    assert S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)], big, name="b")
+                      ).pass_s_per_byte == pytest.approx(0.004 / (8 << 20))
+    (tmp_path / "r" / "steps.csv").unlink()  # moved away: the breakdown's medians, one row
+    s = S.from_run(rec)
+    assert len(s.rows) == 1 and "no interval" in s.rows_source
+
+
+def test_ddp_prediction_is_the_hand_computed_timeline(tmp_path):
+    """Every step forward 10, backward 30, optimizer 5, three 1 MB buckets at thirds of
+    backward; 20 ms per all-reduce (test_timeline: 85 ms a step). Speedup over the 45 ms
+    one-rank step: 2 x 45 / 85 = 1.059, efficiency 53%. No spread in the steps and a given
+    link: the interval is the value."""
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
+    p = M.predict(s, M.Scenario("ddp", 1, 2, SLOW))
+    assert p.step_s.value == pytest.approx(85 * MS)
+    assert p.step_s.lo == pytest.approx(85 * MS) and p.step_s.hi == pytest.approx(85 * MS)
+    assert p.speedup.value == pytest.approx(2 * 45 / 85)
+    assert p.efficiency.value == pytest.approx(45 / 85)
+    assert p.phases["comm"] == pytest.approx(40 * MS) and p.one_rank_step_s == pytest.approx(
+        45 * MS)
+    assert p.comm_busy_s == pytest.approx(60 * MS)  # three all-reduces, compute taken away
+
+
+def test_a_measured_links_spread_widens_the_interval(tmp_path):
+    """The fit's spread 10%: costs 18 ms (low end) and 22 ms (high end) per all-reduce.
+    18: 20-38, 38-56, 56-74, wait 34, step 79. 22: 20-42, 42-64, 64-86, wait 46, step 91."""
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
+    p = M.predict(s, M.Scenario("ddp", 1, 2, Link("m", 0.4, 0.0, "measured", spread=0.1)))
+    assert p.step_s.lo == pytest.approx(79 * MS) and p.step_s.hi == pytest.approx(91 * MS)
+    assert p.speedup.lo == pytest.approx(2 * 45 / 91) and p.speedup.hi == pytest.approx(
+        2 * 45 / 79)
+
+
+def test_the_runs_own_spread_gives_an_interval_and_ranks_wait_for_the_slowest(tmp_path):
+    """Half the steps take twice as long: with 2 ranks drawn independently, a step is slow
+    whenever either rank's is (3 in 4), so the median step is the slow one: the prediction
+    is not the median rank's compute plus communication."""
+    rows = [(0.01, 0.03, 0.005)] * 10 + [(0.02, 0.06, 0.01)] * 10
+    s = S.from_run(one_rank_run(tmp_path, rows, THIRDS))
+    fast = Link("fast", 1000.0, 0.0, "given")
+    p = M.predict(s, M.Scenario("ddp", 1, 2, fast))
+    assert p.step_s.value == pytest.approx(90 * MS, rel=0.02)
+    assert p.step_s.lo < p.step_s.value <= p.step_s.hi
+
+
+def test_needed_link_by_hand(tmp_path):
+    """90% efficiency on 2 ranks: the step may take 45 / 0.9 = 50 ms, so the last bucket's
+    all-reduce may take 5 ms (nothing queues below 10 ms): 1 MB in 5 ms = 200 MB/s =
+    1.6 Gbit/s."""
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
+    got = M.needed_link_gbit_s(s, M.Scenario("ddp", 1, 2, SLOW), 0.9)
+    assert got == pytest.approx(1.6, rel=0.03)
+
+
+def test_parameter_server_from_a_ddp_run_takes_ddps_cost_out(tmp_path):
+    """A DDP run's backward holds its hooks and bucket copies; a worker without DDP does
+    not: the model takes them out and says so. A run without buckets to time a memory pass
+    with assumes 2 GB/s and says so."""
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
+    p = M.predict(s, M.Scenario("ps", 1, 2, SLOW))
+    assert any("taken out for a strategy without DDP" in n for n in p.notes)
+    assert any("assumed 2 GB/s" in n for n in p.notes)
+    assert p.trainers == 1 and p.efficiency.value < 0.5  # the server takes no batch
+    single = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, strategy="single",
+                                     name="s"))
+    p = M.predict(single, M.Scenario("ddp", 1, 2, SLOW))
+    assert any("one bucket of all" in n for n in p.notes)
+
+
+def test_parameter_server_copies_priced_from_the_runs_memory_probe(tmp_path):
+    """A single run (no DDP to take out), 10 M parameters = 40 MB (over the 32 MiB beyond
+    which a buffer comes fresh each time), its probe: 1 ns/byte in place, 3 ns/byte into a
+    fresh buffer (120 ms per 40 MB). 1 Gbit/s, no latency: 320 ms a message. Worker: compute
+    40, flatten and append 240, push 320; server: clone 120, stack + mean + flatten + append
+    480, update 5; pull 320; first touch and copy 120: 1645 ms."""
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, strategy="single",
+                                params=10_000_000, memory={"warm_s_per_byte": 1e-9,
+                                                           "fresh_s_per_byte": 3e-9}))
+    assert (s.pass_s_per_byte, s.fresh_s_per_byte) == (1e-9, 3e-9)
+    p = M.predict(s, M.Scenario("ps", 1, 2, Link("g", 1.0, 0.0, "given")))
+    assert p.step_s.value == pytest.approx(1645 * MS)
+    assert not any("assumed" in n or "first-touch" in n for n in p.notes)
+
+
+def test_what_if_plan_and_its_errors(tmp_path):
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
+    rows = W.plan(s, ["ddp", "ps"], [1], [2, 4], ["1gbit", "100gbit"], with_needed=False)
+    assert [(r.link_spec, r.nnodes, r.prediction.strategy) for r in rows][:2] == [
+        ("1gbit", 2, "ddp"), ("1gbit", 2, "ps")]
+    by = {(r.link_spec, r.nnodes, r.prediction.strategy): r.prediction for r in rows}
+    # more devices, lower efficiency; a faster link, higher
+    assert by[("1gbit", 4, "ddp")].efficiency.value < by[("1gbit", 2, "ddp")].efficiency.value
+    assert by[("100gbit", 4, "ddp")].step_s.value < by[("1gbit", 4, "ddp")].step_s.value
+    assert W.parse_counts("2,4,8", "--nproc") == [2, 4, 8]
+    with pytest.raises(ConfigError, match="at least 1"):
+        W.parse_counts("0,2", "--nproc")
+    with pytest.raises(ConfigError, match="numbers separated by commas"):
+        W.parse_counts("two", "--nproc")
+    with pytest.raises(ConfigError, match="no step model for strategy 'dp'"):
+        W.parse_strategies("ddp,dp")
+
+
+def test_predict_from_a_run_on_the_command_line(tmp_path, capsys):
+    from scaleprobe.cli import main
+
+    rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS)
+    path = tmp_path / "r" / "result.json"
+    path.write_text(json.dumps(rec.to_dict()))
+    assert main(["predict", "--from", str(path), "--nproc", "2", "--link", "slow=0.4,0",
+                 "--strategy", "ddp", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["step_s"]["value"] == pytest.approx(85 * MS)
+    assert main(["predict", "--from", str(path), "--nproc", "2,4", "--link", "1gbit"]) == 0
+    out = capsys.readouterr().out
+    assert "ddp" in out and "localsgd" in out and "nominal 1 GbE" in out
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["predict", "--params", "1e6", "--nproc", "2,4"], "need --from RUN"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--strategy", "ddp"], "needs --from"),
+    (["run", "--strategy", "ps", "--nproc", "3", "--link", "rank5=100mbit"], "ranks 0..2"),
+    (["run", "--link", "rank0=100mbit"], "needs launched ranks"),
+])
+def test_step_model_options_without_a_run_are_one_line(argv, msg, capsys):
+    from scaleprobe.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_from_needs_a_one_rank_run(tmp_path, capsys):
+    from scaleprobe.cli import main
+
+    rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 2).to_dict()
+    rec["batch"]["world_size"] = 2
+    (tmp_path / "result.json").write_text(json.dumps(rec))
+    assert main(["predict", "--from", str(tmp_path / "result.json"), "--nproc", "2"]) == 2
+    assert "--from takes a run of one process" in capsys.readouterr().err
