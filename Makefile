@@ -49,8 +49,10 @@ $(CHROMIUM_STAMP): scripts/ensure-chromium.sh
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
+# ruff, and the import floors of pyproject.toml's [tool.importlinter] (docs/ARCHITECTURE.md)
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf scaleprobe-out .pytest_cache

@@ -1,0 +1,40 @@
+"""The import floors (pyproject.toml's [tool.importlinter], docs/ARCHITECTURE.md) hold: the
+record and its figures import nothing above them (and no torch), the report never trains or
+launches, nothing below the commands imports them, wrap never reaches into the run driver."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_import_contracts_are_kept():
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    out = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_a_broken_floor_is_caught(tmp_path):
+    """The checker fails on a forbidden import (so the test above can fail): a copy of the
+    package where the record imports the report."""
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    shutil.copytree(ROOT / "src" / "scaleprobe", tmp_path / "src" / "scaleprobe",
+                    ignore=shutil.ignore_patterns("docs", "examples", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    metrics = tmp_path / "src" / "scaleprobe" / "metrics.py"
+    metrics.write_text(metrics.read_text() + "\nfrom scaleprobe.report import fmt  # noqa\n")
+    out = subprocess.run([exe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode != 0 and "BROKEN" in out.stdout
