@@ -14,6 +14,7 @@ from scaleprobe.report.doc import Section, Table, Text
 from scaleprobe.report.finding import SEVERITIES, Finding
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import load_cell
+from scaleprobe.report.window import STEP_NOTE, step_cell
 from scaleprobe.results import BREAKDOWN_PHASES, RunResult
 
 RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
@@ -58,7 +59,7 @@ def run_cells(rec: RunResult, shared: dict[str, list[str]] | None = None) -> lis
         str(rec.cfg("data.dataset") or fmt.NA), str(rec.cfg("dist.strategy") or fmt.NA),
         fmt.num(rec.world_size, "d"), batch, fmt.rate(m.samples_per_s),
         fmt.mfu(m.mfu),
-        fmt.ms(rec.step_median_s), fmt.ms(st.p95 if st is not None else None),
+        step_cell(rec, fmt.ms(rec.step_median_s)), fmt.ms(st.p95 if st is not None else None),
         fmt.pct(m.data_wait_fraction), fmt.pct(m.comm_fraction),
         _host_mem(rec), fmt.bytes_(m.peak_mem_bytes.device_peak()),
         fmt.pct_value(m.cpu_util_pct), fmt.pct_value(m.gpu_util_pct),
@@ -115,7 +116,7 @@ def runs_section(runs: list[RunResult]) -> Section | None:
     rows = [run_cells(r, shared) for r in runs]
     right = [False] * 7 + [True] * (len(RUN_HEADERS) - 8) + [False]
     s = Section("Runs", anchor="runs").add(Table(RUN_HEADERS, rows, right))
-    notes = missing_notes(runs, rows) + rate_notes(runs)
+    notes = missing_notes(runs, rows) + rate_notes(runs) + [STEP_NOTE]
     if any(c.startswith("under load") for row in rows for c in row):
         notes.append("under load: processes outside the run's own process tree used more than "
                      "the limit during its timed window (Thresholds.under_load); its figures "
