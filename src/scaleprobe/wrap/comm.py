@@ -61,6 +61,8 @@ class CommTimer:
     def __init__(self, clock: Any = time.perf_counter) -> None:
         self.clock = clock
         self.attached = 0  # DDP models timed
+        self.built = 0  # DDP models the script built, timed or not
+        self.group = False  # the script initialised a process group
         self.reason: str | None = None  # why a DDP model was not timed
         self._done: list[tuple[float, float]] = []
         self._lock = threading.Lock()
@@ -120,6 +122,23 @@ def _builtin(ddp: Any, kind: Any) -> tuple[Any, Any]:
     return dh.allreduce_hook, ddp.process_group
 
 
+def _note_process_group(timer: CommTimer) -> None:
+    """``timer.group`` becomes True when the script initialises a process group (through
+    ``torch.distributed.init_process_group``, however it imported it): a script without one,
+    and without a DDP model, has nothing to communicate with."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    orig = c10d.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        timer.group = True
+        return orig(*args, **kwargs)
+
+    c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+
+
 def install(timer: CommTimer) -> None:
     """Patches ``DistributedDataParallel``: the timing hook after the constructor; a hook the
     script registers afterwards runs inside it."""
@@ -133,6 +152,7 @@ def install(timer: CommTimer) -> None:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig_init(self, *args, **kwargs)
+        timer.built += 1
         try:
             timer.attach(self)
         except Exception as e:  # noqa: BLE001  (a figure, never the script's failure)
@@ -156,5 +176,6 @@ def install(timer: CommTimer) -> None:
 
     __init__._scaleprobe = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
+    _note_process_group(timer)
     cls.register_comm_hook = register_comm_hook
     cls._register_builtin_comm_hook = _register_builtin_comm_hook

@@ -167,6 +167,8 @@ class Recorder:
     def _data(self, t0: float, t1: float) -> None:
         self._begin(t0)
         self._events.append(("data", t0, t1))
+        if self.beat is not None:  # progress, for the launcher's stall check
+            self.beat.passed("data")
 
     def fwd_pre(self, module: Any, _args: Any) -> None:
         if self._in_data:  # a transform module run by the loader: data, not forward
@@ -192,6 +194,8 @@ class Recorder:
             self._events.append(("forward", self._fwd_t0, time.perf_counter()))
             self._fwd_t0 = None
             self.forward_seen = True
+            if self.beat is not None:
+                self.beat.passed("forward")
 
     def opt_pre(self, opt: Any, _args: Any, _kwargs: Any) -> None:
         if self._primary is None:
