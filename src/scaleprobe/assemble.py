@@ -386,10 +386,11 @@ def _checks(result: RunResult, head: RankRecord) -> None:
     if result.audit is not None and result.audit.ok is False:
         m.unique_samples_per_s = M.unique_samples_per_s(m.samples_per_s,
                                                         result.audit.unique_fraction)
-        if result.status in ("ok", "target_not_reached"):  # the ranks did not train as one
-            result.status = "audit_failed"
-            result.error = f"shard audit failed: {result.audit.detail}"[:1000]
     result.invariants = check_run(result)
+    if (result.audit is not None and result.audit.ok is False
+            and result.status in ("ok", "target_not_reached")):  # the ranks did not train as one
+        result.status = "audit_failed"
+        result.error = f"shard audit failed: {result.audit.detail}"[:1000]
 
 
 def _load(result: RunResult, window: dict[str, Any] | None) -> None:
