@@ -99,7 +99,7 @@ def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
     line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("timed window"))
     assert line == ("timed window: 57 steps, ended at --max-seconds (30 s) before the median "
                     "step was stable; the median's 95% interval is ±5.9% of it (stable at "
-                    "±2.0%)")
+                    "±2%)")
     rec["metrics"].update(stop_reason="stable")
     rec["metrics"]["step_time_s"]["rel_ci"] = 0.018
     out = io.StringIO()

@@ -75,9 +75,10 @@ def _point_text(rec: RunResult) -> str:
 def missing_notes(runs: list[RunResult], rows: list[list[str]]) -> list[str]:
     """'n/a' explained: one line per (column, reason), naming the runs it applies to."""
     seen: dict[tuple[str, str], list[str]] = {}
-    unfinished = [r.label for r in runs if r.status in ("oom", "failed")]
+    # a failed run that kept the steps before it stopped (partial) has figures of its own
+    unfinished = [r.label for r in runs if r.status in ("oom", "failed") and not r.partial]
     for rec, row in zip(runs, rows, strict=True):
-        if rec.status in ("oom", "failed"):
+        if rec.status in ("oom", "failed") and not rec.partial:
             continue
         for col, cell in zip(RUN_HEADERS, row, strict=True):
             if cell != fmt.NA or col not in REASON_KEYS:

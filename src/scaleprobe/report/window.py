@@ -52,7 +52,7 @@ def window_line(r: RunResult) -> str | None:
             f"{rel_ci_text(st.rel_ci)} of it")
     target = r.cfg("measure.stable_rel_ci")
     if r.cfg("train.steps") == "auto" and target is not None:
-        line += f" (stable at {rel_ci_text(float(target))})"
+        line += f" (stable at ±{float(target) * 100:g}%)"
     if r.partial:
         line += f"; partial: {r.null_reasons.get('partial') or 'the steps before it stopped'}"
     return line

@@ -36,7 +36,7 @@ class RecorderSteps:
         if self.world > 1 and not any(e is not None for e in rec.comm_exposed[rec.warmup:]):
             unseen["comm"] = COMM_UNSEEN
         n = len(rec.walls)
-        samples = rec.samples[rec.warmup:n]
+        samples = rec.samples[max(rec.warmup, n - 256):n]  # the recent steps: cheap each beat
         log = rec.train_loader()
         per_step = int(round(median(samples))) if samples else 0
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
