@@ -44,6 +44,8 @@ STEADY = [0.1] * 20
     (20, 31.0, NOISY, "max-seconds"),
     (100, 1.0, NOISY, "max-steps"),
     (5, 31.0, NOISY, None),  # never before --min-steps
+    (100, 31.0, STEADY, "stable"),  # at a cap, but the median was stable: said so
+    (21, 1.0, STEADY, None),  # stability is tested every 5 steps
 ])
 def test_each_cap_and_the_stable_median_is_named(timed, elapsed, times, want):
     """Bug caught: a window ended by --max-seconds with an unstable median recorded no

@@ -38,11 +38,13 @@ def stop_reason(p: Any, st: Any, timer: Any) -> str | None:
     if st.timed < t.min_steps or (p.strategy.distributed and st.timed % 5):
         return None
     elapsed = time.perf_counter() - (st.window_t0 or time.perf_counter())
-    mine = ("max-steps" if st.timed >= t.max_steps else
-            "max-seconds" if elapsed >= t.max_seconds else
-            "stable" if st.timed % 5 == 0 and is_stable(
-                timer.step_times(timer.ready_count()), p.cfg.measure.stable_rel_ci,
-                t.min_steps) else None)
+    capped = ("max-steps" if st.timed >= t.max_steps else
+              "max-seconds" if elapsed >= t.max_seconds else None)
+    # stability is tested every 5 steps, and once more at a cap: a window that reached its
+    # cap with the median stable is named stable
+    stable = (capped is not None or st.timed % 5 == 0) and is_stable(
+        timer.step_times(timer.ready_count()), p.cfg.measure.stable_rel_ci, t.min_steps)
+    mine = "stable" if stable else capped
     if not p.strategy.any_true(mine is not None):  # every rank stops at the same step
         return None
     return mine or "peer"
