@@ -20,6 +20,42 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class Reached(Exception):
+    """Raised by the stubs of ``stop_before_work`` where the work would start: the input was
+    accepted."""
+
+
+@pytest.fixture
+def stop_before_work(monkeypatch):
+    """The commands run for real up to the call that would train (or write a report), which
+    raises ``Reached`` (a ScaleprobeError with exit code 0, so ``cli.main`` returns 0)."""
+    from scaleprobe.errors import ScaleprobeError
+    from scaleprobe.experiments.spec import check_points, load_spec
+
+    class Stop(Reached, ScaleprobeError):
+        exit_code = 0
+
+    def stop(*_a, **_k):
+        raise Stop("reached")
+
+    def sweep(spec, out=None, over=None, **k):
+        check_points(load_spec(spec, over, k.get("repeats")), out)
+        stop()
+
+    def scale(spec, out=None, **k):
+        check_points(load_spec(spec, None, k.get("repeats")), out)
+        stop()
+
+    monkeypatch.setattr("scaleprobe.run.workloads.run_config", stop)
+    monkeypatch.setattr("scaleprobe.experiments.parity.run_parity", stop)
+    monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep", sweep)
+    monkeypatch.setattr("scaleprobe.experiments.sweep.preflight", lambda cfgs: None)
+    monkeypatch.setattr("scaleprobe.experiments.scale.run_scale", scale)
+    monkeypatch.setattr("scaleprobe.report.build.build_report", stop)
+    monkeypatch.setattr("scaleprobe.commands.sweep.terminate_as_interrupt", lambda: None)
+    monkeypatch.setattr("scaleprobe.experiments.colocate.run_colocate", stop)
+
+
 @pytest.fixture
 def out_dir(tmp_path):
     return tmp_path / "out"

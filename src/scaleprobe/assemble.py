@@ -184,12 +184,16 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.breakdown_s = r0.breakdown_s
     if st:
         typical = r0.breakdown_s.total_s()
-        # sum over training ranks: equals global batch / step time when ranks move in
-        # lockstep, and stays right when they do not (asynchronous parameter server)
+        # sum over training ranks of each one's samples over its own timed window: equals
+        # global batch x steps / window when ranks move in lockstep, and stays right when
+        # they do not (asynchronous parameter server)
         rates = [r.samples_per_s for r in trainers if r.samples_per_s is not None]
         m.samples_per_s = sum(rates) if rates else None
         if not rates:
             why["samples_per_s"] = "no rank counted the samples of its steps"
+        step_rates = [r.samples_per_s_median_step for r in trainers
+                      if r.samples_per_s_median_step is not None]
+        m.samples_per_s_median_step = sum(step_rates) if step_rates else None
         m.samples_per_s_by_rank = {str(r.rank): r.samples_per_s for r in trainers}
         m.step_time_rank = r0.rank  # the step figures are this training rank's
         data = r0.breakdown_s.data
@@ -323,8 +327,13 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     c = Comm.from_dict(cal)
     c.exposed_s = result.metrics.breakdown_s.comm
     c.exposed_fraction = result.metrics.comm_fraction
-    if tr.comm_in_step:  # fsdp: per-step figure, its interval; the calibration a cross-check
-        fill_in_step(c, raw0, result.batch.world_size or 0, why)
+    # every strategy's communication is measured in the step (DDP's comm hook, FSDP's timed
+    # collectives, the timed comm phases of ps and local SGD): the per-step figure and its
+    # interval; a calibration, where the strategy has one, is a cross-check beside it
+    fill_in_step(c, raw0, result.batch.world_size or 0, why,
+                 None if tr.overlapped_comm else
+                 "no sync-minus-no_sync calibration for this strategy: its communication is a "
+                 "phase of its own")
     if (result.batch.world_size or 0) < 2:
         c.transfer_s = c.sync_overhead_s = c.transfer_hidden_s = 0.0
         c.transfer_method = c.sync_overhead_method = ALONE_METHOD

@@ -182,7 +182,15 @@ class DistConfig:
                             choices=("auto", "cpu"))
     average_every: int = option(4, "local SGD: average every K steps", ge=1)
     parity: bool = option(False, "also train on 1 process and compare accuracy")
+    parity_tolerance: float = option(0.01, "--parity: the accuracy difference (N - 1, "
+                                     "absolute) that still counts as parity; the verdict's "
+                                     "margin, never derived from the noise", gt=0, lt=1)
     bucket_cap_mb: float = option(25.0, "DDP gradient bucket size in MB", gt=0)
+    threads_per_rank: int | None = option(None, "compute threads of each rank "
+                                          "(torch.set_num_threads; OMP_NUM_THREADS for a "
+                                          "script); scale and sweeps over nproc set every "
+                                          "point to the largest count's cores / processes",
+                                          ge=1, unset="cores / processes on this host")
     link: str | None = option(None, "network the comm prediction assumes: 1gbit, 10gbit, "
                               "200mbit or a `scaleprobe comm` results file",
                               unset="loopback on one host, 10gbit across hosts")
@@ -328,7 +336,7 @@ ALL_KEYS = sorted(KNOBS)
 # keys added after results were written: left out of RunConfig.key() while at their defaults,
 # so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
 LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
-              "data.eval_windows")
+              "data.eval_windows", "dist.threads_per_rank", "dist.parity_tolerance")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure
 
 
@@ -473,6 +481,54 @@ def _task_default_model(cfg: RunConfig) -> RunConfig:
 def from_dict(d: dict[str, Any]) -> RunConfig:
     """Rebuild a RunConfig from ``to_dict()`` output (as saved in config.json)."""
     return build(flatten(d))
+
+
+# run options that apply to a script (the rest: the script builds its own model and data)
+SCRIPT_KEYS = ("dist.nnodes", "dist.node_rank", "dist.rdzv_endpoint", "dist.master_port",
+               "dist.timeout_s", "dist.threads_per_rank", "dist.force", "train.warmup_steps",
+               "train.steps", "measure.monitor_interval_s", "measure.progress",
+               "measure.summary_every", "measure.profile_every", "out", "name")
+# and in an experiment spec: the script itself, its arguments and its process count
+SPEC_KEYS = (*SCRIPT_KEYS, "script.path", "script.args", "dist.nproc")
+
+
+def script_name(target: list[str]) -> str:
+    """A short name for a script or module: its file's stem, or the module's last part."""
+    return target[1].rsplit(".", 1)[-1] if target[0] == "-m" else Path(target[0]).stem
+
+
+def script_defaults(flat: dict[str, Any]) -> dict[str, Any]:
+    """A script's run options (full keys, with ``script.path``) completed with what wrap sets
+    for every script: the script named as the model, its data as the script's own, and the
+    launched ranks given DDP's traits (one process per rank, shards audited)."""
+    world = int(flat.get("dist.nproc", 1)) * int(flat.get("dist.nnodes", 1))
+    name = script_name(ScriptConfig(flat["script.path"]).target())
+    return {"model.name": f"script:{name}", "data.dataset": "script",
+            "dist.strategy": "ddp" if world > 1 else "single", "dist.calibrate_comm": False,
+            **flat}
+
+
+# keys a printed command leaves out: where results go, the label, the progress bar, where
+# the ranks met (each run finds its own)
+COMMAND_LEAVES_OUT = frozenset({"out", "name", "measure.progress", "dist.master_port",
+                                "dist.rdzv_endpoint", "dist.node_rank"})
+
+
+def command_options(config: dict[str, Any], leave_out: Any = ()) -> list[str]:
+    """``--set KEY=VALUE`` for every key of a recorded configuration (``RunConfig.to_dict()``
+    form) that is not at its default, so that a printed command runs the same configuration
+    as printed (keys this version does not know, and ``leave_out``, are left out)."""
+    out: list[str] = []
+    skip = COMMAND_LEAVES_OUT | set(leave_out)
+    for sec, vals in config.items():
+        pairs = vals.items() if isinstance(vals, dict) and sec in SECTIONS else [(None, vals)]
+        for name, v in pairs:
+            full = sec if name is None else f"{sec}.{name}"
+            if full not in KNOBS or full in skip or v == KNOBS[full].default:
+                continue
+            text = ("null" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
+            out += ["--set", f"{full}={text}"]
+    return out
 
 
 def check_types(cfg: RunConfig) -> None:

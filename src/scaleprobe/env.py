@@ -77,11 +77,17 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def set_threads(local_world: int = 1) -> int:
-    """Give each of ``local_world`` processes on this host an equal share of the cores."""
+def threads_for(local_world: int = 1, per_rank: int | None = None) -> int:
+    """Compute threads of each of ``local_world`` processes on this host: ``per_rank`` when
+    given (``dist.threads_per_rank``), else an equal share of the cores."""
+    return per_rank or max(1, cpu_count() // max(1, local_world))
+
+
+def set_threads(local_world: int = 1, per_rank: int | None = None) -> int:
+    """Set this process's compute threads (``threads_for``)."""
     import torch
 
-    n = max(1, cpu_count() // max(1, local_world))
+    n = threads_for(local_world, per_rank)
     torch.set_num_threads(n)
     return n
 
@@ -95,13 +101,14 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def init_distributed(backend: str | None = None, timeout_s: float = 30.0) -> tuple[int, int]:
+def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
+                     threads_per_rank: int | None = None) -> tuple[int, int]:
     """Join the process group described by the launcher's environment; returns (rank, world)."""
     import torch
     import torch.distributed as dist
 
     info = dist_info()
-    set_threads(info.local_world)
+    set_threads(info.local_world, threads_per_rank)
     if info.world == 1 and not os.environ.get("MASTER_ADDR"):
         return 0, 1
     if not dist.is_initialized():

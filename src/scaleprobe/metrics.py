@@ -7,6 +7,9 @@ here; a figure computed anywhere else is a bug.
 Figures (units in the names):
 
     samples_per_s(samples, seconds)        samples processed / wall seconds
+    window_samples_per_s(n, steps, window) the headline throughput: samples of the timed steps
+                                           / the timed window (samples over time)
+    step_samples_per_s(n, step)            the median step's rate (steady state, stalls out)
     unique_samples_per_s(sps, fraction)    samples/s counting each sample once per epoch
     compute_s(breakdown)                   h2d + forward + backward + optimizer of one step
     speedup(sps_n, sps_1)                  samples/s at N / samples/s at 1 (measured both)
@@ -47,6 +50,9 @@ CONFIDENCE = 0.95
 # (ratios 0.94-1.18, docs/VERDICTS.md). A second process is the only way to see it.
 SINGLE_REPEAT_NOISE_REL = 0.10
 MAX_REPEATS_SUGGESTED = 30
+# A verdict needs at least this many repeats a side: one repeat's within-run spread cannot see
+# the drift between runs (load that comes and goes), so its interval decides nothing
+MIN_REPEATS_TO_DECIDE = 2
 # speedup above nproc x this is impossible without a measuring error (superlinear caches
 # do not reach 10% on the workloads scaleprobe runs): marked "implausible"
 PLAUSIBLE_SPEEDUP_FACTOR = 1.10
@@ -65,6 +71,23 @@ def tokens_per_s(sps: float | None, tokens_per_sample: int | None) -> float | No
     if sps is None or not tokens_per_sample:
         return None
     return sps * tokens_per_sample
+
+
+def window_samples_per_s(samples_per_step: float | None, steps: int | None,
+                         window_s: float | None) -> float | None:
+    """Throughput: the samples of the timed steps over the timed window's wall clock (what a
+    user's own counter reports: samples over time, stalls and epoch starts included)."""
+    if not samples_per_step or not steps:
+        return None
+    return samples_per_s(samples_per_step * steps, window_s)
+
+
+def step_samples_per_s(samples_per_step: float | None, step_s: float | None) -> float | None:
+    """The typical step's rate: the samples of one step over the median step time (steady
+    state, stalls left out); the breakdown's basis, never the headline throughput."""
+    if not samples_per_step:
+        return None
+    return samples_per_s(samples_per_step, step_s)
 
 
 def unique_samples_per_s(sps: float | None, unique_fraction: float | None) -> float | None:
@@ -196,12 +219,18 @@ class Interval:
     # Welch intervals: degrees of freedom per repeat on each side (n per side -> 2n - 2)
     welch: bool = False
 
+    @property
+    def enough_repeats(self) -> bool:
+        """Enough repeats stand behind it for a verdict (``MIN_REPEATS_TO_DECIDE``)."""
+        return self.n >= MIN_REPEATS_TO_DECIDE
+
     def above(self, ref: float) -> bool:
-        """The whole interval lies above ``ref``."""
-        return self.lo > ref
+        """The whole interval lies above ``ref``, with enough repeats behind it to say so
+        (one repeat never decides)."""
+        return self.enough_repeats and self.lo > ref
 
     def below(self, ref: float) -> bool:
-        return self.hi < ref
+        return self.enough_repeats and self.hi < ref
 
     def decides(self, ref: float) -> bool:
         return self.above(ref) or self.below(ref)
@@ -341,12 +370,13 @@ def undecided_text(iv: Interval | None, ref: float, what: str,
     interval."""
     if iv is None:
         return f"inconclusive: {what} has no spread (too few timed steps)"
+    head = "inconclusive" if iv.enough_repeats else f"inconclusive ({iv.n} repeat)"
     if need == "from ref":
         need = repeats_to_decide(iv, ref)
     tail = (f"; about {need} repeats would decide it" if need
             else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
                  "difference is smaller than the noise")
-    return f"inconclusive: {what} {iv.text()}{tail}"
+    return f"{head}: {what} {iv.text()}{tail}"
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float],
@@ -384,6 +414,38 @@ def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
     sa, sb = sample_sd(a), sample_sd(b)
     return math.sqrt(((len(a) - 1) * sa ** 2 + (len(b) - 1) * sb ** 2)  # type: ignore[operator]
                      / (len(a) + len(b) - 2))
+
+
+def paired_difference_interval(a: Sequence[float], b: Sequence[float],
+                               confidence: float = CONFIDENCE
+                               ) -> tuple[float, float, float, float] | None:
+    """(mean(b_i - a_i), lo, hi, sd of the differences) over pairs that share what moves the
+    figure (accuracies on 1 and N processes of one seed share the seed, the initial weights
+    and the split): a paired t interval on the differences. None with fewer than two
+    pairs."""
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} against {len(b)} values: not pairs")
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    if len(d) < 2:
+        return None
+    m = sum(d) / len(d)
+    sd = sample_sd(d) or 0.0
+    h = t_quantile(len(d) - 1, confidence) * sd / math.sqrt(len(d))
+    return m, m - h, m + h, sd
+
+
+def repeats_to_decide_paired(diff: float, sd: float, tol: float, n: int) -> int | None:
+    """Pairs that would put the paired interval of ``diff`` wholly inside or wholly outside
+    +/- ``tol``, if the mean difference and the spread of the differences stay as measured."""
+    gap = tol - abs(diff) if abs(diff) < tol else abs(diff) - tol
+    if gap <= 0:
+        return None
+    if sd <= 0:
+        return max(2, n)
+    for m in range(max(2, n + 1), MAX_REPEATS_SUGGESTED + 1):
+        if t_quantile(m - 1) * sd / math.sqrt(m) < gap:
+            return m
+    return None
 
 
 def repeats_to_decide_difference(diff: float, sd: float, tol: float, n: int) -> int | None:

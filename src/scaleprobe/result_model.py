@@ -304,8 +304,11 @@ class Metrics(Record):
     """A run's figures (units in the names; see the schema above). Task metrics
     (verification_accuracy, map50, ...) are kept in ``extra`` under their own names."""
 
+    # throughput: samples over the timed window (stalls and epoch starts in it), summed over the
+    # training ranks; the median step's rate beside it (the breakdown's basis)
     samples_per_s: float | None = None
     samples_per_s_by_rank: dict[str, float] | None = None
+    samples_per_s_median_step: float | None = None
     tokens_per_s: float | None = None  # token tasks (lm): samples_per_s x batch.tokens_per_sample
     unique_samples_per_s: float | None = None
     step_time_s: StepTime | None = None
@@ -423,7 +426,8 @@ class RankSummary(Record):
     breakdown_s: Breakdown = field(default_factory=Breakdown)
     steps_done: int | None = None
     steps_timed: int | None = None
-    samples_per_s: float | None = None
+    samples_per_s: float | None = None  # over the rank's timed window
+    samples_per_s_median_step: float | None = None
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -479,6 +483,13 @@ class Comm(Record):
     in_step: bool | None = None
     calls_per_step: dict[str, Any] | None = None
     exposed_reason: str | None = None
+    # DDP (comm/hook.py): the time at least one all-reduce was in flight, on the breakdown's
+    # basis (in_flight_per_step: per timed step, summarised away once assembled); each
+    # gradient bucket's bytes, median ready time after backward began and all-reduce time
+    in_flight_s: float | None = None
+    in_flight_method: str | None = None
+    in_flight_per_step: list[float | None] | None = None
+    buckets: list[dict[str, Any]] | None = None
     # ddp's calibration (calibrate.py): medians of fwd+bwd with / without gradient sync, their
     # difference, the raw samples and how they were taken; absent where it did not run
     sync_step_s: float | None = None
@@ -490,7 +501,9 @@ class Comm(Record):
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("sync_step_s", "no_sync_step_s", "sync_cost_s",
                                            "samples", "method", "prediction_measured_link",
-                                           "in_step", "calls_per_step", "exposed_reason")
+                                           "in_step", "calls_per_step", "exposed_reason",
+                                           "in_flight_s", "in_flight_method",
+                                           "in_flight_per_step", "buckets")
 
     def dominant(self) -> str | None:
         """"transfer" or "sync_overhead": the larger part of the exposed communication; None

@@ -23,7 +23,7 @@ import pytest
 
 from scaleprobe import config as C
 from scaleprobe.cli import build_parser, main
-from scaleprobe.errors import ConfigError, ScaleprobeError
+from scaleprobe.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -149,37 +149,6 @@ def test_true_for_any_key_that_is_not_a_switch_is_refused():
 
 
 # --- through the command line ------------------------------------------------------------
-
-
-class Reached(ScaleprobeError):
-    """Raised by the stubs where the work would start: the input was accepted."""
-
-    exit_code = 0
-
-
-@pytest.fixture
-def stop_before_work(monkeypatch):
-    """The commands run for real up to the call that would train (or write a report)."""
-    from scaleprobe.experiments.spec import check_points, load_spec
-
-    def stop(*_a: Any, **_k: Any) -> None:
-        raise Reached("reached")
-
-    def sweep(spec: Any, out: Any = None, over: Any = None, **k: Any) -> None:
-        check_points(load_spec(spec, over, k.get("repeats")), out)
-        stop()
-
-    def scale(spec: Any, out: Any = None, **k: Any) -> None:
-        check_points(load_spec(spec, None, k.get("repeats")), out)
-        stop()
-
-    monkeypatch.setattr("scaleprobe.run.workloads.run_config", stop)
-    monkeypatch.setattr("scaleprobe.experiments.parity.run_parity", stop)
-    monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep", sweep)
-    monkeypatch.setattr("scaleprobe.experiments.sweep.preflight", lambda cfgs: None)
-    monkeypatch.setattr("scaleprobe.experiments.scale.run_scale", scale)
-    monkeypatch.setattr("scaleprobe.report.build.build_report", stop)
-    monkeypatch.setattr("scaleprobe.commands.sweep.terminate_as_interrupt", lambda: None)
 
 
 def toml_value(v: Any) -> str:

@@ -132,7 +132,7 @@ def test_run_help_shows_the_defaults_that_apply(capsys):
                         ("--max-seconds", "120"), ("--min-steps", "10"), ("--steps", "auto"),
                         ("--loader", "pipelined"), ("--eval", "off")]:
         assert f"(default: {shown}" in entries[flag], entries[flag]
-    assert "--optimizer {sgd,adamw}" in out and "--strategy {single,dp,ddp,ps,localsgd}" in out
+    assert "--optimizer {sgd,adamw}" in out and "--strategy {single,dp,ddp,ps,localsgd,fsdp}" in out
     assert "dist.calibration_steps" in out  # keys without a flag, with their defaults too
     assert "--nproc-per-node" in out
 

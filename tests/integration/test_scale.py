@@ -1,5 +1,6 @@
 """`scaleprobe scale`: the same run on 1 and 2 processes, speedup measured from both."""
 
+import psutil
 import pytest
 
 from scaleprobe.metrics import plausible_speedup, ratio_interval
@@ -23,15 +24,22 @@ def test_scale_measures_each_count_and_explains_the_gap(cli, out_dir):
         assert order[4:] == [(1, 2), (2, 2)] and "implausible speedup" in p.stderr
     assert all(r["status"] == "ok" and r["experiment"]["kind"] == "scale" for r in runs)
     assert {r["config"]["dist"]["strategy"] for r in runs} == {"ddp"}
+    # like for like: the 1-process baseline runs the threads of each of the 2 ranks (cores /
+    # 2), not an OpenMP team of every core beside ranks of one thread each
+    threads = {r["env"]["threads"] for r in runs}
+    assert threads == {max(1, len(psutil.Process().cpu_affinity()) // 2)}, threads
+    assert {r["config"]["dist"]["threads_per_rank"] for r in runs} == threads
     sps = {key: r["metrics"]["samples_per_s"] for key, r in zip(order, runs, strict=True)}
     reps = sorted({k for _, k in order})
     iv = ratio_interval([sps[1, k] for k in reps], [sps[2, k] for k in reps],
                         *[[r["metrics"]["step_time_s"]["rel_ci"] for r in runs
                            if r["env"]["world_size"] == n] for n in (1, 2)])
     table = (out_dir / "scale.md").read_text()
-    assert "| Processes | Samples/s | Speedup | Efficiency |" in table
+    assert "| Processes | Threads/rank | Samples/s | Speedup (paired) | Efficiency |" in table
+    t = threads.pop()
     if plausible_speedup(iv.estimate, 2):
-        assert f"2 processes: {iv.text()} (efficiency {iv.estimate / 2:.0%}" in table
+        assert (f"2 processes x {t} thread{'s' if t != 1 else ''}: {iv.text()} (efficiency "
+                f"{iv.estimate / 2:.0%}") in table
     else:  # still implausible after the second look: marked, not a verdict
         assert "is implausible" in table and "left out of every verdict" in table
     assert runs[1]["batch"]["global"] == 64  # --batch-size is per device: weak scaling

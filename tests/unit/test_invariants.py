@@ -1,22 +1,23 @@
 """The invariants every run result is checked against (scaleprobe.invariants)."""
 
-from scaleprobe.invariants import check_run, window_samples_per_s
-from tests.unit.report.factory import run
+from scaleprobe.invariants import check_run, uneven_steps, window_samples_per_s
+from tests.unit.report.factory import loaded, run
 
 
 def _names(rec):
-    return [v["name"] for v in check_run(rec)]
+    return [v["name"] for v in check_run(loaded(rec))]
 
 
 def _good():
     rec = run("ok", batch=32, step_s=0.1)  # 320 samples/s
-    rec["metrics"].update(steps_timed=50, window_s=5.0)  # 32 x 50 / 5 = 320
+    rec["metrics"].update(steps_timed=50, window_s=5.0,  # 32 x 50 / 5 = 320
+                          samples_per_s_median_step=320.0)
     rec["batch"]["training_ranks"] = 1
     return rec
 
 
 def test_a_consistent_run_breaks_nothing():
-    assert check_run(_good()) == []
+    assert check_run(loaded(_good())) == []
 
 
 def test_shares_outside_0_to_100_percent():
@@ -25,7 +26,7 @@ def test_shares_outside_0_to_100_percent():
     assert _names(rec) == ["shares"]
     rec = _good()
     rec["metrics"]["breakdown_s"]["data"] = -0.01
-    assert "negative phase time: data" in check_run(rec)[0]["detail"]
+    assert "negative phase time: data" in check_run(loaded(rec))[0]["detail"]
 
 
 def test_communication_at_world_size_one():
@@ -37,14 +38,28 @@ def test_communication_at_world_size_one():
     assert "no comm at 1" not in _names(rec)
 
 
-def test_median_samples_per_s_must_agree_with_the_window():
-    """1,016 samples/s beside an epoch that ran at about 410/s: a median that flatters."""
+def test_samples_per_s_is_the_windows_throughput():
+    """samples/s must be global batch x timed steps / timed window (bug caught: a headline
+    from the median step, 1,016 samples/s beside an epoch that ran at about 410/s)."""
     rec = _good()
-    assert window_samples_per_s(rec) == 320.0
-    rec["metrics"]["window_s"] = 5.0 * 1.3  # 246 samples/s over the window: 1.30x apart
-    assert _names(rec) == ["window"] and "1.30x" in check_run(rec)[0]["detail"]
-    rec["metrics"]["window_s"] = 5.0 * 1.2  # within 25%
+    assert window_samples_per_s(loaded(rec)) == 320.0
+    rec["metrics"]["window_s"] = 5.0 * 1.1  # 291 samples/s over the window, 320 claimed
+    assert _names(rec) == ["window"] and "(290.9)" in check_run(loaded(rec))[0]["detail"]
+    rec["metrics"]["window_s"] = 5.0 * 1.04  # within 5%: the ranks' windows differ that much
     assert _names(rec) == []
+
+
+def test_a_median_step_far_from_the_window_is_uneven_steps_not_a_broken_invariant():
+    rec = _good()
+    rec["metrics"].update(samples_per_s=246.0, window_s=6.5,  # 32 x 50 / 6.5 = 246
+                          samples_per_s_median_step=320.0)  # 1.30x the window's
+    assert _names(rec) == []
+    assert uneven_steps(loaded(rec)) == (320.0, 32 * 50 / 6.5)
+    rec["metrics"]["samples_per_s_median_step"] = 246.0 * 1.2  # within 25%
+    assert uneven_steps(loaded(rec)) is None
+    old = _good()  # written before: its samples/s was the median step's
+    old["metrics"].update(window_s=6.5, samples_per_s_median_step=None)
+    assert uneven_steps(loaded(old))[0] == 320.0 and _names(old) == []
 
 
 def test_failed_audit_needs_unique_samples_per_s():
@@ -56,4 +71,4 @@ def test_failed_audit_needs_unique_samples_per_s():
 
 
 def test_runs_that_did_not_finish_are_not_checked():
-    assert check_run(run("x", status="failed")) == []
+    assert check_run(loaded(run("x", status="failed"))) == []

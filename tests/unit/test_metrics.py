@@ -68,7 +68,16 @@ def test_one_repeat_uses_the_within_run_spread_and_the_noise_floor():
     iv = M.ratio_interval([100.0], [104.0], [0.01], [0.01])
     assert iv.n == 1 and iv.lo < 1.0  # 4% is inside the 10% process-to-process floor
     big = M.ratio_interval([100.0], [200.0], [0.01], [0.01])
-    assert big.above(1.5)
+    assert big.lo > 1.5  # the interval lies above 1.5...
+    # ...but one repeat cannot see drift between runs: it decides nothing (issue: "use 2
+    # loader workers" and "faster together" decided from one repeat under drifting load)
+    assert not big.above(1.5) and not big.below(2.5) and not big.decides(1.0)
+    need = M.repeats_to_decide(big, 1.5)  # at least two, and the fewest that would decide
+    assert need >= 2 and M.projected(big, need).decides(1.5)
+    assert not M.projected(big, need - 1).decides(1.5)
+    assert M.undecided_text(big, 1.5, "B / A").startswith("inconclusive (1 repeat): B / A 2.00x")
+    two = M.ratio_interval([100.0, 101.0], [200.0, 203.0], [0.01, 0.01], [0.01, 0.01])
+    assert two.n == 2 and two.above(1.5)
     assert M.ratio_interval([100.0], [200.0]) is None  # no spread at all: nothing to say
 
 
@@ -152,3 +161,18 @@ def test_an_interval_knows_when_the_runs_own_spread_set_its_width():
     assert not one.within_run_bound  # the 10% process-to-process floor, not the runs'
     assert M.ratio_interval([1.0], [1.1], [0.2], [0.2]).within_run_bound
     assert not M.ratio_interval([1.0, 1.0], [1.1, 1.2]).within_run_bound  # unknown: no claim
+
+
+def test_paired_difference_interval_by_hand():
+    """Differences 0.01, -0.01, -0.02: mean -0.00667, sd 0.015275, t(2, 95%) 4.3027: the
+    interval is mean +/- 4.3027 x 0.015275 / sqrt(3). Bug caught: an unpaired (Welch)
+    interval over pairs that share a seed, twice as wide here."""
+    d, lo, hi, sd = M.paired_difference_interval([0.80, 0.84, 0.82], [0.81, 0.83, 0.80])
+    h = 4.302652729911275 * 0.015275252316519465 / 3 ** 0.5
+    assert d == pytest.approx(-0.02 / 3) and sd == pytest.approx(0.015275252316519465)
+    assert (lo, hi) == pytest.approx((d - h, d + h))
+    welch = M.mean_difference_interval([0.80, 0.84, 0.82], [0.81, 0.83, 0.80])
+    assert welch[2] - welch[1] > 1.2 * (hi - lo)
+    assert M.paired_difference_interval([0.8], [0.7]) is None
+    assert M.repeats_to_decide_paired(-0.05, 0.01, 0.01, 3) == 4  # t(3) 3.18 x 0.01 / 2 < 0.04
+    assert M.repeats_to_decide_paired(0.01, 0.01, 0.01, 3) is None  # on the tolerance

@@ -19,8 +19,7 @@ def _filled_run() -> dict:
     cfg = C.build({"strategy": "ddp", "nproc": 2, "link": "1gbit"})
     rec = R.new_run_record(cfg.to_dict(), "id", "n", "k")
     rec.update(status="ok", batch={"per_device": 4, "per_process": 4, "global": 8,
-                                   "world_size": 2, "training_ranks": 2,
-                                   "tokens_per_sample": None},
+                                   "world_size": 2, "training_ranks": 2},
                audit={"ok": False, "duplicate_samples": 8, "missing_samples": 0,
                       "same_order_across_epochs": False, "unique_fraction": 0.5,
                       "detail": "x", "world_size": 2},
@@ -82,7 +81,8 @@ def test_a_parity_record_is_written_through_its_type():
     for r in ones + twos:
         r["config"]["train"]["global_batch"] = 8
         r["metrics"]["steps_done"] = 20  # both sides saw the same samples: like for like
-    rec = parity_record(ones, twos, "par")
+    rec = parity_record([R.RunResult.from_dict(r) for r in ones],
+                        [R.RunResult.from_dict(r) for r in twos], "par", 0.01)
     assert rec["accuracy_1"] == pytest.approx(0.81)
     typed = R.ParityRecord.from_dict(rec)
     assert typed.extra == {}, f"undeclared: {sorted(typed.extra)}"

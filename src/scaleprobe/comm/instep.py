@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scaleprobe.measure.stats import median, median_ci
+from scaleprobe.measure.summary import per_median_step
 
 INTERVAL_METHOD = ("median over the timed steps, 95% distribution-free interval of the "
                    "median (order statistics)")
@@ -64,10 +65,13 @@ def text(fig: dict[str, Any] | None, ms: Any) -> str:
     return out + ("" if fig.get("resolved") else ": not resolved from noise")
 
 
-def fill_in_step(c: Any, raw0: Any, world: int, why: dict[str, str]) -> None:
+def fill_in_step(c: Any, raw0: Any, world: int, why: dict[str, str],
+                 cross_check_reason: str | None = None) -> None:
     """The in-step fields of a run's ``Comm`` record ``c`` from the shown rank's record
-    ``raw0`` (its per-step comm phase, the cross-check its strategy built), with null reasons
-    in ``why``. At world size 1 nothing is communicated: no interval, no cross-check."""
+    ``raw0`` (its per-step comm phase, the cross-check its strategy built, the time in flight
+    per step), with null reasons in ``why``. At world size 1 nothing is communicated: no
+    interval, no cross-check. ``cross_check_reason``: why there is none, where the strategy
+    has no calibration to cross-check with."""
     unseen = (raw0.phases_unseen or {}).get("comm")
     if world < 2:
         c.exposed_per_step = c.cross_check = None
@@ -80,6 +84,14 @@ def fill_in_step(c: Any, raw0: Any, world: int, why: dict[str, str]) -> None:
         c.exposed_per_step = per_step_figures(raw0.phase_times_s.get("comm"))
         if c.exposed_per_step["median_s"] is None:
             why["comm.exposed_per_step"] = "no step was timed"
+    flights = c.in_flight_per_step
+    if flights and c.in_flight_s is None:  # on the breakdown's basis: in flight >= exposed
+        vals = [v or 0.0 for v in flights]
+        try:
+            c.in_flight_s = per_median_step(vals, raw0.phase_times_s, raw0.step_times_s)
+        except ValueError:
+            why["comm.in_flight_s"] = "not one time in flight per timed step"
+    c.in_flight_per_step = None  # summarised: not kept per step
     if c.cross_check is None:
-        why["comm.cross_check"] = ("not measured: calibration switched off "
-                                   "(dist.calibrate_comm = false)")
+        why["comm.cross_check"] = cross_check_reason or (
+            "not measured: calibration switched off (dist.calibrate_comm = false)")

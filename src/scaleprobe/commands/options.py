@@ -75,6 +75,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--bucket-cap-mb", "dist.bucket_cap_mb", ()),
     ("--link", "dist.link", ()),
     ("--parity", "dist.parity", ()),
+    ("--parity-tolerance", "dist.parity_tolerance", ()),
     ("--monitor-interval", "measure.monitor_interval_s", ()),
     ("--memory-limit", "measure.memory_limit", ()),
     ("--profile-every", "measure.profile_every", ()),
@@ -173,12 +174,11 @@ def config_from_args(args: argparse.Namespace,
         merged.update(C.load_flat(path))
     merged.update(overrides_from_args(args))
     if merged.get("script.path") is not None:  # the user's own script, under wrap
-        from scaleprobe.run.script import SPEC_KEYS, script_defaults
 
         for key in merged:
-            if key not in SPEC_KEYS:
+            if key not in C.SPEC_KEYS:
                 raise ConfigError(f"{key} does not apply to a script (it builds its own model, "
                                   f"data and training); a script takes "
-                                  f"{', '.join(sorted(SPEC_KEYS))}")
-        merged = script_defaults(merged)
+                                  f"{', '.join(sorted(C.SPEC_KEYS))}")
+        merged = C.script_defaults(merged)
     return C.build(merged)

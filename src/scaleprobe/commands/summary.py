@@ -9,6 +9,7 @@ from rich.table import Table
 
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
+from scaleprobe.invariants import uneven_steps
 from scaleprobe.report.advice import sync_words
 from scaleprobe.report.window import window_line
 from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
@@ -27,6 +28,7 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
         return
     con.print(_figures_table(con, _figures(r)))
     _rates_line(con, r)
+    _uneven_line(con, r)
     _lm_line(con, r)
     _breakdown(con, r)
     _epoch_starts(con, r)
@@ -149,6 +151,18 @@ def _rates_line(con: Console, r: RunResult) -> None:
     text = r.rate_definition()
     if text:
         con.print(f"samples/s: {esc(text)}")
+
+
+def _uneven_line(con: Console, r: RunResult) -> None:
+    """samples/s is the window's throughput; where the median step says another figure by
+    more than the noise, name it and why (the breakdown above is the median step's)."""
+    gap = uneven_steps(r)
+    if gap is None:
+        return
+    step, window = gap
+    con.print(f"[bold yellow]steps vary widely[/bold yellow]: {fmt.num(window)} samples/s over "
+              f"the timed window, {fmt.num(step)} from the median step ({step / window:.2f}x); "
+              "see steps.csv for the slow steps")
 
 
 def _host_mem(mem: PeakMem) -> str:

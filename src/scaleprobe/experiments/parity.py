@@ -4,6 +4,7 @@ model learns; when it does (batch-norm statistics over smaller per-device batche
 bug), this shows it with both accuracies side by side.
 
     scaleprobe run --strategy ddp --nproc 2 --parity --epochs 3 --repeats 3
+    scaleprobe run --strategy ddp --nproc 2 --parity --parity-tolerance 0.005
 
 Repeat ``r`` uses seed ``seed + r`` for both runs (the seed moves the initial weights, the data
 order and the held-out split), run interleaved (1, N, 1, N, ...), each in its own process. The
@@ -11,12 +12,14 @@ learning rate is not scaled: the global batch is the same on both sides. Communi
 calibration is off in the N-process run (its extra forward passes would move batch-norm
 statistics the 1-process run never sees).
 
-The verdict compares the difference of mean accuracies (N - 1), with its 95% interval
-(``metrics.mean_difference_interval``, Welch, unpaired over seeds), against a tolerance taken
-from the same runs: ``max(floor, k x pooled seed-to-seed standard deviation)`` (thresholds
-``parity_tolerance_floor``, ``parity_tolerance_sd``). "parity holds" when the whole interval
-lies inside +/- tolerance, "parity broken" when it lies entirely outside, else "inconclusive",
-with the interval and the repeats that would decide it. One repeat has no spread: inconclusive.
+An equivalence test. The verdict compares the difference of accuracies (N - 1), paired by
+seed (both sides of a seed share its initial weights, data order and split:
+``metrics.paired_difference_interval``), with its 95% interval, against the user's tolerance
+(``--parity-tolerance``, default 1 accuracy point, absolute): never derived from the measured
+noise, since a noisier setup would then loosen the margin until a real 10-point loss read
+"parity holds". "parity holds" when the whole interval lies inside +/- tolerance, "parity
+broken" when it lies entirely outside, else "inconclusive", with the interval and the seeds
+that would decide it. Fewer than two seeds have no spread: inconclusive.
 """
 
 from __future__ import annotations
@@ -30,12 +33,12 @@ from typing import Any
 from scaleprobe import metrics
 from scaleprobe import results as res
 from scaleprobe.config import RunConfig, validate
-from scaleprobe.report.thresholds import DEFAULT
+from scaleprobe.results import RunResult
 
 DEFAULT_REPEATS = 3
-TOLERANCE_FLOOR = DEFAULT.parity_tolerance_floor
-TOLERANCE_SD = DEFAULT.parity_tolerance_sd
 VERDICTS = ("parity holds", "parity broken", "inconclusive", "not measured")
+TOLERANCE_RULE = ("the user's (--parity-tolerance, default 0.01: one accuracy point, "
+                  "absolute), never derived from the measured noise")
 
 
 def parity_configs(cfg: RunConfig, repeat: int = 0) -> tuple[RunConfig, RunConfig]:
@@ -65,83 +68,74 @@ def parity_configs(cfg: RunConfig, repeat: int = 0) -> tuple[RunConfig, RunConfi
 
 # ---- the verdict (pure: hand-made accuracies in tests) -----------------------------------
 
-def tolerance(a: Sequence[float], b: Sequence[float], floor: float = TOLERANCE_FLOOR,
-              k: float = TOLERANCE_SD) -> tuple[float | None, str]:
-    """(tolerance, how it was derived) from the measured seed-to-seed spread."""
-    sp = metrics.pooled_sd(a, b)
-    if sp is None:
-        return None, "no seed-to-seed spread: fewer than 2 accuracies on a side"
-    tol = max(floor, k * sp)
-    return tol, (f"max({floor:.3f}, {k:g} x pooled seed-to-seed sd {sp:.4f}) = {tol:.4f} "
-                 f"(sd over {len(a)} seeds on 1 process, {len(b)} on N)")
-
-
-def parity_verdict(acc_1: Sequence[float], acc_n: Sequence[float],
-                   floor: float = TOLERANCE_FLOOR, k: float = TOLERANCE_SD) -> dict[str, Any]:
-    """Verdict, interval and tolerance from the accuracies of the repeats on each side."""
-    if not acc_1 or not acc_n:
-        return {"verdict": "not measured", "text": "no accuracy on one side (see the runs)",
-                "difference": None, "interval": None, "tolerance": None,
-                "tolerance_rule": None, "seed_sd": None}
-    diff = sum(acc_n) / len(acc_n) - sum(acc_1) / len(acc_1)
-    tol, rule = tolerance(acc_1, acc_n, floor, k)
-    iv = metrics.mean_difference_interval(acc_1, acc_n)
-    sd = metrics.pooled_sd(acc_1, acc_n)
-    out = {"difference": diff, "tolerance": tol, "tolerance_rule": rule, "seed_sd": sd,
-           "interval": None if iv is None else {"estimate": iv[0], "lo": iv[1], "hi": iv[2],
-                                                "confidence": metrics.CONFIDENCE,
-                                                "method": "Welch t, unpaired over seeds"}}
-    if iv is None or tol is None:
+def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
+                   tol: float) -> dict[str, Any]:
+    """Verdict and interval from the accuracies of the repeats on each side, seed by seed
+    (``acc_1[r]``, ``acc_n[r]``: seed r; a seed with an accuracy missing on a side drops
+    out of the pairs), against the user's tolerance ``tol``."""
+    pairs = [(x, y) for x, y in zip(acc_1, acc_n, strict=False) if x is not None and y is not None]
+    base = {"tolerance": tol, "tolerance_rule": TOLERANCE_RULE, "pairs": len(pairs)}
+    if not pairs:
+        return {**base, "verdict": "not measured", "text": "no seed has an accuracy on both "
+                "sides (see the runs)", "difference": None, "interval": None, "seed_sd": None}
+    a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+    diff = sum(b) / len(b) - sum(a) / len(a)
+    iv = metrics.paired_difference_interval(a, b)
+    out = {**base, "difference": diff, "seed_sd": iv[3] if iv else None,
+           "interval": None if iv is None else {
+               "estimate": iv[0], "lo": iv[1], "hi": iv[2], "confidence": metrics.CONFIDENCE,
+               "method": "paired t on the seeds' differences (N - 1)"}}
+    if iv is None:
         return {**out, "verdict": "inconclusive",
-                "text": f"difference {diff:+.4f} from {min(len(acc_1), len(acc_n))} repeat(s): "
-                        "one seed per side shows no seed-to-seed spread, so no tolerance and no "
-                        "interval; run --repeats 3 or more"}
-    _, lo, hi = iv
-    span = f"difference (N - 1) {diff:+.4f} [{lo:+.4f}, {hi:+.4f}] (95%, {len(acc_1)} seeds " \
-           f"per side); tolerance +/-{tol:.4f} = {rule}"
+                "text": f"difference {diff:+.4f} from 1 seed: no spread, no interval; run "
+                        "--repeats 3 or more"}
+    _, lo, hi, sd = iv
+    span = (f"difference (N - 1) {diff:+.4f} [{lo:+.4f}, {hi:+.4f}] (95%, paired over "
+            f"{len(pairs)} seeds); tolerance +/-{tol:.4f} (the user's)")
     if lo > -tol and hi < tol:
         return {**out, "verdict": "parity holds", "text": f"{span}: the interval lies within it"}
     if lo > tol or hi < -tol:
         return {**out, "verdict": "parity broken",
                 "text": f"{span}: the interval lies entirely outside it"}
-    need = metrics.repeats_to_decide_difference(diff, sd or 0.0, tol, min(len(acc_1), len(acc_n)))
-    tail = (f"about {need} repeats would decide it" if need else
-            f"more than {metrics.MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
+    need = metrics.repeats_to_decide_paired(diff, sd, tol, len(pairs))
+    tail = (f"about {need} seeds would decide it" if need else
+            f"more than {metrics.MAX_REPEATS_SUGGESTED} seeds would be needed, or the "
             "difference sits at the tolerance")
     return {**out, "verdict": "inconclusive",
             "text": f"{span}: the interval crosses the tolerance; {tail}"}
 
 
-def _acc(rec: dict[str, Any]) -> float | None:
-    return res.get(rec, "metrics.accuracy") if rec.get("status") == "ok" else None
+def _acc(rec: RunResult) -> float | None:
+    return rec.metrics.accuracy if rec.status == "ok" else None
 
 
-def _samples(rec: dict[str, Any]) -> int | None:
-    steps, gb = res.get(rec, "metrics.steps_done"), res.get(rec, "config.train.global_batch")
-    return steps * gb if isinstance(steps, int) and isinstance(gb, int) else None
+def _samples(rec: RunResult) -> int | None:
+    steps, gb = rec.metrics.steps_done, rec.cfg_number("train.global_batch")
+    return steps * int(gb) if steps is not None and gb else None
 
 
-def parity_record(recs_1: list[dict[str, Any]], recs_n: list[dict[str, Any]],
-                  exp_id: str) -> dict[str, Any]:
+def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
+                  tol: float) -> dict[str, Any]:
     """The ``kind: parity`` record from the repeats' run records (``recs_1[r]``, ``recs_n[r]``:
     repeat r on 1 and on N processes). Repeats whose two runs saw different numbers of samples
     are left out of the comparison (not like for like)."""
     samples = [[_samples(a), _samples(b)] for a, b in zip(recs_1, recs_n, strict=True)]
     like = [i for i, (s1, sn) in enumerate(samples) if s1 is not None and s1 == sn]
-    acc_1 = [v for i in like if (v := _acc(recs_1[i])) is not None]
-    acc_n = [v for i in like if (v := _acc(recs_n[i])) is not None]
-    v = parity_verdict(acc_1, acc_n)
+    v = parity_verdict([_acc(recs_1[i]) for i in like], [_acc(recs_n[i]) for i in like], tol)
     unlike = [i for i in range(len(samples)) if i not in like]
     if unlike:
         v["text"] += (f"; left out: repeat(s) {', '.join(str(i + 1) for i in unlike)} (samples "
                       "seen differ or unknown)")
-    first = recs_n[0] if recs_n else {}
+    acc_1 = [x for i in like if (x := _acc(recs_1[i])) is not None]
+    acc_n = [x for i in like if (x := _acc(recs_n[i])) is not None]
+    first = recs_n[0] if recs_n else RunResult()
+    gb = first.cfg_number("train.global_batch")
     return res.ParityRecord(
         experiment=res.Experiment(id=exp_id, kind="parity"),
-        nproc=(first.get("batch") or {}).get("world_size"),
-        global_batch=res.get(first, "config.train.global_batch"),
+        nproc=first.batch.world_size,
+        global_batch=int(gb) if gb else None,
         repeats=len(recs_1),
-        seeds=[res.get(r, "config.train.seed") for r in recs_1],
+        seeds=[r.cfg("train.seed") for r in recs_1],
         samples_seen=samples[0] if samples else [None, None],
         samples_seen_repeats=samples,
         accuracies_1=[_acc(r) for r in recs_1], accuracies_n=[_acc(r) for r in recs_n],
@@ -152,7 +146,7 @@ def parity_record(recs_1: list[dict[str, Any]], recs_n: list[dict[str, Any]],
         tolerance_rule=v["tolerance_rule"], verdict=v["verdict"],
         verdict_text=v["text"],
         within_tolerance={"parity holds": True, "parity broken": False}.get(v["verdict"]),
-        runs=[r.get("run_id") for pair in zip(recs_1, recs_n, strict=True) for r in pair],
+        runs=[r.run_id for pair in zip(recs_1, recs_n, strict=True) for r in pair],
         status="ok" if v["verdict"] != "not measured" else "failed").to_dict()
 
 
@@ -181,18 +175,19 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
                        "attempt": new_attempt()}
                 proc = procs.start({"config": c.to_dict(), "experiment": exp}, out / "points",
                                    f"parity-n{n}-r{r}")
-                rec = collect_record(proc, procs.wait(proc), c, exp, out / res.RESULTS_FILE)
+                rec = RunResult.from_dict(collect_record(proc, procs.wait(proc), c, exp,
+                                                         out / res.RESULTS_FILE))
                 into.append(rec)
                 if say is not None:
                     acc = _acc(rec)
                     say(f"[{r + 1}/{repeats}] seed {c.train.seed}, {n} process(es): "
-                        f"{rec['status']}" + (f", accuracy {acc:.4f}" if acc is not None else ""))
+                        f"{rec.status}" + (f", accuracy {acc:.4f}" if acc is not None else ""))
     except BaseException:
         procs.stop_all()
         raise
     finally:
         procs.close()
-    rec = parity_record(recs_1, recs_n, exp_id)
+    rec = parity_record(recs_1, recs_n, exp_id, cfg.dist.parity_tolerance)
     res.append_jsonl(out / res.RESULTS_FILE, rec)
-    return {"parity": rec, "runs": [r for pair in zip(recs_1, recs_n, strict=True)
+    return {"parity": rec, "runs": [r.to_dict() for pair in zip(recs_1, recs_n, strict=True)
                                     for r in pair]}

@@ -21,7 +21,7 @@ from rich.console import Console
 from scaleprobe import config as C
 from scaleprobe.errors import ConfigError
 from scaleprobe.results import RunResult, dict_of
-from scaleprobe.run.script import SCRIPT_KEYS, check_target
+from scaleprobe.run.script import check_target
 
 
 def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
@@ -73,11 +73,11 @@ def check_overrides(over: dict[str, Any], flags: dict[str, str]) -> dict[str, An
     """The given run options, refusing those a script decides itself (one line, exit 2);
     ``flags``: each key's flag, to name it as the user typed it."""
     for key in over:
-        if key not in SCRIPT_KEYS and key != "dist.nproc" and key != "dist.strategy":
+        if key not in C.SCRIPT_KEYS and key != "dist.nproc" and key != "dist.strategy":
             raise ConfigError(f"{flags.get(key, key)} does not apply to a script (it builds "
                               "its own model, data and training); scale -- SCRIPT.py takes "
                               "--nproc, --repeats, --warmup-steps, --steps, --out, --id")
-    return {k: v for k, v in over.items() if k in SCRIPT_KEYS}
+    return {k: v for k, v in over.items() if k in C.SCRIPT_KEYS}
 
 
 def script_spec(target: list[str], counts: list[int], over: dict[str, Any],

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import config as C
+from scaleprobe.env import threads_for
 from scaleprobe.errors import ConfigError
-from scaleprobe.run.script import SPEC_KEYS, script_defaults
 
 BATCH_KEYS = ("train.batch_size", "train.global_batch")
 SWEEP_OPTIONS = {
@@ -107,7 +107,7 @@ def _complete(flat: dict[str, Any]) -> dict[str, Any]:
     """A point of a script (``script.path`` set) gets what ``wrap`` sets for every script."""
     if flat.get("script.path") is None:
         return flat
-    return script_defaults(flat)
+    return C.script_defaults(flat)
 
 
 ARGS_KEY = "script.args"
@@ -118,10 +118,10 @@ def _check_script_keys(base: dict[str, Any], axes: list[Axis], where: str) -> No
     if base.get("script.path") is None and not any(a.key == "script.path" for a in axes):
         return
     for key, what in [*((k, "[base]") for k in base), *((a.key, "[grid]") for a in axes)]:
-        if key not in SPEC_KEYS:
+        if key not in C.SPEC_KEYS:
             raise ConfigError(f"{where}: {what} {key} does not apply to a script (it builds "
                               "its own model, data and training); a script's spec takes "
-                              f"{', '.join(sorted(SPEC_KEYS))}")
+                              f"{', '.join(sorted(C.SPEC_KEYS))}")
 
 
 def _table(doc: dict[str, Any], name: str, where: str) -> dict[str, Any]:
@@ -233,9 +233,27 @@ def load_spec(spec: str | Path | dict[str, Any],
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ConfigError(f"--repeats must be a whole number of at least 1, got {repeats!r}")
         opts["repeats"] = repeats
+    _threads_like_for_like(base, axes)
     sp = SweepSpec(sweep_id=opts.pop("id", stem), base=base, axes=axes, **opts)
     sp.base_config()  # the base alone must be valid
     return sp
+
+
+THREADS_KEY = "dist.threads_per_rank"
+
+
+def _threads_like_for_like(base: dict[str, Any], axes: list[Axis]) -> None:
+    """A grid over process counts compares its points like for like: every point gets the
+    compute threads per rank of the largest count (cores / processes), unless the spec sets
+    them, so the 1-process baseline is not an oversubscribed OpenMP team beside ranks of one
+    thread each (bug caught: 22-25 samples/s with 2 threads against 210-214 with 1 under
+    load, every 2-process point then 4-9x "faster")."""
+    nproc = next((a for a in axes if a.key == "dist.nproc"), None)
+    if nproc is None or THREADS_KEY in base or any(a.key == THREADS_KEY for a in axes):
+        return
+    counts = [v for v in nproc.values if isinstance(v, int) and v >= 1]
+    if counts:
+        base[THREADS_KEY] = threads_for(max(counts))
 
 
 def points(sp: SweepSpec, batch_size: int | None = None) -> list[Point]:

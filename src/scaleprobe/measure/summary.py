@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.measure.stats import median, quantile, summarize
 from scaleprobe.results import (
     BREAKDOWN_PHASES,
@@ -57,14 +58,14 @@ def per_median_step(values: list[float], phase_times: dict[str, list[float]],
     return sum(values[i] for i in idx) / len(idx) * scale
 
 
-def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
+def breakdown(phase_times: dict[str, list[float]],
               step_times: list[float] | None = None) -> dict[str, Any]:
     """Seconds per phase of the median step: each phase's share is its mean over the steps
     between the 5th and 95th percentile of step time (``typical_steps``), and the shares are
-    applied to the median step time, so the breakdown adds up to the headline figure.
-
-    With overlapped communication (DDP) the gradient all-reduce runs inside the backward
-    pass; its exposed part, measured by calibration, is moved from backward to comm."""
+    applied to the median step time, so the breakdown adds up to the headline figure. Each
+    phase is what the step measured: exposed communication was timed in the step itself
+    (comm/hook.py, strategies/fsdp_comm.py) and moved out of backward there, never carved
+    from a difference of two medians."""
     basis = _typical_basis(phase_times, step_times)
     if basis is None:
         return dict.fromkeys(PHASES)
@@ -75,10 +76,6 @@ def breakdown(phase_times: dict[str, list[float]], exposed_comm_s: float | None,
         # each phase keeps its share of the typical step; the shares are laid over the median
         # step, so the breakdown adds up to the headline step time
         out[p] = sum(vals[i] for i in idx) / len(idx) * scale if vals else 0.0
-    if exposed_comm_s is not None:
-        moved = min(exposed_comm_s, out["backward"])
-        out["backward"] -= moved
-        out["comm"] += moved
     return out
 
 
@@ -98,16 +95,18 @@ def straggler(ranks: list[RankSummary]) -> dict[str, Any] | None:
 
 def rank_summary(raw: RankRecord) -> RankSummary:
     st = summarize(raw.step_times_s)
-    exposed = (raw.comm or {}).get("exposed_s")
-    bd = breakdown(raw.phase_times_s, exposed, raw.step_times_s)
+    bd = breakdown(raw.phase_times_s, raw.step_times_s)
     for p in raw.phases_unseen:  # not seen is not zero
         bd[p] = None
-    sps = (raw.samples_per_step / st["median"]
-           if raw.samples_per_step and st and st["median"] > 0 else None)
+    window = raw.window_s if raw.window_s else (sum(raw.step_times_s) or None)
+    sps = M.window_samples_per_s(raw.samples_per_step, raw.steps_timed or len(raw.step_times_s),
+                                 window)
+    step_sps = M.step_samples_per_s(raw.samples_per_step, st["median"] if st else None)
     return RankSummary(rank=raw.rank, host=raw.host, device=raw.device,
                        step_time_s=StepTime.from_dict(st) if st else None,
                        breakdown_s=Breakdown.from_dict(bd), steps_done=raw.steps_done,
                        steps_timed=raw.steps_timed, samples_per_s=sps,
+                       samples_per_s_median_step=step_sps,
                        strategy_metrics=raw.strategy_metrics or {})
 
 

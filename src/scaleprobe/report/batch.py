@@ -439,13 +439,16 @@ def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool
     return bool(open_ivs) and all(iv is not None and iv.within_run_bound for iv in open_ivs)
 
 
-def _claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None) -> str:
+def _claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
+           repeats: int = 2) -> str:
     """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
-    or inconclusive with the rows it cannot be told apart from (``tied``)."""
+    or inconclusive with the rows it cannot be told apart from (``tied``; with one repeat
+    every other row is, as one repeat decides nothing)."""
     each = " (each: that batch size's figure / this one's)."
     if not tied:
         return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + each if ahead else ".")
-    return f"{what}: inconclusive: {body}, not told apart from " + "; ".join(tied) + each
+    why = "inconclusive" if repeats >= M.MIN_REPEATS_TO_DECIDE else "inconclusive (1 repeat)"
+    return f"{what}: {why}: {body}, not told apart from " + "; ".join(tied) + each
 
 
 def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
@@ -474,10 +477,10 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{epoch_text(fastest)}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    lines.append(_claim("Fastest", head, fast[1], fast[0]))
+    lines.append(_claim("Fastest", head, fast[1], fast[0], n))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory "
                 f"({fmt.rate(eff['samples_per_s'])} samples/s at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        lines.append(_claim("Most efficient", body, eff_vs[1], eff_vs[0]))
+        lines.append(_claim("Most efficient", body, eff_vs[1], eff_vs[0], n))
     return "\n".join(lines)

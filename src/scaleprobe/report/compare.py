@@ -61,7 +61,14 @@ class Pair:
         if iv is None:
             return self.verdict + ("" if self.verdict.startswith("not comparable")
                                    else ": no spread to judge by (fewer than 3 timed steps)")
-        text = f"{self.verdict}: samples/s B / A {iv.text()} ({_how(iv)})"
+        head = self.verdict
+        if head == "inconclusive" and not iv.enough_repeats:
+            head = "inconclusive (1 run a side)"
+            if iv.lo > 1.0 or iv.hi < 1.0:  # the one pair leans, and cannot see drift
+                lean = "faster" if iv.lo > 1.0 else "slower"
+                head += (f", leaning {lean}: one run a side cannot see the drift between "
+                         "runs (load that comes and goes)")
+        text = f"{head}: samples/s B / A {iv.text()} ({_how(iv)})"
         if self.verdict == "inconclusive":
             text += ("; " + (f"about {self.need} repeats a side would decide it" if self.need
                              else "more repeats would not decide it: the difference is "
@@ -96,14 +103,16 @@ def samples_interval(a: RunResult, b: RunResult) -> M.Interval | None:
 
 def verdict(iv: M.Interval | None, th: Thresholds = DEFAULT) -> str:
     """faster / slower (B against A) when the interval of samples/s B / A excludes 1, no
-    change when it lies within +/- ``compare_floor_rel``, else inconclusive."""
+    change when it lies within +/- ``compare_floor_rel``, else inconclusive; one run a side
+    is always inconclusive (``Interval.above`` needs two repeats)."""
     if iv is None:
         return "inconclusive"
     if iv.above(1.0):
         return "faster"
     if iv.below(1.0):
         return "slower"
-    if iv.lo >= 1.0 / (1.0 + th.compare_floor_rel) and iv.hi <= 1.0 + th.compare_floor_rel:
+    if (iv.enough_repeats and iv.lo >= 1.0 / (1.0 + th.compare_floor_rel)
+            and iv.hi <= 1.0 + th.compare_floor_rel):
         return "no change"
     return "inconclusive"
 
@@ -166,23 +175,23 @@ def compare_runs(a: RunResult, b: RunResult, label: str = "A vs B",
 
 
 def caveats(a: RunResult, b: RunResult, th: Thresholds = DEFAULT) -> list[str]:
-    """The verdict compares samples/s from each side's median step: where that is not the
-    side's throughput over its whole window (the window invariant), say so, and why when the
-    wait at epoch starts explains it."""
-    from scaleprobe.invariants import window_gap
+    """The verdict compares each side's throughput (samples over its timed window): where a
+    side's median step would say another figure (its steps vary widely), say so, and why when
+    the wait at epoch starts explains it: the difference may be the stalls, not the code."""
+    from scaleprobe.invariants import uneven_steps
     from scaleprobe.report.diagnose import epoch_start_wait
 
     out = []
     for side, r in (("A", a), ("B", b)):
-        gap = window_gap(r)
+        gap = uneven_steps(r)
         if gap is None:
             continue
-        sps, window = gap
+        step, window = gap
         why = epoch_start_wait(r, th)
-        out.append(f"{side}: {fmt.rate(sps)} samples/s from its median step, {fmt.rate(window)} "
-                   f"over its whole timed window ({sps / window:.2f}x)"
+        out.append(f"{side}: {fmt.rate(window)} samples/s over its timed window, "
+                   f"{fmt.rate(step)} from its median step ({step / window:.2f}x)"
                    + (f": {why}" if why else ": its steps vary widely (see its steps.csv)")
-                   + "; compare epoch times, or fix the stalls first")
+                   + "; the difference may be the stalls: compare epoch times, or fix them first")
     return out
 
 
@@ -320,9 +329,10 @@ def _unmatched(cmp: Comparison) -> list[str]:
 
 
 RULE = ("B is faster or slower only when the 95% interval of samples/s B / A excludes 1 "
-        "(Welch t over each side's repeats; one run a side: its within-run spread, at least "
-        "+/-10%), no change only when it lies within +/-2%; otherwise inconclusive. See "
-        "docs/REPORTS.md.")
+        "over at least two repeats a side (Welch t over each side's repeats); no change only "
+        "when it lies within +/-2%; otherwise inconclusive. One run a side is always "
+        "inconclusive: its interval (the within-run spread, at least +/-10%) cannot see the "
+        "drift between runs. See docs/REPORTS.md.")
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:

@@ -26,7 +26,11 @@ Verdicts of one run:
                          dominates; or MFU at or above ``mfu_compute_bound``
     not compute-bound    MFU below ``mfu_compute_bound``: "8% of peak; the step waits on X",
                          X the input, the communication, or the host (compute phases that
-                         use little of the peak); replaces the compute-share verdict
+                         use little of the peak; said only where the run's CPU share was
+                         measured and was not starved); replaces the compute-share verdict
+    CPU-starved          MFU below ``mfu_compute_bound`` while the run's processes used less
+                         than half the cores their threads could: other programs held the
+                         CPU, so the MFU says nothing about the model
     memory headroom      device peak against the GPU's memory (tight, or room to grow)
     measured under load  processes outside the run's tree used the machine meanwhile
     out of memory / failed / shard audit failed
@@ -34,7 +38,7 @@ Verdicts of one run:
 
 from __future__ import annotations
 
-from scaleprobe.invariants import check_run
+from scaleprobe.invariants import check_run, uneven_steps
 from scaleprobe.report import advice, fmt
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
@@ -68,7 +72,7 @@ def diagnose_run(rec: RunResult, others: list[RunResult] | None = None,
                            peak_use.recommendation, peak_use.severity)
     if peak_use is not None or shares is not None:
         out.append(peak_use or shares)  # type: ignore[arg-type]
-    for f in (_memory(rec, th), _audit(rec), _load(rec, th)):
+    for f in (_memory(rec, th), _audit(rec), _load(rec, th), _uneven(rec)):
         if f is not None:
             out.append(f)
     out.extend(_invariants(rec))
@@ -160,7 +164,7 @@ def epoch_start_wait(rec: RunResult, th: Thresholds = DEFAULT) -> str | None:
         return None
     per = f"; {int(spe)} step{'s' if spe != 1 else ''} per epoch" if spe else ""
     # the median step leaves the starts out only while they are fewer than half the steps
-    hidden = (", which samples/s (from the median step) leaves out"
+    hidden = (", which the median step (the breakdown's basis) leaves out"
               if timed and 2 * n < timed else "")
     return (f"{fmt.pct(share)} of the data wait fell on the {int(n)} timed steps that took an "
             f"epoch's first batch, {fmt.ms(wait)} each (median){per}: {fmt.pct(window)} of "
@@ -287,7 +291,12 @@ def _peak_use(rec: RunResult, th: Thresholds) -> Finding | None:
         return Finding("compute-bound", f"{head}: the device's arithmetic bounds the step "
                        f"(threshold {fmt.pct(th.mfu_compute_bound)})", advice.compute_bound(rec),
                        "info")
-    return Finding("not compute-bound", f"{head}; the step waits on {_waits_on(rec)}",
+    waits = _waits_on(rec)
+    if waits.startswith("the CPU"):
+        return Finding("CPU-starved", f"{head}; the step waits on {waits}",
+                       "measure on a quiet machine (or pin the run to cores nothing else "
+                       "uses) before reading its MFU as the model's", "warning")
+    return Finding("not compute-bound", f"{head}; the step waits on {waits}",
                    advice.below_peak(rec), "info")
 
 
@@ -301,8 +310,41 @@ def _waits_on(rec: RunResult) -> str:
     if max(data, comm) >= compute:
         what = "input (data wait" if data >= comm else "communication (exposed"
         return f"{what} {fmt.pct(max(data, comm) / total)} of the step)"
+    starved = _cpu_starved(rec)
+    if starved:
+        return (f"the CPU: compute phases take {fmt.pct(compute / total)} of the step, but "
+                f"{starved}: the processor was busy elsewhere, so no statement about the "
+                "model's own efficiency can be made from this run")
+    if rec.metrics.cpu_util_pct is None:
+        return (f"the host or memory: compute phases take {fmt.pct(compute / total)} of the "
+                "step but use little of the peak (the run's CPU share was not measured, so "
+                "a starved processor is not ruled out)")
     return (f"the host and memory: compute phases take {fmt.pct(compute / total)} of the step "
             "but use little of the peak (small operators, kernel launches, memory-bound layers)")
+
+
+# a run whose processes used less than this share of the cores their threads could use was
+# starved of CPU (other programs held the cores): its low MFU is not the model's
+CPU_STARVED_SHARE = 0.5
+
+
+def _cpu_starved(rec: RunResult) -> str | None:
+    """"the run's processes used 8% of the machine's cores, 16% of what its 1 thread(s) x 2
+    process(es) could" when that is below ``CPU_STARVED_SHARE``; None when not starved or
+    not measured."""
+    cpu = rec.metrics.cpu_util_pct
+    cores = rec.env_number("cores")
+    threads = rec.env_number("threads")
+    if cpu is None or not cores or not threads:
+        return None
+    ranks = rec.world_size or 1
+    usable = min(1.0, threads * ranks / cores)  # the share of the machine its threads can use
+    share = cpu / 100.0 / usable
+    if share >= CPU_STARVED_SHARE:
+        return None
+    return (f"the run's processes used {fmt.pct_value(cpu)} of the machine's cores, "
+            f"{fmt.pct(share)} of what its {int(threads)} thread(s) x {ranks} process(es) "
+            "could")
 
 
 def _memory(rec: RunResult, th: Thresholds) -> Finding | None:
@@ -341,10 +383,24 @@ def _audit(rec: RunResult) -> Finding | None:
 INVARIANT_ADVICE = {
     "shares": "a measuring error: report it with the run's result.json",
     "no comm at 1": "one process has nothing to communicate; compare with --strategy single",
-    "window": "steps vary widely (stalls every few steps?): look at steps.csv; trust the window "
-              "figure for epoch planning",
+    "window": "a measuring error: report it with the run's result.json",
     "unique data": "fix the sharding first: throughput over repeated samples is not progress",
 }
+
+
+def _uneven(rec: RunResult) -> Finding | None:
+    """Steps that vary widely: the median step's rate is not the run's throughput."""
+    gap = uneven_steps(rec)
+    if gap is None:
+        return None
+    step, window = gap
+    why = epoch_start_wait(rec)
+    return Finding("steps vary widely",
+                   f"{fmt.rate(window)} samples/s over the timed window, {fmt.rate(step)} from "
+                   f"the median step ({step / window:.2f}x)" + (f": {why}" if why else ""),
+                   "look at steps.csv for the slow steps (loader stalls, epoch starts, other "
+                   "programs); plan epochs with the window's figure, the one samples/s shows",
+                   "warning")
 
 
 def _invariants(rec: RunResult) -> list[Finding]:

@@ -192,6 +192,12 @@ def _scaling(records: list[Record], th: Thresholds) -> list[Finding]:
     for row in scale_table(records, th):
         if row["status"] != "ok" or row["is_base"] or row["speedup"] is None:
             continue
+        if row.get("unlike") and not row.get("implausible"):
+            out.append(Finding("scaling not compared like for like", row["line"],
+                               "run every process count with the same settings (scale holds "
+                               "threads per rank equal unless --threads-per-rank or the spec "
+                               "sets them)", "warning", row["experiment"]))
+            continue
         if row.get("implausible"):
             out.append(Finding("implausible speedup", row["line"],
                                "measure again with more --repeats; a noisy baseline "

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaleprobe.invariants import window_samples_per_s
+from scaleprobe.invariants import uneven_steps
 from scaleprobe.report import fmt
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.load import outside_cores
@@ -28,8 +28,8 @@ def _compute_share(rec: RunResult) -> float | None:
 
 
 def _window_ratio(rec: RunResult) -> float | None:
-    w, s = window_samples_per_s(rec), rec.metrics.samples_per_s
-    return s / w if w and s else None
+    gap = uneven_steps(rec)
+    return gap[0] / gap[1] if gap else None
 
 
 def _cores(v: float) -> str:
@@ -56,8 +56,8 @@ KEY_FIGURES: dict[str, KeyFigure] = {
                   lambda r: r.straggler.slowest_vs_median if r.straggler else None,
                   fmt.ratio, "the median rank's step time"),
     "compute-bound": ("compute", _compute_share, fmt.pct, "of each step"),
-    "invariant broken: window": ("samples/s from the median step", _window_ratio, fmt.ratio,
-                                 "the whole window's"),
+    "steps vary widely": ("samples/s from the median step", _window_ratio, fmt.ratio,
+                          "the whole window's"),
 }
 
 

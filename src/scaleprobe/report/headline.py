@@ -21,10 +21,12 @@ a verdict, because they weaken every verdict above.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import config as C
 from scaleprobe import metrics as M
 from scaleprobe.report import batch as B
 from scaleprobe.report import fmt
@@ -90,7 +92,8 @@ def collect(records: list[Record], groups: list[Group],
             found += worker_verdicts(eid, recs, th)
     found += scale_verdicts(records, th)
     found += [colocate_verdict(r, th) for r in R.of_type(records, ColocateRecord)]
-    found += [parity_verdict(r) for r in R.of_type(records, ParityRecord)]
+    by_id = {r.run_id: r for r in R.runs(records) if r.run_id}
+    found += [parity_verdict(r, by_id) for r in R.of_type(records, ParityRecord)]
     found += contention_verdicts(R.runs(records), th)
     found += group_verdicts(groups)
     order = {id(v): i for i, v in enumerate(found)}
@@ -104,33 +107,56 @@ def _repeats_text(need: int | None, what: str = "") -> str:
     return f"about {need} repeats would decide it{what}"
 
 
+def _command(*argv: Any) -> str:
+    """A command a user can paste: ``scaleprobe ARGS``, shell-quoted."""
+    return "`" + shlex.join(["scaleprobe", *map(str, argv)]) + "`"
+
+
 def _rerun(kind: str, eid: str, folder: str, repeats: int | None,
-           spec: str | None = None) -> str:
+           spec: str | None = None, runs: list[RunResult] = ()) -> str:
     """The command that measures an experiment again with more repeats (finished runs are
-    reused, only the new repeats run); ``spec``: the spec file the experiment recorded."""
+    reused, only the new repeats run), as it runs: the spec file the experiment recorded
+    (``spec``), or for a scale its own options read off its runs (``runs``)."""
     n = repeats or M.MAX_REPEATS_SUGGESTED
-    out = folder or "OUT"
+    at = ["--out", folder] if folder else []
     if kind == "sweep" and eid in DEMO_SWEEPS:
-        return f"`scaleprobe demo --out {Path(out).parent} --repeats {n}`"
-    if kind == "scale":
-        return (f"`scaleprobe scale --id {eid} --out {out} --repeats {n}` with the same "
-                "--nproc and run options")
-    at = f" --out {out}" if folder else ""
+        return _command("demo", "--out", Path(folder or "scaleprobe-out/demo").parent,
+                        "--repeats", n)
+    if kind == "scale" and runs:
+        return _scale_command(eid, runs, at, n)
     if spec:
-        return f"`scaleprobe {kind} {_shown(spec)}{at} --repeats {n}`"
-    return f"`scaleprobe {kind} SPEC.toml{at} --repeats {n}` (the experiment's own spec)"
+        return _command(kind, _shown(spec), *at, "--repeats", n)
+    return (f"`scaleprobe {kind}` with the experiment's own spec and --repeats {n} (its record "
+            "does not name the spec file)")
+
+
+def _scale_command(eid: str, runs: list[RunResult], at: list[str], n: int) -> str:
+    """``scaleprobe scale`` over the experiment's process counts (and nodes) with the options
+    its runs share; a script's scale names the script after ``--``."""
+    counts = sorted({int(c) for r in runs if (c := R.num(r.point.get("nproc"))) is not None})
+    nodes = sorted({int(c) for r in runs if (c := R.num(r.point.get("nnodes"))) is not None})
+    first = runs[0]
+    grid = ["--nproc", ",".join(map(str, counts))] + (
+        ["--nnodes", ",".join(map(str, nodes))] if nodes else [])
+    script = first.cfg("script.path")
+    if script:
+        keep = set(C.SCRIPT_KEYS) - {"out", "name", "dist.nnodes"}
+        opts = C.command_options(first.config, set(C.KNOBS) - keep)
+        tail = ["--", *C.ScriptConfig(script, first.cfg("script.args")).target()]
+        return _command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts, *tail)
+    opts = C.command_options(first.config, {"dist.nproc", "dist.nnodes"})
+    return _command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts)
 
 
 def _shown(path: str) -> str:
     """A recorded spec path as a command would take it: relative to the current folder when
-    it lies under it, quoted when it holds a space."""
+    it lies under it (``_command`` quotes it where it must)."""
     p = Path(path)
     try:
         p = p.relative_to(Path.cwd())
     except ValueError:
         pass
-    text = str(p)
-    return f"'{text}'" if any(c.isspace() for c in text) else text
+    return str(p)
 
 
 def _spec(recs: list[Record]) -> str | None:
@@ -144,13 +170,14 @@ def _folder(recs: list[Record]) -> str:
 
 
 def _run_cmd(rec: RunResult, flags: dict[str, Any]) -> str:
-    """``scaleprobe run`` with the run's model and dataset, its experiment point's settings
-    (each axis is a run option) and ``flags`` over them ({"batch_size": 32} -> --batch-size
-    32)."""
-    opts = {"model": rec.cfg("model.name"), "dataset": rec.cfg("data.dataset"),
-            **{k: v for k, v in rec.point.items() if k != "nproc"}, **flags}
-    parts = [f"--{k.replace('_', '-')} {v}" for k, v in opts.items() if v is not None]
-    return "`scaleprobe run " + " ".join(parts) + "`"
+    """``scaleprobe run`` with everything the run's configuration set (task, data folder,
+    processes...), and ``flags`` over it ({"batch_size": 32}): a command that runs as
+    printed (bug caught: a "use it" command for a detection point without --task detection,
+    --data-dir or --nproc)."""
+    over = {C.resolve_key(k): v for k, v in flags.items()}
+    sets = [f"{k}={'null' if v is None else v}" for k, v in over.items()]
+    opts = C.command_options(rec.config, set(over))
+    return _command("run", *opts, *[x for kv in sets for x in ("--set", kv)])
 
 
 def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
@@ -241,12 +268,12 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
         if r.get("workers") is None:
             iv = M.Interval(**r["interval"]) if r.get("interval") else None
             need = M.repeats_to_decide(iv, 1.0 - th.workers_within) if iv else None
+            why = (r["unexplained"] if r.get("unexplained") else
+                   (f"fewer workers / the best: {iv.text()}; " if iv else "")
+                   + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)} of the best"))
             out.append(Verdict(f"Loader workers ({where}): inconclusive", f"best: "
                                f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
-                               "samples/s",
-                               (f"fewer workers / the best: {iv.text()}; " if iv else "")
-                               + _repeats_text(need, f" against {fmt.pct(1 - th.workers_within)}"
-                                               " of the best"),
+                               "samples/s", why,
                                _decide(need, iv, lambda n: _rerun("sweep", eid, _folder(recs), n,
                                                                  _spec(recs)), recs, th),
                                UNDECIDED))
@@ -281,24 +308,36 @@ def _worker_margin(r: dict[str, Any], pick: dict[str, Any] | None,
 
 def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
     """Each scale experiment at its largest process count that finished."""
-    rows = [r for r in S.scale_table(records, th) if r["status"] == "ok" and not r["is_base"]
+    every = S.scale_table(records, th)
+    rows = [r for r in every if r["status"] == "ok" and not r["is_base"]
             and r["speedup"] is not None]
     out = []
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         row = max((r for r in rows if r["experiment"] == eid), key=lambda r: r["nproc"])
         n, folder = row["nproc"], row["record"].source
+        runs = [r["record"] for r in every if r["experiment"] == eid]
+
+        def again(k: int | None, runs: list[RunResult] = runs, folder: str = folder,
+                  eid: str = eid) -> str:
+            return _rerun("scale", eid, folder, k, runs=runs)
+
         against = f" against {row['base_nproc']}" if row["base_nproc"] != 1 else ""
         number = (f"{n} processes{against}: speedup {fmt.ratio(row['speedup'])}, efficiency "
                   f"{fmt.pct(row['efficiency'])}")
         iv, eiv = row["speedup_interval"], row["efficiency_interval"]
+        if row.get("unlike") and not row.get("implausible"):
+            out.append(Verdict(f"Scaling ({eid}): not like for like", number,
+                               "; ".join(row["unlike"]),
+                               "run every count with the same settings", UNDECIDED))
+            continue
         if row.get("implausible"):
             out.append(Verdict(f"Scaling ({eid}): the speedup is implausible", number,
-                               iv.text() if iv else "no spread", _rerun("scale", eid, folder, 5),
+                               iv.text() if iv else "no spread", again(5),
                                UNDECIDED))
             continue
         if eiv is None:
             out.append(Verdict(f"Scaling ({eid}): not judged", number, "no spread to judge by",
-                               _rerun("scale", eid, folder, 3), UNDECIDED))
+                               again(3), UNDECIDED))
             continue
         ivtext = f"efficiency [{fmt.pct(eiv.lo)}, {fmt.pct(eiv.hi)}], {eiv.n} repeats"
         bar = th.scale_efficiency
@@ -315,7 +354,7 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
             need = M.repeats_to_decide(eiv, bar)
             out.append(Verdict(f"Scaling ({eid}): inconclusive against {fmt.pct(bar)} "
                                "efficiency", number, f"{ivtext}; {_repeats_text(need)}",
-                               _rerun("scale", eid, folder, need), UNDECIDED))
+                               again(need), UNDECIDED))
     return out
 
 
@@ -341,7 +380,9 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
                    else "nothing to change", DECIDED, warning=warning)
 
 
-def parity_verdict(rec: ParityRecord) -> Verdict:
+def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) -> Verdict:
+    """The parity record's verdict; ``runs``: run records by id, to print the command that
+    measures it again with its options."""
     eid = rec.exp_id or "parity"
     verdict = str(rec.verdict or "inconclusive")
     diff, tol = rec.difference, rec.tolerance
@@ -349,23 +390,38 @@ def parity_verdict(rec: ParityRecord) -> Verdict:
               f"{fmt.num(rec.accuracy_n, '.3f')} on {rec.nproc or 'N'}")
     ivd = R.dict_of(rec.difference_interval)
     lo, hi = R.num(ivd.get("lo")), R.num(ivd.get("hi"))
+    n = int(rec.repeats or 1)
     if lo is None or hi is None or diff is None or tol is None:
         return Verdict(f"Accuracy parity ({eid}): inconclusive", number, "one seed, no interval",
-                       "`scaleprobe scale --parity --repeats 3` with the same options",
-                       UNDECIDED)
-    n = int(rec.repeats or 1)
+                       _parity_command(rec, runs or {}, 3), UNDECIDED)
     interval = (f"difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], {n} seeds; tolerance "
                 f"+/-{tol:.3f}")
     if verdict == "inconclusive":
         need = parity_repeats(diff, lo, hi, tol, n)
         return Verdict(f"Accuracy parity ({eid}): inconclusive", number,
                        f"{interval}; {_repeats_text(need)}",
-                       f"`scaleprobe scale --parity --repeats {need or M.MAX_REPEATS_SUGGESTED}`"
-                       " with the same options", UNDECIDED)
+                       _parity_command(rec, runs or {}, need or M.MAX_REPEATS_SUGGESTED),
+                       UNDECIDED)
     broken = verdict == "parity broken"
     return Verdict(f"Accuracy parity ({eid}): {verdict}", number, interval,
                    "see Accuracy parity and Findings" if broken else "nothing to change",
                    DECIDED, warning=broken)
+
+
+def _parity_command(rec: ParityRecord, runs: dict[str, RunResult], repeats: int) -> str:
+    """``scaleprobe run --parity`` with the N-process side's options and the record's
+    tolerance; without its runs, the options are the user's to add."""
+    multi = next((runs[i] for i in reversed(rec.runs or []) if i in runs), None)
+    tol = ["--parity-tolerance", rec.tolerance] if rec.tolerance else []
+    if multi is None:
+        return (_command("run", "--parity", "--repeats", repeats, *tol)
+                + " with the options of the runs compared")
+    opts = C.command_options(multi.config, {"dist.parity", "dist.calibrate_comm", "train.eval",
+                                            "train.seed", "dist.parity_tolerance"})
+    seed = multi.cfg("train.seed")
+    first = int(seed) - (multi.repeat or 0) if isinstance(seed, int) else None
+    return _command("run", *opts, *(["--set", f"train.seed={first}"] if first else []),
+                    "--parity", "--repeats", repeats, *tol)
 
 
 def parity_repeats(diff: float, lo: float, hi: float, tol: float, n: int) -> int | None:

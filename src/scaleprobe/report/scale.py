@@ -20,14 +20,18 @@ from typing import Any
 
 from scaleprobe import metrics as M
 from scaleprobe.report import fmt
+from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.target import target_fields
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import MEASURED, Record, RunResult
 
-SCALE_HEADERS = ("Processes", "Samples/s", "Speedup", "Efficiency", "Step median",
-                 "Comm", "Data wait", "Lost to")
+SCALE_HEADERS = ("Processes", "Threads/rank", "Samples/s", "Speedup (paired)", "Efficiency",
+                 "Step median", "Comm", "Data wait", "Lost to")
+# what a scale experiment varies: every other configuration key must match its baseline's
+# (a 1-process baseline may run without a distributed wrapper: single against ddp)
+VARIED = frozenset({"dist.nproc", "dist.nnodes", "name", "dist.node_rank", "dist.strategy"})
 
 
 def nproc(rec: RunResult) -> int | None:
@@ -108,26 +112,52 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
     speedup = iv.estimate if iv is not None else (
         M.speedup(sps, base.metrics.samples_per_s) if ok and base is not None else None)
     eff_iv = iv.scaled(1.0 / ideal) if iv is not None and ideal else None
-    lost = lost_to(r, base, th) if n and n > 1 and ok and not is_base else {}
+    eff = M.efficiency(speedup, ideal)
+    # above ideal there is no gap to attribute (a share "lost" on a 332%-efficient row is noise)
+    lost = (lost_to(r, base, th) if n and n > 1 and ok and not is_base
+            and (eff is None or eff <= 1.0) else {})
+    unlike = _unlike(r, base) if ok and base is not None and not is_base else []
     implausible = None
     if not M.plausible_speedup(speedup, ideal):
         what = "1-process baseline" if b == 1 else f"baseline ({b} processes)"
-        implausible = (f"above {_ideal_text(n, b)} x {M.PLAUSIBLE_SPEEDUP_FACTOR:.1f}: a "
-                       f"measuring error, most likely in the {what} (its spread: "
-                       f"{_spread(base)})")
+        implausible = (f"above {_ideal_text(n, b)} x {M.PLAUSIBLE_SPEEDUP_FACTOR:.1f}: "
+                       + (f"not like for like ({'; '.join(unlike)})" if unlike else
+                          f"a measuring error, most likely in the {what} (its spread: "
+                          f"{_spread(base)})"))
     row = {"experiment": eid, "run": r.label, "record": r, "nproc": n, "nodes": nodes(r),
-           "base_nproc": b, "is_base": is_base,
+           "base_nproc": b, "is_base": is_base, "threads": _threads(r), "unlike": unlike,
            "status": r.status, "error": r.error, "samples_per_s": sps,
-           "speedup": speedup, "efficiency": M.efficiency(speedup, ideal),
+           "speedup": speedup, "efficiency": eff,
            "speedup_interval": iv, "efficiency_interval": eff_iv,
            "repeats": len(P.repeats_of(r)), "implausible": implausible,
-           "verdict_ok": implausible is None and iv is not None,
+           "verdict_ok": implausible is None and iv is not None and not unlike,
            "step_median_s": r.step_median_s,
            "comm_fraction": r.metrics.comm_fraction,
            "data_wait_fraction": r.metrics.data_wait_fraction, "lost": lost}
     row.update(target_fields(r, base, ok))
     row["line"] = scale_line(row)
     return row
+
+
+def _threads(r: RunResult) -> int | None:
+    """The compute threads a training rank of the run used (env.threads)."""
+    t = r.env_number("threads")
+    return int(t) if t else None
+
+
+def _unlike(r: RunResult, base: RunResult) -> list[str]:
+    """What differs between a point and its baseline besides the process count: the
+    configuration keys (report/pairing.py) and the threads each rank ran."""
+    out = [f"{k}: {_val(k, base)} -> {_val(k, r)}"
+           for k in sorted(PR.differing_keys(base, r) - VARIED)]
+    ta, tb = _threads(base), _threads(r)
+    if ta and tb and ta != tb:
+        out.append(f"threads per rank: {ta} -> {tb}")
+    return out
+
+
+def _val(key: str, r: RunResult) -> Any:
+    return PR.resolved_config(r).get(key, "(absent)")
 
 
 def _ideal_text(n: int | None, b: int | None) -> str:
@@ -153,20 +183,24 @@ def scale_line(row: dict[str, Any]) -> str:
     head = f"{n} process{'es' if n != 1 else ''}"
     if row.get("nodes", 1) > 1:
         head += f" on {row['nodes']} nodes"
+    if row.get("threads"):
+        head += f" x {row['threads']} thread{'s' if row['threads'] != 1 else ''}"
     if row["status"] not in MEASURED:
         return f"{head}: {row['record'].status_text}"
     if row["speedup"] is None:
         return f"{head}: {fmt.rate(row['samples_per_s'])} samples/s (no measured run to compare)"
     if row.get("is_base", n == 1):
-        k = row.get("repeats") or 0
         return (f"{head}: the baseline, {fmt.rate(row['samples_per_s'])} samples/s "
-                f"(median of {k} repeat{'s' if k != 1 else ''})")
+                f"({shown_repeat_text(row)})")
     b = row.get("base_nproc") or 1
     if b != 1:
         head += f" against {b}"
     if row.get("implausible"):
         return (f"{head}: {row['speedup']:.2f}x is implausible ({row['implausible']}); "
                 "left out of every verdict")
+    if row.get("unlike"):
+        return (f"{head}: {row['speedup']:.2f}x, not like for like with the baseline "
+                f"({'; '.join(row['unlike'])}); left out of every verdict")
     iv, eiv = row.get("speedup_interval"), row.get("efficiency_interval")
     if iv is not None and eiv is not None:
         line = (f"{head}: {iv.text()} (efficiency {fmt.pct(eiv.estimate)} "
@@ -183,14 +217,29 @@ def _lost_text(lost: dict[str, float]) -> str:
     return ", ".join(f"{k} {fmt.pct(v)}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]))
 
 
+def shown_repeat_text(row: dict[str, Any]) -> str:
+    """Which run a row's figures come from: the point's median repeat (for an even count the
+    lower middle one by samples/s, a real run, not an average of two)."""
+    k = row.get("repeats") or 0
+    rep = row["record"].repeat if row.get("record") is not None else None
+    if k <= 1:
+        return "one repeat" if rep is None else f"repeat #{rep}, the only one"
+    which = f"repeat #{rep}" if rep is not None else "one repeat"
+    return (f"{which}, the median of {k} by samples/s" if k % 2 else
+            f"{which}, the lower middle of {k} by samples/s")
+
+
 def scale_cells(row: dict[str, Any]) -> list[str]:
-    head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else "")]
+    head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else ""),
+            fmt.num(row.get("threads"), "d")]
     if row["status"] not in MEASURED:
         return head + [row["record"].status_text[:80]] + ["-"] * 6
     iv = row.get("speedup_interval")
     sp = fmt.ratio(row["speedup"])
     if row.get("implausible"):
         sp += " (implausible)"
+    elif row.get("unlike"):
+        sp += " (not like for like)"
     elif iv is not None:
         sp += f" [{iv.lo:.2f}, {iv.hi:.2f}]"
     return head + [fmt.rate(row["samples_per_s"]), sp,

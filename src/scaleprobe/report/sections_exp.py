@@ -115,13 +115,17 @@ def scaling_section(records: list[Record]) -> Section | None:
         return None
     s = Section("Scaling", anchor="scaling")
     s.add(Text("Speedup = samples/s at N processes / samples/s at 1 (measured, not "
-               "extrapolated); efficiency = speedup / N. 'Lost to' splits the gap into shares of "
-               "the N-process step."))
+               "extrapolated); efficiency = speedup / N. Samples/s is each point's median repeat "
+               "(samples over its timed window); the speedup is the geometric mean of the "
+               "repeats' paired ratios, so it is not the ratio of the samples/s shown. Every "
+               "point ran the same threads per rank unless the row says it is not like for "
+               "like. 'Lost to' splits the gap into shares of the N-process step (none above "
+               "100% efficiency)."))
     runs = R.by_experiment(records, "scale")
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         grows = [r for r in rows if r["experiment"] == eid]
         hs, cells = T.table_parts(S.SCALE_HEADERS, grows, S.scale_cells)
-        s.add(Table(hs, cells, right=[True] * 7 + [False] + [True] * (len(hs) - 8),
+        s.add(Table(hs, cells, right=[True] * 8 + [False] + [True] * (len(hs) - 9),
                     caption=f"Scale experiment {eid}"))
         lines = [r["line"] for r in grows] + T.explain(grows, list(runs.get(eid, [])))
         s.add(Text("\n".join(f"- {x}" for x in lines)))
@@ -304,10 +308,12 @@ def parity_section(records: list[Record]) -> Section | None:
         Table(["Experiment", "Accuracy (1 process)", "Accuracy (N)", "N", "Seeds", "Difference",
                "95% interval", "Tolerance", "Verdict"], rows,
               right=[False] + [True] * 7 + [False]))
-    s.add(Text("Accuracies are means over the seeds; the interval is Welch's on the difference "
-               "(N - 1). The tolerance is max(floor, 2 x the pooled seed-to-seed standard "
-               "deviation of the same runs): parity holds when the whole interval lies inside "
-               "it, is broken when it lies entirely outside, else inconclusive.", note=True))
+    s.add(Text("Accuracies are means over the seeds; the interval is a paired t interval on "
+               "the difference (N - 1) seed by seed (both sides of a seed share its initial "
+               "weights, data order and split). The tolerance is the user's "
+               "(--parity-tolerance, default 0.01 absolute), never derived from the noise: "
+               "parity holds when the whole interval lies inside it, is broken when it lies "
+               "entirely outside, else inconclusive.", note=True))
     for r in recs:
         if r.verdict_text:
             s.add(Text(f"{r.exp_id or 'parity'}: {r.verdict} - {r.verdict_text}"))

@@ -56,13 +56,6 @@ class Thresholds:
     colocate_cpu_pct: float = 90.0
     # co-location: GPU utilisation while together at or above this = device contention
     colocate_gpu_pct: float = 90.0
-    # parity: the tolerance on accuracy(N processes) - accuracy(1) is this multiple of the
-    # seed-to-seed standard deviation of accuracy measured in the same experiment (pooled over
-    # 1 and N processes): a shift smaller than what changing the seed does is not acted on.
-    # A fixed 0.03 was below one process's own spread (0.770-0.855 over seeds, same MNIST run).
-    parity_tolerance_sd: float = 2.0
-    # ...and never below this (one or two samples of a held-out set of a few hundred)
-    parity_tolerance_floor: float = 0.01
     # measured under load: processes outside the run's own tree kept more than
     # max(load_cores, load_machine_fraction x the machine's cores) busy on average during the
     # timed window. Why: process-to-process noise measured on a 2-core machine is 10-18%

@@ -125,6 +125,10 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                 f"{M.undecided_text(iv, floor, what + ' samples/s')} (best: {best['setting']}, "
                 f"{fmt.rate(best['samples_per_s'])} samples/s).")
         return {**out, "workers": None, "decided": False, "text": text}
+    unexplained = _gain_beyond_data_wait(pick, [r for r in ok if r["group"] == best["group"]])
+    if unexplained:
+        return {**out, "workers": None, "decided": False, "unexplained": unexplained,
+                "text": f"{lead}Loader workers: inconclusive: {unexplained}."}
     if pick is best:
         why = ("every setting with fewer workers was slower by more than "
                f"{th.workers_within:.0%}" if peers else "no setting has fewer workers")
@@ -140,3 +144,30 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                 f"{th.workers_within:.0%}; the fewest workers that reach it leave the cores to "
                 "compute.")
     return {**out, "workers": pick["workers"], "decided": True, "text": text}
+
+
+# the step-time gain more workers may show beyond the data wait they remove: the run-to-run
+# noise of one step median (``metrics.SINGLE_REPEAT_NOISE_REL``)
+GAIN_SLACK_REL = M.SINGLE_REPEAT_NOISE_REL
+
+
+def _gain_beyond_data_wait(pick: dict[str, Any], group: list[dict[str, Any]]) -> str | None:
+    """Why the pick's gain over the fewest-workers setting of its group cannot come from the
+    loader (None: it can). More workers can only remove the data wait the fewest-workers
+    setting had (their loading moves off the training loop); a step that got shorter by more
+    than that wait (plus a step's run-to-run noise) got faster for another reason, most often
+    load on the machine that came and went between the runs, and says nothing about workers."""
+    fewest = min(group, key=lambda r: r["workers"])
+    if fewest is pick or (pick["workers"] or 0) <= (fewest["workers"] or 0):
+        return None
+    step_few, step_pick, wait = fewest["step_median_s"], pick["step_median_s"], fewest["data_s"]
+    if step_few is None or step_pick is None or wait is None:
+        return None
+    gain = step_few - step_pick
+    if gain <= wait + GAIN_SLACK_REL * step_few:
+        return None
+    return (f"{pick['workers']} worker(s) shortened the median step by {fmt.ms(gain)} against "
+            f"{fewest['setting']}, but {fewest['setting']} waited only {fmt.ms(wait)} per step "
+            "for data, all that workers can remove: the runs differ by something other than "
+            "the loader (load on the machine that came and went?); measure again with more "
+            "repeats, interleaved")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from scaleprobe.env import shm_bytes
+from scaleprobe import env
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory",
                "defaultcpuallocator", "memoryerror", "outofmemoryerror")
@@ -59,7 +59,7 @@ def failure_line(msg: str) -> str:
 
 
 def shm_advice() -> str:
-    size = shm_bytes()
+    size = env.shm_bytes()
     have = ("/dev/shm is missing" if size is None else
             f"/dev/shm has {size >> 10} KiB" if size < 16 << 20 else
             f"/dev/shm has {size >> 20} MiB")

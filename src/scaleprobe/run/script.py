@@ -21,6 +21,7 @@ from typing import Any
 
 from scaleprobe import config as C
 from scaleprobe import results as res
+from scaleprobe.config import script_defaults, script_name
 from scaleprobe.errors import ConfigError
 from scaleprobe.launch import run_workers
 from scaleprobe.results import RunResult
@@ -32,13 +33,6 @@ from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
 # torch's samplers that walk the whole dataset in every process that holds one
 WHOLE_DATASET_SAMPLERS = {"RandomSampler", "SequentialSampler"}
 ACCURACY_REASON = "not read: the script's own evaluation is not visible to wrap"
-# run options that apply to a script (the rest: the script builds its own model and data)
-SCRIPT_KEYS = ("dist.nnodes", "dist.node_rank", "dist.rdzv_endpoint", "dist.master_port",
-               "dist.timeout_s", "dist.force", "train.warmup_steps", "train.steps",
-               "measure.monitor_interval_s", "measure.progress", "measure.summary_every",
-               "measure.profile_every", "out", "name")
-# and in an experiment spec: the script itself, its arguments and its process count
-SPEC_KEYS = (*SCRIPT_KEYS, "script.path", "script.args", "dist.nproc")
 
 
 def check_target(target: list[str]) -> str:
@@ -61,22 +55,6 @@ def check_target(target: list[str]) -> str:
     if not path.is_file():
         raise ConfigError(f"script not found: {target[0]}")
     return path.stem
-
-
-def script_name(target: list[str]) -> str:
-    """A short name for a script or module: its file's stem, or the module's last part."""
-    return target[1].rsplit(".", 1)[-1] if target[0] == "-m" else Path(target[0]).stem
-
-
-def script_defaults(flat: dict[str, Any]) -> dict[str, Any]:
-    """A script's run options (full keys, with ``script.path``) completed with what wrap sets
-    for every script: the script named as the model, its data as the script's own, and the
-    launched ranks given DDP's traits (one process per rank, shards audited)."""
-    world = int(flat.get("dist.nproc", 1)) * int(flat.get("dist.nnodes", 1))
-    name = script_name(C.ScriptConfig(flat["script.path"]).target())
-    return {"model.name": f"script:{name}", "data.dataset": "script",
-            "dist.strategy": "ddp" if world > 1 else "single", "dist.calibrate_comm": False,
-            **flat}
 
 
 def base_config(overrides: dict[str, Any], target: list[str]) -> C.RunConfig:
@@ -119,7 +97,7 @@ class UserScript:
         return {"cuda_indices": cuda_indices(self.cfg.dist.nproc), "training_in_children": True}
 
     def environment(self) -> _ChildEnv:
-        return _ChildEnv(self.cfg.dist.nproc)
+        return _ChildEnv(self.cfg.dist.nproc, self.cfg.dist.threads_per_rank)
 
     def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
         d = self.cfg.dist
@@ -253,11 +231,13 @@ def script_exit_code(facts: list[dict[str, Any]], err: BaseException | None) -> 
 
 class _ChildEnv:
     """The ranks' environment: scaleprobe importable as in this process, wherever it was
-    imported from; and, as torchrun does with several processes per host, one OpenMP thread
-    per process unless OMP_NUM_THREADS is set."""
+    imported from; and the ranks' OpenMP threads: ``threads_per_rank`` when set, else, as
+    torchrun does with several processes per host, one per process unless OMP_NUM_THREADS
+    is set."""
 
-    def __init__(self, nproc: int) -> None:
+    def __init__(self, nproc: int, threads_per_rank: int | None = None) -> None:
         self.nproc = nproc
+        self.threads = threads_per_rank
 
     def __enter__(self) -> None:
         import scaleprobe
@@ -267,7 +247,9 @@ class _ChildEnv:
         parts = [p for p in (self.saved["PYTHONPATH"] or "").split(os.pathsep) if p]
         if root not in parts:
             os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
-        if self.nproc > 1 and self.saved["OMP_NUM_THREADS"] is None:
+        if self.threads is not None:
+            os.environ["OMP_NUM_THREADS"] = str(self.threads)
+        elif self.nproc > 1 and self.saved["OMP_NUM_THREADS"] is None:
             os.environ["OMP_NUM_THREADS"] = "1"
 
     def __exit__(self, *exc: Any) -> None:

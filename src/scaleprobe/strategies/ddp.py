@@ -10,6 +10,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
+from scaleprobe.comm.hook import EXPOSED_METHOD, IN_FLIGHT_METHOD, BucketLog, CommTimer, HookSplit
+from scaleprobe.comm.instep import cross_check
+from scaleprobe.measure.timer import StepTimer
 from scaleprobe.strategies.single import Single
 from scaleprobe.traits import TRAITS
 
@@ -47,11 +50,44 @@ class DDP(Single):
         super().__init__(dist_cfg, device)
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
+        self.hook = CommTimer()
+        self.buckets = BucketLog()
+        self.in_flight: list[float | None] = []
+        self.unseen: dict[str, str] = {}
 
     def wrap(self, model: nn.Module) -> nn.Module:
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids,
-                                                   bucket_cap_mb=self.cfg.bucket_cap_mb)
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                  bucket_cap_mb=self.cfg.bucket_cap_mb)
+        if self.world > 1:  # one process sends nothing: its comm phase is 0 in every step
+            self.hook.attach(ddp)
+            if self.hook.reason:
+                self.unseen["comm"] = self.hook.reason
+        return ddp
+
+    # --- communication measured in the step (comm/hook.py) ---------------------------------
+    def step_timer(self, timer: Any) -> Any:
+        if self.world < 2 or "comm" in self.unseen:
+            return timer
+        timed = isinstance(timer, StepTimer)  # the warm-up's steps are no figure's
+        return HookSplit(timer, self.hook, self.buckets if timed else None,
+                         self.in_flight if timed else None)
+
+    def phases_unseen(self) -> dict[str, str]:
+        return dict(self.unseen)
+
+    def comm_record(self, calibration: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The exposed wait measured in every step (the comm phase) and the time in flight;
+        the no_sync calibration beside it as a cross-check (never in the breakdown). With one
+        process there is no communication: the calibration is the wrapper's own cost."""
+        if self.world < 2:
+            return calibration
+        return {"in_step": True, "method": None if "comm" in self.unseen else EXPOSED_METHOD,
+                "exposed_reason": self.unseen.get("comm"),
+                "cross_check": cross_check(calibration),
+                "in_flight_per_step": list(self.in_flight) if self.in_flight else None,
+                "in_flight_method": IN_FLIGHT_METHOD, "buckets": self.buckets.summary()
+                or None}
 
     def sampler(self, dataset: Any, seed: int, shuffle: bool = True) -> Any:
         cls = SAMPLERS[self.cfg.sampler]

@@ -75,11 +75,11 @@ def _local_device_and_strategy(cfg: RunConfig) -> tuple[Any, Any]:
     info = envmod.dist_info()
     tr = traits_of(cfg.dist.strategy)
     if tr.in_process:
-        envmod.set_threads(1)
+        envmod.set_threads(1, cfg.dist.threads_per_rank)
     else:
         # a parameter server talks over gloo (TCP), as classic ones do, also on CUDA hosts
         backend = cfg.dist.backend or ("gloo" if tr.needs_any_source_recv else None)
-        envmod.init_distributed(backend, cfg.dist.timeout_s)
+        envmod.init_distributed(backend, cfg.dist.timeout_s, cfg.dist.threads_per_rank)
     device = envmod.pick_device(info.local_rank)
     return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
 

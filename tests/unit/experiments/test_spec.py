@@ -174,3 +174,18 @@ def test_built_in_runs_keep_their_keys():
 
     assert C.RunConfig().key() == "2eee2356488fb202"
     assert C.build({"script": "t.py"}).key() != C.RunConfig().key()
+
+
+def test_a_grid_over_process_counts_holds_threads_per_rank_equal(monkeypatch):
+    """Bug caught: the 1-process point of a scale ran every core's threads beside 2 ranks of
+    1 thread each, so the pairing measured the thread count too."""
+    monkeypatch.setattr("scaleprobe.env.cpu_count", lambda: 8)
+    sp = load_spec({"base": {"model": "linear", "strategy": "ddp"},
+                    "grid": {"nproc": [1, 2, 4]}})
+    assert sp.base["dist.threads_per_rank"] == 2  # 8 cores / 4, at every count
+    assert {sp.config(p).dist.threads_per_rank for p in points(sp)} == {2}
+    own = load_spec({"base": {"model": "linear", "strategy": "ddp", "threads_per_rank": 3},
+                     "grid": {"nproc": [1, 2]}})
+    assert own.base["dist.threads_per_rank"] == 3  # the spec's own figure stands
+    batch = load_spec({"base": {"model": "linear"}, "grid": {"batch_size": [16, 32]}})
+    assert "dist.threads_per_rank" not in batch.base  # nothing paired across counts

@@ -96,7 +96,8 @@ def test_oom_skips_larger_batches_of_the_same_group_only(tmp_path, fake_points):
                                                           {"model": "mlp", "batch_size": 128}]
     md = (tmp_path / "sweep.md").read_text()
     assert "## Batch size: model=linear" in md and "## Batch size: model=mlp" in md
-    assert md.count("out of memory") >= 4 and "Fastest: batch 32" in md
+    assert md.count("out of memory") >= 4
+    assert "Fastest: inconclusive (1 repeat): batch 32" in md  # one repeat decides nothing
     csv_lines = (tmp_path / "sweep.csv").read_text().splitlines()
     assert csv_lines[0].startswith("group,batch_size") and len(csv_lines) == 9
 

@@ -56,15 +56,21 @@ def test_sources_lists_every_folder_even_without_a_clash(tmp_path):
 
 
 def _scale(eid: str, model: str, batch: int, bucket_mb: float) -> list[dict]:
-    one = run("nproc=1", model=model, nproc=1, batch=batch, sps=100.0,
-              experiment=scale_point(eid, 1))
-    two = run("nproc=2", model=model, strategy="ddp", nproc=2, batch=batch, sps=110.0,
-              bd=breakdown(0.2, comm=0.35), experiment=scale_point(eid, 2))
-    two["config"]["dist"]["bucket_cap_mb"] = bucket_mb
-    exposed = two["metrics"]["breakdown_s"]["comm"]  # most of it the network's transfer
-    two["comm"] = {"exposed_s": exposed, "transfer_s": 0.8 * exposed,
-                   "sync_overhead_s": 0.2 * exposed}
-    return [one, two]
+    """1 and 2 processes, two repeats (a verdict needs two)."""
+    out = []
+    for i, k in enumerate((1.0, 1.02)):
+        one = run("nproc=1", model=model, nproc=1, batch=batch, sps=100.0,
+                  experiment={**scale_point(eid, 1), "repeat": i})
+        two = run("nproc=2", model=model, strategy="ddp", nproc=2, batch=batch, sps=110.0 * k,
+                  bd=breakdown(0.2, comm=0.35), experiment={**scale_point(eid, 2), "repeat": i})
+        for r in (one, two):  # like for like: the same bucket size at both counts
+            r["config"]["dist"]["bucket_cap_mb"] = bucket_mb
+            r["run_id"] += f"-{eid}-{i}"
+        exposed = two["metrics"]["breakdown_s"]["comm"]  # most of it the network's transfer
+        two["comm"] = {"exposed_s": exposed, "transfer_s": 0.8 * exposed,
+                       "sync_overhead_s": 0.2 * exposed}
+        out += [one, two]
+    return out
 
 
 def test_scaling_advice_comes_from_the_rows_own_experiment():

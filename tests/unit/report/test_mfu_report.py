@@ -87,3 +87,24 @@ def test_sweep_points_table_shows_each_points_own_mfu():
     assert table["headers"] == ["model", *POINT_HEADERS]
     col = table["headers"].index("MFU")
     assert [(row[0], row[col]) for row in table["rows"]] == [("linear", "3.1%"), ("mlp", "42%")]
+
+
+def test_low_mfu_of_a_run_starved_of_cpu_is_not_blamed_on_the_model():
+    """Bug caught: "not compute-bound: small operators, kernel launches" said of runs that
+    had 6-9% of the CPU. A run whose processes used under half the cores its threads could
+    is CPU-starved; with its CPU share unmeasured, a starved CPU is not ruled out."""
+    # 2 ranks x 1 thread on 2 cores could use 100%; they used 8%
+    rec = _with_mfu(run("hogged", strategy="ddp", nproc=2, threads=1, cores=2, cpu=8.0), 0.05)
+    v = _verdicts(rec)
+    assert "CPU-starved" in v and "not compute-bound" not in v
+    assert "used 8% of the machine's cores, 8% of what its 1 thread(s) x 2" in \
+        v["CPU-starved"].evidence
+    assert "small operators" not in v["CPU-starved"].evidence
+    # the same run at 60% of its cores: the model's own small operators
+    ok = _with_mfu(run("quiet", strategy="ddp", nproc=2, threads=1, cores=2, cpu=60.0), 0.05)
+    assert "small operators" in _verdicts(ok)["not compute-bound"].evidence
+    # one thread on 4 cores could use 25%: 20% is 80% of it, not starved
+    one = _with_mfu(run("one", threads=1, cores=4, cpu=20.0), 0.05)
+    assert "not compute-bound" in _verdicts(one)
+    unknown = _with_mfu(run("unknown", cpu=None), 0.05)
+    assert "not ruled out" in _verdicts(unknown)["not compute-bound"].evidence

@@ -37,10 +37,11 @@ def test_scale_table_speedup_efficiency_and_losses():
     assert two["lost"]["data wait"] == pytest.approx((0.0112 - 0.005) / total)
     assert two["lost"]["slower compute"] == pytest.approx((0.0975 - 0.095) / total)
     # one repeat: the runs' own spread (1% each) widened to the 10% process-to-process floor
-    assert two["line"] == ("2 processes: 1.62x [1.47, 1.78], 1 repeat (efficiency 81% [74%, "
-                           "89%]); lost to: communication 12%, data wait 5%, slower compute 2%")
-    assert rows[2]["line"] == "4 processes: failed: rank 3 lost"
-    assert S.scale_cells(rows[1])[2] == "1.62x [1.47, 1.78]"
+    assert two["line"] == ("2 processes x 2 threads: 1.62x [1.47, 1.78], 1 repeat (efficiency "
+                           "81% [74%, 89%]); lost to: communication 12%, data wait 5%, slower "
+                           "compute 2%")
+    assert rows[2]["line"] == "4 processes x 2 threads: failed: rank 3 lost"
+    assert S.scale_cells(rows[1])[1:4] == ["2", "162", "1.62x [1.47, 1.78]"]
 
 
 def _repeated(eid: str, sps: dict[int, list[float]]) -> list[dict]:
@@ -73,7 +74,7 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
     assert two["speedup"] == pytest.approx(6.02)
     assert two["implausible"] and not two["verdict_ok"]
     assert "implausible" in two["line"] and "+/-39.0% within a run" in two["line"]
-    assert "(implausible)" in S.scale_cells(two)[2]
+    assert "(implausible)" in S.scale_cells(two)[3]
     from scaleprobe.report.findings_exp import _scaling
     from scaleprobe.report.thresholds import DEFAULT
 
@@ -118,11 +119,11 @@ def test_without_a_1_process_point_the_smallest_count_is_the_baseline():
     recs = _repeated("b2", {2: [200.0, 190.0, 210.0], 4: [300.0, 285.0, 315.0]})
     two, four = S.scale_table(recs)
     assert two["is_base"] and two["speedup"] == pytest.approx(1.0)
-    assert two["line"].startswith("2 processes: the baseline, 200 samples/s")
+    assert two["line"].startswith("2 processes x 2 threads: the baseline, 200 samples/s")
     assert four["base_nproc"] == 2 and not four["is_base"]
     assert four["speedup"] == pytest.approx(1.5) and four["efficiency"] == pytest.approx(0.75)
     assert four["efficiency_interval"].estimate == pytest.approx(0.75)
-    assert four["line"].startswith("4 processes against 2: 1.50x [")
+    assert four["line"].startswith("4 processes x 2 threads against 2: 1.50x [")
     odd = S.scale_table(_repeated("b2", {2: [100.0, 100.0], 4: [240.0, 240.0]}))[1]
     assert odd["implausible"].startswith("above 4/2 x 1.1") and "baseline (2 processes)" in \
         odd["implausible"]
@@ -135,5 +136,39 @@ def test_a_failed_smallest_point_leaves_the_next_as_the_baseline():
     recs = _repeated("f", {2: [200.0], 4: [360.0]})
     recs.append(run("n1", status="failed", error="boom", nproc=1, experiment=scale_point("f", 1)))
     rows = S.scale_table(recs)
-    assert [r["nproc"] for r in rows] == [1, 2, 4] and rows[0]["line"] == "1 process: failed: boom"
+    assert [r["nproc"] for r in rows] == [1, 2, 4] and rows[0]["line"] == "1 process x 2 threads: failed: boom"
     assert rows[1]["is_base"] and rows[2]["speedup"] == pytest.approx(1.8)
+
+
+def test_threads_per_rank_are_part_of_the_pairing():
+    """Bug caught: the 1-process baseline ran 2 threads beside ranks of 1 thread each; under
+    load every 2-process point was then 4-9x "faster" and blamed on "a measuring error, most
+    likely in the 1-process baseline": the configuration scaleprobe chose. The pairing states
+    the difference and gives no verdict."""
+    recs = _repeated("t", {1: [25.0, 24.0], 2: [210.0, 214.0]})
+    for r in recs:
+        r["env"]["threads"] = 2 if r["config"]["dist"]["nproc"] == 1 else 1
+    two = S.scale_table(recs)[1]
+    assert two["implausible"].startswith("above 2 x 1.1: not like for like (threads per rank: "
+                                         "2 -> 1)"), two["implausible"]
+    assert "measuring error" not in two["line"] and not two["verdict_ok"]
+    assert S.scale_cells(two)[1] == "1"
+    same = _repeated("u", {1: [100.0, 102.0], 2: [180.0, 183.0]})  # 2 threads everywhere
+    two = S.scale_table(same)[1]
+    assert two["unlike"] == [] and two["verdict_ok"] and two["threads"] == 2
+    for r in same:
+        if r["config"]["dist"]["nproc"] == 2:
+            r["config"]["train"]["optimizer"] = "adamw"
+    two = S.scale_table(same)[1]
+    assert two["unlike"] == ["train.optimizer: (absent) -> adamw"] and not two["verdict_ok"]
+    assert "not like for like" in two["line"] and "(not like for like)" in S.scale_cells(two)[3]
+
+
+def test_no_loss_is_attributed_above_full_efficiency():
+    """Bug caught: "Lost to: communication 14%" on a 332%-efficiency row (3% on its rerun)."""
+    recs = _repeated("w", {1: [100.0, 100.0], 2: [205.0, 206.0]})
+    for r in recs:
+        if r["config"]["dist"]["nproc"] == 2:
+            r["metrics"]["breakdown_s"] = _bd(0.0, 0.02, 0.08)
+    two = S.scale_table(recs)[1]
+    assert two["efficiency"] > 1.0 and two["lost"] == {} and "lost to" not in two["line"]

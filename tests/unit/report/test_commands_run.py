@@ -1,0 +1,113 @@
+"""Every command the headline prints runs as printed: pasted into a shell, it is accepted
+by scaleprobe's own parser and reaches the work (stubbed here) with exit code 0."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from scaleprobe import cli
+from scaleprobe.report import records as R
+from scaleprobe.report.build import compose
+from scaleprobe.report.doc import Table
+from tests.unit.report.factory import parity_record, run, scale_point, sweep_point, write_results
+from tests.unit.report.test_headline import _batch
+
+
+def _commands(tmp_path, recs: list[dict]) -> list[str]:
+    """The backticked ``scaleprobe ...`` commands of the headline's rows."""
+    write_results(tmp_path, recs)
+    _, sections = compose(R.load_records(tmp_path), [tmp_path])
+    out = []
+    for block in sections[0].blocks:
+        if isinstance(block, Table):
+            for row in block.rows:
+                for cell in row:
+                    out += re.findall(r"`(scaleprobe [^`]+)`", cell)
+    return out
+
+
+def _runs(cmd: str) -> int:
+    argv = shlex.split(cmd)
+    assert argv[0] == "scaleprobe"
+    return cli.main(argv[1:])
+
+
+def _scale(eid: str, repeats: list[float], **kw) -> list[dict]:
+    """A DDP scale over 1 and 2 processes with a noisy speedup (inconclusive)."""
+    recs = []
+    for i, k in enumerate(repeats):
+        for n, sps in ((1, 100.0), (2, 150.0 * k)):
+            exp = {**scale_point(eid, n), "repeat": i}
+            recs.append(run(f"{eid}{n}r{i}", strategy="ddp", nproc=n, sps=sps, threads=1,
+                            experiment=exp, **kw))
+    return recs
+
+
+def test_a_batch_verdicts_use_it_command_runs(tmp_path, stop_before_work):
+    """Catches a "use it" command missing the run's task or data options or quoting a value
+    the parser refuses."""
+    recs = _batch("bs", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0})
+    for r in recs:
+        r["config"]["data"].update(dataset="cifar10", data_dir=str(tmp_path / "my data"))
+    cmds = _commands(tmp_path / "out", recs)
+    use = [c for c in cmds if c.startswith("scaleprobe run")]
+    assert use, cmds
+    assert "--set train.batch_size=32" in use[0]
+    assert "data.data_dir=" in use[0] or "--data-dir" in use[0]
+    for c in use:
+        assert _runs(c) == 0, c
+
+
+def test_a_scale_rerun_command_runs_with_its_counts_and_options(tmp_path, stop_before_work):
+    """Catches a rerun command for a scale that drops the process counts, the strategy or the
+    threads per rank, or that the parser refuses."""
+    recs = _scale("sc", [0.7, 1.3])
+    for r in recs:
+        r["config"]["dist"]["threads_per_rank"] = 1
+    cmds = [c for c in _commands(tmp_path / "out", recs) if c.startswith("scaleprobe scale")]
+    assert cmds, "no scale command in the headline"
+    cmd = cmds[0]
+    assert "--nproc 1,2" in cmd and "--id sc" in cmd and "--repeats" in cmd
+    assert "--strategy ddp" in cmd or "dist.strategy=ddp" in cmd
+    assert _runs(cmd) == 0, cmd
+
+
+def test_a_parity_command_runs_with_the_n_process_sides_options(tmp_path, stop_before_work):
+    """Catches a parity command without the runs' options (a 1-process parity of another
+    model) or one the parser refuses."""
+    rec = parity_record()
+    rec["verdict"] = "inconclusive"
+    rec["difference_interval"].update(lo=-0.03, hi=0.01)
+    one = run("p1", model="mlp", dataset="digits", strategy="ddp", nproc=1,
+              experiment=sweep_point("parity-runs"))
+    two = run("p2", model="mlp", dataset="digits", strategy="ddp", nproc=2,
+              experiment=sweep_point("parity-runs"))
+    two["config"]["train"]["seed"] = 0
+    rec["runs"] = [one["run_id"], two["run_id"]]
+    cmds = [c for c in _commands(tmp_path / "out", [one, two, rec]) if "--parity" in c]
+    assert cmds, "no parity command in the headline"
+    cmd = cmds[0]
+    assert "model.name=mlp" in cmd and "--parity-tolerance 0.02" in cmd
+    assert _runs(cmd) == 0, cmd
+
+
+@pytest.mark.parametrize(("workers", "pick"), [((0, 2), 2), ((0, 1, 2), 1)])
+def test_a_worker_verdicts_command_runs(tmp_path, stop_before_work, workers, pick):
+    """Catches a "use N workers" command with a loader option the parser refuses (workers
+    with the naive loader, a prefetch of none...); 1 and 2 workers tie, so the fewer is
+    the one to use."""
+    recs = []
+    for i in range(3):
+        for w in workers:
+            recs.append(run(f"w{w}r{i}", workers=w, loader="naive" if w == 0 else "pipelined",
+                            transform="heavy", dataset="jpeg-synth", cores=2,
+                            sps=(60.0 if w == 0 else 120.0 + w) * (1 + 0.01 * i),
+                            experiment={**sweep_point("loader", workers=w), "repeat": i}))
+    cmds = [c for c in _commands(tmp_path / "out", recs) if c.startswith("scaleprobe run")]
+    assert cmds, "no worker command in the headline"
+    assert f"data.workers={pick}" in cmds[0], cmds[0]
+    for c in cmds:
+        assert _runs(c) == 0, c
