@@ -4,8 +4,9 @@ keeps its figures and lists what does not hold, and the summary line and the rep
 
     shares          data wait, communication (and every breakdown phase) within 0..100% of
                     the step
-    no comm at 1    one training process has nothing to communicate: a comm phase there is
-                    a wrapper's own cost mislabelled
+    no comm at 1    one process has nothing to communicate: a comm phase there is a
+                    wrapper's own cost mislabelled (a parameter server with one worker is two
+                    processes, and its push / pull is real communication)
     window          samples/s (the throughput) = global batch x timed steps / timed window,
                     within WINDOW_CHECK_REL, for strategies whose ranks move in lockstep
     unique data     with a failing shard audit, samples/s counts samples read again: the
@@ -54,11 +55,13 @@ def check_run(r: RunResult) -> list[dict[str, str]]:
     neg = [p for p, v in bd.items() if (_num(v) or 0.0) < 0]
     if neg:
         out.append({"name": "shares", "detail": f"negative phase time: {', '.join(neg)}"})
-    trainers = r.batch.training_ranks or r.batch.world_size
+    # processes, not training ranks: a parameter server with one worker is two processes,
+    # and its push / pull is real communication
+    procs = r.batch.world_size or r.batch.training_ranks
     comm = _num(bd.get("comm"))
-    if trainers == 1 and comm and comm > 0:
+    if procs == 1 and comm and comm > 0:
         out.append({"name": "no comm at 1",
-                    "detail": f"{comm * 1000:.1f} ms of communication with one training process"})
+                    "detail": f"{comm * 1000:.1f} ms of communication within one process"})
     window = window_samples_per_s(r)
     if (m.samples_per_s_median_step is not None and window and m.samples_per_s
             and abs(m.samples_per_s / window - 1.0) > WINDOW_CHECK_REL):

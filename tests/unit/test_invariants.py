@@ -34,8 +34,17 @@ def test_communication_at_world_size_one():
     rec = _good()
     rec["metrics"]["breakdown_s"]["comm"] = 0.02
     assert _names(rec) == ["no comm at 1"]
-    rec["batch"]["training_ranks"] = 2
+    rec["batch"]["world_size"] = 2
     assert "no comm at 1" not in _names(rec)
+
+
+def test_a_parameter_server_with_one_worker_communicates():
+    """Bug caught (audit item 8): the invariant counted training ranks, so it fired on every
+    parameter-server run with one worker, whose push / pull is real communication."""
+    rec = _good()
+    rec["metrics"]["breakdown_s"]["comm"] = 0.02
+    rec["batch"].update(world_size=2, training_ranks=1)
+    assert _names(rec) == []
 
 
 def test_samples_per_s_is_the_windows_throughput():
@@ -47,6 +56,8 @@ def test_samples_per_s_is_the_windows_throughput():
     assert _names(rec) == ["window"] and "(290.9)" in check_run(loaded(rec))[0]["detail"]
     rec["metrics"]["window_s"] = 5.0 * 1.04  # within 5%: the ranks' windows differ that much
     assert _names(rec) == []
+    rec["metrics"]["window_s"] = 5.0 * 0.9  # 356 over the window, 320 claimed: too low
+    assert _names(rec) == ["window"]  # the check is two-sided
 
 
 def test_a_median_step_far_from_the_window_is_uneven_steps_not_a_broken_invariant():

@@ -111,6 +111,16 @@ def test_mean_difference_interval_welch():
     assert M.mean_difference_interval([0.8], [0.7, 0.71]) is None
 
 
+def test_welch_interval_against_a_hand_computation():
+    """Catches each side's variance divided by n instead of n - 1, or the standard error
+    taken without dividing by the sample counts. Hand-computed: a = 1, 2, 3 (variance 1),
+    b = 3, 5, 7 (variance 4); se^2 = 1/3 + 4/3 = 5/3; Welch's df = (5/3)^2 / ((1/3)^2 / 2 +
+    (4/3)^2 / 2) = 2.94, taken as 2; t(0.975, 2) = 4.303."""
+    d, lo, hi = M.mean_difference_interval([1.0, 2.0, 3.0], [3.0, 5.0, 7.0])
+    assert d == pytest.approx(3.0)
+    assert hi - d == pytest.approx(4.3027 * math.sqrt(5.0 / 3.0), rel=1e-3)
+
+
 def test_pooled_sd_and_repeats_for_a_difference():
     """Hand-computed: sd 0.01 on each side pools to 0.01; a 0.05 gap with that spread needs
     few repeats, a gap inside the noise cannot be decided."""

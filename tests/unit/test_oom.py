@@ -13,6 +13,9 @@ from scaleprobe.run.failure import is_oom
     "allocate memory: you tried to allocate 4294967296 bytes. Error code 12 (Cannot allocate "
     "memory)",
     "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR ... out of memory",
+    # the kernel's own words, capitalised: matched case-insensitively
+    "OSError: [Errno 12] Cannot allocate memory",
+    "torch.OutOfMemoryError: CUDA Out Of Memory. Tried to allocate 2.00 GiB",
 ])
 def test_allocator_failures_are_oom(error):
     assert is_oom(error)

@@ -121,9 +121,9 @@ def epoch_basis(recs: list[RunResult]) -> str:
 
 
 def batch_table(records: list[Record]) -> list[dict[str, Any]]:
-    """One row per batch size (the point's median repeat), sorted by batch size within each
-    group, with growth rates between consecutive points that finished (the first row's growth
-    is None). Epoch-time growth is the paired estimate over the repeats (``epoch_interval``)."""
+    """One row per batch size (each figure its median over the point's repeats), sorted by
+    batch size within each group, with growth rates between consecutive points that finished
+    (the first row's growth is None). Epoch-time growth is the paired estimate over the repeats (``epoch_interval``)."""
     rows: list[dict[str, Any]] = []
     for label, recs in point_groups(sweep_runs(records), R.BATCH_AXES).items():
         recs = sorted(recs, key=lambda r: (r.batch_size is None, r.batch_size or 0))
@@ -166,7 +166,16 @@ def _mem_interval(a: RunResult, b: RunResult, mem_kind: str) -> M.Interval | Non
 
 
 def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
-    mem = P.median_of(r, _memory_figure(mem_kind)) if r.status == "ok" else None
+    # every measured column the median over the point's repeats (an even count: the mean of
+    # the middle two), as the growth beside it is taken over the repeats: a row that mixed
+    # one repeat's samples/s with the median epoch did not add up (8.90 samples/s beside
+    # 139.9 s for 1,437 samples)
+    ok = r.status == "ok"
+    mem = P.median_of(r, _memory_figure(mem_kind)) if ok else None
+
+    def med(fig: Any) -> Any:
+        return P.median_of(r, fig) if ok else fig(r)
+
     m = r.metrics
     return {
         "group": group, "run": r.label, "point": r.point, "batch_size": r.batch_size,
@@ -174,13 +183,12 @@ def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
         "peak_mem_bytes": mem, "memory_kind": mem_kind, "mem_growth": None,
         "mem_interval": None,
         "peak_host_total_bytes": m.peak_mem_bytes.host,
-        # the median over the repeats, as the growth beside it is taken over the repeats
-        # (the median-throughput repeat's own epoch can sit on the other side of a step)
-        "epoch_time_s": P.median_of(r, epoch_time_s),
+        "epoch_time_s": med(epoch_time_s),
         "epoch_projected": _projected(r), "epoch_growth": None, "epoch_interval": None,
-        "samples_per_s": m.samples_per_s,
-        "achieved_flops_per_s": m.achieved_flops_per_s, "mfu": m.mfu,
-        "cpu_util_pct": m.cpu_util_pct, "gpu_util_pct": m.gpu_util_pct,
+        "samples_per_s": med(P.samples_per_s),
+        "achieved_flops_per_s": med(lambda x: x.metrics.achieved_flops_per_s),
+        "mfu": med(lambda x: x.metrics.mfu), "cpu_util_pct": med(lambda x: x.metrics.cpu_util_pct),
+        "gpu_util_pct": med(lambda x: x.metrics.gpu_util_pct),
         "repeats": len(P.repeats_of(r)), "record": r,
     }
 
@@ -395,19 +403,18 @@ def recommend_batch(records: list[Record]) -> dict[str, Any]:
     fast_ahead, fast_tied = _ahead(fastest, same, EPOCH_BASES[fastest["epoch_basis"]],
                                    higher_is_better=False)
     eff_rows = [r for r in ok if _efficiency(r) is not None]
-    best_eff = max(eff_rows, key=_efficiency) if eff_rows else None
+    # picked on the figure its verdict compares (each repeat's own samples/s per byte, the
+    # median over repeats), so the intervals beside it never favour another row
+    best_eff = (max(eff_rows, key=lambda r: P.median_of(r["record"], _per_byte(r)) or 0.0)
+                if eff_rows else None)
     eff_ahead: list[str] = []
     eff_tied: list[str] = []
     if best_eff is not None:
         peers = [r for r in eff_rows if r["group"] == best_eff["group"] and r is not best_eff]
-        mem_of = _memory_figure(best_eff["memory_kind"])
-
-        def per_byte(r: RunResult) -> float | None:  # each repeat's own samples/s / memory
-            sps, mem = P.samples_per_s(r), mem_of(r)
-            return sps / mem if sps and mem else None
-
-        eff_ahead, eff_tied = _ahead(best_eff, peers, per_byte, higher_is_better=True)
-        best_eff = {**best_eff, "samples_per_s_per_gib": _efficiency(best_eff)}
+        eff_ahead, eff_tied = _ahead(best_eff, peers, _per_byte(best_eff),
+                                     higher_is_better=True)
+        per_gib = P.median_of(best_eff["record"], _per_byte(best_eff))
+        best_eff = {**best_eff, "samples_per_s_per_gib": per_gib * fmt.GIB if per_gib else None}
     multi = len({r["group"] for r in rows}) > 1
     from scaleprobe.report.batch_target import target_picks
 
@@ -421,6 +428,17 @@ def recommend_batch(records: list[Record]) -> dict[str, Any]:
             "most_efficient_decided": best_eff is not None and not eff_tied,
             "soonest": picks["soonest"], "fewest_samples": picks["fewest_samples"],
             "text": text}
+
+
+def _per_byte(row: dict[str, Any]) -> Any:
+    """Each repeat's own samples/s per byte of the row's kind of peak memory."""
+    mem_of = _memory_figure(row["memory_kind"])
+
+    def per_byte(r: RunResult) -> float | None:
+        sps, mem = P.samples_per_s(r), mem_of(r)
+        return sps / mem if sps and mem else None
+
+    return per_byte
 
 
 def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
@@ -480,7 +498,8 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
     lines.append(_claim("Fastest", head, fast[1], fast[0], n))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
-                f"samples/s per GiB of peak {eff['memory_kind']} memory "
-                f"({fmt.rate(eff['samples_per_s'])} samples/s at {fmt.bytes_(eff['peak_mem_bytes'])})")
+                f"samples/s per GiB of peak {eff['memory_kind']} memory (the median over its "
+                f"repeats of each one's own; the row: {fmt.rate(eff['samples_per_s'])} samples/s "
+                f"at {fmt.bytes_(eff['peak_mem_bytes'])})")
         lines.append(_claim("Most efficient", body, eff_vs[1], eff_vs[0], n))
     return "\n".join(lines)

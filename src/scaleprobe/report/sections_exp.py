@@ -79,8 +79,9 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
         _target_curves(s, f"{eid}-{g}", grows, lambda r: f"batch {r['batch_size']}",
                        "one line per batch size")
     kind = rows[0]["memory_kind"] if rows else "host"
-    notes = [f"Peak memory: {kind} memory. Growth compares each point with the previous one "
-             "that finished."]
+    notes = [f"Peak memory: {kind} memory. Every figure of a row is the median over the "
+             "point's repeats (with an even number, the mean of the middle two). Growth compares each point with the "
+             "previous one that finished, paired over every repeat."]
     if any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
            for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the median step time.")

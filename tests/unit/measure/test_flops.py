@@ -143,6 +143,19 @@ def test_cpu_dtype_follows_autocast():
 
 # ---- the measured peak and its cache --------------------------------------------------------
 
+def test_calibration_counts_two_flops_per_multiply_add():
+    """Catches the peak counted as n^3 (or any other count than 2 n^3 per n x n product):
+    with a clock that advances 0.5 s per product the rate is exactly 2 n^3 / 0.5."""
+    ticks = iter(range(10_000))
+
+    def clock() -> float:
+        return next(ticks) * 0.25  # two reads per product: 0.5 s each
+
+    got = F.calibrate(torch.device("cpu"), "fp32", n=16, seconds=3.0, clock=clock,
+                      cpu_clock=lambda: 0.0)
+    assert got["flops_per_s"] == pytest.approx(2 * 16 ** 3 / 0.25)
+
+
 def test_calibration_measures_a_matmul_rate_and_restores_threads():
     """Catches a calibration that reports 0 or a rate off by the 2 FLOPs per multiply-add
     (checked against a matrix product timed here independently), or leaves the process

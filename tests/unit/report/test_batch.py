@@ -69,6 +69,35 @@ def test_epoch_time_cell_is_the_median_over_repeats():
     assert rows[0]["samples_per_s"] == 200.0 and rows[0]["epoch_time_s"] == 2.0
 
 
+def test_every_column_of_a_row_is_the_median_over_an_even_number_of_repeats():
+    """Bug caught (audit item 1): samples/s from the lower middle of 4 repeats (7.02 shown,
+    median 8.09) beside an epoch time averaged over them: the row did not add up."""
+    sps = [6.0, 7.02, 9.16, 12.0]
+    recs = [run(f"q{i}", experiment=sweep_point("q", batch_size=32, repeat=i), sps=v,
+                epoch_s=1437 / v) for i, v in enumerate(sps)]
+    row = B.batch_table(recs)[0]
+    assert row["samples_per_s"] == pytest.approx(8.09)
+    # the epoch column is the median of the same repeats' epochs, not one repeat's
+    assert row["epoch_time_s"] == pytest.approx((1437 / 7.02 + 1437 / 9.16) / 2)
+
+
+def test_most_efficient_is_picked_on_the_figure_its_intervals_compare():
+    """Bug caught (audit item 4): "Most efficient: batch 32" picked from the row's figures
+    while its own paired ratio (each repeat's samples/s per GiB) favoured another batch."""
+    recs = []
+    # batch 32, per repeat: 50, 202 and 100 samples/s per GiB (median 100); the row's medians
+    # (101 samples/s at 2 GiB) read 50
+    for i, (v, mem) in enumerate([(100.0, 2.0), (101.0, 0.5), (300.0, 3.0)]):
+        recs.append(run(f"s{i}", experiment=sweep_point("eff", batch_size=32, repeat=i), sps=v,
+                        host_mem=int(mem * GIB)))
+    for i in range(3):  # batch 128: 75 per GiB every repeat
+        recs.append(run(f"l{i}", experiment=sweep_point("eff", batch_size=128, repeat=i),
+                        sps=75.0, host_mem=GIB))
+    rec = B.recommend_batch(recs)
+    assert rec["most_efficient"]["batch_size"] == 32
+    assert rec["most_efficient"]["samples_per_s_per_gib"] == pytest.approx(100.0)
+
+
 def test_host_memory_used_when_no_device_memory():
     rows = B.batch_table(_batch_sweep(device=False))
     assert rows[0]["memory_kind"] == "host"
@@ -104,8 +133,9 @@ def test_recommend_batch_fastest_and_most_efficient():
     assert ("Fastest: batch 64, epoch time 50.0 s, 320 samples/s, ahead of batch 16 (2.00x "
             "[1.98, 2.02], 3 repeats); batch 32 (1.04x [1.03, 1.05], 3 repeats) (each: that "
             "batch size's figure / this one's).") in rec["text"]
-    assert ("Most efficient: batch 32, 225 samples/s per GiB of peak device memory (308 "
-            "samples/s at 1.4 GiB), ahead of batch 16 (0.71x [0.70, 0.72], 3 repeats); batch "
+    assert ("Most efficient: batch 32, 225 samples/s per GiB of peak device memory (the "
+            "median over its repeats of each one's own; the row: 308 samples/s at 1.4 GiB), "
+            "ahead of batch 16 (0.71x [0.70, 0.72], 3 repeats); batch "
             "64 (0.71x [0.70, 0.72], 3 repeats)") in rec["text"]
     assert "intervals over 3 repeats" in rec["text"]
 

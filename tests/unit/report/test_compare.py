@@ -208,3 +208,18 @@ def test_a_side_whose_median_step_is_not_its_throughput_is_a_caveat(tmp_path):
     md = to_markdown(compare_paths(tmp_path / "a", tmp_path / "b"))
     assert "Caveat: B: 363 samples/s over its timed window, 687 from its median step" in md
     assert "Caveat: A" not in md  # A's steps agree with its window
+
+
+@pytest.mark.parametrize("lo,hi,want", [
+    (0.981, 1.019, "no change"),      # inside +/-2% both ways
+    (0.975, 1.025, "inconclusive"),   # a 5% band would call this no change
+    (0.985, 1.030, "inconclusive"),   # an upper bound past +2%: not symmetric
+    (0.970, 1.015, "inconclusive"),   # a lower bound past -2%
+])
+def test_the_no_change_band_is_two_percent_each_way(lo, hi, want):
+    """Catches the no-change band widened (2% -> 5%) or made asymmetric."""
+    from scaleprobe import metrics as M
+    from scaleprobe.report import compare as C
+
+    iv = M.Interval(1.0, lo, hi, 3, "test", 0.01, None)
+    assert C.verdict(iv) == want
