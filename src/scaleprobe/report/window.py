@@ -20,7 +20,7 @@ ENDED = {
     "max-epochs": "at --max-epochs without reaching the --target",
     "interrupted": "when the run was interrupted",
     "script": "when the script ended on its own",
-    "failed": "when a rank died or hung",
+    "failed": "when the run failed (a rank died, hung or exited with an error)",
 }
 UNSTABLE = ("max-steps", "max-seconds")
 STEP_NOTE = ("Step median ±: half the median's 95% interval, relative to the median; "
