@@ -419,7 +419,7 @@ def test_scale_over_a_script_gives_the_scale_table_and_resumes(tmp_path):
     assert all(r["experiment"]["kind"] == "scale" and r["script"] for r in runs)
     assert {r["metrics"]["steps_timed"] for r in runs} == {20}
     assert [r["batch"]["world_size"] for r in runs[:2]] == [1, 2]
-    assert re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\dx", p.stdout, re.M), p.stdout
+    assert re.search(r"^\| 2 \| \d+ \| [\d,]+ \| \d+\.\d\dx", p.stdout, re.M), p.stdout
     assert (out / "scale.md").is_file()
 
     again = run_cli(*argv, timeout=120)
