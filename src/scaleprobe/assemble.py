@@ -189,6 +189,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.step_time_s = st
     m.steps_timed = raw0.steps_timed
     m.steps_done = raw0.steps_done
+    # a rank's step log (it died or hung) says nothing of why: the run's ending does
+    m.stop_reason = raw0.stop_reason or {"failed": "failed", "oom": "failed",
+                                         "interrupted": "interrupted"}.get(result.status)
     m.breakdown_s = r0.breakdown_s
     if st:
         typical = r0.breakdown_s.total_s()
@@ -260,8 +263,11 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     # over the ranks that take batches: a parameter server reads no sample
     readers = [r.indices for r in ranks if not r.is_server]
     if traits_of(cfg.dist.strategy).audits_shards and cfg.dist.audit and world > 1 and readers:
-        result.audit = Audit.from_dict(audit(readers, info.train_samples, per_proc,
-                                             raw0.epochs_complete))
+        if not all(readers):  # a rank that died left its steps, not the samples it read
+            why["audit"] = "not run: a rank's sample indices were lost with it"
+        else:
+            result.audit = Audit.from_dict(audit(readers, info.train_samples, per_proc,
+                                                 raw0.epochs_complete))
     result.dataset_source = info.dataset_source
     result.input_mode = info.input_mode
     result.resolved = {"data.image_size": info.image_size, "data.num_classes": info.num_classes}
@@ -344,6 +350,10 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     cal = dict(raw0.comm or {})
     if not cal and tr.in_process:
         return
+    if not cal and all(r.communicates is False for r in ranks):
+        why["comm"] = ("none: the script built no process group and no DistributedDataParallel "
+                       "model, so its ranks never communicated (and no network model applies)")
+        return
     transfer = cal.pop("transfer", None)
     c = Comm.from_dict(cal)
     c.exposed_s = result.metrics.breakdown_s.comm
@@ -417,6 +427,10 @@ def _checks(result: RunResult, head: RankRecord) -> None:
         m.unique_samples_per_s = M.unique_samples_per_s(m.samples_per_s,
                                                         result.audit.unique_fraction)
     result.invariants = check_run(result)
+    if (result.audit is not None and result.audit.ok is False
+            and result.status in ("ok", "target_not_reached")):  # the ranks did not train as one
+        result.status = "audit_failed"
+        result.error = f"shard audit failed: {result.audit.detail}"[:1000]
 
 
 def _load(result: RunResult, window: dict[str, Any] | None) -> None:

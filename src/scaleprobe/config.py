@@ -173,7 +173,10 @@ class DistConfig:
     master_port: int | None = option(None, "one host: the rendezvous port on 127.0.0.1",
                                      ge=1, le=65535, unset="a free one")
     timeout_s: float = option(30.0, "collective timeout in seconds: a lost rank ends the job "
-                              "within this", gt=0, le=86400)
+                              "within this (wrap: a rank with no step, batch or forward pass "
+                              "for this long ends it as stalled)", gt=0, le=86400)
+    force: bool = option(False, "start the ranks even when they do not fit this host (more "
+                         "than 2 per core on the CPU, or more memory than is available)")
     backend: str | None = option(None, "gloo | nccl", choices=("gloo", "nccl"),
                                  unset="nccl on CUDA, gloo on CPU")
     audit: bool = option(True, "shard audit over the training ranks (ddp, fsdp, localsgd, ps "
@@ -275,6 +278,7 @@ class RunConfig:
         d.pop("out", None)
         d.pop("name", None)
         d["measure"].pop("progress", None)
+        d["dist"].pop("force", None)  # how the ranks were let start, not what they measure
         d["dist"].pop("master_port", None)  # where the ranks meet, not what they measure,
         d["dist"].update(rdzv_endpoint=None, node_rank=0)  # nor which host wrote the record
         if d["script"]["path"] is None:  # the built-in loop: keys as before scripts had a section
@@ -520,9 +524,9 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 
 # run options that apply to a script (the rest: the script builds its own model and data)
 SCRIPT_KEYS = ("dist.nnodes", "dist.node_rank", "dist.rdzv_endpoint", "dist.master_port",
-               "dist.timeout_s", "dist.threads_per_rank", "train.warmup_steps", "train.steps",
-               "measure.monitor_interval_s", "measure.progress", "measure.summary_every",
-               "measure.profile_every", "out", "name")
+               "dist.timeout_s", "dist.threads_per_rank", "dist.force", "train.warmup_steps",
+               "train.steps", "measure.monitor_interval_s", "measure.progress",
+               "measure.summary_every", "measure.profile_every", "out", "name")
 # and in an experiment spec: the script itself, its arguments and its process count
 SPEC_KEYS = (*SCRIPT_KEYS, "script.path", "script.args", "dist.nproc")
 

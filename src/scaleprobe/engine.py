@@ -24,9 +24,10 @@ from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
 from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.progress import StepProgress
-from scaleprobe.measure.stats import is_stable
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.parts import Parts, lr_warmup_steps, setup
+from scaleprobe.train.steplog import TimerSteps
+from scaleprobe.train.stopping import loop_end_reason, stop_reason
 
 
 class _NullTimer:
@@ -84,25 +85,7 @@ class LoopState:
     epoch_starts: list[int] = field(default_factory=list)  # timed steps that began an epoch
     interrupted: bool = False  # stopped early on a stop request (interrupt.py)
     paused_s: float = 0.0  # --target evaluations inside the timed window: not in window_s
-
-
-def _should_stop(p: Parts, st: LoopState, timer: StepTimer) -> bool:
-    t = p.cfg.train
-    if t.epochs is not None or t.target is not None:
-        return False  # epochs (or the target, or --max-epochs) end the loop themselves
-    if isinstance(t.steps, int):
-        return st.timed >= t.steps
-    # ranks agree every 5 steps (one collective); one process checks its caps every step, so
-    # a time-boxed window (co-located jobs) ends within a step of its time, and tests its
-    # median's stability every 5
-    if st.timed < t.min_steps or (p.strategy.distributed and st.timed % 5):
-        return False
-    elapsed = time.perf_counter() - (st.window_t0 or time.perf_counter())
-    done = (st.timed >= t.max_steps or elapsed >= t.max_seconds
-            or (st.timed % 5 == 0
-                and is_stable(timer.step_times(timer.ready_count()), p.cfg.measure.stable_rel_ci,
-                              t.min_steps)))
-    return p.strategy.any_true(done)  # every rank stops at the same step
+    stop_reason: str | None = None  # why the window ended (train/stopping.py)
 
 
 def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
@@ -186,6 +169,8 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
         timer.discard_open()
         st.interrupted = True
         stop.signame = stop.signame or "SIGINT"
+    st.stop_reason = ("interrupted" if st.interrupted else
+                      st.stop_reason or loop_end_reason(p, st))
     st.window_t1 = time.perf_counter()
     st.clock_t1 = clock()
     return st
@@ -235,10 +220,10 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
                 if timing:
                     timer.close()  # the step ends before the evaluation: not in its time
                 if _target_eval(p, st):
-                    halt = True
+                    halt, st.stop_reason = True, "target"
                     break
-            if timing and _should_stop(p, st, timer):
-                halt = True
+            if timing and (why := stop_reason(p, st, timer)):
+                halt, st.stop_reason = True, why
                 break
             if stop.requested and st.step >= _stop_step(p, st, stop):
                 halt = st.interrupted = True
@@ -248,8 +233,8 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
         if batch is None:
             st.epochs_complete += 1
             st.epoch_wall_s.append(time.perf_counter() - t_epoch)
-            if p.watch is not None and p.watch.due(st.step, epoch_end=True):
-                halt = _target_eval(p, st) or halt
+            if p.watch is not None and p.watch.due(st.step, epoch_end=True) and _target_eval(p, st):
+                halt, st.stop_reason = True, "target"
         st.epoch += 1
         if halt:
             break
@@ -339,6 +324,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         strategy_metrics=p.strategy.extra_metrics(),
         target=p.watch.record() if p.watch is not None and p.watch.points else None,
         gns=samples_of(p),
+        stop_reason=st.stop_reason,
     ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
 
 
@@ -396,6 +382,8 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     observed: dict[str, Any] = {}
     stop.deferring = True
     if beat is not None:
+        if not strategy.is_server:  # its timed steps, kept if this rank dies
+            beat.keep_steps(TimerSteps(timer, p))
         beat.set_state("serving" if strategy.is_server else "training")
     if strategy.is_server:
         strategy.serve(p.optimizer)  # until every worker is done, interrupted or not

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin, get_type
 from scaleprobe import metrics as M
 
 SCHEMA = 2
-STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached")
+STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached", "audit_failed")
 # statuses whose figures are complete measurements (a target not reached ran to its cap)
 MEASURED = ("ok", "target_not_reached")
 # a record read without a status (written before status existed, or by hand): whether it
@@ -347,6 +347,11 @@ class Metrics(Record):
     epoch_start_other_data_s: float | None = None
     steps_timed: int = 0
     steps_done: int | None = None
+    # why the timed window ended: steps (--steps N), stable (the median's 95% CI within
+    # --stable-rel-ci), max-steps, max-seconds (--steps auto's caps, the median not stable),
+    # peer (another rank's), epochs, target, max-epochs, interrupted, script (wrap: the
+    # script ended on its own), failed (a rank died or hung: the steps before it)
+    stop_reason: str | None = None
     window_s: float | None = None
     # [start, end] of the timed window on the rank shown, wall clock (seconds since the epoch):
     # co-located jobs' windows are checked for overlap with it
@@ -843,6 +848,8 @@ class RunResult(InExperiment, Record):
             return f"failed: {self.error}" if self.error else "failed"
         if st == "target_not_reached":
             return "target not reached"
+        if st == "audit_failed":
+            return "shard audit failed"
         return str(st)
 
     def null_reason(self, key: str) -> str | None:
@@ -979,6 +986,12 @@ class RankRecord(Record):
     gns: GnsSamples | None = None  # squared gradient norms per timed step (--gns)
     # one process: measure/memprobe.py after the window; None elsewhere
     memory_pass: dict[str, Any] | None = None
+    # why its timed window ended (train/stopping.py: steps, stable, max-steps, max-seconds,
+    # peer, epochs, target, max-epochs, interrupted; wrap: steps, script); None: not known
+    stop_reason: str | None = None
+    # wrap: False when the script built no process group and no DDP model (nothing it ran
+    # could communicate); None where not known (the built-in loop knows its strategy)
+    communicates: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("gns",)

@@ -45,7 +45,11 @@ A run record (``kind == "run"``)::
                       step_time_s {median, p95, mean, min, max, n, rel_ci}, step_time_rank,
                       breakdown_s {data, h2d, forward, backward, optimizer, comm},
                       data_wait_fraction, comm_fraction, epoch_time_s, epoch_time_projected,
-                      steps_per_epoch, steps_timed, epoch_starts_timed, epoch_start_data_s,
+                      steps_per_epoch, steps_timed, stop_reason (why the timed window
+                      ended: steps | stable | max-steps | max-seconds | peer | epochs |
+                      target | max-epochs | interrupted | script | failed; the last two:
+                      wrap's script ended on its own, a rank died or hung),
+                      epoch_starts_timed, epoch_start_data_s,
                       epoch_start_data_share, epoch_start_window_share,
                       epoch_start_other_data_s (the timed steps that took an epoch's first
                       batch: how many, their median wait for it, the waits' share of the

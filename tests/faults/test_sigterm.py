@@ -40,7 +40,7 @@ def build():
 # under way; summarising and writing take the rest); two DDP ranks 5.0-8.2 s (they finish at
 # most two steps, agree, hand over their records, then the same). One process: 20 s holds four
 # times the worst measured. DDP: the ranks must be done before the launcher's grace
-# (INTERRUPT_GRACE_S, 20 s) kills them, which the records kept also show; a rank left waiting
+# (INTERRUPT_GRACE_S) kills them, which the records kept also show; a rank left waiting
 # for the launcher to read its return value (the bug this bound catches) is killed only then.
 SINGLE_STOP_S = 20.0
 

@@ -93,6 +93,8 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
     cfg = sp.config(points(sp)[0], str(out))
     done = res.new_run_record(cfg.to_dict(), "r1", "done", cfg.key())
     done["status"] = "ok"
+    done["experiment"] = {"id": sp.sweep_id, "kind": "sweep", "point": {"batch_size": 8},
+                          "repeat": 0}  # this sweep's own point, finished before it stopped
     path = out / "results.jsonl"
     res.append_jsonl(path, done)
     with path.open("a") as fh:

@@ -135,8 +135,9 @@ def test_shard_audit_catches_broken_samplers(cli, out_dir, fault, field):
     p = cli("run", "--strategy", "ddp", "--nproc", 2, "--epochs", 2, "--batch-size", 64,
             "--model", "linear", "--loader", "naive", "--warmup-steps", 1,
             "--set", f"dist.sampler={fault}", "--out", out_dir, "--no-progress")
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.returncode == 5, p.stderr[-2000:]  # a failed audit: its own status and code
     rec = _result(out_dir)
+    assert rec["status"] == "audit_failed" and rec["error"].startswith("shard audit failed: ")
     a = rec["audit"]
     assert a["ok"] is False and a[field]
     assert "shard audit: FAILED" in p.stdout

@@ -156,6 +156,8 @@ def test_resume_reruns_failed_and_interrupted_points_only(tmp_path):
         cfg = sp.config(pt, str(out))
         rec = res.new_run_record(cfg.to_dict(), f"old-{status}", status, cfg.key())
         rec["status"] = status
+        rec["experiment"] = {"id": sp.sweep_id, "kind": "sweep", "point": dict(pt.axes),
+                             "repeat": 0}  # this sweep's own runs, from before it stopped
         res.append_jsonl(out / "results.jsonl", rec)
         before[pt.axes["batch_size"]] = rec["run_id"]
     recs = run_sweep(doc, out, progress=False)

@@ -157,8 +157,13 @@ def test_missing_distributed_sampler_is_caught(tmp_path):
     out = tmp_path / "out"
     p = _wrap(out, SCRIPTS / "train_ddp_nosampler.py", "--epochs", 1, "--samples", 512,
               "--warmup", 3, nproc=2)
-    assert p.returncode == 0, p.stderr[-3000:]
+    # a failed audit is the run's status and exit code (bug caught: status ok, exit 0)
+    assert p.returncode == 5, p.stderr[-3000:]
     rec = _result(out)
+    assert rec["status"] == "audit_failed"
+    assert rec["error"].startswith("shard audit failed: epoch 1: 512 samples")
+    assert "exit code: 5 (audit_failed); the script's own was 0" in p.stderr
+    assert rec["comm"]["prediction"] is not None  # DDP: its ranks do communicate
     a = rec["audit"]
     assert a["ok"] is False
     assert a["duplicate_samples"] == 512
@@ -167,6 +172,23 @@ def test_missing_distributed_sampler_is_caught(tmp_path):
     assert "RandomSampler, not a DistributedSampler" in p.stderr
     assert rec["metrics"]["unique_samples_per_s"] == pytest.approx(
         rec["metrics"]["samples_per_s"] / 2)
+
+
+@pytest.mark.slow
+def test_ranks_that_never_communicate_get_no_network_model(tmp_path):
+    """`wrap --nproc 2` of a one-process script (no process group, no DDP, a shuffling
+    DataLoader): every rank reads the whole dataset. Bugs caught: status ok and exit 0 after
+    a failed audit, and a network model ("needs >= 1.55 Gbit/s") for ranks that never sent
+    a byte."""
+    out = tmp_path / "out"
+    p = _wrap(out, SCRIPTS / "train_plain.py", "--epochs", 1, "--samples", 512, "--warmup", 3,
+              nproc=2)
+    assert p.returncode == 5, p.stderr[-3000:]
+    rec = _result(out)
+    assert rec["status"] == "audit_failed" and rec["audit"]["ok"] is False
+    assert rec["comm"] is None and "never communicated" in rec["null_reasons"]["comm"]
+    assert rec["metrics"]["breakdown_s"]["comm"] == 0.0
+    assert "Gbit/s" not in p.stderr
 
 
 USER_SCRIPT = """
@@ -302,16 +324,19 @@ def test_script_that_raises(tmp_path):
                 if c.create_time() >= t0 - 1]
 
 
-def test_exit_code_passes_through(tmp_path):
-    """sys.exit(3) in the script: scaleprobe exits 3, the run is failed with that line.
-    Bug caught: every failure reported as exit code 1 (or 0 when the steps were fine)."""
+def test_the_scripts_exit_code_is_kept_and_scaleprobe_exits_with_its_own(tmp_path):
+    """sys.exit(3) in the script: the run is failed with that line, the script's code is in
+    the record and printed, and scaleprobe exits 1 (failed). Bug caught: scaleprobe exiting
+    3, which is its own code for out of memory."""
     (tmp_path / "bad.py").write_text(textwrap.dedent(RAISES))
     out = tmp_path / "out"
     p = run_cli("wrap", "--warmup-steps", 1, "--out", out, "--", tmp_path / "bad.py",
                 env={"EXIT_CODE": "3"})
-    assert p.returncode == 3, p.stderr[-3000:]
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "exit code: 1 (failed); the script's own was 3" in p.stderr
     rec = _result(out)
     assert rec["status"] == "failed" and "exited with code 3" in rec["error"]
+    assert rec["script"]["exit_code"] == 3
     assert rec["metrics"]["steps_done"] == 6  # the steps before the exit are kept
     _no_rank_left(rec)
 
@@ -394,7 +419,7 @@ def test_scale_over_a_script_gives_the_scale_table_and_resumes(tmp_path):
     assert all(r["experiment"]["kind"] == "scale" and r["script"] for r in runs)
     assert {r["metrics"]["steps_timed"] for r in runs} == {20}
     assert [r["batch"]["world_size"] for r in runs[:2]] == [1, 2]
-    assert re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\dx", p.stdout, re.M), p.stdout
+    assert re.search(r"^\| 2 \| \d+ \| [\d,]+ \| \d+\.\d\dx", p.stdout, re.M), p.stdout
     assert (out / "scale.md").is_file()
 
     again = run_cli(*argv, timeout=120)

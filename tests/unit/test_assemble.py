@@ -170,3 +170,34 @@ def test_a_token_task_records_tokens_per_s_beside_samples_per_s():
     img = assemble([raw(0, 0.1)])
     assert img["metrics"]["tokens_per_s"] is None and "tokens_per_sample" not in img["batch"]
     assert "tokens_per_s" not in img["null_reasons"]
+
+
+def test_a_failed_shard_audit_is_the_runs_status_and_exit_code():
+    """Both ranks read the same samples: status audit_failed (exit 5), the audit's line as
+    the error. Bug caught: a run whose ranks all read the whole dataset recorded ok, exit
+    0, its samples/s a headline."""
+    from scaleprobe.run.failure import exit_code
+
+    same = [list(range(0, 64, 1))[:40]]
+    rec = assemble([raw(0, indices=same), raw(1, indices=same)], strategy="ddp", nproc=2)
+    assert rec["audit"]["ok"] is False
+    assert rec["status"] == "audit_failed" and exit_code(rec["status"]) == 5
+    assert rec["error"] == f"shard audit failed: {rec['audit']['detail']}"
+    apart = assemble([raw(0, indices=[list(range(0, 32))]), raw(1, indices=[list(range(32, 64))])],
+                     strategy="ddp", nproc=2)
+    assert apart["status"] == "ok" and apart["audit"]["ok"] is True
+
+
+def test_ranks_that_never_communicated_get_no_network_model():
+    """wrap, 2 ranks of a script without a process group or a DDP model."""
+    quiet = [{**raw(r), "communicates": False} for r in (0, 1)]
+    rec = assemble(quiet, strategy="ddp", nproc=2)
+    assert rec["comm"] is None and "never communicated" in rec["null_reasons"]["comm"]
+    talking = assemble([raw(0), raw(1)], strategy="ddp", nproc=2)
+    assert talking["comm"]["prediction"] is not None
+
+
+def test_a_rank_read_from_its_step_log_leaves_the_audit_unrun_with_why():
+    logged = {**raw(1), "indices": []}  # measure/steplog.py: its indices were not logged
+    rec = assemble([raw(0, indices=[list(range(32))]), logged], strategy="ddp", nproc=2)
+    assert rec["audit"] is None and "lost" in rec["null_reasons"]["audit"]

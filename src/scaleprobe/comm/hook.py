@@ -67,6 +67,8 @@ class CommTimer:
     def __init__(self, clock: Any = time.perf_counter) -> None:
         self.clock = clock
         self.attached = 0  # DDP models timed
+        self.built = 0  # DDP models built, timed or not (counted by wrap's patch)
+        self.group = False  # a process group was initialised (noted by wrap's patch)
         self.reason: str | None = None  # why a DDP model was not timed
         # sees each bucket's buffer before the inner hook (this rank's gradient) and the
         # future's value after it (the reduced one), and changes neither: tap.before(buffer),

@@ -70,6 +70,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--master-port", "dist.master_port", ()),
     ("--backend", "dist.backend", ()),
     ("--timeout", "dist.timeout_s", ()),
+    ("--force", "dist.force", ()),
     ("--ps-mode", "dist.ps_mode", ()),
     ("--ps-device", "dist.ps_device", ()),
     ("--average-every", "dist.average_every", ()),

@@ -13,6 +13,7 @@ from scaleprobe.invariants import uneven_steps
 from scaleprobe.measure.compiled import summary_line as compile_line
 from scaleprobe.report.advice import sync_words
 from scaleprobe.report.fmt import phase_name
+from scaleprobe.report.window import window_line
 from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
 from scaleprobe.traits import known
 
@@ -57,6 +58,8 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
                   f"{esc(v['detail'])}")
     if m.bad_samples_skipped:
         say(con, f"skipped {m.bad_samples_skipped} unreadable samples")
+    if (window := window_line(r)) is not None:
+        say(con, esc(window))
     b = r.batch
     say(con, f"batch: {b.per_device} per device, {b.global_} global, "
               f"world size {b.world_size}; {m.steps_timed} steps timed "
@@ -208,6 +211,8 @@ def _comm_line(con: Console, r: RunResult) -> None:
     without markup: link names can be a user's file path."""
     c = r.comm
     if c is None:
+        if r.null_reasons.get("comm"):  # a script whose ranks never communicated
+            con.print(f"communication: {r.null_reasons['comm']}", markup=False)
         return
     world = r.batch.world_size
     if world is not None and world < 2:

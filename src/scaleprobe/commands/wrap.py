@@ -7,9 +7,12 @@ unchanged, as ``scaleprobe run`` measures its built-in loop.
     scaleprobe wrap --warmup-steps 10 --steps 50 -- train.py  stop after 50 timed steps
 
 The ranks see RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR/PORT as under torchrun. The
-script's stdout, stderr and exit code are its own; scaleprobe's summary goes to stderr, and
-the run folder, result.json and results.jsonl line under --out are those of `run`. A step is
-one optimizer step; what is measured and what cannot be seen: docs/WRAP.md.
+script's stdout and stderr are its own; scaleprobe's summary goes to stderr, and the run
+folder, result.json and results.jsonl line under --out are those of `run`. The exit code is
+scaleprobe's, as for `run` (0 ok, 1 failed, 3 out of memory, 5 shard audit failed, 130
+interrupted): a script's own non-zero code is a failed run, kept in the record
+(``script.exit_code``) and printed. A step is one optimizer step; what is measured and what
+cannot be seen: docs/WRAP.md.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ HELP = "measure your own training script, unchanged (-- SCRIPT.py [ARGS])"
 
 # the run flags that apply to a script: processes, rendezvous, warm-up, stopping, output
 FLAGS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint", "--master-port", "--timeout",
+         "--force",
          "--warmup-steps", "--steps", "--monitor-interval", "--summary-every", "--profile-every",
          "--out", "--name")
 STEPS_HELP = "stop the script cleanly after N timed steps (default: let it run to its end)"
@@ -44,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scaleprobe.commands.summary import console, print_run
+    from scaleprobe.run.failure import exit_code
     from scaleprobe.run.script import base_config, check_target, run_script
 
     target = list(args.target)
@@ -59,5 +64,9 @@ def run(args: argparse.Namespace) -> int:
     note = (result.script or {}).get("sampler_note")
     if note and result.audit is not None and not result.audit.ok:
         print(f"shard audit: {note}", file=sys.stderr)
-    return code
+    ours = exit_code(result.status)
+    if code != ours:
+        print(f"exit code: {ours} ({result.status}); the script's own was {code} "
+              "(script.exit_code in the record)", file=sys.stderr)
+    return ours
 

@@ -6,9 +6,10 @@
 
 Every point runs ``repeats`` times (``[sweep] repeats`` or ``--repeats``, default 3), repeat by
 repeat (A B C A B C), each run in its own process; the tables show each point's median repeat
-and the verdicts carry intervals from the repeats (``scaleprobe.metrics``). Runs already in
-``OUT/results.jsonl`` (same ``RunConfig.key()``, status ok or oom) count as repeats and are not
-run again; failed ones are. A point that runs out of memory skips the larger batch sizes of
+and the verdicts carry intervals from the repeats (``scaleprobe.metrics``). Runs of the same
+experiment (its id) already in ``OUT/results.jsonl`` (same ``RunConfig.key()``, status ok,
+oom, target not reached or audit failed) count as repeats and are not run again; failed ones
+are, and so is a point only measured by a separate run or another experiment. A point that runs out of memory skips the larger batch sizes of
 its group (the points that differ from it only in batch size). Ctrl+C stops the running point
 and everything it started within seconds; finished points stay on disk.
 """
@@ -46,7 +47,8 @@ try:  # POSIX; elsewhere sweeps into one folder are not kept apart
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-DONE = ("ok", "oom", "target_not_reached")  # measured: not run again on resume
+# measured: not run again on resume (a failed shard audit would fail again)
+DONE = ("ok", "oom", "target_not_reached", "audit_failed")
 
 
 @dataclass
@@ -67,11 +69,17 @@ class SweepState:
         return self.out / res.RESULTS_FILE
 
 
-def completed_runs(results_path: Path) -> dict[str, list[dict[str, Any]]]:
+def completed_runs(results_path: Path, exp_id: str | None = None
+                   ) -> dict[str, list[dict[str, Any]]]:
     """``{config key: [records]}`` of the runs that need no rerun (ok, or out of memory), in
-    file order: the first is repeat 0, the next repeat 1, and so on."""
+    file order: the first is repeat 0, the next repeat 1, and so on. With ``exp_id``, only
+    the runs of that experiment: a run of the same configuration made on its own or by
+    another experiment was measured at another time, under another load, so it cannot stand
+    in a pairing of this one's interleaved repeats (A B A B)."""
     done: dict[str, list[dict[str, Any]]] = {}
     for rec in res.runs(res.read_jsonl(results_path)):
+        if exp_id is not None and (rec.get("experiment") or {}).get("id") != exp_id:
+            continue
         if rec.get("status") in DONE and rec.get("key"):
             done.setdefault(rec["key"], []).append(rec)
     return done
@@ -87,8 +95,8 @@ def _experiment(st: SweepState, point: Point, repeat: int) -> dict[str, Any]:
 
 
 def run_point(st: SweepState, point: Point, repeat: int = 0) -> dict[str, Any]:
-    """Run repeat ``repeat`` of one point in its own process (or reuse a run of the same
-    configuration measured before) and return its record. A point that ran out of memory is
+    """Run repeat ``repeat`` of one point in its own process (or reuse this experiment's run
+    of the same configuration, measured before it was stopped) and return its record. A point that ran out of memory is
     not repeated: its out-of-memory record stands for every repeat."""
     from scaleprobe.target import repeat_config
 
@@ -214,16 +222,22 @@ def sweep_out_dir(spec: str | Path | dict[str, Any], out_dir: str | Path | None 
 
 
 def preflight(configs: list[Any]) -> None:
-    """Names that build nothing (a model or dataset typo) fail here, in one line, before any
-    point runs; each distinct (model, dataset) pair is checked once."""
+    """Names that build nothing (a model or dataset typo) and process counts this host cannot
+    take (run/resources.py) fail here, in one line, before any point runs; each distinct
+    (model, dataset) pair and process count is checked once."""
+    from scaleprobe.run.resources import check_config, launches
     from scaleprobe.run.workloads import preflight as check  # imports torch
 
     seen: set[tuple[str, str]] = set()
+    counts: set[int] = set()
     for cfg in configs:
         pair = (cfg.model.name, cfg.data.dataset)
         if pair not in seen:
             seen.add(pair)
             check(cfg)
+        if launches(cfg) and cfg.dist.nproc not in counts:  # every process count fits
+            counts.add(cfg.dist.nproc)
+            check_config(cfg, True)
 
 
 def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
@@ -261,7 +275,7 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
     st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id),
                     process_set(executor, out),
                     spec_path=spec_path)
-    st.done = completed_runs(st.results_path)
+    st.done = completed_runs(st.results_path, sp.sweep_id)
     todo = [c for c in (sp.config(p, str(out)) for p in pts)
             if sp.auto or len(st.done.get(c.key(), [])) < sp.repeats]
     preflight(todo)

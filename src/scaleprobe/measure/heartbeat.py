@@ -56,6 +56,7 @@ class Heartbeat:
         self._buf: mmap.mmap | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._steps: Any = None  # measure/steplog.StepLog: written at every beat
 
     # --- the training loop's side: stores into the mapped file, no system call -------------
     def step_done(self, steps: int) -> None:
@@ -71,6 +72,14 @@ class Heartbeat:
         if self._buf is not None:
             struct.pack_into("<d", self._buf, 16, STATES.index(state))
             self._beat()
+
+    def keep_steps(self, source: Any) -> None:
+        """Write ``source``'s timed steps (``measure/steplog.StepSource``) to the run folder at
+        every beat and at the end, so a rank that dies leaves what it measured."""
+        if self._buf is not None:
+            from scaleprobe.measure.steplog import StepLog
+
+            self._steps = StepLog(self.path.parent.parent, self.rank, source)
 
     # --- the beat -----------------------------------------------------------------------------
     def start(self) -> Heartbeat:
@@ -94,11 +103,15 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+        if self._steps is not None:
+            self._steps.flush()
         self.set_state(state)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._beat()
+            if self._steps is not None:
+                self._steps.flush()
 
     def _beat(self) -> None:
         if self._buf is not None:

@@ -94,8 +94,11 @@ class StepTimer:
             import torch
 
             torch.cuda.synchronize()
+        return self._phases(self.steps)
+
+    def _phases(self, steps: list[list[tuple[str, Any]]]) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {p: [] for p in PHASES}
-        for s in self.steps:
+        for s in steps:
             got = dict.fromkeys(PHASES, 0.0)
             marks = [m for m in s if m[0] not in ("start", "move")]
             prev = s[0][1]
@@ -112,6 +115,28 @@ class StepTimer:
             for p in PHASES:
                 out[p].append(got[p])
         return out
+
+    def readable(self, start: int) -> int:
+        """The steps up to which the times can be read now, from ``start`` on, without waiting
+        (CUDA: their events have completed): for the step log, from another thread."""
+        n = len(self.steps)
+        if not self.cuda:
+            return n
+        end = start
+        while end < n and self.steps[end][-1][1].query():
+            end += 1
+        return end
+
+    def read(self, start: int, end: int
+             ) -> tuple[list[float], dict[str, list[float]], list[float | None]]:
+        """Steps ``start``..``end`` (``readable``): times, phases and, on the CPU, the wall
+        clock at each step's end (CUDA: None, the events carry no wall clock)."""
+        steps = self.steps[start:end]
+        times = [self._delta(s[0][1], s[-1][1]) for s in steps]
+        if self.cuda:
+            return times, self._phases(steps), [None] * len(steps)
+        off = time.time() - time.perf_counter()
+        return times, self._phases(steps), [s[-1][1] + off for s in steps]
 
 
 class WaitSplit:

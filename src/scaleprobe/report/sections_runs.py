@@ -15,6 +15,7 @@ from scaleprobe.report.finding import SEVERITIES, Finding
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import load_cell
 from scaleprobe.report.thresholds import DEFAULT
+from scaleprobe.report.window import step_cell, step_note
 from scaleprobe.results import BREAKDOWN_PHASES, RunResult
 
 RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
@@ -59,7 +60,7 @@ def run_cells(rec: RunResult, shared: dict[str, list[str]] | None = None) -> lis
         str(rec.cfg("data.dataset") or fmt.NA), str(rec.cfg("dist.strategy") or fmt.NA),
         fmt.num(rec.world_size, "d"), batch, fmt.rate(m.samples_per_s),
         fmt.mfu(m.mfu),
-        fmt.ms(rec.step_median_s), fmt.ms(st.p95 if st is not None else None),
+        step_cell(rec, fmt.ms(rec.step_median_s)), fmt.ms(st.p95 if st is not None else None),
         fmt.pct(m.data_wait_fraction), fmt.pct(m.comm_fraction),
         _host_mem(rec), fmt.bytes_(m.peak_mem_bytes.device_peak()),
         fmt.pct_value(m.cpu_util_pct), fmt.pct_value(m.gpu_util_pct),
@@ -75,9 +76,10 @@ def _point_text(rec: RunResult) -> str:
 def missing_notes(runs: list[RunResult], rows: list[list[str]]) -> list[str]:
     """'n/a' explained: one line per (column, reason), naming the runs it applies to."""
     seen: dict[tuple[str, str], list[str]] = {}
-    unfinished = [r.label for r in runs if r.status in ("oom", "failed")]
+    # a failed run that kept the steps before it stopped (partial) has figures of its own
+    unfinished = [r.label for r in runs if r.status in ("oom", "failed") and not r.partial]
     for rec, row in zip(runs, rows, strict=True):
-        if rec.status in ("oom", "failed"):
+        if rec.status in ("oom", "failed") and not rec.partial:
             continue
         for col, cell in zip(RUN_HEADERS, row, strict=True):
             if cell != fmt.NA or col not in REASON_KEYS:
@@ -123,9 +125,10 @@ def runs_section(runs: list[RunResult]) -> Section | None:
         st = [r.metrics.step_time_s for r in runs]
         raw = [(s.median if col == "Step median" else s.p95) if s is not None else None
                for s in st]
-        for row, cell in zip(rows, fmt.durations(raw), strict=True):
-            row[i] = cell
-    notes = missing_notes(runs, rows) + rate_notes(runs)
+        for r, row, cell in zip(runs, rows, fmt.durations(raw), strict=True):
+            # the median with its interval and how the window ended (report/window.py)
+            row[i] = step_cell(r, cell) if col == "Step median" else cell
+    notes = missing_notes(runs, rows) + rate_notes(runs) + [step_note(rows)]
     if any(c.startswith("under load") for row in rows for c in row):
         notes.append("under load: processes outside the run's own process tree kept more than "
                      f"max({DEFAULT.load_cores:g} cores, {DEFAULT.load_machine_fraction:.0%} of "

@@ -19,6 +19,7 @@ from scaleprobe.interrupt import Interrupted, StopRequest
 from scaleprobe.launch import run_workers
 from scaleprobe.results import RunResult
 from scaleprobe.run.driver import Ending, execute, save_traceback
+from scaleprobe.run.resources import check_config
 from scaleprobe.tasks import check_model_name
 from scaleprobe.train.worker import HANDOFF, launched_worker, worker_main
 from scaleprobe.traits import traits_of
@@ -51,6 +52,8 @@ class BuiltinTraining:
             if cfg.dist.nproc > n:
                 raise ConfigError(f"--nproc {cfg.dist.nproc} is more than the {n} CUDA "
                                   "devices on this host (one process per device)")
+        # ranks this process starts (under torchrun, the launcher started them already)
+        check_config(cfg, self.traits.launched and not running_under_launcher())
 
     def prepare(self, run_dir: Path) -> None:
         pass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,9 +24,11 @@ from scaleprobe.config import RunConfig
 from scaleprobe.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
 from scaleprobe.interrupt import describe, sigterm_interrupts
 from scaleprobe.measure.monitor import Monitor
+from scaleprobe.measure.steplog import discard as discard_step_logs
 from scaleprobe.results import Experiment, RunResult
 from scaleprobe.run.failure import exit_code, failure_line, is_oom
 from scaleprobe.run.finalize import finalize
+from scaleprobe.run.partial import mark_logged, recover_steps
 
 # What a run writes: a 4-step digits_cnn run wrote 12 KiB (config.json 1.5, result.json 6,
 # its results.jsonl line 4.5, steps.csv and monitor.csv under 1 each; measured 2026-11-23);
@@ -44,6 +46,7 @@ class Ending:
     error: BaseException | None = None
     signame: str | None = None
     tb: str | None = None
+    logged: list[int] = field(default_factory=list)  # ranks read from their step logs
 
 
 class Workload(Protocol):
@@ -110,10 +113,15 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     except BaseException as e:  # noqa: BLE001  (recorded, never lost)
         end.error, end.tb = e, traceback.format_exc()
     run_cfg = work.conclude(result, end, run_dir)
+    if end.error is not None or end.signame:
+        recover_steps(end, run_dir)  # ranks that died or hung keep the steps they timed
     _ending(result, work, end, run_dir)
     result.env = envmod.collect_env()
     result.env["world_size"], result.env["nnodes"] = cfg.world_size, cfg.dist.nnodes
-    return finalize(result, run_cfg, end.raws, monitor, run_dir)
+    done = finalize(result, run_cfg, end.raws, monitor, run_dir)
+    if not end.logged:
+        discard_step_logs(run_dir)  # every rank handed its record over
+    return done
 
 
 def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> None:
@@ -121,6 +129,8 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
     signame = end.signame or (interrupted_from(end.raws) if end.error is None else None)
     if signame:
         mark_partial(result, end.raws, signame)
+        if end.logged:
+            mark_logged(result, end)
         return
     line = work.error_line(end)
     if end.error is None and line is None:
@@ -137,6 +147,8 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
     rank = getattr(e, "rank", None)
     result.error = (f"rank {rank}: {line}" if isinstance(rank, int) and rank >= 0
                     else line)[:1000]
+    if end.logged:
+        mark_logged(result, end)
     if result.status == "failed":
         work.keep_traceback(run_dir, end)
 

@@ -19,8 +19,10 @@ SHM_MARKERS = ("unable to allocate shared memory", "insufficient shared memory",
                "out of shared memory", "unable to write to file </torch_")
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b.*:")
 
-# the exit code of each run status (anything else, "failed", is 1)
-EXIT_CODES = {"ok": 0, "oom": 3, "target_not_reached": 4, "interrupted": 130}
+# the exit code of each run status (anything else, "failed", is 1); 2 is a mistake in the
+# input, before or during the run (ConfigError, DataError, OutputError)
+EXIT_CODES = {"ok": 0, "oom": 3, "target_not_reached": 4, "audit_failed": 5,
+              "interrupted": 130}
 
 
 def is_oom(exc: BaseException | str, memory_limited: bool = False) -> bool:

@@ -4,7 +4,9 @@ under ``wrap/boot.py``, which leaves the rank's record in the run folder; the dr
 records the run as it records the built-in loop's.
 
 The script's stdout and stderr are the ranks' own (inherited); its exit code is kept in the
-record (``script.exit_code``) and is what ``scaleprobe wrap`` exits with.
+record (``script.exit_code``); ``scaleprobe wrap`` exits with scaleprobe's code for the run's
+status (run/failure.py), so a script's ``sys.exit(3)`` is a failed run (1), never read as
+scaleprobe's out-of-memory code.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from scaleprobe.launch import run_workers
 from scaleprobe.results import RunResult
 from scaleprobe.run.driver import Ending, execute
 from scaleprobe.run.failure import failure_line
+from scaleprobe.run.resources import check_config
 from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
 
 # torch's samplers that walk the whole dataset in every process that holds one
 WHOLE_DATASET_SAMPLERS = {"RandomSampler", "SequentialSampler"}
 ACCURACY_REASON = "not read: the script's own evaluation is not visible to wrap"
+
+
 def check_target(target: list[str]) -> str:
     """The script (or module) to run exists; returns a short name for it."""
     if not target:
@@ -76,6 +81,7 @@ class UserScript:
 
     def preflight(self) -> None:
         check_target(self.target)
+        check_config(self.cfg, launched=True)
 
     def prepare(self, run_dir: Path) -> None:
         t = self.cfg.train
@@ -99,7 +105,7 @@ class UserScript:
         run_workers(entry[0], entry[1:], nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
                     rdzv_endpoint=d.rdzv_endpoint, timeout_s=d.timeout_s,
                     log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
-                    master_port=d.master_port)
+                    master_port=d.master_port, stall_after_s=d.timeout_s)
         return None  # the ranks leave their records in files (``conclude``)
 
     def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> C.RunConfig:
@@ -112,8 +118,8 @@ class UserScript:
         run_cfg = observed_config(self.cfg, raws, self.facts) if raws else self.cfg
         result.config = run_cfg.to_dict()
         result.null_reasons["accuracy"] = ACCURACY_REASON
-        self.code = script_exit_code(self.facts, end.error if end.signame is None
-                                     else KeyboardInterrupt())
+        self.code = script_exit_code(failed_facts(self.facts, end.error),
+                                     end.error if end.signame is None else KeyboardInterrupt())
         facts = self.facts
         result.script = {"target": self.target, "exit_code": self.code,
                          "loader": next((f["loader"] for f in facts if f.get("loader")), None),
@@ -125,7 +131,8 @@ class UserScript:
     def error_line(self, end: Ending) -> str | None:
         if end.error is None and self.code == 0:
             return None
-        line = next((f["error"] for f in self.facts if f.get("error")), None)
+        line = next((f["error"] for f in failed_facts(self.facts, end.error) if f.get("error")),
+                    None)
         if line:
             return line
         if end.error is not None:
@@ -183,7 +190,19 @@ def read_ranks(run_dir: Path, failed_rank: Any = None
         except (OSError, ValueError):
             continue
     facts = sorted(outs, key=lambda ro: ro[0] != failed_rank)  # stable: then rank order
-    return [o["record"] for _, o in outs], [o["script"] for _, o in facts]
+    return [o["record"] for _, o in outs], [{**o["script"], "rank": r} for r, o in facts]
+
+
+def failed_facts(facts: list[dict[str, Any]], err: BaseException | None
+                 ) -> list[dict[str, Any]]:
+    """The facts whose error and exit code are the job's: the failed rank's alone when the
+    launcher named one (a rank killed or stalled leaves none: another rank's error is the
+    aftermath, a "connection reset" or a traceback of the collective it waited in); every
+    rank's otherwise."""
+    rank = getattr(err, "rank", None)
+    if isinstance(rank, int) and rank >= 0:
+        return [f for f in facts if f.get("rank") == rank]
+    return facts
 
 
 def sampler_note(facts: list[dict[str, Any]], world: int) -> str | None:
@@ -205,6 +224,8 @@ def script_exit_code(facts: list[dict[str, Any]], err: BaseException | None) -> 
     if isinstance(err, KeyboardInterrupt):
         return 130
     code = getattr(err, "exitcode", None)
+    if isinstance(code, int) and code < 0:
+        return 128 - code  # killed by a signal: as a shell reports it (SIGKILL: 137)
     return code if isinstance(code, int) and code > 0 else 1
 
 

@@ -22,9 +22,9 @@ from scaleprobe import results as res
 from scaleprobe.config import RunConfig, from_dict, parse_size
 from scaleprobe.errors import ConfigError
 from scaleprobe.interrupt import StopRequest
-from scaleprobe.launch import last_meaningful_line
 from scaleprobe.measure.heartbeat import Heartbeat, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
+from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.strategies import build_strategy
 from scaleprobe.traits import traits_of
 
@@ -134,8 +134,9 @@ def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
         out = worker_main(cfg_dict, run_dir, progress, beat=beat, stop=stop)
         if out is not None and (stop.requested or any(r.get("interrupted") for r in out)):
             res.write_json_atomic(Path(run_dir) / HANDOFF, out)
-    except BaseException:
-        write_error(run_dir, beat.rank, last_meaningful_line(traceback.format_exc()))
+    except BaseException as e:
+        write_error(run_dir, beat.rank, name_signal(last_meaningful_line(traceback.format_exc()),
+                                                    loader_worker_exits(e)))
         beat.finish("failed")
         raise
     beat.finish("done")

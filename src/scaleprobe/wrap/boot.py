@@ -46,8 +46,9 @@ def rank_record(rec: Any, rank: int, world: int,
     phases = {p: v[w:] for p, v in rec.phases.items()}
     unseen: dict[str, str] = {}
     comm = _comm_record(rec, w, world)
-    if world < 2:
-        phases["comm"] = [0.0] * len(timed)  # one process: nothing to communicate
+    talks = communicates(rec)
+    if world < 2 or talks is False:  # one process, or no process group: nothing to send
+        phases["comm"] = [0.0] * len(timed)
     elif comm is not None:
         phases["comm"] = [e or 0.0 for e in rec.comm_exposed[w:]]
     else:
@@ -95,12 +96,22 @@ def rank_record(rec: Any, rank: int, world: int,
         "flops": _flops_record(rec),
         "compile": _compile_record(rec, w),
         "comm": comm,
+        "communicates": talks,
         "info": {"train_samples": (log.dataset_len or 0) if log else 0,
                  "param_count": max(rec.top_params.values()) if rec.top_params else None,
                  "per_process_batch": per_step or None,
                  "dataset_source": (f"the script's DataLoader ({log.sampler})" if log
                                     else "no DataLoader seen")},
     }
+
+
+def communicates(rec: Any) -> bool | None:
+    """False when the script built no process group and no DDP model (its ranks never
+    communicated); None when that could not be seen (the hooks could not be installed)."""
+    timer = rec.comm
+    if timer is None:
+        return None
+    return bool(timer.built or timer.attached or timer.reason or timer.group)
 
 
 def _comm_record(rec: Any, warmup: int, world: int) -> dict[str, Any] | None:
@@ -274,7 +285,11 @@ def main(argv: list[str]) -> int:
     rec.observers = observers
     rec.comm = _comm_timer()
     rec.watch = _compile_watch()
+    from scaleprobe.wrap.steps import RecorderSteps
+
+    beat.keep_steps(RecorderSteps(rec, rank, world, baseline))  # kept if this rank dies
     code, facts = 0, {}
+    beat.set_state("training")  # the launcher's stall check follows its progress from here
     try:
         _run_target(target)
     except StopScript:
@@ -296,11 +311,13 @@ def main(argv: list[str]) -> int:
             traceback_path(run_dir, rank).write_text(text)
         except OSError:
             pass
-        from scaleprobe.launch import last_meaningful_line
+        from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 
-        write_error(run_dir, rank, last_meaningful_line(text))
-        facts["error"] = last_meaningful_line(text)
+        facts["error"] = name_signal(last_meaningful_line(text),
+                                     loader_worker_exits(sys.exc_info()[1]))
+        write_error(run_dir, rank, facts["error"])
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    beat.set_state("after")  # the script ended: no step to stall in
     rec.flops_end(complete=False)  # the script ended inside the counted step
     rec.count_captured()  # with torch.compile: the FLOPs, after the script, on fake tensors
     if rec.opt_compiled and not rec.step_times:
@@ -309,8 +326,10 @@ def main(argv: list[str]) -> int:
     facts.update(_script_facts(rec), exit_code=code)
     observed = _close(rec.observers)
     try:
-        out = {"record": {**rank_record(rec, rank, world, baseline), "observed": observed},
-               "script": facts}
+        why = ("steps" if "stopped_after" in facts else "interrupted" if code == 130 else
+               "script" if code == 0 else "failed")
+        out = {"record": {**rank_record(rec, rank, world, baseline), "observed": observed,
+                          "stop_reason": why}, "script": facts}
         from scaleprobe.results import write_json_atomic
 
         rank_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,23 @@ def _builtin(ddp: Any, kind: Any) -> tuple[Any, Any]:
     return dh.allreduce_hook, ddp.process_group
 
 
+def _note_process_group(timer: CommTimer) -> None:
+    """``timer.group`` becomes True when the script initialises a process group (through
+    ``torch.distributed.init_process_group``, however it imported it): a script without one,
+    and without a DDP model, has nothing to communicate with."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    orig = c10d.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        timer.group = True
+        return orig(*args, **kwargs)
+
+    c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+
+
 def install(timer: CommTimer) -> None:
     """Patches ``DistributedDataParallel``: the timing hook after the constructor; a hook the
     script registers afterwards runs inside it."""
@@ -42,6 +59,7 @@ def install(timer: CommTimer) -> None:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig_init(self, *args, **kwargs)
+        timer.built += 1
         try:
             timer.attach(self)
         except Exception as e:  # noqa: BLE001  (a figure, never the script's failure)
@@ -65,5 +83,6 @@ def install(timer: CommTimer) -> None:
 
     __init__._scaleprobe = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
+    _note_process_group(timer)
     cls.register_comm_hook = register_comm_hook
     cls._register_builtin_comm_hook = _register_builtin_comm_hook

@@ -192,6 +192,8 @@ class Recorder:
     def _data(self, t0: float, t1: float) -> None:
         self._begin(t0)
         self._events.append(("data", t0, t1))
+        if self.beat is not None:  # progress, for the launcher's stall check
+            self.beat.passed("data")
 
     def fwd_pre(self, module: Any, _args: Any) -> None:
         if _compiling():  # traced into a compiled frame: leave nothing there
@@ -225,6 +227,8 @@ class Recorder:
             self._events.append(("forward", self._fwd_t0, time.perf_counter()))
             self._fwd_t0 = None
             self.forward_seen = True
+            if self.beat is not None:
+                self.beat.passed("forward")
 
     def opt_pre(self, opt: Any, _args: Any, _kwargs: Any) -> None:
         if _compiling():  # a compiled optimizer step: traced, it must leave nothing there

@@ -223,3 +223,31 @@ def test_a_resumed_sweep_stopped_early_keeps_the_finished_tables(tmp_path, fake_
         S.run_sweep(spec({"batch_size": [16]}, repeats=2), tmp_path, progress=False)
     md = (tmp_path / "sweep.md").read_text()
     assert "| 16 |" in md and "| 32 |" not in md
+
+
+def test_only_runs_of_the_same_experiment_stand_as_its_repeats(tmp_path, fake_points):
+    """A separate `run` of the same configuration, or another experiment's run of it, made at
+    another time under another load, is not taken as a repeat of this one's interleaved
+    pairing (bug caught: `scale` listed an unrelated run from 22 minutes before as "nproc=2
+    repeat 0 (done before, not rerun)")."""
+    calls, _ = fake_points
+    doc = spec({"batch_size": [16, 32]})
+    key = load_key(doc, tmp_path, 16)
+    for i, exp in enumerate((None, {"id": "another", "kind": "sweep", "point": {}})):
+        rec = res.new_run_record({}, f"earlier-{i}", "earlier", key)
+        rec["status"], rec["experiment"] = "ok", exp
+        res.append_jsonl(tmp_path / "results.jsonl", rec)
+    recs = S.run_sweep(doc, tmp_path, progress=False)
+    assert points_of(calls) == [{"batch_size": 16}, {"batch_size": 32}]  # both measured here
+    assert not any(r["experiment"].get("reused") for r in recs)
+    assert {r["experiment"]["id"] for r in recs} == {"fake"}
+    again = S.run_sweep(doc, tmp_path, progress=False)  # its own runs: resumed, not rerun
+    assert len(calls) == 2 and all(r["experiment"].get("reused") for r in again)
+
+
+def load_key(doc, out, batch):
+    from scaleprobe.experiments.spec import load_spec, points
+
+    sp = load_spec(doc)
+    (pt,) = [p for p in points(sp) if p.axes["batch_size"] == batch]
+    return sp.config(pt, str(out)).key()

@@ -35,7 +35,7 @@ def test_constant_columns_go_above_the_table_and_times_keep_one_unit(tmp_path):
                                          "strategy single, world 1"), above
     col = [c.strip() for c in header.split("|")].index("Step median")
     cells = [[c.strip() for c in row.split("|")][col] for row in table.splitlines()[2:]]
-    assert cells == ["65.1 ms", "400 ms", "1,250 ms"], cells  # was 65.1 ms, 400.0 ms, 1.25 s
+    assert cells == ["65.1 ms ±1.0%", "400 ms ±1.0%", "1,250 ms ±1.0%"], cells  # was 65.1 ms, 400.0 ms, 1.25 s
     assert "Thresholds." not in md.read_text()
 
 

@@ -1,0 +1,395 @@
+"""Watching a launched job's ranks (``RankWatch``): which rank failed or died first, how it
+ended, which one had stopped making progress (a hung rank, while the one that raised only
+waited for it), and killing every rank left, with its loader workers, at once. Also the
+error lines a failed rank leaves (``WorkerFailure``, ``last_meaningful_line``,
+``name_signal``). ``launch.run_workers`` runs the job under a watch."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import signal
+import threading
+import time
+from typing import Any
+
+# after a rank failed or died: how long the launcher gets to see it before the ranks left are
+# killed
+KILL_AFTER_S = 1.0
+# a rank is named as the one that stopped only when it had not moved for this long
+MIN_STALL_S = 2.0
+# a rank that ended without an error of its own, whose exit status was collected before the
+# watch could read it (it is woken by the death where the platform has pidfds)
+DIED_UNREAD = ("died without an error of its own (killed by a signal, most likely; its "
+               "exit status was collected before it could be read)")
+
+
+class WorkerFailure(RuntimeError):
+    """A worker process raised or died. ``rank`` is the global rank to blame: the first that
+    failed, or the one that had stopped making progress before it (``RankWatch.failure``)."""
+
+    def __init__(self, rank: int, message: str, exitcode: int | None = None) -> None:
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank = rank
+        self.message = message
+        self.exitcode = exitcode
+
+def _first_failure(err: Exception) -> WorkerFailure:
+    """The launcher's first failure, by its timestamps (whole seconds), then rank."""
+    failures = getattr(err, "failures", None) or {}
+    if not failures:
+        return WorkerFailure(-1, str(err).strip().splitlines()[-1] if str(err) else repr(err))
+    rank, fail = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+    return WorkerFailure(rank, _failure_line(fail), fail.exitcode)
+
+
+def _failure_line(fail: Any) -> str:
+    msg = str(getattr(fail, "message", "") or "")
+    if isinstance(getattr(fail, "error_file_data", None), dict):
+        m = fail.error_file_data.get("message", {})
+        if isinstance(m, dict):
+            msg = m.get("message", msg)
+    if fail.exitcode is not None and fail.exitcode < 0:
+        return _exit_text(fail.exitcode)
+    return last_meaningful_line(msg) or _exit_text(fail.exitcode)
+
+
+def _exit_text(exitcode: int | None) -> str:
+    """A rank's end as the job's error names it; negative: the signal that killed it."""
+    if exitcode is not None and exitcode < 0:
+        return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+def last_meaningful_line(msg: str) -> str:
+    """The error line of a traceback: its last line that is not a frame or a marker."""
+    lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith(("File ", "^", "~")) or ln.startswith("Traceback"):
+            continue
+        return ln[:400]
+    return ""
+
+
+def name_signal(line: str, worker_exits: list[tuple[int, int]] | None = None) -> str:
+    """An error line with the signal that killed a DataLoader worker named by number and
+    name: PyTorch says "is killed by signal: Killed." (strsignal's words) or only "exited
+    unexpectedly"; ``worker_exits`` is (pid, exit code) of the loader's workers where they
+    were read (a negative code: the signal)."""
+    killed = [(pid, -code) for pid, code in worker_exits or [] if code < 0]
+    if killed and "killed by signal" not in line:
+        return line + "; " + ", ".join(f"DataLoader worker (pid {pid}) was killed by signal "
+                                       f"{sig} ({signal_name_of(sig)})" for pid, sig in killed)
+    m = re.search(r"killed by signal: ([A-Za-z ]+)", line)
+    if m:
+        words = m.group(1).strip().rstrip(".")
+        for s in signal.Signals:
+            if signal.strsignal(s) == words:
+                return line.rstrip(".") + f" (signal {s.value}, {s.name})"
+    return line
+
+
+def loader_worker_exits(exc: BaseException | None) -> list[tuple[int, int]]:
+    """(pid, exit code) of the DataLoader workers that had ended when ``exc`` was raised,
+    read from the iterators its traceback's frames hold (PyTorch's ``_workers``): a worker
+    killed by a signal surfaces as "exited unexpectedly" or as a reset connection."""
+    out: list[tuple[int, int]] = []
+    tb = exc.__traceback__ if exc is not None else None
+    while tb is not None:
+        for v in list(tb.tb_frame.f_locals.values()):
+            try:  # any object: its attributes may raise anything
+                workers = v._workers if hasattr(v, "_workers_status") else None
+                ended = [(w.pid, w.exitcode) for w in workers or []]
+            except Exception:  # noqa: BLE001  (a detail of the error line, nothing more)
+                continue
+            out += [(pid, code) for pid, code in ended
+                    if isinstance(code, int) and code != 0 and (pid, code) not in out]
+        tb = tb.tb_next
+    return out
+
+
+def signal_name_of(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _how_child_ended(pid: int) -> str | None:
+    """How a child process of this one that has ended did ("killed by signal 9", "exited with
+    code 1"), read without reaping it (``WNOWAIT``: the launcher still collects it); None
+    when it is not this process's child, has not ended, or the platform cannot tell."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (OSError, AttributeError):
+        return None
+    if info is None:
+        return None
+    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        return _exit_text(-info.si_status)
+    if info.si_code == os.CLD_EXITED:
+        return _exit_text(info.si_status)
+    return None
+
+
+def _alive(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_strays(since: float) -> list[int]:
+    """SIGKILL every process this one started (and theirs) since ``since`` that still runs
+    once the job is over: ranks that had not written a heartbeat yet (a Ctrl+C while 64 ranks
+    were still being started or importing torch left them running for minutes, waiting for a
+    rendezvous that was gone) and their children. Multiprocessing's resource tracker, shared
+    by whatever else this process starts, is left alone. Returns the pids killed."""
+    import psutil
+
+    killed = []
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return killed
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if child.create_time() < since - 1.0 or not _alive(child):
+                continue
+            if any("resource_tracker" in part for part in child.cmdline()):
+                continue
+            child.kill()
+            killed.append(child.pid)
+    return killed
+
+
+class RankWatch:
+    """Follows a launched job's ranks through their heartbeats (``measure/heartbeat.py``):
+    their pids and every process each one started (loader workers). When a rank fails (it
+    raised: its heartbeat says so before its process has exited, which can take seconds) or
+    dies without having finished, it notes the first such rank and which rank, if any, had
+    stopped making progress before, and after ``KILL_AFTER_S`` kills every rank left with its
+    process group: a rank waiting in a collective for a dead or stopped peer would otherwise
+    wait for the collective timeout, and a stopped one (SIGSTOP) ignores the launcher's
+    SIGTERM.
+    On exit it kills whatever is left, including the loader workers of a killed rank, which
+    outlive it by seconds otherwise (reparented, until their own watchdog notices), and any
+    process started since the watch began that still runs (``kill_strays``).
+
+    A rank's death wakes the watch at once (a pidfd per rank, where the platform has them),
+    so it reads how the rank ended before the launcher collects the process; else it looks
+    every ``POLL_S``. With ``stall_after_s`` (``wrap``: ``--timeout``), a rank that has made
+    no progress (no step ended, no batch taken, no forward pass) for that long, once it made
+    some, stalls the job: every rank is killed and the stall named (``stall_line``)."""
+
+    POLL_S = 0.2
+
+    def __init__(self, run_dir: str | None, stall_after_s: float | None = None) -> None:
+        self.run_dir = run_dir
+        self.stall_after_s = stall_after_s
+        self.stall: tuple[int, dict[str, Any], float] | None = None  # (rank, beat, seen at)
+        self._fds: dict[int, int] = {}  # rank -> pidfd of its process
+        self.procs: dict[int, Any] = {}  # rank -> its process (None: gone before first seen)
+        self.family: dict[int, dict[int, Any]] = {}
+        self.first: tuple[int, float, bool] | None = None  # (rank, when, raised: not killed)
+        self.stalled: tuple[int, dict[str, Any]] | None = None
+        self.exits: dict[int, str] = {}  # rank -> how its process ended, where it could be read
+        self.killed: set[int] = set()  # ranks this watch killed (after another's failure)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> RankWatch:
+        self.started_at = time.time()
+        if self.run_dir:
+            self._thread = threading.Thread(target=self._loop, name="scaleprobe-rank-watch",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.kill_all()
+        kill_strays(self.started_at)
+        for fd in list(self._fds.values()):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+
+    def _loop(self) -> None:
+        while not self._wait():
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001  (the watch must never take the job down)
+                continue
+
+    def _wait(self) -> bool:
+        """Until a rank's process ends or ``POLL_S`` passes; True when the watch is stopped."""
+        fds = list(self._fds.values())
+        if fds:
+            try:
+                select.select(fds, [], [], self.POLL_S)
+                return self._stop.is_set()
+            except (OSError, ValueError):  # a pidfd closed under the wait: poll as usual
+                pass
+        return self._stop.wait(self.POLL_S)
+
+    def _follow(self, rank: int, pid: int) -> None:
+        """A pidfd for ``rank``'s process: readable once it ends (Linux 5.3 and later)."""
+        with contextlib.suppress(OSError, AttributeError):
+            self._fds[rank] = os.pidfd_open(pid)
+
+    def _unfollow(self, rank: int) -> None:
+        fd = self._fds.pop(rank, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def poll(self) -> None:
+        with self._lock:
+            self._poll()
+
+    def _poll(self) -> None:
+        import psutil
+
+        from scaleprobe.measure.heartbeat import find_stalled, read_beats
+
+        beats = read_beats(self.run_dir or "")
+        ended: list[tuple[float, int, bool]] = []  # (when, rank, raised) of ranks that failed
+        for rank, beat in beats.items():
+            if rank not in self.procs:
+                try:
+                    self.procs[rank] = psutil.Process(int(beat["pid"]))
+                except psutil.NoSuchProcess:  # died (and was reaped) before a poll saw it
+                    self.procs[rank] = None
+                except (psutil.Error, ValueError, KeyError, TypeError):
+                    continue
+                proc = self.procs[rank]
+                self.family[rank] = {proc.pid: proc} if proc is not None else {}
+                if proc is not None:
+                    self._follow(rank, proc.pid)
+            proc = self.procs[rank]
+            alive = proc is not None and _alive(proc)
+            if not alive:
+                self._unfollow(rank)
+            if alive:
+                with contextlib.suppress(psutil.Error):
+                    for child in proc.children(recursive=True):
+                        self.family[rank].setdefault(child.pid, child)
+            if beat["state"] == "failed":  # raised: seen before its (slow) exit
+                ended.append((beat["beat_wall"], rank, True))
+            elif not alive:
+                final = read_beats(self.run_dir or "").get(rank, beat)  # "done" just before exit?
+                if final["state"] == "failed":
+                    ended.append((final["beat_wall"], rank, True))
+                elif final["state"] != "done":  # killed: alive at its last beat and move
+                    ended.append((max(final["beat_wall"], final["progress_wall"]), rank, False))
+                    if proc is not None and rank not in self.exits:
+                        how = _how_child_ended(proc.pid)
+                        if how is not None:
+                            self.exits[rank] = how
+        if self.first is None and ended:
+            # the earliest; a rank that raised because a peer died (connection reset) raised
+            # after the peer's last sign of life
+            when, rank, raised = min(ended)
+            self.first = (rank, when, raised)
+            stalled = find_stalled(beats, time.time())
+            if stalled is not None:
+                self.stalled = (stalled, beats[stalled])
+        if self.first is None and self.stall_after_s is not None:
+            self._check_stall(beats)
+        if self.first is not None and time.time() - self.first[1] >= KILL_AFTER_S:
+            self._kill_all()
+
+    def _check_stall(self, beats: dict[int, dict[str, Any]]) -> None:
+        """A live rank that made progress once and none for ``stall_after_s``: the job has
+        stalled. The rank named is the one the others waited for where the heartbeats tell
+        (``find_stalled``), else the one still for longest; the ranks are killed at once."""
+        from scaleprobe.measure.heartbeat import find_stalled
+
+        now = time.time()
+        still = {r: b for r, b in beats.items()
+                 if b["state"] in ("setup", "training") and (b["step"] or b["mark"])
+                 and now - b["progress_wall"] > (self.stall_after_s or 0)
+                 and self.procs.get(r) is not None}
+        if not still:
+            return
+        named = find_stalled(beats, now)
+        rank = named if named in still else min(still, key=lambda r: (still[r]["progress_wall"], r))
+        self.stall = (rank, still[rank], now)
+        self.first = (rank, still[rank]["progress_wall"], False)
+
+    def stall_line(self) -> str | None:
+        """``stalled: no progress for 30.2 s at step 7 (no step ended, no batch was taken and
+        no forward pass ran; --timeout 30)``, or None when the job did not stall."""
+        if self.stall is None:
+            return None
+        _, beat, seen = self.stall
+        since = seen - beat["progress_wall"]
+        return (f"stalled: no progress for {since:.1f} s at step {beat['step']} (no step "
+                "ended, no batch was taken and no forward pass ran; "
+                f"--timeout {self.stall_after_s:g})")
+
+    def kill_all(self) -> None:
+        """SIGKILL every rank still running, its process group and every process it started."""
+        with self._lock:
+            self._kill_all()
+
+    def _kill_all(self) -> None:
+        import psutil
+
+        for rank, members in self.family.items():
+            leader = getattr(self.procs.get(rank), "pid", None)
+            if self.procs.get(rank) is not None and _alive(self.procs[rank]):
+                self.killed.add(rank)
+            for proc in members.values():
+                if not _alive(proc):
+                    continue
+                with contextlib.suppress(OSError):
+                    if os.getpgid(proc.pid) == leader:  # the rank's group (env.own_process_group sets it)
+                        os.killpg(leader, signal.SIGKILL)
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+
+    def failure(self, err: Exception) -> WorkerFailure:
+        """The job's failure: the first rank that failed, with its own error line (or how it
+        died), or, when another rank had stopped making progress before (it hung; the one that
+        failed only waited for it), that rank, with the other's error after it."""
+        from scaleprobe.measure.heartbeat import read_error, stall_text
+
+        agent = _first_failure(err)
+        if self.first is None:
+            return agent
+        rank, at, raised = self.first
+        stalled_line = self.stall_line()
+        if stalled_line is not None:
+            return WorkerFailure(rank, stalled_line)
+        failures = getattr(err, "failures", None) or {}
+        fail = failures.get(rank)
+        if (not raised and fail is None and agent.rank in failures
+                and agent.rank not in self.killed):
+            # ordered by last beats alone (up to a beat interval apart), a rank the launcher
+            # stopped after the failure can look first; the launcher lists the ranks that
+            # failed on their own (and those this watch killed, which are no cause)
+            return agent
+        line = read_error(self.run_dir or "", rank) if raised else None
+        if line is None:
+            # the launcher may not list a rank it has not seen end: a loader worker forked
+            # from it holds the pipe the launcher waits on until the worker ends too
+            line = (_failure_line(fail) if fail is not None else self.exits.get(rank) or
+                    (agent.message if agent.rank == rank else DIED_UNREAD))
+        first = WorkerFailure(rank, line, None if raised or fail is None else fail.exitcode)
+        if self.stalled is None or not raised:
+            return first
+        stalled, beat = self.stalled
+        if stalled == rank or at - beat["progress_wall"] < MIN_STALL_S:
+            return first
+        return WorkerFailure(stalled, f"{stall_text(beat, at)}; rank {rank} then failed: {line}")
+
+

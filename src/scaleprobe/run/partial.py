@@ -1,0 +1,36 @@
+"""What a run keeps when ranks die or hang: the timed steps each rank logged until it stopped
+(``measure/steplog.py``), for every rank that returned no record, marked partial."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scaleprobe.measure.steplog import read_step_logs
+from scaleprobe.results import RunResult
+
+
+def recover_steps(end: Any, run_dir: Path) -> None:
+    """``end`` (the driver's ``Ending``) completed with the logged steps of every rank that
+    returned no record; ``end.logged`` names those ranks."""
+    have = {r.get("rank") for r in end.raws or []}
+    logged = [r for r in read_step_logs(run_dir) if r.rank not in have]
+    if not logged:
+        return
+    raws = [*(end.raws or []), *(r.to_dict() for r in logged)]
+    end.raws = sorted(raws, key=lambda r: r.get("rank", 0))
+    end.logged = [r.rank for r in logged]
+
+
+def mark_logged(result: RunResult, end: Any) -> None:
+    """A run whose figures came (in part) from its ranks' step logs: partial, with why."""
+    head = next((r for r in end.raws or [] if r.get("step_times_s")), None)
+    timed = head.get("steps_timed", 0) if head else 0
+    who = ", ".join(str(r) for r in end.logged)
+    result.partial = True
+    how = ("interrupted" if result.status == "interrupted" else
+           "ended by a failure" if result.status in ("failed", "oom") else "stopped")
+    result.null_reasons["partial"] = (
+        f"{how} after {timed} timed steps: the figures cover the steps each rank timed "
+        f"before it stopped (rank {who}: read from the step log it wrote as it trained); "
+        "communication calibration, evaluation and the shard audit did not run")

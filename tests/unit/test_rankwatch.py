@@ -1,0 +1,124 @@
+"""The launcher's watch over a job's ranks (rankwatch.py): a rank's death read before the
+launcher collects it, a stalled job ended, and error lines that name the signal."""
+
+import signal
+import struct
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from scaleprobe.measure.heartbeat import STATES, beat_dir
+from scaleprobe.rankwatch import RankWatch, name_signal
+
+
+def _beat(run_dir, rank, pid, state="training", step=5, mark=3, moved_age=0.0):
+    now = time.time()
+    beat_dir(run_dir).mkdir(parents=True, exist_ok=True)
+    (beat_dir(run_dir) / f"rank-{rank}.hb").write_bytes(struct.pack(
+        "<8d", rank, pid, STATES.index(state), step, now - moved_age, mark, now - moved_age,
+        now))
+
+
+def test_a_rank_killed_is_read_before_the_launcher_collects_it(tmp_path, monkeypatch):
+    """SIGKILL of a rank, collected (waited for) by the launcher 0.3 s later. Bug caught: the
+    rank named "exited", without the signal, when the launcher collected it between two of
+    the watch's looks (1 of 2 tries under load): its death now wakes the watch at once."""
+    monkeypatch.setattr(RankWatch, "POLL_S", 5.0)  # only the death can wake it in time
+    rank = subprocess.Popen(["sleep", "60"])
+    try:
+        _beat(tmp_path, 1, rank.pid)
+        watch = RankWatch(str(tmp_path))
+        watch.poll()  # the watch has seen the rank
+        with watch:
+            time.sleep(0.2)
+            rank.send_signal(signal.SIGKILL)
+            time.sleep(0.3)
+            assert rank.wait(timeout=5) == -9  # the launcher collects it
+            assert watch.exits.get(1) == "killed by signal 9", watch.exits
+    finally:
+        rank.kill()
+
+
+def test_a_job_with_no_progress_for_the_timeout_is_ended_as_stalled(tmp_path):
+    """wrap: a script stuck inside a step (no step ends, no batch, no forward) for --timeout.
+    Bug caught: the job ran forever; now every rank is killed and the stall named, with the
+    rank the other waited for (it is behind)."""
+    ranks = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        _beat(tmp_path, 0, ranks[0].pid, step=7, mark=4, moved_age=31)
+        _beat(tmp_path, 1, ranks[1].pid, step=7, mark=2, moved_age=33)
+        watch = RankWatch(str(tmp_path), stall_after_s=30)
+        watch.poll()
+        assert [r.wait(timeout=10) for r in ranks] == [-9, -9]
+        got = watch.failure(SimpleNamespace(failures={}))
+        assert got.rank == 1 and got.message.startswith("stalled: no progress for 3"), got
+        assert "at step 7" in got.message and "--timeout 30" in got.message
+    finally:
+        for r in ranks:
+            r.kill()
+
+
+def test_no_stall_before_the_first_progress_nor_within_the_timeout(tmp_path):
+    """A script still importing (no step, no batch yet) or one whose step is slow but within
+    the timeout is left alone; so is a job without a stall limit (the built-in loop's ranks
+    end on the collective timeout)."""
+    rank = subprocess.Popen(["sleep", "60"])
+    try:
+        _beat(tmp_path, 0, rank.pid, step=0, mark=0, moved_age=100)
+        watch = RankWatch(str(tmp_path), stall_after_s=30)
+        watch.poll()
+        _beat(tmp_path, 0, rank.pid, step=3, mark=2, moved_age=20)
+        watch.poll()
+        _beat(tmp_path, 0, rank.pid, step=3, mark=2, moved_age=100)
+        RankWatch(str(tmp_path)).poll()
+        assert watch.stall is None and rank.poll() is None
+    finally:
+        rank.kill()
+
+
+def test_a_killed_loader_worker_is_named_with_its_signal():
+    """PyTorch's "exited unexpectedly" says nothing of the signal; its SIGCHLD path says
+    "Killed." in words (bug caught: a wrapped script's killed worker recorded without
+    "killed by signal 9")."""
+    line = "RuntimeError: DataLoader worker (pid(s) 4321) exited unexpectedly"
+    assert name_signal(line, [(4321, -9)]) == (
+        line + "; DataLoader worker (pid 4321) was killed by signal 9 (SIGKILL)")
+    assert name_signal(line, [(4321, 1)]) == line  # exited on its own: nothing to add
+    words = "RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed."
+    assert name_signal(words) == words[:-1] + " (signal 9, SIGKILL)"
+
+
+@pytest.mark.timeout(60)
+def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
+    """A real DataLoader whose worker is killed: the error's traceback holds the iterator,
+    whose workers say how they ended (PyTorch raised "exited unexpectedly" or a reset
+    connection, neither naming the signal)."""
+    import os
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from scaleprobe.rankwatch import loader_worker_exits
+
+    loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=4, num_workers=1,
+                        prefetch_factor=1)
+    it = iter(loader)
+    # PyTorch's SIGCHLD handler would raise "is killed by signal: Killed." wherever the main
+    # thread is (name_signal reads those words); without it the death surfaces at a batch
+    before = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    next(it)
+    pid = it._workers[0].pid
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    try:
+        for _ in range(20):
+            next(it)
+    except Exception as e:  # noqa: BLE001  (whichever way PyTorch reports it)
+        assert (pid, -9) in loader_worker_exits(e), repr(e)
+    else:
+        raise AssertionError("the loader went on without its worker")
+    finally:
+        del it
+        signal.signal(signal.SIGCHLD, before)
