@@ -100,7 +100,11 @@ def uneven_steps(r: RunResult) -> tuple[float, float] | None:
 
 def window_samples_per_s(r: RunResult) -> float | None:
     """Global batch x timed steps / timed window seconds (the first training rank's window).
-    Only for lockstep strategies: an asynchronous parameter server's workers have their own."""
+    Only for lockstep strategies: an asynchronous parameter server's workers have their own,
+    and so have the ranks of a script that never communicated (several ranks, no
+    communication record): each ran at its own pace, and rank 0's window is not theirs."""
     if r.cfg("dist.ps_mode") == "async":
+        return None
+    if (r.batch.world_size or 1) > 1 and r.comm is None:
         return None
     return M.window_samples_per_s(r.batch.global_, r.metrics.steps_timed, r.metrics.window_s)

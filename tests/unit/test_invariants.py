@@ -83,3 +83,16 @@ def test_failed_audit_needs_unique_samples_per_s():
 
 def test_runs_that_did_not_finish_are_not_checked():
     assert check_run(loaded(run("x", status="failed"))) == []
+
+
+def test_ranks_that_never_communicated_have_no_common_window():
+    """Bug caught: a wrapped script with two ranks and no process group broke the window
+    invariant, as its samples/s sums two free-running ranks' rates and the window is rank
+    0's."""
+    rec = _good()
+    rec["batch"].update(world_size=2, training_ranks=2, **{"global": 64})
+    rec["metrics"]["window_s"] = 5.0 * 1.5
+    rec["comm"] = None
+    assert window_samples_per_s(loaded(rec)) is None and _names(rec) == []
+    rec["comm"] = {"exposed_s": 0.01}  # ranks that communicate move together: checked
+    assert "window" in _names(rec)
