@@ -106,3 +106,15 @@ def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
     print_run(RunResult.from_dict(rec), Console(file=out, width=300))
     assert "ended when the median step was stable; the median's 95% interval is ±1.8%" \
         in out.getvalue()
+
+
+def test_the_standalone_collective_and_the_model_agree_or_one_is_named_wrong():
+    """A 4.5x gap between the in-run standalone all_reduce and the network model was printed
+    without a word on which to believe."""
+    from scaleprobe.commands.summary import agreement
+
+    assert agreement(1.1e-3, 1.0e-3, False) == ": they agree (1.10x)"
+    assert "the standalone is off, as it ran under load" in agreement(3.1e-3, 0.68e-3, True)
+    assert "the model is off for this run" in agreement(3.1e-3, 0.68e-3, False)
+    assert "faster than its fit" in agreement(0.5e-3, 1.0e-3, False)
+    assert agreement(None, 1.0e-3, False) == ""

@@ -294,9 +294,10 @@ def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
     if same:
         line = (f"  model on the link measured ({same['strategy']}, {same['link']}): "
                 f"{_ms(same['comm_s'])} per step")
+        standalone = (c.transfer_standalone or {}).get("per_step_s")
         if c.transfer_s is not None and same.get("comm_s"):
-            line += (" vs the standalone collective's "
-                     f"{_ms((c.transfer_standalone or {}).get('per_step_s'))} measured")
+            line += f" vs the standalone collective's {_ms(standalone)} measured"
+            line += agreement(standalone, same["comm_s"], bool(r.load and r.load.flag))
         say(con, line, markup=False)
     if named and named is not same:
         why = (f"what-if: measured on {link}, not compared" if link else
@@ -309,6 +310,28 @@ def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
     elif same and same.get("needed_gbit_s") is not None:
         say(con, f"  needs >= {same['needed_gbit_s']:.2f} Gbit/s for 90% efficiency",
                   markup=False)
+
+
+AGREE_REL = 0.2  # the standalone collective and the network model agree within 20%
+
+
+def agreement(standalone: float | None, model: float | None, loaded: bool) -> str:
+    """Whether the run's own standalone collective and the network model (`scaleprobe
+    comm`'s fit of the link) agree within 20%, and if not, which one to distrust."""
+    if not standalone or not model:
+        return ""
+    ratio = standalone / model
+    if abs(ratio - 1.0) <= AGREE_REL:
+        return f": they agree ({ratio:.2f}x)"
+    if loaded:
+        return (f": {ratio:.2f}x apart; the standalone is off, as it ran under load (other "
+                "processes held the cores)")
+    if ratio > 1:
+        return (f": {ratio:.2f}x apart; the model is off for this run: the standalone ran on "
+                "the run's own process group and threads, and is what each step pays (refit "
+                "the link with `scaleprobe comm` on an idle machine)")
+    return (f": {ratio:.2f}x apart; the model is off: the link moved the bytes faster than its "
+            "fit says (refit it with `scaleprobe comm`)")
 
 
 def _ms(v: Any) -> str:
