@@ -77,6 +77,10 @@ def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:
     tt = summarize(raw, result.metrics.steps_per_epoch, result.batch.global_,
                    cfg.train.max_epochs)
     result.target = TimeToTarget.from_dict(tt)
+    m = result.metrics
+    if m.joules_per_sample is not None and m.samples_per_s and tt.get("time_to_target_s"):
+        # the window's draw (joules per sample x samples per second) over the time to target
+        m.joules_to_target = m.joules_per_sample * m.samples_per_s * tt["time_to_target_s"]
     if not tt["reached"]:
         for k in ("time_to_target_s", "steps_to_target", "epochs_to_target",
                   "samples_to_target"):
@@ -172,6 +176,22 @@ def _epoch_starts(m: Any, raw0: RankRecord, why: dict[str, str]) -> None:
         why["epoch_start_other_data_s"] = "every timed step took an epoch's first batch"
 
 
+def _energy(result: RunResult, mon: dict[str, Any]) -> None:
+    """Joules per sample and per token over the timed window; to the target, where one was
+    reached, the window's draw x the time to it. Null with the reason without a GPU."""
+    m, why = result.metrics, result.null_reasons
+    watts = mon.get("gpu_energy_w")
+    m.joules_per_sample = M.joules_per_sample(watts, m.samples_per_s)
+    m.energy_method = mon.get("gpu_energy_method") if m.joules_per_sample is not None else None
+    tps = result.batch.tokens_per_sample
+    m.joules_per_token = m.joules_per_sample / tps if m.joules_per_sample and tps else None
+    if m.joules_per_sample is None:
+        why["joules_per_sample"] = (mon.get("gpu_reason") or "no NVML power or energy reading"
+                                    if watts is None else why.get("samples_per_s", "no rate"))
+        if tps:
+            why["joules_per_token"] = why["joules_per_sample"]
+
+
 def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
              mon: dict[str, Any]) -> None:
     m, why = result.metrics, result.null_reasons
@@ -238,6 +258,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     for k in ("gpu_util_pct", "gpu_power_w"):
         if getattr(m, k) is None:
             why[k] = mon.get("gpu_reason") or "no NVML reading"
+    _energy(result, mon)
     m.loss_first, m.loss_last = raw0.loss_first, raw0.loss_last
     m.bad_samples_skipped = sum(r.bad_samples for r in ranks)
     ev = next((r.eval for r in ranks if r.eval), {})

@@ -98,6 +98,13 @@ def unique_samples_per_s(sps: float | None, unique_fraction: float | None) -> fl
     return sps * unique_fraction
 
 
+def joules_per_sample(watts: float | None, sps: float | None) -> float | None:
+    """Energy per sample: the GPUs' mean draw over the timed window / samples per second."""
+    if watts is None or not sps or sps <= 0:
+        return None
+    return watts / sps
+
+
 def compute_s(breakdown: Mapping[str, float | None] | None) -> float | None:
     """Seconds of one step spent computing: copy to the device, forward, backward, optimizer
     (not waiting for data, not exposed communication). None when no phase was measured."""

@@ -360,6 +360,13 @@ class Metrics(Record):
     cpu_util_pct: float | None = None
     gpu_util_pct: float | None = None
     gpu_power_w: float | None = None
+    # energy over the timed window (every GPU of the run's host): joules per sample and per
+    # token (lm), from NVML's energy counter or the sampled power (energy_method); to a
+    # target: that draw x the time to it
+    joules_per_sample: float | None = None
+    joules_per_token: float | None = None
+    joules_to_target: float | None = None
+    energy_method: str | None = None
     accuracy: float | None = None
     # lm: the training split's unigram entropy (nats/token), the held-out loss of a model that
     # knows only token frequencies; the held-out loss and perplexity are task metrics (extra)

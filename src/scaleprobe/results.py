@@ -59,7 +59,10 @@ A run record (``kind == "run"``)::
                       peak_mem_bytes {host, host_baseline,
                       host_file_growth, host_net, device_allocated, device_reserved,
                       device_nvml},
-                      cpu_util_pct, gpu_util_pct, gpu_power_w, accuracy, loss_first,
+                      cpu_util_pct, gpu_util_pct, gpu_power_w, joules_per_sample,
+                      joules_per_token, joules_to_target, energy_method (NVML energy
+                      counter, else sampled power, over the timed window; null with the
+                      reason without an NVIDIA GPU), accuracy, loss_first,
                       loss_last, bad_samples_skipped, flops_per_step, flops_per_sample,
                       achieved_flops_per_s, mfu, peak {flops_per_s, devices, dtype,
                       device_name, source, measured},

@@ -28,6 +28,9 @@ def test_nccl_ddp_and_amp_measure_on_the_device(cli, out_dir):
     assert m["peak_mem_bytes"]["device_allocated"] > 0
     assert m["peak_mem_bytes"]["device_nvml"] >= m["peak_mem_bytes"]["device_reserved"]
     assert m["breakdown_s"]["forward"] > 0 and m["breakdown_s"]["backward"] > 0
+    # energy from NVML over the timed window: a GPU draws tens of watts at least
+    assert m["joules_per_sample"] is not None and m["joules_per_sample"] > 0
+    assert m["energy_method"] in ("NVML energy counter", "sampled power (NVML)")
 
 
 def test_cuda_out_of_memory_is_a_result(cli, out_dir):

@@ -201,3 +201,32 @@ def test_a_rank_read_from_its_step_log_leaves_the_audit_unrun_with_why():
     logged = {**raw(1), "indices": []}  # measure/steplog.py: its indices were not logged
     rec = assemble([raw(0, indices=[list(range(32))]), logged], strategy="ddp", nproc=2)
     assert rec["audit"] is None and "lost" in rec["null_reasons"]["audit"]
+
+
+def test_energy_per_sample_and_token_from_the_windows_draw():
+    """Joules per sample = the GPUs' mean draw / samples per second (40 samples/s at 200 W:
+    5 J); per token divides by the tokens of a sample; without a GPU: null with the reason."""
+    r = raw(0, 0.1, batch=4)  # 40 samples/s
+    r["info"].update(tokens_per_sample=64, seq_len=64, vocab_size=256, image_size=None,
+                     model_shape={"layers": 2, "width": 32, "heads": 2, "context": 64})
+    mon = {"gpu_energy_w": 200.0, "gpu_energy_method": "NVML energy counter"}
+    m = assemble([r], mon, task="lm", dataset="tokens-synthetic")["metrics"]
+    assert m["joules_per_sample"] == pytest.approx(5.0)
+    assert m["joules_per_token"] == pytest.approx(5.0 / 64)
+    assert m["energy_method"] == "NVML energy counter"
+    cpu = assemble([raw(0, 0.1)], {"gpu_reason": "no NVIDIA driver (NVML not found)"})
+    assert cpu["metrics"]["joules_per_sample"] is None
+    assert cpu["null_reasons"]["joules_per_sample"] == "no NVIDIA driver (NVML not found)"
+
+
+def test_the_monitor_takes_the_energy_counter_over_the_window_else_sampled_power():
+    from scaleprobe.measure.monitor import energy_rate
+
+    rows = [{"t_s": 1.0, "gpu_energy_mj": 10_000}, {"t_s": 3.0, "gpu_energy_mj": 610_000},
+            {"t_s": 2.0, "gpu_energy_mj": None}]
+    rows = sorted(rows, key=lambda x: x["t_s"])
+    got = energy_rate([r for r in rows if r["gpu_energy_mj"] is not None], 250.0)
+    assert got == {"gpu_energy_w": pytest.approx(300.0), "gpu_energy_method": "NVML energy counter"}
+    assert energy_rate([{"t_s": 1.0, "gpu_energy_mj": None}], 250.0)["gpu_energy_method"] == \
+        "sampled power (NVML)"
+    assert energy_rate([], None)["gpu_energy_w"] is None

@@ -41,6 +41,7 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
         say(con, esc(summary_line(r.target.to_dict())))
     _gns_line(con, r)
     _flops_line(con, r)
+    _energy_line(con, r)
     _compile_line(con, r)
     _state_line(con, r)
     _comm_line(con, r)
@@ -118,6 +119,19 @@ def _gns_line(con: Console, r: RunResult) -> None:
     line = summary_line(r.gns, r.null_reasons)
     if line:
         say(con, esc(line))
+
+
+def _energy_line(con: Console, r: RunResult) -> None:
+    """Joules per sample (and token, and to the target) over the timed window, GPU runs."""
+    m = r.metrics
+    if m.joules_per_sample is None:
+        return
+    line = f"energy: {m.joules_per_sample:.3g} J per sample"
+    if m.joules_per_token is not None:
+        line += f", {m.joules_per_token:.3g} J per token"
+    if m.joules_to_target is not None:
+        line += f", {m.joules_to_target / 1000:.3g} kJ to the target"
+    say(con, esc(line + f" ({m.energy_method}, over the timed window)"))
 
 
 def _flops_line(con: Console, r: RunResult) -> None:

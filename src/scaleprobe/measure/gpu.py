@@ -72,6 +72,14 @@ class NvmlDevice:
             pass
         return util, mem, power
 
+    def energy_mj(self) -> int | None:
+        """NVML's energy counter (millijoules since the driver loaded; Volta and later), or
+        None where the GPU or driver has none."""
+        try:
+            return int(self._nv.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        except (self._nv.NVMLError, AttributeError):
+            return None
+
     def compute_processes(self) -> list[tuple[int, int | None]] | None:
         """(pid, used GPU memory in bytes or None) of every process with a compute context on
         this device; None when NVML cannot list them."""

@@ -143,8 +143,10 @@ class Monitor:
     def _sample(self) -> None:
         cpu, mem = self._sample_host()
         outside = self._sample_outside()
-        g_util = g_mem = g_pow = None
+        g_util = g_mem = g_pow = g_energy = None
         if self._gpus:
+            energies = [g.energy_mj() for g in self._gpus]
+            g_energy = sum(energies) if all(e is not None for e in energies) else None
             got = [g.sample() for g in self._gpus]
             utils = [u for u, _, _ in got if u is not None]
             mems = [m for _, m, _ in got if m is not None]
@@ -154,7 +156,7 @@ class Monitor:
             g_pow = sum(pows) if pows else None
         row = {"t_s": round(self.now(), 3), "cpu_util_pct": round(cpu, 1), "host_mem_bytes": mem,
                "gpu_util_pct": g_util, "gpu_mem_bytes": g_mem, "gpu_power_w": g_pow,
-               "outside_cpu_pct": outside}
+               "outside_cpu_pct": outside, "gpu_energy_mj": g_energy}
         self.rows.append(row)
         if self._writer is not None:
             self._writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
@@ -178,13 +180,28 @@ class Monitor:
 
         return {"cpu_util_pct": mean("cpu_util_pct"), "gpu_util_pct": mean("gpu_util_pct"),
                 "gpu_power_w": mean("gpu_power_w"), "host_mem_peak_bytes": peak("host_mem_bytes"),
-                "gpu_mem_peak_bytes": peak("gpu_mem_bytes"), "samples": len(rows)}
+                "gpu_mem_peak_bytes": peak("gpu_mem_bytes"), "samples": len(rows),
+                **energy_rate(rows, mean("gpu_power_w"))}
+
 
     def outside_load(self, t_from: float | None = None,
                      t_to: float | None = None) -> dict[str, Any]:
         """CPU time (and GPU processes) of processes outside the run's tree over the window
         given in absolute ``time.time()`` seconds; see ``measure/outside.py``."""
         return self.outside.window(t_from, t_to)
+
+
+def energy_rate(rows: list[dict[str, Any]], mean_power_w: float | None) -> dict[str, Any]:
+    """The GPUs' mean draw over the window's samples, in watts: from NVML's energy counter
+    (joules between the first and last sample / the seconds between them) where every GPU
+    has one, else the mean of the sampled power; ``gpu_energy_method`` says which."""
+    pts = [(r["t_s"], r["gpu_energy_mj"]) for r in rows if r.get("gpu_energy_mj") is not None]
+    if len(pts) >= 2 and pts[-1][0] > pts[0][0] and pts[-1][1] >= pts[0][1]:
+        watts = (pts[-1][1] - pts[0][1]) / 1000.0 / (pts[-1][0] - pts[0][0])
+        return {"gpu_energy_w": watts, "gpu_energy_method": "NVML energy counter"}
+    if mean_power_w is not None:
+        return {"gpu_energy_w": mean_power_w, "gpu_energy_method": "sampled power (NVML)"}
+    return {"gpu_energy_w": None, "gpu_energy_method": None}
 
 
 def _status_bytes(field: str) -> int | None:
