@@ -26,6 +26,7 @@ from scaleprobe.results import (
     Peak,
     PeakMem,
     RankRecord,
+    RankSummary,
     RunResult,
     StateBytes,
     Straggler,
@@ -194,13 +195,30 @@ def _energy(result: RunResult, mon: dict[str, Any]) -> None:
 
 def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
              mon: dict[str, Any]) -> None:
-    m, why = result.metrics, result.null_reasons
     summaries = [rank_summary(r) for r in ranks]
     result.ranks = summaries
     head = next((i for i, r in enumerate(ranks) if r.step_times_s), 0)
     raw0, r0 = ranks[head], summaries[head]
     trainers = [r for r in summaries if r.step_time_s]
-    world = len(ranks)
+    _steps(result, raw0, r0, trainers, len(ranks))
+    _epochs(result, raw0, len(trainers))
+    _monitored(result, mon)
+    _evaluated(result, cfg, ranks, raw0)
+    _memory(result, ranks, mon)
+    _flops(result, ranks, raw0)
+    _compile(result, cfg, ranks, raw0)
+    server = next((r.strategy_metrics for r in ranks if r.is_server), None) or {}
+    s = straggler(trainers, server.get("per_worker_arrival_lag_s"))
+    result.straggler = Straggler.from_dict(s) if s else None
+    _comm(result, cfg, raw0, ranks)
+    _audit(result, cfg, ranks, raw0)
+    _resolved(result, ranks, raw0)
+
+
+def _steps(result: RunResult, raw0: RankRecord, r0: RankSummary,
+           trainers: list[RankSummary], world: int) -> None:
+    """The batch, the timed window's figures and the step breakdown (the head rank's)."""
+    m, why = result.metrics, result.null_reasons
     per_proc = raw0.samples_per_step
     result.batch = Batch(per_device=per_proc // max(1, raw0.towers or 1), per_process=per_proc,
                          global_=per_proc * max(1, len(trainers)), world_size=world,
@@ -213,27 +231,34 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.stop_reason = raw0.stop_reason or {"failed": "failed", "oom": "failed",
                                          "interrupted": "interrupted"}.get(result.status)
     m.breakdown_s = r0.breakdown_s
-    if st:
-        typical = r0.breakdown_s.total_s()
-        # sum over training ranks of each one's samples over its own timed window: equals
-        # global batch x steps / window when ranks move in lockstep, and stays right when
-        # they do not (asynchronous parameter server)
-        rates = [r.samples_per_s for r in trainers if r.samples_per_s is not None]
-        m.samples_per_s = sum(rates) if rates else None
-        if not rates:
-            why["samples_per_s"] = "no rank counted the samples of its steps"
-        step_rates = [r.samples_per_s_median_step for r in trainers
-                      if r.samples_per_s_median_step is not None]
-        m.samples_per_s_median_step = sum(step_rates) if step_rates else None
-        m.samples_per_s_by_rank = {str(r.rank): r.samples_per_s for r in trainers}
-        m.step_time_rank = r0.rank  # the step figures are this training rank's
-        data = r0.breakdown_s.data
-        m.data_wait_fraction = data / typical if typical and data is not None else None
-        comm = r0.breakdown_s.comm
-        m.comm_fraction = comm / typical if typical and comm is not None else None
-    else:
+    for p, reason in raw0.phases_unseen.items():
+        why[f"breakdown_s.{p}"] = reason
+    if not st:
         why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
         why["samples_per_s_by_rank"] = why["step_time_rank"] = why["step_time_s"]
+        return
+    typical = r0.breakdown_s.total_s()
+    # sum over training ranks of each one's samples over its own timed window: equals
+    # global batch x steps / window when ranks move in lockstep, and stays right when they
+    # do not (asynchronous parameter server)
+    rates = [r.samples_per_s for r in trainers if r.samples_per_s is not None]
+    m.samples_per_s = sum(rates) if rates else None
+    if not rates:
+        why["samples_per_s"] = "no rank counted the samples of its steps"
+    step_rates = [r.samples_per_s_median_step for r in trainers
+                  if r.samples_per_s_median_step is not None]
+    m.samples_per_s_median_step = sum(step_rates) if step_rates else None
+    m.samples_per_s_by_rank = {str(r.rank): r.samples_per_s for r in trainers}
+    m.step_time_rank = r0.rank  # the step figures are this training rank's
+    data = r0.breakdown_s.data
+    m.data_wait_fraction = data / typical if typical and data is not None else None
+    comm = r0.breakdown_s.comm
+    m.comm_fraction = comm / typical if typical and comm is not None else None
+
+
+def _epochs(result: RunResult, raw0: RankRecord, trainers: int) -> None:
+    """Tokens/s, the rank's facts of the run (parameters, learning rate) and epoch time."""
+    m, why = result.metrics, result.null_reasons
     info = raw0.info
     result.batch.tokens_per_sample = info.tokens_per_sample  # token tasks (lm)
     m.tokens_per_s = M.tokens_per_s(m.samples_per_s, info.tokens_per_sample)
@@ -244,14 +269,21 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     m.param_count = info.param_count
     m.lr_effective = info.lr_effective
     m.lr_warmup_steps = info.lr_warmup_steps
-    spe = max(1, info.train_samples // max(1, len(trainers)) // max(1, per_proc))
+    per_proc = raw0.samples_per_step
+    spe = max(1, info.train_samples // max(1, trainers) // max(1, per_proc))
     m.steps_per_epoch = spe
+    st = m.step_time_s
     m.epoch_time_s, m.epoch_time_projected = epoch_time(raw0, st.median if st else None, spe)
     if not info.train_samples and m.epoch_time_projected:  # no dataset size to project with
         m.epoch_time_s = m.epoch_time_projected = m.steps_per_epoch = None
         why["epoch_time_s"] = "not projected: the size of the training data is unknown"
     m.epoch_times_s = raw0.epoch_wall_s
     _epoch_starts(m, raw0, why)
+
+
+def _monitored(result: RunResult, mon: dict[str, Any]) -> None:
+    """CPU and GPU utilisation, GPU power and energy over the timed window (the monitor)."""
+    m, why = result.metrics, result.null_reasons
     m.cpu_util_pct = mon.get("cpu_util_pct")
     m.gpu_util_pct = mon.get("gpu_util_pct")
     m.gpu_power_w = mon.get("gpu_power_w")
@@ -259,6 +291,12 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         if getattr(m, k) is None:
             why[k] = mon.get("gpu_reason") or "no NVML reading"
     _energy(result, mon)
+
+
+def _evaluated(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
+               raw0: RankRecord) -> None:
+    """Loss, skipped samples and the evaluation's figures (accuracy or the task's own)."""
+    m, why = result.metrics, result.null_reasons
     m.loss_first, m.loss_last = raw0.loss_first, raw0.loss_last
     m.bad_samples_skipped = sum(r.bad_samples for r in ranks)
     ev = next((r.eval for r in ranks if r.eval), {})
@@ -272,23 +310,25 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     elif m.accuracy is None and cfg.task.task != "classification":  # the task's own metric
         why.setdefault("accuracy", f"--task {cfg.task.task} measures its own metric: "
                        f"{', '.join(k for k in ev if k != 'eval_samples') or 'see metrics'}")
-    for p, reason in raw0.phases_unseen.items():
-        why[f"breakdown_s.{p}"] = reason
-    _memory(result, ranks, mon)
-    _flops(result, ranks, raw0)
-    _compile(result, cfg, ranks, raw0)
-    server = next((r.strategy_metrics for r in ranks if r.is_server), None) or {}
-    s = straggler(trainers, server.get("per_worker_arrival_lag_s"))
-    result.straggler = Straggler.from_dict(s) if s else None
-    _comm(result, cfg, raw0, ranks)
-    # over the ranks that take batches: a parameter server reads no sample
+
+
+def _audit(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
+           raw0: RankRecord) -> None:
+    """The shard audit over the ranks that take batches (a parameter server reads none)."""
     readers = [r.indices for r in ranks if not r.is_server]
-    if traits_of(cfg.dist.strategy).audits_shards and cfg.dist.audit and world > 1 and readers:
-        if not all(readers):  # a rank that died left its steps, not the samples it read
-            why["audit"] = "not run: a rank's sample indices were lost with it"
-        else:
-            result.audit = Audit.from_dict(audit(readers, info.train_samples, per_proc,
-                                                 raw0.epochs_complete))
+    if not (traits_of(cfg.dist.strategy).audits_shards and cfg.dist.audit and len(ranks) > 1
+            and readers):
+        return
+    if not all(readers):  # a rank that died left its steps, not the samples it read
+        result.null_reasons["audit"] = "not run: a rank's sample indices were lost with it"
+        return
+    result.audit = Audit.from_dict(audit(readers, raw0.info.train_samples,
+                                         raw0.samples_per_step, raw0.epochs_complete))
+
+
+def _resolved(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> None:
+    """What the run resolved (data shape, the GPT it built, threads) and the ranks' files."""
+    info = raw0.info
     result.dataset_source = info.dataset_source
     result.input_mode = info.input_mode
     result.resolved = {"data.image_size": info.image_size, "data.num_classes": info.num_classes}
@@ -358,13 +398,7 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     """The communication record: exposed time split into transfer + sync overhead, with
     the method of each; with one process, none (DDP's own cost is its wrapper overhead);
     the network model for the link the run was measured on next to the one it named."""
-    from scaleprobe.comm.exposed import (
-        ALONE_METHOD,
-        OVERHEAD_METHOD,
-        TRANSFER_METHOD,
-        measured_link,
-        split_exposed,
-    )
+    from scaleprobe.comm.exposed import measured_link
 
     d, why = result.config["dist"], result.null_reasons
     tr = traits_of(cfg.dist.strategy)
@@ -386,6 +420,31 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
                  None if tr.overlapped_comm else
                  "no sync-minus-no_sync calibration for this strategy: its communication is a "
                  "phase of its own")
+    _split_exposed(c, result, raw0, transfer)
+    c.strategy_metrics = raw0.strategy_metrics or {}
+    if tr.has_server:
+        c.extra["server"] = ranks[0].strategy_metrics or {}
+    c.measured_link = measured_link(d)
+    c.prediction = _prediction(result, d.get("link"))
+    p = c.prediction
+    if p and c.measured_link["name"] == "loopback" and p["link"] != "loopback":
+        # --link named another network than the one measured: compare on loopback
+        c.prediction_measured_link = _prediction(result, "loopback")
+    result.comm = c
+
+
+def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
+                   transfer: dict[str, Any] | None) -> None:
+    """The exposed time split into transfer (the standalone collective, at most the exposed
+    time) + sync overhead, with the method of each; one process: none of either."""
+    from scaleprobe.comm.exposed import (
+        ALONE_METHOD,
+        OVERHEAD_METHOD,
+        TRANSFER_METHOD,
+        split_exposed,
+    )
+
+    d, why = result.config["dist"], result.null_reasons
     if (result.batch.world_size or 0) < 2:
         c.transfer_s = c.sync_overhead_s = c.transfer_hidden_s = 0.0
         c.transfer_method = c.sync_overhead_method = ALONE_METHOD
@@ -410,16 +469,6 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
                        if not d.get("calibrate_comm", True) else
                        "not measured: no standalone collective for this strategy"))
             why["comm.transfer_s"] = why["comm.sync_overhead_s"] = reason
-    c.strategy_metrics = raw0.strategy_metrics or {}
-    if tr.has_server:
-        c.extra["server"] = ranks[0].strategy_metrics or {}
-    c.measured_link = measured_link(d)
-    c.prediction = _prediction(result, d.get("link"))
-    p = c.prediction
-    if p and c.measured_link["name"] == "loopback" and p["link"] != "loopback":
-        # --link named another network than the one measured: compare on loopback
-        c.prediction_measured_link = _prediction(result, "loopback")
-    result.comm = c
 
 
 def _prediction(result: RunResult, link: Any) -> dict[str, Any] | None:

@@ -72,6 +72,36 @@ def recommend_workers(records: list[Record], th: Thresholds = DEFAULT) -> dict[s
     return {**top, "by_transform": per, "text": " ".join(per[t]["text"] for t in transforms)}
 
 
+def _challenged(pick: dict[str, Any], best: dict[str, Any], ok: list[dict[str, Any]],
+                floor: float, lead: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The pick must also be shown within reach of every other setting of its group: the
+    best was chosen by its point estimate, and a setting the noise ranks below it may be
+    faster by more than the margin (the demo's "use 0 workers" beside a pipelined loader
+    whose interval ran up to 1.00x). Returns (the undecided recommendation, or None; every
+    other setting's samples/s / the pick's)."""
+    vs: list[str] = []
+    for other in (r for r in ok if r["group"] == best["group"] and r is not pick):
+        oiv = P.interval(pick["record"], other["record"], P.samples_per_s)
+        if oiv is not None:
+            vs.append(f"{other['setting']} {oiv.text()}")
+        if oiv is None or not oiv.below(1.0 / floor):
+            what = f"{other['setting']} / {pick['setting']} samples/s"
+            need = M.repeats_to_decide(oiv, 1.0 / floor) if oiv else None
+            return {"prefetch": pick["prefetch"], "setting": pick["setting"],
+                    "need": need, "ref": 1.0 / floor, "compared": what,
+                    "samples_per_s": pick["samples_per_s"],
+                    "best_samples_per_s": best["samples_per_s"],
+                    "best_setting": best["setting"], "group": best["group"],
+                    "interval": oiv.to_dict() if oiv else None, "workers": None,
+                    "decided": False,
+                    "text": (f"{lead}Loader workers: {pick['workers']} worker(s) "
+                             f"({pick['setting']}) would do, unless "
+                             f"{other['setting']} is faster by more than "
+                             f"{1.0 / floor - 1.0:.0%}: "
+                             f"{M.undecided_text(oiv, 1.0 / floor, what, need)}.")}, vs
+    return None, vs
+
+
 def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict[str, Any]:
     """The fewest workers shown to reach ``1 - workers_within`` of the best setting's
     samples/s. Like for like: only settings of the best one's group (every axis but the
@@ -94,29 +124,9 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
             break
     vs: list[str] = []  # every other setting's samples/s / the pick's
     if undecided is None:
-        # the pick must also be shown within reach of every other setting of its group: the
-        # best was chosen by its point estimate, and a setting the noise ranks below it may
-        # be faster by more than the margin (the demo's "use 0 workers" beside a pipelined
-        # loader whose interval ran up to 1.00x)
-        for other in (r for r in ok if r["group"] == best["group"] and r is not pick):
-            oiv = P.interval(pick["record"], other["record"], P.samples_per_s)
-            if oiv is not None:
-                vs.append(f"{other['setting']} {oiv.text()}")
-            if oiv is None or not oiv.below(1.0 / floor):
-                what = f"{other['setting']} / {pick['setting']} samples/s"
-                need = M.repeats_to_decide(oiv, 1.0 / floor) if oiv else None
-                return {"prefetch": pick["prefetch"], "setting": pick["setting"],
-                        "need": need, "ref": 1.0 / floor, "compared": what,
-                        "samples_per_s": pick["samples_per_s"],
-                        "best_samples_per_s": best["samples_per_s"],
-                        "best_setting": best["setting"], "group": best["group"],
-                        "interval": oiv.to_dict() if oiv else None, "workers": None,
-                        "decided": False,
-                        "text": (f"{lead}Loader workers: {pick['workers']} worker(s) "
-                                 f"({pick['setting']}) would do, unless "
-                                 f"{other['setting']} is faster by more than "
-                                 f"{1.0 / floor - 1.0:.0%}: "
-                                 f"{M.undecided_text(oiv, 1.0 / floor, what, need)}.")}
+        challenged, vs = _challenged(pick, best, ok, floor, lead)
+        if challenged is not None:
+            return challenged
     out = {"prefetch": pick["prefetch"], "setting": pick["setting"],
            "samples_per_s": pick["samples_per_s"], "best_samples_per_s": best["samples_per_s"],
            "best_setting": best["setting"], "group": best["group"],
