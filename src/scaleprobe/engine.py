@@ -209,24 +209,8 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
             tm.mark("data")
             with (p.flops.around(st.step, timing) if p.flops else contextlib.nullcontext()):
                 _one_step(p, st, batch, tm)
-            st.step += 1
-            st.timed += timing
-            if beat is not None:
-                beat.step_done(st.step)
-            progress.advance(st)
-            for ob in observers:
-                ob.step(st)
-            if p.watch is not None and p.watch.due(st.step):
-                if timing:
-                    timer.close()  # the step ends before the evaluation: not in its time
-                if _target_eval(p, st):
-                    halt, st.stop_reason = True, "target"
-                    break
-            if timing and (why := stop_reason(p, st, timer)):
-                halt, st.stop_reason = True, why
-                break
-            if stop.requested and st.step >= _stop_step(p, st, stop):
-                halt = st.interrupted = True
+            if _step_ends(p, st, timer, timing, progress, observers, stop, beat):
+                halt = True
                 break
         if timing:
             timer.close() if halt else timer.discard_open()
@@ -241,6 +225,34 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
     if (p.watch is not None and not (halt or st.interrupted) and st.step
             and p.watch.last_step != st.step):
         _target_eval(p, st)  # at the cap: the last model's value, when not evaluated yet
+
+
+def _step_ends(p: Parts, st: LoopState, timer: StepTimer, timing: bool,
+               progress: StepProgress, observers: list[Any], stop: StopRequest,
+               beat: Heartbeat | None) -> bool:
+    """A step's end: count it, tell the heartbeat, the bar and the observers, evaluate for
+    --target when due; True when the loop stops here (``st.stop_reason`` says why, or
+    ``st.interrupted``)."""
+    st.step += 1
+    st.timed += timing
+    if beat is not None:
+        beat.step_done(st.step)
+    progress.advance(st)
+    for ob in observers:
+        ob.step(st)
+    if p.watch is not None and p.watch.due(st.step):
+        if timing:
+            timer.close()  # the step ends before the evaluation: not in its time
+        if _target_eval(p, st):
+            st.stop_reason = "target"
+            return True
+    if timing and (why := stop_reason(p, st, timer)):
+        st.stop_reason = why
+        return True
+    if stop.requested and st.step >= _stop_step(p, st, stop):
+        st.interrupted = True
+        return True
+    return False
 
 
 def _target_eval(p: Parts, st: LoopState) -> bool:
@@ -356,6 +368,35 @@ def _agree_interrupted(strategy: Any, mine: bool) -> bool:
     return bool(t.item() > 0)
 
 
+def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Any, stop: StopRequest,
+                  interrupted: bool) -> tuple[dict[str, Any] | None, dict[str, Any], bool]:
+    """After the timed window (skipped when interrupted): the communication calibration and
+    the standalone collective, then the evaluation. Returns (comm record, eval metrics,
+    interrupted: a second Ctrl+C on one process keeps the training figures)."""
+    comm = None
+    metrics: dict[str, Any] = {}
+    try:
+        if not interrupted:
+            comm = strategy.comm_record(calibrate_comm(p, st))
+            transfer = measure_transfer(p)
+            if transfer is not None:
+                comm = {**(comm or {}), "transfer": transfer}
+        # evaluated on a training rank: a parameter server never runs the forward pass, so its
+        # batch-norm statistics were never updated; worker 1 holds the served parameters
+        if not interrupted and p.val_loader is not None and strategy.evaluates:
+            model = strategy.unwrap(p.model)
+            eval_device = next(model.parameters()).device
+            metrics = p.task.evaluate(model, p.val_loader, eval_device, p.autocast,
+                                      cfg.model.channels_last)
+            if strategy.rank != strategy.progress_rank:  # every rank ran it (fsdp); one records
+                metrics = {}
+    except KeyboardInterrupt:  # one process, a second Ctrl+C: keep the training figures
+        if strategy.distributed:
+            raise
+        interrupted, stop.signame = True, stop.signame or "SIGINT"
+    return comm, metrics, interrupted
+
+
 def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepProgress,
           clock: Any = time.perf_counter, run_dir: str | None = None,
           beat: Heartbeat | None = None, stop: StopRequest | None = None) -> dict[str, Any]:
@@ -405,27 +446,7 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     if beat is not None:
         beat.set_state("after")
     interrupted = _agree_interrupted(strategy, st.interrupted or stop.requested)
-    comm = transfer = None
-    metrics: dict[str, Any] = {}
-    try:
-        if not interrupted:
-            comm = strategy.comm_record(calibrate_comm(p, st))
-            transfer = measure_transfer(p)
-            if transfer is not None:
-                comm = {**(comm or {}), "transfer": transfer}
-        # evaluated on a training rank: a parameter server never runs the forward pass, so its
-        # batch-norm statistics were never updated; worker 1 holds the served parameters
-        if not interrupted and p.val_loader is not None and strategy.evaluates:
-            model = strategy.unwrap(p.model)
-            eval_device = next(model.parameters()).device
-            metrics = p.task.evaluate(model, p.val_loader, eval_device, p.autocast,
-                                      cfg.model.channels_last)
-            if strategy.rank != strategy.progress_rank:  # every rank ran it (fsdp); one records
-                metrics = {}
-    except KeyboardInterrupt:  # one process, a second Ctrl+C: keep the training figures
-        if strategy.distributed:
-            raise
-        interrupted, stop.signame = True, stop.signame or "SIGINT"
+    comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
         from scaleprobe.measure.memprobe import memory_passes

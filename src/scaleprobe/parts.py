@@ -68,24 +68,11 @@ def _task_transforms(task: Any, kind: str, size: int) -> tuple[Any, Any]:
     return getattr(task, "target_transform", None), image_tf
 
 
-def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
-    # torch (and on CUDA its context) is already resident: what the run adds is measured
-    # against this baseline (``peak_mem_bytes.host_net``). torch's compiler front end is
-    # imported by the first optimizer (and by DDP) whether or not anything is compiled: about
-    # 130 MiB of a library's import, not the run's memory, so it is resident before the baseline
-    import torch._dynamo  # noqa: F401
-
-    baseline = host_mem_baseline()
-    envmod.seed_all(cfg.train.seed)
-    split = build_split(resolved_data(cfg), cfg.train.seed)  # lm: seq_len from the model
-    task = build_task(cfg.task, split.num_classes)
+def _model(cfg: RunConfig, task: Any, split: Any, train_ds: Any, shape: Any,
+           device: torch.device, strategy: Any) -> Any:
+    """The model on its device: built by the task (or the task's head on a registry model),
+    lazy shapes from the run's own data, channels-last, wrapped by the strategy, compiled."""
     size = split.image_size
-    joint, image_tf = _task_transforms(task, cfg.data.transform, size)
-    train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
-    towers = strategy.towers
-    trainers = strategy.trainers * towers  # devices with a batch
-    batch = cfg.per_device_batch(trainers) * towers
-    shape = shape_of(cfg) if is_gpt(cfg.model.name) else None  # GPT: sizes from flags
     if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
     else:
@@ -100,15 +87,14 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     model = strategy.wrap(model)
     if cfg.model.compile:  # the wrapped model, as PyTorch advises for DDP (graphs split at buckets)
         model = torch.compile(model, mode=cfg.model.compile_mode)
-    lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
-                                and cfg.train.global_batch is None else 1)
-    optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16"
-                                  and device.type == "cuda")
-    sampler = strategy.sampler(train_ds, cfg.train.seed)
-    batch_sampler = task.batch_sampler(train_ds, batch, cfg.train.seed)
-    if hasattr(batch_sampler, "shard"):  # the task's batches come from this rank's samples
-        batch_sampler.shard = sampler
+    return model
+
+
+def _loaders(cfg: RunConfig, task: Any, split: Any, train_ds: Any, batch: int, sampler: Any,
+             batch_sampler: Any, device: torch.device, strategy: Any) -> tuple[Any, Any]:
+    """The training batches (device-resident synthetic, the task's batch sampler or the
+    strategy's sampler) and the held-out loader where --eval or --target needs one."""
+    size = split.image_size
     if split.resident:  # synthetic: one batch made once on the device, no loader
         from scaleprobe.data.device import DeviceBatches
 
@@ -135,6 +121,39 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
                                   batch if split.seq_len else max(batch, 64), sampler=None,
                                   shuffle=False, device=device,
                                   seed=0, drop_last=False, collate=task.collate)
+    return loader, val_loader
+
+
+def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
+    # torch (and on CUDA its context) is already resident: what the run adds is measured
+    # against this baseline (``peak_mem_bytes.host_net``). torch's compiler front end is
+    # imported by the first optimizer (and by DDP) whether or not anything is compiled: about
+    # 130 MiB of a library's import, not the run's memory, so it is resident before the baseline
+    import torch._dynamo  # noqa: F401
+
+    baseline = host_mem_baseline()
+    envmod.seed_all(cfg.train.seed)
+    split = build_split(resolved_data(cfg), cfg.train.seed)  # lm: seq_len from the model
+    task = build_task(cfg.task, split.num_classes)
+    size = split.image_size
+    joint, image_tf = _task_transforms(task, cfg.data.transform, size)
+    train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
+    towers = strategy.towers
+    trainers = strategy.trainers * towers  # devices with a batch
+    batch = cfg.per_device_batch(trainers) * towers
+    shape = shape_of(cfg) if is_gpt(cfg.model.name) else None  # GPT: sizes from flags
+    model = _model(cfg, task, split, train_ds, shape, device, strategy)
+    lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
+                                and cfg.train.global_batch is None else 1)
+    optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16"
+                                  and device.type == "cuda")
+    sampler = strategy.sampler(train_ds, cfg.train.seed)
+    batch_sampler = task.batch_sampler(train_ds, batch, cfg.train.seed)
+    if hasattr(batch_sampler, "shard"):  # the task's batches come from this rank's samples
+        batch_sampler.shard = sampler
+    loader, val_loader = _loaders(cfg, task, split, train_ds, batch, sampler, batch_sampler,
+                                  device, strategy)
     info = {"num_classes": split.num_classes, "image_size": size, "dataset_source": split.source,
             "train_samples": len(train_ds), "param_count": param_count(strategy.unwrap(model)),
             "per_process_batch": batch, "lr_effective": lr_target,
