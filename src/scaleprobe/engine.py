@@ -368,6 +368,20 @@ def _agree_interrupted(strategy: Any, mine: bool) -> bool:
     return bool(t.item() > 0)
 
 
+def _watchers(p: Parts) -> Any:
+    """What watches a training rank's steps (FLOPs, --target, the noise scale's half
+    steps), and torch.compile's compilations on every rank (a no-op without compile)."""
+    if not p.strategy.is_server:
+        from scaleprobe.measure.fakeflops import step_flops
+
+        p.flops = step_flops(p.cfg.model.compile, p.cfg.train.warmup_steps, p.strategy.towers)
+        p.watch = _watch(p)
+        p.gns = half_steps(p)
+    from scaleprobe.measure.compiled import CompileWatch
+
+    return CompileWatch().install()
+
+
 def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Any, stop: StopRequest,
                   interrupted: bool) -> tuple[dict[str, Any] | None, dict[str, Any], bool]:
     """After the timed window (skipped when interrupted): the communication calibration and
@@ -410,15 +424,7 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     p = setup(cfg, device, strategy)
-    if not strategy.is_server:
-        from scaleprobe.measure.fakeflops import step_flops
-
-        p.flops = step_flops(cfg.model.compile, cfg.train.warmup_steps, strategy.towers)
-        p.watch = _watch(p)
-        p.gns = half_steps(p)
-    from scaleprobe.measure.compiled import CompileWatch
-
-    compiles = CompileWatch().install()  # torch.compile's compilations, and when (a no-op else)
+    compiles = _watchers(p)
     timer = StepTimer(device.type)
     observed: dict[str, Any] = {}
     stop.deferring = True

@@ -30,23 +30,13 @@ def traceback_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / f"traceback-rank-{rank}.txt"
 
 
-def rank_record(rec: Any, rank: int, world: int,
-                baseline: dict[str, int | None]) -> dict[str, Any]:
-    """This rank's ``RankRecord`` (as a dict) from what the hooks saw."""
-    import socket
-
-    import torch
-
-    from scaleprobe.measure.monitor import host_mem_record
-    from scaleprobe.measure.stats import median
-    from scaleprobe.measure.summary import per_median_step
-
-    w = min(rec.warmup, len(rec.step_times))
+def _phases(rec: Any, w: int, world: int, comm: dict[str, Any] | None,
+            talks: bool | None) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """The timed steps' phases from what the hooks saw, and why a phase was not seen (its
+    time stays in another phase, never a 0 for "not measured")."""
     timed = rec.step_times[w:]
     phases = {p: v[w:] for p, v in rec.phases.items()}
     unseen: dict[str, str] = {}
-    comm = _comm_record(rec, w, world)
-    talks = communicates(rec)
     if world < 2 or talks is False:  # one process, or no process group: nothing to send
         phases["comm"] = [0.0] * len(timed)
     elif comm is not None:
@@ -66,6 +56,25 @@ def rank_record(rec: Any, rank: int, world: int,
     if not rec.data_seen:
         del phases["data"]
         unseen["data"] = "no DataLoader batch was taken: data wait cannot be seen"
+    return phases, unseen
+
+
+def rank_record(rec: Any, rank: int, world: int,
+                baseline: dict[str, int | None]) -> dict[str, Any]:
+    """This rank's ``RankRecord`` (as a dict) from what the hooks saw."""
+    import socket
+
+    import torch
+
+    from scaleprobe.measure.monitor import host_mem_record
+    from scaleprobe.measure.stats import median
+    from scaleprobe.measure.summary import per_median_step
+
+    w = min(rec.warmup, len(rec.step_times))
+    timed = rec.step_times[w:]
+    comm = _comm_record(rec, w, world)
+    talks = communicates(rec)
+    phases, unseen = _phases(rec, w, world, comm, talks)
     if comm is not None:  # on the breakdown's basis, so in flight >= exposed holds here too
         comm["in_flight_s"] = per_median_step(rec.comm_in_flight[w:], phases, timed)
     samples = rec.samples[w:]
@@ -262,34 +271,16 @@ def _sigterm(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def main(argv: list[str]) -> int:
-    from scaleprobe.env import own_process_group
-    from scaleprobe.measure.heartbeat import Heartbeat, write_error
+def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
+                rank: int) -> tuple[int, dict[str, Any]]:
+    """Run the user's script as __main__; returns (its exit code as scaleprobe reports it,
+    the facts of how it ended: stopped after N steps, its own error or exit code, the
+    signal it was interrupted by)."""
+    from scaleprobe.measure.heartbeat import write_error
+    from scaleprobe.wrap.hooks import StopScript
 
-    run_dir, target = argv[0], argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    settings = json.loads((Path(run_dir) / SETTINGS).read_text())
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    own_process_group()
-    signal.signal(signal.SIGTERM, _sigterm)
-    import torch  # noqa: F401  (the baseline below is the memory held before the script's work)
-    import torch._dynamo  # noqa: F401  (imported by the script's first optimizer: see parts.setup)
-
-    from scaleprobe.measure.monitor import host_mem_baseline
-    from scaleprobe.wrap.hooks import Recorder, StopScript
-
-    baseline = host_mem_baseline()
-    beat = Heartbeat(run_dir, rank).start()
-    observers = _observers(settings, run_dir, rank)
-    rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install(
-        loss=bool(observers))
-    rec.observers = observers
-    rec.comm = _comm_timer()
-    rec.watch = _compile_watch()
-    from scaleprobe.wrap.steps import RecorderSteps
-
-    beat.keep_steps(RecorderSteps(rec, rank, world, baseline))  # kept if this rank dies
-    code, facts = 0, {}
-    beat.set_state("training")  # the launcher's stall check follows its progress from here
+    code: int = 0
+    facts: dict[str, Any] = {}
     try:
         _run_target(target)
     except StopScript:
@@ -316,6 +307,37 @@ def main(argv: list[str]) -> int:
         facts["error"] = name_signal(last_meaningful_line(text),
                                      loader_worker_exits(sys.exc_info()[1]))
         write_error(run_dir, rank, facts["error"])
+    return code, facts
+
+
+def main(argv: list[str]) -> int:
+    from scaleprobe.env import own_process_group
+    from scaleprobe.measure.heartbeat import Heartbeat
+
+    run_dir, target = argv[0], argv[2:] if argv[1:2] == ["--"] else argv[1:]
+    settings = json.loads((Path(run_dir) / SETTINGS).read_text())
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    own_process_group()
+    signal.signal(signal.SIGTERM, _sigterm)
+    import torch  # noqa: F401  (the baseline below is the memory held before the script's work)
+    import torch._dynamo  # noqa: F401  (imported by the script's first optimizer: see parts.setup)
+
+    from scaleprobe.measure.monitor import host_mem_baseline
+    from scaleprobe.wrap.hooks import Recorder
+
+    baseline = host_mem_baseline()
+    beat = Heartbeat(run_dir, rank).start()
+    observers = _observers(settings, run_dir, rank)
+    rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install(
+        loss=bool(observers))
+    rec.observers = observers
+    rec.comm = _comm_timer()
+    rec.watch = _compile_watch()
+    from scaleprobe.wrap.steps import RecorderSteps
+
+    beat.keep_steps(RecorderSteps(rec, rank, world, baseline))  # kept if this rank dies
+    beat.set_state("training")  # the launcher's stall check follows its progress from here
+    code, facts = _run_script(target, settings, run_dir, rank)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     beat.set_state("after")  # the script ended: no step to stall in
     rec.flops_end(complete=False)  # the script ended inside the counted step
