@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +25,41 @@ def _image(rng: np.random.Generator, size: int, label: int, ncls: int) -> np.nda
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+def publish_once(folder: Path, write: Callable[[Path], None], marker: str = "ok\n") -> Path:
+    """Make ``folder`` once, whole or not at all: ``write`` fills a temporary folder beside it,
+    a ``.complete`` marker is written last and the folder renamed into place (a process that
+    finished first wins; a crash leaves nothing half-written under the name)."""
+    if (folder / ".complete").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        write(tmp)
+        (tmp / ".complete").write_text(marker)
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists() and not (folder / ".complete").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
 def ensure_jpegs(folder: Path, n: int, size: int, ncls: int, seed: int = 0) -> Path:
     """Write ``n`` JPEGs into ``folder/<class>/`` unless a complete set is already there."""
     from PIL import Image
 
-    done = folder / ".complete"
-    if done.exists():
-        return folder
+    def write(tmp: Path) -> None:
+        rng = np.random.default_rng(seed)
+        for i in range(n):
+            label = i % ncls
+            d = tmp / f"class_{label:03d}"
+            d.mkdir(exist_ok=True)
+            Image.fromarray(_image(rng, size, label, ncls)).save(d / f"{i:06d}.jpg", quality=90)
+
+    publish_once(folder, write, f"{n} {size} {ncls}\n")
+    return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from scaleprobe.data.jpegsynth import publish_once
 from scaleprobe.errors import DataError
 
 
@@ -124,8 +125,7 @@ def text_cache(cache_root: Path) -> Path:
     version = ".".join(map(str, sys.version_info[:3]))
     tag = hashlib.sha1(f"{stdlib_root()}|{sys.version}".encode()).hexdigest()[:8]
     folder = cache_root / f"text-stdlib-py{version}-{tag}"
-    if (folder / ".complete").exists():
-        return folder
+    return publish_once(folder, lambda tmp: write_text(tmp, overwrite=True))
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:

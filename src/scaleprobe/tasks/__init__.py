@@ -21,7 +21,9 @@ next-token cross-entropy, held-out loss and perplexity). See docs/TASKS.md.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
 from typing import Any
 
 from scaleprobe.registry import Registry
@@ -29,6 +31,17 @@ from scaleprobe.registry import Registry
 TASKS = Registry("task")
 MODULES = {"classification": "classification", "face": "face", "detection": "detection",
            "lm": "lm"}
+
+
+@contextlib.contextmanager
+def evaluating(model: Any) -> Iterator[None]:
+    """The model in eval mode for the block, back in the mode it was in after (errors too)."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 def build_task(cfg: Any, num_classes: int) -> Any:

@@ -10,7 +10,7 @@ from torch import nn
 
 from scaleprobe.data.loader import collate_indexed
 from scaleprobe.models.build import logits_of
-from scaleprobe.tasks import TASKS
+from scaleprobe.tasks import TASKS, evaluating
 
 
 class Classification:
@@ -40,10 +40,8 @@ class Classification:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, loader: Any, device: torch.device,
                  autocast: AbstractContextManager, channels_last: bool = False) -> dict[str, Any]:
-        was = model.training
-        model.eval()
         correct = total = 0
-        try:
+        with evaluating(model):
             for x, y, _, _ in loader:
                 if x is None:
                     continue
@@ -52,8 +50,6 @@ class Classification:
                     pred = logits_of(model(x)).argmax(1)
                 correct += int((pred == y).sum())
                 total += int(y.numel())
-        finally:
-            model.train(was)
         return {"accuracy": correct / total if total else None, "eval_samples": total}
 
 

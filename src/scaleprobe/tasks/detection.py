@@ -36,7 +36,7 @@ from scaleprobe.config import TASK_DEFAULT_MODELS, ModelConfig
 from scaleprobe.data.loader import collate_indexed_list
 from scaleprobe.errors import ConfigError
 from scaleprobe.registry import suggest
-from scaleprobe.tasks import TASKS
+from scaleprobe.tasks import TASKS, evaluating
 
 DEFAULT_DETECTOR = TASK_DEFAULT_MODELS["detection"]
 TASK_DEFAULT_MODEL = ModelConfig.name  # the run's default model: means "the task's default"
@@ -186,11 +186,9 @@ class Detection:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, loader: Any, device: torch.device,
                  autocast: AbstractContextManager, channels_last: bool = False) -> dict[str, Any]:
-        was = model.training
-        model.eval()
         preds: list[dict[str, torch.Tensor]] = []
         gts: list[dict[str, torch.Tensor]] = []
-        try:
+        with evaluating(model):
             for x, y, _, _ in loader:
                 if x is None:
                     continue
@@ -200,8 +198,6 @@ class Detection:
                 preds += [{k: v.float().cpu() if v.is_floating_point() else v.cpu()
                            for k, v in o.items()} for o in out]
                 gts += y
-        finally:
-            model.train(was)
         return {"map50": map50(preds, gts), "map50_source": MAP50_SOURCE,
                 "eval_samples": len(gts),
                 "eval_objects": int(sum(len(g["labels"]) for g in gts))}

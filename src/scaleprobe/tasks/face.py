@@ -36,7 +36,7 @@ from torch.utils.data import Sampler
 
 from scaleprobe.data.loader import collate_indexed
 from scaleprobe.errors import ConfigError, DataError
-from scaleprobe.tasks import TASKS
+from scaleprobe.tasks import TASKS, evaluating
 from scaleprobe.tasks.classification import Classification
 from scaleprobe.tasks.metrics import verification_accuracy
 
@@ -280,11 +280,9 @@ class FaceEmbedding:
               autocast: AbstractContextManager, channels_last: bool
               ) -> tuple[dict[int, torch.Tensor], dict[int, int]]:
         """Unit embeddings and labels of every readable held-out item, by item index."""
-        was = model.training
-        model.eval()
         emb: dict[int, torch.Tensor] = {}
         labels: dict[int, int] = {}
-        try:
+        with evaluating(model):
             for x, y, idx, _ in loader:
                 if x is None:
                     continue
@@ -293,8 +291,6 @@ class FaceEmbedding:
                     e = model(x).float().cpu()
                 for row, i, c in zip(e, idx.tolist(), y.tolist(), strict=True):
                     emb[i], labels[i] = row, int(c)
-        finally:
-            model.train(was)
         return emb, labels
 
     def evaluate(self, model: nn.Module, loader: Any, device: torch.device,

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from scaleprobe.data.loader import collate_indexed
-from scaleprobe.tasks import TASKS
+from scaleprobe.tasks import TASKS, evaluating
 
 
 class LanguageModel:
@@ -58,11 +58,9 @@ class LanguageModel:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, loader: Any, device: torch.device,
                  autocast: AbstractContextManager, channels_last: bool = False) -> dict[str, Any]:
-        was = model.training
-        model.eval()
         total = 0.0
         tokens = samples = 0
-        try:
+        with evaluating(model):
             for x, y, _, _ in loader:
                 if x is None:
                     continue
@@ -73,8 +71,6 @@ class LanguageModel:
                                                y.reshape(-1), reduction="sum"))
                 tokens += int(y.numel())
                 samples += int(y.shape[0])
-        finally:
-            model.train(was)
         loss = total / tokens if tokens else None
         return {"loss": loss, "perplexity": math.exp(loss) if loss is not None else None,
                 "eval_samples": samples, "eval_tokens": tokens}
