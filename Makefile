@@ -49,10 +49,12 @@ $(CHROMIUM_STAMP): scripts/ensure-chromium.sh
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
-# ruff, and the import floors of pyproject.toml's [tool.importlinter] (docs/ARCHITECTURE.md)
+# ruff, the import floors of pyproject.toml's [tool.importlinter] and mypy --strict on the
+# record and its figures ([tool.mypy]; docs/ARCHITECTURE.md)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf scaleprobe-out .pytest_cache

@@ -333,7 +333,7 @@ def _log_halfwidth_within(rel_cis: Sequence[float | None]) -> float | None:
     half-widths (as in ``compare``), on the log scale. None when one is unknown."""
     if any(c is None or not math.isfinite(c) for c in rel_cis):
         return None
-    return sum(math.log1p(c) for c in rel_cis)  # type: ignore[arg-type]
+    return sum(math.log1p(c) for c in rel_cis if c is not None)
 
 
 def ratio_interval(a: Sequence[float | None], b: Sequence[float | None],

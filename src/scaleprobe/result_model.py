@@ -127,7 +127,7 @@ def _dump(v: Any) -> Any:
     return v
 
 
-def _record_type(hint: Any) -> type | None:
+def _record_type(hint: Any) -> type[Record] | None:
     """The Record class in ``X``, ``X | None``."""
     if isinstance(hint, type) and issubclass(hint, Record):
         return hint
@@ -297,7 +297,9 @@ class Peak(Record):
     devices: int | None = None  # CUDA: distinct GPUs of the training ranks; CPU: hosts
     dtype: str | None = None  # fp32 | tf32 | bf16 | fp16
     device_name: str | None = None
-    source: str | None = None  # "data sheet: ..." or "measured peak: ..."
+    # "data sheet: ..." or "measured peak: ..." (a field of the record, not Record.source,
+    # the folder a record was read from)
+    source: str | None = None  # type: ignore[assignment]
     measured: bool | None = None
     under_load: bool | None = None  # measured while other processes took some of the cores
     extra: dict[str, Any] = field(default_factory=dict)
@@ -866,8 +868,8 @@ class RunResult(InExperiment, Record):
     @property
     def gpu_total_bytes(self) -> int | None:
         totals = [num(g.get("memory_total_bytes")) for g in dicts(self.env.get("gpus"))]
-        totals = [t for t in totals if t]
-        return int(min(totals)) if totals else None
+        known = [float(t) for t in totals if t]
+        return int(min(known)) if known else None
 
     def rank_rates(self) -> dict[str, float]:
         """Each training rank's samples/s, whose sum is the headline samples/s; {} for a

@@ -291,7 +291,7 @@ OUTPUT_REASONS = {errno.EROFS: "read-only file system", errno.EACCES: "permissio
 
 def output_error(path: str | Path, e: OSError, verb: str = "cannot write") -> OutputError:
     """One line naming the path and why: ``cannot write OUT/result.json: read-only file system``."""
-    reason = OUTPUT_REASONS.get(e.errno) or e.strerror or str(e)
+    reason = OUTPUT_REASONS.get(e.errno or 0) or e.strerror or str(e)
     return OutputError(f"{verb} {path}: {reason}")
 
 

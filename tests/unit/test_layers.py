@@ -38,3 +38,15 @@ def test_a_broken_floor_is_caught(tmp_path):
     out = subprocess.run([exe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"})
     assert out.returncode != 0 and "BROKEN" in out.stdout
+
+
+def test_the_record_and_its_figures_pass_mypy_strict():
+    """The core floor (pyproject.toml's [tool.mypy] files) is typed strictly: a misspelt
+    field or a figure that may be None used as a number fails here, not in a user's report."""
+    exe = shutil.which("mypy", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    out = subprocess.run([exe, "--cache-dir", "/dev/null"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "Success" in out.stdout
