@@ -60,21 +60,3 @@ def ensure_jpegs(folder: Path, n: int, size: int, ncls: int, seed: int = 0) -> P
 
     publish_once(folder, write, f"{n} {size} {ncls}\n")
     return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
-        rng = np.random.default_rng(seed)
-        for i in range(n):
-            label = i % ncls
-            d = tmp / f"class_{label:03d}"
-            d.mkdir(exist_ok=True)
-            Image.fromarray(_image(rng, size, label, ncls)).save(d / f"{i:06d}.jpg", quality=90)
-        (tmp / ".complete").write_text(f"{n} {size} {ncls}\n")
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # another process finished first
-            shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        if tmp.exists() and not (folder / ".complete").exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder

@@ -20,10 +20,7 @@ held-out loss below it says the model learned more than how often each token occ
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -126,16 +123,3 @@ def text_cache(cache_root: Path) -> Path:
     tag = hashlib.sha1(f"{stdlib_root()}|{sys.version}".encode()).hexdigest()[:8]
     folder = cache_root / f"text-stdlib-py{version}-{tag}"
     return publish_once(folder, lambda tmp: write_text(tmp, overwrite=True))
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
-        write_text(tmp, overwrite=True)
-        (tmp / ".complete").write_text("ok\n")
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # another process finished first
-            shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        if tmp.exists() and not (folder / ".complete").exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
