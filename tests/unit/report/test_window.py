@@ -21,4 +21,7 @@ def test_step_median_carries_its_interval_and_an_unstable_stop():
     cell, r = _cell(stop_reason="stable")
     assert cell == f"{fmt.ms(0.0651)} ±5.9%"
     text = "\n".join(b.text for b in runs_section([r]).blocks if hasattr(b, "text"))
-    assert "95% interval" in text and "not stable" in text
+    assert "95% interval" in text and "not stable" not in text  # no marker in the table
+    _, cut = _cell(stop_reason="max-seconds")
+    text = "\n".join(b.text for b in runs_section([cut]).blocks if hasattr(b, "text"))
+    assert "95% interval" in text and "not stable" in text  # the marker it shows, explained
