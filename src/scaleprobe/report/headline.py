@@ -199,8 +199,9 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     tied = [(o, iv) for o, iv in ivs if iv is None or not iv.above(1.0)]
     if not tied:
         o, iv = min(ivs, key=lambda p: p[1].lo) if ivs else (None, None)
-        interval = (f"the next, batch {o['batch_size']}: {iv.text()} (its epoch time / batch "
-                    f"{fast['batch_size']}'s)" if iv is not None
+        # the batch size it is least clearly ahead of: the interval whose lower bound is lowest
+        interval = (f"the closest call, batch {o['batch_size']}: {iv.text()} (its epoch time / "
+                    f"batch {fast['batch_size']}'s)" if iv is not None
                     else "the only batch size that finished")
         return [Verdict(f"Batch {fast['batch_size']} gives the shortest epoch ({eid})", number,
                         interval, f"use it: {_run_cmd(fast['record'], {'batch_size': fast['batch_size']})}",
