@@ -206,6 +206,22 @@ def test_nproc_per_node_is_torchrun_spelling_of_nproc():
     assert p.parse_args(["comm", "--nproc-per-node", "3"]).nproc == 3
 
 
+def test_threads_per_rank_is_a_flag_that_scale_holds_for_every_point():
+    """--threads-per-rank sets dist.threads_per_rank; scale passes it to every point (the
+    1-process baseline runs the N-process ranks' thread count, like for like)."""
+    from scaleprobe.cli import build_parser
+    from scaleprobe.commands.options import config_from_args
+    from scaleprobe.commands.scale import build_spec
+
+    p = build_parser()
+    cfg = config_from_args(p.parse_args(["run", "--threads-per-rank", "1"]))
+    assert cfg.dist.threads_per_rank == 1
+    spec, _out, _progress = build_spec(p.parse_args(["scale", "--nproc", "1,2",
+                                                     "--threads-per-rank", "1"]))
+    base = spec.get("base", {})
+    assert base.get("threads_per_rank", base.get("dist.threads_per_rank")) == 1, spec
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["rn"], "argument COMMAND: invalid choice: 'rn'"),
     (["sweep"], "the following arguments are required: SPEC.toml"),

@@ -26,6 +26,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--channels-last", "model.channels_last", ()),
     ("--compile", "model.compile", ()),
     ("--compile-mode", "model.compile_mode", ()),
+    ("--threads-per-rank", "dist.threads_per_rank", ()),
     ("--layers", "model.layers", ()),
     ("--width", "model.width", ()),
     ("--heads", "model.heads", ()),
