@@ -165,8 +165,15 @@ def batch_global(r: RunResult) -> int | None:
 
 
 def undecided(n: int) -> str:
-    """The verdict's place when ``n`` (< ``MIN_REPEATS_TO_DECIDE``) runs stand behind it."""
-    return f"inconclusive ({n} repeat{'s' if n != 1 else ''})"
+    """The verdict's place when ``n`` (< ``MIN_REPEATS_TO_DECIDE``) seeds stand behind it."""
+    return f"inconclusive ({n} seed{'s' if n != 1 else ''})"
+
+
+def seeds(runs: list[RunResult]) -> int:
+    """Independent runs among ``runs``: distinct seeds. Repeats of a point share its seed and
+    train the same steps, so their B_noise and steps to target are one measurement, not
+    several (the timing repeats are for the clock, not for the optimisation's noise)."""
+    return len({r.cfg("train.seed") for r in runs})
 
 
 def regime_cell(row: dict[str, Any]) -> str:
@@ -179,8 +186,9 @@ def regime_cell(row: dict[str, Any]) -> str:
     b = batch_global(rec) if rec is not None else None
     if not vals or not b:
         return "-"
-    if len(vals) < M.MIN_REPEATS_TO_DECIDE:
-        return undecided(len(vals))
+    n = seeds([x for x in P.repeats_of(rec) if b_noise_end(x) is not None])
+    if n < M.MIN_REPEATS_TO_DECIDE:
+        return undecided(n)
     return regime(b, median(vals), min(vals), max(vals))
 
 
@@ -196,8 +204,11 @@ def steps_to_target(r: RunResult) -> int | None:
 
 def group_fit(rows: list[dict[str, Any]]) -> CriticalFit | None:
     """The fit over every run of the group that reached its target."""
-    pts = [(batch_global(r), steps_to_target(r)) for r in runs_of(rows)]
-    return fit_critical([(b, s) for b, s in pts if b and s])
+    seen: dict[tuple[Any, Any], tuple[int | None, int | None]] = {}
+    for r in runs_of(rows):  # one point per batch and seed: repeats of a seed are one run
+        seen.setdefault((batch_global(r), r.cfg("train.seed")),
+                        (batch_global(r), steps_to_target(r)))
+    return fit_critical([(b, s) for b, s in seen.values() if b and s])
 
 
 @dataclass(frozen=True)
@@ -220,7 +231,8 @@ def predicted(rows: list[dict[str, Any]]) -> Predicted | None:
         return None
     path = [v for v in (b_noise_path(r) for r in runs) if v is not None]
     simple = [v for v in (b_noise(r) for r in runs) if v is not None]
-    counts = [len(P.values(r["record"], b_noise_end)) for r in rows if r.get("record")]
+    counts = [seeds([x for x in P.repeats_of(r["record"]) if b_noise_end(x) is not None])
+              for r in rows if r.get("record")]
     return Predicted(median(end), min(end), max(end), len(end),
                      median(path) if path else None, median(simple) if simple else None,
                      min(c for c in counts if c))
@@ -304,7 +316,8 @@ def verdict_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None,
     if runs < M.MIN_REPEATS_TO_DECIDE:
         return lines + [f"- Where each batch size lies against the {which} critical batch "
                         f"{crit:,.0f}: {undecided(runs)} at a batch size; "
-                        f"{M.MIN_REPEATS_TO_DECIDE} or more (--repeats) decide it."]
+                        f"{M.MIN_REPEATS_TO_DECIDE} or more seeds (a grid over seed) decide "
+                        "it."]
     return lines + _model_lines(rows, crit, which, rec)
 
 

@@ -60,7 +60,7 @@ def _rec(bs, seed, steps, path, simple=None):
     r = run(f"b{bs}s{seed}", batch=bs, epoch_s=10.0, sps=bs * 10.0,
             experiment={"id": "cb", "kind": "sweep", "point": {"batch_size": bs},
                         "repeat": seed})
-    r["config"]["train"].update(target="accuracy=0.9", lr=0.05, lr_scaling="none")
+    r["config"]["train"].update(target="accuracy=0.9", lr=0.05, lr_scaling="none", seed=seed)
     r["target"] = {"metric": "accuracy", "target": 0.9, "reached": True,
                    "time_to_target_s": steps * 0.01, "steps_to_target": steps,
                    "samples_to_target": steps * bs, "curve": []}
@@ -110,12 +110,12 @@ def test_one_repeat_shows_the_figures_and_decides_no_verdict():
     rule do not appear."""
     one = [r for r in SWEEP if r["experiment"]["repeat"] == 0]
     _, cells = batch_table_parts(batch_table(one))
-    assert [c[-1] for c in cells] == ["inconclusive (1 repeat)"] * 3
+    assert [c[-1] for c in cells] == ["inconclusive (1 seed)"] * 3
     assert [c[-2] for c in cells] == ["90"] * 3  # the figure is still shown
     text = recommend_batch(one)["text"]
     meas = next(ln for ln in text.splitlines() if "measured from the steps" in ln)
     assert "E_min / S_min = " in meas and "(no repeats: no interval)" in meas
-    assert "inconclusive (1 repeat) at a batch size: whether they agree within a factor" in meas
+    assert "inconclusive (1 seed) at a batch size: whether they agree within a factor" in meas
     assert "not within" not in meas and ", within" not in meas
     assert "- Where each batch size lies against the measured critical batch" in text
     assert "below it (" not in text and "above it (" not in text
@@ -124,7 +124,7 @@ def test_one_repeat_shows_the_figures_and_decides_no_verdict():
     mixed = [r for r in SWEEP if r["experiment"]["repeat"] < 2 or r["batch"]["global"] == 64]
     mixed = [r for r in mixed if not (r["batch"]["global"] == 16 and r["experiment"]["repeat"])]
     assert C.group_fit(batch_table(mixed)).min_runs == 1
-    assert "inconclusive (1 repeat) at a batch size" in recommend_batch(mixed)["text"]
+    assert "inconclusive (1 seed) at a batch size" in recommend_batch(mixed)["text"]
     two = [r for r in SWEEP if r["experiment"]["repeat"] < 2]
     assert C.group_fit(batch_table(two)).min_runs == 2
     text2 = recommend_batch(two)["text"]
@@ -172,3 +172,14 @@ def test_a_batch_table_measured_with_half_batches_says_so():
     assert "two half-batches" in notes(SWEEP)
     ddp = [{**r, "gns": {**r["gns"], "method": "ddp_hook"}} for r in SWEEP]
     assert "two half-batches" not in notes(ddp)
+
+
+def test_repeats_of_one_seed_are_one_measurement_of_b_noise():
+    """Bug caught (the demo): three timing repeats of a point, one seed, gave B_noise
+    "35,158 (35,158-35,158)" and a decided "below": identical runs are not three pieces of
+    evidence. The verdict counts seeds."""
+    same = [_rec(b, s, 100, 80.0) for b in (16, 64, 256) for s in range(3)]
+    for r in same:
+        r["config"]["train"]["seed"] = 0
+    cells = [c[-1] for c in batch_table_parts(batch_table(same))[1]]
+    assert cells == ["inconclusive (1 seed)"] * 3
