@@ -79,9 +79,8 @@ def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:
                    cfg.train.max_epochs)
     result.target = TimeToTarget.from_dict(tt)
     m = result.metrics
-    if m.joules_per_sample is not None and m.samples_per_s and tt.get("time_to_target_s"):
-        # the window's draw (joules per sample x samples per second) over the time to target
-        m.joules_to_target = m.joules_per_sample * m.samples_per_s * tt["time_to_target_s"]
+    m.joules_to_target = M.joules_to_target(m.joules_per_sample, m.samples_per_s,
+                                            tt.get("time_to_target_s"))
     if not tt["reached"]:
         for k in ("time_to_target_s", "steps_to_target", "epochs_to_target",
                   "samples_to_target"):

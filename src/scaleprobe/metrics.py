@@ -105,6 +105,15 @@ def joules_per_sample(watts: float | None, sps: float | None) -> float | None:
     return watts / sps
 
 
+def joules_to_target(j_per_sample: float | None, sps: float | None,
+                     time_to_target_s: float | None) -> float | None:
+    """Energy to the target: the window's draw (joules per sample x samples per second) over
+    the time to the target."""
+    if j_per_sample is None or not sps or not time_to_target_s:
+        return None
+    return j_per_sample * sps * time_to_target_s
+
+
 def compute_s(breakdown: Mapping[str, float | None] | None) -> float | None:
     """Seconds of one step spent computing: copy to the device, forward, backward, optimizer
     (not waiting for data, not exposed communication). None when no phase was measured."""

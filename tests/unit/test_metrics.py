@@ -211,3 +211,10 @@ def test_paired_difference_interval_by_hand():
     assert M.paired_difference_interval([0.8], [0.7]) is None
     assert M.repeats_to_decide_paired(-0.05, 0.01, 0.01, 3) == 4  # t(3) 3.18 x 0.01 / 2 < 0.04
     assert M.repeats_to_decide_paired(0.01, 0.01, 0.01, 3) is None  # on the tolerance
+
+
+def test_energy_figures_from_the_windows_draw():
+    """200 W at 40 samples/s is 5 J a sample; 100 s to the target at that rate is 20 kJ."""
+    assert M.joules_per_sample(200.0, 40.0) == pytest.approx(5.0)
+    assert M.joules_to_target(5.0, 40.0, 100.0) == pytest.approx(20_000.0)
+    assert M.joules_per_sample(None, 40.0) is None and M.joules_to_target(5.0, 40.0, None) is None
