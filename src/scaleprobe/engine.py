@@ -22,7 +22,7 @@ from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.gns_probe import half_steps, samples_of
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
-from scaleprobe.measure.monitor import host_mem_record
+from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.parts import Parts, lr_warmup_steps, setup
@@ -113,6 +113,7 @@ def _one_step(p: Parts, st: LoopState, batch: Any, tm: Any) -> None:
     tm.mark("optimizer")
     if st.step == max(0, p.cfg.train.warmup_steps - 1):  # once: gradients and moments exist
         p.held = held_bytes(p.strategy.unwrap(p.model), p.optimizer)
+        note_file_rss()
     if p.strategy.explicit_comm:
         p.strategy.after_step(p.model, st.step)  # local SGD averages params that have grads
         tm.mark(comm_phase)

@@ -247,6 +247,21 @@ def process_file_rss_bytes() -> int | None:
     return _status_bytes("RssFile")
 
 
+_FILE_RSS_HIGH: list[int] = []  # the highest RssFile this process noted (note_file_rss)
+
+
+def note_file_rss() -> None:
+    """Note the file-backed resident set now, once the run holds what it will hold (after
+    its first full step). Under memory pressure the kernel takes library pages back out of
+    the resident set; read only at the end, the growth since the baseline then read 0 while
+    the peak had counted them, and ``host_net`` took them for the run's own memory (89 MiB
+    apart between a forked and a fresh point on a loaded machine). ``host_mem_record``
+    counts the higher of this and the reading at the end."""
+    now = process_file_rss_bytes()
+    if now is not None:
+        _FILE_RSS_HIGH[:] = [max([now, *_FILE_RSS_HIGH])]
+
+
 def host_mem_baseline() -> dict[str, int | None]:
     """What a rank holds before its model and data are built: its resident set and the
     file-backed part of it (``host_mem_record`` measures the run against this)."""
@@ -257,6 +272,8 @@ def host_mem_record(baseline: dict[str, int | None]) -> dict[str, int | None]:
     """A rank's host-memory fields of its ``RankMem``: its peak resident set, the baseline,
     and the file-backed pages it touched since the baseline (read with the peak)."""
     file_now, file_then = process_file_rss_bytes(), baseline.get("file_rss")
+    if file_now is not None and _FILE_RSS_HIGH:
+        file_now = max(file_now, _FILE_RSS_HIGH[0])
     growth = (max(0, file_now - file_then) if file_now is not None and file_then is not None
               else None)
     return {"host_peak_rss": process_peak_rss_bytes(), "host_baseline_rss": baseline.get("rss"),

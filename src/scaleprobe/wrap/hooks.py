@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from scaleprobe.measure.monitor import note_file_rss
 from scaleprobe.wrap.capture import CallCounts, compiled_frames, compiling, not_frames
 
 STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer")
@@ -291,6 +292,8 @@ class Recorder:
             self._observe()
         if len(self.step_times) == self.count_at:
             self._flops_begin()
+        if len(self.step_times) == max(1, self.warmup):
+            note_file_rss()  # the script holds what it will hold (measure/monitor.py)
         if self.stop_after is not None and len(self.step_times) - self.warmup >= self.stop_after:
             raise StopScript()
 
