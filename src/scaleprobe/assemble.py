@@ -124,7 +124,8 @@ def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
     """Host peak net of what every rank held before its model and data were built (torch
     itself, about 750 MiB on the CPU) and of the library code the ranks first touched since
     (``host_file_growth``): the part of the peak that the run's settings move, the same
-    whether a process started fresh or was forked from one that had imported torch."""
+    whether a process started fresh or was forked from one that had imported torch. Net of
+    the training processes' own peaks: loader workers' memory counts in ``host`` only."""
     base = [r.mem.host_baseline_rss for r in ranks]
     m.host_baseline = sum(b for b in base if b) if base and all(base) else None
     grown = [r.mem.host_file_growth for r in ranks]
@@ -136,12 +137,18 @@ def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
     if m.host_baseline is None:
         why["peak_mem_bytes.host_baseline"] = "no resident-memory reading before the model was built"
         why["peak_mem_bytes.host_net"] = why["peak_mem_bytes.host_baseline"]
-    elif m.host is None:
+        return
+    # the ranks' own peaks (the kernel's, exact), not the sampled figure of the process tree:
+    # a sample can catch library pages the kernel then takes back under memory pressure, which
+    # the peak never counted and the growth cannot subtract (136 MiB "net" for a 16 MiB run)
+    peaks = [r.mem.host_peak_rss for r in ranks]
+    own = sum(p for p in peaks if p) if peaks and all(peaks) else None
+    if own is None:
         why["peak_mem_bytes.host_net"] = "no host peak reading"
-    elif m.host - (m.host_file_growth or 0) < m.host_baseline:
+    elif own - (m.host_file_growth or 0) < m.host_baseline:
         why["peak_mem_bytes.host_net"] = "host peak below the baseline: inconsistent readings"
     else:
-        m.host_net = m.host - m.host_baseline - (m.host_file_growth or 0)
+        m.host_net = own - m.host_baseline - (m.host_file_growth or 0)
 
 
 def _epoch_starts(m: Any, raw0: RankRecord, why: dict[str, str]) -> None:

@@ -85,8 +85,9 @@ A run record (``kind == "run"``)::
                       host_baseline: the ranks' resident memory summed, each read before
                       its model and data were built (torch imported);
                       host_file_growth: file-backed resident pages (library code) the
-                      ranks first touched after it; host_net = host - host_baseline -
-                      host_file_growth, the part the run's settings (batch, model) move.
+                      ranks first touched after it; host_net = the ranks' own peaks
+                      summed - host_baseline - host_file_growth, the part the run's
+                      settings (batch, model) move (loader workers count in host only).
                       flops_per_step: FLOPs of one step of every training rank, counted
                       once on the first warm-up step (measure/flops.py: forward + backward,
                       2 per multiply-add, optimizer and element-wise operators 0);

@@ -62,3 +62,56 @@ def test_the_demos_report_in_a_real_browser(demo):
     page, errors, _ = inspect(binary, out_dir / "report.html")
     check_page(page, errors)
     assert page["figures"], "the demo's report has its figures"
+
+
+GOLDEN = __import__("pathlib").Path(__file__).with_name("demo_shape.txt")
+
+
+def _key_paths(obj, prefix: str = "") -> set[str]:
+    """Every key path of a record (``metrics.peak_mem_bytes.host``; a list's items as
+    ``[]``); the keys of ``null_reasons`` and of per-point / per-rank maps are data, not
+    shape: their values' shapes count, their names do not."""
+    out = {prefix} if prefix else set()
+    if isinstance(obj, dict):
+        data_keyed = prefix.endswith(("null_reasons", "point", "by_rank", "ranks_seen"))
+        for k, v in obj.items():
+            out |= _key_paths(v, f"{prefix}.{'*' if data_keyed else k}".lstrip("."))
+    elif isinstance(obj, list):
+        for v in obj:
+            out |= _key_paths(v, prefix + "[]")
+    return out
+
+
+def demo_shape(out_dir) -> list[str]:
+    """The demo's shape: the key paths of its run and sweep records and the header row of
+    every table in its report (the values are measurements; these must not move)."""
+    import json
+
+    from scaleprobe import results as res
+
+    keys: set[str] = set()
+    for f in out_dir.rglob("result.json"):
+        keys |= {"run: " + k for k in _key_paths(json.loads(f.read_text()))}
+    for f in out_dir.rglob("results.jsonl"):
+        for rec in res.read_jsonl(f):
+            keys |= {f"{rec['kind']}: " + k for k in _key_paths(rec)}
+    lines = (out_dir / "report.md").read_text().splitlines()
+    tables = {a for a, b in zip(lines, lines[1:]) if a.startswith("|") and b.startswith("|--")}
+    return sorted(keys) + ["table: " + t for t in sorted(tables)]
+
+
+def test_the_demos_records_and_tables_keep_their_shape(demo):
+    """The demo's output moves only on purpose: every key of its records and every table's
+    header row against tests/integration/demo_shape.txt. A restructuring that drops, renames
+    or moves a figure fails here; a change meant to do so rewrites the file
+    (SCALEPROBE_UPDATE_GOLDEN=1) and shows the difference in its commit."""
+    import os
+
+    out_dir, p = demo
+    assert p.returncode == 0, p.stderr[-2000:]
+    now = demo_shape(out_dir)
+    if os.environ.get("SCALEPROBE_UPDATE_GOLDEN"):
+        GOLDEN.write_text("\n".join(now) + "\n")
+    want = GOLDEN.read_text().splitlines()
+    gone, new = sorted(set(want) - set(now)), sorted(set(now) - set(want))
+    assert not gone and not new, f"gone: {gone[:20]}\nnew: {new[:20]}"

@@ -91,7 +91,8 @@ def test_host_memory_net_of_the_baseline_before_the_model(digits_run):
     assert 0 < mem["host_net"] < mem["host"]
     # training touches library code it had not used before: counted apart, left out of net
     assert mem["host_file_growth"] > 0
-    assert mem["host_net"] == mem["host"] - mem["host_baseline"] - mem["host_file_growth"]
+    # net of the rank's own peak, which the sampled total of the process tree can exceed
+    assert mem["host_net"] <= mem["host"] - mem["host_baseline"] - mem["host_file_growth"]
 
 
 def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):

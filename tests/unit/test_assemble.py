@@ -82,6 +82,17 @@ def test_library_code_first_touched_after_the_baseline_is_not_net_memory():
     assert "RssFile" in rec["null_reasons"]["peak_mem_bytes.host_file_growth"]
 
 
+def test_the_sampled_tree_peak_counts_in_host_but_not_in_the_net():
+    """Bug: a monitor sample that caught library pages the kernel later took back (memory
+    pressure) raised the host peak above the rank's own, and the net figure took the
+    difference for the run's memory (136 MiB net for a run whose own peak grew 26 MiB)."""
+    rec = assemble([raw(0, peak=711 * MIB, baseline=685 * MIB, file_growth=10 * MIB)],
+                   mon={"host_mem_peak_bytes": 835 * MIB})
+    mem = rec["metrics"]["peak_mem_bytes"]
+    assert mem["host"] == 835 * MIB  # the tree's peak (loader workers too) stays the total
+    assert mem["host_net"] == 16 * MIB
+
+
 def test_host_net_null_with_a_reason_without_a_baseline():
     rec = assemble([raw(0, baseline=None)])
     mem = rec["metrics"]["peak_mem_bytes"]
