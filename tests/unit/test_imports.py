@@ -6,6 +6,8 @@ exception, for a heavy or optional library, and says which on its line or the li
     # optional: submitit (the cluster extra)
     import submitit
 
+(a comment above a group of imports, with no blank line between them, covers the group).
+
 The graph is read from the source with `ast`, so a failure names the file, the line and the
 cycle; a package's `__init__` counts as imported by every import of it or of a module in it,
 and an import inside a function counts as an import (it defers a cycle, it does not break it)."""
@@ -39,6 +41,7 @@ class Imp:
     targets: tuple     # dotted names imported (modules, or modules the names come from)
     in_function: bool
     type_only: bool    # under `if TYPE_CHECKING:`: never runs
+    after: int = 0     # the line of the import right above it in the same block, if any
 
 
 def module_name(path: Path) -> str:
@@ -81,11 +84,16 @@ def _scan_file(p: Path, modules: set[str], out: list[Imp]) -> None:
     mod, is_pkg = module_name(p), _is_package(p)
 
     def visit(node, in_fn, type_only):
+        prev = None
         for ch in ast.iter_child_nodes(node):
             if isinstance(ch, (ast.Import, ast.ImportFrom)):
+                above = prev.lineno if prev is not None and prev.end_lineno == ch.lineno - 1 else 0
                 out.append(Imp(mod, p, ch.lineno, _targets(ch, mod, is_pkg, modules),
-                               in_fn, type_only))
-            elif isinstance(ch, ast.If) and _type_checking(ch.test):
+                               in_fn, type_only, above))
+                prev = ch
+                continue
+            prev = None
+            if isinstance(ch, ast.If) and _type_checking(ch.test):
                 for sub in ch.body:
                     visit(ast.Module(body=[sub], type_ignores=[]), in_fn, True)
                 for sub in ch.orelse:
@@ -185,10 +193,17 @@ def describe(path: list[str], edges) -> str:
     return "\n    ".join(f"{a} -> {b}  ({where(edges[a][b])})" for a, b in zip(path, path[1:], strict=False))
 
 
-def reason_of(imp: Imp, lines: list[str]) -> re.Match | None:
+def reason_of(imp: Imp, lines: list[str], imports: list[Imp] = ()) -> re.Match | None:
+    """The reason on the import's line or on the comment line above it; an import right
+    under another (no blank line: one group) and with no comment of its own shares the
+    group's reason."""
     here = lines[imp.line - 1]
     above = lines[imp.line - 2].strip() if imp.line > 1 else ""
-    return REASON.search(here) or (REASON.match(above) if above.startswith("#") else None)
+    found = REASON.search(here) or (REASON.match(above) if above.startswith("#") else None)
+    if found is None and imp.after and "#" not in here:
+        prev = next((i for i in imports if i.path == imp.path and i.line == imp.after), None)
+        return reason_of(prev, lines, imports) if prev is not None else None
+    return found
 
 
 def test_few_imports_sit_inside_functions():
@@ -214,7 +229,7 @@ def test_an_import_inside_a_function_says_why():
         if not imp.in_function:
             continue
         lines = text.setdefault(imp.path, imp.path.read_text().splitlines())
-        m = reason_of(imp, lines)
+        m = reason_of(imp, lines, imports)
         if m is None or m.group(2).split(".")[0] not in LIBRARIES:
             missing.append(f"{where(imp)}: {lines[imp.line - 1].strip()}")
     assert not missing, (
@@ -246,7 +261,9 @@ def test_the_checks_catch_what_they_look_for(tmp_path, monkeypatch):
     (pkg / "sub" / "b.py").write_text(
         "import json\nthing = 1\n\ndef f():\n    import torch  # heavy: torch\n"
         "    # optional: submitit (the cluster extra)\n    import submitit\n"
-        "    from scaleprobe import a  # a habit\n    import torch.nn  # heavy: nothing\n")
+        "    from scaleprobe import a  # a habit\n    import torch.nn  # heavy: nothing\n"
+        "\ndef g():\n    # heavy: torch\n    import torch\n    import torch.distributed\n\n"
+        "    import torch.fx\n")
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
     imports, modules = scan()
@@ -257,19 +274,20 @@ def test_the_checks_catch_what_they_look_for(tmp_path, monkeypatch):
     assert edges["scaleprobe.sub.b"]["scaleprobe.a"].line == 8  # closed inside a function
     assert cycles(edges) == [["scaleprobe.a", "scaleprobe.sub", "scaleprobe.sub.b", "scaleprobe.a"]]
     inner = [i for i in imports if i.in_function]
-    assert [i.line for i in inner] == [5, 7, 8, 9]
+    assert [i.line for i in inner] == [5, 7, 8, 9, 13, 14, 16]
     lines = (pkg / "sub" / "b.py").read_text().splitlines()
-    ok = [bool((m := reason_of(i, lines)) and m.group(2) in LIBRARIES) for i in inner]
-    assert ok == [True, True, False, False]
-    assert [internal(i) for i in inner] == [False, False, True, False]
+    ok = [bool((m := reason_of(i, lines, imports)) and m.group(2) in LIBRARIES) for i in inner]
+    assert ok == [True, True, False, False, True, True, False]
+    assert [internal(i) for i in inner] == [False, False, True, False, False, False, False]
 
 
 def test_the_cli_starts_without_torch():
-    """`scaleprobe --help` builds every command's parser: none of it imports torch (or
-    torchvision), which costs seconds before the first line of help."""
+    """`scaleprobe --help` builds every command's parser: none of it imports torch or
+    torchvision (seconds before the first line of help), nor matplotlib, scipy, submitit or
+    rich, which only some commands use."""
     code = ("import sys; from scaleprobe.cli import build_parser; build_parser(); "
             "heavy = sorted(m for m in ('torch', 'torchvision', 'matplotlib', 'scipy', "
-            "'submitit') if m in sys.modules); assert not heavy, heavy")
+            "'submitit', 'rich') if m in sys.modules); assert not heavy, heavy")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr[-2000:]
