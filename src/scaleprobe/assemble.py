@@ -9,14 +9,25 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe.comm.exposed import (
+    ALONE_METHOD,
+    OVERHEAD_METHOD,
+    TRANSFER_METHOD,
+    measured_link,
+    split_exposed,
+)
 from scaleprobe.comm.instep import fill_in_step
+from scaleprobe.comm.model import predict_for_run
 from scaleprobe.config import RunConfig
 from scaleprobe.gns import summarize as summarize_gns
 from scaleprobe.invariants import check_run
+from scaleprobe.measure import outside
 from scaleprobe.measure.audit import audit
+from scaleprobe.measure.compiled import block, result_fields
 from scaleprobe.measure.held import summarize_held
 from scaleprobe.measure.stats import median
 from scaleprobe.measure.summary import epoch_time, rank_summary, straggler
+from scaleprobe.report.thresholds import DEFAULT
 from scaleprobe.results import (
     Audit,
     Batch,
@@ -32,6 +43,7 @@ from scaleprobe.results import (
     Straggler,
     TimeToTarget,
 )
+from scaleprobe.target import not_reached_line, summarize
 from scaleprobe.traits import traits_of
 
 
@@ -69,7 +81,6 @@ def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:
     that ended at --max-epochs below it is ``target_not_reached``."""
     if cfg.train.target is None:
         return
-    from scaleprobe.target import not_reached_line, summarize
 
     raw = next((r.target for r in ranks if r.target), None)
     if raw is None:
@@ -380,8 +391,6 @@ def _compile(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
              raw0: RankRecord) -> None:
     """torch.compile's compilations (measure/compiled.py): raw0's figures and events, and the
     most compilations inside the timed window of any rank."""
-    from scaleprobe.measure.compiled import block, result_fields
-
     off = ("the script compiled nothing" if cfg.script.path else "not compiled (add --compile)")
     fields, why = result_fields(raw0.compile, off, [r.compile for r in ranks if r.compile])
     for k, v in fields.items():
@@ -404,8 +413,6 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     """The communication record: exposed time split into transfer + sync overhead, with
     the method of each; with one process, none (DDP's own cost is its wrapper overhead);
     the network model for the link the run was measured on next to the one it named."""
-    from scaleprobe.comm.exposed import measured_link
-
     d, why = result.config["dist"], result.null_reasons
     tr = traits_of(cfg.dist.strategy)
     cal = dict(raw0.comm or {})
@@ -443,13 +450,6 @@ def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
                    transfer: dict[str, Any] | None) -> None:
     """The exposed time split into transfer (the standalone collective, at most the exposed
     time) + sync overhead, with the method of each; one process: none of either."""
-    from scaleprobe.comm.exposed import (
-        ALONE_METHOD,
-        OVERHEAD_METHOD,
-        TRANSFER_METHOD,
-        split_exposed,
-    )
-
     d, why = result.config["dist"], result.null_reasons
     if (result.batch.world_size or 0) < 2:
         c.transfer_s = c.sync_overhead_s = c.transfer_hidden_s = 0.0
@@ -479,8 +479,6 @@ def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
 
 def _prediction(result: RunResult, link: Any) -> dict[str, Any] | None:
     """The network model's figures for this run's setting on ``link``."""
-    from scaleprobe.comm.model import predict_for_run
-
     d, m = result.config["dist"], result.metrics
     compute_s = m.breakdown_s.compute_s()
     if not m.param_count or compute_s is None:
@@ -511,14 +509,11 @@ def _checks(result: RunResult, head: RankRecord) -> None:
 
 def _load(result: RunResult, window: dict[str, Any] | None) -> None:
     """Outside-the-tree figures and the under-load verdict (rule: report/thresholds.py)."""
-    from scaleprobe.measure.outside import result_fields
-    from scaleprobe.report.thresholds import DEFAULT  # torch-free; the one home of thresholds
-
     if window is None:
         result.null_reasons["outside_cpu_s"] = "not measured: no monitor window"
         return
     try:
-        metrics, reasons, load = result_fields(window, DEFAULT)
+        metrics, reasons, load = outside.result_fields(window, DEFAULT)
     except Exception as e:  # a bug here must not lose the run's own figures
         metrics, reasons, load = {}, {"outside_cpu_s": f"not summarised: {type(e).__name__}: {e}"}, None
     for k, v in metrics.items():

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from scaleprobe.comm.bench import plan_iters, time_collective
+from scaleprobe.measure.stats import median
+
 if TYPE_CHECKING:
     from scaleprobe.engine import LoopState
     from scaleprobe.parts import Parts
@@ -37,7 +40,6 @@ def calibrate_comm(p: Parts, st: LoopState, clock: Any = time.perf_counter) -> d
     recorded as ``wrapper_overhead_s`` while ``exposed_s`` stays 0."""
     if not (p.strategy.has_overlapped_comm and p.cfg.dist.calibrate_comm and st.last_batch):
         return None
-    from scaleprobe.measure.stats import median
 
     x, y = st.last_batch
     times: dict[bool, list[float]] = {True: [], False: []}
@@ -77,8 +79,6 @@ def measure_transfer(p: Parts, repeats: int = TRANSFER_REPEATS,
     op = s.traits.sync_collective
     if op is None or s.world < 2 or not p.cfg.dist.calibrate_comm:
         return None
-    from scaleprobe.comm.bench import plan_iters, time_collective
-    from scaleprobe.measure.stats import median
 
     nbytes = int(s.sync_bytes(p.model))
     iters, warm = plan_iters(nbytes, repeats, warmup)

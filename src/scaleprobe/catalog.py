@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.extras import require_installed
 from scaleprobe.lmspec import GPT_MODELS, LM_TASK
 from scaleprobe.registry import suggest
 
@@ -89,6 +90,14 @@ def torchvision_models(group: str = "") -> tuple[str, ...] | None:
     return tuple(sorted(names)) or None
 
 
+def imported_torchvision_models() -> tuple[str, ...]:
+    """torchvision's classifiers as torchvision itself lists them: what ``torchvision_models``
+    falls back on where the source cannot be read, and what a build checks names against."""
+    import torchvision  # heavy: torchvision (and torch): seconds, only where they are needed
+
+    return tuple(sorted(torchvision.models.list_models(module=torchvision.models)))
+
+
 def detectors() -> tuple[str, ...] | None:
     """torchvision's detectors that train on boxes and labels alone (None: not known here)."""
     names = torchvision_models("detection")
@@ -105,9 +114,7 @@ def list_models() -> list[tuple[str, str]]:
     rows += [(k, f"{v[1]}; --task lm") for k, v in GPT_MODELS.items()]
     classifiers = torchvision_models()
     if classifiers is None:
-        from scaleprobe.models.build import torchvision_models as imported  # imports torch
-
-        classifiers = tuple(imported())
+        classifiers = imported_torchvision_models()
     rows += [(m, "torchvision classifier") for m in classifiers]
     rows += [(m, "torchvision detector; --task detection") for m in detectors() or ()]
     rows.append(("FILE.py:FUNC / pkg.module:FUNC", "your own builder returning an nn.Module"))
@@ -158,7 +165,5 @@ def check_names(cfg: Any) -> None:
         raise ConfigError(f"--task detection needs a dataset with boxes (--dataset "
                           f"{' or '.join(BOX_DATASETS)}); {cfg.data.dataset} gives class labels")
     if cfg.task.task == "detection" and cfg.train.eval:
-        from scaleprobe.extras import require_installed
-
         require_installed("detection", "--task detection with --eval (mAP through "
                           "torchmetrics)")

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import sys
 import textwrap
 from typing import NoReturn
 
+from scaleprobe import __version__
 from scaleprobe.errors import ScaleprobeError, one_line
 
 DESCRIPTION = """Measure and explain deep-learning training performance: one device or many,
@@ -84,7 +86,6 @@ def version() -> str:
     try:
         return importlib.metadata.version("scaleprobe")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        from scaleprobe import __version__
 
         return __version__
 
@@ -116,8 +117,6 @@ def main(argv: list[str] | None = None) -> int:
         print("scaleprobe: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `scaleprobe models | head`: the reader left; not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

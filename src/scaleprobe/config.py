@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.bundled import hint
 from scaleprobe.config_rules import check_combinations
 from scaleprobe.errors import ConfigError, one_line
 from scaleprobe.registry import suggest
@@ -413,8 +414,6 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         with p.open("rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        from scaleprobe.bundled import hint
-
         raise ConfigError(f"config file not found: {name}{hint(p)}") from None
     except OSError as e:
         raise ConfigError(f"cannot read {name}: {e.strerror}") from None

@@ -8,8 +8,12 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from scaleprobe.catalog import BUILT_IN_DATA, DATASETS, DEVICE_RESIDENT, check_names
+from scaleprobe.comm.ranknet import rates_mbit
 from scaleprobe.errors import ConfigError
 from scaleprobe.gns import check_config as check_gns
+from scaleprobe.lmspec import check_run
+from scaleprobe.target import check_task, parse_target
 from scaleprobe.traits import traits_of
 
 if TYPE_CHECKING:
@@ -37,8 +41,6 @@ def check_combinations(cfg: RunConfig) -> None:
         except ValueError as e:
             raise ConfigError(f"script.args: {e}: {cfg.script.args!r}") from None
     if cfg.script.path is None:  # language models with tokens, image models with images
-        from scaleprobe.catalog import check_names
-        from scaleprobe.lmspec import check_run
 
         check_names(cfg)  # a mistyped name, before torch is imported (catalog.py)
         check_run(cfg)
@@ -79,8 +81,6 @@ def check_combinations(cfg: RunConfig) -> None:
 
 def _check_rank_links(cfg: RunConfig) -> None:
     """--link rankN=RATE: ranks of the built-in loop, launched on one host (comm/ranknet.py)."""
-    from scaleprobe.comm.ranknet import rates_mbit
-
     ds = cfg.dist
     if rates_mbit(ds.link, ds.nproc, ds.nnodes) is None:
         return
@@ -95,8 +95,6 @@ def _check_rank_links(cfg: RunConfig) -> None:
 def _validate_target(cfg: RunConfig) -> None:
     """--target: the metric fits the task, the run's length is the target's to decide, and
     every training rank can stop at the same step."""
-    from scaleprobe.target import check_task, parse_target
-
     t = cfg.train
     check_task(parse_target(t.target), cfg.task.task)  # type: ignore[arg-type]
     if t.epochs is not None or t.steps is not None:
@@ -112,8 +110,6 @@ def _check_unrelated(cfg: RunConfig) -> None:
     """Options that belong to another dataset or task: an error, since the run would measure
     something else than the one asked for (a folder of images never read, a softmax run
     labelled triplet)."""
-    from scaleprobe.catalog import BUILT_IN_DATA, DATASETS
-
     d = cfg.data
     if d.data_dir is not None and d.dataset in BUILT_IN_DATA:
         readers = [n for n in DATASETS if n not in BUILT_IN_DATA]
@@ -134,8 +130,6 @@ def unused(cfg: RunConfig, given: Iterable[str]) -> list[str]:
     """The options in ``given`` (full keys the user set) that this run does not use, one line
     each. A warning, not an error: the run measures what it names (a base file shared with
     loader runs may carry them), but the user should know the setting did nothing."""
-    from scaleprobe.catalog import DEVICE_RESIDENT
-
     d = cfg.data
     if d.dataset not in DEVICE_RESIDENT:
         return []

@@ -15,17 +15,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.config import RunConfig
 from scaleprobe.interrupt import StopRequest
+from scaleprobe.measure.compiled import CompileWatch
+from scaleprobe.measure.fakeflops import step_flops
+from scaleprobe.measure.flops import resolve_peak
 from scaleprobe.measure.gns_probe import half_steps, samples_of
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
+from scaleprobe.measure.memprobe import memory_passes
 from scaleprobe.measure.monitor import host_mem_record, note_file_rss
+from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.parts import Parts, lr_warmup_steps, setup
+from scaleprobe.results import RankInfo, RankMem, RankRecord
+from scaleprobe.target import TargetWatch, parse_target
 from scaleprobe.train.steplog import TimerSteps
 from scaleprobe.train.stopping import loop_end_reason, stop_reason
 
@@ -139,8 +147,6 @@ def _stop_step(p: Parts, st: LoopState, stop: StopRequest) -> int:
 
 
 def _agree_stop_step(proposal: int) -> int:
-    import torch.distributed as dist
-
     try:
         store = dist.distributed_c10d._get_default_store()
         got = store.compare_set("scaleprobe/stop_step", "", str(proposal))
@@ -275,7 +281,6 @@ def _watch(p: Parts) -> Any:
     """The --target watch, or None."""
     if p.cfg.train.target is None:
         return None
-    from scaleprobe.target import TargetWatch, parse_target
 
     try:
         per_epoch = len(p.loader)
@@ -303,8 +308,6 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
                 eval_metrics: dict[str, Any]) -> dict[str, Any]:
     """This rank's ``results.RankRecord``, as the plain dict it travels as (through the
     launcher's pickled return values) to ``assemble.build_result``."""
-    from scaleprobe.results import RankInfo, RankMem, RankRecord
-
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
     return RankRecord(
         rank=p.strategy.rank,
@@ -345,8 +348,6 @@ def _peak(device: torch.device, amp: str) -> dict[str, Any]:
     """``{"peak": this device's peak FLOP/s for the run's dtype (measure/flops.py)}``, or
     ``{"peak_reason": why not}``: a peak that cannot be had never fails the run. Resolved
     before the model exists, so a calibration's memory is gone before memory is measured."""
-    from scaleprobe.measure.flops import resolve_peak
-
     try:
         peak = resolve_peak(device, amp)
     except Exception as e:  # noqa: BLE001
@@ -362,7 +363,6 @@ def _agree_interrupted(strategy: Any, mine: bool) -> bool:
     (calibration, transfer) together. One all-reduce after the timed window."""
     if not strategy.distributed:
         return mine
-    import torch.distributed as dist
 
     t = torch.tensor([1.0 if mine else 0.0], device=strategy.coll_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -373,12 +373,9 @@ def _watchers(p: Parts) -> Any:
     """What watches a training rank's steps (FLOPs, --target, the noise scale's half
     steps), and torch.compile's compilations on every rank (a no-op without compile)."""
     if not p.strategy.is_server:
-        from scaleprobe.measure.fakeflops import step_flops
-
         p.flops = step_flops(p.cfg.model.compile, p.cfg.train.warmup_steps, p.strategy.towers)
         p.watch = _watch(p)
         p.gns = half_steps(p)
-    from scaleprobe.measure.compiled import CompileWatch
 
     return CompileWatch().install()
 
@@ -437,8 +434,6 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
         strategy.serve(p.optimizer)  # until every worker is done, interrupted or not
         st = LoopState()
     else:
-        from scaleprobe.measure.observers import build_observers
-
         observers = build_observers(cfg.measure, run_dir, strategy.rank, p.per_process_batch,
                                     device.type == "cuda",
                                     summaries=strategy.rank == strategy.progress_rank)
@@ -456,7 +451,6 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
-        from scaleprobe.measure.memprobe import memory_passes
 
         rec["memory_pass"] = memory_passes()
     rec["observed"] = observed

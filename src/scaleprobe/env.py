@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import os
 import platform
 import random
 import shutil
+import signal
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import psutil
+
+from scaleprobe.measure.gpu import nvml_info
 
 
 @dataclass(frozen=True)
@@ -40,14 +46,14 @@ def dist_info() -> DistInfo:
 
 
 def cuda_available() -> bool:
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     return torch.cuda.is_available()
 
 
 def pick_device(local_rank: int = 0):
     """cuda:<local_rank> when CUDA works, else the CPU."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     if torch.cuda.is_available():
         idx = local_rank % max(1, torch.cuda.device_count())
@@ -58,7 +64,7 @@ def pick_device(local_rank: int = 0):
 
 def cuda_device_count() -> int:
     """CUDA devices on this host; 0 without CUDA."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -85,7 +91,7 @@ def threads_for(local_world: int = 1, per_rank: int | None = None) -> int:
 
 def set_threads(local_world: int = 1, per_rank: int | None = None) -> int:
     """Set this process's compute threads (``threads_for``)."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     n = threads_for(local_world, per_rank)
     torch.set_num_threads(n)
@@ -93,6 +99,7 @@ def set_threads(local_world: int = 1, per_rank: int | None = None) -> int:
 
 
 def seed_all(seed: int) -> None:
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import numpy as np
     import torch
 
@@ -107,6 +114,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
     """Join the process group described by the launcher's environment; returns (rank, world).
     ``join(timeout)``: a store to build the group on instead (None: the launcher's own way),
     e.g. ``comm.ranknet.join`` for ranks in network namespaces of their own."""
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch
     import torch.distributed as dist
 
@@ -128,7 +136,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
 
 def shutdown_distributed() -> None:
     """Barrier, then destroy: without the barrier a fast rank can abort the others at exit."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch
 
     if dist.is_available() and dist.is_initialized():
         try:
@@ -143,8 +151,6 @@ def die_with_parent(sig: int, parent: int | None = None) -> None:
     had, ``os.getppid()`` at the call if not given). Elsewhere nothing happens."""
     parent = os.getppid() if parent is None else parent
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux
         return
@@ -156,8 +162,6 @@ def own_process_group() -> None:
     """A launched rank leads its own process group, so its loader workers can be stopped with
     it (``launch.py``), and a terminal's Ctrl+C reaches only the launcher, which forwards it;
     and it dies with the launcher (Linux)."""
-    import signal
-
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -173,8 +177,6 @@ def use_platform_start_method() -> None:
     worker on a 2-core machine); with forkserver the workers are the server's children, not
     the training process's, so its CPU and memory figures miss them and count them as load
     from outside the run."""
-    import multiprocessing
-
     multiprocessing.set_start_method(multiprocessing.get_all_start_methods()[0], force=True)
 
 
@@ -212,8 +214,6 @@ def data_segment_bytes() -> int | None:
 def _torchvision_version() -> str | None:
     """From the installed package's metadata: importing torchvision here could fail (or half
     import) after a run that hit its memory limit, and must not cost the result."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("torchvision")
     except PackageNotFoundError:
@@ -222,8 +222,6 @@ def _torchvision_version() -> str | None:
 
 def _nvml() -> dict[str, Any]:
     try:
-        from scaleprobe.measure.gpu import nvml_info
-
         return nvml_info()
     except Exception as e:  # noqa: BLE001  (an environment fact, never worth the result)
         return {"status": f"{type(e).__name__}: {e}", "driver": None}
@@ -231,7 +229,7 @@ def _nvml() -> dict[str, Any]:
 
 def collect_env() -> dict[str, Any]:
     """Everything a figure depends on: host, CPU, versions, GPUs, driver, world."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     info = dist_info()
     gpus: list[dict[str, Any]] = []

@@ -19,6 +19,7 @@ process is forwarded to the workers, which stop together and keep their records
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -30,7 +31,10 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import psutil
+
 from scaleprobe.errors import ConfigError
+from scaleprobe.interrupt import Interrupted, signal_name
 from scaleprobe.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
     KILL_AFTER_S,
     RankWatch,
@@ -83,7 +87,7 @@ def _listen(host: str, port: int, what: str) -> socket.socket:
 def _serve_store(sock: socket.socket, timeout_s: float) -> Any:
     """The job's TCPStore server on ``sock``. The launcher's own store for the same port is
     multi-tenant, so it shares this server instead of starting one on every interface."""
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # heavy: torch
 
     host, port = sock.getsockname()[:2]
     return TCPStore(host, port, None, True, timedelta(seconds=max(60.0, timeout_s)),
@@ -91,8 +95,6 @@ def _serve_store(sock: socket.socket, timeout_s: float) -> Any:
 
 
 def _interface_of(ip: str) -> str | None:
-    import psutil
-
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.address.split("%")[0] == ip for a in addrs):
             return name
@@ -138,8 +140,7 @@ def _quiet_elastic_logs() -> None:
 
 def _launch_config(nproc: int, nnodes: int, node_rank: int, endpoint: str, run_id: str,
                    timeout_s: float, log_dir: str | None):
-    import dataclasses
-
+    # heavy: torch: torch stays out of start-up until a tensor is made
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -180,14 +181,14 @@ def run_workers(entry: Callable[..., Any], args: tuple = (), *, nproc: int, nnod
     heartbeats there name a rank that hung (``RankWatch``); with ``stall_after_s`` as well
     a job whose ranks make no progress for that long is ended as stalled.
     """
+    # heavy: torch: torch stays out of start-up until a tensor is made
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    from scaleprobe.interrupt import Interrupted, signal_name
-
     if nproc < 1:
         raise ConfigError("nproc must be at least 1")
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch.distributed.elastic.multiprocessing.api  # noqa: F401  (registers its loggers)
 
     _quiet_elastic_logs()

@@ -211,7 +211,7 @@ def plausible_speedup(speedup_x: float | None, n: float | None) -> bool:
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
     """Two-sided Student-t quantile: scipy's ``stdtrit``, which ``scipy.stats.t.ppf`` calls,
     without importing ``scipy.stats`` (half a second of every process that reports)."""
-    from scipy.special import stdtrit
+    from scipy.special import stdtrit  # heavy: scipy: only where an interval is computed
 
     return float(stdtrit(df, 0.5 + confidence / 2))
 

@@ -13,8 +13,10 @@ import torch
 from scaleprobe import env as envmod
 from scaleprobe.config import RunConfig
 from scaleprobe.data.datasets import build_split
+from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, build_loader
 from scaleprobe.data.transforms import build_eval_transform, build_transform
+from scaleprobe.errors import ConfigError
 from scaleprobe.lmspec import is_gpt, resolved_data, shape_of
 from scaleprobe.measure.monitor import host_mem_baseline
 from scaleprobe.models import build_model, param_count
@@ -96,7 +98,6 @@ def _loaders(cfg: RunConfig, task: Any, split: Any, train_ds: Any, batch: int, s
     strategy's sampler) and the held-out loader where --eval or --target needs one."""
     size = split.image_size
     if split.resident:  # synthetic: one batch made once on the device, no loader
-        from scaleprobe.data.device import DeviceBatches
 
         loader = DeviceBatches(len(train_ds), batch, sampler, size, split.num_classes,
                                cfg.train.seed, strategy.rank, device, cfg.model.channels_last,
@@ -109,8 +110,6 @@ def _loaders(cfg: RunConfig, task: Any, split: Any, train_ds: Any, batch: int, s
                               device=device, seed=cfg.train.seed, collate=task.collate)
     val_loader = None
     if cfg.train.target and split.val is None:
-        from scaleprobe.errors import ConfigError
-
         raise ConfigError(f"--target needs a held-out split to evaluate on; --dataset "
                           f"{cfg.data.dataset} has none")
     if (cfg.train.eval or cfg.train.target) and split.val is not None:
@@ -129,6 +128,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     # against this baseline (``peak_mem_bytes.host_net``). torch's compiler front end is
     # imported by the first optimizer (and by DDP) whether or not anything is compiled: about
     # 130 MiB of a library's import, not the run's memory, so it is resident before the baseline
+    # heavy: torch: torch._dynamo is more than `import torch` loads
     import torch._dynamo  # noqa: F401
 
     baseline = host_mem_baseline()

@@ -15,6 +15,10 @@ import threading
 import time
 from typing import Any
 
+import psutil
+
+from scaleprobe.measure.heartbeat import find_stalled, read_beats, read_error, stall_text
+
 # after a rank failed or died: how long the launcher gets to see it before the ranks left are
 # killed
 KILL_AFTER_S = 1.0
@@ -135,8 +139,6 @@ def _how_child_ended(pid: int) -> str | None:
 
 
 def _alive(proc: Any) -> bool:
-    import psutil
-
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -149,8 +151,6 @@ def kill_strays(since: float) -> list[int]:
     were still being started or importing torch left them running for minutes, waiting for a
     rendezvous that was gone) and their children. Multiprocessing's resource tracker, shared
     by whatever else this process starts, is left alone. Returns the pids killed."""
-    import psutil
-
     killed = []
     try:
         children = psutil.Process().children(recursive=True)
@@ -256,10 +256,6 @@ class RankWatch:
             self._poll()
 
     def _poll(self) -> None:
-        import psutil
-
-        from scaleprobe.measure.heartbeat import find_stalled, read_beats
-
         beats = read_beats(self.run_dir or "")
         ended: list[tuple[float, int, bool]] = []  # (when, rank, raised) of ranks that failed
         for rank, beat in beats.items():
@@ -311,8 +307,6 @@ class RankWatch:
         """A live rank that made progress once and none for ``stall_after_s``: the job has
         stalled. The rank named is the one the others waited for where the heartbeats tell
         (``find_stalled``), else the one still for longest; the ranks are killed at once."""
-        from scaleprobe.measure.heartbeat import find_stalled
-
         now = time.time()
         still = {r: b for r, b in beats.items()
                  if b["state"] in ("setup", "training") and (b["step"] or b["mark"])
@@ -342,8 +336,6 @@ class RankWatch:
             self._kill_all()
 
     def _kill_all(self) -> None:
-        import psutil
-
         for rank, members in self.family.items():
             leader = getattr(self.procs.get(rank), "pid", None)
             if self.procs.get(rank) is not None and _alive(self.procs[rank]):
@@ -361,8 +353,6 @@ class RankWatch:
         """The job's failure: the first rank that failed, with its own error line (or how it
         died), or, when another rank had stopped making progress before (it hung; the one that
         failed only waited for it), that rank, with the other's error after it."""
-        from scaleprobe.measure.heartbeat import read_error, stall_text
-
         agent = _first_failure(err)
         if self.first is None:
             return agent

@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from scaleprobe.errors import ConfigError
+
 
 def _stem(name: str) -> str:
     return re.sub(r"\d+$", "", name.lower())
@@ -49,8 +51,6 @@ class Registry:
         return name in self._items
 
     def get(self, name: str) -> Callable[..., Any]:
-        from scaleprobe.errors import ConfigError
-
         if name not in self._items:
             near = suggest(name, self._items)
             hint = f"; did you mean {', '.join(near)}?" if near else ""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.registry import suggest
 
 INT_LIMIT = 2**63  # integers reach C code (torch, numpy) as signed 64-bit values
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -185,8 +186,6 @@ class Knob:
     def _text(self, v: str, given: Any) -> str:
         if self.choices:
             if v not in self.choices:
-                from scaleprobe.registry import suggest
-
                 near = suggest(v, list(self.choices))
                 raise self.bad(given, f"; did you mean {', '.join(near)}?" if near else "")
             return v

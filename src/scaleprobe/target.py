@@ -31,10 +31,11 @@ import csv
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import metrics as M
 from scaleprobe.errors import ConfigError
 
 # metric -> the task whose evaluation reports it (the first of a task's is its main metric)
@@ -199,8 +200,6 @@ def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: in
               max_epochs: int | None) -> dict[str, Any]:
     """``results.TimeToTarget`` (as a dict) from the evaluating rank's ``record()``: the first
     evaluation that reached the target, the best one, and the curve with epochs and samples."""
-    from scaleprobe import metrics as M
-
     target = Target(raw["metric"], float(raw["value"]))
     steps_per_epoch = raw.get("steps_per_epoch") or steps_per_epoch  # the loader's own count
     curve = []
@@ -281,6 +280,5 @@ def repeat_config(cfg: Any, repeat: int) -> tuple[Any, int]:
     same configuration measured again (index ``repeat``)."""
     if getattr(cfg.train, "target", None) is None:
         return cfg, repeat
-    from dataclasses import replace
 
     return replace(cfg, train=replace(cfg.train, seed=cfg.train.seed + repeat)), 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.registry import suggest
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,6 @@ def traits_of(name: str | None) -> StrategyTraits:
     """The traits of a strategy by name; a one-line ConfigError for an unknown one."""
     t = TRAITS.get(str(name))
     if t is None:
-        from scaleprobe.registry import suggest
-
         near = suggest(str(name), TRAITS)
         hint = f"; did you mean {', '.join(near)}?" if near else f" (choices: {', '.join(TRAITS)})"
         raise ConfigError(f"unknown strategy '{name}'{hint}")

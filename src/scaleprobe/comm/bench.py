@@ -33,7 +33,9 @@ import statistics
 import time
 from typing import Any
 
+from scaleprobe.env import dist_info, init_distributed, pick_device, shutdown_distributed
 from scaleprobe.errors import ConfigError
+from scaleprobe.registry import suggest
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull", "reduce_scatter",
        "fsdp_step")
@@ -68,8 +70,6 @@ def parse_sizes(text: str) -> list[int]:
 
 def parse_ops(text: str) -> list[str]:
     """``"all_reduce,broadcast"`` -> a validated list in the order given."""
-    from scaleprobe.registry import suggest
-
     ops = [o.strip() for o in str(text).split(",") if o.strip()]
     if not ops:
         raise ConfigError("no operations given (choices: " + ", ".join(OPS) + ")")
@@ -116,6 +116,7 @@ def make_row(op: str, size_bytes: int, time_s: float, world: int) -> dict[str, A
 
 def _op_fn(op: str, size_bytes: int, world: int, device: Any):
     """A closure running one ``op`` on preallocated tensors of ``size_bytes``."""
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch
     import torch.distributed as dist
 
@@ -145,6 +146,7 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
 def _sharded_fn(op: str, numel: int, world: int, device: Any):
     """reduce_scatter or fsdp_step on flat tensors of ``numel`` (rounded down to a multiple
     of the world size) and their ``numel / world`` shards."""
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch
     import torch.distributed as dist
 
@@ -167,6 +169,7 @@ def _sharded_fn(op: str, numel: int, world: int, device: Any):
 
 def _time_iters(fn, iters: int, warmup: int, device: Any) -> list[float]:
     """Per-iteration seconds on this rank; a barrier precedes every iteration."""
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch
     import torch.distributed as dist
 
@@ -196,6 +199,7 @@ def _time_iters(fn, iters: int, warmup: int, device: Any) -> list[float]:
 
 def _slowest_rank(times_s: list[float], device: Any) -> list[float]:
     """Element-wise maximum over ranks: an iteration lasts until its slowest rank is done."""
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch
     import torch.distributed as dist
 
@@ -210,7 +214,7 @@ def time_collective(op: str, size_bytes: int, iters: int, warmup: int,
     """Seconds per timed iteration of one ``op`` of ``size_bytes`` in the current process
     group, each the slowest rank's (every rank gets the same list). A collective call: every
     rank of the group must make it with the same arguments."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch
 
     fn = _op_fn(op, size_bytes, dist.get_world_size(), device)
     return _slowest_rank(_time_iters(fn, iters, warmup, device), device)
@@ -219,7 +223,7 @@ def time_collective(op: str, size_bytes: int, iters: int, warmup: int,
 def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
               device: Any) -> list[dict[str, Any]]:
     """All (op, size) points in an initialised process group; every rank gets the same rows."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch
 
     world = dist.get_world_size()
     rows: list[dict[str, Any]] = []
@@ -236,12 +240,11 @@ def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
 def bench_worker(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
                  backend: str | None = None, timeout_s: float = 60.0) -> list[dict[str, Any]]:
     """Worker entry for ``scaleprobe.launch.run_workers``: join the group, benchmark, leave."""
-    from scaleprobe.env import dist_info, init_distributed, pick_device, shutdown_distributed
-
     _, world = init_distributed(backend, timeout_s)
     try:
         if world < 2:
             raise ConfigError("the communication benchmark needs at least 2 processes")
+        # heavy: torch: torch stays out of start-up until a tensor is made
         import torch
         import torch.distributed as dist
 

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.errors import ConfigError
+from scaleprobe.registry import suggest
+from scaleprobe.results import find_results
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,6 @@ def _from_path(path: Path, nnodes: int = 1) -> Link:
     prediction: between nodes for ``nnodes > 1`` (a record of several nodes, e.g. from
     ``comm --nnodes 2 --executor slurm``), within one host otherwise. A record of the other
     kind is used only when there is no other, and the link's source says so."""
-    from scaleprobe.results import find_results
-
     try:
         recs = [r for r in find_results(path) if r.get("kind") == "comm"]
     except (OSError, ValueError) as e:
@@ -206,7 +206,6 @@ def _resolve_one(text: str, nnodes: int) -> Link:
     if measured is not None:
         raise ConfigError(f"no comm results at '{path}' (measured:PATH names a folder or "
                           "results.jsonl written by `scaleprobe comm`)")
-    from scaleprobe.registry import suggest
 
     near = suggest(text.lower(), list(PRESETS))
     hint = f"; did you mean {', '.join(near)}?" if near else ""

@@ -130,16 +130,16 @@ def count_params(name: str, num_classes: int | None = None) -> int:
     """Parameters of a model by name, built on the meta device: no memory, no download.
 
     torchvision names get their own default head (1000 classes) unless ``num_classes``."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
-    from scaleprobe.models.build import SMALL, build_model, check_name
+    from scaleprobe.models.build import SMALL, build_model, check_name  # heavy: torch
 
     check_name(name)
     with torch.device("meta"):
         if name in SMALL or ":" in name:
             model = build_model(name, num_classes=num_classes or 10)
         else:
-            import torchvision
+            import torchvision  # heavy: torchvision: seconds; imported where it is used
 
             kwargs: dict[str, Any] = {"weights": None}
             if num_classes:

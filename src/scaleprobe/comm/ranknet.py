@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from scaleprobe.comm import netns
 from scaleprobe.comm.links import parse_spec, resolve_link
 from scaleprobe.errors import ConfigError
 
@@ -62,7 +63,6 @@ def context(spec: str | None, nproc: int, nnodes: int = 1) -> Iterator[None]:
     if rates is None:
         yield
         return
-    from scaleprobe.comm import netns
 
     ok, reason = netns.available()
     if not ok:
@@ -99,7 +99,7 @@ def join(timeout: Any) -> Any | None:
     raw = os.environ.get(ENV)
     if not raw:
         return None
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch
 
     rank = int(os.environ.get("RANK", "0"))
     me = json.loads(raw)[rank]

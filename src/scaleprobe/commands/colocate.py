@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 
+from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.options import add_run_options, overrides_from_args
 from scaleprobe.commands.options import repeats as repeats_arg
+from scaleprobe.experiments.verdict import render_colocate
 
 NAME = "colocate"
 HELP = "run several jobs alone and together: slowdown, utilisation, verdict"
@@ -35,16 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.console import Console  # heavy: rich: printing only; kept out of the CLI's start-up
 
-    from scaleprobe.commands.sweep import terminate_as_interrupt
-    from scaleprobe.experiments.colocate import run_colocate
-    from scaleprobe.experiments.verdict import render_colocate
+    from scaleprobe.experiments.colocate import run_colocate  # heavy: rich
 
     over = overrides_from_args(args)
     out = over.pop("out", None)
     progress = over.pop("measure.progress", True) is not False
-    terminate_as_interrupt()
+    sweep_command.terminate_as_interrupt()
     rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
                        placement=args.placement, repeats=args.repeats)
     print(render_colocate(rec))

@@ -14,11 +14,31 @@ Several hosts: set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME to the interf
 from __future__ import annotations
 
 import argparse
+import os
 import uuid
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.comm.bench import (
+    DEFAULT_OPS,
+    DEFAULT_SIZES,
+    OPS,
+    bench_worker,
+    busbw_factor,
+    parse_ops,
+    parse_sizes,
+)
+from scaleprobe.env import collect_env
 from scaleprobe.errors import ConfigError, ScaleprobeError
+from scaleprobe.experiments.executor import (
+    SlurmProcessSet,
+    add_executor_options,
+    from_args,
+    job_nodes,
+    launcher_env,
+)
+from scaleprobe.launch import WorkerFailure, run_workers
+from scaleprobe.results import RESULTS_FILE, SCHEMA, append_jsonl, utc_now
 
 NAME = "comm"
 HELP = "benchmark collectives (all_reduce, broadcast, ...) and fit latency + bandwidth"
@@ -31,8 +51,6 @@ class BenchmarkFailed(ScaleprobeError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from scaleprobe.comm.bench import DEFAULT_OPS, DEFAULT_SIZES, OPS
-
     p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", type=int, default=2,
                    help="processes on this host (default 2)")
     p.add_argument("--ops", default=",".join(DEFAULT_OPS),
@@ -49,7 +67,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nnodes", type=int, default=1, help="hosts")
     p.add_argument("--node-rank", type=int, default=0, help="this host's index (0 = rendezvous)")
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of host 0 (several hosts)")
-    from scaleprobe.experiments.executor import add_executor_options
 
     add_executor_options(p)
     for a in p._actions:
@@ -78,8 +95,7 @@ def _validate(args: argparse.Namespace, slurm: bool = False) -> None:
 
 def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, Any]]:
     """Per operation: alpha, beta, effective bandwidth and bus bandwidth (Gbit/s)."""
-    from scaleprobe.comm.bench import busbw_factor
-    from scaleprobe.comm.fit import fit_rows
+    from scaleprobe.comm.fit import fit_rows  # heavy: scipy: only where an interval is computed
 
     out: dict[str, dict[str, Any]] = {}
     for op, fit in fit_rows(rows).items():
@@ -92,9 +108,6 @@ def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, A
 
 def make_record(rows: list[dict[str, Any]], args: argparse.Namespace, world: int,
                 backend: str) -> dict[str, Any]:
-    from scaleprobe.env import collect_env
-    from scaleprobe.results import SCHEMA, utc_now
-
     env = collect_env()
     env.update(world_size=world, nnodes=args.nnodes, backend=backend)
     return {
@@ -115,10 +128,11 @@ def make_record(rows: list[dict[str, Any]], args: argparse.Namespace, world: int
 
 
 def print_tables(rec: dict[str, Any]) -> None:
+    # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import bytes_, esc
+    from scaleprobe.commands.fmt import bytes_, esc  # heavy: rich
 
     t = Table(title=f"collectives: {esc(rec['backend'])}, {rec['world_size']} ranks "
                     f"(time = median over iterations, slowest rank)")
@@ -144,9 +158,6 @@ def _time(v: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.experiments.executor import from_args
-    from scaleprobe.results import RESULTS_FILE, append_jsonl
-
     executor = from_args(args)
     _validate(args, slurm=executor.kind == "slurm")
     if executor.kind == "slurm":
@@ -164,10 +175,7 @@ def run(args: argparse.Namespace) -> int:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The benchmark on this host's ranks (with the other hosts' when --nnodes > 1): the
     ``kind: "comm"`` record."""
-    from torch.distributed import DistError
-
-    from scaleprobe.comm.bench import bench_worker, parse_ops, parse_sizes
-    from scaleprobe.launch import WorkerFailure, run_workers
+    from torch.distributed import DistError  # heavy: torch
 
     ops, sizes = parse_ops(args.ops), parse_sizes(args.sizes)
     world = args.nproc * args.nnodes
@@ -193,10 +201,6 @@ JOB_ARGS = ("nproc", "ops", "sizes", "iters", "warmup", "backend", "timeout", "o
 def comm_job(given: dict[str, Any]) -> dict[str, Any] | None:
     """What the Slurm job runs, on each of its nodes: the benchmark with this node's rank and
     the rendezvous on the job's first node; node 0 returns the record."""
-    import os
-
-    from scaleprobe.experiments.executor import launcher_env
-
     args = argparse.Namespace(**given, node_rank=0, rdzv_endpoint=None)
     if args.nnodes > 1:
         env = launcher_env(dict(os.environ))
@@ -208,8 +212,6 @@ def comm_job(given: dict[str, Any]) -> dict[str, Any] | None:
 def _measure_as_job(args: argparse.Namespace, executor: Any) -> dict[str, Any]:
     """One Slurm job of --nnodes nodes runs the benchmark; the record comes back here (this
     process writes results.jsonl), with the job and the nodes it ran on."""
-    from scaleprobe.experiments.executor import SlurmProcessSet, job_nodes
-
     folder = Path(args.out) / "slurm"
     folder.mkdir(parents=True, exist_ok=True)
     jobs = SlurmProcessSet(executor.slurm, folder)
@@ -224,7 +226,7 @@ def _measure_as_job(args: argparse.Namespace, executor: Any) -> dict[str, Any]:
 
 
 def _default_backend() -> str:
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     return "nccl" if torch.cuda.is_available() else "gloo"
 
@@ -233,7 +235,7 @@ def _check_backend(backend: str, nproc: int) -> None:
     """nccl needs one GPU per process on this host."""
     if backend != "nccl":
         return
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus == 0:

@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scaleprobe.errors import OutputError
+from scaleprobe.report.compare import compare_paths, print_comparison, to_markdown
+from scaleprobe.results import check_writable, write_text_atomic
+
 NAME = "compare"
 HELP = "compare two runs or two sweeps: B against A with an interval, and what else differs"
 
@@ -28,9 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.report.compare import compare_paths, print_comparison, to_markdown
-    from scaleprobe.results import write_text_atomic
-
     md = _md_path(args.md) if args.md else None  # checked before anything is compared
     cmp = compare_paths(args.a, args.b)
     print_comparison(cmp)
@@ -43,9 +44,6 @@ def run(args: argparse.Namespace) -> int:
 def _md_path(text: str) -> Path:
     """``--md FILE`` that can be written: its folder made and writable, FILE not a folder;
     otherwise one line naming it (OutputError, exit 2), never a traceback."""
-    from scaleprobe.errors import OutputError
-    from scaleprobe.results import check_writable
-
     path = Path(text)
     if path.is_dir():
         raise OutputError(f"--md {path} is a folder; give a file name, e.g. {path / 'compare.md'}")

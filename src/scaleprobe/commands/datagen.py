@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from scaleprobe.data.formats import FORMATS, generate
 from scaleprobe.errors import ConfigError
 from scaleprobe.report.fmt import bytes_
 
@@ -86,8 +87,6 @@ def layout_lines(root: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.data.formats import FORMATS, generate
-
     fmt = args.format.strip().lower()
     if args.count is not None and args.count <= 0:
         raise ConfigError(f"--count must be positive, got {args.count}")
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     for line in layout_lines(w.root):
         print(line)
     try:
-        from scaleprobe.data.datasets import DATASETS
+        from scaleprobe.data.datasets import DATASETS  # heavy: torch
     except ImportError:  # the dataset registry is optional for writing files
         DATASETS = None
     if DATASETS is not None and fmt in DATASETS:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from scaleprobe.catalog import DATASETS
+from scaleprobe.commands.listing import columns
+
 NAME = "datasets"
 HELP = "list the datasets --dataset accepts"
 
@@ -13,8 +16,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.catalog import DATASETS  # torch-free: listed without importing torch
-    from scaleprobe.commands.listing import columns
-
     print(columns(sorted(DATASETS.items())))
     return 0

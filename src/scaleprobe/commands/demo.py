@@ -18,6 +18,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.commands import sweep as sweep_command
+from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import repeats as repeats_arg
 
 NAME = "demo"
@@ -54,14 +56,15 @@ def _sweeps(quick: bool) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
     from rich.markup import escape
 
-    from scaleprobe.commands.sweep import terminate_as_interrupt
-    from scaleprobe.experiments import run_sweep
+    # heavy: rich (and psutil): the sweep's ~50 modules stay out of the CLI's start-up
+    from scaleprobe.experiments.sweep import run_sweep
 
     con = Console()
-    terminate_as_interrupt()  # SIGTERM (kill, a scheduler) stops it as Ctrl+C does
+    sweep_command.terminate_as_interrupt()  # SIGTERM (kill, a scheduler) stops it as Ctrl+C does
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
               f"results in {escape(str(out))}/", soft_wrap=True)
@@ -73,7 +76,6 @@ def run(args: argparse.Namespace) -> int:
                       repeats=args.repeats or (2 if args.quick else None))
             print((out / sid / "sweep.md").read_text(), flush=True)
     except KeyboardInterrupt:  # every point process is stopped; what finished is on disk
-        from scaleprobe.commands.interrupted import say_interrupted
 
         return say_interrupted(out, _again(args), report=True)
     _report(con, out)
@@ -88,7 +90,7 @@ def _again(args: argparse.Namespace) -> str:
 
 def _report(con: Any, out: Path) -> None:
     try:
-        from scaleprobe.report import build_report
+        from scaleprobe.report import build_report  # optional: matplotlib (the plots)
     except ImportError:
         return
     md, html = build_report(out, out)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from scaleprobe.env import collect_env
+
 NAME = "env"
 HELP = "show versions, devices, cores, NVML status, /dev/shm size, threads"
 
@@ -14,8 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.commands.fmt import bytes_
-    from scaleprobe.env import collect_env
+    from scaleprobe.commands.fmt import bytes_  # heavy: rich
 
     e = collect_env()
     if args.json:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from scaleprobe.errors import ScaleprobeError
+from scaleprobe.report import records as R
 from scaleprobe.results import MEASURED
 
 KEPT = (*MEASURED, "oom")  # the statuses a resumed experiment reuses
@@ -17,9 +19,6 @@ KEPT = (*MEASURED, "oom")  # the statuses a resumed experiment reuses
 
 def kept_runs(folder: Path) -> dict[str, int]:
     """Finished runs under ``folder`` by experiment id (or run name); {} when none."""
-    from scaleprobe.errors import ScaleprobeError
-    from scaleprobe.report import records as R
-
     try:
         runs = R.runs(R.load_records(folder))
     except (ScaleprobeError, OSError):
@@ -45,7 +44,7 @@ def say_interrupted(folder: Path, again: str | None = None, report: bool = False
     _say(f"Running {what} again resumes: finished points are reused, not rerun.")
     if report and n:
         try:
-            from scaleprobe.report import build_report
+            from scaleprobe.report import build_report  # optional: matplotlib (the plots)
 
             md, html = build_report(folder, folder)
             _say(f"report of what was measured: {md}\n        {html}")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from scaleprobe.catalog import list_models
+from scaleprobe.commands.listing import columns
+
 NAME = "models"
 HELP = "list the models --model accepts"
 
@@ -13,9 +16,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.catalog import list_models
-    from scaleprobe.commands.listing import columns
-
     rows = [(n, d) for n, d in list_models() if not args.filter or args.filter in n]
     if rows:
         print(columns(rows))

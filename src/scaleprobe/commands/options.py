@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from scaleprobe import config as C
+from scaleprobe.config_rules import unused
 from scaleprobe.errors import ConfigError
 from scaleprobe.schema import BadValue, show
 
@@ -206,9 +208,5 @@ def config_from_args(args: argparse.Namespace,
 
 def warn_unused(cfg: C.RunConfig, given: Iterable[str]) -> None:
     """One line on stderr for each option the user set that this run does not use."""
-    import sys
-
-    from scaleprobe.config_rules import unused
-
     for line in unused(cfg, given):
         print(f"scaleprobe: warning: {line}", file=sys.stderr, flush=True)

@@ -29,6 +29,10 @@ import argparse
 import json
 from typing import Any
 
+from scaleprobe.comm.links import resolve_link, with_alpha
+from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, count_params, predict_for_run
+from scaleprobe.comm.whatif import parse_counts
+from scaleprobe.commands import predict_steps
 from scaleprobe.errors import ConfigError
 
 NAME = "predict"
@@ -68,8 +72,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
     """Parameter count, compute time per step and where each came from."""
-    from scaleprobe.comm.model import count_params
-
     compute_s, compute_note = args.compute_time, "given" if args.compute_time else None
     params, model = args.params, args.model
     if params is None and model is None:
@@ -85,8 +87,6 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from scaleprobe.comm.whatif import parse_counts
-
     if args.average_every < 1:
         raise ConfigError("--average-every must be at least 1")
     if args.check or args.from_result:
@@ -105,9 +105,6 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def predictions(args: argparse.Namespace, inputs: dict[str, Any]) -> list[dict[str, Any]]:
-    from scaleprobe.comm.links import resolve_link, with_alpha
-    from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, predict_for_run
-
     link = resolve_link(args.link, args.nnodes)
     if args.alpha_us is not None:
         link = with_alpha(link, args.alpha_us * 1e-6)
@@ -118,11 +115,12 @@ def predictions(args: argparse.Namespace, inputs: dict[str, Any]) -> list[dict[s
 
 
 def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> None:
+    # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import bytes_, ms, pct
+    from scaleprobe.commands.fmt import bytes_, ms, pct  # heavy: rich
 
     p0 = preds[0]
     console = Console()
@@ -160,8 +158,6 @@ def _needed(p: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     if args.check or args.from_result:
-        from scaleprobe.commands import predict_steps
-
         if args.check:
             return predict_steps.run_check(args)
         if args.nproc is None:

@@ -13,13 +13,13 @@ from typing import Any
 from scaleprobe.comm import check as C
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import whatif as W
+from scaleprobe.comm.timeline import Unit
 from scaleprobe.errors import ConfigError
+from scaleprobe.report.records import load_records, runs
 from scaleprobe.results import RunResult
 
 
 def load_runs(path: str) -> list[RunResult]:
-    from scaleprobe.report.records import load_records, runs
-
     return runs(load_records(path))
 
 
@@ -39,9 +39,10 @@ def one_rank_run(path: str) -> RunResult:
 def fsdp_units(run: RunResult) -> tuple[Any, ...]:
     """FSDP's units of the run's model (strategies/fsdp.py's rule, then the root), built on
     the meta device; () when the model cannot be built here."""
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch  # the model is built on the meta device: no memory, no weights
 
-    from scaleprobe.comm.timeline import Unit
+    # heavy: torch: torch stays out of start-up until a tensor is made
     from scaleprobe.models.build import build_model
     from scaleprobe.strategies.fsdp import shard_units
 
@@ -116,10 +117,11 @@ def _needed(r: W.Row) -> str:
 
 
 def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float) -> None:
+    # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import esc
+    from scaleprobe.commands.fmt import esc  # heavy: rich
 
     con = Console()
     con.print(f"from {run.label}: 1 process, {s.threads or '?'} thread(s) per rank, "
@@ -187,10 +189,11 @@ def _point_dict(p: C.Point) -> dict[str, Any]:
 
 
 def print_check(points: list[C.Point], summ: C.Summary) -> None:
+    # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import esc
+    from scaleprobe.commands.fmt import esc  # heavy: rich
 
     con = Console()
     t = Table(title="measured step beside its prediction from the matching 1-rank run "

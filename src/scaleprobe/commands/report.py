@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import argparse
 
+from scaleprobe.report import build as report_build
+from scaleprobe.report.build import findings_text
+from scaleprobe.report.records import load_records
+
 NAME = "report"
 HELP = "write report.md and report.html (tables, plots, diagnosis) from results"
 
@@ -28,13 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.report.build import build_report
-
-    md_path, html_path = build_report(args.src, args.out)
+    md_path, html_path = report_build.build_report(args.src, args.out)
     if args.findings:
-        from scaleprobe.report.build import findings_text
-        from scaleprobe.report.records import load_records
-
         print(findings_text(load_records(args.src)))
         print()
     print(f"report: {md_path}")

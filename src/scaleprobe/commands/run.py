@@ -13,9 +13,14 @@ a tolerance derived from the measured seed-to-seed spread (docs/EXPERIMENTS.md).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from scaleprobe.commands.options import add_run_options, config_from_args
 from scaleprobe.commands.options import repeats as repeats_arg
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments import parity
+from scaleprobe.experiments.parity import DEFAULT_REPEATS
+from scaleprobe.run.failure import exit_code
 
 NAME = "run"
 HELP = "one measured training run"
@@ -28,17 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.errors import ConfigError
-
     cfg = config_from_args(args)  # names and values checked before torch is imported
     if cfg.dist.parity:
         return _parity(cfg, args.repeats)
     if args.repeats is not None:
         raise ConfigError("--repeats applies to --parity (a single run is one measurement; "
                           "`scaleprobe sweep` and `colocate` repeat points)")
-    from scaleprobe.commands.summary import print_run
-    from scaleprobe.run.failure import exit_code
-    from scaleprobe.run.workloads import run_config  # imports torch
+    from scaleprobe.commands.summary import print_run  # heavy: rich
+    from scaleprobe.run.workloads import run_config  # heavy: torch: a run imports it
 
     result = run_config(cfg)
     print_run(result)
@@ -46,12 +48,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _parity(cfg, repeats: int | None) -> int:
-    import sys
+    from scaleprobe.commands.fmt import num  # heavy: rich
 
-    from scaleprobe.commands.fmt import num
-    from scaleprobe.experiments.parity import DEFAULT_REPEATS, run_parity
-
-    out = run_parity(cfg, DEFAULT_REPEATS if repeats is None else repeats,
+    out = parity.run_parity(cfg, DEFAULT_REPEATS if repeats is None else repeats,
                      say=lambda line: print(line, file=sys.stderr, flush=True))
     p = out["parity"]
     n = p["nproc"] or cfg.world_size

@@ -21,9 +21,20 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import config as C
+from scaleprobe.commands import sweep as sweep_command
+from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import RUN_FLAGS, add_run_options, overrides_from_args
-from scaleprobe.commands.sweep import add_executor_options, add_repeats_option
+from scaleprobe.commands.sweep import (
+    add_executor_options,
+    add_repeats_option,
+)
 from scaleprobe.errors import ConfigError
+from scaleprobe.experiments.executor import FIRST_NODE, from_args
+from scaleprobe.report.fmt import md_table
+from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
+from scaleprobe.report.target import explain, table_parts
+from scaleprobe.traits import traits_of
 
 NAME = "scale"
 HELP = "the same run on 1, 2, ... processes: speedup, efficiency, what the gap was lost to"
@@ -83,7 +94,6 @@ def node_axis(over: dict[str, Any], executor: str) -> dict[str, Any]:
     if over.get("dist.rdzv_endpoint"):
         raise ConfigError("--rdzv-endpoint is chosen per job under --executor slurm (the job's "
                           "first node); leave it out")
-    from scaleprobe.experiments.executor import FIRST_NODE
 
     over["dist.rdzv_endpoint"] = FIRST_NODE
     return {"nnodes": nodes}
@@ -91,9 +101,6 @@ def node_axis(over: dict[str, Any], executor: str) -> dict[str, Any]:
 
 def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bool]:
     """The scale experiment as a sweep spec over ``nproc`` (kind "scale")."""
-    from scaleprobe import config as C
-    from scaleprobe.traits import traits_of
-
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
     nodes = node_axis(over, getattr(args, "executor", None) or "local")
@@ -123,20 +130,15 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
 
 def scale_markdown(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
     """The speedup table (Markdown) and one line per process count."""
-    from scaleprobe.report.fmt import md_table
-    from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
-    from scaleprobe.report.target import explain, table_parts
-
     headers, cells = table_parts(SCALE_HEADERS, rows, scale_cells)
     lines = [r["line"] for r in rows] + explain(rows, [r["record"] for r in rows])
     return md_table(headers, cells), lines
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.console import Console  # heavy: rich: printing only; kept out of the CLI's start-up
 
-    from scaleprobe.commands.sweep import terminate_as_interrupt
-    from scaleprobe.experiments.executor import from_args
+    # heavy: rich: printing only; kept out of the CLI's start-up
     from scaleprobe.experiments.scale import run_scale
     from scaleprobe.experiments.sweep import sweep_out_dir
 
@@ -145,12 +147,11 @@ def run(args: argparse.Namespace) -> int:
     if target:
         return _run_script(args, target, executor)
     spec, out, progress = build_spec(args)
-    terminate_as_interrupt()
+    sweep_command.terminate_as_interrupt()
     try:
         rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
                          repeats=args.repeats, executor=executor)
     except KeyboardInterrupt:  # every point stopped; the runs that finished are kept
-        from scaleprobe.commands.interrupted import say_interrupted
 
         return say_interrupted(sweep_out_dir(spec, out))
     return _write_table(sweep_out_dir(spec, out), spec["sweep"]["id"], rows)
@@ -172,13 +173,12 @@ def script_target(args: argparse.Namespace) -> list[str]:
 
 
 def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> int:
-    from scaleprobe.commands.sweep import terminate_as_interrupt
-    from scaleprobe.experiments.scale import scale_script
+    from scaleprobe.experiments.scale import scale_script  # heavy: rich
 
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
     nodes = node_axis(over, executor.kind)
-    terminate_as_interrupt()
+    sweep_command.terminate_as_interrupt()
     rows, folder, sid = scale_script(target, counts, over, args.repeats, args.id, executor,
                                      nodes=nodes.get("nnodes"),
                                      flags={key: flag for flag, key, _o in RUN_FLAGS})

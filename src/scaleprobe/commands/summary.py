@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from scaleprobe.comm.exposed import same_link_prediction
+from scaleprobe.comm.instep import text
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
+from scaleprobe.gns import summary_line as gns_line
 from scaleprobe.invariants import uneven_steps
 from scaleprobe.measure.compiled import summary_line as compile_line
 from scaleprobe.report.advice import sync_words
-from scaleprobe.report.fmt import phase_name
+from scaleprobe.report.diagnose import epoch_start_wait
+from scaleprobe.report.fmt import flops, mfu, phase_name
 from scaleprobe.report.window import window_line
 from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
+from scaleprobe.target import summary_line
 from scaleprobe.traits import known
 
 
@@ -36,8 +42,6 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
     _breakdown(con, r)
     _epoch_starts(con, r)
     if r.target is not None:
-        from scaleprobe.target import summary_line
-
         say(con, esc(summary_line(r.target.to_dict())))
     _gns_line(con, r)
     _flops_line(con, r)
@@ -114,9 +118,7 @@ def _lm_line(con: Console, r: RunResult) -> None:
 
 def _gns_line(con: Console, r: RunResult) -> None:
     """The gradient noise scale (gns.py), or why it was not measured when it was asked for."""
-    from scaleprobe.gns import summary_line
-
-    line = summary_line(r.gns, r.null_reasons)
+    line = gns_line(r.gns, r.null_reasons)
     if line:
         say(con, esc(line))
 
@@ -136,8 +138,6 @@ def _energy_line(con: Console, r: RunResult) -> None:
 
 def _flops_line(con: Console, r: RunResult) -> None:
     """FLOPs per step, achieved TFLOP/s and MFU against the peak and where the peak came from."""
-    from scaleprobe.report.fmt import flops, mfu
-
     m, why = r.metrics, r.null_reasons
     if not m.flops_per_step:
         if why.get("flops_per_step"):
@@ -183,7 +183,7 @@ def _figures_table(con: Console, figures: list[tuple[str, str]]) -> Table:
 
 def _natural_width(con: Console, table: Table) -> int:
     """The width ``table`` takes with nothing cut or wrapped."""
-    from rich.measure import Measurement
+    from rich.measure import Measurement  # heavy: rich
 
     return Measurement.get(con, con.options.update(width=10_000), table).maximum
 
@@ -265,8 +265,6 @@ def _comm_line(con: Console, r: RunResult) -> None:
 def _in_step_lines(con: Console, c: Comm) -> None:
     """Communication measured in the step (fsdp): the per-step figure's median and interval,
     what was timed, and the no_sync cross-check beside it."""
-    from scaleprobe.comm.instep import text
-
     if c.exposed_per_step:
         calls = c.calls_per_step or {}
         what = (f" (blocked in {calls.get('all_gather', 0)} all-gathers and "
@@ -300,8 +298,6 @@ def _state_line(con: Console, r: RunResult) -> None:
 
 
 def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
-    from scaleprobe.comm.exposed import same_link_prediction
-
     same = same_link_prediction(c, r.config.get("dist"))
     named = c.prediction
     link = (c.measured_link or {}).get("name")
@@ -358,7 +354,7 @@ def _ms(v: Any) -> str:
 def say(con: Console, text: str, markup: bool = True) -> None:
     """One line of the summary, wrapped to the console with its continuation lines indented
     two spaces under the line's own start (a terminal's own wrap puts them at column 0)."""
-    from rich.text import Text
+    from rich.text import Text  # heavy: rich: rich.text is more than `import rich` loads
 
     t = Text.from_markup(text) if markup else Text(text)
     if con.soft_wrap or len(t.plain) <= con.width:
@@ -394,8 +390,6 @@ def _na_line(con: Console, r: RunResult) -> None:
 def console(stderr: bool = False) -> Console:
     """A terminal's width (or ``COLUMNS`` where it is set); piped without ``COLUMNS``, lines
     stay whole for the log that reads them."""
-    import os
-
     c = Console(stderr=stderr)
     if c.is_terminal or os.environ.get("COLUMNS", "").isdigit():
         return c
@@ -417,8 +411,6 @@ def _breakdown(con: Console, r: RunResult) -> None:
 def _epoch_starts(con: Console, r: RunResult) -> None:
     """The report's "input-bound at epoch starts" evidence, where it holds: the median step
     above leaves that wait out."""
-    from scaleprobe.report.diagnose import epoch_start_wait
-
     line = epoch_start_wait(r)
     if line:
         say(con, f"[bold yellow]data wait at epoch starts[/bold yellow]: {esc(line)}")

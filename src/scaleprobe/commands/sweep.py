@@ -15,8 +15,12 @@ import argparse
 import signal
 from typing import Any
 
+from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import add_run_options, overrides_from_args
 from scaleprobe.commands.options import repeats as repeats_arg
+from scaleprobe.experiments.executor import add_executor_options as add
+from scaleprobe.experiments.executor import from_args
+from scaleprobe.experiments.spec import check_points, describe, load_spec
 
 NAME = "sweep"
 HELP = "run a grid of configurations (batch size to out of memory, loader settings, ...)"
@@ -32,8 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
-    from scaleprobe.experiments.executor import add_executor_options as add
-
     add(p)
 
 
@@ -60,8 +62,7 @@ def _split_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], str | No
 
 
 def _dry_run(spec: str, over: dict[str, Any], out: str | None, repeats: int | None) -> int:
-    from scaleprobe.experiments.spec import check_points, describe, load_spec
-    from scaleprobe.experiments.sweep import preflight
+    from scaleprobe.experiments.sweep import preflight  # heavy: rich
 
     sp = load_spec(spec, over, repeats)
     pts = check_points(sp, out)
@@ -78,10 +79,9 @@ def _dry_run(spec: str, over: dict[str, Any], out: str | None, repeats: int | No
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.console import Console  # heavy: rich: printing only; kept out of the CLI's start-up
 
-    from scaleprobe.experiments.executor import from_args
-    from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir
+    from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir  # heavy: rich
 
     over, out, progress = _split_overrides(args)
     executor = from_args(args)
@@ -93,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
                             console=Console(stderr=True), repeats=args.repeats,
                             executor=executor)
     except KeyboardInterrupt:  # every point stopped; the tables of what finished are written
-        from scaleprobe.commands.interrupted import say_interrupted
 
         return say_interrupted(sweep_out_dir(args.spec, out, over))
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())

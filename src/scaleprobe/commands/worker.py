@@ -8,6 +8,7 @@ import argparse
 import os
 
 from scaleprobe.commands.options import add_run_options, config_from_args
+from scaleprobe.run.failure import exit_code
 
 NAME = "worker"
 HELP = "training entry under your own launcher (torchrun ... -m scaleprobe worker ...)"
@@ -26,13 +27,13 @@ def run(args: argparse.Namespace) -> int:
         extra["dist.rdzv_endpoint"] = f"{addr}:{port}"
         extra["dist.strategy"] = "ddp"  # unless the file or a flag names another
     cfg = config_from_args(args, extra)
+    # heavy: torch: torch stays out of start-up until a tensor is made
     from scaleprobe.run.builtin import run_under_launcher  # imports torch: after the checks
 
     result = run_under_launcher(cfg)
     if result is None:
         return 0
-    from scaleprobe.commands.summary import print_run
-    from scaleprobe.run.failure import exit_code
+    from scaleprobe.commands.summary import print_run  # heavy: rich
 
     print_run(result)
     return exit_code(result.status)

@@ -21,6 +21,8 @@ import argparse
 import sys
 
 from scaleprobe.commands.options import RUN_FLAGS, _dest, converter, flag_help
+from scaleprobe.run.failure import exit_code
+from scaleprobe.run.script import base_config, check_target, run_script
 
 NAME = "wrap"
 HELP = "measure your own training script, unchanged (-- SCRIPT.py [ARGS])"
@@ -47,9 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.commands.summary import console, print_run
-    from scaleprobe.run.failure import exit_code
-    from scaleprobe.run.script import base_config, check_target, run_script
+    from scaleprobe.commands.summary import console, print_run  # heavy: rich
 
     target = list(args.target)
     if target[:1] == ["--"]:

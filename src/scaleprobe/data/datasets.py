@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,10 @@ from torch.utils.data import Dataset
 
 from scaleprobe.catalog import DATASETS as CATALOG
 from scaleprobe.config import DataConfig
+from scaleprobe.data.cache import default_cache_dir
+from scaleprobe.data.digits import digits_arrays
+from scaleprobe.data.jpegsynth import ensure_jpegs
+from scaleprobe.data.tokens import RandomWindows, file_split, text_cache
 from scaleprobe.errors import DataError
 from scaleprobe.registry import Registry
 
@@ -96,8 +99,6 @@ def _held_out(ds: Dataset, cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset
 
 @DATASETS.register("digits", CATALOG["digits"])
 def _digits(cfg: DataConfig, seed: int) -> Split:
-    from scaleprobe.data.digits import digits_arrays
-
     size = cfg.image_size or 32
     images, target = digits_arrays(cfg.cache_dir)
     x = torch.from_numpy(images).float().unsqueeze(1) / 16.0  # N x 1 x 8 x 8 in [0, 1]
@@ -128,21 +129,16 @@ def _synthetic_loader(cfg: DataConfig, seed: int) -> Split:
                  "loader")
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "scaleprobe"
-
-
 @DATASETS.register("jpeg-synth", CATALOG["jpeg-synth"])
 def _jpeg_synth(cfg: DataConfig, seed: int) -> Split:
-    from scaleprobe.data.jpegsynth import ensure_jpegs
-
     size = cfg.image_size or 224
     ncls = cfg.num_classes or 10
     root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     tag = hashlib.sha1(f"{cfg.num_samples}-{size}-{ncls}".encode()).hexdigest()[:8]
     folder = ensure_jpegs(root / f"jpeg-synth-{cfg.num_samples}-{size}px-{tag}",
                           cfg.num_samples, size, ncls)
+
+    # heavy: torchvision: a format's reader is imported when it is read
     from scaleprobe.data.formats import open_imagefolder
 
     full = open_imagefolder(folder)
@@ -176,6 +172,8 @@ def check_data_dir(cfg: DataConfig) -> None:
 @DATASETS.register("imagefolder", CATALOG["imagefolder"])
 def _imagefolder(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "imagefolder")
+
+    # heavy: torchvision: a format's reader is imported when it is read
     from scaleprobe.data.formats import open_imagefolder
 
     full = open_imagefolder(root)
@@ -187,6 +185,8 @@ def _imagefolder(cfg: DataConfig, seed: int) -> Split:
 @DATASETS.register("cifar10", CATALOG["cifar10"])
 def _cifar10(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "cifar10")
+
+    # heavy: torchvision: a format's reader is imported when it is read
     from scaleprobe.data.formats import open_cifar10
 
     train = open_cifar10(root, train=True, download=cfg.download)
@@ -197,6 +197,8 @@ def _cifar10(cfg: DataConfig, seed: int) -> Split:
 @DATASETS.register("mnist", CATALOG["mnist"])
 def _mnist(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "mnist")
+
+    # heavy: torchvision: a format's reader is imported when it is read
     from scaleprobe.data.formats import open_mnist
 
     train = open_mnist(root, train=True, download=cfg.download)
@@ -207,6 +209,8 @@ def _mnist(cfg: DataConfig, seed: int) -> Split:
 @DATASETS.register("voc", CATALOG["voc"])
 def _voc(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "voc")
+
+    # heavy: torchvision: a format's reader is imported when it is read
     from scaleprobe.data.formats import VOC_CLASSES, open_voc
 
     train = open_voc(root, "train")  # reads every annotation first: bad data stops here
@@ -217,7 +221,7 @@ def _voc(cfg: DataConfig, seed: int) -> Split:
 
 def _lfw_pair_images(pairs: list[tuple[Path, Path, bool]]) -> Dataset:
     """The images the pairs name, once each, with ``.pairs`` as (item, item, same)."""
-    from scaleprobe.data.formats.lfw import LFWFaces
+    from scaleprobe.data.formats.lfw import LFWFaces  # heavy: torchvision
 
     paths = list(dict.fromkeys(p for a, b, _ in pairs for p in (a, b)))
     faces = LFWFaces([(p, p.parent.name) for p in paths])
@@ -229,6 +233,8 @@ def _lfw_pair_images(pairs: list[tuple[Path, Path, bool]]) -> Dataset:
 @DATASETS.register("lfw", CATALOG["lfw"])
 def _lfw(cfg: DataConfig, seed: int) -> Split:
     root = _need_dir(cfg, "lfw")
+
+    # heavy: torchvision: a format's reader is imported when it is read
     from scaleprobe.data.formats import open_lfw_pairs, open_lfw_people
 
     train = open_lfw_people(root, "train")  # every line checked against the files on disk
@@ -244,8 +250,6 @@ def _seq_len(cfg: DataConfig) -> int:
 
 
 def _token_split(cfg: DataConfig, root: Path, source: str) -> Split:
-    from scaleprobe.data.tokens import file_split
-
     T = _seq_len(cfg)
     got = file_split(root, T, cfg.vocab_size, cfg.eval_windows)
     n = got["tokens"]
@@ -268,16 +272,12 @@ def _text(cfg: DataConfig, seed: int) -> Split:
     if cfg.data_dir:
         root = _need_dir(cfg, "text")
     else:
-        from scaleprobe.data.tokens import text_cache
-
         root = text_cache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
     return _token_split(cfg, root, f"Python standard library sources, bytes, at {root}")
 
 
 @DATASETS.register("tokens-synthetic", CATALOG["tokens-synthetic"])
 def _tokens_synthetic(cfg: DataConfig, seed: int) -> Split:
-    from scaleprobe.data.tokens import RandomWindows
-
     T = _seq_len(cfg)
     vocab = cfg.vocab_size
     if vocab is None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scaleprobe.data.cache import default_cache_dir
+
 
 def digits_arrays(cache_root: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(images N x 8 x 8 float64 in 0..16, targets N int64), as ``load_digits`` gives them."""
@@ -26,7 +28,7 @@ def digits_arrays(cache_root: str | Path | None = None) -> tuple[np.ndarray, np.
                 return z["images"], z["target"]
         except Exception:  # noqa: BLE001  (absent, cut short, not a zip: load and rewrite it)
             pass
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # heavy: sklearn
 
     d = load_digits()
     images, target = np.asarray(d.images), np.asarray(d.target)
@@ -41,8 +43,6 @@ def _cache_path(cache_root: str | Path | None) -> Path | None:
     except PackageNotFoundError:
         return None
     if cache_root is None:
-        from scaleprobe.data.datasets import default_cache_dir
-
         cache_root = default_cache_dir()
     return Path(cache_root) / f"digits-sklearn-{tag}.npz"
 

@@ -48,7 +48,7 @@ def publish_once(folder: Path, write: Callable[[Path], None], marker: str = "ok\
 
 def ensure_jpegs(folder: Path, n: int, size: int, ncls: int, seed: int = 0) -> Path:
     """Write ``n`` JPEGs into ``folder/<class>/`` unless a complete set is already there."""
-    from PIL import Image
+    from PIL import Image  # heavy: PIL: only where an image is decoded
 
     def write(tmp: Path) -> None:
         rng = np.random.default_rng(seed)

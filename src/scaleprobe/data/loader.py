@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.collate import default_collate
 
 from scaleprobe.config import DataConfig
+from scaleprobe.env import die_with_parent
 from scaleprobe.errors import DataError
 
 
@@ -88,10 +90,6 @@ def _worker_init(parent: int, _: int) -> None:
     by a forkserver is the server's child (its parent alive, and not ``parent``), and its
     watchdog remains. A worker whose training process died before the worker began (it was
     reparented) ends at once."""
-    import signal
-
-    from scaleprobe.env import die_with_parent
-
     torch.set_num_threads(1)
     if os.getppid() == parent:
         die_with_parent(signal.SIGKILL, parent)

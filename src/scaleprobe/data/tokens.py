@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from scaleprobe.data.formats.text_gen import stdlib_root, write_text
+from scaleprobe.data.formats.tokens import open_tokens
 from scaleprobe.data.jpegsynth import publish_once
 from scaleprobe.errors import DataError
 
@@ -99,8 +101,6 @@ def file_split(root: Path, seq_len: int, vocab_size: int | None, eval_windows: i
                ) -> dict[str, Any]:
     """The pieces of a token folder's Split: ``train``, ``val`` (windows), ``vocab``,
     ``entropy`` (the training split's unigram entropy) and ``tokens`` per split."""
-    from scaleprobe.data.formats.tokens import open_tokens
-
     splits, vocab, counts = open_tokens(root, vocab_size)
     for s in splits.values():
         if s.tokens < seq_len + 1:
@@ -117,8 +117,6 @@ def file_split(root: Path, seq_len: int, vocab_size: int | None, eval_windows: i
 def text_cache(cache_root: Path) -> Path:
     """The text corpus (``datagen text``, every file) in the cache folder, written once for
     this Python install, behind a marker file written last (as jpeg-synth's)."""
-    from scaleprobe.data.formats.text_gen import stdlib_root, write_text
-
     version = ".".join(map(str, sys.version_info[:3]))
     tag = hashlib.sha1(f"{stdlib_root()}|{sys.version}".encode()).hexdigest()[:8]
     folder = cache_root / f"text-stdlib-py{version}-{tag}"

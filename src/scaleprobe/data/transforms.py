@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from scaleprobe.errors import DataError
+
 MEAN = (0.5, 0.5, 0.5)
 STD = (0.25, 0.25, 0.25)
 
@@ -53,8 +55,6 @@ class Light:
         if x.dtype == torch.uint8:
             x = x.to(torch.float32).div_(255.0)
         elif not x.is_floating_point():
-            from scaleprobe.errors import DataError
-
             raise DataError(f"the light transform takes 8-bit or floating-point images; this "
                             f"one is {str(x.dtype).replace('torch.', '')}: convert it to 8-bit "
                             f"RGB or grey in the dataset")
@@ -72,7 +72,7 @@ class Light:
 def build_transform(kind: str, size: int) -> Any:
     if kind != "heavy":
         return Light(size)
-    from torchvision.transforms import v2
+    from torchvision.transforms import v2  # heavy: torchvision: seconds; imported where it is used
 
     return v2.Compose([
         v2.ToImage(), ToRGB(),

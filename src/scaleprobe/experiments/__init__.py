@@ -20,11 +20,11 @@ __all__ = ["run_colocate", "run_sweep"]
 
 def __getattr__(name: str) -> Any:  # imported on first use: the package import stays light
     if name == "run_sweep":
-        from scaleprobe.experiments.sweep import run_sweep
+        from scaleprobe.experiments.sweep import run_sweep  # heavy: rich
 
         return run_sweep
     if name == "run_colocate":
-        from scaleprobe.experiments.colocate import run_colocate
+        from scaleprobe.experiments.colocate import run_colocate  # heavy: rich
 
         return run_colocate
     raise AttributeError(name)

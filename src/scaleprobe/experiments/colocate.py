@@ -52,6 +52,7 @@ from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight, spec_file
 from scaleprobe.experiments.verdict import (
     JobFigures,
+    render_colocate,
     throughput_line,
     total_interval,
     totals,
@@ -350,8 +351,6 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
     """Run every job alone, then all together, ``repeats`` times interleaved; append and
     return the ``kind: colocate`` record (its point runs are run records with
     ``experiment.kind == "colocate"`` and ``experiment.repeat``)."""
-    from scaleprobe.experiments.verdict import render_colocate
-
     cs = load_colocate_spec(spec, overrides, placement, repeats)
     out = Path(out_dir) if out_dir is not None else Path(cs.jobs[0][1].out)
     cs = dataclasses.replace(cs, jobs=[(n, C.build({"out": str(out)}, cfg))

@@ -19,6 +19,7 @@ first node (``launcher_env``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -27,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaleprobe import results as res
+from scaleprobe.config import from_dict
 from scaleprobe.errors import ConfigError, ScaleprobeError
+from scaleprobe.experiments import point
+from scaleprobe.experiments.point import failed_record, find_attempt
+from scaleprobe.experiments.procs import ProcessSet, write_payload
 
 EXECUTORS = ("local", "slurm")
 RDZV_PORT = 29400  # the rendezvous port on a multi-node job's first node
@@ -155,6 +161,7 @@ def check_slurm(opts: SlurmOptions) -> None:
     """Before anything is submitted: submitit importable, Slurm's commands on PATH, the
     partition known. One line each (ConfigError, exit 2)."""
     try:
+        # optional: submitit (the cluster extra)
         import submitit  # noqa: F401
     except ImportError:
         raise ConfigError("--executor slurm needs submitit: pip install 'scaleprobe[cluster]'"
@@ -259,7 +266,6 @@ def job_main(spec_path: str, results_file: str) -> int:
     """What a Slurm job runs (pickled by submitit: a module-level function): the point, its
     record going to ``results_file``. In a multi-node job each task runs its node's ranks."""
     os.environ["SCALEPROBE_RESULTS_FILE"] = results_file
-    from scaleprobe.experiments.point import run_point
 
     payload = json.loads(Path(spec_path).read_text())
     cfg = payload["config"]
@@ -273,7 +279,7 @@ def job_main(spec_path: str, results_file: str) -> int:
             cfg["out"] = str(Path(cfg["out"]) / "slurm" / f"node{env['node_rank']}")
     elif cfg.get("dist", {}).get("rdzv_endpoint") == FIRST_NODE:  # a 1-node point of the grid
         cfg["dist"]["rdzv_endpoint"] = None
-    return run_point(payload)
+    return point.run_point(payload)
 
 
 @dataclass
@@ -297,10 +303,8 @@ class SlurmProcessSet:
     POLL_S = 1.0
 
     def __init__(self, opts: SlurmOptions, folder: Path) -> None:
-        import logging
-
         check_slurm(opts)
-        import submitit
+        import submitit  # optional: submitit (the cluster extra)
 
         # submitit asks sacct for job states and warns on every poll where the cluster keeps
         # no accounting; the states come from scontrol/squeue here (job_state)
@@ -333,8 +337,6 @@ class SlurmProcessSet:
 
     def start(self, payload: dict[str, Any], work_dir: Path, label: str,
               env: dict[str, str] | None = None) -> SlurmPoint:
-        from scaleprobe.experiments.procs import write_payload
-
         attempt = payload["experiment"]["attempt"]
         spec_path = write_payload(payload, work_dir, label)
         results_file = work_dir / f"{label}-{attempt}.jsonl"
@@ -391,9 +393,6 @@ class SlurmProcessSet:
     def _hand_over(self, proc: SlurmPoint) -> None:
         """The job's record, with the scheduler's verdict on it when the scheduler ended the
         job, appended to the experiment's results.jsonl by this process."""
-        from scaleprobe import results as res
-        from scaleprobe.experiments.point import find_attempt
-
         rec = find_attempt(res.read_jsonl(proc.results_file, warn=False), proc.attempt)
         if rec is None and proc.ended is None:
             return  # collect_record writes the failure with the log's last line
@@ -455,9 +454,6 @@ class SlurmProcessSet:
         stops after its step and writes its record with the steps timed so far: that record is
         waited for (``grace_s``, default ``STOP_WAIT_S``) and handed over, else the
         scheduler's alone."""
-        from scaleprobe import results as res
-        from scaleprobe.experiments.point import find_attempt
-
         points = list(self.live.values())
         self.live.clear()
         if not points:
@@ -507,9 +503,6 @@ def _ended_text(job_id: str, state: str, reason: str) -> str:
 
 
 def _scheduler_record(proc: SlurmPoint) -> dict[str, Any]:
-    from scaleprobe.config import from_dict
-    from scaleprobe.experiments.point import failed_record
-
     assert proc.ended is not None
     state, reason = proc.ended
     cfg = from_dict(proc.payload["config"])
@@ -520,8 +513,6 @@ def _scheduler_record(proc: SlurmPoint) -> dict[str, Any]:
 
 def process_set(executor: Executor | None, out: Path) -> Any:
     """The sweep's point runner for ``executor``."""
-    from scaleprobe.experiments.procs import ProcessSet
-
     if executor is None or executor.kind == "local":
         return ProcessSet()
     return SlurmProcessSet(executor.slurm, out / "slurm")

@@ -33,6 +33,8 @@ from typing import Any
 from scaleprobe import metrics
 from scaleprobe import results as res
 from scaleprobe.config import RunConfig, validate
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
 from scaleprobe.results import RunResult
 
 DEFAULT_REPEATS = 3
@@ -156,9 +158,7 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
                say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train ``repeats`` times on 1 and on N processes, interleaved, each run in its own
     process; append and return the parity record with the runs."""
-    from scaleprobe.errors import ConfigError
-    from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
-    from scaleprobe.experiments.sweep import preflight
+    from scaleprobe.experiments.sweep import preflight  # heavy: rich
 
     if repeats < 1:
         raise ConfigError(f"--repeats must be at least 1, got {repeats}")

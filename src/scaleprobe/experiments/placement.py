@@ -6,8 +6,11 @@ oversubscribe the cores; shared jobs each start as many threads as the machine h
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
+
+from scaleprobe.measure.gpu import nvml_unavailable_reason, open_device
 
 
 def split_cpus(cpus: list[int], n_jobs: int) -> list[list[int]]:
@@ -55,7 +58,6 @@ def plan_placement(n_jobs: int, placement: str, cpus: list[int],
             f"shared: all {n_jobs} jobs on {where}"
     sets = split_cpus(cpus, n_jobs)
     if n_gpus:  # each job its own GPU and its own share of the CPUs (its loader and threads)
-        import os
 
         vis = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
                if v.strip()] or [str(i) for i in range(n_gpus)]
@@ -69,15 +71,11 @@ def plan_placement(n_jobs: int, placement: str, cpus: list[int],
 
 def gpu_count() -> int:
     """GPUs this process may use, from NVML (no CUDA context is created)."""
-    import os
-
-    from scaleprobe.measure.gpu import nvml_unavailable_reason
-
     if nvml_unavailable_reason() is not None:
         return 0
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:
-        import pynvml
+        import pynvml  # optional: pynvml (absent or failing without an NVIDIA driver)
 
         n = pynvml.nvmlDeviceGetCount()
     except Exception:  # noqa: BLE001  (no NVML: no GPU to place jobs on)
@@ -89,8 +87,6 @@ def gpu_count() -> int:
 
 def gpu_sampler(plan: list[dict[str, Any]]) -> Callable[[], float | None]:
     """A function giving the mean utilisation (%) of the GPUs the jobs use, or None."""
-    from scaleprobe.measure.gpu import open_device
-
     if not gpu_count():
         return lambda: None
     idx = sorted({p.get("gpu", 0) for p in plan})

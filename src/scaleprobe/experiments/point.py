@@ -22,6 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import results as res
+from scaleprobe.config import from_dict
+from scaleprobe.env import die_with_parent
+from scaleprobe.errors import ScaleprobeError
+from scaleprobe.interrupt import Interrupted, describe
+from scaleprobe.run.failure import exit_code
+from scaleprobe.traits import traits_of
 
 BARRIER_TIMEOUT_S = 300.0
 INTERRUPTED = "interrupted by the user (Ctrl+C)"
@@ -46,14 +52,10 @@ def find_attempt(records: list[dict[str, Any]], attempt: str) -> dict[str, Any] 
 
 def _die_with_parent() -> None:
     """Ask Linux to SIGTERM this process when the sweep that started it dies."""
-    from scaleprobe.env import die_with_parent
-
     die_with_parent(signal.SIGTERM)
 
 
 def _sigterm_as_interrupt() -> None:
-    from scaleprobe.interrupt import Interrupted
-
     def handler(signum: int, frame: Any) -> None:
         raise Interrupted("SIGTERM")
 
@@ -73,11 +75,14 @@ def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import scaleprobe.run.workloads  # noqa: F401  (the driver, the launcher, torch)
 
     if _trains_here(cfg):
+        # heavy: torch: torch stays out of start-up until a tensor is made
         import scaleprobe.engine  # noqa: F401  (torch, torchvision, the training loop)
     else:  # the ranks train in processes of their own: this one launches them and assembles
+        # heavy: torch: torch stays out of start-up until a tensor is made
         import torch.distributed.launcher.api  # noqa: F401
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -88,8 +93,6 @@ def _trains_here(cfg: Any) -> bool:
     """The point's training runs in this process (one process, the built-in loop): it then
     needs the engine's imports; a launcher of ranks or of a script needs only the launcher's
     (about 1.4 s less of every such point's start on a 2-core CPU)."""
-    from scaleprobe.traits import traits_of
-
     return cfg.script.path is None and traits_of(cfg.dist.strategy).in_process
 
 
@@ -118,7 +121,7 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
     window), else (a launcher's ranks) after the imports. True when the engine's gate was
     set (the caller clears it, however the run ends)."""
     if _trains_here(cfg):
-        from scaleprobe import engine
+        from scaleprobe import engine  # heavy: torch
 
         engine.set_window_gate(lambda stopping: _wait_barrier(barrier, stopping))
         return True
@@ -127,10 +130,6 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
 
 
 def run_point(payload: dict[str, Any]) -> int:
-    from scaleprobe.config import from_dict
-    from scaleprobe.errors import ScaleprobeError
-    from scaleprobe.run.failure import exit_code
-
     exp = payload["experiment"]
     cfg = from_dict(payload["config"])
     if payload.get("cpus") and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
@@ -138,14 +137,13 @@ def run_point(payload: dict[str, Any]) -> int:
     _import_or_stop(cfg, exp)
     gated = False
     try:
+        # heavy: torch: torch stays out of start-up until a tensor is made
         from scaleprobe.run.workloads import run_config  # imported by _import_or_stop
 
         if payload.get("barrier"):
             gated = _barrier(cfg, payload["barrier"])
         result = run_config(cfg, experiment=exp)
     except KeyboardInterrupt as e:
-        from scaleprobe.interrupt import describe
-
         _record(cfg, exp, describe(getattr(e, "signame", None)), "interrupted")
         return 130
     except ScaleprobeError as e:
@@ -158,7 +156,7 @@ def run_point(payload: dict[str, Any]) -> int:
         return 1
     finally:
         if gated:  # a run that ended before its first timed step never passed it
-            from scaleprobe import engine
+            from scaleprobe import engine  # heavy: torch
 
             engine.set_window_gate(None)
     print(f"point {exp.get('point')}: {result.status}"

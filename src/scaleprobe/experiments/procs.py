@@ -25,10 +25,20 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from scaleprobe import results as res
+from scaleprobe.config import from_dict
+from scaleprobe.env import use_platform_start_method
+from scaleprobe.errors import ConfigError
+from scaleprobe.experiments import point
+from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
+from scaleprobe.launch import INTERRUPT_GRACE_S
+from scaleprobe.traits import known
 
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL
 START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)
@@ -45,9 +55,6 @@ _GPU_NODES = ("/proc/driver/nvidia", "/dev/kfd")
 def grace_for(payload: dict[str, Any]) -> float:
     """A launched point (ddp, ps, ...) forwards the stop to its ranks, which stop together
     and hand over their records within ``launch.INTERRUPT_GRACE_S``; then it writes its own."""
-    from scaleprobe.launch import INTERRUPT_GRACE_S
-    from scaleprobe.traits import known
-
     tr = known((payload.get("config") or {}).get("dist", {}).get("strategy"))
     return INTERRUPT_GRACE_S + 5.0 if tr is not None and tr.launched else GRACE_S
 
@@ -82,8 +89,6 @@ def fork_points() -> bool:
     if how in ("fork", "exec"):
         return how == "fork"
     if how:
-        from scaleprobe.errors import ConfigError
-
         raise ConfigError(f"{START_ENV}={how!r}: expected fork or exec")
     return (sys.platform == "linux" and "forkserver" in multiprocessing.get_all_start_methods()
             and not any(os.path.exists(p) for p in _GPU_NODES))
@@ -109,7 +114,6 @@ def stop_server() -> None:
     if _server is None:
         return
     _server = None
-    from multiprocessing import forkserver
 
     srv = getattr(forkserver, "_forkserver", None)
     pid = getattr(srv, "_forkserver_pid", None)
@@ -139,10 +143,8 @@ def _forked_point(spec_path: str, log_path: str, env: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(env)
     sys.argv = ["scaleprobe.experiments.point", spec_path]
-    from scaleprobe.env import use_platform_start_method
 
     use_platform_start_method()  # else "forkserver": its loader workers would not be its own
-    from scaleprobe.experiments import point
 
     sys.exit(point.main([spec_path]))
 
@@ -276,9 +278,6 @@ def collect_record(proc: PointProcess, rc: int, cfg: Any, experiment: dict[str, 
                    results_path: Path) -> dict[str, Any]:
     """The record the point wrote, or (when it died before writing one) a failed record
     naming how it ended, appended to ``results_path`` so the failure is on disk too."""
-    from scaleprobe import results as res
-    from scaleprobe.experiments.point import failed_record, find_attempt
-
     rec = find_attempt(res.read_jsonl(results_path, warn=False), experiment["attempt"])
     if rec is None:
         tail = log_tail(proc.log_path)
@@ -290,10 +289,6 @@ def collect_record(proc: PointProcess, rc: int, cfg: Any, experiment: dict[str, 
 
 
 def _record_if_missing(proc: PointProcess) -> None:
-    from scaleprobe import results as res
-    from scaleprobe.config import from_dict
-    from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
-
     if not proc.payload:
         return
     try:

@@ -69,6 +69,7 @@ class SweepProgress:
         self.total = total
         if not self.enabled:
             return
+        # heavy: rich: rich.progress is more than `import rich` loads
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,

@@ -20,14 +20,16 @@ from rich.console import Console
 
 from scaleprobe import config as C
 from scaleprobe.errors import ConfigError
+from scaleprobe.experiments import sweep
+from scaleprobe.experiments.spec import load_spec
+from scaleprobe.experiments.sweep import sweep_out_dir
+from scaleprobe.report import records as R
+from scaleprobe.report.scale import scale_table
 from scaleprobe.results import RunResult, dict_of
 from scaleprobe.run.script import check_target
 
 
 def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
-    from scaleprobe.report import records as R
-    from scaleprobe.report.scale import scale_table
-
     return [r for r in scale_table(R.runs(R.load_records(folder / "results.jsonl")))
             if r["experiment"] == sid]
 
@@ -42,10 +44,7 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
               executor: Any = None) -> list[dict[str, Any]]:
     """Run (or resume) the scale experiment; return its table rows (``report.scale``);
     ``executor``: where its points run (experiments/executor.py; None: here)."""
-    from scaleprobe.experiments.spec import load_spec
-    from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir
-
-    run_sweep(spec, out, progress=progress, console=console, repeats=repeats,
+    sweep.run_sweep(spec, out, progress=progress, console=console, repeats=repeats,
               executor=executor)
     folder, sid = sweep_out_dir(spec, out), spec["sweep"]["id"]
     rows = scale_rows(folder, sid)
@@ -63,7 +62,7 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
         if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
             grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})
         again = {**spec, "grid": grid}
-        run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
+        sweep.run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
                   executor=executor)
         rows = scale_rows(folder, sid)
     return rows
@@ -105,8 +104,6 @@ def scale_script(target: list[str], counts: list[int], over: dict[str, Any],
                  ) -> tuple[list[dict[str, Any]], Path, str]:
     """Run (or resume) the script at each count; returns the scale table's rows
     (``report.scale``), the output folder and the experiment id."""
-    from scaleprobe.experiments.sweep import sweep_out_dir
-
     spec, out, progress = script_spec(target, counts, over, repeats, sid, nodes, flags)
     rows = run_scale(spec, out, progress=progress, console=console or Console(stderr=True),
                      repeats=repeats, executor=executor)

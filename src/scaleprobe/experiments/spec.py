@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import config as C
+from scaleprobe.config_rules import unused
 from scaleprobe.env import threads_for
 from scaleprobe.errors import ConfigError
+from scaleprobe.registry import suggest
 
 BATCH_KEYS = ("train.batch_size", "train.global_batch")
 SWEEP_OPTIONS = {
@@ -139,8 +141,6 @@ def _sweep_options(opts: dict[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in opts.items():
         if k not in SWEEP_OPTIONS:
-            from scaleprobe.registry import suggest
-
             near = suggest(k, SWEEP_OPTIONS)
             hint = f"; did you mean {', '.join(near)}?" if near else ""
             raise ConfigError(f"{where}: unknown [sweep] option '{k}'{hint}")
@@ -277,8 +277,6 @@ def points(sp: SweepSpec, batch_size: int | None = None) -> list[Point]:
 def check_points(sp: SweepSpec, out: str | None = None) -> list[Point]:
     """Validate every point (all of them, before anything runs). An invalid combination is an
     error naming the point, or, with ``skip_invalid``, left out and listed in ``sp.dropped``."""
-    from scaleprobe.config_rules import unused
-
     good: list[Point] = []
     sp.dropped, sp.unused = [], []
     for p in points(sp):
@@ -303,8 +301,6 @@ def check_points(sp: SweepSpec, out: str | None = None) -> list[Point]:
 def _check_axes_used(sp: SweepSpec, cfg: C.RunConfig, p: Point) -> None:
     """A grid axis the point's run does not use makes points that measure the same thing
     (``workers = [1, 2]`` with ``dataset = "synthetic"``): an error naming the axis."""
-    from scaleprobe.config_rules import unused
-
     for a in sp.axes:
         why = unused(cfg, [a.key])
         if why:

@@ -28,6 +28,7 @@ from rich.console import Console
 
 from scaleprobe import results as res
 from scaleprobe.errors import ConfigError
+from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
 from scaleprobe.experiments.progress import SweepProgress
@@ -39,8 +40,11 @@ from scaleprobe.experiments.spec import (
     group_key,
     load_spec,
 )
+from scaleprobe.experiments.tables import sweep_report, write_report
 from scaleprobe.measure.progress import PROGRESS_ENV
 from scaleprobe.run.driver import RUN_OUTPUT_BYTES
+from scaleprobe.run.resources import check_config, launches
+from scaleprobe.target import repeat_config
 
 try:  # POSIX; elsewhere sweeps into one folder are not kept apart
     import fcntl
@@ -98,8 +102,6 @@ def run_point(st: SweepState, point: Point, repeat: int = 0) -> dict[str, Any]:
     """Run repeat ``repeat`` of one point in its own process (or reuse this experiment's run
     of the same configuration, measured before it was stopped) and return its record. A point that ran out of memory is
     not repeated: its out-of-memory record stands for every repeat."""
-    from scaleprobe.target import repeat_config
-
     cfg, index = repeat_config(st.spec.config(point, str(st.out)), repeat)
     key = cfg.key()
     prior = st.done.get(key, [])
@@ -225,7 +227,7 @@ def preflight(configs: list[Any]) -> None:
     """Names that build nothing (a model or dataset typo) and process counts this host cannot
     take (run/resources.py) fail here, in one line, before any point runs; each distinct
     (model, dataset) pair and process count is checked once."""
-    from scaleprobe.run.resources import check_config, launches
+    # heavy: torch: torch stays out of start-up until a tensor is made
     from scaleprobe.run.workloads import preflight as check  # imports torch
 
     seen: set[tuple[str, str]] = set()
@@ -269,11 +271,8 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
 def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
                 console: Console | None, spec_path: str | None,
                 executor: Any = None) -> list[dict[str, Any]]:
-    from scaleprobe.experiments.executor import process_set
-    from scaleprobe.experiments.tables import sweep_report, write_report
-
     st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id),
-                    process_set(executor, out),
+                    executors.process_set(executor, out),
                     spec_path=spec_path)
     st.done = completed_runs(st.results_path, sp.sweep_id)
     todo = [c for c in (sp.config(p, str(out)) for p in pts)

@@ -72,7 +72,7 @@ class CompileWatch:
 
     def install(self) -> CompileWatch:
         try:
-            from torch._dynamo.callback import callback_handler
+            from torch._dynamo.callback import callback_handler  # heavy: torch
 
             callback_handler.register_start_callback(self._start)
             callback_handler.register_end_callback(self._end)
@@ -186,7 +186,7 @@ def _recompile_reasons() -> dict[str, str]:
     """Compile id -> the guard failure dynamo recorded for that recompile (the last 64
     compilations dynamo keeps)."""
     try:
-        from torch._dynamo.utils import get_compilation_metrics
+        from torch._dynamo.utils import get_compilation_metrics  # heavy: torch
 
         return {str(m.compile_id): str(m.recompile_reason) for m in get_compilation_metrics()
                 if getattr(m, "recompile_reason", None)}
@@ -197,7 +197,7 @@ def _recompile_reasons() -> dict[str, str]:
 def _graph_breaks() -> dict[str, int] | None:
     """dynamo's graph breaks so far, by reason (each time a trace broke there)."""
     try:
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import counters  # heavy: torch
 
         return {str(k): int(v) for k, v in counters["graph_break"].items()}
     except Exception:  # noqa: BLE001

@@ -26,6 +26,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
+from torch.utils._pytree import tree_leaves, tree_map_only
+
 from scaleprobe.measure.flops import StepFlops, flop_counter
 
 METHOD = ("torch.utils.flop_counter.FlopCounterMode over one forward and backward of the eager "
@@ -38,8 +43,6 @@ METHOD = ("torch.utils.flop_counter.FlopCounterMode over one forward and backwar
 def eager_module(model: Any) -> Any:
     """The module a compiled (and possibly DDP- or DataParallel-wrapped) model runs:
     ``torch.compile``'s ``OptimizedModule`` and the data-parallel wrappers taken off."""
-    import torch
-
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     for _ in range(8):  # compile(DDP(compile(m))): a few layers at most
         inner = getattr(model, "_orig_mod", None)
@@ -57,7 +60,7 @@ def is_compiled(model: Any) -> bool:
     if getattr(model, "_compiled_call_impl", None) is not None:
         return True
     try:
-        from torch._dynamo.eval_frame import OptimizedModule
+        from torch._dynamo.eval_frame import OptimizedModule  # heavy: torch
 
         return isinstance(model, OptimizedModule)
     except Exception:  # noqa: BLE001  (no dynamo: nothing is compiled)
@@ -72,21 +75,14 @@ class FakeRun:
     gradient) with respect to those parameters."""
 
     def __init__(self, module: Any) -> None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         self.module = module
         self.mode = FakeTensorMode(allow_non_fake_inputs=False)
 
     def fake(self, value: Any) -> Any:
-        import torch
-        from torch.utils._pytree import tree_map_only
-
         return tree_map_only(torch.Tensor, self.mode.from_tensor, value)
 
     def count(self, body: Callable[[Callable[..., Any]], list[Any]],
               training: bool | None = None, autocast: Any = None) -> int:
-        import torch
-        from torch.func import functional_call
         mod = self.module
         with self.mode:
             params = {k: self._fake(p).detach().requires_grad_(p.requires_grad)
@@ -112,8 +108,6 @@ class FakeRun:
     def _fake(self, t: Any) -> Any:
         """A fake copy of a parameter or buffer; a sharded one (FSDP2's DTensor) as a plain
         tensor of its whole (unsharded) shape, the shape the forward computes with."""
-        import torch
-
         if hasattr(t, "full_tensor"):  # DTensor: its shape is the global one
             return torch.empty(t.shape, dtype=t.dtype, device=t.device)
         return self.mode.from_tensor(t)
@@ -147,8 +141,6 @@ def _fsdp_hooks_off(module: Any) -> Iterator[None]:
 def _kept(module: Any, training: bool | None) -> Iterator[None]:
     """Train / eval flags of every submodule and the random-number state, as they were; a
     module compiled in place runs its eager call meanwhile."""
-    import torch
-
     flags = [(m, m.training) for m in module.modules()]
     inplace = module.__dict__.get("_compiled_call_impl")
     cpu = torch.get_rng_state()
@@ -172,9 +164,6 @@ def _kept(module: Any, training: bool | None) -> Iterator[None]:
 
 def outputs(value: Any) -> list[Any]:
     """The tensors in a module's output (a tensor, or nested tuples, lists and dicts)."""
-    import torch
-    from torch.utils._pytree import tree_leaves
-
     return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 

@@ -43,6 +43,7 @@ changed) and is measured again. Delete the file to measure again.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -115,7 +116,7 @@ class StepFlops:
 def _sdpa_forward(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any,
                   out_shape: Any = None, **kwargs: Any) -> int:
     """Attention's two products, ``Q K^T`` and ``P V``, on the full ``T x T`` scores."""
-    from torch.utils.flop_counter import sdpa_flop_count
+    from torch.utils.flop_counter import sdpa_flop_count  # heavy: torch
 
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
@@ -145,7 +146,7 @@ def sdpa_formulas() -> dict[Any, Any]:
 
 def flop_counter() -> Any:
     """A ``FlopCounterMode`` (no display) with the attention formulas of ``sdpa_formulas``."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from torch.utils.flop_counter import FlopCounterMode  # heavy: torch
 
     return FlopCounterMode(display=False, custom_mapping=sdpa_formulas())
 
@@ -326,8 +327,6 @@ def _quick_check(device: torch.device, dtype: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     try:
-        import fcntl
-
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / "peaks.lock", os.O_RDWR | os.O_CREAT, 0o644)
     except (ImportError, OSError):

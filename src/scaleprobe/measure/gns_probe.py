@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from scaleprobe.gns import mode
 from scaleprobe.results import GnsSamples
 
 FP16_REASON = ("not measured with --amp fp16: the loss scale multiplies every gradient norm "
@@ -164,8 +165,6 @@ class HalfSteps:
 def half_steps(p: Any) -> HalfSteps | None:
     """The one-process probe when the run measures the noise scale from two micro-batches
     (``gns.mode``), else None."""
-    from scaleprobe.gns import mode
-
     if mode(p.cfg) != "micro_batches" or p.scaler.is_enabled():
         return None
     return HalfSteps(p.model, p.per_process_batch, p.cfg.train.warmup_steps)
@@ -174,8 +173,6 @@ def half_steps(p: Any) -> HalfSteps | None:
 def samples_of(p: Any) -> GnsSamples | None:
     """This rank's ``GnsSamples`` (read after the window), or None when the run does not
     measure the noise scale."""
-    from scaleprobe.gns import mode
-
     how = mode(p.cfg)
     if how is None:
         return None

@@ -12,7 +12,7 @@ def _init() -> bool:
     if _state["init"] is not None:
         return _state["init"]
     try:
-        import pynvml
+        import pynvml  # optional: pynvml (absent or failing without an NVIDIA driver)
 
         pynvml.nvmlInit()
         _state["init"] = True
@@ -25,7 +25,7 @@ def _init() -> bool:
 def nvml_info() -> dict[str, Any]:
     if not _init():
         return {"status": _state["error"], "driver": None}
-    import pynvml
+    import pynvml  # optional: pynvml (absent or failing without an NVIDIA driver)
 
     drv = pynvml.nvmlSystemGetDriverVersion()
     return {"status": "ok", "driver": drv.decode() if isinstance(drv, bytes) else drv}
@@ -49,7 +49,7 @@ class NvmlDevice:
     """One GPU as NVML sees it. ``sample()`` -> (util %, used bytes, power W)."""
 
     def __init__(self, cuda_index: int) -> None:
-        import pynvml
+        import pynvml  # optional: pynvml (absent or failing without an NVIDIA driver)
 
         self._nv = pynvml
         self.index = cuda_index

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.measure.steplog import StepLog
+
 INTERVAL_S = 0.5
 # A rank whose last beat is older than this while another rank beat more recently was stopped
 # (its thread did not run for six intervals)
@@ -77,8 +79,6 @@ class Heartbeat:
         """Write ``source``'s timed steps (``measure/steplog.StepSource``) to the run folder at
         every beat and at the end, so a rank that dies leaves what it measured."""
         if self._buf is not None:
-            from scaleprobe.measure.steplog import StepLog
-
             self._steps = StepLog(self.path.parent.parent, self.rank, source)
 
     # --- the beat -----------------------------------------------------------------------------

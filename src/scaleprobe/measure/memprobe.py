@@ -26,6 +26,7 @@ METHOD = ("host memory, one thread set as the run's: median of 3 in-place mul_ (
 
 
 def memory_passes(nbytes: int = PROBE_BYTES, repeats: int = 3) -> dict[str, Any]:
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch  # the probe runs in a rank, beside the training it follows
 
     a = torch.ones(nbytes // 4)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -183,7 +184,6 @@ class Monitor:
                 "gpu_mem_peak_bytes": peak("gpu_mem_bytes"), "samples": len(rows),
                 **energy_rate(rows, mean("gpu_power_w"))}
 
-
     def outside_load(self, t_from: float | None = None,
                      t_to: float | None = None) -> dict[str, Any]:
         """CPU time (and GPU processes) of processes outside the run's tree over the window
@@ -221,7 +221,6 @@ def process_peak_rss_bytes() -> int | None:
     peak = _status_bytes("VmHWM")
     if peak is not None:
         return peak
-    import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -229,8 +228,6 @@ def process_peak_rss_bytes() -> int | None:
 def process_rss_bytes() -> int | None:
     """This process's resident set now (not its peak)."""
     try:
-        import psutil
-
         return int(psutil.Process().memory_info().rss)
     except Exception:  # noqa: BLE001  (a missing figure, never a failed run)
         return None

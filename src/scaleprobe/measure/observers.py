@@ -23,6 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from scaleprobe import env as envmod
+
 MAX_CAPTURES = 5  # bounds the traces' total size
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 TOP_OPS = 15
@@ -47,8 +51,7 @@ class Summaries:
 
     def __init__(self, log_dir: Path, every_s: float, batch: int,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        import psutil
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # heavy: torch
 
         self.writer = SummaryWriter(str(log_dir))
         self.every_s, self.batch = every_s, batch
@@ -76,8 +79,7 @@ class Summaries:
         self._write(st, now)
 
     def _write(self, st: Any, now: float) -> None:
-        import psutil
-        import torch
+        import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
         w = self.writer
         w.add_scalar("train/loss", float(st.losses[-1]), st.step)
@@ -101,10 +103,6 @@ class Summaries:
     def _rank_cpu_pct(self) -> float:
         """CPU of this process and its loader workers since the last reading, % of all cores
         (as the run's monitor counts it)."""
-        import psutil
-
-        from scaleprobe.env import cpu_count
-
         try:
             tree = [self._me, *self._me.children(recursive=True)]
         except psutil.Error:
@@ -116,7 +114,7 @@ class Summaries:
                 total += p.cpu_percent(None)
             except psutil.Error:
                 continue
-        return total / cpu_count()
+        return total / envmod.cpu_count()
 
     def close(self) -> dict[str, Any]:
         st = self._st
@@ -129,7 +127,7 @@ class Summaries:
 
 def _gpu_util_pct() -> float | None:
     """This process's GPU's utilisation from NVML (torch.cuda.utilization), if it answers."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     try:
         return float(torch.cuda.utilization())
@@ -152,7 +150,7 @@ class Profiles:
         self.log = self.dir / f"profiler-rank{rank}.log"
 
     def _start(self) -> None:
-        from torch.profiler import ProfilerActivity, profile, schedule
+        from torch.profiler import ProfilerActivity, profile, schedule  # heavy: torch
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         n = len(self.traces)

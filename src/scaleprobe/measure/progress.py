@@ -7,6 +7,7 @@ The window may still end sooner, once the median step is stable."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -41,6 +42,7 @@ class StepProgress:
     def begin(self, parts: Any) -> None:
         if not self.enabled:
             return
+        # heavy: rich: printing only; kept out of the CLI's start-up
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -118,8 +120,6 @@ class FileProgress(StepProgress):
         self._write("setting up: building the model and data")
 
     def advance(self, st: Any) -> None:
-        import time
-
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
@@ -143,8 +143,6 @@ class FileProgress(StepProgress):
         self._write("training done: recording the result")
 
     def _write(self, text: str) -> None:
-        import os
-
         tmp = f"{self.path}.tmp"
         try:
             with open(tmp, "w") as fh:

@@ -59,7 +59,7 @@ def _order_statistics(n: int, alpha: float) -> tuple[int, int]:
     integers grow long) scipy's ``binom``, which gives the same indices (a test compares them),
     imported there only."""
     if n > EXACT_MAX_N:
-        from scipy.stats import binom
+        from scipy.stats import binom  # heavy: scipy: only where an interval is computed
 
         return int(binom.ppf(alpha, n, 0.5)) - 1, int(binom.isf(alpha, n, 0.5))
     a = Fraction(alpha)

@@ -19,10 +19,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
 
-from scaleprobe.catalog import SMALL_MODELS
+from scaleprobe.catalog import SMALL_MODELS, imported_torchvision_models
 from scaleprobe.errors import ConfigError
 from scaleprobe.lmspec import GPT_MODELS, GPTShape
+from scaleprobe.models.gpt import GPT
 from scaleprobe.models.small import MLP, DigitsCNN, Linear, MLPLarge
 from scaleprobe.registry import suggest
 
@@ -35,9 +37,7 @@ SMALL: dict[str, tuple[Callable[..., nn.Module], str]] = {
 
 
 def torchvision_models() -> list[str]:
-    import torchvision
-
-    return sorted(torchvision.models.list_models(module=torchvision.models))
+    return list(imported_torchvision_models())
 
 
 def list_models() -> list[tuple[str, str]]:
@@ -137,8 +137,6 @@ def build_model(name: str, num_classes: int = 10, image_size: int = 32,
     decoder for a vocabulary of ``num_classes`` tokens in ``shape`` (None: the named model's
     own shape)."""
     if name in GPT_MODELS:
-        from scaleprobe.models.gpt import GPT
-
         return GPT(shape or GPT_MODELS[name][0], num_classes)
     if ":" in name:
         fn, path = _user_builder(name)
@@ -146,7 +144,7 @@ def build_model(name: str, num_classes: int = 10, image_size: int = 32,
     if name in SMALL:
         return SMALL[name][0](num_classes, image_size)
     check_name(name)
-    import torchvision
+    import torchvision  # heavy: torchvision: seconds; imported where it is used
 
     kwargs: dict[str, Any] = {"weights": None, "num_classes": num_classes}
     if name.startswith("inception"):
@@ -164,8 +162,6 @@ def param_count(model: nn.Module) -> int:
 def has_lazy(model: nn.Module) -> bool:
     """True while a lazy module (``nn.LazyLinear``, ``nn.LazyConv2d``, ...) has parameters
     whose shape is not known yet."""
-    from torch.nn.modules.lazy import LazyModuleMixin
-
     return any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()
                for m in model.modules())
 

@@ -22,6 +22,8 @@ from scaleprobe.report import critical as C
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report import target as T
+from scaleprobe.report.batch_target import claim, target_picks
 from scaleprobe.report.sweep_points import point_groups, sweep_runs
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import Record, RunResult
@@ -198,8 +200,6 @@ def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
 def batch_table_parts(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The batch table's headers and cells; with --target, each batch size's time to it over
     its seeds (median, fastest-slowest, k of n reached, samples) beside the usual columns."""
-    from scaleprobe.report import target as T
-
     shown = [{**r, **T.point_figures(r["record"])} if T.has_target(r["record"]) else r
              for r in rows]
     headers, cells = T.table_parts(BATCH_HEADERS, shown, batch_cells)
@@ -460,7 +460,6 @@ def recommend_batch(records: list[Record]) -> dict[str, Any]:
         per_gib = P.median_of(best_eff["record"], _per_byte(best_eff))
         best_eff = {**best_eff, "samples_per_s_per_gib": per_gib * fmt.GIB if per_gib else None}
     multi = len({r["group"] for r in rows}) > 1
-    from scaleprobe.report.batch_target import target_picks
 
     picks = target_picks(rows)
     text = _batch_text(fastest, best_eff, steps, multi, (fast_ahead, fast_tied),
@@ -505,17 +504,6 @@ def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool
     return bool(open_ivs) and all(iv is not None and iv.within_run_bound for iv in open_ivs)
 
 
-def _claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
-           repeats: int = 2) -> str:
-    """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
-    or inconclusive with the rows it cannot be told apart from (``tied``; with one repeat
-    every other row is, as one repeat decides nothing)."""
-    each = " (each: that batch size's figure / this one's)."
-    if not tied:
-        return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + each if ahead else ".")
-    why = "inconclusive" if repeats >= M.MIN_REPEATS_TO_DECIDE else "inconclusive (1 repeat)"
-    return f"{what}: {why}: {body}, not told apart from " + "; ".join(tied) + each
-
 
 def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
                 fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]]) -> str:
@@ -543,11 +531,11 @@ def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{epoch_text(fastest)}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    lines.append(_claim("Fastest", head, fast[1], fast[0], n))
+    lines.append(claim("Fastest", head, fast[1], fast[0], n))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory (the median over its "
                 f"repeats of each one's own; the row: {fmt.rate(eff['samples_per_s'])} samples/s "
                 f"at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        lines.append(_claim("Most efficient", body, eff_vs[1], eff_vs[0], n))
+        lines.append(claim("Most efficient", body, eff_vs[1], eff_vs[0], n))
     return "\n".join(lines)

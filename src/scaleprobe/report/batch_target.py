@@ -9,7 +9,7 @@ from typing import Any
 from scaleprobe import metrics as M
 from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
-from scaleprobe.report.batch import _claim
+from scaleprobe.report import target as T
 
 
 def target_picks(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -20,8 +20,6 @@ def target_picks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     can shorten each epoch and still need more samples (McCandlish et al. 2018, the critical
     batch size): the two picks differ exactly there. Batch sizes whose runs never reached
     the target are named as such."""
-    from scaleprobe.report import target as T
-
     out: dict[str, Any] = {"soonest": None, "fewest_samples": None, "lines": []}
     measured = [r for r in rows if r["status"] in ("ok", "target_not_reached")
                 and T.has_target(r["record"])]
@@ -56,7 +54,7 @@ def target_picks(rows: list[dict[str, Any]]) -> dict[str, Any]:
                            else f"{best['samples_to_target_median']:,.0f} samples")
             body = (f"batch {best['batch_size']}{where}, median {figure_text} over "
                     f"{best['ttt_reached']} of {best['ttt_runs']} runs that reached it")
-            line = "- " + _claim(f"{label} {what}", body, tied, ahead)
+            line = "- " + claim(f"{label} {what}", body, tied, ahead)
             if never:
                 line += " Never reached: " + "; ".join(never) + "."
             out["lines"].append(line)
@@ -66,3 +64,15 @@ def target_picks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if lr:  # a larger batch's samples to target depend on its step size (Goyal et al.)
         out["lines"].append(f"- {lr[0].upper()}{lr[1:]}.")
     return out
+
+
+def claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
+          repeats: int = 2) -> str:
+    """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
+    or inconclusive with the rows it cannot be told apart from (``tied``; with one repeat
+    every other row is, as one repeat decides nothing)."""
+    each = " (each: that batch size's figure / this one's)."
+    if not tied:
+        return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + each if ahead else ".")
+    why = "inconclusive" if repeats >= M.MIN_REPEATS_TO_DECIDE else "inconclusive (1 repeat)"
+    return f"{what}: {why}: {body}, not told apart from " + "; ".join(tied) + each

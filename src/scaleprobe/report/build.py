@@ -14,7 +14,7 @@ from scaleprobe import results as res
 from scaleprobe.report import records as R
 from scaleprobe.report import sections_exp as SE
 from scaleprobe.report import sections_runs as SR
-from scaleprobe.report.diagnose import diagnose_experiment, diagnose_run
+from scaleprobe.report.diagnose import diagnose_experiment, diagnose_run, format_findings
 from scaleprobe.report.doc import Section, Table, Text, to_html, to_markdown
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.grouped import group_findings
@@ -102,8 +102,6 @@ def findings_text(records: list[Record]) -> str:
     """The report's Findings for the terminal (``report --findings``): the findings across
     runs, then the per-run findings grouped as in the report (one per verdict and next step,
     naming its runs), most severe first."""
-    from scaleprobe.report.diagnose import format_findings
-
     runs = R.runs(records)
     across = diagnose_experiment(records)
     per_run = [g.finding for g in group_findings(_run_findings(runs, lambda _, f, *a: f(*a)))]

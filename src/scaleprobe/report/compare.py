@@ -26,10 +26,13 @@ from typing import Any
 
 from scaleprobe import metrics as M
 from scaleprobe.errors import ConfigError
+from scaleprobe.invariants import uneven_steps
 from scaleprobe.report import fmt
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report.diagnose import epoch_start_wait
+from scaleprobe.report.load import run_load
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
 
@@ -148,7 +151,6 @@ def differences(a: RunResult, b: RunResult) -> list[str]:
     ga, gb = _gpus(a), _gpus(b)
     if ga != gb and not blank:
         out.append(f"GPUs: {ga or 'none'} -> {gb or 'none'}")
-    from scaleprobe.report.load import run_load
 
     loaded = [side for side, r in (("A", a), ("B", b)) if run_load(r)[0]]
     if loaded:
@@ -195,9 +197,6 @@ def caveats(a: RunResult, b: RunResult, th: Thresholds = DEFAULT) -> list[str]:
     side's median step would say another figure (its steps vary widely), say so, and why when
     the wait at epoch starts explains it: the difference may be the stalls, not the code. A
     side of unknown status (an older record) is named."""
-    from scaleprobe.invariants import uneven_steps
-    from scaleprobe.report.diagnose import epoch_start_wait
-
     out = [f"{side}: {UNKNOWN_TEXT}: its figures are read as recorded; whether it ran to "
            "its end is not known" for side, r in (("A", a), ("B", b)) if r.status == UNKNOWN]
     for side, r in (("A", a), ("B", b)):
@@ -356,6 +355,7 @@ RULE = ("B is faster or slower only when the 95% interval of samples/s B / A exc
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:
     """A rich table in the terminal."""
+    # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe.gns import REGIME_TEXT, regime
 from scaleprobe.measure.stats import median
 from scaleprobe.report import repeats as P
 from scaleprobe.results import RunResult
@@ -179,8 +180,6 @@ def seeds(runs: list[RunResult]) -> int:
 def regime_cell(row: dict[str, Any]) -> str:
     """Where the batch lies against the point's B_noise (``gns.regime``) over the range of
     its repeats; inconclusive with fewer than ``MIN_REPEATS_TO_DECIDE`` of them."""
-    from scaleprobe.gns import regime
-
     rec = row.get("record")
     vals = P.values(rec, b_noise_end) if rec is not None else []
     b = batch_global(rec) if rec is not None else None
@@ -323,8 +322,6 @@ def verdict_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None,
 
 def _model_lines(rows: list[dict[str, Any]], crit: float, which: str,
                  rec: dict[str, Any] | None) -> list[str]:
-    from scaleprobe.gns import REGIME_TEXT, regime
-
     by: dict[str, list[int]] = {"below": [], "near": [], "above": []}
     for r in rows:
         b = batch_global(r["record"]) if r.get("record") is not None else None

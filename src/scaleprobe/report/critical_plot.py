@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.report import plots
 from scaleprobe.report.critical import (
     CriticalFit,
     Predicted,
@@ -22,8 +23,6 @@ def critical_plot(rows: list[dict[str, Any]], title: str) -> Any:
     size at the median), and the fitted curve (S(B), E(B)) with its asymptotes S_min and
     E_min. Right: B_noise over training, one line per batch size (its median repeat's
     series), with the fitted critical batch. None without a fit or a series to draw."""
-    from scaleprobe.report import plots  # matplotlib: only where a figure is drawn
-
     fit = group_fit(rows)
     series = [(batch_global(r["record"]), r["record"].gns.series) for r in rows
               if r.get("record") is not None and r["record"].gns is not None
@@ -65,7 +64,7 @@ def _fit_panel(ax: Any, rows: list[dict[str, Any]], fit: CriticalFit) -> None:
         ax.axvline(fit.s_min, ls=":", color="#999", label=f"S_min {fit.s_min:,.0f} steps")
     if fit.e_min > 0:
         ax.axhline(fit.e_min, ls="--", color="#999", label=f"E_min {fit.e_min:,.0f} samples")
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # heavy: matplotlib
 
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -39,6 +39,8 @@ Verdicts of one run:
 from __future__ import annotations
 
 import re
+import shutil
+import textwrap
 
 from scaleprobe.invariants import check_run, uneven_steps
 from scaleprobe.report import advice, fmt
@@ -440,8 +442,6 @@ def format_findings(findings: list[Finding], width: int | None = None) -> str:
     terminal (``width``) with its continuation lines under the text they continue."""
     if not findings:
         return "No findings: nothing stands out in these results."
-    import shutil
-    import textwrap
 
     width = max(width or shutil.get_terminal_size((100, 24)).columns, 60) - 1
     order = {s: i for i, s in enumerate(SEVERITIES)}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe.report import batch as B
 from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
 from scaleprobe.report.doc import Image
@@ -29,10 +30,12 @@ from scaleprobe.results import (
     BREAKDOWN_PHASES,
     ColocateRecord,
     CommBenchRecord,
+    TimeToTarget,
     dict_of,
     dicts,
     num,
 )
+from scaleprobe.target import LOWER_IS_BETTER
 
 PHASE_COLOURS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c",
                  "backward": "#30638e", "optimizer": "#66a182", "comm": "#8d6a9f"}
@@ -58,6 +61,7 @@ def _figure(w_in: float = 9.0, h_in: float = 4.2, ncols: int = 1, nrows: int = 1
             **kw: Any) -> tuple[Any, Any]:
     # a bare Figure on its own Agg canvas (no pyplot) leaves the caller's backend and global
     # state alone, and keeps the renderer that placed the text, for _meta
+    # heavy: matplotlib: only where a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -164,8 +168,6 @@ def batch_plot(rows: list[dict[str, Any]], title: str) -> Plot | None:
 
 
 def _epoch_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int]) -> None:
-    from scaleprobe.report import batch as B
-
     epochs = [B.shown_epoch(r) for r in ok]  # the table's figures, on the group's basis
     if all(e is not None for e in epochs):
         every: list[float] = []
@@ -425,4 +427,29 @@ def comm_prediction_plot(labels: list[str], predicted_s: list[float],
     _from_zero(ax, [p * 1e3 for p in predicted_s] + [m * 1e3 for m in measured_s], 1.3)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+    return _render(fig)
+
+
+def curve_plot(series: list[tuple[str, TimeToTarget]], target: float | None,
+               metric: str) -> Any:
+    """The metric against training wall clock (evaluation excluded), one line per
+    configuration (its curve, from the run's ``target`` block), the target as a horizontal
+    line. None when no series has two points."""
+    drawn = [(label, tt.curve) for label, tt in series]
+    drawn = [(label, [c for c in cv if c.get("value") is not None]) for label, cv in drawn]
+    drawn = [(label, cv) for label, cv in drawn if cv]
+    if not drawn:
+        return None
+    fig, ax = _figure(7.5, 4.2)
+    for label, cv in drawn:
+        ax.plot([c["train_wall_s"] for c in cv], [c["value"] for c in cv], "o-", label=label,
+                ms=4)
+    if target is not None:
+        ax.axhline(target, ls="--", color="#d1495b", label=f"target {target:g}")
+    ax.set(xlabel="training wall clock (s, evaluation excluded)", ylabel=metric,
+           title=f"{metric} against training time")
+    ax.set_xlim(left=0)  # training starts at 0 s: the lines compare from there
+    ax.grid(alpha=0.3)
+    # the curves rise to a target of accuracy, fall to one of loss: the legend where they leave
+    ax.legend(fontsize=8, loc="upper right" if metric in LOWER_IS_BETTER else "lower right")
     return _render(fig)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe import metrics as M
+from scaleprobe.comm.exposed import same_link_prediction
 from scaleprobe.report import batch as B
 from scaleprobe.report import fmt, plots
 from scaleprobe.report import records as R
@@ -14,6 +15,7 @@ from scaleprobe.report import target as T
 from scaleprobe.report import workers as W
 from scaleprobe.report.critical_plot import critical_plot
 from scaleprobe.report.doc import Section, Sub, Table, Text
+from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import under_load_line
 from scaleprobe.report.repeats import group_repeats
 from scaleprobe.results import (
@@ -164,7 +166,7 @@ def _target_curves(s: Section, eid: str, rows: list[dict[str, Any]], label: Any,
     if not series:
         return
     tt = series[0][1]
-    s.add(plots.image(f"target-{_slug(eid)}", T.curve_plot(series, tt.target,
+    s.add(plots.image(f"target-{_slug(eid)}", plots.curve_plot(series, tt.target,
                                                            tt.metric or "metric"),
                       f"metric against training wall clock, {lines}, the target as a "
                       "horizontal line"))
@@ -263,8 +265,6 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
     """Each multi-process run's exposed communication as transfer + sync overhead, and the
     network model for the link the run was measured on (never another one) next to the
     transfer: like with like. Predictions for a link the run did not cross are listed apart."""
-    from scaleprobe.comm.exposed import same_link_prediction
-
     runs = [r for r in runs if r.comm is not None and (r.world_size or 0) >= 2]
     if not runs:
         return
@@ -350,8 +350,6 @@ def target_runs_section(records: list[Record]) -> Section | None:
     """Runs with --target outside a scale or batch sweep (those draw their own): the metric
     against training wall clock, one line per run, the target as a horizontal line, and a
     row per run with its time, epochs and samples to the target (or its best value)."""
-    from scaleprobe.report.labels import distinct_labels
-
     runs = [r for r in R.runs(records) if r.target is not None
             and (r.exp_kind not in ("scale", "sweep"))]
     if not runs:
@@ -373,7 +371,7 @@ def target_runs_section(records: list[Record]) -> Section | None:
                 right=[False, False, True, True, True, True]))
     series = list(zip(labels, targets, strict=True))[:TARGET_RUNS_DRAWN]
     tt0 = targets[0]
-    s.add(plots.image("target-runs", T.curve_plot(series, tt0.target,
+    s.add(plots.image("target-runs", plots.curve_plot(series, tt0.target,
                                                   tt0.metric or "metric"),
                       "metric against training wall clock, one line per run, the target as a "
                       "horizontal line"))

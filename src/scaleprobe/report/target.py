@@ -24,7 +24,6 @@ from scaleprobe.measure.stats import median
 from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
 from scaleprobe.results import Record, RunResult, TimeToTarget
-from scaleprobe.target import LOWER_IS_BETTER
 from scaleprobe.target import target_text as direction_text
 
 TARGET_HEADERS = ("Time to target", "Reached", "Samples to target", "TTT speedup")
@@ -201,32 +200,6 @@ def table_parts(headers: tuple[str, ...] | list[str], rows: list[dict[str, Any]]
     hs = list(headers) + (list(TARGET_HEADERS) if extra else [])
     return hs, [cells(r) + (target_cells(r) if extra else []) for r in rows]
 
-
-def curve_plot(series: list[tuple[str, TimeToTarget]], target: float | None,
-               metric: str) -> Any:
-    """The metric against training wall clock (evaluation excluded), one line per
-    configuration (its curve, from the run's ``target`` block), the target as a horizontal
-    line. None when no series has two points."""
-    from scaleprobe.report import plots  # matplotlib: only where a figure is drawn
-
-    drawn = [(label, tt.curve) for label, tt in series]
-    drawn = [(label, [c for c in cv if c.get("value") is not None]) for label, cv in drawn]
-    drawn = [(label, cv) for label, cv in drawn if cv]
-    if not drawn:
-        return None
-    fig, ax = plots._figure(7.5, 4.2)
-    for label, cv in drawn:
-        ax.plot([c["train_wall_s"] for c in cv], [c["value"] for c in cv], "o-", label=label,
-                ms=4)
-    if target is not None:
-        ax.axhline(target, ls="--", color="#d1495b", label=f"target {target:g}")
-    ax.set(xlabel="training wall clock (s, evaluation excluded)", ylabel=metric,
-           title=f"{metric} against training time")
-    ax.set_xlim(left=0)  # training starts at 0 s: the lines compare from there
-    ax.grid(alpha=0.3)
-    # the curves rise to a target of accuracy, fall to one of loss: the legend where they leave
-    ax.legend(fontsize=8, loc="upper right" if metric in LOWER_IS_BETTER else "lower right")
-    return plots._render(fig)
 
 
 def curve_series(rows: list[dict[str, Any]], label: Any) -> list[tuple[str, TimeToTarget]]:

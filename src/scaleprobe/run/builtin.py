@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import env as envmod
+from scaleprobe.comm.ranknet import context
 from scaleprobe.config import RunConfig
 from scaleprobe.data.datasets import DATASETS, check_data_dir
 from scaleprobe.errors import ConfigError
@@ -20,6 +21,7 @@ from scaleprobe.launch import run_workers
 from scaleprobe.results import RunResult
 from scaleprobe.run.driver import Ending, execute, save_traceback
 from scaleprobe.run.resources import check_config
+from scaleprobe.strategies.dp import check_devices
 from scaleprobe.tasks import check_model_name
 from scaleprobe.train.worker import HANDOFF, launched_worker, worker_main
 from scaleprobe.traits import traits_of
@@ -40,12 +42,11 @@ class BuiltinTraining:
         check_data_dir(cfg.data)
         check_model_name(cfg.task.task, cfg.model.name)
         if cfg.task.task == "detection" and cfg.train.eval:
+            # heavy: torchvision: seconds; imported where it is used
             from scaleprobe.tasks.detection import require_metric  # torchmetrics: optional
 
             require_metric()  # the optional libraries of the mAP: before training, not after
         if self.traits.towers:
-            from scaleprobe.strategies.dp import check_devices  # imports torch
-
             check_devices()
         elif self.traits.launched and envmod.cuda_available():
             n = envmod.cuda_device_count()
@@ -63,8 +64,6 @@ class BuiltinTraining:
                 "training_in_children": self.traits.launched}
 
     def environment(self) -> contextlib.AbstractContextManager[Any]:
-        from scaleprobe.comm.ranknet import context  # --link rankN=...: a namespace per rank
-
         d = self.cfg.dist
         return context(d.link, d.nproc, d.nnodes) if self.traits.launched else \
             contextlib.nullcontext()

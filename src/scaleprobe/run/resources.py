@@ -21,7 +21,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import psutil
+
+from scaleprobe import env as envmod
 from scaleprobe.errors import ConfigError
+from scaleprobe.traits import traits_of
 
 # ranks per core beyond which a CPU job is refused without --force: 2 lets the README's
 # `scale --nproc 1,2,4` run on a 2-core laptop, and refuses 6 ranks there and 64 anywhere
@@ -40,7 +44,7 @@ def host_cores() -> int:
 def rank_floor_bytes() -> int | None:
     """Memory a rank holds of its own at least: this process's unique set size with torch
     loaded (the ranks import it too); None where it cannot be read."""
-    import psutil
+    # heavy: torch: torch stays out of start-up until a tensor is made
     import torch  # noqa: F401  (what every rank holds before its model)
 
     try:
@@ -50,8 +54,6 @@ def rank_floor_bytes() -> int | None:
 
 
 def available_bytes() -> int:
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 
@@ -82,8 +84,6 @@ def check_fits(nproc: int, on_cpu: bool, force: bool, flag: str = "--nproc") -> 
 
 def launches(cfg: Any) -> bool:
     """Does a run of ``cfg`` start ranks of its own (a script, or a launched strategy)?"""
-    from scaleprobe.traits import traits_of
-
     return cfg.script.path is not None or traits_of(cfg.dist.strategy).launched
 
 
@@ -91,6 +91,5 @@ def check_config(cfg: Any, launched: bool) -> None:
     """``check_fits`` for a run's configuration: its ranks on this host, when launched."""
     if not launched:
         return
-    from scaleprobe import env as envmod
 
     check_fits(cfg.dist.nproc, not envmod.cuda_available(), cfg.dist.force)

@@ -19,9 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import scaleprobe
 from scaleprobe import config as C
 from scaleprobe import results as res
 from scaleprobe.config import script_defaults, script_name
+from scaleprobe.env import cuda_indices
 from scaleprobe.errors import ConfigError
 from scaleprobe.launch import run_workers
 from scaleprobe.results import RunResult
@@ -92,8 +94,6 @@ class UserScript:
             "profile_every": self.cfg.measure.profile_every})
 
     def monitor_args(self) -> dict[str, Any]:
-        from scaleprobe.env import cuda_indices
-
         return {"cuda_indices": cuda_indices(self.cfg.dist.nproc), "training_in_children": True}
 
     def environment(self) -> _ChildEnv:
@@ -240,8 +240,6 @@ class _ChildEnv:
         self.threads = threads_per_rank
 
     def __enter__(self) -> None:
-        import scaleprobe
-
         root = str(Path(scaleprobe.__file__).resolve().parent.parent)
         self.saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
         parts = [p for p in (self.saved["PYTHONPATH"] or "").split(os.pathsep) if p]

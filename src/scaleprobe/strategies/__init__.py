@@ -5,6 +5,7 @@ on one device every collective is the identity (``Single``)."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from scaleprobe.errors import ConfigError
@@ -19,8 +20,6 @@ CLASSES = {"single": ("scaleprobe.strategies.single", "Single"),
 
 
 def build_strategy(name: str, dist_cfg: Any, device: Any) -> Any:
-    import importlib
-
     if name not in CLASSES:
         raise ConfigError(f"unknown strategy '{name}'")
     module, cls = CLASSES[name]

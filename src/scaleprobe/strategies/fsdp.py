@@ -47,9 +47,11 @@ def fsdp_api() -> tuple[Any, Any, Any]:
     """(fully_shard, MixedPrecisionPolicy, FSDPModule): ``torch.distributed.fsdp`` from torch
     2.6, ``torch.distributed._composable.fsdp`` in 2.4-2.5; a ConfigError before that."""
     try:
+        # heavy: torch: torch.distributed.fsdp is more than `import torch` loads
         from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
     except ImportError:
         try:
+            # heavy: torch: torch.distributed._composable.fsdp is more than `import torch` loads
             from torch.distributed._composable.fsdp import (
                 FSDPModule,
                 MixedPrecisionPolicy,

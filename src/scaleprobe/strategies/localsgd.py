@@ -4,6 +4,7 @@ by about K times against DDP, at the cost of replicas drifting apart between ave
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ class LocalSGD(DDP):
 
     def __init__(self, dist_cfg: Any, device: torch.device) -> None:
         super().__init__(dist_cfg, device)
+        # heavy: torch: torch.distributed.algorithms.model_averaging.averagers is more than `import torch` loads
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 
         self.averager = PeriodicModelAverager(period=dist_cfg.average_every, warmup_steps=0)
@@ -37,8 +39,6 @@ class LocalSGD(DDP):
         return model
 
     def no_sync(self, model: nn.Module):
-        import contextlib
-
         return contextlib.nullcontext()
 
     def sync_bytes(self, model: nn.Module) -> int:

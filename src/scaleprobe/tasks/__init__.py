@@ -26,6 +26,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
+from scaleprobe.lmspec import gpt_shape
 from scaleprobe.registry import Registry
 
 TASKS = Registry("task")
@@ -57,15 +58,13 @@ def check_model_name(task: str, name: str) -> None:
     names a torchvision detector, lm a GPT decoder, the other tasks a classifier (or a user
     builder)."""
     if task == "lm":
-        from scaleprobe.lmspec import gpt_shape
-
         gpt_shape(name)
         return
     if task == "detection":
-        from scaleprobe.tasks.detection import detector_name
+        from scaleprobe.tasks.detection import detector_name  # heavy: torch (and torchvision)
 
         detector_name(name)
         return
-    from scaleprobe.models.build import check_name
+    from scaleprobe.models.build import check_name  # heavy: torch
 
     check_name(name)

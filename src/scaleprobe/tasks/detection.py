@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+import torchvision
 from torch import nn
 from torchvision import tv_tensors
 from torchvision.transforms import v2
@@ -35,6 +36,7 @@ from torchvision.transforms import v2
 from scaleprobe.config import TASK_DEFAULT_MODELS, ModelConfig
 from scaleprobe.data.loader import collate_indexed_list
 from scaleprobe.errors import ConfigError
+from scaleprobe.extras import require
 from scaleprobe.registry import suggest
 from scaleprobe.tasks import TASKS, evaluating
 
@@ -45,8 +47,6 @@ UNSUPPORTED = ("maskrcnn", "keypointrcnn")  # need mask / keypoint targets
 
 def detectors() -> list[str]:
     """torchvision detection models that train on boxes and labels alone."""
-    import torchvision
-
     names = torchvision.models.list_models(module=torchvision.models.detection)
     return sorted(n for n in names if not n.startswith(UNSUPPORTED))
 
@@ -67,8 +67,6 @@ def detector_name(name: str) -> str:
 def build_detector(name: str, num_classes: int, size: int) -> nn.Module:
     """A randomly initialised detector for ``size x size`` inputs and ``num_classes`` classes
     (background included)."""
-    import torchvision
-
     name = detector_name(name)
     kwargs: dict[str, Any] = {"weights": None, "weights_backbone": None,
                               "num_classes": num_classes}
@@ -126,8 +124,6 @@ MAP50_SOURCE = "torchmetrics (COCO, 101-point)"
 
 def require_metric() -> None:
     """A one-line ConfigError naming the extra when the mAP cannot be computed here."""
-    from scaleprobe.extras import require
-
     require("detection", "--task detection with --eval (mAP through torchmetrics)")
 
 
@@ -137,6 +133,7 @@ def map50(preds: list[dict[str, torch.Tensor]], gts: list[dict[str, torch.Tensor
     ``preds[i]``: ``boxes`` N x 4, ``scores``, ``labels``; ``gts[i]``: ``boxes``, ``labels``
     and optionally ``difficult``, for image ``i``."""
     require_metric()
+    # optional: torchmetrics (the detection extra)
     from torchmetrics.detection import MeanAveragePrecision
 
     metric = MeanAveragePrecision(iou_type="bbox", iou_thresholds=[0.5], backend="pycocotools")

@@ -9,6 +9,7 @@ launcher you started yourself; ``launched_worker`` is the entry of each rank tha
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import time
 import traceback
@@ -19,6 +20,7 @@ from typing import Any
 
 from scaleprobe import env as envmod
 from scaleprobe import results as res
+from scaleprobe.comm.ranknet import join
 from scaleprobe.config import RunConfig, from_dict, parse_size
 from scaleprobe.errors import ConfigError
 from scaleprobe.interrupt import StopRequest
@@ -38,7 +40,6 @@ def apply_memory_limit(limit: str | None) -> tuple[int, int] | None:
     next allocation happens: a ConfigError says so instead."""
     if not limit:
         return None
-    import resource  # POSIX only: imported where a limit is asked for
 
     n = parse_size(limit)
     held = envmod.data_segment_bytes()
@@ -57,8 +58,6 @@ def lift_memory_limit(before: tuple[int, int] | None) -> None:
     """Back to the limits before ``apply_memory_limit``: recording the result (environment,
     files) needs memory that a run which hit its limit no longer has."""
     if before is not None:
-        import resource  # POSIX only, as above
-
         resource.setrlimit(resource.RLIMIT_DATA, before)
 
 
@@ -79,7 +78,6 @@ def _local_device_and_strategy(cfg: RunConfig) -> tuple[Any, Any]:
     else:
         # a parameter server talks over gloo (TCP), as classic ones do, also on CUDA hosts
         backend = cfg.dist.backend or ("gloo" if tr.needs_any_source_recv else None)
-        from scaleprobe.comm.ranknet import join  # --link rankN=...: this rank's namespace
 
         envmod.init_distributed(backend, cfg.dist.timeout_s, cfg.dist.threads_per_rank, join)
     device = envmod.pick_device(info.local_rank)
@@ -93,7 +91,7 @@ def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
     handled by ``stop`` (``interrupt.StopRequest``) until the records are gathered."""
     # the training loop's imports (torchvision, the models): not in a launcher that only
     # starts ranks, where this module is imported for ``launched_worker``
-    from scaleprobe.engine import train
+    from scaleprobe.engine import train  # heavy: torch
 
     cfg = from_dict(cfg_dict)
     stop = stop if stop is not None else StopRequest()

@@ -12,11 +12,24 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
+import socket
 import sys
 import traceback
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+from scaleprobe.env import own_process_group, shutdown_distributed
+from scaleprobe.measure.compiled import CompileWatch
+from scaleprobe.measure.heartbeat import Heartbeat, write_error
+from scaleprobe.measure.monitor import host_mem_baseline, host_mem_record
+from scaleprobe.measure.observers import build_observers
+from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
+from scaleprobe.results import write_json_atomic
+from scaleprobe.wrap.hooks import Recorder, StopScript
 
 RANKS_DIR = "wrap-ranks"
 SETTINGS = "wrap.json"
@@ -62,11 +75,9 @@ def _phases(rec: Any, w: int, world: int, comm: dict[str, Any] | None,
 def rank_record(rec: Any, rank: int, world: int,
                 baseline: dict[str, int | None]) -> dict[str, Any]:
     """This rank's ``RankRecord`` (as a dict) from what the hooks saw."""
-    import socket
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
-    import torch
-
-    from scaleprobe.measure.monitor import host_mem_record
+    # heavy: numpy: wrap's hooks stay light in the script's process
     from scaleprobe.measure.stats import median
     from scaleprobe.measure.summary import per_median_step
 
@@ -127,7 +138,7 @@ def _comm_record(rec: Any, warmup: int, world: int) -> dict[str, Any] | None:
     """What DDP's comm hook saw over the timed steps (wrap/comm.py); None when it saw no
     all-reduce in them (one process, no DDP, or a DDP model it could not time).
     ``in_flight_s`` is filled in once the phases are final."""
-    from scaleprobe.wrap.comm import EXPOSED_METHOD, IN_FLIGHT_METHOD
+    from scaleprobe.wrap.comm import EXPOSED_METHOD, IN_FLIGHT_METHOD  # heavy: numpy
 
     exposed = rec.comm_exposed[warmup:]
     if world < 2 or not exposed or any(e is None for e in exposed):
@@ -142,7 +153,7 @@ def _flops_record(rec: Any) -> dict[str, Any]:
     """The count of the last warm-up step (hooks.py) and, when there is one, the peak of the
     device it ran on (measure/flops.py: the data sheet's, or measured once per machine and
     cached), resolved after the script: a peak that cannot be had never fails the record."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     out: dict[str, Any] = {"flops_per_step": rec.flops, "method": rec.flops_method,
                            "reason": rec.flops_reason, "peak": None, "peak_reason": None}
@@ -152,7 +163,7 @@ def _flops_record(rec: Any) -> dict[str, Any]:
     if rec.flops_device is None:
         out["peak_reason"] = "no peak: the counted step's model has no parameters"
         return out
-    from scaleprobe.measure.flops import resolve_peak
+    from scaleprobe.measure.flops import resolve_peak  # heavy: torch
 
     try:
         out["peak"] = resolve_peak(torch.device(rec.flops_device), rec.flops_amp)
@@ -177,10 +188,6 @@ def _compile_watch() -> Any:
     warns, at every call of a compiled module while global module hooks exist, that they fire
     once more for the compiled wrapper: they are wrap's, which counts that call once (it nests
     in the wrapper's), so the warning is not the script's and is silenced."""
-    import warnings
-
-    from scaleprobe.measure.compiled import CompileWatch
-
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there "
                             r"are global hooks on modules")
     return CompileWatch().install()
@@ -190,7 +197,7 @@ def _comm_timer() -> Any:
     """DDP's comm hook timer (wrap/comm.py), installed before the script builds its model;
     None where torch has no distributed package."""
     try:
-        from scaleprobe.wrap import comm
+        from scaleprobe.wrap import comm  # heavy: numpy
 
         timer = comm.CommTimer()
         comm.install(timer)
@@ -207,8 +214,6 @@ def _script_facts(rec: Any) -> dict[str, Any]:
 
 
 def _run_target(target: list[str]) -> None:
-    import runpy
-
     if target[0] == "-m":
         sys.argv = [target[1], *target[2:]]
         runpy.run_module(target[1], run_name="__main__", alter_sys=True)
@@ -245,11 +250,8 @@ def _observers(settings: dict[str, Any], run_dir: str, rank: int) -> list[Any]:
     """--summary-every (rank 0) and --profile-every (every rank), as in `run`."""
     if not (settings.get("summary_every") or settings.get("profile_every")):
         return []
-    from types import SimpleNamespace
 
-    import torch
-
-    from scaleprobe.measure.observers import build_observers
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     measure = SimpleNamespace(summary_every=settings.get("summary_every"),
                               profile_every=settings.get("profile_every"))
@@ -276,16 +278,12 @@ def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
     """Run the user's script as __main__; returns (its exit code as scaleprobe reports it,
     the facts of how it ended: stopped after N steps, its own error or exit code, the
     signal it was interrupted by)."""
-    from scaleprobe.measure.heartbeat import write_error
-    from scaleprobe.wrap.hooks import StopScript
-
     code: int = 0
     facts: dict[str, Any] = {}
     try:
         _run_target(target)
     except StopScript:
         facts["stopped_after"] = settings.get("stop_after")
-        from scaleprobe.env import shutdown_distributed
 
         shutdown_distributed()  # every rank stops at the same step
     except SystemExit as e:
@@ -302,7 +300,6 @@ def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
             traceback_path(run_dir, rank).write_text(text)
         except OSError:
             pass
-        from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 
         facts["error"] = name_signal(last_meaningful_line(text),
                                      loader_worker_exits(sys.exc_info()[1]))
@@ -311,19 +308,16 @@ def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
 
 
 def main(argv: list[str]) -> int:
-    from scaleprobe.env import own_process_group
-    from scaleprobe.measure.heartbeat import Heartbeat
-
     run_dir, target = argv[0], argv[2:] if argv[1:2] == ["--"] else argv[1:]
     settings = json.loads((Path(run_dir) / SETTINGS).read_text())
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     own_process_group()
     signal.signal(signal.SIGTERM, _sigterm)
-    import torch  # noqa: F401  (the baseline below is the memory held before the script's work)
-    import torch._dynamo  # noqa: F401  (imported by the script's first optimizer: see parts.setup)
+    # heavy: torch: here, so the baseline below is the memory held before the script's work
+    import torch  # noqa: F401
 
-    from scaleprobe.measure.monitor import host_mem_baseline
-    from scaleprobe.wrap.hooks import Recorder
+    # heavy: torch: torch._dynamo is imported by the script's first optimizer: see parts.setup
+    import torch._dynamo  # noqa: F401
 
     baseline = host_mem_baseline()
     beat = Heartbeat(run_dir, rank).start()
@@ -333,7 +327,7 @@ def main(argv: list[str]) -> int:
     rec.observers = observers
     rec.comm = _comm_timer()
     rec.watch = _compile_watch()
-    from scaleprobe.wrap.steps import RecorderSteps
+    from scaleprobe.wrap.steps import RecorderSteps  # heavy: torch
 
     beat.keep_steps(RecorderSteps(rec, rank, world, baseline))  # kept if this rank dies
     beat.set_state("training")  # the launcher's stall check follows its progress from here
@@ -352,7 +346,6 @@ def main(argv: list[str]) -> int:
                "script" if code == 0 else "failed")
         out = {"record": {**rank_record(rec, rank, world, baseline), "observed": observed,
                           "stop_reason": why}, "script": facts}
-        from scaleprobe.results import write_json_atomic
 
         rank_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(rank_path(run_dir, rank), out)

@@ -43,7 +43,7 @@ def not_frames(*fns: Any) -> None:
     compiled frame they are still inlined. A torch without ``skip_code``: each is compiled
     once, an empty graph, at its first call."""
     try:
-        from torch._dynamo.eval_frame import skip_code
+        from torch._dynamo.eval_frame import skip_code  # heavy: torch
 
         for fn in fns:
             skip_code(fn.__code__)
@@ -87,7 +87,7 @@ class CallCounts:
               seen: Callable[[Any], None]) -> Any:
         """Hook ``module``: in the counted step its calls are kept, unless ``skip()`` (the
         loader is running); ``seen(module)`` at each kept call. Returns the hook's handle."""
-        from scaleprobe.measure.fakeflops import CallCapture
+        from scaleprobe.measure.fakeflops import CallCapture  # heavy: torch
 
         cap = CallCapture(module)
         self.captures[id(module)] = cap

@@ -267,7 +267,7 @@ class Recorder:
         total["backward"] = max(0.0, dur - sum(total.values()))
         exposed = in_flight = None
         if self.comm is not None:
-            from scaleprobe.wrap.comm import step_figures
+            from scaleprobe.wrap.comm import step_figures  # heavy: numpy
 
             got = step_figures(self.comm.take())
             if got is not None:  # the wait on the network is inside backward: split it out
@@ -325,13 +325,14 @@ class Recorder:
             return
         if self._compiled or (self.watch is not None and self.watch.compiled) \
                 or compiled_frames():
-            from scaleprobe.measure.fakeflops import METHOD
+            from scaleprobe.measure.fakeflops import METHOD  # heavy: torch
 
             self._handles += self.calls.begin(self._top.values(), self._loading,
                                               self._flops_where)
             self.flops_method = METHOD + CAPTURED
             return
         try:
+            # heavy: torch: torch stays out of start-up until a tensor is made
             from scaleprobe.measure.flops import flop_counter  # with the CPU attention formulas
 
             mode = flop_counter()
@@ -382,7 +383,7 @@ class Recorder:
         if self.flops_device is not None:
             return
         try:
-            import torch
+            import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
             p = next(module.parameters(), None)
             if p is None:
@@ -458,6 +459,7 @@ class Recorder:
     def install(self, loss: bool = True) -> Recorder:
         """The hooks; ``loss``: also keep the scalar each ``backward()`` starts from (only the
         observers read it: without --summary-every the patch is left out, and its cost)."""
+        # heavy: torch: torch stays out of start-up until a tensor is made
         import torch.nn.modules.module as mm
         import torch.optim.optimizer as oo
         from torch.utils.data import dataloader as dl
@@ -482,7 +484,7 @@ class Recorder:
 
 
 def _is_compiled(module: Any) -> bool:
-    from scaleprobe.measure.fakeflops import is_compiled
+    from scaleprobe.measure.fakeflops import is_compiled  # heavy: torch
 
     return is_compiled(module)
 
@@ -499,7 +501,7 @@ class _State:
 def _patch_backward(rec: Recorder) -> None:
     """Keep the scalar each ``loss.backward()`` starts from (detached: no graph is held), for
     the TensorBoard loss; nothing else changes."""
-    import torch
+    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
 
     original = torch.Tensor.backward
     if getattr(original, "_scaleprobe", False):

@@ -93,7 +93,7 @@ def write_dataset(fmt: str, out_dir: str | Path, count: int | None = None,
 
 def __getattr__(name: str) -> Any:
     if name == "VOC_CLASSES":
-        from scaleprobe.data.formats.voc_gen import VOC_CLASSES
+        from scaleprobe.data.formats.voc_gen import VOC_CLASSES  # heavy: numpy
 
         return VOC_CLASSES
     if name in _READERS:

@@ -13,6 +13,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torchvision.datasets import CIFAR10
 
 from scaleprobe.data.formats.cifar_gen import BASE_FOLDER, META, TEST_BATCH, TRAIN_BATCHES
@@ -50,8 +51,6 @@ def _load_checked(path: Path) -> dict[str, Any]:
 
 def check_batch(path: Path) -> int:
     """Validate one data batch; returns its number of images."""
-    import numpy as np
-
     d = _load_checked(path)
     data, labels = d.get("data"), d.get("labels")
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 \

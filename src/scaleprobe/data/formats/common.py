@@ -68,7 +68,7 @@ def need_root(root: str | Path, what: str, fmt: str) -> Path:
 
 def load_rgb(path: str):
     """Open an image file as RGB, turning an unreadable file into a DataError naming it."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # heavy: PIL: only where an image is decoded
 
     try:
         with Image.open(path) as img:

@@ -50,7 +50,7 @@ def open_imagefolder(root: str | Path, transform: Any = None) -> Any:
     """One folder per class under ``root``: (PIL RGB image, class index); ``.classes``.
 
     Returns a ``torchvision.datasets.ImageFolder``."""
-    from torchvision.datasets import ImageFolder
+    from torchvision.datasets import ImageFolder  # heavy: torchvision
 
     p = need_root(root, "image folder", "imagefolder")
     try:

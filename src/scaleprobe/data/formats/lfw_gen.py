@@ -27,6 +27,7 @@ from PIL import Image
 
 from scaleprobe.data.formats.common import Written, need_count, need_size, prepare_out
 from scaleprobe.data.formats.draw import random_box
+from scaleprobe.extras import require
 
 BASE_FOLDER = "lfw-py"
 IMAGES_DIR = "lfw_funneled"
@@ -46,10 +47,8 @@ NOISE_SIGMA = (2.0, 14.0)  # pixel noise, in 0..255 units
 
 
 def _faces() -> np.ndarray:
-    from scaleprobe.extras import require
-
     require("face", "datagen lfw (scikit-image's bundled faces)")
-    from skimage.data import lfw_subset
+    from skimage.data import lfw_subset  # optional: skimage (the face extra)
 
     return lfw_subset()[:100]  # the first 100 are faces, the rest are not
 

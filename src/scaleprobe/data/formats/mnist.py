@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from scaleprobe.data.digits import digits_arrays
 from scaleprobe.data.formats.common import Written, hint, need_count, need_size, prepare_out
 from scaleprobe.errors import DataError
 
@@ -64,8 +65,6 @@ def render_digit(base: np.ndarray, rng: np.random.Generator, w: int, h: int) -> 
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray]:
-    from scaleprobe.data.digits import digits_arrays
-
     return digits_arrays()
 
 
@@ -165,7 +164,7 @@ def open_mnist(root: str | Path, train: bool = True, download: bool = False,
     """MNIST under ``root`` (the folder holding MNIST/raw): (PIL greyscale 'L', label).
 
     Returns a ``torchvision.datasets.MNIST``."""
-    from torchvision.datasets import MNIST
+    from torchvision.datasets import MNIST  # heavy: torchvision: seconds; imported where it is used
 
     root = resolve_root(root)
     if download:
