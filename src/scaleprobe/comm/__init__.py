@@ -13,11 +13,11 @@ from scaleprobe.comm.links import PRESETS, Link, resolve_link
 from scaleprobe.comm.model import (
     comm_time_s,
     count_params,
-    efficiency,
+    modelled_efficiency,
     needed_bandwidth_gbit_s,
     pattern,
     predict_for_run,
 )
 
-__all__ = ["PRESETS", "Link", "comm_time_s", "count_params", "efficiency",
+__all__ = ["PRESETS", "Link", "comm_time_s", "count_params", "modelled_efficiency",
            "needed_bandwidth_gbit_s", "pattern", "predict_for_run", "resolve_link"]

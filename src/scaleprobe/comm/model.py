@@ -101,8 +101,10 @@ def comm_time_s(strategy: str, grad_bytes: float, world: int, link: Link, nnodes
     return pattern(strategy, grad_bytes, world, nnodes, average_every).time_s(link)
 
 
-def efficiency(compute_step_s: float, comm_s: float, overlap: float = 0.0) -> float:
-    """``C / (C + exposed)`` with ``exposed = (1 - overlap) * comm_s``."""
+def modelled_efficiency(compute_step_s: float, comm_s: float, overlap: float = 0.0) -> float:
+    """``C / (C + exposed)`` with ``exposed = (1 - overlap) * comm_s``: the closed-form model's
+    efficiency, which equals ``metrics.efficiency`` (speedup / N) only where compute scales
+    perfectly."""
     if not 0.0 <= overlap < 1.0:
         raise ConfigError(f"overlap must be in [0, 1), got {overlap}")
     if compute_step_s <= 0:
@@ -118,7 +120,7 @@ def needed_bandwidth_gbit_s(pat: Pattern, alpha_s: float, compute_step_s: float,
         raise ConfigError(f"target efficiency must be between 0 and 1, got {target_eff}")
     if pat.link_bytes == 0 and pat.hops == 0:
         return 0.0
-    efficiency(compute_step_s, 0.0, overlap)  # validates both
+    modelled_efficiency(compute_step_s, 0.0, overlap)  # validates both
     budget_s = compute_step_s * (1.0 / target_eff - 1.0) / (1.0 - overlap)
     transfer_budget_s = budget_s - pat.hops * alpha_s
     if transfer_budget_s <= 0:
@@ -165,7 +167,7 @@ def predict_for_run(strategy: str, nproc: int, nnodes: int, grad_bytes: float,
     comm_s = pat.time_s(link)
     eff = needed = None
     if compute_step_s is not None and compute_step_s > 0:
-        eff = efficiency(compute_step_s, comm_s, overlap)
+        eff = modelled_efficiency(compute_step_s, comm_s, overlap)
         needed = needed_bandwidth_gbit_s(pat, link.alpha_s, compute_step_s, target_eff, overlap)
     return {
         "strategy": pat.strategy,

@@ -67,7 +67,7 @@ def speedups(records: list[RunResult], labels: list[str]) -> dict[int, Any]:
         if r is b:
             out[id(r)] = "baseline"
         elif r.status == "ok" and b is not None:
-            iv = P.interval(b, r, P.samples_per_s)
+            iv = P.interval(b, r, P.sps_of)
             if iv is not None:
                 out[id(r)] = iv
     return out

@@ -188,7 +188,7 @@ def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
         "peak_host_total_bytes": m.peak_mem_bytes.host,
         "epoch_time_s": med(epoch_time_s),
         "epoch_projected": _projected(r), "epoch_growth": None, "epoch_interval": None,
-        "samples_per_s": med(P.samples_per_s),
+        "samples_per_s": med(P.sps_of),
         "achieved_flops_per_s": med(lambda x: x.metrics.achieved_flops_per_s),
         "mfu": med(lambda x: x.metrics.mfu), "cpu_util_pct": med(lambda x: x.metrics.cpu_util_pct),
         "gpu_util_pct": med(lambda x: x.metrics.gpu_util_pct),
@@ -258,7 +258,7 @@ def _growth_cell(growth: float | None, iv: M.Interval | None) -> str:
     return text
 
 
-def _efficiency(row: dict[str, Any]) -> float | None:
+def _samples_per_s_per_gib(row: dict[str, Any]) -> float | None:
     if not row["samples_per_s"] or not row["peak_mem_bytes"]:
         return None
     return row["samples_per_s"] / (row["peak_mem_bytes"] / fmt.GIB)
@@ -446,7 +446,7 @@ def recommend_batch(records: list[Record]) -> dict[str, Any]:
     same = [r for r in ok if r["group"] == fastest["group"] and r is not fastest]
     fast_ahead, fast_tied = _ahead(fastest, same, EPOCH_BASES[fastest["epoch_basis"]],
                                    higher_is_better=False)
-    eff_rows = [r for r in ok if _efficiency(r) is not None]
+    eff_rows = [r for r in ok if _samples_per_s_per_gib(r) is not None]
     # picked on the figure its verdict compares (each repeat's own samples/s per byte, the
     # median over repeats), so the intervals beside it never favour another row
     best_eff = (max(eff_rows, key=lambda r: P.median_of(r["record"], _per_byte(r)) or 0.0)
@@ -482,7 +482,7 @@ def _per_byte(row: dict[str, Any]) -> Any:
     mem_of = _memory_figure(row["memory_kind"])
 
     def per_byte(r: RunResult) -> float | None:
-        sps, mem = P.samples_per_s(r), mem_of(r)
+        sps, mem = P.sps_of(r), mem_of(r)
         return sps / mem if sps and mem else None
 
     return per_byte

@@ -97,10 +97,10 @@ class Comparison:
 def samples_interval(a: RunResult, b: RunResult) -> M.Interval | None:
     """samples/s B / A: Welch over both sides' repeats when each has two or more, else the
     two runs shown (each point's median repeat) with their within-run spreads."""
-    va, vb = P.values(a, P.samples_per_s), P.values(b, P.samples_per_s)
+    va, vb = P.values(a, P.sps_of), P.values(b, P.sps_of)
     if len(va) >= 2 and len(vb) >= 2:
         return M.unpaired_ratio_interval(va, vb)
-    return M.ratio_interval([P.samples_per_s(a)], [P.samples_per_s(b)], [P.rel_ci(a)],
+    return M.ratio_interval([P.sps_of(a)], [P.sps_of(b)], [P.rel_ci(a)],
                             [P.rel_ci(b)])
 
 

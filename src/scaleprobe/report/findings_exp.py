@@ -148,7 +148,7 @@ def contention_evidence(c: dict[str, Any]) -> tuple[str, str, str]:
     repeats, the interval of compute per step)."""
     a, b = c["base"], c["worst"]
     med = REP.median_of
-    sa, sb = med(a, REP.samples_per_s), med(b, REP.samples_per_s)
+    sa, sb = med(a, REP.sps_of), med(b, REP.sps_of)
     wait = (f"data wait {fmt.pct(med(a, _data_wait))} -> {fmt.pct(med(b, _data_wait))} "
             "of each step")
     figures = (f"compute {fmt.ms(med(a, _compute_s))} -> {fmt.ms(med(b, _compute_s))} per "

@@ -298,7 +298,7 @@ def _worker_margin(r: dict[str, Any], pick: dict[str, Any] | None,
         return "-"
     peers = [x for x in rows if x["group"] == pick["group"] and x is not pick
              and x["status"] == "ok" and x["transform"] == pick["transform"]]
-    ivs = [(x, P.interval(pick["record"], x["record"], P.samples_per_s)) for x in peers]
+    ivs = [(x, P.interval(pick["record"], x["record"], P.sps_of)) for x in peers]
     ivs = [(x, iv) for x, iv in ivs if iv is not None]
     if not ivs:
         return "no other setting to compare"

@@ -111,7 +111,7 @@ def interval(a: RunResult, b: RunResult, figure: Figure) -> M.Interval | None:
     return M.ratio_interval(av, bv, ac, bc)
 
 
-def samples_per_s(r: RunResult) -> float | None:
+def sps_of(r: RunResult) -> float | None:
     return r.metrics.samples_per_s
 
 

@@ -107,7 +107,7 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
     b = nproc(base) if base is not None else None
     ideal = M.ideal_speedup(n, b)
     is_base = r is base
-    iv = P.interval(base, r, P.samples_per_s) if ok and base is not None and not is_base \
+    iv = P.interval(base, r, P.sps_of) if ok and base is not None and not is_base \
         else None
     speedup = iv.estimate if iv is not None else (
         M.speedup(sps, base.metrics.samples_per_s) if ok and base is not None else None)
@@ -168,7 +168,7 @@ def _spread(base: RunResult | None) -> str:
     """The baseline's spread: between its repeats, and within its runs."""
     if base is None:
         return "no baseline"
-    vals = P.values(base, P.samples_per_s)
+    vals = P.values(base, P.sps_of)
     parts = []
     if len(vals) >= 2:
         parts.append(f"repeats {fmt.rate(min(vals))}-{fmt.rate(max(vals))} samples/s")

@@ -81,7 +81,7 @@ def _challenged(pick: dict[str, Any], best: dict[str, Any], ok: list[dict[str, A
     other setting's samples/s / the pick's)."""
     vs: list[str] = []
     for other in (r for r in ok if r["group"] == best["group"] and r is not pick):
-        oiv = P.interval(pick["record"], other["record"], P.samples_per_s)
+        oiv = P.interval(pick["record"], other["record"], P.sps_of)
         if oiv is not None:
             vs.append(f"{other['setting']} {oiv.text()}")
         if oiv is None or not oiv.below(1.0 / floor):
@@ -115,7 +115,7 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
                    key=lambda r: r["workers"])
     pick, iv, undecided = best, None, None
     for cand in peers:
-        civ = P.interval(best["record"], cand["record"], P.samples_per_s)
+        civ = P.interval(best["record"], cand["record"], P.sps_of)
         if civ is not None and civ.above(floor):
             pick, iv = cand, civ
             break

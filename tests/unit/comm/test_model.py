@@ -5,7 +5,7 @@ import pytest
 from scaleprobe.comm.links import PRESETS, Link, link_from_comm, resolve_link, with_alpha
 from scaleprobe.comm.model import (
     comm_time_s,
-    efficiency,
+    modelled_efficiency,
     needed_bandwidth_gbit_s,
     pattern,
     predict_for_run,
@@ -40,10 +40,10 @@ def test_one_process_has_no_communication():
 
 
 def test_efficiency_and_overlap():
-    assert efficiency(0.5, 0.12012) == pytest.approx(0.5 / 0.62012)
-    assert efficiency(0.5, 0.1, overlap=0.5) == pytest.approx(0.5 / 0.55)
+    assert modelled_efficiency(0.5, 0.12012) == pytest.approx(0.5 / 0.62012)
+    assert modelled_efficiency(0.5, 0.1, overlap=0.5) == pytest.approx(0.5 / 0.55)
     with pytest.raises(ConfigError):
-        efficiency(0.5, 0.1, overlap=1.0)
+        modelled_efficiency(0.5, 0.1, overlap=1.0)
 
 
 def test_needed_bandwidth_by_hand_and_inverts_efficiency():
@@ -52,12 +52,12 @@ def test_needed_bandwidth_by_hand_and_inverts_efficiency():
     # budget 0.5 (1/0.9 - 1) = 0.05556 s, minus 120 us of latency, for 1.5e8 bytes
     assert need == pytest.approx(1.5e8 / (0.5 / 9 - 120e-6) * 8 / 1e9)
     at_need = Link("x", need, 20e-6, "x")
-    assert efficiency(0.5, pat.time_s(at_need)) == pytest.approx(0.9)
+    assert modelled_efficiency(0.5, pat.time_s(at_need)) == pytest.approx(0.9)
     for strategy, k in (("ps", 1), ("localsgd", 8)):
         p = pattern(strategy, S, 8, average_every=k)
         gbit = needed_bandwidth_gbit_s(p, 50e-6, 0.2, 0.75, overlap=0.3)
         t = p.time_s(Link("x", gbit, 50e-6, "x"))
-        assert efficiency(0.2, t, overlap=0.3) == pytest.approx(0.75)
+        assert modelled_efficiency(0.2, t, overlap=0.3) == pytest.approx(0.75)
 
 
 def test_needed_bandwidth_edge_cases():
