@@ -182,28 +182,27 @@ def _imagefolder(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, ncls, cfg.image_size or 64, f"image folder {cfg.data_dir}")
 
 
-@DATASETS.register("cifar10", CATALOG["cifar10"])
-def _cifar10(cfg: DataConfig, seed: int) -> Split:
-    root = _need_dir(cfg, "cifar10")
+def _train_val(cfg: DataConfig, name: str, reader: str, size: int, label: str) -> Split:
+    """A ten-class format read as its own train and test files (CIFAR-10, MNIST)."""
+    root = _need_dir(cfg, name)
 
     # heavy: torchvision: a format's reader is imported when it is read
-    from scaleprobe.data.formats import open_cifar10
+    from scaleprobe.data import formats
 
-    train = open_cifar10(root, train=True, download=cfg.download)
-    val = open_cifar10(root, train=False, download=cfg.download)
-    return Split(train, val, 10, cfg.image_size or 32, f"CIFAR-10 at {root}")
+    open_ = getattr(formats, reader)
+    train = open_(root, train=True, download=cfg.download)
+    val = open_(root, train=False, download=cfg.download)
+    return Split(train, val, 10, cfg.image_size or size, f"{label} at {root}")
+
+
+@DATASETS.register("cifar10", CATALOG["cifar10"])
+def _cifar10(cfg: DataConfig, seed: int) -> Split:
+    return _train_val(cfg, "cifar10", "open_cifar10", 32, "CIFAR-10")
 
 
 @DATASETS.register("mnist", CATALOG["mnist"])
 def _mnist(cfg: DataConfig, seed: int) -> Split:
-    root = _need_dir(cfg, "mnist")
-
-    # heavy: torchvision: a format's reader is imported when it is read
-    from scaleprobe.data.formats import open_mnist
-
-    train = open_mnist(root, train=True, download=cfg.download)
-    val = open_mnist(root, train=False, download=cfg.download)
-    return Split(train, val, 10, cfg.image_size or 28, f"MNIST at {root}")
+    return _train_val(cfg, "mnist", "open_mnist", 28, "MNIST")
 
 
 @DATASETS.register("voc", CATALOG["voc"])
