@@ -89,8 +89,10 @@ def test_host_memory_net_of_the_baseline_before_the_model(digits_run):
     mem = digits_run[0]["metrics"]["peak_mem_bytes"]
     assert mem["host_baseline"] > 50 * 2**20  # torch is resident before the model is built
     assert 0 < mem["host_net"] < mem["host"]
-    # training touches library code it had not used before: counted apart, left out of net
-    assert mem["host_file_growth"] > 0
+    # training touches library code it had not used before: counted apart, left out of net;
+    # 0 where the process had already touched it (this fixture trains in the test process,
+    # after other tests trained there: 0 in the full suite, about 10 MiB alone)
+    assert mem["host_file_growth"] >= 0
     # net of the rank's own peak, which the sampled total of the process tree can exceed
     assert mem["host_net"] <= mem["host"] - mem["host_baseline"] - mem["host_file_growth"]
 

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     # heavy: rich (and psutil): the sweep's ~50 modules stay out of the CLI's start-up
-    from scaleprobe.experiments.sweep import run_sweep
+    from scaleprobe import experiments
 
     con = Console()
     sweep_command.terminate_as_interrupt()  # SIGTERM (kill, a scheduler) stops it as Ctrl+C does
@@ -72,11 +72,10 @@ def run(args: argparse.Namespace) -> int:
         for spec in _sweeps(args.quick):
             sid = spec["sweep"]["id"]
             con.rule(sid)
-            run_sweep(spec, out / sid, progress=True, console=con,
-                      repeats=args.repeats or (2 if args.quick else None))
+            experiments.run_sweep(spec, out / sid, progress=True, console=con,
+                                  repeats=args.repeats or (2 if args.quick else None))
             print((out / sid / "sweep.md").read_text(), flush=True)
     except KeyboardInterrupt:  # every point process is stopped; what finished is on disk
-
         return say_interrupted(out, _again(args), report=True)
     _report(con, out)
     return 0
