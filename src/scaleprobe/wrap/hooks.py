@@ -292,8 +292,10 @@ class Recorder:
             self._observe()
         if len(self.step_times) == self.count_at:
             self._flops_begin()
-        if len(self.step_times) == max(1, self.warmup):
-            note_file_rss()  # the script holds what it will hold (measure/monitor.py)
+        if len(self.step_times) == self.warmup - 1 >= 1:
+            # after a full step, inside the warm-up: the next step starts at ``t``, so this
+            # reading is timed with a warm-up step, never a timed one (measure/monitor.py)
+            note_file_rss()
         if self.stop_after is not None and len(self.step_times) - self.warmup >= self.stop_after:
             raise StopScript()
 
