@@ -42,7 +42,8 @@ def test_a_broken_floor_is_caught(tmp_path):
 
 def test_the_record_and_its_figures_pass_mypy_strict():
     """The core floor (pyproject.toml's [tool.mypy] files) is typed strictly: a misspelt
-    field or a figure that may be None used as a number fails here, not in a user's report."""
+    field or a figure that may be None used as a number fails here, not in a user's report.
+    report/ is checked too (every body, its rows typed by report/rows.py)."""
     exe = shutil.which("mypy", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("mypy is not installed (pip install -e '.[test]')")
@@ -50,3 +51,20 @@ def test_the_record_and_its_figures_pass_mypy_strict():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]
     assert "Success" in out.stdout
+
+
+def test_a_misspelt_row_key_in_the_report_is_caught(tmp_path):
+    """The report's rows are typed (report/rows.py): mypy fails on a key no row has (so the
+    test above can fail), where a plain dict would have read it as None, "not measured"."""
+    exe = shutil.which("mypy", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    shutil.copytree(ROOT / "src" / "scaleprobe", tmp_path / "src" / "scaleprobe",
+                    ignore=shutil.ignore_patterns("docs", "examples", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    batch = tmp_path / "src" / "scaleprobe" / "report" / "batch.py"
+    batch.write_text(batch.read_text() + '\n\ndef _peak(row: BatchRow) -> object:\n'
+                     '    return row["peak_mem_byte"]\n')
+    out = subprocess.run([exe, "--cache-dir", "/dev/null", "src/scaleprobe/report/batch.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and '"peak_mem_byte"' in out.stdout, out.stdout[-3000:]

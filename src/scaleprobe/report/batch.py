@@ -14,6 +14,7 @@ Loader settings: ``report/workers.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from scaleprobe import metrics as M
@@ -24,6 +25,7 @@ from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import target as T
 from scaleprobe.report.batch_target import claim, target_picks
+from scaleprobe.report.rows import BatchPicks, BatchRow, BatchStep
 from scaleprobe.report.sweep_points import point_groups, sweep_runs
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import Record, RunResult
@@ -123,11 +125,11 @@ def epoch_basis(recs: list[RunResult]) -> str:
     return "per sample"
 
 
-def batch_table(records: list[Record]) -> list[dict[str, Any]]:
+def batch_table(records: list[Record]) -> list[BatchRow]:
     """One row per batch size (each figure its median over the point's repeats), sorted by
     batch size within each group, with growth rates between consecutive points that finished
     (the first row's growth is None). Epoch-time growth is the paired estimate over the repeats (``epoch_interval``)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[BatchRow] = []
     for label, recs in point_groups(sweep_runs(records), R.BATCH_AXES).items():
         recs = sorted(recs, key=lambda r: (r.batch_size is None, r.batch_size or 0))
         ok = [r for r in recs if r.status == "ok"]
@@ -135,7 +137,7 @@ def batch_table(records: list[Record]) -> list[dict[str, Any]]:
         basis = epoch_basis(ok)
         fig = EPOCH_BASES[basis]
         kinds = {_epoch_kind(x) for r2 in ok for x in P.repeats_of(r2)}
-        prev: dict[str, Any] | None = None
+        prev: BatchRow | None = None
         for r in recs:
             row = _batch_row(r, label, mem_kind)
             row["epoch_basis"] = basis
@@ -168,7 +170,7 @@ def _mem_interval(a: RunResult, b: RunResult, mem_kind: str) -> M.Interval | Non
     return M.ratio_interval(av, bv)
 
 
-def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
+def _batch_row(r: RunResult, group: str, mem_kind: str) -> BatchRow:
     # every measured column the median over the point's repeats (an even count: the mean of
     # the middle two), as the growth beside it is taken over the repeats: a row that mixed
     # one repeat's samples/s with the median epoch did not add up (8.90 samples/s beside
@@ -197,11 +199,11 @@ def _batch_row(r: RunResult, group: str, mem_kind: str) -> dict[str, Any]:
     }
 
 
-def batch_table_parts(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def batch_table_parts(rows: list[BatchRow]) -> tuple[list[str], list[list[str]]]:
     """The batch table's headers and cells; with --target, each batch size's time to it over
     its seeds (median, fastest-slowest, k of n reached, samples) beside the usual columns."""
-    shown = [{**r, **T.point_figures(r["record"])} if T.has_target(r["record"]) else r
-             for r in rows]
+    shown: list[BatchRow] = [{**r, **T.point_figures(r["record"])}
+                             if T.has_target(r["record"]) else r for r in rows]
     headers, cells = T.table_parts(BATCH_HEADERS, shown, batch_cells)
     if headers[-1] == T.TARGET_HEADERS[-1]:  # a speedup over processes: not a batch sweep's
         headers, cells = headers[:-1], [c[:-1] for c in cells]
@@ -213,7 +215,7 @@ def batch_table_parts(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
 
 
 def _one_unit_per_column(headers: list[str], cells: list[list[str]],
-                         rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+                         rows: list[BatchRow]) -> tuple[list[str], list[list[str]]]:
     """Epoch times in one unit (fmt.durations) and FLOP/s in the unit that reads (GFLOP/s
     on a CPU, never '2.40e-04' TFLOP/s), for the rows that measured them."""
     ok = [r["status"] == "ok" for r in rows]
@@ -228,7 +230,7 @@ def _one_unit_per_column(headers: list[str], cells: list[list[str]],
     return [unit if i == f else h for i, h in enumerate(headers)], cells
 
 
-def batch_cells(row: dict[str, Any]) -> list[str]:
+def batch_cells(row: BatchRow) -> list[str]:
     """The row as table cells, in BATCH_HEADERS order."""
     head = [fmt.num(row["batch_size"], "d"), fmt.num(row["devices"], "d")]
     if row["status"] == "oom":
@@ -258,7 +260,7 @@ def _growth_cell(growth: float | None, iv: M.Interval | None) -> str:
     return text
 
 
-def _samples_per_s_per_gib(row: dict[str, Any]) -> float | None:
+def _samples_per_s_per_gib(row: BatchRow) -> float | None:
     if not row["samples_per_s"] or not row["peak_mem_bytes"]:
         return None
     return row["samples_per_s"] / (row["peak_mem_bytes"] / fmt.GIB)
@@ -282,9 +284,10 @@ def pays(epoch: M.Interval | None, mem_growth: float | None,
     return None
 
 
-def _steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _steps(rows: list[BatchRow]) -> list[BatchStep]:
     """Each step up in batch size within a group: did it pay?"""
-    out, prev = [], None
+    out: list[BatchStep] = []
+    prev: BatchRow | None = None
     for row in rows:
         if row["status"] != "ok":
             continue
@@ -305,7 +308,7 @@ def _steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _at_peak(row: dict[str, Any], nxt: dict[str, Any] | None = None,
+def _at_peak(row: BatchRow, nxt: BatchRow | None = None,
              th: Thresholds = DEFAULT) -> str:
     """Roofline context for a step up that did not pay: at or above ``mfu_compute_bound``
     the smaller batch already kept the device's arithmetic busy, so a larger one can only
@@ -315,7 +318,8 @@ def _at_peak(row: dict[str, Any], nxt: dict[str, Any] | None = None,
     if mfu is None or mfu < th.mfu_compute_bound:
         return ""
     then = nxt.get("mfu") if nxt is not None else None
-    beside = f" and batch {nxt['batch_size']} at {then:.0%}" if then is not None else ""
+    beside = (f" and batch {nxt['batch_size']} at {then:.0%}"
+              if nxt is not None and then is not None else "")
     return (f" (batch {row['batch_size']} already ran at {mfu:.0%} of the device's peak "
             f"FLOP/s{beside}: compute-bound, at or above {th.mfu_compute_bound:.0%}, so a "
             "larger batch cannot cut the compute per sample, only the rest of the step)")
@@ -368,7 +372,7 @@ def _repeats_to_decide(iv: M.Interval, mg: float, miv: M.Interval | None) -> int
     return None
 
 
-def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
+def _ahead(best: BatchRow, others: list[BatchRow], figure: Any,
            higher_is_better: bool) -> tuple[list[str], list[str]]:
     """The rows ``best`` is ahead of by more than the repeats' spread, and those it cannot
     be told apart from, each as ``batch N (interval of other / best)``."""
@@ -383,16 +387,16 @@ def _ahead(best: dict[str, Any], others: list[dict[str, Any]], figure: Any,
     return ahead, tied
 
 
-def epoch_projected(row: dict[str, Any]) -> bool:
+def epoch_projected(row: BatchRow) -> bool:
     return row.get("epoch_basis") == "projected" or bool(row.get("epoch_projected"))
 
 
-def epoch_text(row: dict[str, Any]) -> str:
+def epoch_text(row: BatchRow) -> str:
     """``shown_epoch`` as the table writes it, ``~`` where projected."""
     return fmt.seconds(shown_epoch(row), epoch_projected(row))
 
 
-def shown_epoch(row: dict[str, Any]) -> float | None:
+def shown_epoch(row: BatchRow) -> float | None:
     """The epoch time the table shows for the row, in seconds: the compared (projected)
     figure where the group's basis is the median step's; none where it is seconds per sample
     and the kinds were mixed (the growth beside it is from samples/s); else the row's own."""
@@ -403,31 +407,31 @@ def shown_epoch(row: dict[str, Any]) -> float | None:
     return row["epoch_time_s"]
 
 
-def shown_epoch_figure(row: dict[str, Any]) -> Any:
+def shown_epoch_figure(row: BatchRow) -> Any:
     """The per-repeat figure behind ``shown_epoch``."""
     if row.get("epoch_basis") == "projected":
         return projected_epoch
     return epoch_time_s
 
 
-def compared_epoch(row: dict[str, Any]) -> float | None:
+def compared_epoch(row: BatchRow) -> float | None:
     """The row's epoch time on its group's basis (``epoch_basis``), over its repeats."""
     fig = EPOCH_BASES[row["epoch_basis"]]
     return P.median_of(row["record"], fig)
 
 
-def _fastest(ok: list[dict[str, Any]]) -> dict[str, Any]:
+def _fastest(ok: list[BatchRow]) -> BatchRow:
     """The shortest epoch on the groups' basis when every group has the same one (seconds
     per sample is not seconds per epoch); across groups of different bases, the most
     samples/s."""
     bases = {r["epoch_basis"] for r in ok}
     timed = [r for r in ok if compared_epoch(r) is not None]
     if len(bases) == 1 and timed:
-        return min(timed, key=compared_epoch)
-    return max(ok, key=lambda r: r["samples_per_s"])
+        return min(timed, key=lambda r: compared_epoch(r) or 0.0)  # None left out above
+    return max(ok, key=lambda r: r["samples_per_s"] or 0.0)
 
 
-def recommend_batch(records: list[Record]) -> dict[str, Any]:
+def recommend_batch(records: list[Record]) -> BatchPicks:
     """Fastest and most efficient batch size, and which steps up in batch size paid.
 
     Returns ``{"fastest", "most_efficient", "steps", "text", "fastest_decided",
@@ -477,7 +481,7 @@ def recommend_batch(records: list[Record]) -> dict[str, Any]:
             "text": text}
 
 
-def _per_byte(row: dict[str, Any]) -> Any:
+def _per_byte(row: BatchRow) -> Any:
     """Each repeat's own samples/s per byte of the row's kind of peak memory."""
     mem_of = _memory_figure(row["memory_kind"])
 
@@ -488,7 +492,7 @@ def _per_byte(row: dict[str, Any]) -> Any:
     return per_byte
 
 
-def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+def runs_own_spread(fastest: BatchRow, rows: list[BatchRow]) -> bool:
     """Every interval that leaves ``fastest`` undecided against a batch size of its group is
     as wide as the runs' own spread made it (``Interval.within_run_bound``): stalls inside
     the runs, not the repeats, keep it open."""
@@ -505,14 +509,14 @@ def runs_own_spread(fastest: dict[str, Any], rows: list[dict[str, Any]]) -> bool
 
 
 
-def _batch_text(fastest: dict, eff: dict | None, steps: list[dict], multi: bool,
+def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep], multi: bool,
                 fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]]) -> str:
     """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with)."""
     n = max((fastest.get("repeats") or 1), 1)
     lines = ["A larger batch pays only while epoch time falls faster than memory grows "
              f"(intervals over {n} repeat{'s' if n != 1 else ''}, 95%)."]
 
-    def where(row: dict) -> str:
+    def where(row: Mapping[str, object]) -> str:
         return f" ({row['group']})" if multi and row["group"] else ""
 
     if fastest.get("epoch_basis_mixed"):

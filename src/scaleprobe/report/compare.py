@@ -367,8 +367,8 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         p = cmp.pairs[0]
         t = Table(show_header=True, header_style="bold")
         for col, just in (("metric", "left"), ("A", "right"), ("B", "right"),
-                          ("change", "right")):
-            t.add_column(col, justify=just)
+                          ("change", "right")):  # rich's JustifyMethod
+            t.add_column(col, justify="left" if just == "left" else "right")
         for x in p.deltas:
             t.add_row(*(escape(str(v)) for v in (x.metric, x.a, x.b, x.change)))
         con.print(t)

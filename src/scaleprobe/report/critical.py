@@ -37,6 +37,7 @@ from scaleprobe import metrics as M
 from scaleprobe.gns import REGIME_TEXT, regime
 from scaleprobe.measure.stats import median
 from scaleprobe.report import repeats as P
+from scaleprobe.report.rows import BatchRow, RulePicks
 from scaleprobe.results import RunResult
 
 RESAMPLES = 2000
@@ -144,12 +145,12 @@ def b_noise_end(r: RunResult) -> float | None:
     return r.gns.series[-1].b_simple
 
 
-def has_gns(rows: list[dict[str, Any]]) -> bool:
+def has_gns(rows: list[BatchRow]) -> bool:
     return any(P.values(r["record"], b_noise_end) for r in rows
                if r.get("record") is not None)
 
 
-def noise_cell(row: dict[str, Any]) -> str:
+def noise_cell(row: BatchRow) -> str:
     """``150 (52-360)``: the median over the point's repeats of B_noise at each run's end
     (``b_noise_end``, the figure the critical batch is compared with), and their range."""
     rec = row.get("record")
@@ -177,7 +178,7 @@ def seeds(runs: list[RunResult]) -> int:
     return len({r.cfg("train.seed") for r in runs})
 
 
-def regime_cell(row: dict[str, Any]) -> str:
+def regime_cell(row: BatchRow) -> str:
     """Where the batch lies against the point's B_noise (``gns.regime``) over the range of
     its repeats; inconclusive with fewer than ``MIN_REPEATS_TO_DECIDE`` of them."""
     rec = row.get("record")
@@ -193,7 +194,7 @@ def regime_cell(row: dict[str, Any]) -> str:
 
 # ---- one group of a batch sweep: prediction, measurement, verdicts ------------------------
 
-def runs_of(rows: list[dict[str, Any]]) -> list[RunResult]:
+def runs_of(rows: list[BatchRow]) -> list[RunResult]:
     return [x for r in rows if r.get("record") is not None for x in P.repeats_of(r["record"])]
 
 
@@ -201,7 +202,7 @@ def steps_to_target(r: RunResult) -> int | None:
     return r.target.steps_to_target if r.target is not None else None
 
 
-def group_fit(rows: list[dict[str, Any]]) -> CriticalFit | None:
+def group_fit(rows: list[BatchRow]) -> CriticalFit | None:
     """The fit over every run of the group that reached its target."""
     seen: dict[tuple[Any, Any], tuple[int | None, int | None]] = {}
     for r in runs_of(rows):  # one point per batch and seed: repeats of a seed are one run
@@ -221,7 +222,7 @@ class Predicted:
     min_runs: int = 1  # the fewest runs with B_noise at one batch size of the group
 
 
-def predicted(rows: list[dict[str, Any]]) -> Predicted | None:
+def predicted(rows: list[BatchRow]) -> Predicted | None:
     """The group's B_noise from its runs' own measurements: at each run's end (near its
     target; gns.py), median and range, with the path and window figures beside it."""
     runs = runs_of(rows)
@@ -284,7 +285,7 @@ def fit_text(fit: CriticalFit) -> str:
             f"E_min {fit.e_min:,.0f} samples; fit over {head}{beyond})")
 
 
-def verdict_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None,
+def verdict_lines(rows: list[BatchRow], rec: RulePicks | None = None,
                   where: str = "") -> list[str]:
     """The batch rule's critical-batch lines for one group: the prediction, the measurement
     and their ratio, what the model says of each batch size, and where the memory/time
@@ -306,12 +307,12 @@ def verdict_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None,
         if pred is not None and fit.b_crit is not None:
             line += _ratio_line(fit, pred)
         lines.append(line + ".")
-    measured = fit is not None and fit.b_crit is not None
-    crit = fit.b_crit if measured else pred.b_noise if pred is not None else None
-    if crit is None:
+    if fit is not None and fit.b_crit is not None:
+        crit, which, runs = fit.b_crit, "measured", fit.min_runs
+    elif pred is not None:
+        crit, which, runs = pred.b_noise, "predicted", pred.min_runs
+    else:
         return lines
-    which = "measured" if measured else "predicted"
-    runs = fit.min_runs if measured else pred.min_runs
     if runs < M.MIN_REPEATS_TO_DECIDE:
         return lines + [f"- Where each batch size lies against the {which} critical batch "
                         f"{crit:,.0f}: {undecided(runs)} at a batch size; "
@@ -320,8 +321,8 @@ def verdict_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None,
     return lines + _model_lines(rows, crit, which, rec)
 
 
-def _model_lines(rows: list[dict[str, Any]], crit: float, which: str,
-                 rec: dict[str, Any] | None) -> list[str]:
+def _model_lines(rows: list[BatchRow], crit: float, which: str,
+                 rec: RulePicks | None) -> list[str]:
     by: dict[str, list[int]] = {"below": [], "near": [], "above": []}
     for r in rows:
         b = batch_global(r["record"]) if r.get("record") is not None else None
@@ -333,7 +334,7 @@ def _model_lines(rows: list[dict[str, Any]], crit: float, which: str,
     for key, label in (("fastest", "fastest per epoch"), ("most_efficient", "most efficient")):
         pick = (rec or {}).get(key)
         b = batch_global(pick["record"]) if pick and pick.get("record") else None
-        if not b or pick.get("group") != rows[0]["group"]:
+        if not b or pick is None or pick.get("group") != rows[0]["group"]:
             continue
         if b >= 2 * crit:
             out.append(f"- The memory/time rule's {label} batch {b} lies above the critical "
@@ -347,7 +348,7 @@ def _model_lines(rows: list[dict[str, Any]], crit: float, which: str,
     return out
 
 
-def group_lines(rows: list[dict[str, Any]], rec: dict[str, Any] | None = None) -> list[str]:
+def group_lines(rows: list[BatchRow], rec: RulePicks | None = None) -> list[str]:
     """``verdict_lines`` for every group of a batch table."""
     groups = list(dict.fromkeys(r["group"] for r in rows))
     out = []

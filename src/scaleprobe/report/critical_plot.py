@@ -16,9 +16,10 @@ from scaleprobe.report.critical import (
     runs_of,
     steps_to_target,
 )
+from scaleprobe.report.rows import BatchRow
 
 
-def critical_plot(rows: list[dict[str, Any]], title: str) -> Any:
+def critical_plot(rows: list[BatchRow], title: str) -> Any:
     """Left: samples against steps to the target, one dot per run (labelled with its batch
     size at the median), and the fitted curve (S(B), E(B)) with its asymptotes S_min and
     E_min. Right: B_noise over training, one line per batch size (its median repeat's
@@ -42,9 +43,12 @@ def critical_plot(rows: list[dict[str, Any]], title: str) -> Any:
     return plots._render(fig)
 
 
-def _fit_panel(ax: Any, rows: list[dict[str, Any]], fit: CriticalFit) -> None:
-    runs = [(batch_global(r), steps_to_target(r)) for r in runs_of(rows)]
-    runs = [(b, s) for b, s in runs if b and s]
+def _fit_panel(ax: Any, rows: list[BatchRow], fit: CriticalFit) -> None:
+    runs: list[tuple[int, int]] = []
+    for r in runs_of(rows):
+        b, s = batch_global(r), steps_to_target(r)
+        if b and s:
+            runs.append((b, s))
     ax.plot([s for _, s in runs], [s * b for b, s in runs], "o", color="#30638e", ms=5,
             label="each run (seed)")
     for b in fit.batches:  # label each batch size at its median run

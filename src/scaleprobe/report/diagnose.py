@@ -185,7 +185,8 @@ def _steady_wait(rec: RunResult, th: Thresholds) -> bool:
     """The steps between epoch starts wait too: their median data wait above
     ``data_wait_fraction`` of the median step."""
     other, step = rec.metrics.epoch_start_other_data_s, rec.step_median_s
-    return other is not None and bool(step) and other > th.data_wait_fraction * step
+    return other is not None and step is not None and step > 0 \
+        and other > th.data_wait_fraction * step
 
 
 def synthetic_twin(rec: RunResult, others: list[RunResult]) -> RunResult | None:

@@ -22,6 +22,7 @@ from scaleprobe.report import records as R
 from scaleprobe.report import repeats as REP
 from scaleprobe.report.batch import batch_table, recommend_batch, runs_own_spread
 from scaleprobe.report.finding import Finding
+from scaleprobe.report.rows import ContentionCase, ScaleRow, WorkersPick
 from scaleprobe.report.scale import scale_table
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.workers import recommend_workers
@@ -102,7 +103,7 @@ def _workers_of(r: RunResult) -> int:
     return r.loader_workers or 0
 
 
-def contention_cases(runs: list[RunResult], th: Thresholds) -> list[dict[str, Any]]:
+def contention_cases(runs: list[RunResult], th: Thresholds) -> list[ContentionCase]:
     """Points that differ only in loader workers where more workers cut the data wait but
     compute per step grew by more than ``th.compute_growth``, by the paired interval over
     the points' repeats (one repeat each: the within-run spread, at least +/-10%). Per group:
@@ -110,7 +111,7 @@ def contention_cases(runs: list[RunResult], th: Thresholds) -> list[dict[str, An
     the fewest workers (the shortest median compute among several), ``worst`` the point
     whose compute interval lies above the bar with the largest estimate; both are points of
     ``repeats.group_repeats`` (the median repeat, with ``repeats``)."""
-    out = []
+    out: list[ContentionCase] = []
     for label, recs in _worker_groups(runs):
         points = REP.group_repeats(recs)
         if len({p.loader_workers for p in points}) < 2:
@@ -143,7 +144,7 @@ def loader_contention(runs: list[RunResult], th: Thresholds) -> list[Finding]:
     return [_contention_finding(c, th) for c in contention_cases(runs, th)]
 
 
-def contention_evidence(c: dict[str, Any]) -> tuple[str, str, str]:
+def contention_evidence(c: ContentionCase) -> tuple[str, str, str]:
     """A contention case in words: (the data wait, compute and samples/s as medians over the
     repeats, the interval of compute per step)."""
     a, b = c["base"], c["worst"]
@@ -158,7 +159,7 @@ def contention_evidence(c: dict[str, Any]) -> tuple[str, str, str]:
                            "paired by repeat)")
 
 
-def contention_keep(c: dict[str, Any], th: Thresholds) -> dict[str, Any] | None:
+def contention_keep(c: ContentionCase, th: Thresholds) -> WorkersPick | None:
     """The loader-worker recommendation for the case's group when it is decided (the fewest
     workers within ``th.workers_within`` of the best samples/s), else None: compute that grows
     with workers does not by itself say fewer workers are faster."""
@@ -169,7 +170,7 @@ def contention_keep(c: dict[str, Any], th: Thresholds) -> dict[str, Any] | None:
     return pick if pick.get("workers") is not None else None
 
 
-def _contention_finding(c: dict[str, Any], th: Thresholds) -> Finding:
+def _contention_finding(c: ContentionCase, th: Thresholds) -> Finding:
     wait, figures, interval = contention_evidence(c)
     a, b = c["base"], c["worst"]
     ev = (f"workers {a.loader_workers} -> {b.loader_workers}: {wait}, but {figures}; "
@@ -214,7 +215,7 @@ def _scaling(records: list[Record], th: Thresholds) -> list[Finding]:
     return out
 
 
-def _scaling_advice(main: str | None, row: dict[str, Any]) -> str:
+def _scaling_advice(main: str | None, row: ScaleRow) -> str:
     rec = row.get("record")  # the point itself, never a run found by its display name
     if rec is None or main is None:
         return "look at the step breakdown of each process count"

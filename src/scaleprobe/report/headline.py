@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from scaleprobe.report.doc import Section, Table, Text
 from scaleprobe.report.findings_exp import contention_cases, contention_evidence, contention_keep
 from scaleprobe.report.grouped import Group
 from scaleprobe.report.load import run_load
+from scaleprobe.report.rows import LoaderRow, WorkersPick
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
 
@@ -113,7 +115,7 @@ def _command(*argv: Any) -> str:
 
 
 def _rerun(kind: str, eid: str, folder: str, repeats: int | None,
-           spec: str | None = None, runs: list[RunResult] = ()) -> str:
+           spec: str | None = None, runs: Sequence[RunResult] = ()) -> str:
     """The command that measures an experiment again with more repeats (finished runs are
     reused, only the new repeats run), as it runs: the spec file the experiment recorded
     (``spec``), or for a scale its own options read off its runs (``runs``)."""
@@ -130,7 +132,7 @@ def _rerun(kind: str, eid: str, folder: str, repeats: int | None,
             "does not name the spec file)")
 
 
-def _scale_command(eid: str, runs: list[RunResult], at: list[str], n: int) -> str:
+def _scale_command(eid: str, runs: Sequence[RunResult], at: list[str], n: int) -> str:
     """``scaleprobe scale`` over the experiment's process counts (and nodes) with the options
     its runs share; a script's scale names the script after ``--``."""
     counts = sorted({int(c) for r in runs if (c := R.num(r.point.get("nproc"))) is not None})
@@ -198,13 +200,15 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
               + (f"; batch {', '.join(oom)} ran out of memory" if oom else ""))
     tied = [(o, iv) for o, iv in ivs if iv is None or not iv.above(1.0)]
     if not tied:
-        o, iv = min(ivs, key=lambda p: p[1].lo) if ivs else (None, None)
-        # the batch size it is least clearly ahead of: the interval whose lower bound is lowest
-        interval = (f"the closest call, batch {o['batch_size']}: {iv.text()} (its epoch time / "
-                    f"batch {fast['batch_size']}'s)" if iv is not None
-                    else "the only batch size that finished")
+        # the batch size it is least clearly ahead of: the interval whose lower bound is
+        # lowest (every interval here is set: none is tied)
+        nearest = min(((o, iv) for o, iv in ivs if iv is not None), key=lambda p: p[1].lo,
+                      default=None)
+        call = (f"the closest call, batch {nearest[0]['batch_size']}: {nearest[1].text()} "
+                f"(its epoch time / batch {fast['batch_size']}'s)" if nearest is not None
+                else "the only batch size that finished")
         return [Verdict(f"Batch {fast['batch_size']} gives the shortest epoch ({eid})", number,
-                        interval, f"use it: {_run_cmd(fast['record'], {'batch_size': fast['batch_size']})}",
+                        call, f"use it: {_run_cmd(fast['record'], {'batch_size': fast['batch_size']})}",
                         DECIDED)]
     needs = [(o, iv, M.repeats_to_decide(iv, 1.0) if iv is not None else None) for o, iv in tied]
     o, iv, need = max(needs, key=lambda t: math.inf if t[2] is None else t[2])
@@ -219,7 +223,7 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
 
 
 def _decide(need: int | None, iv: M.Interval | None, command: Any,
-            recs: list[Record] = (), th: Thresholds = DEFAULT) -> str:
+            recs: Sequence[Record] = (), th: Thresholds = DEFAULT) -> str:
     """The command with the repeats that would decide; when no number of repeats would (the
     difference is below the noise): a quieter machine first where runs were measured under
     load, the two equal at this noise where every run was measured quiet, and neither claim
@@ -231,7 +235,7 @@ def _decide(need: int | None, iv: M.Interval | None, command: Any,
         return ("no spread to judge by (too few timed steps or repeats): measure again with "
                 f"more, e.g. {command(n)}")
     if iv.within_run_bound:
-        k = math.exp(iv.within_log_h / math.sqrt(max(iv.n, 1)))
+        k = math.exp((iv.within_log_h or 0.0) / math.sqrt(max(iv.n, 1)))
         return ("the runs' own step times vary more than the difference (their spread alone "
                 f"leaves the ratio uncertain by a factor of {k:.2f} either way: stalls or waits "
                 "inside the runs, see Findings and each run's steps.csv), so "
@@ -249,7 +253,7 @@ def _decide(need: int | None, iv: M.Interval | None, command: Any,
             f"was not measured): measure on a quiet machine, e.g. {command(n)}")
 
 
-def _worker_flags(r: dict[str, Any]) -> dict[str, Any]:
+def _worker_flags(r: WorkersPick) -> dict[str, Any]:
     if r["workers"] == 0:
         return {"loader": "naive", "workers": None}
     return {"loader": "pipelined", "workers": r["workers"], "prefetch": r.get("prefetch")}
@@ -288,18 +292,19 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
     return out
 
 
-def _worker_margin(r: dict[str, Any], pick: dict[str, Any] | None,
-                   rows: list[dict[str, Any]]) -> str:
+def _worker_margin(r: WorkersPick, pick: LoaderRow | None,
+                   rows: list[LoaderRow]) -> str:
     """The recommendation's interval, or (the best setting itself) how the next setting of
     its group compares with it."""
-    if r.get("interval"):
-        return f"{M.Interval(**r['interval']).text()} of the best ({r['best_setting']})"
+    shown = r.get("interval")
+    if shown:
+        return f"{M.Interval(**shown).text()} of the best ({r.get('best_setting')})"
     if pick is None:
         return "-"
     peers = [x for x in rows if x["group"] == pick["group"] and x is not pick
              and x["status"] == "ok" and x["transform"] == pick["transform"]]
-    ivs = [(x, P.interval(pick["record"], x["record"], P.sps_of)) for x in peers]
-    ivs = [(x, iv) for x, iv in ivs if iv is not None]
+    ivs = [(x, iv) for x, iv in ((x, P.interval(pick["record"], x["record"], P.sps_of))
+                                 for x in peers) if iv is not None]
     if not ivs:
         return "no other setting to compare"
     x, iv = max(ivs, key=lambda p: p[1].estimate)
@@ -313,7 +318,7 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
             and r["speedup"] is not None]
     out = []
     for eid in dict.fromkeys(r["experiment"] for r in rows):
-        row = max((r for r in rows if r["experiment"] == eid), key=lambda r: r["nproc"])
+        row = max((r for r in rows if r["experiment"] == eid), key=lambda r: r["nproc"] or 0)
         n, folder = row["nproc"], row["record"].source
         runs = [r["record"] for r in every if r["experiment"] == eid]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
 from scaleprobe.report.doc import Image
 from scaleprobe.report.labels import wrap
+from scaleprobe.report.rows import BatchRow, LoaderRow, ScaleRow
 from scaleprobe.results import (
     BREAKDOWN_PHASES,
     ColocateRecord,
@@ -107,14 +109,15 @@ def _meta(fig: Any) -> dict[str, Any]:
             "content": [round(v * fig.dpi, 1) for v in content.extents]}
 
 
-def _label_points(ax: Any, xs: list[float], ys: list[float], labels: list[str]) -> None:
+def _label_points(ax: Any, xs: Sequence[float | None], ys: Sequence[float | None],
+                  labels: list[str]) -> None:
     for x, y, text in zip(xs, ys, labels, strict=True):
         if text and text != "-":
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(0, 7),
                         ha="center", fontsize=8, color="#444")
 
 
-def _from_zero(ax: Any, values: list[float], headroom: float = 1.25) -> None:
+def _from_zero(ax: Any, values: Sequence[float | None], headroom: float = 1.25) -> None:
     """The y axis from zero to the largest value plus room for the point labels."""
     top = max([v for v in values if v is not None and math.isfinite(v)] or [1.0])
     ax.set_ylim(0, top * headroom if top > 0 else 1.0)
@@ -139,12 +142,12 @@ def _categories(ax: Any, labels: list[str]) -> tuple[float, float]:
     return max(6.0, 2.2 + 0.16 * lines_per * len(labels)), CHAR_IN * longest
 
 
-def _gib_or_mib(values: list[float]) -> tuple[float, str]:
-    top = max(values)
+def _gib_or_mib(values: Sequence[float | None]) -> tuple[float, str]:
+    top = max(v for v in values if v is not None)
     return (fmt.GIB, "GiB") if top >= fmt.GIB else (1 << 20, "MiB")
 
 
-def batch_plot(rows: list[dict[str, Any]], title: str) -> Plot | None:
+def batch_plot(rows: list[BatchRow], title: str) -> Plot | None:
     """The two figures of the batch table beside it, against batch size: epoch time (each
     point labelled with the table's epoch-time Growth; faint dots: every repeat) and peak
     memory (labelled with the table's memory Growth). Both axes start at zero."""
@@ -152,9 +155,10 @@ def batch_plot(rows: list[dict[str, Any]], title: str) -> Plot | None:
     if len(ok) < 2:
         return None
     fig, (left, right) = _figure(10.0, 4.2, 2)
-    xs = [r["batch_size"] for r in ok]
+    xs = [r["batch_size"] or 0 for r in ok]  # every one above 0
     _epoch_panel(left, ok, xs)
-    ooms = [r["batch_size"] for r in rows if r["status"] == "oom" and (r["batch_size"] or 0) > 0]
+    ooms = [r["batch_size"] or 0 for r in rows
+            if r["status"] == "oom" and (r["batch_size"] or 0) > 0]
     _memory_panel(right, ok, xs, ooms)
     ticks = sorted(set(xs) | set(ooms))
     for ax in (left, right):
@@ -167,7 +171,7 @@ def batch_plot(rows: list[dict[str, Any]], title: str) -> Plot | None:
     return _render(fig)
 
 
-def _epoch_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int]) -> None:
+def _epoch_panel(ax: Any, ok: list[BatchRow], xs: list[int]) -> None:
     epochs = [B.shown_epoch(r) for r in ok]  # the table's figures, on the group's basis
     if all(e is not None for e in epochs):
         every: list[float] = []
@@ -182,7 +186,7 @@ def _epoch_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int]) -> None:
                         for r in ok)
         ax.set(ylabel="epoch time (s)" + (", ~ projected" if projected else ""),
                title="Epoch time, labelled with its Growth")
-        _from_zero(ax, epochs + every)
+        _from_zero(ax, [*epochs, *every])
         ax.legend(fontsize=7, loc="lower left")
         return
     sps = [r["samples_per_s"] for r in ok]  # no epoch time: the table's Samples/s column
@@ -193,15 +197,16 @@ def _epoch_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int]) -> None:
     ax.set(ylabel="samples/s", title="Samples/s")
 
 
-def _memory_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int], ooms: list[int]) -> None:
+def _memory_panel(ax: Any, ok: list[BatchRow], xs: list[int], ooms: list[int]) -> None:
     mem = [r["peak_mem_bytes"] for r in ok]
     kind = ok[0]["memory_kind"]
     net = kind == "host" and any(r.get("peak_host_total_bytes") not in (None, r["peak_mem_bytes"])
                                  for r in ok)
-    unit_div, unit = (fmt.GIB, "GiB")
+    unit_div: float = fmt.GIB
+    unit = "GiB"
     if all(v is not None for v in mem):
         unit_div, unit = _gib_or_mib(mem)
-        ys = [m / unit_div for m in mem]
+        ys = [(m or 0.0) / unit_div for m in mem]  # every one set
         ax.plot(xs, ys, "o-", color="#d1495b")
         _label_points(ax, xs, ys, [fmt.growth(r["mem_growth"]) for r in ok])
         _from_zero(ax, ys)  # a memory axis from zero: +5% must look like +5%
@@ -215,16 +220,16 @@ def _memory_panel(ax: Any, ok: list[dict[str, Any]], xs: list[int], ooms: list[i
     ax.set(ylabel=f"{what} ({unit})", title="Peak memory, labelled with its Growth")
 
 
-def scale_plot(rows: list[dict[str, Any]]) -> Plot | None:
+def scale_plot(rows: list[ScaleRow]) -> Plot | None:
     """Measured speedup against processes, with the ideal line."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[ScaleRow]] = {}
     for r in rows:
         if r["speedup"] is not None and r["nproc"]:
             groups.setdefault(r["experiment"], []).append(r)
     if not groups or max(len(g) for g in groups.values()) < 2:
         return None
     fig, ax = _figure(7.0, 4.2)
-    top = max(r["nproc"] for g in groups.values() for r in g)
+    top = max(r["nproc"] or 0 for g in groups.values() for r in g)  # every one set
     bases = sorted({r.get("base_nproc") or 1 for g in groups.values() for r in g})
     for b in bases:  # perfect scaling from each baseline: N / B at N processes
         ax.plot([b, top], [1, M.ideal_speedup(top, b)], "--", color="#999",
@@ -233,7 +238,7 @@ def scale_plot(rows: list[dict[str, Any]]) -> Plot | None:
         xs, ys = [r["nproc"] for r in g], [r["speedup"] for r in g]
         ax.plot(xs, ys, "o-", label=eid)
         _label_points(ax, xs, ys, [fmt.pct(r["efficiency"]) for r in g])
-    ticks = sorted({r["nproc"] for g in groups.values() for r in g} | set(bases))
+    ticks = sorted({r["nproc"] or 0 for g in groups.values() for r in g} | set(bases))
     ax.set_xticks(ticks, [str(t) for t in ticks])
     against = "1 process" if bases == [1] else "the smallest count measured"
     ax.set(xlabel="processes", ylabel=f"speedup vs {against}",
@@ -337,7 +342,7 @@ def utilisation_plot(series: list[tuple[str, dict[str, list[float | None]]]]) ->
     return _render(fig)
 
 
-def loader_plot(rows: list[dict[str, Any]]) -> Plot | None:
+def loader_plot(rows: list[LoaderRow]) -> Plot | None:
     """Data wait and compute (h2d + forward + backward + optimizer) per step for each loader
     setting, stacked, with the data-wait fraction on top: a fall in data wait that compute
     eats shows as a flat bar."""
@@ -348,8 +353,8 @@ def loader_plot(rows: list[dict[str, Any]]) -> Plot | None:
     ok = ok[:MAX_BARS]
     fig, ax = _figure(6.0, 4.4)
     xs = list(range(len(ok)))
-    data = [r["data_s"] * 1000 for r in ok]
-    comp = [r["compute_s"] * 1000 for r in ok]
+    data = [(r["data_s"] or 0.0) * 1000 for r in ok]  # every one set (above)
+    comp = [(r["compute_s"] or 0.0) * 1000 for r in ok]
     ax.bar(xs, comp, label="compute", color=PHASE_COLOURS["backward"])
     ax.bar(xs, data, bottom=comp, label="data wait", color=PHASE_COLOURS["data"])
     tops = [a + b for a, b in zip(comp, data, strict=True)]

@@ -206,7 +206,8 @@ def by_experiment(records: list[Record], kind: str) -> dict[str, list[RunResult]
         have = {r.run_id for r in out.get(label, [])}
         for pt in dicts(s.points):
             rid = pt.get("run_id")
-            run = by_id.get((s.source, rid)) or by_run_id.get(rid)
+            run = (by_id.get((s.source, rid)) or by_run_id.get(rid)) if isinstance(rid, str) \
+                else None
             if run is not None and run.run_id not in have:
                 reused = copy.copy(run)
                 reused.experiment = Experiment(id=s.exp_id, kind=kind,

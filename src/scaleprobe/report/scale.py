@@ -23,6 +23,7 @@ from scaleprobe.report import fmt
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report.rows import ScaleRow
 from scaleprobe.report.target import target_fields
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import MEASURED, Record, RunResult
@@ -47,10 +48,10 @@ def nodes(rec: RunResult) -> int:
     return int(k) if isinstance(k, (int, float)) and k >= 1 else 1
 
 
-def _placement(row: dict[str, Any]) -> str:
+def _placement(row: ScaleRow) -> str:
     """``2 nodes x 2`` for a point over several nodes, else empty."""
     k = row.get("nodes") or 1
-    return f"{k} nodes x {row['nproc'] // k}" if k > 1 else ""
+    return f"{k} nodes x {(row['nproc'] or 0) // k}" if k > 1 else ""
 
 
 def lost_to(rec: RunResult, base: RunResult | None,
@@ -80,7 +81,7 @@ def _batch_ratio(rec: RunResult, base: RunResult) -> float:
     return a / b if a and b else 1.0
 
 
-def scale_table(records: list[Record], th: Thresholds = DEFAULT) -> list[dict[str, Any]]:
+def scale_table(records: list[Record], th: Thresholds = DEFAULT) -> list[ScaleRow]:
     """One row per process count of each scale experiment (the point's median repeat), with
     speedup and efficiency against that experiment's baseline, each with its interval over the
     paired repeats, and a ``line`` such as ``2 processes: 1.62x [1.41, 1.86], 3 repeats
@@ -91,7 +92,7 @@ def scale_table(records: list[Record], th: Thresholds = DEFAULT) -> list[dict[st
 
     A speedup above N / B x 1.1 is ``implausible``: the row says so with the baseline's
     spread, and ``verdict_ok`` is False so that no verdict is drawn from it."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ScaleRow] = []
     for eid, recs in R.by_experiment(records, "scale").items():
         recs = sorted(P.group_repeats(recs), key=lambda r: (nproc(r) or 0, nodes(r)))
         base = next((r for r in recs if r.status in MEASURED and nproc(r)), None)
@@ -101,7 +102,7 @@ def scale_table(records: list[Record], th: Thresholds = DEFAULT) -> list[dict[st
 
 
 def _row(eid: str, r: RunResult, base: RunResult | None,
-         th: Thresholds) -> dict[str, Any]:
+         th: Thresholds) -> ScaleRow:
     n, sps = nproc(r), r.metrics.samples_per_s
     ok = r.status in MEASURED
     b = nproc(base) if base is not None else None
@@ -124,7 +125,7 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
                        + (f"not like for like ({'; '.join(unlike)})" if unlike else
                           f"a measuring error, most likely in the {what} (its spread: "
                           f"{_spread(base)})"))
-    row = {"experiment": eid, "run": r.label, "record": r, "nproc": n, "nodes": nodes(r),
+    row: ScaleRow = {"experiment": eid, "run": r.label, "record": r, "nproc": n, "nodes": nodes(r),
            "base_nproc": b, "is_base": is_base, "threads": _threads(r), "unlike": unlike,
            "status": r.status, "error": r.error, "samples_per_s": sps,
            "speedup": speedup, "efficiency": eff,
@@ -134,7 +135,9 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
            "step_median_s": r.step_median_s,
            "comm_fraction": r.metrics.comm_fraction,
            "data_wait_fraction": r.metrics.data_wait_fraction, "lost": lost}
-    row.update(target_fields(r, base, ok))
+    tf = target_fields(r, base, ok)
+    if tf is not None:
+        row = {**row, **tf}
     row["line"] = scale_line(row)
     return row
 
@@ -178,7 +181,7 @@ def _spread(base: RunResult | None) -> str:
     return ", ".join(parts) or "unknown"
 
 
-def scale_line(row: dict[str, Any]) -> str:
+def scale_line(row: ScaleRow) -> str:
     n = row["nproc"]
     head = f"{n} process{'es' if n != 1 else ''}"
     if row.get("nodes", 1) > 1:
@@ -217,7 +220,7 @@ def _lost_text(lost: dict[str, float]) -> str:
     return ", ".join(f"{k} {fmt.pct(v)}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]))
 
 
-def shown_repeat_text(row: dict[str, Any]) -> str:
+def shown_repeat_text(row: ScaleRow) -> str:
     """Which run a row's figures come from: the point's median repeat (for an even count the
     lower middle one by samples/s, a real run, not an average of two)."""
     k = row.get("repeats") or 0
@@ -229,7 +232,7 @@ def shown_repeat_text(row: dict[str, Any]) -> str:
             f"{which}, the lower middle of {k} by samples/s")
 
 
-def scale_cells(row: dict[str, Any]) -> list[str]:
+def scale_cells(row: ScaleRow) -> list[str]:
     head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else ""),
             fmt.num(row.get("threads"), "d")]
     if row["status"] not in MEASURED:

@@ -3,6 +3,7 @@ co-location, communication and accuracy parity."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from scaleprobe import metrics as M
@@ -18,6 +19,7 @@ from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import under_load_line
 from scaleprobe.report.repeats import group_repeats
+from scaleprobe.report.rows import ScaleRow
 from scaleprobe.results import (
     ColocateRecord,
     CommBenchRecord,
@@ -51,9 +53,7 @@ def sweeps_section(records: list[Record]) -> Section | None:
             s.add(Text(f"Varied: {', '.join(sorted(axes)) or 'nothing'}; each point is a row "
                        "of the runs table."))
         if not axes & set(R.BATCH_AXES):  # a batch sweep draws its curves by batch size
-            _target_curves(s, eid, [{"record": r, "status": r.status}
-                                    for r in group_repeats(runs)],
-                           lambda row: _point_label(row["record"]), "one line per point")
+            _target_curves(s, eid, group_repeats(runs), _point_label, "one line per point")
         _load_line(s, runs)
     return s if s.blocks else None
 
@@ -79,8 +79,8 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
         s.add(Table(hs, cells, caption=f"Batch size: {label}" if label else ""))
         s.add(plots.image(f"batch-{_slug(g)}", plots.batch_plot(grows, f"Batch size: {label or eid}"),
                           f"epoch time and peak memory vs batch size, {g}"))
-        _target_curves(s, f"{eid}-{g}", grows, lambda r: f"batch {r['batch_size']}",
-                       "one line per batch size")
+        _target_curves(s, f"{eid}-{g}", [r["record"] for r in grows],
+                       lambda r: f"batch {r.batch_size}", "one line per batch size")
         s.add(plots.image(f"critical-{_slug(g)}", critical_plot(grows, "Critical batch: "
                                                                   f"{label or eid}"),
                           "samples against steps to the target with the fitted curve, and "
@@ -150,18 +150,18 @@ def scaling_section(records: list[Record]) -> Section | None:
     return s
 
 
-def _target_plot(s: Section, eid: str, rows: list[dict[str, Any]]) -> None:
+def _target_plot(s: Section, eid: str, rows: list[ScaleRow]) -> None:
     """--target: the metric against training time, one line per process count."""
-    _target_curves(s, eid, rows,
-                   lambda r: f"{r['nproc']} process{'es' if r['nproc'] != 1 else ''}",
+    _target_curves(s, eid, [r["record"] for r in rows],
+                   lambda r: f"{S.nproc(r)} process{'es' if S.nproc(r) != 1 else ''}",
                    "one line per process count")
 
 
-def _target_curves(s: Section, eid: str, rows: list[dict[str, Any]], label: Any,
-                   lines: str) -> None:
-    """With --target: the metric against training wall clock of each row's median repeat,
-    the target as a horizontal line (nothing without a target)."""
-    series = T.curve_series([r for r in rows if r.get("status") in ("ok", "target_not_reached")],
+def _target_curves(s: Section, eid: str, runs: list[RunResult],
+                   label: Callable[[RunResult], str], lines: str) -> None:
+    """With --target: the metric against training wall clock of each point's median repeat
+    (``runs``), the target as a horizontal line (nothing without a target)."""
+    series = T.curve_series([r for r in runs if r.status in ("ok", "target_not_reached")],
                             label)
     if not series:
         return

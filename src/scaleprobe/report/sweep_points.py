@@ -4,18 +4,20 @@ their own, and runs grouped by the sweep's axes other than the one analysed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.results import Experiment, Record, RunResult
 
 
-def sweep_runs(records: list[Record]) -> list[RunResult]:
+def sweep_runs(records: Sequence[Record]) -> list[RunResult]:
     runs = R.runs(records)
     return P.group_repeats(runs) + _skipped_points(records, runs)
 
 
-def _skipped_points(records: list[Record], runs: list[RunResult]) -> list[RunResult]:
+def _skipped_points(records: Sequence[Record], runs: list[RunResult]) -> list[RunResult]:
     """Points a sweep did not run because a smaller batch already ran out of memory."""
     seen = {(r.exp_id, R.point_key(r.point)) for r in runs}
     out = []

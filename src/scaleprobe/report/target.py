@@ -17,12 +17,14 @@ seed. Per point: the median time to target over the runs that reached it, the sp
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scaleprobe import metrics as M
 from scaleprobe.measure.stats import median
 from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
+from scaleprobe.report.rows import ScaleRow, TargetFields, TargetFigures, TargetRow
 from scaleprobe.results import Record, RunResult, TimeToTarget
 from scaleprobe.target import target_text as direction_text
 
@@ -57,7 +59,7 @@ def _median(vals: list[float]) -> float | None:
     return median(vals) if vals else None
 
 
-def point_figures(r: RunResult) -> dict[str, Any]:
+def point_figures(r: RunResult) -> TargetFigures:
     """A point's time to target over its repeats (seeds)."""
     reps = P.repeats_of(r)
     times = [t for t in (time_to_target_s(x) for x in reps) if t is not None]
@@ -75,12 +77,16 @@ def ttt_interval(base: RunResult, r: RunResult) -> M.Interval | None:
     return M.ratio_interval(a, b)
 
 
-def target_fields(r: RunResult, base: RunResult | None, ok: bool) -> dict[str, Any]:
-    """The time-to-target columns of one scale row (empty without --target)."""
+def target_fields(r: RunResult, base: RunResult | None, ok: bool) -> TargetFields | None:
+    """The time-to-target columns of one scale row (None without --target)."""
     if not has_target(r):
-        return {}
-    out = point_figures(r)
-    out["target_text"] = target_text(r)
+        return None
+    fig = point_figures(r)
+    out = TargetFields(ttt_runs=fig["ttt_runs"], ttt_reached=fig["ttt_reached"],
+                       ttt_median_s=fig["ttt_median_s"], ttt_min_s=fig["ttt_min_s"],
+                       ttt_max_s=fig["ttt_max_s"],
+                       samples_to_target_median=fig["samples_to_target_median"],
+                       target_text=target_text(r), ttt_speedup_interval=None)
     iv = None
     if ok and base is not None and r is not base and r.point != base.point:
         iv = ttt_interval(base, r)
@@ -94,7 +100,8 @@ def target_fields(r: RunResult, base: RunResult | None, ok: bool) -> dict[str, A
     return out
 
 
-def target_cells(row: dict[str, Any]) -> list[str]:
+def target_cells(row: Mapping[str, Any]) -> list[str]:
+    """The time-to-target cells of a batch or a scale row (``rows.TargetRow``)."""
     if "ttt_runs" not in row:
         return ["-"] * len(TARGET_HEADERS)
     med = row["ttt_median_s"]
@@ -116,7 +123,7 @@ def target_cells(row: dict[str, Any]) -> list[str]:
             "-" if samples is None else f"{samples:,.0f}", sp]
 
 
-def target_line(row: dict[str, Any]) -> str | None:
+def target_line(row: ScaleRow) -> str | None:
     """``2 processes: accuracy >= 0.8 reached 1.31x sooner [1.05, 1.63] ...`` or inconclusive,
     with the throughput speedup beside it and what the difference means."""
     if "ttt_runs" not in row or row.get("is_base", row["nproc"] == 1) \
@@ -144,7 +151,7 @@ def target_line(row: dict[str, Any]) -> str | None:
     return text
 
 
-def statistical_efficiency(row: dict[str, Any]) -> float | None:
+def statistical_efficiency(row: ScaleRow) -> float | None:
     """Samples to target at 1 / at N: the share of the throughput speedup that the larger
     global batch keeps as time to target (1.0: none lost)."""
     ratio = row.get("samples_ratio")
@@ -176,7 +183,7 @@ def lr_statement(records: list[Record]) -> str:
             "--lr-scaling linear scales it with the batch after a warm-up)")
 
 
-def explain(rows: list[dict[str, Any]], records: list[Record]) -> list[str]:
+def explain(rows: list[ScaleRow], records: list[Record]) -> list[str]:
     """Lines for the scale output and the report: the per-count verdicts, then why the two
     speedups differ."""
     lines = [x for x in (target_line(r) for r in rows) if x]
@@ -192,7 +199,7 @@ def explain(rows: list[dict[str, Any]], records: list[Record]) -> list[str]:
     return lines
 
 
-def table_parts(headers: tuple[str, ...] | list[str], rows: list[dict[str, Any]],
+def table_parts(headers: tuple[str, ...] | list[str], rows: Sequence[TargetRow],
                 cells: Any) -> tuple[list[str], list[list[str]]]:
     """A table's headers and cells, with the time-to-target columns added when any row
     has them: the two speedups then stand side by side."""
@@ -202,6 +209,7 @@ def table_parts(headers: tuple[str, ...] | list[str], rows: list[dict[str, Any]]
 
 
 
-def curve_series(rows: list[dict[str, Any]], label: Any) -> list[tuple[str, TimeToTarget]]:
-    """(label, target block) of each row's shown run (its median repeat)."""
-    return [(label(r), r["record"].target) for r in rows if r["record"].target is not None]
+def curve_series(runs: Sequence[RunResult], label: Callable[[RunResult], str]
+                 ) -> list[tuple[str, TimeToTarget]]:
+    """(label, target block) of each point's shown run (its median repeat)."""
+    return [(label(r), r.target) for r in runs if r.target is not None]

@@ -5,12 +5,13 @@ fewest loader workers shown to reach ``Thresholds.workers_within`` of the best s
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from scaleprobe import metrics as M
 from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report.rows import LoaderRow, WorkersPick
 from scaleprobe.report.sweep_points import point_groups, sweep_runs
 from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.results import Record
@@ -19,11 +20,11 @@ LOADER_HEADERS = ("Setting", "Workers", "Data wait", "Compute/step", "Step media
                   "Samples/s", "CPU util", "Status")
 
 
-def loader_table(records: list[Record]) -> list[dict[str, Any]]:
+def loader_table(records: Sequence[Record]) -> list[LoaderRow]:
     """One row per loader setting of sweeps that varied workers / prefetch / transform /
     loader, grouped by the other axes, in order of loader workers."""
     runs = [r for r in sweep_runs(records) if any(k in R.LOADER_AXES for k in r.point)]
-    rows: list[dict[str, Any]] = []
+    rows: list[LoaderRow] = []
     for label, recs in point_groups(runs, R.LOADER_AXES).items():
         recs = sorted(recs, key=lambda r: (r.loader_workers or 0, R.point_key(r.point)))
         for r in recs:
@@ -44,14 +45,14 @@ def loader_table(records: list[Record]) -> list[dict[str, Any]]:
     return rows
 
 
-def loader_cells(row: dict[str, Any]) -> list[str]:
+def loader_cells(row: LoaderRow) -> list[str]:
     return [row["setting"], fmt.num(row["workers"], "d"), fmt.pct(row["data_wait_fraction"]),
             fmt.ms(row["compute_s"]), fmt.ms(row["step_median_s"]),
             fmt.rate(row["samples_per_s"]), fmt.pct_value(row["cpu_util_pct"]),
             "ok" if row["status"] == "ok" else str(row["status"])]
 
 
-def recommend_workers(records: list[Record], th: Thresholds = DEFAULT) -> dict[str, Any]:
+def recommend_workers(records: Sequence[Record], th: Thresholds = DEFAULT) -> WorkersPick:
     """The fewest loader workers within ``th.workers_within`` of the best samples/s (in the
     group of the best setting). Returns ``{"workers", "prefetch", "setting", "samples_per_s",
     "best_samples_per_s", "best_setting", "group", "text"}``; workers None when nothing ran.
@@ -68,12 +69,12 @@ def recommend_workers(records: list[Record], th: Thresholds = DEFAULT) -> dict[s
         return _recommend(ok, th)
     per = {t: _recommend([r for r in ok if str(r["transform"]) == t], th, f"transform {t}: ")
            for t in transforms}
-    top = per[str(max(ok, key=lambda r: r["samples_per_s"])["transform"])]
-    return {**top, "by_transform": per, "text": " ".join(per[t]["text"] for t in transforms)}
+    top = per[str(max(ok, key=lambda r: r["samples_per_s"] or 0.0)["transform"])]
+    return {**top, "by_transform": per, "text": " ".join(per[t].get("text", "") for t in transforms)}
 
 
-def _challenged(pick: dict[str, Any], best: dict[str, Any], ok: list[dict[str, Any]],
-                floor: float, lead: str) -> tuple[dict[str, Any] | None, list[str]]:
+def _challenged(pick: LoaderRow, best: LoaderRow, ok: list[LoaderRow],
+                floor: float, lead: str) -> tuple[WorkersPick | None, list[str]]:
     """The pick must also be shown within reach of every other setting of its group: the
     best was chosen by its point estimate, and a setting the noise ranks below it may be
     faster by more than the margin (the demo's "use 0 workers" beside a pipelined loader
@@ -102,17 +103,18 @@ def _challenged(pick: dict[str, Any], best: dict[str, Any], ok: list[dict[str, A
     return None, vs
 
 
-def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict[str, Any]:
+def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPick:
     """The fewest workers shown to reach ``1 - workers_within`` of the best setting's
     samples/s. Like for like: only settings of the best one's group (every axis but the
     input pipeline's equal; ``recommend_workers`` has already split by transform) are
     candidates. Fewest first, each candidate's ratio to
     the best is either shown within reach (use it), shown short (more workers pay), or
     undecided (the recommendation is inconclusive, with the interval)."""
-    best = max(ok, key=lambda r: r["samples_per_s"])
+    best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
     floor = 1.0 - th.workers_within
-    peers = sorted((r for r in ok if r["group"] == best["group"] and r["workers"] < best["workers"]),
-                   key=lambda r: r["workers"])
+    peers = sorted((r for r in ok if r["group"] == best["group"]
+                    and (r["workers"] or 0) < (best["workers"] or 0)),
+                   key=lambda r: r["workers"] or 0)
     pick, iv, undecided = best, None, None
     for cand in peers:
         civ = P.interval(best["record"], cand["record"], P.sps_of)
@@ -127,7 +129,7 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
         challenged, vs = _challenged(pick, best, ok, floor, lead)
         if challenged is not None:
             return challenged
-    out = {"prefetch": pick["prefetch"], "setting": pick["setting"],
+    out: WorkersPick = {"prefetch": pick["prefetch"], "setting": pick["setting"],
            "samples_per_s": pick["samples_per_s"], "best_samples_per_s": best["samples_per_s"],
            "best_setting": best["setting"], "group": best["group"],
            "interval": iv.to_dict() if iv else None}
@@ -152,6 +154,7 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
         text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
                 f"{fmt.rate(pick['samples_per_s'])} samples/s; {why}{each}.")
     else:
+        assert iv is not None  # a pick other than the best was shown within reach by it
         text = (f"{lead}Use {pick['workers']} loader worker(s) ({pick['setting']}): "
                 f"{fmt.rate(pick['samples_per_s'])} samples/s, {iv.text()} of the best "
                 f"{fmt.rate(best['samples_per_s'])} samples/s ({best['setting']}), within "
@@ -165,13 +168,13 @@ def _recommend(ok: list[dict[str, Any]], th: Thresholds, lead: str = "") -> dict
 GAIN_SLACK_REL = M.SINGLE_REPEAT_NOISE_REL
 
 
-def _gain_beyond_data_wait(pick: dict[str, Any], group: list[dict[str, Any]]) -> str | None:
+def _gain_beyond_data_wait(pick: LoaderRow, group: list[LoaderRow]) -> str | None:
     """Why the pick's gain over the fewest-workers setting of its group cannot come from the
     loader (None: it can). More workers can only remove the data wait the fewest-workers
     setting had (their loading moves off the training loop); a step that got shorter by more
     than that wait (plus a step's run-to-run noise) got faster for another reason, most often
     load on the machine that came and went between the runs, and says nothing about workers."""
-    fewest = min(group, key=lambda r: r["workers"])
+    fewest = min(group, key=lambda r: r["workers"] or 0)
     if fewest is pick or (pick["workers"] or 0) <= (fewest["workers"] or 0):
         return None
     step_few, step_pick, wait = fewest["step_median_s"], pick["step_median_s"], fewest["data_s"]
