@@ -3,6 +3,7 @@ two network-namespace hosts joined by a tc-shaped link (root, ip, tc, taskset).
 
     nice -n 10 python benchmarks/predict_validation.py measure --out OUT     # resumable
     python benchmarks/predict_validation.py table --out OUT                  # the table
+    python benchmarks/predict_validation.py table --out OUT --markdown       # as the docs keep it
 
 ``measure`` runs the grid, one link at a time, in fresh namespaces: first ``scaleprobe comm``
 across the link (the all_reduce fit every prediction uses: ``--link measured:OUT/comm/L``),
@@ -214,7 +215,43 @@ def table(a: argparse.Namespace) -> int:
     skipped = _skipped(Path(a.out))
     for name, why in skipped.items():
         print(f"link case {name} not measured: {why}")
+    if a.markdown:
+        return markdown(args)
     return cli(args + (["--json"] if a.json else []))
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1000:,.0f}" if v >= 1.0 else f"{v * 1000:,.1f}"
+
+
+def markdown(args: list[str]) -> int:
+    """The grid as the Markdown table docs/COMMUNICATION.md keeps: ``predict --check --json``
+    run in a child (its JSON on stdout), one row per measured point, in the grid's order."""
+    out = subprocess.run([*_scaleprobe(), *args, "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(out.stdout[-2000:] + out.stderr[-2000:])
+        return out.returncode
+    data = json.loads(out.stdout)
+    order = {name: i for i, name in enumerate(LINKS)}
+
+    def link(p: dict) -> str:
+        return p["link"].removeprefix("measured:").split("/")[0]
+
+    points = sorted(data["points"], key=lambda p: (order.get(link(p), 99),
+                                                   MODELS.index(p["model"])
+                                                   if p["model"] in MODELS else 99,
+                                                   p["strategy"]))
+    print("| link | model | strategy | measured step, ms [95%] | predicted, ms [95%] "
+          "| predicted / measured [95%] |")
+    print("|---|---|---|---:|---:|---:|")
+    for p in points:
+        pr, mi = p["predicted"]["step_s"], p["measured_interval_s"]
+        ri = p.get("ratio_interval") or [None, None]
+        band = f" [{ri[0]:.2f}, {ri[1]:.2f}]" if ri[0] is not None else ""
+        print(f"| {link(p)} | {p['model']} | {p['strategy']} | {_ms(p['measured_s'])} "
+              f"[{_ms(mi[0])}, {_ms(mi[1])}] | {_ms(pr['value'])} [{_ms(pr['lo'])}, "
+              f"{_ms(pr['hi'])}] | {p['ratio']:.2f}{band} |")
+    return 0
 
 
 def main() -> int:
@@ -224,6 +261,8 @@ def main() -> int:
     ap.add_argument("--links", default=",".join(LINKS))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", action="store_true",
+                    help="the table as docs/COMMUNICATION.md keeps it")
     a = ap.parse_args()
     return measure(a) if a.what == "measure" else table(a)
 
