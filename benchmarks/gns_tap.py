@@ -27,8 +27,8 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from scaleprobe.comm.hook import CommTimer
+from scaleprobe.core.metrics import ratio_interval
 from scaleprobe.measure.gns_probe import NormTap, StepNorms, TapSteps
-from scaleprobe.metrics import ratio_interval
 from scaleprobe.models.build import build_model, param_count
 
 

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples/scripts/gpt_compiled.py"
 OWN = re.compile(r"samples=(\d+) seconds=([\d.]+) samples_per_s=([\d.]+) cpu_s=([\d.]+)")
 # other processes' CPU, in cores, under which a run counts as quiet: the run's own threshold
-# for "measured under load" (report/thresholds.py, under_load: 0.25 cores)
+# for "measured under load" (core/thresholds.py, under_load: 0.25 cores)
 QUIET_CORES = 0.25
 LAST_OUTSIDE: list[float] = []  # the outside cores of the last run
 
@@ -152,7 +152,7 @@ def _wait_quiet(limit_s: float) -> None:
 
 
 def _ratio(what: str, bare_: list[float], wrap_: list[float]) -> None:
-    from scaleprobe.metrics import ratio_interval
+    from scaleprobe.core.metrics import ratio_interval
 
     iv = ratio_interval(bare_, wrap_)
     if iv is None or len(wrap_) < 2:

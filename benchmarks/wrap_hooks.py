@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data import dataloader as dl
 
-from scaleprobe.metrics import ratio_interval
+from scaleprobe.core.metrics import ratio_interval
 from scaleprobe.wrap import hooks as H
 
 BATCH = 64

@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--script", type=Path, default=ROOT / "examples/scripts/train_plain.py")
     a, extra = ap.parse_known_args()
     args = ["--epochs", str(a.epochs), "--warmup", str(a.warmup), *extra]
-    from scaleprobe.metrics import ratio_interval
+    from scaleprobe.core.metrics import ratio_interval
 
     b, w = [], []
     for i in range(a.pairs):

@@ -29,7 +29,7 @@ class Reached(Exception):
 def stop_before_work(monkeypatch):
     """The commands run for real up to the call that would train (or write a report), which
     raises ``Reached`` (a ScaleprobeError with exit code 0, so ``cli.main`` returns 0)."""
-    from scaleprobe.errors import ScaleprobeError
+    from scaleprobe.core.errors import ScaleprobeError
     from scaleprobe.experiments.spec import check_points, load_spec
 
     class Stop(Reached, ScaleprobeError):

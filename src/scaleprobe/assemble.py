@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe import metrics as M
 from scaleprobe.comm.exposed import (
     ALONE_METHOD,
     OVERHEAD_METHOD,
@@ -19,16 +18,8 @@ from scaleprobe.comm.exposed import (
 from scaleprobe.comm.instep import fill_in_step
 from scaleprobe.comm.model import predict_for_run
 from scaleprobe.config import RunConfig
-from scaleprobe.gns import summarize as summarize_gns
-from scaleprobe.invariants import check_run
-from scaleprobe.measure import outside
-from scaleprobe.measure.audit import audit
-from scaleprobe.measure.compiled import block, result_fields
-from scaleprobe.measure.held import summarize_held
-from scaleprobe.measure.stats import median
-from scaleprobe.measure.summary import epoch_time, rank_summary, straggler
-from scaleprobe.report.thresholds import DEFAULT
-from scaleprobe.results import (
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import (
     Audit,
     Batch,
     Comm,
@@ -43,8 +34,17 @@ from scaleprobe.results import (
     Straggler,
     TimeToTarget,
 )
-from scaleprobe.target import not_reached_line, summarize
-from scaleprobe.traits import traits_of
+from scaleprobe.core.target import not_reached_line, summarize
+from scaleprobe.core.thresholds import DEFAULT
+from scaleprobe.core.traits import traits_of
+from scaleprobe.gns import summarize as summarize_gns
+from scaleprobe.invariants import check_run
+from scaleprobe.measure import outside
+from scaleprobe.measure.audit import audit
+from scaleprobe.measure.compiled import block, result_fields
+from scaleprobe.measure.held import summarize_held
+from scaleprobe.measure.stats import median
+from scaleprobe.measure.summary import epoch_time, rank_summary, straggler
 
 
 def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | None,
@@ -508,7 +508,7 @@ def _checks(result: RunResult, head: RankRecord) -> None:
 
 
 def _load(result: RunResult, window: dict[str, Any] | None) -> None:
-    """Outside-the-tree figures and the under-load verdict (rule: report/thresholds.py)."""
+    """Outside-the-tree figures and the under-load verdict (rule: core/thresholds.py)."""
     if window is None:
         result.null_reasons["outside_cpu_s"] = "not measured: no monitor window"
         return

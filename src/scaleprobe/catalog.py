@@ -22,10 +22,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.lmspec import GPT_MODELS, LM_TASK
+from scaleprobe.core.registry import suggest
 from scaleprobe.extras import require_installed
-from scaleprobe.lmspec import GPT_MODELS, LM_TASK
-from scaleprobe.registry import suggest
 
 # scaleprobe's small models (models/small.py), name -> what it is
 SMALL_MODELS: dict[str, str] = {

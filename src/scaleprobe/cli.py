@@ -17,7 +17,7 @@ import textwrap
 from typing import NoReturn
 
 from scaleprobe import __version__
-from scaleprobe.errors import ScaleprobeError, one_line
+from scaleprobe.core.errors import ScaleprobeError, one_line
 
 DESCRIPTION = """Measure and explain deep-learning training performance: one device or many,
 one process or many, one host or several.

@@ -5,7 +5,7 @@ command-line flags, and ``--set section.key=value`` overrides. Keys may be writt
 (``train.batch_size``) or by their short alias (``batch_size``), in TOML files, in sweep
 grids and in ``--set``. ``RunConfig.to_dict()`` is saved with every result.
 
-Each field is declared once, with ``option`` (schema.py): its type (the annotation), default,
+Each field is declared once, with ``option`` (core/schema.py): its type (the annotation), default,
 one line of help and the values it accepts (a range or choices). Every value, wherever it
 comes from, is checked against that declaration before use (``check_value``), and a mismatch
 is one line naming the key, what it expects and what was given; ``validate`` then checks the
@@ -25,10 +25,10 @@ from typing import Any
 
 from scaleprobe.bundled import hint
 from scaleprobe.config_rules import check_combinations
-from scaleprobe.errors import ConfigError, one_line
-from scaleprobe.registry import suggest
-from scaleprobe.schema import Knob, knobs, option, show
-from scaleprobe.traits import TRAITS, traits_of
+from scaleprobe.core.errors import ConfigError, one_line
+from scaleprobe.core.registry import suggest
+from scaleprobe.core.schema import Knob, knobs, option, show
+from scaleprobe.core.traits import TRAITS, traits_of
 
 
 def parse_size(text: str) -> int:

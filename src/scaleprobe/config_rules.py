@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from scaleprobe.catalog import BUILT_IN_DATA, DATASETS, DEVICE_RESIDENT, check_names
 from scaleprobe.comm.ranknet import rates_mbit
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.lmspec import check_run
+from scaleprobe.core.target import check_task, parse_target
+from scaleprobe.core.traits import traits_of
 from scaleprobe.gns import check_config as check_gns
-from scaleprobe.lmspec import check_run
-from scaleprobe.target import check_task, parse_target
-from scaleprobe.traits import traits_of
 
 if TYPE_CHECKING:
     from scaleprobe.config import RunConfig

@@ -19,6 +19,8 @@ import torch.distributed as dist
 
 from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.config import RunConfig
+from scaleprobe.core.results import RankInfo, RankMem, RankRecord
+from scaleprobe.core.target import TargetWatch, parse_target
 from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
@@ -32,8 +34,6 @@ from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.parts import Parts, lr_warmup_steps, setup
-from scaleprobe.results import RankInfo, RankMem, RankRecord
-from scaleprobe.target import TargetWatch, parse_target
 from scaleprobe.train.steplog import TimerSteps
 from scaleprobe.train.stopping import loop_end_reason, stop_reason
 

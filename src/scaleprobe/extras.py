@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 EXTRAS: dict[str, tuple[str, ...]] = {  # extra -> modules it provides
     "detection": ("torchmetrics", "pycocotools"),

@@ -37,9 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaleprobe.errors import ConfigError
-from scaleprobe.result_model import Gns, GnsPoint, GnsSamples
-from scaleprobe.traits import traits_of
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.result_model import Gns, GnsPoint, GnsSamples
+from scaleprobe.core.traits import traits_of
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000

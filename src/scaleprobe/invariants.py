@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe import metrics as M
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import RunResult
 from scaleprobe.measure.compiled import window_line
-from scaleprobe.results import RunResult
 
 # median-step samples/s vs whole-window samples/s: a run whose steps are stable agrees within
 # a few percent; 25% is outside the 10-18% process noise of the reference machine

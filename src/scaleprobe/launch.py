@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.interrupt import Interrupted, signal_name
 from scaleprobe.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
     KILL_AFTER_S,

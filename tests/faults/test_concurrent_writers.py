@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from scaleprobe import results as R
+from scaleprobe.core import results as R
 
 WRITERS, RECORDS = 4, 150
 PAD = "x" * 9000  # larger than PIPE_BUF (4096): a plain append could interleave such lines
@@ -14,7 +14,7 @@ PAD = "x" * 9000  # larger than PIPE_BUF (4096): a plain append could interleave
 
 WRITER = """
 import sys
-from scaleprobe import results as R
+from scaleprobe.core import results as R
 path, writer, n, pad = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "x" * int(sys.argv[4])
 for i in range(n):
     R.append_jsonl(path, {"kind": "run", "writer": writer, "i": i, "pad": pad})

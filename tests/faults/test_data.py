@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from scaleprobe import results as res
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import DataError
 from scaleprobe.data.formats import open_lfw_people, write_dataset
-from scaleprobe.errors import DataError
 
 pytestmark = pytest.mark.timeout(240)
 

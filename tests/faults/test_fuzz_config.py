@@ -23,7 +23,7 @@ import pytest
 
 from scaleprobe import config as C
 from scaleprobe.cli import build_parser, main
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 

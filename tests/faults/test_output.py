@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe import results as res
-from scaleprobe.errors import OutputError
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import OutputError
 from tests.unit.report.factory import run as run_record
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
+from scaleprobe.core.results import read_jsonl
 from scaleprobe.measure.heartbeat import read_beats
-from scaleprobe.results import read_jsonl
 from scaleprobe.run.resources import RANKS_PER_CORE, host_cores
 
 pytestmark = [pytest.mark.timeout(300)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 from .test_rank_failures import run_job, run_with_failing_rank
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from scaleprobe import config as C
-from scaleprobe import results as res
+from scaleprobe.core import results as res
 
 from ..conftest import ROOT
 

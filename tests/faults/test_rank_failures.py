@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 from .test_rank_failures import run_job
 

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from scaleprobe import results as res
+from scaleprobe.core import results as res
 from scaleprobe.experiments.procs import GRACE_S
 from scaleprobe.experiments.spec import load_spec, points
 from scaleprobe.experiments.sweep import run_sweep

@@ -3,7 +3,7 @@
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,8 +58,8 @@ def test_empty_data_dir(capsys, tmp_path):
 def test_corrupt_image_stops_the_run_or_is_skipped(capsys, tmp_path):
     from pathlib import Path
 
+    from scaleprobe.core.results import read_jsonl
     from scaleprobe.data.formats import open_imagefolder, write_dataset
-    from scaleprobe.results import read_jsonl
 
     root = write_dataset("imagefolder", tmp_path / "d", count=40, size=(32, 32))
     bads = [Path(open_imagefolder(root).samples[i][0]) for i in (3, 11, 19, 27, 35)]

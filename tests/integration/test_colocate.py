@@ -2,10 +2,10 @@
 
 import pytest
 
-from scaleprobe import metrics
+from scaleprobe.core import metrics
+from scaleprobe.core.results import read_jsonl
 from scaleprobe.experiments.placement import gpu_count
 from scaleprobe.experiments.verdict import CPU_SATURATED_PCT, GPU_BUSY_PCT, NO_INTERFERENCE_BELOW
-from scaleprobe.results import read_jsonl
 
 from ..conftest import ROOT
 

@@ -6,7 +6,7 @@ import pytest
 
 from scaleprobe.cli import main
 from scaleprobe.comm.bench import DEFAULT_OPS
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]

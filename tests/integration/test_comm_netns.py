@@ -15,7 +15,7 @@ import pytest
 from scaleprobe.comm import netns
 from scaleprobe.comm.links import Link
 from scaleprobe.comm.model import comm_time_s
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 pytestmark = pytest.mark.root
 

@@ -4,7 +4,7 @@ compiling each, so few and slow)."""
 
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.timeout(900)

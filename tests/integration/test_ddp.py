@@ -5,7 +5,7 @@ import json
 import psutil
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 

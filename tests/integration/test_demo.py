@@ -88,7 +88,7 @@ def demo_shape(out_dir) -> list[str]:
     import json
     import re
 
-    from scaleprobe import results as res
+    from scaleprobe.core import results as res
 
     keys: set[str] = set()
     for f in out_dir.rglob("result.json"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 

@@ -5,7 +5,7 @@ benchmarks/gpu_paths.sh runs the same paths at full size and keeps their figures
 
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.timeout(300)

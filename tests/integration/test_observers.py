@@ -71,7 +71,7 @@ def test_every_ddp_rank_writes_its_own_traces(cli, out_dir):
             "--warmup-steps", 1, "--loader", "naive", "--profile-every", 30,
             "--summary-every", 0.05, "--out", out_dir, "--no-progress")
     assert p.returncode == 0, p.stderr[-2000:]
-    from scaleprobe.results import read_jsonl
+    from scaleprobe.core.results import read_jsonl
 
     rec = read_jsonl(out_dir / "results.jsonl")[-1]
     names = sorted(Path(t).name for t in rec["paths"]["traces"])

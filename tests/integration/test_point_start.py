@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from scaleprobe import results as res
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import procs
 from scaleprobe.experiments.sweep import run_sweep
 

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from scaleprobe.comm import netns
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -3,8 +3,8 @@
 import psutil
 import pytest
 
-from scaleprobe.metrics import plausible_speedup, ratio_interval
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.metrics import plausible_speedup, ratio_interval
+from scaleprobe.core.results import read_jsonl
 
 pytestmark = pytest.mark.timeout(300)
 

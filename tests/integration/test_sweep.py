@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 from scaleprobe.run.failure import is_oom
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -142,7 +142,7 @@ def test_resume_reruns_failed_and_interrupted_points_only(tmp_path):
     """Of three points already in results.jsonl (ok, failed, interrupted), a resumed sweep
     runs exactly the failed and the interrupted ones again. Bug caught: a resume that reuses
     a failed or interrupted record as if it were measured, or reruns a finished point."""
-    from scaleprobe import results as res
+    from scaleprobe.core import results as res
     from scaleprobe.experiments.spec import load_spec, points
     from scaleprobe.experiments.sweep import run_sweep
 

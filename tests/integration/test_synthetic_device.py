@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from scaleprobe import config as C
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.device import DeviceBatches
-from scaleprobe.errors import ConfigError, DataError
 from scaleprobe.run.workloads import run_config
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from scaleprobe import config as C
+from scaleprobe.core.target import CURVE_FILE, read_curve_csv
 from scaleprobe.run.failure import exit_code as status_exit_code
 from scaleprobe.run.workloads import run_config
-from scaleprobe.target import CURVE_FILE, read_curve_csv
 
 
 def execute(cfg):
@@ -90,7 +90,7 @@ def test_slow_evaluation_is_excluded_from_time_to_target(tmp_path, monkeypatch):
     reported beside it. Each evaluation here advances the training clock by 1000 s (a
     deliberately slow evaluation on a fake clock): counted, it would show in
     time_to_target_s."""
-    import scaleprobe.target as T
+    import scaleprobe.core.target as T
     from scaleprobe.tasks.classification import Classification
 
     offset = [0.0]

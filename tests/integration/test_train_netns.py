@@ -40,7 +40,7 @@ import time
 import pytest
 
 from scaleprobe.comm import netns
-from scaleprobe.results import read_jsonl
+from scaleprobe.core.results import read_jsonl
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -96,7 +96,7 @@ def test_a_lazy_model_under_ddp_starts_on_every_rank(tmp_path):
 def test_an_output_that_holds_no_tensor_is_a_one_line_error(tmp_path):
     """Bug caught: a traceback from inside the loss for a model returning something that is
     not logits; the user is told what to return."""
-    from scaleprobe.errors import ConfigError
+    from scaleprobe.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="return a tensor of logits"):
         rec = _run(tmp_path, "returns_a_string")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from scaleprobe import results as res
+from scaleprobe.core import results as res
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.timeout(600)]
 

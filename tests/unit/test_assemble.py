@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 
 from scaleprobe import config as C
-from scaleprobe import results as res
 from scaleprobe.assemble import build_result
-from scaleprobe.results import RankRecord, RunResult
+from scaleprobe.core import results as res
+from scaleprobe.core.results import RankRecord, RunResult
 
 MIB = 1 << 20
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")

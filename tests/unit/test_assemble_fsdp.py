@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from scaleprobe.commands.summary import print_run
-from scaleprobe.results import RunResult
+from scaleprobe.core.results import RunResult
 from tests.unit.test_assemble import MIB, assemble, raw
 
 STEPS = 10

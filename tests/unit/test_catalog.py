@@ -3,7 +3,7 @@
 import pytest
 
 from scaleprobe import catalog
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 
 def test_torchvision_names_read_from_source_match_its_registry():

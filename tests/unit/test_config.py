@@ -1,7 +1,7 @@
 import pytest
 
 from scaleprobe import config as C
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 
 def test_defaults_validate_and_roundtrip():

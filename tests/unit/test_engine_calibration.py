@@ -11,7 +11,7 @@ import pytest
 
 from scaleprobe.calibrate import calibrate_comm
 from scaleprobe.config import DistConfig, build
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 FORWARD_S, BACKWARD_S, SYNC_S = 0.010, 0.020, 0.005
 

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from scaleprobe import config as C
-from scaleprobe import results as res
 from scaleprobe.assemble import build_result
+from scaleprobe.core import results as res
+from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.engine import train_loop
 from scaleprobe.measure.summary import typical_steps
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.parts import Parts
-from scaleprobe.results import RankRecord, RunResult
 from scaleprobe.strategies.single import Single
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,8 +15,8 @@ import torch
 
 from scaleprobe import config as C
 from scaleprobe import gns
-from scaleprobe.errors import ConfigError
-from scaleprobe.results import GnsSamples
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import GnsSamples
 
 D, S2 = 4, 1.0
 DELTA = torch.tensor([0.6, -0.5, 0.4, 0.3])

@@ -33,7 +33,7 @@ def test_a_broken_floor_is_caught(tmp_path):
     shutil.copytree(ROOT / "src" / "scaleprobe", tmp_path / "src" / "scaleprobe",
                     ignore=shutil.ignore_patterns("docs", "examples", "__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    metrics = tmp_path / "src" / "scaleprobe" / "metrics.py"
+    metrics = tmp_path / "src" / "scaleprobe" / "core" / "metrics.py"
     metrics.write_text(metrics.read_text() + "\nfrom scaleprobe.report import fmt  # noqa\n")
     out = subprocess.run([exe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"})

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from scaleprobe import metrics as M
+from scaleprobe.core import metrics as M
 
 
 def test_figures_and_their_missing_cases():

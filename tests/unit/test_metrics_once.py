@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 import scaleprobe
-from scaleprobe import metrics
+from scaleprobe.core import metrics
 
 SRC = Path(scaleprobe.__file__).parent
 FIGURES = ("samples_per_s", "window_samples_per_s", "step_samples_per_s", "tokens_per_s",
@@ -20,7 +20,7 @@ FIGURES = ("samples_per_s", "window_samples_per_s", "step_samples_per_s", "token
 
 
 def _formats(fn: ast.FunctionDef) -> bool:
-    """Returns ``str``: it prints a figure (``report/fmt.py``), it does not compute one."""
+    """Returns ``str``: it prints a figure (``core/fmt.py``), it does not compute one."""
     return isinstance(fn.returns, ast.Name) and fn.returns.id == "str"
 
 
@@ -33,7 +33,7 @@ def _delegates(fn: ast.FunctionDef, name: str) -> bool:
 def redefinitions(root: Path) -> list[str]:
     out = []
     for path in sorted(root.rglob("*.py")):
-        if path == root / "metrics.py":
+        if path == root / "core" / "metrics.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.FunctionDef) and node.name in FIGURES
@@ -52,7 +52,8 @@ def test_no_module_defines_a_figure_again():
 
 
 def test_a_figure_defined_again_is_caught(tmp_path):
-    (tmp_path / "metrics.py").write_text("def efficiency(s, n):\n    return s / n\n")
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "metrics.py").write_text("def efficiency(s, n):\n    return s / n\n")
     (tmp_path / "model.py").write_text(
         "def efficiency(c, e):\n    return c / (c + e)\n\n"
         "def growth(v) -> str:\n    return f'{v:+.0%}'\n\n"

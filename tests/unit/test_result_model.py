@@ -8,8 +8,8 @@ import json
 import pytest
 
 from scaleprobe import config as C
-from scaleprobe import results as R
 from scaleprobe.assemble import build_result
+from scaleprobe.core import results as R
 from tests.unit.test_assemble import raw
 
 

@@ -1,6 +1,6 @@
 import json
 
-from scaleprobe import results as R
+from scaleprobe.core import results as R
 
 
 def test_append_and_read_roundtrip(tmp_path):

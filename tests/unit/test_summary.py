@@ -6,8 +6,8 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from scaleprobe.commands.summary import print_run
-from scaleprobe.report import fmt as report_fmt
-from scaleprobe.results import RunResult
+from scaleprobe.core import fmt as report_fmt
+from scaleprobe.core.results import RunResult
 from tests.unit.test_assemble import MIB, assemble, raw
 
 

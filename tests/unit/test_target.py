@@ -3,9 +3,9 @@
 import pytest
 
 from scaleprobe import config as C
-from scaleprobe.errors import ConfigError
-from scaleprobe.results import RunResult, TimeToTarget
-from scaleprobe.target import (
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult, TimeToTarget
+from scaleprobe.core.target import (
     Target,
     TargetWatch,
     not_reached_line,
@@ -237,8 +237,8 @@ def test_a_watch_stops_when_the_loss_falls_to_the_target():
 
 
 def test_the_report_writes_the_targets_direction():
+    from scaleprobe.core.results import RunResult
     from scaleprobe.report.target import target_text
-    from scaleprobe.results import RunResult
 
     def text(rec):
         return target_text(RunResult.from_dict({"kind": "run", **rec}))

@@ -14,9 +14,9 @@ from rich.console import Console
 from scaleprobe import config as C
 from scaleprobe.cli import main
 from scaleprobe.commands.summary import print_run, say
+from scaleprobe.core.results import RunResult
 from scaleprobe.report.diagnose import format_findings
 from scaleprobe.report.finding import Finding
-from scaleprobe.results import RunResult
 from tests.unit.test_assemble import assemble, raw
 
 

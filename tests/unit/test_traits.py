@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe.errors import ConfigError
-from scaleprobe.traits import TRAITS, traits_of
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import TRAITS, traits_of
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "scaleprobe"
 # `strategy == "ps"`, `d.strategy in ("single", "dp")`, `strategy != "single"`, ...
@@ -50,7 +50,7 @@ def test_fsdp_is_launched_shards_its_state_and_measures_comm_in_the_step():
 
 def test_no_code_tests_a_strategy_name():
     """Catches a new `if cfg.dist.strategy == "ps"` (or `in ("single", "dp")`): what a
-    strategy is belongs in scaleprobe/traits.py, where every caller sees one answer."""
+    strategy is belongs in scaleprobe/core/traits.py, where every caller sees one answer."""
     hits = [f"{p.relative_to(SRC)}:{i}: {line.strip()}"
             for p in SRC.rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1)
@@ -59,7 +59,7 @@ def test_no_code_tests_a_strategy_name():
 
 
 def test_traits_and_report_advice_import_without_torch():
-    code = ("import sys; import scaleprobe.traits, scaleprobe.report.advice, "
+    code = ("import sys; import scaleprobe.core.traits, scaleprobe.report.advice, "
             "scaleprobe.report.diagnose, scaleprobe.comm.exposed; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

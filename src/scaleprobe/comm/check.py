@@ -21,8 +21,8 @@ from datetime import datetime
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm.links import parse_spec, resolve_link
-from scaleprobe.errors import ConfigError
-from scaleprobe.results import RunResult
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 
 SIDE_BY_SIDE_S = 30.0
 MAX_AFTER_S = 900.0  # a one-rank run started later than this after the measured one is not

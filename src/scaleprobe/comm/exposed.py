@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.comm.links import parse_spec
-from scaleprobe.errors import ConfigError
-from scaleprobe.results import Comm
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import Comm
 
 TRANSFER_METHOD = ("min(standalone collective of the gradient bytes, exposed): the network's "
                    "part of the exposed communication")

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.errors import ConfigError
-from scaleprobe.registry import suggest
-from scaleprobe.results import find_results
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.registry import suggest
+from scaleprobe.core.results import find_results
 
 
 @dataclass(frozen=True)

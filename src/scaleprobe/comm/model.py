@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.comm.links import Link, resolve_link
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 STRATEGIES = ("allreduce", "ps", "localsgd", "fsdp")
 ALIASES = {"ddp": "allreduce", "all_reduce": "allreduce", "allreduce": "allreduce",

@@ -27,7 +27,7 @@ from typing import Any
 
 from scaleprobe.comm import netns
 from scaleprobe.comm.links import parse_spec, resolve_link
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 ENV = "SCALEPROBE_RANK_NETNS"  # the namespaces, one per rank, for the ranks to join
 CLONE_NEWNET = 0x40000000

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from scaleprobe.comm.timeline import Bucket, Compute
-from scaleprobe.results import RunResult
-from scaleprobe.results import num as _num
-from scaleprobe.traits import known
+from scaleprobe.core.results import RunResult
+from scaleprobe.core.results import num as _num
+from scaleprobe.core.traits import known
 
 FP32_BYTES = 4
 DDP_COPY_PASSES = 2.0  # gradients into DDP's buckets and back

@@ -28,8 +28,8 @@ import numpy as np
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import timeline as T
 from scaleprobe.comm.links import PRESETS, Link
-from scaleprobe.errors import ConfigError
-from scaleprobe.traits import StrategyTraits, traits_of
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import StrategyTraits, traits_of
 
 SIM_STEPS = 200  # steps simulated for the point estimate
 REPLICATES = 100  # bootstrap resamples for the interval
@@ -149,7 +149,7 @@ def _fresh_s_per_byte(s: S.RunSample, pass_s: float) -> float:
 
 def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, list[T.Compute]]:
     """A function (steps, cost scale, world) -> the timeline, and the rows to draw from."""
-    kind = sc.traits.comm_pattern  # the strategy's communication pattern (traits.py)
+    kind = sc.traits.comm_pattern  # the strategy's communication pattern (core/traits.py)
     if kind == "allreduce":
         rows, buckets = S.for_ddp(s, pass_s)
         slow = _slowest(sc)

@@ -19,8 +19,8 @@ from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import timeline as T
 from scaleprobe.comm.links import Link, parse_spec, resolve_link
-from scaleprobe.errors import ConfigError
-from scaleprobe.traits import traits_of
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import traits_of
 
 STRATEGIES = ("ddp", "ps", "localsgd", "fsdp")
 DEFAULT_STRATEGIES = ("ddp", "ps", "localsgd")

@@ -28,8 +28,9 @@ from scaleprobe.comm.bench import (
     parse_ops,
     parse_sizes,
 )
+from scaleprobe.core.errors import ConfigError, ScaleprobeError
+from scaleprobe.core.results import RESULTS_FILE, SCHEMA, append_jsonl, utc_now
 from scaleprobe.env import collect_env
-from scaleprobe.errors import ConfigError, ScaleprobeError
 from scaleprobe.experiments.executor import (
     SlurmProcessSet,
     add_executor_options,
@@ -38,7 +39,6 @@ from scaleprobe.experiments.executor import (
     launcher_env,
 )
 from scaleprobe.launch import WorkerFailure, run_workers
-from scaleprobe.results import RESULTS_FILE, SCHEMA, append_jsonl, utc_now
 
 NAME = "comm"
 HELP = "benchmark collectives (all_reduce, broadcast, ...) and fit latency + bandwidth"

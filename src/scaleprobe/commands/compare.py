@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scaleprobe.errors import OutputError
+from scaleprobe.core.errors import OutputError
+from scaleprobe.core.results import check_writable, write_text_atomic
 from scaleprobe.report.compare import compare_paths, print_comparison, to_markdown
-from scaleprobe.results import check_writable, write_text_atomic
 
 NAME = "compare"
 HELP = "compare two runs or two sweeps: B against A with an interval, and what else differs"

@@ -19,9 +19,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.fmt import bytes_
 from scaleprobe.data.formats import FORMATS, generate
-from scaleprobe.errors import ConfigError
-from scaleprobe.report.fmt import bytes_
 
 NAME = "datagen"
 HELP = ("write a small dataset in a standard on-disk format (cifar10, mnist, imagefolder, voc, "

@@ -8,7 +8,7 @@ from typing import Any
 from rich.markup import escape
 
 # one byte and one time formatter for the terminal and the report
-from scaleprobe.report.fmt import bytes_, duration
+from scaleprobe.core.fmt import bytes_, duration
 
 __all__ = ["bytes_", "duration", "esc", "ms", "num", "pct", "seconds"]
 

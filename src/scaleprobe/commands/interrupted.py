@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scaleprobe.errors import ScaleprobeError
+from scaleprobe.core.errors import ScaleprobeError
+from scaleprobe.core.results import MEASURED
 from scaleprobe.report import records as R
-from scaleprobe.results import MEASURED
 
 KEPT = (*MEASURED, "oom")  # the statuses a resumed experiment reuses
 

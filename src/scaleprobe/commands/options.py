@@ -19,8 +19,8 @@ from typing import Any
 
 from scaleprobe import config as C
 from scaleprobe.config_rules import unused
-from scaleprobe.errors import ConfigError
-from scaleprobe.schema import BadValue, show
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.schema import BadValue, show
 
 # flag, config key, other spellings of the flag
 RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [

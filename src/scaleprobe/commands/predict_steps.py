@@ -14,9 +14,9 @@ from scaleprobe.comm import check as C
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import whatif as W
 from scaleprobe.comm.timeline import Unit
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 from scaleprobe.report.records import load_records, runs
-from scaleprobe.results import RunResult
 
 
 def load_runs(path: str) -> list[RunResult]:

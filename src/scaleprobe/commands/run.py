@@ -17,7 +17,7 @@ import sys
 
 from scaleprobe.commands.options import add_run_options, config_from_args
 from scaleprobe.commands.options import repeats as repeats_arg
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import parity
 from scaleprobe.experiments.parity import DEFAULT_REPEATS
 from scaleprobe.run.failure import exit_code

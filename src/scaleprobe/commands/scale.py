@@ -29,12 +29,12 @@ from scaleprobe.commands.sweep import (
     add_executor_options,
     add_repeats_option,
 )
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.fmt import md_table
+from scaleprobe.core.traits import traits_of
 from scaleprobe.experiments.executor import FIRST_NODE, from_args
-from scaleprobe.report.fmt import md_table
 from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
 from scaleprobe.report.target import explain, table_parts
-from scaleprobe.traits import traits_of
 
 NAME = "scale"
 HELP = "the same run on 1, 2, ... processes: speedup, efficiency, what the gap was lost to"

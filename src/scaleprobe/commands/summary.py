@@ -12,16 +12,16 @@ from scaleprobe.comm.exposed import same_link_prediction
 from scaleprobe.comm.instep import text
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
+from scaleprobe.core.fmt import flops, mfu, phase_name
+from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, num
+from scaleprobe.core.target import summary_line
+from scaleprobe.core.traits import known
 from scaleprobe.gns import summary_line as gns_line
 from scaleprobe.invariants import uneven_steps
 from scaleprobe.measure.compiled import summary_line as compile_line
 from scaleprobe.report.advice import sync_words
 from scaleprobe.report.diagnose import epoch_start_wait
-from scaleprobe.report.fmt import flops, mfu, phase_name
 from scaleprobe.report.window import window_line
-from scaleprobe.results import Comm, Peak, PeakMem, RunResult, StepTime, num
-from scaleprobe.target import summary_line
-from scaleprobe.traits import known
 
 
 def print_run(result: RunResult, con: Console | None = None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

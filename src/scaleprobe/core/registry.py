@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 
 def _stem(name: str) -> str:

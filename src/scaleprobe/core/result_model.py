@@ -1,5 +1,5 @@
 """The typed result model: one dataclass per record kind, on exactly the JSON schema that
-``scaleprobe.results`` documents (and re-exports these names from). Torch-free."""
+``scaleprobe.core.results`` documents (and re-exports these names from). Torch-free."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from types import UnionType
 from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from scaleprobe import metrics as M
+from scaleprobe.core import metrics as M
 
 SCHEMA = 2
 STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached", "audit_failed")
@@ -42,7 +42,7 @@ def get(rec: dict[str, Any], dotted: str, default: Any = None) -> Any:
 # reads a record (``from_dict``: a missing field reads as None, "not measured"; a field this
 # version does not declare is kept in ``extra`` and written back, so reading and writing a
 # record never loses a figure) and writes it (``to_dict``). Derived figures are not stored
-# here twice: they come from ``scaleprobe.metrics``.
+# here twice: they come from ``scaleprobe.core.metrics``.
 
 _R = TypeVar("_R", bound="Record")
 
@@ -623,7 +623,7 @@ class Comm(Record):
 
 @dataclass
 class Load(Record):
-    """Was the run measured under load? (rule: report/thresholds.py ``under_load``)"""
+    """Was the run measured under load? (rule: core/thresholds.py ``under_load``)"""
 
     flag: bool | None = None
     reason: str | None = None

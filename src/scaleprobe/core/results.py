@@ -1,6 +1,6 @@
 """The result schema, its typed model and its files. No torch import: reports run anywhere.
 
-Every record below has a dataclass in ``scaleprobe.result_model``, re-exported here (``RunResult``,
+Every record below has a dataclass in ``scaleprobe.core.result_model``, re-exported here (``RunResult``,
 ``SweepRecord``, ``ColocateRecord``, ``ParityRecord``; ``typed(rec)`` picks one by ``kind``)
 that reads and writes exactly this JSON; ``assemble.build_result`` makes a ``RunResult`` from
 the ranks' ``RankRecord``s.
@@ -145,7 +145,7 @@ A run record (``kind == "run"``)::
       strategy_metrics, server   the strategy's own figures (ps: the server's)
     load              {flag, reason, outside_cpu_cores, limit_cores, machine_cores, window_s,
                       gpu_processes [{device, pid, name, used_memory_bytes}] or null}:
-                      flag = measured under load (rule: report/thresholds.py
+                      flag = measured under load (rule: core/thresholds.py
                       Thresholds.under_load); null when neither figure was measured
     target            null without --target; else (docs/TIME_TO_TARGET.md, target.py):
                       metric, target, reached, time_to_target_s (training wall clock from
@@ -191,8 +191,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.errors import OutputError
-from scaleprobe.result_model import (  # noqa: F401  (the typed model, re-exported)
+from scaleprobe.core.errors import OutputError
+from scaleprobe.core.result_model import (  # noqa: F401  (the typed model, re-exported)
     BATCH_AXES,
     BREAKDOWN_PHASES,
     MEASURED,

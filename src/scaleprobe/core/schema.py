@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from scaleprobe.errors import ConfigError
-from scaleprobe.registry import suggest
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.registry import suggest
 
 INT_LIMIT = 2**63  # integers reach C code (torch, numpy) as signed 64-bit values
 TRUE_WORDS = ("1", "true", "yes", "on")

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import metrics as M
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import metrics as M
+from scaleprobe.core.errors import ConfigError
 
 # metric -> the task whose evaluation reports it (the first of a task's is its main metric)
 METRICS = {"accuracy": "classification", "verification_accuracy": "face", "map50": "detection",

@@ -7,6 +7,7 @@ report, the terminal findings and the docs' examples all follow.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Thresholds:
         return max(self.load_cores, self.load_machine_fraction * (machine_cores or 0))
 
     def under_load(self, outside_cores: float | None, machine_cores: int | None,
-                   gpu_processes: list[dict] | None = None) -> tuple[bool | None, str]:
+                   gpu_processes: list[dict[str, Any]] | None = None) -> tuple[bool | None, str]:
         """(flag, reason): was the run measured while other processes used the machine?
         The flag is None when neither the CPU nor the GPU figure was measured."""
         limit = self.load_limit_cores(machine_cores)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scaleprobe.errors import ConfigError
-from scaleprobe.registry import suggest
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.registry import suggest
 
 
 @dataclass(frozen=True)

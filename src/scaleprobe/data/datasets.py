@@ -20,12 +20,12 @@ from torch.utils.data import Dataset
 
 from scaleprobe.catalog import DATASETS as CATALOG
 from scaleprobe.config import DataConfig
+from scaleprobe.core.errors import DataError
+from scaleprobe.core.registry import Registry
 from scaleprobe.data.cache import default_cache_dir
 from scaleprobe.data.digits import digits_arrays
 from scaleprobe.data.jpegsynth import ensure_jpegs
 from scaleprobe.data.tokens import RandomWindows, file_split, text_cache
-from scaleprobe.errors import DataError
-from scaleprobe.registry import Registry
 
 DATASETS = Registry("dataset")
 

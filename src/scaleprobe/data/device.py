@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from scaleprobe.errors import DataError
+from scaleprobe.core.errors import DataError
 
 RANK_SEED_STRIDE = 1_000_003  # a prime: seeds of neighbouring ranks and runs never coincide
 

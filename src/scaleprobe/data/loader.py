@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.collate import default_collate
 
 from scaleprobe.config import DataConfig
+from scaleprobe.core.errors import DataError
 from scaleprobe.env import die_with_parent
-from scaleprobe.errors import DataError
 
 
 class Indexed(Dataset):
@@ -62,24 +62,25 @@ class Indexed(Dataset):
         return x, y, i
 
 
-def collate_indexed(batch: list[Any]) -> tuple[Any, Any, torch.Tensor, int]:
-    """Stack ``(x, y, i)`` items; drop the skipped ones and count them."""
+def _collate(batch: list[Any], combine: Any) -> tuple[Any, Any, torch.Tensor, int]:
+    """``(combine(xs), combine(ys), indices, skipped)`` of the readable ``(x, y, i)`` items;
+    the skipped ones (None) are dropped and counted."""
     good = [b for b in batch if b is not None]
     bad = len(batch) - len(good)
     if not good:
         return None, None, torch.empty(0, dtype=torch.long), bad
     xs, ys, idx = zip(*good, strict=True)
-    return default_collate(list(xs)), default_collate(list(ys)), torch.tensor(idx), bad
+    return combine(list(xs)), combine(list(ys)), torch.tensor(idx), bad
+
+
+def collate_indexed(batch: list[Any]) -> tuple[Any, Any, torch.Tensor, int]:
+    """Stack ``(x, y, i)`` items; drop the skipped ones and count them."""
+    return _collate(batch, default_collate)
 
 
 def collate_indexed_list(batch: list[Any]) -> tuple[Any, Any, torch.Tensor, int]:
     """As ``collate_indexed`` but keeps images and targets as lists (detection)."""
-    good = [b for b in batch if b is not None]
-    bad = len(batch) - len(good)
-    if not good:
-        return None, None, torch.empty(0, dtype=torch.long), bad
-    xs, ys, idx = zip(*good, strict=True)
-    return list(xs), list(ys), torch.tensor(idx), bad
+    return _collate(batch, list)
 
 
 def _worker_init(parent: int, _: int) -> None:

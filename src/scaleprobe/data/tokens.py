@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from scaleprobe.core.errors import DataError
 from scaleprobe.data.formats.text_gen import stdlib_root, write_text
 from scaleprobe.data.formats.tokens import open_tokens
 from scaleprobe.data.jpegsynth import publish_once
-from scaleprobe.errors import DataError
 
 
 class TokenWindows(Dataset):

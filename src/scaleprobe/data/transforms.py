@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from scaleprobe.errors import DataError
+from scaleprobe.core.errors import DataError
 
 MEAN = (0.5, 0.5, 0.5)
 STD = (0.25, 0.25, 0.25)

@@ -44,8 +44,9 @@ import psutil
 from rich.console import Console
 
 from scaleprobe import config as C
-from scaleprobe import results as res
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.fmt import duration
 from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
 from scaleprobe.experiments.spec import read_doc
@@ -58,7 +59,6 @@ from scaleprobe.experiments.verdict import (
     totals,
     verdict,
 )
-from scaleprobe.report.fmt import duration
 
 OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
            "warmup_steps": int, "repeats": int}

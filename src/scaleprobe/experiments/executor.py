@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import results as res
 from scaleprobe.config import from_dict
-from scaleprobe.errors import ConfigError, ScaleprobeError
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError, ScaleprobeError
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import failed_record, find_attempt
 from scaleprobe.experiments.procs import ProcessSet, write_payload

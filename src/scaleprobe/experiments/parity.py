@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import metrics
-from scaleprobe import results as res
 from scaleprobe.config import RunConfig, validate
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import metrics
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
-from scaleprobe.results import RunResult
 
 DEFAULT_REPEATS = 3
 VERDICTS = ("parity holds", "parity broken", "inconclusive", "not measured")

@@ -21,13 +21,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import results as res
 from scaleprobe.config import from_dict
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ScaleprobeError
+from scaleprobe.core.traits import traits_of
 from scaleprobe.env import die_with_parent
-from scaleprobe.errors import ScaleprobeError
 from scaleprobe.interrupt import Interrupted, describe
 from scaleprobe.run.failure import exit_code
-from scaleprobe.traits import traits_of
 
 BARRIER_TIMEOUT_S = 300.0
 INTERRUPTED = "interrupted by the user (Ctrl+C)"

@@ -31,14 +31,14 @@ from typing import Any
 
 import psutil
 
-from scaleprobe import results as res
 from scaleprobe.config import from_dict
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import known
 from scaleprobe.env import use_platform_start_method
-from scaleprobe.errors import ConfigError
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
 from scaleprobe.launch import INTERRUPT_GRACE_S
-from scaleprobe.traits import known
 
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL
 START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)

@@ -14,9 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from scaleprobe.core.fmt import bytes_, duration, rate, repeat_label
 from scaleprobe.experiments.spec import Point, describe
-from scaleprobe.measure.progress import read_point_progress
-from scaleprobe.report.fmt import bytes_, duration, rate, repeat_label
+from scaleprobe.measure.progress import progress_bar, read_point_progress
 
 STYLE = {"ok": "green", "oom": "yellow", "skipped": "yellow"}
 LINE_EVERY_S = 60.0  # without a live bar (output to a file or pipe): a line this often
@@ -69,20 +69,7 @@ class SweepProgress:
         self.total = total
         if not self.enabled:
             return
-        # heavy: rich: rich.progress is more than `import rich` loads
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                             MofNCompleteColumn(), TextColumn("points"), TimeElapsedColumn(),
-                             TextColumn("ETA {task.fields[eta]}"),
-                             TextColumn("{task.fields[note]}"), console=self.console,
-                             transient=True)
+        self._bar = progress_bar("points", self.console, transient=True, eta_field=True)
         self._bar.start()
         # the description is read as markup: a sweep id is the user's text
         self._task = self._bar.add_task(escape(self.label), total=total or None, note="",

@@ -19,13 +19,13 @@ from typing import Any
 from rich.console import Console
 
 from scaleprobe import config as C
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult, dict_of
 from scaleprobe.experiments import sweep
 from scaleprobe.experiments.spec import load_spec
 from scaleprobe.experiments.sweep import sweep_out_dir
 from scaleprobe.report import records as R
 from scaleprobe.report.scale import scale_table
-from scaleprobe.results import RunResult, dict_of
 from scaleprobe.run.script import check_target
 
 

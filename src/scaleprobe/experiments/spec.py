@@ -35,9 +35,9 @@ from typing import Any
 
 from scaleprobe import config as C
 from scaleprobe.config_rules import unused
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.registry import suggest
 from scaleprobe.env import threads_for
-from scaleprobe.errors import ConfigError
-from scaleprobe.registry import suggest
 
 BATCH_KEYS = ("train.batch_size", "train.global_batch")
 SWEEP_OPTIONS = {

@@ -6,7 +6,7 @@
 
 Every point runs ``repeats`` times (``[sweep] repeats`` or ``--repeats``, default 3), repeat by
 repeat (A B C A B C), each run in its own process; the tables show each point's median repeat
-and the verdicts carry intervals from the repeats (``scaleprobe.metrics``). Runs of the same
+and the verdicts carry intervals from the repeats (``scaleprobe.core.metrics``). Runs of the same
 experiment (its id) already in ``OUT/results.jsonl`` (same ``RunConfig.key()``, status ok,
 oom, target not reached or audit failed) count as repeats and are not run again; failed ones
 are, and so is a point only measured by a separate run or another experiment. A point that runs out of memory skips the larger batch sizes of
@@ -26,8 +26,9 @@ from typing import Any
 
 from rich.console import Console
 
-from scaleprobe import results as res
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.target import repeat_config
 from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
@@ -44,7 +45,6 @@ from scaleprobe.experiments.tables import sweep_report, write_report
 from scaleprobe.measure.progress import PROGRESS_ENV
 from scaleprobe.run.driver import RUN_OUTPUT_BYTES
 from scaleprobe.run.resources import check_config, launches
-from scaleprobe.target import repeat_config
 
 try:  # POSIX; elsewhere sweeps into one folder are not kept apart
     import fcntl

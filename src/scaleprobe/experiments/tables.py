@@ -13,17 +13,17 @@ import io
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import metrics as M
-from scaleprobe import results as res
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core import results as res
+from scaleprobe.core.results import Experiment, Record, RunResult, SweepRecord
+from scaleprobe.core.traits import known
 from scaleprobe.experiments.spec import BATCH_KEYS, SweepSpec
 from scaleprobe.report import batch as B
-from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import workers as W
 from scaleprobe.report.load import under_load_line
-from scaleprobe.results import Experiment, Record, RunResult, SweepRecord
-from scaleprobe.traits import known
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
 POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "peak host mem",

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaleprobe import metrics
-from scaleprobe.report.fmt import md_table, num, rate, ratio, seconds
-from scaleprobe.report.thresholds import DEFAULT
+from scaleprobe.core import metrics
+from scaleprobe.core.fmt import md_table, num, rate, ratio, seconds
+from scaleprobe.core.thresholds import DEFAULT
 
 NO_INTERFERENCE_BELOW = DEFAULT.colocate_slowdown  # every job within 10% of its speed alone
 CPU_SATURATED_PCT = DEFAULT.colocate_cpu_pct  # machine-wide CPU use while together

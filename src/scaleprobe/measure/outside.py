@@ -125,7 +125,7 @@ class OutsideLoad:
 
 def result_fields(window: dict[str, Any], th: Any) -> tuple[dict, dict, dict]:
     """(metrics, null_reasons, load block) of a run record from ``OutsideLoad.window``.
-    ``th`` judges the load: ``under_load`` and ``load_limit_cores`` (report/thresholds.py)."""
+    ``th`` judges the load: ``under_load`` and ``load_limit_cores`` (core/thresholds.py)."""
     gpu = window["outside_gpu_processes"]
     metrics = {"outside_cpu_s": window["outside_cpu_s"],
                "outside_cpu_cores": window["outside_cpu_cores"],

@@ -13,6 +13,25 @@ import time
 from typing import Any
 
 
+def progress_bar(unit: str, console: Any, transient: bool, eta_field: bool = False) -> Any:
+    """A rich progress bar: the description, the bar, done / total ``unit``, elapsed, the time
+    left (rich's estimate, or with ``eta_field`` the task's own ``eta`` field), a note."""
+    # heavy: rich: rich.progress is more than `import rich` loads
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    left = TextColumn("ETA {task.fields[eta]}") if eta_field else TimeRemainingColumn()
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn(unit), TimeElapsedColumn(), left,
+                    TextColumn("{task.fields[note]}"), console=console, transient=transient)
+
+
 def projected_total(train: Any, st: Any, now: float, began: float) -> int:
     """Steps (warm-up included) a ``--steps auto`` run will have done when a cap ends it:
     --max-steps timed steps, or as many as fit in what is left of --max-seconds at the pace
@@ -44,14 +63,6 @@ class StepProgress:
             return
         # heavy: rich: printing only; kept out of the CLI's start-up
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
 
         t = parts.cfg.train
         if t.epochs is not None:
@@ -62,10 +73,7 @@ class StepProgress:
             total = t.warmup_steps + t.max_steps
             self._train, self._began = t, time.perf_counter()
         console = Console(file=sys.stderr)
-        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                             MofNCompleteColumn(), TextColumn("steps"), TimeElapsedColumn(),
-                             TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
-                             console=console, transient=not console.is_terminal)
+        self._bar = progress_bar("steps", console, transient=not console.is_terminal)
         self._bar.start()
         self._task = self._bar.add_task(self.label, total=total, note="warm-up")
 

@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Protocol
 
-from scaleprobe.results import RankInfo, RankMem, RankRecord
+from scaleprobe.core.results import RankInfo, RankMem, RankRecord
 
 DIR = "steps"
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe import metrics as M
-from scaleprobe.measure.stats import median, quantile, summarize
-from scaleprobe.results import (
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import (
     BREAKDOWN_PHASES,
     Breakdown,
     RankRecord,
     RankSummary,
     StepTime,
 )
+from scaleprobe.measure.stats import median, quantile, summarize
 
 PHASES = BREAKDOWN_PHASES  # the result's order (the timer marks them in the step's own order)
 

@@ -22,11 +22,11 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from scaleprobe.catalog import SMALL_MODELS, imported_torchvision_models
-from scaleprobe.errors import ConfigError
-from scaleprobe.lmspec import GPT_MODELS, GPTShape
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.lmspec import GPT_MODELS, GPTShape
+from scaleprobe.core.registry import suggest
 from scaleprobe.models.gpt import GPT
 from scaleprobe.models.small import MLP, DigitsCNN, Linear, MLPLarge
-from scaleprobe.registry import suggest
 
 SMALL: dict[str, tuple[Callable[..., nn.Module], str]] = {
     "digits_cnn": (lambda n, s: DigitsCNN(n), SMALL_MODELS["digits_cnn"]),

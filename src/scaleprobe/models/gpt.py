@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from scaleprobe.lmspec import GPTShape
+from scaleprobe.core.lmspec import GPTShape
 
 
 class CausalSelfAttention(nn.Module):

@@ -9,6 +9,7 @@ a report can be built on any machine that has the results.
     compare_paths                   two runs or two sweeps side by side
 """
 
+from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report.batch import batch_table, recommend_batch
 from scaleprobe.report.build import build_report
 from scaleprobe.report.diagnose import (
@@ -19,7 +20,6 @@ from scaleprobe.report.diagnose import (
     format_findings,
 )
 from scaleprobe.report.scale import scale_table
-from scaleprobe.report.thresholds import Thresholds
 from scaleprobe.report.workers import loader_table, recommend_workers
 
 __all__ = [

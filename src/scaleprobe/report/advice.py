@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.report import fmt
-from scaleprobe.results import RunResult, dict_of, num
-from scaleprobe.traits import known
+from scaleprobe.core import fmt
+from scaleprobe.core.results import RunResult, dict_of, num
+from scaleprobe.core.traits import known
 
 
 def cores(rec: RunResult) -> int | None:

@@ -17,18 +17,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scaleprobe import metrics as M
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import Record, RunResult
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.measure.summary import projected_epoch_s
 from scaleprobe.report import critical as C
-from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import target as T
 from scaleprobe.report.batch_target import claim, target_picks
 from scaleprobe.report.rows import BatchPicks, BatchRow, BatchStep
 from scaleprobe.report.sweep_points import point_groups, sweep_runs
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import Record, RunResult
 
 BATCH_HEADERS = ("Batch size", "Devices", "Peak memory", "Growth", "Epoch time", "Growth",
                  "Samples/s", "TFLOP/s", "MFU", "CPU util", "GPU util")

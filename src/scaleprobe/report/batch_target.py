@@ -4,8 +4,8 @@ batch finishes epochs sooner and needs more samples for the same quality)."""
 
 from __future__ import annotations
 
-from scaleprobe import metrics as M
-from scaleprobe.report import fmt
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
 from scaleprobe.report import repeats as P
 from scaleprobe.report import target as T
 from scaleprobe.report.rows import BatchRow, TargetPicks

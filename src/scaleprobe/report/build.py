@@ -10,7 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import results as res
+from scaleprobe.core import results as res
+from scaleprobe.core.results import Record, RunResult
 from scaleprobe.report import records as R
 from scaleprobe.report import sections_exp as SE
 from scaleprobe.report import sections_runs as SR
@@ -22,7 +23,6 @@ from scaleprobe.report.headline import TITLE as HEADLINE
 from scaleprobe.report.headline import headline_section
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.whatif import whatif_section
-from scaleprobe.results import Record, RunResult
 
 TITLE = "scaleprobe report"
 MD_NAME = "report.md"

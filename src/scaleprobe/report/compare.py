@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import metrics as M
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.invariants import uneven_steps
-from scaleprobe.report import fmt
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.diagnose import epoch_start_wait
 from scaleprobe.report.load import run_load
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
 
 
 @dataclass

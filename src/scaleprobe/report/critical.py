@@ -33,12 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaleprobe import metrics as M
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import RunResult
 from scaleprobe.gns import REGIME_TEXT, regime
 from scaleprobe.measure.stats import median
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import BatchRow, RulePicks
-from scaleprobe.results import RunResult
 
 RESAMPLES = 2000
 FIT_METHOD = ("weighted least squares of steps to target on 1/batch (S = S_min + E_min / B, "

@@ -2,7 +2,7 @@
 
 ``diagnose_run(rec)`` looks at one run record; ``diagnose_experiment(records)`` at many
 together (sweeps, scaling, loader settings, co-location, parity). Each returns a list of
-``Finding``. Thresholds live in ``scaleprobe.report.thresholds.Thresholds``; the verdicts
+``Finding``. Thresholds live in ``scaleprobe.core.thresholds.Thresholds``; the verdicts
 and their rules are listed in docs/REPORTS.md.
 
 Verdicts of one run:
@@ -42,15 +42,16 @@ import re
 import shutil
 import textwrap
 
+from scaleprobe.core import fmt
+from scaleprobe.core.results import Comm, Peak, Record, RunResult
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.invariants import check_run, uneven_steps
-from scaleprobe.report import advice, fmt
+from scaleprobe.report import advice
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report.finding import SEVERITIES, Finding, merge_same
 from scaleprobe.report.findings_exp import experiment_findings
 from scaleprobe.report.load import run_load
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import Comm, Peak, Record, RunResult
 
 __all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
            "format_findings", "merge_same"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.report.fmt import md_table
+from scaleprobe.core.fmt import md_table
 
 
 @dataclass

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe import metrics as M
-from scaleprobe.report import advice, fmt
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
+from scaleprobe.report import advice
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as REP
@@ -24,9 +27,7 @@ from scaleprobe.report.batch import batch_table, recommend_batch, runs_own_sprea
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.rows import ContentionCase, ScaleRow, WorkersPick
 from scaleprobe.report.scale import scale_table
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.workers import recommend_workers
-from scaleprobe.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
 
 
 def experiment_findings(records: list[Record], th: Thresholds) -> list[Finding]:

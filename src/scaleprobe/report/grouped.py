@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scaleprobe.core import fmt
+from scaleprobe.core.results import RunResult
 from scaleprobe.invariants import uneven_steps
-from scaleprobe.report import fmt
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.load import outside_cores
-from scaleprobe.results import RunResult
 
 MOST_NAMED = 8  # runs named in a group's About before "and N more"
 

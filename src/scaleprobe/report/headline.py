@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import config as C
-from scaleprobe import metrics as M
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report import batch as B
-from scaleprobe.report import fmt
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import scale as S
@@ -40,8 +42,6 @@ from scaleprobe.report.findings_exp import contention_cases, contention_evidence
 from scaleprobe.report.grouped import Group
 from scaleprobe.report.load import run_load
 from scaleprobe.report.rows import LoaderRow, WorkersPick
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
 
 TITLE = "What this says"
 ANCHOR = "what-this-says"

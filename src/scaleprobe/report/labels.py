@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import textwrap
 
+from scaleprobe.core.fmt import repeat_label
+from scaleprobe.core.results import RunResult
 from scaleprobe.report import records as R
-from scaleprobe.report.fmt import repeat_label
-from scaleprobe.results import RunResult
 
 EXPERIMENT = "experiment"
 REPEAT = "repeat"

@@ -9,9 +9,9 @@ that carries only the flag keeps it.
 
 from __future__ import annotations
 
-from scaleprobe.report import fmt
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import Load, RunResult
+from scaleprobe.core import fmt
+from scaleprobe.core.results import Load, RunResult
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 
 
 def outside_cores(rec: RunResult) -> float | None:

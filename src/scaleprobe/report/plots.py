@@ -21,14 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import metrics as M
-from scaleprobe.report import batch as B
-from scaleprobe.report import fmt
-from scaleprobe.report import repeats as P
-from scaleprobe.report.doc import Image
-from scaleprobe.report.labels import wrap
-from scaleprobe.report.rows import BatchRow, LoaderRow, ScaleRow
-from scaleprobe.results import (
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import (
     BREAKDOWN_PHASES,
     ColocateRecord,
     CommBenchRecord,
@@ -37,7 +32,12 @@ from scaleprobe.results import (
     dicts,
     num,
 )
-from scaleprobe.target import LOWER_IS_BETTER
+from scaleprobe.core.target import LOWER_IS_BETTER
+from scaleprobe.report import batch as B
+from scaleprobe.report import repeats as P
+from scaleprobe.report.doc import Image
+from scaleprobe.report.labels import wrap
+from scaleprobe.report.rows import BatchRow, LoaderRow, ScaleRow
 
 PHASE_COLOURS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c",
                  "backward": "#30638e", "optimizer": "#66a182", "comm": "#8d6a9f"}

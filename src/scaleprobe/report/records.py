@@ -1,7 +1,7 @@
 """Loading result records for a report, and grouping them: by kind, by experiment, one per
 run identity.
 
-Records are read through their typed model (``scaleprobe.results``: ``RunResult``,
+Records are read through their typed model (``scaleprobe.core.results``: ``RunResult``,
 ``SweepRecord``, ``ColocateRecord``, ``ParityRecord``): old schemas and damaged blocks read as
 "not measured", a figure of the wrong type as missing, and every reader asks the typed
 record for its figures (``run.metrics.samples_per_s``, ``run.step_median_s``,
@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scaleprobe import results as res
-from scaleprobe.errors import ConfigError
-from scaleprobe.results import (  # noqa: F401  (re-exported for the report's modules)
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import (  # noqa: F401  (re-exported for the report's modules)
     BATCH_AXES,
     ColocateRecord,
     Experiment,

@@ -15,9 +15,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-from scaleprobe import metrics as M
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import (  # MEASURED: ok, target not reached
+    MEASURED,
+    RunResult,
+    point_key,
+)
 from scaleprobe.measure.stats import median
-from scaleprobe.results import MEASURED, RunResult, point_key  # MEASURED: ok, target not reached
 
 Figure = Callable[[RunResult], float | int | None]
 

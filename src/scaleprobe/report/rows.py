@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
-from scaleprobe.metrics import Interval
-from scaleprobe.results import RunResult
+from scaleprobe.core.metrics import Interval
+from scaleprobe.core.results import RunResult
 
 
-class TargetFigures(TypedDict):
-    """A point's time-to-target figures over its repeats (``target.point_figures``)."""
+class TargetColumns(TypedDict, total=False):
+    """The time-to-target columns a batch or scale row carries where its runs had a target
+    (``target.point_figures``)."""
 
     ttt_runs: int
     ttt_reached: int
@@ -29,7 +30,7 @@ class TargetFigures(TypedDict):
     samples_to_target_median: float | None
 
 
-class TargetFields(TargetFigures):
+class TargetFields(TargetColumns):
     """A scale row's target columns (``target.target_fields``): against the baseline."""
 
     target_text: str
@@ -38,7 +39,7 @@ class TargetFields(TargetFigures):
     samples_ratio: NotRequired[float | None]
 
 
-class BatchRow(TypedDict):
+class BatchRow(TargetColumns):
     """One batch size of one group of a batch sweep (``batch.batch_table``): each measured
     figure the median over the point's repeats."""
 
@@ -73,16 +74,9 @@ class BatchRow(TypedDict):
     epoch_compared_s: NotRequired[float | None]
     # the most efficient pick only (recommend_batch)
     samples_per_s_per_gib: NotRequired[float | None]
-    # a run with a target, where the table shows it (target.point_figures)
-    ttt_runs: NotRequired[int]
-    ttt_reached: NotRequired[int]
-    ttt_median_s: NotRequired[float | None]
-    ttt_min_s: NotRequired[float | None]
-    ttt_max_s: NotRequired[float | None]
-    samples_to_target_median: NotRequired[float | None]
 
 
-class ScaleRow(TypedDict):
+class ScaleRow(TargetColumns):
     """One process count of a scale experiment (``scale.scale_table``), against its
     baseline."""
 
@@ -110,13 +104,7 @@ class ScaleRow(TypedDict):
     data_wait_fraction: float | None
     lost: dict[str, float]
     line: NotRequired[str]
-    # with a target (target.target_fields)
-    ttt_runs: NotRequired[int]
-    ttt_reached: NotRequired[int]
-    ttt_median_s: NotRequired[float | None]
-    ttt_min_s: NotRequired[float | None]
-    ttt_max_s: NotRequired[float | None]
-    samples_to_target_median: NotRequired[float | None]
+    # with a target, against the baseline (target.target_fields)
     target_text: NotRequired[str]
     ttt_speedup_interval: NotRequired[Interval | None]
     ttt_speedup: NotRequired[float | None]

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe import metrics as M
-from scaleprobe.report import fmt
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import MEASURED, Record, RunResult
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import ScaleRow
 from scaleprobe.report.target import target_fields
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import MEASURED, Record, RunResult
 
 SCALE_HEADERS = ("Processes", "Threads/rank", "Samples/s", "Speedup (paired)", "Efficiency",
                  "Step median", "Comm", "Data wait", "Lost to")

@@ -6,10 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scaleprobe import metrics as M
 from scaleprobe.comm.exposed import same_link_prediction
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import (
+    ColocateRecord,
+    CommBenchRecord,
+    ParityRecord,
+    Record,
+    RunResult,
+    SweepRecord,
+)
 from scaleprobe.report import batch as B
-from scaleprobe.report import fmt, plots
+from scaleprobe.report import plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
 from scaleprobe.report import target as T
@@ -20,14 +29,6 @@ from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import under_load_line
 from scaleprobe.report.repeats import group_repeats
 from scaleprobe.report.rows import ScaleRow
-from scaleprobe.results import (
-    ColocateRecord,
-    CommBenchRecord,
-    ParityRecord,
-    Record,
-    RunResult,
-    SweepRecord,
-)
 
 
 def _slug(text: str) -> str:

@@ -7,16 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.report import fmt, plots
+from scaleprobe.core import fmt
+from scaleprobe.core.results import BREAKDOWN_PHASES, RunResult
+from scaleprobe.core.thresholds import DEFAULT
+from scaleprobe.report import plots
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.doc import Long, Section, Table, Text
 from scaleprobe.report.finding import SEVERITIES, Finding
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import load_cell
-from scaleprobe.report.thresholds import DEFAULT
 from scaleprobe.report.window import step_cell, step_note
-from scaleprobe.results import BREAKDOWN_PHASES, RunResult
 
 RUN_HEADERS = ["Run", "Experiment", "Model", "Dataset", "Strategy", "World",
                "Batch (device/global)", "Samples/s", "MFU", "Step median", "Step p95", "Data wait",

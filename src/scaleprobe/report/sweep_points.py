@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scaleprobe.report import fmt
+from scaleprobe.core import fmt
+from scaleprobe.core.results import Experiment, Record, RunResult
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
-from scaleprobe.results import Experiment, Record, RunResult
 
 
 def sweep_runs(records: Sequence[Record]) -> list[RunResult]:

@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from scaleprobe import metrics as M
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import Record, RunResult, TimeToTarget
+from scaleprobe.core.target import target_text as direction_text
 from scaleprobe.measure.stats import median
-from scaleprobe.report import fmt
 from scaleprobe.report import repeats as P
-from scaleprobe.report.rows import ScaleRow, TargetFields, TargetFigures, TargetRow
-from scaleprobe.results import Record, RunResult, TimeToTarget
-from scaleprobe.target import target_text as direction_text
+from scaleprobe.report.rows import ScaleRow, TargetColumns, TargetFields, TargetRow
 
 TARGET_HEADERS = ("Time to target", "Reached", "Samples to target", "TTT speedup")
 
@@ -59,7 +59,7 @@ def _median(vals: list[float]) -> float | None:
     return median(vals) if vals else None
 
 
-def point_figures(r: RunResult) -> TargetFigures:
+def point_figures(r: RunResult) -> TargetColumns:
     """A point's time to target over its repeats (seeds)."""
     reps = P.repeats_of(r)
     times = [t for t in (time_to_target_s(x) for x in reps) if t is not None]

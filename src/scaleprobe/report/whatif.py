@@ -11,11 +11,11 @@ from scaleprobe.comm import check as C
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import whatif as W
-from scaleprobe.report import fmt
+from scaleprobe.core import fmt
+from scaleprobe.core.results import Record, RunResult
+from scaleprobe.core.traits import known
 from scaleprobe.report import records as R
 from scaleprobe.report.doc import Section, Sub, Table, Text
-from scaleprobe.results import Record, RunResult
-from scaleprobe.traits import known
 
 DEVICES = (2, 4, 8)
 NOMINAL = ("1gbit", "10gbit", "100gbit")

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scaleprobe import metrics as M
-from scaleprobe.report import fmt
+from scaleprobe.core import fmt
+from scaleprobe.core import metrics as M
+from scaleprobe.core.results import Record
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import LoaderRow, WorkersPick
 from scaleprobe.report.sweep_points import point_groups, sweep_runs
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
-from scaleprobe.results import Record
 
 LOADER_HEADERS = ("Setting", "Workers", "Data wait", "Compute/step", "Step median",
                   "Samples/s", "CPU util", "Status")

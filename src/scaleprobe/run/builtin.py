@@ -14,17 +14,17 @@ from typing import Any
 from scaleprobe import env as envmod
 from scaleprobe.comm.ranknet import context
 from scaleprobe.config import RunConfig
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
+from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
-from scaleprobe.errors import ConfigError
 from scaleprobe.interrupt import Interrupted, StopRequest
 from scaleprobe.launch import run_workers
-from scaleprobe.results import RunResult
 from scaleprobe.run.driver import Ending, execute, save_traceback
 from scaleprobe.run.resources import check_config
 from scaleprobe.strategies.dp import check_devices
 from scaleprobe.tasks import check_model_name
 from scaleprobe.train.worker import HANDOFF, launched_worker, worker_main
-from scaleprobe.traits import traits_of
 
 
 class BuiltinTraining:

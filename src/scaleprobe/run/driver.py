@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from scaleprobe import env as envmod
-from scaleprobe import results as res
 from scaleprobe.config import RunConfig
-from scaleprobe.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
+from scaleprobe.core.results import Experiment, RunResult
 from scaleprobe.interrupt import describe, sigterm_interrupts
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs
-from scaleprobe.results import Experiment, RunResult
 from scaleprobe.run.failure import exit_code, failure_line, is_oom
 from scaleprobe.run.finalize import finalize
 from scaleprobe.run.partial import mark_logged, recover_steps

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.core.results import RunResult
 from scaleprobe.measure.steplog import read_step_logs
-from scaleprobe.results import RunResult
 
 
 def recover_steps(end: Any, run_dir: Path) -> None:

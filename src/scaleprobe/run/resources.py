@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 
 from scaleprobe import env as envmod
-from scaleprobe.errors import ConfigError
-from scaleprobe.traits import traits_of
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import traits_of
 
 # ranks per core beyond which a CPU job is refused without --force: 2 lets the README's
 # `scale --nproc 1,2,4` run on a 2-core laptop, and refuses 6 ranks there and 64 anywhere

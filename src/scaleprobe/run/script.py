@@ -21,12 +21,12 @@ from typing import Any
 
 import scaleprobe
 from scaleprobe import config as C
-from scaleprobe import results as res
 from scaleprobe.config import script_defaults, script_name
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 from scaleprobe.env import cuda_indices
-from scaleprobe.errors import ConfigError
 from scaleprobe.launch import run_workers
-from scaleprobe.results import RunResult
 from scaleprobe.run.driver import Ending, execute
 from scaleprobe.run.failure import failure_line
 from scaleprobe.run.resources import check_config

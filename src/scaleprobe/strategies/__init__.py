@@ -8,9 +8,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
-# name -> (module, class); what each one is lives in scaleprobe.traits
+# name -> (module, class); what each one is lives in scaleprobe.core.traits
 CLASSES = {"single": ("scaleprobe.strategies.single", "Single"),
            "dp": ("scaleprobe.strategies.dp", "DataParallelTowers"),
            "ddp": ("scaleprobe.strategies.ddp", "DDP"),

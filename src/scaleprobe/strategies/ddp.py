@@ -12,12 +12,12 @@ from torch.utils.data.distributed import DistributedSampler
 
 from scaleprobe.comm.hook import EXPOSED_METHOD, IN_FLIGHT_METHOD, BucketLog, CommTimer, HookSplit
 from scaleprobe.comm.instep import cross_check
+from scaleprobe.core.results import GnsSamples
+from scaleprobe.core.traits import TRAITS
 from scaleprobe.gns import mode as gns_mode
 from scaleprobe.measure.gns_probe import NormTap, StepNorms, TapSteps
 from scaleprobe.measure.timer import StepTimer
-from scaleprobe.results import GnsSamples
 from scaleprobe.strategies.single import Single
-from scaleprobe.traits import TRAITS
 
 
 class SameBatchSampler(DistributedSampler):

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import TRAITS
 from scaleprobe.strategies.single import Single
-from scaleprobe.traits import TRAITS
 
 
 def check_devices() -> int:

@@ -33,11 +33,11 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from scaleprobe.comm.instep import cross_check
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import TRAITS
 from scaleprobe.measure.timer import WaitSplit
 from scaleprobe.strategies.ddp import DDP
 from scaleprobe.strategies.fsdp_comm import CUDA_REASON, IN_STEP_METHOD, WaitClock, install
-from scaleprobe.traits import TRAITS
 
 RULE_BLOCKS = "one unit per model.blocks entry, then the root"
 RULE_CHILDREN = "one unit per top-level child holding parameters, then the root"

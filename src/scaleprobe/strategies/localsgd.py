@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from scaleprobe.core.traits import TRAITS
 from scaleprobe.strategies.ddp import DDP
-from scaleprobe.traits import TRAITS
 
 
 class LocalSGD(DDP):

@@ -22,10 +22,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from scaleprobe.core.traits import TRAITS
 from scaleprobe.measure.stats import median
 from scaleprobe.strategies.ddp import SAMPLERS
 from scaleprobe.strategies.single import Single
-from scaleprobe.traits import TRAITS
 
 
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -8,11 +8,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from scaleprobe.traits import TRAITS, StrategyTraits
+from scaleprobe.core.traits import TRAITS, StrategyTraits
 
 
 class Single:
-    """The base of every strategy. Its traits (``scaleprobe.traits``) say what it is; the
+    """The base of every strategy. Its traits (``scaleprobe.core.traits``) say what it is; the
     attributes below that repeat them are kept for the training loop's readability."""
 
     traits: StrategyTraits = TRAITS["single"]

@@ -26,8 +26,8 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from scaleprobe.lmspec import gpt_shape
-from scaleprobe.registry import Registry
+from scaleprobe.core.lmspec import gpt_shape
+from scaleprobe.core.registry import Registry
 
 TASKS = Registry("task")
 MODULES = {"classification": "classification", "face": "face", "detection": "detection",
@@ -43,6 +43,17 @@ def evaluating(model: Any) -> Iterator[None]:
         yield
     finally:
         model.train(was)
+
+
+def on_device(task: Any, loader: Any, device: Any, channels_last: bool = False
+              ) -> Iterator[tuple[Any, Any, Any]]:
+    """The held-out batches as ``(x, y, item indices)`` on the device (``task.to_device``),
+    passing over a batch whose every item was unreadable (skipped)."""
+    for x, y, idx, _ in loader:
+        if x is None:
+            continue
+        x, y = task.to_device(x, y, device, channels_last)
+        yield x, y, idx
 
 
 def build_task(cfg: Any, num_classes: int) -> Any:

@@ -10,7 +10,7 @@ from torch import nn
 
 from scaleprobe.data.loader import collate_indexed
 from scaleprobe.models.build import logits_of
-from scaleprobe.tasks import TASKS, evaluating
+from scaleprobe.tasks import TASKS, evaluating, on_device
 
 
 class Classification:
@@ -42,10 +42,7 @@ class Classification:
                  autocast: AbstractContextManager, channels_last: bool = False) -> dict[str, Any]:
         correct = total = 0
         with evaluating(model):
-            for x, y, _, _ in loader:
-                if x is None:
-                    continue
-                x, y = self.to_device(x, y, device, channels_last)
+            for x, y, _ in on_device(self, loader, device, channels_last):
                 with autocast:
                     pred = logits_of(model(x)).argmax(1)
                 correct += int((pred == y).sum())

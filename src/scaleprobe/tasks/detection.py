@@ -34,10 +34,10 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from scaleprobe.config import TASK_DEFAULT_MODELS, ModelConfig
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.registry import suggest
 from scaleprobe.data.loader import collate_indexed_list
-from scaleprobe.errors import ConfigError
 from scaleprobe.extras import require
-from scaleprobe.registry import suggest
 from scaleprobe.tasks import TASKS, evaluating
 
 DEFAULT_DETECTOR = TASK_DEFAULT_MODELS["detection"]

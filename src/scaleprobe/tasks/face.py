@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Sampler
 
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.loader import collate_indexed
-from scaleprobe.errors import ConfigError, DataError
-from scaleprobe.tasks import TASKS, evaluating
+from scaleprobe.tasks import TASKS, evaluating, on_device
 from scaleprobe.tasks.classification import Classification
 from scaleprobe.tasks.metrics import verification_accuracy
 
@@ -283,10 +283,7 @@ class FaceEmbedding:
         emb: dict[int, torch.Tensor] = {}
         labels: dict[int, int] = {}
         with evaluating(model):
-            for x, y, idx, _ in loader:
-                if x is None:
-                    continue
-                x, y = self.to_device(x, y, device, channels_last)
+            for x, y, idx in on_device(self, loader, device, channels_last):
                 with autocast:
                     e = model(x).float().cpu()
                 for row, i, c in zip(e, idx.tolist(), y.tolist(), strict=True):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from scaleprobe.data.loader import collate_indexed
-from scaleprobe.tasks import TASKS, evaluating
+from scaleprobe.tasks import TASKS, evaluating, on_device
 
 
 class LanguageModel:
@@ -61,10 +61,7 @@ class LanguageModel:
         total = 0.0
         tokens = samples = 0
         with evaluating(model):
-            for x, y, _, _ in loader:
-                if x is None:
-                    continue
-                x, y = self.to_device(x, y, device, False)
+            for x, y, _ in on_device(self, loader, device):
                 with autocast:
                     logits = model(x)
                 total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from scaleprobe.core.results import RankInfo
 from scaleprobe.measure.monitor import host_mem_record
-from scaleprobe.results import RankInfo
 
 # DDP's all-reduce runs inside backward; its exposed part is measured after training
 # (calibrate.py), which a rank that died never reached

@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe import env as envmod
-from scaleprobe import results as res
 from scaleprobe.comm.ranknet import join
 from scaleprobe.config import RunConfig, from_dict, parse_size
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import traits_of
 from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.heartbeat import Heartbeat, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
 from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.strategies import build_strategy
-from scaleprobe.traits import traits_of
 
 HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the launcher was stopped
 

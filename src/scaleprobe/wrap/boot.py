@@ -22,13 +22,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from scaleprobe.core.results import write_json_atomic
 from scaleprobe.env import own_process_group, shutdown_distributed
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.heartbeat import Heartbeat, write_error
 from scaleprobe.measure.monitor import host_mem_baseline, host_mem_record
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
-from scaleprobe.results import write_json_atomic
 from scaleprobe.wrap.hooks import Recorder, StopScript
 
 RANKS_DIR = "wrap-ranks"

@@ -13,7 +13,7 @@ from scaleprobe.comm.bench import (
     parse_sizes,
     plan_iters,
 )
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 
 def test_sizes_are_powers_of_1024_sorted_and_unique():

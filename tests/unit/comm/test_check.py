@@ -7,9 +7,9 @@ import pytest
 from scaleprobe.comm import check as C
 from scaleprobe.comm import ranknet
 from scaleprobe.comm.links import parse_spec, resolve_link
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RankSummary, RunResult, StepTime
 from scaleprobe.measure.summary import straggler
-from scaleprobe.results import RankSummary, RunResult, StepTime
 from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from scaleprobe.comm.exposed import measured_link, split_exposed
 from scaleprobe.comm.exposed import same_link_prediction as _same_link_prediction
-from scaleprobe.results import Comm
+from scaleprobe.core.results import Comm
 
 
 def dominant(split):

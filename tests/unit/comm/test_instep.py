@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scaleprobe.comm.instep import cross_check, fill_in_step, per_step_figures, text
-from scaleprobe.results import Comm, RankRecord
+from scaleprobe.core.results import Comm, RankRecord
 
 
 def test_a_figure_is_resolved_only_when_its_interval_excludes_zero():

@@ -10,7 +10,7 @@ from scaleprobe.comm.model import (
     pattern,
     predict_for_run,
 )
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 S = 1e8  # bytes of gradients
 LINK = Link("test", 10.0, 20e-6, "test")  # 1.25e9 bytes/s, 20 us per hop
@@ -111,7 +111,7 @@ def test_link_from_comm_record():
 
 
 def test_link_from_results_file(tmp_path):
-    from scaleprobe.results import append_jsonl
+    from scaleprobe.core.results import append_jsonl
 
     path = tmp_path / "results.jsonl"
     with pytest.raises(ConfigError):
@@ -128,7 +128,7 @@ def test_a_prediction_across_nodes_uses_the_comm_results_measured_across_nodes(t
     `comm --nnodes 2 --executor slurm`). Bugs caught: a 2-node prediction from the loopback
     fit (the latest record, 10x too fast a network), a 1-host prediction from the cluster's,
     and a fallback to the other kind that does not say so."""
-    from scaleprobe.results import append_jsonl
+    from scaleprobe.core.results import append_jsonl
 
     path = tmp_path / "results.jsonl"
     fit = {"all_reduce": {"alpha_s": 4e-4, "beta_s_per_byte": 1e-8}}  # 0.8 Gbit/s

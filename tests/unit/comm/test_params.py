@@ -3,7 +3,7 @@
 import pytest
 
 from scaleprobe.comm.model import count_params
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 
 
 def test_torchvision_and_scaleprobe_models():

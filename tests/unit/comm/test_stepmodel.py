@@ -9,8 +9,8 @@ from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import whatif as W
 from scaleprobe.comm.links import Link
-from scaleprobe.errors import ConfigError
-from scaleprobe.results import RunResult
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 
 MS = 1e-3
 MB = 1e6

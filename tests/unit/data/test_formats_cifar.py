@@ -5,9 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.formats import generate, open_cifar10, write_dataset
 from scaleprobe.data.formats.cifar import LocalCIFAR10
-from scaleprobe.errors import ConfigError, DataError
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from scaleprobe.commands import datagen
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.data.formats import FORMATS, generate
-from scaleprobe.errors import ConfigError
 
 
 def _run(*argv: str) -> int:

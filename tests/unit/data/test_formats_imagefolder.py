@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torchvision
 
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.formats import open_imagefolder, write_dataset
-from scaleprobe.errors import ConfigError, DataError
 
 
 @pytest.fixture(scope="module")

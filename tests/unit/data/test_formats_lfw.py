@@ -4,9 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.formats import open_lfw_pairs, open_lfw_people, write_dataset
 from scaleprobe.data.formats.lfw import LocalLFWPairs, LocalLFWPeople
-from scaleprobe.errors import ConfigError, DataError
 
 
 @pytest.fixture(scope="module")

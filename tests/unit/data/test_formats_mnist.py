@@ -5,8 +5,8 @@ import pytest
 import torch
 import torchvision
 
+from scaleprobe.core.errors import DataError
 from scaleprobe.data.formats import open_mnist, write_dataset
-from scaleprobe.errors import DataError
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torchvision
 
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.formats import VOC_CLASSES, open_voc, validate_voc, write_dataset
 from scaleprobe.data.formats.voc_gen import DRAWN, draw_scene
-from scaleprobe.errors import ConfigError, DataError
 
 ANN = Path("VOCdevkit/VOC2012/Annotations")
 

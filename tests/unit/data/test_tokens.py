@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from scaleprobe import config as C
+from scaleprobe.core.errors import ConfigError, DataError
+from scaleprobe.core.lmspec import resolved_data
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.formats import generate, open_tokens
 from scaleprobe.data.formats import text_gen as TG
 from scaleprobe.data.tokens import TokenWindows, spread, text_cache, unigram_entropy
-from scaleprobe.errors import ConfigError, DataError
-from scaleprobe.lmspec import resolved_data
 
 
 def _write(root, train, val, dtype="<u2", meta=None):

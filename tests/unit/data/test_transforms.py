@@ -77,7 +77,7 @@ def test_a_digits_run_never_imports_torchvision():
 def test_an_image_of_another_integer_type_is_a_one_line_data_error():
     """A 16-bit image (a PIL "I;16" PNG read without conversion): a DataError naming the type,
     not a wrong scale (values up to 65535 read as if up to 255) or a traceback."""
-    from scaleprobe.errors import DataError
+    from scaleprobe.core.errors import DataError
 
     img = torch.full((1, 32, 32), 40000, dtype=torch.int32)
     with pytest.raises(DataError, match="8-bit or floating-point images; this one is int32"):

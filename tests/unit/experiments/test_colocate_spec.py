@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments.colocate import load_colocate_spec
 
 JOBS = [{"name": "a", "model": "digits_cnn", "batch_size": 16},

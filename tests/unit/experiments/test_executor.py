@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from scaleprobe import results as res
-from scaleprobe.errors import ConfigError
+from scaleprobe.core import results as res
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import executor as X
 
 

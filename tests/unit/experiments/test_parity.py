@@ -3,8 +3,8 @@
 import pytest
 
 from scaleprobe import config as C
+from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.parity import parity_configs, parity_record, parity_verdict
-from scaleprobe.results import RunResult
 
 
 def base(**over):

@@ -1,8 +1,8 @@
 """scale re-measures an implausible point once: the point and its baseline get one more
 repeat each, nothing else runs again."""
 
+from scaleprobe.core.results import Experiment, RunResult
 from scaleprobe.experiments import scale as X
-from scaleprobe.results import Experiment, RunResult
 
 
 def row(nproc, implausible=None, nnodes=None, base=None):

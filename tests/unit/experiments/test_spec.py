@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments.spec import check_points, group_key, load_spec, points
 
 BASE = {"model": "digits_cnn", "loader": "naive", "steps": 3, "warmup_steps": 1}

@@ -3,7 +3,7 @@ the automatic batch search, tables, the summary record and resuming."""
 
 import pytest
 
-from scaleprobe import results as res
+from scaleprobe.core import results as res
 from scaleprobe.experiments import sweep as S
 
 GIB = 1 << 30
@@ -170,7 +170,7 @@ def test_an_oom_point_is_not_repeated(tmp_path, fake_points):
 
 
 def test_repeats_must_be_positive(tmp_path, fake_points):
-    from scaleprobe.errors import ConfigError
+    from scaleprobe.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--repeats must be a whole number of at least 1"):
         S.run_sweep(spec({"batch_size": [16]}), tmp_path, progress=False, repeats=0)

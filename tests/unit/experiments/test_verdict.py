@@ -3,7 +3,7 @@ decide it."""
 
 import pytest
 
-from scaleprobe import metrics
+from scaleprobe.core import metrics
 from scaleprobe.experiments.placement import cpu_list, plan_placement, split_cpus
 from scaleprobe.experiments.verdict import (
     JobFigures,

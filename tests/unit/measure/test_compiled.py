@@ -4,6 +4,7 @@ recompiles, the result's figures, and a real recompile caught inside a window.""
 import pytest
 import torch
 
+from scaleprobe.core.results import RunResult
 from scaleprobe.invariants import check_run
 from scaleprobe.measure.compiled import (
     AFTER,
@@ -16,7 +17,6 @@ from scaleprobe.measure.compiled import (
     summary_line,
     window_line,
 )
-from scaleprobe.results import RunResult
 
 
 def _phases(events, window, ends=None, warmup=0):

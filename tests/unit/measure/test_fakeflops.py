@@ -118,7 +118,7 @@ def test_a_gpts_attention_is_counted_on_fake_tensors_as_in_the_eager_step():
     kernel has no formula in PyTorch's counter, so a fake count without the eager count's
     formulas (measure/flops.flop_counter) misses 12 L d T per token; the total is also
     checked against 6N + 12 L d T (tied head, full T x T scores)."""
-    from scaleprobe.lmspec import GPTShape
+    from scaleprobe.core.lmspec import GPTShape
     from scaleprobe.models.gpt import GPT, matmul_params
 
     torch.manual_seed(0)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from scaleprobe import metrics as M
+from scaleprobe.core import metrics as M
 from scaleprobe.measure import flops as F
 from scaleprobe.measure.peaks import find, table_peak
 

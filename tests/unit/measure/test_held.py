@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from scaleprobe.core.results import RankRecord
 from scaleprobe.measure.held import held_bytes, local_bytes, summarize_held
-from scaleprobe.results import RankRecord
 
 pytestmark = pytest.mark.timeout(60)
 

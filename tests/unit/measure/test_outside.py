@@ -15,9 +15,9 @@ import time
 import psutil
 import pytest
 
+from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.outside import OutsideLoad, result_fields
-from scaleprobe.report.thresholds import DEFAULT, Thresholds
 
 pytestmark = pytest.mark.timeout(60)
 

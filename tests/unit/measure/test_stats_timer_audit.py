@@ -2,11 +2,11 @@ import time
 
 import pytest
 
+from scaleprobe.core.results import RankRecord, RankSummary, StepTime
 from scaleprobe.measure import stats
 from scaleprobe.measure.audit import audit, expected_dropped
 from scaleprobe.measure.summary import breakdown, epoch_time, straggler
 from scaleprobe.measure.timer import PHASES, StepTimer
-from scaleprobe.results import RankRecord, RankSummary, StepTime
 
 
 def test_quantiles_and_summary():
@@ -191,7 +191,7 @@ def test_median_ci_order_statistics_are_scipys_binomial_quantiles_at_every_count
 def test_t_quantile_is_scipys():
     from scipy.stats import t
 
-    from scaleprobe.metrics import t_quantile
+    from scaleprobe.core.metrics import t_quantile
 
     for df in (1, 2, 3, 7, 30):
         assert t_quantile(df) == pytest.approx(float(t.ppf(0.975, df)), rel=1e-12)

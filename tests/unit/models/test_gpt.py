@@ -8,8 +8,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from scaleprobe import config as C
-from scaleprobe.errors import ConfigError
-from scaleprobe.lmspec import gpt_shape, shape_of
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.lmspec import gpt_shape, shape_of
 from scaleprobe.measure.flops import count_flops
 from scaleprobe.models import build_model, list_models, param_count
 from scaleprobe.models.gpt import GPT, matmul_params

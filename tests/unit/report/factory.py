@@ -1,4 +1,4 @@
-"""Hand-built result records following scaleprobe.results' schema, for report tests."""
+"""Hand-built result records following scaleprobe.core.results' schema, for report tests."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from scaleprobe import results as res
+from scaleprobe.core import results as res
 
 GIB = 1 << 30
 

@@ -169,7 +169,7 @@ def test_noise_makes_the_batch_verdicts_inconclusive():
 
 
 def test_pays_needs_the_whole_interval_below_the_memory_bar():
-    from scaleprobe import metrics as M
+    from scaleprobe.core import metrics as M
 
     iv = M.Interval(0.70, 0.60, 0.80, 3, "test")
     assert B.pays(iv, 0.15) is True  # bar 0.85: the interval lies below it
@@ -181,7 +181,7 @@ def test_pays_needs_the_whole_interval_below_the_memory_bar():
 def test_an_interval_touching_the_memory_bar_decides_nothing():
     """Catches a rule that takes an interval edge on the bar (<= for <) as a decision: at the
     bar the larger batch's epoch time falls exactly as fast as its memory grows."""
-    from scaleprobe import metrics as M
+    from scaleprobe.core import metrics as M
 
     at_hi = M.Interval(0.70, 0.60, 0.75, 3, "test")  # bar 0.75 = the upper edge
     at_lo = M.Interval(0.80, 0.75, 0.90, 3, "test")  # bar 0.75 = the lower edge
@@ -191,7 +191,7 @@ def test_an_interval_touching_the_memory_bar_decides_nothing():
 
 def test_step_text_says_why_it_cannot_tell():
     """Catches a step printed as "pays" / "does not pay" without the figures to decide it."""
-    from scaleprobe import metrics as M
+    from scaleprobe.core import metrics as M
 
     iv = M.Interval(0.70, 0.60, 0.80, 3, "test")
     assert B._step_text(None, 0.2) == "cannot tell: no epoch-time spread"
@@ -323,7 +323,7 @@ def test_repeats_to_decide_counts_memory_s_interval_too():
     a 4th repeat puts memory's interval above 1.12 and the step reads "does not pay"."""
     import math
 
-    from scaleprobe import metrics as M
+    from scaleprobe.core import metrics as M
 
     def iv(est, lo, hi):
         return M.Interval(est, lo, hi, 3, "test",

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from scaleprobe.commands import compare as cmd
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.report.compare import compare_paths, to_markdown
 from scaleprobe.report.compare import compare_runs as _compare_runs
 from tests.unit.report.factory import run, sweep_point, typed_api, write_results
@@ -218,7 +218,7 @@ def test_a_side_whose_median_step_is_not_its_throughput_is_a_caveat(tmp_path):
 ])
 def test_the_no_change_band_is_two_percent_each_way(lo, hi, want):
     """Catches the no-change band widened (2% -> 5%) or made asymmetric."""
-    from scaleprobe import metrics as M
+    from scaleprobe.core import metrics as M
     from scaleprobe.report import compare as C
 
     iv = M.Interval(1.0, lo, hi, 3, "test", 0.01, None)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report import diagnose as _diagnose
 from scaleprobe.report.diagnose import Finding, format_findings
-from scaleprobe.report.thresholds import Thresholds
 from tests.unit.report.factory import (
     GIB,
     breakdown,
@@ -450,8 +450,8 @@ def test_loader_contention_keeps_workers_only_when_the_worker_verdict_is_decided
     680 against 624, 623, 642 samples/s), though not by a decided margin. Bug caught: the
     headline said "keep 0 worker(s)" - the fewest workers of the pair - with no interval,
     while the worker verdict beside it was inconclusive."""
+    from scaleprobe.core.thresholds import DEFAULT
     from scaleprobe.report import headline, workers
-    from scaleprobe.report.thresholds import DEFAULT
     from tests.unit.report.factory import typed_module
 
     H, recommend_workers = typed_module(headline), typed_api(workers.recommend_workers)

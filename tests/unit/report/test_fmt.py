@@ -1,6 +1,6 @@
-"""Figures as the reports print them (report/fmt.py)."""
+"""Figures as the reports print them (core/fmt.py)."""
 
-from scaleprobe.report import fmt
+from scaleprobe.core import fmt
 
 
 def test_flops_in_the_unit_that_reads():

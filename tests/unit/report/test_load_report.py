@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report import build_report
 from scaleprobe.report import load as _load
 from scaleprobe.report.diagnose import diagnose_run as _diagnose_run
-from scaleprobe.report.thresholds import Thresholds
 from tests.unit.report.factory import run, scale_point, sweep_point, typed_api, write_results
 
 diagnose_run = typed_api(_diagnose_run)

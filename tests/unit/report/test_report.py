@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from scaleprobe.commands import report as cmd
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.report import build_report
 from tests.unit.report.factory import run, write_results
 from tests.unit.report.sample import write_mixed

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from scaleprobe.report import build_report, fmt
+from scaleprobe.core import fmt
+from scaleprobe.report import build_report
 from scaleprobe.report.doc import Long, Section, Table, to_html
 from tests.unit.report.factory import run, write_results
 

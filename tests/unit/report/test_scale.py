@@ -75,8 +75,8 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
     assert two["implausible"] and not two["verdict_ok"]
     assert "implausible" in two["line"] and "+/-39.0% within a run" in two["line"]
     assert "(implausible)" in S.scale_cells(two)[3]
+    from scaleprobe.core.thresholds import DEFAULT
     from scaleprobe.report.findings_exp import _scaling
-    from scaleprobe.report.thresholds import DEFAULT
 
     found = _scaling(loaded(recs), DEFAULT)
     assert [f.verdict for f in found] == ["implausible speedup"]
@@ -84,8 +84,8 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
 
 def test_scaling_loss_needs_the_whole_interval_below_the_bar():
     """A noisy 0.7-0.95 efficiency is not reported as a scaling loss; a steady 0.6 is."""
+    from scaleprobe.core.thresholds import DEFAULT
     from scaleprobe.report.findings_exp import _scaling
-    from scaleprobe.report.thresholds import DEFAULT
 
     noisy = _repeated("a", {1: [100.0, 100.0, 100.0], 2: [140.0, 190.0, 160.0]})
     assert _scaling(loaded(noisy), DEFAULT) == []

@@ -1,8 +1,8 @@
 """The runs table's step median with its interval and how the window ended."""
 
-from scaleprobe.report import fmt
+from scaleprobe.core import fmt
+from scaleprobe.core.results import RunResult
 from scaleprobe.report.sections_runs import RUN_HEADERS, run_cells, runs_section
-from scaleprobe.results import RunResult
 from tests.unit.report.factory import run
 
 

@@ -2,8 +2,8 @@
 
 from types import SimpleNamespace
 
+from scaleprobe.core.results import RunResult
 from scaleprobe.measure.steplog import StepLog
-from scaleprobe.results import RunResult
 from scaleprobe.run.partial import mark_logged, recover_steps
 from tests.unit.measure.test_steplog import Source
 

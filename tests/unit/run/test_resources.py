@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.run import resources as R
 
 MIB = 1 << 20

@@ -6,9 +6,9 @@ from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
 from scaleprobe.config import TaskConfig
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.datasets import Subset, TensorImages
 from scaleprobe.data.loader import Indexed
-from scaleprobe.errors import ConfigError, DataError
 from scaleprobe.models import build_model
 from scaleprobe.tasks import build_task
 from scaleprobe.tasks.face import (

@@ -10,11 +10,11 @@ from torch.utils.data import DataLoader
 
 from scaleprobe import config as C
 from scaleprobe.config import TaskConfig
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.lmspec import gpt_shape
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, collate_indexed
 from scaleprobe.data.tokens import RandomWindows
-from scaleprobe.errors import ConfigError
-from scaleprobe.lmspec import gpt_shape
 from scaleprobe.models import build_model
 from scaleprobe.tasks import build_task, check_model_name
 

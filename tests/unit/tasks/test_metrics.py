@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from scaleprobe.errors import ConfigError
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.tasks.detection import map50
 from scaleprobe.tasks.metrics import best_threshold, verification_accuracy
 

@@ -137,8 +137,8 @@ def test_in_flight_is_on_the_breakdowns_basis_so_it_is_never_below_the_exposed_w
     typical steps waited long)."""
     import time as _t
 
+    from scaleprobe.core.results import RankRecord
     from scaleprobe.measure.summary import rank_summary
-    from scaleprobe.results import RankRecord
     from scaleprobe.wrap import boot
 
     rec = H.Recorder(1)

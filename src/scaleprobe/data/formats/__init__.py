@@ -15,7 +15,7 @@ Readers (torchvision's classes wherever they can give clear errors)::
     open_lfw_pairs(root, split)       -> ([(path, identity)], [(path_a, path_b, same)])
     open_tokens(root, vocab_size)     -> ({"train", "val": TokenSplit}, vocab, train counts)
 
-Bad data raises ``scaleprobe.errors.DataError`` naming the file (and line, where there is one).
+Bad data raises ``scaleprobe.core.errors.DataError`` naming the file (and line, where there is one).
 Reader names are imported on first use, so importing this package does not import torch.
 """
 
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.registry import suggest
 from scaleprobe.data.formats.common import Written
-from scaleprobe.errors import ConfigError
-from scaleprobe.registry import suggest
 
 # format -> (writer module, writer function, default size, what it is)
 FORMATS: dict[str, tuple[str, str, tuple[int, int], str]] = {

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from torchvision.datasets import CIFAR10
 
+from scaleprobe.core.errors import DataError
 from scaleprobe.data.formats.cifar_gen import BASE_FOLDER, META, TEST_BATCH, TRAIN_BATCHES
-from scaleprobe.data.formats.common import hint
-from scaleprobe.errors import DataError
+from scaleprobe.data.formats.common import hint, open_torchvision
 
 _ALLOWED = {
     ("numpy.core.multiarray", "_reconstruct"),
@@ -114,10 +114,5 @@ def open_cifar10(root: str | Path, train: bool = True, download: bool = False,
     root = Path(root).expanduser()
     if root.name == BASE_FOLDER and not (root / BASE_FOLDER).is_dir():
         root = root.parent
-    if download:  # the published archive, checked against its published checksums
-        try:
-            return CIFAR10(str(root), train=train, download=True, transform=transform)
-        except (OSError, RuntimeError) as e:
-            raise DataError(f"cannot download CIFAR-10 into {root}: {e}") from None
-    validate_cifar10(root, train)
-    return LocalCIFAR10(str(root), train=train, download=False, transform=transform)
+    return open_torchvision("CIFAR-10", CIFAR10, LocalCIFAR10, root, train, download,
+                            transform, validate_cifar10)

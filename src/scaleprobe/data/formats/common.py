@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from scaleprobe.errors import ConfigError, DataError
+from scaleprobe.core.errors import ConfigError, DataError
 
 
 @dataclass
@@ -80,3 +81,17 @@ def load_rgb(path: str):
     except (OSError, SyntaxError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"cannot read image {path}: {reason}") from None
+
+
+def open_torchvision(name: str, official: Any, local: Any, root: Path, train: bool,
+                     download: bool, transform: Any, validate: Any) -> Any:
+    """A torchvision dataset under ``root``: with ``download``, ``official`` fetches the
+    published archive (checked against its published checksums; a failure is one line);
+    else ``validate(root, train)`` checks the files there and ``local`` reads them."""
+    if download:
+        try:
+            return official(str(root), train=train, download=True, transform=transform)
+        except (OSError, RuntimeError) as e:
+            raise DataError(f"cannot download {name} into {root}: {e}") from None
+    validate(root, train)
+    return local(str(root), train=train, download=False, transform=transform)

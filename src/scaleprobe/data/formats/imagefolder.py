@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from scaleprobe.core.errors import DataError
 from scaleprobe.data.formats.common import (
     Written,
     load_rgb,
@@ -23,7 +24,6 @@ from scaleprobe.data.formats.common import (
     prepare_out,
 )
 from scaleprobe.data.formats.draw import STYLES, save_jpeg, shape_image
-from scaleprobe.errors import DataError
 
 NUM_CLASSES = len(STYLES)
 

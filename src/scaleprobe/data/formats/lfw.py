@@ -20,9 +20,9 @@ from typing import Any
 from torch.utils.data import Dataset
 from torchvision.datasets import LFWPairs, LFWPeople
 
+from scaleprobe.core.errors import ConfigError, DataError
+from scaleprobe.core.registry import suggest
 from scaleprobe.data.formats.common import hint, load_rgb
-from scaleprobe.errors import ConfigError, DataError
-from scaleprobe.registry import suggest
 
 BASE_FOLDER = "lfw-py"
 IMAGE_DIRS = {"funneled": "lfw_funneled", "original": "lfw", "deepfunneled": "lfw-deepfunneled"}

@@ -25,9 +25,16 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from scaleprobe.core.errors import DataError
 from scaleprobe.data.digits import digits_arrays
-from scaleprobe.data.formats.common import Written, hint, need_count, need_size, prepare_out
-from scaleprobe.errors import DataError
+from scaleprobe.data.formats.common import (
+    Written,
+    hint,
+    need_count,
+    need_size,
+    open_torchvision,
+    prepare_out,
+)
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
 FILES = {
@@ -166,11 +173,5 @@ def open_mnist(root: str | Path, train: bool = True, download: bool = False,
     Returns a ``torchvision.datasets.MNIST``."""
     from torchvision.datasets import MNIST  # heavy: torchvision: seconds; imported where it is used
 
-    root = resolve_root(root)
-    if download:
-        try:
-            return MNIST(str(root), train=train, download=True, transform=transform)
-        except (OSError, RuntimeError) as e:
-            raise DataError(f"cannot download MNIST into {root}: {e}") from None
-    validate_mnist(root, train)
-    return MNIST(str(root), train=train, download=False, transform=transform)
+    return open_torchvision("MNIST", MNIST, MNIST, resolve_root(root), train, download,
+                            transform, validate_mnist)

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.data.formats.common import Written, prepare_out
 from scaleprobe.data.formats.tokens import write_tokens
-from scaleprobe.errors import ConfigError
 
 SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test",
                        "__pycache__"})

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from scaleprobe.errors import DataError
+from scaleprobe.core.errors import DataError
 
 SPLITS = ("train", "val")
 DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}

@@ -26,10 +26,10 @@ import torch
 from torchvision.datasets import VOCDetection
 from torchvision.transforms.functional import pil_to_tensor
 
+from scaleprobe.core.errors import ConfigError, DataError
+from scaleprobe.core.registry import suggest
 from scaleprobe.data.formats.common import hint, load_rgb
 from scaleprobe.data.formats.voc_gen import VOC_CLASSES
-from scaleprobe.errors import ConfigError, DataError
-from scaleprobe.registry import suggest
 
 __all__ = ["VOC_CLASSES", "Annotation", "VOCBoxes", "open_voc", "parse_annotation",
            "validate_voc"]
