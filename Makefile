@@ -29,8 +29,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/scaleprobe demo
 
+# --durations: every run lists its 25 slowest tests, the suite's time budget at a glance
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 # the HTML report test opens the report in headless Chromium: a set-up step of its own, run
 # once (the stamp file); `rm $(CHROMIUM_STAMP)` to try again. No test installs anything.
