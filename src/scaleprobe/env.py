@@ -46,14 +46,14 @@ def dist_info() -> DistInfo:
 
 
 def cuda_available() -> bool:
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: env's facts are read without it; only a question about torch loads it
 
     return torch.cuda.is_available()
 
 
 def pick_device(local_rank: int = 0):
     """cuda:<local_rank> when CUDA works, else the CPU."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: env's facts are read without it; only a question about torch loads it
 
     if torch.cuda.is_available():
         idx = local_rank % max(1, torch.cuda.device_count())
@@ -64,7 +64,7 @@ def pick_device(local_rank: int = 0):
 
 def cuda_device_count() -> int:
     """CUDA devices on this host; 0 without CUDA."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: env's facts are read without it; only a question about torch loads it
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -91,7 +91,7 @@ def threads_for(local_world: int = 1, per_rank: int | None = None) -> int:
 
 def set_threads(local_world: int = 1, per_rank: int | None = None) -> int:
     """Set this process's compute threads (``threads_for``)."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: env's facts are read without it; only a question about torch loads it
 
     n = threads_for(local_world, per_rank)
     torch.set_num_threads(n)
@@ -99,7 +99,7 @@ def set_threads(local_world: int = 1, per_rank: int | None = None) -> int:
 
 
 def seed_all(seed: int) -> None:
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: env's facts are read without it; only a question about torch loads it
     import numpy as np
     import torch
 
@@ -114,7 +114,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
     """Join the process group described by the launcher's environment; returns (rank, world).
     ``join(timeout)``: a store to build the group on instead (None: the launcher's own way),
     e.g. ``comm.ranknet.join`` for ranks in network namespaces of their own."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: env's facts are read without it; only a question about torch loads it
     import torch
     import torch.distributed as dist
 
@@ -229,7 +229,7 @@ def _nvml() -> dict[str, Any]:
 
 def collect_env() -> dict[str, Any]:
     """Everything a figure depends on: host, CPU, versions, GPUs, driver, world."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: env's facts are read without it; only a question about torch loads it
 
     info = dist_info()
     gpus: list[dict[str, Any]] = []

@@ -140,7 +140,7 @@ def _quiet_elastic_logs() -> None:
 
 def _launch_config(nproc: int, nnodes: int, node_rank: int, endpoint: str, run_id: str,
                    timeout_s: float, log_dir: str | None):
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -181,14 +181,14 @@ def run_workers(entry: Callable[..., Any], args: tuple = (), *, nproc: int, nnod
     heartbeats there name a rank that hung (``RankWatch``); with ``stall_after_s`` as well
     a job whose ranks make no progress for that long is ended as stalled.
     """
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
     if nproc < 1:
         raise ConfigError("nproc must be at least 1")
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed's launcher, only when ranks are launched
     import torch.distributed.elastic.multiprocessing.api  # noqa: F401  (registers its loggers)
 
     _quiet_elastic_logs()

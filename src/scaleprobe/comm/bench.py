@@ -116,7 +116,7 @@ def make_row(op: str, size_bytes: int, time_s: float, world: int) -> dict[str, A
 
 def _op_fn(op: str, size_bytes: int, world: int, device: Any):
     """A closure running one ``op`` on preallocated tensors of ``size_bytes``."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed, in the benchmark's own rank processes
     import torch
     import torch.distributed as dist
 
@@ -146,7 +146,7 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
 def _sharded_fn(op: str, numel: int, world: int, device: Any):
     """reduce_scatter or fsdp_step on flat tensors of ``numel`` (rounded down to a multiple
     of the world size) and their ``numel / world`` shards."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed, in the benchmark's own rank processes
     import torch
     import torch.distributed as dist
 
@@ -169,7 +169,7 @@ def _sharded_fn(op: str, numel: int, world: int, device: Any):
 
 def _time_iters(fn, iters: int, warmup: int, device: Any) -> list[float]:
     """Per-iteration seconds on this rank; a barrier precedes every iteration."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed, in the benchmark's own rank processes
     import torch
     import torch.distributed as dist
 
@@ -199,7 +199,7 @@ def _time_iters(fn, iters: int, warmup: int, device: Any) -> list[float]:
 
 def _slowest_rank(times_s: list[float], device: Any) -> list[float]:
     """Element-wise maximum over ranks: an iteration lasts until its slowest rank is done."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed, in the benchmark's own rank processes
     import torch
     import torch.distributed as dist
 
@@ -244,7 +244,7 @@ def bench_worker(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int
     try:
         if world < 2:
             raise ConfigError("the communication benchmark needs at least 2 processes")
-        # heavy: torch: torch stays out of start-up until a tensor is made
+        # heavy: torch: torch.distributed, in the benchmark's own rank processes
         import torch
         import torch.distributed as dist
 

@@ -78,7 +78,7 @@ class CommTimer:
         self._lock = threading.Lock()
 
     def hook_for(self, ddp: Any) -> Any:
-        # heavy: torch: torch stays out of start-up until a tensor is made
+        # heavy: torch: DDP's default hook, when the timing hook is registered
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
         inner: dict[str, Any] = {"hook": allreduce_hook, "state": ddp.process_group}

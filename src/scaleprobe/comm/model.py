@@ -132,7 +132,7 @@ def count_params(name: str, num_classes: int | None = None) -> int:
     """Parameters of a model by name, built on the meta device: no memory, no download.
 
     torchvision names get their own default head (1000 classes) unless ``num_classes``."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: only to build a named model and count its parameters
 
     from scaleprobe.models.build import SMALL, build_model, check_name  # heavy: torch
 

@@ -226,7 +226,7 @@ def _measure_as_job(args: argparse.Namespace, executor: Any) -> dict[str, Any]:
 
 
 def _default_backend() -> str:
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: the comm command's parser builds without it
 
     return "nccl" if torch.cuda.is_available() else "gloo"
 
@@ -235,7 +235,7 @@ def _check_backend(backend: str, nproc: int) -> None:
     """nccl needs one GPU per process on this host."""
     if backend != "nccl":
         return
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: the comm command's parser builds without it
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus == 0:

@@ -39,10 +39,10 @@ def one_rank_run(path: str) -> RunResult:
 def fsdp_units(run: RunResult) -> tuple[Any, ...]:
     """FSDP's units of the run's model (strategies/fsdp.py's rule, then the root), built on
     the meta device; () when the model cannot be built here."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: only when a model is built to count its parameters
     import torch  # the model is built on the meta device: no memory, no weights
 
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: only when a model is built to count its parameters
     from scaleprobe.models.build import build_model
     from scaleprobe.strategies.fsdp import shard_units
 

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         extra["dist.rdzv_endpoint"] = f"{addr}:{port}"
         extra["dist.strategy"] = "ddp"  # unless the file or a flag names another
     cfg = config_from_args(args, extra)
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: after the worker's checks, which need none
     from scaleprobe.run.builtin import run_under_launcher  # imports torch: after the checks
 
     result = run_under_launcher(cfg)

@@ -75,14 +75,14 @@ def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: loaded in a point's own process, never the sweep's
     import scaleprobe.run.workloads  # noqa: F401  (the driver, the launcher, torch)
 
     if _trains_here(cfg):
-        # heavy: torch: torch stays out of start-up until a tensor is made
+        # heavy: torch: loaded in a point's own process, never the sweep's
         import scaleprobe.engine  # noqa: F401  (torch, torchvision, the training loop)
     else:  # the ranks train in processes of their own: this one launches them and assembles
-        # heavy: torch: torch stays out of start-up until a tensor is made
+        # heavy: torch: loaded in a point's own process, never the sweep's
         import torch.distributed.launcher.api  # noqa: F401
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -137,7 +137,7 @@ def run_point(payload: dict[str, Any]) -> int:
     _import_or_stop(cfg, exp)
     gated = False
     try:
-        # heavy: torch: torch stays out of start-up until a tensor is made
+        # heavy: torch: loaded in a point's own process, never the sweep's
         from scaleprobe.run.workloads import run_config  # imported by _import_or_stop
 
         if payload.get("barrier"):

@@ -227,7 +227,7 @@ def preflight(configs: list[Any]) -> None:
     """Names that build nothing (a model or dataset typo) and process counts this host cannot
     take (run/resources.py) fail here, in one line, before any point runs; each distinct
     (model, dataset) pair and process count is checked once."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: the preflight builds configs only when points are run
     from scaleprobe.run.workloads import preflight as check  # imports torch
 
     seen: set[tuple[str, str]] = set()

@@ -30,7 +30,7 @@ def local_bytes(t: Any) -> int:
 
 def _tensors(obj: Any) -> Iterable[Any]:
     """The tensors in an optimizer's per-parameter state (nested dicts and lists)."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: the optimizer state is sized in a rank, which has torch loaded
 
     if isinstance(obj, torch.Tensor):
         yield obj

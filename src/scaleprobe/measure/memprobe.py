@@ -26,7 +26,7 @@ METHOD = ("host memory, one thread set as the run's: median of 3 in-place mul_ (
 
 
 def memory_passes(nbytes: int = PROBE_BYTES, repeats: int = 3) -> dict[str, Any]:
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: the probe runs in a rank, which has torch loaded
     import torch  # the probe runs in a rank, beside the training it follows
 
     a = torch.ones(nbytes // 4)

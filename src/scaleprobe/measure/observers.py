@@ -79,7 +79,7 @@ class Summaries:
         self._write(st, now)
 
     def _write(self, st: Any, now: float) -> None:
-        import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+        import torch  # heavy: torch: TensorBoard scalars, only with --summary-every
 
         w = self.writer
         w.add_scalar("train/loss", float(st.losses[-1]), st.step)
@@ -127,7 +127,7 @@ class Summaries:
 
 def _gpu_util_pct() -> float | None:
     """This process's GPU's utilisation from NVML (torch.cuda.utilization), if it answers."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: NVML through torch.cuda, only where the GPU is read
 
     try:
         return float(torch.cuda.utilization())

@@ -28,7 +28,7 @@ class StepTimer:
         self._cur: list[tuple[str, Any]] | None = None
         self._t0_wall: float | None = None
         if self.cuda:
-            import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+            import torch  # heavy: torch: CUDA events and syncs, only on a GPU
 
             self._Event = torch.cuda.Event
 
@@ -91,7 +91,7 @@ class StepTimer:
     def phase_times(self) -> dict[str, list[float]]:
         """Per phase, one duration per step (0 for phases a step did not mark)."""
         if self.cuda:
-            import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+            import torch  # heavy: torch: CUDA events and syncs, only on a GPU
 
             torch.cuda.synchronize()
         return self._phases(self.steps)

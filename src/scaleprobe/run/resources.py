@@ -44,7 +44,7 @@ def host_cores() -> int:
 def rank_floor_bytes() -> int | None:
     """Memory a rank holds of its own at least: this process's unique set size with torch
     loaded (the ranks import it too); None where it cannot be read."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: loaded only to measure what it costs a rank (preflight's memory check)
     import torch  # noqa: F401  (what every rank holds before its model)
 
     try:

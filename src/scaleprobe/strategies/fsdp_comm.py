@@ -65,7 +65,7 @@ def timed_comms(clock: WaitClock) -> tuple[Any, Any] | None:
     """(all-gather, reduce-scatter) objects for ``set_custom_*`` that time PyTorch's default
     collectives on ``clock``; None when this torch has no such classes."""
     try:
-        # heavy: torch: torch stays out of start-up until a tensor is made
+        # heavy: torch: FSDP's collectives, only under --strategy fsdp
         from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
             DefaultAllGather,
             DefaultReduceScatter,

@@ -75,7 +75,7 @@ def _phases(rec: Any, w: int, world: int, comm: dict[str, Any] | None,
 def rank_record(rec: Any, rank: int, world: int,
                 baseline: dict[str, int | None]) -> dict[str, Any]:
     """This rank's ``RankRecord`` (as a dict) from what the hooks saw."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: loaded after the script's host-memory baseline is taken
 
     # heavy: numpy: wrap's hooks stay light in the script's process
     from scaleprobe.measure.stats import median
@@ -153,7 +153,7 @@ def _flops_record(rec: Any) -> dict[str, Any]:
     """The count of the last warm-up step (hooks.py) and, when there is one, the peak of the
     device it ran on (measure/flops.py: the data sheet's, or measured once per machine and
     cached), resolved after the script: a peak that cannot be had never fails the record."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: loaded after the script's host-memory baseline is taken
 
     out: dict[str, Any] = {"flops_per_step": rec.flops, "method": rec.flops_method,
                            "reason": rec.flops_reason, "peak": None, "peak_reason": None}
@@ -251,7 +251,7 @@ def _observers(settings: dict[str, Any], run_dir: str, rank: int) -> list[Any]:
     if not (settings.get("summary_every") or settings.get("profile_every")):
         return []
 
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: loaded after the script's host-memory baseline is taken
 
     measure = SimpleNamespace(summary_every=settings.get("summary_every"),
                               profile_every=settings.get("profile_every"))

@@ -21,7 +21,7 @@ from scaleprobe.comm.hook import (  # noqa: F401  (re-exported for hooks.py and 
 
 def _builtin(ddp: Any, kind: Any) -> tuple[Any, Any]:
     """PyTorch's Python hook for a built-in comm hook type, and its state."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed, only once the script makes a process group
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as dh
 
@@ -34,7 +34,7 @@ def _note_process_group(timer: CommTimer) -> None:
     """``timer.group`` becomes True when the script initialises a process group (through
     ``torch.distributed.init_process_group``, however it imported it): a script without one,
     and without a DDP model, has nothing to communicate with."""
-    # heavy: torch: torch stays out of start-up until a tensor is made
+    # heavy: torch: torch.distributed, only once the script makes a process group
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 

@@ -334,7 +334,7 @@ class Recorder:
             self.flops_method = METHOD + CAPTURED
             return
         try:
-            # heavy: torch: torch stays out of start-up until a tensor is made
+            # heavy: torch: loaded when the hooks go in, in the script's own process
             from scaleprobe.measure.flops import flop_counter  # with the CPU attention formulas
 
             mode = flop_counter()
@@ -385,7 +385,7 @@ class Recorder:
         if self.flops_device is not None:
             return
         try:
-            import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+            import torch  # heavy: torch: loaded when the hooks go in, in the script's own process
 
             p = next(module.parameters(), None)
             if p is None:
@@ -461,7 +461,7 @@ class Recorder:
     def install(self, loss: bool = True) -> Recorder:
         """The hooks; ``loss``: also keep the scalar each ``backward()`` starts from (only the
         observers read it: without --summary-every the patch is left out, and its cost)."""
-        # heavy: torch: torch stays out of start-up until a tensor is made
+        # heavy: torch: loaded when the hooks go in, in the script's own process
         import torch.nn.modules.module as mm
         import torch.optim.optimizer as oo
         from torch.utils.data import dataloader as dl
@@ -503,7 +503,7 @@ class _State:
 def _patch_backward(rec: Recorder) -> None:
     """Keep the scalar each ``loss.backward()`` starts from (detached: no graph is held), for
     the TensorBoard loss; nothing else changes."""
-    import torch  # heavy: torch: torch stays out of start-up until a tensor is made
+    import torch  # heavy: torch: loaded when the hooks go in, in the script's own process
 
     original = torch.Tensor.backward
     if getattr(original, "_scaleprobe", False):
