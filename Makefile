@@ -50,8 +50,8 @@ $(CHROMIUM_STAMP): scripts/ensure-chromium.sh
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
-# ruff, the import floors of pyproject.toml's [tool.importlinter] and mypy --strict on the
-# record and its figures ([tool.mypy]; docs/ARCHITECTURE.md)
+# ruff, the import floors of pyproject.toml's [tool.importlinter], mypy --strict on core/ and
+# mypy on every body of report/ ([tool.mypy]; docs/ARCHITECTURE.md)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
