@@ -69,22 +69,26 @@ def test_crashing_point_is_recorded_failed_and_the_sweep_goes_on(cli, tmp_path, 
 
 
 def test_memory_limit_makes_a_large_batch_oom_and_skips_larger(cli, tmp_path, out_dir):
+    # resnet18 at 64 px peaks at ~1.8 GB of host memory at batch 512 (too near a 2 GiB limit
+    # to fail every time) and ~3.3 GB at 1024: 1024 runs out, 2048 is never tried
     spec = tmp_path / "oom.toml"
     spec.write_text('[base]\nmodel = "resnet18"\ndataset = "synthetic"\nimage_size = 64\n'
                     'num_samples = 1400\nloader = "naive"\nsteps = 1\nwarmup_steps = 1\n'
-                    '[grid]\nbatch_size = [8, 512, 1024]\n')
+                    '[grid]\nbatch_size = [8, 1024, 2048]\n')
     p = cli("sweep", spec, "--out", out_dir, "--memory-limit", "2GiB", "--no-progress",
             "--repeats", 1)
     assert p.returncode == 0, p.stderr[-2000:]
-    small, big = _runs(out_dir)
+    runs = _runs(out_dir)
+    assert len(runs) == 2, [(r["experiment"]["point"], r["status"], r["error"]) for r in runs]
+    small, big = runs
     assert small["status"] == "ok" and small["config"]["measure"]["memory_limit"] == "2GiB"
     # the allocator's words, or oneDNN's "could not create a primitive" when the failed
     # allocation was its workspace: both are out of memory only because a limit is in force
     assert big["status"] == "oom" and is_oom(big["error"], memory_limited=True)
     sweep = [r for r in read_jsonl(out_dir / "results.jsonl") if r["kind"] == "sweep"][0]
-    assert sweep["skipped"][0]["point"] == {"batch_size": 1024}
+    assert sweep["skipped"][0]["point"] == {"batch_size": 2048}
     md = (out_dir / "sweep.md").read_text()
-    assert md.count("out of memory") == 2  # 512 ran out, 1024 was not tried
+    assert md.count("out of memory") == 2  # 1024 ran out, 2048 was not tried
 
 
 # 16 MiB of activations per sample: under a 2 GiB memory limit batch 32 (512 MiB) and 64

@@ -16,6 +16,7 @@ from scaleprobe.run.failure import is_oom
     # the kernel's own words, capitalised: matched case-insensitively
     "OSError: [Errno 12] Cannot allocate memory",
     "torch.OutOfMemoryError: CUDA Out Of Memory. Tried to allocate 2.00 GiB",
+    "RuntimeError: std::bad_alloc",
 ])
 def test_allocator_failures_are_oom(error):
     assert is_oom(error)

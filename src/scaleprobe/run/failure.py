@@ -7,8 +7,9 @@ import re
 
 from scaleprobe import env
 
+# std::bad_alloc: a C++ allocation (a oneDNN or gloo buffer) that failed outside torch's allocator
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory",
-               "defaultcpuallocator", "memoryerror", "outofmemoryerror")
+               "defaultcpuallocator", "memoryerror", "outofmemoryerror", "std::bad_alloc")
 
 # Under a CPU memory limit (RLIMIT_DATA), oneDNN reports a failed workspace allocation only as
 # a primitive it could not create; without a limit the same words mean an unsupported shape or
