@@ -42,7 +42,7 @@ def stop_before_work(monkeypatch):
         check_points(load_spec(spec, over, k.get("repeats")), out)
         stop()
 
-    def scale(spec, out=None, **k):
+    def scale(spec, out=None, views=None, **k):
         check_points(load_spec(spec, None, k.get("repeats")), out)
         stop()
 

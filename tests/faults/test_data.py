@@ -180,7 +180,7 @@ FIX = "use --loader naive, fewer --workers or a larger /dev/shm"
 def test_shm_cause_and_fix_are_extracted_from_the_worker_traceback(monkeypatch):
     """Catches the recorded error being the start of the worker's traceback, cut before its
     cause, with no word of what to do."""
-    from scaleprobe import env
+    from scaleprobe.measure import env
     from scaleprobe.run import failure as runner
 
     monkeypatch.setattr(env, "shm_bytes", lambda: 512 << 10)

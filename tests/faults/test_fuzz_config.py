@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from scaleprobe import config as C
 from scaleprobe.cli import build_parser, main
+from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,6 +14,7 @@ from scaleprobe.core import results as res
 from scaleprobe.experiments.procs import GRACE_S
 from scaleprobe.experiments.spec import load_spec, points
 from scaleprobe.experiments.sweep import run_sweep
+from scaleprobe.report.sweep_tables import write_tables
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -99,7 +100,7 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
     res.append_jsonl(path, done)
     with path.open("a") as fh:
         fh.write(json.dumps({"kind": "run", "status": "ok"})[:20])  # a writer killed mid-line
-    recs = run_sweep(doc, out, progress=False, repeats=1)
+    recs = run_sweep(doc, out, progress=False, repeats=1, tables=write_tables)
     assert not (out / "points").exists()  # no point process was started
     assert [r["run_id"] for r in recs] == ["r1"]
     assert "torn or corrupt line" in capsys.readouterr().err

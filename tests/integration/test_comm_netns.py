@@ -13,8 +13,8 @@ import time
 import pytest
 
 from scaleprobe.comm import netns
-from scaleprobe.comm.links import Link
 from scaleprobe.comm.model import comm_time_s
+from scaleprobe.core.links import Link
 from scaleprobe.core.results import read_jsonl
 
 pytestmark = pytest.mark.root

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from scaleprobe import config as C
 from scaleprobe.cli import main
+from scaleprobe.core import config as C
 from scaleprobe.core.results import read_jsonl
 from scaleprobe.run.workloads import run_config
 
@@ -128,8 +128,8 @@ def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
     # is the window's in every case, so no invariant is broken.
     ratio = m["samples_per_s_median_step"] / m["samples_per_s"]
     assert rec["invariants"] == []
+    from scaleprobe.core.invariants import uneven_steps
     from scaleprobe.core.results import RunResult
-    from scaleprobe.invariants import uneven_steps
 
     assert (uneven_steps(RunResult.from_dict(rec)) is None) == (abs(ratio - 1) <= 0.25)
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core.target import CURVE_FILE, read_curve_csv
 from scaleprobe.run.failure import exit_code as status_exit_code
 from scaleprobe.run.workloads import run_config

@@ -11,8 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from scaleprobe import config as C
 from scaleprobe.cli import main
+from scaleprobe.core import config as C
 from scaleprobe.data.formats import write_dataset
 
 pytestmark = pytest.mark.timeout(240)
@@ -200,8 +200,8 @@ def test_heavy_transform_in_loader_workers_moves_boxes_with_the_image(capsys, vo
     and the boxes that reach the training step still frame the objects. Bugs caught: boxes
     not flipped or cropped with the image, boxes left in the original image's coordinates,
     targets paired with another sample's image on the way back from the worker."""
-    from scaleprobe.parts import setup
     from scaleprobe.strategies import build_strategy
+    from scaleprobe.train.parts import setup
 
     root = _copy(voc, tmp_path)
     _paint_flat(root)

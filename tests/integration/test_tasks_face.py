@@ -39,9 +39,9 @@ def run_inproc(capsys, out: Path, *argv) -> dict:
 
 def untrained_accuracy(*overrides: str) -> dict:
     """Verification of the run's starting point (same seed, same initialisation, same pairs)."""
-    from scaleprobe.config import build
-    from scaleprobe.parts import setup
+    from scaleprobe.core.config import build
     from scaleprobe.strategies.single import Single
+    from scaleprobe.train.parts import setup
 
     cfg = build({"task": "face", "eval": True, "loader": "naive",
                  **dict(o.split("=", 1) for o in overrides)})

@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from scaleprobe.core.invariants import window_samples_per_s
 from scaleprobe.core.results import BREAKDOWN_PHASES, RunResult, read_jsonl
-from scaleprobe.invariants import window_samples_per_s
 from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.timeout(300)

@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 
-from scaleprobe import config as C
-from scaleprobe.assemble import build_result
+from scaleprobe.core import config as C
 from scaleprobe.core import results as res
 from scaleprobe.core.results import RankRecord, RunResult
+from scaleprobe.run.assemble import build_result
 
 MIB = 1 << 20
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe import catalog
+from scaleprobe.core import catalog
 from scaleprobe.core.errors import ConfigError
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError
 
 

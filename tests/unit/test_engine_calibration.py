@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.calibrate import calibrate_comm
-from scaleprobe.config import DistConfig, build
+from scaleprobe.core.config import DistConfig, build
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.train.calibrate import calibrate_comm
 
 FORWARD_S, BACKWARD_S, SYNC_S = 0.010, 0.020, 0.005
 

@@ -15,15 +15,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from scaleprobe import config as C
-from scaleprobe.assemble import build_result
+from scaleprobe.core import config as C
 from scaleprobe.core import results as res
 from scaleprobe.core.results import RankRecord, RunResult
-from scaleprobe.engine import train_loop
 from scaleprobe.measure.summary import typical_steps
 from scaleprobe.measure.timer import StepTimer
-from scaleprobe.parts import Parts
+from scaleprobe.run.assemble import build_result
 from scaleprobe.strategies.single import Single
+from scaleprobe.train.engine import train_loop
+from scaleprobe.train.parts import Parts
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe import config as C
-from scaleprobe import engine
+from scaleprobe.core import config as C
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.train import engine
 from tests.unit.test_engine_phases import _parts
 
 pytestmark = pytest.mark.timeout(60)

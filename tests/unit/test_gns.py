@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-from scaleprobe import config as C
-from scaleprobe import gns
+from scaleprobe.core import config as C
+from scaleprobe.core import gns
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import GnsSamples
 

@@ -1,4 +1,4 @@
-"""How a run hears Ctrl+C and SIGTERM (``scaleprobe.interrupt``), in this process."""
+"""How a run hears Ctrl+C and SIGTERM (``scaleprobe.core.interrupt``), in this process."""
 
 import os
 import signal
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from scaleprobe.interrupt import Interrupted, StopRequest, describe, sigterm_interrupts
+from scaleprobe.core.interrupt import Interrupted, StopRequest, describe, sigterm_interrupts
 
 
 def _deliver(sig):

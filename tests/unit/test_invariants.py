@@ -1,6 +1,6 @@
-"""The invariants every run result is checked against (scaleprobe.invariants)."""
+"""The invariants every run result is checked against (scaleprobe.core.invariants)."""
 
-from scaleprobe.invariants import check_run, uneven_steps, window_samples_per_s
+from scaleprobe.core.invariants import check_run, uneven_steps, window_samples_per_s
 from tests.unit.report.factory import loaded, run
 
 

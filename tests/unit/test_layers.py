@@ -1,6 +1,7 @@
 """The import floors (pyproject.toml's [tool.importlinter], docs/ARCHITECTURE.md) hold: the
-record and its figures import nothing above them (and no torch), the report never trains or
-launches, nothing below the commands imports them, wrap never reaches into the run driver."""
+config, the record and its figures import nothing above them (and no torch), the report
+never trains or launches, the experiments render nothing (no report import), nothing below
+the commands imports them, wrap never reaches into the run driver."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from scaleprobe.launch.rankwatch import RankWatch, name_signal
 from scaleprobe.measure.heartbeat import STATES, beat_dir
-from scaleprobe.rankwatch import RankWatch, name_signal
 
 
 def _beat(run_dir, rank, pid, state="training", step=5, mark=3, moved_age=0.0):
@@ -100,7 +100,7 @@ def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from scaleprobe.rankwatch import loader_worker_exits
+    from scaleprobe.launch.rankwatch import loader_worker_exits
 
     loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=4, num_workers=1,
                         prefetch_factor=1)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from scaleprobe import config as C
-from scaleprobe.assemble import build_result
+from scaleprobe.core import config as C
 from scaleprobe.core import results as R
+from scaleprobe.run.assemble import build_result
 from tests.unit.test_assemble import raw
 
 

@@ -87,7 +87,7 @@ def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
     """--steps auto stopped by --max-seconds with the median's interval at 5.9% against the
     2% asked for. Bug caught: the summary said nothing of it, as if the headline were
     stable."""
-    from scaleprobe import config as C
+    from scaleprobe.core import config as C
 
     rec = assemble([raw(0, 0.1102)])
     rec["status"], rec["paths"] = "ok", {"dir": "out/r"}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult, TimeToTarget
 from scaleprobe.core.target import (
@@ -157,8 +157,8 @@ def test_learning_rate_warm_up_in_epochs_counts_this_runs_steps():
     """Goyal et al. warm up over epochs: 5 epochs at 2 processes are half the steps of 5
     epochs at 1. Bugs caught: --warmup-epochs ignored (the ramp over the untimed
     --warmup-steps, 5 steps), or counted in the steps of another batch size."""
-    from scaleprobe.config import build
-    from scaleprobe.parts import lr_warmup_steps
+    from scaleprobe.core.config import build
+    from scaleprobe.train.parts import lr_warmup_steps
 
     cfg = build({"lr_scaling": "linear", "warmup_epochs": 2.5, "warmup_steps": 3})
     assert lr_warmup_steps(cfg, 28) == 70

@@ -11,9 +11,9 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from scaleprobe import config as C
 from scaleprobe.cli import main
 from scaleprobe.commands.summary import print_run, say
+from scaleprobe.core import config as C
 from scaleprobe.core.results import RunResult
 from scaleprobe.report.diagnose import format_findings
 from scaleprobe.report.finding import Finding

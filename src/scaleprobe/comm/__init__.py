@@ -9,7 +9,6 @@
 The engine attaches ``predict_for_run(...)`` to every ddp / ps / localsgd result.
 """
 
-from scaleprobe.comm.links import PRESETS, Link, resolve_link
 from scaleprobe.comm.model import (
     comm_time_s,
     count_params,
@@ -18,6 +17,7 @@ from scaleprobe.comm.model import (
     pattern,
     predict_for_run,
 )
+from scaleprobe.core.links import PRESETS, Link, resolve_link
 
 __all__ = ["PRESETS", "Link", "comm_time_s", "count_params", "modelled_efficiency",
            "needed_bandwidth_gbit_s", "pattern", "predict_for_run", "resolve_link"]

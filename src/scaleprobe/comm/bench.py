@@ -35,7 +35,7 @@ from typing import Any
 
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
-from scaleprobe.env import dist_info, init_distributed, pick_device, shutdown_distributed
+from scaleprobe.measure.env import dist_info, init_distributed, pick_device, shutdown_distributed
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull", "reduce_scatter",
        "fsdp_step")

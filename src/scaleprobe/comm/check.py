@@ -20,8 +20,8 @@ from datetime import datetime
 
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
-from scaleprobe.comm.links import parse_spec, resolve_link
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import parse_spec, resolve_link
 from scaleprobe.core.results import RunResult
 
 SIDE_BY_SIDE_S = 30.0

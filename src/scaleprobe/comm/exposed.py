@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.comm.links import parse_spec
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import parse_spec
 from scaleprobe.core.results import Comm
 
 TRANSFER_METHOD = ("min(standalone collective of the gradient bytes, exposed): the network's "

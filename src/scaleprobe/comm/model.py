@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scaleprobe.comm.links import Link, resolve_link
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import Link, resolve_link
 
 STRATEGIES = ("allreduce", "ps", "localsgd", "fsdp")
 ALIASES = {"ddp": "allreduce", "all_reduce": "allreduce", "allreduce": "allreduce",

@@ -26,34 +26,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from scaleprobe.comm import netns
-from scaleprobe.comm.links import parse_spec, resolve_link
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import rates_mbit
 
 ENV = "SCALEPROBE_RANK_NETNS"  # the namespaces, one per rank, for the ranks to join
 CLONE_NEWNET = 0x40000000
-
-
-def rates_mbit(spec: str | None, nproc: int, nnodes: int = 1) -> list[float | None] | None:
-    """Per rank, the rate of its cable in Mbit/s (None: unshaped), or None when ``spec``
-    names no per-rank link. ConfigError for a spec that cannot be shaped."""
-    parts = parse_spec(spec)
-    if not parts.per_rank:
-        return None
-    if nnodes != 1:
-        raise ConfigError("--link rankN=... shapes ranks on one host (network namespaces); "
-                          "across real hosts, their own network decides")
-    bad = [r for r in parts.per_rank if r >= nproc]
-    if bad:
-        raise ConfigError(f"--link names rank {bad[0]}, but the job has ranks 0..{nproc - 1}")
-    base = _mbit(parts.base) if parts.base else None
-    return [_mbit(parts.per_rank[r]) if r in parts.per_rank else base for r in range(nproc)]
-
-
-def _mbit(text: str) -> float:
-    if text.lower().startswith("measured:"):
-        raise ConfigError(f"cannot shape a cable to '{text}': give a rate (100mbit, 1gbit)")
-    link = resolve_link(text)
-    return link.bandwidth_gbit_s * 1000.0
 
 
 @contextlib.contextmanager

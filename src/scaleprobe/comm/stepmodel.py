@@ -27,8 +27,8 @@ import numpy as np
 
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import timeline as T
-from scaleprobe.comm.links import PRESETS, Link
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import PRESETS, Link
 from scaleprobe.core.traits import StrategyTraits, traits_of
 
 SIM_STEPS = 200  # steps simulated for the point estimate

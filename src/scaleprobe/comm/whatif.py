@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import timeline as T
-from scaleprobe.comm.links import Link, parse_spec, resolve_link
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import Link, parse_spec, resolve_link
 from scaleprobe.core.traits import traits_of
 
 STRATEGIES = ("ddp", "ps", "localsgd", "fsdp")

@@ -21,7 +21,7 @@ import argparse
 from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.options import add_run_options, overrides_from_args
 from scaleprobe.commands.options import repeats as repeats_arg
-from scaleprobe.experiments.verdict import render_colocate
+from scaleprobe.report.colocate import render_colocate
 
 NAME = "colocate"
 HELP = "run several jobs alone and together: slowdown, utilisation, verdict"
@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     progress = over.pop("measure.progress", True) is not False
     sweep_command.terminate_as_interrupt()
     rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
-                       placement=args.placement, repeats=args.repeats)
+                       placement=args.placement, repeats=args.repeats,
+                       render=render_colocate)
     print(render_colocate(rec))
     return 0 if rec["verdict"] != "not measured" else 1

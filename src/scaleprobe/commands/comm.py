@@ -30,7 +30,6 @@ from scaleprobe.comm.bench import (
 )
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
 from scaleprobe.core.results import RESULTS_FILE, SCHEMA, append_jsonl, utc_now
-from scaleprobe.env import collect_env
 from scaleprobe.experiments.executor import (
     SlurmProcessSet,
     add_executor_options,
@@ -39,6 +38,7 @@ from scaleprobe.experiments.executor import (
     launcher_env,
 )
 from scaleprobe.launch import WorkerFailure, run_workers
+from scaleprobe.measure.env import collect_env
 
 NAME = "comm"
 HELP = "benchmark collectives (all_reduce, broadcast, ...) and fit latency + bandwidth"

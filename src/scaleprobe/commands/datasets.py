@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from scaleprobe.catalog import DATASETS
 from scaleprobe.commands.listing import columns
+from scaleprobe.core.catalog import DATASETS
 
 NAME = "datasets"
 HELP = "list the datasets --dataset accepts"

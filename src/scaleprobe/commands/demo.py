@@ -21,6 +21,7 @@ from typing import Any
 from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import repeats as repeats_arg
+from scaleprobe.report.sweep_tables import write_tables
 
 NAME = "demo"
 HELP = "the main job on the embedded digits data: batch sweep, loaders, transforms, report"
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             sid = spec["sweep"]["id"]
             con.rule(sid)
             experiments.run_sweep(spec, out / sid, progress=True, console=con,
-                                  repeats=args.repeats or (2 if args.quick else None))
+                                  repeats=args.repeats or (2 if args.quick else None),
+                                  tables=write_tables)
             print((out / sid / "sweep.md").read_text(), flush=True)
     except KeyboardInterrupt:  # every point process is stopped; what finished is on disk
         return say_interrupted(out, _again(args), report=True)

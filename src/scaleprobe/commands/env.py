@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from scaleprobe.env import collect_env
+from scaleprobe.measure.env import collect_env
 
 NAME = "env"
 HELP = "show versions, devices, cores, NVML status, /dev/shm size, threads"

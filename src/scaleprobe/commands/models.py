@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from scaleprobe.catalog import list_models
 from scaleprobe.commands.listing import columns
+from scaleprobe.core.catalog import list_models
 
 NAME = "models"
 HELP = "list the models --model accepts"

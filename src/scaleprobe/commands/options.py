@@ -17,8 +17,8 @@ import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from scaleprobe import config as C
-from scaleprobe.config_rules import unused
+from scaleprobe.core import config as C
+from scaleprobe.core.config_rules import unused
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.schema import BadValue, show
 

@@ -29,11 +29,11 @@ import argparse
 import json
 from typing import Any
 
-from scaleprobe.comm.links import resolve_link, with_alpha
 from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, count_params, predict_for_run
 from scaleprobe.comm.whatif import parse_counts
 from scaleprobe.commands import predict_steps
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import resolve_link, with_alpha
 
 NAME = "predict"
 HELP = "predict communication time and scaling efficiency per strategy and link"

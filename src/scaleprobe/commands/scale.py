@@ -21,7 +21,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import config as C
 from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import RUN_FLAGS, add_run_options, overrides_from_args
@@ -29,11 +28,13 @@ from scaleprobe.commands.sweep import (
     add_executor_options,
     add_repeats_option,
 )
+from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import md_table
 from scaleprobe.core.traits import traits_of
 from scaleprobe.experiments.executor import FIRST_NODE, from_args
-from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
+from scaleprobe.report.scale import SCALE_HEADERS, experiment_rows, scale_cells
+from scaleprobe.report.sweep_tables import write_tables
 from scaleprobe.report.target import explain, table_parts
 
 NAME = "scale"
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     spec, out, progress = build_spec(args)
     sweep_command.terminate_as_interrupt()
     try:
-        rows = run_scale(spec, out, progress=progress, console=Console(stderr=True),
+        rows = run_scale(spec, out, _views(), progress=progress, console=Console(stderr=True),
                          repeats=args.repeats, executor=executor)
     except KeyboardInterrupt:  # every point stopped; the runs that finished are kept
 
@@ -172,17 +173,32 @@ def script_target(args: argparse.Namespace) -> list[str]:
     return []
 
 
+def _views() -> Any:
+    """What the scale experiment reads through the report: its table's rows (to measure an
+    implausible point again) and the sweep's own tables."""
+    from scaleprobe.experiments.scale import ScaleViews  # heavy: rich
+
+    return ScaleViews(rows=experiment_rows, tables=write_tables)
+
+
 def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> int:
-    from scaleprobe.experiments.scale import scale_script  # heavy: rich
+    """``scale -- SCRIPT.py``: the script at each count, as a sweep over ``nproc``."""
+    from rich.console import Console  # heavy: rich: printing only
+
+    # heavy: rich: the experiments' modules stay out of the CLI's start-up
+    from scaleprobe.experiments.scale import run_scale, script_spec
+    from scaleprobe.experiments.sweep import sweep_out_dir
 
     over = overrides_from_args(args)
     counts = parse_counts(over.pop("dist.nproc", None))
     nodes = node_axis(over, executor.kind)
     sweep_command.terminate_as_interrupt()
-    rows, folder, sid = scale_script(target, counts, over, args.repeats, args.id, executor,
-                                     nodes=nodes.get("nnodes"),
-                                     flags={key: flag for flag, key, _o in RUN_FLAGS})
-    return _write_table(folder, sid, rows)
+    spec, out, progress = script_spec(target, counts, over, args.repeats, args.id,
+                                      nodes.get("nnodes"),
+                                      {key: flag for flag, key, _o in RUN_FLAGS})
+    rows = run_scale(spec, out, _views(), progress=progress, console=Console(stderr=True),
+                     repeats=args.repeats, executor=executor)
+    return _write_table(sweep_out_dir(spec, out), spec["sweep"]["id"], rows)
 
 
 def _write_table(folder: Path, sid: str, rows: list[dict[str, Any]]) -> int:

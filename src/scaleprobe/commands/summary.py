@@ -13,11 +13,11 @@ from scaleprobe.comm.instep import text
 from scaleprobe.commands import fmt
 from scaleprobe.commands.fmt import esc
 from scaleprobe.core.fmt import flops, mfu, phase_name
+from scaleprobe.core.gns import summary_line as gns_line
+from scaleprobe.core.invariants import uneven_steps
 from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, num
 from scaleprobe.core.target import summary_line
 from scaleprobe.core.traits import known
-from scaleprobe.gns import summary_line as gns_line
-from scaleprobe.invariants import uneven_steps
 from scaleprobe.measure.compiled import summary_line as compile_line
 from scaleprobe.report.advice import sync_words
 from scaleprobe.report.diagnose import epoch_start_wait

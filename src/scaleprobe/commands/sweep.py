@@ -21,6 +21,7 @@ from scaleprobe.commands.options import repeats as repeats_arg
 from scaleprobe.experiments.executor import add_executor_options as add
 from scaleprobe.experiments.executor import from_args
 from scaleprobe.experiments.spec import check_points, describe, load_spec
+from scaleprobe.report.sweep_tables import write_tables
 
 NAME = "sweep"
 HELP = "run a grid of configurations (batch size to out of memory, loader settings, ...)"
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         records = run_sweep(args.spec, out, over, progress=progress,
                             console=Console(stderr=True), repeats=args.repeats,
-                            executor=executor)
+                            executor=executor, tables=write_tables)
     except KeyboardInterrupt:  # every point stopped; the tables of what finished are written
 
         return say_interrupted(sweep_out_dir(args.spec, out, over))

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from scaleprobe.catalog import DATASETS as CATALOG
-from scaleprobe.config import DataConfig
+from scaleprobe.core.catalog import DATASETS as CATALOG
+from scaleprobe.core.config import DataConfig
 from scaleprobe.core.errors import DataError
 from scaleprobe.core.registry import Registry
 from scaleprobe.data.cache import default_cache_dir

@@ -17,9 +17,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.collate import default_collate
 
-from scaleprobe.config import DataConfig
+from scaleprobe.core.config import DataConfig
 from scaleprobe.core.errors import DataError
-from scaleprobe.env import die_with_parent
+from scaleprobe.measure.env import die_with_parent
 
 
 class Indexed(Dataset):

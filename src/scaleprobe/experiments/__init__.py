@@ -1,14 +1,16 @@
 """Experiments: many runs, each in its own process.
 
 - ``sweep``: the cartesian product of a grid of run options (batch size up to out of memory,
-  loader settings, models, process counts), resumable, with tables and a recommendation.
+  loader settings, models, process counts), resumable; its tables and recommendation are
+  the report's (``tables=scaleprobe.report.sweep_tables.write_tables``).
 - ``colocate``: several jobs alone and then together on one host; slowdown and why.
 - ``parity``: the same training on 1 process and on N; does the accuracy hold.
 
 Python API::
 
     from scaleprobe.experiments import run_sweep, run_colocate
-    records = run_sweep("examples/sweep_batch_mobilenet_v2.toml", "out")
+    from scaleprobe.report.sweep_tables import write_tables
+    records = run_sweep("examples/sweep_batch_mobilenet_v2.toml", "out", tables=write_tables)
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from typing import Any
 import psutil
 from rich.console import Console
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import duration
@@ -53,7 +54,6 @@ from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight, spec_file
 from scaleprobe.experiments.verdict import (
     JobFigures,
-    render_colocate,
     throughput_line,
     total_interval,
     totals,
@@ -347,10 +347,13 @@ def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
 def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
                  overrides: dict[str, Any] | None = None, progress: bool = True,
                  console: Console | None = None, placement: str | None = None,
-                 repeats: int | None = None) -> dict[str, Any]:
+                 repeats: int | None = None,
+                 render: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
     """Run every job alone, then all together, ``repeats`` times interleaved; append and
     return the ``kind: colocate`` record (its point runs are run records with
-    ``experiment.kind == "colocate"`` and ``experiment.repeat``)."""
+    ``experiment.kind == "colocate"`` and ``experiment.repeat``). ``render``: the record as
+    Markdown (``report.colocate.render_colocate``, as the command passes it), written to
+    ``colocate.md``; the experiment renders nothing itself."""
     cs = load_colocate_spec(spec, overrides, placement, repeats)
     out = Path(out_dir) if out_dir is not None else Path(cs.jobs[0][1].out)
     cs = dataclasses.replace(cs, jobs=[(n, C.build({"out": str(out)}, cfg))
@@ -367,5 +370,6 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
     rec = _record(cs, plan, note, len(cpus), alone, together, machine)
     rec["spec_path"] = spec_file(spec)
     res.append_jsonl(out / res.RESULTS_FILE, rec)
-    (out / "colocate.md").write_text(render_colocate(rec))
+    if render is not None:
+        (out / "colocate.md").write_text(render(rec))
     return rec

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config import from_dict
 from scaleprobe.core import results as res
+from scaleprobe.core.config import from_dict
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import failed_record, find_attempt

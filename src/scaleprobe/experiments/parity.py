@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config import RunConfig, validate
 from scaleprobe.core import metrics
 from scaleprobe.core import results as res
+from scaleprobe.core.config import RunConfig, validate
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt

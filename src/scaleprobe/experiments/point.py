@@ -21,12 +21,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config import from_dict
 from scaleprobe.core import results as res
+from scaleprobe.core.config import from_dict
 from scaleprobe.core.errors import ScaleprobeError
+from scaleprobe.core.interrupt import Interrupted, describe
 from scaleprobe.core.traits import traits_of
-from scaleprobe.env import die_with_parent
-from scaleprobe.interrupt import Interrupted, describe
+from scaleprobe.measure.env import die_with_parent
 from scaleprobe.run.failure import exit_code
 
 BARRIER_TIMEOUT_S = 300.0
@@ -80,7 +80,7 @@ def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
 
     if _trains_here(cfg):
         # heavy: torch: loaded in a point's own process, never the sweep's
-        import scaleprobe.engine  # noqa: F401  (torch, torchvision, the training loop)
+        import scaleprobe.train.engine  # noqa: F401  (torch, torchvision, the training loop)
     else:  # the ranks train in processes of their own: this one launches them and assembles
         # heavy: torch: loaded in a point's own process, never the sweep's
         import torch.distributed.launcher.api  # noqa: F401
@@ -121,7 +121,7 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
     window), else (a launcher's ranks) after the imports. True when the engine's gate was
     set (the caller clears it, however the run ends)."""
     if _trains_here(cfg):
-        from scaleprobe import engine  # heavy: torch
+        from scaleprobe.train import engine  # heavy: torch
 
         engine.set_window_gate(lambda stopping: _wait_barrier(barrier, stopping))
         return True
@@ -156,7 +156,7 @@ def run_point(payload: dict[str, Any]) -> int:
         return 1
     finally:
         if gated:  # a run that ended before its first timed step never passed it
-            from scaleprobe import engine  # heavy: torch
+            from scaleprobe.train import engine  # heavy: torch
 
             engine.set_window_gate(None)
     print(f"point {exp.get('point')}: {result.status}"

@@ -31,14 +31,14 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.config import from_dict
 from scaleprobe.core import results as res
+from scaleprobe.core.config import from_dict
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.traits import known
-from scaleprobe.env import use_platform_start_method
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
 from scaleprobe.launch import INTERRUPT_GRACE_S
+from scaleprobe.measure.env import use_platform_start_method
 
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL
 START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)
@@ -46,8 +46,8 @@ START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)
 # what the server imports once, for every point it forks: a point that trains in its own process
 # needs the engine (and torch's compiler front end, imported by the optimizer's first use); a
 # launcher of ranks needs the launcher's imports
-_PRELOAD = ["scaleprobe.experiments.point", "scaleprobe.assemble", "scaleprobe.measure.monitor",
-            "scaleprobe.engine", "torch._dynamo", "torch.distributed.launcher.api",
+_PRELOAD = ["scaleprobe.experiments.point", "scaleprobe.run.assemble", "scaleprobe.measure.monitor",
+            "scaleprobe.train.engine", "torch._dynamo", "torch.distributed.launcher.api",
             "scaleprobe.launch"]
 _GPU_NODES = ("/proc/driver/nvidia", "/dev/kfd")
 

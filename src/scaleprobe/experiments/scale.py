@@ -13,25 +13,32 @@ point run under ``wrap``, with the same spec, records, table, verdicts, resume a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult, dict_of
 from scaleprobe.experiments import sweep
 from scaleprobe.experiments.spec import load_spec
-from scaleprobe.experiments.sweep import sweep_out_dir
-from scaleprobe.report import records as R
-from scaleprobe.report.scale import scale_table
+from scaleprobe.experiments.sweep import Tables, sweep_out_dir
 from scaleprobe.run.script import check_target
 
 
-def scale_rows(folder: Path, sid: str) -> list[dict[str, Any]]:
-    return [r for r in scale_table(R.runs(R.load_records(folder / "results.jsonl")))
-            if r["experiment"] == sid]
+@dataclass(frozen=True)
+class ScaleViews:
+    """What a scale experiment reads through the report, handed in by the commands (an
+    experiment renders nothing itself): ``rows`` gives the scale table of experiment ``sid``
+    from its folder (``report.scale.experiment_rows``), whose implausible points are measured
+    again; ``tables`` writes the sweep's own tables (``report.sweep_tables.write_tables``;
+    None: none)."""
+
+    rows: Callable[[Path, str], list[Any]]
+    tables: Tables | None = None
 
 
 def _spec_point(rec: RunResult) -> dict[str, Any]:
@@ -39,15 +46,15 @@ def _spec_point(rec: RunResult) -> dict[str, Any]:
     return dict_of(rec.experiment.point if rec.experiment is not None else None)
 
 
-def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
+def run_scale(spec: dict[str, Any], out: str | None, views: ScaleViews, progress: bool = True,
               console: Console | None = None, repeats: int | None = None,
-              executor: Any = None) -> list[dict[str, Any]]:
-    """Run (or resume) the scale experiment; return its table rows (``report.scale``);
+              executor: Any = None) -> list[Any]:
+    """Run (or resume) the scale experiment; return its table rows (``views.rows``);
     ``executor``: where its points run (experiments/executor.py; None: here)."""
     sweep.run_sweep(spec, out, progress=progress, console=console, repeats=repeats,
-              executor=executor)
+                    executor=executor, tables=views.tables)
     folder, sid = sweep_out_dir(spec, out), spec["sweep"]["id"]
-    rows = scale_rows(folder, sid)
+    rows = views.rows(folder, sid)
     odd = [r for r in rows if r.get("implausible")]
     if odd:
         n = load_spec(spec, None, repeats).repeats
@@ -63,8 +70,8 @@ def run_scale(spec: dict[str, Any], out: str | None, progress: bool = True,
             grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})
         again = {**spec, "grid": grid}
         sweep.run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
-                  executor=executor)
-        rows = scale_rows(folder, sid)
+                        executor=executor, tables=views.tables)
+        rows = views.rows(folder, sid)
     return rows
 
 
@@ -95,16 +102,3 @@ def script_spec(target: list[str], counts: list[int], over: dict[str, Any],
         sweep["repeats"] = repeats
     grid: dict[str, Any] = {"nproc": counts, **({"nnodes": nodes} if nodes else {})}
     return {"sweep": sweep, "base": base, "grid": grid}, out, progress
-
-
-def scale_script(target: list[str], counts: list[int], over: dict[str, Any],
-                 repeats: int | None, sid: str | None = None, executor: Any = None,
-                 console: Console | None = None, nodes: list[int] | None = None,
-                 flags: dict[str, str] | None = None
-                 ) -> tuple[list[dict[str, Any]], Path, str]:
-    """Run (or resume) the script at each count; returns the scale table's rows
-    (``report.scale``), the output folder and the experiment id."""
-    spec, out, progress = script_spec(target, counts, over, repeats, sid, nodes, flags)
-    rows = run_scale(spec, out, progress=progress, console=console or Console(stderr=True),
-                     repeats=repeats, executor=executor)
-    return rows, sweep_out_dir(spec, out), spec["sweep"]["id"]

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import config as C
-from scaleprobe.config_rules import unused
+from scaleprobe.core import config as C
+from scaleprobe.core.config import BATCH_KEYS
+from scaleprobe.core.config_rules import unused
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
-from scaleprobe.env import threads_for
+from scaleprobe.measure.env import threads_for
 
-BATCH_KEYS = ("train.batch_size", "train.global_batch")
 SWEEP_OPTIONS = {
     "id": str, "batch_start": int, "batch_max": int, "max_probes": int, "batch_round": int,
     "skip_invalid": bool, "kind": str, "repeats": int,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +41,6 @@ from scaleprobe.experiments.spec import (
     group_key,
     load_spec,
 )
-from scaleprobe.experiments.tables import sweep_report, write_report
 from scaleprobe.measure.progress import PROGRESS_ENV
 from scaleprobe.run.driver import RUN_OUTPUT_BYTES
 from scaleprobe.run.resources import check_config, launches
@@ -50,6 +49,12 @@ try:  # POSIX; elsewhere sweeps into one folder are not kept apart
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
+
+# How a sweep's tables are made (report/sweep_tables.write_tables, which the commands pass):
+# (out folder, run records, skipped points, batch searches, spec, partial) -> the report,
+# whose "recommendation" goes into the sweep record. The sweep itself renders nothing.
+Tables = Callable[[Path, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                   SweepSpec, bool], dict[str, Any]]
 
 # measured: not run again on resume (a failed shard audit would fail again)
 DONE = ("ok", "oom", "target_not_reached", "audit_failed")
@@ -67,6 +72,7 @@ class SweepState:
     searches: list[dict[str, Any]] = field(default_factory=list)  # batch_size = "auto"
     started: int = 0  # point processes started by this call
     spec_path: str | None = None  # the spec file, for the report's rerun commands
+    tables: Tables | None = None  # writes sweep.md / sweep.csv (None: no tables)
 
     @property
     def results_path(self) -> Path:
@@ -245,11 +251,13 @@ def preflight(configs: list[Any]) -> None:
 def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, progress: bool = True,
               console: Console | None = None, repeats: int | None = None,
-              executor: Any = None) -> list[dict[str, Any]]:
+              executor: Any = None, tables: Tables | None = None) -> list[dict[str, Any]]:
     """Run (or resume) a sweep; returns the records of its points in run order.
 
-    Writes ``sweep.md`` and ``sweep.csv`` into the output folder and appends a ``kind: sweep``
-    summary record to its results.jsonl. Raises ConfigError for a bad spec before anything
+    Appends a ``kind: sweep`` summary record to the output folder's results.jsonl; with
+    ``tables`` (``scaleprobe.report.sweep_tables.write_tables``, as the commands pass it),
+    writes ``sweep.md`` and ``sweep.csv`` there too (the points finished so far, marked
+    partial, when the sweep is stopped) and records their recommendation. Raises ConfigError for a bad spec before anything
     runs, OutputError for an output folder that cannot take the runs (read-only, full) or
     that another sweep is writing to, and KeyboardInterrupt (after stopping every point
     process) on Ctrl+C. ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
@@ -261,19 +269,18 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     res.check_writable(out, RUN_OUTPUT_BYTES, "a run's files")  # all points: once locked
     with sweep_lock(out):
         try:
-            return _run_locked(sp, out, pts, progress, console, spec_file(spec), executor)
+            st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id),
+                            executors.process_set(executor, out),
+                            spec_path=spec_file(spec), tables=tables)
+            return _run_locked(st, pts)
         except OSError as e:  # a write failed mid-sweep: the disk filled, the folder went away
             if e.errno in res.OUTPUT_REASONS and e.filename:
                 raise res.output_error(e.filename, e) from None
             raise
 
 
-def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
-                console: Console | None, spec_path: str | None,
-                executor: Any = None) -> list[dict[str, Any]]:
-    st = SweepState(sp, out, SweepProgress(progress, console, sp.sweep_id),
-                    executors.process_set(executor, out),
-                    spec_path=spec_path)
+def _run_locked(st: SweepState, pts: list[Point]) -> list[dict[str, Any]]:
+    sp, out = st.spec, st.out
     st.done = completed_runs(st.results_path, sp.sweep_id)
     todo = [c for c in (sp.config(p, str(out)) for p in pts)
             if sp.auto or len(st.done.get(c.key(), [])) < sp.repeats]
@@ -295,16 +302,16 @@ def _run_locked(sp: SweepSpec, out: Path, pts: list[Point], progress: bool,
         st.bar.stop()
         try:  # the tables of the points finished so far; never hide why the sweep stopped
             keys = None if sp.auto else {sp.config(p, str(out)).key() for p in pts}
-            write_report(out, sweep_report(_finished(st, keys), st.skipped, st.searches, sp),
-                         True)
+            if st.tables is not None:
+                st.tables(out, _finished(st, keys), st.skipped, st.searches, sp, True)
         except Exception as e:  # noqa: BLE001
             st.bar.note(f"could not write the partial tables: {type(e).__name__}: {e}")
         raise
     finally:
         st.procs.close()
     st.bar.stop()
-    report = sweep_report(st.records, st.skipped, st.searches, sp)
-    write_report(out, report)
+    report = ({} if st.tables is None
+              else st.tables(out, st.records, st.skipped, st.searches, sp, False))
     res.append_jsonl(st.results_path, _sweep_record(st, report))
     return st.records
 

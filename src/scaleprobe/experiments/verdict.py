@@ -1,5 +1,5 @@
 """Co-located jobs: per-job slowdown with its interval over repeats, totals, a verdict with the
-evidence behind it, and the Markdown table (printed and written to ``colocate.md``).
+evidence behind it (the Markdown table of the record is ``report/colocate.py``'s).
 
 Pure functions over plain numbers (no processes, no torch), so the rules are unit-tested with
 hand-made repeat figures. ``slowdown`` is ``metrics.slowdown``: samples/s alone / samples/s
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.core import metrics
-from scaleprobe.core.fmt import md_table, num, rate, ratio, seconds
+from scaleprobe.core.fmt import rate, ratio
 from scaleprobe.core.thresholds import DEFAULT
 
 NO_INTERFERENCE_BELOW = DEFAULT.colocate_slowdown  # every job within 10% of its speed alone
@@ -230,63 +230,3 @@ def throughput_line(t: dict[str, float | None], n_jobs: int,
     return (f"total throughput together {rate(b)} samples/s = {b / a:.0%}{spread} of the "
             f"{rate(a)} samples/s the {n_jobs} jobs reach each on its own (100% = no "
             "interference)")
-
-
-HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone",
-           "epoch time together", "slowdown", "95% interval", "reading")
-
-
-def _interval_cell(j: dict[str, Any]) -> str:
-    iv = metrics.interval_of(j.get("slowdown_interval"))
-    return "n/a" if iv is None else iv.bounds()
-
-
-def colocate_rows(rec: dict[str, Any]) -> list[list[str]]:
-    rows = [[j["name"], rate(j.get("alone_samples_per_s")), rate(j.get("together_samples_per_s")),
-             seconds(j.get("alone_epoch_time_s")), seconds(j.get("together_epoch_time_s")),
-             ratio(j.get("slowdown")), _interval_cell(j), str(j.get("reading") or "n/a")]
-            for j in rec["jobs"]]
-    a, t = rec.get("total_samples_per_s_alone_sum"), rec.get("total_samples_per_s_together")
-    rows.append(["**total**", rate(a) + " (sum)", rate(t), "", "",
-                 ratio(a / t) if a and t else "n/a", "", ""])
-    return rows
-
-
-def _repeats_line(rec: dict[str, Any]) -> str:
-    n = rec.get("repeats") or 1
-    cpus = rec.get("cpu_util_pct_together_repeats") or []
-    per = ", ".join(num(c, ".0f", "%") for c in cpus)
-    return (f"- repeats: {n}, interleaved (each job alone, then all together, per repeat; each "
-            "run in its own process); figures are geometric means over the repeats, intervals "
-            "a paired t on the log ratios" + (f"; machine CPU together per repeat: {per}"
-                                              if len(cpus) > 1 else "")
-            + _overlap_text(rec))
-
-
-def _overlap_text(rec: dict[str, Any]) -> str:
-    """The jobs' timed windows, open together, per repeat (absent in older records)."""
-    ov = rec.get("window_overlap_repeats")
-    if not isinstance(ov, list) or not any(isinstance(v, (int, float)) for v in ov):
-        return ""
-    return "; share of each job's timed window with every job running, smallest per repeat: " + ", ".join(
-        num(v * 100 if isinstance(v, (int, float)) else None, ".0f", "%") for v in ov)
-
-
-def render_colocate(rec: dict[str, Any]) -> str:
-    cpu, gpu = rec.get("cpu_util_pct_together"), rec.get("gpu_util_pct_together")
-    lines = [
-        f"## Co-located jobs: {rec['experiment']['id']}",
-        "",
-        f"- placement: {rec.get('placement_note') or rec['placement']}",
-        _repeats_line(rec),
-        f"- machine while together: CPU {num(cpu, '.0f', '%')} (whole machine, sampled while "
-        f"every job was running: {num(rec.get('overlap_s'), '.1f', ' s')}), "
-        f"GPU {num(gpu, '.0f', '%')}",
-        "",
-        md_table(HEADERS, colocate_rows(rec), right=[False] + [True] * 6 + [False]),
-        "",
-        f"- {rec.get('throughput', '')}",
-        f"- **verdict: {rec['verdict']}** - {rec['evidence']}",
-        "",
-    ]
-    return "\n".join(lines)

@@ -32,13 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# where a compile event falls: the record's own words (core/invariants.py checks them)
+from scaleprobe.core.invariants import AFTER, WARMUP, WINDOW
+
 METHOD = ("torch._dynamo callback_handler start/end callbacks timed with perf_counter; "
           "recompile reasons from torch._dynamo.utils.get_compilation_metrics(); graph breaks "
           "from torch._dynamo.utils.counters['graph_break']")
 KINDS = {"DYNAMO": "dynamo", "LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph",
          "TRITON_AUTOTUNING": "autotune"}
 _ID = re.compile(r"(\d+)/(\d+)")
-WARMUP, WINDOW, AFTER = "warm-up", "window", "after"
 
 
 @dataclass
@@ -258,28 +260,6 @@ def block(raw: dict[str, Any] | None, mode: str | None) -> dict[str, Any] | None
         return None
     return {"mode": mode, "method": raw.get("method"), "graph_breaks": raw.get("graph_breaks"),
             "graph_break_reasons": raw.get("graph_break_reasons") or [], "events": raw["events"]}
-
-
-def window_line(events: list[dict[str, Any]]) -> str | None:
-    """One line naming the compilations inside the timed window (None when there are none):
-    how many, their time, the timed steps they fell in, and a recompile's reason."""
-    inside = [e for e in events if e.get("phase") == WINDOW]
-    if not inside:
-        return None
-    total = sum(e.get("duration_s") or 0.0 for e in inside)
-    rc = [e for e in inside if e.get("recompile")]
-    steps = sorted({e["timed_step"] for e in inside if e.get("timed_step") is not None})
-    what = (f"{len(rc)} recompile{'s' if len(rc) != 1 else ''}" if rc and len(rc) == len(inside)
-            else f"{len(inside)} compilation{'s' if len(inside) != 1 else ''}"
-            + (f" ({len(rc)} recompile{'s' if len(rc) != 1 else ''})" if rc else ""))
-    line = f"{what} inside the timed window, {total:.2f} s"
-    if steps:
-        line += " in timed step" + ("s " if len(steps) > 1 else " ") + ", ".join(
-            str(s + 1) for s in steps[:5]) + (", ..." if len(steps) > 5 else "")
-    why = next((e.get("reason") for e in rc if e.get("reason")), None)
-    if why:
-        line += f"; {why.strip().splitlines()[0]}"
-    return line
 
 
 def summary_line(m: dict[str, Any], block_: dict[str, Any] | None,

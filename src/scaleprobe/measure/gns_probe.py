@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from scaleprobe.core.gns import mode
 from scaleprobe.core.results import GnsSamples
-from scaleprobe.gns import mode
 
 FP16_REASON = ("not measured with --amp fp16: the loss scale multiplies every gradient norm "
                "and may change between steps")

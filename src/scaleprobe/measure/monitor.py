@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.env import cpu_count
+from scaleprobe.measure.env import cpu_count
 from scaleprobe.measure.gpu import nvml_unavailable_reason, open_device
 from scaleprobe.measure.outside import OutsideLoad
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from scaleprobe import env as envmod
+from scaleprobe.measure import env as envmod
 
 MAX_CAPTURES = 5  # bounds the traces' total size
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}

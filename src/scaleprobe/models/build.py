@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
-from scaleprobe.catalog import SMALL_MODELS, imported_torchvision_models
+from scaleprobe.core.catalog import SMALL_MODELS, imported_torchvision_models
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.lmspec import GPT_MODELS, GPTShape
 from scaleprobe.core.registry import suggest

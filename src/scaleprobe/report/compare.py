@@ -27,9 +27,9 @@ from typing import Any
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.invariants import uneven_steps
 from scaleprobe.core.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
-from scaleprobe.invariants import uneven_steps
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.core import metrics as M
+from scaleprobe.core.gns import REGIME_TEXT, regime
 from scaleprobe.core.results import RunResult
-from scaleprobe.gns import REGIME_TEXT, regime
 from scaleprobe.measure.stats import median
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import BatchRow, RulePicks

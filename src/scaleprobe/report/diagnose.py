@@ -43,9 +43,9 @@ import shutil
 import textwrap
 
 from scaleprobe.core import fmt
+from scaleprobe.core.invariants import check_run, uneven_steps
 from scaleprobe.core.results import Comm, Peak, Record, RunResult
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
-from scaleprobe.invariants import check_run, uneven_steps
 from scaleprobe.report import advice
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scaleprobe.core import fmt
+from scaleprobe.core.invariants import uneven_steps
 from scaleprobe.core.results import RunResult
-from scaleprobe.invariants import uneven_steps
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.load import outside_cores
 

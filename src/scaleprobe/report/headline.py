@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord

@@ -16,11 +16,12 @@ fixed global batch split over more devices) is attributed correctly too.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import MEASURED, Record, RunResult
+from scaleprobe.core.results import MEASURED, RESULTS_FILE, Record, RunResult
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
@@ -99,6 +100,13 @@ def scale_table(records: list[Record], th: Thresholds = DEFAULT) -> list[ScaleRo
         for r in recs:
             rows.append(_row(eid, r, base, th))
     return rows
+
+
+def experiment_rows(folder: Path, sid: str) -> list[ScaleRow]:
+    """The scale table of experiment ``sid`` from the records in ``folder``: what a scale
+    experiment reads to measure an implausible point again (``experiments.scale``)."""
+    runs: list[Record] = list(R.runs(R.load_records(folder / RESULTS_FILE)))
+    return [r for r in scale_table(runs) if r["experiment"] == sid]
 
 
 def _row(eid: str, r: RunResult, base: RunResult | None,

@@ -11,15 +11,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import env as envmod
 from scaleprobe.comm.ranknet import context
-from scaleprobe.config import RunConfig
+from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.interrupt import Interrupted, StopRequest
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
-from scaleprobe.interrupt import Interrupted, StopRequest
 from scaleprobe.launch import run_workers
+from scaleprobe.measure import env as envmod
 from scaleprobe.run.driver import Ending, execute, save_traceback
 from scaleprobe.run.resources import check_config
 from scaleprobe.strategies.dp import check_devices

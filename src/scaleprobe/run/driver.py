@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from scaleprobe import env as envmod
-from scaleprobe.config import RunConfig
 from scaleprobe.core import results as res
+from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
+from scaleprobe.core.interrupt import describe, sigterm_interrupts
 from scaleprobe.core.results import Experiment, RunResult
-from scaleprobe.interrupt import describe, sigterm_interrupts
+from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs
 from scaleprobe.run.failure import exit_code, failure_line, is_oom

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from scaleprobe import env
+from scaleprobe.measure import env
 
 # std::bad_alloc: a C++ allocation (a oneDNN or gloo buffer) that failed outside torch's allocator
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory",

@@ -8,13 +8,13 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.assemble import build_result, head_rank
-from scaleprobe.config import RunConfig
 from scaleprobe.core import results as res
+from scaleprobe.core.config import RunConfig
 from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.core.target import CURVE_FILE, write_curve_csv
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.summary import PHASES
+from scaleprobe.run.assemble import build_result, head_rank
 
 
 def finalize(result: RunResult, cfg: RunConfig, raws: list[dict[str, Any]] | None,

@@ -23,9 +23,9 @@ from typing import Any
 
 import psutil
 
-from scaleprobe import env as envmod
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.traits import traits_of
+from scaleprobe.measure import env as envmod
 
 # ranks per core beyond which a CPU job is refused without --force: 2 lets the README's
 # `scale --nproc 1,2,4` run on a 2-core laptop, and refuses 6 ranks there and 64 anywhere

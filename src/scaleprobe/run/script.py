@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import scaleprobe
-from scaleprobe import config as C
-from scaleprobe.config import script_defaults, script_name
+from scaleprobe.core import config as C
 from scaleprobe.core import results as res
+from scaleprobe.core.config import script_defaults, script_name
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
-from scaleprobe.env import cuda_indices
 from scaleprobe.launch import run_workers
+from scaleprobe.measure.env import cuda_indices
 from scaleprobe.run.driver import Ending, execute
 from scaleprobe.run.failure import failure_line
 from scaleprobe.run.resources import check_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.config import RunConfig
+from scaleprobe.core.config import RunConfig
 from scaleprobe.core.results import RunResult
 from scaleprobe.run.builtin import BuiltinTraining
 from scaleprobe.run.driver import Workload, execute

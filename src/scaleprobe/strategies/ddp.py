@@ -12,9 +12,9 @@ from torch.utils.data.distributed import DistributedSampler
 
 from scaleprobe.comm.hook import EXPOSED_METHOD, IN_FLIGHT_METHOD, BucketLog, CommTimer, HookSplit
 from scaleprobe.comm.instep import cross_check
+from scaleprobe.core.gns import mode as gns_mode
 from scaleprobe.core.results import GnsSamples
 from scaleprobe.core.traits import TRAITS
-from scaleprobe.gns import mode as gns_mode
 from scaleprobe.measure.gns_probe import NormTap, StepNorms, TapSteps
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.strategies.single import Single

@@ -33,11 +33,11 @@ from torch import nn
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from scaleprobe.config import TASK_DEFAULT_MODELS, ModelConfig
+from scaleprobe.core.config import TASK_DEFAULT_MODELS, ModelConfig
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.extras import require
 from scaleprobe.core.registry import suggest
 from scaleprobe.data.loader import collate_indexed_list
-from scaleprobe.extras import require
 from scaleprobe.tasks import TASKS, evaluating
 
 DEFAULT_DETECTOR = TASK_DEFAULT_MODELS["detection"]

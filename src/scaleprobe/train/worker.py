@@ -18,16 +18,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from scaleprobe import env as envmod
 from scaleprobe.comm.ranknet import join
-from scaleprobe.config import RunConfig, from_dict, parse_size
 from scaleprobe.core import results as res
+from scaleprobe.core.config import RunConfig, from_dict, parse_size
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.interrupt import StopRequest
 from scaleprobe.core.traits import traits_of
-from scaleprobe.interrupt import StopRequest
+from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
+from scaleprobe.measure import env as envmod
 from scaleprobe.measure.heartbeat import Heartbeat, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
-from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.strategies import build_strategy
 
 HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the launcher was stopped
@@ -91,7 +91,7 @@ def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
     handled by ``stop`` (``interrupt.StopRequest``) until the records are gathered."""
     # the training loop's imports (torchvision, the models): not in a launcher that only
     # starts ranks, where this module is imported for ``launched_worker``
-    from scaleprobe.engine import train  # heavy: torch
+    from scaleprobe.train.engine import train  # heavy: torch
 
     cfg = from_dict(cfg_dict)
     stop = stop if stop is not None else StopRequest()

@@ -23,12 +23,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from scaleprobe.core.results import write_json_atomic
-from scaleprobe.env import own_process_group, shutdown_distributed
+from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure.compiled import CompileWatch
+from scaleprobe.measure.env import own_process_group, shutdown_distributed
 from scaleprobe.measure.heartbeat import Heartbeat, write_error
 from scaleprobe.measure.monitor import host_mem_baseline, host_mem_record
 from scaleprobe.measure.observers import build_observers
-from scaleprobe.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.wrap.hooks import Recorder, StopScript
 
 RANKS_DIR = "wrap-ranks"

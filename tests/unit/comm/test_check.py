@@ -5,9 +5,9 @@ and the figures set beside it; link specs (comm/links.py) and per-rank cables
 import pytest
 
 from scaleprobe.comm import check as C
-from scaleprobe.comm import ranknet
-from scaleprobe.comm.links import parse_spec, resolve_link
+from scaleprobe.core import links
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import parse_spec, resolve_link
 from scaleprobe.core.results import RankSummary, RunResult, StepTime
 from scaleprobe.measure.summary import straggler
 from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
@@ -89,15 +89,15 @@ def test_link_specs():
 
 
 def test_per_rank_cables():
-    assert ranknet.rates_mbit("rank2=100mbit", 3) == [None, None, 100.0]
-    assert ranknet.rates_mbit("1gbit,rank0=100mbit", 2) == [100.0, 1000.0]
-    assert ranknet.rates_mbit("1gbit", 3) is None  # no per-rank item: no namespaces
+    assert links.rates_mbit("rank2=100mbit", 3) == [None, None, 100.0]
+    assert links.rates_mbit("1gbit,rank0=100mbit", 2) == [100.0, 1000.0]
+    assert links.rates_mbit("1gbit", 3) is None  # no per-rank item: no namespaces
     with pytest.raises(ConfigError, match="ranks 0..2"):
-        ranknet.rates_mbit("rank3=100mbit", 3)
+        links.rates_mbit("rank3=100mbit", 3)
     with pytest.raises(ConfigError, match="give a rate"):
-        ranknet.rates_mbit("rank1=measured:/x", 3)
+        links.rates_mbit("rank1=measured:/x", 3)
     with pytest.raises(ConfigError, match="across real hosts"):
-        ranknet.rates_mbit("rank1=100mbit", 1, nnodes=2)
+        links.rates_mbit("rank1=100mbit", 1, nnodes=2)
 
 
 def _rank(r, median):

@@ -2,7 +2,6 @@
 
 import pytest
 
-from scaleprobe.comm.links import PRESETS, Link, link_from_comm, resolve_link, with_alpha
 from scaleprobe.comm.model import (
     comm_time_s,
     modelled_efficiency,
@@ -11,6 +10,7 @@ from scaleprobe.comm.model import (
     predict_for_run,
 )
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import PRESETS, Link, link_from_comm, resolve_link, with_alpha
 
 S = 1e8  # bytes of gradients
 LINK = Link("test", 10.0, 20e-6, "test")  # 1.25e9 bytes/s, 20 us per hop

@@ -8,8 +8,8 @@ import pytest
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import whatif as W
-from scaleprobe.comm.links import Link
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.links import Link
 from scaleprobe.core.results import RunResult
 
 MS = 1e-3

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.core.lmspec import resolved_data
 from scaleprobe.data.datasets import build_split

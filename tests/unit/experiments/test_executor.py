@@ -77,7 +77,7 @@ class _Job:
 
 
 def _point(tmp_path, own_record=None):
-    from scaleprobe.config import RunConfig
+    from scaleprobe.core.config import RunConfig
 
     cfg = RunConfig().to_dict()
     cfg["out"] = str(tmp_path / "out")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.parity import parity_configs, parity_record, parity_verdict
 

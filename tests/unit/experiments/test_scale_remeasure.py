@@ -21,10 +21,10 @@ def test_implausible_point_is_measured_once_more(monkeypatch, tmp_path):
               [row(1), row(2), row(4, "above 4 x 1.1")]]
     monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
                         lambda spec, out, **kw: calls.append((spec["grid"], kw["repeats"])))
-    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: tables.pop(0))
+    views = X.ScaleViews(rows=lambda folder, sid: tables.pop(0))
     spec = {"sweep": {"id": "s", "kind": "scale", "repeats": 3},
             "base": {"model": "linear", "dist.strategy": "ddp"}, "grid": {"nproc": [1, 2, 4]}}
-    rows = X.run_scale(spec, str(tmp_path), progress=False)
+    rows = X.run_scale(spec, str(tmp_path), views, progress=False)
     assert calls == [({"nproc": [1, 2, 4]}, None), ({"nproc": [1, 4]}, 4)]
     assert rows[2]["implausible"]  # still implausible: stays marked, no third try
     assert tables == []
@@ -34,10 +34,10 @@ def test_plausible_points_are_not_measured_again(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
                         lambda spec, out, **kw: calls.append(spec["grid"]))
-    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: [{"nproc": 2, "implausible": None}])
+    views = X.ScaleViews(rows=lambda folder, sid: [{"nproc": 2, "implausible": None}])
     spec = {"sweep": {"id": "s", "kind": "scale"}, "base": {"model": "linear"},
             "grid": {"nproc": [1, 2]}}
-    X.run_scale(spec, str(tmp_path), progress=False, repeats=2)
+    X.run_scale(spec, str(tmp_path), views, progress=False, repeats=2)
     assert calls == [{"nproc": [1, 2]}]
 
 
@@ -49,10 +49,10 @@ def test_an_implausible_point_over_nodes_is_measured_by_its_own_axes(monkeypatch
               [row(1, nnodes=1), row(2, nnodes=2)]]
     monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
                         lambda spec, out, **kw: calls.append((spec["grid"], kw["repeats"])))
-    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: tables.pop(0))
+    views = X.ScaleViews(rows=lambda folder, sid: tables.pop(0))
     spec = {"sweep": {"id": "s", "kind": "scale", "repeats": 1}, "base": {"model": "linear"},
             "grid": {"nproc": [1, 2], "nnodes": [1, 2]}}
-    X.run_scale(spec, str(tmp_path), progress=False)
+    X.run_scale(spec, str(tmp_path), views, progress=False)
     assert calls[1] == ({"nproc": [1, 2], "nnodes": [1, 2]}, 2)
 
 
@@ -66,8 +66,8 @@ def test_without_a_1_process_point_the_baseline_measured_again_is_its_own(monkey
               [row(2, nnodes=1, base=True), row(2, nnodes=2)]]
     monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep",
                         lambda spec, out, **kw: calls.append((spec["grid"], kw["repeats"])))
-    monkeypatch.setattr(X, "scale_rows", lambda folder, sid: tables.pop(0))
+    views = X.ScaleViews(rows=lambda folder, sid: tables.pop(0))
     spec = {"sweep": {"id": "s", "kind": "scale", "repeats": 1}, "base": {"model": "linear"},
             "grid": {"nproc": [2], "nnodes": [1, 2]}}
-    X.run_scale(spec, str(tmp_path), progress=False)
+    X.run_scale(spec, str(tmp_path), views, progress=False)
     assert calls[1] == ({"nproc": [2], "nnodes": [1, 2]}, 2)

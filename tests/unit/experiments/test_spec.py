@@ -170,7 +170,7 @@ def test_script_spec_errors_are_one_line(doc, needle):
 def test_built_in_runs_keep_their_keys():
     """The script section is left out of the key of a built-in run, so results written before
     it existed still resume (a changed key reruns every finished point)."""
-    from scaleprobe import config as C
+    from scaleprobe.core import config as C
 
     assert C.RunConfig().key() == "2eee2356488fb202"
     assert C.build({"script": "t.py"}).key() != C.RunConfig().key()
@@ -195,7 +195,7 @@ def test_one_key_under_two_spellings_is_an_error_naming_both(doc, first, second)
 def test_a_grid_over_process_counts_holds_threads_per_rank_equal(monkeypatch):
     """Bug caught: the 1-process point of a scale ran every core's threads beside 2 ranks of
     1 thread each, so the pairing measured the thread count too."""
-    monkeypatch.setattr("scaleprobe.env.cpu_count", lambda: 8)
+    monkeypatch.setattr("scaleprobe.measure.env.cpu_count", lambda: 8)
     sp = load_spec({"base": {"model": "linear", "strategy": "ddp"},
                     "grid": {"nproc": [1, 2, 4]}})
     assert sp.base["dist.threads_per_rank"] == 2  # 8 cores / 4, at every count

@@ -5,8 +5,14 @@ import pytest
 
 from scaleprobe.core import results as res
 from scaleprobe.experiments import sweep as S
+from scaleprobe.report.sweep_tables import write_tables
 
 GIB = 1 << 30
+
+
+def run_sweep(*args, **kw):
+    """The sweep as the commands run it: with the report's tables."""
+    return S.run_sweep(*args, tables=write_tables, **kw)
 
 
 def fake_record(cfg, experiment, status):
@@ -37,7 +43,7 @@ class FakeProcs:
         self.calls, self.limit = calls, limit
 
     def start(self, payload, work_dir, label, env=None):
-        from scaleprobe.config import from_dict
+        from scaleprobe.core.config import from_dict
 
         cfg = from_dict(payload["config"])
         exp = payload["experiment"]
@@ -85,7 +91,7 @@ def points_of(calls):
 def test_oom_skips_larger_batches_of_the_same_group_only(tmp_path, fake_points):
     calls, limit = fake_points
     limit["fits"] = 32
-    recs = S.run_sweep(spec({"model": ["linear", "mlp"], "batch_size": [16, 32, 64, 128]}),
+    recs = run_sweep(spec({"model": ["linear", "mlp"], "batch_size": [16, 32, 64, 128]}),
                        tmp_path, progress=False)
     assert points_of(calls) == [{"model": m, "batch_size": b} for m in ("linear", "mlp")
                                 for b in (16, 32, 64)]  # 128 skipped in each group
@@ -105,7 +111,7 @@ def test_oom_skips_larger_batches_of_the_same_group_only(tmp_path, fake_points):
 def test_auto_search_finds_the_largest_batch_per_group(tmp_path, fake_points):
     calls, limit = fake_points
     limit["fits"] = 100
-    S.run_sweep(spec({"batch_size": "auto"}, batch_start=16, batch_max=1024, batch_round=8),
+    run_sweep(spec({"batch_size": "auto"}, batch_start=16, batch_max=1024, batch_round=8),
                 tmp_path, progress=False)
     sizes = [c["batch_size"] for c in calls]
     assert all(c["repeat"] == 0 for c in calls)  # one repeat: no re-runs after the search
@@ -120,13 +126,13 @@ def test_second_run_resumes_from_results(tmp_path, fake_points):
     """Catches a resume that reruns finished points, or one that reuses a failed point."""
     calls, limit = fake_points
     grid = {"batch_size": [16, 32]}
-    S.run_sweep(spec(grid), tmp_path, progress=False)
+    run_sweep(spec(grid), tmp_path, progress=False)
     assert len(calls) == 2
-    recs = S.run_sweep(spec(grid), tmp_path, progress=False)
+    recs = run_sweep(spec(grid), tmp_path, progress=False)
     assert len(calls) == 2 and [r["status"] for r in recs] == ["ok", "ok"]
     assert all(r["experiment"].get("reused") for r in recs)
     # a new point is run, the finished ones are not
-    S.run_sweep(spec({"batch_size": [16, 32, 48]}), tmp_path, progress=False)
+    run_sweep(spec({"batch_size": [16, 32, 48]}), tmp_path, progress=False)
     assert points_of(calls)[2:] == [{"batch_size": 48}]
 
 
@@ -136,10 +142,10 @@ def test_a_failed_point_is_run_again_and_only_it(tmp_path, fake_points):
     calls, limit = fake_points
     limit["fail"] = {32}
     grid = {"batch_size": [16, 32, 64]}
-    first = S.run_sweep(spec(grid), tmp_path, progress=False)
+    first = run_sweep(spec(grid), tmp_path, progress=False)
     assert [r["status"] for r in first] == ["ok", "failed", "ok"]
     limit["fail"] = set()
-    again = S.run_sweep(spec(grid), tmp_path, progress=False)
+    again = run_sweep(spec(grid), tmp_path, progress=False)
     assert points_of(calls) == [{"batch_size": b} for b in (16, 32, 64)] + [{"batch_size": 32}]
     assert [r["status"] for r in again] == ["ok", "ok", "ok"]
     assert [bool(r["experiment"].get("reused")) for r in again] == [True, False, True]
@@ -150,10 +156,10 @@ def test_repeats_run_interleaved_and_resume_counts_them(tmp_path, fake_points):
     that runs every repeat again or forgets the ones it has."""
     calls, _ = fake_points
     grid = {"batch_size": [16, 32]}
-    S.run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
+    run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
     assert calls == [{"batch_size": 16, "repeat": 0}, {"batch_size": 32, "repeat": 0},
                      {"batch_size": 16, "repeat": 1}, {"batch_size": 32, "repeat": 1}]
-    recs = S.run_sweep(spec(grid), tmp_path, progress=False, repeats=3)
+    recs = run_sweep(spec(grid), tmp_path, progress=False, repeats=3)
     assert calls[4:] == [{"batch_size": 16, "repeat": 2}, {"batch_size": 32, "repeat": 2}]
     assert [r["experiment"]["repeat"] for r in recs] == [0, 0, 1, 1, 2, 2]
     summary = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"]
@@ -164,7 +170,7 @@ def test_repeats_run_interleaved_and_resume_counts_them(tmp_path, fake_points):
 def test_an_oom_point_is_not_repeated(tmp_path, fake_points):
     calls, limit = fake_points
     limit["fits"] = 16
-    S.run_sweep(spec({"batch_size": [16, 32, 64]}, repeats=2), tmp_path, progress=False)
+    run_sweep(spec({"batch_size": [16, 32, 64]}, repeats=2), tmp_path, progress=False)
     assert calls == [{"batch_size": 16, "repeat": 0}, {"batch_size": 32, "repeat": 0},
                      {"batch_size": 16, "repeat": 1}]
 
@@ -173,9 +179,9 @@ def test_repeats_must_be_positive(tmp_path, fake_points):
     from scaleprobe.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--repeats must be a whole number of at least 1"):
-        S.run_sweep(spec({"batch_size": [16]}), tmp_path, progress=False, repeats=0)
+        run_sweep(spec({"batch_size": [16]}), tmp_path, progress=False, repeats=0)
     with pytest.raises(ConfigError, match=r"\[sweep\] repeats must be at least 1"):
-        S.run_sweep(spec({"batch_size": [16]}, repeats=0), tmp_path, progress=False)
+        run_sweep(spec({"batch_size": [16]}, repeats=0), tmp_path, progress=False)
 
 
 def test_completed_runs_keeps_ok_and_oom_only(tmp_path):
@@ -186,8 +192,18 @@ def test_completed_runs_keeps_ok_and_oom_only(tmp_path):
     assert sorted(S.completed_runs(p)) == ["k0", "k1"]
 
 
+def test_a_sweep_renders_nothing_itself(tmp_path, fake_points):
+    """The tables are the report's: run without them, a sweep writes its records and its
+    summary record (with no recommendation) and no sweep.md or sweep.csv."""
+    recs = S.run_sweep(spec({"batch_size": [16, 32]}), tmp_path, progress=False)
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    assert not (tmp_path / "sweep.md").exists() and not (tmp_path / "sweep.csv").exists()
+    (summary,) = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"]
+    assert summary["recommendation"] is None and summary["points_run"] == 2
+
+
 def test_generic_table_for_other_axes(tmp_path, fake_points):
-    S.run_sweep(spec({"model": ["linear", "mlp"]}), tmp_path, progress=False)
+    run_sweep(spec({"model": ["linear", "mlp"]}), tmp_path, progress=False)
     md = (tmp_path / "sweep.md").read_text()
     assert "## All points" in md and "| linear | ok |" in md
     assert (tmp_path / "sweep.csv").read_text().startswith("model,status,samples_per_s")
@@ -200,7 +216,7 @@ def test_a_resumed_sweep_stopped_early_keeps_the_finished_tables(tmp_path, fake_
     from the points listed so far, replacing the complete sweep.md / sweep.csv with one
     batch size of two (and medians over the repeats reached)."""
     grid = {"batch_size": [16, 32]}
-    S.run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
+    run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
     full_csv = (tmp_path / "sweep.csv").read_text()
     real, n = S.run_point, []
 
@@ -212,7 +228,7 @@ def test_a_resumed_sweep_stopped_early_keeps_the_finished_tables(tmp_path, fake_
 
     monkeypatch.setattr(S, "run_point", stop_at_second)
     with pytest.raises(KeyboardInterrupt):
-        S.run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
+        run_sweep(spec(grid, repeats=2), tmp_path, progress=False)
     md = (tmp_path / "sweep.md").read_text()
     assert "_Interrupted: the tables hold the points finished so far._" in md
     assert "| 16 |" in md and "| 32 |" in md
@@ -220,7 +236,7 @@ def test_a_resumed_sweep_stopped_early_keeps_the_finished_tables(tmp_path, fake_
     # the same sweep id with a smaller grid: only its own points' runs fill the tables
     n.clear()
     with pytest.raises(KeyboardInterrupt):
-        S.run_sweep(spec({"batch_size": [16]}, repeats=2), tmp_path, progress=False)
+        run_sweep(spec({"batch_size": [16]}, repeats=2), tmp_path, progress=False)
     md = (tmp_path / "sweep.md").read_text()
     assert "| 16 |" in md and "| 32 |" not in md
 
@@ -237,11 +253,11 @@ def test_only_runs_of_the_same_experiment_stand_as_its_repeats(tmp_path, fake_po
         rec = res.new_run_record({}, f"earlier-{i}", "earlier", key)
         rec["status"], rec["experiment"] = "ok", exp
         res.append_jsonl(tmp_path / "results.jsonl", rec)
-    recs = S.run_sweep(doc, tmp_path, progress=False)
+    recs = run_sweep(doc, tmp_path, progress=False)
     assert points_of(calls) == [{"batch_size": 16}, {"batch_size": 32}]  # both measured here
     assert not any(r["experiment"].get("reused") for r in recs)
     assert {r["experiment"]["id"] for r in recs} == {"fake"}
-    again = S.run_sweep(doc, tmp_path, progress=False)  # its own runs: resumed, not rerun
+    again = run_sweep(doc, tmp_path, progress=False)  # its own runs: resumed, not rerun
     assert len(calls) == 2 and all(r["experiment"].get("reused") for r in again)
 
 

@@ -7,12 +7,12 @@ from scaleprobe.core import metrics
 from scaleprobe.experiments.placement import cpu_list, plan_placement, split_cpus
 from scaleprobe.experiments.verdict import (
     JobFigures,
-    render_colocate,
     throughput_line,
     total_interval,
     totals,
     verdict,
 )
+from scaleprobe.report.colocate import render_colocate
 
 
 def job(name, alone, together):

@@ -4,8 +4,8 @@ recompiles, the result's figures, and a real recompile caught inside a window.""
 import pytest
 import torch
 
+from scaleprobe.core.invariants import check_run, window_line
 from scaleprobe.core.results import RunResult
-from scaleprobe.invariants import check_run
 from scaleprobe.measure.compiled import (
     AFTER,
     WARMUP,
@@ -15,7 +15,6 @@ from scaleprobe.measure.compiled import (
     classify,
     result_fields,
     summary_line,
-    window_line,
 )
 
 

@@ -141,7 +141,7 @@ def test_a_sharded_compiled_model_is_counted_as_the_plain_one_and_keeps_its_hook
     sharded model still matches the plain one)."""
     import torch.distributed as dist
 
-    from scaleprobe import config as C
+    from scaleprobe.core import config as C
     from scaleprobe.strategies.fsdp import FSDP
 
     if dist.is_initialized():

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from scaleprobe.config import TrainConfig
+from scaleprobe.core.config import TrainConfig
 from scaleprobe.experiments import progress as EP
 from scaleprobe.experiments.spec import Point
 from scaleprobe.measure.progress import FileProgress, read_point_progress

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from scaleprobe import config as C
+from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.lmspec import gpt_shape, shape_of
 from scaleprobe.measure.flops import count_flops

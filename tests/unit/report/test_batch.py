@@ -449,7 +449,7 @@ def test_the_csv_and_the_plot_carry_the_compared_epoch():
     import csv
     import io
 
-    from scaleprobe.experiments.tables import batch_csv
+    from scaleprobe.report.sweep_tables import batch_csv
 
     rows = B.batch_table(_h100_search())
     got = list(csv.DictReader(io.StringIO(batch_csv(rows))))

@@ -79,7 +79,7 @@ def test_low_mfu_with_exposed_communication_names_it():
 def test_sweep_points_table_shows_each_points_own_mfu():
     """Catches the MFU column of a sweep's points table missing, shifted against its header,
     or filled from another point."""
-    from scaleprobe.experiments.tables import POINT_HEADERS, points_table
+    from scaleprobe.report.sweep_tables import POINT_HEADERS, points_table
 
     recs = [_with_mfu(run(m, model=m, experiment=sweep_point("s", model=m)), f)
             for m, f in (("linear", 0.031), ("mlp", 0.42))]

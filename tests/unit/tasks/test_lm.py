@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from scaleprobe import config as C
-from scaleprobe.config import TaskConfig
+from scaleprobe.core import config as C
+from scaleprobe.core.config import TaskConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.lmspec import gpt_shape
 from scaleprobe.data.device import DeviceBatches

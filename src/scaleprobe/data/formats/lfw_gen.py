@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from scaleprobe.core.extras import require
 from scaleprobe.data.formats.common import Written, need_count, need_size, prepare_out
 from scaleprobe.data.formats.draw import random_box
-from scaleprobe.extras import require
 
 BASE_FOLDER = "lfw-py"
 IMAGES_DIR = "lfw_funneled"

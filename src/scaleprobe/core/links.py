@@ -218,3 +218,26 @@ def with_alpha(link: Link, alpha_s: float) -> Link:
         raise ConfigError(f"latency must not be negative, got {alpha_s}")
     return Link(link.name, link.bandwidth_gbit_s, alpha_s, f"{link.source}; latency set to "
                 f"{alpha_s * 1e6:g} us", link.spread)
+
+
+def rates_mbit(spec: str | None, nproc: int, nnodes: int = 1) -> list[float | None] | None:
+    """Per rank, the rate of its cable in Mbit/s (None: unshaped), or None when ``spec``
+    names no per-rank link. ConfigError for a spec that cannot be shaped."""
+    parts = parse_spec(spec)
+    if not parts.per_rank:
+        return None
+    if nnodes != 1:
+        raise ConfigError("--link rankN=... shapes ranks on one host (network namespaces); "
+                          "across real hosts, their own network decides")
+    bad = [r for r in parts.per_rank if r >= nproc]
+    if bad:
+        raise ConfigError(f"--link names rank {bad[0]}, but the job has ranks 0..{nproc - 1}")
+    base = _mbit(parts.base) if parts.base else None
+    return [_mbit(parts.per_rank[r]) if r in parts.per_rank else base for r in range(nproc)]
+
+
+def _mbit(text: str) -> float:
+    if text.lower().startswith("measured:"):
+        raise ConfigError(f"cannot shape a cable to '{text}': give a rate (100mbit, 1gbit)")
+    link = resolve_link(text)
+    return link.bandwidth_gbit_s * 1000.0

@@ -192,17 +192,20 @@ def blocks(trace: Sequence[float], g2: Sequence[float], first_step: int = 0,
         a, b = sorted((bad, j))
         spans[a:b + 1] = [[spans[a][0], spans[b][1], spans[a][2] + spans[b][2],
                            spans[a][3] + spans[b][3]]]
-    return [Block(first_step + a, b - a, t / g if g > 0 else None) for a, b, t, g in spans]
+    return [Block(first_step + int(a), int(b - a), t / g if g > 0 else None)
+            for a, b, t, g in spans]
 
 
 def path_average(series: Sequence[Block], batch: float) -> float | None:
     """B_noise along the path: the blocks' ratios weighted by their steps at the smallest
     batch, steps / (1 + B_noise / batch) (module docstring). None when a block has no
     positive |G|^2 estimate."""
-    if not series or any(b.b_simple is None or b.b_simple < 0 for b in series):
+    ratios = [b.b_simple for b in series]
+    if not series or any(r is None or r < 0 for r in ratios):
         return None
-    w = [b.steps / (1.0 + b.b_simple / batch) for b in series]  # type: ignore[operator]
-    return sum(wi * b.b_simple for wi, b in zip(w, series, strict=True)) / sum(w)  # type: ignore[misc]
+    known = [r or 0.0 for r in ratios]  # none is None here
+    w = [b.steps / (1.0 + r / batch) for b, r in zip(series, known, strict=True)]
+    return sum(wi * r for wi, r in zip(w, known, strict=True)) / sum(w)
 
 
 def combine_ranks(small: Sequence[Sequence[float]], big: Sequence[Sequence[float]]
@@ -223,8 +226,8 @@ def summarize(samples: Sequence[GnsSamples], global_batch: int | None
     (``{"gns": why}`` when there is none)."""
     got = [s for s in samples if s.small_sq and s.big_sq]
     if not got:
-        why = next((s.reason for s in samples if s.reason), None)
-        return None, {"gns": why or "no timed step measured the squared gradient norms"}
+        reason = next((s.reason for s in samples if s.reason), None)
+        return None, {"gns": reason or "no timed step measured the squared gradient norms"}
     head = got[0]
     if not (head.b_small and head.b_big and head.b_big > head.b_small):
         return None, {"gns": f"batches of {head.b_small} and {head.b_big} samples: the big "

@@ -17,8 +17,10 @@ from scaleprobe.comm.exposed import (
 )
 from scaleprobe.comm.instep import fill_in_step
 from scaleprobe.comm.model import predict_for_run
-from scaleprobe.config import RunConfig
 from scaleprobe.core import metrics as M
+from scaleprobe.core.config import RunConfig
+from scaleprobe.core.gns import summarize as summarize_gns
+from scaleprobe.core.invariants import check_run
 from scaleprobe.core.results import (
     Audit,
     Batch,
@@ -37,8 +39,6 @@ from scaleprobe.core.results import (
 from scaleprobe.core.target import not_reached_line, summarize
 from scaleprobe.core.thresholds import DEFAULT
 from scaleprobe.core.traits import traits_of
-from scaleprobe.gns import summarize as summarize_gns
-from scaleprobe.invariants import check_run
 from scaleprobe.measure import outside
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.compiled import block, result_fields
@@ -492,7 +492,7 @@ def _prediction(result: RunResult, link: Any) -> dict[str, Any] | None:
 
 
 def _checks(result: RunResult, head: RankRecord) -> None:
-    """The figures the invariants need, then the invariants (``scaleprobe.invariants``)."""
+    """The figures the invariants need, then the invariants (``scaleprobe.core.invariants``)."""
     m = result.metrics
     m.window_s = head.window_s
     t0, t1 = head.clock_window or (None, None)

@@ -15,8 +15,8 @@ from scaleprobe.comm.bench import plan_iters, time_collective
 from scaleprobe.measure.stats import median
 
 if TYPE_CHECKING:
-    from scaleprobe.engine import LoopState
-    from scaleprobe.parts import Parts
+    from scaleprobe.train.engine import LoopState
+    from scaleprobe.train.parts import Parts
 
 
 def _sync(device: torch.device) -> None:

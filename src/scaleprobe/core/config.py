@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.bundled import hint
-from scaleprobe.config_rules import check_combinations
+from scaleprobe.core.bundled import hint
+from scaleprobe.core.config_rules import check_combinations
 from scaleprobe.core.errors import ConfigError, one_line
 from scaleprobe.core.registry import suggest
 from scaleprobe.core.schema import Knob, knobs, option, show
@@ -333,6 +333,8 @@ SECTIONS: dict[str, type] = {
     "script": ScriptConfig,
 }
 TOP_LEVEL = ("out", "name")
+# the keys that set the batch: a sweep over one of them is a batch sweep (its own table)
+BATCH_KEYS = ("train.batch_size", "train.global_batch")
 
 
 def _aliases() -> dict[str, str]:
@@ -366,9 +368,9 @@ def resolve_key(key: Any) -> str:
     """Map ``batch_size`` or ``train.batch_size`` (or dashes) to the full dotted key."""
     key = str(key).strip().replace("-", "_")
     if key in KNOBS:
-        return key
+        return str(key)
     if key in ALIASES:
-        return ALIASES[key]
+        return str(ALIASES[key])
     if key in SECTION_ONLY:
         raise ConfigError(f"[{key}] must be a table of keys, e.g. [{key}] on a line of its own")
     near = suggest(key, list(ALIASES) + ALL_KEYS)

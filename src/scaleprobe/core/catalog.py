@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.extras import require_installed
 from scaleprobe.core.lmspec import GPT_MODELS, LM_TASK
 from scaleprobe.core.registry import suggest
-from scaleprobe.extras import require_installed
 
 # scaleprobe's small models (models/small.py), name -> what it is
 SMALL_MODELS: dict[str, str] = {
@@ -93,7 +93,8 @@ def torchvision_models(group: str = "") -> tuple[str, ...] | None:
 def imported_torchvision_models() -> tuple[str, ...]:
     """torchvision's classifiers as torchvision itself lists them: what ``torchvision_models``
     falls back on where the source cannot be read, and what a build checks names against."""
-    import torchvision  # heavy: torchvision (and torch): seconds, only where they are needed
+    # heavy: torchvision (and torch): seconds, only where they are needed
+    import torchvision  # type: ignore[import-untyped]
 
     return tuple(sorted(torchvision.models.list_models(module=torchvision.models)))
 

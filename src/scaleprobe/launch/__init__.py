@@ -34,8 +34,8 @@ from typing import Any
 import psutil
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.interrupt import Interrupted, signal_name
-from scaleprobe.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
+from scaleprobe.core.interrupt import Interrupted, signal_name
+from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
     KILL_AFTER_S,
     RankWatch,
     WorkerFailure,

@@ -17,11 +17,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaleprobe.calibrate import _sync, calibrate_comm, measure_transfer
-from scaleprobe.config import RunConfig
+from scaleprobe.core.config import RunConfig
+from scaleprobe.core.interrupt import StopRequest
 from scaleprobe.core.results import RankInfo, RankMem, RankRecord
 from scaleprobe.core.target import TargetWatch, parse_target
-from scaleprobe.interrupt import StopRequest
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
 from scaleprobe.measure.flops import resolve_peak
@@ -33,7 +32,8 @@ from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
-from scaleprobe.parts import Parts, lr_warmup_steps, setup
+from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
+from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
 from scaleprobe.train.steplog import TimerSteps
 from scaleprobe.train.stopping import loop_end_reason, stop_reason
 

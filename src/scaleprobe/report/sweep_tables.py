@@ -1,8 +1,11 @@
 """A sweep's tables: batch size (memory, epoch time, their growth), loader settings (data wait,
 compute per step), or every point; printed at the end and written as sweep.md / sweep.csv.
 
-The batch-size and loader analysis and the recommendations come from ``scaleprobe.report.batch``;
-this module only chooses which tables a sweep gets and lays them out. ``sweep.csv`` holds the
+The batch-size and loader analysis and the recommendations come from ``report/batch.py`` and
+``report/workers.py``; this module only chooses which tables a sweep gets and lays them out.
+A sweep renders nothing itself: the commands hand ``write_tables`` to ``run_sweep``, which
+calls it at the end (and with ``partial=True`` when the sweep is stopped), and records the
+recommendation it returns in the sweep record. ``sweep.csv`` holds the
 batch rows (raw figures, growth as fractions) for a batch sweep, else one row per point.
 """
 
@@ -10,20 +13,46 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core import results as res
+from scaleprobe.core.config import BATCH_KEYS
 from scaleprobe.core.results import Experiment, Record, RunResult, SweepRecord
 from scaleprobe.core.traits import known
-from scaleprobe.experiments.spec import BATCH_KEYS, SweepSpec
 from scaleprobe.report import batch as B
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import workers as W
 from scaleprobe.report.load import under_load_line
+from scaleprobe.report.rows import BatchRow, LoaderRow
+
+
+class Axis(Protocol):
+    """What a table needs of one of the spec's axes (``experiments.spec.Axis``)."""
+
+    @property
+    def key(self) -> str: ...  # the full dotted config key, e.g. train.batch_size
+
+    @property
+    def label(self) -> str: ...  # as the spec wrote it, e.g. batch_size
+
+
+class Spec(Protocol):
+    """What the tables need of a sweep's spec (``experiments.spec.SweepSpec``)."""
+
+    @property
+    def sweep_id(self) -> str: ...
+
+    @property
+    def axes(self) -> Sequence[Axis]: ...
+
+    @property
+    def dropped(self) -> list[str]: ...  # the grid's invalid combinations, left out
+
 
 LOADER_KEYS = ("data.loader", "data.workers", "data.prefetch", "data.transform")
 POINT_HEADERS = ("status", "samples/s", "MFU", "step median", "epoch time", "peak host mem",
@@ -181,8 +210,11 @@ def with_skipped(runs: list[RunResult], skipped: list[dict[str, Any]],
                                skipped=skipped)]
 
 
-def _by_group(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+Row = TypeVar("Row", BatchRow, LoaderRow)
+
+
+def _by_group(rows: list[Row]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
     for row in rows:
         out.setdefault(row["group"], []).append(row)
     return out
@@ -193,7 +225,7 @@ def _title(prefix: str, group: str, sweep_id: str) -> str:
     return f"{prefix}: {rest}" if rest else prefix
 
 
-def batch_csv(rows: list[dict[str, Any]]) -> str:
+def batch_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(BATCH_CSV)
@@ -218,7 +250,7 @@ def batch_sections(records: list[Record], sweep_id: str
     return sections, batch_csv(rows), _plain(rec)
 
 
-def _grouped(title: str, sweep_id: str, rows: list[dict[str, Any]], headers: Any,
+def _grouped(title: str, sweep_id: str, rows: list[LoaderRow], headers: Any,
              cells: Any) -> list[dict[str, Any]]:
     """One table section per group of rows (the points that differ only on the table's axis)."""
     return [{"title": _title(title, group, sweep_id), "headers": list(headers),
@@ -237,7 +269,7 @@ def loader_sections(records: list[Record], sweep_id: str
     return sections, _plain(rec)
 
 
-def _plain(rec: dict[str, Any]) -> dict[str, Any]:
+def _plain(rec: Mapping[str, Any]) -> dict[str, Any]:
     """The recommendation without the full table rows it quotes (for the sweep record)."""
     keep = ("batch_size", "group", "samples_per_s", "epoch_time_s", "epoch_basis",
             "epoch_compared_s", "peak_mem_bytes", "memory_kind", "samples_per_s_per_gib")
@@ -250,12 +282,12 @@ def _plain(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _has(spec: SweepSpec, keys: tuple[str, ...]) -> bool:
+def _has(spec: Spec, keys: tuple[str, ...]) -> bool:
     return any(a.key in keys for a in spec.axes)
 
 
 def sweep_report(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
-                 searches: list[dict[str, Any]], spec: SweepSpec) -> dict[str, Any]:
+                 searches: list[dict[str, Any]], spec: Spec) -> dict[str, Any]:
     """Tables (title, headers, rows, notes), the CSV text, and the recommendation;
     ``records``: the sweep's run records as they were written."""
     labels = [a.label for a in spec.axes]
@@ -268,7 +300,7 @@ def sweep_report(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
             with_skipped(runs, skipped, spec.sweep_id), spec.sweep_id)
         sections += batch
     if _has(spec, LOADER_KEYS) and runs:
-        loader, recommendation["loader"] = loader_sections(runs, spec.sweep_id)
+        loader, recommendation["loader"] = loader_sections(list[Record](runs), spec.sweep_id)
         sections += loader
     if not sections:
         sections.append(points_table(runs, skipped, labels))
@@ -301,3 +333,15 @@ def write_report(out: Path, report: dict[str, Any], partial: bool = False) -> st
     (out / "sweep.md").write_text(text)
     (out / "sweep.csv").write_text(report["csv"])
     return text
+
+
+def write_tables(out: Path, records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+                 searches: list[dict[str, Any]], spec: Spec, partial: bool = False
+                 ) -> dict[str, Any]:
+    """The sweep's tables from its run records, written as ``sweep.md`` and ``sweep.csv``
+    into ``out`` (``partial``: the sweep was stopped; the tables say so); returns the report
+    (its ``recommendation`` goes into the sweep record). What ``run_sweep`` takes as
+    ``tables``."""
+    report = sweep_report(records, skipped, searches, spec)
+    write_report(out, report, partial)
+    return report

@@ -18,7 +18,7 @@ def bundled(kind: str) -> Path:
     """The folder of ``kind`` (``examples`` or ``docs``) that comes with this scaleprobe."""
     if kind not in KINDS:
         raise ValueError(f"{kind!r} is not one of {KINDS}")
-    return (Path(__file__).parent / kind).resolve()
+    return (Path(__file__).parent.parent / kind).resolve()
 
 
 def hint(path: str | Path) -> str:

@@ -8,16 +8,16 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from scaleprobe.catalog import BUILT_IN_DATA, DATASETS, DEVICE_RESIDENT, check_names
-from scaleprobe.comm.ranknet import rates_mbit
+from scaleprobe.core.catalog import BUILT_IN_DATA, DATASETS, DEVICE_RESIDENT, check_names
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.gns import check_config as check_gns
+from scaleprobe.core.links import rates_mbit
 from scaleprobe.core.lmspec import check_run
 from scaleprobe.core.target import check_task, parse_target
 from scaleprobe.core.traits import traits_of
-from scaleprobe.gns import check_config as check_gns
 
 if TYPE_CHECKING:
-    from scaleprobe.config import RunConfig
+    from scaleprobe.core.config import RunConfig
 
 
 def check_combinations(cfg: RunConfig) -> None:

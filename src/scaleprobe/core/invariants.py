@@ -30,7 +30,9 @@ from typing import Any
 
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import RunResult
-from scaleprobe.measure.compiled import window_line
+
+# where a compile event fell against the timed window (measure/compiled.py classifies them)
+WARMUP, WINDOW, AFTER = "warm-up", "window", "after"
 
 # median-step samples/s vs whole-window samples/s: a run whose steps are stable agrees within
 # a few percent; 25% is outside the 10-18% process noise of the reference machine
@@ -108,3 +110,25 @@ def window_samples_per_s(r: RunResult) -> float | None:
     if (r.batch.world_size or 1) > 1 and r.comm is None:
         return None
     return M.window_samples_per_s(r.batch.global_, r.metrics.steps_timed, r.metrics.window_s)
+
+
+def window_line(events: list[dict[str, Any]]) -> str | None:
+    """One line naming the compilations inside the timed window (None when there are none):
+    how many, their time, the timed steps they fell in, and a recompile's reason."""
+    inside = [e for e in events if e.get("phase") == WINDOW]
+    if not inside:
+        return None
+    total = sum(e.get("duration_s") or 0.0 for e in inside)
+    rc = [e for e in inside if e.get("recompile")]
+    steps = sorted({e["timed_step"] for e in inside if e.get("timed_step") is not None})
+    what = (f"{len(rc)} recompile{'s' if len(rc) != 1 else ''}" if rc and len(rc) == len(inside)
+            else f"{len(inside)} compilation{'s' if len(inside) != 1 else ''}"
+            + (f" ({len(rc)} recompile{'s' if len(rc) != 1 else ''})" if rc else ""))
+    line = f"{what} inside the timed window, {total:.2f} s"
+    if steps:
+        line += " in timed step" + ("s " if len(steps) > 1 else " ") + ", ".join(
+            str(s + 1) for s in steps[:5]) + (", ..." if len(steps) > 5 else "")
+    why = next((e.get("reason") for e in rc if e.get("reason")), None)
+    if why:
+        line += f"; {why.strip().splitlines()[0]}"
+    return line
