@@ -51,6 +51,10 @@ def test_wheel_carries_examples_and_docs(wheel):
     linked = set(re.findall(r"\b((?:examples|docs)/[\w.-]+\.(?:toml|md))", (ROOT /
                                                                            "README.md").read_text()))
     assert linked and all(f"scaleprobe/{p}" in names for p in linked), linked
+    # the data files the code reads beside itself: the accelerators' peaks (MFU)
+    data = sorted(p.relative_to(ROOT / "src").as_posix()
+                  for p in (ROOT / "src" / "scaleprobe").rglob("*.csv"))
+    assert data and all(d in names for d in data), data
 
 
 @pytest.mark.timeout(300)

@@ -8,7 +8,7 @@ from torch import nn
 
 from scaleprobe.core import metrics as M
 from scaleprobe.measure import flops as F
-from scaleprobe.measure.peaks import find, table_peak
+from scaleprobe.measure.peaks import TABLE, find, table_peak
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,6 +109,17 @@ def test_nvml_names_find_their_own_row(nvml_name, row):
     """Catches a card matched to a sibling's row (an A10 read as an A100, a PCIe H100 held to
     the SXM peak, an L40S to the L4's): its MFU would be off by up to 2.5x."""
     assert find(nvml_name).name == row
+
+
+def test_every_row_of_the_table_file_is_found_by_its_own_name():
+    """Catches a row of accelerators.csv shadowed by an earlier, broader pattern (a new card
+    appended after its family's row), a missing FP32 peak, or a peak read in the wrong
+    unit (the file is in TFLOP/s)."""
+    assert len(TABLE) >= 13
+    for acc in TABLE:
+        assert find(acc.name) is acc, acc.name
+        assert 1e12 < acc.peaks["fp32"] < 1e15, acc.name
+        assert set(acc.peaks) == {"fp32", "tf32", "bf16", "fp16"} and acc.source
 
 
 def test_unknown_devices_have_no_table_peak():

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from scaleprobe.data.formats.common import Written, need_count, need_size, prepare_out
+from scaleprobe.data.formats.common import Written, start_writing
 from scaleprobe.data.formats.draw import shape_image
 
 BASE_FOLDER = "cifar-10-batches-py"
@@ -76,9 +76,7 @@ def _batch(images: np.ndarray, labels: list[int], name: str, first: int) -> dict
 def write_cifar10(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (32, 32),
                   seed: int = 0, overwrite: bool = False) -> Written:
     """Write ``count`` images: one sixth to ``test_batch``, the rest over five train batches."""
-    need_count("cifar10", count, 6)
-    need_size("cifar10", size, 32, fixed=(32, 32))
-    root = prepare_out(out_dir, overwrite)
+    root = start_writing("cifar10", out_dir, overwrite, count, size, least=(6, 32), fixed=(32, 32))
     folder = root / BASE_FOLDER
     folder.mkdir(exist_ok=True)
     rng = np.random.default_rng(seed)

@@ -18,10 +18,8 @@ from scaleprobe.core.errors import DataError
 from scaleprobe.data.formats.common import (
     Written,
     load_rgb,
-    need_count,
     need_root,
-    need_size,
-    prepare_out,
+    start_writing,
 )
 from scaleprobe.data.formats.draw import STYLES, save_jpeg, shape_image
 
@@ -31,10 +29,8 @@ NUM_CLASSES = len(STYLES)
 def write_imagefolder(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (64, 64),
                       seed: int = 0, overwrite: bool = False) -> Written:
     """Write ``count`` JPEGs spread evenly over the ten classes."""
-    need_count("imagefolder", count, NUM_CLASSES)
-    need_size("imagefolder", size, 16)
+    root = start_writing("imagefolder", out_dir, overwrite, count, size, least=(NUM_CLASSES, 16))
     w, h = size
-    root = prepare_out(out_dir, overwrite)
     names = [name for name, _, _ in STYLES]
     for name in names:
         (root / name).mkdir(exist_ok=True)

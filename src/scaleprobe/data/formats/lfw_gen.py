@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from scaleprobe.core.extras import require
-from scaleprobe.data.formats.common import Written, need_count, need_size, prepare_out
+from scaleprobe.data.formats.common import Written, start_writing
 from scaleprobe.data.formats.draw import random_box
 
 BASE_FOLDER = "lfw-py"
@@ -178,11 +178,9 @@ def _write_texts(folder: Path, rng: np.random.Generator, people: People) -> dict
 def write_lfw(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (250, 250),
               seed: int = 0, overwrite: bool = False) -> Written:
     """Write ``count`` face images of about count/4 people, with people and pairs files."""
-    need_count("lfw", count, 24)
-    need_size("lfw", size, 32)
+    root = start_writing("lfw", out_dir, overwrite, count, size, least=(24, 32))
     w, h = size
     faces = _faces()
-    root = prepare_out(out_dir, overwrite)
     folder = root / BASE_FOLDER
     rng = np.random.default_rng(seed)
     counts = _image_counts(rng, count)

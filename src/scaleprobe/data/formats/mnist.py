@@ -30,10 +30,8 @@ from scaleprobe.data.digits import digits_arrays
 from scaleprobe.data.formats.common import (
     Written,
     hint,
-    need_count,
-    need_size,
     open_torchvision,
-    prepare_out,
+    start_writing,
 )
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
@@ -78,10 +76,8 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
 def write_mnist(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (28, 28),
                 seed: int = 0, overwrite: bool = False) -> Written:
     """Write ``count`` digits: one seventh to the t10k (test) files, the rest to train."""
-    need_count("mnist", count, 2)
-    need_size("mnist", size, 12)
+    root = start_writing("mnist", out_dir, overwrite, count, size, least=(2, 12))
     w, h = size
-    root = prepare_out(out_dir, overwrite)
     raw = root / "MNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     bases, targets = _digits()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scaleprobe.data.formats.common import Written, need_count, need_size, prepare_out
+from scaleprobe.data.formats.common import Written, start_writing
 from scaleprobe.data.formats.draw import (
     background,
     mask_bounds,
@@ -131,10 +131,8 @@ def _write_sets(main: Path, splits: dict[str, list[str]], objs: dict[str, list[O
 def write_voc(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (320, 240),
               seed: int = 0, overwrite: bool = False) -> Written:
     """Write ``count`` annotated JPEGs: a fifth listed in val.txt, the rest in train.txt."""
-    need_count("voc", count, 2)
-    need_size("voc", size, 32)
+    root = start_writing("voc", out_dir, overwrite, count, size, least=(2, 32))
     w, h = size
-    root = prepare_out(out_dir, overwrite)
     voc = root / VOC_DIR
     dirs = [voc / "JPEGImages", voc / "Annotations", voc / "ImageSets" / "Main"]
     for d in dirs:
