@@ -178,9 +178,9 @@ def _write_texts(folder: Path, rng: np.random.Generator, people: People) -> dict
 def write_lfw(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (250, 250),
               seed: int = 0, overwrite: bool = False) -> Written:
     """Write ``count`` face images of about count/4 people, with people and pairs files."""
+    faces = _faces()  # the face extra first: nothing is created without it
     root = start_writing("lfw", out_dir, overwrite, count, size, least=(24, 32))
     w, h = size
-    faces = _faces()
     folder = root / BASE_FOLDER
     rng = np.random.default_rng(seed)
     counts = _image_counts(rng, count)
