@@ -10,7 +10,8 @@ a report can be built on any machine that has the results.
 """
 
 from scaleprobe.core.thresholds import Thresholds
-from scaleprobe.report.batch import batch_table, recommend_batch
+from scaleprobe.report.batch import batch_table
+from scaleprobe.report.batch_rule import recommend_batch
 from scaleprobe.report.build import build_report
 from scaleprobe.report.diagnose import (
     Finding,

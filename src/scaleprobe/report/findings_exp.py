@@ -23,7 +23,8 @@ from scaleprobe.report import advice
 from scaleprobe.report import pairing as P
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as REP
-from scaleprobe.report.batch import batch_table, recommend_batch, runs_own_spread
+from scaleprobe.report.batch import batch_table
+from scaleprobe.report.batch_rule import recommend_batch, runs_own_spread
 from scaleprobe.report.finding import Finding
 from scaleprobe.report.rows import ContentionCase, ScaleRow, WorkersPick
 from scaleprobe.report.scale import scale_table

@@ -3,7 +3,7 @@ first, each with its number, its interval and the command that would improve or 
 
 Where the verdicts come from (the details stay in the sections below):
 
-    batch size        report/batch.py: the fastest batch size against every other of its
+    batch size        report/batch_rule.py: the fastest batch size against every other of its
                       group, epoch-time ratios over the paired repeats
     loader workers    report/workers.py: the fewest workers within reach of the best samples/s
     scaling           report/scale.py: speedup and efficiency at the largest process count
@@ -33,6 +33,7 @@ from scaleprobe.core import metrics as M
 from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report import batch as B
+from scaleprobe.report import batch_rule as BR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import scale as S
@@ -184,7 +185,7 @@ def _run_cmd(rec: RunResult, flags: dict[str, Any]) -> str:
 
 def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     """The fastest batch size, told apart from every other of its group or not."""
-    rec = B.recommend_batch(recs)
+    rec = BR.recommend_batch(recs)
     fast = rec["fastest"]
     folder = _folder(recs)
     if fast is None:

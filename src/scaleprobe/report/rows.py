@@ -146,7 +146,7 @@ class ContentionCase(TypedDict):
     group: list[RunResult]
 
 
-# one step up in batch size within a group (``batch._steps``): did it pay? ("from" is a
+# one step up in batch size within a group (``batch_rule._steps``): did it pay? ("from" is a
 # keyword, hence the functional form)
 BatchStep = TypedDict("BatchStep", {
     "group": str, "from": int | None, "to": int | None, "epoch_growth": float | None,
@@ -156,7 +156,7 @@ BatchStep = TypedDict("BatchStep", {
 
 
 class BatchPicks(TypedDict):
-    """The batch rule (``batch.recommend_batch``): the fastest and most efficient batch
+    """The batch rule (``batch_rule.recommend_batch``): the fastest and most efficient batch
     size (rows, or None when none finished), whether the intervals decided each, the steps
     up in batch size, the target's picks and the rule's text."""
 

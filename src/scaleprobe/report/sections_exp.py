@@ -18,6 +18,7 @@ from scaleprobe.core.results import (
     SweepRecord,
 )
 from scaleprobe.report import batch as B
+from scaleprobe.report import batch_rule as BR
 from scaleprobe.report import plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
@@ -101,7 +102,7 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
                      "memory are those of that step, not of a plain one; under DDP the "
                      "measurement changes nothing.")
     s.add(Text("\n".join(notes), note=True))
-    s.add(Text(B.recommend_batch(recs)["text"]))
+    s.add(Text(BR.recommend_batch(recs)["text"]))
 
 
 def _loader_blocks(s: Section, eid: str, recs: list[Record]) -> None:

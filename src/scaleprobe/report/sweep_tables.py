@@ -1,12 +1,13 @@
 """A sweep's tables: batch size (memory, epoch time, their growth), loader settings (data wait,
 compute per step), or every point; printed at the end and written as sweep.md / sweep.csv.
 
-The batch-size and loader analysis and the recommendations come from ``report/batch.py`` and
-``report/workers.py``; this module only chooses which tables a sweep gets and lays them out.
-A sweep renders nothing itself: the commands hand ``write_tables`` to ``run_sweep``, which
-calls it at the end (and with ``partial=True`` when the sweep is stopped), and records the
-recommendation it returns in the sweep record. ``sweep.csv`` holds the
-batch rows (raw figures, growth as fractions) for a batch sweep, else one row per point.
+The batch-size and loader analysis and the recommendations come from ``report/batch.py``,
+``report/batch_rule.py`` and ``report/workers.py``; this module only chooses which tables a
+sweep gets and lays them out. A sweep renders nothing itself: the commands hand
+``write_tables`` to ``run_sweep``, which calls it at the end (and with ``partial=True`` when
+the sweep is stopped), and records the recommendation it returns in the sweep record.
+``sweep.csv`` holds the batch rows (raw figures, growth as fractions) for a batch sweep, else
+one row per point.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from scaleprobe.core.config import BATCH_KEYS
 from scaleprobe.core.results import Experiment, Record, RunResult, SweepRecord
 from scaleprobe.core.traits import known
 from scaleprobe.report import batch as B
+from scaleprobe.report import batch_rule as BR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report import workers as W
@@ -239,7 +241,7 @@ def batch_sections(records: list[Record], sweep_id: str
     """(Markdown sections, one per group of points that differ only in batch size; the CSV of
     every row; the recommendation)."""
     rows = B.batch_table(records)
-    rec = B.recommend_batch(records)
+    rec = BR.recommend_batch(records)
     sections = []
     for group, group_rows in _by_group(rows).items():  # with --target: time-to-target columns
         headers, cells = B.batch_table_parts(group_rows)

@@ -7,11 +7,13 @@ import re
 import pytest
 
 from scaleprobe.report import batch as _batch
+from scaleprobe.report import batch_rule as _rule
 from scaleprobe.report import records as R
 from tests.unit.report import factory
 from tests.unit.report.factory import GIB, loaded, run, typed_module
 
 B = typed_module(_batch)
+BR = typed_module(_rule)
 
 
 def _batch_sweep(device: bool = False, repeats: int = 3) -> list[dict]:
@@ -95,7 +97,7 @@ def test_most_efficient_is_picked_on_the_figure_its_intervals_compare():
     for i in range(3):  # batch 128: 75 per GiB every repeat
         recs.append(run(f"l{i}", experiment=sweep_point("eff", batch_size=128, repeat=i),
                         sps=75.0, host_mem=GIB))
-    rec = B.recommend_batch(recs)
+    rec = BR.recommend_batch(recs)
     assert rec["most_efficient"]["batch_size"] == 32
     assert rec["most_efficient"]["samples_per_s_per_gib"] == pytest.approx(100.0)
 
@@ -121,7 +123,7 @@ def test_host_memory_growth_is_net_of_the_baseline():
 
 
 def test_recommend_batch_fastest_and_most_efficient():
-    rec = B.recommend_batch(_batch_sweep(device=True))
+    rec = BR.recommend_batch(_batch_sweep(device=True))
     assert rec["fastest"]["batch_size"] == 64
     # 64 is 4% faster than 32 with a 1-3% spread over three repeats: a decided, small lead
     assert rec["fastest_decided"]
@@ -157,7 +159,7 @@ def test_noise_makes_the_batch_verdicts_inconclusive():
     "fastest: 256"; a rerun said the opposite. With the repeats' spread the same figures
     give no verdict, and say how many repeats would decide."""
     recs = _noisy({16: [400.0, 520.0, 450.0], 32: [470.0, 430.0, 540.0]}, {16: 1.0, 32: 1.02})
-    rec = B.recommend_batch(recs)
+    rec = BR.recommend_batch(recs)
     assert rec["steps"][0]["pays"] is None
     # epoch ratio 0.95x against a bar of 0.98x, log-spread 0.21 over 3 pairs: no number of
     # repeats within reach decides a 3% difference under that noise, and the text says so
@@ -172,10 +174,10 @@ def test_pays_needs_the_whole_interval_below_the_memory_bar():
     from scaleprobe.core import metrics as M
 
     iv = M.Interval(0.70, 0.60, 0.80, 3, "test")
-    assert B.pays(iv, 0.15) is True  # bar 0.85: the interval lies below it
-    assert B.pays(iv, 0.25) is None  # bar 0.75: inside the interval, cannot tell
-    assert B.pays(iv, 0.45) is False  # bar 0.55: the interval lies above it
-    assert B.pays(None, 0.1) is None and B.pays(iv, None) is None
+    assert BR.pays(iv, 0.15) is True  # bar 0.85: the interval lies below it
+    assert BR.pays(iv, 0.25) is None  # bar 0.75: inside the interval, cannot tell
+    assert BR.pays(iv, 0.45) is False  # bar 0.55: the interval lies above it
+    assert BR.pays(None, 0.1) is None and BR.pays(iv, None) is None
 
 
 def test_an_interval_touching_the_memory_bar_decides_nothing():
@@ -185,8 +187,8 @@ def test_an_interval_touching_the_memory_bar_decides_nothing():
 
     at_hi = M.Interval(0.70, 0.60, 0.75, 3, "test")  # bar 0.75 = the upper edge
     at_lo = M.Interval(0.80, 0.75, 0.90, 3, "test")  # bar 0.75 = the lower edge
-    assert B.pays(at_hi, 0.25) is None and B.pays(at_lo, 0.25) is None
-    assert B.pays(at_hi, 0.2499) is True and B.pays(at_lo, 0.2501) is False
+    assert BR.pays(at_hi, 0.25) is None and BR.pays(at_lo, 0.25) is None
+    assert BR.pays(at_hi, 0.2499) is True and BR.pays(at_lo, 0.2501) is False
 
 
 def test_step_text_says_why_it_cannot_tell():
@@ -194,21 +196,21 @@ def test_step_text_says_why_it_cannot_tell():
     from scaleprobe.core import metrics as M
 
     iv = M.Interval(0.70, 0.60, 0.80, 3, "test")
-    assert B._step_text(None, 0.2) == "cannot tell: no epoch-time spread"
-    assert B._step_text(iv, None) == "cannot tell: no memory figure"
+    assert BR._step_text(None, 0.2) == "cannot tell: no epoch-time spread"
+    assert BR._step_text(iv, None) == "cannot tell: no memory figure"
     # each verdict with the interval it was decided on (a "does not pay" had none)
-    assert B._step_text(iv, 0.15).startswith("pays (epoch-time ratio ")
-    assert B._step_text(iv, 0.45).startswith("does not pay (epoch-time ratio ")
+    assert BR._step_text(iv, 0.15).startswith("pays (epoch-time ratio ")
+    assert BR._step_text(iv, 0.45).startswith("does not pay (epoch-time ratio ")
     assert re.search(r"\d\.\d\dx \[\d\.\d\d, \d\.\d\d\], pays below 1 - memory growth = "
-                     r"0\.55x\)$", B._step_text(iv, 0.45)), B._step_text(iv, 0.45)
-    undecided = B._step_text(iv, 0.25)
+                     r"0\.55x\)$", BR._step_text(iv, 0.45)), BR._step_text(iv, 0.45)
+    undecided = BR._step_text(iv, 0.25)
     assert undecided.startswith(
         "inconclusive: epoch-time ratio (pays below 1 - memory growth = 0.75x) 0.70x "), undecided
 
 
 def test_recommend_batch_nothing_finished():
     recs = [run("x", status="oom", experiment=sweep_point("bs", batch_size=512))]
-    rec = B.recommend_batch(recs)
+    rec = BR.recommend_batch(recs)
     assert rec["fastest"] is None and "nothing to recommend" in rec["text"]
 
 
@@ -260,14 +262,14 @@ def test_a_step_up_from_a_compute_bound_batch_says_why_it_cannot_pay():
                       experiment=sweep_point("pk", batch_size=b, repeat=r))
             rec["metrics"]["mfu"] = mfu
             recs.append(rec)
-    (step,) = B.recommend_batch(recs)["steps"]
+    (step,) = BR.recommend_batch(recs)["steps"]
     assert step["pays"] is False
     assert ("batch 32 already ran at 60% of the device's peak FLOP/s and batch 64 at 61%: "
             "compute-bound, at or above 30%, so a larger batch cannot cut the compute per "
             "sample") in step["text"], step["text"]
     for rec in recs:
         rec["metrics"]["mfu"] = 0.10
-    (step,) = B.recommend_batch(recs)["steps"]
+    (step,) = BR.recommend_batch(recs)["steps"]
     assert "peak" not in step["text"]
 
 
@@ -289,9 +291,9 @@ def test_memory_that_moves_between_repeats_widens_the_bar():
     miv = rows[1]["mem_interval"]
     assert miv.lo < 1.0 < 1.25 < miv.hi  # the t-interval over three pairs
     assert B.batch_cells(rows[1])[3].startswith("+25% [")
-    rec = B.recommend_batch(recs)
+    rec = BR.recommend_batch(recs)
     (step,) = rec["steps"]
-    assert B.pays(rows[1]["epoch_interval"], 0.25) is True  # the point estimate alone
+    assert BR.pays(rows[1]["epoch_interval"], 0.25) is True  # the point estimate alone
     assert step["pays"] is None
     # samples/s per GiB is each repeat's own ratio: batch 16 / batch 32 runs 0.74-1.02x, so
     # neither is the most efficient (scaling the tight samples/s interval by the median
@@ -311,7 +313,7 @@ def test_memory_that_moves_between_repeats_widens_the_bar():
     for rec in recs:
         if rec["experiment"]["point"]["batch_size"] == 32:
             rec["metrics"]["peak_mem_bytes"]["host"] = int(1.25 * GIB)
-    (step,) = B.recommend_batch(recs)["steps"]
+    (step,) = BR.recommend_batch(recs)["steps"]
     assert step["pays"] is True and step["text"].startswith("pays (epoch-time ratio ")
 
 
@@ -330,16 +332,16 @@ def test_repeats_to_decide_counts_memory_s_interval_too():
                           log_sd=math.log(hi / lo) / 2 / M.t_quantile(2) * math.sqrt(3))
 
     e, m = iv(0.92, 0.80, 1.07), iv(2.36, 0.884, 4.349)
-    assert B.pays(e, 1.36, m) is None
-    text = B._step_text(e, 1.36, m)
+    assert BR.pays(e, 1.36, m) is None
+    text = BR._step_text(e, 1.36, m)
     # never a ratio of 0 or below (this read "-2.35x to 1.12x over memory's interval"), nor
     # the numbers of memory's interval, which spans a factor of 4.9
     assert "memory grew +136.0%, more than epoch time can fall" in text
     assert "memory's own interval: spread too large" in text
     assert "-2.35x" not in text and "-0.36x" not in text
     assert text.endswith("; about 4 repeats would decide it"), text
-    assert B.pays(M.projected(e, 4), 1.36, M.projected(m, 4)) is False
-    assert B.pays(M.projected(e, 3), 1.36, M.projected(m, 3)) is None
+    assert BR.pays(M.projected(e, 4), 1.36, M.projected(m, 4)) is False
+    assert BR.pays(M.projected(e, 3), 1.36, M.projected(m, 3)) is None
 
 
 def _h100_search(repeats: int = 2) -> list[dict]:
@@ -373,7 +375,7 @@ def test_a_measured_epoch_is_never_compared_with_a_projected_one():
     assert all(r["epoch_basis_mixed"] for r in rows)
     assert rows[1]["epoch_growth"] == pytest.approx(0.2066 * 6 / (0.1056 * 13) - 1, abs=1e-3)
     assert rows[2]["epoch_growth"] == pytest.approx(0.411 * 3 / (0.2066 * 6) - 1, abs=1e-3)
-    rec = B.recommend_batch(recs)
+    rec = BR.recommend_batch(recs)
     assert rec["fastest"]["batch_size"] == 256
     assert "compared as projected (median step x steps per epoch) for every batch size" in \
         rec["text"]
@@ -393,7 +395,7 @@ def test_all_measured_epochs_keep_the_measured_basis():
     assert {r["epoch_basis"] for r in rows} == {"measured"}
     assert not any(r["epoch_basis_mixed"] for r in rows)
     assert 3.9 / 5.0 - 1 < rows[1]["epoch_growth"] < 3.9 * 1.03 / 5.0 - 1  # over the repeats
-    assert "compared as projected" not in B.recommend_batch(recs)["text"]
+    assert "compared as projected" not in BR.recommend_batch(recs)["text"]
 
 
 def test_a_runs_only_epoch_is_not_a_like_for_like_measured_epoch():
@@ -426,7 +428,7 @@ def test_fastest_across_groups_of_different_bases_is_by_samples_per_s():
         recs.append(r)
     rows = B.batch_table(recs)
     assert {r["epoch_basis"] for r in rows} == {"measured", "per sample"}
-    fast = B.recommend_batch(recs)["fastest"]
+    fast = BR.recommend_batch(recs)["fastest"]
     assert (fast["batch_size"], fast["samples_per_s"]) == (64, 120.0)
 
 
@@ -440,7 +442,7 @@ def test_a_per_sample_basis_says_so_and_shows_no_mixed_epoch_times():
     assert rows[1]["epoch_basis"] == "per sample" and rows[1]["epoch_basis_mixed"]
     assert B.batch_cells(rows[0])[4] == B.batch_cells(rows[1])[4] == "n/a"
     assert rows[1]["epoch_growth"] == pytest.approx(-0.5)
-    assert "as seconds per sample" in B.recommend_batch([a, b])["text"]
+    assert "as seconds per sample" in BR.recommend_batch([a, b])["text"]
 
 
 def test_the_csv_and_the_plot_carry_the_compared_epoch():
@@ -485,6 +487,6 @@ def test_every_epoch_a_first_one_is_worded_as_such():
         r["metrics"]["epoch_time_projected"] = False
         r["metrics"]["epoch_time_s"] = r["metrics"]["epoch_time_s"] or 2.0
         r["metrics"]["epoch_times_s"] = [r["metrics"]["epoch_time_s"]]
-    text = B.recommend_batch(recs)["text"]
+    text = BR.recommend_batch(recs)["text"]
     assert "(only a first epoch measured, which holds the warm-up)" in text
     assert "after the first" not in text

@@ -9,7 +9,7 @@ import pytest
 from scaleprobe.report import critical as C
 from scaleprobe.report.batch import batch_table as _table
 from scaleprobe.report.batch import batch_table_parts as _parts
-from scaleprobe.report.batch import recommend_batch as _recommend
+from scaleprobe.report.batch_rule import recommend_batch as _recommend
 from scaleprobe.report.critical_plot import critical_plot
 from tests.unit.report.factory import run, typed_api
 

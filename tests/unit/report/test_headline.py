@@ -236,12 +236,12 @@ def test_below_a_runs_own_spread_the_machine_is_not_blamed(tmp_path):
     assert row[4].startswith("the runs' own step times vary more than the difference (their "
                              "spread alone leaves the ratio uncertain by a factor of"), row[4]
     assert "run-to-run noise" not in row[4] and "either will do" not in row[4]
-    from scaleprobe.report import batch
+    from scaleprobe.report import batch, batch_rule
     from scaleprobe.report import repeats as P
     from tests.unit.report.factory import typed_module
 
     B = typed_module(batch)
-    fast = B.recommend_batch(recs)["fastest"]
+    fast = typed_module(batch_rule).recommend_batch(recs)["fastest"]
     other = next(r for r in B.batch_table(recs) if r["batch_size"] != fast["batch_size"])
     iv = P.interval(fast["record"], other["record"], B.EPOCH_BASES[fast["epoch_basis"]])
     assert iv.within_run_bound and iv.log_sd < 1e-9  # the width is the runs' own
