@@ -21,13 +21,10 @@ a verdict, because they weaken every verdict above.
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from scaleprobe.core import config as C
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
@@ -36,6 +33,7 @@ from scaleprobe.report import batch as B
 from scaleprobe.report import batch_rule as BR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
+from scaleprobe.report import rerun as RC
 from scaleprobe.report import scale as S
 from scaleprobe.report import workers as W
 from scaleprobe.report.doc import Section, Table, Text
@@ -49,8 +47,6 @@ ANCHOR = "what-this-says"
 MOST = 5
 HEADERS = ["", "Verdict", "Number", "Interval (95%)", "To decide or improve it"]
 ERROR, DECIDED, UNDECIDED, CONTENTION, RUN_WARNING, NOTE = range(6)
-# the demo's sweeps: rerun through `scaleprobe demo`, which has no spec file to name
-DEMO_SWEEPS = ("demo-batch-size", "demo-loader-transform")
 
 
 @dataclass(frozen=True)
@@ -110,84 +106,11 @@ def _repeats_text(need: int | None, what: str = "") -> str:
     return f"about {need} repeats would decide it{what}"
 
 
-def _command(*argv: Any) -> str:
-    """A command a user can paste: ``scaleprobe ARGS``, shell-quoted."""
-    return "`" + shlex.join(["scaleprobe", *map(str, argv)]) + "`"
-
-
-def _rerun(kind: str, eid: str, folder: str, repeats: int | None,
-           spec: str | None = None, runs: Sequence[RunResult] = ()) -> str:
-    """The command that measures an experiment again with more repeats (finished runs are
-    reused, only the new repeats run), as it runs: the spec file the experiment recorded
-    (``spec``), or for a scale its own options read off its runs (``runs``)."""
-    n = repeats or M.MAX_REPEATS_SUGGESTED
-    at = ["--out", folder] if folder else []
-    if kind == "sweep" and eid in DEMO_SWEEPS:
-        return _command("demo", "--out", Path(folder or "scaleprobe-out/demo").parent,
-                        "--repeats", n)
-    if kind == "scale" and runs:
-        return _scale_command(eid, runs, at, n)
-    if spec:
-        return _command(kind, _shown(spec), *at, "--repeats", n)
-    return (f"`scaleprobe {kind}` with the experiment's own spec and --repeats {n} (its record "
-            "does not name the spec file)")
-
-
-def _scale_command(eid: str, runs: Sequence[RunResult], at: list[str], n: int) -> str:
-    """``scaleprobe scale`` over the experiment's process counts (and nodes) with the options
-    its runs share; a script's scale names the script after ``--``."""
-    counts = sorted({int(c) for r in runs if (c := R.num(r.point.get("nproc"))) is not None})
-    nodes = sorted({int(c) for r in runs if (c := R.num(r.point.get("nnodes"))) is not None})
-    first = runs[0]
-    grid = ["--nproc", ",".join(map(str, counts))] + (
-        ["--nnodes", ",".join(map(str, nodes))] if nodes else [])
-    script = first.cfg("script.path")
-    if script:
-        keep = set(C.SCRIPT_KEYS) - {"out", "name", "dist.nnodes"}
-        opts = C.command_options(first.config, set(C.KNOBS) - keep)
-        tail = ["--", *C.ScriptConfig(script, first.cfg("script.args")).target()]
-        return _command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts, *tail)
-    opts = C.command_options(first.config, {"dist.nproc", "dist.nnodes"})
-    return _command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts)
-
-
-def _shown(path: str) -> str:
-    """A recorded spec path as a command would take it: relative to the current folder when
-    it lies under it (``_command`` quotes it where it must)."""
-    p = Path(path)
-    try:
-        p = p.relative_to(Path.cwd())
-    except ValueError:
-        pass
-    return str(p)
-
-
-def _spec(recs: list[Record]) -> str | None:
-    """The spec file an experiment's own record names (None: not recorded)."""
-    return next((r.spec_path for r in recs
-                 if isinstance(r, (SweepRecord, ColocateRecord)) and r.spec_path), None)
-
-
-def _folder(recs: list[Record]) -> str:
-    return next((r.source for r in recs if r.source), "")
-
-
-def _run_cmd(rec: RunResult, flags: dict[str, Any]) -> str:
-    """``scaleprobe run`` with everything the run's configuration set (task, data folder,
-    processes...), and ``flags`` over it ({"batch_size": 32}): a command that runs as
-    printed (bug caught: a "use it" command for a detection point without --task detection,
-    --data-dir or --nproc)."""
-    over = {C.resolve_key(k): v for k, v in flags.items()}
-    sets = [f"{k}={'null' if v is None else v}" for k, v in over.items()]
-    opts = C.command_options(rec.config, set(over))
-    return _command("run", *opts, *[x for kv in sets for x in ("--set", kv)])
-
-
 def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     """The fastest batch size, told apart from every other of its group or not."""
     rec = BR.recommend_batch(recs)
     fast = rec["fastest"]
-    folder = _folder(recs)
+    folder = RC.folder_of(recs)
     if fast is None:
         return [Verdict(f"Batch size ({eid}): no batch size finished", "0 points finished",
                         "-", "see Findings: why each point failed", ERROR)]
@@ -208,9 +131,9 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
         call = (f"the closest call, batch {nearest[0]['batch_size']}: {nearest[1].text()} "
                 f"(its epoch time / batch {fast['batch_size']}'s)" if nearest is not None
                 else "the only batch size that finished")
+        use = RC.run_command(fast["record"], {"batch_size": fast["batch_size"]})
         return [Verdict(f"Batch {fast['batch_size']} gives the shortest epoch ({eid})", number,
-                        call, f"use it: {_run_cmd(fast['record'], {'batch_size': fast['batch_size']})}",
-                        DECIDED)]
+                        call, f"use it: {use}", DECIDED)]
     needs = [(o, iv, M.repeats_to_decide(iv, 1.0) if iv is not None else None) for o, iv in tied]
     o, iv, need = max(needs, key=lambda t: math.inf if t[2] is None else t[2])
     closest = (f"batch {o['batch_size']}: {iv.text()} (its epoch time / batch "
@@ -218,7 +141,7 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     names = ", ".join(str(t[0]["batch_size"]) for t in tied)
     return [Verdict(f"Fastest batch size ({eid}): inconclusive, batch {fast['batch_size']} is "
                     f"not told apart from batch {names}", number, closest,
-                    _decide(need, iv, lambda n: _rerun("sweep", eid, folder, n, _spec(recs)),
+                    _decide(need, iv, lambda n: RC.rerun("sweep", eid, folder, n, RC.spec_of(recs)),
                             recs),
                     UNDECIDED)]
 
@@ -279,13 +202,14 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
             out.append(Verdict(f"Loader workers ({where}): inconclusive", f"best: "
                                f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
                                "samples/s", why,
-                               _decide(need, iv, lambda n: _rerun("sweep", eid, _folder(recs), n,
-                                                                 _spec(recs)), recs, th),
+                               _decide(need, iv, lambda n: RC.rerun(
+                                   "sweep", eid, RC.folder_of(recs), n, RC.spec_of(recs)),
+                                       recs, th),
                                UNDECIDED))
             continue
         pick = next((x for x in rows if x["group"] == r["group"] and x["setting"] == r["setting"]),
                     None)
-        use = (f"use it: {_run_cmd(pick['record'], _worker_flags(r))}" if pick is not None
+        use = (f"use it: {RC.run_command(pick['record'], _worker_flags(r))}" if pick is not None
                else "see Sweeps")
         out.append(Verdict(f"Use {r['workers']} loader worker(s) ({where}): {r['setting']}",
                            f"{fmt.rate(r['samples_per_s'])} samples/s",
@@ -325,7 +249,7 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
 
         def again(k: int | None, runs: list[RunResult] = runs, folder: str = folder,
                   eid: str = eid) -> str:
-            return _rerun("scale", eid, folder, k, runs=runs)
+            return RC.rerun("scale", eid, folder, k, runs=runs)
 
         against = f" against {row['base_nproc']}" if row["base_nproc"] != 1 else ""
         number = (f"{n} processes{against}: speedup {fmt.ratio(row['speedup'])}, efficiency "
@@ -380,8 +304,8 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     if verdict == "inconclusive" or iv is None:
         need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None
         return Verdict(claim, number, interval,
-                       _decide(need, iv, lambda k: _rerun("colocate", eid, rec.source, k,
-                                                          _spec([rec]))), UNDECIDED)
+                       _decide(need, iv, lambda k: RC.rerun("colocate", eid, rec.source, k,
+                                                          RC.spec_of([rec]))), UNDECIDED)
     warning = verdict not in ("no interference",)
     return Verdict(claim, number, interval, "see Co-location and Findings" if warning
                    else "nothing to change", DECIDED, warning=warning)
@@ -400,36 +324,20 @@ def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) 
     n = int(rec.repeats or 1)
     if lo is None or hi is None or diff is None or tol is None:
         return Verdict(f"Accuracy parity ({eid}): inconclusive", number, "one seed, no interval",
-                       _parity_command(rec, runs or {}, 3), UNDECIDED)
+                       RC.parity_command(rec, runs or {}, 3), UNDECIDED)
     interval = (f"difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], {n} seeds; tolerance "
                 f"+/-{tol:.3f}")
     if verdict == "inconclusive":
         need = parity_repeats(diff, lo, hi, tol, n)
         return Verdict(f"Accuracy parity ({eid}): inconclusive", number, interval,
                        (f"about {need} seeds a side would decide it: "
-                        f"{_parity_command(rec, runs or {}, need)}" if need else
+                        f"{RC.parity_command(rec, runs or {}, need)}" if need else
                         f"{_repeats_text(None)}: set the tolerance by what matters to you"),
                        UNDECIDED)
     broken = verdict == "parity broken"
     return Verdict(f"Accuracy parity ({eid}): {verdict}", number, interval,
                    "see Accuracy parity and Findings" if broken else "nothing to change",
                    DECIDED, warning=broken)
-
-
-def _parity_command(rec: ParityRecord, runs: dict[str, RunResult], repeats: int) -> str:
-    """``scaleprobe run --parity`` with the N-process side's options and the record's
-    tolerance; without its runs, the options are the user's to add."""
-    multi = next((runs[i] for i in reversed(rec.runs or []) if i in runs), None)
-    tol = ["--parity-tolerance", rec.tolerance] if rec.tolerance else []
-    if multi is None:
-        return (_command("run", "--parity", "--repeats", repeats, *tol)
-                + " with the options of the runs compared")
-    opts = C.command_options(multi.config, {"dist.parity", "dist.calibrate_comm", "train.eval",
-                                            "train.seed", "dist.parity_tolerance"})
-    seed = multi.cfg("train.seed")
-    first = int(seed) - (multi.repeat or 0) if isinstance(seed, int) else None
-    return _command("run", *opts, *(["--set", f"train.seed={first}"] if first else []),
-                    "--parity", "--repeats", repeats, *tol)
 
 
 def parity_repeats(diff: float, lo: float, hi: float, tol: float, n: int) -> int | None:
@@ -454,7 +362,7 @@ def contention_verdicts(runs: list[RunResult], th: Thresholds) -> list[Verdict]:
         wait, figures, interval = contention_evidence(c)
         pick = contention_keep(c, th)
         command = (f"keep {pick['workers']} worker(s): "
-                   f"{_run_cmd(base, _worker_flags(pick))}, or make each sample cheaper"
+                   f"{RC.run_command(base, _worker_flags(pick))}, or make each sample cheaper"
                    if pick is not None else
                    "the worker count itself is undecided (see Loader workers): cap compute "
                    "threads so threads + workers fit the cores, or make each sample cheaper")
