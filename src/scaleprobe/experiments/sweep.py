@@ -257,10 +257,10 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     Appends a ``kind: sweep`` summary record to the output folder's results.jsonl; with
     ``tables`` (``scaleprobe.report.sweep_tables.write_tables``, as the commands pass it),
     writes ``sweep.md`` and ``sweep.csv`` there too (the points finished so far, marked
-    partial, when the sweep is stopped) and records their recommendation. Raises ConfigError for a bad spec before anything
-    runs, OutputError for an output folder that cannot take the runs (read-only, full) or
-    that another sweep is writing to, and KeyboardInterrupt (after stopping every point
-    process) on Ctrl+C. ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
+    partial, when the sweep is stopped) and records their recommendation. Raises ConfigError
+    for a bad spec before anything runs, OutputError for an output folder that cannot take
+    the runs (read-only, full) or that another sweep is writing to, and KeyboardInterrupt
+    (after stopping every point process) on Ctrl+C. ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
     ``executor`` (experiments/executor.py): where the points run; None: here.
     """
     sp = load_spec(spec, overrides, repeats)
