@@ -260,7 +260,8 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     partial, when the sweep is stopped) and records their recommendation. Raises ConfigError
     for a bad spec before anything runs, OutputError for an output folder that cannot take
     the runs (read-only, full) or that another sweep is writing to, and KeyboardInterrupt
-    (after stopping every point process) on Ctrl+C. ``repeats`` (``--repeats``) replaces the spec's ``[sweep] repeats``.
+    (after stopping every point process) on Ctrl+C. ``repeats`` (``--repeats``) replaces the
+    spec's ``[sweep] repeats``.
     ``executor`` (experiments/executor.py): where the points run; None: here.
     """
     sp = load_spec(spec, overrides, repeats)

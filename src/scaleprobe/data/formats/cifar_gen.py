@@ -76,7 +76,8 @@ def _batch(images: np.ndarray, labels: list[int], name: str, first: int) -> dict
 def write_cifar10(out_dir: str | Path, count: int = 200, size: tuple[int, int] = (32, 32),
                   seed: int = 0, overwrite: bool = False) -> Written:
     """Write ``count`` images: one sixth to ``test_batch``, the rest over five train batches."""
-    root = start_writing("cifar10", out_dir, overwrite, count, size, least=(6, 32), fixed=(32, 32))
+    root = start_writing("cifar10", out_dir, overwrite, count, size, least=(6, 32),
+                         fixed=(32, 32))
     folder = root / BASE_FOLDER
     folder.mkdir(exist_ok=True)
     rng = np.random.default_rng(seed)

@@ -53,8 +53,9 @@ def need_size(fmt: str, size: tuple[int, int], minimum: int, fixed: tuple[int, i
                           f"got {size[0]}x{size[1]}")
 
 
-def start_writing(fmt: str, out_dir: str | Path, overwrite: bool, count: int, size: tuple[int, int],
-          least: tuple[int, int], fixed: tuple[int, int] | None = None) -> Path:
+def start_writing(fmt: str, out_dir: str | Path, overwrite: bool, count: int,
+                  size: tuple[int, int], least: tuple[int, int],
+                  fixed: tuple[int, int] | None = None) -> Path:
     """What every generator checks before it writes (``least``: the fewest images and the
     smallest side the format holds; ``fixed``: the one size it has), then its output
     folder, created."""
