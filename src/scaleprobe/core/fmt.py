@@ -6,11 +6,13 @@ missing, never as zero.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec
 
 NA = "n/a"
 GIB = 1 << 30
+P = ParamSpec("P")
 
 
 def _n(v: Any) -> Any:
@@ -20,41 +22,52 @@ def _n(v: Any) -> Any:
     return v
 
 
-def num(v: Any, spec: str = ".1f", unit: str = "") -> str:
-    v = _n(v)
-    return NA if v is None else f"{v:{spec}}{unit}"
+def _or_na(fmt: Callable[Concatenate[float, P], str]) -> Callable[Concatenate[Any, P], str]:
+    """A formatter of a number that prints ``n/a`` for anything ``_n`` does not pass."""
+
+    @functools.wraps(fmt)
+    def guarded(v: Any, /, *args: P.args, **kwargs: P.kwargs) -> str:
+        v = _n(v)
+        return NA if v is None else fmt(v, *args, **kwargs)
+
+    return guarded
 
 
-def bytes_(v: Any) -> str:
-    """2254857830 -> '2.1 GiB'; 44040192 -> '42 MiB'."""
-    v = _n(v)
-    if v is None:
-        return NA
-    for unit, div in (("TiB", 1 << 40), ("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+def _in_unit(v: float, units: Sequence[tuple[str, float]], below: str,
+             scaled: Callable[[float], str]) -> str:
+    """``v`` in the first of ``units`` ((name, size), largest first) it reaches, the number
+    written by ``scaled``; ``below`` when it reaches none."""
+    for unit, div in units:
         if abs(v) >= div:
-            scaled = v / div
-            return f"{scaled:.1f} {unit}" if scaled < 100 else f"{scaled:.0f} {unit}"
-    return f"{int(v)} B"
+            return f"{scaled(v / div)} {unit}"
+    return below
 
 
-def size(v: Any) -> str:
+_BINARY = (("TiB", 1 << 40), ("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+@_or_na
+def num(v: float, spec: str = ".1f", unit: str = "") -> str:
+    return f"{v:{spec}}{unit}"
+
+
+@_or_na
+def bytes_(v: float) -> str:
+    """2254857830 -> '2.1 GiB'; 44040192 -> '42 MiB'."""
+    return _in_unit(v, _BINARY, f"{int(v)} B", lambda x: f"{x:.1f}" if x < 100 else f"{x:.0f}")
+
+
+@_or_na
+def size(v: float) -> str:
     """Message sizes in the style of collective benchmarks: '1 KiB', '16 MiB'."""
-    v = _n(v)
-    if v is None:
-        return NA
-    for unit, div in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if v >= div:
-            scaled = v / div
-            return f"{scaled:g} {unit}" if scaled == int(scaled) else f"{scaled:.1f} {unit}"
-    return f"{int(v)} B"
+    return _in_unit(v, _BINARY[1:], f"{int(v)} B",
+                    lambda x: f"{x:g}" if x == int(x) else f"{x:.1f}")
 
 
-def duration(v_s: Any, projected: bool = False) -> str:
+@_or_na
+def duration(v_s: float, projected: bool = False) -> str:
     """A time, one way everywhere (report, terminal, compare): '412.3 ms' below a second,
     '1.50 s' below 10 s, '95.8 s' below 10 minutes, then '12.5 min'; '~' where projected."""
-    v_s = _n(v_s)
-    if v_s is None:
-        return NA
     a = abs(v_s)
     text = (f"{v_s * 1000:.1f} ms" if a < 1.0 else f"{v_s:.2f} s" if a < 10.0
             else f"{v_s:.1f} s" if a < 600.0 else f"{v_s / 60:.1f} min")
@@ -75,10 +88,8 @@ def durations(values: Sequence[Any], projected: Sequence[bool] = ()) -> list[str
         return [NA for _ in values]
     in_ms = nums[len(nums) // 2] < 1.0
 
-    def one(v: Any) -> str:
-        v = _n(v)
-        if v is None:
-            return NA
+    @_or_na
+    def one(v: float) -> str:
         if in_ms:
             x = v * 1000
             return f"{x:,.1f} ms" if abs(x) < 100 else f"{x:,.0f} ms"
@@ -90,9 +101,9 @@ def durations(values: Sequence[Any], projected: Sequence[bool] = ()) -> list[str
             for v, mark in zip(values, marks, strict=False)]
 
 
-def us(v_s: Any) -> str:
-    v_s = _n(v_s)
-    return NA if v_s is None else f"{v_s * 1e6:.1f}"
+@_or_na
+def us(v_s: float) -> str:
+    return f"{v_s * 1e6:.1f}"
 
 
 def seconds(v_s: Any, projected: bool = False) -> str:
@@ -100,16 +111,16 @@ def seconds(v_s: Any, projected: bool = False) -> str:
     return duration(v_s, projected)
 
 
-def pct(fraction: Any, digits: int = 0) -> str:
+@_or_na
+def pct(fraction: float, digits: int = 0) -> str:
     """0.256 -> '26%'."""
-    fraction = _n(fraction)
-    return NA if fraction is None else f"{fraction * 100:.{digits}f}%"
+    return f"{fraction * 100:.{digits}f}%"
 
 
-def pct_value(value_pct: Any) -> str:
+@_or_na
+def pct_value(value_pct: float) -> str:
     """A value already in percent (CPU / GPU utilisation): 87.3 -> '87%'."""
-    value_pct = _n(value_pct)
-    return NA if value_pct is None else f"{value_pct:.0f}%"
+    return f"{value_pct:.0f}%"
 
 
 def growth(rel: Any) -> str:
@@ -121,27 +132,23 @@ def growth(rel: Any) -> str:
     return f"{rel * 100:+.0f}%"
 
 
-def signed_pct(rel: Any, digits: int = 1) -> str:
-    rel = _n(rel)
-    return NA if rel is None else f"{rel * 100:+.{digits}f}%"
+@_or_na
+def signed_pct(rel: float, digits: int = 1) -> str:
+    return f"{rel * 100:+.{digits}f}%"
 
 
-def rate(v: Any) -> str:
+@_or_na
+def rate(v: float) -> str:
     """Samples per second with sensible precision."""
-    v = _n(v)
-    if v is None:
-        return NA
     if v >= 100:
         return f"{v:,.0f}"
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
-def tflops(flops_per_s: Any) -> str:
+@_or_na
+def tflops(flops_per_s: float) -> str:
     """FLOP/s as TFLOP/s with three significant figures: 2.6e10 -> '0.0260'."""
-    v = _n(flops_per_s)
-    if v is None:
-        return NA
-    t = v / 1e12
+    t = flops_per_s / 1e12
     return f"{t:,.0f}" if t >= 100 else f"{t:.3g}" if t >= 0.001 else f"{t:.2e}"
 
 
@@ -156,39 +163,33 @@ def flops_column(values: Sequence[Any]) -> tuple[str, list[str]]:
     unit, div = next(((u, d) for u, d in (("TFLOP/s", 1e12), ("GFLOP/s", 1e9),
                                             ("MFLOP/s", 1e6)) if top >= d), ("MFLOP/s", 1e6))
 
-    def one(v: Any) -> str:
-        v = _n(v)
-        if v is None:
-            return NA
+    @_or_na
+    def one(v: float) -> str:
         x = v / div
         return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
     return unit, [one(v) for v in values]
 
 
-def flops(v: Any, per_s: bool = False) -> str:
+@_or_na
+def flops(v: float, per_s: bool = False) -> str:
     """FLOPs (or FLOP/s) in the unit that reads: 4.2e6 -> '4.2 MFLOP', 2.781e10 -> '27.8
     GFLOP', 9.89e14 with per_s -> '989 TFLOP/s'."""
-    v = _n(v)
-    if v is None:
-        return NA
     unit = "FLOP/s" if per_s else "FLOP"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= scale:
-            x = v / scale
-            return f"{x:.3g} {prefix}{unit}" if x < 1000 else f"{x:,.0f} {prefix}{unit}"
-    return f"{v:.3g} {unit}"
+    prefixes = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+    return _in_unit(v, [(p + unit, div) for p, div in prefixes], f"{v:.3g} {unit}",
+                    lambda x: f"{x:.3g}" if x < 1000 else f"{x:,.0f}")
 
 
-def mfu(v: Any) -> str:
+@_or_na
+def mfu(v: float) -> str:
     """0.554 -> '55%', 0.034 -> '3.4%'."""
-    v = _n(v)
-    return NA if v is None else pct(v, 1 if v < 0.1 else 0)
+    return pct(v, 1 if v < 0.1 else 0)
 
 
-def ratio(v: Any) -> str:
-    v = _n(v)
-    return NA if v is None else f"{v:.2f}x"
+@_or_na
+def ratio(v: float) -> str:
+    return f"{v:.2f}x"
 
 
 def _cell(text: Any) -> str:

@@ -60,10 +60,18 @@ PLAUSIBLE_SPEEDUP_FACTOR = 1.10
 
 # ---- figures ------------------------------------------------------------------------------
 
+def _ratio(num: float | None, den: float | None) -> float | None:
+    """``num / den``; None when either is missing or ``den`` is not positive."""
+    return None if num is None or den is None or den <= 0 else num / den
+
+
+def _product(a: float | None, b: float | None) -> float | None:
+    """``a * b``; None when either is missing."""
+    return None if a is None or b is None else a * b
+
+
 def samples_per_s(samples: float | None, seconds: float | None) -> float | None:
-    if samples is None or not seconds or seconds <= 0:
-        return None
-    return samples / seconds
+    return _ratio(samples, seconds)
 
 
 def tokens_per_s(sps: float | None, tokens_per_sample: int | None) -> float | None:
@@ -93,16 +101,12 @@ def step_samples_per_s(samples_per_step: float | None, step_s: float | None) -> 
 def unique_samples_per_s(sps: float | None, unique_fraction: float | None) -> float | None:
     """Samples/s counting each sample once per epoch (the shard audit's unique fraction):
     what the model really learned from when ranks read the same data."""
-    if sps is None or unique_fraction is None:
-        return None
-    return sps * unique_fraction
+    return _product(sps, unique_fraction)
 
 
 def joules_per_sample(watts: float | None, sps: float | None) -> float | None:
     """Energy per sample: the GPUs' mean draw over the timed window / samples per second."""
-    if watts is None or not sps or sps <= 0:
-        return None
-    return watts / sps
+    return _ratio(watts, sps)
 
 
 def joules_to_target(j_per_sample: float | None, sps: float | None,
@@ -138,9 +142,7 @@ def ideal_speedup(n: int | None, base_n: int | None) -> float | None:
 
 def efficiency(speedup_x: float | None, n: float | None) -> float | None:
     """Speedup over its ideal ``n`` (the process count, or N / B against a B-process base)."""
-    if speedup_x is None or not n:
-        return None
-    return speedup_x / n
+    return _ratio(speedup_x, n)
 
 
 def growth(new: float | None, old: float | None) -> float | None:
@@ -165,9 +167,7 @@ def flops_per_sample(flops_per_step: float | None, samples_per_step: int | None
 def achieved_flops_per_s(flops_per_sample_: float | None, sps: float | None) -> float | None:
     """FLOP/s the run did: per-sample FLOPs x samples/s (right for ranks that do not move in
     lockstep too, like the asynchronous parameter server's workers)."""
-    if flops_per_sample_ is None or sps is None:
-        return None
-    return flops_per_sample_ * sps
+    return _product(flops_per_sample_, sps)
 
 
 def mfu(achieved: float | None, peak_per_device: float | None, devices: int | None
@@ -181,9 +181,7 @@ def mfu(achieved: float | None, peak_per_device: float | None, devices: int | No
 def epochs_of(step: int | None, steps_per_epoch: int | None) -> float | None:
     """Epochs a run had trained after ``step`` steps: 1.0 is one pass over its training split
     (the steps of a whole epoch, with the last partial batch dropped)."""
-    if step is None or not steps_per_epoch:
-        return None
-    return step / steps_per_epoch
+    return _ratio(step, steps_per_epoch)
 
 
 def samples_of(step: int | None, global_batch: int | None) -> int | None:

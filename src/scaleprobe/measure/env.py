@@ -22,15 +22,14 @@ from scaleprobe.measure.gpu import nvml_info
 
 @dataclass(frozen=True)
 class DistInfo:
-    rank: int = 0
-    local_rank: int = 0
-    world: int = 1
-    local_world: int = 1
-    node_rank: int = 0
+    """This process's place in the job, every field read from the launcher's environment by
+    ``dist_info`` (a process started without a launcher is rank 0 of 1)."""
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    rank: int
+    local_rank: int
+    world: int
+    local_world: int
+    node_rank: int
 
 
 def dist_info() -> DistInfo:
