@@ -6,6 +6,7 @@ is the experiment's (``experiments/verdict.py``); this module only lays it out."
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scaleprobe.core import metrics
@@ -15,16 +16,22 @@ HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone",
            "epoch time together", "slowdown", "95% interval", "reading")
 
 
-def _interval_cell(j: dict[str, Any]) -> str:
+def _interval_cell(j: Mapping[str, Any]) -> str:
     iv = metrics.interval_of(j.get("slowdown_interval"))
     return "n/a" if iv is None else iv.bounds()
 
 
+def job_rows(jobs: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+    """One row a job, in ``HEADERS``' order (colocate.md and the report's section)."""
+    return [[str(j.get("name") or "n/a"), rate(j.get("alone_samples_per_s")),
+             rate(j.get("together_samples_per_s")), seconds(j.get("alone_epoch_time_s")),
+             seconds(j.get("together_epoch_time_s")), ratio(j.get("slowdown")),
+             _interval_cell(j), str(j.get("reading") or "n/a")]
+            for j in jobs]
+
+
 def colocate_rows(rec: dict[str, Any]) -> list[list[str]]:
-    rows = [[j["name"], rate(j.get("alone_samples_per_s")), rate(j.get("together_samples_per_s")),
-             seconds(j.get("alone_epoch_time_s")), seconds(j.get("together_epoch_time_s")),
-             ratio(j.get("slowdown")), _interval_cell(j), str(j.get("reading") or "n/a")]
-            for j in rec["jobs"]]
+    rows = job_rows(rec["jobs"])
     a, t = rec.get("total_samples_per_s_alone_sum"), rec.get("total_samples_per_s_together")
     rows.append(["**total**", rate(a) + " (sum)", rate(t), "", "",
                  ratio(a / t) if a and t else "n/a", "", ""])

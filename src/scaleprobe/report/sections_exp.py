@@ -24,6 +24,7 @@ from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
 from scaleprobe.report import target as T
 from scaleprobe.report import workers as W
+from scaleprobe.report.colocate import job_rows
 from scaleprobe.report.critical_plot import critical_plot
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.labels import distinct_labels
@@ -174,12 +175,6 @@ def _target_curves(s: Section, eid: str, runs: list[RunResult],
                       "horizontal line"))
 
 
-def _ratio_cell(d: Any) -> str:
-    """A ratio's stored interval as a cell; one too wide to mean anything says so."""
-    iv = M.interval_of(d)
-    return fmt.NA if iv is None else iv.bounds()
-
-
 def _interval_cell(iv: Any, spec: str = ".2f") -> str:
     iv = R.dict_of(iv)
     lo, hi = R.num(iv.get("lo")), R.num(iv.get("hi"))
@@ -194,12 +189,7 @@ def colocate_section(records: list[Record]) -> Section | None:
     headers = ["Job", "Alone samples/s", "Together samples/s", "Alone epoch", "Together epoch",
                "Slowdown", "95% interval", "Reading"]
     for rec in recs:
-        rows = [[str(j.get("name")), fmt.rate(j.get("alone_samples_per_s")),
-                 fmt.rate(j.get("together_samples_per_s")),
-                 fmt.seconds(j.get("alone_epoch_time_s")),
-                 fmt.seconds(j.get("together_epoch_time_s")), fmt.ratio(j.get("slowdown")),
-                 _ratio_cell(j.get("slowdown_interval")), str(j.get("reading") or fmt.NA)]
-                for j in R.dicts(rec.jobs)]
+        rows = job_rows(R.dicts(rec.jobs))
         reps = rec.repeats
         s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],
                     caption=f"{rec.exp_id or 'co-location'}: placement "
