@@ -46,34 +46,45 @@ def _namespaces() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
-@pytest.mark.timeout(400)
+@pytest.fixture(scope="module")
+def slow_cable_runs(harness, tmp_path_factory):
+    """One 3-rank ps run with rank N behind the 100 Mbit/s cable, for N = 2 and N = 1:
+    {N: (its output folder, its record, the namespaces left after it == those before)}. The
+    prediction test adds its one-rank run to rank 2's folder."""
+    from tests.conftest import run_cli
+
+    runs = {}
+    for slow in (2, 1):
+        out, before = tmp_path_factory.mktemp(f"rank{slow}"), _namespaces()
+        p = run_cli("run", "--strategy", "ps", "--nproc", "3", "--link", f"rank{slow}=100mbit",
+                    *TRAIN, "--out", out, timeout=360)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        runs[slow] = (out, read_jsonl(out / "results.jsonl")[-1], _namespaces() == before)
+    return runs
+
+
+@pytest.mark.timeout(800)
 @pytest.mark.parametrize("slow", [2, 1])
-def test_the_rank_behind_the_slow_cable_is_the_straggler(harness, cli, tmp_path, slow):
-    before = _namespaces()
-    p = cli("run", "--strategy", "ps", "--nproc", "3", "--link", f"rank{slow}=100mbit",
-            *TRAIN, "--out", tmp_path, timeout=360)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    rec = read_jsonl(tmp_path / "results.jsonl")[-1]
+def test_the_rank_behind_the_slow_cable_is_the_straggler(slow_cable_runs, slow):
+    _, rec, namespaces_removed = slow_cable_runs[slow]
     lags = rec["comm"]["server"]["per_worker_arrival_lag_s"]
     print(f"\nrank{slow}=100mbit: arrival lag per worker {lags}; {rec['straggler']['line']}")
     assert rec["straggler"]["slowest_rank"] == slow
     # 12.6 MB at 100 Mbit/s: about a second behind the other worker's push
     assert lags[str(slow)] > 0.5 and lags[str(3 - slow)] < 0.2
     assert rec["comm"]["measured_link"]["name"] == f"rank{slow}=100mbit"
-    assert _namespaces() == before  # every namespace of the run was removed
+    assert namespaces_removed  # every namespace of the run was removed
 
 
-@pytest.mark.timeout(500)
-def test_the_slow_cable_is_predicted_from_a_one_rank_run(harness, cli, tmp_path):
+@pytest.mark.timeout(800)
+def test_the_slow_cable_is_predicted_from_a_one_rank_run(slow_cable_runs, cli):
+    out = slow_cable_runs[2][0]  # ps, rank 2 behind 100 Mbit/s
     # one thread, as each of the 3 ranks on this host gets (2 cores // 3 processes)
     one = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "scaleprobe", "run",
                           "--strategy", "single", *TRAIN, "--steps", "20", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=200)
+                          str(out)], capture_output=True, text=True, timeout=200)
     assert one.returncode == 0, one.stderr[-2000:]
-    p = cli("run", "--strategy", "ps", "--nproc", "3", "--link", "rank2=100mbit", *TRAIN,
-            "--out", tmp_path, timeout=360)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    got = cli("predict", "--check", tmp_path, "--json", timeout=120)
+    got = cli("predict", "--check", out, "--json", timeout=120)
     assert got.returncode == 0, got.stderr[-2000:]
     (pt,) = json.loads(got.stdout)["points"]
     print(f"\nps, rank2 behind 100 Mbit/s: measured {pt['measured_s']:.3f} s, predicted "
