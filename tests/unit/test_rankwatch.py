@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from scaleprobe.launch.rankwatch import RankWatch, name_signal
-from scaleprobe.measure.heartbeat import STATES, beat_dir
+from scaleprobe.measure.heartbeat import STATES, beat_dir, write_error
 
 
 def _beat(run_dir, rank, pid, state="training", step=5, mark=3, moved_age=0.0):
@@ -58,6 +58,23 @@ def test_a_job_with_no_progress_for_the_timeout_is_ended_as_stalled(tmp_path):
     finally:
         for r in ranks:
             r.kill()
+
+
+def test_a_rank_that_raised_is_named_by_its_own_error_line_when_the_watch_saw_nothing(
+        tmp_path):
+    """The launcher saw rank 1 exit (code 1) before the watch read its last beat: the job's
+    error is still the rank's own line, not "exited with code 1". Bug caught: a killed
+    DataLoader worker's error was lost this way under load (1 run of 3)."""
+    beat_dir(tmp_path).mkdir(parents=True)
+    write_error(tmp_path, 1, "RuntimeError: DataLoader worker (pid 7) is killed by signal")
+    fail = SimpleNamespace(exitcode=1, message="", error_file_data=None, timestamp=5)
+    watch = RankWatch(str(tmp_path))  # it never polled: it saw no failure
+    got = watch.failure(SimpleNamespace(failures={1: fail}))
+    assert (got.rank, got.message) == (1, "RuntimeError: DataLoader worker (pid 7) is killed "
+                                          "by signal")
+    # a rank without a line of its own keeps the launcher's words
+    got = watch.failure(SimpleNamespace(failures={0: fail}))
+    assert (got.rank, got.message) == (0, "exited with code 1")
 
 
 def test_no_stall_before_the_first_progress_nor_within_the_timeout(tmp_path):

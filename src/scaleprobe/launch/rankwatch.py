@@ -349,11 +349,18 @@ class RankWatch:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
 
+    def _own_line(self, agent: WorkerFailure) -> WorkerFailure:
+        """The launcher's failure with the rank's own error line where it wrote one: a rank
+        that raised exits with code 1, which is all the launcher can tell (it may see the
+        exit before this watch has read the rank's last beat)."""
+        line = read_error(self.run_dir or "", agent.rank) if agent.rank >= 0 else None
+        return agent if line is None else WorkerFailure(agent.rank, line)
+
     def failure(self, err: Exception) -> WorkerFailure:
         """The job's failure: the first rank that failed, with its own error line (or how it
         died), or, when another rank had stopped making progress before (it hung; the one that
         failed only waited for it), that rank, with the other's error after it."""
-        agent = _first_failure(err)
+        agent = self._own_line(_first_failure(err))
         if self.first is None:
             return agent
         rank, at, raised = self.first
