@@ -348,7 +348,8 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
                  overrides: dict[str, Any] | None = None, progress: bool = True,
                  console: Console | None = None, placement: str | None = None,
                  repeats: int | None = None,
-                 render: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
+                 render: Callable[[res.ColocateRecord], str] | None = None
+                 ) -> dict[str, Any]:
     """Run every job alone, then all together, ``repeats`` times interleaved; append and
     return the ``kind: colocate`` record (its point runs are run records with
     ``experiment.kind == "colocate"`` and ``experiment.repeat``). ``render``: the record as
@@ -371,5 +372,5 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
     rec["spec_path"] = spec_file(spec)
     res.append_jsonl(out / res.RESULTS_FILE, rec)
     if render is not None:
-        (out / "colocate.md").write_text(render(rec))
+        (out / "colocate.md").write_text(render(res.ColocateRecord.from_dict(rec)))
     return rec

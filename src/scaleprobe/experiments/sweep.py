@@ -28,6 +28,7 @@ from rich.console import Console
 
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 from scaleprobe.core.target import repeat_config
 from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
@@ -51,9 +52,9 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 # How a sweep's tables are made (report/sweep_tables.write_tables, which the commands pass):
-# (out folder, run records, skipped points, batch searches, spec, partial) -> the report,
-# whose "recommendation" goes into the sweep record. The sweep itself renders nothing.
-Tables = Callable[[Path, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+# (out folder, run records typed, skipped points, batch searches, spec, partial) -> the
+# report, whose "recommendation" goes into the sweep record. The sweep itself renders nothing.
+Tables = Callable[[Path, list[RunResult], list[dict[str, Any]], list[dict[str, Any]],
                    SweepSpec, bool], dict[str, Any]]
 
 # measured: not run again on resume (a failed shard audit would fail again)
@@ -304,7 +305,7 @@ def _run_locked(st: SweepState, pts: list[Point]) -> list[dict[str, Any]]:
         try:  # the tables of the points finished so far; never hide why the sweep stopped
             keys = None if sp.auto else {sp.config(p, str(out)).key() for p in pts}
             if st.tables is not None:
-                st.tables(out, _finished(st, keys), st.skipped, st.searches, sp, True)
+                st.tables(out, _typed(_finished(st, keys)), st.skipped, st.searches, sp, True)
         except Exception as e:  # noqa: BLE001
             st.bar.note(f"could not write the partial tables: {type(e).__name__}: {e}")
         raise
@@ -312,9 +313,14 @@ def _run_locked(st: SweepState, pts: list[Point]) -> list[dict[str, Any]]:
         st.procs.close()
     st.bar.stop()
     report = ({} if st.tables is None
-              else st.tables(out, st.records, st.skipped, st.searches, sp, False))
+              else st.tables(out, _typed(st.records), st.skipped, st.searches, sp, False))
     res.append_jsonl(st.results_path, _sweep_record(st, report))
     return st.records
+
+
+def _typed(records: list[dict[str, Any]]) -> list[RunResult]:
+    """The run records among a sweep's records, as the report reads them."""
+    return [RunResult.from_dict(r) for r in res.runs(records)]
 
 
 def _finished(st: SweepState, keys: set[str] | None) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from scaleprobe.core import metrics
 from scaleprobe.core.fmt import md_table, num, rate, ratio, seconds
+from scaleprobe.core.results import ColocateRecord
 
 HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone",
            "epoch time together", "slowdown", "95% interval", "reading")
@@ -30,17 +31,17 @@ def job_rows(jobs: Iterable[Mapping[str, Any]]) -> list[list[str]]:
             for j in jobs]
 
 
-def colocate_rows(rec: dict[str, Any]) -> list[list[str]]:
-    rows = job_rows(rec["jobs"])
-    a, t = rec.get("total_samples_per_s_alone_sum"), rec.get("total_samples_per_s_together")
+def colocate_rows(rec: ColocateRecord) -> list[list[str]]:
+    rows = job_rows(rec.jobs)
+    a, t = rec.total_samples_per_s_alone_sum, rec.total_samples_per_s_together
     rows.append(["**total**", rate(a) + " (sum)", rate(t), "", "",
                  ratio(a / t) if a and t else "n/a", "", ""])
     return rows
 
 
-def _repeats_line(rec: dict[str, Any]) -> str:
-    n = rec.get("repeats") or 1
-    cpus = rec.get("cpu_util_pct_together_repeats") or []
+def _repeats_line(rec: ColocateRecord) -> str:
+    n = rec.repeats or 1
+    cpus = rec.cpu_util_pct_together_repeats or []
     per = ", ".join(num(c, ".0f", "%") for c in cpus)
     return (f"- repeats: {n}, interleaved (each job alone, then all together, per repeat; each "
             "run in its own process); figures are geometric means over the repeats, intervals "
@@ -49,30 +50,30 @@ def _repeats_line(rec: dict[str, Any]) -> str:
             + _overlap_text(rec))
 
 
-def _overlap_text(rec: dict[str, Any]) -> str:
+def _overlap_text(rec: ColocateRecord) -> str:
     """The jobs' timed windows, open together, per repeat (absent in older records)."""
-    ov = rec.get("window_overlap_repeats")
+    ov = rec.window_overlap_repeats
     if not isinstance(ov, list) or not any(isinstance(v, (int, float)) for v in ov):
         return ""
     return "; share of each job's timed window with every job running, smallest per repeat: " + ", ".join(
         num(v * 100 if isinstance(v, (int, float)) else None, ".0f", "%") for v in ov)
 
 
-def render_colocate(rec: dict[str, Any]) -> str:
-    cpu, gpu = rec.get("cpu_util_pct_together"), rec.get("gpu_util_pct_together")
+def render_colocate(rec: ColocateRecord) -> str:
+    cpu, gpu = rec.cpu_util_pct_together, rec.gpu_util_pct_together
     lines = [
-        f"## Co-located jobs: {rec['experiment']['id']}",
+        f"## Co-located jobs: {rec.exp_id}",
         "",
-        f"- placement: {rec.get('placement_note') or rec['placement']}",
+        f"- placement: {rec.placement_note or rec.placement}",
         _repeats_line(rec),
         f"- machine while together: CPU {num(cpu, '.0f', '%')} (whole machine, sampled while "
-        f"every job was running: {num(rec.get('overlap_s'), '.1f', ' s')}), "
+        f"every job was running: {num(rec.overlap_s, '.1f', ' s')}), "
         f"GPU {num(gpu, '.0f', '%')}",
         "",
         md_table(HEADERS, colocate_rows(rec), right=[False] + [True] * 6 + [False]),
         "",
-        f"- {rec.get('throughput', '')}",
-        f"- **verdict: {rec['verdict']}** - {rec['evidence']}",
+        f"- {rec.throughput or ''}",
+        f"- **verdict: {rec.verdict}** - {rec.evidence}",
         "",
     ]
     return "\n".join(lines)

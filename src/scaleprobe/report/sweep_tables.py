@@ -20,7 +20,6 @@ from typing import Any, Protocol, TypeVar
 
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core import results as res
 from scaleprobe.core.config import BATCH_KEYS
 from scaleprobe.core.results import Experiment, Record, RunResult, SweepRecord
 from scaleprobe.core.traits import known
@@ -288,15 +287,14 @@ def _has(spec: Spec, keys: tuple[str, ...]) -> bool:
     return any(a.key in keys for a in spec.axes)
 
 
-def sweep_report(records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+def sweep_report(runs: list[RunResult], skipped: list[dict[str, Any]],
                  searches: list[dict[str, Any]], spec: Spec) -> dict[str, Any]:
     """Tables (title, headers, rows, notes), the CSV text, and the recommendation;
-    ``records``: the sweep's run records as they were written."""
+    ``runs``: the sweep's run records."""
     labels = [a.label for a in spec.axes]
     sections: list[dict[str, Any]] = []
     recommendation: dict[str, Any] = {}
     csv_text = None
-    runs = [RunResult.from_dict(r) for r in res.runs(records)]
     if _has(spec, BATCH_KEYS) and (runs or skipped):
         batch, csv_text, recommendation["batch"] = batch_sections(
             with_skipped(runs, skipped, spec.sweep_id), spec.sweep_id)
@@ -337,13 +335,13 @@ def write_report(out: Path, report: dict[str, Any], partial: bool = False) -> st
     return text
 
 
-def write_tables(out: Path, records: list[dict[str, Any]], skipped: list[dict[str, Any]],
+def write_tables(out: Path, runs: list[RunResult], skipped: list[dict[str, Any]],
                  searches: list[dict[str, Any]], spec: Spec, partial: bool = False
                  ) -> dict[str, Any]:
     """The sweep's tables from its run records, written as ``sweep.md`` and ``sweep.csv``
     into ``out`` (``partial``: the sweep was stopped; the tables say so); returns the report
     (its ``recommendation`` goes into the sweep record). What ``run_sweep`` takes as
     ``tables``."""
-    report = sweep_report(records, skipped, searches, spec)
+    report = sweep_report(runs, skipped, searches, spec)
     write_report(out, report, partial)
     return report

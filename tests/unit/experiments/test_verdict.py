@@ -4,6 +4,7 @@ decide it."""
 import pytest
 
 from scaleprobe.core import metrics
+from scaleprobe.core.results import ColocateRecord
 from scaleprobe.experiments.placement import cpu_list, plan_placement, split_cpus
 from scaleprobe.experiments.verdict import (
     JobFigures,
@@ -138,7 +139,7 @@ def test_render_has_every_job_its_interval_and_the_verdict():
            "cpu_util_pct_together": 99.0, "gpu_util_pct_together": None, "overlap_s": 3.0,
            "cpu_util_pct_together_repeats": [99.0, 98.0, 100.0],
            "verdict": "CPU saturated", "evidence": "because", "throughput": "t"}
-    text = render_colocate(rec)
+    text = render_colocate(ColocateRecord.from_dict(rec))
     lo, hi = SLOW.interval.lo, SLOW.interval.hi
     assert f"| 1.67x | [{lo:.2f}, {hi:.2f}] | slower together |" in text
     assert "| 0.78x |" in text and "faster together |" in text
@@ -152,7 +153,7 @@ def test_old_records_without_intervals_still_render():
            "jobs": [{"name": "a", "alone_samples_per_s": 100.0, "together_samples_per_s": 50.0,
                      "alone_epoch_time_s": 1.0, "together_epoch_time_s": 2.0, "slowdown": 2.0}],
            "verdict": "CPU saturated", "evidence": "e"}
-    assert "| a | 100 | 50.0 | 1.00 s | 2.00 s | 2.00x | n/a | n/a |" in render_colocate(rec)
+    assert "| a | 100 | 50.0 | 1.00 s | 2.00 s | 2.00x | n/a | n/a |" in render_colocate(ColocateRecord.from_dict(rec))
 
 
 def test_pinned_jobs_on_fewer_gpus_still_share_one():

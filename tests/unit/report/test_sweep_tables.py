@@ -3,6 +3,7 @@
 import csv
 import io
 
+from scaleprobe.core.results import RunResult
 from scaleprobe.report import sweep_tables as _tables
 from tests.unit.report.factory import run, sweep_point, typed_module, with_
 
@@ -67,7 +68,7 @@ def test_sweep_tables_name_the_points_measured_under_load():
     busy = run("b", experiment=sweep_point("s", model="b"), cores=2)
     quiet["metrics"]["outside_cpu_cores"] = 0.05
     busy["metrics"]["outside_cpu_cores"] = 1.5
-    notes = T.sweep_report([quiet, busy], [], [], sp)["notes"]
+    notes = T.sweep_report([RunResult.from_dict(r) for r in (quiet, busy)], [], [], sp)["notes"]
     line = next(n for n in notes if "under load" in n.lower())
     assert "model=b" in line and "model=a" not in line
 
