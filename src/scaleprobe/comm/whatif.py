@@ -1,11 +1,11 @@
 """What if: one measured one-rank run's step predicted for other process counts, hosts,
 links and strategies (``scaleprobe predict --from``, the report's what-if section).
 
-    plan(sample, strategies, nprocs, nnodes, links)  ->  one Row per combination
+    plan(sample, Grid(strategies, nprocs, nnodes, links))  ->  one Row per combination
 
 Each Row holds the prediction (``comm/stepmodel.Prediction``: step, speedup, efficiency,
 where the time goes) and the slowest link that would give 90% efficiency. Links are specs as
-``--link`` takes them (``comm/links.py``); per-rank items (``1gbit,rank2=100mbit``) put a
+``--link`` takes them (``core/links.py``); per-rank items (``1gbit,rank2=100mbit``) put a
 rank behind a link of its own. FSDP's units come from the model (its sharding rule, on the
 meta device, by ``scaleprobe predict``: no weights), each unit's share of compute taken as
 its share of the parameters (an assumption, noted with the prediction). No torch.
@@ -88,19 +88,33 @@ def needed(sample: S.RunSample, sc: M.Scenario, target: float) -> tuple[float | 
     return None, "unreachable: the link's latency alone keeps it below the target"
 
 
-def plan(sample: S.RunSample, strategies: list[str], nprocs: list[int], nnodes: list[int],
-         links: list[str | None], average_every: int = 4, target: float = 0.9,
-         prefetch: bool = False, units: tuple[T.Unit, ...] = (),
+@dataclass(frozen=True)
+class Grid:
+    """The question: every combination of ``links``, host counts, processes per host and
+    ``strategies``; local SGD averaging every ``average_every`` steps, ``prefetch`` where the
+    run had a device to copy batches to, ``units`` an FSDP model's shard units."""
+
+    strategies: list[str]
+    nprocs: list[int]
+    nnodes: list[int]
+    links: list[str | None]
+    average_every: int = 4
+    prefetch: bool = False
+    units: tuple[T.Unit, ...] = ()
+
+
+def plan(sample: S.RunSample, grid: Grid, target: float = 0.9,
          with_needed: bool = True) -> list[Row]:
-    """Every combination of link, hosts, processes per host and strategy."""
+    """One row a combination of the grid, with the devices needed for ``target``."""
     rows = []
-    for spec in links:
-        for nodes in nnodes:
-            for n in nprocs:
-                for strategy in strategies:
+    g, units = grid, grid.units
+    for spec in g.links:
+        for nodes in g.nnodes:
+            for n in g.nprocs:
+                for strategy in g.strategies:
                     if n * nodes < traits_of(strategy).min_world:
                         continue
-                    sc = scenario(strategy, n, nodes, spec, average_every, prefetch, units)
+                    sc = scenario(strategy, n, nodes, spec, g.average_every, g.prefetch, units)
                     s = fresh(sample)
                     pred = M.predict(s, sc)
                     if traits_of(strategy).shards_state:

@@ -37,7 +37,7 @@ from scaleprobe.experiments.executor import (
     job_nodes,
     launcher_env,
 )
-from scaleprobe.launch import WorkerFailure, run_workers
+from scaleprobe.launch import Job, WorkerFailure, run_workers
 from scaleprobe.measure.env import collect_env
 
 NAME = "comm"
@@ -184,8 +184,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         results = run_workers(bench_worker, (ops, sizes, args.iters, args.warmup, backend,
                                              args.timeout),
-                              nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
-                              rdzv_endpoint=args.rdzv_endpoint, timeout_s=args.timeout)
+                              Job(nproc=args.nproc, nnodes=args.nnodes,
+                                  node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
+                                  timeout_s=args.timeout))
     except WorkerFailure as e:
         raise BenchmarkFailed(f"communication benchmark failed: {e}") from None
     except DistError as e:  # the hosts never met: store or rendezvous timeouts

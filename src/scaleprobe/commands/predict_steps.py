@@ -67,9 +67,10 @@ def run_from(args: argparse.Namespace) -> int:
     strategies = W.parse_strategies(args.strategy)
     on_cuda = str(run.env.get("cuda_available")).lower() == "true"
     units = fsdp_units(run) if "fsdp" in strategies else ()
-    rows = W.plan(sample, strategies, W.parse_counts(args.nproc, "--nproc"),
+    grid = W.Grid(strategies, W.parse_counts(args.nproc, "--nproc"),
                   W.parse_counts(args.nnodes, "--nnodes"), args.link or [None],
-                  args.average_every, args.target, prefetch=on_cuda, units=units)
+                  args.average_every, prefetch=on_cuda, units=units)
+    rows = W.plan(sample, grid, args.target)
     if args.json:
         print(json.dumps({"from": _from_dict(run, sample),
                           "rows": [_row_dict(r) for r in rows]}, indent=2, default=str))

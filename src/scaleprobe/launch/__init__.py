@@ -168,12 +168,31 @@ def _bind_plan(nnodes: int, node_rank: int, rdzv_endpoint: str | None,
     return host, port, {"GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname}
 
 
-def run_workers(entry: Callable[..., Any], args: tuple = (), *, nproc: int, nnodes: int = 1,
-                node_rank: int = 0, rdzv_endpoint: str | None = None, timeout_s: float = 30.0,
-                log_dir: str | None = None, run_dir: str | None = None,
-                master_port: int | None = None,
-                stall_after_s: float | None = None) -> dict[int, Any]:
-    """Run ``entry(*args)`` in ``nproc`` processes on this host (of ``nnodes`` hosts).
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Where a job's ranks run: ``nproc`` processes on this host, host ``node_rank`` of
+    ``nnodes``, meeting at ``rdzv_endpoint`` (several hosts) or on ``master_port`` (one; None:
+    a free port); ``timeout_s`` bounds the rendezvous and every collective."""
+
+    nproc: int
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    master_port: int | None = None
+    timeout_s: float = 30.0
+
+    @classmethod
+    def of(cls, dist: Any) -> Job:
+        """A run's job from its ``dist`` section (``core.config.DistConfig``)."""
+        return cls(nproc=dist.nproc, nnodes=dist.nnodes, node_rank=dist.node_rank,
+                   rdzv_endpoint=dist.rdzv_endpoint, master_port=dist.master_port,
+                   timeout_s=dist.timeout_s)
+
+
+def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: str | None = None,
+                run_dir: str | None = None, stall_after_s: float | None = None
+                ) -> dict[int, Any]:
+    """Run ``entry(*args)`` in ``job.nproc`` processes on this host (of ``job.nnodes`` hosts).
 
     Returns ``{global_rank: return value}`` for this host's workers. Raises WorkerFailure,
     ``interrupt.Interrupted`` when this process was asked to stop (Ctrl+C, SIGTERM), and
@@ -186,13 +205,15 @@ def run_workers(entry: Callable[..., Any], args: tuple = (), *, nproc: int, nnod
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
+    nproc, nnodes, node_rank, timeout_s = job.nproc, job.nnodes, job.node_rank, job.timeout_s
+    rdzv_endpoint = job.rdzv_endpoint
     if nproc < 1:
         raise ConfigError("nproc must be at least 1")
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     import torch.distributed.elastic.multiprocessing.api  # noqa: F401  (registers its loggers)
 
     _quiet_elastic_logs()
-    host, port, env = _bind_plan(nnodes, node_rank, rdzv_endpoint, master_port)
+    host, port, env = _bind_plan(nnodes, node_rank, rdzv_endpoint, job.master_port)
     store = None
     if node_rank == 0:  # host 0 serves the rendezvous, on that one address
         what = "--master-port" if nnodes == 1 and not rdzv_endpoint else "--rdzv-endpoint port"

@@ -18,7 +18,7 @@ from scaleprobe.core.interrupt import Interrupted, StopRequest
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
-from scaleprobe.launch import run_workers
+from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure import env as envmod
 from scaleprobe.run.driver import Ending, execute, save_traceback
 from scaleprobe.run.resources import check_config
@@ -74,11 +74,8 @@ class BuiltinTraining:
             return worker_main(cfg.to_dict(), str(run_dir))
         d = cfg.dist
         try:
-            out = run_workers(launched_worker, (cfg.to_dict(), str(run_dir)), nproc=d.nproc,
-                              nnodes=d.nnodes, node_rank=d.node_rank,
-                              rdzv_endpoint=d.rdzv_endpoint, timeout_s=d.timeout_s,
-                              log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
-                              master_port=d.master_port)
+            out = run_workers(launched_worker, (cfg.to_dict(), str(run_dir)), Job.of(d),
+                              log_dir=str(run_dir / "logs"), run_dir=str(run_dir))
         except Interrupted as e:
             e.raws = read_handoff(run_dir)
             raise

@@ -25,7 +25,7 @@ from scaleprobe.core import results as res
 from scaleprobe.core.config import script_defaults, script_name
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
-from scaleprobe.launch import run_workers
+from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
 from scaleprobe.run.driver import Ending, execute
 from scaleprobe.run.failure import failure_line
@@ -102,10 +102,8 @@ class UserScript:
     def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
         d = self.cfg.dist
         entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *self.target)
-        run_workers(entry[0], entry[1:], nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
-                    rdzv_endpoint=d.rdzv_endpoint, timeout_s=d.timeout_s,
-                    log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
-                    master_port=d.master_port, stall_after_s=d.timeout_s)
+        run_workers(entry[0], entry[1:], Job.of(d), log_dir=str(run_dir / "logs"),
+                    run_dir=str(run_dir), stall_after_s=d.timeout_s)
         return None  # the ranks leave their records in files (``conclude``)
 
     def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> C.RunConfig:

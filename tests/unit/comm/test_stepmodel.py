@@ -139,7 +139,7 @@ def test_parameter_server_copies_priced_from_the_runs_memory_probe(tmp_path):
 
 def test_what_if_plan_and_its_errors(tmp_path):
     s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
-    rows = W.plan(s, ["ddp", "ps"], [1], [2, 4], ["1gbit", "100gbit"], with_needed=False)
+    rows = W.plan(s, W.Grid(["ddp", "ps"], [1], [2, 4], ["1gbit", "100gbit"]), with_needed=False)
     assert [(r.link_spec, r.nnodes, r.prediction.strategy) for r in rows][:2] == [
         ("1gbit", 2, "ddp"), ("1gbit", 2, "ps")]
     by = {(r.link_spec, r.nnodes, r.prediction.strategy): r.prediction for r in rows}
