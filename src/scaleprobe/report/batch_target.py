@@ -82,5 +82,9 @@ def claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
     each = " (each: that batch size's figure / this one's)."
     if not tied:
         return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + each if ahead else ".")
-    why = "inconclusive" if repeats >= M.MIN_REPEATS_TO_DECIDE else "inconclusive (1 repeat)"
-    return f"{what}: {why}: {body}, not told apart from " + "; ".join(tied) + each
+    if repeats >= M.MIN_REPEATS_TO_DECIDE:
+        return f"{what}: inconclusive: {body}, not told apart from " + "; ".join(tied) + each
+    # one repeat: an interval clear of 1 still decides nothing (it cannot see the drift
+    # between runs), so "not told apart" would contradict the interval printed beside it
+    return (f"{what}: inconclusive (1 repeat): {body}, not decided against " + "; ".join(tied)
+            + each[:-2] + "; one repeat cannot see the drift between runs: 2 or more decide).")

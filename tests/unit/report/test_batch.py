@@ -490,3 +490,19 @@ def test_every_epoch_a_first_one_is_worded_as_such():
     text = BR.recommend_batch(recs)["text"]
     assert "(only a first epoch measured, which holds the warm-up)" in text
     assert "after the first" not in text
+
+
+def test_a_one_repeat_claim_never_says_not_told_apart_beside_a_clear_interval():
+    """One repeat decides nothing, even where its interval lies clear of 1 (0.14x [0.12,
+    0.15]): the claim says it is not decided and why, never "not told apart" (which the
+    interval beside it contradicts); with two repeats "not told apart" is the right words."""
+    from scaleprobe.report.batch_target import claim
+
+    tied = ["batch 64 (0.14x [0.12, 0.15], 1 repeat)"]
+    one = claim("Most efficient", "batch 16, 148,408 samples/s per GiB", tied, repeats=1)
+    assert one.startswith("Most efficient: inconclusive (1 repeat): batch 16")
+    assert "not told apart" not in one
+    assert "not decided against batch 64 (0.14x [0.12, 0.15], 1 repeat)" in one
+    assert one.endswith("one repeat cannot see the drift between runs: 2 or more decide).")
+    two = claim("Fastest", "batch 16", ["batch 64 (1.02x [0.9, 1.1], 2 repeats)"], repeats=2)
+    assert two.startswith("Fastest: inconclusive: batch 16, not told apart from batch 64")

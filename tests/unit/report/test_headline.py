@@ -78,6 +78,19 @@ def test_an_inconclusive_verdict_says_which_repeats_would_decide(tmp_path):
     assert "repeats would" not in row[3] and len(re.findall(r"\d+ repeats", row[4])) == 1
 
 
+def test_one_repeat_clear_of_one_is_not_decided_never_not_told_apart(tmp_path):
+    """One repeat, batch 32 about twice as fast: the interval lies clear of 1, yet one repeat
+    decides nothing. Catches a headline that said "not told apart from" beside it."""
+    rows, _ = _headline(_batch("bs", [1.0], {16: 100.0, 32: 52.0}), tmp_path)
+    row = next(r for r in rows if "(bs)" in r[1])
+    assert row[1] == "Fastest batch size (bs): inconclusive, batch 32 is not decided against " \
+                     "(1 repeat) batch 16", row
+    assert "1 repeat" in row[3]
+    # with repeats whose intervals cross 1, "not told apart" stays
+    rows, _ = _headline(_batch("bs2", [1.0, 1.04, 0.96], {16: 100.0, 32: 90.0}), tmp_path)
+    assert "is not told apart from batch 16" in next(r for r in rows if "(bs2)" in r[1])[1]
+
+
 def test_at_most_five_verdicts_failures_first_the_rest_named(tmp_path):
     """Catches a headline that lists every finding (the old report opened with 36 per-run
     rows) or buries a failed run under notes."""
