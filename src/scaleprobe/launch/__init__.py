@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 
+from scaleprobe.core.config import DistConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.interrupt import Interrupted, signal_name
 from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
@@ -182,8 +183,8 @@ class Job:
     timeout_s: float = 30.0
 
     @classmethod
-    def of(cls, dist: Any) -> Job:
-        """A run's job from its ``dist`` section (``core.config.DistConfig``)."""
+    def of(cls, dist: DistConfig) -> Job:
+        """A run's job from its ``dist`` section."""
         return cls(nproc=dist.nproc, nnodes=dist.nnodes, node_rank=dist.node_rank,
                    rdzv_endpoint=dist.rdzv_endpoint, master_port=dist.master_port,
                    timeout_s=dist.timeout_s)
