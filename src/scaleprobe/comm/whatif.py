@@ -107,18 +107,18 @@ def plan(sample: S.RunSample, grid: Grid, target: float = 0.9,
          with_needed: bool = True) -> list[Row]:
     """One row a combination of the grid, with the devices needed for ``target``."""
     rows = []
-    g, units = grid, grid.units
+    g = grid
     for spec in g.links:
         for nodes in g.nnodes:
             for n in g.nprocs:
                 for strategy in g.strategies:
                     if n * nodes < traits_of(strategy).min_world:
                         continue
-                    sc = scenario(strategy, n, nodes, spec, g.average_every, g.prefetch, units)
+                    sc = scenario(strategy, n, nodes, spec, g.average_every, g.prefetch, g.units)
                     s = fresh(sample)
                     pred = M.predict(s, sc)
                     if traits_of(strategy).shards_state:
-                        pred.notes.append(UNITS_NOTE if units else
+                        pred.notes.append(UNITS_NOTE if g.units else
                                           "fsdp: the model's units unknown: one unit")
                     got, why = needed(fresh(sample), sc, target) if with_needed else (None,
                                                                                        None)

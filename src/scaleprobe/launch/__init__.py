@@ -139,8 +139,7 @@ def _quiet_elastic_logs() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _launch_config(nproc: int, nnodes: int, node_rank: int, endpoint: str, run_id: str,
-                   timeout_s: float, log_dir: str | None):
+def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None):
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
@@ -149,12 +148,13 @@ def _launch_config(nproc: int, nnodes: int, node_rank: int, endpoint: str, run_i
     extra: dict[str, Any] = {}
     if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
         extra["shutdown_timeout"] = INTERRUPT_GRACE_S
-    return LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
+    return LaunchConfig(min_nodes=job.nnodes, max_nodes=job.nnodes, nproc_per_node=job.nproc,
                         run_id=run_id, max_restarts=0, monitor_interval=0.1,
                         start_method="spawn", logs_specs=logs, rdzv_backend="static",
                         rdzv_endpoint=endpoint,
-                        rdzv_configs={"rank": node_rank, "timeout": int(max(60, timeout_s))},
-                        rdzv_timeout=int(max(60, timeout_s)), **extra)
+                        rdzv_configs={"rank": job.node_rank,
+                                      "timeout": int(max(60, job.timeout_s))},
+                        rdzv_timeout=int(max(60, job.timeout_s)), **extra)
 
 
 def _bind_plan(nnodes: int, node_rank: int, rdzv_endpoint: str | None,
@@ -206,23 +206,22 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    nproc, nnodes, node_rank, timeout_s = job.nproc, job.nnodes, job.node_rank, job.timeout_s
-    rdzv_endpoint = job.rdzv_endpoint
-    if nproc < 1:
+    if job.nproc < 1:
         raise ConfigError("nproc must be at least 1")
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     import torch.distributed.elastic.multiprocessing.api  # noqa: F401  (registers its loggers)
 
     _quiet_elastic_logs()
-    host, port, env = _bind_plan(nnodes, node_rank, rdzv_endpoint, job.master_port)
+    host, port, env = _bind_plan(job.nnodes, job.node_rank, job.rdzv_endpoint, job.master_port)
     store = None
-    if node_rank == 0:  # host 0 serves the rendezvous, on that one address
-        what = "--master-port" if nnodes == 1 and not rdzv_endpoint else "--rdzv-endpoint port"
-        store = _serve_store(_listen(host, port, what), timeout_s)
+    if job.node_rank == 0:  # host 0 serves the rendezvous, on that one address
+        one_host = job.nnodes == 1 and not job.rdzv_endpoint
+        what = "--master-port" if one_host else "--rdzv-endpoint port"
+        store = _serve_store(_listen(host, port, what), job.timeout_s)
         port = store.port
-    run_id = (f"scaleprobe-{uuid.uuid4().hex[:12]}" if nnodes == 1 and not rdzv_endpoint
-              else f"scaleprobe-{(rdzv_endpoint or '').replace(':', '-')}")
-    cfg = _launch_config(nproc, nnodes, node_rank, f"{host}:{port}", run_id, timeout_s, log_dir)
+    run_id = (f"scaleprobe-{uuid.uuid4().hex[:12]}" if job.nnodes == 1 and not job.rdzv_endpoint
+              else f"scaleprobe-{(job.rdzv_endpoint or '').replace(':', '-')}")
+    cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                                                  signal.SIGQUIT)}
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})

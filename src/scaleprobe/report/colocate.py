@@ -35,7 +35,7 @@ def colocate_rows(rec: ColocateRecord) -> list[list[str]]:
     rows = job_rows(rec.jobs)
     a, t = rec.total_samples_per_s_alone_sum, rec.total_samples_per_s_together
     rows.append(["**total**", rate(a) + " (sum)", rate(t), "", "",
-                 ratio(a / t) if a and t else "n/a", "", ""])
+                 ratio(metrics.slowdown(a, t)), "", ""])
     return rows
 
 
