@@ -103,7 +103,9 @@ def main() -> None:
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--tokens", type=int, default=2_000_000, help="bytes of text to train on")
-    p.add_argument("--mode", default="default", help="torch.compile mode")
+    p.add_argument("--mode", default="default", help="torch.compile mode (inductor's)")
+    p.add_argument("--backend", default="inductor",
+                   help="torch.compile backend (aot_eager: graphs without code generation)")
     p.add_argument("--amp", choices=("off", "bf16"), default="off", help="bf16 autocast")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the own figure")
@@ -120,7 +122,8 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
                             fused=device == "cuda")
     if args.compile:
-        model = torch.compile(model, mode=args.mode)
+        model = (torch.compile(model, mode=args.mode) if args.backend == "inductor"
+                 else torch.compile(model, backend=args.backend))
 
     step, samples, t0, t_end, c0, c_end = 0, 0, None, None, None, None
     while step < args.steps:

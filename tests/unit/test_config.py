@@ -33,6 +33,10 @@ def test_compile_is_in_the_key_only_when_on():
     on = C.build({"compile": True})
     assert on.key() != eager.key()
     assert C.build({"compile": True, "compile_mode": "max-autotune"}).key() != on.key()
+    # the backend: inductor (the default) keeps the key compiled runs had before it existed
+    assert C.build({"compile": True, "compile_backend": "inductor"}).key() == on.key()
+    assert C.build({"compile": True, "compile_backend": "aot_eager"}).key() != on.key()
+    assert C.build({"compile_backend": "aot_eager"}).key() == eager.key()
 
 
 @pytest.mark.parametrize("over,needle", [
@@ -58,6 +62,9 @@ def test_compile_is_in_the_key_only_when_on():
     ({"strategy": "dpp"}, "dist.strategy: expected one of single, dp, ddp, ps, localsgd"),
     ({"compile": True, "warmup_steps": 0}, "--compile needs --warmup-steps 1 or more"),
     ({"compile_mode": "fast"}, "model.compile_mode: expected one of default, reduce-overhead"),
+    ({"compile_backend": "tvm"}, "model.compile_backend: expected one of inductor, aot_eager"),
+    ({"compile": True, "compile_backend": "aot_eager", "compile_mode": "max-autotune"},
+     "--compile-mode max-autotune is inductor's; --compile-backend aot_eager takes the default"),
 ])
 def test_invalid_values_are_one_line_errors(over, needle):
     with pytest.raises(ConfigError) as e:

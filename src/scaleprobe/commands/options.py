@@ -28,6 +28,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--channels-last", "model.channels_last", ()),
     ("--compile", "model.compile", ()),
     ("--compile-mode", "model.compile_mode", ()),
+    ("--compile-backend", "model.compile_backend", ()),
     ("--threads-per-rank", "dist.threads_per_rank", ()),
     ("--layers", "model.layers", ()),
     ("--width", "model.width", ()),

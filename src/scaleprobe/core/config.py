@@ -70,6 +70,11 @@ class ModelConfig:
     compile_mode: str = option("default", "--compile: torch.compile's mode",
                                choices=("default", "reduce-overhead", "max-autotune",
                                         "max-autotune-no-cudagraphs"))
+    compile_backend: str = option("inductor", "--compile: torch.compile's backend; inductor "
+                                  "generates kernels, aot_eager traces forward and backward "
+                                  "graphs without generating code (seconds, not minutes, on a "
+                                  "CPU: to check graphs and recompiles, not to measure speed)",
+                                  choices=("inductor", "aot_eager", "eager"))
     layers: int | None = option(None, "GPT models: transformer blocks", ge=1,
                                 unset="the named model's own")
     width: int | None = option(None, "GPT models: model width (d_model), a multiple of heads",
@@ -285,10 +290,10 @@ class RunConfig:
         if d["script"]["path"] is None:  # the built-in loop: keys as before scripts had a section
             d.pop("script")
         if not d["model"]["compile"]:  # eager: keys as before --compile existed
-            del d["model"]["compile"], d["model"]["compile_mode"]
+            del d["model"]["compile"], d["model"]["compile_mode"], d["model"]["compile_backend"]
         for full in LATER_KEYS:  # at their defaults: keys as before these existed
             sec, name = full.split(".")
-            if d[sec][name] == KNOBS[full].default:
+            if name in d[sec] and d[sec][name] == KNOBS[full].default:
                 d[sec].pop(name)
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -360,7 +365,7 @@ ALL_KEYS = sorted(KNOBS)
 # so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
 LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
               "data.eval_windows", "measure.gns", "dist.threads_per_rank",
-              "dist.parity_tolerance")
+              "dist.parity_tolerance", "model.compile_backend")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure
 
 

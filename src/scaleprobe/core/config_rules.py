@@ -30,6 +30,9 @@ def check_combinations(cfg: RunConfig) -> None:
         raise ConfigError("give either --steps or --epochs, not both")
     if t.target is not None:
         _validate_target(cfg)
+    if cfg.model.compile_mode != "default" and cfg.model.compile_backend != "inductor":
+        raise ConfigError(f"--compile-mode {cfg.model.compile_mode} is inductor's; --compile-backend "
+                          f"{cfg.model.compile_backend} takes the default mode only")
     if cfg.model.compile and t.warmup_steps < 1:
         raise ConfigError("--compile needs --warmup-steps 1 or more: the first step compiles the "
                           "forward and backward, which must not be timed")

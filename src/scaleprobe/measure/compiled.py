@@ -254,11 +254,13 @@ def _inside(events: list[dict[str, Any]]) -> tuple[int, int, float]:
             sum(e.get("duration_s") or 0.0 for e in inside))
 
 
-def block(raw: dict[str, Any] | None, mode: str | None) -> dict[str, Any] | None:
-    """The result's ``compile`` block: None when nothing was compiled."""
+def block(raw: dict[str, Any] | None, mode: str | None, backend: str | None = None
+          ) -> dict[str, Any] | None:
+    """The result's ``compile`` block: None when nothing was compiled. ``mode`` and
+    ``backend`` are the built-in loop's (None for a script's own torch.compile)."""
     if not raw or not raw.get("events"):
         return None
-    return {"mode": mode, "method": raw.get("method"), "graph_breaks": raw.get("graph_breaks"),
+    return {"mode": mode, "backend": backend, "method": raw.get("method"), "graph_breaks": raw.get("graph_breaks"),
             "graph_break_reasons": raw.get("graph_break_reasons") or [], "events": raw["events"]}
 
 

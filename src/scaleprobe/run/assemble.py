@@ -396,7 +396,8 @@ def _compile(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     for k, v in fields.items():
         setattr(result.metrics, k, v)
     result.null_reasons.update(why)
-    result.compile = block(raw0.compile, None if cfg.script.path else cfg.model.compile_mode)
+    result.compile = block(raw0.compile, None if cfg.script.path else cfg.model.compile_mode,
+                           None if cfg.script.path else cfg.model.compile_backend)
 
 
 def _devices(trainers: list[RankRecord]) -> int:

@@ -88,7 +88,10 @@ def _model(cfg: RunConfig, task: Any, split: Any, train_ds: Any, shape: Any,
     strategy.configure(cfg)
     model = strategy.wrap(model)
     if cfg.model.compile:  # the wrapped model, as PyTorch advises for DDP (graphs split at buckets)
-        model = torch.compile(model, mode=cfg.model.compile_mode)
+        if cfg.model.compile_backend == "inductor":
+            model = torch.compile(model, mode=cfg.model.compile_mode)
+        else:  # a backend other than inductor takes no mode
+            model = torch.compile(model, backend=cfg.model.compile_backend)
     return model
 
 
