@@ -62,9 +62,16 @@ def out_dir(tmp_path):
 
 
 def run_cli(*argv, timeout=240, env=None, cwd=None):
-    """Run `python -m scaleprobe ...` in a fresh process; returns CompletedProcess."""
+    """Run `python -m scaleprobe ...` in a process of its own; returns CompletedProcess. The
+    process is forked from a server that imported torch and scaleprobe once
+    (tests/cliserver.py), or is a fresh interpreter with SCALEPROBE_TEST_CLI=exec."""
+    from tests import cliserver
+
     e = dict(os.environ)
     e.update(env or {})
+    srv = cliserver.server()
+    if srv is not None:
+        return srv.run([str(a) for a in argv], e, None if cwd is None else str(cwd), timeout)
     return subprocess.run([sys.executable, "-m", "scaleprobe", *map(str, argv)],
                           capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
 
@@ -102,8 +109,11 @@ def _no_process_left(request):
     before = set(_children(me))
     yield
     # multiprocessing's resource tracker is one per process and ends with pytest itself
+    from tests import cliserver
+
+    mine = cliserver.own_pids()
     new = [c for key, c in _children(me).items() if key not in before
-           and "resource_tracker" not in " ".join(_cmdline(c))]
+           and c.pid not in mine and "resource_tracker" not in " ".join(_cmdline(c))]
     _, alive = psutil.wait_procs(new, timeout=5)
     for c in alive:
         try:
@@ -138,6 +148,12 @@ def _children(proc):
         except psutil.Error:
             pass
     return out
+
+
+def pytest_sessionfinish(session):
+    from tests import cliserver
+
+    cliserver.close()
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -12,12 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import DataError
 from scaleprobe.data.formats import open_lfw_people, write_dataset
+from tests import cliserver
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -220,5 +220,4 @@ def test_run_with_loader_workers_on_a_tiny_dev_shm(tmp_path, out_dir):
     first = p.stdout.splitlines()[0]
     assert "status: failed" in first and FIX in first
     assert "Traceback" not in p.stdout + p.stderr
-    assert not [c for c in psutil.Process().children(recursive=True) if c.is_running()
-                and c.status() != psutil.STATUS_ZOMBIE]
+    assert not cliserver.running_descendants()

@@ -6,6 +6,7 @@ import psutil
 import pytest
 
 from scaleprobe.core.results import read_jsonl
+from tests import cliserver
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -144,8 +145,8 @@ def test_shard_audit_catches_broken_samplers(cli, out_dir, fault, field):
 
 
 def test_no_process_left_behind(ddp_run):
-    me = psutil.Process()
-    assert not [c for c in me.children(recursive=True) if "scaleprobe" in " ".join(c.cmdline())]
+    assert not [c for c in cliserver.running_descendants()
+                if "scaleprobe" in " ".join(c.cmdline()) or "cliserver" in " ".join(c.cmdline())]
 
 
 def test_worker_entry_under_torchrun(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 
 from scaleprobe.core.invariants import window_samples_per_s
 from scaleprobe.core.results import BREAKDOWN_PHASES, RunResult, read_jsonl
+from tests import cliserver
 from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.timeout(300)
@@ -320,8 +321,7 @@ def test_script_that_raises(tmp_path):
     assert rec["script"]["exit_code"] == 1
     _no_rank_left(rec)
     # this job's processes only: another test's leftover is that test's to catch
-    assert not [c for c in psutil.Process().children(recursive=True)
-                if c.create_time() >= t0 - 1]
+    assert not [c for c in cliserver.running_descendants() if c.create_time() >= t0 - 1]
 
 
 def test_the_scripts_exit_code_is_kept_and_scaleprobe_exits_with_its_own(tmp_path):
