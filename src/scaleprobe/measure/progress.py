@@ -114,7 +114,9 @@ class FileProgress(StepProgress):
         super().__init__(enabled=False)
         self.path = path
         self.every_s = every_s
-        self._last = 0.0
+        # the first step is always written: time.monotonic() counts from the boot, so 0.0
+        # held the first line back on a machine up for less than every_s
+        self._last = float("-inf")
         self._t: Any = None
         self._per_epoch: int | None = None
 
