@@ -38,7 +38,7 @@ from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
 from scaleprobe.launch import INTERRUPT_GRACE_S
-from scaleprobe.measure.env import use_platform_start_method
+from scaleprobe.measure.env import gpu_machine, use_platform_start_method
 
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL
 START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)
@@ -49,7 +49,6 @@ START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)
 _PRELOAD = ["scaleprobe.experiments.point", "scaleprobe.run.assemble", "scaleprobe.measure.monitor",
             "scaleprobe.train.engine", "torch._dynamo", "torch.distributed.launcher.api",
             "scaleprobe.launch"]
-_GPU_NODES = ("/proc/driver/nvidia", "/dev/kfd")
 
 
 def grace_for(payload: dict[str, Any]) -> float:
@@ -91,7 +90,7 @@ def fork_points() -> bool:
     if how:
         raise ConfigError(f"{START_ENV}={how!r}: expected fork or exec")
     return (sys.platform == "linux" and "forkserver" in multiprocessing.get_all_start_methods()
-            and not any(os.path.exists(p) for p in _GPU_NODES))
+            and not gpu_machine())
 
 
 _server: Any = None

@@ -14,6 +14,15 @@ while the one that raised only waited for it), that rank. The ranks left and the
 workers are killed at once, not after the launcher's 30 s grace. Ctrl+C or SIGTERM to this
 process is forwarded to the workers, which stop together and keep their records
 (``interrupt.py``); ``Interrupted`` then reports it.
+
+How a rank starts: on a machine without an NVIDIA or AMD GPU driver each rank is forked from
+this process, which has imported torch and the training engine already, so a rank starts
+training without spending 3-5 s of a CPU importing them again (a 2-process run on 2 cores
+waited that long for its ranks). A forked rank begins as a fresh interpreter would: Python's
+default signal handlers and its own stdout and stderr objects (another thread of this process
+may hold the old ones' locks at the moment of the fork). On a GPU machine every rank is a
+fresh interpreter (multiprocessing's spawn): a process forked after CUDA was initialised cannot
+use CUDA. ``SCALEPROBE_RANK_START=fork`` or ``=spawn`` chooses either.
 """
 
 from __future__ import annotations
@@ -21,11 +30,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import io
 import logging
+import multiprocessing
 import os
 import signal
 import socket
+import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -43,6 +56,7 @@ from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's
     last_meaningful_line,
     name_signal,
 )
+from scaleprobe.measure.env import gpu_machine
 
 # after Ctrl+C / SIGTERM: how long the workers get to stop together and hand over their records
 # before they are killed (then the steps each logged are kept: measure/steplog.py). Six DDP
@@ -52,6 +66,92 @@ from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's
 # --nproc 6 --force` (tests/faults/test_oversubscribed.py), well inside a scheduler's grace
 # (typically 30 s)
 INTERRUPT_GRACE_S = 6
+
+START_ENV = "SCALEPROBE_RANK_START"  # fork | spawn (see the module's docstring)
+
+
+def rank_start_method() -> str:
+    """``fork`` or ``spawn``: how this host's ranks start (see the module's docstring)."""
+    how = os.environ.get(START_ENV, "").strip().lower()
+    if how in ("fork", "spawn"):
+        return how
+    if how:
+        raise ConfigError(f"{START_ENV}={how!r}: expected fork or spawn")
+    fork_ok = sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+    return "fork" if fork_ok and not gpu_machine() else "spawn"
+
+
+_forking_ranks = False  # set while this process forks its ranks
+_stale_streams: list[Any] = []  # the parent's stdio objects, kept from finalisers in a rank
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_held: dict[int, Any] = {}  # the stop signals' handlers, while a rank is being forked
+_deferred: list[int] = []  # stop signals that came while a rank was being forked
+
+
+def _defer(signum: int, _frame: Any) -> None:
+    _deferred.append(signum)
+
+
+def _hold_stop_signals() -> None:
+    """Before a rank's fork, in the launcher: Python runs its at-fork hooks (logging's, ...)
+    around the fork, and an exception raised in one is printed and dropped. The launcher's
+    stop handler raises (Ctrl+C, SIGTERM), so a stop that came during a fork was lost and the
+    job ran on (6 ranks on 2 cores stopped in their first steps ran for minutes): until the
+    fork is over, a stop signal is only noted, then sent again (``_release_stop_signals``)."""
+    if not _forking_ranks or threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _STOP_SIGNALS:
+        _held[sig] = signal.getsignal(sig)
+        signal.signal(sig, _defer)
+
+
+def _release_stop_signals() -> None:
+    """After a rank's fork, in the launcher: the handlers back, the stops noted sent again
+    from another thread a moment later, so they arrive outside this hook."""
+    if not _held:
+        return
+    pending = list(dict.fromkeys(_deferred))
+    _deferred.clear()
+    if pending:
+        threading.Timer(0.05, _send_to_self, args=(pending,)).start()
+    held = dict(_held)
+    _held.clear()
+    for sig, handler in held.items():
+        signal.signal(sig, handler)
+
+
+def _send_to_self(signals: list[int]) -> None:
+    for sig in signals:
+        os.kill(os.getpid(), sig)
+
+
+def _begin_as_a_fresh_rank() -> None:
+    """In a rank just forked by the launcher: what a fresh interpreter starts with."""
+    global _forking_ranks
+    if not _forking_ranks:  # another fork (a loader worker, a user's own): nothing to do
+        return
+    _forking_ranks = False
+    _held.clear()
+    _deferred.clear()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        if old is None:
+            continue
+        _stale_streams.append(old)  # never flushed nor closed here: its lock may be held
+        new = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
+                               encoding=getattr(old, "encoding", None) or "utf-8",
+                               errors=getattr(old, "errors", None) or "strict",
+                               line_buffering=bool(getattr(old, "line_buffering", False)),
+                               write_through=name == "stderr")
+        setattr(sys, name, new)
+        setattr(sys, f"__{name}__", new)
+
+
+os.register_at_fork(before=_hold_stop_signals, after_in_parent=_release_stop_signals,
+                    after_in_child=_begin_as_a_fresh_rank)
 
 
 def _parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -139,7 +239,8 @@ def _quiet_elastic_logs() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None):
+def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None,
+                   start_method: str = "spawn"):
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
@@ -150,7 +251,7 @@ def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None):
         extra["shutdown_timeout"] = INTERRUPT_GRACE_S
     return LaunchConfig(min_nodes=job.nnodes, max_nodes=job.nnodes, nproc_per_node=job.nproc,
                         run_id=run_id, max_restarts=0, monitor_interval=0.1,
-                        start_method="spawn", logs_specs=logs, rdzv_backend="static",
+                        start_method=start_method, logs_specs=logs, rdzv_backend="static",
                         rdzv_endpoint=endpoint,
                         rdzv_configs={"rank": job.node_rank,
                                       "timeout": int(max(60, job.timeout_s))},
@@ -221,11 +322,14 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
         port = store.port
     run_id = (f"scaleprobe-{uuid.uuid4().hex[:12]}" if job.nnodes == 1 and not job.rdzv_endpoint
               else f"scaleprobe-{(job.rdzv_endpoint or '').replace(':', '-')}")
-    cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir)
+    start = rank_start_method()
+    cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir, start)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                                                  signal.SIGQUIT)}
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})
+    global _forking_ranks
     try:
+        _forking_ranks = start == "fork"
         with _environ(env), RankWatch(run_dir, stall_after_s) as watch:
             try:
                 return elastic_launch(cfg, entry)(*args)
@@ -241,6 +345,7 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
                     raise WorkerFailure(-1, f"rendezvous failed: {e}") from None
                 raise
     finally:
+        _forking_ranks = False
         # the launcher's handlers raise its own exception type; they would outlive the job
         for s, h in handlers.items():
             with contextlib.suppress(ValueError, TypeError):

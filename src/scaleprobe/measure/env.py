@@ -168,6 +168,15 @@ def own_process_group() -> None:
     die_with_parent(signal.SIGKILL)
 
 
+# a GPU's driver nodes: a process forked after CUDA (or ROCm) was initialised cannot use it
+GPU_NODES = ("/proc/driver/nvidia", "/dev/kfd")
+
+
+def gpu_machine() -> bool:
+    """Whether this machine has an NVIDIA or AMD GPU driver (not whether torch can use it)."""
+    return any(os.path.exists(p) for p in GPU_NODES)
+
+
 def use_platform_start_method() -> None:
     """Start processes (loader workers) the platform's default way, fork on Linux before
     Python 3.14, as a process started by ``torchrun`` or from a shell does. A process started
