@@ -28,6 +28,9 @@ def _err(capsys, *argv):
     (["run", "--dataset", "cifar10"], "needs --data-dir"),
     (["run", "--dataset", "mnist", "--data-dir", "/nonexistent/dir"], "not found"),
     (["run", "--strategy", "dp"], "--strategy dp needs at least 2 CUDA devices"),
+    # issue 41: an lm run given the image default trained on text without a word
+    (["run", "--task", "lm", "--dataset", "digits"], "--task lm reads tokens: --dataset "),
+    (["run", "--task", "lm", "--model", "digits_cnn"], "--task lm trains a GPT decoder"),
 ])
 def test_bad_input_is_one_line(capsys, out_dir, argv, needle):
     import torch

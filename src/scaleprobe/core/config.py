@@ -494,7 +494,8 @@ def build(overrides: dict[str, Any] | None = None, base: RunConfig | None = None
             sec, name = full.split(".")
             per_section.setdefault(sec, {})[name] = v
     changes = {sec: replace(getattr(cfg, sec), **vals) for sec, vals in per_section.items()}
-    cfg = _task_default_model(replace(cfg, **changes, **top))
+    given = {f"{sec}.{name}" for sec, vals in per_section.items() for name in vals}
+    cfg = _task_default_model(replace(cfg, **changes, **top), given)
     validate(cfg)
     return cfg
 
@@ -505,15 +506,19 @@ TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large", "lm": "gpt_
 TASK_DEFAULT_DATASETS = {"lm": "text"}
 
 
-def _task_default_model(cfg: RunConfig) -> RunConfig:
+def _task_default_model(cfg: RunConfig, given: frozenset[str] | set[str] = frozenset()
+                        ) -> RunConfig:
     """The model (and dataset) that will really be used, so the saved config, its key and
     every table name it (a detection run left at the default model records its detector, not
-    digits_cnn; an lm run left at the default dataset records text, not digits)."""
+    digits_cnn; an lm run left at the default dataset records text, not digits). Only a key
+    left out stands for the task's default: ``--task lm --dataset digits`` given is refused by
+    the task's rules, not trained on text without a word."""
     model = TASK_DEFAULT_MODELS.get(cfg.task.task)
-    if model is not None and cfg.model.name == ModelConfig.name:
+    if model is not None and cfg.model.name == ModelConfig.name and "model.name" not in given:
         cfg = replace(cfg, model=replace(cfg.model, name=model))
     dataset = TASK_DEFAULT_DATASETS.get(cfg.task.task)
-    if dataset is not None and cfg.data.dataset == DataConfig.dataset:
+    if (dataset is not None and cfg.data.dataset == DataConfig.dataset
+            and "data.dataset" not in given):
         cfg = replace(cfg, data=replace(cfg.data, dataset=dataset))
     return cfg
 
