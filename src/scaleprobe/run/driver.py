@@ -213,7 +213,9 @@ def write_failure(result: RunResult, run_dir: Path, cfg: RunConfig,
 
 
 def _reraise_user_error(msg: str, result: RunResult, run_dir: Path, cfg: RunConfig) -> None:
-    """A rank's ConfigError / DataError is the user's mistake: one line, exit 2."""
+    """A rank's ConfigError / DataError is the user's mistake: one line, exit 2. A launched
+    rank's error arrives with its module (``scaleprobe.core.errors.ConfigError: ...``)."""
+    msg = msg.removeprefix(f"{ConfigError.__module__}.")
     for cls in (ConfigError, DataError):
         prefix = f"{cls.__name__}: "
         if msg.startswith(prefix):
