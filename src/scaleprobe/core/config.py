@@ -374,8 +374,23 @@ def resolve_key(key: Any) -> str:
     if key in SECTION_ONLY:
         raise ConfigError(f"[{key}] must be a table of keys, e.g. [{key}] on a line of its own")
     near = suggest(key, list(ALIASES) + ALL_KEYS)
+    other = SYNONYMS.get(key.rpartition(".")[2].lower())
+    if other:  # another tool's name for a key: spelling alone would not find it
+        near = [other, *(n for n in near if n != other)][:3]
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise ConfigError(f"unknown config key {show(key)}{hint}")
+
+
+# other tools' names for scaleprobe's keys (PyTorch examples, Lightning, Hugging Face,
+# torchrun): "did you mean" finds them although their spelling is not near
+SYNONYMS = {"learning_rate": "lr", "learningrate": "lr", "num_workers": "workers",
+            "batchsize": "batch_size", "bs": "batch_size", "per_device_train_batch_size":
+            "batch_size", "num_epochs": "epochs", "n_epochs": "epochs", "max_iters": "max_steps",
+            "num_steps": "steps", "nproc_per_node": "nproc", "num_nodes": "nnodes",
+            "world_size": "nproc", "arch": "model", "model_name": "model", "opt": "optimizer",
+            "wd": "weight_decay", "precision": "amp", "warmup": "warmup_steps",
+            "data_path": "data_dir", "output_dir": "out", "seq_length": "seq_len",
+            "block_size": "seq_len"}
 
 
 def check_value(full: str, value: Any, parse: bool = True) -> Any:
