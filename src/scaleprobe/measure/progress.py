@@ -7,6 +7,7 @@ The window may still end sooner, once the median step is stable."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -114,7 +115,7 @@ class FileProgress(StepProgress):
         super().__init__(enabled=False)
         self.path = path
         self.every_s = every_s
-        self._last = 0.0
+        self._last = -math.inf  # the first step is written whatever the clock reads
         self._t: Any = None
         self._per_epoch: int | None = None
 

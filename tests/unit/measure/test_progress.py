@@ -98,3 +98,37 @@ def test_the_point_names_its_repeat_and_the_watch_ends_with_the_point(tmp_path):
     bar.point_done(Point({"batch_size": 32}, {}), {"status": "ok", "metrics": {}}, repeat=1)
     assert bar._watch is None
     bar.stop()
+
+
+def test_a_line_names_the_first_point_before_it_ends(tmp_path):
+    """Issue 41: the point count "[1/15]" appeared only when the first point ended (322 s on
+    a busy machine). The first point started is said at once; the others when they end."""
+    out = io.StringIO()
+    bar = EP.SweepProgress(True, Console(file=out, width=200), "demo-batch-size")
+    bar.start(15)
+    p = Point({"batch_size": 16}, {})
+    bar.point_started(p, None)
+    assert "[1/15] batch_size=16: started (a line as each point ends)" in out.getvalue()
+    bar.point_done(p, {"status": "ok", "metrics": {}})
+    bar.point_started(Point({"batch_size": 32}, {}), None)
+    bar.stop()
+    assert out.getvalue().count("started") == 1
+
+
+def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():
+    """Issue 41: the demo took ~36 min under load (3 min 32 s quiet) and said nothing of it.
+    Before it starts it says its runs, the time expected on this machine with the load it
+    sees, and on a busy machine what --quick would take."""
+    from scaleprobe.commands import demo
+
+    assert (demo.runs_of(False, None), demo.runs_of(True, None), demo.runs_of(False, 1)) == (
+        27, 8, 9)
+    quiet = demo.plan_line(False, None, cores=2, busy=0.0)
+    assert quiet.startswith("27 runs, each its own process; about 3.5 min here (2 cores, a "
+                            "load of 0.0 from other work; 3.5 min on a quiet 2-core CPU)")
+    assert "--quick" not in quiet
+    busy = demo.plan_line(False, None, cores=2, busy=8.0)  # 5x slower: about 18 min
+    assert "about 18 min here (2 cores, a load of 8.0 from other work" in busy
+    assert busy.endswith("The machine is busy: `scaleprobe demo --quick` (8 runs) takes about "
+                         "5.2 min")
+    assert demo.estimate_s(27, 16, 0.0) == (212.0, 1.0)  # idle cores: the reference, no less
