@@ -132,3 +132,40 @@ def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():
     assert busy.endswith("The machine is busy: `scaleprobe demo --quick` (8 runs) takes about "
                          "5.2 min")
     assert demo.estimate_s(27, 16, 0.0) == (212.0, 1.0)  # idle cores: the reference, no less
+
+
+def test_outside_a_terminal_a_run_prints_a_plain_line_every_interval(monkeypatch, capsys):
+    """Issue 41: outside a terminal `run` printed no progress at all (a --compile run:
+    nothing for 7 min 52 s). A plain line comes every PLAIN_EVERY_S, also inside a step."""
+    import time
+
+    from scaleprobe.measure import progress as MP
+
+    monkeypatch.setattr(MP, "PLAIN_EVERY_S", 0.05)
+    bar = MP.StepProgress(True)
+    bar.begin(_parts(steps=10, warmup_steps=2))  # pytest's stderr is no terminal
+    time.sleep(0.2)  # inside the first step
+    bar.advance(_st(5, 3))
+    time.sleep(0.2)
+    bar.end()
+    lines = capsys.readouterr().err.splitlines()
+    assert any(ln.startswith("training: setting up, or in the first step") for ln in lines)
+    assert any(ln.startswith("training: step 5 of 12; epoch 1, 00:00:00 elapsed")
+               for ln in lines), lines
+
+
+def test_the_bar_keeps_its_figures_in_80_columns():
+    """Issue 41: in an 80-column terminal the bar read `training ━━━ 14/… steps 0:… 0:0…`;
+    the note and the bar give way, never the counts and times."""
+    from scaleprobe.measure.progress import progress_bar
+
+    for width in (80, 60):
+        out = io.StringIO()
+        con = Console(file=out, width=width, force_terminal=True, color_system=None)
+        bar = progress_bar("steps", con, transient=False)
+        t = bar.add_task("training", total=205,
+                         note="epoch 1; auto: until stable, 200 steps or 120 s")
+        bar.update(t, completed=14)
+        con.print(bar.make_tasks_table(bar.tasks))
+        line = out.getvalue().splitlines()[0]
+        assert "14/205 steps 0:00:00" in line and len(line) <= width, line
