@@ -135,6 +135,8 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
     line = work.error_line(end)
     if end.error is None and line is None:
         result.status = "ok"
+        if end.logged:  # a rank ended well but wrote no record: its logged steps
+            mark_logged(result, end)
         return
     e = end.error
     msg = (getattr(e, "message", None) or f"{type(e).__name__}: {e}") if e is not None else ""
