@@ -36,6 +36,7 @@ from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
 # torch's samplers that walk the whole dataset in every process that holds one
 WHOLE_DATASET_SAMPLERS = {"RandomSampler", "SequentialSampler"}
 ACCURACY_REASON = "not read: the script's own evaluation is not visible to wrap"
+TORCH_BOILERPLATE = "To enable traceback see"  # torch.distributed.elastic's ChildFailedError
 NO_OPTIMIZER_STEP = ("no step was timed: wrap counts steps at optimizer.step() (a torch.optim "
                      "optimizer's), and the script called none")
 
@@ -143,12 +144,13 @@ class UserScript:
                     None)
         if line:
             return line
-        if end.error is not None and self.code > 0 and self.code < 128:
-            # the launcher's error is torch's ("To enable traceback see ..."): the script's
-            # own exit code says it in scaleprobe's words
-            return f"the script exited with code {self.code}"
         if end.error is not None:
-            return failure_line(getattr(end.error, "message", None) or str(end.error))
+            line = failure_line(getattr(end.error, "message", None) or str(end.error))
+            if TORCH_BOILERPLATE in line and 0 < self.code < 128:
+                # the launcher's words for a rank that exited with a code and left no line of
+                # its own: the script's exit code says it in scaleprobe's
+                return f"the script exited with code {self.code}"
+            return line
         return f"the script exited with code {self.code}"
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
