@@ -252,7 +252,8 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                "intervals)")
     for col in ("model", "link", "strategy", "N", f"measured {u}", f"predicted {u}",
                 "pred / meas", f"comm meas / pred {u}"):
-        t.add_column(col, justify="left" if col in ("model", "link", "strategy") else "right")
+        t.add_column(col, justify="left" if col in ("model", "link", "strategy") else "right",
+                     overflow="fold")  # a narrow terminal wraps a name, never cuts it
     for p in points:
         pr, iv, ri = p.prediction, p.measured_interval, p.ratio_interval
         meas = _time_fig(p.measured_s, *(iv or (None, None)), unit)
