@@ -101,7 +101,8 @@ def plan_line(quick: bool, repeats: int | None, cores: int, busy: float) -> str:
     est, slow = estimate_s(runs, cores, busy)
     line = (f"{runs} runs, each its own process; about {fmt_minutes(est)} here ({cores} "
             f"core{'s' if cores != 1 else ''}, a load of {busy:.1f} from other work; "
-            f"{fmt_minutes(runs * REFERENCE_S / REFERENCE_RUNS)} on a quiet 2-core CPU)")
+            f"{fmt_minutes(runs * REFERENCE_S / REFERENCE_RUNS)} on a quiet 2-core CPU); "
+            "points already measured in the folder are reused")
     if slow >= BUSY_FACTOR and not quick:
         q = runs_of(True, repeats)
         line += (f". The machine is busy: `scaleprobe demo --quick` ({q} runs) takes about "
@@ -134,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
               f"results in {escape(str(out))}/", soft_wrap=True)
-    con.print(escape(plan_line(args.quick, args.repeats, *machine_load()) + "; points "
-                     "already measured in the folder are reused"), soft_wrap=True)
+    con.print(escape(plan_line(args.quick, args.repeats, *machine_load())), soft_wrap=True)
     try:
         for spec in _sweeps(args.quick):
             sid = spec["sweep"]["id"]
