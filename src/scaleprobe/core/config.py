@@ -19,6 +19,7 @@ import hashlib
 import json
 import shlex
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -521,8 +522,7 @@ TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large", "lm": "gpt_
 TASK_DEFAULT_DATASETS = {"lm": "text"}
 
 
-def _task_default_model(cfg: RunConfig, given: frozenset[str] | set[str] = frozenset()
-                        ) -> RunConfig:
+def _task_default_model(cfg: RunConfig, given: Collection[str] = ()) -> RunConfig:
     """The model (and dataset) that will really be used, so the saved config, its key and
     every table name it (a detection run left at the default model records its detector, not
     digits_cnn; an lm run left at the default dataset records text, not digits). Only a key
