@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -17,6 +18,7 @@ import textwrap
 from typing import Any, NoReturn
 
 from scaleprobe import __version__
+from scaleprobe.core.config import SYNONYMS
 from scaleprobe.core.errors import ScaleprobeError, one_line
 
 DESCRIPTION = """Measure and explain deep-learning training performance: one device or many,
@@ -74,10 +76,6 @@ def _command_parser(p: argparse.ArgumentParser, ns: argparse.Namespace
 def _nearest(p: argparse.ArgumentParser, extra: list[str]) -> str:
     """"; did you mean --batch-size?" for the first unknown option near one of ``p``'s
     (dashes and underscores aside, or by spelling)."""
-    import difflib
-
-    from scaleprobe.core.config import SYNONYMS  # torch-free: the config's own tables
-
     known = [s for a in p._actions for s in a.option_strings if s.startswith("--")]
     flat = {s.replace("-", "").replace("_", ""): s for s in known}
     for word in extra:

@@ -83,6 +83,7 @@ def machine_load() -> tuple[int, float]:
     # heavy: psutil: only when the demo starts
     import psutil
 
+    # heavy: psutil (run.resources reads the host with it): only when the demo starts
     from scaleprobe.run.resources import host_cores
 
     cores = host_cores()
