@@ -28,6 +28,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/scaleprobe demo
+	@echo "next: . $(VENV)/bin/activate  (then scaleprobe --help; or type $(BIN)/scaleprobe ...)"
 
 # --durations: every run lists its 25 slowest tests, the suite's time budget at a glance
 test: $(STAMP) browser

@@ -9,14 +9,16 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.metadata
 import os
 import sys
 import textwrap
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from scaleprobe import __version__
+from scaleprobe.core.config import SYNONYMS
 from scaleprobe.core.errors import ScaleprobeError, one_line
 
 DESCRIPTION = """Measure and explain deep-learning training performance: one device or many,
@@ -52,6 +54,40 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         message = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        """An unknown option is named by the command it was given to, with the nearest of
+        that command's options (``--batchsize``: did you mean --batch-size?)."""
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            sub = _command_parser(self, ns) or self
+            sub.error(f"unrecognized arguments: {' '.join(extra)}{_nearest(sub, extra)}")
+        return ns
+
+
+def _command_parser(p: argparse.ArgumentParser, ns: argparse.Namespace
+                    ) -> argparse.ArgumentParser | None:
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            return a.choices.get(getattr(ns, "command", None) or "")
+    return None
+
+
+def _nearest(p: argparse.ArgumentParser, extra: list[str]) -> str:
+    """"; did you mean --batch-size?" for the first unknown option near one of ``p``'s
+    (dashes and underscores aside, or by spelling)."""
+    known = [s for a in p._actions for s in a.option_strings if s.startswith("--")]
+    flat = {s.replace("-", "").replace("_", ""): s for s in known}
+    for word in extra:
+        if not word.startswith("--"):
+            continue
+        opt = word.split("=", 1)[0]
+        other = "--" + SYNONYMS.get(opt[2:].replace("-", "_").lower(), "").replace("_", "-")
+        near = other if other in known else flat.get(opt.replace("-", "").replace("_", ""))
+        near = near or next(iter(difflib.get_close_matches(opt, known, n=1, cutoff=0.75)), None)
+        if near:
+            return f"; did you mean {near}?"
+    return ""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

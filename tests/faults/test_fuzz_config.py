@@ -243,6 +243,9 @@ def argv_for(rng: random.Random, cmd: str, files: dict[str, list[str]], tmp: Pat
             argv.append("--dry-run")
     elif cmd == "report":
         argv.append(rng.choice([str(tmp / "nothing"), "", "\U0001f600", str(tmp)]))
+    elif cmd == "predict":  # a valid closed-form question half the time, then random flags
+        if rng.random() < 0.5:
+            argv += ["--params", "1e6", "--nproc", "2"]
     elif rng.random() < 0.4:
         argv.append(rng.choice(files[cmd]))
     opts = _options(cmd)
@@ -257,22 +260,24 @@ def argv_for(rng: random.Random, cmd: str, files: dict[str, list[str]], tmp: Pat
             argv.append(flag)
             if takes_value or rng.random() < 0.1:
                 argv.append(_text(rng))
-    if cmd != "report" and "--out" not in argv:
+    if cmd not in ("report", "predict") and "--out" not in argv:
         argv += ["--out", str(tmp / "out")]
     return argv
 
 
-@pytest.mark.parametrize("cmd", ["run", "sweep", "scale", "report"])
+@pytest.mark.parametrize("cmd", ["run", "sweep", "scale", "report", "predict"])
 def test_random_command_lines_never_traceback(cmd, tmp_path, capsys, stop_before_work):
-    """Random flags, values, --set pairs, files and specs for run, sweep, scale and report:
-    every one ends in exit code 0 (the work would start) or 2 with one line on stderr."""
+    """Random flags, values, --set pairs, files and specs for run, sweep, scale and report,
+    and random flags and values for predict (issue 41: --alpha-us 1e309, --compute-time nan,
+    --nproc 100000000 took a traceback or minutes): every one ends in exit code 0 (the work
+    would start; predict answers) or 2 with one line on stderr."""
     rng = random.Random(f"{SEED}-{cmd}")
     files = _files(tmp_path, rng)
     codes = []
     # a random sweep command line is valid about once in 75 (2 of 150 with this seed before
     # --force was a flag, 0 of 150 after): 400 of them exercise both outcomes whatever the
     # flags; run, scale and report are valid far more often
-    for _ in range(400 if cmd == "sweep" else 150):
+    for _ in range(400 if cmd == "sweep" else 100 if cmd == "predict" else 150):
         code, _err = run_cli(capsys, argv_for(rng, cmd, files, tmp_path))
         codes.append(code)
     assert 2 in codes and 0 in codes  # both outcomes were exercised

@@ -111,3 +111,16 @@ def test_make_demo_shows_the_install_and_takes_another_torch_index(tmp_path, tor
         assert pips.index(first[0]) < pips.index(install[0])
     else:
         assert not first
+
+
+def test_the_readme_says_how_to_reach_scaleprobe_before_its_first_command():
+    """Issue 41: after `make demo` every README command (`scaleprobe ...`) answered "command
+    not found": make installs into .venv, and nothing said to activate it. The activation
+    comes before the first `scaleprobe` command of the README, and `make demo` ends with it."""
+    text = (ROOT / "README.md").read_text()
+    first = re.search(r"^scaleprobe ", text, re.MULTILINE)
+    activate = text.find(". .venv/bin/activate")
+    assert first and 0 <= activate < first.start()
+    assert ".venv/bin/scaleprobe" in text[:first.start()]
+    demo = (ROOT / "Makefile").read_text().split("\ndemo:")[1].split("\n\n")[0]
+    assert "bin/activate" in demo

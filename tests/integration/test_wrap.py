@@ -492,3 +492,50 @@ def test_sweep_over_a_scripts_own_flags_runs_each_and_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "not rerun" in again.stderr
     assert len([r for r in read_jsonl(out / "results.jsonl") if r["kind"] == "run"]) == 2
+
+
+HOSTILE = """
+import os, torch
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+if os.environ.get("CHDIR"):
+    os.chdir(os.environ["CHDIR"])
+for i in range(8):
+    opt.zero_grad(); m(x).sum().backward()
+    if not os.environ.get("NO_STEP"):
+        opt.step()
+    if i == 5 and "HARD_EXIT" in os.environ:
+        os._exit(int(os.environ["HARD_EXIT"]))
+"""
+
+
+@pytest.mark.parametrize("case", ["chdir, os._exit(0)", "os._exit(5)", "no optimizer step"])
+def test_hostile_scripts_lose_no_step_and_are_named(tmp_path, case):
+    """Issue 41: a script that os.chdir's with a relative --out wrote its rank files under
+    its new folder (0 steps recorded); os._exit(0) left 0 steps and `batch: None`; os._exit(5)
+    was named by torch's boilerplate; a script that never calls optimizer.step() said "too
+    few steps after warm-up?"."""
+    from scaleprobe.run.script import NO_OPTIMIZER_STEP
+
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    (tmp_path / "elsewhere").mkdir()
+    env = {"chdir, os._exit(0)": {"CHDIR": str(tmp_path / "elsewhere"), "HARD_EXIT": "0"},
+           "os._exit(5)": {"HARD_EXIT": "5"}, "no optimizer step": {"NO_STEP": "1"}}[case]
+    p = run_cli("wrap", "--warmup-steps", 1, "--out", "out", "--", "hostile.py", env=env,
+                cwd=tmp_path)
+    rec = _result(tmp_path / "out")  # the relative --out, resolved before the script ran
+    assert not list((tmp_path / "elsewhere").rglob("*")), "files written outside --out"
+    m = rec["metrics"]
+    if case == "no optimizer step":
+        assert p.returncode == 0 and m["steps_done"] == 0, p.stderr[-2000:]
+        assert rec["null_reasons"]["step_time_s"] == NO_OPTIMIZER_STEP
+        assert "optimizer.step()" in p.stderr
+        return
+    assert m["steps_done"] == 6 and m["steps_timed"] == 5, (rec, p.stderr[-2000:])
+    if case == "os._exit(5)":
+        assert p.returncode == 1 and rec["status"] == "failed"
+        assert rec["error"].endswith(": the script exited with code 5 (os._exit)"), rec["error"]
+        assert rec["script"]["exit_code"] == 5
+    else:
+        assert p.returncode == 0 and rec["status"] == "ok", p.stderr[-2000:]

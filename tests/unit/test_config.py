@@ -46,7 +46,7 @@ def test_compile_is_in_the_key_only_when_on():
     ({"loader": "fast"}, "data.loader: expected one of naive, pipelined, got 'fast'"),
     ({"optimizer": "sgdd"}, "did you mean sgd"),
     ({"loader": "pipelined", "workers": 0}, "needs --workers >= 1"),
-    ({"strategy": "single", "nproc": 2}, "use ddp"),
+    ({"strategy": "single", "nproc": 2}, "add --strategy ddp"),
     ({"strategy": "ps", "nproc": 1}, "one server and at least one worker"),
     ({"strategy": "ddp", "nproc": 2, "global_batch": 33}, "does not split evenly"),
     ({"nnodes": 2, "strategy": "ddp"}, "--rdzv-endpoint"),

@@ -39,6 +39,13 @@ PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 MMAP_BYTES = 32 << 20  # glibc's largest mmap threshold: bigger buffers come fresh each time
 FREE = 1e-9  # the link's costs scaled to nothing: what remains of the comm phase
 NEEDED_FLOOR_GBIT_S = 1e-3  # the slowest link searched: 1 Mbit/s (slower: "< 1 Mbit/s")
+# The most processes a prediction lays out: every rank's timeline is simulated, step by step
+# (SIM_STEPS + 2 x REPLICATES x REPLICATE_STEPS steps). Measured on the 2-core reference
+# machine under load, 2026-11-28: ddp 2.3 s, localsgd 1.1 s, fsdp 2.4 s at 128 processes
+# (6.3 s for ddp at 256); the parameter server shares its link among the pushes (fluid.py),
+# which grows with the square: 2.6 s at 32, 12.8 s at 64, 119 s at 256.
+MAX_WORLD = 128
+MAX_WORLD_BY_PATTERN = {"ps": 32}
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,11 @@ class Prediction:
         for k in ("step_s", "speedup", "efficiency"):
             out[k] = getattr(self, k).to_dict()
         return out
+
+
+def max_world(strategy: str) -> int:
+    """The most processes the step model lays out for ``strategy`` in seconds."""
+    return MAX_WORLD_BY_PATTERN.get(traits_of(strategy).comm_pattern, MAX_WORLD)
 
 
 def _ring(link: Link, n: int, scale: float, factor: float = 2.0) -> T.Cost:

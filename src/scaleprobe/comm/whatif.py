@@ -62,6 +62,31 @@ def parse_strategies(text: str | None) -> list[str]:
     return names
 
 
+def check_ranks(spec: str | None, world: int) -> None:
+    """A ConfigError when ``spec`` puts a rank behind its own link that ``world`` processes
+    do not have (``1gbit,rank9=100mbit`` for 2 processes)."""
+    bad = sorted(r for r in parse_spec(spec).per_rank if r >= world)
+    if bad:
+        raise ConfigError(f"--link names rank {bad[0]}, but {world} process"
+                          f"{'es have ranks 0..' + str(world - 1) if world > 1 else ' has rank 0'}")
+
+
+def check_grid(grid: Grid) -> None:
+    """Before anything is simulated: every per-rank link names a rank of the largest world
+    asked for, and no world is beyond what the step model answers in seconds."""
+    big = max(grid.nprocs) * max(grid.nnodes)
+    for spec in grid.links:
+        check_ranks(spec, big)
+    for strategy in grid.strategies:
+        cap = M.max_world(strategy)
+        if big > cap:
+            raise ConfigError(
+                f"{big:,} processes (--nproc x --nnodes): the step model lays out every "
+                f"rank's timeline and answers {strategy} up to {cap} processes in seconds; "
+                "for more, the closed-form model: scaleprobe predict --params N --nproc N "
+                "--compute-time S")
+
+
 def scenario(strategy: str, nproc: int, nnodes: int, spec: str | None,
              average_every: int = 4, prefetch: bool = False,
              units: tuple[T.Unit, ...] = ()) -> M.Scenario:
@@ -106,6 +131,7 @@ class Grid:
 def plan(sample: S.RunSample, grid: Grid, target: float = 0.9,
          with_needed: bool = True) -> list[Row]:
     """One row a combination of the grid, with the devices needed for ``target``."""
+    check_grid(grid)
     rows = []
     g = grid
     for spec in g.links:

@@ -15,6 +15,7 @@ the points already measured there (delete the folder to measure afresh).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,72 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 3, 2 with --quick)")
 
 
+# The demo on the quiet 2-core reference CPU, installed: 3 min 32 s for its 27 runs
+# (2026-11-26, README), 7.9 s a run (each its own process: torch's import, two epochs). A run
+# keeps about 2 cores busy (training and one loader worker); other work shares them.
+REFERENCE_S, REFERENCE_RUNS, RUN_CORES = 212.0, 27, 2.0
+BUSY_FACTOR = 1.5  # expected slowdown from which the demo offers --quick
+
+
+def runs_of(quick: bool, repeats: int | None) -> int:
+    """Runs the demo starts: every point of its sweeps, ``repeats`` times each."""
+    n = repeats or (2 if quick else 3)
+    return sum(n * _count(spec["grid"]) for spec in _sweeps(quick))
+
+
+def _count(grid: dict[str, list[Any]]) -> int:
+    out = 1
+    for values in grid.values():
+        out *= len(values)
+    return out
+
+
+def estimate_s(runs: int, cores: int, busy_cores: float) -> tuple[float, float]:
+    """(seconds, slowdown): the reference's time per run, stretched by the share of this
+    machine's cores a run gets beside ``busy_cores`` of other work (never below the
+    reference: a faster CPU is not assumed)."""
+    slowdown = max(1.0, (busy_cores + RUN_CORES) / max(1, cores))
+    return runs * REFERENCE_S / REFERENCE_RUNS * slowdown, slowdown
+
+
+def machine_load() -> tuple[int, float]:
+    """(cores this process may use, cores other work keeps busy): the larger of the 1-minute
+    load average and the CPU use over half a second."""
+    # heavy: psutil: only when the demo starts
+    import psutil
+
+    # heavy: psutil (run.resources reads the host with it): only when the demo starts
+    from scaleprobe.run.resources import host_cores
+
+    cores = host_cores()
+    now = psutil.cpu_percent(interval=0.5) / 100.0 * (psutil.cpu_count() or cores)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return cores, min(max(now, load), 64.0 * cores)
+
+
+def plan_line(quick: bool, repeats: int | None, cores: int, busy: float) -> str:
+    """What the demo will run and how long it should take here, said before it starts; on a
+    busy machine, what --quick would take."""
+    runs = runs_of(quick, repeats)
+    est, slow = estimate_s(runs, cores, busy)
+    line = (f"{runs} runs, each its own process; about {fmt_minutes(est)} here ({cores} "
+            f"core{'s' if cores != 1 else ''}, a load of {busy:.1f} from other work; "
+            f"{fmt_minutes(runs * REFERENCE_S / REFERENCE_RUNS)} on a quiet 2-core CPU); "
+            "points already measured in the folder are reused")
+    if slow >= BUSY_FACTOR and not quick:
+        q = runs_of(True, repeats)
+        line += (f". The machine is busy: `scaleprobe demo --quick` ({q} runs) takes about "
+                 f"{fmt_minutes(estimate_s(q, cores, busy)[0])}")
+    return line
+
+
+def fmt_minutes(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min" if s < 600 else f"{s / 60:.0f} min"
+
+
 def _sweeps(quick: bool) -> list[dict[str, Any]]:
     if not quick:
         return [BATCH_SWEEP, LOADER_SWEEP]
@@ -69,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     con.print(f"[bold]scaleprobe demo[/bold]: digits_cnn on scikit-learn's handwritten digits, "
               f"results in {escape(str(out))}/", soft_wrap=True)
+    con.print(escape(plan_line(args.quick, args.repeats, *machine_load())), soft_wrap=True)
     try:
         for spec in _sweeps(args.quick):
             sid = spec["sweep"]["id"]

@@ -27,27 +27,86 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, count_params, predict_for_run
-from scaleprobe.comm.whatif import parse_counts
+from scaleprobe.comm.whatif import check_ranks, parse_counts
 from scaleprobe.commands import predict_steps
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.links import resolve_link, with_alpha
+from scaleprobe.core.schema import show
 
 NAME = "predict"
 HELP = "predict communication time and scaling efficiency per strategy and link"
+
+MAX_PARAMS = 1e15  # parameters: far beyond any model, and the byte counts stay exact
+MAX_ALPHA_US = 1e6  # one second per hop: slower than any network a training step crosses
+MAX_COMPUTE_S = 7 * 86400.0  # a week per step
+DEFAULTS = {"nnodes": "1", "average_every": 4, "target": 0.9, "overlap": 0.0}
+# what each mode does not read: given, it is refused with what to do instead
+CLOSED_FORM_ONLY = (
+    ("alpha_us", "--alpha-us", "write the latency into the link: --link NAME=GBIT,US"),
+    ("overlap", "--overlap", "the run's own timeline says what overlaps"),
+    ("model", "--model", "the run names its model"),
+    ("params", "--params", "the run's gradients are counted"),
+    ("num_classes", "--num-classes", "the run's model is read as it ran"),
+)
+CHECK_READS_NOT = (("nproc", "--nproc"), ("nnodes", "--nnodes"), ("link", "--link"),
+                   ("strategy", "--strategy"), ("alpha_us", "--alpha-us"),
+                   ("compute_time", "--compute-time"), ("average_every", "--average-every"),
+                   ("target", "--target"), ("overlap", "--overlap"), ("model", "--model"),
+                   ("params", "--params"), ("num_classes", "--num-classes"))
+
+
+def _number(lo: float, hi: float, lo_open: bool = False, what: str = "a number"):
+    """argparse ``type=``: a finite number in [lo, hi] ((lo, hi] with ``lo_open``)."""
+    def convert(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v) or v > hi or v < lo or (lo_open and v == lo):
+            span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+            raise argparse.ArgumentTypeError(f"expected {what} in {span}, got {show(text)}")
+        return v
+    return convert
+
+
+def _count(text: str) -> int:
+    """argparse ``type=`` for ``--num-classes``: a whole number >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {show(text)}")
+    return n
+
+
+def efficiency(text: str) -> float:
+    """argparse ``type=`` for ``--target``: an efficiency in (0, 1] or a percent (90%)."""
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 < v <= 1):
+        raise argparse.ArgumentTypeError(f"expected an efficiency in (0, 1] or a percent such "
+                                         f"as 90%, got {show(text)}")
+    return v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--model", help="model name (parameters counted without building weights)")
-    size.add_argument("--params", type=float, help="parameter count, e.g. 25e6")
-    p.add_argument("--num-classes", type=int, default=None,
+    size.add_argument("--params", type=_number(0, MAX_PARAMS, lo_open=True),
+                      help="parameter count, e.g. 25e6")
+    p.add_argument("--num-classes", type=_count, default=None,
                    help="classifier head size for --model (default: the model's own)")
     p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", default=None,
                    help="processes per host; with --from a list, e.g. 2,4,8")
-    p.add_argument("--nnodes", default="1", help="hosts (default 1); with --from a list")
+    p.add_argument("--nnodes", default=None, help="hosts (default 1); with --from a list")
     p.add_argument("--link", action="append", default=None,
                    help="1gbit|10gbit|100gbit|nvlink|loopback|<rate>|NAME=GBIT,US|"
                         "measured:DIR|...,rankN=LINK; repeatable with --from")
@@ -57,16 +116,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", metavar="RUNS", default=None,
                    help="set every measured multi-rank run in RUNS beside its prediction "
                         "from the matching one-rank run")
-    p.add_argument("--alpha-us", type=float, default=None,
-                   help="override the link's per-hop latency in microseconds")
+    p.add_argument("--alpha-us", type=_number(0, MAX_ALPHA_US), default=None,
+                   help="override the link's per-hop latency in microseconds (the closed-form "
+                        "model; with --from write it into the link: --link NAME=GBIT,US)")
     step = p.add_mutually_exclusive_group()
-    step.add_argument("--compute-time", type=float, help="compute seconds per step (one device)")
+    step.add_argument("--compute-time", type=_number(0, MAX_COMPUTE_S, lo_open=True),
+                      help="compute seconds per step (one device)")
     step.add_argument("--from", dest="from_result", metavar="RUN",
                       help="a one-rank run (result.json or folder): its step's timeline")
-    p.add_argument("--average-every", type=int, default=4, help="local SGD: average every K steps")
-    p.add_argument("--target", type=float, default=0.9, help="target efficiency (default 0.9)")
-    p.add_argument("--overlap", type=float, default=0.0,
-                   help="fraction of communication hidden under compute (default 0)")
+    p.add_argument("--average-every", type=int, default=None,
+                   help="local SGD: average every K steps (default 4)")
+    p.add_argument("--target", type=efficiency, default=None,
+                   help="target efficiency, 0.9 or 90%% (default 0.9)")
+    p.add_argument("--overlap", type=_number(0, 1), default=None,
+                   help="fraction of communication hidden under compute, 0..1 (default 0; "
+                        "needs --compute-time)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -80,16 +144,41 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
         params = count_params(model, args.num_classes)
     if params <= 0:
         raise ConfigError(f"parameter count must be positive, got {params:g}")
-    if compute_s is not None and compute_s <= 0:
-        raise ConfigError(f"compute time per step must be positive, got {compute_s:g}")
     return {"model": model, "params": int(params), "compute_step_s": compute_s,
             "compute_note": compute_note}
 
 
 def _validate(args: argparse.Namespace) -> None:
+    """Every flag in range and read by the mode asked for (--check, --from or the closed
+    form); a flag the mode would ignore is refused, not dropped."""
+    if args.check and args.from_result:
+        raise ConfigError("--check and --from ask two questions: give one")
+    if args.check:
+        given = [flag for dest, flag in CHECK_READS_NOT if getattr(args, dest) is not None]
+        if given:
+            raise ConfigError(f"{given[0]} does nothing with --check: each measured run is set "
+                              "beside the prediction for its own processes, link and strategy")
+        return
+    for dest, flag, why in CLOSED_FORM_ONLY if args.from_result else ():
+        if getattr(args, dest) is not None:
+            raise ConfigError(f"{flag} does nothing with --from: {why}")
+    if not args.from_result:
+        if args.strategy:
+            raise ConfigError("--strategy needs --from RUN (the closed-form model shows every "
+                              "strategy)")
+        for dest, flag in (("target", "--target"), ("overlap", "--overlap")):
+            if getattr(args, dest) is not None and args.compute_time is None:
+                raise ConfigError(f"{flag} needs --compute-time (or --from RUN): without "
+                                  "compute per step there is no efficiency")
+    for k, v in DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     if args.average_every < 1:
         raise ConfigError("--average-every must be at least 1")
-    if args.check or args.from_result:
+    if any(not str(x).strip() for x in args.link or []):
+        raise ConfigError("--link is empty: give 1gbit, 10gbit, loopback, a rate like 200mbit, "
+                          "NAME=GBIT,US or measured:DIR (left out: loopback on one host)")
+    if args.from_result:
         return
     if args.nproc is None:
         raise ConfigError("give --nproc N (processes per host)")
@@ -99,9 +188,7 @@ def _validate(args: argparse.Namespace) -> None:
                           "model); the closed-form model takes one of each")
     args.nproc, args.nnodes = nproc[0], nnodes[0]
     args.link = (args.link or [None])[0]
-    if args.strategy:
-        raise ConfigError("--strategy needs --from RUN (the closed-form model shows every "
-                          "strategy)")
+    check_ranks(args.link, args.nproc * args.nnodes)
 
 
 def predictions(args: argparse.Namespace, inputs: dict[str, Any]) -> list[dict[str, Any]]:

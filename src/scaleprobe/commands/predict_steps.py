@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from scaleprobe.comm import check as C
@@ -66,10 +67,12 @@ def run_from(args: argparse.Namespace) -> int:
     sample = S.from_run(run)
     strategies = W.parse_strategies(args.strategy)
     on_cuda = str(run.env.get("cuda_available")).lower() == "true"
-    units = fsdp_units(run) if "fsdp" in strategies else ()
     grid = W.Grid(strategies, W.parse_counts(args.nproc, "--nproc"),
                   W.parse_counts(args.nnodes, "--nnodes"), args.link or [None],
-                  args.average_every, prefetch=on_cuda, units=units)
+                  args.average_every, prefetch=on_cuda)
+    W.check_grid(grid)  # before the model is built for its units
+    if "fsdp" in strategies:
+        grid = replace(grid, units=fsdp_units(run))
     rows = W.plan(sample, grid, args.target)
     if args.json:
         print(json.dumps({"from": _from_dict(run, sample),
@@ -97,15 +100,33 @@ def _fig(v: Any, lo: Any, hi: Any, fmt: Any) -> str:
     return f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]" if lo is not None and hi is not None else fmt(v)
 
 
-def _ms(v: float) -> str:
-    return f"{v * 1e3:.1f}" if v < 10 else f"{v:.2f} s"
+def time_unit(*values: float | None) -> tuple[str, float]:
+    """One unit for a table's times: ms, or seconds when any of them reaches 10 s (so a
+    column never holds "9850.1" beside "10.49", nor seconds under a heading of ms)."""
+    big = max((v for v in values if v is not None), default=0.0)
+    return ("s", 1.0) if big >= 10 else ("ms", 1e3)
 
 
-def _time_fig(v: float | None, lo: float | None, hi: float | None) -> str:
-    """A time with its interval in one unit: ms, or seconds (said once) from 10 s up."""
-    if v is None or lo is None or hi is None or max(v, hi) < 10:
-        return _fig(v, lo, hi, _ms)
-    return f"{v:.2f} [{lo:.2f}, {hi:.2f}] s"
+def duration(v: float) -> str:
+    """A time with its unit: ``53.5 ms``, ``21.39 s``."""
+    unit, scale = time_unit(v)
+    return f"{v * scale:.2f} s" if unit == "s" else f"{v * scale:.1f} ms"
+
+
+def _in(unit: tuple[str, float]) -> Any:
+    name, scale = unit
+    return (lambda v: f"{v * scale:.2f}") if name == "s" else (lambda v: f"{v * scale:.1f}")
+
+
+def _time_fig(v: float | None, lo: float | None, hi: float | None,
+              unit: tuple[str, float] | None = None) -> str:
+    """A time with its interval in one unit (the table's, else its own: ms, or seconds
+    from 10 s up, said once)."""
+    if unit is None:
+        unit = time_unit(v, lo, hi)
+        text = _fig(v, lo, hi, _in(unit))
+        return f"{text} s" if unit[0] == "s" and v is not None else text
+    return _fig(v, lo, hi, _in(unit))
 
 
 def _needed(r: W.Row) -> str:
@@ -117,35 +138,57 @@ def _needed(r: W.Row) -> str:
     return f">= {g:.2f} Gbit/s" if g >= 0.1 else f">= {g * 1e3:.1f} Mbit/s"
 
 
+def _table(title: str) -> Any:
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich import box
+    from rich.table import Table
+
+    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+
+
 def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float) -> None:
+    """Per link, two tables that fit 80 columns: the predicted step, speedup and efficiency;
+    then where the step's time goes and the slowest link for ``target``. Times in one unit
+    per table, named in its headings."""
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
-    from rich.table import Table
 
     from scaleprobe.commands.fmt import esc  # heavy: rich
 
     con = Console()
     con.print(f"from {run.label}: 1 process, {s.threads or '?'} thread(s) per rank, "
-              f"{s.grad_bytes / 1e6:.1f} MB of fp32 gradients, step {_ms(s.step_median_s or 0)} "
-              f"ms; compute drawn from {s.rows_source}", markup=False, highlight=False)
+              f"{s.grad_bytes / 1e6:.1f} MB of fp32 gradients, step "
+              f"{duration(s.step_median_s or 0)}; compute drawn from {s.rows_source}",
+              markup=False, highlight=False)
     for spec in dict.fromkeys(r.link_spec for r in rows):
         part = [r for r in rows if r.link_spec == spec]
         con.print("link: " + W.link_line(None if spec == "default" else spec, part[0].nnodes),
                   markup=False, highlight=False)
-        t = Table(title=f"predicted median step (ms, 95% interval), speedup in samples/s "
-                        f"over the run, and the slowest link for {target:.0%} efficiency")
-        for col in ("strategy", "processes", "step ms", "speedup", "efficiency",
-                    "compute / comm ms", "link busy ms", f"link for {target:.0%}"):
-            t.add_column(col, justify="left" if col == "strategy" else "right",
-                         no_wrap=col in ("strategy", "processes"))
+        unit = time_unit(*(v for r in part for v in (r.prediction.step_s.hi,
+                                                     r.prediction.comm_busy_s,
+                                                     *r.prediction.phases.values())))
+        u, fig = unit[0], _in(unit)
+        t = _table(f"predicted median step ({u}) and speedup in samples/s over the run, "
+                   "95% intervals")
+        for col in ("strategy", "processes", f"step {u}", "speedup", "efficiency"):
+            t.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
+        for r in part:
+            p = r.prediction
+            t.add_row(esc(p.strategy), _where(r), _time_fig(p.step_s.value, p.step_s.lo,
+                                                            p.step_s.hi, unit),
+                      _fig(p.speedup.value, p.speedup.lo, p.speedup.hi, lambda v: f"{v:.2f}"),
+                      f"{p.efficiency.value:.0%}")
+        con.print(t)
+        t = _table(f"where the step goes ({u}), and the slowest link for {target:.0%} "
+                   "efficiency")
+        for col in ("strategy", "processes", f"compute {u}", f"comm {u}", f"link busy {u}",
+                    f"link for {target:.0%}"):
+            t.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
         for r in part:
             p = r.prediction
             comp = sum(v for k, v in p.phases.items() if k != "comm")
-            where = f"{r.nnodes} x {r.nproc}" if r.nnodes > 1 else str(r.nproc)
-            t.add_row(esc(p.strategy), where, _time_fig(p.step_s.value, p.step_s.lo, p.step_s.hi),
-                      _fig(p.speedup.value, p.speedup.lo, p.speedup.hi, lambda v: f"{v:.2f}"),
-                      f"{p.efficiency.value:.0%}", f"{_ms(comp)} / {_ms(p.phases['comm'])}",
-                      _ms(p.comm_busy_s), esc(_needed(r)))
+            t.add_row(esc(p.strategy), _where(r), fig(comp), fig(p.phases["comm"]),
+                      fig(p.comm_busy_s), esc(_needed(r)))
         con.print(t)
     notes = dict.fromkeys([n for r in rows for n in r.prediction.notes] +
                           [f"{r.prediction.strategy} on {r.nnodes * r.nproc} processes, link "
@@ -153,6 +196,10 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                            if r.needed_reason])
     for n in notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
+
+
+def _where(r: W.Row) -> str:
+    return f"{r.nnodes} x {r.nproc}" if r.nnodes > 1 else str(r.nproc)
 
 
 def _link_label(run: RunResult) -> str:
@@ -192,25 +239,30 @@ def _point_dict(p: C.Point) -> dict[str, Any]:
 def print_check(points: list[C.Point], summ: C.Summary) -> None:
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
-    from rich.table import Table
 
     from scaleprobe.commands.fmt import esc  # heavy: rich
 
     con = Console()
-    t = Table(title="measured step beside its prediction from the matching 1-rank run "
-                    "(ms, 95% intervals)")
-    for col in ("model", "link", "strategy", "N", "measured", "predicted", "pred / meas",
-                "comm meas / pred"):
-        t.add_column(col, justify="left" if col in ("model", "link", "strategy") else "right")
+    unit = time_unit(*(v for p in points for v in (
+        p.measured_s, *(p.measured_interval or ()), p.run.metrics.breakdown_s.comm,
+        *((p.prediction.step_s.value, p.prediction.step_s.hi, p.prediction.phases["comm"])
+          if p.prediction else ()))))
+    u, fig = unit[0], _in(unit)
+    t = _table(f"measured step beside its prediction from the matching 1-rank run ({u}, 95% "
+               "intervals)")
+    for col in ("model", "link", "strategy", "N", f"measured {u}", f"predicted {u}",
+                "pred / meas", f"comm meas / pred {u}"):
+        t.add_column(col, justify="left" if col in ("model", "link", "strategy") else "right",
+                     overflow="fold")  # a narrow terminal wraps a name, never cuts it
     for p in points:
         pr, iv, ri = p.prediction, p.measured_interval, p.ratio_interval
-        meas = _time_fig(p.measured_s, *(iv or (None, None)))
-        pred = (_time_fig(pr.step_s.value, pr.step_s.lo, pr.step_s.hi) if pr
+        meas = _time_fig(p.measured_s, *(iv or (None, None)), unit)
+        pred = (_time_fig(pr.step_s.value, pr.step_s.lo, pr.step_s.hi, unit) if pr
                 else esc(p.reason or "n/a"))
         ratio = (_fig(p.ratio, *(ri or (None, None)), lambda v: f"{v:.2f}")
                  if p.ratio is not None else "n/a")
         mc = p.run.metrics.breakdown_s.comm
-        comm = f"{_ms(mc)} / {_ms(pr.phases['comm'])}" if pr and mc is not None else "n/a"
+        comm = f"{fig(mc)} / {fig(pr.phases['comm'])}" if pr and mc is not None else "n/a"
         t.add_row(esc(p.run.cfg("model.name")), esc(_link_label(p.run)),
                   esc(p.run.cfg("dist.strategy")), str(p.run.world_size), meas, pred, ratio, comm)
     con.print(t)

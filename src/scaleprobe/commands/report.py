@@ -13,7 +13,10 @@ embedded, readable offline. Needs no GPU and no torch: run it anywhere the resul
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from scaleprobe.core.config import RunConfig
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.report import build as report_build
 from scaleprobe.report.build import findings_text
 from scaleprobe.report.records import load_records
@@ -23,8 +26,9 @@ HELP = "write report.md and report.html (tables, plots, diagnosis) from results"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", metavar="DIR", help="results folder, results.jsonl, result.json "
-                   "or run folder")
+    p.add_argument("src", metavar="DIR", nargs="?", default=RunConfig.out,
+                   help="results folder, results.jsonl, result.json or run folder (default: "
+                        "%(default)s, where run, sweep and demo write)")
     p.add_argument("--out", default=None, metavar="DIR2",
                    help="folder for report.md and report.html (default: DIR itself)")
     p.add_argument("--findings", action="store_true",
@@ -32,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.src == RunConfig.out and not Path(args.src).exists():
+        raise ConfigError(f"no {args.src} folder here (where run, sweep and demo write by "
+                          "default): give the results folder, scaleprobe report DIR")
     md_path, html_path = report_build.build_report(args.src, args.out)
     if args.findings:
         print(findings_text(load_records(args.src)))

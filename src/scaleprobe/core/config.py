@@ -19,6 +19,7 @@ import hashlib
 import json
 import shlex
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -379,8 +380,23 @@ def resolve_key(key: Any) -> str:
     if key in SECTION_ONLY:
         raise ConfigError(f"[{key}] must be a table of keys, e.g. [{key}] on a line of its own")
     near = suggest(key, list(ALIASES) + ALL_KEYS)
+    other = SYNONYMS.get(key.rpartition(".")[2].lower())
+    if other:  # another tool's name for a key: spelling alone would not find it
+        near = [other, *(n for n in near if n != other)][:3]
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise ConfigError(f"unknown config key {show(key)}{hint}")
+
+
+# other tools' names for scaleprobe's keys (PyTorch examples, Lightning, Hugging Face,
+# torchrun): "did you mean" finds them although their spelling is not near
+SYNONYMS = {"learning_rate": "lr", "learningrate": "lr", "num_workers": "workers",
+            "batchsize": "batch_size", "bs": "batch_size", "per_device_train_batch_size":
+            "batch_size", "num_epochs": "epochs", "n_epochs": "epochs", "max_iters": "max_steps",
+            "num_steps": "steps", "nproc_per_node": "nproc", "num_nodes": "nnodes",
+            "world_size": "nproc", "arch": "model", "model_name": "model", "opt": "optimizer",
+            "wd": "weight_decay", "precision": "amp", "warmup": "warmup_steps",
+            "data_path": "data_dir", "output_dir": "out", "seq_length": "seq_len",
+            "block_size": "seq_len"}
 
 
 def check_value(full: str, value: Any, parse: bool = True) -> Any:
@@ -499,7 +515,8 @@ def build(overrides: dict[str, Any] | None = None, base: RunConfig | None = None
             sec, name = full.split(".")
             per_section.setdefault(sec, {})[name] = v
     changes = {sec: replace(getattr(cfg, sec), **vals) for sec, vals in per_section.items()}
-    cfg = _task_default_model(replace(cfg, **changes, **top))
+    given = {f"{sec}.{name}" for sec, vals in per_section.items() for name in vals}
+    cfg = _task_default_model(replace(cfg, **changes, **top), given)
     validate(cfg)
     return cfg
 
@@ -510,15 +527,18 @@ TASK_DEFAULT_MODELS = {"detection": "ssdlite320_mobilenet_v3_large", "lm": "gpt_
 TASK_DEFAULT_DATASETS = {"lm": "text"}
 
 
-def _task_default_model(cfg: RunConfig) -> RunConfig:
+def _task_default_model(cfg: RunConfig, given: Collection[str] = ()) -> RunConfig:
     """The model (and dataset) that will really be used, so the saved config, its key and
     every table name it (a detection run left at the default model records its detector, not
-    digits_cnn; an lm run left at the default dataset records text, not digits)."""
+    digits_cnn; an lm run left at the default dataset records text, not digits). Only a key
+    left out stands for the task's default: ``--task lm --dataset digits`` given is refused by
+    the task's rules, not trained on text without a word."""
     model = TASK_DEFAULT_MODELS.get(cfg.task.task)
-    if model is not None and cfg.model.name == ModelConfig.name:
+    if model is not None and cfg.model.name == ModelConfig.name and "model.name" not in given:
         cfg = replace(cfg, model=replace(cfg.model, name=model))
     dataset = TASK_DEFAULT_DATASETS.get(cfg.task.task)
-    if dataset is not None and cfg.data.dataset == DataConfig.dataset:
+    if (dataset is not None and cfg.data.dataset == DataConfig.dataset
+            and "data.dataset" not in given):
         cfg = replace(cfg, data=replace(cfg.data, dataset=dataset))
     return cfg
 

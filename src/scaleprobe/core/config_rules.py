@@ -61,7 +61,10 @@ def check_combinations(cfg: RunConfig) -> None:
         raise ConfigError("several hosts need --rdzv-endpoint HOST:PORT")
     tr = traits_of(ds.strategy)
     if tr.in_process and ds.nproc * ds.nnodes > 1:
-        raise ConfigError(f"--strategy {ds.strategy} runs in one process; use ddp for --nproc > 1")
+        many = (f"--nproc {ds.nproc}" if ds.nnodes == 1 else
+                f"--nproc {ds.nproc} on --nnodes {ds.nnodes}")
+        raise ConfigError(f"{many} starts {ds.nproc * ds.nnodes} processes: add --strategy ddp "
+                          f"(or ps, localsgd, fsdp); --strategy {ds.strategy} runs in one process")
     if tr.towers and cfg.task.task == "detection":
         raise ConfigError(f"--strategy {ds.strategy} cannot scatter detection targets (a list of "
                           "boxes per image) over its towers; use --strategy ddp")

@@ -499,7 +499,15 @@ def read_jsonl(path: str | Path, warn: bool = True) -> list[dict[str, Any]]:
                 continue
             if isinstance(rec, dict):
                 out.append(rec)
+            elif warn:  # valid JSON, but no record: warned like a torn line, not dropped silently
+                print(f"warning: {p}:{n}: skipping a line that is not a record (a JSON "
+                      f"{_json_kind(rec)}, not an object)", file=sys.stderr)
     return out
+
+
+def _json_kind(v: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(v), "number")
 
 
 def find_results(path: str | Path) -> list[dict[str, Any]]:

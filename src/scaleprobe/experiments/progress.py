@@ -64,6 +64,7 @@ class SweepProgress:
         self._t_point = time.monotonic()
         self._watch: PointWatch | None = None
         self._shown = time.monotonic()
+        self._said_start = False
 
     def start(self, total: int) -> None:
         self.total = total
@@ -106,6 +107,12 @@ class SweepProgress:
         name = describe(point.axes) + (f" ({repeat_label(repeat)})" if repeat else "")
         if self._bar is not None:
             self._bar.update(self._task, note=escape(name))
+        if self.enabled and not self.run_s and not self._said_start:
+            # before the first point ends (minutes on a busy machine), a line that says what
+            # runs and how many there are; later points have a line when each ends
+            self._said_start = True
+            self.console.print(f"[{self.completed + 1}/{self.total}] {escape(name)}: started "
+                               "(a line as each point ends)", soft_wrap=True)
         if self.enabled and steps_file:
             self._watch = PointWatch(self, name, steps_file).start()
 

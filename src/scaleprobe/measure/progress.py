@@ -7,8 +7,10 @@ The window may still end sooner, once the median step is stable."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -25,11 +27,29 @@ def progress_bar(unit: str, console: Any, transient: bool, eta_field: bool = Fal
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.table import Column
 
-    left = TextColumn("ETA {task.fields[eta]}") if eta_field else TimeRemainingColumn()
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn(unit), TimeElapsedColumn(), left,
-                    TextColumn("{task.fields[note]}"), console=console, transient=transient)
+    class Note(TextColumn):
+        """The note: cut with "…" on one line where the terminal is narrow."""
+
+        def render(self, task: Any) -> Any:
+            text = super().render(task)
+            text.no_wrap, text.overflow = True, "ellipsis"
+            return text
+
+    def keep() -> Column:  # the figures: never cut, never wrapped
+        return Column(no_wrap=True)
+
+    left = (TextColumn("ETA {task.fields[eta]}", table_column=keep()) if eta_field
+            else TimeRemainingColumn(table_column=keep()))
+    # in a narrow terminal (80 columns) the note and then the bar give way, never the counts
+    # and times (they were cut to "14/…", "0:…"): only those two columns may be narrowed
+    return Progress(TextColumn("[bold]{task.description}", table_column=keep()),
+                    BarColumn(bar_width=20, table_column=Column(min_width=4)),
+                    MofNCompleteColumn(table_column=keep()), TextColumn(unit, table_column=keep()),
+                    TimeElapsedColumn(table_column=keep()), left,
+                    Note("{task.fields[note]}", table_column=Column(overflow="ellipsis")),
+                    console=console, transient=transient)
 
 
 def projected_total(train: Any, st: Any, now: float, began: float) -> int:
@@ -49,7 +69,15 @@ def projected_total(train: Any, st: Any, now: float, began: float) -> int:
     return warm + max(st.timed, min(cap, fits))
 
 
+PLAIN_EVERY_S = 30.0  # outside a terminal (a log file, a pipe, a scheduler): a line this often
+
+
 class StepProgress:
+    """The training loop's live bar on a terminal; elsewhere (no live display: a log file, a
+    pipe, a batch job) a plain line every ``PLAIN_EVERY_S`` seconds from a thread of its own,
+    so that a long run is never silent, not even inside a step (a --compile warm-up step
+    took 7 min 52 s)."""
+
     def __init__(self, enabled: bool = True, label: str = "training") -> None:
         self.enabled = enabled
         self.label = label
@@ -57,6 +85,7 @@ class StepProgress:
         self._task = None
         self._train: Any = None  # --steps auto: the total follows projected_total
         self._began = 0.0
+        self._lines: PlainLines | None = None
 
     def begin(self, parts: Any) -> None:
         if not self.enabled:
@@ -65,20 +94,25 @@ class StepProgress:
         from rich.console import Console
 
         t = parts.cfg.train
+        self._began = time.perf_counter()
         if t.epochs is not None:
             total = t.epochs * len(parts.loader)
         elif isinstance(t.steps, int):
             total = t.warmup_steps + t.steps
         else:
             total = t.warmup_steps + t.max_steps
-            self._train, self._began = t, time.perf_counter()
+            self._train = t
         console = Console(file=sys.stderr)
-        self._bar = progress_bar("steps", console, transient=not console.is_terminal)
+        if not console.is_terminal:
+            self._total = total
+            self._lines = PlainLines(self.label, PLAIN_EVERY_S).start()
+            return
+        self._bar = progress_bar("steps", console, transient=False)
         self._bar.start()
         self._task = self._bar.add_task(self.label, total=total, note="warm-up")
 
     def advance(self, st: Any) -> None:
-        if self._bar is None:
+        if self._bar is None and self._lines is None:
             return
         note = "warm-up" if st.timed == 0 else f"epoch {st.epoch + 1}"
         total = None
@@ -86,12 +120,49 @@ class StepProgress:
             total = projected_total(self._train, st, time.perf_counter(), self._began)
             t = self._train
             note += f"; auto: until stable, {t.max_steps} steps or {t.max_seconds:g} s"
+        if self._lines is not None:
+            self._lines.text = f"step {st.step} of {total or self._total}; {note}"
+            return
         self._bar.update(self._task, completed=st.step, note=note, total=total)
 
     def end(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        if self._lines is not None:
+            self._lines.stop()
+            self._lines = None
+
+
+class PlainLines:
+    """``training: step 37 of 205; epoch 1, 00:01:30 elapsed`` on stderr every ``every_s``
+    (the latest ``text``), from a daemon thread: it wakes twice a minute and prints one
+    line, nothing inside the timed window's synchronisation."""
+
+    def __init__(self, label: str, every_s: float) -> None:
+        self.label, self.every_s = label, every_s
+        self.text = "setting up, or in the first step (a compiled model compiles there)"
+        self._t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="scaleprobe-progress-lines",
+                                        daemon=True)
+
+    def start(self) -> PlainLines:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            elapsed = time.strftime("%H:%M:%S", time.gmtime(time.monotonic() - self._t0))
+            try:
+                print(f"{self.label}: {self.text}, {elapsed} elapsed", file=sys.stderr,
+                      flush=True)
+            except (OSError, ValueError):  # stderr closed: progress is a courtesy
+                return
 
 
 class NoProgress(StepProgress):
@@ -114,9 +185,7 @@ class FileProgress(StepProgress):
         super().__init__(enabled=False)
         self.path = path
         self.every_s = every_s
-        # the first step is always written: time.monotonic() counts from the boot, so 0.0
-        # held the first line back on a machine up for less than every_s
-        self._last = float("-inf")
+        self._last = -math.inf  # the first step is written whatever the clock reads
         self._t: Any = None
         self._per_epoch: int | None = None
 

@@ -117,6 +117,12 @@ def _call_user(fn: Callable[..., Any], num_classes: int, image_size: int,
                           f"(at {_where(e, path)})") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model builder returned {type(model).__name__}, not an nn.Module")
+    if not any(p.requires_grad for p in model.parameters()):
+        what = "every parameter is frozen" if any(True for _ in model.parameters()) else \
+            "it has no parameters"
+        raise ConfigError(f"model builder {spec or fn.__name__} returned a model with nothing "
+                          f"to train ({what}: requires_grad is False); a training step needs "
+                          "at least one trainable parameter")
     return model
 
 

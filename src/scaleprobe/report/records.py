@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,26 +50,57 @@ def load_records(path: str | Path) -> list[Record]:
     if not p.exists():
         raise ConfigError(f"no such file or folder: {p}")
     found: list[tuple[dict[str, Any], str]] = []
+    unreadable: list[str] = []
     if p.is_file():
         try:
             found = [(r, str(p.parent)) for r in res.find_results(p)]
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"cannot read {p}: {e}") from None
+            raise ConfigError(f"cannot read {p}: {_why(e)}") from None
     else:
         for f in sorted(p.rglob(res.RESULTS_FILE)):
             found.extend((r, _folder(p, f.parent)) for r in res.read_jsonl(f))
         if not found:
-            found = _result_jsons(p)
+            found, unreadable = _result_jsons(p)
     recs: list[Record] = []
     for raw, folder in _unique([(r, f) for r, f in found
                                 if isinstance(r, dict) and isinstance(r.get("kind"), str)]):
         rec = res.typed(raw)
         rec.source = folder
         recs.append(rec)
+    if not recs and unreadable:
+        raise ConfigError(f"cannot read {unreadable[0]}"
+                          + (f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""))
     if not recs:
         raise ConfigError(f"no result records in {p} (expected results.jsonl or result.json)")
+    for line in unreadable:
+        print(f"warning: skipping {line}", file=sys.stderr)
+    _warn_newer_schema([raw for raw, _ in found if isinstance(raw, dict)], p)
     colocated_load(runs(recs))
     return recs
+
+
+def _why(e: Exception) -> str:
+    """Why a record file did not parse, in words: a file cut short says so."""
+    if isinstance(e, json.JSONDecodeError) and e.doc.strip() and (
+            e.pos >= len(e.doc.rstrip()) or e.msg.startswith("Unterminated")):
+        return f"the record ends early (truncated at byte {len(e.doc.encode())}: {e.msg})"
+    if isinstance(e, json.JSONDecodeError):
+        return f"not a JSON record ({e})" if e.doc.strip() else "the file is empty"
+    return f"not text ({e})"
+
+
+def _warn_newer_schema(raws: list[dict[str, Any]], where: Path) -> None:
+    """Records of a schema this version does not know are read (what it knows of them) with
+    one warning, not shown as if nothing were missing."""
+    newer = sorted({str(r.get("schema")) for r in raws if "schema" in r and not (
+        isinstance(r["schema"], int) and not isinstance(r["schema"], bool)
+        and r["schema"] <= res.SCHEMA)})
+    if newer:
+        count = sum(1 for r in raws if str(r.get("schema")) in newer and "schema" in r)
+        print(f"warning: {where}: {count} record(s) of schema {', '.join(newer)}, which this "
+              f"scaleprobe does not know (it reads schema {res.SCHEMA} and older): read as "
+              "far as their fields are known; a newer scaleprobe reads them whole",
+              file=sys.stderr)
 
 
 def colocated_load(recs: list[RunResult]) -> None:
@@ -144,14 +176,19 @@ def _unique(found: list[tuple[dict[str, Any], str]]) -> list[tuple[dict[str, Any
     return out
 
 
-def _result_jsons(folder: Path) -> list[tuple[dict[str, Any], str]]:
+def _result_jsons(folder: Path) -> tuple[list[tuple[dict[str, Any], str]], list[str]]:
+    """The records of the result.json files under ``folder``, and a line for each file that
+    could not be read (truncated, not JSON, unreadable)."""
     out: list[tuple[dict[str, Any], str]] = []
+    bad: list[str] = []
     for f in sorted(folder.rglob("result.json")):
         try:
             out.extend((r, _folder(folder, f.parent)) for r in res.find_results(f))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            continue
-    return out
+        except OSError as e:
+            bad.append(f"{f}: {e.strerror or e}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            bad.append(f"{f}: {_why(e)}")
+    return out, bad
 
 
 def of_type(records: Iterable[Record], cls: type[_T]) -> list[_T]:

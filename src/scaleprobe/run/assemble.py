@@ -251,7 +251,7 @@ def _steps(result: RunResult, raw0: RankRecord, r0: RankSummary,
     for p, reason in raw0.phases_unseen.items():
         why[f"breakdown_s.{p}"] = reason
     if not st:
-        why["step_time_s"] = "no step was timed (too few steps after warm-up?)"
+        why.setdefault("step_time_s", "no step was timed (too few steps after warm-up?)")
         why["samples_per_s_by_rank"] = why["step_time_rank"] = why["step_time_s"]
         return
     typical = r0.breakdown_s.total_s()

@@ -135,6 +135,8 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
     line = work.error_line(end)
     if end.error is None and line is None:
         result.status = "ok"
+        if end.logged:  # a rank ended well but wrote no record: its logged steps
+            mark_logged(result, end)
         return
     e = end.error
     msg = (getattr(e, "message", None) or f"{type(e).__name__}: {e}") if e is not None else ""
@@ -213,7 +215,9 @@ def write_failure(result: RunResult, run_dir: Path, cfg: RunConfig,
 
 
 def _reraise_user_error(msg: str, result: RunResult, run_dir: Path, cfg: RunConfig) -> None:
-    """A rank's ConfigError / DataError is the user's mistake: one line, exit 2."""
+    """A rank's ConfigError / DataError is the user's mistake: one line, exit 2. A launched
+    rank's error arrives with its module (``scaleprobe.core.errors.ConfigError: ...``)."""
+    msg = msg.removeprefix(f"{ConfigError.__module__}.")
     for cls in (ConfigError, DataError):
         prefix = f"{cls.__name__}: "
         if msg.startswith(prefix):

@@ -29,12 +29,16 @@ from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
 from scaleprobe.run.driver import Ending, execute
 from scaleprobe.run.failure import failure_line
+from scaleprobe.run.partial import recover_steps
 from scaleprobe.run.resources import check_config
 from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
 
 # torch's samplers that walk the whole dataset in every process that holds one
 WHOLE_DATASET_SAMPLERS = {"RandomSampler", "SequentialSampler"}
 ACCURACY_REASON = "not read: the script's own evaluation is not visible to wrap"
+TORCH_BOILERPLATE = "To enable traceback see"  # torch.distributed.elastic's ChildFailedError
+NO_OPTIMIZER_STEP = ("no step was timed: wrap counts steps at optimizer.step() (a torch.optim "
+                     "optimizer's), and the script called none")
 
 
 def check_target(target: list[str]) -> str:
@@ -101,6 +105,7 @@ class UserScript:
 
     def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
         d = self.cfg.dist
+        run_dir = run_dir.resolve()  # the script may os.chdir: its rank writes here still
         entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *self.target)
         run_workers(entry[0], entry[1:], Job.of(d), log_dir=str(run_dir / "logs"),
                     run_dir=str(run_dir), stall_after_s=d.timeout_s)
@@ -113,12 +118,18 @@ class UserScript:
         turned out to use."""
         raws, self.facts = read_ranks(run_dir, getattr(end.error, "rank", None))
         end.raws = raws or None
+        if len(raws) < self.cfg.world_size and end.error is None and end.signame is None:
+            recover_steps(end, run_dir)  # a rank ended without its record: its logged steps
+            raws = end.raws or []
         run_cfg = observed_config(self.cfg, raws, self.facts) if raws else self.cfg
         result.config = run_cfg.to_dict()
         result.null_reasons["accuracy"] = ACCURACY_REASON
         self.code = script_exit_code(failed_facts(self.facts, end.error),
                                      end.error if end.signame is None else KeyboardInterrupt())
         facts = self.facts
+        if raws and not any(f.get("optimizer_steps") for f in facts) and all(
+                "optimizer_steps" in f for f in facts):
+            result.null_reasons["step_time_s"] = NO_OPTIMIZER_STEP
         result.script = {"target": self.target, "exit_code": self.code,
                          "loader": next((f["loader"] for f in facts if f.get("loader")), None),
                          "stopped_after": next((f["stopped_after"] for f in facts
@@ -134,7 +145,12 @@ class UserScript:
         if line:
             return line
         if end.error is not None:
-            return failure_line(getattr(end.error, "message", None) or str(end.error))
+            line = failure_line(getattr(end.error, "message", None) or str(end.error))
+            if TORCH_BOILERPLATE in line and 0 < self.code < 128:
+                # the launcher's words for a rank that exited with a code and left no line of
+                # its own: the script's exit code says it in scaleprobe's
+                return f"the script exited with code {self.code}"
+            return line
         return f"the script exited with code {self.code}"
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:

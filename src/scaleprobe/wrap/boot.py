@@ -10,6 +10,7 @@ own ``sys.argv`` and ``sys.path[0]``, and whatever happens writes this rank's re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -308,7 +309,9 @@ def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
 
 
 def main(argv: list[str]) -> int:
-    run_dir, target = argv[0], argv[2:] if argv[1:2] == ["--"] else argv[1:]
+    # absolute before the script runs: a script may os.chdir, and the rank's files belong in
+    # the run folder under --out, wherever the script goes
+    run_dir, target = os.path.abspath(argv[0]), argv[2:] if argv[1:2] == ["--"] else argv[1:]
     settings = json.loads((Path(run_dir) / SETTINGS).read_text())
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     own_process_group()
@@ -331,29 +334,66 @@ def main(argv: list[str]) -> int:
 
     beat.keep_steps(RecorderSteps(rec, rank, world, baseline))  # kept if this rank dies
     beat.set_state("training")  # the launcher's stall check follows its progress from here
-    code, facts = _run_script(target, settings, run_dir, rank)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    beat.set_state("after")  # the script ended: no step to stall in
-    rec.flops_end(complete=False)  # the script ended inside the counted step
-    rec.count_captured()  # with torch.compile: the FLOPs, after the script, on fake tensors
-    if rec.opt_compiled and not rec.step_times:
-        rec.flops_reason = ("not counted: no step was seen: the script's optimizer step is "
-                            "compiled, and wrap's step hooks do nothing inside compiled code")
-    facts.update(_script_facts(rec), exit_code=code)
-    observed = _close(rec.observers)
-    try:
-        why = ("steps" if "stopped_after" in facts else "interrupted" if code == 130 else
-               "script" if code == 0 else "failed")
-        out = {"record": {**rank_record(rec, rank, world, baseline), "observed": observed,
-                          "stop_reason": why}, "script": facts}
+    ending = Ending(rec, beat, run_dir, rank, world, baseline)
+    with ending.on_hard_exit():
+        code, facts = _run_script(target, settings, run_dir, rank)
+    return ending.finish(code, facts)
 
-        rank_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(rank_path(run_dir, rank), out)
-    finally:
-        beat.finish("done" if code in (0, 130) else "failed")
-        sys.stdout.flush()
-        sys.stderr.flush()
-    return code
+
+class Ending:
+    """What a rank does when its script has ended, however it ended: the rank's record
+    written, the heartbeat finished. ``on_hard_exit``: also when the script ends its process
+    with ``os._exit`` (no exception, no finally), which left no record and lost the steps."""
+
+    def __init__(self, rec: Any, beat: Heartbeat, run_dir: str, rank: int, world: int,
+                 baseline: dict[str, int | None]) -> None:
+        self.rec, self.beat, self.run_dir = rec, beat, run_dir
+        self.rank, self.world, self.baseline = rank, world, baseline
+
+    @contextlib.contextmanager
+    def on_hard_exit(self) -> Any:
+        real, pid = os._exit, os.getpid()
+
+        def hard_exit(code: int) -> None:
+            if os.getpid() == pid:  # not in a forked child (a loader worker exits this way)
+                os._exit = real
+                with contextlib.suppress(BaseException):
+                    facts = {"error": f"the script exited with code {code} (os._exit)"} \
+                        if code else {"exited": "os._exit(0)"}
+                    self.finish(int(code), facts)
+            real(code)
+
+        os._exit = hard_exit
+        try:
+            yield
+        finally:
+            os._exit = real
+
+    def finish(self, code: int, facts: dict[str, Any]) -> int:
+        rec, run_dir, rank = self.rec, self.run_dir, self.rank
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self.beat.set_state("after")  # the script ended: no step to stall in
+        rec.flops_end(complete=False)  # the script ended inside the counted step
+        rec.count_captured()  # with torch.compile: the FLOPs, after the script, on fake tensors
+        if rec.opt_compiled and not rec.step_times:
+            rec.flops_reason = ("not counted: no step was seen: the script's optimizer step is "
+                                "compiled, and wrap's step hooks do nothing inside compiled "
+                                "code")
+        facts.update(_script_facts(rec), exit_code=code, optimizer_steps=len(rec.step_times))
+        observed = _close(rec.observers)
+        try:
+            why = ("steps" if "stopped_after" in facts else "interrupted" if code == 130 else
+                   "script" if code == 0 else "failed")
+            out = {"record": {**rank_record(rec, rank, self.world, self.baseline),
+                              "observed": observed, "stop_reason": why}, "script": facts}
+
+            rank_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(rank_path(run_dir, rank), out)
+        finally:
+            self.beat.finish("done" if code in (0, 130) else "failed")
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return code
 
 
 if __name__ == "__main__":

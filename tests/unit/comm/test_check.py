@@ -115,8 +115,10 @@ def test_a_parameter_server_names_the_worker_it_waits_for():
     assert straggler(ranks, {"1": None, "2": None})["slowest_rank"] == 1  # none recorded
 
 
-def test_check_on_the_command_line(tmp_path, capsys):
+def test_check_on_the_command_line(tmp_path, capsys, monkeypatch):
     import json
+
+    monkeypatch.setenv("COLUMNS", "80")
 
     from scaleprobe.cli import main
 
@@ -131,6 +133,9 @@ def test_check_on_the_command_line(tmp_path, capsys):
     assert main(["predict", "--check", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "0.85" in out and "goal (median within +-10%" in out
+    # issue 41: one unit named in the headings, nothing cut in 80 columns
+    assert "measured" in out and " ms" in out and "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
     (tmp_path / "results.jsonl").write_text(lines[0] + "\n")
     assert main(["predict", "--check", str(tmp_path)]) == 2
     assert "no measured multi-rank run" in capsys.readouterr().err

@@ -21,6 +21,16 @@ def test_predict_json_closed_form(capsys):
     assert preds["localsgd"]["average_every"] == 4
 
 
+def test_predict_closed_form_answers_a_million_processes(capsys):
+    """The closed form has no per-rank work: 1e8 processes answer at once (the step model
+    refuses beyond its cap and names this one)."""
+    assert main(["predict", "--params", "1e6", "--nproc", "100000000", "--compute-time", "0.1",
+                 "--target", "90%", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["predictions"][0]["world_size"] == 100_000_000
+    assert out["predictions"][0]["target_efficiency"] == 0.9
+
+
 def test_predict_table(capsys):
     assert main(["predict", "--params", "25e6", "--nproc", "2", "--nnodes", "2",
                  "--compute-time", "0.2"]) == 0
@@ -33,7 +43,48 @@ def test_predict_table(capsys):
     (["predict", "--params", "1e6", "--nproc", "2", "--link", "fast"], "unknown link"),
     (["predict", "--params", "1e6", "--nproc", "0"], "at least 1"),
     (["predict", "--nproc", "2", "--from", "/nonexistent.json"], "no such file"),
-    (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "-1"], "positive"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "-1"],
+     "argument --compute-time: expected a number in (0, "),
+    # issue 41: every flag in range and read by the mode asked for
+    (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "nan"],
+     "argument --compute-time: expected a number in (0, "),
+    (["predict", "--params", "nan", "--nproc", "2"], "argument --params: expected a number"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--alpha-us", "-100"],
+     "argument --alpha-us: expected a number in [0, "),
+    (["predict", "--params", "1e6", "--nproc", "2", "--alpha-us", "1e309"],
+     "argument --alpha-us: expected a number in [0, "),
+    (["predict", "--nproc", "2", "--from", "RUN", "--alpha-us", "50000"],
+     "--alpha-us does nothing with --from: write the latency into the link"),
+    (["predict", "--nproc", "2", "--from", "RUN", "--overlap", "0.5"],
+     "--overlap does nothing with --from"),
+    (["predict", "--nproc", "2", "--from", "RUN", "--params", "1e6"],
+     "--params does nothing with --from"),
+    (["predict", "--check", "RUN", "--nproc", "2"], "--nproc does nothing with --check"),
+    (["predict", "--check", "RUN", "--target", "0.5"], "--target does nothing with --check"),
+    (["predict", "--check", "RUN", "--from", "RUN"], "--check and --from ask two questions"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "1", "--target", "7"],
+     "argument --target: expected an efficiency in (0, 1] or a percent such as 90%, got '7'"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "1", "--target", "0"],
+     "argument --target: expected an efficiency in (0, 1]"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--target", "0.5"],
+     "--target needs --compute-time"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "1", "--overlap", "2"],
+     "argument --overlap: expected a number in [0, 1], got '2'"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--overlap", "0.5"],
+     "--overlap needs --compute-time"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--link", ""], "--link is empty"),
+    (["predict", "--params", "1e6", "--nproc", "2", "--link", "1gbit,rank9=100mbit"],
+     "--link names rank 9, but 2 processes have ranks 0..1"),
+    (["predict", "--nproc", "2", "--from", "RUN", "--link", "1gbit,rank9=100mbit"],
+     "--link names rank 9, but 2 processes have ranks 0..1"),
+    (["predict", "--nproc", "100000000", "--from", "RUN"],
+     "100,000,000 processes (--nproc x --nnodes): the step model lays out every rank's"),
+    (["predict", "--nproc", "1000000", "--from", "RUN", "--link", "1gbit"],
+     "answers ddp up to 128 processes in seconds; for more, the closed-form model"),
+    (["predict", "--nproc", "64", "--from", "RUN", "--strategy", "ps"],
+     "answers ps up to 32 processes"),
+    (["predict", "--model", "resnet18", "--nproc", "2", "--num-classes", "0"],
+     "argument --num-classes: expected a whole number >= 1"),
     (["comm", "--nproc", "1"], "at least 2 processes"),
     (["comm", "--sizes", "1Q"], "cannot read message size"),
     (["comm", "--ops", "allgather"], "did you mean all_gather"),
@@ -42,7 +93,13 @@ def test_predict_table(capsys):
      "--executor slurm places the hosts itself"),
     (["comm", "--partition", "gpu"], "--partition is a Slurm option"),
 ])
-def test_user_mistakes_are_one_line(argv, msg, capsys):
+def test_user_mistakes_are_one_line(argv, msg, capsys, tmp_path):
+    if "RUN" in argv:  # a one-rank run's record: refused before it is simulated
+        from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
+
+        rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 4, THIRDS)
+        (tmp_path / "r" / "result.json").write_text(json.dumps(rec.to_dict()))
+        argv = [str(tmp_path / "r") if a == "RUN" else a for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and len(err.splitlines()) == 1

@@ -4,6 +4,7 @@ data/formats/tokens.py, data/formats/text_gen.py)."""
 
 import json
 import math
+import os
 import pickle
 
 import numpy as np
@@ -85,8 +86,12 @@ def test_a_larger_vocabulary_may_be_given_a_smaller_one_is_an_error(tmp_path):
     ("too big for uint16", "does not fit uint16"),
     ("meta vocab too small", "outside the vocabulary of 3"),
     ("not json", "cannot read .*meta.json"),
+    # issue 41: a folder or a FIFO said "token file not found"; unreadable, a PermissionError
+    ("folder", r"train.bin is a folder, not a token file"),
+    ("fifo", r"train.bin is not a regular file \(a FIFO"),
+    ("unreadable", r"cannot read .*train.bin: Permission denied"),
 ])
-def test_bad_token_folders_are_one_line_data_errors(tmp_path, case, message):
+def test_bad_token_folders_are_one_line_data_errors(tmp_path, case, message, monkeypatch):
     root = tmp_path / "d"
     if case != "no folder":
         _write(root, [1, 2, 3, 4], [1, 2, 3])
@@ -105,6 +110,15 @@ def test_bad_token_folders_are_one_line_data_errors(tmp_path, case, message):
         (root / "meta.json").write_text('{"vocab_size": 3}')
     elif case == "not json":
         (root / "meta.json").write_text("{vocab_size: 3")
+    elif case in ("folder", "fifo"):
+        (root / "train.bin").unlink()
+        (root / "train.bin").mkdir() if case == "folder" else os.mkfifo(root / "train.bin")
+    elif case == "unreadable":
+        (root / "train.bin").chmod(0)
+        if os.geteuid() == 0:  # root reads it anyway: the error open(2) gives anyone else
+            def refuse(path, *a, **k):
+                raise PermissionError(13, "Permission denied", str(path))
+            monkeypatch.setattr(np, "memmap", refuse)
     with pytest.raises(DataError, match=message) as e:
         open_tokens(root)
     assert "\n" not in str(e.value)

@@ -84,7 +84,7 @@ def test_spec_errors_are_one_clear_line(doc, needle):
 
 def test_invalid_combination_names_the_point_or_is_left_out():
     grid = {"strategy": ["single", "ddp"], "nproc": [1, 2]}
-    with pytest.raises(ConfigError, match="grid point strategy=single, nproc=2: .*use ddp"):
+    with pytest.raises(ConfigError, match="grid point strategy=single, nproc=2: .*add --strategy ddp"):
         check_points(load_spec(spec(grid)))
     sp = load_spec(spec(grid, sweep={"skip_invalid": True}))
     pts = check_points(sp)

@@ -98,3 +98,74 @@ def test_the_point_names_its_repeat_and_the_watch_ends_with_the_point(tmp_path):
     bar.point_done(Point({"batch_size": 32}, {}), {"status": "ok", "metrics": {}}, repeat=1)
     assert bar._watch is None
     bar.stop()
+
+
+def test_a_line_names_the_first_point_before_it_ends(tmp_path):
+    """Issue 41: the point count "[1/15]" appeared only when the first point ended (322 s on
+    a busy machine). The first point started is said at once; the others when they end."""
+    out = io.StringIO()
+    bar = EP.SweepProgress(True, Console(file=out, width=200), "demo-batch-size")
+    bar.start(15)
+    p = Point({"batch_size": 16}, {})
+    bar.point_started(p, None)
+    assert "[1/15] batch_size=16: started (a line as each point ends)" in out.getvalue()
+    bar.point_done(p, {"status": "ok", "metrics": {}})
+    bar.point_started(Point({"batch_size": 32}, {}), None)
+    bar.stop()
+    assert out.getvalue().count("started") == 1
+
+
+def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():
+    """Issue 41: the demo took ~36 min under load (3 min 32 s quiet) and said nothing of it.
+    Before it starts it says its runs, the time expected on this machine with the load it
+    sees, and on a busy machine what --quick would take."""
+    from scaleprobe.commands import demo
+
+    assert (demo.runs_of(False, None), demo.runs_of(True, None), demo.runs_of(False, 1)) == (
+        27, 8, 9)
+    quiet = demo.plan_line(False, None, cores=2, busy=0.0)
+    assert quiet.startswith("27 runs, each its own process; about 3.5 min here (2 cores, a "
+                            "load of 0.0 from other work; 3.5 min on a quiet 2-core CPU)")
+    assert "--quick" not in quiet
+    busy = demo.plan_line(False, None, cores=2, busy=8.0)  # 5x slower: about 18 min
+    assert "about 18 min here (2 cores, a load of 8.0 from other work" in busy
+    assert busy.endswith("The machine is busy: `scaleprobe demo --quick` (8 runs) takes about "
+                         "5.2 min")
+    assert demo.estimate_s(27, 16, 0.0) == (212.0, 1.0)  # idle cores: the reference, no less
+
+
+def test_outside_a_terminal_a_run_prints_a_plain_line_every_interval(monkeypatch, capsys):
+    """Issue 41: outside a terminal `run` printed no progress at all (a --compile run:
+    nothing for 7 min 52 s). A plain line comes every PLAIN_EVERY_S, also inside a step."""
+    import time
+
+    from scaleprobe.measure import progress as MP
+
+    monkeypatch.setattr(MP, "PLAIN_EVERY_S", 0.05)
+    bar = MP.StepProgress(True)
+    bar.begin(_parts(steps=10, warmup_steps=2))  # pytest's stderr is no terminal
+    time.sleep(0.2)  # inside the first step
+    bar.advance(_st(5, 3))
+    time.sleep(0.2)
+    bar.end()
+    lines = capsys.readouterr().err.splitlines()
+    assert any(ln.startswith("training: setting up, or in the first step") for ln in lines)
+    assert any(ln.startswith("training: step 5 of 12; epoch 1, 00:00:00 elapsed")
+               for ln in lines), lines
+
+
+def test_the_bar_keeps_its_figures_in_80_columns():
+    """Issue 41: in an 80-column terminal the bar read `training ━━━ 14/… steps 0:… 0:0…`;
+    the note and the bar give way, never the counts and times."""
+    from scaleprobe.measure.progress import progress_bar
+
+    for width in (80, 60):
+        out = io.StringIO()
+        con = Console(file=out, width=width, force_terminal=True, color_system=None)
+        bar = progress_bar("steps", con, transient=False)
+        t = bar.add_task("training", total=205,
+                         note="epoch 1; auto: until stable, 200 steps or 120 s")
+        bar.update(t, completed=14)
+        con.print(bar.make_tasks_table(bar.tasks))
+        line = out.getvalue().splitlines()[0]
+        assert "14/205 steps 0:00:00" in line and len(line) <= width, line

@@ -131,6 +131,48 @@ def test_torn_last_line_is_skipped(tmp_path, capsys):
     assert "Contents: 2 runs (2 ok)" in text
 
 
+@pytest.mark.parametrize("cut", ["half", "empty", "binary"])
+def test_a_truncated_result_json_is_named_not_no_records(tmp_path, cut):
+    """Issue 41: a run folder whose only result.json was cut short said "no result records
+    in DIR". The file is named, and why."""
+    import json
+
+    folder = tmp_path / "run1"
+    folder.mkdir()
+    text = json.dumps(run("a"))
+    body = {"half": text[: len(text) // 2].encode(), "empty": b"", "binary": b"\xff\xfe\x00"}
+    (folder / "result.json").write_bytes(body[cut])
+    with pytest.raises(ConfigError, match=r"cannot read .*run1/result.json: ") as e:
+        build_report(tmp_path)
+    if cut == "half":
+        assert "the record ends early (truncated at byte" in str(e.value)
+    with pytest.raises(ConfigError, match=r"cannot read .*result.json: "):
+        build_report(folder / "result.json")
+    (tmp_path / "run2").mkdir()  # beside a readable one: read, with a warning for the other
+    (tmp_path / "run2" / "result.json").write_text(text)
+    from scaleprobe.report.records import load_records
+
+    assert len(load_records(tmp_path)) == 1
+
+
+def test_a_newer_schema_is_read_with_a_warning_and_non_objects_are_warned(tmp_path, capsys):
+    """Issue 41: records of an unknown schema version were shown without a word; lines that
+    are JSON but not objects were dropped silently while a torn line was warned about."""
+    from scaleprobe.report.records import load_records
+
+    path = write_results(tmp_path, [run("a"), {**run("b"), "schema": 99}])
+    with path.open("a") as fh:
+        fh.write('[1, 2]\n"text"\n')
+    assert len(load_records(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "1 record(s) of schema 99, which this scaleprobe does not know" in err, err
+    assert ":3: skipping a line that is not a record (a JSON array" in err, err
+    assert ":4: skipping a line that is not a record (a JSON string" in err, err
+    write_results(tmp_path / "old", [run("c")])
+    load_records(tmp_path / "old")
+    assert capsys.readouterr().err == ""  # a record of this schema: no warning
+
+
 def test_missing_or_empty_source_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="no such file or folder"):
         build_report(tmp_path / "nope")

@@ -27,3 +27,24 @@ def test_the_failed_ranks_error_and_exit_code_come_first(tmp_path):
     assert script_exit_code(facts, RuntimeError()) == 1
     _, unknown = read_ranks(tmp_path, None)  # no rank known: rank order
     assert unknown[0]["exit_code"] == 130
+
+
+def test_a_rank_that_exited_with_a_code_and_no_line_is_named_in_scaleprobes_words(tmp_path):
+    """Issue 41: a wrapped rank that exited with code 5 and left no line of its own was
+    recorded with torch's launcher boilerplate ("To enable traceback see: ...")."""
+    from types import SimpleNamespace
+
+    from scaleprobe.run.driver import Ending
+    from scaleprobe.run.script import UserScript, base_config
+
+    (tmp_path / "s.py").write_text("")
+    work = UserScript(base_config({"out": str(tmp_path / "o")}, [str(tmp_path / "s.py")]))
+    torch_words = ("boot.py FAILED\nRoot Cause (first observed failure):\n  exitcode  : 5\n"
+                   "  traceback : To enable traceback see: https://pytorch.org/docs/stable/"
+                   "elastic/errors.html")
+    work.code = 5
+    end = Ending()
+    end.error = SimpleNamespace(message=torch_words, rank=0, exitcode=5)
+    assert work.error_line(end) == "the script exited with code 5"
+    end.error = SimpleNamespace(message="stalled: no progress for 5.1 s", rank=0, exitcode=1)
+    assert work.error_line(end) == "stalled: no progress for 5.1 s"  # the launcher's own words

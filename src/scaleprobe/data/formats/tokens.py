@@ -80,15 +80,23 @@ def scan(path: Path, dtype: np.dtype, count: bool = False
          ) -> tuple[int, int, np.ndarray | None]:
     """(tokens, largest token, each token's count or None) of one split's file, read in
     chunks; the counts (``count``) are an int64 array as long as the largest token + 1."""
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"token file not found: {path} ({hint()})")
+    if path.is_dir():
+        raise DataError(f"{path} is a folder, not a token file ({hint()})")
+    if not path.is_file():  # a FIFO would block the read, a device has no size
+        raise DataError(f"{path} is not a regular file (a FIFO, socket or device): a token "
+                        "file is memory-mapped")
     size = path.stat().st_size
     if size == 0:
         raise DataError(f"{path} is empty")
     if size % dtype.itemsize:
         raise DataError(f"{path}: {size:,} bytes is not a whole number of {dtype.name} tokens "
                         f"({dtype.itemsize} bytes each): the wrong dtype in {META}?")
-    arr = np.memmap(path, dtype=dtype, mode="r")
+    try:
+        arr = np.memmap(path, dtype=dtype, mode="r")
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
     top, counts = 0, np.zeros(0, dtype=np.int64)
     for i in range(0, len(arr), CHUNK):
         part = np.asarray(arr[i:i + CHUNK])
