@@ -20,6 +20,16 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# every test this session collected, before -m, -k or --deselect left any out
+# (tests/unit/test_markers.py reads their markers instead of collecting the suite again)
+COLLECTED: list = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    COLLECTED[:] = list(items)
+
+
 class Reached(Exception):
     """Raised by the stubs of ``stop_before_work`` where the work would start: the input was
     accepted."""
