@@ -80,8 +80,23 @@ def _running_job(timeout_s=120):
     return None
 
 
+def _a_step_timed(out_dir, timeout_s=180):
+    """Whether a point of the sweep in OUT_DIR has timed a step (its progress file, "N of M
+    steps timed", written by the job), waited for."""
+    import re
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for f in out_dir.glob("points/*.progress"):
+            m = re.match(r"(\d+) of \d+ steps timed", f.read_text(errors="replace"))
+            if m and int(m.group(1)) >= 1:
+                return True
+        time.sleep(0.2)
+    return False
+
+
 def _stop_a_training_point(tmp_path, out_dir, sid, stop):
-    """A one-point sweep of a long run as a Slurm job; once it has trained for 10 s,
+    """A one-point sweep of a long run as a Slurm job; once it has logged a timed step,
     ``stop(job_id, sweep_process)``; returns (job id, the sweep's exit code, its stderr)."""
     import sys
 
@@ -92,7 +107,9 @@ def _stop_a_training_point(tmp_path, out_dir, sid, stop):
     try:
         job = _running_job()
         assert job is not None, "the point never ran as a job"
-        time.sleep(10)  # it is training
+        # stopped before its first timed step, a run has no steps to keep (a fixed 10 s was
+        # not always enough under load)
+        assert _a_step_timed(out_dir), "the point's job never timed a step"
         stop(job, sweep)
         _, err = sweep.communicate(timeout=120)
     finally:

@@ -262,9 +262,12 @@ def expand_nodelist(text: str) -> list[str]:
 
 # --- the job ----------------------------------------------------------------------------------
 
-def job_main(spec_path: str, results_file: str) -> int:
+def job_main(spec_path: str, results_file: str, env: dict[str, str] | None = None) -> int:
     """What a Slurm job runs (pickled by submitit: a module-level function): the point, its
-    record going to ``results_file``. In a multi-node job each task runs its node's ranks."""
+    record going to ``results_file``, with the point's own variables ``env`` (its progress
+    file, in the experiment's folder beside the record). In a multi-node job each task runs
+    its node's ranks."""
+    os.environ.update(env or {})
     os.environ["SCALEPROBE_RESULTS_FILE"] = results_file
 
     payload = json.loads(Path(spec_path).read_text())
@@ -341,7 +344,8 @@ class SlurmProcessSet:
         spec_path = write_payload(payload, work_dir, label)
         results_file = work_dir / f"{label}-{attempt}.jsonl"
         try:
-            job = self._executor(payload).submit(job_main, str(spec_path), str(results_file))
+            job = self._executor(payload).submit(job_main, str(spec_path), str(results_file),
+                                                 dict(env or {}))
         except Exception as e:  # noqa: BLE001  (sbatch said no: the user's options, one line)
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             raise ConfigError(f"Slurm refused the job: {lines[-1] if lines else type(e).__name__}"

@@ -228,3 +228,21 @@ def test_a_one_node_point_of_a_node_grid_drops_the_placeholder(tmp_path, monkeyp
     import os
 
     assert os.environ["SCALEPROBE_RESULTS_FILE"] == str(tmp_path / "r.jsonl") + ".node1"
+
+
+def test_a_job_runs_with_the_points_own_variables(tmp_path, monkeypatch):
+    """The sweep hands a point its progress file through the environment; a Slurm job used to
+    drop it, so the bar and the Slurm tests could not see a job's steps."""
+    import os
+
+    from scaleprobe.measure.progress import PROGRESS_ENV
+
+    seen = []
+    monkeypatch.setenv("SCALEPROBE_RESULTS_FILE", "")
+    monkeypatch.setenv(PROGRESS_ENV, "")  # restored after
+    monkeypatch.setattr("scaleprobe.experiments.point.run_point",
+                        lambda payload: seen.append(os.environ[PROGRESS_ENV]) or 0)
+    spec = tmp_path / "p.json"
+    spec.write_text(json.dumps({"config": {"dist": {"nnodes": 1}}}))
+    X.job_main(str(spec), str(tmp_path / "r.jsonl"), {PROGRESS_ENV: str(tmp_path / "p.prog")})
+    assert seen == [str(tmp_path / "p.prog")]
