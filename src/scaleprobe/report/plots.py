@@ -73,9 +73,14 @@ def _figure(w_in: float = 9.0, h_in: float = 4.2, ncols: int = 1, nrows: int = 1
 
 
 def _render(fig: Any) -> Plot:
+    """The figure drawn once: its pixels encoded as PNG, and where its text landed."""
+    # heavy: matplotlib: only where a figure is drawn
+    from matplotlib.image import imsave
+
+    fig.canvas.draw()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    fig.canvas.draw()  # the same layout again, to measure where the text landed
+    imsave(buf, fig.canvas.buffer_rgba(), format="png", dpi=fig.dpi,
+           metadata={"Software": None})
     return Plot(buf.getvalue(), _meta(fig))
 
 
