@@ -112,3 +112,24 @@ def check_combination(task: str, model: str, dataset: str, transform: str) -> No
     if tokens:
         raise ConfigError(f"--dataset {dataset} holds tokens for --task lm; --task {task} "
                           "reads images")
+
+
+BASELINE_RULE = ("beats the baseline only when the paired 95% interval of (baseline - model) "
+                 "over the held-out windows lies above 0")
+
+
+def baseline_claim(loss: float, baseline: float, lo: float | None, hi: float | None,
+                   windows: int) -> str:
+    """The held-out loss against the context-free baseline on the same tokens, in words
+    (BASELINE_RULE): "beats" only with an interval above 0; below 0 "worse than"; an
+    interval holding 0 "not resolved"; one window decides nothing."""
+    margin = baseline - loss
+    what = f"the context-free baseline {baseline:.3f} on the same tokens"
+    if lo is None or hi is None:
+        return f"{what}: inconclusive ({windows} window{'s' if windows != 1 else ''})"
+    span = f"{margin:+.3f} [{lo:+.3f}, {hi:+.3f}] nats/token over {windows} windows"
+    if lo > 0:
+        return f"beats {what} by {span}"
+    if hi < 0:
+        return f"worse than {what}: {span}"
+    return f"not resolved against {what}: {span}, the interval includes 0"

@@ -135,6 +135,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     envmod.seed_all(cfg.train.seed)
     split = build_split(resolved_data(cfg), cfg.train.seed)  # lm: seq_len from the model
     task = build_task(cfg.task, split.num_classes)
+    if split.context_free is not None:  # token data: only --task lm reads it (lmspec)
+        task.use_baseline(split.context_free)
     size = split.image_size
     joint, image_tf = _task_transforms(task, cfg.data.transform, size)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)

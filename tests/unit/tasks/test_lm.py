@@ -85,6 +85,59 @@ def test_evaluation_is_the_held_out_mean_nats_per_token_and_its_exp():
     assert m.training  # put back as it was
 
 
+class Fixed(torch.nn.Module):
+    """Logits that make every next token equally likely over ``vocab``: ln(vocab) nats."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, x):
+        return torch.zeros(*x.shape, self.vocab)
+
+
+def test_evaluation_scores_the_context_free_baseline_on_the_same_held_out_tokens():
+    """The baseline's cost is read per held-out target token from the table, its margin over
+    the model has a paired interval over the windows. By hand: a uniform model over 4 tokens
+    costs ln 4 per token; the table costs 1.0 for token 0 and 2.0 for the others; window 0's
+    targets are all 0 (baseline 1.0), window 1's all 1 (2.0), window 2's alternate (1.5)."""
+    task = build_task(TaskConfig(task="lm"), 4)
+    task.use_baseline([1.0, 2.0, 2.0, 2.0])
+    xs = torch.zeros(3, 4, dtype=torch.long)
+    ys = torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1], [0, 3, 0, 3]])
+    ds = torch.utils.data.TensorDataset(xs, ys)
+    loader = DataLoader(Indexed(ds, None), batch_size=2, collate_fn=collate_indexed)
+    got = task.evaluate(Fixed(4), loader, torch.device("cpu"),
+                        torch.autocast("cpu", enabled=False))
+    ln4 = math.log(4)
+    assert got["loss"] == pytest.approx(ln4)
+    assert got["baseline_loss"] == pytest.approx(1.5)
+    assert got["baseline_margin"] == pytest.approx(1.5 - ln4)
+    # per-window margins 1 - ln4, 2 - ln4, 1.5 - ln4: mean 1.5 - ln4, sd 0.5, t(2) = 4.303
+    h = 4.302653 * 0.5 / math.sqrt(3)
+    assert got["baseline_margin_lo"] == pytest.approx(1.5 - ln4 - h, rel=1e-5)
+    assert got["baseline_margin_hi"] == pytest.approx(1.5 - ln4 + h, rel=1e-5)
+    assert got["baseline_windows"] == 3
+    plain = build_task(TaskConfig(task="lm"), 4).evaluate(
+        Fixed(4), loader, torch.device("cpu"), torch.autocast("cpu", enabled=False))
+    assert "baseline_loss" not in plain  # no table: nothing claimed
+
+
+@pytest.mark.parametrize("lo, hi, words", [
+    (0.05, 0.15, "beats the context-free baseline 3.100 on the same tokens by +0.100 "
+                 "[+0.050, +0.150] nats/token over 64 windows"),
+    (-0.02, 0.22, "not resolved against the context-free baseline 3.100 on the same tokens: "
+                  "+0.100 [-0.020, +0.220] nats/token over 64 windows, the interval includes 0"),
+    (None, None, "the context-free baseline 3.100 on the same tokens: inconclusive (64 windows)"),
+])
+def test_beats_the_baseline_only_with_an_interval_above_zero(lo, hi, words):
+    from scaleprobe.core.lmspec import baseline_claim
+
+    assert baseline_claim(3.0, 3.1, lo, hi, 64) == words
+    assert baseline_claim(3.2, 3.1, -0.15, -0.05, 64).startswith(
+        "worse than the context-free baseline 3.100 on the same tokens: -0.100 [-0.150, -0.050]")
+
+
 def test_random_tokens_are_made_once_per_rank_on_the_device():
     """tokens-synthetic: one batch per rank, targets the inputs shifted by one, ranks apart."""
     a = DeviceBatches(64, 4, None, None, 100, seed=0, rank=0, device=torch.device("cpu"),
