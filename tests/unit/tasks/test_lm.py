@@ -78,7 +78,8 @@ def test_evaluation_is_the_held_out_mean_nats_per_token_and_its_exp():
     ys = torch.stack([ds[i][1] for i in range(7)])
     with torch.no_grad():
         logits = m(xs)
-    expected = F.cross_entropy(logits.reshape(-1, 40), ys.reshape(-1)).item()
+    # the data's 40 tokens (the model pads them to 64 rows of -inf logits)
+    expected = F.cross_entropy(logits[..., :40].reshape(-1, 40), ys.reshape(-1)).item()
     assert got["loss"] == pytest.approx(expected, rel=1e-5)
     assert got["perplexity"] == pytest.approx(math.exp(expected), rel=1e-5)
     assert got["eval_tokens"] == 42 and got["eval_samples"] == 7
@@ -151,3 +152,14 @@ def test_random_tokens_are_made_once_per_rank_on_the_device():
     assert not torch.equal(a.x, b.x)
     again = next(iter(a))[0]
     assert again.data_ptr() == x.data_ptr()  # the same tensor every step
+
+
+def test_adamw_is_fused_on_cuda_and_pytorchs_default_elsewhere():
+    from scaleprobe.train.parts import _optimizer
+
+    cfg = C.build({"task": "lm", "optimizer": "adamw"})
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    cpu = _optimizer(cfg, params, 0.1, torch.device("cpu"))
+    assert isinstance(cpu, torch.optim.AdamW) and not cpu.defaults["fused"]
+    cuda = _optimizer(cfg, params, 0.1, torch.device("cuda"))  # built only: nothing steps
+    assert cuda.defaults["fused"] is True and cuda.defaults["lr"] == 0.1
