@@ -67,14 +67,25 @@ def _pass_window_gate(stopping: Callable[[], bool]) -> None:
 
 
 def _set_lr(p: Parts, step: int) -> None:
-    """Linear scaling rule with gradual warm-up (Goyal et al.): ramp to the target lr."""
-    base, target = p.cfg.train.lr, p.lr_target
-    if target == base:
+    """The learning rate of ``step``: the linear scaling rule's gradual warm-up (Goyal et al.)
+    from --lr up to the scaled target, or ``--set train.lr_warmup=linear`` (--task lm's
+    default) from target / w up to the target, over the w warm-up steps; then the target."""
+    lr = scheduled_lr(p.cfg.train.lr, p.lr_target, p.cfg.train.lr_warmup == "linear",
+                      p.info.get("lr_warmup_steps") or lr_warmup_steps(p.cfg, None), step)
+    if lr is None:
         return
-    w = p.info.get("lr_warmup_steps") or lr_warmup_steps(p.cfg, None)
-    lr = target if step >= w else base + (target - base) * (step + 1) / w
     for g in p.optimizer.param_groups:
         g["lr"] = lr
+
+
+def scheduled_lr(base: float, target: float, ramp: bool, w: int, step: int) -> float | None:
+    """The learning rate at ``step`` (0-based) of a linear warm-up over ``w`` steps to
+    ``target``, starting from ``base`` (linear scaling) or, with ``ramp``, from 0 (step 0
+    gets target / w); None: nothing to change (no scaling, no ramp)."""
+    if target == base and not ramp:
+        return None
+    start = 0.0 if ramp else base
+    return target if step >= w else start + (target - start) * (step + 1) / w
 
 
 @dataclass

@@ -22,8 +22,48 @@ from scaleprobe.tasks import build_task, check_model_name
 def test_task_lm_defaults_to_gpt_tiny_on_the_stdlib_text():
     cfg = C.build({"task": "lm"})
     assert cfg.model.name == "gpt_tiny" and cfg.data.dataset == "text"
+    # AdamW at 3e-3, warmed up linearly over 10 untimed steps, then 50 timed steps
+    t = cfg.train
+    assert (t.optimizer, t.lr, t.lr_warmup, t.warmup_steps, t.steps) == (
+        "adamw", 3e-3, "linear", 10, 50)
     cfg = C.build({"task": "lm", "model": "gpt2_small", "dataset": "tokens-synthetic"})
     assert cfg.model.name == "gpt2_small" and cfg.data.dataset == "tokens-synthetic"
+
+
+def test_lm_defaults_give_way_to_what_the_user_set():
+    t = C.build({"task": "lm", "optimizer": "sgd", "lr": 0.05, "warmup_steps": 5}).train
+    assert (t.optimizer, t.lr, t.warmup_steps, t.lr_warmup) == ("sgd", 0.05, 5, "linear")
+    # the length: --epochs or --target set it, so no default step count beside them
+    assert C.build({"task": "lm", "epochs": 1}).train.steps is None
+    assert C.build({"task": "lm", "target": "loss=3.0"}).train.steps is None
+    assert C.build({"task": "lm", "steps": "auto"}).train.steps == "auto"
+    # a saved configuration comes back as it was, and other tasks keep the plain defaults
+    saved = C.build({"task": "lm", "optimizer": "sgd"}).to_dict()
+    assert C.from_dict(saved).train.optimizer == "sgd"
+    plain = C.build({}).train
+    assert (plain.optimizer, plain.lr, plain.lr_warmup, plain.steps) == ("sgd", 0.05, "none",
+                                                                         None)
+
+
+def test_the_learning_rate_warm_up_by_hand():
+    from scaleprobe.train.engine import scheduled_lr
+
+    # --task lm's ramp over 10 steps to 3e-3: 3e-4, 6e-4, ... 3e-3 at step 9, then 3e-3
+    assert [scheduled_lr(3e-3, 3e-3, True, 10, s) for s in (0, 1, 9, 10, 50)] == \
+        pytest.approx([3e-4, 6e-4, 3e-3, 3e-3, 3e-3])
+    # the linear scaling rule: from --lr 0.1 up to 0.4 over 4 steps
+    assert [scheduled_lr(0.1, 0.4, False, 4, s) for s in (0, 1, 3, 4)] == \
+        pytest.approx([0.175, 0.25, 0.4, 0.4])
+    assert scheduled_lr(0.1, 0.1, False, 4, 0) is None  # nothing to change
+
+
+def test_run_help_shows_the_lm_defaults():
+    from scaleprobe.commands.options import flag_help
+
+    assert flag_help("train.optimizer").endswith("(default: sgd; --task lm: adamw)")
+    assert flag_help("train.lr").endswith("(default: 0.05; --task lm: 0.003)")
+    assert "--task lm: 50" in flag_help("train.steps")
+    assert flag_help("train.momentum").endswith("(default: 0.9)")
 
 
 @pytest.mark.parametrize("keys, message", [
