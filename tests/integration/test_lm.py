@@ -92,6 +92,37 @@ def test_lm_on_text_reads_the_token_files_through_the_loader(tmp_path, text_dir)
     assert m["baseline_margin"] == pytest.approx(by_hand - m["loss"], rel=1e-9)
 
 
+USER_LM = """
+from torch import nn
+
+def lm(vocab_size, seq_len):
+    assert seq_len == 16
+    return nn.Sequential(nn.Embedding(vocab_size, 32), nn.Linear(32, vocab_size))
+"""
+
+
+def test_a_users_own_language_model_trains_with_tokens_per_s_flops_and_held_out_loss(tmp_path):
+    """--task lm --model FILE.py:FUNC: the builder gets the vocabulary and the sequence length;
+    tokens/s, FLOPs counted from the module (an embedding, then one Linear 32 -> 100: 6 x 32 x
+    100 FLOPs per token), the held-out loss against the context-free baseline (ln 100 on
+    random tokens)."""
+    f = tmp_path / "mine.py"
+    f.write_text(USER_LM)
+    out = tmp_path / "out"
+    p = run_cli("run", "--task", "lm", "--model", f"{f}:lm", "--seq-len", 16, "--dataset",
+                "tokens-synthetic", "--set", "data.vocab_size=100", "--batch-size", 4,
+                "--steps", 3, "--warmup-steps", 1, "--eval", "--out", out, "--no-progress")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = _one(out)
+    m = rec["metrics"]
+    assert rec["status"] == "ok" and rec["batch"]["tokens_per_sample"] == 16
+    assert m["tokens_per_s"] == pytest.approx(m["samples_per_s"] * 16)
+    assert m["flops_per_step"] == 6 * 32 * 100 * 4 * 16
+    assert math.isfinite(m["loss"]) and m["baseline_loss"] == pytest.approx(math.log(100))
+    assert rec["config"]["train"]["optimizer"] == "adamw"  # lm's default
+    assert "held-out loss" in p.stdout and "tokens/s" in p.stdout
+
+
 def test_a_missing_token_folder_is_one_line_exit_2(tmp_path):
     p = run_cli("run", "--task", "lm", "--dataset", "tokens", "--data-dir", tmp_path / "none",
                 "--out", tmp_path / "out", "--no-progress", timeout=120)

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import paired_difference_interval
 from scaleprobe.data.loader import collate_indexed
 from scaleprobe.tasks import TASKS, evaluating, on_device
@@ -55,6 +56,29 @@ class LanguageModel:
 
     def build_model(self, base: nn.Module) -> nn.Module:
         return base
+
+    @torch.no_grad()
+    def check_model(self, model: nn.Module, x: torch.Tensor, spec: str) -> None:
+        """The user's module on one sample of token ids ``[1, T]``: logits ``[1, T, V]`` with
+        ``V`` at least the data's vocabulary, else one ConfigError line saying what came back
+        (lmspec.USER_LM)."""
+        was = model.training
+        try:
+            model.eval()
+            out = model(x)
+        except Exception as e:  # noqa: BLE001  (the user's forward: one line, exit 2)
+            raise ConfigError(f"--model {spec} failed on token ids of shape {list(x.shape)}: "
+                              f"{type(e).__name__}: {e}") from None
+        finally:
+            model.train(was)
+        b, t = x.shape
+        got = (f"shape {list(out.shape)} ({out.dtype})" if isinstance(out, torch.Tensor)
+               else type(out).__name__)
+        if (not isinstance(out, torch.Tensor) or out.dim() != 3 or tuple(out.shape[:2]) != (b, t)
+                or out.shape[2] < self.vocab or not out.is_floating_point()):
+            raise ConfigError(f"--model {spec} maps token ids [{b}, {t}] to {got}; --task lm "
+                              f"needs float logits [{b}, {t}, V] with V >= the data's "
+                              f"vocabulary {self.vocab}")
 
     def transforms(self, kind: str, size: Any) -> tuple[None, None]:
         """Tokens go in as they are: no image transform."""

@@ -85,7 +85,10 @@ def _model(cfg: RunConfig, task: Any, split: Any, train_ds: Any, shape: Any,
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
     else:
         model = task.build_model(build_model(cfg.model.name, split.num_classes, size,
-                                             shape)).to(device)
+                                             shape, split.seq_len)).to(device)
+    if split.seq_len and shape is None:  # the user's language model: its output checked
+        task.check_model(model, task.to_device(*task.collate([train_ds[0]])[:2], device,
+                                               False)[0], cfg.model.name)
     if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
         first = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])
         init_lazy(model, task.to_device(*first[:2], device, False)[0])

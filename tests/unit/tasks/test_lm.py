@@ -203,3 +203,60 @@ def test_adamw_is_fused_on_cuda_and_pytorchs_default_elsewhere():
     assert isinstance(cpu, torch.optim.AdamW) and not cpu.defaults["fused"]
     cuda = _optimizer(cfg, params, 0.1, torch.device("cuda"))  # built only: nothing steps
     assert cuda.defaults["fused"] is True and cuda.defaults["lr"] == 0.1
+
+
+USER_LM = '''
+import torch
+from torch import nn
+
+class Bigram(nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.table = nn.Embedding(vocab_size, vocab_size)
+
+    def forward(self, idx):
+        return self.table(idx)
+
+def bigram(vocab_size, seq_len):
+    assert seq_len == 16
+    return Bigram(vocab_size)
+
+def flat(vocab_size):
+    return nn.Sequential(nn.Embedding(vocab_size, 8), nn.Flatten(), nn.Linear(8 * 16, vocab_size))
+
+def small(vocab_size):
+    return nn.Embedding(vocab_size, vocab_size - 1)
+'''
+
+
+def test_a_users_language_model_is_built_with_the_vocabulary_and_sequence_length(tmp_path):
+    f = tmp_path / "mine.py"
+    f.write_text(USER_LM)
+    m = build_model(f"{f}:bigram", 40, None, seq_len=16)
+    task = build_task(TaskConfig(task="lm"), 40)
+    x = torch.randint(0, 40, (1, 16))
+    task.check_model(m, x, "mine.py:bigram")  # [1, 16, 40]: accepted
+    with pytest.raises(ConfigError) as e:
+        task.check_model(build_model(f"{f}:flat", 40, None, seq_len=16), x, "mine.py:flat")
+    assert str(e.value) == ("--model mine.py:flat maps token ids [1, 16] to shape [1, 40] "
+                            "(torch.float32); --task lm needs float logits [1, 16, V] with "
+                            "V >= the data's vocabulary 40")
+    with pytest.raises(ConfigError, match=r"to shape \[1, 16, 39\] .*V >= the data's "
+                                          r"vocabulary 40"):
+        task.check_model(build_model(f"{f}:small", 40, None, seq_len=16), x, "s")
+    with pytest.raises(ConfigError, match=r"failed on token ids of shape \[1, 16\]: IndexError"):
+        task.check_model(torch.nn.Embedding(3, 3), x, "tiny")
+
+
+def test_a_users_language_model_needs_its_sequence_length_and_no_gpt_sizes():
+    from scaleprobe.core.lmspec import check_run
+
+    ok = C.build({"task": "lm", "model": "mine.py:bigram", "seq_len": 16})
+    assert ok.model.name == "mine.py:bigram"
+    with pytest.raises(ConfigError, match="needs --seq-len"):
+        check_run(C.build({"task": "lm", "model": "mine.py:bigram"}))
+    with pytest.raises(ConfigError, match="--set data.vocab_size=N"):
+        check_run(C.build({"task": "lm", "model": "m.py:f", "seq_len": 8,
+                           "dataset": "tokens-synthetic"}))
+    with pytest.raises(ConfigError, match="size a built-in GPT"):
+        check_run(C.build({"task": "lm", "model": "m.py:f", "seq_len": 8, "layers": 2}))
