@@ -21,6 +21,7 @@ from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, nu
 from scaleprobe.core.target import summary_line
 from scaleprobe.core.traits import known
 from scaleprobe.measure.compiled import summary_line as compile_line
+from scaleprobe.measure.compiled import vs_eager_line
 from scaleprobe.report.advice import sync_words
 from scaleprobe.report.diagnose import epoch_start_wait
 from scaleprobe.report.window import window_line
@@ -189,6 +190,9 @@ def _compile_line(con: Console, r: RunResult) -> None:
         line = f"compile: {why.get('compile_time_s') or 'not measured'}"
     if line:
         say(con, esc(line))
+    vs = vs_eager_line(r.compile, why)
+    if vs:
+        say(con, esc(vs))
 
 
 def _figures_table(con: Console, figures: list[tuple[str, str]]) -> Table:

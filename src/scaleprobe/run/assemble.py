@@ -397,6 +397,17 @@ def _compile(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
         setattr(result.metrics, k, v)
     result.null_reasons.update(why)
     result.compile = block(raw0.compile, None if cfg.script.path else cfg.model.compile_mode)
+    eager = (raw0.compile or {}).get("eager")
+    if result.compile is not None and eager is not None:
+        ph = raw0.phase_times_s or {}
+        fb = [f + b for f, b in zip(ph.get("forward") or [], ph.get("backward") or [],
+                                    strict=False)]
+        st = result.metrics.step_time_s
+        vs = M.compile_vs_eager(fb, eager.get("fwd_bwd_s") or [], st.median if st else None,
+                                result.metrics.compile_time_s)
+        result.compile["vs_eager"] = vs
+        if vs is None:
+            result.null_reasons["compile.vs_eager"] = eager.get("reason") or "no samples"
 
 
 def _devices(trainers: list[RankRecord]) -> int:

@@ -33,6 +33,7 @@ from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
+from scaleprobe.train.eager import eager_passes
 from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
 from scaleprobe.train.steplog import TimerSteps
 from scaleprobe.train.stopping import loop_end_reason, stop_reason
@@ -459,6 +460,9 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     if beat is not None:
         beat.set_state("after")
     interrupted = _agree_interrupted(strategy, st.interrupted or stop.requested)
+    eager = None  # --compile: the same forward + backward uncompiled, after the window
+    if cfg.model.compile and not interrupted and not strategy.is_server:
+        eager = eager_passes(p, st.last_batch)
     comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
@@ -469,6 +473,8 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     rec["compile"] = (None if strategy.is_server else
                       compiles.record((st.window_t0, st.window_t1), compiles.ends,
                                       cfg.train.warmup_steps))
+    if rec["compile"] is not None and eager is not None:
+        rec["compile"]["eager"] = eager
     compiles.remove()
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
     rec["interrupted"] = (stop.signame or "peer") if interrupted else None
