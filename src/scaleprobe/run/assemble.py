@@ -322,7 +322,10 @@ def _evaluated(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
             setattr(m, k, v)
         else:
             m.extra[k] = v
-    if not cfg.train.eval:
+    if not cfg.train.eval and cfg.train.target is not None and m.accuracy is None:
+        why.setdefault("accuracy", "no evaluation after the window: --target's evaluations "
+                       "are in the target block (target.curve)")
+    elif not cfg.train.eval:
         why.setdefault("accuracy", "not evaluated (add --eval)")
     elif m.accuracy is None and cfg.task.task != "classification":  # the task's own metric
         why.setdefault("accuracy", f"--task {cfg.task.task} measures its own metric: "
