@@ -156,3 +156,18 @@ def test_the_standalone_collective_and_the_model_agree_or_one_is_named_wrong():
     assert "the model is off for this run" in agreement(3.1e-3, 0.68e-3, False)
     assert "faster than its fit" in agreement(0.5e-3, 1.0e-3, False)
     assert agreement(None, 1.0e-3, False) == ""
+
+
+def test_the_flops_line_says_the_padded_head_was_counted():
+    r = raw(0, 0.1, batch=8)
+    r["info"].update(tokens_per_sample=64, seq_len=64, vocab_size=50257,
+                     unigram_entropy_nats=3.0,
+                     model_shape={"layers": 2, "width": 32, "heads": 2, "context": 64,
+                                  "vocab_padded": 50304})
+    rec = assemble([r], task="lm", dataset="tokens-synthetic")
+    rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
+    rec["metrics"]["flops_per_step"] = 1e9
+    out = io.StringIO()
+    print_run(RunResult.from_dict(rec), Console(file=out, width=300))
+    assert "(the head's 50,304 rows counted: vocabulary 50,257 padded)" in out.getvalue()
+    assert rec["resolved"]["model.vocab_padded"] == 50304

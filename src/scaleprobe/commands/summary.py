@@ -173,6 +173,10 @@ def _flops_line(con: Console, r: RunResult) -> None:
         return
     line = (f"FLOPs: {flops(m.flops_per_step)} per step, "
             f"{flops(m.achieved_flops_per_s, per_s=True)} achieved")
+    res = r.resolved or {}
+    vocab, rows = res.get("data.vocab_size"), res.get("model.vocab_padded")
+    if vocab and rows and rows != vocab:  # the GPT's head: the FLOPs and parameters count it
+        line += f" (the head's {rows:,} rows counted: vocabulary {vocab:,} padded)"
     p = m.peak or Peak()
     if m.mfu is not None and p.flops_per_s is not None:
         peak = flops(p.flops_per_s * (p.devices or 1), per_s=True)
