@@ -82,6 +82,11 @@ def test_wrap_of_a_compiled_script_does_not_recompile_and_counts_flops(tmp_path)
     assert m["mfu"] is not None
     assert "global hooks" not in text
     assert eager["metrics"]["compiles"] is None
+    # its batches are token ids [8, 32]: tokens/s beside samples/s
+    for r in (rec, eager):
+        assert r["batch"]["tokens_per_sample"] == 32
+        assert r["metrics"]["tokens_per_s"] == pytest.approx(r["metrics"]["samples_per_s"] * 32)
+    assert "tokens/s" in text
     assert eager["null_reasons"]["compiles"] == "the script compiled nothing"
 
 

@@ -85,7 +85,8 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     found = r.task_metric()
     lm = m.unigram_entropy_nats is not None
     name, value = found if found is not None else ("accuracy", None)
-    if found is None and lm:  # not evaluated: the training loss of the last step, named so
+    if found is None and (lm or m.tokens_per_s is not None):  # token batches (lm, a wrapped
+        # LM script), not evaluated: the last step's training loss, never an accuracy column
         name, value = "train_loss", m.loss_last
     tokens = ([("tokens/s", fmt.num(m.tokens_per_s))] if m.tokens_per_s is not None
               else [])  # token tasks (lm)
@@ -405,7 +406,7 @@ def say(con: Console, text: str, markup: bool = True) -> None:
 NA_KEYS = {"samples/s": "samples_per_s", "step median": "step_time_s",
            "epoch time": "epoch_time_s", "peak device mem": "peak_mem_bytes.device_allocated",
            "CPU util": "cpu_util_pct", "GPU util": "gpu_util_pct", "accuracy": "accuracy",
-           "tokens/s": "tokens_per_s"}
+           "tokens/s": "tokens_per_s", "train loss": "loss_last"}
 
 
 def _na_line(con: Console, r: RunResult) -> None:

@@ -315,6 +315,9 @@ def _evaluated(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     """Loss, skipped samples and the evaluation's figures (accuracy or the task's own)."""
     m, why = result.metrics, result.null_reasons
     m.loss_first, m.loss_last = raw0.loss_first, raw0.loss_last
+    if m.loss_last is None:
+        why.setdefault("loss_last", "not recorded: wrap does not read the script's loss into "
+                       "its record" if cfg.script.path else "no step trained")
     m.bad_samples_skipped = sum(r.bad_samples for r in ranks)
     ev = next((r.eval for r in ranks if r.eval), {})
     for k, v in ev.items():  # accuracy, or a task's own metrics (map50, ...)
