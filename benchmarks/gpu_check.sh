@@ -9,6 +9,10 @@
 #                                             loader's ceiling per part at 512 px, and the batch
 #                                             search of resnet34 at 512 px with 10 timed steps
 #                                             per probe, each probe's data wait step by step
+#   bash benchmarks/gpu_check.sh OUT lm       gpt2_small (bf16, batch 16) against a plain
+#                                             nanoGPT-style script, eager and compiled, one
+#                                             bare/scaleprobe/bare triple each (lm_vs_bare.py),
+#                                             then FSDP bf16 on resnet18 (BatchNorm kept fp32)
 # PYTHONPATH=src, or scaleprobe installed. Every step has its own time limit, and its output
 # goes to OUT/<part>.log as it is printed.
 set -u
@@ -66,6 +70,12 @@ if [ "$PART" = tests ]; then
         --amp bf16 --channels-last --steps 60 --warmup-steps 10 --out "$OUT/r50" \
         --name resnet50-224-bf16-cl-b256 --no-progress
     runs "$OUT/r50"
+elif [ "$PART" = lm ]; then
+    T=420 step python3 benchmarks/lm_vs_bare.py --pairs 1
+    T=120 step $SP run --model resnet18 --dataset synthetic --image-size 64 --batch-size 64 \
+        --steps 10 --warmup-steps 2 --strategy fsdp --nproc 1 --amp bf16 --eval \
+        --out "$OUT/fsdp" --name fsdp-bf16-resnet18 --no-progress
+    runs "$OUT/fsdp"
 else
     T=200 step python3 benchmarks/overhead.py --gpu-bound --pairs 3
     T=60 step python3 benchmarks/loader_ceiling.py --size 512 --batch 64 128 256 384 448 \

@@ -52,6 +52,10 @@ def test_run_compile_reports_compile_time_apart_and_counts_flops(tmp_path):
     assert m["flops_per_step"] == eager["metrics"]["flops_per_step"] > 0
     assert m["mfu"] is not None
     assert "none inside the timed window" in text and "compile: " in text
+    # against eager: 5 uncompiled passes after the window beside the window's 8 steps
+    vs = rec["compile"]["vs_eager"]
+    assert vs["eager_passes"] == 5 and vs["compiled_steps"] == 8 and vs["fwd_bwd_speedup"] > 0
+    assert "compiled against eager: forward + backward" in text
     assert eager["metrics"]["compile_time_s"] is None
     assert eager["null_reasons"]["compile_time_s"] == "not compiled (add --compile)"
 
@@ -80,6 +84,11 @@ def test_wrap_of_a_compiled_script_does_not_recompile_and_counts_flops(tmp_path)
     assert m["mfu"] is not None
     assert "global hooks" not in text
     assert eager["metrics"]["compiles"] is None
+    # its batches are token ids [8, 32]: tokens/s beside samples/s
+    for r in (rec, eager):
+        assert r["batch"]["tokens_per_sample"] == 32
+        assert r["metrics"]["tokens_per_s"] == pytest.approx(r["metrics"]["samples_per_s"] * 32)
+    assert "tokens/s" in text
     assert eager["null_reasons"]["compiles"] == "the script compiled nothing"
 
 

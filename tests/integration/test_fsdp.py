@@ -124,14 +124,18 @@ def test_each_fsdp_rank_holds_half_of_ddps_state(runs):
           f"{[r['host_peak_rss'] >> 20 for r in ds['by_rank']]} MiB")
 
 
-def test_parity_runs_fsdp_against_one_process(tmp_path):
+def test_parity_runs_fsdp_against_one_process_with_bf16_on_a_batchnorm_cnn(tmp_path):
     """--parity: the same global batch on 1 process (single) and on 2 (fsdp); both sides
     evaluate, and the fsdp side still measures its communication in the step (calibration
-    is off in parity runs, so its cross-check is null with the reason)."""
+    is off in parity runs, so its cross-check is null with the reason). --amp bf16 on the
+    CPU takes FSDP2's mixed-precision path, as on CUDA: digits_cnn's three BatchNorms are
+    sharded apart in fp32 (cast to bf16 beside their fp32 running stats, every CNN with
+    BatchNorm failed), the rest in bf16, through training and the held-out evaluation."""
     from tests.conftest import run_cli
 
     out = tmp_path / "par"
-    p = run_cli("run", "--strategy", "fsdp", "--nproc", 2, "--model", "mlp", "--dataset",
+    p = run_cli("run", "--strategy", "fsdp", "--nproc", 2, "--model", "digits_cnn",
+                "--image-size", 16, "--amp", "bf16", "--dataset",
                 "digits", "--loader", "naive", "--global-batch", 64, "--steps", 6,
                 "--warmup-steps", 1, "--parity", "--repeats", 1, "--no-progress", "--out", out,
                 timeout=500)
@@ -145,6 +149,10 @@ def test_parity_runs_fsdp_against_one_process(tmp_path):
     runs_ = {r["config"]["dist"]["strategy"]: r for r in recs if r.get("kind") == "run"}
     assert set(runs_) == {"single", "fsdp"}
     f = runs_["fsdp"]
+    # three BatchNorms apart, the two top-level children (features, head), then the root
+    assert f["comm"]["fp32_units"] == 3 and f["comm"]["units"] == 3 + 2 + 1
+    assert f["status"] == "ok" and f["config"]["train"]["amp"] == "bf16"
     assert f["comm"]["exposed_per_step"]["median_s"] > 0
     assert f["comm"]["cross_check"] is None and "calibrate_comm" in \
         f["null_reasons"]["comm.cross_check"]
+

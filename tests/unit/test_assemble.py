@@ -241,3 +241,12 @@ def test_the_monitor_takes_the_energy_counter_over_the_window_else_sampled_power
     assert energy_rate([{"t_s": 1.0, "gpu_energy_mj": None}], 250.0)["gpu_energy_method"] == \
         "sampled power (NVML)"
     assert energy_rate([], None)["gpu_energy_w"] is None
+
+
+def test_a_target_run_never_says_add_eval_after_evaluating():
+    """--target evaluates on its schedule: without a final evaluation the reason points at
+    its curve, not at --eval; a run with neither says add --eval."""
+    rec = assemble([raw(0)], target="accuracy=0.9")
+    assert "add --eval" not in rec["null_reasons"]["accuracy"]
+    assert "target.curve" in rec["null_reasons"]["accuracy"]
+    assert assemble([raw(0)])["null_reasons"]["accuracy"] == "not evaluated (add --eval)"

@@ -218,3 +218,48 @@ def test_energy_figures_from_the_windows_draw():
     assert M.joules_per_sample(200.0, 40.0) == pytest.approx(5.0)
     assert M.joules_to_target(5.0, 40.0, 100.0) == pytest.approx(20_000.0)
     assert M.joules_per_sample(None, 40.0) is None and M.joules_to_target(5.0, 40.0, None) is None
+
+
+def test_compile_against_eager_by_hand():
+    """Compiled forward + backward 10, 10, 10, 12 ms over the window, eager 20, 20, 22 ms:
+    medians 10 and 20; the step (median 30 ms) projected eager is 30 - 10 + 20 = 40 ms, 1.33x;
+    a compile time of 1 s is paid back after ceil(1 / 0.010) = 100 steps."""
+    import math
+
+    from scaleprobe.core.metrics import compile_vs_eager
+
+    vs = compile_vs_eager([0.010, 0.010, 0.010, 0.012], [0.020, 0.020, 0.022], 0.030, 1.0)
+    gc = math.exp(sum(map(math.log, [0.010, 0.010, 0.010, 0.012])) / 4)
+    ge = math.exp(sum(map(math.log, [0.020, 0.020, 0.022])) / 3)
+    assert vs["fwd_bwd_speedup"] == pytest.approx(ge / gc)  # geometric means
+    lo, hi = vs["fwd_bwd_speedup_interval"]
+    assert 1.0 < lo < ge / gc < hi
+    assert vs["compiled_fwd_bwd_s"] == pytest.approx(0.010)
+    assert vs["eager_fwd_bwd_s"] == pytest.approx(0.020)
+    assert vs["eager_step_s_projected"] == pytest.approx(0.040)
+    assert vs["step_speedup_projected"] == pytest.approx(4 / 3)
+    assert vs["payback_steps"] == 100
+    slower = compile_vs_eager([0.03, 0.03], [0.02, 0.02], 0.05, 1.0)
+    assert slower["payback_steps"] is None and slower["step_speedup_projected"] < 1
+    assert compile_vs_eager([], [0.02], 0.05, 1.0) is None
+
+
+def test_the_compile_against_eager_line_says_what_the_interval_allows():
+    from scaleprobe.measure.compiled import vs_eager_line
+
+    vs = {"fwd_bwd_speedup": 2.0, "fwd_bwd_speedup_interval": [1.8, 2.2],
+          "compiled_fwd_bwd_s": 0.010, "eager_fwd_bwd_s": 0.020, "compiled_steps": 8,
+          "eager_passes": 5, "step_speedup_projected": 4 / 3, "payback_steps": 100}
+    assert vs_eager_line({"vs_eager": vs}, {}) == (
+        "compiled against eager: forward + backward 2.00x [1.80, 2.20] faster (geometric "
+        "means; median 10.0 ms compiled over 8 timed steps, 20.0 ms eager over 5 passes after "
+        "the window); the whole step 1.33x (projected from the medians), the compile time paid "
+        "back after 100 steps")
+    vs["fwd_bwd_speedup_interval"] = [0.9, 4.3]
+    line = vs_eager_line({"vs_eager": vs}, {})
+    assert "2.00x [0.90, 4.30] not resolved (the interval includes 1x)" in line
+    assert line.endswith("paid back after 100 steps if the medians hold")
+    assert vs_eager_line({"vs_eager": None}, {"compile.vs_eager": "not measured: more than "
+                         "one process"}) == ("compiled against eager: not measured: more than "
+                                             "one process")
+    assert vs_eager_line(None, {}) is None

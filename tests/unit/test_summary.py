@@ -67,20 +67,58 @@ def test_the_wait_at_epoch_starts_is_printed_under_the_breakdown():
     assert "epoch starts" not in out.getvalue()
 
 
-def test_an_lm_run_shows_tokens_per_s_and_its_loss_beside_the_unigram_entropy():
+def _lm_text(metrics, width=80, tt=None, **cfg):
     r = raw(0, 0.1, batch=8)
     r["info"].update(tokens_per_sample=64, unigram_entropy_nats=3.231)
-    rec = assemble([r], task="lm", dataset="tokens-synthetic")
+    r.update(loss_first=5.31, loss_last=3.29)
+    rec = assemble([r], task="lm", dataset="tokens-synthetic", **cfg)
     rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
-    rec["metrics"].update(loss=2.5, perplexity=12.18, eval_tokens=16384)
+    rec["metrics"].update(metrics)
+    if tt is not None:
+        rec["status"], rec["target"] = "interrupted", tt
     out = io.StringIO()
-    print_run(RunResult.from_dict(rec), Console(file=out, width=80))
+    print_run(RunResult.from_dict(rec), Console(file=out, width=width))
     text = out.getvalue()
     row = {line.strip("│ ").split("│")[0].strip(): line for line in text.splitlines()
            if "│" in line}
+    return row, " ".join(text.split())
+
+
+def test_an_lm_run_shows_tokens_per_s_and_its_loss_against_the_held_out_baseline():
+    """The held-out loss is set against the context-free baseline on the same held-out
+    tokens (never the training split's entropy), with the claim's interval."""
+    row, text = _lm_text({"loss": 2.5, "perplexity": 12.18, "eval_tokens": 16384,
+                          "baseline_loss": 3.0, "baseline_margin": 0.5,
+                          "baseline_margin_lo": 0.4, "baseline_margin_hi": 0.6,
+                          "baseline_windows": 256}, eval=True)
     assert "5120.0" in row["tokens/s"] and "2.500" in row["loss"]
-    assert ("held-out loss 2.500 nats/token (perplexity 12.18) over 16,384 tokens, below the "
-            "training split's unigram entropy 3.231 nats/token") in " ".join(text.split())
+    assert ("language model: training loss 5.310 -> 3.290 nats/token (first and last step); "
+            "held-out loss 2.500 nats/token (perplexity 12.18) over 16,384 tokens, beats the "
+            "context-free baseline 3.000 on the same tokens by +0.500 [+0.400, +0.600] "
+            "nats/token over 256 windows") in text
+    assert "unigram entropy" not in text
+
+
+def test_an_lm_run_without_evaluation_shows_its_training_loss_not_na():
+    row, text = _lm_text({})
+    assert "3.290" in row["train loss"] and "loss n/a" not in text
+    assert ("training loss 5.310 -> 3.290 nats/token (first and last step); held-out loss: "
+            "add --eval (or --target)") in text
+
+
+def test_an_lm_run_stopped_after_target_evaluations_gives_their_last_loss_not_add_eval():
+    """An interrupted --target run evaluated twice: the summary says the last held-out loss
+    and where, never "add --eval"."""
+    from scaleprobe.core.target import summarize
+
+    tt = summarize({"metric": "loss", "value": 1.5, "eval_every": 25,
+                    "points": [{"step": 25, "train_wall_s": 10.0, "eval_s": 1.0, "value": 3.3},
+                               {"step": 50, "train_wall_s": 20.0, "eval_s": 1.0, "value": 3.1}]},
+                   1000, 64, 20)
+    _, text = _lm_text({}, width=300, tt=tt, target="loss=1.5")
+    assert ("last held-out loss 3.100 nats/token at step 50 (evaluation 2 of --target; no "
+            "evaluation after it)") in text
+    assert "add --eval" not in text
 
 
 def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
@@ -118,3 +156,18 @@ def test_the_standalone_collective_and_the_model_agree_or_one_is_named_wrong():
     assert "the model is off for this run" in agreement(3.1e-3, 0.68e-3, False)
     assert "faster than its fit" in agreement(0.5e-3, 1.0e-3, False)
     assert agreement(None, 1.0e-3, False) == ""
+
+
+def test_the_flops_line_says_the_padded_head_was_counted():
+    r = raw(0, 0.1, batch=8)
+    r["info"].update(tokens_per_sample=64, seq_len=64, vocab_size=50257,
+                     unigram_entropy_nats=3.0,
+                     model_shape={"layers": 2, "width": 32, "heads": 2, "context": 64,
+                                  "vocab_padded": 50304})
+    rec = assemble([r], task="lm", dataset="tokens-synthetic")
+    rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
+    rec["metrics"]["flops_per_step"] = 1e9
+    out = io.StringIO()
+    print_run(RunResult.from_dict(rec), Console(file=out, width=300))
+    assert "(the head's 50,304 rows counted: vocabulary 50,257 padded)" in out.getvalue()
+    assert rec["resolved"]["model.vocab_padded"] == 50304

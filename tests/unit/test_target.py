@@ -223,7 +223,9 @@ def test_a_loss_target_not_reached_names_the_lowest_loss():
     tt = summarize(_loss_raw(1.0, [5.5, 2.4, 2.6]), 100, 32, 2)
     assert not tt["reached"] and tt["best_value"] == 2.4 and tt["best_at_s"] == 2.0
     line = not_reached_line(tt)
-    assert line.startswith("loss <= 1 not reached in 2 epochs (3 evaluations); best 2.4000 ")
+    # how far it got: the last evaluation's step and epoch (30 of 100 per epoch), its value
+    assert line == ("loss <= 1 not reached: 3 evaluations up to step 30, epoch 0.30 of at "
+                    "most 2; last 2.6000, best 2.4000 at 2.0 s of training, epoch 0.20")
     assert "loss <= 1 not reached" in summary_line(tt)
     hit = summarize(_loss_raw(3.0, [5.5, 2.4]), 100, 32, 2)
     assert summary_line(hit).startswith("time to target: loss <= 3 reached in 2.00 s")

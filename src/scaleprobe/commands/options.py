@@ -126,7 +126,7 @@ def repeats(text: str) -> int:
 def flag_help(key: str, default: str | None = None) -> str:
     """The key's help with its default (``default`` replaces the config's, e.g. for scale)."""
     knob = C.KNOBS[key]
-    text = f"{knob.help} (default: {default or knob.default_text()})"
+    text = f"{knob.help} (default: {default or knob.default_text()}{C.task_default_text(key)})"
     return text.replace("%", "%%")  # argparse formats help with %
 
 
@@ -163,7 +163,8 @@ def other_keys_text() -> str:
     keys = [k for k in C.ALL_KEYS if k not in flagged]
     width = max(map(len, keys)) + 4
     cols = min(max(shutil.get_terminal_size().columns - 2, 60), 100)
-    lines = [textwrap.fill(f"{C.KNOBS[k].help} (default: {C.KNOBS[k].default_text()})",
+    lines = [textwrap.fill(f"{C.KNOBS[k].help} (default: {C.KNOBS[k].default_text()}"
+                           f"{C.task_default_text(k)})",
                            cols, initial_indent=f"  {k:{width - 2}s}",
                            subsequent_indent=" " * width) for k in keys]
     return ("keys without a flag (--set KEY=VALUE, or in a TOML file):\n" + "\n".join(lines))

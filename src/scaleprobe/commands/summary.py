@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -15,10 +16,12 @@ from scaleprobe.commands.fmt import esc
 from scaleprobe.core.fmt import flops, mfu, phase_name
 from scaleprobe.core.gns import summary_line as gns_line
 from scaleprobe.core.invariants import uneven_steps
+from scaleprobe.core.lmspec import baseline_claim
 from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, num
 from scaleprobe.core.target import summary_line
 from scaleprobe.core.traits import known
 from scaleprobe.measure.compiled import summary_line as compile_line
+from scaleprobe.measure.compiled import vs_eager_line
 from scaleprobe.report.advice import sync_words
 from scaleprobe.report.diagnose import epoch_start_wait
 from scaleprobe.report.window import window_line
@@ -81,7 +84,10 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     mem = m.peak_mem_bytes
     found = r.task_metric()
     lm = m.unigram_entropy_nats is not None
-    name, value = found if found is not None else ("loss" if lm else "accuracy", None)
+    name, value = found if found is not None else ("accuracy", None)
+    if found is None and (lm or m.tokens_per_s is not None):  # token batches (lm, a wrapped
+        # LM script), not evaluated: the last step's training loss, never an accuracy column
+        name, value = "train_loss", m.loss_last
     tokens = ([("tokens/s", fmt.num(m.tokens_per_s))] if m.tokens_per_s is not None
               else [])  # token tasks (lm)
     shown = fmt.num(value, ".3f")
@@ -98,22 +104,45 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
 
 
 def _lm_line(con: Console, r: RunResult) -> None:
-    """--task lm: the held-out loss beside the training split's unigram entropy (the loss of
-    a model that knows only token frequencies)."""
+    """--task lm: the training loss (first and last step), the held-out loss against the
+    context-free baseline on the same held-out tokens (lmspec.baseline_claim), or the last
+    held-out loss of the --target evaluations when no final one ran."""
     m = r.metrics
-    h = m.unigram_entropy_nats
-    if h is None:
+    if m.unigram_entropy_nats is None:
         return
+    first, last = m.loss_first, m.loss_last
+    train = (f"training loss {first:.3f} -> {last:.3f} nats/token (first and last step)"
+             if first is not None and last is not None else "training loss n/a")
     loss = num(m.extra.get("loss"))
     if loss is None:
-        say(con, f"language model: unigram entropy of the training split {h:.3f} nats/token "
-                  "(held-out loss: add --eval)")
+        say(con, f"language model: {train}; {_no_final_eval(r)}")
         return
     ppl = num(m.extra.get("perplexity"))
-    side = "below" if loss < h else "not below"
-    say(con, f"language model: held-out loss {loss:.3f} nats/token (perplexity "
-              f"{fmt.num(ppl, '.2f')}) over {fmt.num(num(m.extra.get('eval_tokens')), ',.0f')} "
-              f"tokens, {side} the training split's unigram entropy {h:.3f} nats/token")
+    head = (f"language model: {train}; held-out loss {loss:.3f} nats/token (perplexity "
+            f"{fmt.num(ppl, '.2f')}) over {fmt.num(num(m.extra.get('eval_tokens')), ',.0f')} "
+            "tokens")
+    base = num(m.extra.get("baseline_loss"))
+    if base is None:
+        say(con, head)
+        return
+    claim = baseline_claim(loss, base, num(m.extra.get("baseline_margin_lo")),
+                           num(m.extra.get("baseline_margin_hi")),
+                           int(num(m.extra.get("baseline_windows")) or 0))
+    say(con, f"{head}, {claim}")
+
+
+def _no_final_eval(r: RunResult) -> str:
+    """Why there is no final held-out loss, with the --target evaluations' last one if any."""
+    tt = r.target
+    curve = [c for c in (tt.curve if tt else []) if c.get("value") is not None]
+    if tt is not None and curve and tt.metric in ("loss", "perplexity"):
+        c = curve[-1]
+        v = float(c["value"]) if tt.metric == "loss" else math.log(float(c["value"]))
+        return (f"last held-out loss {v:.3f} nats/token at step {c.get('step')} (evaluation "
+                f"{c.get('evaluation')} of --target; no evaluation after it)")
+    if r.cfg("train.eval") or r.cfg("train.target"):
+        return "no held-out loss: the run ended before its evaluation"
+    return "held-out loss: add --eval (or --target) to score it against the context-free baseline"
 
 
 def _gns_line(con: Console, r: RunResult) -> None:
@@ -145,6 +174,10 @@ def _flops_line(con: Console, r: RunResult) -> None:
         return
     line = (f"FLOPs: {flops(m.flops_per_step)} per step, "
             f"{flops(m.achieved_flops_per_s, per_s=True)} achieved")
+    res = r.resolved or {}
+    vocab, rows = res.get("data.vocab_size"), res.get("model.vocab_padded")
+    if vocab and rows and rows != vocab:  # the GPT's head: the FLOPs and parameters count it
+        line += f" (the head's {rows:,} rows counted: vocabulary {vocab:,} padded)"
     p = m.peak or Peak()
     if m.mfu is not None and p.flops_per_s is not None:
         peak = flops(p.flops_per_s * (p.devices or 1), per_s=True)
@@ -162,6 +195,9 @@ def _compile_line(con: Console, r: RunResult) -> None:
         line = f"compile: {why.get('compile_time_s') or 'not measured'}"
     if line:
         say(con, esc(line))
+    vs = vs_eager_line(r.compile, why)
+    if vs:
+        say(con, esc(vs))
 
 
 def _figures_table(con: Console, figures: list[tuple[str, str]]) -> Table:
@@ -370,7 +406,7 @@ def say(con: Console, text: str, markup: bool = True) -> None:
 NA_KEYS = {"samples/s": "samples_per_s", "step median": "step_time_s",
            "epoch time": "epoch_time_s", "peak device mem": "peak_mem_bytes.device_allocated",
            "CPU util": "cpu_util_pct", "GPU util": "gpu_util_pct", "accuracy": "accuracy",
-           "tokens/s": "tokens_per_s"}
+           "tokens/s": "tokens_per_s", "train loss": "loss_last"}
 
 
 def _na_line(con: Console, r: RunResult) -> None:

@@ -47,6 +47,16 @@ def is_gpt(name: str) -> bool:
     return name in GPT_MODELS
 
 
+def is_user_model(name: str) -> bool:
+    """``FILE.py:FUNC`` or ``package.module:FUNC``: the user's own builder."""
+    return ":" in name
+
+
+USER_LM = ("a FILE.py:FUNC model for --task lm is a function (its parameters may include "
+           "vocab_size and seq_len) returning a module that maps token ids [B, T] to logits "
+           "[B, T, V], V at least the data's vocabulary")
+
+
 def gpt_shape(name: str, layers: int | None = None, width: int | None = None,
               heads: int | None = None, seq_len: int | None = None) -> GPTShape:
     """The named model's shape with the given sizes in place of its own; a width that the
@@ -71,7 +81,17 @@ def shape_of(cfg: Any) -> GPTShape:
 def resolved_data(cfg: Any) -> Any:
     """``cfg.data`` with ``seq_len`` (and for tokens-synthetic ``vocab_size``) resolved from the
     model's shape when unset; any other task's data unchanged."""
-    if cfg.task.task != LM_TASK or not is_gpt(cfg.model.name):
+    if cfg.task.task != LM_TASK:
+        return cfg.data
+    if is_user_model(cfg.model.name):  # the user's module: its sizes are the flags'
+        if cfg.data.seq_len is None:
+            raise ConfigError(f"--model {cfg.model.name} needs --seq-len (the tokens of one "
+                              "sample; a built-in GPT takes its context)")
+        if cfg.data.vocab_size is None and cfg.data.dataset == "tokens-synthetic":
+            raise ConfigError(f"--model {cfg.model.name} on tokens-synthetic needs a "
+                              "vocabulary: --set data.vocab_size=N")
+        return cfg.data
+    if not is_gpt(cfg.model.name):
         return cfg.data
     shape = shape_of(cfg)
     vocab = cfg.data.vocab_size
@@ -84,7 +104,12 @@ def check_run(cfg: Any) -> None:
     """The lm rules of a RunConfig: :func:`check_combination`, then the GPT shape it builds
     (a width the heads do not divide is an error before any process starts)."""
     check_combination(cfg.task.task, cfg.model.name, cfg.data.dataset, cfg.data.transform)
-    if cfg.task.task == LM_TASK:
+    if cfg.task.task == LM_TASK and is_user_model(cfg.model.name):
+        if any(v is not None for v in (cfg.model.layers, cfg.model.width, cfg.model.heads)):
+            raise ConfigError(f"--layers, --width and --heads size a built-in GPT; --model "
+                              f"{cfg.model.name} builds its own (give it --seq-len)")
+        resolved_data(cfg)
+    elif cfg.task.task == LM_TASK:
         shape_of(cfg)
     elif any(v is not None for v in (cfg.model.layers, cfg.model.width, cfg.model.heads,
                                      cfg.data.seq_len)):
@@ -96,9 +121,9 @@ def check_combination(task: str, model: str, dataset: str, transform: str) -> No
     """Language models with token data, image models with image data: one line otherwise."""
     tokens = dataset in TOKEN_DATASETS
     if task == LM_TASK:
-        if not is_gpt(model):
+        if not is_gpt(model) and not is_user_model(model):
             raise ConfigError(f"--task lm trains a GPT decoder: --model {' or '.join(GPT_MODELS)}"
-                              f" (got '{model}')")
+                              f", or your own as FILE.py:FUNC (got '{model}')")
         if not tokens:
             raise ConfigError(f"--task lm reads tokens: --dataset {', '.join(TOKEN_DATASETS)} "
                               f"(got '{dataset}', an image dataset)")
@@ -112,3 +137,24 @@ def check_combination(task: str, model: str, dataset: str, transform: str) -> No
     if tokens:
         raise ConfigError(f"--dataset {dataset} holds tokens for --task lm; --task {task} "
                           "reads images")
+
+
+BASELINE_RULE = ("beats the baseline only when the paired 95% interval of (baseline - model) "
+                 "over the held-out windows lies above 0")
+
+
+def baseline_claim(loss: float, baseline: float, lo: float | None, hi: float | None,
+                   windows: int) -> str:
+    """The held-out loss against the context-free baseline on the same tokens, in words
+    (BASELINE_RULE): "beats" only with an interval above 0; below 0 "worse than"; an
+    interval holding 0 "not resolved"; one window decides nothing."""
+    margin = baseline - loss
+    what = f"the context-free baseline {baseline:.3f} on the same tokens"
+    if lo is None or hi is None:
+        return f"{what}: inconclusive ({windows} window{'s' if windows != 1 else ''})"
+    span = f"{margin:+.3f} [{lo:+.3f}, {hi:+.3f}] nats/token over {windows} windows"
+    if lo > 0:
+        return f"beats {what} by {span}"
+    if hi < 0:
+        return f"worse than {what}: {span}"
+    return f"not resolved against {what}: {span}, the interval includes 0"

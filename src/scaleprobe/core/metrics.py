@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
 CONFIDENCE = 0.95
@@ -526,3 +527,39 @@ def repeats_to_decide_difference(diff: float, sd: float, tol: float, n: int) -> 
         if t_quantile(2 * m - 2) * sd * math.sqrt(2 / m) < gap:
             return m
     return None
+
+
+def compile_vs_eager(compiled_fb: Sequence[float], eager_fb: Sequence[float],
+                     step_s: float | None, compile_s: float | None
+                     ) -> dict[str, Any] | None:
+    """torch.compile against eager, one process (train/eager.py): the speedup of forward +
+    backward (the compiled window's steps against the eager passes after it: the ratio of
+    their geometric means with its Welch interval; of the medians with one value a side),
+    the eager step
+    projected (the compiled median step with its forward + backward replaced by the eager
+    one's: the optimizer and data phases are not compiled), the whole step's speedup on that
+    basis, and the steps that pay back the compile time (compile time / the time a step
+    saves; None when compiling saved nothing). None without samples on both sides."""
+    if not compiled_fb or not eager_fb:
+        return None
+    fc, fe = _median(compiled_fb), _median(eager_fb)
+    iv = unpaired_ratio_interval(list(compiled_fb), list(eager_fb))
+    out: dict[str, Any] = {
+        "compiled_fwd_bwd_s": fc, "eager_fwd_bwd_s": fe,
+        "fwd_bwd_speedup": iv.estimate if iv else fe / fc,
+        "fwd_bwd_speedup_interval": [iv.lo, iv.hi] if iv else None,
+        "compiled_steps": len(compiled_fb), "eager_passes": len(eager_fb),
+        "eager_step_s_projected": None, "step_speedup_projected": None, "payback_steps": None}
+    if step_s:
+        eager_step = step_s - fc + fe
+        saved = eager_step - step_s
+        out.update(eager_step_s_projected=eager_step, step_speedup_projected=eager_step / step_s,
+                   payback_steps=(math.ceil(compile_s / saved - 1e-9) if compile_s is not None
+                                  and saved > 0 else None))  # 1e-9: float noise, not a step
+    return out
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -370,8 +370,10 @@ class Metrics(Record):
     joules_to_target: float | None = None
     energy_method: str | None = None
     accuracy: float | None = None
-    # lm: the training split's unigram entropy (nats/token), the held-out loss of a model that
-    # knows only token frequencies; the held-out loss and perplexity are task metrics (extra)
+    # lm: the training split's unigram entropy (nats/token): the context-free model's loss on
+    # the training split, not the held-out figure to beat; the held-out loss, perplexity and
+    # the context-free baseline on the same held-out tokens (baseline_loss, baseline_margin
+    # and its interval) are task metrics (extra; tasks/lm.py)
     unigram_entropy_nats: float | None = None
     loss_first: float | None = None
     loss_last: float | None = None

@@ -73,7 +73,9 @@ A run record (``kind == "run"``)::
                       shards under fsdp, full copies otherwise), the largest rank's at the
                       top, each rank's with its own measured peak memory beside it,
                       (task metrics: verification_accuracy, map50; lm: loss (held-out,
-                      mean nats per token), perplexity, eval_tokens)
+                      mean nats per token), perplexity, eval_tokens, baseline_loss (the
+                      context-free baseline on the same held-out tokens), baseline_margin,
+                      baseline_margin_lo, baseline_margin_hi, baseline_windows)
                       samples_per_s: the sum over the training ranks of each one's
                       samples per step / its own median step (= global batch / step time
                       when ranks move in lockstep; with an asynchronous parameter server

@@ -230,15 +230,23 @@ def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: in
 
 
 def not_reached_line(tt: dict[str, Any]) -> str:
-    """``accuracy >= 0.99 not reached in 3 epochs (4 evaluations); best 0.972 at 5.1 s,
-    epoch 3.0`` (``loss <= 1.5 ...``: the best is the lowest)."""
-    head = (f"{target_text(tt['metric'], tt['target'])} not reached in {tt.get('max_epochs')} "
-            f"epoch{'s' if tt.get('max_epochs') != 1 else ''} ({tt['evaluations']} "
-            f"evaluation{'s' if tt['evaluations'] != 1 else ''})")
+    """How far the run got without reaching the target: ``accuracy >= 0.99 not reached: 4
+    evaluations up to step 400, epoch 3.00 of at most 3; last 0.9700, best 0.9720 at 5.1 s of
+    training, epoch 2.00`` (``loss <= 1.5 ...``: the best is the lowest). An interrupted run
+    says the epoch it reached, never the --max-epochs it did not."""
+    ev = tt.get("evaluations") or 0
+    curve = tt.get("curve") or []
+    last = curve[-1] if curve else {}
+    where = f" up to step {last['step']}" if last.get("step") is not None else ""
+    if last.get("epoch") is not None:
+        where += f", epoch {last['epoch']:.2f} of at most {tt.get('max_epochs')}"
+    head = (f"{target_text(tt['metric'], tt['target'])} not reached: {ev} "
+            f"evaluation{'s' if ev != 1 else ''}{where}")
     if tt.get("best_value") is None:
         return head + "; no evaluation gave a value"
-    return (f"{head}; best {tt['best_value']:.4f} at {tt['best_at_s']:.1f} s of training, "
-            f"epoch {tt['best_at_epoch']:.2f}")
+    shown = f"; last {last['value']:.4f}" if last.get("value") is not None else ""
+    return (f"{head}{shown}, best {tt['best_value']:.4f} at {tt['best_at_s']:.1f} s of "
+            f"training, epoch {tt['best_at_epoch']:.2f}")
 
 
 def write_curve_csv(path: Path, curve: list[dict[str, Any]]) -> None:

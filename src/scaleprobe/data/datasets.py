@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -44,6 +45,9 @@ class Split:
     # what the rank records about its data beyond the above (results.RankInfo): token data's
     # tokens_per_sample, seq_len, vocab_size, unigram_entropy_nats
     info: dict[str, Any] = field(default_factory=dict)
+    # token data: each token id's cost in nats under the context-free baseline (the training
+    # split's add-one smoothed unigram counts; data/tokens.py), scored on the held-out tokens
+    context_free: np.ndarray | None = None
 
 
 class TensorImages(Dataset):
@@ -257,7 +261,7 @@ def _token_split(cfg: DataConfig, root: Path, source: str) -> Split:
             "val_tokens": n["val"]}
     return Split(got["train"], got["val"], got["vocab"], None,
                  f"{source} ({n['train']:,} train / {n['val']:,} val tokens, vocabulary "
-                 f"{got['vocab']:,})", seq_len=T, info=info)
+                 f"{got['vocab']:,})", seq_len=T, info=info, context_free=got["context_free"])
 
 
 @DATASETS.register("tokens", CATALOG["tokens"])
@@ -291,7 +295,8 @@ def _tokens_synthetic(cfg: DataConfig, seed: int) -> Split:
     return Split(train, val, vocab, None,
                  f"random tokens (vocabulary {vocab:,}, {T} per sample): one batch per rank "
                  "made once on the training device, reused every step (no loader)",
-                 resident=True, seq_len=T, info=info)
+                 resident=True, seq_len=T, info=info,
+                 context_free=np.full(vocab, math.log(vocab)))  # uniform tokens: ln V each
 
 
 def build_split(cfg: DataConfig, seed: int = 0) -> Split:

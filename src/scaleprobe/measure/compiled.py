@@ -264,6 +264,37 @@ def block(raw: dict[str, Any] | None, mode: str | None, backend: str | None = No
             "graph_break_reasons": raw.get("graph_break_reasons") or [], "events": raw["events"]}
 
 
+def vs_eager_line(block_: dict[str, Any] | None, why: dict[str, str]) -> str | None:
+    """``compiled against eager: forward + backward 1.52x [1.41, 1.64] faster (...)``; the
+    reason when it was not measured; None when nothing was compiled."""
+    if block_ is None:
+        return None
+    vs = block_.get("vs_eager")
+    if not vs:
+        reason = why.get("compile.vs_eager")
+        return f"compiled against eager: {reason}" if reason else None
+    iv = vs.get("fwd_bwd_speedup_interval")
+    shown = f"{vs['fwd_bwd_speedup']:.2f}x" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
+    if iv and iv[0] <= 1.0 <= iv[1]:
+        verdict = "not resolved (the interval includes 1x)"
+    elif iv:
+        verdict = "faster" if iv[0] > 1.0 else "SLOWER"
+    else:
+        verdict = "inconclusive (one value a side)"
+    line = (f"compiled against eager: forward + backward {shown} {verdict} (geometric means; "
+            f"median {vs['compiled_fwd_bwd_s'] * 1e3:.1f} ms compiled over "
+            f"{vs['compiled_steps']} timed steps, {vs['eager_fwd_bwd_s'] * 1e3:.1f} ms eager "
+            f"over {vs['eager_passes']} passes after the window)")
+    if vs.get("step_speedup_projected") is not None:
+        line += f"; the whole step {vs['step_speedup_projected']:.2f}x (projected from the medians"
+        pay = vs.get("payback_steps")
+        line += (f"), the compile time paid back after {pay:,} steps" if pay is not None
+                 else "), the compile time never paid back")
+        if verdict != "faster":
+            line += " if the medians hold"
+    return line
+
+
 def summary_line(m: dict[str, Any], block_: dict[str, Any] | None,
                  why: dict[str, str]) -> str | None:
     """The terminal summary's line: where the compile time went (warm-up, window, after),

@@ -101,13 +101,18 @@ def _user_builder(spec: str) -> tuple[Callable[..., Any], Path | None]:
     return fn, path
 
 
-def _call_user(fn: Callable[..., Any], num_classes: int, image_size: int,
-               spec: str = "", path: Path | None = None) -> nn.Module:
-    """Call the user's builder. An error inside it is the user's to fix: a ConfigError naming
-    the file and line (exit 2); running out of memory while building stays out of memory."""
+def _call_user(fn: Callable[..., Any], num_classes: int, image_size: int | None,
+               spec: str = "", path: Path | None = None, seq_len: int | None = None
+               ) -> nn.Module:
+    """Call the user's builder with the arguments it names: ``num_classes`` and
+    ``image_size`` (images), ``vocab_size`` and ``seq_len`` (tokens: ``seq_len`` given). An error
+    inside it is the user's to fix: a ConfigError naming the file and line (exit 2); running
+    out of memory while building stays out of memory."""
     params = inspect.signature(fn).parameters
-    kwargs = {k: v for k, v in (("num_classes", num_classes), ("image_size", image_size))
-              if k in params}
+    given = [("num_classes", num_classes), ("image_size", image_size)]
+    if seq_len is not None:
+        given += [("vocab_size", num_classes), ("seq_len", seq_len)]
+    kwargs = {k: v for k, v in given if k in params}
     try:
         model = fn(**kwargs)
     except (MemoryError, torch.OutOfMemoryError, ConfigError):
@@ -137,16 +142,17 @@ def check_name(name: str) -> None:
         raise ConfigError(f"unknown model '{name}'{hint}")
 
 
-def build_model(name: str, num_classes: int = 10, image_size: int = 32,
-                shape: GPTShape | None = None) -> nn.Module:
+def build_model(name: str, num_classes: int = 10, image_size: int | None = 32,
+                shape: GPTShape | None = None, seq_len: int | None = None) -> nn.Module:
     """The model ``name`` for ``num_classes`` classes and ``image_size`` pixels; a GPT
     decoder for a vocabulary of ``num_classes`` tokens in ``shape`` (None: the named model's
-    own shape)."""
+    own shape); the user's ``FILE.py:FUNC`` (with ``seq_len``: a language model for
+    ``num_classes`` tokens, ``seq_len`` per sample)."""
     if name in GPT_MODELS:
         return GPT(shape or GPT_MODELS[name][0], num_classes)
     if ":" in name:
         fn, path = _user_builder(name)
-        return _call_user(fn, num_classes, image_size, name, path)
+        return _call_user(fn, num_classes, image_size, name, path, seq_len)
     if name in SMALL:
         return SMALL[name][0](num_classes, image_size)
     check_name(name)

@@ -11,7 +11,16 @@ biases, as GPT-2's. No dropout: a measured step is the step people train with at
 
 The head is TIED: its weight is the token embedding's (``head.weight is tok_emb.weight``),
 as in GPT-2 and nanoGPT, so the vocabulary's ``vocab x width`` parameters exist once and
-``param_count`` counts them once. The blocks are ``model.blocks`` (an ``nn.ModuleList``):
+``param_count`` counts them once.
+
+The embedding and the head are PADDED to a multiple of ``PAD_MULTIPLE`` (64) rows: GPT-2's
+50,257 becomes 50,304, as in nanoGPT, because a matrix product whose size is not a multiple of
+64 runs far below the card's rate (an H200 measured eager gpt2_small at 201 against 321
+TFLOP/s, 2026-11-28). The data's vocabulary is unchanged (``model.vocab``); the padded ids
+never occur as inputs or targets, and their logits are -inf (a bias of 0 for the real ids and
+-inf for the padded ones, added inside the head's matrix product), so the softmax gives them
+exactly 0, the loss is the unpadded model's and their rows get no gradient. ``param_count``
+and the FLOPs count the padded tensors, the work the device does (``vocab_padded``). The blocks are ``model.blocks`` (an ``nn.ModuleList``):
 a sharded strategy wraps each one.
 
 Initialisation follows GPT-2: weights normal(0, 0.02), the residual projections' scaled by
@@ -27,6 +36,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from scaleprobe.core.lmspec import GPTShape
+
+PAD_MULTIPLE = 64  # rows of the embedding and head: a multiple of this
+
+
+def padded_vocab(vocab: int) -> int:
+    """``vocab`` rounded up to a multiple of PAD_MULTIPLE."""
+    return -(-vocab // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
 class CausalSelfAttention(nn.Module):
@@ -73,13 +89,19 @@ class GPT(nn.Module):
 
     def __init__(self, shape: GPTShape, vocab: int) -> None:
         super().__init__()
-        self.shape, self.vocab = shape, vocab
-        self.tok_emb = nn.Embedding(vocab, shape.width)
+        self.shape, self.vocab = shape, vocab  # the data's vocabulary
+        self.vocab_padded = padded_vocab(vocab)
+        self.tok_emb = nn.Embedding(self.vocab_padded, shape.width)
         self.pos_emb = nn.Embedding(shape.context, shape.width)
         self.blocks = nn.ModuleList(Block(shape.width, shape.heads) for _ in range(shape.layers))
         self.ln_f = nn.LayerNorm(shape.width)
-        self.head = nn.Linear(shape.width, vocab, bias=False)
+        self.head = nn.Linear(shape.width, self.vocab_padded, bias=False)
         self.head.weight = self.tok_emb.weight  # tied
+        mask = None
+        if self.vocab_padded > vocab:  # the padded ids' logits: -inf (never a parameter)
+            mask = torch.zeros(self.vocab_padded)
+            mask[vocab:] = float("-inf")
+        self.register_buffer("pad_mask", mask, persistent=False)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -100,13 +122,18 @@ class GPT(nn.Module):
         x = self.tok_emb(tokens) + self.pos_emb(pos)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        x = self.ln_f(x)
+        mask = self.pad_mask
+        if mask is not None and mask.dtype != x.dtype:
+            mask = mask.to(x.dtype)  # bf16 weights without autocast (FSDP's policy)
+        return F.linear(x, self.head.weight, mask)
 
 
 def matmul_params(model: GPT) -> int:
     """N of the FLOPs formula 6N + 12 L d T (docs/FLOPS.md): the weights of the matrix
     products every token passes through, each counted once: every block's four Linear
-    weights (12 d^2 per block) and the head's (vocab x d, the tied token embedding). Biases,
+    weights (12 d^2 per block) and the head's (padded vocab x d, the tied token embedding:
+    the product the device computes, padded rows included). Biases,
     LayerNorms and the position embedding are not in it (no matrix product), nor the token
     embedding a second time (its lookup is a gather)."""
     blocks = sum(m.weight.numel() for m in model.blocks.modules() if isinstance(m, nn.Linear))

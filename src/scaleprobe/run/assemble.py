@@ -315,6 +315,9 @@ def _evaluated(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     """Loss, skipped samples and the evaluation's figures (accuracy or the task's own)."""
     m, why = result.metrics, result.null_reasons
     m.loss_first, m.loss_last = raw0.loss_first, raw0.loss_last
+    if m.loss_last is None:
+        why.setdefault("loss_last", "not recorded: wrap does not read the script's loss into "
+                       "its record" if cfg.script.path else "no step trained")
     m.bad_samples_skipped = sum(r.bad_samples for r in ranks)
     ev = next((r.eval for r in ranks if r.eval), {})
     for k, v in ev.items():  # accuracy, or a task's own metrics (map50, ...)
@@ -322,7 +325,10 @@ def _evaluated(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
             setattr(m, k, v)
         else:
             m.extra[k] = v
-    if not cfg.train.eval:
+    if not cfg.train.eval and cfg.train.target is not None and m.accuracy is None:
+        why.setdefault("accuracy", "no evaluation after the window: --target's evaluations "
+                       "are in the target block (target.curve)")
+    elif not cfg.train.eval:
         why.setdefault("accuracy", "not evaluated (add --eval)")
     elif m.accuracy is None and cfg.task.task != "classification":  # the task's own metric
         why.setdefault("accuracy", f"--task {cfg.task.task} measures its own metric: "
@@ -398,6 +404,17 @@ def _compile(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     result.null_reasons.update(why)
     result.compile = block(raw0.compile, None if cfg.script.path else cfg.model.compile_mode,
                            None if cfg.script.path else cfg.model.compile_backend)
+    eager = (raw0.compile or {}).get("eager")
+    if result.compile is not None and eager is not None:
+        ph = raw0.phase_times_s or {}
+        fb = [f + b for f, b in zip(ph.get("forward") or [], ph.get("backward") or [],
+                                    strict=False)]
+        st = result.metrics.step_time_s
+        vs = M.compile_vs_eager(fb, eager.get("fwd_bwd_s") or [], st.median if st else None,
+                                result.metrics.compile_time_s)
+        result.compile["vs_eager"] = vs
+        if vs is None:
+            result.null_reasons["compile.vs_eager"] = eager.get("reason") or "no samples"
 
 
 def _devices(trainers: list[RankRecord]) -> int:

@@ -11,9 +11,14 @@ Sharding rule (``shard_units``), then the root last:
         parameters; a top-level ``ModuleList`` / ``ModuleDict`` contributes its items that
         hold parameters. Parameters shared between two units (tied weights) are not supported
 
-``--amp bf16`` on CUDA: ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
-(all-gathers move bf16, gradients are reduced in fp32); on the CPU parameters stay fp32
-and autocast alone runs bf16. ``--amp fp16`` is refused (config_rules.py).
+``--amp bf16``, on CUDA and on the CPU alike: ``MixedPrecisionPolicy(param_dtype=bfloat16,
+reduce_dtype=float32)`` (all-gathers move bf16, gradients are reduced in fp32; the sharded
+master weights stay fp32), with autocast on as without FSDP. A module that holds parameters
+and floating-point buffers of its own (BatchNorm: weight and bias beside running_mean /
+running_var) must compute in one dtype with them, so each such module is sharded first as its
+own unit under ``param_dtype=float32`` (its input cast to fp32, its output back to bf16:
+``fp32_units``); cast to bf16 with its statistics left fp32 it fails ("Expected running_mean to
+have type BFloat16 but got Float"). ``--amp fp16`` is refused (config_rules.py).
 
 Measurement: the time the training thread is blocked on FSDP's collectives, per step, as the
 ``comm`` phase (``fsdp_comm.py``); the no_sync calibration (``set_requires_gradient_sync
@@ -67,6 +72,19 @@ def _holds_params(m: nn.Module) -> bool:
     return next(m.parameters(), None) is not None
 
 
+def keeps_fp32(m: nn.Module) -> bool:
+    """A module whose own parameters must stay in the dtype of its own floating-point buffers
+    (BatchNorm and the other running-statistics norms): it computes in fp32 under bf16."""
+    if next(m.parameters(recurse=False), None) is None:
+        return False
+    return any(b.is_floating_point() for b in m.buffers(recurse=False))
+
+
+def fp32_units(model: nn.Module) -> list[nn.Module]:
+    """The modules sharded apart in fp32 under ``--amp bf16`` (``keeps_fp32``), model order."""
+    return [m for m in model.modules() if keeps_fp32(m)]
+
+
 def shard_units(model: nn.Module) -> tuple[list[nn.Module], str]:
     """The submodules that become FSDP units before the root, and the rule that chose them."""
     blocks = getattr(model, "blocks", None)
@@ -95,6 +113,7 @@ class FSDP(DDP):
         self.waits = WaitClock()
         self.unseen: dict[str, str] = {}
         self.units = 0
+        self.fp32_units = 0  # units kept fp32 under --amp bf16 (BatchNorm and the like)
         self.rule: str | None = None
 
     def configure(self, cfg: Any) -> None:
@@ -104,14 +123,22 @@ class FSDP(DDP):
         fully_shard, policy_cls, fsdp_module = self.api
         mesh = init_device_mesh(self.device.type, (self.world,))
         kwargs: dict[str, Any] = {"mesh": mesh}
-        if self.device.type == "cuda" and self.amp == "bf16":
+        apart: list[nn.Module] = []
+        if self.amp == "bf16":
             kwargs["mp_policy"] = policy_cls(param_dtype=torch.bfloat16,
                                              reduce_dtype=torch.float32)
+            apart = [m for m in fp32_units(model) if m is not model]
+            fp32 = policy_cls(param_dtype=torch.float32, reduce_dtype=torch.float32,
+                              output_dtype=torch.bfloat16)
+            for m in reversed(apart):  # innermost first: fully_shard goes bottom-up
+                fully_shard(m, mesh=mesh, mp_policy=fp32)
         units, self.rule = shard_units(model)
+        units = [u for u in units if all(u is not m for m in apart)]
         for unit in units:
             fully_shard(unit, **kwargs)
         fully_shard(model, **kwargs)
-        self.units = len(units) + 1
+        self.units = len(units) + len(apart) + 1
+        self.fp32_units = len(apart)
         sharded = [m for m in model.modules() if isinstance(m, fsdp_module)]
         if self.world < 2:
             pass  # one rank: FSDP sends nothing, the comm phase is 0 in every step
@@ -154,7 +181,9 @@ class FSDP(DDP):
                 "wrapper_overhead_s": cal.get("wrapper_overhead_s"),
                 "cross_check": cross_check(calibration) if self.world > 1 else None,
                 "calls_per_step": self.waits.step_calls,
-                "units": self.units, "sharding_rule": self.rule}
+                "units": self.units, "fp32_units": self.fp32_units,
+                "sharding_rule": self.rule}
 
     def extra_metrics(self) -> dict[str, Any]:
-        return {"fsdp_units": self.units, "sharding_rule": self.rule}
+        return {"fsdp_units": self.units, "fsdp_fp32_units": self.fp32_units,
+                "sharding_rule": self.rule}

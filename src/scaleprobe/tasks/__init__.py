@@ -69,7 +69,8 @@ def check_model_name(task: str, name: str) -> None:
     names a torchvision detector, lm a GPT decoder, the other tasks a classifier (or a user
     builder)."""
     if task == "lm":
-        gpt_shape(name)
+        if ":" not in name:  # FILE.py:FUNC: the user's builder, imported where it is built
+            gpt_shape(name)
         return
     if task == "detection":
         from scaleprobe.tasks.detection import detector_name  # heavy: torch (and torchvision)

@@ -33,6 +33,7 @@ from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
+from scaleprobe.train.eager import eager_passes
 from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
 from scaleprobe.train.steplog import TimerSteps
 from scaleprobe.train.stopping import loop_end_reason, stop_reason
@@ -67,14 +68,25 @@ def _pass_window_gate(stopping: Callable[[], bool]) -> None:
 
 
 def _set_lr(p: Parts, step: int) -> None:
-    """Linear scaling rule with gradual warm-up (Goyal et al.): ramp to the target lr."""
-    base, target = p.cfg.train.lr, p.lr_target
-    if target == base:
+    """The learning rate of ``step``: the linear scaling rule's gradual warm-up (Goyal et al.)
+    from --lr up to the scaled target, or ``--set train.lr_warmup=linear`` (--task lm's
+    default) from target / w up to the target, over the w warm-up steps; then the target."""
+    lr = scheduled_lr(p.cfg.train.lr, p.lr_target, p.cfg.train.lr_warmup == "linear",
+                      p.info.get("lr_warmup_steps") or lr_warmup_steps(p.cfg, None), step)
+    if lr is None:
         return
-    w = p.info.get("lr_warmup_steps") or lr_warmup_steps(p.cfg, None)
-    lr = target if step >= w else base + (target - base) * (step + 1) / w
     for g in p.optimizer.param_groups:
         g["lr"] = lr
+
+
+def scheduled_lr(base: float, target: float, ramp: bool, w: int, step: int) -> float | None:
+    """The learning rate at ``step`` (0-based) of a linear warm-up over ``w`` steps to
+    ``target``, starting from ``base`` (linear scaling) or, with ``ramp``, from 0 (step 0
+    gets target / w); None: nothing to change (no scaling, no ramp)."""
+    if target == base and not ramp:
+        return None
+    start = 0.0 if ramp else base
+    return target if step >= w else start + (target - start) * (step + 1) / w
 
 
 @dataclass
@@ -448,6 +460,9 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     if beat is not None:
         beat.set_state("after")
     interrupted = _agree_interrupted(strategy, st.interrupted or stop.requested)
+    eager = None  # --compile: the same forward + backward uncompiled, after the window
+    if cfg.model.compile and not interrupted and not strategy.is_server:
+        eager = eager_passes(p, st.last_batch)
     comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
@@ -458,6 +473,8 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     rec["compile"] = (None if strategy.is_server else
                       compiles.record((st.window_t0, st.window_t1), compiles.ends,
                                       cfg.train.warmup_steps))
+    if rec["compile"] is not None and eager is not None:
+        rec["compile"]["eager"] = eager
     compiles.remove()
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
     rec["interrupted"] = (stop.signame or "peer") if interrupted else None

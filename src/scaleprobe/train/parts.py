@@ -21,6 +21,7 @@ from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import host_mem_baseline
 from scaleprobe.models import build_model, param_count
 from scaleprobe.models.build import has_lazy, init_lazy
+from scaleprobe.models.gpt import padded_vocab
 from scaleprobe.tasks import build_task
 
 
@@ -54,10 +55,15 @@ def _autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManag
     return torch.autocast(device.type, dtype=dtype)
 
 
-def _optimizer(cfg: RunConfig, params: Any, lr: float) -> torch.optim.Optimizer:
+def _optimizer(cfg: RunConfig, params: Any, lr: float, device: torch.device
+               ) -> torch.optim.Optimizer:
+    """SGD (PyTorch picks its foreach path on CUDA itself) or AdamW, fused on CUDA (one kernel
+    for every parameter's update, as nanoGPT and torchtitan use it); on the CPU PyTorch's
+    default implementation."""
     t = cfg.train
     if t.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=t.weight_decay)
+        fused = {"fused": True} if device.type == "cuda" else {}
+        return torch.optim.AdamW(params, lr=lr, weight_decay=t.weight_decay, **fused)
     return torch.optim.SGD(params, lr=lr, momentum=t.momentum, weight_decay=t.weight_decay)
 
 
@@ -79,7 +85,10 @@ def _model(cfg: RunConfig, task: Any, split: Any, train_ds: Any, shape: Any,
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
     else:
         model = task.build_model(build_model(cfg.model.name, split.num_classes, size,
-                                             shape)).to(device)
+                                             shape, split.seq_len)).to(device)
+    if split.seq_len and shape is None:  # the user's language model: its output checked
+        task.check_model(model, task.to_device(*task.collate([train_ds[0]])[:2], device,
+                                               False)[0], cfg.model.name)
     if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
         first = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])
         init_lazy(model, task.to_device(*first[:2], device, False)[0])
@@ -138,6 +147,8 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     envmod.seed_all(cfg.train.seed)
     split = build_split(resolved_data(cfg), cfg.train.seed)  # lm: seq_len from the model
     task = build_task(cfg.task, split.num_classes)
+    if split.context_free is not None:  # token data: only --task lm reads it (lmspec)
+        task.use_baseline(split.context_free)
     size = split.image_size
     joint, image_tf = _task_transforms(task, cfg.data.transform, size)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
@@ -148,7 +159,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
     model = _model(cfg, task, split, train_ds, shape, device, strategy)
     lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
                                 and cfg.train.global_batch is None else 1)
-    optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr)
+    optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr, device)
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16"
                                   and device.type == "cuda")
     sampler = strategy.sampler(train_ds, cfg.train.seed)
@@ -164,7 +175,9 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
             "lr_warmup_steps": lr_warmup_steps(cfg, _steps_per_epoch(loader)), **split.info}
     if shape is not None:
         info["model_shape"] = {"layers": shape.layers, "width": shape.width,
-                               "heads": shape.heads, "context": shape.context}
+                               "heads": shape.heads, "context": shape.context,
+                               # the embedding and head rows: param_count and FLOPs count these
+                               "vocab_padded": padded_vocab(split.num_classes)}
     return Parts(cfg, device, strategy, task, model, optimizer, scaler,
                  _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
                  info, baseline)

@@ -119,6 +119,7 @@ def rank_record(rec: Any, rank: int, world: int,
         "comm": comm,
         "communicates": talks,
         "info": {"train_samples": (log.dataset_len or 0) if log else 0,
+                 "tokens_per_sample": rec.tokens_per_sample,  # token-id batches: tokens/s
                  "param_count": max(rec.top_params.values()) if rec.top_params else None,
                  "per_process_batch": per_step or None,
                  "dataset_source": (f"the script's DataLoader ({log.sampler})" if log

@@ -124,6 +124,27 @@ def _batch_len(batch: Any) -> int:
     return 0
 
 
+def token_len(batch: Any) -> int | None:
+    """Tokens per sample when a batch is token ids: its first tensor holds integers in two
+    dimensions ``[B, T]`` (an LM script's inputs); None for anything else (images, features,
+    class labels first)."""
+    stack = [batch]
+    while stack:
+        b = stack.pop(0)
+        shape = getattr(b, "shape", None)
+        if shape is not None and len(shape) > 0:
+            dtype = getattr(b, "dtype", None)
+            floating = getattr(dtype, "is_floating_point", True)
+            integer = not floating and not getattr(dtype, "is_complex", False) and \
+                str(dtype) != "torch.bool"
+            return int(shape[1]) if integer and len(shape) == 2 else None
+        if isinstance(b, dict):
+            stack.extend(b.values())
+        elif isinstance(b, (list, tuple)):
+            stack.extend(b)
+    return None
+
+
 def _sampler_name(loader: Any) -> str:
     bs = getattr(loader, "batch_sampler", None)
     s = getattr(bs, "sampler", None) if bs is not None else getattr(loader, "sampler", None)
@@ -154,6 +175,10 @@ class Recorder:
         self._in_data = 0
         self._pending_loader: Any = None  # the loader whose iterator is being made
         self._step_samples = 0
+        # token ids [B, T] as batches (an LM script): T, read from the first batch taken;
+        # None: not token batches (or none taken yet)
+        self.tokens_per_sample: int | None = None
+        self._tokens_read = False
         # per step, the loaders (their LoaderLog ids) whose epoch's first batch it took, each
         # with its own wait for that batch (its iter() and first __next__)
         self.step_epoch_starts: list[dict[int, float]] = []
@@ -451,6 +476,9 @@ class Recorder:
             if ep is not None and ep.consumed == 1:  # a loader prefetches none across epochs
                 self._step_starts[id(log)] = waited + (getattr(it, "_sp_iter_s", 0.0) or 0.0)
         self._step_samples += n or _batch_len(batch)
+        if not self._tokens_read:  # once: the first batch says what the batches hold
+            self._tokens_read = True
+            self.tokens_per_sample = token_len(batch)
 
     def exhausted(self, it: Any) -> None:
         ep = getattr(it, "_sp_ep", None)

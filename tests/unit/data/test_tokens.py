@@ -177,6 +177,21 @@ def test_the_training_splits_unigram_entropy_is_recorded(tmp_path):
     assert split.info["unigram_entropy_nats"] == pytest.approx(math.log(4))  # val not in it
 
 
+def test_the_context_free_baseline_is_the_training_counts_add_one_smoothed(tmp_path):
+    """Token t costs -ln((c(t) + 1) / (N + V)) nats: training counts 2, 2, 2, 2 of tokens
+    0-3, vocabulary 10 (from token 9 in the held-out split), N = 8: a seen token costs
+    ln(18 / 3), an unseen one ln(18). The held-out tokens do not enter the counts."""
+    root = _write(tmp_path, [0, 0, 1, 1, 2, 2, 3, 3], [9, 9, 9])
+    split = build_split(_data(root, seq_len=2))
+    assert split.num_classes == 10
+    nats = split.context_free
+    assert nats.shape == (10,)
+    assert nats[:4] == pytest.approx([math.log(18 / 3)] * 4)
+    assert nats[4:] == pytest.approx([math.log(18)] * 6)
+    # a distribution: the smoothed probabilities sum to 1
+    assert np.exp(-nats).sum() == pytest.approx(1.0)
+
+
 def test_datagen_text_is_the_stdlibs_sources_deterministic_and_split_by_file(tmp_path):
     """The same install gives the same bytes; every tenth file is held out; each file ends
     with a 0 byte; byte-level vocabulary 256 in uint16 files with a meta.json."""

@@ -22,11 +22,22 @@ def _model(shape=SMALL, vocab=50, seed=0):
     return GPT(shape, vocab)
 
 
-def test_logits_have_one_row_per_position_and_token():
+def test_logits_have_one_row_per_position_and_padded_token():
+    """50 tokens are padded to 64 rows: the padded ids' logits are -inf, so the loss over the
+    64 columns is the loss over the data's 50 and the padded rows get no gradient."""
     m = _model()
-    x = torch.randint(0, 50, (3, 16))
-    assert m(x).shape == (3, 16, 50)
-    assert m(x[:, :5]).shape == (3, 5, 50)  # shorter than the context is fine
+    assert m.vocab == 50 and m.vocab_padded == 64 and m.tok_emb.weight.shape[0] == 64
+    x, y = torch.randint(0, 50, (3, 16)), torch.randint(0, 50, (3, 16))
+    logits = m(x)
+    assert logits.shape == (3, 16, 64)
+    assert torch.isneginf(logits[..., 50:]).all() and torch.isfinite(logits[..., :50]).all()
+    loss = F.cross_entropy(logits.reshape(-1, 64), y.reshape(-1))
+    by_hand = -torch.log_softmax(logits[..., :50], -1).gather(2, y.unsqueeze(2)).mean()
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-6)
+    loss.backward()
+    g = m.tok_emb.weight.grad
+    assert torch.isfinite(g).all() and not g[50:].any() and g[:50].any()
+    assert m(x[:, :5]).shape == (3, 5, 64)  # shorter than the context is fine
     with pytest.raises(ValueError, match="longer than the model's context"):
         m(torch.zeros(1, 17, dtype=torch.long))
 
@@ -45,10 +56,25 @@ def test_a_tokens_logits_do_not_depend_on_later_tokens():
     assert not torch.allclose(a[:, 9:], b[:, 9:])
 
 
+@pytest.mark.parametrize("vocab, padded", [(50, 64), (64, 64), (65, 128), (256, 256),
+                                            (50257, 50304)])
+def test_the_vocabulary_is_padded_to_a_multiple_of_64(vocab, padded):
+    from scaleprobe.models.gpt import padded_vocab
+
+    assert padded_vocab(vocab) == padded
+
+
+def test_the_padding_keeps_bf16_weights_without_autocast_working():
+    """FSDP's bf16 policy gathers bf16 weights; without autocast the -inf bias follows."""
+    m = _model().to(torch.bfloat16)
+    out = m(torch.randint(0, 50, (2, 16)))
+    assert out.dtype == torch.bfloat16 and torch.isneginf(out[..., 50:]).all()
+
+
 def test_the_head_is_tied_to_the_token_embedding_and_counted_once():
     m = _model()
     assert m.head.weight is m.tok_emb.weight
-    d, L, V, T = 32, 2, 50, 16
+    d, L, V, T = 32, 2, 64, 16  # the data's 50 tokens padded to 64 rows
     per_block = 12 * d * d + 9 * d  # qkv, proj, fc, proj weights and biases (3d+d+4d+d)
     per_block += 4 * d  # two LayerNorms
     assert param_count(m) == V * d + T * d + L * per_block + 2 * d
@@ -56,11 +82,12 @@ def test_the_head_is_tied_to_the_token_embedding_and_counted_once():
 
 def test_gpt2_small_has_gpt2_smalls_parameter_count():
     """12 x 768 x 12 heads, context 1024, GPT-2's 50,257 tokens, tied head: 124,439,808
-    parameters, the published count of GPT-2 small (built on the meta device: no memory)."""
+    parameters, the published count of GPT-2 small, plus the 47 padded rows of 768 (50,304
+    rows, as nanoGPT): param_count counts the tensors (built on the meta device)."""
     with torch.device("meta"):
         m = build_model("gpt2_small", 50257)
     assert isinstance(m.blocks, nn.ModuleList) and len(m.blocks) == 12
-    assert param_count(m) == 124_439_808
+    assert param_count(m) == 124_439_808 + 47 * 768 == 124_475_904
 
 
 def test_blocks_are_a_module_list_for_sharding():
@@ -110,6 +137,14 @@ def test_one_training_step_counts_6n_plus_12ldt_per_token():
     expected = (6 * N + 12 * s.layers * s.width * T) * B * T
     assert counted == pytest.approx(expected, rel=0.03)
     assert counted == expected
+
+
+def test_the_flops_count_the_padded_head():
+    """250 tokens are 256 rows: N holds the head's 256 x d (the product computed)."""
+    m = build_model("gpt_tiny", 250, shape=SMALL)
+    assert matmul_params(m) == 12 * 2 * 32 * 32 + 256 * 32
+    x, y = torch.randint(0, 250, (2, 16)), torch.randint(0, 250, (2, 16))
+    assert _train_step_flops(m, x, y) == (6 * matmul_params(m) + 12 * 2 * 32 * 16) * 2 * 16
 
 
 def test_attention_on_the_cpu_is_counted_only_with_scaleprobes_formulas():

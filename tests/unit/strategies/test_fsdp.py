@@ -101,10 +101,10 @@ def test_the_timed_collectives_are_pytorchs_own_and_count_their_time(group):
     assert clock.step_calls == {"all_gather": 1, "reduce_scatter": 1}
 
 
-def _strategy():
+def _strategy(**over):
     from scaleprobe.strategies.fsdp import FSDP
 
-    cfg = C.build({"strategy": "fsdp", "nproc": 1})
+    cfg = C.build({"strategy": "fsdp", "nproc": 1, **over})
     s = FSDP(cfg.dist, torch.device("cpu"))
     s.configure(cfg)
     return s
@@ -136,6 +136,80 @@ def test_wrap_shards_the_units_and_keeps_training_equal_to_plain(group):
         assert not any(g.reduce_grads for g in groups)
     assert all(g.reduce_grads for g in groups)
     assert s.evaluates and s.phases_unseen() == {}
+
+
+class Norms(nn.Module):
+    """A conv net with BatchNorm nested in a Sequential, a BatchNorm without affine
+    parameters, and a LayerNorm (no buffers: it follows the policy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+                                      nn.BatchNorm2d(4, affine=False), nn.Flatten())
+        self.norm = nn.LayerNorm(4 * 4 * 4)
+        self.head = nn.Linear(4 * 4 * 4, 2)
+
+    def forward(self, x):
+        return self.head(self.norm(self.features(x)))
+
+
+def test_fp32_units_are_the_modules_with_parameters_and_float_buffers():
+    from scaleprobe.strategies.fsdp import fp32_units, keeps_fp32
+
+    m = Norms()
+    assert fp32_units(m) == [m.features[1]]  # affine=False holds no parameters to cast
+    assert not keeps_fp32(m.norm) and not keeps_fp32(m.head)
+    assert fp32_units(Blocks()) == []
+
+
+@pytest.mark.filterwarnings("ignore:.*returned a view tensor")  # Flatten ends features
+@pytest.mark.parametrize("autocast", [True, False])
+def test_bf16_keeps_batchnorm_in_fp32_beside_its_running_stats(group, autocast):
+    """--amp bf16 under FSDP2 on the CPU (the CUDA code path): the convolution and the head
+    compute on bf16 weights, BatchNorm on fp32 ones beside its fp32 running stats (cast to
+    bf16 it fails: "expected scalar type BFloat16 but found Float"), its output handed on in
+    bf16; the sharded master weights and their gradients stay fp32. With autocast off too:
+    the unit's output cast keeps the next layer's input in its weights' dtype."""
+    import contextlib
+
+    torch.manual_seed(0)
+    model = Norms()
+    s = _strategy(amp="bf16")
+    model = s.wrap(model)
+    # the BatchNorm apart, then features and head (top-level children), LayerNorm, the root
+    assert s.fp32_units == 1 and s.units == 1 + 3 + 1
+    seen = {}
+
+    def before(name):  # after FSDP's own pre-forward: the weights it gathered
+        def hook(mod, args):
+            seen[name] = (args[0].dtype, mod.weight.dtype)
+        return hook
+
+    def after(name):
+        def hook(mod, args, out):
+            seen[name] += (out.dtype,)
+        return hook
+
+    for name, mod in [("conv", model.features[0]), ("bn", model.features[1]),
+                      ("head", model.head)]:
+        mod.register_forward_pre_hook(before(name))
+        mod.register_forward_hook(after(name))
+    x, y = torch.randn(6, 3, 6, 6), torch.randint(0, 2, (6,))
+    before = model.features[1].running_mean.clone()
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with ctx:
+        loss = nn.functional.cross_entropy(model(x).float(), y)
+    loss.backward()
+    assert seen["conv"][1] == seen["head"][1] == torch.bfloat16
+    assert seen["bn"] == (torch.float32, torch.float32, torch.bfloat16)
+    bn = model.features[1]
+    assert bn.running_mean.dtype == torch.float32 and not torch.equal(bn.running_mean, before)
+    for p in model.parameters():
+        assert p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
+    model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(x).shape == (6, 2)  # evaluation: running stats, same units
+    assert s.comm_record(None)["fp32_units"] == 1
 
 
 def test_the_comm_record_keeps_the_calibration_as_a_cross_check_only(group):

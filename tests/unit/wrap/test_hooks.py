@@ -296,3 +296,28 @@ def test_a_compiled_optimizer_step_compiles_as_it_does_bare(recorder):
     hooked = _compiled_opt_step_run(nn.Linear(4, 3))
     assert hooked == bare
     assert rec.opt_compiled and rec.step_times == []
+
+
+def test_token_id_batches_give_tokens_per_sample_and_nothing_else_does():
+    ids = torch.randint(0, 50, (4, 16))
+    assert H.token_len((ids, ids)) == 16  # (inputs, targets) of an LM script
+    assert H.token_len({"input_ids": ids}) == 16
+    assert H.token_len((torch.randn(4, 3, 8, 8), torch.randint(0, 3, (4,)))) is None  # images
+    assert H.token_len((torch.randn(4, 16), ids)) is None  # float features first
+    assert H.token_len((torch.randint(0, 3, (4,)),)) is None  # labels: one dimension
+    assert H.token_len(torch.zeros(4, 16, dtype=torch.bool)) is None
+    assert H.token_len([]) is None
+
+
+def test_a_loop_over_token_batches_records_its_tokens_per_sample(recorder):
+    """An LM-shaped loop under the hooks: T read from the first batch taken."""
+    rec = recorder(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 50))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randint(0, 50, (24, 12)), torch.randint(0, 50, (24, 12)))
+    for xb, yb in DataLoader(data, batch_size=8):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb).reshape(-1, 50), yb.reshape(-1)).backward()
+        opt.step()
+    assert rec.tokens_per_sample == 12

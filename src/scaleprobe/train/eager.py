@@ -1,0 +1,57 @@
+"""``--compile`` against eager, on one process: after the timed window, the same model's
+forward and backward run uncompiled (``torch.compile``'s ``_orig_mod``) on the window's last
+batch, timed pass by pass, so the record can set the compiled forward + backward of the
+window's steps beside the eager one (``core/metrics.compile_vs_eager``).
+
+Outside the timed window, so the window is never touched: each pass is bracketed by a
+device synchronisation on CUDA (``perf_counter`` around it), the first pass is a warm-up and
+not kept. The passes change nothing the run reports afterwards: the gradients are dropped
+(``zero_grad(set_to_none=True)``, as after every step), no optimizer step is taken, and the
+buffers (BatchNorm's running statistics) are put back as they were. Not run with more than
+one process (the eager backward would all-reduce with ranks that are not running it), when
+the run was interrupted, or on a parameter server's rank; the reason is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+PASSES = 5  # timed eager passes (after one untimed)
+
+
+def eager_passes(p: Any, last_batch: Any, passes: int = PASSES) -> dict[str, Any]:
+    """``{"fwd_bwd_s": [seconds per eager forward + backward], "reason": None}``, or
+    ``{"fwd_bwd_s": [], "reason": why not}``."""
+    if p.strategy.world > 1:
+        return {"fwd_bwd_s": [], "reason": "not measured: more than one process (an eager "
+                "backward would wait for ranks that do not run it)"}
+    model = getattr(p.model, "_orig_mod", None)
+    if model is None or last_batch is None:
+        return {"fwd_bwd_s": [], "reason": "not measured: no compiled model or no batch"}
+    x, y = last_batch
+    saved = {k: b.detach().clone() for k, b in model.named_buffers()}
+    sync = torch.cuda.synchronize if p.device.type == "cuda" else (lambda: None)
+    times: list[float] = []
+    try:
+        for i in range(passes + 1):
+            sync()
+            t0 = time.perf_counter()
+            with p.autocast:
+                loss = p.task.forward_loss(model, x, y)
+            loss.backward()
+            sync()
+            if i:
+                times.append(time.perf_counter() - t0)
+            p.optimizer.zero_grad(set_to_none=True)
+    except torch.OutOfMemoryError:
+        p.optimizer.zero_grad(set_to_none=True)
+        return {"fwd_bwd_s": [], "reason": "not measured: the eager pass ran out of memory "
+                "(compiled, the step fits)"}
+    finally:
+        with torch.no_grad():
+            for k, b in model.named_buffers():
+                b.copy_(saved[k])
+    return {"fwd_bwd_s": times, "reason": None}
