@@ -10,11 +10,11 @@ import re
 import pytest
 from rich.console import Console
 
-from scaleprobe.commands.summary import print_run
+from scaleprobe.commands.run_summary import print_run
 from scaleprobe.core import results as res
 from scaleprobe.core.results import RunResult
-from scaleprobe.experiments.progress import SweepProgress
 from scaleprobe.experiments.spec import Point
+from scaleprobe.experiments.sweep_bar import SweepProgress
 from scaleprobe.report.build import build_report
 from scaleprobe.report.compare import compare_paths, print_comparison
 from tests.unit.report.factory import run, sweep_point, write_results

@@ -124,7 +124,7 @@ def test_ps_async_headline_says_it_sums_the_workers_rates():
 
     from rich.console import Console
 
-    from scaleprobe.commands.summary import print_run
+    from scaleprobe.commands.run_summary import print_run
     from scaleprobe.report.sections_runs import rate_notes
 
     rec = assemble([raw(0, None), raw(1, 0.4), raw(2, 0.2)], strategy="ps", ps_mode="async",
@@ -152,7 +152,7 @@ def test_breakdown_labels_say_ms_of_the_median_step():
 
     from rich.console import Console
 
-    from scaleprobe.commands.summary import print_run
+    from scaleprobe.commands.run_summary import print_run
     from scaleprobe.report.sections_runs import breakdown_section
 
     rec = assemble([raw(0, 0.1)])

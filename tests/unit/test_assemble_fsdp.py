@@ -9,7 +9,7 @@ import io
 import pytest
 from rich.console import Console
 
-from scaleprobe.commands.summary import print_run
+from scaleprobe.commands.run_summary import print_run
 from scaleprobe.core.results import RunResult
 from tests.unit.test_assemble import MIB, assemble, raw
 

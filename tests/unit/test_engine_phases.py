@@ -18,7 +18,7 @@ import torch
 from scaleprobe.core import config as C
 from scaleprobe.core import results as res
 from scaleprobe.core.results import RankRecord, RunResult
-from scaleprobe.measure.summary import typical_steps
+from scaleprobe.measure.aggregate import typical_steps
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.run.assemble import build_result
 from scaleprobe.strategies.single import Single

@@ -1,11 +1,11 @@
-"""The terminal summary of a run (commands/summary.py) on hand-made records."""
+"""The terminal summary of a run (commands/run_summary.py) on hand-made records."""
 
 import io
 
 from rich.cells import cell_len
 from rich.console import Console
 
-from scaleprobe.commands.summary import print_run
+from scaleprobe.commands.run_summary import print_run
 from scaleprobe.core import fmt as report_fmt
 from scaleprobe.core.results import RunResult
 from tests.unit.test_assemble import MIB, assemble, raw
@@ -149,7 +149,7 @@ def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
 def test_the_standalone_collective_and_the_model_agree_or_one_is_named_wrong():
     """A 4.5x gap between the in-run standalone all_reduce and the network model was printed
     without a word on which to believe."""
-    from scaleprobe.commands.summary import agreement
+    from scaleprobe.commands.run_summary import agreement
 
     assert agreement(1.1e-3, 1.0e-3, False) == ": they agree (1.10x)"
     assert "the standalone is off, as it ran under load" in agreement(3.1e-3, 0.68e-3, True)

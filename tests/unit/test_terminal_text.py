@@ -12,7 +12,7 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from scaleprobe.cli import main
-from scaleprobe.commands.summary import print_run, say
+from scaleprobe.commands.run_summary import print_run, say
 from scaleprobe.core import config as C
 from scaleprobe.core.results import RunResult
 from scaleprobe.report.diagnose import format_findings

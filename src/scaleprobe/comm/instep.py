@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from scaleprobe.measure.aggregate import per_median_step
 from scaleprobe.measure.stats import median, median_ci
-from scaleprobe.measure.summary import per_median_step
 
 INTERVAL_METHOD = ("median over the timed steps, 95% distribution-free interval of the "
                    "median (order statistics)")

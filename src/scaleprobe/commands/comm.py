@@ -132,7 +132,7 @@ def print_tables(rec: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import bytes_, esc  # heavy: rich
+    from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
     t = Table(title=f"collectives: {esc(rec['backend'])}, {rec['world_size']} ranks "
                     f"(time = median over iterations, slowest rank)")

@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.commands.fmt import bytes_  # heavy: rich
+    from scaleprobe.commands.terminal import bytes_  # heavy: rich
 
     e = collect_env()
     if args.json:

@@ -207,7 +207,7 @@ def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> No
     from rich.markup import escape
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import bytes_, ms, pct  # heavy: rich
+    from scaleprobe.commands.terminal import bytes_, ms, pct  # heavy: rich
 
     p0 = preds[0]
     console = Console()

@@ -153,7 +153,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
 
-    from scaleprobe.commands.fmt import esc  # heavy: rich
+    from scaleprobe.commands.terminal import esc  # heavy: rich
 
     con = Console()
     con.print(f"from {run.label}: 1 process, {s.threads or '?'} thread(s) per rank, "
@@ -240,7 +240,7 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
 
-    from scaleprobe.commands.fmt import esc  # heavy: rich
+    from scaleprobe.commands.terminal import esc  # heavy: rich
 
     con = Console()
     unit = time_unit(*(v for p in points for v in (

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats is not None:
         raise ConfigError("--repeats applies to --parity (a single run is one measurement; "
                           "`scaleprobe sweep` and `colocate` repeat points)")
-    from scaleprobe.commands.summary import print_run  # heavy: rich
+    from scaleprobe.commands.run_summary import print_run  # heavy: rich
     from scaleprobe.run.workloads import run_config  # heavy: torch: a run imports it
 
     result = run_config(cfg)
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _parity(cfg, repeats: int | None) -> int:
-    from scaleprobe.commands.fmt import num  # heavy: rich
+    from scaleprobe.commands.terminal import num  # heavy: rich
 
     out = parity.run_parity(cfg, DEFAULT_REPEATS if repeats is None else repeats,
                      say=lambda line: print(line, file=sys.stderr, flush=True))

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_under_launcher(cfg)
     if result is None:
         return 0
-    from scaleprobe.commands.summary import print_run  # heavy: rich
+    from scaleprobe.commands.run_summary import print_run  # heavy: rich
 
     print_run(result)
     return exit_code(result.status)

@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaleprobe.commands.summary import console, print_run  # heavy: rich
+    from scaleprobe.commands.run_summary import console, print_run  # heavy: rich
 
     target = list(args.target)
     if target[:1] == ["--"]:

@@ -33,7 +33,6 @@ from scaleprobe.core.target import repeat_config
 from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
-from scaleprobe.experiments.progress import SweepProgress
 from scaleprobe.experiments.spec import (
     Point,
     SweepSpec,
@@ -42,6 +41,7 @@ from scaleprobe.experiments.spec import (
     group_key,
     load_spec,
 )
+from scaleprobe.experiments.sweep_bar import SweepProgress
 from scaleprobe.measure.progress import PROGRESS_ENV
 from scaleprobe.run.driver import RUN_OUTPUT_BYTES
 from scaleprobe.run.resources import check_config, launches

@@ -17,7 +17,7 @@ from typing import Any
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record, RunResult
-from scaleprobe.measure.summary import projected_epoch_s
+from scaleprobe.measure.aggregate import projected_epoch_s
 from scaleprobe.report import critical as C
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P

@@ -79,8 +79,8 @@ def _render(fig: Any) -> Plot:
 
     fig.canvas.draw()
     buf = io.BytesIO()
-    imsave(buf, fig.canvas.buffer_rgba(), format="png", dpi=fig.dpi,
-           metadata={"Software": None})
+    no_software: dict[str, Any] = {"Software": None}  # None drops matplotlib's own entry
+    imsave(buf, fig.canvas.buffer_rgba(), format="png", dpi=fig.dpi, metadata=no_software)
     return Plot(buf.getvalue(), _meta(fig))
 
 

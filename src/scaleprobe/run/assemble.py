@@ -40,11 +40,11 @@ from scaleprobe.core.target import not_reached_line, summarize
 from scaleprobe.core.thresholds import DEFAULT
 from scaleprobe.core.traits import traits_of
 from scaleprobe.measure import outside
+from scaleprobe.measure.aggregate import epoch_time, rank_summary, straggler
 from scaleprobe.measure.audit import audit
 from scaleprobe.measure.compiled import block, result_fields
 from scaleprobe.measure.held import summarize_held
 from scaleprobe.measure.stats import median
-from scaleprobe.measure.summary import epoch_time, rank_summary, straggler
 
 
 def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | None,

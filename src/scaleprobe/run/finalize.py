@@ -12,8 +12,8 @@ from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.core.target import CURVE_FILE, write_curve_csv
+from scaleprobe.measure.aggregate import PHASES
 from scaleprobe.measure.monitor import Monitor
-from scaleprobe.measure.summary import PHASES
 from scaleprobe.run.assemble import build_result, head_rank
 
 

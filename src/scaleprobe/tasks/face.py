@@ -17,7 +17,7 @@ one. Splitting a global batch over more ranks therefore gives each anchor fewer 
 the embedding (before the classifier, L2-normalised) is what verification uses.
 
 Evaluation: embeddings of the held-out images, squared distance per pair, 10-fold threshold
-selection (``tasks/metrics.py``) -> ``verification_accuracy``. Pairs come from the dataset when
+selection (``tasks/verification.py``) -> ``verification_accuracy``. Pairs come from the dataset when
 it has them (LFW: the test split's pairs file) or are drawn from the held-out labels (digits:
 classes as identities, balanced same / different, fixed seed).
 """
@@ -38,7 +38,7 @@ from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.loader import collate_indexed
 from scaleprobe.tasks import TASKS, evaluating, on_device
 from scaleprobe.tasks.classification import Classification
-from scaleprobe.tasks.metrics import verification_accuracy
+from scaleprobe.tasks.verification import verification_accuracy
 
 TRIPLET_MARGIN = 0.2  # FaceNet's margin on squared distances between unit vectors
 EVAL_PAIRS_PER_KIND = 1000  # generated pairs: at most this many same and as many different

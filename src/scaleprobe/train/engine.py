@@ -35,8 +35,8 @@ from scaleprobe.measure.timer import StepTimer
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.train.eager import eager_passes
 from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
-from scaleprobe.train.steplog import TimerSteps
 from scaleprobe.train.stopping import loop_end_reason, stop_reason
+from scaleprobe.train.timed_steps import TimerSteps
 
 
 class _NullTimer:

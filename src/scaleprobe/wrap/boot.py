@@ -79,8 +79,8 @@ def rank_record(rec: Any, rank: int, world: int,
     import torch  # heavy: torch: loaded after the script's host-memory baseline is taken
 
     # heavy: numpy: wrap's hooks stay light in the script's process
+    from scaleprobe.measure.aggregate import per_median_step
     from scaleprobe.measure.stats import median
-    from scaleprobe.measure.summary import per_median_step
 
     w = min(rec.warmup, len(rec.step_times))
     timed = rec.step_times[w:]

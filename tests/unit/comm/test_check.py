@@ -1,6 +1,6 @@
 """``predict --check`` (comm/check.py): which one-rank runs a measured run is predicted from,
 and the figures set beside it; link specs (comm/links.py) and per-rank cables
-(comm/ranknet.py); the straggler a parameter server names (measure/summary.py)."""
+(comm/ranknet.py); the straggler a parameter server names (measure/aggregate.py)."""
 
 import pytest
 
@@ -9,7 +9,7 @@ from scaleprobe.core import links
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.links import parse_spec, resolve_link
 from scaleprobe.core.results import RankSummary, RunResult, StepTime
-from scaleprobe.measure.summary import straggler
+from scaleprobe.measure.aggregate import straggler
 from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
 
 

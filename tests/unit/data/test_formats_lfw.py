@@ -59,7 +59,7 @@ def test_pixels_alone_do_not_tell_people_apart(tmp_path):
     than half as far apart as others."""
     from PIL import Image
 
-    from scaleprobe.tasks.metrics import verification_accuracy
+    from scaleprobe.tasks.verification import verification_accuracy
 
     root = write_dataset("lfw", tmp_path / "lfw", count=400, size=(32, 32))
     _, pairs = open_lfw_pairs(root, "10fold")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from scaleprobe.core.config import TrainConfig
-from scaleprobe.experiments import progress as EP
+from scaleprobe.experiments import sweep_bar as EP
 from scaleprobe.experiments.spec import Point
 from scaleprobe.measure.progress import FileProgress, read_point_progress
 

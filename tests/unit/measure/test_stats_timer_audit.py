@@ -4,8 +4,8 @@ import pytest
 
 from scaleprobe.core.results import RankRecord, RankSummary, StepTime
 from scaleprobe.measure import stats
+from scaleprobe.measure.aggregate import breakdown, epoch_time, straggler
 from scaleprobe.measure.audit import audit, expected_dropped
-from scaleprobe.measure.summary import breakdown, epoch_time, straggler
 from scaleprobe.measure.timer import PHASES, StepTimer
 
 

@@ -49,7 +49,7 @@ def test_one_run_keeps_every_column():
 
 def test_one_time_formatter_and_one_unit_per_column():
     assert fmt.duration(1.5) == fmt.ms(1.5) == fmt.seconds(1.5) == "1.50 s"
-    from scaleprobe.commands import fmt as terminal
+    from scaleprobe.commands import terminal as terminal
 
     assert terminal.ms(1.5) == terminal.seconds(1.5) == "1.50 s"  # was 1500.0 ms and 1.50s
     assert terminal.ms(4.2135) == "4.21 s" and terminal.seconds(95.82) == "95.8 s"

@@ -138,7 +138,7 @@ def test_in_flight_is_on_the_breakdowns_basis_so_it_is_never_below_the_exposed_w
     import time as _t
 
     from scaleprobe.core.results import RankRecord
-    from scaleprobe.measure.summary import rank_summary
+    from scaleprobe.measure.aggregate import rank_summary
     from scaleprobe.wrap import boot
 
     rec = H.Recorder(1)

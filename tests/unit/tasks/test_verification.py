@@ -8,7 +8,7 @@ import torch
 
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.tasks.detection import map50
-from scaleprobe.tasks.metrics import best_threshold, verification_accuracy
+from scaleprobe.tasks.verification import best_threshold, verification_accuracy
 
 # --- verification ------------------------------------------------------------------------------
 

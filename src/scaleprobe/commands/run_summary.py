@@ -11,8 +11,8 @@ from rich.table import Table
 
 from scaleprobe.comm.exposed import same_link_prediction
 from scaleprobe.comm.instep import text
-from scaleprobe.commands import fmt
-from scaleprobe.commands.fmt import esc
+from scaleprobe.commands import terminal
+from scaleprobe.commands.terminal import esc
 from scaleprobe.core.fmt import flops, mfu, phase_name
 from scaleprobe.core.gns import summary_line as gns_line
 from scaleprobe.core.invariants import uneven_steps
@@ -59,8 +59,8 @@ def print_run(result: RunResult, con: Console | None = None) -> None:
         tag = "[green]ok[/green]" if a.ok else "[bold red]FAILED[/bold red]"
         say(con, f"shard audit: {tag} - {esc(a.detail)}")
         if m.unique_samples_per_s is not None:
-            say(con, f"unique samples/s: {fmt.num(m.unique_samples_per_s)} of "
-                      f"{fmt.num(m.samples_per_s)} (the rest were samples read again)")
+            say(con, f"unique samples/s: {terminal.num(m.unique_samples_per_s)} of "
+                      f"{terminal.num(m.samples_per_s)} (the rest were samples read again)")
     for v in r.invariants or []:
         say(con, f"[bold yellow]invariant broken[/bold yellow] ({esc(v['name'])}): "
                   f"{esc(v['detail'])}")
@@ -80,7 +80,7 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     """(name, value) of the run's headline figures, in the order they are shown."""
     m = r.metrics
     st = m.step_time_s or StepTime()
-    epoch = fmt.seconds(m.epoch_time_s) + (" (proj.)" if m.epoch_time_projected else "")
+    epoch = terminal.seconds(m.epoch_time_s) + (" (proj.)" if m.epoch_time_projected else "")
     mem = m.peak_mem_bytes
     found = r.task_metric()
     lm = m.unigram_entropy_nats is not None
@@ -88,18 +88,18 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     if found is None and (lm or m.tokens_per_s is not None):  # token batches (lm, a wrapped
         # LM script), not evaluated: the last step's training loss, never an accuracy column
         name, value = "train_loss", m.loss_last
-    tokens = ([("tokens/s", fmt.num(m.tokens_per_s))] if m.tokens_per_s is not None
+    tokens = ([("tokens/s", terminal.num(m.tokens_per_s))] if m.tokens_per_s is not None
               else [])  # token tasks (lm)
-    shown = fmt.num(value, ".3f")
+    shown = terminal.num(value, ".3f")
     std = num(m.extra.get(f"{name}_std"))  # face: the spread over the verification folds
     if value is not None and std is not None:
         shown += f" +/- {std:.3f}"
-    return [("samples/s", fmt.num(m.samples_per_s)), *tokens,
-            ("step median", fmt.ms(st.median)), ("p95", fmt.ms(st.p95)),
+    return [("samples/s", terminal.num(m.samples_per_s)), *tokens,
+            ("step median", terminal.ms(st.median)), ("p95", terminal.ms(st.p95)),
             ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
-            ("peak device mem", fmt.bytes_(mem.device_allocated)),
-            ("CPU util", fmt.num(m.cpu_util_pct, ".0f", "%")),
-            ("GPU util", fmt.num(m.gpu_util_pct, ".0f", "%")),
+            ("peak device mem", terminal.bytes_(mem.device_allocated)),
+            ("CPU util", terminal.num(m.cpu_util_pct, ".0f", "%")),
+            ("GPU util", terminal.num(m.gpu_util_pct, ".0f", "%")),
             (name.replace("_", " "), shown)]
 
 
@@ -119,7 +119,7 @@ def _lm_line(con: Console, r: RunResult) -> None:
         return
     ppl = num(m.extra.get("perplexity"))
     head = (f"language model: {train}; held-out loss {loss:.3f} nats/token (perplexity "
-            f"{fmt.num(ppl, '.2f')}) over {fmt.num(num(m.extra.get('eval_tokens')), ',.0f')} "
+            f"{terminal.num(ppl, '.2f')}) over {terminal.num(num(m.extra.get('eval_tokens')), ',.0f')} "
             "tokens")
     base = num(m.extra.get("baseline_loss"))
     if base is None:
@@ -238,15 +238,15 @@ def _uneven_line(con: Console, r: RunResult) -> None:
     if gap is None:
         return
     step, window = gap
-    con.print(f"[bold yellow]steps vary widely[/bold yellow]: {fmt.num(window)} samples/s over "
-              f"the timed window, {fmt.num(step)} from the median step ({step / window:.2f}x); "
+    con.print(f"[bold yellow]steps vary widely[/bold yellow]: {terminal.num(window)} samples/s over "
+              f"the timed window, {terminal.num(step)} from the median step ({step / window:.2f}x); "
               "see steps.csv for the slow steps")
 
 
 def _host_mem(mem: PeakMem) -> str:
     """Total peak, and beside it the part above the baseline read before the model was built."""
-    total = fmt.bytes_(mem.host)
-    return total if mem.host_net is None else f"{total} (net {fmt.bytes_(mem.host_net)})"
+    total = terminal.bytes_(mem.host)
+    return total if mem.host_net is None else f"{total} (net {terminal.bytes_(mem.host_net)})"
 
 
 def _load_tag(r: RunResult) -> str:
@@ -288,7 +288,7 @@ def _comm_line(con: Console, r: RunResult) -> None:
         every = f", once every {std['every']} steps" if (std.get("every") or 1) > 1 else ""
         hidden = c.transfer_hidden_s or 0.0
         hid = f"; {_ms(hidden)} of it hidden under compute" if hidden > 0 else ""
-        say(con, f"  transfer: standalone {std.get('op')} of {fmt.bytes_(std.get('bytes'))} on "
+        say(con, f"  transfer: standalone {std.get('op')} of {terminal.bytes_(std.get('bytes'))} on "
                   f"this run's process group, median {_ms(std.get('median_s'))}{every}{hid}",
                   markup=False)
         tr = known(r.cfg("dist.strategy"))
@@ -321,13 +321,13 @@ def _state_line(con: Console, r: RunResult) -> None:
     shown = rows if len(rows) <= 4 else [x for x in rows if x.rank == sb.rank]
     parts = []
     for x in shown:
-        peak = (f"peak device allocated {fmt.bytes_(x.device_allocated)}"
+        peak = (f"peak device allocated {terminal.bytes_(x.device_allocated)}"
                 if x.device_allocated is not None else
-                f"peak RSS {fmt.bytes_(x.host_peak_rss)}")
-        parts.append(f"rank {x.rank} {fmt.bytes_(x.params_bytes)} + "
-                     f"{fmt.bytes_(x.grads_bytes)} + "
-                     f"{fmt.bytes_(x.optimizer_bytes)} = "
-                     f"{fmt.bytes_(x.total_bytes)} ({peak})")
+                f"peak RSS {terminal.bytes_(x.host_peak_rss)}")
+        parts.append(f"rank {x.rank} {terminal.bytes_(x.params_bytes)} + "
+                     f"{terminal.bytes_(x.grads_bytes)} + "
+                     f"{terminal.bytes_(x.optimizer_bytes)} = "
+                     f"{terminal.bytes_(x.total_bytes)} ({peak})")
     tail = f" (the largest of {len(rows)} ranks)" if len(shown) < len(rows) else ""
     say(con, "state per rank, params + grads + optimizer: " + "; ".join(parts) + tail,
               markup=False)
@@ -349,7 +349,7 @@ def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
         why = (f"what-if: measured on {link}, not compared" if link else
                "the link between the hosts is not known (no --link): not compared")
         line = (f"  model for {named['link']} ({why}): {_ms(named['comm_s'])} per step, "
-                f"efficiency {fmt.pct(named.get('efficiency'))}")
+                f"efficiency {terminal.pct(named.get('efficiency'))}")
         if named.get("needed_gbit_s") is not None:
             line += f", needs >= {named['needed_gbit_s']:.2f} Gbit/s for 90%"
         say(con, line, markup=False)
@@ -384,7 +384,7 @@ def _ms(v: Any) -> str:
     """Milliseconds with two decimals below 1 ms (a small all_reduce is 0.3 ms, not 0.0)."""
     if v is None:
         return "n/a"
-    return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else fmt.ms(v)
+    return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else terminal.ms(v)
 
 
 def say(con: Console, text: str, markup: bool = True) -> None:
@@ -438,7 +438,7 @@ def _breakdown(con: Console, r: RunResult) -> None:
     if not total:
         return
     gpu = bool(r.env.get("gpus")) or r.metrics.peak_mem_bytes.device_peak() is not None
-    parts = [f"{phase_name(k, gpu)} {fmt.ms(v)} ({v / total:.0%})" for k, v in bd.items()
+    parts = [f"{phase_name(k, gpu)} {terminal.ms(v)} ({v / total:.0%})" for k, v in bd.items()
              if v is not None]
     # each phase's share of a typical step laid over the median step: they add up to it
     say(con, "step breakdown (each phase of the median step): " + ", ".join(parts))
