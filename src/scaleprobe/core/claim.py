@@ -79,9 +79,11 @@ class Source:
     run: str
     under_load: bool | None = None
     load: str = ""
+    label: str = ""  # how the text names it ("nproc=2 (repeat 1)"); the JSON keeps ``run``
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "under_load": self.under_load, "load": self.load}
+        return {"run": self.run, "label": self.label, "under_load": self.under_load,
+                "load": self.load}
 
 
 def load_caveat(sources: Sequence[Source]) -> str:
@@ -90,7 +92,8 @@ def load_caveat(sources: Sequence[Source]) -> str:
     hits = [s for s in sources if s.under_load]
     if not hits:
         return ""
-    runs = ", ".join(f"{s.run}: {s.load}" if s.load else s.run for s in hits)
+    runs = ", ".join(f"{s.label or s.run}: {s.load}" if s.load else s.label or s.run
+                     for s in hits)
     return (f"{UNDER_LOAD}: {runs} ({len(hits)} of {len(sources)} source runs); the figure "
             "may be slower than the machine allows")
 
@@ -208,6 +211,36 @@ class Claim:
         where = {RULE_ABOVE: "above", RULE_BELOW: "below", RULE_INSIDE_BAND: "inside",
                  RULE_OUTSIDE_BAND: "outside"}[r]
         return words or f"the interval lies {where} {self._ref_text()}"
+
+    @property
+    def short_verdict(self) -> str:
+        """The verdict in a table cell: ``not resolved``, ``inconclusive (1 repeat)``, or the
+        decided words (empty when the words are the table's own: no ``above`` / ``below``)."""
+        r = self.rule
+        if r in (RULE_INCLUDES_REF, RULE_CROSSES_BAND):
+            return NOT_RESOLVED
+        if r == RULE_ONE_REPEAT:
+            return one_repeat_text(self.n_min or 0)
+        if r == RULE_NO_INTERVAL:
+            return NO_INTERVAL
+        return {RULE_ABOVE: self.above, RULE_BELOW: self.below,
+                RULE_INSIDE_BAND: self.within, RULE_OUTSIDE_BAND: self.outside}.get(r, "")
+
+    def cell(self, markdown: bool = True) -> str:
+        """A table cell: ``1.13x [0.88, 1.44], not resolved, under load``."""
+        iv = self.interval
+        if self.value is None:
+            return "n/a"
+        v = _num(self.value, self.unit, self.digits)
+        if iv is not None:
+            v += " " + (f"[{_num(iv.lo, self.unit, self.digits)}, "
+                        f"{_num(iv.hi, self.unit, self.digits)}]"
+                        if self.unit in ("diff", "%")
+                        else iv.bounds(lambda x: f"{x:.{self.digits}f}", self.ref))
+        tags = [t for t in (self.short_verdict if not self.decided else "",
+                            "under load" if self.under_load else "") if t]
+        out = ", ".join([v, *tags])
+        return out.replace("|", "\\|") if markdown else out
 
     # ---- the renderer --------------------------------------------------------------------
 

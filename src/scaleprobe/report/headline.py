@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
@@ -258,6 +259,9 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
         against = f" against {row['base_nproc']}" if row["base_nproc"] != 1 else ""
         number = (f"{n} processes{against}: speedup {fmt.ratio(row['speedup'])}, efficiency "
                   f"{fmt.pct(row['efficiency'])}")
+        sc = row.get("claim")
+        if sc is not None and sc.under_load:  # the caveat travels with the figures
+            number += "; " + CL.load_caveat(sc.sources)
         iv, eiv = row["speedup_interval"], row["efficiency_interval"]
         if row.get("unlike") and not row.get("implausible"):
             out.append(Verdict(f"Scaling ({eid}): not like for like", number,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from scaleprobe.core.claim import Claim
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
 
@@ -103,6 +104,7 @@ class ScaleRow(TargetColumns):
     comm_fraction: float | None
     data_wait_fraction: float | None
     lost: dict[str, float]
+    claim: NotRequired[Claim]  # the speedup with its evidence (not on the baseline's row)
     line: NotRequired[str]
     # with a target, against the baseline (target.target_fields)
     target_text: NotRequired[str]
