@@ -223,6 +223,8 @@ class Claim:
             return one_repeat_text(self.n_min or 0)
         if r == RULE_NO_INTERVAL:
             return NO_INTERVAL
+        if r == RULE_NOT_MEASURED:
+            return NOT_MEASURED
         return {RULE_ABOVE: self.above, RULE_BELOW: self.below,
                 RULE_INSIDE_BAND: self.within, RULE_OUTSIDE_BAND: self.outside}.get(r, "")
 
@@ -325,6 +327,14 @@ def _join(parts: list[tuple[str, str]]) -> str:
     head = [v for k, v in parts if k in ("subject", "figure", "verdict")]
     tail = [v for k, v in parts if k not in ("subject", "figure", "verdict")]
     return "; ".join([": ".join(head), *tail])
+
+
+def slowdown(name: str, value: float | None, iv: Interval | None,
+             sources: tuple[Source, ...] = ()) -> Claim:
+    """A co-located job's slowdown (samples/s alone / together) against 1."""
+    return Claim(name, value, iv, above=SLOWER_TOGETHER, below=FASTER_TOGETHER,
+                 kind="slowdown", pairing="repeat i alone with repeat i together",
+                 sources=sources)
 
 
 def render(claim: Claim, form: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
@@ -236,15 +237,14 @@ INTERFERENCE = ("CPU saturated", "device contention", "interference without satu
 
 
 def _job_reading(j: dict[str, Any]) -> str:
-    """``a: 1.67x [1.50, 1.86] slower together``; a record written before repeats existed has
-    no interval, and then the direction is not claimed."""
+    """``a: 1.67x [1.50, 1.86], slower together``; a record written before repeats existed
+    has no interval, and then the direction is not claimed."""
     iv = M.interval_of(j.get("slowdown_interval"))
     text = f"{j.get('name')}: {fmt.ratio(j.get('slowdown'))}"
     if iv is None:
         return f"{text} (no interval: recorded without repeats)"
-    reading = ("slower together" if iv.above(1) else "faster together" if iv.below(1)
-               else "within noise")
-    return f"{text} {iv.bounds()} {reading}"
+    c = CL.slowdown(str(j.get("name")), R.num(j.get("slowdown")), iv)
+    return f"{text} {iv.bounds()} {c.short_verdict}"
 
 
 def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:
