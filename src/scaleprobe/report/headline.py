@@ -189,15 +189,16 @@ def _worker_flags(r: WorkersPick) -> dict[str, Any]:
 
 
 def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdict]:
-    """The loader-worker recommendation, one per transform the sweep varied."""
+    """The loader-worker recommendation, one per group of the sweep's other axes and per
+    transform, each naming its own."""
     rec = W.recommend_workers(recs, th)
-    if rec.get("workers") is None and rec.get("decided") is not False and "by_transform" not in rec:
+    if rec.get("workers") is None and rec.get("decided") is not False and "by_group" not in rec:
         return [Verdict(f"Loader settings ({eid}): none finished", "0 settings finished", "-",
                         "see Findings: why each point failed", ERROR)]
     rows = W.loader_table(recs)
     out = []
-    for transform, r in (rec.get("by_transform") or {"": rec}).items():
-        where = f"{eid}, transform={transform}" if transform else eid
+    for key, r in (rec.get("by_group") or {"": rec}).items():
+        where = f"{eid}, {key}" if key else eid  # the group and transform it is about
         if r.get("workers") is None:
             iv = M.interval_of(r.get("interval"))
             need = r.get("need")  # as the recommendation itself counted them

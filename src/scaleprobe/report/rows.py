@@ -174,7 +174,7 @@ class BatchPicks(TypedDict):
 
 class WorkersPick(TypedDict, total=False):
     """The loader-workers rule (``workers.recommend_workers``): ``workers`` is None when
-    nothing ran or the intervals did not decide; ``by_transform`` holds one pick per
+    nothing ran or the intervals did not decide; ``by_group`` holds one pick per
     transform when the sweep varied it."""
 
     workers: int | None
@@ -191,7 +191,7 @@ class WorkersPick(TypedDict, total=False):
     ref: float
     compared: str
     unexplained: str
-    by_transform: dict[str, WorkersPick]
+    by_group: dict[str, WorkersPick]
 
 
 class TargetPicks(TypedDict):

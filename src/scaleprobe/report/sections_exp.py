@@ -111,18 +111,23 @@ def _loader_blocks(s: Section, eid: str, recs: list[Record]) -> None:
     if not rows:
         return
     groups = list(dict.fromkeys(r["group"] for r in rows))
+    rec = W.recommend_workers(recs)
+    picks = list((rec.get("by_group") or {"": rec}).values())
     for g in groups:
         grows = [r for r in rows if r["group"] == g]
         s.add(Table(list(W.LOADER_HEADERS), [W.loader_cells(r) for r in grows],
                     right=[False, True, True, True, True, True, True, False],
                     caption=" ".join(x for x in ("Loader settings:", _within(g, eid)) if x)
                     .rstrip(":")))
+        for r in picks:  # each group's comparison under its own table, named
+            if r.get("group") == g:
+                s.add(Text(r["text"]))
     s.add(Text("Compute/step is compute (h2d + forward + backward + optimizer) per step: when more workers cut the data "
                "wait but compute per step grows, the workers are taking cores from compute.",
                note=True))
-    rec = W.recommend_workers(recs)
-    for r in (rec.get("by_transform") or {"": rec}).values():  # one per transform
-        s.add(Text(r["text"]))
+    for r in picks:  # nothing ran: the one text says so
+        if r.get("group") not in groups:
+            s.add(Text(r["text"]))
     s.add(plots.image(f"loader-{_slug(eid)}", plots.loader_plot(rows),
                       "data wait and compute per loader setting"))
 

@@ -264,9 +264,12 @@ def loader_sections(records: list[Record], sweep_id: str
     rows = W.loader_table(records)
     rec = W.recommend_workers(records)
     sections = _grouped("Input pipeline", sweep_id, rows, W.LOADER_HEADERS, W.loader_cells)
-    if sections:
-        per = rec.get("by_transform") or {}
-        sections[-1]["notes"] = [r["text"] for r in per.values()] or [rec["text"]]
+    picks = list((rec.get("by_group") or {}).values())
+    for section, group in zip(sections, _by_group(rows), strict=True):
+        # each group's comparison under its own table (every text names its group)
+        section["notes"] = [r["text"] for r in picks if r.get("group") == group]
+    if sections and not picks:
+        sections[-1]["notes"] = [rec["text"]]
     return sections, _plain(rec)
 
 

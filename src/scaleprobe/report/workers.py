@@ -57,20 +57,44 @@ def recommend_workers(records: Sequence[Record], th: Thresholds = DEFAULT) -> Wo
     group of the best setting). Returns ``{"workers", "prefetch", "setting", "samples_per_s",
     "best_samples_per_s", "best_setting", "group", "text"}``; workers None when nothing ran.
 
-    The transform is the workload, not a knob: when the sweep varied it, each transform gets
-    its own recommendation (``by_transform``), and ``text`` holds one sentence per transform;
-    the top-level fields are those of the transform of the overall best setting."""
+    The transform is the workload, not a knob, and the sweep's other axes (strategy=ps,
+    strategy=single) are other workloads too: each group and each transform gets its own
+    recommendation (``by_group``, keyed and worded by the group's axes and the transform),
+    and ``text`` holds one sentence per group; the top-level fields are those of the group of
+    the overall best setting."""
     ok = [r for r in loader_table(records)
           if r["status"] == "ok" and (r["samples_per_s"] or 0) > 0 and r["workers"] is not None]
     if not ok:
         return {"workers": None, "text": "No loader setting finished, nothing to recommend."}
+    groups = sorted({_group_name(r) for r in ok})
     transforms = sorted({str(r["transform"]) for r in ok})
-    if len(transforms) < 2:
+    if len(transforms) < 2 and len(groups) < 2:
         return _recommend(ok, th)
-    per = {t: _recommend([r for r in ok if str(r["transform"]) == t], th, f"transform {t}: ")
-           for t in transforms}
-    top = per[str(max(ok, key=lambda r: r["samples_per_s"] or 0.0)["transform"])]
-    return {**top, "by_transform": per, "text": " ".join(per[t].get("text", "") for t in transforms)}
+    # each group (the sweep's other axes: strategy=ps, strategy=single) and each transform
+    # gets its own comparison, named: a verdict of one group printed under another's table
+    # with no name said nothing about either
+    per: dict[str, WorkersPick] = {}
+    for g in groups:
+        for t in transforms:
+            part = [r for r in ok if _group_name(r) == g and str(r["transform"]) == t]
+            if not part:
+                continue
+            key = " ".join(x for x in (g if len(groups) > 1 else "",
+                                       f"transform={t}" if len(transforms) > 1 else "") if x)
+            lead = ", ".join(x for x in (g if len(groups) > 1 else "",
+                                         f"transform {t}" if len(transforms) > 1 else "") if x)
+            per[key] = _recommend(part, th, f"{lead}: ")
+    best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
+    top = next(p for p in per.values() if p.get("group") == best["group"]
+               and p.get("best_setting") == best["setting"])
+    return {**top, "by_group": per, "text": " ".join(p.get("text", "") for p in per.values())}
+
+
+def _group_name(row: LoaderRow) -> str:
+    """The row's group by the sweep's axes other than the input pipeline's (``strategy=ps``);
+    the table's group label when the point has none."""
+    others = {k: v for k, v in (row.get("point") or {}).items() if k not in R.LOADER_AXES}
+    return fmt.describe_point(others) or str(row["group"])
 
 
 def _challenged(pick: LoaderRow, best: LoaderRow, ok: list[LoaderRow],

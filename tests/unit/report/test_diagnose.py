@@ -336,8 +336,8 @@ def test_experiment_scaling_colocate_parity():
                         comm=_comm(0.045, 0.04)))
     found = diagnose_experiment([*runs, colocate_record(), parity_record(ok=False)])
     f = _one(found, "scaling loss")
-    assert f.evidence.startswith("2 processes x 2 threads: 1.21x [1.07, 1.37], 2 repeats "
-                                 "(efficiency 61%"), f.evidence
+    assert f.evidence.startswith("2 processes x 2 threads: 1.21x [1.07, 1.37], 2 repeats: "
+                                 "faster than 1 process; efficiency 61%"), f.evidence
     # one repeat: no verdict
     assert "scaling loss" not in _verdicts(diagnose_experiment(runs[:2]))
     assert "communication 30%" in f.evidence
