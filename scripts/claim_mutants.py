@@ -45,9 +45,13 @@ MUTANTS = [
     ("band outside needs only one bound outside",
      "if iv.hi < lo or iv.lo > hi:", "if iv.lo < lo or iv.hi > hi:"),
     ("one repeat leans the wrong way",
-     "elif self.band is None and iv.hi < self.ref and self.below:\n                lean = self.below",
-     "elif self.band is None and iv.hi < self.ref and self.below:\n                lean = self.above"),
-    ("no interval judged as decided", "            return RULE_NO_INTERVAL\n", "            return RULE_ABOVE\n"),
+     "elif iv.hi < self.ref and self.below:\n                lean = self.below",
+     "elif iv.hi < self.ref and self.below:\n                lean = self.above"),
+    ("no interval judged as decided", "            return RULE_NO_INTERVAL\n",
+     "            return RULE_ABOVE\n"),
+    ("one repeat without an interval is merely 'no interval'",
+     "        if n is not None and n < MIN_REPEATS_TO_DECIDE:\n            return RULE_ONE_REPEAT\n        if iv is None:",
+     "        if iv is None:\n            return RULE_NO_INTERVAL\n        if n is not None and n < MIN_REPEATS_TO_DECIDE:\n            return RULE_ONE_REPEAT\n        if iv is None:"),
 ]
 
 

@@ -82,6 +82,12 @@ def test_the_fewer_side_counts() -> None:
     assert "3/1 repeats a side" in c.text()
 
 
+def test_one_repeat_without_an_interval_says_one_repeat() -> None:
+    # mutant: "no interval" checked first, hiding that one repeat decides nothing anyway
+    c = speedup(None, value=0.85, repeats=(1, 1))
+    assert c.text() == "2 processes: 0.85x: inconclusive (1 repeat)"
+
+
 def test_no_value_and_no_interval_are_never_judged() -> None:
     assert speedup(None, value=None).verdict == "not measured"
     c = speedup(None)

@@ -5,9 +5,10 @@
 
 ``--parity`` trains on 1 and on N processes with the same global batch and samples seen,
 ``--repeats`` times (seeds seed, seed+1, ...; default 3), interleaved, and states "parity
-holds", "parity broken" or "inconclusive" from the interval of the accuracy difference against
-a tolerance derived from the measured seed-to-seed spread (docs/EXPERIMENTS.md). Exit status
-0 only when parity holds.
+holds", "parity broken" or "inconclusive" from the interval of the accuracy difference (N - 1,
+paired by seed) against ``--parity-tolerance`` (default 0.01, absolute): the user's margin,
+never derived from the measured seed-to-seed spread, which widens the interval instead
+(docs/VERDICTS.md, docs/EXPERIMENTS.md). Exit status 0 only when parity holds.
 """
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ the JSON, and no other module writes them (tests/unit/test_claim_phrases.py chec
 
 The rules, in order (docs/VERDICTS.md):
 
-1. no value -> "not measured"; a value without an interval -> "no interval", never judged;
+1. no value -> "not measured";
 2. fewer than ``metrics.MIN_REPEATS_TO_DECIDE`` repeats on a side -> "inconclusive (1
    repeat)", with "leaning <words>" where the interval lies clear of the reference: one repeat
-   cannot see drift between runs, so it decides nothing (never "within noise");
+   cannot see drift between runs, so it decides nothing (never "within noise"); otherwise a
+   value without an interval -> "no interval", never judged;
 3. an interval that includes the reference (the no-change value, or a bar: ``ref``), bounds
    included -> "not resolved (the interval includes 1x)"; an interval that touches the
    reference exactly does not exclude it;
@@ -150,11 +151,11 @@ class Claim:
         iv = self.interval
         if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
             return RULE_NOT_MEASURED
-        if iv is None:
-            return RULE_NO_INTERVAL
         n = self.n_min
         if n is not None and n < MIN_REPEATS_TO_DECIDE:
             return RULE_ONE_REPEAT
+        if iv is None:
+            return RULE_NO_INTERVAL
         if self.band is not None:
             lo, hi = self.band
             if lo < iv.lo and iv.hi < hi:
@@ -195,11 +196,12 @@ class Claim:
         if r == RULE_ONE_REPEAT:
             head = one_repeat_text(self.n_min or 0)
             iv = self.interval
-            assert iv is not None
             lean = ""
-            if self.band is None and iv.lo > self.ref and self.above:
+            if iv is None or self.band is not None:
+                pass
+            elif iv.lo > self.ref and self.above:
                 lean = self.above
-            elif self.band is None and iv.hi < self.ref and self.below:
+            elif iv.hi < self.ref and self.below:
                 lean = self.below
             return f"{head}, leaning {lean}" if lean else head
         if r == RULE_INCLUDES_REF:
@@ -335,6 +337,14 @@ def slowdown(name: str, value: float | None, iv: Interval | None,
     return Claim(name, value, iv, above=SLOWER_TOGETHER, below=FASTER_TOGETHER,
                  kind="slowdown", pairing="repeat i alone with repeat i together",
                  sources=sources)
+
+
+def parity(diff: float | None, iv: Interval | None, pairs: int, tol: float) -> Claim:
+    """Accuracy parity: the difference N - 1 (paired by seed) as an equivalence claim
+    against the user's +/- ``tol``."""
+    return Claim("difference (N - 1)", diff, iv, unit="diff", digits=4, band=(-tol, tol),
+                 within=PARITY_HOLDS, outside=PARITY_BROKEN, repeats=(pairs, pairs),
+                 pairing="paired by seed", kind="parity")
 
 
 def render(claim: Claim, form: str) -> str:

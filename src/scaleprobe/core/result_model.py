@@ -1065,7 +1065,8 @@ class ColocateRecord(InExperiment, Record):
 @dataclass
 class ParityRecord(InExperiment, Record):
     """An accuracy-parity experiment's record: 1 process vs N at the same global batch,
-    over repeats with their own seeds; the tolerance comes from the seed-to-seed spread."""
+    over repeats with their own seeds; the tolerance is the user's (``--parity-tolerance``),
+    never derived from the seed-to-seed spread, which widens the interval instead."""
 
     schema: int = SCHEMA
     kind: str = "parity"

@@ -321,10 +321,9 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
 
 
 def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) -> Verdict:
-    """The parity record's verdict; ``runs``: run records by id, to print the command that
-    measures it again with its options."""
+    """The parity record's verdict, in the claim's words (core/claim.py); ``runs``: run
+    records by id, to print the command that measures it again with its options."""
     eid = rec.exp_id or "parity"
-    verdict = str(rec.verdict or "inconclusive")
     diff, tol = rec.difference, rec.tolerance
     number = (f"accuracy {fmt.num(rec.accuracy_1, '.3f')} on 1 process vs "
               f"{fmt.num(rec.accuracy_n, '.3f')} on {rec.nproc or 'N'}")
@@ -332,19 +331,22 @@ def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) 
     lo, hi = R.num(ivd.get("lo")), R.num(ivd.get("hi"))
     n = int(rec.repeats or 1)
     if lo is None or hi is None or diff is None or tol is None:
-        return Verdict(f"Accuracy parity ({eid}): inconclusive", number, "one seed, no interval",
-                       RC.parity_command(rec, runs or {}, 3), UNDECIDED)
-    interval = (f"difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], {n} seeds; tolerance "
-                f"+/-{tol:.3f}")
-    if verdict == "inconclusive":
+        c = CL.parity(diff, None, 1 if diff is not None else n, tol or 0.01)
+        return Verdict(f"Accuracy parity ({eid}): {c.short_verdict}", number,
+                       "one seed, no interval", RC.parity_command(rec, runs or {}, 3),
+                       UNDECIDED)
+    c = CL.parity(diff, M.Interval(diff, lo, hi, n, "paired t"), n, tol)
+    interval = f"{c.figure()}; tolerance +/-{tol:.3f}"
+    head = f"Accuracy parity ({eid}): {c.short_verdict}"
+    if not c.decided:
         need = parity_repeats(diff, lo, hi, tol, n)
-        return Verdict(f"Accuracy parity ({eid}): inconclusive", number, interval,
+        return Verdict(head, number, interval,
                        (f"about {need} seeds a side would decide it: "
                         f"{RC.parity_command(rec, runs or {}, need)}" if need else
                         f"{_repeats_text(None)}: set the tolerance by what matters to you"),
                        UNDECIDED)
-    broken = verdict == "parity broken"
-    return Verdict(f"Accuracy parity ({eid}): {verdict}", number, interval,
+    broken = c.rule == CL.RULE_OUTSIDE_BAND
+    return Verdict(head, number, interval,
                    "see Accuracy parity and Findings" if broken else "nothing to change",
                    DECIDED, warning=broken)
 
