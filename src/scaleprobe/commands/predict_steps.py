@@ -17,6 +17,7 @@ from scaleprobe.comm.timeline import Unit
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.report.records import load_records, runs
+from scaleprobe.report.whatif import ceiling_caveat
 
 
 def load_runs(path: str) -> list[RunResult]:
@@ -80,9 +81,11 @@ def run_from(args: argparse.Namespace) -> int:
 
 
 def _from_dict(run: RunResult, s: S.RunSample) -> dict[str, Any]:
+    caveat = ceiling_caveat(run)
     return {"run": run.label, "strategy": s.strategy, "threads": s.threads,
             "grad_bytes": s.grad_bytes, "steps": s.rows_source, "buckets": len(s.buckets or []),
-            "step_median_s": s.step_median_s, "pass_s_per_byte": s.pass_s_per_byte}
+            "step_median_s": s.step_median_s, "pass_s_per_byte": s.pass_s_per_byte,
+            "under_load": bool(caveat), "load_caveat": caveat or None}
 
 
 def _row_dict(r: W.Row) -> dict[str, Any]:
@@ -108,9 +111,10 @@ def _time_fig(v: float | None, lo: float | None, hi: float | None) -> str:
     return f"{v:.2f} [{lo:.2f}, {hi:.2f}] s"
 
 
-def _needed(r: W.Row) -> str:
+def _needed(r: W.Row, loaded: bool = False) -> str:
     if r.needed_gbit_s is None:
-        return "unreachable" if r.needed_reason else "n/a"
+        return ("unreachable" + (", under load" if loaded else "")) if r.needed_reason \
+            else "n/a"
     g = r.needed_gbit_s
     if g <= W.M.NEEDED_FLOOR_GBIT_S:
         return f"< {g * 1e3:g} Mbit/s"
@@ -125,6 +129,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
     from scaleprobe.commands.fmt import esc  # heavy: rich
 
     con = Console()
+    caveat = ceiling_caveat(run)
     con.print(f"from {run.label}: 1 process, {s.threads or '?'} thread(s) per rank, "
               f"{s.grad_bytes / 1e6:.1f} MB of fp32 gradients, step {_ms(s.step_median_s or 0)} "
               f"ms; compute drawn from {s.rows_source}", markup=False, highlight=False)
@@ -145,7 +150,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
             t.add_row(esc(p.strategy), where, _time_fig(p.step_s.value, p.step_s.lo, p.step_s.hi),
                       _fig(p.speedup.value, p.speedup.lo, p.speedup.hi, lambda v: f"{v:.2f}"),
                       f"{p.efficiency.value:.0%}", f"{_ms(comp)} / {_ms(p.phases['comm'])}",
-                      _ms(p.comm_busy_s), esc(_needed(r)))
+                      _ms(p.comm_busy_s), esc(_needed(r, bool(caveat))))
         con.print(t)
     notes = dict.fromkeys([n for r in rows for n in r.prediction.notes] +
                           [f"{r.prediction.strategy} on {r.nnodes * r.nproc} processes, link "
@@ -153,6 +158,8 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                            if r.needed_reason])
     for n in notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
+    if caveat:
+        con.print(f"  {caveat}.", markup=False, highlight=False)
 
 
 def _link_label(run: RunResult) -> str:
