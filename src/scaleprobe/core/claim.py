@@ -99,6 +99,16 @@ def load_caveat(sources: Sequence[Source]) -> str:
             "may be slower than the machine allows")
 
 
+def disagreement(a: float, b: float, a_name: str, b_name: str) -> str:
+    """``2.50x apart; the measurement and the model disagree, and neither is taken as the
+    right one without a third measurement``: a gap between two figures of one quantity (a
+    measurement and a model, two measurements) is shown, never blamed on either without
+    evidence that says which."""
+    ratio = f"{max(a, b) / min(a, b):.2f}x apart; " if a > 0 and b > 0 else ""
+    return (f"{ratio}{a_name} and {b_name} disagree, and neither is taken as the right one "
+            "without a third measurement")
+
+
 def _num(v: float, unit: str, digits: int) -> str:
     if unit == "%":
         return f"{v * 100:.{max(0, digits - 2)}f}%"
@@ -269,11 +279,8 @@ class Claim:
         if self.model is None or self.value is None:
             return ""
         m = _num(self.model, self.unit, self.digits)
-        ratio = (f", {max(self.value, self.model) / min(self.value, self.model):.2f}x apart"
-                 if self.value > 0 and self.model > 0 else "")
-        return (f"{self.model_name}: {m}{ratio}; the measurement and {self.model_name} "
-                "disagree, and neither is taken as the right one without a third "
-                "measurement")
+        return f"{self.model_name}: {m}, " + disagreement(self.value, self.model,
+                                                           "the measurement", self.model_name)
 
     def parts(self) -> list[tuple[str, str]]:
         """The words in order, each tagged by its role (``figure``, ``verdict``, ``detail``,
