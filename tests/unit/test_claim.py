@@ -176,3 +176,35 @@ def test_the_words_are_the_same_in_every_format() -> None:
     plain = c.text()
     assert c.markdown().replace("*", "") == plain
     assert c.html().replace('<em class="load">', "").replace("</em>", "") == plain
+
+
+def test_batch_step_pays_only_clear_of_the_whole_bar_range() -> None:
+    # memory +37% with its own interval [+30%, +45%]: the bar 1 - 0.37 = 0.63x spans
+    # 2 - 1.45 = 0.55x to 2 - 1.30 = 0.70x; the epoch ratio must clear all of it
+    mem = iv(1.37, 1.30, 1.45)
+    assert C.batch_step(iv(0.45, 0.40, 0.54), 0.37, mem).verdict == "pays"
+    assert C.batch_step(iv(0.80, 0.71, 0.90), 0.37, mem).verdict == "does not pay"
+    # mutant: the point bar 0.63 instead of the range (0.50..0.60 lies below 0.63 but
+    # reaches 0.55..0.70)
+    c = C.batch_step(iv(0.55, 0.50, 0.60), 0.37, mem)
+    assert c.verdict == "not resolved (the interval includes 0.55x to 0.70x (the bar's range))"
+    # mutant: range ends swapped in the comparison (0.58..0.69 lies inside the range)
+    assert not C.batch_step(iv(0.62, 0.58, 0.69), 0.37, mem).decided
+
+
+def test_batch_step_without_memory_interval_uses_the_point_bar() -> None:
+    # memory +20%, no interval: the bar is 0.80x; 0.70..0.79 lies below it
+    assert C.batch_step(iv(0.75, 0.70, 0.79), 0.20).verdict == "pays"
+    assert C.batch_step(iv(0.75, 0.70, 0.80), 0.20).verdict.startswith("not resolved")
+
+
+def test_ranking_words_by_repeats() -> None:
+    assert C.ranking("Fastest", "batch 64", ["batch 32 (1.10x [0.9, 1.3])"], repeats=3) == (
+        "Fastest: inconclusive: batch 64, not told apart from batch 32 (1.10x [0.9, 1.3]) "
+        "(each: that batch size's figure / this one's).")
+    # mutant: one repeat treated as two ("not told apart" beside an interval clear of 1)
+    one = C.ranking("Fastest", "batch 64", ["batch 32 (1.30x [1.2, 1.4])"], repeats=1)
+    assert one.startswith("Fastest: inconclusive (1 repeat): batch 64, not decided against ")
+    assert C.ranking("Fastest", "batch 64", [], ["batch 32 (1.30x)"]) == (
+        "Fastest: batch 64, ahead of batch 32 (1.30x) (each: that batch size's figure / this "
+        "one's).")

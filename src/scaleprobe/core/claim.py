@@ -39,7 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaleprobe.core.metrics import MIN_REPEATS_TO_DECIDE, Interval
+from scaleprobe.core.metrics import (
+    MAX_REPEATS_SUGGESTED,
+    MIN_REPEATS_TO_DECIDE,
+    Interval,
+    repeats_to_decide,
+)
 
 # The verdict words. Every other module names them through these constants or a Claim.
 INCONCLUSIVE = "inconclusive"
@@ -135,6 +140,9 @@ class Claim:
     above: str = ""
     below: str = ""
     band: tuple[float, float] | None = None
+    # a bar that is itself a range (the batch rule's 1 - memory growth over memory's own
+    # interval): above / below only when the interval clears the whole range
+    ref_range: tuple[float, float] | None = None
     within: str = ""
     outside: str = ""
     repeats: tuple[int, ...] = ()
@@ -173,9 +181,12 @@ class Claim:
             if iv.hi < lo or iv.lo > hi:
                 return RULE_OUTSIDE_BAND
             return RULE_CROSSES_BAND
-        if iv.lo <= self.ref <= iv.hi:
-            return RULE_INCLUDES_REF
-        return RULE_ABOVE if iv.lo > self.ref else RULE_BELOW
+        lo_bar, hi_bar = self.ref_range or (self.ref, self.ref)
+        if iv.lo > hi_bar:
+            return RULE_ABOVE
+        if iv.hi < lo_bar:
+            return RULE_BELOW
+        return RULE_INCLUDES_REF
 
     @property
     def decided(self) -> bool:
@@ -191,6 +202,10 @@ class Claim:
             if math.isclose(lo, -hi):
                 return f"+/-{_num(hi, self.unit, self.digits).lstrip('+')}"
             return f"{_num(lo, self.unit, self.digits)}..{_num(hi, self.unit, self.digits)}"
+        if self.ref_range is not None and self.ref_range[0] != self.ref_range[1]:
+            lo, hi = self.ref_range
+            return (f"{_num(lo, self.unit, self.digits)} to {_num(hi, self.unit, self.digits)}"
+                    " (the bar's range)")
         if self.unit == "x":
             return f"{self.ref:g}x"
         return _num(self.ref, self.unit, self.digits)
@@ -336,6 +351,61 @@ def _join(parts: list[tuple[str, str]]) -> str:
     head = [v for k, v in parts if k in ("subject", "figure", "verdict")]
     tail = [v for k, v in parts if k not in ("subject", "figure", "verdict")]
     return "; ".join([": ".join(head), *tail])
+
+
+def undecided(iv: Interval | None, ref: float, what: str,
+              need: int | None | str = "from ref") -> str:
+    """``inconclusive: 1.04x [0.91, 1.19], 3 repeats; about 12 repeats would decide``.
+    ``need`` (the repeats that would decide; None: more than ``MAX_REPEATS_SUGGESTED``)
+    replaces ``repeats_to_decide(iv, ref)`` where the verdict hangs on more than one
+    interval."""
+    if iv is None:
+        return f"{INCONCLUSIVE}: {what} has no spread (too few timed steps)"
+    head = INCONCLUSIVE if iv.enough_repeats else one_repeat_text(iv.n)
+    if need == "from ref":
+        need = repeats_to_decide(iv, ref)
+    tail = (f"; about {need} repeats would decide it" if need
+            else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
+                 "difference is smaller than the noise")
+    if iv.too_wide(ref):  # the repeats said once, not in the head too
+        return f"{INCONCLUSIVE}: {what}: {iv.repeats_text}, spread too large{tail}"
+    return f"{head}: {what} {iv.text(ref=ref)}{tail}"
+
+
+def ranking(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
+            repeats: int = 2) -> str:
+    """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
+    or inconclusive with the others it cannot be told apart from (``tied``). With one repeat
+    every other is "not decided against", never "not told apart from": an interval clear of
+    1 beside it would contradict that, and one repeat decides nothing anyway."""
+    each = "each: that batch size's figure / this one's"
+    if not tied:
+        return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + f" ({each})."
+                                    if ahead else ".")
+    if repeats >= MIN_REPEATS_TO_DECIDE:
+        return (f"{what}: {INCONCLUSIVE}: {body}, {NOT_TOLD_APART} " + "; ".join(tied)
+                + f" ({each}).")
+    return (f"{what}: {one_repeat_text(repeats)}: {body}, {NOT_DECIDED_AGAINST} "
+            + "; ".join(tied) + f" ({each}; one repeat cannot see the drift between runs: "
+            f"{MIN_REPEATS_TO_DECIDE} or more decide).")
+
+
+def tied_words(one_repeat: bool) -> str:
+    """How a pick names the others it is not ahead of: ``not decided against (1 repeat)``
+    with one repeat, else ``not told apart from``."""
+    return f"{NOT_DECIDED_AGAINST} (1 repeat)" if one_repeat else NOT_TOLD_APART
+
+
+def batch_step(epoch: Interval | None, mem_growth: float | None,
+               mem: Interval | None = None) -> Claim:
+    """A step up in batch size: it pays while epoch time falls faster than memory grows,
+    i.e. the epoch-time ratio E < 1 - memory growth (= 2 - memory ratio). With memory's own
+    interval the bar is a range, and E's interval must clear all of it."""
+    bar = 1.0 - mem_growth if mem_growth is not None else 1.0
+    rng = (2.0 - mem.hi, 2.0 - mem.lo) if mem is not None else (bar, bar)
+    return Claim("epoch-time ratio", epoch.estimate if epoch is not None else None, epoch,
+                 ref=bar, ref_range=rng, above=DOES_NOT_PAY, below=PAYS, kind="batch step",
+                 pairing="paired by repeat index")
 
 
 def slowdown(name: str, value: float | None, iv: Interval | None,

@@ -34,7 +34,7 @@ the half-width is then at least ``SINGLE_REPEAT_NOISE_REL``.
 
 A verdict is made only when its interval excludes the alternative (``Interval.above`` /
 ``below``); otherwise it is "inconclusive", with the spread and the repeats that would decide
-it (``repeats_to_decide``).
+it (``repeats_to_decide``). The verdict's words are core/claim.py's (``claim.undecided``).
 """
 
 from __future__ import annotations
@@ -293,7 +293,9 @@ class Interval:
         """``1.62x [1.41, 1.86], 3 repeats``; ``inconclusive: 2 repeats, spread too large``
         for an interval too wide to mean anything (``too_wide``)."""
         if self.too_wide(ref):
-            return f"inconclusive: {self.repeats_text}, spread too large"
+            from scaleprobe.core.claim import INCONCLUSIVE  # the words live there; it imports this
+
+            return f"{INCONCLUSIVE}: {self.repeats_text}, spread too large"
         f = f"{{:.{digits}f}}"
         return f"{f.format(self.estimate)}{unit} {self.bounds(f.format, ref)}, {self.repeats_text}"
 
@@ -426,25 +428,6 @@ def projected(iv: Interval, n: int, confidence: float = CONFIDENCE) -> Interval:
         h = max(h, iv.within_log_h / math.sqrt(n))
     return Interval(iv.estimate, iv.estimate * math.exp(-h), iv.estimate * math.exp(h), n,
                     iv.method, iv.log_sd, iv.within_log_h, iv.welch)
-
-
-def undecided_text(iv: Interval | None, ref: float, what: str,
-                   need: int | None | str = "from ref") -> str:
-    """``inconclusive: 1.04x [0.91, 1.19], 3 repeats; about 12 repeats would decide``.
-    ``need`` (the repeats that would decide; None: more than ``MAX_REPEATS_SUGGESTED``)
-    replaces ``repeats_to_decide(iv, ref)`` where the verdict hangs on more than one
-    interval."""
-    if iv is None:
-        return f"inconclusive: {what} has no spread (too few timed steps)"
-    head = "inconclusive" if iv.enough_repeats else f"inconclusive ({iv.n} repeat)"
-    if need == "from ref":
-        need = repeats_to_decide(iv, ref)
-    tail = (f"; about {need} repeats would decide it" if need
-            else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
-                 "difference is smaller than the noise")
-    if iv.too_wide(ref):  # the repeats said once, not in the head too
-        return f"inconclusive: {what}: {iv.repeats_text}, spread too large{tail}"
-    return f"{head}: {what} {iv.text(ref=ref)}{tail}"
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float],

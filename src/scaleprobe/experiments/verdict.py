@@ -172,7 +172,7 @@ def verdict(jobs: list[JobFigures], cpu_util_pct: float | None, gpu_util_pct: fl
             return ("no interference", f"every job's slowdown interval lies below {ref:.2f}x "
                     f"(within {ref - 1:.0%} of its speed alone): {detail}")
         undecided = [j for j in jobs if j.interval is None or not j.interval.below(ref)]
-        why = "; ".join(metrics.undecided_text(j.interval, ref, f"{j.name}'s slowdown")
+        why = "; ".join(CL.undecided(j.interval, ref, f"{j.name}'s slowdown")
                         .removeprefix(CL.INCONCLUSIVE + ": ") for j in undecided)
         rest = [j for j in jobs if j not in undecided]
         others = f"; below {ref:.2f}x: {readings_text(rest)}" if rest else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record, RunResult
@@ -32,20 +33,15 @@ from scaleprobe.report.rows import BatchPicks, BatchRow, BatchStep
 
 def pays(epoch: M.Interval | None, mem_growth: float | None,
          mem: M.Interval | None = None) -> bool | None:
-    """The batch rule: a larger batch pays while epoch time falls faster than memory grows,
-    i.e. epoch ratio E < 1 - memory growth = 2 - memory ratio R. True / False only when E's
-    interval lies wholly on one side of the bar; with memory's own interval (``mem``, over
-    the repeats) the bar is a range too, and E must clear all of it. None (cannot tell)
-    otherwise."""
+    """The batch rule (``claim.batch_step``): a larger batch pays while epoch time falls
+    faster than memory grows, i.e. epoch ratio E < 1 - memory growth = 2 - memory ratio R.
+    True / False only when E's interval lies wholly on one side of the bar; with memory's own
+    interval (``mem``, over the repeats) the bar is a range too, and E must clear all of it.
+    None (cannot tell) otherwise."""
     if epoch is None or mem_growth is None:
         return None
-    strict, lenient = ((2.0 - mem.hi, 2.0 - mem.lo) if mem is not None
-                       else (1.0 - mem_growth, 1.0 - mem_growth))
-    if epoch.below(strict):
-        return True
-    if epoch.above(lenient):
-        return False
-    return None
+    rule = CL.batch_step(epoch, mem_growth, mem).rule
+    return {CL.RULE_BELOW: True, CL.RULE_ABOVE: False}.get(rule)
 
 
 def _steps(rows: list[BatchRow]) -> list[BatchStep]:
@@ -93,12 +89,11 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
     if iv is None or mg is None:
         return "cannot tell: " + ("no epoch-time spread" if mg is not None
                                   else "no memory figure")
-    v = pays(iv, mg, miv)
-    if v is not None:  # decided: with the interval it was decided on
-        return (f"{'pays' if v else 'does not pay'} (epoch-time ratio {iv.short(ref=None)}, "
-                f"{bar_text(mg, miv)})")
+    c = CL.batch_step(iv, mg, miv)
+    if c.decided:  # with the interval it was decided on
+        return f"{c.verdict} (epoch-time ratio {iv.short(ref=None)}, {bar_text(mg, miv)})"
     bar = 1.0 - mg
-    return M.undecided_text(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
+    return CL.undecided(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
                             need=_repeats_to_decide(iv, mg, miv))
 
 

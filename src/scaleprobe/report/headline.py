@@ -143,9 +143,8 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     # one repeat decides nothing even where its interval is clear of 1: "not told apart"
     # would contradict the interval shown beside it
     one = all(t[1] is not None and not t[1].enough_repeats for t in tied)
-    how = "not decided against (1 repeat)" if one else "not told apart from"
-    return [Verdict(f"Fastest batch size ({eid}): inconclusive, batch {fast['batch_size']} is "
-                    f"{how} batch {names}", number, closest,
+    return [Verdict(f"Fastest batch size ({eid}): {CL.INCONCLUSIVE}, batch "
+                    f"{fast['batch_size']} is {CL.tied_words(one)} batch {names}", number, closest,
                     _decide(need, iv, lambda n: RC.rerun("sweep", eid, folder, n, RC.spec_of(recs)),
                             recs),
                     UNDECIDED)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record, RunResult, TimeToTarget
@@ -141,7 +142,7 @@ def target_line(row: ScaleRow) -> str | None:
         than = "1 process" if b == 1 else f"{b} processes"
         text = f"{head}: reached {word} than {than} by {iv.text()}"
     else:
-        text = f"{head}: {M.undecided_text(iv, 1.0, 'time-to-target speedup')}"
+        text = f"{head}: {CL.undecided(iv, 1.0, 'time-to-target speedup')}"
     if row.get("speedup") is not None:
         text += f"; throughput speedup {row['speedup']:.2f}x"
     eff = statistical_efficiency(row)

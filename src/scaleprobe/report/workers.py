@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record
@@ -123,7 +124,7 @@ def _challenged(pick: LoaderRow, best: LoaderRow, ok: list[LoaderRow],
                              f"({pick['setting']}) would do, unless "
                              f"{other['setting']} is faster by more than "
                              f"{1.0 / floor - 1.0:.0%}: "
-                             f"{M.undecided_text(oiv, 1.0 / floor, what, need)}.")}, vs
+                             f"{CL.undecided(oiv, 1.0 / floor, what, need)}.")}, vs
     return None, vs
 
 
@@ -161,7 +162,7 @@ def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPi
         what = f"{undecided['workers']} worker(s) / the best {best['workers']} worker(s)"
         need = M.repeats_to_decide(iv, floor) if iv else None
         text = (f"{lead}Loader workers: "
-                f"{M.undecided_text(iv, floor, what + ' samples/s', need)} (best: "
+                f"{CL.undecided(iv, floor, what + ' samples/s', need)} (best: "
                 f"{best['setting']}, {fmt.rate(best['samples_per_s'])} samples/s).")
         return {**out, "workers": None, "decided": False, "text": text, "need": need,
                 "ref": floor, "compared": what + " samples/s"}
