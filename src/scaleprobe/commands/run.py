@@ -18,6 +18,7 @@ import sys
 
 from scaleprobe.commands.options import add_run_options, config_from_args
 from scaleprobe.commands.options import repeats as repeats_arg
+from scaleprobe.core import claim as CL
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import parity
 from scaleprobe.experiments.parity import DEFAULT_REPEATS
@@ -62,4 +63,4 @@ def _parity(cfg, repeats: int | None) -> int:
     print(f"  mean: 1 process {num(p['accuracy_1'], '.4f')}, {n} processes "
           f"{num(p['accuracy_n'], '.4f')}")
     print(f"{p['verdict']}: {p['verdict_text']}")
-    return 0 if p["verdict"] == "parity holds" else 1
+    return 0 if p["verdict"] == CL.PARITY_HOLDS else 1

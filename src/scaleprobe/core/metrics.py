@@ -292,10 +292,8 @@ class Interval:
     def text(self, unit: str = "x", digits: int = 2, ref: float | None = 1.0) -> str:
         """``1.62x [1.41, 1.86], 3 repeats``; ``inconclusive: 2 repeats, spread too large``
         for an interval too wide to mean anything (``too_wide``)."""
-        if self.too_wide(ref):
-            from scaleprobe.core.claim import INCONCLUSIVE  # the words live there; it imports this
-
-            return f"{INCONCLUSIVE}: {self.repeats_text}, spread too large"
+        if self.too_wide(ref):  # claim.INCONCLUSIVE's word (claim imports this module)
+            return f"inconclusive: {self.repeats_text}, spread too large"
         f = f"{{:.{digits}f}}"
         return f"{f.format(self.estimate)}{unit} {self.bounds(f.format, ref)}, {self.repeats_text}"
 

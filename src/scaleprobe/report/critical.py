@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as M
 from scaleprobe.core.gns import REGIME_TEXT, regime
 from scaleprobe.core.results import RunResult
@@ -168,7 +169,7 @@ def batch_global(r: RunResult) -> int | None:
 
 def undecided(n: int) -> str:
     """The verdict's place when ``n`` (< ``MIN_REPEATS_TO_DECIDE``) seeds stand behind it."""
-    return f"inconclusive ({n} seed{'s' if n != 1 else ''})"
+    return f"{CL.INCONCLUSIVE} ({n} seed{'s' if n != 1 else ''})"
 
 
 def seeds(runs: list[RunResult]) -> int:

@@ -204,7 +204,7 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
             why = (r["unexplained"] if r.get("unexplained") else
                    f"{r.get('compared') or 'fewer workers / the best'}: "
                    f"{iv.text(ref=r.get('ref', 1.0)) if iv else 'no spread'}")
-            out.append(Verdict(f"Loader workers ({where}): inconclusive", f"best: "
+            out.append(Verdict(f"Loader workers ({where}): {CL.INCONCLUSIVE}", f"best: "
                                f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
                                "samples/s", why,
                                _decide(need, iv, lambda n: RC.rerun(
@@ -291,7 +291,7 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
                                number, ivtext, "nothing to change", DECIDED))
         else:
             need = M.repeats_to_decide(eiv, bar)
-            out.append(Verdict(f"Scaling ({eid}): inconclusive against {fmt.pct(bar)} "
+            out.append(Verdict(f"Scaling ({eid}): {CL.INCONCLUSIVE} against {fmt.pct(bar)} "
                                "efficiency", number, ivtext,
                                _decide(need, eiv, again, [row["record"]], th), UNDECIDED))
     return out
@@ -305,11 +305,14 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     if not jobs:
         return Verdict(claim, "no job figures", "-", "see the jobs' run records", ERROR)
     worst = max(jobs, key=lambda j: j["slowdown"])
-    number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} slower together"
     ivd = R.dict_of(worst.get("slowdown_interval"))
     iv = M.Interval(**ivd) if {"estimate", "lo", "hi", "n", "method"} <= set(ivd) else None
+    # the worst job's own reading, by the claim's rules: "slower together" only where its
+    # interval says so ("inconclusive (1 repeat)", "not resolved" otherwise)
+    reading = CL.slowdown(str(worst.get("name")), worst["slowdown"], iv).short_verdict
+    number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} ({reading})"
     interval = iv.text() if iv else "no interval: recorded without repeats"
-    if verdict == "inconclusive" or iv is None:
+    if verdict == CL.INCONCLUSIVE or iv is None:
         need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None
         return Verdict(claim, number, interval,
                        _decide(need, iv, lambda k: RC.rerun("colocate", eid, rec.source, k,

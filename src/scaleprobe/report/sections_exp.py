@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scaleprobe.comm.exposed import same_link_prediction
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import (
@@ -328,8 +329,9 @@ def parity_section(records: list[Record]) -> Section | None:
                "the difference (N - 1) seed by seed (both sides of a seed share its initial "
                "weights, data order and split). The tolerance is the user's "
                "(--parity-tolerance, default 0.01 absolute), never derived from the noise: "
-               "parity holds when the whole interval lies inside it, is broken when it lies "
-               "entirely outside, else inconclusive.", note=True))
+               f"{CL.PARITY_HOLDS} when the whole interval lies inside it, "
+               f"{CL.PARITY_BROKEN} when it lies entirely outside, else {CL.NOT_RESOLVED} "
+               f"(the record's verdict: {CL.INCONCLUSIVE}).", note=True))
     for r in recs:
         if r.verdict_text:
             s.add(Text(f"{r.exp_id or 'parity'}: {r.verdict} - {r.verdict_text}"))

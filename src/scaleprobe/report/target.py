@@ -114,11 +114,9 @@ def target_cells(row: Mapping[str, Any]) -> list[str]:
         sp = "-"
     elif row.get("implausible"):
         sp = f"{row['ttt_speedup']:.2f}x (implausible runs)"
-    elif iv is None:
-        sp = f"{row['ttt_speedup']:.2f}x, inconclusive (no spread)"
-    else:
-        sp = iv.short() + (
-            "" if iv.decides(1.0) else ", inconclusive")
+    else:  # the claim's cell: "not resolved", "inconclusive (1 repeat)"; a speedup
+        # without an interval stands on one pair of runs that reached the target
+        sp = CL.Claim("", row["ttt_speedup"], iv, repeats=(1, 1) if iv is None else ()).cell()
     samples = row.get("samples_to_target_median")
     return [t, f"{row['ttt_reached']}/{row['ttt_runs']}",
             "-" if samples is None else f"{samples:,.0f}", sp]

@@ -169,7 +169,7 @@ def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPi
     unexplained = _gain_beyond_data_wait(pick, [r for r in ok if r["group"] == best["group"]])
     if unexplained:
         return {**out, "workers": None, "decided": False, "unexplained": unexplained,
-                "text": f"{lead}Loader workers: inconclusive: {unexplained}."}
+                "text": f"{lead}Loader workers: {CL.INCONCLUSIVE}: {unexplained}."}
     if pick is best:
         why = ("every setting with fewer workers was slower by more than "
                f"{th.workers_within:.0%}" if peers else "no setting has fewer workers")
