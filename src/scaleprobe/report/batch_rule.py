@@ -16,6 +16,7 @@ from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record, RunResult
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report import critical as C
+from scaleprobe.report import load as L
 from scaleprobe.report import repeats as P
 from scaleprobe.report.batch import (
     EPOCH_BASES,
@@ -58,6 +59,10 @@ def _steps(rows: list[BatchRow]) -> list[BatchStep]:
             text = _step_text(iv, mg, miv)
             if verdict is not True:
                 text += _at_peak(prev, row)
+            # the step's claim stands on both points' runs: their load rides on it
+            caveat = CL.load_caveat(L.sources([prev["record"], row["record"]]))
+            if caveat:
+                text += f"; {caveat}"
             out.append({"group": row["group"], "from": prev["batch_size"],
                         "to": row["batch_size"], "epoch_growth": eg, "mem_growth": mg,
                         "epoch_interval": iv.to_dict() if iv else None,

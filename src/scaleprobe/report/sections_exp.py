@@ -20,6 +20,7 @@ from scaleprobe.core.results import (
 )
 from scaleprobe.report import batch as B
 from scaleprobe.report import batch_rule as BR
+from scaleprobe.report import load as L
 from scaleprobe.report import plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
@@ -159,6 +160,20 @@ def scaling_section(records: list[Record]) -> Section | None:
     return s
 
 
+def job_claims(rec: ColocateRecord, runs: list[RunResult]) -> list[CL.Claim]:
+    """Each job's slowdown as a claim (core/claim.py) whose sources are its runs alone and
+    together, with their load (net of the co-located jobs' own, ``records.colocated_load``):
+    the caveat then rides on the job's reading itself."""
+    out = []
+    for j in R.dicts(rec.jobs):
+        mine = [r for r in runs if str(r.point.get("job")) == str(j.get("name"))]
+        out.append(CL.slowdown(f"{j.get('name')}: slowdown alone / together",
+                               R.num(j.get("slowdown")),
+                               M.interval_of(j.get("slowdown_interval")),
+                               L.sources(mine)))
+    return out
+
+
 def _target_plot(s: Section, eid: str, rows: list[ScaleRow]) -> None:
     """--target: the metric against training time, one line per process count."""
     _target_curves(s, eid, [r["record"] for r in rows],
@@ -195,7 +210,13 @@ def colocate_section(records: list[Record]) -> Section | None:
     headers = ["Job", "Alone samples/s", "Together samples/s", "Alone epoch", "Together epoch",
                "Slowdown", "95% interval", "Reading"]
     for rec in recs:
+        label = R.exp_label(rec, R.shared_ids(records))
+        runs = R.by_experiment(records, "colocate").get(label or "", [])
+        claims = job_claims(rec, runs)
         rows = job_rows(R.dicts(rec.jobs))
+        for row, c in zip(rows, claims, strict=False):
+            if c.under_load:  # the caveat on the reading it concerns
+                row[-1] += ", under load"
         reps = rec.repeats
         s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],
                     caption=f"{rec.exp_id or 'co-location'}: placement "
@@ -208,9 +229,9 @@ def colocate_section(records: list[Record]) -> Section | None:
         if rec.verdict:
             lines.append(f"Verdict: {rec.verdict}" + (f" - {rec.evidence}"
                                                       if rec.evidence else ""))
+        lines += [c.text() for c in claims if c.under_load]
         s.add(Text("\n".join(lines)))
-        label = R.exp_label(rec, R.shared_ids(records))
-        _load_line(s, R.by_experiment(records, "colocate").get(label or "", []),
+        _load_line(s, runs,
                    " Jobs measured together share the machine by design; a job measured alone "
                    "under load makes its slowdown look smaller than it is.")
     s.add(Text("Slowdown = samples/s alone / samples/s together, geometric mean over the "
