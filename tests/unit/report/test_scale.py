@@ -216,3 +216,21 @@ def test_no_caveat_when_no_run_was_loaded():
     recs = [_busy(r, 0.05) for r in _scale_records()[1:]]
     two = S.scale_table(recs)[1]
     assert "under load" not in two["line"] and "under load" not in " ".join(S.scale_cells(two))
+
+
+def test_scale_md_and_scale_json_say_the_same_words(tmp_path):
+    """The scale command writes the speedup claim to scale.md and scale.json: one renderer,
+    the load caveat in both."""
+    import json
+
+    from scaleprobe.commands.scale import _write_table
+
+    recs = [_busy(r, 1.7 if "n2" in r["name"] else 0.05) for r in _scale_records()[1:]]
+    rows = S.scale_table(recs)
+    assert _write_table(tmp_path, "sc", rows) == 0
+    md = (tmp_path / "scale.md").read_text()
+    (claim,) = json.loads((tmp_path / "scale.json").read_text())["claims"]
+    assert claim["nproc"] == 2 and claim["under_load"] is True
+    assert claim["rule"] == "fewer than 2 repeats a side"
+    assert f"- {claim['text']}" in md
+    assert "measured under load: nproc=2: 1.70 cores outside" in claim["text"]
