@@ -39,8 +39,9 @@ def test_scale_measures_each_count_and_explains_the_gap(cli, out_dir):
     t = threads.pop()
     if plausible_speedup(iv.estimate, 2):
         line = f"2 processes x {t} thread{'s' if t != 1 else ''}: {iv.text()}"
+        assert f"{line}: " in table  # then the claim's verdict (core/claim.py)
         # an interval too wide to read shows no efficiency beside it (report/scale.py)
-        assert (line if iv.too_wide() else f"{line} (efficiency {iv.estimate / 2:.0%}") in table
+        assert iv.too_wide() or f"; efficiency {iv.estimate / 2:.0%}" in table
     else:  # still implausible after the second look: marked, not a verdict
         assert "is implausible" in table and "left out of every verdict" in table
     assert runs[1]["batch"]["global"] == 64  # --batch-size is per device: weak scaling
