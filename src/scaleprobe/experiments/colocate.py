@@ -46,6 +46,7 @@ from rich.console import Console
 
 from scaleprobe.core import config as C
 from scaleprobe.core import results as res
+from scaleprobe.core.claim import Source
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import duration
 from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
@@ -262,7 +263,19 @@ def _figures(name: str, alone: list[dict[str, Any]], together: list[dict[str, An
 
     return JobFigures(name, m(alone, "samples_per_s"), m(together, "samples_per_s", left_out),
                       m(alone, "epoch_time_s"), m(together, "epoch_time_s", left_out),
-                      m(alone, "step_time_s.rel_ci"), m(together, "step_time_s.rel_ci", left_out))
+                      m(alone, "step_time_s.rel_ci"), m(together, "step_time_s.rel_ci", left_out),
+                      tuple(_source(name, i, r) for i, r in enumerate(alone)))
+
+
+def _source(name: str, i: int, rec: dict[str, Any]) -> Source:
+    """Job ``name``'s run alone in repeat ``i`` as a claim's source, with its load as the run
+    judged it (the flag and the cores outside its process tree)."""
+    flag = res.get(rec, "load.flag")
+    cores = res.get(rec, "metrics.outside_cpu_cores")
+    return Source(str(rec.get("run_id") or f"{name} alone #{i}"),
+                  flag if isinstance(flag, bool) else None,
+                  f"{cores:.2f} cores outside" if flag and isinstance(cores, (int, float))
+                  else "", f"{name} alone (repeat {i + 1})")
 
 
 def _threads(recs: list[dict[str, Any]]) -> int | None:

@@ -72,6 +72,10 @@ class JobFigures:
     # within-run spread: relative 95% CI half-width of each run's median step time
     alone_rel_ci: tuple[float | None, ...] = ()
     together_rel_ci: tuple[float | None, ...] = ()
+    # the runs the slowdown stands on, with their load as each run judged it; the runs
+    # alone only: a together run's outside load holds its partners' by design (the report
+    # nets them out, report/records.colocated_load)
+    sources: tuple[CL.Source, ...] = ()
 
     @property
     def paired(self) -> list[int]:
@@ -107,7 +111,7 @@ class JobFigures:
 
     @property
     def claim(self) -> CL.Claim:
-        return CL.slowdown(self.name, self.slowdown, self.interval)
+        return CL.slowdown(self.name, self.slowdown, self.interval, self.sources)
 
     @property
     def reading(self) -> str:
@@ -123,7 +127,8 @@ class JobFigures:
                 "together_epoch_time_s": self._mean(self.together_epoch_s),
                 "slowdown": self.slowdown,
                 "slowdown_interval": iv.to_dict() if iv is not None else None,
-                "reading": self.reading,
+                "reading": self.reading, "under_load": self.claim.under_load,
+                "load_caveat": CL.load_caveat(self.sources) or None,
                 "alone_samples_per_s_repeats": list(self.alone),
                 "together_samples_per_s_repeats": list(self.together),
                 "slowdown_repeats": self.slowdowns}

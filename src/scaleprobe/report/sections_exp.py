@@ -213,10 +213,8 @@ def colocate_section(records: list[Record]) -> Section | None:
         label = R.exp_label(rec, R.shared_ids(records))
         runs = R.by_experiment(records, "colocate").get(label or "", [])
         claims = job_claims(rec, runs)
-        rows = job_rows(R.dicts(rec.jobs))
-        for row, c in zip(rows, claims, strict=False):
-            if c.under_load:  # the caveat on the reading it concerns
-                row[-1] += ", under load"
+        # the caveat on the reading it concerns, judged by the report's own rule
+        rows = job_rows(R.dicts(rec.jobs), [c.under_load for c in claims])
         reps = rec.repeats
         s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],
                     caption=f"{rec.exp_id or 'co-location'}: placement "

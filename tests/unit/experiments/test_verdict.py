@@ -208,3 +208,23 @@ def test_interval_holding_1_is_not_resolved():
     j = JobFigures("a", alone=(120.0, 90.0, 105.0), together=(100.0, 100.0, 100.0))
     assert j.interval.lo < 1.0 < j.interval.hi
     assert j.reading == "not resolved"
+
+
+def test_colocate_md_names_a_job_measured_alone_under_load():
+    """Issue 38 item 6: colocate.md did not say which runs were measured under load. Job a's
+    run alone in repeat 2 had 1.60 cores of other processes beside it."""
+    from scaleprobe.core.claim import Source
+
+    a = JobFigures("a", (100.0, 102.0, 98.0), (60.0, 62.0, 58.0),
+                   sources=(Source("ra0", False), Source("ra1", True, "1.60 cores outside",
+                                                         "a alone (repeat 2)"),
+                            Source("ra2", False)))
+    b = JobFigures("b", (50.0, 51.0, 49.0), (30.0, 30.0, 29.0),
+                   sources=tuple(Source(f"rb{i}", False) for i in range(3)))
+    rec = ColocateRecord.from_dict({
+        "kind": "colocate", "experiment": {"id": "co", "kind": "colocate"}, "repeats": 3,
+        "jobs": [a.to_dict(), b.to_dict()], "verdict": "CPU saturated", "evidence": "-"})
+    md = render_colocate(rec)
+    assert "| slower together, under load |" in md and md.count("under load |") == 1
+    assert ("- a: measured under load: a alone (repeat 2): 1.60 cores outside (1 of 3 source "
+            "runs)") in md
