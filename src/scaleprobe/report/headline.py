@@ -289,9 +289,10 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
         elif eiv.above(bar):
             out.append(Verdict(f"{n} processes scale above {fmt.pct(bar)} efficiency ({eid})",
                                number, ivtext, "nothing to change", DECIDED))
-        else:
+        else:  # in the claim's words: "not resolved" or "inconclusive (1 repeat)"
             need = M.repeats_to_decide(eiv, bar)
-            out.append(Verdict(f"Scaling ({eid}): {CL.INCONCLUSIVE} against {fmt.pct(bar)} "
+            word = CL.Claim("", eiv.estimate, eiv, ref=bar, unit="%").short_verdict
+            out.append(Verdict(f"Scaling ({eid}): {word} against {fmt.pct(bar)} "
                                "efficiency", number, ivtext,
                                _decide(need, eiv, again, [row["record"]], th), UNDECIDED))
     return out

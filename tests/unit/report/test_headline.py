@@ -284,3 +284,29 @@ def test_intervals_too_wide_to_mean_anything_are_never_printed_as_numbers(tmp_pa
     assert "inconclusive: 2 repeats, spread too large" in row[3], row[3]
     assert "repeats would" not in row[3]
     assert len(set(re.findall(r"(\d+) repeats", row[4]))) <= 1, row[4]
+
+
+def test_the_scaling_verdict_speaks_the_claims_words():
+    """One repeat: 'inconclusive (1 repeat)' against the 80% bar, never a decided word; two
+    repeats whose efficiency interval holds 80% (ratios 1.5 and 1.7 on 2 processes: 75% and
+    85%): 'not resolved'. A baseline run under load puts its caveat on the number."""
+    from scaleprobe.core.thresholds import DEFAULT
+    from tests.unit.report.factory import loaded as typed
+    from tests.unit.report.factory import scale_point
+
+    def recs(pairs, loaded=False):
+        out = []
+        for i, (a, b) in enumerate(pairs):
+            one = run(f"n1r{i}", nproc=1, sps=a, experiment={**scale_point("sc", 1), "repeat": i})
+            if loaded:
+                one["metrics"]["outside_cpu_cores"] = 1.6
+                one["load"] = {"flag": True, "machine_cores": 4}
+            out += [one, run(f"n2r{i}", strategy="ddp", nproc=2, sps=b,
+                             experiment={**scale_point("sc", 2), "repeat": i})]
+        return [typed(r) for r in out]
+
+    (v,) = H.scale_verdicts(recs([(100.0, 160.0)]), DEFAULT)
+    assert v.claim == "Scaling (sc): inconclusive (1 repeat) against 80% efficiency"
+    (v,) = H.scale_verdicts(recs([(100.0, 150.0), (100.0, 170.0)], loaded=True), DEFAULT)
+    assert v.claim == "Scaling (sc): not resolved against 80% efficiency"
+    assert "measured under load: nproc=1 (repeat 1): 1.60 cores outside" in v.number
