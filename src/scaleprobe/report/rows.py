@@ -191,6 +191,7 @@ class WorkersPick(TypedDict, total=False):
     ref: float
     compared: str
     unexplained: str
+    under_load: bool  # a run of the settings compared was measured under load
     by_group: dict[str, WorkersPick]
 
 

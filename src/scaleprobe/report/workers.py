@@ -12,6 +12,7 @@ from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
+from scaleprobe.report import load as L
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import LoaderRow, WorkersPick
@@ -129,6 +130,18 @@ def _challenged(pick: LoaderRow, best: LoaderRow, ok: list[LoaderRow],
 
 
 def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPick:
+    """``_pick``'s recommendation, with the load caveat (core/claim.py) of the settings it
+    compared when one of their runs was measured under load."""
+    got = _pick(ok, th, lead)
+    best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
+    caveat = CL.load_caveat(L.sources([r["record"] for r in ok if r["group"] == best["group"]]))
+    if caveat and got.get("text"):
+        got["text"] = got["text"].rstrip(".") + f"; {caveat}."
+        got["under_load"] = True
+    return got
+
+
+def _pick(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPick:
     """The fewest workers shown to reach ``1 - workers_within`` of the best setting's
     samples/s. Like for like: only settings of the best one's group (every axis but the
     input pipeline's equal; ``recommend_workers`` has already split by transform) are

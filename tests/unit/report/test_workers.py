@@ -156,3 +156,16 @@ def test_each_group_gets_its_own_named_worker_comparison():
     assert "strategy=single: Use 1 loader worker(s)" in rec["text"]
     assert "strategy=ps: Use 2 loader worker(s)" in rec["text"]
     assert per["strategy=ps"]["group"] != per["strategy=single"]["group"]
+
+
+def test_a_worker_verdict_over_a_loaded_run_carries_the_caveat():
+    recs = _loader_sweep()
+    busy = next(r for r in recs if r["name"] == "w1r0")
+    busy["metrics"]["outside_cpu_cores"] = 1.5
+    busy["load"] = {"flag": True, "machine_cores": 4}
+    rec = W.recommend_workers(recs)
+    assert rec["workers"] == 1 and rec["under_load"]
+    assert rec["text"].endswith("measured under load: workers=1 (repeat 1): 1.50 cores outside "
+                                "(1 of 12 source runs); the figure may be slower than the "
+                                "machine allows.")
+    assert "under load" not in W.recommend_workers(_loader_sweep())["text"]
