@@ -198,7 +198,7 @@ def recommend_batch(records: list[Record]) -> BatchPicks:
 
     picks = target_picks(rows)
     text = _batch_text(fastest, best_eff, steps, multi, (fast_ahead, fast_tied),
-                       (eff_ahead, eff_tied))
+                       (eff_ahead, eff_tied), ok)
     if picks["lines"]:
         text += "\n" + "\n".join(picks["lines"])
     crit = C.group_lines(rows, {"fastest": None if fast_tied else fastest,  # decided picks
@@ -240,9 +240,19 @@ def runs_own_spread(fastest: BatchRow, rows: list[BatchRow]) -> bool:
 
 
 
+def _with_caveat(line: str, pick: BatchRow, ok: list[BatchRow]) -> str:
+    """A ranking's line with the load caveat (core/claim.py) of the runs it compared: every
+    finished row of the pick's group."""
+    caveat = CL.load_caveat(L.sources([r["record"] for r in ok if r["group"] == pick["group"]]))
+    return line.rstrip(".") + f"; {caveat}." if caveat else line
+
+
 def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep], multi: bool,
-                fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]]) -> str:
-    """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with)."""
+                fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]],
+                ok: list[BatchRow] | None = None) -> str:
+    """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with); ``ok``:
+    the finished rows, whose load rides on the rankings."""
+    ok = ok or []
     n = max((fastest.get("repeats") or 1), 1)
     lines = ["A larger batch pays only while epoch time falls faster than memory grows "
              f"(intervals over {n} repeat{'s' if n != 1 else ''}, 95%)."]
@@ -266,11 +276,12 @@ def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep],
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{epoch_text(fastest)}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    lines.append(claim("Fastest", head, fast[1], fast[0], n))
+    lines.append(_with_caveat(claim("Fastest", head, fast[1], fast[0], n), fastest, ok))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory (the median over its "
                 f"repeats of each one's own; the row: {fmt.rate(eff['samples_per_s'])} samples/s "
                 f"at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        lines.append(claim("Most efficient", body, eff_vs[1], eff_vs[0], n))
+        lines.append(_with_caveat(claim("Most efficient", body, eff_vs[1], eff_vs[0], n),
+                                  eff, ok))
     return "\n".join(lines)

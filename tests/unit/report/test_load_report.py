@@ -170,12 +170,17 @@ def test_the_load_caveat_rides_on_the_claims_it_concerns(tmp_path):
 
 
 def test_a_batch_step_over_a_loaded_point_says_so():
-    """The batch rule's step 16 -> 32 stands on both points' runs: 32's load rides on it."""
+    """The batch rule's step 16 -> 32 stands on both points' runs: 32's load rides on it,
+    and on the fastest batch size's line."""
     from scaleprobe.report import batch_rule as _br
 
     recs = [loaded(run(f"bs{b}", batch=b, experiment=sweep_point("sw", batch_size=b)), c)
             for b, c in ((16, 0.05), (32, 1.2))]
-    (step,) = _br.recommend_batch(typed_api(lambda x: x)(recs))["steps"]
-    assert step["text"].endswith("measured under load: batch_size=32: 1.20 cores outside (1 of "
-                                 "2 source runs); the figure may be slower than the machine "
-                                 "allows")
+    rec = _br.recommend_batch(typed_api(lambda x: x)(recs))
+    (step,) = rec["steps"]
+    caveat = ("measured under load: batch_size=32: 1.20 cores outside (1 of 2 source runs); "
+              "the figure may be slower than the machine allows")
+    assert step["text"].endswith(caveat)
+    # the rankings stand on the same runs
+    fastest = next(x for x in rec["text"].splitlines() if x.startswith("Fastest"))
+    assert fastest.endswith(caveat + ".")
