@@ -66,6 +66,8 @@ class Pair:
             return self.verdict + ("" if self.verdict.startswith("not comparable")
                                    else ": no spread to judge by (fewer than 3 timed steps)")
         head = self.verdict
+        if head == CL.INCONCLUSIVE and iv.enough_repeats:  # the interval holds 1: in words
+            head = CL.Claim("", iv.estimate, iv).verdict
         if head == CL.INCONCLUSIVE and not iv.enough_repeats:
             head = f"{CL.INCONCLUSIVE} (1 run a side)"
             if iv.lo > 1.0 or iv.hi < 1.0:  # the one pair leans, and cannot see drift
