@@ -198,6 +198,7 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
     out = []
     for key, r in (rec.get("by_group") or {"": rec}).items():
         where = f"{eid}, {key}" if key else eid  # the group and transform it is about
+        caveat = f"; {r['load_caveat']}" if r.get("load_caveat") else ""
         if r.get("workers") is None:
             iv = M.interval_of(r.get("interval"))
             need = r.get("need")  # as the recommendation itself counted them
@@ -206,7 +207,7 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
                    f"{iv.text(ref=r.get('ref', 1.0)) if iv else 'no spread'}")
             out.append(Verdict(f"Loader workers ({where}): {CL.INCONCLUSIVE}", f"best: "
                                f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
-                               "samples/s", why,
+                               f"samples/s{caveat}", why,
                                _decide(need, iv, lambda n: RC.rerun(
                                    "sweep", eid, RC.folder_of(recs), n, RC.spec_of(recs)),
                                        recs, th),
@@ -217,7 +218,7 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
         use = (f"use it: {RC.run_command(pick['record'], _worker_flags(r))}" if pick is not None
                else "see Sweeps")
         out.append(Verdict(f"Use {r['workers']} loader worker(s) ({where}): {r['setting']}",
-                           f"{fmt.rate(r['samples_per_s'])} samples/s",
+                           f"{fmt.rate(r['samples_per_s'])} samples/s{caveat}",
                            _worker_margin(r, pick, rows), use, DECIDED))
     return out
 
@@ -312,6 +313,9 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     # interval says so ("inconclusive (1 repeat)", "not resolved" otherwise)
     reading = CL.slowdown(str(worst.get("name")), worst["slowdown"], iv).short_verdict
     number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} ({reading})"
+    caveats = [f"{j.get('name')}: {j['load_caveat']}" for j in jobs if j.get("load_caveat")]
+    if caveats:  # a job measured alone under load: its slowdown may look smaller
+        number += "; " + "; ".join(caveats)
     interval = iv.text() if iv else "no interval: recorded without repeats"
     if verdict == CL.INCONCLUSIVE or iv is None:
         need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None

@@ -192,6 +192,7 @@ class WorkersPick(TypedDict, total=False):
     compared: str
     unexplained: str
     under_load: bool  # a run of the settings compared was measured under load
+    load_caveat: str  # the claim module's words for it
     by_group: dict[str, WorkersPick]
 
 

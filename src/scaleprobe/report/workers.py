@@ -137,7 +137,7 @@ def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPi
     caveat = CL.load_caveat(L.sources([r["record"] for r in ok if r["group"] == best["group"]]))
     if caveat and got.get("text"):
         got["text"] = got["text"].rstrip(".") + f"; {caveat}."
-        got["under_load"] = True
+        got["under_load"], got["load_caveat"] = True, caveat
     return got
 
 

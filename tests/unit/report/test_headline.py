@@ -310,3 +310,23 @@ def test_the_scaling_verdict_speaks_the_claims_words():
     (v,) = H.scale_verdicts(recs([(100.0, 150.0), (100.0, 170.0)], loaded=True), DEFAULT)
     assert v.claim == "Scaling (sc): not resolved against 80% efficiency"
     assert "measured under load: nproc=1 (repeat 1): 1.60 cores outside" in v.number
+
+
+def test_worker_and_colocation_verdicts_carry_the_load_caveat():
+    from scaleprobe.core.thresholds import DEFAULT
+    from tests.unit.report.factory import colocate_record
+    from tests.unit.report.factory import loaded as typed
+    from tests.unit.report.test_workers import _loader_sweep
+
+    recs = _loader_sweep()
+    busy = next(r for r in recs if r["name"] == "w1r0")
+    busy["metrics"]["outside_cpu_cores"] = 1.5
+    busy["load"] = {"flag": True, "machine_cores": 4}
+    (v,) = H.worker_verdicts("ld", typed(recs), DEFAULT)
+    assert v.claim.startswith("Use 1 loader worker(s)")
+    assert "measured under load: workers=1 (repeat 1): 1.50 cores outside" in v.number
+    co = colocate_record()
+    co["jobs"][1]["load_caveat"] = "measured under load: b alone (repeat 1): 1.20 cores outside"
+    v = H.colocate_verdict(typed(co), DEFAULT)
+    assert v.number == ("a: 1.80x (slower together); b: measured under load: b alone (repeat "
+                        "1): 1.20 cores outside")
