@@ -123,6 +123,16 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     number = (f"batch {fast['batch_size']}: epoch {B.epoch_text(fast)}, "
               f"{fmt.rate(fast['samples_per_s'])} samples/s"
               + (f"; batch {', '.join(oom)} ran out of memory" if oom else ""))
+    if not others:
+        # bug caught: an interrupted sweep with one batch size finished said "Batch 32 gives
+        # the shortest epoch", a ranking of one
+        reps = max((x.repeat or 0) + 1 for x in R.runs(recs)) if R.runs(recs) else 1
+        return [Verdict(f"Batch size ({eid}): {CL.INCONCLUSIVE}, only batch "
+                        f"{fast['batch_size']} finished", number,
+                        "no other batch size of its group finished: nothing to compare",
+                        "run the sweep again so the other batch sizes finish: "
+                        f"{RC.rerun('sweep', eid, folder, reps, RC.spec_of(recs))}",
+                        UNDECIDED)]
     tied = [(o, iv) for o, iv in ivs if iv is None or not iv.above(1.0)]
     if not tied:
         # the batch size it is least clearly ahead of: the interval whose lower bound is
@@ -131,7 +141,7 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
                       default=None)
         call = (f"the closest call, batch {nearest[0]['batch_size']}: {nearest[1].text()} "
                 f"(its epoch time / batch {fast['batch_size']}'s)" if nearest is not None
-                else "the only batch size that finished")
+                else "-")
         use = RC.run_command(fast["record"], {"batch_size": fast["batch_size"]})
         return [Verdict(f"Batch {fast['batch_size']} gives the shortest epoch ({eid})", number,
                         call, f"use it: {use}", DECIDED)]
@@ -205,13 +215,18 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
             why = (r["unexplained"] if r.get("unexplained") else
                    f"{r.get('compared') or 'fewer workers / the best'}: "
                    f"{iv.text(ref=r.get('ref', 1.0)) if iv else 'no spread'}")
-            out.append(Verdict(f"Loader workers ({where}): {CL.INCONCLUSIVE}", f"best: "
-                               f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
-                               f"samples/s{caveat}", why,
-                               _decide(need, iv, lambda n: RC.rerun(
-                                   "sweep", eid, RC.folder_of(recs), n, RC.spec_of(recs)),
-                                       recs, th),
-                               UNDECIDED))
+            again = (lambda n: RC.rerun("sweep", eid, RC.folder_of(recs), n,
+                                        RC.spec_of(recs)))
+            if r.get("alone"):  # finished runs are reused: only the missing ones run
+                reps = max((x.repeat or 0) + 1 for x in R.runs(recs)) if R.runs(recs) else 1
+                act = f"run the sweep again so the other settings finish: {again(reps)}"
+            else:
+                act = _decide(need, iv, again, recs, th)
+            head = "only" if r.get("alone") else "best"
+            out.append(Verdict(f"Loader workers ({where}): {CL.INCONCLUSIVE}",
+                               f"{head}: {r['best_setting']}, "
+                               f"{fmt.rate(r['best_samples_per_s'])} samples/s{caveat}", why,
+                               act, UNDECIDED))
             continue
         pick = next((x for x in rows if x["group"] == r["group"] and x["setting"] == r["setting"]),
                     None)

@@ -191,6 +191,7 @@ class WorkersPick(TypedDict, total=False):
     ref: float
     compared: str
     unexplained: str
+    alone: bool  # one setting of the group finished: nothing to compare
     under_load: bool  # a run of the settings compared was measured under load
     load_caveat: str  # the claim module's words for it
     by_group: dict[str, WorkersPick]

@@ -149,6 +149,17 @@ def _pick(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPick:
     the best is either shown within reach (use it), shown short (more workers pay), or
     undecided (the recommendation is inconclusive, with the interval)."""
     best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
+    if sum(1 for r in ok if r["group"] == best["group"]) < 2:
+        # bug caught: an interrupted demo with one loader setting finished said "Use 0
+        # loader worker(s)" as a verdict, with "no other setting to compare" as its margin
+        alone = (f"only {best['setting']} finished in its group: no other setting to "
+                 "compare it with")
+        return {"prefetch": best["prefetch"], "setting": best["setting"],
+                "samples_per_s": best["samples_per_s"],
+                "best_samples_per_s": best["samples_per_s"], "best_setting": best["setting"],
+                "group": best["group"], "interval": None, "workers": None, "decided": False,
+                "unexplained": alone, "alone": True,
+                "text": f"{lead}Loader workers: {CL.INCONCLUSIVE}: {alone}."}
     floor = 1.0 - th.workers_within
     peers = sorted((r for r in ok if r["group"] == best["group"]
                     and (r["workers"] or 0) < (best["workers"] or 0)),

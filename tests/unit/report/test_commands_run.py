@@ -111,3 +111,24 @@ def test_a_worker_verdicts_command_runs(tmp_path, stop_before_work, workers, pic
     assert f"data.workers={pick}" in cmds[0], cmds[0]
     for c in cmds:
         assert _runs(c) == 0, c
+
+
+@pytest.mark.parametrize("fmt", ["cifar10", "mnist", "imagefolder", "voc", "lfw", "text"])
+def test_each_datagen_use_it_command_runs(tmp_path, stop_before_work, fmt):
+    """Catches a "use it" line without the task its data needs (``--dataset voc`` without
+    ``--task detection`` failed in the loader with a raw collate error) or with a flag the
+    parser refuses."""
+    from scaleprobe.commands.datagen import use_command
+
+    cmd = use_command(fmt, tmp_path / "my data")
+    assert _runs(cmd) == 0, cmd
+    want = {"voc": "--task detection", "lfw": "--task face", "text": "--task lm"}.get(fmt)
+    assert want is None or want in cmd
+
+
+def test_a_box_dataset_without_the_detection_task_is_one_line(tmp_path, capsys):
+    """Catches ``--dataset voc`` under the classification task reaching the loader."""
+    rc = cli.main(["run", "--dataset", "voc", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "--task detection" in err and "Traceback" not in err

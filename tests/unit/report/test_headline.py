@@ -330,3 +330,25 @@ def test_worker_and_colocation_verdicts_carry_the_load_caveat():
     v = H.colocate_verdict(typed(co), DEFAULT)
     assert v.number == ("a: 1.80x (slower together); b: measured under load: b alone (repeat "
                         "1): 1.20 cores outside")
+
+
+def test_one_finished_loader_setting_is_not_a_verdict_and_the_advice_closes(tmp_path):
+    """An interrupted demo: one loader setting and one batch size finished. Catches "Use 0
+    loader worker(s)" stated as a verdict from one point ("no other setting to compare"),
+    and advice with an unclosed parenthesis."""
+    recs = [run("lw0", workers=0, loader="naive", transform="heavy", dataset="jpeg-synth",
+                experiment=_point("demo-loader-transform", 0, workers=0, transform="heavy")),
+            run("bs32", batch=32, epoch_s=52.0,
+                experiment=_point("demo-batch-size", 0, batch_size=32))]
+    rows, notes = _headline(recs, tmp_path)
+    loader = [r for r in rows if "demo-loader-transform" in r[1]]
+    assert loader, rows
+    assert not any(r[1].startswith("Use ") for r in loader), loader
+    assert "inconclusive" in loader[0][1]
+    assert "no other setting to compare it with" in loader[0][3]
+    assert "scaleprobe demo" in loader[0][4]
+    batch = next(r for r in rows if "demo-batch-size" in r[1])
+    assert batch[1] == "Batch size (demo-batch-size): inconclusive, only batch 32 finished"
+    assert "scaleprobe demo" in batch[4]
+    for cell in [c for r in rows for c in r] + notes:
+        assert cell.count("(") == cell.count(")"), cell
