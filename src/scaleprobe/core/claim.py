@@ -285,6 +285,8 @@ class Claim:
             bounds = f"[{_num(iv.lo, self.unit, self.digits)}, {_num(iv.hi, self.unit, self.digits)}]"
         else:
             bounds = iv.bounds(lambda x: f"{x:.{self.digits}f}", self.ref)
+            if iv.too_wide(self.ref):  # "(spread too large, 2 repeats)" names them
+                return f"{v} {bounds}"
         reps = (f"{'/'.join(map(str, self.repeats))} repeats a side"
                 if self.repeats and len(set(self.repeats)) > 1 else iv.repeats_text)
         return f"{v} {bounds}, {reps}"

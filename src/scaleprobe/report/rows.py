@@ -93,7 +93,8 @@ class ScaleRow(TargetColumns):
     status: str
     error: str | None
     samples_per_s: float | None
-    speedup: float | None
+    speedup: float | None  # the paired estimate over the repeats (the claim's)
+    column_speedup: float | None  # the Samples/s shown / the baseline row's shown
     efficiency: float | None
     speedup_interval: Interval | None
     efficiency_interval: Interval | None

@@ -31,8 +31,11 @@ from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import ScaleRow
 from scaleprobe.report.target import target_fields
 
-SCALE_HEADERS = ("Processes", "Threads/rank", "Samples/s", "Speedup (paired)", "Efficiency",
-                 "Step median", "Comm", "Data wait", "Lost to")
+# "Speedup" is the ratio of the Samples/s column to the baseline row's, so a reader who
+# divides the columns gets it; the paired speedup over the repeats (the one verdicts use) is
+# its own column with its own name (bug caught: "1.08x (paired)" beside 111 / 98.1 = 1.13x)
+SCALE_HEADERS = ("Processes", "Threads/rank", "Samples/s", "Speedup", "Paired speedup",
+                 "Paired efficiency", "Step median", "Comm", "Data wait", "Lost to")
 # what a scale experiment varies: every other configuration key must match its baseline's
 # (a 1-process baseline may run without a distributed wrapper: single against ddp)
 VARIED = frozenset({"dist.nproc", "dist.nnodes", "name", "dist.node_rank", "dist.strategy"})
@@ -139,6 +142,8 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
            "base_nproc": b, "is_base": is_base, "threads": _threads(r), "unlike": unlike,
            "status": r.status, "error": r.error, "samples_per_s": sps,
            "speedup": speedup, "efficiency": eff,
+           "column_speedup": (M.speedup(sps, base.metrics.samples_per_s)
+                              if ok and base is not None else None),
            "speedup_interval": iv, "efficiency_interval": eff_iv,
            "repeats": len(P.repeats_of(r)), "implausible": implausible,
            "verdict_ok": implausible is None and iv is not None and not unlike,
@@ -275,7 +280,7 @@ def scale_cells(row: ScaleRow) -> list[str]:
     head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else ""),
             fmt.num(row.get("threads"), "d")]
     if row["status"] not in MEASURED:
-        return head + [row["record"].status_text[:80]] + ["-"] * 6
+        return head + [row["record"].status_text[:80]] + ["-"] * 7
     iv = row.get("speedup_interval")
     sp = fmt.ratio(row["speedup"])
     if row.get("implausible"):
@@ -289,7 +294,9 @@ def scale_cells(row: ScaleRow) -> list[str]:
     lost = _lost_text(row["lost"]) or "-"
     if row["lost"] and row.get("claim") is not None and row["claim"].under_load:
         lost += " (under load)"
-    return head + [fmt.rate(row["samples_per_s"]), sp,
+    cs = row.get("column_speedup")
+    col = "1.00x (baseline)" if row.get("is_base") else fmt.ratio(cs) if cs is not None else "-"
+    return head + [fmt.rate(row["samples_per_s"]), col, sp,
                    fmt.pct(row["efficiency"]), fmt.ms(row["step_median_s"]),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),
                    lost]

@@ -139,10 +139,11 @@ def scaling_section(records: list[Record]) -> Section | None:
     if not rows:
         return None
     s = Section("Scaling", anchor="scaling")
-    s.add(Text("Speedup = samples/s at N processes / samples/s at 1 (measured, not "
-               "extrapolated); efficiency = speedup / N. Samples/s is each point's median repeat "
-               "(samples over its timed window); the speedup is the geometric mean of the "
-               "repeats' paired ratios, so it is not the ratio of the samples/s shown. Every "
+    s.add(Text("Speedup = the Samples/s shown at N processes / the Samples/s shown at 1 "
+               "(measured, not extrapolated). Samples/s is each point's median repeat "
+               "(samples over its timed window). The paired speedup is the geometric mean of "
+               "the repeats' paired ratios, with its interval: the figure every verdict uses; "
+               "paired efficiency = paired speedup / N. Every "
                "point ran the same threads per rank unless the row says it is not like for "
                "like. 'Lost to' splits the gap into shares of the N-process step (none above "
                "100% efficiency)."))
@@ -150,7 +151,7 @@ def scaling_section(records: list[Record]) -> Section | None:
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         grows = [r for r in rows if r["experiment"] == eid]
         hs, cells = T.table_parts(S.SCALE_HEADERS, grows, S.scale_cells)
-        s.add(Table(hs, cells, right=[True] * 8 + [False] + [True] * (len(hs) - 9),
+        s.add(Table(hs, cells, right=[True] * 9 + [False] + [True] * (len(hs) - 10),
                     caption=f"Scale experiment {eid}"))
         lines = [r["line"] for r in grows] + T.explain(grows, list(runs.get(eid, [])))
         s.add(Text("\n".join(f"- {x}" for x in lines)))

@@ -41,7 +41,8 @@ def test_scale_table_speedup_efficiency_and_losses():
                            "(1 repeat), leaning faster than 1 process; efficiency 81% [74%, "
                            "89%]; lost to: communication 12%, data wait 5%, slower compute 2%")
     assert rows[2]["line"] == "4 processes x 2 threads: failed: rank 3 lost"
-    assert S.scale_cells(rows[1])[1:4] == ["2", "162", "1.62x [1.47, 1.78], inconclusive (1 repeat)"]
+    assert S.scale_cells(rows[1])[1:5] == ["2", "162", "1.62x",
+                                          "1.62x [1.47, 1.78], inconclusive (1 repeat)"]
 
 
 def _repeated(eid: str, sps: dict[int, list[float]]) -> list[dict]:
@@ -74,7 +75,7 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
     assert two["speedup"] == pytest.approx(6.02)
     assert two["implausible"] and not two["verdict_ok"]
     assert "implausible" in two["line"] and "+/-39.0% within a run" in two["line"]
-    assert "(implausible)" in S.scale_cells(two)[3]
+    assert "(implausible)" in S.scale_cells(two)[4]
     from scaleprobe.core.thresholds import DEFAULT
     from scaleprobe.report.findings_exp import _scaling
 
@@ -161,7 +162,7 @@ def test_threads_per_rank_are_part_of_the_pairing():
             r["config"]["train"]["optimizer"] = "adamw"
     two = S.scale_table(same)[1]
     assert two["unlike"] == ["train.optimizer: (absent) -> adamw"] and not two["verdict_ok"]
-    assert "not like for like" in two["line"] and "(not like for like)" in S.scale_cells(two)[3]
+    assert "not like for like" in two["line"] and "(not like for like)" in S.scale_cells(two)[4]
 
 
 def test_no_loss_is_attributed_above_full_efficiency():
@@ -194,7 +195,7 @@ def test_speedup_whose_interval_holds_1_is_not_resolved_in_words():
     assert lo < 1.0 < math.exp(m)
     assert two["line"].startswith(f"2 processes x 2 threads: {math.exp(m):.2f}x [{lo:.2f}, ")
     assert ": not resolved (the interval includes 1x)" in two["line"]
-    assert S.scale_cells(two)[3].endswith(", not resolved")
+    assert S.scale_cells(two)[4].endswith(", not resolved")
 
 
 def test_load_caveat_rides_on_the_speedup_and_lost_to_figures():
@@ -208,8 +209,8 @@ def test_load_caveat_rides_on_the_speedup_and_lost_to_figures():
     assert line.endswith("measured under load: nproc=2: 1.70 cores outside (1 of 2 source "
                          "runs); the figure may be slower than the machine allows")
     cells = S.scale_cells(two)
-    assert cells[3].endswith("inconclusive (1 repeat), under load")
-    assert cells[8].endswith("(under load)")
+    assert cells[4].endswith("inconclusive (1 repeat), under load")
+    assert cells[9].endswith("(under load)")
 
 
 def test_no_caveat_when_no_run_was_loaded():
