@@ -229,7 +229,7 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                   f"+-{C.GOAL_MEDIAN:.0%}, every point within +-{C.GOAL_EVERY:.0%}): "
                   f"{'met' if summ.goal_met else 'not met'}", markup=False, highlight=False)
     for p in points:
-        if p.ratio is not None and abs(p.ratio - 1) > C.GOAL_EVERY:
+        if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "
                       f"{_link_label(p.run)} {p.run.cfg('dist.strategy')} ({p.ratio:.2f}): "
                       + ("; ".join(p.causes()) or "no single phase stands out"),
