@@ -241,3 +241,19 @@ def test_the_monitor_takes_the_energy_counter_over_the_window_else_sampled_power
     assert energy_rate([{"t_s": 1.0, "gpu_energy_mj": None}], 250.0)["gpu_energy_method"] == \
         "sampled power (NVML)"
     assert energy_rate([], None)["gpu_energy_w"] is None
+
+
+def test_energy_per_sample_is_the_windows_draw_over_the_windows_rate():
+    """Steps of unequal length: nine of 0.1 s and one of 1.0 s, 4 samples each. The window
+    holds 40 samples in 1.9 s (21.05 samples/s), the median step's rate is 40 samples/s; at
+    200 W a sample costs 200 / (40 / 1.9) = 9.5 J. Catches the energy taken from the median
+    step's rate (5.0 J): the draw is the window's, so the rate must be too."""
+    r = raw(0, 0.1, batch=4)
+    r["step_times_s"] = [0.1] * 9 + [1.0]
+    r["phase_times_s"] = {p: [t / len(PHASES) for t in r["step_times_s"]] for p in PHASES}
+    r["window_s"] = 1.9
+    m = assemble([r], {"gpu_energy_w": 200.0, "gpu_energy_method": "NVML energy counter"}
+                 )["metrics"]
+    assert m["samples_per_s"] == pytest.approx(40 / 1.9)
+    assert m["samples_per_s_median_step"] == pytest.approx(40.0)
+    assert m["joules_per_sample"] == pytest.approx(9.5)
