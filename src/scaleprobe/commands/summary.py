@@ -233,9 +233,10 @@ def _comm_line(con: Console, r: RunResult) -> None:
     if world is not None and world < 2:
         line = "communication: none (world size 1)"
         if c.wrapper_overhead_s is not None:
-            line += (f"; wrapper overhead {_ms(c.wrapper_overhead_s)} per step (sync minus "
-                     "no_sync with one process: hooks and bucket copies, not communication; "
-                     "left in backward)")
+            line += "; " + CL.resolved_time("wrapper overhead", c.extra.get("wrapper_overhead"),
+                                            _ms, " per step")
+            line += (" (sync minus no_sync with one process: hooks and bucket copies, not "
+                     "communication; left in backward)")
         say(con, line, markup=False)
         return
     line = f"communication: exposed {_ms(c.exposed_s)} per step"

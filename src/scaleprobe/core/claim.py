@@ -355,6 +355,26 @@ def _join(parts: list[tuple[str, str]]) -> str:
     return "; ".join([": ".join(head), *tail])
 
 
+def resolved_time(subject: str, fig: dict[str, Any] | None, ms: Any, tail: str = "") -> str:
+    """A time shown only with an interval that excludes 0: ``wrapper overhead 9.8 ms [6.1,
+    12.0] over 7 pairs per step``, else ``wrapper overhead: not resolved (the interval
+    includes 0: 107.6 ms [-12.0, 230.4] over 7 pairs)``; ``no interval`` without one
+    (``fig``: ``{difference_s or median_s, interval_s: [lo, hi], pairs or steps}``; ``ms``
+    formats seconds)."""
+    fig = fig or {}
+    value = fig.get("median_s", fig.get("difference_s"))
+    iv = fig.get("interval_s")
+    if value is None or not iv:
+        return f"{subject}: {NO_INTERVAL}, not shown"
+    lo, hi = iv
+    n = fig.get("steps") or fig.get("pairs")
+    over = f" over {n} {'steps' if fig.get('steps') else 'pairs'}" if n else ""
+    figure = f"{ms(value)} [{ms(lo)}, {ms(hi)}]{over}"
+    if lo > 0:
+        return f"{subject} {figure}{tail}"
+    return f"{subject}: {NOT_RESOLVED} (the interval includes 0: {figure})"
+
+
 def undecided(iv: Interval | None, ref: float, what: str,
               need: int | None | str = "from ref") -> str:
     """``inconclusive: 1.04x [0.91, 1.19], 3 repeats; about 12 repeats would decide``.
