@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scaleprobe.comm.exposed import same_link_prediction
+from scaleprobe.comm.instep import text as instep_text
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
@@ -298,7 +299,8 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
         pred = R.num(same.get("comm_s")) if same else None
         rows.append([r.label, str(r.cfg("dist.strategy") or fmt.NA),
                      fmt.num(r.world_size, "d"), str(link or "unknown"),
-                     fmt.ms(c.exposed_s), fmt.ms(c.transfer_s),
+                     instep_text(c.exposed_per_step, fmt.ms), fmt.ms(c.exposed_s),
+                     fmt.ms(c.transfer_s),
                      fmt.ms(c.sync_overhead_s), fmt.ms(transfer),
                      fmt.ms(pred), fmt.ratio(transfer / pred if transfer and pred else None),
                      fmt.num(same.get("needed_gbit_s"), ".1f") if same else fmt.NA])
@@ -312,16 +314,21 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
                            f"{fmt.ms(named['comm_s'])} per step (a what-if, not compared: "
                            f"{where})")
     s.add(Sub("Network model vs measurement"))
-    s.add(Table(["Run", "Strategy", "World", "Measured on", "Exposed", "Transfer",
-                 "Sync overhead", "Standalone collective", "Predicted (same link)",
-                 "Standalone / predicted", "Needed (Gbit/s)"], rows,
-                right=[False, False, True, False] + [True] * 7))
-    s.add(Text("Exposed = step with gradient sync minus step without (ddp), or the timed "
-               "communication phase (ps, local SGD) = transfer + sync overhead. Standalone "
+    s.add(Table(["Run", "Strategy", "World", "Measured on", "Exposed, in-step median",
+                 "Exposed, breakdown", "Transfer", "Sync overhead", "Standalone collective",
+                 "Predicted (same link)", "Standalone / predicted", "Needed (Gbit/s)"], rows,
+                right=[False, False, True, False] + [True] * 8))
+    s.add(Text("Exposed, in-step median = the communication each timed step waited on (DDP's "
+               "comm hook, FSDP's timed collectives, the comm phase of ps and local SGD): the "
+               "median over the steps with its 95% interval, the headline figure. Exposed, "
+               "breakdown = the same on the breakdown's basis (the typical steps laid over the "
+               "median step) = transfer + sync overhead; sync minus no_sync is only a "
+               "cross-check, never in these columns. Standalone "
                "collective = the strategy's own collective for the bytes of one "
                "synchronisation, timed in the run's process group after training; transfer = "
-               "the part of it that showed in the step; sync overhead = the rest (hooks, "
-               "bucketing, waiting for the slowest rank), which no link speeds up. Predicted = "
+               "the part of it that showed in the step; sync overhead = the rest, which no "
+               "link speeds up (not split further: hooks, bucketing and waiting for the "
+               "slowest rank are not measured apart). Predicted = "
                "the network model for the link the run was measured on (loopback on one host), "
                "compared with the standalone collective only. Needed = the slowest link that "
                "still reaches the target efficiency.", note=True))
