@@ -12,6 +12,7 @@ The rule that reads the table (``recommend_batch``: which batch size pays) is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from scaleprobe.core import fmt
@@ -292,3 +293,17 @@ def compared_epoch(row: BatchRow) -> float | None:
     """The row's epoch time on its group's basis (``epoch_basis``), over its repeats."""
     fig = EPOCH_BASES[row["epoch_basis"]]
     return P.median_of(row["record"], fig)
+
+
+HALF_BATCH_NOTE = ("B_noise was measured on one process (--gns): each step ran as two "
+                   "half-batches with accumulated gradients, so these rows' epoch time and "
+                   "memory are those of that step, not of a plain one; under DDP the "
+                   "measurement changes nothing.")
+
+
+def half_batch_note(rows: Sequence[BatchRow]) -> str | None:
+    """The note every batch table carries (the report, sweep.md, the terminal) when a row's
+    B_noise was measured on one process as two half-batches (docs/CRITICAL_BATCH.md)."""
+    halves = [r for r in rows if r["status"] == "ok" and r.get("record") is not None
+              and r["record"].gns is not None and r["record"].gns.method == "micro_batches"]
+    return HALF_BATCH_NOTE if halves else None

@@ -98,13 +98,9 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
     if any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
            for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the median step time.")
-    halves = [r for r in rows if r["status"] == "ok" and r["record"].gns is not None
-              and r["record"].gns.method == "micro_batches"]
-    if halves:
-        notes.append("B_noise was measured on one process (--gns): each step ran as two "
-                     "half-batches with accumulated gradients, so these rows' epoch time and "
-                     "memory are those of that step, not of a plain one; under DDP the "
-                     "measurement changes nothing.")
+    half = B.half_batch_note(rows)
+    if half:
+        notes.append(half)
     s.add(Text("\n".join(notes), note=True))
     s.add(Text(BR.recommend_batch(recs)["text"]))
 

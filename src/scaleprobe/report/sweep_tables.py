@@ -244,10 +244,11 @@ def batch_sections(records: list[Record], sweep_id: str
     sections = []
     for group, group_rows in _by_group(rows).items():  # with --target: time-to-target columns
         headers, cells = B.batch_table_parts(group_rows)
+        half = B.half_batch_note(group_rows)  # under its own table, in sweep.md and the terminal
         sections.append({"title": _title("Batch size", group, sweep_id), "headers": headers,
-                         "rows": cells})
+                         "rows": cells, **({"notes": [half]} if half else {})})
     if sections:
-        sections[-1]["notes"] = rec["text"].splitlines()
+        sections[-1]["notes"] = sections[-1].get("notes", []) + rec["text"].splitlines()
     return sections, batch_csv(rows), _plain(rec)
 
 
