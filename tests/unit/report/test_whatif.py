@@ -62,3 +62,23 @@ def test_predict_from_json_carries_the_load_caveat(tmp_path):
     d = _from_dict(base, S.from_run(base))
     assert d["under_load"] is True
     assert d["load_caveat"].startswith("measured under load: r: 1.60 cores outside")
+
+
+def test_predict_from_in_the_terminal_carries_the_load_caveat(tmp_path, capsys):
+    """`predict --from` in the terminal: the run was under load, so the caveat follows the
+    table, and a link that cannot reach the target reads "unreachable, under load"."""
+    from scaleprobe.comm import sample as S
+    from scaleprobe.comm import whatif as W
+    from scaleprobe.commands.predict_steps import print_rows
+    from scaleprobe.core.results import Load
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    base.metrics.outside_cpu_cores = 1.6
+    base.load = Load(flag=True, machine_cores=2)
+    sample = S.from_run(base)
+    rows = W.plan(sample, W.Grid(["ddp"], [2, 8], [1], [None]), 0.9)
+    print_rows(base, sample, rows, 0.9)
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps to the terminal's width
+    assert "measured under load: r: 1.60 cores outside (1 of 1 source runs)" in out
+    assert "each ceiling 'even on a link that costs nothing'" in out
+    assert all(r.needed_gbit_s is not None for r in rows) or "unreachable, under load" in out
