@@ -78,7 +78,12 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     """(name, value) of the run's headline figures, in the order they are shown."""
     m = r.metrics
     st = m.step_time_s or StepTime()
-    epoch = fmt.seconds(m.epoch_time_s) + (" (proj.)" if m.epoch_time_projected else "")
+    # on the samples/s' basis (the timed window), so the two multiply out to the samples per
+    # epoch; an epoch measured over whole epochs is its own figure, named so
+    sec, proj = r.shown_epoch()
+    epoch = fmt.seconds(sec) + (" (projected)" if proj else "")
+    if proj and r.measured_epoch_s() is not None and r.window_epoch_s is not None:
+        epoch += f"; measured over whole epochs {fmt.seconds(r.measured_epoch_s())}"
     mem = m.peak_mem_bytes
     found = r.task_metric()
     lm = m.unigram_entropy_nats is not None

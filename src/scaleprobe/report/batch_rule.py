@@ -261,9 +261,11 @@ def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep],
         return f" ({row['group']})" if multi and row["group"] else ""
 
     if fastest.get("epoch_basis_mixed"):
-        how = ("as projected (median step x steps per epoch)"
-               if fastest["epoch_basis"] == "projected" else
-               "as seconds per sample (from samples/s; no epoch time is shown)")
+        how = {"window": "as projected from the timed window (samples per epoch / "
+                         "samples/s)",
+               "projected": "as projected (median step x steps per epoch)"}.get(
+                   fastest["epoch_basis"],
+                   "as seconds per sample (from samples/s; no epoch time is shown)")
         kinds = [KIND_TEXT[k] for k in ("like", "first", "projected", "none")
                  if k in fastest.get("epoch_kinds", ())]
         lines.append(f"Epoch times are compared {how} for every batch size, as their own "

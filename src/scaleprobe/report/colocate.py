@@ -13,8 +13,10 @@ from scaleprobe.core import metrics
 from scaleprobe.core.fmt import md_table, num, rate, ratio, seconds
 from scaleprobe.core.results import ColocateRecord
 
-HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone",
-           "epoch time together", "slowdown", "95% interval", "reading")
+# epoch times on the timed window's basis (samples per epoch / the samples/s beside them):
+# projected, and the slowdowns by samples/s and by epoch time agree
+HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone (projected)",
+           "epoch time together (projected)", "slowdown", "95% interval", "reading")
 
 
 def _interval_cell(j: Mapping[str, Any]) -> str:

@@ -95,8 +95,12 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
     notes = [f"Peak memory: {kind} memory. Every figure of a row is the median over the "
              "point's repeats (with an even number, the mean of the middle two). Growth compares each point with the "
              "previous one that finished, paired over every repeat."]
-    if any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
-           for r in rows if r["status"] == "ok"):
+    if any(r.get("epoch_basis") == "window" for r in rows if r["status"] == "ok"):
+        notes.append("~ marks an epoch time projected from the timed window: samples per "
+                     "epoch / the row's samples/s, so the two columns multiply out to the "
+                     "samples per epoch.")
+    elif any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
+             for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the median step time.")
     half = B.half_batch_note(rows)
     if half:
