@@ -132,3 +132,38 @@ def test_a_box_dataset_without_the_detection_task_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert "--task detection" in err and "Traceback" not in err
+
+
+def test_every_rerun_command_parses_with_scaleprobes_own_parser(tmp_path):
+    """Each command report/rerun.py prints (a sweep's, a co-location's and the demo's rerun,
+    a scale's, a run with a pick's settings, a parity run) is accepted by
+    ``cli.build_parser().parse_args``: a wrong flag fails here without training."""
+    from scaleprobe.core.results import RunResult
+    from scaleprobe.report import rerun as RC
+
+    spec = tmp_path / "my spec.toml"
+    sc = [RunResult.from_dict(r) for r in _scale("sc", [0.7, 1.3])]
+    one = RunResult.from_dict(run("p", model="mlp", dataset="digits", strategy="ddp", nproc=2))
+    printed = [RC.rerun("sweep", "bs", str(tmp_path / "out"), 5, str(spec)),
+               RC.rerun("colocate", "co", str(tmp_path / "out"), 3, str(spec)),
+               RC.rerun("sweep", "demo-batch-size", str(tmp_path / "demo" / "sweeps"), 3),
+               RC.rerun("sweep", "demo-loader-transform", "", None),
+               RC.rerun("scale", "sc", str(tmp_path / "out"), 4, runs=sc),
+               RC.run_command(one, {"batch_size": 64, "workers": None}),
+               RC.parity_command(parity_record_typed(), {}, 3)]
+    parser = cli.build_parser()
+    for p in printed:
+        got = re.findall(r"`(scaleprobe [^`]+)`", p)
+        assert got, p
+        argv = shlex.split(got[0])
+        assert argv[0] == "scaleprobe"
+        parser.parse_args(argv[1:])  # SystemExit (exit 2) on a flag it does not know
+
+
+def parity_record_typed():
+    from scaleprobe.core.results import ParityRecord
+    from tests.unit.report.factory import loaded
+
+    rec = loaded(parity_record())
+    assert isinstance(rec, ParityRecord)
+    return rec
