@@ -37,7 +37,6 @@ from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as M
 from scaleprobe.core.gns import REGIME_TEXT, regime
 from scaleprobe.core.results import RunResult
-
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import BatchRow, RulePicks
 

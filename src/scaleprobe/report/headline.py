@@ -215,8 +215,9 @@ def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdic
             why = (r["unexplained"] if r.get("unexplained") else
                    f"{r.get('compared') or 'fewer workers / the best'}: "
                    f"{iv.text(ref=r.get('ref', 1.0)) if iv else 'no spread'}")
-            again = (lambda n: RC.rerun("sweep", eid, RC.folder_of(recs), n,
-                                        RC.spec_of(recs)))
+            def again(n: int | None, eid: str = eid) -> str:
+                return RC.rerun("sweep", eid, RC.folder_of(recs), n, RC.spec_of(recs))
+
             if r.get("alone"):  # finished runs are reused: only the missing ones run
                 reps = max((x.repeat or 0) + 1 for x in R.runs(recs)) if R.runs(recs) else 1
                 act = f"run the sweep again so the other settings finish: {again(reps)}"
