@@ -241,14 +241,15 @@ def batch_sections(records: list[Record], sweep_id: str
     every row; the recommendation)."""
     rows = B.batch_table(records)
     rec = BR.recommend_batch(records)
-    sections = []
+    sections: list[dict[str, Any]] = []
     for group, group_rows in _by_group(rows).items():  # with --target: time-to-target columns
         headers, cells = B.batch_table_parts(group_rows)
         half = B.half_batch_note(group_rows)  # under its own table, in sweep.md and the terminal
+        notes: list[str] = [half] if half else []
         sections.append({"title": _title("Batch size", group, sweep_id), "headers": headers,
-                         "rows": cells, **({"notes": [half]} if half else {})})
+                         "rows": cells, **({"notes": notes} if notes else {})})
     if sections:
-        sections[-1]["notes"] = sections[-1].get("notes", []) + rec["text"].splitlines()
+        sections[-1]["notes"] = [*sections[-1].get("notes", []), *rec["text"].splitlines()]
     return sections, batch_csv(rows), _plain(rec)
 
 
