@@ -69,6 +69,7 @@ class BatchRow(TargetColumns):
     record: RunResult
     b_noise: float | None
     # set by batch_table once the group is known
+    epoch_shown_growth: NotRequired[float | None]  # the ratio of the epoch cells shown
     epoch_basis: NotRequired[str]
     epoch_kinds: NotRequired[set[str]]
     epoch_basis_mixed: NotRequired[bool]

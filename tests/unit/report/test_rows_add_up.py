@@ -43,9 +43,12 @@ def _demo_batch(repeats: int) -> list[dict]:
     """A demo-like batch sweep, 3 batch sizes, noisy samples/s per repeat."""
     noise = [1.0, 1.07, 0.94, 1.03][:repeats]
     recs = []
-    for bs, sps in ((32, 310.0), (64, 555.0), (128, 705.0)):
+    for j, (bs, sps) in enumerate(((32, 310.0), (64, 555.0), (128, 705.0))):
         for i, k in enumerate(noise):
-            recs.append(_with_epoch(run(f"b{bs}r{i}", batch=bs, sps=sps * k, step_s=0.05,
+            # the noise grows with the batch size: the paired ratios are not the ratio of
+            # the medians, so a paired figure in a column a reader divides would show
+            recs.append(_with_epoch(run(f"b{bs}r{i}", batch=bs, sps=sps * k ** (1 + 2 * j),
+                                        step_s=0.05,
                                         experiment=sweep_point("demo-batch-size", i,
                                                                batch_size=bs)), 2048))
     return recs
@@ -62,11 +65,19 @@ def test_the_batch_tables_rows_multiply_out(repeats):
     rows = typed_api(_table)(_demo_batch(repeats))
     headers, cells = typed_api(_parts)(rows)
     sps, ep = headers.index("Samples/s"), headers.index("Epoch time")
+    growth = ep + 1  # the Growth beside the epoch time
+    assert headers[growth] == "Growth"
     assert len(cells) == 3
     for c in cells:
         assert c[ep].startswith("~"), c  # projected from the window: said so
         assert cell_number(c[sps]) * cell_number(c[ep].lstrip("~")) == \
             pytest.approx(2048, rel=TOL), c
+    for prev, c in zip(cells, cells[1:], strict=False):
+        # the Growth cell opens with the ratio of the two epoch cells (a paired estimate,
+        # where it prints otherwise, follows under its own name)
+        ratio = cell_number(c[ep].lstrip("~")) / cell_number(prev[ep].lstrip("~")) - 1
+        assert cell_number(c[growth]) / 100 == pytest.approx(ratio, abs=0.006), c
+        assert ";" not in c[growth] or "; paired " in c[growth]
 
 
 def test_the_sweep_points_table_multiplies_out():
