@@ -39,11 +39,11 @@ def test_table_shows_both_speedups_and_the_samples_it_took():
         recs += [_run(1, rep, 100.0 + rep, t1, 1000), _run(2, rep, 180.0 + rep, t2, 2000)]
     rows = _rows(recs)
     headers, cells = table_parts(SCALE_HEADERS, rows, scale_cells)
-    assert "Paired speedup" in headers and "TTT speedup" in headers
+    assert "Paired speedup" in headers and "Paired TTT speedup" in headers
     two = dict(zip(headers, cells[1], strict=True))
     assert two["Paired speedup"].startswith("1.79x [")  # throughput: decided, with its interval
     # 0.95-1.09 over 3 seeds: not decided, and the interval holds 1 (issue 38)
-    assert two["TTT speedup"].endswith(", not resolved")
+    assert two["Paired TTT speedup"].endswith(", not resolved")
     assert two["Reached"] == "3/3" and two["Samples to target"] == "2,000"
     text = "\n".join(explain(rows, recs))
     assert "statistical efficiency 0.50" in text and "2.00x the samples" in text
