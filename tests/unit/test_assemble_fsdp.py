@@ -70,8 +70,8 @@ def test_the_state_each_rank_holds_and_the_summary_lines():
     line = next(ln for ln in text.splitlines() if "measured in the step" in ln)
     assert "median 11.0 ms" in line and "over 10 steps" in line
     assert "7 all-gathers and 4 reduce-scatters per step" in line
-    assert ("sync overhead: the rest, not the network; not split further (its parts are not "
-            "measured apart: it may hold one collective per unit and its latency, buffer "
+    assert ("sync overhead: the rest, not the network (not split further: its parts are not "
+            "measured apart; it may hold one collective per unit and its latency, buffer "
             "copies, waiting for the slowest rank)") in text
     assert "bucket copies" not in text  # FSDP has no buckets
     cross = next(ln for ln in text.splitlines() if "cross-check" in ln)

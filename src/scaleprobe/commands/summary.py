@@ -20,7 +20,7 @@ from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, nu
 from scaleprobe.core.target import summary_line
 from scaleprobe.core.traits import known
 from scaleprobe.measure.compiled import summary_line as compile_line
-from scaleprobe.report.advice import sync_words
+from scaleprobe.report.advice import sync_words, unsplit
 from scaleprobe.report.diagnose import epoch_start_wait
 from scaleprobe.report.window import window_line
 
@@ -279,8 +279,8 @@ def _comm_line(con: Console, r: RunResult) -> None:
         parts = (sync_words(r)[1] if tr is not None and tr.shards_state else
                  "hooks, bucket copies, a server's work, waiting for the slowest rank")
         # its parts are not measured apart: named as what it may hold, never as a split
-        say(con, f"  sync overhead: the rest, not the network; not split further (its parts "
-                 f"are not measured apart: it may hold {parts})", markup=False)
+        say(con, f"  sync overhead: the rest, not the network ({unsplit(parts)})",
+            markup=False)
     _prediction_lines(con, c, r)
 
 
