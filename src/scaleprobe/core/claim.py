@@ -430,7 +430,7 @@ def batch_step(epoch: Interval | None, mem_growth: float | None,
                  pairing="paired by repeat index")
 
 
-def slowdown(name: str, value: float | None, iv: Interval | None,
+def slowdown_claim(name: str, value: float | None, iv: Interval | None,
              sources: tuple[Source, ...] = ()) -> Claim:
     """A co-located job's slowdown (samples/s alone / together) against 1."""
     return Claim(name, value, iv, above=SLOWER_TOGETHER, below=FASTER_TOGETHER,

@@ -818,10 +818,8 @@ class RunResult(InExperiment, Record):
     @property
     def window_epoch_s(self) -> float | None:
         """The epoch on the timed window's basis (``metrics.window_epoch_s``)."""
-        from scaleprobe.core.metrics import window_epoch_s
-
-        return window_epoch_s(self.metrics.steps_per_epoch, self.batch.global_,
-                              self.metrics.samples_per_s)
+        return M.window_epoch_s(self.metrics.steps_per_epoch, self.batch.global_,
+                                self.metrics.samples_per_s)
 
     def shown_epoch(self) -> tuple[float | None, bool]:
         """(the epoch time a table shows beside this run's samples/s, projected?): on the

@@ -111,7 +111,7 @@ class JobFigures:
 
     @property
     def claim(self) -> CL.Claim:
-        return CL.slowdown(self.name, self.slowdown, self.interval, self.sources)
+        return CL.slowdown_claim(self.name, self.slowdown, self.interval, self.sources)
 
     @property
     def reading(self) -> str:

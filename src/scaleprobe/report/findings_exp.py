@@ -243,7 +243,7 @@ def _job_reading(j: dict[str, Any]) -> str:
     text = f"{j.get('name')}: {fmt.ratio(j.get('slowdown'))}"
     if iv is None:
         return f"{text} (no interval: recorded without repeats)"
-    c = CL.slowdown(str(j.get("name")), R.num(j.get("slowdown")), iv)
+    c = CL.slowdown_claim(str(j.get("name")), R.num(j.get("slowdown")), iv)
     return f"{text} {iv.bounds()} {c.short_verdict}"
 
 

@@ -327,7 +327,7 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     iv = M.Interval(**ivd) if {"estimate", "lo", "hi", "n", "method"} <= set(ivd) else None
     # the worst job's own reading, by the claim's rules: "slower together" only where its
     # interval says so ("inconclusive (1 repeat)", "not resolved" otherwise)
-    reading = CL.slowdown(str(worst.get("name")), worst["slowdown"], iv).short_verdict
+    reading = CL.slowdown_claim(str(worst.get("name")), worst["slowdown"], iv).short_verdict
     number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} ({reading})"
     caveats = [f"{j.get('name')}: {j['load_caveat']}" for j in jobs if j.get("load_caveat")]
     if caveats:  # a job measured alone under load: its slowdown may look smaller

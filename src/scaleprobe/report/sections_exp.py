@@ -169,7 +169,7 @@ def job_claims(rec: ColocateRecord, runs: list[RunResult]) -> list[CL.Claim]:
     out = []
     for j in R.dicts(rec.jobs):
         mine = [r for r in runs if str(r.point.get("job")) == str(j.get("name"))]
-        out.append(CL.slowdown(f"{j.get('name')}: slowdown alone / together",
+        out.append(CL.slowdown_claim(f"{j.get('name')}: slowdown alone / together",
                                R.num(j.get("slowdown")),
                                M.interval_of(j.get("slowdown_interval")),
                                L.sources(mine)))
