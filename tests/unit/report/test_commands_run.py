@@ -167,3 +167,20 @@ def parity_record_typed():
     rec = loaded(parity_record())
     assert isinstance(rec, ParityRecord)
     return rec
+
+
+def test_the_datagen_commands_its_help_and_its_hints_print_parse():
+    """The usage lines of ``scaleprobe datagen`` (its help) and the hint a missing data
+    folder prints (``generate a small one with `scaleprobe datagen FMT --out DIR```) are
+    accepted by scaleprobe's own parser, for every format."""
+    from scaleprobe.commands import datagen
+    from scaleprobe.data.formats import FORMATS
+    from scaleprobe.data.formats.common import hint
+
+    parser = cli.build_parser()
+    usage = [ln.split("#")[0].strip() for ln in (datagen.__doc__ or "").splitlines()
+             if ln.strip().startswith("scaleprobe datagen")]
+    assert len(usage) == 6
+    hints = [re.findall(r"`(scaleprobe [^`]+)`", hint(f))[0] for f in FORMATS]
+    for cmd in usage + hints:
+        parser.parse_args(shlex.split(cmd)[1:])
