@@ -97,8 +97,8 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
              "previous one that finished, paired over every repeat."]
     if any(r.get("epoch_basis") == "window" for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the timed window: samples per "
-                     "epoch / the row's samples/s, so the two columns multiply out to the "
-                     "samples per epoch.")
+                     "epoch / the row's samples/s (not a median of epoch times), so the two "
+                     "columns multiply out to the samples per epoch.")
     elif any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
              for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the median step time.")
