@@ -120,6 +120,14 @@ def test_one_process_ddp_reports_no_communication(cli, out_dir):
     assert c["wrapper_overhead_s"] == c["sync_cost_s"] >= 0.0
     assert c.get("transfer_standalone") is None  # nothing to time with one process
     assert "communication: none (world size 1)" in p.stdout
+    # 3 calibration steps: 3 sync and 3 no_sync timings, the first pair dropped: 2 pairs; the
+    # overhead is shown with their interval, or as not resolved (issue 38 item 4)
+    fig = c["wrapper_overhead"]
+    assert fig["pairs"] == 2 and len(fig["interval_s"]) == 2
+    lo = fig["interval_s"][0]
+    assert (("wrapper overhead: not resolved (the interval includes 0: " in p.stdout) is
+            (lo <= 0)), p.stdout
+    assert (" ms] over 2 pairs per step" in p.stdout) is (lo > 0), p.stdout
 
 
 def test_ddp_shard_audit_passes_and_accuracy_holds(ddp_run):

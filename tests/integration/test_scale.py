@@ -35,12 +35,20 @@ def test_scale_measures_each_count_and_explains_the_gap(cli, out_dir):
                         *[[r["metrics"]["step_time_s"]["rel_ci"] for r in runs
                            if r["env"]["world_size"] == n] for n in (1, 2)])
     table = (out_dir / "scale.md").read_text()
-    assert "| Processes | Threads/rank | Samples/s | Speedup (paired) | Efficiency |" in table
+    assert ("| Processes | Threads/rank | Samples/s | Speedup | Paired speedup | Paired "
+            "efficiency |") in table
     t = threads.pop()
     if plausible_speedup(iv.estimate, 2):
-        line = f"2 processes x {t} thread{'s' if t != 1 else ''}: {iv.text()}"
+        # the claim's words, written out here (docs/VERDICTS.md): the figure, then the rule
+        est = f"{iv.estimate:.2f}x"
+        fig = (f"{est} (spread too large, {iv.repeats_text})" if iv.too_wide() else
+               f"{est} [{iv.lo:.2f}, {iv.hi:.2f}], {iv.repeats_text}")
+        verdict = ("faster than 1 process" if iv.lo > 1 else "slower than 1 process"
+                   if iv.hi < 1 else "not resolved (the interval includes 1x)")
+        line = f"2 processes x {t} thread{'s' if t != 1 else ''}: {fig}: {verdict}"
+        assert line in table, table
         # an interval too wide to read shows no efficiency beside it (report/scale.py)
-        assert (line if iv.too_wide() else f"{line} (efficiency {iv.estimate / 2:.0%}") in table
+        assert iv.too_wide() or f"; efficiency {iv.estimate / 2:.0%}" in table
     else:  # still implausible after the second look: marked, not a verdict
         assert "is implausible" in table and "left out of every verdict" in table
     assert runs[1]["batch"]["global"] == 64  # --batch-size is per device: weak scaling

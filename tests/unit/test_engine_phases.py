@@ -2,7 +2,7 @@
 
 The engine's real training loop (``engine.train_loop``, its ``StepTimer`` and its phase marks)
 drives a fake step in which every phase sleeps a known, different time; the raw record then
-goes through ``measure.summary`` and ``assemble`` exactly as a run's does. No process is
+goes through ``measure.aggregate`` and ``assemble`` exactly as a run's does. No process is
 started and no model is trained.
 """
 

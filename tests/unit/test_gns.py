@@ -129,3 +129,17 @@ def test_blocks_merge_a_block_without_signal_into_its_smaller_neighbour():
     # the third joins them: 30 steps summing to +5, then the last block on its own
     assert [(b.first_step, b.steps) for b in out] == [(2, 30), (32, 10)]
     assert out[0].b_simple == pytest.approx(300 / 5) and out[1].b_simple == pytest.approx(10)
+
+
+def test_the_terminal_line_says_a_one_process_step_ran_as_two_half_batches():
+    """Issue 38 item 10: the one-process --gns note was missing from the terminal: its step
+    ran as two half-batches, so the run's step and epoch time and memory are of that step."""
+    from scaleprobe.core.results import Gns
+
+    g = Gns(b_simple=120.0, b_simple_lo=80.0, b_simple_hi=200.0, steps=20, global_batch=64,
+            method="micro_batches")
+    line = gns.summary_line(g, {})
+    assert line is not None and line.endswith(gns.HALF_BATCH_STEP)
+    assert "two half-batches" in gns.HALF_BATCH_STEP
+    ddp = gns.summary_line(Gns(b_simple=120.0, steps=20, method="ddp_hook"), {})
+    assert ddp is not None and "half-batches" not in ddp

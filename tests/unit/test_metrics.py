@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as M
 
 
@@ -54,7 +55,7 @@ def test_pairing_is_by_repeat_not_by_sorted_value():
 def test_noise_gives_an_interval_that_does_not_decide():
     iv = M.ratio_interval([100.0, 120.0, 95.0], [105.0, 99.0, 112.0])
     assert not iv.decides(1.0)
-    text = M.undecided_text(iv, 1.0, "B/A")
+    text = CL.undecided(iv, 1.0, "B/A")
     assert text.startswith("inconclusive: B/A") and "repeats" in text
 
 
@@ -75,7 +76,7 @@ def test_one_repeat_uses_the_within_run_spread_and_the_noise_floor():
     need = M.repeats_to_decide(big, 1.5)  # at least two, and the fewest that would decide
     assert need >= 2 and M.projected(big, need).decides(1.5)
     assert not M.projected(big, need - 1).decides(1.5)
-    assert M.undecided_text(big, 1.5, "B / A").startswith("inconclusive (1 repeat): B / A 2.00x")
+    assert CL.undecided(big, 1.5, "B / A").startswith("inconclusive (1 repeat): B / A 2.00x")
     two = M.ratio_interval([100.0, 101.0], [200.0, 203.0], [0.01, 0.01], [0.01, 0.01])
     assert two.n == 2 and two.above(1.5)
     assert M.ratio_interval([100.0], [200.0]) is None  # no spread at all: nothing to say
@@ -152,7 +153,7 @@ def test_an_interval_too_wide_to_mean_anything_is_never_printed_as_numbers(est, 
     assert iv.text() == "inconclusive: 2 repeats, spread too large"
     assert iv.short() == f"{est:.2f}x (spread too large, 2 repeats)"
     assert iv.bounds(lambda v: f"{v - 1:+.1%}") == "(spread too large, 2 repeats)"
-    text = M.undecided_text(iv, 1.0, "samples/s B / A", need=None)
+    text = CL.undecided(iv, 1.0, "samples/s B / A", need=None)
     assert text.startswith("inconclusive: samples/s B / A: 2 repeats, spread too large; ")
     for shown in (iv.text(), iv.short(), iv.bounds(), text):
         assert not any(f"{b:.2f}" in shown for b in (lo, hi) if math.isfinite(b) and b), shown

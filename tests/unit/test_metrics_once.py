@@ -16,7 +16,7 @@ SRC = Path(scaleprobe.__file__).parent
 FIGURES = ("samples_per_s", "window_samples_per_s", "step_samples_per_s", "tokens_per_s",
            "unique_samples_per_s", "compute_s", "speedup", "time_speedup", "efficiency",
            "mfu", "achieved_flops_per_s", "flops_per_sample", "joules_per_sample",
-           "joules_to_target", "growth", "slowdown")
+           "joules_to_target", "growth", "slowdown", "window_epoch_s")
 
 
 def _formats(fn: ast.FunctionDef) -> bool:

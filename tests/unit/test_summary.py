@@ -146,15 +146,22 @@ def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
         in out.getvalue()
 
 
-def test_the_standalone_collective_and_the_model_agree_or_one_is_named_wrong():
-    """A 4.5x gap between the in-run standalone all_reduce and the network model was printed
-    without a word on which to believe."""
+def test_the_standalone_collective_and_the_model_are_shown_and_neither_blamed():
+    """Issue 38 item 5: gaps of 2.37x and 4.16x were blamed on the standalone ("it ran under
+    load") without evidence; an independent `scaleprobe comm` then agreed with the standalone,
+    not the model. Both figures stand; the gap is said, no side is called off."""
     from scaleprobe.commands.run_summary import agreement
 
     assert agreement(1.1e-3, 1.0e-3, False) == ": they agree (1.10x)"
-    assert "the standalone is off, as it ran under load" in agreement(3.1e-3, 0.68e-3, True)
-    assert "the model is off for this run" in agreement(3.1e-3, 0.68e-3, False)
-    assert "faster than its fit" in agreement(0.5e-3, 1.0e-3, False)
+    loaded = agreement(3.1e-3, 0.68e-3, True)
+    # 3.1 / 0.68 = 4.559: "4.56x apart"
+    assert loaded.startswith(": 4.56x apart; the standalone collective and the model disagree, "
+                             "and neither is taken as the right one without a third measurement")
+    assert "measured under load: this run" in loaded
+    calm = agreement(0.5e-3, 1.0e-3, False)
+    assert calm.startswith(": 2.00x apart; ") and "under load" not in calm
+    for text in (loaded, calm, agreement(3.1e-3, 0.68e-3, False)):
+        assert " is off" not in text and "faster than its fit" not in text
     assert agreement(None, 1.0e-3, False) == ""
 
 

@@ -188,8 +188,15 @@ class Summary:
                 and self.within_every_goal == self.points)
 
 
+def error(ratio: float) -> float:
+    """A prediction's relative error ``|predicted / measured - 1|``, rounded to 9 places: a
+    prediction 10% off as printed (a ratio of 1.1 is 0.10000000000000009 off in floats)
+    counts within the 10% goal, as the goal's edges are inclusive."""
+    return round(abs(ratio - 1), 9)
+
+
 def summary(points: list[Point]) -> Summary:
-    errs = sorted(abs(p.ratio - 1) for p in points if p.ratio is not None)
+    errs = sorted(error(p.ratio) for p in points if p.ratio is not None)
     mid = errs[len(errs) // 2] if len(errs) % 2 else (
         (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2 if errs else None)
     return Summary(len(errs), mid, errs[-1] if errs else None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.measure.aggregate import per_median_step
 from scaleprobe.measure.stats import median, median_ci
 
@@ -62,7 +63,7 @@ def text(fig: dict[str, Any] | None, ms: Any) -> str:
         out += f" over {fig['steps']} steps"
     elif fig.get("pairs"):
         out += f" over {fig['pairs']} pairs"
-    return out + ("" if fig.get("resolved") else ": not resolved from noise")
+    return out + ("" if fig.get("resolved") else f": {CL.NOT_RESOLVED} from noise")
 
 
 def fill_in_step(c: Any, raw0: Any, world: int, why: dict[str, str],

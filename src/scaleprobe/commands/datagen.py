@@ -15,9 +15,11 @@ The same format, count, size and seed always give the same files.
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import bytes_
@@ -111,6 +113,19 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # the dataset registry is optional for writing files
         DATASETS = None
     if DATASETS is not None and fmt in DATASETS:
-        task = "--task lm " if w.unit == "tokens" else ""
-        print(f"use it: scaleprobe run {task}--dataset {fmt} --data-dir {w.root}")
+        print(f"use it: {use_command(fmt, w.root)}")
     return 0
+
+
+# the task each written format trains under (the rest: the default, classification)
+FORMAT_TASKS = {"voc": "detection", "lfw": "face", "text": "lm"}
+
+
+def use_command(fmt: str, root: Any) -> str:
+    """The ``scaleprobe run`` a written dataset trains under, as it runs: the task its
+    targets need (bug caught: ``--dataset voc`` without ``--task detection`` failed in the
+    loader)."""
+    task = FORMAT_TASKS.get(fmt)
+    argv = ["scaleprobe", "run", *(["--task", task] if task else []), "--dataset", fmt,
+            "--data-dir", str(root)]
+    return shlex.join(argv)

@@ -84,7 +84,7 @@ def _count(text: str) -> int:
     return n
 
 
-def efficiency(text: str) -> float:
+def efficiency_arg(text: str) -> float:
     """argparse ``type=`` for ``--target``: an efficiency in (0, 1] or a percent (90%)."""
     t = text.strip()
     try:
@@ -126,7 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="a one-rank run (result.json or folder): its step's timeline")
     p.add_argument("--average-every", type=int, default=None,
                    help="local SGD: average every K steps (default 4)")
-    p.add_argument("--target", type=efficiency, default=None,
+    p.add_argument("--target", type=efficiency_arg, default=None,
                    help="target efficiency, 0.9 or 90%% (default 0.9)")
     p.add_argument("--overlap", type=_number(0, 1), default=None,
                    help="fraction of communication hidden under compute, 0..1 (default 0; "

@@ -18,6 +18,7 @@ from scaleprobe.comm.timeline import Unit
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.report.records import load_records, runs
+from scaleprobe.report.whatif import ceiling_caveat
 
 
 def load_runs(path: str) -> list[RunResult]:
@@ -83,9 +84,11 @@ def run_from(args: argparse.Namespace) -> int:
 
 
 def _from_dict(run: RunResult, s: S.RunSample) -> dict[str, Any]:
+    caveat = ceiling_caveat(run)
     return {"run": run.label, "strategy": s.strategy, "threads": s.threads,
             "grad_bytes": s.grad_bytes, "steps": s.rows_source, "buckets": len(s.buckets or []),
-            "step_median_s": s.step_median_s, "pass_s_per_byte": s.pass_s_per_byte}
+            "step_median_s": s.step_median_s, "pass_s_per_byte": s.pass_s_per_byte,
+            "under_load": bool(caveat), "load_caveat": caveat or None}
 
 
 def _row_dict(r: W.Row) -> dict[str, Any]:
@@ -129,9 +132,10 @@ def _time_fig(v: float | None, lo: float | None, hi: float | None,
     return _fig(v, lo, hi, _in(unit))
 
 
-def _needed(r: W.Row) -> str:
+def _needed(r: W.Row, loaded: bool = False) -> str:
     if r.needed_gbit_s is None:
-        return "unreachable" if r.needed_reason else "n/a"
+        return ("unreachable" + (", under load" if loaded else "")) if r.needed_reason \
+            else "n/a"
     g = r.needed_gbit_s
     if g <= W.M.NEEDED_FLOOR_GBIT_S:
         return f"< {g * 1e3:g} Mbit/s"
@@ -156,6 +160,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
     from scaleprobe.commands.terminal import esc  # heavy: rich
 
     con = Console()
+    caveat = ceiling_caveat(run)
     con.print(f"from {run.label}: 1 process, {s.threads or '?'} thread(s) per rank, "
               f"{s.grad_bytes / 1e6:.1f} MB of fp32 gradients, step "
               f"{duration(s.step_median_s or 0)}; compute drawn from {s.rows_source}",
@@ -188,7 +193,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
             p = r.prediction
             comp = sum(v for k, v in p.phases.items() if k != "comm")
             t.add_row(esc(p.strategy), _where(r), fig(comp), fig(p.phases["comm"]),
-                      fig(p.comm_busy_s), esc(_needed(r)))
+                      fig(p.comm_busy_s), esc(_needed(r, bool(caveat))))
         con.print(t)
     notes = dict.fromkeys([n for r in rows for n in r.prediction.notes] +
                           [f"{r.prediction.strategy} on {r.nnodes * r.nproc} processes, link "
@@ -196,6 +201,8 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                            if r.needed_reason])
     for n in notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
+    if caveat:
+        con.print(f"  {caveat}.", markup=False, highlight=False)
 
 
 def _where(r: W.Row) -> str:
@@ -274,7 +281,7 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                   f"+-{C.GOAL_MEDIAN:.0%}, every point within +-{C.GOAL_EVERY:.0%}): "
                   f"{'met' if summ.goal_met else 'not met'}", markup=False, highlight=False)
     for p in points:
-        if p.ratio is not None and abs(p.ratio - 1) > C.GOAL_EVERY:
+        if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "
                       f"{_link_label(p.run)} {p.run.cfg('dist.strategy')} ({p.ratio:.2f}): "
                       + ("; ".join(p.causes()) or "no single phase stands out"),

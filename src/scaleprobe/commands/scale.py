@@ -12,12 +12,15 @@ none: ``--nproc 2 --nnodes 1,2``) and what the gap was lost to:
 Every count runs the same strategy (ddp unless ``--strategy`` says otherwise; ``ps`` needs 2 or
 more); the 1-process run is the baseline. ``--batch-size`` is per device (weak scaling: the
 global batch grows with N), ``--global-batch`` is split (strong scaling). Each point is a
-process of its own and lands in OUT/results.jsonl at once; the table goes to OUT/scale.md.
+process of its own and lands in OUT/results.jsonl at once; the table goes to OUT/scale.md, the
+speedups with their evidence (interval, repeats, source runs and their load, the rule that
+decided each) to OUT/scale.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +210,12 @@ def _write_table(folder: Path, sid: str, rows: list[dict[str, Any]]) -> int:
     table, lines = scale_markdown(rows)
     text = f"## Scaling: {sid}\n\n{table}\n\n" + "\n".join(f"- {x}" for x in lines) + "\n"
     (folder / "scale.md").write_text(text)
+    # the speedups as claims with their evidence (core/claim.py): the same words as scale.md
+    claims = [{"nproc": r["nproc"], "nodes": r.get("nodes", 1), **r["claim"].to_dict()}
+              for r in rows if r.get("claim") is not None]
+    (folder / "scale.json").write_text(json.dumps({"experiment": sid, "claims": claims},
+                                                  indent=2, default=str) + "\n")
     print(text)
-    print(f"written: {folder / 'scale.md'}, {folder / 'results.jsonl'}")
+    print(f"written: {folder / 'scale.md'}, {folder / 'scale.json'}, "
+          f"{folder / 'results.jsonl'}")
     return 0 if any(r["speedup"] is not None for r in rows if not r["is_base"]) else 1

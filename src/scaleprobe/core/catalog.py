@@ -165,6 +165,11 @@ def check_names(cfg: Any) -> None:
     if cfg.task.task == "detection" and cfg.data.dataset not in BOX_DATASETS:
         raise ConfigError(f"--task detection needs a dataset with boxes (--dataset "
                           f"{' or '.join(BOX_DATASETS)}); {cfg.data.dataset} gives class labels")
+    if cfg.data.dataset in BOX_DATASETS and cfg.task.task != "detection":
+        # bug caught: a box dataset under the classification task failed in the loader
+        # with a raw collate error ("Trying to resize storage that is not resizable")
+        raise ConfigError(f"--dataset {cfg.data.dataset} holds boxes: train it with --task "
+                          f"detection (this run's task is {cfg.task.task})")
     if cfg.task.task == "detection" and cfg.train.eval:
         require_installed("detection", "--task detection with --eval (mAP through "
                           "torchmetrics)")

@@ -305,4 +305,13 @@ def summary_line(g: Gns | None, reasons: dict[str, str]) -> str | None:
         where = regime(g.global_batch, g.b_simple, g.b_simple_lo, g.b_simple_hi)
         text += (f"; the global batch {g.global_batch} is {where} it: "
                  f"{REGIME_TEXT[where]} (McCandlish et al. 2018)")
+    if g.method == "micro_batches":
+        text += "; " + HALF_BATCH_STEP
     return text
+
+
+# what the one-process measurement does to the run's other figures (the terminal's line; the
+# batch tables carry report/batch.HALF_BATCH_NOTE)
+HALF_BATCH_STEP = ("measured on one process (--gns): each step ran as two half-batches with "
+                   "accumulated gradients, so this run's step time, epoch time and memory are "
+                   "those of that step, not of a plain one")

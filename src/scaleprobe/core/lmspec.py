@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core.errors import ConfigError
 
 
@@ -151,10 +152,10 @@ def baseline_claim(loss: float, baseline: float, lo: float | None, hi: float | N
     margin = baseline - loss
     what = f"the context-free baseline {baseline:.3f} on the same tokens"
     if lo is None or hi is None:
-        return f"{what}: inconclusive ({windows} window{'s' if windows != 1 else ''})"
+        return f"{what}: {CL.INCONCLUSIVE} ({windows} window{'s' if windows != 1 else ''})"
     span = f"{margin:+.3f} [{lo:+.3f}, {hi:+.3f}] nats/token over {windows} windows"
     if lo > 0:
         return f"beats {what} by {span}"
     if hi < 0:
         return f"worse than {what}: {span}"
-    return f"not resolved against {what}: {span}, the interval includes 0"
+    return f"{CL.NOT_RESOLVED} against {what}: {span}, the interval includes 0"

@@ -34,7 +34,7 @@ the half-width is then at least ``SINGLE_REPEAT_NOISE_REL``.
 
 A verdict is made only when its interval excludes the alternative (``Interval.above`` /
 ``below``); otherwise it is "inconclusive", with the spread and the repeats that would decide
-it (``repeats_to_decide``).
+it (``repeats_to_decide``). The verdict's words are core/claim.py's (``claim.undecided``).
 """
 
 from __future__ import annotations
@@ -103,6 +103,17 @@ def unique_samples_per_s(sps: float | None, unique_fraction: float | None) -> fl
     """Samples/s counting each sample once per epoch (the shard audit's unique fraction):
     what the model really learned from when ranks read the same data."""
     return _product(sps, unique_fraction)
+
+
+def window_epoch_s(steps_per_epoch: float | None, global_batch: float | None,
+                   samples_per_s: float | None) -> float | None:
+    """An epoch on the timed window's basis: samples per epoch (steps per epoch x the global
+    batch) / the window's samples/s. A table row that shows samples/s beside this epoch time
+    multiplies out to its samples per epoch exactly (bug caught: 30.4 samples/s beside a 56.4 s
+    epoch that needed 46.3 s, the epoch projected from the median step)."""
+    if not steps_per_epoch or not global_batch or not samples_per_s:
+        return None
+    return steps_per_epoch * global_batch / samples_per_s
 
 
 def joules_per_sample(watts: float | None, sps: float | None) -> float | None:
@@ -293,7 +304,7 @@ class Interval:
     def text(self, unit: str = "x", digits: int = 2, ref: float | None = 1.0) -> str:
         """``1.62x [1.41, 1.86], 3 repeats``; ``inconclusive: 2 repeats, spread too large``
         for an interval too wide to mean anything (``too_wide``)."""
-        if self.too_wide(ref):
+        if self.too_wide(ref):  # claim.INCONCLUSIVE's word (claim imports this module)
             return f"inconclusive: {self.repeats_text}, spread too large"
         f = f"{{:.{digits}f}}"
         return f"{f.format(self.estimate)}{unit} {self.bounds(f.format, ref)}, {self.repeats_text}"
@@ -427,25 +438,6 @@ def projected(iv: Interval, n: int, confidence: float = CONFIDENCE) -> Interval:
         h = max(h, iv.within_log_h / math.sqrt(n))
     return Interval(iv.estimate, iv.estimate * math.exp(-h), iv.estimate * math.exp(h), n,
                     iv.method, iv.log_sd, iv.within_log_h, iv.welch)
-
-
-def undecided_text(iv: Interval | None, ref: float, what: str,
-                   need: int | None | str = "from ref") -> str:
-    """``inconclusive: 1.04x [0.91, 1.19], 3 repeats; about 12 repeats would decide``.
-    ``need`` (the repeats that would decide; None: more than ``MAX_REPEATS_SUGGESTED``)
-    replaces ``repeats_to_decide(iv, ref)`` where the verdict hangs on more than one
-    interval."""
-    if iv is None:
-        return f"inconclusive: {what} has no spread (too few timed steps)"
-    head = "inconclusive" if iv.enough_repeats else f"inconclusive ({iv.n} repeat)"
-    if need == "from ref":
-        need = repeats_to_decide(iv, ref)
-    tail = (f"; about {need} repeats would decide it" if need
-            else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
-                 "difference is smaller than the noise")
-    if iv.too_wide(ref):  # the repeats said once, not in the head too
-        return f"inconclusive: {what}: {iv.repeats_text}, spread too large{tail}"
-    return f"{head}: {what} {iv.text(ref=ref)}{tail}"
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float],

@@ -510,7 +510,7 @@ class Batch(Record):
 
 @dataclass
 class RankSummary(Record):
-    """One rank's own figures (``measure.summary.rank_summary``)."""
+    """One rank's own figures (``measure.aggregate.rank_summary``)."""
 
     rank: int | None = None
     host: str | None = None
@@ -812,6 +812,33 @@ class RunResult(InExperiment, Record):
                           default=str)
 
     @property
+    def samples_per_epoch(self) -> int | None:
+        """Steps per epoch x the global batch (every rank drops its last partial batch)."""
+        spe, g = self.metrics.steps_per_epoch, self.batch.global_
+        return spe * g if spe and g else None
+
+    @property
+    def window_epoch_s(self) -> float | None:
+        """The epoch on the timed window's basis (``metrics.window_epoch_s``)."""
+        return M.window_epoch_s(self.metrics.steps_per_epoch, self.batch.global_,
+                                self.metrics.samples_per_s)
+
+    def shown_epoch(self) -> tuple[float | None, bool]:
+        """(the epoch time a table shows beside this run's samples/s, projected?): on the
+        timed window's basis where the samples per epoch are known, so that samples/s x
+        epoch time = samples per epoch; else the record's own (measured, or projected from
+        the median step)."""
+        w = self.window_epoch_s
+        if w is not None:
+            return w, True
+        return self.metrics.epoch_time_s, bool(self.metrics.epoch_time_projected)
+
+    def measured_epoch_s(self) -> float | None:
+        """The epoch time measured over whole epochs (None where it was projected)."""
+        m = self.metrics
+        return m.epoch_time_s if m.epoch_time_projected is False else None
+
+    @property
     def step_median_s(self) -> float | None:
         st = self.metrics.step_time_s
         return st.median if st is not None else None
@@ -1067,7 +1094,8 @@ class ColocateRecord(InExperiment, Record):
 @dataclass
 class ParityRecord(InExperiment, Record):
     """An accuracy-parity experiment's record: 1 process vs N at the same global batch,
-    over repeats with their own seeds; the tolerance comes from the seed-to-seed spread."""
+    over repeats with their own seeds; the tolerance is the user's (``--parity-tolerance``),
+    never derived from the seed-to-seed spread, which widens the interval instead."""
 
     schema: int = SCHEMA
     kind: str = "parity"

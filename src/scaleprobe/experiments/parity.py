@@ -17,9 +17,10 @@ seed (both sides of a seed share its initial weights, data order and split:
 ``metrics.paired_difference_interval``), with its 95% interval, against the user's tolerance
 (``--parity-tolerance``, default 1 accuracy point, absolute): never derived from the measured
 noise, since a noisier setup would then loosen the margin until a real 10-point loss read
-"parity holds". "parity holds" when the whole interval lies inside +/- tolerance, "parity
-broken" when it lies entirely outside, else "inconclusive", with the interval and the seeds
-that would decide it. Fewer than two seeds have no spread: inconclusive.
+"parity holds". The claim's rules decide (core/claim.py, an equivalence band): "parity holds" when the whole
+interval lies inside +/- tolerance, "parity broken" when it lies entirely outside, else "not
+resolved" (the record's verdict: inconclusive), with the interval and the seeds that would
+decide it. One seed has no spread: "inconclusive (1 repeat)".
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics
 from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig, validate
@@ -38,7 +40,7 @@ from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
 
 DEFAULT_REPEATS = 3
-VERDICTS = ("parity holds", "parity broken", "inconclusive", "not measured")
+VERDICTS = (CL.PARITY_HOLDS, CL.PARITY_BROKEN, CL.INCONCLUSIVE, CL.NOT_MEASURED)
 TOLERANCE_RULE = ("the user's (--parity-tolerance, default 0.01: one accuracy point, "
                   "absolute), never derived from the measured noise")
 
@@ -70,15 +72,21 @@ def parity_configs(cfg: RunConfig, repeat: int = 0) -> tuple[RunConfig, RunConfi
 
 # ---- the verdict (pure: hand-made accuracies in tests) -----------------------------------
 
+# the record's verdict by the rule that decided the claim
+_VERDICT_OF = {CL.RULE_INSIDE_BAND: CL.PARITY_HOLDS, CL.RULE_OUTSIDE_BAND: CL.PARITY_BROKEN,
+               CL.RULE_NOT_MEASURED: CL.NOT_MEASURED}
+
+
 def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
                    tol: float) -> dict[str, Any]:
     """Verdict and interval from the accuracies of the repeats on each side, seed by seed
     (``acc_1[r]``, ``acc_n[r]``: seed r; a seed with an accuracy missing on a side drops
-    out of the pairs), against the user's tolerance ``tol``."""
+    out of the pairs), against the user's tolerance ``tol``. The words are the claim's
+    (core/claim.py)."""
     pairs = [(x, y) for x, y in zip(acc_1, acc_n, strict=False) if x is not None and y is not None]
     base = {"tolerance": tol, "tolerance_rule": TOLERANCE_RULE, "pairs": len(pairs)}
     if not pairs:
-        return {**base, "verdict": "not measured", "text": "no seed has an accuracy on both "
+        return {**base, "verdict": CL.NOT_MEASURED, "text": "no seed has an accuracy on both "
                 "sides (see the runs)", "difference": None, "interval": None, "seed_sd": None}
     a, b = [p[0] for p in pairs], [p[1] for p in pairs]
     diff = sum(b) / len(b) - sum(a) / len(a)
@@ -87,24 +95,20 @@ def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
            "interval": None if iv is None else {
                "estimate": iv[0], "lo": iv[1], "hi": iv[2], "confidence": metrics.CONFIDENCE,
                "method": "paired t on the seeds' differences (N - 1)"}}
+    claim = CL.parity(diff, None if iv is None else metrics.Interval(
+        iv[0], iv[1], iv[2], len(pairs), "paired t on the seeds' differences (N - 1)"),
+        len(pairs), tol)
+    verdict = _VERDICT_OF.get(claim.rule, CL.INCONCLUSIVE)
+    text = f"{claim.text()}; tolerance +/-{tol:.4f} (the user's)"
     if iv is None:
-        return {**out, "verdict": "inconclusive",
-                "text": f"difference {diff:+.4f} from 1 seed: no spread, no interval; run "
-                        "--repeats 3 or more"}
-    _, lo, hi, sd = iv
-    span = (f"difference (N - 1) {diff:+.4f} [{lo:+.4f}, {hi:+.4f}] (95%, paired over "
-            f"{len(pairs)} seeds); tolerance +/-{tol:.4f} (the user's)")
-    if lo > -tol and hi < tol:
-        return {**out, "verdict": "parity holds", "text": f"{span}: the interval lies within it"}
-    if lo > tol or hi < -tol:
-        return {**out, "verdict": "parity broken",
-                "text": f"{span}: the interval lies entirely outside it"}
-    need = metrics.repeats_to_decide_paired(diff, sd, tol, len(pairs))
-    tail = (f"about {need} seeds would decide it" if need else
-            f"more than {metrics.MAX_REPEATS_SUGGESTED} seeds would be needed, or the "
-            "difference sits at the tolerance")
-    return {**out, "verdict": "inconclusive",
-            "text": f"{span}: the interval crosses the tolerance; {tail}"}
+        return {**out, "verdict": verdict, "claim": claim.to_dict(),
+                "text": f"{text}; no spread from one seed: run --repeats 3 or more"}
+    if verdict == CL.INCONCLUSIVE:
+        need = metrics.repeats_to_decide_paired(diff, iv[3], tol, len(pairs))
+        text += ("; " + (f"about {need} seeds would decide it" if need else
+                         f"more than {metrics.MAX_REPEATS_SUGGESTED} seeds would be needed, "
+                         "or the difference sits at the tolerance"))
+    return {**out, "verdict": verdict, "claim": claim.to_dict(), "text": text}
 
 
 def _acc(rec: RunResult) -> float | None:
@@ -147,9 +151,9 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
         seed_sd=v["seed_sd"], tolerance=v["tolerance"],
         tolerance_rule=v["tolerance_rule"], verdict=v["verdict"],
         verdict_text=v["text"],
-        within_tolerance={"parity holds": True, "parity broken": False}.get(v["verdict"]),
+        within_tolerance={CL.PARITY_HOLDS: True, CL.PARITY_BROKEN: False}.get(v["verdict"]),
         runs=[r.run_id for pair in zip(recs_1, recs_n, strict=True) for r in pair],
-        status="ok" if v["verdict"] != "not measured" else "failed").to_dict()
+        status="ok" if v["verdict"] != CL.NOT_MEASURED else "failed").to_dict()
 
 
 # ---- running it ---------------------------------------------------------------------------

@@ -12,8 +12,9 @@ over those pairs. A job's figures are geometric means over the paired repeats, s
 
 Each claim is made only when the intervals decide it:
 
-- a job is "slower together" when its interval lies above 1, "faster together" when it lies
-  below 1, else "within noise";
+- a job's reading is a ``core.claim.Claim`` of its slowdown against 1: "slower together" when
+  its interval lies above 1, "faster together" when it lies below 1, "not resolved" when it
+  holds 1, "inconclusive (1 repeat)" with one repeat whatever its interval;
 - "no interference": every job's interval lies below 1.10 (within 10% of its speed alone);
 - interference (some job's interval lies above 1.10), named by its cause: "CPU saturated"
   (machine-wide CPU use together >= 90%), "device contention" (the GPU >= 90% busy, or the
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics
 from scaleprobe.core.fmt import rate, ratio
 from scaleprobe.core.thresholds import DEFAULT
@@ -38,9 +40,10 @@ CPU_SATURATED_PCT = DEFAULT.colocate_cpu_pct  # machine-wide CPU use while toget
 GPU_BUSY_PCT = DEFAULT.colocate_gpu_pct  # GPU utilisation while together
 
 INTERFERENCE = ("CPU saturated", "device contention", "interference without saturation")
-VERDICTS = ("no interference", *INTERFERENCE, "inconclusive", "not measured")
-READINGS = ("slower together", "faster together", "within noise", "no interval",
-            "not measured")
+VERDICTS = ("no interference", *INTERFERENCE, CL.INCONCLUSIVE, CL.NOT_MEASURED)
+READINGS = (CL.SLOWER_TOGETHER, CL.FASTER_TOGETHER, CL.NOT_RESOLVED, CL.ONE_REPEAT,
+            CL.NO_INTERVAL, CL.NOT_MEASURED)
+
 
 Figures = Sequence[float | None]
 
@@ -69,6 +72,10 @@ class JobFigures:
     # within-run spread: relative 95% CI half-width of each run's median step time
     alone_rel_ci: tuple[float | None, ...] = ()
     together_rel_ci: tuple[float | None, ...] = ()
+    # the runs the slowdown stands on, with their load as each run judged it; the runs
+    # alone only: a together run's outside load holds its partners' by design (the report
+    # nets them out, report/records.colocated_load)
+    sources: tuple[CL.Source, ...] = ()
 
     @property
     def paired(self) -> list[int]:
@@ -103,15 +110,14 @@ class JobFigures:
                                       self.alone_rel_ci)
 
     @property
+    def claim(self) -> CL.Claim:
+        return CL.slowdown_claim(self.name, self.slowdown, self.interval, self.sources)
+
+    @property
     def reading(self) -> str:
-        iv = self.interval
-        if self.slowdown is None:
-            return "not measured"
-        if iv is None:
-            return "no interval"
-        if iv.above(1.0):
-            return "slower together"
-        return "faster together" if iv.below(1.0) else "within noise"
+        """``slower together``, ``faster together``, ``not resolved``, ``inconclusive (1
+        repeat)`` (never "within noise": one repeat decides nothing), ``no interval``."""
+        return self.claim.short_verdict
 
     def to_dict(self) -> dict[str, Any]:
         iv = self.interval
@@ -121,7 +127,8 @@ class JobFigures:
                 "together_epoch_time_s": self._mean(self.together_epoch_s),
                 "slowdown": self.slowdown,
                 "slowdown_interval": iv.to_dict() if iv is not None else None,
-                "reading": self.reading,
+                "reading": self.reading, "under_load": self.claim.under_load,
+                "load_caveat": CL.load_caveat(self.sources) or None,
                 "alone_samples_per_s_repeats": list(self.alone),
                 "together_samples_per_s_repeats": list(self.together),
                 "slowdown_repeats": self.slowdowns}
@@ -160,7 +167,7 @@ def verdict(jobs: list[JobFigures], cpu_util_pct: float | None, gpu_util_pct: fl
     reason for it."""
     missing = [j.name for j in jobs if j.slowdown is None]
     if not jobs or missing:
-        return "not measured", f"no samples/s alone and together for: {', '.join(missing)}"
+        return CL.NOT_MEASURED, f"no samples/s alone and together for: {', '.join(missing)}"
     ref = NO_INTERFERENCE_BELOW
     detail = readings_text(jobs)
     cpu, gpu = _machine(cpu_util_pct, gpu_util_pct)
@@ -170,11 +177,11 @@ def verdict(jobs: list[JobFigures], cpu_util_pct: float | None, gpu_util_pct: fl
             return ("no interference", f"every job's slowdown interval lies below {ref:.2f}x "
                     f"(within {ref - 1:.0%} of its speed alone): {detail}")
         undecided = [j for j in jobs if j.interval is None or not j.interval.below(ref)]
-        why = "; ".join(metrics.undecided_text(j.interval, ref, f"{j.name}'s slowdown")
-                        .removeprefix("inconclusive: ") for j in undecided)
+        why = "; ".join(CL.undecided(j.interval, ref, f"{j.name}'s slowdown")
+                        .removeprefix(CL.INCONCLUSIVE + ": ") for j in undecided)
         rest = [j for j in jobs if j not in undecided]
         others = f"; below {ref:.2f}x: {readings_text(rest)}" if rest else ""
-        return ("inconclusive", f"the intervals do not decide between no interference (every "
+        return (CL.INCONCLUSIVE, f"the intervals do not decide between no interference (every "
                 f"job below {ref:.2f}x) and interference (one above it): {why}{others}; "
                 f"machine CPU {cpu}, GPU {gpu} while together")
     slow = ", ".join(f"{j.name} {_iv_short(j.interval, j.slowdown)}" for j in hurt)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # where a compile event falls: the record's own words (core/invariants.py checks them)
+from scaleprobe.core import claim as CL
 from scaleprobe.core.invariants import AFTER, WARMUP, WINDOW
 
 METHOD = ("torch._dynamo callback_handler start/end callbacks timed with perf_counter; "
@@ -276,11 +277,11 @@ def vs_eager_line(block_: dict[str, Any] | None, why: dict[str, str]) -> str | N
     iv = vs.get("fwd_bwd_speedup_interval")
     shown = f"{vs['fwd_bwd_speedup']:.2f}x" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
     if iv and iv[0] <= 1.0 <= iv[1]:
-        verdict = "not resolved (the interval includes 1x)"
+        verdict = f"{CL.NOT_RESOLVED} (the interval includes 1x)"
     elif iv:
         verdict = "faster" if iv[0] > 1.0 else "SLOWER"
     else:
-        verdict = "inconclusive (one value a side)"
+        verdict = f"{CL.INCONCLUSIVE} (one value a side)"
     line = (f"compiled against eager: forward + backward {shown} {verdict} (geometric means; "
             f"median {vs['compiled_fwd_bwd_s'] * 1e3:.1f} ms compiled over "
             f"{vs['compiled_steps']} timed steps, {vs['eager_fwd_bwd_s'] * 1e3:.1f} ms eager "

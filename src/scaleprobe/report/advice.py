@@ -133,6 +133,13 @@ def sync_words(rec: RunResult) -> tuple[str, str]:
     return "gradients", "gradient hooks, bucket copies, waiting for the slowest rank"
 
 
+def unsplit(parts: str) -> str:
+    """How sync overhead's parts are named: as what it may hold, never as a measured split
+    (no part is timed apart; bug caught: a 14x overhead "attributed" to hooks, bucket copies
+    and waiting beside a straggler line of 1.00x)."""
+    return f"not split further: its parts are not measured apart; it may hold {parts}"
+
+
 def comm_bound(rec: RunResult) -> str:
     """What to change when exposed communication is large. Links and bucket sizes only when
     transfer dominates; when sync overhead dominates, say that the network is not the cost."""
@@ -154,7 +161,7 @@ def comm_bound(rec: RunResult) -> str:
                        f"{short_ms(transfer)} of the {short_ms((transfer or 0) + (overhead or 0))}"
                        f" exposed, so a faster link or other bucket sizes cannot win more than "
                        f"that; the other {short_ms(overhead)} is synchronisation overhead "
-                       f"({parts})")
+                       f"({unsplit(parts)})")
         tips.append("look for a straggler or for compute threads competing with the "
                     "communication threads (threads per process = cores / processes), or "
                     "synchronise less often (--strategy localsgd --average-every 4)")

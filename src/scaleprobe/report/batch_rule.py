@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record, RunResult
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report import critical as C
+from scaleprobe.report import load as L
 from scaleprobe.report import repeats as P
 from scaleprobe.report.batch import (
     EPOCH_BASES,
@@ -32,20 +34,15 @@ from scaleprobe.report.rows import BatchPicks, BatchRow, BatchStep
 
 def pays(epoch: M.Interval | None, mem_growth: float | None,
          mem: M.Interval | None = None) -> bool | None:
-    """The batch rule: a larger batch pays while epoch time falls faster than memory grows,
-    i.e. epoch ratio E < 1 - memory growth = 2 - memory ratio R. True / False only when E's
-    interval lies wholly on one side of the bar; with memory's own interval (``mem``, over
-    the repeats) the bar is a range too, and E must clear all of it. None (cannot tell)
-    otherwise."""
+    """The batch rule (``claim.batch_step``): a larger batch pays while epoch time falls
+    faster than memory grows, i.e. epoch ratio E < 1 - memory growth = 2 - memory ratio R.
+    True / False only when E's interval lies wholly on one side of the bar; with memory's own
+    interval (``mem``, over the repeats) the bar is a range too, and E must clear all of it.
+    None (cannot tell) otherwise."""
     if epoch is None or mem_growth is None:
         return None
-    strict, lenient = ((2.0 - mem.hi, 2.0 - mem.lo) if mem is not None
-                       else (1.0 - mem_growth, 1.0 - mem_growth))
-    if epoch.below(strict):
-        return True
-    if epoch.above(lenient):
-        return False
-    return None
+    rule = CL.batch_step(epoch, mem_growth, mem).rule
+    return {CL.RULE_BELOW: True, CL.RULE_ABOVE: False}.get(rule)
 
 
 def _steps(rows: list[BatchRow]) -> list[BatchStep]:
@@ -62,6 +59,10 @@ def _steps(rows: list[BatchRow]) -> list[BatchStep]:
             text = _step_text(iv, mg, miv)
             if verdict is not True:
                 text += _at_peak(prev, row)
+            # the step's claim stands on both points' runs: their load rides on it
+            caveat = CL.load_caveat(L.sources([prev["record"], row["record"]]))
+            if caveat:
+                text += f"; {caveat}"
             out.append({"group": row["group"], "from": prev["batch_size"],
                         "to": row["batch_size"], "epoch_growth": eg, "mem_growth": mg,
                         "epoch_interval": iv.to_dict() if iv else None,
@@ -93,12 +94,11 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
     if iv is None or mg is None:
         return "cannot tell: " + ("no epoch-time spread" if mg is not None
                                   else "no memory figure")
-    v = pays(iv, mg, miv)
-    if v is not None:  # decided: with the interval it was decided on
-        return (f"{'pays' if v else 'does not pay'} (epoch-time ratio {iv.short(ref=None)}, "
-                f"{bar_text(mg, miv)})")
+    c = CL.batch_step(iv, mg, miv)
+    if c.decided:  # with the interval it was decided on
+        return f"{c.verdict} (epoch-time ratio {iv.short(ref=None)}, {bar_text(mg, miv)})"
     bar = 1.0 - mg
-    return M.undecided_text(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
+    return CL.undecided(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
                             need=_repeats_to_decide(iv, mg, miv))
 
 
@@ -198,7 +198,7 @@ def recommend_batch(records: list[Record]) -> BatchPicks:
 
     picks = target_picks(rows)
     text = _batch_text(fastest, best_eff, steps, multi, (fast_ahead, fast_tied),
-                       (eff_ahead, eff_tied))
+                       (eff_ahead, eff_tied), ok)
     if picks["lines"]:
         text += "\n" + "\n".join(picks["lines"])
     crit = C.group_lines(rows, {"fastest": None if fast_tied else fastest,  # decided picks
@@ -240,9 +240,19 @@ def runs_own_spread(fastest: BatchRow, rows: list[BatchRow]) -> bool:
 
 
 
+def _with_caveat(line: str, pick: BatchRow, ok: list[BatchRow]) -> str:
+    """A ranking's line with the load caveat (core/claim.py) of the runs it compared: every
+    finished row of the pick's group."""
+    caveat = CL.load_caveat(L.sources([r["record"] for r in ok if r["group"] == pick["group"]]))
+    return line.rstrip(".") + f"; {caveat}." if caveat else line
+
+
 def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep], multi: bool,
-                fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]]) -> str:
-    """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with)."""
+                fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]],
+                ok: list[BatchRow] | None = None) -> str:
+    """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with); ``ok``:
+    the finished rows, whose load rides on the rankings."""
+    ok = ok or []
     n = max((fastest.get("repeats") or 1), 1)
     lines = ["A larger batch pays only while epoch time falls faster than memory grows "
              f"(intervals over {n} repeat{'s' if n != 1 else ''}, 95%)."]
@@ -251,9 +261,11 @@ def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep],
         return f" ({row['group']})" if multi and row["group"] else ""
 
     if fastest.get("epoch_basis_mixed"):
-        how = ("as projected (median step x steps per epoch)"
-               if fastest["epoch_basis"] == "projected" else
-               "as seconds per sample (from samples/s; no epoch time is shown)")
+        how = {"window": "as projected from the timed window (samples per epoch / "
+                         "samples/s)",
+               "projected": "as projected (median step x steps per epoch)"}.get(
+                   fastest["epoch_basis"],
+                   "as seconds per sample (from samples/s; no epoch time is shown)")
         kinds = [KIND_TEXT[k] for k in ("like", "first", "projected", "none")
                  if k in fastest.get("epoch_kinds", ())]
         lines.append(f"Epoch times are compared {how} for every batch size, as their own "
@@ -266,11 +278,12 @@ def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep],
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{epoch_text(fastest)}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    lines.append(claim("Fastest", head, fast[1], fast[0], n))
+    lines.append(_with_caveat(claim("Fastest", head, fast[1], fast[0], n), fastest, ok))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory (the median over its "
                 f"repeats of each one's own; the row: {fmt.rate(eff['samples_per_s'])} samples/s "
                 f"at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        lines.append(claim("Most efficient", body, eff_vs[1], eff_vs[0], n))
+        lines.append(_with_caveat(claim("Most efficient", body, eff_vs[1], eff_vs[0], n),
+                                  eff, ok))
     return "\n".join(lines)

@@ -4,6 +4,7 @@ batch finishes epochs sooner and needs more samples for the same quality)."""
 
 from __future__ import annotations
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.report import repeats as P
@@ -76,16 +77,5 @@ def _or_inf(v: float | None) -> float:
 
 def claim(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
           repeats: int = 2) -> str:
-    """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
-    or inconclusive with the rows it cannot be told apart from (``tied``; with one repeat
-    every other row is, as one repeat decides nothing)."""
-    each = "each: that batch size's figure / this one's"
-    if not tied:
-        return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + f" ({each})."
-                                    if ahead else ".")
-    if repeats >= M.MIN_REPEATS_TO_DECIDE:
-        return f"{what}: inconclusive: {body}, not told apart from " + "; ".join(tied) + f" ({each})."
-    # one repeat: an interval clear of 1 still decides nothing (it cannot see the drift
-    # between runs), so "not told apart" would contradict the interval printed beside it
-    return (f"{what}: inconclusive (1 repeat): {body}, not decided against " + "; ".join(tied)
-            + f" ({each}; one repeat cannot see the drift between runs: 2 or more decide).")
+    """``Fastest: <body>`` ahead of the others, or not: ``claim.ranking``'s words."""
+    return CL.ranking(what, body, tied, ahead, repeats)

@@ -13,8 +13,10 @@ from scaleprobe.core import metrics
 from scaleprobe.core.fmt import md_table, num, rate, ratio, seconds
 from scaleprobe.core.results import ColocateRecord
 
-HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone",
-           "epoch time together", "slowdown", "95% interval", "reading")
+# epoch times on the timed window's basis (samples per epoch / the samples/s beside them):
+# projected, and the slowdowns by samples/s and by epoch time agree
+HEADERS = ("job", "samples/s alone", "samples/s together", "epoch time alone (projected)",
+           "epoch time together (projected)", "slowdown", "95% interval", "reading")
 
 
 def _interval_cell(j: Mapping[str, Any]) -> str:
@@ -22,13 +24,19 @@ def _interval_cell(j: Mapping[str, Any]) -> str:
     return "n/a" if iv is None else iv.bounds()
 
 
-def job_rows(jobs: Iterable[Mapping[str, Any]]) -> list[list[str]]:
-    """One row a job, in ``HEADERS``' order (colocate.md and the report's section)."""
+def job_rows(jobs: Iterable[Mapping[str, Any]],
+             loaded: list[bool] | None = None) -> list[list[str]]:
+    """One row a job, in ``HEADERS``' order (colocate.md and the report's section). A
+    reading whose runs were measured under load says so: as the record judged its runs
+    alone, or (``loaded``, one per job) as the report judges them."""
+    jobs = list(jobs)
+    flags = loaded if loaded is not None else [bool(j.get("under_load")) for j in jobs]
     return [[str(j.get("name") or "n/a"), rate(j.get("alone_samples_per_s")),
              rate(j.get("together_samples_per_s")), seconds(j.get("alone_epoch_time_s")),
              seconds(j.get("together_epoch_time_s")), ratio(j.get("slowdown")),
-             _interval_cell(j), str(j.get("reading") or "n/a")]
-            for j in jobs]
+             _interval_cell(j), str(j.get("reading") or "n/a")
+             + (", under load" if flag else "")]
+            for j, flag in zip(jobs, flags, strict=False)]
 
 
 def colocate_rows(rec: ColocateRecord) -> list[list[str]]:
@@ -74,6 +82,8 @@ def render_colocate(rec: ColocateRecord) -> str:
         "",
         f"- {rec.throughput or ''}",
         f"- **verdict: {rec.verdict}** - {rec.evidence}",
+        *[f"- {j.get('name')}: {j['load_caveat']} (a job measured alone under load makes its "
+          "slowdown look smaller than it is)" for j in rec.jobs if j.get("load_caveat")],
         "",
     ]
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.errors import ConfigError
@@ -65,14 +66,16 @@ class Pair:
             return self.verdict + ("" if self.verdict.startswith("not comparable")
                                    else ": no spread to judge by (fewer than 3 timed steps)")
         head = self.verdict
-        if head == "inconclusive" and not iv.enough_repeats:
-            head = "inconclusive (1 run a side)"
+        if head == CL.INCONCLUSIVE and iv.enough_repeats:  # the interval holds 1: in words
+            head = CL.Claim("", iv.estimate, iv).verdict
+        if head == CL.INCONCLUSIVE and not iv.enough_repeats:
+            head = f"{CL.INCONCLUSIVE} (1 run a side)"
             if iv.lo > 1.0 or iv.hi < 1.0:  # the one pair leans, and cannot see drift
                 lean = "faster" if iv.lo > 1.0 else "slower"
                 head += (f", leaning {lean}: one run a side cannot see the drift between "
                          "runs (load that comes and goes)")
         text = f"{head}: samples/s B / A {iv.text()} ({_how(iv)})"
-        if self.verdict == "inconclusive":
+        if self.verdict == CL.INCONCLUSIVE:
             text += ("; " + (f"about {self.need} repeats a side would decide it" if self.need
                              else "more repeats would not decide it: the difference is "
                                   "smaller than the noise"))
@@ -109,7 +112,7 @@ def verdict(iv: M.Interval | None, th: Thresholds = DEFAULT) -> str:
     change when it lies within +/- ``compare_floor_rel``, else inconclusive; one run a side
     is always inconclusive (``Interval.above`` needs two repeats)."""
     if iv is None:
-        return "inconclusive"
+        return CL.INCONCLUSIVE
     if iv.above(1.0):
         return "faster"
     if iv.below(1.0):
@@ -117,14 +120,14 @@ def verdict(iv: M.Interval | None, th: Thresholds = DEFAULT) -> str:
     if (iv.enough_repeats and iv.lo >= 1.0 / (1.0 + th.compare_floor_rel)
             and iv.hi <= 1.0 + th.compare_floor_rel):
         return "no change"
-    return "inconclusive"
+    return CL.INCONCLUSIVE
 
 
 def _repeats_to_decide(iv: M.Interval, th: Thresholds) -> int | None:
     """Repeats a side after which the verdict would be faster, slower or no change, the
     ratio and its spread staying as measured (None: more than ``MAX_REPEATS_SUGGESTED``)."""
     for n in range(max(2, iv.n + 1), M.MAX_REPEATS_SUGGESTED + 1):
-        if verdict(M.projected(iv, n), th) != "inconclusive":
+        if verdict(M.projected(iv, n), th) != CL.INCONCLUSIVE:
             return n
     return None
 
@@ -182,7 +185,7 @@ def compare_runs(a: RunResult, b: RunResult, label: str = "A vs B",
                     deltas=deltas)
     iv = samples_interval(a, b)
     v = verdict(iv, th)
-    need = _repeats_to_decide(iv, th) if v == "inconclusive" and iv is not None else None
+    need = _repeats_to_decide(iv, th) if v == CL.INCONCLUSIVE and iv is not None else None
     return Pair(label, a, b, v, iv, need, differences(a, b), deltas, caveats(a, b, th))
 
 
@@ -348,8 +351,8 @@ def _unmatched(cmp: Comparison) -> list[str]:
 
 RULE = ("B is faster or slower only when the 95% interval of samples/s B / A excludes 1 "
         "over at least two repeats a side (Welch t over each side's repeats); no change only "
-        "when it lies within +/-2%; otherwise inconclusive. One run a side is always "
-        "inconclusive: its interval (the within-run spread, at least +/-10%) cannot see the "
+        f"when it lies within +/-2%; otherwise {CL.INCONCLUSIVE}. One run a side is always "
+        f"{CL.INCONCLUSIVE}: its interval (the within-run spread, at least +/-10%) cannot see the "
         "drift between runs. See docs/REPORTS.md.")
 
 

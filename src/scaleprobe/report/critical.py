@@ -33,10 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as M
 from scaleprobe.core.gns import REGIME_TEXT, regime
 from scaleprobe.core.results import RunResult
-from scaleprobe.measure.stats import median
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import BatchRow, RulePicks
 
@@ -150,14 +150,37 @@ def has_gns(rows: list[BatchRow]) -> bool:
                if r.get("record") is not None)
 
 
+def distinct(runs: Sequence[RunResult]) -> list[RunResult]:
+    """One run per batch size and seed, the earliest repeat: repeats of a seed train the
+    same steps, so their B_noise is one measurement, not several (bug caught: "median over 4
+    runs" that were 2 seeds' duplicates)."""
+    seen: dict[tuple[Any, Any], RunResult] = {}
+    for r in sorted(runs, key=lambda x: x.repeat or 0):
+        seen.setdefault((batch_global(r), r.cfg("train.seed")), r)
+    return list(seen.values())
+
+
+def measured_median(vals: Sequence[float]) -> float:
+    """The median of measured values that is itself one of them: for an even count the
+    lower middle (bug caught: 88, the mean of two values no run measured)."""
+    return sorted(vals)[(len(vals) - 1) // 2]
+
+
+def _end_values(rec: RunResult | None) -> list[float]:
+    """B_noise at the end of each distinct run of a point."""
+    if rec is None:
+        return []
+    return [v for v in (b_noise_end(x) for x in distinct(P.repeats_of(rec))) if v is not None]
+
+
 def noise_cell(row: BatchRow) -> str:
-    """``150 (52-360)``: the median over the point's repeats of B_noise at each run's end
-    (``b_noise_end``, the figure the critical batch is compared with), and their range."""
-    rec = row.get("record")
-    vals = P.values(rec, b_noise_end) if rec is not None else []
+    """``150 (52-360)``: the median over the point's distinct runs (one per seed) of B_noise
+    at each run's end (``b_noise_end``, the figure the critical batch is compared with), a
+    measured value, and their range."""
+    vals = _end_values(row.get("record"))
     if not vals:
         return "-"
-    med = median(vals)
+    med = measured_median(vals)
     return f"{med:,.0f} ({min(vals):,.0f}-{max(vals):,.0f})" if len(vals) > 1 else f"{med:,.0f}"
 
 
@@ -168,7 +191,7 @@ def batch_global(r: RunResult) -> int | None:
 
 def undecided(n: int) -> str:
     """The verdict's place when ``n`` (< ``MIN_REPEATS_TO_DECIDE``) seeds stand behind it."""
-    return f"inconclusive ({n} seed{'s' if n != 1 else ''})"
+    return f"{CL.INCONCLUSIVE} ({n} seed{'s' if n != 1 else ''})"
 
 
 def seeds(runs: list[RunResult]) -> int:
@@ -182,14 +205,14 @@ def regime_cell(row: BatchRow) -> str:
     """Where the batch lies against the point's B_noise (``gns.regime``) over the range of
     its repeats; inconclusive with fewer than ``MIN_REPEATS_TO_DECIDE`` of them."""
     rec = row.get("record")
-    vals = P.values(rec, b_noise_end) if rec is not None else []
+    vals = _end_values(rec)
     b = batch_global(rec) if rec is not None else None
     if not vals or not b:
         return "-"
-    n = seeds([x for x in P.repeats_of(rec) if b_noise_end(x) is not None])
+    n = len(vals)  # distinct runs: one per seed
     if n < M.MIN_REPEATS_TO_DECIDE:
         return undecided(n)
-    return regime(b, median(vals), min(vals), max(vals))
+    return regime(b, measured_median(vals), min(vals), max(vals))
 
 
 # ---- one group of a batch sweep: prediction, measurement, verdicts ------------------------
@@ -225,16 +248,16 @@ class Predicted:
 def predicted(rows: list[BatchRow]) -> Predicted | None:
     """The group's B_noise from its runs' own measurements: at each run's end (near its
     target; gns.py), median and range, with the path and window figures beside it."""
-    runs = runs_of(rows)
+    runs = distinct(runs_of(rows))
     end = [v for v in (b_noise_end(r) for r in runs) if v is not None]
     if not end:
         return None
     path = [v for v in (b_noise_path(r) for r in runs) if v is not None]
     simple = [v for v in (b_noise(r) for r in runs) if v is not None]
-    counts = [seeds([x for x in P.repeats_of(r["record"]) if b_noise_end(x) is not None])
-              for r in rows if r.get("record")]
-    return Predicted(median(end), min(end), max(end), len(end),
-                     median(path) if path else None, median(simple) if simple else None,
+    counts = [len(_end_values(r["record"])) for r in rows if r.get("record")]
+    return Predicted(measured_median(end), min(end), max(end), len(end),
+                     measured_median(path) if path else None,
+                     measured_median(simple) if simple else None,
                      min(c for c in counts if c))
 
 
@@ -300,7 +323,7 @@ def verdict_lines(rows: list[BatchRow], rec: RulePicks | None = None,
                                                        pred.b_simple)) if v is not None]
         lines.append(f"- Critical batch{where}, predicted by the gradient noise scale: B_noise "
                      f"{pred.b_noise:,.0f} samples at each run's end (median over {pred.runs} "
-                     f"runs, range {pred.lo:,.0f}-{pred.hi:,.0f}; "
+                     f"distinct runs, one per batch size and seed, range {pred.lo:,.0f}-{pred.hi:,.0f}; "
                      + "; ".join(beside + ["docs/CRITICAL_BATCH.md"]) + ").")
     if fit is not None:
         line = f"- Critical batch{where}, measured from the steps to the target: {fit_text(fit)}"

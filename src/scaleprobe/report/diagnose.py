@@ -228,7 +228,7 @@ def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
         size = fmt.bytes_(R.num(standalone.get("bytes")))
         ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
                f"same process group) + sync overhead {advice.short_ms(overhead)} "
-               f"({advice.sync_words(rec)[1]})")
+               f"({advice.unsplit(advice.sync_words(rec)[1])})")
     else:
         ev += "; not split into transfer and sync overhead (not measured in this result)"
     if per.get("interval_s"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
@@ -61,7 +62,7 @@ def _batch(eid: str, recs: list[Record]) -> list[Finding]:
                    "sizes (stalls or waits inside the runs: see the runs' findings and "
                    "steps.csv): remove them, or time more steps per run, before adding "
                    "--repeats")
-        return [Finding("batch size: inconclusive", evidence, tip, "info", eid)]
+        return [Finding(f"batch size: {CL.INCONCLUSIVE}", evidence, tip, "info", eid)]
     advice_text = f"batch {fast['batch_size']} for the shortest epoch"
     if eff is not None and rec.get("most_efficient_decided"):
         advice_text += (f"; batch {eff['batch_size']} for the most samples/s per GiB of memory"
@@ -74,7 +75,7 @@ def _workers(eid: str, recs: list[Record], th: Thresholds) -> list[Finding]:
     rec = recommend_workers(recs, th)
     if rec["workers"] is None:
         if rec.get("decided") is False:
-            return [Finding("loader workers: inconclusive", rec["text"],
+            return [Finding(f"loader workers: {CL.INCONCLUSIVE}", rec["text"],
                             "run the sweep with more --repeats", "info", eid)]
         return []
     if rec["workers"] == 0:
@@ -236,15 +237,14 @@ INTERFERENCE = ("CPU saturated", "device contention", "interference without satu
 
 
 def _job_reading(j: dict[str, Any]) -> str:
-    """``a: 1.67x [1.50, 1.86] slower together``; a record written before repeats existed has
-    no interval, and then the direction is not claimed."""
+    """``a: 1.67x [1.50, 1.86], slower together``; a record written before repeats existed
+    has no interval, and then the direction is not claimed."""
     iv = M.interval_of(j.get("slowdown_interval"))
     text = f"{j.get('name')}: {fmt.ratio(j.get('slowdown'))}"
     if iv is None:
         return f"{text} (no interval: recorded without repeats)"
-    reading = ("slower together" if iv.above(1) else "faster together" if iv.below(1)
-               else "within noise")
-    return f"{text} {iv.bounds()} {reading}"
+    c = CL.slowdown_claim(str(j.get("name")), R.num(j.get("slowdown")), iv)
+    return f"{text} {iv.bounds()} {c.short_verdict}"
 
 
 def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:
@@ -267,7 +267,7 @@ def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:
                "even pinned, the jobs compete (memory bandwidth, shared caches, the loader): "
                "run them one after the other when each one's time matters")
         severity = "warning"
-    elif verdict == "inconclusive":
+    elif verdict == CL.INCONCLUSIVE:
         n = rec.repeats or 1
         tip = (f"the slowdowns are within the run-to-run noise at {int(n)} repeat(s): run "
                "again with more --repeats (the evidence says about how many) before acting")
@@ -289,10 +289,11 @@ def _parity(rec: ParityRecord) -> Finding:
         ev = (f"accuracy {fmt.num(a1, '.3f')} on 1 process vs {fmt.num(an, '.3f')} on {n} "
               f"({fmt.num(diff, '+.3f')}), from one seed with a fixed tolerance: no interval, "
               "and the seed-to-seed spread can exceed the difference")
-        return Finding("accuracy parity inconclusive", ev, "run --parity again: it repeats "
-                       "over seeds and derives the tolerance from their spread", "info", subject)
+        return Finding(f"accuracy parity {CL.INCONCLUSIVE}", ev, "run --parity again: it "
+                       "repeats over seeds and judges the difference's interval against "
+                       "--parity-tolerance (the user's margin)", "info", subject)
     ev = str(rec.verdict_text or verdict)
-    if verdict == "parity broken":
+    if verdict == CL.PARITY_BROKEN:
         gb = rec.global_batch
         per = (f" (per-device batch {int(gb) // int(n)} on {n} processes vs {int(gb)} on 1)"
                if gb and isinstance(n, int) and n > 0 else "")
@@ -303,8 +304,8 @@ def _parity(rec: ParityRecord) -> Finding:
                f"batch{per} (SyncBatchNorm, or a model without batch-norm) and the shard audit "
                "of the N-process runs")
         return Finding("accuracy differs", ev, tip, "warning", subject)
-    if verdict == "inconclusive":
-        return Finding("accuracy parity inconclusive", ev, "run more --repeats before acting "
+    if verdict == CL.INCONCLUSIVE:
+        return Finding(f"accuracy parity {CL.INCONCLUSIVE}", ev, "run more --repeats before acting "
                        "on the difference (the evidence says about how many)", "info", subject)
     if verdict == "not measured":
         return Finding("accuracy parity not measured", ev, "see the runs' records for why",

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
@@ -122,6 +123,16 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     number = (f"batch {fast['batch_size']}: epoch {B.epoch_text(fast)}, "
               f"{fmt.rate(fast['samples_per_s'])} samples/s"
               + (f"; batch {', '.join(oom)} ran out of memory" if oom else ""))
+    if not others:
+        # bug caught: an interrupted sweep with one batch size finished said "Batch 32 gives
+        # the shortest epoch", a ranking of one
+        reps = max((x.repeat or 0) + 1 for x in R.runs(recs)) if R.runs(recs) else 1
+        return [Verdict(f"Batch size ({eid}): {CL.INCONCLUSIVE}, only batch "
+                        f"{fast['batch_size']} finished", number,
+                        "no other batch size of its group finished: nothing to compare",
+                        "run the sweep again so the other batch sizes finish: "
+                        f"{RC.rerun('sweep', eid, folder, reps, RC.spec_of(recs))}",
+                        UNDECIDED)]
     tied = [(o, iv) for o, iv in ivs if iv is None or not iv.above(1.0)]
     if not tied:
         # the batch size it is least clearly ahead of: the interval whose lower bound is
@@ -130,7 +141,7 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
                       default=None)
         call = (f"the closest call, batch {nearest[0]['batch_size']}: {nearest[1].text()} "
                 f"(its epoch time / batch {fast['batch_size']}'s)" if nearest is not None
-                else "the only batch size that finished")
+                else "-")
         use = RC.run_command(fast["record"], {"batch_size": fast["batch_size"]})
         return [Verdict(f"Batch {fast['batch_size']} gives the shortest epoch ({eid})", number,
                         call, f"use it: {use}", DECIDED)]
@@ -142,9 +153,8 @@ def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
     # one repeat decides nothing even where its interval is clear of 1: "not told apart"
     # would contradict the interval shown beside it
     one = all(t[1] is not None and not t[1].enough_repeats for t in tied)
-    how = "not decided against (1 repeat)" if one else "not told apart from"
-    return [Verdict(f"Fastest batch size ({eid}): inconclusive, batch {fast['batch_size']} is "
-                    f"{how} batch {names}", number, closest,
+    return [Verdict(f"Fastest batch size ({eid}): {CL.INCONCLUSIVE}, batch "
+                    f"{fast['batch_size']} is {CL.tied_words(one)} batch {names}", number, closest,
                     _decide(need, iv, lambda n: RC.rerun("sweep", eid, folder, n, RC.spec_of(recs)),
                             recs),
                     UNDECIDED)]
@@ -188,35 +198,43 @@ def _worker_flags(r: WorkersPick) -> dict[str, Any]:
 
 
 def worker_verdicts(eid: str, recs: list[Record], th: Thresholds) -> list[Verdict]:
-    """The loader-worker recommendation, one per transform the sweep varied."""
+    """The loader-worker recommendation, one per group of the sweep's other axes and per
+    transform, each naming its own."""
     rec = W.recommend_workers(recs, th)
-    if rec.get("workers") is None and rec.get("decided") is not False and "by_transform" not in rec:
+    if rec.get("workers") is None and rec.get("decided") is not False and "by_group" not in rec:
         return [Verdict(f"Loader settings ({eid}): none finished", "0 settings finished", "-",
                         "see Findings: why each point failed", ERROR)]
     rows = W.loader_table(recs)
     out = []
-    for transform, r in (rec.get("by_transform") or {"": rec}).items():
-        where = f"{eid}, transform={transform}" if transform else eid
+    for key, r in (rec.get("by_group") or {"": rec}).items():
+        where = f"{eid}, {key}" if key else eid  # the group and transform it is about
+        caveat = f"; {r['load_caveat']}" if r.get("load_caveat") else ""
         if r.get("workers") is None:
             iv = M.interval_of(r.get("interval"))
             need = r.get("need")  # as the recommendation itself counted them
             why = (r["unexplained"] if r.get("unexplained") else
                    f"{r.get('compared') or 'fewer workers / the best'}: "
                    f"{iv.text(ref=r.get('ref', 1.0)) if iv else 'no spread'}")
-            out.append(Verdict(f"Loader workers ({where}): inconclusive", f"best: "
-                               f"{r['best_setting']}, {fmt.rate(r['best_samples_per_s'])} "
-                               "samples/s", why,
-                               _decide(need, iv, lambda n: RC.rerun(
-                                   "sweep", eid, RC.folder_of(recs), n, RC.spec_of(recs)),
-                                       recs, th),
-                               UNDECIDED))
+            def again(n: int | None, eid: str = eid) -> str:
+                return RC.rerun("sweep", eid, RC.folder_of(recs), n, RC.spec_of(recs))
+
+            if r.get("alone"):  # finished runs are reused: only the missing ones run
+                reps = max((x.repeat or 0) + 1 for x in R.runs(recs)) if R.runs(recs) else 1
+                act = f"run the sweep again so the other settings finish: {again(reps)}"
+            else:
+                act = _decide(need, iv, again, recs, th)
+            head = "only" if r.get("alone") else "best"
+            out.append(Verdict(f"Loader workers ({where}): {CL.INCONCLUSIVE}",
+                               f"{head}: {r['best_setting']}, "
+                               f"{fmt.rate(r['best_samples_per_s'])} samples/s{caveat}", why,
+                               act, UNDECIDED))
             continue
         pick = next((x for x in rows if x["group"] == r["group"] and x["setting"] == r["setting"]),
                     None)
         use = (f"use it: {RC.run_command(pick['record'], _worker_flags(r))}" if pick is not None
                else "see Sweeps")
         out.append(Verdict(f"Use {r['workers']} loader worker(s) ({where}): {r['setting']}",
-                           f"{fmt.rate(r['samples_per_s'])} samples/s",
+                           f"{fmt.rate(r['samples_per_s'])} samples/s{caveat}",
                            _worker_margin(r, pick, rows), use, DECIDED))
     return out
 
@@ -258,6 +276,9 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
         against = f" against {row['base_nproc']}" if row["base_nproc"] != 1 else ""
         number = (f"{n} processes{against}: speedup {fmt.ratio(row['speedup'])}, efficiency "
                   f"{fmt.pct(row['efficiency'])}")
+        sc = row.get("claim")
+        if sc is not None and sc.under_load:  # the caveat travels with the figures
+            number += "; " + CL.load_caveat(sc.sources)
         iv, eiv = row["speedup_interval"], row["efficiency_interval"]
         if row.get("unlike") and not row.get("implausible"):
             out.append(Verdict(f"Scaling ({eid}): not like for like", number,
@@ -285,9 +306,10 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
         elif eiv.above(bar):
             out.append(Verdict(f"{n} processes scale above {fmt.pct(bar)} efficiency ({eid})",
                                number, ivtext, "nothing to change", DECIDED))
-        else:
+        else:  # in the claim's words: "not resolved" or "inconclusive (1 repeat)"
             need = M.repeats_to_decide(eiv, bar)
-            out.append(Verdict(f"Scaling ({eid}): inconclusive against {fmt.pct(bar)} "
+            word = CL.Claim("", eiv.estimate, eiv, ref=bar, unit="%").short_verdict
+            out.append(Verdict(f"Scaling ({eid}): {word} against {fmt.pct(bar)} "
                                "efficiency", number, ivtext,
                                _decide(need, eiv, again, [row["record"]], th), UNDECIDED))
     return out
@@ -301,11 +323,17 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     if not jobs:
         return Verdict(claim, "no job figures", "-", "see the jobs' run records", ERROR)
     worst = max(jobs, key=lambda j: j["slowdown"])
-    number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} slower together"
     ivd = R.dict_of(worst.get("slowdown_interval"))
     iv = M.Interval(**ivd) if {"estimate", "lo", "hi", "n", "method"} <= set(ivd) else None
+    # the worst job's own reading, by the claim's rules: "slower together" only where its
+    # interval says so ("inconclusive (1 repeat)", "not resolved" otherwise)
+    reading = CL.slowdown_claim(str(worst.get("name")), worst["slowdown"], iv).short_verdict
+    number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} ({reading})"
+    caveats = [f"{j.get('name')}: {j['load_caveat']}" for j in jobs if j.get("load_caveat")]
+    if caveats:  # a job measured alone under load: its slowdown may look smaller
+        number += "; " + "; ".join(caveats)
     interval = iv.text() if iv else "no interval: recorded without repeats"
-    if verdict == "inconclusive" or iv is None:
+    if verdict == CL.INCONCLUSIVE or iv is None:
         need = M.repeats_to_decide(iv, th.colocate_slowdown) if iv else None
         return Verdict(claim, number, interval,
                        _decide(need, iv, lambda k: RC.rerun("colocate", eid, rec.source, k,
@@ -316,10 +344,9 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
 
 
 def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) -> Verdict:
-    """The parity record's verdict; ``runs``: run records by id, to print the command that
-    measures it again with its options."""
+    """The parity record's verdict, in the claim's words (core/claim.py); ``runs``: run
+    records by id, to print the command that measures it again with its options."""
     eid = rec.exp_id or "parity"
-    verdict = str(rec.verdict or "inconclusive")
     diff, tol = rec.difference, rec.tolerance
     number = (f"accuracy {fmt.num(rec.accuracy_1, '.3f')} on 1 process vs "
               f"{fmt.num(rec.accuracy_n, '.3f')} on {rec.nproc or 'N'}")
@@ -327,19 +354,22 @@ def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) 
     lo, hi = R.num(ivd.get("lo")), R.num(ivd.get("hi"))
     n = int(rec.repeats or 1)
     if lo is None or hi is None or diff is None or tol is None:
-        return Verdict(f"Accuracy parity ({eid}): inconclusive", number, "one seed, no interval",
-                       RC.parity_command(rec, runs or {}, 3), UNDECIDED)
-    interval = (f"difference {diff:+.3f} [{lo:+.3f}, {hi:+.3f}], {n} seeds; tolerance "
-                f"+/-{tol:.3f}")
-    if verdict == "inconclusive":
+        c = CL.parity(diff, None, 1 if diff is not None else n, tol or 0.01)
+        return Verdict(f"Accuracy parity ({eid}): {c.short_verdict}", number,
+                       "one seed, no interval", RC.parity_command(rec, runs or {}, 3),
+                       UNDECIDED)
+    c = CL.parity(diff, M.Interval(diff, lo, hi, n, "paired t"), n, tol)
+    interval = f"{c.figure()}; tolerance +/-{tol:.3f}"
+    head = f"Accuracy parity ({eid}): {c.short_verdict}"
+    if not c.decided:
         need = parity_repeats(diff, lo, hi, tol, n)
-        return Verdict(f"Accuracy parity ({eid}): inconclusive", number, interval,
+        return Verdict(head, number, interval,
                        (f"about {need} seeds a side would decide it: "
                         f"{RC.parity_command(rec, runs or {}, need)}" if need else
                         f"{_repeats_text(None)}: set the tolerance by what matters to you"),
                        UNDECIDED)
-    broken = verdict == "parity broken"
-    return Verdict(f"Accuracy parity ({eid}): {verdict}", number, interval,
+    broken = c.rule == CL.RULE_OUTSIDE_BAND
+    return Verdict(head, number, interval,
                    "see Accuracy parity and Findings" if broken else "nothing to change",
                    DECIDED, warning=broken)
 

@@ -9,8 +9,11 @@ that carries only the flag keeps it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from scaleprobe.core import fmt
-from scaleprobe.core.results import Load, RunResult
+from scaleprobe.core.claim import Source
+from scaleprobe.core.results import Load, RunResult, point_key
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 
 
@@ -79,3 +82,30 @@ def under_load_line(recs: list[RunResult], th: Thresholds = DEFAULT,
             + f". Other processes used more than max({limit:g} cores, "
             f"{th.load_machine_fraction:.0%} of the machine) during these points' timed "
             "windows, so their figures may be slower than the machine allows." + note)
+
+
+def source(rec: RunResult, th: Thresholds = DEFAULT) -> Source:
+    """The run as a claim's source (core/claim.py): experiment id + point key + repeat, and
+    whether it was measured under load, with the load in words."""
+    flag, _ = run_load(rec, th)
+    cores = outside_cores(rec)
+    gpus = rec.metrics.outside_gpu_processes
+    what = [f"{cores:.2f} cores outside" if cores is not None else "",
+            f"{int(gpus)} other GPU process(es)" if gpus else ""]
+    ident = " ".join(x for x in (rec.exp_id or "", point_key(rec.point) if rec.point
+                                 else f"run:{rec.run_id}") if x)
+    rep = rec.repeat
+    if rep is not None:
+        ident += f" #{rep}"
+    return Source(ident, flag, ", ".join(w for w in what if w) if flag else "",
+                  point_label(rec))
+
+
+def sources(points: Iterable[RunResult], th: Thresholds = DEFAULT) -> tuple[Source, ...]:
+    """Every repeat of each point (``repeats.repeats_of``: a grouped point's ok runs, else
+    the run itself) as a claim's sources."""
+    out: list[Source] = []
+    for p in points:
+        reps = p.repeats if p.repeats is not None else [p]
+        out.extend(source(r, th) for r in (reps or [p]))
+    return tuple(out)

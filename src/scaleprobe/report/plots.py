@@ -186,8 +186,11 @@ def _epoch_panel(ax: Any, ok: list[BatchRow], xs: list[int]) -> None:
             ax.plot([r["batch_size"]] * len(reps), reps, ".", color="#9bb3d1", ms=6, zorder=1,
                     label="each repeat" if r is ok[0] else None)
         ax.plot(xs, epochs, "o-", color="#30638e", label="the table's row (median repeat)")
-        _label_points(ax, xs, epochs, [fmt.growth(r["epoch_growth"]) for r in ok])
-        projected = any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
+        _label_points(ax, xs, epochs, [fmt.growth(r["epoch_growth"]
+                                                  if r.get("epoch_shown_growth") is None
+                                                  else r.get("epoch_shown_growth"))
+                                       for r in ok])  # as the table's Growth cell begins
+        projected = any(r["epoch_projected"] or r.get("epoch_basis") in ("projected", "window")
                         for r in ok)
         ax.set(ylabel="epoch time (s)" + (", ~ projected" if projected else ""),
                title="Epoch time, labelled with its Growth")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from scaleprobe.core.claim import Claim
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
 
@@ -68,6 +69,7 @@ class BatchRow(TargetColumns):
     record: RunResult
     b_noise: float | None
     # set by batch_table once the group is known
+    epoch_shown_growth: NotRequired[float | None]  # the ratio of the epoch cells shown
     epoch_basis: NotRequired[str]
     epoch_kinds: NotRequired[set[str]]
     epoch_basis_mixed: NotRequired[bool]
@@ -92,7 +94,8 @@ class ScaleRow(TargetColumns):
     status: str
     error: str | None
     samples_per_s: float | None
-    speedup: float | None
+    speedup: float | None  # the paired estimate over the repeats (the claim's)
+    column_speedup: float | None  # the Samples/s shown / the baseline row's shown
     efficiency: float | None
     speedup_interval: Interval | None
     efficiency_interval: Interval | None
@@ -103,6 +106,7 @@ class ScaleRow(TargetColumns):
     comm_fraction: float | None
     data_wait_fraction: float | None
     lost: dict[str, float]
+    claim: NotRequired[Claim]  # the speedup with its evidence (not on the baseline's row)
     line: NotRequired[str]
     # with a target, against the baseline (target.target_fields)
     target_text: NotRequired[str]
@@ -172,7 +176,7 @@ class BatchPicks(TypedDict):
 
 class WorkersPick(TypedDict, total=False):
     """The loader-workers rule (``workers.recommend_workers``): ``workers`` is None when
-    nothing ran or the intervals did not decide; ``by_transform`` holds one pick per
+    nothing ran or the intervals did not decide; ``by_group`` holds one pick per
     transform when the sweep varied it."""
 
     workers: int | None
@@ -189,7 +193,10 @@ class WorkersPick(TypedDict, total=False):
     ref: float
     compared: str
     unexplained: str
-    by_transform: dict[str, WorkersPick]
+    alone: bool  # one setting of the group finished: nothing to compare
+    under_load: bool  # a run of the settings compared was measured under load
+    load_caveat: str  # the claim module's words for it
+    by_group: dict[str, WorkersPick]
 
 
 class TargetPicks(TypedDict):

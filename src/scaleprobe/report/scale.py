@@ -21,16 +21,21 @@ from typing import Any
 
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
+from scaleprobe.core.claim import Claim
 from scaleprobe.core.results import MEASURED, RESULTS_FILE, Record, RunResult
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
+from scaleprobe.report import load as L
 from scaleprobe.report import pairing as PR
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import ScaleRow
 from scaleprobe.report.target import target_fields
 
-SCALE_HEADERS = ("Processes", "Threads/rank", "Samples/s", "Speedup (paired)", "Efficiency",
-                 "Step median", "Comm", "Data wait", "Lost to")
+# "Speedup" is the ratio of the Samples/s column to the baseline row's, so a reader who
+# divides the columns gets it; the paired speedup over the repeats (the one verdicts use) is
+# its own column with its own name (bug caught: "1.08x (paired)" beside 111 / 98.1 = 1.13x)
+SCALE_HEADERS = ("Processes", "Threads/rank", "Samples/s", "Speedup", "Paired speedup",
+                 "Paired efficiency", "Step median", "Comm", "Data wait", "Lost to")
 # what a scale experiment varies: every other configuration key must match its baseline's
 # (a 1-process baseline may run without a distributed wrapper: single against ddp)
 VARIED = frozenset({"dist.nproc", "dist.nnodes", "name", "dist.node_rank", "dist.strategy"})
@@ -137,17 +142,48 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
            "base_nproc": b, "is_base": is_base, "threads": _threads(r), "unlike": unlike,
            "status": r.status, "error": r.error, "samples_per_s": sps,
            "speedup": speedup, "efficiency": eff,
+           "column_speedup": (M.speedup(sps, base.metrics.samples_per_s)
+                              if ok and base is not None else None),
            "speedup_interval": iv, "efficiency_interval": eff_iv,
            "repeats": len(P.repeats_of(r)), "implausible": implausible,
            "verdict_ok": implausible is None and iv is not None and not unlike,
            "step_median_s": r.step_median_s,
            "comm_fraction": r.metrics.comm_fraction,
            "data_wait_fraction": r.metrics.data_wait_fraction, "lost": lost}
+    if ok and base is not None and not is_base:
+        row["claim"] = speedup_claim(row, base, th)
     tf = target_fields(r, base, ok)
     if tf is not None:
         row = {**row, **tf}
     row["line"] = scale_line(row)
     return row
+
+
+def speedup_claim(row: ScaleRow, base: RunResult, th: Thresholds = DEFAULT) -> Claim:
+    """The row's speedup as a claim (core/claim.py): its interval over the paired repeats,
+    the runs of both points with their load, and in its detail the efficiency and what the
+    gap was lost to, so the load caveat and the rule's words travel with all three."""
+    b = row.get("base_nproc") or 1
+    against = f"{b} process{'es' if b != 1 else ''}"
+    iv, eiv = row.get("speedup_interval"), row.get("efficiency_interval")
+    detail = []
+    if eiv is not None and not eiv.too_wide(None):
+        detail.append(f"efficiency {fmt.pct(eiv.estimate)} {eiv.bounds(fmt.pct, None)}")
+    elif row["efficiency"] is not None and iv is None:
+        detail.append(f"efficiency {fmt.pct(row['efficiency'])}")
+    if row["lost"]:
+        detail.append("lost to: " + _lost_text(row["lost"]))
+    subject = _head(row) + (f" against {b}" if b != 1 else "")
+    return Claim(subject, row["speedup"], iv, above=f"faster than {against}",
+                 below=f"slower than {against}",
+                 sources=L.sources([base, row["record"]], th),
+                 pairing="paired by repeat index", detail="; ".join(detail),
+                 kind="speedup", repeats=_sides(base, row["record"], iv))
+
+
+def _sides(base: RunResult, r: RunResult, iv: M.Interval | None) -> tuple[int, ...]:
+    """Repeats per side behind a paired interval: the pairs it was built from."""
+    return (iv.n, iv.n) if iv is not None else (len(P.repeats_of(base)), len(P.repeats_of(r)))
 
 
 def _threads(r: RunResult) -> int | None:
@@ -189,13 +225,19 @@ def _spread(base: RunResult | None) -> str:
     return ", ".join(parts) or "unknown"
 
 
-def scale_line(row: ScaleRow) -> str:
+def _head(row: ScaleRow) -> str:
     n = row["nproc"]
     head = f"{n} process{'es' if n != 1 else ''}"
     if row.get("nodes", 1) > 1:
         head += f" on {row['nodes']} nodes"
     if row.get("threads"):
         head += f" x {row['threads']} thread{'s' if row['threads'] != 1 else ''}"
+    return head
+
+
+def scale_line(row: ScaleRow) -> str:
+    head = _head(row)
+    n = row["nproc"]
     if row["status"] not in MEASURED:
         return f"{head}: {row['record'].status_text}"
     if row["speedup"] is None:
@@ -212,16 +254,10 @@ def scale_line(row: ScaleRow) -> str:
     if row.get("unlike"):
         return (f"{head}: {row['speedup']:.2f}x, not like for like with the baseline "
                 f"({'; '.join(row['unlike'])}); left out of every verdict")
-    iv, eiv = row.get("speedup_interval"), row.get("efficiency_interval")
-    if iv is not None and eiv is not None:
-        line = f"{head}: {iv.text()}" + ("" if iv.too_wide() else (
-            f" (efficiency {fmt.pct(eiv.estimate)} {eiv.bounds(fmt.pct, None)})"))
-    else:
-        line = (f"{head}: {row['speedup']:.2f}x ({fmt.pct(row['efficiency'])}), no spread to "
-                "judge it by")
-    if row["lost"]:
-        line += "; lost to: " + _lost_text(row["lost"])
-    return line
+    claim = row.get("claim")
+    if claim is None:
+        return f"{head}: {row['speedup']:.2f}x ({fmt.pct(row['efficiency'])})"
+    return claim.text()
 
 
 def _lost_text(lost: dict[str, float]) -> str:
@@ -244,16 +280,23 @@ def scale_cells(row: ScaleRow) -> list[str]:
     head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else ""),
             fmt.num(row.get("threads"), "d")]
     if row["status"] not in MEASURED:
-        return head + [row["record"].status_text[:80]] + ["-"] * 6
+        return head + [row["record"].status_text[:80]] + ["-"] * 7
     iv = row.get("speedup_interval")
     sp = fmt.ratio(row["speedup"])
     if row.get("implausible"):
         sp += " (implausible)"
     elif row.get("unlike"):
         sp += " (not like for like)"
+    elif row.get("claim") is not None:
+        sp = row["claim"].cell()
     elif iv is not None:
         sp += f" {iv.bounds()}"
-    return head + [fmt.rate(row["samples_per_s"]), sp,
+    lost = _lost_text(row["lost"]) or "-"
+    if row["lost"] and row.get("claim") is not None and row["claim"].under_load:
+        lost += " (under load)"
+    cs = row.get("column_speedup")
+    col = "1.00x (baseline)" if row.get("is_base") else fmt.ratio(cs) if cs is not None else "-"
+    return head + [fmt.rate(row["samples_per_s"]), col, sp,
                    fmt.pct(row["efficiency"]), fmt.ms(row["step_median_s"]),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),
-                   _lost_text(row["lost"]) or "-"]
+                   lost]

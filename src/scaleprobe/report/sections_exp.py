@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from scaleprobe.comm.exposed import same_link_prediction
+from scaleprobe.comm.instep import text as instep_text
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import (
@@ -19,6 +21,7 @@ from scaleprobe.core.results import (
 )
 from scaleprobe.report import batch as B
 from scaleprobe.report import batch_rule as BR
+from scaleprobe.report import load as L
 from scaleprobe.report import plots
 from scaleprobe.report import records as R
 from scaleprobe.report import scale as S
@@ -92,16 +95,16 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
     notes = [f"Peak memory: {kind} memory. Every figure of a row is the median over the "
              "point's repeats (with an even number, the mean of the middle two). Growth compares each point with the "
              "previous one that finished, paired over every repeat."]
-    if any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
-           for r in rows if r["status"] == "ok"):
+    if any(r.get("epoch_basis") == "window" for r in rows if r["status"] == "ok"):
+        notes.append("~ marks an epoch time projected from the timed window: samples per "
+                     "epoch / the row's samples/s (not a median of epoch times), so the two "
+                     "columns multiply out to the samples per epoch.")
+    elif any(r["epoch_projected"] or r.get("epoch_basis") == "projected"
+             for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the median step time.")
-    halves = [r for r in rows if r["status"] == "ok" and r["record"].gns is not None
-              and r["record"].gns.method == "micro_batches"]
-    if halves:
-        notes.append("B_noise was measured on one process (--gns): each step ran as two "
-                     "half-batches with accumulated gradients, so these rows' epoch time and "
-                     "memory are those of that step, not of a plain one; under DDP the "
-                     "measurement changes nothing.")
+    half = B.half_batch_note(rows)
+    if half:
+        notes.append(half)
     s.add(Text("\n".join(notes), note=True))
     s.add(Text(BR.recommend_batch(recs)["text"]))
 
@@ -111,18 +114,23 @@ def _loader_blocks(s: Section, eid: str, recs: list[Record]) -> None:
     if not rows:
         return
     groups = list(dict.fromkeys(r["group"] for r in rows))
+    rec = W.recommend_workers(recs)
+    picks = list((rec.get("by_group") or {"": rec}).values())
     for g in groups:
         grows = [r for r in rows if r["group"] == g]
         s.add(Table(list(W.LOADER_HEADERS), [W.loader_cells(r) for r in grows],
                     right=[False, True, True, True, True, True, True, False],
                     caption=" ".join(x for x in ("Loader settings:", _within(g, eid)) if x)
                     .rstrip(":")))
+        for r in picks:  # each group's comparison under its own table, named
+            if r.get("group") == g:
+                s.add(Text(r["text"]))
     s.add(Text("Compute/step is compute (h2d + forward + backward + optimizer) per step: when more workers cut the data "
                "wait but compute per step grows, the workers are taking cores from compute.",
                note=True))
-    rec = W.recommend_workers(recs)
-    for r in (rec.get("by_transform") or {"": rec}).values():  # one per transform
-        s.add(Text(r["text"]))
+    for r in picks:  # nothing ran: the one text says so
+        if r.get("group") not in groups:
+            s.add(Text(r["text"]))
     s.add(plots.image(f"loader-{_slug(eid)}", plots.loader_plot(rows),
                       "data wait and compute per loader setting"))
 
@@ -132,10 +140,11 @@ def scaling_section(records: list[Record]) -> Section | None:
     if not rows:
         return None
     s = Section("Scaling", anchor="scaling")
-    s.add(Text("Speedup = samples/s at N processes / samples/s at 1 (measured, not "
-               "extrapolated); efficiency = speedup / N. Samples/s is each point's median repeat "
-               "(samples over its timed window); the speedup is the geometric mean of the "
-               "repeats' paired ratios, so it is not the ratio of the samples/s shown. Every "
+    s.add(Text("Speedup = the Samples/s shown at N processes / the Samples/s shown at 1 "
+               "(measured, not extrapolated). Samples/s is each point's median repeat "
+               "(samples over its timed window). The paired speedup is the geometric mean of "
+               "the repeats' paired ratios, with its interval: the figure every verdict uses; "
+               "paired efficiency = paired speedup / N. Every "
                "point ran the same threads per rank unless the row says it is not like for "
                "like. 'Lost to' splits the gap into shares of the N-process step (none above "
                "100% efficiency)."))
@@ -143,7 +152,7 @@ def scaling_section(records: list[Record]) -> Section | None:
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         grows = [r for r in rows if r["experiment"] == eid]
         hs, cells = T.table_parts(S.SCALE_HEADERS, grows, S.scale_cells)
-        s.add(Table(hs, cells, right=[True] * 8 + [False] + [True] * (len(hs) - 9),
+        s.add(Table(hs, cells, right=[True] * 9 + [False] + [True] * (len(hs) - 10),
                     caption=f"Scale experiment {eid}"))
         lines = [r["line"] for r in grows] + T.explain(grows, list(runs.get(eid, [])))
         s.add(Text("\n".join(f"- {x}" for x in lines)))
@@ -151,6 +160,20 @@ def scaling_section(records: list[Record]) -> Section | None:
         _target_plot(s, eid, grows)
     s.add(plots.image("scaling", plots.scale_plot(rows), "speedup vs processes with the ideal line"))
     return s
+
+
+def job_claims(rec: ColocateRecord, runs: list[RunResult]) -> list[CL.Claim]:
+    """Each job's slowdown as a claim (core/claim.py) whose sources are its runs alone and
+    together, with their load (net of the co-located jobs' own, ``records.colocated_load``):
+    the caveat then rides on the job's reading itself."""
+    out = []
+    for j in R.dicts(rec.jobs):
+        mine = [r for r in runs if str(r.point.get("job")) == str(j.get("name"))]
+        out.append(CL.slowdown_claim(f"{j.get('name')}: slowdown alone / together",
+                               R.num(j.get("slowdown")),
+                               M.interval_of(j.get("slowdown_interval")),
+                               L.sources(mine)))
+    return out
 
 
 def _target_plot(s: Section, eid: str, rows: list[ScaleRow]) -> None:
@@ -189,7 +212,11 @@ def colocate_section(records: list[Record]) -> Section | None:
     headers = ["Job", "Alone samples/s", "Together samples/s", "Alone epoch", "Together epoch",
                "Slowdown", "95% interval", "Reading"]
     for rec in recs:
-        rows = job_rows(R.dicts(rec.jobs))
+        label = R.exp_label(rec, R.shared_ids(records))
+        runs = R.by_experiment(records, "colocate").get(label or "", [])
+        claims = job_claims(rec, runs)
+        # the caveat on the reading it concerns, judged by the report's own rule
+        rows = job_rows(R.dicts(rec.jobs), [c.under_load for c in claims])
         reps = rec.repeats
         s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],
                     caption=f"{rec.exp_id or 'co-location'}: placement "
@@ -202,9 +229,9 @@ def colocate_section(records: list[Record]) -> Section | None:
         if rec.verdict:
             lines.append(f"Verdict: {rec.verdict}" + (f" - {rec.evidence}"
                                                       if rec.evidence else ""))
+        lines += [c.text() for c in claims if c.under_load]
         s.add(Text("\n".join(lines)))
-        label = R.exp_label(rec, R.shared_ids(records))
-        _load_line(s, R.by_experiment(records, "colocate").get(label or "", []),
+        _load_line(s, runs,
                    " Jobs measured together share the machine by design; a job measured alone "
                    "under load makes its slowdown look smaller than it is.")
     s.add(Text("Slowdown = samples/s alone / samples/s together, geometric mean over the "
@@ -272,7 +299,8 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
         pred = R.num(same.get("comm_s")) if same else None
         rows.append([r.label, str(r.cfg("dist.strategy") or fmt.NA),
                      fmt.num(r.world_size, "d"), str(link or "unknown"),
-                     fmt.ms(c.exposed_s), fmt.ms(c.transfer_s),
+                     instep_text(c.exposed_per_step, fmt.ms), fmt.ms(c.exposed_s),
+                     fmt.ms(c.transfer_s),
                      fmt.ms(c.sync_overhead_s), fmt.ms(transfer),
                      fmt.ms(pred), fmt.ratio(transfer / pred if transfer and pred else None),
                      fmt.num(same.get("needed_gbit_s"), ".1f") if same else fmt.NA])
@@ -286,16 +314,21 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
                            f"{fmt.ms(named['comm_s'])} per step (a what-if, not compared: "
                            f"{where})")
     s.add(Sub("Network model vs measurement"))
-    s.add(Table(["Run", "Strategy", "World", "Measured on", "Exposed", "Transfer",
-                 "Sync overhead", "Standalone collective", "Predicted (same link)",
-                 "Standalone / predicted", "Needed (Gbit/s)"], rows,
-                right=[False, False, True, False] + [True] * 7))
-    s.add(Text("Exposed = step with gradient sync minus step without (ddp), or the timed "
-               "communication phase (ps, local SGD) = transfer + sync overhead. Standalone "
+    s.add(Table(["Run", "Strategy", "World", "Measured on", "Exposed, in-step median",
+                 "Exposed, breakdown", "Transfer", "Sync overhead", "Standalone collective",
+                 "Predicted (same link)", "Standalone / predicted", "Needed (Gbit/s)"], rows,
+                right=[False, False, True, False] + [True] * 8))
+    s.add(Text("Exposed, in-step median = the communication each timed step waited on (DDP's "
+               "comm hook, FSDP's timed collectives, the comm phase of ps and local SGD): the "
+               "median over the steps with its 95% interval, the headline figure. Exposed, "
+               "breakdown = the same on the breakdown's basis (the typical steps laid over the "
+               "median step) = transfer + sync overhead; sync minus no_sync is only a "
+               "cross-check, never in these columns. Standalone "
                "collective = the strategy's own collective for the bytes of one "
                "synchronisation, timed in the run's process group after training; transfer = "
-               "the part of it that showed in the step; sync overhead = the rest (hooks, "
-               "bucketing, waiting for the slowest rank), which no link speeds up. Predicted = "
+               "the part of it that showed in the step; sync overhead = the rest, which no "
+               "link speeds up (not split further: hooks, bucketing and waiting for the "
+               "slowest rank are not measured apart). Predicted = "
                "the network model for the link the run was measured on (loopback on one host), "
                "compared with the standalone collective only. Needed = the slowest link that "
                "still reaches the target efficiency.", note=True))
@@ -323,8 +356,9 @@ def parity_section(records: list[Record]) -> Section | None:
                "the difference (N - 1) seed by seed (both sides of a seed share its initial "
                "weights, data order and split). The tolerance is the user's "
                "(--parity-tolerance, default 0.01 absolute), never derived from the noise: "
-               "parity holds when the whole interval lies inside it, is broken when it lies "
-               "entirely outside, else inconclusive.", note=True))
+               f"{CL.PARITY_HOLDS} when the whole interval lies inside it, "
+               f"{CL.PARITY_BROKEN} when it lies entirely outside, else {CL.NOT_RESOLVED} "
+               f"(the record's verdict: {CL.INCONCLUSIVE}).", note=True))
     for r in recs:
         if r.verdict_text:
             s.add(Text(f"{r.exp_id or 'parity'}: {r.verdict} - {r.verdict_text}"))

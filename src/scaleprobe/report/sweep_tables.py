@@ -125,7 +125,7 @@ def _pretty_row(rec: RunResult) -> list[str]:
     m = rec.metrics
     status = {"oom": "out of memory"}.get(rec.status, rec.status)
     return [str(status), fmt.rate(m.samples_per_s), fmt.mfu(m.mfu), fmt.ms(rec.step_median_s),
-            fmt.seconds(m.epoch_time_s, bool(m.epoch_time_projected)),
+            fmt.seconds(*rec.shown_epoch()),  # on the samples/s' basis: they multiply out
             fmt.bytes_(m.peak_mem_bytes.host), fmt.bytes_(_peak_device(rec)),
             fmt.pct(m.data_wait_fraction), fmt.pct_value(m.cpu_util_pct),
             fmt.pct_value(m.gpu_util_pct), rec.task_metric_text("-"), _audit_text(rec)]
@@ -241,13 +241,15 @@ def batch_sections(records: list[Record], sweep_id: str
     every row; the recommendation)."""
     rows = B.batch_table(records)
     rec = BR.recommend_batch(records)
-    sections = []
+    sections: list[dict[str, Any]] = []
     for group, group_rows in _by_group(rows).items():  # with --target: time-to-target columns
         headers, cells = B.batch_table_parts(group_rows)
+        half = B.half_batch_note(group_rows)  # under its own table, in sweep.md and the terminal
+        notes: list[str] = [half] if half else []
         sections.append({"title": _title("Batch size", group, sweep_id), "headers": headers,
-                         "rows": cells})
+                         "rows": cells, **({"notes": notes} if notes else {})})
     if sections:
-        sections[-1]["notes"] = rec["text"].splitlines()
+        sections[-1]["notes"] = [*sections[-1].get("notes", []), *rec["text"].splitlines()]
     return sections, batch_csv(rows), _plain(rec)
 
 
@@ -264,9 +266,12 @@ def loader_sections(records: list[Record], sweep_id: str
     rows = W.loader_table(records)
     rec = W.recommend_workers(records)
     sections = _grouped("Input pipeline", sweep_id, rows, W.LOADER_HEADERS, W.loader_cells)
-    if sections:
-        per = rec.get("by_transform") or {}
-        sections[-1]["notes"] = [r["text"] for r in per.values()] or [rec["text"]]
+    picks = list((rec.get("by_group") or {}).values())
+    for section, group in zip(sections, _by_group(rows), strict=True):
+        # each group's comparison under its own table (every text names its group)
+        section["notes"] = [r["text"] for r in picks if r.get("group") == group]
+    if sections and not picks:
+        sections[-1]["notes"] = [rec["text"]]
     return sections, _plain(rec)
 
 

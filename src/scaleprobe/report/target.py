@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record, RunResult, TimeToTarget
@@ -28,7 +29,9 @@ from scaleprobe.measure.stats import median
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import ScaleRow, TargetColumns, TargetFields, TargetRow
 
-TARGET_HEADERS = ("Time to target", "Reached", "Samples to target", "TTT speedup")
+# the time-to-target speedup is paired by seed, not the ratio of the Time to target cells:
+# named so (as the scale table's Paired speedup)
+TARGET_HEADERS = ("Time to target", "Reached", "Samples to target", "Paired TTT speedup")
 
 
 def time_to_target_s(r: RunResult) -> float | None:
@@ -113,11 +116,9 @@ def target_cells(row: Mapping[str, Any]) -> list[str]:
         sp = "-"
     elif row.get("implausible"):
         sp = f"{row['ttt_speedup']:.2f}x (implausible runs)"
-    elif iv is None:
-        sp = f"{row['ttt_speedup']:.2f}x, inconclusive (no spread)"
-    else:
-        sp = iv.short() + (
-            "" if iv.decides(1.0) else ", inconclusive")
+    else:  # the claim's cell: "not resolved", "inconclusive (1 repeat)"; a speedup
+        # without an interval stands on one pair of runs that reached the target
+        sp = CL.Claim("", row["ttt_speedup"], iv, repeats=(1, 1) if iv is None else ()).cell()
     samples = row.get("samples_to_target_median")
     return [t, f"{row['ttt_reached']}/{row['ttt_runs']}",
             "-" if samples is None else f"{samples:,.0f}", sp]
@@ -141,7 +142,7 @@ def target_line(row: ScaleRow) -> str | None:
         than = "1 process" if b == 1 else f"{b} processes"
         text = f"{head}: reached {word} than {than} by {iv.text()}"
     else:
-        text = f"{head}: {M.undecided_text(iv, 1.0, 'time-to-target speedup')}"
+        text = f"{head}: {CL.undecided(iv, 1.0, 'time-to-target speedup')}"
     if row.get("speedup") is not None:
         text += f"; throughput speedup {row['speedup']:.2f}x"
     eff = statistical_efficiency(row)

@@ -11,9 +11,11 @@ from scaleprobe.comm import check as C
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import whatif as W
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core.results import Record, RunResult
 from scaleprobe.core.traits import known
+from scaleprobe.report import load as L
 from scaleprobe.report import records as R
 from scaleprobe.report.doc import Section, Sub, Table, Text
 
@@ -61,15 +63,29 @@ def _speedup_cell(p: M.Prediction) -> str:
     return f"{sp.value:.2f}{iv} ({p.efficiency.value:.0%})"
 
 
-def _needed_cell(row: W.Row) -> str:
+def _needed_cell(row: W.Row, loaded: bool = False) -> str:
     if row.needed_gbit_s is None:
-        return "unreachable"
+        return "unreachable" + (", under load" if loaded else "")
     g = row.needed_gbit_s
     return f">= {g:.2f} Gbit/s" if g >= 0.1 else f">= {g * 1e3:.0f} Mbit/s"
 
 
+def ceiling_caveat(one: RunResult) -> str:
+    """The load caveat of every prediction from ``one`` (core/claim.py's words), with what
+    load does to them: the ceilings ("even on a link that costs nothing") are drawn from the
+    run's step-to-step spread, which load on the machine widens. Empty when the run was not
+    measured under load."""
+    caveat = CL.load_caveat((L.source(one),))
+    if not caveat:
+        return ""
+    return (f"{caveat}. Every prediction here, and each ceiling 'even on a link that costs "
+            "nothing', is drawn from that run's step-to-step spread, which the load widened: "
+            "measure the one-rank run again on a quiet machine before acting on them")
+
+
 def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
     sample = S.from_run(one)
+    caveat = ceiling_caveat(one)
     links = _measured_links(runs, one) + list(NOMINAL)
     rows, notes = [], {}
     for spec in links:
@@ -85,7 +101,8 @@ def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
                      "nominal")
         rows.append([_short(spec), f"{link.bandwidth_gbit_s:.3g} Gbit/s, "
                      f"{link.alpha_s * 1e6:.0f} us ({where})",
-                     *[_speedup_cell(r.prediction) for r in got], _needed_cell(got[-1])])
+                     *[_speedup_cell(r.prediction) for r in got],
+                     _needed_cell(got[-1], bool(caveat))])
     s.add(Sub(f"{one.label}: DDP on N devices, one per host"))
     s.add(Table(["Link", "Bandwidth, latency per hop", *[f"Speedup on {n}" for n in DEVICES],
                  f"Link for {TARGET:.0%} on {DEVICES[-1]}"], rows,
@@ -96,6 +113,8 @@ def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
                "Speedup = samples per second over this run's, with its 95% interval (the "
                "run's own spread and the link fit's), efficiency in brackets. "
                + " ".join(f"Note: {n}." for n in notes), note=True))
+    if caveat:
+        s.add(Text(caveat + "."))
 
 
 def _short(spec: str) -> str:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.results import Record
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
+from scaleprobe.report import load as L
 from scaleprobe.report import records as R
 from scaleprobe.report import repeats as P
 from scaleprobe.report.rows import LoaderRow, WorkersPick
@@ -57,20 +59,44 @@ def recommend_workers(records: Sequence[Record], th: Thresholds = DEFAULT) -> Wo
     group of the best setting). Returns ``{"workers", "prefetch", "setting", "samples_per_s",
     "best_samples_per_s", "best_setting", "group", "text"}``; workers None when nothing ran.
 
-    The transform is the workload, not a knob: when the sweep varied it, each transform gets
-    its own recommendation (``by_transform``), and ``text`` holds one sentence per transform;
-    the top-level fields are those of the transform of the overall best setting."""
+    The transform is the workload, not a knob, and the sweep's other axes (strategy=ps,
+    strategy=single) are other workloads too: each group and each transform gets its own
+    recommendation (``by_group``, keyed and worded by the group's axes and the transform),
+    and ``text`` holds one sentence per group; the top-level fields are those of the group of
+    the overall best setting."""
     ok = [r for r in loader_table(records)
           if r["status"] == "ok" and (r["samples_per_s"] or 0) > 0 and r["workers"] is not None]
     if not ok:
         return {"workers": None, "text": "No loader setting finished, nothing to recommend."}
+    groups = sorted({_group_name(r) for r in ok})
     transforms = sorted({str(r["transform"]) for r in ok})
-    if len(transforms) < 2:
+    if len(transforms) < 2 and len(groups) < 2:
         return _recommend(ok, th)
-    per = {t: _recommend([r for r in ok if str(r["transform"]) == t], th, f"transform {t}: ")
-           for t in transforms}
-    top = per[str(max(ok, key=lambda r: r["samples_per_s"] or 0.0)["transform"])]
-    return {**top, "by_transform": per, "text": " ".join(per[t].get("text", "") for t in transforms)}
+    # each group (the sweep's other axes: strategy=ps, strategy=single) and each transform
+    # gets its own comparison, named: a verdict of one group printed under another's table
+    # with no name said nothing about either
+    per: dict[str, WorkersPick] = {}
+    for g in groups:
+        for t in transforms:
+            part = [r for r in ok if _group_name(r) == g and str(r["transform"]) == t]
+            if not part:
+                continue
+            key = " ".join(x for x in (g if len(groups) > 1 else "",
+                                       f"transform={t}" if len(transforms) > 1 else "") if x)
+            lead = ", ".join(x for x in (g if len(groups) > 1 else "",
+                                         f"transform {t}" if len(transforms) > 1 else "") if x)
+            per[key] = _recommend(part, th, f"{lead}: ")
+    best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
+    top = next(p for p in per.values() if p.get("group") == best["group"]
+               and p.get("best_setting") == best["setting"])
+    return {**top, "by_group": per, "text": " ".join(p.get("text", "") for p in per.values())}
+
+
+def _group_name(row: LoaderRow) -> str:
+    """The row's group by the sweep's axes other than the input pipeline's (``strategy=ps``);
+    the table's group label when the point has none."""
+    others = {k: v for k, v in (row.get("point") or {}).items() if k not in R.LOADER_AXES}
+    return fmt.describe_point(others) or str(row["group"])
 
 
 def _challenged(pick: LoaderRow, best: LoaderRow, ok: list[LoaderRow],
@@ -99,11 +125,23 @@ def _challenged(pick: LoaderRow, best: LoaderRow, ok: list[LoaderRow],
                              f"({pick['setting']}) would do, unless "
                              f"{other['setting']} is faster by more than "
                              f"{1.0 / floor - 1.0:.0%}: "
-                             f"{M.undecided_text(oiv, 1.0 / floor, what, need)}.")}, vs
+                             f"{CL.undecided(oiv, 1.0 / floor, what, need)}.")}, vs
     return None, vs
 
 
 def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPick:
+    """``_pick``'s recommendation, with the load caveat (core/claim.py) of the settings it
+    compared when one of their runs was measured under load."""
+    got = _pick(ok, th, lead)
+    best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
+    caveat = CL.load_caveat(L.sources([r["record"] for r in ok if r["group"] == best["group"]]))
+    if caveat and got.get("text"):
+        got["text"] = got["text"].rstrip(".") + f"; {caveat}."
+        got["under_load"], got["load_caveat"] = True, caveat
+    return got
+
+
+def _pick(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPick:
     """The fewest workers shown to reach ``1 - workers_within`` of the best setting's
     samples/s. Like for like: only settings of the best one's group (every axis but the
     input pipeline's equal; ``recommend_workers`` has already split by transform) are
@@ -111,6 +149,17 @@ def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPi
     the best is either shown within reach (use it), shown short (more workers pay), or
     undecided (the recommendation is inconclusive, with the interval)."""
     best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
+    if sum(1 for r in ok if r["group"] == best["group"]) < 2:
+        # bug caught: an interrupted demo with one loader setting finished said "Use 0
+        # loader worker(s)" as a verdict, with "no other setting to compare" as its margin
+        alone = (f"only {best['setting']} finished in its group: no other setting to "
+                 "compare it with")
+        return {"prefetch": best["prefetch"], "setting": best["setting"],
+                "samples_per_s": best["samples_per_s"],
+                "best_samples_per_s": best["samples_per_s"], "best_setting": best["setting"],
+                "group": best["group"], "interval": None, "workers": None, "decided": False,
+                "unexplained": alone, "alone": True,
+                "text": f"{lead}Loader workers: {CL.INCONCLUSIVE}: {alone}."}
     floor = 1.0 - th.workers_within
     peers = sorted((r for r in ok if r["group"] == best["group"]
                     and (r["workers"] or 0) < (best["workers"] or 0)),
@@ -137,14 +186,14 @@ def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPi
         what = f"{undecided['workers']} worker(s) / the best {best['workers']} worker(s)"
         need = M.repeats_to_decide(iv, floor) if iv else None
         text = (f"{lead}Loader workers: "
-                f"{M.undecided_text(iv, floor, what + ' samples/s', need)} (best: "
+                f"{CL.undecided(iv, floor, what + ' samples/s', need)} (best: "
                 f"{best['setting']}, {fmt.rate(best['samples_per_s'])} samples/s).")
         return {**out, "workers": None, "decided": False, "text": text, "need": need,
                 "ref": floor, "compared": what + " samples/s"}
     unexplained = _gain_beyond_data_wait(pick, [r for r in ok if r["group"] == best["group"]])
     if unexplained:
         return {**out, "workers": None, "decided": False, "unexplained": unexplained,
-                "text": f"{lead}Loader workers: inconclusive: {unexplained}."}
+                "text": f"{lead}Loader workers: {CL.INCONCLUSIVE}: {unexplained}."}
     if pick is best:
         why = ("every setting with fewer workers was slower by more than "
                f"{th.workers_within:.0%}" if peers else "no setting has fewer workers")

@@ -148,3 +148,23 @@ def test_a_time_and_its_interval_share_one_unit():
     # 10.23 s with a low end under 10 s: seconds for all three, not "9850.1" beside "10.49 s"
     assert _time_fig(10.23, 9.8501, 10.49) == "10.23 [9.85, 10.49] s"
     assert _time_fig(None, None, None) == "n/a"
+
+
+def test_the_goals_edges_are_inclusive():
+    """``predict --check``'s goal: the median point within +-10% and every point within
+    +-20%, edges included. Catches the counts written with ``<`` for ``<=``: a point exactly
+    10% or 20% off (as printed) must count within."""
+    from types import SimpleNamespace as P
+
+    edge = C.summary([P(ratio=1.1), P(ratio=0.9), P(ratio=1.2), P(ratio=0.8), P(ratio=1.0)])
+    # errors 0.10, 0.10, 0.20, 0.20, 0.00: sorted 0, .1, .1, .2, .2 -> median 0.10
+    assert edge.points == 5
+    assert edge.within_median_goal == 3  # 0.0, and the two exactly 10% off
+    assert edge.within_every_goal == 5  # the two exactly 20% off count
+    assert edge.median_abs_error == 0.1 and edge.goal_met
+    past = C.summary([P(ratio=1.2001), P(ratio=1.1001), P(ratio=1.0)])
+    assert past.within_median_goal == 1 and past.within_every_goal == 2
+    assert not past.goal_met  # one point past 20%
+    assert C.summary([P(ratio=1.1001), P(ratio=1.1001), P(ratio=1.0)]).median_abs_error \
+        == pytest.approx(0.1001)
+    assert not C.summary([P(ratio=1.1001), P(ratio=1.1001), P(ratio=1.0)]).goal_met

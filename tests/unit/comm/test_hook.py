@@ -75,3 +75,35 @@ def test_one_process_ddp_logs_its_buckets_and_moves_nothing(one_rank_group):
     # DDP rebuilds its buckets after its first iteration (in the order gradients came):
     # the log keeps the layout of the steps after it
     assert got[0]["steps"] == 2
+
+
+class TwoBuckets:
+    """A comm timer that hands over one step's two all-reduces, as DDP's hook would with a
+    model of two gradient buckets."""
+
+    def __init__(self, buckets):
+        self.buckets = buckets
+
+    def take(self):
+        got, self.buckets = self.buckets, []
+        return got
+
+
+def test_two_buckets_move_only_the_exposed_wait_out_of_backward():
+    """Two buckets: the first all-reduce runs 1.00-1.30 s, overlapped with backward; the
+    last is launched at 1.50 s, when every gradient is computed, and ends at 1.60 s. The
+    exposed wait is 1.60 - 1.50 = 0.10 s; the time in flight is 0.30 + 0.10 = 0.40 s. Catches
+    the whole time in flight moved out of backward (a one-bucket model cannot: there the two
+    are equal)."""
+    rec, flights = Recorder(), []
+    clock = iter([0.9, 1.7]).__next__  # backward starts at 0.9 s, ends at 1.7 s
+    split = HookSplit(rec, TwoBuckets([]), None, flights, clock=clock)
+    split.start()
+    split.comm = TwoBuckets([(1.0, 1.3, 4000), (1.5, 1.6, 1000)])
+    split.mark("forward")
+    split.mark("backward")
+    assert len(rec.moves) == 1
+    src, dst, moved = rec.moves[0]
+    assert (src, dst) == ("backward", "comm")
+    assert moved == pytest.approx(0.10)
+    assert flights == [pytest.approx(0.40)]

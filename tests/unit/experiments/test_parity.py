@@ -98,7 +98,8 @@ def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
     the tolerance."""
     holds = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
                            [0.951, 0.950, 0.952, 0.950, 0.949], 0.01)
-    assert holds["verdict"] == "parity holds" and "lies within" in holds["text"]
+    assert holds["verdict"] == "parity holds" and ": parity holds; tolerance +/-0.0100" in \
+        holds["text"]
     broken = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
                             [0.800, 0.802, 0.801, 0.799, 0.800], 0.01)
     assert broken["verdict"] == "parity broken" and broken["interval"]["hi"] < -broken["tolerance"]
@@ -107,6 +108,10 @@ def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
     assert noisy["verdict"] == "inconclusive" and "seeds" in noisy["text"]
     one = parity_verdict([0.95], [0.80], 0.01)
     assert one["verdict"] == "inconclusive" and "--repeats 3" in one["text"]
+    # one seed decides nothing, in the claim's words (issue 38)
+    assert one["text"].startswith("difference (N - 1): -0.1500: inconclusive (1 repeat)")
+    assert noisy["text"].startswith("difference (N - 1): ") and \
+        ": not resolved (the interval crosses +/-0.0100)" in noisy["text"]
     assert parity_verdict([], [0.9], 0.01)["verdict"] == "not measured"
     # a seed without an accuracy on one side drops out of the pairs
     assert parity_verdict([0.95, None, 0.95], [0.95, 0.9, 0.95], 0.01)["pairs"] == 2
@@ -122,3 +127,21 @@ def test_interval_touching_the_tolerance_decides_nothing():
     assert parity_verdict([0.5, 0.5], [0.5625, 0.5625], 0.125)["verdict"] == "parity holds"
     assert parity_verdict([0.5, 0.5], [0.75, 0.75], 0.125)["verdict"] == "parity broken"
     assert parity_verdict([0.625, 0.625], [0.5, 0.5], 0.125)["verdict"] == "inconclusive"
+
+
+def test_help_texts_agree_on_where_the_tolerance_comes_from():
+    """Issue 38 item 12: `run --help` said the tolerance was "derived from the measured
+    seed-to-seed spread" while --parity-tolerance said "never derived from the noise" (the
+    code: the user's 0.01)."""
+    import dataclasses
+
+    from scaleprobe.commands import run as run_command
+    from scaleprobe.core.config import DistConfig
+
+    doc = " ".join((run_command.__doc__ or "").split())
+    opt = next(f for f in dataclasses.fields(DistConfig) if f.name == "parity_tolerance")
+    assert opt.default == 0.01
+    assert "--parity-tolerance`` (default 0.01, absolute)" in doc
+    assert "never derived from the measured seed-to-seed spread" in doc
+    assert "tolerance derived from" not in doc
+    assert "never derived from the noise" in " ".join(str(v) for v in opt.metadata.values())

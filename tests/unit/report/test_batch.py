@@ -368,26 +368,29 @@ def test_a_measured_epoch_is_never_compared_with_a_projected_one():
     """Bug caught (H100, 2026-11-25): batch 64's projected epoch (1.4 s, no warm-up, no
     epoch-start wait) against batch 128's measured one (3.9 s, both in it) read as "+183%",
     and 64 named the fastest; on one basis (median step x steps per epoch) 128 and 256 are
-    shorter and tied."""
+    shorter and tied. On the timed window's basis (samples per epoch / samples/s; here the
+    runs' samples/s is batch / step, so the figures are the median step x steps per epoch)."""
     recs = _h100_search()
     rows = B.batch_table(recs)
-    assert {r["epoch_basis"] for r in rows} == {"projected"}
+    assert {r["epoch_basis"] for r in rows} == {"window"}
     assert all(r["epoch_basis_mixed"] for r in rows)
     assert rows[1]["epoch_growth"] == pytest.approx(0.2066 * 6 / (0.1056 * 13) - 1, abs=1e-3)
     assert rows[2]["epoch_growth"] == pytest.approx(0.411 * 3 / (0.2066 * 6) - 1, abs=1e-3)
     rec = BR.recommend_batch(recs)
     assert rec["fastest"]["batch_size"] == 256
-    assert "compared as projected (median step x steps per epoch) for every batch size" in \
-        rec["text"]
+    assert ("compared as projected from the timed window (samples per epoch / samples/s) "
+            "for every batch size") in rec["text"]
     assert "Fastest: inconclusive: batch 256, epoch time ~1.25 s" in rec["text"]
     assert "not told apart from batch 128" in rec["text"]  # both at the GPU's 620 samples/s
     assert "+183%" not in rec["text"]
 
 
-def test_all_measured_epochs_keep_the_measured_basis():
-    """Every point ran whole epochs: the measured epochs (waits included) are compared."""
+def test_all_measured_epochs_keep_the_measured_basis_without_samples_per_epoch():
+    """Every point ran whole epochs and the records hold no steps per epoch (no samples per
+    epoch to put on the window's basis): the measured epochs (waits included) are compared."""
     recs = _h100_search()
     for r in recs:
+        r["metrics"]["steps_per_epoch"] = None
         if r["metrics"]["epoch_time_projected"]:
             r["metrics"]["epoch_time_projected"] = False
             r["metrics"]["epoch_time_s"] = 5.0
@@ -396,6 +399,22 @@ def test_all_measured_epochs_keep_the_measured_basis():
     assert not any(r["epoch_basis_mixed"] for r in rows)
     assert 3.9 / 5.0 - 1 < rows[1]["epoch_growth"] < 3.9 * 1.03 / 5.0 - 1  # over the repeats
     assert "compared as projected" not in BR.recommend_batch(recs)["text"]
+
+
+def test_measured_epochs_with_samples_per_epoch_are_shown_on_the_windows_basis():
+    """Issue 38 item 2: a row's epoch time and samples/s come from one basis, the timed
+    window: batch 128 measured a 3.9 s epoch (its epochs' first-batch waits in it) but its
+    window ran 128 / 0.2066 = 619.6 samples/s, and 6 x 128 = 768 samples per epoch take
+    768 / 619.6 = 1.24 s at that rate; the row shows ~1.24 s, not 3.9 s."""
+    recs = _h100_search(repeats=1)
+    for r in recs:
+        r["metrics"]["epoch_time_projected"] = False
+        r["metrics"]["epoch_time_s"] = 3.9
+    rows = B.batch_table(recs)
+    assert {r["epoch_basis"] for r in rows} == {"window"}
+    assert rows[1]["samples_per_s"] == pytest.approx(128 / 0.2066)
+    assert B.shown_epoch(rows[1]) == pytest.approx(768 / (128 / 0.2066))
+    assert B.batch_cells(rows[1])[4] == "~1.24 s"
 
 
 def test_a_runs_only_epoch_is_not_a_like_for_like_measured_epoch():
@@ -408,7 +427,7 @@ def test_a_runs_only_epoch_is_not_a_like_for_like_measured_epoch():
         r["metrics"]["epoch_times_s"] = ([3.9] if loaded(r).batch_size == 128
                                          else [5.0, 2.4, 2.4])
     rows = B.batch_table(recs)
-    assert {r["epoch_basis"] for r in rows} == {"projected"} and rows[1]["epoch_basis_mixed"]
+    assert {r["epoch_basis"] for r in rows} == {"window"} and rows[1]["epoch_basis_mixed"]
     assert rows[1]["epoch_compared_s"] == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)
     cells = B.batch_cells(rows[1])
     assert cells[4] == "~1.26 s", cells  # the compared figure (1.24-1.28 s), marked projected
@@ -455,7 +474,7 @@ def test_the_csv_and_the_plot_carry_the_compared_epoch():
 
     rows = B.batch_table(_h100_search())
     got = list(csv.DictReader(io.StringIO(batch_csv(rows))))
-    assert [g["epoch_basis"] for g in got] == ["projected"] * 3
+    assert [g["epoch_basis"] for g in got] == ["window"] * 3
     assert float(got[1]["epoch_compared_s"]) == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)
     assert float(got[1]["epoch_time_s"]) == pytest.approx(3.9 * 1.015, rel=0.02)  # its own
     assert [B.shown_epoch(r) for r in rows] == [r["epoch_compared_s"] for r in rows]

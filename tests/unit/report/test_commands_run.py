@@ -111,3 +111,76 @@ def test_a_worker_verdicts_command_runs(tmp_path, stop_before_work, workers, pic
     assert f"data.workers={pick}" in cmds[0], cmds[0]
     for c in cmds:
         assert _runs(c) == 0, c
+
+
+@pytest.mark.parametrize("fmt", ["cifar10", "mnist", "imagefolder", "voc", "lfw", "text"])
+def test_each_datagen_use_it_command_runs(tmp_path, stop_before_work, fmt):
+    """Catches a "use it" line without the task its data needs (``--dataset voc`` without
+    ``--task detection`` failed in the loader with a raw collate error) or with a flag the
+    parser refuses."""
+    from scaleprobe.commands.datagen import use_command
+
+    cmd = use_command(fmt, tmp_path / "my data")
+    assert _runs(cmd) == 0, cmd
+    want = {"voc": "--task detection", "lfw": "--task face", "text": "--task lm"}.get(fmt)
+    assert want is None or want in cmd
+
+
+def test_a_box_dataset_without_the_detection_task_is_one_line(tmp_path, capsys):
+    """Catches ``--dataset voc`` under the classification task reaching the loader."""
+    rc = cli.main(["run", "--dataset", "voc", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "--task detection" in err and "Traceback" not in err
+
+
+def test_every_rerun_command_parses_with_scaleprobes_own_parser(tmp_path):
+    """Each command report/rerun.py prints (a sweep's, a co-location's and the demo's rerun,
+    a scale's, a run with a pick's settings, a parity run) is accepted by
+    ``cli.build_parser().parse_args``: a wrong flag fails here without training."""
+    from scaleprobe.core.results import RunResult
+    from scaleprobe.report import rerun as RC
+
+    spec = tmp_path / "my spec.toml"
+    sc = [RunResult.from_dict(r) for r in _scale("sc", [0.7, 1.3])]
+    one = RunResult.from_dict(run("p", model="mlp", dataset="digits", strategy="ddp", nproc=2))
+    printed = [RC.rerun("sweep", "bs", str(tmp_path / "out"), 5, str(spec)),
+               RC.rerun("colocate", "co", str(tmp_path / "out"), 3, str(spec)),
+               RC.rerun("sweep", "demo-batch-size", str(tmp_path / "demo" / "sweeps"), 3),
+               RC.rerun("sweep", "demo-loader-transform", "", None),
+               RC.rerun("scale", "sc", str(tmp_path / "out"), 4, runs=sc),
+               RC.run_command(one, {"batch_size": 64, "workers": None}),
+               RC.parity_command(parity_record_typed(), {}, 3)]
+    parser = cli.build_parser()
+    for p in printed:
+        got = re.findall(r"`(scaleprobe [^`]+)`", p)
+        assert got, p
+        argv = shlex.split(got[0])
+        assert argv[0] == "scaleprobe"
+        parser.parse_args(argv[1:])  # SystemExit (exit 2) on a flag it does not know
+
+
+def parity_record_typed():
+    from scaleprobe.core.results import ParityRecord
+    from tests.unit.report.factory import loaded
+
+    rec = loaded(parity_record())
+    assert isinstance(rec, ParityRecord)
+    return rec
+
+
+def test_the_datagen_commands_its_help_and_its_hints_print_parse():
+    """The usage lines of ``scaleprobe datagen`` (its help) and the hint a missing data
+    folder prints (``generate a small one with `scaleprobe datagen FMT --out DIR```) are
+    accepted by scaleprobe's own parser, for every format."""
+    from scaleprobe.commands import datagen
+    from scaleprobe.data.formats import FORMATS
+    from scaleprobe.data.formats.common import hint
+
+    parser = cli.build_parser()
+    usage = [ln.split("#")[0].strip() for ln in (datagen.__doc__ or "").splitlines()
+             if ln.strip().startswith("scaleprobe datagen")]
+    assert len(usage) == 6
+    hints = [re.findall(r"`(scaleprobe [^`]+)`", hint(f))[0] for f in FORMATS]
+    for cmd in usage + hints:
+        parser.parse_args(shlex.split(cmd)[1:])

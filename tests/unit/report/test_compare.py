@@ -252,3 +252,16 @@ def test_a_missing_environment_key_on_one_side_is_a_difference():
     del b["env"]["cpu_model"]
     (pair,) = [compare_runs(a, b)]
     assert "CPU: Test CPU -> (absent)" in pair.differs
+
+
+def test_an_undecided_comparison_over_repeats_says_not_resolved():
+    """Two repeats a side whose interval holds 1 (samples/s 100, 104 against 98, 110: Welch
+    on the logs) is "not resolved (the interval includes 1x)", said in words."""
+    from scaleprobe.core import metrics as M
+    from scaleprobe.report.compare import Pair, verdict
+
+    iv = M.unpaired_ratio_interval([100.0, 104.0], [98.0, 110.0])
+    assert iv is not None and iv.lo < 1.0 < iv.hi
+    pair = Pair("A vs B", None, None, verdict(iv), iv)  # type: ignore[arg-type]
+    assert pair.verdict == "inconclusive"
+    assert pair.summary.startswith("not resolved (the interval includes 1x): samples/s B / A ")

@@ -88,7 +88,7 @@ def test_batch_table_shows_b_noise_and_where_each_batch_lies():
 def test_the_rule_names_predicted_and_measured_critical_batch_with_their_ratio():
     text = recommend_batch(SWEEP)["text"]
     pred = next(ln for ln in text.splitlines() if "predicted by the gradient noise" in ln)
-    assert "B_noise 100 samples at each run's end (median over 9 runs, range 90-110" in pred
+    assert "B_noise 100 samples at each run's end (median over 9 distinct runs, one per batch size and seed, range 90-110" in pred
     assert "along each run's path 90" in pred
     meas = next(ln for ln in text.splitlines() if "measured from the steps" in ln)
     assert "E_min / S_min = 10" in meas and "3 batch sizes (16, 64, 256), 9 runs" in meas
@@ -183,3 +183,48 @@ def test_repeats_of_one_seed_are_one_measurement_of_b_noise():
         r["config"]["train"]["seed"] = 0
     cells = [c[-1] for c in batch_table_parts(batch_table(same))[1]]
     assert cells == ["inconclusive (1 seed)"] * 3
+
+
+def test_b_noise_is_over_distinct_runs_and_its_median_was_measured():
+    """Issue 38 item 10: "B_noise 88 samples (median over 4 runs, range 30-146)" from 4 runs
+    that were 2 seeds' duplicates; 88 is the mean of two values no run measured. Here each
+    of batch sizes 16, 64 and 256 ran seeds 0 and 1 twice each (repeats 0-3: seed 0, 1, 0,
+    1); B_noise at each run's end is the series' last point, path + 10: seed 0 gives 30 (its
+    second repeat 34), seed 1 gives 146. Distinct runs: 2 per batch size, 6 in all; the
+    median of (30, 30, 30, 146, 146, 146) that a run measured is 30 (the lower middle), not
+    88 = (30 + 146) / 2."""
+    recs = []
+    for b in (16, 64, 256):
+        for rep, (seed, path) in enumerate([(0, 20.0), (1, 136.0), (0, 24.0), (1, 136.0)]):
+            r = _rec(b, rep, 100 + b, path)
+            r["config"]["train"]["seed"] = seed
+            recs.append(r)
+    rows = batch_table(recs)
+    pred = C.predicted(rows)
+    assert pred is not None and pred.runs == 6
+    assert pred.b_noise == 30 and (pred.lo, pred.hi) == (30, 146)
+    text = recommend_batch(recs)["text"]
+    assert ("B_noise 30 samples at each run's end (median over 6 distinct runs, one per batch "
+            "size and seed, range 30-146") in text
+    cells = {c[0]: c for c in batch_table_parts(rows)[1]}
+    assert cells["16"][-2] == "30 (30-146)"  # the point's 2 distinct runs, lower middle
+
+
+def test_the_half_batch_note_sits_under_every_batch_table_of_sweep_md():
+    """Issue 38 item 10: CRITICAL_BATCH.md says the batch table says when B_noise was
+    measured on one process as two half-batches; sweep.md (which the terminal prints) did
+    not. The rows here were measured so (gns method micro_batches)."""
+    from scaleprobe.report.batch import HALF_BATCH_NOTE
+    from scaleprobe.report.sweep_tables import batch_sections as _sections
+    from scaleprobe.report.sweep_tables import render_markdown
+
+    batch_sections = typed_api(_sections)
+    sections, _, _ = batch_sections(SWEEP, "cb")
+    assert sections and all(HALF_BATCH_NOTE in s["notes"] for s in sections)
+    md = render_markdown({"id": "cb", "sections": sections, "notes": []})
+    assert "two half-batches with accumulated gradients" in md
+    plain = [_rec(b, s, 100, 80.0) for b in (16, 64) for s in range(2)]
+    for r in plain:
+        r["gns"]["method"] = "ddp_hook"
+    sections, _, _ = batch_sections(plain, "cb")
+    assert not any(HALF_BATCH_NOTE in s.get("notes", []) for s in sections)

@@ -284,3 +284,71 @@ def test_intervals_too_wide_to_mean_anything_are_never_printed_as_numbers(tmp_pa
     assert "inconclusive: 2 repeats, spread too large" in row[3], row[3]
     assert "repeats would" not in row[3]
     assert len(set(re.findall(r"(\d+) repeats", row[4]))) <= 1, row[4]
+
+
+def test_the_scaling_verdict_speaks_the_claims_words():
+    """One repeat: 'inconclusive (1 repeat)' against the 80% bar, never a decided word; two
+    repeats whose efficiency interval holds 80% (ratios 1.5 and 1.7 on 2 processes: 75% and
+    85%): 'not resolved'. A baseline run under load puts its caveat on the number."""
+    from scaleprobe.core.thresholds import DEFAULT
+    from tests.unit.report.factory import loaded as typed
+    from tests.unit.report.factory import scale_point
+
+    def recs(pairs, loaded=False):
+        out = []
+        for i, (a, b) in enumerate(pairs):
+            one = run(f"n1r{i}", nproc=1, sps=a, experiment={**scale_point("sc", 1), "repeat": i})
+            if loaded:
+                one["metrics"]["outside_cpu_cores"] = 1.6
+                one["load"] = {"flag": True, "machine_cores": 4}
+            out += [one, run(f"n2r{i}", strategy="ddp", nproc=2, sps=b,
+                             experiment={**scale_point("sc", 2), "repeat": i})]
+        return [typed(r) for r in out]
+
+    (v,) = H.scale_verdicts(recs([(100.0, 160.0)]), DEFAULT)
+    assert v.claim == "Scaling (sc): inconclusive (1 repeat) against 80% efficiency"
+    (v,) = H.scale_verdicts(recs([(100.0, 150.0), (100.0, 170.0)], loaded=True), DEFAULT)
+    assert v.claim == "Scaling (sc): not resolved against 80% efficiency"
+    assert "measured under load: nproc=1 (repeat 1): 1.60 cores outside" in v.number
+
+
+def test_worker_and_colocation_verdicts_carry_the_load_caveat():
+    from scaleprobe.core.thresholds import DEFAULT
+    from tests.unit.report.factory import colocate_record
+    from tests.unit.report.factory import loaded as typed
+    from tests.unit.report.test_workers import _loader_sweep
+
+    recs = _loader_sweep()
+    busy = next(r for r in recs if r["name"] == "w1r0")
+    busy["metrics"]["outside_cpu_cores"] = 1.5
+    busy["load"] = {"flag": True, "machine_cores": 4}
+    (v,) = H.worker_verdicts("ld", typed(recs), DEFAULT)
+    assert v.claim.startswith("Use 1 loader worker(s)")
+    assert "measured under load: workers=1 (repeat 1): 1.50 cores outside" in v.number
+    co = colocate_record()
+    co["jobs"][1]["load_caveat"] = "measured under load: b alone (repeat 1): 1.20 cores outside"
+    v = H.colocate_verdict(typed(co), DEFAULT)
+    assert v.number == ("a: 1.80x (slower together); b: measured under load: b alone (repeat "
+                        "1): 1.20 cores outside")
+
+
+def test_one_finished_loader_setting_is_not_a_verdict_and_the_advice_closes(tmp_path):
+    """An interrupted demo: one loader setting and one batch size finished. Catches "Use 0
+    loader worker(s)" stated as a verdict from one point ("no other setting to compare"),
+    and advice with an unclosed parenthesis."""
+    recs = [run("lw0", workers=0, loader="naive", transform="heavy", dataset="jpeg-synth",
+                experiment=_point("demo-loader-transform", 0, workers=0, transform="heavy")),
+            run("bs32", batch=32, epoch_s=52.0,
+                experiment=_point("demo-batch-size", 0, batch_size=32))]
+    rows, notes = _headline(recs, tmp_path)
+    loader = [r for r in rows if "demo-loader-transform" in r[1]]
+    assert loader, rows
+    assert not any(r[1].startswith("Use ") for r in loader), loader
+    assert "inconclusive" in loader[0][1]
+    assert "no other setting to compare it with" in loader[0][3]
+    assert "scaleprobe demo" in loader[0][4]
+    batch = next(r for r in rows if "demo-batch-size" in r[1])
+    assert batch[1] == "Batch size (demo-batch-size): inconclusive, only batch 32 finished"
+    assert "scaleprobe demo" in batch[4]
+    for cell in [c for r in rows for c in r] + notes:
+        assert cell.count("(") == cell.count(")"), cell

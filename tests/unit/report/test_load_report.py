@@ -9,7 +9,14 @@ from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report import build_report
 from scaleprobe.report import load as _load
 from scaleprobe.report.diagnose import diagnose_run as _diagnose_run
-from tests.unit.report.factory import run, scale_point, sweep_point, typed_api, write_results
+from tests.unit.report.factory import (
+    colocate_record,
+    run,
+    scale_point,
+    sweep_point,
+    typed_api,
+    write_results,
+)
 
 diagnose_run = typed_api(_diagnose_run)
 run_load = typed_api(_load.run_load)
@@ -138,3 +145,42 @@ def test_a_partners_cpu_is_counted_on_its_own_cores_once_over_the_shared_window(
     assert a1.load.colocated_jobs == ["b"]
     assert a1.load.colocated_cores == pytest.approx(0.8)  # 8 cores x 1 s of 10 s
     assert run_load(a1)[0] is True
+
+
+def test_the_load_caveat_rides_on_the_claims_it_concerns(tmp_path):
+    """Issue 38 item 6: scale.md, colocate.md and the report did not say which runs were
+    measured under load on the figures they concern. The speedup line of 2 processes carries
+    the caveat of its baseline's run; job a's co-location reading carries its alone run's."""
+    recs = [loaded(run(f"n{n}", nproc=n, strategy="ddp", sps=100.0 * n,
+                       experiment=scale_point("sc", n)), c) for n, c in ((1, 0.9), (2, 0.1))]
+    for job, cores in (("a", 1.4), ("b", 0.05)):
+        recs.append(loaded(run(f"{job}-alone", experiment={
+            "id": "co-1", "kind": "colocate", "point": {"job": job, "phase": "alone"},
+            "repeat": 0}), cores))
+    recs.append(colocate_record())
+    write_results(tmp_path, recs)
+    md = build_report(tmp_path)[0].read_text()
+    assert ("measured under load: nproc=1: 0.90 cores outside (1 of 2 source runs); the "
+            "figure may be slower than the machine allows") in md
+    assert "| slower together, under load |" in md
+    assert ("a: slowdown alone / together: 1.80x [1.70, 1.90], 3 repeats: slower together; "
+            "measured under load: job=a, phase=alone (repeat 1): 1.40 cores outside (1 of 1 "
+            "source runs)") in md
+    assert "b: slowdown alone / together" not in md
+
+
+def test_a_batch_step_over_a_loaded_point_says_so():
+    """The batch rule's step 16 -> 32 stands on both points' runs: 32's load rides on it,
+    and on the fastest batch size's line."""
+    from scaleprobe.report import batch_rule as _br
+
+    recs = [loaded(run(f"bs{b}", batch=b, experiment=sweep_point("sw", batch_size=b)), c)
+            for b, c in ((16, 0.05), (32, 1.2))]
+    rec = _br.recommend_batch(typed_api(lambda x: x)(recs))
+    (step,) = rec["steps"]
+    caveat = ("measured under load: batch_size=32: 1.20 cores outside (1 of 2 source runs); "
+              "the figure may be slower than the machine allows")
+    assert step["text"].endswith(caveat)
+    # the rankings stand on the same runs
+    fastest = next(x for x in rec["text"].splitlines() if x.startswith("Fastest"))
+    assert fastest.endswith(caveat + ".")

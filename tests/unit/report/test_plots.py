@@ -55,7 +55,7 @@ def test_batch_figure_axes_from_zero_and_labels_as_in_the_table():
     assert memory["ylim"][1] > 1.09  # the whole range is shown, from zero
     cells = [B.batch_cells(r) for r in rows]
     assert memory["points"] == [c[3] for c in cells if c[3] != "-"]
-    assert epoch["points"] == [c[5].split(" [")[0] for c in cells if c[5] != "-"]
+    assert epoch["points"] == [c[5].split(";")[0].split(" [")[0] for c in cells if c[5] != "-"]
     assert epoch["ylabel"].startswith("epoch time") and "Growth" in epoch["title"]
 
 

@@ -35,8 +35,9 @@ def test_markdown_sections_and_tables(mixed_report):
     assert "| 32 | 1 | 1.4 GiB | +37% | 52.0 s | -48% [-52.7%, -42.8%] |" in md
     assert "| 128 | 1 | out of memory |" in md
     assert "failed: boom \\| pipe" in md
-    assert ("2 processes x 2 threads: 1.50x [1.36, 1.65], 1 repeat (efficiency 75% [68%, "
-            "82%]); lost to: communication 18%") in md
+    assert ("2 processes x 2 threads: 1.50x [1.36, 1.65], 1 repeat: inconclusive (1 repeat), "
+            "leaning faster than 1 process; efficiency 75% [68%, 82%]; lost to: communication "
+            "18%") in md
     assert "n/a in GPU: no NVML reading" in md
     assert "loader workers compete with compute" in md
     assert "could not be built" not in md

@@ -37,11 +37,12 @@ def test_scale_table_speedup_efficiency_and_losses():
     assert two["lost"]["data wait"] == pytest.approx((0.0112 - 0.005) / total)
     assert two["lost"]["slower compute"] == pytest.approx((0.0975 - 0.095) / total)
     # one repeat: the runs' own spread (1% each) widened to the 10% process-to-process floor
-    assert two["line"] == ("2 processes x 2 threads: 1.62x [1.47, 1.78], 1 repeat (efficiency "
-                           "81% [74%, 89%]); lost to: communication 12%, data wait 5%, slower "
-                           "compute 2%")
+    assert two["line"] == ("2 processes x 2 threads: 1.62x [1.47, 1.78], 1 repeat: inconclusive "
+                           "(1 repeat), leaning faster than 1 process; efficiency 81% [74%, "
+                           "89%]; lost to: communication 12%, data wait 5%, slower compute 2%")
     assert rows[2]["line"] == "4 processes x 2 threads: failed: rank 3 lost"
-    assert S.scale_cells(rows[1])[1:4] == ["2", "162", "1.62x [1.47, 1.78]"]
+    assert S.scale_cells(rows[1])[1:5] == ["2", "162", "1.62x",
+                                          "1.62x [1.47, 1.78], inconclusive (1 repeat)"]
 
 
 def _repeated(eid: str, sps: dict[int, list[float]]) -> list[dict]:
@@ -74,7 +75,7 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
     assert two["speedup"] == pytest.approx(6.02)
     assert two["implausible"] and not two["verdict_ok"]
     assert "implausible" in two["line"] and "+/-39.0% within a run" in two["line"]
-    assert "(implausible)" in S.scale_cells(two)[3]
+    assert "(implausible)" in S.scale_cells(two)[4]
     from scaleprobe.core.thresholds import DEFAULT
     from scaleprobe.report.findings_exp import _scaling
 
@@ -161,7 +162,7 @@ def test_threads_per_rank_are_part_of_the_pairing():
             r["config"]["train"]["optimizer"] = "adamw"
     two = S.scale_table(same)[1]
     assert two["unlike"] == ["train.optimizer: (absent) -> adamw"] and not two["verdict_ok"]
-    assert "not like for like" in two["line"] and "(not like for like)" in S.scale_cells(two)[3]
+    assert "not like for like" in two["line"] and "(not like for like)" in S.scale_cells(two)[4]
 
 
 def test_no_loss_is_attributed_above_full_efficiency():
@@ -172,3 +173,65 @@ def test_no_loss_is_attributed_above_full_efficiency():
             r["metrics"]["breakdown_s"] = _bd(0.0, 0.02, 0.08)
     two = S.scale_table(recs)[1]
     assert two["efficiency"] > 1.0 and two["lost"] == {} and "lost to" not in two["line"]
+
+
+def _busy(rec: dict, cores: float) -> dict:
+    """``rec`` measured while ``cores`` cores of a 4-core machine were busy outside it."""
+    rec["metrics"]["outside_cpu_cores"] = cores
+    rec["load"] = {"flag": cores > 0.4, "outside_cpu_cores": cores, "machine_cores": 4}
+    return rec
+
+
+def test_speedup_whose_interval_holds_1_is_not_resolved_in_words():
+    """Issue 38 item 6: `1.13x [0.88, 1.44] ... lost to` without saying 2 processes were not
+    resolved faster than 1. Paired ratios 1.0, 1.1, 1.3: log-mean by hand below."""
+    import math
+    recs = _repeated("nr", {1: [100.0, 100.0, 100.0], 2: [100.0, 110.0, 130.0]})
+    two = S.scale_table(recs)[1]
+    logs = [0.0, math.log(1.1), math.log(1.3)]
+    m = sum(logs) / 3
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 2)
+    lo = math.exp(m - 4.302653 * sd / math.sqrt(3))  # t(0.975, 2) = 4.3027
+    assert lo < 1.0 < math.exp(m)
+    assert two["line"].startswith(f"2 processes x 2 threads: {math.exp(m):.2f}x [{lo:.2f}, ")
+    assert ": not resolved (the interval includes 1x)" in two["line"]
+    assert S.scale_cells(two)[4].endswith(", not resolved")
+
+
+def test_load_caveat_rides_on_the_speedup_and_lost_to_figures():
+    """Issue 38 item 6: 'lost to: slower compute 31%' read as a property of 2-process DDP when
+    every run had 1.5-1.7 cores of outside load."""
+    recs = [_busy(r, 1.7 if "n2" in r["name"] else 0.05) for r in _scale_records()[1:]]
+    two = S.scale_table(recs)[1]
+    assert two["lost"]
+    line = two["line"]
+    assert "lost to: communication 12%" in line
+    assert line.endswith("measured under load: nproc=2: 1.70 cores outside (1 of 2 source "
+                         "runs); the figure may be slower than the machine allows")
+    cells = S.scale_cells(two)
+    assert cells[4].endswith("inconclusive (1 repeat), under load")
+    assert cells[9].endswith("(under load)")
+
+
+def test_no_caveat_when_no_run_was_loaded():
+    recs = [_busy(r, 0.05) for r in _scale_records()[1:]]
+    two = S.scale_table(recs)[1]
+    assert "under load" not in two["line"] and "under load" not in " ".join(S.scale_cells(two))
+
+
+def test_scale_md_and_scale_json_say_the_same_words(tmp_path):
+    """The scale command writes the speedup claim to scale.md and scale.json: one renderer,
+    the load caveat in both."""
+    import json
+
+    from scaleprobe.commands.scale import _write_table
+
+    recs = [_busy(r, 1.7 if "n2" in r["name"] else 0.05) for r in _scale_records()[1:]]
+    rows = S.scale_table(recs)
+    assert _write_table(tmp_path, "sc", rows) == 0
+    md = (tmp_path / "scale.md").read_text()
+    (claim,) = json.loads((tmp_path / "scale.json").read_text())["claims"]
+    assert claim["nproc"] == 2 and claim["under_load"] is True
+    assert claim["rule"] == "fewer than 2 repeats a side"
+    assert f"- {claim['text']}" in md
+    assert "measured under load: nproc=2: 1.70 cores outside" in claim["text"]

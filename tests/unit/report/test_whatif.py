@@ -28,3 +28,57 @@ def test_what_if_from_a_one_rank_run_and_how_it_held(tmp_path):
 
 def test_no_one_rank_run_no_section(tmp_path):
     assert whatif_section([measured("two", _t(1))]) is None
+
+
+def test_a_run_under_load_puts_its_caveat_on_the_predictions(tmp_path):
+    """Issue 38 item 6: the what-if table put a ceiling on 2 devices 'even on a link that
+    costs nothing' from the step jitter of a run flagged under load, and did not say so."""
+    import dataclasses
+
+    from scaleprobe.core.results import Load
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    base.metrics.outside_cpu_cores = 1.6
+    base.load = Load(flag=True, machine_cores=2)
+    s = whatif_section([base])
+    text = " ".join(getattr(b, "text", "") for b in s.blocks)
+    assert "measured under load: r: 1.60 cores outside (1 of 1 source runs)" in text
+    assert "even on a link that costs nothing" in text
+    calm = dataclasses.replace(base, load=Load(flag=False, machine_cores=2))
+    calm.metrics = dataclasses.replace(base.metrics, outside_cpu_cores=0.05)
+    s = whatif_section([calm])
+    assert "under load" not in " ".join(getattr(b, "text", "") for b in s.blocks)
+
+
+def test_predict_from_json_carries_the_load_caveat(tmp_path):
+    """`predict --from` writes the same caveat into its JSON as the report prints."""
+    from scaleprobe.comm import sample as S
+    from scaleprobe.commands.predict_steps import _from_dict
+    from scaleprobe.core.results import Load
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    base.metrics.outside_cpu_cores = 1.6
+    base.load = Load(flag=True, machine_cores=2)
+    d = _from_dict(base, S.from_run(base))
+    assert d["under_load"] is True
+    assert d["load_caveat"].startswith("measured under load: r: 1.60 cores outside")
+
+
+def test_predict_from_in_the_terminal_carries_the_load_caveat(tmp_path, capsys):
+    """`predict --from` in the terminal: the run was under load, so the caveat follows the
+    table, and a link that cannot reach the target reads "unreachable, under load"."""
+    from scaleprobe.comm import sample as S
+    from scaleprobe.comm import whatif as W
+    from scaleprobe.commands.predict_steps import print_rows
+    from scaleprobe.core.results import Load
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    base.metrics.outside_cpu_cores = 1.6
+    base.load = Load(flag=True, machine_cores=2)
+    sample = S.from_run(base)
+    rows = W.plan(sample, W.Grid(["ddp"], [2, 8], [1], [None]), 0.9)
+    print_rows(base, sample, rows, 0.9)
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps to the terminal's width
+    assert "measured under load: r: 1.60 cores outside (1 of 1 source runs)" in out
+    assert "each ceiling 'even on a link that costs nothing'" in out
+    assert all(r.needed_gbit_s is not None for r in rows) or "unreachable, under load" in out

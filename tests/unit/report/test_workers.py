@@ -80,7 +80,7 @@ def test_workers_are_compared_like_for_like():
                   experiment=sweep_point("ld", workers=0, transform="light", repeat=i))
               for i in range(3)]
     rec = W.recommend_workers(recs + light0)
-    assert rec["by_transform"]["heavy"]["workers"] == 1
+    assert rec["by_group"]["transform=heavy"]["workers"] == 1
 
 
 def test_loader_table_rows():
@@ -102,8 +102,8 @@ def test_each_transform_gets_its_own_worker_recommendation():
                 experiment=sweep_point("lt", transform=t, workers=w, repeat=r))
             for r in range(3) for t, by_w in sps.items() for w, s in by_w.items()]
     rec = W.recommend_workers(recs)
-    assert rec["by_transform"]["light"]["workers"] == 1
-    assert rec["by_transform"]["heavy"]["workers"] == 3
+    assert rec["by_group"]["transform=light"]["workers"] == 1
+    assert rec["by_group"]["transform=heavy"]["workers"] == 3
     assert rec["workers"] == 1  # the overall best setting is a light one
     assert "transform heavy: Use 3 loader worker(s)" in rec["text"]
     assert "transform light: Use 1 loader worker(s)" in rec["text"]
@@ -137,3 +137,35 @@ def test_workers_are_not_credited_with_a_gain_their_data_wait_cannot_explain():
     # the edge: a wait 10% of the step short of the gain still explains it, 11% does not
     assert W.recommend_workers(_wait_vs_gain(2.6 - 0.29))["workers"] == 2
     assert W.recommend_workers(_wait_vs_gain(2.6 - 0.33))["workers"] is None
+
+
+def test_each_group_gets_its_own_named_worker_comparison():
+    """Issue 38 item 8: a sweep with two groups (single, ps) printed one loader-worker verdict
+    under the ps table with the single group's figure, naming no group; the ps group's own
+    comparison was missing. single: 1 worker reaches 196/200 = 0.98 of the best; ps: 1
+    worker reaches only 120/200 = 0.60, 2 workers are needed."""
+    sps = {"single": {1: 196.0, 2: 200.0}, "ps": {1: 120.0, 2: 200.0}}
+    recs = [run(f"{g}{w}r{r}", workers=w, strategy=g, sps=s * (1 + 0.004 * r),
+                experiment=sweep_point("grp", strategy=g, workers=w, repeat=r))
+            for r in range(3) for g, by_w in sps.items() for w, s in by_w.items()]
+    rec = W.recommend_workers(recs)
+    per = rec["by_group"]
+    assert set(per) == {"strategy=single", "strategy=ps"}
+    assert per["strategy=single"]["workers"] == 1
+    assert per["strategy=ps"]["workers"] == 2
+    assert "strategy=single: Use 1 loader worker(s)" in rec["text"]
+    assert "strategy=ps: Use 2 loader worker(s)" in rec["text"]
+    assert per["strategy=ps"]["group"] != per["strategy=single"]["group"]
+
+
+def test_a_worker_verdict_over_a_loaded_run_carries_the_caveat():
+    recs = _loader_sweep()
+    busy = next(r for r in recs if r["name"] == "w1r0")
+    busy["metrics"]["outside_cpu_cores"] = 1.5
+    busy["load"] = {"flag": True, "machine_cores": 4}
+    rec = W.recommend_workers(recs)
+    assert rec["workers"] == 1 and rec["under_load"]
+    assert rec["text"].endswith("measured under load: workers=1 (repeat 1): 1.50 cores outside "
+                                "(1 of 12 source runs); the figure may be slower than the "
+                                "machine allows.")
+    assert "under load" not in W.recommend_workers(_loader_sweep())["text"]
