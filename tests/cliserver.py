@@ -79,9 +79,9 @@ def _run_command(req: dict) -> None:
             os.dup2(f, fd)
             os.close(f)
         sys.argv = [str(Path(sys.executable)), *req["argv"]]
-        from scaleprobe.cli import main
+        from scaleprobe.cli import entry
 
-        code = main(req["argv"])
+        code = entry(req["argv"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
     except BaseException:  # noqa: BLE001 - as the interpreter would: a traceback, exit 1

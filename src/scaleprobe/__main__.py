@@ -1,6 +1,6 @@
 import sys
 
-from scaleprobe.cli import main
+from scaleprobe.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

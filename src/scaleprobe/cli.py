@@ -17,7 +17,7 @@ import sys
 import textwrap
 from typing import Any, NoReturn
 
-from scaleprobe import __version__
+from scaleprobe import __version__, launch
 from scaleprobe.core.config import SYNONYMS
 from scaleprobe.core.errors import ScaleprobeError, one_line
 
@@ -157,5 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry(argv: list[str] | None = None) -> int:
+    """The command line's entry (`scaleprobe`, `python -m scaleprobe`): a process started for
+    this one command, so its ranks may be forked from it (``launch.fresh_launcher``).
+    ``main`` alone, called from a process of the caller's, leaves that to the caller."""
+    launch.fresh_launcher()
+    return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -13,14 +13,29 @@ from scaleprobe import launch
 from scaleprobe.core.errors import ConfigError
 
 
-@pytest.mark.parametrize("env,gpu,expect", [
-    ("", False, "fork"), ("", True, "spawn"), ("spawn", False, "spawn"), ("FORK", True, "fork"),
+@pytest.mark.parametrize("env,gpu,fresh,expect", [
+    ("", False, True, "fork"), ("", True, True, "spawn"), ("spawn", False, True, "spawn"),
+    ("FORK", True, True, "fork"),
+    # a process of the caller's (a notebook, this test process) may have started OpenMP's
+    # pool: a rank forked from it waited forever at its first parallel region
+    ("", False, False, "spawn"),
 ])
-def test_the_start_method_follows_the_machine_and_the_environment(monkeypatch, env, gpu,
-                                                                   expect):
+def test_the_start_method_follows_the_machine_the_process_and_the_environment(
+        monkeypatch, env, gpu, fresh, expect):
     monkeypatch.setenv(launch.START_ENV, env)
     monkeypatch.setattr(launch, "gpu_machine", lambda: gpu)
+    monkeypatch.setattr(launch, "_fresh", fresh)
     assert launch.rank_start_method() == expect
+
+
+def test_only_scaleprobes_own_entries_say_the_process_is_fresh(monkeypatch):
+    """cli.main called in a process of the caller's leaves the start to spawn; the command
+    line's entry (and a point's process) say their process is fresh."""
+    from scaleprobe import cli
+
+    monkeypatch.setattr(launch, "_fresh", False)
+    assert cli.main(["--version"]) == 0 and launch._fresh is False
+    assert cli.entry(["--version"]) == 0 and launch._fresh is True
 
 
 def test_an_unknown_start_method_is_one_line(monkeypatch):

@@ -26,6 +26,7 @@ from scaleprobe.core.config import from_dict
 from scaleprobe.core.errors import ScaleprobeError
 from scaleprobe.core.interrupt import Interrupted, describe
 from scaleprobe.core.traits import traits_of
+from scaleprobe.launch import fresh_launcher
 from scaleprobe.measure.env import die_with_parent
 from scaleprobe.run.failure import exit_code
 
@@ -130,6 +131,7 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
 
 
 def run_point(payload: dict[str, Any]) -> int:
+    fresh_launcher()  # a point's own process: its ranks may be forked from it
     exp = payload["experiment"]
     cfg = from_dict(payload["config"])
     if payload.get("cpus") and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned

@@ -15,10 +15,14 @@ workers are killed at once, not after the launcher's 30 s grace. Ctrl+C or SIGTE
 process is forwarded to the workers, which stop together and keep their records
 (``interrupt.py``); ``Interrupted`` then reports it.
 
-How a rank starts: on a machine without an NVIDIA or AMD GPU driver each rank is forked from
-this process, which has imported torch and the training engine already, so a rank starts
+How a rank starts: on a machine without an NVIDIA or AMD GPU driver, when this process is
+scaleprobe's own (the command line, a point's process: ``fresh_launcher``), each rank is
+forked from it, which has imported torch and the training engine already, so a rank starts
 training without spending 3-5 s of a CPU importing them again (a 2-process run on 2 cores
-waited that long for its ranks). A forked rank begins as a fresh interpreter would: Python's
+waited that long for its ranks). A process that may have run tensor operations already (a
+notebook or a test calling scaleprobe in its own process) spawns its ranks: torch's CPU
+kernels run on GNU OpenMP's thread pool, and a child forked after the pool started waits
+forever at its first parallel region for threads it does not have. A forked rank begins as a fresh interpreter would: Python's
 default signal handlers and its own stdout and stderr objects (another thread of this process
 may hold the old ones' locks at the moment of the fork). On a GPU machine every rank is a
 fresh interpreter (multiprocessing's spawn): a process forked after CUDA was initialised cannot
@@ -70,6 +74,18 @@ INTERRUPT_GRACE_S = 6
 START_ENV = "SCALEPROBE_RANK_START"  # fork | spawn (see the module's docstring)
 
 
+_fresh = False  # this process is scaleprobe's own and has run no tensor operation
+
+
+def fresh_launcher() -> None:
+    """Say that this process is scaleprobe's own, started to run one command or one point,
+    so it has run no tensor operation before it launches ranks: they may be forked from it
+    (the module's docstring). Called by the command line's entry and by a point's process,
+    never by code a user or a test calls in a process of its own."""
+    global _fresh
+    _fresh = True
+
+
 def rank_start_method() -> str:
     """``fork`` or ``spawn``: how this host's ranks start (see the module's docstring)."""
     how = os.environ.get(START_ENV, "").strip().lower()
@@ -78,7 +94,7 @@ def rank_start_method() -> str:
     if how:
         raise ConfigError(f"{START_ENV}={how!r}: expected fork or spawn")
     fork_ok = sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
-    return "fork" if fork_ok and not gpu_machine() else "spawn"
+    return "fork" if _fresh and fork_ok and not gpu_machine() else "spawn"
 
 
 _forking_ranks = False  # set while this process forks its ranks
