@@ -193,19 +193,31 @@ def _print(out: dict[str, Any]) -> None:
                   markup=False, highlight=False)
 
 
-def check_memory(pt: C.Point) -> dict[str, Any]:
-    """A measured run's peak per rank beside the prediction from its 1-rank base run, for
-    ``predict --check``: predicted_peak_bytes, measured_peak_bytes, memory_ratio (or a
-    memory_reason)."""
+def memory_bases(run: RunResult, pool: list[RunResult]) -> list[RunResult]:
+    """The 1-rank runs of ``pool`` a run's memory is predicted from: same model, data,
+    optimizer, precision and batch per device (threads and CPU do not move tensor bytes),
+    with memory facts at two batch sizes."""
+    want = (*(run.cfg(k) for k in C.SETTING_KEYS), run.batch.per_device)
+    return [r for r in pool if (r.world_size or 1) == 1 and r.status == "ok"
+            and r.metrics.memory_facts is not None
+            and len(r.metrics.memory_facts.fwd_bwd_peak_bytes or []) >= 2
+            and (*(r.cfg(k) for k in C.SETTING_KEYS), r.batch.per_device) == want]
+
+
+def check_memory(pt: C.Point, pool: list[RunResult]) -> dict[str, Any]:
+    """A measured run's peak per rank beside the prediction from a matching 1-rank run (its
+    latest), for ``predict --check``: predicted_peak_bytes, measured_peak_bytes,
+    memory_ratio (or a memory_reason)."""
     run = pt.run
     facts = run.metrics.memory_facts
-    bases = [b for b in pt.bases if b.metrics.memory_facts is not None]
+    bases = memory_bases(run, pool)
     out: dict[str, Any] = {"predicted_peak_bytes": None, "measured_peak_bytes": None,
                            "memory_ratio": None, "memory_reason": None}
     strategy = str(run.cfg("dist.strategy") or "single")
     if facts is None or not bases or strategy not in MM.STRATEGIES:
         out["memory_reason"] = ("the run recorded no memory facts" if facts is None else
-                                "no matching 1-rank run recorded memory facts" if not bases
+                                "no 1-rank run of the same model, data, optimizer, precision "
+                                "and batch recorded memory facts" if not bases
                                 else f"no memory model for {strategy}")
         return out
     sb, pm = run.metrics.state_bytes, run.metrics.peak_mem_bytes
@@ -220,7 +232,8 @@ def check_memory(pt: C.Point) -> dict[str, Any]:
     p = MM.predict(inputs, strategy, int(run.world_size or 1), int(run.batch.per_device or 1))
     # the CPU figure cannot see DDP's buckets (not reachable as tensors): like for like
     predicted = p.peak_bytes - (p.parts["ddp_buckets"] if facts.device != "cuda" else 0)
-    out.update(predicted_peak_bytes=predicted, measured_peak_bytes=measured,
+    out.update(memory_base=max(bases, key=lambda r: str(r.started_at or "")).run_id,
+               predicted_peak_bytes=predicted, measured_peak_bytes=measured,
                memory_ratio=MM.ratio(predicted, measured), memory_measured_as=how,
                memory_parts=p.parts)
     if measured is None:

@@ -212,11 +212,12 @@ def _link_label(run: RunResult) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    points = C.check(load_runs(args.check))
+    records = load_runs(args.check)
+    points = C.check(records)
     if not points:
         raise ConfigError(f"no measured multi-rank run in {args.check}")
     summ = C.summary(points)
-    mem = {id(p): PM.check_memory(p) for p in points}
+    mem = {id(p): PM.check_memory(p, records) for p in points}
     if args.json:
         print(json.dumps({"points": [_point_dict(p) | mem[id(p)] for p in points],
                           "summary": summ.__dict__ | {"goal_met": summ.goal_met}},
