@@ -122,9 +122,19 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
     probe fields). Runs forward, backward and the optimizer step: every rank of a
     synchronising strategy must call it, the model is updated (after the window)."""
     x, y = batch
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return {"reasons": {"fwd_bwd_peak_bytes": "not probed: the batch is not an input and a "
+                                                  "target tensor (detection: lists)"}}
     n = int(x.shape[0])
-    sizes = [n] + ([n // 2] if n >= 2 and isinstance(y, torch.Tensor) else [])
+    sizes = [n] + ([n // 2] if n >= 2 else [])
     cuda = p.device.type == "cuda"
+    # a compiled model would recompile for the half batch (and count it as the run's): the
+    # probe runs its eager module, which may save more for backward than the compiled graph
+    inner = getattr(p.model, "_orig_mod", None)
+    model = inner if inner is not None else p.model
+    method = (METHOD_CUDA if cuda else METHOD_CPU) + (
+        "; eager module of a compiled model (its graph may hold less)" if inner is not None
+        else "")
 
     def peak(fn: Callable[[], None]) -> int:
         return _cuda_peak(fn, p.device) if cuda else _cpu_peak(fn)
@@ -135,14 +145,14 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
 
         def fwd_bwd(xb: Any = xb, yb: Any = yb) -> None:
             with p.autocast:
-                loss = p.task.forward_loss(p.model, xb, yb)
+                loss = p.task.forward_loss(model, xb, yb)
             p.scaler.scale(loss).backward()
 
         fb.append(peak(fwd_bwd))
         opt.append(peak(lambda: p.strategy.optimizer_step(p.optimizer, p.scaler)))
         p.optimizer.zero_grad(set_to_none=True)
     return {"batch_sizes": sizes, "fwd_bwd_peak_bytes": fb, "optimizer_peak_bytes": opt,
-            "device": p.device.type, "method": METHOD_CUDA if cuda else METHOD_CPU,
+            "device": p.device.type, "method": method,
             "input_bytes": _input_bytes(x, y)}
 
 

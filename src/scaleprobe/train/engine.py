@@ -320,7 +320,9 @@ def _memory_facts(p: Parts, st: LoopState, strategy: Any) -> dict[str, Any] | No
     elif st.last_batch is None:
         facts["reasons"]["fwd_bwd_peak_bytes"] = "no step ran"
     else:
-        facts.update(probe_steps(p, st.last_batch))
+        probed = probe_steps(p, st.last_batch)
+        facts["reasons"].update(probed.pop("reasons", {}))
+        facts.update(probed)
     return facts
 
 
