@@ -241,10 +241,12 @@ def check_memory(pt: C.Point, pool: list[RunResult]) -> dict[str, Any]:
     return out
 
 
-def print_check_memory(points: list[C.Point], mem: dict[int, dict[str, Any]]) -> None:
-    """The memory table of ``predict --check``: measured peak per rank beside its prediction."""
+def print_check_memory(points: list[C.Point], mem: dict[int, dict[str, Any]],
+                       always: bool = False) -> None:
+    """The memory table of ``predict --check``: measured peak per rank beside its prediction
+    (without ``always``, only where some run has both)."""
     rows = [(p, mem[id(p)]) for p in points]
-    if not any(m["measured_peak_bytes"] is not None for _, m in rows):
+    if not always and not any(m["memory_ratio"] is not None for _, m in rows):
         return
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console

@@ -225,7 +225,7 @@ def run_check(args: argparse.Namespace) -> int:
         return 0
     if not getattr(args, "memory", False):
         print_check(points, summ)
-    PM.print_check_memory(points, mem)
+    PM.print_check_memory(points, mem, always=bool(getattr(args, "memory", False)))
     return 0
 
 

@@ -132,7 +132,8 @@ def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> 
     facts = [r.memory_facts for r in ranks if r.memory_facts is not None]
     result.metrics.memory_facts = facts[0] if facts else None
     if not facts:
-        why["memory_facts"] = "no training rank read them (interrupted, or no step ran)"
+        why["memory_facts"] = ("no training rank recorded them (interrupted, no step ran, or "
+                               "a user's script under wrap, which owns its step)")
 
 
 def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:

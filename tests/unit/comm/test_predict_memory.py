@@ -10,17 +10,39 @@ from scaleprobe.core.results import RunResult
 from tests.unit.test_memmodel import facts
 
 
-def _run(tmp_path, device_allocated=None, **kw):
-    rec = RunResult.from_dict({
-        "kind": "run", "run_id": "r1", "status": "ok", "started_at": "2026-11-28T09:00:00Z",
-        "config": {"model": {"name": "mlp"}, "dist": {"strategy": "single", "nproc": 1}},
-        "batch": {"per_device": 32, "global": 32, "world_size": 1},
-        "env": {"mem_total_bytes": 64 << 30, "gpus": []},
-        "metrics": {"memory_facts": facts(**kw).to_dict(),
-                    "peak_mem_bytes": {"device_allocated": device_allocated}}})
+def _record(run_id="r1", strategy="single", world=1, state=None, **kw):
+    return RunResult.from_dict({
+        "kind": "run", "run_id": run_id, "status": "ok", "started_at": "2026-11-28T09:00:00Z",
+        "config": {"model": {"name": "mlp"}, "dist": {"strategy": strategy, "nproc": world}},
+        "batch": {"per_device": 32, "global": 32 * world, "world_size": world},
+        "env": {"mem_total_bytes": 64 << 30, "gpus": [], "threads": 2 // world},
+        "metrics": {"memory_facts": facts(strategy=strategy, world=world, **kw).to_dict(),
+                    "step_time_s": {"median": 0.1}, "state_bytes": state}})
+
+
+def _run(tmp_path, **kw):
     (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "result.json").write_text(json.dumps(rec.to_dict()))
+    (tmp_path / "r" / "result.json").write_text(json.dumps(_record(**kw).to_dict()))
     return str(tmp_path / "r")
+
+
+def test_check_sets_a_measured_fsdp_runs_peak_beside_its_prediction(tmp_path, capsys):
+    # the 2-rank fsdp run, measured on the CPU: its rank's 2 MB of parameters + 4 MB of
+    # AdamW state + the batch (3,200 B), then the probe's forward/backward peak above them:
+    # 2 MB of gradients + the 400 kB unit twice + 1 kB x 32 + 50 kB = 2,882,000 B
+    state = {"params_bytes": 2_000_000, "grads_bytes": 2_000_000,
+             "optimizer_bytes": 4_000_000}
+    two = _record("r2", "fsdp", 2, state, fwd_bwd_peak_bytes=[2_882_000, 2_866_000])
+    for i, rec in enumerate((_record(), two)):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "result.json").write_text(json.dumps(rec.to_dict()))
+    assert main(["predict", "--check", str(tmp_path), "--json"]) == 0
+    (pt,) = json.loads(capsys.readouterr().out)["points"]
+    assert pt["measured_peak_bytes"] == 2_000_000 + 4_000_000 + 3_200 + 2_882_000
+    # predicted: a half of 16 MB + 800 kB unit + 32 kB + 50 kB + 3,200 B of batch
+    assert pt["predicted_peak_bytes"] == 8_000_000 + 800_000 + 32_000 + 50_000 + 3_200
+    assert pt["memory_ratio"] == pytest.approx(1.0)
+    assert pt["memory_base"] == "r1"
 
 
 def test_json_points_parts_fits_and_largest_batch(tmp_path, capsys):
