@@ -33,6 +33,7 @@ from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.strategies.fsdp import shard_units
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
 from scaleprobe.train.steplog import TimerSteps
@@ -305,9 +306,6 @@ def _memory_facts(p: Parts, st: LoopState, strategy: Any) -> dict[str, Any] | No
     with the reason where the strategy's step has phases of its own (ps, local SGD)."""
     if strategy.is_server:
         return None
-    # heavy: strategies.fsdp: its unit rule (torch.distributed.fsdp is imported only on use)
-    from scaleprobe.strategies.fsdp import shard_units
-
     model = strategy.unwrap(p.model)
     facts: dict[str, Any] = {**model_facts(model, p.optimizer, shard_units),
                              "strategy": p.cfg.dist.strategy, "world": strategy.world,
