@@ -184,7 +184,7 @@ def measured_peak(f: MemoryFacts, params: int | None, grads: int | None,
     base = params + (optimizer or 0) + (f.input_bytes or 0)
     step = max(fb[0], (grads or 0) + (opt[0] if opt else 0))
     return base + step, ("CPU: tensors live before the probe step (held parameters, "
-                         "optimizer state, the batch) + the probe's peak above them")
+                         "optimizer state, the batch) + the profiler's peak above them")
 
 
 def ratio(predicted: int, measured: int | None) -> float | None:

@@ -15,32 +15,27 @@ the model state as arithmetic inputs and the batch's activation memory on the al
 
 How the allocator is read: on CUDA ``torch.cuda.max_memory_allocated`` after
 ``reset_peak_memory_stats`` minus ``memory_allocated`` before; on the CPU PyTorch has no
-allocator statistics (torch 2.14: ``torch.cpu`` holds none), so a ``TorchDispatchMode`` counts
-each operator's output storage from its allocation to its free (a finalizer on the storage)
-and the running total's maximum is the peak. Both count tensor bytes, never the process's
-resident memory. The profiler's memory events (``profile_memory=True``) gave the same bytes
-per sample on the unit test's model, but start kineto in every rank (its threads, its lines on
-stderr); the mode is plain Python. Runs after the window; costs time, never bytes.
+allocator statistics (torch 2.14: ``torch.cpu`` holds none), so the profiler's memory events
+(``profile_memory=True``: every tensor allocation and free, with its bytes) are summed in time
+order and the running total's maximum is the peak. Both count tensor bytes, never the
+process's resident memory. The profiler costs time, never bytes, and runs after the window.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from scaleprobe.measure.held import _tensors
 
 METHOD_CUDA = ("torch.cuda.max_memory_allocated after reset_peak_memory_stats, less "
                "memory_allocated before; one untimed step after the window per batch size")
-METHOD_CPU = ("a dispatch mode counting every operator's output storage from its allocation "
-              "to its free, the running maximum above the start; one untimed step after the "
-              "window per batch size")
+METHOD_CPU = ("torch.profiler profile_memory=True: tensor allocations and frees summed in time "
+              "order, the running maximum above the start; one untimed step after the window "
+              "per batch size")
 MASTER_NOTE = ("none: parameters are kept in their own dtype and autocast makes low-precision "
                "copies per op (counted in the activations)")
 
@@ -97,42 +92,20 @@ def model_facts(model: nn.Module, optimizer: Any,
             "largest_unit_bytes": unit, "largest_unit_reason": unit_reason}
 
 
-class _LiveBytes(TorchDispatchMode):
-    """Tensor bytes live at once: every operator's output storage counted when it is made
-    and uncounted when it is freed (a finalizer on the storage); views and in-place results
-    share a storage already counted. Thread-local, like every dispatch mode: the CPU's
-    backward runs on the calling thread, so it is seen."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.cur = 0
-        self.peak = 0
-
-    def _free(self, key: int) -> None:
-        self.cur -= self.live.pop(key, 0)
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                st = t.untyped_storage()
-                key, n = int(st.data_ptr()), int(st.nbytes())
-                if n and key not in self.live:
-                    self.live[key] = n
-                    self.cur += n
-                    self.peak = max(self.peak, self.cur)
-                    weakref.finalize(st, self._free, key)
-        return out
-
-
 def _cpu_peak(fn: Callable[[], None]) -> int:
     """The most tensor bytes live at once above the start while ``fn`` runs (CPU)."""
-    mode = _LiveBytes()
-    with mode:
+    # heavy: torch.profiler: only for this one probe step
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    return mode.peak
+    evs = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    evs.sort(key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in evs:
+        cur += int(e.nbytes())
+        peak = max(peak, cur)
+    return peak
 
 
 def _cuda_peak(fn: Callable[[], None], device: torch.device) -> int:
