@@ -98,7 +98,11 @@ def _run_command(req: dict) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(code if isinstance(code, int) else 1)
+            code = code if isinstance(code, int) else 1
+            with contextlib.suppress(OSError):  # read only if the waiter is lost
+                with open(req["status"], "w") as fh:
+                    fh.write(str(code))
+            os._exit(code)
 
 
 def _serve_one(conn: socket.socket) -> None:
@@ -159,11 +163,12 @@ class Server:
         err = tempfile.NamedTemporaryFile(dir=self.dir, delete=False)
         out.close()
         err.close()
+        status = out.name + ".rc"
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.path)
             _send(conn, {"argv": argv, "env": env, "cwd": str(cwd or os.getcwd()),
-                         "stdout": out.name, "stderr": err.name})
+                         "stdout": out.name, "stderr": err.name, "status": status})
             pid = (_recv(conn) or {})["pid"]
             conn.settimeout(timeout)
             try:
@@ -173,14 +178,14 @@ class Server:
                 raise subprocess.TimeoutExpired([sys.executable, "-m", "scaleprobe", *argv],
                                                 timeout, _text(out.name), _text(err.name)
                                                 ) from None
-            if not isinstance(ended, dict):
-                raise RuntimeError("the test CLI server lost a command")
+            if not isinstance(ended, dict):  # the waiter is gone: the command's own status
+                ended = {"returncode": _status_of(pid, status, timeout)}
             return subprocess.CompletedProcess([sys.executable, "-m", "scaleprobe", *argv],
                                                ended["returncode"], _text(out.name),
                                                _text(err.name))
         finally:
             conn.close()
-            for f in (out.name, err.name):
+            for f in (out.name, err.name, status):
                 with contextlib.suppress(OSError):
                     os.unlink(f)
 
@@ -190,6 +195,20 @@ class Server:
         with contextlib.suppress(OSError):
             os.unlink(self.path)
             os.rmdir(self.dir)
+
+
+def _status_of(pid: int, status: str, timeout: float) -> int:
+    """The exit code a command wrote as it ended, waited for; when its waiter was lost."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(pid).wait(timeout=timeout)
+    try:
+        with open(status) as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        raise RuntimeError(f"the test CLI server lost command pid {pid}: its waiter ended and "
+                           "the command wrote no exit code (killed by a signal?)") from None
 
 
 def _text(path: str) -> str:

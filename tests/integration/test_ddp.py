@@ -128,6 +128,23 @@ def test_one_process_ddp_reports_no_communication(cli, out_dir):
     assert (("wrapper overhead: not resolved (the interval includes 0: " in p.stdout) is
             (lo <= 0)), p.stdout
     assert (" ms] over 2 pairs per step" in p.stdout) is (lo > 0), p.stdout
+    _activation_bytes_by_hand(rec)
+
+
+def _activation_bytes_by_hand(rec):
+    """The run's memory facts (measure/memstate.py) against a hand estimate: linear on 3x32x32
+    digits has 3072 x 10 + 10 parameters (fp32, SGD with momentum: one state tensor each). Its
+    only activations are classes-wide: the logits, their log-softmax and the gradients, 1 to
+    3 of 10 fp32 live at once per sample (40-120 bytes); the forward+backward peak holds the
+    gradients (122,920 bytes) + that x the batch, within 1 kB of fixed bytes."""
+    f = rec["metrics"]["memory_facts"]
+    grads = 4 * (3072 * 10 + 10)
+    assert f["param_count"] == 30730 and f["optimizer_states_per_param"] == 1
+    assert f["device"] == "cpu" and f["batch_sizes"] == [64, 32]
+    (b1, b2), (f1, f2) = f["batch_sizes"], f["fwd_bwd_peak_bytes"]
+    per_sample = (f1 - f2) / (b1 - b2)
+    assert 40 <= per_sample <= 120, f
+    assert abs(f1 - grads - per_sample * b1) <= 1024, f
 
 
 def test_ddp_shard_audit_passes_and_accuracy_holds(ddp_run):

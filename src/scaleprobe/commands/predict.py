@@ -5,6 +5,8 @@ run (the step model), or communication time and efficiency from the closed-form 
     scaleprobe predict --from RUN --nproc 2,4,8 --link 1gbit --link measured:COMM_DIR
     scaleprobe predict --from RUN --nproc 1 --nnodes 2,4,8 --link 10gbit --strategy ddp,ps
     scaleprobe predict --check RUNS            # each multi-rank run beside its prediction
+    scaleprobe predict --from RUN --memory --batch-size 16,64,256 --nproc 1,2,8 \
+        --strategy ddp,fsdp --device-memory 80GiB   # peak memory per rank: does it fit?
     scaleprobe predict --model resnet50 --nproc 8 --link 10gbit --compute-time 0.25
     scaleprobe predict --params 25e6 --nproc 4 --nnodes 2 --link 1gbit --compute-time 0.1
 
@@ -32,7 +34,7 @@ from typing import Any
 
 from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, count_params, predict_for_run
 from scaleprobe.comm.whatif import check_ranks, parse_counts
-from scaleprobe.commands import predict_steps
+from scaleprobe.commands import predict_memory, predict_steps
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.links import resolve_link, with_alpha
 from scaleprobe.core.schema import show
@@ -131,6 +133,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overlap", type=_number(0, 1), default=None,
                    help="fraction of communication hidden under compute, 0..1 (default 0; "
                         "needs --compute-time)")
+    p.add_argument("--memory", action="store_true",
+                   help="with --from: the peak memory per rank (parts, fits, largest batch); "
+                        "with --check: only the memory beside each measured run")
+    p.add_argument("--batch-size", default=None,
+                   help="--memory: batch sizes per rank, e.g. 16,64,256 (default: the run's)")
+    p.add_argument("--device-memory", default=None,
+                   help="--memory: memory of one device, e.g. 80GiB (default: the run's GPU; "
+                        "on the CPU the host's memory shared by the ranks)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -153,6 +163,12 @@ def _validate(args: argparse.Namespace) -> None:
     form); a flag the mode would ignore is refused, not dropped."""
     if args.check and args.from_result:
         raise ConfigError("--check and --from ask two questions: give one")
+    predict_memory.validate(args)
+    if args.memory and args.from_result:
+        for dest, flag, why in CLOSED_FORM_ONLY:
+            if getattr(args, dest) is not None:
+                raise ConfigError(f"{flag} does nothing with --from: {why}")
+        return
     if args.check:
         given = [flag for dest, flag in CHECK_READS_NOT if getattr(args, dest) is not None]
         if given:
@@ -244,6 +260,8 @@ def _needed(p: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
+    if args.memory and args.from_result:
+        return predict_memory.run_memory(args, predict_steps.load_runs(args.from_result))
     if args.check or args.from_result:
         if args.check:
             return predict_steps.run_check(args)

@@ -15,6 +15,7 @@ from scaleprobe.comm import check as C
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import whatif as W
 from scaleprobe.comm.timeline import Unit
+from scaleprobe.commands import predict_memory as PM
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.report.records import load_records, runs
@@ -218,16 +219,20 @@ def _link_label(run: RunResult) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    points = C.check(load_runs(args.check))
+    records = load_runs(args.check)
+    points = C.check(records)
     if not points:
         raise ConfigError(f"no measured multi-rank run in {args.check}")
     summ = C.summary(points)
+    mem = {id(p): PM.check_memory(p, records) for p in points}
     if args.json:
-        print(json.dumps({"points": [_point_dict(p) for p in points],
+        print(json.dumps({"points": [_point_dict(p) | mem[id(p)] for p in points],
                           "summary": summ.__dict__ | {"goal_met": summ.goal_met}},
                          indent=2, default=str))
         return 0
-    print_check(points, summ)
+    if not getattr(args, "memory", False):
+        print_check(points, summ)
+    PM.print_check_memory(points, mem, always=bool(getattr(args, "memory", False)))
     return 0
 
 

@@ -319,6 +319,37 @@ class MemoryPass(Record):
 
 
 @dataclass
+class MemoryFacts(Record):
+    """What a memory prediction (core/memmodel.py) reads from a run (measure/memstate.py):
+    the model state as arithmetic inputs (numel global, not a shard's) and the allocator's
+    peaks of one untimed step per batch size after the window, bytes above what was live
+    before forward (``fwd_bwd_peak_bytes``) and after backward (``optimizer_peak_bytes``).
+    A field not measured is null with its reason in ``reasons``."""
+
+    param_count: int | None = None
+    param_numel_by_dtype: dict[str, int] | None = None
+    optimizer: str | None = None  # the optimizer's class name
+    optimizer_states_per_param: int | None = None  # state tensors of a parameter's size
+    optimizer_bytes_per_param: float | None = None  # their bytes per parameter element
+    optimizer_scalar_bytes: int | None = None  # other state (AdamW's step), whole model
+    optimizer_param_tensors: int | None = None
+    master_bytes_per_param: float | None = None
+    master_note: str | None = None
+    largest_unit_bytes: int | None = None  # FSDP's rule: the largest unit's parameters
+    batch_sizes: list[int] | None = None  # per rank: the batch, then its first half
+    fwd_bwd_peak_bytes: list[int] | None = None  # one per batch size
+    optimizer_peak_bytes: list[int] | None = None
+    input_bytes: int | None = None  # the full batch's input and target tensors
+    device: str | None = None  # cpu | cuda
+    method: str | None = None
+    # the strategy the run used and its world: the probe ran in each training rank
+    strategy: str | None = None
+    world: int | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Metrics(Record):
     """A run's figures (units in the names; see the schema above). Task metrics
     (verification_accuracy, map50, ...) are kept in ``extra`` under their own names."""
@@ -404,9 +435,11 @@ class Metrics(Record):
     graph_breaks: int | None = None
     # one-rank runs: host memory passes after the window (the step model's copy costs)
     memory_pass: MemoryPass | None = None
+    # what a memory prediction reads (measure/memstate.py): the first training rank's
+    memory_facts: MemoryFacts | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("memory_pass",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("memory_pass", "memory_facts")
 
 
 @dataclass
@@ -1024,6 +1057,8 @@ class RankRecord(Record):
     gns: GnsSamples | None = None  # squared gradient norms per timed step (--gns)
     # one process: measure/memprobe.py after the window; None elsewhere
     memory_pass: dict[str, Any] | None = None
+    # measure/memstate.py after the window: model state facts and the allocator's step peaks
+    memory_facts: MemoryFacts | None = None
     # why its timed window ended (train/stopping.py: steps, stable, max-steps, max-seconds,
     # peer, epochs, target, max-epochs, interrupted; wrap: steps, script); None: not known
     stop_reason: str | None = None
@@ -1032,7 +1067,7 @@ class RankRecord(Record):
     communicates: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("gns",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("gns", "memory_facts")
 
 
 @dataclass

@@ -72,6 +72,12 @@ A run record (``kind == "run"``)::
                       read_at}: the training state each rank holds (measure/held.py: local
                       shards under fsdp, full copies otherwise), the largest rank's at the
                       top, each rank's with its own measured peak memory beside it,
+                      memory_facts {param_count, param_numel_by_dtype, optimizer,
+                      optimizer_states_per_param, optimizer_bytes_per_param,
+                      optimizer_scalar_bytes, master_bytes_per_param, largest_unit_bytes,
+                      batch_sizes, fwd_bwd_peak_bytes, optimizer_peak_bytes, input_bytes,
+                      device, method, strategy, world, reasons}: what a memory prediction
+                      reads (measure/memstate.py, core/memmodel.py, docs/MEMORY.md),
                       (task metrics: verification_accuracy, map50; lm: loss (held-out,
                       mean nats per token), perplexity, eval_tokens, baseline_loss (the
                       context-free baseline on the same held-out tokens), baseline_margin,
@@ -218,6 +224,7 @@ from scaleprobe.core.result_model import (  # noqa: F401  (the typed model, re-e
     GnsSamples,
     InExperiment,
     Load,
+    MemoryFacts,
     MemoryPass,
     Metrics,
     Other,
@@ -270,6 +277,7 @@ __all__ = [
     "GnsSamples",
     "InExperiment",
     "Load",
+    "MemoryFacts",
     "MemoryPass",
     "Metrics",
     "Other",

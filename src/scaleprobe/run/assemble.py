@@ -129,6 +129,11 @@ def _memory(result: RunResult, ranks: list[RankRecord], mon: dict[str, Any]) -> 
     result.metrics.state_bytes = StateBytes.from_dict(held) if held else None
     if held is None:
         why["state_bytes"] = "no training rank read its state (no step ran)"
+    facts = [r.memory_facts for r in ranks if r.memory_facts is not None]
+    result.metrics.memory_facts = facts[0] if facts else None
+    if not facts:
+        why["memory_facts"] = ("no training rank recorded them (interrupted, no step ran, or "
+                               "a user's script under wrap, which owns its step)")
 
 
 def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:

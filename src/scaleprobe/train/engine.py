@@ -28,10 +28,12 @@ from scaleprobe.measure.gns_probe import half_steps, samples_of
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
 from scaleprobe.measure.memprobe import memory_passes
+from scaleprobe.measure.memstate import model_facts, probe_steps
 from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.strategies.fsdp import shard_units
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.train.eager import eager_passes
 from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
@@ -309,6 +311,31 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "device_reserved": int(torch.cuda.max_memory_reserved(device))}
 
 
+def _memory_facts(p: Parts, st: LoopState, strategy: Any) -> dict[str, Any] | None:
+    """What a memory prediction reads (measure/memstate.py), as ``MemoryFacts``: one untimed
+    step per batch size on the last batch, after the window (every rank of the strategy runs
+    it, so collectives match). None on a parameter server's rank; the probe's fields null
+    with the reason where the strategy's step has phases of its own (ps, local SGD)."""
+    if strategy.is_server:
+        return None
+    model = strategy.unwrap(p.model)
+    facts: dict[str, Any] = {**model_facts(model, p.optimizer, shard_units),
+                             "strategy": p.cfg.dist.strategy, "world": strategy.world,
+                             "reasons": {}}
+    if facts.pop("largest_unit_reason", None):
+        facts["reasons"]["largest_unit_bytes"] = "FSDP's unit rule could not split the model"
+    if strategy.explicit_comm:
+        facts["reasons"]["fwd_bwd_peak_bytes"] = ("not probed: the strategy's step has "
+                                                  "communication phases of its own")
+    elif st.last_batch is None:
+        facts["reasons"]["fwd_bwd_peak_bytes"] = "no step ran"
+    else:
+        probed = probe_steps(p, st.last_batch)
+        facts["reasons"].update(probed.pop("reasons", {}))
+        facts.update(probed)
+    return facts
+
+
 def _held(held: dict[str, int] | None) -> dict[str, int | None]:
     """The state bytes read on the warm-up step (measure/held.py), as ``RankMem`` fields."""
     h = held or {}
@@ -468,6 +495,8 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
 
         rec["memory_pass"] = memory_passes()
+    if not interrupted:  # after rank_record: the probe resets CUDA's peak statistics
+        rec["memory_facts"] = _memory_facts(p, st, strategy)
     rec["observed"] = observed
     rec["flops"] = {**p.flops.result(), **peak} if p.flops else None
     rec["compile"] = (None if strategy.is_server else

@@ -1,0 +1,276 @@
+"""``scaleprobe predict --from RUN --memory``: the peak memory per rank for each strategy,
+world size and batch per rank, from one measured run's ``metrics.memory_facts``, and whether
+it fits on the device; ``predict --check RUNS`` sets each measured run's peak beside it. The
+figures come from ``core/memmodel.py`` (formulas and limits: docs/MEMORY.md); this module
+reads the records and prints.
+
+    scaleprobe predict --from RUN --memory --batch-size 16,64,256 --nproc 1,2,8 \\
+        --strategy ddp,fsdp --device-memory 80GiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from scaleprobe.comm import check as C
+from scaleprobe.comm.whatif import parse_counts
+from scaleprobe.core import memmodel as MM
+from scaleprobe.core.config import parse_size
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
+
+DEFAULT_STRATEGIES = "ddp,fsdp"
+STATE_PARTS = ("params", "grads", "optimizer_state", "master_copies")
+STEP_PARTS = ("activations_per_sample", "activations_fixed", "batch_inputs",
+              "optimizer_temporaries")
+# flags the memory prediction does not read: refused with why
+NOT_READ = (("link", "--link", "memory per rank does not depend on the network"),
+            ("nnodes", "--nnodes", "memory per rank does not depend on the hosts"),
+            ("average_every", "--average-every", "local SGD has no memory model"),
+            ("target", "--target", "--target is an efficiency of the time prediction"),
+            ("overlap", "--overlap", "--overlap belongs to the closed-form time model"),
+            ("compute_time", "--compute-time", "the run's own step is read"))
+
+
+def validate(args: argparse.Namespace) -> None:
+    """--memory's flags, each refused with one line when out of range or unread."""
+    if not args.memory:
+        for dest, flag in (("batch_size", "--batch-size"), ("device_memory", "--device-memory")):
+            if getattr(args, dest) is not None:
+                raise ConfigError(f"{flag} needs --memory (the memory prediction)")
+        return
+    if not (args.from_result or args.check):
+        raise ConfigError("--memory needs --from RUN (a measured run) or --check RUNS")
+    for dest, flag, why in NOT_READ:
+        if getattr(args, dest) is not None:
+            raise ConfigError(f"{flag} does nothing with --memory: {why}")
+    if args.check:
+        for dest, flag in (("batch_size", "--batch-size"), ("device_memory", "--device-memory"),
+                           ("nproc", "--nproc"), ("strategy", "--strategy")):
+            if getattr(args, dest) is not None:
+                raise ConfigError(f"{flag} does nothing with --check: each measured run is set "
+                                  "beside the prediction for its own batch, ranks and strategy")
+        return
+    args.memory_strategies = parse_strategies(args.strategy)
+    args.memory_nproc = parse_counts(args.nproc or "1", "--nproc")
+    args.memory_batches = (parse_counts(args.batch_size, "--batch-size")
+                           if args.batch_size is not None else None)
+    args.device_memory_bytes = (parse_size(args.device_memory)
+                                if args.device_memory is not None else None)
+
+
+def parse_strategies(text: str | None) -> list[str]:
+    names = [x.strip().lower() for x in (text or DEFAULT_STRATEGIES).split(",") if x.strip()]
+    bad = [x for x in names if x not in MM.STRATEGIES]
+    if bad or not names:
+        raise ConfigError(f"no memory model for strategy '{bad[0] if bad else text}' "
+                          f"(choices: {', '.join(MM.STRATEGIES)})")
+    return names
+
+
+def source_run(runs: list[RunResult], path: str) -> RunResult:
+    """The latest run in ``runs`` that recorded its memory facts at two batch sizes, one
+    rank preferred."""
+    got = [r for r in runs if r.status == "ok" and r.metrics.memory_facts is not None
+           and len(r.metrics.memory_facts.fwd_bwd_peak_bytes or []) >= 2]
+    if not got:
+        raise ConfigError(f"no run in {path} recorded its memory facts (metrics.memory_facts: "
+                          "runs of this version with --strategy single, ddp or fsdp)")
+    return max(got, key=lambda r: ((r.world_size or 1) == 1, str(r.started_at or "")))
+
+
+def inputs_of(run: RunResult) -> MM.Inputs:
+    pm, facts = run.metrics.peak_mem_bytes, run.metrics.memory_facts
+    assert facts is not None
+    try:
+        return MM.inputs_from(facts, pm.device_allocated, pm.device_reserved)
+    except ValueError as e:
+        raise ConfigError(f"{run.label}: {e}") from None
+
+
+def device_memory(run: RunResult, given: int | None, nproc: int) -> tuple[int | None, str]:
+    """Bytes one rank may hold and where that came from: --device-memory, else the run's GPU,
+    else (CPU) the host's memory shared by ``nproc`` ranks."""
+    if given is not None:
+        return given, "--device-memory"
+    gpus = run.env.get("gpus") or []
+    if gpus and isinstance(gpus[0], dict) and gpus[0].get("memory_total_bytes"):
+        return int(gpus[0]["memory_total_bytes"]), f"the run's GPU ({gpus[0].get('name')})"
+    host = run.env.get("mem_total_bytes")
+    if host:
+        return int(host) // nproc, f"the run's host memory / {nproc} rank(s)"
+    return None, "not recorded: give --device-memory"
+
+
+def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
+    run = source_run(runs, args.from_result)
+    inputs = inputs_of(run)
+    batches = args.memory_batches or [int(run.batch.per_device or 1)]
+    points, fits = [], []
+    for s in args.memory_strategies:
+        for n in args.memory_nproc:
+            cap, source = device_memory(run, args.device_memory_bytes, n)
+            for b in batches:
+                p = MM.predict(inputs, s, n, b)
+                points.append(_point(p, cap, source))
+            fits.append({"strategy": s, "nproc": n, "device_memory_bytes": cap,
+                         "device_memory_source": source,
+                         "largest_batch_per_rank": (MM.largest_batch(inputs, s, n, cap)
+                                                    if cap else None)})
+    out = {"from": _from(run, inputs), "points": points, "largest_batch": fits}
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        _print(out)
+    return 0
+
+
+def _point(p: MM.Point, cap: int | None, source: str) -> dict[str, Any]:
+    return {"strategy": p.strategy, "nproc": p.nproc, "batch_size": p.batch,
+            "predicted_peak_bytes": p.peak_bytes, "parts": p.parts, "peak_phase": p.phase,
+            "device_memory_bytes": cap, "device_memory_source": source,
+            "fits": (p.peak_bytes <= cap) if cap else None}
+
+
+def _from(run: RunResult, i: MM.Inputs) -> dict[str, Any]:
+    f = run.metrics.memory_facts
+    assert f is not None
+    return {"run": run.label, "run_id": run.run_id, "strategy": f.strategy, "world": f.world,
+            "device": f.device, "optimizer": f.optimizer,
+            "optimizer_states_per_param": f.optimizer_states_per_param,
+            "param_count": f.param_count, "params_bytes": i.params_bytes,
+            "largest_unit_bytes": i.largest_unit_bytes, "batch_sizes": f.batch_sizes,
+            "activations_per_sample_bytes": i.act_per_sample_bytes,
+            "activations_fixed_bytes": i.act_fixed_bytes,
+            "allocator_margin": i.margin, "margin_source": i.margin_source,
+            "method": f.method}
+
+
+def _print(out: dict[str, Any]) -> None:
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich.console import Console
+    from rich.table import Table
+
+    from scaleprobe.commands.fmt import bytes_, esc  # heavy: rich
+
+    con, f = Console(), out["from"]
+    con.print(f"from {f['run']}: {f['param_count']:,} parameters ({bytes_(f['params_bytes'])}), "
+              f"{f['optimizer']} with {f['optimizer_states_per_param']} state tensor(s) per "
+              f"parameter; activations {bytes_(f['activations_per_sample_bytes'])} per sample "
+              f"+ {bytes_(f['activations_fixed_bytes'])} fixed (measured at batch "
+              f"{f['batch_sizes']} on {f['device']}); allocator margin "
+              f"{f['allocator_margin']:.1%} ({f['margin_source']})", markup=False,
+              highlight=False)
+    t = Table(title="predicted peak memory per rank (model state exact, activations measured)")
+    for c in ("strategy", "N", "batch/rank", "model state", "gathered", "step", "margin",
+              "peak", "fits"):
+        t.add_column(c, justify="left" if c == "strategy" else "right")
+    for p in out["points"]:
+        q = p["parts"]
+        fits = ("?" if p["fits"] is None else "fits" if p["fits"] else "does not fit")
+        t.add_row(esc(p["strategy"]), str(p["nproc"]), str(p["batch_size"]),
+                  bytes_(sum(q[k] for k in STATE_PARTS)),
+                  bytes_(q["ddp_buckets"] + q["gathered_unit"]),
+                  bytes_(sum(q[k] for k in STEP_PARTS)), bytes_(q["allocator_margin"]),
+                  bytes_(p["predicted_peak_bytes"]), fits)
+    con.print(t)
+    con.print("model state = params + grads + optimizer state + master copies; gathered = "
+              "DDP's gradient buckets or FSDP's largest unit (parameters + gradients); step = "
+              "activations + the batch, or the optimizer step's temporaries, whichever peaks "
+              "(--json: every part)", markup=False, highlight=False)
+    for row in out["largest_batch"]:
+        cap, b = row["device_memory_bytes"], row["largest_batch_per_rank"]
+        q = next(p["parts"] for p in out["points"]
+                 if (p["strategy"], p["nproc"]) == (row["strategy"], row["nproc"]))
+        state = " + ".join(f"{k.replace('_', ' ')} {bytes_(q[k])}" for k in STATE_PARTS)
+        where = (f"{bytes_(cap)} per rank ({row['device_memory_source']})" if cap
+                 else row["device_memory_source"])
+        said = ("n/a" if b is None else "not even 1 sample fits" if b == 0
+                else f"largest batch per rank that fits: {b:,}")
+        con.print(f"  {row['strategy']} on {row['nproc']}: {state}; {said} in {where}",
+                  markup=False, highlight=False)
+
+
+def memory_bases(run: RunResult, pool: list[RunResult]) -> list[RunResult]:
+    """The 1-rank runs of ``pool`` a run's memory is predicted from: same model, data,
+    optimizer, precision and batch per device (threads and CPU do not move tensor bytes),
+    with memory facts at two batch sizes."""
+    want = (*(run.cfg(k) for k in C.SETTING_KEYS), run.batch.per_device)
+    return [r for r in pool if (r.world_size or 1) == 1 and r.status == "ok"
+            and r.metrics.memory_facts is not None
+            and len(r.metrics.memory_facts.fwd_bwd_peak_bytes or []) >= 2
+            and (*(r.cfg(k) for k in C.SETTING_KEYS), r.batch.per_device) == want]
+
+
+def check_memory(pt: C.Point, pool: list[RunResult]) -> dict[str, Any]:
+    """A measured run's peak per rank beside the prediction from a matching 1-rank run (its
+    latest), for ``predict --check``: predicted_peak_bytes, measured_peak_bytes,
+    memory_ratio (or a memory_reason)."""
+    run = pt.run
+    facts = run.metrics.memory_facts
+    bases = memory_bases(run, pool)
+    out: dict[str, Any] = {"predicted_peak_bytes": None, "measured_peak_bytes": None,
+                           "memory_ratio": None, "memory_reason": None}
+    strategy = str(run.cfg("dist.strategy") or "single")
+    if facts is None or not bases or strategy not in MM.STRATEGIES:
+        out["memory_reason"] = ("the run recorded no memory facts" if facts is None else
+                                "no 1-rank run of the same model, data, optimizer, precision "
+                                "and batch recorded memory facts" if not bases
+                                else f"no memory model for {strategy}")
+        return out
+    sb, pm = run.metrics.state_bytes, run.metrics.peak_mem_bytes
+    measured, how = MM.measured_peak(facts, sb.params_bytes if sb else None,
+                                     sb.grads_bytes if sb else None,
+                                     sb.optimizer_bytes if sb else None, pm.device_allocated)
+    try:
+        inputs = inputs_of(max(bases, key=lambda r: str(r.started_at or "")))
+    except ConfigError as e:
+        out["memory_reason"] = str(e)
+        return out
+    p = MM.predict(inputs, strategy, int(run.world_size or 1), int(run.batch.per_device or 1))
+    # the CPU figure cannot see DDP's buckets (not reachable as tensors): like for like
+    predicted = p.peak_bytes - (p.parts["ddp_buckets"] if facts.device != "cuda" else 0)
+    out.update(memory_base=max(bases, key=lambda r: str(r.started_at or "")).run_id,
+               predicted_peak_bytes=predicted, measured_peak_bytes=measured,
+               memory_ratio=MM.ratio(predicted, measured), memory_measured_as=how,
+               memory_parts=p.parts)
+    if measured is None:
+        out["memory_reason"] = how
+    return out
+
+
+def print_check_memory(points: list[C.Point], mem: dict[int, dict[str, Any]],
+                       always: bool = False) -> None:
+    """The memory table of ``predict --check``: measured peak per rank beside its prediction
+    (without ``always``, only where some run has both)."""
+    rows = [(p, mem[id(p)]) for p in points]
+    if not always and not any(m["memory_ratio"] is not None for _, m in rows):
+        return
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich.console import Console
+    from rich.table import Table
+
+    from scaleprobe.commands.fmt import bytes_, esc  # heavy: rich
+
+    t = Table(title="measured peak memory per rank beside its prediction from the matching "
+                    "1-rank run")
+    for c in ("model", "strategy", "N", "batch/rank", "measured", "predicted", "pred / meas"):
+        t.add_column(c, justify="left" if c in ("model", "strategy") else "right")
+    errs = []
+    for p, m in rows:
+        r = m["memory_ratio"]
+        if r is not None:
+            errs.append(abs(r - 1))
+        t.add_row(esc(p.run.cfg("model.name")), esc(p.run.cfg("dist.strategy")),
+                  str(p.run.world_size), str(p.run.batch.per_device),
+                  bytes_(m["measured_peak_bytes"]), bytes_(m["predicted_peak_bytes"]),
+                  f"{r:.3f}" if r is not None else esc(m["memory_reason"] or "n/a"))
+    con = Console()
+    con.print(t)
+    if errs:
+        errs.sort()
+        con.print(f"{len(errs)} points: median |predicted / measured - 1| "
+                  f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}", markup=False,
+                  highlight=False)

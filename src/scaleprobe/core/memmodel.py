@@ -1,0 +1,194 @@
+"""Memory per rank in the what-if: the peak one rank's allocator reaches in a training step,
+predicted for a strategy, a world size and a batch per rank from one measured run's
+``MemoryFacts`` (measure/memstate.py). Torch-free.
+
+Model state is arithmetic on the parameters (each dtype's element size x its count):
+
+    params      P = sum(numel x element size)           / k
+    grads       G = P (gradients in the parameters' dtype) / k
+    optimizer   O = optimizer_bytes_per_param x numel + its per-tensor scalars    / k
+    master      M = master_bytes_per_param x numel     / k
+    k = N under fsdp (every rank holds 1/N), 1 otherwise
+    ddp buckets = G under ddp (DDP's reducer keeps its own copy of the gradients: the
+                  default gradient_as_bucket_view=False)
+    gathered unit = 2 x U under fsdp on N > 1: the largest unit's parameters gathered whole
+                  and its unsharded gradients before the reduce-scatter
+
+The batch's own tensors (inputs, targets) are counted per sample from the run's batch.
+Activations are measured: the run's forward + backward peak above what was live before it
+(``fwd_bwd_peak_bytes``, the gradients being made included) at two batch sizes b1 > b2 gives
+per_sample = (f1 - f2) / (b1 - b2) and fixed = f1 - G_run - per_sample x b1 (G_run: the
+gradients the run's rank held). The optimizer step's temporaries (``optimizer_peak_bytes``,
+above what was live after backward; foreach kernels copy the local state) scale with k.
+
+    peak = P + O + M + buckets + inputs + max(G + unit + fixed + per_sample x b,   (forward/backward)
+                                     G + temporaries)                       (optimizer step)
+    allocated peak x (1 + margin): margin = reserved / allocated - 1 of the run's CUDA
+    allocator (its cache and fragmentation); 0 on the CPU, whose allocator keeps nothing
+
+Limits: one probe per batch size (no interval from repeats); activations assumed linear in
+the batch; the FSDP unit term is the largest unit, not the measured gather schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from scaleprobe.core.result_model import MemoryFacts
+
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8,
+               "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8, "complex128": 16}
+STRATEGIES = ("single", "ddp", "fsdp")
+PHASE_FB, PHASE_OPT = "forward/backward", "optimizer step"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the model reads, bytes for the whole (unsharded) model."""
+
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    master_bytes: int
+    largest_unit_bytes: int
+    act_per_sample_bytes: float
+    input_per_sample_bytes: float  # the batch's input and target tensors
+    act_fixed_bytes: float
+    optimizer_temp_bytes: float  # the run's, per rank
+    run_shard: int  # k of the run the temporaries were measured in
+    margin: float = 0.0  # allocator: reserved / allocated - 1
+    margin_source: str = "CPU: tensor bytes, no allocator cache"
+
+
+@dataclass(frozen=True)
+class Point:
+    strategy: str
+    nproc: int
+    batch: int  # per rank
+    parts: dict[str, int] = field(default_factory=dict)  # they add up to the peak
+    phase: str = PHASE_FB
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(self.parts.values())
+
+
+def params_bytes(numel_by_dtype: dict[str, int]) -> int:
+    """Exact bytes of the parameters; a ValueError names a dtype with no known size."""
+    total = 0
+    for name, n in numel_by_dtype.items():
+        if name not in DTYPE_BYTES:
+            raise ValueError(f"no element size known for parameters of dtype {name}")
+        total += DTYPE_BYTES[name] * n
+    return total
+
+
+def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
+                device_reserved: int | None = None) -> Inputs:
+    """The model's inputs from a run's facts (and its CUDA peaks, for the margin); a
+    ValueError says what the run did not record."""
+    if not f.param_numel_by_dtype or f.param_count is None:
+        raise ValueError("the run recorded no parameter counts (metrics.memory_facts)")
+    fb, sizes = f.fwd_bwd_peak_bytes or [], f.batch_sizes or []
+    if len(fb) < 2 or len(sizes) < 2 or sizes[0] == sizes[1]:
+        why = f.reasons.get("fwd_bwd_peak_bytes", "fewer than two batch sizes probed")
+        raise ValueError(f"the run measured no activation memory at two batch sizes ({why})")
+    p = params_bytes(f.param_numel_by_dtype)
+    k_run = (f.world or 1) if f.strategy == "fsdp" else 1
+    per_sample = (fb[0] - fb[1]) / (sizes[0] - sizes[1])
+    fixed = fb[0] - p / k_run - per_sample * sizes[0]
+    if k_run > 1:  # the run's own gathered unit is in its peak
+        fixed -= 2 * (f.largest_unit_bytes or 0)
+    opt = (f.optimizer_bytes_per_param or 0.0) * f.param_count + (f.optimizer_scalar_bytes or 0)
+    margin, source = 0.0, "CPU: tensor bytes, no allocator cache"
+    if f.device == "cuda":
+        if device_allocated and device_reserved:
+            margin = max(0.0, device_reserved / device_allocated - 1)
+            source = "the run's CUDA max_memory_reserved / max_memory_allocated - 1"
+        else:
+            source = "CUDA run without allocator peaks: no margin"
+    return Inputs(params_bytes=p, grads_bytes=p, optimizer_bytes=round(opt),
+                  master_bytes=round((f.master_bytes_per_param or 0.0) * f.param_count),
+                  largest_unit_bytes=f.largest_unit_bytes or 0,
+                  act_per_sample_bytes=max(0.0, per_sample), act_fixed_bytes=fixed,
+                  input_per_sample_bytes=(f.input_bytes or 0) / sizes[0],
+                  optimizer_temp_bytes=max((f.optimizer_peak_bytes or [0])[0], 0),
+                  run_shard=k_run, margin=margin, margin_source=source)
+
+
+def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
+    """The peak per rank of ``strategy`` on ``nproc`` ranks at ``batch`` samples per rank."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"no memory model for strategy {strategy}")
+    k = nproc if strategy == "fsdp" else 1
+    state = {"params": _div(i.params_bytes, k), "optimizer_state": _div(i.optimizer_bytes, k),
+             "master_copies": _div(i.master_bytes, k),
+             "ddp_buckets": i.grads_bytes if strategy == "ddp" else 0,
+             "grads": _div(i.grads_bytes, k),
+             "batch_inputs": round(i.input_per_sample_bytes * batch)}
+    unit = 2 * i.largest_unit_bytes if strategy == "fsdp" and nproc > 1 else 0
+    act_ps, act_fixed = round(i.act_per_sample_bytes * batch), round(i.act_fixed_bytes)
+    fb = unit + act_ps + act_fixed
+    temps = round(i.optimizer_temp_bytes * i.run_shard / k)
+    if fb >= temps:
+        phase = PHASE_FB
+        step = {"gathered_unit": unit, "activations_per_sample": act_ps,
+                "activations_fixed": act_fixed, "optimizer_temporaries": 0}
+    else:
+        phase = PHASE_OPT
+        step = {"gathered_unit": 0, "activations_per_sample": 0, "activations_fixed": 0,
+                "optimizer_temporaries": temps}
+    parts = {**state, **step}
+    parts["allocator_margin"] = round(i.margin * sum(parts.values()))
+    return Point(strategy, nproc, batch, parts, phase)
+
+
+def _div(n: int, k: int) -> int:
+    return -(-n // k)  # a shard rounds up
+
+
+def largest_batch(i: Inputs, strategy: str, nproc: int, device_bytes: int,
+                  cap: int = 1 << 24) -> int:
+    """The largest batch per rank whose predicted peak fits in ``device_bytes``; 0 when not
+    even one sample fits. Found by bisection (the peak grows with the batch)."""
+    if predict(i, strategy, nproc, 1).peak_bytes > device_bytes:
+        return 0
+    if i.act_per_sample_bytes + i.input_per_sample_bytes <= 0:
+        return cap
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(i, strategy, nproc, mid).peak_bytes <= device_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def measured_peak(f: MemoryFacts, params: int | None, grads: int | None,
+                  optimizer: int | None, device_allocated: int | None) -> tuple[int | None, str]:
+    """One rank's measured peak and how it was read. CUDA: the run's max_memory_allocated.
+    CPU: the tensors counted live before the probe step (this rank's parameters and
+    optimizer state, measure/held.py, and the batch) + the allocator's peak above them
+    (the larger of forward/backward and the optimizer step on top of the gradients). DDP's
+    gradient buckets are not reachable as tensors on the CPU: not in this figure."""
+    if f.device == "cuda":
+        if device_allocated is None:
+            return None, "no CUDA allocator peak recorded"
+        return device_allocated, "CUDA max_memory_allocated (the whole run)"
+    fb, opt = f.fwd_bwd_peak_bytes or [], f.optimizer_peak_bytes or []
+    if not fb or params is None:
+        return None, f.reasons.get("fwd_bwd_peak_bytes", "no probe step recorded")
+    base = params + (optimizer or 0) + (f.input_bytes or 0)
+    step = max(fb[0], (grads or 0) + (opt[0] if opt else 0))
+    return base + step, ("CPU: tensors live before the probe step (held parameters, "
+                         "optimizer state, the batch) + the profiler's peak above them")
+
+
+def ratio(predicted: int, measured: int | None) -> float | None:
+    if not measured or measured <= 0:
+        return None
+    r = predicted / measured
+    return r if math.isfinite(r) else None

@@ -1,0 +1,191 @@
+"""What a memory prediction (core/memmodel.py) needs, read in a rank after its timed window:
+the model state as arithmetic inputs and the batch's activation memory on the allocator.
+
+    model_facts      parameters per dtype (global counts: a DTensor's full shape), the
+                     optimizer's state tensors per parameter and their bytes per element,
+                     its per-tensor scalars (AdamW's ``step``), master copies (none: the
+                     built-in loop keeps fp32 parameters and autocasts per op), and the
+                     largest unit FSDP's rule (strategies/fsdp.shard_units, passed in by
+                     the loop) would gather
+    probe_steps      one extra, untimed step on the last batch and one on its first half:
+                     the allocator's peak above what was live before the step, for forward
+                     + backward and, separately, for the optimizer step above what was live
+                     after backward. Two batch sizes separate the per-sample part of the
+                     activations from the fixed part.
+
+How the allocator is read: on CUDA ``torch.cuda.max_memory_allocated`` after
+``reset_peak_memory_stats`` minus ``memory_allocated`` before; on the CPU PyTorch has no
+allocator statistics (torch 2.14: ``torch.cpu`` holds none), so the profiler's memory events
+(``profile_memory=True``: every tensor allocation and free, with its bytes) are summed in time
+order and the running total's maximum is the peak. Both count tensor bytes, never the
+process's resident memory. The profiler costs time, never bytes, and runs after the window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from scaleprobe.measure.held import _tensors
+
+METHOD_CUDA = ("torch.cuda.max_memory_allocated after reset_peak_memory_stats, less "
+               "memory_allocated before; one untimed step after the window per batch size")
+METHOD_CPU = ("torch.profiler profile_memory=True: tensor allocations and frees summed in time "
+              "order, the running maximum above the start; one untimed step after the window "
+              "per batch size")
+MASTER_NOTE = ("none: parameters are kept in their own dtype and autocast makes low-precision "
+               "copies per op (counted in the activations)")
+
+
+def _dtype_name(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def largest_unit_bytes(model: nn.Module, units: list[nn.Module]) -> int:
+    """Bytes of the largest of ``units`` (FSDP's rule, strategies/fsdp.shard_units) and the
+    root (what no unit holds): what one rank gathers whole at a time."""
+
+    def nbytes(ps: Any) -> int:
+        return sum(int(p.numel()) * int(p.element_size()) for p in ps)
+
+    in_units = {id(p) for u in units for p in u.parameters()}
+    sizes = [nbytes(u.parameters()) for u in units]
+    sizes.append(nbytes(p for p in model.parameters() if id(p) not in in_units))
+    return max(sizes) if sizes else 0
+
+
+def model_facts(model: nn.Module, optimizer: Any,
+                shard_units: Callable[[nn.Module], tuple[list[nn.Module], str]]
+                ) -> dict[str, Any]:
+    """Parameters per dtype, the optimizer's state per parameter, master copies and FSDP's
+    largest unit (``shard_units``: FSDP's rule), as ``results.MemoryFacts`` fields (numel are global, not a shard's)."""
+    params = list(model.parameters())
+    by_dtype: dict[str, int] = {}
+    for p in params:
+        by_dtype[_dtype_name(p)] = by_dtype.get(_dtype_name(p), 0) + int(p.numel())
+    numel = sum(by_dtype.values())
+    full_bytes, scalar_bytes, per_param = 0, 0, 0
+    for p in params:
+        state = optimizer.state.get(p, {})
+        n_full = 0
+        for t in _tensors(state):
+            if int(t.numel()) == int(p.numel()) and int(p.numel()) > 1:
+                n_full += 1
+                full_bytes += int(t.numel()) * int(t.element_size())
+            else:
+                scalar_bytes += int(t.numel()) * int(t.element_size())
+        per_param = max(per_param, n_full)
+    try:
+        unit = largest_unit_bytes(model, shard_units(model)[0])
+        unit_reason = None
+    except Exception as e:  # noqa: BLE001  (a user's model the rule cannot split: unknown)
+        unit, unit_reason = None, f"FSDP's unit rule failed on this model: {e}"
+    return {"param_count": numel, "param_numel_by_dtype": by_dtype,
+            "optimizer": type(optimizer).__name__,
+            "optimizer_states_per_param": per_param,
+            "optimizer_bytes_per_param": full_bytes / numel if numel else None,
+            "optimizer_scalar_bytes": scalar_bytes, "optimizer_param_tensors": len(params),
+            "master_bytes_per_param": 0.0, "master_note": MASTER_NOTE,
+            "largest_unit_bytes": unit, "largest_unit_reason": unit_reason}
+
+
+@contextlib.contextmanager
+def _native_stderr_quiet() -> Iterator[None]:
+    """The process's stderr (file descriptor 2) to /dev/null for the duration: the profiler's
+    native library logs each start and stop there ("profiler_start", and on a machine without a
+    GPU "gpuGetDeviceCount failed"), which no Python setting silences. Python's own stderr
+    output is flushed before and goes to the same place after."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to silence
+        yield
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+        finally:
+            os.close(null)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _cpu_peak(fn: Callable[[], None]) -> int:
+    """The most tensor bytes live at once above the start while ``fn`` runs (CPU)."""
+    # heavy: torch.profiler: only for this one probe step
+    from torch.profiler import ProfilerActivity, profile
+
+    with _native_stderr_quiet(), profile(activities=[ProfilerActivity.CPU],
+                                         profile_memory=True) as prof:
+        fn()
+    evs = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    evs.sort(key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in evs:
+        cur += int(e.nbytes())
+        peak = max(peak, cur)
+    return peak
+
+
+def _cuda_peak(fn: Callable[[], None], device: torch.device) -> int:
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device)) - int(before)
+
+
+def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
+    """The step's allocator peaks on ``batch`` and on its first half (``results.MemoryFacts``
+    probe fields). Runs forward, backward and the optimizer step: every rank of a
+    synchronising strategy must call it, the model is updated (after the window)."""
+    x, y = batch
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return {"reasons": {"fwd_bwd_peak_bytes": "not probed: the batch is not an input and a "
+                                                  "target tensor (detection: lists)"}}
+    n = int(x.shape[0])
+    sizes = [n] + ([n // 2] if n >= 2 else [])
+    cuda = p.device.type == "cuda"
+    # a compiled model would recompile for the half batch (and count it as the run's): the
+    # probe runs its eager module, which may save more for backward than the compiled graph
+    inner = getattr(p.model, "_orig_mod", None)
+    model = inner if inner is not None else p.model
+    method = (METHOD_CUDA if cuda else METHOD_CPU) + (
+        "; eager module of a compiled model (its graph may hold less)" if inner is not None
+        else "")
+
+    def peak(fn: Callable[[], None]) -> int:
+        return _cuda_peak(fn, p.device) if cuda else _cpu_peak(fn)
+
+    fb, opt = [], []
+    for b in sizes:
+        xb, yb = (x, y) if b == n else (x[:b], y[:b])
+
+        def fwd_bwd(xb: Any = xb, yb: Any = yb) -> None:
+            with p.autocast:
+                loss = p.task.forward_loss(model, xb, yb)
+            p.scaler.scale(loss).backward()
+
+        fb.append(peak(fwd_bwd))
+        opt.append(peak(lambda: p.strategy.optimizer_step(p.optimizer, p.scaler)))
+        p.optimizer.zero_grad(set_to_none=True)
+    return {"batch_sizes": sizes, "fwd_bwd_peak_bytes": fb, "optimizer_peak_bytes": opt,
+            "device": p.device.type, "method": method,
+            "input_bytes": _input_bytes(x, y)}
+
+
+def _input_bytes(x: Any, y: Any) -> int | None:
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+        return int(x.numel() * x.element_size() + y.numel() * y.element_size())
+    return None

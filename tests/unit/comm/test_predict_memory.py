@@ -1,0 +1,102 @@
+"""`scaleprobe predict --memory` on a hand-built record (no workers): figures by hand, every
+flag refused in one line."""
+
+import json
+
+import pytest
+
+from scaleprobe.cli import main
+from scaleprobe.core.results import RunResult
+from tests.unit.test_memmodel import facts
+
+
+def _record(run_id="r1", strategy="single", world=1, state=None, **kw):
+    return RunResult.from_dict({
+        "kind": "run", "run_id": run_id, "status": "ok", "started_at": "2026-11-28T09:00:00Z",
+        "config": {"model": {"name": "mlp"}, "dist": {"strategy": strategy, "nproc": world}},
+        "batch": {"per_device": 32, "global": 32 * world, "world_size": world},
+        "env": {"mem_total_bytes": 64 << 30, "gpus": [], "threads": 2 // world},
+        "metrics": {"memory_facts": facts(strategy=strategy, world=world, **kw).to_dict(),
+                    "step_time_s": {"median": 0.1}, "state_bytes": state}})
+
+
+def _run(tmp_path, **kw):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "result.json").write_text(json.dumps(_record(**kw).to_dict()))
+    return str(tmp_path / "r")
+
+
+def test_check_sets_a_measured_fsdp_runs_peak_beside_its_prediction(tmp_path, capsys):
+    # the 2-rank fsdp run, measured on the CPU: its rank's 2 MB of parameters + 4 MB of
+    # AdamW state + the batch (3,200 B), then the probe's forward/backward peak above them:
+    # 2 MB of gradients + the 400 kB unit twice + 1 kB x 32 + 50 kB = 2,882,000 B
+    state = {"params_bytes": 2_000_000, "grads_bytes": 2_000_000,
+             "optimizer_bytes": 4_000_000}
+    two = _record("r2", "fsdp", 2, state, fwd_bwd_peak_bytes=[2_882_000, 2_866_000])
+    for i, rec in enumerate((_record(), two)):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "result.json").write_text(json.dumps(rec.to_dict()))
+    assert main(["predict", "--check", str(tmp_path), "--json"]) == 0
+    (pt,) = json.loads(capsys.readouterr().out)["points"]
+    assert pt["measured_peak_bytes"] == 2_000_000 + 4_000_000 + 3_200 + 2_882_000
+    # predicted: a half of 16 MB + 800 kB unit + 32 kB + 50 kB + 3,200 B of batch
+    assert pt["predicted_peak_bytes"] == 8_000_000 + 800_000 + 32_000 + 50_000 + 3_200
+    assert pt["memory_ratio"] == pytest.approx(1.0)
+    assert pt["memory_base"] == "r1"
+
+
+def test_json_points_parts_fits_and_largest_batch(tmp_path, capsys):
+    run = _run(tmp_path)
+    assert main(["predict", "--from", run, "--memory", "--batch-size", "64,1000",
+                 "--nproc", "1,4", "--strategy", "ddp,fsdp", "--device-memory", "17000000",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    pts = {(p["strategy"], p["nproc"], p["batch_size"]): p for p in out["points"]}
+    assert len(pts) == 8
+    # ddp: 4 MB params + 4 MB grads + 8 MB AdamW + 4 MB buckets: over 17 MB at any batch
+    d = pts[("ddp", 4, 64)]
+    assert d["predicted_peak_bytes"] == 20_000_000 + 64_000 + 50_000 + 6_400
+    assert d["predicted_peak_bytes"] == sum(d["parts"].values()) and d["fits"] is False
+    # fsdp on 4: a quarter of 16 MB + the 400 kB unit twice + the step
+    f = pts[("fsdp", 4, 1000)]
+    assert f["predicted_peak_bytes"] == 4_000_000 + 800_000 + 1_000_000 + 50_000 + 100_000
+    assert f["fits"] is True
+    best = {(r["strategy"], r["nproc"]): r["largest_batch_per_rank"]
+            for r in out["largest_batch"]}
+    assert best[("ddp", 1)] == 0
+    # (17e6 - 4.85e6) / 1100 B per sample = 11045
+    assert best[("fsdp", 4)] == 11045
+
+
+def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
+    run = _run(tmp_path)
+    assert main(["predict", "--from", run, "--memory", "--nproc", "4", "--strategy", "fsdp",
+                 "--device-memory", "17000000"]) == 0
+    out = capsys.readouterr().out
+    assert "fits" in out and "largest batch per rank that fits: 11,045" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--memory"], "--memory needs --from RUN"),
+    (["--from", "RUN", "--batch-size", "8"], "--batch-size needs --memory"),
+    (["--from", "RUN", "--device-memory", "8GiB"], "--device-memory needs --memory"),
+    (["--from", "RUN", "--memory", "--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--from", "RUN", "--memory", "--batch-size", "a"], "--batch-size takes numbers"),
+    (["--from", "RUN", "--memory", "--device-memory", "lots"], "cannot read size 'lots'"),
+    (["--from", "RUN", "--memory", "--strategy", "ps"], "no memory model for strategy 'ps'"),
+    (["--from", "RUN", "--memory", "--link", "1gbit"], "--link does nothing with --memory"),
+    (["--from", "RUN", "--memory", "--nnodes", "2"], "--nnodes does nothing with --memory"),
+    (["--from", "RUN", "--memory", "--nproc", "0"], "--nproc must be at least 1"),
+    (["--check", "RUN", "--memory", "--batch-size", "8"], "--batch-size does nothing with"),
+])
+def test_memory_mistakes_are_one_line(argv, msg, capsys, tmp_path):
+    run = _run(tmp_path)
+    assert main(["predict", *[run if a == "RUN" else a for a in argv]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_a_run_without_memory_facts_is_one_line(tmp_path, capsys):
+    run = _run(tmp_path, fwd_bwd_peak_bytes=None, batch_sizes=None)
+    assert main(["predict", "--from", run, "--memory"]) == 2
+    assert "recorded its memory facts" in capsys.readouterr().err

@@ -1,0 +1,91 @@
+"""core/memmodel.py: expectations computed by hand."""
+
+import pytest
+
+from scaleprobe.core import memmodel as MM
+from scaleprobe.core.results import MemoryFacts
+
+N = 1_000_000  # parameters, fp32: 4 MB of them
+
+
+def facts(**kw):
+    base = dict(param_count=N, param_numel_by_dtype={"float32": N}, optimizer="AdamW",
+                optimizer_states_per_param=2, optimizer_bytes_per_param=8.0,
+                optimizer_scalar_bytes=0, master_bytes_per_param=0.0,
+                largest_unit_bytes=400_000, batch_sizes=[32, 16],
+                # the gradients (4 MB) + 1 kB per sample + 50 kB fixed
+                fwd_bwd_peak_bytes=[4_000_000 + 32_000 + 50_000, 4_000_000 + 16_000 + 50_000],
+                optimizer_peak_bytes=[10_000, 10_000], input_bytes=32 * 100,
+                device="cpu", strategy="single", world=1)
+    base.update(kw)
+    return MemoryFacts(**base)
+
+
+def test_adamw_fp32_model_state_is_exact_and_activations_separate():
+    i = MM.inputs_from(facts())
+    assert (i.params_bytes, i.grads_bytes, i.optimizer_bytes) == (4_000_000, 4_000_000,
+                                                                  8_000_000)
+    assert i.act_per_sample_bytes == 1000 and i.act_fixed_bytes == 50_000
+    assert i.input_per_sample_bytes == 100
+    p = MM.predict(i, "single", 1, 64)
+    assert p.parts["params"] == 4_000_000 and p.parts["grads"] == 4_000_000
+    assert p.parts["optimizer_state"] == 8_000_000 and p.parts["ddp_buckets"] == 0
+    assert p.parts["activations_per_sample"] == 64_000 and p.parts["activations_fixed"] == 50_000
+    assert p.parts["batch_inputs"] == 6_400 and p.parts["allocator_margin"] == 0
+    assert p.peak_bytes == 16_000_000 + 64_000 + 50_000 + 6_400
+    assert p.phase == MM.PHASE_FB
+
+
+def test_ddp_adds_its_gradient_buckets():
+    p = MM.predict(MM.inputs_from(facts()), "ddp", 8, 64)
+    assert p.parts["ddp_buckets"] == 4_000_000 and p.parts["params"] == 4_000_000
+
+
+def test_fsdp_on_four_ranks_a_quarter_plus_the_largest_unit():
+    p = MM.predict(MM.inputs_from(facts()), "fsdp", 4, 64)
+    assert p.parts["params"] == 1_000_000 and p.parts["grads"] == 1_000_000
+    assert p.parts["optimizer_state"] == 2_000_000
+    assert p.parts["gathered_unit"] == 2 * 400_000  # its parameters and unsharded gradients
+    assert p.peak_bytes == 4_000_000 + 800_000 + 64_000 + 50_000 + 6_400
+    # one rank of fsdp gathers nothing: the whole model is its shard
+    assert MM.predict(MM.inputs_from(facts()), "fsdp", 1, 64).parts["gathered_unit"] == 0
+
+
+def test_optimizer_step_peak_when_its_temporaries_exceed_the_activations():
+    i = MM.inputs_from(facts(optimizer_peak_bytes=[9_000_000, 9_000_000]))
+    p = MM.predict(i, "single", 1, 16)
+    assert p.phase == MM.PHASE_OPT
+    assert p.parts["optimizer_temporaries"] == 9_000_000 and p.parts["activations_fixed"] == 0
+    assert p.peak_bytes == 16_000_000 + 9_000_000 + 1_600
+    # under fsdp the temporaries are the local shard's: a quarter on 4 ranks
+    assert MM.predict(i, "fsdp", 4, 16).parts["optimizer_temporaries"] == 2_250_000
+
+
+def test_cuda_margin_from_the_runs_reserved_over_allocated():
+    i = MM.inputs_from(facts(device="cuda"), device_allocated=1000, device_reserved=1250)
+    p = MM.predict(i, "single", 1, 64)
+    assert p.parts["allocator_margin"] == round(0.25 * (p.peak_bytes - p.parts[
+        "allocator_margin"]))
+
+
+def test_largest_batch_that_fits_by_hand():
+    i = MM.inputs_from(facts())
+    # 16.05 MB fixed + 1100 B per sample: 17 MB leaves 950_000 / 1100 = 863 samples
+    assert MM.largest_batch(i, "single", 1, 17_000_000) == 863
+    assert MM.predict(i, "single", 1, 863).peak_bytes <= 17_000_000
+    assert MM.predict(i, "single", 1, 864).peak_bytes > 17_000_000
+    assert MM.largest_batch(i, "single", 1, 10_000_000) == 0
+
+
+def test_a_run_without_two_batch_sizes_says_why():
+    with pytest.raises(ValueError, match="two batch sizes"):
+        MM.inputs_from(facts(fwd_bwd_peak_bytes=[1], batch_sizes=[8]))
+    with pytest.raises(ValueError, match="element size"):
+        MM.params_bytes({"quint4": 3})
+
+
+def test_measured_peak_on_the_cpu_adds_the_live_tensors_to_the_probe():
+    f = facts()
+    got, how = MM.measured_peak(f, 4_000_000, 4_000_000, 8_000_000, None)
+    assert got == 4_000_000 + 8_000_000 + 3_200 + 4_082_000 and how.startswith("CPU")
+    assert MM.measured_peak(facts(device="cuda"), 1, 1, 1, 777)[0] == 777
