@@ -301,4 +301,4 @@ def test_task_and_dataset_that_do_not_fit(capsys, voc, tmp_path):
     code, err = _run(capsys, "--task", "face", "--dataset", "voc", "--data-dir", voc,
                      "--out", tmp_path / "o")
     _one_line(code, err)
-    assert "labelled by identity" in err
+    assert "--dataset voc holds boxes: train it with --task detection" in err

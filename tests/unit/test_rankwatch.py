@@ -139,3 +139,25 @@ def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
     finally:
         del it
         signal.signal(signal.SIGCHLD, before)
+
+
+def test_a_rank_killed_by_sigkill_goes_before_the_peer_that_raised_after_it(tmp_path):
+    """SIGKILL of rank 1 mid-training: rank 0 raises in DDP's comm hook (its peer is gone) and
+    the launcher can list rank 0's failure first. Bug caught: the run blamed "rank 0:
+    .../comm/hook.py(101): done" for the kill of rank 1 (1 of 3 runs with forked ranks)."""
+    beat_dir(tmp_path).mkdir(parents=True)
+    write_error(tmp_path, 0, "RuntimeError: Connection reset by peer")
+    fail = SimpleNamespace(exitcode=1, message="", error_file_data=None, timestamp=5)
+    watch = RankWatch(str(tmp_path))
+    watch.exits[1] = "killed by signal 9"
+    got = watch.failure(SimpleNamespace(failures={0: fail}))
+    assert got.rank == 1 and got.exitcode == -9
+    assert got.message == ("killed by signal 9; rank 0 then failed: RuntimeError: Connection "
+                           "reset by peer")
+    # a rank this watch killed (after another's failure) is no cause
+    watch.killed.add(1)
+    assert watch.failure(SimpleNamespace(failures={0: fail})).rank == 0
+    # a SIGTERM (the launcher stopping the others) is no cause either
+    watch.killed.clear()
+    watch.exits[1] = "killed by signal 15"
+    assert watch.failure(SimpleNamespace(failures={0: fail})).rank == 0

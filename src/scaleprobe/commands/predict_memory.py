@@ -153,7 +153,7 @@ def _print(out: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import bytes_, esc  # heavy: rich
+    from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
     con, f = Console(), out["from"]
     con.print(f"from {f['run']}: {f['param_count']:,} parameters ({bytes_(f['params_bytes'])}), "
@@ -252,7 +252,7 @@ def print_check_memory(points: list[C.Point], mem: dict[int, dict[str, Any]],
     from rich.console import Console
     from rich.table import Table
 
-    from scaleprobe.commands.fmt import bytes_, esc  # heavy: rich
+    from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
     t = Table(title="measured peak memory per rank beside its prediction from the matching "
                     "1-rank run")

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, field
 
 from scaleprobe.core.result_model import MemoryFacts
+from scaleprobe.core.traits import known
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8,
                "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
@@ -96,7 +97,7 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
         why = f.reasons.get("fwd_bwd_peak_bytes", "fewer than two batch sizes probed")
         raise ValueError(f"the run measured no activation memory at two batch sizes ({why})")
     p = params_bytes(f.param_numel_by_dtype)
-    k_run = (f.world or 1) if f.strategy == "fsdp" else 1
+    k_run = (f.world or 1) if _shards(f.strategy) else 1
     per_sample = (fb[0] - fb[1]) / (sizes[0] - sizes[1])
     fixed = fb[0] - p / k_run - per_sample * sizes[0]
     if k_run > 1:  # the run's own gathered unit is in its peak
@@ -118,17 +119,29 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
                   run_shard=k_run, margin=margin, margin_source=source)
 
 
+def _shards(strategy: str | None) -> bool:
+    """The strategy splits parameters, gradients and optimizer state over its ranks (FSDP)."""
+    t = known(strategy)
+    return t is not None and t.shards_state
+
+
+def _buckets(strategy: str | None) -> bool:
+    """The strategy reduces gradients through buckets that copy them (DDP)."""
+    t = known(strategy)
+    return t is not None and t.bucketed
+
+
 def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
     """The peak per rank of ``strategy`` on ``nproc`` ranks at ``batch`` samples per rank."""
     if strategy not in STRATEGIES:
         raise ValueError(f"no memory model for strategy {strategy}")
-    k = nproc if strategy == "fsdp" else 1
+    k = nproc if _shards(strategy) else 1
     state = {"params": _div(i.params_bytes, k), "optimizer_state": _div(i.optimizer_bytes, k),
              "master_copies": _div(i.master_bytes, k),
-             "ddp_buckets": i.grads_bytes if strategy == "ddp" else 0,
+             "ddp_buckets": i.grads_bytes if _buckets(strategy) else 0,
              "grads": _div(i.grads_bytes, k),
              "batch_inputs": round(i.input_per_sample_bytes * batch)}
-    unit = 2 * i.largest_unit_bytes if strategy == "fsdp" and nproc > 1 else 0
+    unit = 2 * i.largest_unit_bytes if _shards(strategy) and nproc > 1 else 0
     act_ps, act_fixed = round(i.act_per_sample_bytes * batch), round(i.act_fixed_bytes)
     fb = unit + act_ps + act_fixed
     temps = round(i.optimizer_temp_bytes * i.run_shard / k)

@@ -359,7 +359,27 @@ class RankWatch:
     def failure(self, err: Exception) -> WorkerFailure:
         """The job's failure: the first rank that failed, with its own error line (or how it
         died), or, when another rank had stopped making progress before (it hung; the one that
-        failed only waited for it), that rank, with the other's error after it."""
+        failed only waited for it), that rank, with the other's error after it; a rank killed
+        by SIGKILL goes before a rank that raised (``_killed_first``)."""
+        return self._killed_first(self._failure(err))
+
+    def _killed_first(self, found: WorkerFailure) -> WorkerFailure:
+        """A rank that raised while another was killed by SIGKILL that this watch did not send
+        (``kill -9``, the OOM killer): the killed one is the cause, whatever order the two ends
+        were seen in. Its peers fail in the collective after it ("connection reset", an error
+        raised in DDP's comm hook), and can end first: named first, the run blamed rank 0's
+        hook for a SIGKILL of rank 1."""
+        if found.rank < 0 or read_error(self.run_dir or "", found.rank) is None:
+            return found
+        sigkill = _exit_text(-signal.SIGKILL)
+        killed = [r for r, how in sorted(self.exits.items())
+                  if how == sigkill and r not in self.killed and r != found.rank]
+        if len(killed) != 1:
+            return found
+        return WorkerFailure(killed[0], f"{sigkill}; rank {found.rank} then failed: "
+                                        f"{found.message}", -signal.SIGKILL)
+
+    def _failure(self, err: Exception) -> WorkerFailure:
         agent = self._own_line(_first_failure(err))
         if self.first is None:
             return agent
