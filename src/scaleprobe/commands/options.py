@@ -112,8 +112,8 @@ def converter(key: str) -> Callable[[str], Any]:
 
 
 def repeats(text: str) -> int:
-    """argparse ``type=`` for ``--repeats``: a whole number >= 1 (0 ran the default number
-    of repeats while saying nothing)."""
+    """argparse ``type=`` for ``--repeats`` (0 ran the default number of repeats while saying
+    nothing) and any other count: a whole number >= 1."""
     try:
         n = int(text)
     except ValueError:

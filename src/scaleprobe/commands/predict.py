@@ -35,6 +35,7 @@ from typing import Any
 from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, count_params, predict_for_run
 from scaleprobe.comm.whatif import check_ranks, parse_counts
 from scaleprobe.commands import predict_memory, predict_steps
+from scaleprobe.commands.options import repeats as count_arg
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.links import resolve_link, with_alpha
 from scaleprobe.core.schema import show
@@ -75,17 +76,6 @@ def _number(lo: float, hi: float, lo_open: bool = False, what: str = "a number")
     return convert
 
 
-def _count(text: str) -> int:
-    """argparse ``type=`` for ``--num-classes``: a whole number >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {show(text)}")
-    return n
-
-
 def efficiency_arg(text: str) -> float:
     """argparse ``type=`` for ``--target``: an efficiency in (0, 1] or a percent (90%)."""
     t = text.strip()
@@ -104,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size.add_argument("--model", help="model name (parameters counted without building weights)")
     size.add_argument("--params", type=_number(0, MAX_PARAMS, lo_open=True),
                       help="parameter count, e.g. 25e6")
-    p.add_argument("--num-classes", type=_count, default=None,
+    p.add_argument("--num-classes", type=count_arg, default=None,
                    help="classifier head size for --model (default: the model's own)")
     p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", default=None,
                    help="processes per host; with --from a list, e.g. 2,4,8")
