@@ -195,7 +195,7 @@ class WorkersPick(TypedDict, total=False):
     unexplained: str
     alone: bool  # one setting of the group finished: nothing to compare
     under_load: bool  # a run of the settings compared was measured under load
-    load_caveat: str  # the claim module's words for it
+    load_caveat: str | None  # the claim module's words for it; None when not under load
     by_group: dict[str, WorkersPick]
 
 

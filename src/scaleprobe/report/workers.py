@@ -135,6 +135,8 @@ def _recommend(ok: list[LoaderRow], th: Thresholds, lead: str = "") -> WorkersPi
     got = _pick(ok, th, lead)
     best = max(ok, key=lambda r: r["samples_per_s"] or 0.0)
     caveat = CL.load_caveat(L.sources([r["record"] for r in ok if r["group"] == best["group"]]))
+    # both keys in every record, so its shape does not depend on the machine's load
+    got["under_load"], got["load_caveat"] = False, None
     if caveat and got.get("text"):
         got["text"] = got["text"].rstrip(".") + f"; {caveat}."
         got["under_load"], got["load_caveat"] = True, caveat
