@@ -1,7 +1,8 @@
 """The import floors (pyproject.toml's [tool.importlinter], docs/ARCHITECTURE.md) hold: the
 config, the record and its figures import nothing above them (and no torch), the report
 never trains or launches, the experiments render nothing (no report import), nothing below
-the commands imports them, wrap never reaches into the run driver."""
+the commands imports them, wrap never reaches into the run driver; and the whole stack as one picture of floors (a
+``layers`` contract), which catches an import up the stack that no narrower rule names."""
 
 from __future__ import annotations
 
@@ -36,9 +37,18 @@ def test_a_broken_floor_is_caught(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     metrics = tmp_path / "src" / "scaleprobe" / "core" / "metrics.py"
     metrics.write_text(metrics.read_text() + "\nfrom scaleprobe.report import fmt  # noqa\n")
+    # an import up the floors that no narrower rule names: the timers reading the model zoo
+    timer = tmp_path / "src" / "scaleprobe" / "measure" / "timer.py"
+    timer.write_text(timer.read_text() + "\nfrom scaleprobe.models import build  # noqa\n")
     out = subprocess.run([exe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"})
-    assert out.returncode != 0 and "BROKEN" in out.stdout
+    assert out.returncode != 0
+    broken = [ln for ln in out.stdout.splitlines() if ln.rstrip().endswith("BROKEN")]
+    # core's own rule, the floors, and every rule the broken import leaks into (the
+    # experiments reach core.metrics, which now reaches the report)
+    assert any(ln.startswith("the floors") for ln in broken), out.stdout[-3000:]
+    assert any("import nothing above them" in ln for ln in broken), out.stdout[-3000:]
+    assert "scaleprobe.measure.timer -> scaleprobe.models.build" in out.stdout
 
 
 def test_the_record_and_its_figures_pass_mypy_strict():
