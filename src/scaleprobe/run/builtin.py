@@ -20,7 +20,8 @@ from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure import env as envmod
-from scaleprobe.run.driver import Ending, execute, save_traceback
+from scaleprobe.protocols import Ending
+from scaleprobe.run.driver import execute, save_traceback
 from scaleprobe.run.resources import check_config
 from scaleprobe.strategies.dp import check_devices
 from scaleprobe.tasks import check_model_name
@@ -56,9 +57,6 @@ class BuiltinTraining:
         # ranks this process starts (under torchrun, the launcher started them already)
         check_config(cfg, self.traits.launched and not running_under_launcher())
 
-    def prepare(self, run_dir: Path) -> None:
-        pass
-
     def monitor_args(self) -> dict[str, Any]:
         return {"cuda_indices": envmod.cuda_indices(self.cfg.dist.nproc, self.traits.towers),
                 "training_in_children": self.traits.launched}
@@ -81,12 +79,6 @@ class BuiltinTraining:
             raise
         read_handoff(run_dir)  # a stop that came after the records were returned
         return out.get(0)
-
-    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig:
-        return self.cfg
-
-    def error_line(self, end: Ending) -> str | None:
-        return None
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
         save_traceback(run_dir, end.tb)

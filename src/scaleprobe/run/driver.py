@@ -1,5 +1,5 @@
 """One run, whatever trains: the built-in loop (``run/builtin.py``) or the user's own script
-(``run/script.py``), each a ``Workload``. The driver is the skeleton both share:
+(``run/script.py``), each a ``Workload`` (``scaleprobe/protocols.py``). The driver is the skeleton both share:
 
     preflight -> output checks -> run folder -> the record -> monitors -> launch
       -> how it ended (ok, interrupted, out of memory, failed) -> environment -> finalize
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig
@@ -26,6 +25,7 @@ from scaleprobe.core.results import Experiment, RunResult
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs
+from scaleprobe.protocols import Concludes, Ending, NamesItsErrors, PreparesFiles, Workload
 from scaleprobe.run.failure import exit_code, failure_line, is_oom
 from scaleprobe.run.finalize import finalize
 from scaleprobe.run.partial import mark_logged, recover_steps
@@ -35,52 +35,6 @@ from scaleprobe.run.partial import mark_logged, recover_steps
 # steps.csv (~70 B a step) and monitor.csv (~100 B a sample) grow with the run, and 1 MiB
 # holds thousands of steps and an hour of samples at the default interval.
 RUN_OUTPUT_BYTES = 1 << 20
-
-
-@dataclass
-class Ending:
-    """How the launch ended: the ranks' records (dicts, as they travelled), the error that
-    ended it, or the signal that stopped it; ``tb`` the driver's traceback of that error."""
-
-    raws: list[dict[str, Any]] | None = None
-    error: BaseException | None = None
-    signame: str | None = None
-    tb: str | None = None
-    logged: list[int] = field(default_factory=list)  # ranks read from their step logs
-
-
-class Workload(Protocol):
-    """What trains in a run. ``cfg`` is the configuration asked for (its key identifies the
-    run); ``label`` the run's name when ``--name`` gives none."""
-
-    cfg: RunConfig
-    label: str
-    training_in_children: bool  # the monitor counts its child processes as the run's
-
-    def preflight(self) -> None:
-        """Cheap checks, so a typo fails in one line before any worker starts."""
-
-    def prepare(self, run_dir: Path) -> None:
-        """Files the ranks read before they start."""
-
-    def monitor_args(self) -> dict[str, Any]:
-        """The monitor's devices and process tree."""
-
-    def environment(self) -> contextlib.AbstractContextManager[Any]:
-        """The environment the ranks start in."""
-
-    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
-        """Train; the ranks' records, or None. Raises as the run ends otherwise."""
-
-    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig:
-        """What only this workload knows of the ending, into ``result`` (and ``end.raws``
-        where the ranks left them in files); returns the configuration as it ran."""
-
-    def error_line(self, end: Ending) -> str | None:
-        """The failure's line when the workload knows it better than the driver."""
-
-    def keep_traceback(self, run_dir: Path, end: Ending) -> None:
-        """traceback.txt of a failed run."""
 
 
 def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResult:
@@ -97,7 +51,8 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
                        experiment=Experiment.from_dict(experiment) if experiment else None,
                        paths={"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                               "monitor_csv": str(run_dir / "monitor.csv")})
-    work.prepare(run_dir)
+    if isinstance(work, PreparesFiles):
+        work.prepare(run_dir)
     monitor = Monitor(cfg.measure.monitor_interval_s, run_dir / "monitor.csv",
                       **work.monitor_args())
     end = Ending()
@@ -112,7 +67,7 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
         raise
     except BaseException as e:  # noqa: BLE001  (recorded, never lost)
         end.error, end.tb = e, traceback.format_exc()
-    run_cfg = work.conclude(result, end, run_dir)
+    run_cfg = work.conclude(result, end, run_dir) if isinstance(work, Concludes) else cfg
     if end.error is not None or end.signame:
         recover_steps(end, run_dir)  # ranks that died or hung keep the steps they timed
     _ending(result, work, end, run_dir)
@@ -132,7 +87,7 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
         if end.logged:
             mark_logged(result, end)
         return
-    line = work.error_line(end)
+    line = work.error_line(end) if isinstance(work, NamesItsErrors) else None
     if end.error is None and line is None:
         result.status = "ok"
         if end.logged:  # a rank ended well but wrote no record: its logged steps

@@ -27,7 +27,8 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
-from scaleprobe.run.driver import Ending, execute
+from scaleprobe.protocols import Ending
+from scaleprobe.run.driver import execute
 from scaleprobe.run.failure import failure_line
 from scaleprobe.run.partial import recover_steps
 from scaleprobe.run.resources import check_config

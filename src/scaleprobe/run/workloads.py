@@ -7,8 +7,9 @@ from typing import Any
 
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.results import RunResult
+from scaleprobe.protocols import Workload
 from scaleprobe.run.builtin import BuiltinTraining
-from scaleprobe.run.driver import Workload, execute
+from scaleprobe.run.driver import execute
 from scaleprobe.run.script import UserScript
 
 

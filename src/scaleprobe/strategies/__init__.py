@@ -9,6 +9,7 @@ import importlib
 from typing import Any
 
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.protocols import Strategy
 
 # name -> (module, class); what each one is lives in scaleprobe.core.traits
 CLASSES = {"single": ("scaleprobe.strategies.single", "Single"),
@@ -19,7 +20,7 @@ CLASSES = {"single": ("scaleprobe.strategies.single", "Single"),
            "fsdp": ("scaleprobe.strategies.fsdp", "FSDP")}
 
 
-def build_strategy(name: str, dist_cfg: Any, device: Any) -> Any:
+def build_strategy(name: str, dist_cfg: Any, device: Any) -> Strategy:
     if name not in CLASSES:
         raise ConfigError(f"unknown strategy '{name}'")
     module, cls = CLASSES[name]

@@ -1,10 +1,10 @@
 """Tasks: each owns its loss and its metric, so every strategy and sweep works with each.
 
-A task object has ``name``, ``collate``, ``metric_name``, ``build_model(base)``,
-``to_device(x, y, device, channels_last)``, ``forward_loss(model, x, y)`` (the timed forward
-phase), ``batch_sampler(dataset, batch_size, seed)`` (``None`` = ordinary shuffled batches) and
-``evaluate(model, loader, device, autocast, channels_last) -> metrics``. Optional hooks the
-engine uses when a task has them:
+A task is a ``scaleprobe.protocols.Task``: ``name``, ``collate``, ``metric_name``,
+``build_model(base)``, ``to_device(x, y, device, channels_last)``, ``forward_loss(model, x, y)``
+(the timed forward phase), ``batch_sampler(dataset, batch_size, seed)`` (``None`` = ordinary
+shuffled batches) and ``evaluate(model, loader, device, autocast, channels_last) -> metrics``.
+Optional hooks the engine uses when a task has them (each a protocol of its own there):
 
 - ``transforms(kind, size) -> (joint, image)``: ``joint(image, target)`` and ``image(x)``
   transforms in place of the classification ones (detection moves boxes with the image);
@@ -28,6 +28,7 @@ from typing import Any
 
 from scaleprobe.core.lmspec import gpt_shape
 from scaleprobe.core.registry import Registry
+from scaleprobe.protocols import Task
 
 TASKS = Registry("task")
 MODULES = {"classification": "classification", "face": "face", "detection": "detection",
@@ -56,7 +57,7 @@ def on_device(task: Any, loader: Any, device: Any, channels_last: bool = False
         yield x, y, idx
 
 
-def build_task(cfg: Any, num_classes: int) -> Any:
+def build_task(cfg: Any, num_classes: int) -> Task:
     """``cfg`` is a TaskConfig. Only the named task's module is imported."""
     module = MODULES.get(cfg.task)
     if module is not None:

@@ -33,6 +33,7 @@ from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.protocols import Strategy
 from scaleprobe.strategies.fsdp import shard_units
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.train.eager import eager_passes
@@ -102,6 +103,8 @@ class LoopState:
     epoch_wall_s: list[float] = field(default_factory=list)
     window_t0: float | None = None
     window_t1: float | None = None
+    clock_t0: float | None = None  # the window's ends on the clock every rank shares (clock())
+    clock_t1: float | None = None
     last_batch: Any = None
     epochs_complete: int = 0
     epoch_starts: list[int] = field(default_factory=list)  # timed steps that began an epoch
@@ -311,7 +314,7 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "device_reserved": int(torch.cuda.max_memory_reserved(device))}
 
 
-def _memory_facts(p: Parts, st: LoopState, strategy: Any) -> dict[str, Any] | None:
+def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> dict[str, Any] | None:
     """What a memory prediction reads (measure/memstate.py), as ``MemoryFacts``: one untimed
     step per batch size on the last batch, after the window (every rank of the strategy runs
     it, so collectives match). None on a parameter server's rank; the probe's fields null
@@ -360,7 +363,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         phase_times_s=timer.phase_times(),
         phases_unseen=p.strategy.phases_unseen(),
         window_s=(st.window_t1 - st.window_t0 - st.paused_s) if st.window_t0 else None,
-        clock_window=(getattr(st, "clock_t0", None), getattr(st, "clock_t1", None)),
+        clock_window=(st.clock_t0, st.clock_t1),
         epochs_complete=st.epochs_complete,
         epoch_wall_s=st.epoch_wall_s,
         epoch_start_steps=st.epoch_starts,
@@ -397,7 +400,7 @@ def _peak(device: torch.device, amp: str) -> dict[str, Any]:
     return {"peak": peak, "peak_reason": None}
 
 
-def _agree_interrupted(strategy: Any, mine: bool) -> bool:
+def _agree_interrupted(strategy: Strategy, mine: bool) -> bool:
     """Whether any rank was interrupted: every rank then skips the collectives after training
     (calibration, transfer) together. One all-reduce after the timed window."""
     if not strategy.distributed:
@@ -419,7 +422,7 @@ def _watchers(p: Parts) -> Any:
     return CompileWatch().install()
 
 
-def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Any, stop: StopRequest,
+def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Strategy, stop: StopRequest,
                   interrupted: bool) -> tuple[dict[str, Any] | None, dict[str, Any], bool]:
     """After the timed window (skipped when interrupted): the communication calibration and
     the standalone collective, then the evaluation. Returns (comm record, eval metrics,
@@ -448,7 +451,7 @@ def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Any, stop: 
     return comm, metrics, interrupted
 
 
-def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepProgress,
+def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: StepProgress,
           clock: Any = time.perf_counter, run_dir: str | None = None,
           beat: Heartbeat | None = None, stop: StopRequest | None = None) -> dict[str, Any]:
     """Set up, train, calibrate, evaluate; return this rank's raw record.

@@ -22,6 +22,14 @@ from scaleprobe.measure.monitor import host_mem_baseline
 from scaleprobe.models import build_model, param_count
 from scaleprobe.models.build import has_lazy, init_lazy
 from scaleprobe.models.gpt import padded_vocab
+from scaleprobe.protocols import (
+    ChecksModel,
+    OwnModel,
+    OwnTransforms,
+    ShardedBatches,
+    Strategy,
+    Task,
+)
 from scaleprobe.tasks import build_task
 
 
@@ -29,8 +37,8 @@ from scaleprobe.tasks import build_task
 class Parts:
     cfg: RunConfig
     device: torch.device
-    strategy: Any
-    task: Any
+    strategy: Strategy
+    task: Task
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scaler: Any
@@ -67,26 +75,26 @@ def _optimizer(cfg: RunConfig, params: Any, lr: float, device: torch.device
     return torch.optim.SGD(params, lr=lr, momentum=t.momentum, weight_decay=t.weight_decay)
 
 
-def _task_transforms(task: Any, kind: str, size: int) -> tuple[Any, Any]:
+def _task_transforms(task: Task, kind: str, size: int) -> tuple[Any, Any]:
     """(joint image+target transform or None, image transform): the task's own when it has
     them (detection moves boxes with the image), else the classification ones."""
-    if hasattr(task, "transforms"):
+    if isinstance(task, OwnTransforms):
         return task.transforms(kind, size)
     image_tf = build_eval_transform(size) if kind == "eval" else build_transform(kind, size)
-    return getattr(task, "target_transform", None), image_tf
+    return None, image_tf
 
 
-def _model(cfg: RunConfig, task: Any, split: Any, train_ds: Any, shape: Any,
-           device: torch.device, strategy: Any) -> Any:
+def _model(cfg: RunConfig, task: Task, split: Any, train_ds: Any, shape: Any,
+           device: torch.device, strategy: Strategy) -> Any:
     """The model on its device: built by the task (or the task's head on a registry model),
     lazy shapes from the run's own data, channels-last, wrapped by the strategy, compiled."""
     size = split.image_size
-    if hasattr(task, "make_model"):  # the task builds its own kind of model (detection)
+    if isinstance(task, OwnModel):  # the task builds its own kind of model (detection)
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
     else:
         model = task.build_model(build_model(cfg.model.name, split.num_classes, size,
                                              shape, split.seq_len)).to(device)
-    if split.seq_len and shape is None:  # the user's language model: its output checked
+    if split.seq_len and shape is None and isinstance(task, ChecksModel):  # a user's LM
         task.check_model(model, task.to_device(*task.collate([train_ds[0]])[:2], device,
                                                False)[0], cfg.model.name)
     if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
@@ -104,8 +112,8 @@ def _model(cfg: RunConfig, task: Any, split: Any, train_ds: Any, shape: Any,
     return model
 
 
-def _loaders(cfg: RunConfig, task: Any, split: Any, train_ds: Any, batch: int, sampler: Any,
-             batch_sampler: Any, device: torch.device, strategy: Any) -> tuple[Any, Any]:
+def _loaders(cfg: RunConfig, task: Task, split: Any, train_ds: Any, batch: int, sampler: Any,
+             batch_sampler: Any, device: torch.device, strategy: Strategy) -> tuple[Any, Any]:
     """The training batches (device-resident synthetic, the task's batch sampler or the
     strategy's sampler) and the held-out loader where --eval or --target needs one."""
     size = split.image_size
@@ -135,7 +143,7 @@ def _loaders(cfg: RunConfig, task: Any, split: Any, train_ds: Any, batch: int, s
     return loader, val_loader
 
 
-def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
+def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
     # torch (and on CUDA its context) is already resident: what the run adds is measured
     # against this baseline (``peak_mem_bytes.host_net``). torch's compiler front end is
     # imported by the first optimizer (and by DDP) whether or not anything is compiled: about
@@ -164,7 +172,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Any) -> Parts:
                                   and device.type == "cuda")
     sampler = strategy.sampler(train_ds, cfg.train.seed)
     batch_sampler = task.batch_sampler(train_ds, batch, cfg.train.seed)
-    if hasattr(batch_sampler, "shard"):  # the task's batches come from this rank's samples
+    if isinstance(batch_sampler, ShardedBatches):  # batches from this rank's samples only
         batch_sampler.shard = sampler
     loader, val_loader = _loaders(cfg, task, split, train_ds, batch, sampler, batch_sampler,
                                   device, strategy)

@@ -34,7 +34,7 @@ def test_a_rank_that_exited_with_a_code_and_no_line_is_named_in_scaleprobes_word
     recorded with torch's launcher boilerplate ("To enable traceback see: ...")."""
     from types import SimpleNamespace
 
-    from scaleprobe.run.driver import Ending
+    from scaleprobe.protocols import Ending
     from scaleprobe.run.script import UserScript, base_config
 
     (tmp_path / "s.py").write_text("")
