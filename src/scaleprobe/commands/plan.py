@@ -169,13 +169,12 @@ def _progress(strategy: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     got = make_plan(args)
-    verified = None
-    if args.verify:
-        verified = plan_verify.verify(args, got)
     if args.json:
+        verified = plan_verify.verify(args, got) if args.verify else None
         print(json.dumps(plan_show.to_json(got, verified), indent=2, default=str))
         return 0
-    plan_show.print_plan(got, ceiling_caveat(got["like"]))
-    if verified is not None:
-        plan_show.print_verified(verified)
+    plan_show.print_plan(got, ceiling_caveat(got["like"]))  # before --verify's minutes
+    sys.stdout.flush()
+    if args.verify:
+        plan_show.print_verified(plan_verify.verify(args, got))
     return 0
