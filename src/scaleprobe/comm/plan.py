@@ -10,9 +10,11 @@ adds:
 
     batch       the step model draws compute from one-rank runs at one batch per device. A
                 batch the runs measured uses their steps (several runs of it pooled); any
-                other batch scales the nearest measured batch's data, copy, forward and
-                backward in proportion (the optimizer's step does not grow with the batch),
-                an assumption the row names (``scaled_from``)
+                other batch takes the nearest measured batch's steps with their data, copy,
+                forward and backward grown to it (the optimizer's step does not grow with
+                the batch): between two measured batches on the line through them (a fixed
+                cost and a cost per sample), outside them in proportion to the batch. Not
+                measured, and the row says so (``scaled_from``)
     samples/s   training ranks x batch / the predicted mean step, with the step model's
                 interval (its speedup's, over the one-rank run's own samples/s)
     to target   S(B) = S_run (1 + B_crit / B) / (1 + B_crit / B_run) (McCandlish et al. 2018,
@@ -37,7 +39,7 @@ from scaleprobe.comm import check as C
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import whatif as W
-from scaleprobe.comm.timeline import Unit
+from scaleprobe.comm.timeline import Compute, Unit
 from scaleprobe.core import claim as CL
 from scaleprobe.core import memmodel as MM
 from scaleprobe.core import metrics as Mx
@@ -162,12 +164,34 @@ class Row:
             ("s" if self.devices != 1 else "")
 
 
-def at_batch(basis: Basis, batch: int) -> S.RunSample:
-    """The basis's sample with its compute scaled to ``batch`` per device (data, copy,
-    forward and backward in proportion; the optimizer's step kept)."""
+def _scaled(c: Compute) -> float:
+    """The phases that grow with the batch: data, copy, forward, backward."""
+    return c.data + c.h2d + c.forward + c.backward
+
+
+def growth(bases: dict[int, Basis], basis: Basis, batch: int) -> tuple[float, str]:
+    """How much the batch-bound phases of ``basis`` grow at ``batch``, and how that was
+    found: between two measured batches, on the line through their means (a fixed cost and
+    a cost per sample); outside them, in proportion to the batch."""
+    lo = max((b for b in bases if b < batch), default=None)
+    hi = min((b for b in bases if b > batch), default=None)
+    if lo is not None and hi is not None:
+        m0, m1 = (sum(map(_scaled, bases[b].sample.rows)) / len(bases[b].sample.rows)
+                  for b in (lo, hi))
+        at = m0 + (m1 - m0) * (batch - lo) / (hi - lo)
+        mine = sum(map(_scaled, basis.sample.rows)) / len(basis.sample.rows)
+        if mine > 0 and at > 0:
+            return at / mine, f"interpolated between the runs at batch {lo} and {hi}"
+    return batch / basis.batch, (f"scaled from the runs at batch {basis.batch} in proportion "
+                                 "to the batch")
+
+
+def at_batch(basis: Basis, batch: int, k: float | None = None) -> S.RunSample:
+    """The basis's sample with its data, copy, forward and backward multiplied by ``k``
+    (default: in proportion to ``batch``); the optimizer's step kept."""
     if batch == basis.batch:
         return W.fresh(basis.sample)
-    k = batch / basis.batch
+    k = batch / basis.batch if k is None else k
     rows = [replace(c, data=c.data * k, h2d=c.h2d * k, forward=c.forward * k,
                     backward=c.backward * k) for c in basis.sample.rows]
     step = basis.sample.step_median_s
@@ -237,7 +261,8 @@ def predict_steps(rows: list[Row], bases: dict[int, Basis], q: Question,
         if progress is not None:
             progress(i, len(todo))
         basis = bases.get(r.batch) or nearest(bases, r.batch)
-        sample = at_batch(basis, r.batch)
+        k, how = growth(bases, basis, r.batch)
+        sample = at_batch(basis, r.batch, k)
         grid = W.Grid([r.strategy], [r.nproc], [r.nnodes], [q.link], prefetch=q.prefetch,
                       units=q.units)
         (got,) = W.plan(sample, grid, with_needed=False)
@@ -245,8 +270,8 @@ def predict_steps(rows: list[Row], bases: dict[int, Basis], q: Question,
         if basis.batch != r.batch:
             r.scaled_from = basis.batch
             r.prediction.notes.append(
-                f"batch {r.batch}: compute scaled from the runs at batch {basis.batch} (data, "
-                "forward, backward in proportion; the optimizer's step kept): not measured")
+                f"batch {r.batch}: not measured; its data, forward and backward {how} (the "
+                "optimizer's step kept)")
         r.samples_s = rate(r.prediction, sample, r.batch)
         if q.target is not None:
             r.steps_to_target, r.time_to_target_s = to_target(q.target, r)

@@ -193,8 +193,8 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
     say("largest batch per device that fits, by devices: " +
         "; ".join(f"{s} {', '.join(v)}" for s, v in by.items()))
     if any(r.scaled_from is not None for r in rows if r.fits):
-        say("* batch not measured: its compute scaled from the nearest measured batch (data, "
-            "forward, backward in proportion)")
+        say("* batch not measured: its data, forward and backward interpolated between the "
+            "measured batches around it, or scaled in proportion from the nearest outside them")
     for pk in got["picks"]:
         if pk is None:
             continue

@@ -94,7 +94,23 @@ def test_a_scaled_batch_says_so_and_its_rate_follows_the_scaled_step():
     (row,) = P.plan(INPUTS, basis(), q(nprocs=[1], batches=[64]))
     assert row.scaled_from == 32
     assert row.samples_s.value == pytest.approx(64 / 0.19)  # 0.06 + 0.12 + 0.01
-    assert any("compute scaled from the runs at batch 32" in n for n in row.prediction.notes)
+    assert any("scaled from the runs at batch 32 in proportion" in n
+               for n in row.prediction.notes)
+
+
+def test_a_batch_between_two_measured_ones_is_on_the_line_through_them():
+    """Batch 32 at 50 ms of data + forward + backward, batch 128 at 110 ms (a fixed 30 ms and
+    0.625 ms per sample): batch 64 takes 70 ms of them, not 100 (32's in proportion) nor 55
+    (128's); the optimizer's 10 ms kept."""
+    two = {32: P.Basis(32, sample(fwd=0.02, bwd=0.03, opt=0.01), 1),
+           128: P.Basis(128, sample(fwd=0.04, bwd=0.07, opt=0.01), 1)}
+    (row,) = P.plan(INPUTS, two, q(nprocs=[1], batches=[64]))
+    assert row.scaled_from == 32
+    assert row.prediction.step_s.value == pytest.approx(0.08)
+    assert any("interpolated between the runs at batch 32 and 128" in n
+               for n in row.prediction.notes)
+    k, how = P.growth(two, two[128], 256)  # beyond them: in proportion
+    assert k == 2 and "in proportion" in how
 
 
 def test_rows_that_do_not_fit_get_no_step():
