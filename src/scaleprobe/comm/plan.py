@@ -169,7 +169,7 @@ def _scaled(c: Compute) -> float:
     return c.data + c.h2d + c.forward + c.backward
 
 
-def growth(bases: dict[int, Basis], basis: Basis, batch: int) -> tuple[float, str]:
+def batch_factor(bases: dict[int, Basis], basis: Basis, batch: int) -> tuple[float, str]:
     """How much the batch-bound phases of ``basis`` grow at ``batch``, and how that was
     found: between two measured batches, on the line through their means (a fixed cost and
     a cost per sample); outside them, in proportion to the batch."""
@@ -261,7 +261,7 @@ def predict_steps(rows: list[Row], bases: dict[int, Basis], q: Question,
         if progress is not None:
             progress(i, len(todo))
         basis = bases.get(r.batch) or nearest(bases, r.batch)
-        k, how = growth(bases, basis, r.batch)
+        k, how = batch_factor(bases, basis, r.batch)
         sample = at_batch(basis, r.batch, k)
         grid = W.Grid([r.strategy], [r.nproc], [r.nnodes], [q.link], prefetch=q.prefetch,
                       units=q.units)

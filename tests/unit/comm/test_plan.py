@@ -109,7 +109,7 @@ def test_a_batch_between_two_measured_ones_is_on_the_line_through_them():
     assert row.prediction.step_s.value == pytest.approx(0.08)
     assert any("interpolated between the runs at batch 32 and 128" in n
                for n in row.prediction.notes)
-    k, how = P.growth(two, two[128], 256)  # beyond them: in proportion
+    k, how = P.batch_factor(two, two[128], 256)  # beyond them: in proportion
     assert k == 2 and "in proportion" in how
 
 
