@@ -4,10 +4,12 @@ two network-namespace hosts joined by a tc-shaped link (root, ip, tc, taskset).
     nice -n 10 python benchmarks/predict_validation.py measure --out OUT     # resumable
     python benchmarks/predict_validation.py table --out OUT                  # the table
     python benchmarks/predict_validation.py table --out OUT --markdown       # as the docs keep it
+    python benchmarks/predict_validation.py measure --out OUT --links 100mbit --models gpt_tiny \
+        --kinds ddp,fsdp                                                     # part of the grid
 
 ``measure`` runs the grid, one link at a time, in fresh namespaces: first ``scaleprobe comm``
 across the link (the all_reduce fit every prediction uses: ``--link measured:OUT/comm/L``),
-then per model, back to back so that the machine's load is alike for all four:
+then per model, back to back so that the machine's load is alike for all of them:
 
     ddp1      ``--strategy ddp --nproc 1``, two at once, one per host (core 0 and core 1,
               one thread each, ``ddp1`` and ``ddp1b``): the 1-rank runs DDP is predicted
@@ -21,20 +23,29 @@ then per model, back to back so that the machine's load is alike for all four:
               while the worker computes, so the worker has the machine as this run had it)
     ddp2      ``--strategy ddp``, one rank per host (``--nnodes 2``), each on its own core
     ps2       ``--strategy ps``: the server on host 0, one worker on host 1
-    ddp1after, single1after   the 1-rank runs again: the machine's load drifts within
-              minutes, and ``predict --check`` pools the nearest 1-rank runs before and
-              after each measured run
+    fsdp1     ``--strategy fsdp --nproc 1``, two at once as ``ddp1``: FSDP's own 1-rank runs
+              (its wrapping and flat parameters are in their step, as in the 2-rank run's)
+    fsdp2     ``--strategy fsdp``, one rank per host
+    ddp1after, single1after, fsdp1after   the 1-rank runs again: the machine's load drifts
+              within minutes, and ``predict --check`` pools the nearest 1-rank runs before
+              and after each measured run (its interval draws runs, then steps: the drift
+              between them is in it)
 
 A point whose results.jsonl already holds an ``ok`` record is skipped, so an interrupted
 ``measure`` goes on where it stopped; ``--links``/``--models`` pick part of the grid. Links:
 100mbit, 1gbit, unshaped (the veth pair as it is: CPU-bound near 6-9 Gbit/s here) and
 1gbit+1ms (1 ms added each way: netem, or where the kernel has no sch_netem the delay relay
-of comm/delay.py, which ``netns.two_hosts`` uses then). Models at 32x32, batch 32, synthetic data made on the device:
-digits_cnn (67 k parameters), resnet18 (11.2 M), mlp_large (23.1 M, little compute).
+of comm/delay.py, which ``netns.two_hosts`` uses then). Models at batch 32, synthetic data
+made on the device: digits_cnn (67 k parameters), resnet18 (11.2 M), mlp_large (23.1 M,
+little compute), all at 32x32, and gpt_tiny (--task lm, 2 layers x width 64, sequences of 32
+random tokens). ``--kinds`` runs part of each group (``ddp,fsdp``: their 1-rank and 2-rank
+runs).
 
 ``table`` is ``scaleprobe predict --check OUT/runs`` (each measured run beside its prediction
-from the matching 1-rank run nearest in time), with the grid's summary: the median point's
-and every point's predicted / measured.
+from the matching 1-rank runs nearest in time), with the grid's summary in the papers' form
+(mean, median and p90 of |predicted / measured - 1|) and every pair of one model's
+configurations whose measured steps differ by more than 15%, with any the prediction puts in
+the wrong order.
 """
 
 from __future__ import annotations
@@ -55,9 +66,11 @@ from scaleprobe.comm import netns  # noqa: E402
 
 LINKS = {"100mbit": (100, None), "1gbit": (1000, None), "unshaped": (None, None),
          "1gbit+1ms": (1000, 1.0)}
-MODELS = ("digits_cnn", "resnet18", "mlp_large")
-COMMON = ["--dataset", "synthetic", "--image-size", "32", "--batch-size", "32",
-          "--loader", "naive", "--no-progress", "--timeout", "300",
+MODELS = ("digits_cnn", "resnet18", "mlp_large", "gpt_tiny")
+IMAGES = ["--dataset", "synthetic", "--image-size", "32"]
+MODEL_ARGS = {"gpt_tiny": ["--task", "lm", "--dataset", "tokens-synthetic", "--layers", "2",
+                           "--width", "64", "--heads", "2", "--seq-len", "32"]}
+COMMON = ["--batch-size", "32", "--loader", "naive", "--no-progress", "--timeout", "300",
           "--set", "dist.calibrate_comm=false", "--set", "dist.threads_per_rank=1"]
 ONE_RANK = ["--steps", "24", "--warmup-steps", "3"]
 TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
@@ -65,7 +78,10 @@ TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
 RUN_TIMEOUT_S = 1500
 # one model on one link, in this order: the 1-rank runs before and after the 2-rank runs
 # (``predict --check`` pools the nearest before and after)
-GROUP = ("ddp1", "single1", "ddp2", "ps2", "ddp1after", "single1after")
+GROUP = ("ddp1", "single1", "fsdp1", "ddp2", "ps2", "fsdp2", "ddp1after", "single1after",
+         "fsdp1after")
+
+KINDS = ("ddp", "single", "ps", "fsdp")
 _PORT = [29700]
 
 
@@ -129,7 +145,7 @@ def one_rank(hosts: netns.Hosts, folders: list[Path], model: str, strategy: str)
     procs = []
     for host, folder in zip((1, 0) if len(folders) == 1 else (0, 1), folders, strict=False):
         argv = [*_scaleprobe(), "run", "--strategy", strategy, *extra, "--model", model,
-                *COMMON, *ONE_RANK, "--out", str(folder)]
+                *MODEL_ARGS.get(model, IMAGES), *COMMON, *ONE_RANK, "--out", str(folder)]
         procs.append(hosts.run(host, argv, cpus=[host], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True))
     return _wait(procs, str(folders[0]))
@@ -142,14 +158,15 @@ def two_rank(hosts: netns.Hosts, folder: Path, model: str, strategy: str, link: 
     procs = [hosts.run(i, [*_scaleprobe(), "run", "--strategy", strategy, "--nproc", "1",
                            "--nnodes", "2", "--node-rank", str(i),
                            "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}", "--link", link,
-                           "--model", model, *COMMON, *TWO_RANK,
+                           "--model", model, *MODEL_ARGS.get(model, IMAGES), *COMMON,
+                           *TWO_RANK,
                            "--out", str(folder / f"node{i}")],
                        cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in (0, 1)]
     return _wait(procs, str(folder))
 
 
-def measure_link(out: Path, name: str, models: list[str]) -> None:
+def measure_link(out: Path, name: str, models: list[str], kinds: list[str]) -> None:
     rate, delay = LINKS[name]
     try:
         ctx = netns.two_hosts(rate_mbit=rate, delay_ms=delay)
@@ -169,9 +186,12 @@ def measure_link(out: Path, name: str, models: list[str]) -> None:
         for model in models:
             base = out / "runs" / name / model
             for kind in GROUP:
+                if kind.split("1")[0].split("2")[0] not in kinds:
+                    continue
                 t0 = time.monotonic()
-                if kind.startswith("ddp1"):
-                    ok = one_rank(hosts, [base / kind, base / f"{kind}b"], model, "ddp")
+                if kind.startswith(("ddp1", "fsdp1")):
+                    ok = one_rank(hosts, [base / kind, base / f"{kind}b"], model,
+                                  kind.split("1")[0])
                 elif kind.startswith("single1"):
                     ok = one_rank(hosts, [base / kind], model, "single")
                 else:
@@ -202,8 +222,13 @@ def measure(a: argparse.Namespace) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     models = a.models.split(",")
+    kinds = a.kinds.split(",")
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        print(f"--kinds: no '{bad[0]}' (of {','.join(KINDS)})")
+        return 2
     for name in a.links.split(","):
-        measure_link(out, name, models)
+        measure_link(out, name, models, kinds)
     _log(out, "grid done")
     return 0
 
@@ -245,13 +270,39 @@ def markdown(args: list[str]) -> int:
           "| predicted / measured [95%] |")
     print("|---|---|---|---:|---:|---:|")
     for p in points:
-        pr, mi = p["predicted"]["step_s"], p["measured_interval_s"]
+        mi = p["measured_interval_s"] or [None, None]
+        meas = (f"{_ms(p['measured_s'])} [{_ms(mi[0])}, {_ms(mi[1])}]" if mi[0] is not None
+                else _ms(p["measured_s"]))
+        if p["predicted"] is None:
+            print(f"| {link(p)} | {p['model']} | {p['strategy']} | {meas} | "
+                  f"{p['reason']} | n/a |")
+            continue
+        pr = p["predicted"]["step_s"]
         ri = p.get("ratio_interval") or [None, None]
         band = f" [{ri[0]:.2f}, {ri[1]:.2f}]" if ri[0] is not None else ""
-        print(f"| {link(p)} | {p['model']} | {p['strategy']} | {_ms(p['measured_s'])} "
-              f"[{_ms(mi[0])}, {_ms(mi[1])}] | {_ms(pr['value'])} [{_ms(pr['lo'])}, "
-              f"{_ms(pr['hi'])}] | {p['ratio']:.2f}{band} |")
+        print(f"| {link(p)} | {p['model']} | {p['strategy']} | {meas} | {_ms(pr['value'])} "
+              f"[{_ms(pr['lo'])}, {_ms(pr['hi'])}] | {p['ratio']:.2f}{band} |")
+    summary(data)
     return 0
+
+
+def summary(data: dict) -> None:
+    """The grid in the papers' form, and the order of each model's configurations."""
+    s = data["summary"]
+    if s["points"]:
+        print(f"\n{s['points']} points, |predicted / measured - 1|: mean "
+              f"{s['mean_abs_error']:.1%}, median {s['median_abs_error']:.1%}, p90 "
+              f"{s['p90_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}; goal (mean and "
+              f"median within 5%, p90 within 10%): "
+              f"{'met' if s['papers_goal_met'] else 'not met'}")
+    pairs = data["order_pairs"]
+    bad = [x for x in pairs if x["misordered"]]
+    print(f"\npairs of one model whose measured steps differ by more than 15%: {len(pairs)}; "
+          f"predicted in the wrong order: {len(bad)}")
+    for x in pairs:
+        print(f"- {'**wrong order** ' if x['misordered'] else ''}{x['slow_name']} over "
+              f"{x['fast_name']}: measured {x['measured_ratio']:.2f}, predicted "
+              f"{x['predicted_ratio']:.2f}")
 
 
 def main() -> int:
@@ -260,6 +311,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--links", default=",".join(LINKS))
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="the strategies of each group to run (default: all)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true",
                     help="the table as docs/COMMUNICATION.md keeps it")

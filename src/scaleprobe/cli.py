@@ -33,8 +33,8 @@ one process or many, one host or several.
 
 `scaleprobe COMMAND --help` lists each command's options."""
 
-COMMANDS = ("run", "wrap", "demo", "scale", "sweep", "colocate", "comm", "predict", "report", "compare",
-            "datagen", "models", "datasets", "env", "worker")
+COMMANDS = ("run", "wrap", "demo", "scale", "sweep", "colocate", "comm", "predict", "plan",
+            "report", "compare", "datagen", "models", "datasets", "env", "worker")
 
 
 def _modules() -> list:

@@ -60,6 +60,9 @@ class RunSample:
     step_median_s: float | None
     started_at: str | None
     notes: list[str] = field(default_factory=list)
+    # which run each row came from, when several one-rank runs are pooled (check.pooled):
+    # the interval resamples runs, then steps within them (None: one run)
+    groups: tuple[int, ...] | None = None
 
     @property
     def has_ddp(self) -> bool:

@@ -5,7 +5,11 @@ per rank and step, so that ranks wait for the slowest as they do. No torch.
     step_s       the predicted median step of the first training rank, with its 95%
                  interval: the timeline re-run on bootstrap resamples of the run's steps
                  (its own spread), the link's costs at the low / high end of the comm fit's
-                 spread for the interval's low / high end (a nominal link has none)
+                 spread for the interval's low / high end (a nominal link has none). With
+                 several one-rank runs pooled, each resample draws runs first, then steps
+                 within them, so the interval holds the drift between runs (what else the
+                 cores did while each ran); from one run it cannot, and the prediction says
+                 so in its notes
     speedup      samples per second over the one-rank run's as measured: trainers x its
                  mean step / the predicted mean step (weak scaling: the batch per device
                  stays; the mean, so local SGD's averaging steps count); efficiency =
@@ -45,6 +49,9 @@ NEEDED_FLOOR_GBIT_S = 1e-3  # the slowest link searched: 1 Mbit/s (slower: "< 1 
 # (6.3 s for ddp at 256); the parameter server shares its link among the pushes (fluid.py),
 # which grows with the square: 2.6 s at 32, 12.8 s at 64, 119 s at 256.
 MAX_WORLD = 128
+ONE_RUN_NOTE = ("one one-rank run: the interval holds its own step-to-step spread, not the "
+                "drift between runs (what else the cores do: other ranks, the collective's "
+                "threads, other jobs); pool two or more one-rank runs of the setting for it")
 MAX_WORLD_BY_PATTERN = {"ps": 32}
 
 
@@ -247,7 +254,10 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
     one = [c.total for c in s.rows]  # the run as measured: every strategy's baseline
     run = _simulate(sim, rows, sc, SIM_STEPS, 1.0, rng)
     step = run.median
-    iv = _interval(sim, rows, one, sc, rng, replicates)
+    groups = s.groups if s.groups is not None and len(s.groups) == len(rows) else None
+    if groups is None and sc.world > 1:
+        s.notes.append(ONE_RUN_NOTE)
+    iv = _interval(sim, rows, one, sc, rng, replicates, groups)
     sp = Figure(sc.trainers * float(np.mean(one)) / run.mean,
                 *(sc.trainers * r for r in iv.ratio))
     eff = Figure(*(v / sc.world for v in (sp.value, sp.lo, sp.hi)))
@@ -283,15 +293,33 @@ class Interval:
     ratio: tuple[float, float]  # the run's mean step / the mean step, paired per resample
 
 
+def _resample(n: int, groups: Sequence[int] | None, rng: np.random.Generator) -> list[int]:
+    """Indices of one bootstrap resample of ``n`` steps; with ``groups`` (the run of each
+    step, two runs or more) the runs are drawn with replacement first, then steps within
+    each drawn run: a two-level bootstrap, whose spread holds the runs' drift."""
+    if groups is None or len(set(groups)) < 2:
+        return [int(i) for i in rng.integers(0, n, size=n)]
+    by: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    runs = list(by.values())
+    out: list[int] = []
+    for k in rng.integers(0, len(runs), size=len(runs)):
+        members = runs[int(k)]
+        out += [members[int(j)] for j in rng.integers(0, len(members), size=len(members))]
+    return out
+
+
 def _interval(sim: Simulator, rows: list[T.Compute], one: list[float], sc: Scenario,
-              rng: np.random.Generator, replicates: int) -> Interval:
-    """Percentiles 2.5 / 97.5 over bootstrap resamples of the run's steps: of the median
-    step (the link's costs scaled down by the spread for the low end, up for the high end),
-    and of the run's mean step over the predicted mean (same resample; the high costs for
-    the low end)."""
+              rng: np.random.Generator, replicates: int,
+              groups: Sequence[int] | None = None) -> Interval:
+    """Percentiles 2.5 / 97.5 over bootstrap resamples of the run's steps (``_resample``:
+    runs first where several are pooled): of the median step (the link's costs scaled down
+    by the spread for the low end, up for the high end), and of the run's mean step over the
+    predicted mean (same resample; the high costs for the low end)."""
     lows, highs, r_lo, r_hi = [], [], [], []
     for _ in range(replicates if len(rows) > 1 else 1):
-        pick = rng.integers(0, len(rows), size=len(rows))
+        pick = _resample(len(rows), groups, rng)
         pool = [rows[i] for i in pick]
         base = float(np.mean([one[i] for i in pick]))
         lo = _simulate(sim, pool, sc, REPLICATE_STEPS, 1 - sc.spread, rng)

@@ -225,15 +225,46 @@ def run_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"no measured multi-rank run in {args.check}")
     summ = C.summary(points)
     mem = {id(p): PM.check_memory(p, records) for p in points}
+    pairs = C.order_pairs(points)
     if args.json:
         print(json.dumps({"points": [_point_dict(p) | mem[id(p)] for p in points],
-                          "summary": summ.__dict__ | {"goal_met": summ.goal_met}},
+                          "summary": summ.__dict__ | {"goal_met": summ.goal_met,
+                                                      "papers_goal_met": summ.papers_goal_met},
+                          "order_pairs": [_pair_dict(x) for x in pairs]},
                          indent=2, default=str))
         return 0
     if not getattr(args, "memory", False):
         print_check(points, summ)
+        print_order(pairs)
     PM.print_check_memory(points, mem, always=bool(getattr(args, "memory", False)))
     return 0
+
+
+def _name(p: C.Point) -> str:
+    return f"{p.run.cfg('model.name')} {_link_label(p.run)} {p.run.cfg('dist.strategy')}"
+
+
+def _pair_dict(x: C.Pair) -> dict[str, Any]:
+    return {"fast": x.fast.run.run_id, "slow": x.slow.run.run_id, "fast_name": _name(x.fast),
+            "slow_name": _name(x.slow), "measured_ratio": x.measured_ratio,
+            "predicted_ratio": x.predicted_ratio, "misordered": x.misordered}
+
+
+def print_order(pairs: list[C.Pair]) -> None:
+    """The pairs of one setting whose measured steps differ by more than the margin, each
+    with the prediction's ratio, and the ones it puts in the wrong order."""
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich.console import Console
+
+    con = Console()
+    bad = [x for x in pairs if x.misordered]
+    con.print(f"order: {len(pairs)} pairs of one setting whose measured steps differ by more "
+              f"than {C.ORDER_MARGIN:.0%}; predicted in the wrong order: {len(bad)}",
+              markup=False, highlight=False)
+    for x in pairs:
+        con.print(f"  {'WRONG ORDER ' if x.misordered else ''}{_name(x.slow)} / "
+                  f"{_name(x.fast)}: measured {x.measured_ratio:.2f}, predicted "
+                  f"{x.predicted_ratio:.2f}", markup=False, highlight=False)
 
 
 def _point_dict(p: C.Point) -> dict[str, Any]:
@@ -285,6 +316,12 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                   f"+-{C.GOAL_EVERY:.0%}: {summ.within_every_goal}; goal (median within "
                   f"+-{C.GOAL_MEDIAN:.0%}, every point within +-{C.GOAL_EVERY:.0%}): "
                   f"{'met' if summ.goal_met else 'not met'}", markup=False, highlight=False)
+        con.print(f"|predicted / measured - 1| over {summ.points} points: mean "
+                  f"{summ.mean_abs_error:.1%}, median {summ.median_abs_error:.1%}, p90 "
+                  f"{summ.p90_abs_error:.1%}; goal (mean and median within "
+                  f"{C.GOAL_MEAN:.0%}, p90 within {C.GOAL_P90:.0%}): "
+                  f"{'met' if summ.papers_goal_met else 'not met'}", markup=False,
+                  highlight=False)
     for p in points:
         if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "

@@ -446,6 +446,22 @@ def parity(diff: float | None, iv: Interval | None, pairs: int, tol: float) -> C
                  pairing="paired by seed", kind="parity")
 
 
+FASTEST, CHEAPEST = "fastest", "cheapest"
+
+
+def plan_pick(kind: str, pick: str, runner_up: str, value: float, iv: Interval | None,
+              repeats: tuple[int, ...], sources: tuple[Source, ...], what: str,
+              basis: str = "both predicted from the same one-rank runs") -> Claim:
+    """A plan's pick (``kind``: ``FASTEST`` or ``CHEAPEST``) held against its runner-up:
+    ``value`` is the pick's figure over the runner-up's, higher favouring the pick (samples/s,
+    or 1 / time, 1 / device-hours), its interval the two predictions' (the pick's low end over
+    the runner-up's high end, and back: overlapping intervals include 1x)."""
+    return Claim(f"{kind} that fits: {pick}", value, iv, above=f"{kind} that fits",
+                 below=f"behind {runner_up}", repeats=repeats, sources=sources,
+                 detail=f"{what}: the pick's over the runner-up's ({runner_up}), {basis}",
+                 pairing=basis, kind="plan pick")
+
+
 def render(claim: Claim, form: str) -> str:
     """``claim`` in one of the formats: ``text``, ``markdown``, ``html`` (JSON: ``to_dict``)."""
     if form == "text":

@@ -145,7 +145,8 @@ def _held_blocks(s: Section, runs: list[RunResult]) -> None:
                                                       True]))
     s.add(Text(f"Each measured multi-rank run beside its prediction from the matching one-rank "
                f"run (the nearest before and after it, same setting and threads per rank): "
-               f"{summ.points} points, median |error| {summ.median_abs_error:.1%}, worst "
+               f"{summ.points} points, |error| mean {fmt.pct(summ.mean_abs_error, 1)}, median "
+               f"{summ.median_abs_error:.1%}, p90 {fmt.pct(summ.p90_abs_error, 1)}, worst "
                f"{summ.worst_abs_error:.1%}; {summ.within_median_goal} within +-10%, "
                f"{summ.within_every_goal} within +-20% (`scaleprobe predict --check`).",
                note=True))

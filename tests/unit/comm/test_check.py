@@ -168,3 +168,60 @@ def test_the_goals_edges_are_inclusive():
     assert C.summary([P(ratio=1.1001), P(ratio=1.1001), P(ratio=1.0)]).median_abs_error \
         == pytest.approx(0.1001)
     assert not C.summary([P(ratio=1.1001), P(ratio=1.1001), P(ratio=1.0)]).goal_met
+
+
+def test_mean_median_and_p90_in_the_papers_form():
+    """Errors 0, .02, .04, ..., .18 (ten points): mean 9%, median 9% (the mean of .08 and
+    .10), p90 the 9th smallest (nearest rank): 16%. Catches p90 taken as the worst, or one
+    rank off, and the mean of the signed errors (0 for 1 +- x)."""
+    from types import SimpleNamespace as P
+
+    pts = [P(ratio=1 + (0.02 * i if i % 2 else -0.02 * i)) for i in range(10)]
+    s = C.summary(pts)
+    assert s.mean_abs_error == pytest.approx(0.09) and s.median_abs_error == pytest.approx(0.09)
+    assert s.p90_abs_error == pytest.approx(0.16) and not s.papers_goal_met
+    good = C.summary([P(ratio=r) for r in (1.0, 1.02, 0.97, 1.04, 0.95, 1.09, 1.01, 0.99,
+                                            1.03, 0.98)])
+    # errors 0, .02, .03, .04, .05, .09, .01, .01, .03, .02: mean 3%, median 2.5%, p90 5%
+    assert good.p90_abs_error == pytest.approx(0.05) and good.papers_goal_met
+    assert not C.summary([P(ratio=1.0)] * 9 + [P(ratio=1.6)]).papers_goal_met  # mean 6%
+
+
+def test_pairs_of_one_setting_that_differ_by_more_than_15_percent_keep_their_order():
+    from types import SimpleNamespace as P
+
+    def pt(name, measured_s, predicted_s, model="m"):
+        run = measured(name, _t(1), step=measured_s)
+        run.config["model"]["name"] = model
+        return C.Point(run, prediction=P(step_s=P(value=predicted_s)))
+
+    a, b, c = pt("a", 0.100, 0.100), pt("b", 0.110, 0.090), pt("c", 0.130, 0.095)
+    other = pt("o", 0.5, 0.05, model="other")  # another setting: never paired
+    pairs = C.order_pairs([a, b, c, other])
+    # a-b differ by 10% (not checked); a-c by 30%, b-c by 18%: both checked
+    got = {(x.fast.run.run_id, x.slow.run.run_id): x for x in pairs}
+    assert set(got) == {("a", "c"), ("b", "c")}
+    assert got[("a", "c")].measured_ratio == pytest.approx(1.3)
+    assert got[("a", "c")].predicted_ratio == pytest.approx(0.95) and got[("a", "c")].misordered
+    assert not got[("b", "c")].misordered  # 95 / 90: in order
+    tie = C.order_pairs([pt("x", 0.1, 0.1), pt("y", 0.2, 0.1)])
+    assert tie[0].misordered  # a tie does not order them
+
+
+def test_the_interval_holds_the_drift_between_pooled_runs(tmp_path):
+    """Two one-rank runs whose steps agree within each run but sit 20% apart: pooled, the
+    two-level bootstrap's interval spans both runs' levels (drawing one run twice is half the
+    resamples); steps resampled across the pool only would average them away. One run: its
+    interval is its own spread, and the prediction says the drift is not in it."""
+    from scaleprobe.comm import stepmodel as M
+    from scaleprobe.comm import whatif as W
+
+    fast = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 12, THIRDS, name="fast")
+    slow = one_rank_run(tmp_path, [(0.012, 0.036, 0.006)] * 12, THIRDS, name="slow")
+    sc = W.scenario("ddp", 2, 1, "loopback")
+    both = M.predict(C.pooled([fast, slow]), sc)
+    lo, hi = both.step_s.lo, both.step_s.hi
+    alone_fast = M.predict(C.pooled([fast]), sc)
+    assert lo <= alone_fast.step_s.value * 1.01 and hi >= alone_fast.step_s.value * 1.15
+    assert M.ONE_RUN_NOTE not in both.notes and M.ONE_RUN_NOTE in alone_fast.notes
+    assert alone_fast.step_s.hi < alone_fast.step_s.value * 1.05  # no spread inside one run

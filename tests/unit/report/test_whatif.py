@@ -24,6 +24,9 @@ def test_what_if_from_a_one_rank_run_and_how_it_held(tmp_path):
                 and b.headers[0] == "Run")
     (row,) = held.rows
     assert row[-1].startswith("1.00")
+    # the papers' form under it: one point predicted exactly
+    assert any("1 points, |error| mean 0.0%, median 0.0%, p90 0.0%, worst 0.0%"
+               in str(getattr(b, "text", "")) for b in s.blocks)
 
 
 def test_no_one_rank_run_no_section(tmp_path):

@@ -1,0 +1,252 @@
+"""How ``scaleprobe plan`` prints its rows (tables that fit 80 columns) and writes them as
+JSON. The figures are ``comm/plan.py``'s; the picks' words ``core/claim.py``'s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaleprobe.comm import plan as P
+from scaleprobe.comm import stepmodel as M
+from scaleprobe.comm import whatif as W
+from scaleprobe.commands.predict_steps import time_unit
+from scaleprobe.core import fmt
+
+MAX_UNFIT_SHOWN = 4  # configurations that do not fit, named in the terminal (--json: all)
+
+
+def _fig(f: M.Figure | None) -> dict[str, float | None] | None:
+    return None if f is None else f.to_dict()
+
+
+def row_json(r: P.Row) -> dict[str, Any]:
+    p = r.prediction
+    return {"strategy": r.strategy, "nproc": r.nproc, "nnodes": r.nnodes, "devices": r.devices,
+            "batch_per_device": r.batch, "global_batch": r.global_batch, "fits": r.fits,
+            "tight": r.tight, "predicted_peak_bytes": r.peak_bytes,
+            "memory_parts": r.memory.parts, "peak_phase": r.memory.phase,
+            "device_memory_bytes": r.device_bytes, "headroom_bytes": r.headroom_bytes,
+            "step_s": _fig(p.step_s) if p else None,
+            "step_mean_s": p.step_mean_s if p else None,
+            "samples_per_s": _fig(r.samples_s) if p else None,
+            "efficiency": _fig(p.efficiency) if p else None,
+            "phases_s": p.phases if p else None,
+            "device_hours": _fig(r.cost_h) if p else None,
+            "device_hours_basis": ("to the target" if r.time_to_target_s is not None
+                                   else f"per {P.PER_SAMPLES:,.0f} samples"),
+            "steps_to_target": _fig(r.steps_to_target),
+            "time_to_target_s": _fig(r.time_to_target_s), "scaled_from_batch": r.scaled_from,
+            "one_rank_runs": r.runs, "reason": r.reason, "notes": p.notes if p else []}
+
+
+def _pick_json(pk: P.Pick | None) -> dict[str, Any] | None:
+    if pk is None:
+        return None
+    return {"kind": pk.kind, "row": _key(pk.row),
+            "runner_up": _key(pk.runner_up) if pk.runner_up else None,
+            "claim": pk.claim.to_dict() if pk.claim else None}
+
+
+def _key(r: P.Row) -> dict[str, Any]:
+    return {"strategy": r.strategy, "devices": r.devices, "batch_per_device": r.batch}
+
+
+def to_json(got: dict[str, Any], verified: list[dict[str, Any]] | None) -> dict[str, Any]:
+    like, q = got["like"], got["question"]
+    tg = q.target
+    return {"from": {"run": like.label, "run_id": like.run_id,
+                     "bases": {s: {str(b): list(v.labels) for b, v in per.items()}
+                               for s, per in got["bases"].items()}},
+            "link": W.link_line(q.link, q.nnodes),
+            "target": None if tg is None else {"target": tg.text, "steps": tg.steps,
+                                               "batch_global": tg.batch_global,
+                                               "b_crit": tg.b_crit, "b_crit_lo": tg.b_crit_lo,
+                                               "b_crit_hi": tg.b_crit_hi, "source": tg.source},
+            "rows": [row_json(r) for r in got["rows"]],
+            "picks": {pk.kind: _pick_json(pk) for pk in got["picks"] if pk is not None},
+            "largest_batch": got["largest"], "verified": verified}
+
+
+def _num(v: float | None) -> str:
+    """Three significant digits, thousands as k and millions as M: ``1.44k``, ``147``."""
+    if v is None:
+        return fmt.NA
+    for suffix, k in (("M", 1e6), ("k", 1e3)):
+        if abs(v) >= k:
+            return f"{v / k:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def _span(f: M.Figure | None, show: Any = _num) -> str:
+    if f is None or f.value is None:
+        return fmt.NA
+    if f.lo is None or f.hi is None:
+        return show(f.value)
+    return f"{show(f.value)} [{show(f.lo)}, {show(f.hi)}]"
+
+
+def dur(v: float | None) -> str:
+    """Seconds in the unit that reads: ``42 s``, ``3.5 min``, ``2.1 h``, ``4.0 d``."""
+    if v is None:
+        return fmt.NA
+    unit, k = _dur_unit(v)
+    return f"{v / k:.3g} {unit}"
+
+
+def _dur_unit(v: float) -> tuple[str, float]:
+    for unit, k in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if v >= 2 * k:
+            return unit, k
+    return "s", 1.0
+
+
+def _cost(rows: list[P.Row]) -> tuple[str, float]:
+    """Device-hours, or device-seconds where every row's is under a tenth of an hour."""
+    top = max((r.cost_h.hi or r.cost_h.value or 0.0) for r in rows)
+    return ("device-h", 1.0) if top >= 0.1 else ("device-s", 3600.0)
+
+
+def _table(title: str, cols: list[str]) -> Any:
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for c in cols:
+        t.add_column(c, justify="left" if c == "strategy" else "right", overflow="fold")
+    return t
+
+
+def _head(r: P.Row) -> list[str]:
+    mark = "*" if r.scaled_from is not None else ""
+    return [r.strategy, str(r.devices), f"{r.batch}{mark}"]
+
+
+def print_plan(got: dict[str, Any], caveat: str) -> None:
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich.console import Console
+
+    from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
+
+    con, q, rows = Console(), got["question"], got["rows"]
+    like, inputs = got["like"], got["inputs"]
+    say = lambda text: con.print(text, markup=False, highlight=False)  # noqa: E731
+    measured = sorted({b for per in got["bases"].values() for b in per})
+    say(f"plan from {like.label}: {bytes_(inputs.params_bytes)} of parameters; steps from "
+        f"one-rank runs at batch {', '.join(map(str, measured))} per device; link: "
+        f"{W.link_line(q.link, q.nnodes)}")
+    fits = [r for r in rows if r.fits and r.prediction is not None]
+    if fits:
+        unit = time_unit(*(r.prediction.step_s.hi for r in fits if r.prediction))
+        scale = unit[1]
+        t = _table(f"what fits: predicted step ({unit[0]}), samples/s, 95% intervals", ["strategy", "dev", "batch", f"step {unit[0]}",
+                                 "samples/s", "eff."])
+        for r in fits:
+            p = r.prediction
+            t.add_row(*map(esc, _head(r)), _span(p.step_s, lambda v: _num(v * scale)),
+                      _span(r.samples_s), fmt.pct(p.efficiency.value))
+        con.print(t)
+        basis = "to the target" if q.target is not None else \
+            f"per {P.PER_SAMPLES / 1e6:g}M samples"
+        unit, k = _cost(fits)
+        t = _table("peak memory per device (predicted) and the cost in device time",
+                   ["strategy", "dev", "batch", "peak", "headroom", f"{unit} {basis}"])
+        for r in fits:
+            room = f"{r.headroom_bytes / r.device_bytes:.0%}" + (" tight" if r.tight else "")
+            c = r.cost_h
+            t.add_row(*map(esc, _head(r)), bytes_(r.peak_bytes), room, _span(M.Figure(
+                *(None if v is None else v * k for v in (c.value, c.lo, c.hi)))))
+        con.print(t)
+        if q.target is not None:
+            _print_target(con, fits, q.target)
+    _print_rest(say, got, rows, bytes_, caveat)
+
+
+def _print_target(con: Any, fits: list[P.Row], tg: P.Target) -> None:
+    top = max((r.time_to_target_s.value or 0.0) for r in fits if r.time_to_target_s)
+    unit, k = _dur_unit(top)
+    t = _table(f"to {tg.text}: steps (S_min (1 + B_crit/B)) and time, 95% intervals",
+               ["strategy", "dev", "batch", "global", "steps", f"time ({unit})"])
+    for r in fits:
+        tt = r.time_to_target_s
+        t.add_row(*_head(r), f"{r.global_batch:,}", _span(r.steps_to_target),
+                  _span(None if tt is None else M.Figure(
+                      *(None if v is None else v / k for v in (tt.value, tt.lo, tt.hi)))))
+    con.print(t)
+
+
+def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
+                caveat: str) -> None:
+    q = got["question"]
+    unfit = sorted((r for r in rows if not r.fits), key=lambda r: r.peak_bytes)
+    if unfit:
+        shown = ", ".join(f"{r.strategy} {r.devices} x {r.batch} ({bytes_(r.peak_bytes)} of "
+                          f"{bytes_(r.device_bytes)})" for r in unfit[:MAX_UNFIT_SHOWN])
+        more = (f" and {len(unfit) - MAX_UNFIT_SHOWN} more (--json: every row)"
+                if len(unfit) > MAX_UNFIT_SHOWN else "")
+        say(f"does not fit (strategy, devices x batch per device, peak per device): "
+            f"{shown}{more}")
+    by: dict[str, list[str]] = {}
+    for x in got["largest"]:
+        b = x["largest_batch_per_device"]
+        by.setdefault(x["strategy"], []).append(f"{x['devices']}: {b:,}" if b else
+                                                f"{x['devices']}: none")
+    say("largest batch per device that fits, by devices: " +
+        "; ".join(f"{s} {', '.join(v)}" for s, v in by.items()))
+    if any(r.scaled_from is not None for r in rows if r.fits):
+        say("* batch not measured: its data, forward and backward interpolated between the "
+            "measured batches around it, or scaled in proportion from the nearest outside them")
+    for pk in got["picks"]:
+        if pk is None:
+            continue
+        if pk.claim is None:
+            say(f"{pk.kind} that fits: {pk.row.label()}: the only configuration that fits")
+        else:
+            say(pk.claim.text())
+    if not any(pk is not None for pk in got["picks"]):
+        say("no configuration fits: fewer samples per device, fsdp, or more memory")
+    notes = dict.fromkeys(n for r in rows if r.prediction for n in r.prediction.notes
+                          if not n.startswith("batch "))
+    if q.target is not None:
+        say(f"  steps to the target from {q.target.source}")
+    for n in notes:
+        say(f"  note: {n}")
+    if caveat:
+        say(f"  {caveat}.")
+
+
+def print_verified(verified: list[dict[str, Any]]) -> None:
+    """Each verified configuration's measured step beside the plan's prediction and the one
+    from a one-rank run made just before it; the measured pick over the runner-up."""
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich.console import Console
+
+    from scaleprobe.commands.terminal import esc  # heavy: rich
+
+    con = Console()
+    say = lambda text: con.print(text, markup=False, highlight=False)  # noqa: E731
+    t = _table("verified here (ms, 95% intervals): the plan's step, the step predicted from "
+               "a one-rank run just before, the measured step", ["configuration", "plan",
+                                                                 "from 1 rank", "measured"])
+    for v in verified:
+        t.add_row(esc(f"{v['strategy']} {v['devices']} x {v['batch_per_device']}"),
+                  _ms(v.get("predicted_plan")), _ms(v.get("predicted_here")),
+                  _ms({"value": v.get("measured_s"), "interval": v.get("measured_interval_s")}))
+    con.print(t)
+    for v in verified:
+        if v.get("ratio") is None:
+            say(f"{v['label']}: {v.get('reason') or fmt.NA}")
+            continue
+        ok = "within" if v["within_goal"] else "outside"
+        say(f"{v['label']}: predicted from the one-rank run just before / measured "
+            f"{v['ratio']:.2f}, {ok} +-10%; the plan's prediction / measured "
+            f"{v['ratio_plan']:.2f}" + (f"; {v['under_load']}" if v.get("under_load") else ""))
+    pair = next((v["pair"] for v in verified if v.get("pair")), None)
+    if pair:
+        say(pair["text"])
+
+
+def _ms(f: dict[str, Any] | None) -> str:
+    if not f or f.get("value") is None:
+        return fmt.NA
+    iv = f.get("interval") or (None, None)
+    return _span(M.Figure(f["value"] * 1e3, *(None if x is None else x * 1e3 for x in iv)))

@@ -1,0 +1,268 @@
+"""The plan (comm/plan.py, `scaleprobe plan`) on synthetic inputs: every figure checked against
+a hand computation, the picks' claims and their words, and each bad flag one line, exit 2."""
+
+import json
+
+import pytest
+
+from scaleprobe.cli import main
+from scaleprobe.comm import plan as P
+from scaleprobe.comm import sample as S
+from scaleprobe.comm import stepmodel as M
+from scaleprobe.comm.timeline import Bucket, Compute
+from scaleprobe.core import claim as CL
+from scaleprobe.core import memmodel as MM
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
+from tests.unit.test_memmodel import facts
+
+MB = 1_000_000
+# 4 MB of fp32 parameters, AdamW (8 MB), 1 kB of activations per sample + 50 kB fixed,
+# 100 B of batch per sample, the largest FSDP unit 400 kB (tests/unit/test_memmodel.py)
+INPUTS = MM.inputs_from(facts())
+
+
+def sample(fwd=0.03, bwd=0.06, opt=0.01, data=0.0, steps=4, grad=4 * MB):
+    """A one-rank DDP run whose every step is the same: (data, forward, backward,
+    optimizer), one bucket of every gradient ready at the end of backward."""
+    rows = [Compute(data=data, forward=fwd, backward=bwd, optimizer=opt)] * steps
+    return S.RunSample("r", "ddp", 1, 1, float(grad), rows, "synthetic", [Bucket(grad, 1.0, 0.0)],
+                       1e-10, None, fwd + bwd + opt + data, None)
+
+
+def basis(batch=32, runs=2, **kw):
+    return {batch: P.Basis(batch, sample(**kw), runs, ("r",), ("r",))}
+
+
+def test_a_batch_not_measured_scales_data_forward_backward_not_the_optimizer():
+    s = P.at_batch(basis(32, data=0.002)[32], 64)
+    c = s.rows[0]
+    assert (c.data, c.forward, c.backward, c.optimizer) == pytest.approx((0.004, 0.06, 0.12,
+                                                                          0.01))
+    assert s.step_median_s == pytest.approx(0.102 * 2)
+    near = {16: P.Basis(16, s, 1), 64: P.Basis(64, s, 1)}
+    assert P.nearest(near, 48).batch == 64  # on a log scale 48 is nearer 64 than 16
+    assert P.nearest(near, 32).batch == 16  # a tie: the smaller
+
+
+def test_steps_to_a_target_follow_the_critical_batch_relation():
+    # S_run = 100 steps at batch 32 with B_crit 32: S_min = 50; at 128, 50 x (1 + 1/4)
+    tg = P.Target("loss <= 3", 100, 32, 32.0, 16.0, 64.0, "r")
+    assert tg.steps_at(32) == pytest.approx(100)
+    assert tg.steps_at(128) == pytest.approx(62.5)
+    assert tg.steps_at(8) == pytest.approx(250)  # 50 x (1 + 4)
+    assert tg.steps_at(128, 64.0) == pytest.approx(100 / 3 * 1.5)  # S_min 100/3
+
+
+def q(**kw):
+    base = dict(strategies=["ddp"], nprocs=[1, 2], batches=[32], device_bytes={1: 80 * MB,
+                                                                              2: 80 * MB})
+    base.update(kw)
+    return P.Question(**base)
+
+
+def test_memory_fits_tight_and_headroom_by_hand():
+    rows = P.memory_rows(INPUTS, q(strategies=["ddp", "fsdp"], nprocs=[2, 4], batches=[64],
+                                   device_bytes={2: 17 * MB, 4: 5 * MB}))
+    by = {(r.strategy, r.devices): r for r in rows}
+    # ddp on 2: 4 MB params + 8 MB AdamW + 4 MB grads + 4 MB buckets + the step
+    ddp = by[("ddp", 2)]
+    assert ddp.peak_bytes == 20 * MB + 6_400 + 64_000 + 50_000 and not ddp.fits
+    # fsdp on 4: a quarter of 16 MB + the 400 kB unit twice + the step: 4,920,400 of 5 MB
+    fsdp = by[("fsdp", 4)]
+    assert fsdp.peak_bytes == 4 * MB + 800_000 + 64_000 + 50_000 + 6_400
+    assert fsdp.fits and fsdp.tight and fsdp.headroom_bytes == 5 * MB - 4_920_400
+    assert not by[("fsdp", 2)].tight  # 8.9 MB of 17 MB
+
+
+def test_one_device_is_planned_once_under_the_first_strategy():
+    rows = P.memory_rows(INPUTS, q(strategies=["fsdp", "ddp"]))
+    assert sorted((r.strategy, r.devices) for r in rows) == [("ddp", 2), ("fsdp", 1),
+                                                             ("fsdp", 2)]
+
+
+def test_one_device_row_is_the_runs_own_step_and_rate():
+    (row,) = P.plan(INPUTS, basis(), q(nprocs=[1]))
+    p = row.prediction
+    assert p.step_s.value == pytest.approx(0.1) and row.samples_s.value == pytest.approx(320)
+    assert row.scaled_from is None and row.runs == 2
+    # device-hours per million samples: 1 device x 1e6 / 320 per s
+    assert row.cost_h.value == pytest.approx(1e6 / 320 / 3600)
+
+
+def test_a_scaled_batch_says_so_and_its_rate_follows_the_scaled_step():
+    (row,) = P.plan(INPUTS, basis(), q(nprocs=[1], batches=[64]))
+    assert row.scaled_from == 32
+    assert row.samples_s.value == pytest.approx(64 / 0.19)  # 0.06 + 0.12 + 0.01
+    assert any("scaled from the runs at batch 32 in proportion" in n
+               for n in row.prediction.notes)
+
+
+def test_a_batch_between_two_measured_ones_is_on_the_line_through_them():
+    """Batch 32 at 50 ms of data + forward + backward, batch 128 at 110 ms (a fixed 30 ms and
+    0.625 ms per sample): batch 64 takes 70 ms of them, not 100 (32's in proportion) nor 55
+    (128's); the optimizer's 10 ms kept."""
+    two = {32: P.Basis(32, sample(fwd=0.02, bwd=0.03, opt=0.01), 1),
+           128: P.Basis(128, sample(fwd=0.04, bwd=0.07, opt=0.01), 1)}
+    (row,) = P.plan(INPUTS, two, q(nprocs=[1], batches=[64]))
+    assert row.scaled_from == 32
+    assert row.prediction.step_s.value == pytest.approx(0.08)
+    assert any("interpolated between the runs at batch 32 and 128" in n
+               for n in row.prediction.notes)
+    k, how = P.batch_factor(two, two[128], 256)  # beyond them: in proportion
+    assert k == 2 and "in proportion" in how
+
+
+def test_rows_that_do_not_fit_get_no_step():
+    rows = P.plan(INPUTS, basis(), q(device_bytes={1: 10 * MB, 2: 80 * MB}))
+    by = {r.devices: r for r in rows}
+    assert by[1].prediction is None and by[1].reason and by[1].samples_s.value is None
+    assert by[2].prediction is not None
+
+
+def test_time_to_target_is_steps_times_the_predicted_mean_step():
+    tg = P.Target("loss <= 3", 100, 32, 32.0, 32.0, 32.0, "r")
+    rows = P.plan(INPUTS, basis(), q(target=tg))
+    two = next(r for r in rows if r.devices == 2)
+    assert two.global_batch == 64
+    assert two.steps_to_target.value == pytest.approx(75)  # 50 x (1 + 32/64)
+    assert two.time_to_target_s.value == pytest.approx(75 * two.prediction.step_mean_s)
+    assert two.cost_h.value == pytest.approx(2 * two.time_to_target_s.value / 3600)
+
+
+def _row(strategy, devices, sps, lo, hi, runs=2, batch=32):
+    r = P.Row(strategy, devices, 1, batch, MM.Point(strategy, devices, batch, {"params": 1}),
+              10 * MB, runs=runs)
+    r.prediction = object()  # a row that fits and was predicted
+    r.samples_s = M.Figure(sps, lo, hi)
+    return r
+
+
+def _src(r):
+    return (CL.Source(f"run-{r.strategy}"),)
+
+
+def test_fastest_against_its_runner_up_with_the_two_intervals():
+    rows = [_row("ddp", 2, 180, 170, 190), _row("ddp", 4, 300, 280, 320),
+            _row("fsdp", 4, 250, 240, 260)]
+    pk = P.pick(rows, CL.FASTEST, _src)
+    assert (pk.row.devices, pk.row.strategy, pk.runner_up.strategy) == (4, "ddp", "fsdp")
+    iv = pk.claim.interval
+    assert pk.claim.value == pytest.approx(1.2)
+    assert (iv.lo, iv.hi) == pytest.approx((280 / 260, 320 / 240))
+    assert pk.claim.verdict == "fastest that fits"
+    assert [s.run for s in pk.claim.sources] == ["run-ddp", "run-fsdp"]
+
+
+def test_overlapping_intervals_are_not_resolved_and_one_run_decides_nothing():
+    rows = [_row("ddp", 4, 300, 250, 350), _row("fsdp", 4, 290, 260, 320)]
+    assert P.pick(rows, CL.FASTEST, _src).claim.verdict.startswith(CL.NOT_RESOLVED)
+    rows = [_row("ddp", 4, 300, 280, 320, runs=1), _row("fsdp", 4, 200, 190, 210)]
+    v = P.pick(rows, CL.FASTEST, _src).claim.verdict
+    assert v.startswith(CL.ONE_REPEAT) and "leaning fastest that fits" in v
+
+
+def test_cheapest_in_device_hours_per_sample():
+    # 1 device at 100/s: 2.78 h per million samples; 2 at 180/s: 3.09 h
+    rows = [_row("ddp", 1, 100, 95, 105), _row("ddp", 2, 180, 170, 190)]
+    pk = P.pick(rows, CL.CHEAPEST, _src)
+    assert pk.row.devices == 1 and pk.claim.value == pytest.approx(2 / 1.8)
+    assert pk.claim.interval.lo == pytest.approx((95 / 1) / (190 / 2))
+    assert P.pick(rows[:1], CL.CHEAPEST, _src).claim is None  # nothing to hold it against
+
+
+def _gns_run(steps_to=158, reached=True, curve=None):
+    return RunResult.from_dict({
+        "kind": "run", "run_id": "g", "status": "ok", "started_at": "2026-11-28T09:00:00Z",
+        "batch": {"per_device": 16, "global": 16, "world_size": 1},
+        "gns": {"b_simple": 10.0, "b_simple_lo": 5.0, "b_simple_hi": 40.0, "method":
+                "micro_batches", "series": [{"step": 0, "steps": 10, "b_simple": 50.0}]},
+        "target": {"metric": "loss", "target": 2.6, "reached": reached,
+                   "steps_to_target": steps_to if reached else None,
+                   "curve": curve or []}})
+
+
+def test_the_target_from_a_run_that_measured_the_noise_scale():
+    tg = P.target_from([_gns_run()], None)  # the run's own target
+    assert (tg.steps, tg.batch_global, tg.text) == (158, 16, "loss <= 2.6")
+    # B_noise at the run's end (50), its interval the window's relative one: 25 to 200
+    assert (tg.b_crit, tg.b_crit_lo, tg.b_crit_hi) == (50.0, 25.0, 200.0)
+    curve = [{"step": 40, "value": 3.4}, {"step": 80, "value": 2.95}]
+    tg = P.target_from([_gns_run(reached=False, curve=curve)], "loss=3.0")
+    assert tg.steps == 80 and tg.text == "loss <= 3"
+
+
+def test_a_target_without_a_noise_scale_or_never_reached_is_one_line():
+    with pytest.raises(ConfigError, match="--gns"):
+        P.target_from([], "loss=3.0")
+    with pytest.raises(ConfigError, match="reached loss <= 2"):
+        P.target_from([_gns_run(reached=False)], "loss=2")
+    with pytest.raises(ConfigError, match="METRIC=VALUE"):
+        P.target_from([_gns_run()], "loss")
+
+
+# ---- the command on a hand-built record (no workers) --------------------------------------
+
+def _record(tmp_path, batch=32):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    steps = folder / "steps.csv"
+    steps.write_text("step,step_time_s,data_s,h2d_s,forward_s,backward_s,optimizer_s,comm_s\n"
+                     + "".join(f"{i},0.1,0,0,0.03,0.06,0.01,0\n" for i in range(6)))
+    rec = {"kind": "run", "run_id": "r1", "status": "ok", "started_at": "2026-11-28T09:00:00Z",
+           "config": {"model": {"name": "mlp"}, "dist": {"strategy": "single", "nproc": 1}},
+           "batch": {"per_device": batch, "global": batch, "world_size": 1},
+           "env": {"mem_total_bytes": 64 << 30, "gpus": [], "threads": 1},
+           "metrics": {"memory_facts": facts().to_dict(), "param_count": 1_000_000,
+                       "step_time_s": {"median": 0.1}},
+           "paths": {"steps_csv": str(steps)}}
+    (folder / "result.json").write_text(json.dumps(rec))
+    return str(folder)
+
+
+def test_plan_json_gives_every_row_and_the_picks(tmp_path, capsys):
+    run = _record(tmp_path)
+    # ddp: 20 MB of state and buckets + 85,200 B at batch 32, + 120,400 at 64
+    assert main(["plan", "--from", run, "--device-memory", "20100000", "--nproc", "1,2",
+                 "--strategy", "ddp", "--batch-size", "32,64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["strategy"], r["devices"], r["batch_per_device"]): r for r in out["rows"]}
+    assert len(rows) == 4
+    d = rows[("ddp", 2, 64)]
+    assert d["predicted_peak_bytes"] == 20_120_400 and d["headroom_bytes"] == -20_400
+    assert not d["fits"] and d["step_s"] is None
+    one = rows[("ddp", 1, 32)]
+    # a run without DDP: its bucket copies and division added, 3 passes over 4 MB of
+    # gradients at the assumed 2 GB/s: 6 ms
+    assert one["fits"] and one["step_s"]["value"] == pytest.approx(0.106)
+    assert one["samples_per_s"]["value"] == pytest.approx(32 / 0.106)
+    assert not rows[("ddp", 1, 64)]["fits"] and rows[("ddp", 2, 32)]["fits"]
+    fast = out["picks"]["fastest"]
+    assert fast["row"] == {"strategy": "ddp", "devices": 2, "batch_per_device": 32}
+    assert fast["claim"]["kind"] == "plan pick"
+    assert fast["claim"]["repeats"] == [1, 1] and "inconclusive (1 repeat)" in fast["claim"]["verdict"]
+    assert out["picks"]["cheapest"]["row"] == {"strategy": "ddp", "devices": 1,
+                                               "batch_per_device": 32}
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--nproc", "0"], "--nproc must be at least 1"),
+    (["--device-memory", "80XB"], "cannot read size '80XB'"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--strategy", "ps"], "no plan for 'ps'"),
+    (["--link", "bogus"], "unknown link 'bogus'"),
+    (["--target", "loss=3"], "--gns"),
+    (["--nproc", "9", "--link", "1gbit,rank12=100mbit"], "names rank 12"),
+])
+def test_each_bad_flag_is_one_line_exit_2(tmp_path, capsys, flags, words):
+    run = _record(tmp_path)
+    assert main(["plan", "--from", run, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1
+
+
+def test_no_run_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["plan", "--from", str(tmp_path / "none")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    (tmp_path / "e").mkdir()
+    assert main(["plan", "--from", str(tmp_path / "e")]) == 2
