@@ -195,7 +195,8 @@ def test_accuracy_parity_one_vs_two_processes(cli, out_dir):
     """Catches: the 1-process side training on another global batch or amount of data, both
     sides reusing one seed, and a verdict its interval and tolerance do not support."""
     p = cli("run", "--strategy", "ddp", "--nproc", 2, "--parity", "--repeats", 2,
-            "--epochs", 3, "--batch-size", 32, "--loader", "naive", "--out", out_dir,
+            "--epochs", 3, "--batch-size", 32, "--model", "linear", "--loader", "naive",
+            "--out", out_dir,
             "--no-progress", timeout=460)
     recs = read_jsonl(out_dir / "results.jsonl")
     (par,) = [r for r in recs if r["kind"] == "parity"]
