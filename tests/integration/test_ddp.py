@@ -228,3 +228,27 @@ def test_ddp_measures_the_gradient_noise_scale_by_default(ddp_run):
     if g["b_simple"] is not None:
         assert g["b_simple_lo"] <= g["b_simple"]
     assert "gradient noise scale" in p.stdout
+
+
+def test_a_ranks_own_config_error_is_one_line_and_exit_2(cli, tmp_path):
+    """A mistake only a launched rank can see (here: rank 1's model has nothing to train)
+    crosses to the launcher as the rank's error record, and is the user's one-line error, exit
+    2, with the run recorded as failed; before, the driver parsed the class name out of the
+    rank's last traceback line."""
+    builder = tmp_path / "ranked.py"
+    builder.write_text("import os\nimport torch\n\n\ndef build(num_classes, image_size):\n"
+                       "    if os.environ.get('RANK') == '1':\n"
+                       "        return torch.nn.Flatten()\n"
+                       "    return torch.nn.Sequential(torch.nn.Flatten(),\n"
+                       "                               torch.nn.LazyLinear(num_classes))\n")
+    out = tmp_path / "out"
+    p = cli("run", "--model", f"{builder}:build", "--strategy", "ddp", "--nproc", 2,
+            "--steps", 2, "--warmup-steps", 1, "--loader", "naive", "--out", out,
+            "--no-progress", "--set", "dist.calibrate_comm=false")
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert err == [f"scaleprobe: error: model builder {builder}:build returned a model with "
+                   "nothing to train (it has no parameters: requires_grad is False); a training "
+                   "step needs at least one trainable parameter"], p.stderr[-2000:]
+    rec = _result(out)
+    assert rec["status"] == "failed" and rec["error"].startswith(f"model builder {builder}")

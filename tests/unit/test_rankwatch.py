@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from scaleprobe.launch.rankwatch import RankWatch, name_signal
-from scaleprobe.measure.heartbeat import STATES, beat_dir, write_error
+from scaleprobe.measure.heartbeat import STATES, RankError, beat_dir, write_error
 
 
 def _beat(run_dir, rank, pid, state="training", step=5, mark=3, moved_age=0.0):
@@ -66,7 +66,7 @@ def test_a_rank_that_raised_is_named_by_its_own_error_line_when_the_watch_saw_no
     error is still the rank's own line, not "exited with code 1". Bug caught: a killed
     DataLoader worker's error was lost this way under load (1 run of 3)."""
     beat_dir(tmp_path).mkdir(parents=True)
-    write_error(tmp_path, 1, "RuntimeError: DataLoader worker (pid 7) is killed by signal")
+    write_error(tmp_path, 1, RankError("RuntimeError: DataLoader worker (pid 7) is killed by signal"))
     fail = SimpleNamespace(exitcode=1, message="", error_file_data=None, timestamp=5)
     watch = RankWatch(str(tmp_path))  # it never polled: it saw no failure
     got = watch.failure(SimpleNamespace(failures={1: fail}))
@@ -146,7 +146,7 @@ def test_a_rank_killed_by_sigkill_goes_before_the_peer_that_raised_after_it(tmp_
     the launcher can list rank 0's failure first. Bug caught: the run blamed "rank 0:
     .../comm/hook.py(101): done" for the kill of rank 1 (1 of 3 runs with forked ranks)."""
     beat_dir(tmp_path).mkdir(parents=True)
-    write_error(tmp_path, 0, "RuntimeError: Connection reset by peer")
+    write_error(tmp_path, 0, RankError("RuntimeError: Connection reset by peer"))
     fail = SimpleNamespace(exitcode=1, message="", error_file_data=None, timestamp=5)
     watch = RankWatch(str(tmp_path))
     watch.exits[1] = "killed by signal 9"

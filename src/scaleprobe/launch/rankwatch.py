@@ -17,7 +17,13 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.measure.heartbeat import find_stalled, read_beats, read_error, stall_text
+from scaleprobe.measure.heartbeat import (
+    RankError,
+    find_stalled,
+    read_beats,
+    read_error,
+    stall_text,
+)
 
 # after a rank failed or died: how long the launcher gets to see it before the ranks left are
 # killed
@@ -34,11 +40,13 @@ class WorkerFailure(RuntimeError):
     """A worker process raised or died. ``rank`` is the global rank to blame: the first that
     failed, or the one that had stopped making progress before it (``RankWatch.failure``)."""
 
-    def __init__(self, rank: int, message: str, exitcode: int | None = None) -> None:
+    def __init__(self, rank: int, message: str, exitcode: int | None = None,
+                 error: RankError | None = None) -> None:
         super().__init__(f"rank {rank} failed: {message}")
         self.rank = rank
         self.message = message
         self.exitcode = exitcode
+        self.error = error  # the rank's own record of it, where it wrote one
 
 def _first_failure(err: Exception) -> WorkerFailure:
     """The launcher's first failure, by its timestamps (whole seconds), then rank."""
@@ -353,8 +361,8 @@ class RankWatch:
         """The launcher's failure with the rank's own error line where it wrote one: a rank
         that raised exits with code 1, which is all the launcher can tell (it may see the
         exit before this watch has read the rank's last beat)."""
-        line = read_error(self.run_dir or "", agent.rank) if agent.rank >= 0 else None
-        return agent if line is None else WorkerFailure(agent.rank, line)
+        own = read_error(self.run_dir or "", agent.rank) if agent.rank >= 0 else None
+        return agent if own is None else WorkerFailure(agent.rank, own.line, error=own)
 
     def failure(self, err: Exception) -> WorkerFailure:
         """The job's failure: the first rank that failed, with its own error line (or how it
@@ -395,13 +403,15 @@ class RankWatch:
             # stopped after the failure can look first; the launcher lists the ranks that
             # failed on their own (and those this watch killed, which are no cause)
             return agent
-        line = read_error(self.run_dir or "", rank) if raised else None
+        own = read_error(self.run_dir or "", rank) if raised else None
+        line = own.line if own is not None else None
         if line is None:
             # the launcher may not list a rank it has not seen end: a loader worker forked
             # from it holds the pipe the launcher waits on until the worker ends too
             line = (_failure_line(fail) if fail is not None else self.exits.get(rank) or
                     (agent.message if agent.rank == rank else DIED_UNREAD))
-        first = WorkerFailure(rank, line, None if raised or fail is None else fail.exitcode)
+        first = WorkerFailure(rank, line, None if raised or fail is None else fail.exitcode,
+                              error=own)
         if self.stalled is None or not raised:
             return first
         stalled, beat = self.stalled

@@ -23,11 +23,13 @@ cannot be created (a full disk) the rank runs without one.
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import struct
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,19 +134,33 @@ class Beating:
         self.beat.passed(phase)
 
 
-def write_error(run_dir: str | Path, rank: int, line: str) -> None:
-    """A failed rank's one-line error, for the launcher (best effort)."""
+@dataclass(frozen=True)
+class RankError:
+    """A failed rank's error as it crosses to the launcher (``rank-N.error``, JSON): its one
+    line in scaleprobe's words, and, where it is the user's mistake (a ``ConfigError`` or
+    ``DataError`` raised in the rank), that class's name and its own message, so the driver
+    raises it again as one line, exit 2, without reading words back out of the line."""
+
+    line: str
+    user_error: str | None = None  # "ConfigError" | "DataError"
+    message: str | None = None  # the user error's own message
+
+
+def write_error(run_dir: str | Path, rank: int, err: RankError) -> None:
+    """A failed rank's error, for the launcher (best effort)."""
     try:
-        (beat_dir(run_dir) / f"rank-{rank}.error").write_text(line)
+        (beat_dir(run_dir) / f"rank-{rank}.error").write_text(json.dumps(asdict(err)))
     except OSError:
         pass
 
 
-def read_error(run_dir: str | Path, rank: int) -> str | None:
+def read_error(run_dir: str | Path, rank: int) -> RankError | None:
     try:
-        return (beat_dir(run_dir) / f"rank-{rank}.error").read_text().strip() or None
-    except OSError:
+        doc = json.loads((beat_dir(run_dir) / f"rank-{rank}.error").read_text())
+        err = RankError(**doc)
+    except (OSError, ValueError, TypeError):  # none, torn, or not a record
         return None
+    return err if err.line.strip() else None
 
 
 def read_beat(path: str | Path) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
 from scaleprobe.core.interrupt import describe, sigterm_interrupts
 from scaleprobe.core.results import Experiment, RunResult
+from scaleprobe.launch import WorkerFailure
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs
@@ -35,6 +36,7 @@ from scaleprobe.run.partial import mark_logged, recover_steps
 # steps.csv (~70 B a step) and monitor.csv (~100 B a sample) grow with the run, and 1 MiB
 # holds thousands of steps and an hour of samples at the default interval.
 RUN_OUTPUT_BYTES = 1 << 20
+USER_ERRORS: dict[str, type[ScaleprobeError]] = {c.__name__: c for c in (ConfigError, DataError)}
 
 
 def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResult:
@@ -96,7 +98,7 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
     e = end.error
     msg = (getattr(e, "message", None) or f"{type(e).__name__}: {e}") if e is not None else ""
     if line is None:  # the built-in loop's ranks raise scaleprobe's own errors
-        _reraise_user_error(msg, result, run_dir, work.cfg)
+        _reraise_user_error(e, result, run_dir, work.cfg)
     limited = bool(work.cfg.measure.memory_limit)
     oom = e is not None and (is_oom(msg, limited) or is_oom(e, limited))
     result.status = "oom" if oom else "failed"
@@ -169,16 +171,17 @@ def write_failure(result: RunResult, run_dir: Path, cfg: RunConfig,
         pass
 
 
-def _reraise_user_error(msg: str, result: RunResult, run_dir: Path, cfg: RunConfig) -> None:
-    """A rank's ConfigError / DataError is the user's mistake: one line, exit 2. A launched
-    rank's error arrives with its module (``scaleprobe.core.errors.ConfigError: ...``)."""
-    msg = msg.removeprefix(f"{ConfigError.__module__}.")
-    for cls in (ConfigError, DataError):
-        prefix = f"{cls.__name__}: "
-        if msg.startswith(prefix):
-            err = cls(msg[len(prefix):])
-            write_failure(result, run_dir, cfg, err)
-            raise err from None
+def _reraise_user_error(e: BaseException | None, result: RunResult, run_dir: Path,
+                        cfg: RunConfig) -> None:
+    """A launched rank's ConfigError / DataError is the user's mistake: one line, exit 2. The
+    rank says so in its error record (``measure.heartbeat.RankError``), which the launcher's
+    ``WorkerFailure`` carries here."""
+    own = e.error if isinstance(e, WorkerFailure) else None
+    cls = USER_ERRORS.get(own.user_error or "") if own is not None else None
+    if cls is not None and own is not None:
+        err = cls(own.message or own.line)
+        write_failure(result, run_dir, cfg, err)
+        raise err from None
 
 
 def save_traceback(run_dir: Path, text: str | None) -> None:

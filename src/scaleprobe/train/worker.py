@@ -21,12 +21,12 @@ from typing import Any
 from scaleprobe.comm.ranknet import join
 from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig, from_dict, parse_size
-from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.core.interrupt import StopRequest
 from scaleprobe.core.traits import traits_of
 from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure import env as envmod
-from scaleprobe.measure.heartbeat import Heartbeat, write_error
+from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
 from scaleprobe.strategies import build_strategy
 
@@ -133,8 +133,9 @@ def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
         if out is not None and (stop.requested or any(r.get("interrupted") for r in out)):
             res.write_json_atomic(Path(run_dir) / HANDOFF, out)
     except BaseException as e:
-        write_error(run_dir, beat.rank, name_signal(last_meaningful_line(traceback.format_exc()),
-                                                    loader_worker_exits(e)))
+        line = name_signal(last_meaningful_line(traceback.format_exc()), loader_worker_exits(e))
+        user = type(e).__name__ if isinstance(e, ConfigError | DataError) else None
+        write_error(run_dir, beat.rank, RankError(line, user, str(e) if user else None))
         beat.finish("failed")
         raise
     beat.finish("done")

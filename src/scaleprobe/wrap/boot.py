@@ -27,7 +27,7 @@ from scaleprobe.core.results import write_json_atomic
 from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed
-from scaleprobe.measure.heartbeat import Heartbeat, write_error
+from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
 from scaleprobe.measure.monitor import host_mem_baseline, host_mem_record
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.wrap.hooks import Recorder, StopScript
@@ -305,7 +305,7 @@ def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
 
         facts["error"] = name_signal(last_meaningful_line(text),
                                      loader_worker_exits(sys.exc_info()[1]))
-        write_error(run_dir, rank, facts["error"])
+        write_error(run_dir, rank, RankError(facts["error"]))
     return code, facts
 
 

@@ -32,16 +32,26 @@ def test_a_model_with_nothing_to_train_is_one_line(tmp_path, fn, what):
     assert isinstance(build_model("linear", 10, 8), torch.nn.Module)  # built-ins untouched
 
 
-@pytest.mark.parametrize("prefix", ["", "scaleprobe.core.errors."])
-def test_a_launched_ranks_user_error_is_exit_2(tmp_path, prefix):
-    """A DDP rank's ConfigError reaches the launcher with its module path; it was recorded
-    as a failed run, exit 1, "rank 1: scaleprobe.core.errors.ConfigError: ..."."""
+@pytest.mark.parametrize("user_error", ["ConfigError", "DataError", None])
+def test_a_launched_ranks_user_error_is_exit_2(tmp_path, user_error):
+    """A DDP rank's ConfigError reaches the launcher as the rank's error record: raised again
+    as the same one-line error, exit 2 (it was recorded as a failed run, exit 1, "rank 1:
+    scaleprobe.core.errors.ConfigError: ..."); a rank's other error stays the run's failure."""
+    from scaleprobe.core.errors import DataError
+    from scaleprobe.launch import WorkerFailure
+    from scaleprobe.measure.heartbeat import RankError
     from scaleprobe.run import driver
 
     cfg = C.build({"out": str(tmp_path)})
     result = RunResult.from_dict({"kind": "run", "run_id": "r", "status": "running"})
     (tmp_path / "r").mkdir()
-    with pytest.raises(ConfigError, match="^model builder x returned a model") as e:
-        driver._reraise_user_error(f"{prefix}ConfigError: model builder x returned a model",
-                                   result, tmp_path / "r", cfg)
+    line = f"scaleprobe.core.errors.{user_error or 'ValueError'}: model builder x returned a model"
+    own = RankError(line, user_error, "model builder x returned a model" if user_error else None)
+    failure = WorkerFailure(1, line, error=own)
+    if user_error is None:  # not the user's: the driver records the failure as it is
+        assert driver._reraise_user_error(failure, result, tmp_path / "r", cfg) is None
+        return
+    cls = {"ConfigError": ConfigError, "DataError": DataError}[user_error]
+    with pytest.raises(cls, match="^model builder x returned a model$") as e:
+        driver._reraise_user_error(failure, result, tmp_path / "r", cfg)
     assert e.value.exit_code == 2 and result.status == "failed"
