@@ -161,3 +161,45 @@ def test_a_rank_killed_by_sigkill_goes_before_the_peer_that_raised_after_it(tmp_
     watch.killed.clear()
     watch.exits[1] = "killed by signal 15"
     assert watch.failure(SimpleNamespace(failures={0: fail})).rank == 0
+
+
+def _sharer_child(quiet, err_path, conn):
+    """A forked process serving a file descriptor through multiprocessing's resource sharer,
+    as a DataLoader worker serves a batch's tensors to its rank."""
+    import os
+    import sys
+    from multiprocessing import resource_sharer
+
+    from scaleprobe.measure.env import quiet_fd_sharing
+
+    sys.stderr = open(err_path, "w", buffering=1)  # noqa: SIM115  (the child's, to its end)
+    sys.excepthook = sys.__excepthook__
+    if quiet:
+        quiet_fd_sharing()
+    resource_sharer.DupFd(os.open(os.devnull, os.O_RDONLY))
+    conn.send(resource_sharer._resource_sharer._address)
+    time.sleep(1.5)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_loader_workers_fd_sharing_error_stays_off_the_output(tmp_path, quiet):
+    """SIGKILL of a DDP rank with loader workers. Bug caught: a 19-line traceback of
+    multiprocessing's resource sharer (``ConnectionResetError``) on the launcher's stderr,
+    printed by a worker's sharing thread when its rank went away mid-handover. Here the rank
+    connects and goes away; without the filter (``quiet`` False) the thread prints it."""
+    import multiprocessing
+    from multiprocessing.connection import Client
+
+    ctx = multiprocessing.get_context("fork")
+    mine, theirs = ctx.Pipe()
+    err = tmp_path / "stderr.txt"
+    child = ctx.Process(target=_sharer_child, args=(quiet, str(err), theirs))
+    child.start()
+    address = mine.recv()
+    Client(address, authkey=multiprocessing.current_process().authkey).close()
+    child.join(timeout=20)
+    text = err.read_text()
+    if quiet:
+        assert text == "", text
+    else:  # the mechanism the filter silences
+        assert "resource_sharer.py" in text and "Traceback" in text, text
