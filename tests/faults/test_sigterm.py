@@ -125,6 +125,37 @@ def test_sigterm_to_the_launcher_of_two_ddp_ranks_keeps_the_steps_so_far(tmp_pat
     assert took < INTERRUPT_GRACE_S
 
 
+def test_sigterm_to_one_fsdp_rank_stops_every_rank_and_names_it(tmp_path, out_dir):
+    """SIGTERM to rank 1's pid alone (a scheduler or a person signalling one process), not to
+    the launcher. Bug caught: rank 1 stopped alone and waited in a collective its peer never
+    joined; the job ended 28.4 s later, named by gloo's "Connection closed by peer", SIGTERM
+    nowhere. Now the peer reads the signal from rank 1's heartbeat at its next step's end,
+    both stop at the step they agree on, and the error names the signal and the rank."""
+    from scaleprobe.measure.heartbeat import read_beats
+
+    f = _model(tmp_path)
+    marker = f.parent / (f.name + ".reached")
+    sent = {}
+
+    def during(p):
+        if sent or not marker.exists():
+            return
+        beats = [b for d in out_dir.glob("*/") for b in read_beats(d).values()]
+        sent["at"] = time.time()
+        os.kill(next(b["pid"] for b in beats if b["rank"] == 1), signal.SIGTERM)
+
+    job = run_job(_run_args(f, out_dir, "--strategy", "fsdp", "--nproc", 2), tmp_path,
+                  during=during)
+    took = job.ended_at - sent["at"]
+    rec = _check_partial(out_dir, job, "SIGTERM")
+    assert "SIGTERM sent to rank 1 alone" in rec["error"], rec["error"]
+    assert len({r["steps_done"] for r in rec["ranks"]}) == 1, rec["ranks"]
+    assert "Connection closed" not in job.stderr and "Traceback" not in job.stderr
+    print(f"fsdp: SIGTERM to rank 1, {rec['metrics']['steps_timed']} steps kept, ended "
+          f"{took:.1f} s after it")
+    assert took < INTERRUPT_GRACE_S
+
+
 def test_ctrl_c_in_a_sweep_records_the_ddp_point_interrupted_and_reruns_it(tmp_path, out_dir):
     """Ctrl+C reaches the sweep (the terminal's process group; points run in sessions of their
     own). Bugs caught: the DDP point recorded "failed" (today's behaviour), or killed after

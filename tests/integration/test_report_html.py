@@ -340,3 +340,70 @@ def test_a_sweep_s_runs_table_fits_the_page(browser, tmp_path):
     width, room = page["runs"]
     assert width <= room, f"the runs table is {width} px wide in {room} px"
     assert "All runs: model digits_cnn, dataset digits" in page["text"]
+
+
+WIDE_CHECK = """JSON.stringify((() => {
+  const wide = Array.from(document.querySelectorAll('div.scroll')).filter(
+      d => d.scrollWidth > d.clientWidth + 1).map(d => d.querySelector('table').rows[0].innerText);
+  const findings = [];
+  for (let el = document.getElementById('findings').nextElementSibling;
+       el && el.tagName !== 'H2'; el = el.nextElementSibling) {
+    if (el.classList.contains('scroll')) findings.push(el.querySelector('table'));
+  }
+  const steps = findings.flatMap(
+      t => Array.from(t.querySelectorAll('tbody tr')).map(r => {
+          const cell = r.lastElementChild;
+          const line = parseFloat(getComputedStyle(cell).lineHeight);
+          const shown = cell.querySelector('summary') || cell;
+          return shown.getBoundingClientRect().height / line; }));
+  return {wide: wide, nextStepLines: steps};
+})())"""
+
+
+@pytest.mark.timeout(120)
+def test_a_runs_table_with_every_column_fits_and_next_steps_are_one_line(browser, tmp_path):
+    """Bugs caught: at 1300 px the runs table lost CPU, Outside load, Accuracy and Status
+    (out of sight, behind a horizontal scroll) when every column varied; "Next step" cells
+    held 9-line paragraphs. Twenty columns, long model names, runs under load: every table
+    fits a 1280 px window; each "Next step" shows one line, the rest behind <details>."""
+    from tests.unit.report.factory import run, write_results
+
+    recs = []
+    for i, (model, ds, strat, n) in enumerate([
+            ("resnet18", "synthetic", "ddp", 2), ("mobilenet_v3_small", "cifar10", "fsdp", 4),
+            ("digits_cnn", "digits", "single", 1), ("gpt_tiny", "text", "localsgd", 2)]):
+        for bs in (16, 256):
+            r = run(f"{model}-b{bs}", model=model, dataset=ds, strategy=strat, nproc=n,
+                    batch=bs, step_s=0.05 * bs / 16 + i * 0.013, host_mem=(600 + bs) << 20,
+                    device_mem=(3 + i) << 30, gpu=40.0 + i, cpu=50.0 + 7 * i,
+                    accuracy=0.81 + i / 100, rel_ci=0.059,
+                    experiment={"id": f"exp-{model}", "kind": "sweep",
+                                "point": {"batch_size": bs}, "repeat": 1})
+            r["metrics"].update(outside_cpu_cores=1.66 + i / 10, mfu=0.0123 + i / 1000,
+                                data_wait_fraction=0.02 + i / 50, comm_fraction=0.1 + i / 40)
+            recs.append(r)
+    recs[-1]["status"] = "interrupted"
+    _, html = build_report(write_results(tmp_path / "results", recs), tmp_path / "report")
+    page, errors, _png = inspect(browser, html)
+    check_page(page, errors)
+    runs = page["runs"]
+    assert runs[0] <= runs[1], f"the runs table is {runs[0]} px wide in {runs[1]} px"
+    with tempfile.TemporaryDirectory(prefix="scaleprobe-chromium-") as home:
+        dt = DevTools(browser, Path(home))
+        try:
+            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            sid = dt.call("Target.attachToTarget", {"targetId": target,
+                                                    "flatten": True})["sessionId"]
+            dt.call("Runtime.enable", session=sid)
+            dt.call("Emulation.setDeviceMetricsOverride",
+                    {"width": 1280, "height": 2000, "deviceScaleFactor": 1, "mobile": False},
+                    session=sid)
+            dt.call("Page.navigate", {"url": html.as_uri()}, session=sid)
+            _wait_loaded(dt, sid, html.as_uri())
+            got = json.loads(dt.call("Runtime.evaluate", {"expression": WIDE_CHECK,
+                                                          "returnByValue": True},
+                                     session=sid)["result"]["value"])
+        finally:
+            dt.close()
+    assert got["wide"] == [], f"tables wider than the page: {got['wide']}"
+    assert got["nextStepLines"] and max(got["nextStepLines"]) < 1.6, got["nextStepLines"]

@@ -105,3 +105,36 @@ def test_a_forked_loader_worker_ignores_ctrl_c_and_still_ends_on_sigterm():
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
     assert not stop.requested  # the parent was not asked to stop by its worker's signal
+
+
+def test_a_signal_to_one_rank_is_told_to_its_peers_and_stops_them(tmp_path):
+    """SIGTERM to one rank's pid (not the launcher's). Bug caught: only that rank stopped;
+    it left the loop and waited in a collective its peers never joined (an FSDP job took
+    28 s to end, named by gloo's "Connection closed by peer", SIGTERM nowhere). Now its
+    heartbeat publishes the signal, the peer's stop request reads it at its next step's
+    end, and the run's error names the rank."""
+    from scaleprobe.measure.heartbeat import Heartbeat
+    from scaleprobe.run.driver import interrupted_from
+
+    signalled, peer = Heartbeat(tmp_path, 1).start(), Heartbeat(tmp_path, 0).start()
+    try:
+        peer.watch_peers()
+        mine, theirs = StopRequest(escape_on_second=False), StopRequest(escape_on_second=False)
+        mine.tell_peers = signalled.asked_to_stop
+        theirs.peers = peer.peer_stop
+        assert not theirs.requested
+        with mine.handling():
+            mine.deferring = True
+            _deliver(signal.SIGTERM)
+        assert mine.signame == "SIGTERM"
+        assert theirs.requested and theirs.peer == (1, signal.SIGTERM)
+        assert theirs.signame is None  # its record says "peer": the signal was not its own
+    finally:
+        signalled.finish("done")
+        peer.finish("done")
+    raws = [{"rank": 0, "interrupted": "peer"}, {"rank": 1, "interrupted": "SIGTERM"}]
+    assert interrupted_from(raws) == "SIGTERM to rank 1"
+    assert describe(interrupted_from(raws)) == (
+        "interrupted by SIGTERM sent to rank 1 alone (every rank stopped at the same step)")
+    # the launcher's signal reaches every rank: no rank is named
+    assert interrupted_from([{"rank": r, "interrupted": "SIGTERM"} for r in (0, 1)]) == "SIGTERM"

@@ -17,8 +17,8 @@ def _beat(run_dir, rank, pid, state="training", step=5, mark=3, moved_age=0.0):
     now = time.time()
     beat_dir(run_dir).mkdir(parents=True, exist_ok=True)
     (beat_dir(run_dir) / f"rank-{rank}.hb").write_bytes(struct.pack(
-        "<8d", rank, pid, STATES.index(state), step, now - moved_age, mark, now - moved_age,
-        now))
+        "<9d", rank, pid, STATES.index(state), step, now - moved_age, mark, now - moved_age,
+        now, 0))
 
 
 def test_a_rank_killed_is_read_before_the_launcher_collects_it(tmp_path, monkeypatch):
@@ -78,9 +78,9 @@ def test_a_rank_that_raised_is_named_by_its_own_error_line_when_the_watch_saw_no
 
 
 def test_no_stall_before_the_first_progress_nor_within_the_timeout(tmp_path):
-    """A script still importing (no step, no batch yet) or one whose step is slow but within
-    the timeout is left alone; so is a job without a stall limit (the built-in loop's ranks
-    end on the collective timeout)."""
+    """A rank the watch has only just seen (no step, no batch yet: it was idle before the
+    watch could tell) or one whose step is slow but within the timeout is left alone; so is
+    a job without a stall limit (the built-in loop's ranks end on the collective timeout)."""
     rank = subprocess.Popen(["sleep", "60"])
     try:
         _beat(tmp_path, 0, rank.pid, step=0, mark=0, moved_age=100)
@@ -161,3 +161,83 @@ def test_a_rank_killed_by_sigkill_goes_before_the_peer_that_raised_after_it(tmp_
     watch.killed.clear()
     watch.exits[1] = "killed by signal 15"
     assert watch.failure(SimpleNamespace(failures={0: fail})).rank == 0
+
+
+def test_a_job_idle_before_its_first_step_is_ended_and_a_busy_one_is_not(tmp_path,
+                                                                         monkeypatch):
+    """A wrapped script that waits before its first step for what never comes (its own
+    ranks' store, under torch.multiprocessing.spawn). Bug caught: no answer in 300 s, the
+    stall watch began only at the first batch. Now a job none of whose ranks has moved or
+    used the CPU for --timeout is ended, named as stalled before its first step; a rank that
+    works (importing, preparing data: it uses the CPU) is left alone."""
+    import sys
+
+    from scaleprobe.launch import rankwatch
+
+    later = [0.0]
+    real = time.time
+    monkeypatch.setattr(rankwatch, "time", SimpleNamespace(time=lambda: real() + later[0]))
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen(["sleep", "60"])
+    try:
+        for run, proc in (("busy", busy), ("idle", idle)):
+            _beat(tmp_path / run, 0, proc.pid, step=0, mark=0)
+        watches = {run: RankWatch(str(tmp_path / run), stall_after_s=30)
+                   for run in ("busy", "idle")}
+        for w in watches.values():
+            w.poll()  # the first look: the CPU each has used so far
+        time.sleep(0.5)  # the busy one spins
+        later[0] = 40.0  # the timeout has passed since
+        for w in watches.values():
+            w.poll()
+        assert watches["busy"].stall is None and busy.poll() is None
+        assert idle.wait(timeout=10) == -9
+        got = watches["idle"].failure(SimpleNamespace(failures={}))
+        assert got.rank == 0 and got.message.startswith(
+            "stalled before the first step: for 4"), got.message
+        assert "--timeout 30)" in got.message
+    finally:
+        busy.kill()
+        idle.kill()
+
+
+def _sharer_child(quiet, err_path, conn):
+    """A forked process serving a file descriptor through multiprocessing's resource sharer,
+    as a DataLoader worker serves a batch's tensors to its rank."""
+    import os
+    import sys
+    from multiprocessing import resource_sharer
+
+    from scaleprobe.measure.env import quiet_fd_sharing
+
+    sys.stderr = open(err_path, "w", buffering=1)  # noqa: SIM115  (the child's, to its end)
+    sys.excepthook = sys.__excepthook__
+    if quiet:
+        quiet_fd_sharing()
+    resource_sharer.DupFd(os.open(os.devnull, os.O_RDONLY))
+    conn.send(resource_sharer._resource_sharer._address)
+    time.sleep(1.5)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_loader_workers_fd_sharing_error_stays_off_the_output(tmp_path, quiet):
+    """SIGKILL of a DDP rank with loader workers. Bug caught: a 19-line traceback of
+    multiprocessing's resource sharer (``ConnectionResetError``) on the launcher's stderr,
+    printed by a worker's sharing thread when its rank went away mid-handover. Here the rank
+    connects and goes away; without the filter (``quiet`` False) the thread prints it."""
+    import multiprocessing
+    from multiprocessing.connection import Client
+
+    ctx = multiprocessing.get_context("fork")
+    mine, theirs = ctx.Pipe()
+    err = tmp_path / "stderr.txt"
+    child = ctx.Process(target=_sharer_child, args=(quiet, str(err), theirs))
+    child.start()
+    address = mine.recv()
+    Client(address, authkey=multiprocessing.current_process().authkey).close()
+    child.join(timeout=20)
+    text = err.read_text()
+    if quiet:
+        assert text == "", text
+    else:  # the mechanism the filter silences
+        assert "resource_sharer.py" in text and "Traceback" in text, text

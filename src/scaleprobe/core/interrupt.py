@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -32,6 +32,10 @@ def describe(signame: str | None) -> str:
     """The error line of an interrupted run."""
     if signame in (None, "SIGINT"):
         return "interrupted by the user (Ctrl+C)"
+    sig, _, rank = signame.partition(" to rank ")
+    if rank:  # one rank's own signal (``kill`` of its pid): the others stopped with it
+        return (f"interrupted by {sig} sent to rank {rank} alone (every rank stopped at the "
+                "same step)")
     return f"interrupted by {signame} (asked to stop, e.g. pre-empted by a scheduler)"
 
 
@@ -91,7 +95,13 @@ class StopRequest:
     (setting up: nothing measured yet), or, once ``deferring`` (training, and what follows
     it), set ``signame`` for the loop to poll between steps. ``stop_at`` is the step count the
     ranks agreed to stop at. With ``escape_on_second`` (one process, a person at the
-    keyboard) a second signal raises at once."""
+    keyboard) a second signal raises at once.
+
+    A signal sent to one rank alone (``kill`` of its pid, a scheduler that signals one
+    process) must stop its peers too, or they would wait in a collective for a rank that has
+    left: ``tell_peers`` is called with the signal (the rank's heartbeat publishes it) and
+    ``peers`` answers (rank, signal) of a peer that was sent one, read at every step's end;
+    ``requested`` is then true on every rank (``peer`` says whose signal it was)."""
 
     def __init__(self, escape_on_second: bool = True) -> None:
         self.signame: str | None = None
@@ -99,18 +109,27 @@ class StopRequest:
         self.deferring = False
         self.escape_on_second = escape_on_second
         self._owner = os.getpid()
+        self.tell_peers: Callable[[int], None] | None = None
+        self.peers: Callable[[], tuple[int, int] | None] | None = None
+        self.peer: tuple[int, int] | None = None  # (rank, signal) of the peer that was asked
 
     @property
     def requested(self) -> bool:
-        return self.signame is not None
+        if self.signame is not None or self.peer is not None:
+            return True
+        if self.peers is not None:
+            self.peer = self.peers()
+        return self.peer is not None
 
     def _handler(self, signum: int, frame: Any) -> None:
         if _in_forked_child(self._owner, signum):
             return
         name = signal_name(signum)
-        if not self.deferring or (self.requested and self.escape_on_second):
+        if not self.deferring or (self.signame is not None and self.escape_on_second):
             raise Interrupted(name)
         self.signame = self.signame or name
+        if self.tell_peers is not None:
+            self.tell_peers(signum)
 
     @contextlib.contextmanager
     def handling(self) -> Iterator[StopRequest]:

@@ -40,6 +40,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -53,6 +54,7 @@ import psutil
 from scaleprobe.core.config import DistConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.interrupt import Interrupted, signal_name
+from scaleprobe.launch import guard
 from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
     KILL_AFTER_S,
     RankWatch,
@@ -98,6 +100,7 @@ def rank_start_method() -> str:
 
 
 _forking_ranks = False  # set while this process forks its ranks
+_guard_fd: int | None = None  # the write end of the job's guard's pipe (``_guarded``)
 _stale_streams: list[Any] = []  # the parent's stdio objects, kept from finalisers in a rank
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _held: dict[int, Any] = {}  # the stop signals' handlers, while a rank is being forked
@@ -143,7 +146,11 @@ def _send_to_self(signals: list[int]) -> None:
 
 def _begin_as_a_fresh_rank() -> None:
     """In a rank just forked by the launcher: what a fresh interpreter starts with."""
-    global _forking_ranks
+    global _forking_ranks, _guard_fd
+    if _guard_fd is not None:  # only the launcher holds the guard's pipe (``_guarded``)
+        with contextlib.suppress(OSError):
+            os.close(_guard_fd)
+        _guard_fd = None
     if not _forking_ranks:  # another fork (a loader worker, a user's own): nothing to do
         return
     _forking_ranks = False
@@ -168,6 +175,38 @@ def _begin_as_a_fresh_rank() -> None:
 
 os.register_at_fork(before=_hold_stop_signals, after_in_parent=_release_stop_signals,
                     after_in_child=_begin_as_a_fresh_rank)
+
+
+@contextlib.contextmanager
+def _guarded(run_dir: str | None) -> Iterator[int | None]:
+    """The job's guard (``launch/guard.py``) while inside: when this process ends, however it
+    ends, the guard kills what the ranks left in their process groups. Yields its pid (None:
+    no guard, without a run folder or off Linux)."""
+    global _guard_fd
+    if not run_dir or not sys.platform.startswith("linux"):
+        yield None
+        return
+    since = guard.now_ticks() - 1  # a tick of margin: /proc counts starts in clock ticks
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", guard.__file__, str(r), run_dir,
+                                 repr(since)], pass_fds=(r,), start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    except OSError:  # no guard: the watch still ends the ranks when this process ends well
+        os.close(w)
+        yield None
+        return
+    finally:
+        os.close(r)
+    _guard_fd = w
+    try:
+        yield proc.pid
+    finally:
+        _guard_fd = None
+        os.close(w)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 def _parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -340,13 +379,13 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
               else f"scaleprobe-{(job.rdzv_endpoint or '').replace(':', '-')}")
     start = rank_start_method()
     cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir, start)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
-                                                 signal.SIGQUIT)}
+    handlers = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})
     global _forking_ranks
     try:
         _forking_ranks = start == "fork"
-        with _environ(env), RankWatch(run_dir, stall_after_s) as watch:
+        with _environ(env), _guarded(run_dir) as guard_pid, \
+                RankWatch(run_dir, stall_after_s, spare={guard_pid}) as watch:
             try:
                 return elastic_launch(cfg, entry)(*args)
             except ChildFailedError as e:

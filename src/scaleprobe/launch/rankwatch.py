@@ -30,6 +30,10 @@ from scaleprobe.measure.heartbeat import (
 KILL_AFTER_S = 1.0
 # a rank is named as the one that stopped only when it had not moved for this long
 MIN_STALL_S = 2.0
+# before the first step, a rank whose processes used this much CPU since it last did is busy
+# (importing, preparing data), not stalled. An idle rank's own threads (the heartbeat's beat
+# every 0.5 s) use well under a millisecond a second
+CPU_MOVED_S = 0.05
 # a rank that ended without an error of its own, whose exit status was collected before the
 # watch could read it (it is woken by the death where the platform has pidfds)
 DIED_UNREAD = ("died without an error of its own (killed by a signal, most likely; its "
@@ -153,7 +157,7 @@ def _alive(proc: Any) -> bool:
         return False
 
 
-def kill_strays(since: float) -> list[int]:
+def kill_strays(since: float, spare: set[int | None] | None = None) -> list[int]:
     """SIGKILL every process this one started (and theirs) since ``since`` that still runs
     once the job is over: ranks that had not written a heartbeat yet (a Ctrl+C while 64 ranks
     were still being started or importing torch left them running for minutes, waiting for a
@@ -168,7 +172,8 @@ def kill_strays(since: float) -> list[int]:
         with contextlib.suppress(psutil.Error):
             if child.create_time() < since - 1.0 or not _alive(child):
                 continue
-            if any("resource_tracker" in part for part in child.cmdline()):
+            if child.pid in (spare or set()) or any("resource_tracker" in part
+                                                    for part in child.cmdline()):
                 continue
             child.kill()
             killed.append(child.pid)
@@ -196,8 +201,10 @@ class RankWatch:
 
     POLL_S = 0.2
 
-    def __init__(self, run_dir: str | None, stall_after_s: float | None = None) -> None:
+    def __init__(self, run_dir: str | None, stall_after_s: float | None = None,
+                 spare: set[int | None] | None = None) -> None:
         self.run_dir = run_dir
+        self.spare = spare or set()  # processes of the launcher's own (the job's guard)
         self.stall_after_s = stall_after_s
         self.stall: tuple[int, dict[str, Any], float] | None = None  # (rank, beat, seen at)
         self._fds: dict[int, int] = {}  # rank -> pidfd of its process
@@ -207,6 +214,8 @@ class RankWatch:
         self.stalled: tuple[int, dict[str, Any]] | None = None
         self.exits: dict[int, str] = {}  # rank -> how its process ended, where it could be read
         self.killed: set[int] = set()  # ranks this watch killed (after another's failure)
+        self._cpu: dict[int, tuple[float | None, float]] = {}  # rank -> (CPU s seen, when moved)
+        self.started_at = time.time()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -224,7 +233,7 @@ class RankWatch:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.kill_all()
-        kill_strays(self.started_at)
+        kill_strays(self.started_at, self.spare)
         for fd in list(self._fds.values()):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -314,8 +323,12 @@ class RankWatch:
     def _check_stall(self, beats: dict[int, dict[str, Any]]) -> None:
         """A live rank that made progress once and none for ``stall_after_s``: the job has
         stalled. The rank named is the one the others waited for where the heartbeats tell
-        (``find_stalled``), else the one still for longest; the ranks are killed at once."""
+        (``find_stalled``), else the one still for longest; the ranks are killed at once.
+        Before any rank's first progress: ``_check_start``."""
         now = time.time()
+        if not any(b["step"] or b["mark"] for b in beats.values()):
+            self._check_start(beats, now)
+            return
         still = {r: b for r, b in beats.items()
                  if b["state"] in ("setup", "training") and (b["step"] or b["mark"])
                  and now - b["progress_wall"] > (self.stall_after_s or 0)
@@ -327,6 +340,41 @@ class RankWatch:
         self.stall = (rank, still[rank], now)
         self.first = (rank, still[rank]["progress_wall"], False)
 
+    def _check_start(self, beats: dict[int, dict[str, Any]], now: float) -> None:
+        """No rank has taken a batch, run a forward pass or compiled yet: the job has stalled
+        when no rank has moved nor used the CPU (its process and every process it started)
+        for ``stall_after_s``: a script waiting for what never comes (a process group of its
+        own, a lock, a child). One still importing, downloading or preparing data uses the
+        CPU; one waiting in a collective for such a peer is left alone with it."""
+        live = {r: b for r, b in beats.items() if self.procs.get(r) is not None
+                and _alive(self.procs[r])}
+        if not live or any(b["state"] not in ("setup", "training") for b in live.values()):
+            return
+        idle: dict[int, float] = {}
+        for r, b in live.items():
+            since = max(b["progress_wall"], self._cpu_moved(r, now))
+            if now - since <= (self.stall_after_s or 0):
+                return
+            idle[r] = since
+        rank = min(idle, key=lambda r: (idle[r], r))
+        self.stall = (rank, {**live[rank], "progress_wall": idle[rank]}, now)
+        self.first = (rank, idle[rank], False)
+
+    def _cpu_moved(self, rank: int, now: float) -> float:
+        """When ``rank``'s process and the processes it started last used the CPU (at least
+        ``CPU_MOVED_S`` since the time before); the watch's start before it is first seen."""
+        total = 0.0
+        for proc in list(self.family.get(rank, {}).values()):
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        seen, at = self._cpu.get(rank, (None, self.started_at))
+        if seen is not None and total - seen >= CPU_MOVED_S:
+            self._cpu[rank] = (total, now)  # it worked
+        elif seen is None or total < seen:
+            self._cpu[rank] = (total, at)  # the first look, or a child gone with its time
+        return self._cpu[rank][1]
+
     def stall_line(self) -> str | None:
         """``stalled: no progress for 30.2 s at step 7 (no step ended, no batch was taken and
         no forward pass ran; --timeout 30)``, or None when the job did not stall."""
@@ -334,6 +382,11 @@ class RankWatch:
             return None
         _, beat, seen = self.stall
         since = seen - beat["progress_wall"]
+        if not (beat["step"] or beat["mark"]):
+            return (f"stalled before the first step: for {since:.1f} s no rank took a batch, "
+                    "ran a forward pass, compiled or used the CPU (the script waits for "
+                    "something that never comes: a process group of its own, a lock, a child "
+                    f"process; --timeout {self.stall_after_s:g})")
         return (f"stalled: no progress for {since:.1f} s at step {beat['step']} (no step "
                 "ended, no batch was taken and no forward pass ran; "
                 f"--timeout {self.stall_after_s:g})")

@@ -122,6 +122,12 @@ class CompileWatch:
     def compiled(self) -> bool:
         return bool(self.events)
 
+    @property
+    def compiling(self) -> bool:
+        """A compilation is under way (its start seen, not its end): the heartbeat counts it
+        as progress (measure/heartbeat.py), however long inductor takes."""
+        return self._open is not None
+
     def cleared(self) -> bool:
         """The callbacks were removed by someone else (``torch._dynamo.reset()``)."""
         h = self._handler

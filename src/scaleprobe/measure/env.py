@@ -10,6 +10,7 @@ import random
 import shutil
 import signal
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
@@ -160,12 +161,43 @@ def die_with_parent(sig: int, parent: int | None = None) -> None:
 def own_process_group() -> None:
     """A launched rank leads its own process group, so its loader workers can be stopped with
     it (``launch.py``), and a terminal's Ctrl+C reaches only the launcher, which forwards it;
-    and it dies with the launcher (Linux)."""
+    and it dies with the launcher (Linux). Its loader workers' fd-sharing errors stay off
+    the output (``quiet_fd_sharing``)."""
     try:
         os.setpgid(0, 0)
     except OSError:
         pass
     die_with_parent(signal.SIGKILL)
+    quiet_fd_sharing()
+
+
+_RESOURCE_SHARER = os.path.join("multiprocessing", "resource_sharer.py")
+
+
+def quiet_fd_sharing() -> None:
+    """A DataLoader worker hands each batch's tensors to its rank as file descriptors, through
+    multiprocessing's resource sharer: a thread in the worker that the rank connects to. When
+    the rank dies mid-handover (SIGKILL, the OOM killer) or its peer's failure ends it, that
+    thread prints a 19-line traceback ending in ``ConnectionResetError`` on the job's stderr
+    (``sys.excepthook``), though the run's record already names what happened. Installed in
+    the rank, so the workers it forks inherit it: a connection error raised in the resource
+    sharer is dropped, anything else is printed as before."""
+    hook = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if issubclass(kind, (ConnectionError, EOFError)) and _raised_in_sharer(tb):
+            return
+        hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+
+
+def _raised_in_sharer(tb: Any) -> bool:
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(_RESOURCE_SHARER):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 # a GPU's driver nodes: a process forked after CUDA (or ROCm) was initialised cannot use it

@@ -2,7 +2,7 @@
 runs, so the launcher can tell the rank that stopped making progress from the ranks that
 waited for it.
 
-``RUN_DIR/heartbeat/rank-N.hb`` is a 64-byte file each rank maps into memory: eight
+``RUN_DIR/heartbeat/rank-N.hb`` is a 72-byte file each rank maps into memory: nine
 little-endian float64 fields, written in place with no system call, so the training loop
 updates it at every phase mark (a few hundred nanoseconds) and a reader always sees the
 latest position:
@@ -15,6 +15,13 @@ latest position:
     beat_wall             time.time() of the last beat: a daemon thread beats every
                           ``INTERVAL_S``; a stopped process (SIGSTOP, or wedged with the
                           interpreter lock held) stops beating
+    stop                  the number of the signal (SIGTERM, SIGINT) this rank was sent,
+                          0 none: its peers on the host read it at every step's end
+                          (``peer_stop``) and stop at the step the ranks agree on, so a
+                          signal to one rank stops the job as one sent to the launcher does
+
+While the rank compiles (``busy``: torch.compile's warm-up, minutes for a large model) each
+beat also moves ``progress_wall``: compiling is progress, not a stall.
 
 A rank waiting in a collective keeps beating, its position still; a stopped rank neither
 moves nor beats. ``find_stalled`` reads that. A heartbeat never fails a run: when its file
@@ -29,6 +36,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,9 +50,12 @@ FROZEN_AFTER_S = 3.0
 MARKS = ("start", "data", "h2d", "forward", "backward", "comm", "optimizer")
 _INDEX = {m: i for i, m in enumerate(MARKS)}
 STATES = ("setup", "training", "after", "done", "failed", "serving")
-FIELDS = ("rank", "pid", "state", "step", "step_wall", "mark", "progress_wall", "beat_wall")
-_FMT = "<8d"
+FIELDS = ("rank", "pid", "state", "step", "step_wall", "mark", "progress_wall", "beat_wall",
+          "stop")
+_FMT = "<9d"
 SIZE = struct.calcsize(_FMT)
+_OLD_SIZE = struct.calcsize("<8d")  # a file of the eight fields before ``stop``
+_STOP_AT = 64  # the ``stop`` field's offset
 DIR = "heartbeat"
 
 
@@ -61,6 +72,9 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._steps: Any = None  # measure/steplog.StepLog: written at every beat
+        # True while the rank does work that is progress without a step (torch.compile)
+        self.busy: Callable[[], bool] | None = None
+        self._peers: dict[int, mmap.mmap] = {}  # rank -> its mapped file (``peer_stop``)
 
     # --- the training loop's side: stores into the mapped file, no system call -------------
     def step_done(self, steps: int) -> None:
@@ -71,6 +85,36 @@ class Heartbeat:
     def passed(self, mark: str) -> None:
         if self._buf is not None:
             struct.pack_into("<dd", self._buf, 40, _INDEX.get(mark, 0), time.time())
+
+    def asked_to_stop(self, signum: int) -> None:
+        """This rank was sent ``signum``: its peers stop with it (``peer_stop``)."""
+        if self._buf is not None:
+            struct.pack_into("<d", self._buf, _STOP_AT, signum)
+
+    def watch_peers(self) -> None:
+        """Map the files of this rank's peers on this host, to read their ``stop`` at every
+        step's end (``peer_stop``). Called once every rank has started (its process group
+        built): each rank's file exists from its start. Ranks on other hosts are not seen."""
+        if self._buf is None:
+            return
+        for f in self.path.parent.glob("rank-*.hb"):
+            if f == self.path:
+                continue
+            try:
+                rank = int(f.stem.split("-")[1])
+                with f.open("rb") as fh:
+                    self._peers[rank] = mmap.mmap(fh.fileno(), SIZE, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # half written, or not a rank's file
+                continue
+
+    def peer_stop(self) -> tuple[int, int] | None:
+        """(rank, signal) of a peer on this host that was sent a stop signal, or None: a
+        read of each peer's mapped file, no system call."""
+        for rank, buf in self._peers.items():
+            sig = struct.unpack_from("<d", buf, _STOP_AT)[0]
+            if sig:
+                return rank, int(sig)
+        return None
 
     def set_state(self, state: str) -> None:
         if self._buf is not None:
@@ -89,7 +133,7 @@ class Heartbeat:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_bytes(struct.pack(_FMT, self.rank, os.getpid(), 0, 0, 0.0, 0, now,
-                                              now))
+                                              now, 0))
             with self.path.open("r+b") as fh:
                 self._buf = mmap.mmap(fh.fileno(), SIZE)
         except (OSError, ValueError):
@@ -117,7 +161,17 @@ class Heartbeat:
 
     def _beat(self) -> None:
         if self._buf is not None:
-            struct.pack_into("<d", self._buf, 56, time.time())
+            now = time.time()
+            if self.busy is not None and _true(self.busy):
+                struct.pack_into("<d", self._buf, 48, now)  # progress, at the same step
+            struct.pack_into("<d", self._buf, 56, now)
+
+
+def _true(busy: Callable[[], bool]) -> bool:
+    try:
+        return bool(busy())
+    except Exception:  # noqa: BLE001  (a heartbeat never fails a run)
+        return False
 
 
 class Beating:
@@ -167,11 +221,11 @@ def read_beat(path: str | Path) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
             raw = fh.read(SIZE)
-        vals = struct.unpack(_FMT, raw)
+        vals = struct.unpack(_FMT, raw if len(raw) == SIZE else raw + bytes(SIZE - _OLD_SIZE))
     except (OSError, struct.error):
         return None
     doc: dict[str, Any] = dict(zip(FIELDS, vals, strict=True))
-    for k in ("rank", "pid", "step", "mark"):
+    for k in ("rank", "pid", "step", "mark", "stop"):
         doc[k] = int(doc[k])
     doc["state"] = STATES[int(doc["state"])] if 0 <= doc["state"] < len(STATES) else "?"
     doc["step_wall"] = doc["step_wall"] or None

@@ -42,6 +42,8 @@ class Table:
     rows: list[list[Any]]
     right: list[bool] | None = None  # right-aligned columns; default all but the first
     caption: str = ""
+    # HTML: a column's least width (a CSS length, e.g. "24em"), so a short cell stays one line
+    min_width: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -158,10 +160,10 @@ margin:0 auto;max-width:1200px;padding:16px 28px 48px;background:#fff}
 h1{font-size:24px;margin:8px 0 4px}h3{font-size:15px;margin:18px 0 6px}h2{font-size:19px;margin:32px 0 8px;padding-bottom:4px;
 border-bottom:1px solid #d8dde6}p{margin:6px 0}ul{margin:6px 0 6px 22px;padding:0}
 nav{font-size:13px;margin:8px 0 16px}nav a{margin-right:12px;color:#2456a6;text-decoration:none}
-.scroll{overflow-x:auto;margin:8px 0}table{border-collapse:collapse;font-size:13px}
+.scroll{overflow-x:auto;margin:8px 0}body>.scroll{margin-right:min(0px,616px - 50vw)}table{border-collapse:collapse;font-size:12px}
 caption{text-align:left;font-weight:600;padding:4px 0}
-th,td{border:1px solid #d8dde6;padding:4px 8px;vertical-align:top}
-th{background:#f2f4f8;text-align:left}td.r{text-align:right;white-space:nowrap}
+th,td{border:1px solid #d8dde6;padding:4px 5px;vertical-align:top}
+th{background:#f2f4f8;text-align:left;font-size:11.5px}td.r{text-align:right}
 tr:nth-child(even) td{background:#fafbfc}.note{font-size:12px;color:#5b6474}
 img{max-width:100%;height:auto;border:1px solid #e5e8ee;margin:8px 0}
 .sev-error{color:#b3261e;font-weight:600}.sev-warning{color:#9a6700;font-weight:600}
@@ -234,6 +236,24 @@ def _html_text(t: Text) -> str:
     return "\n".join(out)
 
 
+# A table as wide as its content may be wider than the page (20 columns of the runs table:
+# 1696 px in a 1200 px column, its last five out of sight), so cells wrap: words break after
+# "_", "/", "=" and "," (``<wbr>``: a run name like mobilenet_v3_small-b256, a point like
+# batch_size=16), a number stays with its short unit ("50.0 ms", "3.0 GiB": a no-break space)
+# and wraps before its interval; a section's table reaches past the text column to the window's
+# right edge, 16 px short (``.scroll``'s right margin: the body is 1200 px wide, centred, so its
+# right edge is at 50vw + 600px). Horizontal scrolling stays for what still does not fit.
+_TAG = re.compile(r"(<[^>]*>)")
+_BREAK = re.compile(r"(?<=[_/=])(?=[^\s<])|(?<=,)(?=[^\s<\d])")  # never inside 1,007
+_UNIT = re.compile(r"(?<=\d) (?=(?:[A-Za-z\u00b5]{1,3}|%)(?![A-Za-z]))")  # 50 ms, 3.0 GiB
+
+
+def _wrappable(html_text: str) -> str:
+    """``<wbr>`` after the characters a long word may break at, outside tags."""
+    return "".join(part if part.startswith("<") else _BREAK.sub("<wbr>", part)
+                   for part in _TAG.split(html_text))
+
+
 def _html_block(block: Any) -> str:
     if isinstance(block, Sub):
         return f"<h3>{inline(block.title)}</h3>"
@@ -241,13 +261,15 @@ def _html_block(block: Any) -> str:
         return _html_text(block)
     if isinstance(block, Table):
         right = block.right or [i > 0 for i in range(len(block.headers))]
-        head = "".join(f"<th>{inline(str(h))}</th>" for h in block.headers)
+        head = "".join(f"<th{_min_width(block, i)}>{_wrappable(inline(str(h)))}</th>"
+                       for i, h in enumerate(block.headers))
         rows = []
         for row in block.rows:
             cells = []
             for i, c in enumerate(row):
-                cls = ' class="r"' if i < len(right) and right[i] else ""
-                cells.append(f"<td{cls}>{_cell_html(c)}</td>")
+                numeric = i < len(right) and right[i]
+                cls = ' class="r"' if numeric else ""
+                cells.append(f"<td{cls}>{_wrappable(_cell_html(c, numeric))}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
         cap = f"<caption>{inline(block.caption)}</caption>" if block.caption else ""
         return (f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>'
@@ -262,7 +284,16 @@ def _html_block(block: Any) -> str:
     raise TypeError(f"unknown block {type(block).__name__}")
 
 
-def _cell_html(c: Any) -> str:
+def _min_width(table: Table, i: int) -> str:
+    width = table.min_width.get(i)
+    if width is None or not re.fullmatch(r"\d+(\.\d+)?(em|px|ch)", width):
+        return ""
+    return f' style="min-width:{width}"'
+
+
+def _cell_html(c: Any, numeric: bool = False) -> str:
+    if numeric and not isinstance(c, Long):
+        c = _UNIT.sub("\u00a0", str(c))
     if isinstance(c, Long):
         head = c.head()
         if head is None:

@@ -28,7 +28,7 @@ from scaleprobe.report import scale as S
 from scaleprobe.report import target as T
 from scaleprobe.report import workers as W
 from scaleprobe.report.colocate import job_rows
-from scaleprobe.report.critical_plot import critical_plot
+from scaleprobe.report.critical_plot import clipped_note, critical_plot
 from scaleprobe.report.doc import Section, Sub, Table, Text
 from scaleprobe.report.labels import distinct_labels
 from scaleprobe.report.load import under_load_line
@@ -87,10 +87,13 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
                           f"epoch time and peak memory vs batch size, {g}"))
         _target_curves(s, f"{eid}-{g}", [r["record"] for r in grows],
                        lambda r: f"batch {r.batch_size}", "one line per batch size")
-        s.add(plots.image(f"critical-{_slug(g)}", critical_plot(grows, "Critical batch: "
-                                                                  f"{label or eid}"),
+        crit = critical_plot(grows, f"Critical batch: {label or eid}")
+        s.add(plots.image(f"critical-{_slug(g)}", crit,
                           "samples against steps to the target with the fitted curve, and "
                           "B_noise over training"))
+        cut = clipped_note(crit)
+        if cut:
+            s.add(Text(cut, note=True))
     kind = rows[0]["memory_kind"] if rows else "host"
     notes = [f"Peak memory: {kind} memory. Every figure of a row is the median over the "
              "point's repeats (with an even number, the mean of the middle two). Growth compares each point with the "

@@ -179,6 +179,13 @@ def common_line(common: list[tuple[str, str]]) -> str:
     return "; ".join(parts) + "." if parts else ""
 
 
+# a "Next step" cell shows its first words, one line of its column (HTML: at least
+# NEXT_STEP_WIDTH wide, ~40 characters); the whole advice (up to nine lines of it) is one
+# click away in HTML, in report.html from Markdown
+NEXT_STEP_CHARS = 40
+NEXT_STEP_WIDTH = "25em"
+
+
 def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | None:
     """Findings across runs, then per run (``per_run`` already grouped: one row per verdict
     and next step, report/grouped.py)."""
@@ -193,8 +200,9 @@ def findings_section(exp: list[Finding], per_run: list[Finding]) -> Section | No
         if items:
             items = sorted(items, key=lambda f: order.get(f.severity, len(order)))
             rows = [[f.severity, Long(f.subject, 160), f.verdict, Long(f.evidence),
-                     f.recommendation] for f in items]
-            s.add(Table(headers, rows, [False] * 5, caption=caption))
+                     Long(f.recommendation, NEXT_STEP_CHARS)] for f in items]
+            s.add(Table(headers, rows, [False] * 5, caption=caption,
+                        min_width={4: NEXT_STEP_WIDTH}))
     return s
 
 

@@ -77,8 +77,10 @@ class BuiltinTraining:
         except Interrupted as e:
             e.raws = read_handoff(run_dir)
             raise
-        read_handoff(run_dir)  # a stop that came after the records were returned
-        return out.get(0)
+        # ranks stopped by a signal to one of them (not to the launcher) return nothing:
+        # rank 0's records are in the hand-off file
+        handoff = read_handoff(run_dir)
+        return out.get(0) if out.get(0) is not None else handoff
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
         save_traceback(run_dir, end.tb)

@@ -113,9 +113,17 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
 
 
 def interrupted_from(raws: list[dict[str, Any]] | None) -> str | None:
-    """The signal that stopped the ranks early ("peer": another rank's), or None."""
-    seen = [r["interrupted"] for r in raws or [] if r.get("interrupted")]
-    return next((s for s in seen if s != "peer"), seen[0] if seen else None)
+    """The signal that stopped the ranks early ("peer": another rank's), or None. A signal
+    that reached some ranks only (``kill`` of one rank's pid; the others stopped with it) is
+    named with them: "SIGTERM to rank 1"."""
+    asked = [(r.get("rank"), r["interrupted"]) for r in raws or [] if r.get("interrupted")]
+    own = [(rank, sig) for rank, sig in asked if sig != "peer"]
+    if not own:
+        return asked[0][1] if asked else None
+    sig = own[0][1]
+    if len(own) == len(raws or []) or len(own) > 1 or not isinstance(own[0][0], int):
+        return sig
+    return f"{sig} to rank {own[0][0]}"
 
 
 def mark_partial(result: RunResult, raws: list[dict[str, Any]] | None, signame: str) -> None:

@@ -28,7 +28,7 @@ from scaleprobe.core.results import RunResult
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
 from scaleprobe.protocols import Ending
-from scaleprobe.run.driver import execute
+from scaleprobe.run.driver import execute, write_failure
 from scaleprobe.run.failure import failure_line
 from scaleprobe.run.partial import recover_steps
 from scaleprobe.run.resources import check_config
@@ -118,6 +118,11 @@ class UserScript:
         asked for: a rerun of the same command is the same point, whatever batch the script
         turned out to use."""
         raws, self.facts = read_ranks(run_dir, getattr(end.error, "rank", None))
+        refused = next((f["refused"] for f in self.facts if f.get("refused")), None)
+        if refused:  # the script does what wrap cannot run (its own ranks): the user's to fix
+            err = ConfigError(refused)
+            write_failure(result, run_dir, self.cfg, err)
+            raise err
         end.raws = raws or None
         if len(raws) < self.cfg.world_size and end.error is None and end.signame is None:
             recover_steps(end, run_dir)  # a rank ended without its record: its logged steps

@@ -400,6 +400,21 @@ def _peak(device: torch.device, amp: str) -> dict[str, Any]:
     return {"peak": peak, "peak_reason": None}
 
 
+def _beat_with(beat: Heartbeat, p: Parts, timer: StepTimer, stop: StopRequest,
+               compiles: Any) -> None:
+    """The heartbeat from training on: the rank's timed steps (kept if it dies), compiling
+    counted as progress, and a signal sent to this rank alone told to its peers, which stop
+    with it at the step they agree on (a parameter server's workers each end on their own)."""
+    s = p.strategy
+    if not s.is_server:
+        beat.keep_steps(TimerSteps(timer, p))
+    beat.busy = lambda: compiles.compiling
+    if s.distributed and not s.traits.has_server:
+        stop.tell_peers, stop.peers = beat.asked_to_stop, beat.peer_stop
+        beat.watch_peers()
+    beat.set_state("serving" if s.is_server else "training")
+
+
 def _agree_interrupted(strategy: Strategy, mine: bool) -> bool:
     """Whether any rank was interrupted: every rank then skips the collectives after training
     (calibration, transfer) together. One all-reduce after the timed window."""
@@ -469,9 +484,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     observed: dict[str, Any] = {}
     stop.deferring = True
     if beat is not None:
-        if not strategy.is_server:  # its timed steps, kept if this rank dies
-            beat.keep_steps(TimerSteps(timer, p))
-        beat.set_state("serving" if strategy.is_server else "training")
+        _beat_with(beat, p, timer, stop, compiles)
     if strategy.is_server:
         strategy.serve(p.optimizer)  # until every worker is done, interrupted or not
         st = LoopState()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -30,7 +31,10 @@ from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
 from scaleprobe.strategies import build_strategy
 
-HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the launcher was stopped
+HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the ranks were stopped
+# a stopped rank's return value is in the launcher's pipe at once: then it leaves, whether the
+# launcher reads it or not (``launched_worker``)
+LEAVE_AFTER_S = 0.5
 
 
 def apply_memory_limit(limit: str | None) -> tuple[int, int] | None:
@@ -140,9 +144,15 @@ def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
         raise
     beat.finish("done")
     if stop.requested:
-        # the launcher forwarded a stop: it no longer reads return values, and a worker that
-        # returns one waits for it to (torch.distributed.elastic) until it is killed
+        # stopped by a signal, this rank's, a peer's, or the launcher's: rank 0's records are
+        # in the hand-off file. A launcher that was asked to stop no longer reads return
+        # values, and a worker waits for it to (torch.distributed.elastic) until it is
+        # killed; one whose rank alone was signalled reads them, and waits for each. So the
+        # rank returns nothing (a few bytes, in the pipe at once) and leaves soon after.
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        leave = threading.Timer(LEAVE_AFTER_S, os._exit, args=(0,))
+        leave.daemon = True
+        leave.start()
+        return None
     return out

@@ -271,6 +271,34 @@ def _close(observers: list[Any]) -> dict[str, Any]:
     return out
 
 
+OWN_RANKS = ("the script starts processes of its own with torch.multiprocessing.{fn}(), which "
+             "cannot run under wrap: wrap starts the ranks itself, as torchrun does; have the "
+             "script run one rank (RANK, WORLD_SIZE, MASTER_ADDR/PORT are set, "
+             "init_process_group() reads them) and give wrap --nproc N")
+
+
+class ScriptRefused(BaseException):  # noqa: N818  (the user's mistake, named in one line)
+    """Raised where the script does what wrap cannot measure; a BaseException, so the
+    script's own ``except Exception`` does not swallow it."""
+
+
+def _refuse_own_ranks() -> None:
+    """``torch.multiprocessing.spawn`` / ``start_processes`` refused with one line. Under wrap
+    the children inherited the launcher's environment (TORCHELASTIC_USE_AGENT_STORE: wait
+    for the launcher's store at MASTER_ADDR/PORT) and waited forever in
+    ``init_process_group`` on a store no one served for their world."""
+    import torch.multiprocessing as tmp  # heavy: torch: imported by main already
+
+    module = sys.modules.get("torch.multiprocessing.spawn")
+    for name in ("spawn", "start_processes"):
+        def refuse(*_args: Any, _fn: str = name, **_kwargs: Any) -> Any:
+            raise ScriptRefused(OWN_RANKS.format(fn=_fn))
+
+        setattr(tmp, name, refuse)
+        if module is not None:  # the package's spawn() calls the module's start_processes
+            setattr(module, name, refuse)
+
+
 def _sigterm(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -294,6 +322,9 @@ def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
             facts["error"] = f"the script exited with code {code}"
     except KeyboardInterrupt as e:
         code, facts["interrupted"] = 130, str(e) or "SIGINT"
+    except ScriptRefused as e:
+        code, facts["refused"] = 2, str(e)
+        write_error(run_dir, rank, RankError(str(e)))
     except BaseException:
         code = 1
         text = _script_traceback()
@@ -331,6 +362,8 @@ def main(argv: list[str]) -> int:
     rec.observers = observers
     rec.comm = _comm_timer()
     rec.watch = _compile_watch()
+    beat.busy = lambda: rec.watch.compiling  # a long torch.compile is progress, not a stall
+    _refuse_own_ranks()
     from scaleprobe.wrap.steps import RecorderSteps  # heavy: torch
 
     beat.keep_steps(RecorderSteps(rec, rank, world, baseline))  # kept if this rank dies

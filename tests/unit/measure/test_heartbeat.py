@@ -171,3 +171,37 @@ def test_a_rank_the_launcher_has_not_seen_end_is_named_with_how_it_died(tmp_path
     finally:
         waiting.kill()
         dead.kill()
+
+
+def test_a_compiling_rank_moves_at_every_beat_without_a_step(tmp_path):
+    """torch.compile's warm-up (minutes for a large model) passes no mark. Bug caught: a
+    wrapped script killed as "stalled: no progress for 10.0 s at step 0" while inductor
+    compiled; now the beat moves the position's time while ``busy`` says so."""
+    compiling = [True]
+    hb = Heartbeat(tmp_path, 0, interval_s=0.02).start()
+    try:
+        hb.busy = lambda: compiling[0]
+        hb.passed("forward")
+        t0 = read_beats(tmp_path)[0]["progress_wall"]
+        time.sleep(0.2)
+        moved = read_beats(tmp_path)[0]
+        assert moved["progress_wall"] > t0 + 0.1 and moved["mark"] == 3
+        compiling[0] = False
+        time.sleep(0.05)
+        t1 = read_beats(tmp_path)[0]["progress_wall"]
+        time.sleep(0.2)
+        assert read_beats(tmp_path)[0]["progress_wall"] == t1  # done compiling: still
+    finally:
+        hb.finish("done")
+
+
+def test_an_old_eight_field_file_is_still_read(tmp_path):
+    import struct
+
+    from scaleprobe.measure.heartbeat import STATES, beat_dir
+
+    beat_dir(tmp_path).mkdir(parents=True)
+    (beat_dir(tmp_path) / "rank-2.hb").write_bytes(struct.pack(
+        "<8d", 2, 99, STATES.index("training"), 4, 1.0, 3, 1.0, 1.0))
+    b = read_beats(tmp_path)[2]
+    assert (b["pid"], b["step"], b["stop"]) == (99, 4, 0)

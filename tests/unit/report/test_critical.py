@@ -228,3 +228,29 @@ def test_the_half_batch_note_sits_under_every_batch_table_of_sweep_md():
         r["gns"]["method"] = "ddp_hook"
     sections, _, _ = batch_sections(plain, "cb")
     assert not any(HALF_BATCH_NOTE in s.get("notes", []) for s in sections)
+
+
+def test_one_spike_is_clipped_and_named_and_a_lone_panel_fills_the_figure():
+    """Bugs caught: one block's B_noise of 35,000 among values of 20-700 flattened every
+    other line onto the axis; a sweep with B_noise but no fit (two batch sizes) drew its one
+    panel beside an empty half of the figure."""
+    from scaleprobe.report.critical_plot import clipped_note
+
+    recs = [_rec(b, s, round(S_MIN * (1 + 100 / b)), 80 + 10 * s) for b in (16, 64, 256)
+            for s in range(3)]
+    spiky = recs[1]["gns"]["series"]
+    spiky.append({"step": 40, "steps": 25, "samples": 40 * 16, "b_simple": 35000.0})
+    plot = critical_plot(batch_table(recs), "Critical batch: cb")
+    right = plot.meta["axes"][-1]
+    assert plot.meta["clipped"] == [{"batch": 16, "samples": 640, "b_noise": 35000.0}]
+    assert 100 < right["ylim"][1] < 1000  # scaled to the rest, not to the spike
+    assert "35,000" in right["points"]  # marked at the top edge with its value
+    note = clipped_note(plot)
+    assert "batch 16: 35,000 at 640 samples trained" in note
+    assert clipped_note(critical_plot(batch_table(SWEEP), "x")) is None  # nothing cut
+    two = [r for r in recs if r["config"]["train"]["batch_size"] != 256]  # no fit
+    lone = critical_plot(batch_table(two), "Critical batch: cb")
+    assert [a["title"] for a in lone.meta["axes"]] == ["B_noise over training (blocks of steps)"]
+    x0, _, x1, _ = lone.meta["content"]
+    assert (x1 - x0) > 0.9 * lone.meta["width"]  # no empty half
+    assert lone.meta["width"] < plot.meta["width"] * 0.7

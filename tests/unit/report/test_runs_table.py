@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from scaleprobe.core import fmt
+from scaleprobe.core.fmt import md_table
 from scaleprobe.report import build_report
 from scaleprobe.report.doc import Long, Section, Table, to_html
 from tests.unit.report.factory import run, write_results
@@ -73,8 +74,27 @@ def test_long_evidence_is_cut_after_a_clause_with_the_whole_in_html():
     assert len(shown) < 400 and shown.endswith("... (the whole text: report.html)")
     assert shown.startswith("batch_size=0: 9.3%") and ")" in shown.split(" ...")[0][-2:]
     html = to_html("t", [], [Section("s").add(Table(["Evidence"], [[cell]]))])
-    assert "<details><summary>" in html and "batch_size=19" in html
+    # the whole text, with the break opportunities a narrow column may wrap at
+    assert "<details><summary>" in html and "batch_<wbr>size=<wbr>19" in html
     assert str(Long("short")) == "short"
+
+
+def test_cells_wrap_at_safe_places_and_numbers_keep_their_units():
+    """A 20-column runs table was 1696 px wide in a 1200 px column (its last five columns out
+    of sight): words may break after _ / = and a comma not inside a number; a number keeps
+    its short unit; a next step's column keeps its room. Markdown is untouched."""
+    rows = [["mobilenet_v3_small-b256", "exp (batch_size=16, repeat 2)", "1,007 ms ±5.9%",
+             "under load (1.66 cores)"]]
+    table = Table(["Run", "Point", "Step median", "Outside load"], rows,
+                  [False, False, True, True], min_width={1: "25em", 3: "1;x"})
+    html = to_html("t", [], [Section("s").add(table)])
+    assert "mobilenet_<wbr>v3_<wbr>small-b256" in html
+    assert "(batch_<wbr>size=<wbr>16, repeat 2)" in html
+    assert "1,007\u00a0ms ±5.9%" in html and "1,<wbr>007" not in html
+    assert "under load (1.66 cores)" in html  # a long unit may wrap from its number
+    assert '<th style="min-width:25em">Point</th>' in html
+    assert "1;x" not in html  # only a plain CSS length is written
+    assert "<wbr>" not in md_table(["Run"], [["mobilenet_v3_small"]])
 
 
 def test_repeats_are_counted_from_one_in_the_report(tmp_path):
