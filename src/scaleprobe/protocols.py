@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # annotations only: the CLI reads the task and strategy names without torch
+    import torch
+    from torch import nn
 
-from scaleprobe.core.config import RunConfig
-from scaleprobe.core.result_model import RunResult
-from scaleprobe.core.traits import StrategyTraits
+    from scaleprobe.core.config import RunConfig
+    from scaleprobe.core.result_model import RunResult
+    from scaleprobe.core.traits import StrategyTraits
 
 
 @runtime_checkable
