@@ -35,7 +35,8 @@ starting together measure it once. A calibration that did not get the cores it r
 threads' CPU time under ``BUSY_SHARE`` of wall time x threads: other processes took the rest)
 is marked ``under_load``: it is used, labelled so, and measured again at the next run, the
 higher figure kept, until a calibration on a quiet machine replaces it. A quiet cached peak is
-checked at every run by a few of the same products (``CHECK_SECONDS``); beaten by more than
+checked by a few of the same products (``CHECK_SECONDS``) at a run's start, at most once every
+``CHECK_EVERY_S`` (the time of the last check that held is kept in the entry); beaten by more than
 ``STALE_MARGIN``, it was too low for this machine (a virtual machine moved, a power setting
 changed) and is measured again. Delete the file to measure again.
 """
@@ -69,6 +70,9 @@ BUSY_SHARE = 0.8
 # Seen on the 2-core machine (2026-11-25): the peak cached in the morning, 101 GFLOP/s, on a
 # machine that later gave 195-198 GFLOP/s (the VM moved), every MFU twice the truth.
 CHECK_SECONDS = 0.05
+# a check that held is good for this long on this machine: a sweep's or a suite's short runs
+# do not each pay one (0.15-0.25 s of matrix products a process on the 2-core machine)
+CHECK_EVERY_S = 600.0
 STALE_MARGIN = 0.10
 COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "
                 "(forward + backward; 2 FLOPs per multiply-add; attention's products on the "
@@ -282,12 +286,17 @@ def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
         if not (isinstance(hit, dict) and (hit.get("flops_per_s") or 0) > 0):
             hit = None
         if hit is not None and not hit.get("under_load"):
+            if time.time() - (hit.get("checked_at") or 0) < CHECK_EVERY_S:
+                return {**hit, "cached": True}  # checked moments ago (a sweep's points)
             stale = _stale(hit, device, dtype, check or (None if measure else _quick_check))
             if stale is None:
-                return {**hit, "cached": True}
+                cached[key] = {**hit, "checked_at": time.time()}
+                _write(folder / CACHE_FILE, cached)
+                return {**cached[key], "cached": True}
             hit = None  # proven low: measured again below, replaced whatever it gives
         got = (measure or calibrate)(device, dtype)
-        entry = {**got, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        entry = {**got, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                 "checked_at": time.time()}  # as good as a check, when quiet
         if stale is not None:
             entry["replaced"] = stale
             check = stale["check_flops_per_s"]
