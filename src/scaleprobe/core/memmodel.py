@@ -26,8 +26,17 @@ above what was live after backward; foreach kernels copy the local state) scale 
     allocated peak x (1 + margin): margin = reserved / allocated - 1 of the run's CUDA
     allocator (its cache and fragmentation); 0 on the CPU, whose allocator keeps nothing
 
-Limits: one probe per batch size (no interval from repeats); activations assumed linear in
-the batch; the FSDP unit term is the largest unit, not the measured gather schedule.
+The interval: model state is exact; the activations may depart from the line through the
+first two probed batch sizes by its miss at the third probed batch (b3), taken to grow in
+proportion to the batch (band = |miss| / b3 x b); under fsdp on N > 1 the gathered term
+spans one unit to three (the unit being computed alone, or a second one prefetched with its
+gradients: 2U +- U); on CUDA the margin spans its readings (the whole run's, the probe
+step's). low / high = the peak with the step at -band / +band and the lowest / highest
+margin. Fewer than three probed batch sizes: no interval.
+
+Limits: the interval is the model's, not one from repeats; activations assumed linear in
+the batch beyond the miss seen; the FSDP unit term is the largest unit, not the measured
+gather schedule.
 """
 
 from __future__ import annotations
@@ -61,6 +70,13 @@ class Inputs:
     run_shard: int  # k of the run the temporaries were measured in
     margin: float = 0.0  # allocator: reserved / allocated - 1
     margin_source: str = "CPU: tensor bytes, no allocator cache"
+    # the interval: bytes per sample the activations may depart from the line (the miss at
+    # the third probed batch / that batch); None: fewer than three batch sizes probed
+    act_band_per_sample: float | None = None
+    band_source: str = "fewer than three batch sizes probed: no interval"
+    margin_low: float = 0.0  # the allocator margin's readings: their lowest and highest
+    margin_high: float = 0.0
+    probes: int = 2  # batch sizes probed
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,8 @@ class Point:
     batch: int  # per rank
     parts: dict[str, int] = field(default_factory=dict)  # they add up to the peak
     phase: str = PHASE_FB
+    low_bytes: int | None = None  # the interval (None: no interval, see Inputs)
+    high_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -103,20 +121,46 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
     if k_run > 1:  # the run's own gathered unit is in its peak
         fixed -= 2 * (f.largest_unit_bytes or 0)
     opt = (f.optimizer_bytes_per_param or 0.0) * f.param_count + (f.optimizer_scalar_bytes or 0)
-    margin, source = 0.0, "CPU: tensor bytes, no allocator cache"
-    if f.device == "cuda":
-        if device_allocated and device_reserved:
-            margin = max(0.0, device_reserved / device_allocated - 1)
-            source = "the run's CUDA max_memory_reserved / max_memory_allocated - 1"
-        else:
-            source = "CUDA run without allocator peaks: no margin"
+    margins, source = _margins(f, device_allocated, device_reserved)
+    band, band_source = _band(sizes, fb, per_sample)
     return Inputs(params_bytes=p, grads_bytes=p, optimizer_bytes=round(opt),
                   master_bytes=round((f.master_bytes_per_param or 0.0) * f.param_count),
                   largest_unit_bytes=f.largest_unit_bytes or 0,
                   act_per_sample_bytes=max(0.0, per_sample), act_fixed_bytes=fixed,
                   input_per_sample_bytes=(f.input_bytes or 0) / sizes[0],
                   optimizer_temp_bytes=max((f.optimizer_peak_bytes or [0])[0], 0),
-                  run_shard=k_run, margin=margin, margin_source=source)
+                  run_shard=k_run, margin=margins[0], margin_source=source,
+                  act_band_per_sample=band, band_source=band_source,
+                  margin_low=min(margins), margin_high=max(margins),
+                  probes=min(len(fb), len(sizes)))
+
+
+def _margins(f: MemoryFacts, allocated: int | None, reserved: int | None
+             ) -> tuple[list[float], str]:
+    """The allocator margin's readings, the run's first: CUDA's reserved / allocated - 1
+    over the whole run, and over the probe step at the full batch where recorded; 0 on the
+    CPU, whose tensor bytes are the figure."""
+    if f.device != "cuda":
+        return [0.0], "CPU: tensor bytes, no allocator cache"
+    if not (allocated and reserved):
+        return [0.0], "CUDA run without allocator peaks: no margin"
+    got = [max(0.0, reserved / allocated - 1)]
+    source = "the run's CUDA max_memory_reserved / max_memory_allocated - 1"
+    if f.probe_margin is not None:
+        got.append(max(0.0, f.probe_margin))
+        source += "; its interval: that and the same over the probe step"
+    return got, source
+
+
+def _band(sizes: list[int], fb: list[int], per_sample: float) -> tuple[float | None, str]:
+    """Bytes per sample by which the activations may depart from the line through the first
+    two probed batch sizes: its miss at the third, over that batch (a miss taken to grow in
+    proportion to the batch). None with fewer than three batch sizes probed."""
+    if len(sizes) < 3 or len(fb) < 3 or sizes[2] <= 0:
+        return None, "fewer than three batch sizes probed: no interval"
+    miss = abs(fb[2] - (fb[1] + per_sample * (sizes[2] - sizes[1])))
+    return miss / sizes[2], (f"the line through batch {sizes[0]} and {sizes[1]} misses batch "
+                             f"{sizes[2]} by {miss:,.0f} bytes, taken to grow with the batch")
 
 
 def _shards(strategy: str | None) -> bool:
@@ -155,7 +199,15 @@ def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
                 "optimizer_temporaries": temps}
     parts = {**state, **step}
     parts["allocator_margin"] = round(i.margin * sum(parts.values()))
-    return Point(strategy, nproc, batch, parts, phase)
+    low = high = None
+    if i.act_band_per_sample is not None:
+        # the activations' band, and under fsdp one unit either way: at least the unit being
+        # computed is gathered, at most a second one prefetched beside it
+        band = i.act_band_per_sample * batch + unit / 2
+        held = sum(state.values())
+        low = round((held + max(fb - band, temps)) * (1 + i.margin_low))
+        high = round((held + max(fb + band, temps)) * (1 + i.margin_high))
+    return Point(strategy, nproc, batch, parts, phase, low, high)
 
 
 def _div(n: int, k: int) -> int:
@@ -163,17 +215,25 @@ def _div(n: int, k: int) -> int:
 
 
 def largest_batch(i: Inputs, strategy: str, nproc: int, device_bytes: int,
-                  cap: int = 1 << 24) -> int:
-    """The largest batch per rank whose predicted peak fits in ``device_bytes``; 0 when not
-    even one sample fits. Found by bisection (the peak grows with the batch)."""
-    if predict(i, strategy, nproc, 1).peak_bytes > device_bytes:
+                  cap: int = 1 << 24, bound: str = "peak") -> int:
+    """The largest batch per rank whose predicted peak (``bound``: ``peak``, or ``high``:
+    its interval's upper end, ``low``: its lower end) fits in ``device_bytes``; 0 when not
+    even one sample fits. Found by bisection (the peak and its bounds grow with the batch).
+    A bound the inputs have no interval for is the peak."""
+
+    def at(b: int) -> int:
+        p = predict(i, strategy, nproc, b)
+        got = p.high_bytes if bound == "high" else p.low_bytes if bound == "low" else None
+        return p.peak_bytes if got is None else got
+
+    if at(1) > device_bytes:
         return 0
     if i.act_per_sample_bytes + i.input_per_sample_bytes <= 0:
         return cap
     lo, hi = 1, cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if predict(i, strategy, nproc, mid).peak_bytes <= device_bytes:
+        if at(mid) <= device_bytes:
             lo = mid
         else:
             hi = mid - 1

@@ -340,6 +340,8 @@ class MemoryFacts(Record):
     fwd_bwd_peak_bytes: list[int] | None = None  # one per batch size
     optimizer_peak_bytes: list[int] | None = None
     input_bytes: int | None = None  # the full batch's input and target tensors
+    # CUDA: max_memory_reserved / max_memory_allocated - 1 over the full batch's probe step
+    probe_margin: float | None = None
     device: str | None = None  # cpu | cuda
     method: str | None = None
     # the strategy the run used and its world: the probe ran in each training rank

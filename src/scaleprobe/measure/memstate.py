@@ -7,11 +7,14 @@ the model state as arithmetic inputs and the batch's activation memory on the al
                      built-in loop keeps fp32 parameters and autocasts per op), and the
                      largest unit FSDP's rule (strategies/fsdp.shard_units, passed in by
                      the loop) would gather
-    probe_steps      one extra, untimed step on the last batch and one on its first half:
+    probe_steps      one extra, untimed step on the last batch, one on its first half and
+                     one on its first quarter (batch 4 and up):
                      the allocator's peak above what was live before the step, for forward
                      + backward and, separately, for the optimizer step above what was live
                      after backward. Two batch sizes separate the per-sample part of the
-                     activations from the fixed part.
+                     activations from the fixed part; the third says how far they depart
+                     from a line (the prediction's interval). On CUDA, the full batch's
+                     forward + backward also gives its reserved / allocated ratio.
 
 How the allocator is read: on CUDA ``torch.cuda.max_memory_allocated`` after
 ``reset_peak_memory_stats`` minus ``memory_allocated`` before; on the CPU PyTorch has no
@@ -137,13 +140,19 @@ def _cpu_peak(fn: Callable[[], None]) -> int:
     return peak
 
 
-def _cuda_peak(fn: Callable[[], None], device: torch.device) -> int:
+def _cuda_peak(fn: Callable[[], None], device: torch.device,
+               margins: list[float] | None = None) -> int:
+    """The allocator's peak above what was live before ``fn`` (CUDA); ``margins`` gains
+    the step's max_memory_reserved / max_memory_allocated - 1 (its cache and fragmentation)."""
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     torch.cuda.synchronize(device)
-    return int(torch.cuda.max_memory_allocated(device)) - int(before)
+    peak = int(torch.cuda.max_memory_allocated(device))
+    if margins is not None and peak > 0:
+        margins.append(int(torch.cuda.max_memory_reserved(device)) / peak - 1)
+    return peak - int(before)
 
 
 def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
@@ -155,7 +164,7 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         return {"reasons": {"fwd_bwd_peak_bytes": "not probed: the batch is not an input and a "
                                                   "target tensor (detection: lists)"}}
     n = int(x.shape[0])
-    sizes = [n] + ([n // 2] if n >= 2 else [])
+    sizes = [n] + [n // k for k in (2, 4) if n // k >= 1 and n // k < n]
     cuda = p.device.type == "cuda"
     # a compiled model would recompile for the half batch (and count it as the run's): the
     # probe runs its eager module, which may save more for backward than the compiled graph
@@ -165,8 +174,10 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         "; eager module of a compiled model (its graph may hold less)" if inner is not None
         else "")
 
+    margins: list[float] = []
+
     def peak(fn: Callable[[], None]) -> int:
-        return _cuda_peak(fn, p.device) if cuda else _cpu_peak(fn)
+        return _cuda_peak(fn, p.device, margins) if cuda else _cpu_peak(fn)
 
     fb, opt = [], []
     for b in sizes:
@@ -182,7 +193,8 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         p.optimizer.zero_grad(set_to_none=True)
     return {"batch_sizes": sizes, "fwd_bwd_peak_bytes": fb, "optimizer_peak_bytes": opt,
             "device": p.device.type, "method": method,
-            "input_bytes": _input_bytes(x, y)}
+            "input_bytes": _input_bytes(x, y),
+            "probe_margin": margins[0] if margins else None}
 
 
 def _input_bytes(x: Any, y: Any) -> int | None:
