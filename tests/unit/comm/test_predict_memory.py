@@ -61,11 +61,13 @@ def test_json_points_parts_fits_and_largest_batch(tmp_path, capsys):
     f = pts[("fsdp", 4, 1000)]
     assert f["predicted_peak_bytes"] == 4_000_000 + 800_000 + 1_000_000 + 50_000 + 100_000
     assert f["fits"] is True
-    best = {(r["strategy"], r["nproc"]): r["largest_batch_per_rank"]
+    best = {(r["strategy"], r["nproc"]): (r["largest_batch_per_rank"],
+                                          r["largest_batch_per_rank_point"])
             for r in out["largest_batch"]}
-    assert best[("ddp", 1)] == 0
-    # (17e6 - 4.85e6) / 1100 B per sample = 11045
-    assert best[("fsdp", 4)] == 11045
+    assert best[("ddp", 1)] == (0, 0)
+    # the point: (17e6 - 4.85e6) / 1100 B per sample = 11045; the interval's top holds one
+    # more unit (a second one prefetched): (17e6 - 4.85e6 - 400e3) / 1100 = 10681
+    assert best[("fsdp", 4)] == (10681, 11045)
 
 
 def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
@@ -73,7 +75,54 @@ def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
     assert main(["predict", "--from", run, "--memory", "--nproc", "4", "--strategy", "fsdp",
                  "--device-memory", "17000000"]) == 0
     out = capsys.readouterr().out
-    assert "fits" in out and "largest batch per rank that fits: 11,045" in " ".join(out.split())
+    assert "fits" in out
+    assert ("largest batch per rank that fits: 10,681 (10,682 to 11,045: inconclusive)"
+            in " ".join(out.split()))
+
+
+# batch 8 probed 2,000 B above the line through 32 and 16: +-250 B per sample
+BENT = [4_082_000, 4_066_000, 4_060_000]
+
+
+def test_interval_in_the_json_and_inconclusive_inside_it(tmp_path, capsys):
+    run = _run(tmp_path, fwd_bwd_peak_bytes=BENT)
+    assert main(["predict", "--from", run, "--memory", "--batch-size", "64,1000",
+                 "--nproc", "1", "--strategy", "fsdp", "--device-memory", "17000000",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    small, big = out["points"]
+    # 16 MB of state + 100 B of batch and 1000 B of activations per sample + 50 kB; +-250 B
+    assert big["predicted_peak_bytes"] == 16_000_000 + 1_100_000 + 50_000
+    assert (big["predicted_peak_low_bytes"], big["predicted_peak_high_bytes"]) == (
+        16_900_000, 17_400_000)
+    assert big["fits"] is None and big["fit_verdict"] == "inconclusive"
+    assert big["fit"]["rule"] == "interval includes the reference"
+    assert small["fits"] is True and small["predicted_peak_high_bytes"] == (
+        16_000_000 + 6_400 + 64_000 + 50_000 + 16_000)
+    (row,) = out["largest_batch"]
+    # the interval's top: 16.05 MB + 1350 B x b <= 17 MB; the point: 1100 B x b
+    assert (row["largest_batch_per_rank"], row["largest_batch_per_rank_point"]) == (703, 863)
+    assert out["from"]["activations_band_per_sample_bytes"] == 250
+
+
+def test_the_tables_fit_80_columns(tmp_path, capsys, monkeypatch):
+    """The table was cut in an 80-column terminal; now two tables, none wider than 80."""
+    monkeypatch.setenv("COLUMNS", "80")
+    run = _run(tmp_path, fwd_bwd_peak_bytes=BENT)
+    assert main(["predict", "--from", run, "--memory", "--batch-size", "64,1000,100000",
+                 "--nproc", "1,8", "--strategy", "ddp,fsdp", "--device-memory",
+                 "17000000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
+    # rich keeps a table inside the width by cutting cells: nothing may be cut
+    assert not any("\u2026" in ln for ln in lines), [ln for ln in lines if "\u2026" in ln]
+    rows = [ln.split() for ln in lines if ln.startswith(("ddp ", "fsdp "))]
+    # each point in both tables, its verdict and its interval whole in the first
+    assert len(rows) == 2 * 2 * 2 * 3
+    fsdp1 = [r for r in rows if r[:3] == ["fsdp", "1", "1000"]][0]
+    assert fsdp1[-1] == "inconclusive" and fsdp1[5:7] == ["16.1-16.6", "MiB"]
+    text = " ".join(" ".join(lines).split())
+    assert "largest batch per rank that fits: 703 (704 to 863: inconclusive)" in text
 
 
 @pytest.mark.parametrize("argv,msg", [
