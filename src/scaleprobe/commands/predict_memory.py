@@ -147,7 +147,7 @@ def _largest(i: MM.Inputs, s: str, n: int, cap: int | None, source: str) -> dict
     row: dict[str, Any] = {"strategy": s, "nproc": n, "device_memory_bytes": cap,
                            "device_memory_source": source, "largest_batch_per_rank": None,
                            "largest_batch_per_rank_point": None,
-                           "interval": i.act_band_per_sample is not None}
+                           "interval": i.act_slope_change is not None}
     if cap:
         row["largest_batch_per_rank_point"] = MM.largest_batch(i, s, n, cap)
         if row["interval"]:
@@ -165,7 +165,7 @@ def _from(run: RunResult, i: MM.Inputs) -> dict[str, Any]:
             "largest_unit_bytes": i.largest_unit_bytes, "batch_sizes": f.batch_sizes,
             "activations_per_sample_bytes": i.act_per_sample_bytes,
             "activations_fixed_bytes": i.act_fixed_bytes,
-            "activations_band_per_sample_bytes": i.act_band_per_sample,
+            "activations_slope_change_bytes": i.act_slope_change,
             "interval_source": i.band_source,
             "allocator_margin": i.margin, "allocator_margin_range": [i.margin_low,
                                                                      i.margin_high],
@@ -212,14 +212,14 @@ def _print(out: dict[str, Any]) -> None:
     from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
     con, f = Console(), out["from"]
-    band = f["activations_band_per_sample_bytes"]
+    change = f["activations_slope_change_bytes"]
     con.print(f"from {f['run']}: {f['param_count']:,} parameters ({bytes_(f['params_bytes'])}), "
               f"{f['optimizer']} with {f['optimizer_states_per_param']} state tensor(s) per "
               f"parameter; activations {bytes_(f['activations_per_sample_bytes'])} per sample "
               f"+ {bytes_(f['activations_fixed_bytes'])} fixed (measured at batch "
               f"{f['batch_sizes']} on {f['device']}); interval: "
-              + (f"+-{bytes_(band)} per sample ({f['interval_source']})" if band is not None
-                 else f['interval_source'])
+              + (f"the per-sample slope changed by {change:+,.0f} B across the probes "
+                 f"({f['interval_source']})" if change is not None else f['interval_source'])
               + f"; allocator margin {f['allocator_margin']:.1%} ({f['margin_source']})",
               markup=False, highlight=False)
     head, parts = _tables()

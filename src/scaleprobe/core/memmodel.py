@@ -27,16 +27,17 @@ above what was live after backward; foreach kernels copy the local state) scale 
     allocator (its cache and fragmentation); 0 on the CPU, whose allocator keeps nothing
 
 The interval: model state is exact; the activations may depart from the line through the
-first two probed batch sizes by its miss at the third probed batch (b3), taken to grow in
-proportion to the batch (band = |miss| / b3 x b); under fsdp on N > 1 the gathered term
-spans one unit to three (the unit being computed alone, or a second one prefetched with its
-gradients: 2U +- U); on CUDA the margin spans its readings (the whole run's, the probe
-step's). low / high = the peak with the step at -band / +band and the lowest / highest
-margin. Fewer than three probed batch sizes: no interval.
+two largest probed batch sizes by what the per-sample slope's change between the probes
+says (``act_band``: up to the largest probed batch, |change| x b either way; beyond it the
+change goes on per doubling of the batch, on its side); under fsdp on N > 1 the gathered
+term 2U spans U (the unit's gradients reduced before the peak) to 2U + U2 (the next unit,
+at most the second largest U2, prefetched beside it); on CUDA the margin spans its readings
+(the whole run's, the probe step's). low / high = the peak with the step at its lower /
+upper end and the lowest / highest margin. Fewer than three probed batch sizes: no interval.
 
-Limits: the interval is the model's, not one from repeats; activations assumed linear in
-the batch beyond the miss seen; the FSDP unit term is the largest unit, not the measured
-gather schedule.
+Limits: the interval is the model's, not one from repeats; the slope's growth beyond the
+probes is assumed to go on as it went between them; the FSDP term is bounded by the units'
+sizes, not read from FSDP's measured gather schedule.
 """
 
 from __future__ import annotations
@@ -70,13 +71,16 @@ class Inputs:
     run_shard: int  # k of the run the temporaries were measured in
     margin: float = 0.0  # allocator: reserved / allocated - 1
     margin_source: str = "CPU: tensor bytes, no allocator cache"
-    # the interval: bytes per sample the activations may depart from the line (the miss at
-    # the third probed batch / that batch); None: fewer than three batch sizes probed
-    act_band_per_sample: float | None = None
+    # the interval: how much the per-sample slope grew from the two smaller probed batch
+    # sizes to the two larger (bytes per sample; None: fewer than three probed), and the
+    # largest probed batch, beyond which that growth is taken to go on
+    act_slope_change: float | None = None
+    probed_batch: int = 0
     band_source: str = "fewer than three batch sizes probed: no interval"
     margin_low: float = 0.0  # the allocator margin's readings: their lowest and highest
     margin_high: float = 0.0
     probes: int = 2  # batch sizes probed
+    second_unit_bytes: int | None = None  # FSDP's second largest unit (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
         fixed -= 2 * (f.largest_unit_bytes or 0)
     opt = (f.optimizer_bytes_per_param or 0.0) * f.param_count + (f.optimizer_scalar_bytes or 0)
     margins, source = _margins(f, device_allocated, device_reserved)
-    band, band_source = _band(sizes, fb, per_sample)
+    change, band_source = _slope_change(sizes, fb, per_sample)
     return Inputs(params_bytes=p, grads_bytes=p, optimizer_bytes=round(opt),
                   master_bytes=round((f.master_bytes_per_param or 0.0) * f.param_count),
                   largest_unit_bytes=f.largest_unit_bytes or 0,
@@ -130,9 +134,9 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
                   input_per_sample_bytes=(f.input_bytes or 0) / sizes[0],
                   optimizer_temp_bytes=max((f.optimizer_peak_bytes or [0])[0], 0),
                   run_shard=k_run, margin=margins[0], margin_source=source,
-                  act_band_per_sample=band, band_source=band_source,
+                  act_slope_change=change, probed_batch=sizes[0], band_source=band_source,
                   margin_low=min(margins), margin_high=max(margins),
-                  probes=min(len(fb), len(sizes)))
+                  probes=min(len(fb), len(sizes)), second_unit_bytes=f.second_unit_bytes)
 
 
 def _margins(f: MemoryFacts, allocated: int | None, reserved: int | None
@@ -152,15 +156,37 @@ def _margins(f: MemoryFacts, allocated: int | None, reserved: int | None
     return got, source
 
 
-def _band(sizes: list[int], fb: list[int], per_sample: float) -> tuple[float | None, str]:
-    """Bytes per sample by which the activations may depart from the line through the first
-    two probed batch sizes: its miss at the third, over that batch (a miss taken to grow in
-    proportion to the batch). None with fewer than three batch sizes probed."""
-    if len(sizes) < 3 or len(fb) < 3 or sizes[2] <= 0:
+def _slope_change(sizes: list[int], fb: list[int], per_sample: float
+                  ) -> tuple[float | None, str]:
+    """The per-sample slope between the first two probed batch sizes less the slope between
+    the second and the third (bytes per sample; positive where larger batches cost more
+    per sample). None with fewer than three batch sizes probed."""
+    if len(sizes) < 3 or len(fb) < 3 or sizes[2] <= 0 or sizes[1] == sizes[2]:
         return None, "fewer than three batch sizes probed: no interval"
-    miss = abs(fb[2] - (fb[1] + per_sample * (sizes[2] - sizes[1])))
-    return miss / sizes[2], (f"the line through batch {sizes[0]} and {sizes[1]} misses batch "
-                             f"{sizes[2]} by {miss:,.0f} bytes, taken to grow with the batch")
+    lower = (fb[1] - fb[2]) / (sizes[1] - sizes[2])
+    change = per_sample - lower
+    return change, (f"per-sample slope {per_sample:,.0f} B between batch {sizes[1]} and "
+                    f"{sizes[0]}, {lower:,.0f} B between {sizes[2]} and {sizes[1]}")
+
+
+def act_band(i: Inputs, batch: int) -> tuple[float, float]:
+    """How far the activations at ``batch`` may lie below and above the line through the
+    two largest probed batch sizes (n), in bytes. The step's peak is the most, over its
+    moments, of fixed + per-sample bytes x the batch: convex in the batch, the per-sample
+    slope grows where the peak moves to a moment holding more per-sample tensors. The
+    slope's change c seen between the probes is taken (a) as the line's error either way up
+    to n (|c| x min(b, n)), and (b) beyond n to go on growing by c per doubling of the
+    batch: excess(b) = |c| x (b log2(2b/n) - n - (b - n) / ln 2), the integral of the
+    slope's growth from n to b, on the side c points to."""
+    c = i.act_slope_change
+    if c is None:
+        return 0.0, 0.0
+    n = max(i.probed_batch, 1)
+    sym = abs(c) * min(batch, n)
+    grow = 0.0
+    if batch > n:
+        grow = abs(c) * (batch * math.log2(2 * batch / n) - n - (batch - n) / math.log(2))
+    return (sym, sym + grow) if c >= 0 else (sym + grow, sym)
 
 
 def _shards(strategy: str | None) -> bool:
@@ -200,13 +226,16 @@ def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
     parts = {**state, **step}
     parts["allocator_margin"] = round(i.margin * sum(parts.values()))
     low = high = None
-    if i.act_band_per_sample is not None:
-        # the activations' band, and under fsdp one unit either way: at least the unit being
-        # computed is gathered, at most a second one prefetched beside it
-        band = i.act_band_per_sample * batch + unit / 2
+    if i.act_slope_change is not None:
+        below, above = act_band(i, batch)
+        if unit:  # under fsdp: the unit's own gradients may be reduced before the peak, the
+            # next unit may be prefetched beside it (the second largest; unknown: the largest)
+            below += i.largest_unit_bytes
+            above += (i.largest_unit_bytes if i.second_unit_bytes is None
+                      else i.second_unit_bytes)
         held = sum(state.values())
-        low = round((held + max(fb - band, temps)) * (1 + i.margin_low))
-        high = round((held + max(fb + band, temps)) * (1 + i.margin_high))
+        low = round((held + max(fb - below, temps)) * (1 + i.margin_low))
+        high = round((held + max(fb + above, temps)) * (1 + i.margin_high))
     return Point(strategy, nproc, batch, parts, phase, low, high)
 
 

@@ -50,9 +50,9 @@ def _dtype_name(t: Any) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def largest_unit_bytes(model: nn.Module, units: list[nn.Module]) -> int:
-    """Bytes of the largest of ``units`` (FSDP's rule, strategies/fsdp.shard_units) and the
-    root (what no unit holds): what one rank gathers whole at a time."""
+def unit_bytes(model: nn.Module, units: list[nn.Module]) -> list[int]:
+    """Bytes of each of ``units`` (FSDP's rule, strategies/fsdp.shard_units) and of the root
+    (what no unit holds), largest first: what one rank gathers whole at a time."""
 
     def nbytes(ps: Any) -> int:
         return sum(int(p.numel()) * int(p.element_size()) for p in ps)
@@ -60,7 +60,7 @@ def largest_unit_bytes(model: nn.Module, units: list[nn.Module]) -> int:
     in_units = {id(p) for u in units for p in u.parameters()}
     sizes = [nbytes(u.parameters()) for u in units]
     sizes.append(nbytes(p for p in model.parameters() if id(p) not in in_units))
-    return max(sizes) if sizes else 0
+    return sorted(sizes, reverse=True)
 
 
 def model_facts(model: nn.Module, optimizer: Any,
@@ -85,17 +85,20 @@ def model_facts(model: nn.Module, optimizer: Any,
                 scalar_bytes += int(t.numel()) * int(t.element_size())
         per_param = max(per_param, n_full)
     try:
-        unit = largest_unit_bytes(model, shard_units(model)[0])
+        sizes = unit_bytes(model, shard_units(model)[0])
+        unit, second = sizes[0], (sizes[1] if len(sizes) > 1 else 0)
         unit_reason = None
     except Exception as e:  # noqa: BLE001  (a user's model the rule cannot split: unknown)
-        unit, unit_reason = None, f"FSDP's unit rule failed on this model: {e}"
+        unit = second = None
+        unit_reason = f"FSDP's unit rule failed on this model: {e}"
     return {"param_count": numel, "param_numel_by_dtype": by_dtype,
             "optimizer": type(optimizer).__name__,
             "optimizer_states_per_param": per_param,
             "optimizer_bytes_per_param": full_bytes / numel if numel else None,
             "optimizer_scalar_bytes": scalar_bytes, "optimizer_param_tensors": len(params),
             "master_bytes_per_param": 0.0, "master_note": MASTER_NOTE,
-            "largest_unit_bytes": unit, "largest_unit_reason": unit_reason}
+            "largest_unit_bytes": unit, "second_unit_bytes": second,
+            "largest_unit_reason": unit_reason}
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 flag refused in one line."""
 
 import json
+import math
 
 import pytest
 
@@ -80,29 +81,36 @@ def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
             in " ".join(out.split()))
 
 
-# batch 8 probed 2,000 B above the line through 32 and 16: +-250 B per sample
+# 1000 B per sample between batch 16 and 32, 750 B between 8 and 16: the slope grew 250 B
 BENT = [4_082_000, 4_066_000, 4_060_000]
+
+
+def _top(b):
+    """The interval's top by hand, one rank, batch b > 32: 16 MB of state + 50 kB + 1100 B
+    per sample (activations and the batch) + 250 B x 32 + the slope's growth beyond 32."""
+    return 16_050_000 + 1100 * b + 8_000 + 250 * (b * math.log2(b / 16) - 32
+                                                  - (b - 32) / math.log(2))
 
 
 def test_interval_in_the_json_and_inconclusive_inside_it(tmp_path, capsys):
     run = _run(tmp_path, fwd_bwd_peak_bytes=BENT)
     assert main(["predict", "--from", run, "--memory", "--batch-size", "64,1000",
-                 "--nproc", "1", "--strategy", "fsdp", "--device-memory", "17000000",
+                 "--nproc", "1", "--strategy", "fsdp", "--device-memory", "17200000",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     small, big = out["points"]
-    # 16 MB of state + 100 B of batch and 1000 B of activations per sample + 50 kB; +-250 B
     assert big["predicted_peak_bytes"] == 16_000_000 + 1_100_000 + 50_000
     assert (big["predicted_peak_low_bytes"], big["predicted_peak_high_bytes"]) == (
-        16_900_000, 17_400_000)
+        17_142_000, round(_top(1000)))
+    # 17.2 MB lies inside [17.14, 18.29] MB
     assert big["fits"] is None and big["fit_verdict"] == "inconclusive"
     assert big["fit"]["rule"] == "interval includes the reference"
-    assert small["fits"] is True and small["predicted_peak_high_bytes"] == (
-        16_000_000 + 6_400 + 64_000 + 50_000 + 16_000)
+    assert small["fits"] is True and small["predicted_peak_high_bytes"] == round(_top(64))
     (row,) = out["largest_batch"]
-    # the interval's top: 16.05 MB + 1350 B x b <= 17 MB; the point: 1100 B x b
-    assert (row["largest_batch_per_rank"], row["largest_batch_per_rank_point"]) == (703, 863)
-    assert out["from"]["activations_band_per_sample_bytes"] == 250
+    top = max(b for b in range(33, 1100) if _top(b) <= 17_200_000)
+    # the point estimate: (17.2e6 - 16.05e6) / 1100 B per sample = 1045
+    assert (row["largest_batch_per_rank"], row["largest_batch_per_rank_point"]) == (top, 1045)
+    assert out["from"]["activations_slope_change_bytes"] == 250
 
 
 def test_the_tables_fit_80_columns(tmp_path, capsys, monkeypatch):
@@ -111,7 +119,7 @@ def test_the_tables_fit_80_columns(tmp_path, capsys, monkeypatch):
     run = _run(tmp_path, fwd_bwd_peak_bytes=BENT)
     assert main(["predict", "--from", run, "--memory", "--batch-size", "64,1000,100000",
                  "--nproc", "1,8", "--strategy", "ddp,fsdp", "--device-memory",
-                 "17000000"]) == 0
+                 "17200000"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
     # rich keeps a table inside the width by cutting cells: nothing may be cut
@@ -120,9 +128,10 @@ def test_the_tables_fit_80_columns(tmp_path, capsys, monkeypatch):
     # each point in both tables, its verdict and its interval whole in the first
     assert len(rows) == 2 * 2 * 2 * 3
     fsdp1 = [r for r in rows if r[:3] == ["fsdp", "1", "1000"]][0]
-    assert fsdp1[-1] == "inconclusive" and fsdp1[5:7] == ["16.1-16.6", "MiB"]
+    assert fsdp1[-1] == "inconclusive" and fsdp1[5:7] == ["16.3-17.4", "MiB"]
     text = " ".join(" ".join(lines).split())
-    assert "largest batch per rank that fits: 703 (704 to 863: inconclusive)" in text
+    top = max(b for b in range(33, 1100) if _top(b) <= 17_200_000)
+    assert f"largest batch per rank that fits: {top} ({top + 1} to 1,045: inconclusive)" in text
 
 
 @pytest.mark.parametrize("argv,msg", [
