@@ -333,33 +333,47 @@ def memory_point(run: RunResult, base: RunResult | None) -> dict[str, Any]:
 def print_check_memory(points: list[C.Point], mem: dict[int, dict[str, Any]],
                        always: bool = False) -> None:
     """The memory table of ``predict --check``: measured peak per rank beside its prediction
-    (without ``always``, only where some run has both)."""
+    and the prediction's interval (without ``always``, only where some run has both); the
+    reasons a point has no prediction below the table, so that it fits 80 columns."""
     rows = [(p, mem[id(p)]) for p in points]
     if not always and not any(m["memory_ratio"] is not None for _, m in rows):
         return
     # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
-    t = Table(title="measured peak memory per rank beside its prediction from the matching "
-                    "1-rank run")
-    for c in ("model", "strategy", "N", "batch/rank", "measured", "predicted", "pred / meas"):
-        t.add_column(c, justify="left" if c in ("model", "strategy") else "right")
-    errs = []
+    t = Table(title="measured peak memory per rank (batch per rank) beside its prediction "
+                    "from the matching 1-rank run", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for c in ("model", "strategy", "N", "batch", "measured", "predicted", "interval",
+              "pred/meas"):
+        named = c in ("model", "strategy")  # a narrow terminal wraps a name, never cuts it
+        t.add_column(c, justify="left" if named else "right", overflow="fold",
+                     no_wrap=not named)
+    errs, why, inside = [], {}, 0
     for p, m in rows:
-        r = m["memory_ratio"]
+        r, meas = m["memory_ratio"], m["measured_peak_bytes"]
+        lo, hi = m.get("predicted_peak_low_bytes"), m.get("predicted_peak_high_bytes")
         if r is not None:
             errs.append(abs(r - 1))
+            inside += lo is not None and hi is not None and lo <= meas <= hi
+        else:
+            why.setdefault(m["memory_reason"] or "n/a", []).append(p)
         t.add_row(esc(p.run.cfg("model.name")), esc(p.run.cfg("dist.strategy")),
-                  str(p.run.world_size), str(p.run.batch.per_device),
-                  bytes_(m["measured_peak_bytes"]), bytes_(m["predicted_peak_bytes"]),
-                  f"{r:.3f}" if r is not None else esc(m["memory_reason"] or "n/a"))
+                  str(p.run.world_size), str(p.run.batch.per_device), bytes_(meas),
+                  bytes_(m["predicted_peak_bytes"]), _span(lo, hi),
+                  f"{r:.3f}" if r is not None else "n/a")
     con = Console()
     con.print(t)
     if errs:
         errs.sort()
         con.print(f"{len(errs)} points: median |predicted / measured - 1| "
-                  f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}", markup=False,
+                  f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}; measured inside the "
+                  f"predicted interval: {inside} of {len(errs)}", markup=False,
                   highlight=False)
+    for reason, pts in why.items():
+        names = ", ".join(f"{p.run.cfg('dist.strategy')} {p.run.world_size} x "
+                          f"{p.run.batch.per_device}" for p in pts)
+        con.print(f"  n/a ({names}): {reason}", markup=False, highlight=False)

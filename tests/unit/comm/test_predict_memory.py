@@ -44,6 +44,29 @@ def test_check_sets_a_measured_fsdp_runs_peak_beside_its_prediction(tmp_path, ca
     assert pt["predicted_peak_bytes"] == 8_000_000 + 800_000 + 32_000 + 50_000 + 3_200
     assert pt["memory_ratio"] == pytest.approx(1.0)
     assert pt["memory_base"] == "r1"
+    # its interval: the 400 kB unit below, and (no second unit recorded) above
+    assert (pt["predicted_peak_low_bytes"], pt["predicted_peak_high_bytes"]) == (
+        pt["predicted_peak_bytes"] - 400_000, pt["predicted_peak_bytes"] + 400_000)
+
+
+def test_check_table_fits_80_columns(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    state = {"params_bytes": 2_000_000, "grads_bytes": 2_000_000,
+             "optimizer_bytes": 4_000_000}
+    two = _record("r2", "fsdp", 2, state, fwd_bwd_peak_bytes=[2_882_000, 2_866_000, 2_858_000])
+    other = _record("r3", "fsdp", 2, state)  # batch 32 per rank, no 1-rank run at 64:
+    other.batch.per_device = 64
+    for i, rec in enumerate((_record(), two, other)):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "result.json").write_text(json.dumps(rec.to_dict()))
+    assert main(["predict", "--check", str(tmp_path), "--memory"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(ln) for ln in lines) <= 80 and not any("\u2026" in ln for ln in lines)
+    text = " ".join(" ".join(lines).split())
+    # 8,885,200 B measured and predicted, 400 kB either way: 8.09 to 8.86 MiB
+    assert "mlp fsdp 2 32 8.5 MiB 8.5 MiB 8.1-8.9 MiB 1.000" in text
+    assert "measured inside the predicted interval: 1 of 1" in text
+    assert "n/a (fsdp 2 x 64): no 1-rank run of the same model" in text
 
 
 def test_json_points_parts_fits_and_largest_batch(tmp_path, capsys):
