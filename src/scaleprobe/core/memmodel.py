@@ -30,8 +30,9 @@ The interval: model state is exact; the activations may depart from the line thr
 two largest probed batch sizes by what the per-sample slope's change between the probes
 says (``act_band``: up to the largest probed batch, |change| x b either way; beyond it the
 change goes on per doubling of the batch, on its side); under fsdp on N > 1 the gathered
-term 2U spans U (the unit's gradients reduced before the peak) to 2U + U2 (the next unit,
-at most the second largest U2, prefetched beside it); on CUDA the margin spans its readings
+term 2U spans U (the unit's gradients reduced before the peak) to 2U + 2 U2 (beside it the
+next unit prefetched and the previous one's reduce-scatter buffer, each at most the second
+largest unit U2); on CUDA the margin spans its readings
 (the whole run's, the probe step's). low / high = the peak with the step at its lower /
 upper end and the lowest / highest margin. Fewer than three probed batch sizes: no interval.
 
@@ -228,11 +229,12 @@ def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
     low = high = None
     if i.act_slope_change is not None:
         below, above = act_band(i, batch)
-        if unit:  # under fsdp: the unit's own gradients may be reduced before the peak, the
-            # next unit may be prefetched beside it (the second largest; unknown: the largest)
+        if unit:  # under fsdp: the unit's own gradients may be reduced before the peak;
+            # beside it the next unit may be prefetched and the previous one's reduce-scatter
+            # buffer still held (each at most the second largest; unknown: the largest)
             below += i.largest_unit_bytes
-            above += (i.largest_unit_bytes if i.second_unit_bytes is None
-                      else i.second_unit_bytes)
+            above += 2 * (i.largest_unit_bytes if i.second_unit_bytes is None
+                          else i.second_unit_bytes)
         held = sum(state.values())
         low = round((held + max(fb - below, temps)) * (1 + i.margin_low))
         high = round((held + max(fb + above, temps)) * (1 + i.margin_high))
