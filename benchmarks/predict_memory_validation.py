@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from scaleprobe.commands import predict_memory as PM  # noqa: E402
 from scaleprobe.commands.predict_steps import load_runs  # noqa: E402
+from scaleprobe.core import claim as CL  # noqa: E402
 from scaleprobe.core import memmodel as MM  # noqa: E402
 from scaleprobe.core.results import RunResult  # noqa: E402
 
@@ -56,9 +57,10 @@ MODELS: dict[str, list[str]] = {
     "gpt_tiny": ["--model", "gpt_tiny", "--task", "lm", "--dataset", "tokens-synthetic"],
     "mixer.py:build": ["--model", MIXER, "--dataset", "synthetic", "--image-size", "32"],
 }
-# the configuration each model's fits check runs on: fsdp, whose whole peak the CPU can see
-# (DDP's buckets are not reachable as tensors there)
-FITS = {m: ("fsdp", 2) for m in MODELS}
+# the configurations each model's fits check runs on: one rank alone (the activations), fsdp
+# on 2 (with its gathered unit); both show their whole peak on the CPU, where DDP's buckets
+# are not reachable as tensors
+FITS = (("single", 1), ("fsdp", 2))
 BASE_BATCH = 8
 BATCHES = (16, 32, 64)
 CONFIGS = (("ddp", 1), ("ddp", 2), ("fsdp", 2))
@@ -110,20 +112,18 @@ def run_point(out: Path, folder: Path, model: str, strategy: str, nproc: int,
     return _result(folder)
 
 
-def device_bytes(base: RunResult, model: str) -> int:
-    """The device size of the model's fits check: the prediction at ``DEVICE_AT_BATCH`` on
-    its FITS configuration, rounded down to a whole MiB (from the base run alone)."""
-    strategy, nproc = FITS[model]
+def device_bytes(base: RunResult, strategy: str, nproc: int) -> int:
+    """The device size of a fits check: the prediction at ``DEVICE_AT_BATCH``, rounded down
+    to a whole MiB (from the base run alone)."""
     p = MM.predict(PM.inputs_of(base), strategy, nproc, DEVICE_AT_BATCH)
     return (p.peak_bytes >> 20) << 20
 
 
-def fits_batches(base: RunResult, model: str) -> tuple[int, int]:
+def fits_batches(base: RunResult, strategy: str, nproc: int) -> tuple[int, int]:
     """The largest batch predicted to fit (its interval's upper end under the device size)
     and twice it."""
-    strategy, nproc = FITS[model]
-    b = MM.largest_batch(PM.inputs_of(base), strategy, nproc, device_bytes(base, model),
-                         bound="high")
+    b = MM.largest_batch(PM.inputs_of(base), strategy, nproc,
+                         device_bytes(base, strategy, nproc), bound="high")
     return b, 2 * b
 
 
@@ -142,10 +142,12 @@ def measure(a: argparse.Namespace) -> int:
             for strategy, nproc in CONFIGS:
                 run_point(out, root / f"{strategy}{nproc}_b{batch}", model, strategy, nproc,
                           batch)
-        strategy, nproc = FITS[model]
-        for tag, batch in zip(("fits", "fits_x2"), fits_batches(base, model), strict=True):
-            if batch >= 1:
-                run_point(out, root / tag, model, strategy, nproc, batch)
+        for strategy, nproc in FITS:
+            for tag, batch in zip(("fits", "fits_x2"), fits_batches(base, strategy, nproc),
+                                  strict=True):
+                if batch >= 1:
+                    run_point(out, root / f"{tag}_{strategy}{nproc}", model, strategy, nproc,
+                              batch)
     _log(out, "grid done")
     return 0
 
@@ -165,15 +167,16 @@ def rows(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                     continue
                 points.append({"model": model, "strategy": strategy, "nproc": nproc,
                                "batch": batch, **PM.memory_point(run, base)})
-        cap = device_bytes(base, model)
-        strategy, nproc = FITS[model]
-        for tag in ("fits", "fits_x2"):
-            run = _result(root / tag)
-            if run is None:
-                continue
-            pt = PM.memory_point(run, base)
-            fits.append({"model": model, "strategy": strategy, "nproc": nproc,
-                         "batch": run.batch.per_device, "device_bytes": cap, "tag": tag, **pt})
+        for strategy, nproc in FITS:
+            cap = device_bytes(base, strategy, nproc)
+            for tag in ("fits", "fits_x2"):
+                run = _result(root / f"{tag}_{strategy}{nproc}")
+                if run is None:
+                    continue
+                pt = PM.memory_point(run, base)
+                fits.append({"model": model, "strategy": strategy, "nproc": nproc,
+                             "batch": run.batch.per_device, "device_bytes": cap, "tag": tag,
+                             **pt})
     return points, fits
 
 
@@ -228,25 +231,33 @@ def table(a: argparse.Namespace) -> int:
     return 0
 
 
+def fit_word(f: dict[str, Any]) -> str:
+    """The fit's verdict as ``predict --memory`` says it (core/claim.memory_fit)."""
+    hi, lo, cap = (f.get("predicted_peak_high_bytes"), f.get("predicted_peak_low_bytes"),
+                   f["device_bytes"])
+    return CL.memory_fit(f["predicted_peak_bytes"], lo, hi, cap, 3).short_verdict
+
+
 def print_fits(fits: list[dict[str, Any]]) -> None:
-    """Each model's fits check: the largest batch predicted to fit measures under the device
-    size; twice it is predicted not to fit and measures over it."""
+    """Each fits check: the largest batch whose interval fits measures under the device size;
+    twice it is predicted not to fit (its whole interval over the device) and measures over
+    it."""
     if not fits:
         return
     print("\nfits check (device size: the prediction at batch "
           f"{DEVICE_AT_BATCH}, down to a whole MiB; from the base run alone)")
     for f in fits:
         cap, meas = f["device_bytes"], f["measured_peak_bytes"]
-        hi, lo = f.get("predicted_peak_high_bytes"), f.get("predicted_peak_low_bytes")
-        if f["tag"] == "fits":
-            ok = hi is not None and hi <= cap and meas is not None and meas <= cap
-            said = "predicted to fit (interval's top under it)"
-        else:
-            ok = lo is not None and lo > cap and meas is not None and meas > cap
-            said = "predicted not to fit (interval's bottom over it)"
+        word = fit_word(f)
+        want = CL.FITS if f["tag"] == "fits" else CL.DOES_NOT_FIT
+        under = meas is not None and meas <= cap
+        agrees = (under if f["tag"] == "fits" else not under) and meas is not None
         print(f"  {f['model']} {f['strategy']} on {f['nproc']}, batch {f['batch']}: device "
-              f"{_mib(cap)} MiB; {said}: predicted {_mib(f['predicted_peak_bytes'])} "
-              f"{_band(f)}, measured {_mib(meas)} MiB: {'as predicted' if ok else 'NOT as predicted'}")
+              f"{_mib(cap)} MiB; predicted {_mib(f['predicted_peak_bytes'])} {_band(f)}: "
+              f"{word}; measured {_mib(meas)} MiB, {'under' if under else 'over'} it: "
+              + ("as the check wants" if word == want and agrees else
+                 "the measurement agrees, the verdict is not the check's" if agrees
+                 else "the measurement DISAGREES"))
 
 
 def main() -> int:

@@ -30,9 +30,8 @@ The interval: model state is exact; the activations may depart from the line thr
 two largest probed batch sizes by what the per-sample slope's change between the probes
 says (``act_band``: up to the largest probed batch, |change| x b either way; beyond it the
 change goes on per doubling of the batch, on its side); under fsdp on N > 1 the gathered
-term 2U spans U (the unit's gradients reduced before the peak) to 2U + 2 U2 (beside it the
-next unit prefetched and the previous one's reduce-scatter buffer, each at most the second
-largest unit U2); on CUDA the margin spans its readings
+term 2U spans U to 3U + 2 U2 + 2R (``_fsdp_band``: what FSDP2's collectives, running beside
+the step, may hold at once); on CUDA the margin spans its readings
 (the whole run's, the probe step's). low / high = the peak with the step at its lower /
 upper end and the lowest / highest margin. Fewer than three probed batch sizes: no interval.
 
@@ -82,6 +81,7 @@ class Inputs:
     margin_high: float = 0.0
     probes: int = 2  # batch sizes probed
     second_unit_bytes: int | None = None  # FSDP's second largest unit (None: not recorded)
+    root_unit_bytes: int = 0  # what no unit holds: FSDP keeps it whole through backward
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,8 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
                   run_shard=k_run, margin=margins[0], margin_source=source,
                   act_slope_change=change, probed_batch=sizes[0], band_source=band_source,
                   margin_low=min(margins), margin_high=max(margins),
-                  probes=min(len(fb), len(sizes)), second_unit_bytes=f.second_unit_bytes)
+                  probes=min(len(fb), len(sizes)), second_unit_bytes=f.second_unit_bytes,
+                  root_unit_bytes=f.root_unit_bytes or 0)
 
 
 def _margins(f: MemoryFacts, allocated: int | None, reserved: int | None
@@ -229,16 +230,24 @@ def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
     low = high = None
     if i.act_slope_change is not None:
         below, above = act_band(i, batch)
-        if unit:  # under fsdp: the unit's own gradients may be reduced before the peak;
-            # beside it the next unit may be prefetched and the previous one's reduce-scatter
-            # buffer still held (each at most the second largest; unknown: the largest)
-            below += i.largest_unit_bytes
-            above += 2 * (i.largest_unit_bytes if i.second_unit_bytes is None
-                          else i.second_unit_bytes)
+        if unit:
+            below, above = _fsdp_band(i, below, above)
         held = sum(state.values())
         low = round((held + max(fb - below, temps)) * (1 + i.margin_low))
         high = round((held + max(fb + above, temps)) * (1 + i.margin_high))
     return Point(strategy, nproc, batch, parts, phase, low, high)
+
+
+def _fsdp_band(i: Inputs, below: float, above: float) -> tuple[float, float]:
+    """FSDP's gathered term 2U may be as little as U (the unit's gradients reduced before the
+    step peaks) or, FSDP2's collectives running beside the step, as much as: the unit's
+    parameters, its gradients and their copy into the reduce-scatter buffer (3U), the next
+    unit prefetched and the previous one's reduce-scatter buffer still held (each at most
+    the second largest, U2; not recorded: U), and the root, kept whole through backward, with
+    its gradients (2R)."""
+    u = i.largest_unit_bytes
+    u2 = u if i.second_unit_bytes is None else i.second_unit_bytes
+    return below + u, above + u + 2 * u2 + 2 * i.root_unit_bytes
 
 
 def _div(n: int, k: int) -> int:

@@ -44,9 +44,9 @@ def test_check_sets_a_measured_fsdp_runs_peak_beside_its_prediction(tmp_path, ca
     assert pt["predicted_peak_bytes"] == 8_000_000 + 800_000 + 32_000 + 50_000 + 3_200
     assert pt["memory_ratio"] == pytest.approx(1.0)
     assert pt["memory_base"] == "r1"
-    # its interval: the 400 kB unit below, and (no second unit recorded) twice it above
+    # its interval: the 400 kB unit below, and (no second unit recorded) three times it above
     assert (pt["predicted_peak_low_bytes"], pt["predicted_peak_high_bytes"]) == (
-        pt["predicted_peak_bytes"] - 400_000, pt["predicted_peak_bytes"] + 800_000)
+        pt["predicted_peak_bytes"] - 400_000, pt["predicted_peak_bytes"] + 1_200_000)
 
 
 def test_check_table_fits_80_columns(tmp_path, capsys, monkeypatch):
@@ -63,8 +63,8 @@ def test_check_table_fits_80_columns(tmp_path, capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert max(len(ln) for ln in lines) <= 80 and not any("\u2026" in ln for ln in lines)
     text = " ".join(" ".join(lines).split())
-    # 8,885,200 B measured and predicted, 400 kB below, 800 kB above: 8.09 to 9.24 MiB
-    assert "mlp fsdp 2 32 8.5 MiB 8.5 MiB 8.1-9.2 MiB 1.000" in text
+    # 8,885,200 B measured and predicted, 400 kB below, 1.2 MB above: 8.09 to 9.62 MiB
+    assert "mlp fsdp 2 32 8.5 MiB 8.5 MiB 8.1-9.6 MiB 1.000" in text
     assert "measured inside the predicted interval: 1 of 1" in text
     assert "n/a (fsdp 2 x 64): no 1-rank run of the same model" in text
 
@@ -89,9 +89,9 @@ def test_json_points_parts_fits_and_largest_batch(tmp_path, capsys):
                                           r["largest_batch_per_rank_point"])
             for r in out["largest_batch"]}
     assert best[("ddp", 1)] == (0, 0)
-    # the point: (17e6 - 4.85e6) / 1100 B per sample = 11045; the interval's top holds two
-    # more units (one prefetched, one reduce-scattering): (17e6 - 4.85e6 - 800e3) / 1100
-    assert best[("fsdp", 4)] == (10318, 11045)
+    # the point: (17e6 - 4.85e6) / 1100 B per sample = 11045; the interval's top holds three
+    # more units (FSDP's collectives beside the step): (17e6 - 4.85e6 - 1.2e6) / 1100
+    assert best[("fsdp", 4)] == (9954, 11045)
 
 
 def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
@@ -100,7 +100,7 @@ def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
                  "--device-memory", "17000000"]) == 0
     out = capsys.readouterr().out
     assert "fits" in out
-    assert ("largest batch per rank that fits: 10,318 (10,319 to 11,045: inconclusive)"
+    assert ("largest batch per rank that fits: 9,954 (9,955 to 11,045: inconclusive)"
             in " ".join(out.split()))
 
 

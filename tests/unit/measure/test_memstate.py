@@ -44,6 +44,7 @@ def test_adamw_facts_are_exact_counts():
     assert f["optimizer_scalar_bytes"] == 4 * 4  # one fp32 ``step`` per parameter tensor
     assert f["largest_unit_bytes"] == 4 * (100 * 200 + 200)
     assert f["second_unit_bytes"] == 4 * (200 * 10 + 10)
+    assert f["root_unit_bytes"] == 0  # both Linears are units: the root holds nothing
     assert f["master_bytes_per_param"] == 0.0
 
 
