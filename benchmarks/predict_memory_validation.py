@@ -251,13 +251,15 @@ def print_fits(fits: list[dict[str, Any]]) -> None:
         word = fit_word(f)
         want = CL.FITS if f["tag"] == "fits" else CL.DOES_NOT_FIT
         under = meas is not None and meas <= cap
-        agrees = (under if f["tag"] == "fits" else not under) and meas is not None
+        if word not in (CL.FITS, CL.DOES_NOT_FIT):
+            said = "no verdict to check"
+        elif (word == CL.FITS) == under:
+            said = "as the check wants" if word == want else "right, not the check's verdict"
+        else:
+            said = "WRONG"
         print(f"  {f['model']} {f['strategy']} on {f['nproc']}, batch {f['batch']}: device "
               f"{_mib(cap)} MiB; predicted {_mib(f['predicted_peak_bytes'])} {_band(f)}: "
-              f"{word}; measured {_mib(meas)} MiB, {'under' if under else 'over'} it: "
-              + ("as the check wants" if word == want and agrees else
-                 "the measurement agrees, the verdict is not the check's" if agrees
-                 else "the measurement DISAGREES"))
+              f"{word}; measured {_mib(meas)} MiB, {'under' if under else 'over'} it: {said}")
 
 
 def main() -> int:

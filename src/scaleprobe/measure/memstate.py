@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -185,6 +186,7 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         return _cuda_peak(fn, p.device, margins) if cuda else _cpu_peak(fn)
 
     fb, opt = [], []
+    t0 = time.perf_counter()
     for b in sizes:
         xb, yb = (x, y) if b == n else (x[:b], y[:b])
 
@@ -197,6 +199,7 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         opt.append(peak(lambda: p.strategy.optimizer_step(p.optimizer, p.scaler)))
         p.optimizer.zero_grad(set_to_none=True)
     return {"batch_sizes": sizes, "fwd_bwd_peak_bytes": fb, "optimizer_peak_bytes": opt,
+            "probe_s": time.perf_counter() - t0,
             "device": p.device.type, "method": method,
             "input_bytes": _input_bytes(x, y),
             "probe_margin": margins[0] if margins else None}

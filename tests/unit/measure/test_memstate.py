@@ -69,6 +69,7 @@ def test_probe_activation_bytes_per_sample_match_the_saved_tensors():
     probe_steps(p, (x, y))  # warm
     got = probe_steps(p, (x, y))
     assert got["batch_sizes"] == [256, 128, 64] and got["device"] == "cpu"
+    assert got["probe_s"] > 0  # its cost, for the record
     fb = got["fwd_bwd_peak_bytes"]
     per_sample = (fb[0] - fb[1]) / 128
     assert abs(per_sample / 2400 - 1) < 0.10, per_sample
