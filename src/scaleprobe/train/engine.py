@@ -495,8 +495,7 @@ def train(cfg: RunConfig, strategy: Any, device: torch.device, progress: StepPro
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
 
         rec["memory_pass"] = memory_passes()
-    # after rank_record: the probe resets CUDA's peak statistics
-    if not interrupted and cfg.measure.memory_probe:
+    if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
         rec["memory_facts"] = _memory_facts(p, st, strategy)
     rec["observed"] = observed
     rec["flops"] = {**p.flops.result(), **peak} if p.flops else None
