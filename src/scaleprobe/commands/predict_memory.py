@@ -193,15 +193,16 @@ def _tables() -> tuple[Any, Any]:
     def table(title: str, cols: tuple[str, ...]) -> Any:
         t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         for c in cols:
-            t.add_column(c, justify="left" if c in ("strategy", "fits", "peaks in") else "right",
+            t.add_column(c, justify="left" if c in ("strategy", "fits", "phase") else "right",
                          no_wrap=True)
         return t
 
     return (table("predicted peak memory per rank, its interval, and whether it fits",
                   ("strategy", "N", "batch/rank", "peak", "interval", "device", "fits")),
-            table("where the peak goes (model state exact, activations measured)",
-                  ("strategy", "N", "batch/rank", "model state", "gathered", "step",
-                   "margin", "peaks in")))
+            table("where the peak per rank goes, in the phase it peaks in (state exact, "
+                  "activations measured)",
+                  ("strategy", "N", "batch", "state", "gathered", "step", "margin",
+                   "phase")))
 
 
 def _print(out: dict[str, Any]) -> None:
@@ -215,8 +216,8 @@ def _print(out: dict[str, Any]) -> None:
     change = f["activations_slope_change_bytes"]
     con.print(f"from {f['run']}: {f['param_count']:,} parameters ({bytes_(f['params_bytes'])}), "
               f"{f['optimizer']} with {f['optimizer_states_per_param']} state tensor(s) per "
-              f"parameter; activations {bytes_(f['activations_per_sample_bytes'])} per sample "
-              f"+ {bytes_(f['activations_fixed_bytes'])} fixed (measured at batch "
+              f"parameter; activations {bytes_(f['activations_per_sample_bytes'])} per sample, "
+              f"fixed part {bytes_(f['activations_fixed_bytes'])} (measured at batch "
               f"{f['batch_sizes']} on {f['device']}); interval: "
               + (f"the per-sample slope changed by {change:+,.0f} B across the probes "
                  f"({f['interval_source']})" if change is not None else f['interval_source'])
@@ -231,10 +232,10 @@ def _print(out: dict[str, Any]) -> None:
         parts.add_row(*row, bytes_(sum(q[k] for k in STATE_PARTS)),
                       bytes_(q["ddp_buckets"] + q["gathered_unit"]),
                       bytes_(sum(q[k] for k in STEP_PARTS)), bytes_(q["allocator_margin"]),
-                      "fwd/bwd" if p["peak_phase"] == MM.PHASE_FB else "optimizer")
+                      "fwd/bwd" if p["peak_phase"] == MM.PHASE_FB else "opt step")
     con.print(head)
     con.print(parts)
-    con.print("model state = params + grads + optimizer state + master copies; gathered = "
+    con.print("state = params + grads + optimizer state + master copies; gathered = "
               "DDP's gradient buckets or FSDP's largest unit (parameters + gradients); step = "
               "activations + the batch, or the optimizer step's temporaries, whichever peaks "
               "(--json: every part)", markup=False, highlight=False)

@@ -136,6 +136,22 @@ def test_interval_in_the_json_and_inconclusive_inside_it(tmp_path, capsys):
     assert out["from"]["activations_slope_change_bytes"] == 250
 
 
+def test_wide_figures_fit_80_columns(tmp_path, capsys, monkeypatch):
+    """Every cell of 8 characters ("38.1 MiB"): 10 M parameters, 1 MB per sample."""
+    monkeypatch.setenv("COLUMNS", "80")
+    n = 10_000_000
+    run = _run(tmp_path, param_count=n, param_numel_by_dtype={"float32": n},
+               fwd_bwd_peak_bytes=[4 * n + 32_000_000, 4 * n + 16_000_000,
+                                   4 * n + 7_900_000])
+    assert main(["predict", "--from", run, "--memory", "--batch-size", "64,100",
+                 "--nproc", "2,8", "--strategy", "ddp,fsdp", "--device-memory", "1GiB"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
+    assert not any("\u2026" in ln for ln in lines), [ln for ln in lines if "\u2026" in ln]
+    assert any(ln.split()[:4] == ["ddp", "2", "64", "153"] and ln.split()[-1] == "fwd/bwd"
+               for ln in lines)
+
+
 def test_the_tables_fit_80_columns(tmp_path, capsys, monkeypatch):
     """The table was cut in an 80-column terminal; now two tables, none wider than 80."""
     monkeypatch.setenv("COLUMNS", "80")
