@@ -1,5 +1,5 @@
 """`--gns` on one process: each step as two half-batches, the noise scale in the record and
-the summary; `--no-gns` and an odd batch."""
+the summary; `--no-gns` and an odd batch. The run also turns the memory probe off."""
 
 import json
 
@@ -13,9 +13,12 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 def test_one_process_gns_from_two_half_batches(cli, out_dir):
     p = cli("run", "--gns", "--model", "linear", "--image-size", "8", "--batch-size", 16,
             "--steps", 12, "--warmup-steps", 2, "--loader", "naive", "--out", out_dir,
-            "--no-progress")
+            "--no-progress", "--no-memory-probe")
     assert p.returncode == 0, p.stderr[-2000:]
     rec = read_jsonl(out_dir / "results.jsonl")[0]
+    # no memory probe after the window: its facts null, with the reason
+    assert rec["metrics"].get("memory_facts") is None
+    assert rec["null_reasons"]["memory_facts"].startswith("not probed: --no-memory-probe")
     g = rec["gns"]
     assert (g["method"], g["b_small"], g["b_big"], g["steps"]) == ("micro_batches", 8, 16, 12)
     assert g["trace_sigma"] > 0

@@ -208,3 +208,18 @@ def test_ranking_words_by_repeats() -> None:
     assert C.ranking("Fastest", "batch 64", [], ["batch 32 (1.30x)"]) == (
         "Fastest: batch 64, ahead of batch 32 (1.30x) (each: that batch size's figure / this "
         "one's).")
+
+
+def test_memory_fit_is_inconclusive_where_the_device_lies_inside_the_interval() -> None:
+    """Catches a fit decided from the point estimate alone: 95 MB [90, 101] on 100 MB."""
+    c = C.memory_fit(95, 90, 101, 100, 3)
+    assert c.verdict == "inconclusive (the interval includes 1x)"
+    assert c.short_verdict == C.INCONCLUSIVE and not c.decided
+    assert C.memory_fit(95, 90, 99, 100, 3).short_verdict == C.FITS
+    assert C.memory_fit(105, 101, 110, 100, 3).short_verdict == C.DOES_NOT_FIT
+    # the device exactly at the interval's top does not decide it
+    assert C.memory_fit(95, 90, 100, 100, 3).short_verdict == C.INCONCLUSIVE
+    # no interval (two batch sizes probed): never judged
+    assert C.memory_fit(50, None, None, 100, 2).short_verdict == C.NO_INTERVAL
+    # the figure names what stands behind the interval: not repeats
+    assert "3 probed batch sizes" in c.text() and "repeats" not in c.text()

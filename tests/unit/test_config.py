@@ -25,6 +25,14 @@ def test_key_ignores_output_folder_but_not_batch():
     assert C.build({"batch_size": 32}).key() != a.key()
 
 
+def test_the_memory_probe_switch_keeps_the_points_key():
+    """The probe runs after the window: turning it off (flag or TOML key) is not another
+    point, and a sweep measured before the switch existed keeps its keys."""
+    off = C.build({"memory_probe": "false"})
+    assert off.measure.memory_probe is False and C.build({}).measure.memory_probe is True
+    assert off.key() == C.build({}).key()
+
+
 def test_compile_is_in_the_key_only_when_on():
     """An eager run keeps the key it had before --compile existed (a sweep measured then is
     not run again); a compiled run, and each mode, is a point of its own."""

@@ -1,5 +1,7 @@
 """core/memmodel.py: expectations computed by hand."""
 
+import math
+
 import pytest
 
 from scaleprobe.core import memmodel as MM
@@ -12,10 +14,11 @@ def facts(**kw):
     base = dict(param_count=N, param_numel_by_dtype={"float32": N}, optimizer="AdamW",
                 optimizer_states_per_param=2, optimizer_bytes_per_param=8.0,
                 optimizer_scalar_bytes=0, master_bytes_per_param=0.0,
-                largest_unit_bytes=400_000, batch_sizes=[32, 16],
-                # the gradients (4 MB) + 1 kB per sample + 50 kB fixed
-                fwd_bwd_peak_bytes=[4_000_000 + 32_000 + 50_000, 4_000_000 + 16_000 + 50_000],
-                optimizer_peak_bytes=[10_000, 10_000], input_bytes=32 * 100,
+                largest_unit_bytes=400_000, batch_sizes=[32, 16, 8],
+                # the gradients (4 MB) + 1 kB per sample + 50 kB fixed, on a line
+                fwd_bwd_peak_bytes=[4_000_000 + 32_000 + 50_000, 4_000_000 + 16_000 + 50_000,
+                                    4_000_000 + 8_000 + 50_000],
+                optimizer_peak_bytes=[10_000, 10_000, 10_000], input_bytes=32 * 100,
                 device="cpu", strategy="single", world=1)
     base.update(kw)
     return MemoryFacts(**base)
@@ -47,6 +50,15 @@ def test_fsdp_on_four_ranks_a_quarter_plus_the_largest_unit():
     assert p.parts["optimizer_state"] == 2_000_000
     assert p.parts["gathered_unit"] == 2 * 400_000  # its parameters and unsharded gradients
     assert p.peak_bytes == 4_000_000 + 800_000 + 64_000 + 50_000 + 6_400
+    # its interval: one unit below (the unit's gradients reduced before the peak); above,
+    # what FSDP2's collectives may hold beside the step: the gradients' copy for the
+    # reduce-scatter (U), the next unit prefetched and the previous one's reduce-scatter
+    # buffer (2 x the second largest; not recorded: the largest), the root and its gradients
+    assert (p.low_bytes, p.high_bytes) == (p.peak_bytes - 400_000, p.peak_bytes + 1_200_000)
+    q = MM.predict(MM.inputs_from(facts(second_unit_bytes=100_000, root_unit_bytes=10_000)),
+                   "fsdp", 4, 64)
+    assert (q.low_bytes, q.high_bytes) == (p.peak_bytes - 400_000,
+                                           p.peak_bytes + 400_000 + 200_000 + 20_000)
     # one rank of fsdp gathers nothing: the whole model is its shard
     assert MM.predict(MM.inputs_from(facts()), "fsdp", 1, 64).parts["gathered_unit"] == 0
 
@@ -89,3 +101,53 @@ def test_measured_peak_on_the_cpu_adds_the_live_tensors_to_the_probe():
     got, how = MM.measured_peak(f, 4_000_000, 4_000_000, 8_000_000, None)
     assert got == 4_000_000 + 8_000_000 + 3_200 + 4_082_000 and how.startswith("CPU")
     assert MM.measured_peak(facts(device="cuda"), 1, 1, 1, 777)[0] == 777
+
+
+def test_the_interval_from_the_slopes_change_across_the_probes():
+    # 1000 B per sample between batch 16 and 32, 750 B between 8 and 16: +250 B per sample
+    bent = facts(fwd_bwd_peak_bytes=[4_082_000, 4_066_000, 4_060_000])
+    i = MM.inputs_from(bent)
+    assert i.act_slope_change == 250 and i.probed_batch == 32 and i.probes == 3
+    # up to the probed batch: 250 B x the batch either way
+    p = MM.predict(i, "single", 1, 16)
+    assert (p.low_bytes, p.high_bytes) == (p.peak_bytes - 4_000, p.peak_bytes + 4_000)
+    # beyond it the slope goes on growing by 250 B per doubling, upwards only: at 64, the
+    # slope's growth integrated from 32 to 64 is 250 x (64 x 2 - 32 - 32 / ln 2) = 12,458 B
+    p = MM.predict(i, "single", 1, 64)
+    grow = 250 * (64 * 2 - 32 - 32 / math.log(2))
+    assert round(grow) == 12_458
+    assert (p.low_bytes, p.high_bytes) == (p.peak_bytes - 8_000,
+                                           round(p.peak_bytes + 8_000 + grow))
+    # a slope that shrank: the same growth, downwards
+    shrunk = MM.inputs_from(facts(fwd_bwd_peak_bytes=[4_082_000, 4_066_000, 4_056_000]))
+    assert shrunk.act_slope_change == -250
+    q = MM.predict(shrunk, "single", 1, 64)
+    assert (q.low_bytes, q.high_bytes) == (round(q.peak_bytes - 8_000 - grow),
+                                           q.peak_bytes + 8_000)
+    # the largest batch whose interval's top fits lies under the point estimate's
+    top = MM.largest_batch(i, "single", 1, 17_000_000, bound="high")
+    assert MM.predict(i, "single", 1, top).high_bytes <= 17_000_000
+    assert MM.predict(i, "single", 1, top + 1).high_bytes > 17_000_000
+    assert top < MM.largest_batch(i, "single", 1, 17_000_000) == 863
+    # on a line: an interval of no width; two batch sizes probed: no interval
+    on_line = MM.predict(MM.inputs_from(facts()), "single", 1, 64)
+    assert on_line.low_bytes == on_line.high_bytes == on_line.peak_bytes
+    two = MM.inputs_from(facts(batch_sizes=[32, 16], fwd_bwd_peak_bytes=[4_082_000, 4_066_000]))
+    assert two.act_slope_change is None and MM.predict(two, "single", 1, 64).high_bytes is None
+
+
+def test_the_optimizer_phase_bounds_the_interval_from_below():
+    # temporaries of 9 MB outweigh the activations: the low end cannot fall under them
+    i = MM.inputs_from(facts(fwd_bwd_peak_bytes=[4_082_000, 4_066_000, 4_060_000],
+                             optimizer_peak_bytes=[9_000_000] * 3))
+    p = MM.predict(i, "single", 1, 16)
+    assert p.phase == MM.PHASE_OPT and p.low_bytes == p.peak_bytes == p.high_bytes
+
+
+def test_cuda_margin_interval_spans_the_run_and_the_probe_step():
+    i = MM.inputs_from(facts(device="cuda", probe_margin=0.10), device_allocated=1000,
+                       device_reserved=1250)
+    assert (i.margin, i.margin_low, i.margin_high) == (0.25, 0.10, 0.25)
+    p = MM.predict(i, "single", 1, 64)
+    rest = p.peak_bytes - p.parts["allocator_margin"]
+    assert p.low_bytes == round(rest * 1.10) and p.high_bytes == round(rest * 1.25)

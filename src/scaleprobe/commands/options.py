@@ -87,6 +87,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--profile-every", "measure.profile_every", ()),
     ("--summary-every", "measure.summary_every", ()),
     ("--progress", "measure.progress", ()),
+    ("--memory-probe", "measure.memory_probe", ()),
     ("--gns", "measure.gns", ()),
     ("--out", "out", ()),
     ("--name", "name", ()),

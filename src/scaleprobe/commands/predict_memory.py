@@ -16,6 +16,7 @@ from typing import Any
 
 from scaleprobe.comm import check as C
 from scaleprobe.comm.whatif import parse_counts
+from scaleprobe.core import claim as CL
 from scaleprobe.core import memmodel as MM
 from scaleprobe.core.config import parse_size
 from scaleprobe.core.errors import ConfigError
@@ -113,12 +114,8 @@ def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
         for n in args.memory_nproc:
             cap, source = device_memory(run, args.device_memory_bytes, n)
             for b in batches:
-                p = MM.predict(inputs, s, n, b)
-                points.append(_point(p, cap, source))
-            fits.append({"strategy": s, "nproc": n, "device_memory_bytes": cap,
-                         "device_memory_source": source,
-                         "largest_batch_per_rank": (MM.largest_batch(inputs, s, n, cap)
-                                                    if cap else None)})
+                points.append(_point(MM.predict(inputs, s, n, b), cap, source, inputs.probes))
+            fits.append(_largest(inputs, s, n, cap, source))
     out = {"from": _from(run, inputs), "points": points, "largest_batch": fits}
     if args.json:
         print(json.dumps(out, indent=2, default=str))
@@ -127,11 +124,35 @@ def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
     return 0
 
 
-def _point(p: MM.Point, cap: int | None, source: str) -> dict[str, Any]:
+def _point(p: MM.Point, cap: int | None, source: str, probes: int) -> dict[str, Any]:
+    """One point's JSON: the peak, its interval and parts, and the fit as a claim (``fits``:
+    true / false where the claim decided it, null where inconclusive or unknown)."""
+    claim = (CL.memory_fit(p.peak_bytes, p.low_bytes, p.high_bytes, cap, probes)
+             if cap else None)
+    fits = None
+    if claim is not None and claim.decided:
+        fits = claim.rule == CL.RULE_BELOW
     return {"strategy": p.strategy, "nproc": p.nproc, "batch_size": p.batch,
-            "predicted_peak_bytes": p.peak_bytes, "parts": p.parts, "peak_phase": p.phase,
-            "device_memory_bytes": cap, "device_memory_source": source,
-            "fits": (p.peak_bytes <= cap) if cap else None}
+            "predicted_peak_bytes": p.peak_bytes, "predicted_peak_low_bytes": p.low_bytes,
+            "predicted_peak_high_bytes": p.high_bytes, "parts": p.parts,
+            "peak_phase": p.phase, "device_memory_bytes": cap,
+            "device_memory_source": source, "fits": fits,
+            "fit": claim.to_dict() if claim else None,
+            "fit_verdict": claim.short_verdict if claim else "no device size"}
+
+
+def _largest(i: MM.Inputs, s: str, n: int, cap: int | None, source: str) -> dict[str, Any]:
+    """The largest batch per rank that fits (the interval's top under the device) and the
+    largest predicted to fit (the point estimate): the batches between are inconclusive."""
+    row: dict[str, Any] = {"strategy": s, "nproc": n, "device_memory_bytes": cap,
+                           "device_memory_source": source, "largest_batch_per_rank": None,
+                           "largest_batch_per_rank_point": None,
+                           "interval": i.act_slope_change is not None}
+    if cap:
+        row["largest_batch_per_rank_point"] = MM.largest_batch(i, s, n, cap)
+        if row["interval"]:
+            row["largest_batch_per_rank"] = MM.largest_batch(i, s, n, cap, bound="high")
+    return row
 
 
 def _from(run: RunResult, i: MM.Inputs) -> dict[str, Any]:
@@ -144,53 +165,107 @@ def _from(run: RunResult, i: MM.Inputs) -> dict[str, Any]:
             "largest_unit_bytes": i.largest_unit_bytes, "batch_sizes": f.batch_sizes,
             "activations_per_sample_bytes": i.act_per_sample_bytes,
             "activations_fixed_bytes": i.act_fixed_bytes,
-            "allocator_margin": i.margin, "margin_source": i.margin_source,
-            "method": f.method}
+            "activations_slope_change_bytes": i.act_slope_change,
+            "interval_source": i.band_source,
+            "allocator_margin": i.margin, "allocator_margin_range": [i.margin_low,
+                                                                     i.margin_high],
+            "margin_source": i.margin_source, "method": f.method}
+
+
+def _span(lo: int | None, hi: int | None) -> str:
+    """``150-158 MiB``: an interval in the unit of its top (``n/a`` without one)."""
+    from scaleprobe.commands.terminal import bytes_  # heavy: rich
+
+    if lo is None or hi is None:
+        return "n/a"
+    top = bytes_(hi)
+    value, _, unit = top.partition(" ")
+    scale = hi / float(value) if float(value) else 1.0
+    low = lo / scale
+    return f"{low:.1f}-{top}" if low < 100 else f"{low:.0f}-{top}"
+
+
+def _tables() -> tuple[Any, Any]:
+    # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich import box
+    from rich.table import Table
+
+    def table(title: str, cols: tuple[str, ...]) -> Any:
+        t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("strategy", "fits", "phase") else "right",
+                         no_wrap=True)
+        return t
+
+    return (table("predicted peak memory per rank, its interval, and whether it fits",
+                  ("strategy", "N", "batch/rank", "peak", "interval", "device", "fits")),
+            table("where the peak per rank goes, in the phase it peaks in (state exact, "
+                  "activations measured)",
+                  ("strategy", "N", "batch", "state", "gathered", "step", "margin",
+                   "phase")))
 
 
 def _print(out: dict[str, Any]) -> None:
+    """Two tables that fit 80 columns: the peak, its interval and the fit; then its parts."""
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
-    from rich.table import Table
 
     from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
     con, f = Console(), out["from"]
+    change = f["activations_slope_change_bytes"]
     con.print(f"from {f['run']}: {f['param_count']:,} parameters ({bytes_(f['params_bytes'])}), "
               f"{f['optimizer']} with {f['optimizer_states_per_param']} state tensor(s) per "
-              f"parameter; activations {bytes_(f['activations_per_sample_bytes'])} per sample "
-              f"+ {bytes_(f['activations_fixed_bytes'])} fixed (measured at batch "
-              f"{f['batch_sizes']} on {f['device']}); allocator margin "
-              f"{f['allocator_margin']:.1%} ({f['margin_source']})", markup=False,
-              highlight=False)
-    t = Table(title="predicted peak memory per rank (model state exact, activations measured)")
-    for c in ("strategy", "N", "batch/rank", "model state", "gathered", "step", "margin",
-              "peak", "fits"):
-        t.add_column(c, justify="left" if c == "strategy" else "right")
+              f"parameter; activations {bytes_(f['activations_per_sample_bytes'])} per sample, "
+              f"fixed part {bytes_(f['activations_fixed_bytes'])} (measured at batch "
+              f"{f['batch_sizes']} on {f['device']}); interval: "
+              + (f"the per-sample slope changed by {change:+,.0f} B across the probes "
+                 f"({f['interval_source']})" if change is not None else f['interval_source'])
+              + f"; allocator margin {f['allocator_margin']:.1%} ({f['margin_source']})",
+              markup=False, highlight=False)
+    head, parts = _tables()
     for p in out["points"]:
-        q = p["parts"]
-        fits = ("?" if p["fits"] is None else "fits" if p["fits"] else "does not fit")
-        t.add_row(esc(p["strategy"]), str(p["nproc"]), str(p["batch_size"]),
-                  bytes_(sum(q[k] for k in STATE_PARTS)),
-                  bytes_(q["ddp_buckets"] + q["gathered_unit"]),
-                  bytes_(sum(q[k] for k in STEP_PARTS)), bytes_(q["allocator_margin"]),
-                  bytes_(p["predicted_peak_bytes"]), fits)
-    con.print(t)
-    con.print("model state = params + grads + optimizer state + master copies; gathered = "
+        q, row = p["parts"], (esc(p["strategy"]), str(p["nproc"]), str(p["batch_size"]))
+        head.add_row(*row, bytes_(p["predicted_peak_bytes"]),
+                     _span(p["predicted_peak_low_bytes"], p["predicted_peak_high_bytes"]),
+                     bytes_(p["device_memory_bytes"]), esc(p["fit_verdict"]))
+        parts.add_row(*row, bytes_(sum(q[k] for k in STATE_PARTS)),
+                      bytes_(q["ddp_buckets"] + q["gathered_unit"]),
+                      bytes_(sum(q[k] for k in STEP_PARTS)), bytes_(q["allocator_margin"]),
+                      "fwd/bwd" if p["peak_phase"] == MM.PHASE_FB else "opt step")
+    con.print(head)
+    con.print(parts)
+    con.print("state = params + grads + optimizer state + master copies; gathered = "
               "DDP's gradient buckets or FSDP's largest unit (parameters + gradients); step = "
               "activations + the batch, or the optimizer step's temporaries, whichever peaks "
               "(--json: every part)", markup=False, highlight=False)
     for row in out["largest_batch"]:
-        cap, b = row["device_memory_bytes"], row["largest_batch_per_rank"]
-        q = next(p["parts"] for p in out["points"]
-                 if (p["strategy"], p["nproc"]) == (row["strategy"], row["nproc"]))
-        state = " + ".join(f"{k.replace('_', ' ')} {bytes_(q[k])}" for k in STATE_PARTS)
-        where = (f"{bytes_(cap)} per rank ({row['device_memory_source']})" if cap
-                 else row["device_memory_source"])
-        said = ("n/a" if b is None else "not even 1 sample fits" if b == 0
-                else f"largest batch per rank that fits: {b:,}")
-        con.print(f"  {row['strategy']} on {row['nproc']}: {state}; {said} in {where}",
-                  markup=False, highlight=False)
+        con.print(_largest_line(row, out["points"]), markup=False, highlight=False)
+
+
+def _largest_line(row: dict[str, Any], points: list[dict[str, Any]]) -> str:
+    from scaleprobe.commands.terminal import bytes_  # heavy: rich
+
+    cap, b, pt = (row["device_memory_bytes"], row["largest_batch_per_rank"],
+                  row["largest_batch_per_rank_point"])
+    q = next(p["parts"] for p in points
+             if (p["strategy"], p["nproc"]) == (row["strategy"], row["nproc"]))
+    state = " + ".join(f"{k.replace('_', ' ')} {bytes_(q[k])}" for k in STATE_PARTS)
+    where = (f"{bytes_(cap)} per rank ({row['device_memory_source']})" if cap
+             else row["device_memory_source"])
+    if pt is None:
+        said = "n/a"
+    elif not row["interval"]:
+        said = (f"largest batch per rank predicted under it: {pt:,} ({CL.NO_INTERVAL}: fewer "
+                "than three batch sizes probed)")
+    elif b:
+        said = f"largest batch per rank that {CL.FITS}: {b:,}" + (
+            f" ({b + 1:,} to {pt:,}: {CL.INCONCLUSIVE})" if pt > b else "")
+    elif pt:
+        said = f"batch per rank 1 to {pt:,}: {CL.INCONCLUSIVE}"
+    else:
+        said = f"not even 1 sample {CL.FITS}"
+    return f"  {row['strategy']} on {row['nproc']}: {state}; {said} in {where}"
 
 
 def memory_bases(run: RunResult, pool: list[RunResult]) -> list[RunResult]:
@@ -209,15 +284,27 @@ def check_memory(pt: C.Point, pool: list[RunResult]) -> dict[str, Any]:
     latest), for ``predict --check``: predicted_peak_bytes, measured_peak_bytes,
     memory_ratio (or a memory_reason)."""
     run = pt.run
-    facts = run.metrics.memory_facts
     bases = memory_bases(run, pool)
-    out: dict[str, Any] = {"predicted_peak_bytes": None, "measured_peak_bytes": None,
-                           "memory_ratio": None, "memory_reason": None}
+    if run.metrics.memory_facts is not None and not bases:
+        return {**EMPTY, "memory_reason": "no 1-rank run of the same model, data, optimizer, "
+                                          "precision and batch recorded memory facts"}
+    return memory_point(run, max(bases, key=lambda r: str(r.started_at or ""))
+                        if bases else None)
+
+
+EMPTY: dict[str, Any] = {"predicted_peak_bytes": None, "measured_peak_bytes": None,
+                         "memory_ratio": None, "memory_reason": None}
+
+
+def memory_point(run: RunResult, base: RunResult | None) -> dict[str, Any]:
+    """``run``'s measured peak per rank beside its prediction from ``base`` (a run with
+    memory facts at two batch sizes; any batch): the check's fields."""
+    facts = run.metrics.memory_facts
+    out = dict(EMPTY)
     strategy = str(run.cfg("dist.strategy") or "single")
-    if facts is None or not bases or strategy not in MM.STRATEGIES:
+    if facts is None or base is None or strategy not in MM.STRATEGIES:
         out["memory_reason"] = ("the run recorded no memory facts" if facts is None else
-                                "no 1-rank run of the same model, data, optimizer, precision "
-                                "and batch recorded memory facts" if not bases
+                                "no run to predict it from" if base is None
                                 else f"no memory model for {strategy}")
         return out
     sb, pm = run.metrics.state_bytes, run.metrics.peak_mem_bytes
@@ -225,17 +312,20 @@ def check_memory(pt: C.Point, pool: list[RunResult]) -> dict[str, Any]:
                                      sb.grads_bytes if sb else None,
                                      sb.optimizer_bytes if sb else None, pm.device_allocated)
     try:
-        inputs = inputs_of(max(bases, key=lambda r: str(r.started_at or "")))
+        inputs = inputs_of(base)
     except ConfigError as e:
         out["memory_reason"] = str(e)
         return out
     p = MM.predict(inputs, strategy, int(run.world_size or 1), int(run.batch.per_device or 1))
     # the CPU figure cannot see DDP's buckets (not reachable as tensors): like for like
-    predicted = p.peak_bytes - (p.parts["ddp_buckets"] if facts.device != "cuda" else 0)
-    out.update(memory_base=max(bases, key=lambda r: str(r.started_at or "")).run_id,
-               predicted_peak_bytes=predicted, measured_peak_bytes=measured,
-               memory_ratio=MM.ratio(predicted, measured), memory_measured_as=how,
-               memory_parts=p.parts)
+    unseen = p.parts["ddp_buckets"] if facts.device != "cuda" else 0
+    predicted = p.peak_bytes - unseen
+    out.update(memory_base=base.run_id, predicted_peak_bytes=predicted,
+               predicted_peak_low_bytes=None if p.low_bytes is None else p.low_bytes - unseen,
+               predicted_peak_high_bytes=(None if p.high_bytes is None
+                                          else p.high_bytes - unseen),
+               measured_peak_bytes=measured, memory_ratio=MM.ratio(predicted, measured),
+               memory_measured_as=how, memory_parts=p.parts)
     if measured is None:
         out["memory_reason"] = how
     return out
@@ -244,33 +334,47 @@ def check_memory(pt: C.Point, pool: list[RunResult]) -> dict[str, Any]:
 def print_check_memory(points: list[C.Point], mem: dict[int, dict[str, Any]],
                        always: bool = False) -> None:
     """The memory table of ``predict --check``: measured peak per rank beside its prediction
-    (without ``always``, only where some run has both)."""
+    and the prediction's interval (without ``always``, only where some run has both); the
+    reasons a point has no prediction below the table, so that it fits 80 columns."""
     rows = [(p, mem[id(p)]) for p in points]
     if not always and not any(m["memory_ratio"] is not None for _, m in rows):
         return
     # heavy: rich: printing only; kept out of the CLI's start-up
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
-    t = Table(title="measured peak memory per rank beside its prediction from the matching "
-                    "1-rank run")
-    for c in ("model", "strategy", "N", "batch/rank", "measured", "predicted", "pred / meas"):
-        t.add_column(c, justify="left" if c in ("model", "strategy") else "right")
-    errs = []
+    t = Table(title="measured peak memory per rank (batch per rank) beside its prediction "
+                    "from the matching 1-rank run", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for c in ("model", "strategy", "N", "batch", "measured", "predicted", "interval",
+              "pred/meas"):
+        named = c in ("model", "strategy")  # a narrow terminal wraps a name, never cuts it
+        t.add_column(c, justify="left" if named else "right", overflow="fold",
+                     no_wrap=not named)
+    errs, why, inside = [], {}, 0
     for p, m in rows:
-        r = m["memory_ratio"]
+        r, meas = m["memory_ratio"], m["measured_peak_bytes"]
+        lo, hi = m.get("predicted_peak_low_bytes"), m.get("predicted_peak_high_bytes")
         if r is not None:
             errs.append(abs(r - 1))
+            inside += lo is not None and hi is not None and lo <= meas <= hi
+        else:
+            why.setdefault(m["memory_reason"] or "n/a", []).append(p)
         t.add_row(esc(p.run.cfg("model.name")), esc(p.run.cfg("dist.strategy")),
-                  str(p.run.world_size), str(p.run.batch.per_device),
-                  bytes_(m["measured_peak_bytes"]), bytes_(m["predicted_peak_bytes"]),
-                  f"{r:.3f}" if r is not None else esc(m["memory_reason"] or "n/a"))
+                  str(p.run.world_size), str(p.run.batch.per_device), bytes_(meas),
+                  bytes_(m["predicted_peak_bytes"]), _span(lo, hi),
+                  f"{r:.3f}" if r is not None else "n/a")
     con = Console()
     con.print(t)
     if errs:
         errs.sort()
         con.print(f"{len(errs)} points: median |predicted / measured - 1| "
-                  f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}", markup=False,
+                  f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}; measured inside the "
+                  f"predicted interval: {inside} of {len(errs)}", markup=False,
                   highlight=False)
+    for reason, pts in why.items():
+        names = ", ".join(f"{p.run.cfg('dist.strategy')} {p.run.world_size} x "
+                          f"{p.run.batch.per_device}" for p in pts)
+        con.print(f"  n/a ({names}): {reason}", markup=False, highlight=False)

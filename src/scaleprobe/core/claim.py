@@ -57,6 +57,7 @@ NOT_TOLD_APART = "not told apart from"
 NOT_DECIDED_AGAINST = "not decided against"
 SLOWER_TOGETHER, FASTER_TOGETHER = "slower together", "faster together"
 PARITY_HOLDS, PARITY_BROKEN = "parity holds", "parity broken"
+FITS, DOES_NOT_FIT = "fits", "does not fit"
 UNDER_LOAD = "measured under load"
 
 # The rules by name (``Claim.rule``): the JSON names the one that decided a claim.
@@ -152,6 +153,10 @@ class Claim:
     model: float | None = None
     model_name: str = "the model"
     kind: str = ""
+    # the word for an interval that holds the reference (a model's interval, not repeats:
+    # "inconclusive") and what stands behind the interval when it is not repeats
+    undecided: str = NOT_RESOLVED
+    evidence: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     # ---- the rules -----------------------------------------------------------------------
@@ -230,9 +235,9 @@ class Claim:
                 lean = self.below
             return f"{head}, leaning {lean}" if lean else head
         if r == RULE_INCLUDES_REF:
-            return f"{NOT_RESOLVED} (the interval includes {self._ref_text()})"
+            return f"{self.undecided} (the interval includes {self._ref_text()})"
         if r == RULE_CROSSES_BAND:
-            return f"{NOT_RESOLVED} (the interval crosses {self._ref_text()})"
+            return f"{self.undecided} (the interval crosses {self._ref_text()})"
         words = {RULE_ABOVE: self.above, RULE_BELOW: self.below,
                  RULE_INSIDE_BAND: self.within, RULE_OUTSIDE_BAND: self.outside}[r]
         where = {RULE_ABOVE: "above", RULE_BELOW: "below", RULE_INSIDE_BAND: "inside",
@@ -245,7 +250,7 @@ class Claim:
         decided words (empty when the words are the table's own: no ``above`` / ``below``)."""
         r = self.rule
         if r in (RULE_INCLUDES_REF, RULE_CROSSES_BAND):
-            return NOT_RESOLVED
+            return self.undecided
         if r == RULE_ONE_REPEAT:
             return one_repeat_text(self.n_min or 0)
         if r == RULE_NO_INTERVAL:
@@ -287,8 +292,12 @@ class Claim:
             bounds = iv.bounds(lambda x: f"{x:.{self.digits}f}", self.ref)
             if iv.too_wide(self.ref):  # "(spread too large, 2 repeats)" names them
                 return f"{v} {bounds}"
-        reps = (f"{'/'.join(map(str, self.repeats))} repeats a side"
-                if self.repeats and len(set(self.repeats)) > 1 else iv.repeats_text)
+        if self.evidence:
+            reps = self.evidence
+        elif self.repeats and len(set(self.repeats)) > 1:
+            reps = f"{'/'.join(map(str, self.repeats))} repeats a side"
+        else:
+            reps = iv.repeats_text
         return f"{v} {bounds}, {reps}"
 
     def gap_text(self) -> str:
@@ -460,6 +469,23 @@ def plan_pick(kind: str, pick: str, runner_up: str, value: float, iv: Interval |
                  below=f"behind {runner_up}", repeats=repeats, sources=sources,
                  detail=f"{what}: the pick's over the runner-up's ({runner_up}), {basis}",
                  pairing=basis, kind="plan pick")
+
+
+def memory_fit(peak: int, low: int | None, high: int | None, device: int, probes: int,
+               detail: str = "") -> Claim:
+    """Whether a predicted peak per rank fits on a device: peak / device memory against 1.
+    Its interval is the memory model's (core/memmodel.py: the activations' departure from a
+    line over the probed batch sizes, the CUDA margin's readings), not one from repeats: it
+    "fits" when the whole interval lies under the device, "does not fit" when wholly over,
+    and is inconclusive when the device's size lies inside it; without an interval (fewer
+    than three batch sizes probed), "no interval"."""
+    iv = (Interval(peak / device, low / device, high / device, probes,
+                   "memory model: probed batch sizes")
+          if low is not None and high is not None else None)
+    return Claim("predicted peak / device memory", peak / device, iv, unit="x", digits=3,
+                 above=DOES_NOT_FIT, below=FITS, undecided=INCONCLUSIVE,
+                 evidence=f"the model's interval over {probes} probed batch sizes",
+                 kind="memory fit", detail=detail)
 
 
 def render(claim: Claim, form: str) -> str:

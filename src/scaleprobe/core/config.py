@@ -232,6 +232,10 @@ class MeasureConfig:
                                       unset="no cap", valid=_is_size,
                                       text="a size such as 512MiB or 2GiB")
     progress: bool = option(True, "live progress bar")
+    memory_probe: bool = option(True, "after the window, untimed probe steps at three batch "
+                                "sizes (the batch, its half and quarter) for the memory "
+                                "prediction, `predict --memory` (docs/MEMORY.md); off: "
+                                "memory_facts null")
     gns: bool | None = option(None, "gradient noise scale B_noise (McCandlish et al. 2018; "
                               "docs/CRITICAL_BATCH.md): under ddp from its all-reduce hook, "
                               "on one process from two half-batches per step",
@@ -288,6 +292,7 @@ class RunConfig:
         d.pop("out", None)
         d.pop("name", None)
         d["measure"].pop("progress", None)
+        d["measure"].pop("memory_probe", None)  # after the window: not in what is timed
         d["dist"].pop("force", None)  # how the ranks were let start, not what they measure
         d["dist"].pop("master_port", None)  # where the ranks meet, not what they measure,
         d["dist"].update(rdzv_endpoint=None, node_rank=0)  # nor which host wrote the record

@@ -26,8 +26,18 @@ above what was live after backward; foreach kernels copy the local state) scale 
     allocated peak x (1 + margin): margin = reserved / allocated - 1 of the run's CUDA
     allocator (its cache and fragmentation); 0 on the CPU, whose allocator keeps nothing
 
-Limits: one probe per batch size (no interval from repeats); activations assumed linear in
-the batch; the FSDP unit term is the largest unit, not the measured gather schedule.
+The interval: model state is exact; the activations may depart from the line through the
+two largest probed batch sizes by what the per-sample slope's change between the probes
+says (``act_band``: up to the largest probed batch, |change| x b either way; beyond it the
+change goes on per doubling of the batch, on its side); under fsdp on N > 1 the gathered
+term 2U spans U to 3U + 2 U2 + 2R (``_fsdp_band``: what FSDP2's collectives, running beside
+the step, may hold at once); on CUDA the margin spans its readings
+(the whole run's, the probe step's). low / high = the peak with the step at its lower /
+upper end and the lowest / highest margin. Fewer than three probed batch sizes: no interval.
+
+Limits: the interval is the model's, not one from repeats; the slope's growth beyond the
+probes is assumed to go on as it went between them; the FSDP term is bounded by the units'
+sizes, not read from FSDP's measured gather schedule.
 """
 
 from __future__ import annotations
@@ -61,6 +71,17 @@ class Inputs:
     run_shard: int  # k of the run the temporaries were measured in
     margin: float = 0.0  # allocator: reserved / allocated - 1
     margin_source: str = "CPU: tensor bytes, no allocator cache"
+    # the interval: how much the per-sample slope grew from the two smaller probed batch
+    # sizes to the two larger (bytes per sample; None: fewer than three probed), and the
+    # largest probed batch, beyond which that growth is taken to go on
+    act_slope_change: float | None = None
+    probed_batch: int = 0
+    band_source: str = "fewer than three batch sizes probed: no interval"
+    margin_low: float = 0.0  # the allocator margin's readings: their lowest and highest
+    margin_high: float = 0.0
+    probes: int = 2  # batch sizes probed
+    second_unit_bytes: int | None = None  # FSDP's second largest unit (None: not recorded)
+    root_unit_bytes: int = 0  # what no unit holds: FSDP keeps it whole through backward
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,8 @@ class Point:
     batch: int  # per rank
     parts: dict[str, int] = field(default_factory=dict)  # they add up to the peak
     phase: str = PHASE_FB
+    low_bytes: int | None = None  # the interval (None: no interval, see Inputs)
+    high_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -103,20 +126,69 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
     if k_run > 1:  # the run's own gathered unit is in its peak
         fixed -= 2 * (f.largest_unit_bytes or 0)
     opt = (f.optimizer_bytes_per_param or 0.0) * f.param_count + (f.optimizer_scalar_bytes or 0)
-    margin, source = 0.0, "CPU: tensor bytes, no allocator cache"
-    if f.device == "cuda":
-        if device_allocated and device_reserved:
-            margin = max(0.0, device_reserved / device_allocated - 1)
-            source = "the run's CUDA max_memory_reserved / max_memory_allocated - 1"
-        else:
-            source = "CUDA run without allocator peaks: no margin"
+    margins, source = _margins(f, device_allocated, device_reserved)
+    change, band_source = _slope_change(sizes, fb, per_sample)
     return Inputs(params_bytes=p, grads_bytes=p, optimizer_bytes=round(opt),
                   master_bytes=round((f.master_bytes_per_param or 0.0) * f.param_count),
                   largest_unit_bytes=f.largest_unit_bytes or 0,
                   act_per_sample_bytes=max(0.0, per_sample), act_fixed_bytes=fixed,
                   input_per_sample_bytes=(f.input_bytes or 0) / sizes[0],
                   optimizer_temp_bytes=max((f.optimizer_peak_bytes or [0])[0], 0),
-                  run_shard=k_run, margin=margin, margin_source=source)
+                  run_shard=k_run, margin=margins[0], margin_source=source,
+                  act_slope_change=change, probed_batch=sizes[0], band_source=band_source,
+                  margin_low=min(margins), margin_high=max(margins),
+                  probes=min(len(fb), len(sizes)), second_unit_bytes=f.second_unit_bytes,
+                  root_unit_bytes=f.root_unit_bytes or 0)
+
+
+def _margins(f: MemoryFacts, allocated: int | None, reserved: int | None
+             ) -> tuple[list[float], str]:
+    """The allocator margin's readings, the run's first: CUDA's reserved / allocated - 1
+    over the whole run, and over the probe step at the full batch where recorded; 0 on the
+    CPU, whose tensor bytes are the figure."""
+    if f.device != "cuda":
+        return [0.0], "CPU: tensor bytes, no allocator cache"
+    if not (allocated and reserved):
+        return [0.0], "CUDA run without allocator peaks: no margin"
+    got = [max(0.0, reserved / allocated - 1)]
+    source = "the run's CUDA max_memory_reserved / max_memory_allocated - 1"
+    if f.probe_margin is not None:
+        got.append(max(0.0, f.probe_margin))
+        source += "; its interval: that and the same over the probe step"
+    return got, source
+
+
+def _slope_change(sizes: list[int], fb: list[int], per_sample: float
+                  ) -> tuple[float | None, str]:
+    """The per-sample slope between the first two probed batch sizes less the slope between
+    the second and the third (bytes per sample; positive where larger batches cost more
+    per sample). None with fewer than three batch sizes probed."""
+    if len(sizes) < 3 or len(fb) < 3 or sizes[2] <= 0 or sizes[1] == sizes[2]:
+        return None, "fewer than three batch sizes probed: no interval"
+    lower = (fb[1] - fb[2]) / (sizes[1] - sizes[2])
+    change = per_sample - lower
+    return change, (f"per-sample slope {per_sample:,.0f} B between batch {sizes[1]} and "
+                    f"{sizes[0]}, {lower:,.0f} B between {sizes[2]} and {sizes[1]}")
+
+
+def act_band(i: Inputs, batch: int) -> tuple[float, float]:
+    """How far the activations at ``batch`` may lie below and above the line through the
+    two largest probed batch sizes (n), in bytes. The step's peak is the most, over its
+    moments, of fixed + per-sample bytes x the batch: convex in the batch, the per-sample
+    slope grows where the peak moves to a moment holding more per-sample tensors. The
+    slope's change c seen between the probes is taken (a) as the line's error either way up
+    to n (|c| x min(b, n)), and (b) beyond n to go on growing by c per doubling of the
+    batch: excess(b) = |c| x (b log2(2b/n) - n - (b - n) / ln 2), the integral of the
+    slope's growth from n to b, on the side c points to."""
+    c = i.act_slope_change
+    if c is None:
+        return 0.0, 0.0
+    n = max(i.probed_batch, 1)
+    sym = abs(c) * min(batch, n)
+    grow = 0.0
+    if batch > n:
+        grow = abs(c) * (batch * math.log2(2 * batch / n) - n - (batch - n) / math.log(2))
+    return (sym, sym + grow) if c >= 0 else (sym + grow, sym)
 
 
 def _shards(strategy: str | None) -> bool:
@@ -155,7 +227,27 @@ def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
                 "optimizer_temporaries": temps}
     parts = {**state, **step}
     parts["allocator_margin"] = round(i.margin * sum(parts.values()))
-    return Point(strategy, nproc, batch, parts, phase)
+    low = high = None
+    if i.act_slope_change is not None:
+        below, above = act_band(i, batch)
+        if unit:
+            below, above = _fsdp_band(i, below, above)
+        held = sum(state.values())
+        low = round((held + max(fb - below, temps)) * (1 + i.margin_low))
+        high = round((held + max(fb + above, temps)) * (1 + i.margin_high))
+    return Point(strategy, nproc, batch, parts, phase, low, high)
+
+
+def _fsdp_band(i: Inputs, below: float, above: float) -> tuple[float, float]:
+    """FSDP's gathered term 2U may be as little as U (the unit's gradients reduced before the
+    step peaks) or, FSDP2's collectives running beside the step, as much as: the unit's
+    parameters, its gradients and their copy into the reduce-scatter buffer (3U), the next
+    unit prefetched and the previous one's reduce-scatter buffer still held (each at most
+    the second largest, U2; not recorded: U), and the root, kept whole through backward, with
+    its gradients (2R)."""
+    u = i.largest_unit_bytes
+    u2 = u if i.second_unit_bytes is None else i.second_unit_bytes
+    return below + u, above + u + 2 * u2 + 2 * i.root_unit_bytes
 
 
 def _div(n: int, k: int) -> int:
@@ -163,17 +255,25 @@ def _div(n: int, k: int) -> int:
 
 
 def largest_batch(i: Inputs, strategy: str, nproc: int, device_bytes: int,
-                  cap: int = 1 << 24) -> int:
-    """The largest batch per rank whose predicted peak fits in ``device_bytes``; 0 when not
-    even one sample fits. Found by bisection (the peak grows with the batch)."""
-    if predict(i, strategy, nproc, 1).peak_bytes > device_bytes:
+                  cap: int = 1 << 24, bound: str = "peak") -> int:
+    """The largest batch per rank whose predicted peak (``bound``: ``peak``, or ``high``:
+    its interval's upper end, ``low``: its lower end) fits in ``device_bytes``; 0 when not
+    even one sample fits. Found by bisection (the peak and its bounds grow with the batch).
+    A bound the inputs have no interval for is the peak."""
+
+    def at(b: int) -> int:
+        p = predict(i, strategy, nproc, b)
+        got = p.high_bytes if bound == "high" else p.low_bytes if bound == "low" else None
+        return p.peak_bytes if got is None else got
+
+    if at(1) > device_bytes:
         return 0
     if i.act_per_sample_bytes + i.input_per_sample_bytes <= 0:
         return cap
     lo, hi = 1, cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if predict(i, strategy, nproc, mid).peak_bytes <= device_bytes:
+        if at(mid) <= device_bytes:
             lo = mid
         else:
             hi = mid - 1

@@ -336,10 +336,15 @@ class MemoryFacts(Record):
     master_bytes_per_param: float | None = None
     master_note: str | None = None
     largest_unit_bytes: int | None = None  # FSDP's rule: the largest unit's parameters
+    second_unit_bytes: int | None = None  # and the second largest's (what FSDP prefetches)
+    root_unit_bytes: int | None = None  # the root's own (what no unit holds)
+    probe_s: float | None = None  # wall time of the probe steps (after the window)
     batch_sizes: list[int] | None = None  # per rank: the batch, then its first half
     fwd_bwd_peak_bytes: list[int] | None = None  # one per batch size
     optimizer_peak_bytes: list[int] | None = None
     input_bytes: int | None = None  # the full batch's input and target tensors
+    # CUDA: max_memory_reserved / max_memory_allocated - 1 over the full batch's probe step
+    probe_margin: float | None = None
     device: str | None = None  # cpu | cuda
     method: str | None = None
     # the strategy the run used and its world: the probe ran in each training rank

@@ -75,8 +75,9 @@ A run record (``kind == "run"``)::
                       memory_facts {param_count, param_numel_by_dtype, optimizer,
                       optimizer_states_per_param, optimizer_bytes_per_param,
                       optimizer_scalar_bytes, master_bytes_per_param, largest_unit_bytes,
-                      batch_sizes, fwd_bwd_peak_bytes, optimizer_peak_bytes, input_bytes,
-                      device, method, strategy, world, reasons}: what a memory prediction
+                      second_unit_bytes, root_unit_bytes, batch_sizes, fwd_bwd_peak_bytes,
+                      optimizer_peak_bytes, input_bytes, probe_margin, probe_s, device,
+                      method, strategy, world, reasons}: what a memory prediction
                       reads (measure/memstate.py, core/memmodel.py, docs/MEMORY.md),
                       (task metrics: verification_accuracy, map50; lm: loss (held-out,
                       mean nats per token), perplexity, eval_tokens, baseline_loss (the

@@ -7,11 +7,14 @@ the model state as arithmetic inputs and the batch's activation memory on the al
                      built-in loop keeps fp32 parameters and autocasts per op), and the
                      largest unit FSDP's rule (strategies/fsdp.shard_units, passed in by
                      the loop) would gather
-    probe_steps      one extra, untimed step on the last batch and one on its first half:
+    probe_steps      one extra, untimed step on the last batch, one on its first half and
+                     one on its first quarter (batch 4 and up):
                      the allocator's peak above what was live before the step, for forward
                      + backward and, separately, for the optimizer step above what was live
                      after backward. Two batch sizes separate the per-sample part of the
-                     activations from the fixed part.
+                     activations from the fixed part; the third says how far they depart
+                     from a line (the prediction's interval). On CUDA, the full batch's
+                     forward + backward also gives its reserved / allocated ratio.
 
 How the allocator is read: on CUDA ``torch.cuda.max_memory_allocated`` after
 ``reset_peak_memory_stats`` minus ``memory_allocated`` before; on the CPU PyTorch has no
@@ -26,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,17 +51,18 @@ def _dtype_name(t: Any) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def largest_unit_bytes(model: nn.Module, units: list[nn.Module]) -> int:
-    """Bytes of the largest of ``units`` (FSDP's rule, strategies/fsdp.shard_units) and the
-    root (what no unit holds): what one rank gathers whole at a time."""
+def unit_bytes(model: nn.Module, units: list[nn.Module]) -> tuple[list[int], int]:
+    """Bytes of each of ``units`` (FSDP's rule, strategies/fsdp.shard_units) and of the root
+    (what no unit holds), largest first: what one rank gathers whole at a time; and the
+    root's alone."""
 
     def nbytes(ps: Any) -> int:
         return sum(int(p.numel()) * int(p.element_size()) for p in ps)
 
     in_units = {id(p) for u in units for p in u.parameters()}
     sizes = [nbytes(u.parameters()) for u in units]
-    sizes.append(nbytes(p for p in model.parameters() if id(p) not in in_units))
-    return max(sizes) if sizes else 0
+    root = nbytes(p for p in model.parameters() if id(p) not in in_units)
+    return sorted([*sizes, root], reverse=True), root
 
 
 def model_facts(model: nn.Module, optimizer: Any,
@@ -82,17 +87,21 @@ def model_facts(model: nn.Module, optimizer: Any,
                 scalar_bytes += int(t.numel()) * int(t.element_size())
         per_param = max(per_param, n_full)
     try:
-        unit = largest_unit_bytes(model, shard_units(model)[0])
+        sizes, root = unit_bytes(model, shard_units(model)[0])
+        unit, second = sizes[0], (sizes[1] if len(sizes) > 1 else 0)
         unit_reason = None
     except Exception as e:  # noqa: BLE001  (a user's model the rule cannot split: unknown)
-        unit, unit_reason = None, f"FSDP's unit rule failed on this model: {e}"
+        unit = second = root = None
+        unit_reason = f"FSDP's unit rule failed on this model: {e}"
     return {"param_count": numel, "param_numel_by_dtype": by_dtype,
             "optimizer": type(optimizer).__name__,
             "optimizer_states_per_param": per_param,
             "optimizer_bytes_per_param": full_bytes / numel if numel else None,
             "optimizer_scalar_bytes": scalar_bytes, "optimizer_param_tensors": len(params),
             "master_bytes_per_param": 0.0, "master_note": MASTER_NOTE,
-            "largest_unit_bytes": unit, "largest_unit_reason": unit_reason}
+            "largest_unit_bytes": unit, "second_unit_bytes": second,
+            "root_unit_bytes": root,
+            "largest_unit_reason": unit_reason}
 
 
 @contextlib.contextmanager
@@ -137,13 +146,19 @@ def _cpu_peak(fn: Callable[[], None]) -> int:
     return peak
 
 
-def _cuda_peak(fn: Callable[[], None], device: torch.device) -> int:
+def _cuda_peak(fn: Callable[[], None], device: torch.device,
+               margins: list[float] | None = None) -> int:
+    """The allocator's peak above what was live before ``fn`` (CUDA); ``margins`` gains
+    the step's max_memory_reserved / max_memory_allocated - 1 (its cache and fragmentation)."""
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     torch.cuda.synchronize(device)
-    return int(torch.cuda.max_memory_allocated(device)) - int(before)
+    peak = int(torch.cuda.max_memory_allocated(device))
+    if margins is not None and peak > 0:
+        margins.append(int(torch.cuda.max_memory_reserved(device)) / peak - 1)
+    return peak - int(before)
 
 
 def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
@@ -155,7 +170,7 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         return {"reasons": {"fwd_bwd_peak_bytes": "not probed: the batch is not an input and a "
                                                   "target tensor (detection: lists)"}}
     n = int(x.shape[0])
-    sizes = [n] + ([n // 2] if n >= 2 else [])
+    sizes = [n] + [n // k for k in (2, 4) if n // k >= 1 and n // k < n]
     cuda = p.device.type == "cuda"
     # a compiled model would recompile for the half batch (and count it as the run's): the
     # probe runs its eager module, which may save more for backward than the compiled graph
@@ -165,10 +180,13 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         "; eager module of a compiled model (its graph may hold less)" if inner is not None
         else "")
 
+    margins: list[float] = []
+
     def peak(fn: Callable[[], None]) -> int:
-        return _cuda_peak(fn, p.device) if cuda else _cpu_peak(fn)
+        return _cuda_peak(fn, p.device, margins) if cuda else _cpu_peak(fn)
 
     fb, opt = [], []
+    t0 = time.perf_counter()
     for b in sizes:
         xb, yb = (x, y) if b == n else (x[:b], y[:b])
 
@@ -181,8 +199,10 @@ def probe_steps(p: Any, batch: tuple[Any, Any]) -> dict[str, Any]:
         opt.append(peak(lambda: p.strategy.optimizer_step(p.optimizer, p.scaler)))
         p.optimizer.zero_grad(set_to_none=True)
     return {"batch_sizes": sizes, "fwd_bwd_peak_bytes": fb, "optimizer_peak_bytes": opt,
+            "probe_s": time.perf_counter() - t0,
             "device": p.device.type, "method": method,
-            "input_bytes": _input_bytes(x, y)}
+            "input_bytes": _input_bytes(x, y),
+            "probe_margin": margins[0] if margins else None}
 
 
 def _input_bytes(x: Any, y: Any) -> int | None:

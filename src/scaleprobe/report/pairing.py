@@ -17,9 +17,10 @@ from typing import Any
 from scaleprobe.core.results import RunResult
 
 # keys that never change what is measured: where results go, the run's label, the progress
-# bar, where generated data is cached, the rendezvous address
+# bar, where generated data is cached, the rendezvous address, the memory probe (its steps
+# run after the window)
 IGNORED_KEYS = frozenset({"out", "name", "measure.progress", "data.cache_dir",
-                          "dist.rdzv_endpoint", "dist.master_port"})
+                          "dist.rdzv_endpoint", "dist.master_port", "measure.memory_probe"})
 # what comes with a dataset: a pairing that varies the dataset varies these with it
 DATASET_KEYS = frozenset({"data.dataset", "data.data_dir", "data.download", "data.num_samples",
                           "data.num_classes", "data.val_fraction", "data.skip_bad_samples"})

@@ -227,6 +227,9 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     _monitored(result, mon)
     _evaluated(result, cfg, ranks, raw0)
     _memory(result, ranks, mon)
+    if not cfg.measure.memory_probe:
+        result.null_reasons["memory_facts"] = ("not probed: --no-memory-probe "
+                                               "(measure.memory_probe = false)")
     _flops(result, ranks, raw0)
     _compile(result, cfg, ranks, raw0)
     server = next((r.strategy_metrics for r in ranks if r.is_server), None) or {}

@@ -511,7 +511,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
 
         rec["memory_pass"] = memory_passes()
-    if not interrupted:  # after rank_record: the probe resets CUDA's peak statistics
+    if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
         rec["memory_facts"] = _memory_facts(p, st, strategy)
     rec["observed"] = observed
     rec["flops"] = {**p.flops.result(), **peak} if p.flops else None

@@ -2,6 +2,7 @@
 flag refused in one line."""
 
 import json
+import math
 
 import pytest
 
@@ -43,6 +44,29 @@ def test_check_sets_a_measured_fsdp_runs_peak_beside_its_prediction(tmp_path, ca
     assert pt["predicted_peak_bytes"] == 8_000_000 + 800_000 + 32_000 + 50_000 + 3_200
     assert pt["memory_ratio"] == pytest.approx(1.0)
     assert pt["memory_base"] == "r1"
+    # its interval: the 400 kB unit below, and (no second unit recorded) three times it above
+    assert (pt["predicted_peak_low_bytes"], pt["predicted_peak_high_bytes"]) == (
+        pt["predicted_peak_bytes"] - 400_000, pt["predicted_peak_bytes"] + 1_200_000)
+
+
+def test_check_table_fits_80_columns(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    state = {"params_bytes": 2_000_000, "grads_bytes": 2_000_000,
+             "optimizer_bytes": 4_000_000}
+    two = _record("r2", "fsdp", 2, state, fwd_bwd_peak_bytes=[2_882_000, 2_866_000, 2_858_000])
+    other = _record("r3", "fsdp", 2, state)  # batch 32 per rank, no 1-rank run at 64:
+    other.batch.per_device = 64
+    for i, rec in enumerate((_record(), two, other)):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "result.json").write_text(json.dumps(rec.to_dict()))
+    assert main(["predict", "--check", str(tmp_path), "--memory"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(ln) for ln in lines) <= 80 and not any("\u2026" in ln for ln in lines)
+    text = " ".join(" ".join(lines).split())
+    # 8,885,200 B measured and predicted, 400 kB below, 1.2 MB above: 8.09 to 9.62 MiB
+    assert "mlp fsdp 2 32 8.5 MiB 8.5 MiB 8.1-9.6 MiB 1.000" in text
+    assert "measured inside the predicted interval: 1 of 1" in text
+    assert "n/a (fsdp 2 x 64): no 1-rank run of the same model" in text
 
 
 def test_json_points_parts_fits_and_largest_batch(tmp_path, capsys):
@@ -61,11 +85,13 @@ def test_json_points_parts_fits_and_largest_batch(tmp_path, capsys):
     f = pts[("fsdp", 4, 1000)]
     assert f["predicted_peak_bytes"] == 4_000_000 + 800_000 + 1_000_000 + 50_000 + 100_000
     assert f["fits"] is True
-    best = {(r["strategy"], r["nproc"]): r["largest_batch_per_rank"]
+    best = {(r["strategy"], r["nproc"]): (r["largest_batch_per_rank"],
+                                          r["largest_batch_per_rank_point"])
             for r in out["largest_batch"]}
-    assert best[("ddp", 1)] == 0
-    # (17e6 - 4.85e6) / 1100 B per sample = 11045
-    assert best[("fsdp", 4)] == 11045
+    assert best[("ddp", 1)] == (0, 0)
+    # the point: (17e6 - 4.85e6) / 1100 B per sample = 11045; the interval's top holds three
+    # more units (FSDP's collectives beside the step): (17e6 - 4.85e6 - 1.2e6) / 1100
+    assert best[("fsdp", 4)] == (9954, 11045)
 
 
 def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
@@ -73,7 +99,78 @@ def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
     assert main(["predict", "--from", run, "--memory", "--nproc", "4", "--strategy", "fsdp",
                  "--device-memory", "17000000"]) == 0
     out = capsys.readouterr().out
-    assert "fits" in out and "largest batch per rank that fits: 11,045" in " ".join(out.split())
+    assert "fits" in out
+    assert ("largest batch per rank that fits: 9,954 (9,955 to 11,045: inconclusive)"
+            in " ".join(out.split()))
+
+
+# 1000 B per sample between batch 16 and 32, 750 B between 8 and 16: the slope grew 250 B
+BENT = [4_082_000, 4_066_000, 4_060_000]
+
+
+def _top(b):
+    """The interval's top by hand, one rank, batch b > 32: 16 MB of state + 50 kB + 1100 B
+    per sample (activations and the batch) + 250 B x 32 + the slope's growth beyond 32."""
+    return 16_050_000 + 1100 * b + 8_000 + 250 * (b * math.log2(b / 16) - 32
+                                                  - (b - 32) / math.log(2))
+
+
+def test_interval_in_the_json_and_inconclusive_inside_it(tmp_path, capsys):
+    run = _run(tmp_path, fwd_bwd_peak_bytes=BENT)
+    assert main(["predict", "--from", run, "--memory", "--batch-size", "64,1000",
+                 "--nproc", "1", "--strategy", "fsdp", "--device-memory", "17200000",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    small, big = out["points"]
+    assert big["predicted_peak_bytes"] == 16_000_000 + 1_100_000 + 50_000
+    assert (big["predicted_peak_low_bytes"], big["predicted_peak_high_bytes"]) == (
+        17_142_000, round(_top(1000)))
+    # 17.2 MB lies inside [17.14, 18.29] MB
+    assert big["fits"] is None and big["fit_verdict"] == "inconclusive"
+    assert big["fit"]["rule"] == "interval includes the reference"
+    assert small["fits"] is True and small["predicted_peak_high_bytes"] == round(_top(64))
+    (row,) = out["largest_batch"]
+    top = max(b for b in range(33, 1100) if _top(b) <= 17_200_000)
+    # the point estimate: (17.2e6 - 16.05e6) / 1100 B per sample = 1045
+    assert (row["largest_batch_per_rank"], row["largest_batch_per_rank_point"]) == (top, 1045)
+    assert out["from"]["activations_slope_change_bytes"] == 250
+
+
+def test_wide_figures_fit_80_columns(tmp_path, capsys, monkeypatch):
+    """Every cell of 8 characters ("38.1 MiB"): 10 M parameters, 1 MB per sample."""
+    monkeypatch.setenv("COLUMNS", "80")
+    n = 10_000_000
+    run = _run(tmp_path, param_count=n, param_numel_by_dtype={"float32": n},
+               fwd_bwd_peak_bytes=[4 * n + 32_000_000, 4 * n + 16_000_000,
+                                   4 * n + 7_900_000])
+    assert main(["predict", "--from", run, "--memory", "--batch-size", "64,100",
+                 "--nproc", "2,8", "--strategy", "ddp,fsdp", "--device-memory", "1GiB"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
+    assert not any("\u2026" in ln for ln in lines), [ln for ln in lines if "\u2026" in ln]
+    assert any(ln.split()[:4] == ["ddp", "2", "64", "153"] and ln.split()[-1] == "fwd/bwd"
+               for ln in lines)
+
+
+def test_the_tables_fit_80_columns(tmp_path, capsys, monkeypatch):
+    """The table was cut in an 80-column terminal; now two tables, none wider than 80."""
+    monkeypatch.setenv("COLUMNS", "80")
+    run = _run(tmp_path, fwd_bwd_peak_bytes=BENT)
+    assert main(["predict", "--from", run, "--memory", "--batch-size", "64,1000,100000",
+                 "--nproc", "1,8", "--strategy", "ddp,fsdp", "--device-memory",
+                 "17200000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
+    # rich keeps a table inside the width by cutting cells: nothing may be cut
+    assert not any("\u2026" in ln for ln in lines), [ln for ln in lines if "\u2026" in ln]
+    rows = [ln.split() for ln in lines if ln.startswith(("ddp ", "fsdp "))]
+    # each point in both tables, its verdict and its interval whole in the first
+    assert len(rows) == 2 * 2 * 2 * 3
+    fsdp1 = [r for r in rows if r[:3] == ["fsdp", "1", "1000"]][0]
+    assert fsdp1[-1] == "inconclusive" and fsdp1[5:7] == ["16.3-17.4", "MiB"]
+    text = " ".join(" ".join(lines).split())
+    top = max(b for b in range(33, 1100) if _top(b) <= 17_200_000)
+    assert f"largest batch per rank that fits: {top} ({top + 1} to 1,045: inconclusive)" in text
 
 
 @pytest.mark.parametrize("argv,msg", [

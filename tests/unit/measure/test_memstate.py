@@ -43,6 +43,8 @@ def test_adamw_facts_are_exact_counts():
     assert f["optimizer_bytes_per_param"] == 8.0  # exp_avg + exp_avg_sq, fp32
     assert f["optimizer_scalar_bytes"] == 4 * 4  # one fp32 ``step`` per parameter tensor
     assert f["largest_unit_bytes"] == 4 * (100 * 200 + 200)
+    assert f["second_unit_bytes"] == 4 * (200 * 10 + 10)
+    assert f["root_unit_bytes"] == 0  # both Linears are units: the root holds nothing
     assert f["master_bytes_per_param"] == 0.0
 
 
@@ -66,7 +68,8 @@ def test_probe_activation_bytes_per_sample_match_the_saved_tensors():
     x, y = torch.randn(256, 100), torch.randint(0, 10, (256,))
     probe_steps(p, (x, y))  # warm
     got = probe_steps(p, (x, y))
-    assert got["batch_sizes"] == [256, 128] and got["device"] == "cpu"
+    assert got["batch_sizes"] == [256, 128, 64] and got["device"] == "cpu"
+    assert got["probe_s"] > 0  # its cost, for the record
     fb = got["fwd_bwd_peak_bytes"]
     per_sample = (fb[0] - fb[1]) / 128
     assert abs(per_sample / 2400 - 1) < 0.10, per_sample
