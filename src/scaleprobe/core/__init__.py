@@ -1,6 +1,7 @@
 """The bottom floor: the typed record and its figures, torch-free and mypy-strict.
 
-``result_model`` (the record's types) and ``results`` (reading and writing them), ``metrics``
+``record`` (the records' base), ``result_model`` (a run's and a rank's record),
+``experiment_records`` (the experiments' own) and ``results`` (reading and writing them), ``metrics``
 (every reported figure, defined once), ``fmt`` (how a figure is printed), ``thresholds`` (the
 bars a rule compares against), ``target`` (a quality target), ``traits`` (what a strategy
 is), ``registry``, ``lmspec``, ``schema`` and ``errors`` (the mistakes a user can make, one

@@ -201,23 +201,29 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.core.errors import OutputError
+from scaleprobe.core.experiment_records import (  # noqa: F401  (re-exported)
+    RECORD_TYPES,
+    ColocateRecord,
+    CommBenchRecord,
+    Other,
+    ParityRecord,
+    SweepRecord,
+    typed,
+)
+from scaleprobe.core.record import TRANSIENT, Record, get  # noqa: F401  (re-exported)
 from scaleprobe.core.result_model import (  # noqa: F401  (the typed model, re-exported)
     BATCH_AXES,
     BREAKDOWN_PHASES,
     MEASURED,
-    RECORD_TYPES,
     SCHEMA,
     STATUSES,
     TASK_METRICS,
-    TRANSIENT,
     UNKNOWN,
     UNKNOWN_TEXT,
     Audit,
     Batch,
     Breakdown,
-    ColocateRecord,
     Comm,
-    CommBenchRecord,
     CommBucket,
     Experiment,
     Gns,
@@ -228,8 +234,6 @@ from scaleprobe.core.result_model import (  # noqa: F401  (the typed model, re-e
     MemoryFacts,
     MemoryPass,
     Metrics,
-    Other,
-    ParityRecord,
     Peak,
     PeakMem,
     RankInfo,
@@ -237,20 +241,16 @@ from scaleprobe.core.result_model import (  # noqa: F401  (the typed model, re-e
     RankRecord,
     RankState,
     RankSummary,
-    Record,
     RunResult,
     StateBytes,
     StepTime,
     Straggler,
-    SweepRecord,
     TimeToTarget,
     axis_name,
     dict_of,
     dicts,
-    get,
     num,
     point_key,
-    typed,
 )
 
 # the typed model, re-exported (readers import it from here; mypy: explicit re-exports)
