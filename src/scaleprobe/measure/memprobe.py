@@ -10,19 +10,28 @@ copies and local SGD's averaging with.
                        allocates its copies pays this every time; measured at 64 MiB for
                        that reason
 
-Each the median of ``repeats`` timed calls after one untimed call.
+Each the median of ``repeats`` timed calls after one untimed call. A machine's figures do not
+change from one run to the next: ``machine_memory_passes`` measures them at most once every
+``MEASURE_EVERY_S`` per host, thread count and torch (``memory_pass.json`` in the cache folder
+the FLOPs peak uses), so a sweep's short runs do not each pay 0.2-0.35 s for them.
 """
 
 from __future__ import annotations
 
+import socket
 import time
+from pathlib import Path
 from typing import Any
 
+from scaleprobe.measure.flops import _locked, _read, _write, cache_dir
 from scaleprobe.measure.stats import median
 
 PROBE_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MiB): fresh pages each time
 METHOD = ("host memory, one thread set as the run's: median of 3 in-place mul_ (warm) and of "
           "3 clone (fresh buffer) of 64 MiB of float32, after the timed window")
+CACHE_FILE = "memory_pass.json"
+MEASURE_EVERY_S = 600.0  # as the FLOPs peak's check (measure/flops.CHECK_EVERY_S)
+KEYS = ("bytes", "warm_s_per_byte", "fresh_s_per_byte", "threads", "method")
 
 
 def memory_passes(nbytes: int = PROBE_BYTES, repeats: int = 3) -> dict[str, Any]:
@@ -45,3 +54,27 @@ def memory_passes(nbytes: int = PROBE_BYTES, repeats: int = 3) -> dict[str, Any]
     return {"bytes": nbytes, "warm_s_per_byte": warm / nbytes,
             "fresh_s_per_byte": fresh / nbytes, "threads": torch.get_num_threads(),
             "method": METHOD}
+
+
+def machine_memory_passes(folder: Path | None = None) -> dict[str, Any]:
+    """``memory_passes`` of this host at this thread count, measured at most once every
+    ``MEASURE_EVERY_S``: a run within that time of the last measurement reuses it, and its
+    method says when it was measured. A cache that cannot be read or written costs a
+    measurement, never the run."""
+    # heavy: torch: the probe runs in a rank, which has torch loaded
+    import torch
+
+    folder = folder or cache_dir()
+    key = f"{socket.gethostname()}|{torch.get_num_threads()} threads|torch {torch.__version__}"
+    with _locked(folder):
+        cached = _read(folder / CACHE_FILE)
+        hit = cached.get(key)
+        if (isinstance(hit, dict) and all(k in hit for k in KEYS)
+                and 0 <= time.time() - float(hit.get("measured_at_s") or 0) < MEASURE_EVERY_S):
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(hit["measured_at_s"]))
+            return {**{k: hit[k] for k in KEYS},
+                    "method": f"{hit['method']}; measured {when} on this host, reused"}
+        got = memory_passes()
+        cached[key] = {**got, "measured_at_s": time.time()}
+        _write(folder / CACHE_FILE, cached)
+    return got

@@ -27,7 +27,7 @@ from scaleprobe.measure.flops import resolve_peak
 from scaleprobe.measure.gns_probe import half_steps, samples_of
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
-from scaleprobe.measure.memprobe import memory_passes
+from scaleprobe.measure.memprobe import machine_memory_passes
 from scaleprobe.measure.memstate import model_facts, probe_steps
 from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
@@ -510,7 +510,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
 
-        rec["memory_pass"] = memory_passes()
+        rec["memory_pass"] = machine_memory_passes()
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
         rec["memory_facts"] = _memory_facts(p, st, strategy)
     rec["observed"] = observed

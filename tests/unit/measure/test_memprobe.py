@@ -13,3 +13,27 @@ def test_a_fresh_buffer_costs_more_than_touched_memory():
     got = memory_passes()
     assert got["bytes"] == PROBE_BYTES and got["threads"] >= 1
     assert 0 < got["warm_s_per_byte"] < got["fresh_s_per_byte"] < 1e-6
+
+
+def test_a_machines_memory_passes_are_reused_within_their_window(tmp_path, monkeypatch):
+    """A sweep's short runs each paid 0.2-0.35 s to measure the same host's memory again: a
+    measurement stands for MEASURE_EVERY_S on this host and thread count, then the next run
+    measures again; a reused one says when it was measured."""
+    from scaleprobe.measure import memprobe as mp
+
+    calls, now = [], [1000.0]
+    monkeypatch.setattr(mp, "memory_passes", lambda: calls.append(now[0]) or {
+        "bytes": 1, "warm_s_per_byte": 1e-10, "fresh_s_per_byte": 2e-10, "threads": 1,
+        "method": "fake"})
+    monkeypatch.setattr(mp.time, "time", lambda: now[0])
+    first = mp.machine_memory_passes(tmp_path)
+    assert first["method"] == "fake"
+    now[0] += mp.MEASURE_EVERY_S - 1
+    again = mp.machine_memory_passes(tmp_path)
+    assert again["warm_s_per_byte"] == 1e-10 and "reused" in again["method"]
+    now[0] += 2
+    assert mp.machine_memory_passes(tmp_path)["method"] == "fake"
+    assert calls == [1000.0, 1000.0 + mp.MEASURE_EVERY_S + 1]
+    (tmp_path / mp.CACHE_FILE).write_text("{torn")  # an unreadable cache: measured again
+    now[0] += 1
+    assert mp.machine_memory_passes(tmp_path)["method"] == "fake" and len(calls) == 3
