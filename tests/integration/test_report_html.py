@@ -185,9 +185,11 @@ def _wait_loaded(dt: DevTools, sid: str, url: str, timeout_s: float = 60.0) -> N
     raise TimeoutError(f"{url} did not finish loading in {timeout_s:.0f} s")
 
 
-def inspect(binary: str, html: Path) -> tuple[dict[str, Any], list[str], bytes]:
+def inspect(binary: str, html: Path, also: str | None = None
+            ) -> tuple[dict[str, Any], list[str], bytes]:
     """Load the page in a fresh Chromium whose HOME and caches live in a temporary folder
-    (removed afterwards); returns the page check, console errors and a screenshot."""
+    (removed afterwards); returns the page check, console errors and a screenshot. ``also``:
+    one more expression evaluated on the same page, its JSON value under the check's "also"."""
     with tempfile.TemporaryDirectory(prefix="scaleprobe-chromium-") as home:
         dt = DevTools(binary, Path(home))
         try:
@@ -202,11 +204,16 @@ def inspect(binary: str, html: Path) -> tuple[dict[str, Any], list[str], bytes]:
             dt.events.clear()
             dt.call("Page.navigate", {"url": html.as_uri()}, session=sid)
             _wait_loaded(dt, sid, html.as_uri())
-            value = dt.call("Runtime.evaluate", {"expression": PAGE_CHECK,
-                                                 "returnByValue": True},
-                            session=sid)["result"]["value"]
+            checked = {}
+            for key, expr in (("page", PAGE_CHECK), ("also", also)):
+                if expr is not None:
+                    checked[key] = json.loads(dt.call(
+                        "Runtime.evaluate", {"expression": expr, "returnByValue": True},
+                        session=sid)["result"]["value"])
             shot = dt.call("Page.captureScreenshot", {"format": "png"}, session=sid)["data"]
-            return json.loads(value), _console_errors(dt.events), base64.b64decode(shot)
+            page = checked["page"] if also is None else {**checked["page"],
+                                                         "also": checked["also"]}
+            return page, _console_errors(dt.events), base64.b64decode(shot)
         finally:
             dt.close()
 
@@ -384,26 +391,9 @@ def test_a_runs_table_with_every_column_fits_and_next_steps_are_one_line(browser
             recs.append(r)
     recs[-1]["status"] = "interrupted"
     _, html = build_report(write_results(tmp_path / "results", recs), tmp_path / "report")
-    page, errors, _png = inspect(browser, html)
+    page, errors, _png = inspect(browser, html, also=WIDE_CHECK)
     check_page(page, errors)
-    runs = page["runs"]
+    runs, got = page["runs"], page["also"]
     assert runs[0] <= runs[1], f"the runs table is {runs[0]} px wide in {runs[1]} px"
-    with tempfile.TemporaryDirectory(prefix="scaleprobe-chromium-") as home:
-        dt = DevTools(browser, Path(home))
-        try:
-            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-            sid = dt.call("Target.attachToTarget", {"targetId": target,
-                                                    "flatten": True})["sessionId"]
-            dt.call("Runtime.enable", session=sid)
-            dt.call("Emulation.setDeviceMetricsOverride",
-                    {"width": 1280, "height": 2000, "deviceScaleFactor": 1, "mobile": False},
-                    session=sid)
-            dt.call("Page.navigate", {"url": html.as_uri()}, session=sid)
-            _wait_loaded(dt, sid, html.as_uri())
-            got = json.loads(dt.call("Runtime.evaluate", {"expression": WIDE_CHECK,
-                                                          "returnByValue": True},
-                                     session=sid)["result"]["value"])
-        finally:
-            dt.close()
     assert got["wide"] == [], f"tables wider than the page: {got['wide']}"
     assert got["nextStepLines"] and max(got["nextStepLines"]) < 1.6, got["nextStepLines"]
