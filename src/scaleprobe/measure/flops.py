@@ -280,8 +280,8 @@ def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
     folder = folder or cache_dir()
     key = cache_key(device, dtype)
     stale = None
-    with _locked(folder):
-        cached = _read(folder / CACHE_FILE)
+    with cache_locked(folder):
+        cached = read_cache(folder / CACHE_FILE)
         hit = cached.get(key)
         if not (isinstance(hit, dict) and (hit.get("flops_per_s") or 0) > 0):
             hit = None
@@ -291,7 +291,7 @@ def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
             stale = _stale(hit, device, dtype, check or (None if measure else _quick_check))
             if stale is None:
                 cached[key] = {**hit, "checked_at": time.time()}
-                _write(folder / CACHE_FILE, cached)
+                write_cache(folder / CACHE_FILE, cached)
                 return {**cached[key], "cached": True}
             hit = None  # proven low: measured again below, replaced whatever it gives
         got = (measure or calibrate)(device, dtype)
@@ -310,7 +310,7 @@ def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
         if busy_again and hit["flops_per_s"] >= entry["flops_per_s"]:
             return {**hit, "cached": True}  # busy again, and no higher than the one kept
         cached[key] = entry
-        _write(folder / CACHE_FILE, cached)
+        write_cache(folder / CACHE_FILE, cached)
     return {**entry, "cached": False}
 
 
@@ -334,7 +334,7 @@ def _quick_check(device: torch.device, dtype: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
+def cache_locked(folder: Path) -> Iterator[None]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / "peaks.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -348,7 +348,7 @@ def _locked(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_cache(path: Path) -> dict[str, Any]:
     try:
         d = json.loads(path.read_text())
         return d if isinstance(d, dict) else {}
@@ -356,7 +356,7 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _write(path: Path, d: dict[str, Any]) -> None:
+def write_cache(path: Path, d: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")

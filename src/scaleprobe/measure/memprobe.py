@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.measure.flops import _locked, _read, _write, cache_dir
+from scaleprobe.measure.flops import cache_dir, cache_locked, read_cache, write_cache
 from scaleprobe.measure.stats import median
 
 PROBE_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MiB): fresh pages each time
@@ -66,8 +66,8 @@ def machine_memory_passes(folder: Path | None = None) -> dict[str, Any]:
 
     folder = folder or cache_dir()
     key = f"{socket.gethostname()}|{torch.get_num_threads()} threads|torch {torch.__version__}"
-    with _locked(folder):
-        cached = _read(folder / CACHE_FILE)
+    with cache_locked(folder):
+        cached = read_cache(folder / CACHE_FILE)
         hit = cached.get(key)
         if (isinstance(hit, dict) and all(k in hit for k in KEYS)
                 and 0 <= time.time() - float(hit.get("measured_at_s") or 0) < MEASURE_EVERY_S):
@@ -76,5 +76,5 @@ def machine_memory_passes(folder: Path | None = None) -> dict[str, Any]:
                     "method": f"{hit['method']}; measured {when} on this host, reused"}
         got = memory_passes()
         cached[key] = {**got, "measured_at_s": time.time()}
-        _write(folder / CACHE_FILE, cached)
+        write_cache(folder / CACHE_FILE, cached)
     return got
