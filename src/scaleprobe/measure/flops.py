@@ -71,7 +71,8 @@ BUSY_SHARE = 0.8
 # machine that later gave 195-198 GFLOP/s (the VM moved), every MFU twice the truth.
 CHECK_SECONDS = 0.05
 # a check that held is good for this long on this machine: a sweep's or a suite's short runs
-# do not each pay one (0.15-0.25 s of matrix products a process on the 2-core machine)
+# do not each pay one: 0.23 s of matrix products and their set-up in one short run profiled
+# on the 2-core machine at load average 3
 CHECK_EVERY_S = 600.0
 STALE_MARGIN = 0.10
 COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "

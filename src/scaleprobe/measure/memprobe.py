@@ -13,7 +13,8 @@ copies and local SGD's averaging with.
 Each the median of ``repeats`` timed calls after one untimed call. A machine's figures do not
 change from one run to the next: ``machine_memory_passes`` measures them at most once every
 ``MEASURE_EVERY_S`` per host, thread count and torch (``memory_pass.json`` in the cache folder
-the FLOPs peak uses), so a sweep's short runs do not each pay 0.2-0.35 s for them.
+the FLOPs peak uses), so a sweep's short runs do not each pay the 0.34 s
+(one short run profiled at load average 3) it takes.
 """
 
 from __future__ import annotations

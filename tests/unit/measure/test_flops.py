@@ -406,7 +406,7 @@ def test_a_cached_peak_beaten_by_a_short_check_is_measured_again(tmp_path, monke
 
 
 def test_a_check_that_held_is_not_repeated_within_its_window(tmp_path, monkeypatch):
-    """A sweep's short runs each paid 0.15-0.25 s of matrix products to check the same cached
+    """A sweep's short runs each paid 0.23 s (cProfile of one short run, load average 3) of matrix products to check the same cached
     peak: a check that held stands for CHECK_EVERY_S, then the next run checks again."""
     cpu = torch.device("cpu")
     calls = []
