@@ -9,7 +9,6 @@ from scaleprobe.report import headline as H
 from scaleprobe.report.build import compose
 from scaleprobe.report.doc import Table, Text
 from tests.unit.report.factory import GIB, breakdown, run, with_, write_results
-from tests.unit.report.sample import write_mixed
 
 
 def _point(eid: str, repeat: int, **point) -> dict:
@@ -137,11 +136,9 @@ def test_runs_under_load_are_one_caveat_not_a_verdict(tmp_path):
     assert any(n.startswith("Caveat: 1 of 6 runs were measured under load") for n in notes)
 
 
-def test_the_report_opens_with_the_headline(tmp_path):
+def test_the_report_opens_with_the_headline(mixed_report):
     """Catches a report whose answer sits below the intro and the findings tables."""
-    write_mixed(tmp_path)
-    md, html = build_report(tmp_path)
-    md_text, html_text = md.read_text(), html.read_text()
+    md_text, html_text, _ = mixed_report
     assert md_text.index("## What this says") < md_text.index("Source: ")
     assert md_text.index("## What this says") < md_text.index("## Findings")
     body = html_text.split("<body>", 1)[1]
@@ -149,16 +146,15 @@ def test_the_report_opens_with_the_headline(tmp_path):
     assert body.index("</section>") < body.index("<p>Source: ")
 
 
-def test_no_literal_backticks_or_none_in_the_page(tmp_path):
+def test_no_literal_backticks_or_none_in_the_page(mixed_report):
     """Catches `commands` shown with their backticks in HTML, and "None" leaking into
     cells (Growth of a first row, a figure that was not measured)."""
-    write_mixed(tmp_path)
-    md, html = build_report(tmp_path)
-    html_text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html.read_text())
+    md_text, html_text, _ = mixed_report
+    html_text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html_text)
     assert "`" not in html_text
     assert "<code><span>scaleprobe</span> <span>sweep</span></code>" in html_text
-    assert "`scaleprobe sweep`" in md.read_text()  # Markdown keeps them: they render as code
-    for text in (md.read_text(), html_text):
+    assert "`scaleprobe sweep`" in md_text  # Markdown keeps them: they render as code
+    for text in (md_text, html_text):
         assert not re.search(r"\bNone\b", text)
 
 

@@ -13,15 +13,6 @@ from scaleprobe.commands import report as cmd
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.report import build_report
 from tests.unit.report.factory import run, write_results
-from tests.unit.report.sample import write_mixed
-
-
-@pytest.fixture(scope="module")
-def mixed_report(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mixed")
-    write_mixed(folder)
-    md, html = build_report(folder)
-    return md.read_text(), html.read_text(), folder
 
 
 def test_markdown_sections_and_tables(mixed_report):
