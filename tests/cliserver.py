@@ -69,6 +69,12 @@ def _run_command(req: dict) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
                           else signal.SIG_IGN if sig == signal.SIGPIPE else signal.SIG_DFL)
+        if req.get("cpus"):  # pinned, as `taskset` pins a fresh interpreter
+            os.sched_setaffinity(0, req["cpus"])
+        if req.get("netns"):  # inside a namespace, as `ip netns exec` starts one
+            from scaleprobe.comm.ranknet import enter
+
+            enter(req["netns"])
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
@@ -160,8 +166,9 @@ class Server:
         if line.strip() != "ready":
             raise RuntimeError(f"the test CLI server did not start: {line!r}")
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: str | None,
-            timeout: float) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], env: dict[str, str], cwd: str | None, timeout: float,
+            netns: str | None = None, cpus: list[int] | None = None
+            ) -> subprocess.CompletedProcess:
         out = tempfile.NamedTemporaryFile(dir=self.dir, delete=False)
         err = tempfile.NamedTemporaryFile(dir=self.dir, delete=False)
         out.close()
@@ -171,7 +178,8 @@ class Server:
         try:
             conn.connect(self.path)
             _send(conn, {"argv": argv, "env": env, "cwd": str(cwd or os.getcwd()),
-                         "stdout": out.name, "stderr": err.name, "status": status})
+                         "stdout": out.name, "stderr": err.name, "status": status,
+                         "netns": netns, "cpus": cpus})
             pid = (_recv(conn) or {})["pid"]
             conn.settimeout(timeout)
             try:
@@ -233,6 +241,7 @@ def _kill_group(pid: int) -> None:
 
 
 _SERVER: Server | None = None
+_STARTING = threading.Lock()  # calls from several threads at once start one server
 
 
 def server() -> Server | None:
@@ -241,12 +250,13 @@ def server() -> Server | None:
     global _SERVER
     if os.environ.get("SCALEPROBE_TEST_CLI", "fork") == "exec":
         return None
-    if _SERVER is not None and _SERVER.proc.poll() is not None:  # a test killed it
-        _SERVER.close()
-        _SERVER = None
-    if _SERVER is None:
-        _SERVER = Server()
-    return _SERVER
+    with _STARTING:
+        if _SERVER is not None and _SERVER.proc.poll() is not None:  # a test killed it
+            _SERVER.close()
+            _SERVER = None
+        if _SERVER is None:
+            _SERVER = Server()
+        return _SERVER
 
 
 def own_pids() -> set[int]:

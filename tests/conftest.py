@@ -71,18 +71,23 @@ def out_dir(tmp_path):
     return tmp_path / "out"
 
 
-def run_cli(*argv, timeout=240, env=None, cwd=None):
+def run_cli(*argv, timeout=240, env=None, cwd=None, netns=None, cpus=None):
     """Run `python -m scaleprobe ...` in a process of its own; returns CompletedProcess. The
     process is forked from a server that imported torch and scaleprobe once
-    (tests/cliserver.py), or is a fresh interpreter with SCALEPROBE_TEST_CLI=exec."""
+    (tests/cliserver.py), or is a fresh interpreter with SCALEPROBE_TEST_CLI=exec. ``netns``:
+    inside that network namespace (as `ip netns exec`); ``cpus``: pinned to those cores (as
+    `taskset -c`)."""
     from tests import cliserver
 
     e = dict(os.environ)
     e.update(env or {})
     srv = cliserver.server()
     if srv is not None:
-        return srv.run([str(a) for a in argv], e, None if cwd is None else str(cwd), timeout)
-    return subprocess.run([sys.executable, "-m", "scaleprobe", *map(str, argv)],
+        return srv.run([str(a) for a in argv], e, None if cwd is None else str(cwd), timeout,
+                       netns=netns, cpus=None if cpus is None else list(cpus))
+    wrap = ["ip", "netns", "exec", netns] if netns else []
+    wrap += ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+    return subprocess.run([*wrap, sys.executable, "-m", "scaleprobe", *map(str, argv)],
                           capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
 
 

@@ -14,7 +14,6 @@ decides the step and CPU noise cannot. Needs root, ip, tc and taskset.
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -80,9 +79,8 @@ def test_the_rank_behind_the_slow_cable_is_the_straggler(slow_cable_runs, slow):
 def test_the_slow_cable_is_predicted_from_a_one_rank_run(slow_cable_runs, cli):
     out = slow_cable_runs[2][0]  # ps, rank 2 behind 100 Mbit/s
     # one thread, as each of the 3 ranks on this host gets (2 cores // 3 processes)
-    one = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "scaleprobe", "run",
-                          "--strategy", "single", *TRAIN, "--steps", "20", "--out",
-                          str(out)], capture_output=True, text=True, timeout=200)
+    one = cli("run", "--strategy", "single", *TRAIN, "--steps", "20", "--out", out,
+              timeout=200, cpus=[0])
     assert one.returncode == 0, one.stderr[-2000:]
     got = cli("predict", "--check", out, "--json", timeout=120)
     assert got.returncode == 0, got.stderr[-2000:]

@@ -59,7 +59,8 @@ def context(spec: str | None, nproc: int, nnodes: int = 1) -> Iterator[None]:
                 os.environ[ENV] = saved
 
 
-def _enter(ns: str) -> None:
+def enter(ns: str) -> None:
+    """Move the calling thread into network namespace ``ns`` (``ip netns add`` made it)."""
     fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -81,6 +82,6 @@ def join(timeout: Any) -> Any | None:
     rank = int(os.environ.get("RANK", "0"))
     me = json.loads(raw)[rank]
     store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
-    _enter(me["ns"])
+    enter(me["ns"])
     os.environ["GLOO_SOCKET_IFNAME"] = me["ifname"]
     return dist.PrefixStore("default_pg", store)
