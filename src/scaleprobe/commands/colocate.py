@@ -21,7 +21,6 @@ import argparse
 from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.options import add_run_options, overrides_from_args
 from scaleprobe.commands.options import repeats as repeats_arg
-from scaleprobe.core.results import ColocateRecord
 from scaleprobe.report.colocate import render_colocate
 
 NAME = "colocate"
@@ -49,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
     rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
                        placement=args.placement, repeats=args.repeats,
                        render=render_colocate)
-    print(render_colocate(ColocateRecord.from_dict(rec)))
-    return 0 if rec["verdict"] != "not measured" else 1
+    print(render_colocate(rec))
+    return 0 if rec.verdict != "not measured" else 1

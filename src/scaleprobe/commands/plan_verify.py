@@ -24,7 +24,7 @@ from scaleprobe.core.config import build, flatten
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
-from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
 from scaleprobe.report.load import source
 
 GOAL = 0.10  # a verified step within +-10% of its prediction
@@ -105,12 +105,10 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     has run tensor operations cannot fork ranks that use OpenMP), its record appended to its
     results folder."""
     def run(cfg: Any, label: str) -> RunResult:
-        exp = {"id": exp_id, "kind": "plan-verify", "point": {"label": label},
-               "attempt": new_attempt()}
-        proc = procs.start({"config": cfg.to_dict(), "experiment": exp},
+        exp = point_experiment(exp_id, "plan-verify", {"label": label})
+        proc = procs.start({"config": cfg.to_dict(), "experiment": exp.to_dict()},
                            Path(cfg.out) / "points", label)
-        return RunResult.from_dict(collect_record(proc, procs.wait(proc), cfg, exp,
-                                                  Path(cfg.out) / res.RESULTS_FILE))
+        return collect_record(proc, procs.wait(proc), cfg, exp, Path(cfg.out) / res.RESULTS_FILE)
     return run
 
 

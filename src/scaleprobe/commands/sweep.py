@@ -97,5 +97,5 @@ def run(args: argparse.Namespace) -> int:
 
         return say_interrupted(sweep_out_dir(args.spec, out, over))
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())
-    failed = sum(r.get("status") == "failed" for r in records)
+    failed = sum(r.status == "failed" for r in records)
     return 1 if records and failed == len(records) else 0

@@ -31,6 +31,7 @@ from typing import Any
 from scaleprobe.core import results as res
 from scaleprobe.core.config import from_dict
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
+from scaleprobe.core.results import RunResult
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import failed_record, find_attempt
 from scaleprobe.experiments.procs import ProcessSet, write_payload
@@ -397,22 +398,21 @@ class SlurmProcessSet:
     def _hand_over(self, proc: SlurmPoint) -> None:
         """The job's record, with the scheduler's verdict on it when the scheduler ended the
         job, appended to the experiment's results.jsonl by this process."""
-        rec = find_attempt(res.read_jsonl(proc.results_file, warn=False), proc.attempt)
+        rec = find_attempt(proc.results_file, proc.attempt)
         if rec is None and proc.ended is None:
             return  # collect_record writes the failure with the log's last line
         if rec is None:
             rec = _scheduler_record(proc)
         elif proc.ended is not None:
             state, reason = proc.ended
-            rec["error"] = (f"{_ended_text(proc.pid, state, reason)}; "
-                            f"{rec.get('error') or ''}").rstrip("; ")[:1000]
-            if rec.get("status") == "ok":
-                rec["status"] = ENDED[state] or "interrupted"
-        rec["slurm"] = {"job_id": proc.pid,
-                        "state": proc.ended[0] if proc.ended else "COMPLETED",
-                        "nodes": job_nodes(proc.pid)}
+            rec.error = (f"{_ended_text(proc.pid, state, reason)}; "
+                         f"{rec.error or ''}").rstrip("; ")[:1000]
+            if rec.status == "ok":
+                rec.status = ENDED[state] or "interrupted"
+        rec.slurm = {"job_id": proc.pid, "state": proc.ended[0] if proc.ended else "COMPLETED",
+                     "nodes": job_nodes(proc.pid)}
         out = Path(proc.payload["config"].get("out") or ".")
-        res.append_jsonl(res.results_file(out), rec)
+        res.append_jsonl(res.results_file(out), rec.to_dict())
 
     def finished(self, proc: SlurmPoint) -> None:
         self.live.pop(proc.pid, None)
@@ -465,8 +465,7 @@ class SlurmProcessSet:
         subprocess.run(["scancel", *[p.pid for p in points]], capture_output=True, timeout=60)
 
         def settled(p: SlurmPoint) -> bool:
-            return _returned(p.job) or find_attempt(
-                res.read_jsonl(p.results_file, warn=False), p.attempt) is not None
+            return _returned(p.job) or find_attempt(p.results_file, p.attempt) is not None
 
         deadline = time.monotonic() + (self.STOP_WAIT_S if grace_s is None else grace_s)
         waiting = points
@@ -506,12 +505,12 @@ def _ended_text(job_id: str, state: str, reason: str) -> str:
     return f"Slurm job {job_id} ended {state}{why}"
 
 
-def _scheduler_record(proc: SlurmPoint) -> dict[str, Any]:
+def _scheduler_record(proc: SlurmPoint) -> RunResult:
     assert proc.ended is not None
     state, reason = proc.ended
-    cfg = from_dict(proc.payload["config"])
-    return failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
-                         proc.payload["experiment"], _ended_text(proc.pid, state, reason),
+    return failed_record(from_dict(proc.payload["config"]),
+                         res.Experiment.from_dict(proc.payload["experiment"]),
+                         _ended_text(proc.pid, state, reason),
                          status=ENDED[state] or "interrupted")
 
 

@@ -37,7 +37,7 @@ from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig, validate
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
-from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
 
 DEFAULT_REPEATS = 3
 VERDICTS = (CL.PARITY_HOLDS, CL.PARITY_BROKEN, CL.INCONCLUSIVE, CL.NOT_MEASURED)
@@ -121,7 +121,7 @@ def _samples(rec: RunResult) -> int | None:
 
 
 def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
-                  tol: float) -> dict[str, Any]:
+                  tol: float) -> res.ParityRecord:
     """The ``kind: parity`` record from the repeats' run records (``recs_1[r]``, ``recs_n[r]``:
     repeat r on 1 and on N processes). Repeats whose two runs saw different numbers of samples
     are left out of the comparison (not like for like)."""
@@ -153,15 +153,15 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
         verdict_text=v["text"],
         within_tolerance={CL.PARITY_HOLDS: True, CL.PARITY_BROKEN: False}.get(v["verdict"]),
         runs=[r.run_id for pair in zip(recs_1, recs_n, strict=True) for r in pair],
-        status="ok" if v["verdict"] != CL.NOT_MEASURED else "failed").to_dict()
+        status="ok" if v["verdict"] != CL.NOT_MEASURED else "failed")
 
 
 # ---- running it ---------------------------------------------------------------------------
 
 def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
-               say: Callable[[str], None] | None = None) -> dict[str, Any]:
+               say: Callable[[str], None] | None = None) -> res.ParityRecord:
     """Train ``repeats`` times on 1 and on N processes, interleaved, each run in its own
-    process; append and return the parity record with the runs."""
+    process; append and return the parity record (its runs are in the results file)."""
     from scaleprobe.experiments.sweep import preflight  # heavy: rich
 
     if repeats < 1:
@@ -170,17 +170,17 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
     preflight([c for pair in plans for c in pair])
     out = Path(cfg.out)
     exp_id = f"parity-{uuid.uuid4().hex[:8]}"
-    procs, recs_1, recs_n = ProcessSet(), [], []
+    procs = ProcessSet()
+    recs_1: list[RunResult] = []
+    recs_n: list[RunResult] = []
     try:
         for r, (one, multi) in enumerate(plans):
             for c, into in ((one, recs_1), (multi, recs_n)):
                 n = c.world_size
-                exp = {"id": exp_id, "kind": "parity", "point": {"nproc": n}, "repeat": r,
-                       "attempt": new_attempt()}
-                proc = procs.start({"config": c.to_dict(), "experiment": exp}, out / "points",
-                                   f"parity-n{n}-r{r}")
-                rec = RunResult.from_dict(collect_record(proc, procs.wait(proc), c, exp,
-                                                         out / res.RESULTS_FILE))
+                exp = point_experiment(exp_id, "parity", {"nproc": n}, r)
+                proc = procs.start({"config": c.to_dict(), "experiment": exp.to_dict()},
+                                   out / "points", f"parity-n{n}-r{r}")
+                rec = collect_record(proc, procs.wait(proc), c, exp, out / res.RESULTS_FILE)
                 into.append(rec)
                 if say is not None:
                     acc = _acc(rec)
@@ -191,7 +191,6 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
         raise
     finally:
         procs.close()
-    rec = parity_record(recs_1, recs_n, exp_id, cfg.dist.parity_tolerance)
-    res.append_jsonl(out / res.RESULTS_FILE, rec)
-    return {"parity": rec, "runs": [r.to_dict() for pair in zip(recs_1, recs_n, strict=True)
-                                    for r in pair]}
+    parity = parity_record(recs_1, recs_n, exp_id, cfg.dist.parity_tolerance)
+    res.append_jsonl(out / res.RESULTS_FILE, parity.to_dict())
+    return parity

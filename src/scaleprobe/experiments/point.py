@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.core import results as res
-from scaleprobe.core.config import from_dict
+from scaleprobe.core.config import RunConfig, from_dict
 from scaleprobe.core.errors import ScaleprobeError
 from scaleprobe.core.interrupt import Interrupted, describe
+from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.launch import fresh_launcher
 from scaleprobe.measure.env import die_with_parent
@@ -34,20 +35,20 @@ BARRIER_TIMEOUT_S = 300.0
 INTERRUPTED = "interrupted by the user (Ctrl+C)"
 
 
-def failed_record(cfg_dict: dict[str, Any], key: str, name: str, experiment: dict[str, Any],
-                  error: str, status: str = "failed") -> dict[str, Any]:
+def failed_record(cfg: RunConfig, experiment: res.Experiment, error: str,
+                  status: str = "failed") -> RunResult:
     """A run record for a point that never produced one of its own."""
-    rec = res.new_run_record(cfg_dict, res.make_run_id(name), name, key)
-    rec["status"], rec["error"] = status, error[:1000]
-    rec["experiment"] = experiment
-    rec["finished_at"] = res.utc_now()
-    return rec
+    name = cfg.name or cfg.default_name()
+    return RunResult(run_id=res.make_run_id(name), name=name, key=cfg.key(), status=status,
+                     error=error[:1000], started_at=res.utc_now(), finished_at=res.utc_now(),
+                     config=cfg.to_dict(), experiment=experiment)
 
 
-def find_attempt(records: list[dict[str, Any]], attempt: str) -> dict[str, Any] | None:
-    for rec in reversed(records):
+def find_attempt(results: Path, attempt: str) -> RunResult | None:
+    """The run record in ``results`` whose point process had token ``attempt``."""
+    for rec in reversed(res.runs(res.read_jsonl(results, warn=False))):
         if (rec.get("experiment") or {}).get("attempt") == attempt:
-            return rec
+            return RunResult.from_dict(rec)
     return None
 
 
@@ -166,13 +167,12 @@ def run_point(payload: dict[str, Any]) -> int:
     return exit_code(result.status)
 
 
-def _record(cfg: Any, exp: dict[str, Any], error: str, status: str = "failed") -> None:
+def _record(cfg: RunConfig, exp: dict[str, Any], error: str, status: str = "failed") -> None:
     path = res.results_file(cfg.out)
-    if exp.get("attempt") and find_attempt(res.read_jsonl(path, warn=False), exp["attempt"]):
+    if exp.get("attempt") and find_attempt(path, exp["attempt"]):
         return  # the run recorded its own ending (a data error met while training)
-    name = cfg.name or cfg.default_name()
-    rec = failed_record(cfg.to_dict(), cfg.key(), name, exp, error, status)
-    res.append_jsonl(path, rec)
+    rec = failed_record(cfg, res.Experiment.from_dict(exp), error, status)
+    res.append_jsonl(path, rec.to_dict())
 
 
 def main(argv: list[str] | None = None) -> int:

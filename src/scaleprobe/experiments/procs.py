@@ -32,8 +32,9 @@ from typing import Any
 import psutil
 
 from scaleprobe.core import results as res
-from scaleprobe.core.config import from_dict
+from scaleprobe.core.config import RunConfig, from_dict
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
@@ -273,17 +274,16 @@ def stop_groups(popens: list[Any], grace_s: float = GRACE_S) -> None:
         psutil.wait_procs(kids, timeout=2)
 
 
-def collect_record(proc: PointProcess, rc: int, cfg: Any, experiment: dict[str, Any],
-                   results_path: Path) -> dict[str, Any]:
+def collect_record(proc: PointProcess, rc: int, cfg: RunConfig, experiment: res.Experiment,
+                   results_path: Path) -> RunResult:
     """The record the point wrote, or (when it died before writing one) a failed record
     naming how it ended, appended to ``results_path`` so the failure is on disk too."""
-    rec = find_attempt(res.read_jsonl(results_path, warn=False), experiment["attempt"])
+    rec = find_attempt(results_path, experiment.extra["attempt"])
     if rec is None:
         tail = log_tail(proc.log_path)
         error = f"point process {describe_exit(rc)}" + (f": {tail}" if tail else "")
-        rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
-                            experiment, error)
-        res.append_jsonl(results_path, rec)
+        rec = failed_record(cfg, experiment, error)
+        res.append_jsonl(results_path, rec.to_dict())
     return rec
 
 
@@ -293,18 +293,25 @@ def _record_if_missing(proc: PointProcess) -> None:
     try:
         cfg = from_dict(proc.payload["config"])
         path = Path(cfg.out) / res.RESULTS_FILE
-        if find_attempt(res.read_jsonl(path, warn=False), proc.attempt) is None:
-            rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
-                                proc.payload["experiment"],
+        if find_attempt(path, proc.attempt) is None:
+            rec = failed_record(cfg, res.Experiment.from_dict(proc.payload["experiment"]),
                                 f"{INTERRUPTED}: stopped before it recorded itself",
                                 status="interrupted")
-            res.append_jsonl(path, rec)
+            res.append_jsonl(path, rec.to_dict())
     except Exception:  # noqa: BLE001  (stopping must go on; the point reruns on resume)
         pass
 
 
 def new_attempt() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def point_experiment(exp_id: str, kind: str, point: dict[str, Any],
+                     repeat: int | None = None) -> res.Experiment:
+    """A point process's experiment, with a new ``attempt`` token (finds the record it
+    writes)."""
+    return res.Experiment(id=exp_id, kind=kind, point=point, repeat=repeat,
+                          extra={"attempt": new_attempt()})
 
 
 def log_tail(path: Path, max_lines: int = 40) -> str:

@@ -55,21 +55,21 @@ def test_record_pairs_repeats_by_seed_against_the_users_tolerance():
     a1, an = [0.80, 0.84, 0.82], [0.81, 0.83, 0.80]
     rec = parity_record([_run(a, 1, s) for s, a in enumerate(a1)],
                         [_run(a, 2, s) for s, a in enumerate(an)], "par-x", 0.01)
-    assert rec["kind"] == "parity" and rec["nproc"] == 2 and rec["global_batch"] == 64
-    assert rec["seeds"] == [0, 1, 2] and rec["repeats"] == 3
-    assert rec["samples_seen"] == [6400, 6400]
-    assert rec["accuracies_1"] == a1 and rec["accuracies_n"] == an
-    assert rec["accuracy_1"] == pytest.approx(0.82) and rec["accuracy_n"] == pytest.approx(0.8133,
+    assert rec.kind == "parity" and rec.nproc == 2 and rec.global_batch == 64
+    assert rec.seeds == [0, 1, 2] and rec.repeats == 3
+    assert rec.samples_seen == [6400, 6400]
+    assert rec.accuracies_1 == a1 and rec.accuracies_n == an
+    assert rec.accuracy_1 == pytest.approx(0.82) and rec.accuracy_n == pytest.approx(0.8133,
                                                                                           abs=1e-4)
     # paired: the differences +0.01, -0.01, -0.02 (mean -0.00667, sd 0.01528, t(2) 4.303)
     h = 4.302652729911275 * 0.015275252316519465 / 3 ** 0.5
-    assert rec["difference"] == pytest.approx(-0.02 / 3)
-    assert (rec["difference_interval"]["lo"], rec["difference_interval"]["hi"]) == \
+    assert rec.difference == pytest.approx(-0.02 / 3)
+    assert (rec.difference_interval["lo"], rec.difference_interval["hi"]) == \
         pytest.approx((-0.02 / 3 - h, -0.02 / 3 + h))
-    assert rec["runs"] == ["n1-s0", "n2-s0", "n1-s1", "n2-s1", "n1-s2", "n2-s2"]
-    assert rec["within_tolerance"] is None and rec["verdict"] == "inconclusive"
-    assert rec["tolerance"] == 0.01 and "never derived from the measured noise" in \
-        rec["tolerance_rule"]
+    assert rec.runs == ["n1-s0", "n2-s0", "n1-s1", "n2-s1", "n1-s2", "n2-s2"]
+    assert rec.within_tolerance is None and rec.verdict == "inconclusive"
+    assert rec.tolerance == 0.01 and "never derived from the measured noise" in \
+        rec.tolerance_rule
 
 
 def test_record_leaves_out_repeats_that_saw_different_samples():
@@ -77,9 +77,9 @@ def test_record_leaves_out_repeats_that_saw_different_samples():
     like)."""
     rec = parity_record([_run(0.9, 1, 0), _run(0.9, 1, 1), _run(0.5, 1, 2, steps=10)],
                         [_run(0.9, 2, 0), _run(0.9, 2, 1), _run(0.9, 2, 2)], "p", 0.01)
-    assert rec["samples_seen_repeats"][2] == [640, 6400]
-    assert rec["accuracy_1"] == pytest.approx(0.9) and "left out: repeat(s) 3" in \
-        rec["verdict_text"]
+    assert rec.samples_seen_repeats[2] == [640, 6400]
+    assert rec.accuracy_1 == pytest.approx(0.9) and "left out: repeat(s) 3" in \
+        rec.verdict_text
 
 
 def test_a_noisy_setup_never_loosens_the_margin():
