@@ -37,7 +37,8 @@ from scaleprobe.experiments.executor import (
     job_nodes,
     launcher_env,
 )
-from scaleprobe.launch import Job, WorkerFailure, run_workers
+from scaleprobe.launch import Job, run_workers
+from scaleprobe.launch.rankwatch import WorkerFailure
 from scaleprobe.measure.env import collect_env
 
 NAME = "comm"

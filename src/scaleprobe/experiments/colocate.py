@@ -68,7 +68,7 @@ from scaleprobe.experiments.verdict import (
     verdict,
 )
 
-OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
+OPTIONS: dict[str, type | tuple[type, ...]] = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
            "warmup_steps": int, "repeats": int}
 DEFAULT_REPEATS = 3
 READY_TIMEOUT_S = 300.0
