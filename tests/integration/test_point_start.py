@@ -12,6 +12,7 @@ import pytest
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import procs
+from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.sweep import run_sweep
 
 DOC = {"base": {"model": "linear", "loader": "naive", "steps": 2, "warmup_steps": 1},
@@ -83,8 +84,7 @@ def test_a_forked_point_killed_by_a_signal_reads_as_killed(monkeypatch, tmp_path
     exp = procs.point_experiment("k", "sweep", {"batch_size": 8})
     ps = procs.ProcessSet()
     try:
-        proc = ps.start({"config": cfg.to_dict(), "experiment": exp.to_dict()},
-                        tmp_path / "points", "k")
+        proc = ps.start(PointPayload(cfg, exp), tmp_path / "points", "k")
         time.sleep(1.0)  # setting up or training: forked, it needs no imports
         assert proc.popen.poll() is None
         psutil.Process(proc.pid).kill()

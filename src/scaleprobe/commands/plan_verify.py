@@ -24,6 +24,7 @@ from scaleprobe.core.config import build, flatten
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
+from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
 from scaleprobe.report.load import source
 
@@ -106,8 +107,7 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     results folder."""
     def run(cfg: Any, label: str) -> RunResult:
         exp = point_experiment(exp_id, "plan-verify", {"label": label})
-        proc = procs.start({"config": cfg.to_dict(), "experiment": exp.to_dict()},
-                           Path(cfg.out) / "points", label)
+        proc = procs.start(PointPayload(cfg, exp), Path(cfg.out) / "points", label)
         return collect_record(proc, procs.wait(proc), cfg, exp, Path(cfg.out) / res.RESULTS_FILE)
     return run
 

@@ -52,6 +52,7 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import duration
 from scaleprobe.core.results import ColocateRecord, Experiment, RunResult
 from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
+from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import (
     ProcessSet,
     collect_record,
@@ -184,9 +185,8 @@ def _start(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: dict[str, 
     """Start job ``name``'s point process: (its experiment, the process)."""
     exp = point_experiment(ctx.spec.colocate_id, "colocate", {"job": name, "phase": phase},
                            repeat)
-    payload = {"config": cfg.to_dict(), "experiment": exp.to_dict(), "cpus": place.get("cpus"),
-               **({"barrier": barrier} if barrier else {})}
-    return exp, ctx.procs.start(payload, ctx.out / "points", f"{name}-{phase}-r{repeat}",
+    return exp, ctx.procs.start(PointPayload(cfg, exp, place.get("cpus"), barrier),
+                                ctx.out / "points", f"{name}-{phase}-r{repeat}",
                                 place.get("env"))
 
 

@@ -37,6 +37,7 @@ from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig, validate
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
+from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
 
 DEFAULT_REPEATS = 3
@@ -178,8 +179,7 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
             for c, into in ((one, recs_1), (multi, recs_n)):
                 n = c.world_size
                 exp = point_experiment(exp_id, "parity", {"nproc": n}, r)
-                proc = procs.start({"config": c.to_dict(), "experiment": exp.to_dict()},
-                                   out / "points", f"parity-n{n}-r{r}")
+                proc = procs.start(PointPayload(c, exp), out / "points", f"parity-n{n}-r{r}")
                 rec = collect_record(proc, procs.wait(proc), c, exp, out / res.RESULTS_FILE)
                 into.append(rec)
                 if say is not None:

@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,29 @@ from scaleprobe.run.failure import exit_code
 
 BARRIER_TIMEOUT_S = 300.0
 INTERRUPTED = "interrupted by the user (Ctrl+C)"
+
+
+@dataclass(frozen=True)
+class PointPayload:
+    """What a point process runs (``POINT.json``, written by the parent, read here)."""
+
+    config: RunConfig
+    experiment: res.Experiment  # its extras hold ``attempt``: finds the record it writes
+    cpus: list[int] | None = None  # a CPU set to pin to
+    barrier: dict[str, str] | None = None  # {ready, go}: file paths (co-located jobs)
+
+    @property
+    def attempt(self) -> str:
+        return str(self.experiment.extra["attempt"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "experiment": self.experiment.to_dict(),
+                "cpus": self.cpus, "barrier": self.barrier}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PointPayload:
+        return cls(from_dict(d["config"]), res.Experiment.from_dict(d["experiment"]),
+                   d.get("cpus"), d.get("barrier"))
 
 
 def failed_record(cfg: RunConfig, experiment: res.Experiment, error: str,
@@ -64,7 +88,7 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
+def _import_or_stop(cfg: RunConfig, exp: res.Experiment) -> None:
     """The slow imports of a run (torch, torchvision, the engine), with Ctrl+C and SIGTERM
     recording the point interrupted and ending the process at once. A KeyboardInterrupt
     raised inside an import cannot be caught safely: it leaves numpy or torch half-imported
@@ -131,21 +155,20 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
     return False
 
 
-def run_point(payload: dict[str, Any]) -> int:
+def run_point(payload: PointPayload) -> int:
     fresh_launcher()  # a point's own process: its ranks may be forked from it
-    exp = payload["experiment"]
-    cfg = from_dict(payload["config"])
-    if payload.get("cpus") and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
-        os.sched_setaffinity(0, set(payload["cpus"]))
+    exp, cfg = payload.experiment, payload.config
+    if payload.cpus and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
+        os.sched_setaffinity(0, set(payload.cpus))
     _import_or_stop(cfg, exp)
     gated = False
     try:
         # heavy: torch: loaded in a point's own process, never the sweep's
         from scaleprobe.run.workloads import run_config  # imported by _import_or_stop
 
-        if payload.get("barrier"):
-            gated = _barrier(cfg, payload["barrier"])
-        result = run_config(cfg, experiment=exp)
+        if payload.barrier:
+            gated = _barrier(cfg, payload.barrier)
+        result = run_config(cfg, experiment=exp.to_dict())
     except KeyboardInterrupt as e:
         _record(cfg, exp, describe(getattr(e, "signame", None)), "interrupted")
         return 130
@@ -162,16 +185,16 @@ def run_point(payload: dict[str, Any]) -> int:
             from scaleprobe.train import engine  # heavy: torch
 
             engine.set_window_gate(None)
-    print(f"point {exp.get('point')}: {result.status}"
+    print(f"point {exp.point}: {result.status}"
           + (f" ({result.error})" if result.error else ""))
     return exit_code(result.status)
 
 
-def _record(cfg: RunConfig, exp: dict[str, Any], error: str, status: str = "failed") -> None:
+def _record(cfg: RunConfig, exp: res.Experiment, error: str, status: str = "failed") -> None:
     path = res.results_file(cfg.out)
-    if exp.get("attempt") and find_attempt(path, exp["attempt"]):
+    if exp.extra.get("attempt") and find_attempt(path, exp.extra["attempt"]):
         return  # the run recorded its own ending (a data error met while training)
-    rec = failed_record(cfg, res.Experiment.from_dict(exp), error, status)
+    rec = failed_record(cfg, exp, error, status)
     res.append_jsonl(path, rec.to_dict())
 
 
@@ -182,8 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _die_with_parent()
     _sigterm_as_interrupt()
-    payload = json.loads(Path(argv[0]).read_text())
-    return run_point(payload)
+    return run_point(PointPayload.from_dict(json.loads(Path(argv[0]).read_text())))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
@@ -32,12 +32,12 @@ from typing import Any
 import psutil
 
 from scaleprobe.core import results as res
-from scaleprobe.core.config import RunConfig, from_dict
+from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
-from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
+from scaleprobe.experiments.point import INTERRUPTED, PointPayload, failed_record, find_attempt
 from scaleprobe.launch import INTERRUPT_GRACE_S
 from scaleprobe.measure.env import gpu_machine, use_platform_start_method
 
@@ -52,10 +52,10 @@ _PRELOAD = ["scaleprobe.experiments.point", "scaleprobe.run.assemble", "scalepro
             "scaleprobe.launch"]
 
 
-def grace_for(payload: dict[str, Any]) -> float:
+def grace_for(payload: PointPayload | None) -> float:
     """A launched point (ddp, ps, ...) forwards the stop to its ranks, which stop together
     and hand over their records within ``launch.INTERRUPT_GRACE_S``; then it writes its own."""
-    tr = known((payload.get("config") or {}).get("dist", {}).get("strategy"))
+    tr = known(payload.config.dist.strategy) if payload is not None else None
     return INTERRUPT_GRACE_S + 5.0 if tr is not None and tr.launched else GRACE_S
 
 
@@ -65,7 +65,7 @@ class PointProcess:
     attempt: str  # token in experiment.attempt: finds the record this process wrote
     log_path: Path
     started_s: float  # time.monotonic() at start
-    payload: dict[str, Any] | None = None  # what it runs: its config and experiment
+    payload: PointPayload | None = None  # what it runs: its config and experiment
 
     @property
     def pid(self) -> int:
@@ -75,11 +75,11 @@ class PointProcess:
         return self.popen.poll()
 
 
-def write_payload(payload: dict[str, Any], work_dir: Path, label: str) -> Path:
+def write_payload(payload: PointPayload, work_dir: Path, label: str) -> Path:
     """``WORK_DIR/<label>-<attempt>.json``: what a point runs (read by experiments/point.py)."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    path = work_dir / f"{label}-{payload['experiment']['attempt']}.json"
-    path.write_text(json.dumps(payload, indent=1, default=str))
+    path = work_dir / f"{label}-{payload.attempt}.json"
+    path.write_text(json.dumps(payload.to_dict(), indent=1, default=str))
     return path
 
 
@@ -175,12 +175,12 @@ class ProcessSet:
     def __init__(self) -> None:
         self.live: dict[int, PointProcess] = {}
 
-    def start(self, payload: dict[str, Any], work_dir: Path, label: str,
+    def start(self, payload: PointPayload, work_dir: Path, label: str,
               env: dict[str, str] | None = None) -> PointProcess:
-        attempt = payload["experiment"]["attempt"]
+        attempt = payload.attempt
         forked = fork_points()
-        payload = {**payload, "experiment": {**payload["experiment"],
-                                             "start": "fork" if forked else "exec"}}
+        payload = replace(payload, experiment=replace(payload.experiment,
+                                                      start="fork" if forked else "exec"))
         spec_path = write_payload(payload, work_dir, label)
         log_path = work_dir / f"{label}-{attempt}.log"
         full_env = dict(os.environ)
@@ -224,7 +224,7 @@ class ProcessSet:
         procs = list(self.live.values())
         self.live.clear()
         if grace_s is None:
-            grace_s = max([grace_for(p.payload or {}) for p in procs], default=GRACE_S)
+            grace_s = max([grace_for(p.payload) for p in procs], default=GRACE_S)
         stop_groups([p.popen for p in procs], grace_s)
         for p in procs:
             _record_if_missing(p)
@@ -291,10 +291,10 @@ def _record_if_missing(proc: PointProcess) -> None:
     if not proc.payload:
         return
     try:
-        cfg = from_dict(proc.payload["config"])
+        cfg = proc.payload.config
         path = Path(cfg.out) / res.RESULTS_FILE
         if find_attempt(path, proc.attempt) is None:
-            rec = failed_record(cfg, res.Experiment.from_dict(proc.payload["experiment"]),
+            rec = failed_record(cfg, proc.payload.experiment,
                                 f"{INTERRUPTED}: stopped before it recorded itself",
                                 status="interrupted")
             res.append_jsonl(path, rec.to_dict())

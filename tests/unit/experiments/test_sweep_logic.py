@@ -43,10 +43,7 @@ class FakeProcs:
         self.calls, self.limit = calls, limit
 
     def start(self, payload, work_dir, label, env=None):
-        from scaleprobe.core.config import from_dict
-
-        cfg = from_dict(payload["config"])
-        exp = payload["experiment"]
+        cfg, exp = payload.config, payload.experiment.to_dict()
         self.calls.append({**exp["point"], "repeat": exp["repeat"]})
         b = cfg.train.batch_size
         status = ("failed" if b in self.limit["fail"] else "ok" if b <= self.limit["fits"]
