@@ -51,7 +51,7 @@ from scaleprobe.core.claim import Source
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import duration
 from scaleprobe.core.results import ColocateRecord, Experiment, RunResult
-from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
+from scaleprobe.experiments.placement import Place, gpu_count, gpu_sampler, plan_placement
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import (
     ProcessSet,
@@ -180,14 +180,14 @@ class _Machine:
     overlap_s: float | None
 
 
-def _start(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: dict[str, Any],
+def _start(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: Place,
            repeat: int, barrier: dict[str, str] | None = None) -> tuple[Experiment, Any]:
     """Start job ``name``'s point process: (its experiment, the process)."""
     exp = point_experiment(ctx.spec.colocate_id, "colocate", {"job": name, "phase": phase},
                            repeat)
-    return exp, ctx.procs.start(PointPayload(cfg, exp, place.get("cpus"), barrier),
+    return exp, ctx.procs.start(PointPayload(cfg, exp, place.cpus, barrier),
                                 ctx.out / "points", f"{name}-{phase}-r{repeat}",
-                                place.get("env"))
+                                place.env)
 
 
 def _tag(ctx: _Ctx, repeat: int) -> str:
@@ -195,7 +195,7 @@ def _tag(ctx: _Ctx, repeat: int) -> str:
     return f"[{repeat + 1}/{n}] " if n > 1 else ""
 
 
-def _run_alone(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int) -> list[RunResult]:
+def _run_alone(ctx: _Ctx, plan: list[Place], repeat: int) -> list[RunResult]:
     recs = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
         t0 = time.monotonic()
@@ -216,7 +216,7 @@ def _wait_ready(ready: list[Path], procs: list[Any]) -> None:
         time.sleep(0.02)
 
 
-def _run_together(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int
+def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
                   ) -> tuple[list[RunResult], _Machine]:
     gate = ctx.out / "points" / f"together-{new_attempt()}"
     gate.mkdir(parents=True, exist_ok=True)
@@ -315,7 +315,7 @@ def _mean(vals: Sequence[float | None]) -> float | None:
     return sum(got) / len(got) if got else None
 
 
-def _run_repeats(ctx: _Ctx, plan: list[dict[str, Any]]
+def _run_repeats(ctx: _Ctx, plan: list[Place]
                  ) -> tuple[list[list[RunResult]], list[list[RunResult]], list[_Machine]]:
     """alone A, alone B, together; alone A, alone B, together; ... -> (alone[repeat][job],
     together[repeat][job], machine[repeat])."""
@@ -336,7 +336,7 @@ def _run_repeats(ctx: _Ctx, plan: list[dict[str, Any]]
     return alone, together, machine
 
 
-def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
+def _record(cs: ColocateSpec, plan: list[Place], note: str, cores: int,
             alone: list[list[RunResult]], together: list[list[RunResult]],
             machine: list[_Machine]) -> ColocateRecord:
     # time-boxed windows only: with fixed steps a fast job ends first by design (said in the
@@ -365,7 +365,7 @@ def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
     return ColocateRecord(
         experiment=Experiment(id=cs.colocate_id, kind="colocate"),
         placement=cs.placement, placement_note=note,
-        cpu_sets=[p.get("cpus") for p in plan], repeats=cs.repeats,
+        cpu_sets=[p.cpus for p in plan], repeats=cs.repeats,
         jobs=[j.to_dict() for j in jobs],
         total_samples_per_s_alone_sum=tot["total_samples_per_s_alone_sum"],
         total_samples_per_s_together=tot["total_samples_per_s_together"],

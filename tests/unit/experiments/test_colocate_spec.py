@@ -100,6 +100,7 @@ def test_a_job_that_ran_partly_alone_feeds_no_figure_for_that_repeat():
     from scaleprobe.experiments.colocate import (
         MIN_WINDOW_OVERLAP,
         ColocateSpec,
+        Place,
         _Machine,
         _record,
     )
@@ -113,7 +114,7 @@ def test_a_job_that_ran_partly_alone_feeds_no_figure_for_that_repeat():
                 [_timed("a", 50.0, 30, 32.0), _timed("b", 70.0, 30, 34.5)],
                 [_timed("a", 50.0, 40, 42.01), _timed("b", 50.0, 40, 42.45)]]
     machine = [_Machine(100.0, None, 2.0)] * 4
-    rec = _record(cs, [{}, {}], "shared", 2, alone, together, machine)
+    rec = _record(cs, [Place(), Place()], "shared", 2, alone, together, machine)
     assert rec.window_overlap_repeats == pytest.approx([1.0, 0.4, 2.0 / 4.5, 2.01 / 2.45])
     assert [(x["repeat"], x["job"]) for x in rec.repeats_left_out or []] == [
         (1, "a"), (1, "b"), (2, "b")]
@@ -126,5 +127,5 @@ def test_a_job_that_ran_partly_alone_feeds_no_figure_for_that_repeat():
     # fixed steps: a fast job ends first by design, nothing is left out
     steps = load_colocate_spec(doc(steps=5))
     steps = ColocateSpec(steps.colocate_id, steps.placement, steps.jobs, 4)
-    rec = _record(steps, [{}, {}], "shared", 2, alone, together, machine)
+    rec = _record(steps, [Place(), Place()], "shared", 2, alone, together, machine)
     assert rec.repeats_left_out == [] and rec.window_overlap_repeats == [None] * 4
