@@ -90,7 +90,7 @@ def test_a_noisy_setup_never_loosens_the_margin():
     a1 = [0.77, 0.86, 0.81, 0.72, 0.88, 0.79, 0.83, 0.75, 0.85, 0.80] * 2
     an = [a - 0.10 + (0.01 if i % 2 else -0.01) for i, a in enumerate(a1)]
     v = parity_verdict(a1, an, 0.01)
-    assert v["tolerance"] == 0.01 and v["verdict"] == "parity broken", v["text"]
+    assert v.tolerance == 0.01 and v.verdict == "parity broken", v.text
 
 
 def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
@@ -98,23 +98,23 @@ def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
     the tolerance."""
     holds = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
                            [0.951, 0.950, 0.952, 0.950, 0.949], 0.01)
-    assert holds["verdict"] == "parity holds" and ": parity holds; tolerance +/-0.0100" in \
-        holds["text"]
+    assert holds.verdict == "parity holds" and ": parity holds; tolerance +/-0.0100" in \
+        holds.text
     broken = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
                             [0.800, 0.802, 0.801, 0.799, 0.800], 0.01)
-    assert broken["verdict"] == "parity broken" and broken["interval"]["hi"] < -broken["tolerance"]
+    assert broken.verdict == "parity broken" and broken.interval["hi"] < -broken.tolerance
     # the MNIST spread: a 0.05 gap in means is within what seeds do at 3 repeats
     noisy = parity_verdict([0.770, 0.855, 0.81], [0.80, 0.84, 0.70], 0.01)
-    assert noisy["verdict"] == "inconclusive" and "seeds" in noisy["text"]
+    assert noisy.verdict == "inconclusive" and "seeds" in noisy.text
     one = parity_verdict([0.95], [0.80], 0.01)
-    assert one["verdict"] == "inconclusive" and "--repeats 3" in one["text"]
+    assert one.verdict == "inconclusive" and "--repeats 3" in one.text
     # one seed decides nothing, in the claim's words (issue 38)
-    assert one["text"].startswith("difference (N - 1): -0.1500: inconclusive (1 repeat)")
-    assert noisy["text"].startswith("difference (N - 1): ") and \
-        ": not resolved (the interval crosses +/-0.0100)" in noisy["text"]
-    assert parity_verdict([], [0.9], 0.01)["verdict"] == "not measured"
+    assert one.text.startswith("difference (N - 1): -0.1500: inconclusive (1 repeat)")
+    assert noisy.text.startswith("difference (N - 1): ") and \
+        ": not resolved (the interval crosses +/-0.0100)" in noisy.text
+    assert parity_verdict([], [0.9], 0.01).verdict == "not measured"
     # a seed without an accuracy on one side drops out of the pairs
-    assert parity_verdict([0.95, None, 0.95], [0.95, 0.9, 0.95], 0.01)["pairs"] == 2
+    assert parity_verdict([0.95, None, 0.95], [0.95, 0.9, 0.95], 0.01).pairs == 2
 
 
 def test_interval_touching_the_tolerance_decides_nothing():
@@ -122,11 +122,11 @@ def test_interval_touching_the_tolerance_decides_nothing():
     either way. With no spread the interval is one point (binary-exact figures, so the
     comparison really is at the threshold)."""
     at = parity_verdict([0.5, 0.5], [0.625, 0.625], 0.125)
-    assert at["interval"]["lo"] == at["interval"]["hi"] == at["tolerance"] == 0.125
-    assert at["verdict"] == "inconclusive"
-    assert parity_verdict([0.5, 0.5], [0.5625, 0.5625], 0.125)["verdict"] == "parity holds"
-    assert parity_verdict([0.5, 0.5], [0.75, 0.75], 0.125)["verdict"] == "parity broken"
-    assert parity_verdict([0.625, 0.625], [0.5, 0.5], 0.125)["verdict"] == "inconclusive"
+    assert at.interval["lo"] == at.interval["hi"] == at.tolerance == 0.125
+    assert at.verdict == "inconclusive"
+    assert parity_verdict([0.5, 0.5], [0.5625, 0.5625], 0.125).verdict == "parity holds"
+    assert parity_verdict([0.5, 0.5], [0.75, 0.75], 0.125).verdict == "parity broken"
+    assert parity_verdict([0.625, 0.625], [0.5, 0.5], 0.125).verdict == "inconclusive"
 
 
 def test_help_texts_agree_on_where_the_tolerance_comes_from():
