@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from scaleprobe.commands import sweep as sweep_command
-from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.commands.options import add_run_options
 from scaleprobe.commands.options import repeats as repeats_arg
 from scaleprobe.report.colocate import render_colocate
 
@@ -41,9 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     from scaleprobe.experiments.colocate import run_colocate  # heavy: rich
 
-    over = overrides_from_args(args)
-    out = over.pop("out", None)
-    progress = over.pop("measure.progress", True) is not False
+    over, out, progress = sweep_command.split_overrides(args)
     sweep_command.terminate_as_interrupt()
     rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
                        placement=args.placement, repeats=args.repeats,

@@ -36,8 +36,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
-from collections.abc import Set as AbstractSet
+import uuid
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,12 +53,7 @@ from scaleprobe.core.fmt import duration
 from scaleprobe.core.results import ColocateRecord, Experiment, RunResult
 from scaleprobe.experiments.placement import Place, gpu_count, gpu_sampler, plan_placement
 from scaleprobe.experiments.point import PointPayload
-from scaleprobe.experiments.procs import (
-    ProcessSet,
-    collect_record,
-    new_attempt,
-    point_experiment,
-)
+from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
 from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight, spec_file
 from scaleprobe.experiments.verdict import (
@@ -69,8 +64,9 @@ from scaleprobe.experiments.verdict import (
     verdict,
 )
 
-OPTIONS: dict[str, type | tuple[type, ...]] = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
-           "warmup_steps": int, "repeats": int}
+OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "placement": str, "seconds": (int, float), "steps": int, "warmup_steps": int,
+    "repeats": int}
 DEFAULT_REPEATS = 3
 READY_TIMEOUT_S = 300.0
 # A job's samples/s is its batch over its MEDIAN step, so it is a "together" figure when most
@@ -218,7 +214,7 @@ def _wait_ready(ready: list[Path], procs: list[Any]) -> None:
 
 def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
                   ) -> tuple[list[RunResult], _Machine]:
-    gate = ctx.out / "points" / f"together-{new_attempt()}"
+    gate = ctx.out / "points" / f"together-{uuid.uuid4().hex[:12]}"
     gate.mkdir(parents=True, exist_ok=True)
     started = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
@@ -269,28 +265,19 @@ def window_shares(recs: list[RunResult]) -> list[float | None] | None:
 
 
 def _figures(name: str, alone: list[RunResult], together: list[RunResult],
-             left_out: AbstractSet[int] = frozenset()) -> JobFigures:
+             left_out: Collection[int] = ()) -> JobFigures:
     """One job's figures over the repeats (``alone[i]``, ``together[i]``: repeat i's runs);
-    the repeats in ``left_out`` (its window was not shared enough) give none together."""
-    def m(recs: list[RunResult], figure: Callable[[RunResult], float | None],
-          drop: AbstractSet[int] = frozenset()) -> tuple[float | None, ...]:
-        return tuple(figure(r) if r.status == "ok" and i not in drop else None
-                     for i, r in enumerate(recs))
-
-    def rel_ci(r: RunResult) -> float | None:
-        return r.metrics.step_time_s.rel_ci if r.metrics.step_time_s is not None else None
-
-    # epochs on the timed window's basis, as the samples/s beside it: the slowdowns by
-    # samples/s and by epoch time agree (bug caught: 1.45x by samples/s, 1.81x by epoch time)
-    def window_epoch(r: RunResult) -> float | None:
-        return r.window_epoch_s
-
-    def rate(r: RunResult) -> float | None:
-        return r.metrics.samples_per_s
-
-    return JobFigures(name, m(alone, rate), m(together, rate, left_out),
-                      m(alone, window_epoch), m(together, window_epoch, left_out),
-                      m(alone, rel_ci), m(together, rel_ci, left_out),
+    the repeats in ``left_out`` (its window was not shared enough) give none together.
+    Epochs are on the timed window's basis, as the samples/s beside them: the slowdowns by
+    samples/s and by epoch time agree (bug caught: 1.45x by samples/s, 1.81x by epoch time)."""
+    figures: list[Callable[[RunResult], float | None]] = [
+        lambda r: r.metrics.samples_per_s, lambda r: r.window_epoch_s,
+        lambda r: r.metrics.step_time_s.rel_ci if r.metrics.step_time_s else None]
+    cols = [tuple(f(r) if r.status == "ok" and i not in drop else None
+                  for i, r in enumerate(recs))
+            for f in figures for recs, drop in ((alone, ()), (together, left_out))]
+    rate, rate_t, epoch, epoch_t, ci, ci_t = cols
+    return JobFigures(name, rate, rate_t, epoch, epoch_t, ci, ci_t,
                       tuple(_source(name, i, r) for i, r in enumerate(alone)))
 
 

@@ -90,7 +90,6 @@ class ParityVerdict:
     difference: float | None = None  # mean accuracy, N - 1
     interval: dict[str, Any] | None = None  # of the difference, as the record writes it
     seed_sd: float | None = None
-    claim: CL.Claim | None = None
 
 
 def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
@@ -120,7 +119,7 @@ def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
                          "or the difference sits at the tolerance"))
     return ParityVerdict(tol, len(pairs), verdict, text, diff, None if iv is None else {
         "estimate": iv[0], "lo": iv[1], "hi": iv[2], "confidence": metrics.CONFIDENCE,
-        "method": method}, iv[3] if iv else None, claim)
+        "method": method}, iv[3] if iv else None)
 
 
 def _acc(rec: RunResult) -> float | None:

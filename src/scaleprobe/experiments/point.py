@@ -68,12 +68,23 @@ def failed_record(cfg: RunConfig, experiment: res.Experiment, error: str,
                      config=cfg.to_dict(), experiment=experiment)
 
 
-def find_attempt(results: Path, attempt: str) -> RunResult | None:
+def find_attempt(results: Path, attempt: str | None) -> RunResult | None:
     """The run record in ``results`` whose point process had token ``attempt``."""
-    for rec in reversed(res.runs(res.read_jsonl(results, warn=False))):
+    for rec in reversed(res.runs(res.read_jsonl(results, warn=False)) if attempt else []):
         if (rec.get("experiment") or {}).get("attempt") == attempt:
             return RunResult.from_dict(rec)
     return None
+
+
+def record_once(cfg: RunConfig, exp: res.Experiment, results: Path, error: str,
+                status: str = "failed") -> RunResult:
+    """The record the point of ``exp`` (its attempt) wrote to ``results``; else a record of
+    its failure, appended there so that the failure is on disk too."""
+    rec = find_attempt(results, exp.extra.get("attempt"))
+    if rec is None:
+        rec = failed_record(cfg, exp, error, status)
+        res.append_jsonl(results, rec.to_dict())
+    return rec
 
 
 def _die_with_parent() -> None:
@@ -191,11 +202,8 @@ def run_point(payload: PointPayload) -> int:
 
 
 def _record(cfg: RunConfig, exp: res.Experiment, error: str, status: str = "failed") -> None:
-    path = res.results_file(cfg.out)
-    if exp.extra.get("attempt") and find_attempt(path, exp.extra["attempt"]):
-        return  # the run recorded its own ending (a data error met while training)
-    rec = failed_record(cfg, exp, error, status)
-    res.append_jsonl(path, rec.to_dict())
+    # kept: the run's own record of its ending (a data error met while training)
+    record_once(cfg, exp, res.results_file(cfg.out), error, status)
 
 
 def main(argv: list[str] | None = None) -> int:

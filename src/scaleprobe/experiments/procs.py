@@ -37,7 +37,7 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
-from scaleprobe.experiments.point import INTERRUPTED, PointPayload, failed_record, find_attempt
+from scaleprobe.experiments.point import INTERRUPTED, PointPayload, find_attempt, record_once
 from scaleprobe.launch import INTERRUPT_GRACE_S
 from scaleprobe.measure.env import gpu_machine, use_platform_start_method
 
@@ -279,12 +279,11 @@ def collect_record(proc: PointProcess, rc: int, cfg: RunConfig, experiment: res.
     """The record the point wrote, or (when it died before writing one) a failed record
     naming how it ended, appended to ``results_path`` so the failure is on disk too."""
     rec = find_attempt(results_path, experiment.extra["attempt"])
-    if rec is None:
-        tail = log_tail(proc.log_path)
-        error = f"point process {describe_exit(rc)}" + (f": {tail}" if tail else "")
-        rec = failed_record(cfg, experiment, error)
-        res.append_jsonl(results_path, rec.to_dict())
-    return rec
+    if rec is not None:
+        return rec
+    tail = log_tail(proc.log_path)
+    return record_once(cfg, experiment, results_path,
+                       f"point process {describe_exit(rc)}" + (f": {tail}" if tail else ""))
 
 
 def _record_if_missing(proc: PointProcess) -> None:
@@ -292,12 +291,8 @@ def _record_if_missing(proc: PointProcess) -> None:
         return
     try:
         cfg = proc.payload.config
-        path = Path(cfg.out) / res.RESULTS_FILE
-        if find_attempt(path, proc.attempt) is None:
-            rec = failed_record(cfg, proc.payload.experiment,
-                                f"{INTERRUPTED}: stopped before it recorded itself",
-                                status="interrupted")
-            res.append_jsonl(path, rec.to_dict())
+        record_once(cfg, proc.payload.experiment, Path(cfg.out) / res.RESULTS_FILE,
+                    f"{INTERRUPTED}: stopped before it recorded itself", "interrupted")
     except Exception:  # noqa: BLE001  (stopping must go on; the point reruns on resume)
         pass
 

@@ -89,7 +89,7 @@ def completed_runs(results_path: Path, exp_id: str | None = None
     another experiment was measured at another time, under another load, so it cannot stand
     in a pairing of this one's interleaved repeats (A B A B)."""
     done: dict[str, list[RunResult]] = {}
-    for rec in _typed(res.read_jsonl(results_path)):
+    for rec in map(RunResult.from_dict, res.runs(res.read_jsonl(results_path))):
         if (exp_id is None or rec.exp_id == exp_id) and rec.status in DONE and rec.key:
             done.setdefault(rec.key, []).append(rec)
     return done
@@ -308,11 +308,6 @@ def _run_locked(st: SweepState, pts: list[Point]) -> list[RunResult]:
               else st.tables(out, st.records, st.skipped, st.searches, sp, False))
     res.append_jsonl(st.results_path, _sweep_record(st, report).to_dict())
     return st.records
-
-
-def _typed(records: list[dict[str, Any]]) -> list[RunResult]:
-    """The run records among the records read from a results file, typed."""
-    return [RunResult.from_dict(r) for r in res.runs(records)]
 
 
 def _finished(st: SweepState, keys: set[str] | None) -> list[RunResult]:
