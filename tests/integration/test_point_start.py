@@ -90,7 +90,7 @@ def test_a_forked_point_killed_by_a_signal_reads_as_killed(monkeypatch, tmp_path
         psutil.Process(proc.pid).kill()
         rc = ps.wait(proc)
         assert rc == -9
-        rec = procs.collect_record(proc, rc, cfg, exp, tmp_path / "out" / "results.jsonl")
+        rec = procs.collect_record(proc, rc)
         assert rec.status == "failed" and "killed by SIGKILL" in (rec.error or "")
     finally:
         ps.stop_all()

@@ -19,13 +19,12 @@ from scaleprobe.comm import check as C
 from scaleprobe.comm import plan as P
 from scaleprobe.comm import sample as S
 from scaleprobe.core import claim as CL
-from scaleprobe.core import results as res
 from scaleprobe.core.config import build, flatten
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.point import PointPayload
-from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
+from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 from scaleprobe.report.load import source
 
 GOAL = 0.10  # a verified step within +-10% of its prediction
@@ -107,8 +106,7 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     results folder."""
     def run(cfg: Any, label: str) -> RunResult:
         exp = point_experiment(exp_id, "plan-verify", {"label": label})
-        proc = procs.start(PointPayload(cfg, exp), Path(cfg.out) / "points", label)
-        return collect_record(proc, procs.wait(proc), cfg, exp, Path(cfg.out) / res.RESULTS_FILE)
+        return run_in_process(procs, PointPayload(cfg, exp), Path(cfg.out) / "points", label)
     return run
 
 

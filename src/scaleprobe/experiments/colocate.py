@@ -53,7 +53,12 @@ from scaleprobe.core.fmt import duration
 from scaleprobe.core.results import ColocateRecord, Experiment, RunResult
 from scaleprobe.experiments.placement import Place, gpu_count, gpu_sampler, plan_placement
 from scaleprobe.experiments.point import PointPayload
-from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
+from scaleprobe.experiments.procs import (
+    ProcessSet,
+    collect_record,
+    point_experiment,
+    run_in_process,
+)
 from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight, spec_file
 from scaleprobe.experiments.verdict import (
@@ -176,14 +181,12 @@ class _Machine:
     overlap_s: float | None
 
 
-def _start(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: Place,
-           repeat: int, barrier: dict[str, str] | None = None) -> tuple[Experiment, Any]:
-    """Start job ``name``'s point process: (its experiment, the process)."""
+def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: Place,
+           repeat: int, barrier: dict[str, str] | None = None) -> PointPayload:
+    """Job ``name``'s point in ``phase`` of ``repeat``."""
     exp = point_experiment(ctx.spec.colocate_id, "colocate", {"job": name, "phase": phase},
                            repeat)
-    return exp, ctx.procs.start(PointPayload(cfg, exp, place.cpus, barrier),
-                                ctx.out / "points", f"{name}-{phase}-r{repeat}",
-                                place.env)
+    return PointPayload(cfg, exp, place.cpus, barrier)
 
 
 def _tag(ctx: _Ctx, repeat: int) -> str:
@@ -195,9 +198,8 @@ def _run_alone(ctx: _Ctx, plan: list[Place], repeat: int) -> list[RunResult]:
     recs = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
         t0 = time.monotonic()
-        exp, proc = _start(ctx, name, cfg, "alone", place, repeat)
-        rc = ctx.procs.wait(proc)
-        rec = collect_record(proc, rc, cfg, exp, ctx.out / res.RESULTS_FILE)
+        rec = run_in_process(ctx.procs, _payload(ctx, name, cfg, "alone", place, repeat),
+                             ctx.out / "points", f"{name}-alone-r{repeat}", place.env)
         ctx.say(f"{_tag(ctx, repeat)}alone    {name}: {rec.status} "
                 f"({duration(time.monotonic() - t0)})")
         recs.append(rec)
@@ -219,9 +221,11 @@ def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
     started = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
         barrier = {"ready": str(gate / f"{name}.ready"), "go": str(gate / "go")}
-        started.append((name, cfg, *_start(ctx, name, cfg, "together", place, repeat, barrier)))
-    procs = [s[3] for s in started]
-    _wait_ready([gate / f"{n}.ready" for n, *_ in started], procs)
+        payload = _payload(ctx, name, cfg, "together", place, repeat, barrier)
+        started.append((name, ctx.procs.start(payload, ctx.out / "points",
+                                              f"{name}-together-r{repeat}", place.env)))
+    procs = [proc for _, proc in started]
+    _wait_ready([gate / f"{n}.ready" for n, _ in started], procs)
     gpu = gpu_sampler(plan)
     psutil.cpu_percent(None)  # prime the machine-wide counter
     (gate / "go").touch()
@@ -237,9 +241,8 @@ def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
                 gpus.append(g)
             overlap_s = time.monotonic() - t_go
     recs = []
-    for name, cfg, exp, proc in started:
-        rc = ctx.procs.wait(proc)
-        rec = collect_record(proc, rc, cfg, exp, ctx.out / res.RESULTS_FILE)
+    for name, proc in started:
+        rec = collect_record(proc, ctx.procs.wait(proc))
         ctx.say(f"{_tag(ctx, repeat)}together {name}: {rec.status}")
         recs.append(rec)
     return recs, _Machine(_mean(cpu), _jobs_gpu_util(recs) or _mean(gpus), overlap_s)

@@ -31,7 +31,6 @@ from typing import Any
 from scaleprobe.core import results as res
 from scaleprobe.core.config import build
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
-from scaleprobe.core.results import RunResult
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import PointPayload, failed_record, find_attempt
 from scaleprobe.experiments.procs import ProcessSet, write_payload
@@ -399,16 +398,16 @@ class SlurmProcessSet:
         """The job's record, with the scheduler's verdict on it when the scheduler ended the
         job, appended to the experiment's results.jsonl by this process."""
         rec = find_attempt(proc.results_file, proc.attempt)
-        if rec is None and proc.ended is None:
-            return  # collect_record writes the failure with the log's last line
-        if rec is None:
-            rec = _scheduler_record(proc)
-        elif proc.ended is not None:
+        if proc.ended is not None:
             state, reason = proc.ended
-            rec.error = (f"{_ended_text(proc.pid, state, reason)}; "
-                         f"{rec.error or ''}").rstrip("; ")[:1000]
-            if rec.status == "ok":
-                rec.status = ENDED[state] or "interrupted"
+            said, status = _ended_text(proc.pid, state, reason), ENDED[state] or "interrupted"
+            if rec is None:
+                rec = failed_record(proc.payload.config, proc.payload.experiment, said, status)
+            else:
+                rec.error = f"{said}; {rec.error or ''}".rstrip("; ")[:1000]
+                rec.status = status if rec.status == "ok" else rec.status
+        if rec is None:
+            return  # collect_record writes the failure with the log's last line
         rec.slurm = {"job_id": proc.pid, "state": proc.ended[0] if proc.ended else "COMPLETED",
                      "nodes": job_nodes(proc.pid)}
         out = Path(proc.payload.config.out or ".")
@@ -503,14 +502,6 @@ def _base(state: str | None) -> str | None:
 def _ended_text(job_id: str, state: str, reason: str) -> str:
     why = f" ({reason})" if reason and reason not in ("None", "(null)") else ""
     return f"Slurm job {job_id} ended {state}{why}"
-
-
-def _scheduler_record(proc: SlurmPoint) -> RunResult:
-    assert proc.ended is not None
-    state, reason = proc.ended
-    return failed_record(proc.payload.config, proc.payload.experiment,
-                         _ended_text(proc.pid, state, reason),
-                         status=ENDED[state] or "interrupted")
 
 
 def process_set(executor: Executor | None, out: Path) -> Any:

@@ -39,7 +39,7 @@ from scaleprobe.core.config import RunConfig, validate
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.point import PointPayload
-from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
+from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 
 DEFAULT_REPEATS = 3
 VERDICTS = (CL.PARITY_HOLDS, CL.PARITY_BROKEN, CL.INCONCLUSIVE, CL.NOT_MEASURED)
@@ -188,8 +188,8 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
             for c, into in ((one, recs_1), (multi, recs_n)):
                 n = c.world_size
                 exp = point_experiment(exp_id, "parity", {"nproc": n}, r)
-                proc = procs.start(PointPayload(c, exp), out / "points", f"parity-n{n}-r{r}")
-                rec = collect_record(proc, procs.wait(proc), c, exp, out / res.RESULTS_FILE)
+                rec = run_in_process(procs, PointPayload(c, exp), out / "points",
+                                     f"parity-n{n}-r{r}")
                 into.append(rec)
                 if say is not None:
                     acc = _acc(rec)

@@ -32,7 +32,6 @@ from typing import Any
 import psutil
 
 from scaleprobe.core import results as res
-from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import known
@@ -52,10 +51,10 @@ _PRELOAD = ["scaleprobe.experiments.point", "scaleprobe.run.assemble", "scalepro
             "scaleprobe.launch"]
 
 
-def grace_for(payload: PointPayload | None) -> float:
+def grace_for(payload: PointPayload) -> float:
     """A launched point (ddp, ps, ...) forwards the stop to its ranks, which stop together
     and hand over their records within ``launch.INTERRUPT_GRACE_S``; then it writes its own."""
-    tr = known(payload.config.dist.strategy) if payload is not None else None
+    tr = known(payload.config.dist.strategy)
     return INTERRUPT_GRACE_S + 5.0 if tr is not None and tr.launched else GRACE_S
 
 
@@ -65,7 +64,7 @@ class PointProcess:
     attempt: str  # token in experiment.attempt: finds the record this process wrote
     log_path: Path
     started_s: float  # time.monotonic() at start
-    payload: PointPayload | None = None  # what it runs: its config and experiment
+    payload: PointPayload  # what it runs: its config and experiment
 
     @property
     def pid(self) -> int:
@@ -274,21 +273,28 @@ def stop_groups(popens: list[Any], grace_s: float = GRACE_S) -> None:
         psutil.wait_procs(kids, timeout=2)
 
 
-def collect_record(proc: PointProcess, rc: int, cfg: RunConfig, experiment: res.Experiment,
-                   results_path: Path) -> RunResult:
-    """The record the point wrote, or (when it died before writing one) a failed record
-    naming how it ended, appended to ``results_path`` so the failure is on disk too."""
-    rec = find_attempt(results_path, experiment.extra["attempt"])
+def collect_record(proc: Any, rc: int) -> RunResult:
+    """The record the point (a ``PointProcess`` or ``SlurmPoint``) wrote to its output's
+    results file, or (when it died before writing one) a failed record naming how it ended,
+    appended there so the failure is on disk too."""
+    p = proc.payload
+    path = Path(p.config.out) / res.RESULTS_FILE
+    rec = find_attempt(path, p.attempt)
     if rec is not None:
         return rec
     tail = log_tail(proc.log_path)
-    return record_once(cfg, experiment, results_path,
+    return record_once(p.config, p.experiment, path,
                        f"point process {describe_exit(rc)}" + (f": {tail}" if tail else ""))
 
 
+def run_in_process(procs: Any, payload: PointPayload, work_dir: Path, label: str,
+                   env: dict[str, str] | None = None) -> RunResult:
+    """Start the point (``ProcessSet`` or an executor's), wait for it: its record."""
+    proc = procs.start(payload, work_dir, label, env)
+    return collect_record(proc, procs.wait(proc))
+
+
 def _record_if_missing(proc: PointProcess) -> None:
-    if not proc.payload:
-        return
     try:
         cfg = proc.payload.config
         record_once(cfg, proc.payload.experiment, Path(cfg.out) / res.RESULTS_FILE,

@@ -33,7 +33,7 @@ from scaleprobe.core.target import repeat_config
 from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
 from scaleprobe.experiments.point import PointPayload
-from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
+from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 from scaleprobe.experiments.spec import (
     Point,
     SweepSpec,
@@ -118,11 +118,9 @@ def run_point(st: SweepState, point: Point, repeat: int = 0) -> RunResult:
     label = f"{_slug(point)}-r{repeat}"
     steps = st.out / "points" / f"{label}-{exp.extra['attempt']}.progress"  # its own steps
     st.bar.point_started(point, str(steps), repeat)
-    proc = st.procs.start(PointPayload(cfg, exp), st.out / "points", label,
-                          env={PROGRESS_ENV: str(steps)})
     st.started += 1
-    rc = st.procs.wait(proc)
-    rec = collect_record(proc, rc, cfg, exp, st.results_path)
+    rec = run_in_process(st.procs, PointPayload(cfg, exp), st.out / "points", label,
+                         {PROGRESS_ENV: str(steps)})
     if rec.status in DONE:
         st.done.setdefault(key, []).append(rec)
     st.records.append(rec)

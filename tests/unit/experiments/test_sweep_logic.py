@@ -1,6 +1,8 @@
 """The sweep's control flow with the point processes replaced by a fake: out-of-memory skips,
 the automatic batch search, tables, the summary record and resuming."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from scaleprobe.core import results as res
@@ -49,7 +51,7 @@ class FakeProcs:
         status = ("failed" if b in self.limit["fail"] else "ok" if b <= self.limit["fits"]
                   else "oom")
         res.append_jsonl(work_dir.parent / res.RESULTS_FILE, fake_record(cfg, exp, status))
-        return exp["attempt"]
+        return SimpleNamespace(payload=payload)
 
     def wait(self, proc):
         return 0
