@@ -188,7 +188,7 @@ def _run_auto(st: SweepState, groups: list[Point]) -> None:
     st.bar.set_remaining(0)
 
 
-def _sweep_record(st: SweepState, report: dict[str, Any]) -> res.SweepRecord:
+def _sweep_record(st: SweepState, recommendation: Any) -> res.SweepRecord:
     return res.SweepRecord(
         kind="sweep",
         experiment=res.Experiment(id=st.spec.sweep_id, kind=st.spec.kind),
@@ -201,7 +201,7 @@ def _sweep_record(st: SweepState, report: dict[str, Any]) -> res.SweepRecord:
         dropped=st.spec.dropped,
         repeats=st.spec.repeats,
         points_run=st.started,  # processes started by this invocation (0: all resumed)
-        recommendation=report.get("recommendation"),
+        recommendation=recommendation,
         finished_at=res.utc_now(),
         spec_path=st.spec_path)
 
@@ -302,9 +302,9 @@ def _run_locked(st: SweepState, pts: list[Point]) -> list[RunResult]:
     finally:
         st.procs.close()
     st.bar.stop()
-    report = ({} if st.tables is None
-              else st.tables(out, st.records, st.skipped, st.searches, sp, False))
-    res.append_jsonl(st.results_path, _sweep_record(st, report).to_dict())
+    best = (None if st.tables is None else
+            st.tables(out, st.records, st.skipped, st.searches, sp, False).get("recommendation"))
+    res.append_jsonl(st.results_path, _sweep_record(st, best).to_dict())
     return st.records
 
 
