@@ -229,9 +229,7 @@ def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
     gpu = gpu_sampler(plan)
     psutil.cpu_percent(None)  # prime the machine-wide counter
     (gate / "go").touch()
-    t_go, overlap_s = time.monotonic(), 0.0
-    cpu: list[float] = []
-    gpus: list[float] = []
+    t_go, cpu, gpus, overlap_s = time.monotonic(), [], [], 0.0
     while any(p.poll() is None for p in procs):
         time.sleep(SAMPLE_EVERY_S)
         if all(p.poll() is None for p in procs):

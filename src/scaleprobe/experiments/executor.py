@@ -318,8 +318,7 @@ class SlurmProcessSet:
         self._submitit = submitit
 
     def _executor(self, payload: PointPayload) -> Any:
-        dist = payload.config.dist
-        return self._executor_for(dist.nnodes, dist.nproc)
+        return self._executor_for(payload.config.dist.nnodes, payload.config.dist.nproc)
 
     def _executor_for(self, nnodes: int, nproc: int) -> Any:
         ex = self._submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster="slurm")
