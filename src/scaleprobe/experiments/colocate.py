@@ -178,7 +178,7 @@ class _Machine:
 
     cpu_util_pct: float | None
     gpu_util_pct: float | None
-    overlap_s: float | None
+    overlap_s: float
 
 
 def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: Place,
@@ -294,8 +294,8 @@ def _source(name: str, i: int, rec: RunResult) -> Source:
 
 def _threads(recs: list[RunResult]) -> int | None:
     n = [r.env.get("threads") for r in recs]
-    return sum(v for v in n if isinstance(v, int)) \
-        if n and all(isinstance(v, int) for v in n) else None
+    ints = [v for v in n if isinstance(v, int)]
+    return sum(ints) if n and len(ints) == len(n) else None
 
 
 def _mean(vals: Sequence[float | None]) -> float | None:
@@ -307,9 +307,7 @@ def _run_repeats(ctx: _Ctx, plan: list[Place]
                  ) -> tuple[list[list[RunResult]], list[list[RunResult]], list[_Machine]]:
     """alone A, alone B, together; alone A, alone B, together; ... -> (alone[repeat][job],
     together[repeat][job], machine[repeat])."""
-    alone: list[list[RunResult]] = []
-    together: list[list[RunResult]] = []
-    machine: list[_Machine] = []
+    alone, together, machine = [], [], []
     try:
         for r in range(ctx.spec.repeats):
             alone.append(_run_alone(ctx, plan, r))
@@ -349,7 +347,6 @@ def _record(cs: ColocateSpec, plan: list[Place], note: str, cores: int,
         f"job running (below {MIN_WINDOW_OVERLAP:.0%})" for i, job, share in short)
     tot, tot_iv = totals(jobs), total_interval(jobs)
     tot_iv_d = tot_iv.to_dict() if tot_iv is not None else None
-    overlaps = [m.overlap_s for m in machine if m.overlap_s is not None]
     return ColocateRecord(
         experiment=Experiment(id=cs.colocate_id, kind="colocate"),
         placement=cs.placement, placement_note=note,
@@ -361,7 +358,7 @@ def _record(cs: ColocateSpec, plan: list[Place], note: str, cores: int,
         cpu_util_pct_together=cpu, gpu_util_pct_together=gpu,
         cpu_util_pct_together_repeats=[m.cpu_util_pct for m in machine],
         gpu_util_pct_together_repeats=[m.gpu_util_pct for m in machine],
-        overlap_s=min(overlaps, default=None),
+        overlap_s=min((m.overlap_s for m in machine), default=None),
         overlap_s_repeats=[m.overlap_s for m in machine],
         window_overlap_repeats=[min((v for v in sh if v is not None), default=None)
                                 if sh else None for sh in shares],
