@@ -3,10 +3,10 @@ out-of-memory error cannot take the sweep down.
 
     python -m scaleprobe.experiments.point POINT.json
 
-``POINT.json`` holds ``config`` (``RunConfig.to_dict()``), ``experiment`` (``{id, kind, point,
-attempt}``) and optionally ``cpus`` (a CPU set to pin to) and ``barrier`` (``{ready, go}``
-file paths: announce that imports are done, then wait for the start signal, so co-located
-jobs start training together). The run appends its record to ``OUT/results.jsonl``; the exit
+``POINT.json`` is a ``PointPayload``: ``config`` (``RunConfig.to_dict()``), ``experiment``
+(``{id, kind, point, repeat, start, attempt}``), ``cpus`` (a CPU set to pin to, or null) and
+``barrier`` (null, or ``{ready, go}`` file paths: announce that imports are done, then wait
+for the start signal, so co-located jobs start training together). The run appends its record to ``OUT/results.jsonl``; the exit
 status is the run's (0 ok, 3 out of memory, 130 interrupted, 1 failed, 2 user error).
 """
 
