@@ -9,6 +9,9 @@ import time
 
 import pytest
 
+from scaleprobe.core.config import build
+from scaleprobe.core.results import Experiment
+from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import grace_for
 from scaleprobe.experiments.sweep import completed_runs
 from scaleprobe.launch import INTERRUPT_GRACE_S
@@ -174,7 +177,8 @@ def test_ctrl_c_in_a_sweep_records_the_ddp_point_interrupted_and_reruns_it(tmp_p
     assert rec["key"] not in completed_runs(out_dir / "results.jsonl")  # rerun on resume
     print(f"sweep: the point kept {rec['metrics']['steps_timed']} steps, the sweep ended "
           f"{took:.1f} s after Ctrl+C")
-    assert took < grace_for({"config": {"dist": {"strategy": "ddp"}}}) + 5
+    ddp = PointPayload(build({"strategy": "ddp", "nproc": 2}), Experiment())
+    assert took < grace_for(ddp) + 5
 
 
 STUCK_MODEL = """

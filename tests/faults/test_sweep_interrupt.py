@@ -102,7 +102,7 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
         fh.write(json.dumps({"kind": "run", "status": "ok"})[:20])  # a writer killed mid-line
     recs = run_sweep(doc, out, progress=False, repeats=1, tables=write_tables)
     assert not (out / "points").exists()  # no point process was started
-    assert [r["run_id"] for r in recs] == ["r1"]
+    assert [r.run_id for r in recs] == ["r1"]
     assert "torn or corrupt line" in capsys.readouterr().err
     lines = res.read_jsonl(path, warn=False)
     assert [r["kind"] for r in lines] == ["run", "sweep"]  # the torn line stays torn, alone

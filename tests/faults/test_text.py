@@ -70,7 +70,7 @@ def test_sweep_progress_takes_any_sweep_id_and_point_text():
     bar.start(1)
     point = Point({"name": "[bold red]x[/]"}, {})
     bar.point_started(point)
-    bar.point_done(point, {"status": "failed", "error": MARKUP[2]})
+    bar.point_done(point, RunResult(status="failed", error=MARKUP[2]))
     bar.note("[/note]")
     bar.stop()
     out = _plain(_printed(con))

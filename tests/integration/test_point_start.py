@@ -12,6 +12,7 @@ import pytest
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import procs
+from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.sweep import run_sweep
 
 DOC = {"base": {"model": "linear", "loader": "naive", "steps": 2, "warmup_steps": 1},
@@ -43,7 +44,7 @@ def test_the_start_is_chosen_by_the_environment(monkeypatch):
 def _sweep(monkeypatch, out, how) -> dict[int, dict]:
     monkeypatch.setenv(procs.START_ENV, how)
     t0 = time.monotonic()
-    recs = run_sweep(DOC, out, progress=False, repeats=1)
+    recs = [r.to_dict() for r in run_sweep(DOC, out, progress=False, repeats=1)]
     print(f"{how}: two points in {time.monotonic() - t0:.1f} s")
     runs = [r for r in recs if r["kind"] == "run"]
     assert [r["status"] for r in runs] == ["ok", "ok"]
@@ -80,17 +81,17 @@ def test_a_forked_point_killed_by_a_signal_reads_as_killed(monkeypatch, tmp_path
 
     sp = load_spec({**DOC, "base": {**DOC["base"], "steps": 100_000}})
     cfg = sp.config(points(sp)[0], str(tmp_path / "out"))
-    exp = {"id": "k", "kind": "sweep", "point": {"batch_size": 8}, "attempt": procs.new_attempt()}
+    exp = procs.point_experiment("k", "sweep", {"batch_size": 8})
     ps = procs.ProcessSet()
     try:
-        proc = ps.start({"config": cfg.to_dict(), "experiment": exp}, tmp_path / "points", "k")
+        proc = ps.start(PointPayload(cfg, exp), tmp_path / "points", "k")
         time.sleep(1.0)  # setting up or training: forked, it needs no imports
         assert proc.popen.poll() is None
         psutil.Process(proc.pid).kill()
         rc = ps.wait(proc)
         assert rc == -9
-        rec = procs.collect_record(proc, rc, cfg, exp, tmp_path / "out" / "results.jsonl")
-        assert rec["status"] == "failed" and "killed by SIGKILL" in rec["error"]
+        rec = procs.collect_record(proc, rc)
+        assert rec.status == "failed" and "killed by SIGKILL" in (rec.error or "")
     finally:
         ps.stop_all()
         ps.close()
@@ -128,8 +129,8 @@ def test_a_forked_points_loader_workers_are_its_own(monkeypatch, tmp_path):
                     "num_samples": 256, "loader": "pipelined", "workers": 2, "steps": 4,
                     "warmup_steps": 1},
            "grid": {"batch_size": [16]}, "sweep": {"repeats": 1}}
-    (rec,) = [r for r in run_sweep(doc, tmp_path / "out", progress=False, repeats=1)
-              if r["kind"] == "run"]
+    (rec,) = [r.to_dict() for r in run_sweep(doc, tmp_path / "out", progress=False,
+                                             repeats=1)]
     assert rec["status"] == "ok", rec.get("error")
     assert rec["experiment"]["start"] == "fork"
     kids = (tmp_path / "m.py.kids").read_text().split(",")

@@ -164,7 +164,7 @@ def test_resume_reruns_failed_and_interrupted_points_only(tmp_path):
                              "repeat": 0}  # this sweep's own runs, from before it stopped
         res.append_jsonl(out / "results.jsonl", rec)
         before[pt.axes["batch_size"]] = rec["run_id"]
-    recs = run_sweep(doc, out, progress=False)
+    recs = [r.to_dict() for r in run_sweep(doc, out, progress=False)]
     assert [r["experiment"]["point"]["batch_size"] for r in recs] == [8, 16, 24]
     assert [r["status"] for r in recs] == ["ok", "ok", "ok"]
     assert recs[0]["run_id"] == before[8] and recs[0]["experiment"]["reused"] == before[8]

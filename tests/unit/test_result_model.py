@@ -82,7 +82,7 @@ def test_a_parity_record_is_written_through_its_type():
         r["config"]["train"]["global_batch"] = 8
         r["metrics"]["steps_done"] = 20  # both sides saw the same samples: like for like
     rec = parity_record([R.RunResult.from_dict(r) for r in ones],
-                        [R.RunResult.from_dict(r) for r in twos], "par", 0.01)
+                        [R.RunResult.from_dict(r) for r in twos], "par", 0.01).to_dict()
     assert rec["accuracy_1"] == pytest.approx(0.81)
     typed = R.ParityRecord.from_dict(rec)
     assert typed.extra == {}, f"undeclared: {sorted(typed.extra)}"

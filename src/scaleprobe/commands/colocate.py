@@ -19,9 +19,8 @@ from __future__ import annotations
 import argparse
 
 from scaleprobe.commands import sweep as sweep_command
-from scaleprobe.commands.options import add_run_options, overrides_from_args
+from scaleprobe.commands.options import add_run_options
 from scaleprobe.commands.options import repeats as repeats_arg
-from scaleprobe.core.results import ColocateRecord
 from scaleprobe.report.colocate import render_colocate
 
 NAME = "colocate"
@@ -42,12 +41,10 @@ def run(args: argparse.Namespace) -> int:
 
     from scaleprobe.experiments.colocate import run_colocate  # heavy: rich
 
-    over = overrides_from_args(args)
-    out = over.pop("out", None)
-    progress = over.pop("measure.progress", True) is not False
+    over, out, progress = sweep_command.split_overrides(args)
     sweep_command.terminate_as_interrupt()
     rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
                        placement=args.placement, repeats=args.repeats,
                        render=render_colocate)
-    print(render_colocate(ColocateRecord.from_dict(rec)))
-    return 0 if rec["verdict"] != "not measured" else 1
+    print(render_colocate(rec))
+    return 0 if rec.verdict != "not measured" else 1

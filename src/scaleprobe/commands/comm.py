@@ -29,7 +29,13 @@ from scaleprobe.comm.bench import (
     parse_sizes,
 )
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
-from scaleprobe.core.results import RESULTS_FILE, SCHEMA, append_jsonl, utc_now
+from scaleprobe.core.results import (
+    RESULTS_FILE,
+    CommBenchRecord,
+    Experiment,
+    append_jsonl,
+    utc_now,
+)
 from scaleprobe.experiments.executor import (
     SlurmProcessSet,
     add_executor_options,
@@ -37,7 +43,8 @@ from scaleprobe.experiments.executor import (
     job_nodes,
     launcher_env,
 )
-from scaleprobe.launch import Job, WorkerFailure, run_workers
+from scaleprobe.launch import Job, run_workers
+from scaleprobe.launch.rankwatch import WorkerFailure
 from scaleprobe.measure.env import collect_env
 
 NAME = "comm"
@@ -107,44 +114,36 @@ def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, A
 
 
 def make_record(rows: list[dict[str, Any]], args: argparse.Namespace, world: int,
-                backend: str) -> dict[str, Any]:
+                backend: str) -> CommBenchRecord:
     env = collect_env()
     env.update(world_size=world, nnodes=args.nnodes, backend=backend)
-    return {
-        "kind": "comm",
-        "schema": SCHEMA,
-        "experiment": {"id": f"comm-{uuid.uuid4().hex[:12]}", "kind": "comm"},
-        "created_at": utc_now(),
-        "env": env,
-        "backend": backend,
-        "world_size": world,
-        "nproc": args.nproc,
-        "nnodes": args.nnodes,
-        "settings": {"sizes_bytes": sorted({r["size_bytes"] for r in rows}),
-                     "iters": args.iters, "warmup": args.warmup},
-        "rows": rows,
-        "fit": fit_summary(rows, world),
-    }
+    return CommBenchRecord(
+        experiment=Experiment(id=f"comm-{uuid.uuid4().hex[:12]}", kind="comm"),
+        created_at=utc_now(), env=env, backend=backend, world_size=world, nproc=args.nproc,
+        nnodes=args.nnodes,
+        settings={"sizes_bytes": sorted({r["size_bytes"] for r in rows}),
+                  "iters": args.iters, "warmup": args.warmup},
+        rows=rows, fit=fit_summary(rows, world))
 
 
-def print_tables(rec: dict[str, Any]) -> None:
+def print_tables(rec: CommBenchRecord) -> None:
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
     from rich.table import Table
 
     from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
-    t = Table(title=f"collectives: {esc(rec['backend'])}, {rec['world_size']} ranks "
+    t = Table(title=f"collectives: {esc(rec.backend)}, {rec.world_size} ranks "
                     f"(time = median over iterations, slowest rank)")
     for col in ("size", "op", "time", "algbw GB/s", "busbw GB/s", "iters"):
         t.add_column(col, justify="left" if col == "op" else "right")
-    for r in sorted(rec["rows"], key=lambda r: (r["size_bytes"], r["op"])):
+    for r in sorted(rec.rows, key=lambda r: (r["size_bytes"], r["op"])):
         t.add_row(bytes_(r["size_bytes"]), esc(r["op"]), _time(r["time_s"]),
                   f"{r['algbw_gbyte_s']:.3f}", f"{r['busbw_gbyte_s']:.3f}", str(r["iters"]))
     f = Table(title="fit: time = alpha + bytes * beta")
     for col in ("op", "alpha", "bandwidth Gbit/s", "busbw Gbit/s", "worst rel. error"):
         f.add_column(col, justify="left" if col == "op" else "right")
-    for op, d in rec["fit"].items():
+    for op, d in rec.fit.items():
         bw, bus = d["bandwidth_gbit_s"], d["busbw_gbit_s"]
         f.add_row(esc(op), _time(d["alpha_s"]), "n/a" if bw is None else f"{bw:.2f}",
                   "n/a" if bus is None else f"{bus:.2f}", f"{d['max_rel_err'] * 100:.0f}%")
@@ -167,12 +166,12 @@ def run(args: argparse.Namespace) -> int:
     print_tables(rec)
     if args.node_rank == 0:
         path = Path(args.out) / RESULTS_FILE
-        append_jsonl(path, rec)
+        append_jsonl(path, rec.to_dict())
         print(f"appended to {path}")
     return 0
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace) -> CommBenchRecord:
     """The benchmark on this host's ranks (with the other hosts' when --nnodes > 1): the
     ``kind: "comm"`` record."""
     from torch.distributed import DistError  # heavy: torch
@@ -199,7 +198,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 JOB_ARGS = ("nproc", "ops", "sizes", "iters", "warmup", "backend", "timeout", "out", "nnodes")
 
 
-def comm_job(given: dict[str, Any]) -> dict[str, Any] | None:
+def comm_job(given: dict[str, Any]) -> CommBenchRecord | None:
     """What the Slurm job runs, on each of its nodes: the benchmark with this node's rank and
     the rendezvous on the job's first node; node 0 returns the record."""
     args = argparse.Namespace(**given, node_rank=0, rdzv_endpoint=None)
@@ -210,7 +209,7 @@ def comm_job(given: dict[str, Any]) -> dict[str, Any] | None:
     return rec if args.node_rank == 0 else None
 
 
-def _measure_as_job(args: argparse.Namespace, executor: Any) -> dict[str, Any]:
+def _measure_as_job(args: argparse.Namespace, executor: Any) -> CommBenchRecord:
     """One Slurm job of --nnodes nodes runs the benchmark; the record comes back here (this
     process writes results.jsonl), with the job and the nodes it ran on."""
     folder = Path(args.out) / "slurm"
@@ -220,9 +219,9 @@ def _measure_as_job(args: argparse.Namespace, executor: Any) -> dict[str, Any]:
           "process(es)", flush=True)
     rec, job_id = jobs.call(comm_job, {k: getattr(args, k) for k in JOB_ARGS},
                             nnodes=args.nnodes, nproc=args.nproc)
-    if not isinstance(rec, dict):
+    if not isinstance(rec, CommBenchRecord):
         raise BenchmarkFailed(f"Slurm job {job_id} returned no comm record")
-    rec["slurm"] = {"job_id": job_id, "state": "COMPLETED", "nodes": job_nodes(job_id)}
+    rec.extra["slurm"] = {"job_id": job_id, "state": "COMPLETED", "nodes": job_nodes(job_id)}
     return rec
 
 

@@ -110,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     try:
         from scaleprobe.data.datasets import DATASETS  # heavy: torch
+
+        known = fmt in DATASETS
     except ImportError:  # the dataset registry is optional for writing files
-        DATASETS = None
-    if DATASETS is not None and fmt in DATASETS:
+        known = False
+    if known:
         print(f"use it: {use_command(fmt, w.root)}")
     return 0
 

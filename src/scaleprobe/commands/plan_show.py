@@ -147,9 +147,9 @@ def print_plan(got: dict[str, Any], caveat: str) -> None:
         con.print(t)
         basis = "to the target" if q.target is not None else \
             f"per {P.PER_SAMPLES / 1e6:g}M samples"
-        unit, k = _cost(fits)
+        cost_unit, k = _cost(fits)
         t = _table("peak memory per device (predicted) and the cost in device time",
-                   ["strategy", "dev", "batch", "peak", "headroom", f"{unit} {basis}"])
+                   ["strategy", "dev", "batch", "peak", "headroom", f"{cost_unit} {basis}"])
         for r in fits:
             room = f"{r.headroom_bytes / r.device_bytes:.0%}" + (" tight" if r.tight else "")
             c = r.cost_h

@@ -19,12 +19,12 @@ from scaleprobe.comm import check as C
 from scaleprobe.comm import plan as P
 from scaleprobe.comm import sample as S
 from scaleprobe.core import claim as CL
-from scaleprobe.core import results as res
 from scaleprobe.core.config import build, flatten
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
-from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.point import PointPayload
+from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 from scaleprobe.report.load import source
 
 GOAL = 0.10  # a verified step within +-10% of its prediction
@@ -105,12 +105,8 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     has run tensor operations cannot fork ranks that use OpenMP), its record appended to its
     results folder."""
     def run(cfg: Any, label: str) -> RunResult:
-        exp = {"id": exp_id, "kind": "plan-verify", "point": {"label": label},
-               "attempt": new_attempt()}
-        proc = procs.start({"config": cfg.to_dict(), "experiment": exp},
-                           Path(cfg.out) / "points", label)
-        return RunResult.from_dict(collect_record(proc, procs.wait(proc), cfg, exp,
-                                                  Path(cfg.out) / res.RESULTS_FILE))
+        exp = point_experiment(exp_id, "plan-verify", {"label": label})
+        return run_in_process(procs, PointPayload(cfg, exp), Path(cfg.out) / "points", label)
     return run
 
 

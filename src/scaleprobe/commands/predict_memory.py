@@ -353,7 +353,8 @@ def print_check_memory(points: list[C.Point], mem: dict[int, dict[str, Any]],
         named = c in ("model", "strategy")  # a narrow terminal wraps a name, never cuts it
         t.add_column(c, justify="left" if named else "right", overflow="fold",
                      no_wrap=not named)
-    errs, why, inside = [], {}, 0
+    errs, inside = [], 0
+    why: dict[str, list[C.Point]] = {}
     for p, m in rows:
         r, meas = m["memory_ratio"], m["measured_peak_bytes"]
         lo, hi = m.get("predicted_peak_low_bytes"), m.get("predicted_peak_high_bytes")

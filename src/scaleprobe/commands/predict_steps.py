@@ -14,6 +14,7 @@ from typing import Any
 from scaleprobe.comm import check as C
 from scaleprobe.comm import sample as S
 from scaleprobe.comm import whatif as W
+from scaleprobe.comm.stepmodel import NEEDED_FLOOR_GBIT_S
 from scaleprobe.comm.timeline import Unit
 from scaleprobe.commands import predict_memory as PM
 from scaleprobe.core.errors import ConfigError
@@ -32,7 +33,7 @@ def one_rank_run(path: str) -> RunResult:
     got = [r for r in load_runs(path) if r.status == "ok" and r.step_median_s is not None]
     ones = [r for r in got if (r.world_size or 1) == 1]
     if not ones:
-        many = f" (it holds runs of {sorted({r.world_size for r in got})} processes)" if got \
+        many = f" (it holds runs of {sorted({r.world_size or 1 for r in got})} processes)" if got \
             else ""
         raise ConfigError(f"no measured one-rank run in {path}{many}: --from takes a run of "
                           "one process; --check sets multi-rank runs beside their prediction")
@@ -138,7 +139,7 @@ def _needed(r: W.Row, loaded: bool = False) -> str:
         return ("unreachable" + (", under load" if loaded else "")) if r.needed_reason \
             else "n/a"
     g = r.needed_gbit_s
-    if g <= W.M.NEEDED_FLOOR_GBIT_S:
+    if g <= NEEDED_FLOOR_GBIT_S:
         return f"< {g * 1e3:g} Mbit/s"
     return f">= {g:.2f} Gbit/s" if g >= 0.1 else f">= {g * 1e3:.1f} Mbit/s"
 
@@ -299,10 +300,12 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                      overflow="fold")  # a narrow terminal wraps a name, never cuts it
     for p in points:
         pr, iv, ri = p.prediction, p.measured_interval, p.ratio_interval
-        meas = _time_fig(p.measured_s, *(iv or (None, None)), unit)
+        lo, hi = iv or (None, None)
+        meas = _time_fig(p.measured_s, lo, hi, unit)
         pred = (_time_fig(pr.step_s.value, pr.step_s.lo, pr.step_s.hi, unit) if pr
                 else esc(p.reason or "n/a"))
-        ratio = (_fig(p.ratio, *(ri or (None, None)), lambda v: f"{v:.2f}")
+        rlo, rhi = ri or (None, None)
+        ratio = (_fig(p.ratio, rlo, rhi, lambda v: f"{v:.2f}")
                  if p.ratio is not None else "n/a")
         mc = p.run.metrics.breakdown_s.comm
         comm = f"{fig(mc)} / {fig(pr.phases['comm'])}" if pr and mc is not None else "n/a"

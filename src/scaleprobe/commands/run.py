@@ -52,15 +52,15 @@ def run(args: argparse.Namespace) -> int:
 def _parity(cfg, repeats: int | None) -> int:
     from scaleprobe.commands.terminal import num  # heavy: rich
 
-    out = parity.run_parity(cfg, DEFAULT_REPEATS if repeats is None else repeats,
-                     say=lambda line: print(line, file=sys.stderr, flush=True))
-    p = out["parity"]
-    n = p["nproc"] or cfg.world_size
-    print(f"accuracy parity: {n} processes vs 1, global batch {p['global_batch']}, "
-          f"{p['repeats']} seed(s) {p['seeds']}")
-    for seed, a1, an in zip(p["seeds"], p["accuracies_1"], p["accuracies_n"], strict=True):
+    p = parity.run_parity(cfg, DEFAULT_REPEATS if repeats is None else repeats,
+                          say=lambda line: print(line, file=sys.stderr, flush=True))
+    n = p.nproc or cfg.world_size
+    print(f"accuracy parity: {n} processes vs 1, global batch {p.global_batch}, "
+          f"{p.repeats} seed(s) {p.seeds}")
+    for seed, a1, an in zip(p.seeds or [], p.accuracies_1 or [], p.accuracies_n or [],
+                            strict=True):
         print(f"  seed {seed}: 1 process {num(a1, '.4f')}, {n} processes {num(an, '.4f')}")
-    print(f"  mean: 1 process {num(p['accuracy_1'], '.4f')}, {n} processes "
-          f"{num(p['accuracy_n'], '.4f')}")
-    print(f"{p['verdict']}: {p['verdict_text']}")
-    return 0 if p["verdict"] == CL.PARITY_HOLDS else 1
+    print(f"  mean: 1 process {num(p.accuracy_1, '.4f')}, {n} processes "
+          f"{num(p.accuracy_n, '.4f')}")
+    print(f"{p.verdict}: {p.verdict_text}")
+    return 0 if p.verdict == CL.PARITY_HOLDS else 1

@@ -36,6 +36,7 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import md_table
 from scaleprobe.core.traits import traits_of
 from scaleprobe.experiments.executor import FIRST_NODE, from_args
+from scaleprobe.report.rows import ScaleRow
 from scaleprobe.report.scale import SCALE_HEADERS, experiment_rows, scale_cells
 from scaleprobe.report.sweep_tables import write_tables
 from scaleprobe.report.target import explain, table_parts
@@ -132,7 +133,7 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
     return spec, out, progress
 
 
-def scale_markdown(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
+def scale_markdown(rows: list[ScaleRow]) -> tuple[str, list[str]]:
     """The speedup table (Markdown) and one line per process count."""
     headers, cells = table_parts(SCALE_HEADERS, rows, scale_cells)
     lines = [r["line"] for r in rows] + explain(rows, [r["record"] for r in rows])
@@ -204,7 +205,7 @@ def _run_script(args: argparse.Namespace, target: list[str], executor: Any) -> i
     return _write_table(sweep_out_dir(spec, out), spec["sweep"]["id"], rows)
 
 
-def _write_table(folder: Path, sid: str, rows: list[dict[str, Any]]) -> int:
+def _write_table(folder: Path, sid: str, rows: list[ScaleRow]) -> int:
     """scale.md in the output folder and on stdout; exit 1 when no count beyond the baseline
     gave a speedup."""
     table, lines = scale_markdown(rows)

@@ -55,7 +55,7 @@ def terminate_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _split_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bool]:
+def split_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bool]:
     over = overrides_from_args(args)
     out = over.pop("out", None)
     progress = over.pop("measure.progress", True) is not False
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     from scaleprobe.experiments.sweep import run_sweep, sweep_out_dir  # heavy: rich
 
-    over, out, progress = _split_overrides(args)
+    over, out, progress = split_overrides(args)
     executor = from_args(args)
     if args.dry_run:
         return _dry_run(args.spec, over, out, args.repeats)
@@ -97,5 +97,5 @@ def run(args: argparse.Namespace) -> int:
 
         return say_interrupted(sweep_out_dir(args.spec, out, over))
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())
-    failed = sum(r.get("status") == "failed" for r in records)
+    failed = sum(r.status == "failed" for r in records)
     return 1 if records and failed == len(records) else 0

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    extra = {"dist.nproc": local, "dist.nnodes": max(1, world // max(1, local))}
+    extra: dict[str, object] = {"dist.nproc": local, "dist.nnodes": max(1, world // max(1, local))}
     if world > 1:
         addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "0")
         extra["dist.rdzv_endpoint"] = f"{addr}:{port}"

@@ -57,7 +57,7 @@ class BatchSearch:
         tried = {s for s, _ in self.probes}
         if self.first_oom is None:
             return self._next_doubling(tried)
-        return self._next_bisection(tried)
+        return self._next_bisection(tried, self.first_oom)
 
     def _next_doubling(self, tried: set[int]) -> int | None:
         if self.largest_fit is None:
@@ -67,9 +67,8 @@ class BatchSearch:
         nxt = min(self.largest_fit * 2, self.cap)
         return None if nxt in tried else nxt
 
-    def _next_bisection(self, tried: set[int]) -> int | None:
+    def _next_bisection(self, tried: set[int], hi: int) -> int | None:
         lo = self.largest_fit or 0
-        hi = self.first_oom
         if lo == 0:  # even the start size ran out of memory: halve towards 1
             nxt = max(1, hi // 2)
             return None if nxt in tried or nxt >= hi else nxt

@@ -36,7 +36,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,13 +46,19 @@ import psutil
 from rich.console import Console
 
 from scaleprobe.core import config as C
-from scaleprobe.core import metrics
 from scaleprobe.core import results as res
 from scaleprobe.core.claim import Source
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import duration
-from scaleprobe.experiments.placement import gpu_count, gpu_sampler, plan_placement
-from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.core.results import ColocateRecord, Experiment, RunResult
+from scaleprobe.experiments.placement import Place, gpu_count, gpu_sampler, plan_placement
+from scaleprobe.experiments.point import PointPayload
+from scaleprobe.experiments.procs import (
+    ProcessSet,
+    collect_record,
+    point_experiment,
+    run_in_process,
+)
 from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight, spec_file
 from scaleprobe.experiments.verdict import (
@@ -62,8 +69,9 @@ from scaleprobe.experiments.verdict import (
     verdict,
 )
 
-OPTIONS = {"id": str, "placement": str, "seconds": (int, float), "steps": int,
-           "warmup_steps": int, "repeats": int}
+OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "placement": str, "seconds": (int, float), "steps": int, "warmup_steps": int,
+    "repeats": int}
 DEFAULT_REPEATS = 3
 READY_TIMEOUT_S = 300.0
 # A job's samples/s is its batch over its MEDIAN step, so it is a "together" figure when most
@@ -164,11 +172,21 @@ class _Ctx:
             self.console.print(text, markup=False, highlight=False)
 
 
-def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: dict[str, Any],
-             repeat: int) -> dict[str, Any]:
-    exp = {"id": ctx.spec.colocate_id, "kind": "colocate",
-           "point": {"job": name, "phase": phase}, "repeat": repeat, "attempt": new_attempt()}
-    return {"config": cfg.to_dict(), "experiment": exp, "cpus": place.get("cpus")}
+@dataclass
+class _Machine:
+    """The machine while the jobs ran together, in one repeat."""
+
+    cpu_util_pct: float | None
+    gpu_util_pct: float | None
+    overlap_s: float
+
+
+def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: Place,
+           repeat: int, barrier: dict[str, str] | None = None) -> PointPayload:
+    """Job ``name``'s point in ``phase`` of ``repeat``."""
+    exp = point_experiment(ctx.spec.colocate_id, "colocate", {"job": name, "phase": phase},
+                           repeat)
+    return PointPayload(cfg, exp, place.cpus, barrier)
 
 
 def _tag(ctx: _Ctx, repeat: int) -> str:
@@ -176,16 +194,13 @@ def _tag(ctx: _Ctx, repeat: int) -> str:
     return f"[{repeat + 1}/{n}] " if n > 1 else ""
 
 
-def _run_alone(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int) -> list[dict[str, Any]]:
+def _run_alone(ctx: _Ctx, plan: list[Place], repeat: int) -> list[RunResult]:
     recs = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
-        payload = _payload(ctx, name, cfg, "alone", place, repeat)
         t0 = time.monotonic()
-        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-alone-r{repeat}",
-                               place.get("env"))
-        rc = ctx.procs.wait(proc)
-        rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
-        ctx.say(f"{_tag(ctx, repeat)}alone    {name}: {rec['status']} "
+        rec = run_in_process(ctx.procs, _payload(ctx, name, cfg, "alone", place, repeat),
+                             ctx.out / "points", f"{name}-alone-r{repeat}", place.env)
+        ctx.say(f"{_tag(ctx, repeat)}alone    {name}: {rec.status} "
                 f"({duration(time.monotonic() - t0)})")
         recs.append(rec)
     return recs
@@ -199,19 +214,18 @@ def _wait_ready(ready: list[Path], procs: list[Any]) -> None:
         time.sleep(0.02)
 
 
-def _run_together(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int
-                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    gate = ctx.out / "points" / f"together-{new_attempt()}"
+def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
+                  ) -> tuple[list[RunResult], _Machine]:
+    gate = ctx.out / "points" / f"together-{uuid.uuid4().hex[:12]}"
     gate.mkdir(parents=True, exist_ok=True)
     started = []
     for (name, cfg), place in zip(ctx.spec.jobs, plan, strict=True):
-        payload = _payload(ctx, name, cfg, "together", place, repeat)
-        payload["barrier"] = {"ready": str(gate / f"{name}.ready"), "go": str(gate / "go")}
-        proc = ctx.procs.start(payload, ctx.out / "points", f"{name}-together-r{repeat}",
-                               place.get("env"))
-        started.append((name, cfg, payload, proc))
-    procs = [s[3] for s in started]
-    _wait_ready([gate / f"{n}.ready" for n, *_ in started], procs)
+        barrier = {"ready": str(gate / f"{name}.ready"), "go": str(gate / "go")}
+        payload = _payload(ctx, name, cfg, "together", place, repeat, barrier)
+        started.append((name, ctx.procs.start(payload, ctx.out / "points",
+                                              f"{name}-together-r{repeat}", place.env)))
+    procs = [proc for _, proc in started]
+    _wait_ready([gate / f"{n}.ready" for n, _ in started], procs)
     gpu = gpu_sampler(plan)
     psutil.cpu_percent(None)  # prime the machine-wide counter
     (gate / "go").touch()
@@ -225,83 +239,72 @@ def _run_together(ctx: _Ctx, plan: list[dict[str, Any]], repeat: int
                 gpus.append(g)
             overlap_s = time.monotonic() - t_go
     recs = []
-    for name, cfg, payload, proc in started:
-        rc = ctx.procs.wait(proc)
-        rec = collect_record(proc, rc, cfg, payload["experiment"], ctx.out / res.RESULTS_FILE)
-        ctx.say(f"{_tag(ctx, repeat)}together {name}: {rec['status']}")
+    for name, proc in started:
+        rec = collect_record(proc, ctx.procs.wait(proc))
+        ctx.say(f"{_tag(ctx, repeat)}together {name}: {rec.status}")
         recs.append(rec)
-    machine = {"cpu_util_pct": sum(cpu) / len(cpu) if cpu else None,
-               "gpu_util_pct": _jobs_gpu_util(recs) or (sum(gpus) / len(gpus) if gpus else None),
-               "overlap_s": overlap_s, "wall_s": time.monotonic() - t_go}
-    return recs, machine
+    return recs, _Machine(_mean(cpu), _jobs_gpu_util(recs) or _mean(gpus), overlap_s)
 
 
-def _jobs_gpu_util(recs: list[dict[str, Any]]) -> float | None:
+def _jobs_gpu_util(recs: list[RunResult]) -> float | None:
     """GPU utilisation over the jobs' own timed windows (NVML reads the whole device, so on a
     shared GPU each job sees everyone's work); None unless every job has a reading."""
-    vals = [res.get(r, "metrics.gpu_util_pct") for r in recs]
-    return sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
+    vals = [r.metrics.gpu_util_pct for r in recs]
+    known = [v for v in vals if v is not None]
+    return sum(known) / len(known) if known and len(known) == len(vals) else None
 
 
-def window_shares(recs: list[dict[str, Any]]) -> list[float | None] | None:
+def window_shares(recs: list[RunResult]) -> list[float | None] | None:
     """Per job, the share of its own timed window during which every job's window was open
     (1.0: it never ran alone); None when a job has no window clock."""
-    clocks = [res.get(r, "metrics.window_clock") for r in recs]
-    if not clocks or any(not isinstance(c, list) or len(c) != 2 for c in clocks):
+    clocks = [r.metrics.window_clock for r in recs]
+    known = [c for c in clocks if c is not None and len(c) == 2]
+    if not clocks or len(known) != len(clocks):
         return None
-    shared = max(0.0, min(c[1] for c in clocks) - max(c[0] for c in clocks))
-    return [shared / (c[1] - c[0]) if c[1] > c[0] else None for c in clocks]
+    shared = max(0.0, min(c[1] for c in known) - max(c[0] for c in known))
+    return [shared / (c[1] - c[0]) if c[1] > c[0] else None for c in known]
 
 
-def _figures(name: str, alone: list[dict[str, Any]], together: list[dict[str, Any]],
-             left_out: set[int] = frozenset()) -> JobFigures:
+def _figures(name: str, alone: list[RunResult], together: list[RunResult],
+             left_out: Collection[int] = ()) -> JobFigures:
     """One job's figures over the repeats (``alone[i]``, ``together[i]``: repeat i's runs);
-    the repeats in ``left_out`` (its window was not shared enough) give none together."""
-    def m(recs: list[dict[str, Any]], k: str, drop: set[int] = frozenset()
-          ) -> tuple[float | None, ...]:
-        return tuple(res.get(r, f"metrics.{k}") if r.get("status") == "ok" and i not in drop
-                     else None for i, r in enumerate(recs))
-
-    def epoch(recs: list[dict[str, Any]], drop: set[int] = frozenset()
-              ) -> tuple[float | None, ...]:
-        # on the timed window's basis, as the samples/s beside it: the slowdowns by samples/s
-        # and by epoch time agree (bug caught: 1.45x by samples/s, 1.81x by epoch time)
-        return tuple(metrics.window_epoch_s(res.get(r, "metrics.steps_per_epoch"),
-                                            res.get(r, "batch.global"),
-                                            res.get(r, "metrics.samples_per_s"))
-                     if r.get("status") == "ok" and i not in drop else None
-                     for i, r in enumerate(recs))
-
-    return JobFigures(name, m(alone, "samples_per_s"), m(together, "samples_per_s", left_out),
-                      epoch(alone), epoch(together, left_out),
-                      m(alone, "step_time_s.rel_ci"), m(together, "step_time_s.rel_ci", left_out),
+    the repeats in ``left_out`` (its window was not shared enough) give none together.
+    Epochs are on the timed window's basis, as the samples/s beside them: the slowdowns by
+    samples/s and by epoch time agree (bug caught: 1.45x by samples/s, 1.81x by epoch time)."""
+    figures: list[Callable[[RunResult], float | None]] = [
+        lambda r: r.metrics.samples_per_s, lambda r: r.window_epoch_s,
+        lambda r: r.metrics.step_time_s.rel_ci if r.metrics.step_time_s else None]
+    cols = [tuple(f(r) if r.status == "ok" and i not in drop else None
+                  for i, r in enumerate(recs))
+            for f in figures for recs, drop in ((alone, ()), (together, left_out))]
+    rate, rate_t, epoch, epoch_t, ci, ci_t = cols
+    return JobFigures(name, rate, rate_t, epoch, epoch_t, ci, ci_t,
                       tuple(_source(name, i, r) for i, r in enumerate(alone)))
 
 
-def _source(name: str, i: int, rec: dict[str, Any]) -> Source:
+def _source(name: str, i: int, rec: RunResult) -> Source:
     """Job ``name``'s run alone in repeat ``i`` as a claim's source, with its load as the run
     judged it (the flag and the cores outside its process tree)."""
-    flag = res.get(rec, "load.flag")
-    cores = res.get(rec, "metrics.outside_cpu_cores")
-    return Source(str(rec.get("run_id") or f"{name} alone #{i}"),
-                  flag if isinstance(flag, bool) else None,
-                  f"{cores:.2f} cores outside" if flag and isinstance(cores, (int, float))
-                  else "", f"{name} alone (repeat {i + 1})")
+    flag = rec.load.flag if rec.load is not None else None
+    cores = rec.metrics.outside_cpu_cores
+    return Source(rec.run_id or f"{name} alone #{i}", flag,
+                  f"{cores:.2f} cores outside" if flag and cores is not None else "",
+                  f"{name} alone (repeat {i + 1})")
 
 
-def _threads(recs: list[dict[str, Any]]) -> int | None:
-    n = [res.get(r, "env.threads") for r in recs]
-    return sum(n) if n and all(isinstance(v, int) for v in n) else None
+def _threads(recs: list[RunResult]) -> int | None:
+    n = [r.env.get("threads") for r in recs]
+    ints = [v for v in n if isinstance(v, int)]
+    return sum(ints) if n and len(ints) == len(n) else None
 
 
-def _mean(vals: list[float | None]) -> float | None:
+def _mean(vals: Sequence[float | None]) -> float | None:
     got = [v for v in vals if v is not None]
     return sum(got) / len(got) if got else None
 
 
-def _run_repeats(ctx: _Ctx, plan: list[dict[str, Any]]
-                 ) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]],
-                            list[dict[str, Any]]]:
+def _run_repeats(ctx: _Ctx, plan: list[Place]
+                 ) -> tuple[list[list[RunResult]], list[list[RunResult]], list[_Machine]]:
     """alone A, alone B, together; alone A, alone B, together; ... -> (alone[repeat][job],
     together[repeat][job], machine[repeat])."""
     alone, together, machine = [], [], []
@@ -319,61 +322,61 @@ def _run_repeats(ctx: _Ctx, plan: list[dict[str, Any]]
     return alone, together, machine
 
 
-def _record(cs: ColocateSpec, plan: list[dict[str, Any]], note: str, cores: int,
-            alone: list[list[dict[str, Any]]], together: list[list[dict[str, Any]]],
-            machine: list[dict[str, Any]]) -> dict[str, Any]:
+def _record(cs: ColocateSpec, plan: list[Place], note: str, cores: int,
+            alone: list[list[RunResult]], together: list[list[RunResult]],
+            machine: list[_Machine]) -> ColocateRecord:
     # time-boxed windows only: with fixed steps a fast job ends first by design (said in the
     # docs), so the check would leave every repeat out
     boxed = not any(isinstance(cfg.train.steps, int) for _, cfg in cs.jobs)
     shares = [window_shares(t) if boxed else None for t in together]
-    left = [{"repeat": i, "job": cs.jobs[k][0], "window_share": v}
-            for i, sh in enumerate(shares) for k, v in enumerate(sh or [])
-            if v is not None and v < MIN_WINDOW_OVERLAP]
+    short = [(i, cs.jobs[k][0], v) for i, sh in enumerate(shares)
+             for k, v in enumerate(sh or []) if v is not None and v < MIN_WINDOW_OVERLAP]
     jobs = [_figures(n, [a[k] for a in alone], [t[k] for t in together],
-                     {x["repeat"] for x in left if x["job"] == n})
+                     {i for i, job, _ in short if job == n})
             for k, (n, _) in enumerate(cs.jobs)]
-    cpu = _mean([m["cpu_util_pct"] for m in machine])
-    gpu = _mean([m["gpu_util_pct"] for m in machine])
+    cpu = _mean([m.cpu_util_pct for m in machine])
+    gpu = _mean([m.gpu_util_pct for m in machine])
     n_gpus = gpu_count()
     share_gpu = n_gpus > 0 and (cs.placement == "shared" or len(cs.jobs) > n_gpus)
     threads = [_threads(t) for t in together]
     v, evidence = verdict(jobs, cpu, gpu, share_gpu=share_gpu, cores=cores,
                           threads_total=max((t for t in threads if t), default=None),
                           placement=cs.placement)
-    if left:
-        evidence += "; " + "; ".join(
-            f"{x['job']} repeat {x['repeat'] + 1} left out: only {x['window_share']:.0%} of "
-            f"its timed window had every job running (below {MIN_WINDOW_OVERLAP:.0%})"
-            for x in left)
+    evidence += "".join(
+        f"; {job} repeat {i + 1} left out: only {share:.0%} of its timed window had every "
+        f"job running (below {MIN_WINDOW_OVERLAP:.0%})" for i, job, share in short)
     tot, tot_iv = totals(jobs), total_interval(jobs)
     tot_iv_d = tot_iv.to_dict() if tot_iv is not None else None
-    return res.ColocateRecord(
-        experiment=res.Experiment(id=cs.colocate_id, kind="colocate"),
+    return ColocateRecord(
+        experiment=Experiment(id=cs.colocate_id, kind="colocate"),
         placement=cs.placement, placement_note=note,
-        cpu_sets=[p.get("cpus") for p in plan], repeats=cs.repeats,
-        jobs=[j.to_dict() for j in jobs], **tot,
+        cpu_sets=[p.cpus for p in plan], repeats=cs.repeats,
+        jobs=[j.to_dict() for j in jobs],
+        total_samples_per_s_alone_sum=tot["total_samples_per_s_alone_sum"],
+        total_samples_per_s_together=tot["total_samples_per_s_together"],
         total_throughput_interval=tot_iv_d,
         cpu_util_pct_together=cpu, gpu_util_pct_together=gpu,
-        cpu_util_pct_together_repeats=[m["cpu_util_pct"] for m in machine],
-        gpu_util_pct_together_repeats=[m["gpu_util_pct"] for m in machine],
-        overlap_s=min((m["overlap_s"] for m in machine), default=None),
-        overlap_s_repeats=[m["overlap_s"] for m in machine],
+        cpu_util_pct_together_repeats=[m.cpu_util_pct for m in machine],
+        gpu_util_pct_together_repeats=[m.gpu_util_pct for m in machine],
+        overlap_s=min((m.overlap_s for m in machine), default=None),
+        overlap_s_repeats=[m.overlap_s for m in machine],
         window_overlap_repeats=[min((v for v in sh if v is not None), default=None)
                                 if sh else None for sh in shares],
-        repeats_left_out=left,
+        repeats_left_out=[{"repeat": i, "job": job, "window_share": share}
+                          for i, job, share in short],
         verdict=v, evidence=evidence,
         throughput=throughput_line(tot, len(jobs), tot_iv_d),
-        run_ids={"alone": [r.get("run_id") for rs in alone for r in rs],
-                 "together": [r.get("run_id") for rs in together for r in rs]},
-        finished_at=res.utc_now()).to_dict()
+        run_ids={"alone": [r.run_id for rs in alone for r in rs],
+                 "together": [r.run_id for rs in together for r in rs]},
+        finished_at=res.utc_now())
 
 
 def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
                  overrides: dict[str, Any] | None = None, progress: bool = True,
                  console: Console | None = None, placement: str | None = None,
                  repeats: int | None = None,
-                 render: Callable[[res.ColocateRecord], str] | None = None
-                 ) -> dict[str, Any]:
+                 render: Callable[[ColocateRecord], str] | None = None
+                 ) -> ColocateRecord:
     """Run every job alone, then all together, ``repeats`` times interleaved; append and
     return the ``kind: colocate`` record (its point runs are run records with
     ``experiment.kind == "colocate"`` and ``experiment.repeat``). ``render``: the record as
@@ -393,8 +396,8 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
     ctx.say(f"placement: {note}; {cs.repeats} repeat(s), interleaved")
     alone, together, machine = _run_repeats(ctx, plan)
     rec = _record(cs, plan, note, len(cpus), alone, together, machine)
-    rec["spec_path"] = spec_file(spec)
-    res.append_jsonl(out / res.RESULTS_FILE, rec)
+    rec.spec_path = spec_file(spec)
+    res.append_jsonl(out / res.RESULTS_FILE, rec.to_dict())
     if render is not None:
-        (out / "colocate.md").write_text(render(res.ColocateRecord.from_dict(rec)))
+        (out / "colocate.md").write_text(render(rec))
     return rec

@@ -24,15 +24,15 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from scaleprobe.core import results as res
-from scaleprobe.core.config import from_dict
+from scaleprobe.core.config import build
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
 from scaleprobe.experiments import point
-from scaleprobe.experiments.point import failed_record, find_attempt
+from scaleprobe.experiments.point import PointPayload, failed_record, find_attempt
 from scaleprobe.experiments.procs import ProcessSet, write_payload
 
 EXECUTORS = ("local", "slurm")
@@ -270,19 +270,19 @@ def job_main(spec_path: str, results_file: str, env: dict[str, str] | None = Non
     os.environ.update(env or {})
     os.environ["SCALEPROBE_RESULTS_FILE"] = results_file
 
-    payload = json.loads(Path(spec_path).read_text())
-    cfg = payload["config"]
-    if int(cfg.get("dist", {}).get("nnodes") or 1) > 1:
+    payload = point.PointPayload.from_dict(json.loads(Path(spec_path).read_text()))
+    cfg = payload.config
+    if cfg.dist.nnodes > 1:
         env = launcher_env(dict(os.environ))
-        cfg["dist"]["node_rank"] = int(env["node_rank"])
-        cfg["dist"]["rdzv_endpoint"] = env["rdzv_endpoint"]
-        if cfg["dist"]["node_rank"] > 0:  # the point's record and run folder are node 0's;
-            # another node's go aside (its run folder holds its ranks' logs)
-            os.environ["SCALEPROBE_RESULTS_FILE"] = f"{results_file}.node{env['node_rank']}"
-            cfg["out"] = str(Path(cfg["out"]) / "slurm" / f"node{env['node_rank']}")
-    elif cfg.get("dist", {}).get("rdzv_endpoint") == FIRST_NODE:  # a 1-node point of the grid
-        cfg["dist"]["rdzv_endpoint"] = None
-    return point.run_point(payload)
+        rank = int(env["node_rank"])
+        cfg = build({"dist.node_rank": rank, "dist.rdzv_endpoint": env["rdzv_endpoint"]}, cfg)
+        if rank > 0:  # the point's record and run folder are node 0's; another node's go
+            # aside (its run folder holds its ranks' logs)
+            os.environ["SCALEPROBE_RESULTS_FILE"] = f"{results_file}.node{rank}"
+            cfg = build({"out": str(Path(cfg.out) / "slurm" / f"node{rank}")}, cfg)
+    elif cfg.dist.rdzv_endpoint == FIRST_NODE:  # a 1-node point of the grid
+        cfg = build({"dist.rdzv_endpoint": None}, cfg)
+    return point.run_point(replace(payload, config=cfg))
 
 
 @dataclass
@@ -291,7 +291,7 @@ class SlurmPoint:
     attempt: str
     log_path: Path  # the job's stderr (what a failure record quotes)
     started_s: float
-    payload: dict[str, Any]
+    payload: PointPayload
     results_file: Path
     ended: tuple[str, str] | None = None  # the scheduler's (state, reason) when it ended it
 
@@ -317,9 +317,8 @@ class SlurmProcessSet:
         self.live: dict[str, SlurmPoint] = {}
         self._submitit = submitit
 
-    def _executor(self, payload: dict[str, Any]) -> Any:
-        dist = payload["config"].get("dist", {})
-        return self._executor_for(int(dist.get("nnodes") or 1), int(dist.get("nproc") or 1))
+    def _executor(self, payload: PointPayload) -> Any:
+        return self._executor_for(payload.config.dist.nnodes, payload.config.dist.nproc)
 
     def _executor_for(self, nnodes: int, nproc: int) -> Any:
         ex = self._submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster="slurm")
@@ -338,9 +337,9 @@ class SlurmProcessSet:
         ex.update_parameters(**params)
         return ex
 
-    def start(self, payload: dict[str, Any], work_dir: Path, label: str,
+    def start(self, payload: PointPayload, work_dir: Path, label: str,
               env: dict[str, str] | None = None) -> SlurmPoint:
-        attempt = payload["experiment"]["attempt"]
+        attempt = payload.attempt
         spec_path = write_payload(payload, work_dir, label)
         results_file = work_dir / f"{label}-{attempt}.jsonl"
         try:
@@ -385,7 +384,7 @@ class SlurmProcessSet:
         return rc
 
     def _result(self, proc: SlurmPoint) -> int:
-        nnodes = int(proc.payload["config"].get("dist", {}).get("nnodes") or 1)
+        nnodes = proc.payload.config.dist.nnodes
         try:  # a job of several tasks (nodes) has one result per task
             out = proc.job.results() if nnodes > 1 else proc.job.result()
         except Exception:  # noqa: BLE001  (the job raised: its traceback is in the log)
@@ -397,22 +396,21 @@ class SlurmProcessSet:
     def _hand_over(self, proc: SlurmPoint) -> None:
         """The job's record, with the scheduler's verdict on it when the scheduler ended the
         job, appended to the experiment's results.jsonl by this process."""
-        rec = find_attempt(res.read_jsonl(proc.results_file, warn=False), proc.attempt)
-        if rec is None and proc.ended is None:
-            return  # collect_record writes the failure with the log's last line
-        if rec is None:
-            rec = _scheduler_record(proc)
-        elif proc.ended is not None:
+        rec = find_attempt(proc.results_file, proc.attempt)
+        if proc.ended is not None:
             state, reason = proc.ended
-            rec["error"] = (f"{_ended_text(proc.pid, state, reason)}; "
-                            f"{rec.get('error') or ''}").rstrip("; ")[:1000]
-            if rec.get("status") == "ok":
-                rec["status"] = ENDED[state] or "interrupted"
-        rec["slurm"] = {"job_id": proc.pid,
-                        "state": proc.ended[0] if proc.ended else "COMPLETED",
-                        "nodes": job_nodes(proc.pid)}
-        out = Path(proc.payload["config"].get("out") or ".")
-        res.append_jsonl(res.results_file(out), rec)
+            said, status = _ended_text(proc.pid, state, reason), ENDED[state] or "interrupted"
+            if rec is None:
+                rec = failed_record(proc.payload.config, proc.payload.experiment, said, status)
+            else:
+                rec.error = f"{said}; {rec.error or ''}".rstrip("; ")[:1000]
+                rec.status = status if rec.status == "ok" else rec.status
+        if rec is None:
+            return  # collect_record writes the failure with the log's last line
+        rec.slurm = {"job_id": proc.pid, "state": proc.ended[0] if proc.ended else "COMPLETED",
+                     "nodes": job_nodes(proc.pid)}
+        out = Path(proc.payload.config.out or ".")
+        res.append_jsonl(res.results_file(out), rec.to_dict())
 
     def finished(self, proc: SlurmPoint) -> None:
         self.live.pop(proc.pid, None)
@@ -465,8 +463,7 @@ class SlurmProcessSet:
         subprocess.run(["scancel", *[p.pid for p in points]], capture_output=True, timeout=60)
 
         def settled(p: SlurmPoint) -> bool:
-            return _returned(p.job) or find_attempt(
-                res.read_jsonl(p.results_file, warn=False), p.attempt) is not None
+            return _returned(p.job) or find_attempt(p.results_file, p.attempt) is not None
 
         deadline = time.monotonic() + (self.STOP_WAIT_S if grace_s is None else grace_s)
         waiting = points
@@ -504,15 +501,6 @@ def _base(state: str | None) -> str | None:
 def _ended_text(job_id: str, state: str, reason: str) -> str:
     why = f" ({reason})" if reason and reason not in ("None", "(null)") else ""
     return f"Slurm job {job_id} ended {state}{why}"
-
-
-def _scheduler_record(proc: SlurmPoint) -> dict[str, Any]:
-    assert proc.ended is not None
-    state, reason = proc.ended
-    cfg = from_dict(proc.payload["config"])
-    return failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
-                         proc.payload["experiment"], _ended_text(proc.pid, state, reason),
-                         status=ENDED[state] or "interrupted")
 
 
 def process_set(executor: Executor | None, out: Path) -> Any:

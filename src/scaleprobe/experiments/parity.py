@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig, validate
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
-from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.point import PointPayload
+from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 
 DEFAULT_REPEATS = 3
 VERDICTS = (CL.PARITY_HOLDS, CL.PARITY_BROKEN, CL.INCONCLUSIVE, CL.NOT_MEASURED)
@@ -77,38 +79,47 @@ _VERDICT_OF = {CL.RULE_INSIDE_BAND: CL.PARITY_HOLDS, CL.RULE_OUTSIDE_BAND: CL.PA
                CL.RULE_NOT_MEASURED: CL.NOT_MEASURED}
 
 
+@dataclass
+class ParityVerdict:
+    """The verdict on the seeds' paired accuracies against the user's tolerance."""
+
+    tolerance: float
+    pairs: int  # seeds with an accuracy on both sides
+    verdict: str
+    text: str
+    difference: float | None = None  # mean accuracy, N - 1
+    interval: dict[str, Any] | None = None  # of the difference, as the record writes it
+    seed_sd: float | None = None
+
+
 def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
-                   tol: float) -> dict[str, Any]:
+                   tol: float) -> ParityVerdict:
     """Verdict and interval from the accuracies of the repeats on each side, seed by seed
     (``acc_1[r]``, ``acc_n[r]``: seed r; a seed with an accuracy missing on a side drops
     out of the pairs), against the user's tolerance ``tol``. The words are the claim's
     (core/claim.py)."""
     pairs = [(x, y) for x, y in zip(acc_1, acc_n, strict=False) if x is not None and y is not None]
-    base = {"tolerance": tol, "tolerance_rule": TOLERANCE_RULE, "pairs": len(pairs)}
     if not pairs:
-        return {**base, "verdict": CL.NOT_MEASURED, "text": "no seed has an accuracy on both "
-                "sides (see the runs)", "difference": None, "interval": None, "seed_sd": None}
+        return ParityVerdict(tol, 0, CL.NOT_MEASURED,
+                             "no seed has an accuracy on both sides (see the runs)")
     a, b = [p[0] for p in pairs], [p[1] for p in pairs]
     diff = sum(b) / len(b) - sum(a) / len(a)
     iv = metrics.paired_difference_interval(a, b)
-    out = {**base, "difference": diff, "seed_sd": iv[3] if iv else None,
-           "interval": None if iv is None else {
-               "estimate": iv[0], "lo": iv[1], "hi": iv[2], "confidence": metrics.CONFIDENCE,
-               "method": "paired t on the seeds' differences (N - 1)"}}
+    method = "paired t on the seeds' differences (N - 1)"
     claim = CL.parity(diff, None if iv is None else metrics.Interval(
-        iv[0], iv[1], iv[2], len(pairs), "paired t on the seeds' differences (N - 1)"),
-        len(pairs), tol)
+        iv[0], iv[1], iv[2], len(pairs), method), len(pairs), tol)
     verdict = _VERDICT_OF.get(claim.rule, CL.INCONCLUSIVE)
     text = f"{claim.text()}; tolerance +/-{tol:.4f} (the user's)"
     if iv is None:
-        return {**out, "verdict": verdict, "claim": claim.to_dict(),
-                "text": f"{text}; no spread from one seed: run --repeats 3 or more"}
-    if verdict == CL.INCONCLUSIVE:
+        text += "; no spread from one seed: run --repeats 3 or more"
+    elif verdict == CL.INCONCLUSIVE:
         need = metrics.repeats_to_decide_paired(diff, iv[3], tol, len(pairs))
         text += ("; " + (f"about {need} seeds would decide it" if need else
                          f"more than {metrics.MAX_REPEATS_SUGGESTED} seeds would be needed, "
                          "or the difference sits at the tolerance"))
-    return {**out, "verdict": verdict, "claim": claim.to_dict(), "text": text}
+    return ParityVerdict(tol, len(pairs), verdict, text, diff, None if iv is None else {
+        "estimate": iv[0], "lo": iv[1], "hi": iv[2], "confidence": metrics.CONFIDENCE,
+        "method": method}, iv[3] if iv else None)
 
 
 def _acc(rec: RunResult) -> float | None:
@@ -121,7 +132,7 @@ def _samples(rec: RunResult) -> int | None:
 
 
 def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
-                  tol: float) -> dict[str, Any]:
+                  tol: float) -> res.ParityRecord:
     """The ``kind: parity`` record from the repeats' run records (``recs_1[r]``, ``recs_n[r]``:
     repeat r on 1 and on N processes). Repeats whose two runs saw different numbers of samples
     are left out of the comparison (not like for like)."""
@@ -130,7 +141,7 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
     v = parity_verdict([_acc(recs_1[i]) for i in like], [_acc(recs_n[i]) for i in like], tol)
     unlike = [i for i in range(len(samples)) if i not in like]
     if unlike:
-        v["text"] += (f"; left out: repeat(s) {', '.join(str(i + 1) for i in unlike)} (samples "
+        v.text += (f"; left out: repeat(s) {', '.join(str(i + 1) for i in unlike)} (samples "
                       "seen differ or unknown)")
     acc_1 = [x for i in like if (x := _acc(recs_1[i])) is not None]
     acc_n = [x for i in like if (x := _acc(recs_n[i])) is not None]
@@ -147,21 +158,20 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
         accuracies_1=[_acc(r) for r in recs_1], accuracies_n=[_acc(r) for r in recs_n],
         accuracy_1=sum(acc_1) / len(acc_1) if acc_1 else None,
         accuracy_n=sum(acc_n) / len(acc_n) if acc_n else None,
-        difference=v["difference"], difference_interval=v["interval"],
-        seed_sd=v["seed_sd"], tolerance=v["tolerance"],
-        tolerance_rule=v["tolerance_rule"], verdict=v["verdict"],
-        verdict_text=v["text"],
-        within_tolerance={CL.PARITY_HOLDS: True, CL.PARITY_BROKEN: False}.get(v["verdict"]),
+        difference=v.difference, difference_interval=v.interval, seed_sd=v.seed_sd,
+        tolerance=v.tolerance, tolerance_rule=TOLERANCE_RULE, verdict=v.verdict,
+        verdict_text=v.text,
+        within_tolerance={CL.PARITY_HOLDS: True, CL.PARITY_BROKEN: False}.get(v.verdict),
         runs=[r.run_id for pair in zip(recs_1, recs_n, strict=True) for r in pair],
-        status="ok" if v["verdict"] != CL.NOT_MEASURED else "failed").to_dict()
+        status="ok" if v.verdict != CL.NOT_MEASURED else "failed")
 
 
 # ---- running it ---------------------------------------------------------------------------
 
 def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
-               say: Callable[[str], None] | None = None) -> dict[str, Any]:
+               say: Callable[[str], None] | None = None) -> res.ParityRecord:
     """Train ``repeats`` times on 1 and on N processes, interleaved, each run in its own
-    process; append and return the parity record with the runs."""
+    process; append and return the parity record (its runs are in the results file)."""
     from scaleprobe.experiments.sweep import preflight  # heavy: rich
 
     if repeats < 1:
@@ -170,17 +180,16 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
     preflight([c for pair in plans for c in pair])
     out = Path(cfg.out)
     exp_id = f"parity-{uuid.uuid4().hex[:8]}"
-    procs, recs_1, recs_n = ProcessSet(), [], []
+    procs = ProcessSet()
+    recs_1: list[RunResult] = []
+    recs_n: list[RunResult] = []
     try:
         for r, (one, multi) in enumerate(plans):
             for c, into in ((one, recs_1), (multi, recs_n)):
                 n = c.world_size
-                exp = {"id": exp_id, "kind": "parity", "point": {"nproc": n}, "repeat": r,
-                       "attempt": new_attempt()}
-                proc = procs.start({"config": c.to_dict(), "experiment": exp}, out / "points",
-                                   f"parity-n{n}-r{r}")
-                rec = RunResult.from_dict(collect_record(proc, procs.wait(proc), c, exp,
-                                                         out / res.RESULTS_FILE))
+                exp = point_experiment(exp_id, "parity", {"nproc": n}, r)
+                rec = run_in_process(procs, PointPayload(c, exp), out / "points",
+                                     f"parity-n{n}-r{r}")
                 into.append(rec)
                 if say is not None:
                     acc = _acc(rec)
@@ -191,7 +200,6 @@ def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
         raise
     finally:
         procs.close()
-    rec = parity_record(recs_1, recs_n, exp_id, cfg.dist.parity_tolerance)
-    res.append_jsonl(out / res.RESULTS_FILE, rec)
-    return {"parity": rec, "runs": [r.to_dict() for pair in zip(recs_1, recs_n, strict=True)
-                                    for r in pair]}
+    parity = parity_record(recs_1, recs_n, exp_id, cfg.dist.parity_tolerance)
+    res.append_jsonl(out / res.RESULTS_FILE, parity.to_dict())
+    return parity

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
 
 from scaleprobe.measure.gpu import nvml_unavailable_reason, open_device
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one job runs: its CPU set (None: unpinned), its GPU and its environment."""
+
+    cpus: list[int] | None = None
+    gpu: int = 0
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def split_cpus(cpus: list[int], n_jobs: int) -> list[list[int]]:
@@ -50,23 +59,22 @@ def _cpu_note(sets: list[list[int]], cpus: list[int]) -> str:
 
 
 def plan_placement(n_jobs: int, placement: str, cpus: list[int],
-                   n_gpus: int) -> tuple[list[dict[str, Any]], str]:
-    """Per job ``{"cpus": [...] | None, "env": {...}}``, and one line saying what was done."""
+                   n_gpus: int) -> tuple[list[Place], str]:
+    """Per job its ``Place``, and one line saying what was done."""
     if placement == "shared":
         where = "GPU 0" if n_gpus else f"the {len(cpus)} CPUs"
-        return [{"cpus": None, "env": {}} for _ in range(n_jobs)], \
-            f"shared: all {n_jobs} jobs on {where}"
+        return [Place() for _ in range(n_jobs)], f"shared: all {n_jobs} jobs on {where}"
     sets = split_cpus(cpus, n_jobs)
     if n_gpus:  # each job its own GPU and its own share of the CPUs (its loader and threads)
 
         vis = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
                if v.strip()] or [str(i) for i in range(n_gpus)]
-        plan = [{"cpus": sets[j], "gpu": j % n_gpus,
-                 "env": {"CUDA_VISIBLE_DEVICES": vis[j % n_gpus]}} for j in range(n_jobs)]
+        plan = [Place(sets[j], j % n_gpus, {"CUDA_VISIBLE_DEVICES": vis[j % n_gpus]})
+                for j in range(n_jobs)]
         share = "" if n_jobs <= n_gpus else f" (more jobs than the {n_gpus} GPUs: some share)"
         desc = ", ".join(f"job {j + 1}: GPU {j % n_gpus}" for j in range(n_jobs))
         return plan, f"pinned: one GPU per job{share} ({desc}); {_cpu_note(sets, cpus)}"
-    return [{"cpus": s, "env": {}} for s in sets], f"pinned: {_cpu_note(sets, cpus)}"
+    return [Place(s) for s in sets], f"pinned: {_cpu_note(sets, cpus)}"
 
 
 def gpu_count() -> int:
@@ -85,11 +93,11 @@ def gpu_count() -> int:
     return n
 
 
-def gpu_sampler(plan: list[dict[str, Any]]) -> Callable[[], float | None]:
+def gpu_sampler(plan: list[Place]) -> Callable[[], float | None]:
     """A function giving the mean utilisation (%) of the GPUs the jobs use, or None."""
     if not gpu_count():
         return lambda: None
-    idx = sorted({p.get("gpu", 0) for p in plan})
+    idx = sorted({p.gpu for p in plan})
     devices = [d for d in (open_device(i) for i in idx) if d is not None]
 
     def sample() -> float | None:

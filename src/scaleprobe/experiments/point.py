@@ -3,10 +3,10 @@ out-of-memory error cannot take the sweep down.
 
     python -m scaleprobe.experiments.point POINT.json
 
-``POINT.json`` holds ``config`` (``RunConfig.to_dict()``), ``experiment`` (``{id, kind, point,
-attempt}``) and optionally ``cpus`` (a CPU set to pin to) and ``barrier`` (``{ready, go}``
-file paths: announce that imports are done, then wait for the start signal, so co-located
-jobs start training together). The run appends its record to ``OUT/results.jsonl``; the exit
+``POINT.json`` is a ``PointPayload``: ``config`` (``RunConfig.to_dict()``), ``experiment``
+(``{id, kind, point, repeat, start, attempt}``), ``cpus`` (a CPU set to pin to, or null) and
+``barrier`` (null, or ``{ready, go}`` file paths: announce that imports are done, then wait
+for the start signal, so co-located jobs start training together). The run appends its record to ``OUT/results.jsonl``; the exit
 status is the run's (0 ok, 3 out of memory, 130 interrupted, 1 failed, 2 user error).
 """
 
@@ -18,13 +18,15 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scaleprobe.core import results as res
-from scaleprobe.core.config import from_dict
+from scaleprobe.core.config import RunConfig, from_dict
 from scaleprobe.core.errors import ScaleprobeError
 from scaleprobe.core.interrupt import Interrupted, describe
+from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.launch import fresh_launcher
 from scaleprobe.measure.env import die_with_parent
@@ -34,21 +36,55 @@ BARRIER_TIMEOUT_S = 300.0
 INTERRUPTED = "interrupted by the user (Ctrl+C)"
 
 
-def failed_record(cfg_dict: dict[str, Any], key: str, name: str, experiment: dict[str, Any],
-                  error: str, status: str = "failed") -> dict[str, Any]:
+@dataclass(frozen=True)
+class PointPayload:
+    """What a point process runs (``POINT.json``, written by the parent, read here)."""
+
+    config: RunConfig
+    experiment: res.Experiment  # its extras hold ``attempt``: finds the record it writes
+    cpus: list[int] | None = None  # a CPU set to pin to
+    barrier: dict[str, str] | None = None  # {ready, go}: file paths (co-located jobs)
+
+    @property
+    def attempt(self) -> str:
+        return str(self.experiment.extra["attempt"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "experiment": self.experiment.to_dict(),
+                "cpus": self.cpus, "barrier": self.barrier}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PointPayload:
+        return cls(from_dict(d["config"]), res.Experiment.from_dict(d["experiment"]),
+                   d.get("cpus"), d.get("barrier"))
+
+
+def failed_record(cfg: RunConfig, experiment: res.Experiment, error: str,
+                  status: str = "failed") -> RunResult:
     """A run record for a point that never produced one of its own."""
-    rec = res.new_run_record(cfg_dict, res.make_run_id(name), name, key)
-    rec["status"], rec["error"] = status, error[:1000]
-    rec["experiment"] = experiment
-    rec["finished_at"] = res.utc_now()
-    return rec
+    name = cfg.name or cfg.default_name()
+    return RunResult(run_id=res.make_run_id(name), name=name, key=cfg.key(), status=status,
+                     error=error[:1000], started_at=res.utc_now(), finished_at=res.utc_now(),
+                     config=cfg.to_dict(), experiment=experiment)
 
 
-def find_attempt(records: list[dict[str, Any]], attempt: str) -> dict[str, Any] | None:
-    for rec in reversed(records):
+def find_attempt(results: Path, attempt: str | None) -> RunResult | None:
+    """The run record in ``results`` whose point process had token ``attempt``."""
+    for rec in reversed(res.runs(res.read_jsonl(results, warn=False)) if attempt else []):
         if (rec.get("experiment") or {}).get("attempt") == attempt:
-            return rec
+            return RunResult.from_dict(rec)
     return None
+
+
+def record_once(cfg: RunConfig, exp: res.Experiment, results: Path, error: str,
+                status: str = "failed") -> RunResult:
+    """The record the point of ``exp`` (its attempt) wrote to ``results``; else a record of
+    its failure, appended there so that the failure is on disk too."""
+    rec = find_attempt(results, exp.extra.get("attempt"))
+    if rec is None:
+        rec = failed_record(cfg, exp, error, status)
+        res.append_jsonl(results, rec.to_dict())
+    return rec
 
 
 def _die_with_parent() -> None:
@@ -63,7 +99,7 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _import_or_stop(cfg: Any, exp: dict[str, Any]) -> None:
+def _import_or_stop(cfg: RunConfig, exp: res.Experiment) -> None:
     """The slow imports of a run (torch, torchvision, the engine), with Ctrl+C and SIGTERM
     recording the point interrupted and ending the process at once. A KeyboardInterrupt
     raised inside an import cannot be caught safely: it leaves numpy or torch half-imported
@@ -130,21 +166,20 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
     return False
 
 
-def run_point(payload: dict[str, Any]) -> int:
+def run_point(payload: PointPayload) -> int:
     fresh_launcher()  # a point's own process: its ranks may be forked from it
-    exp = payload["experiment"]
-    cfg = from_dict(payload["config"])
-    if payload.get("cpus") and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
-        os.sched_setaffinity(0, set(payload["cpus"]))
+    exp, cfg = payload.experiment, payload.config
+    if payload.cpus and hasattr(os, "sched_setaffinity"):  # Linux; elsewhere unpinned
+        os.sched_setaffinity(0, set(payload.cpus))
     _import_or_stop(cfg, exp)
     gated = False
     try:
         # heavy: torch: loaded in a point's own process, never the sweep's
         from scaleprobe.run.workloads import run_config  # imported by _import_or_stop
 
-        if payload.get("barrier"):
-            gated = _barrier(cfg, payload["barrier"])
-        result = run_config(cfg, experiment=exp)
+        if payload.barrier:
+            gated = _barrier(cfg, payload.barrier)
+        result = run_config(cfg, experiment=exp.to_dict())
     except KeyboardInterrupt as e:
         _record(cfg, exp, describe(getattr(e, "signame", None)), "interrupted")
         return 130
@@ -161,18 +196,14 @@ def run_point(payload: dict[str, Any]) -> int:
             from scaleprobe.train import engine  # heavy: torch
 
             engine.set_window_gate(None)
-    print(f"point {exp.get('point')}: {result.status}"
+    print(f"point {exp.point}: {result.status}"
           + (f" ({result.error})" if result.error else ""))
     return exit_code(result.status)
 
 
-def _record(cfg: Any, exp: dict[str, Any], error: str, status: str = "failed") -> None:
-    path = res.results_file(cfg.out)
-    if exp.get("attempt") and find_attempt(res.read_jsonl(path, warn=False), exp["attempt"]):
-        return  # the run recorded its own ending (a data error met while training)
-    name = cfg.name or cfg.default_name()
-    rec = failed_record(cfg.to_dict(), cfg.key(), name, exp, error, status)
-    res.append_jsonl(path, rec)
+def _record(cfg: RunConfig, exp: res.Experiment, error: str, status: str = "failed") -> None:
+    # kept: the run's own record of its ending (a data error met while training)
+    record_once(cfg, exp, res.results_file(cfg.out), error, status)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _die_with_parent()
     _sigterm_as_interrupt()
-    payload = json.loads(Path(argv[0]).read_text())
-    return run_point(payload)
+    return run_point(PointPayload.from_dict(json.loads(Path(argv[0]).read_text())))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,11 @@ from typing import Any
 import psutil
 
 from scaleprobe.core import results as res
-from scaleprobe.core.config import from_dict
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
-from scaleprobe.experiments.point import INTERRUPTED, failed_record, find_attempt
+from scaleprobe.experiments.point import INTERRUPTED, PointPayload, find_attempt, record_once
 from scaleprobe.launch import INTERRUPT_GRACE_S
 from scaleprobe.measure.env import gpu_machine, use_platform_start_method
 
@@ -51,10 +51,10 @@ _PRELOAD = ["scaleprobe.experiments.point", "scaleprobe.run.assemble", "scalepro
             "scaleprobe.launch"]
 
 
-def grace_for(payload: dict[str, Any]) -> float:
+def grace_for(payload: PointPayload) -> float:
     """A launched point (ddp, ps, ...) forwards the stop to its ranks, which stop together
     and hand over their records within ``launch.INTERRUPT_GRACE_S``; then it writes its own."""
-    tr = known((payload.get("config") or {}).get("dist", {}).get("strategy"))
+    tr = known(payload.config.dist.strategy)
     return INTERRUPT_GRACE_S + 5.0 if tr is not None and tr.launched else GRACE_S
 
 
@@ -64,7 +64,7 @@ class PointProcess:
     attempt: str  # token in experiment.attempt: finds the record this process wrote
     log_path: Path
     started_s: float  # time.monotonic() at start
-    payload: dict[str, Any] | None = None  # what it runs: its config and experiment
+    payload: PointPayload  # what it runs: its config and experiment
 
     @property
     def pid(self) -> int:
@@ -74,11 +74,11 @@ class PointProcess:
         return self.popen.poll()
 
 
-def write_payload(payload: dict[str, Any], work_dir: Path, label: str) -> Path:
+def write_payload(payload: PointPayload, work_dir: Path, label: str) -> Path:
     """``WORK_DIR/<label>-<attempt>.json``: what a point runs (read by experiments/point.py)."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    path = work_dir / f"{label}-{payload['experiment']['attempt']}.json"
-    path.write_text(json.dumps(payload, indent=1, default=str))
+    path = work_dir / f"{label}-{payload.attempt}.json"
+    path.write_text(json.dumps(payload.to_dict(), indent=1, default=str))
     return path
 
 
@@ -174,12 +174,12 @@ class ProcessSet:
     def __init__(self) -> None:
         self.live: dict[int, PointProcess] = {}
 
-    def start(self, payload: dict[str, Any], work_dir: Path, label: str,
+    def start(self, payload: PointPayload, work_dir: Path, label: str,
               env: dict[str, str] | None = None) -> PointProcess:
-        attempt = payload["experiment"]["attempt"]
+        attempt = payload.attempt
         forked = fork_points()
-        payload = {**payload, "experiment": {**payload["experiment"],
-                                             "start": "fork" if forked else "exec"}}
+        payload = replace(payload, experiment=replace(payload.experiment,
+                                                      start="fork" if forked else "exec"))
         spec_path = write_payload(payload, work_dir, label)
         log_path = work_dir / f"{label}-{attempt}.log"
         full_env = dict(os.environ)
@@ -223,7 +223,7 @@ class ProcessSet:
         procs = list(self.live.values())
         self.live.clear()
         if grace_s is None:
-            grace_s = max([grace_for(p.payload or {}) for p in procs], default=GRACE_S)
+            grace_s = max([grace_for(p.payload) for p in procs], default=GRACE_S)
         stop_groups([p.popen for p in procs], grace_s)
         for p in procs:
             _record_if_missing(p)
@@ -273,38 +273,46 @@ def stop_groups(popens: list[Any], grace_s: float = GRACE_S) -> None:
         psutil.wait_procs(kids, timeout=2)
 
 
-def collect_record(proc: PointProcess, rc: int, cfg: Any, experiment: dict[str, Any],
-                   results_path: Path) -> dict[str, Any]:
-    """The record the point wrote, or (when it died before writing one) a failed record
-    naming how it ended, appended to ``results_path`` so the failure is on disk too."""
-    rec = find_attempt(res.read_jsonl(results_path, warn=False), experiment["attempt"])
-    if rec is None:
-        tail = log_tail(proc.log_path)
-        error = f"point process {describe_exit(rc)}" + (f": {tail}" if tail else "")
-        rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
-                            experiment, error)
-        res.append_jsonl(results_path, rec)
-    return rec
+def collect_record(proc: Any, rc: int) -> RunResult:
+    """The record the point (a ``PointProcess`` or ``SlurmPoint``) wrote to its output's
+    results file, or (when it died before writing one) a failed record naming how it ended,
+    appended there so the failure is on disk too."""
+    p = proc.payload
+    path = Path(p.config.out) / res.RESULTS_FILE
+    rec = find_attempt(path, p.attempt)
+    if rec is not None:
+        return rec
+    tail = log_tail(proc.log_path)
+    return record_once(p.config, p.experiment, path,
+                       f"point process {describe_exit(rc)}" + (f": {tail}" if tail else ""))
+
+
+def run_in_process(procs: Any, payload: PointPayload, work_dir: Path, label: str,
+                   env: dict[str, str] | None = None) -> RunResult:
+    """Start the point (``ProcessSet`` or an executor's), wait for it: its record."""
+    proc = procs.start(payload, work_dir, label, env)
+    return collect_record(proc, procs.wait(proc))
 
 
 def _record_if_missing(proc: PointProcess) -> None:
-    if not proc.payload:
-        return
     try:
-        cfg = from_dict(proc.payload["config"])
-        path = Path(cfg.out) / res.RESULTS_FILE
-        if find_attempt(res.read_jsonl(path, warn=False), proc.attempt) is None:
-            rec = failed_record(cfg.to_dict(), cfg.key(), cfg.name or cfg.default_name(),
-                                proc.payload["experiment"],
-                                f"{INTERRUPTED}: stopped before it recorded itself",
-                                status="interrupted")
-            res.append_jsonl(path, rec)
+        cfg = proc.payload.config
+        record_once(cfg, proc.payload.experiment, Path(cfg.out) / res.RESULTS_FILE,
+                    f"{INTERRUPTED}: stopped before it recorded itself", "interrupted")
     except Exception:  # noqa: BLE001  (stopping must go on; the point reruns on resume)
         pass
 
 
 def new_attempt() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def point_experiment(exp_id: str, kind: str, point: dict[str, Any],
+                     repeat: int | None = None) -> res.Experiment:
+    """A point process's experiment, with a new ``attempt`` token (finds the record it
+    writes)."""
+    return res.Experiment(id=exp_id, kind=kind, point=point, repeat=repeat,
+                          extra={"attempt": new_attempt()})
 
 
 def log_tail(path: Path, max_lines: int = 40) -> str:

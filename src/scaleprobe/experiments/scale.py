@@ -22,7 +22,6 @@ from rich.console import Console
 
 from scaleprobe.core import config as C
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult, dict_of
 from scaleprobe.experiments import sweep
 from scaleprobe.experiments.spec import load_spec
 from scaleprobe.experiments.sweep import Tables, sweep_out_dir
@@ -41,11 +40,6 @@ class ScaleViews:
     tables: Tables | None = None
 
 
-def _spec_point(rec: RunResult) -> dict[str, Any]:
-    """The point as the spec's grid names it (``nproc``, ``nnodes``)."""
-    return dict_of(rec.experiment.point if rec.experiment is not None else None)
-
-
 def run_scale(spec: dict[str, Any], out: str | None, views: ScaleViews, progress: bool = True,
               console: Console | None = None, repeats: int | None = None,
               executor: Any = None) -> list[Any]:
@@ -62,9 +56,9 @@ def run_scale(spec: dict[str, Any], out: str | None, views: ScaleViews, progress
         con.print(f"implausible speedup at {', '.join(str(r['nproc']) for r in odd)} "
                   "processes: measuring those points and the baseline once more",
                   soft_wrap=True)
-        (base,) = [_spec_point(r["record"])
+        (base,) = [r["record"].point
                    for r in rows if r["is_base"] and r["experiment"] == odd[0]["experiment"]]
-        points = [_spec_point(r["record"]) for r in odd]
+        points = [r["record"].point for r in odd]
         grid: dict[str, Any] = {"nproc": sorted({p.get("nproc", 1) for p in [base, *points]})}
         if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
             grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})

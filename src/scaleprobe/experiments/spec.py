@@ -38,9 +38,10 @@ from scaleprobe.core.config import BATCH_KEYS
 from scaleprobe.core.config_rules import unused
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
+from scaleprobe.core.schema import show
 from scaleprobe.measure.env import threads_for
 
-SWEEP_OPTIONS = {
+SWEEP_OPTIONS: dict[str, type[Any]] = {
     "id": str, "batch_start": int, "batch_max": int, "max_probes": int, "batch_round": int,
     "skip_invalid": bool, "kind": str, "repeats": int,
 }
@@ -173,11 +174,11 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
             continue
         if not isinstance(values, list):
             raise ConfigError(f"{where}: grid axis '{label}' must be a list of values "
-                              f"(or \"auto\" for batch_size), got {C.show(values)}")
+                              f"(or \"auto\" for batch_size), got {show(values)}")
         if not values:
             raise ConfigError(f"{where}: grid axis '{label}' has no values")
         if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"{where}: grid axis '{label}' repeats a value: {C.show(values)}")
+            raise ConfigError(f"{where}: grid axis '{label}' repeats a value: {show(values)}")
         try:
             vals = [C.check_value(key, v) for v in values]
         except ConfigError as e:

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,8 @@ from scaleprobe.core.results import RunResult
 from scaleprobe.core.target import repeat_config
 from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
-from scaleprobe.experiments.procs import ProcessSet, collect_record, new_attempt
+from scaleprobe.experiments.point import PointPayload
+from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 from scaleprobe.experiments.spec import (
     Point,
     SweepSpec,
@@ -67,8 +68,8 @@ class SweepState:
     out: Path
     bar: SweepProgress
     procs: ProcessSet  # or executor.SlurmProcessSet: the same calls
-    done: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # key -> ok/oom runs
-    records: list[dict[str, Any]] = field(default_factory=list)  # this sweep's, in run order
+    done: dict[str, list[RunResult]] = field(default_factory=dict)  # key -> ok/oom runs
+    records: list[RunResult] = field(default_factory=list)  # this sweep's, in run order
     skipped: list[dict[str, Any]] = field(default_factory=list)  # points not run, and why
     searches: list[dict[str, Any]] = field(default_factory=list)  # batch_size = "auto"
     started: int = 0  # point processes started by this call
@@ -81,18 +82,16 @@ class SweepState:
 
 
 def completed_runs(results_path: Path, exp_id: str | None = None
-                   ) -> dict[str, list[dict[str, Any]]]:
+                   ) -> dict[str, list[RunResult]]:
     """``{config key: [records]}`` of the runs that need no rerun (ok, or out of memory), in
     file order: the first is repeat 0, the next repeat 1, and so on. With ``exp_id``, only
     the runs of that experiment: a run of the same configuration made on its own or by
     another experiment was measured at another time, under another load, so it cannot stand
     in a pairing of this one's interleaved repeats (A B A B)."""
-    done: dict[str, list[dict[str, Any]]] = {}
-    for rec in res.runs(res.read_jsonl(results_path)):
-        if exp_id is not None and (rec.get("experiment") or {}).get("id") != exp_id:
-            continue
-        if rec.get("status") in DONE and rec.get("key"):
-            done.setdefault(rec["key"], []).append(rec)
+    done: dict[str, list[RunResult]] = {}
+    for rec in map(RunResult.from_dict, res.runs(res.read_jsonl(results_path))):
+        if (exp_id is None or rec.exp_id == exp_id) and rec.status in DONE and rec.key:
+            done.setdefault(rec.key, []).append(rec)
     return done
 
 
@@ -100,37 +99,29 @@ def _slug(point: Point) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", describe(point.axes).replace(", ", "-"))[:80]
 
 
-def _experiment(st: SweepState, point: Point, repeat: int) -> dict[str, Any]:
-    return {"id": st.spec.sweep_id, "kind": st.spec.kind, "point": dict(point.axes),
-            "repeat": repeat}
-
-
-def run_point(st: SweepState, point: Point, repeat: int = 0) -> dict[str, Any]:
+def run_point(st: SweepState, point: Point, repeat: int = 0) -> RunResult:
     """Run repeat ``repeat`` of one point in its own process (or reuse this experiment's run
     of the same configuration, measured before it was stopped) and return its record. A point that ran out of memory is
     not repeated: its out-of-memory record stands for every repeat."""
     cfg, index = repeat_config(st.spec.config(point, str(st.out)), repeat)
     key = cfg.key()
     prior = st.done.get(key, [])
-    oom = next((r for r in prior if r.get("status") == "oom"), None)
+    oom = next((r for r in prior if r.status == "oom"), None)
     reuse = oom if oom is not None else (prior[index] if len(prior) > index else None)
+    exp = point_experiment(st.spec.sweep_id, st.spec.kind, dict(point.axes), repeat)
     if reuse is not None:  # shown as this sweep's point, whichever run measured it
-        rec = {**reuse, "experiment": {**_experiment(st, point, repeat),
-                                       "reused": reuse.get("run_id")}}
+        rec = replace(reuse, experiment=replace(exp, reused=reuse.run_id, extra={}))
         if oom is None or repeat == 0:
             st.records.append(rec)
             st.bar.point_done(point, rec, resumed=True, repeat=repeat)
         return rec
-    exp = {**_experiment(st, point, repeat), "attempt": new_attempt()}
     label = f"{_slug(point)}-r{repeat}"
-    steps = st.out / "points" / f"{label}-{exp['attempt']}.progress"  # the point's own steps
+    steps = st.out / "points" / f"{label}-{exp.extra['attempt']}.progress"  # its own steps
     st.bar.point_started(point, str(steps), repeat)
-    proc = st.procs.start({"config": cfg.to_dict(), "experiment": exp}, st.out / "points",
-                          label, env={PROGRESS_ENV: str(steps)})
     st.started += 1
-    rc = st.procs.wait(proc)
-    rec = collect_record(proc, rc, cfg, exp, st.results_path)
-    if rec.get("status") in DONE:
+    rec = run_in_process(st.procs, PointPayload(cfg, exp), st.out / "points", label,
+                         {PROGRESS_ENV: str(steps)})
+    if rec.status in DONE:
         st.done.setdefault(key, []).append(rec)
     st.records.append(rec)
     st.bar.point_done(point, rec, repeat=repeat)
@@ -157,7 +148,7 @@ def _run_grid(st: SweepState, pts: list[Point]) -> None:
                     _skip(st, p, f"not run: batch {oom_at[group]} already ran out of memory")
                 continue
             rec = run_point(st, p, repeat)
-            if rec["status"] == "oom" and size is not None:
+            if rec.status == "oom" and size is not None:
                 oom_at[group] = min(size, oom_at.get(group, size))
 
 
@@ -181,7 +172,7 @@ def _run_auto(st: SweepState, groups: list[Point]) -> None:
                                  + per_search * (len(groups) - n - 1))
             pt = _with_batch(base_point, axis.label, axis.key, size)
             rec = run_point(st, pt)
-            status = rec["status"] if rec["status"] in DONE else "failed"
+            status = rec.status if rec.status in DONE else "failed"
             search.report(size, status)
             if status == "ok":
                 fits.append(pt)
@@ -197,23 +188,22 @@ def _run_auto(st: SweepState, groups: list[Point]) -> None:
     st.bar.set_remaining(0)
 
 
-def _sweep_record(st: SweepState, report: dict[str, Any]) -> dict[str, Any]:
+def _sweep_record(st: SweepState, recommendation: Any) -> res.SweepRecord:
     return res.SweepRecord(
         kind="sweep",
         experiment=res.Experiment(id=st.spec.sweep_id, kind=st.spec.kind),
         axes={a.label: ("auto" if a.auto else list(a.values)) for a in st.spec.axes},
-        points=[{"point": (r.get("experiment") or {}).get("point"), "key": r.get("key"),
-                 "repeat": (r.get("experiment") or {}).get("repeat", 0),
-                 "run_id": r.get("run_id"), "status": r.get("status")} for r in st.records],
+        points=[{"point": r.experiment.point if r.experiment else None, "key": r.key,
+                 "repeat": r.repeat or 0, "run_id": r.run_id, "status": r.status}
+                for r in st.records],
         skipped=st.skipped,
         searches=st.searches,
         dropped=st.spec.dropped,
         repeats=st.spec.repeats,
         points_run=st.started,  # processes started by this invocation (0: all resumed)
-        recommendation=report.get("recommendation"),
+        recommendation=recommendation,
         finished_at=res.utc_now(),
-        spec_path=st.spec_path,
-    ).to_dict()
+        spec_path=st.spec_path)
 
 
 def spec_file(spec: str | Path | dict[str, Any]) -> str | None:
@@ -252,7 +242,7 @@ def preflight(configs: list[Any]) -> None:
 def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, progress: bool = True,
               console: Console | None = None, repeats: int | None = None,
-              executor: Any = None, tables: Tables | None = None) -> list[dict[str, Any]]:
+              executor: Any = None, tables: Tables | None = None) -> list[RunResult]:
     """Run (or resume) a sweep; returns the records of its points in run order.
 
     Appends a ``kind: sweep`` summary record to the output folder's results.jsonl; with
@@ -281,7 +271,7 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
             raise
 
 
-def _run_locked(st: SweepState, pts: list[Point]) -> list[dict[str, Any]]:
+def _run_locked(st: SweepState, pts: list[Point]) -> list[RunResult]:
     sp, out = st.spec, st.out
     st.done = completed_runs(st.results_path, sp.sweep_id)
     todo = [c for c in (sp.config(p, str(out)) for p in pts)
@@ -305,38 +295,33 @@ def _run_locked(st: SweepState, pts: list[Point]) -> list[dict[str, Any]]:
         try:  # the tables of the points finished so far; never hide why the sweep stopped
             keys = None if sp.auto else {sp.config(p, str(out)).key() for p in pts}
             if st.tables is not None:
-                st.tables(out, _typed(_finished(st, keys)), st.skipped, st.searches, sp, True)
+                st.tables(out, _finished(st, keys), st.skipped, st.searches, sp, True)
         except Exception as e:  # noqa: BLE001
             st.bar.note(f"could not write the partial tables: {type(e).__name__}: {e}")
         raise
     finally:
         st.procs.close()
     st.bar.stop()
-    report = ({} if st.tables is None
-              else st.tables(out, _typed(st.records), st.skipped, st.searches, sp, False))
-    res.append_jsonl(st.results_path, _sweep_record(st, report))
+    best = (None if st.tables is None else
+            st.tables(out, st.records, st.skipped, st.searches, sp, False).get("recommendation"))
+    res.append_jsonl(st.results_path, _sweep_record(st, best).to_dict())
     return st.records
 
 
-def _typed(records: list[dict[str, Any]]) -> list[RunResult]:
-    """The run records among a sweep's records, as the report reads them."""
-    return [RunResult.from_dict(r) for r in res.runs(records)]
-
-
-def _finished(st: SweepState, keys: set[str] | None) -> list[dict[str, Any]]:
+def _finished(st: SweepState, keys: set[str] | None) -> list[RunResult]:
     """This call's records, then the finished runs of this sweep found on disk that it had
     not reached yet: a resumed sweep stopped while it was still listing finished points
     writes the tables of everything finished, not of the points it had listed. ``keys``: the
     grid's points (their first ``repeats`` runs each); None (a batch search): every finished
     run of this sweep id."""
-    seen = {r.get("run_id") for r in st.records}
+    seen = {r.run_id for r in st.records}
     earlier = []
     for key, recs in st.done.items():
         if keys is not None and key not in keys:
             continue
-        mine = [r for r in recs if (r.get("experiment") or {}).get("id") == st.spec.sweep_id]
+        mine = [r for r in recs if r.exp_id == st.spec.sweep_id]
         earlier += [r for r in (mine[:st.spec.repeats] if keys is not None else mine)
-                    if r.get("run_id") not in seen]
+                    if r.run_id not in seen]
     return st.records + earlier
 
 

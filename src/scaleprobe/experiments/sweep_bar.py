@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from scaleprobe.core.fmt import bytes_, duration, rate, repeat_label
+from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.spec import Point, describe
 from scaleprobe.measure.progress import progress_bar, read_point_progress
 
@@ -139,21 +140,20 @@ class SweepProgress:
             self._bar.update(self._task, completed=self.completed, total=self.total,
                              eta=self.eta())
 
-    def point_done(self, point: Point, rec: dict[str, Any], resumed: bool = False,
+    def point_done(self, point: Point, rec: RunResult, resumed: bool = False,
                    repeat: int = 0) -> None:
-        status = rec.get("status", "failed")
-        m = rec.get("metrics") or {}
+        status = rec.status
         if status == "ok":
-            peak = m.get("peak_mem_bytes") or {}
-            if peak.get("device_allocated") is not None:
-                mem = f"{bytes_(peak['device_allocated'])} device"
-            elif peak.get("host_net") is not None:
-                mem = f"{bytes_(peak['host_net'])} host net of the baseline"
+            peak = rec.metrics.peak_mem_bytes
+            if peak.device_allocated is not None:
+                mem = f"{bytes_(peak.device_allocated)} device"
+            elif peak.host_net is not None:
+                mem = f"{bytes_(peak.host_net)} host net of the baseline"
             else:
-                mem = f"{bytes_(peak.get('host'))} host"
-            detail = f"{rate(m.get('samples_per_s'))} samples/s, peak {mem}"
+                mem = f"{bytes_(peak.host)} host"
+            detail = f"{rate(rec.metrics.samples_per_s)} samples/s, peak {mem}"
         else:
-            detail = str(rec.get("error") or "")[:160]
+            detail = str(rec.error or "")[:160]
         self._watch_stop()
         if not resumed:
             self.run_s.append(time.monotonic() - self._t_point)

@@ -3,6 +3,7 @@
 import pytest
 
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.colocate import load_colocate_spec
 
 JOBS = [{"name": "a", "model": "digits_cnn", "batch_size": 16},
@@ -63,12 +64,12 @@ def test_spec_errors(bad, needle):
     assert "\n" not in str(e.value)
 
 
-def _timed(name: str, sps: float, start: float, end: float) -> dict:
+def _timed(name: str, sps: float, start: float, end: float) -> RunResult:
     from tests.unit.report.factory import run
 
     rec = run(name, sps=sps)
     rec["metrics"]["window_clock"] = [start, end]
-    return rec
+    return RunResult.from_dict(rec)
 
 
 def test_window_shares_are_each_job_s_own_window_shared():
@@ -85,7 +86,7 @@ def test_window_shares_are_each_job_s_own_window_shared():
     assert window_shares([_timed("a", 1, 100.0, 101.0), _timed("b", 1, 102.0, 103.0)]) == [
         0.0, 0.0]
     no_clock = _timed("b", 1, 0, 0)
-    no_clock["metrics"]["window_clock"] = None
+    no_clock.metrics.window_clock = None
     assert window_shares([_timed("a", 1, 100.0, 102.0), no_clock]) is None
 
 
@@ -96,7 +97,13 @@ def test_a_job_that_ran_partly_alone_feeds_no_figure_for_that_repeat():
     together (hiding the 2x slowdown the other repeats show), and a whole repeat thrown away
     for every job when only one job's window was not shared. A last step past the box (82%
     shared) keeps its figure: samples/s comes from the median step."""
-    from scaleprobe.experiments.colocate import MIN_WINDOW_OVERLAP, ColocateSpec, _record
+    from scaleprobe.experiments.colocate import (
+        MIN_WINDOW_OVERLAP,
+        ColocateSpec,
+        Place,
+        _Machine,
+        _record,
+    )
 
     assert MIN_WINDOW_OVERLAP == 0.6
     cs = load_colocate_spec(doc(seconds=2))
@@ -106,19 +113,19 @@ def test_a_job_that_ran_partly_alone_feeds_no_figure_for_that_repeat():
                 [_timed("a", 100.0, 20, 22), _timed("b", 100.0, 21.2, 23.2)],
                 [_timed("a", 50.0, 30, 32.0), _timed("b", 70.0, 30, 34.5)],
                 [_timed("a", 50.0, 40, 42.01), _timed("b", 50.0, 40, 42.45)]]
-    machine = [{"cpu_util_pct": 100.0, "gpu_util_pct": None, "overlap_s": 2.0}] * 4
-    rec = _record(cs, [{}, {}], "shared", 2, alone, together, machine)
-    assert rec["window_overlap_repeats"] == pytest.approx([1.0, 0.4, 2.0 / 4.5, 2.01 / 2.45])
-    assert [(x["repeat"], x["job"]) for x in rec["repeats_left_out"]] == [
+    machine = [_Machine(100.0, None, 2.0)] * 4
+    rec = _record(cs, [Place(), Place()], "shared", 2, alone, together, machine)
+    assert rec.window_overlap_repeats == pytest.approx([1.0, 0.4, 2.0 / 4.5, 2.01 / 2.45])
+    assert [(x["repeat"], x["job"]) for x in rec.repeats_left_out or []] == [
         (1, "a"), (1, "b"), (2, "b")]
-    a, b = rec["jobs"]
+    a, b = rec.jobs
     assert a["together_samples_per_s_repeats"] == [50.0, None, 50.0, 50.0]
     assert b["together_samples_per_s_repeats"] == [50.0, None, None, 50.0]
     assert a["slowdown"] == pytest.approx(2.0) and b["slowdown"] == pytest.approx(2.0)
     assert ("a repeat 2 left out: only 40% of its timed window had every job running "
-            "(below 60%)") in rec["evidence"], rec["evidence"]
+            "(below 60%)") in (rec.evidence or ""), rec.evidence
     # fixed steps: a fast job ends first by design, nothing is left out
     steps = load_colocate_spec(doc(steps=5))
     steps = ColocateSpec(steps.colocate_id, steps.placement, steps.jobs, 4)
-    rec = _record(steps, [{}, {}], "shared", 2, alone, together, machine)
-    assert rec["repeats_left_out"] == [] and rec["window_overlap_repeats"] == [None] * 4
+    rec = _record(steps, [Place(), Place()], "shared", 2, alone, together, machine)
+    assert rec.repeats_left_out == [] and rec.window_overlap_repeats == [None] * 4

@@ -77,16 +77,16 @@ class _Job:
 
 
 def _point(tmp_path, own_record=None):
-    from scaleprobe.core.config import RunConfig
+    from scaleprobe.core.config import build
+    from scaleprobe.experiments.point import PointPayload
 
-    cfg = RunConfig().to_dict()
-    cfg["out"] = str(tmp_path / "out")
+    cfg = build({"out": str(tmp_path / "out")})
     exp = {"id": "s", "kind": "sweep", "point": {"steps": 9}, "attempt": "a1"}
     own = tmp_path / "own.jsonl"
     if own_record is not None:
         res.append_jsonl(own, {**own_record, "experiment": exp})
     return X.SlurmPoint(_Job("42", tmp_path), "a1", tmp_path / "err", 0.0,
-                        {"config": cfg, "experiment": exp}, own)
+                        PointPayload(cfg, res.Experiment.from_dict(exp)), own)
 
 
 @pytest.mark.parametrize("state, status", [("TIMEOUT", "interrupted"), ("NODE_FAIL", "failed"),
@@ -141,7 +141,7 @@ def test_ctrl_c_cancels_the_jobs_and_hands_over_the_record_they_leave(tmp_path, 
     p = _point(tmp_path)
     ps, cancelled = _stopping_set(tmp_path, monkeypatch, [p])
     own = {"kind": "run", "run_id": "r1", "status": "interrupted",
-           "error": "interrupted by SIGTERM", "experiment": p.payload["experiment"],
+           "error": "interrupted by SIGTERM", "experiment": p.payload.experiment.to_dict(),
            "metrics": {"steps_timed": 17}}
     late = threading.Timer(1.0, res.append_jsonl, (p.results_file, own))
     late.start()
@@ -211,20 +211,22 @@ def test_a_one_node_point_of_a_node_grid_drops_the_placeholder(tmp_path, monkeyp
     seen = []
     monkeypatch.setenv("SCALEPROBE_RESULTS_FILE", "")  # job_main sets it: restored after
     monkeypatch.setattr("scaleprobe.experiments.point.run_point",
-                        lambda payload: seen.append(payload["config"]["dist"]) or 0)
+                        lambda payload: seen.append(payload.config.dist) or 0)
     spec = tmp_path / "p.json"
     spec.write_text(json.dumps({"config": {"dist": {"nnodes": 1,
-                                                    "rdzv_endpoint": X.FIRST_NODE}}}))
+                                                    "rdzv_endpoint": X.FIRST_NODE}},
+                                "experiment": {"attempt": "a1"}}))
     X.job_main(str(spec), str(tmp_path / "r.jsonl"))
-    assert seen[-1]["rdzv_endpoint"] is None
+    assert seen[-1].rdzv_endpoint is None
     monkeypatch.setattr(X, "expand_nodelist", lambda text: ["n0", "n1"])
     monkeypatch.setenv("SLURM_NODEID", "1")
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[0-1]")
     spec.write_text(json.dumps({"config": {"out": str(tmp_path), "dist": {
-        "nnodes": 2, "rdzv_endpoint": X.FIRST_NODE}}}))
+        "nnodes": 2, "strategy": "ddp", "rdzv_endpoint": X.FIRST_NODE}},
+        "experiment": {"attempt": "a1"}}))
     X.job_main(str(spec), str(tmp_path / "r.jsonl"))
-    assert seen[-1]["rdzv_endpoint"] == f"n0:{X.RDZV_PORT}" and seen[-1]["node_rank"] == 1
+    assert seen[-1].rdzv_endpoint == f"n0:{X.RDZV_PORT}" and seen[-1].node_rank == 1
     import os
 
     assert os.environ["SCALEPROBE_RESULTS_FILE"] == str(tmp_path / "r.jsonl") + ".node1"
@@ -243,6 +245,6 @@ def test_a_job_runs_with_the_points_own_variables(tmp_path, monkeypatch):
     monkeypatch.setattr("scaleprobe.experiments.point.run_point",
                         lambda payload: seen.append(os.environ[PROGRESS_ENV]) or 0)
     spec = tmp_path / "p.json"
-    spec.write_text(json.dumps({"config": {"dist": {"nnodes": 1}}}))
+    spec.write_text(json.dumps({"config": {"dist": {"nnodes": 1}}, "experiment": {}}))
     X.job_main(str(spec), str(tmp_path / "r.jsonl"), {PROGRESS_ENV: str(tmp_path / "p.prog")})
     assert seen == [str(tmp_path / "p.prog")]

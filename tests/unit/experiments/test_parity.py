@@ -55,21 +55,21 @@ def test_record_pairs_repeats_by_seed_against_the_users_tolerance():
     a1, an = [0.80, 0.84, 0.82], [0.81, 0.83, 0.80]
     rec = parity_record([_run(a, 1, s) for s, a in enumerate(a1)],
                         [_run(a, 2, s) for s, a in enumerate(an)], "par-x", 0.01)
-    assert rec["kind"] == "parity" and rec["nproc"] == 2 and rec["global_batch"] == 64
-    assert rec["seeds"] == [0, 1, 2] and rec["repeats"] == 3
-    assert rec["samples_seen"] == [6400, 6400]
-    assert rec["accuracies_1"] == a1 and rec["accuracies_n"] == an
-    assert rec["accuracy_1"] == pytest.approx(0.82) and rec["accuracy_n"] == pytest.approx(0.8133,
+    assert rec.kind == "parity" and rec.nproc == 2 and rec.global_batch == 64
+    assert rec.seeds == [0, 1, 2] and rec.repeats == 3
+    assert rec.samples_seen == [6400, 6400]
+    assert rec.accuracies_1 == a1 and rec.accuracies_n == an
+    assert rec.accuracy_1 == pytest.approx(0.82) and rec.accuracy_n == pytest.approx(0.8133,
                                                                                           abs=1e-4)
     # paired: the differences +0.01, -0.01, -0.02 (mean -0.00667, sd 0.01528, t(2) 4.303)
     h = 4.302652729911275 * 0.015275252316519465 / 3 ** 0.5
-    assert rec["difference"] == pytest.approx(-0.02 / 3)
-    assert (rec["difference_interval"]["lo"], rec["difference_interval"]["hi"]) == \
+    assert rec.difference == pytest.approx(-0.02 / 3)
+    assert (rec.difference_interval["lo"], rec.difference_interval["hi"]) == \
         pytest.approx((-0.02 / 3 - h, -0.02 / 3 + h))
-    assert rec["runs"] == ["n1-s0", "n2-s0", "n1-s1", "n2-s1", "n1-s2", "n2-s2"]
-    assert rec["within_tolerance"] is None and rec["verdict"] == "inconclusive"
-    assert rec["tolerance"] == 0.01 and "never derived from the measured noise" in \
-        rec["tolerance_rule"]
+    assert rec.runs == ["n1-s0", "n2-s0", "n1-s1", "n2-s1", "n1-s2", "n2-s2"]
+    assert rec.within_tolerance is None and rec.verdict == "inconclusive"
+    assert rec.tolerance == 0.01 and "never derived from the measured noise" in \
+        rec.tolerance_rule
 
 
 def test_record_leaves_out_repeats_that_saw_different_samples():
@@ -77,9 +77,9 @@ def test_record_leaves_out_repeats_that_saw_different_samples():
     like)."""
     rec = parity_record([_run(0.9, 1, 0), _run(0.9, 1, 1), _run(0.5, 1, 2, steps=10)],
                         [_run(0.9, 2, 0), _run(0.9, 2, 1), _run(0.9, 2, 2)], "p", 0.01)
-    assert rec["samples_seen_repeats"][2] == [640, 6400]
-    assert rec["accuracy_1"] == pytest.approx(0.9) and "left out: repeat(s) 3" in \
-        rec["verdict_text"]
+    assert rec.samples_seen_repeats[2] == [640, 6400]
+    assert rec.accuracy_1 == pytest.approx(0.9) and "left out: repeat(s) 3" in \
+        rec.verdict_text
 
 
 def test_a_noisy_setup_never_loosens_the_margin():
@@ -90,7 +90,7 @@ def test_a_noisy_setup_never_loosens_the_margin():
     a1 = [0.77, 0.86, 0.81, 0.72, 0.88, 0.79, 0.83, 0.75, 0.85, 0.80] * 2
     an = [a - 0.10 + (0.01 if i % 2 else -0.01) for i, a in enumerate(a1)]
     v = parity_verdict(a1, an, 0.01)
-    assert v["tolerance"] == 0.01 and v["verdict"] == "parity broken", v["text"]
+    assert v.tolerance == 0.01 and v.verdict == "parity broken", v.text
 
 
 def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
@@ -98,23 +98,23 @@ def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
     the tolerance."""
     holds = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
                            [0.951, 0.950, 0.952, 0.950, 0.949], 0.01)
-    assert holds["verdict"] == "parity holds" and ": parity holds; tolerance +/-0.0100" in \
-        holds["text"]
+    assert holds.verdict == "parity holds" and ": parity holds; tolerance +/-0.0100" in \
+        holds.text
     broken = parity_verdict([0.950, 0.952, 0.951, 0.949, 0.950],
                             [0.800, 0.802, 0.801, 0.799, 0.800], 0.01)
-    assert broken["verdict"] == "parity broken" and broken["interval"]["hi"] < -broken["tolerance"]
+    assert broken.verdict == "parity broken" and broken.interval["hi"] < -broken.tolerance
     # the MNIST spread: a 0.05 gap in means is within what seeds do at 3 repeats
     noisy = parity_verdict([0.770, 0.855, 0.81], [0.80, 0.84, 0.70], 0.01)
-    assert noisy["verdict"] == "inconclusive" and "seeds" in noisy["text"]
+    assert noisy.verdict == "inconclusive" and "seeds" in noisy.text
     one = parity_verdict([0.95], [0.80], 0.01)
-    assert one["verdict"] == "inconclusive" and "--repeats 3" in one["text"]
+    assert one.verdict == "inconclusive" and "--repeats 3" in one.text
     # one seed decides nothing, in the claim's words (issue 38)
-    assert one["text"].startswith("difference (N - 1): -0.1500: inconclusive (1 repeat)")
-    assert noisy["text"].startswith("difference (N - 1): ") and \
-        ": not resolved (the interval crosses +/-0.0100)" in noisy["text"]
-    assert parity_verdict([], [0.9], 0.01)["verdict"] == "not measured"
+    assert one.text.startswith("difference (N - 1): -0.1500: inconclusive (1 repeat)")
+    assert noisy.text.startswith("difference (N - 1): ") and \
+        ": not resolved (the interval crosses +/-0.0100)" in noisy.text
+    assert parity_verdict([], [0.9], 0.01).verdict == "not measured"
     # a seed without an accuracy on one side drops out of the pairs
-    assert parity_verdict([0.95, None, 0.95], [0.95, 0.9, 0.95], 0.01)["pairs"] == 2
+    assert parity_verdict([0.95, None, 0.95], [0.95, 0.9, 0.95], 0.01).pairs == 2
 
 
 def test_interval_touching_the_tolerance_decides_nothing():
@@ -122,11 +122,11 @@ def test_interval_touching_the_tolerance_decides_nothing():
     either way. With no spread the interval is one point (binary-exact figures, so the
     comparison really is at the threshold)."""
     at = parity_verdict([0.5, 0.5], [0.625, 0.625], 0.125)
-    assert at["interval"]["lo"] == at["interval"]["hi"] == at["tolerance"] == 0.125
-    assert at["verdict"] == "inconclusive"
-    assert parity_verdict([0.5, 0.5], [0.5625, 0.5625], 0.125)["verdict"] == "parity holds"
-    assert parity_verdict([0.5, 0.5], [0.75, 0.75], 0.125)["verdict"] == "parity broken"
-    assert parity_verdict([0.625, 0.625], [0.5, 0.5], 0.125)["verdict"] == "inconclusive"
+    assert at.interval["lo"] == at.interval["hi"] == at.tolerance == 0.125
+    assert at.verdict == "inconclusive"
+    assert parity_verdict([0.5, 0.5], [0.5625, 0.5625], 0.125).verdict == "parity holds"
+    assert parity_verdict([0.5, 0.5], [0.75, 0.75], 0.125).verdict == "parity broken"
+    assert parity_verdict([0.625, 0.625], [0.5, 0.5], 0.125).verdict == "inconclusive"
 
 
 def test_help_texts_agree_on_where_the_tolerance_comes_from():

@@ -1,6 +1,8 @@
 """The sweep's control flow with the point processes replaced by a fake: out-of-memory skips,
 the automatic batch search, tables, the summary record and resuming."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from scaleprobe.core import results as res
@@ -43,16 +45,13 @@ class FakeProcs:
         self.calls, self.limit = calls, limit
 
     def start(self, payload, work_dir, label, env=None):
-        from scaleprobe.core.config import from_dict
-
-        cfg = from_dict(payload["config"])
-        exp = payload["experiment"]
+        cfg, exp = payload.config, payload.experiment.to_dict()
         self.calls.append({**exp["point"], "repeat": exp["repeat"]})
         b = cfg.train.batch_size
         status = ("failed" if b in self.limit["fail"] else "ok" if b <= self.limit["fits"]
                   else "oom")
         res.append_jsonl(work_dir.parent / res.RESULTS_FILE, fake_record(cfg, exp, status))
-        return exp["attempt"]
+        return SimpleNamespace(payload=payload)
 
     def wait(self, proc):
         return 0
@@ -72,8 +71,6 @@ def fake_points(monkeypatch):
     from scaleprobe.experiments import executor as X
 
     monkeypatch.setattr(X, "process_set", lambda executor, out: FakeProcs(calls, limit))
-    monkeypatch.setattr(S, "collect_record", lambda proc, rc, cfg, exp, path: next(
-        r for r in res.read_jsonl(path) if (r.get("experiment") or {}).get("attempt") == proc))
     monkeypatch.setattr(S, "preflight", lambda cfgs: None)
     return calls, limit
 
@@ -95,7 +92,7 @@ def test_oom_skips_larger_batches_of_the_same_group_only(tmp_path, fake_points):
                        tmp_path, progress=False)
     assert points_of(calls) == [{"model": m, "batch_size": b} for m in ("linear", "mlp")
                                 for b in (16, 32, 64)]  # 128 skipped in each group
-    assert [r["status"] for r in recs] == ["ok", "ok", "oom"] * 2
+    assert [r.status for r in recs] == ["ok", "ok", "oom"] * 2
     summary = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"]
     assert len(summary) == 1
     assert [s["point"] for s in summary[0]["skipped"]] == [{"model": "linear", "batch_size": 128},
@@ -129,8 +126,8 @@ def test_second_run_resumes_from_results(tmp_path, fake_points):
     run_sweep(spec(grid), tmp_path, progress=False)
     assert len(calls) == 2
     recs = run_sweep(spec(grid), tmp_path, progress=False)
-    assert len(calls) == 2 and [r["status"] for r in recs] == ["ok", "ok"]
-    assert all(r["experiment"].get("reused") for r in recs)
+    assert len(calls) == 2 and [r.status for r in recs] == ["ok", "ok"]
+    assert all(r.experiment.reused for r in recs)
     # a new point is run, the finished ones are not
     run_sweep(spec({"batch_size": [16, 32, 48]}), tmp_path, progress=False)
     assert points_of(calls)[2:] == [{"batch_size": 48}]
@@ -143,12 +140,12 @@ def test_a_failed_point_is_run_again_and_only_it(tmp_path, fake_points):
     limit["fail"] = {32}
     grid = {"batch_size": [16, 32, 64]}
     first = run_sweep(spec(grid), tmp_path, progress=False)
-    assert [r["status"] for r in first] == ["ok", "failed", "ok"]
+    assert [r.status for r in first] == ["ok", "failed", "ok"]
     limit["fail"] = set()
     again = run_sweep(spec(grid), tmp_path, progress=False)
     assert points_of(calls) == [{"batch_size": b} for b in (16, 32, 64)] + [{"batch_size": 32}]
-    assert [r["status"] for r in again] == ["ok", "ok", "ok"]
-    assert [bool(r["experiment"].get("reused")) for r in again] == [True, False, True]
+    assert [r.status for r in again] == ["ok", "ok", "ok"]
+    assert [bool(r.experiment.reused) for r in again] == [True, False, True]
 
 
 def test_repeats_run_interleaved_and_resume_counts_them(tmp_path, fake_points):
@@ -161,7 +158,7 @@ def test_repeats_run_interleaved_and_resume_counts_them(tmp_path, fake_points):
                      {"batch_size": 16, "repeat": 1}, {"batch_size": 32, "repeat": 1}]
     recs = run_sweep(spec(grid), tmp_path, progress=False, repeats=3)
     assert calls[4:] == [{"batch_size": 16, "repeat": 2}, {"batch_size": 32, "repeat": 2}]
-    assert [r["experiment"]["repeat"] for r in recs] == [0, 0, 1, 1, 2, 2]
+    assert [r.repeat for r in recs] == [0, 0, 1, 1, 2, 2]
     summary = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"]
     assert summary[-1]["repeats"] == 3
     assert "intervals over 3 repeats" in (tmp_path / "sweep.md").read_text()
@@ -196,7 +193,7 @@ def test_a_sweep_renders_nothing_itself(tmp_path, fake_points):
     """The tables are the report's: run without them, a sweep writes its records and its
     summary record (with no recommendation) and no sweep.md or sweep.csv."""
     recs = S.run_sweep(spec({"batch_size": [16, 32]}), tmp_path, progress=False)
-    assert [r["status"] for r in recs] == ["ok", "ok"]
+    assert [r.status for r in recs] == ["ok", "ok"]
     assert not (tmp_path / "sweep.md").exists() and not (tmp_path / "sweep.csv").exists()
     (summary,) = [r for r in res.read_jsonl(tmp_path / "results.jsonl") if r["kind"] == "sweep"]
     assert summary["recommendation"] is None and summary["points_run"] == 2
@@ -255,10 +252,10 @@ def test_only_runs_of_the_same_experiment_stand_as_its_repeats(tmp_path, fake_po
         res.append_jsonl(tmp_path / "results.jsonl", rec)
     recs = run_sweep(doc, tmp_path, progress=False)
     assert points_of(calls) == [{"batch_size": 16}, {"batch_size": 32}]  # both measured here
-    assert not any(r["experiment"].get("reused") for r in recs)
-    assert {r["experiment"]["id"] for r in recs} == {"fake"}
+    assert not any(r.experiment.reused for r in recs)
+    assert {r.exp_id for r in recs} == {"fake"}
     again = run_sweep(doc, tmp_path, progress=False)  # its own runs: resumed, not rerun
-    assert len(calls) == 2 and all(r["experiment"].get("reused") for r in again)
+    assert len(calls) == 2 and all(r.experiment.reused for r in again)
 
 
 def load_key(doc, out, batch):

@@ -169,21 +169,21 @@ def test_cpu_sets_are_split_evenly_and_said_so():
     assert split_cpus([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
     assert split_cpus([0, 1], 3) == [[0], [1], [0]]
     plan, note = plan_placement(3, "pinned", [0, 1], n_gpus=0)
-    assert [p["cpus"] for p in plan] == [[0], [1], [0]]
+    assert [p.cpus for p in plan] == [[0], [1], [0]]
     assert "more jobs than CPUs" in note
     plan, note = plan_placement(2, "pinned", [0, 1, 2, 3], n_gpus=0)
     assert "split evenly" in note
     plan, note = plan_placement(2, "pinned", list(range(16)), n_gpus=2)
-    assert [p["cpus"] for p in plan] == [list(range(8)), list(range(8, 16))]
+    assert [p.cpus for p in plan] == [list(range(8)), list(range(8, 16))]
     assert "job 2: GPU 1" in note and "job 2: CPU 8-15" in note
     plan, note = plan_placement(3, "shared", [0, 1], n_gpus=0)
-    assert all(p["cpus"] is None for p in plan) and "all 3 jobs" in note
+    assert all(p.cpus is None for p in plan) and "all 3 jobs" in note
 
 
 def test_gpu_pinning_uses_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     plan, note = plan_placement(3, "pinned", [0, 1], n_gpus=2)
-    assert [p["env"]["CUDA_VISIBLE_DEVICES"] for p in plan] == ["2", "3", "2"]
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in plan] == ["2", "3", "2"]
     assert "some share" in note
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from scaleprobe.core.config import TrainConfig
+from scaleprobe.core.results import RunResult
 from scaleprobe.experiments import sweep_bar as EP
 from scaleprobe.experiments.spec import Point
 from scaleprobe.measure.progress import FileProgress, read_point_progress
@@ -95,7 +96,7 @@ def test_the_point_names_its_repeat_and_the_watch_ends_with_the_point(tmp_path):
     bar.start(2)
     bar.point_started(Point({"batch_size": 32}, {}), str(tmp_path / "x"), repeat=1)
     assert bar._watch is not None and bar._watch.name == "batch_size=32 (repeat 2)"
-    bar.point_done(Point({"batch_size": 32}, {}), {"status": "ok", "metrics": {}}, repeat=1)
+    bar.point_done(Point({"batch_size": 32}, {}), RunResult(status="ok"), repeat=1)
     assert bar._watch is None
     bar.stop()
 
@@ -109,7 +110,7 @@ def test_a_line_names_the_first_point_before_it_ends(tmp_path):
     p = Point({"batch_size": 16}, {})
     bar.point_started(p, None)
     assert "[1/15] batch_size=16: started (a line as each point ends)" in out.getvalue()
-    bar.point_done(p, {"status": "ok", "metrics": {}})
+    bar.point_done(p, RunResult(status="ok"))
     bar.point_started(Point({"batch_size": 32}, {}), None)
     bar.stop()
     assert out.getvalue().count("started") == 1

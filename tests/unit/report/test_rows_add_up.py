@@ -129,8 +129,8 @@ def test_the_colocation_table_adds_up_and_its_slowdowns_agree():
     from scaleprobe.experiments.colocate import _figures
     from scaleprobe.report.colocate import HEADERS, job_rows
 
-    def rec(name: str, sps: float, epoch: float) -> dict:
-        return _with_epoch(run(name, sps=sps), 3200, epoch)
+    def rec(name: str, sps: float, epoch: float) -> RunResult:
+        return RunResult.from_dict(_with_epoch(run(name, sps=sps), 3200, epoch))
 
     alone = [rec("a0", 400.0, 10.0), rec("a1", 270.0, 99.0)]
     together = [rec("t0", 250.0, 99.0), rec("t1", 180.0, 10.0)]
