@@ -162,8 +162,8 @@ def print_plan(got: dict[str, Any], caveat: str) -> None:
     if fits:
         unit = time_unit(*(r.prediction.step_s.hi for r in fits if r.prediction))
         scale = unit[1]
-        t = _table(f"what fits: predicted median step ({unit[0]}), samples/s (over the mean "
-                   "step), efficiency against one device, 95% intervals",
+        t = _table(f"what fits: predicted step ({unit[0]}, the median), samples/s (over the "
+                   "mean step), efficiency against one device, 95% intervals",
                    ["strategy", "dev", "batch", f"step {unit[0]}", "samples/s", "eff."])
         for r in fits:
             p = r.prediction
@@ -250,8 +250,8 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
     con = Console()
     say = lambda text: con.print(text, markup=False, highlight=False)  # noqa: E731
     t = _table("verified here (ms, 95% intervals): the plan's step, the step predicted from "
-               "a one-rank run just before, the measured step", ["configuration", "plan",
-                                                                 "from 1 rank", "measured"])
+               "one-rank runs just before (as many at once as the row has ranks here), the "
+               "measured step", ["configuration", "plan", "from 1-rank", "measured"])
     for v in verified:
         t.add_row(esc(f"{v['strategy']} {v['devices']} x {v['batch_per_device']}"),
                   _ms(v.get("predicted_plan")), _ms(v.get("predicted_here")),
@@ -262,7 +262,7 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
             say(f"{v['label']}: {v.get('reason') or fmt.NA}")
             continue
         ok = "within" if v["within_goal"] else "outside"
-        say(f"{v['label']}: predicted from the one-rank run just before / measured "
+        say(f"{v['label']}: predicted from the one-rank runs just before / measured "
             f"{v['ratio']:.2f}, {ok} +-10%; the plan's prediction / measured "
             f"{v['ratio_plan']:.2f}" + (f"; {v['under_load']}" if v.get("under_load") else ""))
     pair = next((v["pair"] for v in verified if v.get("pair")), None)

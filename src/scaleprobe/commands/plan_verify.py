@@ -17,7 +17,6 @@ from typing import Any
 
 from scaleprobe.comm import check as C
 from scaleprobe.comm import plan as P
-from scaleprobe.comm import sample as S
 from scaleprobe.core import claim as CL
 from scaleprobe.core import results as res
 from scaleprobe.core.config import build, flatten
@@ -46,9 +45,10 @@ def _cannot(r: P.Row, like: RunResult) -> str | None:
     return None
 
 
-def config_for(like: RunResult, r: P.Row, steps: int, out: str) -> Any:
+def config_for(like: RunResult, r: P.Row, steps: int, out: str, copy: str = "") -> Any:
     """The source run's configuration with the row's strategy, processes and batch per
-    device, the threads per rank the source run had, a few steps and no extras."""
+    device, the threads per rank the source run had, a few steps and no extras (``copy``:
+    a suffix for one of several one-rank runs made side by side)."""
     flat = flatten(like.config)
     flat.update({"dist.strategy": r.strategy, "dist.nproc": r.nproc, "dist.nnodes": 1,
                  "dist.node_rank": 0, "dist.rdzv_endpoint": None, "dist.master_port": None,
@@ -58,8 +58,17 @@ def config_for(like: RunResult, r: P.Row, steps: int, out: str) -> Any:
                  "train.steps": steps, "train.warmup_steps": WARMUP_STEPS,
                  "train.epochs": None, "train.target": None, "train.eval": False,
                  "measure.gns": False, "measure.progress": False, "out": out,
-                 "name": f"plan-{r.strategy}-{r.devices}x{r.batch}"})
+                 "name": f"plan-{r.strategy}-{r.devices}x{r.batch}{copy}"})
     return build({k: v for k, v in flat.items() if k != "dist.calibrate_comm"})
+
+
+def side_by_side(r: P.Row, like: RunResult) -> int:
+    """How many one-rank runs of the row's basis to make at once before it: on the CPU one
+    per rank the row puts on this host, so that they share its cores as the row's ranks will
+    (each other's compute, and the other jobs'); on CUDA one (each rank has its device)."""
+    if str(like.env.get("cuda_available")).lower() == "true":
+        return 1
+    return max(1, r.nproc)
 
 
 def _predicted_here(got: dict[str, Any], r: P.Row, bases: dict[int, P.Basis] | None = None
@@ -97,54 +106,67 @@ def _fig(row: P.Row) -> dict[str, Any]:
     return {"value": p.step_s.value, "interval": (p.step_s.lo, p.step_s.hi), "link": p.link}
 
 
-Runner = Callable[[Any, str], RunResult]
+Runner = Callable[[list[Any]], list[RunResult]]
 
 
 def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
-    """Each configuration run as an experiment's point: in its own process (a process that
-    has run tensor operations cannot fork ranks that use OpenMP), its record appended to its
-    results folder."""
-    def run(cfg: Any, label: str) -> RunResult:
-        exp = {"id": exp_id, "kind": "plan-verify", "point": {"label": label},
-               "attempt": new_attempt()}
-        proc = procs.start({"config": cfg.to_dict(), "experiment": exp},
-                           Path(cfg.out) / "points", label)
-        return RunResult.from_dict(collect_record(proc, procs.wait(proc), cfg, exp,
-                                                  Path(cfg.out) / res.RESULTS_FILE))
+    """Configurations run at once, each as an experiment's point: in its own process (a
+    process that has run tensor operations cannot fork ranks that use OpenMP), its record
+    appended to its results folder once all have ended."""
+    def run(cfgs: list[Any]) -> list[RunResult]:
+        started = []
+        for cfg in cfgs:
+            label = str(cfg.name)
+            exp = {"id": exp_id, "kind": "plan-verify", "point": {"label": label},
+                   "attempt": new_attempt()}
+            started.append((procs.start({"config": cfg.to_dict(), "experiment": exp},
+                                        Path(cfg.out) / "points", label), cfg, exp))
+        return [RunResult.from_dict(collect_record(proc, procs.wait(proc), cfg, exp,
+                                                   Path(cfg.out) / res.RESULTS_FILE))
+                for proc, cfg, exp in started]
     return run
+
+
+def _say(x: P.Row, steps: int, copies: int = 1) -> None:
+    many = f" ({copies} at once, as the row's ranks will share this host)" if copies > 1 else ""
+    print(f"verifying: {x.strategy} on {x.devices}, batch {x.batch} per device, {steps} "
+          f"timed steps{many} ...", file=sys.stderr, flush=True)
 
 
 def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
          run_config: Runner) -> dict[str, Any]:
-    """One row run here after a fresh one-rank run of its basis, each prediction (the
-    plan's, and one from the fresh run, which saw the machine as the row's run did) beside
-    the measured step."""
+    """One row run here after fresh one-rank runs of its basis, as many at once as the row
+    has ranks on this host (``side_by_side``); each prediction (the plan's, and one from the
+    fresh runs, which shared the machine as the row's ranks did) beside the measured step."""
     out: dict[str, Any] = {"label": r.label(), "strategy": r.strategy, "devices": r.devices,
                            "batch_per_device": r.batch, "global_batch": r.global_batch}
-    why = _cannot(r, got["like"])
+    like = got["like"]
+    why = _cannot(r, like)
     if why:
         return out | {"reason": f"not run here: {why}"}
-    base = _base_row(got, r)
-    ran = []
-    for x in (base, r):
-        print(f"verifying: {x.strategy} on {x.devices}, batch {x.batch} per device, "
-              f"{args.verify_steps} timed steps ...", file=sys.stderr, flush=True)
-        cfg = config_for(got["like"], x, args.verify_steps, args.out)
-        ran.append(run_config(cfg, str(cfg.name)))
-        if x is base and r.devices == 1 and r.strategy == base.strategy:
-            ran.append(ran[0])  # the row is its own one-rank run
-            break
-    fresh, res = ran
+    base, n = _base_row(got, r), side_by_side(r, like)
+    _say(base, args.verify_steps, n)
+    fresh = run_config([config_for(like, base, args.verify_steps, args.out,
+                                   f"-{i + 1}of{n}" if n > 1 else "") for i in range(n)])
+    if r.devices == 1 and r.strategy == base.strategy:
+        res = fresh[0]  # the row is its own one-rank run
+    else:
+        _say(r, args.verify_steps)
+        (res,) = run_config([config_for(like, r, args.verify_steps, args.out)])
     m, iv = _measured(res)
     out |= {"run_id": res.run_id, "status": res.status, "measured_s": m,
             "measured_interval_s": iv, "run_dir": res.paths.get("dir"),
-            "one_rank_run_id": fresh.run_id, "record": res,
-            "under_load": CL.load_caveat((source(fresh), source(res))) or None}
-    if m is None or fresh.status != "ok":
-        return out | {"reason": res.error or fresh.error or f"the run ended {res.status}"}
+            "one_rank_run_ids": [f.run_id for f in fresh], "one_rank_side_by_side": n,
+            "record": res, "under_load": CL.load_caveat(
+                tuple(source(x) for x in (*fresh, res))) or None}
+    bad = next((f for f in fresh if f.status != "ok"), None)
+    if m is None or bad is not None:
+        return out | {"reason": res.error or (bad.error if bad else None)
+                      or f"the run ended {res.status}"}
     plan_row = _predicted_here(got, r)
-    here = _predicted_here(got, r, {r.batch: P.Basis(r.batch, S.from_run(fresh), 1,
-                                                      (fresh.label,), (fresh.run_id,))})
+    here = _predicted_here(got, r, {r.batch: P.Basis(r.batch, C.pooled(fresh), len(fresh),
+                                                      tuple(f.label for f in fresh),
+                                                      tuple(f.run_id for f in fresh))})
     out |= {"predicted_plan": _fig(plan_row), "predicted_here": _fig(here)}
     for key, row in (("ratio_plan", plan_row), ("ratio", here)):
         v = row.prediction.step_s.value if row.prediction else None

@@ -349,3 +349,41 @@ def test_no_run_is_one_line_exit_2(tmp_path, capsys):
     assert "no such file or folder" in capsys.readouterr().err
     (tmp_path / "e").mkdir()
     assert main(["plan", "--from", str(tmp_path / "e")]) == 2
+
+
+def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypatch):
+    """A 2-rank row on the CPU is predicted from two one-rank runs made at once (sharing the
+    cores as its two ranks will), pooled; a one-device row of the basis's strategy is its
+    own one-rank run. The runs are faked: their records are the source run's, renamed."""
+    import argparse
+
+    from scaleprobe.commands import plan as plan_cmd
+    from scaleprobe.commands import plan_verify as V
+
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    rec["config"]["dist"]["strategy"] = "ddp"
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    ap = argparse.ArgumentParser()
+    plan_cmd.add_arguments(ap)
+    args = ap.parse_args(["--from", run, "--device-memory", "8GiB", "--nproc", "1,2",
+                          "--strategy", "ddp", "--verify-steps", "5"])
+    got = plan_cmd.make_plan(args)
+    calls = []
+
+    def runner(cfgs):
+        calls.append([str(c.name) for c in cfgs])
+        return [RunResult.from_dict({**rec, "run_id": f"{c.name}-{len(calls)}",
+                                     "metrics": {**rec["metrics"], "step_time_s":
+                                                 {"median": 0.12, "rel_ci": 0.05}}})
+                for c in cfgs]
+
+    monkeypatch.setattr(V.os, "cpu_count", lambda: 8)
+    by = {r.devices: r for r in got["rows"]}
+    two = V._one(got, by[2], args, runner)
+    assert calls == [["plan-ddp-1x32-1of2", "plan-ddp-1x32-2of2"], ["plan-ddp-2x32"]]
+    assert two["one_rank_side_by_side"] == 2 and len(two["one_rank_run_ids"]) == 2
+    assert two["ratio"] == pytest.approx(two["predicted_here"]["value"] / 0.12)
+    calls.clear()
+    one = V._one(got, by[1], args, runner)
+    assert calls == [["plan-ddp-1x32"]] and one["one_rank_side_by_side"] == 1
