@@ -268,7 +268,8 @@ def predict_row(r: Row, bases: dict[int, Basis], q: Question) -> None:
     basis = bases.get(r.batch) or nearest(bases, r.batch)
     k, how = batch_factor(bases, basis, r.batch)
     sample = at_batch(basis, r.batch, k)
-    grid = W.Grid([r.strategy], [r.nproc], [r.nnodes], [q.link], prefetch=q.prefetch,
+    link = q.link if r.devices > 1 else None  # one device crosses no link (nor rankN=)
+    grid = W.Grid([r.strategy], [r.nproc], [r.nnodes], [link], prefetch=q.prefetch,
                   units=q.units)
     (got,) = W.plan(sample, grid, with_needed=False)
     r.prediction, r.runs, r.basis_ids = got.prediction, basis.runs, basis.run_ids

@@ -188,8 +188,9 @@ def test_efficiency_interval_carries_the_predictions_and_adds_another_basis():
 
 def test_one_device_predicted_for_the_ratio_when_no_row_has_one():
     b = _varied()
-    rows = P.plan(INPUTS, b, q(nprocs=[2], device_bytes={1: 1, 2: 80 * MB}))
-    one = P.one_device(INPUTS, b, q(device_bytes={1: 1, 2: 80 * MB}), 32)
+    slow = "1gbit,rank1=100mbit"  # a rank one device does not have: its link is not used
+    rows = P.plan(INPUTS, b, q(nprocs=[2], device_bytes={1: 1, 2: 80 * MB}, link=slow))
+    one = P.one_device(INPUTS, b, q(device_bytes={1: 1, 2: 80 * MB}, link=slow), 32)
     assert not one.fits and one.samples_s.value  # predicted though one device cannot hold it
     P.set_efficiency(rows, {32: one})
     assert "not a row" in rows[0].efficiency_of
