@@ -112,7 +112,10 @@ Runner = Callable[[list[Any]], list[RunResult]]
 def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     """Configurations run at once, each as an experiment's point: in its own process (a
     process that has run tensor operations cannot fork ranks that use OpenMP), its record
-    appended to its results folder once all have ended."""
+    appended to its results folder once all have ended. Several at once share one session,
+    as the ranks of one job do: with autogroup scheduling (Linux) the CPU is shared between
+    sessions, and a 2-rank job in one session got the share one one-rank run of its own
+    session got (docs/PLAN.md)."""
     def run(cfgs: list[Any]) -> list[RunResult]:
         started = []
         for cfg in cfgs:
@@ -120,7 +123,8 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
             exp = {"id": exp_id, "kind": "plan-verify", "point": {"label": label},
                    "attempt": new_attempt()}
             started.append((procs.start({"config": cfg.to_dict(), "experiment": exp},
-                                        Path(cfg.out) / "points", label), cfg, exp))
+                                        Path(cfg.out) / "points", label,
+                                        own_session=len(cfgs) == 1), cfg, exp))
         return [RunResult.from_dict(collect_record(proc, procs.wait(proc), cfg, exp,
                                                    Path(cfg.out) / res.RESULTS_FILE))
                 for proc, cfg, exp in started]

@@ -388,3 +388,28 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
     calls.clear()
     one = V._one(got, by[1], args, runner)
     assert calls == [["plan-ddp-1x32"]] and one["one_rank_side_by_side"] == 1
+
+
+def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monkeypatch):
+    """With autogroup scheduling the CPU is shared between sessions: the one-rank runs made
+    side by side share one (as a job's ranks do), a run alone has its own."""
+    from scaleprobe.commands import plan_verify as V
+    from scaleprobe.core.config import build
+
+    started = []
+
+    class Procs:
+        def start(self, payload, work_dir, label, env=None, own_session=True):
+            started.append((label, own_session))
+            return label
+
+        def wait(self, proc):
+            return 0
+
+    monkeypatch.setattr(V, "collect_record", lambda proc, rc, cfg, exp, path: {
+        "kind": "run", "run_id": proc, "status": "ok"})
+    run = V.point_runner(Procs(), "x")
+    cfgs = [build({"name": n, "out": str(tmp_path)}) for n in ("a", "b")]
+    assert [r.run_id for r in run(cfgs)] == ["a", "b"]
+    run(cfgs[:1])
+    assert started == [("a", False), ("b", False), ("a", True)]
