@@ -264,10 +264,19 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
         ok = "within" if v["within_goal"] else "outside"
         say(f"{v['label']}: predicted from the one-rank runs just before / measured "
             f"{v['ratio']:.2f}, {ok} +-10%; the plan's prediction / measured "
-            f"{v['ratio_plan']:.2f}" + (f"; {v['under_load']}" if v.get("under_load") else ""))
+            f"{v['ratio_plan']:.2f}" + _share(v.get("cpu_share_pct"))
+            + (f"; {v['under_load']}" if v.get("under_load") else ""))
     pair = next((v["pair"] for v in verified if v.get("pair")), None)
     if pair:
         say(pair["text"])
+
+
+def _share(c: dict[str, float] | None) -> str:
+    """``; CPU: the row's processes 24% of the machine, its one-rank runs 17% together``."""
+    if not c:
+        return ""
+    return (f"; CPU: the row's processes {c['row']:.0f}% of the machine, its one-rank runs "
+            f"{c['one_rank_runs']:.0f}% together")
 
 
 def _ms(f: dict[str, Any] | None) -> str:

@@ -163,6 +163,7 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
             "one_rank_run_ids": [f.run_id for f in fresh], "one_rank_side_by_side": n,
             "record": res, "under_load": CL.load_caveat(
                 tuple(source(x) for x in (*fresh, res))) or None}
+    out["cpu_share_pct"] = cpu_share(fresh, res)
     bad = next((f for f in fresh if f.status != "ok"), None)
     if m is None or bad is not None:
         return out | {"reason": res.error or (bad.error if bad else None)
@@ -177,6 +178,17 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
         out[key] = v / m if v else None
     out["within_goal"] = out["ratio"] is not None and C.error(out["ratio"]) <= GOAL
     return out
+
+
+def cpu_share(fresh: list[RunResult], row: RunResult) -> dict[str, float] | None:
+    """The share of the machine's CPU (% of all cores, each run's process tree) the row's
+    run got, and its one-rank runs together: on a shared CPU the two can differ by more than
+    any model's error, and the comparison then says so."""
+    got = [f.metrics.cpu_util_pct for f in fresh]
+    mine = row.metrics.cpu_util_pct
+    if mine is None or any(g is None for g in got):
+        return None
+    return {"row": float(mine), "one_rank_runs": float(sum(g for g in got if g is not None))}
 
 
 def verify(args: argparse.Namespace, got: dict[str, Any]) -> list[dict[str, Any]]:

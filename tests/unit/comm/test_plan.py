@@ -359,6 +359,7 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
     import argparse
 
     from scaleprobe.commands import plan as plan_cmd
+    from scaleprobe.commands import plan_show as P_show
     from scaleprobe.commands import plan_verify as V
 
     run = _record(tmp_path)
@@ -376,7 +377,8 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
         calls.append([str(c.name) for c in cfgs])
         return [RunResult.from_dict({**rec, "run_id": f"{c.name}-{len(calls)}",
                                      "metrics": {**rec["metrics"], "step_time_s":
-                                                 {"median": 0.12, "rel_ci": 0.05}}})
+                                                 {"median": 0.12, "rel_ci": 0.05},
+                                                 "cpu_util_pct": 9.0 + len(calls)}})
                 for c in cfgs]
 
     monkeypatch.setattr(V.os, "cpu_count", lambda: 8)
@@ -385,6 +387,10 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
     assert calls == [["plan-ddp-1x32-1of2", "plan-ddp-1x32-2of2"], ["plan-ddp-2x32"]]
     assert two["one_rank_side_by_side"] == 2 and len(two["one_rank_run_ids"]) == 2
     assert two["ratio"] == pytest.approx(two["predicted_here"]["value"] / 0.12)
+    # the row's run got 11% of the machine, its two one-rank runs 10% each: 20% together
+    assert two["cpu_share_pct"] == {"row": 11.0, "one_rank_runs": 20.0}
+    assert "CPU: the row's processes 11% of the machine, its one-rank runs 20% together" in \
+        P_show._share(two["cpu_share_pct"])
     calls.clear()
     one = V._one(got, by[1], args, runner)
     assert calls == [["plan-ddp-1x32"]] and one["one_rank_side_by_side"] == 1
