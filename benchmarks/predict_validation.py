@@ -76,6 +76,10 @@ ONE_RANK = ["--steps", "24", "--warmup-steps", "3"]
 TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
             "--warmup-steps", "2"]
 RUN_TIMEOUT_S = 1500
+# the link's all_reduce fit spans the messages the runs send: DDP's buckets of up to 25 MiB,
+# a parameter server's flat 92 MB of mlp_large (16 MiB and below fit in the caches and
+# move faster per byte on a CPU-bound link: an extrapolated fit priced them low)
+COMM_SIZES = "256K,1M,4M,16M,64M"
 # one model on one link, in this order: the 1-rank runs before and after the 2-rank runs
 # (``predict --check`` pools the nearest before and after)
 GROUP = ("ddp1", "single1", "fsdp1", "ddp2", "ps2", "fsdp2", "ddp1after", "single1after",
@@ -129,7 +133,7 @@ def comm_fit(hosts: netns.Hosts, folder: Path) -> bool:
     port = _port()
     procs = [hosts.run(i, [*_scaleprobe(), "comm", "--nproc", "1", "--nnodes", "2",
                            "--node-rank", str(i), "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}",
-                           "--ops", "all_reduce", "--sizes", "256K,1M,4M,16M", "--iters", "5",
+                           "--ops", "all_reduce", "--sizes", COMM_SIZES, "--iters", "5",
                            "--warmup", "1", "--out", str(folder / f"node{i}")],
                        cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in (0, 1)]

@@ -52,5 +52,8 @@ def test_verify_runs_the_pick_and_the_runner_up_beside_their_predictions(source,
     pair = v[0]["pair"]
     assert pair["repeats"] == [1, 1] and pair["verdict"].startswith("inconclusive (1 repeat)")
     names = [r.get("name") for r in read_jsonl(out / "results.jsonl") if r.get("kind") == "run"]
-    # the 2-rank row after a fresh one-rank run; the 1-rank row is its own one-rank run
-    assert names == ["plan-ddp-1x16", "plan-ddp-2x16", "plan-ddp-1x16"]
+    # the 2-rank row after two one-rank runs made at once (each records itself as it ends,
+    # in either order); the 1-rank row is its own
+    assert sorted(names[:2]) == ["plan-ddp-1x16-1of2", "plan-ddp-1x16-2of2"]
+    assert names[2:] == ["plan-ddp-2x16", "plan-ddp-1x16"]
+    assert [x["one_rank_side_by_side"] for x in v] == [2, 1]

@@ -230,9 +230,13 @@ def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
     for op in ops:
         for size in sizes_bytes:
             timed, warm = plan_iters(size, iters, warmup)
+            cpu0 = time.process_time()
             per_iter_s = time_collective(op, size, timed, warm, device)
+            cpu = (time.process_time() - cpu0) / (timed + warm)
             row = make_row(op, size, statistics.median(per_iter_s), world)
             row["iters"] = timed
+            if device.type == "cpu":  # this rank's CPU time per call, its threads together
+                row["cpu_s"] = cpu
             rows.append(row)
     return rows
 

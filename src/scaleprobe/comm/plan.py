@@ -17,6 +17,13 @@ adds:
                 measured, and the row says so (``scaled_from``)
     samples/s   training ranks x batch / the predicted mean step, with the step model's
                 interval (its speedup's, over the one-rank run's own samples/s)
+    efficiency  a row's samples/s over N x the plan's own one-device row's at the same
+                batch per device (both predicted by the step model from the one-rank runs;
+                1 exactly on the one-device row). Its interval is the row's prediction's
+                (its speedup's, paired per resample with the one-rank runs it is drawn
+                from), carried over in proportion; where the one-device row is drawn from
+                other runs (another strategy's), that row's own interval is added, its high
+                end against the row's low end and back
     to target   S(B) = S_run (1 + B_crit / B) / (1 + B_crit / B_run) (McCandlish et al. 2018,
                 docs/CRITICAL_BATCH.md) for the global batch B, from the steps a run took to
                 the target at its batch B_run and B_crit ~ B_noise at that run's end; time =
@@ -112,6 +119,9 @@ class Row:
     samples_s: M.Figure = field(default_factory=lambda: M.Figure(None))
     scaled_from: int | None = None  # the measured batch whose steps were scaled
     runs: int = 0  # one-rank runs behind the step
+    basis_ids: tuple[str, ...] = ()  # the one-rank runs behind the step
+    efficiency: M.Figure = field(default_factory=lambda: M.Figure(None))
+    efficiency_of: str | None = None  # the one-device row it is the ratio to, in words
     steps_to_target: M.Figure | None = None
     time_to_target_s: M.Figure | None = None
     reason: str | None = None  # why no step was predicted
@@ -252,32 +262,76 @@ def memory_rows(inputs: MM.Inputs, q: Question) -> list[Row]:
     return rows
 
 
+def predict_row(r: Row, bases: dict[int, Basis], q: Question) -> None:
+    """The row's step (``comm/whatif.plan``) and samples/s, and, with a target, the steps and
+    time to it, whether it fits or not."""
+    basis = bases.get(r.batch) or nearest(bases, r.batch)
+    k, how = batch_factor(bases, basis, r.batch)
+    sample = at_batch(basis, r.batch, k)
+    link = q.link if r.devices > 1 else None  # one device crosses no link (nor rankN=)
+    grid = W.Grid([r.strategy], [r.nproc], [r.nnodes], [link], prefetch=q.prefetch,
+                  units=q.units)
+    (got,) = W.plan(sample, grid, with_needed=False)
+    r.prediction, r.runs, r.basis_ids = got.prediction, basis.runs, basis.run_ids
+    if basis.batch != r.batch:
+        r.scaled_from = basis.batch
+        r.prediction.notes.append(
+            f"batch {r.batch}: not measured; its data, forward and backward {how} (the "
+            "optimizer's step kept)")
+    r.samples_s = rate(r.prediction, sample, r.batch)
+    if q.target is not None:
+        r.steps_to_target, r.time_to_target_s = to_target(q.target, r)
+
+
 def predict_steps(rows: list[Row], bases: dict[int, Basis], q: Question,
                   progress: Callable[[int, int], None] | None = None) -> None:
-    """The step of every row that fits (``comm/whatif.plan``), its samples/s and, with a
-    target, the steps and time to it."""
+    """The step of every row that fits (``predict_row``)."""
     todo = [r for r in rows if r.fits]
     for i, r in enumerate(todo):
         if progress is not None:
             progress(i, len(todo))
-        basis = bases.get(r.batch) or nearest(bases, r.batch)
-        k, how = batch_factor(bases, basis, r.batch)
-        sample = at_batch(basis, r.batch, k)
-        grid = W.Grid([r.strategy], [r.nproc], [r.nnodes], [q.link], prefetch=q.prefetch,
-                      units=q.units)
-        (got,) = W.plan(sample, grid, with_needed=False)
-        r.prediction, r.runs = got.prediction, basis.runs
-        if basis.batch != r.batch:
-            r.scaled_from = basis.batch
-            r.prediction.notes.append(
-                f"batch {r.batch}: not measured; its data, forward and backward {how} (the "
-                "optimizer's step kept)")
-        r.samples_s = rate(r.prediction, sample, r.batch)
-        if q.target is not None:
-            r.steps_to_target, r.time_to_target_s = to_target(q.target, r)
+        predict_row(r, bases, q)
     for r in rows:
         if not r.fits:
             r.reason = "does not fit in the device's memory"
+
+
+def one_device(inputs: MM.Inputs, bases: dict[int, Basis], q: Question, batch: int) -> Row:
+    """The plan's one-device row at ``batch`` under its first strategy, predicted as the
+    rows are (its step whether it fits or not): the basis of the efficiency of a plan whose
+    ``--nproc`` has no 1, or whose one device cannot hold the batch."""
+    s = q.strategies[0]
+    r = Row(s, 1, 1, batch, MM.predict(inputs, s, 1, batch),
+            q.device_bytes.get(1, max(q.device_bytes.values())))
+    predict_row(r, bases, q)
+    return r
+
+
+def set_efficiency(rows: list[Row], ones: dict[int, Row]) -> None:
+    """Each predicted row's efficiency: its samples/s over N x the samples/s of ``ones[its
+    batch]`` (the plan's one-device row at that batch), with the row's prediction's interval
+    carried over in proportion; the one-device row's own interval added when it is drawn
+    from other one-rank runs (module docstring)."""
+    for r in rows:
+        one = ones.get(r.batch)
+        s, p = r.samples_s, r.prediction
+        if p is None or not s.value or one is None or not one.samples_s.value:
+            continue
+        if r is one:
+            r.efficiency, r.efficiency_of = M.Figure(1.0), "itself"
+            continue
+        o = one.samples_s
+        v = s.value / (r.devices * o.value)
+        sp = p.speedup
+        lo = v * sp.lo / sp.value if sp.lo and sp.value else None
+        hi = v * sp.hi / sp.value if sp.hi and sp.value else None
+        paired = r.basis_ids == one.basis_ids and r.scaled_from == one.scaled_from
+        if not paired and lo is not None and hi is not None:
+            lo = lo * o.value / o.hi if o.hi else None
+            hi = hi * o.value / o.lo if o.lo else None
+        r.efficiency = M.Figure(v, lo, hi)
+        r.efficiency_of = one.label() + ("" if any(x is one for x in rows) else
+                                         " (predicted for this ratio, not a row)")
 
 
 def plan(inputs: MM.Inputs, bases: dict[int, Basis], q: Question,

@@ -63,6 +63,7 @@ class RunSample:
     # which run each row came from, when several one-rank runs are pooled (check.pooled):
     # the interval resamples runs, then steps within them (None: one run)
     groups: tuple[int, ...] | None = None
+    on_cpu: bool = True  # its ranks computed on the CPU (the collective's CPU is theirs)
 
     @property
     def has_ddp(self) -> bool:
@@ -140,7 +141,8 @@ def from_run(rec: RunResult) -> RunSample:
                      grad_bytes=grad, rows=rows, rows_source=source, buckets=buckets,
                      pass_s_per_byte=pass_s, fresh_s_per_byte=fresh,
                      step_median_s=rec.step_median_s,
-                     started_at=rec.started_at)
+                     started_at=rec.started_at,
+                     on_cpu=str(rec.env.get("cuda_available")).lower() != "true")
 
 
 def _int(x: object) -> int | None:

@@ -87,10 +87,36 @@ def _ddp_tail(c: Compute, buckets: Sequence[Bucket]) -> float:
     return max(0.0, c.backward - end)
 
 
+def _spans(buckets: Sequence[Bucket], ready: list[list[float]],
+           allreduce_s: Cost) -> list[tuple[float, float]]:
+    """Each bucket's all-reduce on the link: it starts when every rank has it ready and the
+    bucket before it is done, and lasts its local time plus the transfer."""
+    link, out = -float("inf"), []
+    for i, b in enumerate(buckets):
+        start = max(max(r[i] for r in ready), link)
+        link = start + b.local_s + allreduce_s(b.nbytes)
+        out.append((start, link))
+    return out
+
+
+def _overlap_cpu(buckets: Sequence[Bucket], spans: list[tuple[float, float]], t0: float,
+                 t1: float, cpu_s_per_byte: float) -> float:
+    """The collective's CPU time that falls inside one rank's backward ``[t0, t1]``: each
+    bucket's bytes x ``cpu_s_per_byte``, in the share of its all-reduce inside the window."""
+    got = 0.0
+    for b, (s, e) in zip(buckets, spans, strict=True):
+        if e > s:
+            got += b.nbytes * cpu_s_per_byte * max(0.0, min(e, t1) - max(s, t0)) / (e - s)
+    return got
+
+
 def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
-              allreduce_s: Cost) -> list[list[RankStep]]:
+              allreduce_s: Cost, cpu_s_per_byte: float = 0.0) -> list[list[RankStep]]:
     """DDP: ``steps[k][r]`` rank r's compute in step k; ``allreduce_s(bytes)`` the transfer
-    of one bucket's all-reduce over every rank. One rank: the compute as measured."""
+    of one bucket's all-reduce over every rank. One rank: the compute as measured.
+    ``cpu_s_per_byte``: the collective's CPU time per byte on a rank's own cores (a comm fit's,
+    on the CPU); the part of it that runs while the rank's backward still computes delays
+    that backward by as much (one pass: the buckets laid out again after it)."""
     if not buckets:
         raise ValueError("DDP's timeline needs at least one gradient bucket")
     world = len(steps[0]) if steps else 0
@@ -105,10 +131,13 @@ def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
         bw0 = [t[r] + c.before_backward for r, c in enumerate(row)]
         ready = [[bw0[r] + b.ready_fraction * c.backward for b in buckets]
                  for r, c in enumerate(row)]
-        link = -float("inf")
-        for i, b in enumerate(buckets):
-            start = max(max(ready[r][i] for r in range(world)), link)
-            link = start + b.local_s + allreduce_s(b.nbytes)
+        spans = _spans(buckets, ready, allreduce_s)
+        if cpu_s_per_byte > 0:
+            for r in range(world):
+                ready[r][-1] += _overlap_cpu(buckets, spans, bw0[r], ready[r][-1],
+                                             cpu_s_per_byte)
+            spans = _spans(buckets, ready, allreduce_s)
+        link = spans[-1][1]
         ranks = []
         for r, c in enumerate(row):
             if id(c) not in tails:

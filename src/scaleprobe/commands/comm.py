@@ -109,8 +109,25 @@ def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, A
         d = fit.to_dict()
         bw = fit.bandwidth_gbit_s
         d["busbw_gbit_s"] = bw * busbw_factor(op, world) if bw is not None else None
+        d["cpu_s_per_byte"] = cpu_per_byte(rows, op)
         out[op] = d
     return out
+
+
+CPU_MIN_BYTES = 1 << 20  # below, a call's fixed cost would pass for a cost per byte
+
+
+def cpu_per_byte(rows: list[dict[str, Any]], op: str) -> float | None:
+    """The median CPU seconds per byte a rank spent in ``op`` (its threads together, the
+    kernel's work for it included) over the sizes of 1 MiB and more; None where the rows
+    have no CPU time (CUDA, or older records)."""
+    got = sorted(r["cpu_s"] / r["size_bytes"] for r in rows
+                 if r.get("op") == op and r.get("cpu_s") is not None
+                 and r["size_bytes"] >= CPU_MIN_BYTES)
+    if not got:
+        return None
+    n = len(got)
+    return got[n // 2] if n % 2 else (got[n // 2 - 1] + got[n // 2]) / 2
 
 
 def make_record(rows: list[dict[str, Any]], args: argparse.Namespace, world: int,

@@ -138,6 +138,7 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
             one = P.Question([s], nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
                              q.prefetch, units, q.target)
             rows += P.plan(inputs, bases[s], one, progress=_progress(s))
+    efficiency(rows, inputs, bases[q.strategies[0]], q)
     srcs = {s: tuple(source(r) for r in runs if r.run_id in
                      {x for b in bases[s].values() for x in b.run_ids}) for s in bases}
     to_target = q.target is not None
@@ -154,6 +155,17 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
                and (n * q.nnodes > 1 or s == q.strategies[0])]
     return {"like": like, "inputs": inputs, "question": q, "rows": rows, "picks": picks,
             "largest": largest, "bases": bases}
+
+
+def efficiency(rows: list[P.Row], inputs: Any, bases: dict[int, P.Basis],
+               q: P.Question) -> None:
+    """Every predicted row's efficiency against the plan's one-device row at its batch (one
+    predicted the same way where the rows have none: --nproc without 1, or a batch one
+    device cannot hold)."""
+    ones = {r.batch: r for r in rows if r.devices == 1 and r.prediction is not None}
+    for b in sorted({r.batch for r in rows if r.prediction is not None} - set(ones)):
+        ones[b] = P.one_device(inputs, bases, q, b)
+    P.set_efficiency(rows, ones)
 
 
 def _progress(strategy: str) -> Any:

@@ -9,6 +9,7 @@ from scaleprobe.comm import plan as P
 from scaleprobe.comm import stepmodel as M
 from scaleprobe.comm import whatif as W
 from scaleprobe.commands.predict_steps import time_unit
+from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 
 MAX_UNFIT_SHOWN = 4  # configurations that do not fit, named in the terminal (--json: all)
@@ -28,7 +29,7 @@ def row_json(r: P.Row) -> dict[str, Any]:
             "step_s": _fig(p.step_s) if p else None,
             "step_mean_s": p.step_mean_s if p else None,
             "samples_per_s": _fig(r.samples_s) if p else None,
-            "efficiency": _fig(p.efficiency) if p else None,
+            "efficiency": efficiency_json(r) if p else None,
             "phases_s": p.phases if p else None,
             "device_hours": _fig(r.cost_h) if p else None,
             "device_hours_basis": ("to the target" if r.time_to_target_s is not None
@@ -36,6 +37,29 @@ def row_json(r: P.Row) -> dict[str, Any]:
             "steps_to_target": _fig(r.steps_to_target),
             "time_to_target_s": _fig(r.time_to_target_s), "scaled_from_batch": r.scaled_from,
             "one_rank_runs": r.runs, "reason": r.reason, "notes": p.notes if p else []}
+
+
+def efficiency_claim(r: P.Row) -> CL.Claim:
+    e = r.efficiency
+    return CL.plan_efficiency(e.value, e.lo, e.hi, r.runs, r.efficiency_of or "")
+
+
+def efficiency_json(r: P.Row) -> dict[str, Any]:
+    """The row's efficiency (``comm/plan.set_efficiency``): the figure, the row it is the
+    ratio to, and the claim's verdict (none on the one-device row: 1 by definition)."""
+    out: dict[str, Any] = {**r.efficiency.to_dict(), "of": r.efficiency_of}
+    if r.efficiency.value is not None and r.efficiency_of != "itself":
+        c = efficiency_claim(r)
+        out |= {"verdict": c.verdict, "rule": c.rule}
+    return out
+
+
+def _eff_cell(r: P.Row) -> str:
+    if r.efficiency.value is None:
+        return fmt.NA
+    if r.efficiency_of == "itself":
+        return f"{fmt.pct(1.0)} (basis)"
+    return efficiency_claim(r).cell(markdown=False)
 
 
 def _pick_json(pk: P.Pick | None) -> dict[str, Any] | None:
@@ -138,12 +162,13 @@ def print_plan(got: dict[str, Any], caveat: str) -> None:
     if fits:
         unit = time_unit(*(r.prediction.step_s.hi for r in fits if r.prediction))
         scale = unit[1]
-        t = _table(f"what fits: predicted step ({unit[0]}), samples/s, 95% intervals", ["strategy", "dev", "batch", f"step {unit[0]}",
-                                 "samples/s", "eff."])
+        t = _table(f"what fits: predicted step ({unit[0]}, the median), samples/s (over the "
+                   "mean step), efficiency against one device, 95% intervals",
+                   ["strategy", "dev", "batch", f"step {unit[0]}", "samples/s", "eff."])
         for r in fits:
             p = r.prediction
             t.add_row(*map(esc, _head(r)), _span(p.step_s, lambda v: _num(v * scale)),
-                      _span(r.samples_s), fmt.pct(p.efficiency.value))
+                      _span(r.samples_s), _eff_cell(r))
         con.print(t)
         basis = "to the target" if q.target is not None else \
             f"per {P.PER_SAMPLES / 1e6:g}M samples"
@@ -225,8 +250,8 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
     con = Console()
     say = lambda text: con.print(text, markup=False, highlight=False)  # noqa: E731
     t = _table("verified here (ms, 95% intervals): the plan's step, the step predicted from "
-               "a one-rank run just before, the measured step", ["configuration", "plan",
-                                                                 "from 1 rank", "measured"])
+               "one-rank runs just before (as many at once as the row has ranks here), the "
+               "measured step", ["configuration", "plan", "from 1-rank", "measured"])
     for v in verified:
         t.add_row(esc(f"{v['strategy']} {v['devices']} x {v['batch_per_device']}"),
                   _ms(v.get("predicted_plan")), _ms(v.get("predicted_here")),
@@ -237,12 +262,21 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
             say(f"{v['label']}: {v.get('reason') or fmt.NA}")
             continue
         ok = "within" if v["within_goal"] else "outside"
-        say(f"{v['label']}: predicted from the one-rank run just before / measured "
+        say(f"{v['label']}: predicted from the one-rank runs just before / measured "
             f"{v['ratio']:.2f}, {ok} +-10%; the plan's prediction / measured "
-            f"{v['ratio_plan']:.2f}" + (f"; {v['under_load']}" if v.get("under_load") else ""))
+            f"{v['ratio_plan']:.2f}" + _share(v.get("cpu_share_pct"))
+            + (f"; {v['under_load']}" if v.get("under_load") else ""))
     pair = next((v["pair"] for v in verified if v.get("pair")), None)
     if pair:
         say(pair["text"])
+
+
+def _share(c: dict[str, float] | None) -> str:
+    """``; CPU: the row's processes 24% of the machine, its one-rank runs 17% together``."""
+    if not c:
+        return ""
+    return (f"; CPU: the row's processes {c['row']:.0f}% of the machine, its one-rank runs "
+            f"{c['one_rank_runs']:.0f}% together")
 
 
 def _ms(f: dict[str, Any] | None) -> str:

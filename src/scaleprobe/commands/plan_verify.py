@@ -17,14 +17,13 @@ from typing import Any
 
 from scaleprobe.comm import check as C
 from scaleprobe.comm import plan as P
-from scaleprobe.comm import sample as S
 from scaleprobe.core import claim as CL
 from scaleprobe.core.config import build, flatten
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.point import PointPayload
-from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
+from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
 from scaleprobe.report.load import source
 
 GOAL = 0.10  # a verified step within +-10% of its prediction
@@ -46,9 +45,10 @@ def _cannot(r: P.Row, like: RunResult) -> str | None:
     return None
 
 
-def config_for(like: RunResult, r: P.Row, steps: int, out: str) -> Any:
+def config_for(like: RunResult, r: P.Row, steps: int, out: str, copy: str = "") -> Any:
     """The source run's configuration with the row's strategy, processes and batch per
-    device, the threads per rank the source run had, a few steps and no extras."""
+    device, the threads per rank the source run had, a few steps and no extras (``copy``:
+    a suffix for one of several one-rank runs made side by side)."""
     flat = flatten(like.config)
     flat.update({"dist.strategy": r.strategy, "dist.nproc": r.nproc, "dist.nnodes": 1,
                  "dist.node_rank": 0, "dist.rdzv_endpoint": None, "dist.master_port": None,
@@ -58,8 +58,17 @@ def config_for(like: RunResult, r: P.Row, steps: int, out: str) -> Any:
                  "train.steps": steps, "train.warmup_steps": WARMUP_STEPS,
                  "train.epochs": None, "train.target": None, "train.eval": False,
                  "measure.gns": False, "measure.progress": False, "out": out,
-                 "name": f"plan-{r.strategy}-{r.devices}x{r.batch}"})
+                 "name": f"plan-{r.strategy}-{r.devices}x{r.batch}{copy}"})
     return build({k: v for k, v in flat.items() if k != "dist.calibrate_comm"})
+
+
+def side_by_side(r: P.Row, like: RunResult) -> int:
+    """How many one-rank runs of the row's basis to make at once before it: on the CPU one
+    per rank the row puts on this host, so that they share its cores as the row's ranks will
+    (each other's compute, and the other jobs'); on CUDA one (each rank has its device)."""
+    if str(like.env.get("cuda_available")).lower() == "true":
+        return 1
+    return max(1, r.nproc)
 
 
 def _predicted_here(got: dict[str, Any], r: P.Row, bases: dict[int, P.Basis] | None = None
@@ -97,56 +106,85 @@ def _fig(row: P.Row) -> dict[str, Any]:
     return {"value": p.step_s.value, "interval": (p.step_s.lo, p.step_s.hi), "link": p.link}
 
 
-Runner = Callable[[Any, str], RunResult]
+Runner = Callable[[list[Any]], list[RunResult]]
 
 
 def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
-    """Each configuration run as an experiment's point: in its own process (a process that
-    has run tensor operations cannot fork ranks that use OpenMP), its record appended to its
-    results folder."""
-    def run(cfg: Any, label: str) -> RunResult:
-        exp = point_experiment(exp_id, "plan-verify", {"label": label})
-        return run_in_process(procs, PointPayload(cfg, exp), Path(cfg.out) / "points", label)
+    """Configurations run at once, each as an experiment's point: in its own process (a
+    process that has run tensor operations cannot fork ranks that use OpenMP), its record
+    appended to its results folder once all have ended. Several at once share one session,
+    as the ranks of one job do: with autogroup scheduling (Linux) the CPU is shared between
+    sessions, and a 2-rank job in one session got the share one one-rank run of its own
+    session got (docs/PLAN.md)."""
+    def run(cfgs: list[Any]) -> list[RunResult]:
+        started = []
+        for cfg in cfgs:
+            label = str(cfg.name)
+            exp = point_experiment(exp_id, "plan-verify", {"label": label})
+            started.append(procs.start(PointPayload(cfg, exp), Path(cfg.out) / "points", label,
+                                       own_session=len(cfgs) == 1))
+        return [collect_record(proc, procs.wait(proc)) for proc in started]
     return run
+
+
+def _say(x: P.Row, steps: int, copies: int = 1) -> None:
+    many = f" ({copies} at once, as the row's ranks will share this host)" if copies > 1 else ""
+    print(f"verifying: {x.strategy} on {x.devices}, batch {x.batch} per device, {steps} "
+          f"timed steps{many} ...", file=sys.stderr, flush=True)
 
 
 def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
          run_config: Runner) -> dict[str, Any]:
-    """One row run here after a fresh one-rank run of its basis, each prediction (the
-    plan's, and one from the fresh run, which saw the machine as the row's run did) beside
-    the measured step."""
+    """One row run here after fresh one-rank runs of its basis, as many at once as the row
+    has ranks on this host (``side_by_side``); each prediction (the plan's, and one from the
+    fresh runs, which shared the machine as the row's ranks did) beside the measured step."""
     out: dict[str, Any] = {"label": r.label(), "strategy": r.strategy, "devices": r.devices,
                            "batch_per_device": r.batch, "global_batch": r.global_batch}
-    why = _cannot(r, got["like"])
+    like = got["like"]
+    why = _cannot(r, like)
     if why:
         return out | {"reason": f"not run here: {why}"}
-    base = _base_row(got, r)
-    ran = []
-    for x in (base, r):
-        print(f"verifying: {x.strategy} on {x.devices}, batch {x.batch} per device, "
-              f"{args.verify_steps} timed steps ...", file=sys.stderr, flush=True)
-        cfg = config_for(got["like"], x, args.verify_steps, args.out)
-        ran.append(run_config(cfg, str(cfg.name)))
-        if x is base and r.devices == 1 and r.strategy == base.strategy:
-            ran.append(ran[0])  # the row is its own one-rank run
-            break
-    fresh, res = ran
+    base, n = _base_row(got, r), side_by_side(r, like)
+    _say(base, args.verify_steps, n)
+    fresh = run_config([config_for(like, base, args.verify_steps, args.out,
+                                   f"-{i + 1}of{n}" if n > 1 else "") for i in range(n)])
+    if r.devices == 1 and r.strategy == base.strategy:
+        res = fresh[0]  # the row is its own one-rank run
+    else:
+        _say(r, args.verify_steps)
+        (res,) = run_config([config_for(like, r, args.verify_steps, args.out)])
     m, iv = _measured(res)
     out |= {"run_id": res.run_id, "status": res.status, "measured_s": m,
             "measured_interval_s": iv, "run_dir": res.paths.get("dir"),
-            "one_rank_run_id": fresh.run_id, "record": res,
-            "under_load": CL.load_caveat((source(fresh), source(res))) or None}
-    if m is None or fresh.status != "ok":
-        return out | {"reason": res.error or fresh.error or f"the run ended {res.status}"}
+            "one_rank_run_ids": [f.run_id for f in fresh], "one_rank_side_by_side": n,
+            "record": res, "under_load": CL.load_caveat(
+                tuple(source(x) for x in (*fresh, res))) or None}
+    out["cpu_share_pct"] = cpu_share(fresh, res)
+    bad = next((f for f in fresh if f.status != "ok"), None)
+    if m is None or bad is not None:
+        return out | {"reason": res.error or (bad.error if bad else None)
+                      or f"the run ended {res.status}"}
     plan_row = _predicted_here(got, r)
-    here = _predicted_here(got, r, {r.batch: P.Basis(r.batch, S.from_run(fresh), 1,
-                                                      (fresh.label,), (fresh.run_id,))})
+    here = _predicted_here(got, r, {r.batch: P.Basis(r.batch, C.pooled(fresh), len(fresh),
+                                                      tuple(f.label for f in fresh),
+                                                      tuple(f.run_id for f in fresh))})
     out |= {"predicted_plan": _fig(plan_row), "predicted_here": _fig(here)}
     for key, row in (("ratio_plan", plan_row), ("ratio", here)):
         v = row.prediction.step_s.value if row.prediction else None
         out[key] = v / m if v else None
     out["within_goal"] = out["ratio"] is not None and C.error(out["ratio"]) <= GOAL
     return out
+
+
+def cpu_share(fresh: list[RunResult], row: RunResult) -> dict[str, float] | None:
+    """The share of the machine's CPU (% of all cores, each run's process tree) the row's
+    run got, and its one-rank runs together: on a shared CPU the two can differ by more than
+    any model's error, and the comparison then says so."""
+    got = [f.metrics.cpu_util_pct for f in fresh]
+    mine = row.metrics.cpu_util_pct
+    if mine is None or any(g is None for g in got):
+        return None
+    return {"row": float(mine), "one_rank_runs": float(sum(g for g in got if g is not None))}
 
 
 def verify(args: argparse.Namespace, got: dict[str, Any]) -> list[dict[str, Any]]:

@@ -471,6 +471,22 @@ def plan_pick(kind: str, pick: str, runner_up: str, value: float, iv: Interval |
                  pairing=basis, kind="plan pick")
 
 
+def plan_efficiency(value: float | None, lo: float | None, hi: float | None, runs: int,
+                    of: str = "") -> Claim:
+    """A plan row's efficiency: its samples/s over N x the plan's one-device row's at the
+    same batch per device, against 100% (linear scaling). Its interval is the step model's
+    (``comm/plan.set_efficiency``), not one from repeats of the planned run: an interval that
+    holds 100% is "not resolved" (no loss to scaling told apart from none), and from one
+    one-rank run, "inconclusive (1 repeat)"."""
+    iv = (Interval(value, lo, hi, max(runs, 1), "step model: resamples of the one-rank runs")
+          if value is not None and lo is not None and hi is not None else None)
+    return Claim("efficiency", value, iv, unit="%", digits=2, repeats=(runs,),
+                 kind="plan efficiency", detail=f"samples/s over N x {of}'s" if of else "",
+                 pairing="both predicted from the one-rank runs",
+                 evidence=f"the step model's interval, {runs} one-rank run"
+                          + ("s" if runs != 1 else ""))
+
+
 def memory_fit(peak: int, low: int | None, high: int | None, device: int, probes: int,
                detail: str = "") -> Claim:
     """Whether a predicted peak per rank fits on a device: peak / device memory against 1.

@@ -28,7 +28,7 @@ ring all-reduce is held to).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,9 @@ class Link:
     # relative uncertainty of the link's costs: a comm fit's worst relative error over its
     # points; 0 for nominal or given figures (no measured spread)
     spread: float = 0.0
+    # the all-reduce's CPU time per byte on each rank (a comm fit's, measured on the CPU;
+    # 0: not measured): what it takes from compute it overlaps on the same cores
+    cpu_s_per_byte: float = 0.0
 
     @property
     def bandwidth_byte_s(self) -> float:
@@ -94,7 +97,8 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     nodes = int(rec.get("nnodes") or 1)
     across = f" on {nodes} nodes" if nodes > 1 else ""
     return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
-                f"measured: {where}", float(fit.get("max_rel_err") or 0.0))
+                f"measured: {where}", float(fit.get("max_rel_err") or 0.0),
+                float(fit.get("cpu_s_per_byte") or 0.0))
 
 
 def _from_path(path: Path, nnodes: int = 1) -> Link:
@@ -114,8 +118,7 @@ def _from_path(path: Path, nnodes: int = 1) -> Link:
     if not same:
         what = ("measured within one host: the network between nodes was not crossed" if across
                 else "measured across nodes, for a prediction within one host")
-        link = Link(link.name, link.bandwidth_gbit_s, link.alpha_s, f"{link.source} ({what})",
-                    link.spread)
+        link = replace(link, source=f"{link.source} ({what})")
     return link
 
 

@@ -128,10 +128,15 @@ def stop_server() -> None:
         pass
 
 
-def _forked_point(spec_path: str, log_path: str, env: dict[str, str]) -> None:
-    """The body of a forked point: its own session, output to its log, the parent's current
+def _forked_point(spec_path: str, log_path: str, env: dict[str, str],
+                  own_session: bool = True) -> None:
+    """The body of a forked point: its own session (or, ``own_session`` False, its own
+    process group in the parent's session), output to its log, the parent's current
     environment, then the point (its exit status is the point's)."""
-    os.setsid()
+    if own_session:
+        os.setsid()
+    else:
+        os.setpgid(0, 0)
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -175,7 +180,11 @@ class ProcessSet:
         self.live: dict[int, PointProcess] = {}
 
     def start(self, payload: PointPayload, work_dir: Path, label: str,
-              env: dict[str, str] | None = None) -> PointProcess:
+              env: dict[str, str] | None = None, own_session: bool = True) -> PointProcess:
+        """Start a point in a process of its own, leading its own process group (stopped as
+        one) and, unless ``own_session`` is False, its own session: on Linux with autogroup
+        scheduling the CPU is shared between sessions, so points meant to share the CPU as
+        the ranks of one job do (one session) are started with it False."""
         attempt = payload.attempt
         forked = fork_points()
         payload = replace(payload, experiment=replace(payload.experiment,
@@ -188,7 +197,8 @@ class ProcessSet:
         if forked:
             log_path.write_text("")
             child = _forkserver().Process(target=_forked_point, name=f"point {label}",
-                                          args=(str(spec_path), str(log_path), full_env))
+                                          args=(str(spec_path), str(log_path), full_env,
+                                                own_session))
             child.start()
             popen: Any = _Forked(child)
         else:
@@ -196,7 +206,8 @@ class ProcessSet:
                 popen = subprocess.Popen(
                     [sys.executable, "-m", "scaleprobe.experiments.point", str(spec_path)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, env=full_env)
+                    start_new_session=own_session,
+                    process_group=None if own_session else 0, env=full_env)
         proc = PointProcess(popen, attempt, log_path, time.monotonic(), payload)
         self.live[popen.pid] = proc
         return proc

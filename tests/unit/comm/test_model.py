@@ -106,8 +106,24 @@ def test_link_from_comm_record():
     link = resolve_link(rec)
     assert link.bandwidth_gbit_s == pytest.approx(10.0)
     assert link.alpha_s == pytest.approx(20e-6)
+    assert link.cpu_s_per_byte == 0.0  # a record without CPU times: none charged
+    rec["fit"]["all_reduce"]["cpu_s_per_byte"] = 1.1e-9
+    assert resolve_link(rec).cpu_s_per_byte == 1.1e-9
     with pytest.raises(ConfigError, match="no all_reduce fit"):
         link_from_comm({"kind": "comm", "world_size": 2, "fit": {}})
+
+
+def test_cpu_per_byte_is_the_median_over_sizes_from_1_mib():
+    from scaleprobe.commands.comm import cpu_per_byte
+
+    mib = 1 << 20
+    rows = [{"op": "all_reduce", "size_bytes": 256 << 10, "cpu_s": 1.0},  # fixed cost: left out
+            {"op": "all_reduce", "size_bytes": mib, "cpu_s": 3e-3},
+            {"op": "all_reduce", "size_bytes": 4 * mib, "cpu_s": 4 * mib * 1e-9},
+            {"op": "all_reduce", "size_bytes": 16 * mib, "cpu_s": 16 * mib * 2e-9},
+            {"op": "broadcast", "size_bytes": mib, "cpu_s": 9.0}]
+    assert cpu_per_byte(rows, "all_reduce") == pytest.approx(2e-9)
+    assert cpu_per_byte([{"op": "all_reduce", "size_bytes": mib}], "all_reduce") is None
 
 
 def test_link_from_results_file(tmp_path):

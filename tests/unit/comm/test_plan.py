@@ -2,6 +2,7 @@
 a hand computation, the picks' claims and their words, and each bad flag one line, exit 2."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -130,6 +131,84 @@ def test_time_to_target_is_steps_times_the_predicted_mean_step():
     assert two.cost_h.value == pytest.approx(2 * two.time_to_target_s.value / 3600)
 
 
+def _varied(hook_s=0.0, runs=2):
+    """A one-rank DDP run whose steps vary (backward 50-90 ms), its one bucket's hook
+    ``hook_s`` per step, as two runs pooled."""
+    rows = [Compute(forward=0.03, backward=0.05 + 0.01 * (i % 5), optimizer=0.01)
+            for i in range(20)]
+    s = S.RunSample("r", "ddp", 1, 1, float(4 * MB), rows, "synthetic",
+                    [Bucket(4 * MB, 1.0, hook_s)], 1e-10, None, 0.11, None,
+                    groups=tuple(i % runs for i in range(20)) if runs > 1 else None)
+    return {32: P.Basis(32, s, runs, ("a", "b")[:runs], ("a", "b")[:runs])}
+
+
+def _efficiency(rows):
+    ones = {r.batch: r for r in rows if r.devices == 1}
+    P.set_efficiency(rows, ones)
+    return ones
+
+
+def test_efficiency_is_the_ratio_of_the_plans_own_rows():
+    """The one-device row is its own basis (100%, not its prediction over the measured run:
+    FSDP first on a DDP run whose hook took 8 ms per step once printed 106% there); every
+    other row is its samples/s over N x the one-device row's, exactly."""
+    b = _varied(hook_s=0.008)
+    rows = [r for s in ("fsdp", "ddp") for r in P.plan(
+        INPUTS, b, q(strategies=[s], nprocs=[1, 2, 4] if s == "fsdp" else [2, 4],
+                     device_bytes=dict.fromkeys((1, 2, 4), 80 * MB)))]
+    ones = _efficiency(rows)
+    one = ones[32]
+    assert one.strategy == "fsdp" and one.efficiency.value == 1.0
+    assert one.prediction.efficiency.value > 1.0  # the step model's own: not like-for-like
+    for r in rows:
+        if r is not one:
+            assert r.efficiency.value == pytest.approx(
+                r.samples_s.value / (r.devices * one.samples_s.value), rel=1e-12)
+            assert r.efficiency.value < 1.0 and r.efficiency_of == one.label()
+            # samples/s is the global batch over the predicted mean step, exactly
+            assert r.samples_s.value == pytest.approx(r.global_batch / r.prediction.step_mean_s)
+
+
+def test_efficiency_interval_carries_the_predictions_and_adds_another_basis():
+    b = _varied()
+    one, two = P.plan(INPUTS, b, q())
+    _efficiency([one, two])
+    sp, e = two.prediction.speedup, two.efficiency
+    assert sp.lo < sp.value < sp.hi  # two runs pooled: a spread to carry
+    assert (e.lo / e.value, e.hi / e.value) == pytest.approx((sp.lo / sp.value,
+                                                              sp.hi / sp.value))
+    # the one-device row drawn from other runs: its own interval added, end against end
+    other = P.plan(INPUTS, {32: replace(b[32], run_ids=("c", "d"))}, q(nprocs=[1]))[0]
+    P.set_efficiency([two], {32: other})
+    o, v = other.samples_s, two.samples_s.value / (2 * other.samples_s.value)
+    assert two.efficiency.value == pytest.approx(v)
+    assert two.efficiency.lo == pytest.approx(v * sp.lo / sp.value * o.value / o.hi)
+    assert two.efficiency.hi == pytest.approx(v * sp.hi / sp.value * o.value / o.lo)
+
+
+def test_one_device_predicted_for_the_ratio_when_no_row_has_one():
+    b = _varied()
+    slow = "1gbit,rank1=100mbit"  # a rank one device does not have: its link is not used
+    rows = P.plan(INPUTS, b, q(nprocs=[2], device_bytes={1: 1, 2: 80 * MB}, link=slow))
+    one = P.one_device(INPUTS, b, q(device_bytes={1: 1, 2: 80 * MB}, link=slow), 32)
+    assert not one.fits and one.samples_s.value  # predicted though one device cannot hold it
+    P.set_efficiency(rows, {32: one})
+    assert "not a row" in rows[0].efficiency_of
+    assert rows[0].efficiency.value == pytest.approx(
+        rows[0].samples_s.value / (2 * one.samples_s.value))
+
+
+@pytest.mark.parametrize("lo, hi, runs, verdict", [
+    (0.80, 1.04, 2, "not resolved (the interval includes 100%)"),
+    (0.80, 0.95, 2, "the interval lies below 100%"),
+    (0.80, 0.95, 1, "inconclusive (1 repeat)"),
+])
+def test_efficiency_claim_says_when_its_interval_holds_100_percent(lo, hi, runs, verdict):
+    c = CL.plan_efficiency(0.9, lo, hi, runs, "ddp, batch 32 per device, 1 device")
+    assert c.verdict == verdict and c.value == 0.9
+    assert c.cell(markdown=False).startswith("90% [80%, ")
+
+
 def _row(strategy, devices, sps, lo, hi, runs=2, batch=32):
     r = P.Row(strategy, devices, 1, batch, MM.Point(strategy, devices, batch, {"params": 1}),
               10 * MB, runs=runs)
@@ -232,6 +311,11 @@ def test_plan_json_gives_every_row_and_the_picks(tmp_path, capsys):
     assert d["predicted_peak_bytes"] == 20_120_400 and d["headroom_bytes"] == -20_400
     assert not d["fits"] and d["step_s"] is None
     one = rows[("ddp", 1, 32)]
+    two = rows[("ddp", 2, 32)]
+    assert one["efficiency"] == {"value": 1.0, "lo": None, "hi": None, "of": "itself"}
+    assert two["efficiency"]["value"] == pytest.approx(
+        two["samples_per_s"]["value"] / (2 * one["samples_per_s"]["value"]))
+    assert two["efficiency"]["verdict"] == "inconclusive (1 repeat)"
     # a run without DDP: its bucket copies and division added, 3 passes over 4 MB of
     # gradients at the assumed 2 GB/s: 6 ms
     assert one["fits"] and one["step_s"]["value"] == pytest.approx(0.106)
@@ -266,3 +350,74 @@ def test_no_run_is_one_line_exit_2(tmp_path, capsys):
     assert "no such file or folder" in capsys.readouterr().err
     (tmp_path / "e").mkdir()
     assert main(["plan", "--from", str(tmp_path / "e")]) == 2
+
+
+def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypatch):
+    """A 2-rank row on the CPU is predicted from two one-rank runs made at once (sharing the
+    cores as its two ranks will), pooled; a one-device row of the basis's strategy is its
+    own one-rank run. The runs are faked: their records are the source run's, renamed."""
+    import argparse
+
+    from scaleprobe.commands import plan as plan_cmd
+    from scaleprobe.commands import plan_show as P_show
+    from scaleprobe.commands import plan_verify as V
+
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    rec["config"]["dist"]["strategy"] = "ddp"
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    ap = argparse.ArgumentParser()
+    plan_cmd.add_arguments(ap)
+    args = ap.parse_args(["--from", run, "--device-memory", "8GiB", "--nproc", "1,2",
+                          "--strategy", "ddp", "--verify-steps", "5"])
+    got = plan_cmd.make_plan(args)
+    calls = []
+
+    def runner(cfgs):
+        calls.append([str(c.name) for c in cfgs])
+        return [RunResult.from_dict({**rec, "run_id": f"{c.name}-{len(calls)}",
+                                     "metrics": {**rec["metrics"], "step_time_s":
+                                                 {"median": 0.12, "rel_ci": 0.05},
+                                                 "cpu_util_pct": 9.0 + len(calls)}})
+                for c in cfgs]
+
+    monkeypatch.setattr(V.os, "cpu_count", lambda: 8)
+    by = {r.devices: r for r in got["rows"]}
+    two = V._one(got, by[2], args, runner)
+    assert calls == [["plan-ddp-1x32-1of2", "plan-ddp-1x32-2of2"], ["plan-ddp-2x32"]]
+    assert two["one_rank_side_by_side"] == 2 and len(two["one_rank_run_ids"]) == 2
+    assert two["ratio"] == pytest.approx(two["predicted_here"]["value"] / 0.12)
+    # the row's run got 11% of the machine, its two one-rank runs 10% each: 20% together
+    assert two["cpu_share_pct"] == {"row": 11.0, "one_rank_runs": 20.0}
+    assert "CPU: the row's processes 11% of the machine, its one-rank runs 20% together" in \
+        P_show._share(two["cpu_share_pct"])
+    calls.clear()
+    one = V._one(got, by[1], args, runner)
+    assert calls == [["plan-ddp-1x32"]] and one["one_rank_side_by_side"] == 1
+
+
+def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monkeypatch):
+    """With autogroup scheduling the CPU is shared between sessions: the one-rank runs made
+    side by side share one (as a job's ranks do), a run alone has its own."""
+    from scaleprobe.commands import plan_verify as V
+    from scaleprobe.core.config import build
+
+    started = []
+
+    class Procs:
+        def start(self, payload, work_dir, label, env=None, own_session=True):
+            started.append((label, own_session))
+            return label
+
+        def wait(self, proc):
+            return 0
+
+    from scaleprobe.core.results import RunResult
+
+    monkeypatch.setattr(V, "collect_record", lambda proc, rc: RunResult.from_dict({
+        "kind": "run", "run_id": proc, "status": "ok"}))
+    run = V.point_runner(Procs(), "x")
+    cfgs = [build({"name": n, "out": str(tmp_path)}) for n in ("a", "b")]
+    assert [r.run_id for r in run(cfgs)] == ["a", "b"]
+    run(cfgs[:1])
+    assert started == [("a", False), ("b", False), ("a", True)]

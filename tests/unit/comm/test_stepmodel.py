@@ -215,3 +215,27 @@ def test_predict_table_keeps_one_unit_and_fits_80_columns(tmp_path, capsys, monk
     assert f"step {unit}" in out and f"link busy {unit}" in out, out
     if unit == "s":
         assert " ms " not in out.split("where the step goes")[1].split("note:")[0], out
+
+
+def test_a_link_with_cpu_per_byte_lengthens_an_overlapped_backward_and_says_so():
+    """Two buckets, the first ready half-way through backward: its all-reduce runs inside
+    backward, so a link whose fit measured the collective's CPU time makes the step longer,
+    and the prediction names it; on a run with CUDA nothing is charged."""
+    from dataclasses import replace as _r
+
+    from scaleprobe.comm.timeline import Bucket, Compute
+
+    rows = [Compute(forward=0.01, backward=0.04, optimizer=0.005)] * 6
+    s = S.RunSample("r", "ddp", 1, 1, 8e6, rows, "synthetic",
+                    [Bucket(4e6, 0.5, 0.0), Bucket(4e6, 1.0, 0.0)], 1e-10, None, 0.055, None)
+    link = Link("l", 8.0, 0.0, "test")  # 1 GB/s: 4 ms a bucket
+    sc = M.Scenario("ddp", 2, 1, link)
+    plain = M.predict(_r(s, notes=[]), sc, replicates=2)
+    charged = M.predict(_r(s, notes=[]), M.Scenario("ddp", 2, 1, _r(link, cpu_s_per_byte=1e-9)),
+                        replicates=2)
+    # the first bucket's 4 ms all-reduce lies inside backward: 4e6 B x 1 ns = 4 ms more
+    assert charged.step_s.value == pytest.approx(plain.step_s.value + 0.004)
+    assert any("CPU time (1.00 ns per byte" in n for n in charged.notes)
+    gpu = M.predict(_r(s, notes=[], on_cpu=False),
+                    M.Scenario("ddp", 2, 1, _r(link, cpu_s_per_byte=1e-9)), replicates=2)
+    assert gpu.step_s.value == pytest.approx(plain.step_s.value)

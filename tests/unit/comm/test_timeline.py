@@ -185,3 +185,18 @@ def test_steps_follow_each_other_per_rank():
     ended, so the sequence repeats (85 ms each)."""
     out = ddp_steps([[C, C], [C, C]], THIRDS, lambda b: 20 * MS)
     assert [s.step_s for s in out[1]] == pytest.approx([85 * MS, 85 * MS])
+
+
+def test_ddp_collective_cpu_inside_backward_delays_it():
+    """THIRDS with 5 ms all-reduces and the collective costing 1 ns of the rank's CPU per
+    byte (1 ms per 1 MB bucket): the first two all-reduces (20-25, 30-35) run wholly inside
+    backward (10-40), so backward's compute ends 2 ms later, at 42; the last bucket goes
+    42-47. Step 52 ms, backward 32, comm 5. The last all-reduce runs after backward's compute:
+    it takes nothing from it."""
+    (r0, r1), = ddp_steps([[C, C]], THIRDS, lambda b: 5 * MS, cpu_s_per_byte=1e-9)
+    for s in (r0, r1):
+        assert s.step_s == pytest.approx(52 * MS)
+        assert s.backward == pytest.approx(32 * MS) and s.comm == pytest.approx(5 * MS)
+        _adds_up(s)
+    (r,), = ddp_steps([[C]], THIRDS, lambda b: 5 * MS, cpu_s_per_byte=1e-9)
+    assert r.step_s == pytest.approx(C.total)  # one rank: the run as measured
