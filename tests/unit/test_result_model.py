@@ -62,6 +62,26 @@ def test_schema_1_and_damaged_records_read_as_not_measured():
         R.RunResult.from_dict([1, 2])
 
 
+def test_the_config_reads_typed_and_an_older_or_damaged_one_as_it_was_written():
+    """Bug caught: an older record's missing key read as today's default (a run before
+    ``data.loader`` existed is not a naive-loader run), a key of a newer version or a damaged
+    value dropped on the way back to disk."""
+    rec = _filled_run()
+    r = R.RunResult.from_dict(rec)
+    assert isinstance(r.config, C.RunConfig) and r.config.dist.nproc == 2
+    assert r.cfg("dist.link") == "1gbit" and r.cfg("dist")["strategy"] == "ddp"
+    old = copy.deepcopy(rec)
+    del old["config"]["data"]["loader"], old["config"]["script"]
+    old["config"]["dist"].update(nproc="two", future_knob=7)
+    r = R.RunResult.from_dict(copy.deepcopy(old))
+    assert r.cfg("data.loader") is None and r.cfg("script.path", "-") == "-"
+    assert r.config.data.loader == C.DataConfig.loader  # typed: what this version runs
+    assert r.cfg("dist.nproc") == "two" and r.config.dist.nproc == 1
+    assert r.cfg("dist.future_knob") == 7 and r.to_dict() == old
+    assert R.RunResult.from_dict({"kind": "run", "config": {}}).config is None
+    assert R.RunResult().to_dict()["config"] == {} and R.RunResult().to_dict()["env"] == {}
+
+
 def test_records_by_kind_and_unknown_kinds_kept():
     assert isinstance(R.typed({"kind": "run"}), R.RunResult)
     assert isinstance(R.typed({"kind": "parity"}), R.ParityRecord)

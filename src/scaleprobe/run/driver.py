@@ -22,6 +22,7 @@ from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
 from scaleprobe.core.interrupt import describe, sigterm_interrupts
 from scaleprobe.core.results import Experiment, RunResult
+from scaleprobe.core.run_blocks import RunEnv
 from scaleprobe.launch import WorkerFailure
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
@@ -49,7 +50,7 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     run_id = res.make_run_id(name)
     run_dir = make_run_dir(Path(cfg.out) / run_id, cfg)
     result = RunResult(run_id=run_id, name=name, key=cfg.key(), started_at=res.utc_now(),
-                       config=cfg.to_dict(),
+                       config=cfg,
                        experiment=Experiment.from_dict(experiment) if experiment else None,
                        paths={"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                               "monitor_csv": str(run_dir / "monitor.csv")})
@@ -73,8 +74,8 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     if end.error is not None or end.signame:
         recover_steps(end, run_dir)  # ranks that died or hung keep the steps they timed
     _ending(result, work, end, run_dir)
-    result.env = envmod.collect_env()
-    result.env["world_size"], result.env["nnodes"] = cfg.world_size, cfg.dist.nnodes
+    result.env = RunEnv.from_dict(envmod.collect_env())
+    result.env.world_size, result.env.nnodes = cfg.world_size, cfg.dist.nnodes
     done = finalize(result, run_cfg, end.raws, monitor, run_dir)
     if not end.logged:
         discard_step_logs(run_dir)  # every rank handed its record over

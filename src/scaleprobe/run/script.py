@@ -25,6 +25,7 @@ from scaleprobe.core import results as res
 from scaleprobe.core.config import script_defaults, script_name
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
+from scaleprobe.core.run_blocks import ScriptRun
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
 from scaleprobe.protocols import Ending
@@ -128,7 +129,7 @@ class UserScript:
             recover_steps(end, run_dir)  # a rank ended without its record: its logged steps
             raws = end.raws or []
         run_cfg = observed_config(self.cfg, raws, self.facts) if raws else self.cfg
-        result.config = run_cfg.to_dict()
+        result.config = run_cfg
         result.null_reasons["accuracy"] = ACCURACY_REASON
         self.code = script_exit_code(failed_facts(self.facts, end.error),
                                      end.error if end.signame is None else KeyboardInterrupt())
@@ -136,11 +137,12 @@ class UserScript:
         if raws and not any(f.get("optimizer_steps") for f in facts) and all(
                 "optimizer_steps" in f for f in facts):
             result.null_reasons["step_time_s"] = NO_OPTIMIZER_STEP
-        result.script = {"target": self.target, "exit_code": self.code,
-                         "loader": next((f["loader"] for f in facts if f.get("loader")), None),
-                         "stopped_after": next((f["stopped_after"] for f in facts
-                                                if f.get("stopped_after")), None),
-                         "sampler_note": sampler_note(facts, self.cfg.world_size)}
+        result.script = ScriptRun(
+            target=self.target, exit_code=self.code,
+            loader=next((f["loader"] for f in facts if f.get("loader")), None),
+            stopped_after=next((f["stopped_after"] for f in facts if f.get("stopped_after")),
+                               None),
+            sampler_note=sampler_note(facts, self.cfg.world_size))
         return run_cfg
 
     def error_line(self, end: Ending) -> str | None:
