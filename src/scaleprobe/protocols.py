@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # annotations only: the CLI reads the task and strategy names
     from torch import nn
 
     from scaleprobe.core.config import RunConfig
-    from scaleprobe.core.result_model import RunResult
+    from scaleprobe.core.result_model import RankRecord, RunResult
     from scaleprobe.core.traits import StrategyTraits
 
 
@@ -128,11 +128,19 @@ class Strategy(Protocol):
 
 
 @dataclass
-class Ending:
-    """How a workload's launch ended: the ranks' records (dicts, as they travelled), the error
-    that ended it, or the signal that stopped it; ``tb`` the driver's traceback of that error."""
+class Launched:
+    """What a workload's ranks handed back (launch/handoff.py): every rank's record, in rank
+    order."""
 
-    raws: list[dict[str, Any]] | None = None
+    ranks: list[RankRecord]
+
+
+@dataclass
+class Ending:
+    """How a workload's launch ended: the ranks' records, the error that ended it, or the
+    signal that stopped it; ``tb`` the driver's traceback of that error."""
+
+    ranks: list[RankRecord] | None = None
     error: BaseException | None = None
     signame: str | None = None
     tb: str | None = None
@@ -159,7 +167,7 @@ class Workload(Protocol):
     def environment(self) -> contextlib.AbstractContextManager[Any]:
         """The environment the ranks start in."""
 
-    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+    def launch(self, run_dir: Path) -> Launched | None:
         """Train; the ranks' records, or None. Raises as the run ends otherwise."""
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
@@ -176,7 +184,7 @@ class PreparesFiles(Protocol):
 @runtime_checkable
 class Concludes(Protocol):
     """A workload that knows more of the ending than the driver (the script's own record, a
-    launcher's run id): it writes that into ``result`` (and ``end.raws`` where the ranks left
+    launcher's run id): it writes that into ``result`` (and ``end.ranks`` where the ranks left
     them in files) and returns the configuration as it ran (else the one asked for)."""
 
     def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig: ...

@@ -20,8 +20,8 @@ from typing import Any
 from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
-from scaleprobe.core.interrupt import describe, sigterm_interrupts
-from scaleprobe.core.results import Experiment, RunResult
+from scaleprobe.core.interrupt import Interrupted, describe, sigterm_interrupts
+from scaleprobe.core.results import Experiment, RankRecord, RunResult
 from scaleprobe.core.run_blocks import RunEnv
 from scaleprobe.launch import WorkerFailure
 from scaleprobe.measure import env as envmod
@@ -61,10 +61,11 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     end = Ending()
     try:
         with sigterm_interrupts(), monitor, work.environment():
-            end.raws = work.launch(run_dir)
+            launched = work.launch(run_dir)
+            end.ranks = launched.ranks if launched else None
     except KeyboardInterrupt as e:  # Ctrl+C, SIGTERM (interrupt.Interrupted), the launcher's
         end.signame = getattr(e, "signame", None) or "SIGINT"
-        end.raws = getattr(e, "raws", None)
+        end.ranks = e.raws if isinstance(e, Interrupted) else None
     except ScaleprobeError as e:  # the user's mistake, met while running: recorded, then raised
         write_failure(result, run_dir, cfg, e)
         raise
@@ -76,7 +77,7 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     _ending(result, work, end, run_dir)
     result.env = RunEnv.from_dict(envmod.collect_env())
     result.env.world_size, result.env.nnodes = cfg.world_size, cfg.dist.nnodes
-    done = finalize(result, run_cfg, end.raws, monitor, run_dir)
+    done = finalize(result, run_cfg, end.ranks, monitor, run_dir)
     if not end.logged:
         discard_step_logs(run_dir)  # every rank handed its record over
     return done
@@ -84,9 +85,9 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
 
 def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> None:
     """The run's status and error line from how the launch ended."""
-    signame = end.signame or (interrupted_from(end.raws) if end.error is None else None)
+    signame = end.signame or (interrupted_from(end.ranks) if end.error is None else None)
     if signame:
-        mark_partial(result, end.raws, signame)
+        mark_partial(result, end.ranks, signame)
         if end.logged:
             mark_logged(result, end)
         return
@@ -113,28 +114,28 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
         work.keep_traceback(run_dir, end)
 
 
-def interrupted_from(raws: list[dict[str, Any]] | None) -> str | None:
+def interrupted_from(ranks: list[RankRecord] | None) -> str | None:
     """The signal that stopped the ranks early ("peer": another rank's), or None. A signal
     that reached some ranks only (``kill`` of one rank's pid; the others stopped with it) is
     named with them: "SIGTERM to rank 1"."""
-    asked = [(r.get("rank"), r["interrupted"]) for r in raws or [] if r.get("interrupted")]
+    asked = [(r.rank, r.interrupted) for r in ranks or [] if r.interrupted]
     own = [(rank, sig) for rank, sig in asked if sig != "peer"]
     if not own:
         return asked[0][1] if asked else None
     sig = own[0][1]
-    if len(own) == len(raws or []) or len(own) > 1 or not isinstance(own[0][0], int):
+    if len(own) == len(ranks or []) or len(own) > 1:
         return sig
     return f"{sig} to rank {own[0][0]}"
 
 
-def mark_partial(result: RunResult, raws: list[dict[str, Any]] | None, signame: str) -> None:
+def mark_partial(result: RunResult, ranks: list[RankRecord] | None, signame: str) -> None:
     """An interrupted run keeps what it measured: the figures of the steps timed so far,
     flagged as partial; what runs after training (calibration, evaluation) was skipped."""
     result.status, result.error = "interrupted", describe(None if signame == "peer" else signame)
-    if not raws:
+    if not ranks:
         result.null_reasons["partial"] = "interrupted before any rank returned its record"
         return
-    timed = next((r["steps_timed"] for r in raws if r.get("step_times_s")), 0)
+    timed = next((r.steps_timed for r in ranks if r.step_times_s), 0)
     result.partial = True
     result.null_reasons["partial"] = (
         f"interrupted after {timed} timed steps: the figures cover those steps only; "

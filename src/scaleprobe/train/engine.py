@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.interrupt import StopRequest
-from scaleprobe.core.results import RankInfo, RankMem, RankRecord
+from scaleprobe.core.results import MemoryFacts, RankInfo, RankMem, RankRecord
 from scaleprobe.core.target import TargetWatch, parse_target
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
@@ -314,7 +314,7 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "device_reserved": int(torch.cuda.max_memory_reserved(device))}
 
 
-def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> dict[str, Any] | None:
+def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> MemoryFacts | None:
     """What a memory prediction reads (measure/memstate.py), as ``MemoryFacts``: one untimed
     step per batch size on the last batch, after the window (every rank of the strategy runs
     it, so collectives match). None on a parameter server's rank; the probe's fields null
@@ -336,7 +336,7 @@ def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> dict[str, Any]
         probed = probe_steps(p, st.last_batch)
         facts["reasons"].update(probed.pop("reasons", {}))
         facts.update(probed)
-    return facts
+    return MemoryFacts.from_dict(facts)
 
 
 def _held(held: dict[str, int] | None) -> dict[str, int | None]:
@@ -347,9 +347,9 @@ def _held(held: dict[str, int] | None) -> dict[str, int | None]:
 
 
 def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] | None,
-                eval_metrics: dict[str, Any]) -> dict[str, Any]:
-    """This rank's ``results.RankRecord``, as the plain dict it travels as (through the
-    launcher's pickled return values) to ``assemble.build_result``."""
+                eval_metrics: dict[str, Any]) -> RankRecord:
+    """This rank's record, as it travels (the launcher's pickled return values) to
+    ``assemble.build_result``."""
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
     return RankRecord(
         rank=p.strategy.rank,
@@ -383,7 +383,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         target=p.watch.record() if p.watch is not None and p.watch.points else None,
         gns=samples_of(p),
         stop_reason=st.stop_reason,
-    ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
+    )
 
 
 def _peak(device: torch.device, amp: str) -> dict[str, Any]:
@@ -468,7 +468,7 @@ def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Strategy, s
 
 def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: StepProgress,
           clock: Any = time.perf_counter, run_dir: str | None = None,
-          beat: Heartbeat | None = None, stop: StopRequest | None = None) -> dict[str, Any]:
+          beat: Heartbeat | None = None, stop: StopRequest | None = None) -> RankRecord:
     """Set up, train, calibrate, evaluate; return this rank's raw record.
 
     From the end of setup, Ctrl+C and SIGTERM only ask to stop (``stop``, handled by the
@@ -509,18 +509,17 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
-
-        rec["memory_pass"] = machine_memory_passes()
+        rec.memory_pass = machine_memory_passes()
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
-        rec["memory_facts"] = _memory_facts(p, st, strategy)
-    rec["observed"] = observed
-    rec["flops"] = {**p.flops.result(), **peak} if p.flops else None
-    rec["compile"] = (None if strategy.is_server else
-                      compiles.record((st.window_t0, st.window_t1), compiles.ends,
-                                      cfg.train.warmup_steps))
-    if rec["compile"] is not None and eager is not None:
-        rec["compile"]["eager"] = eager
+        rec.memory_facts = _memory_facts(p, st, strategy)
+    rec.observed = observed
+    rec.flops = {**p.flops.result(), **peak} if p.flops else None
+    rec.compile = (None if strategy.is_server else
+                   compiles.record((st.window_t0, st.window_t1), compiles.ends,
+                                   cfg.train.warmup_steps))
+    if rec.compile is not None and eager is not None:
+        rec.compile["eager"] = eager
     compiles.remove()
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
-    rec["interrupted"] = (stop.signame or "peer") if interrupted else None
+    rec.interrupted = (stop.signame or "peer") if interrupted else None
     return rec
