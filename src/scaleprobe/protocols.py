@@ -77,6 +77,14 @@ class ChecksModel(Protocol):
 
 
 @runtime_checkable
+class UsesBaseline(Protocol):
+    """A task that reports its held-out loss beside the context-free model's (lm: token
+    data's unigram baseline, data/tokens.py)."""
+
+    def use_baseline(self, nats: Any) -> None: ...
+
+
+@runtime_checkable
 class ShardedBatches(Protocol):
     """A task's batch sampler that builds its batches from this rank's samples only: it gets
     the strategy's distributed sampler in ``shard`` (face, triplet loss)."""
@@ -125,6 +133,13 @@ class Strategy(Protocol):
     def barrier(self) -> None: ...
     def extra_metrics(self) -> dict[str, Any]: ...
     def gns_samples(self) -> Any: ...
+
+
+@runtime_checkable
+class Serves(Protocol):
+    """A strategy whose rank serves the others' parameters instead of training (ps)."""
+
+    def serve(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]: ...
 
 
 @dataclass

@@ -202,7 +202,7 @@ class Metrics(Record):
     # throughput: samples over the timed window (stalls and epoch starts in it), summed over the
     # training ranks; the median step's rate beside it (the breakdown's basis)
     samples_per_s: float | None = None
-    samples_per_s_by_rank: dict[str, float] | None = None
+    samples_per_s_by_rank: dict[str, float | None] | None = None
     samples_per_s_median_step: float | None = None
     tokens_per_s: float | None = None  # token tasks (lm): samples_per_s x batch.tokens_per_sample
     unique_samples_per_s: float | None = None
@@ -809,7 +809,7 @@ class RunResult(InExperiment, Record):
         """Each training rank's samples/s, whose sum is the headline samples/s; {} for a
         record without them."""
         d = self.metrics.samples_per_s_by_rank or {}
-        return {str(k): float(v) for k, v in d.items() if num(v) is not None}
+        return {str(k): float(x) for k, v in d.items() if (x := num(v)) is not None}
 
     def rate_definition(self) -> str | None:
         """'sum of 2 workers' rates (12.4, 20.3); step times are rank 1's' for a run with

@@ -63,7 +63,7 @@ class ScriptRun(Record):
 
     target: list[str] | None = None  # the command line after ``wrap --``
     exit_code: int | None = None
-    loader: str | None = None  # the training loader the steps were timed on
+    loader: dict[str, Any] | None = None  # the training DataLoader (wrap/hooks.py facts)
     stopped_after: int | None = None  # steps, when --steps ended the script early
     sampler_note: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

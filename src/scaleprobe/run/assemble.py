@@ -145,8 +145,8 @@ def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
     the training processes' own peaks: loader workers' memory counts in ``host`` only."""
     base = [r.mem.host_baseline_rss for r in ranks]
     m.host_baseline = sum(b for b in base if b) if base and all(base) else None
-    grown = [r.mem.host_file_growth for r in ranks]
-    m.host_file_growth = sum(grown) if grown and all(g is not None for g in grown) else None
+    grown = [r.mem.host_file_growth for r in ranks if r.mem.host_file_growth is not None]
+    m.host_file_growth = sum(grown) if ranks and len(grown) == len(ranks) else None
     m.host_net = None
     if m.host_file_growth is None:
         why["peak_mem_bytes.host_file_growth"] = ("no file-backed resident-memory reading "
@@ -493,7 +493,7 @@ def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
                                                   "communication (kept inside backward)")
     else:
         c.transfer_standalone = transfer
-        split = split_exposed(c.exposed_s, transfer and transfer["per_step_s"])
+        split = split_exposed(c.exposed_s, transfer["per_step_s"] if transfer else None)
         c.transfer_s, c.sync_overhead_s = split["transfer_s"], split["sync_overhead_s"]
         c.transfer_hidden_s = split["transfer_hidden_s"]
         if c.exposed_s is None:

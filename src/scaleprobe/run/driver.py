@@ -23,7 +23,7 @@ from scaleprobe.core.errors import ConfigError, DataError, OutputError, Scalepro
 from scaleprobe.core.interrupt import Interrupted, describe, sigterm_interrupts
 from scaleprobe.core.results import Experiment, RankRecord, RunResult
 from scaleprobe.core.run_blocks import RunEnv
-from scaleprobe.launch import WorkerFailure
+from scaleprobe.launch.rankwatch import WorkerFailure
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs

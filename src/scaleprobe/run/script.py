@@ -105,7 +105,8 @@ class UserScript:
         d = self.cfg.dist
         run_dir = run_dir.resolve()  # the script may os.chdir: its rank writes here still
         entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *self.target)
-        run_workers(entry[0], entry[1:], Job.of(d), log_dir=str(run_dir / "logs"),
+        # a binary's path as the entry: launch's annotation names only functions
+        run_workers(entry[0], entry[1:], Job.of(d), log_dir=str(run_dir / "logs"),  # type: ignore[arg-type]
                     run_dir=str(run_dir), stall_after_s=d.timeout_s)
         return None  # the ranks leave their records in files (``conclude``)
 

@@ -10,7 +10,7 @@ import contextlib
 import math
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
-from scaleprobe.protocols import Strategy
+from scaleprobe.protocols import Serves, Strategy
 from scaleprobe.strategies.fsdp import shard_units
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.train.eager import eager_passes
@@ -173,7 +173,7 @@ def _agree_stop_step(proposal: int) -> int:
 
 
 def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
-               observers: list[Any] = (), stop: StopRequest | None = None,
+               observers: Sequence[Any] = (), stop: StopRequest | None = None,
                beat: Heartbeat | None = None) -> LoopState:
     """Warm-up, then the timed window, until the step count, the stable median, the epochs or
     a stop request (``stop``: at a step boundary, ``_stop_step``) ends it. ``beat`` follows
@@ -201,7 +201,7 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
 
 
 def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
-            progress: StepProgress, clock: Any, observers: list[Any], stop: StopRequest,
+            progress: StepProgress, clock: Any, observers: Sequence[Any], stop: StopRequest,
             beat: Heartbeat | None) -> None:
     t = p.cfg.train
     warm = t.warmup_steps
@@ -252,7 +252,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
 
 
 def _step_ends(p: Parts, st: LoopState, timer: StepTimer, timing: bool,
-               progress: StepProgress, observers: list[Any], stop: StopRequest,
+               progress: StepProgress, observers: Sequence[Any], stop: StopRequest,
                beat: Heartbeat | None) -> bool:
     """A step's end: count it, tell the heartbeat, the bar and the observers, evaluate for
     --target when due; True when the loop stops here (``st.stop_reason`` says why, or
@@ -362,7 +362,8 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         step_times_s=timer.step_times(),
         phase_times_s=timer.phase_times(),
         phases_unseen=p.strategy.phases_unseen(),
-        window_s=(st.window_t1 - st.window_t0 - st.paused_s) if st.window_t0 else None,
+        window_s=(st.window_t1 - st.window_t0 - st.paused_s)
+        if st.window_t0 and st.window_t1 is not None else None,
         clock_window=(st.clock_t0, st.clock_t1),
         epochs_complete=st.epochs_complete,
         epoch_wall_s=st.epoch_wall_s,
@@ -376,8 +377,8 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         bad_samples=st.bad,
         comm=comm,
         eval=eval_metrics,
-        mem=RankMem(**host_mem_record(p.host_baseline), **_memory(p.device),
-                    **_held(p.held)),
+        mem=RankMem.from_dict({**host_mem_record(p.host_baseline), **_memory(p.device),
+                               **_held(p.held)}),
         info=RankInfo.from_dict(p.info),
         strategy_metrics=p.strategy.extra_metrics(),
         target=p.watch.record() if p.watch is not None and p.watch.points else None,
@@ -486,6 +487,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     if beat is not None:
         _beat_with(beat, p, timer, stop, compiles)
     if strategy.is_server:
+        assert isinstance(strategy, Serves)
         strategy.serve(p.optimizer)  # until every worker is done, interrupted or not
         st = LoopState()
     else:
@@ -513,7 +515,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
         rec.memory_facts = _memory_facts(p, st, strategy)
     rec.observed = observed
-    rec.flops = {**p.flops.result(), **peak} if p.flops else None
+    rec.flops = {**p.flops.result(), **(peak or {})} if p.flops else None
     rec.compile = (None if strategy.is_server else
                    compiles.record((st.window_t0, st.window_t1), compiles.ends,
                                    cfg.train.warmup_steps))

@@ -29,6 +29,7 @@ from scaleprobe.protocols import (
     ShardedBatches,
     Strategy,
     Task,
+    UsesBaseline,
 )
 from scaleprobe.tasks import build_task
 
@@ -95,11 +96,11 @@ def _model(cfg: RunConfig, task: Task, split: Any, train_ds: Any, shape: Any,
         model = task.build_model(build_model(cfg.model.name, split.num_classes, size,
                                              shape, split.seq_len)).to(device)
     if split.seq_len and shape is None and isinstance(task, ChecksModel):  # a user's LM
-        task.check_model(model, task.to_device(*task.collate([train_ds[0]])[:2], device,
-                                               False)[0], cfg.model.name)
+        x, y = task.collate([train_ds[0]])[:2]
+        task.check_model(model, task.to_device(x, y, device, False)[0], cfg.model.name)
     if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
-        first = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])
-        init_lazy(model, task.to_device(*first[:2], device, False)[0])
+        x, y = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])[:2]
+        init_lazy(model, task.to_device(x, y, device, False)[0])
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     strategy.configure(cfg)
@@ -155,10 +156,10 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
     envmod.seed_all(cfg.train.seed)
     split = build_split(resolved_data(cfg), cfg.train.seed)  # lm: seq_len from the model
     task = build_task(cfg.task, split.num_classes)
-    if split.context_free is not None:  # token data: only --task lm reads it (lmspec)
+    if split.context_free is not None and isinstance(task, UsesBaseline):  # lm (lmspec)
         task.use_baseline(split.context_free)
-    size = split.image_size
-    joint, image_tf = _task_transforms(task, cfg.data.transform, size)
+    size = split.image_size  # token data has none: its task's transforms take none (lm)
+    joint, image_tf = _task_transforms(task, cfg.data.transform, size or 0)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
     towers = strategy.towers
     trainers = strategy.trainers * towers  # devices with a batch

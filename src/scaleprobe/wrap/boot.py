@@ -20,7 +20,7 @@ import traceback
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 from scaleprobe.core.results import RankInfo, RankMem, RankRecord
 from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
@@ -104,9 +104,10 @@ def rank_record(rec: Any, rank: int, world: int,
         epoch_start_steps=[i - w for i, got in starts],
         epoch_start_wait_s=[got[id(log)] for _, got in starts],
         samples_per_step=per_step, indices=indices,
-        mem=RankMem(**host_mem_record(baseline),
-                    device_allocated=torch.cuda.max_memory_allocated() if cuda else None,
-                    device_reserved=torch.cuda.max_memory_reserved() if cuda else None),
+        mem=RankMem.from_dict({
+            **host_mem_record(baseline),
+            "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
+            "device_reserved": torch.cuda.max_memory_reserved() if cuda else None}),
         flops=_flops_record(rec),
         compile=_compile_record(rec, w),
         comm=comm,
@@ -375,14 +376,14 @@ class Ending:
     def on_hard_exit(self) -> Any:
         real, pid = os._exit, os.getpid()
 
-        def hard_exit(code: int) -> None:
+        def hard_exit(status: int) -> NoReturn:
             if os.getpid() == pid:  # not in a forked child (a loader worker exits this way)
                 os._exit = real
                 with contextlib.suppress(BaseException):
-                    facts = ScriptFacts(error=f"the script exited with code {code} (os._exit)") \
-                        if code else ScriptFacts(exited="os._exit(0)")
-                    self.finish(int(code), facts)
-            real(code)
+                    facts = ScriptFacts(error=f"the script exited with code {status} (os._exit)") \
+                        if status else ScriptFacts(exited="os._exit(0)")
+                    self.finish(int(status), facts)
+            real(status)
 
         os._exit = hard_exit
         try:

@@ -29,8 +29,8 @@ class Settings:
     warmup_steps: int
     target: list[str]  # the command line after ``wrap --``
     stop_after: int | None = None  # --steps N: the script is stopped after N timed steps
-    summary_every: int | None = None
-    profile_every: int | None = None
+    summary_every: float | None = None  # seconds
+    profile_every: float | None = None
 
     def write(self, run_dir: str | Path) -> None:
         write_json_atomic(Path(run_dir) / SETTINGS, asdict(self))
