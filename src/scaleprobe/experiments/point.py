@@ -144,7 +144,7 @@ def run_point(payload: dict[str, Any]) -> int:
 
         if payload.get("barrier"):
             gated = _barrier(cfg, payload["barrier"])
-        result = run_config(cfg, experiment=exp)
+        result = run_config(cfg, experiment=res.Experiment.from_dict(exp))
     except KeyboardInterrupt as e:
         _record(cfg, exp, describe(getattr(e, "signame", None)), "interrupted")
         return 130

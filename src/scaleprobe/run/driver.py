@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import traceback
 from pathlib import Path
-from typing import Any
 
 from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig
@@ -40,7 +39,7 @@ RUN_OUTPUT_BYTES = 1 << 20
 USER_ERRORS: dict[str, type[ScaleprobeError]] = {c.__name__: c for c in (ConfigError, DataError)}
 
 
-def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResult:
+def execute(work: Workload, experiment: Experiment | None = None) -> RunResult:
     """Run ``work`` and return its result (also written to disk). ``experiment``: the
     point this run is of."""
     cfg = work.cfg
@@ -51,7 +50,7 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     run_dir = make_run_dir(Path(cfg.out) / run_id, cfg)
     result = RunResult(run_id=run_id, name=name, key=cfg.key(), started_at=res.utc_now(),
                        config=cfg,
-                       experiment=Experiment.from_dict(experiment) if experiment else None,
+                       experiment=experiment,
                        paths={"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                               "monitor_csv": str(run_dir / "monitor.csv")})
     if isinstance(work, PreparesFiles):

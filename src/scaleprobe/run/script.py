@@ -22,7 +22,7 @@ import scaleprobe
 from scaleprobe.core import config as C
 from scaleprobe.core.config import script_defaults, script_name
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RankRecord, RunResult
+from scaleprobe.core.results import Experiment, RankRecord, RunResult
 from scaleprobe.core.run_blocks import ScriptRun
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
@@ -167,7 +167,7 @@ class UserScript:
                 return
 
 
-def run_script(cfg: C.RunConfig, experiment: dict[str, Any] | None = None
+def run_script(cfg: C.RunConfig, experiment: Experiment | None = None
                ) -> tuple[RunResult, int]:
     """Run ``cfg``'s script; returns (its written result, the script's exit code)."""
     work = UserScript(cfg)
