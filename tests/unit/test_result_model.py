@@ -3,6 +3,7 @@ losing a figure, old and damaged files read as "not measured", and a result is m
 pure function (assemble.build_result)."""
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -78,6 +79,8 @@ def test_the_config_reads_typed_and_an_older_or_damaged_one_as_it_was_written():
     assert r.config.data.loader == C.DataConfig.loader  # typed: what this version runs
     assert r.cfg("dist.nproc") == "two" and r.config.dist.nproc == 1
     assert r.cfg("dist.future_knob") == 7 and r.to_dict() == old
+    r.config = dataclasses.replace(r.config, name="renamed")  # changed: written as typed
+    assert r.cfg("name") == "renamed" and r.to_dict()["config"] == r.config.to_dict()
     assert R.RunResult.from_dict({"kind": "run", "config": {}}).config is None
     assert R.RunResult().to_dict()["config"] == {} and R.RunResult().to_dict()["env"] == {}
 

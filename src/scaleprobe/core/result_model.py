@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scaleprobe.core import metrics as M
-from scaleprobe.core.record import TRANSIENT, Record
+from scaleprobe.core.record import TRANSIENT, Record, get
 from scaleprobe.core.run_blocks import ConfigBlock, ConfigRead, RunEnv, ScriptRun
 
 if TYPE_CHECKING:
@@ -613,8 +614,7 @@ class RunResult(InExperiment, Record):
     error: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    # the configuration it ran (run_blocks.read_config: an older record's missing keys are
-    # in config_read); None for a record without one
+    # the configuration it ran; None for a record without one
     config: RunConfig | None = None
     resolved: dict[str, Any] | None = None
     dataset_source: str | None = None
@@ -668,8 +668,9 @@ class RunResult(InExperiment, Record):
             return d
         rec = super().from_dict({k: v for k, v in d.items() if k != "config"}
                                 if isinstance(d, dict) else d)
-        if d.get("config"):  # RunResult.codec: set where core/config.py is imported
-            rec.config, rec.config_read = cls.codec.read(d["config"])
+        if isinstance(d.get("config"), dict) and d["config"]:  # codec: core/config.py's
+            rec.config_read = cls.codec.read(d["config"])
+            rec.config = rec.config_read.typed
         if not isinstance(d.get("status"), str):
             rec.status = UNKNOWN
         return rec
@@ -678,21 +679,22 @@ class RunResult(InExperiment, Record):
         """The record as written: the config as ``RunConfig.to_dict()`` (a record read back:
         as it was), an environment never read as ``{}``."""
         out = super().to_dict()
-        out["config"] = self.config_dict()
+        out["config"] = copy.deepcopy(self.config_dict())
         if not self.env.collected():
             out["env"] = self.env.extra.copy()
         return out
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
         """A configuration value as the record holds it: ``result.cfg("dist.strategy")``."""
-        if self.config is None and not self.config_read.unknown:
-            return default
-        return self.codec.value(self.config, self.config_read, dotted, default)
+        return get(self.config_dict(), dotted, default)
 
     def config_dict(self) -> dict[str, Any]:
         """The ``config`` block as the record holds it (flattened, compared, printed back as
         options); ``{}`` for a record without one."""
-        return ConfigBlock.write(self.config, self.config_read)
+        read = self.config_read
+        if read.raw is not None and self.config is read.typed:
+            return read.raw
+        return self.config.to_dict() if self.config is not None else {}
 
     def cfg_number(self, dotted: str) -> float | int | None:
         return num(self.cfg(dotted))
