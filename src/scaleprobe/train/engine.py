@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.interrupt import StopRequest
-from scaleprobe.core.results import MemoryFacts, RankInfo, RankMem, RankRecord
+from scaleprobe.core.results import MemoryFacts, RankMem, RankRecord
 from scaleprobe.core.target import TargetWatch, parse_target
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
@@ -75,7 +75,7 @@ def _set_lr(p: Parts, step: int) -> None:
     from --lr up to the scaled target, or ``--set train.lr_warmup=linear`` (--task lm's
     default) from target / w up to the target, over the w warm-up steps; then the target."""
     lr = scheduled_lr(p.cfg.train.lr, p.lr_target, p.cfg.train.lr_warmup == "linear",
-                      p.info.get("lr_warmup_steps") or lr_warmup_steps(p.cfg, None), step)
+                      p.info.lr_warmup_steps or lr_warmup_steps(p.cfg, None), step)
     if lr is None:
         return
     for g in p.optimizer.param_groups:
@@ -379,7 +379,7 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         eval=eval_metrics,
         mem=RankMem.from_dict({**host_mem_record(p.host_baseline), **_memory(p.device),
                                **_held(p.held)}),
-        info=RankInfo.from_dict(p.info),
+        info=p.info,
         strategy_metrics=p.strategy.extra_metrics(),
         target=p.watch.record() if p.watch is not None and p.watch.points else None,
         gns=samples_of(p),

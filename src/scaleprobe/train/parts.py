@@ -13,6 +13,7 @@ import torch
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.lmspec import is_gpt, resolved_data, shape_of
+from scaleprobe.core.results import RankInfo
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, build_loader
@@ -49,7 +50,7 @@ class Parts:
     val_loader: Any
     per_process_batch: int
     lr_target: float
-    info: dict[str, Any] = field(default_factory=dict)
+    info: RankInfo = field(default_factory=RankInfo)
     host_baseline: dict[str, Any] = field(default_factory=dict)  # before the model and data existed
     flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
     watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
@@ -189,7 +190,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
                                "vocab_padded": padded_vocab(split.num_classes)}
     return Parts(cfg, device, strategy, task, model, optimizer, scaler,
                  _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
-                 info, baseline)
+                 RankInfo.from_dict(info), baseline)
 
 
 def lr_warmup_steps(cfg: RunConfig, steps_per_epoch: int | None) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.results import RankInfo, RankMem
+from scaleprobe.core.results import RankMem
 from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.steplog import StepHead
 
@@ -33,7 +33,7 @@ class TimerSteps:
                               threads=torch.get_num_threads(),
                               samples_per_step=parts.per_process_batch, towers=s.towers,
                               warmup_steps=parts.cfg.train.warmup_steps, phases_unseen=unseen,
-                              info=RankInfo.from_dict(parts.info))
+                              info=parts.info)
 
     def head(self) -> StepHead:
         mem = RankMem.from_dict(host_mem_record(self.parts.host_baseline))
