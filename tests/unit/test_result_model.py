@@ -5,6 +5,10 @@ pure function (assemble.build_result)."""
 import copy
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +87,17 @@ def test_the_config_reads_typed_and_an_older_or_damaged_one_as_it_was_written():
     assert r.cfg("name") == "renamed" and r.to_dict()["config"] == r.config.to_dict()
     assert R.RunResult.from_dict({"kind": "run", "config": {}}).config is None
     assert R.RunResult().to_dict()["config"] == {} and R.RunResult().to_dict()["env"] == {}
+
+
+def test_a_record_is_read_typed_in_a_process_that_imported_only_the_record():
+    """Bug caught: the config's reader installed only where something had imported
+    core/config.py (a test reading a result.json raised AttributeError: no codec)."""
+    code = ("from scaleprobe.core.result_model import RunResult as R; "
+            "print(R.from_dict({'config': {'dist': {'nproc': 3}}}).config.dist.nproc)")
+    src = str(Path(C.__file__).parents[2])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": src}, check=True)
+    assert out.stdout.strip() == "3"
 
 
 def test_records_by_kind_and_unknown_kinds_kept():
