@@ -27,7 +27,7 @@ from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs
 from scaleprobe.protocols import Concludes, Ending, NamesItsErrors, PreparesFiles, Workload
-from scaleprobe.run.failure import exit_code, failure_line, is_oom
+from scaleprobe.run.failure import failure_line, is_oom
 from scaleprobe.run.finalize import finalize
 from scaleprobe.run.partial import mark_logged, recover_steps
 
@@ -199,6 +199,3 @@ def save_traceback(run_dir: Path, text: str | None) -> None:
     with contextlib.suppress(OSError):  # a full or read-only folder: the result write says so
         (run_dir / "traceback.txt").write_text(text)
 
-
-def result_exit_code(result: RunResult) -> int:
-    return exit_code(result.status)
