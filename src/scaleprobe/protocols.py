@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # annotations only: the CLI reads the task and strategy names
     from torch import nn
 
     from scaleprobe.core.config import RunConfig
-    from scaleprobe.core.result_model import RunResult
+    from scaleprobe.core.result_model import RankRecord, RunResult
     from scaleprobe.core.traits import StrategyTraits
 
 
@@ -77,6 +77,14 @@ class ChecksModel(Protocol):
 
 
 @runtime_checkable
+class UsesBaseline(Protocol):
+    """A task that reports its held-out loss beside the context-free model's (lm: token
+    data's unigram baseline, data/tokens.py)."""
+
+    def use_baseline(self, nats: Any) -> None: ...
+
+
+@runtime_checkable
 class ShardedBatches(Protocol):
     """A task's batch sampler that builds its batches from this rank's samples only: it gets
     the strategy's distributed sampler in ``shard`` (face, triplet loss)."""
@@ -127,12 +135,27 @@ class Strategy(Protocol):
     def gns_samples(self) -> Any: ...
 
 
+@runtime_checkable
+class Serves(Protocol):
+    """A strategy whose rank serves the others' parameters instead of training (ps)."""
+
+    def serve(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]: ...
+
+
+@dataclass
+class Launched:
+    """What a workload's ranks handed back (launch/handoff.py): every rank's record, in rank
+    order."""
+
+    ranks: list[RankRecord]
+
+
 @dataclass
 class Ending:
-    """How a workload's launch ended: the ranks' records (dicts, as they travelled), the error
-    that ended it, or the signal that stopped it; ``tb`` the driver's traceback of that error."""
+    """How a workload's launch ended: the ranks' records, the error that ended it, or the
+    signal that stopped it; ``tb`` the driver's traceback of that error."""
 
-    raws: list[dict[str, Any]] | None = None
+    ranks: list[RankRecord] | None = None
     error: BaseException | None = None
     signame: str | None = None
     tb: str | None = None
@@ -159,7 +182,7 @@ class Workload(Protocol):
     def environment(self) -> contextlib.AbstractContextManager[Any]:
         """The environment the ranks start in."""
 
-    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+    def launch(self, run_dir: Path) -> Launched | None:
         """Train; the ranks' records, or None. Raises as the run ends otherwise."""
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
@@ -176,7 +199,7 @@ class PreparesFiles(Protocol):
 @runtime_checkable
 class Concludes(Protocol):
     """A workload that knows more of the ending than the driver (the script's own record, a
-    launcher's run id): it writes that into ``result`` (and ``end.raws`` where the ranks left
+    launcher's run id): it writes that into ``result`` (and ``end.ranks`` where the ranks left
     them in files) and returns the configuration as it ran (else the one asked for)."""
 
     def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig: ...

@@ -113,6 +113,7 @@ def test_a_signal_to_one_rank_is_told_to_its_peers_and_stops_them(tmp_path):
     28 s to end, named by gloo's "Connection closed by peer", SIGTERM nowhere). Now its
     heartbeat publishes the signal, the peer's stop request reads it at its next step's
     end, and the run's error names the rank."""
+    from scaleprobe.core.results import RankRecord
     from scaleprobe.measure.heartbeat import Heartbeat
     from scaleprobe.run.driver import interrupted_from
 
@@ -132,9 +133,10 @@ def test_a_signal_to_one_rank_is_told_to_its_peers_and_stops_them(tmp_path):
     finally:
         signalled.finish("done")
         peer.finish("done")
-    raws = [{"rank": 0, "interrupted": "peer"}, {"rank": 1, "interrupted": "SIGTERM"}]
+    raws = [RankRecord(rank=0, interrupted="peer"), RankRecord(rank=1, interrupted="SIGTERM")]
     assert interrupted_from(raws) == "SIGTERM to rank 1"
     assert describe(interrupted_from(raws)) == (
         "interrupted by SIGTERM sent to rank 1 alone (every rank stopped at the same step)")
     # the launcher's signal reaches every rank: no rank is named
-    assert interrupted_from([{"rank": r, "interrupted": "SIGTERM"} for r in (0, 1)]) == "SIGTERM"
+    both = [RankRecord(rank=r, interrupted="SIGTERM") for r in (0, 1)]
+    assert interrupted_from(both) == "SIGTERM"

@@ -3,7 +3,12 @@ losing a figure, old and damaged files read as "not measured", and a result is m
 pure function (assemble.build_result)."""
 
 import copy
+import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +65,39 @@ def test_schema_1_and_damaged_records_read_as_not_measured():
     assert bad.ranks == [] and bad.comm is None
     with pytest.raises(TypeError):
         R.RunResult.from_dict([1, 2])
+
+
+def test_the_config_reads_typed_and_an_older_or_damaged_one_as_it_was_written():
+    """Bug caught: an older record's missing key read as today's default (a run before
+    ``data.loader`` existed is not a naive-loader run), a key of a newer version or a damaged
+    value dropped on the way back to disk."""
+    rec = _filled_run()
+    r = R.RunResult.from_dict(rec)
+    assert isinstance(r.config, C.RunConfig) and r.config.dist.nproc == 2
+    assert r.cfg("dist.link") == "1gbit" and r.cfg("dist")["strategy"] == "ddp"
+    old = copy.deepcopy(rec)
+    del old["config"]["data"]["loader"], old["config"]["script"]
+    old["config"]["dist"].update(nproc="two", future_knob=7)
+    r = R.RunResult.from_dict(copy.deepcopy(old))
+    assert r.cfg("data.loader") is None and r.cfg("script.path", "-") == "-"
+    assert r.config.data.loader == C.DataConfig.loader  # typed: what this version runs
+    assert r.cfg("dist.nproc") == "two" and r.config.dist.nproc == 1
+    assert r.cfg("dist.future_knob") == 7 and r.to_dict() == old
+    r.config = dataclasses.replace(r.config, name="renamed")  # changed: written as typed
+    assert r.cfg("name") == "renamed" and r.to_dict()["config"] == r.config.to_dict()
+    assert R.RunResult.from_dict({"kind": "run", "config": {}}).config is None
+    assert R.RunResult().to_dict()["config"] == {} and R.RunResult().to_dict()["env"] == {}
+
+
+def test_a_record_is_read_typed_in_a_process_that_imported_only_the_record():
+    """Bug caught: the config's reader installed only where something had imported
+    core/config.py (a test reading a result.json raised AttributeError: no codec)."""
+    code = ("from scaleprobe.core.result_model import RunResult as R; "
+            "print(R.from_dict({'config': {'dist': {'nproc': 3}}}).config.dist.nproc)")
+    src = str(Path(C.__file__).parents[2])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": src}, check=True)
+    assert out.stdout.strip() == "3"
 
 
 def test_records_by_kind_and_unknown_kinds_kept():

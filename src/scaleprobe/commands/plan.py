@@ -138,7 +138,7 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
             one = P.Question([s], nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
                              q.prefetch, units, q.target)
             rows += P.plan(inputs, bases[s], one, progress=_progress(s))
-    efficiency(rows, inputs, bases[q.strategies[0]], q)
+    against_one_device(rows, inputs, bases[q.strategies[0]], q)
     srcs = {s: tuple(source(r) for r in runs if r.run_id in
                      {x for b in bases[s].values() for x in b.run_ids}) for s in bases}
     to_target = q.target is not None
@@ -157,7 +157,7 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
             "largest": largest, "bases": bases}
 
 
-def efficiency(rows: list[P.Row], inputs: Any, bases: dict[int, P.Basis],
+def against_one_device(rows: list[P.Row], inputs: Any, bases: dict[int, P.Basis],
                q: P.Question) -> None:
     """Every predicted row's efficiency against the plan's one-device row at its batch (one
     predicted the same way where the rows have none: --nproc without 1, or a batch one

@@ -49,7 +49,7 @@ def config_for(like: RunResult, r: P.Row, steps: int, out: str, copy: str = "") 
     """The source run's configuration with the row's strategy, processes and batch per
     device, the threads per rank the source run had, a few steps and no extras (``copy``:
     a suffix for one of several one-rank runs made side by side)."""
-    flat = flatten(like.config)
+    flat = flatten(like.config_dict())
     flat.update({"dist.strategy": r.strategy, "dist.nproc": r.nproc, "dist.nnodes": 1,
                  "dist.node_rank": 0, "dist.rdzv_endpoint": None, "dist.master_port": None,
                  "dist.link": None, "dist.parity": False,

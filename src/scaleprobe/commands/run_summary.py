@@ -342,7 +342,7 @@ def _state_line(con: Console, r: RunResult) -> None:
 
 
 def _prediction_lines(con: Console, c: Comm, r: RunResult) -> None:
-    same = same_link_prediction(c, r.config.get("dist"))
+    same = same_link_prediction(c, r.cfg("dist"))
     named = c.prediction
     link = (c.measured_link or {}).get("name")
     if same:

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     result, code = run_script(cfg)
     print_run(result, console(stderr=True))  # stdout is the script's own
-    note = (result.script or {}).get("sampler_note")
+    note = result.script.sampler_note if result.script else None
     if note and result.audit is not None and not result.audit.ok:
         print(f"shard audit: {note}", file=sys.stderr)
     ours = exit_code(result.status)

@@ -28,6 +28,8 @@ from scaleprobe.core.bundled import hint
 from scaleprobe.core.config_rules import check_combinations
 from scaleprobe.core.errors import ConfigError, one_line
 from scaleprobe.core.registry import suggest
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.run_blocks import ConfigBlock
 from scaleprobe.core.schema import Knob, knobs, option, show
 from scaleprobe.core.traits import TRAITS, traits_of
 
@@ -370,6 +372,8 @@ KNOBS: dict[str, Knob] = {k: v for sec, cls in SECTIONS.items()
                           for k, v in knobs(cls, f"{sec}.").items()}
 KNOBS.update({k: v for k, v in knobs(RunConfig).items() if k in TOP_LEVEL})
 ALL_KEYS = sorted(KNOBS)
+# a run record's config block is read as a RunConfig on these declarations (core/run_blocks.py)
+RunResult.codec = ConfigBlock(RunConfig, SECTIONS, KNOBS)
 # keys added after results were written: left out of RunConfig.key() while at their defaults,
 # so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
 LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",

@@ -16,7 +16,10 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scaleprobe.core.result_model import RankRecord
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -42,7 +45,7 @@ def describe(signame: str | None) -> str:
 class Interrupted(KeyboardInterrupt):
     """A stop request that ended a run; ``raws`` holds the ranks' records when they were kept."""
 
-    def __init__(self, signame: str = "SIGINT", raws: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, signame: str = "SIGINT", raws: list[RankRecord] | None = None) -> None:
         super().__init__(describe(signame))
         self.signame = signame
         self.raws = raws

@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scaleprobe.core import metrics as M
 from scaleprobe.core.record import TRANSIENT, Record, get
+from scaleprobe.core.run_blocks import ConfigBlock, ConfigRead, RunEnv, ScriptRun
+
+if TYPE_CHECKING:
+    from scaleprobe.core.config import RunConfig
+else:  # the type is core/config.py's, which this module cannot import (core/run_blocks.py)
+    RunConfig = object
 
 SCHEMA = 2
 STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached", "audit_failed")
@@ -196,7 +203,7 @@ class Metrics(Record):
     # throughput: samples over the timed window (stalls and epoch starts in it), summed over the
     # training ranks; the median step's rate beside it (the breakdown's basis)
     samples_per_s: float | None = None
-    samples_per_s_by_rank: dict[str, float] | None = None
+    samples_per_s_by_rank: dict[str, float | None] | None = None
     samples_per_s_median_step: float | None = None
     tokens_per_s: float | None = None  # token tasks (lm): samples_per_s x batch.tokens_per_sample
     unique_samples_per_s: float | None = None
@@ -607,11 +614,12 @@ class RunResult(InExperiment, Record):
     error: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    config: dict[str, Any] = field(default_factory=dict)
+    # the configuration it ran; None for a record without one
+    config: RunConfig | None = None
     resolved: dict[str, Any] | None = None
     dataset_source: str | None = None
     input_mode: str | None = None
-    env: dict[str, Any] = field(default_factory=dict)
+    env: RunEnv = field(default_factory=RunEnv)
     batch: Batch = field(default_factory=Batch)
     metrics: Metrics = field(default_factory=Metrics)
     null_reasons: dict[str, str] = field(default_factory=dict)
@@ -627,7 +635,7 @@ class RunResult(InExperiment, Record):
     paths: dict[str, Any] = field(default_factory=dict)
     # `scaleprobe wrap`: the user's script (target, exit_code, loader, stopped_after,
     # sampler_note); null for the built-in training loop
-    script: dict[str, Any] | None = None
+    script: ScriptRun | None = None
     # `--executor slurm`: the point's job ({job_id, state, nodes}, state as the scheduler ended it);
     # null for a point run here
     slurm: dict[str, Any] | None = None
@@ -646,27 +654,54 @@ class RunResult(InExperiment, Record):
     # None for a run read on its own
     repeats: list[RunResult] | None = field(default=None, metadata=TRANSIENT, repr=False,
                                             compare=False)
+    config_read: ConfigRead = field(default_factory=ConfigRead, metadata=TRANSIENT,
+                                    repr=False, compare=False)
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("partial", "launcher_run_id", "gns")
+    codec: ClassVar[ConfigBlock]  # installed by core/config.py (core/run_blocks.py says why)
 
     @classmethod
     def from_dict(cls, d: Any) -> RunResult:
         """A run record; one without a readable ``status`` (an older or hand-made record)
         reads as ``"unknown"``, never as "failed": nothing says it failed."""
-        rec = super().from_dict(d)
-        if isinstance(d, dict) and not isinstance(d.get("status"), str):
+        if isinstance(d, cls):
+            return d
+        rec = super().from_dict({k: v for k, v in d.items() if k != "config"}
+                                if isinstance(d, dict) else d)
+        if isinstance(d.get("config"), dict) and d["config"]:  # codec: core/config.py's
+            rec.config_read = cls.codec.read(d["config"])
+            rec.config = rec.config_read.typed
+        if not isinstance(d.get("status"), str):
             rec.status = UNKNOWN
         return rec
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record as written: the config as ``RunConfig.to_dict()`` (a record read back:
+        as it was), an environment never read as ``{}``."""
+        out = super().to_dict()
+        out["config"] = copy.deepcopy(self.config_dict())
+        if not self.env.collected():
+            out["env"] = self.env.extra.copy()
+        return out
+
     def cfg(self, dotted: str, default: Any = None) -> Any:
-        """A configuration value: ``result.cfg("dist.strategy")``."""
-        return get(self.config, dotted, default)
+        """A configuration value as the record holds it: ``result.cfg("dist.strategy")``."""
+        return get(self.config_dict(), dotted, default)
+
+    def config_dict(self) -> dict[str, Any]:
+        """The ``config`` block as the record holds it (flattened, compared, printed back as
+        options); ``{}`` for a record without one."""
+        read = self.config_read
+        if read.raw is not None and self.config is read.typed:
+            return read.raw
+        return self.config.to_dict() if self.config is not None else {}
 
     def cfg_number(self, dotted: str) -> float | int | None:
         return num(self.cfg(dotted))
 
     def env_number(self, key: str) -> float | int | None:
-        return num(self.env.get(key))
+        e = self.env
+        return num(getattr(e, key) if e.declares(key) else e.extra.get(key))
 
     # ---- what reports ask of a run ---------------------------------------------------------
     @property
@@ -717,7 +752,7 @@ class RunResult(InExperiment, Record):
 
     @property
     def world_size(self) -> int | None:
-        for v in (self.batch.world_size, num(self.env.get("world_size"))):
+        for v in (self.batch.world_size, self.env.world_size):
             if v:
                 return int(v)
         nproc, nnodes = self.cfg_number("dist.nproc"), self.cfg_number("dist.nnodes")
@@ -768,7 +803,7 @@ class RunResult(InExperiment, Record):
 
     @property
     def gpu_total_bytes(self) -> int | None:
-        totals = [num(g.get("memory_total_bytes")) for g in dicts(self.env.get("gpus"))]
+        totals = [num(g.get("memory_total_bytes")) for g in dicts(self.env.gpus)]
         known = [float(t) for t in totals if t]
         return int(min(known)) if known else None
 
@@ -776,7 +811,7 @@ class RunResult(InExperiment, Record):
         """Each training rank's samples/s, whose sum is the headline samples/s; {} for a
         record without them."""
         d = self.metrics.samples_per_s_by_rank or {}
-        return {str(k): float(v) for k, v in d.items() if num(v) is not None}
+        return {str(k): float(x) for k, v in d.items() if (x := num(v)) is not None}
 
     def rate_definition(self) -> str | None:
         """'sum of 2 workers' rates (12.4, 20.3); step times are rank 1's' for a run with

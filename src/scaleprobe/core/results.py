@@ -328,15 +328,10 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def empty_metrics() -> dict[str, Any]:
-    """The metrics block of a run that measured nothing yet: every figure null."""
-    return Metrics().to_dict()
-
-
 def new_run_record(config: dict[str, Any], run_id: str, name: str, key: str) -> dict[str, Any]:
     """A run's record before it ran (status "failed" until it ends otherwise)."""
-    return RunResult(run_id=run_id, name=name, key=key, started_at=utc_now(),
-                     config=config).to_dict()
+    rec = RunResult(run_id=run_id, name=name, key=key, started_at=utc_now()).to_dict()
+    return {**rec, "config": config}
 
 
 def make_run_id(name: str | None = None) -> str:

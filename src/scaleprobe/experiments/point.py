@@ -65,7 +65,7 @@ def failed_record(cfg: RunConfig, experiment: res.Experiment, error: str,
     name = cfg.name or cfg.default_name()
     return RunResult(run_id=res.make_run_id(name), name=name, key=cfg.key(), status=status,
                      error=error[:1000], started_at=res.utc_now(), finished_at=res.utc_now(),
-                     config=cfg.to_dict(), experiment=experiment)
+                     config=cfg, experiment=experiment)
 
 
 def find_attempt(results: Path, attempt: str | None) -> RunResult | None:
@@ -179,7 +179,7 @@ def run_point(payload: PointPayload) -> int:
 
         if payload.barrier:
             gated = _barrier(cfg, payload.barrier)
-        result = run_config(cfg, experiment=exp.to_dict())
+        result = run_config(cfg, experiment=exp)
     except KeyboardInterrupt as e:
         _record(cfg, exp, describe(getattr(e, "signame", None)), "interrupted")
         return 130

@@ -23,19 +23,52 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from scaleprobe.core.record import Record
 from scaleprobe.core.results import RankInfo, RankMem, RankRecord
 
 DIR = "steps"
 
 
+@dataclass
+class StepHead(Record):
+    """What a rank is, at the top of its log: the facts its ``RankRecord`` is rebuilt from."""
+
+    rank: int | None = None
+    host: str | None = None
+    device: str | None = None
+    threads: int | None = None
+    warmup_steps: int = 0
+    samples_per_step: int = 0
+    towers: int = 1
+    phases_unseen: dict[str, str] = field(default_factory=dict)
+    mem: RankMem = field(default_factory=RankMem)
+    info: RankInfo = field(default_factory=RankInfo)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, times: list[float], phases: dict[str, list[float]],
+               walls: list[float | None]) -> RankRecord:
+        """The rank's record of the logged steps."""
+        end = walls[-1] if walls and walls[-1] is not None else None
+        return RankRecord(
+            rank=self.rank or 0, host=self.host, device=self.device, threads=self.threads,
+            steps_done=self.warmup_steps + len(times), steps_timed=len(times),
+            step_times_s=times, phase_times_s=phases, phases_unseen=dict(self.phases_unseen),
+            window_s=sum(times),
+            clock_window=[end - sum(times), end] if end is not None else None,
+            samples_per_step=self.samples_per_step, towers=self.towers,
+            indices=[],  # not logged: no shard audit of a partial run
+            mem=self.mem, info=self.info)
+
+
 class StepSource(Protocol):
     """What a rank's loop has measured, read from another thread."""
 
-    def head(self) -> dict[str, Any]:
-        """The rank's facts (``RankRecord`` field names)."""
+    def head(self) -> StepHead:
+        """The rank's facts."""
 
     def count(self, start: int) -> int:
         """The timed steps that can be read now (those before ``start`` were read)."""
@@ -56,7 +89,7 @@ class StepLog:
         self.path = log_path(run_dir, rank)
         self.source = source
         self.written = 0  # timed steps already in the file
-        self._head: dict[str, Any] | None = None
+        self._head: StepHead | None = None
         self._broken = False
 
     def flush(self) -> None:
@@ -81,7 +114,7 @@ class StepLog:
         end = self.source.count(self.written)
         steps = self.source.steps(self.written, end) if end > self.written else None
         if head != self._head:
-            out.append(json.dumps({"head": head}) + "\n")
+            out.append(json.dumps({"head": head.to_dict()}) + "\n")
         if steps is not None:
             times, phases, walls = steps
             out.append(json.dumps({"t": _r(times), "p": {p: _r(v) for p, v in phases.items()},
@@ -102,7 +135,7 @@ def discard(run_dir: str | Path) -> None:
 
 def read_log(path: Path) -> RankRecord | None:
     """The record of the steps one rank logged, or None when it logged no step."""
-    head: dict[str, Any] = {}
+    head: StepHead | None = None
     times: list[float] = []
     phases: dict[str, list[float]] = {}
     walls: list[float | None] = []
@@ -117,34 +150,17 @@ def read_log(path: Path) -> RankRecord | None:
             continue
         if not isinstance(doc, dict):
             continue
-        if isinstance(doc.get("head"), dict):
-            head = doc["head"]
+        if isinstance(doc.get("head"), dict) and "rank" in doc["head"]:
+            head = StepHead.from_dict(doc["head"])
         elif isinstance(doc.get("t"), list):
             n = len(times)
             times += doc["t"]
             walls += doc.get("w") or [None] * len(doc["t"])
             for p, vals in (doc.get("p") or {}).items():
                 phases.setdefault(p, [0.0] * n).extend(vals)
-    if not times or "rank" not in head:
+    if not times or head is None:
         return None
-    return _record(head, times, phases, walls)
-
-
-def _record(head: dict[str, Any], times: list[float], phases: dict[str, list[float]],
-            walls: list[float | None]) -> RankRecord:
-    end = walls[-1] if walls and walls[-1] is not None else None
-    return RankRecord(
-        rank=int(head["rank"]), host=head.get("host"), device=head.get("device"),
-        threads=head.get("threads"),
-        steps_done=int(head.get("warmup_steps") or 0) + len(times), steps_timed=len(times),
-        step_times_s=times, phase_times_s=phases,
-        phases_unseen=dict(head.get("phases_unseen") or {}),
-        window_s=sum(times), clock_window=[end - sum(times), end] if end is not None else None,
-        samples_per_step=int(head.get("samples_per_step") or 0),
-        towers=int(head.get("towers") or 1),
-        indices=[],  # not logged: no shard audit of a partial run
-        mem=RankMem.from_dict(head.get("mem") or {}),
-        info=RankInfo.from_dict(head.get("info") or {}))
+    return head.record(times, phases, walls)
 
 
 def read_step_logs(run_dir: str | Path) -> list[RankRecord]:

@@ -33,7 +33,7 @@ def resolved_config(rec: RunResult) -> dict[str, Any]:
     """The run's configuration flattened to dotted keys (``data.image_size``), with what the
     run resolved from a null setting (``rec.resolved``: the dataset's own image size and
     classes) filled in, so "natural size" on two datasets is compared as the two sizes."""
-    flat = _flatten(rec.config)
+    flat = _flatten(rec.config_dict())
     for k, v in (rec.resolved or {}).items():
         if flat.get(k) is None and v is not None:
             flat[k] = v

@@ -55,10 +55,10 @@ def scale_command(eid: str, runs: Sequence[RunResult], at: list[str], n: int) ->
     script = first.cfg("script.path")
     if script:
         keep = set(C.SCRIPT_KEYS) - {"out", "name", "dist.nnodes"}
-        opts = C.command_options(first.config, set(C.KNOBS) - keep)
+        opts = C.command_options(first.config_dict(), set(C.KNOBS) - keep)
         tail = ["--", *C.ScriptConfig(script, first.cfg("script.args")).target()]
         return command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts, *tail)
-    opts = C.command_options(first.config, {"dist.nproc", "dist.nnodes"})
+    opts = C.command_options(first.config_dict(), {"dist.nproc", "dist.nnodes"})
     return command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts)
 
 
@@ -90,7 +90,7 @@ def run_command(rec: RunResult, flags: dict[str, Any]) -> str:
     --data-dir or --nproc)."""
     over = {C.resolve_key(k): v for k, v in flags.items()}
     sets = [f"{k}={'null' if v is None else v}" for k, v in over.items()]
-    opts = C.command_options(rec.config, set(over))
+    opts = C.command_options(rec.config_dict(), set(over))
     return command("run", *opts, *[x for kv in sets for x in ("--set", kv)])
 
 
@@ -102,7 +102,7 @@ def parity_command(rec: ParityRecord, runs: dict[str, RunResult], repeats: int) 
     if multi is None:
         return (command("run", "--parity", "--repeats", repeats, *tol)
                 + " with the options of the runs compared")
-    opts = C.command_options(multi.config, {"dist.parity", "dist.calibrate_comm", "train.eval",
+    opts = C.command_options(multi.config_dict(), {"dist.parity", "dist.calibrate_comm", "train.eval",
                                             "train.seed", "dist.parity_tolerance"})
     seed = multi.cfg("train.seed")
     first = int(seed) - (multi.repeat or 0) if isinstance(seed, int) else None

@@ -294,7 +294,7 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
     for r in runs:
         c = r.comm
         assert c is not None
-        same = same_link_prediction(c, R.dict_of(r.config.get("dist")))
+        same = same_link_prediction(c, R.dict_of(r.cfg("dist")))
         named = R.dict_of(c.prediction)
         link = R.dict_of(c.measured_link).get("name") or (
             "loopback" if (r.cfg_number("dist.nnodes") or 1) <= 1 else None)

@@ -6,6 +6,7 @@ process) from the ranks' ``RankRecord``s and the monitor's summaries to a ``RunR
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from scaleprobe.comm.exposed import (
@@ -144,8 +145,8 @@ def _host_net(m: PeakMem, why: dict[str, str], ranks: list[RankRecord]) -> None:
     the training processes' own peaks: loader workers' memory counts in ``host`` only."""
     base = [r.mem.host_baseline_rss for r in ranks]
     m.host_baseline = sum(b for b in base if b) if base and all(base) else None
-    grown = [r.mem.host_file_growth for r in ranks]
-    m.host_file_growth = sum(grown) if grown and all(g is not None for g in grown) else None
+    grown = [r.mem.host_file_growth for r in ranks if r.mem.host_file_growth is not None]
+    m.host_file_growth = sum(grown) if ranks and len(grown) == len(ranks) else None
     m.host_net = None
     if m.host_file_growth is None:
         why["peak_mem_bytes.host_file_growth"] = ("no file-backed resident-memory reading "
@@ -367,7 +368,7 @@ def _resolved(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> N
         result.resolved.update({"data.seq_len": info.seq_len, "data.vocab_size": info.vocab_size,
                                 **{f"model.{k}": v for k, v in (info.model_shape or {}).items()}})
     if raw0.threads:  # what a training rank used, not the launching process's
-        result.env["threads"] = raw0.threads
+        result.env.threads = raw0.threads
     for r in ranks:  # every rank's traces; the first trainer's top operators; TensorBoard
         for k, v in (r.observed or {}).items():
             if k == "traces" and v:
@@ -439,8 +440,8 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     """The communication record: exposed time split into transfer + sync overhead, with
     the method of each; with one process, none (DDP's own cost is its wrapper overhead);
     the network model for the link the run was measured on next to the one it named."""
-    d, why = result.config["dist"], result.null_reasons
-    tr = traits_of(cfg.dist.strategy)
+    d, why = cfg.dist, result.null_reasons
+    tr = traits_of(d.strategy)
     cal = dict(raw0.comm or {})
     if not cal and tr.in_process:
         return
@@ -459,24 +460,24 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
                  None if tr.overlapped_comm else
                  "no sync-minus-no_sync calibration for this strategy: its communication is a "
                  "phase of its own")
-    _split_exposed(c, result, raw0, transfer)
+    _split_exposed(c, result, raw0, transfer, d.calibrate_comm)
     c.strategy_metrics = raw0.strategy_metrics or {}
     if tr.has_server:
         c.extra["server"] = ranks[0].strategy_metrics or {}
-    c.measured_link = measured_link(d)
-    c.prediction = _prediction(result, d.get("link"))
+    c.measured_link = measured_link(asdict(d))
+    c.prediction = _prediction(result, cfg, d.link)
     p = c.prediction
     if p and c.measured_link["name"] == "loopback" and p["link"] != "loopback":
         # --link named another network than the one measured: compare on loopback
-        c.prediction_measured_link = _prediction(result, "loopback")
+        c.prediction_measured_link = _prediction(result, cfg, "loopback")
     result.comm = c
 
 
 def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
-                   transfer: dict[str, Any] | None) -> None:
+                   transfer: dict[str, Any] | None, calibrated: bool) -> None:
     """The exposed time split into transfer (the standalone collective, at most the exposed
     time) + sync overhead, with the method of each; one process: none of either."""
-    d, why = result.config["dist"], result.null_reasons
+    why = result.null_reasons
     if (result.batch.world_size or 0) < 2:
         c.transfer_s = c.sync_overhead_s = c.transfer_hidden_s = 0.0
         c.transfer_method = c.sync_overhead_method = ALONE_METHOD
@@ -492,7 +493,7 @@ def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
                                                   "communication (kept inside backward)")
     else:
         c.transfer_standalone = transfer
-        split = split_exposed(c.exposed_s, transfer and transfer["per_step_s"])
+        split = split_exposed(c.exposed_s, transfer["per_step_s"] if transfer else None)
         c.transfer_s, c.sync_overhead_s = split["transfer_s"], split["sync_overhead_s"]
         c.transfer_hidden_s = split["transfer_hidden_s"]
         if c.exposed_s is None:
@@ -504,20 +505,20 @@ def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
         else:
             reason = (c.extra.pop("transfer_reason", None) or
                       ("not measured: calibration switched off (dist.calibrate_comm = false)"
-                       if not d.get("calibrate_comm", True) else
+                       if not calibrated else
                        "not measured: no standalone collective for this strategy"))
             why["comm.transfer_s"] = why["comm.sync_overhead_s"] = reason
 
 
-def _prediction(result: RunResult, link: Any) -> dict[str, Any] | None:
+def _prediction(result: RunResult, cfg: RunConfig, link: Any) -> dict[str, Any] | None:
     """The network model's figures for this run's setting on ``link``."""
-    d, m = result.config["dist"], result.metrics
+    d, m = cfg.dist, result.metrics
     compute_s = m.breakdown_s.compute_s()
     if not m.param_count or compute_s is None:
         return None
     try:
-        return predict_for_run(d["strategy"], d["nproc"], d["nnodes"], 4.0 * m.param_count,
-                               compute_s, link, d["average_every"])
+        return predict_for_run(d.strategy, d.nproc, d.nnodes, 4.0 * m.param_count,
+                               compute_s, link, d.average_every)
     except Exception as e:  # a bad link spec must not lose the run's own figures
         result.null_reasons["comm.prediction"] = f"{type(e).__name__}: {e}"
         return None

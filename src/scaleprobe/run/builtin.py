@@ -6,7 +6,6 @@ torchrun). Each rank runs ``train/worker.py``; the records come back to the driv
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,17 +14,17 @@ from scaleprobe.comm.ranknet import context
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.interrupt import Interrupted, StopRequest
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
-from scaleprobe.launch import Job, run_workers
+from scaleprobe.launch import Job, handoff, run_workers
 from scaleprobe.measure import env as envmod
-from scaleprobe.protocols import Ending
+from scaleprobe.protocols import Ending, Launched
 from scaleprobe.run.driver import execute, save_traceback
 from scaleprobe.run.resources import check_config
 from scaleprobe.strategies.dp import check_devices
 from scaleprobe.tasks import check_model_name
-from scaleprobe.train.worker import HANDOFF, launched_worker, worker_main
+from scaleprobe.train.worker import launched_worker, worker_main
 
 
 class BuiltinTraining:
@@ -66,21 +65,22 @@ class BuiltinTraining:
         return context(d.link, d.nproc, d.nnodes) if self.traits.launched else \
             contextlib.nullcontext()
 
-    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+    def launch(self, run_dir: Path) -> Launched | None:
         cfg = self.cfg
         if self.traits.in_process:
-            return worker_main(cfg.to_dict(), str(run_dir))
+            return _arrived(worker_main(cfg, str(run_dir)))
         d = cfg.dist
         try:
-            out = run_workers(launched_worker, (cfg.to_dict(), str(run_dir)), Job.of(d),
+            out = run_workers(launched_worker, (cfg, str(run_dir)), Job.of(d),
                               log_dir=str(run_dir / "logs"), run_dir=str(run_dir))
         except Interrupted as e:
-            e.raws = read_handoff(run_dir)
+            left = handoff.take(run_dir)
+            e.raws = left.ranks if left else None
             raise
         # ranks stopped by a signal to one of them (not to the launcher) return nothing:
         # rank 0's records are in the hand-off file
-        handoff = read_handoff(run_dir)
-        return out.get(0) if out.get(0) is not None else handoff
+        left = handoff.take(run_dir)
+        return _arrived(out.get(0)) or left
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
         save_traceback(run_dir, end.tb)
@@ -100,10 +100,10 @@ class UnderLauncher(BuiltinTraining):
         return {"cuda_indices": [self.info.local_rank] if gpus else [],
                 "run_root_pid": os.getppid()}  # the launcher's tree holds every local rank
 
-    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+    def launch(self, run_dir: Path) -> Launched | None:
         # ranks under a launcher stop together when it forwards a signal
-        return worker_main(self.cfg.to_dict(), str(run_dir),
-                           stop=StopRequest(escape_on_second=False))
+        return _arrived(worker_main(self.cfg, str(run_dir),
+                                    stop=StopRequest(escape_on_second=False)))
 
     def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig:
         result.launcher_run_id = os.environ.get("TORCHELASTIC_RUN_ID") or result.run_id
@@ -116,7 +116,7 @@ def run_under_launcher(cfg: RunConfig) -> RunResult | None:
     if envmod.dist_info().rank == 0:
         return execute(UnderLauncher(cfg))
     BuiltinTraining(cfg).preflight()
-    worker_main(cfg.to_dict(), None, stop=StopRequest(escape_on_second=False))
+    worker_main(cfg, None, stop=StopRequest(escape_on_second=False))
     return None
 
 
@@ -124,14 +124,5 @@ def running_under_launcher() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
 
 
-def read_handoff(run_dir: Path) -> list[dict[str, Any]] | None:
-    """Rank 0's gathered records, left in a file when the launcher was asked to stop."""
-    path = run_dir / HANDOFF
-    try:
-        raws = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    finally:
-        path.unlink(missing_ok=True)
-    ok = isinstance(raws, list) and raws and all(isinstance(r, dict) for r in raws)
-    return raws if ok else None
+def _arrived(ranks: list[RankRecord] | None) -> Launched | None:
+    return handoff.arrived(ranks) if ranks else None

@@ -15,19 +15,19 @@ from __future__ import annotations
 import contextlib
 import traceback
 from pathlib import Path
-from typing import Any
 
 from scaleprobe.core import results as res
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
-from scaleprobe.core.interrupt import describe, sigterm_interrupts
-from scaleprobe.core.results import Experiment, RunResult
-from scaleprobe.launch import WorkerFailure
+from scaleprobe.core.interrupt import Interrupted, describe, sigterm_interrupts
+from scaleprobe.core.results import Experiment, RankRecord, RunResult
+from scaleprobe.core.run_blocks import RunEnv
+from scaleprobe.launch.rankwatch import WorkerFailure
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs
 from scaleprobe.protocols import Concludes, Ending, NamesItsErrors, PreparesFiles, Workload
-from scaleprobe.run.failure import exit_code, failure_line, is_oom
+from scaleprobe.run.failure import failure_line, is_oom
 from scaleprobe.run.finalize import finalize
 from scaleprobe.run.partial import mark_logged, recover_steps
 
@@ -39,7 +39,7 @@ RUN_OUTPUT_BYTES = 1 << 20
 USER_ERRORS: dict[str, type[ScaleprobeError]] = {c.__name__: c for c in (ConfigError, DataError)}
 
 
-def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResult:
+def execute(work: Workload, experiment: Experiment | None = None) -> RunResult:
     """Run ``work`` and return its result (also written to disk). ``experiment``: the
     point this run is of."""
     cfg = work.cfg
@@ -49,8 +49,8 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     run_id = res.make_run_id(name)
     run_dir = make_run_dir(Path(cfg.out) / run_id, cfg)
     result = RunResult(run_id=run_id, name=name, key=cfg.key(), started_at=res.utc_now(),
-                       config=cfg.to_dict(),
-                       experiment=Experiment.from_dict(experiment) if experiment else None,
+                       config=cfg,
+                       experiment=experiment,
                        paths={"dir": str(run_dir), "steps_csv": str(run_dir / "steps.csv"),
                               "monitor_csv": str(run_dir / "monitor.csv")})
     if isinstance(work, PreparesFiles):
@@ -60,10 +60,11 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     end = Ending()
     try:
         with sigterm_interrupts(), monitor, work.environment():
-            end.raws = work.launch(run_dir)
+            launched = work.launch(run_dir)
+            end.ranks = launched.ranks if launched else None
     except KeyboardInterrupt as e:  # Ctrl+C, SIGTERM (interrupt.Interrupted), the launcher's
         end.signame = getattr(e, "signame", None) or "SIGINT"
-        end.raws = getattr(e, "raws", None)
+        end.ranks = e.raws if isinstance(e, Interrupted) else None
     except ScaleprobeError as e:  # the user's mistake, met while running: recorded, then raised
         write_failure(result, run_dir, cfg, e)
         raise
@@ -73,9 +74,9 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
     if end.error is not None or end.signame:
         recover_steps(end, run_dir)  # ranks that died or hung keep the steps they timed
     _ending(result, work, end, run_dir)
-    result.env = envmod.collect_env()
-    result.env["world_size"], result.env["nnodes"] = cfg.world_size, cfg.dist.nnodes
-    done = finalize(result, run_cfg, end.raws, monitor, run_dir)
+    result.env = RunEnv.from_dict(envmod.collect_env())
+    result.env.world_size, result.env.nnodes = cfg.world_size, cfg.dist.nnodes
+    done = finalize(result, run_cfg, end.ranks, monitor, run_dir)
     if not end.logged:
         discard_step_logs(run_dir)  # every rank handed its record over
     return done
@@ -83,9 +84,9 @@ def execute(work: Workload, experiment: dict[str, Any] | None = None) -> RunResu
 
 def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> None:
     """The run's status and error line from how the launch ended."""
-    signame = end.signame or (interrupted_from(end.raws) if end.error is None else None)
+    signame = end.signame or (interrupted_from(end.ranks) if end.error is None else None)
     if signame:
-        mark_partial(result, end.raws, signame)
+        mark_partial(result, end.ranks, signame)
         if end.logged:
             mark_logged(result, end)
         return
@@ -112,28 +113,28 @@ def _ending(result: RunResult, work: Workload, end: Ending, run_dir: Path) -> No
         work.keep_traceback(run_dir, end)
 
 
-def interrupted_from(raws: list[dict[str, Any]] | None) -> str | None:
+def interrupted_from(ranks: list[RankRecord] | None) -> str | None:
     """The signal that stopped the ranks early ("peer": another rank's), or None. A signal
     that reached some ranks only (``kill`` of one rank's pid; the others stopped with it) is
     named with them: "SIGTERM to rank 1"."""
-    asked = [(r.get("rank"), r["interrupted"]) for r in raws or [] if r.get("interrupted")]
+    asked = [(r.rank, r.interrupted) for r in ranks or [] if r.interrupted]
     own = [(rank, sig) for rank, sig in asked if sig != "peer"]
     if not own:
         return asked[0][1] if asked else None
     sig = own[0][1]
-    if len(own) == len(raws or []) or len(own) > 1 or not isinstance(own[0][0], int):
+    if len(own) == len(ranks or []) or len(own) > 1:
         return sig
     return f"{sig} to rank {own[0][0]}"
 
 
-def mark_partial(result: RunResult, raws: list[dict[str, Any]] | None, signame: str) -> None:
+def mark_partial(result: RunResult, ranks: list[RankRecord] | None, signame: str) -> None:
     """An interrupted run keeps what it measured: the figures of the steps timed so far,
     flagged as partial; what runs after training (calibration, evaluation) was skipped."""
     result.status, result.error = "interrupted", describe(None if signame == "peer" else signame)
-    if not raws:
+    if not ranks:
         result.null_reasons["partial"] = "interrupted before any rank returned its record"
         return
-    timed = next((r["steps_timed"] for r in raws if r.get("step_times_s")), 0)
+    timed = next((r.steps_timed for r in ranks if r.step_times_s), 0)
     result.partial = True
     result.null_reasons["partial"] = (
         f"interrupted after {timed} timed steps: the figures cover those steps only; "
@@ -198,6 +199,3 @@ def save_traceback(run_dir: Path, text: str | None) -> None:
     with contextlib.suppress(OSError):  # a full or read-only folder: the result write says so
         (run_dir / "traceback.txt").write_text(text)
 
-
-def result_exit_code(result: RunResult) -> int:
-    return exit_code(result.status)

@@ -17,11 +17,10 @@ from scaleprobe.measure.monitor import Monitor
 from scaleprobe.run.assemble import build_result, head_rank
 
 
-def finalize(result: RunResult, cfg: RunConfig, raws: list[dict[str, Any]] | None,
+def finalize(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | None,
              monitor: Monitor, run_dir: Path) -> RunResult:
-    """Fill ``result`` from the ranks' records ``raws`` (as they travelled; None: no rank
-    returned one) and the monitor, write its files, and return it."""
-    ranks = [RankRecord.from_dict(r) for r in raws] if raws else None
+    """Fill ``result`` from the ranks' records (None: no rank returned one) and the monitor,
+    write its files, and return it."""
     mon: dict[str, Any] = {"gpu_reason": monitor.gpu_reason}
     t0 = t1 = None
     if ranks:

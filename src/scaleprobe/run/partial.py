@@ -4,28 +4,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from scaleprobe.core.results import RunResult
 from scaleprobe.measure.steplog import read_step_logs
+from scaleprobe.protocols import Ending
 
 
-def recover_steps(end: Any, run_dir: Path) -> None:
-    """``end`` (the driver's ``Ending``) completed with the logged steps of every rank that
-    returned no record; ``end.logged`` names those ranks."""
-    have = {r.get("rank") for r in end.raws or []}
+def recover_steps(end: Ending, run_dir: Path) -> None:
+    """``end`` completed with the logged steps of every rank that returned no record;
+    ``end.logged`` names those ranks."""
+    have = {r.rank for r in end.ranks or []}
     logged = [r for r in read_step_logs(run_dir) if r.rank not in have]
     if not logged:
         return
-    raws = [*(end.raws or []), *(r.to_dict() for r in logged)]
-    end.raws = sorted(raws, key=lambda r: r.get("rank", 0))
+    end.ranks = sorted([*(end.ranks or []), *logged], key=lambda r: r.rank)
     end.logged = [r.rank for r in logged]
 
 
-def mark_logged(result: RunResult, end: Any) -> None:
+def mark_logged(result: RunResult, end: Ending) -> None:
     """A run whose figures came (in part) from its ranks' step logs: partial, with why."""
-    head = next((r for r in end.raws or [] if r.get("step_times_s")), None)
-    timed = head.get("steps_timed", 0) if head else 0
+    head = next((r for r in end.ranks or [] if r.step_times_s), None)
+    timed = head.steps_timed if head else 0
     who = ", ".join(str(r) for r in end.logged)
     result.partial = True
     how = ("interrupted" if result.status == "interrupted" else

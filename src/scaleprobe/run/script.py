@@ -12,7 +12,6 @@ scaleprobe's out-of-memory code.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -21,18 +20,19 @@ from typing import Any
 
 import scaleprobe
 from scaleprobe.core import config as C
-from scaleprobe.core import results as res
 from scaleprobe.core.config import script_defaults, script_name
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.results import Experiment, RankRecord, RunResult
+from scaleprobe.core.run_blocks import ScriptRun
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
-from scaleprobe.protocols import Ending
+from scaleprobe.protocols import Ending, Launched
 from scaleprobe.run.driver import execute, write_failure
 from scaleprobe.run.failure import failure_line
 from scaleprobe.run.partial import recover_steps
 from scaleprobe.run.resources import check_config
-from scaleprobe.wrap.boot import RANKS_DIR, SETTINGS, traceback_path
+from scaleprobe.wrap.boot import traceback_path
+from scaleprobe.wrap.handoff import RankOutcome, ScriptFacts, Settings
 
 # torch's samplers that walk the whole dataset in every process that holds one
 WHOLE_DATASET_SAMPLERS = {"RandomSampler", "SequentialSampler"}
@@ -83,7 +83,7 @@ class UserScript:
         self.cfg = cfg
         self.target = cfg.script.target()
         self.label = f"wrap-{script_name(self.target)}"
-        self.facts: list[dict[str, Any]] = []
+        self.facts: list[ScriptFacts] = []
         self.code = 0
 
     def preflight(self) -> None:
@@ -91,12 +91,9 @@ class UserScript:
         check_config(self.cfg, launched=True)
 
     def prepare(self, run_dir: Path) -> None:
-        t = self.cfg.train
-        res.write_json_atomic(run_dir / SETTINGS, {
-            "warmup_steps": t.warmup_steps, "target": self.target,
-            "stop_after": t.steps if isinstance(t.steps, int) else None,
-            "summary_every": self.cfg.measure.summary_every,
-            "profile_every": self.cfg.measure.profile_every})
+        t, m = self.cfg.train, self.cfg.measure
+        Settings(t.warmup_steps, self.target, t.steps if isinstance(t.steps, int) else None,
+                 m.summary_every, m.profile_every).write(run_dir)
 
     def monitor_args(self) -> dict[str, Any]:
         return {"cuda_indices": cuda_indices(self.cfg.dist.nproc), "training_in_children": True}
@@ -104,11 +101,12 @@ class UserScript:
     def environment(self) -> _ChildEnv:
         return _ChildEnv(self.cfg.dist.nproc, self.cfg.dist.threads_per_rank)
 
-    def launch(self, run_dir: Path) -> list[dict[str, Any]] | None:
+    def launch(self, run_dir: Path) -> Launched | None:
         d = self.cfg.dist
         run_dir = run_dir.resolve()  # the script may os.chdir: its rank writes here still
         entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *self.target)
-        run_workers(entry[0], entry[1:], Job.of(d), log_dir=str(run_dir / "logs"),
+        # a binary's path as the entry: launch's annotation names only functions
+        run_workers(entry[0], entry[1:], Job.of(d), log_dir=str(run_dir / "logs"),  # type: ignore[arg-type]
                     run_dir=str(run_dir), stall_after_s=d.timeout_s)
         return None  # the ranks leave their records in files (``conclude``)
 
@@ -117,37 +115,36 @@ class UserScript:
         script ran it (its batch and loader as seen). The record keeps the key of the config
         asked for: a rerun of the same command is the same point, whatever batch the script
         turned out to use."""
-        raws, self.facts = read_ranks(run_dir, getattr(end.error, "rank", None))
-        refused = next((f["refused"] for f in self.facts if f.get("refused")), None)
+        ranks, self.facts = read_ranks(run_dir, getattr(end.error, "rank", None))
+        refused = next((f.refused for f in self.facts if f.refused), None)
         if refused:  # the script does what wrap cannot run (its own ranks): the user's to fix
             err = ConfigError(refused)
             write_failure(result, run_dir, self.cfg, err)
             raise err
-        end.raws = raws or None
-        if len(raws) < self.cfg.world_size and end.error is None and end.signame is None:
+        end.ranks = ranks or None
+        if len(ranks) < self.cfg.world_size and end.error is None and end.signame is None:
             recover_steps(end, run_dir)  # a rank ended without its record: its logged steps
-            raws = end.raws or []
-        run_cfg = observed_config(self.cfg, raws, self.facts) if raws else self.cfg
-        result.config = run_cfg.to_dict()
+            ranks = end.ranks or []
+        run_cfg = observed_config(self.cfg, ranks, self.facts) if ranks else self.cfg
+        result.config = run_cfg
         result.null_reasons["accuracy"] = ACCURACY_REASON
         self.code = script_exit_code(failed_facts(self.facts, end.error),
                                      end.error if end.signame is None else KeyboardInterrupt())
         facts = self.facts
-        if raws and not any(f.get("optimizer_steps") for f in facts) and all(
-                "optimizer_steps" in f for f in facts):
+        if ranks and not any(f.optimizer_steps for f in facts) and all(
+                f.optimizer_steps is not None for f in facts):
             result.null_reasons["step_time_s"] = NO_OPTIMIZER_STEP
-        result.script = {"target": self.target, "exit_code": self.code,
-                         "loader": next((f["loader"] for f in facts if f.get("loader")), None),
-                         "stopped_after": next((f["stopped_after"] for f in facts
-                                                if f.get("stopped_after")), None),
-                         "sampler_note": sampler_note(facts, self.cfg.world_size)}
+        result.script = ScriptRun(
+            target=self.target, exit_code=self.code,
+            loader=next((f.loader for f in facts if f.loader), None),
+            stopped_after=next((f.stopped_after for f in facts if f.stopped_after), None),
+            sampler_note=sampler_note(facts, self.cfg.world_size))
         return run_cfg
 
     def error_line(self, end: Ending) -> str | None:
         if end.error is None and self.code == 0:
             return None
-        line = next((f["error"] for f in failed_facts(self.facts, end.error) if f.get("error")),
-                    None)
+        line = next((f.error for f in failed_facts(self.facts, end.error) if f.error), None)
         if line:
             return line
         if end.error is not None:
@@ -170,75 +167,67 @@ class UserScript:
                 return
 
 
-def run_script(cfg: C.RunConfig, experiment: dict[str, Any] | None = None
+def run_script(cfg: C.RunConfig, experiment: Experiment | None = None
                ) -> tuple[RunResult, int]:
     """Run ``cfg``'s script; returns (its written result, the script's exit code)."""
     work = UserScript(cfg)
     return execute(work, experiment), work.code
 
 
-def observed_config(cfg: C.RunConfig, raws: list[dict[str, Any]],
-                    facts: list[dict[str, Any]]) -> C.RunConfig:
+def observed_config(cfg: C.RunConfig, ranks: list[RankRecord],
+                    facts: list[ScriptFacts]) -> C.RunConfig:
     """The config as the script ran it: its batch and loader as seen, the audit off when a
     rank's sample indices could not be seen."""
-    head = next((r for r in raws if r.get("step_times_s")), raws[0])
+    head = next((r for r in ranks if r.step_times_s), ranks[0])
     over: dict[str, Any] = {}
-    if head.get("samples_per_step"):
-        over["train.batch_size"] = int(head["samples_per_step"])
-    loader = next((f["loader"] for f in facts if f.get("loader")), None)
+    if head.samples_per_step:
+        over["train.batch_size"] = head.samples_per_step
+    loader = next((f.loader for f in facts if f.loader), None)
     if loader:
         w = int(loader.get("workers") or 0)
         over.update({"data.loader": "pipelined" if w else "naive"}, **({"data.workers": w}
                                                                       if w else {}))
-    if not all(f.get("indices_seen") for f in facts):
+    if not all(f.indices_seen for f in facts):
         over["dist.audit"] = False
     return C.build(over, base=cfg) if over else cfg
 
 
 def read_ranks(run_dir: Path, failed_rank: Any = None
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+               ) -> tuple[list[RankRecord], list[ScriptFacts]]:
     """The ranks' records in rank order, and their script facts with the failed rank's
     (``failed_rank``: the launcher's first failure) first: its error and exit code are the
     job's. The others' may be the aftermath (a peer's "connection closed" when the failed
     rank's socket closed before the launcher stopped them, or 130 for that stop)."""
-    files = sorted((run_dir / RANKS_DIR).glob("rank-*.json"),
-                   key=lambda p: int(p.stem.split("-")[1]))
-    outs = []
-    for f in files:
-        try:
-            outs.append((int(f.stem.split("-")[1]), json.loads(f.read_text())))
-        except (OSError, ValueError):
-            continue
-    facts = sorted(outs, key=lambda ro: ro[0] != failed_rank)  # stable: then rank order
-    return [o["record"] for _, o in outs], [{**o["script"], "rank": r} for r, o in facts]
+    outs = RankOutcome.read_all(run_dir)
+    facts = sorted((o.script for o in outs), key=lambda f: f.rank != failed_rank)  # stable
+    return [o.record for o in outs], facts
 
 
-def failed_facts(facts: list[dict[str, Any]], err: BaseException | None
-                 ) -> list[dict[str, Any]]:
+def failed_facts(facts: list[ScriptFacts], err: BaseException | None) -> list[ScriptFacts]:
     """The facts whose error and exit code are the job's: the failed rank's alone when the
     launcher named one (a rank killed or stalled leaves none: another rank's error is the
     aftermath, a "connection reset" or a traceback of the collective it waited in); every
     rank's otherwise."""
     rank = getattr(err, "rank", None)
     if isinstance(rank, int) and rank >= 0:
-        return [f for f in facts if f.get("rank") == rank]
+        return [f for f in facts if f.rank == rank]
     return facts
 
 
-def sampler_note(facts: list[dict[str, Any]], world: int) -> str | None:
+def sampler_note(facts: list[ScriptFacts], world: int) -> str | None:
     """Names the classic bug: ranks of one job whose loaders have no DistributedSampler."""
-    samplers = {f["loader"]["sampler"] for f in facts if f.get("loader")}
+    samplers = {f.loader["sampler"] for f in facts if f.loader}
     if world < 2 or not samplers or not samplers <= WHOLE_DATASET_SAMPLERS:
         return None
     return (f"the DataLoader uses {', '.join(sorted(samplers))}, not a DistributedSampler: "
             f"each of the {world} ranks reads the whole dataset")
 
 
-def script_exit_code(facts: list[dict[str, Any]], err: BaseException | None) -> int:
+def script_exit_code(facts: list[ScriptFacts], err: BaseException | None) -> int:
     """The script's exit code: the failed rank's own, else what the launch's error implies."""
-    codes = [f.get("exit_code") for f in facts if f.get("exit_code")]
+    codes = [f.exit_code for f in facts if f.exit_code]
     if codes:
-        return int(codes[0])
+        return codes[0]
     if err is None:
         return 0
     if isinstance(err, KeyboardInterrupt):

@@ -3,10 +3,8 @@ loop; and a run of it, by the one driver (``run/driver.py``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from scaleprobe.core.config import RunConfig
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.results import Experiment, RunResult
 from scaleprobe.protocols import Workload
 from scaleprobe.run.builtin import BuiltinTraining
 from scaleprobe.run.driver import execute
@@ -17,7 +15,7 @@ def workload_for(cfg: RunConfig) -> Workload:
     return UserScript(cfg) if cfg.script.path is not None else BuiltinTraining(cfg)
 
 
-def run_config(cfg: RunConfig, experiment: dict[str, Any] | None = None) -> RunResult:
+def run_config(cfg: RunConfig, experiment: Experiment | None = None) -> RunResult:
     """Run ``cfg`` (a sweep's point may name a script: a sweep over a script's own flags) and
     return its written result."""
     return execute(workload_for(cfg), experiment)

@@ -10,7 +10,7 @@ import contextlib
 import math
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.interrupt import StopRequest
-from scaleprobe.core.results import RankInfo, RankMem, RankRecord
+from scaleprobe.core.results import MemoryFacts, RankMem, RankRecord
 from scaleprobe.core.target import TargetWatch, parse_target
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
@@ -33,7 +33,7 @@ from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
-from scaleprobe.protocols import Strategy
+from scaleprobe.protocols import Serves, Strategy
 from scaleprobe.strategies.fsdp import shard_units
 from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
 from scaleprobe.train.eager import eager_passes
@@ -75,7 +75,7 @@ def _set_lr(p: Parts, step: int) -> None:
     from --lr up to the scaled target, or ``--set train.lr_warmup=linear`` (--task lm's
     default) from target / w up to the target, over the w warm-up steps; then the target."""
     lr = scheduled_lr(p.cfg.train.lr, p.lr_target, p.cfg.train.lr_warmup == "linear",
-                      p.info.get("lr_warmup_steps") or lr_warmup_steps(p.cfg, None), step)
+                      p.info.lr_warmup_steps or lr_warmup_steps(p.cfg, None), step)
     if lr is None:
         return
     for g in p.optimizer.param_groups:
@@ -173,7 +173,7 @@ def _agree_stop_step(proposal: int) -> int:
 
 
 def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
-               observers: list[Any] = (), stop: StopRequest | None = None,
+               observers: Sequence[Any] = (), stop: StopRequest | None = None,
                beat: Heartbeat | None = None) -> LoopState:
     """Warm-up, then the timed window, until the step count, the stable median, the epochs or
     a stop request (``stop``: at a step boundary, ``_stop_step``) ends it. ``beat`` follows
@@ -201,7 +201,7 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
 
 
 def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
-            progress: StepProgress, clock: Any, observers: list[Any], stop: StopRequest,
+            progress: StepProgress, clock: Any, observers: Sequence[Any], stop: StopRequest,
             beat: Heartbeat | None) -> None:
     t = p.cfg.train
     warm = t.warmup_steps
@@ -252,7 +252,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
 
 
 def _step_ends(p: Parts, st: LoopState, timer: StepTimer, timing: bool,
-               progress: StepProgress, observers: list[Any], stop: StopRequest,
+               progress: StepProgress, observers: Sequence[Any], stop: StopRequest,
                beat: Heartbeat | None) -> bool:
     """A step's end: count it, tell the heartbeat, the bar and the observers, evaluate for
     --target when due; True when the loop stops here (``st.stop_reason`` says why, or
@@ -314,7 +314,7 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "device_reserved": int(torch.cuda.max_memory_reserved(device))}
 
 
-def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> dict[str, Any] | None:
+def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> MemoryFacts | None:
     """What a memory prediction reads (measure/memstate.py), as ``MemoryFacts``: one untimed
     step per batch size on the last batch, after the window (every rank of the strategy runs
     it, so collectives match). None on a parameter server's rank; the probe's fields null
@@ -336,7 +336,7 @@ def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> dict[str, Any]
         probed = probe_steps(p, st.last_batch)
         facts["reasons"].update(probed.pop("reasons", {}))
         facts.update(probed)
-    return facts
+    return MemoryFacts.from_dict(facts)
 
 
 def _held(held: dict[str, int] | None) -> dict[str, int | None]:
@@ -347,9 +347,9 @@ def _held(held: dict[str, int] | None) -> dict[str, int | None]:
 
 
 def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] | None,
-                eval_metrics: dict[str, Any]) -> dict[str, Any]:
-    """This rank's ``results.RankRecord``, as the plain dict it travels as (through the
-    launcher's pickled return values) to ``assemble.build_result``."""
+                eval_metrics: dict[str, Any]) -> RankRecord:
+    """This rank's record, as it travels (the launcher's pickled return values) to
+    ``assemble.build_result``."""
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
     return RankRecord(
         rank=p.strategy.rank,
@@ -362,7 +362,8 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         step_times_s=timer.step_times(),
         phase_times_s=timer.phase_times(),
         phases_unseen=p.strategy.phases_unseen(),
-        window_s=(st.window_t1 - st.window_t0 - st.paused_s) if st.window_t0 else None,
+        window_s=(st.window_t1 - st.window_t0 - st.paused_s)
+        if st.window_t0 and st.window_t1 is not None else None,
         clock_window=(st.clock_t0, st.clock_t1),
         epochs_complete=st.epochs_complete,
         epoch_wall_s=st.epoch_wall_s,
@@ -376,14 +377,14 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] 
         bad_samples=st.bad,
         comm=comm,
         eval=eval_metrics,
-        mem=RankMem(**host_mem_record(p.host_baseline), **_memory(p.device),
-                    **_held(p.held)),
-        info=RankInfo.from_dict(p.info),
+        mem=RankMem.from_dict({**host_mem_record(p.host_baseline), **_memory(p.device),
+                               **_held(p.held)}),
+        info=p.info,
         strategy_metrics=p.strategy.extra_metrics(),
         target=p.watch.record() if p.watch is not None and p.watch.points else None,
         gns=samples_of(p),
         stop_reason=st.stop_reason,
-    ).to_dict()  # typed: a misspelt or missing field fails here, in the rank
+    )
 
 
 def _peak(device: torch.device, amp: str) -> dict[str, Any]:
@@ -468,7 +469,7 @@ def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Strategy, s
 
 def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: StepProgress,
           clock: Any = time.perf_counter, run_dir: str | None = None,
-          beat: Heartbeat | None = None, stop: StopRequest | None = None) -> dict[str, Any]:
+          beat: Heartbeat | None = None, stop: StopRequest | None = None) -> RankRecord:
     """Set up, train, calibrate, evaluate; return this rank's raw record.
 
     From the end of setup, Ctrl+C and SIGTERM only ask to stop (``stop``, handled by the
@@ -486,6 +487,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     if beat is not None:
         _beat_with(beat, p, timer, stop, compiles)
     if strategy.is_server:
+        assert isinstance(strategy, Serves)
         strategy.serve(p.optimizer)  # until every worker is done, interrupted or not
         st = LoopState()
     else:
@@ -509,18 +511,17 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
-
-        rec["memory_pass"] = machine_memory_passes()
+        rec.memory_pass = machine_memory_passes()
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
-        rec["memory_facts"] = _memory_facts(p, st, strategy)
-    rec["observed"] = observed
-    rec["flops"] = {**p.flops.result(), **peak} if p.flops else None
-    rec["compile"] = (None if strategy.is_server else
-                      compiles.record((st.window_t0, st.window_t1), compiles.ends,
-                                      cfg.train.warmup_steps))
-    if rec["compile"] is not None and eager is not None:
-        rec["compile"]["eager"] = eager
+        rec.memory_facts = _memory_facts(p, st, strategy)
+    rec.observed = observed
+    rec.flops = {**p.flops.result(), **(peak or {})} if p.flops else None
+    rec.compile = (None if strategy.is_server else
+                   compiles.record((st.window_t0, st.window_t1), compiles.ends,
+                                   cfg.train.warmup_steps))
+    if rec.compile is not None and eager is not None:
+        rec.compile["eager"] = eager
     compiles.remove()
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
-    rec["interrupted"] = (stop.signame or "peer") if interrupted else None
+    rec.interrupted = (stop.signame or "peer") if interrupted else None
     return rec

@@ -13,6 +13,7 @@ import torch
 from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.lmspec import is_gpt, resolved_data, shape_of
+from scaleprobe.core.results import RankInfo
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, build_loader
@@ -29,6 +30,7 @@ from scaleprobe.protocols import (
     ShardedBatches,
     Strategy,
     Task,
+    UsesBaseline,
 )
 from scaleprobe.tasks import build_task
 
@@ -48,7 +50,7 @@ class Parts:
     val_loader: Any
     per_process_batch: int
     lr_target: float
-    info: dict[str, Any] = field(default_factory=dict)
+    info: RankInfo = field(default_factory=RankInfo)
     host_baseline: dict[str, Any] = field(default_factory=dict)  # before the model and data existed
     flops: Any = None  # measure.flops.StepFlops: counts the first warm-up step
     watch: Any = None  # target.TargetWatch with --target: evaluates on its schedule
@@ -95,11 +97,11 @@ def _model(cfg: RunConfig, task: Task, split: Any, train_ds: Any, shape: Any,
         model = task.build_model(build_model(cfg.model.name, split.num_classes, size,
                                              shape, split.seq_len)).to(device)
     if split.seq_len and shape is None and isinstance(task, ChecksModel):  # a user's LM
-        task.check_model(model, task.to_device(*task.collate([train_ds[0]])[:2], device,
-                                               False)[0], cfg.model.name)
+        x, y = task.collate([train_ds[0]])[:2]
+        task.check_model(model, task.to_device(x, y, device, False)[0], cfg.model.name)
     if has_lazy(model):  # nn.LazyLinear & co.: shapes from one batch of the run's own data
-        first = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])
-        init_lazy(model, task.to_device(*first[:2], device, False)[0])
+        x, y = task.collate([train_ds[i] for i in range(min(2, len(train_ds)))])[:2]
+        init_lazy(model, task.to_device(x, y, device, False)[0])
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     strategy.configure(cfg)
@@ -155,10 +157,10 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
     envmod.seed_all(cfg.train.seed)
     split = build_split(resolved_data(cfg), cfg.train.seed)  # lm: seq_len from the model
     task = build_task(cfg.task, split.num_classes)
-    if split.context_free is not None:  # token data: only --task lm reads it (lmspec)
+    if split.context_free is not None and isinstance(task, UsesBaseline):  # lm (lmspec)
         task.use_baseline(split.context_free)
-    size = split.image_size
-    joint, image_tf = _task_transforms(task, cfg.data.transform, size)
+    size = split.image_size  # token data has none: its task's transforms take none (lm)
+    joint, image_tf = _task_transforms(task, cfg.data.transform, size or 0)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
     towers = strategy.towers
     trainers = strategy.trainers * towers  # devices with a batch
@@ -188,7 +190,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
                                "vocab_padded": padded_vocab(split.num_classes)}
     return Parts(cfg, device, strategy, task, model, optimizer, scaler,
                  _autocast(device, cfg.train.amp), loader, sampler, val_loader, batch, lr_target,
-                 info, baseline)
+                 RankInfo.from_dict(info), baseline)
 
 
 def lr_warmup_steps(cfg: RunConfig, steps_per_epoch: int | None) -> int:

@@ -4,12 +4,14 @@ steps, read from its ``StepTimer`` by the heartbeat thread, so a rank that dies 
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from scaleprobe.core.results import RankInfo
+from scaleprobe.core.results import RankMem
 from scaleprobe.measure.monitor import host_mem_record
+from scaleprobe.measure.steplog import StepHead
 
 # DDP's all-reduce runs inside backward; its exposed part is measured after training
 # (calibrate.py), which a rank that died never reached
@@ -27,14 +29,15 @@ class TimerSteps:
         if s.world > 1 and not s.explicit_comm and not s.traits.comm_in_step:
             unseen.setdefault("comm", COMM_IN_BACKWARD)
         self.parts = parts
-        self.fixed = {"rank": s.rank, "host": socket.gethostname(), "device": str(parts.device),
-                      "threads": torch.get_num_threads(),
-                      "samples_per_step": parts.per_process_batch, "towers": s.towers,
-                      "warmup_steps": parts.cfg.train.warmup_steps, "phases_unseen": unseen,
-                      "info": RankInfo.from_dict(parts.info).to_dict()}
+        self.fixed = StepHead(rank=s.rank, host=socket.gethostname(), device=str(parts.device),
+                              threads=torch.get_num_threads(),
+                              samples_per_step=parts.per_process_batch, towers=s.towers,
+                              warmup_steps=parts.cfg.train.warmup_steps, phases_unseen=unseen,
+                              info=parts.info)
 
-    def head(self) -> dict[str, Any]:
-        return {**self.fixed, "mem": host_mem_record(self.parts.host_baseline)}
+    def head(self) -> StepHead:
+        mem = RankMem.from_dict(host_mem_record(self.parts.host_baseline))
+        return replace(self.fixed, mem=mem)
 
     def count(self, start: int) -> int:
         return self.timer.readable(start)

@@ -16,22 +16,21 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from scaleprobe.comm.ranknet import join
-from scaleprobe.core import results as res
-from scaleprobe.core.config import RunConfig, from_dict, parse_size
+from scaleprobe.core.config import RunConfig, parse_size
 from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.core.interrupt import StopRequest
+from scaleprobe.core.results import RankRecord
 from scaleprobe.core.traits import traits_of
+from scaleprobe.launch import handoff
 from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
 from scaleprobe.strategies import build_strategy
 
-HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the ranks were stopped
 # a stopped rank's return value is in the launcher's pipe at once: then it leaves, whether the
 # launcher reads it or not (``launched_worker``)
 LEAVE_AFTER_S = 0.5
@@ -88,16 +87,15 @@ def _local_device_and_strategy(cfg: RunConfig) -> tuple[Any, Any]:
     return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
 
 
-def worker_main(cfg_dict: dict[str, Any], run_dir: str | None = None,
+def worker_main(cfg: RunConfig, run_dir: str | None = None,
                 progress: bool = True, beat: Any = None,
-                stop: StopRequest | None = None) -> list[dict[str, Any]] | None:
+                stop: StopRequest | None = None) -> list[RankRecord] | None:
     """Train this rank and gather every rank's record to rank 0. Ctrl+C and SIGTERM are
     handled by ``stop`` (``interrupt.StopRequest``) until the records are gathered."""
     # the training loop's imports (torchvision, the models): not in a launcher that only
     # starts ranks, where this module is imported for ``launched_worker``
     from scaleprobe.train.engine import train  # heavy: torch
 
-    cfg = from_dict(cfg_dict)
     stop = stop if stop is not None else StopRequest()
     with stop.handling():
         device, strategy = _local_device_and_strategy(cfg)
@@ -123,8 +121,8 @@ def _progress(shows: bool, cfg: Any) -> StepProgress:
     return StepProgress(shows and cfg.measure.progress)
 
 
-def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
-                    progress: bool = True) -> list[dict[str, Any]] | None:
+def launched_worker(cfg: RunConfig, run_dir: str,
+                    progress: bool = True) -> list[RankRecord] | None:
     """Entry of each rank started by ``launch.run_workers``: a heartbeat for the launcher, a
     stop request that ends training at a step all ranks agree on, and, when the launcher was
     asked to stop (it then no longer collects return values), rank 0's records in a file."""
@@ -133,9 +131,9 @@ def launched_worker(cfg_dict: dict[str, Any], run_dir: str,
     beat = Heartbeat(run_dir, int(os.environ.get("RANK", "0"))).start()
     stop = StopRequest(escape_on_second=False)  # the launcher ends a rank that does not stop
     try:
-        out = worker_main(cfg_dict, run_dir, progress, beat=beat, stop=stop)
-        if out is not None and (stop.requested or any(r.get("interrupted") for r in out)):
-            res.write_json_atomic(Path(run_dir) / HANDOFF, out)
+        out = worker_main(cfg, run_dir, progress, beat=beat, stop=stop)
+        if out is not None and (stop.requested or any(r.interrupted for r in out)):
+            handoff.leave(run_dir, out)
     except BaseException as e:
         line = name_signal(last_meaningful_line(traceback.format_exc()), loader_worker_exits(e))
         user = type(e).__name__ if isinstance(e, ConfigError | DataError) else None

@@ -11,7 +11,6 @@ own ``sys.argv`` and ``sys.path[0]``, and whatever happens writes this rank's re
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import runpy
 import signal
@@ -21,23 +20,17 @@ import traceback
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
-from scaleprobe.core.results import write_json_atomic
+from scaleprobe.core.results import RankInfo, RankMem, RankRecord
 from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed
 from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
 from scaleprobe.measure.monitor import host_mem_baseline, host_mem_record
 from scaleprobe.measure.observers import build_observers
+from scaleprobe.wrap.handoff import RankOutcome, ScriptFacts, Settings
 from scaleprobe.wrap.hooks import Recorder, StopScript
-
-RANKS_DIR = "wrap-ranks"
-SETTINGS = "wrap.json"
-
-
-def rank_path(run_dir: str | Path, rank: int) -> Path:
-    return Path(run_dir) / RANKS_DIR / f"rank-{rank}.json"
 
 
 def traceback_path(run_dir: str | Path, rank: int) -> Path:
@@ -74,8 +67,8 @@ def _phases(rec: Any, w: int, world: int, comm: dict[str, Any] | None,
 
 
 def rank_record(rec: Any, rank: int, world: int,
-                baseline: dict[str, int | None]) -> dict[str, Any]:
-    """This rank's ``RankRecord`` (as a dict) from what the hooks saw."""
+                baseline: dict[str, int | None]) -> RankRecord:
+    """This rank's ``RankRecord`` from what the hooks saw."""
     import torch  # heavy: torch: loaded after the script's host-memory baseline is taken
 
     # heavy: numpy: wrap's hooks stay light in the script's process
@@ -99,32 +92,32 @@ def rank_record(rec: Any, rank: int, world: int,
                if i >= w and id(log) in got] if log else [])
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     t0 = rec.walls[w - 1] if w > 0 and len(rec.walls) >= w else rec.wall0
-    return {
-        "rank": rank, "host": socket.gethostname(),
-        "device": f"cuda:{torch.cuda.current_device()}" if cuda else "cpu",
-        "threads": torch.get_num_threads(),
-        "steps_done": len(rec.step_times), "steps_timed": len(timed),
-        "step_times_s": timed, "phase_times_s": phases, "phases_unseen": unseen,
-        "window_s": sum(timed) if timed else None,
-        "clock_window": [t0, rec.walls[-1]] if timed else None,
-        "epochs_complete": sum(1 for e in epochs if e.complete),
-        "epoch_start_steps": [i - w for i, got in starts],
-        "epoch_start_wait_s": [got[id(log)] for _, got in starts],
-        "samples_per_step": per_step, "indices": indices,
-        "mem": {**host_mem_record(baseline),
-                "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
-                "device_reserved": torch.cuda.max_memory_reserved() if cuda else None},
-        "flops": _flops_record(rec),
-        "compile": _compile_record(rec, w),
-        "comm": comm,
-        "communicates": talks,
-        "info": {"train_samples": (log.dataset_len or 0) if log else 0,
-                 "tokens_per_sample": rec.tokens_per_sample,  # token-id batches: tokens/s
-                 "param_count": max(rec.top_params.values()) if rec.top_params else None,
-                 "per_process_batch": per_step or None,
-                 "dataset_source": (f"the script's DataLoader ({log.sampler})" if log
-                                    else "no DataLoader seen")},
-    }
+    return RankRecord(
+        rank=rank, host=socket.gethostname(),
+        device=f"cuda:{torch.cuda.current_device()}" if cuda else "cpu",
+        threads=torch.get_num_threads(),
+        steps_done=len(rec.step_times), steps_timed=len(timed),
+        step_times_s=timed, phase_times_s=phases, phases_unseen=unseen,
+        window_s=sum(timed) if timed else None,
+        clock_window=[t0, rec.walls[-1]] if timed else None,
+        epochs_complete=sum(1 for e in epochs if e.complete),
+        epoch_start_steps=[i - w for i, got in starts],
+        epoch_start_wait_s=[got[id(log)] for _, got in starts],
+        samples_per_step=per_step, indices=indices,
+        mem=RankMem.from_dict({
+            **host_mem_record(baseline),
+            "device_allocated": torch.cuda.max_memory_allocated() if cuda else None,
+            "device_reserved": torch.cuda.max_memory_reserved() if cuda else None}),
+        flops=_flops_record(rec),
+        compile=_compile_record(rec, w),
+        comm=comm,
+        communicates=talks,
+        info=RankInfo(train_samples=(log.dataset_len or 0) if log else 0,
+                      tokens_per_sample=rec.tokens_per_sample,  # token-id batches: tokens/s
+                      param_count=max(rec.top_params.values()) if rec.top_params else None,
+                      per_process_batch=per_step or None,
+                      dataset_source=(f"the script's DataLoader ({log.sampler})" if log
+                                      else "no DataLoader seen")))
 
 
 def communicates(rec: Any) -> bool | None:
@@ -208,11 +201,6 @@ def _comm_timer() -> Any:
         return None
 
 
-def _script_facts(rec: Any) -> dict[str, Any]:
-    log = rec.train_loader()
-    return {"loader": log.facts() if log else None,
-            "indices_seen": bool(log and log.epochs and all(e.indices() is not None
-                                                            for e in log.epochs))}
 
 
 def _run_target(target: list[str]) -> None:
@@ -248,15 +236,15 @@ def _script_traceback() -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _observers(settings: dict[str, Any], run_dir: str, rank: int) -> list[Any]:
+def _observers(settings: Settings, run_dir: str, rank: int) -> list[Any]:
     """--summary-every (rank 0) and --profile-every (every rank), as in `run`."""
-    if not (settings.get("summary_every") or settings.get("profile_every")):
+    if not (settings.summary_every or settings.profile_every):
         return []
 
     import torch  # heavy: torch: loaded after the script's host-memory baseline is taken
 
-    measure = SimpleNamespace(summary_every=settings.get("summary_every"),
-                              profile_every=settings.get("profile_every"))
+    measure = SimpleNamespace(summary_every=settings.summary_every,
+                              profile_every=settings.profile_every)
     return build_observers(measure, run_dir, rank, 0, torch.cuda.is_available(),
                            summaries=rank == 0)
 
@@ -303,27 +291,27 @@ def _sigterm(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
-                rank: int) -> tuple[int, dict[str, Any]]:
+def _run_script(target: list[str], settings: Settings, run_dir: str,
+                rank: int) -> tuple[int, ScriptFacts]:
     """Run the user's script as __main__; returns (its exit code as scaleprobe reports it,
     the facts of how it ended: stopped after N steps, its own error or exit code, the
     signal it was interrupted by)."""
     code: int = 0
-    facts: dict[str, Any] = {}
+    facts = ScriptFacts()
     try:
         _run_target(target)
     except StopScript:
-        facts["stopped_after"] = settings.get("stop_after")
+        facts.stopped_after = settings.stop_after
 
         shutdown_distributed()  # every rank stops at the same step
     except SystemExit as e:
         code = _exit_code(e)
         if code:
-            facts["error"] = f"the script exited with code {code}"
+            facts.error = f"the script exited with code {code}"
     except KeyboardInterrupt as e:
-        code, facts["interrupted"] = 130, str(e) or "SIGINT"
+        code, facts.interrupted = 130, str(e) or "SIGINT"
     except ScriptRefused as e:
-        code, facts["refused"] = 2, str(e)
+        code, facts.refused = 2, str(e)
         write_error(run_dir, rank, RankError(str(e)))
     except BaseException:
         code = 1
@@ -334,9 +322,9 @@ def _run_script(target: list[str], settings: dict[str, Any], run_dir: str,
         except OSError:
             pass
 
-        facts["error"] = name_signal(last_meaningful_line(text),
-                                     loader_worker_exits(sys.exc_info()[1]))
-        write_error(run_dir, rank, RankError(facts["error"]))
+        facts.error = name_signal(last_meaningful_line(text),
+                                  loader_worker_exits(sys.exc_info()[1]))
+        write_error(run_dir, rank, RankError(facts.error))
     return code, facts
 
 
@@ -344,7 +332,7 @@ def main(argv: list[str]) -> int:
     # absolute before the script runs: a script may os.chdir, and the rank's files belong in
     # the run folder under --out, wherever the script goes
     run_dir, target = os.path.abspath(argv[0]), argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    settings = json.loads((Path(run_dir) / SETTINGS).read_text())
+    settings = Settings.read(run_dir)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     own_process_group()
     signal.signal(signal.SIGTERM, _sigterm)
@@ -357,7 +345,7 @@ def main(argv: list[str]) -> int:
     baseline = host_mem_baseline()
     beat = Heartbeat(run_dir, rank).start()
     observers = _observers(settings, run_dir, rank)
-    rec = Recorder(settings["warmup_steps"], settings.get("stop_after"), beat).install(
+    rec = Recorder(settings.warmup_steps, settings.stop_after, beat).install(
         loss=bool(observers))
     rec.observers = observers
     rec.comm = _comm_timer()
@@ -388,14 +376,14 @@ class Ending:
     def on_hard_exit(self) -> Any:
         real, pid = os._exit, os.getpid()
 
-        def hard_exit(code: int) -> None:
+        def hard_exit(status: int) -> NoReturn:
             if os.getpid() == pid:  # not in a forked child (a loader worker exits this way)
                 os._exit = real
                 with contextlib.suppress(BaseException):
-                    facts = {"error": f"the script exited with code {code} (os._exit)"} \
-                        if code else {"exited": "os._exit(0)"}
-                    self.finish(int(code), facts)
-            real(code)
+                    facts = ScriptFacts(error=f"the script exited with code {status} (os._exit)") \
+                        if status else ScriptFacts(exited="os._exit(0)")
+                    self.finish(int(status), facts)
+            real(status)
 
         os._exit = hard_exit
         try:
@@ -403,7 +391,7 @@ class Ending:
         finally:
             os._exit = real
 
-    def finish(self, code: int, facts: dict[str, Any]) -> int:
+    def finish(self, code: int, facts: ScriptFacts) -> int:
         rec, run_dir, rank = self.rec, self.run_dir, self.rank
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         self.beat.set_state("after")  # the script ended: no step to stall in
@@ -413,16 +401,19 @@ class Ending:
             rec.flops_reason = ("not counted: no step was seen: the script's optimizer step is "
                                 "compiled, and wrap's step hooks do nothing inside compiled "
                                 "code")
-        facts.update(_script_facts(rec), exit_code=code, optimizer_steps=len(rec.step_times))
+        log = rec.train_loader()
+        facts.loader = log.facts() if log else None
+        facts.indices_seen = bool(log and log.epochs and all(e.indices() is not None
+                                                             for e in log.epochs))
+        facts.exit_code, facts.optimizer_steps = code, len(rec.step_times)
         observed = _close(rec.observers)
         try:
-            why = ("steps" if "stopped_after" in facts else "interrupted" if code == 130 else
-                   "script" if code == 0 else "failed")
-            out = {"record": {**rank_record(rec, rank, self.world, self.baseline),
-                              "observed": observed, "stop_reason": why}, "script": facts}
-
-            rank_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(rank_path(run_dir, rank), out)
+            record = rank_record(rec, rank, self.world, self.baseline)
+            record.observed = observed
+            record.stop_reason = ("steps" if facts.stopped_after is not None else
+                                  "interrupted" if code == 130 else
+                                  "script" if code == 0 else "failed")
+            RankOutcome(record, facts).write(run_dir, rank)
         finally:
             self.beat.finish("done" if code in (0, 130) else "failed")
             sys.stdout.flush()

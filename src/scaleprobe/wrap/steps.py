@@ -9,8 +9,10 @@ from typing import Any
 
 import torch
 
+from scaleprobe.core.results import RankInfo, RankMem
 from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.stats import median
+from scaleprobe.measure.steplog import StepHead
 from scaleprobe.wrap.hooks import STEP_PHASES
 
 COMM_UNSEEN = ("not measured: the run ended before the rank's record was written (the "
@@ -24,9 +26,9 @@ class RecorderSteps:
 
     def __init__(self, rec: Any, rank: int, world: int, baseline: dict[str, Any]) -> None:
         self.rec, self.world, self.baseline = rec, world, baseline
-        self.fixed = {"rank": rank, "host": socket.gethostname(), "warmup_steps": rec.warmup}
+        self.rank, self.host = rank, socket.gethostname()
 
-    def head(self) -> dict[str, Any]:
+    def head(self) -> StepHead:
         rec = self.rec
         unseen: dict[str, str] = {}
         if not rec.forward_seen:
@@ -40,13 +42,14 @@ class RecorderSteps:
         log = rec.train_loader()
         per_step = int(round(median(samples))) if samples else 0
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        return {**self.fixed, "device": "cuda" if cuda else "cpu", "phases_unseen": unseen,
-                "samples_per_step": per_step,
-                "info": {"train_samples": (log.dataset_len or 0) if log else 0,
-                         "per_process_batch": per_step or None,
-                         "dataset_source": (f"the script's DataLoader ({log.sampler})" if log
-                                            else "no DataLoader seen")},
-                "mem": host_mem_record(self.baseline)}
+        return StepHead(
+            rank=self.rank, host=self.host, warmup_steps=rec.warmup,
+            device="cuda" if cuda else "cpu", phases_unseen=unseen, samples_per_step=per_step,
+            info=RankInfo(train_samples=(log.dataset_len or 0) if log else 0,
+                          per_process_batch=per_step or None,
+                          dataset_source=(f"the script's DataLoader ({log.sampler})" if log
+                                          else "no DataLoader seen")),
+            mem=RankMem.from_dict(host_mem_record(self.baseline)))
 
     def count(self, start: int) -> int:
         return max(0, len(self.rec.walls) - self.rec.warmup)

@@ -2,6 +2,8 @@
 and the figures set beside it; link specs (comm/links.py) and per-rank cables
 (comm/ranknet.py); the straggler a parameter server names (measure/aggregate.py)."""
 
+from dataclasses import replace
+
 import pytest
 
 from scaleprobe.comm import check as C
@@ -55,7 +57,8 @@ def test_check_sets_each_measured_run_beside_its_prediction(tmp_path):
     exact, slow = measured("a", _t(1)), measured("b", _t(2), step=0.100, comm=0.055)
     second_host = RunResult.from_dict({**measured("c", _t(1)).to_dict(),
                                        "metrics": {}, "batch": {}})  # node 1's empty record
-    second_host.config["dist"]["node_rank"] = 1
+    cfg = second_host.config
+    second_host.config = replace(cfg, dist=replace(cfg.dist, node_rank=1))
     points = C.check([base, exact, slow, second_host])
     assert [p.run.run_id for p in points] == ["a", "b"]
     a, b = points
@@ -192,7 +195,7 @@ def test_pairs_of_one_setting_that_differ_by_more_than_15_percent_keep_their_ord
 
     def pt(name, measured_s, predicted_s, model="m"):
         run = measured(name, _t(1), step=measured_s)
-        run.config["model"]["name"] = model
+        run.config = replace(run.config, model=replace(run.config.model, name=model))
         return C.Point(run, prediction=P(step_s=P(value=predicted_s)))
 
     a, b, c = pt("a", 0.100, 0.100), pt("b", 0.110, 0.090), pt("c", 0.130, 0.095)

@@ -7,7 +7,14 @@ import time
 import pytest
 
 from scaleprobe.measure.heartbeat import Heartbeat
-from scaleprobe.measure.steplog import StepLog, discard, log_path, read_log, read_step_logs
+from scaleprobe.measure.steplog import (
+    StepHead,
+    StepLog,
+    discard,
+    log_path,
+    read_log,
+    read_step_logs,
+)
 from scaleprobe.measure.timer import StepTimer
 
 
@@ -25,7 +32,7 @@ class Source:
         self.walls.append(1000.0 + sum(self.times))
 
     def head(self):
-        return dict(self.info)
+        return StepHead.from_dict(self.info)
 
     def count(self, start):
         return len(self.times)

@@ -1,9 +1,8 @@
 """What the driver keeps of ranks that returned no record (run/partial.py)."""
 
-from types import SimpleNamespace
-
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.measure.steplog import StepLog
+from scaleprobe.protocols import Ending
 from scaleprobe.run.partial import mark_logged, recover_steps
 from tests.unit.measure.test_steplog import Source
 
@@ -21,11 +20,10 @@ def test_logged_ranks_fill_in_the_ranks_that_returned_nothing(tmp_path):
     its log, rank 0's own record is kept (bug caught: the log replacing a whole record, or
     the run left with rank 0 alone)."""
     _logs(tmp_path, [0, 1])
-    end = SimpleNamespace(raws=[{"rank": 0, "steps_timed": 5, "step_times_s": [0.1] * 5}],
-                          logged=[])
+    end = Ending(ranks=[RankRecord(rank=0, steps_timed=5, step_times_s=[0.1] * 5)])
     recover_steps(end, tmp_path)
-    assert [r["rank"] for r in end.raws] == [0, 1] and end.logged == [1]
-    assert end.raws[0]["steps_timed"] == 5 and end.raws[1]["steps_timed"] == 3
+    assert [r.rank for r in end.ranks] == [0, 1] and end.logged == [1]
+    assert end.ranks[0].steps_timed == 5 and end.ranks[1].steps_timed == 3
     result = RunResult(status="failed")
     mark_logged(result, end)
     assert result.partial is True
@@ -34,6 +32,6 @@ def test_logged_ranks_fill_in_the_ranks_that_returned_nothing(tmp_path):
 
 
 def test_nothing_logged_leaves_the_ending_as_it_was(tmp_path):
-    end = SimpleNamespace(raws=None, logged=[])
+    end = Ending()
     recover_steps(end, tmp_path)
-    assert end.raws is None and end.logged == []
+    assert end.ranks is None and end.logged == []

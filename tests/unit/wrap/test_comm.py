@@ -137,7 +137,6 @@ def test_in_flight_is_on_the_breakdowns_basis_so_it_is_never_below_the_exposed_w
     typical steps waited long)."""
     import time as _t
 
-    from scaleprobe.core.results import RankRecord
     from scaleprobe.measure.aggregate import rank_summary
     from scaleprobe.wrap import boot
 
@@ -156,9 +155,9 @@ def test_in_flight_is_on_the_breakdowns_basis_so_it_is_never_below_the_exposed_w
         rec.walls.append(_t.time())
     rec.warmup = 1
     raw = boot.rank_record(rec, 0, 2, {})
-    c = raw["comm"]
+    c = raw.comm
     flight = sorted(rec.comm_in_flight[1:])
     assert flight[len(flight) // 2] < 0.005  # the median alone would sit below the wait
-    bd = rank_summary(RankRecord.from_dict(raw)).breakdown_s
+    bd = rank_summary(raw).breakdown_s
     assert bd.comm > 0.003
     assert c["in_flight_s"] >= bd.comm

@@ -3,7 +3,7 @@
 import json
 
 from scaleprobe.run.script import read_ranks, script_exit_code
-from scaleprobe.wrap.boot import rank_path
+from scaleprobe.wrap.handoff import rank_path
 
 
 def _write(run_dir, rank, script):
@@ -22,11 +22,11 @@ def test_the_failed_ranks_error_and_exit_code_come_first(tmp_path):
     _write(tmp_path, 1, {"error": "ValueError: the user's bug at step 6", "exit_code": 1})
     _write(tmp_path, 2, {"exit_code": 0})
     raws, facts = read_ranks(tmp_path, 1)
-    assert [r["rank"] for r in raws] == [0, 1, 2]  # the records stay in rank order
-    assert facts[0]["error"] == "ValueError: the user's bug at step 6"
+    assert [r.rank for r in raws] == [0, 1, 2]  # the records stay in rank order
+    assert facts[0].error == "ValueError: the user's bug at step 6"
     assert script_exit_code(facts, RuntimeError()) == 1
     _, unknown = read_ranks(tmp_path, None)  # no rank known: rank order
-    assert unknown[0]["exit_code"] == 130
+    assert unknown[0].exit_code == 130
 
 
 def test_a_rank_that_exited_with_a_code_and_no_line_is_named_in_scaleprobes_words(tmp_path):

@@ -226,7 +226,7 @@ def test_the_steps_that_took_an_epochs_first_batch_are_recorded(recorder):
                         model(vb)
     assert len(rec.step_times) == 12
     raw = boot.rank_record(rec, 0, 1, {})
-    assert raw["epoch_start_steps"] == [2, 5, 8]
+    assert raw.epoch_start_steps == [2, 5, 8]
 
 
 def test_a_validation_pass_before_an_epoch_is_not_the_training_loaders_wait(recorder):
@@ -262,10 +262,10 @@ def test_a_validation_pass_before_an_epoch_is_not_the_training_loaders_wait(reco
             for vb, _ in val:
                 model(vb)
     raw = boot.rank_record(rec, 0, 1, {})
-    assert raw["epoch_start_steps"] == [2, 5]
-    data = raw["phase_times_s"]["data"]
+    assert raw.epoch_start_steps == [2, 5]
+    data = raw.phase_times_s["data"]
     assert all(data[i] > 0.06 for i in (2, 5)), data  # the validation pass is in the step
-    assert all(w < 0.02 for w in raw["epoch_start_wait_s"]), raw["epoch_start_wait_s"]
+    assert all(w < 0.02 for w in raw.epoch_start_wait_s), raw.epoch_start_wait_s
 
 
 def _compiled_opt_step_run(model):
