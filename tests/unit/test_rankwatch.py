@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.launch.rankwatch import RankWatch, name_signal
+from scaleprobe.launch.rankwatch import RankWatch, last_meaningful_line, name_signal
 from scaleprobe.measure.heartbeat import STATES, RankError, beat_dir, write_error
 
 
@@ -241,3 +241,43 @@ def test_a_loader_workers_fd_sharing_error_stays_off_the_output(tmp_path, quiet)
         assert text == "", text
     else:  # the mechanism the filter silences
         assert "resource_sharer.py" in text and "Traceback" in text, text
+
+
+# rank 0's traceback when its peer froze: DDP's comm hook raised through torch's future, and
+# pybind11 appended the Python stack ("At:" and one line a frame) after the error
+WAITED_TB = """Traceback (most recent call last):
+  File "/x/scaleprobe/train/engine.py", line 128, in train_step
+    loss.backward()
+RuntimeError: Got the following error when running the callback: RuntimeError: \
+[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 10000ms for \
+recv operation to complete
+
+At:
+  /x/torch/futures/__init__.py(101): value
+  /x/scaleprobe/comm/hook.py(101): done
+"""
+
+
+def test_the_rank_that_waited_for_a_frozen_peer_is_described_in_plain_words(tmp_path):
+    """Rank 1 froze at step 11, rank 0 gave up at the collective timeout 10 s later. Bug
+    caught: the error read "rank 0 then failed: .../comm/hook.py(101): done", the last frame
+    of the stack pybind11 appends, taken for rank 0's error line."""
+    line = last_meaningful_line(WAITED_TB)
+    assert line.startswith("RuntimeError: Got the following error") and "10000ms" in line
+    assert last_meaningful_line("ValueError: f(3): x") == "ValueError: f(3): x"  # no "At:"
+    beat_dir(tmp_path).mkdir(parents=True)
+    write_error(tmp_path, 0, RankError(line))
+    now = time.time()
+    watch = RankWatch(str(tmp_path))
+    watch.first = (0, now, True)
+    watch.stalled = (1, {"step": 11, "progress_wall": now - 10.0})
+    got = watch.failure(SimpleNamespace(failures={}))
+    assert got.rank == 1
+    assert got.message == (
+        "stopped making progress at step 11, 10.0 s before the job was stopped; rank 0 waited "
+        "for it and gave up at the collective timeout (--timeout): RuntimeError: Timed out "
+        "waiting 10000ms for recv operation to complete"), got.message
+    # another error of the rank that waited is still said, as what it did next
+    write_error(tmp_path, 0, RankError("RuntimeError: Connection closed by peer"))
+    assert watch.failure(SimpleNamespace(failures={})).message.endswith(
+        "; rank 0, which waited for it, then failed: RuntimeError: Connection closed by peer")

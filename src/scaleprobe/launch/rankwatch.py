@@ -79,14 +79,35 @@ def _exit_text(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+# a frame of the Python stack pybind11 appends to an error raised through C++ (a torch
+# future's callback, DDP's comm hook): "At:" then "  /path/hook.py(101): done" lines
+_PYBIND_FRAME = re.compile(r"^\S.*\(\d+\): \S+$")
+_CALLBACK = "Got the following error when running the callback: "
+# a C++ source location torch's distributed errors begin with: "[../third_party/gloo/...:81] "
+_SOURCE_AT = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|c|h|hpp):\d+\] ")
+
+
 def last_meaningful_line(msg: str) -> str:
-    """The error line of a traceback: its last line that is not a frame or a marker."""
+    """The error line of a traceback: its last line that is not a frame or a marker (Python's,
+    or the "At:" stack pybind11 appends to an error raised through torch's C++: its last
+    frame, "comm/hook.py(101): done", was taken for the error)."""
     lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    if "At:" in lines:
+        at = len(lines) - 1 - lines[::-1].index("At:")
+        if all(_PYBIND_FRAME.match(ln) for ln in lines[at + 1:]):
+            lines = lines[:at]
     for ln in reversed(lines):
         if ln.startswith(("File ", "^", "~")) or ln.startswith("Traceback"):
             continue
         return ln[:400]
     return ""
+
+
+def plain_error(line: str) -> str:
+    """An error line without torch's wrapping: the callback's preamble and a C++ source
+    location (``RuntimeError: Timed out waiting 10000ms for recv operation to complete``)."""
+    head, sep, inner = line.partition(_CALLBACK)
+    return _SOURCE_AT.sub("", inner if sep and inner else line, count=1)
 
 
 def name_signal(line: str, worker_exits: list[tuple[int, int]] | None = None) -> str:
@@ -438,7 +459,7 @@ class RankWatch:
         if len(killed) != 1:
             return found
         return WorkerFailure(killed[0], f"{sigkill}; rank {found.rank} then failed: "
-                                        f"{found.message}", -signal.SIGKILL)
+                                        f"{plain_error(found.message)}", -signal.SIGKILL)
 
     def _failure(self, err: Exception) -> WorkerFailure:
         agent = self._own_line(_first_failure(err))
@@ -470,6 +491,17 @@ class RankWatch:
         stalled, beat = self.stalled
         if stalled == rank or at - beat["progress_wall"] < MIN_STALL_S:
             return first
-        return WorkerFailure(stalled, f"{stall_text(beat, at)}; rank {rank} then failed: {line}")
+        return WorkerFailure(stalled, f"{stall_text(beat, at)}; {waited_text(rank, line)}")
+
+
+def waited_text(rank: int, line: str) -> str:
+    """What the rank that failed after a peer stopped did, in scaleprobe's words: ``rank 0
+    waited for it and gave up at the collective timeout (--timeout): RuntimeError: Timed out
+    waiting 10000ms for recv operation to complete``."""
+    line = plain_error(line)
+    if re.search(r"timed? ?out", line, re.IGNORECASE):
+        return (f"rank {rank} waited for it and gave up at the collective timeout "
+                f"(--timeout): {line}")
+    return f"rank {rank}, which waited for it, then failed: {line}"
 
 
