@@ -18,7 +18,7 @@ from scaleprobe.core.interrupt import Interrupted, StopRequest
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
-from scaleprobe.launch import Job, run_workers
+from scaleprobe.launch import STOP_STEPS, Job, run_workers
 from scaleprobe.measure import env as envmod
 from scaleprobe.protocols import Ending
 from scaleprobe.run.driver import execute, save_traceback
@@ -72,8 +72,12 @@ class BuiltinTraining:
             return worker_main(cfg.to_dict(), str(run_dir))
         d = cfg.dist
         try:
+            # the steps the ranks may take to stop together: the one under way, the agreed
+            # one's distance (train/engine.py ``_stop_step``) and the hand-over
+            apart = d.average_every if self.traits.sync_every_k else 1
             out = run_workers(launched_worker, (cfg.to_dict(), str(run_dir)), Job.of(d),
-                              log_dir=str(run_dir / "logs"), run_dir=str(run_dir))
+                              log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
+                              stop_steps=STOP_STEPS - 1 + apart)
         except Interrupted as e:
             e.raws = read_handoff(run_dir)
             raise
