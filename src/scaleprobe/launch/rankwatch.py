@@ -247,6 +247,7 @@ class RankWatch:
         self._steps: dict[int, tuple[int, float]] = {}  # rank -> (steps done, when) last seen
         self.stop_asked: tuple[float, str] | None = None  # (when, the signal's name)
         self.stop_overdue: tuple[float, str] | None = None  # (grace given, the signal's name)
+        self.hung_at_stop: tuple[int, dict[str, Any]] | None = None  # (rank, beat) not moving
         self.spare = spare or set()  # processes of the launcher's own (the job's guard)
         self.stall_after_s = stall_after_s
         self.stall: tuple[int, dict[str, Any], float] | None = None  # (rank, beat, seen at)
@@ -410,7 +411,7 @@ class RankWatch:
                  and time.time() - b["progress_wall"] >= INTERRUPT_GRACE_S]
         if still:  # a rank that made no progress at all since: it hung, named
             rank = min(still, key=lambda r: (beats[r]["progress_wall"], r))
-            self.stalled = (rank, beats[rank])
+            self.hung_at_stop = (rank, beats[rank])
         self._kill_all()
         kill_strays(self.started_at, self.spare)
 
@@ -418,10 +419,10 @@ class RankWatch:
         """Why the ranks were killed after a stop signal, or None: ``rank 1 did not stop within
         the 35.4 s given after SIGTERM (4 steps of the slowest, 8.8 s): stopped making progress
         at step 7, 20.1 s before the job was stopped``."""
-        if self.stop_overdue is None or self.stalled is None:
+        if self.stop_overdue is None or self.hung_at_stop is None:
             return None
         grace, signame = self.stop_overdue
-        rank, beat = self.stalled
+        _, beat = self.hung_at_stop
         at = self.stop_asked[0] + grace if self.stop_asked else time.time()
         return (f"did not stop within the {grace:.1f} s given after {signame} "
                 f"({self.stop_steps} steps of the slowest, {self.slowest_step_s:.1f} s, at "
@@ -532,8 +533,8 @@ class RankWatch:
         if self.stop_overdue is None:
             return None
         line = self.overdue_line()
-        if line is not None and self.stalled is not None:
-            return WorkerFailure(self.stalled[0], line)
+        if line is not None and self.hung_at_stop is not None:
+            return WorkerFailure(self.hung_at_stop[0], line)
         return Interrupted(self.stop_overdue[1])
 
     def failure(self, err: Exception) -> WorkerFailure:
