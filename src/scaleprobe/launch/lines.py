@@ -21,10 +21,11 @@ def last_meaningful_line(msg: str) -> str:
     or the "At:" stack pybind11 appends to an error raised through torch's C++: its last
     frame, "comm/hook.py(101): done", was taken for the error)."""
     lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
-    if "At:" in lines:
+    while "At:" in lines:  # one block for each callback the error passed through
         at = len(lines) - 1 - lines[::-1].index("At:")
-        if all(_PYBIND_FRAME.match(ln) for ln in lines[at + 1:]):
-            lines = lines[:at]
+        if not all(_PYBIND_FRAME.match(ln) for ln in lines[at + 1:]):
+            break
+        lines = lines[:at]
     for ln in reversed(lines):
         if ln.startswith(("File ", "^", "~")) or ln.startswith("Traceback"):
             continue
@@ -35,7 +36,7 @@ def last_meaningful_line(msg: str) -> str:
 def plain_error(line: str) -> str:
     """An error line without torch's wrapping: the callback's preamble and a C++ source
     location (``RuntimeError: Timed out waiting 10000ms for recv operation to complete``)."""
-    head, sep, inner = line.partition(_CALLBACK)
+    head, sep, inner = line.rpartition(_CALLBACK)  # the innermost, where callbacks nest
     return _SOURCE_AT.sub("", inner if sep and inner else line, count=1)
 
 
