@@ -20,6 +20,7 @@ from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
 from scaleprobe.launch import STOP_STEPS, Job, run_workers
 from scaleprobe.measure import env as envmod
+from scaleprobe.measure.heartbeat import read_beats, stop_named
 from scaleprobe.protocols import Ending
 from scaleprobe.run.driver import execute, save_traceback
 from scaleprobe.run.resources import check_config
@@ -84,7 +85,12 @@ class BuiltinTraining:
         # ranks stopped by a signal to one of them (not to the launcher) return nothing:
         # rank 0's records are in the hand-off file
         handoff = read_handoff(run_dir)
-        return out.get(0) if out.get(0) is not None else handoff
+        got = out.get(0) if out.get(0) is not None else handoff
+        if got is None and (signame := stop_named(read_beats(run_dir))):
+            # a host without rank 0, whose rank was signalled: interrupted, not ok with
+            # nothing (its steps are read from the ranks' step logs)
+            raise Interrupted(signame)
+        return got
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
         save_traceback(run_dir, end.tb)
