@@ -36,6 +36,20 @@ def test_while_training_a_signal_only_asks_to_stop_and_a_second_stops_at_once():
     assert stop.signame == "SIGTERM"  # the first request is what is reported
 
 
+def test_the_first_ctrl_c_in_one_process_says_it_was_heard(capfd):
+    """`run --model resnet34 --image-size 224` on 2 loaded cores: a step took over a minute
+    and Ctrl+C printed nothing until it ended. Bug caught: silence. Now one line says the stop
+    was heard and how to stop at once; a launched rank (its launcher speaks) says nothing."""
+    for once in (True, False):
+        stop = StopRequest(escape_on_second=once)
+        with stop.handling():
+            stop.deferring = True
+            _deliver(signal.SIGINT)
+        err = capfd.readouterr().err
+        assert ("SIGINT heard: stopping at the end of the step under way" in err) is once, err
+        assert err.count("heard") == (1 if once else 0)
+
+
 def test_a_launched_rank_never_raises_once_training():
     """Bug caught: a rank that raised on a second signal (a terminal's Ctrl+C and the
     launcher's forwarded one) left its peers waiting in a collective."""

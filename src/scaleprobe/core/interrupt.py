@@ -39,6 +39,9 @@ def describe(signame: str | None) -> str:
     return f"interrupted by {signame} (asked to stop, e.g. pre-empted by a scheduler)"
 
 
+STOPPING = ("\nscaleprobe: {} heard: stopping at the end of the step under way, the steps "
+            "timed so far kept (Ctrl+C again stops at once)\n")
+
 # the job's store key holding the step the ranks stop at and who was asked to stop: "12 1 15"
 # (stop after 12 steps; rank 1 was sent signal 15)
 STOP_KEY = "scaleprobe/stop_step"
@@ -183,6 +186,11 @@ class StopRequest:
         name = signal_name(signum)
         if not self.deferring or (self.signame is not None and self.escape_on_second):
             raise Interrupted(name)
+        if self.signame is None and self.escape_on_second:
+            # a step can take minutes (a large model on a CPU): say the stop was heard. One
+            # write to the descriptor: the stream's buffer may be mid-write in this thread
+            with contextlib.suppress(OSError):
+                os.write(2, STOPPING.format(name).encode())
         self.signame = self.signame or name
         if self.tell_peers is not None:
             self.tell_peers(signum)
