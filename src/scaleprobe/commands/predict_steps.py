@@ -29,13 +29,18 @@ def load_runs(path: str) -> list[RunResult]:
 def one_rank_run(path: str) -> RunResult:
     """The one-rank run ``path`` names (a result.json, a run folder, or a folder of runs:
     then its latest one-rank run)."""
-    got = [r for r in load_runs(path) if r.status == "ok" and r.step_median_s is not None]
+    every = load_runs(path)
+    got = [r for r in every if r.status == "ok" and r.step_median_s is not None]
     ones = [r for r in got if (r.world_size or 1) == 1]
     if not ones:
         many = f" (it holds runs of {sorted({r.world_size for r in got})} processes)" if got \
             else ""
+        ended = sorted({str(r.status) for r in every if r.status != "ok"})
+        if not got and ended:  # a run that did not finish: say so, not "not one rank"
+            many = f" (it holds runs that did not finish: {', '.join(ended)})"
         raise ConfigError(f"no measured one-rank run in {path}{many}: --from takes a run of "
-                          "one process; --check sets multi-rank runs beside their prediction")
+                          "one process that ended ok; --check sets multi-rank runs beside "
+                          "their prediction")
     return max(ones, key=lambda r: str(r.started_at or ""))
 
 
