@@ -139,9 +139,10 @@ def _time_fig(v: float | None, lo: float | None, hi: float | None,
 
 
 def _needed(r: W.Row, loaded: bool = False) -> str:
+    """The slowest link for the target, in a cell that keeps the table in 80 columns: under
+    load "unreachable*", the star the caveat under the table ("* measured under load")."""
     if r.needed_gbit_s is None:
-        return ("unreachable" + (", under load" if loaded else "")) if r.needed_reason \
-            else "n/a"
+        return ("unreachable" + ("*" if loaded else "")) if r.needed_reason else "n/a"
     g = r.needed_gbit_s
     if g <= W.M.NEEDED_FLOOR_GBIT_S:
         return f"< {g * 1e3:g} Mbit/s"
@@ -208,7 +209,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
     for n in notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
     if caveat:
-        con.print(f"  {caveat}.", markup=False, highlight=False)
+        con.print(f"  * {caveat}.", markup=False, highlight=False)
 
 
 def _where(r: W.Row) -> str:
