@@ -200,6 +200,19 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
         timer.discard_open()
         st.interrupted = True
         stop.signame = stop.signame or "SIGINT"
+    except Exception as e:  # noqa: BLE001  (re-raised unless a stop was asked before it)
+        # a terminal's Ctrl+C reaches the whole process group: the step's own subprocesses
+        # too (inductor's C++ compiler, then CppCompileError). Asked to stop first, the run
+        # was interrupted, not failed (before: `failed`, "InductorError: CppCompileError")
+        if p.strategy.distributed or stop.signame is None:
+            raise
+        timer.discard_open()
+        st.interrupted = True
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        with contextlib.suppress(OSError):
+            os.write(2, f"scaleprobe: the step under way then failed, as the {stop.signame} "
+                        f"reached its subprocesses too: {type(e).__name__}: {first}\n"
+                        .encode())
     st.stop_reason = ("interrupted" if st.interrupted else
                       st.stop_reason or loop_end_reason(p, st))
     st.window_t1 = time.perf_counter()
