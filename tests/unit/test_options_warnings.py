@@ -14,10 +14,13 @@ def test_more_loader_workers_than_cores_is_one_line_of_scaleprobes_not_torchs(ca
     cores = len(os.sched_getaffinity(0))
     warn_unused(C.build({"loader": "pipelined", "workers": cores + 1}), [])
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"scaleprobe: warning: {cores + 1} loader "
-                                               f"workers ({cores + 1} per process) on {cores} "
-                                               "cores: they time-share"), err
+    assert len(err) == 1 and err[0].startswith(f"scaleprobe: warning: --workers {cores + 1} "
+                                               f"on {cores} cores: the loader workers "
+                                               "time-share"), err
     warn_unused(C.build({"loader": "pipelined", "workers": 1}), [])
+    # the default (2 workers) under ddp on 2 cores: as torch, one loader's workers count
+    warn_unused(C.build({"loader": "pipelined", "workers": cores, "strategy": "ddp",
+                         "nproc": 2}), [])
     warn_unused(C.build({"loader": "naive", "workers": cores + 1}), [])
     assert capsys.readouterr().err == ""
     from scaleprobe.data.loader import quiet_worker_count_warning

@@ -216,10 +216,10 @@ def warn_unused(cfg: C.RunConfig, given: Iterable[str]) -> None:
     printed twice by every loader: data/loader.py silences it)."""
     lines = list(unused(cfg, given))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    workers = cfg.data.workers * cfg.dist.nproc if cfg.data.loader == "pipelined" else 0
-    if cores and workers > cores:
-        lines.append(f"{workers} loader workers ({cfg.data.workers} per process) on {cores} "
-                     "cores: they time-share the cores with training, so data wait and step "
-                     "times measure that contention")
+    workers = cfg.data.workers if cfg.data.loader == "pipelined" else 0
+    if cores and workers > cores:  # torch's own check: one loader's workers, this host's cores
+        lines.append(f"--workers {workers} on {cores} cores: the loader workers time-share the "
+                     "cores with training, so data wait and step times measure that "
+                     "contention")
     for line in lines:
         print(f"scaleprobe: warning: {line}", file=sys.stderr, flush=True)
