@@ -113,7 +113,7 @@ def test_a_line_names_the_first_point_before_it_ends(tmp_path):
     bar.point_started(Point({"batch_size": 32}, {}), None)
     bar.stop()
     assert out.getvalue().count("started") == 1
-    # each point's line says the time left (issue 41: no estimate of it; the quick demo's
+    # each point's line says the time left (before: no estimate of it; the quick demo's
     # estimate before it started was 5.7 min, it took 12.1 min as the load grew)
     line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("[1/15]") and
                 ": ok" in ln)
