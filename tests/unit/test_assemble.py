@@ -308,3 +308,19 @@ def test_one_process_wrapper_overhead_only_with_an_interval_clear_of_zero():
                              [0.4, 0.100, 0.100, 0.100, 0.100, 0.100, 0.100, 0.100])
     line = _comm_text(clear)
     assert "wrapper overhead 10.0 ms [9.0 ms, 12.0 ms] over 7 pairs per step" in line, line
+
+
+def test_flops_per_s_from_the_median_step_when_no_samples_were_counted():
+    """A wrapped script without a DataLoader: 38 steps timed, FLOPs counted, no samples.
+    Bug caught: `FLOPs: 256 FLOP per step, n/a achieved; MFU: no step was timed`. Now the
+    achieved rate is the step's FLOPs over the median step, and MFU follows from it."""
+    r = raw(0, 0.025, batch=0, steps=38)
+    r["flops"] = {"flops_per_step": 256.0, "peak": {"flops_per_s": 1e9, "source": "measured"}}
+    m = assemble([r])["metrics"]
+    assert m["samples_per_s"] is None
+    assert m["achieved_flops_per_s"] == pytest.approx(256 / 0.025)
+    assert m["mfu"] == pytest.approx(256 / 0.025 / 1e9)
+    # with samples, the rate is still per sample x samples/s (the same figure in lockstep)
+    r = raw(0, 0.025, batch=8, steps=38)
+    r["flops"] = {"flops_per_step": 256.0}
+    assert assemble([r])["metrics"]["achieved_flops_per_s"] == pytest.approx(256 / 0.025)

@@ -88,3 +88,42 @@ def test_a_stop_request_ends_the_wait_at_the_gate(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="co-location parent is gone"):
         point._wait_barrier(barrier)
     assert time.monotonic() - t0 < 1.0
+
+
+def test_a_step_that_fails_after_a_stop_was_asked_ends_the_run_interrupted(monkeypatch,
+                                                                          capfd):
+    """`run --compile` and Ctrl+C while inductor compiled: the terminal's SIGINT reached g++
+    too, and the step raised CppCompileError. Bug caught: the run recorded `failed`,
+    "InductorError: CppCompileError", for a run the user had stopped. Now the steps timed
+    so far are kept and the run is interrupted, the step's error said in one line; an error
+    with no stop asked before it is still the run's failure."""
+    from scaleprobe.core.interrupt import StopRequest
+
+    real, calls = engine._one_step, []
+
+    def step(p, st, batch, tm):
+        calls.append(1)
+        if len(calls) == 4:
+            if ask:
+                stop.signame = "SIGINT"  # the handler ran: the stop was asked
+            raise RuntimeError("CppCompileError: C++ compile error\nCommand: g++ ...")
+        return real(p, st, batch, tm)
+
+    def run(stop):
+        parts = _parts(C.build({"steps": 8, "warmup_steps": 1, "progress": False}))
+        return engine.train_loop(parts, StepTimer("cpu"), SimpleNamespace(advance=lambda st: None),
+                                 time.perf_counter, stop=stop)
+
+    monkeypatch.setattr(engine, "_one_step", step)
+    for ask in (True, False):
+        calls.clear()
+        stop = StopRequest()
+        if not ask:
+            with pytest.raises(RuntimeError, match="CppCompileError"):
+                run(stop)
+            continue
+        st = run(stop)
+        assert st.interrupted and st.stop_reason == "interrupted" and st.step == 3
+        err = capfd.readouterr().err
+        assert ("as the SIGINT reached its subprocesses too: RuntimeError: CppCompileError: "
+                "C++ compile error\n") in err, err

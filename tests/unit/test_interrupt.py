@@ -7,6 +7,7 @@ import time
 import pytest
 
 from scaleprobe.core.interrupt import Interrupted, StopRequest, describe, sigterm_interrupts
+from scaleprobe.core.results import RankRecord
 
 
 def _deliver(sig):
@@ -34,6 +35,20 @@ def test_while_training_a_signal_only_asks_to_stop_and_a_second_stops_at_once():
         with pytest.raises(Interrupted):
             _deliver(signal.SIGINT)
     assert stop.signame == "SIGTERM"  # the first request is what is reported
+
+
+def test_the_first_ctrl_c_in_one_process_says_it_was_heard(capfd):
+    """`run --model resnet34 --image-size 224` on 2 loaded cores: a step took over a minute
+    and Ctrl+C printed nothing until it ended. Bug caught: silence. Now one line says the stop
+    was heard and how to stop at once; a launched rank (its launcher speaks) says nothing."""
+    for once in (True, False):
+        stop = StopRequest(escape_on_second=once)
+        with stop.handling():
+            stop.deferring = True
+            _deliver(signal.SIGINT)
+        err = capfd.readouterr().err
+        assert ("SIGINT heard: stopping at the end of the step under way" in err) is once, err
+        assert err.count("heard") == (1 if once else 0)
 
 
 def test_a_launched_rank_never_raises_once_training():
@@ -113,7 +128,6 @@ def test_a_signal_to_one_rank_is_told_to_its_peers_and_stops_them(tmp_path):
     28 s to end, named by gloo's "Connection closed by peer", SIGTERM nowhere). Now its
     heartbeat publishes the signal, the peer's stop request reads it at its next step's
     end, and the run's error names the rank."""
-    from scaleprobe.core.results import RankRecord
     from scaleprobe.measure.heartbeat import Heartbeat
     from scaleprobe.run.driver import interrupted_from
 
@@ -136,7 +150,52 @@ def test_a_signal_to_one_rank_is_told_to_its_peers_and_stops_them(tmp_path):
     raws = [RankRecord(rank=0, interrupted="peer"), RankRecord(rank=1, interrupted="SIGTERM")]
     assert interrupted_from(raws) == "SIGTERM to rank 1"
     assert describe(interrupted_from(raws)) == (
-        "interrupted by SIGTERM sent to rank 1 alone (every rank stopped at the same step)")
+        "interrupted by SIGTERM sent to rank 1 alone (the other ranks stopped with it)")
     # the launcher's signal reaches every rank: no rank is named
     both = [RankRecord(rank=r, interrupted="SIGTERM") for r in (0, 1)]
     assert interrupted_from(both) == "SIGTERM"
+
+
+class _Store:
+    """The job's store as the engine uses it (torch's TCPStore answers bytes)."""
+
+    def __init__(self):
+        self.kv = {}
+
+    def check(self, keys):
+        return all(k in self.kv for k in keys)
+
+    def get(self, key):
+        return self.kv[key]
+
+    def compare_set(self, key, expected, value):
+        self.kv.setdefault(key, value.encode())
+        return self.kv[key]
+
+
+def test_a_signal_to_a_rank_on_another_host_stops_this_hosts_ranks_through_the_store():
+    """2 hosts x 2 ranks; rank 1 (host 0) is sent SIGTERM. Bug caught: the ranks of host 1
+    never saw it (a peer is read from its heartbeat file, on its own host), trained on and
+    waited in a collective until the timeout. Now they read the step the ranks stop at, and
+    who was asked, from the job's store, and their host's record names it."""
+    from scaleprobe.core.interrupt import STOP_KEY, peers_across_hosts, stop_step_of, stop_value
+    from scaleprobe.run.driver import interrupted_from
+
+    store = _Store()
+    signalled, remote = StopRequest(escape_on_second=False), StopRequest(escape_on_second=False)
+    remote.peers = peers_across_hosts(lambda: None, store)
+    remote.local_ranks = {2, 3}
+    assert not remote.requested
+    signalled.signame = "SIGTERM"
+    got = store.compare_set(STOP_KEY, "", stop_value(12, signalled.who(1)))
+    assert stop_step_of(got) == 12 and signalled.recorded() == "SIGTERM"
+    assert remote.requested and remote.peer == (1, signal.SIGTERM)
+    # a later proposal (host 1's own) gets the first one's step: every rank stops there
+    assert stop_step_of(store.compare_set(STOP_KEY, "", stop_value(13, remote.who(2)))) == 12
+    assert remote.recorded() == "SIGTERM to rank 1"
+    assert interrupted_from([RankRecord(rank=r, interrupted=remote.recorded())
+                             for r in (2, 3)]) == "SIGTERM to rank 1"
+    # a peer on the same host is named by that rank's own record: "peer" here
+    near = StopRequest(escape_on_second=False)
+    near.peer, near.local_ranks = (1, signal.SIGTERM), {0, 1}
+    assert near.recorded() == "peer"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.launch.rankwatch import RankWatch, name_signal
+from scaleprobe.launch.rankwatch import RankWatch, last_meaningful_line, name_signal
 from scaleprobe.measure.heartbeat import STATES, RankError, beat_dir, write_error
 
 
@@ -241,3 +241,119 @@ def test_a_loader_workers_fd_sharing_error_stays_off_the_output(tmp_path, quiet)
         assert text == "", text
     else:  # the mechanism the filter silences
         assert "resource_sharer.py" in text and "Traceback" in text, text
+
+
+# rank 0's traceback when its peer froze: DDP's comm hook raised through torch's future, and
+# pybind11 appended the Python stack ("At:" and one line a frame) after the error
+WAITED_TB = """Traceback (most recent call last):
+  File "/x/scaleprobe/train/engine.py", line 128, in train_step
+    loss.backward()
+RuntimeError: Got the following error when running the callback: RuntimeError: Got the \
+following error when running the callback: RuntimeError: [/__w/pytorch/pytorch/third_party/\
+gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to \
+complete
+
+At:
+  /x/torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py(31): <lambda>
+
+
+At:
+  /x/scaleprobe/comm/hook.py(101): done
+
+"""
+
+
+def test_the_rank_that_waited_for_a_frozen_peer_is_described_in_plain_words(tmp_path):
+    """Rank 1 froze at step 11, rank 0 gave up at the collective timeout 10 s later. Bug
+    caught: the error read "rank 0 then failed: .../comm/hook.py(101): done", the last frame
+    of the stack pybind11 appends (once for each callback the error passed through: DDP's
+    default hook inside scaleprobe's timing hook), taken for rank 0's error line."""
+    line = last_meaningful_line(WAITED_TB)
+    assert line.startswith("RuntimeError: Got the following error") and "10000ms" in line
+    assert last_meaningful_line("ValueError: f(3): x") == "ValueError: f(3): x"  # no "At:"
+    beat_dir(tmp_path).mkdir(parents=True)
+    write_error(tmp_path, 0, RankError(line))
+    now = time.time()
+    watch = RankWatch(str(tmp_path))
+    watch.first = (0, now, True)
+    watch.stalled = (1, {"step": 11, "progress_wall": now - 10.0})
+    got = watch.failure(SimpleNamespace(failures={}))
+    assert got.rank == 1
+    assert got.message == (
+        "stopped making progress at step 11, 10.0 s before the job was stopped; rank 0 waited "
+        "for it and gave up at the collective timeout (--timeout): RuntimeError: Timed out "
+        "waiting 10000ms for recv operation to complete"), got.message
+    # another error of the rank that waited is still said, as what it did next
+    write_error(tmp_path, 0, RankError("RuntimeError: Connection closed by peer"))
+    assert watch.failure(SimpleNamespace(failures={})).message.endswith(
+        "; rank 0, which waited for it, then failed: RuntimeError: Connection closed by peer")
+
+
+def _at(run_dir, rank, pid, step, step_wall, progress_wall, stop=0, state="training"):
+    beat_dir(run_dir).mkdir(parents=True, exist_ok=True)
+    (beat_dir(run_dir) / f"rank-{rank}.hb").write_bytes(struct.pack(
+        "<9d", rank, pid, STATES.index(state), step, step_wall, 3, progress_wall,
+        max(step_wall, progress_wall), stop))
+
+
+@pytest.mark.parametrize("hung", [False, True])
+def test_a_stop_gives_slow_steps_their_time_and_still_ends_a_hang(tmp_path, monkeypatch, hung):
+    """SIGTERM to rank 1 alone while steps take 10 s (gpt_tiny's took up to 11.8 s on the
+    loaded 2-core machine). The ranks need the step under way and up to two more to stop
+    together. Bug caught: a grace of a fixed 6 s whatever the step time. Now the grace is 4
+    steps of the slowest seen (40 s here), never under 6 s: at 7 s nothing is killed; at 41 s
+    the ranks are, and a rank that moved no more since the stop is named as hung, while ranks
+    that still moved (slow, not hung) end as interrupted."""
+    from scaleprobe.core.interrupt import Interrupted
+    from scaleprobe.launch import rankwatch
+
+    later = [0.0]
+    real = time.time
+    monkeypatch.setattr(rankwatch, "time", SimpleNamespace(time=lambda: real() + later[0]))
+    strays = []
+    monkeypatch.setattr(rankwatch, "kill_strays", lambda since, spare: strays.append(since))
+    ranks = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        t0 = real()
+        watch = RankWatch(str(tmp_path))
+        for r in (0, 1):
+            _at(tmp_path, r, ranks[r].pid, 5, t0, t0)
+        watch.poll()
+        later[0] = 10.0
+        for r in (0, 1):  # each ended a 10 s step; rank 1 was sent SIGTERM
+            _at(tmp_path, r, ranks[r].pid, 6, t0 + 10, t0 + 10, stop=r * signal.SIGTERM)
+        watch.poll()
+        assert watch.slowest_step_s == pytest.approx(10.0)
+        assert watch.stop_asked is not None and watch.stop_asked[1] == "SIGTERM to rank 1"
+        assert watch.stop_grace_s() == pytest.approx(40.0)
+        later[0] = 17.0  # past a fixed 6 s grace: slow steps are no hang
+        watch.poll()
+        assert watch.stop_overdue is None and [r.poll() for r in ranks] == [None, None]
+        later[0] = 51.0  # past 4 steps of 10 s
+        for r in (0, 1):  # rank 1 still moves; rank 0 too unless it hung at the stop
+            moved = t0 + (10 if hung and r == 0 else 48)
+            _at(tmp_path, r, ranks[r].pid, 6, t0 + 10, moved)
+        watch.poll()
+        assert [r.wait(timeout=10) for r in ranks] == [-9, -9] and strays
+        watch.poll()  # the killed ranks seen as ended: the one named stays the hung one
+        got = watch.overdue_ending()
+        if hung:
+            assert got.rank == 0 and got.message == (
+                "did not stop within the 40.0 s given after SIGTERM to rank 1 (4 steps of "
+                "the slowest, 10.0 s, at least 6 s): stopped making progress at step 6, "
+                "40.0 s before the job was stopped"), got.message
+        else:
+            assert isinstance(got, Interrupted) and got.signame == "SIGTERM to rank 1"
+    finally:
+        for r in ranks:
+            r.kill()
+
+
+def test_the_grace_after_a_stop_is_never_under_its_floor(tmp_path):
+    """Fast steps (10 ms) still get 6 s: ranks at the rendezvous, which no signal interrupts,
+    are the ones that need it; a watch that saw no step gives the floor too."""
+    watch = RankWatch(str(tmp_path))
+    assert watch.stop_grace_s() == 6.0
+    watch.slowest_step_s = 0.01
+    assert watch.stop_grace_s() == 6.0
+    assert RankWatch(str(tmp_path), stop_steps=11).stop_grace_s() == 6.0

@@ -17,24 +17,28 @@ from scaleprobe.report import records as R
 KEPT = (*MEASURED, "oom")  # the statuses a resumed experiment reuses
 
 
-def kept_runs(folder: Path) -> dict[str, int]:
-    """Finished runs under ``folder`` by experiment id (or run name); {} when none."""
+def kept_runs(folder: Path, ids: tuple[str, ...] = ()) -> dict[str, int]:
+    """Finished runs under ``folder`` by experiment id (or run name), only those of the
+    experiments ``ids`` where given; {} when none."""
     try:
         runs = R.runs(R.load_records(folder))
     except (ScaleprobeError, OSError):
         return {}
     out: dict[str, int] = {}
     for r in runs:
-        if r.status in KEPT:
+        if r.status in KEPT and (not ids or r.exp_id in ids):
             key = r.exp_id or r.label
             out[key] = out.get(key, 0) + 1
     return out
 
 
-def say_interrupted(folder: Path, again: str | None = None, report: bool = False) -> int:
-    """The lines on stderr after an interrupt: what was kept, that ``again`` resumes, and
+def say_interrupted(folder: Path, again: str | None = None, report: bool = False,
+                    ids: tuple[str, ...] = ()) -> int:
+    """The lines on stderr after an interrupt: what was kept (of the experiments ``ids``
+    where given: a folder shared with other runs held them all, and an interrupted scale
+    said "Kept 16 finished runs" of the demo's and plain runs), that ``again`` resumes, and
     (``report``) the report of what was measured, written into ``folder``. Returns 130."""
-    kept = kept_runs(folder)
+    kept = kept_runs(folder, ids)
     n = sum(kept.values())
     each = ", ".join(f"{k}: {v}" for k, v in kept.items())
     _say(f"scaleprobe: interrupted. Kept {n} finished run{'s' if n != 1 else ''} in {folder}"

@@ -11,6 +11,7 @@ default ``--help`` shows never overrides a file.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import textwrap
@@ -210,6 +211,15 @@ def config_from_args(args: argparse.Namespace,
 
 
 def warn_unused(cfg: C.RunConfig, given: Iterable[str]) -> None:
-    """One line on stderr for each option the user set that this run does not use."""
-    for line in unused(cfg, given):
+    """One line on stderr for each option the user set that this run does not use, and for
+    more loader workers than this host's cores (in place of torch's own four-line warning,
+    printed twice by every loader: data/loader.py silences it)."""
+    lines = list(unused(cfg, given))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = cfg.data.workers if cfg.data.loader == "pipelined" else 0
+    if cores and workers > cores:  # torch's own check: one loader's workers, this host's cores
+        lines.append(f"--workers {workers} on {cores} cores: the loader workers time-share the "
+                     "cores with training, so data wait and step times measure that "
+                     "contention")
+    for line in lines:
         print(f"scaleprobe: warning: {line}", file=sys.stderr, flush=True)

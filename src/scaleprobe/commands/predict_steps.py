@@ -30,13 +30,18 @@ def load_runs(path: str) -> list[RunResult]:
 def one_rank_run(path: str) -> RunResult:
     """The one-rank run ``path`` names (a result.json, a run folder, or a folder of runs:
     then its latest one-rank run)."""
-    got = [r for r in load_runs(path) if r.status == "ok" and r.step_median_s is not None]
+    every = load_runs(path)
+    got = [r for r in every if r.status == "ok" and r.step_median_s is not None]
     ones = [r for r in got if (r.world_size or 1) == 1]
     if not ones:
         many = f" (it holds runs of {sorted({r.world_size or 1 for r in got})} processes)" if got \
             else ""
+        ended = sorted({str(r.status) for r in every if r.status != "ok"})
+        if not got and ended:  # a run that did not finish: say so, not "not one rank"
+            many = f" (it holds runs that did not finish: {', '.join(ended)})"
         raise ConfigError(f"no measured one-rank run in {path}{many}: --from takes a run of "
-                          "one process; --check sets multi-rank runs beside their prediction")
+                          "one process that ended ok; --check sets multi-rank runs beside "
+                          "their prediction")
     return max(ones, key=lambda r: str(r.started_at or ""))
 
 
@@ -135,9 +140,10 @@ def _time_fig(v: float | None, lo: float | None, hi: float | None,
 
 
 def _needed(r: W.Row, loaded: bool = False) -> str:
+    """The slowest link for the target, in a cell that keeps the table in 80 columns: under
+    load "unreachable*", the star the caveat under the table ("* measured under load")."""
     if r.needed_gbit_s is None:
-        return ("unreachable" + (", under load" if loaded else "")) if r.needed_reason \
-            else "n/a"
+        return ("unreachable" + ("*" if loaded else "")) if r.needed_reason else "n/a"
     g = r.needed_gbit_s
     if g <= NEEDED_FLOOR_GBIT_S:
         return f"< {g * 1e3:g} Mbit/s"
@@ -204,7 +210,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
     for n in notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
     if caveat:
-        con.print(f"  {caveat}.", markup=False, highlight=False)
+        con.print(f"  * {caveat}.", markup=False, highlight=False)
 
 
 def _where(r: W.Row) -> str:

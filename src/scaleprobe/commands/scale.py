@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                          repeats=args.repeats, executor=executor)
     except KeyboardInterrupt:  # every point stopped; the runs that finished are kept
 
-        return say_interrupted(sweep_out_dir(spec, out))
+        return say_interrupted(sweep_out_dir(spec, out), ids=(spec["sweep"]["id"],))
     return _write_table(sweep_out_dir(spec, out), spec["sweep"]["id"], rows)
 
 

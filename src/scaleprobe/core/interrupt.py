@@ -37,9 +37,49 @@ def describe(signame: str | None) -> str:
         return "interrupted by the user (Ctrl+C)"
     sig, _, rank = signame.partition(" to rank ")
     if rank:  # one rank's own signal (``kill`` of its pid): the others stopped with it
-        return (f"interrupted by {sig} sent to rank {rank} alone (every rank stopped at the "
-                "same step)")
+        return (f"interrupted by {sig} sent to rank {rank} alone (the other ranks stopped "
+                "with it)")
     return f"interrupted by {signame} (asked to stop, e.g. pre-empted by a scheduler)"
+
+
+STOPPING = ("\nscaleprobe: {} heard: stopping at the end of the step under way, the steps "
+            "timed so far kept (Ctrl+C again stops at once)\n")
+
+# the job's store key holding the step the ranks stop at and who was asked to stop: "12 1 15"
+# (stop after 12 steps; rank 1 was sent signal 15)
+STOP_KEY = "scaleprobe/stop_step"
+
+
+def stop_value(step: int, who: tuple[int, int] | None) -> str:
+    return f"{step} {who[0]} {who[1]}" if who else str(step)
+
+
+def stop_step_of(value: bytes | str) -> int:
+    text = value.decode() if isinstance(value, bytes) else value
+    return int(text.split()[0])
+
+
+def peers_across_hosts(local: Callable[[], tuple[int, int] | None], store: Any
+                       ) -> Callable[[], tuple[int, int] | None]:
+    """``StopRequest.peers`` for a job that spans hosts: a peer on this host is read from its
+    mapped heartbeat (``local``, no system call); a rank on another host is seen once some
+    rank has proposed the step to stop at in the job's store (``STOP_KEY``): one round trip
+    to host 0's store at every step's end. Without it the ranks of the other hosts trained on
+    and waited in a collective until the timeout."""
+
+    def peers() -> tuple[int, int] | None:
+        found = local()
+        if found is not None:
+            return found
+        try:
+            if not store.check([STOP_KEY]):
+                return None
+            parts = store.get(STOP_KEY).decode().split()
+        except Exception:  # noqa: BLE001  (a store gone: the collective's own error follows)
+            return None
+        return (int(parts[1]), int(parts[2])) if len(parts) == 3 else (-1, 0)
+
+    return peers
 
 
 class Interrupted(KeyboardInterrupt):
@@ -115,6 +155,7 @@ class StopRequest:
         self.tell_peers: Callable[[int], None] | None = None
         self.peers: Callable[[], tuple[int, int] | None] | None = None
         self.peer: tuple[int, int] | None = None  # (rank, signal) of the peer that was asked
+        self.local_ranks: set[int] | None = None  # ranks on this host (None: every rank)
 
     @property
     def requested(self) -> bool:
@@ -124,12 +165,35 @@ class StopRequest:
             self.peer = self.peers()
         return self.peer is not None
 
+    def who(self, rank: int) -> tuple[int, int] | None:
+        """(rank, signal) of the rank that was asked to stop: this one, or a peer."""
+        if self.signame is not None:
+            with contextlib.suppress(KeyError):
+                return rank, int(signal.Signals[self.signame])
+        return self.peer
+
+    def recorded(self) -> str:
+        """What this rank's record says stopped it: its own signal, "peer" (a peer on this
+        host, whose own record names it), or, for a rank on another host, "SIGTERM to rank 1"
+        (no record of that host names it)."""
+        if self.signame is not None:
+            return self.signame
+        p = self.peer
+        if p is None or p[0] < 0 or self.local_ranks is None or p[0] in self.local_ranks:
+            return "peer"
+        return f"{signal_name(p[1])} to rank {p[0]}"
+
     def _handler(self, signum: int, frame: Any) -> None:
         if _in_forked_child(self._owner, signum):
             return
         name = signal_name(signum)
         if not self.deferring or (self.signame is not None and self.escape_on_second):
             raise Interrupted(name)
+        if self.signame is None and self.escape_on_second:
+            # a step can take minutes (a large model on a CPU): say the stop was heard. One
+            # write to the descriptor: the stream's buffer may be mid-write in this thread
+            with contextlib.suppress(OSError):
+                os.write(2, STOPPING.format(name).encode())
         self.signame = self.signame or name
         if self.tell_peers is not None:
             self.tell_peers(signum)

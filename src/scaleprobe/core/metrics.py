@@ -182,6 +182,13 @@ def achieved_flops_per_s(flops_per_sample_: float | None, sps: float | None) -> 
     return _product(flops_per_sample_, sps)
 
 
+def flops_per_s_of_steps(flops_per_step_: float | None, step_s: float | None
+                         ) -> float | None:
+    """FLOP/s over the median step, where the samples a step takes are unknown (a wrapped
+    script without a DataLoader): every rank's FLOPs of one step over one step's time."""
+    return _ratio(flops_per_step_, step_s)
+
+
 def mfu(achieved: float | None, peak_per_device: float | None, devices: int | None
         ) -> float | None:
     """Model FLOPs utilisation: the share of the devices' peak the model's FLOPs used."""

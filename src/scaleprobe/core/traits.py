@@ -43,6 +43,9 @@ class StrategyTraits:
     # the process's whole batch (no sharding, no server, no averaging of its own)
     gns_from_hook: bool = False
     gns_micro_batches: bool = False
+    # the ranks synchronise once every --average-every steps (local SGD), not every step: they
+    # may be that many steps apart, and take that many more to stop together
+    sync_every_k: bool = False
 
     @property
     def in_process(self) -> bool:
@@ -70,7 +73,7 @@ TRAITS: dict[str, StrategyTraits] = {
                          sync_collective="ps_push_pull", comm_pattern="ps"),
     "localsgd": StrategyTraits("localsgd", launched=True, explicit_comm=True,
                                audits_shards=True, sync_collective="all_reduce",
-                               comm_pattern="localsgd"),
+                               comm_pattern="localsgd", sync_every_k=True),
     # FSDP2: all-gather before each unit's forward and backward, reduce-scatter after it
     "fsdp": StrategyTraits("fsdp", launched=True, overlapped_comm=True, audits_shards=True,
                            fp16_loss_scaling=False, sync_collective="fsdp_step",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -108,11 +109,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def quiet_worker_count_warning() -> None:
+    """torch warns, in four lines twice per loader, when the workers outnumber the cores; the
+    command says it once, in one line (commands/options.py ``warn_unused``)."""
+    warnings.filterwarnings("ignore", message="This DataLoader will create",
+                            category=UserWarning)
+
+
 def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Sampler | None,
                  shuffle: bool, device: torch.device, seed: int, drop_last: bool = True,
                  collate: Callable[..., Any] = collate_indexed,
                  batch_sampler: Sampler | None = None) -> DataLoader:
     pipelined = cfg.loader == "pipelined"
+    quiet_worker_count_warning()
     _init = functools.partial(_worker_init, os.getpid())
     if batch_sampler is not None:
         return DataLoader(ds, batch_sampler=batch_sampler, collate_fn=collate,

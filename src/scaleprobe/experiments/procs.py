@@ -37,7 +37,7 @@ from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, PointPayload, find_attempt, record_once
-from scaleprobe.launch import INTERRUPT_GRACE_S
+from scaleprobe.launch.rankwatch import INTERRUPT_GRACE_S
 from scaleprobe.measure.env import gpu_machine, use_platform_start_method
 
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL

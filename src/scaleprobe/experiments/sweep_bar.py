@@ -159,6 +159,8 @@ class SweepProgress:
             self.run_s.append(time.monotonic() - self._t_point)
         self._advance()
         when = "done before, not rerun" if resumed else duration(self.run_s[-1])
+        if not resumed and self.completed < self.total:  # the time left, from these points
+            when += f"; about {self.eta()} left of {escape(self.label)}"
         self._line(point, status, f"{detail} ({when})", repeat)
 
     def point_skipped(self, point: Point, reason: str) -> None:

@@ -56,22 +56,16 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.interrupt import Interrupted, signal_name
 from scaleprobe.launch import guard
 from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
+    INTERRUPT_GRACE_S,
     KILL_AFTER_S,
+    STOP_CEILING_S,
+    STOP_STEPS,
     RankWatch,
     WorkerFailure,
     last_meaningful_line,
     name_signal,
 )
 from scaleprobe.measure.env import gpu_machine
-
-# after Ctrl+C / SIGTERM: how long the workers get to stop together and hand over their records
-# before they are killed (then the steps each logged are kept: measure/steplog.py). Six DDP
-# ranks on the 2-core machine, training, all ended 2.2 s after Ctrl+C; ranks still starting
-# (some wait in the rendezvous, which no signal interrupts) are the ones killed at the grace:
-# 6 s ended every rank within 2.9-7.3 s of Ctrl+C at any moment of `run --strategy ddp
-# --nproc 6 --force` (tests/faults/test_oversubscribed.py), well inside a scheduler's grace
-# (typically 30 s)
-INTERRUPT_GRACE_S = 6
 
 START_ENV = "SCALEPROBE_RANK_START"  # fork | spawn (see the module's docstring)
 
@@ -295,7 +289,7 @@ def _quiet_elastic_logs() -> None:
 
 
 def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None,
-                   start_method: str = "spawn"):
+                   start_method: str = "spawn", shutdown_s: float = INTERRUPT_GRACE_S):
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
@@ -303,7 +297,7 @@ def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None,
     logs = DefaultLogsSpecs(log_dir=log_dir or tempfile.mkdtemp(prefix="scaleprobe-logs-"))
     extra: dict[str, Any] = {}
     if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
-        extra["shutdown_timeout"] = INTERRUPT_GRACE_S
+        extra["shutdown_timeout"] = int(shutdown_s)
     return LaunchConfig(min_nodes=job.nnodes, max_nodes=job.nnodes, nproc_per_node=job.nproc,
                         run_id=run_id, max_restarts=0, monitor_interval=0.1,
                         start_method=start_method, logs_specs=logs, rdzv_backend="static",
@@ -346,16 +340,49 @@ class Job:
                    timeout_s=dist.timeout_s)
 
 
+@contextlib.contextmanager
+def _stops_told_to(watch: RankWatch | None) -> Iterator[None]:
+    """While inside (the launch, in the main thread): a stop signal to this process is told to
+    the watch, which then gives the ranks a grace that follows their step time
+    (``RankWatch.stop_grace_s``), and raised as torch's launcher's own handler raises it, so
+    the launcher forwards it to the ranks. Its own handler is kept off
+    (TORCHELASTIC_SIGNALS_TO_HANDLE empty): it would replace this one."""
+    if watch is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # heavy: torch: the launcher's exception, only when ranks are launched
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        watch.asked_to_stop(signal_name(signum))
+        raise SignalException(f"Process {os.getpid()} got signal: {signal_name(signum)}",
+                              sigval=signal.Signals(signum))
+
+    saved = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = ""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, on_stop)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
+        else:
+            os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = saved
+
+
 def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: str | None = None,
-                run_dir: str | None = None, stall_after_s: float | None = None
-                ) -> dict[int, Any]:
+                run_dir: str | None = None, stall_after_s: float | None = None,
+                stop_steps: int = STOP_STEPS) -> dict[int, Any]:
     """Run ``entry(*args)`` in ``job.nproc`` processes on this host (of ``job.nnodes`` hosts).
 
     Returns ``{global_rank: return value}`` for this host's workers. Raises WorkerFailure,
     ``interrupt.Interrupted`` when this process was asked to stop (Ctrl+C, SIGTERM), and
     ConfigError for a rendezvous address it cannot listen on. With ``run_dir`` the ranks'
     heartbeats there name a rank that hung (``RankWatch``); with ``stall_after_s`` as well
-    a job whose ranks make no progress for that long is ended as stalled.
+    a job whose ranks make no progress for that long is ended as stalled. After a stop signal
+    (to this process, or to one rank alone) the ranks get ``stop_steps`` of their slowest
+    step, at least ``INTERRUPT_GRACE_S``, to stop together, before they are killed.
     """
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -378,18 +405,25 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
     run_id = (f"scaleprobe-{uuid.uuid4().hex[:12]}" if job.nnodes == 1 and not job.rdzv_endpoint
               else f"scaleprobe-{(job.rdzv_endpoint or '').replace(':', '-')}")
     start = rank_start_method()
-    cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir, start)
+    # with a watch, the watch ends the ranks at the grace; torch's launcher only backs it up
+    cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir, start,
+                         STOP_CEILING_S if run_dir else INTERRUPT_GRACE_S)
     handlers = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})
     global _forking_ranks
     try:
         _forking_ranks = start == "fork"
         with _environ(env), _guarded(run_dir) as guard_pid, \
-                RankWatch(run_dir, stall_after_s, spare={guard_pid}) as watch:
+                RankWatch(run_dir, stall_after_s, spare={guard_pid},
+                          stop_steps=stop_steps) as watch, \
+                _stops_told_to(watch if run_dir else None):
             try:
                 return elastic_launch(cfg, entry)(*args)
             except ChildFailedError as e:
                 watch.poll()  # a death the watch has not seen yet
+                overdue = watch.overdue_ending()  # killed: they had not stopped in time
+                if overdue is not None:
+                    raise overdue from None
                 raise watch.failure(e) from None
             except SignalException as e:  # the launcher stopped the workers and handed it on
                 raise Interrupted(signal_name(e.sigval)) from None

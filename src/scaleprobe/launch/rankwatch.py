@@ -1,14 +1,14 @@
 """Watching a launched job's ranks (``RankWatch``): which rank failed or died first, how it
 ended, which one had stopped making progress (a hung rank, while the one that raised only
-waited for it), and killing every rank left, with its loader workers, at once. Also the
-error lines a failed rank leaves (``WorkerFailure``, ``last_meaningful_line``,
-``name_signal``). ``launch.run_workers`` runs the job under a watch."""
+waited for it), and killing every rank left, with its loader workers, at once; after a stop
+signal, the grace the ranks get to stop together. Also the job's failure (``WorkerFailure``;
+the error lines themselves are ``launch/lines.py``'s). ``launch.run_workers`` runs the job
+under a watch."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import signal
 import threading
@@ -17,6 +17,15 @@ from typing import Any
 
 import psutil
 
+from scaleprobe.core.interrupt import Interrupted
+from scaleprobe.launch.lines import (  # noqa: F401  (re-exported: the rank's side imports them here)
+    last_meaningful_line,
+    loader_worker_exits,
+    name_signal,
+    plain_error,
+    signal_name_of,
+    waited_text,
+)
 from scaleprobe.measure.heartbeat import (
     RankError,
     find_stalled,
@@ -28,6 +37,22 @@ from scaleprobe.measure.heartbeat import (
 # after a rank failed or died: how long the launcher gets to see it before the ranks left are
 # killed
 KILL_AFTER_S = 1.0
+# after Ctrl+C / SIGTERM (to the launcher, or to one rank alone): the least time the ranks get
+# to stop together and hand over their records before they are killed (then the steps each
+# logged are kept: measure/steplog.py). Six DDP ranks on the 2-core machine, training, all
+# ended 2.2 s after Ctrl+C; ranks still starting (some wait in the rendezvous, which no signal
+# interrupts) are the ones killed at the grace: 6 s ended every rank within 2.9-7.3 s of
+# Ctrl+C at any moment of `run --strategy ddp --nproc 6 --force`
+# (tests/faults/test_oversubscribed.py), well inside a scheduler's grace (typically 30 s)
+INTERRUPT_GRACE_S = 6.0
+# the ranks stop at a step they agree on: they finish the step under way and up to
+# ``sync_period`` + 1 more (train/engine.py ``_stop_step``). Slow steps (gpt_tiny's took 2.8 to
+# 11.8 s on the loaded 2-core machine) get that many of the slowest step seen, plus one for
+# the hand-over; the grace is never shorter than ``INTERRUPT_GRACE_S``
+STOP_STEPS = 4
+# what the launcher's own teardown (torch.distributed.elastic) waits at most once the watch
+# decides: a backstop, should the watch not end the ranks
+STOP_CEILING_S = 3600
 # a rank is named as the one that stopped only when it had not moved for this long
 MIN_STALL_S = 2.0
 # before the first step, a rank whose processes used this much CPU since it last did is busy
@@ -77,60 +102,6 @@ def _exit_text(exitcode: int | None) -> str:
     if exitcode is not None and exitcode < 0:
         return f"killed by signal {-exitcode}"
     return f"exited with code {exitcode}"
-
-
-def last_meaningful_line(msg: str) -> str:
-    """The error line of a traceback: its last line that is not a frame or a marker."""
-    lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.startswith(("File ", "^", "~")) or ln.startswith("Traceback"):
-            continue
-        return ln[:400]
-    return ""
-
-
-def name_signal(line: str, worker_exits: list[tuple[int, int]] | None = None) -> str:
-    """An error line with the signal that killed a DataLoader worker named by number and
-    name: PyTorch says "is killed by signal: Killed." (strsignal's words) or only "exited
-    unexpectedly"; ``worker_exits`` is (pid, exit code) of the loader's workers where they
-    were read (a negative code: the signal)."""
-    killed = [(pid, -code) for pid, code in worker_exits or [] if code < 0]
-    if killed and "killed by signal" not in line:
-        return line + "; " + ", ".join(f"DataLoader worker (pid {pid}) was killed by signal "
-                                       f"{sig} ({signal_name_of(sig)})" for pid, sig in killed)
-    m = re.search(r"killed by signal: ([A-Za-z ]+)", line)
-    if m:
-        words = m.group(1).strip().rstrip(".")
-        for s in signal.Signals:
-            if signal.strsignal(s) == words:
-                return line.rstrip(".") + f" (signal {s.value}, {s.name})"
-    return line
-
-
-def loader_worker_exits(exc: BaseException | None) -> list[tuple[int, int]]:
-    """(pid, exit code) of the DataLoader workers that had ended when ``exc`` was raised,
-    read from the iterators its traceback's frames hold (PyTorch's ``_workers``): a worker
-    killed by a signal surfaces as "exited unexpectedly" or as a reset connection."""
-    out: list[tuple[int, int]] = []
-    tb = exc.__traceback__ if exc is not None else None
-    while tb is not None:
-        for v in list(tb.tb_frame.f_locals.values()):
-            try:  # any object: its attributes may raise anything
-                workers = v._workers if hasattr(v, "_workers_status") else None
-                ended = [(w.pid, w.exitcode) for w in workers or []]
-            except Exception:  # noqa: BLE001  (a detail of the error line, nothing more)
-                continue
-            out += [(pid, code) for pid, code in ended
-                    if isinstance(code, int) and code != 0 and (pid, code) not in out]
-        tb = tb.tb_next
-    return out
-
-
-def signal_name_of(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 def _how_child_ended(pid: int) -> str | None:
@@ -202,8 +173,14 @@ class RankWatch:
     POLL_S = 0.2
 
     def __init__(self, run_dir: str | None, stall_after_s: float | None = None,
-                 spare: set[int | None] | None = None) -> None:
+                 spare: set[int | None] | None = None, stop_steps: int = STOP_STEPS) -> None:
         self.run_dir = run_dir
+        self.stop_steps = stop_steps  # steps the ranks may take to stop (``stop_grace_s``)
+        self.slowest_step_s = 0.0  # the slowest step any rank was seen to take
+        self._steps: dict[int, tuple[int, float]] = {}  # rank -> (steps done, when) last seen
+        self.stop_asked: tuple[float, str] | None = None  # (when, the signal's name)
+        self.stop_overdue: tuple[float, str] | None = None  # (grace given, the signal's name)
+        self.hung_at_stop: tuple[int, dict[str, Any]] | None = None  # (rank, beat) not moving
         self.spare = spare or set()  # processes of the launcher's own (the job's guard)
         self.stall_after_s = stall_after_s
         self.stall: tuple[int, dict[str, Any], float] | None = None  # (rank, beat, seen at)
@@ -315,10 +292,74 @@ class RankWatch:
             stalled = find_stalled(beats, time.time())
             if stalled is not None:
                 self.stalled = (stalled, beats[stalled])
-        if self.first is None and self.stall_after_s is not None:
+        self._follow_steps(beats)
+        if self.first is None and self.stall_after_s is not None and self.stop_asked is None:
             self._check_stall(beats)
         if self.first is not None and time.time() - self.first[1] >= KILL_AFTER_S:
             self._kill_all()
+        self._check_stop(beats)
+
+    def _follow_steps(self, beats: dict[int, dict[str, Any]]) -> None:
+        """The slowest step seen (``slowest_step_s``), from the steps each rank ended between
+        two looks (their mean, where several ended)."""
+        for rank, b in beats.items():
+            if b["state"] != "training" or not b["step_wall"]:
+                continue
+            seen = self._steps.get(rank)
+            if seen is not None and b["step"] > seen[0]:
+                each = (b["step_wall"] - seen[1]) / (b["step"] - seen[0])
+                self.slowest_step_s = max(self.slowest_step_s, each)
+            if seen is None or b["step"] != seen[0]:
+                self._steps[rank] = (b["step"], b["step_wall"])
+            if b["stop"] and self.stop_asked is None:  # a rank was sent a stop signal
+                self.asked_to_stop(signal_name_of(b["stop"]) + self._to_rank(beats, rank))
+
+    @staticmethod
+    def _to_rank(beats: dict[int, dict[str, Any]], rank: int) -> str:
+        return "" if all(b["stop"] for b in beats.values()) else f" to rank {rank}"
+
+    def asked_to_stop(self, signame: str) -> None:
+        """The job was asked to stop (the launcher's signal, or one rank's seen in its
+        heartbeat): the ranks get ``stop_grace_s`` to stop together, then they are killed."""
+        if self.stop_asked is None:
+            self.stop_asked = (time.time(), signame)
+
+    def stop_grace_s(self) -> float:
+        """How long the ranks may take to stop: ``stop_steps`` of the slowest step seen, at
+        least ``INTERRUPT_GRACE_S``. Only ended steps count, so a rank that hangs is ended
+        within a bounded time."""
+        return max(INTERRUPT_GRACE_S, self.stop_steps * self.slowest_step_s)
+
+    def _check_stop(self, beats: dict[int, dict[str, Any]]) -> None:
+        if self.stop_asked is None or self.stop_overdue is not None:
+            return
+        at, signame = self.stop_asked
+        grace = self.stop_grace_s()
+        if time.time() - at < grace:
+            return
+        if beats and all(b["state"] in ("done", "failed") for b in beats.values()):
+            return  # every rank has stopped: nothing is overdue
+        self.stop_overdue = (grace, signame)
+        still = [r for r, b in beats.items() if b["state"] in ("setup", "training")
+                 and time.time() - b["progress_wall"] >= INTERRUPT_GRACE_S]
+        if still:  # a rank that made no progress at all since: it hung, named
+            rank = min(still, key=lambda r: (beats[r]["progress_wall"], r))
+            self.hung_at_stop = (rank, beats[rank])
+        self._kill_all()
+        kill_strays(self.started_at, self.spare)
+
+    def overdue_line(self) -> str | None:
+        """Why the ranks were killed after a stop signal, or None: ``rank 1 did not stop within
+        the 35.4 s given after SIGTERM (4 steps of the slowest, 8.8 s): stopped making progress
+        at step 7, 20.1 s before the job was stopped``."""
+        if self.stop_overdue is None or self.hung_at_stop is None:
+            return None
+        grace, signame = self.stop_overdue
+        _, beat = self.hung_at_stop
+        at = self.stop_asked[0] + grace if self.stop_asked else time.time()
+        return (f"did not stop within the {grace:.1f} s given after {signame} "
+                f"({self.stop_steps} steps of the slowest, {self.slowest_step_s:.1f} s, at "
+                f"least {INTERRUPT_GRACE_S:g} s): {stall_text(beat, at)}")
 
     def _check_stall(self, beats: dict[int, dict[str, Any]]) -> None:
         """A live rank that made progress once and none for ``stall_after_s``: the job has
@@ -417,6 +458,18 @@ class RankWatch:
         own = read_error(self.run_dir or "", agent.rank) if agent.rank >= 0 else None
         return agent if own is None else WorkerFailure(agent.rank, own.line, error=own)
 
+    def overdue_ending(self) -> BaseException | None:
+        """How a job ended whose ranks the watch killed because they had not stopped within
+        ``stop_grace_s`` of a stop signal: the rank that hung, named (``overdue_line``), or,
+        when every rank still moved (slow steps, not a hang), the interruption itself; None
+        when the watch killed nothing for that reason."""
+        if self.stop_overdue is None:
+            return None
+        line = self.overdue_line()
+        if line is not None and self.hung_at_stop is not None:
+            return WorkerFailure(self.hung_at_stop[0], line)
+        return Interrupted(self.stop_overdue[1])
+
     def failure(self, err: Exception) -> WorkerFailure:
         """The job's failure: the first rank that failed, with its own error line (or how it
         died), or, when another rank had stopped making progress before (it hung; the one that
@@ -438,7 +491,7 @@ class RankWatch:
         if len(killed) != 1:
             return found
         return WorkerFailure(killed[0], f"{sigkill}; rank {found.rank} then failed: "
-                                        f"{found.message}", -signal.SIGKILL)
+                                        f"{plain_error(found.message)}", -signal.SIGKILL)
 
     def _failure(self, err: Exception) -> WorkerFailure:
         agent = self._own_line(_first_failure(err))
@@ -470,6 +523,5 @@ class RankWatch:
         stalled, beat = self.stalled
         if stalled == rank or at - beat["progress_wall"] < MIN_STALL_S:
             return first
-        return WorkerFailure(stalled, f"{stall_text(beat, at)}; rank {rank} then failed: {line}")
-
+        return WorkerFailure(stalled, f"{stall_text(beat, at)}; {waited_text(rank, line)}")
 

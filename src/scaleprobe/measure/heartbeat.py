@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import signal
 import struct
 import threading
 import time
@@ -244,6 +245,21 @@ def read_beats(run_dir: str | Path) -> dict[int, dict[str, Any]]:
         if doc is not None:
             out[doc["rank"]] = doc
     return out
+
+
+def stop_named(beats: dict[int, dict[str, Any]]) -> str | None:
+    """The stop signal the heartbeats say a rank was sent, as ``interrupt.describe`` takes
+    it: "SIGTERM" when every rank was sent it (the launcher's), "SIGTERM to rank 1" when one
+    was; None when none was."""
+    asked = sorted((r, b["stop"]) for r, b in beats.items() if b.get("stop"))
+    if not asked:
+        return None
+    rank, sig = asked[0]
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    return name if len(asked) == len(beats) else f"{name} to rank {rank}"
 
 
 def find_stalled(beats: dict[int, dict[str, Any]], now: float) -> int | None:

@@ -388,6 +388,9 @@ def _flops(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> None
         m.flops_per_step = float(per_rank) * len(trainers)
         m.flops_per_sample = M.flops_per_sample(per_rank, raw0.samples_per_step)
         m.achieved_flops_per_s = M.achieved_flops_per_s(m.flops_per_sample, m.samples_per_s)
+        if m.achieved_flops_per_s is None and m.step_time_s is not None:
+            m.achieved_flops_per_s = M.flops_per_s_of_steps(m.flops_per_step,
+                                                            m.step_time_s.median)
     else:
         why["flops_per_step"] = f.get("reason") or "not counted"
     peak = f.get("peak")

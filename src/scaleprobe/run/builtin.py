@@ -18,7 +18,9 @@ from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
 from scaleprobe.launch import Job, handoff, run_workers
+from scaleprobe.launch.rankwatch import STOP_STEPS
 from scaleprobe.measure import env as envmod
+from scaleprobe.measure.heartbeat import read_beats, stop_named
 from scaleprobe.protocols import Ending, Launched
 from scaleprobe.run.driver import execute, save_traceback
 from scaleprobe.run.resources import check_config
@@ -71,8 +73,12 @@ class BuiltinTraining:
             return _arrived(worker_main(cfg, str(run_dir)))
         d = cfg.dist
         try:
+            # the steps the ranks may take to stop together: the one under way, the agreed
+            # one's distance (train/engine.py ``_stop_step``) and the hand-over
+            apart = d.average_every if self.traits.sync_every_k else 1
             out = run_workers(launched_worker, (cfg, str(run_dir)), Job.of(d),
-                              log_dir=str(run_dir / "logs"), run_dir=str(run_dir))
+                              log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
+                              stop_steps=STOP_STEPS - 1 + apart)
         except Interrupted as e:
             left = handoff.take(run_dir)
             e.raws = left.ranks if left else None
@@ -80,7 +86,12 @@ class BuiltinTraining:
         # ranks stopped by a signal to one of them (not to the launcher) return nothing:
         # rank 0's records are in the hand-off file
         left = handoff.take(run_dir)
-        return _arrived(out.get(0)) or left
+        got = _arrived(out.get(0)) or left
+        if got is None and (signame := stop_named(read_beats(run_dir))):
+            # a host without rank 0, whose rank was signalled: interrupted, not ok with
+            # nothing (its steps are read from the ranks' step logs)
+            raise Interrupted(signame)
+        return got
 
     def keep_traceback(self, run_dir: Path, end: Ending) -> None:
         save_traceback(run_dir, end.tb)

@@ -30,6 +30,7 @@ records it.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +39,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from scaleprobe.comm.instep import cross_check
+from scaleprobe.core.catalog import SMALL_MODELS
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.traits import TRAITS
 from scaleprobe.measure.timer import WaitSplit
@@ -118,6 +120,11 @@ class FSDP(DDP):
 
     def configure(self, cfg: Any) -> None:
         self.amp = cfg.train.amp
+        # FSDP2 warns on every rank when a unit returns a view (digits_cnn's features end in
+        # Flatten): an in-place op on it would skip the all-gather. scaleprobe's own small
+        # models feed such a view only to a Linear, so the warning is kept off for them (a
+        # user's model or torchvision's keeps it)
+        self.quiet_views = cfg.model.name in SMALL_MODELS
 
     def wrap(self, model: nn.Module) -> nn.Module:
         fully_shard, policy_cls, fsdp_module = self.api
@@ -132,6 +139,9 @@ class FSDP(DDP):
                               output_dtype=torch.bfloat16)
             for m in reversed(apart):  # innermost first: fully_shard goes bottom-up
                 fully_shard(m, mesh=mesh, mp_policy=fp32)
+        if getattr(self, "quiet_views", False):
+            warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a "
+                                    "view tensor", category=UserWarning)
         units, self.rule = shard_units(model)
         units = [u for u in units if all(u is not m for m in apart)]
         for unit in units:

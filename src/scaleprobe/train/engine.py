@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +19,13 @@ import torch
 import torch.distributed as dist
 
 from scaleprobe.core.config import RunConfig
-from scaleprobe.core.interrupt import StopRequest
+from scaleprobe.core.interrupt import (
+    STOP_KEY,
+    StopRequest,
+    peers_across_hosts,
+    stop_step_of,
+    stop_value,
+)
 from scaleprobe.core.results import MemoryFacts, RankMem, RankRecord
 from scaleprobe.core.target import TargetWatch, parse_target
 from scaleprobe.measure.compiled import CompileWatch
@@ -159,15 +166,15 @@ def _stop_step(p: Parts, st: LoopState, stop: StopRequest) -> int:
         if not s.distributed or s.traits.has_server:
             stop.stop_at = st.step
         else:
-            stop.stop_at = _agree_stop_step(st.step + int(s.sync_period) + 1)
+            stop.stop_at = _agree_stop_step(st.step + int(s.sync_period) + 1,
+                                            stop.who(s.rank))
     return stop.stop_at
 
 
-def _agree_stop_step(proposal: int) -> int:
+def _agree_stop_step(proposal: int, who: tuple[int, int] | None) -> int:
     try:
         store = dist.distributed_c10d._get_default_store()
-        got = store.compare_set("scaleprobe/stop_step", "", str(proposal))
-        return int(got)
+        return stop_step_of(store.compare_set(STOP_KEY, "", stop_value(proposal, who)))
     except Exception:  # noqa: BLE001  (no store: the ranks that asked stop at the proposal)
         return proposal
 
@@ -193,6 +200,19 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
         timer.discard_open()
         st.interrupted = True
         stop.signame = stop.signame or "SIGINT"
+    except Exception as e:  # noqa: BLE001  (re-raised unless a stop was asked before it)
+        # a terminal's Ctrl+C reaches the whole process group: the step's own subprocesses
+        # too (inductor's C++ compiler, then CppCompileError). Asked to stop first, the run
+        # was interrupted, not failed (before: `failed`, "InductorError: CppCompileError")
+        if p.strategy.distributed or stop.signame is None:
+            raise
+        timer.discard_open()
+        st.interrupted = True
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        with contextlib.suppress(OSError):
+            os.write(2, f"scaleprobe: the step under way then failed, as the {stop.signame} "
+                        f"reached its subprocesses too: {type(e).__name__}: {first}\n"
+                        .encode())
     st.stop_reason = ("interrupted" if st.interrupted else
                       st.stop_reason or loop_end_reason(p, st))
     st.window_t1 = time.perf_counter()
@@ -413,6 +433,12 @@ def _beat_with(beat: Heartbeat, p: Parts, timer: StepTimer, stop: StopRequest,
     if s.distributed and not s.traits.has_server:
         stop.tell_peers, stop.peers = beat.asked_to_stop, beat.peer_stop
         beat.watch_peers()
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", s.world))
+        if local < s.world:  # ranks on other hosts see no heartbeat of this one: the store
+            stop.peers = peers_across_hosts(beat.peer_stop,
+                                            dist.distributed_c10d._get_default_store())
+            first = s.rank - int(os.environ.get("LOCAL_RANK", 0))
+            stop.local_ranks = set(range(first, first + local))
     beat.set_state("serving" if s.is_server else "training")
 
 
@@ -523,5 +549,5 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
         rec.compile["eager"] = eager
     compiles.remove()
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
-    rec.interrupted = (stop.signame or "peer") if interrupted else None
+    rec.interrupted = stop.recorded() if interrupted else None
     return rec

@@ -25,7 +25,7 @@ from scaleprobe.core.interrupt import StopRequest
 from scaleprobe.core.results import RankRecord
 from scaleprobe.core.traits import traits_of
 from scaleprobe.launch import handoff
-from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
+from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 from typing import Any, NoReturn
 
 from scaleprobe.core.results import RankInfo, RankMem, RankRecord
-from scaleprobe.launch.rankwatch import last_meaningful_line, loader_worker_exits, name_signal
+from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed
 from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error

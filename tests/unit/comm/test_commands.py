@@ -103,3 +103,17 @@ def test_user_mistakes_are_one_line(argv, msg, capsys, tmp_path):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and len(err.splitlines()) == 1
+
+
+def test_predict_from_a_run_that_did_not_finish_says_so(capsys, tmp_path):
+    """`predict --from RUN` on a one-rank run interrupted by Ctrl+C. Bug caught: "no measured
+    one-rank run ... --from takes a run of one process" for a run of one process."""
+    from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
+
+    rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 4, THIRDS)
+    rec.status = "interrupted"
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec.to_dict()))
+    assert main(["predict", "--from", str(tmp_path / "r"), "--nproc", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "(it holds runs that did not finish: interrupted)" in err, err
+    assert len(err.splitlines()) == 1

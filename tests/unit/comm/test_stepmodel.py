@@ -194,23 +194,29 @@ def test_from_needs_a_one_rank_run(tmp_path, capsys):
     assert "--from takes a run of one process" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("scale,nnodes", [(1, "1"), (400, "1,2")])  # steps of 45 ms, 18 s
+@pytest.mark.parametrize("scale,nnodes,loaded", [(1, "1", False), (400, "1,2", False),
+                                                (1, "1", True)])  # steps of 45 ms, 18 s
 def test_predict_table_keeps_one_unit_and_fits_80_columns(tmp_path, capsys, monkeypatch, scale,
-                                                          nnodes):
+                                                          nnodes, loaded):
     """Issue 41: "step 12.74 s ms", seconds under a heading of ms, and the table cut at 80
-    columns ("speed…", "unreac…"). Each table's times share one unit, named in its headings."""
+    columns ("speed…", "unreac…"). Each table's times share one unit, named in its headings.
+    A run measured under load cut it again ("strate…", "unreachable, under lo…"): the cell
+    is now "unreachable*", the star the load caveat's."""
     from scaleprobe.cli import main
 
     monkeypatch.setenv("COLUMNS", "80")
     rows = [(0.01 * scale, 0.03 * scale, 0.005 * scale), (0.012 * scale, 0.035 * scale,
                                                           0.005 * scale)] * 4
-    rec = one_rank_run(tmp_path, rows, THIRDS)
-    (tmp_path / "r" / "result.json").write_text(json.dumps(rec.to_dict()))
+    rec = one_rank_run(tmp_path, rows, THIRDS).to_dict()
+    if loaded:
+        rec["load"] = {"flag": True, "reason": "other processes used 1.75 cores"}
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
     assert main(["predict", "--from", str(tmp_path / "r"), "--nproc", "2", "--nnodes", nnodes,
                  "--link", "100mbit" if scale > 1 else "10gbit", "--strategy", "ddp,ps,localsgd"]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80, out
     assert "…" not in out and " s ms" not in out, out
+    assert ("unreachable*" in out and "  * measured under load" in out) is loaded, out
     unit = "s" if scale > 1 else "ms"
     assert f"step {unit}" in out and f"link busy {unit}" in out, out
     if unit == "s":

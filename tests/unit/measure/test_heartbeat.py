@@ -205,3 +205,17 @@ def test_an_old_eight_field_file_is_still_read(tmp_path):
         "<8d", 2, 99, STATES.index("training"), 4, 1.0, 3, 1.0, 1.0))
     b = read_beats(tmp_path)[2]
     assert (b["pid"], b["step"], b["stop"]) == (99, 4, 0)
+
+
+def test_the_stop_a_rank_was_sent_is_named_for_a_host_without_rank_0():
+    """Two hosts; rank 1, on host 1, was sent SIGTERM. Bug caught: host 1's launcher got no
+    record back (rank 0's hand-off is on host 0) and recorded its run "ok" with 0 steps, exit
+    0. Its heartbeats name the signal: the run is interrupted, its steps read from the logs."""
+    from scaleprobe.measure.heartbeat import stop_named
+
+    beats = {r: {"stop": 0} for r in (2, 3)}
+    assert stop_named(beats) is None
+    beats[3]["stop"] = 15
+    assert stop_named(beats) == "SIGTERM to rank 3"
+    beats[2]["stop"] = 15  # every rank was sent it: the launcher's signal
+    assert stop_named(beats) == "SIGTERM"

@@ -114,6 +114,11 @@ def test_a_line_names_the_first_point_before_it_ends(tmp_path):
     bar.point_started(Point({"batch_size": 32}, {}), None)
     bar.stop()
     assert out.getvalue().count("started") == 1
+    # each point's line says the time left (before: no estimate of it; the quick demo's
+    # estimate before it started was 5.7 min, it took 12.1 min as the load grew)
+    line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("[1/15]") and
+                ": ok" in ln)
+    assert "left of demo-batch-size)" in line and "; about 00:00:" in line, line
 
 
 def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():

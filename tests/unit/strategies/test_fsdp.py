@@ -245,3 +245,22 @@ def test_fully_shard_from_torch_2_6_then_the_older_path_then_a_one_line_error(mo
     with pytest.raises(ConfigError, match=r"--strategy fsdp needs PyTorch's FSDP2 fully_shard "
                                           r"\(torch 2.4 or later\); this is torch "):
         fsdp_api()
+
+
+@pytest.mark.parametrize("model", ["digits_cnn", "examples/models/mixer.py:build"])
+def test_a_unit_returning_a_view_warns_only_for_a_model_not_scaleprobes_own(group, model):
+    """`run --strategy fsdp --nproc 2` (a README command) printed torch's warning that
+    digits_cnn's features unit returns a view (its Flatten), twice on every rank. Bug caught:
+    torch's words about an in-place op scaleprobe's own models never do. A user's model keeps
+    the warning: its next unit may do one."""
+    import warnings
+
+    from scaleprobe.models.small import DigitsCNN
+
+    s = _strategy(model=model)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        wrapped = s.wrap(DigitsCNN(10))
+        wrapped(torch.randn(2, 3, 8, 8)).sum().backward()
+    views = [w for w in seen if "returned a view tensor" in str(w.message)]
+    assert bool(views) == (model != "digits_cnn"), [str(w.message)[:80] for w in seen]
