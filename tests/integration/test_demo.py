@@ -96,6 +96,17 @@ def demo_shape(out_dir) -> list[str]:
     for f in out_dir.rglob("results.jsonl"):
         for rec in res.read_jsonl(f):
             keys |= {f"{rec['kind']}: " + k for k in _key_paths(rec)}
+    # the loader recommendation's keys follow its outcome (decided, undecided with its
+    # interval, unexplained, one setting alone: the load on the machine picks which): each
+    # must be a key the record declares (report/rows.WorkersPick), not one outcome's set
+    from scaleprobe.report.rows import WorkersPick
+
+    lead = "sweep: recommendation.loader."
+    outcome = {k for k in keys if k.startswith(lead)}
+    undeclared = {k for k in outcome
+                  if k[len(lead):].split(".")[0] not in WorkersPick.__annotations__}
+    assert not undeclared, f"keys the loader recommendation does not declare: {undeclared}"
+    keys -= outcome
     lines = (out_dir / "report.md").read_text().splitlines()
     tables = {a for a, b in zip(lines, lines[1:], strict=False) if a.startswith("|") and b.startswith("|--")}
     # the FLOP/s unit follows the machine's speed (MFLOP/s to TFLOP/s): not shape; the runs
