@@ -11,7 +11,6 @@ The engine attaches ``predict_for_run(...)`` to every ddp / ps / localsgd result
 
 from scaleprobe.comm.model import (
     comm_time_s,
-    count_params,
     modelled_efficiency,
     needed_bandwidth_gbit_s,
     pattern,
@@ -19,5 +18,5 @@ from scaleprobe.comm.model import (
 )
 from scaleprobe.core.links import PRESETS, Link, resolve_link
 
-__all__ = ["PRESETS", "Link", "comm_time_s", "count_params", "modelled_efficiency",
+__all__ = ["PRESETS", "Link", "comm_time_s", "modelled_efficiency",
            "needed_bandwidth_gbit_s", "pattern", "predict_for_run", "resolve_link"]

@@ -128,30 +128,6 @@ def needed_bandwidth_gbit_s(pat: Pattern, alpha_s: float, compute_step_s: float,
     return pat.link_bytes / transfer_budget_s * 8.0 / 1e9
 
 
-def count_params(name: str, num_classes: int | None = None) -> int:
-    """Parameters of a model by name, built on the meta device: no memory, no download.
-
-    torchvision names get their own default head (1000 classes) unless ``num_classes``."""
-    import torch  # heavy: torch: only to build a named model and count its parameters
-
-    from scaleprobe.models.build import SMALL, build_model, check_name  # heavy: torch
-
-    check_name(name)
-    with torch.device("meta"):
-        if name in SMALL or ":" in name:
-            model = build_model(name, num_classes=num_classes or 10)
-        else:
-            import torchvision  # heavy: torchvision: seconds; imported where it is used
-
-            kwargs: dict[str, Any] = {"weights": None}
-            if num_classes:
-                kwargs["num_classes"] = num_classes
-            if name.startswith("inception"):
-                kwargs.update(aux_logits=False, init_weights=False)
-            model = torchvision.models.get_model(name, **kwargs)
-    return sum(p.numel() for p in model.parameters())
-
-
 def predict_for_run(strategy: str, nproc: int, nnodes: int, grad_bytes: float,
                     compute_step_s: float | None, link_or_fit: Any = None,
                     average_every: int = 1, target_eff: float = 0.9,

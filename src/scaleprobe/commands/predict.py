@@ -32,7 +32,7 @@ import json
 import math
 from typing import Any
 
-from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, count_params, predict_for_run
+from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, predict_for_run
 from scaleprobe.comm.whatif import check_ranks, parse_counts
 from scaleprobe.commands import predict_memory, predict_steps
 from scaleprobe.commands.options import repeats as count_arg
@@ -141,6 +141,8 @@ def resolve_inputs(args: argparse.Namespace) -> dict[str, Any]:
     if params is None and model is None:
         raise ConfigError("give the model size: --model NAME or --params N (or --from a run)")
     if params is None:
+        from scaleprobe.models.build import count_params  # heavy: torch: builds the model
+
         params = count_params(model, args.num_classes)
     if params <= 0:
         raise ConfigError(f"parameter count must be positive, got {params:g}")

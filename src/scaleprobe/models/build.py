@@ -167,6 +167,26 @@ def build_model(name: str, num_classes: int = 10, image_size: int | None = 32,
     return model
 
 
+def count_params(name: str, num_classes: int | None = None) -> int:
+    """Parameters of a model by name, built on the meta device: no memory, no download.
+
+    torchvision names get their own default head (1000 classes) unless ``num_classes``."""
+    check_name(name)
+    with torch.device("meta"):
+        if name in SMALL or ":" in name:
+            model = build_model(name, num_classes=num_classes or 10)
+        else:
+            import torchvision  # heavy: torchvision: seconds; imported where it is used
+
+            kwargs: dict[str, Any] = {"weights": None}
+            if num_classes:
+                kwargs["num_classes"] = num_classes
+            if name.startswith("inception"):
+                kwargs.update(aux_logits=False, init_weights=False)
+            model = torchvision.models.get_model(name, **kwargs)
+    return sum(p.numel() for p in model.parameters())
+
+
 def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from scaleprobe.comm.model import count_params
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.models.build import count_params
 
 
 def test_torchvision_and_scaleprobe_models():
