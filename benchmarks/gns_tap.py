@@ -1,6 +1,6 @@
 """The cost of the gradient noise scale's tap on DDP's comm hook, inside one 2-process gloo
 group: blocks of training steps that alternate between two DDP copies of one model, both
-timed by scaleprobe's comm hook (``comm/hook.py``), one also carrying the tap
+timed by scaleprobe's comm hook (``measure/comm/hook.py``), one also carrying the tap
 (``measure/gns_probe.NormTap``, with ``TapSteps`` closing each step's sums), paired block by
 block. In one group of processes the machine's process-to-process spread is out of the
 comparison (benchmarks/gns_overhead.py compares whole runs and sees it all).
@@ -26,8 +26,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from scaleprobe.comm.hook import CommTimer
 from scaleprobe.core.metrics import ratio_interval
+from scaleprobe.measure.comm.hook import CommTimer
 from scaleprobe.measure.gns_probe import NormTap, StepNorms, TapSteps
 from scaleprobe.models.build import build_model, param_count
 

@@ -35,7 +35,7 @@ A point whose results.jsonl already holds an ``ok`` record is skipped, so an int
 ``measure`` goes on where it stopped; ``--links``/``--models`` pick part of the grid. Links:
 100mbit, 1gbit, unshaped (the veth pair as it is: CPU-bound near 6-9 Gbit/s here) and
 1gbit+1ms (1 ms added each way: netem, or where the kernel has no sch_netem the delay relay
-of comm/delay.py, which ``netns.two_hosts`` uses then). Models at batch 32, synthetic data
+of netlab/delay.py, which ``netns.two_hosts`` uses then). Models at batch 32, synthetic data
 made on the device: digits_cnn (67 k parameters), resnet18 (11.2 M), mlp_large (23.1 M,
 little compute), all at 32x32, and gpt_tiny (--task lm, 2 layers x width 64, sequences of 32
 random tokens). ``--kinds`` runs part of each group (``ddp,fsdp``: their 1-rank and 2-rank
@@ -62,7 +62,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from scaleprobe.comm import netns  # noqa: E402
+from scaleprobe.netlab import netns  # noqa: E402
 
 LINKS = {"100mbit": (100, None), "1gbit": (1000, None), "unshaped": (None, None),
          "1gbit+1ms": (1000, 1.0)}

@@ -72,7 +72,7 @@ def _run_command(req: dict) -> None:
         if req.get("cpus"):  # pinned, as `taskset` pins a fresh interpreter
             os.sched_setaffinity(0, req["cpus"])
         if req.get("netns"):  # inside a namespace, as `ip netns exec` starts one
-            from scaleprobe.comm.ranknet import enter
+            from scaleprobe.netlab.ranknet import enter
 
             enter(req["netns"])
         os.environ.clear()

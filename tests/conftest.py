@@ -61,7 +61,7 @@ def stop_before_work(monkeypatch):
     monkeypatch.setattr("scaleprobe.experiments.sweep.run_sweep", sweep)
     monkeypatch.setattr("scaleprobe.experiments.sweep.preflight", lambda cfgs: None)
     monkeypatch.setattr("scaleprobe.experiments.scale.run_scale", scale)
-    monkeypatch.setattr("scaleprobe.report.build.build_report", stop)
+    monkeypatch.setattr("scaleprobe.report.render.build_report.build_report", stop)
     monkeypatch.setattr("scaleprobe.commands.sweep.terminate_as_interrupt", lambda: None)
     monkeypatch.setattr("scaleprobe.experiments.colocate.run_colocate", stop)
 

@@ -18,7 +18,7 @@ import textwrap
 from typing import Any, NoReturn
 
 from scaleprobe import __version__, launch
-from scaleprobe.core.config import SYNONYMS
+from scaleprobe.config.runconfig import SYNONYMS
 from scaleprobe.core.errors import ScaleprobeError, one_line
 
 DESCRIPTION = """Measure and explain deep-learning training performance: one device or many,

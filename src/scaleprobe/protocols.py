@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # annotations only: the CLI reads the task and strategy names
     import torch
     from torch import nn
 
-    from scaleprobe.core.config import RunConfig
+    from scaleprobe.config.runconfig import RunConfig
     from scaleprobe.core.result_model import RankRecord, RunResult
     from scaleprobe.core.traits import StrategyTraits
 
@@ -79,7 +79,7 @@ class ChecksModel(Protocol):
 @runtime_checkable
 class UsesBaseline(Protocol):
     """A task that reports its held-out loss beside the context-free model's (lm: token
-    data's unigram baseline, data/tokens.py)."""
+    data's unigram baseline, data/token_windows.py)."""
 
     def use_baseline(self, nats: Any) -> None: ...
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from scaleprobe.cli import build_parser, main
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)

@@ -37,7 +37,7 @@ def test_stopped_rank_is_named_and_the_job_ends_within_the_timeout(tmp_path, out
     assert rec["error"].startswith(
         f"rank 1: stopped making progress at step {STOP_AT_CALL - 1}, "), rec["error"]
     # the rank that raised is named after it, with what it did in plain words (not the last
-    # frame of the stack pybind11 appends: "rank 0 then failed: .../comm/hook.py(101): done")
+    # frame of the stack pybind11 appends: "rank 0 then failed: .../measure/comm/hook.py(101): done")
     assert "; rank 0 waited for it and gave up at the collective timeout (--timeout): " \
         in rec["error"] and "hook.py" not in rec["error"], rec["error"]
     # how long it had been stopped when the waiting rank gave up: about the timeout

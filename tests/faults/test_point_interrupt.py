@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as res
 
 from ..conftest import ROOT

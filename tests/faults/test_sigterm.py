@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from scaleprobe.core.config import build
+from scaleprobe.config.runconfig import build
 from scaleprobe.core.results import Experiment
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import grace_for

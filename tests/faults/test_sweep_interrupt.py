@@ -14,7 +14,7 @@ from scaleprobe.core import results as res
 from scaleprobe.experiments.procs import GRACE_S
 from scaleprobe.experiments.spec import load_spec, points
 from scaleprobe.experiments.sweep import run_sweep
-from scaleprobe.report.sweep_tables import write_tables
+from scaleprobe.report.render.sweep_tables import write_tables
 
 pytestmark = pytest.mark.timeout(180)
 

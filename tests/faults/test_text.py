@@ -15,8 +15,8 @@ from scaleprobe.core import results as res
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.spec import Point
 from scaleprobe.experiments.sweep_bar import SweepProgress
-from scaleprobe.report.build import build_report
 from scaleprobe.report.compare import compare_paths, print_comparison
+from scaleprobe.report.render.build_report import build_report
 from tests.unit.report.factory import run, sweep_point, write_results
 
 pytestmark = pytest.mark.timeout(120)

@@ -174,7 +174,7 @@ def test_help_defaults_follow_the_config_dataclass(capsys):
     """The defaults --help shows come from RunConfig's fields, not a second copy: every run
     flag shows the default of its key, so changing a dataclass default changes the help."""
     from scaleprobe.commands.options import RUN_FLAGS
-    from scaleprobe.core import config as C
+    from scaleprobe.config import runconfig as C
 
     _, out = _help(capsys, "run")
     entries = _entries(out)

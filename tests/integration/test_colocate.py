@@ -4,8 +4,12 @@ import pytest
 
 from scaleprobe.core import metrics
 from scaleprobe.core.results import read_jsonl
+from scaleprobe.experiments.colocate_verdict import (
+    CPU_SATURATED_PCT,
+    GPU_BUSY_PCT,
+    NO_INTERFERENCE_BELOW,
+)
 from scaleprobe.experiments.placement import gpu_count
-from scaleprobe.experiments.verdict import CPU_SATURATED_PCT, GPU_BUSY_PCT, NO_INTERFERENCE_BELOW
 
 from ..conftest import ROOT
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.comm.bench import DEFAULT_OPS
 from scaleprobe.core.results import read_jsonl
+from scaleprobe.measure.comm.bench import DEFAULT_OPS
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from scaleprobe.comm import netns
-from scaleprobe.comm.model import comm_time_s
-from scaleprobe.core.links import Link
 from scaleprobe.core.results import read_jsonl
+from scaleprobe.features.links import Link
+from scaleprobe.netlab import netns
+from scaleprobe.predict.costmodel import comm_time_s
 
 pytestmark = pytest.mark.root
 

@@ -1,4 +1,4 @@
-"""Added latency without sch_netem (comm/delay.py): ``netns.two_hosts(delay_ms=...)`` joins
+"""Added latency without sch_netem (netlab/delay.py): ``netns.two_hosts(delay_ms=...)`` joins
 the namespaces through a relay that holds every packet. A TCP round trip of one byte must
 take the two delays (one each way) and little more, and the rate shaping still holds.
 Needs root, ip, tc and /dev/net/tun. Measured 2026-11-26 under load average ~14: 1 ms each
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from scaleprobe.comm import netns
+from scaleprobe.netlab import netns
 
 pytestmark = pytest.mark.root
 

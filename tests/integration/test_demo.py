@@ -2,8 +2,8 @@
 
 import pytest
 
-from scaleprobe.report.batch import BATCH_HEADERS
-from scaleprobe.report.workers import LOADER_HEADERS
+from scaleprobe.report.tables.batch import BATCH_HEADERS
+from scaleprobe.report.tables.workers import LOADER_HEADERS
 
 # 8 runs of two epochs each, twice (the second call reuses them): about 90 s on the quiet
 # 2-core machine, 4-5 minutes when other test suites share it
@@ -98,8 +98,8 @@ def demo_shape(out_dir) -> list[str]:
             keys |= {f"{rec['kind']}: " + k for k in _key_paths(rec)}
     # the loader recommendation's keys follow its outcome (decided, undecided with its
     # interval, unexplained, one setting alone: the load on the machine picks which): each
-    # must be a key the record declares (report/rows.WorkersPick), not one outcome's set
-    from scaleprobe.report.rows import WorkersPick
+    # must be a key the record declares (report/tables/rows.WorkersPick), not one outcome's set
+    from scaleprobe.report.tables.rows import WorkersPick
 
     lead = "sweep: recommendation.loader."
     outcome = {k for k in keys if k.startswith(lead)}

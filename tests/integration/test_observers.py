@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.measure.observers import MAX_CAPTURES
 from scaleprobe.run.workloads import run_config
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe.core.bundled import bundled, hint
+from scaleprobe.config.bundled import bundled, hint
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL = {"torchmetrics": "detection", "pycocotools": "detection", "scikit-image": "face"}

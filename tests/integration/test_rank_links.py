@@ -1,5 +1,5 @@
 """Seed 000's topology from the command line: ``scaleprobe run --strategy ps --nproc 3 --link
-rankN=100mbit`` puts each rank in a network namespace of its own (comm/ranknet.py), rank N
+rankN=100mbit`` puts each rank in a network namespace of its own (netlab/ranknet.py), rank N
 behind a 100 Mbit/s cable, and the run names that rank as the straggler: the server records
 when each worker's gradients come in, and the worker behind the slow cable comes in last.
 Both rank 1 and rank 2 are tried, so a rank that is always last for another reason (its
@@ -17,8 +17,8 @@ import subprocess
 
 import pytest
 
-from scaleprobe.comm import netns
 from scaleprobe.core.results import read_jsonl
+from scaleprobe.netlab import netns
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ The browser is driven over the DevTools protocol on a pipe (``--remote-debugging
 commands in on fd 3, replies out on fd 4, each message NUL-terminated JSON), which needs no
 network port and no extra Python package. The report itself contains no script; the checks
 run as DevTools ``Runtime.evaluate`` calls from outside the page, and read what each figure
-says it shows from its ``data-plot`` attribute (report/plots.py ``_meta``).
+says it shows from its ``data-plot`` attribute (report/render/plots.py ``_meta``).
 
 No test installs a browser: ``make test`` does that first, as its visible ``browser`` step
 (scripts/ensure-chromium.sh). Without Chromium ($CHROMIUM, or chromium / chromium-browser /

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.results import read_jsonl
 from scaleprobe.run.workloads import run_config
 

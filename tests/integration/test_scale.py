@@ -47,7 +47,7 @@ def test_scale_measures_each_count_and_explains_the_gap(cli, out_dir):
                    if iv.hi < 1 else "not resolved (the interval includes 1x)")
         line = f"2 processes x {t} thread{'s' if t != 1 else ''}: {fig}: {verdict}"
         assert line in table, table
-        # an interval too wide to read shows no efficiency beside it (report/scale.py)
+        # an interval too wide to read shows no efficiency beside it (report/tables/scale.py)
         assert iv.too_wide() or f"; efficiency {iv.estimate / 2:.0%}" in table
     else:  # still implausible after the second look: marked, not a verdict
         assert "is implausible" in table and "left out of every verdict" in table

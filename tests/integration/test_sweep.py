@@ -40,7 +40,7 @@ def test_quickstart_example_runs_fully_then_resumes_without_running(cli, tmp_pat
     assert all(r["config"]["measure"]["progress"] is False for r in runs)
     md = (out_dir / "sweep.md").read_text()
     assert "| Batch size | Devices | Peak memory | Growth | Epoch time | Growth |" in md
-    # the verdicts themselves (decided or inconclusive) are report/batch.py's, tested there
+    # the verdicts themselves (decided or inconclusive) are report/tables/batch.py's, tested there
     assert "- Fastest: " in md and "- Most efficient: " in md and md in p.stdout
     assert (out_dir / "sweep.csv").read_text().startswith("group,batch_size,devices,status")
     dirs = {d.name for d in out_dir.iterdir() if d.is_dir()}

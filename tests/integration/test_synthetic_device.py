@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.run.workloads import run_config

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe.core import config as C
-from scaleprobe.core.target import CURVE_FILE, read_curve_csv
+from scaleprobe.config import runconfig as C
+from scaleprobe.features.target import CURVE_FILE, read_curve_csv
 from scaleprobe.run.failure import exit_code as status_exit_code
 from scaleprobe.run.workloads import run_config
 
@@ -90,7 +90,7 @@ def test_slow_evaluation_is_excluded_from_time_to_target(tmp_path, monkeypatch):
     reported beside it. Each evaluation here advances the training clock by 1000 s (a
     deliberately slow evaluation on a fake clock): counted, it would show in
     time_to_target_s."""
-    import scaleprobe.core.target as T
+    import scaleprobe.features.target as T
     from scaleprobe.tasks.classification import Classification
 
     offset = [0.0]

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from scaleprobe.cli import main
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.data.formats import write_dataset
 
 pytestmark = pytest.mark.timeout(240)

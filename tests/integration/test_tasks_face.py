@@ -39,7 +39,7 @@ def run_inproc(capsys, out: Path, *argv) -> dict:
 
 def untrained_accuracy(*overrides: str) -> dict:
     """Verification of the run's starting point (same seed, same initialisation, same pairs)."""
-    from scaleprobe.core.config import build
+    from scaleprobe.config.runconfig import build
     from scaleprobe.strategies.single import Single
     from scaleprobe.train.parts import setup
 

@@ -39,8 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scaleprobe.comm import netns
 from scaleprobe.core.results import read_jsonl
+from scaleprobe.netlab import netns
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -3,7 +3,7 @@ anything counts or wraps their parameters; outputs in a tuple or a dict are read
 
 import pytest
 
-from scaleprobe.core.config import build
+from scaleprobe.config.runconfig import build
 from scaleprobe.run.workloads import run_config
 
 pytestmark = pytest.mark.timeout(240)

@@ -56,7 +56,7 @@ def slurm_two_nodes():
     slurmctld; every daemon and namespace is removed afterwards, also on failure."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the Slurm tests start daemons in network namespaces")
-    from scaleprobe.comm import netns
+    from scaleprobe.netlab import netns
 
     ok, why = netns.available()
     if not ok:

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as res
 from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.run.assemble import build_result
@@ -125,7 +125,7 @@ def test_ps_async_headline_says_it_sums_the_workers_rates():
     from rich.console import Console
 
     from scaleprobe.commands.run_summary import print_run
-    from scaleprobe.report.sections_runs import rate_notes
+    from scaleprobe.report.render.sections_runs import rate_notes
 
     rec = assemble([raw(0, None), raw(1, 0.4), raw(2, 0.2)], strategy="ps", ps_mode="async",
                    nproc=3)
@@ -153,7 +153,7 @@ def test_breakdown_labels_say_ms_of_the_median_step():
     from rich.console import Console
 
     from scaleprobe.commands.run_summary import print_run
-    from scaleprobe.report.sections_runs import breakdown_section
+    from scaleprobe.report.render.sections_runs import breakdown_section
 
     rec = assemble([raw(0, 0.1)])
     rec["status"], rec["paths"] = "ok", {"dir": "d"}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe.core import catalog
+from scaleprobe.config import catalog
 from scaleprobe.core.errors import ConfigError
 
 

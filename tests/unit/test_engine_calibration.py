@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.core.config import DistConfig, build
+from scaleprobe.config.runconfig import DistConfig, build
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.train.calibrate import calibrate_comm
 

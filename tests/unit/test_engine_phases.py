@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as res
 from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.measure.aggregate import typical_steps

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.train import engine
 from tests.unit.test_engine_phases import _parts
@@ -97,7 +97,7 @@ def test_a_step_that_fails_after_a_stop_was_asked_ends_the_run_interrupted(monke
     "InductorError: CppCompileError", for a run the user had stopped. Now the steps timed
     so far are kept and the run is interrupted, the step's error said in one line; an error
     with no stop asked before it is still the run's failure."""
-    from scaleprobe.core.interrupt import StopRequest
+    from scaleprobe.features.interrupt import StopRequest
 
     real, calls = engine._one_step, []
 

@@ -13,10 +13,10 @@ import math
 import pytest
 import torch
 
-from scaleprobe.core import config as C
-from scaleprobe.core import gns
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import GnsSamples
+from scaleprobe.features import gns
 
 D, S2 = 4, 1.0
 DELTA = torch.tensor([0.6, -0.5, 0.4, 0.3])

@@ -1,4 +1,4 @@
-"""How a run hears Ctrl+C and SIGTERM (``scaleprobe.core.interrupt``), in this process."""
+"""How a run hears Ctrl+C and SIGTERM (``scaleprobe.features.interrupt``), in this process."""
 
 import os
 import signal
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from scaleprobe.core.interrupt import Interrupted, StopRequest, describe, sigterm_interrupts
 from scaleprobe.core.results import RankRecord
+from scaleprobe.features.interrupt import Interrupted, StopRequest, describe, sigterm_interrupts
 
 
 def _deliver(sig):
@@ -178,7 +178,7 @@ def test_a_signal_to_a_rank_on_another_host_stops_this_hosts_ranks_through_the_s
     never saw it (a peer is read from its heartbeat file, on its own host), trained on and
     waited in a collective until the timeout. Now they read the step the ranks stop at, and
     who was asked, from the job's store, and their host's record names it."""
-    from scaleprobe.core.interrupt import STOP_KEY, peers_across_hosts, stop_step_of, stop_value
+    from scaleprobe.features.interrupt import STOP_KEY, peers_across_hosts, stop_step_of, stop_value
     from scaleprobe.run.driver import interrupted_from
 
     store = _Store()

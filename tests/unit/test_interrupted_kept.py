@@ -1,7 +1,7 @@
 """What an interrupted experiment says it kept (commands/interrupted.py)."""
 
 from scaleprobe.commands.interrupted import say_interrupted
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as res
 
 

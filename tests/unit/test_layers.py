@@ -54,7 +54,7 @@ def test_a_broken_floor_is_caught(tmp_path):
 def test_the_record_and_its_figures_pass_mypy_strict():
     """The core floor (pyproject.toml's [tool.mypy] files) is typed strictly: a misspelt
     field or a figure that may be None used as a number fails here, not in a user's report.
-    report/ is checked too (every body, its rows typed by report/rows.py)."""
+    report/ is checked too (every body, its rows typed by report/tables/rows.py)."""
     exe = shutil.which("mypy", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("mypy is not installed (pip install -e '.[test]')")
@@ -67,20 +67,20 @@ def test_the_record_and_its_figures_pass_mypy_strict():
 
 
 def test_a_misspelt_row_key_in_the_report_is_caught(tmp_path):
-    """The report's rows are typed (report/rows.py): mypy fails on a key no row has (so the
+    """The report's rows are typed (report/tables/rows.py): mypy fails on a key no row has (so the
     test above can fail), where a plain dict would have read it as None, "not measured"."""
     exe = shutil.which("mypy", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("mypy is not installed (pip install -e '.[test]')")
     for name, key in (("reader.py", "peak_mem_byte"), ("right.py", "peak_mem_bytes")):
-        (tmp_path / name).write_text("from scaleprobe.report.rows import BatchRow\n\n\n"
+        (tmp_path / name).write_text("from scaleprobe.report.tables.rows import BatchRow\n\n\n"
                                      "def peak(row: BatchRow) -> object:\n"
                                      f'    return row["{key}"]\n')
     # rows.py checked beside the readers, the modules it imports skipped: two seconds, not the
     # whole package's twenty
     out = subprocess.run([exe, "--cache-dir", "/dev/null", "--follow-imports", "skip",
                           "--ignore-missing-imports", "reader.py", "right.py",
-                          str(ROOT / "src" / "scaleprobe" / "report" / "rows.py")],
+                          str(ROOT / "src" / "scaleprobe" / "report" / "tables" / "rows.py")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={"MYPYPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     assert "right.py" not in out.stdout, out.stdout[-3000:]

@@ -1,11 +1,11 @@
-"""core/memmodel.py: expectations computed by hand."""
+"""predict/memmodel.py: expectations computed by hand."""
 
 import math
 
 import pytest
 
-from scaleprobe.core import memmodel as MM
 from scaleprobe.core.results import MemoryFacts
+from scaleprobe.predict import memmodel as MM
 
 N = 1_000_000  # parameters, fp32: 4 MB of them
 

@@ -4,7 +4,7 @@ import os
 import warnings
 
 from scaleprobe.commands.options import warn_unused
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 
 
 def test_more_loader_workers_than_cores_is_one_line_of_scaleprobes_not_torchs(capsys):

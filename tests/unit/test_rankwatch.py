@@ -144,7 +144,7 @@ def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
 def test_a_rank_killed_by_sigkill_goes_before_the_peer_that_raised_after_it(tmp_path):
     """SIGKILL of rank 1 mid-training: rank 0 raises in DDP's comm hook (its peer is gone) and
     the launcher can list rank 0's failure first. Bug caught: the run blamed "rank 0:
-    .../comm/hook.py(101): done" for the kill of rank 1 (1 of 3 runs with forked ranks)."""
+    .../measure/comm/hook.py(101): done" for the kill of rank 1 (1 of 3 runs with forked ranks)."""
     beat_dir(tmp_path).mkdir(parents=True)
     write_error(tmp_path, 0, RankError("RuntimeError: Connection reset by peer"))
     fail = SimpleNamespace(exitcode=1, message="", error_file_data=None, timestamp=5)
@@ -258,14 +258,14 @@ At:
 
 
 At:
-  /x/scaleprobe/comm/hook.py(101): done
+  /x/scaleprobe/measure/comm/hook.py(101): done
 
 """
 
 
 def test_the_rank_that_waited_for_a_frozen_peer_is_described_in_plain_words(tmp_path):
     """Rank 1 froze at step 11, rank 0 gave up at the collective timeout 10 s later. Bug
-    caught: the error read "rank 0 then failed: .../comm/hook.py(101): done", the last frame
+    caught: the error read "rank 0 then failed: .../measure/comm/hook.py(101): done", the last frame
     of the stack pybind11 appends (once for each callback the error passed through: DDP's
     default hook inside scaleprobe's timing hook), taken for rank 0's error line."""
     line = last_meaningful_line(WAITED_TB)
@@ -304,7 +304,7 @@ def test_a_stop_gives_slow_steps_their_time_and_still_ends_a_hang(tmp_path, monk
     steps of the slowest seen (40 s here), never under 6 s: at 7 s nothing is killed; at 41 s
     the ranks are, and a rank that moved no more since the stop is named as hung, while ranks
     that still moved (slow, not hung) end as interrupted."""
-    from scaleprobe.core.interrupt import Interrupted
+    from scaleprobe.features.interrupt import Interrupted
     from scaleprobe.launch import rankwatch
 
     later = [0.0]

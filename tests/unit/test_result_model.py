@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as R
 from scaleprobe.run.assemble import build_result
 from tests.unit.test_assemble import raw
@@ -91,7 +91,7 @@ def test_the_config_reads_typed_and_an_older_or_damaged_one_as_it_was_written():
 
 def test_a_record_is_read_typed_in_a_process_that_imported_only_the_record():
     """Bug caught: the config's reader installed only where something had imported
-    core/config.py (a test reading a result.json raised AttributeError: no codec)."""
+    config/runconfig.py (a test reading a result.json raised AttributeError: no codec)."""
     code = ("from scaleprobe.core.result_model import RunResult as R; "
             "print(R.from_dict({'config': {'dist': {'nproc': 3}}}).config.dist.nproc)")
     src = str(Path(C.__file__).parents[2])

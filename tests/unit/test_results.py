@@ -44,8 +44,8 @@ def test_get_dotted():
 def test_the_report_reads_schema_1_records():
     """Records written before repeats, invariants and load (schema 1) still make a report:
     their missing fields read as not measured, never as an error."""
-    from scaleprobe.report.diagnose import diagnose_all
-    from scaleprobe.report.scale import scale_table
+    from scaleprobe.report.findings.diagnose import diagnose_all
+    from scaleprobe.report.tables.scale import scale_table
     from tests.unit.report.factory import run, scale_point
 
     old = []

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.measure.progress import projected_total
 from scaleprobe.train.stopping import stop_reason
 

@@ -109,7 +109,7 @@ def test_an_lm_run_without_evaluation_shows_its_training_loss_not_na():
 def test_an_lm_run_stopped_after_target_evaluations_gives_their_last_loss_not_add_eval():
     """An interrupted --target run evaluated twice: the summary says the last held-out loss
     and where, never "add --eval"."""
-    from scaleprobe.core.target import summarize
+    from scaleprobe.features.target import summarize
 
     tt = summarize({"metric": "loss", "value": 1.5, "eval_every": 25,
                     "points": [{"step": 25, "train_wall_s": 10.0, "eval_s": 1.0, "value": 3.3},
@@ -125,7 +125,7 @@ def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
     """--steps auto stopped by --max-seconds with the median's interval at 5.9% against the
     2% asked for. Bug caught: the summary said nothing of it, as if the headline were
     stable."""
-    from scaleprobe.core import config as C
+    from scaleprobe.config import runconfig as C
 
     rec = assemble([raw(0, 0.1102)])
     rec["status"], rec["paths"] = "ok", {"dir": "out/r"}

@@ -2,10 +2,10 @@
 
 import pytest
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult, TimeToTarget
-from scaleprobe.core.target import (
+from scaleprobe.features.target import (
     Target,
     TargetWatch,
     not_reached_line,
@@ -157,7 +157,7 @@ def test_learning_rate_warm_up_in_epochs_counts_this_runs_steps():
     """Goyal et al. warm up over epochs: 5 epochs at 2 processes are half the steps of 5
     epochs at 1. Bugs caught: --warmup-epochs ignored (the ramp over the untimed
     --warmup-steps, 5 steps), or counted in the steps of another batch size."""
-    from scaleprobe.core.config import build
+    from scaleprobe.config.runconfig import build
     from scaleprobe.train.parts import lr_warmup_steps
 
     cfg = build({"lr_scaling": "linear", "warmup_epochs": 2.5, "warmup_steps": 3})
@@ -240,7 +240,7 @@ def test_a_watch_stops_when_the_loss_falls_to_the_target():
 
 def test_the_report_writes_the_targets_direction():
     from scaleprobe.core.results import RunResult
-    from scaleprobe.report.target import target_text
+    from scaleprobe.report.tables.time_to_target import target_text
 
     def text(rec):
         return target_text(RunResult.from_dict({"kind": "run", **rec}))

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from scaleprobe.cli import main
 from scaleprobe.commands.run_summary import print_run, say
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.results import RunResult
-from scaleprobe.report.diagnose import format_findings
-from scaleprobe.report.finding import Finding
+from scaleprobe.report.findings.diagnose import format_findings
+from scaleprobe.report.findings.finding import Finding
 from tests.unit.test_assemble import assemble, raw
 
 

@@ -59,7 +59,7 @@ def test_no_code_tests_a_strategy_name():
 
 
 def test_traits_and_report_advice_import_without_torch():
-    code = ("import sys; import scaleprobe.core.traits, scaleprobe.report.advice, "
-            "scaleprobe.report.diagnose, scaleprobe.comm.exposed; "
+    code = ("import sys; import scaleprobe.core.traits, scaleprobe.report.findings.advice, "
+            "scaleprobe.report.findings.diagnose, scaleprobe.measure.comm.exposed; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

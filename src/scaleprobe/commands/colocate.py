@@ -21,7 +21,7 @@ import argparse
 from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.options import add_run_options
 from scaleprobe.commands.options import repeats as repeats_arg
-from scaleprobe.report.colocate import render_colocate
+from scaleprobe.report.render.colocate import render_colocate
 
 NAME = "colocate"
 HELP = "run several jobs alone and together: slowdown, utilisation, verdict"

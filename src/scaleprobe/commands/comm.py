@@ -19,15 +19,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.comm.bench import (
-    DEFAULT_OPS,
-    DEFAULT_SIZES,
-    OPS,
-    bench_worker,
-    busbw_factor,
-    parse_ops,
-    parse_sizes,
-)
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
 from scaleprobe.core.results import (
     RESULTS_FILE,
@@ -45,6 +36,15 @@ from scaleprobe.experiments.executor import (
 )
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.launch.rankwatch import WorkerFailure
+from scaleprobe.measure.comm.bench import (
+    DEFAULT_OPS,
+    DEFAULT_SIZES,
+    OPS,
+    bench_worker,
+    busbw_factor,
+    parse_ops,
+    parse_sizes,
+)
 from scaleprobe.measure.env import collect_env
 
 NAME = "comm"
@@ -102,7 +102,7 @@ def _validate(args: argparse.Namespace, slurm: bool = False) -> None:
 
 def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, Any]]:
     """Per operation: alpha, beta, effective bandwidth and bus bandwidth (Gbit/s)."""
-    from scaleprobe.comm.fit import fit_rows  # heavy: scipy: only where an interval is computed
+    from scaleprobe.predict.fit import fit_rows  # heavy: scipy: only where an interval is computed
 
     out: dict[str, dict[str, Any]] = {}
     for op, fit in fit_rows(rows).items():

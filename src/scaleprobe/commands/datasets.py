@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from scaleprobe.commands.listing import columns
-from scaleprobe.core.catalog import DATASETS
+from scaleprobe.config.catalog import DATASETS
 
 NAME = "datasets"
 HELP = "list the datasets --dataset accepts"

@@ -22,7 +22,7 @@ from typing import Any
 from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import repeats as repeats_arg
-from scaleprobe.report.sweep_tables import write_tables
+from scaleprobe.report.render.sweep_tables import write_tables
 
 NAME = "demo"
 HELP = "the main job on the embedded digits data: batch sweep, loaders, transforms, report"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from scaleprobe.commands.listing import columns
-from scaleprobe.core.catalog import list_models
+from scaleprobe.config.catalog import list_models
 
 NAME = "models"
 HELP = "list the models --model accepts"

@@ -18,10 +18,10 @@ import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from scaleprobe.core import config as C
-from scaleprobe.core.config_rules import unused
+from scaleprobe.config import runconfig as C
+from scaleprobe.config.knobs import BadValue, show
+from scaleprobe.config.rules import unused
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.schema import BadValue, show
 
 # flag, config key, other spellings of the flag
 RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [

@@ -11,7 +11,7 @@ one-rank runs; the fastest that fits and the cheapest, each against its runner-u
 recorded its memory facts sets the model; the one-rank runs of its setting give the step (a
 batch they measured: their steps, pooled; another batch: the nearest measured one scaled);
 a run that measured the gradient noise scale and reached ``--target`` gives the steps to it.
-The figures are ``comm/plan.py``'s (the step model of ``predict --from`` and the memory model
+The figures are ``predict/plan.py``'s (the step model of ``predict --from`` and the memory model
 of ``predict --memory``); docs/PLAN.md says how each is made and how far it held.
 """
 
@@ -22,21 +22,21 @@ import json
 import sys
 from typing import Any
 
-from scaleprobe.comm import plan as P
-from scaleprobe.comm import whatif as W
 from scaleprobe.commands import plan_show, plan_verify
 from scaleprobe.commands import predict_memory as PM
 from scaleprobe.commands import predict_steps as PS
 from scaleprobe.commands.options import repeats as count_arg
+from scaleprobe.config.runconfig import parse_size
 from scaleprobe.core import claim as CL
-from scaleprobe.core import memmodel as MM
-from scaleprobe.core.config import parse_size
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.links import parse_spec, resolve_link
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import traits_of
-from scaleprobe.report.load import source
-from scaleprobe.report.whatif import ceiling_caveat
+from scaleprobe.features.links import parse_spec, resolve_link
+from scaleprobe.predict import memmodel as MM
+from scaleprobe.predict import plan as P
+from scaleprobe.predict import whatif as W
+from scaleprobe.report.reading.machine_load import source
+from scaleprobe.report.render.whatif import ceiling_caveat
 
 NAME = "plan"
 HELP = "which strategy, batch and device count fit in memory, how fast, at what cost"

@@ -1,16 +1,16 @@
 """How ``scaleprobe plan`` prints its rows (tables that fit 80 columns) and writes them as
-JSON. The figures are ``comm/plan.py``'s; the picks' words ``core/claim.py``'s."""
+JSON. The figures are ``predict/plan.py``'s; the picks' words ``core/claim.py``'s."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.comm import plan as P
-from scaleprobe.comm import stepmodel as M
-from scaleprobe.comm import whatif as W
 from scaleprobe.commands.predict_steps import time_unit
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
+from scaleprobe.predict import plan as P
+from scaleprobe.predict import stepmodel as M
+from scaleprobe.predict import whatif as W
 
 MAX_UNFIT_SHOWN = 4  # configurations that do not fit, named in the terminal (--json: all)
 
@@ -45,7 +45,7 @@ def efficiency_claim(r: P.Row) -> CL.Claim:
 
 
 def efficiency_json(r: P.Row) -> dict[str, Any]:
-    """The row's efficiency (``comm/plan.set_efficiency``): the figure, the row it is the
+    """The row's efficiency (``predict/plan.set_efficiency``): the figure, the row it is the
     ratio to, and the claim's verdict (none on the one-device row: 1 by definition)."""
     out: dict[str, Any] = {**r.efficiency.to_dict(), "of": r.efficiency_of}
     if r.efficiency.value is not None and r.efficiency_of != "itself":

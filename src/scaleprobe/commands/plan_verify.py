@@ -15,16 +15,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.comm import check as C
-from scaleprobe.comm import plan as P
+from scaleprobe.config.runconfig import build, flatten
 from scaleprobe.core import claim as CL
-from scaleprobe.core.config import build, flatten
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
-from scaleprobe.report.load import source
+from scaleprobe.predict import check as C
+from scaleprobe.predict import plan as P
+from scaleprobe.report.reading.machine_load import source
 
 GOAL = 0.10  # a verified step within +-10% of its prediction
 WARMUP_STEPS = 3

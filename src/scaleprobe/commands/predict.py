@@ -15,7 +15,7 @@ one-rank run is taken) and lays out the step's timeline per strategy: DDP's buck
 ready during backward at the times the run measured and are all-reduced one after another on
 the link; a parameter server's link carries every push, then every pull; local SGD averages
 every K steps; FSDP gathers and scatters per unit. Compute is drawn from the run's own timed
-steps (same threads per rank), so predictions carry an interval (see comm/stepmodel.py).
+steps (same threads per rank), so predictions carry an interval (see predict/stepmodel.py).
 ``--link`` (repeatable) takes 1gbit, 10gbit, 25gbit, 100gbit, nvlink, loopback, any rate
 (100mbit, 2.5gbit), NAME=GBIT,US, measured:DIR (results of ``scaleprobe comm`` on that link),
 and per-rank items (``1gbit,rank2=100mbit``). Default: loopback on one host, 10gbit across
@@ -32,13 +32,13 @@ import json
 import math
 from typing import Any
 
-from scaleprobe.comm.model import FP32_BYTES, STRATEGIES, predict_for_run
-from scaleprobe.comm.whatif import check_ranks, parse_counts
 from scaleprobe.commands import predict_memory, predict_steps
 from scaleprobe.commands.options import repeats as count_arg
+from scaleprobe.config.knobs import show
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.links import resolve_link, with_alpha
-from scaleprobe.core.schema import show
+from scaleprobe.features.links import resolve_link, with_alpha
+from scaleprobe.predict.costmodel import FP32_BYTES, STRATEGIES, predict_for_run
+from scaleprobe.predict.whatif import check_ranks, parse_counts
 
 NAME = "predict"
 HELP = "predict communication time and scaling efficiency per strategy and link"

@@ -1,7 +1,7 @@
 """``scaleprobe predict --from RUN --memory``: the peak memory per rank for each strategy,
 world size and batch per rank, from one measured run's ``metrics.memory_facts``, and whether
 it fits on the device; ``predict --check RUNS`` sets each measured run's peak beside it. The
-figures come from ``core/memmodel.py`` (formulas and limits: docs/MEMORY.md); this module
+figures come from ``predict/memmodel.py`` (formulas and limits: docs/MEMORY.md); this module
 reads the records and prints.
 
     scaleprobe predict --from RUN --memory --batch-size 16,64,256 --nproc 1,2,8 \\
@@ -14,13 +14,13 @@ import argparse
 import json
 from typing import Any
 
-from scaleprobe.comm import check as C
-from scaleprobe.comm.whatif import parse_counts
+from scaleprobe.config.runconfig import parse_size
 from scaleprobe.core import claim as CL
-from scaleprobe.core import memmodel as MM
-from scaleprobe.core.config import parse_size
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
+from scaleprobe.predict import check as C
+from scaleprobe.predict import memmodel as MM
+from scaleprobe.predict.whatif import parse_counts
 
 DEFAULT_STRATEGIES = "ddp,fsdp"
 STATE_PARTS = ("params", "grads", "optimizer_state", "master_copies")

@@ -1,7 +1,7 @@
 """``scaleprobe predict --from RUN`` (the step model: a step's timeline from one measured
 one-rank run) and ``scaleprobe predict --check RUNS`` (each measured multi-rank run beside
-its prediction). The figures come from ``comm/stepmodel.py``, ``comm/whatif.py`` and
-``comm/check.py``; this module reads the records and prints.
+its prediction). The figures come from ``predict/stepmodel.py``, ``predict/whatif.py`` and
+``predict/check.py``; this module reads the records and prints.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from scaleprobe.comm import check as C
-from scaleprobe.comm import sample as S
-from scaleprobe.comm import whatif as W
-from scaleprobe.comm.stepmodel import NEEDED_FLOOR_GBIT_S
-from scaleprobe.comm.timeline import Unit
 from scaleprobe.commands import predict_memory as PM
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
-from scaleprobe.report.records import load_records, runs
-from scaleprobe.report.whatif import ceiling_caveat
+from scaleprobe.predict import check as C
+from scaleprobe.predict import sample as S
+from scaleprobe.predict import whatif as W
+from scaleprobe.predict.stepmodel import NEEDED_FLOOR_GBIT_S
+from scaleprobe.predict.timeline import Unit
+from scaleprobe.report.reading.records import load_records, runs
+from scaleprobe.report.render.whatif import ceiling_caveat
 
 
 def load_runs(path: str) -> list[RunResult]:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scaleprobe.core.config import RunConfig
+from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.report import build as report_build
-from scaleprobe.report.build import findings_text
-from scaleprobe.report.records import load_records
+from scaleprobe.report.reading.records import load_records
+from scaleprobe.report.render import build_report as report_build
+from scaleprobe.report.render.build_report import findings_text
 
 NAME = "report"
 HELP = "write report.md and report.html (tables, plots, diagnosis) from results"

@@ -9,23 +9,23 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from scaleprobe.comm.exposed import same_link_prediction
-from scaleprobe.comm.instep import text
 from scaleprobe.commands import terminal
 from scaleprobe.commands.terminal import esc
 from scaleprobe.core import claim as CL
 from scaleprobe.core.fmt import flops, mfu, phase_name
-from scaleprobe.core.gns import summary_line as gns_line
 from scaleprobe.core.invariants import uneven_steps
-from scaleprobe.core.lmspec import baseline_claim
 from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, num
-from scaleprobe.core.target import summary_line
 from scaleprobe.core.traits import known
+from scaleprobe.features.gns import summary_line as gns_line
+from scaleprobe.features.lmspec import baseline_claim
+from scaleprobe.features.target import summary_line
+from scaleprobe.measure.comm.exposed import same_link_prediction
+from scaleprobe.measure.comm.instep import text
 from scaleprobe.measure.compiled import summary_line as compile_line
 from scaleprobe.measure.compiled import vs_eager_line
-from scaleprobe.report.advice import sync_words, unsplit
-from scaleprobe.report.diagnose import epoch_start_wait
-from scaleprobe.report.window import window_line
+from scaleprobe.report.findings.advice import sync_words, unsplit
+from scaleprobe.report.findings.diagnose import epoch_start_wait
+from scaleprobe.report.reading.window import window_line
 
 
 def print_run(result: RunResult, con: Console | None = None) -> None:

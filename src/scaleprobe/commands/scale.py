@@ -31,15 +31,15 @@ from scaleprobe.commands.sweep import (
     add_executor_options,
     add_repeats_option,
 )
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import md_table
 from scaleprobe.core.traits import traits_of
 from scaleprobe.experiments.executor import FIRST_NODE, from_args
-from scaleprobe.report.rows import ScaleRow
-from scaleprobe.report.scale import SCALE_HEADERS, experiment_rows, scale_cells
-from scaleprobe.report.sweep_tables import write_tables
-from scaleprobe.report.target import explain, table_parts
+from scaleprobe.report.render.sweep_tables import write_tables
+from scaleprobe.report.tables.rows import ScaleRow
+from scaleprobe.report.tables.scale import SCALE_HEADERS, experiment_rows, scale_cells
+from scaleprobe.report.tables.time_to_target import explain, table_parts
 
 NAME = "scale"
 HELP = "the same run on 1, 2, ... processes: speedup, efficiency, what the gap was lost to"

@@ -21,7 +21,7 @@ from scaleprobe.commands.options import repeats as repeats_arg
 from scaleprobe.experiments.executor import add_executor_options as add
 from scaleprobe.experiments.executor import from_args
 from scaleprobe.experiments.spec import check_points, describe, load_spec
-from scaleprobe.report.sweep_tables import write_tables
+from scaleprobe.report.render.sweep_tables import write_tables
 
 NAME = "sweep"
 HELP = "run a grid of configurations (batch size to out of memory, loader settings, ...)"

@@ -12,7 +12,3 @@ stopping on request (``interrupt``) and the copies of examples and docs that com
 scaleprobe (``bundled``). Nothing here imports a floor above it, or torch (pyproject.toml's import
 contracts; docs/ARCHITECTURE.md).
 """
-
-# A run record's config block is read as a RunConfig through core/config.py, which the record's
-# module cannot import (core/run_blocks.py says why): importing any module of core imports it.
-from scaleprobe.core import config as _config  # noqa: F401

@@ -475,7 +475,7 @@ def plan_efficiency(value: float | None, lo: float | None, hi: float | None, run
                     of: str = "") -> Claim:
     """A plan row's efficiency: its samples/s over N x the plan's one-device row's at the
     same batch per device, against 100% (linear scaling). Its interval is the step model's
-    (``comm/plan.set_efficiency``), not one from repeats of the planned run: an interval that
+    (``predict/plan.set_efficiency``), not one from repeats of the planned run: an interval that
     holds 100% is "not resolved" (no loss to scaling told apart from none), and from one
     one-rank run, "inconclusive (1 repeat)"."""
     iv = (Interval(value, lo, hi, max(runs, 1), "step model: resamples of the one-rank runs")
@@ -490,7 +490,7 @@ def plan_efficiency(value: float | None, lo: float | None, hi: float | None, run
 def memory_fit(peak: int, low: int | None, high: int | None, device: int, probes: int,
                detail: str = "") -> Claim:
     """Whether a predicted peak per rank fits on a device: peak / device memory against 1.
-    Its interval is the memory model's (core/memmodel.py: the activations' departure from a
+    Its interval is the memory model's (predict/memmodel.py: the activations' departure from a
     line over the probed batch sizes, the CUDA margin's readings), not one from repeats: it
     "fits" when the whole interval lies under the device, "does not fit" when wholly over,
     and is inconclusive when the device's size lies inside it; without an interval (fewer

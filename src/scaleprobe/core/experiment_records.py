@@ -104,7 +104,7 @@ class ParityRecord(InExperiment, Record):
 @dataclass
 class CommBenchRecord(InExperiment, Record):
     """``scaleprobe comm``'s record: collectives timed per size on this host's (or these
-    hosts') process group, and the alpha-beta fit per operation (comm/fit.py)."""
+    hosts') process group, and the alpha-beta fit per operation (predict/fit.py)."""
 
     schema: int = SCHEMA
     kind: str = "comm"

@@ -37,7 +37,7 @@ class Record:
     """Mixin for the dataclasses below: ``to_dict`` / ``from_dict`` on the JSON schema."""
 
     extra: dict[str, Any]
-    # the folder a record was read from (report/records.load_records); "" for one made here.
+    # the folder a record was read from (report/reading/records.load_records); "" for one made here.
     # Not part of the record: never written.
     source = ""
     # fields written only where they hold something (older records never had them)

@@ -14,8 +14,8 @@ from scaleprobe.core.record import TRANSIENT, Record, get
 from scaleprobe.core.run_blocks import ConfigBlock, ConfigRead, RunEnv, ScriptRun
 
 if TYPE_CHECKING:
-    from scaleprobe.core.config import RunConfig
-else:  # the type is core/config.py's, which this module cannot import (core/run_blocks.py)
+    from scaleprobe.config.runconfig import RunConfig
+else:  # the type is config/runconfig.py's, which this module cannot import (core/run_blocks.py)
     RunConfig = object
 
 SCHEMA = 2
@@ -161,7 +161,7 @@ class MemoryPass(Record):
 
 @dataclass
 class MemoryFacts(Record):
-    """What a memory prediction (core/memmodel.py) reads from a run (measure/memstate.py):
+    """What a memory prediction (predict/memmodel.py) reads from a run (measure/memstate.py):
     the model state as arithmetic inputs (numel global, not a shard's) and the allocator's
     peaks of one untimed step per batch size after the window, bytes above what was live
     before forward (``fwd_bwd_peak_bytes``) and after backward (``optimizer_peak_bytes``).
@@ -428,7 +428,7 @@ class Audit(Record):
 
 @dataclass
 class CommBucket(Record):
-    """One DDP gradient bucket of a run (comm/hook.py ``BucketLog``), in launch order: its
+    """One DDP gradient bucket of a run (measure/comm/hook.py ``BucketLog``), in launch order: its
     bytes, when it became ready (median seconds after backward began, and as a fraction of
     the step's backward phase), its median all-reduce time, and over how many steps."""
 
@@ -461,7 +461,7 @@ class Comm(Record):
     # compared only with the loopback prediction); absent otherwise
     prediction_measured_link: dict[str, Any] | None = None
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
-    # measured in the step (traits.comm_in_step; comm/instep.py): the per-step figure's
+    # measured in the step (traits.comm_in_step; measure/comm/instep.py): the per-step figure's
     # {median_s, interval_s: [lo, hi], steps, resolved, method}; and the sync-minus-no_sync
     # calibration beside it as a cross-check with its own interval (never in the breakdown)
     exposed_per_step: dict[str, Any] | None = None
@@ -471,7 +471,7 @@ class Comm(Record):
     in_step: bool | None = None
     calls_per_step: dict[str, Any] | None = None
     exposed_reason: str | None = None
-    # DDP (comm/hook.py): the time at least one all-reduce was in flight, on the breakdown's
+    # DDP (measure/comm/hook.py): the time at least one all-reduce was in flight, on the breakdown's
     # basis (in_flight_per_step: per timed step, summarised away once assembled); each
     # gradient bucket's bytes, median ready time after backward began and all-reduce time
     in_flight_s: float | None = None
@@ -513,7 +513,7 @@ class Load(Record):
     machine_cores: int | None = None
     window_s: float | None = None
     gpu_processes: list[dict[str, Any]] | None = None
-    # set where records are read for a report (report/records.colocated_load), never written by
+    # set where records are read for a report (report/reading/records.colocated_load), never written by
     # a run: the cores a co-located job's partners used themselves over its window, and which
     # partner jobs those were; the load judged is net of them
     colocated_cores: float | None = None
@@ -593,7 +593,7 @@ class Experiment(Record):
     # interpreter); its host memory total depends on it (experiments/procs.py)
     start: str | None = None
     # a point a sweep took from a run of another experiment (the same configuration,
-    # measured once): that run's id (report/records.by_experiment); never written by a run
+    # measured once): that run's id (report/reading/records.by_experiment); never written by a run
     reused: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -650,7 +650,7 @@ class RunResult(InExperiment, Record):
     compile: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # in memory only, for a point of an experiment shown by its median repeat
-    # (report/repeats.group_repeats): every measured repeat of the point, in repeat order;
+    # (report/reading/repeats.group_repeats): every measured repeat of the point, in repeat order;
     # None for a run read on its own
     repeats: list[RunResult] | None = field(default=None, metadata=TRANSIENT, repr=False,
                                             compare=False)
@@ -658,7 +658,7 @@ class RunResult(InExperiment, Record):
                                     repr=False, compare=False)
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("partial", "launcher_run_id", "gns")
-    codec: ClassVar[ConfigBlock]  # installed by core/config.py (core/run_blocks.py says why)
+    codec: ClassVar[ConfigBlock]  # installed by config/runconfig.py (core/run_blocks.py says why)
 
     @classmethod
     def from_dict(cls, d: Any) -> RunResult:
@@ -668,7 +668,7 @@ class RunResult(InExperiment, Record):
             return d
         rec = super().from_dict({k: v for k, v in d.items() if k != "config"}
                                 if isinstance(d, dict) else d)
-        if isinstance(d.get("config"), dict) and d["config"]:  # codec: core/config.py's
+        if isinstance(d.get("config"), dict) and d["config"]:  # codec: config/runconfig.py's
             rec.config_read = cls.codec.read(d["config"])
             rec.config = rec.config_read.typed
         if not isinstance(d.get("status"), str):
@@ -858,7 +858,7 @@ class RankInfo(Record):
     lr_warmup_steps: int | None = None
     input_mode: str | None = None  # "device-resident" (synthetic) | "loader"
     # token data (lm): tokens per sample, the sequence length, the vocabulary, the training
-    # split's unigram entropy in nats per token (data/tokens.py); null for images
+    # split's unigram entropy in nats per token (data/token_windows.py); null for images
     tokens_per_sample: int | None = None
     seq_len: int | None = None
     vocab_size: int | None = None

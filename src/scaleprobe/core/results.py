@@ -78,7 +78,7 @@ A run record (``kind == "run"``)::
                       second_unit_bytes, root_unit_bytes, batch_sizes, fwd_bwd_peak_bytes,
                       optimizer_peak_bytes, input_bytes, probe_margin, probe_s, device,
                       method, strategy, world, reasons}: what a memory prediction
-                      reads (measure/memstate.py, core/memmodel.py, docs/MEMORY.md),
+                      reads (measure/memstate.py, predict/memmodel.py, docs/MEMORY.md),
                       (task metrics: verification_accuracy, map50; lm: loss (held-out,
                       mean nats per token), perplexity, eval_tokens, baseline_loss (the
                       context-free baseline on the same held-out tokens), baseline_margin,
@@ -148,7 +148,7 @@ A run record (``kind == "run"``)::
                         slowest rank each); per_step_s = median_s / every (local SGD: K)
       measured_link     {name, why}: the link the communication crossed (loopback on one
                         host; the --link named across hosts; null name when unknown)
-      prediction        the network model (comm/model.py) for the link --link named
+      prediction        the network model (predict/costmodel.py) for the link --link named
       prediction_measured_link   the model for the measured link, when --link named another
                         (a run on loopback is compared only with the loopback prediction)
       strategy_metrics, server   the strategy's own figures (ps: the server's)

@@ -2,8 +2,8 @@
 script under ``wrap``, and the configuration it ran (a ``RunConfig``, written as
 ``RunConfig.to_dict()``). Torch-free.
 
-This module imports nothing of the configuration at run time: its rules (core/config_rules.py)
-import feature modules that build records, so ``core/config.py`` hands its declarations to
+This module imports nothing of the configuration at run time: its rules (config/rules.py)
+import feature modules that build records, so ``config/runconfig.py`` hands its declarations to
 ``ConfigBlock`` and installs it as ``RunResult.codec`` when it is imported."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from scaleprobe.core.record import Record
 
 if TYPE_CHECKING:
-    from scaleprobe.core.config import RunConfig
-    from scaleprobe.core.schema import Knob
+    from scaleprobe.config.knobs import Knob
+    from scaleprobe.config.runconfig import RunConfig
 
 
 @dataclass
@@ -75,7 +75,7 @@ class ConfigRead:
 
 class ConfigBlock:
     """Reads a record's ``config`` block as a ``RunConfig``, on the declarations of
-    ``core/config.py`` (the class, its sections and their knobs): each key of the declared type
+    ``config/runconfig.py`` (the class, its sections and their knobs): each key of the declared type
     as recorded, any other at this version's default (ranges and choices not asked: a value
     this version would refuse is still the value the run ran with)."""
 

@@ -27,10 +27,10 @@ class StrategyTraits:
     bucketed: bool = False  # gradient buckets (--bucket-cap-mb) decide the messages
     needs_any_source_recv: bool = False  # receives from whichever rank is ready (not nccl)
     fp16_loss_scaling: bool = True  # the process that steps the optimizer owns the loss scale
-    # the standalone collective that moves one synchronisation's bytes (comm/bench.py's ops),
+    # the standalone collective that moves one synchronisation's bytes (measure/comm/bench.py's ops),
     # timed inside a run after training to split exposed communication into transfer + overhead
     sync_collective: str | None = None
-    # the network model's pattern (comm/model.py); None = no communication between processes
+    # the network model's pattern (predict/costmodel.py); None = no communication between processes
     comm_pattern: str | None = None
     # parameters, gradients and optimizer state split over the ranks (FSDP): every rank's
     # forward takes part in gathering them, so evaluation runs on every rank

@@ -1,5 +1,5 @@
 """Datasets by name: embedded digits, synthetic (on the device or through the loader),
-generated JPEGs, on-disk formats; and for ``--task lm`` token data (``data/tokens.py``).
+generated JPEGs, on-disk formats; and for ``--task lm`` token data (``data/token_windows.py``).
 
 Every image dataset yields ``(image, label)`` where image is a PIL image or a uint8 CxHxW
 tensor; transforms (``data/transforms.py``) turn it into the model's input. A token dataset
@@ -19,14 +19,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from scaleprobe.core.catalog import DATASETS as CATALOG
-from scaleprobe.core.config import DataConfig
+from scaleprobe.config.catalog import DATASETS as CATALOG
+from scaleprobe.config.runconfig import DataConfig
 from scaleprobe.core.errors import DataError
 from scaleprobe.core.registry import Registry
 from scaleprobe.data.cache import default_cache_dir
 from scaleprobe.data.digits import digits_arrays
 from scaleprobe.data.jpegsynth import ensure_jpegs
-from scaleprobe.data.tokens import RandomWindows, file_split, text_cache
+from scaleprobe.data.token_windows import RandomWindows, file_split, text_cache
 
 DATASETS = Registry("dataset")
 
@@ -46,7 +46,7 @@ class Split:
     # tokens_per_sample, seq_len, vocab_size, unigram_entropy_nats
     info: dict[str, Any] = field(default_factory=dict)
     # token data: each token id's cost in nats under the context-free baseline (the training
-    # split's add-one smoothed unigram counts; data/tokens.py), scored on the held-out tokens
+    # split's add-one smoothed unigram counts; data/token_windows.py), scored on the held-out tokens
     context_free: np.ndarray | None = None
 
 

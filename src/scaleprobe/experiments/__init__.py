@@ -2,14 +2,14 @@
 
 - ``sweep``: the cartesian product of a grid of run options (batch size up to out of memory,
   loader settings, models, process counts), resumable; its tables and recommendation are
-  the report's (``tables=scaleprobe.report.sweep_tables.write_tables``).
+  the report's (``tables=scaleprobe.report.render.sweep_tables.write_tables``).
 - ``colocate``: several jobs alone and then together on one host; slowdown and why.
 - ``parity``: the same training on 1 process and on N; does the accuracy hold.
 
 Python API::
 
     from scaleprobe.experiments import run_sweep, run_colocate
-    from scaleprobe.report.sweep_tables import write_tables
+    from scaleprobe.report.render.sweep_tables import write_tables
     records = run_sweep("examples/sweep_batch_mobilenet_v2.toml", "out", tables=write_tables)
 """
 

@@ -28,7 +28,7 @@ In both phases each job has the same placement, so a slowdown is interference, n
 Repeats are interleaved: alone A, alone B, together; alone A, alone B, together; ... (each job
 in its own process every time), so slow drift of the machine falls on both phases alike. Each
 run record carries ``experiment.repeat``; repeat ``i`` alone is paired with repeat ``i``
-together for the slowdown's interval (``experiments.verdict``).
+together for the slowdown's interval (``experiments.colocate_verdict``).
 """
 
 from __future__ import annotations
@@ -45,12 +45,19 @@ from typing import Any
 import psutil
 from rich.console import Console
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as res
 from scaleprobe.core.claim import Source
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import duration
 from scaleprobe.core.results import ColocateRecord, Experiment, RunResult
+from scaleprobe.experiments.colocate_verdict import (
+    JobFigures,
+    throughput_line,
+    total_interval,
+    totals,
+    verdict,
+)
 from scaleprobe.experiments.placement import Place, gpu_count, gpu_sampler, plan_placement
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import (
@@ -61,13 +68,6 @@ from scaleprobe.experiments.procs import (
 )
 from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight, spec_file
-from scaleprobe.experiments.verdict import (
-    JobFigures,
-    throughput_line,
-    total_interval,
-    totals,
-    verdict,
-)
 
 OPTIONS: dict[str, type | tuple[type, ...]] = {
     "id": str, "placement": str, "seconds": (int, float), "steps": int, "warmup_steps": int,
@@ -380,7 +380,7 @@ def run_colocate(spec: str | Path | dict[str, Any], out_dir: str | Path | None =
     """Run every job alone, then all together, ``repeats`` times interleaved; append and
     return the ``kind: colocate`` record (its point runs are run records with
     ``experiment.kind == "colocate"`` and ``experiment.repeat``). ``render``: the record as
-    Markdown (``report.colocate.render_colocate``, as the command passes it), written to
+    Markdown (``report.render.colocate.render_colocate``, as the command passes it), written to
     ``colocate.md``; the experiment renders nothing itself."""
     cs = load_colocate_spec(spec, overrides, placement, repeats)
     out = Path(out_dir) if out_dir is not None else Path(cs.jobs[0][1].out)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.config.runconfig import build
 from scaleprobe.core import results as res
-from scaleprobe.core.config import build
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import PointPayload, failed_record, find_attempt

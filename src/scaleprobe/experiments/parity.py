@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.config.runconfig import RunConfig, validate
 from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics
 from scaleprobe.core import results as res
-from scaleprobe.core.config import RunConfig, validate
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments.point import PointPayload

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.config.runconfig import RunConfig, from_dict
 from scaleprobe.core import results as res
-from scaleprobe.core.config import RunConfig, from_dict
 from scaleprobe.core.errors import ScaleprobeError
-from scaleprobe.core.interrupt import Interrupted, describe
 from scaleprobe.core.results import RunResult
 from scaleprobe.core.traits import traits_of
+from scaleprobe.features.interrupt import Interrupted, describe
 from scaleprobe.launch import fresh_launcher
 from scaleprobe.measure.env import die_with_parent
 from scaleprobe.run.failure import exit_code

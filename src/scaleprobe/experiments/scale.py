@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import sweep
 from scaleprobe.experiments.spec import load_spec
@@ -32,8 +32,8 @@ from scaleprobe.run.script import check_target
 class ScaleViews:
     """What a scale experiment reads through the report, handed in by the commands (an
     experiment renders nothing itself): ``rows`` gives the scale table of experiment ``sid``
-    from its folder (``report.scale.experiment_rows``), whose implausible points are measured
-    again; ``tables`` writes the sweep's own tables (``report.sweep_tables.write_tables``;
+    from its folder (``report.tables.scale.experiment_rows``), whose implausible points are measured
+    again; ``tables`` writes the sweep's own tables (``report.render.sweep_tables.write_tables``;
     None: none)."""
 
     rows: Callable[[Path, str], list[Any]]

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.core import config as C
-from scaleprobe.core.config import BATCH_KEYS
-from scaleprobe.core.config_rules import unused
+from scaleprobe.config import runconfig as C
+from scaleprobe.config.knobs import show
+from scaleprobe.config.rules import unused
+from scaleprobe.config.runconfig import BATCH_KEYS
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
-from scaleprobe.core.schema import show
 from scaleprobe.measure.env import threads_for
 
 SWEEP_OPTIONS: dict[str, type[Any]] = {

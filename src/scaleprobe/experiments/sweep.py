@@ -29,7 +29,6 @@ from rich.console import Console
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
-from scaleprobe.core.target import repeat_config
 from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
 from scaleprobe.experiments.point import PointPayload
@@ -43,6 +42,7 @@ from scaleprobe.experiments.spec import (
     load_spec,
 )
 from scaleprobe.experiments.sweep_bar import SweepProgress
+from scaleprobe.features.target import repeat_config
 from scaleprobe.measure.progress import PROGRESS_ENV
 from scaleprobe.run.driver import RUN_OUTPUT_BYTES
 from scaleprobe.run.resources import check_config, launches
@@ -52,7 +52,7 @@ try:  # POSIX; elsewhere sweeps into one folder are not kept apart
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
-# How a sweep's tables are made (report/sweep_tables.write_tables, which the commands pass):
+# How a sweep's tables are made (report/render/sweep_tables.write_tables, which the commands pass):
 # (out folder, run records typed, skipped points, batch searches, spec, partial) -> the
 # report, whose "recommendation" goes into the sweep record. The sweep itself renders nothing.
 Tables = Callable[[Path, list[RunResult], list[dict[str, Any]], list[dict[str, Any]],
@@ -246,7 +246,7 @@ def run_sweep(spec: str | Path | dict[str, Any], out_dir: str | Path | None = No
     """Run (or resume) a sweep; returns the records of its points in run order.
 
     Appends a ``kind: sweep`` summary record to the output folder's results.jsonl; with
-    ``tables`` (``scaleprobe.report.sweep_tables.write_tables``, as the commands pass it),
+    ``tables`` (``scaleprobe.report.render.sweep_tables.write_tables``, as the commands pass it),
     writes ``sweep.md`` and ``sweep.csv`` there too (the points finished so far, marked
     partial, when the sweep is stopped) and records their recommendation. Raises ConfigError
     for a bad spec before anything runs, OutputError for an output folder that cannot take

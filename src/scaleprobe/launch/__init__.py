@@ -51,9 +51,9 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.core.config import DistConfig
+from scaleprobe.config.runconfig import DistConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.interrupt import Interrupted, signal_name
+from scaleprobe.features.interrupt import Interrupted, signal_name
 from scaleprobe.launch import guard
 from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
     INTERRUPT_GRACE_S,

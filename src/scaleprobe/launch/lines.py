@@ -19,7 +19,7 @@ _SOURCE_AT = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|c|h|hpp):\d+\] ")
 def last_meaningful_line(msg: str) -> str:
     """The error line of a traceback: its last line that is not a frame or a marker (Python's,
     or the "At:" stack pybind11 appends to an error raised through torch's C++: its last
-    frame, "comm/hook.py(101): done", was taken for the error)."""
+    frame, "measure/comm/hook.py(101): done", was taken for the error)."""
     lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
     while "At:" in lines:  # one block for each callback the error passed through
         at = len(lines) - 1 - lines[::-1].index("At:")

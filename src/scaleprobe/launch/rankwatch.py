@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.core.interrupt import Interrupted
+from scaleprobe.features.interrupt import Interrupted
 from scaleprobe.launch.lines import (  # noqa: F401  (re-exported: the rank's side imports them here)
     last_meaningful_line,
     loader_worker_exits,

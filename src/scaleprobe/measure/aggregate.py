@@ -64,7 +64,7 @@ def breakdown(phase_times: dict[str, list[float]],
     between the 5th and 95th percentile of step time (``typical_steps``), and the shares are
     applied to the median step time, so the breakdown adds up to the headline figure. Each
     phase is what the step measured: exposed communication was timed in the step itself
-    (comm/hook.py, strategies/fsdp_comm.py) and moved out of backward there, never carved
+    (measure/comm/hook.py, strategies/fsdp_comm.py) and moved out of backward there, never carved
     from a difference of two medians."""
     basis = _typical_basis(phase_times, step_times)
     if basis is None:

@@ -113,7 +113,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 30.0,
                      join: Any = None) -> tuple[int, int]:
     """Join the process group described by the launcher's environment; returns (rank, world).
     ``join(timeout)``: a store to build the group on instead (None: the launcher's own way),
-    e.g. ``comm.ranknet.join`` for ranks in network namespaces of their own."""
+    e.g. ``netlab.ranknet.join`` for ranks in network namespaces of their own."""
     # heavy: torch: env's facts are read without it; only a question about torch loads it
     import torch
     import torch.distributed as dist

@@ -3,7 +3,7 @@
 Two ways, one record (``results.GnsSamples``):
 
 - ``ddp_hook`` (DDP, 2+ processes): ``NormTap`` rides on the comm hook that already times
-  DDP's all-reduces (``comm/hook.py``). Per gradient bucket it takes the squared norm of the
+  DDP's all-reduces (``measure/comm/hook.py``). Per gradient bucket it takes the squared norm of the
   bucket's buffer before the all-reduce (this rank's gradient, batch b) and of the reduced
   buffer the all-reduce's future returns (every rank's, batch N x b). What is sent is not
   touched. ``TapSteps`` closes a step's sums at the backward mark (DDP has waited for every
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.gns import mode
 from scaleprobe.core.results import GnsSamples
+from scaleprobe.features.gns import mode
 
 FP16_REASON = ("not measured with --amp fp16: the loss scale multiplies every gradient norm "
                "and may change between steps")

@@ -1,5 +1,5 @@
 """How fast this process moves host memory, measured after a one-rank run's timed window (its
-threads, its machine): what the step model (comm/stepmodel.py) prices a parameter server's
+threads, its machine): what the step model (predict/stepmodel.py) prices a parameter server's
 copies and local SGD's averaging with.
 
     warm_s_per_byte    one read-and-write pass over a buffer already touched (``mul_`` in

@@ -1,4 +1,4 @@
-"""What a memory prediction (core/memmodel.py) needs, read in a rank after its timed window:
+"""What a memory prediction (predict/memmodel.py) needs, read in a rank after its timed window:
 the model state as arithmetic inputs and the batch's activation memory on the allocator.
 
     model_facts      parameters per dtype (global counts: a DTensor's full shape), the

@@ -21,10 +21,10 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
-from scaleprobe.core.catalog import SMALL_MODELS, imported_torchvision_models
+from scaleprobe.config.catalog import SMALL_MODELS, imported_torchvision_models
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.lmspec import GPT_MODELS, GPTShape
 from scaleprobe.core.registry import suggest
+from scaleprobe.features.lmspec import GPT_MODELS, GPTShape
 from scaleprobe.models.gpt import GPT
 from scaleprobe.models.small import MLP, DigitsCNN, Linear, MLPLarge
 

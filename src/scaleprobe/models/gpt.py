@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from scaleprobe.core.lmspec import GPTShape
+from scaleprobe.features.lmspec import GPTShape
 
 PAD_MULTIPLE = 64  # rows of the embedding and head: a multiple of this
 

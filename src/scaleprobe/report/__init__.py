@@ -10,18 +10,18 @@ a report can be built on any machine that has the results.
 """
 
 from scaleprobe.core.thresholds import Thresholds
-from scaleprobe.report.batch import batch_table
-from scaleprobe.report.batch_rule import recommend_batch
-from scaleprobe.report.build import build_report
-from scaleprobe.report.diagnose import (
+from scaleprobe.report.findings.diagnose import (
     Finding,
     diagnose_all,
     diagnose_experiment,
     diagnose_run,
     format_findings,
 )
-from scaleprobe.report.scale import scale_table
-from scaleprobe.report.workers import loader_table, recommend_workers
+from scaleprobe.report.render.build_report import build_report
+from scaleprobe.report.tables.batch import batch_table
+from scaleprobe.report.tables.batch_rule import recommend_batch
+from scaleprobe.report.tables.scale import scale_table
+from scaleprobe.report.tables.workers import loader_table, recommend_workers
 
 __all__ = [
     "Finding", "Thresholds", "batch_table", "build_report", "diagnose_all", "diagnose_experiment",

@@ -31,11 +31,11 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.invariants import uneven_steps
 from scaleprobe.core.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
-from scaleprobe.report import pairing as PR
-from scaleprobe.report import records as R
-from scaleprobe.report import repeats as P
-from scaleprobe.report.diagnose import epoch_start_wait
-from scaleprobe.report.load import run_load
+from scaleprobe.report.findings.diagnose import epoch_start_wait
+from scaleprobe.report.reading import pairing as PR
+from scaleprobe.report.reading import records as R
+from scaleprobe.report.reading import repeats as P
+from scaleprobe.report.reading.machine_load import run_load
 
 
 @dataclass

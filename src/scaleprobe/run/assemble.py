@@ -9,18 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from scaleprobe.comm.exposed import (
-    ALONE_METHOD,
-    OVERHEAD_METHOD,
-    TRANSFER_METHOD,
-    measured_link,
-    split_exposed,
-)
-from scaleprobe.comm.instep import cross_check, fill_in_step
-from scaleprobe.comm.model import predict_for_run
+from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core import metrics as M
-from scaleprobe.core.config import RunConfig
-from scaleprobe.core.gns import summarize as summarize_gns
 from scaleprobe.core.invariants import check_run
 from scaleprobe.core.results import (
     Audit,
@@ -37,15 +27,25 @@ from scaleprobe.core.results import (
     Straggler,
     TimeToTarget,
 )
-from scaleprobe.core.target import not_reached_line, summarize
 from scaleprobe.core.thresholds import DEFAULT
 from scaleprobe.core.traits import traits_of
+from scaleprobe.features.gns import summarize as summarize_gns
+from scaleprobe.features.target import not_reached_line, summarize
 from scaleprobe.measure import outside
 from scaleprobe.measure.aggregate import epoch_time, rank_summary, straggler
 from scaleprobe.measure.audit import audit
+from scaleprobe.measure.comm.exposed import (
+    ALONE_METHOD,
+    OVERHEAD_METHOD,
+    TRANSFER_METHOD,
+    measured_link,
+    split_exposed,
+)
+from scaleprobe.measure.comm.instep import cross_check, fill_in_step
 from scaleprobe.measure.compiled import block, result_fields
 from scaleprobe.measure.held import summarize_held
 from scaleprobe.measure.stats import median
+from scaleprobe.predict.costmodel import predict_for_run
 
 
 def build_result(result: RunResult, cfg: RunConfig, ranks: list[RankRecord] | None,

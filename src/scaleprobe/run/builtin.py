@@ -10,17 +10,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.comm.ranknet import context
-from scaleprobe.core.config import RunConfig
+from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.interrupt import Interrupted, StopRequest
 from scaleprobe.core.results import RankRecord, RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
+from scaleprobe.features.interrupt import Interrupted, StopRequest
 from scaleprobe.launch import Job, handoff, run_workers
 from scaleprobe.launch.rankwatch import STOP_STEPS
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.heartbeat import read_beats, stop_named
+from scaleprobe.netlab.ranknet import context
 from scaleprobe.protocols import Ending, Launched
 from scaleprobe.run.driver import execute, save_traceback
 from scaleprobe.run.resources import check_config

@@ -16,12 +16,12 @@ import contextlib
 import traceback
 from pathlib import Path
 
+from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core import results as res
-from scaleprobe.core.config import RunConfig
 from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
-from scaleprobe.core.interrupt import Interrupted, describe, sigterm_interrupts
 from scaleprobe.core.results import Experiment, RankRecord, RunResult
 from scaleprobe.core.run_blocks import RunEnv
+from scaleprobe.features.interrupt import Interrupted, describe, sigterm_interrupts
 from scaleprobe.launch.rankwatch import WorkerFailure
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor

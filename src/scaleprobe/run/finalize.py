@@ -8,10 +8,10 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core import results as res
-from scaleprobe.core.config import RunConfig
 from scaleprobe.core.results import RankRecord, RunResult
-from scaleprobe.core.target import CURVE_FILE, write_curve_csv
+from scaleprobe.features.target import CURVE_FILE, write_curve_csv
 from scaleprobe.measure.aggregate import PHASES
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.run.assemble import build_result, head_rank

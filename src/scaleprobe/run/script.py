@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import scaleprobe
-from scaleprobe.core import config as C
-from scaleprobe.core.config import script_defaults, script_name
+from scaleprobe.config import runconfig as C
+from scaleprobe.config.runconfig import script_defaults, script_name
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import Experiment, RankRecord, RunResult
 from scaleprobe.core.run_blocks import ScriptRun

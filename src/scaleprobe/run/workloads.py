@@ -3,7 +3,7 @@ loop; and a run of it, by the one driver (``run/driver.py``)."""
 
 from __future__ import annotations
 
-from scaleprobe.core.config import RunConfig
+from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core.results import Experiment, RunResult
 from scaleprobe.protocols import Workload
 from scaleprobe.run.builtin import BuiltinTraining

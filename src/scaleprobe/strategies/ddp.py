@@ -10,11 +10,17 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from scaleprobe.comm.hook import EXPOSED_METHOD, IN_FLIGHT_METHOD, BucketLog, CommTimer, HookSplit
-from scaleprobe.comm.instep import cross_check
-from scaleprobe.core.gns import mode as gns_mode
 from scaleprobe.core.results import GnsSamples
 from scaleprobe.core.traits import TRAITS
+from scaleprobe.features.gns import mode as gns_mode
+from scaleprobe.measure.comm.hook import (
+    EXPOSED_METHOD,
+    IN_FLIGHT_METHOD,
+    BucketLog,
+    CommTimer,
+    HookSplit,
+)
+from scaleprobe.measure.comm.instep import cross_check
 from scaleprobe.measure.gns_probe import NormTap, StepNorms, TapSteps
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.strategies.single import Single
@@ -77,7 +83,7 @@ class DDP(Single):
             self.unseen["comm"] = self.hook.reason
         return ddp
 
-    # --- communication measured in the step (comm/hook.py) ---------------------------------
+    # --- communication measured in the step (measure/comm/hook.py) ---------------------------------
     def step_timer(self, timer: Any) -> Any:
         if "comm" in self.unseen or not self.hook.attached:
             return timer

@@ -38,10 +38,10 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
-from scaleprobe.comm.instep import cross_check
-from scaleprobe.core.catalog import SMALL_MODELS
+from scaleprobe.config.catalog import SMALL_MODELS
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.traits import TRAITS
+from scaleprobe.measure.comm.instep import cross_check
 from scaleprobe.measure.timer import WaitSplit
 from scaleprobe.strategies.ddp import DDP
 from scaleprobe.strategies.fsdp_comm import CUDA_REASON, IN_STEP_METHOD, WaitClock, install

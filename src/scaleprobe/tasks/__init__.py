@@ -26,8 +26,8 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from scaleprobe.core.lmspec import gpt_shape
 from scaleprobe.core.registry import Registry
+from scaleprobe.features.lmspec import gpt_shape
 from scaleprobe.protocols import Task
 
 TASKS = Registry("task")

@@ -33,9 +33,9 @@ from torch import nn
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from scaleprobe.core.config import TASK_DEFAULT_MODELS, ModelConfig
+from scaleprobe.config.extras import require
+from scaleprobe.config.runconfig import TASK_DEFAULT_MODELS, ModelConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.extras import require
 from scaleprobe.core.registry import suggest
 from scaleprobe.data.loader import collate_indexed_list
 from scaleprobe.tasks import TASKS, evaluating

@@ -11,14 +11,14 @@ reports:
 - ``eval_samples`` and ``eval_tokens``: the windows and tokens it was taken over.
 
 and, beside them, the context-free baseline scored on the same held-out tokens (each token's
-cost under the training split's add-one smoothed unigram counts; data/tokens.py):
+cost under the training split's add-one smoothed unigram counts; data/token_windows.py):
 
 - ``baseline_loss``: its mean nats per held-out token;
 - ``baseline_margin``: ``baseline_loss - loss`` (positive: the model is better), with
   ``baseline_margin_lo`` / ``baseline_margin_hi``, a paired 95% t interval over the evaluated
   windows (each window's mean baseline cost minus its mean model loss; None with fewer than
   two windows), and ``baseline_windows``. The model "beats the baseline" only when the
-  interval's lower bound is above 0 (``core/lmspec.baseline_claim``).
+  interval's lower bound is above 0 (``features/lmspec.baseline_claim``).
 
 Lower is better for ``loss`` and ``perplexity``, also for ``--target loss=X``.
 """

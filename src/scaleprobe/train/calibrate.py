@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from scaleprobe.comm.bench import plan_iters, time_collective
+from scaleprobe.measure.comm.bench import plan_iters, time_collective
 from scaleprobe.measure.stats import median
 
 if TYPE_CHECKING:

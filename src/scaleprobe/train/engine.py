@@ -18,16 +18,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaleprobe.core.config import RunConfig
-from scaleprobe.core.interrupt import (
+from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.core.results import MemoryFacts, RankMem, RankRecord
+from scaleprobe.features.interrupt import (
     STOP_KEY,
     StopRequest,
     peers_across_hosts,
     stop_step_of,
     stop_value,
 )
-from scaleprobe.core.results import MemoryFacts, RankMem, RankRecord
-from scaleprobe.core.target import TargetWatch, parse_target
+from scaleprobe.features.target import TargetWatch, parse_target
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
 from scaleprobe.measure.flops import resolve_peak

@@ -10,14 +10,14 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.config import RunConfig
+from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.lmspec import is_gpt, resolved_data, shape_of
 from scaleprobe.core.results import RankInfo
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, build_loader
 from scaleprobe.data.transforms import build_eval_transform, build_transform
+from scaleprobe.features.lmspec import is_gpt, resolved_data, shape_of
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import host_mem_baseline
 from scaleprobe.models import build_model, param_count

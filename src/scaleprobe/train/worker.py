@@ -18,17 +18,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from scaleprobe.comm.ranknet import join
-from scaleprobe.core.config import RunConfig, parse_size
+from scaleprobe.config.runconfig import RunConfig, parse_size
 from scaleprobe.core.errors import ConfigError, DataError
-from scaleprobe.core.interrupt import StopRequest
 from scaleprobe.core.results import RankRecord
 from scaleprobe.core.traits import traits_of
+from scaleprobe.features.interrupt import StopRequest
 from scaleprobe.launch import handoff
 from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
 from scaleprobe.measure.progress import PROGRESS_ENV, FileProgress, StepProgress
+from scaleprobe.netlab.ranknet import join
 from scaleprobe.strategies import build_strategy
 
 # a stopped rank's return value is in the launcher's pipe at once: then it leaves, whether the

@@ -130,10 +130,10 @@ def communicates(rec: Any) -> bool | None:
 
 
 def _comm_record(rec: Any, warmup: int, world: int) -> dict[str, Any] | None:
-    """What DDP's comm hook saw over the timed steps (wrap/comm.py); None when it saw no
+    """What DDP's comm hook saw over the timed steps (wrap/ddp_comm.py); None when it saw no
     all-reduce in them (one process, no DDP, or a DDP model it could not time).
     ``in_flight_s`` is filled in once the phases are final."""
-    from scaleprobe.wrap.comm import EXPOSED_METHOD, IN_FLIGHT_METHOD  # heavy: numpy
+    from scaleprobe.wrap.ddp_comm import EXPOSED_METHOD, IN_FLIGHT_METHOD  # heavy: numpy
 
     exposed = rec.comm_exposed[warmup:]
     if world < 2 or not exposed or any(e is None for e in exposed):
@@ -189,10 +189,10 @@ def _compile_watch() -> Any:
 
 
 def _comm_timer() -> Any:
-    """DDP's comm hook timer (wrap/comm.py), installed before the script builds its model;
+    """DDP's comm hook timer (wrap/ddp_comm.py), installed before the script builds its model;
     None where torch has no distributed package."""
     try:
-        from scaleprobe.wrap import comm  # heavy: numpy
+        from scaleprobe.wrap import ddp_comm as comm  # heavy: numpy
 
         timer = comm.CommTimer()
         comm.install(timer)

@@ -198,7 +198,7 @@ class Recorder:
         self.flops_device: str | None = None  # where the counted step's model ran
         self.flops_amp = "none"  # bf16 / fp16 under autocast or in those dtypes
         self._flop_mode: Any = None
-        self.comm: Any = None  # wrap/comm.CommTimer: DDP's all-reduces, through its comm hook
+        self.comm: Any = None  # wrap/ddp_comm.CommTimer: DDP's all-reduces, through its comm hook
         self.comm_exposed: list[float | None] = []  # per step; None: nothing was sent
         self.comm_in_flight: list[float | None] = []
         self.ends: list[float] = []  # perf_counter at the end of each step
@@ -292,7 +292,7 @@ class Recorder:
         total["backward"] = max(0.0, dur - sum(total.values()))
         exposed = in_flight = None
         if self.comm is not None:
-            from scaleprobe.wrap.comm import step_figures  # heavy: numpy
+            from scaleprobe.wrap.ddp_comm import step_figures  # heavy: numpy
 
             got = step_figures(self.comm.take())
             if got is not None:  # the wait on the network is inside backward: split it out

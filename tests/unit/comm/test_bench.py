@@ -2,7 +2,8 @@
 
 import pytest
 
-from scaleprobe.comm.bench import (
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.measure.comm.bench import (
     BYTES_BUDGET_PER_POINT,
     DEFAULT_OPS,
     MIN_TIMED_ITERS,
@@ -13,7 +14,6 @@ from scaleprobe.comm.bench import (
     parse_sizes,
     plan_iters,
 )
-from scaleprobe.core.errors import ConfigError
 
 
 def test_sizes_are_powers_of_1024_sorted_and_unique():

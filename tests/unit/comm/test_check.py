@@ -1,17 +1,17 @@
-"""``predict --check`` (comm/check.py): which one-rank runs a measured run is predicted from,
+"""``predict --check`` (predict/check.py): which one-rank runs a measured run is predicted from,
 and the figures set beside it; link specs (comm/links.py) and per-rank cables
-(comm/ranknet.py); the straggler a parameter server names (measure/aggregate.py)."""
+(netlab/ranknet.py); the straggler a parameter server names (measure/aggregate.py)."""
 
 from dataclasses import replace
 
 import pytest
 
-from scaleprobe.comm import check as C
-from scaleprobe.core import links
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.links import parse_spec, resolve_link
 from scaleprobe.core.results import RankSummary, RunResult, StepTime
+from scaleprobe.features import links
+from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.measure.aggregate import straggler
+from scaleprobe.predict import check as C
 from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
 
 
@@ -216,8 +216,8 @@ def test_the_interval_holds_the_drift_between_pooled_runs(tmp_path):
     two-level bootstrap's interval spans both runs' levels (drawing one run twice is half the
     resamples); steps resampled across the pool only would average them away. One run: its
     interval is its own spread, and the prediction says the drift is not in it."""
-    from scaleprobe.comm import stepmodel as M
-    from scaleprobe.comm import whatif as W
+    from scaleprobe.predict import stepmodel as M
+    from scaleprobe.predict import whatif as W
 
     fast = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 12, THIRDS, name="fast")
     slow = one_rank_run(tmp_path, [(0.012, 0.036, 0.006)] * 12, THIRDS, name="slow")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from scaleprobe.comm.exposed import measured_link, split_exposed
-from scaleprobe.comm.exposed import same_link_prediction as _same_link_prediction
 from scaleprobe.core.results import Comm
+from scaleprobe.measure.comm.exposed import measured_link, split_exposed
+from scaleprobe.measure.comm.exposed import same_link_prediction as _same_link_prediction
 
 
 def dominant(split):

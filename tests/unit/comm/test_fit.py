@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from scaleprobe.comm.fit import fit_alpha_beta, fit_rows
+from scaleprobe.predict.fit import fit_alpha_beta, fit_rows
 
 SIZES = [1 << 10, 1 << 16, 1 << 20, 16 << 20, 256 << 20]
 

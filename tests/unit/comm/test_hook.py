@@ -1,4 +1,4 @@
-"""DDP's comm hook on one process (comm/hook.py): DDP still buckets its gradients and calls
+"""DDP's comm hook on one process (measure/comm/hook.py): DDP still buckets its gradients and calls
 the hook, so a one-rank run logs when each bucket became ready, which the step model lays a
 multi-rank step out from; nothing is moved into the comm phase there."""
 
@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaleprobe.comm.hook import BucketLog, CommTimer, HookSplit
+from scaleprobe.measure.comm.hook import BucketLog, CommTimer, HookSplit
 
 
 class Recorder:

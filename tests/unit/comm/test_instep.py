@@ -1,12 +1,12 @@
 """Communication measured in the step: median and interval over the steps, "not resolved"
-when the interval reaches 0, the calibration only as a cross-check (comm/instep.py)."""
+when the interval reaches 0, the calibration only as a cross-check (measure/comm/instep.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scaleprobe.comm.instep import cross_check, fill_in_step, per_step_figures, text
 from scaleprobe.core.results import Comm, RankRecord
+from scaleprobe.measure.comm.instep import cross_check, fill_in_step, per_step_figures, text
 
 
 def test_a_figure_is_resolved_only_when_its_interval_excludes_zero():

@@ -2,15 +2,15 @@
 
 import pytest
 
-from scaleprobe.comm.model import (
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.features.links import PRESETS, Link, link_from_comm, resolve_link, with_alpha
+from scaleprobe.predict.costmodel import (
     comm_time_s,
     modelled_efficiency,
     needed_bandwidth_gbit_s,
     pattern,
     predict_for_run,
 )
-from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.links import PRESETS, Link, link_from_comm, resolve_link, with_alpha
 
 S = 1e8  # bytes of gradients
 LINK = Link("test", 10.0, 20e-6, "test")  # 1.25e9 bytes/s, 20 us per hop

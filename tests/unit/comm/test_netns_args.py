@@ -1,6 +1,6 @@
 """Shaping settings of the two-host harness (no namespaces are created here)."""
 
-from scaleprobe.comm.netns import IFNAMES, Hosts, tbf_args
+from scaleprobe.netlab.netns import IFNAMES, Hosts, tbf_args
 
 
 def _kv(args):
@@ -22,7 +22,7 @@ def test_commands_run_inside_the_namespace():
 
 
 def test_unavailable_without_root_or_tools(monkeypatch):
-    from scaleprobe.comm import netns
+    from scaleprobe.netlab import netns
 
     monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
     assert netns.available.__wrapped__() == (False, "network namespaces need root")

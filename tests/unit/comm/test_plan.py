@@ -1,4 +1,4 @@
-"""The plan (comm/plan.py, `scaleprobe plan`) on synthetic inputs: every figure checked against
+"""The plan (predict/plan.py, `scaleprobe plan`) on synthetic inputs: every figure checked against
 a hand computation, the picks' claims and their words, and each bad flag one line, exit 2."""
 
 import json
@@ -7,14 +7,14 @@ from dataclasses import replace
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.comm import plan as P
-from scaleprobe.comm import sample as S
-from scaleprobe.comm import stepmodel as M
-from scaleprobe.comm.timeline import Bucket, Compute
 from scaleprobe.core import claim as CL
-from scaleprobe.core import memmodel as MM
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
+from scaleprobe.predict import memmodel as MM
+from scaleprobe.predict import plan as P
+from scaleprobe.predict import sample as S
+from scaleprobe.predict import stepmodel as M
+from scaleprobe.predict.timeline import Bucket, Compute
 from tests.unit.test_memmodel import facts
 
 MB = 1_000_000
@@ -400,7 +400,7 @@ def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monke
     """With autogroup scheduling the CPU is shared between sessions: the one-rank runs made
     side by side share one (as a job's ranks do), a run alone has its own."""
     from scaleprobe.commands import plan_verify as V
-    from scaleprobe.core.config import build
+    from scaleprobe.config.runconfig import build
 
     started = []
 

@@ -1,16 +1,16 @@
-"""The step model from one run's record (comm/sample.py, comm/stepmodel.py, comm/whatif.py):
+"""The step model from one run's record (predict/sample.py, predict/stepmodel.py, predict/whatif.py):
 what it reads from a run, and predictions checked against hand computations."""
 
 import json
 
 import pytest
 
-from scaleprobe.comm import sample as S
-from scaleprobe.comm import stepmodel as M
-from scaleprobe.comm import whatif as W
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.links import Link
 from scaleprobe.core.results import RunResult
+from scaleprobe.features.links import Link
+from scaleprobe.predict import sample as S
+from scaleprobe.predict import stepmodel as M
+from scaleprobe.predict import whatif as W
 
 MS = 1e-3
 MB = 1e6
@@ -229,7 +229,7 @@ def test_a_link_with_cpu_per_byte_lengthens_an_overlapped_backward_and_says_so()
     and the prediction names it; on a run with CUDA nothing is charged."""
     from dataclasses import replace as _r
 
-    from scaleprobe.comm.timeline import Bucket, Compute
+    from scaleprobe.predict.timeline import Bucket, Compute
 
     rows = [Compute(forward=0.01, backward=0.04, optimizer=0.005)] * 6
     s = S.RunSample("r", "ddp", 1, 1, 8e6, rows, "synthetic",

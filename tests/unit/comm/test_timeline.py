@@ -1,10 +1,10 @@
-"""The step timeline (comm/timeline.py, comm/fluid.py), each case against a hand computation
+"""The step timeline (predict/timeline.py, predict/fluid.py), each case against a hand computation
 written out in its docstring. Times in milliseconds in the comments, seconds in the code."""
 
 import pytest
 
-from scaleprobe.comm.fluid import Transfer, fair_rates, finish_times
-from scaleprobe.comm.timeline import (
+from scaleprobe.predict.fluid import Transfer, fair_rates, finish_times
+from scaleprobe.predict.timeline import (
     Bucket,
     Compute,
     RankStep,

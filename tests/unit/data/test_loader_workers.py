@@ -12,7 +12,7 @@ pytestmark = pytest.mark.timeout(120)
 CHILD = """
 import time, torch
 from torch.utils.data import TensorDataset
-from scaleprobe.core.config import DataConfig
+from scaleprobe.config.runconfig import DataConfig
 from scaleprobe.data.loader import build_loader
 ds = TensorDataset(torch.zeros(64, 4), torch.zeros(64, dtype=torch.long))
 loader = build_loader(ds, DataConfig(loader="pipelined", workers=2), 8, sampler=None,

@@ -1,5 +1,5 @@
 """Token data of --task lm: the token-file reader (uint16 / uint32, meta.json), windows,
-the held-out selection, the unigram entropy, datagen text and its cache (data/tokens.py,
+the held-out selection, the unigram entropy, datagen text and its cache (data/token_windows.py,
 data/formats/tokens.py, data/formats/text_gen.py)."""
 
 import json
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError, DataError
-from scaleprobe.core.lmspec import resolved_data
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.formats import generate, open_tokens
 from scaleprobe.data.formats import text_gen as TG
-from scaleprobe.data.tokens import TokenWindows, spread, text_cache, unigram_entropy
+from scaleprobe.data.token_windows import TokenWindows, spread, text_cache, unigram_entropy
+from scaleprobe.features.lmspec import resolved_data
 
 
 def _write(root, train, val, dtype="<u2", meta=None):

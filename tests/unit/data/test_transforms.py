@@ -59,7 +59,7 @@ def test_a_digits_run_never_imports_torchvision():
     torchvision stays out of sys.modules (the heavy transform, torchvision models and the
     torchvision dataset formats import it when they are used)."""
     code = ("import sys\n"
-            "from scaleprobe.core.config import build\n"
+            "from scaleprobe.config.runconfig import build\n"
             "from scaleprobe.run.workloads import run_config\n"
             "rec = run_config(build({'steps': 2, 'warmup_steps': 1, 'loader': 'naive', "
             "'progress': False, 'out': sys.argv[1]}))\n"

@@ -77,7 +77,7 @@ class _Job:
 
 
 def _point(tmp_path, own_record=None):
-    from scaleprobe.core.config import build
+    from scaleprobe.config.runconfig import build
     from scaleprobe.experiments.point import PointPayload
 
     cfg = build({"out": str(tmp_path / "out")})

@@ -170,7 +170,7 @@ def test_script_spec_errors_are_one_line(doc, needle):
 def test_built_in_runs_keep_their_keys():
     """The script section is left out of the key of a built-in run, so results written before
     it existed still resume (a changed key reruns every finished point)."""
-    from scaleprobe.core import config as C
+    from scaleprobe.config import runconfig as C
 
     assert C.RunConfig().key() == "2eee2356488fb202"
     assert C.build({"script": "t.py"}).key() != C.RunConfig().key()

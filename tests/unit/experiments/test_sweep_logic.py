@@ -7,7 +7,7 @@ import pytest
 
 from scaleprobe.core import results as res
 from scaleprobe.experiments import sweep as S
-from scaleprobe.report.sweep_tables import write_tables
+from scaleprobe.report.render.sweep_tables import write_tables
 
 GIB = 1 << 30
 

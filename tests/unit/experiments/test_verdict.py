@@ -5,8 +5,7 @@ import pytest
 
 from scaleprobe.core import metrics
 from scaleprobe.core.results import ColocateRecord
-from scaleprobe.experiments.placement import cpu_list, plan_placement, split_cpus
-from scaleprobe.experiments.verdict import (
+from scaleprobe.experiments.colocate_verdict import (
     JobFigures,
     readings_text,
     throughput_line,
@@ -14,7 +13,8 @@ from scaleprobe.experiments.verdict import (
     totals,
     verdict,
 )
-from scaleprobe.report.colocate import render_colocate
+from scaleprobe.experiments.placement import cpu_list, plan_placement, split_cpus
+from scaleprobe.report.render.colocate import render_colocate
 
 
 def job(name, alone, together):

@@ -118,7 +118,7 @@ def test_a_gpts_attention_is_counted_on_fake_tensors_as_in_the_eager_step():
     kernel has no formula in PyTorch's counter, so a fake count without the eager count's
     formulas (measure/flops.flop_counter) misses 12 L d T per token; the total is also
     checked against 6N + 12 L d T (tied head, full T x T scores)."""
-    from scaleprobe.core.lmspec import GPTShape
+    from scaleprobe.features.lmspec import GPTShape
     from scaleprobe.models.gpt import GPT, matmul_params
 
     torch.manual_seed(0)
@@ -141,7 +141,7 @@ def test_a_sharded_compiled_model_is_counted_as_the_plain_one_and_keeps_its_hook
     sharded model still matches the plain one)."""
     import torch.distributed as dist
 
-    from scaleprobe.core import config as C
+    from scaleprobe.config import runconfig as C
     from scaleprobe.strategies.fsdp import FSDP
 
     if dist.is_initialized():

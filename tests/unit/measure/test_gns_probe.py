@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaleprobe.comm.hook import CommTimer
-from scaleprobe.core import gns
+from scaleprobe.features import gns
+from scaleprobe.measure.comm.hook import CommTimer
 from scaleprobe.measure.gns_probe import HalfSteps, NormTap, StepNorms, TapSteps
 
 D, S2 = 4, 1.0

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from scaleprobe.core.config import TrainConfig
+from scaleprobe.config.runconfig import TrainConfig
 from scaleprobe.core.results import RunResult
 from scaleprobe.experiments import sweep_bar as EP
 from scaleprobe.experiments.spec import Point

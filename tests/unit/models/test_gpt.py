@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.lmspec import gpt_shape, shape_of
+from scaleprobe.features.lmspec import gpt_shape, shape_of
 from scaleprobe.measure.flops import count_flops
 from scaleprobe.models import build_model, list_models, param_count
 from scaleprobe.models.gpt import GPT, matmul_params

@@ -4,7 +4,7 @@ launched rank's user error: one line, exit 2 (models/build.py, run/driver.py).""
 import pytest
 import torch
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.results import RunResult
 from scaleprobe.models.build import build_model

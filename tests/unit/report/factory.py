@@ -169,7 +169,7 @@ def write_monitor_csv(path: Path, n: int = 12, gpu: bool = False) -> Path:
 
 
 def loaded(x: Any) -> Any:
-    """Records as the report reads them (``report/records.load_records``): each JSON record a
+    """Records as the report reads them (``report/reading/records.load_records``): each JSON record a
     typed one (``_source`` kept as its ``source``); lists element by element; anything else
     (table rows, numbers) as it is."""
     if isinstance(x, list):

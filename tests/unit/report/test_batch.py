@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from scaleprobe.report import batch as _batch
-from scaleprobe.report import batch_rule as _rule
-from scaleprobe.report import records as R
+from scaleprobe.report.reading import records as R
+from scaleprobe.report.tables import batch as _batch
+from scaleprobe.report.tables import batch_rule as _rule
 from tests.unit.report import factory
 from tests.unit.report.factory import GIB, loaded, run, typed_module
 
@@ -470,7 +470,7 @@ def test_the_csv_and_the_plot_carry_the_compared_epoch():
     import csv
     import io
 
-    from scaleprobe.report.sweep_tables import batch_csv
+    from scaleprobe.report.render.sweep_tables import batch_csv
 
     rows = B.batch_table(_h100_search())
     got = list(csv.DictReader(io.StringIO(batch_csv(rows))))
@@ -485,7 +485,7 @@ def test_the_plot_draws_the_compared_epochs():
     caught: batch 128's own 3.9 s drawn beside a growth of -10% from its ~1.26 s)."""
     from unittest import mock
 
-    from scaleprobe.report import plots
+    from scaleprobe.report.render import plots
 
     rows = [r for r in B.batch_table(_h100_search()) if r["status"] == "ok"]
     ax = mock.MagicMock()
@@ -515,7 +515,7 @@ def test_a_one_repeat_claim_never_says_not_told_apart_beside_a_clear_interval():
     """One repeat decides nothing, even where its interval lies clear of 1 (0.14x [0.12,
     0.15]): the claim says it is not decided and why, never "not told apart" (which the
     interval beside it contradicts); with two repeats "not told apart" is the right words."""
-    from scaleprobe.report.batch_target import claim
+    from scaleprobe.report.tables.batch_target import claim
 
     tied = ["batch 64 (0.14x [0.12, 0.15], 1 repeat)"]
     one = claim("Most efficient", "batch 16, 148,408 samples/s per GiB", tied, repeats=1)

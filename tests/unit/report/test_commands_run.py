@@ -9,9 +9,9 @@ import shlex
 import pytest
 
 from scaleprobe import cli
-from scaleprobe.report import records as R
-from scaleprobe.report.build import compose
-from scaleprobe.report.doc import Table
+from scaleprobe.report.reading import records as R
+from scaleprobe.report.render.build_report import compose
+from scaleprobe.report.render.doc import Table
 from tests.unit.report.factory import parity_record, run, scale_point, sweep_point, write_results
 from tests.unit.report.test_headline import _batch
 
@@ -135,11 +135,11 @@ def test_a_box_dataset_without_the_detection_task_is_one_line(tmp_path, capsys):
 
 
 def test_every_rerun_command_parses_with_scaleprobes_own_parser(tmp_path):
-    """Each command report/rerun.py prints (a sweep's, a co-location's and the demo's rerun,
+    """Each command report/findings/rerun.py prints (a sweep's, a co-location's and the demo's rerun,
     a scale's, a run with a pick's settings, a parity run) is accepted by
     ``cli.build_parser().parse_args``: a wrong flag fails here without training."""
     from scaleprobe.core.results import RunResult
-    from scaleprobe.report import rerun as RC
+    from scaleprobe.report.findings import rerun as RC
 
     spec = tmp_path / "my spec.toml"
     sc = [RunResult.from_dict(r) for r in _scale("sc", [0.7, 1.3])]

@@ -229,7 +229,7 @@ def test_an_older_record_without_status_or_environment_is_not_failed_nor_the_sam
         tmp_path):
     """Bug: a record without `status` read as "failed" (compare: not comparable), and a side
     with no environment at all was "the same kind of machine"."""
-    from scaleprobe.report.build import build_report
+    from scaleprobe.report.render.build_report import build_report
 
     old = run("old", step_s=0.1)
     del old["status"]

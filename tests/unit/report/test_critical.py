@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from scaleprobe.report import critical as C
-from scaleprobe.report.batch import batch_table as _table
-from scaleprobe.report.batch import batch_table_parts as _parts
-from scaleprobe.report.batch_rule import recommend_batch as _recommend
-from scaleprobe.report.critical_plot import critical_plot
+from scaleprobe.report.render.critical_plot import critical_plot
+from scaleprobe.report.tables import critical as C
+from scaleprobe.report.tables.batch import batch_table as _table
+from scaleprobe.report.tables.batch import batch_table_parts as _parts
+from scaleprobe.report.tables.batch_rule import recommend_batch as _recommend
 from tests.unit.report.factory import run, typed_api
 
 recommend_batch, batch_table, batch_table_parts = (typed_api(_recommend), typed_api(_table),
@@ -161,8 +161,8 @@ def test_a_batch_table_measured_with_half_batches_says_so():
     """Measuring B_noise on one process runs each step as two half-batches: the rows' epoch
     time and memory are that step's, and the table must say so (under DDP it says nothing)."""
     from scaleprobe.core.results import typed
-    from scaleprobe.report import sections_exp as X
-    from scaleprobe.report.doc import Section, Text
+    from scaleprobe.report.render import sections_exp as X
+    from scaleprobe.report.render.doc import Section, Text
 
     def notes(recs):
         s = Section("t")
@@ -214,9 +214,9 @@ def test_the_half_batch_note_sits_under_every_batch_table_of_sweep_md():
     """Issue 38 item 10: CRITICAL_BATCH.md says the batch table says when B_noise was
     measured on one process as two half-batches; sweep.md (which the terminal prints) did
     not. The rows here were measured so (gns method micro_batches)."""
-    from scaleprobe.report.batch import HALF_BATCH_NOTE
-    from scaleprobe.report.sweep_tables import batch_sections as _sections
-    from scaleprobe.report.sweep_tables import render_markdown
+    from scaleprobe.report.render.sweep_tables import batch_sections as _sections
+    from scaleprobe.report.render.sweep_tables import render_markdown
+    from scaleprobe.report.tables.batch import HALF_BATCH_NOTE
 
     batch_sections = typed_api(_sections)
     sections, _, _ = batch_sections(SWEEP, "cb")
@@ -234,7 +234,7 @@ def test_one_spike_is_clipped_and_named_and_a_lone_panel_fills_the_figure():
     """Bugs caught: one block's B_noise of 35,000 among values of 20-700 flattened every
     other line onto the axis; a sweep with B_noise but no fit (two batch sizes) drew its one
     panel beside an empty half of the figure."""
-    from scaleprobe.report.critical_plot import clipped_note
+    from scaleprobe.report.render.critical_plot import clipped_note
 
     recs = [_rec(b, s, round(S_MIN * (1 + 100 / b)), 80 + 10 * s) for b in (16, 64, 256)
             for s in range(3)]

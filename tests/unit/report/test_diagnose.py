@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from scaleprobe.core.thresholds import Thresholds
-from scaleprobe.report import diagnose as _diagnose
-from scaleprobe.report.diagnose import Finding, format_findings
+from scaleprobe.report.findings import diagnose as _diagnose
+from scaleprobe.report.findings.diagnose import Finding, format_findings
 from tests.unit.report.factory import (
     GIB,
     breakdown,
@@ -390,7 +390,7 @@ def test_format_findings_orders_by_severity():
 
 
 def test_merge_same_names_every_run_once():
-    from scaleprobe.report.diagnose import merge_same
+    from scaleprobe.report.findings.diagnose import merge_same
 
     same = [Finding("compute-bound", "e", "r", "info", f"run{i}") for i in range(8)]
     merged = merge_same(same + [Finding("straggler", "e2", "r2", "warning", "x")])
@@ -455,7 +455,8 @@ def test_loader_contention_keeps_workers_only_when_the_worker_verdict_is_decided
     headline said "keep 0 worker(s)" - the fewest workers of the pair - with no interval,
     while the worker verdict beside it was inconclusive."""
     from scaleprobe.core.thresholds import DEFAULT
-    from scaleprobe.report import headline, workers
+    from scaleprobe.report.findings import headline
+    from scaleprobe.report.tables import workers
     from tests.unit.report.factory import typed_module
 
     H, recommend_workers = typed_module(headline), typed_api(workers.recommend_workers)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from scaleprobe.report import build_report
-from scaleprobe.report import headline as H
-from scaleprobe.report.build import compose
-from scaleprobe.report.doc import Table, Text
+from scaleprobe.report.findings import headline as H
+from scaleprobe.report.render.build_report import compose
+from scaleprobe.report.render.doc import Table, Text
 from tests.unit.report.factory import GIB, breakdown, run, with_, write_results
 
 
@@ -37,7 +37,7 @@ def _batch(eid: str, noise: list[float], epochs: dict[int, float], oom: int | No
 def _headline(recs: list[dict], tmp_path) -> tuple[list[list[str]], list[str]]:
     """The verdict rows and the notes of the opening section."""
     write_results(tmp_path, recs)
-    from scaleprobe.report import records as R
+    from scaleprobe.report.reading import records as R
 
     _, sections = compose(R.load_records(tmp_path), [tmp_path])
     lead = sections[0]
@@ -245,8 +245,8 @@ def test_below_a_runs_own_spread_the_machine_is_not_blamed(tmp_path):
     assert row[4].startswith("the runs' own step times vary more than the difference (their "
                              "spread alone leaves the ratio uncertain by a factor of"), row[4]
     assert "run-to-run noise" not in row[4] and "either will do" not in row[4]
-    from scaleprobe.report import batch, batch_rule
-    from scaleprobe.report import repeats as P
+    from scaleprobe.report.reading import repeats as P
+    from scaleprobe.report.tables import batch, batch_rule
     from tests.unit.report.factory import typed_module
 
     B = typed_module(batch)

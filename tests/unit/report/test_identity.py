@@ -4,8 +4,8 @@ a report lists every folder it read and keeps experiments that share an id apart
 from __future__ import annotations
 
 from scaleprobe.report import build_report
-from scaleprobe.report import records as R
-from scaleprobe.report.diagnose import diagnose_experiment as _diagnose_experiment
+from scaleprobe.report.findings.diagnose import diagnose_experiment as _diagnose_experiment
+from scaleprobe.report.reading import records as R
 from tests.unit.report.factory import (
     breakdown,
     loaded,

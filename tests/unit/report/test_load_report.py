@@ -7,8 +7,8 @@ import pytest
 
 from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report import build_report
-from scaleprobe.report import load as _load
-from scaleprobe.report.diagnose import diagnose_run as _diagnose_run
+from scaleprobe.report.findings.diagnose import diagnose_run as _diagnose_run
+from scaleprobe.report.reading import machine_load as _load
 from tests.unit.report.factory import (
     colocate_record,
     run,
@@ -104,7 +104,7 @@ def test_a_colocated_jobs_own_cpu_is_not_outside_load(tmp_path):
     0.96 cores, the other's 51% and 47% of the machine), not load to measure again on a
     quiet machine (bug caught: colocate_quick's 6 together runs called 'measured under load'
     with 'measure again on a quiet machine'). A third process's core still counts."""
-    from scaleprobe.report import records as R
+    from scaleprobe.report.reading import records as R
 
     recs = [_together("cnn", 0, 0.96, 47.0), _together("linear", 0, 1.02, 51.0),
             _together("cnn", 1, 1.96, 47.0), _together("linear", 1, 2.02, 51.0),
@@ -129,7 +129,7 @@ def test_a_partners_cpu_is_counted_on_its_own_cores_once_over_the_shared_window(
     attempt of the partner and a partner window covering a tenth of the run's are not
     subtracted in full (bugs caught: 'b' counted twice after a rerun; 8 cores subtracted for
     1 s of a 10 s window)."""
-    from scaleprobe.report import records as R
+    from scaleprobe.report.reading import records as R
 
     recs = [_together("a", 0, 5.5, 87.5, cores=4, machine=8),
             _together("b", 0, 5.5, 87.5, cores=4, machine=8),
@@ -172,7 +172,7 @@ def test_the_load_caveat_rides_on_the_claims_it_concerns(tmp_path):
 def test_a_batch_step_over_a_loaded_point_says_so():
     """The batch rule's step 16 -> 32 stands on both points' runs: 32's load rides on it,
     and on the fastest batch size's line."""
-    from scaleprobe.report import batch_rule as _br
+    from scaleprobe.report.tables import batch_rule as _br
 
     recs = [loaded(run(f"bs{b}", batch=b, experiment=sweep_point("sw", batch_size=b)), c)
             for b, c in ((16, 0.05), (32, 1.2))]

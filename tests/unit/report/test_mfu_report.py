@@ -1,9 +1,9 @@
-"""MFU in the diagnosis, the runs table and the batch table (report/diagnose.py, batch.py)."""
+"""MFU in the diagnosis, the runs table and the batch table (report/findings/diagnose.py, batch.py)."""
 
-from scaleprobe.report import batch as _batch
-from scaleprobe.report import diagnose as _diagnose
-from scaleprobe.report import sections_runs as _runs
-from scaleprobe.report.sections_runs import RUN_HEADERS
+from scaleprobe.report.findings import diagnose as _diagnose
+from scaleprobe.report.render import sections_runs as _runs
+from scaleprobe.report.render.sections_runs import RUN_HEADERS
+from scaleprobe.report.tables import batch as _batch
 from tests.unit.report.factory import breakdown, loaded, run, sweep_point, typed_api, typed_module
 
 B = typed_module(_batch)
@@ -79,7 +79,7 @@ def test_low_mfu_with_exposed_communication_names_it():
 def test_sweep_points_table_shows_each_points_own_mfu():
     """Catches the MFU column of a sweep's points table missing, shifted against its header,
     or filled from another point."""
-    from scaleprobe.report.sweep_tables import POINT_HEADERS, points_table
+    from scaleprobe.report.render.sweep_tables import POINT_HEADERS, points_table
 
     recs = [_with_mfu(run(m, model=m, experiment=sweep_point("s", model=m)), f)
             for m, f in (("linear", 0.031), ("mlp", 0.42))]

@@ -5,8 +5,8 @@ Per rule: a pair that differs in one extra configuration key is not made; an exa
 
 from __future__ import annotations
 
-from scaleprobe.report import diagnose as _diagnose
-from scaleprobe.report import pairing as _pairing
+from scaleprobe.report.findings import diagnose as _diagnose
+from scaleprobe.report.reading import pairing as _pairing
 from tests.unit.report.factory import breakdown, run, sweep_point, typed_api, typed_module, with_
 
 P = typed_module(_pairing)

@@ -3,8 +3,10 @@ multiples instead of tangled lines, figures that show what the table beside them
 
 from __future__ import annotations
 
-from scaleprobe.report import batch, build_report, labels, plots
-from scaleprobe.report.labels import wrap
+from scaleprobe.report import build_report
+from scaleprobe.report.render import labels, plots
+from scaleprobe.report.render.labels import wrap
+from scaleprobe.report.tables import batch
 from tests.unit.report.factory import (
     GIB,
     breakdown,
@@ -127,9 +129,9 @@ def test_utilisation_is_small_multiples_not_nine_tangled_lines(tmp_path):
 def test_every_figure_of_the_report_is_whole(tmp_path):
     """Catches any figure of a full report (every section) with text outside its edges."""
     write_mixed(tmp_path)
-    from scaleprobe.report import records as R
-    from scaleprobe.report.build import compose
-    from scaleprobe.report.doc import Image
+    from scaleprobe.report.reading import records as R
+    from scaleprobe.report.render.build_report import compose
+    from scaleprobe.report.render.doc import Image
 
     _, sections = compose(R.load_records(tmp_path), [tmp_path])
     images = [b for s in sections for b in s.blocks if isinstance(b, Image)]

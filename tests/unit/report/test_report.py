@@ -142,7 +142,7 @@ def test_a_truncated_result_json_is_named_not_no_records(tmp_path, cut):
         build_report(folder / "result.json")
     (tmp_path / "run2").mkdir()  # beside a readable one: read, with a warning for the other
     (tmp_path / "run2" / "result.json").write_text(text)
-    from scaleprobe.report.records import load_records
+    from scaleprobe.report.reading.records import load_records
 
     assert len(load_records(tmp_path)) == 1
 
@@ -150,7 +150,7 @@ def test_a_truncated_result_json_is_named_not_no_records(tmp_path, cut):
 def test_a_newer_schema_is_read_with_a_warning_and_non_objects_are_warned(tmp_path, capsys):
     """Issue 41: records of an unknown schema version were shown without a word; lines that
     are JSON but not objects were dropped silently while a torn line was warned about."""
-    from scaleprobe.report.records import load_records
+    from scaleprobe.report.reading.records import load_records
 
     path = write_results(tmp_path, [run("a"), {**run("b"), "schema": 99}])
     with path.open("a") as fh:

@@ -59,8 +59,8 @@ def test_the_batch_tables_rows_multiply_out(repeats):
     """Samples/s x Epoch time = 2,048 samples per epoch in every row of the report's, sweep.md's
     and the terminal's batch table, for odd and even repeats (an even count's median of
     samples/s is the mean of the middle two; the epoch beside it must follow it)."""
-    from scaleprobe.report.batch import batch_table as _table
-    from scaleprobe.report.batch import batch_table_parts as _parts
+    from scaleprobe.report.tables.batch import batch_table as _table
+    from scaleprobe.report.tables.batch import batch_table_parts as _parts
 
     rows = typed_api(_table)(_demo_batch(repeats))
     headers, cells = typed_api(_parts)(rows)
@@ -81,7 +81,7 @@ def test_the_batch_tables_rows_multiply_out(repeats):
 
 
 def test_the_sweep_points_table_multiplies_out():
-    from scaleprobe.report.sweep_tables import points_table
+    from scaleprobe.report.render.sweep_tables import points_table
 
     recs = [RunResult.from_dict(r) for r in _demo_batch(1)]
     table = points_table(recs, [], ["batch_size"])
@@ -107,8 +107,8 @@ def test_the_scale_tables_speedup_is_the_ratio_of_its_samples_per_s_column(noise
     """The Speedup column = the row's Samples/s / the baseline row's, as a reader divides
     them (bug caught: 1.08x beside 111 / 98.1 = 1.13x); the paired speedup has its own
     column. Here the repeats' ratios differ (0.8, 1.3), so the two figures differ too."""
-    from scaleprobe.report import scale as S
-    from scaleprobe.report.target import table_parts
+    from scaleprobe.report.tables import scale as S
+    from scaleprobe.report.tables.time_to_target import table_parts
 
     rows = typed_api(S.scale_table)(_scale(noise))
     headers, cells = table_parts(S.SCALE_HEADERS, rows, S.scale_cells)
@@ -127,7 +127,7 @@ def test_the_colocation_table_adds_up_and_its_slowdowns_agree():
     and 250 then 180 together over two repeats, 3,200 samples per epoch; its record's epoch
     times (a measured 10 s and 99 s) are off the window's basis."""
     from scaleprobe.experiments.colocate import _figures
-    from scaleprobe.report.colocate import HEADERS, job_rows
+    from scaleprobe.report.render.colocate import HEADERS, job_rows
 
     def rec(name: str, sps: float, epoch: float) -> RunResult:
         return RunResult.from_dict(_with_epoch(run(name, sps=sps), 3200, epoch))

@@ -9,7 +9,7 @@ import re
 from scaleprobe.core import fmt
 from scaleprobe.core.fmt import md_table
 from scaleprobe.report import build_report
-from scaleprobe.report.doc import Long, Section, Table, to_html
+from scaleprobe.report.render.doc import Long, Section, Table, to_html
 from tests.unit.report.factory import run, write_results
 
 
@@ -42,7 +42,7 @@ def test_constant_columns_go_above_the_table_and_times_keep_one_unit(tmp_path):
 
 
 def test_one_run_keeps_every_column():
-    from scaleprobe.report.sections_runs import split_constant
+    from scaleprobe.report.render.sections_runs import split_constant
 
     headers, rows, common = split_constant(["Run", "Model"], [["a", "x"]])
     assert headers == ["Run", "Model"] and common == []

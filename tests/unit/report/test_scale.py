@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaleprobe.report import scale as _scale
+from scaleprobe.report.tables import scale as _scale
 from tests.unit.report.factory import loaded, run, scale_point, typed_module
 
 S = typed_module(_scale)
@@ -77,7 +77,7 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
     assert "implausible" in two["line"] and "+/-39.0% within a run" in two["line"]
     assert "(implausible)" in S.scale_cells(two)[4]
     from scaleprobe.core.thresholds import DEFAULT
-    from scaleprobe.report.findings_exp import _scaling
+    from scaleprobe.report.findings.across_runs import _scaling
 
     found = _scaling(loaded(recs), DEFAULT)
     assert [f.verdict for f in found] == ["implausible speedup"]
@@ -86,7 +86,7 @@ def test_implausible_speedup_is_marked_and_kept_out_of_verdicts():
 def test_scaling_loss_needs_the_whole_interval_below_the_bar():
     """A noisy 0.7-0.95 efficiency is not reported as a scaling loss; a steady 0.6 is."""
     from scaleprobe.core.thresholds import DEFAULT
-    from scaleprobe.report.findings_exp import _scaling
+    from scaleprobe.report.findings.across_runs import _scaling
 
     noisy = _repeated("a", {1: [100.0, 100.0, 100.0], 2: [140.0, 190.0, 160.0]})
     assert _scaling(loaded(noisy), DEFAULT) == []

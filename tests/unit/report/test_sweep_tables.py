@@ -4,7 +4,7 @@ import csv
 import io
 
 from scaleprobe.core.results import RunResult
-from scaleprobe.report import sweep_tables as _tables
+from scaleprobe.report.render import sweep_tables as _tables
 from tests.unit.report.factory import run, sweep_point, typed_module, with_
 
 T = typed_module(_tables)

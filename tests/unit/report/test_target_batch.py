@@ -1,7 +1,7 @@
 """A batch-size sweep with --target names the batch size that reaches it soonest and the one
 that needs the fewest samples, each only when the seeds' intervals decide it."""
 
-from scaleprobe.report.batch_rule import recommend_batch as _recommend_batch
+from scaleprobe.report.tables.batch_rule import recommend_batch as _recommend_batch
 from tests.unit.report.factory import run, typed_api
 
 recommend_batch = typed_api(_recommend_batch)

@@ -1,9 +1,9 @@
 """The scale table with --target: time-to-target speedup beside the throughput speedup."""
 
-from scaleprobe.report import scale as _scale
-from scaleprobe.report import target as _target
-from scaleprobe.report.scale import SCALE_HEADERS, scale_cells
-from scaleprobe.report.target import table_parts
+from scaleprobe.report.tables import scale as _scale
+from scaleprobe.report.tables import time_to_target as _target
+from scaleprobe.report.tables.scale import SCALE_HEADERS, scale_cells
+from scaleprobe.report.tables.time_to_target import table_parts
 from tests.unit.report.factory import typed_api
 
 scale_table = typed_api(_scale.scale_table)

@@ -1,7 +1,7 @@
-"""The report's What if section (report/whatif.py): predicted speedup per link and device
+"""The report's What if section (report/render/whatif.py): predicted speedup per link and device
 count from a folder's one-rank run, and how its predictions held against measured runs."""
 
-from scaleprobe.report.whatif import whatif_section
+from scaleprobe.report.render.whatif import whatif_section
 from tests.unit.comm.test_check import _t, measured
 from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
 
@@ -55,9 +55,9 @@ def test_a_run_under_load_puts_its_caveat_on_the_predictions(tmp_path):
 
 def test_predict_from_json_carries_the_load_caveat(tmp_path):
     """`predict --from` writes the same caveat into its JSON as the report prints."""
-    from scaleprobe.comm import sample as S
     from scaleprobe.commands.predict_steps import _from_dict
     from scaleprobe.core.results import Load
+    from scaleprobe.predict import sample as S
 
     base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
     base.metrics.outside_cpu_cores = 1.6
@@ -70,10 +70,10 @@ def test_predict_from_json_carries_the_load_caveat(tmp_path):
 def test_predict_from_in_the_terminal_carries_the_load_caveat(tmp_path, capsys):
     """`predict --from` in the terminal: the run was under load, so the caveat follows the
     table, and a link that cannot reach the target reads "unreachable, under load"."""
-    from scaleprobe.comm import sample as S
-    from scaleprobe.comm import whatif as W
     from scaleprobe.commands.predict_steps import print_rows
     from scaleprobe.core.results import Load
+    from scaleprobe.predict import sample as S
+    from scaleprobe.predict import whatif as W
 
     base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
     base.metrics.outside_cpu_cores = 1.6

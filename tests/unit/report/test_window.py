@@ -2,7 +2,7 @@
 
 from scaleprobe.core import fmt
 from scaleprobe.core.results import RunResult
-from scaleprobe.report.sections_runs import RUN_HEADERS, run_cells, runs_section
+from scaleprobe.report.render.sections_runs import RUN_HEADERS, run_cells, runs_section
 from tests.unit.report.factory import run
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaleprobe.report import workers as _workers
+from scaleprobe.report.tables import workers as _workers
 from tests.unit.report.factory import breakdown, run, sweep_point, typed_module
 
 W = typed_module(_workers)

@@ -42,7 +42,7 @@ def test_what_fits_and_what_is_forced_starts(host):
 def test_force_is_an_option_that_does_not_change_a_runs_key():
     """--force says how the ranks were let start, not what they measure: a sweep resumes
     runs made with and without it alike."""
-    from scaleprobe.core import config as C
+    from scaleprobe.config import runconfig as C
 
     plain = C.build({"strategy": "ddp", "nproc": 2})
     forced = C.build({"strategy": "ddp", "nproc": 2, "dist.force": True})

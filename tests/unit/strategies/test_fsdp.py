@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaleprobe.core import config as C
+from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.strategies.fsdp import RULE_BLOCKS, RULE_CHILDREN, shard_units
 from scaleprobe.strategies.fsdp_comm import WaitClock, timed_comms

@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from scaleprobe.core import config as C
-from scaleprobe.core.config import TaskConfig
+from scaleprobe.config import runconfig as C
+from scaleprobe.config.runconfig import TaskConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.lmspec import gpt_shape
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, collate_indexed
-from scaleprobe.data.tokens import RandomWindows
+from scaleprobe.data.token_windows import RandomWindows
+from scaleprobe.features.lmspec import gpt_shape
 from scaleprobe.models import build_model
 from scaleprobe.tasks import build_task, check_model_name
 
@@ -172,7 +172,7 @@ def test_evaluation_scores_the_context_free_baseline_on_the_same_held_out_tokens
     (None, None, "the context-free baseline 3.100 on the same tokens: inconclusive (64 windows)"),
 ])
 def test_beats_the_baseline_only_with_an_interval_above_zero(lo, hi, words):
-    from scaleprobe.core.lmspec import baseline_claim
+    from scaleprobe.features.lmspec import baseline_claim
 
     assert baseline_claim(3.0, 3.1, lo, hi, 64) == words
     assert baseline_claim(3.2, 3.1, -0.15, -0.05, 64).startswith(
@@ -249,7 +249,7 @@ def test_a_users_language_model_is_built_with_the_vocabulary_and_sequence_length
 
 
 def test_a_users_language_model_needs_its_sequence_length_and_no_gpt_sizes():
-    from scaleprobe.core.lmspec import check_run
+    from scaleprobe.features.lmspec import check_run
 
     ok = C.build({"task": "lm", "model": "mine.py:bigram", "seq_len": 16})
     assert ok.model.name == "mine.py:bigram"

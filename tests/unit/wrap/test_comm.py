@@ -1,4 +1,4 @@
-"""DDP's communication under `wrap` (wrap/comm.py), in this process on a one-rank gloo group:
+"""DDP's communication under `wrap` (wrap/ddp_comm.py), in this process on a one-rank gloo group:
 the timing hook must not change what DDP computes, must give way to a hook the script
 registers itself, and must split the wait on the all-reduce out of backward."""
 
@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-from scaleprobe.wrap import comm as C
+from scaleprobe.wrap import ddp_comm as C
 from scaleprobe.wrap import hooks as H
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from scaleprobe.core.extras import require
+from scaleprobe.config.extras import require
 from scaleprobe.data.formats.common import Written, start_writing
 from scaleprobe.data.formats.draw import random_box
 

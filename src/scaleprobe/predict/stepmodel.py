@@ -1,0 +1,381 @@
+"""A multi-rank step predicted from one measured run: the timeline (``predict/timeline.py``) run
+over many steps whose compute is drawn from the run's own timed steps, one independent draw
+per rank and step, so that ranks wait for the slowest as they do. No torch.
+
+    step_s       the predicted median step of the first training rank, with its 95%
+                 interval: the timeline re-run on bootstrap resamples of the run's steps
+                 (its own spread), the link's costs at the low / high end of the comm fit's
+                 spread for the interval's low / high end (a nominal link has none). With
+                 several one-rank runs pooled, each resample draws runs first, then steps
+                 within them, so the interval holds the drift between runs (what else the
+                 cores did while each ran); from one run it cannot, and the prediction says
+                 so in its notes
+    speedup      samples per second over the one-rank run's as measured: trainers x its
+                 mean step / the predicted mean step (weak scaling: the batch per device
+                 stays; the mean, so local SGD's averaging steps count); efficiency =
+                 speedup / N
+    phases       where the time goes: the run's phases on the median step's basis, the wait
+                 on communication in ``comm`` (as the run itself would record it)
+
+Costs on a link with per-hop latency ``alpha`` and bandwidth ``B`` (per direction), n ranks:
+all-reduce ``2(n-1) alpha + 2(n-1)/n b/B`` (ring), all-gather and reduce-scatter half of it,
+a point-to-point message ``alpha + b/B``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.traits import StrategyTraits, traits_of
+from scaleprobe.features.links import PRESETS, Link
+from scaleprobe.predict import sample as S
+from scaleprobe.predict import timeline as T
+
+SIM_STEPS = 200  # steps simulated for the point estimate
+REPLICATES = 100  # bootstrap resamples for the interval
+REPLICATE_STEPS = 20  # steps per resample: about as many as a run times
+DEFAULT_PASS_S_PER_BYTE = 1.0 / 2e9  # 2 GB/s: one fp32 pass, 1 CPU thread (assumed)
+PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
+MMAP_BYTES = 32 << 20  # glibc's largest mmap threshold: bigger buffers come fresh each time
+FREE = 1e-9  # the link's costs scaled to nothing: what remains of the comm phase
+NEEDED_FLOOR_GBIT_S = 1e-3  # the slowest link searched: 1 Mbit/s (slower: "< 1 Mbit/s")
+# The most processes a prediction lays out: every rank's timeline is simulated, step by step
+# (SIM_STEPS + 2 x REPLICATES x REPLICATE_STEPS steps). Measured on the 2-core reference
+# machine under load, 2026-11-28: ddp 2.3 s, localsgd 1.1 s, fsdp 2.4 s at 128 processes
+# (6.3 s for ddp at 256); the parameter server shares its link among the pushes (fluid.py),
+# which grows with the square: 2.6 s at 32, 12.8 s at 64, 119 s at 256.
+MAX_WORLD = 128
+ONE_RUN_NOTE = ("one one-rank run: the interval holds its own step-to-step spread, not the "
+                "drift between runs (what else the cores do: other ranks, the collective's "
+                "threads, other jobs); pool two or more one-rank runs of the setting for it")
+MAX_WORLD_BY_PATTERN = {"ps": 32}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What to predict: ``nproc`` processes on each of ``nnodes`` hosts joined by ``link``
+    (one host: the link between its processes); ``rank_links``: ranks behind a link of
+    their own."""
+
+    strategy: str
+    nproc: int
+    nnodes: int
+    link: Link
+    rank_links: dict[int, Link] = field(default_factory=dict)
+    average_every: int = 4
+    prefetch: bool = False  # fsdp: collectives on their own stream (CUDA)
+    intra: Link = PRESETS["loopback"]
+    units: tuple[T.Unit, ...] = ()  # fsdp: the units (bytes, compute share)
+
+    @property
+    def world(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def spread(self) -> float:
+        """The links' relative uncertainty (a comm fit's worst error; 0: nominal figures)."""
+        return max(x.spread for x in (self.link, *self.rank_links.values()))
+
+    @property
+    def trainers(self) -> int:
+        return self.traits.training_ranks(self.world)
+
+    @property
+    def traits(self) -> StrategyTraits:
+        return traits_of(self.strategy)
+
+
+@dataclass
+class Figure:
+    value: float | None
+    lo: float | None = None
+    hi: float | None = None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"value": self.value, "lo": self.lo, "hi": self.hi}
+
+
+@dataclass
+class Prediction:
+    strategy: str
+    world: int
+    trainers: int
+    link: str
+    link_source: str
+    bandwidth_gbit_s: float
+    alpha_s: float
+    step_s: Figure
+    step_mean_s: float | None
+    one_rank_step_s: float | None
+    speedup: Figure
+    efficiency: Figure
+    phases: dict[str, float]
+    comm_busy_s: float  # the link's time per step (all of it, hidden or not)
+    # the comm phase on a link that costs nothing: waiting for the slowest rank (the run's
+    # own spread, drawn per rank) and the strategy's local work
+    comm_free_link_s: float
+    threads: int | None
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, object]:
+        out = dict(self.__dict__)
+        for k in ("step_s", "speedup", "efficiency"):
+            out[k] = getattr(self, k).to_dict()
+        return out
+
+
+def max_world(strategy: str) -> int:
+    """The most processes the step model lays out for ``strategy`` in seconds."""
+    return MAX_WORLD_BY_PATTERN.get(traits_of(strategy).comm_pattern, MAX_WORLD)
+
+
+def _ring(link: Link, n: int, scale: float, factor: float = 2.0) -> T.Cost:
+    a, bw = link.alpha_s, link.bandwidth_byte_s
+    return lambda b: scale * (factor * (n - 1) * a + factor * (n - 1) / n * b / bw)
+
+
+def _slowest(sc: Scenario) -> Link:
+    links = [sc.link, *(v for r, v in sc.rank_links.items() if r < sc.world)]
+    return min(links, key=lambda x: x.bandwidth_gbit_s)
+
+
+def _ps_paths(sc: Scenario, scale: float) -> tuple[list[T.WorkerPath], float]:
+    """Each worker's path to the server (rank 0), and the server link's rate."""
+    server = sc.rank_links.get(0, sc.link)
+    paths = []
+    for r in range(1, sc.world):
+        same_host = sc.nnodes > 1 and r < sc.nproc
+        own = sc.intra if same_host else sc.rank_links.get(r, sc.link)
+        paths.append(T.WorkerPath(own.bandwidth_byte_s / scale, scale * own.alpha_s))
+    return paths, server.bandwidth_byte_s / scale
+
+
+Simulator = Callable[[list[list[T.Compute]], float, int], list[list[T.RankStep]]]
+
+
+def _fresh_s_per_byte(s: S.RunSample, pass_s: float) -> float:
+    """A pass into a fresh buffer: what the run measured, for buffers large enough to be
+    returned to the system when freed (glibc maps allocations over ``MMAP_BYTES``);
+    smaller ones reuse memory already touched."""
+    if s.grad_bytes < MMAP_BYTES or not s.fresh_s_per_byte:
+        return pass_s
+    return max(pass_s, s.fresh_s_per_byte)
+
+
+def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, list[T.Compute]]:
+    """A function (steps, cost scale, world) -> the timeline, and the rows to draw from."""
+    kind = sc.traits.comm_pattern  # the strategy's communication pattern (core/traits.py)
+    if kind == "allreduce":
+        rows, buckets = S.for_ddp(s, pass_s)
+        slow = _slowest(sc)
+        cpu = slow.cpu_s_per_byte if s.on_cpu and sc.world > 1 else 0.0
+        if cpu:
+            s.notes.append(f"the all-reduce's CPU time ({cpu * 1e9:.2f} ns per byte, measured "
+                           "with the link) taken from the backward it overlaps")
+        return (lambda st, k, n: T.ddp_steps(st, buckets, _ring(slow, n, k), cpu)), rows
+    rows = S.without_ddp(s, pass_s)
+    fresh = _fresh_s_per_byte(s, pass_s)
+    if kind == "localsgd":
+        slow = _slowest(sc)
+        local = (fresh + 2.0 * pass_s) * s.grad_bytes  # flatten (new), divide, copy back
+        return (lambda st, k, n: T.localsgd_steps(st, sc.average_every, _ring(slow, n, k),
+                                                  s.grad_bytes, local)), rows
+    if kind == "ps":
+        def run_ps(st: list[list[T.Compute]], k: float, n: int) -> list[list[T.RankStep]]:
+            paths, cap = _ps_paths(sc, k)
+            # the server's update each step: the optimizer of a step drawn from the run
+            return T.ps_steps(st, s.grad_bytes, paths[:n - 1],
+                              T.Server(cap, pass_s, None, fresh))
+        return run_ps, rows
+    if kind == "fsdp":
+        units = sc.units or (T.Unit(s.grad_bytes, 1.0),)
+        slow = _slowest(sc)
+        return (lambda st, k, n: T.fsdp_steps(st, units, _ring(slow, n, k, 1.0),
+                                              _ring(slow, n, k, 1.0), sc.prefetch)), rows
+    raise ConfigError(f"no step model for strategy '{sc.strategy}' (ddp, ps, localsgd, fsdp)")
+
+
+def _draw(rows: Sequence[T.Compute], steps: int, ranks: int,
+          rng: np.random.Generator) -> list[list[T.Compute]]:
+    idx = rng.integers(0, len(rows), size=(steps, ranks))
+    return [[rows[i] for i in row] for row in idx]
+
+
+def _head(steps: list[list[T.RankStep]]) -> list[T.RankStep]:
+    return [row[0] for row in steps]
+
+
+@dataclass
+class Run:
+    """A simulated sequence of steps: the first training rank's."""
+
+    head: list[T.RankStep]
+
+    @property
+    def median(self) -> float:
+        return float(np.median([h.step_s for h in self.head]))
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean([h.step_s for h in self.head]))
+
+
+def _simulate(sim: Simulator, rows: Sequence[T.Compute], sc: Scenario, steps: int,
+              scale: float, rng: np.random.Generator) -> Run:
+    return Run(_head(sim(_draw(rows, steps, sc.trainers, rng), scale, sc.world)))
+
+
+def _phases(head: list[T.RankStep], median: float) -> dict[str, float]:
+    """Each phase's mean over the steps, laid over the median step (the run's basis)."""
+    total = sum(h.step_s for h in head)
+    return {p: sum(getattr(h, p) for h in head) / total * median for p in PHASES}
+
+
+def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
+            replicates: int = REPLICATES) -> Prediction:
+    """The step of ``sc`` from the one-rank run ``s`` (``replicates``: bootstrap resamples
+    for the interval). The speedup is samples per second (the mean step: local SGD's
+    averaging steps count) over the run's own, as measured."""
+    if sc.world < max(1, sc.traits.min_world):
+        raise ConfigError(f"{sc.strategy} needs at least {max(1, sc.traits.min_world)} "
+                          f"processes, not {sc.world}")
+    copies = sc.traits.explicit_comm  # ps and local SGD copy flat buffers (memory passes)
+    pass_s = s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE
+    if s.pass_s_per_byte is None and copies:
+        s.notes.append(f"memory pass assumed {1 / DEFAULT_PASS_S_PER_BYTE / 1e9:g} GB/s (the "
+                       "run measured none: no memory probe, no DDP bucket of 4 MiB or more)")
+    elif (s.fresh_s_per_byte is None and s.grad_bytes >= MMAP_BYTES
+          and copies):
+        s.notes.append("copies into fresh buffers priced as passes over touched memory (the "
+                       "run measured no first-touch cost): low for buffers over 32 MiB")
+    sim, rows = simulator(sc, s, pass_s)
+    _straggler_note(s, sc)
+    rng = np.random.default_rng(seed)
+    one = [c.total for c in s.rows]  # the run as measured: every strategy's baseline
+    run = _simulate(sim, rows, sc, SIM_STEPS, 1.0, rng)
+    step = run.median
+    groups = s.groups if s.groups is not None and len(s.groups) == len(rows) else None
+    if groups is None and sc.world > 1:
+        s.notes.append(ONE_RUN_NOTE)
+    iv = _interval(sim, rows, one, sc, rng, replicates, groups)
+    sp = Figure(sc.trainers * float(np.mean(one)) / run.mean,
+                *(sc.trainers * r for r in iv.ratio))
+    eff = Figure(*(v / sc.world for v in (sp.value, sp.lo, sp.hi)))
+    free = _simulate(sim, rows, sc, SIM_STEPS, FREE, rng) if sc.world > 1 else run
+    slow = _slowest(sc)
+    return Prediction(
+        strategy=sc.strategy, world=sc.world, trainers=sc.trainers, link=slow.name,
+        link_source=slow.source, bandwidth_gbit_s=slow.bandwidth_gbit_s, alpha_s=slow.alpha_s,
+        step_s=Figure(step, *iv.step), step_mean_s=run.mean, one_rank_step_s=float(
+            np.median(one)), speedup=sp, efficiency=eff, phases=_phases(run.head, step),
+        comm_busy_s=_busy(sim, sc), comm_free_link_s=_phases(free.head, free.median)["comm"],
+        threads=s.threads, notes=list(dict.fromkeys(s.notes)))
+
+
+def _straggler_note(s: S.RunSample, sc: Scenario) -> None:
+    """Which rank the others wait for, when a rank sits behind a slower link of its own."""
+    slow = [(link.bandwidth_gbit_s, r) for r, link in sc.rank_links.items()
+            if 0 < r < sc.world and link.bandwidth_gbit_s < sc.link.bandwidth_gbit_s]
+    if not slow:
+        return
+    gbit, rank = min(slow)
+    if sc.traits.has_server:
+        s.notes.append(f"straggler: rank {rank} (behind {gbit:g} Gbit/s): its push reaches the "
+                       "server last and its pull leaves last; the others wait for it")
+    else:
+        s.notes.append(f"straggler: rank {rank} (behind {gbit:g} Gbit/s) holds the ring to its "
+                       "cable's rate")
+
+
+@dataclass(frozen=True)
+class Interval:
+    step: tuple[float, float]  # the median step's
+    ratio: tuple[float, float]  # the run's mean step / the mean step, paired per resample
+
+
+def _resample(n: int, groups: Sequence[int] | None, rng: np.random.Generator) -> list[int]:
+    """Indices of one bootstrap resample of ``n`` steps; with ``groups`` (the run of each
+    step, two runs or more) the runs are drawn with replacement first, then steps within
+    each drawn run: a two-level bootstrap, whose spread holds the runs' drift."""
+    if groups is None or len(set(groups)) < 2:
+        return [int(i) for i in rng.integers(0, n, size=n)]
+    by: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    runs = list(by.values())
+    out: list[int] = []
+    for k in rng.integers(0, len(runs), size=len(runs)):
+        members = runs[int(k)]
+        out += [members[int(j)] for j in rng.integers(0, len(members), size=len(members))]
+    return out
+
+
+def _interval(sim: Simulator, rows: list[T.Compute], one: list[float], sc: Scenario,
+              rng: np.random.Generator, replicates: int,
+              groups: Sequence[int] | None = None) -> Interval:
+    """Percentiles 2.5 / 97.5 over bootstrap resamples of the run's steps (``_resample``:
+    runs first where several are pooled): of the median step (the link's costs scaled down
+    by the spread for the low end, up for the high end), and of the run's mean step over the
+    predicted mean (same resample; the high costs for the low end)."""
+    lows, highs, r_lo, r_hi = [], [], [], []
+    for _ in range(replicates if len(rows) > 1 else 1):
+        pick = _resample(len(rows), groups, rng)
+        pool = [rows[i] for i in pick]
+        base = float(np.mean([one[i] for i in pick]))
+        lo = _simulate(sim, pool, sc, REPLICATE_STEPS, 1 - sc.spread, rng)
+        hi = _simulate(sim, pool, sc, REPLICATE_STEPS, 1 + sc.spread, rng)
+        lows.append(lo.median)
+        highs.append(hi.median)
+        r_lo.append(base / hi.mean)
+        r_hi.append(base / lo.mean)
+    return Interval((float(np.percentile(lows, 2.5)), float(np.percentile(highs, 97.5))),
+                    (float(np.percentile(r_lo, 2.5)), float(np.percentile(r_hi, 97.5))))
+
+
+def _busy(sim: Simulator, sc: Scenario) -> float:
+    """The link's time per step with compute taken away (zero compute, one step): what the
+    communication costs whether hidden or not."""
+    if sc.world < 2:
+        return 0.0
+    return sim([[T.Compute()] * sc.trainers], 1.0, sc.world)[0][0].step_s
+
+
+def free_link_efficiency(s: S.RunSample, sc: Scenario) -> float:
+    """The efficiency on a link that costs nothing (no bandwidth limit, no latency): what the
+    ranks' waiting for the slowest and the strategy's local work leave."""
+    sim, rows = simulator(sc, s, s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE)
+    step = _simulate(sim, rows, sc, 60, FREE, np.random.default_rng(0)).mean
+    return sc.trainers * float(np.mean([c.total for c in s.rows])) / step / sc.world
+
+
+def needed_link_gbit_s(s: S.RunSample, sc: Scenario, target: float = 0.9) -> float | None:
+    """The slowest link (Gbit/s, the scenario's latency kept) at which the predicted
+    efficiency reaches ``target``; None when no bandwidth does (latency, a server that takes
+    no batch, or the run's compute alone). Bisection on a log scale, point estimates."""
+    one = float(np.mean([c.total for c in s.rows]))
+
+    def eff_at(gbit: float) -> float:
+        link = replace(sc.link, bandwidth_gbit_s=gbit, spread=0.0)
+        sc2 = Scenario(sc.strategy, sc.nproc, sc.nnodes, link, {}, sc.average_every,
+                       sc.prefetch, sc.intra, sc.units)
+        sim, rows = simulator(sc2, s, s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE)
+        step = _simulate(sim, rows, sc2, 60, 1.0, np.random.default_rng(0)).mean
+        return sc.trainers * one / step / sc.world
+
+    lo, hi = NEEDED_FLOOR_GBIT_S, 1e5
+    if sc.world < 2:
+        return 0.0
+    if eff_at(hi) < target:
+        return None
+    if eff_at(lo) >= target:
+        return lo
+    for _ in range(40):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if eff_at(mid) < target else (lo, mid)
+        if hi / lo < 1.02:
+            break
+    return hi

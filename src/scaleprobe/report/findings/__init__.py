@@ -1,0 +1,4 @@
+"""Findings: a verdict, the numbers behind it and what to do next (``finding``), for one
+run (``diagnose``) or several (``across_runs``), told once (``grouped``), with concrete
+advice (``advice``), the report's opening verdicts (``headline``) and the commands that
+would decide them (``rerun``)."""
