@@ -1,6 +1,13 @@
 """Reports from results files: tables, plots, diagnosis, Markdown and HTML. No torch import:
 a report can be built on any machine that has the results.
 
+    reading/    the records loaded and grouped, a point's repeats, like-for-like pairing,
+                the machine's load, how a timed window ended
+    tables/     the analyses as typed rows: batch size, loader workers, scaling, time to
+                target, the critical batch
+    findings/   verdicts with their numbers and next steps: per run, across runs, the headline
+    render/     the document and its Markdown and HTML writers, figures, sections, the report
+
     build_report(src, out_dir)      -> (report.md, report.html)
     batch_table / recommend_batch   batch-size sweeps (also printed by the sweep command)
     loader_table / recommend_workers

@@ -204,7 +204,7 @@ BATCH_CSV = ("group", "batch_size", "devices", "status", "peak_mem_bytes", "memo
 def with_skipped(runs: list[RunResult], skipped: list[dict[str, Any]],
                  sweep_id: str) -> list[Record]:
     """The runs plus a sweep record naming the points skipped after an out-of-memory run
-    (report.batch shows them as "out of memory" rows)."""
+    (report/tables/batch.py shows them as "out of memory" rows)."""
     if not skipped:
         return list(runs)
     return [*runs, SweepRecord(experiment=Experiment(id=sweep_id, kind="sweep"),
