@@ -1,5 +1,5 @@
 """Plausible one-line bugs in the claim rules (src/scaleprobe/core/claim.py), each applied to a
-copy of the source in turn: tests/unit/test_claim.py must fail on every one of them.
+copy of the source in turn: tests/unit/core/test_claim.py must fail on every one of them.
 
     python scripts/claim_mutants.py        # prints each mutant and whether the tests caught it
 
@@ -71,7 +71,7 @@ def _fails(text: str) -> bool:
         (Path(tmp) / "src" / TARGET).write_text(text)
         return subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-             str(ROOT / "tests/unit/test_claim.py")],
+             str(ROOT / "tests/unit/core/test_claim.py")],
             env={"PYTHONPATH": str(Path(tmp) / "src"), "PATH": "/usr/bin:/bin"},
             capture_output=True, cwd=tmp).returncode != 0
 

@@ -21,7 +21,7 @@ def pytest_configure(config):
 
 
 # every test this session collected, before -m, -k or --deselect left any out
-# (tests/unit/test_markers.py reads their markers instead of collecting the suite again)
+# (tests/architecture/test_markers.py reads their markers instead of collecting the suite again)
 COLLECTED: list = []
 
 

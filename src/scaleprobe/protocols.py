@@ -1,6 +1,6 @@
 """The seams, in one module: what the training loop asks of a task and of a strategy, and what
 the run driver asks of a workload. The built-in ones (tasks/, strategies/, run/builtin.py,
-run/script.py) are checked against these by mypy (tests/unit/test_seams.py, in
+run/script.py) are checked against these by mypy (tests/architecture/test_seams.py, in
 pyproject.toml's [tool.mypy] files) and at run time by the same test.
 
 A new task, strategy or workload implements the members below; nothing else is asked of it.

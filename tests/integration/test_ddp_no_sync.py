@@ -3,7 +3,7 @@
 The exposed-communication calibration (engine.calibrate_comm) times synchronised steps against
 steps under the strategy's no_sync(); with a no_sync that does not skip the all-reduce the
 two cost the same and a run reports no communication at all. calibrate_comm's arithmetic is
-tested against a fake clock in tests/unit/test_engine_calibration.py; this test holds the
+tested against a fake clock in tests/unit/train/test_engine_calibration.py; this test holds the
 real strategy to the premise, by the gradients rather than by the clock, so that it does not
 depend on the machine's load (under two CPU hogs the timed difference is lost in the noise:
 exposed 0.0, 0.0 and 4.9 ms of a 40 ms step, against 14 of 35 ms quiet, 2026-11-25)."""

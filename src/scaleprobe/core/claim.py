@@ -7,7 +7,7 @@ each side, the runs it came from (``Source``: experiment id + point key + repeat
 the run was measured under load), the pairing, and the rule that decided it. One set of rules
 (``Claim.rule``) and one renderer (``text``, ``markdown``, ``html``, ``to_dict``) live here, so
 the words of a verdict are the same in the terminal, scale.md, sweep.md, the HTML report and
-the JSON, and no other module writes them (tests/unit/test_claim_phrases.py checks).
+the JSON, and no other module writes them (tests/architecture/test_claim_phrases.py checks).
 
 The rules, in order (docs/VERDICTS.md):
 

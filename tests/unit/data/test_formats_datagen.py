@@ -69,7 +69,7 @@ def test_refuses_a_folder_that_is_not_empty_unless_forced(tmp_path):
         _run("mnist", "--out", str(tmp_path / "n"), "--count", "0")
 
 
-# text has no seed (the standard library is what it is): tests/unit/data/test_tokens.py
+# text has no seed (the standard library is what it is): tests/unit/data/test_token_windows.py
 @pytest.mark.parametrize("fmt", sorted(f for f in FORMATS if f != "text"))
 def test_every_format_is_deterministic_for_a_seed(tmp_path, fmt):
     small = {"cifar10": None, "mnist": None, "imagefolder": (32, 32), "voc": (64, 48),

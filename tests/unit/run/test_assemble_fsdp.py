@@ -11,7 +11,7 @@ from rich.console import Console
 
 from scaleprobe.commands.run_summary import print_run
 from scaleprobe.core.results import RunResult
-from tests.unit.test_assemble import MIB, assemble, raw
+from tests.unit.run.test_assemble import MIB, assemble, raw
 
 STEPS = 10
 

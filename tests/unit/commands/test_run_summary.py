@@ -8,7 +8,7 @@ from rich.console import Console
 from scaleprobe.commands.run_summary import print_run
 from scaleprobe.core import fmt as report_fmt
 from scaleprobe.core.results import RunResult
-from tests.unit.test_assemble import MIB, assemble, raw
+from tests.unit.run.test_assemble import MIB, assemble, raw
 
 
 def _printed(width: int, **raw_kw) -> str:

@@ -1,7 +1,7 @@
 """The seams hold (src/scaleprobe/protocols.py): every built-in task, strategy and workload is
 what the training loop and the run driver ask of it. mypy checks the assignments below
 (this file is in pyproject.toml's [tool.mypy] files: a method missing or with another
-signature fails `make lint` and tests/unit/test_layers.py); the tests check the same at run
+signature fails `make lint` and tests/architecture/test_layers.py); the tests check the same at run
 time, and that the optional hooks are asked of the tasks that have them only."""
 
 from __future__ import annotations

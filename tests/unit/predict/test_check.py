@@ -12,7 +12,7 @@ from scaleprobe.features import links
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.measure.aggregate import straggler
 from scaleprobe.predict import check as C
-from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
+from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
 
 
 def measured(name, started, strategy="ddp", link="slow=0.4,0", step=0.085, threads=1,

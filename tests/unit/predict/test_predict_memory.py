@@ -8,7 +8,7 @@ import pytest
 
 from scaleprobe.cli import main
 from scaleprobe.core.results import RunResult
-from tests.unit.test_memmodel import facts
+from tests.unit.predict.test_memmodel import facts
 
 
 def _record(run_id="r1", strategy="single", world=1, state=None, **kw):

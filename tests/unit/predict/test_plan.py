@@ -15,11 +15,11 @@ from scaleprobe.predict import plan as P
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import stepmodel as M
 from scaleprobe.predict.timeline import Bucket, Compute
-from tests.unit.test_memmodel import facts
+from tests.unit.predict.test_memmodel import facts
 
 MB = 1_000_000
 # 4 MB of fp32 parameters, AdamW (8 MB), 1 kB of activations per sample + 50 kB fixed,
-# 100 B of batch per sample, the largest FSDP unit 400 kB (tests/unit/test_memmodel.py)
+# 100 B of batch per sample, the largest FSDP unit 400 kB (tests/unit/predict/test_memmodel.py)
 INPUTS = MM.inputs_from(facts())
 
 

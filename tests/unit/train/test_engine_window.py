@@ -12,7 +12,7 @@ import pytest
 from scaleprobe.config import runconfig as C
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.train import engine
-from tests.unit.test_engine_phases import _parts
+from tests.unit.train.test_engine_phases import _parts
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ from scaleprobe.config import runconfig as C
 from scaleprobe.core.results import RunResult
 from scaleprobe.report.findings.diagnose import format_findings
 from scaleprobe.report.findings.finding import Finding
-from tests.unit.test_assemble import assemble, raw
+from tests.unit.run.test_assemble import assemble, raw
 
 
 @pytest.mark.parametrize("command", ["datasets", "models"])

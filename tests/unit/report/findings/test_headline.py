@@ -312,7 +312,7 @@ def test_worker_and_colocation_verdicts_carry_the_load_caveat():
     from scaleprobe.core.thresholds import DEFAULT
     from tests.unit.report.factory import colocate_record
     from tests.unit.report.factory import loaded as typed
-    from tests.unit.report.test_workers import _loader_sweep
+    from tests.unit.report.tables.test_workers import _loader_sweep
 
     recs = _loader_sweep()
     busy = next(r for r in recs if r["name"] == "w1r0")

@@ -13,7 +13,7 @@ from scaleprobe.report.reading import records as R
 from scaleprobe.report.render.build_report import compose
 from scaleprobe.report.render.doc import Table
 from tests.unit.report.factory import parity_record, run, scale_point, sweep_point, write_results
-from tests.unit.report.test_headline import _batch
+from tests.unit.report.findings.test_headline import _batch
 
 
 def _commands(tmp_path, recs: list[dict]) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as R
 from scaleprobe.run.assemble import build_result
-from tests.unit.test_assemble import raw
+from tests.unit.run.test_assemble import raw
 
 
 def _filled_run() -> dict:

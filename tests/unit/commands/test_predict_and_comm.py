@@ -95,7 +95,7 @@ def test_predict_table(capsys):
 ])
 def test_user_mistakes_are_one_line(argv, msg, capsys, tmp_path):
     if "RUN" in argv:  # a one-rank run's record: refused before it is simulated
-        from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
+        from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
 
         rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 4, THIRDS)
         (tmp_path / "r" / "result.json").write_text(json.dumps(rec.to_dict()))
@@ -108,7 +108,7 @@ def test_user_mistakes_are_one_line(argv, msg, capsys, tmp_path):
 def test_predict_from_a_run_that_did_not_finish_says_so(capsys, tmp_path):
     """`predict --from RUN` on a one-rank run interrupted by Ctrl+C. Bug caught: "no measured
     one-rank run ... --from takes a run of one process" for a run of one process."""
-    from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
+    from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
 
     rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 4, THIRDS)
     rec.status = "interrupted"

@@ -2,8 +2,8 @@
 count from a folder's one-rank run, and how its predictions held against measured runs."""
 
 from scaleprobe.report.render.whatif import whatif_section
-from tests.unit.comm.test_check import _t, measured
-from tests.unit.comm.test_stepmodel import THIRDS, one_rank_run
+from tests.unit.predict.test_check import _t, measured
+from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
 
 
 def test_what_if_from_a_one_rank_run_and_how_it_held(tmp_path):
