@@ -53,8 +53,9 @@ $(CHROMIUM_STAMP): scripts/ensure-chromium.sh
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
-# ruff, the import floors of pyproject.toml's [tool.importlinter], mypy --strict on core/ and
-# mypy on every body of report/ ([tool.mypy]; docs/ARCHITECTURE.md)
+# ruff, the import floors of pyproject.toml's [tool.importlinter], mypy --strict on core/,
+# features/, config/ and predict/memmodel.py, and mypy on every body of report/ ([tool.mypy];
+# docs/ARCHITECTURE.md)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
