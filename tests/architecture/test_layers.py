@@ -1,8 +1,10 @@
 """The import floors (pyproject.toml's [tool.importlinter], docs/ARCHITECTURE.md) hold: the
-config, the record and its figures import nothing above them (and no torch), the report
-never trains or launches, the experiments render nothing (no report import), nothing below
-the commands imports them, wrap never reaches into the run driver; and the whole stack as one picture of floors (a
-``layers`` contract), which catches an import up the stack that no narrower rule names."""
+record, its figures and the errors import nothing above them (and no torch), nor do the
+features' rules, the config and the prediction import torch, the report never trains or
+launches, the experiments render nothing (no report import), nothing below the commands
+imports them, wrap never reaches into the run driver; and the whole stack as one picture of
+floors (a ``layers`` contract), which catches an import up the stack that no narrower rule
+names."""
 
 from __future__ import annotations
 
