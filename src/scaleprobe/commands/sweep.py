@@ -94,10 +94,6 @@ def run(args: argparse.Namespace) -> int:
                             console=Console(stderr=True), repeats=args.repeats,
                             executor=executor, tables=write_tables)
     except KeyboardInterrupt:  # every point stopped; the tables of what finished are written
-
-        # heavy: the spec's reader, only when a sweep was interrupted
-        from scaleprobe.experiments.spec import load_spec
-
         return say_interrupted(sweep_out_dir(args.spec, out, over),
                                ids=(load_spec(args.spec, over).sweep_id,))
     print((sweep_out_dir(args.spec, out, over) / "sweep.md").read_text())
