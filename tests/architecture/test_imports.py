@@ -164,10 +164,14 @@ def cycles(edges: dict[str, dict[str, Imp]]) -> list[list[str]]:
             if len(comp) > 1:
                 comps.append(comp)
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for v in sorted(edges):
-        if v not in index:
-            strong(v)
+    limit = sys.getrecursionlimit()  # the walk is recursive; the limit is the session's
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in sorted(edges):
+            if v not in index:
+                strong(v)
+    finally:
+        sys.setrecursionlimit(limit)
     return [_closed_path(sorted(c)[0], set(c), edges) for c in comps]
 
 

@@ -217,7 +217,8 @@ def warn_unused(cfg: C.RunConfig, given: Iterable[str]) -> None:
     lines = list(unused(cfg, given))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = cfg.data.workers if cfg.data.loader == "pipelined" else 0
-    if cores and workers > cores:  # torch's own check: one loader's workers, this host's cores
+    unused_workers = any(line.startswith("--workers") for line in lines)  # no loader at all
+    if cores and workers > cores and not unused_workers:  # torch's check: one loader, this host
         lines.append(f"--workers {workers} on {cores} cores: the loader workers time-share the "
                      "cores with training, so data wait and step times measure that "
                      "contention")
