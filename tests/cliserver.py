@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -200,12 +201,66 @@ class Server:
                 with contextlib.suppress(OSError):
                     os.unlink(f)
 
+    def start(self, argv: list[str], env: dict[str, str], stdout: str, stderr: str
+              ) -> Forked:
+        """The command started, not waited for: a ``Forked`` (what the tests use of
+        ``subprocess.Popen``), its output in the files ``stdout`` and ``stderr``."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.path)
+        status = stdout + ".rc"
+        _send(conn, {"argv": argv, "env": env, "cwd": os.getcwd(), "stdout": stdout,
+                     "stderr": stderr, "status": status, "netns": None, "cpus": None})
+        got = _recv(conn)
+        if not isinstance(got, dict):
+            conn.close()
+            raise RuntimeError("the test CLI server did not start the command")
+        return Forked(conn, got["pid"], status, argv)
+
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
             os.rmdir(self.dir)
+
+
+class Forked:
+    """A command the server forked, as much of ``subprocess.Popen`` as the tests use: its
+    pid (leading its own process group), ``poll``, ``wait``, signals."""
+
+    def __init__(self, conn: socket.socket, pid: int, status: str, argv: list[str]) -> None:
+        self.conn, self.pid, self.status, self.args = conn, pid, status, argv
+        self.returncode: int | None = None
+
+    def _ended(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            ready, _, _ = select.select([self.conn], [], [], timeout)
+            if ready:
+                ended = _recv(self.conn)
+                self.returncode = (ended["returncode"] if isinstance(ended, dict)
+                                   else _status_of(self.pid, self.status, 10))
+                self.conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._ended(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        rc = self._ended(timeout)
+        if rc is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return rc
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
 
 def _status_of(pid: int, status: str, timeout: float) -> int:

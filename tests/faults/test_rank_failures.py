@@ -2,6 +2,7 @@
 no process behind: not the other ranks, not the loader workers of the rank that died."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -79,11 +80,18 @@ def run_job(argv, tmp_path, timeout=240, during=None):
     """Run ``python -m scaleprobe ARGV``, recording its process tree every 0.1 s; ``during``
     is called with the Popen on each round (to send signals). Output goes to files, so a
     chatty job never blocks on a full pipe."""
+    from tests import cliserver
+
     out_f, err_f = tmp_path / "job.out", tmp_path / "job.err"
     family = {}
+    srv = cliserver.server()
     with out_f.open("w") as out, err_f.open("w") as err:
-        p = subprocess.Popen([sys.executable, "-m", "scaleprobe", *map(str, argv)],
-                             stdout=out, stderr=err, text=True)
+        # forked from the tests' server (no import of torch to pay), in a process group of
+        # its own; a fresh interpreter with SCALEPROBE_TEST_CLI=exec
+        p = (srv.start([str(a) for a in argv], dict(os.environ), str(out_f), str(err_f))
+             if srv is not None else
+             subprocess.Popen([sys.executable, "-m", "scaleprobe", *map(str, argv)],
+                              stdout=out, stderr=err, text=True))
         deadline = time.time() + timeout
         try:
             while p.poll() is None:

@@ -257,10 +257,12 @@ def test_sigkill_of_the_launcher_leaves_no_rank_running(tmp_path, out_dir):
                   during=during)
     try:
         assert job.returncode == -signal.SIGKILL, job.stderr[-2000:]
-        # the ranks were seen: forked from the launcher they carry its command line, spawned
-        # they are multiprocessing's; their loader workers are named pt_data_worker
+        # the ranks were seen: forked from the launcher they carry its command line (the
+        # tests' CLI server's, where the launcher was forked from it), spawned they are
+        # multiprocessing's; their loader workers are named pt_data_worker
         assert sum("pt_data_worker" in c or "multiprocessing" in c or "spawn" in c
-                   or "-m scaleprobe run" in c for c in job.cmdlines) >= 2, job.cmdlines
+                   or "-m scaleprobe run" in c or "tests.cliserver" in c
+                   for c in job.cmdlines) >= 2, job.cmdlines
         left = job.left_behind(grace_s=ORPHAN_GONE_S)
         assert not left, f"still running {ORPHAN_GONE_S} s after: {[p.pid for p in left]}"
     finally:
