@@ -9,6 +9,7 @@ sets the pace (see docs/COMMUNICATION.md).
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,6 +17,7 @@ from scaleprobe.core.results import read_jsonl
 from scaleprobe.features.links import Link
 from scaleprobe.netlab import netns
 from scaleprobe.predict.costmodel import comm_time_s
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.root
 
@@ -99,17 +101,17 @@ def test_shaped_link_carries_its_rate(harness):
 
 def _comm_pair(rate_mbit: float, delay_ms: float | None, out) -> dict:
     with netns.two_hosts(rate_mbit=rate_mbit, delay_ms=delay_ms) as hosts:
-        procs = []
-        for node in (0, 1):
-            argv = [sys.executable, "-m", "scaleprobe", "comm", "--nproc", "1", "--nnodes", "2",
-                    "--node-rank", node, "--rdzv-endpoint", f"{hosts.addrs[0]}:{PORT}",
-                    "--ops", "all_reduce", "--sizes", SIZES, "--iters", "3", "--warmup", "1",
-                    "--timeout", "60", "--out", out / f"node{node}"]
-            procs.append(hosts.run(node, argv, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True))
-        logs = [p.communicate(timeout=75)[0] for p in procs]
-    for p, log in zip(procs, logs, strict=True):
-        assert p.returncode == 0, log[-3000:]
+        def host(node: int):  # forked inside the host's namespace: no import of torch to pay
+            return run_cli("comm", "--nproc", "1", "--nnodes", "2", "--node-rank", node,
+                           "--rdzv-endpoint", f"{hosts.addrs[0]}:{PORT}", "--ops", "all_reduce",
+                           "--sizes", SIZES, "--iters", "3", "--warmup", "1", "--timeout", "60",
+                           "--out", out / f"node{node}", timeout=75,
+                           env=hosts.socket_env(node), netns=hosts.namespaces[node])
+
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(host, (0, 1)))
+    for p in done:
+        assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     return read_jsonl(out / "node0" / "results.jsonl")[-1]
 
 
