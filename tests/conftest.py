@@ -176,3 +176,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("processes left running by a test module (killed)")
         for line in _LEFT:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def one_rank_group():
+    """A one-rank gloo process group in this process for the test (skipped when one is up)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already up in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

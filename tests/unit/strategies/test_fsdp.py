@@ -66,18 +66,7 @@ def test_fsdp_with_fp16_is_refused_with_one_line():
         C.build({"strategy": "fsdp", "nproc": 2, "amp": "fp16"})
 
 
-@pytest.fixture
-def group():
-    if dist.is_initialized():
-        pytest.skip("a process group is already up in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def test_the_timed_collectives_are_pytorchs_own_and_count_their_time(group):
+def test_the_timed_collectives_are_pytorchs_own_and_count_their_time(one_rank_group):
     """Bugs caught: a wrapper that skips the collective (output left empty), times nothing,
     or books a reduce-scatter as an all-gather."""
     t = iter([1.0, 1.25, 5.0, 5.5])
@@ -110,7 +99,7 @@ def _strategy(**over):
     return s
 
 
-def test_wrap_shards_the_units_and_keeps_training_equal_to_plain(group):
+def test_wrap_shards_the_units_and_keeps_training_equal_to_plain(one_rank_group):
     """One rank: FSDP's sharded step gives the plain model's parameters; the units are the
     rule's plus the root; no_sync turns the gradient reduction off and back on."""
     from torch.distributed.fsdp import FSDPModule
@@ -164,7 +153,7 @@ def test_fp32_units_are_the_modules_with_parameters_and_float_buffers():
 
 @pytest.mark.filterwarnings("ignore:.*returned a view tensor")  # Flatten ends features
 @pytest.mark.parametrize("autocast", [True, False])
-def test_bf16_keeps_batchnorm_in_fp32_beside_its_running_stats(group, autocast):
+def test_bf16_keeps_batchnorm_in_fp32_beside_its_running_stats(one_rank_group, autocast):
     """--amp bf16 under FSDP2 on the CPU (the CUDA code path): the convolution and the head
     compute on bf16 weights, BatchNorm on fp32 ones beside its fp32 running stats (cast to
     bf16 it fails: "expected scalar type BFloat16 but found Float"), its output handed on in
@@ -212,7 +201,7 @@ def test_bf16_keeps_batchnorm_in_fp32_beside_its_running_stats(group, autocast):
     assert s.comm_record(None)["fp32_units"] == 1
 
 
-def test_the_comm_record_keeps_the_calibration_as_a_cross_check_only(group):
+def test_the_comm_record_keeps_the_calibration_as_a_cross_check_only(one_rank_group):
     """The calibration's difference never becomes exposed_s (which the breakdown would carve
     out of backward); it is kept with its own interval."""
     s = _strategy()
@@ -248,7 +237,7 @@ def test_fully_shard_from_torch_2_6_then_the_older_path_then_a_one_line_error(mo
 
 
 @pytest.mark.parametrize("model", ["digits_cnn", "examples/models/mixer.py:build"])
-def test_a_unit_returning_a_view_warns_only_for_a_model_not_scaleprobes_own(group, model):
+def test_a_unit_returning_a_view_warns_only_for_a_model_not_scaleprobes_own(one_rank_group, model):
     """`run --strategy fsdp --nproc 2` (a README command) printed torch's warning that
     digits_cnn's features unit returns a view (its Flatten), twice on every rank. Bug caught:
     torch's words about an in-place op scaleprobe's own models never do. A user's model keeps

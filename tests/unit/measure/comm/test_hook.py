@@ -4,7 +4,6 @@ multi-rank step out from; nothing is moved into the comm phase there."""
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from scaleprobe.measure.comm.hook import BucketLog, CommTimer, HookSplit
@@ -34,17 +33,6 @@ def test_bucket_log_ready_fraction_by_hand():
     assert (a["bytes"], b["bytes"]) == (1000, 2000)
     assert a["ready_s"] == pytest.approx(0.1) and b["ready_fraction"] == pytest.approx(0.75)
     assert a["allreduce_s"] == pytest.approx(0.05) and a["steps"] == 2
-
-
-@pytest.fixture
-def one_rank_group():
-    if dist.is_initialized():
-        pytest.skip("a process group is already up in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_one_process_ddp_logs_its_buckets_and_moves_nothing(one_rank_group):
