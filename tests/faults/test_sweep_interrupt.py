@@ -175,3 +175,38 @@ def test_sigterm_stops_the_demo_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
     assert code == 130
     assert f"Kept 0 finished runs in {tmp_path / 'd'}" in err
     assert f"Running `scaleprobe demo --quick --out {tmp_path / 'd'}` again resumes" in err
+
+
+
+def test_ctrl_c_in_colocate_says_what_was_kept_and_that_it_measures_anew(tmp_path, monkeypatch,
+                                                                         capsys):
+    """Bug: Ctrl+C in `colocate` printed a bare "scaleprobe: interrupted": nothing on the
+    runs kept, nor that running it again measures every phase anew (colocate compares runs
+    alone and together only within one sitting, so it does not resume)."""
+    from pathlib import Path
+
+    from scaleprobe import cli
+    from scaleprobe.commands import colocate
+    from scaleprobe.config import runconfig as C
+    from scaleprobe.core import results as res
+
+    out = tmp_path / "c"
+    spec = Path(__file__).parents[2] / "examples" / "colocate_three_mobilenets.toml"
+
+    def interrupted(spec, out_dir, *a, **k):  # two of its runs ended, then Ctrl+C
+        cfg = C.build({})
+        for i, exp_id in enumerate(("three-mobilenet_v2", "three-mobilenet_v2", "other")):
+            rec = res.new_run_record(cfg.to_dict(), f"r{i}", "job1", cfg.key())
+            rec["status"] = "ok"
+            rec["experiment"] = {"id": exp_id, "kind": "colocate",
+                                 "point": {"job": "job1", "phase": "alone"}, "repeat": 0}
+            res.append_jsonl(Path(out_dir) / "results.jsonl", rec)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("scaleprobe.experiments.colocate.run_colocate", interrupted)
+    out.mkdir()
+    code = colocate.run(cli.build_parser().parse_args(["colocate", str(spec), "--out", str(out)]))
+    err = capsys.readouterr().err
+    assert code == 130
+    assert f"Kept 2 finished runs in {out} (three-mobilenet_v2: 2)" in err, err
+    assert "measures every phase anew" in err and "resumes" not in err, err

@@ -17,8 +17,10 @@ has no figures (verdict "not measured").
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from scaleprobe.commands import sweep as sweep_command
+from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import add_run_options
 from scaleprobe.commands.options import repeats as repeats_arg
 from scaleprobe.report.render.colocate import render_colocate
@@ -39,12 +41,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console  # heavy: rich: printing only; kept out of the CLI's start-up
 
-    from scaleprobe.experiments.colocate import run_colocate  # heavy: rich
+    from scaleprobe.experiments.colocate import (  # heavy: rich
+        load_colocate_spec,
+        run_colocate,
+    )
 
     over, out, progress = sweep_command.split_overrides(args)
     sweep_command.terminate_as_interrupt()
-    rec = run_colocate(args.spec, out, over, progress=progress, console=Console(stderr=True),
-                       placement=args.placement, repeats=args.repeats,
-                       render=render_colocate)
+    try:
+        rec = run_colocate(args.spec, out, over, progress=progress,
+                           console=Console(stderr=True), placement=args.placement,
+                           repeats=args.repeats, render=render_colocate)
+    except KeyboardInterrupt:  # every job stopped; the runs that finished are on disk
+        cs = load_colocate_spec(args.spec, over)
+        folder = Path(out) if out is not None else Path(cs.jobs[0][1].out)
+        return say_interrupted(folder, ids=(cs.colocate_id,), resumes=False)
     print(render_colocate(rec))
     return 0 if rec.verdict != "not measured" else 1
