@@ -105,7 +105,9 @@ def test_ctrl_c_ends_every_rank_of_an_oversubscribed_job_within_10_s(tmp_path, o
         assert not _alive(family.values())
         assert took < ALL_GONE_S, f"ranks ran on {took:.1f} s after Ctrl+C"
         assert p.wait(timeout=60) == 130
-        (rec,) = read_jsonl(out_dir / "results.jsonl")
+        recs = read_jsonl(out_dir / "results.jsonl")
+        assert len(recs) == 1, [(r.get("run_id"), r.get("status"), r.get("error"), r.get("experiment")) for r in recs]
+        (rec,) = recs
         assert rec["status"] == "interrupted"
     finally:
         if p.poll() is None:

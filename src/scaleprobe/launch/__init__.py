@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import io
 import logging
 import multiprocessing
@@ -152,7 +153,10 @@ def _begin_as_a_fresh_rank() -> None:
     _deferred.clear()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl+C is held until the rank's entry (``_armed``): raised here, between the fork and
+    # multiprocessing's own try, the KeyboardInterrupt climbed the launcher's stack copied
+    # into the child, which then recorded the run a second time as the launcher's double
+    signal.signal(signal.SIGINT, _defer)
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, name)
         if old is None:
@@ -169,6 +173,22 @@ def _begin_as_a_fresh_rank() -> None:
 
 os.register_at_fork(before=_hold_stop_signals, after_in_parent=_release_stop_signals,
                     after_in_child=_begin_as_a_fresh_rank)
+
+
+def _armed(entry: Callable[..., Any]) -> Callable[..., Any]:
+    """``entry`` as a forked rank runs it: Ctrl+C, held since the fork, is armed again
+    first, and one that came meanwhile is raised here, where the rank's own code handles
+    it."""
+    @functools.wraps(entry)
+    def rank_entry(*args: Any) -> Any:
+        came = signal.SIGINT in _deferred
+        _deferred.clear()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if came:
+            raise KeyboardInterrupt
+        return entry(*args)
+
+    return rank_entry
 
 
 @contextlib.contextmanager
@@ -289,15 +309,22 @@ def _quiet_elastic_logs() -> None:
 
 
 def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None,
-                   start_method: str = "spawn", shutdown_s: float = INTERRUPT_GRACE_S):
+                   start_method: str = "spawn", shutdown_s: float = INTERRUPT_GRACE_S,
+                   own_stop_handler: bool = False):
+    """torch's launch settings. ``own_stop_handler``: torch's launcher installs no handler
+    of its own for the stop signals (``_stops_told_to`` keeps this module's; newer torch
+    sets the launcher's from this field, and ignores the environment's)."""
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
     logs = DefaultLogsSpecs(log_dir=log_dir or tempfile.mkdtemp(prefix="scaleprobe-logs-"))
     extra: dict[str, Any] = {}
-    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+    fields = {f.name for f in dataclasses.fields(LaunchConfig)}
+    if "shutdown_timeout" in fields:
         extra["shutdown_timeout"] = int(shutdown_s)
+    if own_stop_handler and "signals_to_handle" in fields:
+        extra["signals_to_handle"] = ""
     return LaunchConfig(min_nodes=job.nnodes, max_nodes=job.nnodes, nproc_per_node=job.nproc,
                         run_id=run_id, max_restarts=0, monitor_interval=0.1,
                         start_method=start_method, logs_specs=logs, rdzv_backend="static",
@@ -346,15 +373,19 @@ def _stops_told_to(watch: RankWatch | None) -> Iterator[None]:
     the watch, which then gives the ranks a grace that follows their step time
     (``RankWatch.stop_grace_s``), and raised as torch's launcher's own handler raises it, so
     the launcher forwards it to the ranks. Its own handler is kept off
-    (TORCHELASTIC_SIGNALS_TO_HANDLE empty): it would replace this one."""
+    (TORCHELASTIC_SIGNALS_TO_HANDLE and ``signals_to_handle`` empty): it would replace this
+    one, and a stop it raised inside a finaliser was dropped (the job trained on)."""
     if watch is None or threading.current_thread() is not threading.main_thread():
         yield
         return
     # heavy: torch: the launcher's exception, only when ranks are launched
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    def on_stop(signum: int, _frame: Any) -> None:
+    def on_stop(signum: int, frame: Any) -> None:
         watch.asked_to_stop(signal_name(signum))
+        if _in_finaliser(frame):  # raised there, it is printed and dropped: the job ran on
+            threading.Timer(0.05, _send_to_self, args=([signum],)).start()
+            return
         raise SignalException(f"Process {os.getpid()} got signal: {signal_name(signum)}",
                               sigval=signal.Signals(signum))
 
@@ -369,6 +400,16 @@ def _stops_told_to(watch: RankWatch | None) -> Iterator[None]:
             os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
         else:
             os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = saved
+
+
+def _in_finaliser(frame: Any) -> bool:
+    """Whether ``frame`` runs inside an object's ``__del__`` (a temporary file's closer, a
+    socket's), where an exception is printed as "Exception ignored" and dropped."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: str | None = None,
@@ -407,7 +448,10 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
     start = rank_start_method()
     # with a watch, the watch ends the ranks at the grace; torch's launcher only backs it up
     cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir, start,
-                         STOP_CEILING_S if run_dir else INTERRUPT_GRACE_S)
+                         STOP_CEILING_S if run_dir else INTERRUPT_GRACE_S,
+                         own_stop_handler=bool(run_dir))
+    if start == "fork" and callable(entry):
+        entry = _armed(entry)
     handlers = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})
     global _forking_ranks
