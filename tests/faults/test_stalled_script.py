@@ -60,5 +60,6 @@ def test_a_script_stuck_in_a_step_is_ended_as_stalled(tmp_path, out_dir, nproc):
     assert f"at step {HANG_AT - 1} " in rec["error"] and f"--timeout {TIMEOUT_S})" in rec["error"]
     assert rec["partial"] is True and rec["metrics"]["steps_timed"] == HANG_AT - 2
     assert rec["metrics"]["stop_reason"] == "failed"
+    assert rec["script"]["exit_code"] == 137  # killed with SIGKILL by the watch (was 1)
     assert TIMEOUT_S <= took < END_WITHIN_S
     assert time.time() - job.ended_at < 60

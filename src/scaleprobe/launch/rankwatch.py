@@ -499,8 +499,8 @@ class RankWatch:
             return agent
         rank, at, raised = self.first
         stalled_line = self.stall_line()
-        if stalled_line is not None:
-            return WorkerFailure(rank, stalled_line)
+        if stalled_line is not None:  # this watch killed it: SIGKILL, as the shell says 137
+            return WorkerFailure(rank, stalled_line, -signal.SIGKILL)
         failures = getattr(err, "failures", None) or {}
         fail = failures.get(rank)
         if (not raised and fail is None and agent.rank in failures

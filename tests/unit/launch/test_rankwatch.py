@@ -7,6 +7,7 @@ import subprocess
 import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from scaleprobe.launch.rankwatch import RankWatch, last_meaningful_line, name_signal
@@ -186,7 +187,13 @@ def test_a_job_idle_before_its_first_step_is_ended_and_a_busy_one_is_not(tmp_pat
                    for run in ("busy", "idle")}
         for w in watches.values():
             w.poll()  # the first look: the CPU each has used so far
-        time.sleep(0.5)  # the busy one spins
+        spun = psutil.Process(busy.pid).cpu_times()
+        deadline = time.monotonic() + 30  # the busy one spins (slowly, on a loaded machine)
+        while time.monotonic() < deadline:
+            now = psutil.Process(busy.pid).cpu_times()
+            if now.user + now.system - spun.user - spun.system >= 3 * rankwatch.CPU_MOVED_S:
+                break
+            time.sleep(0.05)
         later[0] = 40.0  # the timeout has passed since
         for w in watches.values():
             w.poll()
