@@ -17,7 +17,7 @@ class _NoCudaRuntimeNote(logging.Filter):
 # the logger torch.utils.cpp_extension creates on import: the filter is in place before it is
 logging.getLogger("torch.utils.cpp_extension").addFilter(_NoCudaRuntimeNote())
 
-# A run record's config block is read as a RunConfig through config/runconfig.py, which the
+# A run record's config block is read as a RunConfig through config/sections.py, which the
 # record's module cannot import (core/run_blocks.py says why): importing any module of
 # scaleprobe installs the reader first.
 from scaleprobe.config import runconfig as _config  # noqa: E402, F401

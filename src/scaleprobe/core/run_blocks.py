@@ -75,7 +75,7 @@ class ConfigRead:
 
 class ConfigBlock:
     """Reads a record's ``config`` block as a ``RunConfig``, on the declarations of
-    ``config/runconfig.py`` (the class, its sections and their knobs): each key of the declared type
+    ``config/sections.py`` (the class, its sections and their knobs): each key of the declared type
     as recorded, any other at this version's default (ranges and choices not asked: a value
     this version would refuse is still the value the run ran with)."""
 
