@@ -56,9 +56,9 @@ test-fast: $(STAMP)
 	rc=$$?; echo "make test-fast: $$(( $$(date +%s) - start )) s in all (budget 180 s on 2 cores)"; \
 	exit $$rc
 
-# ruff, the import floors of pyproject.toml's [tool.importlinter], mypy --strict on core/,
-# features/, config/ and predict/memmodel.py, and mypy on every body of report/ ([tool.mypy];
-# docs/ARCHITECTURE.md)
+# ruff, the import floors of pyproject.toml's [tool.importlinter], mypy --strict on the
+# torch-free floors and on every function body of the others ([tool.mypy], with what it leaves
+# out and why; docs/ARCHITECTURE.md)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports

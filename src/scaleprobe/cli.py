@@ -15,7 +15,9 @@ import importlib.metadata
 import os
 import sys
 import textwrap
-from typing import Any, NoReturn
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any, NoReturn, TypeVar, overload
 
 from scaleprobe import __version__, launch
 from scaleprobe.config.runconfig import SYNONYMS
@@ -37,7 +39,7 @@ COMMANDS = ("run", "wrap", "demo", "scale", "sweep", "colocate", "comm", "predic
             "report", "compare", "datagen", "models", "datasets", "env", "worker")
 
 
-def _modules() -> list:
+def _modules() -> list[ModuleType]:
     mods = []
     for name in COMMANDS:
         try:
@@ -48,6 +50,9 @@ def _modules() -> list:
     return mods
 
 
+_N = TypeVar("_N")
+
+
 class Parser(argparse.ArgumentParser):
     """A usage mistake is one line (what is wrong, and where the help is), exit code 2."""
 
@@ -55,10 +60,19 @@ class Parser(argparse.ArgumentParser):
         message = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+    # argparse's own three signatures: the namespace given is the one filled and returned
+    @overload
+    def parse_args(self, args: Iterable[str] | None = None,
+                   namespace: None = None) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Iterable[str] | None, namespace: _N) -> _N: ...
+    @overload
+    def parse_args(self, *, namespace: _N) -> _N: ...
+
+    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
         """An unknown option is named by the command it was given to, with the nearest of
         that command's options (``--batchsize``: did you mean --batch-size?)."""
-        ns, extra = self.parse_known_args(args, namespace)
+        ns, extra = self.parse_known_args(None if args is None else list(args), namespace)
         if extra:
             sub = _command_parser(self, ns) or self
             sub.error(f"unrecognized arguments: {' '.join(extra)}{_nearest(sub, extra)}")

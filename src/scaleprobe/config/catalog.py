@@ -94,7 +94,7 @@ def imported_torchvision_models() -> tuple[str, ...]:
     """torchvision's classifiers as torchvision itself lists them: what ``torchvision_models``
     falls back on where the source cannot be read, and what a build checks names against."""
     # heavy: torchvision (and torch): seconds, only where they are needed
-    import torchvision  # type: ignore[import-untyped]
+    import torchvision
 
     return tuple(sorted(torchvision.models.list_models(module=torchvision.models)))
 

@@ -72,6 +72,7 @@ class DeviceBatches:
         if seq_len is not None:
             self.x, self.y = make_token_batch(batch, seq_len, num_classes, self.seed, device)
         else:
+            assert image_size is not None  # a split of images says its size
             self.x, self.y = make_batch(batch, image_size, num_classes, self.seed, device,
                                         channels_last)
         self._order = torch.Generator().manual_seed(seed)  # shuffles without a sampler

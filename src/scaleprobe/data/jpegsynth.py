@@ -25,7 +25,7 @@ def _image(rng: np.random.Generator, size: int, label: int, ncls: int) -> np.nda
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def publish_once(folder: Path, write: Callable[[Path], None], marker: str = "ok\n") -> Path:
+def publish_once(folder: Path, write: Callable[[Path], object], marker: str = "ok\n") -> Path:
     """Make ``folder`` once, whole or not at all: ``write`` fills a temporary folder beside it,
     a ``.complete`` marker is written last and the folder renamed into place (a process that
     finished first wins; a crash leaves nothing half-written under the name)."""

@@ -227,8 +227,8 @@ def result_fields(raw: dict[str, Any] | None, not_compiled: str,
     lockstep, one rank compiling holds the others up. ``not_compiled`` is the reason given when
     nothing was compiled (the run did not ask for it, or the script compiled nothing)."""
     if raw is None or raw.get("reason"):
-        why = (raw or {}).get("reason") or "not measured: no compile record"
-        return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, why)
+        reason = (raw or {}).get("reason") or "not measured: no compile record"
+        return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, reason)
     events = raw.get("events") or []
     if not events:
         return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, not_compiled)

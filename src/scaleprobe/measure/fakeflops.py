@@ -125,7 +125,9 @@ def _fsdp_hooks_off(module: Any) -> Iterator[None]:
         state = get() if callable(get) else None
         for name in ("_pre_forward_hook_handle", "_post_forward_hook_handle"):
             handle = getattr(state, name, None)
-            hooks = handle.hooks_dict_ref() if handle is not None else None
+            if handle is None:
+                continue
+            hooks = handle.hooks_dict_ref()
             if hooks is not None and handle.id in hooks:
                 saved.append((hooks, dict(hooks)))
                 del hooks[handle.id]

@@ -300,15 +300,15 @@ def measured_peak(device: torch.device, dtype: str, folder: Path | None = None,
                  "checked_at": time.time()}  # as good as a check, when quiet
         if stale is not None:
             entry["replaced"] = stale
-            check = stale["check_flops_per_s"]
-            if entry.get("under_load") and entry["flops_per_s"] < check:
+            checked = stale["check_flops_per_s"]
+            if entry.get("under_load") and entry["flops_per_s"] < checked:
                 # a busy calibration below the check that proved the cache low: the check's
                 # figure is the better lower bound (still marked under load)
-                entry["method"] += (f"; the check before it reached {check / 1e9:.3g} "
+                entry["method"] += (f"; the check before it reached {checked / 1e9:.3g} "
                                     "GFLOP/s, kept")
-                entry["flops_per_s"] = check
+                entry["flops_per_s"] = checked
         busy_again = entry.get("under_load") and hit is not None
-        if busy_again and hit["flops_per_s"] >= entry["flops_per_s"]:
+        if busy_again and hit is not None and hit["flops_per_s"] >= entry["flops_per_s"]:
             return {**hit, "cached": True}  # busy again, and no higher than the one kept
         cached[key] = entry
         write_cache(folder / CACHE_FILE, cached)

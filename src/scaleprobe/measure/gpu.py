@@ -10,16 +10,17 @@ _state: dict[str, Any] = {"init": None, "error": None}
 
 def _init() -> bool:
     if _state["init"] is not None:
-        return _state["init"]
+        return bool(_state["init"])
     try:
         import pynvml  # optional: pynvml (absent or failing without an NVIDIA driver)
 
         pynvml.nvmlInit()
-        _state["init"] = True
+        ok = True
     except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ImportError, ...
-        _state["init"] = False
+        ok = False
         _state["error"] = f"NVML unavailable: {type(e).__name__}"
-    return _state["init"]
+    _state["init"] = ok
+    return ok
 
 
 def nvml_info() -> dict[str, Any]:

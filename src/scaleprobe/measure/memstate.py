@@ -86,6 +86,9 @@ def model_facts(model: nn.Module, optimizer: Any,
             else:
                 scalar_bytes += int(t.numel()) * int(t.element_size())
         per_param = max(per_param, n_full)
+    unit: int | None
+    second: int | None
+    root: int | None
     try:
         sizes, root = unit_bytes(model, shard_units(model)[0])
         unit, second = sizes[0], (sizes[1] if len(sizes) > 1 else 0)

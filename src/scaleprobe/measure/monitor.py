@@ -11,7 +11,7 @@ import resource
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
@@ -46,8 +46,8 @@ class Monitor:
         self.outside = OutsideLoad(self.gpu_reason if not self._gpus else None)
         self._last_tree: list[psutil.Process] = []
         self._t0 = time.time()
-        self._fh = None
-        self._writer = None
+        self._fh: IO[str] | None = None
+        self._writer: Any = None  # csv.writer over _fh
 
     def __enter__(self) -> Monitor:
         self.start()
@@ -147,7 +147,8 @@ class Monitor:
         g_util = g_mem = g_pow = g_energy = None
         if self._gpus:
             energies = [g.energy_mj() for g in self._gpus]
-            g_energy = sum(energies) if all(e is not None for e in energies) else None
+            known = [e for e in energies if e is not None]
+            g_energy = sum(known) if len(known) == len(energies) else None
             got = [g.sample() for g in self._gpus]
             utils = [u for u, _, _ in got if u is not None]
             mems = [m for _, m, _ in got if m is not None]
@@ -159,9 +160,10 @@ class Monitor:
                "gpu_util_pct": g_util, "gpu_mem_bytes": g_mem, "gpu_power_w": g_pow,
                "outside_cpu_pct": outside, "gpu_energy_mj": g_energy}
         self.rows.append(row)
-        if self._writer is not None:
+        fh = self._fh
+        if self._writer is not None and fh is not None:
             self._writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
-            self._fh.flush()
+            fh.flush()
 
     def summary(self, t_from: float | None = None, t_to: float | None = None) -> dict[str, Any]:
         """Means over the window given in absolute ``time.time()`` seconds; peaks over all."""

@@ -143,7 +143,7 @@ class Profiles:
         self.dir, self.every_s, self.rank, self.cuda = trace_dir, every_s, rank, cuda
         self.dir.mkdir(parents=True, exist_ok=True)
         self._next = time.perf_counter()
-        self._prof = None
+        self._prof: Any = None  # torch.profiler.profile while one is open
         self.traces: list[str] = []
         self.top_ops: list[dict[str, Any]] = []
         self._top_total = 0.0  # operator time of the capture top_ops comes from

@@ -81,7 +81,7 @@ class StepProgress:
     def __init__(self, enabled: bool = True, label: str = "training") -> None:
         self.enabled = enabled
         self.label = label
-        self._bar = None
+        self._bar: Any = None  # rich's Progress on a terminal
         self._task = None
         self._train: Any = None  # --steps auto: the total follows projected_total
         self._began = 0.0

@@ -25,19 +25,20 @@ import numpy as np
 
 CONFIDENCE = 0.95
 EXACT_MAX_N = 4096  # _order_statistics: integers up to here, scipy beyond
+Floats = Sequence[float] | np.ndarray[Any, Any]  # step times: a list, or numpy's array of them
 
 
-def quantile(xs: Sequence[float], q: float) -> float:
+def quantile(xs: Floats, q: float) -> float:
     if not len(xs):
         raise ValueError("no values")
     return float(np.quantile(np.asarray(xs, dtype=np.float64), q))
 
 
-def median(xs: Sequence[float]) -> float:
+def median(xs: Floats) -> float:
     return quantile(xs, 0.5)
 
 
-def median_ci(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+def median_ci(xs: Floats, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Distribution-free confidence interval of the median (order statistics)."""
     s = np.sort(np.asarray(xs, dtype=np.float64))
     n = len(s)
@@ -80,7 +81,7 @@ def _order_statistics(n: int, alpha: float) -> tuple[int, int]:
     return lo, k
 
 
-def rel_ci_halfwidth(xs: Sequence[float]) -> float:
+def rel_ci_halfwidth(xs: Floats) -> float:
     """Half-width of the median's 95% CI relative to the median."""
     if len(xs) < 3:
         return math.inf

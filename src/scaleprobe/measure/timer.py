@@ -50,6 +50,7 @@ class StepTimer:
             self._t0_wall = time.perf_counter()
 
     def mark(self, phase: str) -> None:
+        assert self._cur is not None, "a mark outside a step: start() opens one"
         self._cur.append((phase, self._now()))
 
     def move(self, src: str, dst: str, seconds: float) -> None:

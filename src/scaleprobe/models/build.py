@@ -48,10 +48,11 @@ def list_models() -> list[tuple[str, str]]:
     return rows
 
 
-def _adapt_small_input(model: nn.Module, name: str, num_classes: int, image_size: int) -> None:
+def _adapt_small_input(model: nn.Module, name: str, num_classes: int,
+                       image_size: int | None) -> None:
     """VGG's 7x7 pooling and 4096-wide head make no sense at 32x32 (CIFAR): use the common
-    CIFAR variant, global pooling and a 512-wide head."""
-    if name.startswith("vgg") and image_size < 64:
+    CIFAR variant, global pooling and a 512-wide head. No size given: torchvision's own."""
+    if name.startswith("vgg") and image_size is not None and image_size < 64:
         model.avgpool = nn.AdaptiveAvgPool2d(1)
         model.classifier = nn.Sequential(nn.Linear(512, 512), nn.ReLU(inplace=True),
                                          nn.Dropout(0.5), nn.Linear(512, num_classes))
@@ -64,8 +65,10 @@ def _where(e: BaseException, path: Path | None) -> str:
         return f"{e.filename}:{e.lineno}"
     frames = traceback.extract_tb(e.__traceback__)
     mine = [f for f in frames if path is not None and _same_file(f.filename, path)]
-    frame = (mine or frames or [None])[-1]
-    return f"{frame.filename}:{frame.lineno}" if frame is not None else str(path or "?")
+    picked = mine or frames
+    if not picked:
+        return str(path or "?")
+    return f"{picked[-1].filename}:{picked[-1].lineno}"
 
 
 def _same_file(name: str, path: Path) -> bool:
@@ -83,6 +86,8 @@ def _user_builder(spec: str) -> tuple[Callable[..., Any], Path | None]:
         if not path.is_file():
             raise ConfigError(f"model file not found: {path}")
         mspec = importlib.util.spec_from_file_location(f"scaleprobe_user_{path.stem}", path)
+        if mspec is None or mspec.loader is None:
+            raise ConfigError(f"cannot import {path}: Python finds no loader for it")
         module = importlib.util.module_from_spec(mspec)
         try:
             mspec.loader.exec_module(module)

@@ -54,7 +54,9 @@ def open_tun(ns: str, ifname: str) -> int:
 
 def relay(fa: int, fb: int, delay_s: float) -> None:
     """Copy packets a -> b and b -> a, each ``delay_s`` after it was read, until killed."""
-    queues = {fa: collections.deque(), fb: collections.deque()}  # packets read from the key
+    # (due time, packet) read from the key
+    queues: dict[int, collections.deque[tuple[float, bytes]]] = {
+        fa: collections.deque(), fb: collections.deque()}
     other = {fa: fb, fb: fa}
     while True:
         now = time.monotonic()

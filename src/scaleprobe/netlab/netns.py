@@ -44,6 +44,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 PREFIX = "sp-"
 IFNAMES = ("spv-a", "spv-b")
@@ -57,12 +58,12 @@ class NetnsUnavailable(RuntimeError):
     """This machine cannot create shaped namespaces (not root, no ip/tc, missing qdisc)."""
 
 
-def _ip_quiet(*argv: str) -> subprocess.CompletedProcess:
+def _ip_quiet(*argv: str) -> subprocess.CompletedProcess[str]:
     """``ip ARGV`` whose failure is not an error (listing, deleting what may be gone)."""
     return subprocess.run(["ip", *argv], capture_output=True, text=True, timeout=30)
 
 
-def _checked(argv: list[str]) -> subprocess.CompletedProcess:
+def _checked(argv: list[str]) -> subprocess.CompletedProcess[str]:
     p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if p.returncode != 0:
         raise NetnsUnavailable(f"`{' '.join(argv)}` failed: {p.stderr.strip() or p.returncode}")
@@ -117,7 +118,7 @@ class Hosts:
     ifnames: tuple[str, ...] = IFNAMES
     rate_mbit: float | tuple[float | None, ...] | None = None
     delay_ms: float | None = None
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    procs: list[subprocess.Popen[Any]] = field(default_factory=list)
     switch: str | None = None  # the bridge's namespace (``hosts``); None for a veth pair
     groups: list[int] = field(default_factory=list)  # process groups led by ``procs``
     delay_via: str | None = None  # "netem", or "relay" (netlab/delay.py) where there is none
@@ -133,7 +134,7 @@ class Hosts:
         return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
 
     def run(self, ns_index: int, argv: list[str], env: dict[str, str] | None = None,
-            cpus: Sequence[int] | None = None, **popen_kwargs) -> subprocess.Popen:
+            cpus: Sequence[int] | None = None, **popen_kwargs: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside namespace ``ns_index`` (0, 1, ...). The environment is this
         process's, plus ``socket_env(ns_index)``, plus ``env``. ``cpus`` pins the process (and
         what it starts) to those cores, so each "host" has cores of its own, as real hosts do:
@@ -194,7 +195,7 @@ def _shape(ns: str, dev: str, rate_mbit: float | None, delay_ms: float | None) -
             "delay", f"{delay_ms:g}ms", "limit", "100000")
 
 
-def _create(hosts: Hosts) -> None:
+def _create(hosts: Hosts, rate_mbit: float | None) -> None:
     (a, b), (ia, ib) = hosts.namespaces, hosts.ifnames
     _checked(["ip", "netns", "add", a])
     _checked(["ip", "netns", "add", b])
@@ -204,7 +205,7 @@ def _create(hosts: Hosts) -> None:
         _checked(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
         _checked(["ip", "-n", ns, "link", "set", "lo", "up"])
         _checked(["ip", "-n", ns, "link", "set", dev, "up"])
-        _shape(ns, dev, hosts.rate_mbit, hosts.delay_ms)
+        _shape(ns, dev, rate_mbit, hosts.delay_ms)
 
 
 @contextmanager
@@ -228,13 +229,13 @@ def two_hosts(rate_mbit: float | None = None, delay_ms: float | None = None) -> 
                   delay_ms=delay_ms, ifnames=RELAY_IFNAMES if relayed else IFNAMES,
                   delay_via=("relay" if relayed else "netem") if delay_ms else None)
     try:
-        _create_relayed(hosts) if relayed else _create(hosts)
+        _create_relayed(hosts, rate_mbit) if relayed else _create(hosts, rate_mbit)
         yield hosts
     finally:
         _teardown(hosts)
 
 
-def _create_relayed(hosts: Hosts, ready_s: float = 30.0) -> None:
+def _create_relayed(hosts: Hosts, rate_mbit: float | None, ready_s: float = 30.0) -> None:
     """Two namespaces joined through the delay relay (netlab/delay.py): a TUN device in
     each, the relay between them; each device shaped to the rate (token bucket)."""
     (a, b), (ia, ib) = hosts.namespaces, hosts.ifnames
@@ -246,14 +247,16 @@ def _create_relayed(hosts: Hosts, ready_s: float = 30.0) -> None:
                             start_new_session=True)
     hosts.procs.append(proc)
     hosts.groups.append(proc.pid)
-    ready, _, _ = select.select([proc.stdout], [], [], ready_s)
-    if not ready or proc.stdout.readline().strip() != "ready":
+    out = proc.stdout
+    assert out is not None  # stdout=PIPE
+    ready, _, _ = select.select([out], [], [], ready_s)
+    if not ready or out.readline().strip() != "ready":
         raise NetnsUnavailable(f"the delay relay did not start (exit {proc.poll()})")
     for ns, dev, addr, peer in ((a, ia, *hosts.addrs), (b, ib, *reversed(hosts.addrs))):
         _checked(["ip", "-n", ns, "link", "set", dev, "mtu", str(RELAY_MTU)])
         _checked(["ip", "-n", ns, "addr", "add", addr, "peer", f"{peer}/32", "dev", dev])
         _checked(["ip", "-n", ns, "link", "set", dev, "up"])
-        _shape(ns, dev, hosts.rate_mbit, None)
+        _shape(ns, dev, rate_mbit, None)
 
 
 def _teardown(hosts: Hosts) -> None:
@@ -275,8 +278,7 @@ def _per_host_rates(n: int, rate_mbit: float | Sequence[float | None] | None
     return rates
 
 
-def _create_switched(hosts: Hosts, rates: tuple[float | None, ...]) -> None:
-    sw = hosts.switch
+def _create_switched(hosts: Hosts, sw: str, rates: tuple[float | None, ...]) -> None:
     _checked(["ip", "netns", "add", sw])
     _checked(["ip", "-n", sw, "link", "set", "lo", "up"])
     _checked(["ip", "-n", sw, "link", "add", "spbr", "type", "bridge"])
@@ -310,12 +312,13 @@ def hosts(n: int, rate_mbit: float | Sequence[float | None] | None = None) -> It
     cleanup_stale()
     pid, seq = os.getpid(), next(_SEQ)
     k = pid % 250 + 1
+    switch = f"{PREFIX}{pid}-{seq}-sw"
     hosts_ = Hosts(namespaces=tuple(f"{PREFIX}{pid}-{seq}-h{i}" for i in range(n)),
                    addrs=tuple(f"10.213.{k}.{i + 1}" for i in range(n)),
                    ifnames=tuple(f"spv-h{i}" for i in range(n)), rate_mbit=rates,
-                   switch=f"{PREFIX}{pid}-{seq}-sw")
+                   switch=switch)
     try:
-        _create_switched(hosts_, rates)
+        _create_switched(hosts_, switch, rates)
         yield hosts_
     finally:
         _teardown(hosts_)

@@ -35,14 +35,14 @@ def fair_rates(caps: list[float | None], capacity: float) -> list[float]:
     left, open_ = capacity, list(range(len(caps)))
     while open_:
         share = left / len(open_)
-        capped = [i for i in open_ if caps[i] is not None and caps[i] <= share]
+        capped = {i: cap for i in open_ if (cap := caps[i]) is not None and cap <= share}
         if not capped:
             for i in open_:
                 rates[i] = share
             return rates
-        for i in capped:
-            rates[i] = caps[i]
-            left -= caps[i]
+        for i, cap in capped.items():
+            rates[i] = cap
+            left -= cap
         open_ = [i for i in open_ if i not in capped]
     return rates
 

@@ -236,11 +236,12 @@ def to_target(tg: Target, row: Row) -> tuple[M.Figure, M.Figure]:
     assert p is not None and p.step_mean_s is not None and p.step_s.value
     b = row.global_batch
     ends = [tg.steps_at(b, x) for x in (tg.b_crit_lo, tg.b_crit_hi)]
-    steps = M.Figure(tg.steps_at(b), min(ends), max(ends))
+    at = tg.steps_at(b)
+    steps = M.Figure(at, min(ends), max(ends))
     lo_k = (p.step_s.lo or p.step_s.value) / p.step_s.value
     hi_k = (p.step_s.hi or p.step_s.value) / p.step_s.value
     mean = p.step_mean_s
-    return steps, M.Figure(steps.value * mean, min(ends) * mean * lo_k,
+    return steps, M.Figure(at * mean, min(ends) * mean * lo_k,
                            max(ends) * mean * hi_k)
 
 
@@ -320,15 +321,15 @@ def set_efficiency(rows: list[Row], ones: dict[int, Row]) -> None:
         if r is one:
             r.efficiency, r.efficiency_of = M.Figure(1.0), "itself"
             continue
-        o = one.samples_s
-        v = s.value / (r.devices * o.value)
+        o, ov = one.samples_s, one.samples_s.value
+        v = s.value / (r.devices * ov)
         sp = p.speedup
         lo = v * sp.lo / sp.value if sp.lo and sp.value else None
         hi = v * sp.hi / sp.value if sp.hi and sp.value else None
         paired = r.basis_ids == one.basis_ids and r.scaled_from == one.scaled_from
         if not paired and lo is not None and hi is not None:
-            lo = lo * o.value / o.hi if o.hi else None
-            hi = hi * o.value / o.lo if o.lo else None
+            lo = lo * ov / o.hi if o.hi else None
+            hi = hi * ov / o.lo if o.lo else None
         r.efficiency = M.Figure(v, lo, hi)
         r.efficiency_of = one.label() + ("" if any(x is one for x in rows) else
                                          " (predicted for this ratio, not a row)")

@@ -130,7 +130,8 @@ class Prediction:
 
 def max_world(strategy: str) -> int:
     """The most processes the step model lays out for ``strategy`` in seconds."""
-    return MAX_WORLD_BY_PATTERN.get(traits_of(strategy).comm_pattern, MAX_WORLD)
+    pattern = traits_of(strategy).comm_pattern
+    return MAX_WORLD if pattern is None else MAX_WORLD_BY_PATTERN.get(pattern, MAX_WORLD)
 
 
 def _ring(link: Link, n: int, scale: float, factor: float = 2.0) -> T.Cost:
@@ -262,9 +263,9 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
     if groups is None and sc.world > 1:
         s.notes.append(ONE_RUN_NOTE)
     iv = _interval(sim, rows, one, sc, rng, replicates, groups)
-    sp = Figure(sc.trainers * float(np.mean(one)) / run.mean,
-                *(sc.trainers * r for r in iv.ratio))
-    eff = Figure(*(v / sc.world for v in (sp.value, sp.lo, sp.hi)))
+    ratio = [sc.trainers * float(np.mean(one)) / run.mean, *(sc.trainers * r for r in iv.ratio)]
+    sp = Figure(*ratio)
+    eff = Figure(*(v / sc.world for v in ratio))
     free = _simulate(sim, rows, sc, SIM_STEPS, FREE, rng) if sc.world > 1 else run
     slow = _slowest(sc)
     return Prediction(

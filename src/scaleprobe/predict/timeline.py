@@ -235,7 +235,7 @@ def ps_steps(steps: Sequence[Sequence[Compute]], nbytes: float, paths: Sequence[
         update = (row[0].optimizer if server.update_s is None
                   else server.update_s[k % len(server.update_s)])
         send = busy + rest + update
-        ranks = [None] * workers
+        ranks: dict[int, RankStep] = {}
         for w in order:  # replies one after another, in arrival order
             p = paths[w]
             rate = min(server.capacity_byte_s, p.cap_byte_s or server.capacity_byte_s)
@@ -245,7 +245,7 @@ def ps_steps(steps: Sequence[Sequence[Compute]], nbytes: float, paths: Sequence[
             comm = end - (t[w] + c.before_backward + c.backward)
             ranks[w] = RankStep(end - t[w], c.data, c.h2d, c.forward, c.backward, 0.0, comm)
             t[w] = end
-        out.append(ranks)  # type: ignore[arg-type]
+        out.append([ranks[w] for w in range(workers)])
     return out
 
 

@@ -30,6 +30,8 @@ class SameBatchSampler(DistributedSampler):
     """Fault injection for the shard audit: every rank gets rank 0's shard (the bug of a
     reference study, where every GPU trained on the same batch)."""
 
+    rank: int  # DistributedSampler's, set in its __init__
+
     def __iter__(self):
         rank, self.rank = self.rank, 0
         try:

@@ -30,10 +30,15 @@ TEST_BATCH = "test_batch"
 META = "batches.meta"
 
 
-class _Py2StylePickler(pickle._Pickler):
+# the pure-Python pickler: its internals used below (dispatch, write, memoize) are not in its
+# type stubs, so it is read as Any
+_PurePickler: Any = pickle._Pickler
+
+
+class _Py2StylePickler(_PurePickler):
     """Protocol 2, with ``str`` and ``bytes`` written as Python 2 byte strings."""
 
-    dispatch = dict(pickle._Pickler.dispatch)
+    dispatch = dict(_PurePickler.dispatch)
 
     def save_py2_string(self, obj: str | bytes) -> None:
         raw = obj.encode("latin-1") if isinstance(obj, str) else bytes(obj)

@@ -34,7 +34,7 @@ def background(rng: np.random.Generator, w: int, h: int, grain: float = 8.0) -> 
     low = rng.uniform(40, 200, (3, 4, 3)).astype(np.float32)
     grey = low.mean(axis=2, keepdims=True)
     low = 0.4 * low + 0.6 * grey  # desaturate so saturated objects stand out
-    chans = [np.asarray(Image.fromarray(low[:, :, c]).resize((w, h), Image.BICUBIC))
+    chans = [np.asarray(Image.fromarray(low[:, :, c]).resize((w, h), Image.Resampling.BICUBIC))
              for c in range(3)]
     img = np.stack(chans, axis=-1)
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)

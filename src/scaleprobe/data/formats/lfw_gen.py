@@ -29,6 +29,7 @@ from scaleprobe.config.extras import require
 from scaleprobe.data.formats.common import Written, start_writing
 from scaleprobe.data.formats.draw import random_box
 
+BICUBIC, BILINEAR = Image.Resampling.BICUBIC, Image.Resampling.BILINEAR
 BASE_FOLDER = "lfw-py"
 IMAGES_DIR = "lfw_funneled"
 People = list[tuple[str, int]]  # (name, number of images)
@@ -86,7 +87,7 @@ def _backdrop(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     """A smooth backdrop of muted random colours (a 3 x 3 grid, enlarged): float H x W x 3."""
     low = rng.uniform(30, 220, (3, 3, 3)).astype(np.float32)
     low = 0.5 * low + 0.5 * low.mean(axis=2, keepdims=True)
-    return np.stack([np.asarray(Image.fromarray(low[:, :, c]).resize((w, h), Image.BICUBIC))
+    return np.stack([np.asarray(Image.fromarray(low[:, :, c]).resize((w, h), BICUBIC))
                      for c in range(3)], axis=-1)
 
 
@@ -97,8 +98,8 @@ def face_image(faces: np.ndarray, who: dict, rng: np.random.Generator, w: int, h
     grey = Image.fromarray(_lit(_face_pixels(faces, who), rng)).convert("F")
     side = max(8, int(min(w, h) * rng.uniform(*FACE_SCALE)))
     angle = rng.uniform(-FACE_ROTATION, FACE_ROTATION)
-    face = np.asarray(grey.resize((side, side), Image.BICUBIC).rotate(angle, Image.BILINEAR))
-    inside = np.asarray(Image.new("L", (side, side), 255).rotate(angle, Image.BILINEAR),
+    face = np.asarray(grey.resize((side, side), BICUBIC).rotate(angle, BILINEAR))
+    inside = np.asarray(Image.new("L", (side, side), 255).rotate(angle, BILINEAR),
                         np.float32)[..., None] / 255.0
     canvas = _backdrop(rng, w, h)
     x0 = (w - side) // 2 + int(round(rng.uniform(-FACE_SHIFT, FACE_SHIFT) * w))

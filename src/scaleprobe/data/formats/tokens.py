@@ -29,7 +29,7 @@ import numpy as np
 from scaleprobe.core.errors import DataError
 
 SPLITS = ("train", "val")
-DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+DTYPES: dict[str, np.dtype[Any]] = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 META = "meta.json"
 CHUNK = 1 << 24  # tokens per read when scanning a split
 

@@ -40,7 +40,8 @@ class _Node:
     __slots__ = ("tag", "line", "children", "text")
 
     def __init__(self, tag: str, line: int) -> None:
-        self.tag, self.line, self.children, self.text = tag, line, [], ""
+        self.tag, self.line, self.text = tag, line, ""
+        self.children: list[_Node] = []
 
     def find(self, tag: str) -> _Node | None:
         return next((c for c in self.children if c.tag == tag), None)
@@ -213,8 +214,8 @@ class VOCBoxes(VOCDetection):
     def __init__(self, root: str, year: str, image_set: str, transforms: Any = None) -> None:
         super().__init__(root, year=year, image_set=image_set, transforms=transforms)
         keep = [i for i, p in enumerate(self.images) if Path(p).name != ".jpg"]  # blank lines
-        self.images = [self.images[i] for i in keep]
-        self.targets = [self.targets[i] for i in keep]
+        self.images: list[str] = [self.images[i] for i in keep]
+        self.targets: list[str] = [self.targets[i] for i in keep]
 
     def __getitem__(self, index: int) -> tuple[Any, dict[str, torch.Tensor]]:
         ann = parse_annotation(self.targets[index])

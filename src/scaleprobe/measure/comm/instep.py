@@ -54,7 +54,9 @@ def cross_check(cal: dict[str, Any] | None) -> dict[str, Any] | None:
 def text(fig: dict[str, Any] | None, ms: Any) -> str:
     """``12.3 ms [11.8, 13.0] over 40 steps`` or ``... not resolved from noise``; ``ms``
     formats seconds."""
-    value = (fig or {}).get("median_s", (fig or {}).get("difference_s"))
+    if fig is None:
+        return "n/a"
+    value = fig.get("median_s", fig.get("difference_s"))
     if value is None or not fig.get("interval_s"):
         return "n/a"
     lo, hi = fig["interval_s"]
