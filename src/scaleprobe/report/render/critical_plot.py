@@ -13,6 +13,7 @@ from scaleprobe.report.tables.critical import (
     Predicted,
     batch_global,
     group_fit,
+    median_words,
     predicted,
     runs_of,
     steps_to_target,
@@ -125,7 +126,8 @@ def _series_panel(ax: Any, series: list[tuple[int | None, list[Any]]],
             refs.append(fit.hi)
     if pred is not None:
         ax.axhline(pred.b_noise, color="#444", ls="--", lw=1,
-                   label=f"B_noise at the runs' end {pred.b_noise:,.0f}")
+                   label=f"B_noise at the runs' end {pred.b_noise:,.0f} "
+                         f"({median_words(pred.runs)} runs)")
         refs.append(pred.b_noise)
     ax.set_xlim(left=0)
     clipped = _clip(ax, drawn, refs)

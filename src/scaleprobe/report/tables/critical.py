@@ -166,6 +166,13 @@ def measured_median(vals: Sequence[float]) -> float:
     return sorted(vals)[(len(vals) - 1) // 2]
 
 
+def median_words(n: int) -> str:
+    """How ``measured_median`` of ``n`` values is named: the median of an odd count, the
+    lower middle of an even one (of two values: the lower, not a median a reader would
+    take for their middle)."""
+    return f"median over {n}" if n % 2 else f"lower middle of {n}"
+
+
 def _end_values(rec: RunResult | None) -> list[float]:
     """B_noise at the end of each distinct run of a point."""
     if rec is None:
@@ -322,7 +329,7 @@ def verdict_lines(rows: list[BatchRow], rec: RulePicks | None = None,
                                                       ("B_simple over the whole window",
                                                        pred.b_simple)) if v is not None]
         lines.append(f"- Critical batch{where}, predicted by the gradient noise scale: B_noise "
-                     f"{pred.b_noise:,.0f} samples at each run's end (median over {pred.runs} "
+                     f"{pred.b_noise:,.0f} samples at each run's end ({median_words(pred.runs)} "
                      f"distinct runs, one per batch size and seed, range {pred.lo:,.0f}-{pred.hi:,.0f}; "
                      + "; ".join(beside + ["docs/CRITICAL_BATCH.md"]) + ").")
     if fit is not None:

@@ -204,8 +204,10 @@ def test_b_noise_is_over_distinct_runs_and_its_median_was_measured():
     assert pred is not None and pred.runs == 6
     assert pred.b_noise == 30 and (pred.lo, pred.hi) == (30, 146)
     text = recommend_batch(recs)["text"]
-    assert ("B_noise 30 samples at each run's end (median over 6 distinct runs, one per batch "
-            "size and seed, range 30-146") in text
+    # of an even count the lower middle, named so (was "median over 2 ... range 30-123": a
+    # reader takes a median of two for their middle)
+    assert ("B_noise 30 samples at each run's end (lower middle of 6 distinct runs, one per "
+            "batch size and seed, range 30-146") in text
     cells = {c[0]: c for c in batch_table_parts(rows)[1]}
     assert cells["16"][-2] == "30 (30-146)"  # the point's 2 distinct runs, lower middle
 
