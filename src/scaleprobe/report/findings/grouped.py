@@ -32,6 +32,14 @@ def _window_ratio(rec: RunResult) -> float | None:
     return gap[0] / gap[1] if gap else None
 
 
+def _device_share(rec: RunResult) -> float | None:
+    pm = rec.metrics.peak_mem_bytes
+    readings = [v for v in (pm.device_allocated, pm.device_reserved, pm.device_nvml)
+                if v is not None]
+    total = rec.gpu_total_bytes
+    return max(readings) / total if readings and total else None
+
+
 def _cores(v: float) -> str:
     return f"{v:.2f} cores"
 
@@ -58,7 +66,27 @@ KEY_FIGURES: dict[str, KeyFigure] = {
     "compute-bound": ("compute", _compute_share, fmt.pct, "of each step"),
     "steps vary widely": ("samples/s from the median step", _window_ratio, fmt.ratio,
                           "the whole window's"),
+    "CPU-starved": ("CPU use", lambda r: r.metrics.cpu_util_pct, fmt.pct_value,
+                    "of all cores by the run's processes"),
+    "not compute-bound": ("MFU", lambda r: r.metrics.mfu, fmt.mfu, "of the peak"),
+    "memory headroom": ("device peak", _device_share, fmt.pct, "of the device's memory"),
 }
+# verdicts whose lead cell is the count of runs, not a figure: each is an event (it
+# happened to N runs), not a measurement with a spread
+COUNTED: dict[str, str] = {
+    "target not reached": "each ended before its target",
+    "interrupted": "each was stopped before it finished",
+    "shard audit failed": "replicas saw overlapping data in each",
+    "out of memory": "each ran out of memory",
+    "failed": "each failed",
+    "invariant broken": "a recorded figure contradicts another in each",
+}
+
+
+def counted(verdict: str) -> str | None:
+    """What a counted verdict says happened to each run (``invariant broken: NAME`` by its
+    prefix), or None."""
+    return COUNTED.get(verdict.split(":", 1)[0])
 
 
 @dataclass

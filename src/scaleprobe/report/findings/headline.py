@@ -36,7 +36,7 @@ from scaleprobe.report.findings.across_runs import (
     contention_evidence,
     contention_keep,
 )
-from scaleprobe.report.findings.grouped import Group
+from scaleprobe.report.findings.grouped import Group, counted
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.reading.machine_load import run_load
@@ -427,7 +427,8 @@ def group_verdicts(groups: list[Group]) -> list[Verdict]:
             rank = NOTE
         n = len(g.recs)
         who = f"{n} runs" if n > 1 else (f.subject or "1 run")
-        number = g.range_text() or (f.evidence if n == 1 else f"{n} runs")
+        number = g.range_text() or (f.evidence if n == 1 else
+                                    f"{n} runs: {counted(f.verdict) or 'its figure not measured'}")
         interval = ("-: per-run readings, no interval" if n > 1 else "-: one run, no interval")
         if f.severity == "error":
             interval = "-: a failure, not a measurement"

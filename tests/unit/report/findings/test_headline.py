@@ -348,3 +348,31 @@ def test_one_finished_loader_setting_is_not_a_verdict_and_the_advice_closes(tmp_
     assert "scaleprobe demo" in batch[4]
     for cell in [c for r in rows for c in r] + notes:
         assert cell.count("(") == cell.count(")"), cell
+
+
+def test_every_grouped_verdict_leads_with_a_figure_or_says_what_it_counts():
+    """Catches "CPU-starved (8 runs) | 8 runs" in the demo's lead: a verdict standing for
+    several runs showed their count where its figure belonged. Every verdict the findings
+    can give has a key figure (its range over the runs is the lead's Number), or is an event
+    counted, with what happened."""
+    import pathlib
+
+    from scaleprobe.report.findings import grouped as G
+
+    per_run = pathlib.Path(G.__file__).with_name("diagnose.py")  # a run's own findings
+    said = set(re.findall(r'Finding\(\s*"([^"]+)"', per_run.read_text()))
+    assert {"CPU-starved", "not compute-bound", "input-bound"} <= said  # the scan finds them
+    said |= {"out of memory", "failed", "communication-bound", "synchronisation overhead",
+             "invariant broken: steps add up"}  # the verdicts diagnose.py names in variables
+    missing = sorted(v for v in said if v not in G.KEY_FIGURES and G.counted(v) is None)
+    assert not missing, f"verdicts with neither a key figure nor a count: {missing}"
+
+
+def test_cpu_starved_runs_lead_with_their_cpu_use(tmp_path):
+    recs = [with_(run(f"r{i}", cpu=cpu, cores=4, threads=2, bd=breakdown(0.1, data=0.001),
+                      experiment=_point("w", i, batch_size=16)), "metrics.mfu", 0.01)
+            for i, cpu in enumerate([12.0, 20.0, 24.0])]
+    rows, _ = _headline(recs, tmp_path)
+    (row,) = [r for r in rows if r[1].startswith("CPU-starved")]
+    assert row[1] == "CPU-starved (3 runs)"
+    assert row[2] == "CPU use 12%-24% of all cores by the run's processes", row
