@@ -159,3 +159,49 @@ def baseline_claim(loss: float, baseline: float, lo: float | None, hi: float | N
     if hi < 0:
         return f"worse than {what}: {span}"
     return f"{CL.NOT_RESOLVED} against {what}: {span}, the interval includes 0"
+
+
+# tensors of batch x tokens x width that every block of the built-in GPT keeps for its backward
+# pass, at least: its two layer norms' inputs and outputs (4), q, k, v and the attention's
+# output (4), and the MLP's hidden layer before and after GELU (4 + 4). The attention's own
+# buffers, the residual sums and the allocator's slack come on top.
+SAVED_PER_BLOCK = 16
+
+
+@dataclass(frozen=True)
+class MemoryFloor:
+    """What one process of a built-in GPT run holds at least at its peak, when backward
+    begins: the model's state (parameters and the optimizer's state) and the activations
+    saved for backward."""
+
+    state_bytes: int
+    per_sample_bytes: int  # activations of one sample (its tokens), saved for backward
+    batch: int
+
+    @property
+    def total(self) -> int:
+        return self.state_bytes + self.per_sample_bytes * self.batch
+
+    def largest_batch(self, budget: int) -> int:
+        """The largest batch whose floor fits ``budget`` bytes (0: none does)."""
+        room = budget - self.state_bytes
+        return max(0, room // self.per_sample_bytes) if self.per_sample_bytes else 0
+
+
+def memory_floor(cfg: Any) -> MemoryFloor | None:
+    """The lower bound of one process's peak memory for a built-in GPT run of ``cfg`` (a
+    RunConfig), from its shape alone; None for any other model. A run above the memory it
+    has cannot fit; one below it may still not (the floor leaves out what is not counted)."""
+    if cfg.task.task != LM_TASK or not is_gpt(cfg.model.name) or cfg.model.compile:
+        return None  # compiled, backward may recompute what eager keeps: not counted here
+    shape = shape_of(cfg)
+    h, n = shape.width, shape.layers
+    vocab = resolved_data(cfg).vocab_size or 0  # the data's, where known before it is read
+    params = vocab * h + shape.context * h + n * (12 * h * h + 13 * h) + 2 * h  # tied head
+    opt = 2 if cfg.train.optimizer == "adamw" else 1 if cfg.train.momentum else 0
+    # fp32 parameters and optimizer state; not the gradients: freed by zero_grad, they grow
+    # during backward as the saved activations are freed, so the two never add up in full
+    state = params * 4 * (1 + opt)
+    act = 2 if cfg.train.amp != "off" else 4  # bytes of an activation: autocast's or fp32
+    per_sample = shape.context * (n * SAVED_PER_BLOCK * h + 2 * vocab) * act  # + logits, grad
+    return MemoryFloor(state, per_sample, cfg.per_device_batch())

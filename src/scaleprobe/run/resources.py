@@ -13,7 +13,9 @@ Memory: each rank holds at least what this process holds of its own with torch l
 unique set size, measured here: 281 MiB on the 2-core test machine, torch 2.14 CPU), before
 any model or data; N of those must fit in the memory available now. The model, its gradients,
 optimizer state, activations and loader workers come on top, so passing this check does not
-promise the job fits: it refuses the jobs that cannot.
+promise the job fits: it refuses the jobs that cannot. A built-in GPT on the CPU is held to
+more: its model state and the activations its blocks keep for backward, counted from its
+shape (``check_memory_floor``), a floor as well.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import psutil
 
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.traits import traits_of
+from scaleprobe.features.lmspec import memory_floor, shape_of
 from scaleprobe.measure import env as envmod
 
 # ranks per core beyond which a CPU job is refused without --force: 2 lets the README's
@@ -88,8 +91,40 @@ def launches(cfg: Any) -> bool:
 
 
 def check_config(cfg: Any, launched: bool) -> None:
-    """``check_fits`` for a run's configuration: its ranks on this host, when launched."""
+    """``check_fits`` for a run's configuration: its ranks on this host, when launched; and
+    a built-in GPT's memory floor on the CPU (``check_memory_floor``)."""
+    check_memory_floor(cfg, launched)
     if not launched:
         return
 
     check_fits(cfg.dist.nproc, not envmod.cuda_available(), cfg.dist.force)
+
+
+def check_memory_floor(cfg: Any, launched: bool) -> None:
+    """On the CPU, a built-in GPT run whose floor (``features/lmspec.memory_floor``: model
+    state and the activations saved for backward, counted from its shape) for each of its
+    processes on this host exceeds the memory available now is refused in one line naming
+    the batch that fits, unless ``--force``. On a GPU, running out of device memory is a
+    recorded ``oom``; here, the host swaps and stops answering. Bug caught: `run --task lm
+    --model gpt2_small` at its defaults (64 x 1024 tokens: 36 GiB of activations at
+    least) grew to 22 GiB of the 24 GiB host and answered neither its step nor Ctrl+C for
+    20 minutes."""
+    if cfg.dist.force or envmod.cuda_available():
+        return
+    floor = memory_floor(cfg)
+    if floor is None:
+        return
+    procs = cfg.dist.nproc if launched else 1
+    free = available_bytes()
+    if procs * floor.total <= free:
+        return
+    each = f" for each of {procs} processes" if procs > 1 else ""
+    fits = floor.largest_batch(free // procs)
+    advice = (f"a batch of {fits} per process fits that floor (--batch-size {fits})" if fits
+              else "no batch does at this size: lower --seq-len or the model's size")
+    raise ConfigError(
+        f"--model {cfg.model.name} at a batch of {floor.batch} x {shape_of(cfg).context} "
+        f"tokens needs at least {_gib(floor.total)}{each} ({_gib(floor.state_bytes)} of "
+        f"model state, {_gib(floor.per_sample_bytes * floor.batch)} of activations kept for "
+        f"backward) and {_gib(free)} is available now: {advice}, or --force to start it "
+        "anyway")

@@ -47,3 +47,61 @@ def test_force_is_an_option_that_does_not_change_a_runs_key():
     plain = C.build({"strategy": "ddp", "nproc": 2})
     forced = C.build({"strategy": "ddp", "nproc": 2, "dist.force": True})
     assert forced.dist.force is True and plain.key() == forced.key()
+
+
+def _lm(**over):
+    from scaleprobe.config import runconfig as C
+
+    return C.build({"task": "lm", "model": "gpt2_small", **over})
+
+
+def test_a_gpt_whose_floor_exceeds_the_memory_is_refused_with_the_batch_that_fits(
+        host, monkeypatch):
+    """Bug caught: `run --task lm --model gpt2_small` at its defaults on a 24 GiB CPU host
+    grew to 22 GiB, and neither its first step nor Ctrl+C was answered for 20 minutes."""
+    monkeypatch.setattr(R.envmod, "cuda_available", lambda: False)
+    host["free"] = 13 << 30
+    with pytest.raises(ConfigError) as e:
+        R.check_config(_lm(), launched=False)
+    line = str(e.value)
+    assert line.startswith("--model gpt2_small at a batch of 64 x 1024 tokens needs at least "
+                           "37.0 GiB (982 MiB of model state, 36.0 GiB of activations kept "
+                           "for backward) and 13.0 GiB is available now"), line
+    assert "--batch-size 21" in line and "--force" in line
+    # 21 passes, 22 does not: the batch named is the largest that fits the floor
+    R.check_config(_lm(batch_size=21), launched=False)
+    with pytest.raises(ConfigError):
+        R.check_config(_lm(batch_size=22), launched=False)
+    # two DDP ranks each hold their batch: 9 each fits 6.5 GiB, not 10
+    with pytest.raises(ConfigError, match="for each of 2 processes.*--batch-size 9"):
+        R.check_config(_lm(batch_size=10, strategy="ddp", nproc=2), launched=True)
+    R.check_config(_lm(batch_size=9, strategy="ddp", nproc=2), launched=True)
+    R.check_config(_lm(force=True), launched=False)  # --force starts it anyway
+    R.check_config(_lm(model="gpt_tiny"), launched=False)  # 0.3 GiB at batch 64
+
+
+def test_the_floor_is_left_out_where_it_is_not_a_floor(host, monkeypatch):
+    """On a GPU an out-of-memory is a recorded `oom`, not a stalled host; compiled, backward
+    may recompute what eager keeps; an image model has no floor counted."""
+    from scaleprobe.features.lmspec import memory_floor
+
+    host["free"] = 1 << 30
+    monkeypatch.setattr(R.envmod, "cuda_available", lambda: True)
+    R.check_config(_lm(), launched=False)
+    monkeypatch.setattr(R.envmod, "cuda_available", lambda: False)
+    assert memory_floor(_lm(compile=True)) is None
+    from scaleprobe.config import runconfig as C
+
+    assert memory_floor(C.build({"model": "resnet18"})) is None
+
+
+def test_the_floors_model_state_counts_gpt2_smalls_published_parameters():
+    """The parameters counted from the shape: GPT-2 small's published 124,439,808 (the
+    vocabulary unpadded: a floor), each with AdamW's two moments beside it, in fp32."""
+    from scaleprobe.features.lmspec import memory_floor
+
+    f = memory_floor(_lm(dataset="tokens-synthetic", optimizer="adamw"))
+    assert f is not None and f.state_bytes == 124_439_808 * 4 * 3
+    # per sample: 16 saved tensors of 1024 x 768 per block, 12 blocks, and the logits and
+    # their gradient, 1024 x 50,257 each, in fp32
+    assert f.per_sample_bytes == 1024 * (12 * 16 * 768 + 2 * 50_257) * 4
