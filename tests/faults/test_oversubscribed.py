@@ -85,7 +85,7 @@ def test_ctrl_c_ends_every_rank_of_an_oversubscribed_job_within_10_s(tmp_path, o
             if when == "starting" and beats:
                 break
             if (when == "training" and len(beats) == NPROC
-                    and all(b["state"] == "training" and b["step"] >= 2 for b in beats)):
+                    and all(b.state == "training" and b.step >= 2 for b in beats)):
                 break
             time.sleep(0.1)
         else:

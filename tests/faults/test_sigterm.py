@@ -145,7 +145,7 @@ def test_sigterm_to_one_fsdp_rank_stops_every_rank_and_names_it(tmp_path, out_di
             return
         beats = [b for d in out_dir.glob("*/") for b in read_beats(d).values()]
         sent["at"] = time.time()
-        os.kill(next(b["pid"] for b in beats if b["rank"] == 1), signal.SIGTERM)
+        os.kill(next(b.pid for b in beats if b.rank == 1), signal.SIGTERM)
 
     job = run_job(_run_args(f, out_dir, "--strategy", "fsdp", "--nproc", 2), tmp_path,
                   during=during)

@@ -32,7 +32,7 @@ def _running(pid):
 
 
 def _rank_pids(out_dir):
-    return [b["pid"] for d in out_dir.glob("*/") for b in read_beats(d).values()]
+    return [b.pid for d in out_dir.glob("*/") for b in read_beats(d).values()]
 
 OWN_RANKS = """
 import os

@@ -47,7 +47,7 @@ def _no_rank_left(rec: dict) -> None:
     """Every rank (pids from the run's heartbeats) is gone."""
     from scaleprobe.measure.heartbeat import read_beats
 
-    pids = [b["pid"] for b in read_beats(rec["paths"]["dir"]).values()]
+    pids = [b.pid for b in read_beats(rec["paths"]["dir"]).values()]
     assert pids
     deadline = time.time() + 5
     while time.time() < deadline and any(psutil.pid_exists(int(p)) for p in pids):

@@ -13,6 +13,7 @@ import select
 import signal
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import psutil
@@ -27,6 +28,7 @@ from scaleprobe.launch.lines import (  # noqa: F401  (re-exported: the rank's si
     waited_text,
 )
 from scaleprobe.measure.heartbeat import (
+    Beat,
     RankError,
     find_stalled,
     read_beats,
@@ -180,15 +182,15 @@ class RankWatch:
         self._steps: dict[int, tuple[int, float]] = {}  # rank -> (steps done, when) last seen
         self.stop_asked: tuple[float, str] | None = None  # (when, the signal's name)
         self.stop_overdue: tuple[float, str] | None = None  # (grace given, the signal's name)
-        self.hung_at_stop: tuple[int, dict[str, Any]] | None = None  # (rank, beat) not moving
+        self.hung_at_stop: tuple[int, Beat] | None = None  # (rank, beat) not moving
         self.spare = spare or set()  # processes of the launcher's own (the job's guard)
         self.stall_after_s = stall_after_s
-        self.stall: tuple[int, dict[str, Any], float] | None = None  # (rank, beat, seen at)
+        self.stall: tuple[int, Beat, float] | None = None  # (rank, beat, seen at)
         self._fds: dict[int, int] = {}  # rank -> pidfd of its process
         self.procs: dict[int, Any] = {}  # rank -> its process (None: gone before first seen)
         self.family: dict[int, dict[int, Any]] = {}
         self.first: tuple[int, float, bool] | None = None  # (rank, when, raised: not killed)
-        self.stalled: tuple[int, dict[str, Any]] | None = None
+        self.stalled: tuple[int, Beat] | None = None
         self.exits: dict[int, str] = {}  # rank -> how its process ended, where it could be read
         self.killed: set[int] = set()  # ranks this watch killed (after another's failure)
         self._cpu: dict[int, tuple[float | None, float]] = {}  # rank -> (CPU s seen, when moved)
@@ -255,7 +257,7 @@ class RankWatch:
         for rank, beat in beats.items():
             if rank not in self.procs:
                 try:
-                    self.procs[rank] = psutil.Process(int(beat["pid"]))
+                    self.procs[rank] = psutil.Process(beat.pid)
                 except psutil.NoSuchProcess:  # died (and was reaped) before a poll saw it
                     self.procs[rank] = None
                 except (psutil.Error, ValueError, KeyError, TypeError):
@@ -272,14 +274,14 @@ class RankWatch:
                 with contextlib.suppress(psutil.Error):
                     for child in proc.children(recursive=True):
                         self.family[rank].setdefault(child.pid, child)
-            if beat["state"] == "failed":  # raised: seen before its (slow) exit
-                ended.append((beat["beat_wall"], rank, True))
+            if beat.state == "failed":  # raised: seen before its (slow) exit
+                ended.append((beat.beat_wall, rank, True))
             elif not alive:
                 final = read_beats(self.run_dir or "").get(rank, beat)  # "done" just before exit?
-                if final["state"] == "failed":
-                    ended.append((final["beat_wall"], rank, True))
-                elif final["state"] != "done":  # killed: alive at its last beat and move
-                    ended.append((max(final["beat_wall"], final["progress_wall"]), rank, False))
+                if final.state == "failed":
+                    ended.append((final.beat_wall, rank, True))
+                elif final.state != "done":  # killed: alive at its last beat and move
+                    ended.append((max(final.beat_wall, final.progress_wall), rank, False))
                     if proc is not None and rank not in self.exits:
                         how = _how_child_ended(proc.pid)
                         if how is not None:
@@ -299,24 +301,24 @@ class RankWatch:
             self._kill_all()
         self._check_stop(beats)
 
-    def _follow_steps(self, beats: dict[int, dict[str, Any]]) -> None:
+    def _follow_steps(self, beats: dict[int, Beat]) -> None:
         """The slowest step seen (``slowest_step_s``), from the steps each rank ended between
         two looks (their mean, where several ended)."""
         for rank, b in beats.items():
-            if b["state"] != "training" or not b["step_wall"]:
+            if b.state != "training" or not b.step_wall:
                 continue
             seen = self._steps.get(rank)
-            if seen is not None and b["step"] > seen[0]:
-                each = (b["step_wall"] - seen[1]) / (b["step"] - seen[0])
+            if seen is not None and b.step > seen[0]:
+                each = (b.step_wall - seen[1]) / (b.step - seen[0])
                 self.slowest_step_s = max(self.slowest_step_s, each)
-            if seen is None or b["step"] != seen[0]:
-                self._steps[rank] = (b["step"], b["step_wall"])
-            if b["stop"] and self.stop_asked is None:  # a rank was sent a stop signal
-                self.asked_to_stop(signal_name_of(b["stop"]) + self._to_rank(beats, rank))
+            if seen is None or b.step != seen[0]:
+                self._steps[rank] = (b.step, b.step_wall)
+            if b.stop and self.stop_asked is None:  # a rank was sent a stop signal
+                self.asked_to_stop(signal_name_of(b.stop) + self._to_rank(beats, rank))
 
     @staticmethod
-    def _to_rank(beats: dict[int, dict[str, Any]], rank: int) -> str:
-        return "" if all(b["stop"] for b in beats.values()) else f" to rank {rank}"
+    def _to_rank(beats: dict[int, Beat], rank: int) -> str:
+        return "" if all(b.stop for b in beats.values()) else f" to rank {rank}"
 
     def asked_to_stop(self, signame: str) -> None:
         """The job was asked to stop (the launcher's signal, or one rank's seen in its
@@ -330,20 +332,20 @@ class RankWatch:
         within a bounded time."""
         return max(INTERRUPT_GRACE_S, self.stop_steps * self.slowest_step_s)
 
-    def _check_stop(self, beats: dict[int, dict[str, Any]]) -> None:
+    def _check_stop(self, beats: dict[int, Beat]) -> None:
         if self.stop_asked is None or self.stop_overdue is not None:
             return
         at, signame = self.stop_asked
         grace = self.stop_grace_s()
         if time.time() - at < grace:
             return
-        if beats and all(b["state"] in ("done", "failed") for b in beats.values()):
+        if beats and all(b.state in ("done", "failed") for b in beats.values()):
             return  # every rank has stopped: nothing is overdue
         self.stop_overdue = (grace, signame)
-        still = [r for r, b in beats.items() if b["state"] in ("setup", "training")
-                 and time.time() - b["progress_wall"] >= INTERRUPT_GRACE_S]
+        still = [r for r, b in beats.items() if b.state in ("setup", "training")
+                 and time.time() - b.progress_wall >= INTERRUPT_GRACE_S]
         if still:  # a rank that made no progress at all since: it hung, named
-            rank = min(still, key=lambda r: (beats[r]["progress_wall"], r))
+            rank = min(still, key=lambda r: (beats[r].progress_wall, r))
             self.hung_at_stop = (rank, beats[rank])
         self._kill_all()
         kill_strays(self.started_at, self.spare)
@@ -361,27 +363,27 @@ class RankWatch:
                 f"({self.stop_steps} steps of the slowest, {self.slowest_step_s:.1f} s, at "
                 f"least {INTERRUPT_GRACE_S:g} s): {stall_text(beat, at)}")
 
-    def _check_stall(self, beats: dict[int, dict[str, Any]]) -> None:
+    def _check_stall(self, beats: dict[int, Beat]) -> None:
         """A live rank that made progress once and none for ``stall_after_s``: the job has
         stalled. The rank named is the one the others waited for where the heartbeats tell
         (``find_stalled``), else the one still for longest; the ranks are killed at once.
         Before any rank's first progress: ``_check_start``."""
         now = time.time()
-        if not any(b["step"] or b["mark"] for b in beats.values()):
+        if not any(b.moved for b in beats.values()):
             self._check_start(beats, now)
             return
         still = {r: b for r, b in beats.items()
-                 if b["state"] in ("setup", "training") and (b["step"] or b["mark"])
-                 and now - b["progress_wall"] > (self.stall_after_s or 0)
+                 if b.state in ("setup", "training") and b.moved
+                 and now - b.progress_wall > (self.stall_after_s or 0)
                  and self.procs.get(r) is not None}
         if not still:
             return
         named = find_stalled(beats, now)
-        rank = named if named in still else min(still, key=lambda r: (still[r]["progress_wall"], r))
+        rank = named if named in still else min(still, key=lambda r: (still[r].progress_wall, r))
         self.stall = (rank, still[rank], now)
-        self.first = (rank, still[rank]["progress_wall"], False)
+        self.first = (rank, still[rank].progress_wall, False)
 
-    def _check_start(self, beats: dict[int, dict[str, Any]], now: float) -> None:
+    def _check_start(self, beats: dict[int, Beat], now: float) -> None:
         """No rank has taken a batch, run a forward pass or compiled yet: the job has stalled
         when no rank has moved nor used the CPU (its process and every process it started)
         for ``stall_after_s``: a script waiting for what never comes (a process group of its
@@ -389,16 +391,16 @@ class RankWatch:
         CPU; one waiting in a collective for such a peer is left alone with it."""
         live = {r: b for r, b in beats.items() if self.procs.get(r) is not None
                 and _alive(self.procs[r])}
-        if not live or any(b["state"] not in ("setup", "training") for b in live.values()):
+        if not live or any(b.state not in ("setup", "training") for b in live.values()):
             return
         idle: dict[int, float] = {}
         for r, b in live.items():
-            since = max(b["progress_wall"], self._cpu_moved(r, now))
+            since = max(b.progress_wall, self._cpu_moved(r, now))
             if now - since <= (self.stall_after_s or 0):
                 return
             idle[r] = since
         rank = min(idle, key=lambda r: (idle[r], r))
-        self.stall = (rank, {**live[rank], "progress_wall": idle[rank]}, now)
+        self.stall = (rank, replace(live[rank], progress_wall=idle[rank]), now)
         self.first = (rank, idle[rank], False)
 
     def _cpu_moved(self, rank: int, now: float) -> float:
@@ -422,13 +424,13 @@ class RankWatch:
         if self.stall is None:
             return None
         _, beat, seen = self.stall
-        since = seen - beat["progress_wall"]
-        if not (beat["step"] or beat["mark"]):
+        since = seen - beat.progress_wall
+        if not beat.moved:
             return (f"stalled before the first step: for {since:.1f} s no rank took a batch, "
                     "ran a forward pass, compiled or used the CPU (the script waits for "
                     "something that never comes: a process group of its own, a lock, a child "
                     f"process; --timeout {self.stall_after_s:g})")
-        return (f"stalled: no progress for {since:.1f} s at step {beat['step']} (no step "
+        return (f"stalled: no progress for {since:.1f} s at step {beat.step} (no step "
                 "ended, no batch was taken and no forward pass ran; "
                 f"--timeout {self.stall_after_s:g})")
 
@@ -521,7 +523,7 @@ class RankWatch:
         if self.stalled is None or not raised:
             return first
         stalled, beat = self.stalled
-        if stalled == rank or at - beat["progress_wall"] < MIN_STALL_S:
+        if stalled == rank or at - beat.progress_wall < MIN_STALL_S:
             return first
         return WorkerFailure(stalled, f"{stall_text(beat, at)}; {waited_text(rank, line)}")
 

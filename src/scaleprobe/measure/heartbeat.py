@@ -51,8 +51,6 @@ FROZEN_AFTER_S = 3.0
 MARKS = ("start", "data", "h2d", "forward", "backward", "comm", "optimizer")
 _INDEX = {m: i for i, m in enumerate(MARKS)}
 STATES = ("setup", "training", "after", "done", "failed", "serving")
-FIELDS = ("rank", "pid", "state", "step", "step_wall", "mark", "progress_wall", "beat_wall",
-          "stop")
 _FMT = "<9d"
 SIZE = struct.calcsize(_FMT)
 _OLD_SIZE = struct.calcsize("<8d")  # a file of the eight fields before ``stop``
@@ -218,40 +216,67 @@ def read_error(run_dir: str | Path, rank: int) -> RankError | None:
     return err if err.line.strip() else None
 
 
-def read_beat(path: str | Path) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Beat:
+    """One rank's heartbeat as read from its file (the fields the module's docstring lists,
+    in the file's order):
+    ``state`` by name ("?" for a number this version does not know), ``step_wall`` None
+    before the first step ended, ``stop`` 0 when no stop signal was sent."""
+
+    rank: int
+    pid: int
+    state: str
+    step: int
+    step_wall: float | None
+    mark: int
+    progress_wall: float
+    beat_wall: float
+    stop: int = 0
+
+    @classmethod
+    def unpack(cls, vals: tuple[float, ...]) -> Beat:
+        """The beat from the file's nine float64 fields, in order."""
+        rank, pid, state, step, step_wall, mark, progress_wall, beat_wall, stop = vals
+        return cls(rank=int(rank), pid=int(pid),
+                   state=STATES[int(state)] if 0 <= state < len(STATES) else "?",
+                   step=int(step), step_wall=step_wall or None, mark=int(mark),
+                   progress_wall=progress_wall, beat_wall=beat_wall, stop=int(stop))
+
+    @property
+    def moved(self) -> bool:
+        """Has the rank made progress at all (a step ended, or a phase mark passed)?"""
+        return bool(self.step or self.mark)
+
+
+def read_beat(path: str | Path) -> Beat | None:
     try:
         with open(path, "rb") as fh:
             raw = fh.read(SIZE)
         vals = struct.unpack(_FMT, raw if len(raw) == SIZE else raw + bytes(SIZE - _OLD_SIZE))
     except (OSError, struct.error):
         return None
-    doc: dict[str, Any] = dict(zip(FIELDS, vals, strict=True))
-    for k in ("rank", "pid", "step", "mark", "stop"):
-        doc[k] = int(doc[k])
-    doc["state"] = STATES[int(doc["state"])] if 0 <= doc["state"] < len(STATES) else "?"
-    doc["step_wall"] = doc["step_wall"] or None
-    return doc
+    return Beat.unpack(vals)
 
 
-def read_beats(run_dir: str | Path) -> dict[int, dict[str, Any]]:
+def read_beats(run_dir: str | Path) -> dict[int, Beat]:
     """Every rank's heartbeat now (unreadable files are skipped)."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, Beat] = {}
     try:
         files = list(beat_dir(run_dir).glob("rank-*.hb"))
     except OSError:
         return out
     for f in files:
-        doc = read_beat(f)
-        if doc is not None:
-            out[doc["rank"]] = doc
+        beat = read_beat(f)
+        if beat is not None:
+            out[beat.rank] = beat
     return out
 
 
-def stop_named(beats: dict[int, dict[str, Any]]) -> str | None:
+def stop_named(beats: dict[int, Beat]) -> str | None:
     """The stop signal the heartbeats say a rank was sent, as ``interrupt.describe`` takes
     it: "SIGTERM" when every rank was sent it (the launcher's), "SIGTERM to rank 1" when one
     was; None when none was."""
-    asked = sorted((r, b["stop"]) for r, b in beats.items() if b.get("stop"))
+    asked = sorted((r, b.stop) for r, b in beats.items() if b.stop)
     if not asked:
         return None
     rank, sig = asked[0]
@@ -262,7 +287,7 @@ def stop_named(beats: dict[int, dict[str, Any]]) -> str | None:
     return name if len(asked) == len(beats) else f"{name} to rank {rank}"
 
 
-def find_stalled(beats: dict[int, dict[str, Any]], now: float) -> int | None:
+def find_stalled(beats: dict[int, Beat], now: float) -> int | None:
     """The rank that stopped making progress while the others waited, or None when the
     heartbeats cannot tell (one rank, or every rank at the same place and beating).
 
@@ -270,14 +295,14 @@ def find_stalled(beats: dict[int, dict[str, Any]], now: float) -> int | None:
     else the one rank furthest behind (steps done, then phase), when it is alone there."""
     if len(beats) < 2:
         return None
-    training = {r: b for r, b in beats.items() if b.get("state") == "training"}
-    frozen = [r for r, b in training.items() if now - b["beat_wall"] > FROZEN_AFTER_S]
+    training = {r: b for r, b in beats.items() if b.state == "training"}
+    frozen = [r for r, b in training.items() if now - b.beat_wall > FROZEN_AFTER_S]
     fresh = [r for r, b in beats.items() if r not in frozen
-             and now - b["beat_wall"] <= FROZEN_AFTER_S]
+             and now - b.beat_wall <= FROZEN_AFTER_S]
     if frozen and fresh:
-        return min(frozen, key=lambda r: (training[r]["beat_wall"], r))
-    placed = {r: (b["step"], b["mark"]) for r, b in beats.items()
-              if b.get("state") in ("training", "failed")}
+        return min(frozen, key=lambda r: (training[r].beat_wall, r))
+    placed = {r: (b.step, b.mark) for r, b in beats.items()
+              if b.state in ("training", "failed")}
     if len(placed) < 2 or not training:
         return None
     low = min(placed.values())
@@ -287,8 +312,8 @@ def find_stalled(beats: dict[int, dict[str, Any]], now: float) -> int | None:
     return None
 
 
-def stall_text(beat: dict[str, Any], stopped_at: float) -> str:
+def stall_text(beat: Beat, stopped_at: float) -> str:
     """``stopped making progress at step 7, 12.3 s before the job was stopped``"""
-    since = max(0.0, stopped_at - beat["progress_wall"])
-    return (f"stopped making progress at step {beat['step']}, {since:.1f} s before the job "
+    since = max(0.0, stopped_at - beat.progress_wall)
+    return (f"stopped making progress at step {beat.step}, {since:.1f} s before the job "
             "was stopped")

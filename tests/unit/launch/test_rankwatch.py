@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from scaleprobe.launch.rankwatch import RankWatch, last_meaningful_line, name_signal
-from scaleprobe.measure.heartbeat import STATES, RankError, beat_dir, write_error
+from scaleprobe.measure.heartbeat import STATES, Beat, RankError, beat_dir, write_error
 
 
 def _beat(run_dir, rank, pid, state="training", step=5, mark=3, moved_age=0.0):
@@ -283,7 +283,8 @@ def test_the_rank_that_waited_for_a_frozen_peer_is_described_in_plain_words(tmp_
     now = time.time()
     watch = RankWatch(str(tmp_path))
     watch.first = (0, now, True)
-    watch.stalled = (1, {"step": 11, "progress_wall": now - 10.0})
+    watch.stalled = (1, Beat(rank=1, pid=1, state="training", step=11, step_wall=now - 11.0,
+                               mark=3, progress_wall=now - 10.0, beat_wall=now - 10.0))
     got = watch.failure(SimpleNamespace(failures={}))
     assert got.rank == 1
     assert got.message == (

@@ -2,9 +2,11 @@
 one that stopped making progress."""
 
 import time
+from dataclasses import replace
 
 from scaleprobe.measure.heartbeat import (
     FROZEN_AFTER_S,
+    Beat,
     Heartbeat,
     find_stalled,
     read_beats,
@@ -13,10 +15,10 @@ from scaleprobe.measure.heartbeat import (
 
 
 def _beat(rank, step, mark, beat_age, state="training", now=1000.0, moved_age=None):
-    return {"rank": rank, "pid": 100 + rank, "state": state, "step": step, "mark": mark,
-            "step_wall": now - 1, "progress_wall": now - (moved_age if moved_age is not None
-                                                           else beat_age),
-            "beat_wall": now - beat_age}
+    return Beat(rank=rank, pid=100 + rank, state=state, step=step, mark=mark,
+                step_wall=now - 1,
+                progress_wall=now - (moved_age if moved_age is not None else beat_age),
+                beat_wall=now - beat_age)
 
 
 def test_the_file_holds_the_position_and_the_state(tmp_path):
@@ -28,11 +30,11 @@ def test_the_file_holds_the_position_and_the_state(tmp_path):
         hb.step_done(7)
         hb.passed("forward")
         b = read_beats(tmp_path)[3]
-        assert (b["state"], b["step"], b["mark"]) == ("training", 7, 3)
-        assert abs(b["progress_wall"] - time.time()) < 5
+        assert (b.state, b.step, b.mark) == ("training", 7, 3)
+        assert abs(b.progress_wall - time.time()) < 5
     finally:
         hb.finish("done")
-    assert read_beats(tmp_path)[3]["state"] == "done"
+    assert read_beats(tmp_path)[3].state == "done"
 
 
 def test_a_rank_that_stopped_beating_is_named_not_the_one_that_waited():
@@ -182,15 +184,15 @@ def test_a_compiling_rank_moves_at_every_beat_without_a_step(tmp_path):
     try:
         hb.busy = lambda: compiling[0]
         hb.passed("forward")
-        t0 = read_beats(tmp_path)[0]["progress_wall"]
+        t0 = read_beats(tmp_path)[0].progress_wall
         time.sleep(0.2)
         moved = read_beats(tmp_path)[0]
-        assert moved["progress_wall"] > t0 + 0.1 and moved["mark"] == 3
+        assert moved.progress_wall > t0 + 0.1 and moved.mark == 3
         compiling[0] = False
         time.sleep(0.05)
-        t1 = read_beats(tmp_path)[0]["progress_wall"]
+        t1 = read_beats(tmp_path)[0].progress_wall
         time.sleep(0.2)
-        assert read_beats(tmp_path)[0]["progress_wall"] == t1  # done compiling: still
+        assert read_beats(tmp_path)[0].progress_wall == t1  # done compiling: still
     finally:
         hb.finish("done")
 
@@ -204,7 +206,7 @@ def test_an_old_eight_field_file_is_still_read(tmp_path):
     (beat_dir(tmp_path) / "rank-2.hb").write_bytes(struct.pack(
         "<8d", 2, 99, STATES.index("training"), 4, 1.0, 3, 1.0, 1.0))
     b = read_beats(tmp_path)[2]
-    assert (b["pid"], b["step"], b["stop"]) == (99, 4, 0)
+    assert (b.pid, b.step, b.stop) == (99, 4, 0)
 
 
 def test_the_stop_a_rank_was_sent_is_named_for_a_host_without_rank_0():
@@ -213,9 +215,9 @@ def test_the_stop_a_rank_was_sent_is_named_for_a_host_without_rank_0():
     0. Its heartbeats name the signal: the run is interrupted, its steps read from the logs."""
     from scaleprobe.measure.heartbeat import stop_named
 
-    beats = {r: {"stop": 0} for r in (2, 3)}
+    beats = {r: _beat(r, 4, 0, 0.1) for r in (2, 3)}
     assert stop_named(beats) is None
-    beats[3]["stop"] = 15
+    beats[3] = replace(beats[3], stop=15)
     assert stop_named(beats) == "SIGTERM to rank 3"
-    beats[2]["stop"] = 15  # every rank was sent it: the launcher's signal
+    beats[2] = replace(beats[2], stop=15)  # every rank was sent it: the launcher's signal
     assert stop_named(beats) == "SIGTERM"
