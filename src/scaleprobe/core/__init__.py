@@ -1,6 +1,7 @@
 """The bottom floor: the typed record, its figures and the errors, torch-free and mypy-strict.
 
-``record`` (the records' base), ``result_model`` (a run's and a rank's record),
+``record`` (the records' base), ``result_model`` (a run's record, with its parts from
+``run_metrics`` and ``run_parts``, and a rank's from ``rank_record``),
 ``experiment_records`` (the experiments' own), ``results`` (reading and writing them) and
 ``invariants`` (what every run result must hold); ``metrics`` (every reported figure, defined
 once), ``claim`` (a verdict with its evidence), ``fmt`` (how a figure is printed) and
