@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from scaleprobe.core.record import Record
-from scaleprobe.core.run_metrics import MemoryFacts
-from scaleprobe.core.run_parts import GnsSamples
+from scaleprobe.core.run_metrics import MemoryFacts, MemoryPass, Peak
+from scaleprobe.core.run_parts import Comm, GnsSamples
+
+# a task's evaluation figures under their own names (tasks/: accuracy, map50, loss,
+# eval_samples, ...); the run's metrics block takes them as they are
+EvalFigures = dict[str, float | int | str | None]
 
 
 @dataclass
@@ -50,6 +54,112 @@ class RankMem(Record):
 
 
 @dataclass
+class RankComm(Comm):
+    """What a rank measured of its communication (its strategy's ``comm_record``; wrap: DDP's
+    comm hook), on the run's ``Comm`` fields, plus the standalone collective its run's
+    transfer time is split with (``train/calibrate.measure_transfer``). ``assemble`` makes
+    the run's ``Comm`` from it."""
+
+    # {op, bytes, times_s, median_s, per_step_s, method, ...}; absent where none was timed
+    transfer: dict[str, Any] | None = None
+    models_timed: int | None = None  # wrap: DDP models its comm hook timed
+    transfer_reason: str | None = None  # why there is none (wrap: no standalone collective)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = (*Comm.OPTIONAL, "transfer", "models_timed",
+                                           "transfer_reason")
+
+    def run_part(self) -> Comm:
+        """The run's ``Comm`` record: every field but the rank's own (the standalone
+        collective is the run's ``transfer_standalone`` once the exposed time is split)."""
+        d = self.to_dict()
+        d.pop("transfer", None)
+        return Comm.from_dict(d)
+
+
+@dataclass
+class RankFlops(Record):
+    """This rank's FLOPs of one step (measure/flops.py; wrap: its hooks) and the peak of the
+    device it ran on, with why either is missing."""
+
+    flops_per_step: float | None = None  # this rank's batch
+    method: str | None = None
+    reason: str | None = None  # why not counted
+    peak: Peak | None = None  # one device's; ``devices`` is the run's, set in assemble
+    peak_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EagerPasses(Record):
+    """--compile: the same forward + backward run uncompiled after the window
+    (train/eager.py), seconds per pass; empty with the reason where not measured."""
+
+    fwd_bwd_s: list[float] = field(default_factory=list)
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankCompile(Record):
+    """This rank's torch.compile compilations (measure/compiled.CompileWatch.record): each
+    event with where it fell against the timed window, graph breaks; ``reason`` where they
+    could not be watched."""
+
+    method: str | None = None
+    reason: str | None = None
+    # {kind, compile_id, phase, duration_s, at_s, step, timed_step, recompile, reason}: the
+    # result's compile.events as they are
+    events: list[dict[str, Any]] = field(default_factory=list)
+    graph_breaks: int | None = None
+    graph_break_reasons: list[dict[str, Any]] | None = None  # [{reason, count}], top five
+    cleared: bool | None = None  # the script reset torch's compile callbacks
+    eager: EagerPasses | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("graph_breaks", "graph_break_reasons", "cleared",
+                                           "eager")
+
+
+@dataclass
+class TargetPoint(Record):
+    """One evaluation toward --target: the step after which it ran, the training wall clock
+    then (evaluations excluded), its own seconds and the value it measured."""
+
+    step: int | None = None
+    train_wall_s: float | None = None
+    eval_s: float | None = None
+    value: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankTarget(Record):
+    """--target, the evaluating rank's evaluations (features/target.TargetWatch.record);
+    ``features/target.summarize`` makes the run's ``TimeToTarget`` from it."""
+
+    metric: str | None = None
+    value: float | None = None  # the target
+    eval_every: int | None = None  # steps; None: at each epoch's end
+    points: list[TargetPoint] = field(default_factory=list)
+    steps_per_epoch: int | None = None  # the loader's own count
+    eval_time_s: float | None = None  # every evaluation's seconds
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankObserved(Record):
+    """The files this rank's observers wrote (measure/observers.py): they become the run's
+    ``paths``. Each is absent where its observer was off."""
+
+    tensorboard: str | None = None  # the summaries' folder (the progress rank only)
+    traces: list[str] | None = None  # profiler trace files, one per capture
+    top_ops: list[dict[str, Any]] | None = None  # the first capture's costliest operators
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("tensorboard", "traces", "top_ops")
+
+
+@dataclass
 class RankRecord(Record):
     """What one rank returns after training (``engine``): its raw step and phase times,
     the sample indices it read, memory, calibration. ``assemble.build_result`` turns the
@@ -81,24 +191,22 @@ class RankRecord(Record):
     loss_last: float | None = None
     loss_finite: bool = True
     bad_samples: int = 0
-    comm: dict[str, Any] | None = None
-    eval: dict[str, Any] | None = None
+    comm: RankComm | None = None
+    eval: EvalFigures | None = None
     mem: RankMem = field(default_factory=RankMem)
     info: RankInfo = field(default_factory=RankInfo)
     strategy_metrics: dict[str, Any] = field(default_factory=dict)
-    observed: dict[str, Any] | None = None
-    # measure/flops.py: {flops_per_step (this rank's batch), method, reason, peak, peak_reason}
-    flops: dict[str, Any] | None = None
-    # --target, the evaluating rank only: target.TargetWatch.record()
-    target: dict[str, Any] | None = None
+    observed: RankObserved | None = None
+    flops: RankFlops | None = None
+    target: RankTarget | None = None  # --target, the evaluating rank only
     # the signal this rank stopped on ("peer": another rank was asked to stop); None: it ran
     # to its end
     interrupted: str | None = None
     # measure/compiled.CompileWatch.record(): this rank's compilations and where they fell
-    compile: dict[str, Any] | None = None
+    compile: RankCompile | None = None
     gns: GnsSamples | None = None  # squared gradient norms per timed step (--gns)
     # one process: measure/memprobe.py after the window; None elsewhere
-    memory_pass: dict[str, Any] | None = None
+    memory_pass: MemoryPass | None = None
     # measure/memstate.py after the window: model state facts and the allocator's step peaks
     memory_facts: MemoryFacts | None = None
     # why its timed window ended (train/stopping.py: steps, stable, max-steps, max-seconds,

@@ -37,6 +37,7 @@ from typing import Any
 
 from scaleprobe.core import metrics as M
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.rank_record import RankTarget, TargetPoint
 
 # metric -> the task whose evaluation reports it (the first of a task's is its main metric)
 METRICS = {"accuracy": "classification", "verification_accuracy": "face", "map50": "detection",
@@ -145,7 +146,7 @@ class TargetWatch:
     steps_per_epoch: int | None = None  # the rank's loader length, when it has one
     t0: float | None = None
     eval_total_s: float = 0.0
-    points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[TargetPoint] = field(default_factory=list)
     last_step: int = -1  # the step of the last evaluation
     reached: bool = False
 
@@ -182,33 +183,34 @@ class TargetWatch:
         self.last_step = step
         self.reached = self.reached or stop
         if evaluate_fn is not None:
-            self.points.append({"step": step, "train_wall_s": train_wall, "eval_s": took,
-                                "value": value})
+            self.points.append(TargetPoint(step=step, train_wall_s=train_wall, eval_s=took,
+                                           value=value))
         return stop
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> RankTarget:
         """What travels in the rank's record (``RankRecord.target``)."""
-        return {"metric": self.target.metric, "value": self.target.value,
-                "eval_every": self.eval_every, "points": self.points,
-                "steps_per_epoch": self.steps_per_epoch,
-                "eval_time_s": self.eval_total_s}
+        return RankTarget(metric=self.target.metric, value=self.target.value,
+                          eval_every=self.eval_every, points=list(self.points),
+                          steps_per_epoch=self.steps_per_epoch, eval_time_s=self.eval_total_s)
 
 
 # ---- in the driver: the result -----------------------------------------------------------
 
-def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: int | None,
+def summarize(raw: RankTarget, steps_per_epoch: int | None, global_batch: int | None,
               max_epochs: int | None) -> dict[str, Any]:
     """``results.TimeToTarget`` (as a dict) from the evaluating rank's ``record()``: the first
     evaluation that reached the target, the best one, and the curve with epochs and samples."""
-    target = Target(raw["metric"], float(raw["value"]))
-    steps_per_epoch = raw.get("steps_per_epoch") or steps_per_epoch  # the loader's own count
-    curve = []
-    for i, p in enumerate(raw.get("points") or []):
-        curve.append({"evaluation": i + 1, "step": p["step"],
-                      "epoch": M.epochs_of(p["step"], steps_per_epoch),
-                      "samples": M.samples_of(p["step"], global_batch),
-                      "train_wall_s": p["train_wall_s"], "eval_s": p["eval_s"],
-                      "value": p["value"]})
+    if raw.metric is None or raw.value is None:
+        raise ValueError("a rank's target record without its metric and value")
+    target = Target(raw.metric, float(raw.value))
+    steps_per_epoch = raw.steps_per_epoch or steps_per_epoch  # the loader's own count
+    curve: list[dict[str, Any]] = []  # the result's ``TimeToTarget.curve``
+    for i, p in enumerate(raw.points):
+        curve.append({"evaluation": i + 1, "step": p.step,
+                      "epoch": M.epochs_of(p.step, steps_per_epoch),
+                      "samples": M.samples_of(p.step, global_batch),
+                      "train_wall_s": p.train_wall_s, "eval_s": p.eval_s,
+                      "value": p.value})
     hit = next((c for c in curve if target.reached(c["value"])), None)
     seen = [c for c in curve if c["value"] is not None]
     best_value = target.best([c["value"] for c in seen]) if seen else None
@@ -216,7 +218,7 @@ def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: in
     out: dict[str, Any] = {
         "metric": target.metric, "target": target.value, "reached": hit is not None,
         "time_to_target_s": hit["train_wall_s"] if hit else None,
-        "eval_time_s": raw.get("eval_time_s"),
+        "eval_time_s": raw.eval_time_s,
         "steps_to_target": hit["step"] if hit else None,
         "epochs_to_target": hit["epoch"] if hit else None,
         "samples_to_target": hit["samples"] if hit else None,
@@ -224,7 +226,7 @@ def summarize(raw: dict[str, Any], steps_per_epoch: int | None, global_batch: in
         "best_at_s": best["train_wall_s"] if best else None,
         "best_at_epoch": best["epoch"] if best else None,
         "best_at_samples": best["samples"] if best else None,
-        "evaluations": len(curve), "eval_every_steps": raw.get("eval_every"),
+        "evaluations": len(curve), "eval_every_steps": raw.eval_every,
         "max_epochs": max_epochs, "rule": RULE, "curve": curve}
     return out
 

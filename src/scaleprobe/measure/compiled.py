@@ -35,6 +35,7 @@ from typing import Any
 # where a compile event falls: the record's own words (core/invariants.py checks them)
 from scaleprobe.core import claim as CL
 from scaleprobe.core.invariants import AFTER, WARMUP, WINDOW
+from scaleprobe.core.rank_record import RankCompile
 
 METHOD = ("torch._dynamo callback_handler start/end callbacks timed with perf_counter; "
           "recompile reasons from torch._dynamo.utils.get_compilation_metrics(); graph breaks "
@@ -134,24 +135,24 @@ class CompileWatch:
         return h is not None and self._start not in getattr(h, "start_callbacks", [self._start])
 
     def record(self, window: tuple[float | None, float | None] | None,
-               step_ends: list[float] | None = None, warmup: int = 0) -> dict[str, Any]:
+               step_ends: list[float] | None = None, warmup: int = 0) -> RankCompile:
         """This rank's compile record: every event with where it fell (warm-up, the timed
         window ``[t0, t1]``, or after it), the step it started in (``step_ends``: each step's
         end on the same clock; ``timed_step`` counts from the first timed step), its
         duration, and a recompile's reason."""
         if self.reason is not None:
-            return {"method": METHOD, "reason": self.reason, "events": []}
+            return RankCompile(method=METHOD, reason=self.reason)
         reasons = _recompile_reasons()
         breaks = _graph_breaks()
         new = ({k: n - self._breaks0.get(k, 0) for k, n in breaks.items()
                 if n > self._breaks0.get(k, 0)} if breaks is not None else None)
         top = sorted((new or {}).items(), key=lambda kv: -kv[1])[:5]
-        return {"method": METHOD, "reason": None,
-                "events": classify(self.events, window, step_ends, warmup, reasons),
-                "graph_breaks": None if new is None else sum(new.values()),
-                "graph_break_reasons": [{"reason": k.strip().splitlines()[0][:300], "count": n}
-                                        for k, n in top],
-                "cleared": self.cleared()}
+        return RankCompile(method=METHOD, reason=None,
+                           events=classify(self.events, window, step_ends, warmup, reasons),
+                           graph_breaks=None if new is None else sum(new.values()),
+                           graph_break_reasons=[{"reason": k.strip().splitlines()[0][:300],
+                                                 "count": n} for k, n in top],
+                           cleared=self.cleared())
 
 
 def classify(events: list[Event], window: tuple[float | None, float | None] | None,
@@ -219,17 +220,17 @@ FIELDS = ("compile_time_s", "compiles", "recompiles", "compiles_in_window",
           "recompiles_in_window", "compile_in_window_s", "graph_breaks")
 
 
-def result_fields(raw: dict[str, Any] | None, not_compiled: str,
-                  others: list[dict[str, Any]] | None = None
+def result_fields(raw: RankCompile | None, not_compiled: str,
+                  others: list[RankCompile] | None = None
                   ) -> tuple[dict[str, Any], dict[str, str]]:
     """(metrics fields, null reasons) from the first training rank's compile record ``raw``;
     the in-window figures are the most of any rank's (``others``: every rank's records): in
     lockstep, one rank compiling holds the others up. ``not_compiled`` is the reason given when
     nothing was compiled (the run did not ask for it, or the script compiled nothing)."""
-    if raw is None or raw.get("reason"):
-        reason = (raw or {}).get("reason") or "not measured: no compile record"
+    if raw is None or raw.reason:
+        reason = (raw.reason if raw is not None else None) or "not measured: no compile record"
         return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, reason)
-    events = raw.get("events") or []
+    events = raw.events
     if not events:
         return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, not_compiled)
     frames = [e for e in events if e["kind"] in ("dynamo", "compile")]
@@ -237,8 +238,8 @@ def result_fields(raw: dict[str, Any] | None, not_compiled: str,
     m: dict[str, Any] = {"compile_time_s": sum(e["duration_s"] for e in events),
                          "compiles": len(frames),
                          "recompiles": sum(1 for e in frames if e["recompile"]) if known else None,
-                         "graph_breaks": raw.get("graph_breaks")}
-    inside = max((_inside(r.get("events") or []) for r in [raw, *(others or [])]),
+                         "graph_breaks": raw.graph_breaks}
+    inside = max((_inside(r.events) for r in [raw, *(others or [])]),
                  key=lambda t: (t[0], t[2]))
     m["compiles_in_window"], m["recompiles_in_window"], m["compile_in_window_s"] = inside
     why: dict[str, str] = {}
@@ -248,7 +249,7 @@ def result_fields(raw: dict[str, Any] | None, not_compiled: str,
             "not told apart: this torch's compile callbacks give no compile id")
     if m["graph_breaks"] is None:
         why["graph_breaks"] = "not measured: torch._dynamo.utils.counters not readable"
-    if raw.get("cleared"):
+    if raw.cleared:
         why["compile_time_s"] = ("partial: the script cleared torch's compile callbacks "
                                  "(torch._dynamo.reset()); later compilations were not seen")
     return m, why
@@ -261,14 +262,15 @@ def _inside(events: list[dict[str, Any]]) -> tuple[int, int, float]:
             sum(e.get("duration_s") or 0.0 for e in inside))
 
 
-def block(raw: dict[str, Any] | None, mode: str | None, backend: str | None = None
+def block(raw: RankCompile | None, mode: str | None, backend: str | None = None
           ) -> dict[str, Any] | None:
     """The result's ``compile`` block: None when nothing was compiled. ``mode`` and
     ``backend`` are the built-in loop's (None for a script's own torch.compile)."""
-    if not raw or not raw.get("events"):
+    if raw is None or not raw.events:
         return None
-    return {"mode": mode, "backend": backend, "method": raw.get("method"), "graph_breaks": raw.get("graph_breaks"),
-            "graph_break_reasons": raw.get("graph_break_reasons") or [], "events": raw["events"]}
+    return {"mode": mode, "backend": backend, "method": raw.method,
+            "graph_breaks": raw.graph_breaks,
+            "graph_break_reasons": raw.graph_break_reasons or [], "events": raw.events}
 
 
 def vs_eager_line(block_: dict[str, Any] | None, why: dict[str, str]) -> str | None:

@@ -17,9 +17,9 @@ from scaleprobe.core.results import (
     Batch,
     Comm,
     Load,
-    MemoryPass,
     Peak,
     PeakMem,
+    RankFlops,
     RankRecord,
     RankSummary,
     RunResult,
@@ -290,7 +290,7 @@ def _epochs(result: RunResult, raw0: RankRecord, trainers: int) -> None:
     m.tokens_per_s = M.tokens_per_s(m.samples_per_s, info.tokens_per_sample)
     if info.tokens_per_sample and m.tokens_per_s is None:
         why["tokens_per_s"] = why.get("samples_per_s") or why.get("step_time_s") or "no rate"
-    m.memory_pass = MemoryPass.from_dict(raw0.memory_pass) if raw0.memory_pass else None
+    m.memory_pass = raw0.memory_pass
     m.unigram_entropy_nats = info.unigram_entropy_nats
     m.param_count = info.param_count
     m.lr_effective = info.lr_effective
@@ -370,7 +370,7 @@ def _resolved(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> N
     if raw0.threads:  # what a training rank used, not the launching process's
         result.env.threads = raw0.threads
     for r in ranks:  # every rank's traces; the first trainer's top operators; TensorBoard
-        for k, v in (r.observed or {}).items():
+        for k, v in (r.observed.to_dict() if r.observed is not None else {}).items():
             if k == "traces" and v:
                 result.paths.setdefault("traces", []).extend(v)
             elif v and k not in result.paths:
@@ -381,8 +381,8 @@ def _flops(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> None
     """FLOPs per step and per sample (raw0's count; every training rank runs the same
     shapes), achieved FLOP/s and MFU against the peak of the devices the run trained on."""
     m, why = result.metrics, result.null_reasons
-    f = raw0.flops or {}
-    per_rank = f.get("flops_per_step")
+    f = raw0.flops or RankFlops()
+    per_rank = f.flops_per_step
     trainers = [r for r in ranks if not r.is_server]
     if per_rank:
         m.flops_per_step = float(per_rank) * len(trainers)
@@ -392,13 +392,12 @@ def _flops(result: RunResult, ranks: list[RankRecord], raw0: RankRecord) -> None
             m.achieved_flops_per_s = M.flops_per_s_of_steps(m.flops_per_step,
                                                             m.step_time_s.median)
     else:
-        why["flops_per_step"] = f.get("reason") or "not counted"
-    peak = f.get("peak")
-    if peak:
-        m.peak = Peak.from_dict({**peak, "devices": _devices(trainers)})
+        why["flops_per_step"] = f.reason or "not counted"
+    if f.peak is not None:
+        m.peak = Peak.from_dict({**f.peak.to_dict(), "devices": _devices(trainers)})
         m.mfu = M.mfu(m.achieved_flops_per_s, m.peak.flops_per_s, m.peak.devices)
     else:
-        why["peak"] = f.get("peak_reason") or "no peak for this device"
+        why["peak"] = f.peak_reason or "no peak for this device"
     if m.mfu is None:
         why["mfu"] = why.get("flops_per_step") or why.get("peak") or "no step was timed"
     if m.achieved_flops_per_s is None:
@@ -416,17 +415,17 @@ def _compile(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     result.null_reasons.update(why)
     result.compile = block(raw0.compile, None if cfg.script.path else cfg.model.compile_mode,
                            None if cfg.script.path else cfg.model.compile_backend)
-    eager = (raw0.compile or {}).get("eager")
+    eager = raw0.compile.eager if raw0.compile is not None else None
     if result.compile is not None and eager is not None:
         ph = raw0.phase_times_s or {}
         fb = [f + b for f, b in zip(ph.get("forward") or [], ph.get("backward") or [],
                                     strict=False)]
         st = result.metrics.step_time_s
-        vs = M.compile_vs_eager(fb, eager.get("fwd_bwd_s") or [], st.median if st else None,
+        vs = M.compile_vs_eager(fb, eager.fwd_bwd_s, st.median if st else None,
                                 result.metrics.compile_time_s)
         result.compile["vs_eager"] = vs
         if vs is None:
-            result.null_reasons["compile.vs_eager"] = eager.get("reason") or "no samples"
+            result.null_reasons["compile.vs_eager"] = eager.reason or "no samples"
 
 
 def _devices(trainers: list[RankRecord]) -> int:
@@ -445,15 +444,15 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
     the network model for the link the run was measured on next to the one it named."""
     d, why = cfg.dist, result.null_reasons
     tr = traits_of(d.strategy)
-    cal = dict(raw0.comm or {})
-    if not cal and tr.in_process:
+    cal = raw0.comm
+    if cal is None and tr.in_process:
         return
-    if not cal and all(r.communicates is False for r in ranks):
+    if cal is None and all(r.communicates is False for r in ranks):
         why["comm"] = ("none: the script built no process group and no DistributedDataParallel "
                        "model, so its ranks never communicated (and no network model applies)")
         return
-    transfer = cal.pop("transfer", None)
-    c = Comm.from_dict(cal)
+    transfer = cal.transfer if cal is not None else None
+    c = cal.run_part() if cal is not None else Comm()
     c.exposed_s = result.metrics.breakdown_s.comm
     c.exposed_fraction = result.metrics.comm_fraction
     # every strategy's communication is measured in the step (DDP's comm hook, FSDP's timed

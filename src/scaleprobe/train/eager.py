@@ -19,18 +19,19 @@ from typing import Any
 
 import torch
 
+from scaleprobe.core.results import EagerPasses
+
 PASSES = 5  # timed eager passes (after one untimed)
 
 
-def eager_passes(p: Any, last_batch: Any, passes: int = PASSES) -> dict[str, Any]:
-    """``{"fwd_bwd_s": [seconds per eager forward + backward], "reason": None}``, or
-    ``{"fwd_bwd_s": [], "reason": why not}``."""
+def eager_passes(p: Any, last_batch: Any, passes: int = PASSES) -> EagerPasses:
+    """Seconds per eager forward + backward, or none and the reason why not."""
     if p.strategy.world > 1:
-        return {"fwd_bwd_s": [], "reason": "not measured: more than one process (an eager "
-                "backward would wait for ranks that do not run it)"}
+        return EagerPasses(reason="not measured: more than one process (an eager backward "
+                           "would wait for ranks that do not run it)")
     model = getattr(p.model, "_orig_mod", None)
     if model is None or last_batch is None:
-        return {"fwd_bwd_s": [], "reason": "not measured: no compiled model or no batch"}
+        return EagerPasses(reason="not measured: no compiled model or no batch")
     x, y = last_batch
     saved = {k: b.detach().clone() for k, b in model.named_buffers()}
     sync = torch.cuda.synchronize if p.device.type == "cuda" else (lambda: None)
@@ -48,10 +49,10 @@ def eager_passes(p: Any, last_batch: Any, passes: int = PASSES) -> dict[str, Any
             p.optimizer.zero_grad(set_to_none=True)
     except torch.OutOfMemoryError:
         p.optimizer.zero_grad(set_to_none=True)
-        return {"fwd_bwd_s": [], "reason": "not measured: the eager pass ran out of memory "
-                "(compiled, the step fits)"}
+        return EagerPasses(reason="not measured: the eager pass ran out of memory (compiled, "
+                           "the step fits)")
     finally:
         with torch.no_grad():
             for k, b in model.named_buffers():
                 b.copy_(saved[k])
-    return {"fwd_bwd_s": times, "reason": None}
+    return EagerPasses(fwd_bwd_s=times)

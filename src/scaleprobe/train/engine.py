@@ -19,7 +19,16 @@ import torch
 import torch.distributed as dist
 
 from scaleprobe.config.runconfig import RunConfig
-from scaleprobe.core.results import MemoryFacts, RankMem, RankRecord
+from scaleprobe.core.results import (
+    EvalFigures,
+    MemoryFacts,
+    MemoryPass,
+    RankComm,
+    RankFlops,
+    RankMem,
+    RankObserved,
+    RankRecord,
+)
 from scaleprobe.features.interrupt import (
     STOP_KEY,
     StopRequest,
@@ -366,8 +375,8 @@ def _held(held: dict[str, int] | None) -> dict[str, int | None]:
             "optimizer_bytes": h.get("optimizer")}
 
 
-def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: dict[str, Any] | None,
-                eval_metrics: dict[str, Any]) -> RankRecord:
+def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: RankComm | None,
+                eval_metrics: EvalFigures) -> RankRecord:
     """This rank's record, as it travels (the launcher's pickled return values) to
     ``assemble.build_result``."""
     losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
@@ -465,18 +474,19 @@ def _watchers(p: Parts) -> Any:
 
 
 def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Strategy, stop: StopRequest,
-                  interrupted: bool) -> tuple[dict[str, Any] | None, dict[str, Any], bool]:
+                  interrupted: bool) -> tuple[RankComm | None, EvalFigures, bool]:
     """After the timed window (skipped when interrupted): the communication calibration and
     the standalone collective, then the evaluation. Returns (comm record, eval metrics,
     interrupted: a second Ctrl+C on one process keeps the training figures)."""
     comm = None
-    metrics: dict[str, Any] = {}
+    metrics: EvalFigures = {}
     try:
         if not interrupted:
-            comm = strategy.comm_record(calibrate_comm(p, st))
+            got = strategy.comm_record(calibrate_comm(p, st))
             transfer = measure_transfer(p)
             if transfer is not None:
-                comm = {**(comm or {}), "transfer": transfer}
+                got = {**(got or {}), "transfer": transfer}
+            comm = RankComm.from_dict(got) if got else None
         # evaluated on a training rank: a parameter server never runs the forward pass, so its
         # batch-norm statistics were never updated; worker 1 holds the served parameters
         if not interrupted and p.val_loader is not None and strategy.evaluates:
@@ -537,16 +547,17 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
-        rec.memory_pass = machine_memory_passes()
+        passes = machine_memory_passes()
+        rec.memory_pass = MemoryPass.from_dict(passes) if passes else None
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
         rec.memory_facts = _memory_facts(p, st, strategy)
-    rec.observed = observed
-    rec.flops = {**p.flops.result(), **(peak or {})} if p.flops else None
+    rec.observed = RankObserved.from_dict(observed)
+    rec.flops = RankFlops.from_dict({**p.flops.result(), **(peak or {})}) if p.flops else None
     rec.compile = (None if strategy.is_server else
                    compiles.record((st.window_t0, st.window_t1), compiles.ends,
                                    cfg.train.warmup_steps))
     if rec.compile is not None and eager is not None:
-        rec.compile["eager"] = eager
+        rec.compile.eager = eager
     compiles.remove()
     # the signal this rank saw, or "peer" when it stopped because another rank was asked to
     rec.interrupted = stop.recorded() if interrupted else None

@@ -22,7 +22,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NoReturn
 
-from scaleprobe.core.results import RankInfo, RankMem, RankRecord
+from scaleprobe.core.results import (
+    Peak,
+    RankComm,
+    RankCompile,
+    RankFlops,
+    RankInfo,
+    RankMem,
+    RankObserved,
+    RankRecord,
+)
 from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed
@@ -37,7 +46,7 @@ def traceback_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / f"traceback-rank-{rank}.txt"
 
 
-def _phases(rec: Any, w: int, world: int, comm: dict[str, Any] | None,
+def _phases(rec: Any, w: int, world: int, comm: RankComm | None,
             talks: bool | None) -> tuple[dict[str, list[float]], dict[str, str]]:
     """The timed steps' phases from what the hooks saw, and why a phase was not seen (its
     time stays in another phase, never a 0 for "not measured")."""
@@ -81,7 +90,7 @@ def rank_record(rec: Any, rank: int, world: int,
     talks = communicates(rec)
     phases, unseen = _phases(rec, w, world, comm, talks)
     if comm is not None:  # on the breakdown's basis, so in flight >= exposed holds here too
-        comm["in_flight_s"] = per_median_step(rec.comm_in_flight[w:], phases, timed)
+        comm.in_flight_s = per_median_step(rec.comm_in_flight[w:], phases, timed)
     samples = rec.samples[w:]
     per_step = int(round(median(samples))) if samples else 0
     log = rec.train_loader()
@@ -129,7 +138,7 @@ def communicates(rec: Any) -> bool | None:
     return bool(timer.built or timer.attached or timer.reason or timer.group)
 
 
-def _comm_record(rec: Any, warmup: int, world: int) -> dict[str, Any] | None:
+def _comm_record(rec: Any, warmup: int, world: int) -> RankComm | None:
     """What DDP's comm hook saw over the timed steps (wrap/ddp_comm.py); None when it saw no
     all-reduce in them (one process, no DDP, or a DDP model it could not time).
     ``in_flight_s`` is filled in once the phases are final."""
@@ -138,36 +147,35 @@ def _comm_record(rec: Any, warmup: int, world: int) -> dict[str, Any] | None:
     exposed = rec.comm_exposed[warmup:]
     if world < 2 or not exposed or any(e is None for e in exposed):
         return None
-    return {"method": EXPOSED_METHOD, "in_flight_s": None,
-            "in_flight_method": IN_FLIGHT_METHOD, "models_timed": rec.comm.attached,
-            "transfer_reason": ("not measured under wrap: the network's share needs a "
-                                "standalone collective on the script's process group")}
+    return RankComm(method=EXPOSED_METHOD, in_flight_method=IN_FLIGHT_METHOD,
+                    models_timed=rec.comm.attached,
+                    transfer_reason=("not measured under wrap: the network's share needs a "
+                                     "standalone collective on the script's process group"))
 
 
-def _flops_record(rec: Any) -> dict[str, Any]:
+def _flops_record(rec: Any) -> RankFlops:
     """The count of the last warm-up step (hooks.py) and, when there is one, the peak of the
     device it ran on (measure/flops.py: the data sheet's, or measured once per machine and
     cached), resolved after the script: a peak that cannot be had never fails the record."""
     import torch  # heavy: torch: loaded after the script's host-memory baseline is taken
 
-    out: dict[str, Any] = {"flops_per_step": rec.flops, "method": rec.flops_method,
-                           "reason": rec.flops_reason, "peak": None, "peak_reason": None}
+    out = RankFlops(flops_per_step=rec.flops, method=rec.flops_method, reason=rec.flops_reason)
     if not rec.flops:
-        out["peak_reason"] = "not resolved: no FLOPs were counted"
+        out.peak_reason = "not resolved: no FLOPs were counted"
         return out
     if rec.flops_device is None:
-        out["peak_reason"] = "no peak: the counted step's model has no parameters"
+        out.peak_reason = "no peak: the counted step's model has no parameters"
         return out
     from scaleprobe.measure.flops import resolve_peak  # heavy: torch
 
     try:
-        out["peak"] = resolve_peak(torch.device(rec.flops_device), rec.flops_amp)
+        out.peak = Peak.from_dict(resolve_peak(torch.device(rec.flops_device), rec.flops_amp))
     except Exception as e:  # noqa: BLE001
-        out["peak_reason"] = f"no peak: {type(e).__name__}: {e}"
+        out.peak_reason = f"no peak: {type(e).__name__}: {e}"
     return out
 
 
-def _compile_record(rec: Any, warmup: int) -> dict[str, Any] | None:
+def _compile_record(rec: Any, warmup: int) -> RankCompile | None:
     """The script's compilations (measure/compiled.py), placed against its timed window: from
     the end of the last warm-up step to the end of the last step, on the hooks' clock."""
     if rec.watch is None:
@@ -409,7 +417,7 @@ class Ending:
         observed = _close(rec.observers)
         try:
             record = rank_record(rec, rank, self.world, self.baseline)
-            record.observed = observed
+            record.observed = RankObserved.from_dict(observed)
             record.stop_reason = ("steps" if facts.stopped_after is not None else
                                   "interrupted" if code == 130 else
                                   "script" if code == 0 else "failed")

@@ -109,11 +109,14 @@ def test_an_lm_run_without_evaluation_shows_its_training_loss_not_na():
 def test_an_lm_run_stopped_after_target_evaluations_gives_their_last_loss_not_add_eval():
     """An interrupted --target run evaluated twice: the summary says the last held-out loss
     and where, never "add --eval"."""
+    from scaleprobe.core.results import RankTarget, TargetPoint
     from scaleprobe.features.target import summarize
 
-    tt = summarize({"metric": "loss", "value": 1.5, "eval_every": 25,
-                    "points": [{"step": 25, "train_wall_s": 10.0, "eval_s": 1.0, "value": 3.3},
-                               {"step": 50, "train_wall_s": 20.0, "eval_s": 1.0, "value": 3.1}]},
+    tt = summarize(RankTarget(metric="loss", value=1.5, eval_every=25,
+                              points=[TargetPoint(step=25, train_wall_s=10.0, eval_s=1.0,
+                                                  value=3.3),
+                                      TargetPoint(step=50, train_wall_s=20.0, eval_s=1.0,
+                                                  value=3.1)]),
                    1000, 64, 20)
     _, text = _lm_text({}, width=300, tt=tt, target="loss=1.5")
     assert ("last held-out loss 3.100 nats/token at step 50 (evaluation 2 of --target; no "

@@ -161,3 +161,32 @@ def test_a_run_record_without_a_readable_status_is_unknown_not_failed(status):
     assert r.status == "unknown" and r.status_text == "unknown (older record without a status)"
     assert R.RunResult.from_dict(_filled_run()).status == "ok"
     assert R.RunResult().status == "failed"  # a run being written is failed until it ends
+
+
+def test_a_rank_record_crosses_as_json_with_its_parts_typed():
+    """wrap's ranks hand their record over as JSON (wrap/handoff.py). Bug it guards: a part
+    read back as a plain dict (assemble then fails on ``.flops_per_step``), or a rank-only
+    comm field (the standalone collective) leaking into the run's ``comm`` block, or written
+    null where the rank had none."""
+    rec = R.RankRecord.from_dict({
+        **raw(0), "clock_window": None,  # a tuple comes back a list: not what this checks
+        "comm": {"method": "hook", "models_timed": 1, "transfer_reason": "none under wrap",
+                 "transfer": {"per_step_s": 0.004, "method": "timed"}, "newer": 3},
+        "flops": {"flops_per_step": 2e9, "method": "count",
+                  "peak": {"flops_per_s": 1e12, "dtype": "fp32"}},
+        "compile": {"method": "callbacks", "reason": None, "events": [],
+                    "eager": {"fwd_bwd_s": [0.1, 0.2], "reason": None}},
+        "target": {"metric": "accuracy", "value": 0.9,
+                   "points": [{"step": 5, "train_wall_s": 1.0, "eval_s": 0.1, "value": 0.5}]},
+        "observed": {"traces": ["t.json"]},
+        "memory_pass": {"bytes": 1024, "warm_s_per_byte": 1e-9}})
+    back = R.RankRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert back == rec
+    assert back.flops.peak.flops_per_s == 1e12 and back.compile.eager.fwd_bwd_s == [0.1, 0.2]
+    assert back.target.points[0].value == 0.5 and back.memory_pass.bytes == 1024
+    assert back.observed.to_dict() == {"traces": ["t.json"]}  # no null tensorboard, top_ops
+    run = back.comm.run_part().to_dict()
+    assert "transfer" not in run and run["method"] == "hook"
+    assert (run["models_timed"], run["transfer_reason"], run["newer"]) == (1, "none under wrap", 3)
+    assert R.Comm.from_dict(run).extra == {"models_timed": 1, "transfer_reason": "none under wrap",
+                                           "newer": 3}

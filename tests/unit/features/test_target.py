@@ -4,7 +4,7 @@ import pytest
 
 from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult, TimeToTarget
+from scaleprobe.core.results import RankTarget, RunResult, TimeToTarget
 from scaleprobe.features.target import (
     Target,
     TargetWatch,
@@ -79,8 +79,8 @@ def test_evaluation_time_is_excluded_from_the_training_clock():
             stopped_at = step
             break
     assert stopped_at == 4
-    assert [p["train_wall_s"] for p in w.points] == [2.0, 4.0]
-    assert w.eval_total_s == 20.0 and [p["eval_s"] for p in w.points] == [10.0, 10.0]
+    assert [p.train_wall_s for p in w.points] == [2.0, 4.0]
+    assert w.eval_total_s == 20.0 and [p.eval_s for p in w.points] == [10.0, 10.0]
 
 
 def test_a_rank_that_does_not_evaluate_follows_the_agreed_verdict():
@@ -101,7 +101,7 @@ def test_summary_takes_the_first_evaluation_that_reached_it_and_the_best():
            "points": [{"step": 10, "train_wall_s": 1.0, "eval_s": 1.0, "value": 0.7},
                       {"step": 20, "train_wall_s": 2.0, "eval_s": 1.0, "value": 0.91},
                       {"step": 30, "train_wall_s": 3.0, "eval_s": 1.0, "value": 0.97}]}
-    tt = summarize(raw, steps_per_epoch=99, global_batch=128, max_epochs=5)
+    tt = summarize(RankTarget.from_dict(raw), steps_per_epoch=99, global_batch=128, max_epochs=5)
     assert tt["reached"] and tt["time_to_target_s"] == 2.0 and tt["steps_to_target"] == 20
     assert tt["epochs_to_target"] == 1.0  # the loader's own steps per epoch wins
     assert tt["samples_to_target"] == 20 * 128
@@ -113,7 +113,7 @@ def test_not_reached_keeps_the_best_value_and_when():
     raw = {"metric": "accuracy", "value": 0.99, "eval_every": None, "eval_time_s": 2.0,
            "points": [{"step": 10, "train_wall_s": 1.5, "eval_s": 1.0, "value": 0.8},
                       {"step": 20, "train_wall_s": 3.0, "eval_s": 1.0, "value": 0.75}]}
-    tt = summarize(raw, steps_per_epoch=10, global_batch=64, max_epochs=2)
+    tt = summarize(RankTarget.from_dict(raw), steps_per_epoch=10, global_batch=64, max_epochs=2)
     assert not tt["reached"] and tt["time_to_target_s"] is None
     assert (tt["best_value"], tt["best_at_s"], tt["best_at_epoch"]) == (0.8, 1.5, 1.0)
 
@@ -122,7 +122,7 @@ def test_curve_csv_round_trips(tmp_path):
     """The curve file is what the report plots from and users load: every row and column."""
     raw = {"metric": "accuracy", "value": 0.5, "eval_time_s": 0.1,
            "points": [{"step": 3, "train_wall_s": 0.25, "eval_s": 0.1, "value": 0.625}]}
-    tt = summarize(raw, steps_per_epoch=3, global_batch=8, max_epochs=1)
+    tt = summarize(RankTarget.from_dict(raw), steps_per_epoch=3, global_batch=8, max_epochs=1)
     write_curve_csv(tmp_path / "c.csv", tt["curve"])
     (row,) = read_curve_csv(tmp_path / "c.csv")
     assert row == {"evaluation": 1, "step": 3, "epoch": 1.0, "samples": 24,
@@ -205,10 +205,10 @@ def test_a_lower_is_better_target_is_reached_at_or_below_it():
 
 
 def _loss_raw(target, values):
-    return {"metric": "loss", "value": target, "eval_every": 10, "eval_time_s": 1.0,
+    return RankTarget.from_dict({"metric": "loss", "value": target, "eval_every": 10, "eval_time_s": 1.0,
             "steps_per_epoch": 100,
             "points": [{"step": 10 * (i + 1), "train_wall_s": float(i + 1), "eval_s": 0.1,
-                        "value": v} for i, v in enumerate(values)]}
+                        "value": v} for i, v in enumerate(values)]})
 
 
 def test_the_time_to_a_loss_target_is_the_first_evaluation_at_or_below_it():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from scaleprobe.core.invariants import check_run, window_line
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.results import RankCompile, RunResult
 from scaleprobe.measure.compiled import (
     AFTER,
     WARMUP,
@@ -52,32 +52,33 @@ def test_recompiles_are_told_by_the_compile_id():
 
 
 def test_result_fields_from_a_rank_record():
-    raw = {"reason": None, "graph_breaks": 2, "events": classify(
+    raw = RankCompile(graph_breaks=2, events=classify(
         [Event("dynamo", "0/0", 0.0, 5.0), Event("backward", "0/0", 5.0, 8.0),
          Event("dynamo", "0/1", 10.5, 11.5)], (10.0, 20.0), [9.0, 10.0, 11.0, 12.0], 2,
-        {"0/1": "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 6"})}
+        {"0/1": "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 6"}))
     m, why = result_fields(raw, "not compiled")
     assert m == {"compile_time_s": 9.0, "compiles": 2, "recompiles": 1,
                  "compiles_in_window": 1, "recompiles_in_window": 1,
                  "compile_in_window_s": 1.0, "graph_breaks": 2}
     assert why == {}
-    line = window_line(raw["events"])
+    line = window_line(raw.events)
     assert line.startswith("1 recompile inside the timed window, 1.00 s in timed step 1")
     assert "size mismatch" in line
     # another rank recompiled twice in the window: the most of any rank is the run's
-    other = {"events": [{"phase": WINDOW, "recompile": True, "duration_s": 1.5, "kind": "dynamo"}] * 2}
+    other = RankCompile(events=[{"phase": WINDOW, "recompile": True, "duration_s": 1.5,
+                                 "kind": "dynamo"}] * 2)
     m2, _ = result_fields(raw, "not compiled", [raw, other])
     assert (m2["compiles_in_window"], m2["recompiles_in_window"], m2["compile_in_window_s"]) == (
         2, 2, 3.0)
     # nothing compiled: every figure null with the reason, never 0
-    m3, why3 = result_fields({"reason": None, "events": []}, "not compiled (add --compile)")
+    m3, why3 = result_fields(RankCompile(), "not compiled (add --compile)")
     assert set(m3.values()) == {None} and set(why3.values()) == {"not compiled (add --compile)"}
 
 
 def test_a_compile_in_the_window_is_an_invariant_and_a_summary_line():
     events = classify([Event("dynamo", "0/0", 0.0, 5.0), Event("dynamo", "0/1", 10.5, 11.5)],
                       (10.0, 20.0), [9.0, 10.0, 11.0], 2)
-    m, _ = result_fields({"reason": None, "graph_breaks": 0, "events": events}, "-")
+    m, _ = result_fields(RankCompile(graph_breaks=0, events=events), "-")
     rec = RunResult(status="ok", compile={"mode": "default", "events": events})
     for k, v in m.items():
         setattr(rec.metrics, k, v)
@@ -111,10 +112,10 @@ def test_a_shape_change_inside_the_window_is_caught_as_a_recompile():
         watch.step(None)
     rec = watch.record((t0, watch.ends[-1]), watch.ends, warmup=2)
     watch.remove()
-    assert rec["reason"] is None
-    got = [(e["compile_id"], e["phase"], e["timed_step"], e["recompile"]) for e in rec["events"]]
+    assert rec.reason is None
+    got = [(e["compile_id"], e["phase"], e["timed_step"], e["recompile"]) for e in rec.events]
     assert got == [("0/0", WARMUP, None, False), ("0/1", WINDOW, 1, True)]
-    assert "size mismatch" in rec["events"][1]["reason"]
+    assert "size mismatch" in rec.events[1]["reason"]
     m, _ = result_fields(rec, "-")
     assert m["recompiles_in_window"] == 1 and m["compile_in_window_s"] > 0
 
@@ -126,7 +127,7 @@ def test_callbacks_cleared_by_the_script_are_said(monkeypatch):
     assert watch.cleared()
     torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
     rec = watch.record(None)
-    assert rec["cleared"] and rec["events"] == []
+    assert rec.cleared and rec.events == []
     watch.remove()  # already gone: no error
 
 
@@ -137,7 +138,7 @@ def test_a_torch_without_the_callbacks_is_not_measured(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch._dynamo.callback", None)
     watch = CompileWatch().install()
     rec = watch.record((0.0, 1.0))
-    assert rec["reason"].startswith("not measured")
+    assert rec.reason.startswith("not measured")
     m, why = result_fields(rec, "-")
     assert set(m.values()) == {None} and why["compile_time_s"].startswith("not measured")
 

@@ -160,4 +160,4 @@ def test_in_flight_is_on_the_breakdowns_basis_so_it_is_never_below_the_exposed_w
     assert flight[len(flight) // 2] < 0.005  # the median alone would sit below the wait
     bd = rank_summary(raw).breakdown_s
     assert bd.comm > 0.003
-    assert c["in_flight_s"] >= bd.comm
+    assert c.in_flight_s >= bd.comm
