@@ -14,6 +14,17 @@ from scaleprobe.core.result_model import SCHEMA, Experiment, InExperiment, RunRe
 
 
 @dataclass
+class SkippedPoint(Record):
+    """A point a sweep did not run, and why: a larger batch of a group whose smaller batch
+    already ran out of memory (its status then "oom")."""
+
+    point: dict[str, Any] = field(default_factory=dict)  # axis -> value, as Experiment.point
+    status: str = "oom"
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class SweepRecord(InExperiment, Record):
     """A sweep's (or scale's) own record, beside its points' run records."""
 
@@ -22,7 +33,7 @@ class SweepRecord(InExperiment, Record):
     experiment: Experiment | None = None
     axes: dict[str, Any] | None = None
     points: list[dict[str, Any]] | None = None
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[SkippedPoint] = field(default_factory=list)
     searches: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[Any] | None = None
     repeats: int | None = None

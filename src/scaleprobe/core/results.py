@@ -207,6 +207,7 @@ from scaleprobe.core.experiment_records import (  # noqa: F401  (re-exported)
     CommBenchRecord,
     Other,
     ParityRecord,
+    SkippedPoint,
     SweepRecord,
     typed,
 )
@@ -309,6 +310,7 @@ __all__ = [
     "RankTarget",
     "Record",
     "RunResult",
+    "SkippedPoint",
     "StateBytes",
     "StepTime",
     "Straggler",

@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover
 # How a sweep's tables are made (report/render/sweep_tables.write_tables, which the commands pass):
 # (out folder, run records typed, skipped points, batch searches, spec, partial) -> the
 # report, whose "recommendation" goes into the sweep record. The sweep itself renders nothing.
-Tables = Callable[[Path, list[RunResult], list[dict[str, Any]], list[dict[str, Any]],
+Tables = Callable[[Path, list[RunResult], list[res.SkippedPoint], list[dict[str, Any]],
                    SweepSpec, bool], dict[str, Any]]
 
 # measured: not run again on resume (a failed shard audit would fail again)
@@ -70,7 +70,7 @@ class SweepState:
     procs: ProcessSet  # or executor.SlurmProcessSet: the same calls
     done: dict[str, list[RunResult]] = field(default_factory=dict)  # key -> ok/oom runs
     records: list[RunResult] = field(default_factory=list)  # this sweep's, in run order
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # points not run, and why
+    skipped: list[res.SkippedPoint] = field(default_factory=list)  # points not run, and why
     searches: list[dict[str, Any]] = field(default_factory=list)  # batch_size = "auto"
     started: int = 0  # point processes started by this call
     spec_path: str | None = None  # the spec file, for the report's rerun commands
@@ -129,7 +129,7 @@ def run_point(st: SweepState, point: Point, repeat: int = 0) -> RunResult:
 
 
 def _skip(st: SweepState, point: Point, reason: str) -> None:
-    st.skipped.append({"point": dict(point.axes), "status": "oom", "reason": reason})
+    st.skipped.append(res.SkippedPoint(point=dict(point.axes), status="oom", reason=reason))
     st.bar.point_skipped(point, reason)
 
 

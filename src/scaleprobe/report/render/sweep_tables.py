@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 from scaleprobe.config.runconfig import BATCH_KEYS
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Experiment, Record, RunResult, SweepRecord
+from scaleprobe.core.results import Experiment, Record, RunResult, SkippedPoint, SweepRecord
 from scaleprobe.core.traits import known
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading import repeats as P
@@ -131,7 +131,7 @@ def _pretty_row(rec: RunResult) -> list[str]:
             fmt.pct_value(m.gpu_util_pct), rec.task_metric_text("-"), _audit_text(rec)]
 
 
-def points_table(records: list[RunResult], skipped: list[dict[str, Any]],
+def points_table(records: list[RunResult], skipped: list[SkippedPoint],
                  labels: list[str]) -> dict[str, Any]:
     """Every point (its median repeat): its axes, then its figures (skipped points say why);
     with a ``nproc`` axis also the speedup against the 1-process point of the same other
@@ -145,8 +145,7 @@ def points_table(records: list[RunResult], skipped: list[dict[str, Any]],
             + ([fmt.bytes_(_state_total(r))] if state else [])
             for r in records]
     width = len(POINT_HEADERS) - 1 + len(extra)
-    rows += [[s["point"].get(k) for k in labels] + [s["reason"]] + [""] * width
-             for s in skipped]
+    rows += [[s.point.get(k) for k in labels] + [s.reason] + [""] * width for s in skipped]
     return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
 
 
@@ -178,7 +177,7 @@ def _speedup_text(iv: Any, nproc: Any) -> str:
     return f"{iv.short()}{mark}"
 
 
-def points_csv(records: list[RunResult], skipped: list[dict[str, Any]],
+def points_csv(records: list[RunResult], skipped: list[SkippedPoint],
                labels: list[str]) -> str:
     """Machine-readable: raw figures in base units (bytes, seconds, fractions)."""
     buf = io.StringIO()
@@ -190,8 +189,8 @@ def points_csv(records: list[RunResult], skipped: list[dict[str, Any]],
         w.writerow([_point(r).get(k) for k in labels] + ["" if v is None else v
                                                          for v in _raw_row(r, sp.get(id(r)))])
     for s in skipped:
-        w.writerow([s["point"].get(k) for k in labels] + ["skipped"]
-                   + [""] * (len(POINT_CSV) - 2) + [s["reason"]])
+        w.writerow([s.point.get(k) for k in labels] + ["skipped"]
+                   + [""] * (len(POINT_CSV) - 2) + [s.reason])
     return buf.getvalue()
 
 
@@ -201,7 +200,7 @@ BATCH_CSV = ("group", "batch_size", "devices", "status", "peak_mem_bytes", "memo
              "achieved_flops_per_s", "mfu", "cpu_util_pct", "gpu_util_pct", "error", "b_noise")
 
 
-def with_skipped(runs: list[RunResult], skipped: list[dict[str, Any]],
+def with_skipped(runs: list[RunResult], skipped: list[SkippedPoint],
                  sweep_id: str) -> list[Record]:
     """The runs plus a sweep record naming the points skipped after an out-of-memory run
     (report/tables/batch.py shows them as "out of memory" rows)."""
@@ -292,7 +291,7 @@ def _has(spec: Spec, keys: tuple[str, ...]) -> bool:
     return any(a.key in keys for a in spec.axes)
 
 
-def sweep_report(runs: list[RunResult], skipped: list[dict[str, Any]],
+def sweep_report(runs: list[RunResult], skipped: list[SkippedPoint],
                  searches: list[dict[str, Any]], spec: Spec) -> dict[str, Any]:
     """Tables (title, headers, rows, notes), the CSV text, and the recommendation;
     ``runs``: the sweep's run records."""
@@ -340,7 +339,7 @@ def write_report(out: Path, report: dict[str, Any], partial: bool = False) -> st
     return text
 
 
-def write_tables(out: Path, runs: list[RunResult], skipped: list[dict[str, Any]],
+def write_tables(out: Path, runs: list[RunResult], skipped: list[SkippedPoint],
                  searches: list[dict[str, Any]], spec: Spec, partial: bool = False
                  ) -> dict[str, Any]:
     """The sweep's tables from its run records, written as ``sweep.md`` and ``sweep.csv``

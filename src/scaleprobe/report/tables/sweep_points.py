@@ -22,10 +22,10 @@ def _skipped_points(records: Sequence[Record], runs: list[RunResult]) -> list[Ru
     seen = {(r.exp_id, R.point_key(r.point)) for r in runs}
     out = []
     for s in R.sweeps(records):
-        for sk in R.dicts(s.skipped):
-            exp = Experiment(id=s.exp_id, kind="sweep", point=R.dict_of(sk.get("point")))
-            rec = RunResult(status=str(sk.get("status") or "oom"), experiment=exp,
-                            error=sk.get("reason"), name="(skipped)", repeats=[])
+        for sk in s.skipped:
+            exp = Experiment(id=s.exp_id, kind="sweep", point=dict(sk.point))
+            rec = RunResult(status=sk.status or "oom", experiment=exp, error=sk.reason,
+                            name="(skipped)", repeats=[])
             rec.source = s.source
             if (s.exp_id, R.point_key(rec.point)) not in seen:
                 out.append(rec)

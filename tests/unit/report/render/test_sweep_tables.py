@@ -3,7 +3,7 @@
 import csv
 import io
 
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.results import RunResult, SkippedPoint
 from scaleprobe.report.render import sweep_tables as _tables
 from tests.unit.report.factory import run, sweep_point, typed_module, with_
 
@@ -49,8 +49,8 @@ def test_no_speedup_column_without_a_process_axis_and_a_failed_base():
 
 
 def test_points_csv_carries_raw_figures_and_skipped_rows():
-    text = T.points_csv(_face_points(), [{"point": {"loss": "x", "nproc": 4},
-                                          "reason": "not run"}], ["loss", "nproc"])
+    text = T.points_csv(_face_points(), [SkippedPoint(point={"loss": "x", "nproc": 4},
+                                                      reason="not run")], ["loss", "nproc"])
     rows = list(csv.DictReader(io.StringIO(text)))
     tri3 = next(r for r in rows if r["loss"] == "triplet" and r["nproc"] == "3")
     assert float(tri3["speedup"]) == 1.8
