@@ -31,6 +31,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 from torch.utils._pytree import tree_leaves, tree_map_only
 
+from scaleprobe.core.rank_record import RankFlops
 from scaleprobe.measure.flops import StepFlops, flop_counter
 
 METHOD = ("torch.utils.flop_counter.FlopCounterMode over one forward and backward of the eager "
@@ -248,8 +249,10 @@ class CompiledStepFlops(StepFlops):
         x, y = st.last_batch
         self.flops, self.reason = count_step(p.model, p.task.forward_loss, x, y, p.autocast)
 
-    def result(self) -> dict[str, Any]:
-        return {**super().result(), "method": METHOD}
+    def result(self) -> RankFlops:
+        out = super().result()
+        out.method = METHOD
+        return out
 
 
 def step_flops(compiled: bool, warmup_steps: int, towers: int = 1) -> StepFlops:

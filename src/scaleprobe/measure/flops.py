@@ -56,6 +56,7 @@ from typing import Any
 
 import torch
 
+from scaleprobe.core.rank_record import RankFlops
 from scaleprobe.measure.peaks import table_peak
 
 CACHE_FILE = "peaks.json"
@@ -114,8 +115,9 @@ class StepFlops:
         """After the timed window: nothing here (``measure/fakeflops.CompiledStepFlops``
         counts a compiled model then)."""
 
-    def result(self) -> dict[str, Any]:
-        return {"flops_per_step": self.flops, "method": COUNT_METHOD, "reason": self.reason}
+    def result(self) -> RankFlops:
+        """The count as the rank's record holds it (its peak is added by the engine)."""
+        return RankFlops(flops_per_step=self.flops, method=COUNT_METHOD, reason=self.reason)
 
 
 def _sdpa_forward(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any,

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from scaleprobe.core.results import GnsSamples
+from scaleprobe.core.results import GnsSamples, RankComm
 from scaleprobe.core.traits import TRAITS
 from scaleprobe.features.gns import mode as gns_mode
 from scaleprobe.measure.comm.hook import (
@@ -107,20 +107,19 @@ class DDP(Single):
     def phases_unseen(self) -> dict[str, str]:
         return dict(self.unseen)
 
-    def comm_record(self, calibration: dict[str, Any] | None) -> dict[str, Any] | None:
+    def comm_record(self, calibration: dict[str, Any] | None) -> RankComm | None:
         """The exposed wait measured in every step (the comm phase) and the time in flight;
         the no_sync calibration beside it as a cross-check (never in the breakdown). With one
         process there is no communication: the calibration is the wrapper's own cost."""
         if self.world < 2:
             if not self.buckets.nbytes:
-                return calibration
-            return {**(calibration or {}), "buckets": self.buckets.summary()}
-        return {"in_step": True, "method": None if "comm" in self.unseen else EXPOSED_METHOD,
-                "exposed_reason": self.unseen.get("comm"),
-                "cross_check": cross_check(calibration),
-                "in_flight_per_step": list(self.in_flight) if self.in_flight else None,
-                "in_flight_method": IN_FLIGHT_METHOD, "buckets": self.buckets.summary()
-                or None}
+                return super().comm_record(calibration)
+            return RankComm.from_dict({**(calibration or {}), "buckets": self.buckets.summary()})
+        return RankComm.from_dict({
+            "in_step": True, "method": None if "comm" in self.unseen else EXPOSED_METHOD,
+            "exposed_reason": self.unseen.get("comm"), "cross_check": cross_check(calibration),
+            "in_flight_per_step": list(self.in_flight) if self.in_flight else None,
+            "in_flight_method": IN_FLIGHT_METHOD, "buckets": self.buckets.summary() or None})
 
     def sampler(self, dataset: Any, seed: int, shuffle: bool = True) -> Any:
         cls = SAMPLERS[self.cfg.sampler]

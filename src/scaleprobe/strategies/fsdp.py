@@ -40,6 +40,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from scaleprobe.config.catalog import SMALL_MODELS
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.results import RankComm
 from scaleprobe.core.traits import TRAITS
 from scaleprobe.measure.comm.instep import cross_check
 from scaleprobe.measure.timer import WaitSplit
@@ -184,15 +185,15 @@ class FSDP(DDP):
     def phases_unseen(self) -> dict[str, str]:
         return dict(self.unseen)
 
-    def comm_record(self, calibration: dict[str, Any] | None) -> dict[str, Any]:
+    def comm_record(self, calibration: dict[str, Any] | None) -> RankComm:
         cal = calibration or {}
-        return {"method": None if "comm" in self.unseen else IN_STEP_METHOD,
-                "in_step": True, "exposed_reason": self.unseen.get("comm"),
-                "wrapper_overhead_s": cal.get("wrapper_overhead_s"),
-                "cross_check": cross_check(calibration) if self.world > 1 else None,
-                "calls_per_step": self.waits.step_calls,
-                "units": self.units, "fp32_units": self.fp32_units,
-                "sharding_rule": self.rule}
+        return RankComm.from_dict({
+            "method": None if "comm" in self.unseen else IN_STEP_METHOD,
+            "in_step": True, "exposed_reason": self.unseen.get("comm"),
+            "wrapper_overhead_s": cal.get("wrapper_overhead_s"),
+            "cross_check": cross_check(calibration) if self.world > 1 else None,
+            "calls_per_step": self.waits.step_calls,
+            "units": self.units, "fp32_units": self.fp32_units, "sharding_rule": self.rule})
 
     def extra_metrics(self) -> dict[str, Any]:
         return {"fsdp_units": self.units, "fsdp_fp32_units": self.fp32_units,

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from scaleprobe.core.results import RankComm
 from scaleprobe.core.traits import TRAITS, StrategyTraits
 
 
@@ -77,10 +78,10 @@ class Single:
         every rank (fsdp: sharded parameters) runs it on all, and the progress rank records."""
         return self.rank == self.progress_rank
 
-    def comm_record(self, calibration: dict[str, Any] | None) -> dict[str, Any] | None:
+    def comm_record(self, calibration: dict[str, Any] | None) -> RankComm | None:
         """This rank's communication record from the no_sync calibration (fsdp: the
         in-step measurement, the calibration a cross-check)."""
-        return calibration
+        return RankComm.from_dict(calibration) if calibration else None
 
     def phases_unseen(self) -> dict[str, str]:
         """Phases this rank could not measure ({phase: why}): null in the breakdown."""

@@ -23,8 +23,8 @@ from scaleprobe.core.results import (
     EvalFigures,
     MemoryFacts,
     MemoryPass,
+    Peak,
     RankComm,
-    RankFlops,
     RankMem,
     RankObserved,
     RankRecord,
@@ -416,18 +416,17 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: RankComm | None
     )
 
 
-def _peak(device: torch.device, amp: str) -> dict[str, Any]:
-    """``{"peak": this device's peak FLOP/s for the run's dtype (measure/flops.py)}``, or
-    ``{"peak_reason": why not}``: a peak that cannot be had never fails the run. Resolved
-    before the model exists, so a calibration's memory is gone before memory is measured."""
+def _peak(device: torch.device, amp: str) -> tuple[Peak | None, str | None]:
+    """(this device's peak FLOP/s for the run's dtype (measure/flops.py), None), or (None,
+    why not): a peak that cannot be had never fails the run. Resolved before the model
+    exists, so a calibration's memory is gone before memory is measured."""
     try:
-        peak = resolve_peak(device, amp)
+        return Peak.from_dict(resolve_peak(device, amp)), None
     except Exception as e:  # noqa: BLE001
-        return {"peak": None, "peak_reason": f"no peak: {type(e).__name__}: {e}"}
+        return None, f"no peak: {type(e).__name__}: {e}"
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return {"peak": peak, "peak_reason": None}
 
 
 def _beat_with(beat: Heartbeat, p: Parts, timer: StepTimer, stop: StopRequest,
@@ -482,11 +481,11 @@ def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Strategy, s
     metrics: EvalFigures = {}
     try:
         if not interrupted:
-            got = strategy.comm_record(calibrate_comm(p, st))
+            comm = strategy.comm_record(calibrate_comm(p, st))
             transfer = measure_transfer(p)
             if transfer is not None:
-                got = {**(got or {}), "transfer": transfer}
-            comm = RankComm.from_dict(got) if got else None
+                comm = comm or RankComm()
+                comm.transfer = transfer
         # evaluated on a training rank: a parameter server never runs the forward pass, so its
         # batch-norm statistics were never updated; worker 1 holds the served parameters
         if not interrupted and p.val_loader is not None and strategy.evaluates:
@@ -552,7 +551,9 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
         rec.memory_facts = _memory_facts(p, st, strategy)
     rec.observed = RankObserved.from_dict(observed)
-    rec.flops = RankFlops.from_dict({**p.flops.result(), **(peak or {})}) if p.flops else None
+    rec.flops = p.flops.result() if p.flops else None
+    if rec.flops is not None and peak is not None:
+        rec.flops.peak, rec.flops.peak_reason = peak
     rec.compile = (None if strategy.is_server else
                    compiles.record((st.window_t0, st.window_t1), compiles.ends,
                                    cfg.train.warmup_steps))

@@ -34,8 +34,8 @@ def test_mlp_step_flops_match_a_hand_count():
     sf = F.StepFlops(warmup_steps=1)
     with sf.around(step=0, timed=False):
         _mlp_step()()
-    assert sf.result()["flops_per_step"] == 11200
-    assert sf.result()["reason"] is None
+    assert sf.result().flops_per_step == 11200
+    assert sf.result().reason is None
 
 
 def test_only_the_first_untimed_step_is_counted():
@@ -60,7 +60,7 @@ def test_a_step_without_products_is_null_with_a_reason_not_zero():
     w = torch.ones(4, requires_grad=True)
     with sf.around(0, False):
         (w * 2).sum().backward()
-    assert sf.result()["flops_per_step"] is None and "no matrix product" in sf.reason
+    assert sf.result().flops_per_step is None and "no matrix product" in sf.reason
 
 
 def test_resnet18_224_forward_matches_the_published_multiply_adds():

@@ -198,7 +198,7 @@ def test_bf16_keeps_batchnorm_in_fp32_beside_its_running_stats(one_rank_group, a
     model.eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert model(x).shape == (6, 2)  # evaluation: running stats, same units
-    assert s.comm_record(None)["fp32_units"] == 1
+    assert s.comm_record(None).extra["fp32_units"] == 1
 
 
 def test_the_comm_record_keeps_the_calibration_as_a_cross_check_only(one_rank_group):
@@ -209,8 +209,8 @@ def test_the_comm_record_keeps_the_calibration_as_a_cross_check_only(one_rank_gr
     cal = {"sync_step_s": 0.30, "no_sync_step_s": 0.20, "sync_cost_s": 0.1, "exposed_s": 0.1,
            "samples": {"sync": [9.0, 0.30, 0.31, 0.29], "no_sync": [9.0, 0.20, 0.22, 0.20]}}
     rec = s.comm_record(cal)
-    assert "exposed_s" not in rec and rec["in_step"] is True
-    cc = rec["cross_check"]
+    assert rec.exposed_s is None and rec.in_step is True
+    cc = rec.cross_check
     # pairs after the first: differences 0.10, 0.09, 0.09 (paired, not medians subtracted)
     assert cc["pairs"] == 3 and cc["difference_s"] == pytest.approx(0.09)
     assert cc["interval_s"] == pytest.approx([0.09, 0.10]) and cc["resolved"] is True
