@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.core.results import MemoryPass
 from scaleprobe.measure.flops import cache_dir, cache_locked, read_cache, write_cache
 from scaleprobe.measure.stats import median
 
@@ -57,7 +58,7 @@ def memory_passes(nbytes: int = PROBE_BYTES, repeats: int = 3) -> dict[str, Any]
             "method": METHOD}
 
 
-def machine_memory_passes(folder: Path | None = None) -> dict[str, Any]:
+def machine_memory_passes(folder: Path | None = None) -> MemoryPass:
     """``memory_passes`` of this host at this thread count, measured at most once every
     ``MEASURE_EVERY_S``: a run within that time of the last measurement reuses it, and its
     method says when it was measured. A cache that cannot be read or written costs a
@@ -73,9 +74,10 @@ def machine_memory_passes(folder: Path | None = None) -> dict[str, Any]:
         if (isinstance(hit, dict) and all(k in hit for k in KEYS)
                 and 0 <= time.time() - float(hit.get("measured_at_s") or 0) < MEASURE_EVERY_S):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(hit["measured_at_s"]))
-            return {**{k: hit[k] for k in KEYS},
-                    "method": f"{hit['method']}; measured {when} on this host, reused"}
+            return MemoryPass.from_dict({
+                **{k: hit[k] for k in KEYS},
+                "method": f"{hit['method']}; measured {when} on this host, reused"})
         got = memory_passes()
         cached[key] = {**got, "measured_at_s": time.time()}
         write_cache(folder / CACHE_FILE, cached)
-    return got
+    return MemoryPass.from_dict(got)

@@ -22,7 +22,6 @@ from scaleprobe.config.runconfig import RunConfig
 from scaleprobe.core.results import (
     EvalFigures,
     MemoryFacts,
-    MemoryPass,
     Peak,
     RankComm,
     RankMem,
@@ -546,8 +545,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     comm, metrics, interrupted = _after_window(cfg, p, st, strategy, stop, interrupted)
     rec = rank_record(p, st, timer, comm, metrics)
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
-        passes = machine_memory_passes()
-        rec.memory_pass = MemoryPass.from_dict(passes) if passes else None
+        rec.memory_pass = machine_memory_passes()
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
         rec.memory_facts = _memory_facts(p, st, strategy)
     rec.observed = RankObserved.from_dict(observed)

@@ -27,13 +27,13 @@ def test_a_machines_memory_passes_are_reused_within_their_window(tmp_path, monke
         "method": "fake"})
     monkeypatch.setattr(mp.time, "time", lambda: now[0])
     first = mp.machine_memory_passes(tmp_path)
-    assert first["method"] == "fake"
+    assert first.method == "fake"
     now[0] += mp.MEASURE_EVERY_S - 1
     again = mp.machine_memory_passes(tmp_path)
-    assert again["warm_s_per_byte"] == 1e-10 and "reused" in again["method"]
+    assert again.warm_s_per_byte == 1e-10 and "reused" in again.method
     now[0] += 2
-    assert mp.machine_memory_passes(tmp_path)["method"] == "fake"
+    assert mp.machine_memory_passes(tmp_path).method == "fake"
     assert calls == [1000.0, 1000.0 + mp.MEASURE_EVERY_S + 1]
     (tmp_path / mp.CACHE_FILE).write_text("{torn")  # an unreadable cache: measured again
     now[0] += 1
-    assert mp.machine_memory_passes(tmp_path)["method"] == "fake" and len(calls) == 3
+    assert mp.machine_memory_passes(tmp_path).method == "fake" and len(calls) == 3
