@@ -100,6 +100,35 @@ class EagerPasses(Record):
 
 
 @dataclass
+class CompileEvent(Record):
+    """One compilation (measure/compiled.classify): its kind (dynamo, backward, cudagraph,
+    autotune; compile when torch named none), where it fell against the timed window
+    (warm-up, window, after), its seconds, its start from the window's start, the step it
+    started in (and counted from the first timed step), and a recompile's reason. The
+    result's ``compile.events`` are these, as written."""
+
+    kind: str | None = None
+    compile_id: str | None = None
+    phase: str | None = None
+    duration_s: float | None = None
+    at_s: float | None = None
+    step: int | None = None
+    timed_step: int | None = None
+    recompile: bool | None = None  # None: not told (no compile id)
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GraphBreak(Record):
+    """A reason dynamo broke a graph, and how many times it did."""
+
+    reason: str | None = None
+    count: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RankCompile(Record):
     """This rank's torch.compile compilations (measure/compiled.CompileWatch.record): each
     event with where it fell against the timed window, graph breaks; ``reason`` where they
@@ -107,11 +136,9 @@ class RankCompile(Record):
 
     method: str | None = None
     reason: str | None = None
-    # {kind, compile_id, phase, duration_s, at_s, step, timed_step, recompile, reason}: the
-    # result's compile.events as they are
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[CompileEvent] = field(default_factory=list)
     graph_breaks: int | None = None
-    graph_break_reasons: list[dict[str, Any]] | None = None  # [{reason, count}], top five
+    graph_break_reasons: list[GraphBreak] | None = None  # the five most frequent
     cleared: bool | None = None  # the script reset torch's compile callbacks
     eager: EagerPasses | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -35,7 +35,7 @@ from typing import Any
 # where a compile event falls: the record's own words (core/invariants.py checks them)
 from scaleprobe.core import claim as CL
 from scaleprobe.core.invariants import AFTER, WARMUP, WINDOW
-from scaleprobe.core.rank_record import RankCompile
+from scaleprobe.core.rank_record import CompileEvent, GraphBreak, RankCompile
 
 METHOD = ("torch._dynamo callback_handler start/end callbacks timed with perf_counter; "
           "recompile reasons from torch._dynamo.utils.get_compilation_metrics(); graph breaks "
@@ -150,15 +150,15 @@ class CompileWatch:
         return RankCompile(method=METHOD, reason=None,
                            events=classify(self.events, window, step_ends, warmup, reasons),
                            graph_breaks=None if new is None else sum(new.values()),
-                           graph_break_reasons=[{"reason": k.strip().splitlines()[0][:300],
-                                                 "count": n} for k, n in top],
+                           graph_break_reasons=[GraphBreak(reason=k.strip().splitlines()[0][:300],
+                                                           count=n) for k, n in top],
                            cleared=self.cleared())
 
 
 def classify(events: list[Event], window: tuple[float | None, float | None] | None,
              step_ends: list[float] | None = None, warmup: int = 0,
-             reasons: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Each event as a dict: ``phase`` is ``window`` when it overlaps the timed window
+             reasons: dict[str, str] | None = None) -> list[CompileEvent]:
+    """Each event as the record holds it: ``phase`` is ``window`` when it overlaps the timed window
     ``[t0, t1]`` (an open end reaches to infinity), ``warm-up`` when it ended before the window,
     ``after`` when it started after it; ``at_s`` its start from the window's start."""
     t0, t1 = window or (None, None)
@@ -172,13 +172,11 @@ def classify(events: list[Event], window: tuple[float | None, float | None] | No
             phase = WINDOW
         step = _step_of(ev.t0, step_ends)
         rc = ev.recompile
-        out.append({"kind": ev.kind, "compile_id": ev.compile_id, "phase": phase,
-                    "duration_s": max(0.0, ev.t1 - ev.t0),
-                    "at_s": ev.t0 - t0 if t0 is not None else None,
-                    "step": step, "timed_step": step - warmup if step is not None
-                    and step >= warmup else None,
-                    "recompile": rc,
-                    "reason": (reasons or {}).get(ev.compile_id or "") if rc else None})
+        out.append(CompileEvent(
+            kind=ev.kind, compile_id=ev.compile_id, phase=phase,
+            duration_s=max(0.0, ev.t1 - ev.t0), at_s=ev.t0 - t0 if t0 is not None else None,
+            step=step, timed_step=step - warmup if step is not None and step >= warmup else None,
+            recompile=rc, reason=(reasons or {}).get(ev.compile_id or "") if rc else None))
     return out
 
 
@@ -233,11 +231,11 @@ def result_fields(raw: RankCompile | None, not_compiled: str,
     events = raw.events
     if not events:
         return dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, not_compiled)
-    frames = [e for e in events if e["kind"] in ("dynamo", "compile")]
-    known = all(e["recompile"] is not None for e in frames)
-    m: dict[str, Any] = {"compile_time_s": sum(e["duration_s"] for e in events),
+    frames = [e for e in events if e.kind in ("dynamo", "compile")]
+    known = all(e.recompile is not None for e in frames)
+    m: dict[str, Any] = {"compile_time_s": sum(e.duration_s or 0.0 for e in events),
                          "compiles": len(frames),
-                         "recompiles": sum(1 for e in frames if e["recompile"]) if known else None,
+                         "recompiles": sum(1 for e in frames if e.recompile) if known else None,
                          "graph_breaks": raw.graph_breaks}
     inside = max((_inside(r.events) for r in [raw, *(others or [])]),
                  key=lambda t: (t[0], t[2]))
@@ -255,11 +253,11 @@ def result_fields(raw: RankCompile | None, not_compiled: str,
     return m, why
 
 
-def _inside(events: list[dict[str, Any]]) -> tuple[int, int, float]:
+def _inside(events: list[CompileEvent]) -> tuple[int, int, float]:
     """(compilations, recompiles, seconds) inside the timed window."""
-    inside = [e for e in events if e.get("phase") == WINDOW]
-    return (len(inside), sum(1 for e in inside if e.get("recompile")),
-            sum(e.get("duration_s") or 0.0 for e in inside))
+    inside = [e for e in events if e.phase == WINDOW]
+    return (len(inside), sum(1 for e in inside if e.recompile),
+            sum(e.duration_s or 0.0 for e in inside))
 
 
 def block(raw: RankCompile | None, mode: str | None, backend: str | None = None
@@ -270,7 +268,8 @@ def block(raw: RankCompile | None, mode: str | None, backend: str | None = None
         return None
     return {"mode": mode, "backend": backend, "method": raw.method,
             "graph_breaks": raw.graph_breaks,
-            "graph_break_reasons": raw.graph_break_reasons or [], "events": raw.events}
+            "graph_break_reasons": [g.to_dict() for g in raw.graph_break_reasons or []],
+            "events": [e.to_dict() for e in raw.events]}
 
 
 def vs_eager_line(block_: dict[str, Any] | None, why: dict[str, str]) -> str | None:

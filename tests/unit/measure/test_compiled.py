@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from scaleprobe.core.invariants import check_run, window_line
-from scaleprobe.core.results import RankCompile, RunResult
+from scaleprobe.core.results import CompileEvent, RankCompile, RunResult
 from scaleprobe.measure.compiled import (
     AFTER,
     WARMUP,
     WINDOW,
     CompileWatch,
     Event,
+    block,
     classify,
     result_fields,
     summary_line,
@@ -19,8 +20,7 @@ from scaleprobe.measure.compiled import (
 
 
 def _phases(events, window, ends=None, warmup=0):
-    return [(e["phase"], e["step"], e["timed_step"])
-            for e in classify(events, window, ends, warmup)]
+    return [(e.phase, e.step, e.timed_step) for e in classify(events, window, ends, warmup)]
 
 
 def test_events_on_either_side_of_the_window_boundaries():
@@ -61,12 +61,12 @@ def test_result_fields_from_a_rank_record():
                  "compiles_in_window": 1, "recompiles_in_window": 1,
                  "compile_in_window_s": 1.0, "graph_breaks": 2}
     assert why == {}
-    line = window_line(raw.events)
+    line = window_line(block(raw, None)["events"])  # as the result holds them
     assert line.startswith("1 recompile inside the timed window, 1.00 s in timed step 1")
     assert "size mismatch" in line
     # another rank recompiled twice in the window: the most of any rank is the run's
-    other = RankCompile(events=[{"phase": WINDOW, "recompile": True, "duration_s": 1.5,
-                                 "kind": "dynamo"}] * 2)
+    other = RankCompile(events=[CompileEvent(phase=WINDOW, recompile=True, duration_s=1.5,
+                                             kind="dynamo")] * 2)
     m2, _ = result_fields(raw, "not compiled", [raw, other])
     assert (m2["compiles_in_window"], m2["recompiles_in_window"], m2["compile_in_window_s"]) == (
         2, 2, 3.0)
@@ -79,7 +79,8 @@ def test_a_compile_in_the_window_is_an_invariant_and_a_summary_line():
     events = classify([Event("dynamo", "0/0", 0.0, 5.0), Event("dynamo", "0/1", 10.5, 11.5)],
                       (10.0, 20.0), [9.0, 10.0, 11.0], 2)
     m, _ = result_fields(RankCompile(graph_breaks=0, events=events), "-")
-    rec = RunResult(status="ok", compile={"mode": "default", "events": events})
+    rec = RunResult(status="ok", compile={"mode": "default",
+                                          "events": [e.to_dict() for e in events]})
     for k, v in m.items():
         setattr(rec.metrics, k, v)
     broken = [v for v in check_run(rec) if v["name"] == "compile in window"]
@@ -113,9 +114,9 @@ def test_a_shape_change_inside_the_window_is_caught_as_a_recompile():
     rec = watch.record((t0, watch.ends[-1]), watch.ends, warmup=2)
     watch.remove()
     assert rec.reason is None
-    got = [(e["compile_id"], e["phase"], e["timed_step"], e["recompile"]) for e in rec.events]
+    got = [(e.compile_id, e.phase, e.timed_step, e.recompile) for e in rec.events]
     assert got == [("0/0", WARMUP, None, False), ("0/1", WINDOW, 1, True)]
-    assert "size mismatch" in rec.events[1]["reason"]
+    assert "size mismatch" in rec.events[1].reason
     m, _ = result_fields(rec, "-")
     assert m["recompiles_in_window"] == 1 and m["compile_in_window_s"] > 0
 
