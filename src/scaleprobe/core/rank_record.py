@@ -54,14 +54,30 @@ class RankMem(Record):
 
 
 @dataclass
+class StandaloneTransfer(Record):
+    """The network part of one synchronisation, timed after training
+    (train/calibrate.measure_transfer): the strategy's own collective for the bytes one
+    synchronisation moves, each time the slowest rank's; per step, divided by the steps
+    between synchronisations. The run's ``comm.transfer_standalone`` is this, as written."""
+
+    op: str | None = None
+    bytes: int | None = None
+    times_s: list[float] = field(default_factory=list)
+    median_s: float | None = None
+    every: int | None = None  # steps between synchronisations
+    per_step_s: float | None = None
+    method: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RankComm(Comm):
     """What a rank measured of its communication (its strategy's ``comm_record``; wrap: DDP's
     comm hook), on the run's ``Comm`` fields, plus the standalone collective its run's
     transfer time is split with (``train/calibrate.measure_transfer``). ``assemble`` makes
     the run's ``Comm`` from it."""
 
-    # {op, bytes, times_s, median_s, per_step_s, method, ...}; absent where none was timed
-    transfer: dict[str, Any] | None = None
+    transfer: StandaloneTransfer | None = None  # absent where none was timed
     models_timed: int | None = None  # wrap: DDP models its comm hook timed
     transfer_reason: str | None = None  # why there is none (wrap: no standalone collective)
 

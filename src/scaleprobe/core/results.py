@@ -221,6 +221,7 @@ from scaleprobe.core.rank_record import (  # noqa: F401  (re-exported)
     RankFlops,
     RankObserved,
     RankTarget,
+    StandaloneTransfer,
     TargetPoint,
 )
 from scaleprobe.core.record import TRANSIENT, Record, get  # noqa: F401  (re-exported)
@@ -315,6 +316,7 @@ __all__ = [
     "Record",
     "RunResult",
     "SkippedPoint",
+    "StandaloneTransfer",
     "StateBytes",
     "StepTime",
     "Straggler",

@@ -23,6 +23,7 @@ from scaleprobe.core.results import (
     RankRecord,
     RankSummary,
     RunResult,
+    StandaloneTransfer,
     StateBytes,
     Straggler,
     TimeToTarget,
@@ -476,7 +477,7 @@ def _comm(result: RunResult, cfg: RunConfig, raw0: RankRecord, ranks: list[RankR
 
 
 def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
-                   transfer: dict[str, Any] | None, calibrated: bool) -> None:
+                   transfer: StandaloneTransfer | None, calibrated: bool) -> None:
     """The exposed time split into transfer (the standalone collective, at most the exposed
     time) + sync overhead, with the method of each; one process: none of either."""
     why = result.null_reasons
@@ -494,15 +495,15 @@ def _split_exposed(c: Comm, result: RunResult, raw0: RankRecord,
                                                   "wrapper's hooks and bucket copies, not "
                                                   "communication (kept inside backward)")
     else:
-        c.transfer_standalone = transfer
-        split = split_exposed(c.exposed_s, transfer["per_step_s"] if transfer else None)
+        c.transfer_standalone = transfer.to_dict() if transfer is not None else None
+        split = split_exposed(c.exposed_s, transfer.per_step_s if transfer else None)
         c.transfer_s, c.sync_overhead_s = split["transfer_s"], split["sync_overhead_s"]
         c.transfer_hidden_s = split["transfer_hidden_s"]
         if c.exposed_s is None:
             why["comm.transfer_s"] = why["comm.sync_overhead_s"] = (
                 raw0.phases_unseen.get("comm") or "no step was timed")
         elif transfer is not None:
-            c.transfer_method = f"{TRANSFER_METHOD}; standalone: {transfer['method']}"
+            c.transfer_method = f"{TRANSFER_METHOD}; standalone: {transfer.method}"
             c.sync_overhead_method = OVERHEAD_METHOD
         else:
             reason = (c.extra.pop("transfer_reason", None) or

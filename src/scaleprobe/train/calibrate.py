@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from scaleprobe.core.results import StandaloneTransfer
 from scaleprobe.measure.comm.bench import plan_iters, time_collective
 from scaleprobe.measure.stats import median
 
@@ -69,7 +70,7 @@ TRANSFER_REPEATS = 5  # timed standalone collectives after training (fewer for h
 
 
 def measure_transfer(p: Parts, repeats: int = TRANSFER_REPEATS,
-                     warmup: int = 1) -> dict[str, Any] | None:
+                     warmup: int = 1) -> StandaloneTransfer | None:
     """The network part of one synchronisation, measured in place after training: the
     strategy's own collective (``traits.sync_collective``) for the bytes one synchronisation
     moves, on this run's backend and process group, ``repeats`` times after ``warmup``; each
@@ -87,7 +88,7 @@ def measure_transfer(p: Parts, repeats: int = TRANSFER_REPEATS,
     med = median(times)
     every = max(1, int(s.sync_period))
     per = f", divided by the {every} steps between synchronisations" if every > 1 else ""
-    return {"op": op, "bytes": nbytes, "times_s": times, "median_s": med, "every": every,
-            "per_step_s": med / every,
-            "method": f"standalone {op} of {nbytes} bytes on this run's process group after "
-                      f"training: median of {iters} after {warm} warm-up, slowest rank each{per}"}
+    return StandaloneTransfer(
+        op=op, bytes=nbytes, times_s=times, median_s=med, every=every, per_step_s=med / every,
+        method=f"standalone {op} of {nbytes} bytes on this run's process group after "
+               f"training: median of {iters} after {warm} warm-up, slowest rank each{per}")
