@@ -136,7 +136,7 @@ def kill_strays(since: float, spare: set[int | None] | None = None) -> list[int]
     were still being started or importing torch left them running for minutes, waiting for a
     rendezvous that was gone) and their children. Multiprocessing's resource tracker, shared
     by whatever else this process starts, is left alone. Returns the pids killed."""
-    killed = []
+    killed: list[int] = []
     try:
         children = psutil.Process().children(recursive=True)
     except psutil.Error:
