@@ -378,6 +378,7 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
         return [RunResult.from_dict({**rec, "run_id": f"{c.name}-{len(calls)}",
                                      "metrics": {**rec["metrics"], "step_time_s":
                                                  {"median": 0.12, "rel_ci": 0.05},
+                                                 "steps_timed": 20,
                                                  "cpu_util_pct": 9.0 + len(calls)}})
                 for c in cfgs]
 
@@ -391,6 +392,11 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
     assert two["cpu_share_pct"] == {"row": 11.0, "one_rank_runs": 20.0}
     assert "CPU: the row's processes 11% of the machine, its one-rank runs 20% together" in \
         P_show._share(two["cpu_share_pct"])
+    # a timed window of fewer than 3 monitor samples (5 steps of 0.12 s at 0.5 s a sample)
+    # is too short to read: no share, rather than "7% of the machine" for two busy ranks
+    short = RunResult.from_dict({**rec, "metrics": {**rec["metrics"], "steps_timed": 5,
+                                                    "step_time_s": {"median": 0.12}}})
+    assert V.cpu_share([short, short], short) is None and P_show._share(None) == ""
     calls.clear()
     one = V._one(got, by[1], args, runner)
     assert calls == [["plan-ddp-1x32"]] and one["one_rank_side_by_side"] == 1
