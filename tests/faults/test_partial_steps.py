@@ -61,11 +61,12 @@ def test_killed_loader_worker_keeps_every_ranks_steps(tmp_path, out_dir):
                                       extra=("--loader", "pipelined", "--workers", 1))
     assert rec["error"].startswith("rank 1:") and "DataLoader worker" in rec["error"]
     # the worker's death reaches rank 1 as a signal (SIGCHLD) or at its next batch: after
-    # its part of the step's all-reduce, before the step closed, so rank 0 (the figures'
-    # rank) may have timed one step more than rank 1 kept
+    # its part of the step's all-reduce, so either rank may have closed and logged one step
+    # more than the other (rank 1 had its 12th batch in hand: seen 11 against rank 0's 10,
+    # rank 0 ended by the launcher before it wrote its 12th)
     timed = rec["metrics"]["steps_timed"]
     assert timed in (AT_CALL - 2, AT_CALL - 1)
-    check_kept(rec, timed, {AT_CALL - 2, timed})
+    check_kept(rec, timed, {AT_CALL - 2, AT_CALL - 1})
 
 
 DDP_SCRIPT = """
