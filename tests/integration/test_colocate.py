@@ -1,5 +1,7 @@
 """A tiny real co-location: two jobs alone, then together, two repeats interleaved."""
 
+import math
+
 import pytest
 
 from scaleprobe.core import metrics
@@ -88,8 +90,12 @@ def test_two_jobs_alone_then_together(cli, out_dir):
         expect = ("inconclusive (1 repeat)" if stored["n"] < 2 else "slower together"
                   if iv.lo > 1 else "faster together" if iv.hi < 1 else "not resolved")
         assert job["reading"] == expect
-    los = [j["slowdown_interval"]["lo"] for j in co["jobs"]]
-    his = [j["slowdown_interval"]["hi"] for j in co["jobs"]]
+    # a job with one repeat together (the other ran partly alone) decides nothing, whatever
+    # its interval (the CI saw cnn-b32 at n = 1 with lo above 1.10 read as a cause)
+    decided = [j["slowdown_interval"] for j in co["jobs"] if j["slowdown_interval"]["n"] >= 2]
+    los = [iv["lo"] for iv in decided]
+    his = [j["slowdown_interval"]["hi"] if j["slowdown_interval"]["n"] >= 2 else math.inf
+           for j in co["jobs"]]
     if any(lo > NO_INTERFERENCE_BELOW for lo in los):
         # its cause, from the machine's use while together as the record holds it
         cpu, gpu = co["cpu_util_pct_together"], co["gpu_util_pct_together"]
