@@ -49,6 +49,7 @@ from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings import advice
 from scaleprobe.report.findings.across_runs import experiment_findings
 from scaleprobe.report.findings.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.report.findings.grouped import device_peak
 from scaleprobe.report.reading import pairing as P
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading.machine_load import run_load
@@ -359,13 +360,10 @@ def _cpu_starved(rec: RunResult) -> str | None:
 
 
 def _memory(rec: RunResult, th: Thresholds) -> Finding | None:
-    total = rec.gpu_total_bytes
-    pm = rec.metrics.peak_mem_bytes
-    readings = [v for v in (pm.device_allocated, pm.device_reserved, pm.device_nvml)
-                if v is not None]
-    if not total or not readings:
+    got = device_peak(rec)
+    if got is None:
         return None
-    peak = max(readings)
+    peak, total = got
     frac = peak / total
     ev = f"device peak {fmt.bytes_(peak)} of {fmt.bytes_(total)} ({fmt.pct(frac)})"
     batch = rec.batch_size

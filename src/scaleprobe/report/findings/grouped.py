@@ -32,12 +32,19 @@ def _window_ratio(rec: RunResult) -> float | None:
     return gap[0] / gap[1] if gap else None
 
 
-def _device_share(rec: RunResult) -> float | None:
+def device_peak(rec: RunResult) -> tuple[float, float] | None:
+    """The run's device memory peak (the largest of its readings: allocated, reserved,
+    NVML's) and the device's total; None where either is unknown."""
     pm = rec.metrics.peak_mem_bytes
     readings = [v for v in (pm.device_allocated, pm.device_reserved, pm.device_nvml)
                 if v is not None]
     total = rec.gpu_total_bytes
-    return max(readings) / total if readings and total else None
+    return (max(readings), total) if readings and total else None
+
+
+def _device_share(rec: RunResult) -> float | None:
+    got = device_peak(rec)
+    return got[0] / got[1] if got else None
 
 
 def _cores(v: float) -> str:
