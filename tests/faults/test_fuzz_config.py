@@ -268,7 +268,7 @@ def argv_for(rng: random.Random, cmd: str, files: dict[str, list[str]], tmp: Pat
 @pytest.mark.parametrize("cmd", ["run", "sweep", "scale", "report", "predict"])
 def test_random_command_lines_never_traceback(cmd, tmp_path, capsys, stop_before_work):
     """Random flags, values, --set pairs, files and specs for run, sweep, scale and report,
-    and random flags and values for predict (issue 41: --alpha-us 1e309, --compute-time nan,
+    and random flags and values for predict (bugs caught: --alpha-us 1e309, --compute-time nan,
     --nproc 100000000 took a traceback or minutes): every one ends in exit code 0 (the work
     would start; predict answers) or 2 with one line on stderr."""
     rng = random.Random(f"{SEED}-{cmd}")
@@ -283,7 +283,7 @@ def test_random_command_lines_never_traceback(cmd, tmp_path, capsys, stop_before
     assert 2 in codes and 0 in codes  # both outcomes were exercised
 
 
-ISSUE_11 = [  # (TOML body, the message's tail) - the bad inputs issue 11 observed
+EARLY_BAD_INPUTS = [  # (TOML body, the message's tail) - bad inputs once met
     ("optimizer = [1, 2]", "train.optimizer: expected one of sgd, adamw, got [1, 2] (an array)"),
     ("loader = true", "data.loader: expected one of naive, pipelined, got true (a boolean)"),
     ("[dist]\ntimeout_s = [1, 2]",
@@ -295,9 +295,9 @@ ISSUE_11 = [  # (TOML body, the message's tail) - the bad inputs issue 11 observ
 ]
 
 
-@pytest.mark.parametrize("body,needle", ISSUE_11)
+@pytest.mark.parametrize("body,needle", EARLY_BAD_INPUTS)
 def test_issue_11_bad_inputs_in_a_run_file(body, needle, tmp_path, capsys, stop_before_work):
-    """Each bad input of issue 11 (tracebacks; negative momentum accepted) in a run's TOML file:
+    """Each of those bad inputs (once tracebacks; negative momentum accepted) in a run's TOML file:
     exit 2, one line naming the file, the key, what it expects and what was given."""
     f = tmp_path / "exp.toml"
     f.write_text(body + "\n")
@@ -305,7 +305,7 @@ def test_issue_11_bad_inputs_in_a_run_file(body, needle, tmp_path, capsys, stop_
     assert code == 2 and err.strip() == f"scaleprobe: error: {f}: {needle}"
 
 
-@pytest.mark.parametrize("body,needle", ISSUE_11)
+@pytest.mark.parametrize("body,needle", EARLY_BAD_INPUTS)
 def test_issue_11_bad_inputs_in_a_sweep_spec(body, needle, tmp_path, capsys, stop_before_work):
     """The same inputs in a sweep spec's [base] and as a grid value are refused before any
     point runs (the grid used to hand them to the points unchecked)."""

@@ -33,7 +33,7 @@ def _err(capsys, *argv):
     (["run", "--dataset", "cifar10"], "needs --data-dir"),
     (["run", "--dataset", "mnist", "--data-dir", "/nonexistent/dir"], "not found"),
     (["run", "--strategy", "dp"], "--strategy dp needs at least 2 CUDA devices"),
-    # issue 41: an lm run given the image default trained on text without a word
+    # bug caught: an lm run given the image default trained on text without a word
     (["run", "--task", "lm", "--dataset", "digits"], "--task lm reads tokens: --dataset "),
     (["run", "--task", "lm", "--model", "digits_cnn"], "--task lm trains a GPT decoder"),
     (["run", "--nproc", "2"], "--nproc 2 starts 2 processes: add --strategy ddp (or ps, "),
@@ -99,7 +99,7 @@ def test_unreadable_and_unknown_key_toml(capsys, tmp_path):
 
 def test_report_reads_scaleprobe_out_by_default(capsys, tmp_path, monkeypatch,
                                                 stop_before_work):
-    """Issue 41: `scaleprobe report` insisted on a folder; run, sweep and demo write to
+    """Bug caught: `scaleprobe report` insisted on a folder; run, sweep and demo write to
     scaleprobe-out when --out is left out, so that is where it looks."""
     monkeypatch.chdir(tmp_path)
     code, err = _err(capsys, "report")
@@ -109,7 +109,7 @@ def test_report_reads_scaleprobe_out_by_default(capsys, tmp_path, monkeypatch,
 
 
 def test_torchs_no_cuda_runtime_note_is_kept_out(caplog):
-    """Issue 41: "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'" (torch, on a
+    """Bug caught: "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'" (torch, on a
     machine with a CUDA toolkit and no GPU) leaked into scaleprobe's output."""
     import logging
 
@@ -263,7 +263,7 @@ def test_threads_per_rank_is_a_flag_that_scale_holds_for_every_point():
     (["sweep"], "the following arguments are required: SPEC.toml"),
     (["run", "--workers", "two"], "argument --workers: expected a whole number >= 0, got 'two'"),
     (["run", "--name", "a\nb"], "expected text without control characters"),
-    # issue 41: the command's own help, and its nearest option or another tool's name for it
+    # bug caught: the command's own help, and its nearest option or another tool's name for it
     (["run", "--batchsize", "3"], "scaleprobe run: error: unrecognized arguments: --batchsize; "
      "did you mean --batch-size? (see `scaleprobe run --help`)"),
     (["run", "--batch_size=3"], "did you mean --batch-size?"),

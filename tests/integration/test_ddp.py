@@ -121,7 +121,7 @@ def test_one_process_ddp_reports_no_communication(cli, out_dir):
     assert c.get("transfer_standalone") is None  # nothing to time with one process
     assert "communication: none (world size 1)" in p.stdout
     # 3 calibration steps: 3 sync and 3 no_sync timings, the first pair dropped: 2 pairs; the
-    # overhead is shown with their interval, or as not resolved (issue 38 item 4)
+    # overhead is shown with their interval, or as not resolved
     fig = c["wrapper_overhead"]
     assert fig["pairs"] == 2 and len(fig["interval_s"]) == 2
     lo = fig["interval_s"][0]

@@ -114,7 +114,7 @@ def test_make_demo_shows_the_install_and_takes_another_torch_index(tmp_path, tor
 
 
 def test_the_readme_says_how_to_reach_scaleprobe_before_its_first_command():
-    """Issue 41: after `make demo` every README command (`scaleprobe ...`) answered "command
+    """Bug caught: after `make demo` every README command (`scaleprobe ...`) answered "command
     not found": make installs into .venv, and nothing said to activate it. The activation
     comes before the first `scaleprobe` command of the README, and `make demo` ends with it."""
     text = (ROOT / "README.md").read_text()

@@ -512,7 +512,7 @@ for i in range(8):
 
 @pytest.mark.parametrize("case", ["chdir, os._exit(0)", "os._exit(5)", "no optimizer step"])
 def test_hostile_scripts_lose_no_step_and_are_named(tmp_path, case):
-    """Issue 41: a script that os.chdir's with a relative --out wrote its rank files under
+    """Bug caught: a script that os.chdir's with a relative --out wrote its rank files under
     its new folder (0 steps recorded); os._exit(0) left 0 steps and `batch: None`; os._exit(5)
     was named by torch's boilerplate; a script that never calls optimizer.step() said "too
     few steps after warm-up?"."""

@@ -45,7 +45,7 @@ def test_predict_table(capsys):
     (["predict", "--nproc", "2", "--from", "/nonexistent.json"], "no such file"),
     (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "-1"],
      "argument --compute-time: expected a number in (0, "),
-    # issue 41: every flag in range and read by the mode asked for
+    # bug caught: every flag in range and read by the mode asked for
     (["predict", "--params", "1e6", "--nproc", "2", "--compute-time", "nan"],
      "argument --compute-time: expected a number in (0, "),
     (["predict", "--params", "nan", "--nproc", "2"], "argument --params: expected a number"),

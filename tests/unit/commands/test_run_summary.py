@@ -150,7 +150,7 @@ def test_a_window_that_ended_at_max_seconds_says_the_median_was_not_stable():
 
 
 def test_the_standalone_collective_and_the_model_are_shown_and_neither_blamed():
-    """Issue 38 item 5: gaps of 2.37x and 4.16x were blamed on the standalone ("it ran under
+    """Bug caught: gaps of 2.37x and 4.16x were blamed on the standalone ("it ran under
     load") without evidence; an independent `scaleprobe comm` then agreed with the standalone,
     not the model. Both figures stand; the gap is said, no side is called off."""
     from scaleprobe.commands.run_summary import agreement

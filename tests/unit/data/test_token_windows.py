@@ -86,7 +86,7 @@ def test_a_larger_vocabulary_may_be_given_a_smaller_one_is_an_error(tmp_path):
     ("too big for uint16", "does not fit uint16"),
     ("meta vocab too small", "outside the vocabulary of 3"),
     ("not json", "cannot read .*meta.json"),
-    # issue 41: a folder or a FIFO said "token file not found"; unreadable, a PermissionError
+    # bug caught: a folder or a FIFO said "token file not found"; unreadable, a PermissionError
     ("folder", r"train.bin is a folder, not a token file"),
     ("fifo", r"train.bin is not a regular file \(a FIFO"),
     ("unreadable", r"cannot read .*train.bin: Permission denied"),

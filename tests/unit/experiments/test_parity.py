@@ -108,7 +108,7 @@ def test_holds_broken_and_inconclusive_from_hand_made_accuracies():
     assert noisy.verdict == "inconclusive" and "seeds" in noisy.text
     one = parity_verdict([0.95], [0.80], 0.01)
     assert one.verdict == "inconclusive" and "--repeats 3" in one.text
-    # one seed decides nothing, in the claim's words (issue 38)
+    # one seed decides nothing, in the claim's words
     assert one.text.startswith("difference (N - 1): -0.1500: inconclusive (1 repeat)")
     assert noisy.text.startswith("difference (N - 1): ") and \
         ": not resolved (the interval crosses +/-0.0100)" in noisy.text
@@ -130,7 +130,7 @@ def test_interval_touching_the_tolerance_decides_nothing():
 
 
 def test_help_texts_agree_on_where_the_tolerance_comes_from():
-    """Issue 38 item 12: `run --help` said the tolerance was "derived from the measured
+    """Bug caught: `run --help` said the tolerance was "derived from the measured
     seed-to-seed spread" while --parity-tolerance said "never derived from the noise" (the
     code: the user's 0.01)."""
     import dataclasses

@@ -188,7 +188,7 @@ def test_gpu_pinning_uses_visible_devices(monkeypatch):
 
 
 def test_one_repeat_slowdown_is_inconclusive_never_within_noise():
-    """Issue 38 item 7: a one-repeat 1.45x (and 0.59x) slowdown was read "within noise". Its
+    """Bug caught: a one-repeat 1.45x (and 0.59x) slowdown was read "within noise". Its
     interval (1% within-run spread each side, widened to the 10% floor) is
     [1.45 / 1.1, 1.45 x 1.1] = [1.318, 1.595] (printed 1.59: 1.595 is 1.59499.. in binary):
     clear of 1, yet one repeat decides nothing."""
@@ -211,7 +211,7 @@ def test_interval_holding_1_is_not_resolved():
 
 
 def test_colocate_md_names_a_job_measured_alone_under_load():
-    """Issue 38 item 6: colocate.md did not say which runs were measured under load. Job a's
+    """Bug caught: colocate.md did not say which runs were measured under load. Job a's
     run alone in repeat 2 had 1.60 cores of other processes beside it."""
     from scaleprobe.core.claim import Source
 

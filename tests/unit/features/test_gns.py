@@ -132,7 +132,7 @@ def test_blocks_merge_a_block_without_signal_into_its_smaller_neighbour():
 
 
 def test_the_terminal_line_says_a_one_process_step_ran_as_two_half_batches():
-    """Issue 38 item 10: the one-process --gns note was missing from the terminal: its step
+    """Bug caught: the one-process --gns note was missing from the terminal: its step
     ran as two half-batches, so the run's step and epoch time and memory are of that step."""
     from scaleprobe.core.results import Gns
 

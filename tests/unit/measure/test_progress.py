@@ -102,7 +102,7 @@ def test_the_point_names_its_repeat_and_the_watch_ends_with_the_point(tmp_path):
 
 
 def test_a_line_names_the_first_point_before_it_ends(tmp_path):
-    """Issue 41: the point count "[1/15]" appeared only when the first point ended (322 s on
+    """Bug caught: the point count "[1/15]" appeared only when the first point ended (322 s on
     a busy machine). The first point started is said at once; the others when they end."""
     out = io.StringIO()
     bar = EP.SweepProgress(True, Console(file=out, width=200), "demo-batch-size")
@@ -122,7 +122,7 @@ def test_a_line_names_the_first_point_before_it_ends(tmp_path):
 
 
 def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():
-    """Issue 41: the demo took ~36 min under load (3 min 32 s quiet) and said nothing of it.
+    """Bug caught: the demo took ~36 min under load (3 min 32 s quiet) and said nothing of it.
     Before it starts it says its runs, the time expected on this machine with the load it
     sees, and on a busy machine what --quick would take."""
     from scaleprobe.commands import demo
@@ -141,7 +141,7 @@ def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():
 
 
 def test_outside_a_terminal_a_run_prints_a_plain_line_every_interval(monkeypatch, capsys):
-    """Issue 41: outside a terminal `run` printed no progress at all (a --compile run:
+    """Bug caught: outside a terminal `run` printed no progress at all (a --compile run:
     nothing for 7 min 52 s). A plain line comes every PLAIN_EVERY_S, also inside a step."""
     import time
 
@@ -161,7 +161,7 @@ def test_outside_a_terminal_a_run_prints_a_plain_line_every_interval(monkeypatch
 
 
 def test_the_bar_keeps_its_figures_in_80_columns():
-    """Issue 41: in an 80-column terminal the bar read `training ━━━ 14/… steps 0:… 0:0…`;
+    """Bug caught: in an 80-column terminal the bar read `training ━━━ 14/… steps 0:… 0:0…`;
     the note and the bar give way, never the counts and times."""
     from scaleprobe.measure.progress import progress_bar
 

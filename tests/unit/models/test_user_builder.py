@@ -23,7 +23,7 @@ def empty():
 @pytest.mark.parametrize("fn,what", [("build", "every parameter is frozen"),
                                      ("empty", "it has no parameters")])
 def test_a_model_with_nothing_to_train_is_one_line(tmp_path, fn, what):
-    """Issue 41: torch's "element 0 of tensors does not require grad" (with or without --gns)
+    """Bug caught: torch's "element 0 of tensors does not require grad" (with or without --gns)
     or DDP's "not needed when a module doesn't have any parameter", exit 1."""
     f = tmp_path / "frozen.py"
     f.write_text(FROZEN)

@@ -136,7 +136,7 @@ def test_check_on_the_command_line(tmp_path, capsys, monkeypatch):
     assert main(["predict", "--check", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "0.85" in out and "goal (median within +-10%" in out
-    # issue 41: one unit named in the headings, nothing cut in 80 columns
+    # bug caught: one unit named in the headings, nothing cut in 80 columns
     assert "measured" in out and " ms" in out and "…" not in out
     assert max(len(line) for line in out.splitlines()) <= 80
     (tmp_path / "results.jsonl").write_text(lines[0] + "\n")

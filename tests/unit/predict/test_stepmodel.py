@@ -198,7 +198,7 @@ def test_from_needs_a_one_rank_run(tmp_path, capsys):
                                                 (1, "1", True)])  # steps of 45 ms, 18 s
 def test_predict_table_keeps_one_unit_and_fits_80_columns(tmp_path, capsys, monkeypatch, scale,
                                                           nnodes, loaded):
-    """Issue 41: "step 12.74 s ms", seconds under a heading of ms, and the table cut at 80
+    """Bug caught: "step 12.74 s ms", seconds under a heading of ms, and the table cut at 80
     columns ("speed…", "unreac…"). Each table's times share one unit, named in its headings.
     A run measured under load cut it again ("strate…", "unreachable, under lo…"): the cell
     is now "unreachable*", the star the load caveat's."""

@@ -289,7 +289,7 @@ def _comm_text(rec: dict[str, Any]) -> str:
 
 
 def test_one_process_wrapper_overhead_only_with_an_interval_clear_of_zero():
-    """Issue 38 item 4: one-process DDP printed "wrapper overhead 107.6 ms per step" (34% of
+    """Bug caught: one-process DDP printed "wrapper overhead 107.6 ms per step" (34% of
     the step, no interval) from sync-minus-no_sync noise. The paired differences here (first
     pair dropped) are +0.10, -0.10, +0.10, -0.10, +0.10, -0.09, +0.12 s: median 0.10 s, the
     interval of 7 runs from the least to the largest, -0.10 to +0.12 s, so 0 lies inside:

@@ -79,7 +79,7 @@ def test_the_state_each_rank_holds_and_the_summary_lines():
 
 
 def test_the_comm_headline_is_the_in_step_median_with_its_interval():
-    """Issue 38 item 3: "exposed 23.9 ms" (the breakdown's mean-share figure, no interval)
+    """Bug caught: "exposed 23.9 ms" (the breakdown's mean-share figure, no interval)
     stood above the in-step median of 11.4 ms. The headline is now the in-step median and
     its interval; the breakdown's figure follows, labelled; sync minus no_sync only as the
     labelled cross-check; sync overhead is not split into parts nobody measured."""

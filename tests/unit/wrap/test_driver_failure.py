@@ -30,7 +30,7 @@ def test_the_failed_ranks_error_and_exit_code_come_first(tmp_path):
 
 
 def test_a_rank_that_exited_with_a_code_and_no_line_is_named_in_scaleprobes_words(tmp_path):
-    """Issue 41: a wrapped rank that exited with code 5 and left no line of its own was
+    """Bug caught: a wrapped rank that exited with code 5 and left no line of its own was
     recorded with torch's launcher boilerplate ("To enable traceback see: ...")."""
     from types import SimpleNamespace
 

@@ -126,7 +126,7 @@ def epoch_basis(recs: list[RunResult]) -> str:
     and steps per epoch, else seconds per sample."""
     every = [x for r in recs for x in P.repeats_of(r)]
     if every and all(window_epoch(x) is not None for x in every):
-        # one basis for the row: the timed window, as its samples/s (issue 38: a 56.4 s
+        # one basis for the row: the timed window, as its samples/s (a 56.4 s
         # epoch beside 30.4 samples/s that needed 46.3 s)
         return "window"
     if every and all(measured_epoch(x) for x in every):

@@ -45,7 +45,7 @@ FIT_METHOD = ("weighted least squares of steps to target on 1/batch (S = S_min +
               "weights 1/S^2); 95% interval: bootstrap over each batch size's runs (2000 "
               "resamples, fixed seed)")
 NOISE_HEADERS = ("B_noise", "Batch vs B_noise")
-FACTOR = 2.0  # "agree": measured and predicted within this factor of each other (issue 33)
+FACTOR = 2.0  # "agree": measured and predicted within this factor of each other
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def test_sync_overhead_is_not_given_network_advice():
     assert "transfer 0.30 ms" in f.evidence and "sync overhead 24.7 ms" in f.evidence
     assert "the cost is not the network" in f.recommendation
     assert "--bucket-cap-mb" not in f.recommendation and "Gbit/s" not in f.recommendation
-    # issue 38 item 3: no part of the overhead was timed apart, so none is named as its cause
+    # bug caught: no part of the overhead was timed apart, so none is named as its cause
     assert ("sync overhead 24.7 ms (not split further: its parts are not measured apart; it "
             "may hold gradient hooks, bucket copies, waiting for the slowest rank)") in f.evidence
     assert "synchronisation overhead (not split further" in f.recommendation

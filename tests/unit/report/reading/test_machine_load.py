@@ -148,7 +148,7 @@ def test_a_partners_cpu_is_counted_on_its_own_cores_once_over_the_shared_window(
 
 
 def test_the_load_caveat_rides_on_the_claims_it_concerns(tmp_path):
-    """Issue 38 item 6: scale.md, colocate.md and the report did not say which runs were
+    """Bug caught: scale.md, colocate.md and the report did not say which runs were
     measured under load on the figures they concern. The speedup line of 2 processes carries
     the caveat of its baseline's run; job a's co-location reading carries its alone run's."""
     recs = [loaded(run(f"n{n}", nproc=n, strategy="ddp", sps=100.0 * n,

@@ -125,7 +125,7 @@ def test_torn_last_line_is_skipped(tmp_path, capsys):
 
 @pytest.mark.parametrize("cut", ["half", "empty", "binary"])
 def test_a_truncated_result_json_is_named_not_no_records(tmp_path, cut):
-    """Issue 41: a run folder whose only result.json was cut short said "no result records
+    """Bug caught: a run folder whose only result.json was cut short said "no result records
     in DIR". The file is named, and why."""
     import json
 
@@ -148,7 +148,7 @@ def test_a_truncated_result_json_is_named_not_no_records(tmp_path, cut):
 
 
 def test_a_newer_schema_is_read_with_a_warning_and_non_objects_are_warned(tmp_path, capsys):
-    """Issue 41: records of an unknown schema version were shown without a word; lines that
+    """Bug caught: records of an unknown schema version were shown without a word; lines that
     are JSON but not objects were dropped silently while a torn line was warned about."""
     from scaleprobe.report.reading.records import load_records
 

@@ -34,7 +34,7 @@ def test_no_one_rank_run_no_section(tmp_path):
 
 
 def test_a_run_under_load_puts_its_caveat_on_the_predictions(tmp_path):
-    """Issue 38 item 6: the what-if table put a ceiling on 2 devices 'even on a link that
+    """Bug caught: the what-if table put a ceiling on 2 devices 'even on a link that
     costs nothing' from the step jitter of a run flagged under load, and did not say so."""
     import dataclasses
 

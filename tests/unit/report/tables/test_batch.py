@@ -402,7 +402,7 @@ def test_all_measured_epochs_keep_the_measured_basis_without_samples_per_epoch()
 
 
 def test_measured_epochs_with_samples_per_epoch_are_shown_on_the_windows_basis():
-    """Issue 38 item 2: a row's epoch time and samples/s come from one basis, the timed
+    """Bug caught: a row's epoch time and samples/s come from one basis, the timed
     window: batch 128 measured a 3.9 s epoch (its epochs' first-batch waits in it) but its
     window ran 128 / 0.2066 = 619.6 samples/s, and 6 x 128 = 768 samples per epoch take
     768 / 619.6 = 1.24 s at that rate; the row shows ~1.24 s, not 3.9 s."""

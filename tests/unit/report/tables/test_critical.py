@@ -186,7 +186,7 @@ def test_repeats_of_one_seed_are_one_measurement_of_b_noise():
 
 
 def test_b_noise_is_over_distinct_runs_and_its_median_was_measured():
-    """Issue 38 item 10: "B_noise 88 samples (median over 4 runs, range 30-146)" from 4 runs
+    """Bug caught: "B_noise 88 samples (median over 4 runs, range 30-146)" from 4 runs
     that were 2 seeds' duplicates; 88 is the mean of two values no run measured. Here each
     of batch sizes 16, 64 and 256 ran seeds 0 and 1 twice each (repeats 0-3: seed 0, 1, 0,
     1); B_noise at each run's end is the series' last point, path + 10: seed 0 gives 30 (its
@@ -213,7 +213,7 @@ def test_b_noise_is_over_distinct_runs_and_its_median_was_measured():
 
 
 def test_the_half_batch_note_sits_under_every_batch_table_of_sweep_md():
-    """Issue 38 item 10: CRITICAL_BATCH.md says the batch table says when B_noise was
+    """Bug caught: CRITICAL_BATCH.md says the batch table says when B_noise was
     measured on one process as two half-batches; sweep.md (which the terminal prints) did
     not. The rows here were measured so (gns method micro_batches)."""
     from scaleprobe.report.render.sweep_tables import batch_sections as _sections

@@ -1,4 +1,4 @@
-"""Every table row adds up (issue 38 item 2): each row is built from one basis, the timed
+"""Every table row adds up: each row is built from one basis, the timed
 window of the same runs, so samples/s x epoch time = samples per epoch (within 1%: the cells
 are rounded), the slowdowns by samples/s and by epoch time agree, and the speedup column is
 the ratio of the samples/s columns shown. The tables of a demo-like batch sweep, a scale, a

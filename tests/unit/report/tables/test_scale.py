@@ -183,7 +183,7 @@ def _busy(rec: dict, cores: float) -> dict:
 
 
 def test_speedup_whose_interval_holds_1_is_not_resolved_in_words():
-    """Issue 38 item 6: `1.13x [0.88, 1.44] ... lost to` without saying 2 processes were not
+    """Bug caught: `1.13x [0.88, 1.44] ... lost to` without saying 2 processes were not
     resolved faster than 1. Paired ratios 1.0, 1.1, 1.3: log-mean by hand below."""
     import math
     recs = _repeated("nr", {1: [100.0, 100.0, 100.0], 2: [100.0, 110.0, 130.0]})
@@ -199,7 +199,7 @@ def test_speedup_whose_interval_holds_1_is_not_resolved_in_words():
 
 
 def test_load_caveat_rides_on_the_speedup_and_lost_to_figures():
-    """Issue 38 item 6: 'lost to: slower compute 31%' read as a property of 2-process DDP when
+    """Bug caught: 'lost to: slower compute 31%' read as a property of 2-process DDP when
     every run had 1.5-1.7 cores of outside load."""
     recs = [_busy(r, 1.7 if "n2" in r["name"] else 0.05) for r in _scale_records()[1:]]
     two = S.scale_table(recs)[1]

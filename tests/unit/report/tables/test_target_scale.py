@@ -42,7 +42,7 @@ def test_table_shows_both_speedups_and_the_samples_it_took():
     assert "Paired speedup" in headers and "Paired TTT speedup" in headers
     two = dict(zip(headers, cells[1], strict=True))
     assert two["Paired speedup"].startswith("1.79x [")  # throughput: decided, with its interval
-    # 0.95-1.09 over 3 seeds: not decided, and the interval holds 1 (issue 38)
+    # 0.95-1.09 over 3 seeds: not decided, and the interval holds 1
     assert two["Paired TTT speedup"].endswith(", not resolved")
     assert two["Reached"] == "3/3" and two["Samples to target"] == "2,000"
     text = "\n".join(explain(rows, recs))

@@ -140,7 +140,7 @@ def test_workers_are_not_credited_with_a_gain_their_data_wait_cannot_explain():
 
 
 def test_each_group_gets_its_own_named_worker_comparison():
-    """Issue 38 item 8: a sweep with two groups (single, ps) printed one loader-worker verdict
+    """Bug caught: a sweep with two groups (single, ps) printed one loader-worker verdict
     under the ps table with the single group's figure, naming no group; the ps group's own
     comparison was missing. single: 1 worker reaches 196/200 = 0.98 of the best; ps: 1
     worker reaches only 120/200 = 0.60, 2 workers are needed."""
