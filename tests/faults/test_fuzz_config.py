@@ -296,7 +296,7 @@ EARLY_BAD_INPUTS = [  # (TOML body, the message's tail) - bad inputs once met
 
 
 @pytest.mark.parametrize("body,needle", EARLY_BAD_INPUTS)
-def test_issue_11_bad_inputs_in_a_run_file(body, needle, tmp_path, capsys, stop_before_work):
+def test_early_bad_inputs_in_a_run_file(body, needle, tmp_path, capsys, stop_before_work):
     """Each of those bad inputs (once tracebacks; negative momentum accepted) in a run's TOML file:
     exit 2, one line naming the file, the key, what it expects and what was given."""
     f = tmp_path / "exp.toml"
@@ -306,7 +306,7 @@ def test_issue_11_bad_inputs_in_a_run_file(body, needle, tmp_path, capsys, stop_
 
 
 @pytest.mark.parametrize("body,needle", EARLY_BAD_INPUTS)
-def test_issue_11_bad_inputs_in_a_sweep_spec(body, needle, tmp_path, capsys, stop_before_work):
+def test_early_bad_inputs_in_a_sweep_spec(body, needle, tmp_path, capsys, stop_before_work):
     """The same inputs in a sweep spec's [base] and as a grid value are refused before any
     point runs (the grid used to hand them to the points unchecked)."""
     key_line = body.replace("[dist]\n", "dist.")

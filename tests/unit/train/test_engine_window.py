@@ -82,7 +82,9 @@ def test_a_stop_request_ends_the_wait_at_the_gate(tmp_path, monkeypatch):
     t0 = time.monotonic()
     point._wait_barrier(barrier, flag.is_set)
     assert 0.15 < time.monotonic() - t0 < 2.0 and (tmp_path / "a.ready").exists()
-    parents = iter([os.getppid()])  # the parent at the start, then init: reparented
+    # the parent at the start, then init: reparented (not the real parent, which is init
+    # itself where the suite runs orphaned, and then never changes)
+    parents = iter([os.getpid()])
     monkeypatch.setattr(os, "getppid", lambda: next(parents, 1))
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="co-location parent is gone"):
