@@ -26,9 +26,9 @@ OWN = re.compile(r"own: steps=(\d+) samples=(\d+) seconds=([\d.]+)")
 RATE_TOL = 0.05
 
 
-def _wrap(out, *target, nproc=1, warmup=3, extra=(), timeout=240, cwd=None):
+def _wrap(out, *target, nproc=1, warmup=3, extra=(), timeout=240, cwd=None, env=None):
     return run_cli("wrap", "--nproc", nproc, "--warmup-steps", warmup, "--out", out, *extra,
-                   "--", *map(str, target), timeout=timeout, cwd=cwd)
+                   "--", *map(str, target), timeout=timeout, cwd=cwd, env=env)
 
 
 def _result(out: Path) -> dict:
@@ -93,9 +93,11 @@ def _check_flops(rec):
 
 
 def test_plain_script_single_process(tmp_path):
+    """In a fresh interpreter, as on a GPU host (the other tests' ranks are forked from the
+    launcher: launch/__init__.py)."""
     out = tmp_path / "out"
     p = _wrap(out, SCRIPTS / "train_plain.py", "--epochs", 1, "--samples", 1024,
-              "--warmup", 3)
+              "--warmup", 3, env={"SCALEPROBE_RANK_START": "spawn"})
     assert p.returncode == 0, p.stderr[-3000:]
     assert "epoch 0: loss" in p.stdout  # the script's own output passes through
     rec = _result(out)
@@ -539,3 +541,35 @@ def test_hostile_scripts_lose_no_step_and_are_named(tmp_path, case):
         assert rec["script"]["exit_code"] == 5
     else:
         assert p.returncode == 0 and rec["status"] == "ok", p.stderr[-2000:]
+
+
+FRESH = """
+import atexit, os, sys, numpy, torch
+rank = os.environ["RANK"]
+out = os.environ["OUT"]
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(4):
+    opt.zero_grad(); m(torch.ones(8, 4)).sum().backward(); opt.step()
+with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
+    f.write(f"{numpy.random.random()} {torch.rand(1).item()} {torch.get_num_threads()} "
+            f"{sys.path[0]}")
+atexit.register(lambda: open(os.path.join(out, f"atexit{rank}"), "w").close())
+"""
+
+
+def test_a_forked_rank_starts_as_a_fresh_interpreter(tmp_path):
+    """The ranks of a CPU host are forked from the launcher, which imported torch already.
+    Bugs caught: every rank drawing the same random numbers, numpy's and torch's (the
+    launcher's states, copied), the script's atexit handlers never run (a forked process
+    ends without them), the ranks' one thread each ignored (torch read OMP_NUM_THREADS in
+    the launcher), and sys.path[0] the launcher's instead of the script's folder."""
+    (tmp_path / "fresh.py").write_text(FRESH)
+    p = _wrap(tmp_path / "out", tmp_path / "fresh.py", nproc=2, warmup=1,
+              env={"OUT": str(tmp_path)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    rank0, rank1 = ((tmp_path / f"rank{r}.txt").read_text().split() for r in (0, 1))
+    np_draws, torch_draws, threads, paths = zip(rank0, rank1, strict=True)
+    assert np_draws[0] != np_draws[1] and torch_draws[0] != torch_draws[1]
+    assert threads == ("1", "1") and paths == (str(tmp_path),) * 2
+    assert (tmp_path / "atexit0").exists() and (tmp_path / "atexit1").exists()

@@ -26,7 +26,8 @@ forever at its first parallel region for threads it does not have. A forked rank
 default signal handlers and its own stdout and stderr objects (another thread of this process
 may hold the old ones' locks at the moment of the fork). On a GPU machine every rank is a
 fresh interpreter (multiprocessing's spawn): a process forked after CUDA was initialised cannot
-use CUDA. ``SCALEPROBE_RANK_START=fork`` or ``=spawn`` chooses either.
+use CUDA. ``SCALEPROBE_RANK_START=fork`` or ``=spawn`` chooses either. ``wrap``'s ranks
+start the same way (``wrap/boot.forked_rank``).
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ def _begin_as_a_fresh_rank() -> None:
                                encoding=getattr(old, "encoding", None) or "utf-8",
                                errors=getattr(old, "errors", None) or "strict",
                                line_buffering=bool(getattr(old, "line_buffering", False)),
-                               write_through=name == "stderr")
+                               # -u / PYTHONUNBUFFERED: as unbuffered as the old one
+                               write_through=name == "stderr" or bool(
+                                   getattr(old, "write_through", False)))
         setattr(sys, name, new)
         setattr(sys, f"__{name}__", new)
 

@@ -31,7 +31,7 @@ from scaleprobe.run.driver import execute, write_failure
 from scaleprobe.run.failure import failure_line
 from scaleprobe.run.partial import recover_steps
 from scaleprobe.run.resources import check_config
-from scaleprobe.wrap.boot import traceback_path
+from scaleprobe.wrap.boot import forked_rank, forks_scripts, traceback_path
 from scaleprobe.wrap.handoff import RankOutcome, ScriptFacts, Settings
 
 # torch's samplers that walk the whole dataset in every process that holds one
@@ -104,9 +104,11 @@ class UserScript:
     def launch(self, run_dir: Path) -> Launched | None:
         d = self.cfg.dist
         run_dir = run_dir.resolve()  # the script may os.chdir: its rank writes here still
-        entry = (sys.executable, "-m", "scaleprobe.wrap.boot", str(run_dir), "--", *self.target)
-        # a binary's path as the entry: launch's annotation names only functions
-        run_workers(entry[0], entry[1:], Job.of(d), log_dir=str(run_dir / "logs"),  # type: ignore[arg-type]
+        entry: Any = forked_rank  # a rank forked from here starts without importing torch
+        args: tuple[str, ...] = (str(run_dir), *self.target)
+        if not forks_scripts():  # a fresh interpreter: a binary's path as the entry
+            entry, args = sys.executable, ("-m", "scaleprobe.wrap.boot", args[0], "--", *args[1:])
+        run_workers(entry, args, Job.of(d), log_dir=str(run_dir / "logs"),
                     run_dir=str(run_dir), stall_after_s=d.timeout_s)
         return None  # the ranks leave their records in files (``conclude``)
 

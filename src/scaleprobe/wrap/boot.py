@@ -1,6 +1,7 @@
 """Each rank's entry under ``scaleprobe wrap``: ``python -m scaleprobe.wrap.boot RUN_DIR -- SCRIPT
 [ARGS]`` (or ``-- -m MODULE [ARGS]``), started by PyTorch's elastic launcher as torchrun starts
-a script (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT set).
+a script (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT set); where the launcher forks its
+ranks (a CPU host), ``forked_rank`` is the same entry in a rank forked from it.
 
 It installs the hooks (``hooks.py``) and a heartbeat, runs the script as ``__main__`` with its
 own ``sys.argv`` and ``sys.path[0]``, and whatever happens writes this rank's record to
@@ -32,6 +33,7 @@ from scaleprobe.core.results import (
     RankObserved,
     RankRecord,
 )
+from scaleprobe.launch import rank_start_method
 from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed
@@ -391,6 +393,9 @@ class Ending:
                     facts = ScriptFacts(error=f"the script exited with code {status} (os._exit)") \
                         if status else ScriptFacts(exited="os._exit(0)")
                     self.finish(int(status), facts)
+            if status == 0 and _launcher_queue is not None:  # forked: done, not lost
+                with contextlib.suppress(BaseException):
+                    _launcher_queue.put(None)
             real(status)
 
         os._exit = hard_exit
@@ -427,6 +432,57 @@ class Ending:
             sys.stdout.flush()
             sys.stderr.flush()
         return code
+
+
+# torch's launcher (``_wrap`` in torch.distributed.elastic.multiprocessing.api) waits for a
+# forked rank's return value on this queue: a rank that ends in os._exit(0) puts it first,
+# or the launcher waits for it forever. None where the rank is a process of its own.
+_launcher_queue: Any = None
+_QUEUE_FRAME, _QUEUE_NAME = "_wrap", "ret_val_"
+
+
+def forks_scripts() -> bool:
+    """Whether ``wrap``'s ranks are forked from this process (``forked_rank``): where the
+    launcher forks ranks, and its queue for their return values is where this module
+    looks for it."""
+    from torch.distributed.elastic.multiprocessing import api  # heavy: torch
+
+    frame = getattr(api, _QUEUE_FRAME, None)
+    return rank_start_method() == "fork" and _QUEUE_NAME in getattr(
+        getattr(frame, "__code__", None), "co_varnames", ())
+
+
+def forked_rank(run_dir: str, *target: str) -> None:
+    """A rank forked from ``wrap``'s launcher (a CPU host: launch/__init__.py says when),
+    which has imported torch already: ``main`` as ``python -m scaleprobe.wrap.boot`` runs
+    it, from what that interpreter would start with. torch read OMP_NUM_THREADS when the
+    launcher imported it, so the rank's share is set here; the working directory is first on
+    ``sys.path`` as ``python -m`` puts it (a script's own folder replaces it); the launcher's
+    exit handlers are not the script's, and a forked process ends without running any, so
+    the script's own (``atexit``) run here after it, as at an interpreter's exit. Random
+    states start as a fresh interpreter's, from the OS's entropy: a fork copies the
+    launcher's numpy and torch states, the same in every rank (Python's own reseeds)."""
+    import atexit
+
+    import torch  # heavy: torch: imported by the launcher this rank was forked from
+
+    global _launcher_queue
+    frame: Any = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != _QUEUE_FRAME:
+        frame = frame.f_back
+    _launcher_queue = frame.f_locals.get(_QUEUE_NAME) if frame is not None else None
+    atexit._clear()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    torch.seed()
+    sys.path[0] = os.getcwd()
+    threads = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+    code = main([run_dir, "--", *target])
+    atexit._run_exitfuncs()
+    if code:
+        sys.exit(code)  # the rank's exit status, as the script's interpreter would end
 
 
 if __name__ == "__main__":
