@@ -10,7 +10,7 @@ import time
 import pytest
 
 from scaleprobe.config.runconfig import build
-from scaleprobe.core.results import Experiment
+from scaleprobe.core.result_model import Experiment
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import grace_for
 from scaleprobe.experiments.sweep import completed_runs

@@ -14,7 +14,9 @@ from scaleprobe.commands.terminal import esc
 from scaleprobe.core import claim as CL
 from scaleprobe.core.fmt import flops, mfu, phase_name
 from scaleprobe.core.invariants import uneven_steps
-from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, num
+from scaleprobe.core.result_model import RunResult, num
+from scaleprobe.core.run_metrics import Peak, PeakMem, StepTime
+from scaleprobe.core.run_parts import Comm
 from scaleprobe.core.traits import known
 from scaleprobe.features.gns import summary_line as gns_line
 from scaleprobe.features.lmspec import baseline_claim

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 
 # where a compile event fell against the timed window (measure/compiled.py classifies them)
 WARMUP, WINDOW, AFTER = "warm-up", "window", "after"

@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config.runconfig import RunConfig, validate
+from scaleprobe.config.runconfig import validate
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.experiment_records import ParityRecord
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 
@@ -132,7 +134,7 @@ def _samples(rec: RunResult) -> int | None:
 
 
 def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
-                  tol: float) -> res.ParityRecord:
+                  tol: float) -> ParityRecord:
     """The ``kind: parity`` record from the repeats' run records (``recs_1[r]``, ``recs_n[r]``:
     repeat r on 1 and on N processes). Repeats whose two runs saw different numbers of samples
     are left out of the comparison (not like for like)."""
@@ -147,8 +149,8 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
     acc_n = [x for i in like if (x := _acc(recs_n[i])) is not None]
     first = recs_n[0] if recs_n else RunResult()
     gb = first.cfg_number("train.global_batch")
-    return res.ParityRecord(
-        experiment=res.Experiment(id=exp_id, kind="parity"),
+    return ParityRecord(
+        experiment=Experiment(id=exp_id, kind="parity"),
         nproc=first.batch.world_size,
         global_batch=int(gb) if gb else None,
         repeats=len(recs_1),
@@ -169,7 +171,7 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
 # ---- running it ---------------------------------------------------------------------------
 
 def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
-               say: Callable[[str], None] | None = None) -> res.ParityRecord:
+               say: Callable[[str], None] | None = None) -> ParityRecord:
     """Train ``repeats`` times on 1 and on N processes, interleaved, each run in its own
     process; append and return the parity record (its runs are in the results file)."""
     from scaleprobe.experiments.sweep import preflight  # heavy: rich

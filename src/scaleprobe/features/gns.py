@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.result_model import Gns, GnsPoint, GnsSamples
+from scaleprobe.core.run_parts import Gns, GnsPoint, GnsSamples
 from scaleprobe.core.traits import traits_of
 
 CONFIDENCE = 0.95

@@ -52,7 +52,7 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.config.runconfig import DistConfig
+from scaleprobe.config.sections import DistConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.features.interrupt import Interrupted, signal_name
 from scaleprobe.launch import guard

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.results import GnsSamples
+from scaleprobe.core.run_parts import GnsSamples
 from scaleprobe.features.gns import mode
 
 FP16_REASON = ("not measured with --amp fp16: the loss scale multiplies every gradient norm "

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.core.results import MemoryPass
+from scaleprobe.core.run_metrics import MemoryPass
 from scaleprobe.measure.flops import cache_dir, cache_locked, read_cache, write_cache
 from scaleprobe.measure.stats import median
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scaleprobe.core.result_model import MemoryFacts
+from scaleprobe.core.run_metrics import MemoryFacts
 from scaleprobe.core.traits import known
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8,

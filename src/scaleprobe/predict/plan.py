@@ -46,7 +46,7 @@ from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as Mx
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.thresholds import DEFAULT as TH
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features import target as TG

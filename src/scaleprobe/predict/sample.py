@@ -30,8 +30,8 @@ import csv
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from scaleprobe.core.results import RunResult
-from scaleprobe.core.results import num as _num
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.result_model import num as _num
 from scaleprobe.core.traits import known
 from scaleprobe.predict.timeline import Bucket, Compute
 

@@ -29,7 +29,8 @@ from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.invariants import uneven_steps
-from scaleprobe.core.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
+from scaleprobe.core.result_model import UNKNOWN, UNKNOWN_TEXT, RunResult, dicts, point_key
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES, StepTime
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings.diagnose import epoch_start_wait
 from scaleprobe.report.reading import pairing as PR
@@ -171,7 +172,7 @@ def _val(v: Any) -> str:
 
 
 def _gpus(r: RunResult) -> str:
-    names = [str(g.get("name")) for g in R.dicts(r.env.get("gpus"))]
+    names = [str(g.get("name")) for g in dicts(r.env.get("gpus"))]
     return ", ".join(names)
 
 
@@ -277,7 +278,7 @@ def _by_point(runs: list[RunResult], with_id: bool) -> dict[str, RunResult]:
     out: dict[str, RunResult] = {}
     for eid, recs in _by_exp(runs).items():
         for r in P.group_repeats(recs):
-            out[(f"{eid}|" if with_id else "") + R.point_key(r.point)] = r
+            out[(f"{eid}|" if with_id else "") + point_key(r.point)] = r
     return out
 
 

@@ -34,7 +34,8 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from scaleprobe.config.extras import require
-from scaleprobe.config.runconfig import TASK_DEFAULT_MODELS, ModelConfig
+from scaleprobe.config.runconfig import TASK_DEFAULT_MODELS
+from scaleprobe.config.sections import ModelConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
 from scaleprobe.data.loader import collate_indexed_list

@@ -22,8 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NoReturn
 
-from scaleprobe.core.results import (
-    Peak,
+from scaleprobe.core.rank_record import (
     RankComm,
     RankCompile,
     RankFlops,
@@ -32,6 +31,7 @@ from scaleprobe.core.results import (
     RankObserved,
     RankRecord,
 )
+from scaleprobe.core.run_metrics import Peak
 from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed

@@ -6,7 +6,7 @@ import torch
 
 from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.models.build import build_model
 
 FROZEN = """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core import fmt
-from scaleprobe.core.results import RunResult, dict_of, num
+from scaleprobe.core.result_model import RunResult, dict_of, num
 from scaleprobe.core.traits import known
 
 

@@ -44,7 +44,10 @@ import textwrap
 
 from scaleprobe.core import fmt
 from scaleprobe.core.invariants import check_run, uneven_steps
-from scaleprobe.core.results import Comm, Peak, Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult, dict_of, num
+from scaleprobe.core.run_metrics import Peak
+from scaleprobe.core.run_parts import Comm
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings import advice
 from scaleprobe.report.findings.across_runs import experiment_findings
@@ -217,16 +220,16 @@ def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     if f is None or f <= th.comm_fraction:
         return None
     c = rec.comm or Comm()
-    per = R.dict_of(c.exposed_per_step)
+    per = dict_of(c.exposed_per_step)
     if per.get("resolved") is False:  # measured in the step, its interval reaches 0: no verdict
         return None
     ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(bd.comm)} "
           f"of {fmt.ms(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
     transfer, overhead = c.transfer_s, c.sync_overhead_s
     if transfer is not None and overhead is not None:
-        standalone = R.dict_of(c.transfer_standalone)
+        standalone = dict_of(c.transfer_standalone)
         op = standalone.get("op") or "collective"
-        size = fmt.bytes_(R.num(standalone.get("bytes")))
+        size = fmt.bytes_(num(standalone.get("bytes")))
         ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
                f"same process group) + sync overhead {advice.short_ms(overhead)} "
                f"({advice.unsplit(advice.sync_words(rec)[1])})")

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scaleprobe.core import metrics
+from scaleprobe.core.experiment_records import ColocateRecord
 from scaleprobe.core.fmt import md_table, num, rate, ratio, seconds
-from scaleprobe.core.results import ColocateRecord
 
 # epoch times on the timed window's basis (samples per epoch / the samples/s beside them):
 # projected, and the slowdowns by samples/s and by epoch time agree

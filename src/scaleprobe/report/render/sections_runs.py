@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.core import fmt
-from scaleprobe.core.results import BREAKDOWN_PHASES, RunResult
+from scaleprobe.core.result_model import RunResult, num
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES
 from scaleprobe.core.thresholds import DEFAULT
 from scaleprobe.report.findings.finding import SEVERITIES, Finding
 from scaleprobe.report.reading import records as R
@@ -291,10 +292,10 @@ def top_ops_section(runs: list[RunResult], bases: list[Path], limit: int = 15) -
         ops = _top_ops(r, bases)
         if not ops:
             continue
-        ops = sorted(ops, key=lambda o: -(R.num(o.get("self_time_ms")) or 0))[:limit]
-        total = sum(R.num(o.get("self_time_ms")) or 0 for o in ops) or None
+        ops = sorted(ops, key=lambda o: -(num(o.get("self_time_ms")) or 0))[:limit]
+        total = sum(num(o.get("self_time_ms")) or 0 for o in ops) or None
         rows = [[str(o["name"]), fmt.num(o.get("self_time_ms"), ".2f"),
-                 fmt.pct((R.num(o.get("self_time_ms")) or 0) / total if total else None),
+                 fmt.pct((num(o.get("self_time_ms")) or 0) / total if total else None),
                  fmt.num(o.get("calls"), "d")] for o in ops]
         s.add(Table(["Operator", "Self time (ms)", "Share of listed", "Calls"], rows,
                     caption=f"{r.label} (profiler capture)"))

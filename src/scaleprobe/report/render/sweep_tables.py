@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from scaleprobe.config.runconfig import BATCH_KEYS
+from scaleprobe.config.sections import BATCH_KEYS
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Experiment, Record, RunResult, SkippedPoint, SweepRecord
+from scaleprobe.core.experiment_records import SkippedPoint, SweepRecord
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import Experiment, RunResult, dict_of
 from scaleprobe.core.traits import known
-from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.reading.machine_load import under_load_line
 from scaleprobe.report.tables import batch as B
@@ -67,7 +68,7 @@ POINT_CSV = ("status", "samples_per_s", "achieved_flops_per_s", "mfu", "step_tim
 
 def _point(rec: RunResult) -> dict[str, Any]:
     """The point as the spec names its axes (``train.batch_size`` where it said so)."""
-    return R.dict_of(rec.experiment.point if rec.experiment is not None else None)
+    return dict_of(rec.experiment.point if rec.experiment is not None else None)
 
 
 def _peak_device(rec: RunResult) -> Any:

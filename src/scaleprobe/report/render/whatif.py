@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
-from scaleprobe.core.results import Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.predict import check as C
 from scaleprobe.predict import sample as S

@@ -35,7 +35,7 @@ from typing import Any
 
 from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.gns import REGIME_TEXT, regime
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.tables.rows import BatchRow, RulePicks

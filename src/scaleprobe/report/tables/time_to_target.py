@@ -23,7 +23,9 @@ from typing import Any
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Record, RunResult, TimeToTarget
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import target_text as direction_text
 from scaleprobe.measure.stats import median
 from scaleprobe.report.reading import repeats as P

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Record
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import point_key
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.reading import machine_load as L
 from scaleprobe.report.reading import records as R
@@ -28,7 +29,7 @@ def loader_table(records: Sequence[Record]) -> list[LoaderRow]:
     runs = [r for r in sweep_runs(records) if any(k in R.LOADER_AXES for k in r.point)]
     rows: list[LoaderRow] = []
     for label, recs in point_groups(runs, R.LOADER_AXES).items():
-        recs = sorted(recs, key=lambda r: (r.loader_workers or 0, R.point_key(r.point)))
+        recs = sorted(recs, key=lambda r: (r.loader_workers or 0, point_key(r.point)))
         for r in recs:
             setting = {k: v for k, v in r.point.items() if k in R.LOADER_AXES}
             m = r.metrics

@@ -1,7 +1,7 @@
 """The runs table's step median with its interval and how the window ended."""
 
 from scaleprobe.core import fmt
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.report.render.sections_runs import RUN_HEADERS, run_cells, runs_section
 from tests.unit.report.factory import run
 
