@@ -56,15 +56,12 @@ from scaleprobe.config.sections import DistConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.features.interrupt import Interrupted, signal_name
 from scaleprobe.launch import guard
-from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
+from scaleprobe.launch.rankwatch import (
     INTERRUPT_GRACE_S,
-    KILL_AFTER_S,
     STOP_CEILING_S,
     STOP_STEPS,
     RankWatch,
     WorkerFailure,
-    last_meaningful_line,
-    name_signal,
 )
 from scaleprobe.measure.env import gpu_machine
 

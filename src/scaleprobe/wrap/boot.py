@@ -33,6 +33,7 @@ from scaleprobe.core.rank_record import (
 )
 from scaleprobe.core.run_metrics import Peak
 from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
+from scaleprobe.measure.comm.hook import CommTimer
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed
 from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
@@ -142,7 +143,7 @@ def _comm_record(rec: Any, warmup: int, world: int) -> RankComm | None:
     """What DDP's comm hook saw over the timed steps (wrap/ddp_comm.py); None when it saw no
     all-reduce in them (one process, no DDP, or a DDP model it could not time).
     ``in_flight_s`` is filled in once the phases are final."""
-    from scaleprobe.wrap.ddp_comm import EXPOSED_METHOD, IN_FLIGHT_METHOD  # heavy: numpy
+    from scaleprobe.measure.comm.hook import EXPOSED_METHOD, IN_FLIGHT_METHOD  # heavy: numpy
 
     exposed = rec.comm_exposed[warmup:]
     if world < 2 or not exposed or any(e is None for e in exposed):
@@ -202,7 +203,7 @@ def _comm_timer() -> Any:
     try:
         from scaleprobe.wrap import ddp_comm as comm  # heavy: numpy
 
-        timer = comm.CommTimer()
+        timer = CommTimer()
         comm.install(timer)
         return timer
     except Exception:  # noqa: BLE001  (communication then stays null with its reason)

@@ -292,7 +292,7 @@ class Recorder:
         total["backward"] = max(0.0, dur - sum(total.values()))
         exposed = in_flight = None
         if self.comm is not None:
-            from scaleprobe.wrap.ddp_comm import step_figures  # heavy: numpy
+            from scaleprobe.measure.comm.hook import step_figures  # heavy: numpy
 
             got = step_figures(self.comm.take())
             if got is not None:  # the wait on the network is inside backward: split it out
