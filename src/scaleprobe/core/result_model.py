@@ -1,6 +1,6 @@
-"""The typed result model: one dataclass per record kind, on exactly the JSON schema that
-``scaleprobe.core.results`` documents. A run's record (``RunResult``) is here; its metrics
-block is ``core/run_metrics.py``, its other blocks ``core/run_parts.py`` and a rank's hand-off
+"""The typed result model: one dataclass per record kind, on exactly the JSON schema of
+docs/RESULTS.md. A run's record (``RunResult``) is here; its metrics block is
+``core/run_metrics.py``, its other blocks ``core/run_parts.py`` and a rank's hand-off
 ``core/rank_record.py``. Torch-free."""
 
 from __future__ import annotations
