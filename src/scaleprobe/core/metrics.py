@@ -290,10 +290,6 @@ class Interval:
         return floor >= math.log(self.hi / self.estimate) * (1.0 - 1e-9)
 
     @property
-    def rel_halfwidth(self) -> float:
-        return (self.hi - self.lo) / 2 / self.estimate if self.estimate else math.inf
-
-    @property
     def repeats_text(self) -> str:
         return f"{self.n} repeat{'s' if self.n != 1 else ''}"
 
@@ -474,16 +470,6 @@ def sample_sd(xs: Sequence[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """The standard deviation pooled over two samples (e.g. accuracy over seeds on 1 and on N
-    processes: the parity tolerance is built from it)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    sa, sb = sample_sd(a), sample_sd(b)
-    return math.sqrt(((len(a) - 1) * sa ** 2 + (len(b) - 1) * sb ** 2)  # type: ignore[operator]
-                     / (len(a) + len(b) - 2))
-
-
 def paired_difference_interval(a: Sequence[float], b: Sequence[float],
                                confidence: float = CONFIDENCE
                                ) -> tuple[float, float, float, float] | None:
@@ -512,18 +498,6 @@ def repeats_to_decide_paired(diff: float, sd: float, tol: float, n: int) -> int 
         return max(2, n)
     for m in range(max(2, n + 1), MAX_REPEATS_SUGGESTED + 1):
         if t_quantile(m - 1) * sd / math.sqrt(m) < gap:
-            return m
-    return None
-
-
-def repeats_to_decide_difference(diff: float, sd: float, tol: float, n: int) -> int | None:
-    """Repeats per side that would put the interval of ``diff`` wholly inside or wholly outside
-    +/- ``tol``, if the difference and the spread stay as measured (equal-variance t)."""
-    gap = tol - abs(diff) if abs(diff) < tol else abs(diff) - tol
-    if gap <= 0 or sd <= 0:
-        return None
-    for m in range(max(2, n + 1), MAX_REPEATS_SUGGESTED + 1):
-        if t_quantile(2 * m - 2) * sd * math.sqrt(2 / m) < gap:
             return m
     return None
 

@@ -32,7 +32,6 @@ else:  # the type is config/runconfig.py's, which this module cannot import (cor
     RunConfig = object
 
 SCHEMA = 2
-STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached", "audit_failed")
 # statuses whose figures are complete measurements (a target not reached ran to its cap)
 MEASURED = ("ok", "target_not_reached")
 # a record read without a status (written before status existed, or by hand): whether it

@@ -105,14 +105,6 @@ def parse_target(text: str) -> Target:
     return Target(metric, value)
 
 
-def is_target(text: str) -> bool:
-    try:
-        parse_target(text)
-    except ConfigError:
-        return False
-    return True
-
-
 def check_task(target: Target, task: str) -> None:
     """The metric must be one the run's task evaluates."""
     want = METRICS[target.metric]

@@ -112,10 +112,6 @@ def _epoch_kind(r: RunResult) -> str:
 KIND_TEXT = {"like": "measured over epochs after the first",
              "first": "only a first epoch measured, which holds the warm-up",
              "projected": "projected from the median step", "none": "no epoch time"}
-# how each basis is said (batch_rule's lines, the tables' notes)
-BASIS_TEXT = {"window": "projected from the timed window (samples per epoch / samples/s)",
-              "measured": "measured", "projected": "projected (median step x steps per epoch)",
-              "per sample": "as seconds per sample (from samples/s; no epoch time is shown)"}
 
 
 def epoch_basis(recs: list[RunResult]) -> str:

@@ -41,9 +41,6 @@ from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.tables.rows import BatchRow, RulePicks
 
 RESAMPLES = 2000
-FIT_METHOD = ("weighted least squares of steps to target on 1/batch (S = S_min + E_min / B, "
-              "weights 1/S^2); 95% interval: bootstrap over each batch size's runs (2000 "
-              "resamples, fixed seed)")
 NOISE_HEADERS = ("B_noise", "Batch vs B_noise")
 FACTOR = 2.0  # "agree": measured and predicted within this factor of each other
 
