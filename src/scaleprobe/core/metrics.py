@@ -4,25 +4,10 @@ No torch, no I/O: pure functions over numbers (and the lists of figures that rep
 Terminal lines, sweep tables, the report, ``compare`` and ``predict`` read these figures from
 here; a figure computed anywhere else is a bug.
 
-Figures (units in the names):
-
-    samples_per_s(samples, seconds)        samples processed / wall seconds
-    window_samples_per_s(n, steps, window) the headline throughput: samples of the timed steps
-                                           / the timed window (samples over time)
-    step_samples_per_s(n, step)            the median step's rate (steady state, stalls out)
-    unique_samples_per_s(sps, fraction)    samples/s counting each sample once per epoch
-    compute_s(breakdown)                   h2d + forward + backward + optimizer of one step
-    speedup(sps_n, sps_1)                  samples/s at N / samples/s at 1 (measured both)
-    efficiency(speedup, n)                 speedup / N
-    growth(new, old)                       new / old - 1 (+0.25 = 25% larger)
-    slowdown(alone_sps, together_sps)      samples/s alone / samples/s together (1.35 = the
-                                           job took 35% longer per sample when sharing)
-    flops_per_sample(flops, samples)       FLOPs of one step / the samples it processed
-    achieved_flops_per_s(fps, sps)         FLOPs per sample x samples/s
-    mfu(achieved, peak, devices)           achieved FLOP/s / (one device's peak x devices)
-    epochs_of(step, steps_per_epoch)       steps / steps per epoch (1.0 = one pass)
-    samples_of(step, global_batch)         steps x global batch (every training rank's)
-    time_speedup(t_n, t_1)                 time to target at 1 / time to target at N
+Figures (units in the names), one function each: samples/s over the timed window and over the
+median step, unique samples/s, compute time, speedup and efficiency, growth, co-location
+slowdown, FLOPs per sample, achieved FLOP/s and MFU, epochs and samples at a step, and the
+speedup in time to target.
 
 Intervals. An experiment repeats every point (``--repeats N``), interleaved (A B C A B C),
 each repeat in its own process. The ratio of two points is estimated from the repeats paired

@@ -1,23 +1,6 @@
 """Co-located jobs: K training jobs run first alone (one after another), then all at once, on
 one shared device or each pinned to its own (a GPU each, or on a CPU host a CPU set each).
-
-A spec::
-
-    [colocate]
-    id = "three-mobilenets"     # label in results (default: file name)
-    placement = "shared"        # shared | pinned
-    seconds = 15                # timed window of every job, alone and together
-    # steps = 40                # or a fixed number of timed steps instead
-    warmup_steps = 2
-    repeats = 3                 # alone/together phases, interleaved (--repeats overrides)
-
-    [base]                      # run options common to every job
-    dataset = "synthetic"
-
-    [[job]]                     # one table per job: any run options
-    name = "mnv2-b32"
-    model = "mobilenet_v2"
-    batch_size = 32
+The spec (``[colocate]``, ``[base]``, one ``[[job]]`` table per job) is docs/EXPERIMENTS.md's.
 
 Together, the jobs start their training at the same moment: each point process finishes its
 imports, announces it is ready, and waits for a start file. A time-boxed window (``seconds``)

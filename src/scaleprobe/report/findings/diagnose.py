@@ -2,38 +2,8 @@
 
 ``diagnose_run(rec)`` looks at one run record; ``diagnose_experiment(records)`` at many
 together (sweeps, scaling, loader settings, co-location, parity). Each returns a list of
-``Finding``. Thresholds live in ``scaleprobe.core.thresholds.Thresholds``; the verdicts
-and their rules are listed in docs/REPORTS.md.
-
-Verdicts of one run:
-
-    input-bound          data wait above the threshold, or real-data samples/s well below a
-                         synthetic-data run that differs in the dataset alone (like for like)
-    input-bound at epoch starts  most of the data wait fell on the steps that took an
-                         epoch's first batch, and those waits are a notable share of the
-                         timed window: the loader prefetches nothing across an epoch
-                         boundary; alone when the other steps do not wait, else beside
-                         input-bound
-    communication-bound  exposed communication above the threshold, most of it transfer
-                         (the standalone collective for the gradient bytes)
-    synchronisation overhead  exposed communication above the threshold, most of it not
-                         transfer: hooks, bucketing, waiting for the slowest rank
-    straggler            the slowest rank's median step well above the ranks' median
-    CPU saturated        the run's measured CPU use (its whole process tree, loader workers
-                         included) above the threshold share of all cores; threads +
-                         workers against cores is context in the evidence, never the reason
-    compute-bound        none of the above and compute (h2d + forward + backward + optimizer)
-                         dominates; or MFU at or above ``mfu_compute_bound``
-    not compute-bound    MFU below ``mfu_compute_bound``: "8% of peak; the step waits on X",
-                         X the input, the communication, or the host (compute phases that
-                         use little of the peak; said only where the run's CPU share was
-                         measured and was not starved); replaces the compute-share verdict
-    CPU-starved          MFU below ``mfu_compute_bound`` while the run's processes used less
-                         than half the cores their threads could: other programs held the
-                         CPU, so the MFU says nothing about the model
-    memory headroom      device peak against the GPU's memory (tight, or room to grow)
-    measured under load  processes outside the run's tree used the machine meanwhile
-    out of memory / failed / shard audit failed
+``Finding``. Thresholds live in ``scaleprobe.core.thresholds.Thresholds``; the verdicts of
+one run and their rules are docs/REPORTS.md's "Diagnosis" (CPU-starved: docs/VERDICTS.md).
 """
 
 from __future__ import annotations
