@@ -1,27 +1,9 @@
 """Sweep specifications: a ``[base]`` run configuration, a ``[grid]`` of axes, and the points
 their cartesian product gives.
 
-A spec is a TOML file (or the same structure as a dict)::
-
-    [sweep]
-    id = "mobilenet_v2-batch"   # label of this experiment in results (default: file name)
-    batch_start = 16            # batch_size = "auto": the first size tried
-    batch_max = 4096            # batch_size = "auto": never beyond this
-    max_probes = 12             # batch_size = "auto": at most this many runs per search
-    batch_round = 8             # batch_size = "auto": sizes are multiples of this
-    skip_invalid = false        # drop grid points whose combination is invalid
-    kind = "sweep"              # "scale": a process-count study (speedup vs 1 process)
-    repeats = 3                 # every point this many times, interleaved (A B C A B C)
-
-    [base]                      # any run option, as in a run TOML file
-    model = "mobilenet_v2"
-    steps = 10
-    [base.data]
-    image_size = 32
-
-    [grid]                      # axes: any run option, a list of values each
-    batch_size = [16, 32, 64]   # or "auto"
-    workers = [1, 2]
+A spec is a TOML file (or the same structure as a dict) with ``[sweep]`` (id, kind, repeats,
+the ``batch_size = "auto"`` search's bounds, ``skip_invalid``), ``[base]`` (any run option)
+and ``[grid]`` (a list of values per option); docs/EXPERIMENTS.md gives it in full.
 
 No torch import here: the sweep parent stays light, each point runs in its own process.
 """
