@@ -6,21 +6,12 @@ bug), this shows it with both accuracies side by side.
     scaleprobe run --strategy ddp --nproc 2 --parity --epochs 3 --repeats 3
     scaleprobe run --strategy ddp --nproc 2 --parity --parity-tolerance 0.005
 
-Repeat ``r`` uses seed ``seed + r`` for both runs (the seed moves the initial weights, the data
-order and the held-out split), run interleaved (1, N, 1, N, ...), each in its own process. The
-learning rate is not scaled: the global batch is the same on both sides. Communication
-calibration is off in the N-process run (its extra forward passes would move batch-norm
-statistics the 1-process run never sees).
-
-An equivalence test. The verdict compares the difference of accuracies (N - 1), paired by
-seed (both sides of a seed share its initial weights, data order and split:
-``metrics.paired_difference_interval``), with its 95% interval, against the user's tolerance
-(``--parity-tolerance``, default 1 accuracy point, absolute): never derived from the measured
-noise, since a noisier setup would then loosen the margin until a real 10-point loss read
-"parity holds". The claim's rules decide (core/claim.py, an equivalence band): "parity holds" when the whole
-interval lies inside +/- tolerance, "parity broken" when it lies entirely outside, else "not
-resolved" (the record's verdict: inconclusive), with the interval and the seeds that would
-decide it. One seed has no spread: "inconclusive (1 repeat)".
+Repeat ``r`` uses seed ``seed + r`` for both runs, interleaved (1, N, 1, N, ...), each in its
+own process. The verdict is an equivalence test (core/claim.py, an equivalence band): the
+difference of accuracies (N - 1), paired by seed (``metrics.paired_difference_interval``),
+against the user's ``--parity-tolerance``, never one derived from the measured noise.
+docs/EXPERIMENTS.md ("Accuracy parity") gives why the learning rate is not scaled, why
+communication calibration is off, and the verdicts.
 """
 
 from __future__ import annotations
