@@ -221,12 +221,12 @@ def _deltas(a: RunResult, b: RunResult) -> list[Delta]:
     sa, sb = ma.step_time_s or StepTime(), mb.step_time_s or StepTime()
     pa, pb = ma.breakdown_s.phases(), mb.breakdown_s.phases()
     out = [_rel("samples/s", ma.samples_per_s, mb.samples_per_s, fmt.rate),
-           _rel("step median", sa.median, sb.median, fmt.ms),
-           _rel("step p95", sa.p95, sb.p95, fmt.ms),
+           _rel("step median", sa.median, sb.median, fmt.duration),
+           _rel("step p95", sa.p95, sb.p95, fmt.duration),
            Delta("step spread (rel. CI)", fmt.pct(sa.rel_ci, 1), fmt.pct(sb.rel_ci, 1), "")]
     gpu = any(bool(r.env.get("gpus")) for r in (a, b))
     for p in BREAKDOWN_PHASES:
-        out.append(_rel(f"{fmt.phase_name(p, gpu)} / step", pa[p], pb[p], fmt.ms))
+        out.append(_rel(f"{fmt.phase_name(p, gpu)} / step", pa[p], pb[p], fmt.duration))
     out.append(_points("data wait", ma.data_wait_fraction, mb.data_wait_fraction))
     out.append(_points("comm", ma.comm_fraction, mb.comm_fraction))
     out.append(_rel("peak host memory", ma.peak_mem_bytes.host, mb.peak_mem_bytes.host,

@@ -157,9 +157,9 @@ def contention_evidence(c: ContentionCase) -> tuple[str, str, str]:
     sa, sb = med(a, REP.sps_of), med(b, REP.sps_of)
     wait = (f"data wait {fmt.pct(med(a, _data_wait))} -> {fmt.pct(med(b, _data_wait))} "
             "of each step")
-    figures = (f"compute {fmt.ms(med(a, _compute_s))} -> {fmt.ms(med(b, _compute_s))} per "
-               f"step; samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} "
-               f"({fmt.signed_pct(M.growth(sb, sa))})")
+    figures = (f"compute {fmt.duration(med(a, _compute_s))} -> "
+               f"{fmt.duration(med(b, _compute_s))} per step; samples/s {fmt.rate(sa)} -> "
+               f"{fmt.rate(sb)} ({fmt.signed_pct(M.growth(sb, sa))})")
     return wait, figures, (f"compute per step {c['interval'].text()} (more workers / fewer, "
                            "paired by repeat)")
 

@@ -105,8 +105,8 @@ def _input_bound(rec: RunResult, others: list[RunResult],
     m = rec.metrics
     f = m.data_wait_fraction
     if f is not None and f > th.data_wait_fraction:
-        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.ms(m.breakdown_s.data)}"
-                        f" of {fmt.ms(m.breakdown_s.measured_total_s())}; threshold "
+        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.duration(m.breakdown_s.data)}"
+                        f" of {fmt.duration(m.breakdown_s.measured_total_s())}; threshold "
                         f"{fmt.pct(th.data_wait_fraction)})")
     synth = synthetic_twin(rec, others)
     sps = m.samples_per_s
@@ -152,7 +152,7 @@ def epoch_start_wait(rec: RunResult, th: Thresholds = DEFAULT) -> str | None:
     hidden = (", which the median step (the breakdown's basis) leaves out"
               if timed and 2 * n < timed else "")
     return (f"{fmt.pct(share)} of the data wait fell on the {int(n)} timed steps that took an "
-            f"epoch's first batch, {fmt.ms(wait)} each (median){per}: {fmt.pct(window)} of "
+            f"epoch's first batch, {fmt.duration(wait)} each (median){per}: {fmt.pct(window)} of "
             f"the timed window{hidden}")
 
 
@@ -193,8 +193,8 @@ def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     per = dict_of(c.exposed_per_step)
     if per.get("resolved") is False:  # measured in the step, its interval reaches 0: no verdict
         return None
-    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(bd.comm)} "
-          f"of {fmt.ms(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
+    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.duration(bd.comm)} "
+          f"of {fmt.duration(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
     transfer, overhead = c.transfer_s, c.sync_overhead_s
     if transfer is not None and overhead is not None:
         standalone = dict_of(c.transfer_standalone)
@@ -207,12 +207,12 @@ def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
         ev += "; not split into transfer and sync overhead (not measured in this result)"
     if per.get("interval_s"):
         lo, hi = per["interval_s"]
-        ev += (f"; measured in the step: median {fmt.ms(per.get('median_s'))} [{fmt.ms(lo)}, "
-               f"{fmt.ms(hi)}] over {per.get('steps')} steps")
+        ev += (f"; measured in the step: median {fmt.duration(per.get('median_s'))} "
+               f"[{fmt.duration(lo)}, {fmt.duration(hi)}] over {per.get('steps')} steps")
     sync, no_sync = c.sync_step_s, c.no_sync_step_s
     if sync and no_sync:
-        ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "
-               f"{fmt.ms(no_sync)} without")
+        ev += (f"; measured in place: {fmt.duration(sync)} per step with gradient sync vs "
+               f"{fmt.duration(no_sync)} without")
     verdict = ("synchronisation overhead" if advice.comm_dominant(rec) == "sync_overhead"
                else "communication-bound")
     return Finding(verdict, ev, advice.comm_bound(rec), "warning")
@@ -256,8 +256,8 @@ def _compute_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     compute, total = bd.compute_s(), bd.measured_total_s()
     if compute is None or not total or compute / total < th.compute_fraction:
         return None
-    ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
-          f"{fmt.ms(total)}); {_shares(rec)}")
+    ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.duration(compute)} of "
+          f"{fmt.duration(total)}); {_shares(rec)}")
     return Finding("compute-bound", ev, advice.compute_bound(rec), "info")
 
 

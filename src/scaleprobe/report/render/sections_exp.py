@@ -302,10 +302,10 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
         pred = num(same.get("comm_s")) if same else None
         rows.append([r.label, str(r.cfg("dist.strategy") or fmt.NA),
                      fmt.num(r.world_size, "d"), str(link or "unknown"),
-                     instep_text(c.exposed_per_step, fmt.ms), fmt.ms(c.exposed_s),
-                     fmt.ms(c.transfer_s),
-                     fmt.ms(c.sync_overhead_s), fmt.ms(transfer),
-                     fmt.ms(pred), fmt.ratio(transfer / pred if transfer and pred else None),
+                     instep_text(c.exposed_per_step, fmt.duration), fmt.duration(c.exposed_s),
+                     fmt.duration(c.transfer_s),
+                     fmt.duration(c.sync_overhead_s), fmt.duration(transfer),
+                     fmt.duration(pred), fmt.ratio(transfer / pred if transfer and pred else None),
                      fmt.num(same.get("needed_gbit_s"), ".1f") if same else fmt.NA])
         if transfer is not None and pred:
             labels.append(r.label)
@@ -314,7 +314,7 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
         if named and named is not same and num(named.get("comm_s")) is not None:
             where = f"measured on {link}" if link else "the link between its hosts is unknown"
             what_if.append(f"{r.label}: the model for {named.get('link')} says "
-                           f"{fmt.ms(named['comm_s'])} per step (a what-if, not compared: "
+                           f"{fmt.duration(named['comm_s'])} per step (a what-if, not compared: "
                            f"{where})")
     s.add(Sub("Network model vs measurement"))
     s.add(Table(["Run", "Strategy", "World", "Measured on", "Exposed, in-step median",
@@ -390,7 +390,7 @@ def target_runs_section(records: list[Record]) -> Section | None:
     for r, tt, label in zip(runs, targets, labels, strict=True):
         reached = tt.time_to_target_s is not None
         rows.append([label, T.target_text(r),
-                     fmt.seconds(tt.time_to_target_s) if reached else "not reached",
+                     fmt.duration(tt.time_to_target_s) if reached else "not reached",
                      f"{tt.epochs_to_target:.2f}" if reached and tt.epochs_to_target
                      is not None else "-",
                      f"{tt.samples_to_target:,}" if reached and tt.samples_to_target

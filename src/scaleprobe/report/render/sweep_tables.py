@@ -125,8 +125,8 @@ def _speedup_raw(iv: Any) -> tuple[Any, Any, Any]:
 def _pretty_row(rec: RunResult) -> list[str]:
     m = rec.metrics
     status = {"oom": "out of memory"}.get(rec.status, rec.status)
-    return [str(status), fmt.rate(m.samples_per_s), fmt.mfu(m.mfu), fmt.ms(rec.step_median_s),
-            fmt.seconds(*rec.shown_epoch()),  # on the samples/s' basis: they multiply out
+    return [str(status), fmt.rate(m.samples_per_s), fmt.mfu(m.mfu), fmt.duration(rec.step_median_s),
+            fmt.duration(*rec.shown_epoch()),  # on the samples/s' basis: they multiply out
             fmt.bytes_(m.peak_mem_bytes.host), fmt.bytes_(_peak_device(rec)),
             fmt.pct(m.data_wait_fraction), fmt.pct_value(m.cpu_util_pct),
             fmt.pct_value(m.gpu_util_pct), rec.task_metric_text("-"), _audit_text(rec)]

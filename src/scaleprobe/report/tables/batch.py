@@ -294,7 +294,7 @@ def epoch_projected(row: BatchRow) -> bool:
 
 def epoch_text(row: BatchRow) -> str:
     """``shown_epoch`` as the table writes it, ``~`` where projected."""
-    return fmt.seconds(shown_epoch(row), epoch_projected(row))
+    return fmt.duration(shown_epoch(row), epoch_projected(row))
 
 
 def shown_epoch(row: BatchRow) -> float | None:

@@ -299,6 +299,6 @@ def scale_cells(row: ScaleRow) -> list[str]:
     cs = row.get("column_speedup")
     col = "1.00x (baseline)" if row.get("is_base") else fmt.ratio(cs) if cs is not None else "-"
     return head + [fmt.rate(row["samples_per_s"]), col, sp,
-                   fmt.pct(row["efficiency"]), fmt.ms(row["step_median_s"]),
+                   fmt.pct(row["efficiency"]), fmt.duration(row["step_median_s"]),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),
                    lost]

@@ -110,9 +110,9 @@ def target_cells(row: Mapping[str, Any]) -> list[str]:
     if "ttt_runs" not in row:
         return ["-"] * len(TARGET_HEADERS)
     med = row["ttt_median_s"]
-    t = "not reached" if med is None else fmt.seconds(med)
+    t = "not reached" if med is None else fmt.duration(med)
     if med is not None and row["ttt_reached"] > 1:
-        t += f" ({fmt.seconds(row['ttt_min_s'])}-{fmt.seconds(row['ttt_max_s'])})"
+        t += f" ({fmt.duration(row['ttt_min_s'])}-{fmt.duration(row['ttt_max_s'])})"
     iv = row.get("ttt_speedup_interval")
     if row.get("ttt_speedup") is None:
         sp = "-"

@@ -17,9 +17,9 @@ def test_step_median_carries_its_interval_and_an_unstable_stop():
     """Bug caught: a median that --max-seconds cut before it was stable shown as a bare
     "65.1 ms", like one that was."""
     cell, _ = _cell(stop_reason="max-seconds")
-    assert cell == f"{fmt.ms(0.0651)} ±5.9% (max-seconds, not stable)"
+    assert cell == f"{fmt.duration(0.0651)} ±5.9% (max-seconds, not stable)"
     cell, r = _cell(stop_reason="stable")
-    assert cell == f"{fmt.ms(0.0651)} ±5.9%"
+    assert cell == f"{fmt.duration(0.0651)} ±5.9%"
     text = "\n".join(b.text for b in runs_section([r]).blocks if hasattr(b, "text"))
     assert "95% interval" in text and "not stable" not in text  # no marker in the table
     _, cut = _cell(stop_reason="max-seconds")
