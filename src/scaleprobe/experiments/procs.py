@@ -221,9 +221,6 @@ class ProcessSet:
                 return rc
             time.sleep(poll_s)
 
-    def finished(self, proc: PointProcess) -> None:
-        self.live.pop(proc.pid, None)
-
     def close(self) -> None:
         """Once the set's points are over: end the server they were forked from."""
         stop_server()
