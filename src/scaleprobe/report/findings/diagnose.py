@@ -21,14 +21,11 @@ from scaleprobe.core.run_parts import Comm
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings import advice
 from scaleprobe.report.findings.across_runs import experiment_findings
-from scaleprobe.report.findings.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.report.findings.finding import SEVERITIES, Finding
 from scaleprobe.report.findings.grouped import device_peak
 from scaleprobe.report.reading import pairing as P
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading.machine_load import run_load
-
-__all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
-           "format_findings", "merge_same"]
 
 
 def _flops_of(achieved: float | None, peak: float) -> str:
