@@ -85,40 +85,39 @@ def _ints(idx: Any) -> list[int] | None:
     return None
 
 
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor."""
+def _first_tensor(batch: Any) -> Any:
+    """A batch's first tensor (breadth first through dicts, lists and tuples), or None."""
     stack = [batch]
     while stack:
         b = stack.pop(0)
         shape = getattr(b, "shape", None)
         if shape is not None and len(shape) > 0:
-            return int(shape[0])
+            return b
         if isinstance(b, dict):
             stack.extend(b.values())
         elif isinstance(b, (list, tuple)):
             stack.extend(b)
-    return 0
+    return None
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    b = _first_tensor(batch)
+    return 0 if b is None else int(b.shape[0])
 
 
 def token_len(batch: Any) -> int | None:
     """Tokens per sample when a batch is token ids: its first tensor holds integers in two
     dimensions ``[B, T]`` (an LM script's inputs); None for anything else (images, features,
     class labels first)."""
-    stack = [batch]
-    while stack:
-        b = stack.pop(0)
-        shape = getattr(b, "shape", None)
-        if shape is not None and len(shape) > 0:
-            dtype = getattr(b, "dtype", None)
-            floating = getattr(dtype, "is_floating_point", True)
-            integer = not floating and not getattr(dtype, "is_complex", False) and \
-                str(dtype) != "torch.bool"
-            return int(shape[1]) if integer and len(shape) == 2 else None
-        if isinstance(b, dict):
-            stack.extend(b.values())
-        elif isinstance(b, (list, tuple)):
-            stack.extend(b)
-    return None
+    b = _first_tensor(batch)
+    if b is None:
+        return None
+    dtype = getattr(b, "dtype", None)
+    floating = getattr(dtype, "is_floating_point", True)
+    integer = not floating and not getattr(dtype, "is_complex", False) and \
+        str(dtype) != "torch.bool"
+    return int(b.shape[1]) if integer and len(b.shape) == 2 else None
 
 
 def _sampler_name(loader: Any) -> str:
