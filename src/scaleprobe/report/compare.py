@@ -3,19 +3,11 @@
 A side is a result.json, a run folder, a results.jsonl or a folder of results. One run on
 each side is compared directly; several runs on each side are matched by ``experiment.point``.
 
-The verdict reads samples/s, B / A, through the same intervals as every other verdict
-(docs/VERDICTS.md):
-
-- a point with two or more repeats on each side: Welch's t on the log samples/s of the
-  repeats (``metrics.unpaired_ratio_interval``; A and B were not run side by side, so their
-  repeats are not paired);
-- otherwise the two (median) runs: their within-run spreads, widened to at least the
-  process-to-process noise of one run, +/-10% (``metrics.ratio_interval`` with one pair).
-
-**faster** / **slower**: the interval lies wholly above / below 1. **no change**: it lies
-wholly within +/- ``Thresholds.compare_floor_rel`` (2%). Otherwise **inconclusive**, with the
-repeats per side that would decide it. Every pair also says which configuration keys (and
-which parts of the machine) differ between A and B: the verdict measures all of them at once.
+The verdict reads samples/s, B / A, through the same intervals as every other verdict:
+Welch's t over the repeats where each side has two or more, else the two runs' within-run
+spreads widened to one run's process-to-process noise; faster, slower, no change or
+inconclusive by docs/REPORTS.md's table ("Comparing runs"). Every pair also says which
+configuration keys (and which parts of the machine) differ between A and B.
 """
 
 from __future__ import annotations
