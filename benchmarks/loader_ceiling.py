@@ -30,7 +30,7 @@ def main() -> None:
 
     import torch
 
-    from scaleprobe.config.runconfig import DataConfig
+    from scaleprobe.config.sections import DataConfig
     from scaleprobe.data.datasets import build_split
     from scaleprobe.data.loader import Indexed, collate_indexed
     from scaleprobe.data.transforms import build_transform

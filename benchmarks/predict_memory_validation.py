@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from scaleprobe.commands import predict_memory as PM  # noqa: E402
 from scaleprobe.commands.predict_steps import load_runs  # noqa: E402
 from scaleprobe.core import claim as CL  # noqa: E402
-from scaleprobe.core.results import RunResult  # noqa: E402
+from scaleprobe.core.result_model import RunResult  # noqa: E402
 from scaleprobe.predict import memmodel as MM  # noqa: E402
 
 MIXER = str(ROOT / "examples" / "models" / "mixer.py") + ":build"

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TypeVar, overload
 
 from scaleprobe import __version__, launch
-from scaleprobe.config.runconfig import SYNONYMS
+from scaleprobe.config.keys import SYNONYMS
 from scaleprobe.core.errors import ScaleprobeError, one_line
 
 DESCRIPTION = """Measure and explain deep-learning training performance: one device or many,

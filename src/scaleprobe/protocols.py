@@ -18,9 +18,9 @@ if TYPE_CHECKING:  # annotations only: the CLI reads the task and strategy names
     import torch
     from torch import nn
 
-    from scaleprobe.config.runconfig import RunConfig
-    from scaleprobe.core.result_model import RankRecord, RunResult
-    from scaleprobe.core.results import RankComm
+    from scaleprobe.config.sections import RunConfig
+    from scaleprobe.core.rank_record import RankComm, RankRecord
+    from scaleprobe.core.result_model import RunResult
     from scaleprobe.core.traits import StrategyTraits
 
 

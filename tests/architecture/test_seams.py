@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scaleprobe import protocols as P
-from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.run.builtin import BuiltinTraining, UnderLauncher
 from scaleprobe.run.script import UserScript
 from scaleprobe.strategies.ddp import DDP

@@ -23,6 +23,8 @@ import pytest
 
 from scaleprobe.cli import build_parser, main
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.keys import check_flat, flatten, flatten_in
+from scaleprobe.config.sections import ALIASES, ALL_KEYS, KNOBS, SECTIONS, RunConfig
 from scaleprobe.core.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
@@ -57,20 +59,20 @@ def value(rng: random.Random, depth: int = 0) -> Any:
 def key(rng: random.Random) -> str:
     r = rng.random()
     if r < 0.55:
-        return rng.choice(C.ALL_KEYS)
+        return rng.choice(ALL_KEYS)
     if r < 0.85:
-        return rng.choice(list(C.ALIASES))
-    return rng.choice(JUNK_KEYS + list(C.SECTIONS))
+        return rng.choice(list(ALIASES))
+    return rng.choice(JUNK_KEYS + list(SECTIONS))
 
 
 def document(rng: random.Random) -> dict[str, Any]:
     """A TOML-like document: top-level keys, section tables, nested tables; about half the
     values are the defaults (so that valid documents occur too)."""
-    defaults = C.flatten(C.RunConfig().to_dict())
+    defaults = flatten(RunConfig().to_dict())
     doc: dict[str, Any] = {}
     for _ in range(rng.randrange(1, 5)):
         k = key(rng)
-        v = defaults.get(C.ALIASES.get(k, k)) if rng.random() < 0.5 else value(rng)
+        v = defaults.get(ALIASES.get(k, k)) if rng.random() < 0.5 else value(rng)
         if "." in k and rng.random() < 0.5:  # the same key, written inside its [section]
             sec, _, name = k.partition(".")
             table = doc.setdefault(sec, {})
@@ -87,14 +89,14 @@ def _assert_one_line(e: BaseException, what: Any) -> None:
     assert len(text) < 600, (SEED, what, text)
 
 
-def _assert_sound(cfg: C.RunConfig, doc: Any) -> None:
+def _assert_sound(cfg: RunConfig, doc: Any) -> None:
     """What an accepted configuration must be, whatever the input was."""
     t, d, ds = cfg.train, cfg.data, cfg.dist
     assert 0 <= t.momentum < 1 and t.lr > 0 and t.batch_size >= 1 and t.warmup_steps >= 0
     assert d.workers >= 0 and 0 < ds.timeout_s and 0 < d.val_fraction < 1
     assert t.steps is None or t.steps == "auto" or (type(t.steps) is int and t.steps >= 1)
-    defaults = C.flatten(C.RunConfig().to_dict())
-    for k, v in C.flatten(cfg.to_dict()).items():
+    defaults = flatten(RunConfig().to_dict())
+    for k, v in flatten(cfg.to_dict()).items():
         if defaults[k] is not None:  # bool stays bool, int int, float float
             assert type(v) is type(defaults[k]), (doc, k, v)
         if isinstance(v, float):
@@ -114,7 +116,7 @@ def test_random_documents_give_a_valid_config_or_one_line():
     for _ in range(600):
         doc = document(rng)
         try:
-            cfg = C.build(C.check_flat(C.flatten_in(doc, "fuzz.toml"), "fuzz.toml"))
+            cfg = C.build(check_flat(flatten_in(doc, "fuzz.toml"), "fuzz.toml"))
         except ConfigError as e:
             _assert_one_line(e, doc)
             refused += 1
@@ -130,7 +132,7 @@ def test_random_documents_give_a_valid_config_or_one_line():
 def test_an_array_or_table_for_any_key_names_the_key(bad):
     """No config key takes an array or a table; giving one must name the key, what it
     expects and what was given, for every key."""
-    for k in C.ALL_KEYS:
+    for k in ALL_KEYS:
         with pytest.raises(ConfigError) as e:
             C.build({k: bad})
         msg = str(e.value)
@@ -142,8 +144,8 @@ def test_true_for_any_key_that_is_not_a_switch_is_refused():
     """Bug: `batch_size = true` trained with a batch of 1 (a bool is an int in Python).
     A switch is known by its declared type, not its default (``measure.gns`` is a switch
     whose default, None, means "decided by the strategy")."""
-    for k in C.ALL_KEYS:
-        if bool in C.KNOBS[k].kinds:
+    for k in ALL_KEYS:
+        if bool in KNOBS[k].kinds:
             continue
         with pytest.raises(ConfigError, match=f"^{k}: expected .*, got true"):
             C.build({k: True})
@@ -172,9 +174,9 @@ def toml_value(v: Any) -> str:
 def toml_text(doc: dict[str, Any]) -> str:
     """The document as TOML (top-level keys first, then one [table] per section)."""
     top = [f"{json.dumps(k)} = {toml_value(v)}" for k, v in doc.items()
-           if not (isinstance(v, dict) and k in C.SECTIONS)]
+           if not (isinstance(v, dict) and k in SECTIONS)]
     tables = [f"[{k}]\n" + "\n".join(f"{json.dumps(kk)} = {toml_value(vv)}" for kk, vv in v.items())
-              for k, v in doc.items() if isinstance(v, dict) and k in C.SECTIONS]
+              for k, v in doc.items() if isinstance(v, dict) and k in SECTIONS]
     return "\n".join(top) + "\n" + "\n".join(tables) + "\n"
 
 

@@ -10,11 +10,11 @@ import time
 import pytest
 
 from scaleprobe.config.runconfig import build
-from scaleprobe.core.results import Experiment
+from scaleprobe.core.result_model import Experiment
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import grace_for
 from scaleprobe.experiments.sweep import completed_runs
-from scaleprobe.launch import INTERRUPT_GRACE_S
+from scaleprobe.launch.rankwatch import INTERRUPT_GRACE_S
 
 from .test_rank_failures import run_job, valid_jsonl
 

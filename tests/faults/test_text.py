@@ -12,7 +12,7 @@ from rich.console import Console
 
 from scaleprobe.commands.run_summary import print_run
 from scaleprobe.core import results as res
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.spec import Point
 from scaleprobe.experiments.sweep_bar import SweepProgress
 from scaleprobe.report.compare import compare_paths, print_comparison

@@ -3,6 +3,7 @@
 import pytest
 
 from scaleprobe.cli import main
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
@@ -174,11 +175,10 @@ def test_help_defaults_follow_the_config_dataclass(capsys):
     """The defaults --help shows come from RunConfig's fields, not a second copy: every run
     flag shows the default of its key, so changing a dataclass default changes the help."""
     from scaleprobe.commands.options import RUN_FLAGS
-    from scaleprobe.config import runconfig as C
 
     _, out = _help(capsys, "run")
     entries = _entries(out)
-    cfg = C.RunConfig()
+    cfg = RunConfig()
     for flag, key, _other in RUN_FLAGS:
         sec, _, name = key.rpartition(".")
         value = getattr(getattr(cfg, sec) if sec else cfg, name)

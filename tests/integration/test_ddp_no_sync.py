@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 
 def _rank(rank: int, port: int, out: dict) -> None:
-    from scaleprobe.config.runconfig import DistConfig
+    from scaleprobe.config.sections import DistConfig
     from scaleprobe.strategies.ddp import DDP
 
     torch.set_num_threads(1)

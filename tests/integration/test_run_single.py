@@ -129,7 +129,7 @@ def test_synthetic_pipelined_heavy_with_auto_steps(out_dir):
     ratio = m["samples_per_s_median_step"] / m["samples_per_s"]
     assert rec["invariants"] == []
     from scaleprobe.core.invariants import uneven_steps
-    from scaleprobe.core.results import RunResult
+    from scaleprobe.core.result_model import RunResult
 
     assert (uneven_steps(RunResult.from_dict(rec)) is None) == (abs(ratio - 1) <= 0.25)
 

@@ -13,7 +13,9 @@ import psutil
 import pytest
 
 from scaleprobe.core.invariants import window_samples_per_s
-from scaleprobe.core.results import BREAKDOWN_PHASES, RunResult, read_jsonl
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.results import read_jsonl
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES
 from tests import cliserver
 from tests.conftest import ROOT, run_cli
 

@@ -20,13 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.core.errors import ConfigError, ScaleprobeError
-from scaleprobe.core.results import (
-    RESULTS_FILE,
-    CommBenchRecord,
-    Experiment,
-    append_jsonl,
-    utc_now,
-)
+from scaleprobe.core.experiment_records import CommBenchRecord
+from scaleprobe.core.result_model import Experiment
+from scaleprobe.core.results import RESULTS_FILE, append_jsonl, utc_now
 from scaleprobe.experiments.executor import (
     SlurmProcessSet,
     add_executor_options,

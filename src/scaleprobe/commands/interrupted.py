@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from scaleprobe.core.errors import ScaleprobeError
-from scaleprobe.core.results import MEASURED
+from scaleprobe.core.result_model import MEASURED
 from scaleprobe.report.reading import records as R
 
 KEPT = (*MEASURED, "oom")  # the statuses a resumed experiment reuses

@@ -19,8 +19,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.keys import check_value, load_flat, resolve_key
 from scaleprobe.config.knobs import BadValue, show
 from scaleprobe.config.rules import unused
+from scaleprobe.config.sections import ALL_KEYS, KNOBS, RunConfig
 from scaleprobe.core.errors import ConfigError
 
 # flag, config key, other spellings of the flag
@@ -106,7 +108,7 @@ def converter(key: str) -> Callable[[str], Any]:
     """argparse ``type=`` for a config key: its own conversion and check."""
     def convert(text: str) -> Any:
         try:
-            return C.check_value(key, text)
+            return check_value(key, text)
         except BadValue as e:
             raise argparse.ArgumentTypeError(e.problem) from None
 
@@ -127,7 +129,7 @@ def repeats(text: str) -> int:
 
 def flag_help(key: str, default: str | None = None) -> str:
     """The key's help with its default (``default`` replaces the config's, e.g. for scale)."""
-    knob = C.KNOBS[key]
+    knob = KNOBS[key]
     text = f"{knob.help} (default: {default or knob.default_text()}{C.task_default_text(key)})"
     return text.replace("%", "%%")  # argparse formats help with %
 
@@ -141,7 +143,7 @@ def add_run_options(p: argparse.ArgumentParser, config_file: bool = True,
     g = p.add_argument_group("run options", FILE_NOTE if config_file else SPEC_NOTE)
     defaults = defaults or {}
     for flag, key, other in RUN_FLAGS:
-        knob, text = C.KNOBS[key], flag_help(key, defaults.get(key))
+        knob, text = KNOBS[key], flag_help(key, defaults.get(key))
         if bool in knob.kinds:
             g.add_argument(flag, *other, dest=_dest(flag), action=argparse.BooleanOptionalAction,
                            default=argparse.SUPPRESS, help=text)
@@ -162,10 +164,10 @@ def add_run_options(p: argparse.ArgumentParser, config_file: bool = True,
 def other_keys_text() -> str:
     """The config keys that have no flag, with their help and defaults (for ``--help``)."""
     flagged = {key for _f, key, _o in RUN_FLAGS}
-    keys = [k for k in C.ALL_KEYS if k not in flagged]
+    keys = [k for k in ALL_KEYS if k not in flagged]
     width = max(map(len, keys)) + 4
     cols = min(max(shutil.get_terminal_size().columns - 2, 60), 100)
-    lines = [textwrap.fill(f"{C.KNOBS[k].help} (default: {C.KNOBS[k].default_text()}"
+    lines = [textwrap.fill(f"{KNOBS[k].help} (default: {KNOBS[k].default_text()}"
                            f"{C.task_default_text(k)})",
                            cols, initial_indent=f"  {k:{width - 2}s}",
                            subsequent_indent=" " * width) for k in keys]
@@ -182,20 +184,20 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         k, sep, v = item.partition("=")
         if not sep:
             raise ConfigError(f"--set needs KEY=VALUE, got {show(item)}")
-        key = C.resolve_key(k)
+        key = resolve_key(k)
         try:
-            out[key] = C.check_value(key, v)
+            out[key] = check_value(key, v)
         except BadValue as e:
             raise ConfigError(f"--set {key}: {e.problem}") from None
     return out
 
 
 def config_from_args(args: argparse.Namespace,
-                     defaults: dict[str, Any] | None = None) -> C.RunConfig:
+                     defaults: dict[str, Any] | None = None) -> RunConfig:
     """Defaults <- ``defaults`` <- TOML file <- flags <- --set; validated."""
     merged: dict[str, Any] = dict(defaults or {})
     path = getattr(args, "config", None)
-    given: dict[str, Any] = C.load_flat(path) if path else {}
+    given: dict[str, Any] = load_flat(path) if path else {}
     given.update(overrides_from_args(args))
     merged.update(given)
     if merged.get("script.path") is not None:  # the user's own script, under wrap
@@ -210,7 +212,7 @@ def config_from_args(args: argparse.Namespace,
     return cfg
 
 
-def warn_unused(cfg: C.RunConfig, given: Iterable[str]) -> None:
+def warn_unused(cfg: RunConfig, given: Iterable[str]) -> None:
     """One line on stderr for each option the user set that this run does not use, and for
     more loader workers than this host's cores (in place of torch's own four-line warning,
     printed twice by every loader: data/loader.py silences it)."""

@@ -26,10 +26,10 @@ from scaleprobe.commands import plan_show, plan_verify
 from scaleprobe.commands import predict_memory as PM
 from scaleprobe.commands import predict_steps as PS
 from scaleprobe.commands.options import repeats as count_arg
-from scaleprobe.config.runconfig import parse_size
+from scaleprobe.config.sections import parse_size
 from scaleprobe.core import claim as CL
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.predict import memmodel as MM

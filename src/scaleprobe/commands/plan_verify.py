@@ -15,11 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config.runconfig import build, flatten
+from scaleprobe.config.keys import flatten
+from scaleprobe.config.runconfig import build
 from scaleprobe.core import claim as CL
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
 from scaleprobe.predict import check as C

@@ -215,7 +215,7 @@ def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> No
     from rich.markup import escape
     from rich.table import Table
 
-    from scaleprobe.commands.terminal import bytes_, ms, pct  # heavy: rich
+    from scaleprobe.commands.terminal import bytes_, duration, pct  # heavy: rich
 
     p0 = preds[0]
     console = Console()
@@ -226,7 +226,7 @@ def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> No
     console.print(f"link: {p0['link']} = {p0['bandwidth_gbit_s']:.3g} Gbit/s, "
                   f"{p0['alpha_s'] * 1e6:.0f} us per hop ({p0['link_source']})", markup=False)
     c = inputs["compute_step_s"]
-    console.print("compute per step: " + (f"{ms(c)} ({inputs['compute_note']})" if c else
+    console.print("compute per step: " + (f"{duration(c)} ({inputs['compute_note']})" if c else
                                           "not given (--compute-time or --from): no efficiency"),
                   markup=False)
     t = Table(title=f"communication per step (no overlap with compute unless --overlap); "
@@ -235,7 +235,7 @@ def print_predictions(inputs: dict[str, Any], preds: list[dict[str, Any]]) -> No
         t.add_column(col, justify="left" if col == "strategy" else "right")
     for p in preds:
         name = p["strategy"] + (f" (K={p['average_every']})" if p["average_every"] else "")
-        t.add_row(escape(name), ms(p["comm_s"]), pct(p["efficiency"]), escape(_needed(p)))
+        t.add_row(escape(name), duration(p["comm_s"]), pct(p["efficiency"]), escape(_needed(p)))
     console.print(t)
     for p in preds:
         console.print(f"  {p['strategy']:9s} t = {p['formula']}", highlight=False, markup=False)

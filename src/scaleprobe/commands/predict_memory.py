@@ -14,10 +14,10 @@ import argparse
 import json
 from typing import Any
 
-from scaleprobe.config.runconfig import parse_size
+from scaleprobe.config.sections import parse_size
 from scaleprobe.core import claim as CL
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.predict import check as C
 from scaleprobe.predict import memmodel as MM
 from scaleprobe.predict.whatif import parse_counts

@@ -13,7 +13,7 @@ from typing import Any
 
 from scaleprobe.commands import predict_memory as PM
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.predict import check as C
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import whatif as W

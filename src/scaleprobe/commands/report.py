@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.report.reading.records import load_records
 from scaleprobe.report.render import build_report as report_build

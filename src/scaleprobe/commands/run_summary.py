@@ -14,7 +14,9 @@ from scaleprobe.commands.terminal import esc
 from scaleprobe.core import claim as CL
 from scaleprobe.core.fmt import flops, mfu, phase_name
 from scaleprobe.core.invariants import uneven_steps
-from scaleprobe.core.results import Comm, Peak, PeakMem, RunResult, StepTime, num
+from scaleprobe.core.result_model import RunResult, num
+from scaleprobe.core.run_metrics import Peak, PeakMem, StepTime
+from scaleprobe.core.run_parts import Comm
 from scaleprobe.core.traits import known
 from scaleprobe.features.gns import summary_line as gns_line
 from scaleprobe.features.lmspec import baseline_claim
@@ -84,9 +86,9 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     # on the samples/s' basis (the timed window), so the two multiply out to the samples per
     # epoch; an epoch measured over whole epochs is its own figure, named so
     sec, proj = r.shown_epoch()
-    epoch = terminal.seconds(sec) + (" (projected)" if proj else "")
+    epoch = terminal.duration(sec) + (" (projected)" if proj else "")
     if proj and r.measured_epoch_s() is not None and r.window_epoch_s is not None:
-        epoch += f"; measured over whole epochs {terminal.seconds(r.measured_epoch_s())}"
+        epoch += f"; measured over whole epochs {terminal.duration(r.measured_epoch_s())}"
     mem = m.peak_mem_bytes
     found = r.task_metric()
     lm = m.unigram_entropy_nats is not None
@@ -101,7 +103,7 @@ def _figures(r: RunResult) -> list[tuple[str, str]]:
     if value is not None and std is not None:
         shown += f" +/- {std:.3f}"
     return [("samples/s", terminal.num(m.samples_per_s)), *tokens,
-            ("step median", terminal.ms(st.median)), ("p95", terminal.ms(st.p95)),
+            ("step median", terminal.duration(st.median)), ("p95", terminal.duration(st.p95)),
             ("epoch time", epoch), ("peak host mem", _host_mem(mem)),
             ("peak device mem", terminal.bytes_(mem.device_allocated)),
             ("CPU util", terminal.num(m.cpu_util_pct, ".0f", "%")),
@@ -391,7 +393,7 @@ def _ms(v: Any) -> str:
     """Milliseconds with two decimals below 1 ms (a small all_reduce is 0.3 ms, not 0.0)."""
     if v is None:
         return "n/a"
-    return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else terminal.ms(v)
+    return f"{v * 1000:.2f} ms" if abs(v) < 1e-3 else terminal.duration(v)
 
 
 def say(con: Console, text: str, markup: bool = True) -> None:
@@ -445,7 +447,7 @@ def _breakdown(con: Console, r: RunResult) -> None:
     if not total:
         return
     gpu = bool(r.env.get("gpus")) or r.metrics.peak_mem_bytes.device_peak() is not None
-    parts = [f"{phase_name(k, gpu)} {terminal.ms(v)} ({v / total:.0%})" for k, v in bd.items()
+    parts = [f"{phase_name(k, gpu)} {terminal.duration(v)} ({v / total:.0%})" for k, v in bd.items()
              if v is not None]
     # each phase's share of a typical step laid over the median step: they add up to it
     say(con, "step breakdown (each phase of the median step): " + ", ".join(parts))

@@ -27,11 +27,9 @@ from typing import Any
 from scaleprobe.commands import sweep as sweep_command
 from scaleprobe.commands.interrupted import say_interrupted
 from scaleprobe.commands.options import RUN_FLAGS, add_run_options, overrides_from_args
-from scaleprobe.commands.sweep import (
-    add_executor_options,
-    add_repeats_option,
-)
-from scaleprobe.config import runconfig as C
+from scaleprobe.commands.sweep import add_executor_options, add_repeats_option
+from scaleprobe.config.keys import load_flat
+from scaleprobe.config.sections import ModelConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.fmt import md_table
 from scaleprobe.core.traits import traits_of
@@ -111,7 +109,7 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
     nodes = node_axis(over, getattr(args, "executor", None) or "local")
     base: dict[str, Any] = dict(DEFAULTS)
     if getattr(args, "config", None):
-        base.update(C.load_flat(args.config))
+        base.update(load_flat(args.config))
         base.pop("dist.nproc", None)
     base.update(over)
     out = base.pop("out", None)
@@ -124,7 +122,7 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
     if counts[0] < tr.min_world:
         raise ConfigError(f"--strategy {strategy} needs a server and a worker: give --nproc "
                           f"{tr.min_world},{tr.min_world + 1},...")
-    model = str(base.get("model.name", C.ModelConfig().name)).replace("/", "_").replace(":", "_")
+    model = str(base.get("model.name", ModelConfig().name)).replace("/", "_").replace(":", "_")
     # with --target its points are other configurations: kept apart from a plain scale's
     sid = args.id or f"scale-{Path(model).name}-{strategy}" + ("-ttt" if base.get("train.target")
                                                                else "")

@@ -10,7 +10,7 @@ from rich.markup import escape
 # one byte and one time formatter for the terminal and the report
 from scaleprobe.core.fmt import bytes_, duration
 
-__all__ = ["bytes_", "duration", "esc", "ms", "num", "pct", "seconds"]
+__all__ = ["bytes_", "duration", "esc", "num", "pct"]
 
 
 def esc(v: Any) -> str:
@@ -24,15 +24,6 @@ def num(v: Any, spec: str = ".1f", unit: str = "") -> str:
     return "n/a" if v is None else f"{v:{spec}}{unit}"
 
 
-def ms(v: Any) -> str:
-    """A time: ``report.fmt.duration`` ('412.3 ms', '4.21 s')."""
-    return duration(v)
-
-
 def pct(v: Any, scale: float = 100.0) -> str:
     return "n/a" if v is None else f"{v * scale:.1f}%"
 
-
-def seconds(v: Any) -> str:
-    """A time: ``report.fmt.duration`` ('95.8 s'), never '95.82s' beside '4213.5 ms'."""
-    return duration(v)

@@ -17,7 +17,7 @@ from scaleprobe.features.lmspec import check_run
 from scaleprobe.features.target import check_task, parse_target
 
 if TYPE_CHECKING:
-    from scaleprobe.config.runconfig import RunConfig
+    from scaleprobe.config.sections import RunConfig
 
 
 def check_combinations(cfg: RunConfig) -> None:

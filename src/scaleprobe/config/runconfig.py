@@ -12,7 +12,7 @@ is one line naming the key, what it expects and what was given; ``validate`` the
 combinations of keys. ``--help`` shows the same defaults and choices.
 
 The declarations are ``config/sections.py`` and the reading of keys and files
-``config/keys.py``; their names are re-exported here, the one module callers import.
+``config/keys.py``.
 """
 
 from __future__ import annotations
@@ -22,47 +22,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config.keys import (
-    SYNONYMS,
-    args_text,
-    check_flat,
-    check_value,
-    flatten,
-    flatten_in,
-    join_args,
-    load_flat,
-    load_toml,
-    resolve_key,
-)
+from scaleprobe.config.keys import check_value, flatten, resolve_key
 from scaleprobe.config.rules import check_combinations
 from scaleprobe.config.sections import (
-    ALIASES,
-    ALL_KEYS,
-    BATCH_KEYS,
     KNOBS,
-    LATER_KEYS,
-    SECTION_ONLY,
     SECTIONS,
     TOP_LEVEL,
     DataConfig,
-    DistConfig,
-    MeasureConfig,
     ModelConfig,
     RunConfig,
     ScriptConfig,
-    TaskConfig,
-    TrainConfig,
-    parse_size,
 )
-
-__all__ = [
-    "ALIASES", "ALL_KEYS", "BATCH_KEYS", "KNOBS", "LATER_KEYS", "SECTIONS", "SECTION_ONLY",
-    "SYNONYMS", "TOP_LEVEL", "DataConfig", "DistConfig", "MeasureConfig", "ModelConfig",
-    "RunConfig", "ScriptConfig", "TaskConfig", "TrainConfig", "args_text", "build",
-    "check_flat", "check_types", "check_value", "command_options", "flatten", "flatten_in",
-    "from_dict", "join_args", "load_flat", "load_toml", "parse_size", "resolve_key",
-    "script_defaults", "script_name", "task_default_text", "validate",
-]
 
 
 def build(overrides: dict[str, Any] | None = None, base: RunConfig | None = None) -> RunConfig:

@@ -9,20 +9,11 @@ the run was measured under load), the pairing, and the rule that decided it. One
 the words of a verdict are the same in the terminal, scale.md, sweep.md, the HTML report and
 the JSON, and no other module writes them (tests/architecture/test_claim_phrases.py checks).
 
-The rules, in order (docs/VERDICTS.md):
-
-1. no value -> "not measured";
-2. fewer than ``metrics.MIN_REPEATS_TO_DECIDE`` repeats on a side -> "inconclusive (1
-   repeat)", with "leaning <words>" where the interval lies clear of the reference: one repeat
-   cannot see drift between runs, so it decides nothing (never "within noise"); otherwise a
-   value without an interval -> "no interval", never judged;
-3. an interval that includes the reference (the no-change value, or a bar: ``ref``), bounds
-   included -> "not resolved (the interval includes 1x)"; an interval that touches the
-   reference exactly does not exclude it;
-4. otherwise the interval lies wholly above or below the reference: the claim's ``above`` or
-   ``below`` words. An equivalence claim (``band``: parity's +/- tolerance) holds when the
-   whole interval lies inside the band, is broken when it lies wholly outside, and is not
-   resolved when it crosses an edge.
+The rules, in order, are docs/VERDICTS.md's ("One claim type"): not measured; inconclusive
+with fewer than ``metrics.MIN_REPEATS_TO_DECIDE`` repeats a side (one repeat cannot see drift
+between runs: never "within noise"); no interval; not resolved when the interval includes the
+reference, bounds included; else the ``above`` or ``below`` words, or for an equivalence
+(``band``) holds, broken or not resolved.
 
 Whatever the rule, a claim with any source run measured under load carries the load caveat,
 in every format; a claim with a model's figure beside the measured one shows both and blames

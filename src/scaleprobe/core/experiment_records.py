@@ -1,8 +1,7 @@
 """The experiments' own records, beside their points' run records: a sweep's (or scale's),
 a co-location's, a parity check's and a collectives benchmark's; ``typed`` reads any record
-by its ``kind``. On the JSON schema ``scaleprobe.core.results`` documents (and re-exports
-these names from); the run's record and its parts are ``core/result_model.py``. Torch-free.
-"""
+by its ``kind``. On the JSON schema of docs/RESULTS.md; the run's record
+and its parts are ``core/result_model.py``. Torch-free."""
 
 from __future__ import annotations
 

@@ -74,11 +74,6 @@ def duration(v_s: float, projected: bool = False) -> str:
     return f"~{text}" if projected else text
 
 
-def ms(v_s: Any) -> str:
-    """A step or phase time: ``duration``."""
-    return duration(v_s)
-
-
 def durations(values: Sequence[Any], projected: Sequence[bool] = ()) -> list[str]:
     """A table column of times in one unit (never '65.1 ms' above '1.25 s'): milliseconds
     where the column's middle value is below a second, else seconds; '~' before the values
@@ -104,11 +99,6 @@ def durations(values: Sequence[Any], projected: Sequence[bool] = ()) -> list[str
 @_or_na
 def us(v_s: float) -> str:
     return f"{v_s * 1e6:.1f}"
-
-
-def seconds(v_s: Any, projected: bool = False) -> str:
-    """An epoch or a run's time: ``duration``."""
-    return duration(v_s, projected)
 
 
 @_or_na

@@ -2,19 +2,8 @@
 report (old files included). A violated invariant is never fixed up silently: the result
 keeps its figures and lists what does not hold, and the summary line and the report say so.
 
-    shares          data wait, communication (and every breakdown phase) within 0..100% of
-                    the step
-    no comm at 1    one process has nothing to communicate: a comm phase there is a
-                    wrapper's own cost mislabelled (a parameter server with one worker is two
-                    processes, and its push / pull is real communication)
-    window          samples/s (the throughput) = global batch x timed steps / timed window,
-                    within WINDOW_CHECK_REL, for strategies whose ranks move in lockstep
-    unique data     with a failing shard audit, samples/s counts samples read again: the
-                    result also gives unique samples/s (``metrics.unique_samples_per_s``)
-    compile in window  torch.compile compiles in the untimed warm-up: a compilation (a
-                    recompile, a first compile of a new frame, a CUDA graph recording) inside
-                    the timed window is time the steady state does not spend
-                    (``metrics.compiles_in_window``; measure/compiled.py)
+The invariants (shares, no comm at 1, window, unique data, compile in window) are
+docs/VERDICTS.md's table ("Invariants").
 
 Not an invariant, and reported as a finding instead (``uneven_steps``): the median step's
 rate against the window's; steps that vary widely (a loader that stalls every few steps,
@@ -29,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 
 # where a compile event fell against the timed window (measure/compiled.py classifies them)
 WARMUP, WINDOW, AFTER = "warm-up", "window", "after"

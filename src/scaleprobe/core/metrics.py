@@ -4,25 +4,10 @@ No torch, no I/O: pure functions over numbers (and the lists of figures that rep
 Terminal lines, sweep tables, the report, ``compare`` and ``predict`` read these figures from
 here; a figure computed anywhere else is a bug.
 
-Figures (units in the names):
-
-    samples_per_s(samples, seconds)        samples processed / wall seconds
-    window_samples_per_s(n, steps, window) the headline throughput: samples of the timed steps
-                                           / the timed window (samples over time)
-    step_samples_per_s(n, step)            the median step's rate (steady state, stalls out)
-    unique_samples_per_s(sps, fraction)    samples/s counting each sample once per epoch
-    compute_s(breakdown)                   h2d + forward + backward + optimizer of one step
-    speedup(sps_n, sps_1)                  samples/s at N / samples/s at 1 (measured both)
-    efficiency(speedup, n)                 speedup / N
-    growth(new, old)                       new / old - 1 (+0.25 = 25% larger)
-    slowdown(alone_sps, together_sps)      samples/s alone / samples/s together (1.35 = the
-                                           job took 35% longer per sample when sharing)
-    flops_per_sample(flops, samples)       FLOPs of one step / the samples it processed
-    achieved_flops_per_s(fps, sps)         FLOPs per sample x samples/s
-    mfu(achieved, peak, devices)           achieved FLOP/s / (one device's peak x devices)
-    epochs_of(step, steps_per_epoch)       steps / steps per epoch (1.0 = one pass)
-    samples_of(step, global_batch)         steps x global batch (every training rank's)
-    time_speedup(t_n, t_1)                 time to target at 1 / time to target at N
+Figures (units in the names), one function each: samples/s over the timed window and over the
+median step, unique samples/s, compute time, speedup and efficiency, growth, co-location
+slowdown, FLOPs per sample, achieved FLOP/s and MFU, epochs and samples at a step, and the
+speedup in time to target.
 
 Intervals. An experiment repeats every point (``--repeats N``), interleaved (A B C A B C),
 each repeat in its own process. The ratio of two points is estimated from the repeats paired
@@ -290,10 +275,6 @@ class Interval:
         return floor >= math.log(self.hi / self.estimate) * (1.0 - 1e-9)
 
     @property
-    def rel_halfwidth(self) -> float:
-        return (self.hi - self.lo) / 2 / self.estimate if self.estimate else math.inf
-
-    @property
     def repeats_text(self) -> str:
         return f"{self.n} repeat{'s' if self.n != 1 else ''}"
 
@@ -474,16 +455,6 @@ def sample_sd(xs: Sequence[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """The standard deviation pooled over two samples (e.g. accuracy over seeds on 1 and on N
-    processes: the parity tolerance is built from it)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    sa, sb = sample_sd(a), sample_sd(b)
-    return math.sqrt(((len(a) - 1) * sa ** 2 + (len(b) - 1) * sb ** 2)  # type: ignore[operator]
-                     / (len(a) + len(b) - 2))
-
-
 def paired_difference_interval(a: Sequence[float], b: Sequence[float],
                                confidence: float = CONFIDENCE
                                ) -> tuple[float, float, float, float] | None:
@@ -512,18 +483,6 @@ def repeats_to_decide_paired(diff: float, sd: float, tol: float, n: int) -> int 
         return max(2, n)
     for m in range(max(2, n + 1), MAX_REPEATS_SUGGESTED + 1):
         if t_quantile(m - 1) * sd / math.sqrt(m) < gap:
-            return m
-    return None
-
-
-def repeats_to_decide_difference(diff: float, sd: float, tol: float, n: int) -> int | None:
-    """Repeats per side that would put the interval of ``diff`` wholly inside or wholly outside
-    +/- ``tol``, if the difference and the spread stay as measured (equal-variance t)."""
-    gap = tol - abs(diff) if abs(diff) < tol else abs(diff) - tol
-    if gap <= 0 or sd <= 0:
-        return None
-    for m in range(max(2, n + 1), MAX_REPEATS_SUGGESTED + 1):
-        if t_quantile(2 * m - 2) * sd * math.sqrt(2 / m) < gap:
             return m
     return None
 

@@ -1,6 +1,5 @@
 """What one rank hands to the run driver after training (``RankRecord``) and its typed
-parts; ``run/assemble.build_result`` turns the ranks' records into a ``RunResult``
-(``core/result_model.py`` re-exports them). Torch-free."""
+parts; ``run/assemble.build_result`` turns the ranks' records into a ``RunResult``. Torch-free."""
 
 from __future__ import annotations
 

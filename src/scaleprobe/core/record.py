@@ -3,7 +3,8 @@ JSON record (``from_dict``: a missing field reads as None, "not measured"; a fie
 version does not declare is kept in ``extra`` and written back, so reading and writing a
 record never loses a figure) and writes it (``to_dict``), and ``get``, a dotted read of a
 record still in its dict form. The records themselves: ``core/result_model.py`` (a run, a
-rank, and the modules it re-exports) and ``core/experiment_records.py``. Torch-free."""
+rank; their parts in ``core/run_metrics.py``, ``core/run_parts.py`` and
+``core/rank_record.py``) and ``core/experiment_records.py``. Torch-free."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The typed result model: one dataclass per record kind, on exactly the JSON schema that
-``scaleprobe.core.results`` documents (and re-exports these names from). A run's record
-(``RunResult``) is here; its metrics block is ``core/run_metrics.py``, its other blocks
-``core/run_parts.py`` and a rank's hand-off ``core/rank_record.py``, all re-exported here.
-Torch-free."""
+"""The typed result model: one dataclass per record kind, on exactly the JSON schema of
+docs/RESULTS.md. A run's record (``RunResult``) is here; its metrics block is
+``core/run_metrics.py``, its other blocks ``core/run_parts.py`` and a rank's hand-off
+``core/rank_record.py``. Torch-free."""
 
 from __future__ import annotations
 
@@ -13,89 +12,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scaleprobe.core import metrics as M
-from scaleprobe.core.rank_record import (  # noqa: F401  (re-exported)
-    RankInfo,
-    RankMem,
-    RankRecord,
-)
 from scaleprobe.core.record import TRANSIENT, Record, get
 from scaleprobe.core.run_blocks import ConfigBlock, ConfigRead, RunEnv, ScriptRun
-from scaleprobe.core.run_metrics import (  # noqa: F401  (re-exported)
-    BREAKDOWN_PHASES,
-    Breakdown,
-    MemoryFacts,
-    MemoryPass,
-    Metrics,
-    Peak,
-    PeakMem,
-    RankState,
-    StateBytes,
-    StepTime,
-)
-from scaleprobe.core.run_parts import (  # noqa: F401  (re-exported)
+from scaleprobe.core.run_metrics import Metrics
+from scaleprobe.core.run_parts import (
     Audit,
     Batch,
     Comm,
-    CommBucket,
     Gns,
-    GnsPoint,
-    GnsSamples,
     Load,
     RankSummary,
     Straggler,
     TimeToTarget,
 )
 
-# what other modules import from here (the re-exported parts among them)
-__all__ = [
-    "Audit",
-    "BATCH_AXES",
-    "BREAKDOWN_PHASES",
-    "Batch",
-    "Breakdown",
-    "Comm",
-    "CommBucket",
-    "Experiment",
-    "Gns",
-    "GnsPoint",
-    "GnsSamples",
-    "InExperiment",
-    "Load",
-    "MEASURED",
-    "MemoryFacts",
-    "MemoryPass",
-    "Metrics",
-    "Peak",
-    "PeakMem",
-    "RankInfo",
-    "RankMem",
-    "RankRecord",
-    "RankState",
-    "RankSummary",
-    "RunResult",
-    "SCHEMA",
-    "STATUSES",
-    "StateBytes",
-    "StepTime",
-    "Straggler",
-    "TASK_METRICS",
-    "TimeToTarget",
-    "UNKNOWN",
-    "UNKNOWN_TEXT",
-    "axis_name",
-    "dict_of",
-    "dicts",
-    "num",
-    "point_key",
-]
-
 if TYPE_CHECKING:
-    from scaleprobe.config.runconfig import RunConfig
+    from scaleprobe.config.sections import RunConfig
 else:  # the type is config/runconfig.py's, which this module cannot import (core/run_blocks.py)
     RunConfig = object
 
 SCHEMA = 2
-STATUSES = ("ok", "oom", "failed", "interrupted", "target_not_reached", "audit_failed")
 # statuses whose figures are complete measurements (a target not reached ran to its cap)
 MEASURED = ("ok", "target_not_reached")
 # a record read without a status (written before status existed, or by hand): whether it

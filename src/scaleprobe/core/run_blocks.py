@@ -15,7 +15,7 @@ from scaleprobe.core.record import Record
 
 if TYPE_CHECKING:
     from scaleprobe.config.knobs import Knob
-    from scaleprobe.config.runconfig import RunConfig
+    from scaleprobe.config.sections import RunConfig
 
 
 @dataclass

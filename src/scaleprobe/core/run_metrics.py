@@ -1,6 +1,6 @@
 """A run record's ``metrics`` block and its typed parts: step times, the phase breakdown,
 peak memory, the state each rank holds, the peak an MFU is held against, memory passes and
-the facts a memory prediction reads (``core/result_model.py`` re-exports them). Torch-free."""
+the facts a memory prediction reads. Torch-free."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A run record's other blocks, beside its metrics: time to target, the gradient noise scale,
 the batch, each rank's summary, the straggler, the shard audit, communication and load
-(``core/result_model.py`` re-exports them). Torch-free."""
+(``RunResult`` in ``core/result_model.py`` holds them). Torch-free."""
 
 from __future__ import annotations
 

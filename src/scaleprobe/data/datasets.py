@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from scaleprobe.config.catalog import DATASETS as CATALOG
-from scaleprobe.config.runconfig import DataConfig
+from scaleprobe.config.sections import DataConfig
 from scaleprobe.core.errors import DataError
 from scaleprobe.core.registry import Registry
 from scaleprobe.data.cache import default_cache_dir

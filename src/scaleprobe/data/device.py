@@ -2,22 +2,11 @@
 
 ``--dataset synthetic`` measures the model, not an input pipeline (as tf_cnn_benchmarks and
 timm's benchmark do): each rank makes ONE batch of random inputs and labels, once, on its
-training device, and every step reuses it. There is no ``__getitem__``, no transform, no
-collate, no loader worker and no host-to-device copy, so the time a step waits for data is
-the time of a Python ``next()`` (microseconds).
-
-Each rank's batch is drawn from its own seed (run seed and rank), so ranks never train on the
-same tensors. The sample indices the rank records still come from the strategy's sampler
-(the same ``DistributedSampler`` the loader path uses, epoch by epoch), so the shard audit
-checks the sampling exactly as on real data: it catches ranks that share indices or repeat
-the same order (``dist.sampler`` faults) while the tensors themselves are per rank.
-
-``--dataset synthetic-loader`` keeps the per-sample path (``data/loader.py``) for studying the
-loader itself.
-
-``--dataset tokens-synthetic`` (``--task lm``) is the same for a language model: one batch of
-``seq_len + 1`` uniformly random tokens per sample, made once on the device; its input is the
-first ``seq_len`` tokens and its targets the last ``seq_len``.
+training device, from its own seed, and every step reuses it; the sample indices still come
+from the strategy's sampler, so the shard audit checks the sampling as on real data.
+``--dataset tokens-synthetic`` (``--task lm``) is the same with ``seq_len + 1`` random tokens
+per sample. docs/FLOPS.md ("Synthetic data") sets it beside ``synthetic-loader``, which keeps
+the per-sample path (``data/loader.py``) for studying the loader itself.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.collate import default_collate
 
-from scaleprobe.config.runconfig import DataConfig
+from scaleprobe.config.sections import DataConfig
 from scaleprobe.core.errors import DataError
 from scaleprobe.measure.env import die_with_parent
 

@@ -1,26 +1,13 @@
 """Token datasets of ``--task lm``: windows of a token file, random tokens, and the splits the
 dataset registry builds from them (``tokens``, ``text``, ``tokens-synthetic``).
 
-A sample is one window of ``T + 1`` tokens (``T`` = ``data.seq_len``): sample ``i`` is
-``tokens[i*T : i*T + T + 1]``, its input the first ``T``, its targets the last ``T`` (the
-input shifted by one). Windows do not overlap (they share one token at their seam), so one
-epoch reads every token of the split once, and a split of ``n`` tokens holds
-``(n - 1) // T`` samples. Samples are addressed by index, so the strategy's
-``DistributedSampler`` shards them and the shard audit checks them as it checks images.
-
-The held-out split is evaluated on ``data.eval_windows`` of its windows, spread evenly over
-it (window ``round(j * (count - 1) / (k - 1))`` for ``j = 0 .. k - 1``), so an evaluation
-costs the same however large the split is; unset, every window.
-
-The context-free baseline is a model that knows only how often each token occurs in the
-training split: token ``t`` costs ``-ln((c(t) + 1) / (N + V))`` nats (``c``: the training
-split's counts, ``N`` their sum, ``V`` the vocabulary; add-one smoothing, so a token the
-training split never holds costs a finite amount). Scored on the very held-out tokens the
-model's loss is taken over (tasks/lm.py), it is the held-out loss to beat: a model below it
-learned more than the token frequencies. The training split's unigram entropy
-``H = -sum p(t) ln p(t)`` is recorded too, but it is that model's loss on the training split,
-not on held-out text: on the standard library's sources the held-out baseline is higher
-(3.288 against 3.231 nats/token on the default 256 evaluation windows, 2026-11-28).
+A sample is one window of ``T + 1`` tokens (``T`` = ``data.seq_len``), input the first ``T``
+and targets the last ``T``; windows do not overlap and are addressed by index, so the
+strategy's sampler shards them and the shard audit checks them. The held-out split is
+evaluated on ``data.eval_windows`` windows spread evenly over it; the context-free baseline
+(add-one smoothed unigram counts of the training split) is scored on the same held-out
+tokens. docs/DATA.md ("samples", "evaluation", "the context-free baseline") gives the
+formulas and why the recorded unigram entropy is not the held-out baseline.
 """
 
 from __future__ import annotations

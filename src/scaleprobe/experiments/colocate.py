@@ -1,23 +1,6 @@
 """Co-located jobs: K training jobs run first alone (one after another), then all at once, on
 one shared device or each pinned to its own (a GPU each, or on a CPU host a CPU set each).
-
-A spec::
-
-    [colocate]
-    id = "three-mobilenets"     # label in results (default: file name)
-    placement = "shared"        # shared | pinned
-    seconds = 15                # timed window of every job, alone and together
-    # steps = 40                # or a fixed number of timed steps instead
-    warmup_steps = 2
-    repeats = 3                 # alone/together phases, interleaved (--repeats overrides)
-
-    [base]                      # run options common to every job
-    dataset = "synthetic"
-
-    [[job]]                     # one table per job: any run options
-    name = "mnv2-b32"
-    model = "mobilenet_v2"
-    batch_size = 32
+The spec (``[colocate]``, ``[base]``, one ``[[job]]`` table per job) is docs/EXPERIMENTS.md's.
 
 Together, the jobs start their training at the same moment: each point process finishes its
 imports, announces it is ready, and waits for a start file. A time-boxed window (``seconds``)
@@ -46,11 +29,14 @@ import psutil
 from rich.console import Console
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.keys import flatten_in, resolve_key
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import results as res
 from scaleprobe.core.claim import Source
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.experiment_records import ColocateRecord
 from scaleprobe.core.fmt import duration
-from scaleprobe.core.results import ColocateRecord, Experiment, RunResult
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.experiments.colocate_verdict import (
     JobFigures,
     throughput_line,
@@ -88,7 +74,7 @@ SAMPLE_EVERY_S = 0.5
 class ColocateSpec:
     colocate_id: str
     placement: str  # shared | pinned
-    jobs: list[tuple[str, C.RunConfig]]
+    jobs: list[tuple[str, RunConfig]]
     repeats: int = DEFAULT_REPEATS  # alone/together phases, interleaved
 
 
@@ -141,12 +127,12 @@ def load_colocate_spec(spec: str | Path | dict[str, Any],
     jobs_doc = doc.get("job")
     if not isinstance(jobs_doc, list) or len(jobs_doc) < 2:
         raise ConfigError(f"{where}: give at least two [[job]] tables")
-    base = C.flatten_in(doc.get("base", {}), f"{where}: [base]")
-    base.update({C.resolve_key(k): v for k, v in (overrides or {}).items()})
+    base = flatten_in(doc.get("base", {}), f"{where}: [base]")
+    base.update({resolve_key(k): v for k, v in (overrides or {}).items()})
     timing = _timing(opts)
-    jobs: list[tuple[str, C.RunConfig]] = []
+    jobs: list[tuple[str, RunConfig]] = []
     for i, job in enumerate(jobs_doc):
-        flat = {**base, **C.flatten_in(job, f"{where}: [[job]] {i + 1}"), **timing}
+        flat = {**base, **flatten_in(job, f"{where}: [[job]] {i + 1}"), **timing}
         name = str(flat.get("name") or f"job{i + 1}")
         flat["name"] = name
         try:
@@ -181,7 +167,7 @@ class _Machine:
     overlap_s: float
 
 
-def _payload(ctx: _Ctx, name: str, cfg: C.RunConfig, phase: str, place: Place,
+def _payload(ctx: _Ctx, name: str, cfg: RunConfig, phase: str, place: Place,
            repeat: int, barrier: dict[str, str] | None = None) -> PointPayload:
     """Job ``name``'s point in ``phase`` of ``repeat``."""
     exp = point_experiment(ctx.spec.colocate_id, "colocate", {"job": name, "phase": phase},

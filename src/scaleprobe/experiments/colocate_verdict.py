@@ -10,17 +10,10 @@ is paired with repeat ``i`` together; the slowdown's 95% interval is ``metrics.r
 over those pairs. A job's figures are geometric means over the paired repeats, so its
 ``slowdown`` is exactly the interval's centre.
 
-Each claim is made only when the intervals decide it:
-
-- a job's reading is a ``core.claim.Claim`` of its slowdown against 1: "slower together" when
-  its interval lies above 1, "faster together" when it lies below 1, "not resolved" when it
-  holds 1, "inconclusive (1 repeat)" with one repeat whatever its interval;
-- "no interference": every job's interval lies below 1.10 (within 10% of its speed alone);
-- interference (some job's interval lies above 1.10), named by its cause: "CPU saturated"
-  (machine-wide CPU use together >= 90%), "device contention" (the GPU >= 90% busy, or the
-  jobs share one GPU), else "interference without saturation";
-- otherwise "inconclusive", with each undecided job's interval and the repeats that would
-  decide it.
+Each claim is made only when the intervals decide it: a job's reading is a
+``core.claim.Claim`` of its slowdown against 1; the verdicts across jobs (no interference,
+CPU saturated, device contention, interference without saturation, inconclusive) are
+docs/EXPERIMENTS.md's table, with their bars.
 """
 
 from __future__ import annotations

@@ -412,9 +412,6 @@ class SlurmProcessSet:
         out = Path(proc.payload.config.out or ".")
         res.append_jsonl(res.results_file(out), rec.to_dict())
 
-    def finished(self, proc: SlurmPoint) -> None:
-        self.live.pop(proc.pid, None)
-
     def call(self, fn: Any, *args: Any, nnodes: int = 1, nproc: int = 1,
              poll_s: float | None = None) -> tuple[Any, str]:
         """``fn(*args)`` as one job of ``nnodes`` tasks (one per node), waited for: the first

@@ -6,21 +6,12 @@ bug), this shows it with both accuracies side by side.
     scaleprobe run --strategy ddp --nproc 2 --parity --epochs 3 --repeats 3
     scaleprobe run --strategy ddp --nproc 2 --parity --parity-tolerance 0.005
 
-Repeat ``r`` uses seed ``seed + r`` for both runs (the seed moves the initial weights, the data
-order and the held-out split), run interleaved (1, N, 1, N, ...), each in its own process. The
-learning rate is not scaled: the global batch is the same on both sides. Communication
-calibration is off in the N-process run (its extra forward passes would move batch-norm
-statistics the 1-process run never sees).
-
-An equivalence test. The verdict compares the difference of accuracies (N - 1), paired by
-seed (both sides of a seed share its initial weights, data order and split:
-``metrics.paired_difference_interval``), with its 95% interval, against the user's tolerance
-(``--parity-tolerance``, default 1 accuracy point, absolute): never derived from the measured
-noise, since a noisier setup would then loosen the margin until a real 10-point loss read
-"parity holds". The claim's rules decide (core/claim.py, an equivalence band): "parity holds" when the whole
-interval lies inside +/- tolerance, "parity broken" when it lies entirely outside, else "not
-resolved" (the record's verdict: inconclusive), with the interval and the seeds that would
-decide it. One seed has no spread: "inconclusive (1 repeat)".
+Repeat ``r`` uses seed ``seed + r`` for both runs, interleaved (1, N, 1, N, ...), each in its
+own process. The verdict is an equivalence test (core/claim.py, an equivalence band): the
+difference of accuracies (N - 1), paired by seed (``metrics.paired_difference_interval``),
+against the user's ``--parity-tolerance``, never one derived from the measured noise.
+docs/EXPERIMENTS.md ("Accuracy parity") gives why the learning rate is not scaled, why
+communication calibration is off, and the verdicts.
 """
 
 from __future__ import annotations
@@ -32,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config.runconfig import RunConfig, validate
+from scaleprobe.config.runconfig import validate
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.experiment_records import ParityRecord
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
 
@@ -132,7 +125,7 @@ def _samples(rec: RunResult) -> int | None:
 
 
 def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
-                  tol: float) -> res.ParityRecord:
+                  tol: float) -> ParityRecord:
     """The ``kind: parity`` record from the repeats' run records (``recs_1[r]``, ``recs_n[r]``:
     repeat r on 1 and on N processes). Repeats whose two runs saw different numbers of samples
     are left out of the comparison (not like for like)."""
@@ -147,8 +140,8 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
     acc_n = [x for i in like if (x := _acc(recs_n[i])) is not None]
     first = recs_n[0] if recs_n else RunResult()
     gb = first.cfg_number("train.global_batch")
-    return res.ParityRecord(
-        experiment=res.Experiment(id=exp_id, kind="parity"),
+    return ParityRecord(
+        experiment=Experiment(id=exp_id, kind="parity"),
         nproc=first.batch.world_size,
         global_batch=int(gb) if gb else None,
         repeats=len(recs_1),
@@ -169,7 +162,7 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
 # ---- running it ---------------------------------------------------------------------------
 
 def run_parity(cfg: RunConfig, repeats: int = DEFAULT_REPEATS,
-               say: Callable[[str], None] | None = None) -> res.ParityRecord:
+               say: Callable[[str], None] | None = None) -> ParityRecord:
     """Train ``repeats`` times on 1 and on N processes, interleaved, each run in its own
     process; append and return the parity record (its runs are in the results file)."""
     from scaleprobe.experiments.sweep import preflight  # heavy: rich

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config.runconfig import RunConfig, from_dict
+from scaleprobe.config.runconfig import from_dict
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ScaleprobeError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features.interrupt import Interrupted, describe
 from scaleprobe.launch import fresh_launcher
@@ -41,7 +42,7 @@ class PointPayload:
     """What a point process runs (``POINT.json``, written by the parent, read here)."""
 
     config: RunConfig
-    experiment: res.Experiment  # its extras hold ``attempt``: finds the record it writes
+    experiment: Experiment  # its extras hold ``attempt``: finds the record it writes
     cpus: list[int] | None = None  # a CPU set to pin to
     barrier: dict[str, str] | None = None  # {ready, go}: file paths (co-located jobs)
 
@@ -55,11 +56,11 @@ class PointPayload:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PointPayload:
-        return cls(from_dict(d["config"]), res.Experiment.from_dict(d["experiment"]),
+        return cls(from_dict(d["config"]), Experiment.from_dict(d["experiment"]),
                    d.get("cpus"), d.get("barrier"))
 
 
-def failed_record(cfg: RunConfig, experiment: res.Experiment, error: str,
+def failed_record(cfg: RunConfig, experiment: Experiment, error: str,
                   status: str = "failed") -> RunResult:
     """A run record for a point that never produced one of its own."""
     name = cfg.name or cfg.default_name()
@@ -76,7 +77,7 @@ def find_attempt(results: Path, attempt: str | None) -> RunResult | None:
     return None
 
 
-def record_once(cfg: RunConfig, exp: res.Experiment, results: Path, error: str,
+def record_once(cfg: RunConfig, exp: Experiment, results: Path, error: str,
                 status: str = "failed") -> RunResult:
     """The record the point of ``exp`` (its attempt) wrote to ``results``; else a record of
     its failure, appended there so that the failure is on disk too."""
@@ -99,7 +100,7 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _import_or_stop(cfg: RunConfig, exp: res.Experiment) -> None:
+def _import_or_stop(cfg: RunConfig, exp: Experiment) -> None:
     """The slow imports of a run (torch, torchvision, the engine), with Ctrl+C and SIGTERM
     recording the point interrupted and ending the process at once. A KeyboardInterrupt
     raised inside an import cannot be caught safely: it leaves numpy or torch half-imported
@@ -201,7 +202,7 @@ def run_point(payload: PointPayload) -> int:
     return exit_code(result.status)
 
 
-def _record(cfg: RunConfig, exp: res.Experiment, error: str, status: str = "failed") -> None:
+def _record(cfg: RunConfig, exp: Experiment, error: str, status: str = "failed") -> None:
     # kept: the run's own record of its ending (a data error met while training)
     record_once(cfg, exp, res.results_file(cfg.out), error, status)
 

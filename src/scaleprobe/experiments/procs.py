@@ -33,7 +33,7 @@ import psutil
 
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, PointPayload, find_attempt, record_once
@@ -221,9 +221,6 @@ class ProcessSet:
                 return rc
             time.sleep(poll_s)
 
-    def finished(self, proc: PointProcess) -> None:
-        self.live.pop(proc.pid, None)
-
     def close(self) -> None:
         """Once the set's points are over: end the server they were forked from."""
         stop_server()
@@ -319,10 +316,10 @@ def new_attempt() -> str:
 
 
 def point_experiment(exp_id: str, kind: str, point: dict[str, Any],
-                     repeat: int | None = None) -> res.Experiment:
+                     repeat: int | None = None) -> Experiment:
     """A point process's experiment, with a new ``attempt`` token (finds the record it
     writes)."""
-    return res.Experiment(id=exp_id, kind=kind, point=point, repeat=repeat,
+    return Experiment(id=exp_id, kind=kind, point=point, repeat=repeat,
                           extra={"attempt": new_attempt()})
 
 

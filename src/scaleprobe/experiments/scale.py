@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.sections import ScriptConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import sweep
 from scaleprobe.experiments.spec import load_spec
@@ -90,7 +91,7 @@ def script_spec(target: list[str], counts: list[int], over: dict[str, Any],
     base = check_overrides(over, flags or {})
     out = base.pop("out", None)
     progress = base.pop("measure.progress", True) is not False
-    base.update(C.ScriptConfig.from_target(target))
+    base.update(ScriptConfig.from_target(target))
     sweep: dict[str, Any] = {"id": sid or f"scale-script-{name}", "kind": "scale"}
     if repeats is not None:
         sweep["repeats"] = repeats

@@ -1,27 +1,9 @@
 """Sweep specifications: a ``[base]`` run configuration, a ``[grid]`` of axes, and the points
 their cartesian product gives.
 
-A spec is a TOML file (or the same structure as a dict)::
-
-    [sweep]
-    id = "mobilenet_v2-batch"   # label of this experiment in results (default: file name)
-    batch_start = 16            # batch_size = "auto": the first size tried
-    batch_max = 4096            # batch_size = "auto": never beyond this
-    max_probes = 12             # batch_size = "auto": at most this many runs per search
-    batch_round = 8             # batch_size = "auto": sizes are multiples of this
-    skip_invalid = false        # drop grid points whose combination is invalid
-    kind = "sweep"              # "scale": a process-count study (speedup vs 1 process)
-    repeats = 3                 # every point this many times, interleaved (A B C A B C)
-
-    [base]                      # any run option, as in a run TOML file
-    model = "mobilenet_v2"
-    steps = 10
-    [base.data]
-    image_size = 32
-
-    [grid]                      # axes: any run option, a list of values each
-    batch_size = [16, 32, 64]   # or "auto"
-    workers = [1, 2]
+A spec is a TOML file (or the same structure as a dict) with ``[sweep]`` (id, kind, repeats,
+the ``batch_size = "auto"`` search's bounds, ``skip_invalid``), ``[base]`` (any run option)
+and ``[grid]`` (a list of values per option); docs/EXPERIMENTS.md gives it in full.
 
 No torch import here: the sweep parent stays light, each point runs in its own process.
 """
@@ -34,9 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.keys import (
+    args_text,
+    check_flat,
+    check_value,
+    flatten_in,
+    join_args,
+    load_toml,
+    resolve_key,
+)
 from scaleprobe.config.knobs import show
 from scaleprobe.config.rules import unused
-from scaleprobe.config.runconfig import BATCH_KEYS
+from scaleprobe.config.sections import BATCH_KEYS, SECTIONS, RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
 from scaleprobe.measure.env import threads_for
@@ -86,7 +77,7 @@ class SweepSpec:
     def auto(self) -> bool:
         return bool(self.batch_axis and self.batch_axis.auto)
 
-    def base_config(self, out: str | None = None) -> C.RunConfig:
+    def base_config(self, out: str | None = None) -> RunConfig:
         """The base with the first value of each axis: an axis may be what makes a base key
         apply (a script axis, ``data_dir`` under a dataset axis); where that first point is
         invalid (``skip_invalid``), the base alone."""
@@ -99,7 +90,7 @@ class SweepSpec:
                 raise
             return C.build(_complete(over))
 
-    def config(self, point: Point, out: str | None = None) -> C.RunConfig:
+    def config(self, point: Point, out: str | None = None) -> RunConfig:
         """The point's run configuration; unless the base names the runs, each is labelled by
         its point (``loader=naive, transform=heavy``) so tables tell the points apart."""
         label = {} if self.base.get("name") else {"name": describe(point.axes)}
@@ -165,10 +156,10 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
                           "e.g. batch_size = [16, 32, 64]")
     labels = _labels(grid)
     axes: list[Axis] = []
-    for key, values in C.flatten_in(grid, f"{where}: [grid]").items():
+    for key, values in flatten_in(grid, f"{where}: [grid]").items():
         label = labels.get(key, key)
         if key == ARGS_KEY and isinstance(values, list):
-            values = [C.args_text(v, f"{where}: grid axis '{label}'") for v in values]
+            values = [args_text(v, f"{where}: grid axis '{label}'") for v in values]
         if values == "auto" and key == "train.batch_size":
             axes.append(Axis(key, label, (), auto=True))
             continue
@@ -180,7 +171,7 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
         if len(set(map(repr, values))) != len(values):
             raise ConfigError(f"{where}: grid axis '{label}' repeats a value: {show(values)}")
         try:
-            vals = [C.check_value(key, v) for v in values]
+            vals = [check_value(key, v) for v in values]
         except ConfigError as e:
             raise ConfigError(f"{where}: grid axis '{label}': {e}") from None
         if key in BATCH_KEYS:
@@ -195,11 +186,11 @@ def _axes(grid: dict[str, Any], where: str) -> list[Axis]:
 def _labels(grid: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in grid.items():
-        if isinstance(v, dict) and k in C.SECTIONS:
+        if isinstance(v, dict) and k in SECTIONS:
             for kk in v:
-                out[C.resolve_key(f"{k}.{kk}")] = kk
+                out[resolve_key(f"{k}.{kk}")] = kk
         else:
-            out[C.resolve_key(k)] = k.replace("-", "_")
+            out[resolve_key(k)] = k.replace("-", "_")
     return out
 
 
@@ -210,7 +201,7 @@ def read_doc(spec: str | Path | dict[str, Any], kind: str, tables: tuple[str, ..
     if isinstance(spec, dict):
         doc, where, stem = spec, f"{kind} spec", kind
     else:
-        doc, where, stem = C.load_toml(spec), str(spec), Path(spec).stem
+        doc, where, stem = load_toml(spec), str(spec), Path(spec).stem
     unknown = sorted(set(doc) - {t.strip("[]") for t in tables})
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {', '.join(unknown)}; "
@@ -225,11 +216,11 @@ def load_spec(spec: str | Path | dict[str, Any],
     doc, where, stem = read_doc(spec, "sweep", ("[sweep]", "[base]", "[grid]"))
     opts = _sweep_options(_table(doc, "sweep", where), where)
     in_base = f"{where}: [base]"
-    base = C.check_flat(C.join_args(C.flatten_in(_table(doc, "base", where), in_base), in_base),
+    base = check_flat(join_args(flatten_in(_table(doc, "base", where), in_base), in_base),
                         in_base)
     axes = _axes(_table(doc, "grid", where), where)
     _check_script_keys(base, axes, where)
-    for full, v in C.check_flat(overrides or {}).items():
+    for full, v in check_flat(overrides or {}).items():
         axis = next((a for a in axes if a.key == full), None)
         if axis is not None:
             raise ConfigError(f"'{axis.label}' is a grid axis in {where}; "
@@ -299,7 +290,7 @@ def check_points(sp: SweepSpec, out: str | None = None) -> list[Point]:
     return good
 
 
-def _check_axes_used(sp: SweepSpec, cfg: C.RunConfig, p: Point) -> None:
+def _check_axes_used(sp: SweepSpec, cfg: RunConfig, p: Point) -> None:
     """A grid axis the point's run does not use makes points that measure the same thing
     (``workers = [1, 2]`` with ``dataset = "synthetic"``): an error naming the axis."""
     for a in sp.axes:

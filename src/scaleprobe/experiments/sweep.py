@@ -28,7 +28,8 @@ from rich.console import Console
 
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.experiment_records import SkippedPoint, SweepRecord
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.experiments import executor as executors
 from scaleprobe.experiments.batch_search import BatchSearch
 from scaleprobe.experiments.point import PointPayload
@@ -55,7 +56,7 @@ except ImportError:  # pragma: no cover
 # How a sweep's tables are made (report/render/sweep_tables.write_tables, which the commands pass):
 # (out folder, run records typed, skipped points, batch searches, spec, partial) -> the
 # report, whose "recommendation" goes into the sweep record. The sweep itself renders nothing.
-Tables = Callable[[Path, list[RunResult], list[res.SkippedPoint], list[dict[str, Any]],
+Tables = Callable[[Path, list[RunResult], list[SkippedPoint], list[dict[str, Any]],
                    SweepSpec, bool], dict[str, Any]]
 
 # measured: not run again on resume (a failed shard audit would fail again)
@@ -70,7 +71,7 @@ class SweepState:
     procs: ProcessSet  # or executor.SlurmProcessSet: the same calls
     done: dict[str, list[RunResult]] = field(default_factory=dict)  # key -> ok/oom runs
     records: list[RunResult] = field(default_factory=list)  # this sweep's, in run order
-    skipped: list[res.SkippedPoint] = field(default_factory=list)  # points not run, and why
+    skipped: list[SkippedPoint] = field(default_factory=list)  # points not run, and why
     searches: list[dict[str, Any]] = field(default_factory=list)  # batch_size = "auto"
     started: int = 0  # point processes started by this call
     spec_path: str | None = None  # the spec file, for the report's rerun commands
@@ -129,7 +130,7 @@ def run_point(st: SweepState, point: Point, repeat: int = 0) -> RunResult:
 
 
 def _skip(st: SweepState, point: Point, reason: str) -> None:
-    st.skipped.append(res.SkippedPoint(point=dict(point.axes), status="oom", reason=reason))
+    st.skipped.append(SkippedPoint(point=dict(point.axes), status="oom", reason=reason))
     st.bar.point_skipped(point, reason)
 
 
@@ -188,10 +189,10 @@ def _run_auto(st: SweepState, groups: list[Point]) -> None:
     st.bar.set_remaining(0)
 
 
-def _sweep_record(st: SweepState, recommendation: Any) -> res.SweepRecord:
-    return res.SweepRecord(
+def _sweep_record(st: SweepState, recommendation: Any) -> SweepRecord:
+    return SweepRecord(
         kind="sweep",
-        experiment=res.Experiment(id=st.spec.sweep_id, kind=st.spec.kind),
+        experiment=Experiment(id=st.spec.sweep_id, kind=st.spec.kind),
         axes={a.label: ("auto" if a.auto else list(a.values)) for a in st.spec.axes},
         points=[{"point": r.experiment.point if r.experiment else None, "key": r.key,
                  "repeat": r.repeat or 0, "run_id": r.run_id, "status": r.status}

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from scaleprobe.core.fmt import bytes_, duration, rate, repeat_label
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.spec import Point, describe
 from scaleprobe.measure.progress import progress_bar, read_point_progress
 

@@ -14,19 +14,9 @@ are unbiased estimates, one pair per step. Under DDP the small gradient is each 
 the halves' gradients are the small ones (b / 2 samples) and their mean the big one.
 
 One step's estimates are noisy (the |G|^2 estimate is often negative), so, as the paper
-recommends, numerator and denominator are averaged separately before their ratio is taken:
-
-    b_simple   mean over the timed steps of tr(Sigma) / mean of |G|^2 (samples)
-    interval   95% moving-block bootstrap over the timed steps (blocks of ~sqrt(n) steps keep
-               the steps' correlation), fixed seed
-    series     the same ratio over consecutive blocks of steps: B_noise over training (it
-               grows as the loss falls)
-    end        the series' last block: B_noise where the run ended (with --target, near the
-               target), the figure a batch sweep's fitted critical batch is compared with
-    path       B_noise along the path to the target: the blocks' ratios averaged with weights
-               S_min per block = steps / (1 + B_noise / B). Summing the model's
-               S = S_min (1 + B_noise / B) over the path gives a critical batch of exactly
-               this weighted mean, if the model held at every step (shown beside ``end``).
+recommends, numerator and denominator are averaged separately before their ratio is taken;
+``b_simple``, its block-bootstrap interval, the series over training, B_noise at the run's end
+and along the path to a target are docs/CRITICAL_BATCH.md's.
 """
 
 from __future__ import annotations
@@ -38,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.result_model import Gns, GnsPoint, GnsSamples
+from scaleprobe.core.run_parts import Gns, GnsPoint, GnsSamples
 from scaleprobe.core.traits import traits_of
 
 CONFIDENCE = 0.95

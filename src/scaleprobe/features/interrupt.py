@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scaleprobe.core.result_model import RankRecord
+    from scaleprobe.core.rank_record import RankRecord
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -5,19 +5,9 @@ A link is described by two numbers, both per direction of the slowest link on th
     bandwidth_gbit_s   bytes per second the link carries, in Gbit/s (full duplex)
     alpha_s            the fixed cost of one message hop: wire latency plus software
 
-Where they come from:
-
-    1gbit, 10gbit, 25gbit, 100gbit   nominal Ethernet rates; latencies typical of TCP on such
-                                     links (assumed, not measured)
-    200mbit, 2.5gbit, ...            any rate written as <number>mbit or <number>gbit
-    loopback                         gloo over 127.0.0.1 between 2 processes on this project's
-                                     reference machine (2-core CPU), measured 2026-11-22
-    measured:PATH (or PATH)          a results.jsonl / folder / record written by
-                                     ``scaleprobe comm``: its all_reduce fit is turned into a
-                                     link (bus bandwidth and per-hop latency)
-    NAME=GBIT,US                     a link of your own: NAME at GBIT Gbit/s, US microseconds
-                                     per hop (e.g. ib=200,2)
-    nvlink                           nominal NVLink 4 (H100 SXM): 450 GB/s per direction
+The presets, any ``<number>mbit``/``gbit`` rate, ``loopback`` (measured), ``measured:PATH``
+(a ``scaleprobe comm`` fit), ``NAME=GBIT,US`` and ``nvlink``, with the figures and where each
+comes from, are docs/COMMUNICATION.md's table of links.
 
 A spec may also name links per rank, for a rank behind a slower cable (seed 000's topology):
 ``rank2=100mbit`` (the others: the default), ``1gbit,rank2=100mbit`` (the others 1gbit).

@@ -41,7 +41,6 @@ GPT_MODELS: dict[str, tuple[GPTShape, str]] = {
 # val.bin under --data-dir; text: the standard library's Python sources, byte-level
 TOKEN_DATASETS = ("tokens-synthetic", "tokens", "text")
 LM_TASK = "lm"
-DEFAULT_DATASET = "text"  # what --task lm reads when --dataset is left at its default
 
 
 def is_gpt(name: str) -> bool:

@@ -2,23 +2,10 @@
 
 A run with a target trains for whole epochs (at most ``--max-epochs``), evaluates its task
 metric on the held-out split every ``--eval-every`` steps (default: at the end of every
-epoch) and stops at the first evaluation that reaches the target. What it records
-(``results.TimeToTarget``):
-
-- ``time_to_target_s``: training wall clock from the start of the first step (data loading,
-  loader start-up and the untimed measuring warm-up included) to the evaluation that reached
-  the target, with the time spent evaluating taken out; the evaluation time is reported
-  beside it as ``eval_time_s``. This is how MLPerf Training times a result ("time to train"),
-  where evaluation is likewise not counted.
-- ``steps_to_target``, ``samples_to_target`` (global: every training rank's samples) and
-  ``epochs_to_target`` (steps / steps per epoch, so 1.0 is one pass over the training split).
-- the curve: one row per evaluation (metric against training wall clock, epochs and samples),
-  in ``OUT/<run>/target_curve.csv``.
-
-A target not reached by the cap ends as status ``target_not_reached``, with the best value
-and when it was seen. Each metric has its direction (``LOWER_IS_BETTER``): accuracy,
-verification_accuracy and map50 reach their target at or above it, the language model's loss
-and perplexity at or below it; "best" is the highest or the lowest value accordingly.
+epoch) and stops at the first evaluation that reaches the target; a target not reached by the
+cap ends as status ``target_not_reached``. What it records (``TimeToTarget``: the time
+without evaluation, steps, samples, epochs, the curve) and each metric's direction
+(``LOWER_IS_BETTER``) are docs/TIME_TO_TARGET.md's.
 
 This module has no torch import at the top: the config checks it (``parse_target``) and the
 result is assembled from it (``summarize``) without torch. ``TargetWatch`` runs in the rank
@@ -103,14 +90,6 @@ def parse_target(text: str) -> Target:
         raise ConfigError(f"--target {metric}={num.strip()}: {metric} is a fraction; give a "
                           "value in (0, 1], e.g. 0.95")
     return Target(metric, value)
-
-
-def is_target(text: str) -> bool:
-    try:
-        parse_target(text)
-    except ConfigError:
-        return False
-    return True
 
 
 def check_task(target: Target, task: str) -> None:

@@ -15,19 +15,12 @@ workers are killed at once, not after the launcher's 30 s grace. Ctrl+C or SIGTE
 process is forwarded to the workers, which stop together and keep their records
 (``interrupt.py``); ``Interrupted`` then reports it.
 
-How a rank starts: on a machine without an NVIDIA or AMD GPU driver, when this process is
-scaleprobe's own (the command line, a point's process: ``fresh_launcher``), each rank is
-forked from it, which has imported torch and the training engine already, so a rank starts
-training without spending 3-5 s of a CPU importing them again (a 2-process run on 2 cores
-waited that long for its ranks). A process that may have run tensor operations already (a
-notebook or a test calling scaleprobe in its own process) spawns its ranks: torch's CPU
-kernels run on GNU OpenMP's thread pool, and a child forked after the pool started waits
-forever at its first parallel region for threads it does not have. A forked rank begins as a fresh interpreter would: Python's
-default signal handlers and its own stdout and stderr objects (another thread of this process
-may hold the old ones' locks at the moment of the fork). On a GPU machine every rank is a
-fresh interpreter (multiprocessing's spawn): a process forked after CUDA was initialised cannot
-use CUDA. ``SCALEPROBE_RANK_START=fork`` or ``=spawn`` chooses either. ``wrap``'s ranks
-start the same way (``wrap/boot.forked_rank``).
+How a rank starts: forked from this process when it is scaleprobe's own (``fresh_launcher``)
+on a machine without a GPU driver, so it does not import torch and the engine again; spawned
+otherwise (a process that may have run tensor operations: torch's OpenMP pool deadlocks a
+forked child; a GPU machine: CUDA). docs/RELIABILITY.md gives the rule, what a forked rank
+resets and what it costs; ``SCALEPROBE_RANK_START=fork`` or ``=spawn`` chooses either. ``wrap``'s
+ranks start the same way (``wrap/boot.forked_rank``).
 """
 
 from __future__ import annotations
@@ -53,19 +46,16 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.config.runconfig import DistConfig
+from scaleprobe.config.sections import DistConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.features.interrupt import Interrupted, signal_name
 from scaleprobe.launch import guard
-from scaleprobe.launch.rankwatch import (  # noqa: F401  (re-exported: the job's failure and lines)
+from scaleprobe.launch.rankwatch import (
     INTERRUPT_GRACE_S,
-    KILL_AFTER_S,
     STOP_CEILING_S,
     STOP_STEPS,
     RankWatch,
     WorkerFailure,
-    last_meaningful_line,
-    name_signal,
 )
 from scaleprobe.measure.env import gpu_machine
 

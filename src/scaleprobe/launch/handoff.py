@@ -10,7 +10,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from scaleprobe.core.results import RankRecord, write_json_atomic
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.results import write_json_atomic
 from scaleprobe.protocols import Launched
 
 HANDOFF = ".ranks-interrupted.json"  # rank 0's gathered records when the ranks were stopped

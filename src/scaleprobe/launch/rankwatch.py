@@ -19,14 +19,7 @@ from typing import Any
 import psutil
 
 from scaleprobe.features.interrupt import Interrupted
-from scaleprobe.launch.lines import (  # noqa: F401  (re-exported: the rank's side imports them here)
-    last_meaningful_line,
-    loader_worker_exits,
-    name_signal,
-    plain_error,
-    signal_name_of,
-    waited_text,
-)
+from scaleprobe.launch.lines import last_meaningful_line, plain_error, signal_name_of, waited_text
 from scaleprobe.measure.heartbeat import (
     Beat,
     RankError,

@@ -6,13 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import (
-    BREAKDOWN_PHASES,
-    Breakdown,
-    RankRecord,
-    RankSummary,
-    StepTime,
-)
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES, Breakdown, StepTime
+from scaleprobe.core.run_parts import RankSummary
 from scaleprobe.measure.stats import median, quantile, summarize
 
 PHASES = BREAKDOWN_PHASES  # the result's order (the timer marks them in the step's own order)

@@ -3,14 +3,11 @@ and why, and whether any of it fell inside the timed window. One mechanism for `
 (the built-in loop) and `wrap` (a user's compiled script).
 
 Seen through PyTorch's own instrumentation, never through anything that runs in a compiled
-frame: ``torch._dynamo.callback.callback_handler`` calls a start and an end callback around
-every compilation (dynamo tracing a frame and everything it compiles with it, a backward graph
-compiled lazily at the first backward, a CUDA graph recorded by ``mode="reduce-overhead"``);
-``CompileWatch`` notes each with ``perf_counter`` at both ends, its trigger and its compile id
-(``"frame/n"``: ``n > 0`` is a recompile of that frame). After the run it reads, from
-``torch._dynamo.utils``, the reason dynamo recorded for each recompile
-(``get_compilation_metrics()``: the guard that failed) and the graph breaks it counted
-(``counters["graph_break"]``). The callbacks cost nothing between compilations.
+frame (docs/WRAP.md, "Compilations"): ``CompileWatch`` notes each start and end callback of
+``torch._dynamo.callback.callback_handler`` with ``perf_counter``, its trigger and its compile
+id (``"frame/n"``: ``n > 0`` is a recompile of that frame); after the run it reads dynamo's
+recompile reasons (``get_compilation_metrics()``) and graph-break counters. The callbacks
+cost nothing between compilations.
 
 Every name used from ``torch._dynamo`` is private; each is read inside a ``try``: a torch
 without it (older than the callback handler, or one that moved it) gives "not measured" with

@@ -1,44 +1,13 @@
 """FLOPs per training step, and the peak they are held against (MFU).
 
-Counting. ``StepFlops`` wraps the FIRST warm-up step (untimed) in
-``torch.utils.flop_counter.FlopCounterMode``: every operator of that step that has a FLOP
-formula is counted as it runs, forward and backward. The counter's convention: a matrix
-product or convolution of ``M x K`` by ``K x N`` counts ``2 M K N`` FLOPs (one multiply and
-one add each), so its figures are twice the "multiply-adds" that model cards print (resnet18
-at 224 px: 1.82 G multiply-adds forward = 3.6 GFLOPs). The backward pass counts the gradient
-of the input and of the weight of each layer (about twice the forward; the first layer's input
-needs no gradient). Element-wise operators (activations, normalisation, the loss) and the
-optimizer update have no formula and count 0: the optimizer's few FLOPs per parameter are
-negligible next to the products (resnet18: SGD with momentum does a few FLOPs for each of its
-11.7 M parameters, well under 0.1 GFLOP per step, against about 11 GFLOPs of products per
-sample at 224 px), and leaving them out is the usual "model FLOPs" convention of MFU.
-Communication is not counted. Nothing inside the timed window is touched: the count happens
-once, on a step that is never timed.
-
-Attention. ``F.scaled_dot_product_attention`` counts its two products (``Q K^T`` and
-``P V``: ``4 T d`` FLOPs per token and layer forward) whichever kernel runs. PyTorch's
-counter has formulas for the CUDA kernels (flash, memory-efficient, cuDNN) but none for the
-CPU's (``_scaled_dot_product_flash_attention_for_cpu`` and its backward, which counted 0):
-``flop_counter()`` adds them. Its backward formula, for every kernel, is the four gradient
-products (twice the forward), not PyTorch's five, which add the flash kernels' recomputation
-of ``Q K^T``: the count is model FLOPs, as MFU defines them (PaLM: recomputation is work the
-hardware does, not work the model needs). A causal mask is not modelled: the count is the
-full ``T x T`` products, which a causal kernel does about half of (docs/FLOPS.md). A
-transformer's step is then 6N + 12 L d T FLOPs per token (``models/gpt.matmul_params``).
-
-Peak. On a device in ``measure/peaks.py`` (matched by name) the data-sheet dense peak for the
-run's dtype. Elsewhere (every CPU, an unknown GPU) a measured peak: the best rate of a short
-series of large square matrix products in the run's dtype on that device, with every core the
-process may use on a CPU; it is cached per machine in the user cache folder (``peaks.json``
-under ``$XDG_CACHE_HOME/scaleprobe`` or ``~/.cache/scaleprobe``), under a lock so that ranks
-starting together measure it once. A calibration that did not get the cores it ran on (its
-threads' CPU time under ``BUSY_SHARE`` of wall time x threads: other processes took the rest)
-is marked ``under_load``: it is used, labelled so, and measured again at the next run, the
-higher figure kept, until a calibration on a quiet machine replaces it. A quiet cached peak is
-checked by a few of the same products (``CHECK_SECONDS``) at a run's start, at most once every
-``CHECK_EVERY_S`` (the time of the last check that held is kept in the entry); beaten by more than
-``STALE_MARGIN``, it was too low for this machine (a virtual machine moved, a power setting
-changed) and is measured again. Delete the file to measure again.
+``StepFlops`` counts the first warm-up step (never timed) under
+``torch.utils.flop_counter.FlopCounterMode``: 2 FLOPs per multiply-add, forward and backward;
+element-wise operators, the optimizer and communication count 0. ``flop_counter()`` adds the
+CPU attention kernels PyTorch has no formula for, and counts attention's backward as model
+FLOPs (four products, not the flash kernels' five). The peak is the data sheet's
+(``measure/peaks.py``) or measured, cached per machine and checked at a run's start.
+docs/FLOPS.md ("FLOPs per step", "The peak") gives the convention, the attention and causal
+mask rules, and the cache's load and staleness checks with their measured figures.
 """
 
 from __future__ import annotations

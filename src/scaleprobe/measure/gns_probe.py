@@ -1,19 +1,9 @@
 """Squared gradient norms measured in the step, for the gradient noise scale (``gns.py``).
 
-Two ways, one record (``results.GnsSamples``):
-
-- ``ddp_hook`` (DDP, 2+ processes): ``NormTap`` rides on the comm hook that already times
-  DDP's all-reduces (``measure/comm/hook.py``). Per gradient bucket it takes the squared norm of the
-  bucket's buffer before the all-reduce (this rank's gradient, batch b) and of the reduced
-  buffer the all-reduce's future returns (every rank's, batch N x b). What is sent is not
-  touched. ``TapSteps`` closes a step's sums at the backward mark (DDP has waited for every
-  bucket by then) and keeps the timed steps'.
-- ``micro_batches`` (one process, ``--gns``): ``HalfSteps`` runs the step's forward and
-  backward on the two halves of its batch, each half's loss weighted 1/2, so the gradients
-  accumulate to exactly the whole batch's mean gradient. A gradient hook on every parameter
-  sees each half's own gradient as backward produces it (before it is added to ``.grad``):
-  no copy of the gradients is kept.
-
+Two ways, one record (``GnsSamples``): ``ddp_hook`` (DDP, 2+ processes), where ``NormTap``
+rides on the comm hook that times DDP's all-reduces and ``TapSteps`` closes a step's sums at
+the backward mark; and ``micro_batches`` (one process, ``--gns``), where ``HalfSteps`` runs
+the step on the two halves of its batch. docs/CRITICAL_BATCH.md gives which norm each reads.
 The squared norms stay device tensors through the timed window (no host synchronisation on
 CUDA); ``StepNorms.record`` reads them once, after it.
 """
@@ -25,7 +15,7 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.results import GnsSamples
+from scaleprobe.core.run_parts import GnsSamples
 from scaleprobe.features.gns import mode
 
 FP16_REASON = ("not measured with --amp fp16: the loss scale multiplies every gradient norm "

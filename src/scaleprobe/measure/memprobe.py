@@ -2,19 +2,11 @@
 threads, its machine): what the step model (predict/stepmodel.py) prices a parameter server's
 copies and local SGD's averaging with.
 
-    warm_s_per_byte    one read-and-write pass over a buffer already touched (``mul_`` in
-                       place): a copy into memory the process holds
-    fresh_s_per_byte   the same pass into a buffer allocated for it (``clone``): every page
-                       touched for the first time. A large allocation is returned to the
-                       system when freed (glibc maps anything over 32 MiB), so a step that
-                       allocates its copies pays this every time; measured at 64 MiB for
-                       that reason
-
-Each the median of ``repeats`` timed calls after one untimed call. A machine's figures do not
-change from one run to the next: ``machine_memory_passes`` measures them at most once every
-``MEASURE_EVERY_S`` per host, thread count and torch (``memory_pass.json`` in the cache folder
-the FLOPs peak uses), so a sweep's short runs do not each pay the 0.34 s
-(one short run profiled at load average 3) it takes.
+``warm_s_per_byte`` is one read-and-write pass over a buffer already touched,
+``fresh_s_per_byte`` the same pass into a fresh buffer (every page touched for the first
+time), each the median of ``repeats`` timed calls after one untimed call;
+``machine_memory_passes`` caches a host's figures for ``MEASURE_EVERY_S``.
+docs/COMMUNICATION.md ("Memory passes") says why 64 MiB and what the cache saves.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.core.results import MemoryPass
+from scaleprobe.core.run_metrics import MemoryPass
 from scaleprobe.measure.flops import cache_dir, cache_locked, read_cache, write_cache
 from scaleprobe.measure.stats import median
 

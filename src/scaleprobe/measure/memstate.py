@@ -1,27 +1,10 @@
 """What a memory prediction (predict/memmodel.py) needs, read in a rank after its timed window:
-the model state as arithmetic inputs and the batch's activation memory on the allocator.
-
-    model_facts      parameters per dtype (global counts: a DTensor's full shape), the
-                     optimizer's state tensors per parameter and their bytes per element,
-                     its per-tensor scalars (AdamW's ``step``), master copies (none: the
-                     built-in loop keeps fp32 parameters and autocasts per op), and the
-                     largest unit FSDP's rule (strategies/fsdp.shard_units, passed in by
-                     the loop) would gather
-    probe_steps      one extra, untimed step on the last batch, one on its first half and
-                     one on its first quarter (batch 4 and up):
-                     the allocator's peak above what was live before the step, for forward
-                     + backward and, separately, for the optimizer step above what was live
-                     after backward. Two batch sizes separate the per-sample part of the
-                     activations from the fixed part; the third says how far they depart
-                     from a line (the prediction's interval). On CUDA, the full batch's
-                     forward + backward also gives its reserved / allocated ratio.
-
-How the allocator is read: on CUDA ``torch.cuda.max_memory_allocated`` after
-``reset_peak_memory_stats`` minus ``memory_allocated`` before; on the CPU PyTorch has no
-allocator statistics (torch 2.14: ``torch.cpu`` holds none), so the profiler's memory events
-(``profile_memory=True``: every tensor allocation and free, with its bytes) are summed in time
-order and the running total's maximum is the peak. Both count tensor bytes, never the
-process's resident memory. The profiler costs time, never bytes, and runs after the window.
+the model state as arithmetic inputs (``model_facts``) and the batch's activation memory on
+the allocator (``probe_steps``: untimed steps on the last batch, its half and its quarter).
+On CUDA the allocator's own peak statistics are read; on the CPU, which has none, the
+profiler's memory events are summed in time order. Both count tensor bytes, never the
+process's resident memory. docs/MEMORY.md ("What the run measures") gives every figure and
+where the probe is not run.
 """
 
 from __future__ import annotations

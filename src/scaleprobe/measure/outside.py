@@ -1,23 +1,12 @@
 """What other processes did while the run was measured: CPU time used outside the run's own
 process tree, and compute processes of others on the run's GPUs.
 
-CPU. At every monitor sample two cumulative clocks are read:
-
-- the machine's busy CPU time: user + nice + system summed over all CPUs (``/proc/stat``
-  through psutil). Interrupt time (irq, softirq) and steal are left out: no process of this
-  machine is charged for them, so they could not be split between the run and the rest;
-- the run tree's CPU time: user + system of every live process of the tree, plus their
-  ``children_user + children_system``, so a loader worker or rank that exited (and was reaped)
-  inside the window still counts as the run's.
-
-Outside CPU seconds over a window = the machine's busy time minus the tree's, between the
-samples that enclose the window. Divided by the span, it is the mean number of cores that
-other processes kept busy (``outside_cpu_cores``).
-
-GPU. When NVML is available, each device's running compute processes whose pids are not in
-the tree are the run's GPU neighbours. NVML reports pids of the host's pid namespace: when
-none of them is a process of this tree although the run holds the device, the pids are from
-another namespace (a container) and the figure is null with that reason.
+At every monitor sample two cumulative clocks are read, the machine's busy CPU time and the
+run tree's (its exited children included, so a reaped worker still counts as the run's);
+outside CPU seconds over a window are their difference between the samples that enclose it.
+On the GPUs, NVML's compute processes whose pids are not in the tree are the run's
+neighbours. docs/REPORTS.md ("Measured under load") gives what each clock counts and leaves
+out, and when the GPU figure is null.
 """
 
 from __future__ import annotations

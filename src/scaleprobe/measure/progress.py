@@ -165,11 +165,6 @@ class PlainLines:
                 return
 
 
-class NoProgress(StepProgress):
-    def __init__(self) -> None:
-        super().__init__(enabled=False)
-
-
 # the file a point's progress goes to, named by the experiment that started the point (a
 # sweep, scale or the demo shows it on its own bar; a point's own bar is off)
 PROGRESS_ENV = "SCALEPROBE_POINT_PROGRESS"

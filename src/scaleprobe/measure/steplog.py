@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from scaleprobe.core.rank_record import RankInfo, RankMem, RankRecord
 from scaleprobe.core.record import Record
-from scaleprobe.core.results import RankInfo, RankMem, RankRecord
 
 DIR = "steps"
 

@@ -4,27 +4,12 @@
                    -> blocks: x + attn(LN(x)), then x + MLP(LN(x))   (pre-norm, GPT-2)
                    -> LN -> head (tied to the token embedding) -> logits (B x T x vocab)
 
-Attention is ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)``:
-PyTorch picks the kernel (flash or memory-efficient on CUDA, its flash kernel on the CPU). The
-MLP is 4 x width with GELU (tanh approximation, as GPT-2). Linear layers and LayerNorms have
-biases, as GPT-2's. No dropout: a measured step is the step people train with at scale.
-
-The head is TIED: its weight is the token embedding's (``head.weight is tok_emb.weight``),
-as in GPT-2 and nanoGPT, so the vocabulary's ``vocab x width`` parameters exist once and
-``param_count`` counts them once.
-
-The embedding and the head are PADDED to a multiple of ``PAD_MULTIPLE`` (64) rows: GPT-2's
-50,257 becomes 50,304, as in nanoGPT, because a matrix product whose size is not a multiple of
-64 runs far below the card's rate (an H200 measured eager gpt2_small at 201 against 321
-TFLOP/s, 2026-11-28). The data's vocabulary is unchanged (``model.vocab``); the padded ids
-never occur as inputs or targets, and their logits are -inf (a bias of 0 for the real ids and
--inf for the padded ones, added inside the head's matrix product), so the softmax gives them
-exactly 0, the loss is the unpadded model's and their rows get no gradient. ``param_count``
-and the FLOPs count the padded tensors, the work the device does (``vocab_padded``). The blocks are ``model.blocks`` (an ``nn.ModuleList``):
-a sharded strategy wraps each one.
-
-Initialisation follows GPT-2: weights normal(0, 0.02), the residual projections' scaled by
-1/sqrt(2 x layers), biases zero.
+Attention is ``scaled_dot_product_attention(..., is_causal=True)``; the MLP 4 x width with
+GELU (tanh); biases, initialisation and no dropout as GPT-2. The head is tied (its weight is
+the token embedding's, counted once), and both are padded to a multiple of ``PAD_MULTIPLE``
+rows, the padded ids' logits -inf; ``model.blocks`` is the ``nn.ModuleList`` a sharded
+strategy wraps. docs/TASKS.md gives the model, why the padding (measured) and what it leaves
+unchanged.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
-"""Two "hosts" on one machine: network namespaces joined by a veth pair with a shaped link.
+"""Two "hosts" on one machine: network namespaces joined by a veth pair with a shaped link
+(``two_hosts``), or more joined through a bridge in a namespace of its own (``hosts``).
 
-    with two_hosts(rate_mbit=1000, delay_ms=None) as hosts:
-        server = hosts.run(0, ["python", "-m", "scaleprobe", "comm", ...])
-        client = hosts.run(1, ["python", "-m", "scaleprobe", "comm", ...])
-
-Each namespace has loopback up and one end of the veth pair (``spv-a`` at 10.213.K.1/24,
-``spv-b`` at 10.213.K.2/24, K taken from the process id). The pair never exists outside the
-two namespaces, and addresses are private to them, so nothing else on the machine sees this
-traffic. Each end shapes what it sends: a token bucket (``tbf``) at ``rate_mbit`` in each
-direction (a full-duplex link), with a queue deep enough that TCP never sees drops from it,
-and, when ``delay_ms`` is given, a ``netem`` delay behind it; where the kernel has no
-sch_netem, the two namespaces are joined instead through a relay that holds each packet
-``delay_ms`` (netlab/delay.py: TUN devices ``spt-a``/``spt-b``, token buckets on them).
-
-More than two hosts: ``hosts(n, rate_mbit)`` puts each host in its own namespace and joins
-them through a bridge that lives in a namespace of its own (a switch). Host ``i`` has
-``spv-h<i>`` at 10.213.K.(i+1)/24; its cable is shaped at both ends, so ``rate_mbit`` (one
-rate, or one per host, None = unshaped) limits what the host sends and what it receives:
-
-    with hosts(3, rate_mbit=[200, None, None]) as h:   # host 0 sits behind a 200 Mbit/s link
-        ...
-
-Needs root, ``ip`` and ``tc``. Namespaces are named ``sp-<pid>-<n>-a`` / ``-b`` (``-h<i>`` and
-``-sw`` for ``hosts``); leaving the block stops the processes started with ``run`` (and what
-they started: each leads its own process group, and whatever is left inside the namespaces is
-killed), then deletes the namespaces, which removes the veth pairs, the bridge and the qdiscs.
-``cleanup_stale()`` removes namespaces left by a process that was killed.
+Each end shapes what it sends (a token bucket at ``rate_mbit`` with a queue deep enough that
+TCP never sees drops, and a ``netem`` delay behind it, or where the kernel has no sch_netem a
+relay that holds each packet, netlab/delay.py); the pairs never exist outside the namespaces
+and their addresses are private to them. Needs root, ``ip`` and ``tc``. Leaving the block
+stops the processes started with ``run`` (each leads its own process group, and whatever is
+left inside the namespaces is killed), then deletes the namespaces; ``cleanup_stale()``
+removes those left by a process that was killed. docs/COMMUNICATION.md ("Two hosts on one
+machine", and the section on more hosts) shows both in use, with the names, addresses,
+queue sizes and measured rates.
 """
 
 from __future__ import annotations

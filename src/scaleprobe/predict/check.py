@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import stepmodel as M

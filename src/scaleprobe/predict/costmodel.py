@@ -1,34 +1,13 @@
 """The network cost model: communication time per training step, scaling efficiency, and the
 slowest link that still reaches a target efficiency.
 
-Symbols: ``n`` processes in all, ``S`` bytes exchanged per step (fp32 gradients or
-parameters: 4 x parameter count), ``B`` the link's bandwidth in bytes/s per direction,
-``alpha`` the latency of one message hop, ``K`` local SGD's averaging period.
-
-    allreduce (ddp)  ring all-reduce: reduce-scatter then all-gather, 2(n-1) steps of S/n
-                     t = 2(n-1)*alpha + 2(n-1)/n * S/B
-    ps               parameter server on rank 0 (synchronous): its link carries (n-1) x S in
-                     (gradients pushed), then (n-1) x S out (parameters pulled). The pull
-                     of a step needs every push of that step, so in and out do NOT overlap
-                     even on a full-duplex link:
-                     t = 2*alpha + 2(n-1) * S/B
-                     (across hosts, only the workers on other hosts cross the server's
-                     link: n-1 becomes n - nproc_per_node)
-    localsgd         an all-reduce of the parameters every K steps:
-                     t = [2(n-1)*alpha + 2(n-1)/n * S/B] / K
-    fsdp             FSDP: the parameters all-gathered before the forward and again before
-                     the backward, the gradients reduce-scattered after: three ring
-                     collectives of (n-1) steps of S/n each
-                     t = 3(n-1)*alpha + 3(n-1)/n * S/B
-                     (one message per collective: FSDP sends one per unit, so each unit adds
-                     its latencies; with bf16 all-gathers, as on CUDA with --amp bf16, the
-                     first two move S/2)
-
-Efficiency with compute time per step ``C``: ``eff = C / (C + (1 - overlap) * t)``. The
-default overlap is 0: no communication hides under compute, which is conservative (DDP
-overlaps buckets with the backward pass, but on a CPU gloo's threads also compete with
-compute; see docs/COMMUNICATION.md). The link needed for efficiency ``e`` solves that
-for ``B``: ``t_max = C (1/e - 1) / (1 - overlap)``, ``B = bytes / (t_max - latency)``.
+``n`` processes in all, ``S`` bytes exchanged per step (4 x parameter count), ``B`` the link's
+bandwidth in bytes/s per direction, ``alpha`` one message hop's latency, ``K`` local SGD's
+period, ``C`` the compute time per step. Each strategy's time ``t`` (ddp's ring all-reduce,
+the parameter server's in-then-out, local SGD's all-reduce every K steps, FSDP's three
+collectives), the efficiency ``C / (C + (1 - overlap) * t)`` (overlap 0 by default: nothing
+hides under compute) and the link a target efficiency needs are docs/COMMUNICATION.md's table
+and formulas, derived there.
 """
 
 from __future__ import annotations

@@ -2,42 +2,16 @@
 predicted for a strategy, a world size and a batch per rank from one measured run's
 ``MemoryFacts`` (measure/memstate.py). Torch-free.
 
-Model state is arithmetic on the parameters (each dtype's element size x its count):
-
-    params      P = sum(numel x element size)           / k
-    grads       G = P (gradients in the parameters' dtype) / k
-    optimizer   O = optimizer_bytes_per_param x numel + its per-tensor scalars    / k
-    master      M = master_bytes_per_param x numel     / k
-    k = N under fsdp (every rank holds 1/N), 1 otherwise
-    ddp buckets = G under ddp (DDP's reducer keeps its own copy of the gradients: the
-                  default gradient_as_bucket_view=False)
-    gathered unit = 2 x U under fsdp on N > 1: the largest unit's parameters gathered whole
-                  and its unsharded gradients before the reduce-scatter
-
-The batch's own tensors (inputs, targets) are counted per sample from the run's batch.
-Activations are measured: the run's forward + backward peak above what was live before it
-(``fwd_bwd_peak_bytes``, the gradients being made included) at two batch sizes b1 > b2 gives
-per_sample = (f1 - f2) / (b1 - b2) and fixed = f1 - G_run - per_sample x b1 (G_run: the
-gradients the run's rank held). The optimizer step's temporaries (``optimizer_peak_bytes``,
-above what was live after backward; foreach kernels copy the local state) scale with k.
-
     peak = P + O + M + buckets + inputs + max(G + unit + fixed + per_sample x b,   (forward/backward)
                                      G + temporaries)                       (optimizer step)
-    allocated peak x (1 + margin): margin = reserved / allocated - 1 of the run's CUDA
-    allocator (its cache and fragmentation); 0 on the CPU, whose allocator keeps nothing
 
-The interval: model state is exact; the activations may depart from the line through the
-two largest probed batch sizes by what the per-sample slope's change between the probes
-says (``act_band``: up to the largest probed batch, |change| x b either way; beyond it the
-change goes on per doubling of the batch, on its side); under fsdp on N > 1 the gathered
-term 2U spans U to 3U + 2 U2 + 2R (``_fsdp_band``: what FSDP2's collectives, running beside
-the step, may hold at once); on CUDA the margin spans its readings
-(the whole run's, the probe step's). low / high = the peak with the step at its lower /
-upper end and the lowest / highest margin. Fewer than three probed batch sizes: no interval.
-
-Limits: the interval is the model's, not one from repeats; the slope's growth beyond the
-probes is assumed to go on as it went between them; the FSDP term is bounded by the units'
-sizes, not read from FSDP's measured gather schedule.
+Model state (params P, grads G, optimizer O, master copies M) is arithmetic on the
+parameters, / N under fsdp; the activations are measured: from the forward + backward peaks
+f1, f2 at batch sizes b1 > b2, per_sample = (f1 - f2) / (b1 - b2) and fixed = f1 - G_run -
+per_sample x b1 (G_run: the gradients the run's rank held); on CUDA the allocated peak is
+scaled by the run's reserved / allocated. docs/MEMORY.md ("What is predicted, and how",
+"The interval, and fits", "Limits") gives every part, the interval (``act_band``,
+``_fsdp_band``, the margin's two readings) and what the model does not hold.
 """
 
 from __future__ import annotations
@@ -45,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scaleprobe.core.result_model import MemoryFacts
+from scaleprobe.core.run_metrics import MemoryFacts
 from scaleprobe.core.traits import known
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8,

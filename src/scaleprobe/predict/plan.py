@@ -2,33 +2,13 @@
 memory, each with its predicted step, samples/s, efficiency and memory headroom, and, where a
 run measured the gradient noise scale, the steps and time to a target; then the fastest that
 fits and the cheapest in device-hours, each against its runner-up as a claim
-(``scaleprobe plan``, docs/PLAN.md). No torch.
+(``scaleprobe plan``). No torch.
 
 One mechanism each: the peak per rank is ``predict/memmodel.predict``, the step is
-``predict/whatif.plan`` (the step model of ``predict --from``) on the same rows. What this module
-adds:
-
-    batch       the step model draws compute from one-rank runs at one batch per device. A
-                batch the runs measured uses their steps (several runs of it pooled); any
-                other batch takes the nearest measured batch's steps with their data, copy,
-                forward and backward grown to it (the optimizer's step does not grow with
-                the batch): between two measured batches on the line through them (a fixed
-                cost and a cost per sample), outside them in proportion to the batch. Not
-                measured, and the row says so (``scaled_from``)
-    samples/s   training ranks x batch / the predicted mean step, with the step model's
-                interval (its speedup's, over the one-rank run's own samples/s)
-    efficiency  a row's samples/s over N x the plan's own one-device row's at the same
-                batch per device (both predicted by the step model from the one-rank runs;
-                1 exactly on the one-device row). Its interval is the row's prediction's
-                (its speedup's, paired per resample with the one-rank runs it is drawn
-                from), carried over in proportion; where the one-device row is drawn from
-                other runs (another strategy's), that row's own interval is added, its high
-                end against the row's low end and back
-    to target   S(B) = S_run (1 + B_crit / B) / (1 + B_crit / B_run) (McCandlish et al. 2018,
-                docs/CRITICAL_BATCH.md) for the global batch B, from the steps a run took to
-                the target at its batch B_run and B_crit ~ B_noise at that run's end; time =
-                S(B) x the predicted mean step. Its interval: B_noise's, and the step's
-    cost        device-hours: devices x time, per million samples or to the target
+``predict/whatif.plan`` (the step model of ``predict --from``) on the same rows. What this
+module adds (docs/PLAN.md gives each rule and its interval): a batch the runs did not measure,
+grown from the nearest measured one (``scaled_from``); samples/s and efficiency against the
+plan's own one-device row; steps and time to a target from the critical batch; device-hours.
 
 A pick is a ``core/claim.plan_pick``: its figure over the runner-up's (the best other row
 that fits), with the interval from the two rows' intervals (the pick's low end against the
@@ -46,7 +26,7 @@ from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as Mx
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.thresholds import DEFAULT as TH
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features import target as TG

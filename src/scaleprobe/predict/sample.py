@@ -8,20 +8,10 @@ The run is read through its typed record (``RunResult``); the steps come from th
 step is made of the breakdown's medians, and the prediction has no interval from the run's
 spread (``rows_source`` says so).
 
-What the model needs that the run may not hold, and what stands in for it (each noted in
-``notes``, and shown with the prediction):
-
-    buckets      a run of --strategy single has none: one bucket of every gradient, ready at
-                 the end of backward (the least overlap DDP could have)
-    memory pass  seconds per byte of one read-and-write pass over memory (the copies a
-                 parameter server makes), over touched memory and into a fresh allocation:
-                 what the run measured after its window (``metrics.memory_pass``,
-                 measure/memprobe.py); else the one-rank DDP hook's own time per bucket byte
-                 (the division and gloo's local work, buckets of 4 MiB and more) with no
-                 first-touch cost; else an assumed rate (``stepmodel``), noted as assumed
-    DDP's cost   a single run's backward holds no DDP: a DDP prediction adds its bucket
-                 copies (two passes) and the division (one pass) to backward; a DDP run's
-                 backward holds them: a parameter server's worker (no DDP) has them taken out
+What the model needs that the run may not hold (DDP's buckets from a single run, the memory
+pass rate, DDP's own cost in backward) has a stand-in, noted in ``notes`` and shown with the
+prediction; docs/COMMUNICATION.md ("Bucket-ready times on one process", "Memory passes")
+says which.
 """
 
 from __future__ import annotations
@@ -30,8 +20,8 @@ import csv
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from scaleprobe.core.results import RunResult
-from scaleprobe.core.results import num as _num
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.result_model import num as _num
 from scaleprobe.core.traits import known
 from scaleprobe.predict.timeline import Bucket, Compute
 

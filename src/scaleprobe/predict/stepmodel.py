@@ -2,24 +2,10 @@
 over many steps whose compute is drawn from the run's own timed steps, one independent draw
 per rank and step, so that ranks wait for the slowest as they do. No torch.
 
-    step_s       the predicted median step of the first training rank, with its 95%
-                 interval: the timeline re-run on bootstrap resamples of the run's steps
-                 (its own spread), the link's costs at the low / high end of the comm fit's
-                 spread for the interval's low / high end (a nominal link has none). With
-                 several one-rank runs pooled, each resample draws runs first, then steps
-                 within them, so the interval holds the drift between runs (what else the
-                 cores did while each ran); from one run it cannot, and the prediction says
-                 so in its notes
-    speedup      samples per second over the one-rank run's as measured: trainers x its
-                 mean step / the predicted mean step (weak scaling: the batch per device
-                 stays; the mean, so local SGD's averaging steps count); efficiency =
-                 speedup / N
-    phases       where the time goes: the run's phases on the median step's basis, the wait
-                 on communication in ``comm`` (as the run itself would record it)
-
-Costs on a link with per-hop latency ``alpha`` and bandwidth ``B`` (per direction), n ranks:
-all-reduce ``2(n-1) alpha + 2(n-1)/n b/B`` (ring), all-gather and reduce-scatter half of it,
-a point-to-point message ``alpha + b/B``.
+It gives the predicted median step (``step_s``) with its 95% bootstrap interval, the speedup
+over the one-rank run (mean steps, weak scaling) and efficiency, and the phases on the median
+step's basis. docs/COMMUNICATION.md ("Costs on the link", "Intervals") gives the link costs,
+how pooled runs are resampled and what one run's interval cannot hold.
 """
 
 from __future__ import annotations

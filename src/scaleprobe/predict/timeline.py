@@ -4,26 +4,10 @@ Each function takes, per step, every rank's compute as a one-rank run measured i
 (``Compute``: data, h2d, forward, backward, optimizer) and returns every rank's step with
 its phases as a multi-rank run would record them (``RankStep``: the wait on communication in
 ``comm``). Steps follow each other per rank, so a rank that finished early waits at the next
-collective for the slowest (what a synchronous job does every step).
-
-    ddp       gradient buckets become ready during backward at the measured fractions of it;
-              a bucket's all-reduce starts when every rank has it ready and the link has
-              finished the bucket before (one after another, in launch order) and costs its
-              one-rank local time (the hook's division, gloo's local work) plus the transfer;
-              backward returns when the last all-reduce has completed, plus the tail the
-              one-rank run spent after its own last all-reduce (copying buckets back). The
-              wait counted as ``comm`` is the hook's: from the launch of the rank's last
-              bucket to the end of the last all-reduce.
-    ps        (predict/fluid.py) every worker's push crosses the server's link, at once where
-              they overlap, each held to its own cable; the server copies each gradient,
-              averages them, steps the optimizer and flattens the parameters; then it sends
-              each worker its reply, one after another, in the order the pushes arrived.
-    localsgd  compute alone, and every K-th step (0, K, 2K, ...) an all-reduce of the
-              parameters once every rank has stepped its optimizer.
-    fsdp      per unit: all-gather before its forward and again before its backward,
-              reduce-scatter after its backward; ``prefetch`` (CUDA: collectives on their own
-              stream) issues the next unit's all-gather when the current unit's compute
-              starts; without it (gloo on the CPU, synchronous) compute waits for each call.
+collective for the slowest (what a synchronous job does every step). How each strategy's
+communication is laid out (ddp's buckets, the parameter server's pushes and replies through
+predict/fluid.py, local SGD's averaging, FSDP's per-unit collectives with and without
+prefetch) is docs/COMMUNICATION.md's step model table.
 """
 
 from __future__ import annotations

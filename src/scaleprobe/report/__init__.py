@@ -18,12 +18,12 @@ a report can be built on any machine that has the results.
 
 from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report.findings.diagnose import (
-    Finding,
     diagnose_all,
     diagnose_experiment,
     diagnose_run,
     format_findings,
 )
+from scaleprobe.report.findings.finding import Finding
 from scaleprobe.report.render.build_report import build_report
 from scaleprobe.report.tables.batch import batch_table
 from scaleprobe.report.tables.batch_rule import recommend_batch

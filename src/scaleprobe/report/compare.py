@@ -3,19 +3,11 @@
 A side is a result.json, a run folder, a results.jsonl or a folder of results. One run on
 each side is compared directly; several runs on each side are matched by ``experiment.point``.
 
-The verdict reads samples/s, B / A, through the same intervals as every other verdict
-(docs/VERDICTS.md):
-
-- a point with two or more repeats on each side: Welch's t on the log samples/s of the
-  repeats (``metrics.unpaired_ratio_interval``; A and B were not run side by side, so their
-  repeats are not paired);
-- otherwise the two (median) runs: their within-run spreads, widened to at least the
-  process-to-process noise of one run, +/-10% (``metrics.ratio_interval`` with one pair).
-
-**faster** / **slower**: the interval lies wholly above / below 1. **no change**: it lies
-wholly within +/- ``Thresholds.compare_floor_rel`` (2%). Otherwise **inconclusive**, with the
-repeats per side that would decide it. Every pair also says which configuration keys (and
-which parts of the machine) differ between A and B: the verdict measures all of them at once.
+The verdict reads samples/s, B / A, through the same intervals as every other verdict:
+Welch's t over the repeats where each side has two or more, else the two runs' within-run
+spreads widened to one run's process-to-process noise; faster, slower, no change or
+inconclusive by docs/REPORTS.md's table ("Comparing runs"). Every pair also says which
+configuration keys (and which parts of the machine) differ between A and B.
 """
 
 from __future__ import annotations
@@ -29,7 +21,8 @@ from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.invariants import uneven_steps
-from scaleprobe.core.results import BREAKDOWN_PHASES, UNKNOWN, UNKNOWN_TEXT, RunResult, StepTime
+from scaleprobe.core.result_model import UNKNOWN, UNKNOWN_TEXT, RunResult, dicts, point_key
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES, StepTime
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings.diagnose import epoch_start_wait
 from scaleprobe.report.reading import pairing as PR
@@ -171,7 +164,7 @@ def _val(v: Any) -> str:
 
 
 def _gpus(r: RunResult) -> str:
-    names = [str(g.get("name")) for g in R.dicts(r.env.get("gpus"))]
+    names = [str(g.get("name")) for g in dicts(r.env.get("gpus"))]
     return ", ".join(names)
 
 
@@ -220,12 +213,12 @@ def _deltas(a: RunResult, b: RunResult) -> list[Delta]:
     sa, sb = ma.step_time_s or StepTime(), mb.step_time_s or StepTime()
     pa, pb = ma.breakdown_s.phases(), mb.breakdown_s.phases()
     out = [_rel("samples/s", ma.samples_per_s, mb.samples_per_s, fmt.rate),
-           _rel("step median", sa.median, sb.median, fmt.ms),
-           _rel("step p95", sa.p95, sb.p95, fmt.ms),
+           _rel("step median", sa.median, sb.median, fmt.duration),
+           _rel("step p95", sa.p95, sb.p95, fmt.duration),
            Delta("step spread (rel. CI)", fmt.pct(sa.rel_ci, 1), fmt.pct(sb.rel_ci, 1), "")]
     gpu = any(bool(r.env.get("gpus")) for r in (a, b))
     for p in BREAKDOWN_PHASES:
-        out.append(_rel(f"{fmt.phase_name(p, gpu)} / step", pa[p], pb[p], fmt.ms))
+        out.append(_rel(f"{fmt.phase_name(p, gpu)} / step", pa[p], pb[p], fmt.duration))
     out.append(_points("data wait", ma.data_wait_fraction, mb.data_wait_fraction))
     out.append(_points("comm", ma.comm_fraction, mb.comm_fraction))
     out.append(_rel("peak host memory", ma.peak_mem_bytes.host, mb.peak_mem_bytes.host,
@@ -277,7 +270,7 @@ def _by_point(runs: list[RunResult], with_id: bool) -> dict[str, RunResult]:
     out: dict[str, RunResult] = {}
     for eid, recs in _by_exp(runs).items():
         for r in P.group_repeats(recs):
-            out[(f"{eid}|" if with_id else "") + R.point_key(r.point)] = r
+            out[(f"{eid}|" if with_id else "") + point_key(r.point)] = r
     return out
 
 

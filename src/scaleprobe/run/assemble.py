@@ -9,25 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import metrics as M
 from scaleprobe.core.invariants import check_run
-from scaleprobe.core.results import (
-    Audit,
-    Batch,
-    Comm,
-    Load,
-    Peak,
-    PeakMem,
-    RankFlops,
-    RankRecord,
-    RankSummary,
-    RunResult,
-    StandaloneTransfer,
-    StateBytes,
-    Straggler,
-    TimeToTarget,
-)
+from scaleprobe.core.rank_record import RankFlops, RankRecord, StandaloneTransfer
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.run_metrics import Peak, PeakMem, StateBytes
+from scaleprobe.core.run_parts import Audit, Batch, Comm, Load, RankSummary, Straggler, TimeToTarget
 from scaleprobe.core.thresholds import DEFAULT
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features.gns import summarize as summarize_gns

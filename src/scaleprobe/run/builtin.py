@@ -10,9 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RankRecord, RunResult
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.data.datasets import DATASETS, check_data_dir
 from scaleprobe.features.interrupt import Interrupted, StopRequest

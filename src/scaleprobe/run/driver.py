@@ -16,10 +16,11 @@ import contextlib
 import traceback
 from pathlib import Path
 
-from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError, DataError, OutputError, ScaleprobeError, one_line
-from scaleprobe.core.results import Experiment, RankRecord, RunResult
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.core.run_blocks import RunEnv
 from scaleprobe.features.interrupt import Interrupted, describe, sigterm_interrupts
 from scaleprobe.launch.rankwatch import WorkerFailure

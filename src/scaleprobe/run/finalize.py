@@ -8,9 +8,10 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import results as res
-from scaleprobe.core.results import RankRecord, RunResult
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.target import CURVE_FILE, write_curve_csv
 from scaleprobe.measure.aggregate import PHASES
 from scaleprobe.measure.monitor import Monitor

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.measure.steplog import read_step_logs
 from scaleprobe.protocols import Ending
 

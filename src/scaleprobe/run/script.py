@@ -21,8 +21,10 @@ from typing import Any
 import scaleprobe
 from scaleprobe.config import runconfig as C
 from scaleprobe.config.runconfig import script_defaults, script_name
+from scaleprobe.config.sections import RunConfig, ScriptConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import Experiment, RankRecord, RunResult
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.core.run_blocks import ScriptRun
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.measure.env import cuda_indices
@@ -64,10 +66,10 @@ def check_target(target: list[str]) -> str:
     return path.stem
 
 
-def base_config(overrides: dict[str, Any], target: list[str]) -> C.RunConfig:
+def base_config(overrides: dict[str, Any], target: list[str]) -> RunConfig:
     """The run's config: the keys wrap sets (processes, warm-up, output), the command line
     as ``script.path`` and ``script.args`` (so runs of other arguments have other keys)."""
-    merged = script_defaults({**overrides, **C.ScriptConfig.from_target(target)})
+    merged = script_defaults({**overrides, **ScriptConfig.from_target(target)})
     if "train.steps" in merged and not isinstance(merged["train.steps"], int):
         raise ConfigError("wrap --steps takes a number of timed steps (the script decides how "
                           "long it trains; auto is not available)")
@@ -79,7 +81,7 @@ class UserScript:
 
     training_in_children = True
 
-    def __init__(self, cfg: C.RunConfig) -> None:
+    def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.target = cfg.script.target()
         self.label = f"wrap-{script_name(self.target)}"
@@ -112,7 +114,7 @@ class UserScript:
                     run_dir=str(run_dir), stall_after_s=d.timeout_s)
         return None  # the ranks leave their records in files (``conclude``)
 
-    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> C.RunConfig:
+    def conclude(self, result: RunResult, end: Ending, run_dir: Path) -> RunConfig:
         """The ranks' records from their files, the script's facts, and the config as the
         script ran it (its batch and loader as seen). The record keeps the key of the config
         asked for: a rerun of the same command is the same point, whatever batch the script
@@ -169,15 +171,15 @@ class UserScript:
                 return
 
 
-def run_script(cfg: C.RunConfig, experiment: Experiment | None = None
+def run_script(cfg: RunConfig, experiment: Experiment | None = None
                ) -> tuple[RunResult, int]:
     """Run ``cfg``'s script; returns (its written result, the script's exit code)."""
     work = UserScript(cfg)
     return execute(work, experiment), work.code
 
 
-def observed_config(cfg: C.RunConfig, ranks: list[RankRecord],
-                    facts: list[ScriptFacts]) -> C.RunConfig:
+def observed_config(cfg: RunConfig, ranks: list[RankRecord],
+                    facts: list[ScriptFacts]) -> RunConfig:
     """The config as the script ran it: its batch and loader as seen, the audit off when a
     rank's sample indices could not be seen."""
     head = next((r for r in ranks if r.step_times_s), ranks[0])

@@ -3,8 +3,8 @@ loop; and a run of it, by the one driver (``run/driver.py``)."""
 
 from __future__ import annotations
 
-from scaleprobe.config.runconfig import RunConfig
-from scaleprobe.core.results import Experiment, RunResult
+from scaleprobe.config.sections import RunConfig
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.protocols import Workload
 from scaleprobe.run.builtin import BuiltinTraining
 from scaleprobe.run.driver import execute

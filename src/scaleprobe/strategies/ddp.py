@@ -10,7 +10,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from scaleprobe.core.results import GnsSamples, RankComm
+from scaleprobe.core.rank_record import RankComm
+from scaleprobe.core.run_parts import GnsSamples
 from scaleprobe.core.traits import TRAITS
 from scaleprobe.features.gns import mode as gns_mode
 from scaleprobe.measure.comm.hook import (

@@ -40,7 +40,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from scaleprobe.config.catalog import SMALL_MODELS
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RankComm
+from scaleprobe.core.rank_record import RankComm
 from scaleprobe.core.traits import TRAITS
 from scaleprobe.measure.comm.instep import cross_check
 from scaleprobe.measure.timer import WaitSplit

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from scaleprobe.core.results import RankComm
+from scaleprobe.core.rank_record import RankComm
 from scaleprobe.core.traits import TRAITS, StrategyTraits
 
 

@@ -1,22 +1,10 @@
 """Tasks: each owns its loss and its metric, so every strategy and sweep works with each.
 
-A task is a ``scaleprobe.protocols.Task``: ``name``, ``collate``, ``metric_name``,
-``build_model(base)``, ``to_device(x, y, device, channels_last)``, ``forward_loss(model, x, y)``
-(the timed forward phase), ``batch_sampler(dataset, batch_size, seed)`` (``None`` = ordinary
-shuffled batches) and ``evaluate(model, loader, device, autocast, channels_last) -> metrics``.
-Optional hooks the engine uses when a task has them (each a protocol of its own there):
-
-- ``transforms(kind, size) -> (joint, image)``: ``joint(image, target)`` and ``image(x)``
-  transforms in place of the classification ones (detection moves boxes with the image);
-  ``kind`` is ``light``, ``heavy`` or ``eval``.
-- ``make_model(name, num_classes, image_size)``: the task builds its own model from the
-  ``--model`` name (detection) instead of wrapping a classifier with ``build_model``.
-- a batch sampler with a ``shard`` attribute gets the strategy's distributed sampler there, so
-  it builds its batches from this rank's samples only (face, triplet loss).
-
-Tasks: ``classification`` (cross-entropy, top-1 accuracy), ``face`` (triplet or softmax loss,
-verification accuracy), ``detection`` (torchvision detectors, mAP@0.5), ``lm`` (GPT decoders,
-next-token cross-entropy, held-out loss and perplexity). See docs/TASKS.md.
+A task is a ``scaleprobe.protocols.Task``; the optional hooks the engine uses when a task has
+them (its own transforms, its own model, sharded batches, ...) are the protocols beside it
+there. Tasks: ``classification`` (cross-entropy, top-1 accuracy), ``face`` (triplet or
+softmax loss, verification accuracy), ``detection`` (torchvision detectors, mAP@0.5), ``lm``
+(GPT decoders, next-token cross-entropy, held-out loss and perplexity). See docs/TASKS.md.
 """
 
 from __future__ import annotations

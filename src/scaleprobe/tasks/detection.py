@@ -1,25 +1,11 @@
 """Object detection with torchvision's detectors: the sum of the model's losses, mAP@0.5.
 
-Models (built with ``weights=None, weights_backbone=None``: nothing is ever downloaded):
-``ssdlite320_mobilenet_v3_large`` (the default), ``fasterrcnn_mobilenet_v3_large_fpn``,
-``retinanet_resnet50_fpn``, ``fcos_resnet50_fpn`` and the other box-only torchvision
-detectors. The rule for ``--model``: a detector's name picks that detector; the default model
-(``digits_cnn``) stands for the task's default, ssdlite (the configuration resolves it, so the
-result records the detector's name); any other classifier name is an error that lists the
-detectors. Each model is told the input size, so it does not resize the
-images again (Faster R-CNN would otherwise scale them up to 800 pixels).
-
-Images stay a list (``collate_indexed_list``): detectors take images of any size and a target
-dict each (``boxes`` float N x 4 as x1, y1, x2, y2 pixels; ``labels`` int64 N, 0 =
-background). Transforms move the boxes with the image (torchvision.transforms.v2 with
-``tv_tensors.BoundingBoxes``): ``light`` resizes to ``size x size``; ``heavy`` adds a random
-resized crop, a horizontal flip and colour jitter, and drops boxes the crop cut away. The
-detectors normalise the pixels themselves, so images go in as floats in [0, 1].
-
-Metric (``--eval``): ``map50``, the mean average precision at IoU 0.5 as COCO defines it
-(precision sampled at 101 recall points), from torchmetrics with the pycocotools backend:
-``pip install 'scaleprobe[detection]'``. Objects marked difficult are COCO crowd regions: a
-detection on one counts neither as a hit nor as a miss, and missing one costs nothing.
+Models are built with ``weights=None, weights_backbone=None`` (nothing is ever downloaded) and
+told the input size, so they do not resize the images again; the default model
+(``digits_cnn``) stands for the task's default, ssdlite. Images stay a list
+(``collate_indexed_list``) with a target dict each, and the transforms move the boxes with the
+image. docs/TASKS.md ("Detection") gives the models, the ``--model`` rule, the transforms and
+``map50`` (COCO's AP at IoU 0.5, difficult objects as crowd regions; the ``detection`` extra).
 """
 
 from __future__ import annotations
@@ -34,7 +20,8 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from scaleprobe.config.extras import require
-from scaleprobe.config.runconfig import TASK_DEFAULT_MODELS, ModelConfig
+from scaleprobe.config.runconfig import TASK_DEFAULT_MODELS
+from scaleprobe.config.sections import ModelConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
 from scaleprobe.data.loader import collate_indexed_list

@@ -1,25 +1,11 @@
 """Face embeddings: a backbone with an L2-normalised embedding head, trained with a triplet loss
-(online semi-hard mining, FaceNet style) or a softmax over identities; evaluated by face
-verification on pairs.
+(online semi-hard mining, FaceNet style, on ``PKBatchSampler``'s P identities x K images) or a
+softmax over identities; evaluated by face verification on pairs (``tasks/verification.py``).
 
-``--loss triplet``: each batch is built from P identities x K images (``images_per_identity``)
-by ``PKBatchSampler``. Inside the batch every (anchor, positive) pair of one identity is paired
-with a semi-hard negative: the closest negative that is still farther from the anchor than the
-positive; when there is none, the farthest negative. Loss = mean of
-``max(0, d(a, p) - d(a, n) + margin)`` with ``d`` the squared distance between unit embeddings.
-
-Under ddp (and ps, local SGD) each rank builds its PK batches from its own shard of the samples
-(the strategy's distributed sampler) and mines triplets only within its own batch: there is no
-cross-rank mining, so the pool of candidate negatives is the per-device batch, not the global
-one. Splitting a global batch over more ranks therefore gives each anchor fewer negatives.
-
-``--loss softmax``: a linear classifier over the training identities on top of the embedding;
-the embedding (before the classifier, L2-normalised) is what verification uses.
-
-Evaluation: embeddings of the held-out images, squared distance per pair, 10-fold threshold
-selection (``tasks/verification.py``) -> ``verification_accuracy``. Pairs come from the dataset when
-it has them (LFW: the test split's pairs file) or are drawn from the held-out labels (digits:
-classes as identities, balanced same / different, fixed seed).
+Under ddp (and ps, local SGD) each rank builds its PK batches from its own shard and mines
+triplets only within its own batch: no cross-rank mining, so splitting a global batch over
+more ranks gives each anchor fewer negatives. docs/TASKS.md ("Face embeddings") gives the
+loss, the mining rule and where the verification pairs come from.
 """
 
 from __future__ import annotations

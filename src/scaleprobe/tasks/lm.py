@@ -1,26 +1,11 @@
 """Language modelling (``--task lm``): next-token cross-entropy; held-out loss and perplexity.
 
-The timed forward phase is the model's forward and the loss: logits ``B x T x vocab``, the
-mean cross-entropy of every position against the next token (``F.cross_entropy``, which
-autocast runs in float32). Evaluation (``--eval``, ``--target``) runs the same over the
-held-out windows (``data.eval_windows`` of them, spread evenly over the held-out split) and
-reports:
-
-- ``loss``: mean nats per token over every held-out target token;
-- ``perplexity``: ``exp(loss)``;
-- ``eval_samples`` and ``eval_tokens``: the windows and tokens it was taken over.
-
-and, beside them, the context-free baseline scored on the same held-out tokens (each token's
-cost under the training split's add-one smoothed unigram counts; data/token_windows.py):
-
-- ``baseline_loss``: its mean nats per held-out token;
-- ``baseline_margin``: ``baseline_loss - loss`` (positive: the model is better), with
-  ``baseline_margin_lo`` / ``baseline_margin_hi``, a paired 95% t interval over the evaluated
-  windows (each window's mean baseline cost minus its mean model loss; None with fewer than
-  two windows), and ``baseline_windows``. The model "beats the baseline" only when the
-  interval's lower bound is above 0 (``features/lmspec.baseline_claim``).
-
-Lower is better for ``loss`` and ``perplexity``, also for ``--target loss=X``.
+The timed forward phase is the model's forward and the mean cross-entropy of every position
+against the next token. Evaluation (``--eval``, ``--target``) runs the same over the held-out
+windows and reports ``loss`` (mean nats per token; lower is better, also for ``--target
+loss=X``), ``perplexity`` and, beside them, the context-free baseline on the same held-out
+tokens with the margin's paired interval (``features/lmspec.baseline_claim`` decides "beats
+the baseline"). docs/TASKS.md ("Loss and metrics") lists every figure.
 """
 
 from __future__ import annotations

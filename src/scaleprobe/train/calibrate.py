@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from scaleprobe.core.results import StandaloneTransfer
+from scaleprobe.core.rank_record import StandaloneTransfer
 from scaleprobe.measure.comm.bench import plan_iters, time_collective
 from scaleprobe.measure.stats import median
 

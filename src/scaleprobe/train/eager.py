@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.results import EagerPasses
+from scaleprobe.core.rank_record import EagerPasses
 
 PASSES = 5  # timed eager passes (after one untimed)
 

@@ -18,16 +18,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaleprobe.config.runconfig import RunConfig
-from scaleprobe.core.results import (
-    EvalFigures,
-    MemoryFacts,
-    Peak,
-    RankComm,
-    RankMem,
-    RankObserved,
-    RankRecord,
-)
+from scaleprobe.config.sections import RunConfig
+from scaleprobe.core.rank_record import EvalFigures, RankComm, RankMem, RankObserved, RankRecord
+from scaleprobe.core.run_metrics import MemoryFacts, Peak
 from scaleprobe.features.interrupt import (
     STOP_KEY,
     StopRequest,

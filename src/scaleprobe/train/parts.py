@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from scaleprobe.config.runconfig import RunConfig
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RankInfo
+from scaleprobe.core.rank_record import RankInfo
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, build_loader

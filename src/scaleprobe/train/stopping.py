@@ -21,9 +21,6 @@ from typing import Any
 
 from scaleprobe.measure.stats import is_stable
 
-REASONS = ("steps", "stable", "max-steps", "max-seconds", "peer", "epochs", "target",
-           "max-epochs", "interrupted")
-
 
 def stop_reason(p: Any, st: Any, timer: Any) -> str | None:
     """Why the window ends after this timed step, or None to go on. Ranks that synchronise

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.results import RankMem
+from scaleprobe.core.rank_record import RankMem
 from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.steplog import StepHead
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from scaleprobe.config.runconfig import RunConfig, parse_size
+from scaleprobe.config.sections import RunConfig, parse_size
 from scaleprobe.core.errors import ConfigError, DataError
-from scaleprobe.core.results import RankRecord
+from scaleprobe.core.rank_record import RankRecord
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features.interrupt import StopRequest
 from scaleprobe.launch import handoff

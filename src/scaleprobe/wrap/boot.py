@@ -23,8 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NoReturn
 
-from scaleprobe.core.results import (
-    Peak,
+from scaleprobe.core.rank_record import (
     RankComm,
     RankCompile,
     RankFlops,
@@ -33,8 +32,10 @@ from scaleprobe.core.results import (
     RankObserved,
     RankRecord,
 )
+from scaleprobe.core.run_metrics import Peak
 from scaleprobe.launch import rank_start_method
 from scaleprobe.launch.lines import last_meaningful_line, loader_worker_exits, name_signal
+from scaleprobe.measure.comm.hook import CommTimer
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.env import own_process_group, shutdown_distributed
 from scaleprobe.measure.heartbeat import Heartbeat, RankError, write_error
@@ -144,7 +145,7 @@ def _comm_record(rec: Any, warmup: int, world: int) -> RankComm | None:
     """What DDP's comm hook saw over the timed steps (wrap/ddp_comm.py); None when it saw no
     all-reduce in them (one process, no DDP, or a DDP model it could not time).
     ``in_flight_s`` is filled in once the phases are final."""
-    from scaleprobe.wrap.ddp_comm import EXPOSED_METHOD, IN_FLIGHT_METHOD  # heavy: numpy
+    from scaleprobe.measure.comm.hook import EXPOSED_METHOD, IN_FLIGHT_METHOD  # heavy: numpy
 
     exposed = rec.comm_exposed[warmup:]
     if world < 2 or not exposed or any(e is None for e in exposed):
@@ -204,7 +205,7 @@ def _comm_timer() -> Any:
     try:
         from scaleprobe.wrap import ddp_comm as comm  # heavy: numpy
 
-        timer = comm.CommTimer()
+        timer = CommTimer()
         comm.install(timer)
         return timer
     except Exception:  # noqa: BLE001  (communication then stays null with its reason)

@@ -2,15 +2,11 @@
 script's FLOPs are counted without running its step under the FLOP counter.
 
 dynamo traces a module's hooks into the graph it compiles when the module is called inside a
-compiled frame (the submodules of a compiled model), and compiles a hook as a frame of its own
-when it runs inside the call dynamo compiles (a compiled module's own hooks: ``OptimizedModule``
-runs ``_orig_mod.__call__`` under dynamo). So the hooks:
-
-- return at once while dynamo traces them (``torch.compiler.is_compiling()``,
-  ``compiling``): a compiled graph holds nothing of them and no guard on their state;
-- are never compiled as frames of their own (``not_frames``: dynamo's ``skip_code``);
-- are never changed once anything is compiled (``hooks.Recorder._narrow``): dynamo guards on
-  the set of global module hooks, and a change would recompile the model.
+compiled frame, and compiles a hook as a frame of its own when it runs inside the call dynamo
+compiles. So the hooks return at once while dynamo traces them (``compiling``), are never
+compiled as frames (``not_frames``: dynamo's ``skip_code``) and never change once anything
+is compiled (``hooks.Recorder._narrow``); docs/WRAP.md ("Compiled scripts") tells the
+recompile this prevents, with its measured cost.
 
 FLOPs (``CallCounts``): a frame called under a dispatch mode such as ``FlopCounterMode`` is not
 compiled (dynamo runs it eagerly), so once anything is compiled the counted step runs as it

@@ -11,12 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.measure.comm.hook import (  # noqa: F401  (re-exported for hooks.py and boot.py)
-    EXPOSED_METHOD,
-    IN_FLIGHT_METHOD,
-    CommTimer,
-    step_figures,
-)
+from scaleprobe.measure.comm.hook import CommTimer
 
 
 def _builtin(ddp: Any, kind: Any) -> tuple[Any, Any]:

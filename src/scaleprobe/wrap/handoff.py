@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from scaleprobe.core.rank_record import RankRecord
 from scaleprobe.core.record import Record
-from scaleprobe.core.results import RankRecord, write_json_atomic
+from scaleprobe.core.results import write_json_atomic
 
 RANKS_DIR = "wrap-ranks"
 SETTINGS = "wrap.json"

@@ -1,38 +1,14 @@
 """What ``scaleprobe wrap`` sees inside a user's script, through PyTorch's public hooks and two
-small patches on the DataLoader's iterator, installed before the script's first line.
+small patches on the DataLoader's iterator (its ``__next__``, and the sampler's
+``_next_index`` for the indices a rank read), installed before the script's first line.
 
-A step is one call of the optimizer that stepped first (``register_optimizer_step_pre_hook``
-/ ``..._post_hook``): it lasts from the end of the previous step to the end of this one, and
-is cut, on ``perf_counter``, into phases that add up to it exactly:
-
-    data       time inside the DataLoader: ``iter(loader)`` (worker start-up at an epoch) and
-               its iterator's ``__next__``
-    forward    time inside calls of outermost modules (``register_module_forward_pre_hook`` /
-               ``register_module_forward_hook``, depth 0 -> 0): the model, and a loss module;
-               once a step has called no outermost module not seen before (and the warm-up
-               is over), the global hooks give way to hooks on those modules alone, so the
-               modules inside them run PyTorch's hook-free fast path
-    optimizer  ``optimizer.step()`` (every optimizer's, when a script has several)
-    h2d        the rest before the step's first forward: copies to the device, ``zero_grad``,
-               the script's own per-batch work
-    backward   the rest after the first forward: the loss arithmetic outside modules,
-               ``loss.backward()`` and the gradient all-reduces it overlaps
-    comm       under DDP on the CPU, the part of backward spent waiting on the all-reduce
-               after every gradient was computed (``comm.py``, through DDP's comm hook)
-
-Which samples a rank read: the indices its DataLoader's sampler handed out (``_next_index``)
-up to the batches the loop consumed, per ``iter(loader)`` (one epoch), for the shard audit.
-
-FLOPs: the last warm-up step (never timed) runs inside ``torch.utils.flop_counter.
-FlopCounterMode``, entered at the end of the step before it and left at its own end, so the
-count is of everything that step ran (measure/flops.py gives the convention). Once anything
-is compiled, the outermost modules' calls in that step are captured instead and counted after
-the script on fake tensors (capture.py).
-
-torch.compile (measure/compiled.py notes every compilation): the hooks never make a compiled
-frame break, fail a guard or recompile (capture.py says how); once the script has compiled
-anything, the global hooks stay for the rest of the run instead of giving way to per-module
-ones (dynamo guards on them).
+A step is one call of the optimizer that stepped first, cut on ``perf_counter`` into phases
+that add up to it exactly (data, forward, optimizer, h2d, backward, and comm under DDP on the
+CPU through ``ddp_comm.py``); the last warm-up step is counted for FLOPs. docs/WRAP.md ("What
+is measured, and how") says what each phase holds and how the outermost modules' global hooks
+give way to per-module ones. The hooks never make a compiled frame break, fail a guard or
+recompile (capture.py says how): once the script has compiled anything, the global hooks stay
+(dynamo guards on them) and that step's FLOPs are counted on fake tensors after the script.
 """
 
 from __future__ import annotations
@@ -109,40 +85,39 @@ def _ints(idx: Any) -> list[int] | None:
     return None
 
 
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor."""
+def _first_tensor(batch: Any) -> Any:
+    """A batch's first tensor (breadth first through dicts, lists and tuples), or None."""
     stack = [batch]
     while stack:
         b = stack.pop(0)
         shape = getattr(b, "shape", None)
         if shape is not None and len(shape) > 0:
-            return int(shape[0])
+            return b
         if isinstance(b, dict):
             stack.extend(b.values())
         elif isinstance(b, (list, tuple)):
             stack.extend(b)
-    return 0
+    return None
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    b = _first_tensor(batch)
+    return 0 if b is None else int(b.shape[0])
 
 
 def token_len(batch: Any) -> int | None:
     """Tokens per sample when a batch is token ids: its first tensor holds integers in two
     dimensions ``[B, T]`` (an LM script's inputs); None for anything else (images, features,
     class labels first)."""
-    stack = [batch]
-    while stack:
-        b = stack.pop(0)
-        shape = getattr(b, "shape", None)
-        if shape is not None and len(shape) > 0:
-            dtype = getattr(b, "dtype", None)
-            floating = getattr(dtype, "is_floating_point", True)
-            integer = not floating and not getattr(dtype, "is_complex", False) and \
-                str(dtype) != "torch.bool"
-            return int(shape[1]) if integer and len(shape) == 2 else None
-        if isinstance(b, dict):
-            stack.extend(b.values())
-        elif isinstance(b, (list, tuple)):
-            stack.extend(b)
-    return None
+    b = _first_tensor(batch)
+    if b is None:
+        return None
+    dtype = getattr(b, "dtype", None)
+    floating = getattr(dtype, "is_floating_point", True)
+    integer = not floating and not getattr(dtype, "is_complex", False) and \
+        str(dtype) != "torch.bool"
+    return int(b.shape[1]) if integer and len(b.shape) == 2 else None
 
 
 def _sampler_name(loader: Any) -> str:
@@ -292,7 +267,7 @@ class Recorder:
         total["backward"] = max(0.0, dur - sum(total.values()))
         exposed = in_flight = None
         if self.comm is not None:
-            from scaleprobe.wrap.ddp_comm import step_figures  # heavy: numpy
+            from scaleprobe.measure.comm.hook import step_figures  # heavy: numpy
 
             got = step_figures(self.comm.take())
             if got is not None:  # the wait on the network is inside backward: split it out

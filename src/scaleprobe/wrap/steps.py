@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from scaleprobe.core.results import RankInfo, RankMem
+from scaleprobe.core.rank_record import RankInfo, RankMem
 from scaleprobe.measure.monitor import host_mem_record
 from scaleprobe.measure.stats import median
 from scaleprobe.measure.steplog import StepHead

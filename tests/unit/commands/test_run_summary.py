@@ -7,7 +7,7 @@ from rich.console import Console
 
 from scaleprobe.commands.run_summary import print_run
 from scaleprobe.core import fmt as report_fmt
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from tests.unit.run.test_assemble import MIB, assemble, raw
 
 
@@ -109,7 +109,7 @@ def test_an_lm_run_without_evaluation_shows_its_training_loss_not_na():
 def test_an_lm_run_stopped_after_target_evaluations_gives_their_last_loss_not_add_eval():
     """An interrupted --target run evaluated twice: the summary says the last held-out loss
     and where, never "add --eval"."""
-    from scaleprobe.core.results import RankTarget, TargetPoint
+    from scaleprobe.core.rank_record import RankTarget, TargetPoint
     from scaleprobe.features.target import summarize
 
     tt = summarize(RankTarget(metric="loss", value=1.5, eval_every=25,

@@ -14,7 +14,7 @@ from rich.console import Console
 from scaleprobe.cli import main
 from scaleprobe.commands.run_summary import print_run, say
 from scaleprobe.config import runconfig as C
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.report.findings.diagnose import format_findings
 from scaleprobe.report.findings.finding import Finding
 from tests.unit.run.test_assemble import assemble, raw

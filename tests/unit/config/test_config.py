@@ -1,6 +1,8 @@
 import pytest
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.keys import flatten, load_flat, load_toml, resolve_key
+from scaleprobe.config.sections import KNOBS, parse_size
 from scaleprobe.core.errors import ConfigError
 
 
@@ -82,13 +84,13 @@ def test_invalid_values_are_one_line_errors(over, needle):
 
 def test_unknown_key_suggests():
     with pytest.raises(ConfigError, match="did you mean.*batch_size"):
-        C.resolve_key("batch_sise")
+        resolve_key("batch_sise")
 
 
 def test_toml_sections_and_aliases(tmp_path):
     p = tmp_path / "exp.toml"
     p.write_text('model = "mlp"\n[train]\nbatch_size = 16\nlr = 0.2\n[data]\nloader = "naive"\n')
-    cfg = C.build(C.flatten(C.load_toml(p)))
+    cfg = C.build(flatten(load_toml(p)))
     assert (cfg.model.name, cfg.train.batch_size, cfg.train.lr, cfg.data.loader) == (
         "mlp", 16, 0.2, "naive")
 
@@ -104,7 +106,7 @@ def test_one_key_under_two_spellings_in_a_run_file_is_an_error(tmp_path, text, f
     p.write_text(text)
     with pytest.raises(ConfigError, match=f"exp.toml: .* is given twice, as {first} and "
                        f"{second}; keep one") as e:
-        C.load_flat(p)
+        load_flat(p)
     assert "\n" not in str(e.value)
 
 
@@ -112,15 +114,15 @@ def test_unreadable_toml(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text("batch_size = = 3\n")
     with pytest.raises(ConfigError, match="cannot parse"):
-        C.load_toml(p)
+        load_toml(p)
     with pytest.raises(ConfigError, match="not found"):
-        C.load_toml(tmp_path / "missing.toml")
+        load_toml(tmp_path / "missing.toml")
 
 
 def test_parse_size():
-    assert C.parse_size("2GiB") == 2 << 30
-    assert C.parse_size("512M") == 512 << 20
-    assert C.parse_size("1000") == 1000
+    assert parse_size("2GiB") == 2 << 30
+    assert parse_size("512M") == 512 << 20
+    assert parse_size("1000") == 1000
 
 
 @pytest.mark.parametrize("text", ["inf", "1e400GiB", "0", "-2GiB", "nan", ""])
@@ -128,7 +130,7 @@ def test_parse_size_refuses_what_is_no_size(text):
     """Bug: 'inf' raised OverflowError (a traceback), and 0 or a negative size was taken as
     a memory cap that no process can live under."""
     with pytest.raises(ConfigError, match="cannot read size"):
-        C.parse_size(text)
+        parse_size(text)
 
 
 def test_per_device_batch_weak_and_strong():
@@ -220,7 +222,7 @@ def test_every_default_passes_its_own_check_and_has_help():
     key without help leaves a blank line in --help."""
     cfg = C.build({})
     C.check_types(cfg)
-    for key, knob in C.KNOBS.items():
+    for key, knob in KNOBS.items():
         assert knob.help, key
 
 
@@ -234,11 +236,11 @@ def test_toml_files_python_cannot_read_are_one_line(tmp_path, text, needle):
     p = tmp_path / "bad.toml"
     p.write_bytes(text.encode("latin-1") if needle == "not UTF-8" else text.encode())
     with pytest.raises(ConfigError, match=needle) as e:
-        C.load_toml(p)
+        load_toml(p)
     assert "\n" not in str(e.value)
 
 
 def test_a_section_written_as_a_value_is_named():
     """`train = 5` at the top of a file: say that [train] is a table, not 'unknown key'."""
     with pytest.raises(ConfigError, match=r"\[train\] must be a table"):
-        C.flatten({"train": 5})
+        flatten({"train": 5})

@@ -122,15 +122,10 @@ def test_welch_interval_against_a_hand_computation():
     assert hi - d == pytest.approx(4.3027 * math.sqrt(5.0 / 3.0), rel=1e-3)
 
 
-def test_pooled_sd_and_repeats_for_a_difference():
-    """Hand-computed: sd 0.01 on each side pools to 0.01; a 0.05 gap with that spread needs
-    few repeats, a gap inside the noise cannot be decided."""
-    a, b = [0.80, 0.81, 0.82], [0.75, 0.76, 0.77]
-    assert M.sample_sd(a) == pytest.approx(0.01) and M.pooled_sd(a, b) == pytest.approx(0.01)
-    assert M.pooled_sd([0.8], b) is None
-    # next count after 3: t(0.975, 6) x 0.01 x sqrt(2/4) = 0.017 < the 0.04 gap
-    assert M.repeats_to_decide_difference(-0.05, 0.01, 0.01, 3) == 4
-    assert M.repeats_to_decide_difference(0.01, 0.01, 0.01, 3) is None  # on the tolerance
+def test_sample_sd():
+    """Hand-computed: 0.80, 0.81, 0.82 have a sample sd (n - 1) of 0.01; one value has none."""
+    assert M.sample_sd([0.80, 0.81, 0.82]) == pytest.approx(0.01)
+    assert M.sample_sd([0.8]) is None
 
 
 def test_interval_text_prints_unbounded_ends_as_such():

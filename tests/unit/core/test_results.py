@@ -1,6 +1,9 @@
 import json
 
 from scaleprobe.core import results as R
+from scaleprobe.core.experiment_records import typed
+from scaleprobe.core.record import get
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES
 
 
 def test_append_and_read_roundtrip(tmp_path):
@@ -32,13 +35,13 @@ def test_new_record_has_nulls_not_zeros():
     m = rec["metrics"]
     assert m["samples_per_s"] is None and m["accuracy"] is None
     assert all(v is None for v in m["peak_mem_bytes"].values())
-    assert set(m["breakdown_s"]) == set(R.BREAKDOWN_PHASES)
+    assert set(m["breakdown_s"]) == set(BREAKDOWN_PHASES)
 
 
 def test_get_dotted():
     rec = {"metrics": {"step_time_s": {"median": 0.5}, "x": None}}
-    assert R.get(rec, "metrics.step_time_s.median") == 0.5
-    assert R.get(rec, "metrics.x.y", "d") == "d"
+    assert get(rec, "metrics.step_time_s.median") == 0.5
+    assert get(rec, "metrics.x.y", "d") == "d"
 
 
 def test_the_report_reads_schema_1_records():
@@ -57,7 +60,7 @@ def test_the_report_reads_schema_1_records():
             r.pop(k, None)
         r["experiment"].pop("repeat", None)
         old.append(r)
-    old = [R.typed(r) for r in old]
+    old = [typed(r) for r in old]
     rows = scale_table(old)
     assert rows[1]["speedup"] is not None and rows[1]["repeats"] == 1
     diagnose_all(old)  # no exception

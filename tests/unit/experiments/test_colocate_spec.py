@@ -3,7 +3,7 @@
 import pytest
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.colocate import load_colocate_spec
 
 JOBS = [{"name": "a", "model": "digits_cnn", "batch_size": 16},

@@ -8,6 +8,7 @@ import pytest
 
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.result_model import Experiment
 from scaleprobe.experiments import executor as X
 
 
@@ -86,7 +87,7 @@ def _point(tmp_path, own_record=None):
     if own_record is not None:
         res.append_jsonl(own, {**own_record, "experiment": exp})
     return X.SlurmPoint(_Job("42", tmp_path), "a1", tmp_path / "err", 0.0,
-                        PointPayload(cfg, res.Experiment.from_dict(exp)), own)
+                        PointPayload(cfg, Experiment.from_dict(exp)), own)
 
 
 @pytest.mark.parametrize("state, status", [("TIMEOUT", "interrupted"), ("NODE_FAIL", "failed"),

@@ -3,7 +3,7 @@
 import pytest
 
 from scaleprobe.config import runconfig as C
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.parity import parity_configs, parity_record, parity_verdict
 
 
@@ -136,7 +136,7 @@ def test_help_texts_agree_on_where_the_tolerance_comes_from():
     import dataclasses
 
     from scaleprobe.commands import run as run_command
-    from scaleprobe.config.runconfig import DistConfig
+    from scaleprobe.config.sections import DistConfig
 
     doc = " ".join((run_command.__doc__ or "").split())
     opt = next(f for f in dataclasses.fields(DistConfig) if f.name == "parity_tolerance")

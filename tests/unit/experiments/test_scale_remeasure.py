@@ -1,7 +1,7 @@
 """scale re-measures an implausible point once: the point and its baseline get one more
 repeat each, nothing else runs again."""
 
-from scaleprobe.core.results import Experiment, RunResult
+from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.experiments import scale as X
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments.spec import check_points, group_key, load_spec, points
 
@@ -172,8 +173,8 @@ def test_built_in_runs_keep_their_keys():
     it existed still resume (a changed key reruns every finished point)."""
     from scaleprobe.config import runconfig as C
 
-    assert C.RunConfig().key() == "2eee2356488fb202"
-    assert C.build({"script": "t.py"}).key() != C.RunConfig().key()
+    assert RunConfig().key() == "2eee2356488fb202"
+    assert C.build({"script": "t.py"}).key() != RunConfig().key()
 
 
 @pytest.mark.parametrize("doc,first,second", [

@@ -4,7 +4,7 @@ decide it."""
 import pytest
 
 from scaleprobe.core import metrics
-from scaleprobe.core.results import ColocateRecord
+from scaleprobe.core.experiment_records import ColocateRecord
 from scaleprobe.experiments.colocate_verdict import (
     JobFigures,
     readings_text,

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import GnsSamples
+from scaleprobe.core.run_parts import GnsSamples
 from scaleprobe.features import gns
 
 D, S2 = 4, 1.0
@@ -117,8 +118,8 @@ def test_mode_and_config_rules():
 
 
 def test_key_unchanged_at_default():
-    assert C.build({"gns": None}).key() == C.RunConfig().key()
-    assert C.build({"gns": True}).key() != C.RunConfig().key()
+    assert C.build({"gns": None}).key() == RunConfig().key()
+    assert C.build({"gns": True}).key() != RunConfig().key()
 
 
 def test_blocks_merge_a_block_without_signal_into_its_smaller_neighbour():
@@ -134,7 +135,7 @@ def test_blocks_merge_a_block_without_signal_into_its_smaller_neighbour():
 def test_the_terminal_line_says_a_one_process_step_ran_as_two_half_batches():
     """Bug caught: the one-process --gns note was missing from the terminal: its step
     ran as two half-batches, so the run's step and epoch time and memory are of that step."""
-    from scaleprobe.core.results import Gns
+    from scaleprobe.core.run_parts import Gns
 
     g = Gns(b_simple=120.0, b_simple_lo=80.0, b_simple_hi=200.0, steps=20, global_batch=64,
             method="micro_batches")

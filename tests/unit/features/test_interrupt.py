@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from scaleprobe.core.results import RankRecord
+from scaleprobe.core.rank_record import RankRecord
 from scaleprobe.features.interrupt import Interrupted, StopRequest, describe, sigterm_interrupts
 
 

@@ -4,7 +4,9 @@ import pytest
 
 from scaleprobe.config import runconfig as C
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RankTarget, RunResult, TimeToTarget
+from scaleprobe.core.rank_record import RankTarget
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import (
     Target,
     TargetWatch,
@@ -239,7 +241,7 @@ def test_a_watch_stops_when_the_loss_falls_to_the_target():
 
 
 def test_the_report_writes_the_targets_direction():
-    from scaleprobe.core.results import RunResult
+    from scaleprobe.core.result_model import RunResult
     from scaleprobe.report.tables.time_to_target import target_text
 
     def text(rec):

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from scaleprobe.launch.rankwatch import RankWatch, last_meaningful_line, name_signal
+from scaleprobe.launch.lines import last_meaningful_line, name_signal
+from scaleprobe.launch.rankwatch import RankWatch
 from scaleprobe.measure.heartbeat import STATES, Beat, RankError, beat_dir, write_error
 
 
@@ -118,7 +119,7 @@ def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from scaleprobe.launch.rankwatch import loader_worker_exits
+    from scaleprobe.launch.lines import loader_worker_exits
 
     loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=4, num_workers=1,
                         prefetch_factor=1)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from scaleprobe.core.invariants import check_run, window_line
-from scaleprobe.core.results import CompileEvent, RankCompile, RunResult
+from scaleprobe.core.rank_record import CompileEvent, RankCompile
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.measure.compiled import (
     AFTER,
     WARMUP,

@@ -94,7 +94,7 @@ def test_a_rank_gone_before_the_watch_first_saw_it_is_the_one_that_died(tmp_path
     dead rank skipped for good (its pid no longer opens), so the job blamed rank 1."""
     import subprocess
 
-    from scaleprobe.launch import RankWatch
+    from scaleprobe.launch.rankwatch import RankWatch
 
     gone = subprocess.Popen(["true"])
     gone.wait()  # exited and reaped: its pid opens no process
@@ -121,7 +121,7 @@ def test_a_rank_the_launcher_stopped_is_not_blamed_for_the_one_it_stopped_for(tm
     import subprocess
     from types import SimpleNamespace
 
-    from scaleprobe.launch import RankWatch
+    from scaleprobe.launch.rankwatch import RankWatch
 
     procs = [subprocess.Popen(["true"]) for _ in range(2)]
     for p in procs:
@@ -150,7 +150,7 @@ def test_a_rank_the_launcher_has_not_seen_end_is_named_with_how_it_died(tmp_path
     import subprocess
     from types import SimpleNamespace
 
-    from scaleprobe.launch import RankWatch
+    from scaleprobe.launch.rankwatch import RankWatch
 
     dead = subprocess.Popen(["sleep", "60"])
     dead.send_signal(signal.SIGKILL)  # not waited for: ended, not yet collected (a zombie)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from scaleprobe.core.results import RankRecord
+from scaleprobe.core.rank_record import RankRecord
 from scaleprobe.measure.held import held_bytes, local_bytes, summarize_held
 
 pytestmark = pytest.mark.timeout(60)

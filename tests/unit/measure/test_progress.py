@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from scaleprobe.config.runconfig import TrainConfig
-from scaleprobe.core.results import RunResult
+from scaleprobe.config.sections import TrainConfig
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments import sweep_bar as EP
 from scaleprobe.experiments.spec import Point
 from scaleprobe.measure.progress import FileProgress, read_point_progress

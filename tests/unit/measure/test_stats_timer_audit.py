@@ -2,7 +2,9 @@ import time
 
 import pytest
 
-from scaleprobe.core.results import RankRecord, RankSummary, StepTime
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.run_metrics import StepTime
+from scaleprobe.core.run_parts import RankSummary
 from scaleprobe.measure import stats
 from scaleprobe.measure.aggregate import breakdown, epoch_time, straggler
 from scaleprobe.measure.audit import audit, expected_dropped

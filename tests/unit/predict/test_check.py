@@ -7,7 +7,9 @@ from dataclasses import replace
 import pytest
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RankSummary, RunResult, StepTime
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.run_metrics import StepTime
+from scaleprobe.core.run_parts import RankSummary
 from scaleprobe.features import links
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.measure.aggregate import straggler

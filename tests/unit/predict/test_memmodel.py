@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from scaleprobe.core.results import MemoryFacts
+from scaleprobe.core.run_metrics import MemoryFacts
 from scaleprobe.predict import memmodel as MM
 
 N = 1_000_000  # parameters, fp32: 4 MB of them

@@ -9,7 +9,7 @@ import pytest
 from scaleprobe.cli import main
 from scaleprobe.core import claim as CL
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.predict import memmodel as MM
 from scaleprobe.predict import plan as P
 from scaleprobe.predict import sample as S
@@ -418,7 +418,7 @@ def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monke
         def wait(self, proc):
             return 0
 
-    from scaleprobe.core.results import RunResult
+    from scaleprobe.core.result_model import RunResult
 
     monkeypatch.setattr(V, "collect_record", lambda proc, rc: RunResult.from_dict({
         "kind": "run", "run_id": proc, "status": "ok"}))

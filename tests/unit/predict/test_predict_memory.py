@@ -7,7 +7,7 @@ import math
 import pytest
 
 from scaleprobe.cli import main
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from tests.unit.predict.test_memmodel import facts
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.links import Link
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import stepmodel as M

@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from scaleprobe.core import results as res
+from scaleprobe.core.experiment_records import typed
 
 GIB = 1 << 30
 
@@ -175,7 +176,7 @@ def loaded(x: Any) -> Any:
     if isinstance(x, list):
         return [loaded(r) for r in x]
     if isinstance(x, dict) and isinstance(x.get("kind"), str):
-        rec = res.typed(x)
+        rec = typed(x)
         if isinstance(x.get("_source"), str):
             rec.source = x["_source"]
         return rec

@@ -7,7 +7,8 @@ import pytest
 
 from scaleprobe.config import runconfig as C
 from scaleprobe.core import results as res
-from scaleprobe.core.results import RankRecord, RunResult
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.run.assemble import build_result
 
 MIB = 1 << 20

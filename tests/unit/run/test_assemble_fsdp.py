@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from scaleprobe.commands.run_summary import print_run
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from tests.unit.run.test_assemble import MIB, assemble, raw
 
 STEPS = 10

@@ -1,6 +1,7 @@
 """What the driver keeps of ranks that returned no record (run/partial.py)."""
 
-from scaleprobe.core.results import RankRecord, RunResult
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.measure.steplog import StepLog
 from scaleprobe.protocols import Ending
 from scaleprobe.run.partial import mark_logged, recover_steps

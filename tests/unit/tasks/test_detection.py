@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scaleprobe.config.runconfig import TaskConfig
+from scaleprobe.config.sections import TaskConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.tasks import build_task
 from scaleprobe.tasks.detection import BoxTransform, build_detector, detector_name, detectors

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from scaleprobe.config.runconfig import TaskConfig
+from scaleprobe.config.sections import TaskConfig
 from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.data.datasets import Subset, TensorImages
 from scaleprobe.data.loader import Indexed

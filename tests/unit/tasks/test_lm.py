@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from scaleprobe.config import runconfig as C
-from scaleprobe.config.runconfig import TaskConfig
+from scaleprobe.config.sections import TaskConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.data.device import DeviceBatches
 from scaleprobe.data.loader import Indexed, collate_indexed

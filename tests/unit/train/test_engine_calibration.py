@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from scaleprobe.config.runconfig import DistConfig, build
+from scaleprobe.config.runconfig import build
+from scaleprobe.config.sections import DistConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.train.calibrate import calibrate_comm
 

@@ -16,8 +16,10 @@ import pytest
 import torch
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import results as res
-from scaleprobe.core.results import RankRecord, RunResult
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.measure.aggregate import typical_steps
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.run.assemble import build_result
@@ -114,7 +116,7 @@ class _Loader:
             yield torch.zeros(4, 1), torch.zeros(4), torch.arange(4), 0
 
 
-def _parts(cfg: C.RunConfig) -> Parts:
+def _parts(cfg: RunConfig) -> Parts:
     model = torch.nn.Module()
     model.weight = torch.nn.Parameter(torch.zeros(2))
     opt = SimpleNamespace(zero_grad=lambda set_to_none=True: None, param_groups=[], state={})
@@ -123,7 +125,7 @@ def _parts(cfg: C.RunConfig) -> Parts:
                  _Loader(), None, None, 4, cfg.train.lr)
 
 
-def _raw(cfg: C.RunConfig) -> dict:
+def _raw(cfg: RunConfig) -> dict:
     timer = StepTimer("cpu")
     progress = SimpleNamespace(advance=lambda st: None)
     st = train_loop(_parts(cfg), timer, progress, time.perf_counter)

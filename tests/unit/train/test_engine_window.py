@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.sections import RunConfig
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.train import engine
 from tests.unit.train.test_engine_phases import _parts
@@ -17,7 +18,7 @@ from tests.unit.train.test_engine_phases import _parts
 pytestmark = pytest.mark.timeout(60)
 
 
-def _loop(cfg: C.RunConfig, distributed: bool = False):
+def _loop(cfg: RunConfig, distributed: bool = False):
     parts = _parts(cfg)
     parts.strategy.distributed = distributed
     timer = StepTimer("cpu")

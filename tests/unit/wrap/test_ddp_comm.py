@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
+from scaleprobe.measure.comm.hook import CommTimer, step_figures
 from scaleprobe.wrap import ddp_comm as C
 from scaleprobe.wrap import hooks as H
 
@@ -18,11 +19,11 @@ from scaleprobe.wrap import hooks as H
 def test_step_figures_union_and_exposed():
     """Exposed runs from the last launch to the last completion; in flight is the union of
     the intervals (bugs caught: summing overlapping buckets, exposed from the first launch)."""
-    assert C.step_figures([]) is None
-    exposed, busy = C.step_figures([(0.0, 4.0), (1.0, 2.0), (3.0, 7.0), (9.0, 10.0)])
+    assert step_figures([]) is None
+    exposed, busy = step_figures([(0.0, 4.0), (1.0, 2.0), (3.0, 7.0), (9.0, 10.0)])
     assert exposed == pytest.approx(1.0)  # last launch 9, last completion 10
     assert busy == pytest.approx(7.0 + 1.0)  # [0, 7] and [9, 10]
-    assert C.step_figures([(2.0, 5.0)]) == (3.0, 3.0)
+    assert step_figures([(2.0, 5.0)]) == (3.0, 3.0)
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def group():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     cls = DDP
     saved = (cls.__init__, cls.register_comm_hook, cls._register_builtin_comm_hook)
-    timer = C.CommTimer()
+    timer = CommTimer()
     C.install(timer)
     try:
         yield timer
@@ -141,7 +142,7 @@ def test_in_flight_is_on_the_breakdowns_basis_so_it_is_never_below_the_exposed_w
     from scaleprobe.wrap import boot
 
     rec = H.Recorder(1)
-    rec.comm = C.CommTimer()
+    rec.comm = CommTimer()
     rec.comm.attached = 1
     exposed = [0.001] * 12 + [0.010] * 8
     for i, e in enumerate(exposed):

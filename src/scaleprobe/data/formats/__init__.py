@@ -1,22 +1,11 @@
 """The reference on-disk dataset formats: small generated copies, and checked readers.
 
-Writers (numpy + Pillow only, so ``scaleprobe datagen`` starts fast)::
-
-    write_dataset("voc", "data/voc", count=200, size=(320, 240), seed=0) -> Path
-
-Readers (torchvision's classes wherever they can give clear errors)::
-
-    open_cifar10(root, train)         (PIL RGB 32x32, label 0..9)
-    open_mnist(root, train)           (PIL 'L' 28x28, label 0..9)
-    open_imagefolder(root)            (PIL RGB, class index); .classes
-    open_voc(root, image_set)         (uint8 3xHxW tensor, {"boxes", "labels", "difficult"})
-    validate_voc(root, image_set)     -> (images, objects), reads every annotation up front
-    open_lfw_people(root, split)      (PIL RGB, identity 0..K-1); .identities
-    open_lfw_pairs(root, split)       -> ([(path, identity)], [(path_a, path_b, same)])
-    open_tokens(root, vocab_size)     -> ({"train", "val": TokenSplit}, vocab, train counts)
-
-Bad data raises ``scaleprobe.core.errors.DataError`` naming the file (and line, where there is one).
-Reader names are imported on first use, so importing this package does not import torch.
+Writers use numpy + Pillow only, so ``scaleprobe datagen`` starts fast
+(``write_dataset("voc", "data/voc", count=200, size=(320, 240), seed=0) -> Path``); readers
+use torchvision's classes wherever they can give clear errors. docs/DATA.md ("Reading:
+scaleprobe.data.formats") lists every reader and what it returns. Bad data raises
+``scaleprobe.core.errors.DataError`` naming the file (and line, where there is one). Reader
+names are imported on first use, so importing this package does not import torch.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Write a small face-verification dataset in the layout of LFW as torchvision reads it.
 
-    ROOT/lfw-py/lfw_funneled/<Name>/<Name>_0001.jpg        images, numbered from 1
-    ROOT/lfw-py/peopleDevTrain.txt, peopleDevTest.txt      count, then "Name<TAB>images"
-    ROOT/lfw-py/people.txt                                 folds, then per fold: count, lines
-    ROOT/lfw-py/pairsDevTrain.txt, pairsDevTest.txt        N, then N matched "Name i j" and
-                                                           N mismatched "Name i Other j"
-    ROOT/lfw-py/pairs.txt                                  "folds<TAB>N", then per fold as above
-    ROOT/lfw-py/lfw-names.txt                              "Name<TAB>images" for everyone
-
-Fields are tab-separated, as in the published files. DevTrain and DevTest hold different
-people. Each person is one of the 100 real 25x25 face crops bundled with scikit-image
-(``skimage.data.lfw_subset``): as it is for the first hundred people, mirrored for the second,
-blended with another crop from the third hundred on. The face is all a person keeps from one
-picture to the next. Light (exposure, contrast, gamma, light from one side), colour cast,
-backdrop, size, angle, position, an occluding block and noise are drawn for every picture,
-so nothing but the face tells people apart: an untrained network verifies pairs near chance,
-and a trained one has to learn to look at the face (docs/DATA.md has the figures).
+The layout (``ROOT/lfw-py/``: images, the people, pairs and names files, tab-separated as the
+published ones) and what the pictures show (scikit-image's 100 real face crops, everything but
+the face drawn again for every picture, so an untrained network verifies pairs near chance)
+are docs/DATA.md's ("The formats in detail", "What the images show"), with the figures.
 """
 
 from __future__ import annotations

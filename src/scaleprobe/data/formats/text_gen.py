@@ -1,19 +1,10 @@
 """A real text corpus every Python install has: the standard library's own source files,
 byte-level, written as token files (``data/formats/tokens.py``).
 
-Which files: every ``*.py`` under ``sysconfig.get_paths()["stdlib"]``, walked without
-following links, in sorted order of their path relative to that folder; files under a
-folder named ``site-packages`` or ``dist-packages`` (third-party packages, when they live
-there) or ``test``, ``tests``, ``idle_test`` (the test suite, with its deliberately odd
-encodings and generated data) are left out. ``count`` keeps the first N files of that order.
-
-Tokens: the files' bytes as they are (no decoding: a byte is a token, vocabulary 256), each
-file followed by one 0 byte, which no Python source file contains, as the end-of-document
-token. Split: every tenth file (positions 9, 19, 29, ... of the order) is held out (val.bin),
-the rest is train.bin; files, not a cut through one long stream, so no file is in both.
-
-The same Python install always gives the same bytes. Another Python version gives another
-corpus: ``meta.json`` records the version and the folder it was read from.
+Which files (every ``*.py`` of the standard library but third-party packages and the test
+suite, in sorted order), the tokens (a byte each, a 0 byte ending each file) and the split
+(every tenth file held out) are docs/DATA.md's ("datagen text"). The same Python install
+always gives the same bytes; ``meta.json`` records the version and the folder it was read from.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Token files: the format nanoGPT's ``prepare.py`` scripts write, read with a memory map.
 
-    ROOT/train.bin   the training split: a flat array of token ids, no header
-    ROOT/val.bin     the held-out split, the same
-    ROOT/meta.json   optional: {"vocab_size": 50257, "dtype": "uint16"}
-
-Token ids are little-endian unsigned integers, ``uint16`` (nanoGPT's choice: any vocabulary
-up to 65,536, GPT-2's 50,257 included) or ``uint32`` (larger vocabularies, e.g. 100,277).
-The dtype and the vocabulary size come from ``meta.json`` when it is there (other keys in it
-are kept but not read); without it the files are ``uint16`` and the vocabulary is the largest
-token of the two splits + 1. nanoGPT's own ``meta.pkl`` (character-level datasets) is a
-pickle and is never loaded: write its ``vocab_size`` into a ``meta.json``.
-
+``ROOT/train.bin`` and ``ROOT/val.bin`` hold token ids, no header; an optional
+``ROOT/meta.json`` gives ``vocab_size`` and ``dtype``. docs/DATA.md ("Token files") gives
+the dtypes, where the vocabulary size comes from, and why ``meta.pkl`` is never loaded.
 The files are never read into memory whole: ``np.memmap`` maps them and each sample reads its
 own window. Opening a folder reads each split once in chunks of ``CHUNK`` tokens, to check
 that no token is outside the vocabulary and to count the training split's tokens (for its

@@ -1,30 +1,10 @@
 """Collective benchmark: time each operation at each message size inside a process group.
 
-Operations (float32 tensors; ``size_bytes`` is the message size, as in nccl-tests):
-
-    all_reduce     every rank ends with the sum of all ranks' ``size_bytes`` tensors
-    broadcast      rank 0 sends ``size_bytes`` to every rank
-    reduce         the sum of all ranks' tensors lands on rank 0
-    all_gather     every rank contributes ``size_bytes / n`` and ends with all ``size_bytes``
-    ps_push_pull   the parameter-server pattern: every rank's tensor is summed onto rank 0
-                   (push: reduce to rank 0), then rank 0 sends the result back (pull: broadcast)
-    reduce_scatter every rank contributes ``size_bytes`` and ends with its ``size_bytes / n``
-                   part of the sum (``reduce_scatter_tensor``, as FSDP calls it)
-    fsdp_step      FSDP's pattern for one step over ``size_bytes`` of parameters: all-gather
-                   (forward), all-gather (backward), reduce-scatter (gradients), each of the
-                   whole ``size_bytes`` (``all_gather_into_tensor`` / ``reduce_scatter_tensor``)
-
-Timing: before every iteration all ranks meet at a barrier; each rank times the operation
-with ``perf_counter`` (CUDA events on CUDA); the per-iteration time is the slowest rank's,
-and ``time_s`` is the median over the timed iterations. Warm-up iterations are not timed.
-
-Bandwidths, as nccl-tests defines them: ``algbw = size_bytes / time_s`` and
-``busbw = algbw * factor`` where the factor turns the algorithm bandwidth into the load on
-the busiest link, so busbw can be compared with a link's speed for every operation:
-
-    all_reduce 2(n-1)/n    all_gather (n-1)/n    broadcast 1    reduce 1
-    ps_push_pull 2(n-1): rank 0's link carries (n-1) x size in, then (n-1) x size out
-    reduce_scatter (n-1)/n    fsdp_step 3(n-1)/n (three collectives of (n-1)/n each)
+The operations (float32 tensors; ``size_bytes`` is the message size, as in nccl-tests), the
+timing (a barrier before every iteration, the slowest rank's time, the median over the timed
+iterations, warm-up not timed) and the bus bandwidth each operation's factor gives
+(``algbw = size_bytes / time_s``, ``busbw = algbw * factor``) are docs/COMMUNICATION.md's
+(``scaleprobe comm``).
 """
 
 from __future__ import annotations

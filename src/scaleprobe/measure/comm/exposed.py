@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import Comm
+from scaleprobe.core.run_parts import Comm
 from scaleprobe.features.links import parse_spec
 
 TRANSFER_METHOD = ("min(standalone collective of the gradient bytes, exposed): the network's "

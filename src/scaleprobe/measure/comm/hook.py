@@ -3,21 +3,13 @@
 definition of DDP's communication for the built-in loop (``strategies/ddp.py``) and for a
 user's script under ``wrap`` (``wrap/ddp_comm.py``).
 
-The hook calls PyTorch's own ``allreduce_hook`` (divide by the world size, all-reduce: the
-same average DDP computes without a hook) and notes, per gradient bucket, when its
+The hook calls PyTorch's own ``allreduce_hook`` and notes, per gradient bucket, when its
 all-reduce was launched, when it completed (the callback of its future, on the backend's
-thread) and how many bytes it moved. Per step:
-
-    exposed    from the launch of the step's last bucket to the end of the last all-reduce:
-               backward has computed every gradient by then, so the rank only waits on the
-               network and the other ranks (DDP waits for every bucket before backward returns)
-    in flight  the time at least one of the step's all-reduces was running, overlapped with
-               backward or not (the union of the buckets' intervals)
-
-Not attached (communication then has a null figure with the reason): a DDP built with
-``mixed_precision`` or given a hook of its own before ours, DDP's Python reducer (compiled
-autograd), and CUDA, where a future completes when NCCL's work is queued, not when it ends,
-so host clocks would not see the transfer.
+thread) and how many bytes it moved. Per step, ``exposed`` runs from the launch of the step's
+last bucket to the end of the last all-reduce (backward has computed every gradient by then),
+``in flight`` is the union of the buckets' intervals. When it is not attached (a DDP with
+``mixed_precision``, a hook of its own before ours, compiled autograd's reducer, CUDA) the
+figure is null with the reason: docs/WRAP.md ("What cannot be seen") says why.
 """
 
 from __future__ import annotations

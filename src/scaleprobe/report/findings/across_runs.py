@@ -18,7 +18,9 @@ from typing import Any
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
+from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, SweepRecord
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import BATCH_AXES, RunResult, dict_of, dicts, num
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings import advice
 from scaleprobe.report.findings.finding import Finding
@@ -36,7 +38,7 @@ def experiment_findings(records: list[Record], th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
     for eid, recs in R.by_experiment(records, "sweep").items():
         sweep: list[Record] = [*recs, *R.summaries(records, SweepRecord, eid)]
-        if any(k in R.BATCH_AXES for r in recs for k in r.point):
+        if any(k in BATCH_AXES for r in recs for k in r.point):
             out.extend(_batch(eid, sweep))
         if any(k in R.LOADER_AXES for r in recs for k in r.point):
             out.extend(_workers(eid, sweep, th))
@@ -155,9 +157,9 @@ def contention_evidence(c: ContentionCase) -> tuple[str, str, str]:
     sa, sb = med(a, REP.sps_of), med(b, REP.sps_of)
     wait = (f"data wait {fmt.pct(med(a, _data_wait))} -> {fmt.pct(med(b, _data_wait))} "
             "of each step")
-    figures = (f"compute {fmt.ms(med(a, _compute_s))} -> {fmt.ms(med(b, _compute_s))} per "
-               f"step; samples/s {fmt.rate(sa)} -> {fmt.rate(sb)} "
-               f"({fmt.signed_pct(M.growth(sb, sa))})")
+    figures = (f"compute {fmt.duration(med(a, _compute_s))} -> "
+               f"{fmt.duration(med(b, _compute_s))} per step; samples/s {fmt.rate(sa)} -> "
+               f"{fmt.rate(sb)} ({fmt.signed_pct(M.growth(sb, sa))})")
     return wait, figures, (f"compute per step {c['interval'].text()} (more workers / fewer, "
                            "paired by repeat)")
 
@@ -243,12 +245,12 @@ def _job_reading(j: dict[str, Any]) -> str:
     text = f"{j.get('name')}: {fmt.ratio(j.get('slowdown'))}"
     if iv is None:
         return f"{text} (no interval: recorded without repeats)"
-    c = CL.slowdown_claim(str(j.get("name")), R.num(j.get("slowdown")), iv)
+    c = CL.slowdown_claim(str(j.get("name")), num(j.get("slowdown")), iv)
     return f"{text} {iv.bounds()} {c.short_verdict}"
 
 
 def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:
-    jobs = [j for j in R.dicts(rec.jobs) if R.num(j.get("slowdown")) is not None]
+    jobs = [j for j in dicts(rec.jobs) if num(j.get("slowdown")) is not None]
     parts = [_job_reading(j) for j in jobs]
     alone = rec.total_samples_per_s_alone_sum
     together = rec.total_samples_per_s_together
@@ -256,7 +258,7 @@ def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:
         parts.append(f"total {fmt.rate(together)} samples/s together vs {fmt.rate(alone)} as the "
                      f"sum alone ({fmt.pct(together / alone)})")
     evidence = str(rec.evidence or "; ".join(parts) or "no job figures")
-    if jobs and not any(R.dict_of(j.get("slowdown_interval")) for j in jobs):
+    if jobs and not any(dict_of(j.get("slowdown_interval")) for j in jobs):
         evidence += ("; recorded without repeats, so no interval supports this verdict (run "
                      "`scaleprobe colocate` again: it repeats by default)")
     placement = str(rec.placement or "shared")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core import fmt
-from scaleprobe.core.results import RunResult, dict_of, num
+from scaleprobe.core.result_model import RunResult, dict_of, num
 from scaleprobe.core.traits import known
 
 
@@ -112,9 +112,9 @@ def _script_input_bound(c: int | None, n: int, per_proc: int | None, workers: in
 
 
 def short_ms(v_s: Any) -> str:
-    """'0.31 ms' below a millisecond (a small all_reduce), else report.fmt.ms."""
+    """'0.31 ms' below a millisecond (a small all_reduce), else report.fmt.duration."""
     v = num(v_s)
-    return f"{v * 1000:.2f} ms" if v is not None and abs(v) < 1e-3 else fmt.ms(v)
+    return f"{v * 1000:.2f} ms" if v is not None and abs(v) < 1e-3 else fmt.duration(v)
 
 
 def comm_dominant(rec: RunResult) -> str | None:

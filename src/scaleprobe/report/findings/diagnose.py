@@ -2,38 +2,8 @@
 
 ``diagnose_run(rec)`` looks at one run record; ``diagnose_experiment(records)`` at many
 together (sweeps, scaling, loader settings, co-location, parity). Each returns a list of
-``Finding``. Thresholds live in ``scaleprobe.core.thresholds.Thresholds``; the verdicts
-and their rules are listed in docs/REPORTS.md.
-
-Verdicts of one run:
-
-    input-bound          data wait above the threshold, or real-data samples/s well below a
-                         synthetic-data run that differs in the dataset alone (like for like)
-    input-bound at epoch starts  most of the data wait fell on the steps that took an
-                         epoch's first batch, and those waits are a notable share of the
-                         timed window: the loader prefetches nothing across an epoch
-                         boundary; alone when the other steps do not wait, else beside
-                         input-bound
-    communication-bound  exposed communication above the threshold, most of it transfer
-                         (the standalone collective for the gradient bytes)
-    synchronisation overhead  exposed communication above the threshold, most of it not
-                         transfer: hooks, bucketing, waiting for the slowest rank
-    straggler            the slowest rank's median step well above the ranks' median
-    CPU saturated        the run's measured CPU use (its whole process tree, loader workers
-                         included) above the threshold share of all cores; threads +
-                         workers against cores is context in the evidence, never the reason
-    compute-bound        none of the above and compute (h2d + forward + backward + optimizer)
-                         dominates; or MFU at or above ``mfu_compute_bound``
-    not compute-bound    MFU below ``mfu_compute_bound``: "8% of peak; the step waits on X",
-                         X the input, the communication, or the host (compute phases that
-                         use little of the peak; said only where the run's CPU share was
-                         measured and was not starved); replaces the compute-share verdict
-    CPU-starved          MFU below ``mfu_compute_bound`` while the run's processes used less
-                         than half the cores their threads could: other programs held the
-                         CPU, so the MFU says nothing about the model
-    memory headroom      device peak against the GPU's memory (tight, or room to grow)
-    measured under load  processes outside the run's tree used the machine meanwhile
-    out of memory / failed / shard audit failed
+``Finding``. Thresholds live in ``scaleprobe.core.thresholds.Thresholds``; the verdicts of
+one run and their rules are docs/REPORTS.md's "Diagnosis" (CPU-starved: docs/VERDICTS.md).
 """
 
 from __future__ import annotations
@@ -44,18 +14,18 @@ import textwrap
 
 from scaleprobe.core import fmt
 from scaleprobe.core.invariants import check_run, uneven_steps
-from scaleprobe.core.results import Comm, Peak, Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult, dict_of, num
+from scaleprobe.core.run_metrics import Peak
+from scaleprobe.core.run_parts import Comm
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings import advice
 from scaleprobe.report.findings.across_runs import experiment_findings
-from scaleprobe.report.findings.finding import SEVERITIES, Finding, merge_same
+from scaleprobe.report.findings.finding import SEVERITIES, Finding
 from scaleprobe.report.findings.grouped import device_peak
 from scaleprobe.report.reading import pairing as P
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading.machine_load import run_load
-
-__all__ = ["Finding", "Thresholds", "diagnose_all", "diagnose_experiment", "diagnose_run",
-           "format_findings", "merge_same"]
 
 
 def _flops_of(achieved: float | None, peak: float) -> str:
@@ -132,8 +102,8 @@ def _input_bound(rec: RunResult, others: list[RunResult],
     m = rec.metrics
     f = m.data_wait_fraction
     if f is not None and f > th.data_wait_fraction:
-        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.ms(m.breakdown_s.data)}"
-                        f" of {fmt.ms(m.breakdown_s.measured_total_s())}; threshold "
+        evidence.append(f"data wait {fmt.pct(f)} of each step ({fmt.duration(m.breakdown_s.data)}"
+                        f" of {fmt.duration(m.breakdown_s.measured_total_s())}; threshold "
                         f"{fmt.pct(th.data_wait_fraction)})")
     synth = synthetic_twin(rec, others)
     sps = m.samples_per_s
@@ -179,7 +149,7 @@ def epoch_start_wait(rec: RunResult, th: Thresholds = DEFAULT) -> str | None:
     hidden = (", which the median step (the breakdown's basis) leaves out"
               if timed and 2 * n < timed else "")
     return (f"{fmt.pct(share)} of the data wait fell on the {int(n)} timed steps that took an "
-            f"epoch's first batch, {fmt.ms(wait)} each (median){per}: {fmt.pct(window)} of "
+            f"epoch's first batch, {fmt.duration(wait)} each (median){per}: {fmt.pct(window)} of "
             f"the timed window{hidden}")
 
 
@@ -217,16 +187,16 @@ def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     if f is None or f <= th.comm_fraction:
         return None
     c = rec.comm or Comm()
-    per = R.dict_of(c.exposed_per_step)
+    per = dict_of(c.exposed_per_step)
     if per.get("resolved") is False:  # measured in the step, its interval reaches 0: no verdict
         return None
-    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.ms(bd.comm)} "
-          f"of {fmt.ms(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
+    ev = (f"exposed communication {fmt.pct(f)} of each step ({fmt.duration(bd.comm)} "
+          f"of {fmt.duration(bd.measured_total_s())}; threshold {fmt.pct(th.comm_fraction)})")
     transfer, overhead = c.transfer_s, c.sync_overhead_s
     if transfer is not None and overhead is not None:
-        standalone = R.dict_of(c.transfer_standalone)
+        standalone = dict_of(c.transfer_standalone)
         op = standalone.get("op") or "collective"
-        size = fmt.bytes_(R.num(standalone.get("bytes")))
+        size = fmt.bytes_(num(standalone.get("bytes")))
         ev += (f" = transfer {advice.short_ms(transfer)} (a standalone {op} of {size} in the "
                f"same process group) + sync overhead {advice.short_ms(overhead)} "
                f"({advice.unsplit(advice.sync_words(rec)[1])})")
@@ -234,12 +204,12 @@ def _comm_bound(rec: RunResult, th: Thresholds) -> Finding | None:
         ev += "; not split into transfer and sync overhead (not measured in this result)"
     if per.get("interval_s"):
         lo, hi = per["interval_s"]
-        ev += (f"; measured in the step: median {fmt.ms(per.get('median_s'))} [{fmt.ms(lo)}, "
-               f"{fmt.ms(hi)}] over {per.get('steps')} steps")
+        ev += (f"; measured in the step: median {fmt.duration(per.get('median_s'))} "
+               f"[{fmt.duration(lo)}, {fmt.duration(hi)}] over {per.get('steps')} steps")
     sync, no_sync = c.sync_step_s, c.no_sync_step_s
     if sync and no_sync:
-        ev += (f"; measured in place: {fmt.ms(sync)} per step with gradient sync vs "
-               f"{fmt.ms(no_sync)} without")
+        ev += (f"; measured in place: {fmt.duration(sync)} per step with gradient sync vs "
+               f"{fmt.duration(no_sync)} without")
     verdict = ("synchronisation overhead" if advice.comm_dominant(rec) == "sync_overhead"
                else "communication-bound")
     return Finding(verdict, ev, advice.comm_bound(rec), "warning")
@@ -283,8 +253,8 @@ def _compute_bound(rec: RunResult, th: Thresholds) -> Finding | None:
     compute, total = bd.compute_s(), bd.measured_total_s()
     if compute is None or not total or compute / total < th.compute_fraction:
         return None
-    ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.ms(compute)} of "
-          f"{fmt.ms(total)}); {_shares(rec)}")
+    ev = (f"compute {fmt.pct(compute / total)} of each step ({fmt.duration(compute)} of "
+          f"{fmt.duration(total)}); {_shares(rec)}")
     return Finding("compute-bound", ev, advice.compute_bound(rec), "info")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from scaleprobe.core import fmt
 from scaleprobe.core.invariants import uneven_steps
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.report.findings.finding import Finding
 from scaleprobe.report.reading.machine_load import outside_cores
 

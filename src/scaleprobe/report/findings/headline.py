@@ -28,7 +28,9 @@ from typing import Any
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
+from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, SweepRecord
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import BATCH_AXES, RunResult, dict_of, dicts, num
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.findings import rerun as RC
 from scaleprobe.report.findings.across_runs import (
@@ -90,7 +92,7 @@ def collect(records: list[Record], groups: list[Group],
     for eid, runs in R.by_experiment(records, "sweep").items():
         recs: list[Record] = [*runs, *R.summaries(records, SweepRecord, eid)]
         axes = {k for r in runs for k in r.point}
-        if axes & set(R.BATCH_AXES):
+        if axes & set(BATCH_AXES):
             found += batch_verdicts(eid, recs)
         if axes & set(R.LOADER_AXES):
             found += worker_verdicts(eid, recs, th)
@@ -321,13 +323,13 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
 
 def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     eid = rec.exp_id or "co-location"
-    jobs = [j for j in R.dicts(rec.jobs) if R.num(j.get("slowdown")) is not None]
+    jobs = [j for j in dicts(rec.jobs) if num(j.get("slowdown")) is not None]
     verdict = str(rec.verdict or "no verdict")
     claim = f"Co-location ({eid}, {rec.placement or 'shared'}): {verdict}"
     if not jobs:
         return Verdict(claim, "no job figures", "-", "see the jobs' run records", ERROR)
     worst = max(jobs, key=lambda j: j["slowdown"])
-    ivd = R.dict_of(worst.get("slowdown_interval"))
+    ivd = dict_of(worst.get("slowdown_interval"))
     iv = M.Interval(**ivd) if {"estimate", "lo", "hi", "n", "method"} <= set(ivd) else None
     # the worst job's own reading, by the claim's rules: "slower together" only where its
     # interval says so ("inconclusive (1 repeat)", "not resolved" otherwise)
@@ -354,8 +356,8 @@ def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) 
     diff, tol = rec.difference, rec.tolerance
     number = (f"accuracy {fmt.num(rec.accuracy_1, '.3f')} on 1 process vs "
               f"{fmt.num(rec.accuracy_n, '.3f')} on {rec.nproc or 'N'}")
-    ivd = R.dict_of(rec.difference_interval)
-    lo, hi = R.num(ivd.get("lo")), R.num(ivd.get("hi"))
+    ivd = dict_of(rec.difference_interval)
+    lo, hi = num(ivd.get("lo")), num(ivd.get("hi"))
     n = int(rec.repeats or 1)
     if lo is None or hi is None or diff is None or tol is None:
         c = CL.parity(diff, None, 1 if diff is not None else n, tol or 0.01)
@@ -439,7 +441,7 @@ def group_verdicts(groups: list[Group]) -> list[Verdict]:
 
 def _batch_point(rec: RunResult) -> bool:
     """A point of a sweep over batch size (running out of memory there finds the limit)."""
-    return rec.exp_kind == "sweep" and bool(set(rec.point) & set(R.BATCH_AXES))
+    return rec.exp_kind == "sweep" and bool(set(rec.point) & set(BATCH_AXES))
 
 
 def _load_caveat(records: list[Record], th: Thresholds) -> str | None:

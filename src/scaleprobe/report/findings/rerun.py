@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.config import runconfig as C
+from scaleprobe.config.keys import resolve_key
+from scaleprobe.config.sections import KNOBS, ScriptConfig
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import ColocateRecord, ParityRecord, Record, RunResult, SweepRecord
-from scaleprobe.report.reading import records as R
+from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, SweepRecord
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult, num
 
 # the demo's sweeps: rerun through `scaleprobe demo`, which has no spec file to name
 DEMO_SWEEPS = ("demo-batch-size", "demo-loader-transform")
@@ -47,16 +50,16 @@ def rerun(kind: str, eid: str, folder: str, repeats: int | None,
 def scale_command(eid: str, runs: Sequence[RunResult], at: list[str], n: int) -> str:
     """``scaleprobe scale`` over the experiment's process counts (and nodes) with the options
     its runs share; a script's scale names the script after ``--``."""
-    counts = sorted({int(c) for r in runs if (c := R.num(r.point.get("nproc"))) is not None})
-    nodes = sorted({int(c) for r in runs if (c := R.num(r.point.get("nnodes"))) is not None})
+    counts = sorted({int(c) for r in runs if (c := num(r.point.get("nproc"))) is not None})
+    nodes = sorted({int(c) for r in runs if (c := num(r.point.get("nnodes"))) is not None})
     first = runs[0]
     grid = ["--nproc", ",".join(map(str, counts))] + (
         ["--nnodes", ",".join(map(str, nodes))] if nodes else [])
     script = first.cfg("script.path")
     if script:
         keep = set(C.SCRIPT_KEYS) - {"out", "name", "dist.nnodes"}
-        opts = C.command_options(first.config_dict(), set(C.KNOBS) - keep)
-        tail = ["--", *C.ScriptConfig(script, first.cfg("script.args")).target()]
+        opts = C.command_options(first.config_dict(), set(KNOBS) - keep)
+        tail = ["--", *ScriptConfig(script, first.cfg("script.args")).target()]
         return command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts, *tail)
     opts = C.command_options(first.config_dict(), {"dist.nproc", "dist.nnodes"})
     return command("scale", *grid, "--id", eid, *at, "--repeats", n, *opts)
@@ -88,7 +91,7 @@ def run_command(rec: RunResult, flags: dict[str, Any]) -> str:
     processes...), and ``flags`` over it ({"batch_size": 32}): a command that runs as
     printed (bug caught: a "use it" command for a detection point without --task detection,
     --data-dir or --nproc)."""
-    over = {C.resolve_key(k): v for k, v in flags.items()}
+    over = {resolve_key(k): v for k, v in flags.items()}
     sets = [f"{k}={'null' if v is None else v}" for k, v in over.items()]
     opts = C.command_options(rec.config_dict(), set(over))
     return command("run", *opts, *[x for kv in sets for x in ("--set", kv)])

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 from scaleprobe.core import fmt
 from scaleprobe.core.claim import Source
-from scaleprobe.core.results import Load, RunResult, point_key
+from scaleprobe.core.result_model import RunResult, point_key
+from scaleprobe.core.run_parts import Load
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 
 # keys that never change what is measured: where results go, the run's label, the progress
 # bar, where generated data is cached, the rendezvous address, the memory probe (its steps

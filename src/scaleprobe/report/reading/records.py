@@ -1,11 +1,11 @@
 """Loading result records for a report, and grouping them: by kind, by experiment, one per
 run identity.
 
-Records are read through their typed model (``scaleprobe.core.results``: ``RunResult``,
-``SweepRecord``, ``ColocateRecord``, ``ParityRecord``): old schemas and damaged blocks read as
-"not measured", a figure of the wrong type as missing, and every reader asks the typed
-record for its figures (``run.metrics.samples_per_s``, ``run.step_median_s``,
-``run.point``) instead of walking a dict. Each record keeps the folder it was read from
+Records are read through their typed model (``RunResult``, ``core/result_model.py``;
+``SweepRecord``, ``ColocateRecord``, ``ParityRecord``, ``core/experiment_records.py``): old
+schemas and damaged blocks read as "not measured", a figure of the wrong type as missing,
+and every reader asks the typed record for its figures (``run.metrics.samples_per_s``,
+``run.step_median_s``, ``run.point``) instead of walking a dict. Each record keeps the folder it was read from
 (``record.source``).
 """
 
@@ -20,20 +20,10 @@ from typing import Any, TypeVar
 
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.results import (  # noqa: F401  (re-exported for the report's modules)
-    BATCH_AXES,
-    ColocateRecord,
-    Experiment,
-    ParityRecord,
-    Record,
-    RunResult,
-    SweepRecord,
-    axis_name,
-    dict_of,
-    dicts,
-    num,
-    point_key,
-)
+from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, SweepRecord, typed
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import SCHEMA, Experiment, RunResult, dict_of, dicts
+from scaleprobe.core.run_parts import Load
 
 LOADER_AXES = ("workers", "prefetch", "transform", "loader")
 
@@ -64,7 +54,7 @@ def load_records(path: str | Path) -> list[Record]:
     recs: list[Record] = []
     for raw, folder in _unique([(r, f) for r, f in found
                                 if isinstance(r, dict) and isinstance(r.get("kind"), str)]):
-        rec = res.typed(raw)
+        rec = typed(raw)
         rec.source = folder
         recs.append(rec)
     if not recs and unreadable:
@@ -94,11 +84,11 @@ def _warn_newer_schema(raws: list[dict[str, Any]], where: Path) -> None:
     one warning, not shown as if nothing were missing."""
     newer = sorted({str(r.get("schema")) for r in raws if "schema" in r and not (
         isinstance(r["schema"], int) and not isinstance(r["schema"], bool)
-        and r["schema"] <= res.SCHEMA)})
+        and r["schema"] <= SCHEMA)})
     if newer:
         count = sum(1 for r in raws if str(r.get("schema")) in newer and "schema" in r)
         print(f"warning: {where}: {count} record(s) of schema {', '.join(newer)}, which this "
-              f"scaleprobe does not know (it reads schema {res.SCHEMA} and older): read as "
+              f"scaleprobe does not know (it reads schema {SCHEMA} and older): read as "
               "far as their fields are known; a newer scaleprobe reads them whole",
               file=sys.stderr)
 
@@ -129,7 +119,7 @@ def colocated_load(recs: list[RunResult]) -> None:
                 if share > best.get(_job(o), (0.0, 0.0))[0]:
                     best[_job(o)] = (share, pct / 100.0 * cores * share)
             if best:
-                r.load = r.load or res.Load()
+                r.load = r.load or Load()
                 r.load.colocated_cores = sum(c for _, c in best.values())
                 r.load.colocated_jobs = sorted(best)
 

@@ -16,11 +16,9 @@ import copy
 from collections.abc import Callable
 
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import (  # MEASURED: ok, target not reached
-    MEASURED,
-    RunResult,
-    point_key,
-)
+
+# MEASURED: ok, target not reached
+from scaleprobe.core.result_model import MEASURED, RunResult, point_key
 from scaleprobe.measure.stats import median
 
 Figure = Callable[[RunResult], float | int | None]

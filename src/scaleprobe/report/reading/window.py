@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 
 # reason -> how the summary says it (the caps are named with their values where they have one)
 ENDED = {

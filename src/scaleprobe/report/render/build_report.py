@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.core import results as res
-from scaleprobe.core.results import Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult, dict_of, dicts
 from scaleprobe.report.findings.diagnose import diagnose_experiment, diagnose_run, format_findings
 from scaleprobe.report.findings.finding import Finding
 from scaleprobe.report.findings.grouped import group_findings
@@ -165,10 +166,10 @@ def sources_section(records: list[Record]) -> Section | None:
 def _environments(records: list[Record]) -> list[str]:
     seen: dict[str, None] = {}
     for r in records:
-        env = R.dict_of(getattr(r, "env", None))
+        env = dict_of(getattr(r, "env", None))
         if not env:
             continue
-        gpus = [g.get("name") for g in R.dicts(env.get("gpus"))]
+        gpus = [g.get("name") for g in dicts(env.get("gpus"))]
         parts = [str(env.get("host") or "?"), f"{env.get('cores') or '?'} cores",
                  str(env.get("cpu_model") or "CPU n/a"),
                  f"torch {env.get('torch') or 'n/a'}",

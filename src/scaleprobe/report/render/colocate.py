@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scaleprobe.core import metrics
-from scaleprobe.core.fmt import md_table, num, rate, ratio, seconds
-from scaleprobe.core.results import ColocateRecord
+from scaleprobe.core.experiment_records import ColocateRecord
+from scaleprobe.core.fmt import duration, md_table, num, rate, ratio
 
 # epoch times on the timed window's basis (samples per epoch / the samples/s beside them):
 # projected, and the slowdowns by samples/s and by epoch time agree
@@ -32,8 +32,8 @@ def job_rows(jobs: Iterable[Mapping[str, Any]],
     jobs = list(jobs)
     flags = loaded if loaded is not None else [bool(j.get("under_load")) for j in jobs]
     return [[str(j.get("name") or "n/a"), rate(j.get("alone_samples_per_s")),
-             rate(j.get("together_samples_per_s")), seconds(j.get("alone_epoch_time_s")),
-             seconds(j.get("together_epoch_time_s")), ratio(j.get("slowdown")),
+             rate(j.get("together_samples_per_s")), duration(j.get("alone_epoch_time_s")),
+             duration(j.get("together_epoch_time_s")), ratio(j.get("slowdown")),
              _interval_cell(j), str(j.get("reading") or "n/a")
              + (", under load" if flag else "")]
             for j, flag in zip(jobs, flags, strict=False)]

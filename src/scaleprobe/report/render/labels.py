@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 
 from scaleprobe.core.fmt import repeat_label
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.report.reading import records as R
 
 EXPERIMENT = "experiment"

@@ -23,15 +23,10 @@ from typing import Any
 
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import (
-    BREAKDOWN_PHASES,
-    ColocateRecord,
-    CommBenchRecord,
-    TimeToTarget,
-    dict_of,
-    dicts,
-    num,
-)
+from scaleprobe.core.experiment_records import ColocateRecord, CommBenchRecord
+from scaleprobe.core.result_model import dict_of, dicts, num
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES
+from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import LOWER_IS_BETTER
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.render.doc import Image

@@ -9,14 +9,14 @@ from typing import Any
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import (
+from scaleprobe.core.experiment_records import (
     ColocateRecord,
     CommBenchRecord,
     ParityRecord,
-    Record,
-    RunResult,
     SweepRecord,
 )
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import BATCH_AXES, RunResult, dict_of, dicts, num
 from scaleprobe.measure.comm.exposed import same_link_prediction
 from scaleprobe.measure.comm.instep import text as instep_text
 from scaleprobe.report.reading import machine_load as L
@@ -51,14 +51,14 @@ def sweeps_section(records: list[Record]) -> Section | None:
         recs: list[Record] = [*runs, *R.summaries(records, SweepRecord, eid)]
         axes = {k for r in runs for k in r.point}
         s.add(Sub(f"Sweep {eid}"))
-        if axes & set(R.BATCH_AXES):
+        if axes & set(BATCH_AXES):
             _batch_blocks(s, eid, recs)
         if axes & set(R.LOADER_AXES):
             _loader_blocks(s, eid, recs)
-        if not axes & (set(R.BATCH_AXES) | set(R.LOADER_AXES)):
+        if not axes & (set(BATCH_AXES) | set(R.LOADER_AXES)):
             s.add(Text(f"Varied: {', '.join(sorted(axes)) or 'nothing'}; each point is a row "
                        "of the runs table."))
-        if not axes & set(R.BATCH_AXES):  # a batch sweep draws its curves by batch size
+        if not axes & set(BATCH_AXES):  # a batch sweep draws its curves by batch size
             _target_curves(s, eid, group_repeats(runs), _point_label, "one line per point")
         _load_line(s, runs)
     return s if s.blocks else None
@@ -170,10 +170,10 @@ def job_claims(rec: ColocateRecord, runs: list[RunResult]) -> list[CL.Claim]:
     together, with their load (net of the co-located jobs' own, ``records.colocated_load``):
     the caveat then rides on the job's reading itself."""
     out = []
-    for j in R.dicts(rec.jobs):
+    for j in dicts(rec.jobs):
         mine = [r for r in runs if str(r.point.get("job")) == str(j.get("name"))]
         out.append(CL.slowdown_claim(f"{j.get('name')}: slowdown alone / together",
-                               R.num(j.get("slowdown")),
+                               num(j.get("slowdown")),
                                M.interval_of(j.get("slowdown_interval")),
                                L.sources(mine)))
     return out
@@ -202,8 +202,8 @@ def _target_curves(s: Section, eid: str, runs: list[RunResult],
 
 
 def _interval_cell(iv: Any, spec: str = ".2f") -> str:
-    iv = R.dict_of(iv)
-    lo, hi = R.num(iv.get("lo")), R.num(iv.get("hi"))
+    iv = dict_of(iv)
+    lo, hi = num(iv.get("lo")), num(iv.get("hi"))
     return fmt.NA if lo is None or hi is None else f"[{lo:{spec}}, {hi:{spec}}]"
 
 
@@ -219,7 +219,7 @@ def colocate_section(records: list[Record]) -> Section | None:
         runs = R.by_experiment(records, "colocate").get(label or "", [])
         claims = job_claims(rec, runs)
         # the caveat on the reading it concerns, judged by the report's own rule
-        rows = job_rows(R.dicts(rec.jobs), [c.under_load for c in claims])
+        rows = job_rows(dicts(rec.jobs), [c.under_load for c in claims])
         reps = rec.repeats
         s.add(Table(headers, rows, right=[False] + [True] * 6 + [False],
                     caption=f"{rec.exp_id or 'co-location'}: placement "
@@ -255,16 +255,16 @@ def comm_section(records: list[Record]) -> Section | None:
 
 
 def _comm_bench_blocks(s: Section, rec: CommBenchRecord, i: int) -> None:
-    fits = {op: R.dict_of(f) for op, f in rec.fit.items()}
+    fits = {op: dict_of(f) for op, f in rec.fit.items()}
     s.add(Sub(f"Benchmark {rec.exp_id or i + 1}: {rec.backend or '?'}, "
               f"{rec.world_size or '?'} processes"))
     rows = []
-    for r in R.dicts(rec.rows):
+    for r in dicts(rec.rows):
         fit = fits.get(str(r.get("op"))) or {}
         pred = None
-        alpha, beta = R.num(fit.get("alpha_s")), R.num(fit.get("beta_s_per_byte"))
+        alpha, beta = num(fit.get("alpha_s")), num(fit.get("beta_s_per_byte"))
         if alpha is not None and beta is not None:
-            pred = alpha + beta * (R.num(r.get("size_bytes")) or 0)
+            pred = alpha + beta * (num(r.get("size_bytes")) or 0)
         err = M.growth(pred, r.get("time_s"))
         rows.append([str(r.get("op")), fmt.size(r.get("size_bytes")), fmt.us(r.get("time_s")),
                      fmt.num(r.get("algbw_gbyte_s"), ".2f"), fmt.num(r.get("busbw_gbyte_s"), ".2f"),
@@ -274,7 +274,7 @@ def _comm_bench_blocks(s: Section, rec: CommBenchRecord, i: int) -> None:
                      "Predicted (us)", "Error"], rows, right=[False] + [True] * 6))
     if fits:
         frows = [[op, fmt.us(f.get("alpha_s")),
-                  fmt.num((R.num(f.get("beta_s_per_byte")) or 0) * 1e9 or None, ".3f"),
+                  fmt.num((num(f.get("beta_s_per_byte")) or 0) * 1e9 or None, ".3f"),
                   fmt.num(f.get("bandwidth_gbit_s"), ".2f"), fmt.num(f.get("busbw_gbit_s"), ".2f")]
                  for op, f in fits.items()]
         s.add(Table(["Op", "alpha (us)", "beta (ns/byte)", "Bandwidth (Gbit/s)",
@@ -294,27 +294,27 @@ def _prediction_blocks(s: Section, runs: list[RunResult]) -> None:
     for r in runs:
         c = r.comm
         assert c is not None
-        same = same_link_prediction(c, R.dict_of(r.cfg("dist")))
-        named = R.dict_of(c.prediction)
-        link = R.dict_of(c.measured_link).get("name") or (
+        same = same_link_prediction(c, dict_of(r.cfg("dist")))
+        named = dict_of(c.prediction)
+        link = dict_of(c.measured_link).get("name") or (
             "loopback" if (r.cfg_number("dist.nnodes") or 1) <= 1 else None)
-        transfer = R.num(R.dict_of(c.transfer_standalone).get("per_step_s"))
-        pred = R.num(same.get("comm_s")) if same else None
+        transfer = num(dict_of(c.transfer_standalone).get("per_step_s"))
+        pred = num(same.get("comm_s")) if same else None
         rows.append([r.label, str(r.cfg("dist.strategy") or fmt.NA),
                      fmt.num(r.world_size, "d"), str(link or "unknown"),
-                     instep_text(c.exposed_per_step, fmt.ms), fmt.ms(c.exposed_s),
-                     fmt.ms(c.transfer_s),
-                     fmt.ms(c.sync_overhead_s), fmt.ms(transfer),
-                     fmt.ms(pred), fmt.ratio(transfer / pred if transfer and pred else None),
+                     instep_text(c.exposed_per_step, fmt.duration), fmt.duration(c.exposed_s),
+                     fmt.duration(c.transfer_s),
+                     fmt.duration(c.sync_overhead_s), fmt.duration(transfer),
+                     fmt.duration(pred), fmt.ratio(transfer / pred if transfer and pred else None),
                      fmt.num(same.get("needed_gbit_s"), ".1f") if same else fmt.NA])
         if transfer is not None and pred:
             labels.append(r.label)
             pv.append(pred)
             mv.append(transfer)
-        if named and named is not same and R.num(named.get("comm_s")) is not None:
+        if named and named is not same and num(named.get("comm_s")) is not None:
             where = f"measured on {link}" if link else "the link between its hosts is unknown"
             what_if.append(f"{r.label}: the model for {named.get('link')} says "
-                           f"{fmt.ms(named['comm_s'])} per step (a what-if, not compared: "
+                           f"{fmt.duration(named['comm_s'])} per step (a what-if, not compared: "
                            f"{where})")
     s.add(Sub("Network model vs measurement"))
     s.add(Table(["Run", "Strategy", "World", "Measured on", "Exposed, in-step median",
@@ -390,7 +390,7 @@ def target_runs_section(records: list[Record]) -> Section | None:
     for r, tt, label in zip(runs, targets, labels, strict=True):
         reached = tt.time_to_target_s is not None
         rows.append([label, T.target_text(r),
-                     fmt.seconds(tt.time_to_target_s) if reached else "not reached",
+                     fmt.duration(tt.time_to_target_s) if reached else "not reached",
                      f"{tt.epochs_to_target:.2f}" if reached and tt.epochs_to_target
                      is not None else "-",
                      f"{tt.samples_to_target:,}" if reached and tt.samples_to_target

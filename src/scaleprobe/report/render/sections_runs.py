@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from scaleprobe.core import fmt
-from scaleprobe.core.results import BREAKDOWN_PHASES, RunResult
+from scaleprobe.core.result_model import RunResult, num
+from scaleprobe.core.run_metrics import BREAKDOWN_PHASES
 from scaleprobe.core.thresholds import DEFAULT
 from scaleprobe.report.findings.finding import SEVERITIES, Finding
 from scaleprobe.report.reading import records as R
@@ -61,7 +62,8 @@ def run_cells(rec: RunResult, shared: dict[str, list[str]] | None = None) -> lis
         str(rec.cfg("data.dataset") or fmt.NA), str(rec.cfg("dist.strategy") or fmt.NA),
         fmt.num(rec.world_size, "d"), batch, fmt.rate(m.samples_per_s),
         fmt.mfu(m.mfu),
-        step_cell(rec, fmt.ms(rec.step_median_s)), fmt.ms(st.p95 if st is not None else None),
+        step_cell(rec, fmt.duration(rec.step_median_s)),
+        fmt.duration(st.p95 if st is not None else None),
         fmt.pct(m.data_wait_fraction), fmt.pct(m.comm_fraction),
         _host_mem(rec), fmt.bytes_(m.peak_mem_bytes.device_peak()),
         fmt.pct_value(m.cpu_util_pct), fmt.pct_value(m.gpu_util_pct),
@@ -291,10 +293,10 @@ def top_ops_section(runs: list[RunResult], bases: list[Path], limit: int = 15) -
         ops = _top_ops(r, bases)
         if not ops:
             continue
-        ops = sorted(ops, key=lambda o: -(R.num(o.get("self_time_ms")) or 0))[:limit]
-        total = sum(R.num(o.get("self_time_ms")) or 0 for o in ops) or None
+        ops = sorted(ops, key=lambda o: -(num(o.get("self_time_ms")) or 0))[:limit]
+        total = sum(num(o.get("self_time_ms")) or 0 for o in ops) or None
         rows = [[str(o["name"]), fmt.num(o.get("self_time_ms"), ".2f"),
-                 fmt.pct((R.num(o.get("self_time_ms")) or 0) / total if total else None),
+                 fmt.pct((num(o.get("self_time_ms")) or 0) / total if total else None),
                  fmt.num(o.get("calls"), "d")] for o in ops]
         s.add(Table(["Operator", "Self time (ms)", "Share of listed", "Calls"], rows,
                     caption=f"{r.label} (profiler capture)"))

@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from scaleprobe.config.runconfig import BATCH_KEYS
+from scaleprobe.config.sections import BATCH_KEYS
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Experiment, Record, RunResult, SkippedPoint, SweepRecord
+from scaleprobe.core.experiment_records import SkippedPoint, SweepRecord
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import Experiment, RunResult, dict_of
 from scaleprobe.core.traits import known
-from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.reading.machine_load import under_load_line
 from scaleprobe.report.tables import batch as B
@@ -67,7 +68,7 @@ POINT_CSV = ("status", "samples_per_s", "achieved_flops_per_s", "mfu", "step_tim
 
 def _point(rec: RunResult) -> dict[str, Any]:
     """The point as the spec names its axes (``train.batch_size`` where it said so)."""
-    return R.dict_of(rec.experiment.point if rec.experiment is not None else None)
+    return dict_of(rec.experiment.point if rec.experiment is not None else None)
 
 
 def _peak_device(rec: RunResult) -> Any:
@@ -124,8 +125,8 @@ def _speedup_raw(iv: Any) -> tuple[Any, Any, Any]:
 def _pretty_row(rec: RunResult) -> list[str]:
     m = rec.metrics
     status = {"oom": "out of memory"}.get(rec.status, rec.status)
-    return [str(status), fmt.rate(m.samples_per_s), fmt.mfu(m.mfu), fmt.ms(rec.step_median_s),
-            fmt.seconds(*rec.shown_epoch()),  # on the samples/s' basis: they multiply out
+    return [str(status), fmt.rate(m.samples_per_s), fmt.mfu(m.mfu), fmt.duration(rec.step_median_s),
+            fmt.duration(*rec.shown_epoch()),  # on the samples/s' basis: they multiply out
             fmt.bytes_(m.peak_mem_bytes.host), fmt.bytes_(_peak_device(rec)),
             fmt.pct(m.data_wait_fraction), fmt.pct_value(m.cpu_util_pct),
             fmt.pct_value(m.gpu_util_pct), rec.task_metric_text("-"), _audit_text(rec)]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
-from scaleprobe.core.results import Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.predict import check as C
 from scaleprobe.predict import sample as S
@@ -109,7 +110,7 @@ def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
                 right=[False, False] + [True] * (len(DEVICES) + 1)))
     s.add(Text(f"From {one.label} ({sample.threads or '?'} thread(s) per rank, "
                f"{sample.grad_bytes / 1e6:.1f} MB of gradients, step "
-               f"{fmt.ms(sample.step_median_s)}; compute drawn from {sample.rows_source}). "
+               f"{fmt.duration(sample.step_median_s)}; compute drawn from {sample.rows_source}). "
                "Speedup = samples per second over this run's, with its 95% interval (the "
                "run's own spread and the link fit's), efficiency in brackets. "
                + " ".join(f"Note: {n}." for n in notes), note=True))
@@ -135,7 +136,7 @@ def _held_blocks(s: Section, runs: list[RunResult]) -> None:
         rows.append([p.run.label, str(p.run.cfg("dist.strategy")), str(p.run.world_size),
                      _short(str((p.run.comm.measured_link or {}).get("name") if p.run.comm
                                 else "?")),
-                     fmt.ms(p.measured_s), fmt.ms(pr.step_s.value),
+                     fmt.duration(p.measured_s), fmt.duration(pr.step_s.value),
                      (f"{p.ratio:.2f} [{ri[0]:.2f}, {ri[1]:.2f}]" if p.ratio and ri
                       else fmt.num(p.ratio, ".2f"))])
     summ = C.summary(points)

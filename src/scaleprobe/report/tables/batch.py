@@ -17,9 +17,9 @@ from typing import Any
 
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import BATCH_AXES, RunResult
 from scaleprobe.measure.aggregate import projected_epoch_s
-from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.tables import critical as C
 from scaleprobe.report.tables import time_to_target as T
@@ -112,10 +112,6 @@ def _epoch_kind(r: RunResult) -> str:
 KIND_TEXT = {"like": "measured over epochs after the first",
              "first": "only a first epoch measured, which holds the warm-up",
              "projected": "projected from the median step", "none": "no epoch time"}
-# how each basis is said (batch_rule's lines, the tables' notes)
-BASIS_TEXT = {"window": "projected from the timed window (samples per epoch / samples/s)",
-              "measured": "measured", "projected": "projected (median step x steps per epoch)",
-              "per sample": "as seconds per sample (from samples/s; no epoch time is shown)"}
 
 
 def epoch_basis(recs: list[RunResult]) -> str:
@@ -141,7 +137,7 @@ def batch_table(records: list[Record]) -> list[BatchRow]:
     batch size within each group, with growth rates between consecutive points that finished
     (the first row's growth is None). Epoch-time growth is the paired estimate over the repeats (``epoch_interval``)."""
     rows: list[BatchRow] = []
-    for label, recs in point_groups(sweep_runs(records), R.BATCH_AXES).items():
+    for label, recs in point_groups(sweep_runs(records), BATCH_AXES).items():
         recs = sorted(recs, key=lambda r: (r.batch_size is None, r.batch_size or 0))
         ok = [r for r in recs if r.status == "ok"]
         mem_kind = "device" if ok and all(device_memory(r) is not None for r in ok) else "host"
@@ -298,7 +294,7 @@ def epoch_projected(row: BatchRow) -> bool:
 
 def epoch_text(row: BatchRow) -> str:
     """``shown_epoch`` as the table writes it, ``~`` where projected."""
-    return fmt.seconds(shown_epoch(row), epoch_projected(row))
+    return fmt.duration(shown_epoch(row), epoch_projected(row))
 
 
 def shown_epoch(row: BatchRow) -> float | None:

@@ -13,7 +13,8 @@ from typing import Any
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.reading import machine_load as L
 from scaleprobe.report.reading import repeats as P

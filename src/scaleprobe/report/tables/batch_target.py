@@ -53,7 +53,7 @@ def target_picks(rows: list[BatchRow]) -> TargetPicks:
                 iv = M.ratio_interval(a, b)  # the other's figure / the best's, seed by seed
                 text = f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})"
                 (ahead if iv is not None and iv.above(1.0) else tied).append(text)
-            figure_text = (fmt.seconds(best.get("ttt_median_s")) if unit == "time"
+            figure_text = (fmt.duration(best.get("ttt_median_s")) if unit == "time"
                            else f"{best.get('samples_to_target_median') or 0:,.0f} samples")
             body = (f"batch {best['batch_size']}{where}, median {figure_text} over "
                     f"{best.get('ttt_reached')} of {best.get('ttt_runs')} runs that reached it")

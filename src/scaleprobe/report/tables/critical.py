@@ -1,22 +1,10 @@
 """The critical batch size of a batch sweep: predicted from the gradient noise scale each run
 measured (``gns``), and measured from the sweep's steps and samples to a target.
 
-McCandlish et al. 2018 model the steps S and the samples E = S x B to a given quality at
-batch B as
-
-    S = S_min (1 + B_crit / B),     E = E_min (1 + B / B_crit),     B_crit = E_min / S_min,
-
-and show that B_crit is close to the gradient noise scale B_noise. Below B_crit a larger
-batch cuts the steps nearly in proportion (the samples stay near E_min); above it, the steps
-stay near S_min and the samples grow with the batch.
-
-The fit. ``S = S_min + E_min / B`` is linear in (S_min, E_min), so the fit is weighted least
-squares of each run's steps to target on 1 / B, weights 1 / S^2 (each run counts by its
-relative error: seeds move the steps to a target by a share of them, not by a fixed count),
-closed form. Its 95% interval is a bootstrap over the runs: each batch size's runs (its
-seeds) resampled with replacement, 2000 times, fixed seed, the fit redone. A fit whose S_min
-comes out <= 0 has no floor in steps over the batches measured: the critical batch lies above
-the largest one (and the interval is unbounded above); E_min <= 0, below the smallest.
+McCandlish et al. 2018: S = S_min (1 + B_crit / B), and B_crit is close to the gradient noise
+scale. The fit of ``S = S_min + E_min / B`` (weighted least squares of each run's steps to
+target on 1 / B, weights 1 / S^2, closed form), its bootstrap interval over each batch size's
+runs and what S_min <= 0 or E_min <= 0 means are docs/CRITICAL_BATCH.md's.
 
 Verdicts (where a batch lies against the critical batch, whether measured and predicted agree
 within a factor of 2, where the memory/time rule disagrees) need ``MIN_REPEATS_TO_DECIDE``
@@ -35,15 +23,12 @@ from typing import Any
 
 from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.gns import REGIME_TEXT, regime
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.tables.rows import BatchRow, RulePicks
 
 RESAMPLES = 2000
-FIT_METHOD = ("weighted least squares of steps to target on 1/batch (S = S_min + E_min / B, "
-              "weights 1/S^2); 95% interval: bootstrap over each batch size's runs (2000 "
-              "resamples, fixed seed)")
 NOISE_HEADERS = ("B_noise", "Batch vs B_noise")
 FACTOR = 2.0  # "agree": measured and predicted within this factor of each other
 

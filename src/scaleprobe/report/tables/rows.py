@@ -16,7 +16,7 @@ from typing import Any, NotRequired, TypedDict
 
 from scaleprobe.core.claim import Claim
 from scaleprobe.core.metrics import Interval
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 
 
 class TargetColumns(TypedDict, total=False):

@@ -22,7 +22,9 @@ from typing import Any
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.claim import Claim
-from scaleprobe.core.results import MEASURED, RESULTS_FILE, Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import MEASURED, RunResult, num
+from scaleprobe.core.results import RESULTS_FILE
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.reading import machine_load as L
 from scaleprobe.report.reading import pairing as PR
@@ -43,7 +45,7 @@ VARIED = frozenset({"dist.nproc", "dist.nnodes", "name", "dist.node_rank", "dist
 
 def nproc(rec: RunResult) -> int | None:
     """The point's processes in all: per node times nodes (``scale --nnodes 1,2``)."""
-    n = R.num(rec.point.get("nproc"))
+    n = num(rec.point.get("nproc"))
     if n is not None:
         return int(n) * nodes(rec)
     return rec.world_size
@@ -297,6 +299,6 @@ def scale_cells(row: ScaleRow) -> list[str]:
     cs = row.get("column_speedup")
     col = "1.00x (baseline)" if row.get("is_base") else fmt.ratio(cs) if cs is not None else "-"
     return head + [fmt.rate(row["samples_per_s"]), col, sp,
-                   fmt.pct(row["efficiency"]), fmt.ms(row["step_median_s"]),
+                   fmt.pct(row["efficiency"]), fmt.duration(row["step_median_s"]),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),
                    lost]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaleprobe.core import fmt
-from scaleprobe.core.results import Experiment, Record, RunResult
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import Experiment, RunResult, point_key
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading import repeats as P
 
@@ -19,7 +20,7 @@ def sweep_runs(records: Sequence[Record]) -> list[RunResult]:
 
 def _skipped_points(records: Sequence[Record], runs: list[RunResult]) -> list[RunResult]:
     """Points a sweep did not run because a smaller batch already ran out of memory."""
-    seen = {(r.exp_id, R.point_key(r.point)) for r in runs}
+    seen = {(r.exp_id, point_key(r.point)) for r in runs}
     out = []
     for s in R.sweeps(records):
         for sk in s.skipped:
@@ -27,7 +28,7 @@ def _skipped_points(records: Sequence[Record], runs: list[RunResult]) -> list[Ru
             rec = RunResult(status=sk.status or "oom", experiment=exp, error=sk.reason,
                             name="(skipped)", repeats=[])
             rec.source = s.source
-            if (s.exp_id, R.point_key(rec.point)) not in seen:
+            if (s.exp_id, point_key(rec.point)) not in seen:
                 out.append(rec)
     return out
 

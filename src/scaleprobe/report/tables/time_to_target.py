@@ -23,7 +23,9 @@ from typing import Any
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Record, RunResult, TimeToTarget
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import RunResult
+from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import target_text as direction_text
 from scaleprobe.measure.stats import median
 from scaleprobe.report.reading import repeats as P
@@ -108,9 +110,9 @@ def target_cells(row: Mapping[str, Any]) -> list[str]:
     if "ttt_runs" not in row:
         return ["-"] * len(TARGET_HEADERS)
     med = row["ttt_median_s"]
-    t = "not reached" if med is None else fmt.seconds(med)
+    t = "not reached" if med is None else fmt.duration(med)
     if med is not None and row["ttt_reached"] > 1:
-        t += f" ({fmt.seconds(row['ttt_min_s'])}-{fmt.seconds(row['ttt_max_s'])})"
+        t += f" ({fmt.duration(row['ttt_min_s'])}-{fmt.duration(row['ttt_max_s'])})"
     iv = row.get("ttt_speedup_interval")
     if row.get("ttt_speedup") is None:
         sp = "-"

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.results import Record
+from scaleprobe.core.record import Record
+from scaleprobe.core.result_model import point_key
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.report.reading import machine_load as L
 from scaleprobe.report.reading import records as R
@@ -28,7 +29,7 @@ def loader_table(records: Sequence[Record]) -> list[LoaderRow]:
     runs = [r for r in sweep_runs(records) if any(k in R.LOADER_AXES for k in r.point)]
     rows: list[LoaderRow] = []
     for label, recs in point_groups(runs, R.LOADER_AXES).items():
-        recs = sorted(recs, key=lambda r: (r.loader_workers or 0, R.point_key(r.point)))
+        recs = sorted(recs, key=lambda r: (r.loader_workers or 0, point_key(r.point)))
         for r in recs:
             setting = {k: v for k, v in r.point.items() if k in R.LOADER_AXES}
             m = r.metrics
@@ -49,7 +50,7 @@ def loader_table(records: Sequence[Record]) -> list[LoaderRow]:
 
 def loader_cells(row: LoaderRow) -> list[str]:
     return [row["setting"], fmt.num(row["workers"], "d"), fmt.pct(row["data_wait_fraction"]),
-            fmt.ms(row["compute_s"]), fmt.ms(row["step_median_s"]),
+            fmt.duration(row["compute_s"]), fmt.duration(row["step_median_s"]),
             fmt.rate(row["samples_per_s"]), fmt.pct_value(row["cpu_util_pct"]),
             "ok" if row["status"] == "ok" else str(row["status"])]
 
@@ -234,8 +235,8 @@ def _gain_beyond_data_wait(pick: LoaderRow, group: list[LoaderRow]) -> str | Non
     gain = step_few - step_pick
     if gain <= wait + GAIN_SLACK_REL * step_few:
         return None
-    return (f"{pick['workers']} worker(s) shortened the median step by {fmt.ms(gain)} against "
-            f"{fewest['setting']}, but {fewest['setting']} waited only {fmt.ms(wait)} per step "
-            "for data, all that workers can remove: the runs differ by something other than "
-            "the loader (load on the machine that came and went?); measure again with more "
-            "repeats, interleaved")
+    return (f"{pick['workers']} worker(s) shortened the median step by {fmt.duration(gain)} "
+            f"against {fewest['setting']}, but {fewest['setting']} waited only "
+            f"{fmt.duration(wait)} per step for data, all that workers can remove: the runs "
+            "differ by something other than the loader (load on the machine that came and "
+            "went?); measure again with more repeats, interleaved")

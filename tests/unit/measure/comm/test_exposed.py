@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleprobe.core.results import Comm
+from scaleprobe.core.run_parts import Comm
 from scaleprobe.measure.comm.exposed import measured_link, split_exposed
 from scaleprobe.measure.comm.exposed import same_link_prediction as _same_link_prediction
 

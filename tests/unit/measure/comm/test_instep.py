@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaleprobe.core.results import Comm, RankRecord
+from scaleprobe.core.rank_record import RankRecord
+from scaleprobe.core.run_parts import Comm
 from scaleprobe.measure.comm.instep import cross_check, fill_in_step, per_step_figures, text
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report.findings import diagnose as _diagnose
-from scaleprobe.report.findings.diagnose import Finding, format_findings
+from scaleprobe.report.findings.diagnose import format_findings
+from scaleprobe.report.findings.finding import Finding
 from tests.unit.report.factory import (
     GIB,
     breakdown,
@@ -390,7 +391,7 @@ def test_format_findings_orders_by_severity():
 
 
 def test_merge_same_names_every_run_once():
-    from scaleprobe.report.findings.diagnose import merge_same
+    from scaleprobe.report.findings.finding import merge_same
 
     same = [Finding("compute-bound", "e", "r", "info", f"run{i}") for i in range(8)]
     merged = merge_same(same + [Finding("straggler", "e2", "r2", "warning", "x")])

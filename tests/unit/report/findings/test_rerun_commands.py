@@ -138,7 +138,7 @@ def test_every_rerun_command_parses_with_scaleprobes_own_parser(tmp_path):
     """Each command report/findings/rerun.py prints (a sweep's, a co-location's and the demo's rerun,
     a scale's, a run with a pick's settings, a parity run) is accepted by
     ``cli.build_parser().parse_args``: a wrong flag fails here without training."""
-    from scaleprobe.core.results import RunResult
+    from scaleprobe.core.result_model import RunResult
     from scaleprobe.report.findings import rerun as RC
 
     spec = tmp_path / "my spec.toml"
@@ -161,7 +161,7 @@ def test_every_rerun_command_parses_with_scaleprobes_own_parser(tmp_path):
 
 
 def parity_record_typed():
-    from scaleprobe.core.results import ParityRecord
+    from scaleprobe.core.experiment_records import ParityRecord
     from tests.unit.report.factory import loaded
 
     rec = loaded(parity_record())

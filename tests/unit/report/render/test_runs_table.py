@@ -49,11 +49,11 @@ def test_one_run_keeps_every_column():
 
 
 def test_one_time_formatter_and_one_unit_per_column():
-    assert fmt.duration(1.5) == fmt.ms(1.5) == fmt.seconds(1.5) == "1.50 s"
     from scaleprobe.commands import terminal as terminal
 
-    assert terminal.ms(1.5) == terminal.seconds(1.5) == "1.50 s"  # was 1500.0 ms and 1.50s
-    assert terminal.ms(4.2135) == "4.21 s" and terminal.seconds(95.82) == "95.8 s"
+    assert terminal.duration is fmt.duration  # the terminal prints times as the report does
+    assert fmt.duration(1.5) == "1.50 s"  # was 1500.0 ms and 1.50s
+    assert fmt.duration(4.2135) == "4.21 s" and fmt.duration(95.82) == "95.8 s"
     assert fmt.durations([0.0651, 0.4, 1.25]) == ["65.1 ms", "400 ms", "1,250 ms"]
     assert fmt.durations([0.0651, 1.25, None]) == ["0.065 s", "1.25 s", "n/a"]
     assert fmt.durations([2.0, 0.5, 14.0], [True, False, False]) == ["~2.00 s", "0.500 s",

@@ -3,7 +3,8 @@
 import csv
 import io
 
-from scaleprobe.core.results import RunResult, SkippedPoint
+from scaleprobe.core.experiment_records import SkippedPoint
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.report.render import sweep_tables as _tables
 from tests.unit.report.factory import run, sweep_point, typed_module, with_
 

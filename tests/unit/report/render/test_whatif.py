@@ -38,7 +38,7 @@ def test_a_run_under_load_puts_its_caveat_on_the_predictions(tmp_path):
     costs nothing' from the step jitter of a run flagged under load, and did not say so."""
     import dataclasses
 
-    from scaleprobe.core.results import Load
+    from scaleprobe.core.run_parts import Load
 
     base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
     base.metrics.outside_cpu_cores = 1.6
@@ -56,7 +56,7 @@ def test_a_run_under_load_puts_its_caveat_on_the_predictions(tmp_path):
 def test_predict_from_json_carries_the_load_caveat(tmp_path):
     """`predict --from` writes the same caveat into its JSON as the report prints."""
     from scaleprobe.commands.predict_steps import _from_dict
-    from scaleprobe.core.results import Load
+    from scaleprobe.core.run_parts import Load
     from scaleprobe.predict import sample as S
 
     base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
@@ -71,7 +71,7 @@ def test_predict_from_in_the_terminal_carries_the_load_caveat(tmp_path, capsys):
     """`predict --from` in the terminal: the run was under load, so the caveat follows the
     table, and a link that cannot reach the target reads "unreachable, under load"."""
     from scaleprobe.commands.predict_steps import print_rows
-    from scaleprobe.core.results import Load
+    from scaleprobe.core.run_parts import Load
     from scaleprobe.predict import sample as S
     from scaleprobe.predict import whatif as W
 

@@ -160,7 +160,7 @@ def test_plot_draws_the_fit_and_the_series_with_nothing_cut():
 def test_a_batch_table_measured_with_half_batches_says_so():
     """Measuring B_noise on one process runs each step as two half-batches: the rows' epoch
     time and memory are that step's, and the table must say so (under DDP it says nothing)."""
-    from scaleprobe.core.results import typed
+    from scaleprobe.core.experiment_records import typed
     from scaleprobe.report.render import sections_exp as X
     from scaleprobe.report.render.doc import Section, Text
 

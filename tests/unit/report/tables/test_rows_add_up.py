@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from scaleprobe.core.results import RunResult
+from scaleprobe.core.result_model import RunResult
 from tests.unit.report.factory import run, scale_point, sweep_point, typed_api
 
 TOL = 0.01  # the cells' rounding: a rate to 3 figures, a time to 3
