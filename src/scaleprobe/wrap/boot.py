@@ -11,6 +11,7 @@ own ``sys.argv`` and ``sys.path[0]``, and whatever happens writes this rank's re
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import runpy
@@ -463,8 +464,6 @@ def forked_rank(run_dir: str, *target: str) -> None:
     the script's own (``atexit``) run here after it, as at an interpreter's exit. Random
     states start as a fresh interpreter's, from the OS's entropy: a fork copies the
     launcher's numpy and torch states, the same in every rank (Python's own reseeds)."""
-    import atexit
-
     import torch  # heavy: torch: imported by the launcher this rank was forked from
 
     global _launcher_queue
