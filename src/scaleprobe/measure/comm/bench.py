@@ -6,6 +6,9 @@ Operations (float32 tensors; ``size_bytes`` is the message size, as in nccl-test
     broadcast      rank 0 sends ``size_bytes`` to every rank
     reduce         the sum of all ranks' tensors lands on rank 0
     all_gather     every rank contributes ``size_bytes / n`` and ends with all ``size_bytes``
+    all_gather_flat the same into one flat tensor (``all_gather_into_tensor``, as FSDP calls
+                   it; gloo splits it and copies the parts, which ``all_gather`` into a list
+                   does not)
     ps_push_pull   the parameter-server pattern: every rank's tensor is summed onto rank 0
                    (push: reduce to rank 0), then rank 0 sends the result back (pull: broadcast)
     reduce_scatter every rank contributes ``size_bytes`` and ends with its ``size_bytes / n``
@@ -24,7 +27,7 @@ the busiest link, so busbw can be compared with a link's speed for every operati
 
     all_reduce 2(n-1)/n    all_gather (n-1)/n    broadcast 1    reduce 1
     ps_push_pull 2(n-1): rank 0's link carries (n-1) x size in, then (n-1) x size out
-    reduce_scatter (n-1)/n    fsdp_step 3(n-1)/n (three collectives of (n-1)/n each)
+    reduce_scatter, all_gather_flat (n-1)/n    fsdp_step 3(n-1)/n (three collectives of (n-1)/n each)
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from scaleprobe.core.registry import suggest
 from scaleprobe.measure.env import dist_info, init_distributed, pick_device, shutdown_distributed
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull", "reduce_scatter",
-       "fsdp_step")
+       "fsdp_step", "all_gather_flat")
 DEFAULT_OPS = OPS[:5]  # `scaleprobe comm` by default; the FSDP ones on request (--ops)
 DEFAULT_SIZES = "1K,64K,1M,16M,256M"
 FLOAT32_BYTES = 4
@@ -86,7 +89,7 @@ def busbw_factor(op: str, world: int) -> float:
     n = world
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter"):
+    if op in ("all_gather", "reduce_scatter", "all_gather_flat"):
         return (n - 1) / n
     if op == "fsdp_step":
         return 3 * (n - 1) / n
@@ -126,7 +129,7 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
         src = torch.ones(part, dtype=torch.float32, device=device)
         outs = [torch.empty_like(src) for _ in range(world)]
         return lambda: dist.all_gather(outs, src)
-    if op in ("reduce_scatter", "fsdp_step"):
+    if op in ("reduce_scatter", "fsdp_step", "all_gather_flat"):
         return _sharded_fn(op, numel, world, device)
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     if op == "all_reduce":
@@ -144,7 +147,7 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
 
 
 def _sharded_fn(op: str, numel: int, world: int, device: Any):
-    """reduce_scatter or fsdp_step on flat tensors of ``numel`` (rounded down to a multiple
+    """reduce_scatter, all_gather_flat or fsdp_step on flat tensors of ``numel`` (rounded down to a multiple
     of the world size) and their ``numel / world`` shards."""
     # heavy: torch: torch.distributed, in the benchmark's own rank processes
     import torch
@@ -158,6 +161,8 @@ def _sharded_fn(op: str, numel: int, world: int, device: Any):
     shard = torch.ones(part, dtype=torch.float32, device=device)
     if op == "reduce_scatter":
         return lambda: scatter(shard, full)
+    if op == "all_gather_flat":
+        return lambda: gather(full, shard)
 
     def step() -> None:
         gather(full, shard)  # forward: gather the parameters
