@@ -22,6 +22,9 @@ What the model needs that the run may not hold, and what stands in for it (each 
     DDP's cost   a single run's backward holds no DDP: a DDP prediction adds its bucket
                  copies (two passes) and the division (one pass) to backward; a DDP run's
                  backward holds them: a parameter server's worker (no DDP) has them taken out
+    FSDP's       a one-rank run of any strategy fills no gathered buffer (FSDP2 on one rank
+    buffers      gathers nothing): an FSDP prediction on the CPU adds each unit's shard copy
+                 and, from 32 MiB, the buffer's first touch (``for_fsdp``)
 """
 
 from __future__ import annotations
