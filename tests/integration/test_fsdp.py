@@ -85,7 +85,12 @@ def test_communication_is_measured_in_every_step_and_the_phases_add_up(runs):
     # forward: 4 all-gathers (root, 3 blocks); backward: the 3 blocks again (they were
     # resharded after forward, the root was not); 4 reduce-scatters
     assert c["calls_per_step"] == {"all_gather": 7, "reduce_scatter": 4}
+    # the seconds blocked in each kind, apart, per step (not summed over the run): each
+    # kind's median within what a step's comm phase held
+    sec = c["seconds_per_step"]
+    assert set(sec) == {"all_gather", "reduce_scatter"} and min(sec.values()) > 0
     rows = _steps_csv(rec)
+    assert max(sec.values()) <= max(float(r["comm_s"]) for r in rows) * 1.01
     assert len(rows) == rec["metrics"]["steps_timed"] == 8
     comm = [float(r["comm_s"]) for r in rows]
     assert all(v > 0 for v in comm)  # gloo blocks the thread in every collective

@@ -266,6 +266,11 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
             f"{v['ratio']:.2f}, {ok} +-10%; the plan's prediction / measured "
             f"{v['ratio_plan']:.2f}" + _share(v.get("cpu_share_pct"))
             + (f"; {v['under_load']}" if v.get("under_load") else ""))
+    for v in verified:
+        mine, plans = v.get("one_rank_strategy"), v.get("plan_basis_strategy")
+        if mine and plans and mine != plans:
+            say(f"  {v['label']}: the plan's step is drawn from one-rank runs of {plans}; the "
+                f"one-rank runs just before ran {mine}, the row's strategy, launched")
     pair = next((v["pair"] for v in verified if v.get("pair")), None)
     if pair:
         say(pair["text"])

@@ -93,12 +93,20 @@ def _measured(res: RunResult) -> tuple[float | None, tuple[float, float] | None]
     return st.median, iv
 
 
-def _base_row(got: dict[str, Any], r: P.Row) -> P.Row:
-    """The one-rank run the row's step is drawn from, as a row to run: the strategy of the
-    plan's own runs at that batch, one process."""
+def _base_row(r: P.Row) -> P.Row:
+    """The one-rank run to predict the row from, as a row to run: the row's own strategy on
+    one launched process, so that its compute and its per-step costs (the strategy's hooks
+    and copies, its collective on a world of one, the launcher's bookkeeping) are those of
+    each of the row's ranks. A one-process ``single`` run has none of them: gpt_tiny's DDP
+    on one rank took 12% longer than it (docs/PLAN.md)."""
+    return replace(r, nproc=1, nnodes=1)
+
+
+def plan_basis(got: dict[str, Any], r: P.Row) -> str:
+    """The strategy of the plan's own one-rank runs the row's step was drawn from."""
     basis = got["bases"][r.strategy]
     near = basis.get(r.batch) or P.nearest(basis, r.batch)
-    return replace(r, strategy=near.sample.strategy, nproc=1, nnodes=1)
+    return near.sample.strategy
 
 
 def _fig(row: P.Row) -> dict[str, Any]:
@@ -145,11 +153,12 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
     why = _cannot(r, like)
     if why:
         return out | {"reason": f"not run here: {why}"}
-    base, n = _base_row(got, r), side_by_side(r, like)
+    base, n = _base_row(r), side_by_side(r, like)
+    out |= {"one_rank_strategy": base.strategy, "plan_basis_strategy": plan_basis(got, r)}
     _say(base, args.verify_steps, n)
     fresh = run_config([config_for(like, base, args.verify_steps, args.out,
                                    f"-{i + 1}of{n}" if n > 1 else "") for i in range(n)])
-    if r.devices == 1 and r.strategy == base.strategy:
+    if r.devices == 1:
         res = fresh[0]  # the row is its own one-rank run
     else:
         _say(r, args.verify_steps)

@@ -190,9 +190,11 @@ class Comm(Record):
     exposed_per_step: dict[str, Any] | None = None
     cross_check: dict[str, Any] | None = None
     # fsdp: the collectives the step was blocked in ({all_gather, reduce_scatter} per step),
-    # and why exposed_s is null where it is
+    # the seconds blocked in each kind (median over the timed steps), and why exposed_s is
+    # null where it is
     in_step: bool | None = None
     calls_per_step: dict[str, Any] | None = None
+    seconds_per_step: dict[str, Any] | None = None
     exposed_reason: str | None = None
     # DDP (measure/comm/hook.py): the time at least one all-reduce was in flight, on the breakdown's
     # basis (in_flight_per_step: per timed step, summarised away once assembled); each
@@ -212,7 +214,8 @@ class Comm(Record):
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("sync_step_s", "no_sync_step_s", "sync_cost_s",
                                            "samples", "method", "prediction_measured_link",
-                                           "in_step", "calls_per_step", "exposed_reason",
+                                           "in_step", "calls_per_step", "seconds_per_step",
+                                           "exposed_reason",
                                            "in_flight_s", "in_flight_method",
                                            "in_flight_per_step", "buckets")
 

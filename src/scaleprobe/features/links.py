@@ -39,11 +39,44 @@ class Link:
     # the all-reduce's CPU time per byte on each rank (a comm fit's, measured on the CPU;
     # 0: not measured): what it takes from compute it overlaps on the same cores
     cpu_s_per_byte: float = 0.0
+    # collectives measured on this link with fits of their own, (op, per-hop latency s, bus
+    # bandwidth Gbit/s, from bytes): FSDP's "all_gather" and "reduce_scatter" over gloo move a
+    # byte up to 5x slower than its all-reduce (gloo splits, flattens and copies them into
+    # buffers of its own, which above glibc's mmap threshold are fresh pages every call): a
+    # fit per size range, each from its ``from bytes`` up; () where not measured
+    ops: tuple[tuple[str, float, float, float], ...] = ()
+    ops_source: str = ""
+
+    def for_op(self, op: str, nbytes: float = 0.0) -> Link:
+        """The link as the collective ``op`` of ``nbytes`` sees it: its own fit for that size
+        where one was measured on this link, else the link (its all-reduce's)."""
+        mine = [x for x in self.ops if x[0] == op]
+        if not mine:
+            return self
+        _, alpha, gbit, _ = max((x for x in mine if x[3] <= nbytes), key=lambda x: x[3],
+                                default=min(mine, key=lambda x: x[3]))
+        return replace(self, bandwidth_gbit_s=gbit, alpha_s=alpha, ops=(),
+                       source=self.ops_source or self.source)
 
     @property
     def bandwidth_byte_s(self) -> float:
         return self.bandwidth_gbit_s * 1e9 / 8.0
 
+
+# FSDP's collectives as gloo runs them over 127.0.0.1 between 2 processes on the 2-core reference
+# machine, 2026-11-28 20:03 UTC, load average 1.2-1.8 (scaleprobe comm --nproc 2 --ops
+# all_gather_flat,reduce_scatter --sizes 64K,...,128M; docs/COMMUNICATION.md): (op, per-hop
+# latency s, bus bandwidth Gbit/s, from bytes), fitted below 32 MiB (64 KiB-24 MiB) and from
+# it (40-128 MiB), where gloo's buffers come fresh from the system each call
+LOOPBACK_OPS: tuple[tuple[str, float, float, float], ...] = (
+    ("all_gather", 252e-6, 4.73, 0), ("all_gather", 0.0, 2.24, 32 << 20),
+    ("reduce_scatter", 401e-6, 2.89, 0), ("reduce_scatter", 57.2e-3, 3.29, 32 << 20))
+# the all-reduce's CPU time per byte on each rank there (its fit's ``cpu_s_per_byte``, the
+# same measurement: 0.69 ns per byte, 2026-11-28 20:03 and 20:01 alike), which two ranks on
+# two cores take from the backward it overlaps
+LOOPBACK_CPU_S_PER_BYTE = 0.69e-9
+LOOPBACK_OPS_SOURCE = ("measured: gloo all_gather_into_tensor / reduce_scatter_tensor over "
+                       "127.0.0.1, 2 processes, 2-core CPU, 2026-11-28")
 
 PRESETS: dict[str, Link] = {
     "1gbit": Link("1gbit", 1.0, 50e-6, "preset: nominal 1 GbE, 50 us per hop assumed"),
@@ -54,7 +87,9 @@ PRESETS: dict[str, Link] = {
     # 2026-11-22: 0.79-1.0 GB/s at 16-256 MiB (6.3-8.0 Gbit/s), 0.39-0.54 ms at 1 KiB
     # (2 hops): see docs/COMMUNICATION.md
     "loopback": Link("loopback", 7.5, 200e-6,
-                     "measured: gloo over 127.0.0.1, 2 processes, 2-core CPU, 2026-11-22"),
+                     "measured: gloo over 127.0.0.1, 2 processes, 2-core CPU, 2026-11-22",
+                     cpu_s_per_byte=LOOPBACK_CPU_S_PER_BYTE, ops=LOOPBACK_OPS,
+                     ops_source=LOOPBACK_OPS_SOURCE),
     "nvlink": Link("nvlink", 3600.0, 3e-6,
                    "preset: nominal NVLink 4 (H100 SXM), 450 GB/s per direction, 3 us per "
                    "hop assumed"),
@@ -88,7 +123,26 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     across = f" on {nodes} nodes" if nodes > 1 else ""
     return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
                 f"measured: {where}", float(fit.get("max_rel_err") or 0.0),
-                float(fit.get("cpu_s_per_byte") or 0.0))
+                float(fit.get("cpu_s_per_byte") or 0.0), op_fits(rec.get("fit") or {}, world),
+                f"measured: {where}, each collective's own fit")
+
+
+# the step model's collectives -> the benchmark's operation that calls them as FSDP does
+OP_BENCH = {"all_gather": "all_gather_flat", "reduce_scatter": "reduce_scatter"}
+
+
+def op_fits(fits: dict[str, Any], world: int) -> tuple[tuple[str, float, float, float], ...]:
+    """(op, per-hop latency, bus Gbit/s, 0) of each of ``OP_BENCH``'s collectives a comm
+    record fitted (``time = alpha + beta * size``, size the full tensor: ``(n-1)`` hops, bus
+    bandwidth ``(n-1)/n / beta``), one fit over every size."""
+    out = []
+    for op, bench in OP_BENCH.items():
+        fit = fits.get(bench) or {}
+        beta = float(fit.get("beta_s_per_byte") or 0.0)
+        if beta > 0 and world > 1:
+            out.append((op, float(fit.get("alpha_s") or 0.0) / (world - 1),
+                        8.0 * (world - 1) / world / beta / 1e9, 0.0))
+    return tuple(out)
 
 
 def _from_path(path: Path, nnodes: int = 1) -> Link:
@@ -209,8 +263,8 @@ def _resolve_one(text: str, nnodes: int) -> Link:
 def with_alpha(link: Link, alpha_s: float) -> Link:
     if alpha_s < 0:
         raise ConfigError(f"latency must not be negative, got {alpha_s}")
-    return Link(link.name, link.bandwidth_gbit_s, alpha_s, f"{link.source}; latency set to "
-                f"{alpha_s * 1e6:g} us", link.spread)
+    return replace(link, alpha_s=alpha_s, source=f"{link.source}; latency set to "
+                   f"{alpha_s * 1e6:g} us", cpu_s_per_byte=0.0, ops=())
 
 
 def rates_mbit(spec: str | None, nproc: int, nnodes: int = 1) -> list[float | None] | None:

@@ -254,6 +254,8 @@ def predict_row(r: Row, bases: dict[int, Basis], q: Question) -> None:
                   units=q.units)
     (got,) = W.plan(sample, grid, with_needed=False)
     r.prediction, r.runs, r.basis_ids = got.prediction, basis.runs, basis.run_ids
+    if basis.sample.strategy != r.strategy:
+        r.prediction.notes.append(other_basis_note(r.strategy, basis.sample.strategy))
     if basis.batch != r.batch:
         r.scaled_from = basis.batch
         r.prediction.notes.append(
@@ -262,6 +264,16 @@ def predict_row(r: Row, bases: dict[int, Basis], q: Question) -> None:
     r.samples_s = rate(r.prediction, sample, r.batch)
     if q.target is not None:
         r.steps_to_target, r.time_to_target_s = to_target(q.target, r)
+
+
+def other_basis_note(strategy: str, basis: str) -> str:
+    """Why a row drawn from one-rank runs of another strategy may be short."""
+    how = ("one process, not launched" if not traits_of(basis).launched
+           else "another wrapper")
+    return (f"{strategy}: its step drawn from one-rank runs of {basis} ({how}): what a "
+            f"launched rank of {strategy} adds to them (its hooks and copies, its collective "
+            f"on a world of one, the launcher) is not measured; a like-for-like basis: "
+            f"scaleprobe run --strategy {strategy} --nproc 1")
 
 
 def predict_steps(rows: list[Row], bases: dict[int, Basis], q: Question,

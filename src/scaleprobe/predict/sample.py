@@ -164,3 +164,35 @@ def without_ddp(s: RunSample, pass_s_per_byte: float) -> list[Compute]:
     s.notes.append(f"the run's backward holds DDP's hooks and bucket copies: {less * 1e3:.1f} ms "
                    "taken out for a strategy without DDP (from its buckets' one-rank time)")
     return [replace(c, backward=max(0.0, c.backward - less)) for c in s.rows]
+
+
+def for_fsdp(s: RunSample, unit_bytes: list[float], world: int, pass_s_per_byte: float,
+             fresh_pages_from: float) -> list[Compute]:
+    """Rows for FSDP on ``world`` ranks of the CPU: what a rank computes beyond a one-rank
+    run's forward and backward around each unit's all-gather (FSDP2 on one rank gathers
+    nothing: it copies its parameters into place, as a rank of many copies the gathered
+    ones): its shard copied into the gather's buffer (``1/world`` of the unit, a pass) and
+    that buffer's pages touched for the first time where it is at least
+    ``fresh_pages_from`` bytes (glibc maps it afresh at each gather: the run's measured
+    fresh pass less a warm one), once before the forward and once before the backward.
+    Measured on resnet18 at 32 px (docs/PLAN.md): its two ranks' forward and backward took
+    68 ms a step more than two one-rank FSDP runs side by side, which gather nothing; its
+    33.6 MB unit (layer4) is the only one over 32 MiB."""
+    if world < 2 or not s.on_cpu:
+        return s.rows
+    touch = max(0.0, (s.fresh_s_per_byte or 0.0) - pass_s_per_byte)
+    per_gather = sum(b / world * pass_s_per_byte + (b * touch if b >= fresh_pages_from
+                                                     else 0.0) for b in unit_bytes)
+    big = [b for b in unit_bytes if b >= fresh_pages_from]
+    if big and not s.fresh_s_per_byte:
+        s.notes.append("fsdp: the gathered buffers of its largest units come fresh each "
+                       "gather; the run measured no first-touch cost (no memory probe): "
+                       "not counted")
+    s.notes.append("fsdp: its shard copied into each unit's gathered buffer"
+                   + (f", and {len(big)} unit(s) of {min(big) / 1e6:.1f} MB or more touched "
+                      "afresh" if big and touch else "")
+                   + f": {per_gather * 1e3:.1f} ms added to forward and to backward each "
+                   "(the run's memory pass)")
+    return [replace(c, forward=c.forward + per_gather, backward=c.backward + per_gather)
+            for c in s.rows]
+

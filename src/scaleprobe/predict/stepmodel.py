@@ -165,6 +165,10 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
                            "with the link) taken from the backward it overlaps")
         return (lambda st, k, n: T.ddp_steps(st, buckets, _ring(slow, n, k), cpu)), rows
     rows = S.without_ddp(s, pass_s)
+    if kind == "fsdp":
+        units = sc.units or (T.Unit(s.grad_bytes, 1.0),)
+        rows = S.for_fsdp(replace(s, rows=rows), [u.nbytes for u in units], sc.world,
+                          pass_s, MMAP_BYTES)
     fresh = _fresh_s_per_byte(s, pass_s)
     if kind == "localsgd":
         slow = _slowest(sc)
@@ -181,9 +185,31 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
     if kind == "fsdp":
         units = sc.units or (T.Unit(s.grad_bytes, 1.0),)
         slow = _slowest(sc)
-        return (lambda st, k, n: T.fsdp_steps(st, units, _ring(slow, n, k, 1.0),
-                                              _ring(slow, n, k, 1.0), sc.prefetch)), rows
+        if sc.world > 1:
+            s.notes.append(_fsdp_links_note(slow, units))
+        return (lambda st, k, n: T.fsdp_steps(st, units, _per_op(slow, "all_gather", n, k),
+                                              _per_op(slow, "reduce_scatter", n, k),
+                                              sc.prefetch)), rows
     raise ConfigError(f"no step model for strategy '{sc.strategy}' (ddp, ps, localsgd, fsdp)")
+
+
+def _per_op(link: Link, op: str, n: int, scale: float) -> T.Cost:
+    """A ring collective of one unit (``(n-1)`` hops of ``1/n`` of its bytes) at the fit
+    ``link`` has for ``op`` at that many bytes (its all-reduce's where it has none)."""
+    return lambda b: _ring(link.for_op(op, b), n, scale, 1.0)(b)
+
+
+def _fsdp_links_note(link: Link, units: Sequence[T.Unit]) -> str:
+    """How FSDP's all-gathers and reduce-scatters were priced on ``link``."""
+    if not link.ops:
+        return (f"fsdp: all-gathers and reduce-scatters priced as ring collectives at "
+                f"{link.name}'s all-reduce bandwidth (none of their own measured on it)")
+    big = max(u.nbytes for u in units)
+    per = "; ".join(f"{name} {x.bandwidth_gbit_s:.2g} Gbit/s, {x.alpha_s * 1e6:.0f} us per hop"
+                    for name, x in (("all-gather", link.for_op("all_gather", big)),
+                                    ("reduce-scatter", link.for_op("reduce_scatter", big))))
+    return (f"fsdp: each collective priced from its own fit on {link.name} (largest unit, "
+            f"{big / 1e6:.1f} MB: {per}; {link.ops_source or link.source})")
 
 
 def _draw(rows: Sequence[T.Compute], steps: int, ranks: int,
@@ -346,7 +372,8 @@ def needed_link_gbit_s(s: S.RunSample, sc: Scenario, target: float = 0.9) -> flo
     one = float(np.mean([c.total for c in s.rows]))
 
     def eff_at(gbit: float) -> float:
-        link = replace(sc.link, bandwidth_gbit_s=gbit, spread=0.0)
+        # the bandwidth searched is every collective's (the link's own per-op fits dropped)
+        link = replace(sc.link, bandwidth_gbit_s=gbit, spread=0.0, ops=())
         sc2 = Scenario(sc.strategy, sc.nproc, sc.nnodes, link, {}, sc.average_every,
                        sc.prefetch, sc.intra, sc.units)
         sim, rows = simulator(sc2, s, s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE)

@@ -121,6 +121,7 @@ class FSDP(DDP):
 
     def configure(self, cfg: Any) -> None:
         self.amp = cfg.train.amp
+        self.warmup = int(cfg.train.warmup_steps or 0)
         # FSDP2 warns on every rank when a unit returns a view (digits_cnn's features end in
         # Flatten): an in-place op on it would skip the all-gather. scaleprobe's own small
         # models feed such a view only to a Linear, so the warning is kept off for them (a
@@ -193,6 +194,7 @@ class FSDP(DDP):
             "wrapper_overhead_s": cal.get("wrapper_overhead_s"),
             "cross_check": cross_check(calibration) if self.world > 1 else None,
             "calls_per_step": self.waits.step_calls,
+            "seconds_per_step": self.waits.seconds_per_step(getattr(self, "warmup", 0)),
             "units": self.units, "fp32_units": self.fp32_units, "sharding_rule": self.rule})
 
     def extra_metrics(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ returns once NCCL's work is queued, so a host clock would not see the transfer.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -38,27 +39,45 @@ class WaitClock:
         self.clock = clock
         self._waited = 0.0
         self._pending = {"all_gather": 0, "reduce_scatter": 0}  # since the last take
+        self._pending_s = dict.fromkeys(self._pending, 0.0)
         self._step = dict(self._pending)  # taken in this step
+        self._step_s = dict.fromkeys(self._pending, 0.0)
         self.step_calls: dict[str, int] | None = None  # None: no step ended yet
+        # each whole step's seconds blocked per kind, in order (``seconds_per_step``)
+        self.steps_s: list[dict[str, float]] = []
 
     def add(self, kind: str, seconds: float) -> None:
         self._waited += seconds
         self._pending[kind] += 1
+        self._pending_s[kind] += seconds
 
     def take(self) -> float:
         out, self._waited = self._waited, 0.0
         for k, v in self._pending.items():
             self._step[k] += v
+            self._step_s[k] += self._pending_s[k]
         self._pending = dict.fromkeys(self._pending, 0)
+        self._pending_s = dict.fromkeys(self._pending, 0.0)
         return out
 
     def begin_step(self) -> None:
         """A step starts: what the previous one took is its count; the rest is dropped."""
         if any(self._step.values()):
             self.step_calls = dict(self._step)
+            self.steps_s.append(dict(self._step_s))
         self._step = dict.fromkeys(self._step, 0)
+        self._step_s = dict.fromkeys(self._step, 0.0)
         self._pending = dict.fromkeys(self._pending, 0)
+        self._pending_s = dict.fromkeys(self._pending, 0.0)
         self._waited = 0.0
+
+    def seconds_per_step(self, skip: int = 0) -> dict[str, float] | None:
+        """Per kind, the median over the whole steps after the first ``skip`` (the warm-up)
+        of the seconds the training thread was blocked in it; None before any step ended."""
+        got = self.steps_s[skip:] or self.steps_s
+        if not got:
+            return None
+        return {k: statistics.median(s[k] for s in got) for k in got[0]}
 
 
 def timed_comms(clock: WaitClock) -> tuple[Any, Any] | None:

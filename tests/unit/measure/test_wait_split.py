@@ -54,6 +54,10 @@ def test_waits_move_from_forward_and_backward_into_comm(clock):
         assert sum(v[i] for v in ph.values()) == pytest.approx(st)
     assert steps == pytest.approx([0.145] * 2)
     assert waits.step_calls == {"all_gather": 2, "reduce_scatter": 1}
+    # each kind's seconds per step, the wait between steps in neither (the step model
+    # prices FSDP's all-gathers and reduce-scatters apart: gloo runs them at other rates)
+    assert waits.seconds_per_step() == pytest.approx({"all_gather": 0.030,
+                                                      "reduce_scatter": 0.020})
 
 
 def test_a_move_never_takes_more_than_the_phase_lasted(clock):

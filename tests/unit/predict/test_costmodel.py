@@ -174,3 +174,26 @@ def test_fsdp_by_hand():
     pat = pattern("fsdp", S, 4)
     assert pat.link_bytes == pytest.approx(2.25e8) and pat.hops == 9
     assert predict_for_run("fsdp", 2, 1, S, 0.5, LINK)["strategy"] == "fsdp"
+
+
+def test_fsdp_collectives_have_their_own_fits_on_a_measured_link():
+    # over 2 ranks: all_gather_flat alpha 1 ms over (n-1) = 1 hop, beta 2e-9 s/B of the full
+    # tensor -> bus (n-1)/n / beta = 2.5e8 B/s = 2 Gbit/s; reduce_scatter 4 Gbit/s
+    rec = {"kind": "comm", "backend": "gloo", "world_size": 2,
+           "fit": {"all_reduce": {"alpha_s": 400e-6, "beta_s_per_byte": 1e-9},
+                   "all_gather_flat": {"alpha_s": 1e-3, "beta_s_per_byte": 2e-9},
+                   "reduce_scatter": {"alpha_s": 2e-3, "beta_s_per_byte": 1e-9}}}
+    link = resolve_link(rec)
+    ag, rs = link.for_op("all_gather"), link.for_op("reduce_scatter")
+    assert (ag.alpha_s, ag.bandwidth_gbit_s) == pytest.approx((1e-3, 2.0))
+    assert (rs.alpha_s, rs.bandwidth_gbit_s) == pytest.approx((2e-3, 4.0))
+    assert link.for_op("all_reduce") is link  # the link's own
+    # a latency set by hand applies to every collective
+    assert with_alpha(link, 1e-4).for_op("all_gather").alpha_s == 1e-4
+    # the loopback preset carries the measured fits of FSDP's collectives
+    assert {x[0] for x in PRESETS["loopback"].ops} == {"all_gather", "reduce_scatter"}
+    # a fit per size range: the one whose range holds the bytes
+    two = Link("lo", 8.0, 0.0, "t", ops=(("all_gather", 1e-3, 4.0, 0.0),
+                                         ("all_gather", 2e-3, 1.0, 32e6)))
+    assert two.for_op("all_gather", 1e6).bandwidth_gbit_s == 4.0
+    assert two.for_op("all_gather", 40e6).bandwidth_gbit_s == 1.0

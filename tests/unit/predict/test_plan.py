@@ -427,3 +427,46 @@ def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monke
     assert [r.run_id for r in run(cfgs)] == ["a", "b"]
     run(cfgs[:1])
     assert started == [("a", False), ("b", False), ("a", True)]
+
+
+def test_verify_predicts_each_row_from_launched_one_rank_runs_of_its_own_strategy(
+        tmp_path, monkeypatch):
+    """From a `single` source run, the one-rank runs made before a DDP row are DDP runs of one
+    launched process, and before an FSDP row FSDP runs: a launched rank's own costs (its
+    collective on a world of one, the hooks, the copies) are in the basis, not left out as
+    in a single-process run (gpt_tiny's DDP on one rank took 12% longer than `single`).
+    The plan says its own step was drawn from `single`."""
+    import argparse
+
+    from scaleprobe.commands import plan as plan_cmd
+    from scaleprobe.commands import plan_verify as V
+
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    ap = argparse.ArgumentParser()
+    plan_cmd.add_arguments(ap)
+    args = ap.parse_args(["--from", run, "--device-memory", "8GiB", "--nproc", "1,2",
+                          "--strategy", "ddp,fsdp", "--verify-steps", "5"])
+    got = plan_cmd.make_plan(args)
+    calls = []
+
+    def runner(cfgs):
+        calls.append([(str(c.name), c.dist.strategy, c.dist.nproc) for c in cfgs])
+        return [RunResult.from_dict({**rec, "run_id": f"{c.name}", "config": {
+            **rec["config"], "dist": {"strategy": c.dist.strategy, "nproc": c.dist.nproc}},
+            "metrics": {**rec["metrics"], "step_time_s": {"median": 0.12}}}) for c in cfgs]
+
+    monkeypatch.setattr(V.os, "cpu_count", lambda: 8)
+    by = {(r.strategy, r.devices): r for r in got["rows"]}
+    for strategy in ("ddp", "fsdp"):
+        calls.clear()
+        got_row = V._one(got, by[(strategy, 2)], args, runner)
+        assert calls[0] == [(f"plan-{strategy}-1x32-{i}of2", strategy, 1) for i in (1, 2)]
+        assert got_row["one_rank_strategy"] == strategy
+        assert got_row["plan_basis_strategy"] == "single"
+    notes = by[("ddp", 2)].prediction.notes
+    assert any("drawn from one-rank runs of single (one process, not launched)" in n
+               for n in notes)
+    calls.clear()
+    one = V._one(got, by[("ddp", 1)], args, runner)  # one device: its own one-rank run
+    assert calls == [[("plan-ddp-1x32", "ddp", 1)]] and one["measured_s"] == 0.12

@@ -245,3 +245,57 @@ def test_a_link_with_cpu_per_byte_lengthens_an_overlapped_backward_and_says_so()
     gpu = M.predict(_r(s, notes=[], on_cpu=False),
                     M.Scenario("ddp", 2, 1, _r(link, cpu_s_per_byte=1e-9)), replicates=2)
     assert gpu.step_s.value == pytest.approx(plain.step_s.value)
+
+
+def test_fsdp_prices_each_collective_from_its_own_fit_on_the_link():
+    """One unit of 4 MB on 2 ranks, compute 100 ms a step: the all-gather (twice) and the
+    reduce-scatter each cost (n-1) alpha + (n-1)/n bytes / bandwidth at their own fit, the
+    compute waiting for each (gloo on the CPU): 100 + 2 x 3 + 6 = 112 ms. Priced at the
+    all-reduce's bandwidth instead (16 Gbit/s), as before: 100 + 3 x 1 = 103 ms."""
+    from scaleprobe.predict.timeline import Compute, Unit
+
+    rows = [Compute(forward=0.03, backward=0.06, optimizer=0.01)] * 4
+    # on_cpu=False: no gathered buffers' copies (the next test), the collectives alone
+    s = S.RunSample("r", "fsdp", 1, 1, 4 * MB, rows, "synthetic", None, 1e-10, None, 0.1,
+                    None, on_cpu=False)
+    ops = (("all_gather", 1 * MS, 8.0, 0.0), ("reduce_scatter", 2 * MS, 4.0, 0.0),
+           ("reduce_scatter", 0.0, 0.1, 5 * MB))  # a range above the unit's size: not used
+    link = Link("lo", 16.0, 0.0, "test", ops=ops, ops_source="fits")
+    sc = M.Scenario("fsdp", 2, 1, link, units=(Unit(4 * MB, 1.0),))
+    p = M.predict(s, sc, replicates=2)
+    # all-gather: 1 ms + 0.5 x 4 MB / 1 GB/s = 3 ms; reduce-scatter: 2 ms + 0.5 x 4 MB / 0.5 GB/s
+    assert p.step_s.value == pytest.approx(0.112)
+    assert p.phases["comm"] == pytest.approx(0.012)
+    assert any("its own fit on lo" in n for n in p.notes)
+    plain = M.predict(S.RunSample("r", "fsdp", 1, 1, 4 * MB, rows, "synthetic", None, 1e-10,
+                                  None, 0.1, None, on_cpu=False), M.Scenario("fsdp", 2, 1, Link(
+                                      "lo", 16.0, 0.0, "test"), units=(Unit(4 * MB, 1.0),)),
+                      replicates=2)
+    assert plain.step_s.value == pytest.approx(0.103)
+
+
+def test_fsdp_on_many_cpu_ranks_adds_the_gathered_buffers_a_one_rank_run_never_fills():
+    """FSDP2 on one rank gathers nothing (it copies its parameters into place); a rank of two
+    copies its shard into each unit's gathered buffer, and a buffer of 32 MiB or more comes
+    fresh from the system at each gather (its pages touched again): resnet18's two ranks
+    (its 33.6 MB unit) took 68 ms of forward and backward a step more than one-rank runs.
+    Units of 40 MB and 4 MB on 2 ranks, a pass 0.1 ns/B, a fresh one 1.25 ns/B: per gather
+    (20 + 2) MB x 0.1 ns + 40 MB x 1.15 ns = 48.2 ms, before the forward and the backward."""
+    from scaleprobe.predict.timeline import Compute, Unit
+
+    rows = [Compute(forward=0.03, backward=0.06, optimizer=0.01)] * 4
+    s = S.RunSample("r", "fsdp", 1, 1, 44 * MB, rows, "synthetic", None, 0.1e-9, 1.25e-9,
+                    0.1, None)
+    got = S.for_fsdp(s, [40 * MB, 4 * MB], 2, 0.1e-9, 32 << 20)
+    assert got[0].forward == pytest.approx(0.03 + 0.0482)
+    assert got[0].backward == pytest.approx(0.06 + 0.0482)
+    assert got[0].optimizer == 0.01
+    assert S.for_fsdp(s, [40 * MB], 1, 0.1e-9, 32 << 20) == rows  # one rank: as measured
+    free = Link("free", 1e9, 0.0, "test")  # the collectives cost nothing: the copies remain
+    sc = M.Scenario("fsdp", 2, 1, free, units=(Unit(40 * MB, 0.9), Unit(4 * MB, 0.1)))
+    p = M.predict(s, sc, replicates=2)
+    assert p.step_s.value == pytest.approx(0.1 + 2 * 0.0482, rel=1e-3)
+    assert any("touched afresh" in n for n in p.notes)
+    on_gpu = M.predict(S.RunSample("r", "fsdp", 1, 1, 44 * MB, rows, "synthetic", None, 0.1e-9,
+                                   1.25e-9, 0.1, None, on_cpu=False), sc, replicates=2)
+    assert on_gpu.step_s.value == pytest.approx(0.1, rel=1e-3)  # a caching allocator

@@ -18,7 +18,7 @@ from scaleprobe.core.registry import suggest
 from scaleprobe.measure.env import dist_info, init_distributed, pick_device, shutdown_distributed
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull", "reduce_scatter",
-       "fsdp_step")
+       "fsdp_step", "all_gather_flat")
 DEFAULT_OPS = OPS[:5]  # `scaleprobe comm` by default; the FSDP ones on request (--ops)
 DEFAULT_SIZES = "1K,64K,1M,16M,256M"
 FLOAT32_BYTES = 4
@@ -66,7 +66,7 @@ def busbw_factor(op: str, world: int) -> float:
     n = world
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter"):
+    if op in ("all_gather", "reduce_scatter", "all_gather_flat"):
         return (n - 1) / n
     if op == "fsdp_step":
         return 3 * (n - 1) / n
@@ -106,7 +106,7 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
         src = torch.ones(part, dtype=torch.float32, device=device)
         outs = [torch.empty_like(src) for _ in range(world)]
         return lambda: dist.all_gather(outs, src)
-    if op in ("reduce_scatter", "fsdp_step"):
+    if op in ("reduce_scatter", "fsdp_step", "all_gather_flat"):
         return _sharded_fn(op, numel, world, device)
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     if op == "all_reduce":
@@ -124,7 +124,7 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
 
 
 def _sharded_fn(op: str, numel: int, world: int, device: Any):
-    """reduce_scatter or fsdp_step on flat tensors of ``numel`` (rounded down to a multiple
+    """reduce_scatter, all_gather_flat or fsdp_step on flat tensors of ``numel`` (rounded down to a multiple
     of the world size) and their ``numel / world`` shards."""
     # heavy: torch: torch.distributed, in the benchmark's own rank processes
     import torch
@@ -138,6 +138,8 @@ def _sharded_fn(op: str, numel: int, world: int, device: Any):
     shard = torch.ones(part, dtype=torch.float32, device=device)
     if op == "reduce_scatter":
         return lambda: scatter(shard, full)
+    if op == "all_gather_flat":
+        return lambda: gather(full, shard)
 
     def step() -> None:
         gather(full, shard)  # forward: gather the parameters

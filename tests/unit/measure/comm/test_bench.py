@@ -43,7 +43,7 @@ def test_ops_validated_with_suggestion():
      ("all_gather", 2, 0.5), ("all_gather", 4, 0.75), ("broadcast", 8, 1.0),
      ("reduce", 8, 1.0), ("ps_push_pull", 2, 2.0), ("ps_push_pull", 4, 6.0),
      ("reduce_scatter", 2, 0.5), ("reduce_scatter", 4, 0.75), ("fsdp_step", 2, 1.5),
-     ("fsdp_step", 4, 2.25)],
+     ("fsdp_step", 4, 2.25), ("all_gather_flat", 4, 0.75)],
 )
 def test_busbw_factors(op, n, factor):
     assert busbw_factor(op, n) == pytest.approx(factor)
@@ -55,7 +55,7 @@ def test_rows_carry_algbw_and_busbw():
     assert row["busbw_gbyte_s"] == pytest.approx(0.75)
     assert set(row) == {"op", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s"}
     assert set(OPS) == {"all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull",
-                        "reduce_scatter", "fsdp_step"}
+                        "reduce_scatter", "fsdp_step", "all_gather_flat"}
     # `scaleprobe comm` runs the classic five unless --ops names the FSDP ones
     assert DEFAULT_OPS == ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull")
 
