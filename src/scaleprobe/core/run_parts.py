@@ -244,6 +244,12 @@ class Load(Record):
     # partner jobs those were; the load judged is net of them
     colocated_cores: float | None = None
     colocated_jobs: list[str] | None = None
+    # written by a run started together with others for one measurement (plan --verify's
+    # one-rank copies; measure/outside.py): how many such runs were left out of
+    # outside_cpu_cores, and the cores they used over its window
+    companion_runs: int | None = None
+    companion_cpu_cores: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("colocated_cores", "colocated_jobs")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("colocated_cores", "colocated_jobs", "companion_runs",
+                                           "companion_cpu_cores")

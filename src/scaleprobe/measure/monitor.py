@@ -17,7 +17,7 @@ import psutil
 
 from scaleprobe.measure.env import cpu_count
 from scaleprobe.measure.gpu import nvml_unavailable_reason, open_device
-from scaleprobe.measure.outside import OutsideLoad
+from scaleprobe.measure.outside import Companions, OutsideLoad, outside_s
 
 COLUMNS = ("t_s", "cpu_util_pct", "host_mem_bytes", "gpu_util_pct", "gpu_mem_bytes", "gpu_power_w",
            "outside_cpu_pct")
@@ -43,7 +43,10 @@ class Monitor:
         # the run's own processes, for what others used: this process's tree, or the
         # launcher's when ranks were started by someone else (torchrun) and are siblings
         self.run_root_pid = run_root_pid
-        self.outside = OutsideLoad(self.gpu_reason if not self._gpus else None)
+        # and the runs started together with it for one measurement, told in the
+        # environment (measure/outside.py): not outside load
+        self.outside = OutsideLoad(self.gpu_reason if not self._gpus else None,
+                                   Companions.from_env())
         self._last_tree: list[psutil.Process] = []
         self._t0 = time.time()
         self._fh: IO[str] | None = None
@@ -130,15 +133,15 @@ class Monitor:
                 continue
 
     def _sample_outside(self) -> float | None:
-        """Record the CPU clocks; the share of all cores used outside the tree since the
-        previous sample, in percent (None for the first)."""
+        """Record the CPU clocks; the share of all cores used outside the tree (and its
+        companions) since the previous sample, in percent (None for the first)."""
         prev = self.outside.clock[-1] if self.outside.clock else None
         tree = (self._tree(self.run_root_pid) if self.run_root_pid or not self._last_tree
                 else self._last_tree)  # this sample's tree, enumerated once
         s = self.outside.sample(tree, self._gpus)
         if prev is None or s.t <= prev.t:
             return None
-        used = max(0.0, (s.machine_s - prev.machine_s) - (s.tree_s - prev.tree_s))
+        used = outside_s(prev, s)[0]
         return round(100.0 * used / (s.t - prev.t) / self.outside.machine_cores, 1)
 
     def _sample(self) -> None:

@@ -5,14 +5,22 @@ At every monitor sample two cumulative clocks are read, the machine's busy CPU t
 run tree's (its exited children included, so a reaped worker still counts as the run's);
 outside CPU seconds over a window are their difference between the samples that enclose it.
 On the GPUs, NVML's compute processes whose pids are not in the tree are the run's
-neighbours. docs/REPORTS.md ("Measured under load") gives what each clock counts and leaves
+neighbours.
+
+A run started together with others for one measurement (``plan --verify``'s one-rank copies,
+which share the machine as a job's ranks will) is told who they are: the starter writes their
+pids to a file named by ``COMPANIONS_ENV`` (``write_companions``). Each sample then also reads
+each companion's tree clock (``Companions``), and the outside figure leaves it out: their CPU
+is part of the measurement, not load on it. docs/REPORTS.md ("Measured under load") gives what each clock counts and leaves
 out, and when the GPU figure is null.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -34,28 +42,109 @@ def tree_cpu_s(procs: list[psutil.Process]) -> float:
     return total
 
 
+COMPANIONS_ENV = "SCALEPROBE_COMPANIONS"  # a file of the pids started together with this run
+
+
+def write_companions(path: Path, pids: list[int]) -> None:
+    """Name the processes started together for one measurement (each reads the others'
+    pids from ``path``; ``COMPANIONS_ENV`` tells them where): written whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{pid}\n" for pid in pids))
+    os.replace(tmp, path)
+
+
+class Companions:
+    """The runs started together with this one (``write_companions``), each read as a tree
+    clock like the run's own: its root's CPU time and its reaped children's, plus its live
+    descendants'. A companion that has ended keeps its last reading: its time after the
+    last sample that saw it is counted as outside (at most one monitor interval)."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path else None
+        self.roots: dict[int, psutil.Process] | None = None  # None until the file is read
+        self.last: dict[int, float] = {}
+
+    @classmethod
+    def from_env(cls) -> Companions:
+        return cls(os.environ.get(COMPANIONS_ENV) or None)
+
+    def _read(self, own: set[int]) -> None:
+        if self.path is None or self.roots is not None:
+            return
+        try:
+            pids = [int(x) for x in self.path.read_text().split()]
+        except (OSError, ValueError):
+            return  # not written yet: asked again at the next sample
+        self.roots = {}
+        for pid in pids:
+            if pid in own:
+                continue
+            try:
+                self.roots[pid] = psutil.Process(pid)
+            except psutil.Error:
+                continue  # ended before it was seen: nothing of it to leave out
+
+    def cpu_s(self, own: set[int]) -> dict[int, float]:
+        """Each companion's tree clock now, by its root's pid ({} until the file is read)."""
+        self._read(own)
+        for pid, root in (self.roots or {}).items():
+            try:
+                c = root.cpu_times()
+                kids = root.children(recursive=True)
+            except psutil.Error:
+                continue  # ended: its last reading stands
+            self.last[pid] = (c.user + c.system + c.children_user + c.children_system
+                              + tree_cpu_s([k for k in kids if k.pid not in own]))
+        return dict(self.last)
+
+    def pids(self) -> set[int]:
+        """The companions' processes now (for telling GPU neighbours from them)."""
+        out = set()
+        for root in (self.roots or {}).values():
+            try:
+                out |= {root.pid, *(p.pid for p in root.children(recursive=True))}
+            except psutil.Error:
+                continue
+        return out
+
+
 @dataclass
 class ClockSample:
     t: float  # time.time()
     machine_s: float
     tree_s: float
+    companions_s: dict[int, float] = field(default_factory=dict)  # root pid -> tree clock
+
+
+def outside_s(a: ClockSample, b: ClockSample) -> tuple[float, float, int]:
+    """(outside CPU seconds, companions' CPU seconds, companions counted) between two
+    samples: the machine's busy time less the tree's and the companions' (those read at
+    both samples, so a companion first seen late is not charged its time before it)."""
+    both = [pid for pid in b.companions_s if pid in a.companions_s]
+    comp = sum(b.companions_s[pid] - a.companions_s[pid] for pid in both)
+    used = (b.machine_s - a.machine_s) - (b.tree_s - a.tree_s) - comp
+    return max(0.0, used), comp, len(both)
 
 
 class OutsideLoad:
     """Samples for the outside-the-tree figures; ``window(t0, t1)`` gives them."""
 
-    def __init__(self, gpu_reason: str | None = None) -> None:
+    def __init__(self, gpu_reason: str | None = None,
+                 companions: Companions | None = None) -> None:
         self.clock: list[ClockSample] = []
+        self.companions = companions or Companions(None)
         self.machine_cores = psutil.cpu_count() or 1
         self.gpu_reason = gpu_reason  # why GPU neighbours cannot be seen, or None
         self.gpu_seen: dict[tuple[int, int], dict[str, Any]] = {}  # (device, pid) -> entry
         self._gpu_ours_seen = False
 
     def sample(self, procs: list[psutil.Process], gpus: list[Any] | None = None) -> ClockSample:
-        s = ClockSample(time.time(), machine_busy_s(), tree_cpu_s(procs))
+        own = {p.pid for p in procs}
+        s = ClockSample(time.time(), machine_busy_s(), tree_cpu_s(procs),
+                        self.companions.cpu_s(own))
         self.clock.append(s)
         if gpus:
-            self._sample_gpus(gpus, {p.pid for p in procs}, s.t)
+            self._sample_gpus(gpus, own | self.companions.pids(), s.t)
         return s
 
     def _sample_gpus(self, gpus: list[Any], tree: set[int], t: float) -> None:
@@ -79,15 +168,18 @@ class OutsideLoad:
         last sample), with a reason for each figure that is null."""
         out: dict[str, Any] = {"outside_cpu_s": None, "outside_cpu_cores": None,
                                "outside_window_s": None, "machine_cores": self.machine_cores,
-                               "outside_gpu_processes": None, "reasons": {}}
+                               "outside_gpu_processes": None, "companion_runs": None,
+                               "companion_cpu_s": None, "reasons": {}}
         a, b = self._enclosing(t0, t1)
         if a is None or b is None or b.t - a.t <= 0:
             out["reasons"]["outside_cpu_s"] = "fewer than two monitor samples around the window"
         else:
             span = b.t - a.t
-            used = max(0.0, (b.machine_s - a.machine_s) - (b.tree_s - a.tree_s))
+            used, comp, n = outside_s(a, b)
             out.update(outside_cpu_s=round(used, 3), outside_cpu_cores=round(used / span, 3),
                        outside_window_s=round(span, 3))
+            if self.companions.path is not None:
+                out.update(companion_runs=n, companion_cpu_s=round(comp, 3))
         gpu_reason = self.gpu_reason
         if gpu_reason is None and self.gpu_seen and not self._gpu_ours_seen:
             gpu_reason = ("NVML's process ids belong to another pid namespace (a container): "
@@ -128,6 +220,14 @@ def result_fields(window: dict[str, Any], th: Any) -> tuple[dict, dict, dict]:
     load = {"flag": flag, "reason": reason, "outside_cpu_cores": metrics["outside_cpu_cores"],
             "limit_cores": th.load_limit_cores(cores), "machine_cores": cores,
             "window_s": window["outside_window_s"], "gpu_processes": gpu}
+    runs = window.get("companion_runs")
+    if runs is not None:  # told of companions: how many were left out, and what they used
+        span = window["outside_window_s"]
+        comp = window["companion_cpu_s"]
+        load["companion_runs"] = runs
+        load["companion_cpu_cores"] = round(comp / span, 3) if span else None
+        load["reason"] = (f"{reason} (leaving out the {runs} run(s) started with it for the "
+                          f"same measurement)")
     return metrics, reasons, load
 
 

@@ -17,7 +17,13 @@ import pytest
 
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
 from scaleprobe.measure.monitor import Monitor
-from scaleprobe.measure.outside import OutsideLoad, result_fields
+from scaleprobe.measure.outside import (
+    COMPANIONS_ENV,
+    Companions,
+    OutsideLoad,
+    result_fields,
+    write_companions,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -137,3 +143,68 @@ def test_under_load_rule_and_its_limit():
     assert th.under_load(None, 2, None) == (None, "not measured")
     flag, reason = th.under_load(0.9, 2)
     assert flag and "0.90 cores" in reason and "limit 0.25" in reason
+
+
+def test_a_companion_run_is_left_out_and_another_busy_process_still_counts(tmp_path):
+    """Catches runs started together for one measurement (plan --verify's one-rank copies)
+    counting each other as outside load, and a leaving-out so broad that a busy process
+    that is no companion is dropped too. ``naive`` is the figure without companions."""
+    comp, hog = _spinner(30), _spinner(30)
+    path = tmp_path / "companions"
+    write_companions(path, [os.getpid(), comp.pid])  # the file names every copy, this one too
+    try:
+        cp, hp = psutil.Process(comp.pid), psutil.Process(hog.pid)
+        me = [psutil.Process(os.getpid())]
+        naive, told = OutsideLoad(), OutsideLoad(companions=Companions(path))
+        c0, h0 = _cpu(cp), _cpu(hp)
+        naive.sample(me), told.sample(me)
+        t0 = time.time()
+        while _cpu(cp) - c0 < 0.5 or _cpu(hp) - h0 < 0.5:  # each spins half a CPU-second
+            time.sleep(0.05)
+        t1 = time.time()
+        naive.sample(me), told.sample(me)
+        c1, h1 = _cpu(cp), _cpu(hp)
+    finally:
+        for p in (comp, hog):
+            p.kill()
+            p.wait()
+    a, b = naive.window(t0, t1), told.window(t0, t1)
+    assert a["companion_runs"] is None and b["companion_runs"] == 1
+    assert b["companion_cpu_s"] == pytest.approx(c1 - c0, abs=0.1)
+    assert a["outside_cpu_s"] - b["outside_cpu_s"] >= 0.9 * (c1 - c0) - 0.1, (a, b)
+    assert b["outside_cpu_s"] >= 0.9 * (h1 - h0) - 0.05, (b, h1 - h0)  # the hog still counts
+    _, _, load = result_fields(b, DEFAULT)
+    assert load["companion_runs"] == 1 and "1 run(s) started with it" in load["reason"]
+    assert load["companion_cpu_cores"] > 0
+
+
+COMPANION = ("import subprocess, sys\n"
+             "sys.stdin.readline()\n"
+             f"subprocess.run([sys.executable, '-c', {SPIN.format(s=0.8)!r}])\n"
+             "print('done', flush=True)\n"
+             "sys.stdin.readline()\n")
+
+
+def test_a_companions_exited_children_count_as_the_companions(tmp_path, monkeypatch):
+    """Catches a companion clock that loses a companion's worker once it exits (its time
+    would come back as outside load), and a monitor not told through the environment."""
+    comp = subprocess.Popen([sys.executable, "-c", COMPANION], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    path = tmp_path / "companions"
+    write_companions(path, [comp.pid])
+    monkeypatch.setenv(COMPANIONS_ENV, str(path))
+    assert Monitor(0.05).outside.companions.path == path
+    me = [psutil.Process(os.getpid())]  # the companion is this process's child: not its tree
+    told = OutsideLoad(companions=Companions(path))
+    try:
+        told.sample(me)
+        comp.stdin.write("go\n")  # its child spins 0.8 s of CPU, exits, is reaped
+        comp.stdin.flush()
+        assert comp.stdout.readline().strip() == "done"
+        told.sample(me)
+    finally:
+        comp.kill()
+        comp.wait()
+    win = told.window(None, None)
+    assert win["companion_runs"] == 1
+    assert win["companion_cpu_s"] >= 0.75, win
