@@ -23,6 +23,7 @@ from scaleprobe.core.metrics import Interval
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
+from scaleprobe.measure.outside import COMPANIONS_ENV, write_companions
 from scaleprobe.predict import check as C
 from scaleprobe.predict import plan as P
 from scaleprobe.report.reading.machine_load import source
@@ -124,14 +125,22 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     appended to its results folder once all have ended. Several at once share one session,
     as the ranks of one job do: with autogroup scheduling (Linux) the CPU is shared between
     sessions, and a 2-rank job in one session got the share one one-rank run of its own
-    session got (docs/PLAN.md)."""
+    session got (docs/PLAN.md). Several at once are each other's companions: each run's
+    outside load leaves the others' CPU out (measure/outside.py), as it is part of what
+    they measure."""
     def run(cfgs: list[Any]) -> list[RunResult]:
-        started = []
+        started, env = [], None
+        mates = Path(cfgs[0].out) / "points" / f"companions-{uuid.uuid4().hex[:8]}"
+        if len(cfgs) > 1:
+            mates.parent.mkdir(parents=True, exist_ok=True)
+            env = {COMPANIONS_ENV: str(mates)}
         for cfg in cfgs:
             label = str(cfg.name)
             exp = point_experiment(exp_id, "plan-verify", {"label": label})
             started.append(procs.start(PointPayload(cfg, exp), Path(cfg.out) / "points", label,
-                                       own_session=len(cfgs) == 1))
+                                       env=env, own_session=len(cfgs) == 1))
+        if env is not None:
+            write_companions(mates, [p.pid for p in started])
         return [collect_record(proc, procs.wait(proc)) for proc in started]
     return run
 

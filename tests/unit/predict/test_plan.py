@@ -3,6 +3,7 @@ a hand computation, the picks' claims and their words, and each bad flag one lin
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -404,16 +405,20 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
 
 def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monkeypatch):
     """With autogroup scheduling the CPU is shared between sessions: the one-rank runs made
-    side by side share one (as a job's ranks do), a run alone has its own."""
+    side by side share one (as a job's ranks do), a run alone has its own. Side by side they
+    are told each other's pids (companions: not each other's outside load); alone, none."""
+    from types import SimpleNamespace
+
     from scaleprobe.commands import plan_verify as V
     from scaleprobe.config.runconfig import build
+    from scaleprobe.measure.outside import COMPANIONS_ENV
 
     started = []
 
     class Procs:
         def start(self, payload, work_dir, label, env=None, own_session=True):
-            started.append((label, own_session))
-            return label
+            started.append((label, own_session, env))
+            return SimpleNamespace(pid=1000 + len(started), label=label)
 
         def wait(self, proc):
             return 0
@@ -421,12 +426,15 @@ def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monke
     from scaleprobe.core.result_model import RunResult
 
     monkeypatch.setattr(V, "collect_record", lambda proc, rc: RunResult.from_dict({
-        "kind": "run", "run_id": proc, "status": "ok"}))
+        "kind": "run", "run_id": proc.label, "status": "ok"}))
     run = V.point_runner(Procs(), "x")
     cfgs = [build({"name": n, "out": str(tmp_path)}) for n in ("a", "b")]
     assert [r.run_id for r in run(cfgs)] == ["a", "b"]
     run(cfgs[:1])
-    assert started == [("a", False), ("b", False), ("a", True)]
+    assert [(n, o) for n, o, _ in started] == [("a", False), ("b", False), ("a", True)]
+    (ea, eb, alone) = (e for _, _, e in started)
+    assert ea == eb and alone is None
+    assert Path(ea[COMPANIONS_ENV]).read_text().split() == ["1001", "1002"]
 
 
 def test_verify_predicts_each_row_from_launched_one_rank_runs_of_its_own_strategy(
