@@ -31,6 +31,7 @@ from scaleprobe.core.traits import traits_of
 from scaleprobe.features.interrupt import Interrupted, describe
 from scaleprobe.launch import fresh_launcher
 from scaleprobe.measure.env import die_with_parent
+from scaleprobe.measure.outside import note_companion_end
 from scaleprobe.run.failure import exit_code
 
 BARRIER_TIMEOUT_S = 300.0
@@ -214,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _die_with_parent()
     _sigterm_as_interrupt()
-    return run_point(PointPayload.from_dict(json.loads(Path(argv[0]).read_text())))
+    try:
+        return run_point(PointPayload.from_dict(json.loads(Path(argv[0]).read_text())))
+    finally:
+        note_companion_end()  # runs started with it read its CPU clock once it is gone
 
 
 if __name__ == "__main__":

@@ -53,10 +53,32 @@ def write_companions(path: Path, pids: list[int]) -> None:
     os.replace(tmp, path)
 
 
+def _end_path(path: Path | str, pid: int) -> Path:
+    return Path(f"{path}.{pid}.end")
+
+
+def note_companion_end() -> None:
+    """A companion's last act (``experiments/point.main``): its own CPU clock, its reaped
+    children's included, beside the companions file, for the runs still measuring once its
+    process is gone and can no longer be read."""
+    path = os.environ.get(COMPANIONS_ENV)
+    if not path:
+        return
+    t = os.times()
+    end = _end_path(path, os.getpid())
+    try:
+        tmp = end.with_name(end.name + ".tmp")
+        tmp.write_text(repr(t.user + t.system + t.children_user + t.children_system))
+        os.replace(tmp, end)
+    except OSError:
+        pass  # the others keep their last reading of it
+
+
 class Companions:
     """The runs started together with this one (``write_companions``), each read as a tree
     clock like the run's own: its root's CPU time and its reaped children's, plus its live
-    descendants'. A companion that has ended keeps its last reading: its time after the
+    descendants'. A companion that has ended is read from the clock it left at its end
+    (``note_companion_end``); without one, its last reading stands, and its time after the
     last sample that saw it is counted as outside (at most one monitor interval)."""
 
     def __init__(self, path: str | Path | None) -> None:
@@ -92,10 +114,20 @@ class Companions:
                 c = root.cpu_times()
                 kids = root.children(recursive=True)
             except psutil.Error:
-                continue  # ended: its last reading stands
+                self._ended(pid)
+                continue
             self.last[pid] = (c.user + c.system + c.children_user + c.children_system
                               + tree_cpu_s([k for k in kids if k.pid not in own]))
         return dict(self.last)
+
+    def _ended(self, pid: int) -> None:
+        """A companion whose process is gone: the clock it left at its end, if it did."""
+        assert self.path is not None
+        try:
+            final = float(_end_path(self.path, pid).read_text())
+        except (OSError, ValueError):
+            return  # its last reading stands
+        self.last[pid] = max(final, self.last.get(pid, 0.0))
 
     def pids(self) -> set[int]:
         """The companions' processes now (for telling GPU neighbours from them)."""

@@ -208,3 +208,34 @@ def test_a_companions_exited_children_count_as_the_companions(tmp_path, monkeypa
     win = told.window(None, None)
     assert win["companion_runs"] == 1
     assert win["companion_cpu_s"] >= 0.75, win
+
+
+ENDING = ("import sys\n"
+          "sys.stdin.readline()\n"
+          + SPIN.format(s=0.8)
+          + "from scaleprobe.measure.outside import note_companion_end\n"
+          "note_companion_end()\n")
+
+
+def test_a_companion_that_ended_in_the_window_counts_up_to_its_end(tmp_path):
+    """Catches a companion that finished before the window's last sample (copies side by
+    side end a little apart) charged as outside load for what it did after the last sample
+    that saw it alive: its process is gone then, and the clock it left at its end is read."""
+    path = tmp_path / "companions"
+    comp = subprocess.Popen([sys.executable, "-c", ENDING], stdin=subprocess.PIPE, text=True,
+                            env={**os.environ, COMPANIONS_ENV: str(path)})
+    write_companions(path, [comp.pid])
+    me = [psutil.Process(os.getpid())]
+    told = OutsideLoad(companions=Companions(path))
+    try:
+        told.sample(me)
+        comp.stdin.write("go\n")  # it spins 0.8 s of CPU, leaves its clock, exits
+        comp.stdin.flush()
+        assert comp.wait(timeout=30) == 0  # reaped: gone, no longer readable
+        told.sample(me)
+    finally:
+        comp.kill()
+        comp.wait()
+    win = told.window(None, None)
+    assert win["companion_runs"] == 1
+    assert win["companion_cpu_s"] >= 0.75, win
