@@ -258,8 +258,8 @@ def result_fields(window: dict[str, Any], th: Any) -> tuple[dict, dict, dict]:
         comp = window["companion_cpu_s"]
         load["companion_runs"] = runs
         load["companion_cpu_cores"] = round(comp / span, 3) if span else None
-        load["reason"] = (f"{reason} (leaving out the {runs} run(s) started with it for the "
-                          f"same measurement)")
+        what = "1 run" if runs == 1 else f"{runs} runs"
+        load["reason"] = f"{reason} (leaving out {what} started with it for the same measurement)"
     return metrics, reasons, load
 
 

@@ -174,7 +174,7 @@ def test_a_companion_run_is_left_out_and_another_busy_process_still_counts(tmp_p
     assert a["outside_cpu_s"] - b["outside_cpu_s"] >= 0.9 * (c1 - c0) - 0.1, (a, b)
     assert b["outside_cpu_s"] >= 0.9 * (h1 - h0) - 0.05, (b, h1 - h0)  # the hog still counts
     _, _, load = result_fields(b, DEFAULT)
-    assert load["companion_runs"] == 1 and "1 run(s) started with it" in load["reason"]
+    assert load["companion_runs"] == 1 and "leaving out 1 run started with it" in load["reason"]
     assert load["companion_cpu_cores"] > 0
 
 
