@@ -353,25 +353,33 @@ def test_no_run_is_one_line_exit_2(tmp_path, capsys):
     assert main(["plan", "--from", str(tmp_path / "e")]) == 2
 
 
+def _verify_plan(tmp_path, strategies, source_strategy=None):
+    """(the source run's record, the parsed `plan --verify` flags, the plan) for the
+    ``--strategy`` list given, from a hand-built one-rank run (of ``source_strategy``)."""
+    import argparse
+
+    from scaleprobe.commands import plan as plan_cmd
+
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    if source_strategy:
+        rec["config"]["dist"]["strategy"] = source_strategy
+        (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    ap = argparse.ArgumentParser()
+    plan_cmd.add_arguments(ap)
+    args = ap.parse_args(["--from", run, "--device-memory", "8GiB", "--nproc", "1,2",
+                          "--strategy", strategies, "--verify-steps", "5"])
+    return rec, args, plan_cmd.make_plan(args)
+
+
 def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypatch):
     """A 2-rank row on the CPU is predicted from two one-rank runs made at once (sharing the
     cores as its two ranks will), pooled; a one-device row of the basis's strategy is its
     own one-rank run. The runs are faked: their records are the source run's, renamed."""
-    import argparse
-
-    from scaleprobe.commands import plan as plan_cmd
     from scaleprobe.commands import plan_show as P_show
     from scaleprobe.commands import plan_verify as V
 
-    run = _record(tmp_path)
-    rec = json.loads((tmp_path / "r" / "result.json").read_text())
-    rec["config"]["dist"]["strategy"] = "ddp"
-    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
-    ap = argparse.ArgumentParser()
-    plan_cmd.add_arguments(ap)
-    args = ap.parse_args(["--from", run, "--device-memory", "8GiB", "--nproc", "1,2",
-                          "--strategy", "ddp", "--verify-steps", "5"])
-    got = plan_cmd.make_plan(args)
+    rec, args, got = _verify_plan(tmp_path, "ddp", source_strategy="ddp")
     calls = []
 
     def runner(cfgs):
@@ -444,18 +452,9 @@ def test_verify_predicts_each_row_from_launched_one_rank_runs_of_its_own_strateg
     collective on a world of one, the hooks, the copies) are in the basis, not left out as
     in a single-process run (gpt_tiny's DDP on one rank took 12% longer than `single`).
     The plan says its own step was drawn from `single`."""
-    import argparse
-
-    from scaleprobe.commands import plan as plan_cmd
     from scaleprobe.commands import plan_verify as V
 
-    run = _record(tmp_path)
-    rec = json.loads((tmp_path / "r" / "result.json").read_text())
-    ap = argparse.ArgumentParser()
-    plan_cmd.add_arguments(ap)
-    args = ap.parse_args(["--from", run, "--device-memory", "8GiB", "--nproc", "1,2",
-                          "--strategy", "ddp,fsdp", "--verify-steps", "5"])
-    got = plan_cmd.make_plan(args)
+    rec, args, got = _verify_plan(tmp_path, "ddp,fsdp")
     calls = []
 
     def runner(cfgs):
