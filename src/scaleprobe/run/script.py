@@ -44,6 +44,23 @@ NO_OPTIMIZER_STEP = ("no step was timed: wrap counts steps at optimizer.step() (
                      "optimizer's), and the script called none")
 
 
+def _module_found(name: str) -> bool:
+    """Whether ``python -m NAME`` would find the module here: the working directory first on
+    the path, as ``python -m`` puts it (and a rank's start does; the ``scaleprobe`` command's
+    own path starts at its script's folder instead). The parent packages imported to look
+    are dropped again: a rank forked from this process imports them itself."""
+    before, cwd = set(sys.modules), os.getcwd()
+    sys.path.insert(0, cwd)
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path.remove(cwd)
+        for new in set(sys.modules) - before:
+            del sys.modules[new]
+
+
 def check_target(target: list[str]) -> str:
     """The script (or module) to run exists; returns a short name for it."""
     if not target:
@@ -52,10 +69,7 @@ def check_target(target: list[str]) -> str:
     if target[0] == "-m":
         if len(target) < 2:
             raise ConfigError("-m needs a module name: -- -m package.module [ARGS]")
-        try:
-            found = importlib.util.find_spec(target[1]) is not None
-        except (ImportError, ValueError):
-            found = False
+        found = _module_found(target[1])
         if not found:
             raise ConfigError(f"no module named '{target[1]}' (looked on PYTHONPATH from "
                               f"{os.getcwd()})")
