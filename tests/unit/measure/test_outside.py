@@ -194,20 +194,8 @@ def test_a_companions_exited_children_count_as_the_companions(tmp_path, monkeypa
     write_companions(path, [comp.pid])
     monkeypatch.setenv(COMPANIONS_ENV, str(path))
     assert Monitor(0.05).outside.companions.path == path
-    me = [psutil.Process(os.getpid())]  # the companion is this process's child: not its tree
-    told = OutsideLoad(companions=Companions(path))
-    try:
-        told.sample(me)
-        comp.stdin.write("go\n")  # its child spins 0.8 s of CPU, exits, is reaped
-        comp.stdin.flush()
-        assert comp.stdout.readline().strip() == "done"
-        told.sample(me)
-    finally:
-        comp.kill()
-        comp.wait()
-    win = told.window(None, None)
-    assert win["companion_runs"] == 1
-    assert win["companion_cpu_s"] >= 0.75, win
+    # its child spins 0.8 s of CPU, exits, is reaped
+    _companion_window(comp, path, lambda: comp.stdout.readline().strip() == "done")
 
 
 ENDING = ("import sys\n"
@@ -225,13 +213,21 @@ def test_a_companion_that_ended_in_the_window_counts_up_to_its_end(tmp_path):
     comp = subprocess.Popen([sys.executable, "-c", ENDING], stdin=subprocess.PIPE, text=True,
                             env={**os.environ, COMPANIONS_ENV: str(path)})
     write_companions(path, [comp.pid])
-    me = [psutil.Process(os.getpid())]
+    # it spins 0.8 s of CPU, leaves its clock, exits; reaped: gone, no longer readable
+    _companion_window(comp, path, lambda: comp.wait(timeout=30) == 0)
+
+
+def _companion_window(comp, path, finished):
+    """A window from one sample of this process to the next, told ``path``'s companions,
+    around the companion ``comp`` spinning 0.8 s of CPU once told "go" (``finished()``: it
+    is done); its companion CPU counts all of it."""
+    me = [psutil.Process(os.getpid())]  # the companion is this process's child: not its tree
     told = OutsideLoad(companions=Companions(path))
     try:
         told.sample(me)
-        comp.stdin.write("go\n")  # it spins 0.8 s of CPU, leaves its clock, exits
+        comp.stdin.write("go\n")
         comp.stdin.flush()
-        assert comp.wait(timeout=30) == 0  # reaped: gone, no longer readable
+        assert finished()
         told.sample(me)
     finally:
         comp.kill()
