@@ -54,10 +54,15 @@ def test_record_schema(comm_record):
     assert len(rec["rows"]) == len(DEFAULT_OPS) * 4
     for row in rec["rows"]:
         assert ROW_KEYS <= set(row) and row["time_s"] > 0 and row["busbw_gbyte_s"] > 0
+    # on the CPU the small sizes are timed a second way, right after a step's compute
+    assert {r["size_bytes"] for r in rec["rows"] if "after_compute_s" in r} == {
+        64 << 10, 256 << 10, 1 << 20}
+    assert all(r["after_compute_s"] > 0 for r in rec["rows"] if "after_compute_s" in r)
     assert set(rec["fit"]) == set(DEFAULT_OPS)
     for fit in rec["fit"].values():
         assert {"alpha_s", "beta_s_per_byte", "bandwidth_gbit_s"} <= set(fit)
         assert fit["beta_s_per_byte"] > 0  # 16 MiB takes longer than 64 KiB
+        assert fit["wake_s"] >= 0
     json.dumps(rec)
 
 

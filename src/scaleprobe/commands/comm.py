@@ -106,8 +106,21 @@ def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, A
         bw = fit.bandwidth_gbit_s
         d["busbw_gbit_s"] = bw * busbw_factor(op, world) if bw is not None else None
         d["cpu_s_per_byte"] = cpu_per_byte(rows, op)
+        d["wake_s"] = wake(rows, op)
         out[op] = d
     return out
+
+
+def wake(rows: list[dict[str, Any]], op: str) -> float | None:
+    """What ``op`` costs more right after a step's compute than after a barrier (gloo's
+    threads woken from sleep): the median over the sizes timed both ways, of each size's
+    difference of medians, at least 0; None where no size was (CUDA, or older records)."""
+    got = sorted(max(0.0, r["after_compute_s"] - r["time_s"]) for r in rows
+                 if r.get("op") == op and r.get("after_compute_s") is not None)
+    if not got:
+        return None
+    n = len(got)
+    return got[n // 2] if n % 2 else (got[n // 2 - 1] + got[n // 2]) / 2
 
 
 CPU_MIN_BYTES = 1 << 20  # below, a call's fixed cost would pass for a cost per byte
@@ -154,12 +167,15 @@ def print_tables(rec: CommBenchRecord) -> None:
         t.add_row(bytes_(r["size_bytes"]), esc(r["op"]), _time(r["time_s"]),
                   f"{r['algbw_gbyte_s']:.3f}", f"{r['busbw_gbyte_s']:.3f}", str(r["iters"]))
     f = Table(title="fit: time = alpha + bytes * beta")
-    for col in ("op", "alpha", "bandwidth Gbit/s", "busbw Gbit/s", "worst rel. error"):
+    woken = any(d.get("wake_s") is not None for d in rec.fit.values())
+    cols = ("op", "alpha", "bandwidth Gbit/s", "busbw Gbit/s", "worst rel. error")
+    for col in cols + (("after compute, more",) if woken else ()):
         f.add_column(col, justify="left" if col == "op" else "right")
     for op, d in rec.fit.items():
         bw, bus = d["bandwidth_gbit_s"], d["busbw_gbit_s"]
+        more = () if not woken else ("n/a" if d.get("wake_s") is None else _time(d["wake_s"]),)
         f.add_row(esc(op), _time(d["alpha_s"]), "n/a" if bw is None else f"{bw:.2f}",
-                  "n/a" if bus is None else f"{bus:.2f}", f"{d['max_rel_err'] * 100:.0f}%")
+                  "n/a" if bus is None else f"{bus:.2f}", f"{d['max_rel_err'] * 100:.0f}%", *more)
     console = Console()
     console.print(t)
     console.print(f)

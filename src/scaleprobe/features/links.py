@@ -46,6 +46,10 @@ class Link:
     # fit per size range, each from its ``from bytes`` up; () where not measured
     ops: tuple[tuple[str, float, float, float], ...] = ()
     ops_source: str = ""
+    # what a collective costs more when it starts on an idle link, right after compute (a
+    # comm fit's ``wake_s``, measured on the CPU: gloo's threads woken from sleep); 0: not
+    # measured
+    wake_s: float = 0.0
 
     def for_op(self, op: str, nbytes: float = 0.0) -> Link:
         """The link as the collective ``op`` of ``nbytes`` sees it: its own fit for that size
@@ -56,7 +60,7 @@ class Link:
         _, alpha, gbit, _ = max((x for x in mine if x[3] <= nbytes), key=lambda x: x[3],
                                 default=min(mine, key=lambda x: x[3]))
         return replace(self, bandwidth_gbit_s=gbit, alpha_s=alpha, ops=(),
-                       source=self.ops_source or self.source)
+                       source=self.ops_source or self.source)  # wake_s: the link's
 
     @property
     def bandwidth_byte_s(self) -> float:
@@ -75,6 +79,12 @@ LOOPBACK_OPS: tuple[tuple[str, float, float, float], ...] = (
 # same measurement: 0.69 ns per byte, 2026-11-28 20:03 and 20:01 alike), which two ranks on
 # two cores take from the backward it overlaps
 LOOPBACK_CPU_S_PER_BYTE = 0.69e-9
+# what a collective there costs more right after compute than after a barrier (gloo's threads
+# woken from sleep): the median of 12 sizes' differences (1 KiB-1 MiB, 40 calls each, three
+# runs of scaleprobe comm --nproc 2 --ops all_reduce,all_gather_flat,reduce_scatter --sizes
+# 1K,64K,256K,1M --iters 40, 2026-11-28 21:58 UTC, load average 0.5-0.8; quartiles 1.8 and
+# 4.1 ms): 2.5 ms, where a hot all-reduce of 256 KiB takes 0.5-0.8 ms
+LOOPBACK_WAKE_S = 2.5e-3
 LOOPBACK_OPS_SOURCE = ("measured: gloo all_gather_into_tensor / reduce_scatter_tensor over "
                        "127.0.0.1, 2 processes, 2-core CPU, 2026-11-28")
 
@@ -89,7 +99,7 @@ PRESETS: dict[str, Link] = {
     "loopback": Link("loopback", 7.5, 200e-6,
                      "measured: gloo over 127.0.0.1, 2 processes, 2-core CPU, 2026-11-22",
                      cpu_s_per_byte=LOOPBACK_CPU_S_PER_BYTE, ops=LOOPBACK_OPS,
-                     ops_source=LOOPBACK_OPS_SOURCE),
+                     ops_source=LOOPBACK_OPS_SOURCE, wake_s=LOOPBACK_WAKE_S),
     "nvlink": Link("nvlink", 3600.0, 3e-6,
                    "preset: nominal NVLink 4 (H100 SXM), 450 GB/s per direction, 3 us per "
                    "hop assumed"),
@@ -124,7 +134,7 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
                 f"measured: {where}", float(fit.get("max_rel_err") or 0.0),
                 float(fit.get("cpu_s_per_byte") or 0.0), op_fits(rec.get("fit") or {}, world),
-                f"measured: {where}, each collective's own fit")
+                f"measured: {where}, each collective's own fit", float(fit.get("wake_s") or 0.0))
 
 
 # the step model's collectives -> the benchmark's operation that calls them as FSDP does
@@ -264,7 +274,7 @@ def with_alpha(link: Link, alpha_s: float) -> Link:
     if alpha_s < 0:
         raise ConfigError(f"latency must not be negative, got {alpha_s}")
     return replace(link, alpha_s=alpha_s, source=f"{link.source}; latency set to "
-                   f"{alpha_s * 1e6:g} us", cpu_s_per_byte=0.0, ops=())
+                   f"{alpha_s * 1e6:g} us", cpu_s_per_byte=0.0, ops=(), wake_s=0.0)
 
 
 def rates_mbit(spec: str | None, nproc: int, nnodes: int = 1) -> list[float | None] | None:

@@ -163,7 +163,9 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
         if cpu:
             s.notes.append(f"the all-reduce's CPU time ({cpu * 1e9:.2f} ns per byte, measured "
                            "with the link) taken from the backward it overlaps")
-        return (lambda st, k, n: T.ddp_steps(st, buckets, _ring(slow, n, k), cpu)), rows
+        wake = _wake(s, sc, slow)
+        return (lambda st, k, n: T.ddp_steps(st, buckets, _ring(slow, n, k), cpu,
+                                             k * wake)), rows
     rows = S.without_ddp(s, pass_s)
     if kind == "fsdp":
         units = sc.units or (T.Unit(s.grad_bytes, 1.0),)
@@ -173,8 +175,9 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
     if kind == "localsgd":
         slow = _slowest(sc)
         local = (fresh + 2.0 * pass_s) * s.grad_bytes  # flatten (new), divide, copy back
+        wake = _wake(s, sc, slow)
         return (lambda st, k, n: T.localsgd_steps(st, sc.average_every, _ring(slow, n, k),
-                                                  s.grad_bytes, local)), rows
+                                                  s.grad_bytes, local, k * wake)), rows
     if kind == "ps":
         def run_ps(st: list[list[T.Compute]], k: float, n: int) -> list[list[T.RankStep]]:
             paths, cap = _ps_paths(sc, k)
@@ -187,10 +190,20 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
         slow = _slowest(sc)
         if sc.world > 1:
             s.notes.append(_fsdp_links_note(slow, units))
+        wake = _wake(s, sc, slow)
         return (lambda st, k, n: T.fsdp_steps(st, units, _per_op(slow, "all_gather", n, k),
                                               _per_op(slow, "reduce_scatter", n, k),
-                                              sc.prefetch)), rows
+                                              sc.prefetch, k * wake)), rows
     raise ConfigError(f"no step model for strategy '{sc.strategy}' (ddp, ps, localsgd, fsdp)")
+
+
+def _wake(s: S.RunSample, sc: Scenario, link: Link) -> float:
+    """What a collective on an idle link costs more on the CPU (``Link.wake_s``), noted."""
+    if not (s.on_cpu and sc.world > 1 and link.wake_s > 0):
+        return 0.0
+    s.notes.append(f"each collective that starts on an idle link costs {link.wake_s * 1e3:.2f} "
+                   f"ms more (gloo's threads woken after compute, measured with {link.name})")
+    return link.wake_s
 
 
 def _per_op(link: Link, op: str, n: int, scale: float) -> T.Cost:

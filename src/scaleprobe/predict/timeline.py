@@ -7,7 +7,9 @@ its phases as a multi-rank run would record them (``RankStep``: the wait on comm
 collective for the slowest (what a synchronous job does every step). How each strategy's
 communication is laid out (ddp's buckets, the parameter server's pushes and replies through
 predict/fluid.py, local SGD's averaging, FSDP's per-unit collectives with and without
-prefetch) is docs/COMMUNICATION.md's step model table.
+prefetch) is docs/COMMUNICATION.md's step model table. A collective that starts on an idle
+link (every rank computed until it) costs ``wake_s`` more: on the CPU, gloo's threads woken
+from sleep (``Link.wake_s``).
 """
 
 from __future__ import annotations
@@ -71,14 +73,20 @@ def _ddp_tail(c: Compute, buckets: Sequence[Bucket]) -> float:
     return max(0.0, c.backward - end)
 
 
+def _on_link(link: float, issued: float, seconds: float, wake_s: float) -> float:
+    """When a collective issued at ``issued`` ends on a link busy until ``link``: after the
+    one before it, or ``wake_s`` later than its own time where the link was idle."""
+    return (issued + wake_s if issued > link else link) + seconds
+
+
 def _spans(buckets: Sequence[Bucket], ready: list[list[float]],
-           allreduce_s: Cost) -> list[tuple[float, float]]:
+           allreduce_s: Cost, wake_s: float = 0.0) -> list[tuple[float, float]]:
     """Each bucket's all-reduce on the link: it starts when every rank has it ready and the
     bucket before it is done, and lasts its local time plus the transfer."""
     link, out = -float("inf"), []
     for i, b in enumerate(buckets):
         start = max(max(r[i] for r in ready), link)
-        link = start + b.local_s + allreduce_s(b.nbytes)
+        link = _on_link(link, start, b.local_s + allreduce_s(b.nbytes), wake_s)
         out.append((start, link))
     return out
 
@@ -95,7 +103,8 @@ def _overlap_cpu(buckets: Sequence[Bucket], spans: list[tuple[float, float]], t0
 
 
 def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
-              allreduce_s: Cost, cpu_s_per_byte: float = 0.0) -> list[list[RankStep]]:
+              allreduce_s: Cost, cpu_s_per_byte: float = 0.0,
+              wake_s: float = 0.0) -> list[list[RankStep]]:
     """DDP: ``steps[k][r]`` rank r's compute in step k; ``allreduce_s(bytes)`` the transfer
     of one bucket's all-reduce over every rank. One rank: the compute as measured.
     ``cpu_s_per_byte``: the collective's CPU time per byte on a rank's own cores (a comm fit's,
@@ -115,12 +124,12 @@ def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
         bw0 = [t[r] + c.before_backward for r, c in enumerate(row)]
         ready = [[bw0[r] + b.ready_fraction * c.backward for b in buckets]
                  for r, c in enumerate(row)]
-        spans = _spans(buckets, ready, allreduce_s)
+        spans = _spans(buckets, ready, allreduce_s, wake_s)
         if cpu_s_per_byte > 0:
             for r in range(world):
                 ready[r][-1] += _overlap_cpu(buckets, spans, bw0[r], ready[r][-1],
                                              cpu_s_per_byte)
-            spans = _spans(buckets, ready, allreduce_s)
+            spans = _spans(buckets, ready, allreduce_s, wake_s)
         link = spans[-1][1]
         ranks = []
         for r, c in enumerate(row):
@@ -137,7 +146,8 @@ def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
 
 
 def localsgd_steps(steps: Sequence[Sequence[Compute]], period: int, allreduce_s: Cost,
-                   param_bytes: float, local_s: float = 0.0) -> list[list[RankStep]]:
+                   param_bytes: float, local_s: float = 0.0,
+                   wake_s: float = 0.0) -> list[list[RankStep]]:
     """Local SGD: each rank's own step; on steps 0, K, 2K, ... the parameters' all-reduce
     (``local_s``: the averaging's own copies and division) once every rank has stepped."""
     world = len(steps[0]) if steps else 0
@@ -146,7 +156,7 @@ def localsgd_steps(steps: Sequence[Sequence[Compute]], period: int, allreduce_s:
     for k, row in enumerate(steps):
         ends = [t[r] + c.total for r, c in enumerate(row)]
         sync = world > 1 and k % max(1, period) == 0
-        done = max(ends) + local_s + allreduce_s(param_bytes) if sync else 0.0
+        done = max(ends) + wake_s + local_s + allreduce_s(param_bytes) if sync else 0.0
         ranks = []
         for r, c in enumerate(row):
             end = done if sync else ends[r]
@@ -242,7 +252,8 @@ class Unit:
 
 
 def fsdp_steps(steps: Sequence[Sequence[Compute]], units: Sequence[Unit], all_gather_s: Cost,
-               reduce_scatter_s: Cost, prefetch: bool) -> list[list[RankStep]]:
+               reduce_scatter_s: Cost, prefetch: bool,
+               wake_s: float = 0.0) -> list[list[RankStep]]:
     """FSDP over every rank: one link carries the collectives in the order they are issued;
     a collective starts when every rank has issued it."""
     world = len(steps[0]) if steps else 0
@@ -262,13 +273,13 @@ def fsdp_steps(steps: Sequence[Sequence[Compute]], units: Sequence[Unit], all_ga
                 # prefetch: issued when the previous unit's compute began (the first: now)
                 issue = max(cs) if not prefetch or j == 0 else max(
                     cs[r] - _share(row[r], units[order[j - 1]], phase) for r in range(world))
-                link = max(issue, link) + all_gather_s(units[u].nbytes)
+                link = _on_link(link, issue, all_gather_s(units[u].nbytes), wake_s)
                 for r, c in enumerate(row):
                     start = max(cs[r], link)
                     waited[r] += start - cs[r]
                     cs[r] = start + _share(c, units[u], phase)
                 if phase == "backward":
-                    link = max(max(cs), link) + reduce_scatter_s(units[u].nbytes)
+                    link = _on_link(link, max(cs), reduce_scatter_s(units[u].nbytes), wake_s)
                     if not prefetch:
                         for r in range(world):
                             waited[r] += link - cs[r]

@@ -109,6 +109,10 @@ def test_link_from_comm_record():
     assert link.cpu_s_per_byte == 0.0  # a record without CPU times: none charged
     rec["fit"]["all_reduce"]["cpu_s_per_byte"] = 1.1e-9
     assert resolve_link(rec).cpu_s_per_byte == 1.1e-9
+    assert link.wake_s == 0.0  # none measured: none charged
+    rec["fit"]["all_reduce"]["wake_s"] = 2e-3
+    assert resolve_link(rec).wake_s == 2e-3
+    assert with_alpha(resolve_link(rec), 1e-5).wake_s == 0.0  # a latency given replaces it
     with pytest.raises(ConfigError, match="no all_reduce fit"):
         link_from_comm({"kind": "comm", "world_size": 2, "fit": {}})
 
@@ -124,6 +128,23 @@ def test_cpu_per_byte_is_the_median_over_sizes_from_1_mib():
             {"op": "broadcast", "size_bytes": mib, "cpu_s": 9.0}]
     assert cpu_per_byte(rows, "all_reduce") == pytest.approx(2e-9)
     assert cpu_per_byte([{"op": "all_reduce", "size_bytes": mib}], "all_reduce") is None
+
+
+def test_wake_is_the_median_of_each_size_s_extra_after_compute():
+    """Per size, the call after compute less the call after a barrier (never below 0), the
+    median over the sizes timed both ways; other operations and sizes timed once are left
+    out."""
+    from scaleprobe.commands.comm import wake
+
+    rows = [{"op": "all_reduce", "size_bytes": 1024, "time_s": 1e-3, "after_compute_s": 4e-3},
+            {"op": "all_reduce", "size_bytes": 65536, "time_s": 1e-3, "after_compute_s": 2e-3},
+            {"op": "all_reduce", "size_bytes": 1 << 20, "time_s": 3e-3,
+             "after_compute_s": 2e-3},  # faster after compute: 0, not -1 ms
+            {"op": "all_reduce", "size_bytes": 16 << 20, "time_s": 20e-3},
+            {"op": "broadcast", "size_bytes": 1024, "time_s": 1e-3, "after_compute_s": 9.0}]
+    assert wake(rows, "all_reduce") == pytest.approx(1e-3)
+    assert wake(rows[:2], "all_reduce") == pytest.approx(2e-3)  # (3 + 1) / 2
+    assert wake(rows[3:4], "all_reduce") is None
 
 
 def test_link_from_results_file(tmp_path):

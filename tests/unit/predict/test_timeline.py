@@ -200,3 +200,36 @@ def test_ddp_collective_cpu_inside_backward_delays_it():
         _adds_up(s)
     (r,), = ddp_steps([[C]], THIRDS, lambda b: 5 * MS, cpu_s_per_byte=1e-9)
     assert r.step_s == pytest.approx(C.total)  # one rank: the run as measured
+
+
+def test_a_collective_on_an_idle_link_costs_its_wake_once():
+    """THIRDS with 5 ms all-reduces and a wake of 1 ms. The link is idle before each bucket
+    (ready at 20, 30, 40; the one before ends at 26 and 36): 20-26, 30-36, 40-46, so the
+    last is exposed 6 ms, step 51. With 20 ms all-reduces the buckets queue: only the first
+    finds the link idle, 20-41, 41-61, 61-81: step 86, one wake, not three."""
+    (r0, _), = ddp_steps([[C, C]], THIRDS, lambda b: 5 * MS, wake_s=1 * MS)
+    assert r0.comm == pytest.approx(6 * MS) and r0.step_s == pytest.approx(51 * MS)
+    _adds_up(r0)
+    (q0, _), = ddp_steps([[C, C]], THIRDS, lambda b: 20 * MS, wake_s=1 * MS)
+    assert q0.step_s == pytest.approx(86 * MS)
+
+
+def test_fsdp_and_local_sgd_pay_the_wake_where_the_link_was_idle():
+    """The synchronous FSDP case above (49 ms) with a wake of 1 ms: 5 of its 6 collectives are
+    issued after compute, on an idle link; unit 0's backward all-gather follows unit 1's
+    reduce-scatter at once (29), on a link still awake: 54 ms, comm 19. With prefetch, unit 1's forward
+    all-gather is issued as unit 0's leaves the link (at 3) and unit 0's backward one while
+    unit 1's reduce-scatter is on it (at 16, busy until 30): 4 wakes, 47 + 4 = 51 ms. Local SGD's averaging, always after compute: 17 + 1 = 18 at step 0."""
+    c = Compute(forward=10 * MS, backward=20 * MS, optimizer=5 * MS)
+    units = [Unit(1e6, 0.5), Unit(1e6, 0.5)]
+    (s, _), = fsdp_steps([[c, c]], units, lambda b: 2 * MS, lambda b: 3 * MS, prefetch=False,
+                         wake_s=1 * MS)
+    assert s.step_s == pytest.approx(54 * MS) and s.comm == pytest.approx(19 * MS)
+    (p, _), = fsdp_steps([[c, c]], units, lambda b: 2 * MS, lambda b: 3 * MS, prefetch=True,
+                         wake_s=1 * MS)
+    assert p.step_s == pytest.approx(51 * MS)
+    _adds_up(s)
+    _adds_up(p)
+    a = Compute(forward=12 * MS)
+    out = localsgd_steps([[a, a]], 2, lambda n: 5 * MS, 1e6, wake_s=1 * MS)
+    assert [x.step_s for x in out[0]] == pytest.approx([18 * MS, 18 * MS])

@@ -4,7 +4,10 @@ The operations (float32 tensors; ``size_bytes`` is the message size, as in nccl-
 timing (a barrier before every iteration, the slowest rank's time, the median over the timed
 iterations, warm-up not timed) and the bus bandwidth each operation's factor gives
 (``algbw = size_bytes / time_s``, ``busbw = algbw * factor``) are docs/COMMUNICATION.md's
-(``scaleprobe comm``).
+(``scaleprobe comm``). On the CPU each point up to ``WAKE_MAX_BYTES`` is also timed as a
+training step issues it, right after ``WAKE_COMPUTE_S`` of compute on every rank
+(``after_compute_s``): gloo's threads have slept meanwhile, and waking them costs the first
+collective of a step more than a call that follows a barrier.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ FLOAT32_BYTES = 4
 # Large messages get fewer iterations: at most this many bytes are moved per (op, size).
 BYTES_BUDGET_PER_POINT = 1 << 30
 MIN_TIMED_ITERS = 3
+# The CPU's second timing of small points: after this much compute on every rank
+WAKE_MAX_BYTES = 1 << 20
+WAKE_COMPUTE_S = 0.010
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -179,6 +185,31 @@ def _time_iters(fn, iters: int, warmup: int, device: Any) -> list[float]:
     return times
 
 
+def _compute(seconds: float) -> None:
+    """Keep this rank's thread busy with arithmetic for ``seconds`` (a step's compute)."""
+    import torch  # heavy: torch, in the benchmark's own rank processes
+
+    a = torch.full((64, 64), 0.01)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = torch.tanh(a @ a)
+
+
+def _time_after_compute(fn, iters: int) -> list[float]:
+    """Per-iteration seconds of ``fn`` right after ``WAKE_COMPUTE_S`` of compute on every rank
+    (a barrier before it lines the ranks up); CPU only."""
+    import torch.distributed as dist  # heavy: torch
+
+    times: list[float] = []
+    for _ in range(iters):
+        dist.barrier()
+        _compute(WAKE_COMPUTE_S)
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def _slowest_rank(times_s: list[float], device: Any) -> list[float]:
     """Element-wise maximum over ranks: an iteration lasts until its slowest rank is done."""
     # heavy: torch: torch.distributed, in the benchmark's own rank processes
@@ -202,6 +233,14 @@ def time_collective(op: str, size_bytes: int, iters: int, warmup: int,
     return _slowest_rank(_time_iters(fn, iters, warmup, device), device)
 
 
+def time_after_compute(op: str, size_bytes: int, iters: int, device: Any) -> list[float]:
+    """As ``time_collective``, each call right after a step's worth of compute (CPU)."""
+    import torch.distributed as dist  # heavy: torch
+
+    fn = _op_fn(op, size_bytes, dist.get_world_size(), device)
+    return _slowest_rank(_time_after_compute(fn, iters), device)
+
+
 def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
               device: Any) -> list[dict[str, Any]]:
     """All (op, size) points in an initialised process group; every rank gets the same rows."""
@@ -219,6 +258,9 @@ def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
             row["iters"] = timed
             if device.type == "cpu":  # this rank's CPU time per call, its threads together
                 row["cpu_s"] = cpu
+                if size <= WAKE_MAX_BYTES:
+                    row["after_compute_s"] = statistics.median(
+                        time_after_compute(op, size, timed, device))
             rows.append(row)
     return rows
 
