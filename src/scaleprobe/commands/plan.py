@@ -42,7 +42,6 @@ NAME = "plan"
 HELP = "which strategy, batch and device count fit in memory, how fast, at what cost"
 DEFAULT_NPROC = "1,2,4,8"
 DEFAULT_STRATEGIES = "ddp,fsdp"
-VERIFY_STEPS = 20  # timed steps per verified configuration (3 warm-up steps before them)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,8 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="run the fastest pick and its runner-up here for a few steps and set "
                         "each beside its prediction")
-    p.add_argument("--verify-steps", type=count_arg, default=VERIFY_STEPS,
-                   help=f"timed steps per verified configuration (default {VERIFY_STEPS})")
+    p.add_argument("--verify-steps", type=count_arg, default=None,
+                   help=f"timed steps per verified configuration (default: {plan_verify.VERIFY_STEPS}, or "
+                        "more where the predicted step is short: enough for 2 s, at most 500)")
     p.add_argument("--out", default="scaleprobe-out",
                    help="--verify: results folder of its runs (default scaleprobe-out)")
     p.add_argument("--json", action="store_true", help="every row, machine-readable")

@@ -7,6 +7,7 @@ step the plan predicted for the link those ranks cross here (loopback on one hos
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import uuid
@@ -23,7 +24,7 @@ from scaleprobe.core.metrics import Interval
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, collect_record, point_experiment
-from scaleprobe.measure.outside import COMPANIONS_ENV, write_companions
+from scaleprobe.measure.outside import COMPANIONS_ENV, open_gate, write_companions
 from scaleprobe.predict import check as C
 from scaleprobe.predict import plan as P
 from scaleprobe.report.reading.machine_load import source
@@ -62,6 +63,25 @@ def config_for(like: RunResult, r: P.Row, steps: int, out: str, copy: str = "") 
                  "measure.gns": False, "measure.progress": False, "out": out,
                  "name": f"plan-{r.strategy}-{r.devices}x{r.batch}{copy}"})
     return build({k: v for k, v in flat.items() if k != "dist.calibrate_comm"})
+
+
+VERIFY_STEPS = 20  # timed steps per verified row at least (3 warm-up steps before them)
+MIN_WINDOW_S = 2.0  # a verified row's timed steps last this long at least, as predicted
+MAX_AUTO_STEPS = 500
+
+
+def steps_for(r: P.Row, given: int | None, least: int) -> int:
+    """Timed steps for a verified row: ``given``, else at least ``least`` and enough for
+    ``MIN_WINDOW_S`` at the row's predicted step (at most ``MAX_AUTO_STEPS``): 20 steps of
+    gpt_tiny's 15 ms, a 0.3 s window, measured its 2-rank step at 16.3, 19.2 and 23.5 ms in
+    three tries on a quiet machine."""
+    if given:
+        return given
+    p = r.prediction
+    step = p.step_s.value if p is not None else None
+    if not step or step <= 0:
+        return least
+    return max(least, min(MAX_AUTO_STEPS, math.ceil(MIN_WINDOW_S / step)))
 
 
 def side_by_side(r: P.Row, like: RunResult) -> int:
@@ -127,20 +147,25 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     sessions, and a 2-rank job in one session got the share one one-rank run of its own
     session got (docs/PLAN.md). Several at once are each other's companions: each run's
     outside load leaves the others' CPU out (measure/outside.py), as it is part of what
-    they measure."""
+    they measure, and they start their timed windows together (its gate): started at once,
+    a copy still importing torch took CPU from another's window of 20 steps of 11 ms."""
     def run(cfgs: list[Any]) -> list[RunResult]:
         started, env = [], None
         mates = Path(cfgs[0].out) / "points" / f"companions-{uuid.uuid4().hex[:8]}"
+        ready = [Path(f"{mates}.{i}.ready") for i in range(len(cfgs))]
         if len(cfgs) > 1:
             mates.parent.mkdir(parents=True, exist_ok=True)
             env = {COMPANIONS_ENV: str(mates)}
-        for cfg in cfgs:
+        for i, cfg in enumerate(cfgs):
             label = str(cfg.name)
             exp = point_experiment(exp_id, "plan-verify", {"label": label})
-            started.append(procs.start(PointPayload(cfg, exp), Path(cfg.out) / "points", label,
-                                       env=env, own_session=len(cfgs) == 1))
+            gate = ({"ready": str(ready[i]), "go": f"{mates}.go"} if env is not None else None)
+            started.append(procs.start(PointPayload(cfg, exp, barrier=gate),
+                                       Path(cfg.out) / "points", label, env=env,
+                                       own_session=len(cfgs) == 1))
         if env is not None:
             write_companions(mates, [p.pid for p in started])
+            open_gate(ready, Path(f"{mates}.go"), started)
         return [collect_record(proc, procs.wait(proc)) for proc in started]
     return run
 
@@ -164,14 +189,16 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
         return out | {"reason": f"not run here: {why}"}
     base, n = _base_row(r), side_by_side(r, like)
     out |= {"one_rank_strategy": base.strategy, "plan_basis_strategy": plan_basis(got, r)}
-    _say(base, args.verify_steps, n)
-    fresh = run_config([config_for(like, base, args.verify_steps, args.out,
+    steps = steps_for(r, args.verify_steps, VERIFY_STEPS)
+    out["timed_steps"] = steps
+    _say(base, steps, n)
+    fresh = run_config([config_for(like, base, steps, args.out,
                                    f"-{i + 1}of{n}" if n > 1 else "") for i in range(n)])
     if r.devices == 1:
         res = fresh[0]  # the row is its own one-rank run
     else:
-        _say(r, args.verify_steps)
-        (res,) = run_config([config_for(like, r, args.verify_steps, args.out)])
+        _say(r, steps)
+        (res,) = run_config([config_for(like, r, steps, args.out)])
     m, iv = _measured(res)
     out |= {"run_id": res.run_id, "status": res.status, "measured_s": m,
             "measured_interval_s": iv, "run_dir": res.paths.get("dir"),

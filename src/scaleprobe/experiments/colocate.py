@@ -54,6 +54,7 @@ from scaleprobe.experiments.procs import (
 )
 from scaleprobe.experiments.spec import read_doc
 from scaleprobe.experiments.sweep import preflight, spec_file
+from scaleprobe.measure.outside import open_gate
 
 OPTIONS: dict[str, type | tuple[type, ...]] = {
     "id": str, "placement": str, "seconds": (int, float), "steps": int, "warmup_steps": int,
@@ -192,14 +193,6 @@ def _run_alone(ctx: _Ctx, plan: list[Place], repeat: int) -> list[RunResult]:
     return recs
 
 
-def _wait_ready(ready: list[Path], procs: list[Any]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not all(p.exists() for p in ready):
-        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-            return  # a job ended early: start the rest anyway; its record says why
-        time.sleep(0.02)
-
-
 def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
                   ) -> tuple[list[RunResult], _Machine]:
     gate = ctx.out / "points" / f"together-{uuid.uuid4().hex[:12]}"
@@ -211,10 +204,9 @@ def _run_together(ctx: _Ctx, plan: list[Place], repeat: int
         started.append((name, ctx.procs.start(payload, ctx.out / "points",
                                               f"{name}-together-r{repeat}", place.env)))
     procs = [proc for _, proc in started]
-    _wait_ready([gate / f"{n}.ready" for n, _ in started], procs)
+    open_gate([gate / f"{n}.ready" for n, _ in started], gate / "go", procs, READY_TIMEOUT_S)
     gpu = gpu_sampler(plan)
     psutil.cpu_percent(None)  # prime the machine-wide counter
-    (gate / "go").touch()
     t_go, cpu, gpus, overlap_s = time.monotonic(), [], [], 0.0
     while any(p.poll() is None for p in procs):
         time.sleep(SAMPLE_EVERY_S)

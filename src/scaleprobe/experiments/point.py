@@ -5,8 +5,9 @@ out-of-memory error cannot take the sweep down.
 
 ``POINT.json`` is a ``PointPayload``: ``config`` (``RunConfig.to_dict()``), ``experiment``
 (``{id, kind, point, repeat, start, attempt}``), ``cpus`` (a CPU set to pin to, or null) and
-``barrier`` (null, or ``{ready, go}`` file paths: announce that imports are done, then wait
-for the start signal, so co-located jobs start training together). The run appends its record to ``OUT/results.jsonl``; the exit
+``barrier`` (null, or ``{ready, go}`` file paths: announce that the timed window is about to
+start, then wait for the start signal, so runs measured together start their windows
+together: measure/outside.py's gate). The run appends its record to ``OUT/results.jsonl``; the exit
 status is the run's (0 ok, 3 out of memory, 130 interrupted, 1 failed, 2 user error).
 """
 
@@ -16,7 +17,6 @@ import json
 import os
 import signal
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +31,9 @@ from scaleprobe.core.traits import traits_of
 from scaleprobe.features.interrupt import Interrupted, describe
 from scaleprobe.launch import fresh_launcher
 from scaleprobe.measure.env import die_with_parent
-from scaleprobe.measure.outside import note_companion_end
+from scaleprobe.measure.outside import WINDOW_GATE_ENV, note_companion_end, wait_at_gate
 from scaleprobe.run.failure import exit_code
 
-BARRIER_TIMEOUT_S = 300.0
 INTERRUPTED = "interrupted by the user (Ctrl+C)"
 
 
@@ -135,36 +134,22 @@ def _trains_here(cfg: Any) -> bool:
     return cfg.script.path is None and traits_of(cfg.dist.strategy).in_process
 
 
-def _wait_barrier(barrier: dict[str, str], stopping: Any = None) -> None:
-    """Say this job is ready, then wait for the start file. Ends early, without error, when
-    ``stopping()`` says the run was asked to stop (its loop then stops at the next step); a
-    parent that is gone, or no start signal within ``BARRIER_TIMEOUT_S``, is an error."""
-    parent = os.getppid()
-    Path(barrier["ready"]).touch()  # ready to start the window (or the imports are done)
-    deadline = time.monotonic() + BARRIER_TIMEOUT_S
-    go = Path(barrier["go"])
-    while not go.exists():
-        if stopping is not None and stopping():
-            return
-        if os.getppid() != parent:
-            raise RuntimeError("the start signal never came: the co-location parent is gone")
-        if time.monotonic() > deadline:
-            raise RuntimeError("the start signal never came (the parent is gone?)")
-        time.sleep(0.01)
-
-
 def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
-    """Where the co-located jobs wait for each other: just before the first timed step when
-    the training runs in this process (set-up, FLOP count and warm-up take each job its own
-    time: waiting after the imports let a fast job's window pass half alone in a 1-second
-    window), else (a launcher's ranks) after the imports. True when the engine's gate was
-    set (the caller clears it, however the run ends)."""
+    """Where the co-located jobs wait for each other: just before the first timed step
+    (set-up, FLOP count and warm-up take each job its own time: waiting after the imports
+    let a fast job's window pass half alone in a 1-second window), in this process when the
+    training runs here, else in the launched ranks of the built-in loop (told by
+    ``WINDOW_GATE_ENV``); a script's ranks wait here, after the imports. True when the
+    engine's gate was set (the caller clears it, however the run ends)."""
     if _trains_here(cfg):
         from scaleprobe.train import engine  # heavy: torch
 
-        engine.set_window_gate(lambda stopping: _wait_barrier(barrier, stopping))
+        engine.set_window_gate(lambda stopping: wait_at_gate(barrier, stopping))
         return True
-    _wait_barrier(barrier)
+    if cfg.script.path is None:
+        os.environ[WINDOW_GATE_ENV] = json.dumps(barrier)
+        return False
+    wait_at_gate(barrier)
     return False
 
 

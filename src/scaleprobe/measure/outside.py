@@ -11,14 +11,19 @@ A run started together with others for one measurement (``plan --verify``'s one-
 which share the machine as a job's ranks will) is told who they are: the starter writes their
 pids to a file named by ``COMPANIONS_ENV`` (``write_companions``). Each sample then also reads
 each companion's tree clock (``Companions``), and the outside figure leaves it out: their CPU
-is part of the measurement, not load on it. docs/REPORTS.md ("Measured under load") gives what each clock counts and leaves
+is part of the measurement, not load on it. Runs measured together also start their timed
+windows together: each waits at a gate (``wait_at_gate``: it says it is ready, then waits for
+the starter's go, ``open_gate``) just before its first timed step, in whichever process runs
+the training loop (a launched rank is told where by ``WINDOW_GATE_ENV``). docs/REPORTS.md ("Measured under load") gives what each clock counts and leaves
 out, and when the GPU figure is null.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,49 @@ def tree_cpu_s(procs: list[psutil.Process]) -> float:
 
 
 COMPANIONS_ENV = "SCALEPROBE_COMPANIONS"  # a file of the pids started together with this run
+WINDOW_GATE_ENV = "SCALEPROBE_WINDOW_GATE"  # {"ready": path, "go": path}, JSON: a rank's gate
+GATE_TIMEOUT_S = 300.0
+
+
+def wait_at_gate(gate: dict[str, str], stopping: Callable[[], bool] | None = None) -> None:
+    """Say this run is ready to start its timed window, then wait for the go file. Ends early,
+    without error, when ``stopping()`` says the run was asked to stop (its loop then stops at
+    the next step); a parent that is gone, or no go within ``GATE_TIMEOUT_S``, is an error."""
+    parent = os.getppid()
+    Path(gate["ready"]).touch()
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    go = Path(gate["go"])
+    while not go.exists():
+        if stopping is not None and stopping():
+            return
+        if os.getppid() != parent:
+            raise RuntimeError("the start signal never came: the starting process is gone")
+        if time.monotonic() > deadline:
+            raise RuntimeError("the start signal never came (the starting process is gone?)")
+        time.sleep(0.005)
+
+
+def gate_from_env() -> dict[str, str] | None:
+    """The gate a launched rank's timed window waits at (``WINDOW_GATE_ENV``), once: read and
+    removed, so that nothing this process starts waits at it again."""
+    text = os.environ.pop(WINDOW_GATE_ENV, None)
+    if not text:
+        return None
+    gate = json.loads(text)
+    return {"ready": str(gate["ready"]), "go": str(gate["go"])}
+
+
+def open_gate(ready: Sequence[Path], go: Path, procs: Sequence[Any],
+              timeout_s: float = GATE_TIMEOUT_S) -> None:
+    """Write the go file once every run has said it is ready; at once where one of ``procs``
+    (``poll()``-able) has ended first, or after ``timeout_s``: the others start anyway, and
+    the one that ended says why in its record."""
+    deadline = time.monotonic() + timeout_s
+    while not all(p.exists() for p in ready):
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    go.touch()
 
 
 def write_companions(path: Path, pids: list[int]) -> None:

@@ -39,6 +39,7 @@ from scaleprobe.measure.memprobe import machine_memory_passes
 from scaleprobe.measure.memstate import model_facts, probe_steps
 from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
+from scaleprobe.measure.outside import gate_from_env, wait_at_gate
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.protocols import Serves, Strategy
@@ -72,10 +73,15 @@ def set_window_gate(gate: Callable[[Callable[[], bool]], None] | None) -> None:
 
 
 def _pass_window_gate(stopping: Callable[[], bool]) -> None:
+    """Wait, once, at the gate of runs measured together: the one set in this process, else
+    the one a launched rank was told of (measure/outside.py)."""
     global _window_gate
     gate, _window_gate = _window_gate, None
+    told = gate_from_env()
     if gate is not None:
         gate(stopping)
+    elif told is not None:
+        wait_at_gate(told, stopping)
 
 
 def _set_lr(p: Parts, step: int) -> None:

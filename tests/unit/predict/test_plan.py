@@ -414,19 +414,23 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
 def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monkeypatch):
     """With autogroup scheduling the CPU is shared between sessions: the one-rank runs made
     side by side share one (as a job's ranks do), a run alone has its own. Side by side they
-    are told each other's pids (companions: not each other's outside load); alone, none."""
+    are told each other's pids (companions: not each other's outside load) and start their
+    timed windows at one gate, opened once both said they are ready; alone, neither."""
     from types import SimpleNamespace
 
     from scaleprobe.commands import plan_verify as V
     from scaleprobe.config.runconfig import build
     from scaleprobe.measure.outside import COMPANIONS_ENV
 
-    started = []
+    started, gates = [], []
 
     class Procs:
         def start(self, payload, work_dir, label, env=None, own_session=True):
             started.append((label, own_session, env))
-            return SimpleNamespace(pid=1000 + len(started), label=label)
+            gates.append(payload.barrier)
+            if payload.barrier:  # the run reaches its first timed step
+                Path(payload.barrier["ready"]).touch()
+            return SimpleNamespace(pid=1000 + len(started), label=label, poll=lambda: None)
 
         def wait(self, proc):
             return 0
@@ -443,6 +447,9 @@ def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monke
     (ea, eb, alone) = (e for _, _, e in started)
     assert ea == eb and alone is None
     assert Path(ea[COMPANIONS_ENV]).read_text().split() == ["1001", "1002"]
+    (ga, gb, g_alone) = gates
+    assert g_alone is None and ga["go"] == gb["go"] and ga["ready"] != gb["ready"]
+    assert Path(ga["go"]).exists()
 
 
 def test_verify_predicts_each_row_from_launched_one_rank_runs_of_its_own_strategy(
@@ -477,3 +484,22 @@ def test_verify_predicts_each_row_from_launched_one_rank_runs_of_its_own_strateg
     calls.clear()
     one = V._one(got, by[("ddp", 1)], args, runner)  # one device: its own one-rank run
     assert calls == [[("plan-ddp-1x32", "ddp", 1)]] and one["measured_s"] == 0.12
+
+
+def test_a_short_predicted_step_is_verified_over_a_longer_window():
+    """20 steps of 15 ms (0.3 s) measured gpt_tiny's 2-rank step 16-24 ms in three tries:
+    without --verify-steps a row gets enough steps for 2 s at its predicted step, at least
+    20 and at most 500; --verify-steps is taken as given."""
+    from types import SimpleNamespace
+
+    from scaleprobe.commands.plan_verify import steps_for
+
+    def row(step_s):
+        fig = SimpleNamespace(value=step_s)
+        return SimpleNamespace(prediction=SimpleNamespace(step_s=fig))
+
+    assert steps_for(row(0.015), None, 20) == 134
+    assert steps_for(row(0.2), None, 20) == 20
+    assert steps_for(row(1e-4), None, 20) == 500
+    assert steps_for(row(0.015), 7, 20) == 7
+    assert steps_for(SimpleNamespace(prediction=None), None, 20) == 20

@@ -75,21 +75,21 @@ def test_a_stop_request_ends_the_wait_at_the_gate(tmp_path, monkeypatch):
     import os
     import threading
 
-    from scaleprobe.experiments import point
+    from scaleprobe.measure.outside import wait_at_gate
 
     barrier = {"ready": str(tmp_path / "a.ready"), "go": str(tmp_path / "go")}
     flag = threading.Event()
     threading.Timer(0.2, flag.set).start()
     t0 = time.monotonic()
-    point._wait_barrier(barrier, flag.is_set)
+    wait_at_gate(barrier, flag.is_set)
     assert 0.15 < time.monotonic() - t0 < 2.0 and (tmp_path / "a.ready").exists()
     # the parent at the start, then init: reparented (not the real parent, which is init
     # itself where the suite runs orphaned, and then never changes)
     parents = iter([os.getpid()])
     monkeypatch.setattr(os, "getppid", lambda: next(parents, 1))
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="co-location parent is gone"):
-        point._wait_barrier(barrier)
+    with pytest.raises(RuntimeError, match="starting process is gone"):
+        wait_at_gate(barrier)
     assert time.monotonic() - t0 < 1.0
 
 
@@ -130,3 +130,27 @@ def test_a_step_that_fails_after_a_stop_was_asked_ends_the_run_interrupted(monke
         err = capfd.readouterr().err
         assert ("as the SIGINT reached its subprocesses too: RuntimeError: CppCompileError: "
                 "C++ compile error\n") in err, err
+
+
+def test_a_launched_rank_waits_at_the_gate_it_was_told_of_once(tmp_path, monkeypatch):
+    """Runs measured together whose training runs in launched ranks (plan --verify's one-rank
+    DDP copies, co-located DDP jobs) are told their gate through the environment: the rank
+    says it is ready and waits for the go before its first timed step, once; what it
+    starts later is not told."""
+    import json
+    import os
+    import threading
+
+    from scaleprobe.measure.outside import WINDOW_GATE_ENV
+    from scaleprobe.train import engine
+
+    gate = {"ready": str(tmp_path / "r.ready"), "go": str(tmp_path / "go")}
+    monkeypatch.setenv(WINDOW_GATE_ENV, json.dumps(gate))
+    threading.Timer(0.2, (tmp_path / "go").touch).start()
+    t0 = time.monotonic()
+    engine._pass_window_gate(lambda: False)
+    assert 0.15 < time.monotonic() - t0 < 2.0 and (tmp_path / "r.ready").exists()
+    assert WINDOW_GATE_ENV not in os.environ
+    (tmp_path / "r.ready").unlink()
+    engine._pass_window_gate(lambda: False)
+    assert not (tmp_path / "r.ready").exists()
