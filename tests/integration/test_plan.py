@@ -43,17 +43,22 @@ def test_verify_runs_the_pick_and_the_runner_up_beside_their_predictions(source,
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout)
     v = got["verified"]
-    assert [(x["devices"], x["batch_per_device"]) for x in v] == [(2, 16), (1, 16)]
+    # the pick and the runner-up, in either order: which is faster here depends on how a
+    # 1 ms step compares with the link's costs on this host
+    by = {x["devices"]: x for x in v}
+    assert sorted(by) == [1, 2] and {x["batch_per_device"] for x in v} == {16}
     for x in v:
         assert x["status"] == "ok" and x["measured_s"] > 0
         assert x["ratio"] == pytest.approx(x["predicted_here"]["value"] / x["measured_s"])
         assert x["ratio_plan"] == pytest.approx(x["predicted_plan"]["value"] / x["measured_s"])
+        assert x["timed_steps"] == 3  # as given
     # the pick's measured samples/s over the runner-up's: one run each decides nothing
     pair = v[0]["pair"]
     assert pair["repeats"] == [1, 1] and pair["verdict"].startswith("inconclusive (1 repeat)")
     names = [r.get("name") for r in read_jsonl(out / "results.jsonl") if r.get("kind") == "run"]
     # the 2-rank row after two one-rank runs made at once (each records itself as it ends,
     # in either order); the 1-rank row is its own
-    assert sorted(names[:2]) == ["plan-ddp-1x16-1of2", "plan-ddp-1x16-2of2"]
-    assert names[2:] == ["plan-ddp-2x16", "plan-ddp-1x16"]
-    assert [x["one_rank_side_by_side"] for x in v] == [2, 1]
+    two = names.index("plan-ddp-2x16")
+    assert sorted(names[two - 2:two]) == ["plan-ddp-1x16-1of2", "plan-ddp-1x16-2of2"]
+    assert names.count("plan-ddp-1x16") == 1 and len(names) == 4
+    assert (by[2]["one_rank_side_by_side"], by[1]["one_rank_side_by_side"]) == (2, 1)
