@@ -110,7 +110,10 @@ def needed(sample: S.RunSample, sc: M.Scenario, target: float) -> tuple[float | 
         return None, (f"unreachable: even on a link that costs nothing, {free:.0%}: waiting "
                       f"for the slowest of {sc.trainers} ranks (the run's own step-to-step "
                       "spread, drawn per rank) and the strategy's local work")
-    return None, "unreachable: the link's latency alone keeps it below the target"
+    wake = max((x.wake_s for x in (sc.link, *sc.rank_links.values())), default=0.0)
+    woken = (f" and its wake-up after compute ({wake * 1e3:.2f} ms a collective)"
+             if wake > 0 and sample.on_cpu else "")
+    return None, f"unreachable: the link's latency{woken} alone keeps it below the target"
 
 
 @dataclass(frozen=True)
