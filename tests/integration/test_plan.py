@@ -55,7 +55,11 @@ def test_verify_runs_the_pick_and_the_runner_up_beside_their_predictions(source,
     # the pick's measured samples/s over the runner-up's: one run each decides nothing
     pair = v[0]["pair"]
     assert pair["repeats"] == [1, 1] and pair["verdict"].startswith("inconclusive (1 repeat)")
-    names = [r.get("name") for r in read_jsonl(out / "results.jsonl") if r.get("kind") == "run"]
+    runs = [r for r in read_jsonl(out / "results.jsonl") if r.get("kind") == "run"]
+    names = [r.get("name") for r in runs]
+    # the copies made at once open their timed windows together (one gate, in their ranks)
+    starts = [r["metrics"]["window_clock"][0] for r in runs if r["name"].endswith("of2")]
+    assert len(starts) == 2 and abs(starts[0] - starts[1]) < 0.05, starts
     # the 2-rank row after two one-rank runs made at once (each records itself as it ends,
     # in either order); the 1-rank row is its own
     two = names.index("plan-ddp-2x16")

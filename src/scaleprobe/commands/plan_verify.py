@@ -274,17 +274,26 @@ def verify(args: argparse.Namespace, got: dict[str, Any]) -> list[dict[str, Any]
 
 
 def _pair(pk: P.Pick, done: list[dict[str, Any]]) -> CL.Claim:
-    """The measured samples/s (median step) of the pick over the runner-up's, with the
-    interval of the two runs' median steps, one run each."""
+    """The pick over the runner-up on what the pick was chosen by, with the measured steps:
+    samples/s (median step), or where both rows have predicted steps to the target, 1 / time
+    to it (the measured step x the predicted steps); the interval from the two runs'
+    median-step intervals (and the step counts' own), one run each."""
     a, b = done
     assert pk.runner_up is not None
-    sa, sb = a["global_batch"] / a["measured_s"], b["global_batch"] / b["measured_s"]
+    na, nb = pk.row.steps_to_target, pk.runner_up.steps_to_target
+    if na is not None and nb is not None and na.value and nb.value:
+        ka, kb = (na.value, na.lo or na.value, na.hi or na.value), (
+            nb.value, nb.lo or nb.value, nb.hi or nb.value)
+        what = "1 / time to the target: the measured median step x the predicted steps to it"
+    else:  # samples/s: per step, the global batch
+        ka = (1 / a["global_batch"],) * 3
+        kb = (1 / b["global_batch"],) * 3
+        what = "measured samples/s (median step)"
+    ratio = (kb[0] * b["measured_s"]) / (ka[0] * a["measured_s"])
     iv = None
     if a.get("measured_interval_s") and b.get("measured_interval_s"):
         (alo, ahi), (blo, bhi) = a["measured_interval_s"], b["measured_interval_s"]
-        iv = Interval(sa / sb, (a["global_batch"] / ahi) / (b["global_batch"] / blo),
-                      (a["global_batch"] / alo) / (b["global_batch"] / bhi), 1,
+        iv = Interval(ratio, (kb[1] * blo) / (ka[2] * ahi), (kb[2] * bhi) / (ka[1] * alo), 1,
                       "the two runs' median-step intervals")
-    return CL.plan_pick(CL.FASTEST, pk.row.label(), pk.runner_up.label(), sa / sb, iv, (1, 1),
-                        (source(a["record"]), source(b["record"])),
-                        "measured samples/s (median step)", "one run each, here")
+    return CL.plan_pick(CL.FASTEST, pk.row.label(), pk.runner_up.label(), ratio, iv, (1, 1),
+                        (source(a["record"]), source(b["record"])), what, "one run each, here")

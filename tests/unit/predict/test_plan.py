@@ -503,3 +503,38 @@ def test_a_short_predicted_step_is_verified_over_a_longer_window():
     assert steps_for(row(1e-4), None, 20) == 500
     assert steps_for(row(0.015), 7, 20) == 7
     assert steps_for(SimpleNamespace(prediction=None), None, 20) == 20
+
+
+def test_the_verified_pair_compares_what_the_pick_was_chosen_by(monkeypatch):
+    """A pick chosen by time to the target is held against its runner-up on 1 / time to the
+    target: each measured step x its predicted steps to the target (2 x 16 at 20 ms and 96
+    steps: 1.92 s; 1 x 16 at 12 ms and 158 steps: 1.90 s, so 0.99x), not on samples/s (32 /
+    20 ms over 16 / 12 ms: 1.2x). Without step counts, samples/s."""
+    from types import SimpleNamespace
+
+    from scaleprobe.commands import plan_verify as V
+    from scaleprobe.predict.stepmodel import Figure
+
+    monkeypatch.setattr(V, "source", lambda rec: None)
+    seen = {}
+
+    def plan_pick(kind, pick, runner, ratio, iv, repeats, sources, what, where):
+        seen.update(ratio=ratio, iv=iv, what=what)
+    monkeypatch.setattr(V.CL, "plan_pick", plan_pick)
+
+    def row(label, steps):
+        return SimpleNamespace(label=lambda: label, steps_to_target=steps)
+    done = [{"global_batch": 32, "measured_s": 0.020, "measured_interval_s": (0.019, 0.021),
+             "record": None},
+            {"global_batch": 16, "measured_s": 0.012, "measured_interval_s": (0.0115, 0.0125),
+             "record": None}]
+    pk = SimpleNamespace(row=row("a", Figure(96, 90, 100)), runner_up=row("b", Figure(158)))
+    V._pair(pk, done)
+    assert seen["ratio"] == pytest.approx(158 * 0.012 / (96 * 0.020))
+    assert seen["iv"].lo == pytest.approx(158 * 0.0115 / (100 * 0.021))
+    assert seen["iv"].hi == pytest.approx(158 * 0.0125 / (90 * 0.019))
+    assert seen["what"].startswith("1 / time to the target")
+    pk = SimpleNamespace(row=row("a", None), runner_up=row("b", None))
+    V._pair(pk, done)
+    assert seen["ratio"] == pytest.approx((32 / 0.020) / (16 / 0.012))
+    assert seen["what"] == "measured samples/s (median step)"
