@@ -8,11 +8,13 @@ two network-namespace hosts joined by a tc-shaped link (root, ip, tc, taskset).
         --kinds ddp,fsdp                                                     # part of the grid
 
 ``measure`` runs the grid, one link at a time, in fresh namespaces: first ``scaleprobe comm``
-across the link (the all_reduce fit every prediction uses: ``--link measured:OUT/comm/L``),
+across the link (the all_reduce fit every prediction uses: ``--link measured:OUT/comm/L``;
+with FSDP in the grid, its all-gather's and reduce-scatter's fits too),
 then per model, back to back so that the machine's load is alike for all of them:
 
     ddp1      ``--strategy ddp --nproc 1``, two at once, one per host (core 0 and core 1,
-              one thread each, ``ddp1`` and ``ddp1b``): the 1-rank runs DDP is predicted
+              one thread each, ``ddp1`` and ``ddp1b``, their timed windows opened together
+              at one gate, each other's companions): the 1-rank runs DDP is predicted
               from (their buckets' ready times, logged by DDP's comm hook on one process).
               Side by side, because the two "hosts" share one machine: its memory, caches
               and the other jobs' load; in a DDP run both cores compute at once, and a rank
@@ -62,6 +64,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from scaleprobe.measure.outside import (  # noqa: E402
+    COMPANIONS_ENV,
+    WINDOW_GATE_ENV,
+    open_gate,
+    write_companions,
+)
 from scaleprobe.netlab import netns  # noqa: E402
 
 LINKS = {"100mbit": (100, None), "1gbit": (1000, None), "unshaped": (None, None),
@@ -127,13 +135,17 @@ def _scaleprobe() -> list[str]:
     return [sys.executable, "-m", "scaleprobe"]
 
 
-def comm_fit(hosts: netns.Hosts, folder: Path) -> bool:
+def comm_fit(hosts: netns.Hosts, folder: Path, fsdp: bool) -> bool:
+    """The link's fits: the all-reduce's, and FSDP's own collectives where FSDP is measured
+    (gloo moves their bytes 2-5x slower: priced at the all-reduce's, resnet18's FSDP step on
+    1 Gbit was predicted 0.66 of the measured one)."""
     if _done(folder / "node0"):
         return True
+    ops = "all_reduce,all_gather_flat,reduce_scatter" if fsdp else "all_reduce"
     port = _port()
     procs = [hosts.run(i, [*_scaleprobe(), "comm", "--nproc", "1", "--nnodes", "2",
                            "--node-rank", str(i), "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}",
-                           "--ops", "all_reduce", "--sizes", COMM_SIZES, "--iters", "5",
+                           "--ops", ops, "--sizes", COMM_SIZES, "--iters", "10",
                            "--warmup", "1", "--out", str(folder / f"node{i}")],
                        cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in (0, 1)]
@@ -142,16 +154,29 @@ def comm_fit(hosts: netns.Hosts, folder: Path) -> bool:
 
 def one_rank(hosts: netns.Hosts, folders: list[Path], model: str, strategy: str) -> bool:
     """The 1-rank run on host 0 (core 0), or, with two folders, on both hosts at once (one
-    on each core, so each sees the machine as a rank of a DDP run does)."""
+    on each core, so each sees the machine as a rank of a DDP run does): their timed windows
+    open together at one gate, and each leaves the other's CPU out of its outside load (they
+    are companions, as `plan --verify`'s copies are)."""
     if all(_done(f) for f in folders):
         return True
     extra = ["--nproc", "1"] if strategy != "single" else []
-    procs = []
-    for host, folder in zip((1, 0) if len(folders) == 1 else (0, 1), folders, strict=False):
+    procs, envs = [], [None] * len(folders)
+    if len(folders) > 1:
+        folders[0].mkdir(parents=True, exist_ok=True)
+        mates = folders[0] / f"companions-{os.getpid()}-{_port()}"
+        ready = [Path(f"{mates}.{i}.ready") for i in range(len(folders))]
+        envs = [{COMPANIONS_ENV: str(mates),
+                 WINDOW_GATE_ENV: json.dumps({"ready": str(r), "go": f"{mates}.go"})}
+                for r in ready]
+    for host, folder, env in zip((1, 0) if len(folders) == 1 else (0, 1), folders, envs,
+                                 strict=False):
         argv = [*_scaleprobe(), "run", "--strategy", strategy, *extra, "--model", model,
                 *MODEL_ARGS.get(model, IMAGES), *COMMON, *ONE_RANK, "--out", str(folder)]
-        procs.append(hosts.run(host, argv, cpus=[host], stdout=subprocess.PIPE,
+        procs.append(hosts.run(host, argv, env=env, cpus=[host], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True))
+    if len(folders) > 1:
+        write_companions(mates, [p.pid for p in procs])
+        open_gate(ready, Path(f"{mates}.go"), procs, RUN_TIMEOUT_S)
     return _wait(procs, str(folders[0]))
 
 
@@ -183,7 +208,7 @@ def measure_link(out: Path, name: str, models: list[str], kinds: list[str]) -> N
     try:
         fit = out / "comm" / name
         _log(out, f"{name}: comm fit")
-        if not comm_fit(hosts, fit):
+        if not comm_fit(hosts, fit, "fsdp" in kinds):
             _log(out, f"{name}: comm fit failed; link skipped")
             return
         link = f"measured:{fit / 'node0'}"
