@@ -147,8 +147,8 @@ def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
     sessions, and a 2-rank job in one session got the share one one-rank run of its own
     session got (docs/PLAN.md). Several at once are each other's companions: each run's
     outside load leaves the others' CPU out (measure/outside.py), as it is part of what
-    they measure, and they start their timed windows together (its gate): started at once,
-    a copy still importing torch took CPU from another's window of 20 steps of 11 ms."""
+    they measure, and they start their timed windows together (its gate): started at once
+    without it, the validation grid's copies opened theirs up to 2 s apart."""
     def run(cfgs: list[Any]) -> list[RunResult]:
         started, env = [], None
         mates = Path(cfgs[0].out) / "points" / f"companions-{uuid.uuid4().hex[:8]}"
