@@ -4,6 +4,7 @@ two network-namespace hosts joined by a tc-shaped link (root, ip, tc, taskset).
     nice -n 10 python benchmarks/predict_validation.py measure --out OUT     # resumable
     python benchmarks/predict_validation.py table --out OUT                  # the table
     python benchmarks/predict_validation.py table --out OUT --markdown       # as the docs keep it
+    python benchmarks/predict_validation.py refit --out OUT                  # fits again from rows
     python benchmarks/predict_validation.py measure --out OUT --links 100mbit --models gpt_tiny \
         --kinds ddp,fsdp                                                     # part of the grid
 
@@ -334,9 +335,30 @@ def summary(data: dict) -> None:
               f"{x['predicted_ratio']:.2f}")
 
 
+def refit(a: argparse.Namespace) -> int:
+    """Each link's comm record fitted again from the rows it holds, as `scaleprobe comm` fits
+    them now (a grid measured before a change to the fits predicts as a new one would; the
+    record as it was is kept beside it, ``results.jsonl.before-refit``)."""
+    from scaleprobe.commands.comm import fit_summary  # heavy: the CLI's command module
+
+    out = Path(a.out).resolve()
+    files = sorted((out / "comm").glob("*/node0/results.jsonl"))
+    for f in files:
+        keep = f.with_name(f.name + ".before-refit")
+        if not keep.exists():
+            keep.write_text(f.read_text())
+        recs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        for r in recs:
+            if r.get("kind") == "comm" and r.get("rows"):
+                r["fit"] = fit_summary(r["rows"], int(r["world_size"]))
+        f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        print(f"refitted {f.relative_to(out)}")
+    return 0 if files else 2
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("measure", "table"))
+    ap.add_argument("what", choices=("measure", "table", "refit"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--links", default=",".join(LINKS))
     ap.add_argument("--models", default=",".join(MODELS))
@@ -346,6 +368,8 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true",
                     help="the table as docs/COMMUNICATION.md keeps it")
     a = ap.parse_args()
+    if a.what == "refit":
+        return refit(a)
     return measure(a) if a.what == "measure" else table(a)
 
 

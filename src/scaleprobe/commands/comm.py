@@ -30,6 +30,7 @@ from scaleprobe.experiments.executor import (
     job_nodes,
     launcher_env,
 )
+from scaleprobe.features.links import MMAP_BYTES
 from scaleprobe.launch import Job, run_workers
 from scaleprobe.launch.rankwatch import WorkerFailure
 from scaleprobe.measure.comm.bench import (
@@ -107,7 +108,27 @@ def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, A
         d["busbw_gbit_s"] = bw * busbw_factor(op, world) if bw is not None else None
         d["cpu_s_per_byte"] = cpu_per_byte(rows, op)
         d["wake_s"] = wake(rows, op)
+        d["ranges"] = size_ranges([r for r in rows if r.get("op") == op])
         out[op] = d
+    return out
+
+
+def size_ranges(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Two fits of one operation, below ``MMAP_BYTES`` and from it, where the rows have two
+    sizes or more below and one or more from it (one: a line through the origin); None
+    else. gloo's buffers from 32 MiB up come fresh from the system at each call: its FSDP
+    collectives took 1.3-1.4x the one fit's time at 64 MiB over an unshaped link."""
+    from scaleprobe.predict.fit import fit_alpha_beta  # heavy: scipy
+
+    below = [r for r in rows if r["size_bytes"] < MMAP_BYTES and r.get("time_s")]
+    above = [r for r in rows if r["size_bytes"] >= MMAP_BYTES and r.get("time_s")]
+    if len({r["size_bytes"] for r in below}) < 2 or not above:
+        return None
+    out = []
+    for start, part in ((0, below), (MMAP_BYTES, above)):
+        f = fit_alpha_beta([r["size_bytes"] for r in part], [r["time_s"] for r in part])
+        out.append({"from_bytes": start, "alpha_s": f.alpha_s,
+                    "beta_s_per_byte": f.beta_s_per_byte, "points": f.points})
     return out
 
 

@@ -137,21 +137,29 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
                 f"measured: {where}, each collective's own fit", float(fit.get("wake_s") or 0.0))
 
 
+# glibc's largest mmap threshold: gloo's buffers this big come fresh from the system at each
+# call, and its collectives move a byte up to twice as slowly from here up (the loopback
+# fits' ranges, a comm record's ``ranges``)
+MMAP_BYTES = 32 << 20
+
 # the step model's collectives -> the benchmark's operation that calls them as FSDP does
 OP_BENCH = {"all_gather": "all_gather_flat", "reduce_scatter": "reduce_scatter"}
 
 
 def op_fits(fits: dict[str, Any], world: int) -> tuple[tuple[str, float, float, float], ...]:
-    """(op, per-hop latency, bus Gbit/s, 0) of each of ``OP_BENCH``'s collectives a comm
-    record fitted (``time = alpha + beta * size``, size the full tensor: ``(n-1)`` hops, bus
-    bandwidth ``(n-1)/n / beta``), one fit over every size."""
+    """(op, per-hop latency, bus Gbit/s, from bytes) of each of ``OP_BENCH``'s collectives a
+    comm record fitted (``time = alpha + beta * size``, size the full tensor: ``(n-1)`` hops,
+    bus bandwidth ``(n-1)/n / beta``): a fit per size range where the record has them
+    (``ranges``: below ``MMAP_BYTES`` and from it), else one over every size."""
     out = []
     for op, bench in OP_BENCH.items():
         fit = fits.get(bench) or {}
-        beta = float(fit.get("beta_s_per_byte") or 0.0)
-        if beta > 0 and world > 1:
-            out.append((op, float(fit.get("alpha_s") or 0.0) / (world - 1),
-                        8.0 * (world - 1) / world / beta / 1e9, 0.0))
+        for part in fit.get("ranges") or [dict(fit, from_bytes=0)]:
+            beta = float(part.get("beta_s_per_byte") or 0.0)
+            if beta > 0 and world > 1:
+                out.append((op, float(part.get("alpha_s") or 0.0) / (world - 1),
+                            8.0 * (world - 1) / world / beta / 1e9,
+                            float(part.get("from_bytes") or 0)))
     return tuple(out)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.traits import StrategyTraits, traits_of
-from scaleprobe.features.links import PRESETS, Link
+from scaleprobe.features.links import MMAP_BYTES, PRESETS, Link
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import timeline as T
 
@@ -26,7 +26,6 @@ REPLICATES = 100  # bootstrap resamples for the interval
 REPLICATE_STEPS = 20  # steps per resample: about as many as a run times
 DEFAULT_PASS_S_PER_BYTE = 1.0 / 2e9  # 2 GB/s: one fp32 pass, 1 CPU thread (assumed)
 PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
-MMAP_BYTES = 32 << 20  # glibc's largest mmap threshold: bigger buffers come fresh each time
 FREE = 1e-9  # the link's costs scaled to nothing: what remains of the comm phase
 NEEDED_FLOOR_GBIT_S = 1e-3  # the slowest link searched: 1 Mbit/s (slower: "< 1 Mbit/s")
 # The most processes a prediction lays out: every rank's timeline is simulated, step by step

@@ -218,3 +218,34 @@ def test_fsdp_collectives_have_their_own_fits_on_a_measured_link():
                                          ("all_gather", 2e-3, 1.0, 32e6)))
     assert two.for_op("all_gather", 1e6).bandwidth_gbit_s == 4.0
     assert two.for_op("all_gather", 40e6).bandwidth_gbit_s == 1.0
+
+
+def test_fsdp_collectives_get_a_fit_below_32_mib_and_one_from_it():
+    """gloo's FSDP collectives move a byte more slowly from 32 MiB up (fresh buffers): a comm
+    record with two sizes or more below and one or more from there gets a fit per range, and
+    the link prices a 64 MiB unit at the upper one (1 ms + 2 ns per byte below, a line through
+    the origin at 4 ns per byte above), not at one line through both."""
+    from scaleprobe.commands.comm import fit_summary, size_ranges
+
+    mib = 1 << 20
+    rows = [{"op": "all_gather_flat", "size_bytes": s * mib,
+             "time_s": (1e-3 + 2e-9 * s * mib) if s < 32 else 4e-9 * s * mib}
+            for s in (1, 4, 16, 64)]
+    rows += [{"op": "reduce_scatter", "size_bytes": s * mib, "time_s": 1e-3 + 2e-9 * s * mib}
+             for s in (1, 4, 16)]
+    fits = fit_summary(rows, 2)
+    lo, hi = fits["all_gather_flat"]["ranges"]
+    assert (lo["from_bytes"], hi["from_bytes"]) == (0, 32 * mib)
+    assert lo["alpha_s"] == pytest.approx(1e-3, rel=1e-3)
+    assert lo["beta_s_per_byte"] == pytest.approx(2e-9, rel=1e-3)
+    assert hi["alpha_s"] == 0.0 and hi["beta_s_per_byte"] == pytest.approx(4e-9)
+    assert fits["reduce_scatter"]["ranges"] is None  # nothing measured from 32 MiB
+    assert size_ranges(rows[2:4]) is None  # one size below: no line to draw there
+    rec = {"kind": "comm", "backend": "gloo", "world_size": 2, "fit": fits}
+    fits["all_reduce"] = {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9}
+    link = link_from_comm(rec)
+    # bus bandwidth (n-1)/n / beta: 1/2 / 4e-9 B/s = 1 Gbit/s from 32 MiB, 2 Gbit/s below
+    assert link.for_op("all_gather", 64 * mib).bandwidth_gbit_s == pytest.approx(1.0)
+    assert link.for_op("all_gather", 4 * mib).bandwidth_gbit_s == pytest.approx(2.0, rel=1e-3)
+    assert link.for_op("reduce_scatter", 64 * mib).bandwidth_gbit_s == pytest.approx(2.0,
+                                                                                    rel=1e-3)
