@@ -57,6 +57,10 @@ def harness():
 def test_the_relay_adds_its_delay_each_way_and_keeps_the_rate(harness):
     with netns.two_hosts(rate_mbit=200, delay_ms=2.0) as hosts:
         assert hosts.delay_via == "relay" and hosts.ifnames == netns.RELAY_IFNAMES
+        # a link takes none of its hosts' CPU: as root the relay runs ahead of the ranks
+        policy = os.sched_getscheduler(hosts.procs[0].pid)
+        assert hosts.relay_policy == ("fifo" if os.geteuid() == 0 else "other")
+        assert policy == (os.SCHED_FIFO if os.geteuid() == 0 else os.SCHED_OTHER)
         srv = hosts.run(1, [sys.executable, "-c", SERVER, hosts.addrs[1]],
                         stdout=subprocess.PIPE, text=True)
         assert srv.stdout.readline().strip() == "ready"

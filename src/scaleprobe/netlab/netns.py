@@ -106,6 +106,7 @@ class Hosts:
     switch: str | None = None  # the bridge's namespace (``hosts``); None for a veth pair
     groups: list[int] = field(default_factory=list)  # process groups led by ``procs``
     delay_via: str | None = None  # "netem", or "relay" (netlab/delay.py) where there is none
+    relay_policy: str | None = None  # the relay's scheduling: "fifo" (real-time) or "other"
 
     def exec_argv(self, ns_index: int, argv: list[str],
                   cpus: Sequence[int] | None = None) -> list[str]:
@@ -234,8 +235,10 @@ def _create_relayed(hosts: Hosts, rate_mbit: float | None, ready_s: float = 30.0
     out = proc.stdout
     assert out is not None  # stdout=PIPE
     ready, _, _ = select.select([out], [], [], ready_s)
-    if not ready or out.readline().strip() != "ready":
+    words = out.readline().split() if ready else []
+    if words[:1] != ["ready"]:
         raise NetnsUnavailable(f"the delay relay did not start (exit {proc.poll()})")
+    hosts.relay_policy = words[1] if len(words) > 1 else None
     for ns, dev, addr, peer in ((a, ia, *hosts.addrs), (b, ib, *reversed(hosts.addrs))):
         _checked(["ip", "-n", ns, "link", "set", dev, "mtu", str(RELAY_MTU)])
         _checked(["ip", "-n", ns, "addr", "add", addr, "peer", f"{peer}/32", "dev", dev])
