@@ -46,8 +46,11 @@ def one_rank_run(path: str) -> RunResult:
 
 
 def fsdp_units(run: RunResult) -> tuple[Any, ...]:
-    """FSDP's units of the run's model (strategies/fsdp.py's rule, then the root), built on
-    the meta device; () when the model cannot be built here."""
+    """FSDP's units of the run's model (strategies/fsdp.py's rule, then the root): as the run
+    recorded them, else from the model built on the meta device by name (a language model's
+    or a user's model built so may differ from the run's); () when it cannot be built here."""
+    if got := S.recorded_units(run):
+        return got
     # heavy: torch: only when a model is built to count its parameters
     import torch  # the model is built on the meta device: no memory, no weights
 
@@ -66,8 +69,10 @@ def fsdp_units(run: RunResult) -> tuple[Any, ...]:
     units, _ = shard_units(model)
     counts = [sum(p.numel() for p in u.parameters()) for u in units]
     total = sum(p.numel() for p in model.parameters())
-    counts.append(total - sum(counts))  # the root: what no unit holds
-    return tuple(Unit(S.FP32_BYTES * c, c / total) for c in counts if c > 0)
+    counts.append(total - sum(counts))  # the root: what no unit holds, kept gathered
+    last = len(counts) - 1
+    return tuple(Unit(S.FP32_BYTES * c, c / total, regather=i != last)
+                 for i, c in enumerate(counts) if c > 0)
 
 
 def run_from(args: argparse.Namespace) -> int:

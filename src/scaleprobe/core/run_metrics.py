@@ -158,6 +158,9 @@ class MemoryFacts(Record):
     largest_unit_bytes: int | None = None  # FSDP's rule: the largest unit's parameters
     second_unit_bytes: int | None = None  # and the second largest's (what FSDP prefetches)
     root_unit_bytes: int | None = None  # the root's own (what no unit holds)
+    # every unit's parameter bytes in the rule's order, the root's last: the all-gathers and
+    # reduce-scatters of an FSDP step, one per unit (predict's FSDP timeline)
+    unit_bytes: list[int] | None = None
     probe_s: float | None = None  # wall time of the probe steps (after the window)
     batch_sizes: list[int] | None = None  # per rank: the batch, then its first half
     fwd_bwd_peak_bytes: list[int] | None = None  # one per batch size

@@ -35,9 +35,9 @@ def _dtype_name(t: Any) -> str:
 
 
 def unit_bytes(model: nn.Module, units: list[nn.Module]) -> tuple[list[int], int]:
-    """Bytes of each of ``units`` (FSDP's rule, strategies/fsdp.shard_units) and of the root
-    (what no unit holds), largest first: what one rank gathers whole at a time; and the
-    root's alone."""
+    """Bytes of each of ``units`` (FSDP's rule, strategies/fsdp.shard_units) in the rule's
+    order, then of the root (what no unit holds): what one rank gathers whole at a time; and
+    the root's alone."""
 
     def nbytes(ps: Any) -> int:
         return sum(int(p.numel()) * int(p.element_size()) for p in ps)
@@ -45,7 +45,7 @@ def unit_bytes(model: nn.Module, units: list[nn.Module]) -> tuple[list[int], int
     in_units = {id(p) for u in units for p in u.parameters()}
     sizes = [nbytes(u.parameters()) for u in units]
     root = nbytes(p for p in model.parameters() if id(p) not in in_units)
-    return sorted([*sizes, root], reverse=True), root
+    return [*sizes, root], root
 
 
 def model_facts(model: nn.Module, optimizer: Any,
@@ -72,12 +72,15 @@ def model_facts(model: nn.Module, optimizer: Any,
     unit: int | None
     second: int | None
     root: int | None
+    ordered: list[int] | None
     try:
-        sizes, root = unit_bytes(model, shard_units(model)[0])
+        ordered, root = unit_bytes(model, shard_units(model)[0])
+        sizes = sorted(ordered, reverse=True)
         unit, second = sizes[0], (sizes[1] if len(sizes) > 1 else 0)
         unit_reason = None
     except Exception as e:  # noqa: BLE001  (a user's model the rule cannot split: unknown)
         unit = second = root = None
+        ordered = None
         unit_reason = f"FSDP's unit rule failed on this model: {e}"
     return {"param_count": numel, "param_numel_by_dtype": by_dtype,
             "optimizer": type(optimizer).__name__,
@@ -86,7 +89,7 @@ def model_facts(model: nn.Module, optimizer: Any,
             "optimizer_scalar_bytes": scalar_bytes, "optimizer_param_tensors": len(params),
             "master_bytes_per_param": 0.0, "master_note": MASTER_NOTE,
             "largest_unit_bytes": unit, "second_unit_bytes": second,
-            "root_unit_bytes": root,
+            "root_unit_bytes": root, "unit_bytes": ordered,
             "largest_unit_reason": unit_reason}
 
 

@@ -175,7 +175,11 @@ def check(records: list[RunResult], seed: int = 0) -> list[Point]:
                          "threads per rank, CPU)")
         else:
             try:
-                pt.prediction = M.predict(pooled(pt.bases), scenario_of(run), seed)
+                sc = scenario_of(run)
+                if sc.strategy == "fsdp":  # a collective per unit: each pays the latency
+                    sc = replace(sc, units=S.recorded_units(pt.bases[-1])
+                                 or S.recorded_units(run))
+                pt.prediction = M.predict(pooled(pt.bases), sc, seed)
             except ConfigError as e:
                 pt.reason = str(e)
         points.append(pt)

@@ -23,7 +23,7 @@ from pathlib import Path
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.result_model import num as _num
 from scaleprobe.core.traits import known
-from scaleprobe.predict.timeline import Bucket, Compute
+from scaleprobe.predict.timeline import Bucket, Compute, Unit
 
 FP32_BYTES = 4
 DDP_COPY_PASSES = 2.0  # gradients into DDP's buckets and back
@@ -196,3 +196,15 @@ def for_fsdp(s: RunSample, unit_bytes: list[float], world: int, pass_s_per_byte:
     return [replace(c, forward=c.forward + per_gather, backward=c.backward + per_gather)
             for c in s.rows]
 
+
+
+def recorded_units(run: RunResult) -> tuple[Unit, ...]:
+    """FSDP's units as the run's model had them (``memory_facts.unit_bytes``: the rule's
+    order, the root last), each with its bytes and, as its share of compute, its share of the
+    bytes; () where the run recorded none (older records, a model the rule cannot split)."""
+    facts = run.metrics.memory_facts
+    got = list(facts.unit_bytes or []) if facts is not None else []
+    total = sum(got)
+    last = len(got) - 1  # the root: gathered once, kept through backward
+    return tuple(Unit(float(b), b / total, regather=i != last)
+                 for i, b in enumerate(got) if b > 0) if total else ()

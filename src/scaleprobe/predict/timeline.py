@@ -245,10 +245,13 @@ def ps_steps(steps: Sequence[Sequence[Compute]], nbytes: float, paths: Sequence[
 
 @dataclass(frozen=True)
 class Unit:
-    """An FSDP unit: its parameter bytes and its share of forward and backward compute."""
+    """An FSDP unit: its parameter bytes and its share of forward and backward compute;
+    ``regather``: all-gathered again for backward (False for the root, which FSDP keeps
+    gathered from the end of forward: a run of 2 blocks and a root makes 5 all-gathers)."""
 
     nbytes: float
     share: float
+    regather: bool = True
 
 
 def fsdp_steps(steps: Sequence[Sequence[Compute]], units: Sequence[Unit], all_gather_s: Cost,
@@ -273,9 +276,11 @@ def fsdp_steps(steps: Sequence[Sequence[Compute]], units: Sequence[Unit], all_ga
                 # prefetch: issued when the previous unit's compute began (the first: now)
                 issue = max(cs) if not prefetch or j == 0 else max(
                     cs[r] - _share(row[r], units[order[j - 1]], phase) for r in range(world))
-                link = _on_link(link, issue, all_gather_s(units[u].nbytes), wake_s)
+                gather = phase == "forward" or units[u].regather
+                if gather:
+                    link = _on_link(link, issue, all_gather_s(units[u].nbytes), wake_s)
                 for r, c in enumerate(row):
-                    start = max(cs[r], link)
+                    start = max(cs[r], link) if gather else cs[r]
                     waited[r] += start - cs[r]
                     cs[r] = start + _share(c, units[u], phase)
                 if phase == "backward":

@@ -45,6 +45,8 @@ def test_adamw_facts_are_exact_counts():
     assert f["largest_unit_bytes"] == 4 * (100 * 200 + 200)
     assert f["second_unit_bytes"] == 4 * (200 * 10 + 10)
     assert f["root_unit_bytes"] == 0  # both Linears are units: the root holds nothing
+    # every unit in the rule's order, the root last: one all-gather each in an FSDP step
+    assert f["unit_bytes"] == [4 * (100 * 200 + 200), 4 * (200 * 10 + 10), 0]
     assert f["master_bytes_per_param"] == 0.0
 
 

@@ -8,12 +8,14 @@ import pytest
 
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.result_model import RunResult
-from scaleprobe.core.run_metrics import StepTime
+from scaleprobe.core.run_metrics import MemoryFacts, StepTime
 from scaleprobe.core.run_parts import RankSummary
 from scaleprobe.features import links
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.measure.aggregate import straggler
 from scaleprobe.predict import check as C
+from scaleprobe.predict import sample as S
+from scaleprobe.predict.timeline import Unit
 from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
 
 
@@ -230,3 +232,26 @@ def test_the_interval_holds_the_drift_between_pooled_runs(tmp_path):
     assert lo <= alone_fast.step_s.value * 1.01 and hi >= alone_fast.step_s.value * 1.15
     assert M.ONE_RUN_NOTE not in both.notes and M.ONE_RUN_NOTE in alone_fast.notes
     assert alone_fast.step_s.hi < alone_fast.step_s.value * 1.05  # no spread inside one run
+
+
+def test_fsdp_is_predicted_with_a_collective_per_recorded_unit(tmp_path):
+    """FSDP gathers and reduce-scatters each unit in a call of its own, and over a link with
+    latency each call pays it: a run whose model has three units is predicted with three, as
+    its record names them, not as one unit of all its bytes. 474 KB over a link of 1 Gbit/s
+    with 1 ms per hop: one unit gives 2 all-gathers and 1 reduce-scatter per step (3 ms of
+    latency), three give 5 and 3 (8 ms; the root stays gathered after forward), less the
+    root's bytes not gathered again (74 KB at 125 MB/s over 2 ranks: 0.3 ms)."""
+    rows = [(0.01, 0.03, 0.005)] * 8
+    units = [199_936, 199_936, 74_240]
+    base = one_rank_run(tmp_path, rows, strategy="fsdp", started=_t(0), params=118_528)
+    base.metrics.memory_facts = MemoryFacts(unit_bytes=units)
+    bare = one_rank_run(tmp_path, rows, strategy="fsdp", started=_t(0), params=118_528,
+                        name="bare")
+    run = measured("f2", _t(1), strategy="fsdp", link="lat=1,1000", step=0.06)
+    (with_units,) = C.check([base, run])
+    (one_unit,) = C.check([bare, run])
+    assert S.recorded_units(base) == tuple(Unit(float(b), b / sum(units), regather=i < 2)
+                                           for i, b in enumerate(units))
+    assert S.recorded_units(bare) == ()
+    more = with_units.prediction.step_s.value - one_unit.prediction.step_s.value
+    assert more == pytest.approx(5e-3 - 74_240 / 2 / 125e6, abs=0.2e-3)
