@@ -87,8 +87,10 @@ TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
 RUN_TIMEOUT_S = 1500
 # the link's all_reduce fit spans the messages the runs send: DDP's buckets of up to 25 MiB,
 # a parameter server's flat 92 MB of mlp_large (16 MiB and below fit in the caches and
-# move faster per byte on a CPU-bound link: an extrapolated fit priced them low)
-COMM_SIZES = "256K,1M,4M,16M,64M"
+# move faster per byte on a CPU-bound link: an extrapolated fit priced them low), and from
+# 16 KiB: FSDP's units of the small models (74-226 KB) are latency-bound over 1 ms, where the
+# fit gets a range of its own below its knee
+COMM_SIZES = "16K,64K,256K,1M,4M,16M,64M"
 # one model on one link, in this order: the 1-rank runs before and after the 2-rank runs
 # (``predict --check`` pools the nearest before and after)
 GROUP = ("ddp1", "single1", "fsdp1", "ddp2", "ps2", "fsdp2", "ddp1after", "single1after",
@@ -208,6 +210,8 @@ def measure_link(out: Path, name: str, models: list[str], kinds: list[str]) -> N
         return
     try:
         fit = out / "comm" / name
+        if hosts.delay_via == "relay":  # "fifo": it runs ahead of the ranks, as a link would
+            _log(out, f"{name}: delay relay scheduled {hosts.relay_policy}")
         _log(out, f"{name}: comm fit")
         if not comm_fit(hosts, fit, "fsdp" in kinds):
             _log(out, f"{name}: comm fit failed; link skipped")

@@ -114,18 +114,40 @@ def fit_summary(rows: list[dict[str, Any]], world: int) -> dict[str, dict[str, A
 
 
 def size_ranges(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """Two fits of one operation, below ``MMAP_BYTES`` and from it, where the rows have two
-    sizes or more below and one or more from it (one: a line through the origin); None
-    else. gloo's buffers from 32 MiB up come fresh from the system at each call: its FSDP
-    collectives took 1.3-1.4x the one fit's time at 64 MiB over an unshaped link."""
+    """Fits of one operation per size range, where the rows allow more than one; None else.
+
+    - From ``MMAP_BYTES`` (one size or more there: one is a line through the origin): gloo's
+      buffers that big come fresh from the system at each call; its FSDP collectives took
+      1.3-1.4x the one fit's time at 64 MiB over an unshaped link.
+    - Below the knee, where the fit below ``MMAP_BYTES`` has its latency and bandwidth terms
+      equal (``alpha / beta`` bytes), when two sizes or more lie on each side of it: a
+      message that small waits out the link's round trips whatever its size, and a line
+      through the larger sizes priced it short (an all-gather of 128 KiB over 1 ms each way
+      took 2.6 ms, the line said 2.0).
+    """
     from scaleprobe.predict.fit import fit_alpha_beta  # heavy: scipy
 
-    below = [r for r in rows if r["size_bytes"] < MMAP_BYTES and r.get("time_s")]
-    above = [r for r in rows if r["size_bytes"] >= MMAP_BYTES and r.get("time_s")]
-    if len({r["size_bytes"] for r in below}) < 2 or not above:
+    def sizes(part: list[dict[str, Any]]) -> int:
+        return len({r["size_bytes"] for r in part})
+
+    ok = [r for r in rows if r.get("time_s")]
+    below = [r for r in ok if r["size_bytes"] < MMAP_BYTES]
+    above = [r for r in ok if r["size_bytes"] >= MMAP_BYTES]
+    if sizes(below) < 2:
+        return None
+    parts: list[tuple[int, list[dict[str, Any]]]] = [(0, below)]
+    whole = fit_alpha_beta([r["size_bytes"] for r in below], [r["time_s"] for r in below])
+    if whole.beta_s_per_byte > 0:
+        knee = int(whole.alpha_s / whole.beta_s_per_byte)
+        small = [r for r in below if r["size_bytes"] < knee]
+        if sizes(small) >= 2 and sizes(below) - sizes(small) >= 2:
+            parts = [(0, small), (knee, [r for r in below if r["size_bytes"] >= knee])]
+    if above:
+        parts.append((MMAP_BYTES, above))
+    if len(parts) < 2:
         return None
     out = []
-    for start, part in ((0, below), (MMAP_BYTES, above)):
+    for start, part in parts:
         f = fit_alpha_beta([r["size_bytes"] for r in part], [r["time_s"] for r in part])
         out.append({"from_bytes": start, "alpha_s": f.alpha_s,
                     "beta_s_per_byte": f.beta_s_per_byte, "points": f.points})

@@ -17,6 +17,7 @@ ring all-reduce is held to).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -139,7 +140,7 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
 
 # glibc's largest mmap threshold: gloo's buffers this big come fresh from the system at each
 # call, and its collectives move a byte up to twice as slowly from here up (the loopback
-# fits' ranges, a comm record's ``ranges``)
+# fits' ranges, a comm record's ``ranges``, which may also split off the latency-bound sizes)
 MMAP_BYTES = 32 << 20
 
 # the step model's collectives -> the benchmark's operation that calls them as FSDP does
@@ -150,15 +151,18 @@ def op_fits(fits: dict[str, Any], world: int) -> tuple[tuple[str, float, float, 
     """(op, per-hop latency, bus Gbit/s, from bytes) of each of ``OP_BENCH``'s collectives a
     comm record fitted (``time = alpha + beta * size``, size the full tensor: ``(n-1)`` hops,
     bus bandwidth ``(n-1)/n / beta``): a fit per size range where the record has them
-    (``ranges``: below ``MMAP_BYTES`` and from it), else one over every size."""
+    (``ranges``: the latency-bound sizes, up to ``MMAP_BYTES``, from it), else one over every
+    size. A range whose time did not grow with size (beta 0: latency-bound) is all latency,
+    its bandwidth infinite."""
     out = []
     for op, bench in OP_BENCH.items():
         fit = fits.get(bench) or {}
+        ranged = bool(fit.get("ranges"))
         for part in fit.get("ranges") or [dict(fit, from_bytes=0)]:
             beta = float(part.get("beta_s_per_byte") or 0.0)
-            if beta > 0 and world > 1:
+            if world > 1 and (beta > 0 or (ranged and part.get("alpha_s"))):
                 out.append((op, float(part.get("alpha_s") or 0.0) / (world - 1),
-                            8.0 * (world - 1) / world / beta / 1e9,
+                            8.0 * (world - 1) / world / beta / 1e9 if beta > 0 else math.inf,
                             float(part.get("from_bytes") or 0)))
     return tuple(out)
 

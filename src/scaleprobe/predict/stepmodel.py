@@ -10,6 +10,7 @@ how pooled runs are resampled and what one run's interval cannot hold.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -217,11 +218,15 @@ def _fsdp_links_note(link: Link, units: Sequence[T.Unit]) -> str:
         return (f"fsdp: all-gathers and reduce-scatters priced as ring collectives at "
                 f"{link.name}'s all-reduce bandwidth (none of their own measured on it)")
     big = max(u.nbytes for u in units)
-    per = "; ".join(f"{name} {x.bandwidth_gbit_s:.2g} Gbit/s, {x.alpha_s * 1e6:.0f} us per hop"
+    per = "; ".join(f"{name} {_gbit(x.bandwidth_gbit_s)}, {x.alpha_s * 1e6:.0f} us per hop"
                     for name, x in (("all-gather", link.for_op("all_gather", big)),
                                     ("reduce-scatter", link.for_op("reduce_scatter", big))))
     return (f"fsdp: each collective priced from its own fit on {link.name} (largest unit, "
             f"{big / 1e6:.1f} MB: {per}; {link.ops_source or link.source})")
+
+
+def _gbit(gbit: float) -> str:
+    return f"{gbit:.2g} Gbit/s" if math.isfinite(gbit) else "latency-bound"
 
 
 def _draw(rows: Sequence[T.Compute], steps: int, ranks: int,

@@ -1,5 +1,7 @@
 """Cost-model formulas against hand-computed numbers, and the needed-link inversion."""
 
+import math
+
 import pytest
 
 from scaleprobe.core.errors import ConfigError
@@ -249,3 +251,34 @@ def test_fsdp_collectives_get_a_fit_below_32_mib_and_one_from_it():
     assert link.for_op("all_gather", 4 * mib).bandwidth_gbit_s == pytest.approx(2.0, rel=1e-3)
     assert link.for_op("reduce_scatter", 64 * mib).bandwidth_gbit_s == pytest.approx(2.0,
                                                                                     rel=1e-3)
+
+
+def test_latency_bound_sizes_get_a_fit_of_their_own():
+    """Over a link with 1 ms each way gloo's all-gather took 2.5-2.9 ms from 16 KiB to 256
+    KiB, whatever the size (it waits out the round trips), then grew with the bytes: one line
+    through every size prices a 128 KiB unit short. Below the knee (where the line's latency
+    and bandwidth terms are equal) a fit of its own, flat here: all latency, its bandwidth
+    infinite, and the link prices a small unit at the time those sizes took."""
+    from scaleprobe.commands.comm import fit_summary
+
+    kib = 1 << 10
+    flat = {16: 2.87e-3, 64: 2.48e-3, 128: 2.61e-3}
+    rows = [{"op": "all_gather_flat", "size_bytes": k * kib, "time_s": t}
+            for k, t in flat.items()]
+    rows += [{"op": "all_gather_flat", "size_bytes": k * kib, "time_s": 1e-3 + 4.8e-9 * k * kib}
+             for k in (1024, 4096, 16384)]
+    rows += [{"op": "all_reduce", "size_bytes": k * kib, "time_s": 1e-3 + 9e-9 * k * kib}
+             for k in (256, 1024, 4096)]
+    fits = fit_summary(rows, 2)
+    small, rest = fits["all_gather_flat"]["ranges"]
+    assert small["from_bytes"] == 0 and 128 * kib < rest["from_bytes"] < 1024 * kib
+    assert small["beta_s_per_byte"] == 0.0  # flat: the bytes cost nothing to see
+    assert small["alpha_s"] == pytest.approx(2.65e-3, rel=0.05)
+    assert rest["beta_s_per_byte"] == pytest.approx(4.8e-9, rel=1e-3)
+    assert fits["all_reduce"]["ranges"] is None  # every size past the knee: one line
+    link = link_from_comm({"kind": "comm", "backend": "gloo", "world_size": 2, "fit": fits})
+    low = link.for_op("all_gather", 100 * kib)
+    assert low.bandwidth_gbit_s == math.inf and low.alpha_s == pytest.approx(2.65e-3, rel=0.05)
+    one_line = fit_summary(rows[3:], 2)["all_gather_flat"]
+    assert one_line["ranges"] is None  # the sizes past the knee alone: nothing to split
+    assert one_line["alpha_s"] + one_line["beta_s_per_byte"] * 100 * kib < 1.6e-3
