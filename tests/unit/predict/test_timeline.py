@@ -5,6 +5,7 @@ import pytest
 
 from scaleprobe.predict.fluid import Transfer, fair_rates, finish_times
 from scaleprobe.predict.timeline import (
+    WAKE_IDLE_S,
     Bucket,
     Compute,
     RankStep,
@@ -233,3 +234,28 @@ def test_fsdp_and_local_sgd_pay_the_wake_where_the_link_was_idle():
     a = Compute(forward=12 * MS)
     out = localsgd_steps([[a, a]], 2, lambda n: 5 * MS, 1e6, wake_s=1 * MS)
     assert [x.step_s for x in out[0]] == pytest.approx([18 * MS, 18 * MS])
+
+
+def test_a_link_idle_for_less_than_the_threshold_is_still_awake():
+    """gloo's threads sleep only after about 4 ms idle (WAKE_IDLE_S): the synchronous FSDP
+    case with a forward of 6 ms (3 per unit) and a wake of 1 ms. AG 0-1-3 (the step's first:
+    woken), unit 0 3-6, AG 6-8 (idle 3 ms: awake), unit 1 8-11; backward AG 11-13 (idle 3),
+    unit 1 13-23, RS 23-24-27 (idle 10: woken), AG 27-29 (at once), unit 0 29-39, RS
+    39-40-43; optimizer 43-48. Were every idle link woken, 50."""
+    assert WAKE_IDLE_S == pytest.approx(4 * MS)
+    c = Compute(forward=6 * MS, backward=20 * MS, optimizer=5 * MS)
+    units = [Unit(1e6, 0.5), Unit(1e6, 0.5)]
+    (s, _), = fsdp_steps([[c, c]], units, lambda b: 2 * MS, lambda b: 3 * MS, prefetch=False,
+                         wake_s=1 * MS)
+    assert s.step_s == pytest.approx(48 * MS) and s.comm == pytest.approx(17 * MS)
+    _adds_up(s)
+
+
+def test_the_root_is_not_gathered_again_for_backward():
+    """FSDP keeps the root gathered from forward through backward: the synchronous case
+    (49 ms) with unit 1 the root loses its backward all-gather, 2 ms: 47."""
+    c = Compute(forward=10 * MS, backward=20 * MS, optimizer=5 * MS)
+    units = [Unit(1e6, 0.5), Unit(1e6, 0.5, regather=False)]
+    (s, _), = fsdp_steps([[c, c]], units, lambda b: 2 * MS, lambda b: 3 * MS, prefetch=False)
+    assert s.step_s == pytest.approx(47 * MS) and s.comm == pytest.approx(12 * MS)
+    _adds_up(s)
