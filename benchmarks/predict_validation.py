@@ -87,10 +87,15 @@ TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
 RUN_TIMEOUT_S = 1500
 # the link's all_reduce fit spans the messages the runs send: DDP's buckets of up to 25 MiB,
 # a parameter server's flat 92 MB of mlp_large (16 MiB and below fit in the caches and
-# move faster per byte on a CPU-bound link: an extrapolated fit priced them low), and from
-# 16 KiB: FSDP's units of the small models (74-226 KB) are latency-bound over 1 ms, where the
-# fit gets a range of its own below its knee
-COMM_SIZES = "16K,64K,256K,1M,4M,16M,64M"
+# move faster per byte on a CPU-bound link: an extrapolated fit priced them low)
+COMM_SIZES = "256K,1M,4M,16M,64M"
+# and from 16 KiB over a link with added latency, where FSDP's units of the small models
+# (74-226 KB) wait out its round trips (2.5-2.9 ms for an all-gather over 1 ms each way, any
+# size up to 256 KiB): the fit gets a range of its own below its knee. Not on the others:
+# there a call that small took 0.3-0.5 or 3-4 ms after a barrier (gloo's threads, 2 cores),
+# the median of 10 fell in either mode, and the fit's worst error (the link's spread)
+# widened every prediction's interval to +-40-60%
+COMM_SIZES_LATENCY = "16K,64K," + COMM_SIZES
 # one model on one link, in this order: the 1-rank runs before and after the 2-rank runs
 # (``predict --check`` pools the nearest before and after)
 GROUP = ("ddp1", "single1", "fsdp1", "ddp2", "ps2", "fsdp2", "ddp1after", "single1after",
@@ -138,7 +143,7 @@ def _scaleprobe() -> list[str]:
     return [sys.executable, "-m", "scaleprobe"]
 
 
-def comm_fit(hosts: netns.Hosts, folder: Path, fsdp: bool) -> bool:
+def comm_fit(hosts: netns.Hosts, folder: Path, fsdp: bool, latency: bool = False) -> bool:
     """The link's fits: the all-reduce's, and FSDP's own collectives where FSDP is measured
     (gloo moves their bytes 2-5x slower: priced at the all-reduce's, resnet18's FSDP step on
     1 Gbit was predicted 0.66 of the measured one)."""
@@ -148,7 +153,8 @@ def comm_fit(hosts: netns.Hosts, folder: Path, fsdp: bool) -> bool:
     port = _port()
     procs = [hosts.run(i, [*_scaleprobe(), "comm", "--nproc", "1", "--nnodes", "2",
                            "--node-rank", str(i), "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}",
-                           "--ops", ops, "--sizes", COMM_SIZES, "--iters", "10",
+                           "--ops", ops, "--sizes",
+                           COMM_SIZES_LATENCY if latency else COMM_SIZES, "--iters", "10",
                            "--warmup", "1", "--out", str(folder / f"node{i}")],
                        cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in (0, 1)]
@@ -213,7 +219,7 @@ def measure_link(out: Path, name: str, models: list[str], kinds: list[str]) -> N
         if hosts.delay_via == "relay":  # "fifo": it runs ahead of the ranks, as a link would
             _log(out, f"{name}: delay relay scheduled {hosts.relay_policy}")
         _log(out, f"{name}: comm fit")
-        if not comm_fit(hosts, fit, "fsdp" in kinds):
+        if not comm_fit(hosts, fit, "fsdp" in kinds, latency=bool(delay)):
             _log(out, f"{name}: comm fit failed; link skipped")
             return
         link = f"measured:{fit / 'node0'}"
