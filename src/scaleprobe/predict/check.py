@@ -175,10 +175,9 @@ def check(records: list[RunResult], seed: int = 0) -> list[Point]:
                          "threads per rank, CPU)")
         else:
             try:
-                sc = scenario_of(run)
-                if sc.strategy == "fsdp":  # a collective per unit: each pays the latency
-                    sc = replace(sc, units=S.recorded_units(pt.bases[-1])
-                                 or S.recorded_units(run))
+                # FSDP's units (a collective each, each paying the latency); others ignore
+                sc = replace(scenario_of(run), units=S.recorded_units(pt.bases[-1])
+                             or S.recorded_units(run))
                 pt.prediction = M.predict(pooled(pt.bases), sc, seed)
             except ConfigError as e:
                 pt.reason = str(e)
