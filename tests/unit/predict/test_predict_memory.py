@@ -49,6 +49,35 @@ def test_check_sets_a_measured_fsdp_runs_peak_beside_its_prediction(tmp_path, ca
         pt["predicted_peak_bytes"] - 400_000, pt["predicted_peak_bytes"] + 1_200_000)
 
 
+def test_a_one_rank_fsdp_run_is_a_basis_of_last_resort_and_says_why(tmp_path, capsys):
+    """A one-rank FSDP run's probe peak holds FSDP's unsharded buffers (here 800 kB more),
+    which the model would count as activations: check predicts from the single run beside
+    it, though the FSDP run is later, and from the FSDP run alone says so; so does
+    ``--memory --from`` that run."""
+    state = {"params_bytes": 2_000_000, "grads_bytes": 2_000_000,
+             "optimizer_bytes": 4_000_000}
+    two = _record("r2", "fsdp", 2, state, fwd_bwd_peak_bytes=[2_882_000, 2_866_000])
+    fsdp1 = _record("f1", "fsdp", 1, fwd_bwd_peak_bytes=[4_882_000, 4_866_000, 4_858_000])
+    fsdp1.started_at = "2026-11-28T09:05:00Z"
+    for i, rec in enumerate((_record(), two, fsdp1)):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "result.json").write_text(json.dumps(rec.to_dict()))
+    assert main(["predict", "--check", str(tmp_path), "--json"]) == 0
+    (pt,) = json.loads(capsys.readouterr().out)["points"]
+    assert pt["memory_base"] == "r1" and pt["memory_caveat"] is None
+    assert pt["memory_ratio"] == pytest.approx(1.0)
+    (tmp_path / "0" / "result.json").unlink()  # the single run gone: the FSDP run, said
+    assert main(["predict", "--check", str(tmp_path), "--json"]) == 0
+    (pt,) = json.loads(capsys.readouterr().out)["points"]
+    assert pt["memory_base"] == "f1" and "one-rank fsdp run" in pt["memory_caveat"]
+    assert pt["memory_ratio"] == pytest.approx(1.0 + 800_000 / pt["measured_peak_bytes"],
+                                               rel=1e-3)
+    assert main(["predict", "--check", str(tmp_path)]) == 0
+    assert "caveat: predicted from a one-rank fsdp run" in capsys.readouterr().out
+    assert main(["predict", "--from", str(tmp_path / "2"), "--memory"]) == 0
+    assert "caveat: predicted from a one-rank fsdp run" in capsys.readouterr().out
+
+
 def test_check_table_fits_80_columns(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     state = {"params_bytes": 2_000_000, "grads_bytes": 2_000_000,
