@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleprobe.commands.predict_memory import sharded_caveat
 from scaleprobe.commands.predict_steps import time_unit
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
@@ -78,6 +79,7 @@ def to_json(got: dict[str, Any], verified: list[dict[str, Any]] | None) -> dict[
     like, q = got["like"], got["question"]
     tg = q.target
     return {"from": {"run": like.label, "run_id": like.run_id,
+                     "memory_caveat": sharded_caveat(like),
                      "bases": {s: {str(b): list(v.labels) for b, v in per.items()}
                                for s, per in got["bases"].items()}},
             "link": W.link_line(q.link, q.nnodes),
@@ -158,6 +160,8 @@ def print_plan(got: dict[str, Any], caveat: str) -> None:
     say(f"plan from {like.label}: {bytes_(inputs.params_bytes)} of parameters; steps from "
         f"one-rank runs at batch {', '.join(map(str, measured))} per device; link: "
         f"{W.link_line(q.link, q.nnodes)}")
+    if memory_caveat := sharded_caveat(like):
+        say(f"memory caveat: {memory_caveat}")
     fits = [r for r in rows if r.fits and r.prediction is not None]
     if fits:
         unit = time_unit(*(r.prediction.step_s.hi for r in fits if r.prediction))

@@ -328,6 +328,21 @@ def test_plan_json_gives_every_row_and_the_picks(tmp_path, capsys):
     assert fast["claim"]["repeats"] == [1, 1] and "inconclusive (1 repeat)" in fast["claim"]["verdict"]
     assert out["picks"]["cheapest"]["row"] == {"strategy": "ddp", "devices": 1,
                                                "batch_per_device": 32}
+    assert out["from"]["memory_caveat"] is None  # from a single run: like for like
+
+
+def test_a_plan_from_a_one_rank_fsdp_run_says_its_memory_is_high(tmp_path, capsys):
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    rec["config"]["dist"]["strategy"] = "fsdp"
+    rec["metrics"]["memory_facts"]["strategy"] = "fsdp"
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    args = ["plan", "--from", run, "--device-memory", "80GiB", "--nproc", "1,2"]
+    assert main([*args, "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["from"]["memory_caveat"]
+    assert "one-rank fsdp run" in said and "single or ddp" in said
+    assert main(args) == 0
+    assert "memory caveat: predicted from a one-rank fsdp run" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flags, words", [
