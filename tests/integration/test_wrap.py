@@ -17,7 +17,7 @@ from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.results import read_jsonl
 from scaleprobe.core.run_metrics import BREAKDOWN_PHASES
 from tests import cliserver
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_torchrun
 
 pytestmark = pytest.mark.timeout(300)
 SCRIPTS = ROOT / "examples" / "scripts"
@@ -122,18 +122,13 @@ def test_ddp_script_two_processes(tmp_path):
     script under torchrun, digit for digit (bug caught: a hook that does not average, or
     runs instead of the script's own)."""
     import os
-    import subprocess
-    import sys
 
     args = ["--epochs", 2, "--samples", 1024, "--warmup", 3]
     out = tmp_path / "out"
     p = _wrap(out, SCRIPTS / "train_ddp.py", *args, nproc=2)
     assert p.returncode == 0, p.stderr[-3000:]
-    bare = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(SCRIPTS / "train_ddp.py"), *map(str, args)],
-        capture_output=True, text=True, timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2))})
+    bare = run_torchrun("--standalone", "--nproc-per-node", 2, SCRIPTS / "train_ddp.py", *args,
+                        env={"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2))})
     assert bare.returncode == 0, bare.stderr[-3000:]
     losses = re.compile(r"epoch \d+: loss [\d.]+")
     assert losses.findall(p.stdout) == losses.findall(bare.stdout) != []
