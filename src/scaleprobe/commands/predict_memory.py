@@ -108,17 +108,19 @@ def device_memory(run: RunResult, given: int | None, nproc: int) -> tuple[int | 
 
 def sharded_caveat(run: RunResult) -> str | None:
     """What a memory prediction from a one-rank run that shards its state (FSDP) gets wrong,
-    or None: its probe's peak holds FSDP's unsharded buffers, which the model counts as
-    activations (measured 2026-11-29: resnet18 at batch 32 predicted 1.25-1.29x the 2-rank
-    peak from a one-rank FSDP run, 0.97-1.00 from a single or ddp run of the same batch;
-    digits_cnn and gpt_tiny within 1.3% from either)."""
+    or None: its probe's peak holds FSDP's unsharded buffers. The model takes them out
+    (``memmodel.gathered_bytes``), but the peak's moment moves with them, and the slope
+    between the probed batch sizes is not the activations' (resnet18 at 32 px, 2026-11-29:
+    139 kB per sample under one-rank fsdp, 383 kB alone; its predicted peak of a single run
+    0.97 of that from a single run at the run's batch, 32, and 0.85 at 128; digits_cnn and
+    gpt_tiny 0.99 at 128)."""
     facts = run.metrics.memory_facts
     strategy = (facts.strategy if facts is not None else None) or run.cfg("dist.strategy")
     if not traits_of(str(strategy or "single")).shards_state:
         return None
-    return (f"predicted from a one-rank {strategy} run: its probe's peak holds the unsharded "
-            "buffers of its largest units, counted here as activations (resnet18: 25-29% "
-            "high); a run of single or ddp predicts memory like for like")
+    return (f"predicted from a one-rank {strategy} run: its probe's peak moves with FSDP's "
+            "unsharded buffers, so its per-sample slope is not the activations' (resnet18: "
+            "15% low at 4x its batch); a run of single or ddp predicts memory like for like")
 
 
 def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
@@ -255,7 +257,7 @@ def _print(out: dict[str, Any]) -> None:
     con.print(head)
     con.print(parts)
     con.print("state = params + grads + optimizer state + master copies; gathered = "
-              "DDP's gradient buckets or FSDP's largest unit (parameters + gradients); step = "
+              "DDP's gradient buckets or FSDP's gathered units (parameters + gradients); step = "
               "activations + the batch, or the optimizer step's temporaries, whichever peaks "
               "(--json: every part)", markup=False, highlight=False)
     for row in out["largest_batch"]:

@@ -97,8 +97,8 @@ def inputs_from(f: MemoryFacts, device_allocated: int | None = None,
     k_run = (f.world or 1) if _shards(f.strategy) else 1
     per_sample = (fb[0] - fb[1]) / (sizes[0] - sizes[1])
     fixed = fb[0] - p / k_run - per_sample * sizes[0]
-    if k_run > 1:  # the run's own gathered unit is in its peak
-        fixed -= 2 * (f.largest_unit_bytes or 0)
+    if _shards(f.strategy):  # the run's own gathered units are in its peak
+        fixed -= gathered_bytes(f.largest_unit_bytes or 0, f.second_unit_bytes, k_run)
     opt = (f.optimizer_bytes_per_param or 0.0) * f.param_count + (f.optimizer_scalar_bytes or 0)
     margins, source = _margins(f, device_allocated, device_reserved)
     change, band_source = _slope_change(sizes, fb, per_sample)
@@ -177,6 +177,19 @@ def _buckets(strategy: str | None) -> bool:
     return t is not None and t.bucketed
 
 
+def gathered_bytes(largest: int, second: int | None, nproc: int) -> int:
+    """What FSDP holds gathered at the step's peak beyond its shards: on N > 1 ranks the
+    largest unit's parameters and their unsharded gradients (2U); on one rank the largest
+    unit and the second (U + U2; not recorded: U). One rank still copies each unit into an
+    unsharded buffer and its gradients into another: resnet18's forward + backward peak at
+    32 px held 41.2 and 41.5 MB more under fsdp on one rank than alone at batch 8 and 16
+    (layer4 33.6 + layer3 8.4 MB), 37.6 at 32; gpt_tiny 0.07 MB (its root), digits_cnn
+    0.12-0.27 MB (its two units: 0.27), on 2026-11-29."""
+    if nproc > 1:
+        return 2 * largest
+    return largest + (largest if second is None else second)
+
+
 def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
     """The peak per rank of ``strategy`` on ``nproc`` ranks at ``batch`` samples per rank."""
     if strategy not in STRATEGIES:
@@ -187,7 +200,8 @@ def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
              "ddp_buckets": i.grads_bytes if _buckets(strategy) else 0,
              "grads": _div(i.grads_bytes, k),
              "batch_inputs": round(i.input_per_sample_bytes * batch)}
-    unit = 2 * i.largest_unit_bytes if _shards(strategy) and nproc > 1 else 0
+    unit = gathered_bytes(i.largest_unit_bytes, i.second_unit_bytes, nproc) \
+        if _shards(strategy) else 0
     act_ps, act_fixed = round(i.act_per_sample_bytes * batch), round(i.act_fixed_bytes)
     fb = unit + act_ps + act_fixed
     temps = round(i.optimizer_temp_bytes * i.run_shard / k)
@@ -205,22 +219,25 @@ def predict(i: Inputs, strategy: str, nproc: int, batch: int) -> Point:
     if i.act_slope_change is not None:
         below, above = act_band(i, batch)
         if unit:
-            below, above = _fsdp_band(i, below, above)
+            below, above = _fsdp_band(i, below, above, nproc)
         held = sum(state.values())
         low = round((held + max(fb - below, temps)) * (1 + i.margin_low))
         high = round((held + max(fb + above, temps)) * (1 + i.margin_high))
     return Point(strategy, nproc, batch, parts, phase, low, high)
 
 
-def _fsdp_band(i: Inputs, below: float, above: float) -> tuple[float, float]:
+def _fsdp_band(i: Inputs, below: float, above: float, nproc: int) -> tuple[float, float]:
     """FSDP's gathered term 2U may be as little as U (the unit's gradients reduced before the
     step peaks) or, FSDP2's collectives running beside the step, as much as: the unit's
     parameters, its gradients and their copy into the reduce-scatter buffer (3U), the next
     unit prefetched and the previous one's reduce-scatter buffer still held (each at most
     the second largest, U2; not recorded: U), and the root, kept whole through backward, with
-    its gradients (2R)."""
+    its gradients (2R). On one rank the term U + U2 may be as little as U2 (the peak at a
+    moment of more activations and fewer buffers) or have the root beside it (R)."""
     u = i.largest_unit_bytes
     u2 = u if i.second_unit_bytes is None else i.second_unit_bytes
+    if nproc == 1:
+        return below + u, above + i.root_unit_bytes
     return below + u, above + u + 2 * u2 + 2 * i.root_unit_bytes
 
 
