@@ -10,7 +10,8 @@ larger batches, under ddp and fsdp, on 1 and 2 ranks.
 a user's model given as FILE.py:FUNC, examples/models/mixer.py:build):
 
     base      ``--strategy single`` at batch 8: the one run every point is predicted from
-    grid      batch 16, 32, 64 per rank x (ddp on 1, ddp on 2, fsdp on 2): the points
+    grid      batch 16, 32, 64 per rank x (ddp on 1, ddp on 2, fsdp on 1, fsdp on 2): the
+              points
     fits      the largest batch predicted to fit in ``--device-memory`` (the upper end of the
               prediction's interval under it; the device size is the prediction at batch 48,
               rounded down to a whole MiB: chosen from the base run alone, before any point
@@ -63,7 +64,7 @@ MODELS: dict[str, list[str]] = {
 FITS = (("single", 1), ("fsdp", 2))
 BASE_BATCH = 8
 BATCHES = (16, 32, 64)
-CONFIGS = (("ddp", 1), ("ddp", 2), ("fsdp", 2))
+CONFIGS = (("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2))
 DEVICE_AT_BATCH = 48  # the device size: the prediction at this batch, down to a whole MiB
 COMMON = ["--optimizer", "adamw", "--loader", "naive", "--steps", "2", "--warmup-steps", "1",
           "--no-progress", "--no-gns", "--set", "dist.calibrate_comm=false",

@@ -232,13 +232,15 @@ def _fsdp_band(i: Inputs, below: float, above: float, nproc: int) -> tuple[float
     parameters, its gradients and their copy into the reduce-scatter buffer (3U), the next
     unit prefetched and the previous one's reduce-scatter buffer still held (each at most
     the second largest, U2; not recorded: U), and the root, kept whole through backward, with
-    its gradients (2R). On one rank the term U + U2 may be as little as U2 (the peak at a
-    moment of more activations and fewer buffers) or have the root beside it (R)."""
+    its gradients (2R). On one rank the term U + U2 may be as little as the root alone (R,
+    never resharded: the peak at the end of forward, every unit resharded, where the
+    activations outweigh the units, as gpt_tiny's) or have the root beside both (R)."""
     u = i.largest_unit_bytes
     u2 = u if i.second_unit_bytes is None else i.second_unit_bytes
+    r = i.root_unit_bytes
     if nproc == 1:
-        return below + u, above + i.root_unit_bytes
-    return below + u, above + u + 2 * u2 + 2 * i.root_unit_bytes
+        return below + u + u2 - min(r, u + u2), above + r
+    return below + u, above + u + 2 * u2 + 2 * r
 
 
 def _div(n: int, k: int) -> int:
