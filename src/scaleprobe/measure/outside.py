@@ -55,9 +55,11 @@ GATE_TIMEOUT_S = 300.0
 def wait_at_gate(gate: dict[str, str], stopping: Callable[[], bool] | None = None) -> None:
     """Say this run is ready to start its timed window, then wait for the go file. Ends early,
     without error, when ``stopping()`` says the run was asked to stop (its loop then stops at
-    the next step); a parent that is gone, or no go within ``GATE_TIMEOUT_S``, is an error."""
+    the next step); a parent that is gone, or no go within ``GATE_TIMEOUT_S``, is an error.
+    The ranks of a launched job (``gate["ranks"]``, this host's) each say so in a file of
+    their own, and the job is ready once all have (``_say_ready``)."""
     parent = os.getppid()
-    Path(gate["ready"]).touch()
+    _say_ready(gate)
     deadline = time.monotonic() + GATE_TIMEOUT_S
     go = Path(gate["go"])
     while not go.exists():
@@ -70,14 +72,30 @@ def wait_at_gate(gate: dict[str, str], stopping: Callable[[], bool] | None = Non
         time.sleep(0.005)
 
 
+def _say_ready(gate: dict[str, str]) -> None:
+    """Touch the job's ready file; for one of a launched job's ranks, its own file first, and
+    the job's once every rank of this host has its own: one file for all of them let the go
+    come when the first rank was ready, the others' windows opening up to their set-up
+    later. Each rank counts after writing its own, so the last to arrive sees them all."""
+    ready = Path(gate["ready"])
+    rank, ranks = (int(x) for x in gate.get("ranks", "0/1").split("/"))
+    if ranks > 1:
+        Path(f"{ready}.rank{rank}").touch()
+        if not all(Path(f"{ready}.rank{r}").exists() for r in range(ranks)):
+            return
+    ready.touch()
+
+
 def gate_from_env() -> dict[str, str] | None:
     """The gate a launched rank's timed window waits at (``WINDOW_GATE_ENV``), once: read and
-    removed, so that nothing this process starts waits at it again."""
+    removed, so that nothing this process starts waits at it again; with this rank's place
+    among its host's ranks (torch's launcher's ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE``)."""
     text = os.environ.pop(WINDOW_GATE_ENV, None)
     if not text:
         return None
     gate = json.loads(text)
-    return {"ready": str(gate["ready"]), "go": str(gate["go"])}
+    rank, ranks = os.environ.get("LOCAL_RANK", "0"), os.environ.get("LOCAL_WORLD_SIZE", "1")
+    return {"ready": str(gate["ready"]), "go": str(gate["go"]), "ranks": f"{rank}/{ranks}"}
 
 
 def open_gate(ready: Sequence[Path], go: Path, procs: Sequence[Any],

@@ -93,6 +93,36 @@ def test_a_stop_request_ends_the_wait_at_the_gate(tmp_path, monkeypatch):
     assert time.monotonic() - t0 < 1.0
 
 
+def test_a_launched_job_is_ready_once_every_rank_is(tmp_path, monkeypatch):
+    """The ranks of a launched job share its gate. Bug caught: one ready file for all of them,
+    so the starter's go came once the first rank was ready, and the others' timed windows
+    opened up to their own set-up later. Each rank (its place among its host's ranks, from
+    torch's launcher) now says so in a file of its own, and the job's file follows the
+    last."""
+    import json
+    import threading
+
+    from scaleprobe.measure.outside import WINDOW_GATE_ENV, gate_from_env, wait_at_gate
+
+    ready, go = tmp_path / "job.ready", tmp_path / "go"
+    gates = []
+    for rank in (1, 0):
+        monkeypatch.setenv(WINDOW_GATE_ENV, json.dumps({"ready": str(ready), "go": str(go)}))
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+        gates.append(gate_from_env())
+    assert gates[0]["ranks"] == "1/2" and gate_from_env() is None  # read once
+    stop = threading.Event()
+    first = threading.Thread(target=wait_at_gate, args=(gates[0], stop.is_set))
+    first.start()
+    time.sleep(0.1)
+    assert (tmp_path / "job.ready.rank1").exists() and not ready.exists()
+    go.touch()  # the go, as the starter would give it once the job is ready
+    first.join(timeout=2)
+    wait_at_gate(gates[1])
+    assert ready.exists() and (tmp_path / "job.ready.rank0").exists()
+
+
 def test_a_step_that_fails_after_a_stop_was_asked_ends_the_run_interrupted(monkeypatch,
                                                                           capfd):
     """`run --compile` and Ctrl+C while inductor compiled: the terminal's SIGINT reached g++
