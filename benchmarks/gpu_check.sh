@@ -13,6 +13,10 @@
 #                                             nanoGPT-style script, eager and compiled, one
 #                                             bare/scaleprobe/bare triple each (lm_vs_bare.py),
 #                                             then FSDP bf16 on resnet18 (BatchNorm kept fp32)
+#   bash benchmarks/gpu_check.sh OUT memory   the memory model against CUDA's allocator: the
+#                                             validation grid's one-rank points (ddp and fsdp
+#                                             on 1, batch 16-64, and the fits check alone),
+#                                             each predicted from one run at batch 8
 # PYTHONPATH=src, or scaleprobe installed. Every step has its own time limit, and its output
 # goes to OUT/<part>.log as it is printed.
 set -u
@@ -70,6 +74,11 @@ if [ "$PART" = tests ]; then
         --amp bf16 --channels-last --steps 60 --warmup-steps 10 --out "$OUT/r50" \
         --name resnet50-224-bf16-cl-b256 --no-progress
     runs "$OUT/r50"
+elif [ "$PART" = memory ]; then
+    T=500 step python3 benchmarks/predict_memory_validation.py measure --out "$OUT/memval" \
+        --ranks 1
+    T=60 step python3 benchmarks/predict_memory_validation.py table --out "$OUT/memval" \
+        --markdown
 elif [ "$PART" = lm ]; then
     T=420 step python3 benchmarks/lm_vs_bare.py --pairs 1
     T=120 step $SP run --model resnet18 --dataset synthetic --image-size 64 --batch-size 64 \

@@ -3,6 +3,7 @@ each model's peak per rank predicted from ONE 1-rank run at a small batch, then 
 larger batches, under ddp and fsdp, on 1 and 2 ranks.
 
     python benchmarks/predict_memory_validation.py measure --out OUT     # resumable
+    python benchmarks/predict_memory_validation.py measure --out OUT --ranks 1   # one GPU
     python benchmarks/predict_memory_validation.py table --out OUT       # the table, summary
     python benchmarks/predict_memory_validation.py table --out OUT --markdown
 
@@ -128,6 +129,13 @@ def fits_batches(base: RunResult, strategy: str, nproc: int) -> tuple[int, int]:
     return b, 2 * b
 
 
+def _only(configs: tuple[tuple[str, int], ...], ranks: str) -> list[tuple[str, int]]:
+    """The configurations on the numbers of ranks asked (``--ranks``: a one-GPU host runs
+    those of one rank)."""
+    want = {int(x) for x in ranks.split(",")}
+    return [(s, n) for s, n in configs if n in want]
+
+
 def measure(a: argparse.Namespace) -> int:
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -140,10 +148,10 @@ def measure(a: argparse.Namespace) -> int:
             _log(out, f"{model}: the base run failed; its points skipped")
             continue
         for batch in BATCHES:
-            for strategy, nproc in CONFIGS:
+            for strategy, nproc in _only(CONFIGS, a.ranks):
                 run_point(out, root / f"{strategy}{nproc}_b{batch}", model, strategy, nproc,
                           batch)
-        for strategy, nproc in FITS:
+        for strategy, nproc in _only(FITS, a.ranks):
             for tag, batch in zip(("fits", "fits_x2"), fits_batches(base, strategy, nproc),
                                   strict=True):
                 if batch >= 1:
@@ -268,6 +276,8 @@ def main() -> int:
     ap.add_argument("what", choices=("measure", "table"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--ranks", default="1,2",
+                    help="the numbers of ranks to measure (1 on a one-GPU host)")
     ap.add_argument("--markdown", action="store_true", help="the table as docs/MEMORY.md keeps it")
     a = ap.parse_args()
     return measure(a) if a.what == "measure" else table(a)
