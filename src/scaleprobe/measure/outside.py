@@ -57,9 +57,9 @@ def wait_at_gate(gate: dict[str, str], stopping: Callable[[], bool] | None = Non
     without error, when ``stopping()`` says the run was asked to stop (its loop then stops at
     the next step); a parent that is gone, or no go within ``GATE_TIMEOUT_S``, is an error.
     The ranks of a launched job (``gate["ranks"]``, this host's) each say so in a file of
-    their own, and the job is ready once all have (``_say_ready``)."""
+    their own, and the job is ready once all have (``say_ready``)."""
     parent = os.getppid()
-    _say_ready(gate)
+    say_ready(gate)
     deadline = time.monotonic() + GATE_TIMEOUT_S
     go = Path(gate["go"])
     while not go.exists():
@@ -72,11 +72,13 @@ def wait_at_gate(gate: dict[str, str], stopping: Callable[[], bool] | None = Non
         time.sleep(0.005)
 
 
-def _say_ready(gate: dict[str, str]) -> None:
+def say_ready(gate: dict[str, str]) -> None:
     """Touch the job's ready file; for one of a launched job's ranks, its own file first, and
     the job's once every rank of this host has its own: one file for all of them let the go
     come when the first rank was ready, the others' windows opening up to their set-up
-    later. Each rank counts after writing its own, so the last to arrive sees them all."""
+    later. Each rank counts after writing its own, so the last to arrive sees them all. A
+    rank that takes no timed step (a parameter server's) says it at once, and waits for
+    nothing."""
     ready = Path(gate["ready"])
     rank, ranks = (int(x) for x in gate.get("ranks", "0/1").split("/"))
     if ranks > 1:

@@ -39,7 +39,7 @@ from scaleprobe.measure.memprobe import machine_memory_passes
 from scaleprobe.measure.memstate import model_facts, probe_steps
 from scaleprobe.measure.monitor import host_mem_record, note_file_rss
 from scaleprobe.measure.observers import build_observers
-from scaleprobe.measure.outside import gate_from_env, wait_at_gate
+from scaleprobe.measure.outside import gate_from_env, say_ready, wait_at_gate
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.protocols import Serves, Strategy
@@ -82,6 +82,14 @@ def _pass_window_gate(stopping: Callable[[], bool]) -> None:
         gate(stopping)
     elif told is not None:
         wait_at_gate(told, stopping)
+
+
+def _server_ready() -> None:
+    """A parameter server's rank takes no timed step: at a launched job's gate it says it is
+    ready at once (its job is ready once every rank is), and serves."""
+    told = gate_from_env()
+    if told is not None:
+        say_ready(told)
 
 
 def _set_lr(p: Parts, step: int) -> None:
@@ -521,6 +529,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
         _beat_with(beat, p, timer, stop, compiles)
     if strategy.is_server:
         assert isinstance(strategy, Serves)
+        _server_ready()
         strategy.serve(p.optimizer)  # until every worker is done, interrupted or not
         st = LoopState()
     else:

@@ -123,6 +123,26 @@ def test_a_launched_job_is_ready_once_every_rank_is(tmp_path, monkeypatch):
     assert ready.exists() and (tmp_path / "job.ready.rank0").exists()
 
 
+def test_a_parameter_servers_rank_says_it_is_ready_without_waiting(tmp_path, monkeypatch):
+    """A parameter server's rank takes no timed step, so it never reaches the loop's gate.
+    Bug caught: with a ready file per rank, a co-located ps job was never ready, and its
+    partners waited for the starter's time-out. The server says it is ready at once (here
+    the last of its host's two ranks: the job's file follows) and waits for no go."""
+    import json
+
+    from scaleprobe.measure.outside import WINDOW_GATE_ENV
+
+    ready, go = tmp_path / "job.ready", tmp_path / "go"
+    (tmp_path / "job.ready.rank1").touch()  # the worker, at its gate already
+    monkeypatch.setenv(WINDOW_GATE_ENV, json.dumps({"ready": str(ready), "go": str(go)}))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    t0 = time.monotonic()
+    engine._server_ready()
+    assert time.monotonic() - t0 < 1.0 and not go.exists()
+    assert (tmp_path / "job.ready.rank0").exists() and ready.exists()
+
+
 def test_a_step_that_fails_after_a_stop_was_asked_ends_the_run_interrupted(monkeypatch,
                                                                           capfd):
     """`run --compile` and Ctrl+C while inductor compiled: the terminal's SIGINT reached g++
