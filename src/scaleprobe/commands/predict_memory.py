@@ -107,18 +107,20 @@ def device_memory(run: RunResult, given: int | None, nproc: int) -> tuple[int | 
 
 
 def sharded_caveat(run: RunResult) -> str | None:
-    """What a memory prediction from a one-rank run that shards its state (FSDP) gets wrong,
-    or None: its probe's peak holds FSDP's unsharded buffers. The model takes them out
+    """What a memory prediction from a run that shards its state (FSDP, on one rank or more)
+    gets wrong, or None: its probe's peak holds FSDP's unsharded buffers. The model takes them out
     (``memmodel.gathered_bytes``), but the peak's moment moves with them, and the slope
     between the probed batch sizes is not the activations' (resnet18 at 32 px, 2026-11-29:
-    139 kB per sample under one-rank fsdp, 383 kB alone; its predicted peak of a single run
-    0.97 of that from a single run at the run's batch, 32, and 0.85 at 128; digits_cnn and
-    gpt_tiny 0.99 at 128)."""
+    139 kB per sample under one-rank fsdp, 383 kB alone; a run alone predicted from the
+    fsdp run came out 0.97 of its prediction from a run alone at the fsdp run's batch, 32,
+    and 0.85 at 128; digits_cnn and gpt_tiny 0.99 at 128)."""
     facts = run.metrics.memory_facts
     strategy = (facts.strategy if facts is not None else None) or run.cfg("dist.strategy")
     if not traits_of(str(strategy or "single")).shards_state:
         return None
-    return (f"predicted from a one-rank {strategy} run: its probe's peak moves with FSDP's "
+    world = (facts.world if facts is not None else None) or run.batch.world_size or 1
+    ranks = "one-rank" if world == 1 else f"{world}-rank"
+    return (f"predicted from a {ranks} {strategy} run: its probe's peak moves with FSDP's "
             "unsharded buffers, so its per-sample slope is not the activations' (resnet18: "
             "15% low at 4x its batch); a run of single or ddp predicts memory like for like")
 

@@ -76,6 +76,9 @@ def test_a_one_rank_fsdp_run_is_a_basis_of_last_resort_and_says_why(tmp_path, ca
     assert "caveat: predicted from a one-rank fsdp run" in capsys.readouterr().out
     assert main(["predict", "--from", str(tmp_path / "2"), "--memory"]) == 0
     assert "caveat: predicted from a one-rank fsdp run" in capsys.readouterr().out
+    # from the 2-rank FSDP run, the caveat names its ranks (it said "one-rank" for any)
+    assert main(["predict", "--from", str(tmp_path / "1"), "--memory"]) == 0
+    assert "caveat: predicted from a 2-rank fsdp run" in capsys.readouterr().out
 
 
 def test_check_table_fits_80_columns(tmp_path, capsys, monkeypatch):
