@@ -96,12 +96,13 @@ def test_exposed_comm_is_the_sync_that_no_sync_skips():
     assert Run(FakeStrategy(broken=True)).calibrate()["exposed_s"] == pytest.approx(0.0)
 
 
-def test_blocks_alternate_sync_first_with_a_barrier_before_each():
+def test_blocks_alternate_ending_synchronised_with_a_barrier_before_each():
     """Catches a calibration that runs all sync steps, then all no_sync steps: drift and
-    other load would then land on one mode only."""
+    other load would then land on one mode only; and one that ends under no_sync, which
+    leaves FSDP holding unsynchronised gradients when the memory probe starts."""
     run = Run(FakeStrategy(), steps=3)
     out = run.calibrate()
-    assert run.modes == ["sync", "no_sync"] * 3
+    assert run.modes == ["no_sync", "sync"] * 3
     assert run.parts.strategy.barriers == 6
     assert len(out["samples"]["sync"]) == len(out["samples"]["no_sync"]) == 3
 
