@@ -107,22 +107,28 @@ def device_memory(run: RunResult, given: int | None, nproc: int) -> tuple[int | 
 
 
 def sharded_caveat(run: RunResult) -> str | None:
-    """What a memory prediction from a run that shards its state (FSDP, on one rank or more)
-    gets wrong, or None: its probe's peak holds FSDP's unsharded buffers. The model takes them out
-    (``memmodel.gathered_bytes``), but the peak's moment moves with them, and the slope
-    between the probed batch sizes is not the activations' (resnet18 at 32 px, 2026-11-29:
-    139 kB per sample under one-rank fsdp, 383 kB alone; a run alone predicted from the
-    fsdp run came out 0.97 of its prediction from a run alone at the fsdp run's batch, 32,
-    and 0.85 at 128; digits_cnn and gpt_tiny 0.99 at 128)."""
+    """What a memory prediction from a run that shards its state (FSDP) may get wrong, or
+    None. Its probe's peak holds FSDP's unsharded buffers, which the model takes out
+    (``memmodel.gathered_bytes``); on one rank what is left is FSDP's own slope (resnet18 at
+    32 px, 2026-11-29: 410 kB per sample against 383 kB alone, a run alone predicted 1.00 of
+    the prediction from a run alone at the FSDP run's batch and 1.01 at 4x; digits_cnn
+    1.00, gpt_tiny 0.97-0.99). On two ranks or more the probe also holds gradients waiting
+    for their reduce-scatter, and how many varies from run to run: resnet18 on 2 ranks read
+    11.2 MB more in 4 of 18 probe steps, and from the 2 runs of 6 where that hit its batch, a run
+    alone at 4x its batch came out 1.47 of the prediction from a run alone."""
     facts = run.metrics.memory_facts
     strategy = (facts.strategy if facts is not None else None) or run.cfg("dist.strategy")
     if not traits_of(str(strategy or "single")).shards_state:
         return None
     world = (facts.world if facts is not None else None) or run.batch.world_size or 1
-    ranks = "one-rank" if world == 1 else f"{world}-rank"
-    return (f"predicted from a {ranks} {strategy} run: its probe's peak moves with FSDP's "
-            "unsharded buffers, so its per-sample slope is not the activations' (resnet18: "
-            "15% low at 4x its batch); a run of single or ddp predicts memory like for like")
+    if world == 1:
+        return (f"predicted from a one-rank {strategy} run: its per-sample slope is FSDP's "
+                "(resnet18: 7% over a run alone's, within 2% at 4x its batch); a run of single "
+                "or ddp predicts memory like for like")
+    return (f"predicted from a {world}-rank {strategy} run: its probe's peak also holds "
+            "gradients waiting for their reduce-scatter, as many as the timing leaves, so its "
+            "per-sample slope can be far off (resnet18: 1.47x at 4x its batch in 2 runs of "
+            "6); a one-rank run of single or ddp predicts memory like for like")
 
 
 def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
