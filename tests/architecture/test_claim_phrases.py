@@ -25,11 +25,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("wrap/boot.py", "not resolved"): "a record's null reason for peak FLOP/s ('not "
                                       "resolved: no FLOPs were counted'), a stored value, "
                                       "not a verdict",
-    ("core/metrics.py", "inconclusive"): "Interval.text of an interval too wide to mean "
-                                         "anything; claim.py imports metrics, so metrics "
-                                         "cannot name claim.INCONCLUSIVE without a cycle "
-                                         "(test_interval_text_uses_the_claim_word checks "
-                                         "the word is the claim's)",
+    ("core/intervals.py", "inconclusive"): "Interval.text of an interval too wide to mean "
+                                           "anything; claim.py imports intervals, so "
+                                           "intervals cannot name claim.INCONCLUSIVE without "
+                                           "a cycle (test_interval_text_uses_the_claim_word "
+                                           "checks the word is the claim's)",
     ("measure/compiled.py", "not told apart"): "recompiles a torch without compile ids "
                                                "cannot tell apart: a measurement's note",
 }
@@ -84,7 +84,7 @@ def test_the_claim_module_holds_every_phrase(phrase: str):
 
 def test_interval_text_uses_the_claim_word():
     from scaleprobe.core import claim as CL
-    from scaleprobe.core.metrics import Interval
+    from scaleprobe.core.intervals import Interval
 
     wide = Interval(1.04, 0.03, 39.44, 2, "paired t")
     assert wide.text() == f"{CL.INCONCLUSIVE}: 2 repeats, spread too large"

@@ -2,7 +2,7 @@
 
 Speedup, efficiency, "lost to", a batch step that pays or does not, the fastest batch size,
 "use N loader workers", "slower together", parity, the critical batch, a what-if ceiling: each
-is a ``Claim``, which carries its value, its interval (``metrics.Interval``), the repeats on
+is a ``Claim``, which carries its value, its interval (``intervals.Interval``), the repeats on
 each side, the runs it came from (``Source``: experiment id + point key + repeat, and whether
 the run was measured under load), the pairing, and the rule that decided it. One set of rules
 (``Claim.rule``) and one renderer (``text``, ``markdown``, ``html``, ``to_dict``) live here, so
@@ -10,7 +10,7 @@ the words of a verdict are the same in the terminal, scale.md, sweep.md, the HTM
 the JSON, and no other module writes them (tests/architecture/test_claim_phrases.py checks).
 
 The rules, in order, are docs/VERDICTS.md's ("One claim type"): not measured; inconclusive
-with fewer than ``metrics.MIN_REPEATS_TO_DECIDE`` repeats a side (one repeat cannot see drift
+with fewer than ``intervals.MIN_REPEATS_TO_DECIDE`` repeats a side (one repeat cannot see drift
 between runs: never "within noise"); no interval; not resolved when the interval includes the
 reference, bounds included; else the ``above`` or ``below`` words, or for an equivalence
 (``band``) holds, broken or not resolved.
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaleprobe.core.metrics import (
+from scaleprobe.core.intervals import (
     MAX_REPEATS_SUGGESTED,
     MIN_REPEATS_TO_DECIDE,
     Interval,
