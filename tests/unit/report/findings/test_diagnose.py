@@ -456,16 +456,16 @@ def test_loader_contention_keeps_workers_only_when_the_worker_verdict_is_decided
     headline said "keep 0 worker(s)" - the fewest workers of the pair - with no interval,
     while the worker verdict beside it was inconclusive."""
     from scaleprobe.core.thresholds import DEFAULT
-    from scaleprobe.report.findings import headline
+    from scaleprobe.report.findings import verdicts_settings
     from scaleprobe.report.tables import workers
     from tests.unit.report.factory import typed_module
 
-    H, recommend_workers = typed_module(headline), typed_api(workers.recommend_workers)
+    VS, recommend_workers = typed_module(verdicts_settings), typed_api(workers.recommend_workers)
 
     recs = _repeated_loader_points([0.088, 0.087, 0.090], [624.0, 623.0, 642.0],
                                    [698.0, 786.0, 680.0])
     assert recommend_workers(recs)["workers"] is None  # inconclusive
-    (v,) = H.contention_verdicts(recs, DEFAULT)
+    (v,) = VS.contention_verdicts(recs, DEFAULT)
     assert "keep" not in v.command and "undecided" in v.command, v.command
     assert v.interval.startswith("compute per step 1.77x [1.69, 1.84], 3 repeats")
     assert "no interval" not in v.interval
@@ -475,7 +475,7 @@ def test_loader_contention_keeps_workers_only_when_the_worker_verdict_is_decided
     slow = _repeated_loader_points([0.088, 0.087, 0.090], [624.0, 623.0, 642.0],
                                    [500.0, 505.0, 510.0])
     assert recommend_workers(slow)["workers"] == 0
-    (v,) = H.contention_verdicts(slow, DEFAULT)
+    (v,) = VS.contention_verdicts(slow, DEFAULT)
     assert v.command.startswith("keep 0 worker(s): `scaleprobe run"), v.command
 
 

@@ -6,6 +6,8 @@ import re
 
 from scaleprobe.report import build_report
 from scaleprobe.report.findings import headline as H
+from scaleprobe.report.findings import verdicts_experiments as VE
+from scaleprobe.report.findings import verdicts_settings as VS
 from scaleprobe.report.render.build_report import compose
 from scaleprobe.report.render.doc import Table, Text
 from tests.unit.report.factory import GIB, breakdown, run, with_, write_results
@@ -301,9 +303,9 @@ def test_the_scaling_verdict_speaks_the_claims_words():
                              experiment={**scale_point("sc", 2), "repeat": i})]
         return [typed(r) for r in out]
 
-    (v,) = H.scale_verdicts(recs([(100.0, 160.0)]), DEFAULT)
+    (v,) = VE.scale_verdicts(recs([(100.0, 160.0)]), DEFAULT)
     assert v.claim == "Scaling (sc): inconclusive (1 repeat) against 80% efficiency"
-    (v,) = H.scale_verdicts(recs([(100.0, 150.0), (100.0, 170.0)], loaded=True), DEFAULT)
+    (v,) = VE.scale_verdicts(recs([(100.0, 150.0), (100.0, 170.0)], loaded=True), DEFAULT)
     assert v.claim == "Scaling (sc): not resolved against 80% efficiency"
     assert "measured under load: nproc=1 (repeat 1): 1.60 cores outside" in v.number
 
@@ -318,12 +320,12 @@ def test_worker_and_colocation_verdicts_carry_the_load_caveat():
     busy = next(r for r in recs if r["name"] == "w1r0")
     busy["metrics"]["outside_cpu_cores"] = 1.5
     busy["load"] = {"flag": True, "machine_cores": 4}
-    (v,) = H.worker_verdicts("ld", typed(recs), DEFAULT)
+    (v,) = VS.worker_verdicts("ld", typed(recs), DEFAULT)
     assert v.claim.startswith("Use 1 loader worker(s)")
     assert "measured under load: workers=1 (repeat 1): 1.50 cores outside" in v.number
     co = colocate_record()
     co["jobs"][1]["load_caveat"] = "measured under load: b alone (repeat 1): 1.20 cores outside"
-    v = H.colocate_verdict(typed(co), DEFAULT)
+    v = VE.colocate_verdict(typed(co), DEFAULT)
     assert v.number == ("a: 1.80x (slower together); b: measured under load: b alone (repeat "
                         "1): 1.20 cores outside")
 
