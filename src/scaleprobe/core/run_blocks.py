@@ -57,7 +57,7 @@ class ScriptRun(Record):
 
     target: list[str] | None = None  # the command line after ``wrap --``
     exit_code: int | None = None
-    loader: dict[str, Any] | None = None  # the training DataLoader (wrap/hooks.py facts)
+    loader: dict[str, Any] | None = None  # the training DataLoader (wrap/loaderlog.py facts)
     stopped_after: int | None = None  # steps, when --steps ended the script early
     sampler_note: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -47,7 +47,7 @@ class ScriptFacts(Record):
 
     exit_code: int | None = None  # as scaleprobe reports it (130: interrupted)
     optimizer_steps: int | None = None  # optimizer.step() calls seen
-    loader: dict[str, Any] | None = None  # the training DataLoader (hooks.LoaderLog.facts)
+    loader: dict[str, Any] | None = None  # the training DataLoader (loaderlog.LoaderLog.facts)
     indices_seen: bool | None = None  # every epoch's sample indices were seen (the audit)
     stopped_after: int | None = None  # wrap --steps stopped it after these timed steps
     error: str | None = None  # its own error line

@@ -1,6 +1,7 @@
 """What ``scaleprobe wrap`` sees inside a user's script, through PyTorch's public hooks and two
 small patches on the DataLoader's iterator (its ``__next__``, and the sampler's
-``_next_index`` for the indices a rank read), installed before the script's first line.
+``_next_index`` for the indices a rank read: ``patches.py``), installed before the script's
+first line; what each loader handed out is kept as ``loaderlog.py`` records it.
 
 A step is one call of the optimizer that stepped first, cut on ``perf_counter`` into phases
 that add up to it exactly (data, forward, optimizer, h2d, backward, and comm under DDP on the
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.measure.monitor import note_file_rss
 from scaleprobe.wrap.capture import CallCounts, compiled_frames, compiling, not_frames
+from scaleprobe.wrap.loaderlog import Epoch, LoaderLog, batch_len, ints, sampler_name, token_len
+from scaleprobe.wrap.patches import patch_backward, patch_loader
 
 STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 FLOPS_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the script's last warm-up step "
@@ -41,89 +44,6 @@ _compiling = _never
 class StopScript(BaseException):  # noqa: N818  (not an error: the requested end of a script)
     """Raised from the optimizer's post hook after ``--steps`` timed steps; a BaseException, so
     the script's own ``except Exception`` does not swallow it."""
-
-
-@dataclass
-class Epoch:
-    dispatched: list[list[int] | None] = field(default_factory=list)  # per batch handed out
-    consumed: int = 0  # batches the loop took
-    complete: bool = False  # the iterator ran out
-
-    def indices(self) -> list[int] | None:
-        got = self.dispatched[:self.consumed]
-        if any(b is None for b in got):
-            return None
-        out = [i for b in got for i in b or []]
-        return out if all(isinstance(i, int) for i in out) else None  # numpy ints: not seen
-
-
-@dataclass
-class LoaderLog:
-    """One DataLoader: its sampler's class, dataset size, and what each epoch handed out."""
-
-    sampler: str
-    dataset_len: int | None
-    batch_size: int | None
-    workers: int
-    owner: Any = None  # the loader's index sampler (keeps its id from being reused)
-    epochs: list[Epoch] = field(default_factory=list)
-    batches: int = 0
-
-    def facts(self) -> dict[str, Any]:
-        return {"sampler": self.sampler, "dataset_len": self.dataset_len,
-                "batch_size": self.batch_size, "workers": self.workers,
-                "epochs_started": len(self.epochs), "batches": self.batches}
-
-
-def _ints(idx: Any) -> list[int] | None:
-    """A batch's indices as handed out (a list or tuple kept as a list: checked to be whole
-    numbers once, in ``Epoch.indices``, not on every batch), an int as a list of one."""
-    if isinstance(idx, (list, tuple)):
-        return list(idx)
-    if isinstance(idx, int):
-        return [idx]
-    return None
-
-
-def _first_tensor(batch: Any) -> Any:
-    """A batch's first tensor (breadth first through dicts, lists and tuples), or None."""
-    stack = [batch]
-    while stack:
-        b = stack.pop(0)
-        shape = getattr(b, "shape", None)
-        if shape is not None and len(shape) > 0:
-            return b
-        if isinstance(b, dict):
-            stack.extend(b.values())
-        elif isinstance(b, (list, tuple)):
-            stack.extend(b)
-    return None
-
-
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor."""
-    b = _first_tensor(batch)
-    return 0 if b is None else int(b.shape[0])
-
-
-def token_len(batch: Any) -> int | None:
-    """Tokens per sample when a batch is token ids: its first tensor holds integers in two
-    dimensions ``[B, T]`` (an LM script's inputs); None for anything else (images, features,
-    class labels first)."""
-    b = _first_tensor(batch)
-    if b is None:
-        return None
-    dtype = getattr(b, "dtype", None)
-    floating = getattr(dtype, "is_floating_point", True)
-    integer = not floating and not getattr(dtype, "is_complex", False) and \
-        str(dtype) != "torch.bool"
-    return int(b.shape[1]) if integer and len(b.shape) == 2 else None
-
-
-def _sampler_name(loader: Any) -> str:
-    bs = getattr(loader, "batch_sampler", None)
-    s = getattr(bs, "sampler", None) if bs is not None else getattr(loader, "sampler", None)
-    return type(s if s is not None else bs).__name__
 
 
 class Recorder:
@@ -429,14 +349,14 @@ class Recorder:
                 n = len(it._dataset)
             except (TypeError, AttributeError, NotImplementedError):
                 n = None
-            log = LoaderLog(sampler=_sampler_name(loader) if loader is not None else "?",
+            log = LoaderLog(sampler=sampler_name(loader) if loader is not None else "?",
                             dataset_len=n, batch_size=getattr(loader, "batch_size", None),
                             workers=int(getattr(it, "_num_workers", 0) or 0), owner=owner)
             self.loaders[id(owner)] = log
         return log
 
     def next_index(self, it: Any, idx: Any) -> None:
-        self._epoch(it).dispatched.append(_ints(idx))
+        self._epoch(it).dispatched.append(ints(idx))
 
     def consumed(self, it: Any, batch: Any, waited: float = 0.0) -> None:
         self.data_seen = True
@@ -450,7 +370,7 @@ class Recorder:
             log.batches += 1
             if ep is not None and ep.consumed == 1:  # a loader prefetches none across epochs
                 self._step_starts[id(log)] = waited + (getattr(it, "_sp_iter_s", 0.0) or 0.0)
-        self._step_samples += n or _batch_len(batch)
+        self._step_samples += n or batch_len(batch)
         if not self._tokens_read:  # once: the first batch says what the batches hold
             self._tokens_read = True
             self.tokens_per_sample = token_len(batch)
@@ -477,9 +397,9 @@ class Recorder:
                         mm.register_module_forward_hook(self.fwd_post)]
         self._handles = [*self._global, oo.register_optimizer_step_pre_hook(self.opt_pre),
                          oo.register_optimizer_step_post_hook(self.opt_post)]
-        _patch_loader(dl, self)
+        patch_loader(dl, self)
         if loss:
-            _patch_backward(self)
+            patch_backward(self)
         return self
 
     def train_loader(self) -> LoaderLog | None:
@@ -501,65 +421,3 @@ class _State:
     step: int
     losses: list[Any]
     samples: int
-
-
-def _patch_backward(rec: Recorder) -> None:
-    """Keep the scalar each ``loss.backward()`` starts from (detached: no graph is held), for
-    the TensorBoard loss; nothing else changes."""
-    import torch  # heavy: torch: loaded when the hooks go in, in the script's own process
-
-    original = torch.Tensor.backward
-    if getattr(original, "_scaleprobe", False):
-        return
-
-    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.numel() == 1:
-            rec.last_loss = self.detach()
-        return original(self, *args, **kwargs)
-
-    backward._scaleprobe = True  # type: ignore[attr-defined]
-    torch.Tensor.backward = backward  # type: ignore[method-assign]
-
-
-def _patch_loader(dl: Any, rec: Recorder) -> None:
-    base, loader_cls = dl._BaseDataLoaderIter, dl.DataLoader
-    orig_next, orig_index, orig_iter = base.__next__, base._next_index, loader_cls.__iter__
-
-    def __next__(it: Any) -> Any:
-        t0 = time.perf_counter()
-        rec._in_data += 1
-        try:
-            batch = orig_next(it)
-        except StopIteration:
-            rec.exhausted(it)
-            raise
-        finally:
-            rec._in_data -= 1
-            t1 = time.perf_counter()
-            rec._data(t0, t1)
-        rec.consumed(it, batch, t1 - t0)
-        return batch
-
-    def _next_index(it: Any) -> Any:
-        idx = orig_index(it)  # StopIteration at the end of the epoch
-        rec.next_index(it, idx)
-        return idx
-
-    def __iter__(loader: Any) -> Any:
-        t0 = time.perf_counter()
-        rec._in_data += 1
-        rec._pending_loader = loader  # its workers take their first indices in the iterator
-        try:
-            it = orig_iter(loader)
-        finally:
-            rec._in_data -= 1
-            rec._pending_loader = None
-            rec._data(t0, time.perf_counter())
-        try:
-            it._sp_loader = loader
-            it._sp_iter_s = time.perf_counter() - t0  # the epoch's start: part of its wait
-        except AttributeError:  # a loader subclass with its own iterator type
-            pass
-        return it
-
-    base.__next__, base._next_index, loader_cls.__iter__ = __next__, _next_index, __iter__

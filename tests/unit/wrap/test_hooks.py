@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from scaleprobe.wrap import hooks as H
+from scaleprobe.wrap.loaderlog import token_len
 
 
 @pytest.fixture
@@ -300,13 +301,13 @@ def test_a_compiled_optimizer_step_compiles_as_it_does_bare(recorder):
 
 def test_token_id_batches_give_tokens_per_sample_and_nothing_else_does():
     ids = torch.randint(0, 50, (4, 16))
-    assert H.token_len((ids, ids)) == 16  # (inputs, targets) of an LM script
-    assert H.token_len({"input_ids": ids}) == 16
-    assert H.token_len((torch.randn(4, 3, 8, 8), torch.randint(0, 3, (4,)))) is None  # images
-    assert H.token_len((torch.randn(4, 16), ids)) is None  # float features first
-    assert H.token_len((torch.randint(0, 3, (4,)),)) is None  # labels: one dimension
-    assert H.token_len(torch.zeros(4, 16, dtype=torch.bool)) is None
-    assert H.token_len([]) is None
+    assert token_len((ids, ids)) == 16  # (inputs, targets) of an LM script
+    assert token_len({"input_ids": ids}) == 16
+    assert token_len((torch.randn(4, 3, 8, 8), torch.randint(0, 3, (4,)))) is None  # images
+    assert token_len((torch.randn(4, 16), ids)) is None  # float features first
+    assert token_len((torch.randint(0, 3, (4,)),)) is None  # labels: one dimension
+    assert token_len(torch.zeros(4, 16, dtype=torch.bool)) is None
+    assert token_len([]) is None
 
 
 def test_a_loop_over_token_batches_records_its_tokens_per_sample(recorder):
