@@ -33,6 +33,7 @@ from scaleprobe.launch import fresh_launcher
 from scaleprobe.measure.env import die_with_parent
 from scaleprobe.measure.outside import WINDOW_GATE_ENV, note_companion_end, wait_at_gate
 from scaleprobe.run.failure import exit_code
+from scaleprobe.train.window_gate import set_window_gate
 
 INTERRUPTED = "interrupted by the user (Ctrl+C)"
 
@@ -140,11 +141,9 @@ def _barrier(cfg: Any, barrier: dict[str, str]) -> bool:
     let a fast job's window pass half alone in a 1-second window), in this process when the
     training runs here, else in the launched ranks of the built-in loop (told by
     ``WINDOW_GATE_ENV``); a script's ranks wait here, after the imports. True when the
-    engine's gate was set (the caller clears it, however the run ends)."""
+    loop's window gate was set (the caller clears it, however the run ends)."""
     if _trains_here(cfg):
-        from scaleprobe.train import engine  # heavy: torch
-
-        engine.set_window_gate(lambda stopping: wait_at_gate(barrier, stopping))
+        set_window_gate(lambda stopping: wait_at_gate(barrier, stopping))
         return True
     if cfg.script.path is None:
         os.environ[WINDOW_GATE_ENV] = json.dumps(barrier)
@@ -180,9 +179,7 @@ def run_point(payload: PointPayload) -> int:
         return 1
     finally:
         if gated:  # a run that ended before its first timed step never passed it
-            from scaleprobe.train import engine  # heavy: torch
-
-            engine.set_window_gate(None)
+            set_window_gate(None)
     print(f"point {exp.point}: {result.status}"
           + (f" ({result.error})" if result.error else ""))
     return exit_code(result.status)

@@ -7,11 +7,9 @@ returns this rank's raw record; the run driver (``run/driver.py``) turns the rec
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,36 +17,30 @@ import torch
 import torch.distributed as dist
 
 from scaleprobe.config.sections import RunConfig
-from scaleprobe.core.rank_record import EvalFigures, RankComm, RankMem, RankObserved, RankRecord
-from scaleprobe.core.run_metrics import MemoryFacts, Peak
+from scaleprobe.core.rank_record import EvalFigures, RankComm, RankObserved, RankRecord
+from scaleprobe.core.run_metrics import Peak
 from scaleprobe.features.interrupt import (
     STOP_KEY,
     StopRequest,
-    peers_across_hosts,
     stop_step_of,
     stop_value,
 )
-from scaleprobe.features.target import TargetWatch, parse_target
-from scaleprobe.measure.compiled import CompileWatch
-from scaleprobe.measure.fakeflops import step_flops
 from scaleprobe.measure.flops import resolve_peak
-from scaleprobe.measure.gns_probe import half_steps, samples_of
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
 from scaleprobe.measure.memprobe import machine_memory_passes
-from scaleprobe.measure.memstate import model_facts, probe_steps
-from scaleprobe.measure.monitor import host_mem_record, note_file_rss
+from scaleprobe.measure.monitor import note_file_rss
 from scaleprobe.measure.observers import build_observers
-from scaleprobe.measure.outside import gate_from_env, say_ready, wait_at_gate
 from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.protocols import Serves, Strategy
-from scaleprobe.strategies.fsdp import shard_units
-from scaleprobe.train.calibrate import _sync, calibrate_comm, measure_transfer
+from scaleprobe.train.calibrate import calibrate_comm, measure_transfer
 from scaleprobe.train.eager import eager_passes
 from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
+from scaleprobe.train.rankrecord import memory_facts, rank_record
 from scaleprobe.train.stopping import loop_end_reason, stop_reason
-from scaleprobe.train.timed_steps import TimerSteps
+from scaleprobe.train.watchers import beat_with, watchers
+from scaleprobe.train.window_gate import pass_window_gate, server_ready
 
 
 class _NullTimer:
@@ -58,38 +50,6 @@ class _NullTimer:
 
 
 NULL_TIMER = _NullTimer()
-
-# Called once, just before the first timed step (then cleared), with a function that says
-# whether the run was asked to stop: co-located jobs wait there for each other, so their timed
-# windows start together whatever their set-up and warm-up took (``experiments.point``); a
-# stop request ends the wait (the loop then stops at its next step). None: the window starts
-# when the warm-up ends.
-_window_gate: Callable[[Callable[[], bool]], None] | None = None
-
-
-def set_window_gate(gate: Callable[[Callable[[], bool]], None] | None) -> None:
-    global _window_gate
-    _window_gate = gate
-
-
-def _pass_window_gate(stopping: Callable[[], bool]) -> None:
-    """Wait, once, at the gate of runs measured together: the one set in this process, else
-    the one a launched rank was told of (measure/outside.py)."""
-    global _window_gate
-    gate, _window_gate = _window_gate, None
-    told = gate_from_env()
-    if gate is not None:
-        gate(stopping)
-    elif told is not None:
-        wait_at_gate(told, stopping)
-
-
-def _server_ready() -> None:
-    """A parameter server's rank takes no timed step: at a launched job's gate it says it is
-    ready at once (its job is ready once every rank is), and serves."""
-    told = gate_from_env()
-    if told is not None:
-        say_ready(told)
 
 
 def _set_lr(p: Parts, step: int) -> None:
@@ -254,7 +214,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
         while True:
             timing = st.step >= warm
             if timing and st.window_t0 is None:
-                _pass_window_gate(lambda: stop.requested)
+                pass_window_gate(lambda: stop.requested)
                 st.window_t0 = time.perf_counter()
                 st.clock_t0 = clock()
             tm = timers[0] if timing else timers[1]
@@ -329,99 +289,6 @@ def _target_eval(p: Parts, st: LoopState) -> bool:
     return stop
 
 
-def _watch(p: Parts) -> Any:
-    """The --target watch, or None."""
-    if p.cfg.train.target is None:
-        return None
-
-    try:
-        per_epoch = len(p.loader)
-    except TypeError:
-        per_epoch = None
-    return TargetWatch(parse_target(p.cfg.train.target), p.cfg.train.eval_every,
-                       sync=lambda: _sync(p.device), steps_per_epoch=per_epoch)
-
-
-def _memory(device: torch.device) -> dict[str, Any]:
-    if device.type != "cuda":
-        return {"device_allocated": None, "device_reserved": None}
-    return {"device_allocated": int(torch.cuda.max_memory_allocated(device)),
-            "device_reserved": int(torch.cuda.max_memory_reserved(device))}
-
-
-def _memory_facts(p: Parts, st: LoopState, strategy: Strategy) -> MemoryFacts | None:
-    """What a memory prediction reads (measure/memstate.py), as ``MemoryFacts``: one untimed
-    step per batch size on the last batch, after the window (every rank of the strategy runs
-    it, so collectives match). None on a parameter server's rank; the probe's fields null
-    with the reason where the strategy's step has phases of its own (ps, local SGD)."""
-    if strategy.is_server:
-        return None
-    model = strategy.unwrap(p.model)
-    facts: dict[str, Any] = {**model_facts(model, p.optimizer, shard_units),
-                             "strategy": p.cfg.dist.strategy, "world": strategy.world,
-                             "reasons": {}}
-    if facts.pop("largest_unit_reason", None):
-        facts["reasons"]["largest_unit_bytes"] = "FSDP's unit rule could not split the model"
-    if strategy.explicit_comm:
-        facts["reasons"]["fwd_bwd_peak_bytes"] = ("not probed: the strategy's step has "
-                                                  "communication phases of its own")
-    elif st.last_batch is None:
-        facts["reasons"]["fwd_bwd_peak_bytes"] = "no step ran"
-    else:
-        probed = probe_steps(p, st.last_batch)
-        facts["reasons"].update(probed.pop("reasons", {}))
-        facts.update(probed)
-    return MemoryFacts.from_dict(facts)
-
-
-def _held(held: dict[str, int] | None) -> dict[str, int | None]:
-    """The state bytes read on the warm-up step (measure/held.py), as ``RankMem`` fields."""
-    h = held or {}
-    return {"params_bytes": h.get("params"), "grads_bytes": h.get("grads"),
-            "optimizer_bytes": h.get("optimizer")}
-
-
-def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: RankComm | None,
-                eval_metrics: EvalFigures) -> RankRecord:
-    """This rank's record, as it travels (the launcher's pickled return values) to
-    ``assemble.build_result``."""
-    losses = [float(v) for v in (st.losses[0], st.losses[-1])] if st.losses else [None, None]
-    return RankRecord(
-        rank=p.strategy.rank,
-        is_server=p.strategy.is_server,  # serves parameters, takes no batch (ps rank 0)
-        host=socket.gethostname(),
-        device=str(p.device),
-        threads=torch.get_num_threads(),  # this rank's compute threads (cores / local world)
-        steps_done=st.step,
-        steps_timed=st.timed,
-        step_times_s=timer.step_times(),
-        phase_times_s=timer.phase_times(),
-        phases_unseen=p.strategy.phases_unseen(),
-        window_s=(st.window_t1 - st.window_t0 - st.paused_s)
-        if st.window_t0 and st.window_t1 is not None else None,
-        clock_window=(st.clock_t0, st.clock_t1),
-        epochs_complete=st.epochs_complete,
-        epoch_wall_s=st.epoch_wall_s,
-        epoch_start_steps=st.epoch_starts,
-        samples_per_step=p.per_process_batch,
-        towers=p.strategy.towers,  # devices this process feeds (dp: all)
-        indices=[torch.cat(e).tolist() if e else [] for e in st.epoch_idx],
-        loss_first=losses[0],
-        loss_last=losses[-1],
-        loss_finite=all(math.isfinite(v) for v in losses if v is not None),
-        bad_samples=st.bad,
-        comm=comm,
-        eval=eval_metrics,
-        mem=RankMem.from_dict({**host_mem_record(p.host_baseline), **_memory(p.device),
-                               **_held(p.held)}),
-        info=p.info,
-        strategy_metrics=p.strategy.extra_metrics(),
-        target=p.watch.record() if p.watch is not None and p.watch.points else None,
-        gns=samples_of(p),
-        stop_reason=st.stop_reason,
-    )
-
-
 def _peak(device: torch.device, amp: str) -> tuple[Peak | None, str | None]:
     """(this device's peak FLOP/s for the run's dtype (measure/flops.py), None), or (None,
     why not): a peak that cannot be had never fails the run. Resolved before the model
@@ -435,27 +302,6 @@ def _peak(device: torch.device, amp: str) -> tuple[Peak | None, str | None]:
             torch.cuda.empty_cache()
 
 
-def _beat_with(beat: Heartbeat, p: Parts, timer: StepTimer, stop: StopRequest,
-               compiles: Any) -> None:
-    """The heartbeat from training on: the rank's timed steps (kept if it dies), compiling
-    counted as progress, and a signal sent to this rank alone told to its peers, which stop
-    with it at the step they agree on (a parameter server's workers each end on their own)."""
-    s = p.strategy
-    if not s.is_server:
-        beat.keep_steps(TimerSteps(timer, p))
-    beat.busy = lambda: compiles.compiling
-    if s.distributed and not s.traits.has_server:
-        stop.tell_peers, stop.peers = beat.asked_to_stop, beat.peer_stop
-        beat.watch_peers()
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", s.world))
-        if local < s.world:  # ranks on other hosts see no heartbeat of this one: the store
-            stop.peers = peers_across_hosts(beat.peer_stop,
-                                            dist.distributed_c10d._get_default_store())
-            first = s.rank - int(os.environ.get("LOCAL_RANK", 0))
-            stop.local_ranks = set(range(first, first + local))
-    beat.set_state("serving" if s.is_server else "training")
-
-
 def _agree_interrupted(strategy: Strategy, mine: bool) -> bool:
     """Whether any rank was interrupted: every rank then skips the collectives after training
     (calibration, transfer) together. One all-reduce after the timed window."""
@@ -465,17 +311,6 @@ def _agree_interrupted(strategy: Strategy, mine: bool) -> bool:
     t = torch.tensor([1.0 if mine else 0.0], device=strategy.coll_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item() > 0)
-
-
-def _watchers(p: Parts) -> Any:
-    """What watches a training rank's steps (FLOPs, --target, the noise scale's half
-    steps), and torch.compile's compilations on every rank (a no-op without compile)."""
-    if not p.strategy.is_server:
-        p.flops = step_flops(p.cfg.model.compile, p.cfg.train.warmup_steps, p.strategy.towers)
-        p.watch = _watch(p)
-        p.gns = half_steps(p)
-
-    return CompileWatch().install()
 
 
 def _after_window(cfg: RunConfig, p: Parts, st: LoopState, strategy: Strategy, stop: StopRequest,
@@ -521,15 +356,15 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     p = setup(cfg, device, strategy)
-    compiles = _watchers(p)
+    compiles = watchers(p)
     timer = StepTimer(device.type)
     observed: dict[str, Any] = {}
     stop.deferring = True
     if beat is not None:
-        _beat_with(beat, p, timer, stop, compiles)
+        beat_with(beat, p, timer, stop, compiles)
     if strategy.is_server:
         assert isinstance(strategy, Serves)
-        _server_ready()
+        server_ready()
         strategy.serve(p.optimizer)  # until every worker is done, interrupted or not
         st = LoopState()
     else:
@@ -555,7 +390,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     if strategy.world == 1 and not interrupted:  # what the step model prices copies with
         rec.memory_pass = machine_memory_passes()
     if not interrupted and cfg.measure.memory_probe:  # after rank_record: resets CUDA's peaks
-        rec.memory_facts = _memory_facts(p, st, strategy)
+        rec.memory_facts = memory_facts(p, st, strategy)
     rec.observed = RankObserved.from_dict(observed)
     rec.flops = p.flops.result() if p.flops else None
     if rec.flops is not None and peak is not None:

@@ -18,7 +18,7 @@ PHASES = ("data", "h2d", "forward", "backward", "optimizer", "comm")
 def raw(rank: int, step_s: float | None = 0.1, *, batch: int = 4, steps: int = 10,
         indices: list[list[int]] | None = None, peak: int = 900 * MIB,
         baseline: int | None = 750 * MIB, file_growth: int | None = None) -> dict[str, Any]:
-    """One rank's raw record (engine.rank_record); ``step_s=None`` is a rank that took no
+    """One rank's raw record (rankrecord.rank_record); ``step_s=None`` is a rank that took no
     batch (a parameter server)."""
     times = [step_s] * steps if step_s else []
     return {

@@ -13,6 +13,7 @@ from scaleprobe.config import runconfig as C
 from scaleprobe.config.sections import RunConfig
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.train import engine
+from scaleprobe.train.window_gate import pass_window_gate, server_ready, set_window_gate
 from tests.unit.train.test_engine_phases import _parts
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,11 +40,11 @@ def test_the_window_gate_opens_the_timed_window_once(monkeypatch):
         calls.append(time.perf_counter())
         time.sleep(0.3)
 
-    engine.set_window_gate(gate)
+    set_window_gate(gate)
     try:
         st, timer = _loop(C.build({"steps": 3, "warmup_steps": 2, "progress": False}))
     finally:
-        engine.set_window_gate(None)
+        set_window_gate(None)
     assert len(calls) == 1
     assert st.window_t0 - calls[0] >= 0.3  # the window opened after the wait
     assert st.step == 5 and st.timed == 3
@@ -138,7 +139,7 @@ def test_a_parameter_servers_rank_says_it_is_ready_without_waiting(tmp_path, mon
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     t0 = time.monotonic()
-    engine._server_ready()
+    server_ready()
     assert time.monotonic() - t0 < 1.0 and not go.exists()
     assert (tmp_path / "job.ready.rank0").exists() and ready.exists()
 
@@ -192,15 +193,14 @@ def test_a_launched_rank_waits_at_the_gate_it_was_told_of_once(tmp_path, monkeyp
     import threading
 
     from scaleprobe.measure.outside import WINDOW_GATE_ENV
-    from scaleprobe.train import engine
 
     gate = {"ready": str(tmp_path / "r.ready"), "go": str(tmp_path / "go")}
     monkeypatch.setenv(WINDOW_GATE_ENV, json.dumps(gate))
     threading.Timer(0.2, (tmp_path / "go").touch).start()
     t0 = time.monotonic()
-    engine._pass_window_gate(lambda: False)
+    pass_window_gate(lambda: False)
     assert 0.15 < time.monotonic() - t0 < 2.0 and (tmp_path / "r.ready").exists()
     assert WINDOW_GATE_ENV not in os.environ
     (tmp_path / "r.ready").unlink()
-    engine._pass_window_gate(lambda: False)
+    pass_window_gate(lambda: False)
     assert not (tmp_path / "r.ready").exists()
