@@ -32,7 +32,7 @@ from scaleprobe.experiments.executor import (
 )
 from scaleprobe.features.links import MMAP_BYTES
 from scaleprobe.launch import Job, run_workers
-from scaleprobe.launch.rankwatch import WorkerFailure
+from scaleprobe.launch.failures import WorkerFailure
 from scaleprobe.measure.comm.bench import (
     DEFAULT_OPS,
     DEFAULT_SIZES,

@@ -50,12 +50,12 @@ from scaleprobe.config.sections import DistConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.features.interrupt import Interrupted, signal_name
 from scaleprobe.launch import guard
+from scaleprobe.launch.failures import WorkerFailure
 from scaleprobe.launch.rankwatch import (
     INTERRUPT_GRACE_S,
     STOP_CEILING_S,
     STOP_STEPS,
     RankWatch,
-    WorkerFailure,
 )
 from scaleprobe.measure.env import gpu_machine
 

@@ -1,9 +1,10 @@
 """Watching a launched job's ranks (``RankWatch``): which rank failed or died first, how it
 ended, which one had stopped making progress (a hung rank, while the one that raised only
 waited for it), and killing every rank left, with its loader workers, at once; after a stop
-signal, the grace the ranks get to stop together. Also the job's failure (``WorkerFailure``;
-the error lines themselves are ``launch/lines.py``'s). ``launch.run_workers`` runs the job
-under a watch."""
+signal, the grace the ranks get to stop together. It names the job's failure as a
+``WorkerFailure`` (``launch/failures.py``; the error lines themselves are ``launch/lines.py``'s)
+and, on exit, kills what the job left running (``launch/strays.py``). ``launch.run_workers``
+runs the job under a watch."""
 
 from __future__ import annotations
 
@@ -19,10 +20,18 @@ from typing import Any
 import psutil
 
 from scaleprobe.features.interrupt import Interrupted
-from scaleprobe.launch.lines import last_meaningful_line, plain_error, signal_name_of, waited_text
+from scaleprobe.launch.failures import (
+    DIED_UNREAD,
+    WorkerFailure,
+    exit_text,
+    failure_line,
+    first_failure,
+    how_child_ended,
+)
+from scaleprobe.launch.lines import plain_error, signal_name_of, waited_text
+from scaleprobe.launch.strays import is_alive, kill_strays
 from scaleprobe.measure.heartbeat import (
     Beat,
-    RankError,
     find_stalled,
     read_beats,
     read_error,
@@ -54,96 +63,6 @@ MIN_STALL_S = 2.0
 # (importing, preparing data), not stalled. An idle rank's own threads (the heartbeat's beat
 # every 0.5 s) use well under a millisecond a second
 CPU_MOVED_S = 0.05
-# a rank that ended without an error of its own, whose exit status was collected before the
-# watch could read it (it is woken by the death where the platform has pidfds)
-DIED_UNREAD = ("died without an error of its own (killed by a signal, most likely; its "
-               "exit status was collected before it could be read)")
-
-
-class WorkerFailure(RuntimeError):
-    """A worker process raised or died. ``rank`` is the global rank to blame: the first that
-    failed, or the one that had stopped making progress before it (``RankWatch.failure``)."""
-
-    def __init__(self, rank: int, message: str, exitcode: int | None = None,
-                 error: RankError | None = None) -> None:
-        super().__init__(f"rank {rank} failed: {message}")
-        self.rank = rank
-        self.message = message
-        self.exitcode = exitcode
-        self.error = error  # the rank's own record of it, where it wrote one
-
-def _first_failure(err: Exception) -> WorkerFailure:
-    """The launcher's first failure, by its timestamps (whole seconds), then rank."""
-    failures = getattr(err, "failures", None) or {}
-    if not failures:
-        return WorkerFailure(-1, str(err).strip().splitlines()[-1] if str(err) else repr(err))
-    rank, fail = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
-    return WorkerFailure(rank, _failure_line(fail), fail.exitcode)
-
-
-def _failure_line(fail: Any) -> str:
-    msg = str(getattr(fail, "message", "") or "")
-    if isinstance(getattr(fail, "error_file_data", None), dict):
-        m = fail.error_file_data.get("message", {})
-        if isinstance(m, dict):
-            msg = m.get("message", msg)
-    if fail.exitcode is not None and fail.exitcode < 0:
-        return _exit_text(fail.exitcode)
-    return last_meaningful_line(msg) or _exit_text(fail.exitcode)
-
-
-def _exit_text(exitcode: int | None) -> str:
-    """A rank's end as the job's error names it; negative: the signal that killed it."""
-    if exitcode is not None and exitcode < 0:
-        return f"killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
-
-
-def _how_child_ended(pid: int) -> str | None:
-    """How a child process of this one that has ended did ("killed by signal 9", "exited with
-    code 1"), read without reaping it (``WNOWAIT``: the launcher still collects it); None
-    when it is not this process's child, has not ended, or the platform cannot tell."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except (OSError, AttributeError):
-        return None
-    if info is None:
-        return None
-    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
-        return _exit_text(-info.si_status)
-    if info.si_code == os.CLD_EXITED:
-        return _exit_text(info.si_status)
-    return None
-
-
-def _alive(proc: Any) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def kill_strays(since: float, spare: set[int | None] | None = None) -> list[int]:
-    """SIGKILL every process this one started (and theirs) since ``since`` that still runs
-    once the job is over: ranks that had not written a heartbeat yet (a Ctrl+C while 64 ranks
-    were still being started or importing torch left them running for minutes, waiting for a
-    rendezvous that was gone) and their children. Multiprocessing's resource tracker, shared
-    by whatever else this process starts, is left alone. Returns the pids killed."""
-    killed: list[int] = []
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return killed
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            if child.create_time() < since - 1.0 or not _alive(child):
-                continue
-            if child.pid in (spare or set()) or any("resource_tracker" in part
-                                                    for part in child.cmdline()):
-                continue
-            child.kill()
-            killed.append(child.pid)
-    return killed
 
 
 class RankWatch:
@@ -260,7 +179,7 @@ class RankWatch:
                 if proc is not None:
                     self._follow(rank, proc.pid)
             proc = self.procs[rank]
-            alive = proc is not None and _alive(proc)
+            alive = proc is not None and is_alive(proc)
             if not alive:
                 self._unfollow(rank)
             if alive:
@@ -276,7 +195,7 @@ class RankWatch:
                 elif final.state != "done":  # killed: alive at its last beat and move
                     ended.append((max(final.beat_wall, final.progress_wall), rank, False))
                     if proc is not None and rank not in self.exits:
-                        how = _how_child_ended(proc.pid)
+                        how = how_child_ended(proc.pid)
                         if how is not None:
                             self.exits[rank] = how
         if self.first is None and ended:
@@ -383,7 +302,7 @@ class RankWatch:
         own, a lock, a child). One still importing, downloading or preparing data uses the
         CPU; one waiting in a collective for such a peer is left alone with it."""
         live = {r: b for r, b in beats.items() if self.procs.get(r) is not None
-                and _alive(self.procs[r])}
+                and is_alive(self.procs[r])}
         if not live or any(b.state not in ("setup", "training") for b in live.values()):
             return
         idle: dict[int, float] = {}
@@ -435,10 +354,10 @@ class RankWatch:
     def _kill_all(self) -> None:
         for rank, members in self.family.items():
             leader = getattr(self.procs.get(rank), "pid", None)
-            if self.procs.get(rank) is not None and _alive(self.procs[rank]):
+            if self.procs.get(rank) is not None and is_alive(self.procs[rank]):
                 self.killed.add(rank)
             for proc in members.values():
-                if not _alive(proc):
+                if not is_alive(proc):
                     continue
                 with contextlib.suppress(OSError):
                     if os.getpgid(proc.pid) == leader:  # the rank's group (env.own_process_group sets it)
@@ -480,7 +399,7 @@ class RankWatch:
         hook for a SIGKILL of rank 1."""
         if found.rank < 0 or read_error(self.run_dir or "", found.rank) is None:
             return found
-        sigkill = _exit_text(-signal.SIGKILL)
+        sigkill = exit_text(-signal.SIGKILL)
         killed = [r for r, how in sorted(self.exits.items())
                   if how == sigkill and r not in self.killed and r != found.rank]
         if len(killed) != 1:
@@ -489,7 +408,7 @@ class RankWatch:
                                         f"{plain_error(found.message)}", -signal.SIGKILL)
 
     def _failure(self, err: Exception) -> WorkerFailure:
-        agent = self._own_line(_first_failure(err))
+        agent = self._own_line(first_failure(err))
         if self.first is None:
             return agent
         rank, at, raised = self.first
@@ -509,7 +428,7 @@ class RankWatch:
         if line is None:
             # the launcher may not list a rank it has not seen end: a loader worker forked
             # from it holds the pipe the launcher waits on until the worker ends too
-            line = (_failure_line(fail) if fail is not None else self.exits.get(rank) or
+            line = (failure_line(fail) if fail is not None else self.exits.get(rank) or
                     (agent.message if agent.rank == rank else DIED_UNREAD))
         first = WorkerFailure(rank, line, None if raised or fail is None else fail.exitcode,
                               error=own)

@@ -23,7 +23,7 @@ from scaleprobe.core.rank_record import RankRecord
 from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.core.run_blocks import RunEnv
 from scaleprobe.features.interrupt import Interrupted, describe, sigterm_interrupts
-from scaleprobe.launch.rankwatch import WorkerFailure
+from scaleprobe.launch.failures import WorkerFailure
 from scaleprobe.measure import env as envmod
 from scaleprobe.measure.monitor import Monitor
 from scaleprobe.measure.steplog import discard as discard_step_logs

@@ -38,7 +38,7 @@ def test_a_launched_ranks_user_error_is_exit_2(tmp_path, user_error):
     as the same one-line error, exit 2 (it was recorded as a failed run, exit 1, "rank 1:
     scaleprobe.core.errors.ConfigError: ..."); a rank's other error stays the run's failure."""
     from scaleprobe.core.errors import DataError
-    from scaleprobe.launch.rankwatch import WorkerFailure
+    from scaleprobe.launch.failures import WorkerFailure
     from scaleprobe.measure.heartbeat import RankError
     from scaleprobe.run import driver
 
