@@ -10,7 +10,6 @@ how pooled runs are resampled and what one run's interval cannot hold.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -189,7 +188,7 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
         units = sc.units or (T.Unit(s.grad_bytes, 1.0),)
         slow = _slowest(sc)
         if sc.world > 1:
-            s.notes.append(_fsdp_links_note(slow, units))
+            s.notes.append(_fsdp_links_note(slow, units, sc.world))
         wake = _wake(s, sc, slow)
         return (lambda st, k, n: T.fsdp_steps(st, units, _per_op(slow, "all_gather", n, k),
                                               _per_op(slow, "reduce_scatter", n, k),
@@ -212,21 +211,19 @@ def _per_op(link: Link, op: str, n: int, scale: float) -> T.Cost:
     return lambda b: _ring(link.for_op(op, b), n, scale, 1.0)(b)
 
 
-def _fsdp_links_note(link: Link, units: Sequence[T.Unit]) -> str:
-    """How FSDP's all-gathers and reduce-scatters were priced on ``link``."""
+def _fsdp_links_note(link: Link, units: Sequence[T.Unit], world: int) -> str:
+    """How FSDP's all-gathers and reduce-scatters were priced on ``link``: each one's time
+    for the largest unit on ``world`` ranks (a fit's latency and bandwidth hold only over
+    the range of sizes they were fitted on, so the time is what is shown)."""
     if not link.ops:
         return (f"fsdp: all-gathers and reduce-scatters priced as ring collectives at "
                 f"{link.name}'s all-reduce bandwidth (none of their own measured on it)")
     big = max(u.nbytes for u in units)
-    per = "; ".join(f"{name} {_gbit(x.bandwidth_gbit_s)}, {x.alpha_s * 1e6:.0f} us per hop"
-                    for name, x in (("all-gather", link.for_op("all_gather", big)),
-                                    ("reduce-scatter", link.for_op("reduce_scatter", big))))
-    return (f"fsdp: each collective priced from its own fit on {link.name} (largest unit, "
-            f"{big / 1e6:.1f} MB: {per}; {link.ops_source or link.source})")
-
-
-def _gbit(gbit: float) -> str:
-    return f"{gbit:.2g} Gbit/s" if math.isfinite(gbit) else "latency-bound"
+    per = ", ".join(f"{name} {_per_op(link, op, world, 1.0)(big) * 1e3:.3g} ms"
+                    for name, op in (("all-gather", "all_gather"),
+                                     ("reduce-scatter", "reduce_scatter")))
+    return (f"fsdp: each collective priced from its own fit on {link.name} (the largest unit, "
+            f"{big / 1e6:.1f} MB, on {world} ranks: {per}; {link.ops_source or link.source})")
 
 
 def _draw(rows: Sequence[T.Compute], steps: int, ranks: int,

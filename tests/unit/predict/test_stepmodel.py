@@ -266,7 +266,9 @@ def test_fsdp_prices_each_collective_from_its_own_fit_on_the_link():
     # all-gather: 1 ms + 0.5 x 4 MB / 1 GB/s = 3 ms; reduce-scatter: 2 ms + 0.5 x 4 MB / 0.5 GB/s
     assert p.step_s.value == pytest.approx(0.112)
     assert p.phases["comm"] == pytest.approx(0.012)
-    assert any("its own fit on lo" in n for n in p.notes)
+    # the note gives each collective's time for the largest unit, as priced above
+    assert any("its own fit on lo (the largest unit, 4.0 MB, on 2 ranks: all-gather 3 ms, "
+               "reduce-scatter 6 ms" in n for n in p.notes), p.notes
     plain = M.predict(S.RunSample("r", "fsdp", 1, 1, 4 * MB, rows, "synthetic", None, 1e-10,
                                   None, 0.1, None, on_cpu=False), M.Scenario("fsdp", 2, 1, Link(
                                       "lo", 16.0, 0.0, "test"), units=(Unit(4 * MB, 1.0),)),
