@@ -244,7 +244,10 @@ def _print(out: dict[str, Any]) -> None:
     con.print(f"from {f['run']}: {f['param_count']:,} parameters ({bytes_(f['params_bytes'])}), "
               f"{f['optimizer']} with {f['optimizer_states_per_param']} state tensor(s) per "
               f"parameter; activations {bytes_(f['activations_per_sample_bytes'])} per sample, "
-              f"fixed part {bytes_(f['activations_fixed_bytes'])} (measured at batch "
+              f"fixed part {bytes_(f['activations_fixed_bytes'])} ("
+              + ("below 0: the step peaks before every gradient exists; "
+                 if f["activations_fixed_bytes"] < 0 else "")
+              + f"measured at batch "
               f"{f['batch_sizes']} on {f['device']}); interval: "
               + (f"the per-sample slope changed by {change:+,.0f} B across the probes "
                  f"({f['interval_source']})" if change is not None else f['interval_source'])

@@ -233,3 +233,18 @@ def test_a_run_without_memory_facts_is_one_line(tmp_path, capsys):
     run = _run(tmp_path, fwd_bwd_peak_bytes=None, batch_sizes=None)
     assert main(["predict", "--from", run, "--memory"]) == 2
     assert "recorded its memory facts" in capsys.readouterr().err
+
+
+def test_a_fixed_part_below_zero_is_explained(tmp_path, capsys):
+    """A peak reached before the gradients exist (gpt_tiny: at the end of forward) gives a
+    fixed part below 0, the gradients' bytes taken from it; printed bare, a user read it as
+    a bug. The header says why, and only when it is below 0."""
+    run = _run(tmp_path, fwd_bwd_peak_bytes=[32_000, 16_000, 8_000])  # no gradients in it
+    assert main(["predict", "--from", run, "--memory"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fixed part -3.8 MiB (below 0: the step peaks before every gradient exists;" in out
+    (tmp_path / "r" / "result.json").unlink()
+    (tmp_path / "r").rmdir()
+    assert main(["predict", "--from", _run(tmp_path), "--memory"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fixed part 48.8 KiB (measured at batch" in out
