@@ -126,8 +126,11 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
     bases = {s: P.bases_for(runs, like, s) for s in strategies if s in P.STRATEGIES}
     q = _question(args, like, runs, bases)
     if any(not b for b in bases.values()):
+        halves = any(P.two_halves(r) for r in runs if (r.world_size or 1) == 1)
         raise ConfigError(f"no measured one-rank run of {like.label}'s setting in "
-                          f"{args.from_result} to draw the step from")
+                          f"{args.from_result} to draw the step from"
+                          + (": a --gns run on one process steps in two half-batches; run "
+                             "the same once without --gns" if halves else ""))
     units = PS.fsdp_units(like) if "fsdp" in q.strategies else ()
     q = P.Question(q.strategies, q.nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
                    q.prefetch, units, q.target)

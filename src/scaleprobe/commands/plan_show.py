@@ -86,7 +86,8 @@ def to_json(got: dict[str, Any], verified: list[dict[str, Any]] | None) -> dict[
             "target": None if tg is None else {"target": tg.text, "steps": tg.steps,
                                                "batch_global": tg.batch_global,
                                                "b_crit": tg.b_crit, "b_crit_lo": tg.b_crit_lo,
-                                               "b_crit_hi": tg.b_crit_hi, "source": tg.source},
+                                               "b_crit_hi": tg.b_crit_hi, "source": tg.source,
+                                               "steps_lo": tg.steps_lo},
             "rows": [row_json(r) for r in got["rows"]],
             "picks": {pk.kind: _pick_json(pk) for pk in got["picks"] if pk is not None},
             "largest_batch": got["largest"], "verified": verified}

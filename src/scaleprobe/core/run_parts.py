@@ -22,6 +22,10 @@ class TimeToTarget(Record):
     time_to_target_s: float | None = None  # training wall clock, evaluation excluded
     eval_time_s: float | None = None  # every evaluation's time, reported beside it
     steps_to_target: int | None = None
+    # the evaluation before the one that reached it (0: that was the first): the target was
+    # crossed after it, so the time to it lies in [time_to_target_lo_s, time_to_target_s]
+    steps_to_target_lo: int | None = None
+    time_to_target_lo_s: float | None = None
     epochs_to_target: float | None = None
     samples_to_target: int | None = None  # every training rank's
     best_value: float | None = None

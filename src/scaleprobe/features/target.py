@@ -191,6 +191,9 @@ def summarize(raw: RankTarget, steps_per_epoch: int | None, global_batch: int | 
                       "train_wall_s": p.train_wall_s, "eval_s": p.eval_s,
                       "value": p.value})
     hit = next((c for c in curve if target.reached(c["value"])), None)
+    # the evaluation before the hit (None: the hit was the first): the target was crossed
+    # after it, so the hit's figures are the time to target to within that bracket
+    before = curve[hit["evaluation"] - 2] if hit and hit["evaluation"] > 1 else None
     seen = [c for c in curve if c["value"] is not None]
     best_value = target.best([c["value"] for c in seen]) if seen else None
     best = next((c for c in seen if c["value"] == best_value), None)
@@ -199,6 +202,8 @@ def summarize(raw: RankTarget, steps_per_epoch: int | None, global_batch: int | 
         "time_to_target_s": hit["train_wall_s"] if hit else None,
         "eval_time_s": raw.eval_time_s,
         "steps_to_target": hit["step"] if hit else None,
+        "steps_to_target_lo": (before["step"] if before else 0) if hit else None,
+        "time_to_target_lo_s": (before["train_wall_s"] if before else 0.0) if hit else None,
         "epochs_to_target": hit["epoch"] if hit else None,
         "samples_to_target": hit["samples"] if hit else None,
         "best_value": best["value"] if best else None,
@@ -259,7 +264,26 @@ def summary_line(tt: dict[str, Any]) -> str:
         return f"time to target: {not_reached_line(tt)} ({evals})"
     return (f"time to target: {target_text(tt['metric'], tt['target'])} reached in "
             f"{tt['time_to_target_s']:.2f} s of training, epoch {tt['epochs_to_target']:.2f}, "
-            f"{tt['samples_to_target']:,} samples ({evals})")
+            f"{tt['samples_to_target']:,} samples ({evals})" + bracket_text(tt))
+
+
+# a bracket narrower than this share of the time to target is not worth a line
+BRACKET_SHOWN = 0.10
+
+
+def bracket_text(tt: dict[str, Any]) -> str:
+    """What the evaluation schedule leaves open about a reached target: it was crossed
+    after the evaluation before the hit (the start, when the hit was the first), so the
+    time to it lies between the two. Empty when that bracket is within ``BRACKET_SHOWN``
+    of the figure, or not recorded."""
+    t, lo = tt.get("time_to_target_s"), tt.get("time_to_target_lo_s")
+    steps, steps_lo = tt.get("steps_to_target"), tt.get("steps_to_target_lo")
+    if not t or lo is None or steps is None or steps_lo is None or t - lo <= BRACKET_SHOWN * t:
+        return ""
+    after = (f"the evaluation before it, step {steps_lo:,} at {lo:.2f} s" if steps_lo
+             else "the start: it was the first evaluation")
+    return (f"; crossed somewhere after {after}, so the time to it is {lo:.2f}-{t:.2f} s "
+            f"(steps {steps_lo:,}-{steps:,}): evaluate more often (--eval-every) to narrow it")
 
 
 def repeat_config(cfg: Any, repeat: int) -> tuple[Any, int]:

@@ -63,6 +63,9 @@ class Target:
     b_crit_lo: float
     b_crit_hi: float
     source: str  # where the steps and B_noise came from, in words
+    # the run's evaluation before the one that reached the target (0: none; None: not
+    # recorded): it was crossed after that step, so ``steps`` (the hit) is an upper end
+    steps_lo: float | None = None
 
     def steps_at(self, batch_global: float, b_crit: float | None = None) -> float:
         bc = self.b_crit if b_crit is None else b_crit
@@ -429,17 +432,24 @@ def bases_for(runs: list[RunResult], like: RunResult, strategy: str) -> dict[int
     return {}
 
 
-def _steps_to(r: RunResult, tg: TG.Target) -> int | None:
-    """The step of the run's first evaluation that reached ``tg``."""
+def _steps_to(r: RunResult, tg: TG.Target) -> tuple[int, int | None] | None:
+    """The step of the run's first evaluation that reached ``tg``, and of the evaluation
+    before it (0 when it was the first; None: not recorded): the target was crossed between
+    the two."""
     t = r.target
-    if t is None:
+    if t is None or t.metric != tg.metric:
         return None
-    if t.metric == tg.metric and t.target == tg.value and t.reached:
-        return t.steps_to_target
-    if t.metric != tg.metric:
-        return None
-    hit = next((c for c in t.curve if tg.reached(c.get("value"))), None)
-    return int(hit["step"]) if hit and hit.get("step") is not None else None
+    steps = [c.get("step") for c in t.curve]
+    hit = next((i for i, c in enumerate(t.curve) if tg.reached(c.get("value"))), None)
+    if hit is not None and steps[hit] is not None:
+        return int(steps[hit]), int(steps[hit - 1] or 0) if hit > 0 else 0
+    if t.target == tg.value and t.reached and t.steps_to_target is not None:  # no curve kept
+        return t.steps_to_target, t.steps_to_target_lo
+    return None
+
+
+# a bracket this share of the steps or more is named in the plan's source line
+BRACKET_SAID = 0.10
 
 
 def _b_crit(r: RunResult) -> tuple[float, float, float] | None:
@@ -464,18 +474,27 @@ def target_from(runs: list[RunResult], text: str | None) -> Target | None:
         tg = want or (TG.Target(str(r.target.metric), float(r.target.target))
                       if r.target is not None and r.target.reached and r.target.metric
                       and r.target.target is not None else None)
-        steps = _steps_to(r, tg) if tg is not None else None
+        got = _steps_to(r, tg) if tg is not None else None
         bc = _b_crit(r)
-        if tg is None or steps is None or bc is None or not r.batch.global_:
+        if tg is None or got is None or bc is None or not r.batch.global_:
             continue
+        steps, lo = got
+        gap = steps - lo if lo is not None else 0
+        where = (f"it was crossed between its evaluations at step {lo:,} and {steps:,}" if lo
+                 else f"its first evaluation reached it: it was crossed in steps 0-{steps:,}")
+        said = (f"; {where}, so every row's steps and time to it may be up to "
+                f"{gap / steps:.0%} lower: evaluate more often (--eval-every) to narrow it"
+                if steps and gap >= BRACKET_SAID * steps else "")
         return Target(tg.text(), float(steps), int(r.batch.global_), *bc,
-                      f"{r.label}: {steps} steps to {tg.text()} at global batch "
-                      f"{r.batch.global_}, B_noise {bc[0]:,.0f} at its end")
+                      f"{r.label}: {steps:,} steps to {tg.text()} at global batch "
+                      f"{r.batch.global_}, B_noise {bc[0]:,.0f} at its end{said}",
+                      None if lo is None else float(lo))
     if want is None:
         return None
     if not gns:
         raise ConfigError("--target needs a run that measured the gradient noise scale and "
                           "evaluated towards the target: scaleprobe run ... --gns --target "
-                          f"{text} (none in --from)")
+                          f"{text} --eval-every N (none in --from)")
     raise ConfigError(f"no run in --from that measured the gradient noise scale reached "
-                      f"{want.text()}: train one to it (--target {text} --gns)")
+                      f"{want.text()}: train one to it (--target {text} --gns --eval-every "
+                      "N: without it, it is evaluated once an epoch)")

@@ -75,7 +75,7 @@ def _target(result: RunResult, cfg: RunConfig, ranks: list[RankRecord]) -> None:
                                             tt.get("time_to_target_s"))
     if not tt["reached"]:
         for k in ("time_to_target_s", "steps_to_target", "epochs_to_target",
-                  "samples_to_target"):
+                  "samples_to_target", "steps_to_target_lo", "time_to_target_lo_s"):
             result.null_reasons[f"target.{k}"] = "the target was not reached"
         if result.status == "ok":
             result.status = "target_not_reached"

@@ -233,6 +233,31 @@ def test_a_loss_target_not_reached_names_the_lowest_loss():
     assert summary_line(hit).startswith("time to target: loss <= 3 reached in 2.00 s")
 
 
+def test_the_time_to_target_says_the_bracket_its_evaluations_leave_open():
+    """Bug caught: gpt_tiny on the stdlib's text, --target loss=3.0 without --eval-every,
+    evaluated first at the end of its epoch (5,459 steps, 685 s) and printed "reached in
+    685.30 s" though its training loss was 3.07 at step 60: the target is crossed somewhere
+    after the evaluation before the hit (the start, at the first), and the line says so."""
+    first = summarize(_loss_raw(3.0, [2.9]), 100, 32, 2)
+    assert (first["steps_to_target_lo"], first["time_to_target_lo_s"]) == (0, 0.0)
+    line = summary_line(first)
+    assert ("crossed somewhere after the start: it was the first evaluation, so the time to "
+            "it is 0.00-1.00 s (steps 0-10): evaluate more often (--eval-every)") in line
+    tt = summarize(_loss_raw(2.0, [5.5, 2.4, 1.9, 1.7]), 100, 32, 3)
+    assert (tt["steps_to_target_lo"], tt["time_to_target_lo_s"]) == (20, 2.0)
+    assert "after the evaluation before it, step 20 at 2.00 s, so the time to it is 2.00-3.00 s" \
+        in summary_line(tt)
+    # a bracket within 10% of the figure is not worth a line
+    tight = summarize(RankTarget.from_dict({
+        "metric": "loss", "value": 2.0, "eval_every": 1, "eval_time_s": 0.1,
+        "points": [{"step": 100, "train_wall_s": 10.0, "eval_s": 0.1, "value": 2.5},
+                   {"step": 101, "train_wall_s": 10.1, "eval_s": 0.1, "value": 1.9}]}),
+        100, 32, 3)
+    assert tight["time_to_target_lo_s"] == 10.0 and "crossed" not in summary_line(tight)
+    missed = summarize(_loss_raw(1.0, [5.5, 2.4]), 100, 32, 2)
+    assert missed["steps_to_target_lo"] is None and missed["time_to_target_lo_s"] is None
+
+
 def test_a_watch_stops_when_the_loss_falls_to_the_target():
     w = TargetWatch(Target("loss", 2.0), eval_every=1, clock=FakeClock())
     w.start()

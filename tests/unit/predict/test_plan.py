@@ -270,6 +270,34 @@ def test_the_target_from_a_run_that_measured_the_noise_scale():
     curve = [{"step": 40, "value": 3.4}, {"step": 80, "value": 2.95}]
     tg = P.target_from([_gns_run(reached=False, curve=curve)], "loss=3.0")
     assert tg.steps == 80 and tg.text == "loss <= 3"
+    # crossed between the evaluations at 40 and 80: every row's steps may be half
+    assert tg.steps_lo == 40
+    assert ("it was crossed between its evaluations at step 40 and 80, so every row's steps "
+            "and time to it may be up to 50% lower: evaluate more often (--eval-every)"
+            in tg.source)
+
+
+def test_a_target_reached_at_the_first_evaluation_says_its_steps_are_an_upper_end():
+    """Bug caught: gpt_tiny on the stdlib's text, evaluated first at the end of its epoch
+    (5,469 steps), gave every row of the plan its time to loss <= 3 from 5,469 steps, though
+    the run's training loss was 3.07 at step 60. A target the first evaluation reached was
+    crossed anywhere from step 0; a bracket under 10% of the steps is not said."""
+    tg = P.target_from([_gns_run(reached=False, curve=[{"step": 5469, "value": 1.2}])],
+                       "loss=3.0")
+    assert (tg.steps, tg.steps_lo) == (5469, 0)
+    assert "its first evaluation reached it: it was crossed in steps 0-5,469" in tg.source
+    assert "up to 100% lower" in tg.source
+    near = [{"step": 95, "value": 3.1}, {"step": 100, "value": 2.9}]
+    tg = P.target_from([_gns_run(reached=False, curve=near)], "loss=3.0")
+    assert tg.steps_lo == 95 and "crossed" not in tg.source
+    # a record without its curve: the bracket from the result's own field, unknown where
+    # it has none (nothing said)
+    tg = P.target_from([_gns_run()], None)
+    assert (tg.steps, tg.steps_lo) == (158, None) and "crossed" not in tg.source
+    run = _gns_run()
+    run.target.steps_to_target_lo = 100
+    tg = P.target_from([run], None)
+    assert tg.steps_lo == 100 and "between its evaluations at step 100 and 158" in tg.source
 
 
 def test_a_target_without_a_noise_scale_or_never_reached_is_one_line():
