@@ -43,8 +43,11 @@ def _cannot(r: P.Row, like: RunResult) -> str | None:
     threads = int(like.env.get("threads") or 1)
     cores = os.cpu_count() or 1
     if r.devices * threads > cores:
+        fit = cores // r.devices
         return (f"{r.devices} processes x {threads} thread(s), as the run it is planned "
-                f"from had, need {r.devices * threads} cores; this host has {cores}")
+                f"from had, need {r.devices * threads} cores; this host has {cores}"
+                + (f" (plan from one-rank runs with --set dist.threads_per_rank={fit} to "
+                   "verify it here)" if fit >= 1 else ""))
     return None
 
 

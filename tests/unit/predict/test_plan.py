@@ -4,6 +4,7 @@ a hand computation, the picks' claims and their words, and each bad flag one lin
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -452,6 +453,24 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
     calls.clear()
     one = V._one(got, by[1], args, runner)
     assert calls == [["plan-ddp-1x32"]] and one["one_rank_side_by_side"] == 1
+
+
+def test_a_row_this_host_cannot_run_says_how_to_plan_one_it_can(tmp_path, monkeypatch):
+    """A user planned from a one-rank run with two threads on a 2-core host and was told
+    only that 2 x 2 threads need 4 cores: the reason names the setting that verifies here."""
+    from scaleprobe.commands import plan_verify as V
+
+    _, _, got = _verify_plan(tmp_path, "ddp", source_strategy="ddp")
+    two = next(r for r in got["rows"] if r.devices == 2)
+    like = SimpleNamespace(env={"threads": 2, "cuda_available": False})
+    monkeypatch.setattr(V.os, "cpu_count", lambda: 2)
+    assert V._cannot(two, like) == ("2 processes x 2 thread(s), as the run it is planned from "
+                                    "had, need 4 cores; this host has 2 (plan from one-rank "
+                                    "runs with --set dist.threads_per_rank=1 to verify it here)")
+    monkeypatch.setattr(V.os, "cpu_count", lambda: 1)
+    assert V._cannot(two, like).endswith("this host has 1")
+    monkeypatch.setattr(V.os, "cpu_count", lambda: 4)
+    assert V._cannot(two, like) is None
 
 
 def test_runs_made_at_once_share_one_session_as_ranks_of_one_job(tmp_path, monkeypatch):
