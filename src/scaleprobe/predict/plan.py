@@ -439,10 +439,11 @@ def _steps_to(r: RunResult, tg: TG.Target) -> tuple[int, int | None] | None:
     t = r.target
     if t is None or t.metric != tg.metric:
         return None
-    steps = [c.get("step") for c in t.curve]
+    steps = [int(c["step"]) if c.get("step") is not None else None for c in t.curve]
     hit = next((i for i, c in enumerate(t.curve) if tg.reached(c.get("value"))), None)
-    if hit is not None and steps[hit] is not None:
-        return int(steps[hit]), int(steps[hit - 1] or 0) if hit > 0 else 0
+    at = steps[hit] if hit is not None else None
+    if hit is not None and at is not None:
+        return at, (steps[hit - 1] or 0) if hit > 0 else 0
     if t.target == tg.value and t.reached and t.steps_to_target is not None:  # no curve kept
         return t.steps_to_target, t.steps_to_target_lo
     return None
