@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
-from scaleprobe.core import metrics as M
-from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.tables import time_to_target as T
 from scaleprobe.report.tables.rows import BatchRow, TargetPicks
 
@@ -49,8 +47,8 @@ def target_picks(rows: list[BatchRow]) -> TargetPicks:
             for o in reached:
                 if o is best:
                     continue
-                a, b, _, _ = P.paired(best["record"], o["record"], figure)
-                iv = M.ratio_interval(a, b)  # the other's figure / the best's, seed by seed
+                # the other's figure / the best's, seed by seed, within the evaluations
+                iv = T.target_ratio(best["record"], o["record"], figure)
                 text = f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})"
                 (ahead if iv is not None and iv.above(1.0) else tied).append(text)
             figure_text = (fmt.duration(best.get("ttt_median_s")) if unit == "time"

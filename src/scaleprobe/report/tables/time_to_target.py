@@ -17,6 +17,7 @@ seed. Per point: the median time to target over the runs that reached it, the sp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,6 +43,59 @@ def time_to_target_s(r: RunResult) -> float | None:
 
 def samples_to_target(r: RunResult) -> float | None:
     return r.target.samples_to_target if r.target is not None else None
+
+
+def time_to_target_lo_s(r: RunResult) -> float | None:
+    """The time of the evaluation before the one that reached the target (0: none)."""
+    return r.target.time_to_target_lo_s if r.target is not None else None
+
+
+def samples_to_target_lo(r: RunResult) -> float | None:
+    t = r.target
+    if t is None or t.steps_to_target_lo is None or not r.batch.global_:
+        return None
+    return float(t.steps_to_target_lo * r.batch.global_)
+
+
+# each figure's lower end: the target was crossed after the evaluation before the one that
+# reached it, so a run's figure lies between the two
+LOWER_END: dict[Callable[[RunResult], float | None], Callable[[RunResult], float | None]] = {
+    time_to_target_s: time_to_target_lo_s, samples_to_target: samples_to_target_lo}
+BRACKETED = "; widened to the runs' evaluation brackets (the target crossed between two)"
+
+
+def target_ratio(a: RunResult, b: RunResult,
+                 figure: Callable[[RunResult], float | None]) -> M.Interval | None:
+    """figure(B) / figure(A) over the points' runs paired by seed (``metrics.ratio_interval``),
+    widened to what the evaluations leave open: each run's figure is that of the evaluation
+    that reached the target, which was crossed after the evaluation before it, so B / A lies
+    in [B's lower end / A, B / A's lower end] for each pair. A lower end of 0 (the first
+    evaluation reached it) leaves that side unbounded: inconclusive. Records without the
+    lower ends are taken as they are."""
+    av, bv, _, _ = P.paired(a, b, figure)
+    iv = M.ratio_interval(av, bv)
+    lower = LOWER_END.get(figure)
+    if iv is None or lower is None:
+        return iv
+    a_lo, b_lo, _, _ = P.paired(a, b, lower)
+    both = [i for i, (x, y) in enumerate(zip(av, bv, strict=True))
+            if x is not None and y is not None and x > 0 and y > 0]
+    if any(a_lo[i] is None or b_lo[i] is None for i in both):
+        return iv
+    widened = False
+    lo, hi = iv.lo, iv.hi
+    if any((b_lo[i] or 0.0) < (bv[i] or 0.0) for i in both):
+        down = M.ratio_interval([av[i] for i in both], [b_lo[i] for i in both])
+        bottom = down.lo if down is not None and all((b_lo[i] or 0) > 0 for i in both) else 0.0
+        lo, widened = min(lo, bottom), True
+    if any((a_lo[i] or 0.0) < (av[i] or 0.0) for i in both):
+        up = M.ratio_interval([a_lo[i] for i in both], [bv[i] for i in both])
+        top = up.hi if up is not None and all((a_lo[i] or 0) > 0 for i in both) else math.inf
+        hi, widened = max(hi, top), True
+    if not widened:
+        return iv
+    return M.Interval(iv.estimate, lo, hi, iv.n, iv.method + BRACKETED, iv.log_sd,
+                      iv.within_log_h, iv.welch)
 
 
 def has_target(r: RunResult) -> bool:
@@ -78,8 +132,7 @@ def point_figures(r: RunResult) -> TargetColumns:
 def ttt_interval(base: RunResult, r: RunResult) -> M.Interval | None:
     """time at 1 / time at N over the runs paired by seed (repeat index) that both reached
     the target. No within-run spread exists for a time to target: one pair gives None."""
-    a, b, _, _ = P.paired(r, base, time_to_target_s)
-    return M.ratio_interval(a, b)
+    return target_ratio(r, base, time_to_target_s)
 
 
 def target_fields(r: RunResult, base: RunResult | None, ok: bool) -> TargetFields | None:

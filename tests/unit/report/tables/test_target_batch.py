@@ -1,6 +1,11 @@
 """A batch-size sweep with --target names the batch size that reaches it soonest and the one
 that needs the fewest samples, each only when the seeds' intervals decide it."""
 
+import math
+
+import pytest
+
+from scaleprobe.core import metrics as M
 from scaleprobe.report.tables.batch_rule import recommend_batch as _recommend_batch
 from tests.unit.report.factory import run, typed_api
 
@@ -120,3 +125,57 @@ def test_a_sweep_over_another_axis_with_a_target_draws_one_line_per_point(tmp_pa
     text = md.read_text()
     assert "metric against training wall clock, one line per point" in text
     assert "## Time to target" not in text  # sweep runs are drawn in their sweep
+
+
+def _bracketed(bs, seed, ttt, before_s, before_step, samples):
+    """A run whose evaluation before the hit was at ``before_s`` (step ``before_step``)."""
+    r = _rec(bs, seed, ttt, samples)
+    r["target"].update(time_to_target_lo_s=before_s, steps_to_target_lo=before_step)
+    return r
+
+
+def test_a_soonest_claim_holds_only_beyond_what_the_evaluations_leave_open():
+    """Bug caught: two batch sizes evaluated once an epoch, each reaching the target at its
+    first evaluation, were ranked by those evaluations' times though either may have
+    crossed the target long before: the seeds' interval is widened to each run's bracket
+    (between the evaluation before the hit and the hit), and a bracket from 0 decides
+    nothing. With evaluations close together the same times still decide."""
+    coarse = ([_bracketed(32, s, t, 0.0, 0, 4000) for s, t in enumerate([30.0, 31.0, 29.5])]
+              + [_bracketed(128, s, t, 0.0, 0, 6000) for s, t in enumerate([20.0, 20.5, 19.0])])
+    rec = recommend_batch(coarse)
+    assert rec["soonest"] is None
+    line = next(ln for ln in rec["text"].splitlines() if "Soonest to" in ln)
+    assert "inconclusive" in line
+    fine = ([_bracketed(32, s, t, t - 0.5, 10, 4000) for s, t in enumerate([30.0, 31.0, 29.5])]
+            + [_bracketed(128, s, t, t - 0.5, 5, 6000)
+               for s, t in enumerate([20.0, 20.5, 19.0])])
+    rec = recommend_batch(fine)
+    assert rec["soonest"]["batch_size"] == 128
+
+
+def test_the_bracket_widens_the_ratio_by_hand():
+    """B / A paired by seed lies in [B_lo / A, B / A_lo]: one pair each way by hand."""
+    from scaleprobe.core.result_model import RunResult
+    from scaleprobe.report.tables import time_to_target as T
+
+    def point(bs, ttts, los):
+        return [RunResult.from_dict(_bracketed(bs, s, t, lo, 1, 100))
+                for s, (t, lo) in enumerate(zip(ttts, los, strict=True))]
+
+    a, b = point(32, [10.0, 11.0], [8.0, 9.0]), point(64, [20.0, 21.0], [15.0, 16.0])
+    a[0].repeats, b[0].repeats = a, b  # each point's seeds, as group_repeats makes them
+    iv = T.target_ratio(a[0], b[0], T.time_to_target_s)
+    plain = M.ratio_interval([10.0, 11.0], [20.0, 21.0])
+    assert iv.estimate == plain.estimate
+    assert iv.lo == pytest.approx(M.ratio_interval([10.0, 11.0], [15.0, 16.0]).lo)
+    assert iv.hi == pytest.approx(M.ratio_interval([8.0, 9.0], [20.0, 21.0]).hi)
+    assert iv.lo < plain.lo and iv.hi > plain.hi and "evaluation brackets" in iv.method
+    # a run whose first evaluation reached it: that side is unbounded
+    b[1].target.time_to_target_lo_s = 0.0
+    assert T.target_ratio(a[0], b[0], T.time_to_target_s).lo == 0.0
+    a[1].target.time_to_target_lo_s = 0.0
+    assert T.target_ratio(a[0], b[0], T.time_to_target_s).hi == math.inf
+    # a record without the lower ends (an older run): taken as it is
+    for x in (*a, *b):
+        x.target.time_to_target_lo_s = None
+    assert T.target_ratio(a[0], b[0], T.time_to_target_s) == plain
