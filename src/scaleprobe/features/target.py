@@ -271,6 +271,12 @@ def summary_line(tt: dict[str, Any]) -> str:
 BRACKET_SHOWN = 0.10
 
 
+def wide_bracket(t: float | None, lo: float | None) -> bool:
+    """The time to a reached target ``t`` is open down to ``lo`` (the evaluation before the
+    hit) by more than ``BRACKET_SHOWN`` of it: worth saying."""
+    return bool(t) and lo is not None and t is not None and t - lo > BRACKET_SHOWN * t
+
+
 def bracket_text(tt: dict[str, Any]) -> str:
     """What the evaluation schedule leaves open about a reached target: it was crossed
     after the evaluation before the hit (the start, when the hit was the first), so the
@@ -278,7 +284,7 @@ def bracket_text(tt: dict[str, Any]) -> str:
     of the figure, or not recorded."""
     t, lo = tt.get("time_to_target_s"), tt.get("time_to_target_lo_s")
     steps, steps_lo = tt.get("steps_to_target"), tt.get("steps_to_target_lo")
-    if not t or lo is None or steps is None or steps_lo is None or t - lo <= BRACKET_SHOWN * t:
+    if steps is None or steps_lo is None or not wide_bracket(t, lo):
         return ""
     after = (f"the evaluation before it, step {steps_lo:,} at {lo:.2f} s" if steps_lo
              else "the start: it was the first evaluation")

@@ -17,6 +17,8 @@ from scaleprobe.core.experiment_records import (
 )
 from scaleprobe.core.record import Record
 from scaleprobe.core.result_model import BATCH_AXES, RunResult, dict_of, dicts, num
+from scaleprobe.core.run_parts import TimeToTarget
+from scaleprobe.features.target import wide_bracket
 from scaleprobe.measure.comm.exposed import same_link_prediction
 from scaleprobe.measure.comm.instep import text as instep_text
 from scaleprobe.report.reading import machine_load as L
@@ -375,6 +377,16 @@ def _parity_verdict(r: ParityRecord) -> str:
 TARGET_RUNS_DRAWN = 8  # lines in one plot before it stops being readable
 
 
+def _ttt_cell(tt: TimeToTarget) -> str:
+    """A reached target's time, and where the evaluations leave it open by more than 10%
+    the evaluation before the hit it was crossed after (features/target.wide_bracket)."""
+    t, lo = tt.time_to_target_s, tt.time_to_target_lo_s
+    text = fmt.duration(t)
+    if not wide_bracket(t, lo):
+        return text
+    return f"{text} (crossed after {fmt.duration(lo) if lo else 'the start'})"
+
+
 def target_runs_section(records: list[Record]) -> Section | None:
     """Runs with --target outside a scale or batch sweep (those draw their own): the metric
     against training wall clock, one line per run, the target as a horizontal line, and a
@@ -390,7 +402,7 @@ def target_runs_section(records: list[Record]) -> Section | None:
     for r, tt, label in zip(runs, targets, labels, strict=True):
         reached = tt.time_to_target_s is not None
         rows.append([label, T.target_text(r),
-                     fmt.duration(tt.time_to_target_s) if reached else "not reached",
+                     _ttt_cell(tt) if reached else "not reached",
                      f"{tt.epochs_to_target:.2f}" if reached and tt.epochs_to_target
                      is not None else "-",
                      f"{tt.samples_to_target:,}" if reached and tt.samples_to_target

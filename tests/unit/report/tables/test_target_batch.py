@@ -179,3 +179,29 @@ def test_the_bracket_widens_the_ratio_by_hand():
     for x in (*a, *b):
         x.target.time_to_target_lo_s = None
     assert T.target_ratio(a[0], b[0], T.time_to_target_s) == plain
+
+
+def test_the_reports_time_to_target_of_a_run_says_what_its_evaluations_leave_open(tmp_path):
+    """A single run's row in the report's Time to target table: a hit at the first
+    evaluation says it was crossed after 0 s; a bracket within 10% says nothing more."""
+    from scaleprobe.report import build_report
+    from tests.unit.report.factory import write_results
+
+    def one(name, ttt, lo):
+        r = run(name)
+        r["config"]["train"].update(target="accuracy=0.9")
+        r["target"] = {"metric": "accuracy", "target": 0.9, "reached": True,
+                       "time_to_target_s": ttt, "time_to_target_lo_s": lo,
+                       "steps_to_target": 100, "steps_to_target_lo": 0 if lo == 0 else 95,
+                       "epochs_to_target": 1.0, "samples_to_target": 3200,
+                       "curve": [{"train_wall_s": ttt, "value": 0.95}]}
+        return r
+
+    md, _ = build_report(write_results(tmp_path, [one("coarse", 685.3, 0.0),
+                                                  one("fine", 30.0, 29.0)]), tmp_path / "out")
+    text = md.read_text()
+    rows = [ln for ln in text.splitlines() if "| accuracy >= 0.9 |" in ln]
+    coarse = next(ln for ln in rows if ln.startswith("| coarse"))
+    fine = next(ln for ln in rows if ln.startswith("| fine"))
+    assert "| 11.4 min (crossed after the start) |" in coarse
+    assert "| 30.0 s |" in fine and "crossed" not in fine
