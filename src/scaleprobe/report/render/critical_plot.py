@@ -17,6 +17,7 @@ from scaleprobe.report.tables.critical import (
     predicted,
     runs_of,
     steps_to_target,
+    steps_to_target_lo,
 )
 from scaleprobe.report.tables.rows import BatchRow
 
@@ -75,6 +76,14 @@ def _fit_panel(ax: Any, rows: list[BatchRow], fit: CriticalFit) -> None:
             runs.append((b, s))
     ax.plot([s for _, s in runs], [s * b for b, s in runs], "o", color="#30638e", ms=5,
             label="each run (seed)")
+    said = False
+    for r in runs_of(rows):  # where the evaluation before the hit leaves it open
+        b, s, before = batch_global(r), steps_to_target(r), steps_to_target_lo(r)
+        if b and s and before is not None and before < s:
+            first = max(before, 1)
+            ax.plot([first, s], [first * b, s * b], "-", color="#30638e", alpha=0.35, lw=2,
+                    label=None if said else "crossed between evaluations")
+            said = True
     for b in fit.batches:  # label each batch size at its median run
         mine = sorted(s for bb, s in runs if bb == b)
         s = mine[(len(mine) - 1) // 2]

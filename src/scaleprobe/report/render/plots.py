@@ -101,6 +101,8 @@ def _meta(fig: Any) -> dict[str, Any]:
             "xtickboxes": [_extents(t.get_window_extent(renderer))
                            for t in ax.get_xticklabels() if t.get_text()],
             "points": [t.get_text() for t in ax.texts],
+            "legend": ([t.get_text() for t in ax.get_legend().get_texts()]
+                       if ax.get_legend() is not None else []),
             "bbox": _extents(ax.get_tightbbox(renderer)),
         })
     content = fig.get_tightbbox(renderer)  # inches

@@ -2,6 +2,7 @@
 target, against points generated from the model with known S_min and E_min; and how the
 batch table and rule show it beside the gradient noise scale."""
 
+import math
 import random
 
 import pytest
@@ -48,6 +49,31 @@ def test_noisy_seeds_recover_b_crit_and_the_interval_covers_it():
     assert covered >= 24  # ~95% nominal; percentile bootstrap of 3 seeds under-covers
 
 
+def test_a_coarse_evaluation_schedule_widens_the_interval_to_hold_the_truth():
+    """Exact steps read by evaluations every 40 steps (each run's figure is the evaluation
+    that reached it, the one before 40 steps earlier): fitted to the hits alone the seeds
+    agree exactly, on 73 for a true B_crit of 100, with no spread; taken midway between
+    the evaluations with the brackets drawn, 113 [91, 183], which holds 100. Evaluations
+    every 2 steps (the example sweep's) barely widen it."""
+    def read(every):
+        out = []
+        for b, st in _model_points():
+            hit = math.ceil(st / every) * every
+            out.append((b, hit, hit - every))
+        return out
+
+    coarse = read(40)
+    bare = C.fit_critical([(b, st) for b, st, _ in coarse])
+    assert bare.lo == bare.hi and not bare.lo <= 100 <= bare.hi  # no spread, and off
+    fit = C.fit_critical(coarse, resamples=500)
+    assert bare.b_crit == pytest.approx(73.3, abs=0.1)
+    assert fit.b_crit == pytest.approx(113.2, abs=0.1)  # midway between the evaluations
+    assert fit.lo <= fit.b_crit <= fit.hi and fit.lo <= 100 <= fit.hi
+    assert fit.hi / fit.lo > 1.2
+    fine = C.fit_critical(read(2), resamples=500)
+    assert fine.lo <= 100 <= fine.hi and fine.hi / fine.lo < 1.1
+
+
 def test_no_floor_in_steps_says_the_critical_batch_is_above_the_range():
     pts = [(b, 5000.0 / b) for b in BATCHES for _ in range(2)]  # S ~ 1/B exactly: S_min = 0
     fit = C.fit_critical(pts)
@@ -74,6 +100,10 @@ def _rec(bs, seed, steps, path, simple=None):
 
 SWEEP = [_rec(b, s, round(S_MIN * (1 + 100 / b) * (1 + 0.03 * (s - 1))), 80 + 10 * s)
          for b in (16, 64, 256) for s in range(3)]
+
+
+SWEEP_BRACKETED = [_rec(b, s, round(S_MIN * (1 + 100 / b) * (1 + 0.03 * (s - 1))), 80 + 10 * s)
+                   for b in (16, 64, 256) for s in range(3)]
 
 
 def test_batch_table_shows_b_noise_and_where_each_batch_lies():
@@ -155,6 +185,12 @@ def test_plot_draws_the_fit_and_the_series_with_nothing_cut():
     for r in plain:
         del r["gns"], r["target"]
     assert critical_plot(batch_table(plain), "x") is None
+    assert "crossed between evaluations" not in left["legend"]
+    # each run's bracket (the evaluation before the hit) is drawn, named once in the legend
+    for r in SWEEP_BRACKETED:
+        r["target"]["steps_to_target_lo"] = r["target"]["steps_to_target"] - 10
+    left = critical_plot(batch_table(SWEEP_BRACKETED), "x").meta["axes"][0]
+    assert left["legend"].count("crossed between evaluations") == 1
 
 
 def test_a_batch_table_measured_with_half_batches_says_so():
