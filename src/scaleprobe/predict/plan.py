@@ -449,9 +449,6 @@ def _steps_to(r: RunResult, tg: TG.Target) -> tuple[int, int | None] | None:
     return None
 
 
-# a bracket this share of the steps or more is named in the plan's source line
-BRACKET_SAID = 0.10
-
 
 def _b_crit(r: RunResult) -> tuple[float, float, float] | None:
     """B_noise at the run's end (its series' last block) with an interval: the whole
@@ -480,12 +477,11 @@ def target_from(runs: list[RunResult], text: str | None) -> Target | None:
         if tg is None or got is None or bc is None or not r.batch.global_:
             continue
         steps, lo = got
-        gap = steps - lo if lo is not None else 0
         where = (f"it was crossed between its evaluations at step {lo:,} and {steps:,}" if lo
                  else f"its first evaluation reached it: it was crossed in steps 0-{steps:,}")
         said = (f"; {where}, so every row's steps and time to it may be up to "
-                f"{gap / steps:.0%} lower: evaluate more often (--eval-every) to narrow it"
-                if steps and gap >= BRACKET_SAID * steps else "")
+                f"{(steps - lo) / steps:.0%} lower: evaluate more often (--eval-every) to "
+                "narrow it" if lo is not None and TG.wide_bracket(steps, lo) else "")
         return Target(tg.text(), float(steps), int(r.batch.global_), *bc,
                       f"{r.label}: {steps:,} steps to {tg.text()} at global batch "
                       f"{r.batch.global_}, B_noise {bc[0]:,.0f} at its end{said}",
