@@ -298,7 +298,12 @@ def scale_cells(row: ScaleRow) -> list[str]:
         lost += " (under load)"
     cs = row.get("column_speedup")
     col = "1.00x (baseline)" if row.get("is_base") else fmt.ratio(cs) if cs is not None else "-"
+    # the paired efficiency with its interval, as the paired speedup beside it: a bare 83%
+    # stood beside a speedup "spread too large, not resolved"
+    eiv = row.get("efficiency_interval")
+    eff = fmt.pct(row["efficiency"]) + (f" {eiv.bounds(fmt.pct, None)}" if eiv is not None
+                                        else "")
     return head + [fmt.rate(row["samples_per_s"]), col, sp,
-                   fmt.pct(row["efficiency"]), fmt.duration(row["step_median_s"]),
+                   eff, fmt.duration(row["step_median_s"]),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),
                    lost]

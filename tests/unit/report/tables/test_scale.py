@@ -41,8 +41,10 @@ def test_scale_table_speedup_efficiency_and_losses():
                            "(1 repeat), leaning faster than 1 process; efficiency 81% [74%, "
                            "89%]; lost to: communication 12%, data wait 5%, slower compute 2%")
     assert rows[2]["line"] == "4 processes x 2 threads: failed: rank 3 lost"
-    assert S.scale_cells(rows[1])[1:5] == ["2", "162", "1.62x",
-                                          "1.62x [1.47, 1.78], inconclusive (1 repeat)"]
+    assert S.scale_cells(rows[1])[1:6] == ["2", "162", "1.62x",
+                                          "1.62x [1.47, 1.78], inconclusive (1 repeat)",
+                                          "81% [74%, 89%]"]
+    assert S.scale_cells(rows[0])[5] == "100%"  # the baseline: no interval
 
 
 def _repeated(eid: str, sps: dict[int, list[float]]) -> list[dict]:
@@ -196,6 +198,13 @@ def test_speedup_whose_interval_holds_1_is_not_resolved_in_words():
     assert two["line"].startswith(f"2 processes x 2 threads: {math.exp(m):.2f}x [{lo:.2f}, ")
     assert ": not resolved (the interval includes 1x)" in two["line"]
     assert S.scale_cells(two)[4].endswith(", not resolved")
+    # the paired efficiency beside it carries the same interval, halved (it stood bare)
+    assert S.scale_cells(two)[5] == "56% [41%, 78%]"
+    assert math.exp(m) / 2 == pytest.approx(0.563, abs=0.001)
+    # seeds too far apart: both say so (a user read "83%" beside "spread too large")
+    wide = S.scale_table(_repeated("w", {1: [100.0] * 3, 2: [80.0, 150.0, 260.0]}))[1]
+    assert S.scale_cells(wide)[4:6] == ["1.46x (spread too large, 3 repeats), not resolved",
+                                        "73% (spread too large, 3 repeats)"]
 
 
 def test_load_caveat_rides_on_the_speedup_and_lost_to_figures():
