@@ -3,6 +3,7 @@ JSON. The figures are ``predict/plan.py``'s; the picks' words ``core/claim.py``'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from scaleprobe.commands.predict_memory import sharded_caveat
@@ -250,7 +251,7 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
     # heavy: rich: printing only; kept out of the CLI's start-up
     from rich.console import Console
 
-    from scaleprobe.commands.terminal import esc  # heavy: rich
+    from scaleprobe.commands.terminal import bytes_, esc  # heavy: rich
 
     con = Console()
     say = lambda text: con.print(text, markup=False, highlight=False)  # noqa: E731
@@ -272,6 +273,9 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
             f"{v['ratio_plan']:.2f}" + _share(v.get("cpu_share_pct"))
             + (f"; {v['under_load']}" if v.get("under_load") else ""))
     for v in verified:
+        if v.get("memory"):
+            say(f"  {v['label']}: {_memory_text(v['memory'], bytes_)}")
+    for v in verified:
         mine, plans = v.get("one_rank_strategy"), v.get("plan_basis_strategy")
         if mine and plans and mine != plans:
             say(f"  {v['label']}: the plan's step is drawn from one-rank runs of {plans}; the "
@@ -279,6 +283,20 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
     pair = next((v["pair"] for v in verified if v.get("pair")), None)
     if pair:
         say(pair["text"])
+
+
+def _memory_text(m: dict[str, Any], bytes_: Callable[[int | None], str]) -> str:
+    """``peak memory per rank: measured 85.1 MiB, predicted 85.2 MiB [85.2 MiB, 85.2 MiB]:
+    predicted / measured 1.00, inside the interval`` (or why there is no figure)."""
+    r, meas = m.get("memory_ratio"), m.get("measured_peak_bytes")
+    if r is None or meas is None:
+        return f"peak memory per rank: {m.get('memory_reason') or fmt.NA}"
+    lo, hi = m.get("predicted_peak_low_bytes"), m.get("predicted_peak_high_bytes")
+    inside = ("" if lo is None or hi is None else
+              ", inside the interval" if lo <= meas <= hi else ", outside the interval")
+    span = f" [{bytes_(lo)}, {bytes_(hi)}]" if lo is not None and hi is not None else ""
+    return (f"peak memory per rank: measured {bytes_(meas)}, predicted "
+            f"{bytes_(m['predicted_peak_bytes'])}{span}: predicted / measured {r:.2f}{inside}")
 
 
 def _share(c: dict[str, float] | None) -> str:

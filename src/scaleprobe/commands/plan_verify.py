@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from scaleprobe.commands.predict_memory import memory_point
 from scaleprobe.config.keys import flatten
 from scaleprobe.config.runconfig import build
 from scaleprobe.core import claim as CL
@@ -140,6 +141,8 @@ def _fig(row: P.Row) -> dict[str, Any]:
 
 
 Runner = Callable[[list[Any]], list[RunResult]]
+MEMORY_KEYS = ("predicted_peak_bytes", "predicted_peak_low_bytes", "predicted_peak_high_bytes",
+               "measured_peak_bytes", "memory_ratio", "memory_reason")
 
 
 def point_runner(procs: ProcessSet, exp_id: str) -> Runner:
@@ -209,6 +212,8 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
             "record": res, "under_load": CL.load_caveat(
                 tuple(source(x) for x in (*fresh, res))) or None}
     out["cpu_share_pct"] = cpu_share(fresh, res)
+    # the row's peak per rank as measured beside the plan's prediction (from the plan's run)
+    out["memory"] = {k: v for k, v in memory_point(res, like).items() if k in MEMORY_KEYS}
     bad = next((f for f in fresh if f.status != "ok"), None)
     if m is None or bad is not None:
         return out | {"reason": res.error or (bad.error if bad else None)

@@ -416,6 +416,10 @@ def _verify_plan(tmp_path, strategies, source_strategy=None):
     return rec, args, plan_cmd.make_plan(args)
 
 
+# the state bytes a rank of the hand-built run holds (test_memmodel.facts: 1M fp32, AdamW)
+STATE = {"params_bytes": 4_000_000, "grads_bytes": 4_000_000, "optimizer_bytes": 8_000_000}
+
+
 def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypatch):
     """A 2-rank row on the CPU is predicted from two one-rank runs made at once (sharing the
     cores as its two ranks will), pooled; a one-device row of the basis's strategy is its
@@ -432,7 +436,8 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
                                      "metrics": {**rec["metrics"], "step_time_s":
                                                  {"median": 0.12, "rel_ci": 0.05},
                                                  "steps_timed": 20,
-                                                 "cpu_util_pct": 9.0 + len(calls)}})
+                                                 "cpu_util_pct": 9.0 + len(calls),
+                                                 "state_bytes": STATE}})
                 for c in cfgs]
 
     monkeypatch.setattr(V.os, "cpu_count", lambda: 8)
@@ -443,6 +448,16 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
     assert two["ratio"] == pytest.approx(two["predicted_here"]["value"] / 0.12)
     # the row's run got 11% of the machine, its two one-rank runs 10% each: 20% together
     assert two["cpu_share_pct"] == {"row": 11.0, "one_rank_runs": 20.0}
+    # the row's measured peak per rank beside the plan's prediction of it (the faked row's
+    # record is the plan's own run, so the two agree)
+    assert set(two["memory"]) == set(V.MEMORY_KEYS)
+    assert two["memory"]["memory_ratio"] == pytest.approx(1.0), two["memory"]
+    assert two["memory"]["measured_peak_bytes"] == two["memory"]["predicted_peak_bytes"]
+    text = P_show._memory_text(two["memory"], lambda b: f"{b} B")
+    assert text.startswith("peak memory per rank: measured ") and "predicted / measured 1.00" \
+        in text
+    assert P_show._memory_text({"memory_reason": "the run recorded no memory facts"},
+                               str) == "peak memory per rank: the run recorded no memory facts"
     assert "CPU: the row's processes 11% of the machine, its one-rank runs 20% together" in \
         P_show._share(two["cpu_share_pct"])
     # a timed window of fewer than 3 monitor samples (5 steps of 0.12 s at 0.5 s a sample)
