@@ -277,6 +277,17 @@ def wide_bracket(t: float | None, lo: float | None) -> bool:
     return bool(t) and lo is not None and t is not None and t - lo > BRACKET_SHOWN * t
 
 
+# evaluations a run asked to narrow its bracket is told to make up to the step it hit
+EVALS_SUGGESTED = 20
+
+
+def more_often(steps: int) -> str:
+    """``--eval-every 273: 20 evaluations up to step 5,469``: a schedule that reads the
+    target's step to within a twentieth of it."""
+    every = max(1, steps // EVALS_SUGGESTED)
+    return f"--eval-every {every}: {steps // every} evaluations up to step {steps:,}"
+
+
 def bracket_text(tt: dict[str, Any]) -> str:
     """What the evaluation schedule leaves open about a reached target: it was crossed
     after the evaluation before the hit (the start, when the hit was the first), so the
@@ -289,7 +300,8 @@ def bracket_text(tt: dict[str, Any]) -> str:
     after = (f"the evaluation before it, step {steps_lo:,} at {lo:.2f} s" if steps_lo
              else "the start: it was the first evaluation")
     return (f"; crossed somewhere after {after}, so the time to it is {lo:.2f}-{t:.2f} s "
-            f"(steps {steps_lo:,}-{steps:,}): evaluate more often (--eval-every) to narrow it")
+            f"(steps {steps_lo:,}-{steps:,}): evaluate more often to narrow it "
+            f"({more_often(steps)})")
 
 
 def repeat_config(cfg: Any, repeat: int) -> tuple[Any, int]:

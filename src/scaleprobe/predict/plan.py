@@ -480,8 +480,9 @@ def target_from(runs: list[RunResult], text: str | None) -> Target | None:
         where = (f"it was crossed between its evaluations at step {lo:,} and {steps:,}" if lo
                  else f"its first evaluation reached it: it was crossed in steps 0-{steps:,}")
         said = (f"; {where}, so every row's steps and time to it may be up to "
-                f"{(steps - lo) / steps:.0%} lower: evaluate more often (--eval-every) to "
-                "narrow it" if lo is not None and TG.wide_bracket(steps, lo) else "")
+                f"{(steps - lo) / steps:.0%} lower: evaluate more often to narrow it "
+                f"({TG.more_often(steps)})" if lo is not None and TG.wide_bracket(steps, lo)
+                else "")
         return Target(tg.text(), float(steps), int(r.batch.global_), *bc,
                       f"{r.label}: {steps:,} steps to {tg.text()} at global batch "
                       f"{r.batch.global_}, B_noise {bc[0]:,.0f} at its end{said}",

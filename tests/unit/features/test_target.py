@@ -10,6 +10,7 @@ from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import (
     Target,
     TargetWatch,
+    more_often,
     not_reached_line,
     parse_target,
     read_curve_csv,
@@ -242,7 +243,9 @@ def test_the_time_to_target_says_the_bracket_its_evaluations_leave_open():
     assert (first["steps_to_target_lo"], first["time_to_target_lo_s"]) == (0, 0.0)
     line = summary_line(first)
     assert ("crossed somewhere after the start: it was the first evaluation, so the time to "
-            "it is 0.00-1.00 s (steps 0-10): evaluate more often (--eval-every)") in line
+            "it is 0.00-1.00 s (steps 0-10): evaluate more often to narrow it (--eval-every "
+            "1: 10 evaluations up to step 10)") in line
+    assert more_often(5469) == "--eval-every 273: 20 evaluations up to step 5,469"
     tt = summarize(_loss_raw(2.0, [5.5, 2.4, 1.9, 1.7]), 100, 32, 3)
     assert (tt["steps_to_target_lo"], tt["time_to_target_lo_s"]) == (20, 2.0)
     assert "after the evaluation before it, step 20 at 2.00 s, so the time to it is 2.00-3.00 s" \
