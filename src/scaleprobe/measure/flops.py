@@ -201,10 +201,10 @@ def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: f
         used = None if cuda else cpu_threads()
         best, share, reps, t_end = 0.0, None, 0, clock() + seconds
         for i in range(1000):
-            _sync(device)
+            sync_device(device)
             t0, c0 = clock(), cpu_clock()
             torch.mm(a, b)
-            _sync(device)
+            sync_device(device)
             dt, cpu_dt = clock() - t0, cpu_clock() - c0
             if i >= 2:
                 reps += 1
@@ -222,7 +222,9 @@ def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: f
             "method": f"measured peak: best of {reps} {dtype} {n}x{n} matrix products, {where}"}
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA) before a host clock is read; nothing on the
+    CPU, whose work has ended when its call returns."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

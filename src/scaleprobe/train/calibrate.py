@@ -9,20 +9,14 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from scaleprobe.core.rank_record import StandaloneTransfer
 from scaleprobe.measure.comm.bench import plan_iters, time_collective
+from scaleprobe.measure.flops import sync_device
 from scaleprobe.measure.stats import median
 
 if TYPE_CHECKING:
     from scaleprobe.train.engine import LoopState
     from scaleprobe.train.parts import Parts
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 CALIBRATION_METHOD = ("median(fwd+bwd with sync) - median(fwd+bwd under no_sync), same batch, "
@@ -50,14 +44,14 @@ def calibrate_comm(p: Parts, st: LoopState, clock: Any = time.perf_counter) -> d
     for i in range(2 * p.cfg.dist.calibration_steps):
         sync = i % 2 == 1
         ctx = contextlib.nullcontext() if sync else p.strategy.no_sync(p.model)
-        _sync(p.device)
+        sync_device(p.device)
         p.strategy.barrier()
         t0 = clock()
         with ctx:
             with p.autocast:
                 loss = p.task.forward_loss(p.model, x, y)
             p.scaler.scale(loss).backward()
-        _sync(p.device)
+        sync_device(p.device)
         times[sync].append(clock() - t0)
         p.optimizer.zero_grad(set_to_none=True)
     s, n = median(times[True][1:]), median(times[False][1:])

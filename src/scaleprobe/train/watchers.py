@@ -14,10 +14,10 @@ from scaleprobe.features.interrupt import StopRequest, peers_across_hosts
 from scaleprobe.features.target import TargetWatch, parse_target
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
+from scaleprobe.measure.flops import sync_device
 from scaleprobe.measure.gns_probe import half_steps
 from scaleprobe.measure.heartbeat import Heartbeat
 from scaleprobe.measure.timer import StepTimer
-from scaleprobe.train.calibrate import _sync
 from scaleprobe.train.parts import Parts
 from scaleprobe.train.timed_steps import TimerSteps
 
@@ -32,7 +32,7 @@ def _watch(p: Parts) -> Any:
     except TypeError:
         per_epoch = None
     return TargetWatch(parse_target(p.cfg.train.target), p.cfg.train.eval_every,
-                       sync=lambda: _sync(p.device), steps_per_epoch=per_epoch)
+                       sync=lambda: sync_device(p.device), steps_per_epoch=per_epoch)
 
 
 def beat_with(beat: Heartbeat, p: Parts, timer: StepTimer, stop: StopRequest,
