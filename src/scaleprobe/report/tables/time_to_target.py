@@ -51,10 +51,11 @@ def time_to_target_lo_s(r: RunResult) -> float | None:
 
 
 def samples_to_target_lo(r: RunResult) -> float | None:
+    """The samples at the evaluation before the one that reached the target
+    (``metrics.samples_of``, as the samples to target are)."""
     t = r.target
-    if t is None or t.steps_to_target_lo is None or not r.batch.global_:
-        return None
-    return float(t.steps_to_target_lo * r.batch.global_)
+    n = M.samples_of(t.steps_to_target_lo, r.batch.global_) if t is not None else None
+    return None if n is None else float(n)
 
 
 # each figure's lower end: the target was crossed after the evaluation before the one that
