@@ -78,6 +78,7 @@ def _run_command(req: dict) -> None:
             enter(req["netns"])
         os.environ.clear()
         os.environ.update(req["env"])
+        tempfile.tempdir = None  # read from the call's TMPDIR, as a fresh interpreter does
         os.chdir(req["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

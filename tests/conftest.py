@@ -8,8 +8,32 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# the temporary files of every process the suite starts (ranks, launchers, torch's error files,
+# multiprocessing's folders): one folder, removed when the session ends, so that runs of the
+# suite leave nothing behind in the system's; pytest's own tmp_path stays where it was
+_SUITE_TMP: list[str] = []
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name for this uid: torch's own fallback
+        return "unknown"
+
+
 def pytest_configure(config):
     os.environ.setdefault("SCALEPROBE_TEST", "1")
+    import tempfile
+
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    # torch.compile's cache stays warm across sessions where it was
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"))
+    _SUITE_TMP.append(tempfile.mkdtemp(prefix="scaleprobe-suite-"))
+    os.environ["TMPDIR"] = _SUITE_TMP[0]
+    tempfile.tempdir = None
     # A suite started in the background of a non-interactive shell (`make test &`, a CI step,
     # scripts/suite-under-load.sh) starts with SIGINT ignored, and every process it starts
     # inherits that: the tests that press Ctrl+C on a sweep or a wrapped script would wait for
@@ -186,9 +210,13 @@ def _children(proc):
 
 
 def pytest_sessionfinish(session):
+    import shutil
+
     from tests import cliserver
 
     cliserver.close()
+    for d in _SUITE_TMP:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):

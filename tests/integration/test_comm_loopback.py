@@ -17,9 +17,9 @@ ITERS, WARMUP = 20, 3  # 5 iterations gave held-out ratios of 0.21-2.3; 20 give 
 ROW_KEYS = {"op", "size_bytes", "time_s", "algbw_gbyte_s", "busbw_gbyte_s", "iters"}
 
 
-def _comm(out, *argv):
+def _comm(out, *argv, env=None):
     proc = run_cli("comm", "--nproc", "2", "--iters", ITERS, "--warmup", WARMUP, *argv,
-                   "--out", out, timeout=200)
+                   "--out", out, timeout=200, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = read_jsonl(out / "results.jsonl")
     assert len(recs) == 1
@@ -29,8 +29,17 @@ def _comm(out, *argv):
 @pytest.fixture(scope="module")
 def comm_record(tmp_path_factory):
     out = tmp_path_factory.mktemp("comm")
-    rec, stdout = _comm(out, "--sizes", SIZES)
-    return rec, stdout, out
+    tmp = tmp_path_factory.mktemp("comm-tmpdir")
+    rec, stdout = _comm(out, "--sizes", SIZES, env={"TMPDIR": str(tmp)})
+    return rec, stdout, out, tmp
+
+
+def test_leaves_no_launcher_folders_behind(comm_record):
+    """Bug caught: every `comm` (and every launch given no log folder) left a
+    scaleprobe-logs-* folder of the launcher's per-rank folders in the system's temporary
+    folder; the suite alone left a hundred a session."""
+    *_, tmp = comm_record
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("scaleprobe-logs-")]
 
 
 def test_prints_tables_and_runs_the_iterations_asked(comm_record):
@@ -38,7 +47,7 @@ def test_prints_tables_and_runs_the_iterations_asked(comm_record):
     thing and the rows another). The wall time of the command is not checked: on this shared
     2-core machine it is mostly process start-up (13-49 s measured), which says nothing about
     the benchmark."""
-    rec, stdout, _ = comm_record
+    rec, stdout, *_ = comm_record
     assert "busbw" in stdout and "alpha" in stdout and "ps_push_pull" in stdout
     assert rec["settings"] == {"sizes_bytes": [64 << 10, 256 << 10, 1 << 20, 16 << 20],
                                "iters": ITERS, "warmup": WARMUP}
@@ -46,7 +55,7 @@ def test_prints_tables_and_runs_the_iterations_asked(comm_record):
 
 
 def test_record_schema(comm_record):
-    rec, _, _ = comm_record
+    rec, *_ = comm_record
     assert rec["kind"] == "comm" and rec["schema"] == 2
     assert rec["experiment"]["kind"] == "comm" and rec["experiment"]["id"]
     assert rec["backend"] == "gloo" and rec["world_size"] == 2
@@ -78,7 +87,7 @@ def test_stored_fit_predicts_a_held_out_size(comm_record, tmp_path):
     catches a fit in the wrong unit (bits or KiB for bytes: 8x or 1024x), alpha and beta
     swapped, or a fit made from another operation's much slower rows (ps_push_pull at 2 ranks
     is measured near 2x all_reduce, so it is not told apart)."""
-    rec, _, _ = comm_record
+    rec, *_ = comm_record
     fit = rec["fit"]["all_reduce"]
     held, _ = _comm(tmp_path, "--ops", "all_reduce", "--sizes", "1M,4M")
     measured = next(r["time_s"] for r in held["rows"] if r["size_bytes"] == HELD_OUT)
@@ -90,7 +99,7 @@ def test_stored_fit_predicts_a_held_out_size(comm_record, tmp_path):
 
 
 def test_predict_uses_the_measured_link(comm_record, capsys):
-    _, _, out = comm_record
+    _, _, out, _ = comm_record
     assert main(["predict", "--params", "11.7e6", "--nproc", "2", "--link", str(out),
                  "--compute-time", "0.3", "--json"]) == 0
     preds = json.loads(capsys.readouterr().out)["predictions"]

@@ -311,7 +311,7 @@ def _launch_config(job: Job, endpoint: str, run_id: str, log_dir: str | None,
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
-    logs = DefaultLogsSpecs(log_dir=log_dir or tempfile.mkdtemp(prefix="scaleprobe-logs-"))
+    logs = DefaultLogsSpecs(log_dir=log_dir)
     extra: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(LaunchConfig)}
     if "shutdown_timeout" in fields:
@@ -439,8 +439,11 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
     run_id = (f"scaleprobe-{uuid.uuid4().hex[:12]}" if job.nnodes == 1 and not job.rdzv_endpoint
               else f"scaleprobe-{(job.rdzv_endpoint or '').replace(':', '-')}")
     start = rank_start_method()
+    # without a folder for them, the launcher's per-rank folders go to one removed afterwards
+    own_logs = None if log_dir else tempfile.TemporaryDirectory(prefix="scaleprobe-logs-")
     # with a watch, the watch ends the ranks at the grace; torch's launcher only backs it up
-    cfg = _launch_config(job, f"{host}:{port}", run_id, log_dir, start,
+    cfg = _launch_config(job, f"{host}:{port}", run_id,
+                         own_logs.name if own_logs else log_dir, start,
                          STOP_CEILING_S if run_dir else INTERRUPT_GRACE_S,
                          own_stop_handler=bool(run_dir))
     if start == "fork" and callable(entry):
@@ -477,3 +480,5 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
             with contextlib.suppress(ValueError, TypeError):
                 signal.signal(s, h)
         del store
+        if own_logs is not None:
+            own_logs.cleanup()
