@@ -33,6 +33,8 @@ def test_plan_prints_what_fits_and_the_picks_in_80_columns(source):
     assert "what fits: predicted step" in p.stdout and "device-" in p.stdout
     assert "fastest that fits:" in p.stdout and "cheapest that fits:" in p.stdout
     assert "64*" in p.stdout  # a batch not measured is marked as scaled
+    # planned on the CPU for a device named by its memory: the steps are the CPU's
+    assert "this CPU's, not the GPU's" in " ".join(p.stdout.split())
 
 
 def test_verify_runs_the_pick_and_the_runner_up_beside_their_predictions(source, tmp_path):

@@ -157,6 +157,7 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
                if n * q.nnodes >= traits_of(s).min_world
                and (n * q.nnodes > 1 or s == q.strategies[0])]
     return {"like": like, "inputs": inputs, "question": q, "rows": rows, "picks": picks,
+            "device_named": args.device_memory is not None,
             "largest": largest, "bases": bases}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scaleprobe.commands.predict_memory import sharded_caveat
+from scaleprobe.commands.predict_memory import cpu_basis_caveat, sharded_caveat
 from scaleprobe.commands.predict_steps import time_unit
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
@@ -81,6 +81,7 @@ def to_json(got: dict[str, Any], verified: list[dict[str, Any]] | None) -> dict[
     tg = q.target
     return {"from": {"run": like.label, "run_id": like.run_id,
                      "memory_caveat": sharded_caveat(like),
+                     "device_caveat": cpu_basis_caveat(like, got["device_named"], steps=True),
                      "bases": {s: {str(b): list(v.labels) for b, v in per.items()}
                                for s, per in got["bases"].items()}},
             "link": W.link_line(q.link, q.nnodes),
@@ -164,6 +165,8 @@ def print_plan(got: dict[str, Any], caveat: str) -> None:
         f"{W.link_line(q.link, q.nnodes)}")
     if memory_caveat := sharded_caveat(like):
         say(f"memory caveat: {memory_caveat}")
+    if device_caveat := cpu_basis_caveat(like, got["device_named"], steps=True):
+        say(f"caveat: {device_caveat}")
     fits = [r for r in rows if r.fits and r.prediction is not None]
     if fits:
         unit = time_unit(*(r.prediction.step_s.hi for r in fits if r.prediction))

@@ -131,6 +131,25 @@ def sharded_caveat(run: RunResult) -> str | None:
             "6); a one-rank run of single or ddp predicts memory like for like")
 
 
+def cpu_basis_caveat(run: RunResult, device_named: bool, steps: bool = False) -> str | None:
+    """What a prediction for the device ``--device-memory`` names (``device_named``) leaves
+    out when its run trained on the CPU, or None: the CPU's peak is its tensor bytes, with no
+    allocator cache to measure a margin from, and a GPU holds more than its tensors (its
+    caching allocator's reserve, the CUDA context, the libraries' workspaces). ``steps``: the
+    prediction also carries the run's step times (``plan``), which are the CPU's."""
+    facts = run.metrics.memory_facts
+    device = (facts.device if facts is not None else None) or ""
+    if not device_named or not device.startswith("cpu"):
+        return None
+    return ("predicted from a run on the CPU for the device --device-memory names: its peak "
+            "is the CPU's tensor bytes, with no allocator margin; a GPU's caching allocator "
+            "reserves more than its tensors, and the CUDA context and the libraries' "
+            "workspaces take room outside the peak"
+            + ("; every step, samples/s and device time here is this CPU's, not the GPU's"
+               if steps else "")
+            + "; a few steps of a one-rank run on that GPU predict like for like")
+
+
 def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
     run = source_run(runs, args.from_result)
     inputs = inputs_of(run)
@@ -142,8 +161,10 @@ def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
             for b in batches:
                 points.append(_point(MM.predict(inputs, s, n, b), cap, source, inputs.probes))
             fits.append(_largest(inputs, s, n, cap, source))
-    out = {"from": {**_from(run, inputs), "caveat": sharded_caveat(run)}, "points": points,
-           "largest_batch": fits}
+    named = args.device_memory_bytes is not None
+    out = {"from": {**_from(run, inputs), "caveat": sharded_caveat(run),
+                    "device_caveat": cpu_basis_caveat(run, named)},
+           "points": points, "largest_batch": fits}
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -253,8 +274,9 @@ def _print(out: dict[str, Any]) -> None:
                  f"({f['interval_source']})" if change is not None else f['interval_source'])
               + f"; allocator margin {f['allocator_margin']:.1%} ({f['margin_source']})",
               markup=False, highlight=False)
-    if f.get("caveat"):
-        con.print(f"caveat: {f['caveat']}", markup=False, highlight=False)
+    for key in ("caveat", "device_caveat"):
+        if f.get(key):
+            con.print(f"caveat: {f[key]}", markup=False, highlight=False)
     head, parts = _tables()
     for p in out["points"]:
         q, row = p["parts"], (esc(p["strategy"]), str(p["nproc"]), str(p["batch_size"]))

@@ -248,3 +248,29 @@ def test_a_fixed_part_below_zero_is_explained(tmp_path, capsys):
     assert main(["predict", "--from", _run(tmp_path), "--memory"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "fixed part 48.8 KiB (measured at batch" in out
+
+
+def test_a_cpu_run_for_a_named_device_says_what_its_peak_leaves_out(tmp_path, capsys):
+    """Bug caught: a run on the CPU, asked about an 80 GiB device, answered "fits" with a 0%
+    allocator margin and no word that a GPU holds more than its tensors (its allocator's
+    reserve, the CUDA context, the libraries' workspaces)."""
+    run = _run(tmp_path)
+    argv = ["predict", "--from", run, "--memory", "--nproc", "1", "--strategy", "ddp"]
+    assert main([*argv, "--device-memory", "80GiB", "--json"]) == 0
+    caveat = json.loads(capsys.readouterr().out)["from"]["device_caveat"]
+    assert caveat.startswith("predicted from a run on the CPU") and "CUDA context" in caveat
+    assert "this CPU's" not in caveat  # memory alone: no step times to speak of
+    assert main([*argv, "--device-memory", "80GiB"]) == 0
+    assert "caveat: predicted from a run on the CPU" in capsys.readouterr().out
+    # the host's own memory (no device named): the prediction is for the CPU it ran on
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["from"]["device_caveat"] is None
+
+
+def test_a_cuda_run_needs_no_device_caveat():
+    from scaleprobe.commands.predict_memory import cpu_basis_caveat
+
+    run = RunResult.from_dict({**_record().to_dict(), "metrics": {
+        "memory_facts": facts(device="cuda:0").to_dict(), "step_time_s": {"median": 0.1}}})
+    assert cpu_basis_caveat(run, True, steps=True) is None
+    assert "this CPU's, not the GPU's" in cpu_basis_caveat(_record(), True, steps=True)
