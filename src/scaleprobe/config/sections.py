@@ -148,6 +148,10 @@ class TrainConfig:
     eval_every: int | None = option(None, "--target: evaluate every this many steps", ge=1,
                                     unset="at the end of every epoch")
     max_epochs: int = option(20, "--target: stop after this many epochs if not reached", ge=1)
+    target_copies: int = option(32, "--target: copies of the model kept between two "
+                                "evaluations (in host memory, at most 2 GiB together), evaluated "
+                                "after the hit to narrow the step it was reached at; 0: none",
+                                ge=0)
 
 
 @dataclass(frozen=True)
@@ -365,5 +369,6 @@ RunResult.codec = ConfigBlock(RunConfig, SECTIONS, KNOBS)
 # so a sweep resumes the points it finished before they existed (--task lm's sizes and data)
 LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
               "data.eval_windows", "measure.gns", "dist.threads_per_rank",
-              "dist.parity_tolerance", "model.compile_backend", "train.lr_warmup")
+              "dist.parity_tolerance", "model.compile_backend", "train.lr_warmup",
+              "train.target_copies")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure

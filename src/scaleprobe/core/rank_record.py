@@ -171,7 +171,11 @@ class TargetPoint(Record):
     train_wall_s: float | None = None
     eval_s: float | None = None
     value: float | None = None
+    # a copy of the model kept at ``step``, evaluated after the target was reached
+    looked_back: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("looked_back",)
 
 
 @dataclass
@@ -185,7 +189,17 @@ class RankTarget(Record):
     points: list[TargetPoint] = field(default_factory=list)
     steps_per_epoch: int | None = None  # the loader's own count
     eval_time_s: float | None = None  # every evaluation's seconds
+    # the model copies kept between evaluations to narrow the hit's bracket afterwards
+    copies: int | None = None  # at most this many between two evaluations (0: none)
+    copies_every: int | None = None  # steps between two copies
+    copies_looked_at: int | None = None  # the copies between the hit and the one before
+    copies_reason: str | None = None  # why none were kept
+    copies_s: float | None = None  # keeping them (off the training clock)
+    copies_stopped: str | None = None  # why the look back ended before the first hit
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("copies", "copies_every", "copies_looked_at",
+                                           "copies_reason", "copies_s", "copies_stopped")
 
 
 @dataclass

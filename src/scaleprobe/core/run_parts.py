@@ -36,8 +36,23 @@ class TimeToTarget(Record):
     eval_every_steps: int | None = None  # None: at the end of every epoch
     max_epochs: int | None = None
     rule: str | None = None
+    # the copies of the model kept between evaluations (docs/TIME_TO_TARGET.md, "Looking
+    # back"): at most ``copies`` per bracket, ``copies_every`` steps apart; of the hit's
+    # bracket's ``copies_looked_at``, ``looked_back`` were evaluated after the hit (curve
+    # points with ``looked_back`` 1); ``copies_reason``: why none were kept
+    copies: int | None = None
+    copies_every: int | None = None
+    copies_looked_at: int | None = None
+    looked_back: int | None = None
+    copies_reason: str | None = None
+    copies_s: float | None = None  # keeping them, off the training clock like evaluations
+    copies_stopped: str | None = None  # why the look back ended before the first hit
     curve: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("copies", "copies_every", "copies_looked_at",
+                                           "looked_back", "copies_reason", "copies_s",
+                                           "copies_stopped")
 
 
 @dataclass

@@ -34,10 +34,12 @@ LOWER_IS_BETTER = frozenset({"loss", "perplexity"})
 # the smallest value each lower-is-better metric can take (a target must lie above it)
 FLOOR = {"loss": 0.0, "perplexity": 1.0}
 CURVE_FILE = "target_curve.csv"
-CURVE_COLUMNS = ("evaluation", "step", "epoch", "samples", "train_wall_s", "eval_s", "value")
+CURVE_COLUMNS = ("evaluation", "step", "epoch", "samples", "train_wall_s", "eval_s", "value",
+                 "looked_back")
 RULE = ("training wall clock from the start of the first step (data loading and warm-up "
         "included) to the evaluation that reached the target, evaluation time excluded "
-        "(MLPerf Training's time-to-train rule)")
+        "(MLPerf Training's time-to-train rule); copies of the model kept between "
+        "evaluations, evaluated after the hit, count as evaluations at their steps")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,25 @@ def now() -> float:
     return time.perf_counter()
 
 
+# copies of the model kept between two evaluations, at most (``train.target_copies``), and
+# the memory they may take together (a larger model keeps fewer; under 2, none)
+COPIES = 32
+COPIES_BYTES = 2 << 30
+# the look back may take as long as the training to the hit, and at least this
+LOOK_BACK_MIN_S = 30.0
+
+
+@dataclass
+class Kept:
+    """A copy of the model kept at ``step`` (``state``: the engine's, opaque here; None on a
+    rank that does not evaluate, which keeps the schedule only), with the training clock
+    then."""
+
+    step: int
+    train_wall_s: float
+    state: Any = None
+
+
 @dataclass
 class TargetWatch:
     """Evaluates on a schedule and keeps the training clock net of evaluation.
@@ -116,18 +137,33 @@ class TargetWatch:
     of each epoch; ``evaluate(step, evaluate_fn, agree)`` runs the evaluation (``evaluate_fn``:
     the task's metrics dict) and returns whether to stop. ``agree`` turns this rank's verdict
     into every rank's (an all-reduce), so all ranks stop at the same step; its wait counts as
-    evaluation. ``sync`` waits for the device (CUDA) before the clock is read."""
+    evaluation. ``sync`` waits for the device (CUDA) before the clock is read.
+
+    Between two evaluations it keeps up to ``copies`` copies of the model, evenly spaced
+    (``keep_due``, ``keep``; off the clock like an evaluation); when an evaluation reaches the
+    target, ``look_back`` evaluates the copies made since the one before, in step order up
+    to the first that reaches it, so the target's bracket narrows from the evaluations'
+    spacing to the copies'. Every rank
+    keeps the same schedule (a rank that does not evaluate keeps no state), so every rank
+    joins the same ``agree`` calls."""
 
     target: Target
     eval_every: int | None  # steps; None: at the end of every epoch
     clock: Callable[[], float] | None = None  # None: ``now`` (tests replace either)
     sync: Callable[[], None] = lambda: None
     steps_per_epoch: int | None = None  # the rank's loader length, when it has one
+    copies: int = 0  # at most this many copies between two evaluations (0: none)
+    copies_reason: str | None = None  # why none are kept
     t0: float | None = None
     eval_total_s: float = 0.0
+    kept_s: float = 0.0  # keeping copies: off the clock too, reported apart
     points: list[TargetPoint] = field(default_factory=list)
     last_step: int = -1  # the step of the last evaluation
+    before_step: int = 0  # the step of the evaluation before that one (0: the start)
     reached: bool = False
+    kept: list[Kept] = field(default_factory=list)
+    looked_at: int | None = None  # the copies in the hit's bracket
+    stopped_early: str | None = None  # why the look back ended before the first hit
 
     def _now(self) -> float:
         return (self.clock or now)()
@@ -143,34 +179,124 @@ class TargetWatch:
             return epoch_end
         return not epoch_end and step % self.eval_every == 0
 
+    @property
+    def copies_every(self) -> int | None:
+        """Steps between two copies: the evaluations' spacing over ``copies`` (None: no
+        copies, or no spacing known: evaluations once an epoch of unknown length)."""
+        spacing = self.eval_every or self.steps_per_epoch
+        if self.copies < 1 or not spacing:
+            return None
+        return max(1, math.ceil(spacing / (self.copies + 1)))
+
+    def keep_due(self, step: int) -> bool:
+        """A copy is due after ``step`` (never where an evaluation is)."""
+        every = self.copies_every
+        since = step - max(self.last_step, 0)
+        return (every is not None and since > 0 and since % every == 0
+                and len(self.kept) < self.copies and not self.due(step))
+
+    def _train_wall(self, at: float) -> float:
+        return (at - (self.t0 if self.t0 is not None else at) - self.eval_total_s
+                - self.kept_s)
+
+    def keep(self, step: int, take: Callable[[], Any]) -> None:
+        """Keep a copy of the model after ``step`` (``take`` makes it); its time is not
+        training time."""
+        self.sync()
+        t_begin = self._now()
+        train_wall = self._train_wall(t_begin)
+        state = take()
+        self.sync()
+        self.kept_s += self._now() - t_begin
+        self.kept.append(Kept(step, train_wall, state))
+
     def evaluate(self, step: int, evaluate_fn: Callable[[], dict[str, Any]] | None,
                  agree: Callable[[bool], bool] = lambda x: x) -> bool:
         """One evaluation at ``step`` (``evaluate_fn`` None: this rank does not evaluate, it
         only joins ``agree``). Returns True when every rank should stop."""
         self.sync()
         t_begin = self._now()
-        train_wall = t_begin - (self.t0 if self.t0 is not None else t_begin) - self.eval_total_s
-        value = None
-        if evaluate_fn is not None:
-            got = evaluate_fn().get(self.target.metric)
-            value = float(got) if isinstance(got, (int, float)) else None
-        hit = self.target.reached(value)
-        stop = bool(agree(hit))
-        self.sync()
+        train_wall = self._train_wall(t_begin)
+        value, stop = self._value_agreed(evaluate_fn, agree)
         took = self._now() - t_begin
         self.eval_total_s += took
-        self.last_step = step
+        self.before_step, self.last_step = max(self.last_step, 0), step
         self.reached = self.reached or stop
         if evaluate_fn is not None:
             self.points.append(TargetPoint(step=step, train_wall_s=train_wall, eval_s=took,
                                            value=value))
+        if not stop:
+            self.kept.clear()  # the next bracket's copies start here
         return stop
+
+    def _value_agreed(self, evaluate_fn: Callable[[], dict[str, Any]] | None,
+                      agree: Callable[[bool], bool]) -> tuple[float | None, bool]:
+        value = None
+        if evaluate_fn is not None:
+            got = evaluate_fn().get(self.target.metric)
+            value = float(got) if isinstance(got, (int, float)) else None
+        stop = bool(agree(self.target.reached(value)))
+        self.sync()
+        return value, stop
+
+    def look_back(self, evaluate_fn: Callable[[], dict[str, Any]] | None,
+                  load: Callable[[Any], None],
+                  agree: Callable[[bool], bool] = lambda x: x) -> int:
+        """After the evaluation that reached the target: evaluate the copies kept since the
+        evaluation before it, in step order, up to the first that reaches it (``load`` puts
+        a copy's state into the model; the caller puts the trained state back). That is the
+        answer evaluating at every copy's step would have given, the metric's ups and downs
+        included. The copies' points join the curve marked ``looked_back``. It stops early
+        once its evaluations have taken as long as the training to the hit (at least
+        ``LOOK_BACK_MIN_S``): the target then lies after the last copy evaluated. Every rank
+        steps alike on the agreed verdicts. Returns the evaluations made."""
+        inside = [k for k in self.kept if self.before_step < k.step < self.last_step]
+        hit_wall = self.points[-1].train_wall_s if self.points else None
+        budget = max(LOOK_BACK_MIN_S, hit_wall or 0.0)
+        self.looked_at, spent, made = len(inside), 0.0, 0
+        for k in inside:
+            if agree(evaluate_fn is not None and spent >= budget):
+                self.stopped_early = (f"stopped after {made} of {len(inside)} copies: "
+                                      f"{spent:.1f} s, as long as the training to the hit")
+                break
+            self.sync()
+            t_begin = self._now()
+            load(k.state)
+            value, hit = self._value_agreed(evaluate_fn, agree)
+            took = self._now() - t_begin
+            self.eval_total_s += took
+            spent += took
+            made += 1
+            if evaluate_fn is not None:
+                self.points.append(TargetPoint(step=k.step, train_wall_s=k.train_wall_s,
+                                               eval_s=took, value=value, looked_back=True))
+            if hit:
+                break
+        self.kept.clear()
+        return made
 
     def record(self) -> RankTarget:
         """What travels in the rank's record (``RankRecord.target``)."""
         return RankTarget(metric=self.target.metric, value=self.target.value,
                           eval_every=self.eval_every, points=list(self.points),
-                          steps_per_epoch=self.steps_per_epoch, eval_time_s=self.eval_total_s)
+                          steps_per_epoch=self.steps_per_epoch, eval_time_s=self.eval_total_s,
+                          copies=self.copies, copies_every=self.copies_every,
+                          copies_looked_at=self.looked_at, copies_reason=self.copies_reason,
+                          copies_s=self.kept_s, copies_stopped=self.stopped_early)
+
+
+def copies_for(state_bytes: int, wanted: int = COPIES,
+               budget: int = COPIES_BYTES) -> tuple[int, str | None]:
+    """How many copies of a model of ``state_bytes`` (parameters and buffers) to keep
+    between two evaluations: ``wanted``, fewer where they would take more than ``budget``
+    together, none under 2 (and why)."""
+    if wanted < 1:
+        return 0, "turned off (train.target_copies = 0)"
+    n = min(wanted, budget // max(1, state_bytes))
+    if n < 2:
+        return 0, (f"the model's state ({state_bytes / 2**20:,.0f} MiB) leaves room for fewer "
+                   f"than 2 copies in {budget / 2**30:g} GiB")
+    return n, None
 
 
 # ---- in the driver: the result -----------------------------------------------------------
@@ -183,13 +309,14 @@ def summarize(raw: RankTarget, steps_per_epoch: int | None, global_batch: int | 
         raise ValueError("a rank's target record without its metric and value")
     target = Target(raw.metric, float(raw.value))
     steps_per_epoch = raw.steps_per_epoch or steps_per_epoch  # the loader's own count
-    curve: list[dict[str, Any]] = []  # the result's ``TimeToTarget.curve``
-    for i, p in enumerate(raw.points):
+    curve: list[dict[str, Any]] = []  # the result's ``TimeToTarget.curve``, in step order
+    # (the copies looked back at after the hit sit between the evaluations around them)
+    for i, p in enumerate(sorted(raw.points, key=lambda p: p.step or 0)):
         curve.append({"evaluation": i + 1, "step": p.step,
                       "epoch": M.epochs_of(p.step, steps_per_epoch),
                       "samples": M.samples_of(p.step, global_batch),
                       "train_wall_s": p.train_wall_s, "eval_s": p.eval_s,
-                      "value": p.value})
+                      "value": p.value, "looked_back": int(bool(p.looked_back))})
     hit = next((c for c in curve if target.reached(c["value"])), None)
     # the evaluation before the hit (None: the hit was the first): the target was crossed
     # after it, so the hit's figures are the time to target to within that bracket
@@ -212,6 +339,13 @@ def summarize(raw: RankTarget, steps_per_epoch: int | None, global_batch: int | 
         "best_at_samples": best["samples"] if best else None,
         "evaluations": len(curve), "eval_every_steps": raw.eval_every,
         "max_epochs": max_epochs, "rule": RULE, "curve": curve}
+    if raw.copies is not None:  # a record from before the look back has none of these
+        copies = {"copies": raw.copies, "copies_every": raw.copies_every,
+                  "copies_looked_at": raw.copies_looked_at,
+                  "looked_back": sum(c["looked_back"] for c in curve),
+                  "copies_reason": raw.copies_reason, "copies_s": raw.copies_s,
+                  "copies_stopped": raw.copies_stopped}
+        out.update({k: v for k, v in copies.items() if v is not None})
     return out
 
 
@@ -258,8 +392,13 @@ def read_curve_csv(path: Path) -> list[dict[str, float | None]]:
 def summary_line(tt: dict[str, Any]) -> str:
     """The run's time to target in one line, evaluation time named as excluded."""
     ev = tt.get("evaluations") or 0
-    evals = (f"{ev} evaluation{'s' if ev != 1 else ''} took {tt.get('eval_time_s') or 0:.2f} s, "
-             "excluded")
+    back = tt.get("looked_back") or 0
+    evals = (f"{ev} evaluation{'s' if ev != 1 else ''}"
+             + (f" ({back} of copies of the model kept since the evaluation before the hit)"
+                if back else "")
+             + f" took {tt.get('eval_time_s') or 0:.2f} s"
+             + (f", keeping the copies {tt['copies_s']:.2f} s" if tt.get("copies_s") else "")
+             + ", excluded")
     if not tt.get("reached"):
         return f"time to target: {not_reached_line(tt)} ({evals})"
     return (f"time to target: {target_text(tt['metric'], tt['target'])} reached in "
@@ -297,7 +436,10 @@ def bracket_text(tt: dict[str, Any]) -> str:
     steps, steps_lo = tt.get("steps_to_target"), tt.get("steps_to_target_lo")
     if steps is None or steps_lo is None or not wide_bracket(t, lo):
         return ""
-    after = (f"the evaluation before it, step {steps_lo:,} at {lo:.2f} s" if steps_lo
+    copy = any(c.get("looked_back") and c.get("step") == steps_lo
+               for c in tt.get("curve") or [])
+    after = (f"the {'copy of the model' if copy else 'evaluation'} before it, step "
+             f"{steps_lo:,} at {lo:.2f} s" if steps_lo
              else "the start: it was the first evaluation")
     return (f"; crossed somewhere after {after}, so the time to it is {lo:.2f}-{t:.2f} s "
             f"(steps {steps_lo:,}-{steps:,}): evaluate more often to narrow it "

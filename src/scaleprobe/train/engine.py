@@ -35,6 +35,7 @@ from scaleprobe.measure.progress import StepProgress
 from scaleprobe.measure.timer import StepTimer
 from scaleprobe.protocols import Serves, Strategy
 from scaleprobe.train.calibrate import calibrate_comm, measure_transfer
+from scaleprobe.train.copies import copier
 from scaleprobe.train.eager import eager_passes
 from scaleprobe.train.parts import Parts, lr_warmup_steps, setup
 from scaleprobe.train.rankrecord import memory_facts, rank_record
@@ -265,6 +266,10 @@ def _step_ends(p: Parts, st: LoopState, timer: StepTimer, timing: bool,
         if _target_eval(p, st):
             st.stop_reason = "target"
             return True
+    elif p.watch is not None and p.watch.keep_due(st.step):
+        if timing:
+            timer.close()  # the step ends before the copy: not in its time
+        _keep_copy(p, st)
     if timing and (why := stop_reason(p, st, timer)):
         st.stop_reason = why
         return True
@@ -284,9 +289,24 @@ def _target_eval(p: Parts, st: LoopState) -> bool:
                                      p.cfg.model.channels_last)
     t0 = time.perf_counter()
     stop = p.watch.evaluate(st.step, fn, p.strategy.any_true)
+    if stop and p.watch.kept:  # narrow the hit's bracket: the copies kept since the last one
+        take, load = copier(p.strategy.unwrap(p.model))
+        trained = take() if p.strategy.evaluates else None
+        p.watch.look_back(fn, load, p.strategy.any_true)
+        load(trained)
     if st.window_t0 is not None:
         st.paused_s += time.perf_counter() - t0
     return stop
+
+
+def _keep_copy(p: Parts, st: LoopState) -> None:
+    """A copy of the model for --target's look back (state only on a rank that evaluates;
+    every rank keeps the schedule), off the training clock and out of the window."""
+    take, _ = copier(p.strategy.unwrap(p.model))
+    t0 = time.perf_counter()
+    p.watch.keep(st.step, take if p.strategy.evaluates else lambda: None)
+    if st.window_t0 is not None:
+        st.paused_s += time.perf_counter() - t0
 
 
 def _peak(device: torch.device, amp: str) -> tuple[Peak | None, str | None]:

@@ -11,13 +11,14 @@ from typing import Any
 import torch.distributed as dist
 
 from scaleprobe.features.interrupt import StopRequest, peers_across_hosts
-from scaleprobe.features.target import TargetWatch, parse_target
+from scaleprobe.features.target import TargetWatch, copies_for, parse_target
 from scaleprobe.measure.compiled import CompileWatch
 from scaleprobe.measure.fakeflops import step_flops
 from scaleprobe.measure.flops import sync_device
 from scaleprobe.measure.gns_probe import half_steps
 from scaleprobe.measure.heartbeat import Heartbeat
 from scaleprobe.measure.timer import StepTimer
+from scaleprobe.train.copies import model_state_bytes
 from scaleprobe.train.parts import Parts
 from scaleprobe.train.timed_steps import TimerSteps
 
@@ -31,8 +32,11 @@ def _watch(p: Parts) -> Any:
         per_epoch = len(p.loader)
     except TypeError:
         per_epoch = None
+    copies, why = copies_for(model_state_bytes(p.strategy.unwrap(p.model)),
+                             p.cfg.train.target_copies)
     return TargetWatch(parse_target(p.cfg.train.target), p.cfg.train.eval_every,
-                       sync=lambda: sync_device(p.device), steps_per_epoch=per_epoch)
+                       sync=lambda: sync_device(p.device), steps_per_epoch=per_epoch,
+                       copies=copies, copies_reason=why)
 
 
 def beat_with(beat: Heartbeat, p: Parts, timer: StepTimer, stop: StopRequest,

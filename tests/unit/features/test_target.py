@@ -10,6 +10,7 @@ from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import (
     Target,
     TargetWatch,
+    copies_for,
     more_often,
     not_reached_line,
     parse_target,
@@ -129,7 +130,7 @@ def test_curve_csv_round_trips(tmp_path):
     write_curve_csv(tmp_path / "c.csv", tt["curve"])
     (row,) = read_curve_csv(tmp_path / "c.csv")
     assert row == {"evaluation": 1, "step": 3, "epoch": 1.0, "samples": 24,
-                   "train_wall_s": 0.25, "eval_s": 0.1, "value": 0.625}
+                   "train_wall_s": 0.25, "eval_s": 0.1, "value": 0.625, "looked_back": 0}
 
 
 def test_run_result_declares_the_target_block():
@@ -278,3 +279,132 @@ def test_the_report_writes_the_targets_direction():
     assert text({"target": {"metric": "loss", "target": 1.5}}) == "loss <= 1.5"
     assert text({"config": {"train": {"target": "perplexity=9"}}}) == "perplexity <= 9"
     assert text({"config": {"train": {"target": "accuracy=0.9"}}}) == "accuracy >= 0.9"
+
+
+def _trained(w, clock, reached, last_step=400, eval_s=5.0):
+    """Train ``w`` one step per second up to ``last_step``, evaluating when due (once an
+    epoch of 100 steps, or ``eval_every``; each evaluation ``eval_s`` on the clock) and
+    keeping copies when due; the model's state is its step, and ``reached(state)`` says
+    whether it reaches the target. Returns every verdict ``agree`` gave (in order), the
+    states the look back loaded and the step the run stopped at."""
+    state = {"step": 0}
+    loaded, agreed = [], []
+
+    def ev():
+        clock.t += eval_s
+        return {"accuracy": 0.95 if reached(state["step"]) else 0.5}
+
+    def agree(verdict):
+        agreed.append(verdict)
+        return verdict
+
+    def load(s):
+        loaded.append(s)
+        if s is not None:
+            state["step"] = s
+
+    w.start()
+    for step in range(1, last_step + 1):
+        clock.t += 1.0
+        state["step"] = step
+        end = step % 100 == 0
+        if w.due(step) or (end and w.due(step, epoch_end=True)):
+            if w.evaluate(step, ev, agree):
+                w.look_back(ev, load, agree)
+                return agreed, loaded, step
+        elif w.keep_due(step):
+            w.keep(step, lambda s=step: s)
+    return agreed, loaded, None
+
+
+def _epochs(copies=24):
+    clock = FakeClock()
+    return TargetWatch(Target("accuracy", 0.9), eval_every=None, clock=clock,
+                       steps_per_epoch=100, copies=copies), clock
+
+
+def test_copies_kept_between_evaluations_narrow_the_hit():
+    """Bug caught: with one evaluation an epoch (the default) a target reached at step 237
+    read as step 300, and its bracket as steps 200-300. Copies kept every 4 steps between
+    evaluations, evaluated after the hit in step order, put it between two copies 4 steps
+    apart, each at the training clock of its own step."""
+    w, clock = _epochs()
+    assert w.copies_every == 4  # 100 steps over 25 gaps
+    _, loaded, stopped = _trained(w, clock, reached=lambda s: s >= 237)
+    assert stopped == 300
+    # the copies of the hit's bracket only (those of the first two epochs were let go), up
+    # to the first that reached it
+    assert w.looked_at == 24 and not w.kept and w.stopped_early is None
+    assert loaded == list(range(204, 241, 4))
+    tt = summarize(w.record(), steps_per_epoch=100, global_batch=8, max_epochs=5)
+    assert (tt["steps_to_target_lo"], tt["steps_to_target"]) == (236, 240)
+    # the training clock at each copy's step: 1 s a step, evaluations and copies excluded
+    assert (tt["time_to_target_lo_s"], tt["time_to_target_s"]) == (236.0, 240.0)
+    assert tt["looked_back"] == 10 and tt["evaluations"] == 3 + 10
+    assert [c["step"] for c in tt["curve"]] == sorted(c["step"] for c in tt["curve"])
+    assert "10 of copies of the model" in summary_line(tt)
+    assert TimeToTarget.from_dict(tt).to_dict() == tt
+
+
+def test_the_look_back_finds_the_first_copy_that_reached_it():
+    """A metric that reaches the target, falls back and reaches it again (noise near the
+    target): the first copy at or past it, as evaluating at every copy's step would have
+    found (a bisection found the later crossing on a real 2-rank run: step 9 for 6)."""
+    w, clock = _epochs()
+    _, loaded, _ = _trained(w, clock, reached=lambda s: s == 212 or s >= 232)
+    tt = summarize(w.record(), steps_per_epoch=100, global_batch=8, max_epochs=5)
+    assert (tt["steps_to_target_lo"], tt["steps_to_target"]) == (208, 212)
+    assert loaded == [204, 208, 212]
+
+
+def test_the_look_back_stops_after_as_long_as_the_training_to_the_hit():
+    """Evaluations slower than the training (60 s each, 300 s of training to the hit) end
+    the look back once it has spent 300 s: the target then lies after the last copy looked
+    at, and the record says why it stopped."""
+    w, clock = _epochs()
+    _, loaded, _ = _trained(w, clock, reached=lambda s: s >= 290, eval_s=60.0)
+    assert loaded == [204, 208, 212, 216, 220]  # 5 x 60 s = 300 s
+    tt = summarize(w.record(), steps_per_epoch=100, global_batch=8, max_epochs=5)
+    assert (tt["steps_to_target_lo"], tt["steps_to_target"]) == (220, 300)
+    assert tt["copies_stopped"].startswith("stopped after 5 of 24 copies")
+
+
+def test_a_rank_that_keeps_no_state_looks_back_in_step_with_the_evaluating_one():
+    """Every rank joins each ``agree`` of the look back (an all-reduce): a rank that does
+    not evaluate keeps the same schedule without state and follows the agreed verdicts."""
+    clock = FakeClock()
+    mine = TargetWatch(Target("accuracy", 0.9), eval_every=50, clock=clock, copies=9)
+    agreed, loaded, _ = _trained(mine, clock, reached=lambda s: s >= 137)
+    other = TargetWatch(Target("accuracy", 0.9), eval_every=50, clock=FakeClock(), copies=9)
+    other.start()
+    said = iter(agreed)  # what the all-reduce gave, call by call
+    asked = []
+
+    def agree(mine):
+        asked.append(mine)
+        return next(said)
+
+    calls = 0
+    for step in range(1, 151):
+        if other.due(step):
+            if other.evaluate(step, None, agree=agree):
+                calls = other.look_back(None, lambda s: None, agree=agree)
+                break
+        elif other.keep_due(step):
+            other.keep(step, lambda: None)
+    assert calls == len(loaded) and other.points == []
+    assert len(asked) == len(agreed) and not any(asked)  # it never says more than "no"
+
+
+def test_copies_fit_a_memory_budget_or_are_left_out_with_why():
+    assert copies_for(3 << 20) == (32, None)
+    assert copies_for(500 << 20) == (4, None)  # 2 GiB / 500 MiB
+    n, why = copies_for(1500 << 20)
+    assert n == 0 and "fewer than 2 copies in 2 GiB" in why
+    assert copies_for(3 << 20, wanted=0)[0] == 0
+
+
+def test_no_copies_without_a_spacing_or_when_turned_off():
+    assert TargetWatch(Target("accuracy", 0.9), eval_every=None, copies=8).copies_every is None
+    w = TargetWatch(Target("accuracy", 0.9), eval_every=10, copies=0)
+    assert w.copies_every is None and not any(w.keep_due(s) for s in range(1, 30))
