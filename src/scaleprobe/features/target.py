@@ -241,23 +241,28 @@ class TargetWatch:
 
     def look_back(self, evaluate_fn: Callable[[], dict[str, Any]] | None,
                   load: Callable[[Any], None],
-                  agree: Callable[[bool], bool] = lambda x: x) -> int:
+                  agree: Callable[[bool], bool] = lambda x: x,
+                  asked_to_stop: Callable[[], bool] = lambda: False) -> int:
         """After the evaluation that reached the target: evaluate the copies kept since the
         evaluation before it, in step order, up to the first that reaches it (``load`` puts
         a copy's state into the model; the caller puts the trained state back). That is the
         answer evaluating at every copy's step would have given, the metric's ups and downs
         included. The copies' points join the curve marked ``looked_back``. It stops early
         once its evaluations have taken as long as the training to the hit (at least
-        ``LOOK_BACK_MIN_S``): the target then lies after the last copy evaluated. Every rank
-        steps alike on the agreed verdicts. Returns the evaluations made."""
+        ``LOOK_BACK_MIN_S``), or when any rank is asked to stop (Ctrl+C): the target then
+        lies after the last copy evaluated. Every rank steps alike on the agreed verdicts.
+        Returns the evaluations made."""
         inside = [k for k in self.kept if self.before_step < k.step < self.last_step]
         hit_wall = self.points[-1].train_wall_s if self.points else None
         budget = max(LOOK_BACK_MIN_S, hit_wall or 0.0)
         self.looked_at, spent, made = len(inside), 0.0, 0
         for k in inside:
-            if agree(evaluate_fn is not None and spent >= budget):
-                self.stopped_early = (f"stopped after {made} of {len(inside)} copies: "
-                                      f"{spent:.1f} s, as long as the training to the hit")
+            asked = asked_to_stop()
+            over = evaluate_fn is not None and spent >= budget
+            if agree(asked or over):  # a peer's stop, too: this rank did not spend it
+                why = (f"{spent:.1f} s, as long as the training to the hit"
+                       if over and not asked else "asked to stop")
+                self.stopped_early = f"stopped after {made} of {len(inside)} copies: {why}"
                 break
             self.sync()
             t_begin = self._now()

@@ -237,14 +237,14 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
         if batch is None:
             st.epochs_complete += 1
             st.epoch_wall_s.append(time.perf_counter() - t_epoch)
-            if p.watch is not None and p.watch.due(st.step, epoch_end=True) and _target_eval(p, st):
+            if p.watch is not None and p.watch.due(st.step, epoch_end=True) and _target_eval(p, st, stop):
                 halt, st.stop_reason = True, "target"
         st.epoch += 1
         if halt:
             break
     if (p.watch is not None and not (halt or st.interrupted) and st.step
             and p.watch.last_step != st.step):
-        _target_eval(p, st)  # at the cap: the last model's value, when not evaluated yet
+        _target_eval(p, st, stop)  # at the cap: the last model's value, if not evaluated yet
 
 
 def _step_ends(p: Parts, st: LoopState, timer: StepTimer, timing: bool,
@@ -263,7 +263,7 @@ def _step_ends(p: Parts, st: LoopState, timer: StepTimer, timing: bool,
     if p.watch is not None and p.watch.due(st.step):
         if timing:
             timer.close()  # the step ends before the evaluation: not in its time
-        if _target_eval(p, st):
+        if _target_eval(p, st, stop):
             st.stop_reason = "target"
             return True
     elif p.watch is not None and p.watch.keep_due(st.step):
@@ -279,8 +279,9 @@ def _step_ends(p: Parts, st: LoopState, timer: StepTimer, timing: bool,
     return False
 
 
-def _target_eval(p: Parts, st: LoopState) -> bool:
-    """One --target evaluation (on the progress rank; every rank agrees on stopping)."""
+def _target_eval(p: Parts, st: LoopState, stop: StopRequest) -> bool:
+    """One --target evaluation (on the progress rank; every rank agrees on stopping), and
+    after the one that reached it the look back (ended early when asked to stop)."""
     fn = None
     if p.strategy.evaluates:  # one rank, or every rank when the forward needs them all (fsdp)
         model = p.strategy.unwrap(p.model)
@@ -288,15 +289,15 @@ def _target_eval(p: Parts, st: LoopState) -> bool:
         fn = lambda: p.task.evaluate(model, p.val_loader, dev, p.autocast,  # noqa: E731
                                      p.cfg.model.channels_last)
     t0 = time.perf_counter()
-    stop = p.watch.evaluate(st.step, fn, p.strategy.any_true)
-    if stop and p.watch.kept:  # narrow the hit's bracket: the copies kept since the last one
+    reached = p.watch.evaluate(st.step, fn, p.strategy.any_true)
+    if reached and p.watch.kept:  # narrow the hit's bracket: the copies kept since the last
         take, load = copier(p.strategy.unwrap(p.model))
         trained = take() if p.strategy.evaluates else None
-        p.watch.look_back(fn, load, p.strategy.any_true)
+        p.watch.look_back(fn, load, p.strategy.any_true, lambda: stop.requested)
         load(trained)
     if st.window_t0 is not None:
         st.paused_s += time.perf_counter() - t0
-    return stop
+    return reached
 
 
 def _keep_copy(p: Parts, st: LoopState) -> None:

@@ -369,6 +369,34 @@ def test_the_look_back_stops_after_as_long_as_the_training_to_the_hit():
     assert tt["copies_stopped"].startswith("stopped after 5 of 24 copies")
 
 
+def test_a_stop_asked_for_ends_the_look_back_at_the_next_copy():
+    """Ctrl+C during a look back (which may take as long as the training did) ends it at
+    the next copy, keeping what it found: the target lies after the last copy evaluated."""
+    clock = FakeClock()
+    w = TargetWatch(Target("accuracy", 0.9), eval_every=100, clock=clock, copies=24)
+    state, seen = {"step": 0}, []
+
+    def ev():
+        seen.append(state["step"])
+        return {"accuracy": 0.95 if state["step"] >= 290 else 0.5}
+
+    w.start()
+    for step in range(1, 301):
+        clock.t += 1.0
+        state["step"] = step
+        if w.due(step):
+            if w.evaluate(step, ev):
+                w.look_back(ev, lambda s: state.update(step=s),
+                            asked_to_stop=lambda: len(seen) >= 5)
+                break
+        elif w.keep_due(step):
+            w.keep(step, lambda s=step: s)
+    assert seen == [100, 200, 300, 204, 208]
+    assert w.stopped_early == "stopped after 2 of 24 copies: asked to stop"
+    tt = summarize(w.record(), steps_per_epoch=100, global_batch=8, max_epochs=5)
+    assert (tt["steps_to_target_lo"], tt["steps_to_target"]) == (208, 300)
+
+
 def test_a_rank_that_keeps_no_state_looks_back_in_step_with_the_evaluating_one():
     """Every rank joins each ``agree`` of the look back (an all-reduce): a rank that does
     not evaluate keeps the same schedule without state and follows the agreed verdicts."""
