@@ -52,7 +52,10 @@ def scale_command(eid: str, runs: Sequence[RunResult], at: list[str], n: int) ->
     its runs share; a script's scale names the script after ``--``."""
     counts = sorted({int(c) for r in runs if (c := num(r.point.get("nproc"))) is not None})
     nodes = sorted({int(c) for r in runs if (c := num(r.point.get("nnodes"))) is not None})
-    first = runs[0]
+    # the experiment's first repeat: under --target each repeat trains with its own seed
+    # (seed + repeat), and the command must start from the experiment's own
+    every = [x for r in runs for x in (r.repeats or [r])]
+    first = min(every, key=lambda r: r.repeat or 0)
     grid = ["--nproc", ",".join(map(str, counts))] + (
         ["--nnodes", ",".join(map(str, nodes))] if nodes else [])
     script = first.cfg("script.path")

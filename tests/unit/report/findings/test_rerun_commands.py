@@ -75,6 +75,23 @@ def test_a_scale_rerun_command_runs_with_its_counts_and_options(tmp_path, stop_b
     assert _runs(cmd) == 0, cmd
 
 
+def test_a_target_scales_rerun_command_starts_from_the_experiments_own_seed(
+        tmp_path, stop_before_work):
+    """Bug caught: under --target each repeat trains with seed + repeat; the command was
+    read off the row's median repeat (seed 2), so `--repeats 6` would have trained seeds
+    2-7 beside the experiment's 0-2 instead of adding 3-5."""
+    recs = _scale("tt", [0.7, 1.3, 1.0])
+    for r in recs:
+        i = r["experiment"]["repeat"]
+        r["config"]["train"].update(target="accuracy=0.8", seed=i, max_epochs=4)
+        r["metrics"]["samples_per_s"] += i if r["config"]["dist"]["nproc"] == 1 else 0
+    cmds = [c for c in _commands(tmp_path / "out", recs) if c.startswith("scaleprobe scale")]
+    assert cmds, "no scale command in the headline"
+    assert "train.seed" not in cmds[0] or "train.seed=0" in cmds[0], cmds[0]
+    assert "accuracy=0.8" in cmds[0]
+    assert _runs(cmds[0]) == 0, cmds[0]
+
+
 def test_a_parity_command_runs_with_the_n_process_sides_options(tmp_path, stop_before_work):
     """Catches a parity command without the runs' options (a 1-process parity of another
     model) or one the parser refuses."""

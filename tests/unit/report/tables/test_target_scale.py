@@ -85,3 +85,19 @@ def test_no_time_to_target_verdict_from_runs_with_an_implausible_throughput():
     line = explain([row], recs)[0]
     assert "left out of every verdict" in line and "sooner" not in line
     assert "implausible" in table_parts(SCALE_HEADERS, [row], scale_cells)[1][0][-1]
+
+
+def test_each_repeats_own_seed_is_not_a_difference_between_the_rows():
+    """Bug caught: under --target each repeat trains with its own seed, paired by repeat;
+    where the median repeats by samples/s fell on different seeds (1 process: seed 2, 2
+    processes: seed 1) the row read "1.40x (not like for like)" and was left out of every
+    verdict, though every pair behind its interval shares a seed."""
+    recs = []
+    for rep, (s1, s2) in enumerate([(100.0, 180.0), (102.0, 181.0), (101.0, 182.0)]):
+        recs += [_run(1, rep, s1, 10.0, 1000), _run(2, rep, s2, 10.0, 2000)]
+    base, two = _rows(recs)
+    assert base["record"].cfg("train.seed") != two["record"].cfg("train.seed")
+    assert two["unlike"] == [] and two["verdict_ok"]
+    # any other difference still counts
+    recs[3]["config"]["train"]["lr"] = 0.1  # the 2-process row shown: its repeat 1
+    assert _rows(recs)[1]["unlike"] == ["train.lr: 0.05 -> 0.1"]
