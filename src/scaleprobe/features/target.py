@@ -446,9 +446,11 @@ def bracket_text(tt: dict[str, Any]) -> str:
     after = (f"the {'copy of the model' if copy else 'evaluation'} before it, step "
              f"{steps_lo:,} at {lo:.2f} s" if steps_lo
              else "the start: it was the first evaluation")
+    why = [x for x in (tt.get("copies_reason"), tt.get("copies_stopped")) if x]
     return (f"; crossed somewhere after {after}, so the time to it is {lo:.2f}-{t:.2f} s "
             f"(steps {steps_lo:,}-{steps:,}): evaluate more often to narrow it "
-            f"({more_often(steps)})")
+            f"({more_often(steps)})"
+            + (f"; copies of the model looked back at: {why[0]}" if why else ""))
 
 
 def repeat_config(cfg: Any, repeat: int) -> tuple[Any, int]:

@@ -397,6 +397,21 @@ def test_a_stop_asked_for_ends_the_look_back_at_the_next_copy():
     assert (tt["steps_to_target_lo"], tt["steps_to_target"]) == (208, 300)
 
 
+def test_a_wide_bracket_says_why_the_copies_did_not_narrow_it():
+    w, clock = _epochs()
+    _trained(w, clock, reached=lambda s: s >= 290, eval_s=60.0)
+    tt = summarize(w.record(), steps_per_epoch=100, global_batch=8, max_epochs=5)
+    assert summary_line(tt).endswith("; copies of the model looked back at: stopped after 5 "
+                                     "of 24 copies: 300.0 s, as long as the training to the "
+                                     "hit")
+    w = TargetWatch(Target("accuracy", 0.9), eval_every=100, clock=FakeClock(), copies=0,
+                    copies_reason="turned off (train.target_copies = 0)")
+    _trained(w, w.clock, reached=lambda s: s >= 150)
+    tt = summarize(w.record(), steps_per_epoch=100, global_batch=8, max_epochs=5)
+    assert summary_line(tt).endswith("; copies of the model looked back at: turned off "
+                                     "(train.target_copies = 0)")
+
+
 def test_a_rank_that_keeps_no_state_looks_back_in_step_with_the_evaluating_one():
     """Every rank joins each ``agree`` of the look back (an all-reduce): a rank that does
     not evaluate keeps the same schedule without state and follows the agreed verdicts."""
