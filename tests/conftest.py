@@ -215,8 +215,13 @@ def pytest_sessionfinish(session):
     from tests import cliserver
 
     cliserver.close()
+    # after multiprocessing has removed this process's own folder in it (its finaliser, at
+    # exit priority -100): removed before, that finaliser prints a traceback at exit
+    from multiprocessing import util
+
     for d in _SUITE_TMP:
-        shutil.rmtree(d, ignore_errors=True)
+        util.Finalize(None, shutil.rmtree, args=(d,), kwargs={"ignore_errors": True},
+                      exitpriority=-200)
 
 
 def pytest_terminal_summary(terminalreporter):
