@@ -135,3 +135,21 @@ def test_compile_on_the_gpu_keeps_compiling_out_of_the_window(cli, out_dir, mode
     m = rec["metrics"]
     assert m["compile_time_s"] > 0 and m["compiles_in_window"] == 0, rec["compile"]
     assert m["flops_per_step"] == eager["metrics"]["flops_per_step"] and m["mfu"] > 0
+
+
+
+def test_the_target_look_back_copies_device_state_and_puts_it_back(cli, out_dir):
+    """Catches copies of the model that fail on the device or are not put back: on CUDA the
+    copies go to host memory and back, the look back ends at the first copy that reaches
+    the target, and the evaluation after training (--eval) sees the trained model again:
+    the value of the epoch's evaluation that reached it."""
+    p = cli("run", "--model", "digits_cnn", "--dataset", "digits", "--target", "accuracy=0.8",
+            "--loader", "naive", "--no-progress", "--eval", "--out", out_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = _last(out_dir)
+    tt, curve = rec["target"], rec["target"]["curve"]
+    looked = [c for c in curve if c["looked_back"]]
+    assert looked and tt["copies_s"] > 0 and tt["looked_back"] == len(looked)
+    assert all(c["value"] < 0.8 for c in looked[:-1])
+    assert tt["steps_to_target"] <= curve[-1]["step"]
+    assert rec["metrics"]["accuracy"] == pytest.approx(curve[-1]["value"], abs=0.003)
