@@ -335,6 +335,10 @@ def summary(data: dict) -> None:
               f"{s['p90_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}; goal (mean and "
               f"median within 5%, p90 within 10%): "
               f"{'met' if s['papers_goal_met'] else 'not met'}")
+        if s.get("with_interval"):
+            print(f"measured step inside its predicted 95% interval: {s['inside_interval']} "
+                  f"of {s['with_interval']} points (such an interval holds about "
+                  f"{0.95 * s['with_interval']:.0f})")
     pairs = data["order_pairs"]
     bad = [x for x in pairs if x["misordered"]]
     print(f"\npairs of one model whose measured steps differ by more than 15%: {len(pairs)}; "

@@ -336,6 +336,11 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                   f"{C.GOAL_MEAN:.0%}, p90 within {C.GOAL_P90:.0%}): "
                   f"{'met' if summ.papers_goal_met else 'not met'}", markup=False,
                   highlight=False)
+        if summ.with_interval:
+            con.print(f"measured step inside its predicted 95% interval: "
+                      f"{summ.inside_interval} of {summ.with_interval} points (such an "
+                      f"interval holds about {0.95 * summ.with_interval:.0f})",
+                      markup=False, highlight=False)
     for p in points:
         if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "

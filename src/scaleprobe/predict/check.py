@@ -194,6 +194,10 @@ class Summary:
     within_every_goal: int
     mean_abs_error: float | None = None
     p90_abs_error: float | None = None  # nearest rank: the ceil(0.9 n)-th smallest
+    # the points with a predicted 95% interval, and those whose measured median step lies in
+    # it: an interval that is a claim holds about 95% of them
+    with_interval: int = 0
+    inside_interval: int = 0
 
     @property
     def goal_met(self) -> bool:
@@ -220,10 +224,14 @@ def summary(points: list[Point]) -> Summary:
     errs = sorted(error(p.ratio) for p in points if p.ratio is not None)
     mid = errs[len(errs) // 2] if len(errs) % 2 else (
         (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2 if errs else None)
+    preds = [(pr.step_s, p.measured_s) for p in points
+             if p.ratio is not None and (pr := getattr(p, "prediction", None)) is not None]
+    spans = [(st.lo, st.hi, m) for st, m in preds if st.lo is not None and st.hi is not None]
     return Summary(len(errs), mid, errs[-1] if errs else None,
                    sum(e <= GOAL_MEDIAN for e in errs), sum(e <= GOAL_EVERY for e in errs),
                    round(sum(errs) / len(errs), 9) if errs else None,
-                   errs[math.ceil(0.9 * len(errs)) - 1] if errs else None)
+                   errs[math.ceil(0.9 * len(errs)) - 1] if errs else None,
+                   len(spans), sum(lo <= m <= hi for lo, hi, m in spans if m is not None))
 
 
 @dataclass(frozen=True)

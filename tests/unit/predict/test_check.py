@@ -194,6 +194,21 @@ def test_mean_median_and_p90_in_the_papers_form():
     assert not C.summary([P(ratio=1.0)] * 9 + [P(ratio=1.6)]).papers_goal_met  # mean 6%
 
 
+def test_the_summary_counts_the_measured_steps_inside_their_intervals():
+    """The predicted interval is a claim: the summary says how many measured steps it held
+    (the 27-point grids held 12-22 of 27: the model's own error is not in it). The edges
+    count as inside; a point without an interval is not counted either way."""
+    from types import SimpleNamespace as P
+
+    def pt(lo, hi, measured, value=1.0):
+        return P(ratio=value / measured, measured_s=measured,
+                 prediction=P(step_s=P(value=value, lo=lo, hi=hi)))
+
+    s = C.summary([pt(0.9, 1.1, 1.0), pt(0.9, 1.1, 1.1), pt(0.9, 1.1, 1.2),
+                   pt(0.95, 1.05, 0.8), pt(None, None, 1.0)])
+    assert (s.with_interval, s.inside_interval) == (4, 2) and s.points == 5
+
+
 def test_pairs_of_one_setting_that_differ_by_more_than_15_percent_keep_their_order():
     from types import SimpleNamespace as P
 
