@@ -230,7 +230,14 @@ def _deltas(a: RunResult, b: RunResult) -> list[Delta]:
 
 
 def _rel(metric: str, a: Any, b: Any, show: Any) -> Delta:
-    return Delta(metric, show(a), show(b), fmt.signed_pct(M.growth(b, a)))
+    """Both figures and B's change over A's; two different times that would print alike
+    (0.04 and 0.036 ms as "0.0 ms") get three significant digits, so that the change beside
+    them is one a reader can see in them."""
+    sa, sb = show(a), show(b)
+    if (show is fmt.duration and sa == sb and a != b and isinstance(a, (int, float))
+            and isinstance(b, (int, float)) and max(abs(a), abs(b)) < 1.0):
+        sa, sb = (f"{v * 1000:.3g} ms" for v in (a, b))
+    return Delta(metric, sa, sb, fmt.signed_pct(M.growth(b, a)))
 
 
 def _points(metric: str, a: Any, b: Any) -> Delta:

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from scaleprobe.commands import compare as cmd
+from scaleprobe.core import fmt
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.report.compare import compare_paths, to_markdown
 from scaleprobe.report.compare import compare_runs as _compare_runs
@@ -265,3 +266,14 @@ def test_an_undecided_comparison_over_repeats_says_not_resolved():
     pair = Pair("A vs B", None, None, verdict(iv), iv)  # type: ignore[arg-type]
     assert pair.verdict == "inconclusive"
     assert pair.summary.startswith("not resolved (the interval includes 1x): samples/s B / A ")
+
+
+def test_two_times_that_would_print_alike_get_the_digits_their_change_needs():
+    """Bug caught: "batch prep / step  0.0 ms  0.0 ms  -9.8%": a change no reader can see in
+    the figures beside it."""
+    from scaleprobe.report.compare import _rel
+
+    d = _rel("batch prep / step", 0.0000400, 0.0000361, fmt.duration)
+    assert (d.a, d.b, d.change) == ("0.04 ms", "0.0361 ms", "-9.8%")
+    same = _rel("forward / step", 0.0601, 0.0585, fmt.duration)
+    assert (same.a, same.b) == ("60.1 ms", "58.5 ms")
