@@ -32,11 +32,18 @@ _ABSENT = "<absent>"
 def resolved_config(rec: RunResult) -> dict[str, Any]:
     """The run's configuration flattened to dotted keys (``data.image_size``), with what the
     run resolved from a null setting (``rec.resolved``: the dataset's own image size and
-    classes) filled in, so "natural size" on two datasets is compared as the two sizes."""
+    classes) filled in, so "natural size" on two datasets is compared as the two sizes; and
+    under --target a repeat's seed as the experiment's own (repeats differ in seed by
+    design, and are paired by it)."""
     flat = _flatten(rec.config_dict())
     for k, v in (rec.resolved or {}).items():
         if flat.get(k) is None and v is not None:
             flat[k] = v
+    seed, repeat = flat.get("train.seed"), rec.repeat
+    if flat.get("train.target") and repeat and isinstance(seed, int):
+        # under --target an experiment's repeat r trains with seed + r
+        # (features/target.repeat_config): the experiment's own seed is what it set
+        flat["train.seed"] = seed - repeat
     return flat
 
 

@@ -197,11 +197,8 @@ def _threads(r: RunResult) -> int | None:
 def _unlike(r: RunResult, base: RunResult) -> list[str]:
     """What differs between a point and its baseline besides the process count: the
     configuration keys (report/reading/pairing.py) and the threads each rank ran."""
-    # under --target each repeat trains with its own seed (features/target.repeat_config),
-    # and the intervals pair repeats of one seed: the rows' seeds may differ
-    seeds = {"train.seed"} if base.cfg("train.target") and r.cfg("train.target") else set()
     out = [f"{k}: {_val(k, base)} -> {_val(k, r)}"
-           for k in sorted(PR.differing_keys(base, r) - VARIED - seeds)]
+           for k in sorted(PR.differing_keys(base, r) - VARIED)]
     ta, tb = _threads(base), _threads(r)
     if ta and tb and ta != tb:
         out.append(f"threads per rank: {ta} -> {tb}")

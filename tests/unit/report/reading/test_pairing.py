@@ -49,6 +49,22 @@ def test_a_null_setting_is_compared_as_what_the_run_resolved_it_to():
     assert not P.like_for_like(a, b)
 
 
+def test_a_target_experiments_repeats_are_paired_by_the_experiments_own_seed():
+    """Bug caught: under --target repeat r trains with seed + r, so a scale's rows (each the
+    median repeat of its point) fell on different seeds and were refused as unlike. The
+    experiment's own seed is compared; two runs of other seeds still differ."""
+    def rep(name, r, seed):
+        rec = run(name, experiment={**sweep_point("s"), "repeat": r})
+        rec["config"]["train"].update(target="accuracy=0.8", seed=seed)
+        return rec
+
+    assert P.like_for_like(rep("a", 2, 2), rep("b", 1, 1))
+    assert P.differing_keys(rep("a", 2, 2), rep("b", 1, 2)) == {"train.seed"}
+    # outside --target a repeat trains the same seed again: seeds compare as they are
+    plain = [with_(r, "config.train.target", None) for r in (rep("a", 2, 2), rep("b", 1, 1))]
+    assert P.differing_keys(*plain) == {"train.seed"}
+
+
 def test_records_without_a_configuration_are_never_paired():
     """Catches two records with unknown settings treated as identical."""
     a, b = run("a"), run("b")
