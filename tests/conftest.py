@@ -19,8 +19,8 @@ def _user() -> str:
 
     try:
         return getpass.getuser()
-    except Exception:  # no user name for this uid: torch's own fallback
-        return "unknown"
+    except (KeyError, OSError):  # no user name for this uid: the name torch falls back to
+        return f"uid_{os.getuid()}"
 
 
 def pytest_configure(config):
