@@ -399,7 +399,7 @@ def summary_line(tt: dict[str, Any]) -> str:
     ev = tt.get("evaluations") or 0
     back = tt.get("looked_back") or 0
     evals = (f"{ev} evaluation{'s' if ev != 1 else ''}"
-             + (f" ({back} of copies of the model kept since the evaluation before the hit)"
+             + (f" ({back} of them on copies of the model kept since the evaluation before the hit)"
                 if back else "")
              + f" took {tt.get('eval_time_s') or 0:.2f} s"
              + (f", keeping the copies {tt['copies_s']:.2f} s" if tt.get("copies_s") else "")

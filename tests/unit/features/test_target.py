@@ -342,7 +342,7 @@ def test_copies_kept_between_evaluations_narrow_the_hit():
     assert (tt["time_to_target_lo_s"], tt["time_to_target_s"]) == (236.0, 240.0)
     assert tt["looked_back"] == 10 and tt["evaluations"] == 3 + 10
     assert [c["step"] for c in tt["curve"]] == sorted(c["step"] for c in tt["curve"])
-    assert "10 of copies of the model" in summary_line(tt)
+    assert "10 of them on copies of the model" in summary_line(tt)
     assert TimeToTarget.from_dict(tt).to_dict() == tt
 
 
