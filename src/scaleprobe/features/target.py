@@ -462,3 +462,9 @@ def repeat_config(cfg: Any, repeat: int) -> tuple[Any, int]:
         return cfg, repeat
 
     return replace(cfg, train=replace(cfg.train, seed=cfg.train.seed + repeat)), 0
+
+
+def experiment_seed(seed: int, repeat: int | None, target: Any) -> int:
+    """The seed an experiment set, from one of its runs: under --target repeat ``repeat``
+    trained with seed + repeat (``repeat_config``); otherwise every repeat trains it."""
+    return seed - repeat if target and repeat else seed

@@ -451,3 +451,16 @@ def test_no_copies_without_a_spacing_or_when_turned_off():
     assert TargetWatch(Target("accuracy", 0.9), eval_every=None, copies=8).copies_every is None
     w = TargetWatch(Target("accuracy", 0.9), eval_every=10, copies=0)
     assert w.copies_every is None and not any(w.keep_due(s) for s in range(1, 30))
+
+
+def test_the_experiments_seed_is_read_back_from_any_repeat():
+    """``experiment_seed`` undoes ``repeat_config``: the one rule pairing compares runs by."""
+    from scaleprobe.features.target import experiment_seed, repeat_config
+
+    cfg = C.build({"target": "accuracy=0.8", "seed": 7})
+    for r in range(4):
+        got, _ = repeat_config(cfg, r)
+        assert got.train.seed == 7 + r
+        assert experiment_seed(got.train.seed, r, got.train.target) == 7
+    plain = C.build({"seed": 7})
+    assert repeat_config(plain, 3)[0].train.seed == 7 == experiment_seed(7, 3, None)

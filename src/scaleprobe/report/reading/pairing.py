@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core.result_model import RunResult
+from scaleprobe.features.target import experiment_seed
 
 # keys that never change what is measured: where results go, the run's label, the progress
 # bar, where generated data is cached, the rendezvous address, the memory probe (its steps
@@ -39,11 +40,9 @@ def resolved_config(rec: RunResult) -> dict[str, Any]:
     for k, v in (rec.resolved or {}).items():
         if flat.get(k) is None and v is not None:
             flat[k] = v
-    seed, repeat = flat.get("train.seed"), rec.repeat
-    if flat.get("train.target") and repeat and isinstance(seed, int):
-        # under --target an experiment's repeat r trains with seed + r
-        # (features/target.repeat_config): the experiment's own seed is what it set
-        flat["train.seed"] = seed - repeat
+    seed = flat.get("train.seed")
+    if isinstance(seed, int):
+        flat["train.seed"] = experiment_seed(seed, rec.repeat, flat.get("train.target"))
     return flat
 
 
