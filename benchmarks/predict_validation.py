@@ -339,6 +339,10 @@ def summary(data: dict) -> None:
             print(f"measured step inside its predicted 95% interval: {s['inside_interval']} "
                   f"of {s['with_interval']} points (such an interval holds about "
                   f"{0.95 * s['with_interval']:.0f})")
+        if s.get("drift_points"):
+            print(f"the machine's own drift: the 1-rank runs of a point, measured before and "
+                  f"after it, differ by median {s['median_drift']:.1%}, p90 "
+                  f"{s['p90_drift']:.1%} ({s['drift_points']} points)")
     pairs = data["order_pairs"]
     bad = [x for x in pairs if x["misordered"]]
     print(f"\npairs of one model whose measured steps differ by more than 15%: {len(pairs)}; "

@@ -288,7 +288,7 @@ def _point_dict(p: C.Point) -> dict[str, Any]:
             "predicted": pred.to_dict() if pred else None, "ratio": p.ratio,
             "ratio_interval": p.ratio_interval, "bases": [b.run_id for b in p.bases],
             "measured_comm_s": p.run.metrics.breakdown_s.comm, "reason": p.reason,
-            "causes": p.causes(), "started_at": p.run.started_at}
+            "causes": p.causes(), "started_at": p.run.started_at, "drift": p.drift}
 
 
 def print_check(points: list[C.Point], summ: C.Summary) -> None:
@@ -341,6 +341,11 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                       f"{summ.inside_interval} of {summ.with_interval} points (such an "
                       f"interval holds about {0.95 * summ.with_interval:.0f})",
                       markup=False, highlight=False)
+        if summ.drift_points and summ.median_drift is not None and summ.p90_drift is not None:
+            con.print(f"the machine's own drift: the 1-rank runs of a point, measured before "
+                      f"and after it, differ by median {summ.median_drift:.1%}, p90 "
+                      f"{summ.p90_drift:.1%} ({summ.drift_points} points); a perfect model fed "
+                      "either would be off by as much", markup=False, highlight=False)
     for p in points:
         if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "

@@ -141,6 +141,19 @@ class Point:
             return None
         return p.step_s.lo / iv[1], p.step_s.hi / iv[0]
 
+    @property
+    def drift(self) -> float | None:
+        """How far this point's one-rank runs moved while it was measured: ``|after / before
+        - 1|`` of the mean median step of those started after the measured run and of those
+        started before it (None without both). The machine's own drift over those minutes:
+        a perfect model fed one of them would be off by as much against the other."""
+        t = _when(self.run)
+        before = [b.step_median_s for b in self.bases if _when(b) <= t and b.step_median_s]
+        after = [b.step_median_s for b in self.bases if _when(b) > t and b.step_median_s]
+        if not before or not after:
+            return None
+        return error((sum(after) / len(after)) / (sum(before) / len(before)))
+
     def causes(self) -> list[str]:
         """Where prediction and measurement part, phase by phase (compute, communication)."""
         p, bd = self.prediction, self.run.metrics.breakdown_s
@@ -198,6 +211,12 @@ class Summary:
     # it: an interval that is a claim holds about 95% of them
     with_interval: int = 0
     inside_interval: int = 0
+    # the points whose one-rank runs were measured both before and after them, and the
+    # median and p90 (nearest rank) of their drift (``Point.drift``): the floor the machine
+    # itself lays under any prediction's error
+    drift_points: int = 0
+    median_drift: float | None = None
+    p90_drift: float | None = None
 
     @property
     def goal_met(self) -> bool:
@@ -220,18 +239,33 @@ def error(ratio: float) -> float:
     return round(abs(ratio - 1), 9)
 
 
+def _median(xs: list[float]) -> float | None:
+    """The median of sorted ``xs`` (None when empty)."""
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def _p90(xs: list[float]) -> float | None:
+    """The 90th percentile of sorted ``xs``, nearest rank: the ceil(0.9 n)-th smallest."""
+    return xs[math.ceil(0.9 * len(xs)) - 1] if xs else None
+
+
 def summary(points: list[Point]) -> Summary:
     errs = sorted(error(p.ratio) for p in points if p.ratio is not None)
-    mid = errs[len(errs) // 2] if len(errs) % 2 else (
-        (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2 if errs else None)
+    mid = _median(errs)
     preds = [(pr.step_s, p.measured_s) for p in points
              if p.ratio is not None and (pr := getattr(p, "prediction", None)) is not None]
     spans = [(st.lo, st.hi, m) for st, m in preds if st.lo is not None and st.hi is not None]
+    drifts = sorted(d for p in points if p.ratio is not None
+                    and (d := getattr(p, "drift", None)) is not None)
     return Summary(len(errs), mid, errs[-1] if errs else None,
                    sum(e <= GOAL_MEDIAN for e in errs), sum(e <= GOAL_EVERY for e in errs),
                    round(sum(errs) / len(errs), 9) if errs else None,
-                   errs[math.ceil(0.9 * len(errs)) - 1] if errs else None,
-                   len(spans), sum(lo <= m <= hi for lo, hi, m in spans if m is not None))
+                   _p90(errs), len(spans),
+                   sum(lo <= m <= hi for lo, hi, m in spans if m is not None),
+                   len(drifts), _median(drifts), _p90(drifts))
 
 
 @dataclass(frozen=True)

@@ -270,3 +270,28 @@ def test_fsdp_is_predicted_with_a_collective_per_recorded_unit(tmp_path):
     assert S.recorded_units(bare) == ()
     more = with_units.prediction.step_s.value - one_unit.prediction.step_s.value
     assert more == pytest.approx(5e-3 - 74_240 / 2 / 125e6, abs=0.2e-3)
+
+
+def test_the_drift_of_a_points_one_rank_runs_is_the_floor_beside_the_error(tmp_path):
+    """A point's drift is |after / before - 1| of its one-rank runs' median steps, the side
+    by side ones averaged (two before at 40 and 50 ms: 45; one after at 54 ms: 20%). A point
+    with its one-rank runs on one side only has none. The summary takes median and p90 over
+    the points that have one."""
+    from types import SimpleNamespace as P
+
+    def base(name, started, step):
+        return one_rank_run(tmp_path, [(0.01, step - 0.015, 0.005)] * 4, THIRDS,
+                            started=started, name=name)
+
+    pool = [base("b0", _t(5, 0), 0.040), base("b1", _t(5, 10), 0.050),
+            base("a0", _t(8), 0.054), measured("m", _t(6, 30))]
+    (point,) = C.check(pool)
+    assert {b.run_id for b in point.bases} == {"b0", "b1", "a0"}
+    assert point.drift == pytest.approx(0.2)
+    early = C.check([pool[0], pool[1], measured("m2", _t(9))])[0]  # nothing after it
+    assert early.drift is None
+    s = C.summary([P(ratio=1.0, drift=d) for d in (0.01, 0.02, 0.03, 0.04, 0.05, 0.06,
+                                                    0.07, 0.08, 0.09, 0.30)]
+                  + [P(ratio=1.0, drift=None), P(ratio=None, drift=0.9)])
+    assert s.drift_points == 10 and s.median_drift == pytest.approx(0.055)
+    assert s.p90_drift == pytest.approx(0.09)  # the 9th of 10, not the worst
