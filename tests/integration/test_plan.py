@@ -41,7 +41,7 @@ def test_verify_runs_the_pick_and_the_runner_up_beside_their_predictions(source,
     out = tmp_path / "verify"
     p = run_cli("plan", "--from", source, "--nproc", "1,2", "--strategy", "ddp",
                 "--batch-size", 16, "--device-memory", "8GiB", "--verify", "--verify-steps", 3,
-                "--out", out, "--json", timeout=500)
+                "--link", "10gbit", "--out", out, "--json", timeout=500)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout)
     v = got["verified"]
@@ -54,6 +54,10 @@ def test_verify_runs_the_pick_and_the_runner_up_beside_their_predictions(source,
         assert x["ratio"] == pytest.approx(x["predicted_here"]["value"] / x["measured_s"])
         assert x["ratio_plan"] == pytest.approx(x["predicted_plan"]["value"] / x["measured_s"])
         assert x["timed_steps"] == 3  # as given
+    # planned for 10gbit, run here on one host: both predictions beside the measured step are
+    # re-made for the link its ranks cross here, like for like
+    assert by[2]["plan_link"] == "10gbit"
+    assert by[2]["predicted_plan"]["link"] == by[2]["predicted_here"]["link"] == "loopback"
     # the pick's measured samples/s over the runner-up's: one run each decides nothing
     pair = v[0]["pair"]
     assert pair["repeats"] == [1, 1] and pair["verdict"].startswith("inconclusive (1 repeat)")

@@ -296,6 +296,14 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
         if mine and plans and mine != plans:
             say(f"  {v['label']}: the plan's step is drawn from one-rank runs of {plans}; the "
                 f"one-rank runs just before ran {mine}, the row's strategy, launched")
+    moved = next((v for v in verified if v.get("devices", 1) > 1 and v.get("plan_link")
+                  and (v.get("predicted_plan") or {}).get("link") not in (None, v["plan_link"])),
+                 None)
+    if moved:
+        here = moved["predicted_plan"]["link"]
+        say(f"  the plan's rows are predicted for {moved['plan_link']}; the ranks here cross "
+            f"{here}: both predictions above are for {here} (the plan's from its own one-rank "
+            "runs), so this checks the compute and this host's link, not the link planned for")
     pair = next((v["pair"] for v in verified if v.get("pair")), None)
     if pair:
         say(pair["text"])

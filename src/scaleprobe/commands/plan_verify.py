@@ -188,7 +188,8 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
     has ranks on this host (``side_by_side``); each prediction (the plan's, and one from the
     fresh runs, which shared the machine as the row's ranks did) beside the measured step."""
     out: dict[str, Any] = {"label": r.label(), "strategy": r.strategy, "devices": r.devices,
-                           "batch_per_device": r.batch, "global_batch": r.global_batch}
+                           "batch_per_device": r.batch, "global_batch": r.global_batch,
+                           "plan_link": r.prediction.link if r.prediction else None}
     like = got["like"]
     why = _cannot(r, like)
     if why:

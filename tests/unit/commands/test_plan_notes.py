@@ -18,3 +18,28 @@ def test_notes_that_differ_only_in_their_figures_are_said_once():
         "like it, with other figures: each row's in --json)",
         "idle link: 2.50 ms more",
         "fsdp: on its own 4 ranks"]
+
+
+def _verified(devices, plan_link, here_link):
+    return {"label": f"ddp {devices}x16", "strategy": "ddp", "devices": devices,
+            "batch_per_device": 16, "plan_link": plan_link, "measured_s": 0.02,
+            "measured_interval_s": (0.019, 0.021), "ratio": 1.0, "ratio_plan": 1.1,
+            "within_goal": True,
+            "predicted_plan": {"value": 0.022, "interval": (0.02, 0.024), "link": here_link},
+            "predicted_here": {"value": 0.02, "interval": (0.019, 0.021), "link": here_link}}
+
+
+def test_verify_says_when_the_plan_was_for_another_link_than_the_one_here(capsys):
+    """A plan for 10gbit verified on one host: both predictions in the verify table are for
+    loopback (re-predicted like for like), which a reader comparing them with the plan's
+    10gbit rows must be told. Said once; not for one device (no link), nor when the plan was
+    for the link here."""
+    from scaleprobe.commands.plan_show import print_verified
+
+    print_verified([_verified(1, "10gbit", "loopback"), _verified(2, "10gbit", "loopback"),
+                    _verified(4, "10gbit", "loopback")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("the plan's rows are predicted for 10gbit; the ranks here cross "
+                     "loopback") == 1
+    print_verified([_verified(1, "10gbit", "loopback"), _verified(2, "loopback", "loopback")])
+    assert "the plan's rows are predicted for" not in capsys.readouterr().out
