@@ -100,6 +100,7 @@ def _question(args: argparse.Namespace, like: RunResult, runs: list[RunResult],
         resolve_link(spec.base, args.nnodes)
         W.check_ranks(args.link, max(nprocs) * args.nnodes)
     on_cuda = str(like.env.get("cuda_available")).lower() == "true"
+    W.check_gpu_link(on_cuda, [args.link], [args.nnodes], nprocs)
     return P.Question(strategies, nprocs, sorted(set(batches)),
                       {n: int(v or 0) for n, v in device.items()}, args.nnodes, args.link,
                       prefetch=on_cuda, target=P.target_from(runs, args.target))

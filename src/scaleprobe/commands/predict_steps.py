@@ -84,6 +84,7 @@ def run_from(args: argparse.Namespace) -> int:
                   W.parse_counts(args.nnodes, "--nnodes"), args.link or [None],
                   args.average_every, prefetch=on_cuda)
     W.check_grid(grid)  # before the model is built for its units
+    W.check_gpu_link(on_cuda, grid.links, grid.nnodes, grid.nprocs)
     if "fsdp" in strategies:
         grid = replace(grid, units=fsdp_units(run))
     rows = W.plan(sample, grid, args.target)

@@ -13,6 +13,7 @@ its share of the parameters (an assumption, noted with the prediction). No torch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from scaleprobe.core.errors import ConfigError
@@ -69,6 +70,21 @@ def check_ranks(spec: str | None, world: int) -> None:
     if bad:
         raise ConfigError(f"--link names rank {bad[0]}, but {world} process"
                           f"{'es have ranks 0..' + str(world - 1) if world > 1 else ' has rank 0'}")
+
+
+def check_gpu_link(on_cuda: bool, links: Sequence[str | None], nnodes: Sequence[int],
+                   nprocs: Sequence[int]) -> None:
+    """A run on a GPU, asked for several of them on one host with no ``--link``: the default
+    (``loopback``: CPU processes over gloo, measured on the CPU) would price GPU-to-GPU
+    collectives as a CPU's, several times too slow for PCIe or NVLink. Refused, naming the
+    ways to say it."""
+    if (on_cuda and any(x is None for x in links) and 1 in nnodes
+            and max(nprocs, default=1) > 1):
+        raise ConfigError(
+            "the run was on a GPU, and the link between the GPUs of one host is not known "
+            "here (the default, loopback, is CPU processes over gloo): give --link nvlink "
+            "(nominal NVLink 4), a rate such as 100gbit, or measured:DIR from `scaleprobe "
+            "comm --nproc N --out DIR` run on that host")
 
 
 def check_grid(grid: Grid) -> None:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from scaleprobe.cli import main
+from scaleprobe.core.errors import ConfigError
 
 
 def test_predict_json_closed_form(capsys):
@@ -117,3 +118,27 @@ def test_predict_from_a_run_that_did_not_finish_says_so(capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert "(it holds runs that did not finish: interrupted)" in err, err
     assert len(err.splitlines()) == 1
+
+
+def test_a_gpu_run_asked_for_several_gpus_on_one_host_needs_the_link(capsys, tmp_path):
+    """A run on a GPU: the default link on one host (loopback, CPU processes over gloo) would
+    price GPU-to-GPU collectives as a CPU's. Refused in one line naming --link; given a link,
+    one device, or several hosts (10gbit between them), it predicts."""
+    from scaleprobe.predict.whatif import check_gpu_link
+    from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
+
+    rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 4, THIRDS).to_dict()
+    rec["env"]["cuda_available"] = True
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    run = str(tmp_path / "r")
+    assert main(["predict", "--from", run, "--nproc", "1,2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the link between the GPUs of one host is not known" in err and "--link" in err
+    assert len(err.splitlines()) == 1
+    for ok in (["--nproc", "2", "--link", "nvlink"], ["--nproc", "1"],
+               ["--nproc", "2", "--nnodes", "2"]):
+        assert main(["predict", "--from", run, "--json", *ok]) == 0, ok
+        capsys.readouterr()
+    check_gpu_link(False, [None], [1], [8])  # the CPU's own loopback: measured, fine
+    with pytest.raises(ConfigError):
+        check_gpu_link(True, ["nvlink", None], [1], [2])  # one of the links left out
