@@ -1,9 +1,10 @@
 """The memory model (``scaleprobe predict --memory``) against measured runs on this machine:
 each model's peak per rank predicted from ONE 1-rank run at a small batch, then measured at
-larger batches, under ddp and fsdp, on 1 and 2 ranks.
+larger batches, under ddp and fsdp, on 1 and 2 ranks (``--ranks``: any).
 
     python benchmarks/predict_memory_validation.py measure --out OUT     # resumable
     python benchmarks/predict_memory_validation.py measure --out OUT --ranks 1   # one GPU
+    python benchmarks/predict_memory_validation.py measure --out OUT --ranks 4   # 4 ranks
     python benchmarks/predict_memory_validation.py table --out OUT       # the table, summary
     python benchmarks/predict_memory_validation.py table --out OUT --markdown
 
@@ -11,8 +12,8 @@ larger batches, under ddp and fsdp, on 1 and 2 ranks.
 a user's model given as FILE.py:FUNC, examples/models/mixer.py:build):
 
     base      ``--strategy single`` at batch 8: the one run every point is predicted from
-    grid      batch 16, 32, 64 per rank x (ddp on 1, ddp on 2, fsdp on 1, fsdp on 2): the
-              points
+    grid      batch 16, 32, 64 per rank x (ddp, fsdp) x the ranks asked (default 1 and 2):
+              the points
     fits      the largest batch predicted to fit in ``--device-memory`` (the upper end of the
               prediction's interval under it; the device size is the prediction at batch 48,
               rounded down to a whole MiB: chosen from the base run alone, before any point
@@ -65,7 +66,8 @@ MODELS: dict[str, list[str]] = {
 FITS = (("single", 1), ("fsdp", 2))
 BASE_BATCH = 8
 BATCHES = (16, 32, 64)
-CONFIGS = (("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2))
+STRATEGIES = ("ddp", "fsdp")
+RANKS_READ = range(1, 17)  # the numbers of ranks ``table`` looks for
 DEVICE_AT_BATCH = 48  # the device size: the prediction at this batch, down to a whole MiB
 COMMON = ["--optimizer", "adamw", "--loader", "naive", "--steps", "2", "--warmup-steps", "1",
           "--no-progress", "--no-gns", "--set", "dist.calibrate_comm=false",
@@ -129,11 +131,27 @@ def fits_batches(base: RunResult, strategy: str, nproc: int) -> tuple[int, int]:
     return b, 2 * b
 
 
+def _ranks(ranks: str) -> list[int]:
+    """``--ranks``: the numbers of ranks to measure (a one-GPU host: 1; 4 or more on this
+    2-core CPU share its cores, which moves the step, not the peak)."""
+    try:
+        got = sorted({int(x) for x in ranks.split(",") if x.strip()})
+    except ValueError:
+        raise SystemExit(f"--ranks: whole numbers, e.g. 1,2,4 (got '{ranks}')") from None
+    if not got or got[0] < 1:
+        raise SystemExit(f"--ranks: whole numbers >= 1, e.g. 1,2,4 (got '{ranks}')")
+    return got
+
+
 def _only(configs: tuple[tuple[str, int], ...], ranks: str) -> list[tuple[str, int]]:
-    """The configurations on the numbers of ranks asked (``--ranks``: a one-GPU host runs
-    those of one rank)."""
-    want = {int(x) for x in ranks.split(",")}
+    """The configurations on the numbers of ranks asked (``--ranks``)."""
+    want = set(_ranks(ranks))
     return [(s, n) for s, n in configs if n in want]
+
+
+def configs(ranks: str) -> list[tuple[str, int]]:
+    """Each strategy on each number of ranks asked: ddp on 1, 2, ..., then fsdp."""
+    return [(s, n) for s in STRATEGIES for n in _ranks(ranks)]
 
 
 def measure(a: argparse.Namespace) -> int:
@@ -148,7 +166,7 @@ def measure(a: argparse.Namespace) -> int:
             _log(out, f"{model}: the base run failed; its points skipped")
             continue
         for batch in BATCHES:
-            for strategy, nproc in _only(CONFIGS, a.ranks):
+            for strategy, nproc in configs(a.ranks):
                 run_point(out, root / f"{strategy}{nproc}_b{batch}", model, strategy, nproc,
                           batch)
         for strategy, nproc in _only(FITS, a.ranks):
@@ -170,7 +188,7 @@ def rows(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if base is None:
             continue
         for batch in BATCHES:
-            for strategy, nproc in CONFIGS:
+            for strategy, nproc in ((s, n) for s in STRATEGIES for n in RANKS_READ):
                 run = _result(root / f"{strategy}{nproc}_b{batch}")
                 if run is None:
                     continue
@@ -277,7 +295,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--ranks", default="1,2",
-                    help="the numbers of ranks to measure (1 on a one-GPU host)")
+                    help="the numbers of ranks to measure, e.g. 1,2,4 (1 on a one-GPU host)")
     ap.add_argument("--markdown", action="store_true", help="the table as docs/MEMORY.md keeps it")
     a = ap.parse_args()
     return measure(a) if a.what == "measure" else table(a)
