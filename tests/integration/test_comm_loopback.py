@@ -67,6 +67,14 @@ def test_record_schema(comm_record):
     assert {r["size_bytes"] for r in rec["rows"] if "after_compute_s" in r} == {
         64 << 10, 256 << 10, 1 << 20}
     assert all(r["after_compute_s"] > 0 for r in rec["rows"] if "after_compute_s" in r)
+    # every timed call is kept (the slowest rank's), and the row's time is their median
+    for row in rec["rows"]:
+        times = sorted(row["times_s"])
+        assert len(times) == row["iters"] and row["time_s"] == pytest.approx(
+            (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2 if len(times) % 2 == 0
+            else times[len(times) // 2])
+        if "after_compute_s" in row:
+            assert len(row["after_compute_times_s"]) == row["iters"]
     assert set(rec["fit"]) == set(DEFAULT_OPS)
     for fit in rec["fit"].values():
         assert {"alpha_s", "beta_s_per_byte", "bandwidth_gbit_s"} <= set(fit)

@@ -149,6 +149,35 @@ def test_wake_is_the_median_of_each_size_s_extra_after_compute():
     assert wake(rows[3:4], "all_reduce") is None
 
 
+def test_cpu_fits_take_the_lower_quartile_of_each_sizes_calls():
+    """gloo's small calls on the CPU are bimodal: ten calls of 0.3 ms or 3.3 ms, six of them
+    slow, have a median in the slow mode (3.3 ms) and a lower quartile in the fast one
+    (0.3 ms + 0.25 x 3 ms between the 3rd and 4th of ten: 0.3 + 0.75 x 0 = 0.3). The fit and
+    the wake-up read the quartile; a row without its calls (an older record) or timed on CUDA
+    (no ``cpu_s``) keeps its median."""
+    from scaleprobe.commands.comm import fit_summary, fit_times
+
+    fast, slow = 0.3e-3, 3.3e-3
+    calls = [fast] * 4 + [slow] * 6
+    after = [fast + 1e-3] * 4 + [slow + 1e-3] * 6
+    rows = [{"op": "all_reduce", "size_bytes": n, "time_s": slow + n * 1e-9, "cpu_s": 1e-3,
+             "times_s": [t + n * 1e-9 for t in calls],
+             "after_compute_s": slow + 1e-3 + n * 1e-9,
+             "after_compute_times_s": [t + n * 1e-9 for t in after]}
+            for n in (1 << 16, 1 << 20, 1 << 24)]
+    got = fit_times(rows)
+    assert got[0]["time_s"] == pytest.approx(fast + (1 << 16) * 1e-9)
+    assert got[0]["after_compute_s"] == pytest.approx(fast + 1e-3 + (1 << 16) * 1e-9)
+    fit = fit_summary(rows, 2)["all_reduce"]
+    assert fit["alpha_s"] == pytest.approx(fast, rel=1e-3)  # not the slow mode's 3.3 ms
+    assert fit["wake_s"] == pytest.approx(1e-3)
+    assert rows[0]["time_s"] == pytest.approx(slow + (1 << 16) * 1e-9)  # the record's own
+    cuda = [dict(r, cpu_s=None) for r in rows]
+    assert fit_summary(cuda, 2)["all_reduce"]["alpha_s"] == pytest.approx(slow, rel=1e-3)
+    old = [{k: v for k, v in r.items() if not k.endswith("times_s")} for r in rows]
+    assert fit_times(old) == old
+
+
 def test_link_from_results_file(tmp_path):
     from scaleprobe.core.results import append_jsonl
 

@@ -256,11 +256,15 @@ def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
             cpu = (time.process_time() - cpu0) / (timed + warm)
             row = make_row(op, size, statistics.median(per_iter_s), world)
             row["iters"] = timed
+            # every timed call (the slowest rank's), so a fit may be made again from another
+            # statistic of them (small calls on gloo are bimodal: docs/COMMUNICATION.md)
+            row["times_s"] = per_iter_s
             if device.type == "cpu":  # this rank's CPU time per call, its threads together
                 row["cpu_s"] = cpu
                 if size <= WAKE_MAX_BYTES:
-                    row["after_compute_s"] = statistics.median(
-                        time_after_compute(op, size, timed, device))
+                    after = time_after_compute(op, size, timed, device)
+                    row["after_compute_s"] = statistics.median(after)
+                    row["after_compute_times_s"] = after
             rows.append(row)
     return rows
 
