@@ -25,6 +25,7 @@ then per model, back to back so that the machine's load is alike for all of them
               server's worker is predicted from (no DDP in its backward; the server waits
               while the worker computes, so the worker has the machine as this run had it)
     ddp2      ``--strategy ddp``, one rank per host (``--nnodes 2``), each on its own core
+              (each host's run told the other's pid: its CPU is the job's, not outside load)
     ps2       ``--strategy ps``: the server on host 0, one worker on host 1
     fsdp1     ``--strategy fsdp --nproc 1``, two at once as ``ddp1``: FSDP's own 1-rank runs
               (its wrapping and flat parameters are in their step, as in the 2-rank run's)
@@ -190,17 +191,24 @@ def one_rank(hosts: netns.Hosts, folders: list[Path], model: str, strategy: str)
 
 
 def two_rank(hosts: netns.Hosts, folder: Path, model: str, strategy: str, link: str) -> bool:
+    """The 2-rank run, one rank per "host". The two hosts share this machine, so each host's
+    run is told the other's pid (companions): the other rank's CPU is the job's, not load on
+    it (without this, every 2-rank point read "measured under load", 0.8-0.9 cores outside)."""
     if _done(folder / "node0"):
         return True
     port = _port()
+    folder.mkdir(parents=True, exist_ok=True)
+    mates = folder / f"companions-{os.getpid()}-{port}"
     procs = [hosts.run(i, [*_scaleprobe(), "run", "--strategy", strategy, "--nproc", "1",
                            "--nnodes", "2", "--node-rank", str(i),
                            "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}", "--link", link,
                            "--model", model, *MODEL_ARGS.get(model, IMAGES), *COMMON,
                            *TWO_RANK,
                            "--out", str(folder / f"node{i}")],
-                       cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                       env={COMPANIONS_ENV: str(mates)}, cpus=[i], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
              for i in (0, 1)]
+    write_companions(mates, [p.pid for p in procs])
     return _wait(procs, str(folder))
 
 
