@@ -104,7 +104,8 @@ def _validate(args: argparse.Namespace, slurm: bool = False) -> None:
 # comm run to the next (gpt_tiny's FSDP over 1 Gbit predicted 1.06 and 1.43 of its measured
 # step in two grids). Fitted from the lower quartile of the same calls, two grids' mean error
 # went from 10.5% to 7.1% and from 17.1% to 11.4%, p90 from 27.0% to 12.9% and from 41.0%
-# to 23.9% (2026-11-29, docs/COMMUNICATION.md "The lower quartile")
+# to 23.9%; a third grid came out alike either way, 7.2% and 6.8% (2026-11-29,
+# docs/COMMUNICATION.md "The lower quartile")
 FIT_QUANTILE = 0.25
 
 
