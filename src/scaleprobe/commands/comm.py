@@ -109,27 +109,20 @@ def _validate(args: argparse.Namespace, slurm: bool = False) -> None:
 FIT_QUANTILE = 0.25
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    """The ``q`` quantile of ``xs``, linear between the order statistics (numpy's default)."""
-    got = sorted(xs)
-    pos = q * (len(got) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(got) - 1)
-    return got[lo] + (got[hi] - got[lo]) * (pos - lo)
-
-
 def fit_times(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows as the fits read them: a row timed on the CPU (``cpu_s``) with its calls kept
     takes their ``FIT_QUANTILE`` as its time (and its calls after compute theirs); any other
     row (CUDA, or an older record) its median as printed."""
+    from scaleprobe.measure.stats import quantile  # heavy: numpy: only where a fit is made
+
     out = []
     for r in rows:
         if r.get("cpu_s") is None or not r.get("times_s"):
             out.append(r)
             continue
-        got = dict(r, time_s=_quantile(r["times_s"], FIT_QUANTILE))
+        got = dict(r, time_s=quantile(r["times_s"], FIT_QUANTILE))
         if r.get("after_compute_times_s"):
-            got["after_compute_s"] = _quantile(r["after_compute_times_s"], FIT_QUANTILE)
+            got["after_compute_s"] = quantile(r["after_compute_times_s"], FIT_QUANTILE)
         out.append(got)
     return out
 

@@ -20,7 +20,8 @@ steps (same threads per rank), so predictions carry an interval (see predict/ste
 (100mbit, 2.5gbit), NAME=GBIT,US, measured:DIR (results of ``scaleprobe comm`` on that link),
 and per-rank items (``1gbit,rank2=100mbit``). Default: loopback on one host, 10gbit across
 hosts; from a run on a GPU, several devices on one host need ``--link`` (loopback is CPU
-processes over gloo: ``whatif.check_gpu_link``). Nominal figures are labelled as such; a measured link's fit error widens the interval.
+processes over gloo: ``whatif.check_gpu_link``). Nominal figures are labelled as such; a
+measured link's fit error widens the interval.
 
 Without ``--from``, the closed-form model: ``--compute-time`` (or none) and the parameter
 count of ``--model`` / ``--params``; ``--overlap`` is the fraction of communication hidden.

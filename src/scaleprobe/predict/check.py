@@ -16,6 +16,7 @@ hosts, or loopback on one host), resolved as ``predict --link`` resolves it.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -240,11 +241,8 @@ def error(ratio: float) -> float:
 
 
 def _median(xs: list[float]) -> float | None:
-    """The median of sorted ``xs`` (None when empty)."""
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    """The median of ``xs`` (None when empty)."""
+    return statistics.median(xs) if xs else None
 
 
 def _p90(xs: list[float]) -> float | None:
