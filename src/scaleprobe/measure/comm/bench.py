@@ -122,9 +122,21 @@ def _op_fn(op: str, size_bytes: int, world: int, device: Any):
     if op == "reduce":
         return lambda: dist.reduce(buf, dst=0)
 
+    rank = dist.get_rank()
+    back = torch.ones(numel, dtype=torch.float32, device=device)
+
     def push_pull() -> None:
-        dist.reduce(buf, dst=0)  # push: every worker's tensor is summed onto the server
-        dist.broadcast(buf, src=0)  # pull: the server sends the result to every worker
+        """As strategies/ps.py exchanges a step: each worker sends its tensor to the server
+        (rank 0) and waits for the reply; the server takes the pushes in the order they come
+        (a receive from any rank), then replies to each worker in turn."""
+        if rank == 0:
+            for _ in range(1, world):
+                dist.recv(buf)
+            for w in range(1, world):
+                dist.send(back, dst=w)
+        else:
+            dist.send(buf, dst=0)
+            dist.recv(back, src=0)
 
     return push_pull
 
