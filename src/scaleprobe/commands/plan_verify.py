@@ -220,7 +220,9 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
         return out | {"reason": res.error or (bad.error if bad else None)
                       or f"the run ended {res.status}"}
     plan_row = _predicted_here(got, r)
-    here = _predicted_here(got, r, {r.batch: P.Basis(r.batch, C.pooled(fresh), len(fresh),
+    # re-made from the fresh one-rank runs, at the outside load the row was measured under
+    sample, out["load_factor"] = C.as_measured(res, fresh)
+    here = _predicted_here(got, r, {r.batch: P.Basis(r.batch, sample, len(fresh),
                                                       tuple(f.label for f in fresh),
                                                       tuple(f.run_id for f in fresh))})
     out |= {"predicted_plan": _fig(plan_row), "predicted_here": _fig(here)}

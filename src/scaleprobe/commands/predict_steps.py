@@ -289,7 +289,8 @@ def _point_dict(p: C.Point) -> dict[str, Any]:
             "predicted": pred.to_dict() if pred else None, "ratio": p.ratio,
             "ratio_interval": p.ratio_interval, "bases": [b.run_id for b in p.bases],
             "measured_comm_s": p.run.metrics.breakdown_s.comm, "reason": p.reason,
-            "causes": p.causes(), "started_at": p.run.started_at, "drift": p.drift}
+            "causes": p.causes(), "started_at": p.run.started_at, "drift": p.drift,
+            "load_factor": p.load}
 
 
 def print_check(points: list[C.Point], summ: C.Summary) -> None:
@@ -347,6 +348,12 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                       f"and after it, differ by median {summ.median_drift:.1%}, p90 "
                       f"{summ.p90_drift:.1%} ({summ.drift_points} points); a perfect model fed "
                       "either would be off by as much", markup=False, highlight=False)
+    loaded = [p.load for p in points if p.prediction is not None and abs(p.load - 1) >= 1e-3]
+    if loaded:
+        con.print(f"outside load: {len(loaded)} point(s) predicted with compute "
+                  f"{min(loaded) - 1:+.1%} to {max(loaded) - 1:+.1%} against their 1-rank runs, "
+                  "for the CPU that processes outside the run used while it was measured",
+                  markup=False, highlight=False)
     for p in points:
         if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "

@@ -118,6 +118,9 @@ class Point:
     bases: list[RunResult] = field(default_factory=list)
     prediction: M.Prediction | None = None
     reason: str | None = None  # why there is no prediction
+    # the outside load's stretch of compute the prediction took (``load_factor``): the
+    # measured run's outside CPU against its one-rank runs' (1: none, or not measured)
+    load: float = 1.0
 
     @property
     def measured_s(self) -> float | None:
@@ -192,11 +195,38 @@ def check(records: list[RunResult], seed: int = 0) -> list[Point]:
                 # FSDP's units (a collective each, each paying the latency); others ignore
                 sc = replace(scenario_of(run), units=S.recorded_units(pt.bases[-1])
                              or S.recorded_units(run))
-                pt.prediction = M.predict(pooled(pt.bases), sc, seed)
+                sample, pt.load = as_measured(run, pt.bases)
+                pt.prediction = M.predict(sample, sc, seed)
             except ConfigError as e:
                 pt.reason = str(e)
         points.append(pt)
     return points
+
+
+def as_measured(run: RunResult, bases: list[RunResult]) -> tuple[S.RunSample, float]:
+    """The one-rank runs ``bases`` pooled, their compute stretched to the outside load
+    ``run`` was measured under (on the CPU: ``load_factor``), and that factor."""
+    sample = pooled(bases)
+    factor = load_factor(run, bases) if sample.on_cpu else 1.0
+    return S.stretched(sample, factor), factor
+
+
+def load_factor(run: RunResult, bases: list[RunResult]) -> float:
+    """How much longer the measured run's compute took for the outside load on the machine
+    during its window than its one-rank runs' did during theirs: ``(1 + u) / (1 + u1)``, ``u``
+    the cores' worth of CPU that processes outside the run used (``outside_cpu_cores``,
+    companions excepted), ``u1`` the one-rank runs' mean; 1 where either is not measured.
+
+    Outside work takes its CPU from a rank's compute where the ranks keep every core busy (a
+    2-rank run on 2 cores, one thread each, as on the validation grid), and a step waits for
+    its slowest rank: a thread outside using ``u`` of a core delays the step by ``u`` of its
+    compute. Where cores sit idle it can run there instead, and this overstates it."""
+    u = run.metrics.outside_cpu_cores
+    ones = [b.metrics.outside_cpu_cores for b in bases]
+    got = [x for x in ones if x is not None]
+    if u is None or not got:
+        return 1.0
+    return (1.0 + max(0.0, u)) / (1.0 + max(0.0, sum(got) / len(got)))
 
 
 @dataclass

@@ -61,6 +61,21 @@ class RunSample:
         return bool(t and t.bucketed)
 
 
+def stretched(s: RunSample, factor: float) -> RunSample:
+    """``s`` with every compute phase (and its median step) ``factor`` times as long: the
+    one-rank run as it would have computed under another outside load (``check.load_factor``),
+    noted; ``s`` itself where the factor is 1."""
+    if abs(factor - 1.0) < 1e-3:
+        return s
+    rows = [Compute(c.data * factor, c.h2d * factor, c.forward * factor, c.backward * factor,
+                    c.optimizer * factor) for c in s.rows]
+    more = "longer" if factor > 1 else "shorter"
+    note = (f"compute {abs(factor - 1):.1%} {more} than the one-rank runs measured it: the "
+            "outside load on the machine while the run was measured, against theirs")
+    return replace(s, rows=rows, notes=[*s.notes, note],
+                   step_median_s=s.step_median_s * factor if s.step_median_s else None)
+
+
 def _steps_csv(rec: RunResult) -> Path | None:
     cands = [rec.paths.get("steps_csv")]
     if rec.source:

@@ -295,3 +295,54 @@ def test_the_drift_of_a_points_one_rank_runs_is_the_floor_beside_the_error(tmp_p
                   + [P(ratio=1.0, drift=None), P(ratio=None, drift=0.9)])
     assert s.drift_points == 10 and s.median_drift == pytest.approx(0.055)
     assert s.p90_drift == pytest.approx(0.09)  # the 9th of 10, not the worst
+
+
+def _loaded(run, cores):
+    run.metrics = replace(run.metrics, outside_cpu_cores=cores)
+    return run
+
+
+def test_the_outside_load_measured_with_a_run_stretches_the_compute_it_is_predicted_with(
+        tmp_path):
+    """The hand-computed 85 ms step: 10 ms forward, 30 ms backward with three 1 MB buckets
+    ready at its thirds, each 20 ms on the link, 5 ms optimizer. Measured while processes
+    outside it used 0.2 of a core (its one-rank run: none), every compute phase takes 1.2x:
+    forward 12, buckets ready at 12, 24, 36 ms of backward, done at 32, 52, 72, optimizer 6:
+    90 ms. The other way (the one-rank run under that load, the measured run not), compute
+    takes 1/1.2: 8.33 + 68.33 + 4.17 = 80.83 ms. Without the figure on either side: 85 ms."""
+    rows = [(0.01, 0.03, 0.005)] * 8
+    base = _loaded(one_rank_run(tmp_path, rows, THIRDS, started=_t(0)), 0.0)
+    (pt,) = C.check([base, _loaded(measured("a", _t(1), step=0.09), 0.2)])
+    assert pt.load == pytest.approx(1.2) and pt.ratio == pytest.approx(1.0)
+    assert pt.prediction.step_s.value == pytest.approx(0.090)
+    assert any("compute 20.0% longer" in n and "outside load" in n
+               for n in pt.prediction.notes)
+    base.metrics = replace(base.metrics, outside_cpu_cores=0.2)
+    (pt,) = C.check([base, _loaded(measured("a", _t(1)), 0.0)])
+    assert pt.load == pytest.approx(1 / 1.2)
+    assert pt.prediction.step_s.value == pytest.approx(0.08083, rel=1e-3)
+    base.metrics = replace(base.metrics, outside_cpu_cores=None)  # not measured: as it was
+    (pt,) = C.check([base, _loaded(measured("a", _t(1)), 0.2)])
+    assert pt.load == 1.0 and pt.prediction.step_s.value == pytest.approx(0.085)
+    sample = S.from_run(base)
+    assert S.stretched(sample, 1.0) is sample
+    assert C.load_factor(measured("b", _t(1)), [base]) == 1.0
+
+
+def test_the_check_prints_and_keeps_the_load_it_predicted_with(tmp_path, capsys, monkeypatch):
+    import json
+
+    from scaleprobe.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    base = _loaded(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0)),
+                   0.0)
+    run = _loaded(measured("a", _t(1), step=0.09), 0.2)
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n"
+                                                    for r in (base, run)))
+    assert main(["predict", "--check", str(tmp_path), "--json"]) == 0
+    (pt,) = json.loads(capsys.readouterr().out)["points"]
+    assert pt["load_factor"] == pytest.approx(1.2) and pt["ratio"] == pytest.approx(1.0)
+    assert main(["predict", "--check", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "outside load: 1 point(s) predicted with compute +20.0% to +20.0%" in out
