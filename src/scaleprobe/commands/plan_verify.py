@@ -233,27 +233,12 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
     return out
 
 
-# timed monitor samples a run's CPU share needs: the sampler reads each process's CPU since
-# its last reading, so a window of a sample or two reads mostly what came before it (the
-# launch, the rendezvous): gpt_tiny's 20 steps of 21 ms read "7% of the machine" for two
-# ranks that each kept a core busy
-MIN_SAMPLES = 3
-
-
-def _timed_s(r: RunResult) -> float:
-    return (r.step_median_s or 0.0) * (r.metrics.steps_timed or 0)
-
-
-def _interval_s(r: RunResult) -> float:
-    return r.config.measure.monitor_interval_s if r.config is not None else 0.5
-
-
 def cpu_share(fresh: list[RunResult], row: RunResult) -> dict[str, float] | None:
     """The share of the machine's CPU (% of all cores, each run's process tree) the row's
     run got, and its one-rank runs together: on a shared CPU the two can differ by more than
     any model's error, and the comparison then says so. None where a run's timed window
-    held fewer than ``MIN_SAMPLES`` of its monitor's samples (too short to read)."""
-    if any(_timed_s(r) < MIN_SAMPLES * _interval_s(r) for r in (*fresh, row)):
+    held fewer than ``check.MIN_SAMPLES`` of its monitor's samples (too short to read)."""
+    if not all(C.readable_window(r) for r in (*fresh, row)):
         return None
     got = [f.metrics.cpu_util_pct for f in fresh]
     mine = row.metrics.cpu_util_pct

@@ -39,6 +39,13 @@ GOAL_MEDIAN, GOAL_EVERY = 0.10, 0.20  # the first goal: median point, every poin
 # steps differ by more than ORDER_MARGIN predicted in the wrong order
 GOAL_MEAN, GOAL_MEDIAN_PAPERS, GOAL_P90 = 0.05, 0.05, 0.10
 ORDER_MARGIN = 0.15
+# timed monitor samples a run's CPU figures need (its share of the machine, the CPU used
+# outside it): the sampler reads each process's CPU since its last reading, so a window of
+# a sample or two reads mostly what came before or after it (the launch, the rendezvous, the
+# teardown): gpt_tiny's 20 steps of 21 ms read "7% of the machine" for two ranks that each
+# kept a core busy, and two one-rank runs of 0.4 and 0.9 s read 1.86 and 1.89 cores outside
+# them on a machine of 2 where their companion was left out
+MIN_SAMPLES = 3
 
 
 def setting(r: RunResult) -> tuple[object, ...]:
@@ -214,19 +221,32 @@ def as_measured(run: RunResult, bases: list[RunResult]) -> tuple[S.RunSample, fl
 def load_factor(run: RunResult, bases: list[RunResult]) -> float:
     """How much longer the measured run's compute took for the outside load on the machine
     during its window than its one-rank runs' did during theirs: ``(1 + u) / (1 + u1)``, ``u``
-    the cores' worth of CPU that processes outside the run used (``outside_cpu_cores``,
-    companions excepted), ``u1`` the one-rank runs' mean; 1 where either is not measured.
+    the cores' worth of CPU that processes outside the run used (``outside_cores``,
+    companions excepted), ``u1`` the one-rank runs' median; 1 where the run's or all of its
+    one-rank runs' windows were too short to read.
 
     Outside work takes its CPU from a rank's compute where the ranks keep every core busy (a
     2-rank run on 2 cores, one thread each, as on the validation grid), and a step waits for
     its slowest rank: a thread outside using ``u`` of a core delays the step by ``u`` of its
     compute. Where cores sit idle it can run there instead, and this overstates it."""
-    u = run.metrics.outside_cpu_cores
-    ones = [b.metrics.outside_cpu_cores for b in bases]
-    got = [x for x in ones if x is not None]
+    u = outside_cores(run)
+    got = [x for x in (outside_cores(b) for b in bases) if x is not None]
     if u is None or not got:
         return 1.0
-    return (1.0 + max(0.0, u)) / (1.0 + max(0.0, sum(got) / len(got)))
+    return (1.0 + max(0.0, u)) / (1.0 + max(0.0, statistics.median(got)))
+
+
+def readable_window(r: RunResult) -> bool:
+    """Whether ``r``'s timed window held ``MIN_SAMPLES`` of its monitor's samples."""
+    timed = (r.step_median_s or 0.0) * (r.metrics.steps_timed or 0)
+    every = r.config.measure.monitor_interval_s if r.config is not None else 0.5
+    return timed >= MIN_SAMPLES * every
+
+
+def outside_cores(r: RunResult) -> float | None:
+    """The cores' worth of CPU processes outside ``r`` used over its timed window, where the
+    window was long enough to read it (``readable_window``); None else."""
+    return r.metrics.outside_cpu_cores if readable_window(r) else None
 
 
 @dataclass

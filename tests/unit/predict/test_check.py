@@ -297,8 +297,10 @@ def test_the_drift_of_a_points_one_rank_runs_is_the_floor_beside_the_error(tmp_p
     assert s.p90_drift == pytest.approx(0.09)  # the 9th of 10, not the worst
 
 
-def _loaded(run, cores):
-    run.metrics = replace(run.metrics, outside_cpu_cores=cores)
+def _loaded(run, cores, steps=40):
+    """``run`` with the outside load its monitor read over ``steps`` timed steps (40 of the
+    one-rank run's 45 ms: 1.8 s, more than 3 samples at the default 0.5 s)."""
+    run.metrics = replace(run.metrics, outside_cpu_cores=cores, steps_timed=steps)
     return run
 
 
@@ -324,6 +326,15 @@ def test_the_outside_load_measured_with_a_run_stretches_the_compute_it_is_predic
     base.metrics = replace(base.metrics, outside_cpu_cores=None)  # not measured: as it was
     (pt,) = C.check([base, _loaded(measured("a", _t(1)), 0.2)])
     assert pt.load == 1.0 and pt.prediction.step_s.value == pytest.approx(0.085)
+    # a window too short for the monitor to read (10 steps of 45 ms: 0.45 s, under 3
+    # samples of 0.5 s) is not read: one such run of two, the other's figure; both, none
+    short = _loaded(one_rank_run(tmp_path, rows, THIRDS, started=_t(0, 5), name="short"),
+                    1.9, steps=10)
+    base.metrics = replace(base.metrics, outside_cpu_cores=0.0)
+    assert not C.readable_window(short) and C.outside_cores(short) is None
+    assert C.load_factor(_loaded(measured("a", _t(1)), 0.2), [base, short]) == pytest.approx(1.2)
+    assert C.load_factor(_loaded(measured("a", _t(1)), 0.2), [short]) == 1.0
+    assert C.load_factor(_loaded(measured("a", _t(1)), 0.2, steps=3), [base]) == 1.0
     sample = S.from_run(base)
     assert S.stretched(sample, 1.0) is sample
     assert C.load_factor(measured("b", _t(1)), [base]) == 1.0
