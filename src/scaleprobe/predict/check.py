@@ -228,7 +228,8 @@ def load_factor(run: RunResult, bases: list[RunResult]) -> float:
     Outside work takes its CPU from a rank's compute where the ranks keep every core busy (a
     2-rank run on 2 cores, one thread each, as on the validation grid), and a step waits for
     its slowest rank: a thread outside using ``u`` of a core delays the step by ``u`` of its
-    compute. Where cores sit idle it can run there instead, and this overstates it."""
+    compute. Where cores sit idle it can run there instead: a run that left some idle is
+    taken to have lost nothing to it (``outside_cores``)."""
     u = outside_cores(run)
     got = [x for x in (outside_cores(b) for b in bases) if x is not None]
     if u is None or not got:
@@ -244,9 +245,25 @@ def readable_window(r: RunResult) -> bool:
 
 
 def outside_cores(r: RunResult) -> float | None:
-    """The cores' worth of CPU processes outside ``r`` used over its timed window, where the
-    window was long enough to read it (``readable_window``); None else."""
-    return r.metrics.outside_cpu_cores if readable_window(r) else None
+    """The cores' worth of CPU processes outside ``r`` used over its timed window, as far as
+    it took that CPU from ``r``'s compute: where the window was long enough to read it
+    (``readable_window``; None else), and 0 where ``r`` left cores idle for it to run on
+    (``fills_cores``)."""
+    if not readable_window(r):
+        return None
+    u = r.metrics.outside_cpu_cores
+    return None if u is None else (u if fills_cores(r) else 0.0)
+
+
+def fills_cores(r: RunResult) -> bool:
+    """Whether ``r``'s ranks on this host, with the runs started together with it (its
+    companions, taken to be of its size), kept a thread on every core of the machine."""
+    load = r.load
+    threads = r.env_number("threads")
+    if load is None or not load.machine_cores or not threads:
+        return False
+    ranks = int(r.cfg("dist.nproc") or 1) * (1 + (load.companion_runs or 0))
+    return ranks * threads >= load.machine_cores
 
 
 @dataclass

@@ -9,7 +9,7 @@ import pytest
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.run_metrics import MemoryFacts, StepTime
-from scaleprobe.core.run_parts import RankSummary
+from scaleprobe.core.run_parts import Load, RankSummary
 from scaleprobe.features import links
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.measure.aggregate import straggler
@@ -297,10 +297,13 @@ def test_the_drift_of_a_points_one_rank_runs_is_the_floor_beside_the_error(tmp_p
     assert s.p90_drift == pytest.approx(0.09)  # the 9th of 10, not the worst
 
 
-def _loaded(run, cores, steps=40):
+def _loaded(run, cores, steps=40, machine_cores=1, companions=None):
     """``run`` with the outside load its monitor read over ``steps`` timed steps (40 of the
-    one-rank run's 45 ms: 1.8 s, more than 3 samples at the default 0.5 s)."""
+    one-rank run's 45 ms: 1.8 s, more than 3 samples at the default 0.5 s), on a machine of
+    ``machine_cores`` (its one thread keeps the one core busy)."""
     run.metrics = replace(run.metrics, outside_cpu_cores=cores, steps_timed=steps)
+    run.load = Load(outside_cpu_cores=cores, machine_cores=machine_cores,
+                    companion_runs=companions)
     return run
 
 
@@ -335,6 +338,11 @@ def test_the_outside_load_measured_with_a_run_stretches_the_compute_it_is_predic
     assert C.load_factor(_loaded(measured("a", _t(1)), 0.2), [base, short]) == pytest.approx(1.2)
     assert C.load_factor(_loaded(measured("a", _t(1)), 0.2), [short]) == 1.0
     assert C.load_factor(_loaded(measured("a", _t(1)), 0.2, steps=3), [base]) == 1.0
+    # on 4 cores one thread leaves 3 idle for the outside work: nothing taken from it; three
+    # copies started with it (companions) fill them
+    assert C.load_factor(_loaded(measured("a", _t(1)), 0.2, machine_cores=4), [base]) == 1.0
+    assert C.load_factor(_loaded(measured("a", _t(1)), 0.2, machine_cores=4, companions=3),
+                         [base]) == pytest.approx(1.2)
     sample = S.from_run(base)
     assert S.stretched(sample, 1.0) is sample
     assert C.load_factor(measured("b", _t(1)), [base]) == 1.0
