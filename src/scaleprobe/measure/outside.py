@@ -184,8 +184,9 @@ class Companions:
             except psutil.Error:
                 self._ended(pid)
                 continue
-            self.last[pid] = (c.user + c.system + c.children_user + c.children_system
-                              + tree_cpu_s([k for k in kids if k.pid not in own]))
+            now = (c.user + c.system + c.children_user + c.children_system
+                   + tree_cpu_s([k for k in kids if k.pid not in own]))
+            self.last[pid] = max(now, self.last.get(pid, 0.0))  # never backwards (sample)
         return dict(self.last)
 
     def _ended(self, pid: int) -> None:
@@ -240,8 +241,12 @@ class OutsideLoad:
 
     def sample(self, procs: list[psutil.Process], gpus: list[Any] | None = None) -> ClockSample:
         own = {p.pid for p in procs}
-        s = ClockSample(time.time(), machine_busy_s(), tree_cpu_s(procs),
-                        self.companions.cpu_s(own))
+        # a tree's clock never runs backwards: a process that ended after the tree was
+        # listed and before it was read, not yet reaped into its parent's children_*, takes
+        # its whole CPU time out of the reading (a run's last sample, its rank just gone,
+        # read 447% of a 2-core machine's CPU as used outside it)
+        tree = max(tree_cpu_s(procs), self.clock[-1].tree_s if self.clock else 0.0)
+        s = ClockSample(time.time(), machine_busy_s(), tree, self.companions.cpu_s(own))
         self.clock.append(s)
         if gpus:
             self._sample_gpus(gpus, own | self.companions.pids(), s.t)

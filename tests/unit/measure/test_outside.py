@@ -235,3 +235,47 @@ def _companion_window(comp, path, finished):
     win = told.window(None, None)
     assert win["companion_runs"] == 1
     assert win["companion_cpu_s"] >= 0.75, win
+
+
+class _Times:
+    def __init__(self, s: float) -> None:
+        self.user, self.system, self.children_user, self.children_system = s, 0.0, 0.0, 0.0
+
+
+class _Proc:
+    """A process whose CPU clock reads what ``readings`` says, one reading per call."""
+
+    def __init__(self, pid: int, readings: list[float]) -> None:
+        self.pid, self.readings = pid, list(readings)
+
+    def cpu_times(self) -> _Times:
+        return _Times(self.readings.pop(0))
+
+    def children(self, recursive: bool = False) -> list:
+        return []
+
+
+def test_a_tree_clock_that_drops_does_not_turn_into_outside_load(tmp_path, monkeypatch):
+    """Catches a rank that ended between the tree's listing and its reading, not yet reaped,
+    taking its whole CPU time out of the tree's clock: the machine was busy 1.5 s over the
+    window, the run's tree read 10 s then 2 s, a companion's 4 s then 1 s. A run's last sample
+    once read 447% of a 2-core machine's CPU as outside; with clocks that never run backwards,
+    outside is at most what the machine did."""
+    import scaleprobe.measure.outside as O
+
+    busy = iter([100.0, 101.5])
+    monkeypatch.setattr(O, "machine_busy_s", lambda: next(busy))
+    path = tmp_path / "companions"
+    path.write_text("4242\n")
+    comps = Companions(path)
+    comps.roots = {4242: _Proc(4242, [4.0, 1.0])}
+    out = OutsideLoad(companions=comps)
+    me = _Proc(1, [10.0, 2.0])
+    out.sample([me])
+    out.sample([me])
+    a, b = out.clock
+    assert (a.tree_s, b.tree_s) == (10.0, 10.0)
+    assert b.companions_s == {4242: 4.0}
+    win = out.window(None, None)
+    assert win["outside_cpu_s"] == pytest.approx(1.5)  # none of it the tree's or companion's
+    assert win["companion_cpu_s"] == 0.0
