@@ -152,7 +152,7 @@ def test_wake_is_the_median_of_each_size_s_extra_after_compute():
 def test_cpu_fits_take_the_lower_quartile_of_each_sizes_calls():
     """gloo's small calls on the CPU are bimodal: ten calls of 0.3 ms or 3.3 ms, six of them
     slow, have a median in the slow mode (3.3 ms) and a lower quartile in the fast one
-    (0.3 ms + 0.25 x 3 ms between the 3rd and 4th of ten: 0.3 + 0.75 x 0 = 0.3). The fit and
+    (0.3 ms: the 25% point lies between the 3rd and the 4th of ten, both fast). The fit and
     the wake-up read the quartile; a row without its calls (an older record) or timed on CUDA
     (no ``cpu_s``) keeps its median."""
     from scaleprobe.commands.comm import fit_summary, fit_times

@@ -2,7 +2,7 @@
 
 The operations (float32 tensors; ``size_bytes`` is the message size, as in nccl-tests), the
 timing (a barrier before every iteration, the slowest rank's time, the median over the timed
-iterations, warm-up not timed) and the bus bandwidth each operation's factor gives
+iterations, each of which is kept as ``times_s``, warm-up not timed) and the bus bandwidth each operation's factor gives
 (``algbw = size_bytes / time_s``, ``busbw = algbw * factor``) are docs/COMMUNICATION.md's
 (``scaleprobe comm``). On the CPU each point up to ``WAKE_MAX_BYTES`` is also timed as a
 training step issues it, right after ``WAKE_COMPUTE_S`` of compute on every rank
@@ -68,7 +68,8 @@ def parse_ops(text: str) -> list[str]:
 
 
 def busbw_factor(op: str, world: int) -> float:
-    """algbw -> busbw multiplier (nccl-tests' definitions; ps_push_pull: see the module doc)."""
+    """algbw -> busbw multiplier (nccl-tests' definitions; ps_push_pull: rank 0's link carries
+    ``(n-1) x size`` in, then as much out, so ``2(n-1)``)."""
     n = world
     if op == "all_reduce":
         return 2 * (n - 1) / n
