@@ -45,6 +45,12 @@ def test_quick_demo_prints_tables_and_writes_the_report(cli, demo):
     assert again.returncode == 0, again.stderr[-2000:]
     n_runs = sum(1 for f in out_dir.rglob("result.json"))
     assert n_runs == 8  # 4 points x 2 repeats, none run twice
+    import json
+
+    # the timed window's page faults, counted in each run's process (measure/env.py)
+    faults = [json.loads(f.read_text())["metrics"]["page_faults_per_step"]
+              for f in out_dir.rglob("result.json")]
+    assert all(isinstance(v, int | float) and v >= 0 for v in faults), faults
     assert "intervals over 2 repeats" in p.stdout
 
 

@@ -326,11 +326,11 @@ def memory_bases(run: RunResult, pool: list[RunResult]) -> list[RunResult]:
     """The 1-rank runs of ``pool`` a run's memory is predicted from: same model, data,
     optimizer, precision and batch per device (threads and CPU do not move tensor bytes),
     with memory facts at two batch sizes."""
-    want = (*(run.cfg(k) for k in C.SETTING_KEYS), run.batch.per_device)
+    want = (*C.setting_values(run, C.MEMORY_SETTING_KEYS), run.batch.per_device)
     return [r for r in pool if (r.world_size or 1) == 1 and r.status == "ok"
             and r.metrics.memory_facts is not None
             and len(r.metrics.memory_facts.fwd_bwd_peak_bytes or []) >= 2
-            and (*(r.cfg(k) for k in C.SETTING_KEYS), r.batch.per_device) == want]
+            and (*C.setting_values(r, C.MEMORY_SETTING_KEYS), r.batch.per_device) == want]
 
 
 def check_memory(pt: C.Point, pool: list[RunResult]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ line that says what to change."""
 
 from __future__ import annotations
 
+import platform
 import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -53,6 +54,9 @@ def check_combinations(cfg: RunConfig) -> None:
         raise ConfigError(f"--dataset synthetic makes one classification batch on the device and "
                           f"has no input pipeline; {what}: use --dataset synthetic-loader")
     _check_unrelated(cfg)
+    if cfg.train.malloc == "steady" and platform.libc_ver()[0] != "glibc":
+        raise ConfigError("train.malloc=steady sets glibc's allocator, which this Python does "
+                          "not use: leave train.malloc at default")
     if d.loader == "pipelined" and d.workers == 0:
         raise ConfigError("--loader pipelined needs --workers >= 1 (use --loader naive for none)")
     if not 0 <= ds.node_rank < ds.nnodes:

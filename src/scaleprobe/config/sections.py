@@ -152,6 +152,13 @@ class TrainConfig:
                                 "evaluations (in host memory, at most 2 GiB together), evaluated "
                                 "after the hit to narrow the step it was reached at; 0: none",
                                 ge=0)
+    malloc: str = option("default", "glibc's allocator in the ranks: default (its mmap and "
+                         "trim thresholds move as the process frees memory: a fresh process "
+                         "of one configuration can re-fault its freed memory every step or "
+                         "not, and its step differed by up to 28% from the next) | steady "
+                         "(thresholds fixed at 32 MiB and 256 MiB, as MALLOC_MMAP_THRESHOLD_ "
+                         "and MALLOC_TRIM_THRESHOLD_ set them: freed memory stays in the "
+                         "process; docs/REPORTS.md)", choices=("default", "steady"))
 
 
 @dataclass(frozen=True)
@@ -370,5 +377,5 @@ RunResult.codec = ConfigBlock(RunConfig, SECTIONS, KNOBS)
 LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
               "data.eval_windows", "measure.gns", "dist.threads_per_rank",
               "dist.parity_tolerance", "model.compile_backend", "train.lr_warmup",
-              "train.target_copies")
+              "train.target_copies", "train.malloc")
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure

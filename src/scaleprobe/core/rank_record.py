@@ -234,6 +234,9 @@ class RankRecord(Record):
     phases_unseen: dict[str, str] = field(default_factory=dict)
     window_s: float | None = None
     clock_window: list[float | None] | tuple[float | None, float | None] | None = None
+    # the process's minor page faults over the timed window (all its threads; None: not
+    # counted, e.g. a record from before they were)
+    page_faults: int | None = None
     epochs_complete: int = 0
     epoch_wall_s: list[float] = field(default_factory=list)
     # positions in step_times_s of the timed steps that took an epoch's first batch, and

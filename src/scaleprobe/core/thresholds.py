@@ -66,6 +66,11 @@ class Thresholds:
     # run's GPU is load too (NVML cannot say how much of the device it took).
     load_cores: float = 0.25
     load_machine_fraction: float = 0.10
+    # memory taken afresh every step: more minor page faults a timed step than this (1 MiB
+    # of 4 KiB pages). One-rank digits_cnn runs with glibc's own thresholds took 1,529-4,270
+    # a step and stepped in 28.2-37.8 ms; with fixed ones (train.malloc=steady) 0-54 and
+    # 26.7-27.9 ms (docs/REPORTS.md)
+    refaults_per_step: float = 256.0
 
     def load_limit_cores(self, machine_cores: int | None) -> float:
         """Mean cores that outside processes may keep busy before a run is under load."""

@@ -30,7 +30,12 @@ SIDE_BY_SIDE_S = 30.0
 MAX_AFTER_S = 900.0  # a one-rank run started later than this after the measured one is not
 # its "after" run (the machine's load drifts); it is used only when there is no other
 SETTING_KEYS = ("model.name", "data.dataset", "data.image_size", "train.optimizer",
-                "train.amp", "model.channels_last", "task.task", "data.seq_len")
+                "train.amp", "model.channels_last", "task.task", "data.seq_len",
+                "train.malloc")
+# what a record from before a key existed ran with
+SETTING_DEFAULTS = {"train.malloc": "default"}
+# what must match for memory: glibc's thresholds move no tensor bytes
+MEMORY_SETTING_KEYS = tuple(k for k in SETTING_KEYS if k != "train.malloc")
 PREFER = {"ddp": ("ddp", "single", "fsdp"), "ps": ("single", "fsdp", "ddp"),
           "localsgd": ("single", "fsdp", "ddp"), "fsdp": ("fsdp", "single", "ddp")}
 GOAL_MEDIAN, GOAL_EVERY = 0.10, 0.20  # the first goal: median point, every point
@@ -49,9 +54,14 @@ ORDER_MARGIN = 0.15
 MIN_SAMPLES = 3
 
 
+def setting_values(r: RunResult, keys: tuple[str, ...] = SETTING_KEYS) -> tuple[object, ...]:
+    """The run's values of ``keys``."""
+    return tuple(r.cfg(k, SETTING_DEFAULTS.get(k)) for k in keys)
+
+
 def setting(r: RunResult) -> tuple[object, ...]:
     """What must match between a measured run and its one-rank run."""
-    return (*(r.cfg(k) for k in SETTING_KEYS), r.batch.per_device, r.env.get("threads"),
+    return (*setting_values(r), r.batch.per_device, r.env.get("threads"),
             r.env.get("cpu_model"))
 
 

@@ -405,7 +405,7 @@ def pick(rows: list[Row], kind: str, sources: Callable[[Row], tuple[CL.Source, .
 
 def _setting(r: RunResult) -> tuple[object, ...]:
     """What rows of one plan share: ``check.setting`` less the batch per device."""
-    return (*(r.cfg(k) for k in C.SETTING_KEYS), r.env.get("threads"), r.env.get("cpu_model"))
+    return (*C.setting_values(r), r.env.get("threads"), r.env.get("cpu_model"))
 
 
 def two_halves(r: RunResult) -> bool:

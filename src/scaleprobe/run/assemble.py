@@ -207,6 +207,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     _epochs(result, raw0, len(trainers))
     _monitored(result, mon)
     _evaluated(result, cfg, ranks, raw0)
+    _faulted(result, ranks)
     _memory(result, ranks, mon)
     if not cfg.measure.memory_probe:
         result.null_reasons["memory_facts"] = ("not probed: --no-memory-probe "
@@ -322,6 +323,17 @@ def _evaluated(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     elif m.accuracy is None and cfg.task.task != "classification":  # the task's own metric
         why.setdefault("accuracy", f"--task {cfg.task.task} measures its own metric: "
                        f"{', '.join(k for k in ev if k != 'eval_samples') or 'see metrics'}")
+
+
+def _faulted(result: RunResult, ranks: list[RankRecord]) -> None:
+    """Page faults a timed step: the most of any training rank (the slowest sets the pace)."""
+    per = [r.page_faults / r.steps_timed for r in ranks
+           if not r.is_server and r.page_faults is not None and r.steps_timed > 0]
+    if per:
+        result.metrics.page_faults_per_step = round(max(per), 1)
+    else:
+        result.null_reasons.setdefault("page_faults_per_step",
+                                       "not counted: a script's ranks, or no timed step")
 
 
 def _audit(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],

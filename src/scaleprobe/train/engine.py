@@ -25,6 +25,7 @@ from scaleprobe.features.interrupt import (
     stop_step_of,
     stop_value,
 )
+from scaleprobe.measure.env import minor_faults
 from scaleprobe.measure.flops import resolve_peak
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
@@ -88,6 +89,9 @@ class LoopState:
     window_t1: float | None = None
     clock_t0: float | None = None  # the window's ends on the clock every rank shares (clock())
     clock_t1: float | None = None
+    # the process's minor page faults at the window's ends (measure/env.py ``minor_faults``)
+    faults_t0: int | None = None
+    faults_t1: int | None = None
     last_batch: Any = None
     epochs_complete: int = 0
     epoch_starts: list[int] = field(default_factory=list)  # timed steps that began an epoch
@@ -193,6 +197,7 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
                       st.stop_reason or loop_end_reason(p, st))
     st.window_t1 = time.perf_counter()
     st.clock_t1 = clock()
+    st.faults_t1 = minor_faults()
     return st
 
 
@@ -218,6 +223,7 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
                 pass_window_gate(lambda: stop.requested)
                 st.window_t0 = time.perf_counter()
                 st.clock_t0 = clock()
+                st.faults_t0 = minor_faults()
             tm = timers[0] if timing else timers[1]
             tm.start()
             batch = next(it, None)

@@ -76,6 +76,7 @@ def memory_limit(limit: str | None) -> Iterator[None]:
 def _local_device_and_strategy(cfg: RunConfig) -> tuple[Any, Any]:
     info = envmod.dist_info()
     tr = traits_of(cfg.dist.strategy)
+    envmod.set_malloc(cfg.train.malloc)  # before the model and data allocate anything
     if tr.in_process:
         envmod.set_threads(1, cfg.dist.threads_per_rank)
     else:

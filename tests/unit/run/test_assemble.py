@@ -325,3 +325,15 @@ def test_flops_per_s_from_the_median_step_when_no_samples_were_counted():
     r = raw(0, 0.025, batch=8, steps=38)
     r["flops"] = {"flops_per_step": 256.0}
     assert assemble([r])["metrics"]["achieved_flops_per_s"] == pytest.approx(256 / 0.025)
+
+
+def test_page_faults_per_step_is_the_most_of_any_training_rank():
+    """Faults over each rank's window / its timed steps; the server's do not count (it takes
+    no batch); without a count (a script's ranks) null, with the reason."""
+    server = {**raw(0, step_s=None), "page_faults": 90_000}
+    rec = assemble([server, {**raw(1, steps=10), "page_faults": 12_000},
+                    {**raw(2, steps=10), "page_faults": 30_010}], strategy="ps", nproc=3)
+    assert rec["metrics"]["page_faults_per_step"] == 3001.0
+    rec = assemble([raw(0)])
+    assert rec["metrics"]["page_faults_per_step"] is None
+    assert "not counted" in rec["null_reasons"]["page_faults_per_step"]

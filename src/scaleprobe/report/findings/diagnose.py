@@ -54,7 +54,7 @@ def diagnose_run(rec: RunResult, others: list[RunResult] | None = None,
                            peak_use.recommendation, peak_use.severity)
     if peak_use is not None or shares is not None:
         out.append(peak_use or shares)  # type: ignore[arg-type]
-    for f in (_memory(rec, th), _audit(rec), _load(rec, th), _uneven(rec)):
+    for f in (_memory(rec, th), _audit(rec), _load(rec, th), _uneven(rec), _refaults(rec, th)):
         if f is not None:
             out.append(f)
     out.extend(_invariants(rec))
@@ -380,6 +380,29 @@ def _uneven(rec: RunResult) -> Finding | None:
                    "look at steps.csv for the slow steps (loader stalls, epoch starts, other "
                    "programs); plan epochs with the window's figure, the one samples/s shows",
                    "warning")
+
+
+def _refaults(rec: RunResult, th: Thresholds) -> Finding | None:
+    """Memory taken afresh every step (``page_faults_per_step``): with glibc's own thresholds
+    (``train.malloc=default``) how much a step re-faults is drawn anew in each process, and
+    so is part of its step time."""
+    n = rec.metrics.page_faults_per_step
+    if n is None or n <= th.refaults_per_step:
+        return None
+    steady = rec.cfg("train.malloc") == "steady"
+    ev = (f"{n:,.0f} page faults a timed step: memory the step touched afresh"
+          + ("" if steady else ", most often what glibc's allocator gave back to the system "
+             "and took again"))
+    if steady:
+        return Finding("memory taken afresh every step", ev,
+                       "with the allocator's thresholds fixed, this is memory the step itself "
+                       "allocates anew (e.g. tensors above 32 MiB)", "info")
+    return Finding("memory taken afresh every step", ev,
+                   "measure with --set train.malloc=steady; in your own training, "
+                   "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456 do the "
+                   "same. How many faults a fresh process takes varies, and its step with "
+                   "them: one-rank digits_cnn stepped in 28.2-37.8 ms over five runs, "
+                   "26.7-27.9 with the thresholds fixed (docs/REPORTS.md)", "warning")
 
 
 def _invariants(rec: RunResult) -> list[Finding]:

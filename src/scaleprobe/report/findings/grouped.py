@@ -51,6 +51,10 @@ def _cores(v: float) -> str:
     return f"{v:.2f} cores"
 
 
+def _faults(v: float) -> str:
+    return f"{v:,.0f}"
+
+
 # verdict -> (what the figure is, the figure of one run, its format, what follows the range)
 KeyFigure = tuple[str, Callable[[RunResult], Any], Callable[[Any], str], str]
 KEY_FIGURES: dict[str, KeyFigure] = {
@@ -77,6 +81,8 @@ KEY_FIGURES: dict[str, KeyFigure] = {
                     "of all cores by the run's processes"),
     "not compute-bound": ("MFU", lambda r: r.metrics.mfu, fmt.mfu, "of the peak"),
     "memory headroom": ("device peak", _device_share, fmt.pct, "of the device's memory"),
+    "memory taken afresh every step": ("page faults", lambda r: r.metrics.page_faults_per_step,
+                                       _faults, "a timed step"),
 }
 # verdicts whose lead cell is the count of runs, not a figure: each is an event (it
 # happened to N runs), not a measurement with a spread

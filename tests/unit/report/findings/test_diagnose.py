@@ -511,3 +511,21 @@ def test_a_record_from_before_the_window_share_still_gets_the_epoch_start_verdic
     rec["metrics"]["window_s"] = 7.64
     f = _one(diagnose_run(rec), "input-bound at epoch starts")
     assert "51% of the timed window" in f.evidence
+
+
+def test_memory_taken_afresh_every_step_names_the_allocator_and_its_fix():
+    """Above 256 faults a step with glibc's own thresholds: a warning with the settings that
+    fix them; at or below it, or with the thresholds fixed, no warning."""
+    rec = with_(clean(), "metrics.page_faults_per_step", 3008.4)
+    f = _one(diagnose_run(rec), "memory taken afresh every step")
+    assert f.severity == "warning"
+    assert f.evidence.startswith("3,008 page faults a timed step")
+    assert "--set train.malloc=steady" in f.recommendation
+    assert "MALLOC_TRIM_THRESHOLD_=268435456" in f.recommendation
+    at = with_(clean(), "metrics.page_faults_per_step", 256.0)
+    assert "memory taken afresh every step" not in _verdicts(diagnose_run(at))
+    steady = with_(rec, "config.train.malloc", "steady")
+    f = _one(diagnose_run(steady), "memory taken afresh every step")
+    assert f.severity == "info" and "glibc" not in f.evidence
+    assert "memory taken afresh every step" not in _verdicts(
+        diagnose_run(rec, th=Thresholds(refaults_per_step=5000)))

@@ -156,3 +156,14 @@ def test_loader_contention_does_not_pair_a_different_optimizer():
     """Catches compute per step that grew because the optimizer changed (adamw), blamed on
     the loader workers."""
     assert _contention(_loader_pair(**{"train.optimizer": "adamw"})) == []
+
+
+def test_a_key_added_later_reads_as_its_default_in_older_records():
+    """Catches a record from before ``train.malloc`` (or another later key) existed refused as
+    the pair of one that ran with its default; a run that set it otherwise still differs."""
+    old = run("a")
+    assert "malloc" not in old["config"]["train"]
+    new = with_(run("b"), "config.train.malloc", "default")
+    assert P.differing_keys(old, new) == set()
+    assert P.differing_keys(old, with_(new, "config.train.malloc", "steady")) == {
+        "train.malloc"}
