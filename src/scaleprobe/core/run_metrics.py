@@ -239,7 +239,7 @@ class Metrics(Record):
     bad_samples_skipped: int = 0
     # minor page faults a timed step (the most of any training rank's process): memory the
     # step touched afresh, most often what glibc's allocator gave back and took again
-    # (train.malloc); null for a script's ranks
+    # (train.malloc)
     page_faults_per_step: float | None = None
     outside_cpu_s: float | None = None
     outside_cpu_cores: float | None = None

@@ -67,9 +67,9 @@ class Thresholds:
     load_cores: float = 0.25
     load_machine_fraction: float = 0.10
     # memory taken afresh every step: more minor page faults a timed step than this (1 MiB
-    # of 4 KiB pages). One-rank digits_cnn runs with glibc's own thresholds took 1,529-4,270
-    # a step and stepped in 28.2-37.8 ms; with fixed ones (train.malloc=steady) 0-54 and
-    # 26.7-27.9 ms (docs/REPORTS.md)
+    # of 4 KiB pages). Six one-rank digits_cnn runs with glibc's own thresholds took
+    # 1,338-5,839 a step and stepped in 29.9-39.5 ms; with fixed ones (train.malloc=steady)
+    # 11-42 and 27.3-29.5 ms (docs/REPORTS.md)
     refaults_per_step: float = 256.0
 
     def load_limit_cores(self, machine_cores: int | None) -> float:

@@ -157,9 +157,9 @@ def set_malloc(mode: str) -> None:
     """``train.malloc``: ``steady`` fixes glibc's mmap and trim thresholds in this process
     (``mallopt``, as MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ do at start), so the
     memory a step frees stays in the process for the next; ``default`` leaves glibc's own,
-    which move as the process frees memory. Measured here (docs/REPORTS.md): eight fresh
-    one-rank runs of digits_cnn stepped in 30.8-39.6 ms with glibc's thresholds, and 26.1-27.1
-    ms with fixed ones; the slow ones took up to twice the page faults."""
+    which move as the process frees memory. Measured here (docs/REPORTS.md): six fresh
+    one-rank runs of digits_cnn each way stepped in 29.9-39.5 ms with glibc's thresholds
+    (1,338-5,839 page faults a step), and in 27.3-29.5 ms with fixed ones (11-42)."""
     if mode != "steady":
         return
     libc, _ = platform.libc_ver()

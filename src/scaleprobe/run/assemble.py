@@ -332,8 +332,7 @@ def _faulted(result: RunResult, ranks: list[RankRecord]) -> None:
     if per:
         result.metrics.page_faults_per_step = round(max(per), 1)
     else:
-        result.null_reasons.setdefault("page_faults_per_step",
-                                       "not counted: a script's ranks, or no timed step")
+        result.null_reasons.setdefault("page_faults_per_step", "no timed step counted them")
 
 
 def _audit(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],

@@ -105,6 +105,7 @@ def rank_record(rec: Any, rank: int, world: int,
                if i >= w and id(log) in got] if log else [])
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     t0 = rec.walls[w - 1] if w > 0 and len(rec.walls) >= w else rec.wall0
+    f0 = rec.faults[w - 1] if w > 0 and len(rec.faults) >= w else rec.faults0
     return RankRecord(
         rank=rank, host=socket.gethostname(),
         device=f"cuda:{torch.cuda.current_device()}" if cuda else "cpu",
@@ -113,6 +114,7 @@ def rank_record(rec: Any, rank: int, world: int,
         step_times_s=timed, phase_times_s=phases, phases_unseen=unseen,
         window_s=sum(timed) if timed else None,
         clock_window=[t0, rec.walls[-1]] if timed else None,
+        page_faults=rec.faults[-1] - f0 if timed and rec.faults and f0 is not None else None,
         epochs_complete=sum(1 for e in epochs if e.complete),
         epoch_start_steps=[i - w for i, got in starts],
         epoch_start_wait_s=[got[id(log)] for _, got in starts],

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe.measure.env import minor_faults
 from scaleprobe.measure.monitor import note_file_rss
 from scaleprobe.wrap.capture import CallCounts, compiled_frames, compiling, not_frames
 from scaleprobe.wrap.loaderlog import Epoch, LoaderLog, batch_len, ints, sampler_name, token_len
@@ -57,6 +58,9 @@ class Recorder:
         self.phases: dict[str, list[float]] = {p: [] for p in STEP_PHASES}
         self.samples: list[int] = []
         self.walls: list[float] = []  # time.time() at the end of each step
+        # the process's minor page faults at the first step's start and each step's end
+        self.faults0: int | None = None
+        self.faults: list[int] = []
         self.wall0: float | None = None  # time.time() at the start of the first step
         self.forward_seen = self.data_seen = False
         self.loaders: dict[int, LoaderLog] = {}
@@ -109,6 +113,7 @@ class Recorder:
         if self._start is None:
             self._start = self.t_first = t
             self.wall0 = time.time() - (time.perf_counter() - t)
+            self.faults0 = minor_faults()
 
     def _data(self, t0: float, t1: float) -> None:
         self._begin(t0)
@@ -200,6 +205,7 @@ class Recorder:
             self.phases[p].append(total[p])
         self.samples.append(self._step_samples)
         self.walls.append(time.time())
+        self.faults.append(minor_faults())
         self.ends.append(t)
         self.step_epoch_starts.append(self._step_starts)
         self._events, self._start, self._step_samples = [], t, 0

@@ -336,4 +336,4 @@ def test_page_faults_per_step_is_the_most_of_any_training_rank():
     assert rec["metrics"]["page_faults_per_step"] == 3001.0
     rec = assemble([raw(0)])
     assert rec["metrics"]["page_faults_per_step"] is None
-    assert "not counted" in rec["null_reasons"]["page_faults_per_step"]
+    assert "no timed step" in rec["null_reasons"]["page_faults_per_step"]

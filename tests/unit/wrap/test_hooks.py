@@ -322,3 +322,27 @@ def test_a_loop_over_token_batches_records_its_tokens_per_sample(recorder):
         nn.functional.cross_entropy(model(xb).reshape(-1, 50), yb.reshape(-1)).backward()
         opt.step()
     assert rec.tokens_per_sample == 12
+
+
+def test_a_scripts_timed_steps_count_the_page_faults_they_take(recorder):
+    """The window's page faults are the process's from the last warm-up step's end to the
+    last step's end: a step that touches 4 MiB of fresh pages (an mmap of its own, given back
+    at its end) takes about 1,024 each; the warm-up steps' are left out."""
+    import mmap
+
+    from scaleprobe.wrap import boot
+
+    rec = recorder(2)
+    model = nn.Linear(4, 3)
+
+    def loss_touching_fresh_pages(out, y):
+        if len(rec.step_times) >= 2:  # the timed steps only
+            with mmap.mmap(-1, 4 << 20) as fresh:
+                for at in range(0, len(fresh), 4096):
+                    fresh[at] = 1
+        return nn.functional.cross_entropy(out, y)
+
+    _train(6, model, loss_touching_fresh_pages)
+    raw = boot.rank_record(rec, 0, 1, {})
+    assert raw.steps_timed == 4
+    assert 4 * 1000 <= raw.page_faults <= 4 * 1300, raw.page_faults

@@ -397,12 +397,14 @@ def _refaults(rec: RunResult, th: Thresholds) -> Finding | None:
         return Finding("memory taken afresh every step", ev,
                        "with the allocator's thresholds fixed, this is memory the step itself "
                        "allocates anew (e.g. tensors above 32 MiB)", "info")
+    fix = ("run the script with MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_="
+           "268435456 in its environment (glibc's thresholds fixed)" if rec.cfg("script.path")
+           else "measure with --set train.malloc=steady; in your own training, "
+           "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456 do the same")
     return Finding("memory taken afresh every step", ev,
-                   "measure with --set train.malloc=steady; in your own training, "
-                   "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456 do the "
-                   "same. How many faults a fresh process takes varies, and its step with "
-                   "them: one-rank digits_cnn stepped in 28.2-37.8 ms over five runs, "
-                   "26.7-27.9 with the thresholds fixed (docs/REPORTS.md)", "warning")
+                   fix + ". How many faults a fresh process takes varies, and its step with "
+                   "them: one-rank digits_cnn stepped in 29.9-39.5 ms over six fresh processes, "
+                   "27.3-29.5 with the thresholds fixed (docs/REPORTS.md)", "warning")
 
 
 def _invariants(rec: RunResult) -> list[Finding]:

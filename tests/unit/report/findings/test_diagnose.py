@@ -529,3 +529,8 @@ def test_memory_taken_afresh_every_step_names_the_allocator_and_its_fix():
     assert f.severity == "info" and "glibc" not in f.evidence
     assert "memory taken afresh every step" not in _verdicts(
         diagnose_run(rec, th=Thresholds(refaults_per_step=5000)))
+    # a script's run: the environment, not an option the script's run does not take
+    script = with_(rec, "config.script", {"path": "train.py"})
+    f = _one(diagnose_run(script), "memory taken afresh every step")
+    assert f.recommendation.startswith("run the script with MALLOC_MMAP_THRESHOLD_=33554432")
+    assert "--set" not in f.recommendation
