@@ -82,10 +82,13 @@ MODEL_ARGS = {"gpt_tiny": ["--task", "lm", "--dataset", "tokens-synthetic", "--l
                            "--width", "64", "--heads", "2", "--seq-len", "32"]}
 # the monitor samples every 0.25 s, and the one-rank runs time 48 steps: each run's window
 # then holds the 3 samples ``predict --check`` needs to read the CPU used outside it (the
-# load it predicts each point for; gpt_tiny's 24 steps of 17 ms held none at 0.5 s)
+# load it predicts each point for; gpt_tiny's 24 steps of 17 ms held none at 0.5 s). Every
+# run, one-rank and two-rank alike, fixes glibc's allocator thresholds (train.malloc=steady):
+# with glibc's own, how much memory a fresh process re-faults each step is drawn anew, and
+# one-rank digits_cnn stepped in 29.9-39.5 ms over six runs (27.3-29.5 ms with them fixed)
 COMMON = ["--batch-size", "32", "--loader", "naive", "--no-progress", "--timeout", "300",
           "--set", "dist.calibrate_comm=false", "--set", "dist.threads_per_rank=1",
-          "--set", "measure.monitor_interval_s=0.25"]
+          "--set", "measure.monitor_interval_s=0.25", "--set", "train.malloc=steady"]
 ONE_RANK = ["--steps", "48", "--warmup-steps", "3"]
 TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
             "--warmup-steps", "2"]
