@@ -159,13 +159,19 @@ def comm_fit(hosts: netns.Hosts, folder: Path, fsdp: bool, latency: bool = False
         return True
     ops = "all_reduce,all_gather_flat,reduce_scatter" if fsdp else "all_reduce"
     port = _port()
+    # the two hosts' benchmarks are each other's companions, not load (each record's
+    # ``load`` says what else used the machine while it measured)
+    folder.mkdir(parents=True, exist_ok=True)
+    mates = folder / f"companions-{os.getpid()}-{port}"
     procs = [hosts.run(i, [*_scaleprobe(), "comm", "--nproc", "1", "--nnodes", "2",
                            "--node-rank", str(i), "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}",
                            "--ops", ops, "--sizes",
                            COMM_SIZES_LATENCY if latency else COMM_SIZES, "--iters", "10",
                            "--warmup", "1", "--out", str(folder / f"node{i}")],
-                       cpus=[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                       env={COMPANIONS_ENV: str(mates)}, cpus=[i], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
              for i in (0, 1)]
+    write_companions(mates, [p.pid for p in procs])
     return _wait(procs, f"comm {folder}")
 
 

@@ -80,6 +80,10 @@ def test_record_schema(comm_record):
         assert {"alpha_s", "beta_s_per_byte", "bandwidth_gbit_s"} <= set(fit)
         assert fit["beta_s_per_byte"] > 0  # 16 MiB takes longer than 64 KiB
         assert fit["wake_s"] >= 0
+    # what else used the machine while it measured: its two ranks are its own tree
+    load = rec["load"]
+    assert load["outside_cpu_cores"] is not None and load["outside_cpu_cores"] >= 0
+    assert load["window_s"] > 0 and load["machine_cores"] >= 1
     json.dumps(rec)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from scaleprobe.core.errors import ConfigError, ScaleprobeError
 from scaleprobe.core.experiment_records import CommBenchRecord
 from scaleprobe.core.result_model import Experiment
 from scaleprobe.core.results import RESULTS_FILE, append_jsonl, utc_now
+from scaleprobe.core.thresholds import DEFAULT
 from scaleprobe.experiments.executor import (
     SlurmProcessSet,
     add_executor_options,
@@ -43,8 +45,11 @@ from scaleprobe.measure.comm.bench import (
     parse_sizes,
 )
 from scaleprobe.measure.env import collect_env
+from scaleprobe.measure.monitor import Monitor
+from scaleprobe.measure.outside import result_fields
 
 NAME = "comm"
+LOAD_INTERVAL_S = 0.25  # the monitor's samples while the benchmark runs
 HELP = "benchmark collectives (all_reduce, broadcast, ...) and fit latency + bandwidth"
 
 
@@ -271,6 +276,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         rec = measure(args)
     print_tables(rec)
+    line = load_line(rec)
+    if line:
+        print(line)
     if args.node_rank == 0:
         path = Path(args.out) / RESULTS_FILE
         append_jsonl(path, rec.to_dict())
@@ -288,18 +296,41 @@ def measure(args: argparse.Namespace) -> CommBenchRecord:
     backend = args.backend or _default_backend()
     _check_backend(backend, args.nproc)
     try:
-        results = run_workers(bench_worker, (ops, sizes, args.iters, args.warmup, backend,
-                                             args.timeout),
-                              Job(nproc=args.nproc, nnodes=args.nnodes,
-                                  node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
-                                  timeout_s=args.timeout))
+        # what else used the machine meanwhile: a fit measured under load prices every
+        # prediction made from it (a 64 MiB all-reduce once took 141 ms against 52 ms
+        # minutes before and after, on the same link)
+        with Monitor(LOAD_INTERVAL_S, training_in_children=True) as mon:
+            t0 = time.time()
+            results = run_workers(bench_worker, (ops, sizes, args.iters, args.warmup, backend,
+                                                 args.timeout),
+                                  Job(nproc=args.nproc, nnodes=args.nnodes,
+                                      node_rank=args.node_rank,
+                                      rdzv_endpoint=args.rdzv_endpoint,
+                                      timeout_s=args.timeout))
+            t1 = time.time()
     except WorkerFailure as e:
         raise BenchmarkFailed(f"communication benchmark failed: {e}") from None
     except DistError as e:  # the hosts never met: store or rendezvous timeouts
         line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise BenchmarkFailed(f"communication benchmark failed: {line[:300]}") from None
     rows = results[min(results)]
-    return make_record(rows, args, world, backend)
+    rec = make_record(rows, args, world, backend)
+    rec.load = result_fields(mon.outside.window(t0, t1), DEFAULT)[2]
+    return rec
+
+
+def load_line(rec: CommBenchRecord) -> str | None:
+    """One line on the load the benchmark met: a warning when it was measured under load."""
+    load = rec.load
+    if not load:
+        return None
+    if load.get("flag"):
+        return (f"measured under load: {load.get('reason')}; every prediction from this fit "
+                "carries it: measure the link again on a quiet machine")
+    cores = load.get("outside_cpu_cores")
+    return None if cores is None else (
+        f"outside the benchmark: {cores:.2f} cores on average (limit "
+        f"{load.get('limit_cores', 0):.2f}): not under load")
 
 
 JOB_ARGS = ("nproc", "ops", "sizes", "iters", "warmup", "backend", "timeout", "out", "nnodes")

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 from scaleprobe.commands import predict_memory as PM
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.result_model import RunResult
+from scaleprobe.features.links import UNDER_LOAD_HEAD
 from scaleprobe.predict import check as C
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import whatif as W
@@ -354,6 +356,11 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                   f"{min(loaded) - 1:+.1%} to {max(loaded) - 1:+.1%} against their 1-rank runs, "
                   "for the CPU that processes outside the run used while it was measured",
                   markup=False, highlight=False)
+    fits = Counter(n for p in points if p.prediction is not None
+                   for n in p.prediction.notes if n.startswith(UNDER_LOAD_HEAD))
+    for note, n in fits.items():
+        con.print(f"{n} point(s) predicted from a fit under load: {note}", markup=False,
+                  highlight=False)
     for p in points:
         if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "

@@ -128,6 +128,9 @@ class CommBenchRecord(InExperiment, Record):
     settings: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)  # one per (op, size)
     fit: dict[str, Any] = field(default_factory=dict)  # op -> {alpha_s, beta_s_per_byte, ...}
+    # what processes outside the benchmark used while it measured (measure/outside.py's load
+    # block: flag, reason, outside_cpu_cores, ...); None: not read (older records)
+    load: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

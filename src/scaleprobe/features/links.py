@@ -51,6 +51,9 @@ class Link:
     # comm fit's ``wake_s``, measured on the CPU: gloo's threads woken from sleep); 0: not
     # measured
     wake_s: float = 0.0
+    # why the link's costs may be off, said with every prediction made from it: a comm fit
+    # measured under load ("" where there is nothing to say)
+    caveat: str = ""
 
     def for_op(self, op: str, nbytes: float = 0.0) -> Link:
         """The link as the collective ``op`` of ``nbytes`` sees it: its own fit for that size
@@ -135,7 +138,19 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
                 f"measured: {where}", float(fit.get("max_rel_err") or 0.0),
                 float(fit.get("cpu_s_per_byte") or 0.0), op_fits(rec.get("fit") or {}, world),
-                f"measured: {where}, each collective's own fit", float(fit.get("wake_s") or 0.0))
+                f"measured: {where}, each collective's own fit", float(fit.get("wake_s") or 0.0),
+                _under_load(rec.get("load"), where))
+
+
+UNDER_LOAD_HEAD = "the link's fit ("  # how a fit's under-load caveat begins
+
+
+def _under_load(load: Any, where: str) -> str:
+    """The caveat of a fit measured under load (its record's ``load`` block), or ""."""
+    if not isinstance(load, dict) or not load.get("flag"):
+        return ""
+    return (f"{UNDER_LOAD_HEAD}{where}) was measured under load: {load.get('reason')}; its "
+            "costs may be high: measure the link again on a quiet machine")
 
 
 # glibc's largest mmap threshold: gloo's buffers this big come fresh from the system at each

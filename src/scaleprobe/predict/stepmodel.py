@@ -281,6 +281,8 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
                        "run measured no first-touch cost): low for buffers over 32 MiB")
     sim, rows = simulator(sc, s, pass_s)
     _straggler_note(s, sc)
+    if sc.world > 1:  # a fit measured under load: said with every prediction it prices
+        s.notes.extend(x.caveat for x in (sc.link, *sc.rank_links.values()) if x.caveat)
     rng = np.random.default_rng(seed)
     one = [c.total for c in s.rows]  # the run as measured: every strategy's baseline
     run = _simulate(sim, rows, sc, SIM_STEPS, 1.0, rng)

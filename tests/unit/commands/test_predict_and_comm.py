@@ -142,3 +142,36 @@ def test_a_gpu_run_asked_for_several_gpus_on_one_host_needs_the_link(capsys, tmp
     check_gpu_link(False, [None], [1], [8])  # the CPU's own loopback: measured, fine
     with pytest.raises(ConfigError):
         check_gpu_link(True, ["nvlink", None], [1], [2])  # one of the links left out
+
+
+def test_a_fit_measured_under_load_is_said_with_every_prediction_it_prices():
+    """A comm record whose ``load`` is flagged gives a link with a caveat, carried into the
+    notes of a multi-rank prediction; a quiet record's (or an older one's, without ``load``)
+    carries none."""
+    from scaleprobe.features.links import UNDER_LOAD_HEAD, link_from_comm
+
+    fit = {"all_reduce": {"alpha_s": 1e-4, "beta_s_per_byte": 8e-9, "max_rel_err": 0.05}}
+    rec = {"kind": "comm", "world_size": 2, "backend": "gloo", "fit": fit}
+    assert link_from_comm(rec, "OUT").caveat == ""
+    quiet = {**rec, "load": {"flag": False, "reason": None, "outside_cpu_cores": 0.01}}
+    assert link_from_comm(quiet, "OUT").caveat == ""
+    loaded = {**rec, "load": {"flag": True, "outside_cpu_cores": 0.9,
+                              "reason": "processes outside the run used 0.90 cores"}}
+    link = link_from_comm(loaded, "OUT")
+    assert link.caveat.startswith(UNDER_LOAD_HEAD + "OUT) was measured under load: "
+                                  "processes outside the run used 0.90 cores")
+    from scaleprobe.predict import stepmodel as M
+    from scaleprobe.predict.sample import RunSample
+    from scaleprobe.predict.timeline import Bucket, Compute
+
+    def sample():
+        return RunSample(label="r", strategy="ddp", world=1, threads=1, grad_bytes=4e6,
+                         rows=[Compute(0.0, 0.0, 0.01, 0.02, 0.001)] * 8, rows_source="t",
+                         buckets=[Bucket(4e6, 1.0, 0.0)], pass_s_per_byte=None,
+                         fresh_s_per_byte=None, step_median_s=0.031, started_at=None)
+
+    pred = M.predict(sample(), M.Scenario("ddp", 1, 2, link), replicates=5)
+    assert link.caveat in pred.notes
+    calm = M.predict(sample(), M.Scenario("ddp", 1, 2, link_from_comm(quiet, "OUT")),
+                     replicates=5)
+    assert not [n for n in calm.notes if n.startswith(UNDER_LOAD_HEAD)]
