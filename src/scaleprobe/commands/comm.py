@@ -297,8 +297,7 @@ def measure(args: argparse.Namespace) -> CommBenchRecord:
     _check_backend(backend, args.nproc)
     try:
         # what else used the machine meanwhile: a fit measured under load prices every
-        # prediction made from it (a 64 MiB all-reduce once took 141 ms against 52 ms
-        # minutes before and after, on the same link)
+        # prediction made from it, and nothing in the record said so
         with Monitor(LOAD_INTERVAL_S, training_in_children=True) as mon:
             t0 = time.time()
             results = run_workers(bench_worker, (ops, sizes, args.iters, args.warmup, backend,
