@@ -360,6 +360,10 @@ def summary(data: dict) -> None:
             print(f"measured step inside its predicted 95% interval: {s['inside_interval']} "
                   f"of {s['with_interval']} points (such an interval holds about "
                   f"{0.95 * s['with_interval']:.0f})")
+        if len(s.get("ratio_by_strategy") or {}) > 1:
+            print("mean predicted / measured by strategy (below 1: predicted short): "
+                  + ", ".join(f"{k} {r:.2f} ({n} points)"
+                              for k, (r, n) in s["ratio_by_strategy"].items()))
         if s.get("drift_points"):
             print(f"the machine's own drift: the 1-rank runs of a point, measured before and "
                   f"after it, differ by median {s['median_drift']:.1%}, p90 "

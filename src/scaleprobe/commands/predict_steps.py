@@ -340,6 +340,11 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
                   f"{C.GOAL_MEAN:.0%}, p90 within {C.GOAL_P90:.0%}): "
                   f"{'met' if summ.papers_goal_met else 'not met'}", markup=False,
                   highlight=False)
+        if len(summ.ratio_by_strategy) > 1:
+            con.print("mean predicted / measured by strategy (below 1: predicted short): "
+                      + ", ".join(f"{k} {r:.2f} ({n} points)"
+                                  for k, (r, n) in summ.ratio_by_strategy.items()),
+                      markup=False, highlight=False)
         if summ.with_interval:
             con.print(f"measured step inside its predicted 95% interval: "
                       f"{summ.inside_interval} of {summ.with_interval} points (such an "

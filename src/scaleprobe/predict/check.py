@@ -296,6 +296,9 @@ class Summary:
     drift_points: int = 0
     median_drift: float | None = None
     p90_drift: float | None = None
+    # each strategy's mean predicted / measured over its points, and how many: where the
+    # errors lean one way (below 1: predicted short), which the absolute errors do not say
+    ratio_by_strategy: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def goal_met(self) -> bool:
@@ -341,7 +344,16 @@ def summary(points: list[Point]) -> Summary:
                    round(sum(errs) / len(errs), 9) if errs else None,
                    _p90(errs), len(spans),
                    sum(lo <= m <= hi for lo, hi, m in spans if m is not None),
-                   len(drifts), _median(drifts), _p90(drifts))
+                   len(drifts), _median(drifts), _p90(drifts), _by_strategy(points))
+
+
+def _by_strategy(points: list[Point]) -> dict[str, tuple[float, int]]:
+    """Each strategy's mean ratio over its points with one, and their number."""
+    got: dict[str, list[float]] = {}
+    for p in points:
+        if p.ratio is not None and (run := getattr(p, "run", None)) is not None:
+            got.setdefault(str(run.cfg("dist.strategy")), []).append(p.ratio)
+    return {k: (round(statistics.fmean(v), 9), len(v)) for k, v in sorted(got.items())}
 
 
 @dataclass(frozen=True)

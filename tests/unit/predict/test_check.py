@@ -365,3 +365,19 @@ def test_the_check_prints_and_keeps_the_load_it_predicted_with(tmp_path, capsys,
     assert main(["predict", "--check", str(tmp_path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "outside load: 1 point(s) predicted with compute +20.0% to +20.0%" in out
+
+
+def test_the_mean_ratio_by_strategy_shows_where_errors_lean():
+    """Absolute errors of 5% either way read alike; the mean ratio per strategy tells a
+    strategy predicted short on every point (ddp here) from one right on average (ps)."""
+    from types import SimpleNamespace as P
+
+    def run(strategy):
+        return P(cfg=lambda k, s=strategy: s if k == "dist.strategy" else None)
+
+    summ = C.summary([P(ratio=0.95, run=run("ddp")), P(ratio=0.93, run=run("ddp")),
+                      P(ratio=1.05, run=run("ps")), P(ratio=0.95, run=run("ps")),
+                      P(ratio=None, run=run("fsdp"))])
+    assert summ.ratio_by_strategy == {"ddp": (pytest.approx(0.94), 2),
+                                      "ps": (pytest.approx(1.0), 2)}
+    assert summ.mean_abs_error == pytest.approx(0.055)
