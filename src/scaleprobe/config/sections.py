@@ -20,6 +20,12 @@ from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.run_blocks import ConfigBlock
 from scaleprobe.core.traits import TRAITS, traits_of
 
+# train.malloc=steady: glibc's mmap threshold at the largest its own adjustment reaches on
+# 64-bit, and a trim threshold of 256 MiB; and the environment that sets the same in a script
+STEADY_MMAP_BYTES, STEADY_TRIM_BYTES = 32 << 20, 256 << 20
+STEADY_MALLOC_ENV = (f"MALLOC_MMAP_THRESHOLD_={STEADY_MMAP_BYTES} "
+                     f"MALLOC_TRIM_THRESHOLD_={STEADY_TRIM_BYTES}")
+
 
 def parse_size(text: str) -> int:
     """'2GiB' -> bytes. Accepts K/M/G/T with optional 'i' and 'B' (powers of 1024) or digits."""
@@ -378,4 +384,6 @@ LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "dat
               "data.eval_windows", "measure.gns", "dist.threads_per_rank",
               "dist.parity_tolerance", "model.compile_backend", "train.lr_warmup",
               "train.target_copies", "train.malloc")
+# what a record from before each of them ran with: its default
+LATER_DEFAULTS = {k: KNOBS[k].default for k in LATER_KEYS}
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from scaleprobe.config.sections import STEADY_MMAP_BYTES, STEADY_TRIM_BYTES
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.measure.gpu import nvml_info
 
@@ -147,10 +148,8 @@ def shutdown_distributed() -> None:
             dist.destroy_process_group()
 
 
-# glibc's mallopt parameters, and the values ``train.malloc=steady`` fixes: the largest mmap
-# threshold glibc's own adjustment reaches on 64-bit (32 MiB), and a trim threshold of 256 MiB
+# glibc's mallopt parameters (the values ``train.malloc=steady`` fixes: config/sections.py)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-STEADY_MMAP_BYTES, STEADY_TRIM_BYTES = 32 << 20, 256 << 20
 
 
 def set_malloc(mode: str) -> None:

@@ -20,6 +20,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from scaleprobe.config.sections import LATER_DEFAULTS
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.links import parse_spec, resolve_link
@@ -32,8 +33,6 @@ MAX_AFTER_S = 900.0  # a one-rank run started later than this after the measured
 SETTING_KEYS = ("model.name", "data.dataset", "data.image_size", "train.optimizer",
                 "train.amp", "model.channels_last", "task.task", "data.seq_len",
                 "train.malloc")
-# what a record from before a key existed ran with
-SETTING_DEFAULTS = {"train.malloc": "default"}
 # what must match for memory: glibc's thresholds move no tensor bytes
 MEMORY_SETTING_KEYS = tuple(k for k in SETTING_KEYS if k != "train.malloc")
 PREFER = {"ddp": ("ddp", "single", "fsdp"), "ps": ("single", "fsdp", "ddp"),
@@ -56,7 +55,7 @@ MIN_SAMPLES = 3
 
 def setting_values(r: RunResult, keys: tuple[str, ...] = SETTING_KEYS) -> tuple[object, ...]:
     """The run's values of ``keys``."""
-    return tuple(r.cfg(k, SETTING_DEFAULTS.get(k)) for k in keys)
+    return tuple(r.cfg(k, LATER_DEFAULTS.get(k)) for k in keys)  # older records: defaults
 
 
 def setting(r: RunResult) -> tuple[object, ...]:

@@ -12,6 +12,7 @@ import re
 import shutil
 import textwrap
 
+from scaleprobe.config.sections import STEADY_MALLOC_ENV
 from scaleprobe.core import fmt
 from scaleprobe.core.invariants import check_run, uneven_steps
 from scaleprobe.core.record import Record
@@ -397,10 +398,9 @@ def _refaults(rec: RunResult, th: Thresholds) -> Finding | None:
         return Finding("memory taken afresh every step", ev,
                        "with the allocator's thresholds fixed, this is memory the step itself "
                        "allocates anew (e.g. tensors above 32 MiB)", "info")
-    fix = ("run the script with MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_="
-           "268435456 in its environment (glibc's thresholds fixed)" if rec.cfg("script.path")
-           else "measure with --set train.malloc=steady; in your own training, "
-           "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456 do the same")
+    fix = (f"run the script with {STEADY_MALLOC_ENV} in its environment (glibc's thresholds "
+           "fixed)" if rec.cfg("script.path") else "measure with --set train.malloc=steady; "
+           f"in your own training, {STEADY_MALLOC_ENV} do the same")
     return Finding("memory taken afresh every step", ev,
                    fix + ". How many faults a fresh process takes varies, and its step with "
                    "them: one-rank digits_cnn stepped in 29.9-39.5 ms over six fresh processes, "

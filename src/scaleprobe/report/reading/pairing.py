@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaleprobe.config.sections import KNOBS, LATER_KEYS
+from scaleprobe.config.sections import LATER_DEFAULTS
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.target import experiment_seed
 
@@ -38,8 +38,8 @@ def resolved_config(rec: RunResult) -> dict[str, Any]:
     under --target a repeat's seed as the experiment's own (repeats differ in seed by
     design, and are paired by it)."""
     flat = _flatten(rec.config_dict())
-    for k in LATER_KEYS if flat else ():  # a record from before the key ran with its default
-        flat.setdefault(k, KNOBS[k].default)
+    for k, v in (LATER_DEFAULTS.items() if flat else ()):  # older records: their defaults
+        flat.setdefault(k, v)
     for k, v in (rec.resolved or {}).items():
         if flat.get(k) is None and v is not None:
             flat[k] = v
