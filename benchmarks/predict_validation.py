@@ -85,10 +85,17 @@ MODEL_ARGS = {"gpt_tiny": ["--task", "lm", "--dataset", "tokens-synthetic", "--l
 # load it predicts each point for; gpt_tiny's 24 steps of 17 ms held none at 0.5 s). Every
 # run, one-rank and two-rank alike, fixes glibc's allocator thresholds (train.malloc=steady):
 # with glibc's own, how much memory a fresh process re-faults each step is drawn anew, and
-# one-rank digits_cnn stepped in 29.9-39.5 ms over six runs (27.3-29.5 ms with them fixed)
+# one-rank digits_cnn stepped in 29.9-39.5 ms over six runs (27.3-29.5 ms with them fixed).
+# And every run and link benchmark puts gloo's socket threads at SCHED_BATCH
+# (dist.gloo_io=batch): with gloo's default, a small collective took 0.3 ms or a scheduler
+# tick more, as its socket thread polled for a receive not yet posted on the core of the
+# thread about to post it, and FSDP's chains of them met that more often than the link
+# benchmark's calls did (docs/COMMUNICATION.md, "gloo's socket thread")
+GLOO_IO = "batch"
 COMMON = ["--batch-size", "32", "--loader", "naive", "--no-progress", "--timeout", "300",
           "--set", "dist.calibrate_comm=false", "--set", "dist.threads_per_rank=1",
-          "--set", "measure.monitor_interval_s=0.25", "--set", "train.malloc=steady"]
+          "--set", "measure.monitor_interval_s=0.25", "--set", "train.malloc=steady",
+          "--set", f"dist.gloo_io={GLOO_IO}"]
 ONE_RANK = ["--steps", "48", "--warmup-steps", "3"]
 TWO_RANK = ["--min-steps", "8", "--max-seconds", "40", "--max-steps", "60",
             "--warmup-steps", "2"]
@@ -167,6 +174,7 @@ def comm_fit(hosts: netns.Hosts, folder: Path, fsdp: bool, latency: bool = False
                            "--node-rank", str(i), "--rdzv-endpoint", f"{hosts.addrs[0]}:{port}",
                            "--ops", ops, "--sizes",
                            COMM_SIZES_LATENCY if latency else COMM_SIZES, "--iters", "10",
+                           "--gloo-io", GLOO_IO,
                            "--warmup", "1", "--out", str(folder / f"node{i}")],
                        env={COMPANIONS_ENV: str(mates)}, cpus=[i], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)

@@ -6,6 +6,7 @@ import pytest
 
 from scaleprobe.cli import main
 from scaleprobe.core.results import read_jsonl
+from scaleprobe.features.links import link_from_comm
 from scaleprobe.measure.comm.bench import DEFAULT_OPS
 from tests.conftest import run_cli
 
@@ -50,7 +51,7 @@ def test_prints_tables_and_runs_the_iterations_asked(comm_record):
     rec, stdout, *_ = comm_record
     assert "busbw" in stdout and "alpha" in stdout and "ps_push_pull" in stdout
     assert rec["settings"] == {"sizes_bytes": [64 << 10, 256 << 10, 1 << 20, 16 << 20],
-                               "iters": ITERS, "warmup": WARMUP}
+                               "iters": ITERS, "warmup": WARMUP, "gloo_io": "default"}
     assert {r["iters"] for r in rec["rows"]} == {ITERS}  # 16 MiB x 20 is under the byte budget
 
 
@@ -101,7 +102,11 @@ def test_stored_fit_predicts_a_held_out_size(comm_record, tmp_path):
     is measured near 2x all_reduce, so it is not told apart)."""
     rec, *_ = comm_record
     fit = rec["fit"]["all_reduce"]
-    held, _ = _comm(tmp_path, "--ops", "all_reduce", "--sizes", "1M,4M")
+    # with gloo's socket threads as dist.gloo_io=batch sets them (the record says so, and so
+    # does a link made from it): at 4 MiB their stalls are a small part of the time
+    held, _ = _comm(tmp_path, "--ops", "all_reduce", "--sizes", "1M,4M", "--gloo-io", "batch")
+    assert held["settings"]["gloo_io"] == "batch"
+    assert "SCHED_BATCH" in link_from_comm(held).name
     measured = next(r["time_s"] for r in held["rows"] if r["size_bytes"] == HELD_OUT)
     predicted = fit["alpha_s"] + fit["beta_s_per_byte"] * HELD_OUT
     ratio = predicted / measured

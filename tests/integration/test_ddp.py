@@ -52,6 +52,8 @@ def test_ddp_run_records_every_rank(ddp_run):
     assert rec["straggler"]["slowest_rank"] == max(meds, key=meds.get)
     assert rec["straggler"]["slowest_vs_median"] < 1.1, rec["straggler"]["line"]
     assert "straggler" in p.stdout
+    # the ranks' gloo socket threads read their sockets in every step: their CPU counted
+    assert 0 < rec["metrics"]["gloo_io_cpu_per_step_s"] < max(meds.values())
 
 
 def test_ddp_exposed_communication_is_measured_in_the_step(ddp_run):

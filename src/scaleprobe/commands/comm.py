@@ -76,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nnodes", type=int, default=1, help="hosts")
     p.add_argument("--node-rank", type=int, default=0, help="this host's index (0 = rendezvous)")
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of host 0 (several hosts)")
+    p.add_argument("--gloo-io", choices=("default", "batch"), default="default",
+                   help="gloo's socket threads, as a run's --set dist.gloo_io sets them: "
+                        "measure the link the way the runs it prices will use it")
 
     add_executor_options(p)
     for a in p._actions:
@@ -228,7 +231,8 @@ def make_record(rows: list[dict[str, Any]], args: argparse.Namespace, world: int
         created_at=utc_now(), env=env, backend=backend, world_size=world, nproc=args.nproc,
         nnodes=args.nnodes,
         settings={"sizes_bytes": sorted({r["size_bytes"] for r in rows}),
-                  "iters": args.iters, "warmup": args.warmup},
+                  "iters": args.iters, "warmup": args.warmup,
+                  "gloo_io": getattr(args, "gloo_io", "default")},
         rows=rows, fit=fit_summary(rows, world))
 
 
@@ -301,7 +305,7 @@ def measure(args: argparse.Namespace) -> CommBenchRecord:
         with Monitor(LOAD_INTERVAL_S, training_in_children=True) as mon:
             t0 = time.time()
             results = run_workers(bench_worker, (ops, sizes, args.iters, args.warmup, backend,
-                                                 args.timeout),
+                                                 args.timeout, getattr(args, "gloo_io", "default")),
                                   Job(nproc=args.nproc, nnodes=args.nnodes,
                                       node_rank=args.node_rank,
                                       rdzv_endpoint=args.rdzv_endpoint,
@@ -332,7 +336,8 @@ def load_line(rec: CommBenchRecord) -> str | None:
         f"{load.get('limit_cores', 0):.2f}): not under load")
 
 
-JOB_ARGS = ("nproc", "ops", "sizes", "iters", "warmup", "backend", "timeout", "out", "nnodes")
+JOB_ARGS = ("nproc", "ops", "sizes", "iters", "warmup", "backend", "timeout", "out", "nnodes",
+            "gloo_io")
 
 
 def comm_job(given: dict[str, Any]) -> CommBenchRecord | None:

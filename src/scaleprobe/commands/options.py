@@ -78,6 +78,7 @@ RUN_FLAGS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--backend", "dist.backend", ()),
     ("--timeout", "dist.timeout_s", ()),
     ("--force", "dist.force", ()),
+    ("--gloo-io", "dist.gloo_io", ()),
     ("--ps-mode", "dist.ps_mode", ()),
     ("--ps-device", "dist.ps_device", ()),
     ("--average-every", "dist.average_every", ()),

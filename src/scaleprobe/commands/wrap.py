@@ -29,7 +29,7 @@ HELP = "measure your own training script, unchanged (-- SCRIPT.py [ARGS])"
 
 # the run flags that apply to a script: processes, rendezvous, warm-up, stopping, output
 FLAGS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint", "--master-port", "--timeout",
-         "--force",
+         "--force", "--gloo-io",
          "--warmup-steps", "--steps", "--monitor-interval", "--summary-every", "--profile-every",
          "--out", "--name")
 STEPS_HELP = "stop the script cleanly after N timed steps (default: let it run to its end)"

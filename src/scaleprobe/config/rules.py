@@ -4,6 +4,7 @@ line that says what to change."""
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 from collections.abc import Iterable
@@ -57,6 +58,9 @@ def check_combinations(cfg: RunConfig) -> None:
     if cfg.train.malloc == "steady" and platform.libc_ver()[0] != "glibc":
         raise ConfigError("train.malloc=steady sets glibc's allocator, which this Python does "
                           "not use: leave train.malloc at default")
+    if ds.gloo_io == "batch" and not hasattr(os, "SCHED_BATCH"):
+        raise ConfigError("dist.gloo_io=batch sets a Linux scheduling policy (SCHED_BATCH), "
+                          "which this system has not: leave dist.gloo_io at default")
     if d.loader == "pipelined" and d.workers == 0:
         raise ConfigError("--loader pipelined needs --workers >= 1 (use --loader naive for none)")
     if not 0 <= ds.node_rank < ds.nnodes:

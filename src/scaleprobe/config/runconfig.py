@@ -116,7 +116,8 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 
 # run options that apply to a script (the rest: the script builds its own model and data)
 SCRIPT_KEYS = ("dist.nnodes", "dist.node_rank", "dist.rdzv_endpoint", "dist.master_port",
-               "dist.timeout_s", "dist.threads_per_rank", "dist.force", "train.warmup_steps",
+               "dist.timeout_s", "dist.threads_per_rank", "dist.force", "dist.gloo_io",
+               "train.warmup_steps",
                "train.steps", "measure.monitor_interval_s", "measure.progress",
                "measure.summary_every", "measure.profile_every", "out", "name")
 # and in an experiment spec: the script itself, its arguments and its process count

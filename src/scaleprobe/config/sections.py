@@ -25,6 +25,8 @@ from scaleprobe.core.traits import TRAITS, traits_of
 STEADY_MMAP_BYTES, STEADY_TRIM_BYTES = 32 << 20, 256 << 20
 STEADY_MALLOC_ENV = (f"MALLOC_MMAP_THRESHOLD_={STEADY_MMAP_BYTES} "
                      f"MALLOC_TRIM_THRESHOLD_={STEADY_TRIM_BYTES}")
+# dist.gloo_io: gloo's socket thread, one per gloo device (process group), named by gloo
+GLOO_IO_THREAD = "gloo_tcp_loop"
 
 
 def parse_size(text: str) -> int:
@@ -214,6 +216,12 @@ class DistConfig:
                                           "script); scale and sweeps over nproc set every "
                                           "point to the largest count's cores / processes",
                                           ge=1, unset="cores / processes on this host")
+    gloo_io: str = option("default", "gloo's socket threads in the ranks: default | batch "
+                          "(SCHED_BATCH: woken, a socket thread no longer takes the core from "
+                          "the thread about to post the receive it polls for, a stall that "
+                          "lasted to the kernel's next tick: FSDP of gpt_tiny on 2 CPU ranks "
+                          "took 0.71x the step, DDP of resnet18 0.94x; docs/COMMUNICATION.md)",
+                          choices=("default", "batch"))
     link: str | None = option(None, "network the comm prediction assumes: 1gbit, 10gbit, "
                               "200mbit, measured:DIR (`scaleprobe comm` results); rankN=RATE "
                               "(e.g. rank2=100mbit, root) puts each rank in a network "
@@ -383,7 +391,7 @@ RunResult.codec = ConfigBlock(RunConfig, SECTIONS, KNOBS)
 LATER_KEYS = ("model.layers", "model.width", "model.heads", "data.seq_len", "data.vocab_size",
               "data.eval_windows", "measure.gns", "dist.threads_per_rank",
               "dist.parity_tolerance", "model.compile_backend", "train.lr_warmup",
-              "train.target_copies", "train.malloc")
+              "train.target_copies", "train.malloc", "dist.gloo_io")
 # what a record from before each of them ran with: its default
 LATER_DEFAULTS = {k: KNOBS[k].default for k in LATER_KEYS}
 SECTION_ONLY = tuple(s for s in SECTIONS if s not in ALIASES)  # train, data, dist, measure

@@ -237,6 +237,9 @@ class RankRecord(Record):
     # the process's minor page faults over the timed window (all its threads; None: not
     # counted, e.g. a record from before they were)
     page_faults: int | None = None
+    # the CPU time gloo's socket threads used over the timed window (None: the rank has none,
+    # or a record from before it was read)
+    gloo_io_cpu_s: float | None = None
     epochs_complete: int = 0
     epoch_wall_s: list[float] = field(default_factory=list)
     # positions in step_times_s of the timed steps that took an epoch's first batch, and

@@ -241,6 +241,10 @@ class Metrics(Record):
     # step touched afresh, most often what glibc's allocator gave back and took again
     # (train.malloc)
     page_faults_per_step: float | None = None
+    # CPU seconds gloo's socket threads used a timed step, on the cores the rank computes on
+    # (the most of any training rank; dist.gloo_io): reading sockets, and polling one whose
+    # receive is not yet posted
+    gloo_io_cpu_per_step_s: float | None = None
     outside_cpu_s: float | None = None
     outside_cpu_cores: float | None = None
     outside_gpu_processes: int | None = None

@@ -71,6 +71,10 @@ class Thresholds:
     # 1,338-5,839 a step and stepped in 29.9-39.5 ms; with fixed ones (train.malloc=steady)
     # 11-42 and 27.3-29.5 ms (docs/REPORTS.md)
     refaults_per_step: float = 256.0
+    # gloo's socket thread busy: its CPU a timed step above this share of the median step.
+    # With gloo's default, 2-rank CPU runs measured 5-12% (digits_cnn DDP to gpt_tiny FSDP);
+    # with dist.gloo_io=batch 1-3% where the data moved is small (docs/COMMUNICATION.md)
+    gloo_io_step_share: float = 0.05
 
     def load_limit_cores(self, machine_cores: int | None) -> float:
         """Mean cores that outside processes may keep busy before a run is under load."""

@@ -135,7 +135,9 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
     backend = rec.get("backend", "?")
     nodes = int(rec.get("nnodes") or 1)
     across = f" on {nodes} nodes" if nodes > 1 else ""
-    return Link(f"measured ({backend}, {world} ranks{across})", gbit, alpha_hop_s,
+    batch = (rec.get("settings") or {}).get("gloo_io") == "batch"
+    io = ", gloo's socket threads at SCHED_BATCH" if batch else ""
+    return Link(f"measured ({backend}, {world} ranks{across}{io})", gbit, alpha_hop_s,
                 f"measured: {where}", float(fit.get("max_rel_err") or 0.0),
                 float(fit.get("cpu_s_per_byte") or 0.0), op_fits(rec.get("fit") or {}, world),
                 f"measured: {where}, each collective's own fit", float(fit.get("wake_s") or 0.0),

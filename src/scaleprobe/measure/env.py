@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -19,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from scaleprobe.config.sections import STEADY_MMAP_BYTES, STEADY_TRIM_BYTES
+from scaleprobe.config.sections import GLOO_IO_THREAD, STEADY_MMAP_BYTES, STEADY_TRIM_BYTES
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.measure.gpu import nvml_info
 
@@ -169,6 +170,65 @@ def set_malloc(mode: str) -> None:
     if not (mallopt(M_MMAP_THRESHOLD, STEADY_MMAP_BYTES)
             and mallopt(M_TRIM_THRESHOLD, STEADY_TRIM_BYTES)):
         raise ConfigError("train.malloc=steady: glibc refused mallopt's thresholds")
+
+
+def threads_named(name: str) -> list[int]:
+    """The ids of this process's threads named ``name`` (Linux; [] elsewhere)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    out = []
+    for t in tids:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                if f.read().strip() == name:
+                    out.append(int(t))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return out
+
+
+def set_gloo_io(mode: str) -> int:
+    """``dist.gloo_io``: ``batch`` puts this process's gloo socket threads under SCHED_BATCH
+    (the same share of the CPU as before; woken, they no longer take the core from the thread
+    running): returns how many it set. gloo's socket thread polls a socket whose message has
+    arrived before its receive was posted, and when it took the core from the very thread
+    that posts it, neither moves until the kernel's next tick (docs/COMMUNICATION.md, "gloo's
+    socket thread"). Threads that do not exist yet (a process group made later) keep the
+    default."""
+    if mode != "batch":
+        return 0
+    batch = getattr(os, "SCHED_BATCH", None)
+    if batch is None:
+        raise ConfigError("dist.gloo_io=batch sets a Linux scheduling policy (SCHED_BATCH), "
+                          "which this system has not: leave dist.gloo_io at default")
+    tids = threads_named(GLOO_IO_THREAD)
+    for t in tids:
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            os.sched_setscheduler(t, batch, os.sched_param(0))
+    return len(tids)
+
+
+def threads_cpu_s(tids: list[int]) -> float:
+    """The CPU time these threads of this process have used (``schedstat``'s nanoseconds;
+    the clock ticks of ``stat`` where the kernel keeps no schedstat). A thread that has ended
+    counts nothing."""
+    total = 0.0
+    for t in tids:
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0]) / 1e9
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 def minor_faults() -> int:

@@ -208,6 +208,7 @@ def _metrics(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
     _monitored(result, mon)
     _evaluated(result, cfg, ranks, raw0)
     _faulted(result, ranks)
+    _gloo_io(result, ranks)
     _memory(result, ranks, mon)
     if not cfg.measure.memory_probe:
         result.null_reasons["memory_facts"] = ("not probed: --no-memory-probe "
@@ -333,6 +334,15 @@ def _faulted(result: RunResult, ranks: list[RankRecord]) -> None:
         result.metrics.page_faults_per_step = round(max(per), 1)
     else:
         result.null_reasons.setdefault("page_faults_per_step", "no timed step counted them")
+
+
+def _gloo_io(result: RunResult, ranks: list[RankRecord]) -> None:
+    """gloo's socket threads' CPU a timed step: the most of any training rank (None where no
+    rank has a gloo process group: one process, or NCCL)."""
+    per = [r.gloo_io_cpu_s / r.steps_timed for r in ranks
+           if not r.is_server and r.gloo_io_cpu_s is not None and r.steps_timed > 0]
+    if per:
+        result.metrics.gloo_io_cpu_per_step_s = round(max(per), 6)
 
 
 def _audit(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],

@@ -109,7 +109,7 @@ class UserScript:
     def prepare(self, run_dir: Path) -> None:
         t, m = self.cfg.train, self.cfg.measure
         Settings(t.warmup_steps, self.target, t.steps if isinstance(t.steps, int) else None,
-                 m.summary_every, m.profile_every).write(run_dir)
+                 m.summary_every, m.profile_every, self.cfg.dist.gloo_io).write(run_dir)
 
     def monitor_args(self) -> dict[str, Any]:
         return {"cuda_indices": cuda_indices(self.cfg.dist.nproc), "training_in_children": True}

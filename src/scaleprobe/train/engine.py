@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaleprobe.config.sections import RunConfig
+from scaleprobe.config.sections import GLOO_IO_THREAD, RunConfig
 from scaleprobe.core.rank_record import EvalFigures, RankComm, RankObserved, RankRecord
 from scaleprobe.core.run_metrics import Peak
 from scaleprobe.features.interrupt import (
@@ -25,7 +25,12 @@ from scaleprobe.features.interrupt import (
     stop_step_of,
     stop_value,
 )
-from scaleprobe.measure.env import minor_faults
+from scaleprobe.measure.env import (
+    minor_faults,
+    set_gloo_io,
+    threads_cpu_s,
+    threads_named,
+)
 from scaleprobe.measure.flops import resolve_peak
 from scaleprobe.measure.heartbeat import Beating, Heartbeat
 from scaleprobe.measure.held import held_bytes
@@ -92,6 +97,11 @@ class LoopState:
     # the process's minor page faults at the window's ends (measure/env.py ``minor_faults``)
     faults_t0: int | None = None
     faults_t1: int | None = None
+    # gloo's socket threads (measure/env.py ``GLOO_IO_THREAD``) and their CPU time at the
+    # window's ends: none where the rank has no gloo process group
+    io_tids: list[int] = field(default_factory=list)
+    io_t0: float | None = None
+    io_t1: float | None = None
     last_batch: Any = None
     epochs_complete: int = 0
     epoch_starts: list[int] = field(default_factory=list)  # timed steps that began an epoch
@@ -198,6 +208,7 @@ def train_loop(p: Parts, timer: StepTimer, progress: StepProgress, clock: Any,
     st.window_t1 = time.perf_counter()
     st.clock_t1 = clock()
     st.faults_t1 = minor_faults()
+    st.io_t1 = threads_cpu_s(st.io_tids) if st.io_tids else None
     return st
 
 
@@ -224,6 +235,10 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
                 st.window_t0 = time.perf_counter()
                 st.clock_t0 = clock()
                 st.faults_t0 = minor_faults()
+                # every process group exists by now; the threads' policy set, their CPU read
+                set_gloo_io(p.cfg.dist.gloo_io)
+                st.io_tids = threads_named(GLOO_IO_THREAD)
+                st.io_t0 = threads_cpu_s(st.io_tids) if st.io_tids else None
             tm = timers[0] if timing else timers[1]
             tm.start()
             batch = next(it, None)

@@ -84,6 +84,8 @@ def rank_record(p: Parts, st: LoopState, timer: StepTimer, comm: RankComm | None
         clock_window=(st.clock_t0, st.clock_t1),
         page_faults=(st.faults_t1 - st.faults_t0)
         if st.faults_t0 is not None and st.faults_t1 is not None else None,
+        gloo_io_cpu_s=(st.io_t1 - st.io_t0)
+        if st.io_t0 is not None and st.io_t1 is not None else None,
         epochs_complete=st.epochs_complete,
         epoch_wall_s=st.epoch_wall_s,
         epoch_start_steps=st.epoch_starts,

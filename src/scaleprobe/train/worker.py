@@ -85,7 +85,10 @@ def _local_device_and_strategy(cfg: RunConfig) -> tuple[Any, Any]:
 
         envmod.init_distributed(backend, cfg.dist.timeout_s, cfg.dist.threads_per_rank, join)
     device = envmod.pick_device(info.local_rank)
-    return device, build_strategy(cfg.dist.strategy, cfg.dist, device)
+    strategy = build_strategy(cfg.dist.strategy, cfg.dist, device)
+    # the threads of the groups made so far (a server's too); the engine sets any made later
+    envmod.set_gloo_io(cfg.dist.gloo_io)
+    return device, strategy
 
 
 def worker_main(cfg: RunConfig, run_dir: str | None = None,

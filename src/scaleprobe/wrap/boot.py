@@ -106,6 +106,8 @@ def rank_record(rec: Any, rank: int, world: int,
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     t0 = rec.walls[w - 1] if w > 0 and len(rec.walls) >= w else rec.wall0
     f0 = rec.faults[w - 1] if w > 0 and len(rec.faults) >= w else rec.faults0
+    io0 = rec.io[w - 1] if w > 0 and len(rec.io) >= w else rec.io0
+    io1 = rec.io[-1] if timed and rec.io else None
     return RankRecord(
         rank=rank, host=socket.gethostname(),
         device=f"cuda:{torch.cuda.current_device()}" if cuda else "cpu",
@@ -115,6 +117,7 @@ def rank_record(rec: Any, rank: int, world: int,
         window_s=sum(timed) if timed else None,
         clock_window=[t0, rec.walls[-1]] if timed else None,
         page_faults=rec.faults[-1] - f0 if timed and rec.faults and f0 is not None else None,
+        gloo_io_cpu_s=io1 - io0 if io0 is not None and io1 is not None else None,
         epochs_complete=sum(1 for e in epochs if e.complete),
         epoch_start_steps=[i - w for i, got in starts],
         epoch_start_wait_s=[got[id(log)] for _, got in starts],
@@ -359,7 +362,7 @@ def main(argv: list[str]) -> int:
     baseline = host_mem_baseline()
     beat = Heartbeat(run_dir, rank).start()
     observers = _observers(settings, run_dir, rank)
-    rec = Recorder(settings.warmup_steps, settings.stop_after, beat).install(
+    rec = Recorder(settings.warmup_steps, settings.stop_after, beat, settings.gloo_io).install(
         loss=bool(observers))
     rec.observers = observers
     rec.comm = _comm_timer()

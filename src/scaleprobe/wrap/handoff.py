@@ -32,6 +32,7 @@ class Settings:
     stop_after: int | None = None  # --steps N: the script is stopped after N timed steps
     summary_every: float | None = None  # seconds
     profile_every: float | None = None
+    gloo_io: str = "default"  # dist.gloo_io: gloo's socket threads' policy from the first step
 
     def write(self, run_dir: str | Path) -> None:
         write_json_atomic(Path(run_dir) / SETTINGS, asdict(self))

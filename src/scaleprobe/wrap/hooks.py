@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from scaleprobe.measure.env import minor_faults
+from scaleprobe.config.sections import GLOO_IO_THREAD
+from scaleprobe.measure.env import minor_faults, set_gloo_io, threads_cpu_s, threads_named
 from scaleprobe.measure.monitor import note_file_rss
 from scaleprobe.wrap.capture import CallCounts, compiled_frames, compiling, not_frames
 from scaleprobe.wrap.loaderlog import Epoch, LoaderLog, batch_len, ints, sampler_name, token_len
@@ -50,8 +51,10 @@ class StopScript(BaseException):  # noqa: N818  (not an error: the requested end
 class Recorder:
     """Collects one rank's steps and reads; ``install`` puts its hooks in place."""
 
-    def __init__(self, warmup_steps: int, stop_after: int | None = None, beat: Any = None) -> None:
+    def __init__(self, warmup_steps: int, stop_after: int | None = None, beat: Any = None,
+                 gloo_io: str = "default") -> None:
         self.warmup = warmup_steps
+        self.gloo_io = gloo_io
         self.stop_after = stop_after
         self.beat = beat
         self.step_times: list[float] = []
@@ -61,6 +64,11 @@ class Recorder:
         # the process's minor page faults at the first step's start and each step's end
         self.faults0: int | None = None
         self.faults: list[int] = []
+        # gloo's socket threads (found at the first step: the script's groups exist by then)
+        # and their CPU time then and at each step's end; None where there are none
+        self.io_tids: list[int] = []
+        self.io0: float | None = None
+        self.io: list[float | None] = []
         self.wall0: float | None = None  # time.time() at the start of the first step
         self.forward_seen = self.data_seen = False
         self.loaders: dict[int, LoaderLog] = {}
@@ -114,6 +122,9 @@ class Recorder:
             self._start = self.t_first = t
             self.wall0 = time.time() - (time.perf_counter() - t)
             self.faults0 = minor_faults()
+            set_gloo_io(self.gloo_io)
+            self.io_tids = threads_named(GLOO_IO_THREAD)
+            self.io0 = threads_cpu_s(self.io_tids) if self.io_tids else None
 
     def _data(self, t0: float, t1: float) -> None:
         self._begin(t0)
@@ -206,6 +217,7 @@ class Recorder:
         self.samples.append(self._step_samples)
         self.walls.append(time.time())
         self.faults.append(minor_faults())
+        self.io.append(threads_cpu_s(self.io_tids) if self.io_tids else None)
         self.ends.append(t)
         self.step_epoch_starts.append(self._step_starts)
         self._events, self._start, self._step_samples = [], t, 0

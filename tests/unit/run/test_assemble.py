@@ -327,6 +327,16 @@ def test_flops_per_s_from_the_median_step_when_no_samples_were_counted():
     assert assemble([r])["metrics"]["achieved_flops_per_s"] == pytest.approx(256 / 0.025)
 
 
+def test_gloo_socket_cpu_per_step_is_the_most_of_any_training_rank():
+    """Each rank's socket threads' CPU over its window / its timed steps; a server's does not
+    count; no rank with a gloo group (one process, NCCL): null."""
+    server = {**raw(0, step_s=None), "gloo_io_cpu_s": 9.0}
+    rec = assemble([server, {**raw(1, steps=10), "gloo_io_cpu_s": 0.012},
+                    {**raw(2, steps=10), "gloo_io_cpu_s": 0.05}], strategy="ps", nproc=3)
+    assert rec["metrics"]["gloo_io_cpu_per_step_s"] == pytest.approx(0.005)
+    assert assemble([raw(0)])["metrics"]["gloo_io_cpu_per_step_s"] is None
+
+
 def test_page_faults_per_step_is_the_most_of_any_training_rank():
     """Faults over each rank's window / its timed steps; the server's do not count (it takes
     no batch); without a count (a script's ranks) null, with the reason."""

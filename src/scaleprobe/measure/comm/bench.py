@@ -18,7 +18,13 @@ from typing import Any
 
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
-from scaleprobe.measure.env import dist_info, init_distributed, pick_device, shutdown_distributed
+from scaleprobe.measure.env import (
+    dist_info,
+    init_distributed,
+    pick_device,
+    set_gloo_io,
+    shutdown_distributed,
+)
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "ps_push_pull", "reduce_scatter",
        "fsdp_step", "all_gather_flat")
@@ -283,9 +289,12 @@ def run_bench(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
 
 
 def bench_worker(ops: list[str], sizes_bytes: list[int], iters: int, warmup: int,
-                 backend: str | None = None, timeout_s: float = 60.0) -> list[dict[str, Any]]:
-    """Worker entry for ``scaleprobe.launch.run_workers``: join the group, benchmark, leave."""
+                 backend: str | None = None, timeout_s: float = 60.0,
+                 gloo_io: str = "default") -> list[dict[str, Any]]:
+    """Worker entry for ``scaleprobe.launch.run_workers``: join the group, benchmark, leave.
+    ``gloo_io``: gloo's socket threads as a run's ``dist.gloo_io`` sets them."""
     _, world = init_distributed(backend, timeout_s)
+    set_gloo_io(gloo_io)
     try:
         if world < 2:
             raise ConfigError("the communication benchmark needs at least 2 processes")

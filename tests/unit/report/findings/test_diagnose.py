@@ -534,3 +534,24 @@ def test_memory_taken_afresh_every_step_names_the_allocator_and_its_fix():
     f = _one(diagnose_run(script), "memory taken afresh every step")
     assert f.recommendation.startswith("run the script with MALLOC_MMAP_THRESHOLD_=33554432")
     assert "--set" not in f.recommendation
+
+
+def test_gloo_socket_thread_busy_names_the_setting_above_five_percent_of_the_step():
+    """Its CPU a step above 5% of the median step with gloo's default: a warning with the
+    setting; at or below it none; with the setting on, what is left is an info."""
+    rec = with_(clean(), "metrics.gloo_io_cpu_per_step_s", 0.012)  # the step: 100 ms
+    f = _one(diagnose_run(rec), "gloo's socket thread busy")
+    assert f.severity == "warning"
+    assert f.evidence.startswith("gloo's socket threads used 12.00 ms of CPU a timed step, "
+                                 "12% of the median step")
+    assert f.recommendation.startswith("measure with --gloo-io batch")
+    assert "gloo_tcp_loop" in f.recommendation and "next tick" in f.recommendation
+    at = with_(clean(), "metrics.gloo_io_cpu_per_step_s", 0.005)
+    assert "gloo's socket thread busy" not in _verdicts(diagnose_run(at))
+    assert "gloo's socket thread busy" not in _verdicts(
+        diagnose_run(rec, th=Thresholds(gloo_io_step_share=0.2)))
+    batch = with_(rec, "config.dist.gloo_io", "batch")
+    assert _one(diagnose_run(batch), "gloo's socket thread busy").severity == "info"
+    script = with_(rec, "config.script", {"path": "train.py"})
+    f = _one(diagnose_run(script), "gloo's socket thread busy")
+    assert f.recommendation.startswith("run it under wrap with --gloo-io batch")
