@@ -1,7 +1,7 @@
 """Why gloo's small collectives on the CPU take 0.3 ms or 3-4 ms: its I/O thread spinning.
 
     python benchmarks/gloo_io_spin.py calls [--size 256K] [--calls 200] [--after barrier]
-                                            [--modes plain,pinned,batch,fifo]
+                                            [--modes plain,pinned,batch,fifo] [--trace]
     python benchmarks/gloo_io_spin.py train [--points fsdp:gpt_tiny,ddp:resnet18] [--pairs 3]
 
 Two processes on 127.0.0.1 all-reduce ``--size`` bytes ``--calls`` times, each call after a
@@ -67,7 +67,8 @@ def _size(text: str) -> int:
         else int(text)
 
 
-def _rank(rank: int, mode: str, size: int, calls: int, after: str, port: int, q) -> None:
+def _rank(rank: int, mode: str, size: int, calls: int, after: str, port: int, q,
+          trace: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -91,27 +92,33 @@ def _rank(rank: int, mode: str, size: int, calls: int, after: str, port: int, q)
     if mode == "pinned":
         os.sched_setaffinity(0, {rank})
     rows = []
-    for _ in range(calls + 5):
+    marker = os.open(f"{TRACING}/trace_marker", os.O_WRONLY) if trace and rank == 0 else None
+    for i in range(calls + 5):
         dist.barrier()
         if after == "compute":
             end = time.perf_counter() + 5e-3
             while time.perf_counter() < end:
                 pass
         io0, coll0 = _cpu_ns(io), _cpu_ns(coll)
+        if marker is not None and i >= 5:
+            os.write(marker, b"SP_CALL_START")
         t = time.perf_counter()
         dist.all_reduce(x)
+        if marker is not None and i >= 5:
+            os.write(marker, b"SP_CALL_END")
         rows.append((time.perf_counter() - t, (_cpu_ns(io) - io0) / 1e9,
                      (_cpu_ns(coll) - coll0) / 1e9))
     dist.destroy_process_group()
     q.put((rank, rows[5:]))
 
 
-def _measure(mode: str, size: int, calls: int, after: str, port: int) -> list[tuple]:
+def _measure(mode: str, size: int, calls: int, after: str, port: int,
+             trace: bool = False) -> list[tuple]:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, mode, size, calls, after, port, q))
+    procs = [ctx.Process(target=_rank, args=(r, mode, size, calls, after, port, q, trace))
              for r in (0, 1)]
     for p in procs:
         p.start()
@@ -120,6 +127,43 @@ def _measure(mode: str, size: int, calls: int, after: str, port: int) -> list[tu
         p.join()
     # a call's time: the slower rank's; its I/O thread's CPU: the two ranks' together
     return [(max(a[0], b[0]), a[1] + b[1], a[2] + b[2]) for a, b in zip(got[0], got[1], strict=True)]
+
+
+TRACING = "/sys/kernel/tracing"
+# the scheduler's switches and the socket threads' polls, from the kernel's own tracing
+EVENTS = "sched:sched_switch syscalls:sys_enter_epoll_wait syscalls:sys_enter_recvfrom"
+
+
+def _tracefs(name: str, text: str) -> None:
+    with open(f"{TRACING}/{name}", "w") as f:
+        f.write(text)
+
+
+def _traced(mode: str, size: int, calls: int, after: str, port: int) -> list[tuple]:
+    """``_measure`` with the kernel tracing the scheduler and the socket threads' syscalls:
+    per call, its time between rank 0's markers and how many times the socket threads (both
+    ranks') entered epoll_wait in it."""
+    _tracefs("tracing_on", "0")
+    _tracefs("trace", "")
+    _tracefs("buffer_size_kb", "40000")
+    _tracefs("set_event", EVENTS)
+    _tracefs("tracing_on", "1")
+    try:
+        _measure(mode, size, calls, after, port, trace=True)
+    finally:
+        _tracefs("tracing_on", "0")
+        _tracefs("set_event", "")
+    out, start, polls = [], None, 0
+    with open(f"{TRACING}/trace") as f:
+        for line in f:
+            if "SP_CALL_START" in line:
+                start, polls = float(line.split(":")[0].split()[-1]), 0
+            elif "SP_CALL_END" in line and start is not None:
+                out.append((float(line.split(":")[0].split()[-1]) - start, polls))
+                start = None
+            elif start is not None and "gloo_tcp_loop-" in line and "epoll_wait" in line:
+                polls += 1
+    return out
 
 
 def _ms(v: float) -> str:
@@ -147,6 +191,18 @@ def calls(a: argparse.Namespace) -> None:
               f"{_ms(statistics.mean(r[0] for r in rows)):>7}  "
               f"{_ms(statistics.median(r[0] for r in rows)):>9}  {med(slow, 1):>28} / "
               f"{med(fast, 1):<10}  {med(slow, 2):>23} / {med(fast, 2)}")
+    if a.trace:
+        if os.geteuid() != 0 or not os.path.exists(f"{TRACING}/trace_marker"):
+            print("trace skipped: needs root and the kernel's tracefs at " + TRACING)
+            return
+        got = _traced("plain", size, a.calls, a.after, 29830)
+        for name, part in (("slow", [g for g in got if g[0] > SLOW_S]),
+                           ("fast", [g for g in got if g[0] <= SLOW_S])):
+            if part:
+                polls = sorted(p for _, p in part)
+                print(f"traced, plain: {len(part)} {name} calls; the socket threads entered "
+                      f"epoll_wait {polls[0]}-{polls[-1]} times in each (median "
+                      f"{statistics.median(polls):.0f})")
 
 
 MODEL_ARGS = {"gpt_tiny": ["--task", "lm", "--dataset", "tokens-synthetic", "--layers", "2",
@@ -205,6 +261,9 @@ def main() -> None:
     c.add_argument("--calls", type=int, default=200)
     c.add_argument("--after", choices=("barrier", "compute"), default="barrier")
     c.add_argument("--modes", default="plain,pinned,batch,fifo")
+    c.add_argument("--trace", action="store_true",
+                   help="then the plain mode once more under the kernel's tracing (root): "
+                        "how many times the socket threads polled in each call")
     t = sub.add_parser("train", help="scaleprobe run with gloo's default and with batch")
     t.add_argument("--points", default="fsdp:gpt_tiny,fsdp:digits_cnn,ddp:digits_cnn,"
                                        "ddp:resnet18,fsdp:resnet18,ps:gpt_tiny")

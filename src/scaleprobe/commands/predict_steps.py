@@ -366,6 +366,12 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
     for note, n in fits.items():
         con.print(f"{n} point(s) predicted from a fit under load: {note}", markup=False,
                   highlight=False)
+    unlike = [p for p in points if p.link_gloo_io
+              and p.link_gloo_io != (p.run.cfg("dist.gloo_io") or "default")]
+    if unlike:
+        con.print(f"{len(unlike)} point(s) measured with another --gloo-io than their link's "
+                  "benchmark (scaleprobe comm --gloo-io): not like for like; measure the link "
+                  "as the runs ran", markup=False, highlight=False)
     for p in points:
         if p.ratio is not None and C.error(p.ratio) > C.GOAL_EVERY:
             con.print(f"  outside +-{C.GOAL_EVERY:.0%}: {p.run.cfg('model.name')} "

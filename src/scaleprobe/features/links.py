@@ -54,6 +54,9 @@ class Link:
     # why the link's costs may be off, said with every prediction made from it: a comm fit
     # measured under load ("" where there is nothing to say)
     caveat: str = ""
+    # how its gloo socket threads ran when it was measured (``scaleprobe comm --gloo-io``):
+    # "default" or "batch"; a run with the other does not meet the same link
+    gloo_io: str = "default"
 
     def for_op(self, op: str, nbytes: float = 0.0) -> Link:
         """The link as the collective ``op`` of ``nbytes`` sees it: its own fit for that size
@@ -141,7 +144,7 @@ def link_from_comm(rec: dict[str, Any], source: str = "") -> Link:
                 f"measured: {where}", float(fit.get("max_rel_err") or 0.0),
                 float(fit.get("cpu_s_per_byte") or 0.0), op_fits(rec.get("fit") or {}, world),
                 f"measured: {where}, each collective's own fit", float(fit.get("wake_s") or 0.0),
-                _under_load(rec.get("load"), where))
+                _under_load(rec.get("load"), where), "batch" if batch else "default")
 
 
 UNDER_LOAD_HEAD = "the link's fit ("  # how a fit's under-load caveat begins

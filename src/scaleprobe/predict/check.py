@@ -138,6 +138,8 @@ class Point:
     # the outside load's stretch of compute the prediction took (``load_factor``): the
     # measured run's outside CPU against its one-rank runs' (1: none, or not measured)
     load: float = 1.0
+    # the link's gloo socket threads as benchmarked (``Link.gloo_io``), where it was measured
+    link_gloo_io: str | None = None
 
     @property
     def measured_s(self) -> float | None:
@@ -178,9 +180,12 @@ class Point:
     def causes(self) -> list[str]:
         """Where prediction and measurement part, phase by phase (compute, communication)."""
         p, bd = self.prediction, self.run.metrics.breakdown_s
+        mine = str(self.run.cfg("dist.gloo_io") or "default")
+        out = ([f"measured with --gloo-io {mine}, its link benchmarked with --gloo-io "
+                f"{self.link_gloo_io}: gloo's small collectives differ between the two"]
+               if self.link_gloo_io and self.link_gloo_io != mine else [])
         if p is None or self.ratio is None or abs(self.ratio - 1) <= GOAL_MEDIAN:
-            return []
-        out = []
+            return out
         pc = sum(p.phases[k] for k in ("forward", "backward"))
         mc = (bd.forward or 0.0) + (bd.backward or 0.0)
         if mc and abs(pc / mc - 1) > 0.1:
@@ -212,6 +217,8 @@ def check(records: list[RunResult], seed: int = 0) -> list[Point]:
                 # FSDP's units (a collective each, each paying the latency); others ignore
                 sc = replace(scenario_of(run), units=S.recorded_units(pt.bases[-1])
                              or S.recorded_units(run))
+                if sc.link.source.startswith("measured:"):
+                    pt.link_gloo_io = sc.link.gloo_io
                 sample, pt.load = as_measured(run, pt.bases)
                 pt.prediction = M.predict(sample, sc, seed)
             except ConfigError as e:

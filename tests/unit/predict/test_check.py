@@ -381,3 +381,28 @@ def test_the_mean_ratio_by_strategy_shows_where_errors_lean():
     assert summ.ratio_by_strategy == {"ddp": (pytest.approx(0.94), 2),
                                       "ps": (pytest.approx(1.0), 2)}
     assert summ.mean_abs_error == pytest.approx(0.055)
+
+
+def test_a_run_and_its_link_benchmarked_with_another_gloo_io_are_named(tmp_path):
+    """A link benchmarked with gloo's socket threads at SCHED_BATCH (``comm --gloo-io
+    batch``) prices the small collectives a default run pays a scheduler tick more for: the
+    point says so, whatever its error; a run measured the same way does not."""
+    import json
+
+    link_dir = tmp_path / "link"
+    link_dir.mkdir()
+    rec = {"kind": "comm", "world_size": 2, "nnodes": 2, "backend": "gloo",
+           "settings": {"gloo_io": "batch"},
+           "fit": {"all_reduce": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}}}
+    (link_dir / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    assert resolve_link(f"measured:{link_dir}").gloo_io == "batch"
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    run = measured("a", _t(1), link=f"measured:{link_dir}")
+    (pt,) = C.check([base, run])
+    assert pt.link_gloo_io == "batch"
+    assert any("measured with --gloo-io default, its link benchmarked with --gloo-io batch"
+               in c for c in pt.causes())
+    cfg = run.config
+    run.config = replace(cfg, dist=replace(cfg.dist, gloo_io="batch"))
+    (pt,) = C.check([base, run])
+    assert not any("--gloo-io" in c for c in pt.causes())
