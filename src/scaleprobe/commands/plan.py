@@ -34,6 +34,7 @@ from scaleprobe.core.traits import traits_of
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.predict import memmodel as MM
 from scaleprobe.predict import plan as P
+from scaleprobe.predict import sample as S
 from scaleprobe.predict import whatif as W
 from scaleprobe.report.reading.machine_load import source
 from scaleprobe.report.render.whatif import ceiling_caveat
@@ -133,14 +134,15 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
                           + (": a --gns run on one process steps in two half-batches; run "
                              "the same once without --gns" if halves else ""))
     units = PS.fsdp_units(like) if "fsdp" in q.strategies else ()
+    buffers = S.recorded_buffers(like)
     q = P.Question(q.strategies, q.nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
-                   q.prefetch, units, q.target)
+                   q.prefetch, units, q.target, buffers)
     rows: list[P.Row] = []
     for s in q.strategies:
         nprocs = [n for n in q.nprocs if n * q.nnodes > 1 or s == q.strategies[0]]
         if nprocs:
             one = P.Question([s], nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
-                             q.prefetch, units, q.target)
+                             q.prefetch, units, q.target, buffers)
             rows += P.plan(inputs, bases[s], one, progress=_progress(s))
     against_one_device(rows, inputs, bases[q.strategies[0]], q)
     srcs = {s: tuple(source(r) for r in runs if r.run_id in

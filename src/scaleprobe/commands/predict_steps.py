@@ -89,6 +89,7 @@ def run_from(args: argparse.Namespace) -> int:
     W.check_gpu_link(on_cuda, grid.links, grid.nnodes, grid.nprocs)
     if "fsdp" in strategies:
         grid = replace(grid, units=fsdp_units(run))
+    grid = replace(grid, buffers=S.recorded_buffers(run))
     rows = W.plan(sample, grid, args.target)
     if args.json:
         print(json.dumps({"from": _from_dict(run, sample),

@@ -161,6 +161,9 @@ class MemoryFacts(Record):
     # every unit's parameter bytes in the rule's order, the root's last: the all-gathers and
     # reduce-scatters of an FSDP step, one per unit (predict's FSDP timeline)
     unit_bytes: list[int] | None = None
+    # the model's buffers, bytes per dtype (measure/memstate.buffer_groups): DDP broadcasts
+    # each group from rank 0 before every forward; [] none, null not recorded
+    buffer_bytes: list[int] | None = None
     probe_s: float | None = None  # wall time of the probe steps (after the window)
     batch_sizes: list[int] | None = None  # per rank: the batch, then its first half
     fwd_bwd_peak_bytes: list[int] | None = None  # one per batch size

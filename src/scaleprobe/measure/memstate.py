@@ -90,7 +90,18 @@ def model_facts(model: nn.Module, optimizer: Any,
             "master_bytes_per_param": 0.0, "master_note": MASTER_NOTE,
             "largest_unit_bytes": unit, "second_unit_bytes": second,
             "root_unit_bytes": root, "unit_bytes": ordered,
-            "largest_unit_reason": unit_reason}
+            "largest_unit_reason": unit_reason, "buffer_bytes": buffer_groups(model)}
+
+
+def buffer_groups(model: nn.Module) -> list[int]:
+    """The model's buffers (BatchNorm's running statistics and counts), their bytes per
+    dtype in the order the dtypes first occur: what DDP broadcasts from rank 0 before every
+    forward, one collective per dtype (``broadcast_buffers``, its default); [] for none."""
+    by: dict[str, int] = {}
+    for b in model.buffers():
+        key = str(b.dtype)
+        by[key] = by.get(key, 0) + int(b.numel()) * int(b.element_size())
+    return [n for n in by.values() if n > 0]
 
 
 @contextlib.contextmanager

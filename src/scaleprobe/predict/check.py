@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -106,6 +107,10 @@ def pooled(runs: list[RunResult]) -> S.RunSample:
                    rows_source="; ".join(s.rows_source for s in samples),
                    pass_s_per_byte=_mean([s.pass_s_per_byte for s in samples]),
                    fresh_s_per_byte=_mean([s.fresh_s_per_byte for s in samples]), notes=[])
+
+
+def _first(xs: Iterable[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    return next((x for x in xs if x is not None), None)
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -216,7 +221,8 @@ def check(records: list[RunResult], seed: int = 0) -> list[Point]:
             try:
                 # FSDP's units (a collective each, each paying the latency); others ignore
                 sc = replace(scenario_of(run), units=S.recorded_units(pt.bases[-1])
-                             or S.recorded_units(run))
+                             or S.recorded_units(run),
+                             buffers=_first(S.recorded_buffers(b) for b in (*pt.bases, run)))
                 if sc.link.source.startswith("measured:"):
                     pt.link_gloo_io = sc.link.gloo_io
                 sample, pt.load = as_measured(run, pt.bases)

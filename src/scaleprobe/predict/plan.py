@@ -88,6 +88,7 @@ class Question:
     prefetch: bool = False
     units: tuple[Unit, ...] = ()
     target: Target | None = None
+    buffers: tuple[int, ...] | None = None  # the model's, per dtype: DDP's broadcasts
 
 
 @dataclass
@@ -254,7 +255,7 @@ def predict_row(r: Row, bases: dict[int, Basis], q: Question) -> None:
     sample = at_batch(basis, r.batch, k)
     link = q.link if r.devices > 1 else None  # one device crosses no link (nor rankN=)
     grid = W.Grid([r.strategy], [r.nproc], [r.nnodes], [link], prefetch=q.prefetch,
-                  units=q.units)
+                  units=q.units, buffers=q.buffers)
     (got,) = W.plan(sample, grid, with_needed=False)
     r.prediction, r.runs, r.basis_ids = got.prediction, basis.runs, basis.run_ids
     if basis.sample.strategy != r.strategy:

@@ -213,6 +213,15 @@ def for_fsdp(s: RunSample, unit_bytes: list[float], world: int, pass_s_per_byte:
 
 
 
+def recorded_buffers(run: RunResult) -> tuple[int, ...] | None:
+    """The model's buffers as the run recorded them (``memory_facts.buffer_bytes``: bytes per
+    dtype, each a broadcast of DDP's before every forward); None where the run recorded none
+    (older records, runs without the memory probe)."""
+    facts = run.metrics.memory_facts
+    got = facts.buffer_bytes if facts is not None else None
+    return tuple(int(b) for b in got) if got is not None else None
+
+
 def recorded_units(run: RunResult) -> tuple[Unit, ...]:
     """FSDP's units as the run's model had them (``memory_facts.unit_bytes``: the rule's
     order, the root last), each with its bytes and, as its share of compute, its share of the

@@ -10,6 +10,7 @@ how pooled runs are resampled and what one run's interval cannot hold.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -55,6 +56,9 @@ class Scenario:
     prefetch: bool = False  # fsdp: collectives on their own stream (CUDA)
     intra: Link = PRESETS["loopback"]
     units: tuple[T.Unit, ...] = ()  # fsdp: the units (bytes, compute share)
+    # ddp: the model's buffers, bytes per dtype, each broadcast before every forward (None:
+    # not known, not priced)
+    buffers: tuple[int, ...] | None = None
 
     @property
     def world(self) -> int:
@@ -124,6 +128,16 @@ def _ring(link: Link, n: int, scale: float, factor: float = 2.0) -> T.Cost:
     return lambda b: scale * (factor * (n - 1) * a + factor * (n - 1) / n * b / bw)
 
 
+def _broadcast(link: Link, n: int, scale: float) -> T.Cost:
+    """A broadcast from one rank as a binomial tree: ``ceil(log2 n)`` hops, each the link's
+    per-hop latency and the whole message at its bandwidth. Over the 1 Gbit + 1 ms link a
+    broadcast of 1.3 kB between 2 ranks took 2.15 ms inside DDP's forward, the fit's hop
+    1.92 ms (docs/COMMUNICATION.md)."""
+    hops = math.ceil(math.log2(n)) if n > 1 else 0
+    a, bw = link.alpha_s, link.bandwidth_byte_s
+    return lambda b: scale * hops * (a + b / bw)
+
+
 def _slowest(sc: Scenario) -> Link:
     links = [sc.link, *(v for r, v in sc.rank_links.items() if r < sc.world)]
     return min(links, key=lambda x: x.bandwidth_gbit_s)
@@ -163,8 +177,13 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
             s.notes.append(f"the all-reduce's CPU time ({cpu * 1e9:.2f} ns per byte, measured "
                            "with the link) taken from the backward it overlaps")
         wake = _wake(s, sc, slow)
-        return (lambda st, k, n: T.ddp_steps(st, buckets, _ring(slow, n, k), cpu,
-                                             k * wake)), rows
+        groups = _buffers_note(s, sc, slow)
+
+        def ddp(st: list[list[T.Compute]], k: float, n: int) -> list[list[T.RankStep]]:
+            each = _broadcast(slow, n, k)
+            bcast = k * wake + sum(each(b) for b in groups) if groups else 0.0
+            return T.ddp_steps(st, buckets, _ring(slow, n, k), cpu, k * wake, bcast)
+        return ddp, rows
     rows = S.without_ddp(s, pass_s)
     if kind == "fsdp":
         units = sc.units or (T.Unit(s.grad_bytes, 1.0),)
@@ -194,6 +213,26 @@ def simulator(sc: Scenario, s: S.RunSample, pass_s: float) -> tuple[Simulator, l
                                               _per_op(slow, "reduce_scatter", n, k),
                                               sc.prefetch, k * wake)), rows
     raise ConfigError(f"no step model for strategy '{sc.strategy}' (ddp, ps, localsgd, fsdp)")
+
+
+def _buffers_note(s: S.RunSample, sc: Scenario, link: Link) -> tuple[int, ...]:
+    """DDP's broadcast of the model's buffers from rank 0 before every forward, one collective
+    per dtype: the groups priced (each as a collective of its bytes on the link, after the
+    idle link's wake), noted; () with one rank or none."""
+    if sc.world < 2:
+        return ()
+    if sc.buffers is None:
+        s.notes.append("ddp: the model's buffers were not recorded (an older run, or no memory "
+                       "probe): DDP's broadcast of them before every forward is not priced")
+        return ()
+    if not sc.buffers:
+        return ()
+    each = _broadcast(link, sc.world, 1.0)
+    s.notes.append(f"ddp: the model's buffers broadcast from rank 0 before every forward, "
+                   f"{len(sc.buffers)} collective(s) (one per dtype: "
+                   f"{', '.join(f'{b:,} B' for b in sc.buffers)}), "
+                   f"{sum(each(b) for b in sc.buffers) * 1e3:.2f} ms on {link.name}")
+    return sc.buffers
 
 
 def _wake(s: S.RunSample, sc: Scenario, link: Link) -> float:

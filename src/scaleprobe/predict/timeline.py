@@ -113,12 +113,14 @@ def _overlap_cpu(buckets: Sequence[Bucket], spans: list[tuple[float, float]], t0
 
 def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
               allreduce_s: Cost, cpu_s_per_byte: float = 0.0,
-              wake_s: float = 0.0) -> list[list[RankStep]]:
+              wake_s: float = 0.0, broadcast_s: float = 0.0) -> list[list[RankStep]]:
     """DDP: ``steps[k][r]`` rank r's compute in step k; ``allreduce_s(bytes)`` the transfer
     of one bucket's all-reduce over every rank. One rank: the compute as measured.
     ``cpu_s_per_byte``: the collective's CPU time per byte on a rank's own cores (a comm fit's,
     on the CPU); the part of it that runs while the rank's backward still computes delays
-    that backward by as much (one pass: the buckets laid out again after it)."""
+    that backward by as much (one pass: the buckets laid out again after it).
+    ``broadcast_s``: the model's buffers broadcast from rank 0 before every forward: every
+    rank's forward starts that long after the last rank has its batch (in its forward)."""
     if not buckets:
         raise ValueError("DDP's timeline needs at least one gradient bucket")
     world = len(steps[0]) if steps else 0
@@ -130,7 +132,11 @@ def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
             c = row[0]
             out.append([RankStep(c.total, c.data, c.h2d, c.forward, c.backward, c.optimizer)])
             continue
-        bw0 = [t[r] + c.before_backward for r, c in enumerate(row)]
+        held = [0.0] * world  # each rank's wait in the buffers' broadcast (in its forward)
+        if broadcast_s > 0:
+            fw0 = [t[r] + c.data + c.h2d for r, c in enumerate(row)]
+            held = [max(fw0) + broadcast_s - f for f in fw0]
+        bw0 = [t[r] + held[r] + c.before_backward for r, c in enumerate(row)]
         ready = [[bw0[r] + b.ready_fraction * c.backward for b in buckets]
                  for r, c in enumerate(row)]
         spans = _spans(buckets, ready, allreduce_s, wake_s)
@@ -147,7 +153,7 @@ def ddp_steps(steps: Sequence[Sequence[Compute]], buckets: Sequence[Bucket],
             end_bwd = max(link, ready[r][-1]) + tails[id(c)]
             wait = link - ready[r][-1]
             end = end_bwd + c.optimizer
-            ranks.append(RankStep(end - t[r], c.data, c.h2d, c.forward,
+            ranks.append(RankStep(end - t[r], c.data, c.h2d, c.forward + held[r],
                                   end_bwd - bw0[r] - wait, c.optimizer, wait))
             t[r] = end
         out.append(ranks)

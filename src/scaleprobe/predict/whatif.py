@@ -105,12 +105,13 @@ def check_grid(grid: Grid) -> None:
 
 def scenario(strategy: str, nproc: int, nnodes: int, spec: str | None,
              average_every: int = 4, prefetch: bool = False,
-             units: tuple[T.Unit, ...] = ()) -> M.Scenario:
+             units: tuple[T.Unit, ...] = (),
+             buffers: tuple[int, ...] | None = None) -> M.Scenario:
     parts = parse_spec(spec)
     base = resolve_link(parts.base, nnodes)
     ranks = {r: resolve_link(x, nnodes) for r, x in parts.per_rank.items()}
     return M.Scenario(strategy, nproc, nnodes, base, ranks, average_every, prefetch,
-                      units=units)
+                      units=units, buffers=buffers)
 
 
 def needed(sample: S.RunSample, sc: M.Scenario, target: float) -> tuple[float | None, str | None]:
@@ -145,6 +146,8 @@ class Grid:
     average_every: int = 4
     prefetch: bool = False
     units: tuple[T.Unit, ...] = ()
+    # the model's buffers, bytes per dtype: DDP's broadcasts (None: not recorded)
+    buffers: tuple[int, ...] | None = None
 
 
 def plan(sample: S.RunSample, grid: Grid, target: float = 0.9,
@@ -159,7 +162,8 @@ def plan(sample: S.RunSample, grid: Grid, target: float = 0.9,
                 for strategy in g.strategies:
                     if n * nodes < traits_of(strategy).min_world:
                         continue
-                    sc = scenario(strategy, n, nodes, spec, g.average_every, g.prefetch, g.units)
+                    sc = scenario(strategy, n, nodes, spec, g.average_every, g.prefetch, g.units,
+                                  g.buffers)
                     s = fresh(sample)
                     pred = M.predict(s, sc)
                     if traits_of(strategy).shards_state:

@@ -48,6 +48,17 @@ def test_adamw_facts_are_exact_counts():
     # every unit in the rule's order, the root last: one all-gather each in an FSDP step
     assert f["unit_bytes"] == [4 * (100 * 200 + 200), 4 * (200 * 10 + 10), 0]
     assert f["master_bytes_per_param"] == 0.0
+    assert f["buffer_bytes"] == []  # no buffers: nothing for DDP to broadcast
+
+
+def test_buffers_are_grouped_by_dtype_as_ddp_broadcasts_them():
+    """BatchNorm's running mean and variance (fp32) and its count (int64), and a bool mask:
+    one broadcast per dtype, in the order the dtypes first occur."""
+    m = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2), nn.BatchNorm1d(2))
+    m.register_buffer("mask", torch.ones(5, dtype=torch.bool))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    f = model_facts(m, opt, lambda model: ([model[0], model[2]], "children"))
+    assert f["buffer_bytes"] == [5, 4 * (8 + 8 + 2 + 2), 8 * 2]
 
 
 def test_sgd_momentum_one_state_and_plain_sgd_none():
