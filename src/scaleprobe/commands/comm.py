@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-rank", type=int, default=0, help="this host's index (0 = rendezvous)")
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of host 0 (several hosts)")
     p.add_argument("--gloo-io", choices=("default", "batch"), default="default",
-                   help="gloo's socket threads, as a run's --set dist.gloo_io sets them: "
+                   help="gloo's socket threads, as a run's --gloo-io sets them: "
                         "measure the link the way the runs it prices will use it")
 
     add_executor_options(p)

@@ -232,13 +232,14 @@ def _epochs(p: Parts, st: LoopState, timer: StepTimer, timers: tuple[Any, Any],
             timing = st.step >= warm
             if timing and st.window_t0 is None:
                 pass_window_gate(lambda: stop.requested)
-                st.window_t0 = time.perf_counter()
-                st.clock_t0 = clock()
-                st.faults_t0 = minor_faults()
-                # every process group exists by now; the threads' policy set, their CPU read
+                # every process group exists by now: gloo's socket threads' policy set and
+                # their CPU read before the window opens, so that none of it is timed
                 set_gloo_io(p.cfg.dist.gloo_io)
                 st.io_tids = threads_named(GLOO_IO_THREAD)
                 st.io_t0 = threads_cpu_s(st.io_tids) if st.io_tids else None
+                st.window_t0 = time.perf_counter()
+                st.clock_t0 = clock()
+                st.faults_t0 = minor_faults()
             tm = timers[0] if timing else timers[1]
             tm.start()
             batch = next(it, None)
