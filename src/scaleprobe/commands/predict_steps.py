@@ -191,7 +191,8 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                                                      *r.prediction.phases.values())))
         u, fig = unit[0], _in(unit)
         t = _table(f"predicted median step ({u}) and speedup in samples/s over the run, "
-                   "95% intervals")
+                   "95% intervals (the run's spread, the link fit's and the model's own "
+                   "error)")
         for col in ("strategy", "processes", f"step {u}", "speedup", "efficiency"):
             t.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
         for r in part:

@@ -2,6 +2,7 @@
 and the figures set beside it; link specs (comm/links.py) and per-rank cables
 (netlab/ranknet.py); the straggler a parameter server names (measure/aggregate.py)."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -15,6 +16,7 @@ from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.measure.aggregate import straggler
 from scaleprobe.predict import check as C
 from scaleprobe.predict import sample as S
+from scaleprobe.predict import stepmodel as M
 from scaleprobe.predict.timeline import Unit
 from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
 
@@ -67,8 +69,10 @@ def test_check_sets_each_measured_run_beside_its_prediction(tmp_path):
     assert [p.run.run_id for p in points] == ["a", "b"]
     a, b = points
     assert a.ratio == pytest.approx(1.0) and b.ratio == pytest.approx(0.85)
-    lo, hi = b.ratio_interval  # predicted 85 (no spread) over measured 100 +- 5%
-    assert lo == pytest.approx(85 / 105) and hi == pytest.approx(85 / 95)
+    # predicted 85 (no spread, the model's own error only) over measured 100 +- 5%
+    lo, hi = b.ratio_interval
+    assert lo == pytest.approx(85 * math.exp(-M.MODEL_SHORTER) / 105)
+    assert hi == pytest.approx(85 * math.exp(M.MODEL_LONGER) / 95)
     assert a.causes() == [] and any("communication measured 55 ms" in c for c in b.causes())
     summ = C.summary(points)
     assert summ.points == 2 and summ.median_abs_error == pytest.approx(0.075)
@@ -230,23 +234,31 @@ def test_pairs_of_one_setting_that_differ_by_more_than_15_percent_keep_their_ord
     assert tie[0].misordered  # a tie does not order them
 
 
-def test_the_interval_holds_the_drift_between_pooled_runs(tmp_path):
+def test_the_interval_holds_the_drift_between_pooled_runs(tmp_path, monkeypatch):
     """Two one-rank runs whose steps agree within each run but sit 20% apart: pooled, the
     two-level bootstrap's interval spans both runs' levels (drawing one run twice is half the
     resamples); steps resampled across the pool only would average them away. One run: its
-    interval is its own spread, and the prediction says the drift is not in it."""
-    from scaleprobe.predict import stepmodel as M
+    interval is its own spread (none here) and the model's error, and the prediction says the
+    drift is not in it."""
     from scaleprobe.predict import whatif as W
 
     fast = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 12, THIRDS, name="fast")
     slow = one_rank_run(tmp_path, [(0.012, 0.036, 0.006)] * 12, THIRDS, name="slow")
     sc = W.scenario("ddp", 2, 1, "loopback")
-    both = M.predict(C.pooled([fast, slow]), sc)
-    lo, hi = both.step_s.lo, both.step_s.hi
     alone_fast = M.predict(C.pooled([fast]), sc)
-    assert lo <= alone_fast.step_s.value * 1.01 and hi >= alone_fast.step_s.value * 1.15
-    assert M.ONE_RUN_NOTE not in both.notes and M.ONE_RUN_NOTE in alone_fast.notes
-    assert alone_fast.step_s.hi < alone_fast.step_s.value * 1.05  # no spread inside one run
+    assert M.ONE_RUN_NOTE in alone_fast.notes
+    assert alone_fast.step_s.hi == pytest.approx(alone_fast.step_s.value
+                                                 * math.exp(M.MODEL_LONGER))
+    with monkeypatch.context() as m:  # the bootstrap's part alone
+        m.setattr(M, "MODEL_LONGER", 0.0)
+        m.setattr(M, "MODEL_SHORTER", 0.0)
+        pool = C.pooled([fast, slow])
+        both = M.predict(pool, sc)
+        flat = M.predict(replace(pool, groups=None), sc)  # steps drawn across the pool
+    v = alone_fast.step_s.value
+    assert both.step_s.lo <= v * 1.01 and both.step_s.hi >= v * 1.15
+    assert flat.step_s.lo > both.step_s.lo * 1.015  # the fast run's level averaged away
+    assert M.ONE_RUN_NOTE not in both.notes
 
 
 def test_fsdp_is_predicted_with_a_collective_per_recorded_unit(tmp_path):

@@ -2,6 +2,7 @@
 what it reads from a run, and predictions checked against hand computations."""
 
 import json
+import math
 
 import pytest
 
@@ -64,12 +65,18 @@ def test_ddp_prediction_is_the_hand_computed_timeline(tmp_path):
     """Every step forward 10, backward 30, optimizer 5, three 1 MB buckets at thirds of
     backward; 20 ms per all-reduce (test_timeline: 85 ms a step). Speedup over the 45 ms
     one-rank step: 2 x 45 / 85 = 1.059, efficiency 53%. No spread in the steps and a given
-    link: the interval is the value."""
+    link: the interval is the model's own error alone, 5% below and 10% above on the log
+    scale (the speedup's the other way round)."""
     s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
     p = M.predict(s, M.Scenario("ddp", 1, 2, SLOW))
     assert p.step_s.value == pytest.approx(85 * MS)
-    assert p.step_s.lo == pytest.approx(85 * MS) and p.step_s.hi == pytest.approx(85 * MS)
+    assert p.step_s.lo == pytest.approx(85 * MS * math.exp(-0.05))
+    assert p.step_s.hi == pytest.approx(85 * MS * math.exp(0.10))
     assert p.speedup.value == pytest.approx(2 * 45 / 85)
+    assert p.speedup.lo == pytest.approx(2 * 45 / 85 * math.exp(-0.10))
+    assert p.speedup.hi == pytest.approx(2 * 45 / 85 * math.exp(0.05))
+    one = M.predict(s, M.Scenario("ddp", 1, 1, SLOW))  # the run itself: no model between
+    assert one.step_s.lo == pytest.approx(45 * MS) == one.step_s.hi
     assert p.efficiency.value == pytest.approx(45 / 85)
     assert p.phases["comm"] == pytest.approx(40 * MS) and p.one_rank_step_s == pytest.approx(
         45 * MS)
@@ -78,12 +85,29 @@ def test_ddp_prediction_is_the_hand_computed_timeline(tmp_path):
 
 def test_a_measured_links_spread_widens_the_interval(tmp_path):
     """The fit's spread 10%: costs 18 ms (low end) and 22 ms (high end) per all-reduce.
-    18: 20-38, 38-56, 56-74, wait 34, step 79. 22: 20-42, 42-64, 64-86, wait 46, step 91."""
+    18: 20-38, 38-56, 56-74, wait 34, step 79. 22: 20-42, 42-64, 64-86, wait 46, step 91.
+    The model's own error is added to each end in quadrature on the log scale."""
     s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
     p = M.predict(s, M.Scenario("ddp", 1, 2, Link("m", 0.4, 0.0, "measured", spread=0.1)))
-    assert p.step_s.lo == pytest.approx(79 * MS) and p.step_s.hi == pytest.approx(91 * MS)
-    assert p.speedup.lo == pytest.approx(2 * 45 / 91) and p.speedup.hi == pytest.approx(
-        2 * 45 / 79)
+    down, up = math.log(85 / 79), math.log(91 / 85)
+    assert p.step_s.lo == pytest.approx(85 * MS * math.exp(-math.hypot(down, 0.05)))
+    assert p.step_s.hi == pytest.approx(85 * MS * math.exp(math.hypot(up, 0.10)))
+    sp = 2 * 45 / 85
+    assert p.speedup.lo == pytest.approx(sp * math.exp(-math.hypot(math.log(91 / 85), 0.10)))
+    assert p.speedup.hi == pytest.approx(sp * math.exp(math.hypot(math.log(85 / 79), 0.05)))
+
+
+def test_the_models_own_error_widens_each_end_and_one_process_is_the_run():
+    """Each end's log distance and the model's error add in quadrature; an end on the wrong
+    side of the value counts as none. One process predicts the run itself: no model error."""
+    lo, hi = M.with_model_error(100.0, 90.0, 120.0, 0.05, 0.10)
+    assert lo == pytest.approx(100 * math.exp(-math.hypot(math.log(100 / 90), 0.05)))
+    assert hi == pytest.approx(100 * math.exp(math.hypot(math.log(1.2), 0.10)))
+    assert 80 < lo < 90 and 120 < hi < 135
+    lo, hi = M.with_model_error(100.0, 101.0, 99.0, 0.05, 0.10)  # both ends misplaced
+    assert lo == pytest.approx(100 * math.exp(-0.05)) and hi == pytest.approx(
+        100 * math.exp(0.10))
+    assert M.with_model_error(0.0, 1.0, 2.0, 0.05, 0.1) == (1.0, 2.0)
 
 
 def test_the_runs_own_spread_gives_an_interval_and_ranks_wait_for_the_slowest(tmp_path):

@@ -112,7 +112,8 @@ def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
                f"{sample.grad_bytes / 1e6:.1f} MB of gradients, step "
                f"{fmt.duration(sample.step_median_s)}; compute drawn from {sample.rows_source}). "
                "Speedup = samples per second over this run's, with its 95% interval (the "
-               "run's own spread and the link fit's), efficiency in brackets. "
+               "run's own spread, the link fit's and the model's own error as validated), "
+               "efficiency in brackets. "
                + " ".join(f"Note: {n}." for n in notes), note=True))
     if caveat:
         s.add(Text(caveat + "."))
