@@ -401,7 +401,8 @@ def refit(a: argparse.Namespace) -> int:
         recs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
         for r in recs:
             if r.get("kind") == "comm" and r.get("rows"):
-                r["fit"] = fit_summary(r["rows"], int(r["world_size"]))
+                r["fit"] = fit_summary(r["rows"], int(r["world_size"]),
+                                       (r.get("settings") or {}).get("gloo_io"))
         f.write_text("".join(json.dumps(r) + "\n" for r in recs))
         print(f"refitted {f.relative_to(out)}")
     return 0 if files else 2

@@ -178,6 +178,21 @@ def test_cpu_fits_take_the_lower_quartile_of_each_sizes_calls():
     assert fit_times(old) == old
 
 
+def test_a_benchmark_with_the_socket_threads_at_sched_batch_is_fitted_from_the_median():
+    """Calls measured with ``--gloo-io batch`` come out in one mode: their fit takes each
+    size's median (six calls of 0.4 ms and four of 0.2 ms: 0.4), not the quartile (0.2)."""
+    from scaleprobe.commands.comm import fit_quantile, fit_summary
+
+    calls = [0.2e-3] * 4 + [0.4e-3] * 6
+    rows = [{"op": "all_reduce", "size_bytes": n, "time_s": 0.4e-3 + n * 1e-9, "cpu_s": 1e-4,
+             "times_s": [t + n * 1e-9 for t in calls]} for n in (1 << 16, 1 << 20, 1 << 24)]
+    assert fit_quantile("batch") == 0.5 and fit_quantile("default") == fit_quantile(None) == 0.25
+    batch = fit_summary(rows, 2, "batch")["all_reduce"]
+    assert batch["alpha_s"] == pytest.approx(0.4e-3, rel=1e-3)
+    assert fit_summary(rows, 2, "default")["all_reduce"]["alpha_s"] == pytest.approx(
+        0.2e-3, rel=1e-3)
+
+
 def test_link_from_results_file(tmp_path):
     from scaleprobe.core.results import append_jsonl
 
