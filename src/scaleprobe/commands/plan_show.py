@@ -39,7 +39,8 @@ def row_json(r: P.Row) -> dict[str, Any]:
                                    else f"per {P.PER_SAMPLES:,.0f} samples"),
             "steps_to_target": _fig(r.steps_to_target),
             "time_to_target_s": _fig(r.time_to_target_s), "scaled_from_batch": r.scaled_from,
-            "one_rank_runs": r.runs, "reason": r.reason, "notes": p.notes if p else []}
+            "one_rank_runs": r.runs, "reason": r.reason,
+            "oversubscribed": bool(p and p.oversubscribed), "notes": p.notes if p else []}
 
 
 def efficiency_claim(r: P.Row) -> CL.Claim:
@@ -220,6 +221,11 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
                 if len(unfit) > MAX_UNFIT_SHOWN else "")
         say(f"does not fit (strategy, devices x batch per device, peak per device): "
             f"{shown}{more}")
+    crowded = [r for r in rows if r.fits and r.prediction and r.prediction.oversubscribed]
+    if crowded:
+        say("left out of the picks, their ranks on one host needing more cores than it has at "
+            "the run's threads per rank (strategy, devices x batch per device): "
+            + ", ".join(f"{r.strategy} {r.devices} x {r.batch}" for r in crowded))
     by: dict[str, list[str]] = {}
     for x in got["largest"]:
         b = x["largest_batch_per_device"]
@@ -234,7 +240,8 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
         if pk is None:
             continue
         if pk.claim is None:
-            say(f"{pk.kind} that fits: {pk.row.label()}: the only configuration that fits")
+            say(f"{pk.kind} that fits: {pk.row.label()}: the only configuration that fits"
+                + (" and is predicted from compute its ranks can have" if crowded else ""))
         else:
             say(pk.claim.text())
     if not any(pk is not None for pk in got["picks"]):

@@ -151,11 +151,13 @@ def _time_fig(v: float | None, lo: float | None, hi: float | None,
 def _needed(r: W.Row, loaded: bool = False) -> str:
     """The slowest link for the target, in a cell that keeps the table in 80 columns: under
     load "unreachable*", the star the caveat under the table ("* measured under load")."""
+    if r.prediction.world < 2:
+        return "-"  # one process: no link
     if r.needed_gbit_s is None:
         return ("unreachable" + ("*" if loaded else "")) if r.needed_reason else "n/a"
     g = r.needed_gbit_s
     if g <= NEEDED_FLOOR_GBIT_S:
-        return f"< {g * 1e3:g} Mbit/s"
+        return f"< {NEEDED_FLOOR_GBIT_S * 1e3:g} Mbit/s"
     return f">= {g:.2f} Gbit/s" if g >= 0.1 else f">= {g * 1e3:.1f} Mbit/s"
 
 
@@ -217,6 +219,9 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                           [f"{r.prediction.strategy} on {r.nnodes * r.nproc} processes, link "
                            f"for {target:.0%}: {r.needed_reason}" for r in rows
                            if r.needed_reason])
+    if any(r.prediction.oversubscribed for r in rows):
+        con.print("  ! not like for like: these ranks on one host need more cores than it has "
+                  "at the run's threads per rank (note below)", markup=False, highlight=False)
     for n in notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
     if caveat:
@@ -224,7 +229,10 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
 
 
 def _where(r: W.Row) -> str:
-    return f"{r.nnodes} x {r.nproc}" if r.nnodes > 1 else str(r.nproc)
+    """The processes, ``!`` after them where their ranks would share the run's cores (the
+    prediction's note says so)."""
+    where = f"{r.nnodes} x {r.nproc}" if r.nnodes > 1 else str(r.nproc)
+    return where + (" !" if r.prediction.oversubscribed else "")
 
 
 def _link_label(run: RunResult) -> str:

@@ -371,7 +371,10 @@ def _thrift(r: Row, to_target: bool) -> M.Figure:
 
 
 def candidates(rows: list[Row]) -> list[Row]:
-    return [r for r in rows if r.fits and r.prediction is not None and r.samples_s.value]
+    """The rows a pick is made from: they fit, and their step was predicted from compute
+    their ranks can have (not ``Prediction.oversubscribed``)."""
+    return [r for r in rows if r.fits and r.prediction is not None and r.samples_s.value
+            and not r.prediction.oversubscribed]
 
 
 def pick(rows: list[Row], kind: str, sources: Callable[[Row], tuple[CL.Source, ...]],

@@ -54,6 +54,7 @@ class RunSample:
     # the interval resamples runs, then steps within them (None: one run)
     groups: tuple[int, ...] | None = None
     on_cpu: bool = True  # its ranks computed on the CPU (the collective's CPU is theirs)
+    cores: int | None = None  # the host's cores the run could use (None: not recorded)
 
     @property
     def has_ddp(self) -> bool:
@@ -147,7 +148,8 @@ def from_run(rec: RunResult) -> RunSample:
                      pass_s_per_byte=pass_s, fresh_s_per_byte=fresh,
                      step_median_s=rec.step_median_s,
                      started_at=rec.started_at,
-                     on_cpu=str(rec.env.get("cuda_available")).lower() != "true")
+                     on_cpu=str(rec.env.get("cuda_available")).lower() != "true",
+                     cores=_int(rec.env.get("cores")))
 
 
 def _int(x: object) -> int | None:

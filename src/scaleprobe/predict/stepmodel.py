@@ -121,6 +121,9 @@ class Prediction:
     comm_free_link_s: float
     threads: int | None
     notes: list[str]
+    # its ranks on one host need more cores than the host has, at the run's threads per rank
+    # (``oversubscribed``): the compute it is drawn from is not theirs
+    oversubscribed: bool = False
 
     def to_dict(self) -> dict[str, object]:
         out = dict(self.__dict__)
@@ -303,8 +306,13 @@ class Run:
 
 
 def _simulate(sim: Simulator, rows: Sequence[T.Compute], sc: Scenario, steps: int,
-              scale: float, rng: np.random.Generator) -> Run:
-    return Run(_head(sim(_draw(rows, steps, sc.trainers, rng), scale, sc.world)))
+              scale: float, rng: np.random.Generator, every_row: bool = False) -> Run:
+    """``steps`` steps drawn from ``rows`` per training rank; with one training rank and
+    ``every_row``, each row once instead (no rank waits for another: the rows as they are,
+    without the draw's noise: a heavy-tailed run's mean over 200 draws moved by 8%)."""
+    drawn = ([[r] for r in rows] if every_row and sc.trainers == 1
+             else _draw(rows, steps, sc.trainers, rng))
+    return Run(_head(sim(drawn, scale, sc.world)))
 
 
 def _phases(head: list[T.RankStep], median: float) -> dict[str, float]:
@@ -332,11 +340,14 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
                        "run measured no first-touch cost): low for buffers over 32 MiB")
     sim, rows = simulator(sc, s, pass_s)
     _straggler_note(s, sc)
+    crowded = oversubscribed(s, sc)
+    if crowded:
+        s.notes.append(crowded)
     if sc.world > 1:  # a fit measured under load: said with every prediction it prices
         s.notes.extend(x.caveat for x in (sc.link, *sc.rank_links.values()) if x.caveat)
     rng = np.random.default_rng(seed)
     one = [c.total for c in s.rows]  # the run as measured: every strategy's baseline
-    run = _simulate(sim, rows, sc, SIM_STEPS, 1.0, rng)
+    run = _simulate(sim, rows, sc, SIM_STEPS, 1.0, rng, every_row=True)
     step = run.median
     groups = s.groups if s.groups is not None and len(s.groups) == len(rows) else None
     if groups is None and sc.world > 1:
@@ -349,7 +360,8 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
         ratio[1:] = with_model_error(ratio[0], ratio[1], ratio[2], MODEL_LONGER, MODEL_SHORTER)
     sp = Figure(*ratio)
     eff = Figure(*(v / sc.world for v in ratio))
-    free = _simulate(sim, rows, sc, SIM_STEPS, FREE, rng) if sc.world > 1 else run
+    free = (_simulate(sim, rows, sc, SIM_STEPS, FREE, rng, every_row=True) if sc.world > 1
+            else run)
     slow = _slowest(sc)
     return Prediction(
         strategy=sc.strategy, world=sc.world, trainers=sc.trainers, link=slow.name,
@@ -357,7 +369,23 @@ def predict(s: S.RunSample, sc: Scenario, seed: int = 0,
         step_s=Figure(step, step_lo, step_hi), step_mean_s=run.mean, one_rank_step_s=float(
             np.median(one)), speedup=sp, efficiency=eff, phases=_phases(run.head, step),
         comm_busy_s=_busy(sim, sc), comm_free_link_s=_phases(free.head, free.median)["comm"],
-        threads=s.threads, notes=list(dict.fromkeys(s.notes)))
+        threads=s.threads, notes=list(dict.fromkeys(s.notes)), oversubscribed=bool(crowded))
+
+
+def oversubscribed(s: S.RunSample, sc: Scenario) -> str | None:
+    """Why ``sc``'s ranks cannot compute as the CPU run ``s`` did, or None: ``nproc`` of them
+    on one host, at the run's threads each, need more cores than the run's host has. They
+    would share cores the run had to itself, and the prediction, drawn from its steps, is
+    not theirs (a like-for-like basis: a one-rank run at the threads each would get)."""
+    if not s.on_cpu or not s.threads or not s.cores or sc.nproc * s.threads <= s.cores:
+        return None
+    each = s.cores // sc.nproc
+    where = (f"a one-rank run with --set dist.threads_per_rank={each} is the like-for-like "
+             "basis" if each >= 1 else "more processes than cores: no run of one rank is "
+             "like them")
+    return (f"{sc.nproc} processes x {s.threads} thread(s) on a host of {s.cores} "
+            f"core{'s' if s.cores > 1 else ''}, as the run had them: its ranks would share cores the run had to itself and compute "
+            f"slower than it did, which this prediction does not hold ({where})")
 
 
 def with_model_error(value: float, lo: float, hi: float, below: float,

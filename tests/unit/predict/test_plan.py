@@ -211,10 +211,10 @@ def test_efficiency_claim_says_when_its_interval_holds_100_percent(lo, hi, runs,
     assert c.cell(markdown=False).startswith("90% [80%, ")
 
 
-def _row(strategy, devices, sps, lo, hi, runs=2, batch=32):
+def _row(strategy, devices, sps, lo, hi, runs=2, batch=32, crowded=False):
     r = P.Row(strategy, devices, 1, batch, MM.Point(strategy, devices, batch, {"params": 1}),
               10 * MB, runs=runs)
-    r.prediction = object()  # a row that fits and was predicted
+    r.prediction = SimpleNamespace(oversubscribed=crowded)  # it fits and was predicted
     r.samples_s = M.Figure(sps, lo, hi)
     return r
 
@@ -233,6 +233,16 @@ def test_fastest_against_its_runner_up_with_the_two_intervals():
     assert (iv.lo, iv.hi) == pytest.approx((280 / 260, 320 / 240))
     assert pk.claim.verdict == "fastest that fits"
     assert [s.run for s in pk.claim.sources] == ["run-ddp", "run-fsdp"]
+
+
+def test_a_row_whose_ranks_would_share_the_runs_cores_is_no_pick():
+    """8 ranks of the run's threads on its host need more cores than it has: predicted from
+    compute they cannot have, the row is shown but neither picked nor the runner-up."""
+    rows = [_row("ddp", 2, 180, 170, 190), _row("ddp", 8, 900, 850, 950, crowded=True),
+            _row("ddp", 1, 100, 95, 105)]
+    pk = P.pick(rows, CL.FASTEST, _src)
+    assert (pk.row.devices, pk.runner_up.devices) == (2, 1)
+    assert [r.devices for r in P.candidates(rows)] == [2, 1]
 
 
 def test_overlapping_intervals_are_not_resolved_and_one_run_decides_nothing():
@@ -359,6 +369,30 @@ def test_plan_json_gives_every_row_and_the_picks(tmp_path, capsys):
     assert out["picks"]["cheapest"]["row"] == {"strategy": "ddp", "devices": 1,
                                                "batch_per_device": 32}
     assert out["from"]["memory_caveat"] is None  # from a single run: like for like
+
+
+def test_a_plan_on_the_cpu_leaves_out_rows_whose_ranks_would_share_the_runs_cores(
+        tmp_path, capsys):
+    """A one-rank CPU run of 2 threads on a 2-core host: 2 processes there would need 4
+    cores. The row is predicted and shown, said to be left out, and not picked."""
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    rec["env"].update(threads=2, cores=2)
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    args = ["plan", "--from", run, "--device-memory", "80GiB", "--nproc", "1,2",
+            "--strategy", "ddp"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["devices"]: r for r in out["rows"]}
+    assert rows[2]["oversubscribed"] and not rows[1]["oversubscribed"]
+    assert rows[2]["step_s"]["value"] is not None
+    assert any("threads_per_rank=1" in n for n in rows[2]["notes"])
+    assert out["picks"]["fastest"]["row"]["devices"] == 1
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "left out of the picks, their ranks on one host needing more cores" in said
+    assert "ddp 2 x 32" in said
+    assert "the only configuration that fits and is predicted from compute its ranks" in said
 
 
 def test_a_plan_from_a_one_rank_fsdp_run_says_its_memory_is_high(tmp_path, capsys):

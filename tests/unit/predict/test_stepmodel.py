@@ -3,6 +3,7 @@ what it reads from a run, and predictions checked against hand computations."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -95,6 +96,37 @@ def test_a_measured_links_spread_widens_the_interval(tmp_path):
     sp = 2 * 45 / 85
     assert p.speedup.lo == pytest.approx(sp * math.exp(-math.hypot(math.log(91 / 85), 0.10)))
     assert p.speedup.hi == pytest.approx(sp * math.exp(math.hypot(math.log(85 / 79), 0.05)))
+
+
+def test_ranks_that_need_more_cores_than_the_runs_host_are_flagged(tmp_path):
+    """A CPU run of 2 threads on a 2-core host: 2 processes on that host would need 4 cores,
+    so the prediction says its compute is not theirs and names the like-for-like basis (1
+    thread each); 1 process on each of 2 hosts has its cores; 8 processes on 2 cores have
+    no like-for-like run; a GPU run's ranks each have their device."""
+    s = S.from_run(one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS))
+    s = replace(s, threads=2, cores=2, on_cpu=True)
+    two = M.predict(s, M.Scenario("ddp", 2, 1, SLOW))
+    assert two.oversubscribed
+    note = next(n for n in two.notes if "processes x" in n)
+    assert note.startswith("2 processes x 2 thread(s) on a host of 2 cores")
+    assert "--set dist.threads_per_rank=1" in note
+    s = replace(s, notes=[])
+    assert not M.predict(s, M.Scenario("ddp", 1, 2, SLOW)).oversubscribed
+    eight = M.oversubscribed(replace(s, threads=1), M.Scenario("ddp", 8, 1, SLOW))
+    assert eight is not None and "more processes than cores" in eight
+    assert M.oversubscribed(replace(s, on_cpu=False), M.Scenario("ddp", 8, 1, SLOW)) is None
+    assert M.oversubscribed(replace(s, cores=None), M.Scenario("ddp", 8, 1, SLOW)) is None
+
+
+def test_one_training_rank_lays_out_every_step_once(tmp_path):
+    """One process is the run itself: its mean step is the run's, not that of 200 draws from
+    it (19 steps of 45 ms and one of 445: the mean 65 ms; the draws' mean wanders with how
+    often they hit the long step), so its speedup is 1."""
+    rows = [(0.01, 0.03, 0.005)] * 19 + [(0.01, 0.43, 0.005)]
+    s = S.from_run(one_rank_run(tmp_path, rows, THIRDS))
+    for seed in (0, 1, 2):
+        p = M.predict(s, M.Scenario("ddp", 1, 1, SLOW), seed=seed)
+        assert p.step_mean_s == pytest.approx(0.065) and p.speedup.value == pytest.approx(1.0)
 
 
 def test_the_models_own_error_widens_each_end_and_one_process_is_the_run():
