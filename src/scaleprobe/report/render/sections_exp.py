@@ -97,7 +97,8 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
         if cut:
             s.add(Text(cut, note=True))
     kind = rows[0]["memory_kind"] if rows else "host"
-    notes = [f"Peak memory: {kind} memory. Every figure of a row is the median over the "
+    notes = [f"Peak memory: {B.MEMORY_WORDS.get(kind, kind + ' memory')}. Every figure of a "
+             "row is the median over the "
              "point's repeats (with an even number, the mean of the middle two). Growth compares each point with the "
              "previous one that finished, paired over every repeat."]
     if any(r.get("epoch_basis") == "window" for r in rows if r["status"] == "ok"):

@@ -20,6 +20,7 @@ from scaleprobe.core import metrics as M
 from scaleprobe.core.record import Record
 from scaleprobe.core.result_model import BATCH_AXES, RunResult
 from scaleprobe.measure.aggregate import projected_epoch_s
+from scaleprobe.predict import memmodel as MM
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.tables import critical as C
 from scaleprobe.report.tables import time_to_target as T
@@ -42,8 +43,46 @@ def device_memory(r: RunResult) -> float | None:
     return r.metrics.peak_mem_bytes.device_peak()
 
 
+def tensor_memory(r: RunResult) -> float | None:
+    """On the CPU: the tensor bytes live at the step's peak, as the run's probe step read them
+    at its own batch (held parameters and optimizer state, the batch, and the allocator's
+    peak over forward, backward and the optimizer step: ``memmodel.measured_peak``). What a
+    batch size moves, and the same in every repeat: the process's resident memory beside it
+    also holds what glibc's allocator keeps or gives back, which moves from one fresh process
+    to the next (docs/REPORTS.md, "Memory taken afresh every step"). None on CUDA (the
+    device's own peak is the figure there) or without the probe."""
+    if str(r.env.get("cuda_available")).lower() == "true":
+        return None
+    f, sb = r.metrics.memory_facts, r.metrics.state_bytes
+    if f is None or sb is None or not f.batch_sizes or f.batch_sizes[0] != r.batch.per_device:
+        return None
+    got, _ = MM.measured_peak(f, sb.params_bytes, sb.grads_bytes, sb.optimizer_bytes, None)
+    return got
+
+
+MEMORY_FIGURES = {"device": device_memory, "tensor": tensor_memory, "host": host_memory}
+# what each kind is, in the words under the table
+MEMORY_WORDS = {
+    "device": "device memory", "host": "host memory",
+    "tensor": ("the CPU's tensor bytes at the step's peak (held parameters and optimizer "
+               "state, the batch, and the allocator's peak over forward, backward and the "
+               "optimizer step, as each run's probe step read them at its batch; the same in "
+               "every repeat), with the process's resident peak in brackets"),
+}
+
+
 def memory_figure(kind: str) -> Any:
-    return device_memory if kind == "device" else host_memory
+    return MEMORY_FIGURES.get(kind, host_memory)
+
+
+def memory_kind(ok: Sequence[RunResult]) -> str:
+    """The peak memory a batch table compares: the device's where every run (and repeat) has
+    it, else the CPU's tensor bytes where every one has them, else the host's."""
+    every = [x for r in ok for x in P.repeats_of(r)]
+    for kind in ("device", "tensor"):
+        if every and all(memory_figure(kind)(x) is not None for x in every):
+            return kind
+    return "host"
 
 
 def _projected(r: RunResult) -> bool:
@@ -140,7 +179,7 @@ def batch_table(records: list[Record]) -> list[BatchRow]:
     for label, recs in point_groups(sweep_runs(records), BATCH_AXES).items():
         recs = sorted(recs, key=lambda r: (r.batch_size is None, r.batch_size or 0))
         ok = [r for r in recs if r.status == "ok"]
-        mem_kind = "device" if ok and all(device_memory(r) is not None for r in ok) else "host"
+        mem_kind = memory_kind(ok)
         basis = epoch_basis(ok)
         fig = EPOCH_BASES[basis]
         kinds = {_epoch_kind(x) for r2 in ok for x in P.repeats_of(r2)}
@@ -174,8 +213,9 @@ def _mem_interval(a: RunResult, b: RunResult, mem_kind: str) -> M.Interval | Non
     three repeats, 2026-11-25), so its growth is an estimate as the epoch time's is; with one
     repeat there is no spread to tell, and the point estimate stands alone."""
     av, bv, _, _ = P.paired(a, b, memory_figure(mem_kind))
-    if sum(1 for x, y in zip(av, bv, strict=False) if x and y) < 2:
-        return None
+    ratios = [y / x for x, y in zip(av, bv, strict=False) if x and y]
+    if len(ratios) < 2 or max(ratios) - min(ratios) <= 1e-9 * max(ratios):
+        return None  # one pair, or the same ratio in every repeat (tensor bytes): exact
     return M.ratio_interval(av, bv)
 
 
@@ -251,6 +291,8 @@ def batch_cells(row: BatchRow) -> list[str]:
     total = row.get("peak_host_total_bytes")
     if row["memory_kind"] == "host" and total and total != row["peak_mem_bytes"]:
         mem += f" net ({fmt.bytes_(total)} total)"
+    elif row["memory_kind"] == "tensor":
+        mem += " tensors" + (f" ({fmt.bytes_(total)} host)" if total else "")
     return head + [
         mem, growth_cell(row["mem_growth"], row.get("mem_interval")),
         epoch_text(row),

@@ -57,7 +57,7 @@ def _steps(rows: list[BatchRow]) -> list[BatchStep]:
             eg, mg, iv = row["epoch_growth"], row["mem_growth"], row["epoch_interval"]
             miv = row["mem_interval"]
             verdict = pays(iv, mg, miv)
-            text = _step_text(iv, mg, miv)
+            text = _step_text(iv, mg, miv, exact=row["memory_kind"] == "tensor")
             if verdict is not True:
                 text += _at_peak(prev, row)
             # the step's claim stands on both points' runs: their load rides on it
@@ -91,27 +91,30 @@ def _at_peak(row: BatchRow, nxt: BatchRow | None = None,
             "larger batch cannot cut the compute per sample, only the rest of the step)")
 
 
-def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None = None) -> str:
+def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None = None,
+               exact: bool = False) -> str:
     if iv is None or mg is None:
         return "cannot tell: " + ("no epoch-time spread" if mg is not None
                                   else "no memory figure")
     c = CL.batch_step(iv, mg, miv)
     if c.decided:  # with the interval it was decided on
-        return f"{c.verdict} (epoch-time ratio {iv.short(ref=None)}, {bar_text(mg, miv)})"
+        return (f"{c.verdict} (epoch-time ratio {iv.short(ref=None)}, "
+                f"{bar_text(mg, miv, exact)})")
     bar = 1.0 - mg
-    return CL.undecided(iv, bar, f"epoch-time ratio ({bar_text(mg, miv)})",
+    return CL.undecided(iv, bar, f"epoch-time ratio ({bar_text(mg, miv, exact)})",
                             need=_repeats_to_decide(iv, mg, miv))
 
 
-def bar_text(mg: float, miv: M.Interval | None = None) -> str:
+def bar_text(mg: float, miv: M.Interval | None = None, exact: bool = False) -> str:
     """The bar an epoch-time ratio must pass, ``pays below 1 - memory growth = 0.62x``, and
     its range over memory's own interval; never a ratio of 0 or below (memory that more than
     doubled leaves no epoch time that could pay) and never the numbers of an interval too
-    wide to mean anything."""
+    wide to mean anything. ``exact``: the memory figure is the same in every repeat (the
+    CPU's tensor bytes), with no true growth other than the one measured."""
     bar = 1.0 - mg
     if bar <= 0:
-        text = (f"memory grew {fmt.signed_pct(mg)}, more than epoch time can fall, so it pays "
-                "only if memory's true growth is below +100%")
+        text = (f"memory grew {fmt.signed_pct(mg)}, more than epoch time can fall"
+                + ("" if exact else ", so it pays only if memory's true growth is below +100%"))
     else:
         text = f"pays below 1 - memory growth = {bar:.2f}x"
     if miv is None or not miv.lo < miv.hi:

@@ -102,6 +102,47 @@ def test_most_efficient_is_picked_on_the_figure_its_intervals_compare():
     assert rec["most_efficient"]["samples_per_s_per_gib"] == pytest.approx(100.0)
 
 
+def _cpu_sweep(probe_every_repeat: bool = True) -> list[dict]:
+    """Batch 16 and 32 on the CPU, three repeats each: the probe's tensor bytes the same in
+    every repeat, the process's resident memory not (glibc keeps or gives back)."""
+    MB = 1_000_000
+    recs = []
+    for r, rss in enumerate((1.0, 1.6, 0.8)):
+        for bs in (16, 32):
+            rec = run(f"c{bs}r{r}", batch=bs, experiment=sweep_point("cpu", batch_size=bs,
+                                                                     repeat=r),
+                      host_mem=int(bs * 3 * MB * rss))
+            if probe_every_repeat or r < 2:
+                rec["metrics"]["memory_facts"] = {
+                    "batch_sizes": [bs, bs // 2], "input_bytes": bs * 1000,
+                    "fwd_bwd_peak_bytes": [bs * 625_000, bs * 312_500],
+                    "optimizer_peak_bytes": [0, 0]}
+                rec["metrics"]["state_bytes"] = {"params_bytes": 4 * MB, "grads_bytes": 4 * MB,
+                                                 "optimizer_bytes": 4 * MB}
+            recs.append(rec)
+    return recs
+
+
+def test_cpu_runs_with_the_probe_compare_their_tensor_bytes():
+    """On the CPU the batch table compares the tensor bytes at the step's peak (parameters 4
+    MB + optimizer state 4 MB + the batch + the forward/backward peak: 18.016 MB at 16,
+    28.032 MB at 32): exact, the same in every repeat, so its growth has no interval; the
+    resident peak, which moves from repeat to repeat, is shown beside it."""
+    rows = B.batch_table(_cpu_sweep())
+    assert [r["memory_kind"] for r in rows] == ["tensor", "tensor"]
+    assert rows[0]["peak_mem_bytes"] == 18_016_000 and rows[1]["peak_mem_bytes"] == 28_032_000
+    assert rows[1]["mem_growth"] == pytest.approx(28.032 / 18.016 - 1)
+    assert rows[1]["mem_interval"] is None
+    cell = B.batch_cells(rows[1])
+    assert re.fullmatch(r"26\.7 MiB tensors \(\d+(\.\d)? MiB host\)", cell[2]), cell[2]
+    assert cell[3] == "+56%"
+    # a growth measured exactly has no "true growth" other than itself
+    assert "true growth" in BR.bar_text(1.5) and "true growth" not in BR.bar_text(1.5, None,
+                                                                                  exact=True)
+    # one repeat without the probe: the host's resident memory for the whole table
+    assert B.batch_table(_cpu_sweep(probe_every_repeat=False))[0]["memory_kind"] == "host"
+
+
 def test_host_memory_used_when_no_device_memory():
     rows = B.batch_table(_batch_sweep(device=False))
     assert rows[0]["memory_kind"] == "host"
