@@ -18,6 +18,7 @@ from scaleprobe.core.fmt import bytes_, duration, rate, repeat_label
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.experiments.spec import Point, describe
 from scaleprobe.measure.progress import progress_bar, read_point_progress
+from scaleprobe.predict.memmodel import cpu_tensor_peak
 
 STYLE = {"ok": "green", "oom": "yellow", "skipped": "yellow"}
 LINE_EVERY_S = 60.0  # without a live bar (output to a file or pipe): a line this often
@@ -145,8 +146,13 @@ class SweepProgress:
         status = rec.status
         if status == "ok":
             peak = rec.metrics.peak_mem_bytes
+            tensors = cpu_tensor_peak(rec)
             if peak.device_allocated is not None:
                 mem = f"{bytes_(peak.device_allocated)} device"
+            elif tensors is not None:  # what the batch table compares on the CPU
+                host = peak.host_net if peak.host_net is not None else peak.host
+                mem = f"{bytes_(tensors)} tensors ({bytes_(host)} host" + (
+                    " net)" if peak.host_net is not None else ")")
             elif peak.host_net is not None:
                 mem = f"{bytes_(peak.host_net)} host net of the baseline"
             else:

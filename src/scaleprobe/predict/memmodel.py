@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.run_metrics import MemoryFacts
 from scaleprobe.core.traits import known
 
@@ -291,6 +292,20 @@ def measured_peak(f: MemoryFacts, params: int | None, grads: int | None,
     step = max(fb[0], (grads or 0) + (opt[0] if opt else 0))
     return base + step, ("CPU: tensors live before the probe step (held parameters, "
                          "optimizer state, the batch) + the profiler's peak above them")
+
+
+def cpu_tensor_peak(r: RunResult) -> int | None:
+    """A CPU run's tensor bytes at the step's peak, as its probe step read them at the run's
+    own batch (``measured_peak`` from its facts and held state); None on CUDA (the device's
+    own peak is the figure there), without the probe, or where the probe's first batch is
+    not the run's."""
+    if str(r.env.get("cuda_available")).lower() == "true":
+        return None
+    f, sb = r.metrics.memory_facts, r.metrics.state_bytes
+    if f is None or sb is None or not f.batch_sizes or f.batch_sizes[0] != r.batch.per_device:
+        return None
+    got, _ = measured_peak(f, sb.params_bytes, sb.grads_bytes, sb.optimizer_bytes, None)
+    return got
 
 
 def ratio(predicted: int, measured: int | None) -> float | None:

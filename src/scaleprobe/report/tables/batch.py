@@ -46,18 +46,12 @@ def device_memory(r: RunResult) -> float | None:
 def tensor_memory(r: RunResult) -> float | None:
     """On the CPU: the tensor bytes live at the step's peak, as the run's probe step read them
     at its own batch (held parameters and optimizer state, the batch, and the allocator's
-    peak over forward, backward and the optimizer step: ``memmodel.measured_peak``). What a
+    peak over forward, backward and the optimizer step: ``memmodel.cpu_tensor_peak``). What a
     batch size moves, and the same in every repeat: the process's resident memory beside it
     also holds what glibc's allocator keeps or gives back, which moves from one fresh process
     to the next (docs/REPORTS.md, "Memory taken afresh every step"). None on CUDA (the
     device's own peak is the figure there) or without the probe."""
-    if str(r.env.get("cuda_available")).lower() == "true":
-        return None
-    f, sb = r.metrics.memory_facts, r.metrics.state_bytes
-    if f is None or sb is None or not f.batch_sizes or f.batch_sizes[0] != r.batch.per_device:
-        return None
-    got, _ = MM.measured_peak(f, sb.params_bytes, sb.grads_bytes, sb.optimizer_bytes, None)
-    return got
+    return MM.cpu_tensor_peak(r)
 
 
 MEMORY_FIGURES = {"device": device_memory, "tensor": tensor_memory, "host": host_memory}
