@@ -148,8 +148,11 @@ def _table(title: str, cols: list[str]) -> Any:
 
 
 def _head(r: P.Row) -> list[str]:
+    """Strategy, devices (``!``: left out of the picks, its ranks would share the run's
+    cores) and batch (``*``: not measured)."""
     mark = "*" if r.scaled_from is not None else ""
-    return [r.strategy, str(r.devices), f"{r.batch}{mark}"]
+    crowded = " !" if r.prediction is not None and r.prediction.oversubscribed else ""
+    return [r.strategy, f"{r.devices}{crowded}", f"{r.batch}{mark}"]
 
 
 def print_plan(got: dict[str, Any], caveat: str) -> None:
@@ -223,7 +226,7 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
             f"{shown}{more}")
     crowded = [r for r in rows if r.fits and r.prediction and r.prediction.oversubscribed]
     if crowded:
-        say("left out of the picks, their ranks on one host needing more cores than it has at "
+        say("! left out of the picks, their ranks on one host needing more cores than it has at "
             "the run's threads per rank (strategy, devices x batch per device): "
             + ", ".join(f"{r.strategy} {r.devices} x {r.batch}" for r in crowded))
     by: dict[str, list[str]] = {}

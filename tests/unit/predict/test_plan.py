@@ -2,6 +2,7 @@
 a hand computation, the picks' claims and their words, and each bad flag one line, exit 2."""
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -390,7 +391,8 @@ def test_a_plan_on_the_cpu_leaves_out_rows_whose_ranks_would_share_the_runs_core
     assert out["picks"]["fastest"]["row"]["devices"] == 1
     assert main(args) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "left out of the picks, their ranks on one host needing more cores" in said
+    assert "! left out of the picks, their ranks on one host needing more cores" in said
+    assert re.search(r"ddp\s+2 !\s+32", said)
     assert "ddp 2 x 32" in said
     assert "the only configuration that fits and is predicted from compute its ranks" in said
 
