@@ -208,9 +208,10 @@ def oversubscribed(s: S.RunSample, sc: Scenario) -> str | None:
     where = (f"a one-rank run with --set dist.threads_per_rank={each} is the like-for-like "
              "basis" if each >= 1 else "more processes than cores: no run of one rank is "
              "like them")
-    return (f"{sc.nproc} processes x {s.threads} thread(s) on a host of {s.cores} "
-            f"core{'s' if s.cores > 1 else ''}, as the run had them: its ranks would share cores the run had to itself and compute "
-            f"slower than it did, which this prediction does not hold ({where})")
+    cores = f"{s.cores} core{'s' if s.cores > 1 else ''}"
+    return (f"{sc.nproc} processes x {s.threads} thread(s) on a host of {cores}, as the run "
+            "had them: its ranks would share cores the run had to itself and compute slower "
+            f"than it did, which this prediction does not hold ({where})")
 
 
 def with_model_error(value: float, lo: float, hi: float, below: float,
