@@ -35,13 +35,68 @@ from scaleprobe.report.tables.rows import LoaderRow, WorkersPick
 
 
 def batch_verdicts(eid: str, recs: list[Record]) -> list[Verdict]:
-    """The fastest batch size, told apart from every other of its group or not."""
+    """The fastest batch size, told apart from every other of its group or not; then the
+    largest batch size worth its memory (``worth_verdict``)."""
     rec = BR.recommend_batch(recs)
-    fast = rec["fastest"]
-    folder = RC.folder_of(recs)
-    if fast is None:
+    if rec["fastest"] is None:
         return [Verdict(f"Batch size ({eid}): no batch size finished", "0 points finished",
                         "-", "see Findings: why each point failed", ERROR)]
+    worth = worth_verdict(eid, recs, rec)
+    return _fastest_verdicts(eid, recs, rec) + ([worth] if worth is not None else [])
+
+
+def worth_verdict(eid: str, recs: list[Record], rec: Any) -> Verdict | None:
+    """The largest batch size worth its memory, in the fastest's group: from its smallest
+    batch size up, each step that paid (epoch time fell faster than memory grew, the batch
+    rule) moves it up; the first that did not pay stops it there (decided); a step the
+    intervals cannot decide leaves it inconclusive, with the repeats that would. None with
+    fewer than two batch sizes finished."""
+    group = rec["fastest"]["group"]
+    steps = [s for s in rec["steps"] if s["group"] == group]
+    if not steps:
+        return None
+    rows = {r["batch_size"]: r for r in B.batch_table(recs)
+            if r["group"] == group and r["status"] == "ok"}
+    worth = steps[0]["from"]
+    for s in steps:
+        if s["pays"] is True:
+            worth = s["to"]
+            continue
+        iv = M.interval_of(s["epoch_interval"])
+        miv = M.interval_of(s["mem_interval"])
+        exact = rows[s["to"]]["memory_kind"] == "tensor" if s["to"] in rows else False
+        number = (f"{s['from']} -> {s['to']}: epoch time {fmt.growth(s['epoch_growth'])}, "
+                  f"memory {s['mem_growth_text']}")
+        why = (f"epoch-time ratio {iv.text() if iv else 'no spread'}; "
+               f"{BR.bar_text(s['mem_growth'], miv, exact)}"
+               if s["mem_growth"] is not None else "no memory figure")
+        if s["pays"] is False:
+            use = RC.run_command(rows[worth]["record"], {"batch_size": worth}) \
+                if worth in rows else "see Sweeps"
+            return Verdict(f"Batch {worth} is the largest worth its memory ({eid}): "
+                           f"{s['from']} -> {s['to']} does not pay", number, why,
+                           f"where memory is the limit, use it: {use}", DECIDED)
+        need = BR.step_repeats_to_decide(iv, s["mem_growth"], miv) if iv else None
+        return Verdict(f"Batch size worth its memory ({eid}): {CL.INCONCLUSIVE} at "
+                       f"{s['from']} -> {s['to']}", number, why,
+                       to_decide(need, iv, _sweep_again(eid, recs), recs), UNDECIDED)
+    last = steps[-1]
+    return Verdict(f"Every step up paid ({eid}): batch {worth}, the largest measured, is worth "
+                   "its memory", f"{last['from']} -> {last['to']}: epoch time "
+                   f"{fmt.growth(last['epoch_growth'])}, memory {last['mem_growth_text']}",
+                   "each step's epoch-time interval below its bar (see Sweeps)",
+                   "a larger batch may pay too: add larger batch sizes to the sweep", DECIDED)
+
+
+def _sweep_again(eid: str, recs: list[Record]) -> Any:
+    """The command that runs sweep ``eid`` again with ``n`` repeats."""
+    folder, spec = RC.folder_of(recs), RC.spec_of(recs)
+    return lambda n: RC.rerun("sweep", eid, folder, n, spec)
+
+
+def _fastest_verdicts(eid: str, recs: list[Record], rec: Any) -> list[Verdict]:
+    fast = rec["fastest"]
+    folder = RC.folder_of(recs)
     table = [r for r in B.batch_table(recs) if r["group"] == fast["group"]]
     others = [r for r in table if r["status"] == "ok" and r["batch_size"] != fast["batch_size"]]
     fig = B.EPOCH_BASES[fast["epoch_basis"]]

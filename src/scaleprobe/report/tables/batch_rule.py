@@ -102,7 +102,7 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
                 f"{bar_text(mg, miv, exact)})")
     bar = 1.0 - mg
     return CL.undecided(iv, bar, f"epoch-time ratio ({bar_text(mg, miv, exact)})",
-                            need=_repeats_to_decide(iv, mg, miv))
+                            need=step_repeats_to_decide(iv, mg, miv))
 
 
 def bar_text(mg: float, miv: M.Interval | None = None, exact: bool = False) -> str:
@@ -128,7 +128,8 @@ def bar_text(mg: float, miv: M.Interval | None = None, exact: bool = False) -> s
                    else f"; up to {hi:.2f}x over memory's interval")
 
 
-def _repeats_to_decide(iv: M.Interval, mg: float, miv: M.Interval | None) -> int | None:
+def step_repeats_to_decide(iv: M.Interval, mg: float,
+                           miv: M.Interval | None) -> int | None:
     """The repeats after which the rule would decide, if both the epoch-time ratio and the
     memory ratio kept their estimates and spreads: both intervals narrow with more repeats
     (the epoch interval alone can clear the bar at memory's estimate while memory's

@@ -79,6 +79,29 @@ def test_an_inconclusive_verdict_says_which_repeats_would_decide(tmp_path):
     assert "repeats would" not in row[3] and len(re.findall(r"\d+ repeats", row[4])) == 1
 
 
+def test_the_largest_batch_worth_its_memory_is_a_verdict_of_its_own(tmp_path):
+    """Memory +20% a step (1.25 -> 1.5 -> 1.75 GiB): the bar is 0.80x (and 0.83x). 16 -> 32
+    halves the epoch (pays), 32 -> 48 saves 5% (does not): batch 32 is the largest worth its
+    memory, decided, with the step that stopped it, its interval and the command to use it.
+    With the last step paying too, the largest measured is named and a larger one suggested;
+    with noise across the bar, inconclusive with the repeats that would decide."""
+    rows, _ = _headline(_batch("w", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0, 48: 49.4}),
+                        tmp_path / "a")
+    row = next(r for r in rows if "worth its memory" in r[1])
+    assert row[1] == "Batch 32 is the largest worth its memory (w): 32 -> 48 does not pay"
+    assert row[2].startswith("32 -> 48: epoch time -5%, memory +17%")
+    assert re.search(r"epoch-time ratio 0\.9\dx \[0\.\d\d, 0\.\d\d\], 3 repeats; pays below "
+                     r"1 - memory growth = 0\.83x", row[3]), row[3]
+    assert "--set train.batch_size=32" in row[4]
+    rows, _ = _headline(_batch("p", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0}), tmp_path / "b")
+    row = next(r for r in rows if "(p)" in r[1] and "paid" in r[1])
+    assert row[1] == "Every step up paid (p): batch 32, the largest measured, is worth its memory"
+    rows, _ = _headline(_batch("n", [1.0, 1.3, 0.75], {16: 100.0, 32: 80.0}), tmp_path / "c")
+    row = next(r for r in rows if "worth its memory" in r[1])
+    assert row[1] == "Batch size worth its memory (n): inconclusive at 16 -> 32"
+    assert "repeats would decide it" in row[4] or "noise" in row[4]
+
+
 def test_one_repeat_clear_of_one_is_not_decided_never_not_told_apart(tmp_path):
     """One repeat, batch 32 about twice as fast: the interval lies clear of 1, yet one repeat
     decides nothing. Catches a headline that said "not told apart from" beside it."""
