@@ -74,7 +74,7 @@ def worth_verdict(eid: str, recs: list[Record], rec: Any) -> Verdict | None:
             use = RC.run_command(rows[worth]["record"], {"batch_size": worth}) \
                 if worth in rows else "see Sweeps"
             return Verdict(f"Batch {worth} is the largest worth its memory ({eid}): "
-                           f"{s['from']} -> {s['to']} does not pay", number, why,
+                           f"{s['from']} -> {s['to']} {CL.DOES_NOT_PAY}", number, why,
                            f"where memory is the limit, use it: {use}", DECIDED)
         need = BR.step_repeats_to_decide(iv, s["mem_growth"], miv) if iv else None
         return Verdict(f"Batch size worth its memory ({eid}): {CL.INCONCLUSIVE} at "
