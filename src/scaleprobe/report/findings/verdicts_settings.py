@@ -57,19 +57,23 @@ def worth_verdict(eid: str, recs: list[Record], rec: Any) -> Verdict | None:
         return None
     rows = {r["batch_size"]: r for r in B.batch_table(recs)
             if r["group"] == group and r["status"] == "ok"}
-    worth = steps[0]["from"]
-    for s in steps:
-        if s["pays"] is True:
-            worth = s["to"]
-            continue
-        iv = M.interval_of(s["epoch_interval"])
-        miv = M.interval_of(s["mem_interval"])
+    def figures(s: Any) -> tuple[str, str, Any, Any]:
+        """The step's number and interval cells, and its two intervals."""
+        iv, miv = M.interval_of(s["epoch_interval"]), M.interval_of(s["mem_interval"])
         exact = rows[s["to"]]["memory_kind"] == "tensor" if s["to"] in rows else False
         number = (f"{s['from']} -> {s['to']}: epoch time {fmt.growth(s['epoch_growth'])}, "
                   f"memory {s['mem_growth_text']}")
         why = (f"epoch-time ratio {iv.text() if iv else 'no spread'}; "
                f"{BR.bar_text(s['mem_growth'], miv, exact)}"
                if s["mem_growth"] is not None else "no memory figure")
+        return number, why, iv, miv
+
+    worth = steps[0]["from"]
+    for s in steps:
+        if s["pays"] is True:
+            worth = s["to"]
+            continue
+        number, why, iv, miv = figures(s)
         if s["pays"] is False:
             use = RC.run_command(rows[worth]["record"], {"batch_size": worth}) \
                 if worth in rows else "see Sweeps"
@@ -80,11 +84,9 @@ def worth_verdict(eid: str, recs: list[Record], rec: Any) -> Verdict | None:
         return Verdict(f"Batch size worth its memory ({eid}): {CL.INCONCLUSIVE} at "
                        f"{s['from']} -> {s['to']}", number, why,
                        to_decide(need, iv, _sweep_again(eid, recs), recs), UNDECIDED)
-    last = steps[-1]
+    number, why, _, _ = figures(steps[-1])  # the last step up, paid as every one before it
     return Verdict(f"Every step up paid ({eid}): batch {worth}, the largest measured, is worth "
-                   "its memory", f"{last['from']} -> {last['to']}: epoch time "
-                   f"{fmt.growth(last['epoch_growth'])}, memory {last['mem_growth_text']}",
-                   "each step's epoch-time interval below its bar (see Sweeps)",
+                   "its memory", number, why,
                    "a larger batch may pay too: add larger batch sizes to the sweep", DECIDED)
 
 

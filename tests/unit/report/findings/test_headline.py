@@ -96,6 +96,7 @@ def test_the_largest_batch_worth_its_memory_is_a_verdict_of_its_own(tmp_path):
     rows, _ = _headline(_batch("p", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0}), tmp_path / "b")
     row = next(r for r in rows if "(p)" in r[1] and "paid" in r[1])
     assert row[1] == "Every step up paid (p): batch 32, the largest measured, is worth its memory"
+    assert re.search(r"epoch-time ratio 0\.5\dx \[0\.\d\d, 0\.\d\d\], 3 repeats; pays below", row[3])
     rows, _ = _headline(_batch("n", [1.0, 1.3, 0.75], {16: 100.0, 32: 80.0}), tmp_path / "c")
     row = next(r for r in rows if "worth its memory" in r[1])
     assert row[1] == "Batch size worth its memory (n): inconclusive at 16 -> 32"
