@@ -76,7 +76,12 @@ def test_threads_are_found_by_name_and_their_cpu_grows_with_their_work():
     finally:
         stop.set()
         t.join()
-    assert env.threads_cpu_s([tid]) == 0.0  # ended: counts nothing, raises nothing
+    # join returns when the thread clears its id, a moment before the kernel drops its
+    # /proc entry: wait for that, then an ended thread counts nothing and raises nothing
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/self/task/{tid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert env.threads_cpu_s([tid]) == 0.0
     assert env.threads_named("no such thread name") == []
 
 
