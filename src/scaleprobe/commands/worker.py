@@ -8,6 +8,7 @@ import argparse
 import os
 
 from scaleprobe.commands.options import add_run_options, config_from_args
+from scaleprobe.measure.env import leave_process
 from scaleprobe.run.failure import exit_code
 
 NAME = "worker"
@@ -31,9 +32,12 @@ def run(args: argparse.Namespace) -> int:
     from scaleprobe.run.builtin import run_under_launcher  # imports torch: after the checks
 
     result = run_under_launcher(cfg)
-    if result is None:
-        return 0
-    from scaleprobe.commands.run_summary import print_run  # heavy: rich
+    code = 0
+    if result is not None:
+        from scaleprobe.commands.run_summary import print_run  # heavy: rich
 
-    print_run(result)
-    return exit_code(result.status)
+        print_run(result)
+        code = exit_code(result.status)
+    if world > 1:  # past this point the interpreter's teardown can abort the rank
+        leave_process(code)
+    return code
