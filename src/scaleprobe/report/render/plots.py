@@ -187,7 +187,7 @@ def _epoch_panel(ax: Any, ok: list[BatchRow], xs: list[int]) -> None:
                                                   if r.get("epoch_shown_growth") is None
                                                   else r.get("epoch_shown_growth"))
                                        for r in ok])  # as the table's Growth cell begins
-        projected = any(r["epoch_projected"] or r.get("epoch_basis") in ("projected", "window")
+        projected = any(r["epoch_projected"] or r.get("epoch_basis") in ("projected", "window", B.SAME_SAMPLES)
                         for r in ok)
         ax.set(ylabel="epoch time (s)" + (", ~ projected" if projected else ""),
                title="Epoch time, labelled with its Growth")

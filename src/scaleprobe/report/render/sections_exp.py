@@ -101,7 +101,10 @@ def _batch_blocks(s: Section, eid: str, recs: list[Record]) -> None:
              "row is the median over the "
              "point's repeats (with an even number, the mean of the middle two). Growth compares each point with the "
              "previous one that finished, paired over every repeat."]
-    if any(r.get("epoch_basis") == "window" for r in rows if r["status"] == "ok"):
+    same = B.same_samples_note(rows)
+    if same:
+        notes.append(f"~ marks an epoch time projected from the timed window. {same}")
+    elif any(r.get("epoch_basis") == "window" for r in rows if r["status"] == "ok"):
         notes.append("~ marks an epoch time projected from the timed window: samples per "
                      "epoch / the row's samples/s (not a median of epoch times), so the two "
                      "columns multiply out to the samples per epoch.")

@@ -244,8 +244,9 @@ def batch_sections(records: list[Record], sweep_id: str
     sections: list[dict[str, Any]] = []
     for group, group_rows in _by_group(rows).items():  # with --target: time-to-target columns
         headers, cells = B.batch_table_parts(group_rows)
-        half = B.half_batch_note(group_rows)  # under its own table, in sweep.md and the terminal
-        notes: list[str] = [half] if half else []
+        # under its own table, in sweep.md and the terminal
+        notes = [n for n in (B.same_samples_note(group_rows), B.half_batch_note(group_rows))
+                 if n]
         sections.append({"title": _title("Batch size", group, sweep_id), "headers": headers,
                          "rows": cells, **({"notes": notes} if notes else {})})
     if sections:

@@ -27,6 +27,12 @@ from scaleprobe.report.tables import time_to_target as T
 from scaleprobe.report.tables.rows import BatchRow
 from scaleprobe.report.tables.sweep_points import point_groups, sweep_runs
 
+# an epoch's samples (steps per epoch x the global batch: each rank drops its last partial
+# batch) that differ by more than this between the batch sizes of a group make their epoch
+# times unlike: a larger batch's shorter epoch is then partly the samples it left out
+SAME_SAMPLES_REL = 0.01
+SAME_SAMPLES = "same samples"
+
 BATCH_HEADERS = ("Batch size", "Devices", "Peak memory", "Growth", "Epoch time", "Growth",
                  "Samples/s", "TFLOP/s", "MFU", "CPU util", "GPU util")
 
@@ -118,8 +124,10 @@ def epoch_time_s(r: RunResult) -> float | None:
     return r.metrics.epoch_time_s
 
 
+# "same samples": epochs of one number of samples for every batch size (``epoch_samples``),
+# over the window's samples/s; their ratios are those of seconds per sample
 EPOCH_BASES = {"window": window_epoch, "measured": epoch_figure, "projected": projected_epoch,
-               "per sample": seconds_per_sample}
+               "per sample": seconds_per_sample, SAME_SAMPLES: seconds_per_sample}
 
 
 def measured_epoch(r: RunResult) -> bool:
@@ -154,6 +162,8 @@ def epoch_basis(recs: list[RunResult]) -> str:
     like-for-like epoch (``measured_epoch``), else "projected" when each has a median step
     and steps per epoch, else seconds per sample."""
     every = [x for r in recs for x in P.repeats_of(r)]
+    if epoch_samples(recs) is not None:
+        return SAME_SAMPLES
     if every and all(window_epoch(x) is not None for x in every):
         # one basis for the row: the timed window, as its samples/s (a 56.4 s
         # epoch beside 30.4 samples/s that needed 46.3 s)
@@ -163,6 +173,42 @@ def epoch_basis(recs: list[RunResult]) -> str:
     if every and all(projected_epoch(x) is not None for x in every):
         return "projected"
     return "per sample"
+
+
+def epoch_samples(recs: list[RunResult]) -> int | None:
+    """The samples of one epoch that every batch size of a group is compared over, where
+    their own epochs hold samples more than ``SAME_SAMPLES_REL`` apart (digits' 1,437
+    training samples: 1,408 an epoch at batch 64, 1,280 at 256, whose epoch was 9% shorter
+    than 128's at 2% fewer samples/s): the most any of them holds. None where they hold
+    about the same, or any repeat lacks its samples per epoch or its samples/s."""
+    every = [x for r in recs for x in P.repeats_of(r)]
+    spe = [x.samples_per_epoch for x in every]
+    if not every or any(not n for n in spe) or any(not P.sps_of(x) for x in every):
+        return None
+    most, least = max(n for n in spe if n), min(n for n in spe if n)
+    return most if most > least * (1.0 + SAME_SAMPLES_REL) else None
+
+
+def same_samples_note(rows: Sequence[BatchRow]) -> str | None:
+    """Where a group's epochs are compared over the same samples (``epoch_samples``): how
+    many, and what each batch size's own epoch holds where it holds fewer."""
+    same = [r for r in rows if r["status"] == "ok" and r.get("epoch_samples")]
+    if not same:
+        return None
+    parts = []
+    groups = list(dict.fromkeys(r["group"] for r in same))
+    for g in groups:
+        mine = [r for r in same if r["group"] == g]
+        n = mine[0]["epoch_samples"] or 0
+        fewer = ", ".join(f"batch {r['batch_size']}'s {own:,}" for r in mine
+                          if (own := r["record"].samples_per_epoch) and own < n)
+        where = f" ({g})" if len(groups) > 1 and g else ""
+        parts.append(f"{n:,} samples{where}, where an epoch of each batch size's own holds "
+                     f"fewer ({fewer})")
+    return ("Every epoch time here is of the same samples / the row's samples/s, so the two "
+            f"columns multiply out to them: {'; '.join(parts)}. Each rank drops its last "
+            "partial batch, and a larger batch's own epoch would look shorter by the samples "
+            "it left out.")
 
 
 def batch_table(records: list[Record]) -> list[BatchRow]:
@@ -176,11 +222,13 @@ def batch_table(records: list[Record]) -> list[BatchRow]:
         mem_kind = memory_kind(ok)
         basis = epoch_basis(ok)
         fig = EPOCH_BASES[basis]
+        same = epoch_samples(ok) if basis == SAME_SAMPLES else None
         kinds = {_epoch_kind(x) for r2 in ok for x in P.repeats_of(r2)}
         prev: BatchRow | None = None
         for r in recs:
             row = _batch_row(r, label, mem_kind)
             row["epoch_basis"] = basis
+            row["epoch_samples"] = same
             row["epoch_kinds"] = kinds
             # some epoch times of the group were measured: the basis is not what they show
             row["epoch_basis_mixed"] = basis != "measured" and bool(kinds & {"like", "first"})
@@ -324,7 +372,7 @@ def samples_per_s_per_gib(row: BatchRow) -> float | None:
 
 
 def epoch_projected(row: BatchRow) -> bool:
-    return (row.get("epoch_basis") in ("projected", "window")
+    return (row.get("epoch_basis") in ("projected", "window", SAME_SAMPLES)
             or bool(row.get("epoch_projected")))
 
 
@@ -337,8 +385,8 @@ def shown_epoch(row: BatchRow) -> float | None:
     """The epoch time the table shows for the row, in seconds: the compared (projected)
     figure where the group's basis is the median step's; none where it is seconds per sample
     and the kinds were mixed (the growth beside it is from samples/s); else the row's own."""
-    if row.get("epoch_basis") in ("window", "projected"):  # window: x Samples/s = epoch
-        return compared_epoch(row)
+    if row.get("epoch_basis") in ("window", "projected", SAME_SAMPLES):
+        return compared_epoch(row)  # window: x Samples/s = the epoch's samples
     if row.get("epoch_basis") == "per sample" and row.get("epoch_basis_mixed"):
         return None
     return row["epoch_time_s"]
@@ -348,6 +396,9 @@ def shown_epoch_figure(row: BatchRow) -> Any:
     """The per-repeat figure behind ``shown_epoch``."""
     if row.get("epoch_basis") == "window":
         return window_epoch
+    if row.get("epoch_basis") == SAME_SAMPLES:
+        n = row.get("epoch_samples") or 0
+        return lambda x: n * s if (s := seconds_per_sample(x)) is not None and n else None
     if row.get("epoch_basis") == "projected":
         return projected_epoch
     return epoch_time_s
@@ -356,9 +407,10 @@ def shown_epoch_figure(row: BatchRow) -> Any:
 def compared_epoch(row: BatchRow) -> float | None:
     """The row's epoch time on its group's basis (``epoch_basis``), over its repeats; on
     the window's, the samples per epoch / the row's samples/s, so the two multiply out."""
-    if row["epoch_basis"] == "window":
+    if row["epoch_basis"] in ("window", SAME_SAMPLES):
         r = row.get("record")
-        spe = r.samples_per_epoch if r is not None else None
+        spe = (row.get("epoch_samples") if row["epoch_basis"] == SAME_SAMPLES
+               else r.samples_per_epoch if r is not None else None)
         sps = row.get("samples_per_s")
         return spe / sps if spe and sps else None
     fig = EPOCH_BASES[row["epoch_basis"]]

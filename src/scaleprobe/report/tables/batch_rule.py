@@ -22,6 +22,7 @@ from scaleprobe.report.tables import critical as C
 from scaleprobe.report.tables.batch import (
     EPOCH_BASES,
     KIND_TEXT,
+    SAME_SAMPLES,
     batch_table,
     compared_epoch,
     epoch_text,
@@ -268,6 +269,8 @@ def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep],
     if fastest.get("epoch_basis_mixed"):
         how = {"window": "as projected from the timed window (samples per epoch / "
                          "samples/s)",
+               SAME_SAMPLES: "as epochs of the same samples projected from the timed "
+                             "window (those samples / samples/s)",
                "projected": "as projected (median step x steps per epoch)"}.get(
                    fastest["epoch_basis"],
                    "as seconds per sample (from samples/s; no epoch time is shown)")

@@ -71,6 +71,7 @@ class BatchRow(TargetColumns):
     # set by batch_table once the group is known
     epoch_shown_growth: NotRequired[float | None]  # the ratio of the epoch cells shown
     epoch_basis: NotRequired[str]
+    epoch_samples: NotRequired[int | None]  # the samples every epoch is compared over
     epoch_kinds: NotRequired[set[str]]
     epoch_basis_mixed: NotRequired[bool]
     epoch_compared_s: NotRequired[float | None]

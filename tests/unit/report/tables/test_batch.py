@@ -409,19 +409,21 @@ def test_a_measured_epoch_is_never_compared_with_a_projected_one():
     """Bug caught (H100, 2026-11-25): batch 64's projected epoch (1.4 s, no warm-up, no
     epoch-start wait) against batch 128's measured one (3.9 s, both in it) read as "+183%",
     and 64 named the fastest; on one basis (median step x steps per epoch) 128 and 256 are
-    shorter and tied. On the timed window's basis (samples per epoch / samples/s; here the
-    runs' samples/s is batch / step, so the figures are the median step x steps per epoch)."""
+    shorter and tied. On the timed window's basis (samples / samples/s; here the runs'
+    samples/s is batch / step), over the same 832 samples: batch 64's epoch holds 13 x 64,
+    128's and 256's only 768, their last partial batch dropped."""
     recs = _h100_search()
     rows = B.batch_table(recs)
-    assert {r["epoch_basis"] for r in rows} == {"window"}
+    assert {r["epoch_basis"] for r in rows} == {B.SAME_SAMPLES}
+    assert {r["epoch_samples"] for r in rows} == {832}
     assert all(r["epoch_basis_mixed"] for r in rows)
-    assert rows[1]["epoch_growth"] == pytest.approx(0.2066 * 6 / (0.1056 * 13) - 1, abs=1e-3)
-    assert rows[2]["epoch_growth"] == pytest.approx(0.411 * 3 / (0.2066 * 6) - 1, abs=1e-3)
+    assert rows[1]["epoch_growth"] == pytest.approx(0.2066 / 128 / (0.1056 / 64) - 1, abs=1e-3)
+    assert rows[2]["epoch_growth"] == pytest.approx(0.411 / 256 / (0.2066 / 128) - 1, abs=1e-3)
     rec = BR.recommend_batch(recs)
     assert rec["fastest"]["batch_size"] == 256
-    assert ("compared as projected from the timed window (samples per epoch / samples/s) "
-            "for every batch size") in rec["text"]
-    assert "Fastest: inconclusive: batch 256, epoch time ~1.25 s" in rec["text"]
+    assert ("compared as epochs of the same samples projected from the timed window (those "
+            "samples / samples/s) for every batch size") in rec["text"]
+    assert "Fastest: inconclusive: batch 256, epoch time ~1.36 s" in rec["text"]
     assert "not told apart from batch 128" in rec["text"]  # both at the GPU's 620 samples/s
     assert "+183%" not in rec["text"]
 
@@ -446,16 +448,17 @@ def test_measured_epochs_with_samples_per_epoch_are_shown_on_the_windows_basis()
     """Bug caught: a row's epoch time and samples/s come from one basis, the timed
     window: batch 128 measured a 3.9 s epoch (its epochs' first-batch waits in it) but its
     window ran 128 / 0.2066 = 619.6 samples/s, and 6 x 128 = 768 samples per epoch take
-    768 / 619.6 = 1.24 s at that rate; the row shows ~1.24 s, not 3.9 s."""
+    768 / 619.6 = 1.24 s at that rate; the row shows the group's 832 samples at that rate,
+    ~1.34 s, not 3.9 s."""
     recs = _h100_search(repeats=1)
     for r in recs:
         r["metrics"]["epoch_time_projected"] = False
         r["metrics"]["epoch_time_s"] = 3.9
     rows = B.batch_table(recs)
-    assert {r["epoch_basis"] for r in rows} == {"window"}
+    assert {r["epoch_basis"] for r in rows} == {B.SAME_SAMPLES}
     assert rows[1]["samples_per_s"] == pytest.approx(128 / 0.2066)
-    assert B.shown_epoch(rows[1]) == pytest.approx(768 / (128 / 0.2066))
-    assert B.batch_cells(rows[1])[4] == "~1.24 s"
+    assert B.shown_epoch(rows[1]) == pytest.approx(832 / (128 / 0.2066))
+    assert B.batch_cells(rows[1])[4] == "~1.34 s"
 
 
 def test_a_runs_only_epoch_is_not_a_like_for_like_measured_epoch():
@@ -468,10 +471,10 @@ def test_a_runs_only_epoch_is_not_a_like_for_like_measured_epoch():
         r["metrics"]["epoch_times_s"] = ([3.9] if loaded(r).batch_size == 128
                                          else [5.0, 2.4, 2.4])
     rows = B.batch_table(recs)
-    assert {r["epoch_basis"] for r in rows} == {"window"} and rows[1]["epoch_basis_mixed"]
-    assert rows[1]["epoch_compared_s"] == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)
+    assert {r["epoch_basis"] for r in rows} == {B.SAME_SAMPLES} and rows[1]["epoch_basis_mixed"]
+    assert rows[1]["epoch_compared_s"] == pytest.approx(0.2066 * 6.5 * 1.015, rel=0.02)  # 832 = 6.5 x 128
     cells = B.batch_cells(rows[1])
-    assert cells[4] == "~1.26 s", cells  # the compared figure (1.24-1.28 s), marked projected
+    assert cells[4] == "~1.36 s", cells  # the compared figure (832 samples), marked projected
 
 
 def test_fastest_across_groups_of_different_bases_is_by_samples_per_s():
@@ -515,8 +518,8 @@ def test_the_csv_and_the_plot_carry_the_compared_epoch():
 
     rows = B.batch_table(_h100_search())
     got = list(csv.DictReader(io.StringIO(batch_csv(rows))))
-    assert [g["epoch_basis"] for g in got] == ["window"] * 3
-    assert float(got[1]["epoch_compared_s"]) == pytest.approx(0.2066 * 6 * 1.015, rel=0.02)
+    assert [g["epoch_basis"] for g in got] == [B.SAME_SAMPLES] * 3
+    assert float(got[1]["epoch_compared_s"]) == pytest.approx(0.2066 * 6.5 * 1.015, rel=0.02)  # 832 = 6.5 x 128
     assert float(got[1]["epoch_time_s"]) == pytest.approx(3.9 * 1.015, rel=0.02)  # its own
     assert [B.shown_epoch(r) for r in rows] == [r["epoch_compared_s"] for r in rows]
 
@@ -534,7 +537,8 @@ def test_the_plot_draws_the_compared_epochs():
     line = next(c for c in ax.plot.call_args_list
                 if c.kwargs.get("label") == "the table's row (median repeat)")
     assert list(line.args[1]) == pytest.approx([B.shown_epoch(r) for r in rows])
-    assert line.args[1][1] == pytest.approx(1.26, abs=0.03)  # not 3.9
+    # not 3.9: batch 128's 1.26 s epoch of its own 768 samples, on the group's 832
+    assert line.args[1][1] == pytest.approx(1.26 * 832 / 768, abs=0.03)
     dots = [c for c in ax.plot.call_args_list if c.kwargs.get("label") != line.kwargs["label"]]
     assert max(max(c.args[1]) for c in dots) < 2.0  # each repeat on the same basis
 
@@ -566,3 +570,40 @@ def test_a_one_repeat_claim_never_says_not_told_apart_beside_a_clear_interval():
     assert one.endswith("one repeat cannot see the drift between runs: 2 or more decide).")
     two = claim("Fastest", "batch 16", ["batch 64 (1.02x [0.9, 1.1], 2 repeats)"], repeats=2)
     assert two.startswith("Fastest: inconclusive: batch 16, not told apart from batch 64")
+
+
+def _dropping_sweep() -> list[dict]:
+    """The demo's digits sweep (1,437 training samples, 2026-11-30): batch 128's epoch holds
+    11 x 128 = 1,408 samples at 1,716 samples/s, batch 256's 5 x 256 = 1,280 at 1,675; each
+    epoch on its own samples made 256 the shorter (764 ms against 821 ms) at fewer samples/s."""
+    recs = []
+    for r, noise in enumerate([1.0, 1.01, 0.99]):
+        for bs, spe, sps in [(128, 11, 1716.0), (256, 5, 1675.0)]:
+            rec = run(f"b{bs}r{r}", batch=bs, sps=sps * noise, host_mem=bs * 2**20,
+                      experiment=sweep_point("drop", batch_size=bs, repeat=r))
+            rec["metrics"]["steps_per_epoch"] = spe
+            recs.append(rec)
+    return recs
+
+
+def test_epochs_that_drop_different_samples_are_compared_over_the_same_samples():
+    """Bug caught (the demo, 2026-11-30): "Fastest: batch 256, epoch ~764 ms, 1,675
+    samples/s" beside batch 128's 1,716 samples/s: 256's epoch was shorter by the 128 samples
+    its last partial batch dropped. Over the same 1,408 samples 128 is the faster, and the
+    table's two columns still multiply out."""
+    recs = _dropping_sweep()
+    rows = B.batch_table(recs)
+    assert {r["epoch_samples"] for r in rows} == {1408}
+    for row in rows:
+        assert B.shown_epoch(row) * row["samples_per_s"] == pytest.approx(1408)
+    assert rows[1]["epoch_growth"] == pytest.approx(1716 / 1675 - 1, abs=2e-3)  # +2.4%
+    rec = BR.recommend_batch(recs)
+    assert rec["fastest"]["batch_size"] == 128
+    note = B.same_samples_note(rows)
+    assert note is not None and "1,408 samples" in note and "batch 256's 1,280" in note
+    # the same epochs about alike (here 1,408 and 1,400): each on its own samples, as before
+    for rec_ in recs:
+        if rec_["batch"]["per_device"] == 256:
+            rec_["batch"].update(per_device=280, **{"global": 280})
+    same = B.batch_table(recs)
+    assert {r["epoch_basis"] for r in same} == {"window"} and B.same_samples_note(same) is None
