@@ -160,7 +160,8 @@ def epoch_basis(recs: list[RunResult]) -> str:
     measured epoch (its first batch's wait included) with a projected one (median step x
     steps per epoch, no such wait): "measured" when every repeat of every point measured a
     like-for-like epoch (``measured_epoch``), else "projected" when each has a median step
-    and steps per epoch, else seconds per sample."""
+    and steps per epoch, else seconds per sample. Before them all, "same samples" where the
+    points' own epochs hold samples too far apart to compare (``epoch_samples``)."""
     every = [x for r in recs for x in P.repeats_of(r)]
     if epoch_samples(recs) is not None:
         return SAME_SAMPLES
@@ -203,12 +204,11 @@ def same_samples_note(rows: Sequence[BatchRow]) -> str | None:
         fewer = ", ".join(f"batch {r['batch_size']}'s {own:,}" for r in mine
                           if (own := r["record"].samples_per_epoch) and own < n)
         where = f" ({g})" if len(groups) > 1 and g else ""
-        parts.append(f"{n:,} samples{where}, where an epoch of each batch size's own holds "
-                     f"fewer ({fewer})")
-    return ("Every epoch time here is of the same samples / the row's samples/s, so the two "
-            f"columns multiply out to them: {'; '.join(parts)}. Each rank drops its last "
-            "partial batch, and a larger batch's own epoch would look shorter by the samples "
-            "it left out.")
+        parts.append(f"{n:,} samples{where} (an epoch of its own holds fewer: {fewer})")
+    return (f"Every epoch time here is the same {'; '.join(parts)} over the row's samples/s, "
+            "so the two columns multiply out to them: each rank drops its last partial "
+            "batch, and a larger batch's own epoch would look shorter by the samples it left "
+            "out.")
 
 
 def batch_table(records: list[Record]) -> list[BatchRow]:
