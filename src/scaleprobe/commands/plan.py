@@ -34,7 +34,6 @@ from scaleprobe.core.traits import traits_of
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.predict import memmodel as MM
 from scaleprobe.predict import plan as P
-from scaleprobe.predict import sample as S
 from scaleprobe.predict import whatif as W
 from scaleprobe.report.reading.machine_load import source
 from scaleprobe.report.render.whatif import ceiling_caveat
@@ -100,7 +99,7 @@ def _question(args: argparse.Namespace, like: RunResult, runs: list[RunResult],
         spec = parse_spec(args.link)
         resolve_link(spec.base, args.nnodes)
         W.check_ranks(args.link, max(nprocs) * args.nnodes)
-    on_cuda = str(like.env.get("cuda_available")).lower() == "true"
+    on_cuda = W.as_run(like)["prefetch"]
     W.check_gpu_link(on_cuda, [args.link], [args.nnodes], nprocs)
     return P.Question(strategies, nprocs, sorted(set(batches)),
                       {n: int(v or 0) for n, v in device.items()}, args.nnodes, args.link,
@@ -134,7 +133,7 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
                           + (": a --gns run on one process steps in two half-batches; run "
                              "the same once without --gns" if halves else ""))
     units = PS.fsdp_units(like) if "fsdp" in q.strategies else ()
-    buffers = S.recorded_buffers(like)
+    buffers = W.as_run(like)["buffers"]
     q = P.Question(q.strategies, q.nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
                    q.prefetch, units, q.target, buffers)
     rows: list[P.Row] = []

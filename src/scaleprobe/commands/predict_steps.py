@@ -81,15 +81,15 @@ def run_from(args: argparse.Namespace) -> int:
     run = one_rank_run(args.from_result)
     sample = S.from_run(run)
     strategies = W.parse_strategies(args.strategy)
-    on_cuda = str(run.env.get("cuda_available")).lower() == "true"
+    like = W.as_run(run)
+    on_cuda = like["prefetch"]
     grid = W.Grid(strategies, W.parse_counts(args.nproc, "--nproc"),
                   W.parse_counts(args.nnodes, "--nnodes"), args.link or [None],
-                  args.average_every, prefetch=on_cuda)
+                  args.average_every, **like)
     W.check_grid(grid)  # before the model is built for its units
     W.check_gpu_link(on_cuda, grid.links, grid.nnodes, grid.nprocs)
     if "fsdp" in strategies:
         grid = replace(grid, units=fsdp_units(run))
-    grid = replace(grid, buffers=S.recorded_buffers(run))
     rows = W.plan(sample, grid, args.target)
     if args.json:
         print(json.dumps({"from": _from_dict(run, sample),

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features.links import Link, parse_spec, resolve_link
 from scaleprobe.predict import sample as S
@@ -101,6 +103,16 @@ def check_grid(grid: Grid) -> None:
                 f"rank's timeline and answers {strategy} up to {cap} processes in seconds; "
                 "for more, the closed-form model: scaleprobe predict --params N --nproc N "
                 "--compute-time S")
+
+
+def as_run(run: RunResult) -> dict[str, Any]:
+    """What every prediction from ``run`` takes from it beyond its steps, as ``scenario``'s
+    keywords: batches copied to a device where it had one (``prefetch``) and its model's
+    buffers (DDP's broadcasts; None where not recorded). One place for ``predict``, ``plan``
+    and the report's What if (bug caught: the report priced no broadcast of digits_cnn's
+    BatchNorm buffers and said they were not recorded, where ``predict`` priced them)."""
+    return {"prefetch": str(run.env.get("cuda_available")).lower() == "true",
+            "buffers": S.recorded_buffers(run)}
 
 
 def scenario(strategy: str, nproc: int, nnodes: int, spec: str | None,

@@ -89,10 +89,11 @@ def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
     caveat = ceiling_caveat(one)
     links = _measured_links(runs, one) + list(NOMINAL)
     rows, notes = [], {}
+    like = W.as_run(one)
     for spec in links:
         got: list[W.Row] = []
         for n in DEVICES:
-            sc = W.scenario("ddp", 1, n, spec)
+            sc = W.scenario("ddp", 1, n, spec, **like)
             pred = M.predict(W.fresh(sample), sc, replicates=REPLICATES)
             need = W.needed(W.fresh(sample), sc, TARGET) if n == DEVICES[-1] else (None, None)
             got.append(W.Row(spec, 1, n, pred, *need))

@@ -90,3 +90,28 @@ def test_predict_from_in_the_terminal_carries_the_load_caveat(tmp_path, capsys):
     assert rows[0].needed_gbit_s is not None and rows[1].needed_gbit_s is None
     assert "unreachable*" in out and "* measured under load" in out
     assert "latency and its wake-up after compute (2.50 ms a collective)" in out
+
+
+def test_the_report_prices_the_buffers_the_run_recorded_as_predict_does(tmp_path):
+    """Bug caught (the demo, 2026-11-30): the report's What if built its scenarios without
+    the run's recorded buffers, so it priced no DDP broadcast of digits_cnn's BatchNorm
+    statistics and noted "the model's buffers were not recorded"; ``predict --from`` priced
+    them. Both now take the run's setting from one place (``whatif.as_run``)."""
+    from scaleprobe.core.run_metrics import MemoryFacts
+    from scaleprobe.predict import sample as S
+    from scaleprobe.predict import stepmodel as M
+    from scaleprobe.predict import whatif as W
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    base.metrics.memory_facts = MemoryFacts(buffer_bytes=[1280, 24])
+
+    def text(run):
+        return " ".join(str(getattr(b, "text", "")) for b in whatif_section([run]).blocks)
+
+    assert "buffers broadcast from rank 0 before every forward" in text(base)
+    assert "buffers were not recorded" not in text(base)
+    sc = W.scenario("ddp", 1, 2, "1gbit", **W.as_run(base))
+    cli = M.predict(W.fresh(S.from_run(base)), sc)  # what predict --from does on this link
+    assert any("buffers broadcast" in n for n in cli.notes)
+    base.metrics.memory_facts = None  # an older record: said so, not priced
+    assert "buffers were not recorded" in text(base)
