@@ -3,7 +3,6 @@ JSON. The figures are ``predict/plan.py``'s; the picks' words ``core/claim.py``'
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -249,26 +248,14 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
             say(pk.claim.text())
     if not any(pk is not None for pk in got["picks"]):
         say("no configuration fits: fewer samples per device, fsdp, or more memory")
-    notes = same_but_figures([n for r in rows if r.prediction for n in r.prediction.notes
-                              if not n.startswith("batch ")])
+    notes = fmt.same_but_figures([n for r in rows if r.prediction for n in r.prediction.notes
+                                  if not n.startswith("batch ")], "each row's in --json")
     if q.target is not None:
         say(f"  steps to the target from {q.target.source}")
     for n in notes:
         say(f"  note: {n}")
     if caveat:
         say(f"  {caveat}.")
-
-
-def same_but_figures(notes: list[str]) -> list[str]:
-    """The notes once each, those that differ only in their figures (one per device count:
-    ``on 2 ranks: all-gather 0.923 ms`` and ``on 4 ranks: ... 1.76 ms``) as the first of
-    them, saying the others are alike."""
-    groups: dict[str, list[str]] = {}
-    for n in dict.fromkeys(notes):
-        groups.setdefault(re.sub(r"\d[\d.,]*", "#", n), []).append(n)
-    return [g[0] if len(g) == 1 else
-            f"{g[0]} (and {len(g) - 1} more like it, with other figures: each row's in --json)"
-            for g in groups.values()]
 
 
 def print_verified(verified: list[dict[str, Any]]) -> None:

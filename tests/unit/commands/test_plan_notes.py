@@ -1,6 +1,6 @@
 """`scaleprobe plan`'s notes under its tables: once each, however many rows gave them."""
 
-from scaleprobe.commands.plan_show import same_but_figures
+from scaleprobe.core.fmt import same_but_figures
 
 
 def test_notes_that_differ_only_in_their_figures_are_said_once():
@@ -13,7 +13,7 @@ def test_notes_that_differ_only_in_their_figures_are_said_once():
              "idle link: 2.50 ms more",
              "fsdp: priced on loopback (0.8 MB, on 8 ranks: all-gather 2.94 ms)",
              "fsdp: on its own 4 ranks"]
-    assert same_but_figures(notes) == [
+    assert same_but_figures(notes, "each row's in --json") == [
         "fsdp: priced on loopback (0.8 MB, on 2 ranks: all-gather 0.923 ms) (and 2 more "
         "like it, with other figures: each row's in --json)",
         "idle link: 2.50 ms more",

@@ -115,7 +115,8 @@ def _setting_blocks(s: Section, one: RunResult, runs: list[RunResult]) -> None:
                "Speedup = samples per second over this run's, with its 95% interval (the "
                "run's own spread, the link fit's and the model's own error as validated), "
                "efficiency in brackets. "
-               + " ".join(f"Note: {n}." for n in notes), note=True))
+               + " ".join(f"Note: {n}." for n in fmt.same_but_figures(
+                   list(notes), "one per link and device count")), note=True))
     if caveat:
         s.add(Text(caveat + "."))
 

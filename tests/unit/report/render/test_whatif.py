@@ -109,6 +109,9 @@ def test_the_report_prices_the_buffers_the_run_recorded_as_predict_does(tmp_path
         return " ".join(str(getattr(b, "text", "")) for b in whatif_section([run]).blocks)
 
     assert "buffers broadcast from rank 0 before every forward" in text(base)
+    # said once, not once per link and device count (12 times, each with its own figure)
+    assert text(base).count("buffers broadcast from rank 0") == 1
+    assert "more like it, with other figures: one per link and device count" in text(base)
     assert "buffers were not recorded" not in text(base)
     sc = W.scenario("ddp", 1, 2, "1gbit", **W.as_run(base))
     cli = M.predict(W.fresh(S.from_run(base)), sc)  # what predict --from does on this link
