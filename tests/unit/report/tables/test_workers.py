@@ -169,3 +169,32 @@ def test_a_worker_verdict_over_a_loaded_run_carries_the_caveat():
                                 "(1 of 12 source runs); the figure may be slower than the "
                                 "machine allows.")
     assert "under load" not in W.recommend_workers(_loader_sweep())["text"]
+
+
+def test_the_loader_table_gives_the_repeats_medians_as_the_verdicts_do():
+    """Bug caught (the demo, 2026-11-30): the table showed one repeat's compute per step
+    (79.2 ms) and the "loader workers take cores from compute" verdict beside it the
+    repeats' median (76.1 ms). Every figure of a row is now the median over its repeats."""
+    from scaleprobe.core.thresholds import DEFAULT
+    from scaleprobe.report.findings.across_runs import contention_cases, contention_evidence
+    from tests.unit.report.factory import loaded
+
+    recs = []
+    for rep, (fwd, sps) in enumerate([(0.060, 750.0), (0.050, 700.0), (0.055, 760.0)]):
+        for w, f in ((0, 0.020), (1, fwd)):
+            bd = breakdown(0.1)
+            bd.update(data=0.05 if w == 0 else 0.005, forward=f)
+            recs.append(run(f"w{w}r{rep}", workers=w, loader="naive" if w == 0 else "pipelined",
+                            bd=bd, sps=sps if w else 600.0,
+                            experiment=sweep_point("ld", workers=w, repeat=rep)))
+    rows = W.loader_table(recs)
+    one = rows[1]
+    # the repeat of the median samples/s (750) ran a 60 ms forward; the repeats' median is 55
+    assert one["samples_per_s"] == 750.0
+    compute = one["compute_s"]
+    others = breakdown(0.1)
+    rest = others["h2d"] + others["backward"] + others["optimizer"]
+    assert compute == pytest.approx(0.055 + rest)  # the median repeat's forward
+    (case,) = contention_cases(loaded(recs), DEFAULT)
+    _, figures, _ = contention_evidence(case)
+    assert f"-> {W.fmt.duration(compute)} per step" in figures
