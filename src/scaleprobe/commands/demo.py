@@ -49,10 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 3, 2 with --quick)")
 
 
-# The demo on the quiet 2-core reference CPU, installed: 3 min 32 s for its 27 runs
-# (2026-11-26, README), 7.9 s a run (each its own process: torch's import, two epochs). A run
-# keeps about 2 cores busy (training and one loader worker); other work shares them.
-REFERENCE_S, REFERENCE_RUNS, RUN_CORES = 212.0, 27, 2.0
+# The demo on the quiet 2-core reference CPU, installed: 93 s for its 27 runs and the report
+# (2026-11-30, load average 0.2, README), 3.4 s a run (each its own process: two epochs;
+# 3 min 32 s on 2026-11-26). A run keeps about 2 cores busy (training and one loader
+# worker); other work shares them.
+REFERENCE_S, REFERENCE_RUNS, RUN_CORES = 93.0, 27, 2.0
 BUSY_FACTOR = 1.5  # expected slowdown from which the demo offers --quick
 
 

@@ -130,14 +130,14 @@ def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():
     assert (demo.runs_of(False, None), demo.runs_of(True, None), demo.runs_of(False, 1)) == (
         27, 8, 9)
     quiet = demo.plan_line(False, None, cores=2, busy=0.0)
-    assert quiet.startswith("27 runs, each its own process; about 3.5 min here (2 cores, a "
-                            "load of 0.0 from other work; 3.5 min on a quiet 2-core CPU)")
+    assert quiet.startswith("27 runs, each its own process; about 1.6 min here (2 cores, a "
+                            "load of 0.0 from other work; 1.6 min on a quiet 2-core CPU)")
     assert "--quick" not in quiet
-    busy = demo.plan_line(False, None, cores=2, busy=8.0)  # 5x slower: about 18 min
-    assert "about 18 min here (2 cores, a load of 8.0 from other work" in busy
+    busy = demo.plan_line(False, None, cores=2, busy=8.0)  # 5x slower: about 7.8 min
+    assert "about 7.8 min here (2 cores, a load of 8.0 from other work" in busy
     assert busy.endswith("The machine is busy: `scaleprobe demo --quick` (8 runs) takes about "
-                         "5.2 min")
-    assert demo.estimate_s(27, 16, 0.0) == (212.0, 1.0)  # idle cores: the reference, no less
+                         "2.3 min")
+    assert demo.estimate_s(27, 16, 0.0) == (93.0, 1.0)  # idle cores: the reference, no less
 
 
 def test_outside_a_terminal_a_run_prints_a_plain_line_every_interval(monkeypatch, capsys):
