@@ -198,7 +198,8 @@ def points_csv(records: list[RunResult], skipped: list[SkippedPoint],
 BATCH_CSV = ("group", "batch_size", "devices", "status", "peak_mem_bytes", "memory_kind",
              "mem_growth", "epoch_time_s", "epoch_projected", "epoch_basis",
              "epoch_compared_s", "epoch_growth", "samples_per_s",
-             "achieved_flops_per_s", "mfu", "cpu_util_pct", "gpu_util_pct", "error", "b_noise")
+             "achieved_flops_per_s", "mfu", "cpu_util_pct", "gpu_util_pct", "error", "b_noise",
+             "epoch_samples")
 
 
 def with_skipped(runs: list[RunResult], skipped: list[SkippedPoint],

@@ -520,6 +520,7 @@ def test_the_csv_and_the_plot_carry_the_compared_epoch():
     got = list(csv.DictReader(io.StringIO(batch_csv(rows))))
     assert [g["epoch_basis"] for g in got] == [B.SAME_SAMPLES] * 3
     assert float(got[1]["epoch_compared_s"]) == pytest.approx(0.2066 * 6.5 * 1.015, rel=0.02)  # 832 = 6.5 x 128
+    assert {g["epoch_samples"] for g in got} == {"832"}  # the samples every epoch is of
     assert float(got[1]["epoch_time_s"]) == pytest.approx(3.9 * 1.015, rel=0.02)  # its own
     assert [B.shown_epoch(r) for r in rows] == [r["epoch_compared_s"] for r in rows]
 
