@@ -32,6 +32,7 @@ import functools
 import io
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import socket
@@ -57,7 +58,7 @@ from scaleprobe.launch.rankwatch import (
     STOP_STEPS,
     RankWatch,
 )
-from scaleprobe.measure.env import gpu_machine
+from scaleprobe.measure.env import gpu_machine, leave_process
 
 START_ENV = "SCALEPROBE_RANK_START"  # fork | spawn (see the module's docstring)
 
@@ -182,6 +183,32 @@ def _armed(entry: Callable[..., Any]) -> Callable[..., Any]:
         return entry(*args)
 
     return rank_entry
+
+
+class _LeavesAfterReturn:
+    """``entry`` as a spawned rank runs it for a caller that asked (``run_workers(...,
+    leave_after_return=True)``): once it has returned, and the launcher has taken its value,
+    the process ends by ``leave_process`` (threads joined, atexit run, streams flushed,
+    ``os._exit``) instead of the interpreter's teardown, where a gloo thread of a process
+    group a DDP model keeps alive can abort the rank (``measure/env.leave_process``). A
+    forked rank ends in ``os._exit`` already; a rank that raised ends as before, with its
+    code. A class, not a closure: a spawned rank's entry is pickled."""
+
+    def __init__(self, entry: Callable[..., Any]) -> None:
+        self.entry = entry
+        functools.update_wrapper(self, entry)  # the launcher names it, and records it
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.entry(*args)
+        # multiprocessing runs its finalizers as the rank's function has ended, after
+        # torch's launcher has handed the value over; this one last of them
+        multiprocessing.util.Finalize(None, _leave_unless_raised, exitpriority=-(2 ** 31))
+        return out
+
+
+def _leave_unless_raised() -> None:
+    if sys.exc_info()[0] is None:  # called inside the ``finally`` that an exception also takes
+        leave_process(0)
 
 
 @contextlib.contextmanager
@@ -407,7 +434,8 @@ def _in_finaliser(frame: Any) -> bool:
 
 def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: str | None = None,
                 run_dir: str | None = None, stall_after_s: float | None = None,
-                stop_steps: int = STOP_STEPS) -> dict[int, Any]:
+                stop_steps: int = STOP_STEPS, leave_after_return: bool = False
+                ) -> dict[int, Any]:
     """Run ``entry(*args)`` in ``job.nproc`` processes on this host (of ``job.nnodes`` hosts).
 
     Returns ``{global_rank: return value}`` for this host's workers. Raises WorkerFailure,
@@ -416,7 +444,9 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
     heartbeats there name a rank that hung (``RankWatch``); with ``stall_after_s`` as well
     a job whose ranks make no progress for that long is ended as stalled. After a stop signal
     (to this process, or to one rank alone) the ranks get ``stop_steps`` of their slowest
-    step, at least ``INTERRUPT_GRACE_S``, to stop together, before they are killed.
+    step, at least ``INTERRUPT_GRACE_S``, to stop together, before they are killed. With
+    ``leave_after_return`` a spawned rank that returned ends without the interpreter's
+    teardown (``_LeavesAfterReturn``): for scaleprobe's own ranks, whose objects need none.
     """
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -448,6 +478,8 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
                          own_stop_handler=bool(run_dir))
     if start == "fork" and callable(entry):
         entry = _armed(entry)
+    elif leave_after_return and callable(entry):
+        entry = _LeavesAfterReturn(entry)
     handlers = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})
     global _forking_ranks

@@ -79,7 +79,7 @@ class BuiltinTraining:
             apart = d.average_every if self.traits.sync_every_k else 1
             out = run_workers(launched_worker, (cfg, str(run_dir)), Job.of(d),
                               log_dir=str(run_dir / "logs"), run_dir=str(run_dir),
-                              stop_steps=STOP_STEPS - 1 + apart)
+                              stop_steps=STOP_STEPS - 1 + apart, leave_after_return=True)
         except Interrupted as e:
             left = handoff.take(run_dir)
             e.raws = left.ranks if left else None
