@@ -21,6 +21,7 @@ import argparse
 import sys
 
 from scaleprobe.commands.options import RUN_FLAGS, _dest, converter, flag_help
+from scaleprobe.config.sections import KNOBS
 from scaleprobe.run.failure import exit_code
 from scaleprobe.run.script import base_config, check_target, run_script
 
@@ -39,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("wrap options")
     for flag, key, other in RUN_FLAGS:
         if flag not in FLAGS:
+            continue
+        if bool in KNOBS[key].kinds:  # a switch (--force/--no-force), as for run
+            g.add_argument(flag, *other, dest=_dest(flag), action=argparse.BooleanOptionalAction,
+                           default=argparse.SUPPRESS, help=flag_help(key))
             continue
         metavar = flag.lstrip("-").upper().replace("-", "_")
         g.add_argument(flag, *other, dest=_dest(flag), type=converter(key), metavar=metavar,
