@@ -397,13 +397,17 @@ def undecided(iv: Interval | None, ref: float, what: str,
 def ranking(what: str, body: str, tied: list[str], ahead: list[str] | None = None,
             repeats: int = 2) -> str:
     """``Fastest: <body>``, with the intervals that put it ahead of the others (``ahead``),
-    or inconclusive with the others it cannot be told apart from (``tied``). With one repeat
-    every other is "not decided against", never "not told apart from": an interval clear of
-    1 beside it would contradict that, and one repeat decides nothing anyway."""
+    or inconclusive with the others it cannot be told apart from (``tied``); with no other
+    (the only one of its group that finished) inconclusive, never a ranking of one. With one
+    repeat (``repeats``: the fewest behind any interval it is held against) every other is
+    "not decided against", never "not told apart from": an interval clear of 1 beside it
+    would contradict that, and one repeat decides nothing anyway."""
     each = "each: that batch size's figure / this one's"
+    if not tied and not ahead:  # a ranking of one: nothing was compared
+        return (f"{what}: {INCONCLUSIVE}: {body}; no other batch size of its group finished: "
+                "nothing to compare.")
     if not tied:
-        return f"{what}: {body}" + (", ahead of " + "; ".join(ahead) + f" ({each})."
-                                    if ahead else ".")
+        return f"{what}: {body}, ahead of " + "; ".join(ahead or []) + f" ({each})."
     if repeats >= MIN_REPEATS_TO_DECIDE:
         return (f"{what}: {INCONCLUSIVE}: {body}, {NOT_TOLD_APART} " + "; ".join(tied)
                 + f" ({each}).")

@@ -98,8 +98,8 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
         return "cannot tell: " + ("no epoch-time spread" if mg is not None
                                   else "no memory figure")
     c = CL.batch_step(iv, mg, miv)
-    if c.decided:  # with the interval it was decided on
-        return (f"{c.verdict} (epoch-time ratio {iv.short(ref=None)}, "
+    if c.decided:  # with the interval it was decided on: clear of the bar, however wide
+        return (f"{c.verdict} (epoch-time ratio {iv.short(ref=1.0 - mg)}, "
                 f"{bar_text(mg, miv, exact)})")
     bar = 1.0 - mg
     return CL.undecided(iv, bar, f"epoch-time ratio ({bar_text(mg, miv, exact)})",
@@ -143,18 +143,22 @@ def step_repeats_to_decide(iv: M.Interval, mg: float,
 
 
 def _ahead(best: BatchRow, others: list[BatchRow], figure: Any,
-           higher_is_better: bool) -> tuple[list[str], list[str]]:
+           higher_is_better: bool) -> tuple[list[str], list[str], int]:
     """The rows ``best`` is ahead of by more than the repeats' spread, and those it cannot
-    be told apart from, each as ``batch N (interval of other / best)``."""
+    be told apart from, each as ``batch N (interval of other / best)``, and the fewest
+    repeats behind any of those intervals (the row's own without any)."""
     ahead, tied = [], []
+    fewest = max(best.get("repeats") or 1, 1)
     for o in others:
         iv = P.interval(best["record"], o["record"], figure)
+        if iv is not None:
+            fewest = min(fewest, iv.n)
         text = f"batch {o['batch_size']} ({'no spread' if iv is None else iv.text()})"
         if iv is not None and (iv.below(1.0) if higher_is_better else iv.above(1.0)):
             ahead.append(text)
         else:
             tied.append(text)
-    return ahead, tied
+    return ahead, tied, fewest
 
 
 def _fastest(ok: list[BatchRow]) -> BatchRow:
@@ -185,8 +189,8 @@ def recommend_batch(records: list[Record]) -> BatchPicks:
                 "text": "No batch size finished, so there is nothing to recommend."}
     fastest = _fastest(ok)
     same = [r for r in ok if r["group"] == fastest["group"] and r is not fastest]
-    fast_ahead, fast_tied = _ahead(fastest, same, EPOCH_BASES[fastest["epoch_basis"]],
-                                   higher_is_better=False)
+    fast_ahead, fast_tied, fast_n = _ahead(fastest, same, EPOCH_BASES[fastest["epoch_basis"]],
+                                           higher_is_better=False)
     eff_rows = [r for r in ok if samples_per_s_per_gib(r) is not None]
     # picked on the figure its verdict compares (each repeat's own samples/s per byte, the
     # median over repeats), so the intervals beside it never favour another row
@@ -194,26 +198,30 @@ def recommend_batch(records: list[Record]) -> BatchPicks:
                 if eff_rows else None)
     eff_ahead: list[str] = []
     eff_tied: list[str] = []
+    eff_n = 1
     if best_eff is not None:
         peers = [r for r in eff_rows if r["group"] == best_eff["group"] and r is not best_eff]
-        eff_ahead, eff_tied = _ahead(best_eff, peers, _per_byte(best_eff),
-                                     higher_is_better=True)
+        eff_ahead, eff_tied, eff_n = _ahead(best_eff, peers, _per_byte(best_eff),
+                                            higher_is_better=True)
         per_gib = P.median_of(best_eff["record"], _per_byte(best_eff))
         best_eff = {**best_eff, "samples_per_s_per_gib": per_gib * fmt.GIB if per_gib else None}
     multi = len({r["group"] for r in rows}) > 1
 
     picks = target_picks(rows)
-    text = _batch_text(fastest, best_eff, steps, multi, (fast_ahead, fast_tied),
-                       (eff_ahead, eff_tied), ok)
+    text = _batch_text(fastest, best_eff, steps, multi, (fast_ahead, fast_tied, fast_n),
+                       (eff_ahead, eff_tied, eff_n), ok)
     if picks["lines"]:
         text += "\n" + "\n".join(picks["lines"])
-    crit = C.group_lines(rows, {"fastest": None if fast_tied else fastest,  # decided picks
-                                "most_efficient": None if eff_tied else best_eff})
+    # decided: ahead of every other batch size of its group, and there was one
+    fast_decided = bool(fast_ahead) and not fast_tied
+    eff_decided = best_eff is not None and bool(eff_ahead) and not eff_tied
+    crit = C.group_lines(rows, {"fastest": fastest if fast_decided else None,
+                                "most_efficient": best_eff if eff_decided else None})
     if crit:
         text += "\n" + "\n".join(crit)
     return {"fastest": fastest, "most_efficient": best_eff, "steps": steps,
-            "fastest_decided": not fast_tied,
-            "most_efficient_decided": best_eff is not None and not eff_tied,
+            "fastest_decided": fast_decided,
+            "most_efficient_decided": eff_decided,
             "soonest": picks["soonest"], "fewest_samples": picks["fewest_samples"],
             "text": text}
 
@@ -254,14 +262,17 @@ def _with_caveat(line: str, pick: BatchRow, ok: list[BatchRow]) -> str:
 
 
 def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep], multi: bool,
-                fast: tuple[list[str], list[str]], eff_vs: tuple[list[str], list[str]],
+                fast: tuple[list[str], list[str], int], eff_vs: tuple[list[str], list[str], int],
                 ok: list[BatchRow] | None = None) -> str:
-    """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with); ``ok``:
-    the finished rows, whose load rides on the rankings."""
+    """The recommendation's text; ``fast`` and ``eff_vs`` are (ahead of, tied with, the
+    fewest repeats behind those intervals); ``ok``: the finished rows, whose load rides on
+    the rankings."""
     ok = ok or []
-    n = max((fastest.get("repeats") or 1), 1)
+    reps = sorted({max(r.get("repeats") or 1, 1) for r in ok} or {1})
+    over = (f"{reps[0]} repeat{'s' if reps[0] != 1 else ''}" if len(reps) == 1
+            else f"{reps[0]}-{reps[-1]} repeats, as many as each pair has")
     lines = ["A larger batch pays only while epoch time falls faster than memory grows "
-             f"(intervals over {n} repeat{'s' if n != 1 else ''}, 95%)."]
+             f"(intervals over {over}, 95%)."]
 
     def where(row: Mapping[str, object]) -> str:
         return f" ({row['group']})" if multi and row["group"] else ""
@@ -286,12 +297,12 @@ def _batch_text(fastest: BatchRow, eff: BatchRow | None, steps: list[BatchStep],
     head = (f"batch {fastest['batch_size']}{where(fastest)}, epoch time "
             f"{epoch_text(fastest)}, "
             f"{fmt.rate(fastest['samples_per_s'])} samples/s")
-    lines.append(_with_caveat(claim("Fastest", head, fast[1], fast[0], n), fastest, ok))
+    lines.append(_with_caveat(claim("Fastest", head, fast[1], fast[0], fast[2]), fastest, ok))
     if eff is not None:
         body = (f"batch {eff['batch_size']}{where(eff)}, {fmt.rate(eff['samples_per_s_per_gib'])} "
                 f"samples/s per GiB of peak {eff['memory_kind']} memory (the median over its "
                 f"repeats of each one's own; the row: {fmt.rate(eff['samples_per_s'])} samples/s "
                 f"at {fmt.bytes_(eff['peak_mem_bytes'])})")
-        lines.append(_with_caveat(claim("Most efficient", body, eff_vs[1], eff_vs[0], n),
+        lines.append(_with_caveat(claim("Most efficient", body, eff_vs[1], eff_vs[0], eff_vs[2]),
                                   eff, ok))
     return "\n".join(lines)

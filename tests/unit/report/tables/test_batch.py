@@ -331,7 +331,9 @@ def test_memory_that_moves_between_repeats_widens_the_bar():
     assert rows[1]["mem_growth"] == pytest.approx(0.25, abs=1e-3)
     miv = rows[1]["mem_interval"]
     assert miv.lo < 1.0 < 1.25 < miv.hi  # the t-interval over three pairs
-    assert B.batch_cells(rows[1])[3].startswith("+25% [")
+    # the median's growth as a reader divides the cells, then the paired estimate (the
+    # geometric mean of 1.05, 1.25, 1.45: +24%) that its interval is centred on
+    assert B.batch_cells(rows[1])[3].startswith("+25%; paired +24% [")
     rec = BR.recommend_batch(recs)
     (step,) = rec["steps"]
     assert BR.pays(rows[1]["epoch_interval"], 0.25) is True  # the point estimate alone
@@ -608,3 +610,41 @@ def test_epochs_that_drop_different_samples_are_compared_over_the_same_samples()
             rec_["batch"].update(per_device=280, **{"global": 280})
     same = B.batch_table(recs)
     assert {r["epoch_basis"] for r in same} == {"window"} and B.same_samples_note(same) is None
+
+
+def test_the_only_batch_size_that_finished_is_no_ranking():
+    """A sweep whose other batch sizes ran out of memory (or were interrupted) has one
+    finished row: "Fastest: batch 16" would rank it against nothing, and the findings then
+    advised it as decided while the report's headline said inconclusive."""
+    recs = [r for r in _batch_sweep() if r["config"]["train"]["batch_size"] == 16
+            or r["status"] == "oom"]
+    rec = BR.recommend_batch(recs)
+    assert rec["fastest"]["batch_size"] == 16
+    assert not rec["fastest_decided"] and not rec["most_efficient_decided"]
+    fastest = next(line for line in rec["text"].splitlines() if line.startswith("Fastest"))
+    assert fastest.startswith("Fastest: inconclusive: batch 16, ")
+    assert "no other batch size of its group finished: nothing to compare" in fastest
+
+
+def test_a_tie_over_one_repeat_is_not_called_told_apart_when_the_pick_has_more():
+    """The fastest row had 3 repeats, another only 1 (its other repeats failed): the
+    interval between them stands on 1 pair, so the words are one repeat's, and the header
+    says the repeats differ."""
+    recs = _noisy({16: [400.0, 520.0, 450.0], 32: [470.0]}, {16: 1.0, 32: 1.02})
+    text = BR.recommend_batch(recs)["text"]
+    fastest = next(line for line in text.splitlines() if line.startswith("Fastest"))
+    assert fastest.startswith("Fastest: inconclusive (1 repeat): "), fastest
+    assert "not told apart" not in fastest and "not decided against batch" in fastest
+    assert "(intervals over 1-3 repeats, as many as each pair has, 95%)" in text
+
+
+def test_a_step_decided_on_a_wide_interval_shows_the_bounds_that_decided_it():
+    """0.42x [0.10, 1.70] lies wholly above a bar of 0.06x: "does not pay" is decided, and
+    the bounds are its evidence; "(spread too large)" beside a decided verdict read as a
+    contradiction."""
+    from scaleprobe.core import metrics as M
+
+    iv = M.Interval(0.42, 0.10, 1.70, 3, "test")
+    text = BR._step_text(iv, 0.94)
+    assert text.startswith("does not pay (epoch-time ratio 0.42x [0.10, 1.70], "), text
+    assert "spread too large" not in text
