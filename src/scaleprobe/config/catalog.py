@@ -25,6 +25,7 @@ from typing import Any
 from scaleprobe.config.extras import require_installed
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.registry import suggest
+from scaleprobe.core.result_model import DEVICE_RESIDENT as DEVICE_RESIDENT  # config.rules reads it
 from scaleprobe.features.lmspec import GPT_MODELS, LM_TASK
 
 # scaleprobe's small models (models/small.py), name -> what it is
@@ -57,9 +58,6 @@ DATASETS: dict[str, str] = {
 }
 # datasets made in memory or in the cache: no --data-dir is read (data/datasets.py)
 BUILT_IN_DATA = ("digits", "synthetic", "synthetic-loader", "jpeg-synth", "tokens-synthetic")
-# datasets with no loader at all: one batch made once on the device (--workers, --loader and
-# --prefetch do nothing)
-DEVICE_RESIDENT = ("synthetic", "tokens-synthetic")
 BOX_DATASETS = ("voc",)  # datasets whose targets are boxes (--task detection)
 DETECTION_UNSUPPORTED = ("maskrcnn", "keypointrcnn")  # need mask / keypoint targets
 

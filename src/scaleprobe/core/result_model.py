@@ -39,6 +39,9 @@ MEASURED = ("ok", "target_not_reached")
 UNKNOWN = "unknown"
 UNKNOWN_TEXT = "unknown (older record without a status)"
 BATCH_AXES = ("batch_size", "global_batch")
+# datasets with no loader at all: one batch made once on the device (--workers, --loader and
+# --prefetch do nothing; config/rules.py warns when they are given)
+DEVICE_RESIDENT = ("synthetic", "tokens-synthetic")
 # each task's evaluation figure and how a table shows it: classification, face, detection, lm
 TASK_METRICS = (("accuracy", "{:.3f}"), ("verification_accuracy", "verif. {:.3f}"),
                 ("map50", "mAP50 {:.3f}"),
@@ -294,8 +297,9 @@ class RunResult(InExperiment, Record):
 
     @property
     def loader_workers(self) -> int | None:
-        """Loader worker processes actually used: 0 for the naive (in-process) loader."""
-        if self.cfg("data.loader") == "naive":
+        """Loader worker processes actually used: 0 for the naive (in-process) loader, and for
+        a dataset with no loader at all (``DEVICE_RESIDENT``), whatever --workers says."""
+        if self.cfg("data.loader") == "naive" or self.cfg("data.dataset") in DEVICE_RESIDENT:
             return 0
         w = num(self.point.get("workers", self.cfg("data.workers")))
         return int(w) if w is not None else None

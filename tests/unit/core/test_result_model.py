@@ -196,3 +196,16 @@ def test_a_rank_record_crosses_as_json_with_its_parts_typed():
     assert (run["models_timed"], run["transfer_reason"], run["newer"]) == (1, "none under wrap", 3)
     assert Comm.from_dict(run).extra == {"models_timed": 1, "transfer_reason": "none under wrap",
                                            "newer": 3}
+
+
+@pytest.mark.parametrize(("dataset", "loader", "workers"), [
+    ("synthetic", "pipelined", 0), ("tokens-synthetic", "pipelined", 0),
+    ("synthetic-loader", "pipelined", 3), ("digits", "naive", 0)])
+def test_loader_workers_are_those_that_ran(dataset, loader, workers):
+    """A dataset made once on the device has no loader: --workers 3 (or the default 2)
+    started no process, and the report's CPU demand, oversubscription and advice must not
+    count them."""
+    from tests.unit.report.factory import run
+
+    rec = RunResult.from_dict(run("x", dataset=dataset, loader=loader, workers=3))
+    assert rec.loader_workers == workers

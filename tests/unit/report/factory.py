@@ -24,7 +24,7 @@ def breakdown(step_s: float = 0.1, data: float = 0.02, comm: float = 0.0) -> dic
 
 
 def run(name: str = "run", *, status: str = "ok", model: str = "resnet18",
-        dataset: str = "synthetic", strategy: str = "single", nproc: int = 1, batch: int = 32,
+        dataset: str = "synthetic-loader", strategy: str = "single", nproc: int = 1, batch: int = 32,
         workers: int = 2, loader: str = "pipelined", transform: str = "light", step_s: float = 0.1,
         bd: dict[str, float] | None = None, sps: float | None = None, host_mem: int | None = 2 * GIB,
         device_mem: int | None = None, gpu_total: int | None = None, cpu: float | None = 60.0,
