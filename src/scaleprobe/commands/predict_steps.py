@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,7 @@ from scaleprobe.features.links import UNDER_LOAD_HEAD
 from scaleprobe.predict import check as C
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import whatif as W
-from scaleprobe.predict.stepmodel import NEEDED_FLOOR_GBIT_S
+from scaleprobe.predict.stepmodel import NEEDED_FLOOR_GBIT_S, Prediction
 from scaleprobe.predict.timeline import Unit
 from scaleprobe.report.reading.records import load_records, runs
 from scaleprobe.report.render.whatif import ceiling_caveat
@@ -192,9 +193,9 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                                                      r.prediction.comm_busy_s,
                                                      *r.prediction.phases.values())))
         u, fig = unit[0], _in(unit)
-        t = _table(f"predicted median step ({u}) and speedup in samples/s over the run, "
-                   "95% intervals (the run's spread, the link fit's and the model's own "
-                   "error)")
+        t = _table(f"predicted median step ({u}) and speedup in samples/s (of the mean "
+                   "step) over the run, 95% intervals (the run's spread, the link fit's and "
+                   "the model's own error)")
         for col in ("strategy", "processes", f"step {u}", "speedup", "efficiency"):
             t.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
         for r in part:
@@ -216,6 +217,8 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                       fig(p.comm_busy_s), esc(_needed(r, bool(caveat))))
         con.print(t)
     notes = dict.fromkeys([n for r in rows for n in r.prediction.notes] +
+                          [mean_step_note(r.prediction, duration) for r in rows
+                           if mean_step_note(r.prediction, duration)] +
                           [f"{r.prediction.strategy} on {r.nnodes * r.nproc} processes, link "
                            f"for {target:.0%}: {r.needed_reason}" for r in rows
                            if r.needed_reason])
@@ -226,6 +229,22 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
         con.print(f"  note: {n}", markup=False, highlight=False)
     if caveat:
         con.print(f"  * {caveat}.", markup=False, highlight=False)
+
+
+MEAN_APART = 0.02  # a mean step this far from the median is said beside the speedup
+
+
+def mean_step_note(p: Prediction, show: Callable[[float], str]) -> str | None:
+    """Where the mean step the speedup is of (samples/s: every step counts, local SGD's
+    averaging steps included) is more than ``MEAN_APART`` from the median step shown beside
+    it, a note says so with both: dividing the shown step into the run's would not give the
+    speedup."""
+    mean, median = p.step_mean_s, p.step_s.value
+    if not mean or not median or abs(mean / median - 1.0) <= MEAN_APART:
+        return None
+    return (f"{p.strategy} on {p.world} processes: the speedup and efficiency are of the mean "
+            f"step, {show(mean)} (every step counts in samples/s), not of the median step "
+            f"shown, {show(median)}")
 
 
 def _where(r: W.Row) -> str:

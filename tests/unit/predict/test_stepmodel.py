@@ -377,3 +377,30 @@ def test_ddp_prices_the_buffers_it_broadcasts_before_every_forward(tmp_path):
     p = M.predict(s, M.Scenario("ddp", 1, 2, SLOW, buffers=()))
     assert p.step_s.value == pytest.approx(85 * MS)
     assert not any("buffers" in n for n in p.notes)
+
+
+def test_a_speedup_of_the_mean_step_says_so_beside_the_median(tmp_path, capsys):
+    """Local SGD's median step leaves out its averaging steps, which the speedup (samples/s:
+    every step counts) holds: dividing the step shown into the run's gave another speedup
+    than the one beside it. The table's heading and a note name the mean step."""
+    from scaleprobe.cli import main
+
+    rec = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS)
+    path = tmp_path / "r" / "result.json"
+    path.write_text(json.dumps(rec.to_dict()))
+    argv = ["predict", "--from", str(path), "--nproc", "4", "--link", "slow=0.4,0",
+            "--strategy", "localsgd,ddp", "--average-every", "8"]
+    assert main([*argv, "--json"]) == 0
+    rows = {r["strategy"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    local, ddp = rows["localsgd"], rows["ddp"]
+    assert local["step_mean_s"] > 1.05 * local["step_s"]["value"]  # the averaging steps
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "speedup in samples/s (of the mean step)" in out
+    mean_ms, median_ms = local["step_mean_s"] * 1e3, local["step_s"]["value"] * 1e3
+    assert (f"localsgd on 4 processes: the speedup and efficiency are of the mean step, "
+            f"{mean_ms:.1f} ms (every step counts in samples/s), not of the median step "
+            f"shown, {median_ms:.1f} ms") in out
+    # DDP's every step is alike: no note
+    assert abs(ddp["step_mean_s"] / ddp["step_s"]["value"] - 1) <= 0.02
+    assert "ddp on 4 processes: the speedup" not in out
