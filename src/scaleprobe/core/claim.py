@@ -388,7 +388,10 @@ def undecided(iv: Interval | None, ref: float, what: str,
         need = repeats_to_decide(iv, ref)
     tail = (f"; about {need} repeats would decide it" if need
             else f"; more than {MAX_REPEATS_SUGGESTED} repeats would be needed, or the "
-                 "difference is smaller than the noise")
+                 "difference is smaller than the noise" if iv.enough_repeats
+            # one repeat measured no noise between runs: nothing is said of it
+            else f"; {MIN_REPEATS_TO_DECIDE} or more repeats measure the noise between runs "
+                 "and say how many would decide it")
     if iv.too_wide(ref):  # the repeats said once, not in the head too
         return f"{INCONCLUSIVE}: {what}: {iv.repeats_text}, spread too large{tail}"
     return f"{head}: {what} {iv.text(ref=ref)}{tail}"

@@ -258,7 +258,7 @@ class Load(Record):
     machine_cores: int | None = None
     window_s: float | None = None
     gpu_processes: list[dict[str, Any]] | None = None
-    # set where records are read for a report (report/reading/records.colocated_load), never written by
+    # set where records are read (core/machine_load.colocated_load), never written by
     # a run: the cores a co-located job's partners used themselves over its window, and which
     # partner jobs those were; the load judged is net of them
     colocated_cores: float | None = None

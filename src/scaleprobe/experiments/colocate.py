@@ -36,6 +36,7 @@ from scaleprobe.core.claim import Source
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.experiment_records import ColocateRecord
 from scaleprobe.core.fmt import duration
+from scaleprobe.core.machine_load import colocate_sources
 from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.experiments.colocate_verdict import (
     JobFigures,
@@ -244,11 +245,12 @@ def window_shares(recs: list[RunResult]) -> list[float | None] | None:
 
 
 def _figures(name: str, alone: list[RunResult], together: list[RunResult],
-             left_out: Collection[int] = ()) -> JobFigures:
+             left_out: Collection[int] = (), sources: tuple[Source, ...] = ()) -> JobFigures:
     """One job's figures over the repeats (``alone[i]``, ``together[i]``: repeat i's runs);
     the repeats in ``left_out`` (its window was not shared enough) give none together.
     Epochs are on the timed window's basis, as the samples/s beside them: the slowdowns by
-    samples/s and by epoch time agree (bug caught: 1.45x by samples/s, 1.81x by epoch time)."""
+    samples/s and by epoch time agree (bug caught: 1.45x by samples/s, 1.81x by epoch time).
+    ``sources``: the runs its slowdown stands on (``_job_sources``)."""
     figures: list[Callable[[RunResult], float | None]] = [
         lambda r: r.metrics.samples_per_s, lambda r: r.window_epoch_s,
         lambda r: r.metrics.step_time_s.rel_ci if r.metrics.step_time_s else None]
@@ -256,18 +258,18 @@ def _figures(name: str, alone: list[RunResult], together: list[RunResult],
                   for i, r in enumerate(recs))
             for f in figures for recs, drop in ((alone, ()), (together, left_out))]
     rate, rate_t, epoch, epoch_t, ci, ci_t = cols
-    return JobFigures(name, rate, rate_t, epoch, epoch_t, ci, ci_t,
-                      tuple(_source(name, i, r) for i, r in enumerate(alone)))
+    return JobFigures(name, rate, rate_t, epoch, epoch_t, ci, ci_t, sources)
 
 
-def _source(name: str, i: int, rec: RunResult) -> Source:
-    """Job ``name``'s run alone in repeat ``i`` as a claim's source, with its load as the run
-    judged it (the flag and the cores outside its process tree)."""
-    flag = rec.load.flag if rec.load is not None else None
-    cores = rec.metrics.outside_cpu_cores
-    return Source(rec.run_id or f"{name} alone #{i}", flag,
-                  f"{cores:.2f} cores outside" if flag and cores is not None else "",
-                  f"{name} alone (repeat {i + 1})")
+def _job_sources(cs: ColocateSpec, alone: list[list[RunResult]],
+                 together: list[list[RunResult]]) -> list[tuple[Source, ...]]:
+    """Per job, the runs its slowdown stands on: alone and together in every repeat, each
+    with its load judged as the report judges it (``core.machine_load.colocate_sources``: a
+    run together net of its partner jobs' own CPU use), so colocate.md, the terminal and the
+    report name the same runs measured under load."""
+    runs = [r for i in range(len(alone))
+            for r in (*alone[i], *(together[i] if i < len(together) else []))]
+    return [colocate_sources(runs, name) for name, _ in cs.jobs]
 
 
 def _threads(recs: list[RunResult]) -> int | None:
@@ -309,8 +311,9 @@ def _record(cs: ColocateSpec, plan: list[Place], note: str, cores: int,
     shares = [window_shares(t) if boxed else None for t in together]
     short = [(i, cs.jobs[k][0], v) for i, sh in enumerate(shares)
              for k, v in enumerate(sh or []) if v is not None and v < MIN_WINDOW_OVERLAP]
+    srcs = _job_sources(cs, alone, together)
     jobs = [_figures(n, [a[k] for a in alone], [t[k] for t in together],
-                     {i for i, job, _ in short if job == n})
+                     {i for i, job, _ in short if job == n}, srcs[k])
             for k, (n, _) in enumerate(cs.jobs)]
     cpu = _mean([m.cpu_util_pct for m in machine])
     gpu = _mean([m.gpu_util_pct for m in machine])

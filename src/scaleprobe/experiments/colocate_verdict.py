@@ -65,9 +65,9 @@ class JobFigures:
     # within-run spread: relative 95% CI half-width of each run's median step time
     alone_rel_ci: tuple[float | None, ...] = ()
     together_rel_ci: tuple[float | None, ...] = ()
-    # the runs the slowdown stands on, with their load as each run judged it; the runs
-    # alone only: a together run's outside load holds its partners' by design (the report
-    # nets them out, report/reading/records.colocated_load)
+    # the runs the slowdown stands on, alone and together, with their load as the report
+    # judges it: a together run's net of its partners' own CPU use, which it holds by design
+    # (core/machine_load.colocate_sources)
     sources: tuple[CL.Source, ...] = ()
 
     @property

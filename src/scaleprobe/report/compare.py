@@ -7,12 +7,16 @@ The verdict reads samples/s, B / A, through the same intervals as every other ve
 Welch's t over the repeats where each side has two or more, else the two runs' within-run
 spreads widened to one run's process-to-process noise; faster, slower, no change or
 inconclusive by docs/REPORTS.md's table ("Comparing runs"). Every pair also says which
-configuration keys (and which parts of the machine) differ between A and B.
+configuration keys (and which parts of the machine) differ between A and B. The runs behind
+the verdict (every repeat of each side where Welch's interval reads them all) are its sources
+(``core.claim.Source``): where any was measured under load, the verdict carries the load
+caveat naming it (``claim.load_caveat``), as every other verdict does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ from scaleprobe.report.findings.diagnose import epoch_start_wait
 from scaleprobe.report.reading import pairing as PR
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading import repeats as P
-from scaleprobe.report.reading.machine_load import run_load
+from scaleprobe.report.reading.machine_load import run_load, sources
 
 
 @dataclass
@@ -51,6 +55,18 @@ class Pair:
     deltas: list[Delta] = field(default_factory=list)
     # where a side's samples/s (from its median step) is not its window's throughput
     caveats: list[str] = field(default_factory=list)
+    # the runs behind the verdict, each with its load ("A batch_size=32 (repeat 1)")
+    sources: tuple[CL.Source, ...] = ()
+
+    @property
+    def under_load(self) -> bool:
+        return any(s.under_load for s in self.sources)
+
+    @property
+    def load_caveat(self) -> str:
+        """``measured under load: B batch_size=32 (repeat 1): 3.00 cores outside (1 of 6
+        source runs); ...``, or empty when no run behind the verdict was under load."""
+        return CL.load_caveat(self.sources)
 
     @property
     def summary(self) -> str:
@@ -71,7 +87,12 @@ class Pair:
         if self.verdict == CL.INCONCLUSIVE:
             text += ("; " + (f"about {self.need} repeats a side would decide it" if self.need
                              else "more repeats would not decide it: the difference is "
-                                  "smaller than the noise"))
+                                  "smaller than the noise" if iv.enough_repeats
+                             # one run a side measured no noise between runs
+                             else "2 or more repeats a side measure the noise between runs "
+                                  "and say how many would decide it"))
+        if self.load_caveat:
+            text += f"; {self.load_caveat}"
         return text
 
 
@@ -98,6 +119,29 @@ def samples_interval(a: RunResult, b: RunResult) -> M.Interval | None:
         return M.unpaired_ratio_interval(va, vb)
     return M.ratio_interval([P.sps_of(a)], [P.sps_of(b)], [P.rel_ci(a)],
                             [P.rel_ci(b)])
+
+
+def verdict_sources(a: RunResult, b: RunResult, iv: M.Interval | None,
+                    th: Thresholds = DEFAULT) -> tuple[CL.Source, ...]:
+    """The runs the verdict stands on, each with its load as the report judges it
+    (``machine_load.source``): every repeat of each side where Welch's interval reads them
+    all, else the two runs compared; each named with its side (``B batch_size=32 (repeat
+    1)``), so the load caveat says which side's run it was."""
+    welch = iv is not None and iv.method.startswith("Welch")
+    out: list[CL.Source] = []
+    for side, r in (("A", a), ("B", b)):
+        srcs = sources([r], th) if welch else sources([_alone(r)], th)
+        out += [replace(x, run=f"{side} {x.run}", label=f"{side} {x.label or x.run}")
+                for x in srcs]
+    return tuple(out)
+
+
+def _alone(r: RunResult) -> RunResult:
+    """The record itself, without its point's other repeats: the run a one-run interval
+    read."""
+    one = copy.copy(r)
+    one.repeats = None
+    return one
 
 
 def verdict(iv: M.Interval | None, th: Thresholds = DEFAULT) -> str:
@@ -131,7 +175,7 @@ ENV_KEYS = (("host", "host"), ("CPU", "cpu_model"), ("cores", "cores"), ("torch"
 def differences(a: RunResult, b: RunResult) -> list[str]:
     """What differs between the two runs besides the code: each configuration key that
     changes the measurement (``pairing.differing_keys``), the machine (host, CPU, cores,
-    GPUs, torch), and load from outside the run."""
+    GPUs, torch), and load from outside the run (on any repeat of the side's point)."""
     fa, fb = PR.resolved_config(a), PR.resolved_config(b)
     out = [f"{k}: {_val(fa.get(k))} -> {_val(fb.get(k))}"
            for k in sorted(PR.differing_keys(a, b))]
@@ -148,7 +192,8 @@ def differences(a: RunResult, b: RunResult) -> list[str]:
     if ga != gb and not blank:
         out.append(f"GPUs: {ga or 'none'} -> {gb or 'none'}")
 
-    loaded = [side for side, r in (("A", a), ("B", b)) if run_load(r)[0]]
+    loaded = [side for side, r in (("A", a), ("B", b))
+              if any(run_load(x)[0] for x in P.repeats_of(r) or [r])]
     if loaded:
         out.append(f"measured under load: {' and '.join(loaded)}")
     return out
@@ -179,7 +224,8 @@ def compare_runs(a: RunResult, b: RunResult, label: str = "A vs B",
     iv = samples_interval(a, b)
     v = verdict(iv, th)
     need = _repeats_to_decide(iv, th) if v == CL.INCONCLUSIVE and iv is not None else None
-    return Pair(label, a, b, v, iv, need, differences(a, b), deltas, caveats(a, b, th))
+    return Pair(label, a, b, v, iv, need, differences(a, b), deltas, caveats(a, b, th),
+                verdict_sources(a, b, iv, th))
 
 
 def _older_but_measured(r: RunResult) -> bool:
@@ -300,7 +346,8 @@ def _sweep_row(p: Pair) -> list[str]:
     d = {x.metric: x for x in p.deltas}
     sps, med = d["samples/s"], d["step median"]
     return [p.label, sps.a, sps.b, sps.change, med.a, med.b, med.change,
-            p.interval.text() if p.interval is not None else fmt.NA, p.verdict]
+            p.interval.text() if p.interval is not None else fmt.NA,
+            p.verdict + (", under load" if p.under_load else "")]
 
 
 def _differ_lines(cmp: Comparison) -> list[str]:
@@ -320,12 +367,19 @@ def _differ_lines(cmp: Comparison) -> list[str]:
     for p in cmp.pairs:
         where = "" if len(cmp.pairs) == 1 else f"{p.label}: "
         lines += [f"Caveat: {where}{c}" for c in p.caveats]
+        if p.load_caveat and not _single(cmp):  # a single pair's verdict line carries it
+            lines.append(f"Caveat: {where}{p.load_caveat}")
     return lines
+
+
+def _single(cmp: Comparison) -> bool:
+    """One pair shown metric by metric, its verdict (``Pair.summary``) under the table."""
+    return len(cmp.pairs) == 1 and not cmp.only_a and not cmp.only_b
 
 
 def to_markdown(cmp: Comparison) -> str:
     lines = ["# scaleprobe compare", "", f"A: `{cmp.a_source}`  ", f"B: `{cmp.b_source}`", ""]
-    if len(cmp.pairs) == 1 and not cmp.only_a and not cmp.only_b:
+    if _single(cmp):
         p = cmp.pairs[0]
         rows = [[x.metric, x.a, x.b, x.change] for x in p.deltas]
         lines += [fmt.md_table(["Metric", "A", "B", "Change"], rows), "",
@@ -366,7 +420,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
     con = console or Console()
     styles = {"faster": "green", "slower": "red", "no change": "dim"}
     con.print(f"A: {escape(str(cmp.a_source))}\nB: {escape(str(cmp.b_source))}")
-    if len(cmp.pairs) == 1 and not cmp.only_a and not cmp.only_b:
+    if _single(cmp):
         p = cmp.pairs[0]
         t = Table(show_header=True, header_style="bold")
         for col, just in (("metric", "left"), ("A", "right"), ("B", "right"),

@@ -223,3 +223,16 @@ def test_memory_fit_is_inconclusive_where_the_device_lies_inside_the_interval() 
     assert C.memory_fit(50, None, None, 100, 2).short_verdict == C.NO_INTERVAL
     # the figure names what stands behind the interval: not repeats
     assert "3 probed batch sizes" in c.text() and "repeats" not in c.text()
+
+
+def test_one_repeat_says_nothing_of_the_noise_it_could_not_measure() -> None:
+    """1.02x from one pair: no count of repeats "decides" at that estimate, and with one
+    repeat the noise between runs was never measured, so "or the difference is smaller than
+    the noise" would be a claim; three repeats measured it and may say so."""
+    one = C.undecided(Interval(1.02, 0.90, 1.15, 1, "t"), 1.0, "samples/s", need=None)
+    assert one.startswith("inconclusive (1 repeat): samples/s 1.02x [0.90, 1.15], 1 repeat")
+    assert "smaller than the noise" not in one
+    assert one.endswith("; 2 or more repeats measure the noise between runs and say how many "
+                        "would decide it")
+    three = C.undecided(Interval(1.02, 0.90, 1.15, 3, "t"), 1.0, "samples/s", need=None)
+    assert three.endswith("or the difference is smaller than the noise")

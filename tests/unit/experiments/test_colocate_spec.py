@@ -129,3 +129,54 @@ def test_a_job_that_ran_partly_alone_feeds_no_figure_for_that_repeat():
     steps = ColocateSpec(steps.colocate_id, steps.placement, steps.jobs, 4)
     rec = _record(steps, [Place(), Place()], "shared", 2, alone, together, machine)
     assert rec.repeats_left_out == [] and rec.window_overlap_repeats == [None] * 4
+
+
+def _point(job: str, phase: str, repeat: int, sps: float, outside: float,
+           window: tuple[float, float]) -> RunResult:
+    """Job ``job``'s run in ``phase`` of ``repeat`` on a 4-core machine, each job at 50% of
+    it (2 cores), with ``outside`` cores used outside its process tree (its partner's
+    included when together)."""
+    from tests.unit.report.factory import run
+
+    rec = run(f"{job}-{phase}-r{repeat}", sps=sps, cpu=50.0, cores=4)
+    rec["experiment"] = {"id": "co", "kind": "colocate", "repeat": repeat,
+                         "point": {"job": job, "phase": phase}}
+    rec["metrics"]["outside_cpu_cores"] = outside
+    rec["metrics"]["window_clock"] = list(window)
+    return RunResult.from_dict(rec)
+
+
+def test_load_only_while_together_rides_on_the_reading_as_the_report_says_it():
+    """Bug caught: colocate.md and the terminal built a job's sources from its runs alone,
+    while the report also judges its runs together (net of the partner's own CPU use): a
+    third process beside job a's run together in repeat 2 (1.50 cores past b's 2.00) gave
+    "slower together" with no caveat in colocate.md and ", under load" in the report. Both
+    now call one function; a partner's own 2 cores are not load."""
+    from scaleprobe.core import claim as CL
+    from scaleprobe.core.experiment_records import ColocateRecord
+    from scaleprobe.experiments.colocate import ColocateSpec, Place, _Machine, _record
+    from scaleprobe.report.render.colocate import render_colocate
+    from scaleprobe.report.render.sections_exp import job_claims
+
+    cs = load_colocate_spec(doc(seconds=2))
+    cs = ColocateSpec(cs.colocate_id, cs.placement, cs.jobs, 3)
+    alone = [[_point(j, "alone", i, 100.0, 0.0, (10 * i + k, 10 * i + k + 1))
+              for k, j in enumerate("ab")] for i in range(3)]
+    together = [[_point(j, "together", i, 50.0, 3.5 if (j, i) == ("a", 1) else 2.05,
+                        (10 * i + 5, 10 * i + 7)) for j in "ab"] for i in range(3)]
+    rec = _record(cs, [Place(), Place()], "shared", 4, alone, together,
+                  [_Machine(100.0, None, 2.0)] * 3)
+    a, b = rec.jobs
+    caveat = ("measured under load: job=a, phase=together (repeat 2): 1.50 cores outside "
+              "(1 of 6 source runs)")
+    assert a["reading"] == "slower together" and a["under_load"] is True
+    assert a["load_caveat"].startswith(caveat), a["load_caveat"]
+    assert b["under_load"] is False and b["load_caveat"] is None  # b's partner is not load
+    md = render_colocate(ColocateRecord.from_dict(rec.to_dict()))
+    assert "| slower together, under load |" in md and md.count("under load |") == 1
+    assert f"- a: {caveat}" in md
+    # the report, from the same runs read back: the same sources, the same words
+    runs = [r for i in range(3) for r in (*alone[i], *together[i])]
+    claims = job_claims(ColocateRecord.from_dict(rec.to_dict()), runs)
+    assert [c.under_load for c in claims] == [True, False]
+    assert CL.load_caveat(claims[0].sources) == a["load_caveat"]

@@ -270,16 +270,46 @@ def _colocate(rec: ColocateRecord, th: Thresholds = DEFAULT) -> Finding:
                "run them one after the other when each one's time matters")
         severity = "warning"
     elif verdict == CL.INCONCLUSIVE:
-        n = rec.repeats or 1
-        tip = (f"the slowdowns are within the run-to-run noise at {int(n)} repeat(s): run "
-               "again with more --repeats (the evidence says about how many) before acting")
-        severity = "info"
+        tip, severity = _colocate_to_decide(rec, jobs, th), "info"
     elif verdict == "no interference":
         tip, severity = "sharing costs little here; co-locating these jobs is fine", "info"
     else:
         tip, severity = "see the jobs' run records for why a figure is missing", "warning"
     return Finding(f"co-location ({placement}): {verdict}", evidence, tip, severity,
                    rec.exp_id or "")
+
+
+def _colocate_to_decide(rec: ColocateRecord, jobs: list[dict[str, Any]],
+                        th: Thresholds = DEFAULT) -> str:
+    """What would decide an inconclusive co-location. One repeat decides nothing, whatever
+    the slowdowns (core/claim.py: never "within noise"): it says so, with the largest one.
+    Otherwise the intervals straddle the bar (``colocate_slowdown``). Either way, the repeats
+    at which, the slowdowns and their spread staying as measured, some job's interval would
+    lie above the bar or every job's below it (``metrics.projected``)."""
+    bar = th.colocate_slowdown
+    ivs = [iv for j in jobs if (iv := M.interval_of(j.get("slowdown_interval"))) is not None]
+    n = min((iv.n for iv in ivs), default=int(rec.repeats or 1))
+    need = next((k for k in range(max(M.MIN_REPEATS_TO_DECIDE, n + 1),
+                                  M.MAX_REPEATS_SUGGESTED + 1)
+                 if ivs and (any(M.projected(iv, k).above(bar) for iv in ivs)
+                             or all(M.projected(iv, k).below(bar) for iv in ivs))), None)
+    one = n < M.MIN_REPEATS_TO_DECIDE
+    if need:
+        rerun = f"about {need} repeats would decide it: run again with --repeats {need}"
+    elif one or not ivs:  # no spread between runs measured: nothing to project from
+        rerun = "run again with --repeats 3 or more to measure the spread between runs"
+    else:
+        rerun = (f"more than {M.MAX_REPEATS_SUGGESTED} repeats would be needed at this "
+                 "spread: narrow it first (a quieter machine, longer timed windows)")
+    rerun += " before acting"
+    if one:
+        worst = max(jobs, key=lambda j: num(j.get("slowdown")) or 0.0, default=None)
+        largest = (f" (the largest: {worst.get('name')} {fmt.ratio(worst.get('slowdown'))})"
+                   if worst is not None else "")
+        return (f"{CL.one_repeat_text(n)}: one repeat cannot see the drift between runs, so it "
+                f"decides nothing, whatever the slowdowns{largest}; " + rerun)
+    return (f"at {n} repeats the slowdown intervals straddle {bar:.2f}x (no interference "
+            "below it, interference above): " + rerun)
 
 
 def _parity(rec: ParityRecord) -> Finding:

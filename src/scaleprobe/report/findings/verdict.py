@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaleprobe.core import claim as CL
 from scaleprobe.core import metrics as M
 from scaleprobe.core.record import Record
 from scaleprobe.core.thresholds import DEFAULT, Thresholds
@@ -34,7 +35,10 @@ def to_decide(need: int | None, iv: M.Interval | None, command: Any,
     """The command with the repeats that would decide; when no number of repeats would (the
     difference is below the noise): a quieter machine first where runs were measured under
     load, the two equal at this noise where every run was measured quiet, and neither claim
-    where the load was not measured or there is no spread at all."""
+    where the load was not measured or there is no spread at all. With one repeat there is no
+    noise measured to be below: ``repeats_to_decide`` assumed one run's noise, and one repeat
+    cannot see the drift between runs (core/claim.py: never "within noise"), so the row asks
+    for repeats and claims neither."""
     if need is not None:
         return f"about {need} repeats would decide it: {command(need)}"
     n = max(2 * (iv.n if iv is not None else 1), 3)
@@ -49,6 +53,12 @@ def to_decide(need: int | None, iv: M.Interval | None, command: Any,
                 "neither more repeats nor a quieter machine is the first fix: remove the stalls, "
                 f"or time more steps per run, then e.g. {command(n)}")
     flags = [run_load(r, th)[0] for r in R.runs(recs)]
+    if not iv.enough_repeats:
+        quiet = " on a quiet machine (runs were measured under load)" if any(
+            f is True for f in flags) else ""
+        return (f"{CL.one_repeat_text(iv.n)}: one repeat cannot see the drift between runs, "
+                "so it says neither that the two differ nor that they are equal: measure the "
+                f"noise between runs with repeats{quiet}, e.g. {command(n)}")
     if any(f is True for f in flags):
         return ("the noise is larger than the difference and runs were measured under load: "
                 f"measure on a quiet machine, e.g. {command(n)}")

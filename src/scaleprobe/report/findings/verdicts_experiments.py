@@ -96,7 +96,7 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     reading = CL.slowdown_claim(str(worst.get("name")), worst["slowdown"], iv).short_verdict
     number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} ({reading})"
     caveats = [f"{j.get('name')}: {j['load_caveat']}" for j in jobs if j.get("load_caveat")]
-    if caveats:  # a job measured alone under load: its slowdown may look smaller
+    if caveats:  # load alone makes a slowdown look smaller, together larger
         number += "; " + "; ".join(caveats)
     interval = iv.text() if iv else "no interval: recorded without repeats"
     if verdict == CL.INCONCLUSIVE or iv is None:

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, SweepRecord, typed
+from scaleprobe.core.machine_load import colocated_load
 from scaleprobe.core.record import Record
 from scaleprobe.core.result_model import SCHEMA, Experiment, RunResult, dict_of, dicts
-from scaleprobe.core.run_parts import Load
 
 LOADER_AXES = ("workers", "prefetch", "transform", "loader")
 
@@ -71,8 +71,11 @@ def load_records(path: str | Path) -> list[Record]:
 
 def _why(e: Exception) -> str:
     """Why a record file did not parse, in words: a file cut short says so."""
+    rest = e.doc[e.pos:].rstrip() if isinstance(e, json.JSONDecodeError) else ""
     if isinstance(e, json.JSONDecodeError) and e.doc.strip() and (
-            e.pos >= len(e.doc.rstrip()) or e.msg.startswith("Unterminated")):
+            e.pos >= len(e.doc.rstrip()) or e.msg.startswith("Unterminated")
+            # cut inside a literal: ``"x": nul``
+            or any(word.startswith(rest) for word in ("null", "true", "false"))):
         return f"the record ends early (truncated at byte {len(e.doc.encode())}: {e.msg})"
     if isinstance(e, json.JSONDecodeError):
         return f"not a JSON record ({e})" if e.doc.strip() else "the file is empty"
@@ -91,55 +94,6 @@ def _warn_newer_schema(raws: list[dict[str, Any]], where: Path) -> None:
               f"scaleprobe does not know (it reads schema {SCHEMA} and older): read as "
               "far as their fields are known; a newer scaleprobe reads them whole",
               file=sys.stderr)
-
-
-def colocated_load(recs: list[RunResult]) -> None:
-    """Each co-located job's together run gets ``load.colocated_cores``: the cores its
-    co-located jobs used themselves in the same repeat (each partner's own ``cpu_util_pct``,
-    a share of the cores it could run on, ``env.cores``), weighted by the share of the run's
-    timed window that the partner's window covered. Its outside figure holds them by design,
-    so the load the report judges is net of them (``report.reading.machine_load.run_load``). Only finished
-    partners with a known window count, one record per partner job (the most overlap): a
-    failed or rerun attempt is not subtracted again."""
-    groups: dict[tuple[Any, ...], list[RunResult]] = {}
-    for r in recs:
-        if r.exp_kind != "colocate" or r.point.get("phase") != "together":
-            continue
-        groups.setdefault((r.source, r.exp_id, r.repeat), []).append(r)
-    for group in groups.values():
-        for r in group:
-            best: dict[str, tuple[float, float]] = {}  # partner job -> (overlap share, cores)
-            for o in group:
-                pct = o.metrics.cpu_util_pct
-                cores = o.env_number("cores") or (o.load.machine_cores if o.load else None)
-                share = _overlap_share(r, o)
-                if _job(o) == _job(r) or o.status != "ok" or pct is None or not cores \
-                        or not share:
-                    continue
-                if share > best.get(_job(o), (0.0, 0.0))[0]:
-                    best[_job(o)] = (share, pct / 100.0 * cores * share)
-            if best:
-                r.load = r.load or Load()
-                r.load.colocated_cores = sum(c for _, c in best.values())
-                r.load.colocated_jobs = sorted(best)
-
-
-def _job(r: RunResult) -> str:
-    return str(r.point.get("job"))
-
-
-def _overlap_share(a: RunResult, b: RunResult) -> float:
-    """The share of run ``a``'s timed window (wall clock) that ``b``'s covered; 0 when either
-    window is unknown."""
-    wa, wb = a.metrics.window_clock, b.metrics.window_clock
-    if not (isinstance(wa, list) and isinstance(wb, list) and len(wa) == len(wb) == 2):
-        return 0.0
-    try:
-        span = float(wa[1]) - float(wa[0])
-        both = min(float(wa[1]), float(wb[1])) - max(float(wa[0]), float(wb[0]))
-    except (TypeError, ValueError):
-        return 0.0
-    return max(0.0, min(1.0, both / span)) if span > 0 else 0.0
 
 
 def _folder(base: Path, folder: Path) -> str:

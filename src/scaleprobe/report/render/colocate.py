@@ -82,8 +82,9 @@ def render_colocate(rec: ColocateRecord) -> str:
         "",
         f"- {rec.throughput or ''}",
         f"- **verdict: {rec.verdict}** - {rec.evidence}",
-        *[f"- {j.get('name')}: {j['load_caveat']} (a job measured alone under load makes its "
-          "slowdown look smaller than it is)" for j in rec.jobs if j.get("load_caveat")],
+        *[f"- {j.get('name')}: {j['load_caveat']} (load on a run alone makes the job's "
+          "slowdown look smaller than it is, on a run together larger)"
+          for j in rec.jobs if j.get("load_caveat")],
         "",
     ]
     return "\n".join(lines)

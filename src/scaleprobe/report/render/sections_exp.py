@@ -155,8 +155,13 @@ def scaling_section(records: list[Record]) -> Section | None:
                "the repeats' paired ratios, with its interval: the figure every verdict uses; "
                "paired efficiency = paired speedup / N. Every "
                "point ran the same threads per rank unless the row says it is not like for "
-               "like. 'Lost to' splits the gap into shares of the N-process step (none above "
-               "100% efficiency)."))
+               "like. 'Lost to' splits the gap (100% - the paired efficiency) into shares of "
+               "the N-process step, from the breakdowns of the two points' median repeats; "
+               "'other/unexplained' is what the listed shares leave of that gap (shares "
+               "under 1%, phases that got faster, time outside the breakdown's phases, the "
+               "median repeats against every repeat paired; negative where the shares exceed "
+               "the gap), so the parts add up to it (no gap above 100% efficiency). A figure "
+               "drawn from a run measured under load says 'under load' beside it."))
     runs = R.by_experiment(records, "scale")
     for eid in dict.fromkeys(r["experiment"] for r in rows):
         grows = [r for r in rows if r["experiment"] == eid]
@@ -173,16 +178,13 @@ def scaling_section(records: list[Record]) -> Section | None:
 
 def job_claims(rec: ColocateRecord, runs: list[RunResult]) -> list[CL.Claim]:
     """Each job's slowdown as a claim (core/claim.py) whose sources are its runs alone and
-    together, with their load (net of the co-located jobs' own, ``records.colocated_load``):
-    the caveat then rides on the job's reading itself."""
-    out = []
-    for j in dicts(rec.jobs):
-        mine = [r for r in runs if str(r.point.get("job")) == str(j.get("name"))]
-        out.append(CL.slowdown_claim(f"{j.get('name')}: slowdown alone / together",
-                               num(j.get("slowdown")),
-                               M.interval_of(j.get("slowdown_interval")),
-                               L.sources(mine)))
-    return out
+    together, with their load (net of the co-located jobs' own): ``L.colocate_sources``, the
+    one ``scaleprobe colocate`` gives colocate.md and the terminal. The caveat then rides on
+    the job's reading itself."""
+    return [CL.slowdown_claim(f"{j.get('name')}: slowdown alone / together",
+                              num(j.get("slowdown")), M.interval_of(j.get("slowdown_interval")),
+                              L.colocate_sources(runs, str(j.get("name"))))
+            for j in dicts(rec.jobs)]
 
 
 def _target_plot(s: Section, eid: str, rows: list[ScaleRow]) -> None:

@@ -382,6 +382,36 @@ def test_colocate_finding_never_lists_a_faster_job_as_slower():
     assert f.severity == "info" and "--repeats" in f.recommendation
 
 
+def test_an_inconclusive_colocation_of_one_repeat_is_never_within_the_noise():
+    """Bug caught: one repeat, job a 1.80x slower together, and the finding said "the
+    slowdowns are within the run-to-run noise at 1 repeat(s)". One repeat cannot see the
+    drift between runs, so it decides nothing and says nothing of noise: the finding says
+    so, with the largest slowdown and the repeats that would decide it. With three repeats
+    whose intervals straddle the 1.10x bar, it names the bar and the repeats instead."""
+    rec = colocate_record()
+    rec["repeats"], rec["verdict"] = 1, "inconclusive"
+    for j, (lo, hi) in zip(rec["jobs"], ((1.6, 2.0), (1.4, 1.8)), strict=True):
+        j["slowdown_interval"].update(lo=lo, hi=hi, n=1, method="one repeat", log_sd=None)
+    (f,) = diagnose_experiment([rec])
+    assert f.severity == "info"
+    assert "noise" not in f.recommendation, f.recommendation
+    assert f.recommendation.startswith(
+        "inconclusive (1 repeat): one repeat cannot see the drift between runs, so it decides "
+        "nothing, whatever the slowdowns (the largest: a 1.80x); about 3 repeats would "
+        "decide it: run again with --repeats 3 before acting"), f.recommendation
+    three = colocate_record()
+    three["verdict"] = "inconclusive"
+    three["jobs"][0]["slowdown_interval"].update(estimate=1.15, lo=1.02, hi=1.30, log_sd=0.05)
+    three["jobs"][0]["slowdown"] = 1.15
+    three["jobs"][1]["slowdown_interval"].update(estimate=1.05, lo=0.95, hi=1.16, log_sd=0.04)
+    three["jobs"][1]["slowdown"] = 1.05
+    (g,) = diagnose_experiment([three])
+    assert g.recommendation.startswith("at 3 repeats the slowdown intervals straddle 1.10x "
+                                       "(no interference below it, interference above): "
+                                       "about "), g.recommendation
+    assert "run again with --repeats" in g.recommendation and "noise" not in g.recommendation
+
+
 def test_format_findings_orders_by_severity():
     text = format_findings([Finding("compute-bound", "e1", "r1", "info", "a"),
                             Finding("out of memory", "e2", "r2", "error", "b")])

@@ -402,3 +402,58 @@ def test_cpu_starved_runs_lead_with_their_cpu_use(tmp_path):
     (row,) = [r for r in rows if r[1].startswith("CPU-starved")]
     assert row[1] == "CPU-starved (3 runs)"
     assert row[2] == "CPU use 12%-24% of all cores by the run's processes", row
+
+
+def test_one_repeat_below_the_assumed_noise_is_never_either_will_do(tmp_path):
+    """Bug caught: one repeat a side, batch 32's epoch 1% shorter, every run quiet: no
+    number of repeats decided (``repeats_to_decide`` assumes one run's +/-10% noise, so an
+    estimate within about 5% of 1 gives None even at one repeat) and the row said "the
+    difference is within this machine's run-to-run noise ... either will do", a claim one
+    repeat cannot make: it never sees the drift between runs. It asks for repeats."""
+    recs = _batch("bs", [1.0], {16: 100.0, 32: 99.0})
+    for r in recs:
+        r["metrics"]["outside_cpu_cores"] = 0.01  # measured: quiet
+    rows, _ = _headline(recs, tmp_path)
+    row = next(r for r in rows if r[1].startswith("Fastest batch size (bs)"))
+    assert "1 repeat" in row[3], row[3]
+    assert row[4].startswith("inconclusive (1 repeat): one repeat cannot see the drift "
+                             "between runs, so it says neither that the two differ nor that "
+                             "they are equal"), row[4]
+    assert "either will do" not in row[4] and "run-to-run noise" not in row[4]
+    assert "--repeats 3" in row[4]
+
+
+def test_to_decide_says_either_will_do_only_from_repeats_that_measured_the_noise():
+    """``to_decide`` with no count that would decide, every run quiet. Three repeats whose
+    spread puts even 30 repeats' interval around 1 (1.01x, a log sd of 0.03): the difference
+    is inside the noise the repeats measured, and the two are equal at it. One repeat with
+    the same estimate: the noise was assumed, not measured, and nothing is claimed; a run
+    under load asks for a quiet machine too."""
+    import math
+
+    from scaleprobe.core import metrics as M
+    from scaleprobe.report.findings.verdict import to_decide as _to_decide
+    from tests.unit.report.factory import typed_api
+
+    to_decide = typed_api(_to_decide)
+    quiet = [with_(run(f"q{i}"), "metrics.outside_cpu_cores", 0.01) for i in range(2)]
+
+    def cmd(k: int) -> str:
+        return f"`again --repeats {k}`"
+
+    h = M.t_quantile(2) * 0.03 / math.sqrt(3)
+    three = M.Interval(1.01, 1.01 * math.exp(-h), 1.01 * math.exp(h), 3, "paired t", 0.03,
+                       0.001)
+    assert M.repeats_to_decide(three, 1.0) is None and not three.within_run_bound
+    assert to_decide(None, three, cmd, quiet).startswith(
+        "the difference is within this machine's run-to-run noise (no run measured under "
+        "load): either will do")
+    one = M.Interval(1.01, 0.92, 1.11, 1, "one repeat", None, 0.01)
+    assert M.repeats_to_decide(one, 1.0) is None and not one.within_run_bound
+    text = to_decide(None, one, cmd, quiet)
+    assert text == ("inconclusive (1 repeat): one repeat cannot see the drift between runs, "
+                    "so it says neither that the two differ nor that they are equal: measure "
+                    "the noise between runs with repeats, e.g. `again --repeats 3`"), text
+    busy = [with_(quiet[0], "metrics.outside_cpu_cores", 3.0), quiet[1]]
+    assert "with repeats on a quiet machine (runs were measured under load)" in to_decide(
+        None, one, cmd, busy)
