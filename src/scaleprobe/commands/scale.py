@@ -12,9 +12,10 @@ none: ``--nproc 2 --nnodes 1,2``) and what the gap was lost to:
 Every count runs the same strategy (ddp unless ``--strategy`` says otherwise; ``ps`` needs 2 or
 more); the 1-process run is the baseline. ``--batch-size`` is per device (weak scaling: the
 global batch grows with N), ``--global-batch`` is split (strong scaling). Each point is a
-process of its own and lands in OUT/results.jsonl at once; the table goes to OUT/scale.md, the
-speedups with their evidence (interval, repeats, source runs and their load, the rule that
-decided each) to OUT/scale.json.
+process of its own and lands in OUT/results.jsonl at once; the table goes to OUT/scale.md
+(with a line per count, each ending with the load caveat where a run behind it was measured
+under load, and the points measured under load), the speedups with their evidence (interval,
+repeats, source runs and their load, the rule that decided each) to OUT/scale.json.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ from scaleprobe.core.traits import traits_of
 from scaleprobe.experiments.executor import FIRST_NODE, from_args
 from scaleprobe.report.render.sweep_tables import write_tables
 from scaleprobe.report.tables.rows import ScaleRow
-from scaleprobe.report.tables.scale import SCALE_HEADERS, experiment_rows, scale_cells
+from scaleprobe.report.tables.scale import (
+    SCALE_HEADERS,
+    experiment_rows,
+    scale_cells,
+    under_load_note,
+)
 from scaleprobe.report.tables.time_to_target import explain, table_parts
 
 NAME = "scale"
@@ -132,10 +138,13 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str | None, bo
 
 
 def scale_markdown(rows: list[ScaleRow]) -> tuple[str, list[str]]:
-    """The speedup table (Markdown) and one line per process count."""
+    """The speedup table (Markdown) and one line per process count, then the points measured
+    under load (``Measured under load (K of N points): ...``, as sweep.md and the report
+    list them)."""
     headers, cells = table_parts(SCALE_HEADERS, rows, scale_cells)
     lines = [r["line"] for r in rows] + explain(rows, [r["record"] for r in rows])
-    return md_table(headers, cells), lines
+    loaded = under_load_note(rows)
+    return md_table(headers, cells), lines + ([loaded] if loaded else [])
 
 
 def run(args: argparse.Namespace) -> int:

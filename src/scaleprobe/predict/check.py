@@ -23,6 +23,7 @@ from datetime import datetime
 
 from scaleprobe.config.sections import LATER_DEFAULTS
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.machine_load import run_load
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.predict import sample as S
@@ -182,15 +183,25 @@ class Point:
             return None
         return error((sum(after) / len(after)) / (sum(before) / len(before)))
 
+    @property
+    def under_load(self) -> bool:
+        """Whether the measured run was measured under load (``core/machine_load.run_load``,
+        the report's rule), whatever its error: a prediction that matches a loaded run may
+        match its load, not the machine."""
+        return bool(run_load(self.run)[0])
+
     def causes(self) -> list[str]:
-        """Where prediction and measurement part, phase by phase (compute, communication)."""
+        """Where prediction and measurement part, phase by phase (compute, communication);
+        a measured run under load says so at any error."""
         p, bd = self.prediction, self.run.metrics.breakdown_s
         mine = str(self.run.cfg("dist.gloo_io") or "default")
         out = ([f"measured with --gloo-io {mine}, its link benchmarked with --gloo-io "
                 f"{self.link_gloo_io}: gloo's small collectives differ between the two"]
                if self.link_gloo_io and self.link_gloo_io != mine else [])
+        flag, reason = run_load(self.run)
+        load = [f"measured under load ({reason})"] if flag else []
         if p is None or self.ratio is None or abs(self.ratio - 1) <= GOAL_MEDIAN:
-            return out
+            return out + load
         pc = sum(p.phases[k] for k in ("forward", "backward"))
         mc = (bd.forward or 0.0) + (bd.backward or 0.0)
         if mc and abs(pc / mc - 1) > 0.1:
@@ -200,9 +211,7 @@ class Point:
                                                                              or 0.0):
             out.append(f"communication measured {bd.comm * 1e3:.0f} ms, predicted "
                        f"{p.phases['comm'] * 1e3:.0f} ms")
-        if (self.run.load is not None and self.run.load.flag):
-            out.append(f"measured under load ({self.run.load.reason})")
-        return out
+        return out + load
 
 
 def check(records: list[RunResult], seed: int = 0) -> list[Point]:

@@ -418,3 +418,22 @@ def test_a_run_and_its_link_benchmarked_with_another_gloo_io_are_named(tmp_path)
     run.config = replace(cfg, dist=replace(cfg.dist, gloo_io="batch"))
     (pt,) = C.check([base, run])
     assert not any("--gloo-io" in c for c in pt.causes())
+
+
+def test_a_measured_run_under_load_says_so_at_any_error(tmp_path):
+    """Bug caught: a loaded measured run was named "under load" only when its prediction
+    was more than 10% off (the causes stopped there), so a prediction that matched a loaded
+    run - perhaps matching its load - looked like one that matched the machine."""
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    busy = measured("a", _t(1))
+    busy.metrics = replace(busy.metrics, outside_cpu_cores=1.7)
+    busy.load = Load(flag=True, outside_cpu_cores=1.7, machine_cores=2)
+    quiet = measured("b", _t(2))
+    quiet.metrics = replace(quiet.metrics, outside_cpu_cores=0.05)
+    quiet.load = Load(flag=False, outside_cpu_cores=0.05, machine_cores=2)
+    a, b = C.check([base, busy, quiet])
+    assert a.ratio == pytest.approx(1.0, abs=0.05) and a.under_load and not b.under_load
+    assert [c for c in a.causes() if c.startswith("measured under load (")] == [
+        "measured under load (processes outside the run used 1.70 cores on average (of 2; "
+        "limit 0.25))"]
+    assert b.causes() == []

@@ -29,6 +29,7 @@ from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.reading.machine_load import under_load_line
 from scaleprobe.report.tables import batch as B
 from scaleprobe.report.tables import batch_rule as BR
+from scaleprobe.report.tables import scale as S
 from scaleprobe.report.tables import workers as W
 from scaleprobe.report.tables.rows import BatchRow, LoaderRow
 
@@ -82,22 +83,37 @@ def _audit_text(rec: RunResult) -> str:
     return "ok" if rec.audit.ok else "FAILED"
 
 
-def speedups(records: list[RunResult], labels: list[str]) -> dict[int, Any]:
-    """When ``nproc`` is an axis: each point's samples/s against the 1-process point that
-    shares its other axes, over the paired repeats (measured both, never extrapolated).
-    ``{id(record): metrics.Interval}`` for the records of ``group_repeats``."""
+def baselines(records: list[RunResult], labels: list[str]) -> dict[int, RunResult]:
+    """When ``nproc`` is an axis: each point's 1-process point of the same other axes (the
+    baseline's own: itself), ``{id(record): baseline}`` for the records of
+    ``group_repeats``; only points that finished, with a baseline that finished."""
     if "nproc" not in labels:
         return {}
     others = [k for k in labels if k not in ("nproc", "nnodes")]
     base = {tuple(repr(_point(r).get(k)) for k in others): r for r in records
             if _point(r).get("nproc") == 1 and _point(r).get("nnodes", 1) == 1
             and r.status == "ok"}
-    out: dict[int, Any] = {}
+    out: dict[int, RunResult] = {}
     for r in records:
         b = base.get(tuple(repr(_point(r).get(k)) for k in others))
+        if b is not None and (r is b or r.status == "ok"):
+            out[id(r)] = b
+    return out
+
+
+def speedups(records: list[RunResult], labels: list[str]) -> dict[int, Any]:
+    """When ``nproc`` is an axis: each point's samples/s against the 1-process point that
+    shares its other axes, over the paired repeats (measured both, never extrapolated).
+    ``{id(record): metrics.Interval}`` for the records of ``group_repeats``."""
+    base = baselines(records, labels)
+    out: dict[int, Any] = {}
+    for r in records:
+        b = base.get(id(r))
+        if b is None:
+            continue
         if r is b:
             out[id(r)] = "baseline"
-        elif r.status == "ok" and b is not None:
+        else:
             iv = P.interval(b, r, P.sps_of)
             if iv is not None:
                 out[id(r)] = iv
@@ -132,22 +148,36 @@ def _pretty_row(rec: RunResult) -> list[str]:
             fmt.pct_value(m.gpu_util_pct), rec.task_metric_text("-"), _audit_text(rec)]
 
 
+SPEEDUP_HEADERS = ("speedup", "paired speedup")
+SPEEDUP_NOTE = ("speedup = the row's samples/s / the samples/s shown for the 1-process point "
+                "of the same other axes (each point's median repeat): the ratio of the "
+                "column. paired speedup = the geometric mean of the repeats' paired ratios "
+                "(repeat i with repeat i), with its 95% interval and what it decides: the "
+                "figure to act on; it differs from the ratio of the column where the "
+                "repeats' ratios differ.")
+
+
 def points_table(records: list[RunResult], skipped: list[SkippedPoint],
                  labels: list[str]) -> dict[str, Any]:
     """Every point (its median repeat): its axes, then its figures (skipped points say why);
     with a ``nproc`` axis also the speedup against the 1-process point of the same other
-    axes, with its interval."""
+    axes twice, each what its header says: ``speedup``, the ratio of the samples/s shown
+    (what a reader dividing the column gets), and ``paired speedup``, the claim over the
+    paired repeats (core/claim.py: its interval and its state, "inconclusive (1 repeat)",
+    "not resolved", under load, not like for like, implausible), as scale.md's columns."""
     records = P.group_repeats(records)
     sp = speedups(records, labels)
+    base = baselines(records, labels) if sp else {}
     state = _shows_state(records)
-    extra = ["speedup"] * bool(sp) + ["state/rank"] * state
+    extra = list(SPEEDUP_HEADERS) * bool(sp) + ["state/rank"] * state
     rows = [[_point(r).get(k) for k in labels] + _pretty_row(r)
-            + ([_speedup_text(sp.get(id(r)), _world(r))] if sp else [])
+            + (_speedup_cells(r, base.get(id(r)), sp.get(id(r))) if sp else [])
             + ([fmt.bytes_(_state_total(r))] if state else [])
             for r in records]
     width = len(POINT_HEADERS) - 1 + len(extra)
     rows += [[s.point.get(k) for k in labels] + [s.reason] + [""] * width for s in skipped]
-    return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows}
+    return {"title": "All points", "headers": [*labels, *POINT_HEADERS, *extra], "rows": rows,
+            **({"notes": [SPEEDUP_NOTE]} if sp else {})}
 
 
 def _state_total(rec: RunResult) -> int | None:
@@ -168,14 +198,25 @@ def _world(rec: RunResult) -> Any:
     return n * k if isinstance(n, int) and isinstance(k, int) else n
 
 
-def _speedup_text(iv: Any, nproc: Any) -> str:
-    if iv is None:
-        return fmt.NA
+def _speedup_cells(rec: RunResult, base: RunResult | None, iv: Any) -> list[str]:
+    """``[speedup, paired speedup]`` of a point against its 1-process point ``base``: the
+    ratio of the two samples/s shown, and the paired speedup as a claim (``iv``: its
+    interval over the paired repeats; ``"baseline"`` on the baseline's own row). Either says
+    "under load" where a run of either point was measured under load."""
     if iv == "baseline":
-        return "1.00x"
-    n = nproc if isinstance(nproc, int) else None
-    mark = "" if M.plausible_speedup(iv.estimate, n) else " (implausible)"
-    return f"{iv.short()}{mark}"
+        return ["1.00x (baseline)", "1.00x"]
+    column = (M.speedup(rec.metrics.samples_per_s, base.metrics.samples_per_s)
+              if base is not None else None)
+    if iv is None or base is None:
+        return [fmt.ratio(column) if column is not None else fmt.NA, fmt.NA]
+    n = _world(rec)
+    n = n if isinstance(n, int) else None
+    claim = S.paired_claim(fmt.describe_point(_point(rec)) or rec.label, iv.estimate, iv,
+                           base, rec)
+    paired = S.paired_cell(iv.estimate, claim, not M.plausible_speedup(iv.estimate, n),
+                           bool(S.unlike_settings(rec, base)))
+    col = fmt.ratio(column) if column is not None else fmt.NA
+    return [f"{col}, {S.LOADED}" if column is not None and claim.under_load else col, paired]
 
 
 def points_csv(records: list[RunResult], skipped: list[SkippedPoint],

@@ -128,6 +128,8 @@ def _short(spec: str) -> str:
 
 
 def _held_blocks(s: Section, runs: list[RunResult]) -> None:
+    """Each measured multi-rank run beside its prediction; a run measured under load says
+    "under load" beside its measured step, whatever its error, and a note names them."""
     points = [p for p in C.check(runs) if p.prediction is not None]
     if not points:
         return
@@ -136,10 +138,12 @@ def _held_blocks(s: Section, runs: list[RunResult]) -> None:
         pr = p.prediction
         assert pr is not None
         ri = p.ratio_interval
+        measured = fmt.duration(p.measured_s)
         rows.append([p.run.label, str(p.run.cfg("dist.strategy")), str(p.run.world_size),
                      _short(str((p.run.comm.measured_link or {}).get("name") if p.run.comm
                                 else "?")),
-                     fmt.duration(p.measured_s), fmt.duration(pr.step_s.value),
+                     f"{measured}, under load" if L.run_load(p.run)[0] else measured,
+                     fmt.duration(pr.step_s.value),
                      (f"{p.ratio:.2f} [{ri[0]:.2f}, {ri[1]:.2f}]" if p.ratio and ri
                       else fmt.num(p.ratio, ".2f"))])
     summ = C.summary(points)
@@ -154,6 +158,11 @@ def _held_blocks(s: Section, runs: list[RunResult]) -> None:
                f"{summ.worst_abs_error:.1%}; {summ.within_median_goal} within +-10%, "
                f"{summ.within_every_goal} within +-20% (`scaleprobe predict --check`).",
                note=True))
+    loaded = L.under_load_line([p.run for p in points],
+                               note=" A prediction close to such a run may match its load, "
+                                    "not the machine.")
+    if loaded:
+        s.add(Text(loaded))
 
 
 def whatif_section(records: list[Record]) -> Section | None:

@@ -3,7 +3,8 @@ run, and what the gap was lost to. Usable outside the report (the scale command 
 
 Speedup is measured, never extrapolated: ``samples/s at N / samples/s at 1`` over the paired
 repeats (``metrics.ratio_interval``), with its 95% interval; efficiency is ``speedup / N``. A
-speedup above N x 1.1 is marked implausible and never feeds a verdict. The gap is attributed from the step-time breakdowns of the two runs, as
+speedup above N x 1.1 is marked implausible and never feeds a verdict. The gap (100% - the
+efficiency) is attributed from the step-time breakdowns of the two points' median repeats, as
 shares of the N-process step:
 
     communication  exposed communication at N (comm phase)
@@ -11,7 +12,12 @@ shares of the N-process step:
     slower compute h2d + forward + backward + optimizer at N minus the expected compute
 
 "Expected" scales the 1-process figure by the per-device batch ratio, so strong scaling (a
-fixed global batch split over more devices) is attributed correctly too.
+fixed global batch split over more devices) is attributed correctly too. Shares below
+``Thresholds.minor_fraction`` are not listed; what the listed shares leave of the gap shown in
+the row is named ``other/unexplained`` (``lost_parts``), so the parts add up to the gap: the
+minor shares, phases that got faster, time outside the breakdown's phases, and the difference
+between the median repeats' breakdowns and the paired efficiency over every repeat. Negative
+where the listed shares exceed the gap.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.claim import Claim
+from scaleprobe.core.claim import Claim, Source, load_caveat
 from scaleprobe.core.record import Record
 from scaleprobe.core.result_model import MEASURED, RunResult, num
 from scaleprobe.core.results import RESULTS_FILE
@@ -41,6 +47,9 @@ SCALE_HEADERS = ("Processes", "Threads/rank", "Samples/s", "Speedup", "Paired sp
 # what a scale experiment varies: every other configuration key must match its baseline's
 # (a 1-process baseline may run without a distributed wrapper: single against ddp)
 VARIED = frozenset({"dist.nproc", "dist.nnodes", "name", "dist.node_rank", "dist.strategy"})
+# what the listed "lost to" shares leave of the row's efficiency gap (``lost_parts``)
+UNEXPLAINED = "other/unexplained"
+LOADED = "under load"  # beside a table figure whose run was measured under load
 
 
 def nproc(rec: RunResult) -> int | None:
@@ -132,7 +141,7 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
     # above ideal there is no gap to attribute (a share "lost" on a 332%-efficient row is noise)
     lost = (lost_to(r, base, th) if n and n > 1 and ok and not is_base
             and (eff is None or eff <= 1.0) else {})
-    unlike = _unlike(r, base) if ok and base is not None and not is_base else []
+    unlike = unlike_settings(r, base) if ok and base is not None and not is_base else []
     implausible = None
     if not M.plausible_speedup(speedup, ideal):
         what = "1-process baseline" if b == 1 else f"baseline ({b} processes)"
@@ -157,7 +166,7 @@ def _row(eid: str, r: RunResult, base: RunResult | None,
     tf = target_fields(r, base, ok)
     if tf is not None:
         row = {**row, **tf}
-    row["line"] = scale_line(row)
+    row["line"] = scale_line(row, th)
     return row
 
 
@@ -173,14 +182,24 @@ def speedup_claim(row: ScaleRow, base: RunResult, th: Thresholds = DEFAULT) -> C
         detail.append(f"efficiency {fmt.pct(eiv.estimate)} {eiv.bounds(fmt.pct, None)}")
     elif row["efficiency"] is not None and iv is None:
         detail.append(f"efficiency {fmt.pct(row['efficiency'])}")
-    if row["lost"]:
-        detail.append("lost to: " + _lost_text(row["lost"]))
+    lost = lost_text(row)
+    if lost:
+        detail.append("lost to: " + lost)
     subject = _head(row) + (f" against {b}" if b != 1 else "")
-    return Claim(subject, row["speedup"], iv, above=f"faster than {against}",
-                 below=f"slower than {against}",
-                 sources=L.sources([base, row["record"]], th),
-                 pairing="paired by repeat index", detail="; ".join(detail),
-                 kind="speedup", repeats=_sides(base, row["record"], iv))
+    return paired_claim(subject, row["speedup"], iv, base, row["record"], against,
+                        "; ".join(detail), th)
+
+
+def paired_claim(subject: str, value: float | None, iv: M.Interval | None, base: RunResult,
+                 r: RunResult, against: str = "1 process", detail: str = "",
+                 th: Thresholds = DEFAULT) -> Claim:
+    """A speedup of point ``r`` over point ``base`` as a claim: ``value`` with its interval
+    over the paired repeats, the runs of both points with their load (what scale.md's rows
+    and sweep.md's paired speedup column both render)."""
+    return Claim(subject, value, iv, above=f"faster than {against}",
+                 below=f"slower than {against}", sources=L.sources([base, r], th),
+                 pairing="paired by repeat index", detail=detail, kind="speedup",
+                 repeats=_sides(base, r, iv))
 
 
 def _sides(base: RunResult, r: RunResult, iv: M.Interval | None) -> tuple[int, ...]:
@@ -194,7 +213,7 @@ def _threads(r: RunResult) -> int | None:
     return int(t) if t else None
 
 
-def _unlike(r: RunResult, base: RunResult) -> list[str]:
+def unlike_settings(r: RunResult, base: RunResult) -> list[str]:
     """What differs between a point and its baseline besides the process count: the
     configuration keys (report/reading/pairing.py) and the threads each rank ran."""
     out = [f"{k}: {_val(k, base)} -> {_val(k, r)}"
@@ -237,7 +256,10 @@ def _head(row: ScaleRow) -> str:
     return head
 
 
-def scale_line(row: ScaleRow) -> str:
+def scale_line(row: ScaleRow, th: Thresholds = DEFAULT) -> str:
+    """The row in words. Wherever a run behind its figures was measured under load the line
+    ends with the load caveat naming those runs (core/claim.py's words): the speedup claim's,
+    and the baseline's, implausible and not-like-for-like lines', which no claim renders."""
     head = _head(row)
     n = row["nproc"]
     if row["status"] not in MEASURED:
@@ -246,24 +268,96 @@ def scale_line(row: ScaleRow) -> str:
         return f"{head}: {fmt.rate(row['samples_per_s'])} samples/s (no measured run to compare)"
     if row.get("is_base", n == 1):
         return (f"{head}: the baseline, {fmt.rate(row['samples_per_s'])} samples/s "
-                f"({shown_repeat_text(row)})")
+                f"({shown_repeat_text(row)})"
+                + _caveat(L.sources([row["record"]], th)))
     b = row.get("base_nproc") or 1
     if b != 1:
         head += f" against {b}"
+    claim = row.get("claim")
+    caveat = _caveat(claim.sources) if claim is not None else ""
     if row.get("implausible"):
         return (f"{head}: {row['speedup']:.2f}x is implausible ({row['implausible']}); "
-                "left out of every verdict")
+                "left out of every verdict" + caveat)
     if row.get("unlike"):
         return (f"{head}: {row['speedup']:.2f}x, not like for like with the baseline "
-                f"({'; '.join(row['unlike'])}); left out of every verdict")
-    claim = row.get("claim")
+                f"({'; '.join(row['unlike'])}); left out of every verdict" + caveat)
     if claim is None:
         return f"{head}: {row['speedup']:.2f}x ({fmt.pct(row['efficiency'])})"
     return claim.text()
 
 
+def _caveat(sources: tuple[Source, ...]) -> str:
+    """``; measured under load: ...`` where any of ``sources`` was, else empty."""
+    text = load_caveat(sources)
+    return f"; {text}" if text else ""
+
+
+def under_load_note(rows: list[ScaleRow], th: Thresholds = DEFAULT) -> str | None:
+    """``Measured under load (K of N points): nproc=1 (1.70 cores outside); ...`` over every
+    repeat of the rows' points (a point that did not finish: its record), as sweep.md and
+    the report list them; None when none was."""
+    runs = [x for row in rows for x in (P.repeats_of(row["record"]) or [row["record"]])]
+    return L.under_load_line(runs, th)
+
+
+def _whole_pct(v: float) -> int:
+    """A fraction as the whole percent ``fmt.pct`` shows: 0.256 -> 26."""
+    return int(f"{v * 100:.0f}")
+
+
+def _gap_attributed(row: ScaleRow) -> bool:
+    """Whether the row has an efficiency gap that "lost to" splits: a measured point beyond
+    its baseline, at or under 100% efficiency, with a step breakdown."""
+    eff = row["efficiency"]
+    rec = row["record"]
+    return (row["status"] in MEASURED and not row.get("is_base") and eff is not None
+            and eff <= 1.0 and (row["nproc"] or 0) > 1
+            and bool(rec.metrics.breakdown_s.measured_total_s()))
+
+
+def lost_parts(row: ScaleRow) -> list[tuple[str, int]]:
+    """The row's "lost to" as shown, in whole percents of the N-process step: the shares of
+    ``lost_to`` (largest first) and ``other/unexplained``, what they leave of the gap the row
+    shows (100% - its efficiency, as rounded): the listed parts then add up to that gap
+    exactly. The remainder holds the shares below ``minor_fraction``, phases that got
+    faster, time outside the breakdown's phases, and the difference between the median
+    repeats' breakdowns and the paired efficiency over every repeat; it is negative where
+    the listed shares exceed the gap, and left out where it is 0."""
+    parts = [(k, _whole_pct(v)) for k, v in sorted(row["lost"].items(), key=lambda kv: -kv[1])]
+    eff = row["efficiency"]
+    if eff is None or not _gap_attributed(row):
+        return parts
+    rest = (100 - _whole_pct(eff)) - sum(v for _, v in parts)
+    return parts + ([(UNEXPLAINED, rest)] if rest else [])
+
+
+def lost_text(row: ScaleRow) -> str:
+    """``communication 12%, data wait 5%, other/unexplained 2%`` (``lost_parts``), or empty."""
+    return ", ".join(f"{k} {v}%" for k, v in lost_parts(row))
+
+
 def _lost_text(lost: dict[str, float]) -> str:
+    """The listed shares alone, without what they leave of the gap (``lost_text`` adds it)."""
     return ", ".join(f"{k} {fmt.pct(v)}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]))
+
+
+def paired_cell(value: float | None, claim: Claim | None, implausible: bool = False,
+                unlike: bool = False) -> str:
+    """A paired speedup's table cell: the claim's (``1.13x [0.88, 1.44], not resolved, under
+    load``), or an implausible or not-like-for-like estimate marked so, with "under load"
+    where any run behind it was measured under load."""
+    if claim is not None and not implausible and not unlike:
+        return claim.cell()
+    text = fmt.ratio(value) if value is not None else fmt.NA
+    if implausible:
+        text += " (implausible)"
+    elif unlike:
+        text += " (not like for like)"
+    return text + (f", {LOADED}" if claim is not None and claim.under_load else "")
+
+
+def _loaded(text: str, flag: bool | None) -> str:
+    return f"{text}, {LOADED}" if flag else text
 
 
 def shown_repeat_text(row: ScaleRow) -> str:
@@ -278,32 +372,32 @@ def shown_repeat_text(row: ScaleRow) -> str:
             f"{which}, the lower middle of {k} by samples/s")
 
 
-def scale_cells(row: ScaleRow) -> list[str]:
+def scale_cells(row: ScaleRow, th: Thresholds = DEFAULT) -> list[str]:
+    """The row's cells. A figure whose run was measured under load says so beside it: the
+    Samples/s and Step median of the row's shown run, and the figures drawn from both
+    points' runs (Speedup, Paired speedup, Paired efficiency, Lost to) where any of their
+    runs was (the claim's sources)."""
     head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else ""),
             fmt.num(row.get("threads"), "d")]
     if row["status"] not in MEASURED:
         return head + [row["record"].status_text[:80]] + ["-"] * 7
-    iv = row.get("speedup_interval")
-    sp = fmt.ratio(row["speedup"])
-    if row.get("implausible"):
-        sp += " (implausible)"
-    elif row.get("unlike"):
-        sp += " (not like for like)"
-    elif row.get("claim") is not None:
-        sp = row["claim"].cell()
-    elif iv is not None:
-        sp += f" {iv.bounds()}"
-    lost = _lost_text(row["lost"]) or "-"
-    if row["lost"] and row.get("claim") is not None and row["claim"].under_load:
-        lost += " (under load)"
+    claim = row.get("claim")
+    both = claim is not None and claim.under_load  # a run of either point was loaded
+    shown = L.run_load(row["record"], th)[0]  # the run this row's figures come from
+    sp = paired_cell(row["speedup"], claim, bool(row.get("implausible")),
+                     bool(row.get("unlike")))
+    lost = lost_text(row) or "-"
+    if lost != "-" and both:
+        lost += f" ({LOADED})"
     cs = row.get("column_speedup")
-    col = "1.00x (baseline)" if row.get("is_base") else fmt.ratio(cs) if cs is not None else "-"
+    col = ("1.00x (baseline)" if row.get("is_base")
+           else _loaded(fmt.ratio(cs), both) if cs is not None else "-")
     # the paired efficiency with its interval, as the paired speedup beside it: a bare 83%
     # stood beside a speedup "spread too large, not resolved"
     eiv = row.get("efficiency_interval")
     eff = fmt.pct(row["efficiency"]) + (f" {eiv.bounds(fmt.pct, None)}" if eiv is not None
                                         else "")
-    return head + [fmt.rate(row["samples_per_s"]), col, sp,
-                   eff, fmt.duration(row["step_median_s"]),
+    return head + [_loaded(fmt.rate(row["samples_per_s"]), shown), col, sp,
+                   _loaded(eff, both), _loaded(fmt.duration(row["step_median_s"]), shown),
                    fmt.pct(row["comm_fraction"]), fmt.pct(row["data_wait_fraction"]),
                    lost]

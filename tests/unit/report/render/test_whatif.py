@@ -118,3 +118,27 @@ def test_the_report_prices_the_buffers_the_run_recorded_as_predict_does(tmp_path
     assert any("buffers broadcast" in n for n in cli.notes)
     base.metrics.memory_facts = None  # an older record: said so, not priced
     assert "buffers were not recorded" in text(base)
+
+
+def test_how_the_predictions_held_marks_every_measured_run_under_load(tmp_path):
+    """Bug caught: a measured run under load stood unmarked in "How the predictions held"
+    unless it was outside +-20%; one predicted exactly (1.00) read as the model matching
+    the machine. Every loaded run is marked, whatever its error, and a note names it."""
+    from dataclasses import replace
+
+    from scaleprobe.core.run_parts import Load
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    busy, quiet = measured("busy", _t(1)), measured("quiet", _t(2))
+    busy.metrics = replace(busy.metrics, outside_cpu_cores=1.7)
+    busy.load = Load(flag=True, outside_cpu_cores=1.7, machine_cores=2)
+    quiet.metrics = replace(quiet.metrics, outside_cpu_cores=0.05)
+    quiet.load = Load(flag=False, outside_cpu_cores=0.05, machine_cores=2)
+    s = whatif_section([base, busy, quiet])
+    held = next(b for b in s.blocks if getattr(b, "headers", None) and b.headers[0] == "Run")
+    rows = {r[0]: dict(zip(held.headers, r, strict=True)) for r in held.rows}
+    assert rows["busy"]["Predicted / measured"].startswith("1.00")  # within 10%: still marked
+    assert rows["busy"]["Measured step"].endswith(", under load")
+    assert "under load" not in " ".join(rows["quiet"].values())
+    text = " ".join(str(getattr(b, "text", "")) for b in s.blocks)
+    assert "Measured under load (1 of 2 points): busy (1.70 cores outside)" in text

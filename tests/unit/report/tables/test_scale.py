@@ -244,3 +244,74 @@ def test_scale_md_and_scale_json_say_the_same_words(tmp_path):
     assert claim["rule"] == "fewer than 2 repeats a side"
     assert f"- {claim['text']}" in md
     assert "measured under load: nproc=2: 1.70 cores outside" in claim["text"]
+
+
+def test_scale_md_lists_the_points_under_load_and_marks_what_they_stand_behind(tmp_path):
+    """Bug caught: scale.md wrote its table and lines but never the "Measured under load" list
+    sweep.md and the report give, and a loaded 1-process baseline - the usual cause of an
+    implausible row - left that row, the baseline's line and the Samples/s, Speedup and Step
+    cells unmarked."""
+    from scaleprobe.commands.scale import _write_table
+
+    recs = _repeated("v", {1: [30.0], 2: [180.6]})
+    for r in recs:
+        _busy(r, 1.7 if r["config"]["dist"]["nproc"] == 1 else 0.05)
+    rows = S.scale_table(recs)
+    base, two = rows
+    assert two["implausible"]
+    _write_table(tmp_path, "v", rows)
+    md = (tmp_path / "scale.md").read_text()
+    assert "- Measured under load (1 of 2 points): nproc=1 (repeat 1) (1.70 cores outside)" in md
+    caveat = ("measured under load: nproc=1 (repeat 1): 1.70 cores outside (1 of 2 source "
+              "runs); the figure may be slower than the machine allows")
+    assert two["line"].endswith("left out of every verdict; " + caveat)
+    assert base["line"].endswith("; " + caveat.replace("1 of 2", "1 of 1"))
+    b, t = S.scale_cells(base), S.scale_cells(two)
+    assert b[2] == "30.0, under load" and b[6].endswith(", under load")  # its own run
+    assert t[2] == "181" and not t[6].endswith("under load")  # a quiet run's own figures
+    assert t[3] == "6.02x, under load"  # the ratio of the two: one of them loaded
+    assert t[4] == "6.02x (implausible), under load"
+    # not like for like: the same
+    for r in recs:
+        r["env"]["threads"] = 2 if r["config"]["dist"]["nproc"] == 1 else 1
+    two = S.scale_table(recs)[1]
+    assert "not like for like" in two["line"] and two["line"].endswith(caveat)
+    quiet = _repeated("q", {1: [100.0], 2: [180.0]})
+    _write_table(tmp_path, "q", S.scale_table([_busy(r, 0.05) for r in quiet]))
+    assert "under load" not in (tmp_path / "scale.md").read_text()
+
+
+def _gap_records(sps_two: float) -> list[dict]:
+    """1 process: data 5 ms, compute 95 ms; 2 processes: data 5.8 ms (+0.6% of its step,
+    below minor_fraction), communication 20 ms, compute 98.5 ms (a 124.3 ms step)."""
+    one = run("n1", strategy="ddp", nproc=1, sps=100.0, bd=_bd(0.005, 0.0, 0.095),
+              experiment=scale_point("g", 1))
+    two = run("n2", strategy="ddp", nproc=2, sps=sps_two, bd=_bd(0.0058, 0.02, 0.0985),
+              experiment=scale_point("g", 2))
+    return [one, two]
+
+
+def test_lost_to_adds_up_to_the_efficiency_gap_in_its_row():
+    """Bug caught: "Lost to" listed the median repeat's shares, minor ones dropped, beside a
+    paired efficiency whose gap they did not add up to (81% beside shares of 19% read as
+    complete). The listed shares and "other/unexplained" now add up to 100% - the
+    efficiency shown, within the cells' rounding (whole percents: exactly)."""
+    import re
+
+    two = S.scale_table(_gap_records(160.0))[1]
+    total = 0.0058 + 0.02 + 0.0985
+    assert "data wait" not in two["lost"]  # 0.6%: below minor_fraction, not listed
+    assert two["lost"]["communication"] == pytest.approx(0.02 / total)
+    cells = S.scale_cells(two)
+    assert cells[5].startswith("80% ")
+    assert cells[9] == "communication 16%, slower compute 3%, other/unexplained 1%"
+    shares = [int(x) for x in re.findall(r"(-?\d+)%", cells[9])]
+    assert sum(shares) == 100 - 80
+    assert "lost to: communication 16%, slower compute 3%, other/unexplained 1%" in two["line"]
+    # the shares exceed the gap: the remainder says by how much, negative
+    over = S.scale_table(_gap_records(180.0))[1]
+    assert S.scale_cells(over)[9] == "communication 16%, slower compute 3%, other/unexplained -9%"
+    assert S.lost_parts(over)[-1] == ("other/unexplained", -9)
+    # the parts add up exactly: no remainder shown
+    exact = S.scale_table(_gap_records(162.0))[1]
+    assert S.scale_cells(exact)[9] == "communication 16%, slower compute 3%"
