@@ -14,7 +14,9 @@ from dataclasses import replace
 from typing import Any
 
 from scaleprobe.commands import predict_memory as PM
+from scaleprobe.core.claim import UNDER_LOAD
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.machine_load import run_load
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.features.links import UNDER_LOAD_HEAD
 from scaleprobe.predict import check as C
@@ -345,7 +347,7 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
     for p in points:
         pr, iv, ri = p.prediction, p.measured_interval, p.ratio_interval
         lo, hi = iv or (None, None)
-        meas = _time_fig(p.measured_s, lo, hi, unit)
+        meas = _time_fig(p.measured_s, lo, hi, unit) + ("*" if p.under_load else "")
         pred = (_time_fig(pr.step_s.value, pr.step_s.lo, pr.step_s.hi, unit) if pr
                 else esc(p.reason or "n/a"))
         rlo, rhi = ri or (None, None)
@@ -356,6 +358,11 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
         t.add_row(esc(p.run.cfg("model.name")), esc(_link_label(p.run)),
                   esc(p.run.cfg("dist.strategy")), str(p.run.world_size), meas, pred, ratio, comm)
     con.print(t)
+    busy = [p for p in points if p.under_load]
+    if busy:  # whatever its error: a prediction near a loaded run may match its load
+        con.print(f"  * {UNDER_LOAD} ({len(busy)} of {len(points)} points): "
+                  + "; ".join(f"{p.run.label} ({run_load(p.run)[1]})" for p in busy),
+                  markup=False, highlight=False)
     if summ.points:
         con.print(f"{summ.points} points: median |predicted / measured - 1| "
                   f"{summ.median_abs_error:.1%}, worst {summ.worst_abs_error:.1%}; within "

@@ -437,3 +437,23 @@ def test_a_measured_run_under_load_says_so_at_any_error(tmp_path):
         "measured under load (processes outside the run used 1.70 cores on average (of 2; "
         "limit 0.25))"]
     assert b.causes() == []
+
+
+def test_the_check_table_stars_every_measured_run_under_load(tmp_path, capsys):
+    """The terminal's table, as the report's: the loaded run's measured step is starred and
+    a line under the table names it, however close its prediction; the quiet one is not."""
+    from scaleprobe.commands.predict_steps import print_check
+
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    busy = measured("a", _t(1))
+    busy.metrics = replace(busy.metrics, outside_cpu_cores=1.7)
+    busy.load = Load(flag=True, outside_cpu_cores=1.7, machine_cores=2)
+    quiet = measured("b", _t(2))
+    quiet.metrics = replace(quiet.metrics, outside_cpu_cores=0.05)
+    quiet.load = Load(flag=False, outside_cpu_cores=0.05, machine_cores=2)
+    points = C.check([base, busy, quiet])
+    print_check(points, C.summary(points))
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("*") == 2, out  # the starred cell and the line under the table
+    assert ("* measured under load (1 of 2 points): a (processes outside the run used 1.70 "
+            "cores on average (of 2; limit 0.25))") in out

@@ -64,7 +64,7 @@ def scale_verdicts(records: list[Record], th: Thresholds) -> list[Verdict]:
                   + ("" if eiv.too_wide(th.scale_efficiency) else f", {eiv.repeats_text}"))
         bar = th.scale_efficiency
         if eiv.below(bar):
-            lost = S._lost_text(row["lost"]) or "see Scaling"
+            lost = S.lost_text(row) or "see Scaling"
             out.append(Verdict(f"{n} processes scale below {fmt.pct(bar)} efficiency ({eid}); "
                                f"lost to {lost}", number, ivtext,
                                "see Scaling and Findings for what to change", DECIDED,

@@ -336,11 +336,6 @@ def lost_text(row: ScaleRow) -> str:
     return ", ".join(f"{k} {v}%" for k, v in lost_parts(row))
 
 
-def _lost_text(lost: dict[str, float]) -> str:
-    """The listed shares alone, without what they leave of the gap (``lost_text`` adds it)."""
-    return ", ".join(f"{k} {fmt.pct(v)}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]))
-
-
 def paired_cell(value: float | None, claim: Claim | None, implausible: bool = False,
                 unlike: bool = False) -> str:
     """A paired speedup's table cell: the claim's (``1.13x [0.88, 1.44], not resolved, under

@@ -457,3 +457,27 @@ def test_to_decide_says_either_will_do_only_from_repeats_that_measured_the_noise
     busy = [with_(quiet[0], "metrics.outside_cpu_cores", 3.0), quiet[1]]
     assert "with repeats on a quiet machine (runs were measured under load)" in to_decide(
         None, one, cmd, busy)
+
+
+def test_a_scaling_verdict_below_the_bar_names_what_its_lost_to_leaves():
+    """The headline's "lost to" is the row's, its remainder named: 2 processes at 60%
+    efficiency whose breakdown explains 16% of the step (communication) leave 24 points of
+    the 40-point gap to other/unexplained, which the shares alone read as complete."""
+    from scaleprobe.core.thresholds import DEFAULT
+    from tests.unit.report.factory import loaded as typed
+    from tests.unit.report.factory import scale_point
+
+    def bd(data, comm, compute):
+        return {"data": data, "h2d": 0.0, "forward": compute / 3, "backward": 2 * compute / 3,
+                "optimizer": 0.0, "comm": comm}
+
+    out = []
+    for i, k in enumerate((1.0, 1.02, 0.98)):
+        out += [run(f"n1r{i}", nproc=1, sps=100.0 * k, bd=bd(0.005, 0.0, 0.095),
+                    experiment={**scale_point("sc", 1), "repeat": i}),
+                run(f"n2r{i}", strategy="ddp", nproc=2, sps=120.0 * k, bd=bd(0.005, 0.02, 0.1),
+                    experiment={**scale_point("sc", 2), "repeat": i})]
+    (v,) = VE.scale_verdicts([typed(r) for r in out], DEFAULT)
+    assert v.claim.startswith("2 processes scale below 80% efficiency (sc); lost to "), v.claim
+    shares = [int(x) for x in re.findall(r"(-?\d+)%", v.claim.split("lost to ")[1])]
+    assert "other/unexplained" in v.claim and sum(shares) == 100 - 60, v.claim
