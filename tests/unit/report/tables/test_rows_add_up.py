@@ -120,6 +120,44 @@ def test_the_scale_tables_speedup_is_the_ratio_of_its_samples_per_s_column(noise
                                                  abs=0.006)  # a ratio to 2 decimals
 
 
+@pytest.mark.parametrize("noise", [[1.0], [0.8, 1.3], [1.0, 0.7, 1.25]])
+def test_the_sweep_points_tables_speedup_is_the_ratio_of_its_samples_per_s_column(noise):
+    """A sweep over nproc: its points table's ``speedup`` = the row's samples/s / the
+    1-process row's, as shown (bug caught: the paired figure under that header, 1.08x
+    beside 111 / 98.1); the paired one has its own column."""
+    from scaleprobe.report.render.sweep_tables import points_table
+
+    recs = [RunResult.from_dict(r) for r in _scale(noise)]
+    table = points_table(recs, [], ["nproc"])
+    h = table["headers"]
+    assert "paired speedup" in h
+    rows = {str(row[h.index("nproc")]): row for row in table["rows"]}
+    sps, sp = h.index("samples/s"), h.index("speedup")
+    assert rows["1"][sp] == "1.00x (baseline)"
+    assert cell_number(rows["2"][sp]) == pytest.approx(
+        cell_number(rows["2"][sps]) / cell_number(rows["1"][sps]), abs=0.006)
+
+
+@pytest.mark.parametrize("noise", [[1.0], [0.8, 1.3], [1.0, 0.7, 1.25]])
+def test_the_scale_tables_lost_to_adds_up_to_its_efficiency_gap(noise):
+    """"Lost to" splits the gap of the efficiency shown beside it: its shares, with the
+    remainder it names (other/unexplained), add up to 100% - that efficiency."""
+    import re
+
+    from scaleprobe.report.tables import scale as S
+    from scaleprobe.report.tables.time_to_target import table_parts
+
+    rows = typed_api(S.scale_table)(_scale(noise))
+    headers, cells = table_parts(S.SCALE_HEADERS, rows, S.scale_cells)
+    eff, lost = headers.index("Paired efficiency"), headers.index("Lost to")
+    two = cells[1]
+    shown = cell_number(two[eff])
+    if shown >= 100 or two[lost] in ("-", ""):
+        return
+    shares = [int(x) for x in re.findall(r"(-?\d+)%", two[lost])]
+    assert sum(shares) == 100 - round(shown), two
+
+
 def test_the_colocation_table_adds_up_and_its_slowdowns_agree():
     """colocate.md's job row: samples/s x epoch time = samples per epoch alone and together,
     and the slowdown (alone / together samples/s) equals epoch together / epoch alone (bug
