@@ -282,25 +282,44 @@ def _iv(lo: float | None, hi: float | None) -> str:
     return f"[{left}, {right}]"
 
 
-def _ratio_text(measured: float, pred: float, decided: bool = True) -> str:
-    """The ratio, and whether it lies within ``FACTOR`` when ``decided``."""
+def _ratio_text(measured: float, pred: float, decided: bool = True,
+                span: tuple[float, float] | None = None) -> str:
+    """The ratio, and whether it lies within ``FACTOR`` when ``decided``: within where its
+    whole range ``span`` (the measured fit's interval over the predicted runs' range) does,
+    not within where the whole range lies outside, else not decided, with the range."""
     ratio = measured / pred
     if not decided:
         return f"{ratio:.2f}"
-    agree = 1 / FACTOR <= ratio <= FACTOR
-    return f"{ratio:.2f}, " + ("within" if agree else "not within") + f" a factor of {FACTOR:g}"
+    lo, hi = span or (ratio, ratio)
+    if 1 / FACTOR <= lo and hi <= FACTOR:
+        word = "within"
+    elif hi < 1 / FACTOR or lo > FACTOR:
+        word = "not within"
+    else:
+        right = "unbounded" if math.isinf(hi) else f"{hi:.2f}"
+        return (f"{ratio:.2f} [{lo:.2f}, {right}], whether within a factor of {FACTOR:g} not "
+                "decided by the intervals")
+    return f"{ratio:.2f}, {word} a factor of {FACTOR:g}"
+
+
+def _bounds(lo: float | None, hi: float | None) -> tuple[float, float]:
+    """An interval's ends, an open end as 0 or infinity."""
+    return (lo if lo is not None else 0.0), (hi if hi is not None else math.inf)
 
 
 def _ratio_line(fit: CriticalFit, pred: Predicted) -> str:
     """``; measured / predicted = ...`` against the end and the path figures; whether they
     agree is decided only with ``MIN_REPEATS_TO_DECIDE`` runs at every batch size behind
-    either figure."""
+    either figure, and on the measured fit's interval against the predicted runs' range."""
     assert fit.b_crit is not None
     runs = min(fit.min_runs, pred.min_runs)
     decided = runs >= M.MIN_REPEATS_TO_DECIDE
-    text = "; measured / predicted = " + _ratio_text(fit.b_crit, pred.b_noise, decided)
+    flo, fhi = _bounds(fit.lo, fit.hi)
+    text = "; measured / predicted = " + _ratio_text(
+        fit.b_crit, pred.b_noise, decided, (flo / pred.hi, fhi / pred.lo))
     if pred.b_path:
-        text += f" (along the path: {_ratio_text(fit.b_crit, pred.b_path, decided)})"
+        text += (" (along the path: " + _ratio_text(
+            fit.b_crit, pred.b_path, decided, (flo / pred.b_path, fhi / pred.b_path)) + ")")
     if not decided:
         text += (f", {undecided(runs)} at a batch size: whether they agree within a factor "
                  f"of {FACTOR:g} is not decided")
@@ -347,8 +366,10 @@ def verdict_lines(rows: list[BatchRow], rec: RulePicks | None = None,
         lines.append(line + ".")
     if fit is not None and fit.b_crit is not None:
         crit, which, runs = fit.b_crit, "measured", fit.min_runs
+        span = _bounds(fit.lo, fit.hi)
     elif pred is not None:
         crit, which, runs = pred.b_noise, "predicted", pred.min_runs
+        span = (pred.lo, pred.hi)
     else:
         return lines
     if runs < M.MIN_REPEATS_TO_DECIDE:
@@ -356,30 +377,36 @@ def verdict_lines(rows: list[BatchRow], rec: RulePicks | None = None,
                         f"{crit:,.0f}: {undecided(runs)} at a batch size; "
                         f"{M.MIN_REPEATS_TO_DECIDE} or more seeds (a grid over seed) decide "
                         "it."]
-    return lines + _model_lines(rows, crit, which, rec)
+    return lines + _model_lines(rows, crit, span, which, rec)
 
 
-def _model_lines(rows: list[BatchRow], crit: float, which: str,
+def _model_lines(rows: list[BatchRow], crit: float, span: tuple[float, float], which: str,
                  rec: RulePicks | None) -> list[str]:
+    """Where each batch size lies against the critical batch, judged against its whole
+    ``span`` (the fit's interval, or the predicted runs' range): below only where twice the
+    batch is under its low end, above only where the batch is twice its high end or more."""
+    lo, hi = span
     by: dict[str, list[int]] = {"below": [], "near": [], "above": []}
     for r in rows:
         b = batch_global(r["record"]) if r.get("record") is not None else None
         if b and r["status"] in ("ok", "target_not_reached"):
-            by[regime(b, crit)].append(b)
+            by[regime(b, crit, lo, hi)].append(b)
     parts = [f"{k} it ({', '.join(map(str, v))}): {REGIME_TEXT[k]}" for k, v in by.items() if v]
-    out = [f"- By the model with the {which} critical batch {crit:,.0f}: " + "; ".join(parts)
-           + " (S = S_min (1 + B_crit/B), E = E_min (1 + B/B_crit))."]
+    against = f"{crit:,.0f} {_iv(lo or None, None if math.isinf(hi) else hi)}"
+    out = [f"- By the model with the {which} critical batch {against}: " + "; ".join(parts)
+           + " (S = S_min (1 + B_crit/B), E = E_min (1 + B/B_crit); below, near or above it "
+           "over the whole interval)."]
     for key, label in (("fastest", "fastest per epoch"), ("most_efficient", "most efficient")):
         pick = (rec or {}).get(key)
         b = batch_global(pick["record"]) if pick and pick.get("record") else None
         if not b or pick is None or pick.get("group") != rows[0]["group"]:
             continue
-        if b >= 2 * crit:
+        if b >= 2 * hi:
             out.append(f"- The memory/time rule's {label} batch {b} lies above the critical "
                        f"batch: by the model it needs {1 + b / crit:.1f}x the fewest samples "
                        f"for {1 + crit / b:.2f}x the fewest steps, so its samples/s do not "
                        "turn into time to a target in proportion.")
-        elif b * 2 <= crit:
+        elif b * 2 <= lo:
             out.append(f"- The memory/time rule's {label} batch {b} lies below the critical "
                        f"batch: it costs no extra samples ({1 + b / crit:.2f}x the fewest) - "
                        "the two rules agree.")

@@ -292,3 +292,21 @@ def test_one_spike_is_clipped_and_named_and_a_lone_panel_fills_the_figure():
     x0, _, x1, _ = lone.meta["content"]
     assert (x1 - x0) > 0.9 * lone.meta["width"]  # no empty half
     assert lone.meta["width"] < plot.meta["width"] * 0.7
+
+
+def test_where_a_batch_lies_and_the_ratio_are_judged_on_the_whole_interval():
+    """A fit of 1,282 samples [136, unbounded] put every batch of 32-256 "below it" from its
+    point estimate, though 128 and 256 lie within a factor of 2 of the interval's low end:
+    "near" is all the interval allows. The measured / predicted ratio likewise: within a
+    factor of 2 only where its whole range is."""
+    rows = batch_table(SWEEP)
+    (line,) = C._model_lines(rows, 1282.0, (136.0, math.inf), "measured", None)
+    assert "below it (16, 64)" in line and "near it (256)" in line
+    assert "critical batch 1,282 [136, unbounded]" in line
+    (tight,) = C._model_lines(rows, 100.0, (94.0, 106.0), "measured", None)
+    assert "below it (16)" in tight and "near it (64)" in tight and "above it (256)" in tight
+    assert C._ratio_text(100, 100, True, (0.6, 1.5)) == "1.00, within a factor of 2"
+    assert C._ratio_text(500, 100, True, (2.5, 8.0)) == "5.00, not within a factor of 2"
+    assert C._ratio_text(100, 100, True, (0.3, 1.5)) == (
+        "1.00 [0.30, 1.50], whether within a factor of 2 not decided by the intervals")
+    assert C._ratio_text(100, 100, True, (0.6, math.inf)).startswith("1.00 [0.60, unbounded]")
