@@ -52,9 +52,11 @@ def test_run_compile_reports_compile_time_apart_and_counts_flops(tmp_path):
     assert m["flops_per_step"] == eager["metrics"]["flops_per_step"] > 0
     assert m["mfu"] is not None
     assert "none inside the timed window" in text and "compile: " in text
-    # against eager: 5 uncompiled passes after the window beside the window's 8 steps
+    # against eager: 5 uncompiled passes after the window, each after a compiled one (a
+    # pair: the same load on both), beside the window's 8 steps; the pairs cause no recompile
     vs = rec["compile"]["vs_eager"]
     assert vs["eager_passes"] == 5 and vs["compiled_steps"] == 8 and vs["fwd_bwd_speedup"] > 0
+    assert vs["paired"] and vs["pairs"] == 5
     assert "compiled against eager: forward + backward" in text
     assert eager["metrics"]["compile_time_s"] is None
     assert eager["null_reasons"]["compile_time_s"] == "not compiled (add --compile)"

@@ -445,6 +445,21 @@ def slowdown_claim(name: str, value: float | None, iv: Interval | None,
                  sources=sources)
 
 
+FASTER, SLOWER = "faster", "slower"
+
+
+def compiled_speedup(value: float | None, iv: Interval | None, pairs: int) -> Claim:
+    """torch.compile against eager, forward + backward (eager / compiled) against 1, over
+    ``pairs`` interleaved pairs of passes (a compiled pass, then an eager one, on the same
+    batch); 0 pairs: the window's compiled steps against eager passes after it, one
+    comparison in time (load that changed between the two is in it), which decides nothing."""
+    paired = pairs >= MIN_REPEATS_TO_DECIDE
+    return Claim("forward + backward, eager / compiled", value, iv, above=FASTER, below=SLOWER,
+                 repeats=(pairs, pairs) if paired else (1, 1), kind="compile vs eager",
+                 pairing=(f"{pairs} interleaved pairs of passes on one batch" if paired else
+                          "the window's steps against passes after it, not interleaved"))
+
+
 def parity(diff: float | None, iv: Interval | None, pairs: int, tol: float) -> Claim:
     """Accuracy parity: the difference N - 1 (paired by seed) as an equivalence claim
     against the user's +/- ``tol``."""
@@ -500,6 +515,22 @@ def memory_fit(peak: int, low: int | None, high: int | None, device: int, probes
                  above=DOES_NOT_FIT, below=FITS, undecided=INCONCLUSIVE,
                  evidence=f"the model's interval over {probes} probed batch sizes",
                  kind="memory fit", detail=detail)
+
+
+def prediction_check(subject: str, value: float | None, iv: Interval | None, goal: float,
+                     evidence: str, sources: tuple[Source, ...] = (), detail: str = ""
+                     ) -> Claim:
+    """A prediction set beside a measurement: predicted / measured as an equivalence claim
+    against 1 +/- ``goal`` (as ``parity`` against its tolerance). Its interval is the
+    prediction's over the measurement's, each end against the other's: "within +/-10%" when
+    it lies inside the band, "outside +/-10%" when wholly outside, else inconclusive (the
+    interval crosses the band's edge); without one, "no interval". ``evidence`` says what
+    stands behind the interval (one measured run's steps is not repeats)."""
+    band = f"+/-{goal:.0%}"
+    return Claim(subject, value, iv, band=(1.0 - goal, 1.0 + goal), within=f"within {band}",
+                 outside=f"outside {band}", undecided=INCONCLUSIVE, evidence=evidence,
+                 sources=sources, detail=detail, kind="prediction check",
+                 pairing="the prediction's interval against the measured step's")
 
 
 def render(claim: Claim, form: str) -> str:

@@ -316,12 +316,15 @@ def repeats_to_decide_paired(diff: float, sd: float, tol: float, n: int) -> int 
 
 
 def compile_vs_eager(compiled_fb: Sequence[float], eager_fb: Sequence[float],
-                     step_s: float | None, compile_s: float | None
-                     ) -> dict[str, Any] | None:
+                     step_s: float | None, compile_s: float | None,
+                     paired_fb: Sequence[float] = ()) -> dict[str, Any] | None:
     """torch.compile against eager, one process (train/eager.py): the speedup of forward +
-    backward (the compiled window's steps against the eager passes after it: the ratio of
-    their geometric means with its Welch interval; of the medians with one value a side),
-    the eager step
+    backward; with ``paired_fb`` (a compiled pass before each eager one, interleaved) the
+    geometric mean of the pairs' ratios with its paired interval (``ratio_interval``: each
+    pair saw the same load), else the compiled window's steps against the eager passes after
+    it (the ratio of their geometric means with its Welch interval, ``paired`` False: load
+    that changed between the two is in it; of the medians with one value a side); the
+    eager step
     projected (the compiled median step with its forward + backward replaced by the eager
     one's: the optimizer and data phases are not compiled), the whole step's speedup on that
     basis, and the steps that pay back the compile time (compile time / the time a step
@@ -329,11 +332,14 @@ def compile_vs_eager(compiled_fb: Sequence[float], eager_fb: Sequence[float],
     if not compiled_fb or not eager_fb:
         return None
     fc, fe = _median(compiled_fb), _median(eager_fb)
-    iv = unpaired_ratio_interval(list(compiled_fb), list(eager_fb))
+    paired = len(paired_fb) == len(eager_fb) >= MIN_REPEATS_TO_DECIDE
+    iv = (ratio_interval(list(paired_fb), list(eager_fb)) if paired
+          else unpaired_ratio_interval(list(compiled_fb), list(eager_fb)))
     out: dict[str, Any] = {
         "compiled_fwd_bwd_s": fc, "eager_fwd_bwd_s": fe,
         "fwd_bwd_speedup": iv.estimate if iv else fe / fc,
         "fwd_bwd_speedup_interval": [iv.lo, iv.hi] if iv else None,
+        "paired": paired, "pairs": len(eager_fb) if paired else 0,
         "compiled_steps": len(compiled_fb), "eager_passes": len(eager_fb),
         "eager_step_s_projected": None, "step_speedup_projected": None, "payback_steps": None}
     if step_s:

@@ -107,9 +107,11 @@ class RankFlops(Record):
 @dataclass
 class EagerPasses(Record):
     """--compile: the same forward + backward run uncompiled after the window
-    (train/eager.py), seconds per pass; empty with the reason where not measured."""
+    (train/eager.py), seconds per pass, each after a compiled pass (``compiled_fwd_bwd_s``,
+    the same index: a pair); empty with the reason where not measured."""
 
     fwd_bwd_s: list[float] = field(default_factory=list)
+    compiled_fwd_bwd_s: list[float] = field(default_factory=list)
     reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

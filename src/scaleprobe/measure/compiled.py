@@ -31,6 +31,7 @@ from typing import Any
 
 # where a compile event falls: the record's own words (core/invariants.py checks them)
 from scaleprobe.core import claim as CL
+from scaleprobe.core import intervals as M
 from scaleprobe.core.invariants import AFTER, WARMUP, WINDOW
 from scaleprobe.core.rank_record import CompileEvent, GraphBreak, RankCompile
 
@@ -280,22 +281,24 @@ def vs_eager_line(block_: dict[str, Any] | None, why: dict[str, str]) -> str | N
         return f"compiled against eager: {reason}" if reason else None
     iv = vs.get("fwd_bwd_speedup_interval")
     shown = f"{vs['fwd_bwd_speedup']:.2f}x" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
-    if iv and iv[0] <= 1.0 <= iv[1]:
-        verdict = f"{CL.NOT_RESOLVED} (the interval includes 1x)"
-    elif iv:
-        verdict = "faster" if iv[0] > 1.0 else "SLOWER"
-    else:
-        verdict = f"{CL.INCONCLUSIVE} (one value a side)"
-    line = (f"compiled against eager: forward + backward {shown} {verdict} (geometric means; "
-            f"median {vs['compiled_fwd_bwd_s'] * 1e3:.1f} ms compiled over "
+    pairs = int(vs.get("pairs") or 0)
+    interval = M.Interval(vs["fwd_bwd_speedup"], iv[0], iv[1], max(pairs, 1), "") if iv else None
+    claim = CL.compiled_speedup(vs["fwd_bwd_speedup"], interval, pairs)
+    verdict = claim.verdict if interval is not None else f"{CL.INCONCLUSIVE} (one value a side)"
+    how = (f"geometric mean of {pairs} pairs of passes, a compiled one then an eager one, "
+           "after the window" if pairs else
+           f"geometric means of the window's steps and {vs['eager_passes']} eager passes after "
+           "it, not interleaved")
+    line = (f"compiled against eager: forward + backward {shown} {verdict} ({how}; median "
+            f"{vs['compiled_fwd_bwd_s'] * 1e3:.1f} ms compiled over "
             f"{vs['compiled_steps']} timed steps, {vs['eager_fwd_bwd_s'] * 1e3:.1f} ms eager "
-            f"over {vs['eager_passes']} passes after the window)")
+            f"over {vs['eager_passes']} passes)")
     if vs.get("step_speedup_projected") is not None:
         line += f"; the whole step {vs['step_speedup_projected']:.2f}x (projected from the medians"
         pay = vs.get("payback_steps")
         line += (f"), the compile time paid back after {pay:,} steps" if pay is not None
                  else "), the compile time never paid back")
-        if verdict != "faster":
+        if claim.verdict != CL.FASTER:
             line += " if the medians hold"
     return line
 

@@ -330,7 +330,7 @@ def _compile(result: RunResult, cfg: RunConfig, ranks: list[RankRecord],
                                     strict=False)]
         st = result.metrics.step_time_s
         vs = M.compile_vs_eager(fb, eager.fwd_bwd_s, st.median if st else None,
-                                result.metrics.compile_time_s)
+                                result.metrics.compile_time_s, eager.compiled_fwd_bwd_s)
         result.compile["vs_eager"] = vs
         if vs is None:
             result.null_reasons["compile.vs_eager"] = eager.reason or "no samples"

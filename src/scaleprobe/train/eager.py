@@ -1,7 +1,8 @@
 """``--compile`` against eager, on one process: after the timed window, the same model's
-forward and backward run uncompiled (``torch.compile``'s ``_orig_mod``) on the window's last
-batch, timed pass by pass, so the record can set the compiled forward + backward of the
-window's steps beside the eager one (``core/metrics.compile_vs_eager``).
+forward and backward run compiled and uncompiled (``torch.compile``'s ``_orig_mod``) in turn
+on the window's last batch, timed pass by pass: each compiled pass paired with the eager pass
+right after it, so load that comes and goes falls on both sides of a pair, and the verdict
+reads the pairs (``core/metrics.compile_vs_eager``) beside the window's own compiled steps.
 
 Outside the timed window, so the window is never touched: each pass is bracketed by a
 device synchronisation on CUDA (``perf_counter`` around it), the first pass is a warm-up and
@@ -25,7 +26,8 @@ PASSES = 5  # timed eager passes (after one untimed)
 
 
 def eager_passes(p: Any, last_batch: Any, passes: int = PASSES) -> EagerPasses:
-    """Seconds per eager forward + backward, or none and the reason why not."""
+    """Seconds per eager forward + backward, each after a compiled one (``compiled_fwd_bwd_s``,
+    the same index: a pair), or none and the reason why not."""
     if p.strategy.world > 1:
         return EagerPasses(reason="not measured: more than one process (an eager backward "
                            "would wait for ranks that do not run it)")
@@ -36,17 +38,25 @@ def eager_passes(p: Any, last_batch: Any, passes: int = PASSES) -> EagerPasses:
     saved = {k: b.detach().clone() for k, b in model.named_buffers()}
     sync = torch.cuda.synchronize if p.device.type == "cuda" else (lambda: None)
     times: list[float] = []
+    compiled: list[float] = []
+
+    def timed(m: Any) -> float:
+        sync()
+        t0 = time.perf_counter()
+        with p.autocast:
+            loss = p.task.forward_loss(m, x, y)
+        loss.backward()
+        sync()
+        took = time.perf_counter() - t0
+        p.optimizer.zero_grad(set_to_none=True)
+        return took
+
     try:
         for i in range(passes + 1):
-            sync()
-            t0 = time.perf_counter()
-            with p.autocast:
-                loss = p.task.forward_loss(model, x, y)
-            loss.backward()
-            sync()
-            if i:
-                times.append(time.perf_counter() - t0)
-            p.optimizer.zero_grad(set_to_none=True)
+            c, e = timed(p.model), timed(model)
+            if i:  # the first pair warms the eager path up: not kept
+                compiled.append(c)
+                times.append(e)
     except torch.OutOfMemoryError:
         p.optimizer.zero_grad(set_to_none=True)
         return EagerPasses(reason="not measured: the eager pass ran out of memory (compiled, "
@@ -55,4 +65,4 @@ def eager_passes(p: Any, last_batch: Any, passes: int = PASSES) -> EagerPasses:
         with torch.no_grad():
             for k, b in model.named_buffers():
                 b.copy_(saved[k])
-    return EagerPasses(fwd_bwd_s=times)
+    return EagerPasses(fwd_bwd_s=times, compiled_fwd_bwd_s=compiled)

@@ -235,6 +235,15 @@ def test_compile_against_eager_by_hand():
     assert vs["eager_step_s_projected"] == pytest.approx(0.040)
     assert vs["step_speedup_projected"] == pytest.approx(4 / 3)
     assert vs["payback_steps"] == 100
+    assert not vs["paired"] and vs["pairs"] == 0
+    # interleaved pairs: the interval is the pairs' own (each saw the same load), centred on
+    # the geometric mean of their ratios, 2.0x here whatever the window's steps say
+    paired = compile_vs_eager([0.010] * 4, [0.020, 0.021, 0.019], 0.030, 1.0,
+                              [0.010, 0.0105, 0.0095])
+    assert paired["paired"] and paired["pairs"] == 3
+    assert paired["fwd_bwd_speedup"] == pytest.approx(2.0)
+    lo, hi = paired["fwd_bwd_speedup_interval"]
+    assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)  # every pair exactly 2x
     slower = compile_vs_eager([0.03, 0.03], [0.02, 0.02], 0.05, 1.0)
     assert slower["payback_steps"] is None and slower["step_speedup_projected"] < 1
     assert compile_vs_eager([], [0.02], 0.05, 1.0) is None
@@ -245,16 +254,26 @@ def test_the_compile_against_eager_line_says_what_the_interval_allows():
 
     vs = {"fwd_bwd_speedup": 2.0, "fwd_bwd_speedup_interval": [1.8, 2.2],
           "compiled_fwd_bwd_s": 0.010, "eager_fwd_bwd_s": 0.020, "compiled_steps": 8,
-          "eager_passes": 5, "step_speedup_projected": 4 / 3, "payback_steps": 100}
+          "eager_passes": 5, "pairs": 5, "step_speedup_projected": 4 / 3,
+          "payback_steps": 100}
     assert vs_eager_line({"vs_eager": vs}, {}) == (
         "compiled against eager: forward + backward 2.00x [1.80, 2.20] faster (geometric "
-        "means; median 10.0 ms compiled over 8 timed steps, 20.0 ms eager over 5 passes after "
-        "the window); the whole step 1.33x (projected from the medians), the compile time paid "
-        "back after 100 steps")
+        "mean of 5 pairs of passes, a compiled one then an eager one, after the window; "
+        "median 10.0 ms compiled over 8 timed steps, 20.0 ms eager over 5 passes); the whole "
+        "step 1.33x (projected from the medians), the compile time paid back after 100 steps")
     vs["fwd_bwd_speedup_interval"] = [0.9, 4.3]
     line = vs_eager_line({"vs_eager": vs}, {})
     assert "2.00x [0.90, 4.30] not resolved (the interval includes 1x)" in line
     assert line.endswith("paid back after 100 steps if the medians hold")
+    # a slower compiled pass in the claim module's words, never "SLOWER"
+    vs.update(fwd_bwd_speedup=0.8, fwd_bwd_speedup_interval=[0.7, 0.9])
+    assert "0.80x [0.70, 0.90] slower (" in vs_eager_line({"vs_eager": vs}, {})
+    # the window's steps against passes after it (no pairs): one comparison in time, which
+    # load changing between the two moves: never decided, however narrow its interval
+    vs.update(fwd_bwd_speedup=2.0, fwd_bwd_speedup_interval=[1.8, 2.2], pairs=0)
+    line = vs_eager_line({"vs_eager": vs}, {})
+    assert "2.00x [1.80, 2.20] inconclusive (1 repeat), leaning faster (geometric means of " \
+           "the window's steps and 5 eager passes after it, not interleaved" in line
     assert vs_eager_line({"vs_eager": None}, {"compile.vs_eager": "not measured: more than "
                          "one process"}) == ("compiled against eager: not measured: more than "
                                              "one process")
