@@ -32,7 +32,6 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features.links import parse_spec, resolve_link
-from scaleprobe.predict import memmodel as MM
 from scaleprobe.predict import plan as P
 from scaleprobe.predict import whatif as W
 from scaleprobe.report.reading.machine_load import source
@@ -152,9 +151,9 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
         return srcs[r.strategy]
 
     picks = [P.pick(rows, k, sources, to_target) for k in (CL.FASTEST, CL.CHEAPEST)]
+    # as predict --memory says it: fits up to one batch, inconclusive up to another
     largest = [{"strategy": s, "nproc": n, "devices": n * q.nnodes,
-                "largest_batch_per_device": MM.largest_batch(inputs, s, n * q.nnodes,
-                                                             q.device_bytes[n])}
+                **PM.largest_fit(inputs, s, n * q.nnodes, q.device_bytes[n], "device")}
                for s in q.strategies for n in q.nprocs
                if n * q.nnodes >= traits_of(s).min_world
                and (n * q.nnodes > 1 or s == q.strategies[0])]

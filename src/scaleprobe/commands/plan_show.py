@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scaleprobe.commands.predict_memory import cpu_basis_caveat, sharded_caveat
+from scaleprobe.commands.predict_memory import cpu_basis_caveat, largest_text, sharded_caveat
 from scaleprobe.commands.predict_steps import time_unit
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
@@ -22,12 +22,18 @@ def _fig(f: M.Figure | None) -> dict[str, float | None] | None:
 
 
 def row_json(r: P.Row) -> dict[str, Any]:
-    p = r.prediction
+    """One row; ``fits`` as ``predict --memory`` gives it: true / false where the claim
+    decided it, null where inconclusive or without an interval (``fit``: the claim)."""
+    p, fit = r.prediction, r.fit
     return {"strategy": r.strategy, "nproc": r.nproc, "nnodes": r.nnodes, "devices": r.devices,
-            "batch_per_device": r.batch, "global_batch": r.global_batch, "fits": r.fits,
-            "tight": r.tight, "predicted_peak_bytes": r.peak_bytes,
+            "batch_per_device": r.batch, "global_batch": r.global_batch,
+            "fits": r.fits if fit.decided else None, "fit_verdict": fit.short_verdict,
+            "fit": fit.to_dict(), "tight": r.tight, "predicted_peak_bytes": r.peak_bytes,
+            "predicted_peak_low_bytes": r.memory.low_bytes,
+            "predicted_peak_high_bytes": r.memory.high_bytes,
             "memory_parts": r.memory.parts, "peak_phase": r.memory.phase,
             "device_memory_bytes": r.device_bytes, "headroom_bytes": r.headroom_bytes,
+            "headroom_at_top_bytes": r.headroom_at_top_bytes,
             "step_s": _fig(p.step_s) if p else None,
             "step_mean_s": p.step_mean_s if p else None,
             "samples_per_s": _fig(r.samples_s) if p else None,
@@ -215,26 +221,30 @@ def _print_target(con: Any, fits: list[P.Row], tg: P.Target) -> None:
 def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
                 caveat: str) -> None:
     q = got["question"]
-    unfit = sorted((r for r in rows if not r.fits), key=lambda r: r.peak_bytes)
+    unfit = sorted((r for r in rows if r.does_not_fit), key=lambda r: r.peak_bytes)
     if unfit:
-        shown = ", ".join(f"{r.strategy} {r.devices} x {r.batch} ({bytes_(r.peak_bytes)} of "
-                          f"{bytes_(r.device_bytes)})" for r in unfit[:MAX_UNFIT_SHOWN])
-        more = (f" and {len(unfit) - MAX_UNFIT_SHOWN} more (--json: every row)"
-                if len(unfit) > MAX_UNFIT_SHOWN else "")
-        say(f"does not fit (strategy, devices x batch per device, peak per device): "
-            f"{shown}{more}")
+        say(f"{CL.DOES_NOT_FIT}, the peak's whole interval over the device (strategy, devices x "
+            "batch per device: peak per device [its interval] of the device): "
+            + _listed(unfit, lambda r: f"{_peak(r, bytes_)} of {bytes_(r.device_bytes)}"))
+    torn = sorted((r for r in rows if r.fit.rule == CL.RULE_INCLUDES_REF),
+                  key=lambda r: r.peak_bytes)
+    if torn:
+        say(f"{CL.INCONCLUSIVE} whether it fits, the device's memory inside the peak's interval, "
+            "so left out of the picks (strategy, devices x batch per device: peak per device "
+            "[its interval] of the device, what the interval's top needs beyond it, samples/s "
+            "predicted): " + _listed(torn, lambda r: _torn(r, bytes_)))
+    blind = [r for r in rows if r.fit.rule == CL.RULE_NO_INTERVAL]
+    if blind:
+        say(f"not judged whether it fits ({CL.NO_INTERVAL}: fewer than three batch sizes "
+            "probed), so left out of the picks (strategy, devices x batch per device: peak "
+            "per device of the device, samples/s predicted): "
+            + _listed(blind, lambda r: _torn(r, bytes_)))
     crowded = [r for r in rows if r.fits and r.prediction and r.prediction.oversubscribed]
     if crowded:
         say("! left out of the picks, their ranks on one host needing more cores than it has at "
             "the run's threads per rank (strategy, devices x batch per device): "
             + ", ".join(f"{r.strategy} {r.devices} x {r.batch}" for r in crowded))
-    by: dict[str, list[str]] = {}
-    for x in got["largest"]:
-        b = x["largest_batch_per_device"]
-        by.setdefault(x["strategy"], []).append(f"{x['devices']}: {b:,}" if b else
-                                                f"{x['devices']}: none")
-    say("largest batch per device that fits, by devices: " +
-        "; ".join(f"{s} {', '.join(v)}" for s, v in by.items()))
+    say(_largest_line(got["largest"]))
     if any(r.scaled_from is not None for r in rows if r.fits):
         say("* batch not measured: its data, forward and backward interpolated between the "
             "measured batches around it, or scaled in proportion from the nearest outside them")
@@ -247,7 +257,11 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
         else:
             say(pk.claim.text())
     if not any(pk is not None for pk in got["picks"]):
-        say("no configuration fits: fewer samples per device, fsdp, or more memory")
+        say(f"no configuration {CL.FITS}"
+            + (f" (those {CL.INCONCLUSIVE} or not judged above may)" if torn or blind else "")
+            + ": fewer samples per device, fsdp, or more memory"
+            + ("; a one-rank run at batch 4 or more probes the three batch sizes that give "
+               "the peak its interval" if blind else ""))
     notes = fmt.same_but_figures([n for r in rows if r.prediction for n in r.prediction.notes
                                   if not n.startswith("batch ")], "each row's in --json")
     if q.target is not None:
@@ -256,6 +270,48 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
         say(f"  note: {n}")
     if caveat:
         say(f"  {caveat}.")
+
+
+def _listed(rows: list[P.Row], what: Callable[[P.Row], str]) -> str:
+    """``ddp 2 x 160 (...), ...``: the first ``MAX_UNFIT_SHOWN`` rows, then how many more."""
+    shown = ", ".join(f"{r.strategy} {r.devices} x {r.batch} ({what(r)})"
+                      for r in rows[:MAX_UNFIT_SHOWN])
+    more = (f" and {len(rows) - MAX_UNFIT_SHOWN} more (--json: every row)"
+            if len(rows) > MAX_UNFIT_SHOWN else "")
+    return shown + more
+
+
+def _peak(r: P.Row, bytes_: Callable[[int | None], str]) -> str:
+    """``1.76 GiB [1.73 GiB, 2.10 GiB]``: the peak and its interval."""
+    m = r.memory
+    if m.low_bytes is None or m.high_bytes is None:
+        return bytes_(r.peak_bytes)
+    return f"{bytes_(r.peak_bytes)} [{bytes_(m.low_bytes)}, {bytes_(m.high_bytes)}]"
+
+
+def _torn(r: P.Row, bytes_: Callable[[int | None], str]) -> str:
+    """An inconclusive row: ``1.76 GiB [1.73 GiB, 2.10 GiB] of 2.00 GiB, 102 MiB more at
+    its top, 250 [240, 260]/s``."""
+    top = r.headroom_at_top_bytes
+    need = f", {bytes_(-top)} more at its top" if top is not None and top <= 0 else ""
+    rate = f", {_span(r.samples_s)}/s" if r.samples_s.value else ""
+    return f"{_peak(r, bytes_)} of {bytes_(r.device_bytes)}{need}{rate}"
+
+
+def _largest_line(largest: list[dict[str, Any]]) -> str:
+    """``largest batch per device that fits, by devices: ddp 1: 863, 2: 151 (152 to 192:
+    inconclusive); fsdp 2: ...``: ``predict --memory``'s words (``largest_text``)."""
+    by: dict[str, list[str]] = {}
+    judged = any(x["interval"] for x in largest)
+    for x in largest:
+        pt = x["largest_batch_per_device_point"]
+        said = (largest_text(x, "device", short=True) if judged
+                else fmt.NA if pt is None else f"{pt:,}")
+        by.setdefault(x["strategy"], []).append(f"{x['devices']}: {said}")
+    head = (f"largest batch per device that {CL.FITS}, by devices: " if judged else
+            "largest batch per device under it by the point estimate, not judged "
+            f"({CL.NO_INTERVAL}: fewer than three batch sizes probed), by devices: ")
+    return head + "; ".join(f"{s} {', '.join(v)}" for s, v in by.items())
 
 
 def print_verified(verified: list[dict[str, Any]]) -> None:
@@ -280,11 +336,9 @@ def print_verified(verified: list[dict[str, Any]]) -> None:
         if v.get("ratio") is None:
             say(f"{v['label']}: {v.get('reason') or fmt.NA}")
             continue
-        ok = "within" if v["within_goal"] else "outside"
-        say(f"{v['label']}: predicted from the one-rank runs just before / measured "
-            f"{v['ratio']:.2f}, {ok} +-10%; the plan's prediction / measured "
-            f"{v['ratio_plan']:.2f}" + _share(v.get("cpu_share_pct"))
-            + (f"; {v['under_load']}" if v.get("under_load") else ""))
+        # the claim's words (plan_verify.goal_claim): its load caveat in them
+        say(f"{v['label']}: {v['goal']['text']}; the plan's prediction / measured "
+            f"{v['ratio_plan']:.2f}" + _share(v.get("cpu_share_pct")))
     for v in verified:
         if v.get("memory"):
             say(f"  {v['label']}: {_memory_text(v['memory'], bytes_)}")

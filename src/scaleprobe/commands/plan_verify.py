@@ -229,8 +229,36 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
     for key, row in (("ratio_plan", plan_row), ("ratio", here)):
         v = row.prediction.step_s.value if row.prediction else None
         out[key] = v / m if v else None
-    out["within_goal"] = out["ratio"] is not None and C.error(out["ratio"]) <= GOAL
+    goal = goal_claim(here, m, iv, res.metrics.steps_timed or steps,
+                      tuple(source(x) for x in (*fresh, res)))
+    out["goal"] = goal.to_dict()
+    # true / false where the claim decided it; null where inconclusive or without an interval
+    out["within_goal"] = goal.rule == CL.RULE_INSIDE_BAND if goal.decided else None
     return out
+
+
+def goal_claim(here: P.Row, measured: float, measured_iv: tuple[float, float] | None,
+               steps: int, sources: tuple[CL.Source, ...] = ()) -> CL.Claim:
+    """Whether the measured step came within +-``GOAL`` of the prediction from the fresh
+    one-rank runs, as a claim (``claim.prediction_check``): predicted / measured, its interval
+    the prediction's low end over the measured median's high end and back (a prediction
+    without an interval: its value at both ends); without the measured median's interval,
+    no interval, never a verdict. One run measured: its interval holds its steps' spread,
+    not the drift between runs."""
+    p = here.prediction
+    v = p.step_s.value if p is not None else None
+    ratio = v / measured if v and measured else None
+    iv = None
+    if ratio is not None and measured_iv is not None and v is not None and p is not None:
+        lo, hi = p.step_s.lo or v, p.step_s.hi or v
+        m_lo, m_hi = measured_iv
+        if m_lo > 0 and m_hi > 0:
+            iv = Interval(ratio, lo / m_hi, hi / m_lo, steps,
+                          "the prediction's interval over the measured median step's")
+    return CL.prediction_check(
+        "predicted from the one-rank runs just before / measured", ratio, iv, GOAL,
+        f"one run measured, its {steps} timed steps, against the prediction's interval",
+        sources)
 
 
 def cpu_share(fresh: list[RunResult], row: RunResult) -> dict[str, float] | None:

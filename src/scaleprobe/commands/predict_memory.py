@@ -190,17 +190,52 @@ def _point(p: MM.Point, cap: int | None, source: str, probes: int) -> dict[str, 
 
 
 def _largest(i: MM.Inputs, s: str, n: int, cap: int | None, source: str) -> dict[str, Any]:
-    """The largest batch per rank that fits (the interval's top under the device) and the
-    largest predicted to fit (the point estimate): the batches between are inconclusive."""
-    row: dict[str, Any] = {"strategy": s, "nproc": n, "device_memory_bytes": cap,
-                           "device_memory_source": source, "largest_batch_per_rank": None,
-                           "largest_batch_per_rank_point": None,
+    """The largest batch per rank that fits, up to which batch it is inconclusive, and the
+    largest the point estimate puts under the device (``largest_fit``)."""
+    return {"strategy": s, "nproc": n, "device_memory_bytes": cap,
+            "device_memory_source": source, **largest_fit(i, s, n, cap, "rank")}
+
+
+def largest_fit(i: MM.Inputs, s: str, n: int, cap: int | None, per: str) -> dict[str, Any]:
+    """Where the batch stops fitting, by ``claim.memory_fit``'s rule (``predict --memory``
+    and ``plan`` both; ``per``: ``rank`` or ``device``, in the keys):
+    ``largest_batch_per_<per>``, the largest batch whose whole interval lies under the
+    device (its top below the device's size: it fits); ``..._low_end``, the largest
+    whose interval's low end is still at or under it (not "does not fit": the batches after
+    the first up to it are inconclusive); ``..._point``, the largest whose point estimate is
+    under it. Without an interval (fewer than three batch sizes probed) only the point
+    estimate, and no verdict; all None without a device size."""
+    key = f"largest_batch_per_{per}"
+    out: dict[str, Any] = {key: None, f"{key}_low_end": None, f"{key}_point": None,
                            "interval": i.act_slope_change is not None}
     if cap:
-        row["largest_batch_per_rank_point"] = MM.largest_batch(i, s, n, cap)
-        if row["interval"]:
-            row["largest_batch_per_rank"] = MM.largest_batch(i, s, n, cap, bound="high")
-    return row
+        out[f"{key}_point"] = MM.largest_batch(i, s, n, cap)
+        if out["interval"]:
+            # fits: the top strictly under the device (an interval that reaches the device's
+            # size holds it: inconclusive); does not fit: the low end over it
+            out[key] = MM.largest_batch(i, s, n, cap - 1, bound="high")
+            out[f"{key}_low_end"] = MM.largest_batch(i, s, n, cap, bound="low")
+    return out
+
+
+def largest_text(got: dict[str, Any], per: str = "rank", short: bool = False) -> str:
+    """``largest batch per rank that fits: 151 (152 to 192: inconclusive)`` from
+    ``largest_fit``'s fields: the words ``predict --memory`` and ``plan`` both say
+    (``short``: the figures alone, ``151 (152 to 192: inconclusive)``)."""
+    key = f"largest_batch_per_{per}"
+    b, up, pt = got[key], got[f"{key}_low_end"], got[f"{key}_point"]
+    head = "" if short else f"largest batch per {per} that {CL.FITS}: "
+    if pt is None:
+        return head + "n/a"
+    if not got["interval"]:
+        why = f"({CL.NO_INTERVAL}: fewer than three batch sizes probed)"
+        return (f"{pt:,} under it by the point estimate, not judged {why}" if short
+                else f"largest batch per {per} predicted under it: {pt:,} {why}")
+    b, up = b or 0, max(up or 0, b or 0)
+    span = f"{b + 1:,} to {up:,}: {CL.INCONCLUSIVE}" if up > b else ""
+    if b:
+        return head + f"{b:,}" + (f" ({span})" if span else "")
+    return head + (f"none ({span})" if span else "none, not even 1 sample")
 
 
 def _from(run: RunResult, i: MM.Inputs) -> dict[str, Any]:
@@ -300,25 +335,13 @@ def _print(out: dict[str, Any]) -> None:
 def _largest_line(row: dict[str, Any], points: list[dict[str, Any]]) -> str:
     from scaleprobe.commands.terminal import bytes_  # heavy: rich
 
-    cap, b, pt = (row["device_memory_bytes"], row["largest_batch_per_rank"],
-                  row["largest_batch_per_rank_point"])
+    cap = row["device_memory_bytes"]
     q = next(p["parts"] for p in points
              if (p["strategy"], p["nproc"]) == (row["strategy"], row["nproc"]))
     state = " + ".join(f"{k.replace('_', ' ')} {bytes_(q[k])}" for k in STATE_PARTS)
     where = (f"{bytes_(cap)} per rank ({row['device_memory_source']})" if cap
              else row["device_memory_source"])
-    if pt is None:
-        said = "n/a"
-    elif not row["interval"]:
-        said = (f"largest batch per rank predicted under it: {pt:,} ({CL.NO_INTERVAL}: fewer "
-                "than three batch sizes probed)")
-    elif b:
-        said = f"largest batch per rank that {CL.FITS}: {b:,}" + (
-            f" ({b + 1:,} to {pt:,}: {CL.INCONCLUSIVE})" if pt > b else "")
-    elif pt:
-        said = f"batch per rank 1 to {pt:,}: {CL.INCONCLUSIVE}"
-    else:
-        said = f"not even 1 sample {CL.FITS}"
+    said = largest_text(row)
     return f"  {row['strategy']} on {row['nproc']}: {state}; {said} in {where}"
 
 

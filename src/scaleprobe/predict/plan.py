@@ -4,6 +4,11 @@ run measured the gradient noise scale, the steps and time to a target; then the 
 fits and the cheapest in device-hours, each against its runner-up as a claim
 (``scaleprobe plan``). No torch.
 
+A row fits as ``predict --memory`` decides it (``core/claim.memory_fit``): only when the
+whole interval of its predicted peak lies under the device's memory; it does not fit when the
+whole interval lies over it, and is inconclusive between (``Row.fit``): such a row's step is
+predicted and shown, but it is never picked.
+
 One mechanism each: the peak per rank is ``predict/memmodel.predict``, the step is
 ``predict/whatif.plan`` (the step model of ``predict --from``) on the same rows. What this
 module adds (docs/PLAN.md gives each rule and its interval): a batch the runs did not measure,
@@ -109,6 +114,7 @@ class Row:
     steps_to_target: M.Figure | None = None
     time_to_target_s: M.Figure | None = None
     reason: str | None = None  # why no step was predicted
+    probes: int = 3  # the batch sizes the memory model's interval was drawn from
 
     @property
     def devices(self) -> int:
@@ -127,12 +133,39 @@ class Row:
         return self.memory.peak_bytes
 
     @property
+    def fit(self) -> CL.Claim:
+        """Whether the row fits, as ``predict --memory`` decides it (``claim.memory_fit``):
+        on the predicted peak's interval against the device's memory."""
+        m = self.memory
+        return CL.memory_fit(m.peak_bytes, m.low_bytes, m.high_bytes, self.device_bytes,
+                             self.probes)
+
+    @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.device_bytes
+        """Fits: the whole interval lies under the device's memory."""
+        return self.fit.rule == CL.RULE_BELOW
+
+    @property
+    def does_not_fit(self) -> bool:
+        """Does not fit: the whole interval lies over the device's memory."""
+        return self.fit.rule == CL.RULE_ABOVE
+
+    @property
+    def fit_undecided(self) -> bool:
+        """Neither: the device's memory lies inside the interval (inconclusive), or the peak
+        has no interval (fewer than three batch sizes probed: not judged)."""
+        return not (self.fits or self.does_not_fit)
 
     @property
     def headroom_bytes(self) -> int:
         return self.device_bytes - self.peak_bytes
+
+    @property
+    def headroom_at_top_bytes(self) -> int | None:
+        """The device's memory less the interval's top (None: no interval): below 0, what
+        the row would need beyond the device to fit."""
+        hi = self.memory.high_bytes
+        return None if hi is None else self.device_bytes - hi
 
     @property
     def tight(self) -> bool:
@@ -243,7 +276,7 @@ def memory_rows(inputs: MM.Inputs, q: Question) -> list[Row]:
                 continue
             for b in q.batches:
                 rows.append(Row(strategy, n, q.nnodes, b, MM.predict(inputs, strategy, world, b),
-                                q.device_bytes[n]))
+                                q.device_bytes[n], probes=inputs.probes))
     return rows
 
 
@@ -282,15 +315,27 @@ def other_basis_note(strategy: str, basis: str) -> str:
 
 def predict_steps(rows: list[Row], bases: dict[int, Basis], q: Question,
                   progress: Callable[[int, int], None] | None = None) -> None:
-    """The step of every row that fits (``predict_row``)."""
-    todo = [r for r in rows if r.fits]
+    """The step of every row that fits (``predict_row``), and of every row whose fit is
+    inconclusive, so that what it would give is shown beside it (never a pick:
+    ``candidates``); none for a row that does not fit, nor for one without an interval whose
+    point estimate is over the device."""
+    todo = [r for r in rows if r.fits or (r.fit_undecided and _low(r) <= r.device_bytes)]
     for i, r in enumerate(todo):
         if progress is not None:
             progress(i, len(todo))
         predict_row(r, bases, q)
     for r in rows:
-        if not r.fits:
-            r.reason = "does not fit in the device's memory"
+        if r.does_not_fit:
+            r.reason = f"{CL.DOES_NOT_FIT} in the device's memory: its whole interval over it"
+        elif r.prediction is None:
+            r.reason = (f"{CL.NO_INTERVAL} (fewer than three batch sizes probed) and its "
+                        "predicted peak over the device's memory")
+
+
+def _low(r: Row) -> int:
+    """The peak's interval's low end, or without an interval the peak."""
+    low = r.memory.low_bytes
+    return r.peak_bytes if low is None else low
 
 
 def one_device(inputs: MM.Inputs, bases: dict[int, Basis], q: Question, batch: int) -> Row:
@@ -299,7 +344,7 @@ def one_device(inputs: MM.Inputs, bases: dict[int, Basis], q: Question, batch: i
     ``--nproc`` has no 1, or whose one device cannot hold the batch."""
     s = q.strategies[0]
     r = Row(s, 1, 1, batch, MM.predict(inputs, s, 1, batch),
-            q.device_bytes.get(1, max(q.device_bytes.values())))
+            q.device_bytes.get(1, max(q.device_bytes.values())), probes=inputs.probes)
     predict_row(r, bases, q)
     return r
 
@@ -371,7 +416,8 @@ def _thrift(r: Row, to_target: bool) -> M.Figure:
 
 
 def candidates(rows: list[Row]) -> list[Row]:
-    """The rows a pick is made from: they fit, and their step was predicted from compute
+    """The rows a pick is made from: they fit (``Row.fits``: the whole interval under the
+    device; an inconclusive row is never one), and their step was predicted from compute
     their ranks can have (not ``Prediction.oversubscribed``)."""
     return [r for r in rows if r.fits and r.prediction is not None and r.samples_s.value
             and not r.prediction.oversubscribed]

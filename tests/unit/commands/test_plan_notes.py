@@ -24,7 +24,7 @@ def _verified(devices, plan_link, here_link):
     return {"label": f"ddp {devices}x16", "strategy": "ddp", "devices": devices,
             "batch_per_device": 16, "plan_link": plan_link, "measured_s": 0.02,
             "measured_interval_s": (0.019, 0.021), "ratio": 1.0, "ratio_plan": 1.1,
-            "within_goal": True,
+            "within_goal": True, "goal": {"text": "predicted / measured: 1.00x"},
             "predicted_plan": {"value": 0.022, "interval": (0.02, 0.024), "link": here_link},
             "predicted_here": {"value": 0.02, "interval": (0.019, 0.021), "link": here_link}}
 

@@ -72,11 +72,21 @@ def test_memory_fits_tight_and_headroom_by_hand():
     # ddp on 2: 4 MB params + 8 MB AdamW + 4 MB grads + 4 MB buckets + the step
     ddp = by[("ddp", 2)]
     assert ddp.peak_bytes == 20 * MB + 6_400 + 64_000 + 50_000 and not ddp.fits
-    # fsdp on 4: a quarter of 16 MB + the 400 kB unit twice + the step: 4,920,400 of 5 MB
+    assert ddp.does_not_fit and ddp.fit.verdict == CL.DOES_NOT_FIT
+    # fsdp on 4: a quarter of 16 MB + the 400 kB unit twice + the step: 4,920,400 of 5 MB,
+    # its interval's top 3 units more (FSDP's collectives beside the step): inconclusive,
+    # never "fits" on its point estimate
     fsdp = by[("fsdp", 4)]
     assert fsdp.peak_bytes == 4 * MB + 800_000 + 64_000 + 50_000 + 6_400
-    assert fsdp.fits and fsdp.tight and fsdp.headroom_bytes == 5 * MB - 4_920_400
-    assert not by[("fsdp", 2)].tight  # 8.9 MB of 17 MB
+    assert fsdp.headroom_bytes == 5 * MB - 4_920_400
+    assert not fsdp.fits and not fsdp.does_not_fit and fsdp.fit_undecided
+    assert fsdp.headroom_at_top_bytes == 5 * MB - 6_120_400 and not fsdp.tight
+    assert fsdp.fit.short_verdict == CL.INCONCLUSIVE
+    assert by[("fsdp", 2)].fits and not by[("fsdp", 2)].tight  # 8.9 MB of 17 MB
+    # ddp's interval has no width here (the activations on a line): 20.1 MB of 22 MB fits,
+    # tight (over 90% of the device)
+    (ddp,) = P.memory_rows(INPUTS, q(nprocs=[2], batches=[64], device_bytes={2: 22 * MB}))
+    assert ddp.fits and ddp.tight
 
 
 def test_one_device_is_planned_once_under_the_first_strategy():
@@ -212,9 +222,11 @@ def test_efficiency_claim_says_when_its_interval_holds_100_percent(lo, hi, runs,
     assert c.cell(markdown=False).startswith("90% [80%, ")
 
 
-def _row(strategy, devices, sps, lo, hi, runs=2, batch=32, crowded=False):
-    r = P.Row(strategy, devices, 1, batch, MM.Point(strategy, devices, batch, {"params": 1}),
-              10 * MB, runs=runs)
+def _row(strategy, devices, sps, lo, hi, runs=2, batch=32, crowded=False, peak=(1, 1, 1)):
+    """A row that fits (its peak, low and high ``peak`` bytes of 10 MB) and was predicted."""
+    point = MM.Point(strategy, devices, batch, {"params": peak[0]}, low_bytes=peak[1],
+                     high_bytes=peak[2])
+    r = P.Row(strategy, devices, 1, batch, point, 10 * MB, runs=runs)
     r.prediction = SimpleNamespace(oversubscribed=crowded)  # it fits and was predicted
     r.samples_s = M.Figure(sps, lo, hi)
     return r
@@ -372,6 +384,67 @@ def test_plan_json_gives_every_row_and_the_picks(tmp_path, capsys):
     assert out["from"]["memory_caveat"] is None  # from a single run: like for like
 
 
+def test_a_row_whose_peak_interval_holds_the_device_is_inconclusive_never_a_pick(
+        tmp_path, capsys):
+    """Bug caught: plan decided "fits" on the point estimate, predict --memory on the
+    interval: a row whose point was under the device but whose interval held it was listed
+    under "what fits" and picked as the fastest, and the largest batch was the point
+    estimate's, where predict --memory said it was inconclusive. The activations' slope grew
+    250 B per sample across the probes: DDP on 2 at batch 96 peaks at 20,155,600 B [20,147,600,
+    20,194,556] in 20,170,000 B; at 128 the whole interval is over it."""
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    rec["metrics"]["memory_facts"]["fwd_bwd_peak_bytes"] = [4_082_000, 4_066_000, 4_060_000]
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    args = ["plan", "--from", run, "--device-memory", "20170000", "--nproc", "1,2",
+            "--strategy", "ddp", "--batch-size", "32,64,96,128"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["devices"], r["batch_per_device"]): r for r in out["rows"]}
+    torn = rows[(2, 96)]
+    assert torn["predicted_peak_bytes"] == 20_155_600 < 20_170_000
+    assert (torn["predicted_peak_low_bytes"], torn["predicted_peak_high_bytes"]) == (
+        20_147_600, 20_194_556)
+    # as predict --memory gives it: null, inconclusive; its step predicted all the same
+    assert torn["fits"] is None and torn["fit_verdict"] == CL.INCONCLUSIVE
+    assert torn["fit"]["rule"] == CL.RULE_INCLUDES_REF
+    assert torn["headroom_at_top_bytes"] == 20_170_000 - 20_194_556
+    assert torn["step_s"]["value"] is not None
+    assert rows[(2, 64)]["fits"] is True and rows[(2, 128)]["fits"] is False
+    assert rows[(2, 128)]["step_s"] is None
+    # never picked, nor held against the pick
+    for pk in out["picks"].values():
+        assert pk["row"]["batch_per_device"] != 96
+        assert (pk["runner_up"] or {}).get("batch_per_device") != 96
+    assert out["picks"]["fastest"]["row"] == {"strategy": "ddp", "devices": 2,
+                                              "batch_per_device": 64}
+    # the largest batch as predict --memory says it: fits up to 81, inconclusive to 116
+    # (the point estimate's 109 is neither)
+    big = {x["devices"]: x for x in out["largest_batch"]}[2]
+    assert (big["largest_batch_per_device"], big["largest_batch_per_device_low_end"],
+            big["largest_batch_per_device_point"]) == (81, 116, 109)
+    assert main(["predict", "--from", run, "--memory", "--nproc", "2", "--strategy", "ddp",
+                 "--device-memory", "20170000", "--json"]) == 0
+    (mem,) = json.loads(capsys.readouterr().out)["largest_batch"]
+    assert (mem["largest_batch_per_rank"], mem["largest_batch_per_rank_low_end"]) == (
+        81, 116)
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    fits_table = said[said.index("what fits"):said.index("peak memory per device")]
+    assert not re.search(r"ddp\s+2\*?\s+96", fits_table)
+    assert ("inconclusive whether it fits, the device's memory inside the peak's interval, so "
+            "left out of the picks") in said
+    assert re.search(r"ddp 2 x 96 \(19\.2 MiB \[19\.2 MiB, 19\.3 MiB\] of 19\.2 MiB, "
+                     r"2\d\.\d KiB more at its top, ", said), said
+    assert "does not fit, the peak's whole interval over the device" in said
+    assert ("largest batch per device that fits, by devices: ddp 1: 81 (82 to 116: "
+            "inconclusive), 2: 81 (82 to 116: inconclusive)") in said
+    assert main(["predict", "--from", run, "--memory", "--nproc", "2", "--strategy", "ddp",
+                 "--device-memory", "20170000"]) == 0
+    assert ("largest batch per rank that fits: 81 (82 to 116: inconclusive)"
+            in " ".join(capsys.readouterr().out.split()))
+
+
 def test_a_plan_on_the_cpu_leaves_out_rows_whose_ranks_would_share_the_runs_cores(
         tmp_path, capsys):
     """A one-rank CPU run of 2 threads on a 2-core host: 2 processes there would need 4
@@ -483,6 +556,14 @@ def test_verify_makes_one_rank_runs_side_by_side_before_a_row(tmp_path, monkeypa
     assert calls == [["plan-ddp-1x32-1of2", "plan-ddp-1x32-2of2"], ["plan-ddp-2x32"]]
     assert two["one_rank_side_by_side"] == 2 and len(two["one_rank_run_ids"]) == 2
     assert two["ratio"] == pytest.approx(two["predicted_here"]["value"] / 0.12)
+    # within +-10% or not is a claim on the ratio's interval (the measured median's +-5%)
+    goal = two["goal"]
+    assert goal["kind"] == "prediction check" and goal["value"] == pytest.approx(two["ratio"])
+    lo, hi = two["predicted_here"]["interval"]
+    assert (goal["interval"]["lo"], goal["interval"]["hi"]) == pytest.approx(
+        (lo / 0.126, hi / 0.114))
+    assert two["within_goal"] == (goal["rule"] == CL.RULE_INSIDE_BAND if goal["decided"]
+                                  else None)
     # the row's run got 11% of the machine, its two one-rank runs 10% each: 20% together
     assert two["cpu_share_pct"] == {"row": 11.0, "one_rank_runs": 20.0}
     # the row's measured peak per rank beside the plan's prediction of it (the faked row's
@@ -652,3 +733,47 @@ def test_the_verified_pair_compares_what_the_pick_was_chosen_by(monkeypatch):
     V._pair(pk, done)
     assert seen["ratio"] == pytest.approx((32 / 0.020) / (16 / 0.012))
     assert seen["what"] == "measured samples/s (median step)"
+
+
+def test_verify_says_within_10_percent_only_when_the_ratios_interval_is_inside(capsys):
+    """Bug caught: --verify said "within +-10%" or "outside" from the point ratio alone, on
+    one run, with the measured step's interval and the prediction's at hand. Now a claim on
+    predicted / measured, its interval the prediction's low end over the measured median's
+    high end and back: within where it lies inside 0.9-1.1, outside where wholly outside,
+    else inconclusive with the interval shown."""
+    from scaleprobe.commands import plan_verify as V
+    from scaleprobe.commands.plan_show import print_verified
+
+    def here(v, lo, hi):
+        return SimpleNamespace(prediction=SimpleNamespace(step_s=M.Figure(v, lo, hi)))
+
+    # 100 ms [98, 102] against 100 ms [99, 101]: 1.00x [0.970, 1.030]
+    c = V.goal_claim(here(0.100, 0.098, 0.102), 0.100, (0.099, 0.101), 20)
+    assert c.rule == CL.RULE_INSIDE_BAND and c.verdict == "within +/-10%"
+    assert (c.interval.lo, c.interval.hi) == pytest.approx((0.098 / 0.101, 0.102 / 0.099))
+    # the point says 1.02, "within" before; the prediction's interval crosses 1.1
+    c = V.goal_claim(here(0.102, 0.085, 0.125), 0.100, (0.097, 0.103), 20)
+    assert c.value == pytest.approx(1.02)
+    assert c.rule == CL.RULE_CROSSES_BAND and c.verdict.startswith(CL.INCONCLUSIVE)
+    assert c.short_verdict == CL.INCONCLUSIVE and "[0.83, 1.29]" in c.text()
+    # 1.43x [1.38, 1.48]: outside
+    c = V.goal_claim(here(0.100, 0.098, 0.102), 0.070, (0.069, 0.071), 20)
+    assert c.rule == CL.RULE_OUTSIDE_BAND and c.verdict == "outside +/-10%"
+    # no measured interval: not judged; a prediction without one: its value at both ends
+    assert V.goal_claim(here(0.1, 0.09, 0.11), 0.1, None, 20).rule == CL.RULE_NO_INTERVAL
+    c = V.goal_claim(here(0.1, None, None), 0.1, (0.095, 0.105), 20)
+    assert (c.interval.lo, c.interval.hi) == pytest.approx((0.1 / 0.105, 0.1 / 0.095))
+    # the verified line says the claim's words, its interval and what stands behind it
+    torn = V.goal_claim(here(0.102, 0.085, 0.125), 0.100, (0.097, 0.103), 20)
+    print_verified([{"label": "ddp 2x16", "strategy": "ddp", "devices": 2,
+                     "batch_per_device": 16, "measured_s": 0.1,
+                     "measured_interval_s": (0.097, 0.103), "ratio": 1.02, "ratio_plan": 1.05,
+                     "goal": torn.to_dict(), "within_goal": None,
+                     "predicted_plan": {"value": 0.105, "interval": (0.09, 0.12)},
+                     "predicted_here": {"value": 0.102, "interval": (0.085, 0.125)}}])
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("ddp 2x16: predicted from the one-rank runs just before / measured: 1.02x "
+            "[0.83, 1.29], one run measured, its 20 timed steps, against the prediction's "
+            "interval: inconclusive (the interval crosses 0.90x..1.10x); the plan's "
+            "prediction / measured 1.05") in said, said
+    assert "within +-10%" not in said and "outside +-10%" not in said

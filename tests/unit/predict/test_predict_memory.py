@@ -132,7 +132,10 @@ def test_table_names_fits_and_the_largest_batch(tmp_path, capsys):
                  "--device-memory", "17000000"]) == 0
     out = capsys.readouterr().out
     assert "fits" in out
-    assert ("largest batch per rank that fits: 9,954 (9,955 to 11,045: inconclusive)"
+    # fits up to the interval's top (9,954); inconclusive up to its low end, one unit (U,
+    # 400 kB) under the point: (17e6 - 4.85e6 + 0.4e6) / 1100 = 11,409, not the point's
+    # 11,045 (bug: 11,046 to 11,409, whose interval still holds the device, went unsaid)
+    assert ("largest batch per rank that fits: 9,954 (9,955 to 11,409: inconclusive)"
             in " ".join(out.split()))
 
 
@@ -166,6 +169,28 @@ def test_interval_in_the_json_and_inconclusive_inside_it(tmp_path, capsys):
     # the point estimate: (17.2e6 - 16.05e6) / 1100 B per sample = 1045
     assert (row["largest_batch_per_rank"], row["largest_batch_per_rank_point"]) == (top, 1045)
     assert out["from"]["activations_slope_change_bytes"] == 250
+
+
+def test_the_largest_batch_line_agrees_with_each_points_verdict(tmp_path, capsys):
+    """Bug caught: "largest batch per rank that fits: 151 (152 to 190: inconclusive)" ended
+    the inconclusive batches at the point estimate's largest, where 191 and 192 were
+    inconclusive too. The range ends at the largest batch whose interval's low end is still
+    under the device: each batch's own verdict agrees with the line, at both ends."""
+    run = _run(tmp_path, fwd_bwd_peak_bytes=BENT)
+    args = ["predict", "--from", run, "--memory", "--nproc", "2", "--strategy", "fsdp",
+            "--device-memory", "17200000", "--json"]
+    assert main(args) == 0
+    (row,) = json.loads(capsys.readouterr().out)["largest_batch"]
+    fits, upto, point = (row["largest_batch_per_rank"],
+                         row["largest_batch_per_rank_low_end"],
+                         row["largest_batch_per_rank_point"])
+    assert 0 < fits < point < upto
+    sizes = [fits, fits + 1, point, point + 1, upto, upto + 1]
+    assert main([*args, "--batch-size", ",".join(map(str, sizes))]) == 0
+    said = {p["batch_size"]: p["fit_verdict"]
+            for p in json.loads(capsys.readouterr().out)["points"]}
+    assert said == {fits: "fits", fits + 1: "inconclusive", point: "inconclusive",
+                    point + 1: "inconclusive", upto: "inconclusive", upto + 1: "does not fit"}
 
 
 def test_wide_figures_fit_80_columns(tmp_path, capsys, monkeypatch):
@@ -204,9 +229,12 @@ def test_the_tables_fit_80_columns(tmp_path, capsys, monkeypatch):
     # alone: none here) to the top of the line's band + both units
     assert fsdp1[-1] == "inconclusive" and fsdp1[5:7] == ["16.3-18.2", "MiB"]
     text = " ".join(" ".join(lines).split())
-    top = max(b for b in range(33, 1100) if _top(b) + 800_000 <= 17_800_000)
-    # the point estimate: (17.8e6 - 16.05e6 - 0.8e6) / 1100 B per sample = 863
-    assert f"largest batch per rank that fits: {top} ({top + 1} to 863: inconclusive)" in text
+    top = max(b for b in range(33, 1100) if _top(b) + 800_000 < 17_800_000)
+    # inconclusive up to the interval's low end: the state, 50 kB + 1100 B per sample less
+    # 250 B x 32, and no unit gathered: (17.8e6 - 16.05e6 + 8_000) / 1100 = 1,598 (the
+    # point estimate's 863 is not where "does not fit" starts)
+    assert (f"largest batch per rank that fits: {top} ({top + 1} to 1,598: inconclusive)"
+            in text)
 
 
 @pytest.mark.parametrize("argv,msg", [
