@@ -60,7 +60,12 @@ def _parity(cfg, repeats: int | None) -> int:
     for seed, a1, an in zip(p.seeds or [], p.accuracies_1 or [], p.accuracies_n or [],
                             strict=True):
         print(f"  seed {seed}: 1 process {num(a1, '.4f')}, {n} processes {num(an, '.4f')}")
-    print(f"  mean: 1 process {num(p.accuracy_1, '.4f')}, {n} processes "
-          f"{num(p.accuracy_n, '.4f')}")
+    # the means stand beside the difference: over the same (paired) seeds
+    paired = p.extra.get("paired_seeds") or []
+    print(f"  mean over the {len(paired)} paired seed{'s' if len(paired) != 1 else ''} "
+          f"({', '.join(map(str, paired)) or 'none'}): 1 process {num(p.accuracy_1, '.4f')}, "
+          f"{n} processes {num(p.accuracy_n, '.4f')}")
+    for u in p.extra.get("unpaired") or []:
+        print(f"  seed {u.get('seed')} left out: {u.get('why')}")
     print(f"{p.verdict}: {p.verdict_text}")
     return 0 if p.verdict == CL.PARITY_HOLDS else 1

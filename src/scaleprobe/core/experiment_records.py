@@ -5,6 +5,7 @@ and its parts are ``core/result_model.py``. Torch-free."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,33 @@ class ParityRecord(InExperiment, Record):
     runs: list[str | None] | None = None
     status: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def pair_seeds(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
+               samples: Sequence[Sequence[int | None] | None], many: str,
+               missing: Sequence[tuple[str, str]] = ()
+               ) -> tuple[list[int], list[tuple[int, str]]]:
+    """Parity's pairs: the repeats (seeds) whose two runs are compared, an accuracy on both
+    sides after the same samples (``samples[i]``: [1 process, N]; None: not recorded, taken
+    as alike), and every other repeat with why it has no partner. The difference, both mean
+    accuracies and the claim's sources all stand on the first; the run (experiments/parity)
+    and the report (from a record) read them here. ``many``: how the N side is named
+    ("2 processes"); ``missing``: per repeat, what a missing accuracy on each side is called
+    ("failed"), where the runs are at hand."""
+    paired: list[int] = []
+    left: list[tuple[int, str]] = []
+    for i, (x, y) in enumerate(zip(acc_1, acc_n, strict=True)):
+        seen = samples[i] if i < len(samples) else None
+        why = missing[i] if i < len(missing) else ("", "")
+        gone = [f"{side} ({w})" if w else side
+                for side, v, w in (("1 process", x, why[0]), (many, y, why[1])) if v is None]
+        if gone:
+            left.append((i, "no accuracy on " + " and ".join(gone)))
+        elif seen is not None and (len(seen) != 2 or seen[0] is None or seen[0] != seen[1]):
+            left.append((i, "samples seen differ or unknown"))
+        else:
+            paired.append(i)
+    return paired, left
 
 
 @dataclass

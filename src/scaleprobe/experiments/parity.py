@@ -1,7 +1,9 @@
 """Accuracy parity: the same training on 1 process and on N, with the same global batch and
 number of samples seen, over several seeds. Data-parallel training should not change what the
 model learns; when it does (batch-norm statistics over smaller per-device batches, a sharding
-bug), this shows it with both accuracies side by side.
+bug), this shows it with both accuracies side by side, each the mean over the seeds the
+difference pairs (``paired_repeats``: an accuracy on both sides after the same samples), so
+the two means give the difference; a seed without a partner is named, with why.
 
     scaleprobe run --strategy ddp --nproc 2 --parity --epochs 3 --repeats 3
     scaleprobe run --strategy ddp --nproc 2 --parity --parity-tolerance 0.005
@@ -26,10 +28,11 @@ from typing import Any
 from scaleprobe.config.runconfig import validate
 from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import claim as CL
+from scaleprobe.core import machine_load as ML
 from scaleprobe.core import metrics
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
-from scaleprobe.core.experiment_records import ParityRecord
+from scaleprobe.core.experiment_records import ParityRecord, pair_seeds
 from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.experiments.point import PointPayload
 from scaleprobe.experiments.procs import ProcessSet, point_experiment, run_in_process
@@ -86,11 +89,12 @@ class ParityVerdict:
 
 
 def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
-                   tol: float) -> ParityVerdict:
+                   tol: float, sources: tuple[CL.Source, ...] = ()) -> ParityVerdict:
     """Verdict and interval from the accuracies of the repeats on each side, seed by seed
     (``acc_1[r]``, ``acc_n[r]``: seed r; a seed with an accuracy missing on a side drops
     out of the pairs), against the user's tolerance ``tol``. The words are the claim's
-    (core/claim.py)."""
+    (core/claim.py); ``sources``: the paired runs (``core.machine_load.sources``), whose
+    load rides on the words."""
     pairs = [(x, y) for x, y in zip(acc_1, acc_n, strict=False) if x is not None and y is not None]
     if not pairs:
         return ParityVerdict(tol, 0, CL.NOT_MEASURED,
@@ -101,6 +105,8 @@ def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
     method = "paired t on the seeds' differences (N - 1)"
     claim = CL.parity(diff, None if iv is None else metrics.Interval(
         iv[0], iv[1], iv[2], len(pairs), method), len(pairs), tol)
+    if sources:
+        claim = dataclasses.replace(claim, sources=sources)
     verdict = _VERDICT_OF.get(claim.rule, CL.INCONCLUSIVE)
     text = f"{claim.text()}; tolerance +/-{tol:.4f} (the user's)"
     if iv is None:
@@ -124,20 +130,50 @@ def _samples(rec: RunResult) -> int | None:
     return steps * int(gb) if steps is not None and gb else None
 
 
+def paired_repeats(recs_1: Sequence[RunResult], recs_n: Sequence[RunResult]
+                   ) -> tuple[list[int], list[tuple[int, str]]]:
+    """The repeats whose two runs are compared (the same samples seen, an accuracy on both
+    sides), and every other repeat with why it has no partner (``pair_seeds``, the rule the
+    report reads a record by). The difference, both mean accuracies and the claim's sources
+    all stand on the first."""
+    n = recs_n[0].batch.world_size if recs_n else None
+    return pair_seeds(
+        [_acc(r) for r in recs_1], [_acc(r) for r in recs_n],
+        [[_samples(a), _samples(b)] for a, b in zip(recs_1, recs_n, strict=True)],
+        f"{n or 'N'} processes",
+        [(_why_none(a), _why_none(b)) for a, b in zip(recs_1, recs_n, strict=True)])
+
+
+def _why_none(rec: RunResult) -> str:
+    """What a run without an accuracy is called: its status, or none recorded."""
+    return str(rec.status) if rec.status != "ok" else "none recorded"
+
+
+def _mean(vals: list[float]) -> float | None:
+    return sum(vals) / len(vals) if vals else None
+
+
 def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
                   tol: float) -> ParityRecord:
     """The ``kind: parity`` record from the repeats' run records (``recs_1[r]``, ``recs_n[r]``:
-    repeat r on 1 and on N processes). Repeats whose two runs saw different numbers of samples
-    are left out of the comparison (not like for like)."""
+    repeat r on 1 and on N processes). Only the repeats whose two runs both have an accuracy
+    after the same samples are compared (``paired_repeats``): the difference, its interval
+    and the two mean accuracies printed beside it are all over those seeds, and the record
+    names the others (``pairs``, ``paired_seeds``, ``unpaired``)."""
     samples = [[_samples(a), _samples(b)] for a, b in zip(recs_1, recs_n, strict=True)]
-    like = [i for i, (s1, sn) in enumerate(samples) if s1 is not None and s1 == sn]
-    v = parity_verdict([_acc(recs_1[i]) for i in like], [_acc(recs_n[i]) for i in like], tol)
-    unlike = [i for i in range(len(samples)) if i not in like]
-    if unlike:
-        v.text += (f"; left out: repeat(s) {', '.join(str(i + 1) for i in unlike)} (samples "
-                      "seen differ or unknown)")
-    acc_1 = [x for i in like if (x := _acc(recs_1[i])) is not None]
-    acc_n = [x for i in like if (x := _acc(recs_n[i])) is not None]
+    paired, left = paired_repeats(recs_1, recs_n)
+    seeds = [r.cfg("train.seed") for r in recs_1]
+    srcs = ML.sources([r for i in paired for r in (recs_1[i], recs_n[i])])
+    acc_1 = [x for i in paired if (x := _acc(recs_1[i])) is not None]
+    acc_n = [x for i in paired if (x := _acc(recs_n[i])) is not None]
+    v = parity_verdict(acc_1, acc_n, tol, srcs)
+    if paired:
+        k = len(paired)
+        v.text += (f"; accuracies are means over the {k} paired seed{'s' if k != 1 else ''} "
+                   f"({', '.join(str(seeds[i]) for i in paired)})")
+    if left:
+        v.text += (f"; left out: repeat(s) {', '.join(str(i + 1) for i, _ in left)} ("
+                   + "; ".join(f"seed {seeds[i]}: {why}" for i, why in left) + ")")
     first = recs_n[0] if recs_n else RunResult()
     gb = first.cfg_number("train.global_batch")
     return ParityRecord(
@@ -145,18 +181,19 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
         nproc=first.batch.world_size,
         global_batch=int(gb) if gb else None,
         repeats=len(recs_1),
-        seeds=[r.cfg("train.seed") for r in recs_1],
+        seeds=seeds,
         samples_seen=samples[0] if samples else [None, None],
         samples_seen_repeats=samples,
         accuracies_1=[_acc(r) for r in recs_1], accuracies_n=[_acc(r) for r in recs_n],
-        accuracy_1=sum(acc_1) / len(acc_1) if acc_1 else None,
-        accuracy_n=sum(acc_n) / len(acc_n) if acc_n else None,
+        accuracy_1=_mean(acc_1), accuracy_n=_mean(acc_n),
         difference=v.difference, difference_interval=v.interval, seed_sd=v.seed_sd,
         tolerance=v.tolerance, tolerance_rule=TOLERANCE_RULE, verdict=v.verdict,
         verdict_text=v.text,
         within_tolerance={CL.PARITY_HOLDS: True, CL.PARITY_BROKEN: False}.get(v.verdict),
         runs=[r.run_id for pair in zip(recs_1, recs_n, strict=True) for r in pair],
-        status="ok" if v.verdict != CL.NOT_MEASURED else "failed")
+        status="ok" if v.verdict != CL.NOT_MEASURED else "failed",
+        extra={"pairs": len(paired), "paired_seeds": [seeds[i] for i in paired],
+               "unpaired": [{"seed": seeds[i], "repeat": i, "why": why} for i, why in left]})
 
 
 # ---- running it ---------------------------------------------------------------------------

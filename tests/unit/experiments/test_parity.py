@@ -145,3 +145,54 @@ def test_help_texts_agree_on_where_the_tolerance_comes_from():
     assert "never derived from the measured seed-to-seed spread" in doc
     assert "tolerance derived from" not in doc
     assert "never derived from the noise" in " ".join(str(v) for v in opt.metadata.values())
+
+
+def test_the_means_shown_beside_the_difference_are_over_the_paired_seeds_only():
+    """Bug caught: seed 2 failed on 2 processes; the means took every seed with a value on
+    its own side (0.923 on 1 process vs 0.900 on 2: a 0.023 gap, outside +/-0.02) beside a
+    difference of -0.0050 over the two paired seeds that said parity holds. Both means are
+    now over the seeds the difference pairs, and the record says which seed had no partner."""
+    ones = [_run(0.90, 1, 7), _run(0.96, 1, 8), _run(0.91, 1, 9)]
+    twos = [_run(0.895, 2, 7), _run(None, 2, 8, status="failed"), _run(0.905, 2, 9)]
+    rec = parity_record(ones, twos, "p", 0.02)
+    assert rec.difference == pytest.approx(-0.005)
+    assert rec.accuracy_1 == pytest.approx(0.905) and rec.accuracy_n == pytest.approx(0.900)
+    assert rec.accuracy_n - rec.accuracy_1 == pytest.approx(rec.difference)
+    assert rec.extra["pairs"] == 2 and rec.extra["paired_seeds"] == [7, 9]
+    assert rec.extra["unpaired"] == [{"seed": 8, "repeat": 1,
+                                      "why": "no accuracy on 2 processes (failed)"}]
+    assert rec.to_dict()["pairs"] == 2  # written with the record
+    assert "means over the 2 paired seeds (7, 9)" in rec.verdict_text
+    assert "seed 8: no accuracy on 2 processes (failed)" in rec.verdict_text
+
+
+def test_the_parity_claim_carries_the_load_of_its_runs():
+    """Bug caught: a parity verdict over runs measured under load said nothing of it; the
+    claim's sources are the paired runs, and a loaded one puts the caveat on its words."""
+    ones = [_run(0.90, 1, s) for s in (0, 1)]
+    twos = [_run(0.90, 2, s) for s in (0, 1)]
+    from scaleprobe.core.run_parts import Load
+
+    twos[1].load = Load(flag=True, reason="busy")
+    rec = parity_record(ones, twos, "p", 0.02)
+    assert "measured under load: " in rec.verdict_text
+    assert "(1 of 4 source runs)" in rec.verdict_text
+
+
+def test_the_terminal_prints_the_paired_means_and_the_seed_without_a_partner(monkeypatch,
+                                                                             capsys):
+    """The terminal's mean line stands beside the difference: over the same seeds."""
+    from types import SimpleNamespace
+
+    from scaleprobe.commands import run as run_command
+    from scaleprobe.experiments import parity as parity_mod
+
+    ones = [_run(0.90, 1, 7), _run(0.96, 1, 8), _run(0.91, 1, 9)]
+    twos = [_run(0.895, 2, 7), _run(None, 2, 8, status="failed"), _run(0.905, 2, 9)]
+    rec = parity_record(ones, twos, "p", 0.02)
+    monkeypatch.setattr(parity_mod, "run_parity", lambda cfg, repeats, say=None: rec)
+    run_command._parity(SimpleNamespace(world_size=2), 3)
+    out = capsys.readouterr().out
+    assert "mean over the 2 paired seeds (7, 9): 1 process 0.9050, 2 processes 0.9000" in out
+    assert "0.9233" not in out
+    assert "seed 8 left out: no accuracy on 2 processes (failed)" in out

@@ -3,17 +3,19 @@ largest process count, co-location's slowdown and accuracy parity."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from scaleprobe.core import claim as CL
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
-from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord
+from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, pair_seeds
 from scaleprobe.core.record import Record
 from scaleprobe.core.result_model import RunResult, dict_of, dicts, num
 from scaleprobe.core.thresholds import Thresholds
 from scaleprobe.report.findings import rerun as RC
 from scaleprobe.report.findings.verdict import DECIDED, ERROR, UNDECIDED, Verdict, to_decide
+from scaleprobe.report.reading import machine_load as L
 from scaleprobe.report.tables import scale as S
 
 
@@ -109,26 +111,89 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
                    else "nothing to change", DECIDED, warning=warning)
 
 
-def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) -> Verdict:
-    """The parity record's verdict, in the claim's words (core/claim.py); ``runs``: run
-    records by id, to print the command that measures it again with its options."""
-    eid = rec.exp_id or "parity"
+def parity_means(rec: ParityRecord) -> tuple[float | None, float | None, list[int],
+                                             list[tuple[int, str]]]:
+    """(mean accuracy on 1 process, on N, the paired repeats, [(repeat, why)] for the
+    others): the means over the repeats the difference pairs (an accuracy on both sides
+    after the same samples; experiments/parity.py ``paired_repeats``), so the two shown
+    beside the difference give it. Worked out from the per-seed accuracies, so a record
+    written when the means took every seed with a value on its own side reads the same; one
+    without them (written before repeats) keeps its own means, every repeat paired."""
+    a1, an = rec.accuracies_1, rec.accuracies_n
+    if not a1 or not an or len(a1) != len(an):
+        return rec.accuracy_1, rec.accuracy_n, list(range(int(rec.repeats or 1))), []
+    samples = [x if isinstance(x, list) else None for x in rec.samples_seen_repeats or []]
+    paired, left = pair_seeds([num(x) for x in a1], [num(y) for y in an], samples,
+                              f"{rec.nproc or 'N'} processes")
+    mean_1 = sum(float(a1[i] or 0.0) for i in paired) / len(paired) if paired else None
+    mean_n = sum(float(an[i] or 0.0) for i in paired) / len(paired) if paired else None
+    return mean_1, mean_n, paired, left
+
+
+def _seed(rec: ParityRecord, i: int) -> str:
+    """Repeat ``i``'s seed, or ``#2`` (the repeat, counted from 1) where none is recorded."""
+    seeds = rec.seeds or []
+    return str(seeds[i]) if i < len(seeds) and seeds[i] is not None else f"#{i + 1}"
+
+
+def parity_pairs_text(rec: ParityRecord) -> str:
+    """``means over the 2 paired seeds (0, 2); seed 1 left out: no accuracy on 2
+    processes``: which seeds the means and the difference stand on."""
+    _, _, paired, left = parity_means(rec)
+    k = len(paired)
+    text = (f"means over the {k} paired seed{'s' if k != 1 else ''} "
+            f"({', '.join(_seed(rec, i) for i in paired) or 'none'})")
+    return "; ".join([text, *(f"seed {_seed(rec, i)} left out: {why}" for i, why in left)])
+
+
+def parity_sources(rec: ParityRecord, runs: dict[str, RunResult] | None) -> tuple[CL.Source, ...]:
+    """The paired seeds' runs on both sides (``rec.runs``: 1 process, N processes, repeat by
+    repeat) as the claim's sources, each with its load; none where the runs are not read."""
+    ids = rec.runs or []
+    _, _, paired, _ = parity_means(rec)
+    found = [runs[str(rid)] for i in paired for rid in ids[2 * i:2 * i + 2]
+             if runs and rid is not None and str(rid) in runs]
+    return L.sources(found)
+
+
+def parity_claim(rec: ParityRecord, runs: dict[str, RunResult] | None = None) -> CL.Claim:
+    """The record's difference as the claim (core/claim.py ``parity``) over its paired
+    seeds: their count is the claim's repeats, their runs its sources."""
     diff, tol = rec.difference, rec.tolerance
-    number = (f"accuracy {fmt.num(rec.accuracy_1, '.3f')} on 1 process vs "
-              f"{fmt.num(rec.accuracy_n, '.3f')} on {rec.nproc or 'N'}")
+    _, _, paired, _ = parity_means(rec)
+    n = len(paired)
     ivd = dict_of(rec.difference_interval)
     lo, hi = num(ivd.get("lo")), num(ivd.get("hi"))
-    n = int(rec.repeats or 1)
-    if lo is None or hi is None or diff is None or tol is None:
-        c = CL.parity(diff, None, 1 if diff is not None else n, tol or 0.01)
+    iv = (M.Interval(diff, lo, hi, n, "paired t")
+          if lo is not None and hi is not None and diff is not None and tol is not None
+          else None)
+    c = CL.parity(diff, iv, n if iv is not None or diff is None else 1, tol or 0.01)
+    return dataclasses.replace(c, sources=parity_sources(rec, runs))
+
+
+def parity_verdict(rec: ParityRecord, runs: dict[str, RunResult] | None = None) -> Verdict:
+    """The parity record's verdict, in the claim's words (core/claim.py); ``runs``: run
+    records by id, to print the command that measures it again with its options and to judge
+    the load of the runs behind it. The mean accuracies beside the difference are over the
+    same paired seeds (``parity_means``)."""
+    eid = rec.exp_id or "parity"
+    diff, tol = rec.difference, rec.tolerance
+    a1, an, paired, _ = parity_means(rec)
+    number = (f"accuracy {fmt.num(a1, '.3f')} on 1 process vs "
+              f"{fmt.num(an, '.3f')} on {rec.nproc or 'N'}, {parity_pairs_text(rec)}")
+    c = parity_claim(rec, runs)
+    if c.under_load:  # the caveat travels with the figures
+        number += "; " + CL.load_caveat(c.sources)
+    n = len(paired)
+    iv = c.interval
+    if iv is None or diff is None or tol is None:
         return Verdict(f"Accuracy parity ({eid}): {c.short_verdict}", number,
                        "one seed, no interval", RC.parity_command(rec, runs or {}, 3),
                        UNDECIDED)
-    c = CL.parity(diff, M.Interval(diff, lo, hi, n, "paired t"), n, tol)
     interval = f"{c.figure()}; tolerance +/-{tol:.3f}"
     head = f"Accuracy parity ({eid}): {c.short_verdict}"
     if not c.decided:
-        need = parity_repeats(diff, lo, hi, tol, n)
+        need = parity_repeats(diff, iv.lo, iv.hi, tol, max(n, 1))
         return Verdict(head, number, interval,
                        (f"about {need} seeds a side would decide it: "
                         f"{RC.parity_command(rec, runs or {}, need)}" if need else
