@@ -28,6 +28,7 @@ from scaleprobe.core.result_model import dict_of, dicts, num
 from scaleprobe.core.run_metrics import BREAKDOWN_PHASES
 from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import LOWER_IS_BETTER
+from scaleprobe.report.reading import machine_load as L
 from scaleprobe.report.reading import repeats as P
 from scaleprobe.report.render.doc import Image
 from scaleprobe.report.render.labels import wrap
@@ -226,7 +227,11 @@ def _memory_panel(ax: Any, ok: list[BatchRow], xs: list[int], ooms: list[int]) -
 
 
 def scale_plot(rows: list[ScaleRow]) -> Plot | None:
-    """Measured speedup against processes, with the ideal line."""
+    """The paired speedup against processes (the table's Paired speedup column: the figure
+    every verdict uses, not the Speedup column's ratio of the Samples/s shown), each point
+    labelled with the table's Paired efficiency, with the ideal line. A point whose runs (of
+    it or its baseline: the speedup claim's sources) were measured under load is drawn
+    hollow, with a legend entry."""
     groups: dict[str, list[ScaleRow]] = {}
     for r in rows:
         if r["speedup"] is not None and r["nproc"]:
@@ -239,20 +244,42 @@ def scale_plot(rows: list[ScaleRow]) -> Plot | None:
     for b in bases:  # perfect scaling from each baseline: N / B at N processes
         ax.plot([b, top], [1, M.ideal_speedup(top, b)], "--", color="#999",
                 label="ideal" if bases == [1] else f"ideal from {b}")
+    any_loaded = False
     for eid, g in groups.items():
         xs, ys = [r["nproc"] for r in g], [r["speedup"] for r in g]
-        ax.plot(xs, ys, "o-", label=eid)
+        colour = ax.plot(xs, ys, "-", label=eid)[0].get_color()
+        loaded = [_scale_loaded(r) for r in g]
+        for hollow in (False, True):
+            pts = [(x, y) for x, y, flag in zip(xs, ys, loaded, strict=True) if flag == hollow]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=colour,
+                        mfc="white" if hollow else colour, mew=1.5)
+        any_loaded = any_loaded or any(loaded)
         _label_points(ax, xs, ys, [fmt.pct(r["efficiency"]) for r in g])
+    if any_loaded:
+        ax.plot([], [], "o", color="#444", mfc="white", mew=1.5, label=LOADED_LABEL)
     ticks = sorted({r["nproc"] or 0 for g in groups.values() for r in g} | set(bases))
     ax.set_xticks(ticks, [str(t) for t in ticks])
     against = "1 process" if bases == [1] else "the smallest count measured"
-    ax.set(xlabel="processes", ylabel=f"speedup vs {against}",
-           title="Scaling (points labelled with their efficiency)")
+    ax.set(xlabel="processes", ylabel=f"paired speedup vs {against}",
+           title="Scaling: paired speedup (points labelled with their paired efficiency)")
     _from_zero(ax, [M.ideal_speedup(top, bases[0])]
                + [r["speedup"] for g in groups.values() for r in g], 1.15)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     return _render(fig)
+
+
+LOADED_LABEL = "measured under load"  # the legend entry of a hollow point
+
+
+def _scale_loaded(row: ScaleRow) -> bool:
+    """Was any run behind the row's point measured under load? The speedup claim's sources
+    (every repeat of the point and its baseline); the baseline's row: its own repeats."""
+    claim = row.get("claim")
+    if claim is not None:
+        return claim.under_load
+    return any(s.under_load for s in L.sources([row["record"]]))
 
 
 BREAKDOWN_TITLE = "Median step split by phase (ms): each phase keeps its share of a typical step"
@@ -349,8 +376,11 @@ def utilisation_plot(series: list[tuple[str, dict[str, list[float | None]]]]) ->
 
 def loader_plot(rows: list[LoaderRow]) -> Plot | None:
     """Data wait and compute (h2d + forward + backward + optimizer) per step for each loader
-    setting, stacked, with the data-wait fraction on top: a fall in data wait that compute
-    eats shows as a flat bar."""
+    setting, stacked (each the median over the setting's repeats, as the table's), labelled
+    with the data wait's share of the bar drawn: data wait / (data wait + compute). Not the
+    table's Data wait column, the median of each repeat's share of its whole step, which
+    holds communication too and can differ from it. A fall in data wait that compute eats
+    shows as a flat bar."""
     ok = [r for r in rows if r["status"] == "ok" and r["data_s"] is not None
           and r["compute_s"] is not None]
     if not ok:
@@ -363,12 +393,15 @@ def loader_plot(rows: list[LoaderRow]) -> Plot | None:
     ax.bar(xs, comp, label="compute", color=PHASE_COLOURS["backward"])
     ax.bar(xs, data, bottom=comp, label="data wait", color=PHASE_COLOURS["data"])
     tops = [a + b for a, b in zip(comp, data, strict=True)]
-    _label_points(ax, xs, tops, [f"wait {fmt.pct(r['data_wait_fraction'])}" for r in ok])
+    # the share the bar shows, from the two figures it stacks
+    _label_points(ax, xs, tops, [f"wait {fmt.pct(d / t)} of bar" if t > 0 else "-"
+                                 for d, t in zip(data, tops, strict=True)])
     multi = len({r["group"] for r in ok}) > 1
     w, extra = _categories(ax, [(f"{r['group']}, {r['setting']}" if multi else r["setting"])
                                 for r in ok])
     fig.set_size_inches(w, 4.4 + extra)
-    ax.set(ylabel="ms per step", title="Loader settings: data wait vs compute per step")
+    ax.set(ylabel="ms per step", title="Loader settings: data wait vs compute per step\n"
+                                       "labelled: data wait / (data wait + compute)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _from_zero(ax, tops)
     ax.grid(axis="y", alpha=0.3)

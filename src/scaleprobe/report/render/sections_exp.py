@@ -21,6 +21,7 @@ from scaleprobe.core.run_parts import TimeToTarget
 from scaleprobe.features.target import wide_bracket
 from scaleprobe.measure.comm.exposed import same_link_prediction
 from scaleprobe.measure.comm.instep import text as instep_text
+from scaleprobe.report.findings import verdicts_experiments as VE
 from scaleprobe.report.reading import machine_load as L
 from scaleprobe.report.reading import records as R
 from scaleprobe.report.reading.machine_load import under_load_line
@@ -172,7 +173,7 @@ def scaling_section(records: list[Record]) -> Section | None:
         s.add(Text("\n".join(f"- {x}" for x in lines)))
         _load_line(s, runs.get(eid, []))
         _target_plot(s, eid, grows)
-    s.add(plots.image("scaling", plots.scale_plot(rows), "speedup vs processes with the ideal line"))
+    s.add(plots.image("scaling", plots.scale_plot(rows), "paired speedup vs processes with the ideal line"))
     return s
 
 
@@ -354,25 +355,41 @@ def parity_section(records: list[Record]) -> Section | None:
     recs = R.of_type(records, ParityRecord)
     if not recs:
         return None
-    rows = [[r.exp_id or "parity", fmt.num(r.accuracy_1, ".3f"),
-             fmt.num(r.accuracy_n, ".3f"), fmt.num(r.nproc, "d"),
-             fmt.num(r.repeats or 1, "d"), fmt.num(r.difference, "+.3f"),
-             _interval_cell(r.difference_interval, "+.3f"),
-             "+/-" + fmt.num(r.tolerance, ".3f"), _parity_verdict(r)] for r in recs]
+    by_id = {str(r.run_id): r for r in R.runs(records) if r.run_id}
+    rows, lines = [], []
+    for r in recs:
+        # the means beside the difference are over the seeds it pairs (parity_means)
+        a1, an, paired, _ = VE.parity_means(r)
+        claim = VE.parity_claim(r, by_id)
+        k, reps = len(paired), int(r.repeats or 1)
+        diff = fmt.num(r.difference, "+.3f")
+        rows.append([r.exp_id or "parity", fmt.num(a1, ".3f"), fmt.num(an, ".3f"),
+                     fmt.num(r.nproc, "d"), f"{k} of {reps}" if k != reps else str(k),
+                     f"{diff}, under load" if claim.under_load else diff,
+                     _interval_cell(r.difference_interval, "+.3f"),
+                     "+/-" + fmt.num(r.tolerance, ".3f"), _parity_verdict(r)])
+        text = r.verdict_text or ""
+        if claim.under_load and CL.UNDER_LOAD not in text:  # a record read from before
+            text = "; ".join(x for x in (text, CL.load_caveat(claim.sources)) if x)
+        lines.append(f"{r.exp_id or 'parity'}: {r.verdict or _parity_verdict(r)} - "
+                     f"{VE.parity_pairs_text(r)}" + (f"; {text}" if text else ""))
     s = Section("Accuracy parity", anchor="parity").add(
-        Table(["Experiment", "Accuracy (1 process)", "Accuracy (N)", "N", "Seeds", "Difference",
-               "95% interval", "Tolerance", "Verdict"], rows,
+        Table(["Experiment", "Accuracy (1 process)", "Accuracy (N)", "N", "Paired seeds",
+               "Difference", "95% interval", "Tolerance", "Verdict"], rows,
               right=[False] + [True] * 7 + [False]))
-    s.add(Text("Accuracies are means over the seeds; the interval is a paired t interval on "
+    s.add(Text("Accuracies are means over the paired seeds: those with an accuracy on both "
+               "sides after the same samples, the seeds the difference is taken over (Paired "
+               "seeds: k of the repeats run; a seed without a partner is named below, left out "
+               "of both means and the difference). The interval is a paired t interval on "
                "the difference (N - 1) seed by seed (both sides of a seed share its initial "
                "weights, data order and split). The tolerance is the user's "
                "(--parity-tolerance, default 0.01 absolute), never derived from the noise: "
                f"{CL.PARITY_HOLDS} when the whole interval lies inside it, "
                f"{CL.PARITY_BROKEN} when it lies entirely outside, else {CL.NOT_RESOLVED} "
-               f"(the record's verdict: {CL.INCONCLUSIVE}).", note=True))
-    for r in recs:
-        if r.verdict_text:
-            s.add(Text(f"{r.exp_id or 'parity'}: {r.verdict} - {r.verdict_text}"))
+               f"(the record's verdict: {CL.INCONCLUSIVE}). A difference drawn from a run "
+               "measured under load says 'under load' beside it.", note=True))
+    for line in lines:
+        s.add(Text(line))
     return s
 
 
@@ -407,8 +424,11 @@ def target_runs_section(records: list[Record]) -> Section | None:
     targets = [r.target for r in runs if r.target is not None]
     for r, tt, label in zip(runs, targets, labels, strict=True):
         reached = tt.time_to_target_s is not None
+        # a time measured under load may be longer than the machine allows (its samples and
+        # epochs are not): said beside it, as every figure of a loaded run is
+        loaded = ", under load" if reached and L.run_load(r)[0] else ""
         rows.append([label, T.target_text(r),
-                     _ttt_cell(tt) if reached else "not reached",
+                     _ttt_cell(tt) + loaded if reached else "not reached",
                      f"{tt.epochs_to_target:.2f}" if reached and tt.epochs_to_target
                      is not None else "-",
                      f"{tt.samples_to_target:,}" if reached and tt.samples_to_target

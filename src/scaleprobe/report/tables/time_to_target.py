@@ -5,14 +5,19 @@ Each point runs ``repeats`` times with its own seed per repeat (seed, seed+1, ..
 seed. Per point: the median time to target over the runs that reached it, the spread (fastest
 - slowest) and how many of the runs reached it. Between points:
 
-    time-to-target speedup   time at 1 / time at N, paired by seed (``metrics.ratio_interval``
+    time-to-target speedup   time at the baseline (1 process, else the smallest count
+                             measured) / time at N, paired by seed (``metrics.ratio_interval``
                              on time_to_target_s); "inconclusive" unless its interval
                              excludes 1. A run that did not reach the target has no time and
                              drops out of the pairs (the table says k of n reached).
     statistical efficiency   time-to-target speedup / throughput speedup = (samples to target
-                             at 1) / (samples to target at N): the share of the throughput
-                             gain that survives as time to target. Below 1 the larger global
-                             batch needed more samples to reach the same quality.
+                             at the baseline) / (samples to target at N): the share of the
+                             throughput gain that survives as time to target. Below 1 the
+                             larger global batch needed more samples to reach the same quality.
+
+The time-to-target speedup is a claim (core/claim.py, ``ttt_claim``) whose sources are every
+repeat of both points, the paired speedup's beside it: a run measured under load puts "under
+load" in its cell and the load caveat on its line.
 """
 
 from __future__ import annotations
@@ -167,17 +172,45 @@ def target_cells(row: Mapping[str, Any]) -> list[str]:
     t = "not reached" if med is None else fmt.duration(med)
     if med is not None and row["ttt_reached"] > 1:
         t += f" ({fmt.duration(row['ttt_min_s'])}-{fmt.duration(row['ttt_max_s'])})"
-    iv = row.get("ttt_speedup_interval")
-    if row.get("ttt_speedup") is None:
+    claim = ttt_claim(row)
+    if claim is None:
         sp = "-"
     elif row.get("implausible"):
-        sp = f"{row['ttt_speedup']:.2f}x (implausible runs)"
-    else:  # the claim's cell: "not resolved", "inconclusive (1 repeat)"; a speedup
-        # without an interval stands on one pair of runs that reached the target
-        sp = CL.Claim("", row["ttt_speedup"], iv, repeats=(1, 1) if iv is None else ()).cell()
+        sp = f"{row['ttt_speedup']:.2f}x (implausible runs)" + (
+            ", under load" if claim.under_load else "")
+    else:  # the claim's cell: "not resolved", "inconclusive (1 repeat)", "under load"
+        sp = claim.cell()
     samples = row.get("samples_to_target_median")
     return [t, f"{row['ttt_reached']}/{row['ttt_runs']}",
             "-" if samples is None else f"{samples:,.0f}", sp]
+
+
+def ttt_sources(row: Mapping[str, Any]) -> tuple[CL.Source, ...]:
+    """The runs behind a row's time-to-target speedup: every repeat of both points, each
+    with its load (``core.machine_load.sources`` over the row's point and its baseline), the
+    same runs as the paired speedup's claim beside it (``scale.speedup_claim``), so the two
+    speedups of one row stand on one set of runs and carry the same caveat."""
+    c = row.get("claim")
+    return c.sources if isinstance(c, CL.Claim) else ()
+
+
+def ttt_claim(row: Mapping[str, Any]) -> CL.Claim | None:
+    """The row's time-to-target speedup (time at the baseline / time at N, paired by seed) as
+    a claim with its sources (``ttt_sources``); None where there is none. A speedup without an
+    interval stands on one pair of runs that reached the target."""
+    value = row.get("ttt_speedup")
+    if value is None:
+        return None
+    iv = row.get("ttt_speedup_interval")
+    b = row.get("base_nproc") or 1
+    return CL.Claim("time-to-target speedup", value, iv,
+                    above=f"sooner than {_processes(b)}", below=f"later than {_processes(b)}",
+                    repeats=(1, 1) if iv is None else (), sources=ttt_sources(row),
+                    pairing="paired by seed (repeat index)", kind="time-to-target speedup")
+
+
+def _processes(n: int) -> str:
+    return f"{n} process{'es' if n != 1 else ''}"
 
 
 def target_line(row: ScaleRow) -> str | None:
@@ -188,14 +221,16 @@ def target_line(row: ScaleRow) -> str | None:
         return None
     n, iv = row["nproc"], row.get("ttt_speedup_interval")
     head = f"{n} processes, time to {row['target_text']}"
+    than = _processes(row.get("base_nproc") or 1)  # the baseline: 1 process, or the smallest
+    # the load of the runs behind it, as on the paired speedup's line (the same runs)
+    caveat = CL.load_caveat(ttt_sources(row))
     if row.get("implausible"):
         # the same runs gave an impossible throughput speedup: their clocks are not trusted
         return (f"{head}: {row['ttt_speedup']:.2f}x, left out of every verdict (the "
-                "throughput speedup of the same runs is implausible)")
+                "throughput speedup of the same runs is implausible)"
+                + (f"; {caveat}" if caveat else ""))
     if iv is not None and iv.decides(1.0):
         word = "sooner" if iv.above(1.0) else "later"
-        b = row.get("base_nproc") or 1
-        than = "1 process" if b == 1 else f"{b} processes"
         text = f"{head}: reached {word} than {than} by {iv.text()}"
     else:
         text = f"{head}: {CL.undecided(iv, 1.0, 'time-to-target speedup')}"
@@ -204,13 +239,14 @@ def target_line(row: ScaleRow) -> str | None:
     eff = statistical_efficiency(row)
     if eff is not None:
         text += (f"; statistical efficiency {eff:.2f} (it needed {row['samples_ratio']:.2f}x "
-                 "the samples of 1 process to reach the target)")
-    return text
+                 f"the samples of {than} to reach the target)")
+    return text + (f"; {caveat}" if caveat else "")
 
 
 def statistical_efficiency(row: ScaleRow) -> float | None:
-    """Samples to target at 1 / at N: the share of the throughput speedup that the larger
-    global batch keeps as time to target (1.0: none lost)."""
+    """Samples to target at the baseline (1 process, else the smallest count measured) / at
+    N: the share of the throughput speedup that the larger global batch keeps as time to
+    target (1.0: none lost)."""
     ratio = row.get("samples_ratio")
     return 1.0 / ratio if ratio else None
 

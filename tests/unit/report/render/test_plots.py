@@ -145,3 +145,50 @@ def test_every_figure_of_the_report_is_whole(tmp_path):
             assert _apart(ax["xtickboxes"]), (img.name, ax["xticklabels"])
     md, _ = build_report(tmp_path)
     assert (tmp_path / "report_files" / "utilisation.png").is_file() and md.is_file()
+
+
+def _scale_runs(eid: str, sps: dict[int, list[float]]) -> list[dict]:
+    out = []
+    for n, vals in sps.items():
+        for r, v in enumerate(vals):
+            out.append(run(f"{eid}n{n}r{r}", strategy="ddp", nproc=n, sps=v,
+                           experiment={"id": eid, "kind": "scale", "point": {"nproc": n},
+                                       "repeat": r}))
+    return out
+
+
+def test_scale_figure_names_its_speedup_as_the_table_does_and_marks_load():
+    """Bug caught: the figure drew the paired speedup (the geometric mean of the repeats'
+    ratios) under the label "speedup", while the table's Speedup column is the ratio of
+    the Samples/s shown (here 2.00x against a paired 1.95x); and a point whose runs were
+    measured under load looked like any other. The axis now says "paired speedup", as the
+    table's Paired speedup column, each point labelled with the Paired efficiency cell, and
+    a loaded point is hollow with a legend entry."""
+    from scaleprobe.report.tables import scale as _scale
+
+    S = typed_module(_scale)
+    recs = _scale_runs("sc", {1: [100.0, 70.0, 130.0], 2: [200.0, 126.0, 250.0]})
+    rows = S.scale_table(recs)
+    assert rows[1]["column_speedup"] != rows[1]["speedup"]
+    ax = plots.scale_plot(rows).meta["axes"][0]
+    assert ax["ylabel"].startswith("paired speedup")
+    cells = [dict(zip(_scale.SCALE_HEADERS, S.scale_cells(r), strict=True)) for r in rows]
+    assert ax["points"] == [c["Paired efficiency"].split(" [")[0] for c in cells]
+    assert "measured under load" not in ax["legend"]
+    recs[4]["load"] = {"flag": True, "machine_cores": 4}  # 2 processes, repeat 1
+    ax = plots.scale_plot(S.scale_table(recs)).meta["axes"][0]
+    assert "measured under load" in ax["legend"]
+
+
+def test_loader_figure_labels_each_bar_with_the_share_it_draws():
+    """Bug caught: the label "wait 20%" was the median data-wait fraction of the step, whose
+    step holds communication too, on a bar of data wait over data wait + compute (29%)."""
+    from scaleprobe.report.tables import workers as _workers
+
+    recs = [run(f"w{w}r{i}", workers=w, bd=breakdown(0.1, data=0.2, comm=0.3),
+                experiment=_point("ld", i, workers=w)) for w in (0, 2) for i in range(2)]
+    rows = typed_module(_workers).loader_table(recs)
+    ax = plots.loader_plot(rows).meta["axes"][0]
+    share = 0.02 / (0.02 + 0.05)
+    assert ax["points"] == [f"wait {share * 100:.0f}% of bar"] * 2
+    assert "data wait / (data wait + compute)" in ax["title"]

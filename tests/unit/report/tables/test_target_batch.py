@@ -205,3 +205,43 @@ def test_the_reports_time_to_target_of_a_run_says_what_its_evaluations_leave_ope
     fine = next(ln for ln in rows if ln.startswith("| fine"))
     assert "| 11.4 min (crossed after the start) |" in coarse
     assert "| 30.0 s |" in fine and "crossed" not in fine
+
+
+def test_one_seed_a_batch_size_is_not_decided_against_never_not_told_apart():
+    """Bug caught: "Soonest to" and "Fewest samples to" called the ranking with its default
+    of 2 repeats, so one seed a batch size (no interval at all) read "inconclusive: ... not
+    told apart from batch 32 (no spread)", words that say the repeats saw the spread."""
+    recs = [_rec(32, 0, 30.0, 4000), _rec(128, 0, 20.0, 6000)]
+    lines = recommend_batch(recs)["text"].splitlines()
+    for head in ("Soonest to", "Fewest samples to"):
+        line = next(ln for ln in lines if head in ln)
+        assert "inconclusive (1 repeat)" in line and "not decided against batch" in line
+        assert "not told apart" not in line
+
+
+def test_the_target_picks_carry_the_load_caveat_of_the_runs_they_compare():
+    """Bug caught: Fastest and Most efficient carried "measured under load" for a loaded
+    run of their group, the Soonest / Fewest samples lines over the same runs did not."""
+    recs = [dict(r) for r in SWEEP]
+    recs[4] = {**recs[4], "load": {"flag": True, "machine_cores": 4}}  # batch 128, seed 1
+    lines = recommend_batch(recs)["text"].splitlines()
+    for head in ("Fastest", "Soonest to", "Fewest samples to"):
+        line = next(ln for ln in lines if ln.lstrip("- ").startswith(head))
+        assert "measured under load: " in line, line
+        assert "batch_size=128 (repeat 2)" in line
+    quiet = recommend_batch(SWEEP)["text"]
+    assert "measured under load" not in quiet
+
+
+def test_a_runs_time_to_target_measured_under_load_says_so():
+    """Bug caught: the Time to target section showed a loaded run's time bare, where every
+    other figure of a run measured under load says "under load" beside it."""
+    from scaleprobe.report.render.sections_exp import target_runs_section
+
+    a, b = _rec(32, 0, 12.5, 3000), _rec(64, 0, 10.0, 3000)
+    for r in (a, b):
+        r["experiment"] = None
+    b["load"] = {"flag": True, "machine_cores": 4}
+    s = target_runs_section(typed_api(lambda x: x)([a, b]))
+    rows = s.blocks[0].rows
+    assert rows[0][2] == "12.5 s" and rows[1][2] == "10.0 s, under load"

@@ -101,3 +101,39 @@ def test_each_repeats_own_seed_is_not_a_difference_between_the_rows():
     # any other difference still counts
     recs[3]["config"]["train"]["lr"] = 0.1  # the 2-process row shown: its repeat 1
     assert _rows(recs)[1]["unlike"] == ["train.lr: 0.05 -> 0.1"]
+
+
+def test_statistical_efficiency_names_the_real_baseline():
+    """Bug caught: a scale over 2 and 4 processes (no 1-process point, so 2 is the baseline)
+    said 4 processes needed "2.00x the samples of 1 process"."""
+    recs = []
+    for rep, (t2, t4) in enumerate([(10.0, 10.5), (12.0, 11.0), (11.0, 11.8)]):
+        recs += [_run(2, rep, 100.0 + rep, t2, 1000), _run(4, rep, 180.0 + rep, t4, 2000)]
+    rows = _rows(recs)
+    assert rows[1]["base_nproc"] == 2
+    line = explain(rows, recs)[0]
+    assert "2.00x the samples of 2 processes" in line and "of 1 process" not in line
+
+
+def test_time_to_target_figures_from_runs_under_load_say_so():
+    """Bug caught: the Paired TTT speedup cell and the time-to-target line were built from
+    a claim with no sources, so a run measured under load left no mark on them while the
+    paired speedup beside them (the same runs) said "under load"."""
+    recs = []
+    for rep, (t1, t2) in enumerate([(10.0, 5.5), (12.0, 6.4), (11.0, 6.0)]):
+        recs += [_run(1, rep, 100.0, t1, 1000), _run(2, rep, 190.0, t2, 1050)]
+    recs[0]["load"] = {"flag": True, "machine_cores": 4}  # 1 process, seed 0
+    row = _rows(recs)[1]
+    headers, cells = table_parts(SCALE_HEADERS, [row], scale_cells)
+    cell = dict(zip(headers, cells[0], strict=True))
+    assert cell["Paired speedup"].endswith("under load")
+    assert cell["Paired TTT speedup"].endswith("under load")
+    line = explain([row], recs)[0]
+    assert "sooner than 1 process" in line
+    assert "measured under load: nproc=1 (repeat 1)" in line and "(1 of 6 source runs)" in line
+    quiet = []
+    for rep, (t1, t2) in enumerate([(10.0, 5.5), (12.0, 6.4), (11.0, 6.0)]):
+        quiet += [_run(1, rep, 100.0, t1, 1000), _run(2, rep, 190.0, t2, 1050)]
+    qrow = _rows(quiet)[1]
+    assert "under load" not in table_parts(SCALE_HEADERS, [qrow], scale_cells)[1][0][-1]
+    assert "under load" not in explain([qrow], quiet)[0]
