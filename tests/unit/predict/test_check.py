@@ -420,18 +420,24 @@ def test_a_run_and_its_link_benchmarked_with_another_gloo_io_are_named(tmp_path)
     assert not any("--gloo-io" in c for c in pt.causes())
 
 
+def _one_busy_one_quiet(tmp_path):
+    """A one-rank run, then two measured runs: "a" with 1.7 cores used outside it (under
+    load), "b" quiet."""
+    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
+    runs = [base]
+    for name, minute, cores in (("a", 1, 1.7), ("b", 2, 0.05)):
+        r = measured(name, _t(minute))
+        r.metrics = replace(r.metrics, outside_cpu_cores=cores)
+        r.load = Load(flag=cores > 1, outside_cpu_cores=cores, machine_cores=2)
+        runs.append(r)
+    return runs
+
+
 def test_a_measured_run_under_load_says_so_at_any_error(tmp_path):
     """Bug caught: a loaded measured run was named "under load" only when its prediction
     was more than 10% off (the causes stopped there), so a prediction that matched a loaded
     run - perhaps matching its load - looked like one that matched the machine."""
-    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
-    busy = measured("a", _t(1))
-    busy.metrics = replace(busy.metrics, outside_cpu_cores=1.7)
-    busy.load = Load(flag=True, outside_cpu_cores=1.7, machine_cores=2)
-    quiet = measured("b", _t(2))
-    quiet.metrics = replace(quiet.metrics, outside_cpu_cores=0.05)
-    quiet.load = Load(flag=False, outside_cpu_cores=0.05, machine_cores=2)
-    a, b = C.check([base, busy, quiet])
+    a, b = C.check(_one_busy_one_quiet(tmp_path))
     assert a.ratio == pytest.approx(1.0, abs=0.05) and a.under_load and not b.under_load
     assert [c for c in a.causes() if c.startswith("measured under load (")] == [
         "measured under load (processes outside the run used 1.70 cores on average (of 2; "
@@ -444,14 +450,7 @@ def test_the_check_table_stars_every_measured_run_under_load(tmp_path, capsys):
     a line under the table names it, however close its prediction; the quiet one is not."""
     from scaleprobe.commands.predict_steps import print_check
 
-    base = one_rank_run(tmp_path, [(0.01, 0.03, 0.005)] * 8, THIRDS, started=_t(0))
-    busy = measured("a", _t(1))
-    busy.metrics = replace(busy.metrics, outside_cpu_cores=1.7)
-    busy.load = Load(flag=True, outside_cpu_cores=1.7, machine_cores=2)
-    quiet = measured("b", _t(2))
-    quiet.metrics = replace(quiet.metrics, outside_cpu_cores=0.05)
-    quiet.load = Load(flag=False, outside_cpu_cores=0.05, machine_cores=2)
-    points = C.check([base, busy, quiet])
+    points = C.check(_one_busy_one_quiet(tmp_path))
     print_check(points, C.summary(points))
     out = " ".join(capsys.readouterr().out.split())
     assert out.count("*") == 2, out  # the starred cell and the line under the table
