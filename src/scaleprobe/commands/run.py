@@ -61,11 +61,11 @@ def _parity(cfg, repeats: int | None) -> int:
                             strict=True):
         print(f"  seed {seed}: 1 process {num(a1, '.4f')}, {n} processes {num(an, '.4f')}")
     # the means stand beside the difference: over the same (paired) seeds
-    paired = p.extra.get("paired_seeds") or []
+    paired = p.paired_seeds or []
     print(f"  mean over the {len(paired)} paired seed{'s' if len(paired) != 1 else ''} "
           f"({', '.join(map(str, paired)) or 'none'}): 1 process {num(p.accuracy_1, '.4f')}, "
           f"{n} processes {num(p.accuracy_n, '.4f')}")
-    for u in p.extra.get("unpaired") or []:
+    for u in p.unpaired or []:
         print(f"  seed {u.get('seed')} left out: {u.get('why')}")
     print(f"{p.verdict}: {p.verdict_text}")
     return 0 if p.verdict == CL.PARITY_HOLDS else 1

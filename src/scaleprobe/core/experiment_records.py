@@ -109,6 +109,11 @@ class ParityRecord(InExperiment, Record):
     within_tolerance: bool | None = None
     runs: list[str | None] | None = None
     status: str | None = None
+    # the seeds the difference and both means stand on (``pair_seeds``), and the others with
+    # why: [{"seed", "repeat", "why"}]
+    pairs: int | None = None
+    paired_seeds: list[Any] | None = None
+    unpaired: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

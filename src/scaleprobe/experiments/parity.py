@@ -192,8 +192,8 @@ def parity_record(recs_1: list[RunResult], recs_n: list[RunResult], exp_id: str,
         within_tolerance={CL.PARITY_HOLDS: True, CL.PARITY_BROKEN: False}.get(v.verdict),
         runs=[r.run_id for pair in zip(recs_1, recs_n, strict=True) for r in pair],
         status="ok" if v.verdict != CL.NOT_MEASURED else "failed",
-        extra={"pairs": len(paired), "paired_seeds": [seeds[i] for i in paired],
-               "unpaired": [{"seed": seeds[i], "repeat": i, "why": why} for i, why in left]})
+        pairs=len(paired), paired_seeds=[seeds[i] for i in paired],
+        unpaired=[{"seed": seeds[i], "repeat": i, "why": why} for i, why in left])
 
 
 # ---- running it ---------------------------------------------------------------------------

@@ -158,9 +158,9 @@ def test_the_means_shown_beside_the_difference_are_over_the_paired_seeds_only():
     assert rec.difference == pytest.approx(-0.005)
     assert rec.accuracy_1 == pytest.approx(0.905) and rec.accuracy_n == pytest.approx(0.900)
     assert rec.accuracy_n - rec.accuracy_1 == pytest.approx(rec.difference)
-    assert rec.extra["pairs"] == 2 and rec.extra["paired_seeds"] == [7, 9]
-    assert rec.extra["unpaired"] == [{"seed": 8, "repeat": 1,
-                                      "why": "no accuracy on 2 processes (failed)"}]
+    assert rec.pairs == 2 and rec.paired_seeds == [7, 9]
+    assert rec.unpaired == [{"seed": 8, "repeat": 1,
+                            "why": "no accuracy on 2 processes (failed)"}]
     assert rec.to_dict()["pairs"] == 2  # written with the record
     assert "means over the 2 paired seeds (7, 9)" in rec.verdict_text
     assert "seed 8: no accuracy on 2 processes (failed)" in rec.verdict_text
