@@ -361,8 +361,8 @@ def shown_repeat_text(row: ScaleRow) -> str:
     k = row.get("repeats") or 0
     rep = row["record"].repeat if row.get("record") is not None else None
     if k <= 1:
-        return "one repeat" if rep is None else f"repeat #{rep}, the only one"
-    which = f"repeat #{rep}" if rep is not None else "one repeat"
+        return "one repeat" if rep is None else f"{fmt.repeat_label(rep)}, the only one"
+    which = fmt.repeat_label(rep) if rep is not None else "one repeat"
     return (f"{which}, the median of {k} by samples/s" if k % 2 else
             f"{which}, the lower middle of {k} by samples/s")
 
