@@ -232,7 +232,8 @@ def largest_text(got: dict[str, Any], per: str = "rank", short: bool = False) ->
         return (f"{pt:,} under it by the point estimate, not judged {why}" if short
                 else f"largest batch per {per} predicted under it: {pt:,} {why}")
     b, up = b or 0, max(up or 0, b or 0)
-    span = f"{b + 1:,} to {up:,}: {CL.INCONCLUSIVE}" if up > b else ""
+    span = ("" if up <= b else f"{up:,}: {CL.INCONCLUSIVE}" if up == b + 1
+            else f"{b + 1:,} to {up:,}: {CL.INCONCLUSIVE}")
     if b:
         return head + f"{b:,}" + (f" ({span})" if span else "")
     return head + (f"none ({span})" if span else "none, not even 1 sample")

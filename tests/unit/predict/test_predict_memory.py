@@ -302,3 +302,16 @@ def test_a_cuda_run_needs_no_device_caveat():
         "memory_facts": facts(device="cuda:0").to_dict(), "step_time_s": {"median": 0.1}}})
     assert cpu_basis_caveat(run, True, steps=True) is None
     assert "this CPU's, not the GPU's" in cpu_basis_caveat(_record(), True, steps=True)
+
+
+def test_the_largest_batch_line_names_one_inconclusive_batch_as_one():
+    """``284 (285: inconclusive)``, never ``285 to 285``; a range where there is one."""
+    from scaleprobe.commands.predict_memory import largest_text
+
+    def got(b, up):
+        return {"largest_batch_per_rank": b, "largest_batch_per_rank_low_end": up,
+                "largest_batch_per_rank_point": b, "interval": True}
+
+    assert largest_text(got(284, 285), short=True) == "284 (285: inconclusive)"
+    assert largest_text(got(151, 192), short=True) == "151 (152 to 192: inconclusive)"
+    assert largest_text(got(151, 151)) == "largest batch per rank that fits: 151"
