@@ -114,7 +114,7 @@ def bar_text(mg: float, miv: M.Interval | None = None, exact: bool = False) -> s
     CPU's tensor bytes), with no true growth other than the one measured."""
     bar = 1.0 - mg
     if bar <= 0:
-        text = (f"memory grew {fmt.signed_pct(mg)}, more than epoch time can fall"
+        text = (f"memory grew {fmt.growth(mg)}, more than epoch time can fall"
                 + ("" if exact else ", so it pays only if memory's true growth is below +100%"))
     else:
         text = f"pays below 1 - memory growth = {bar:.2f}x"

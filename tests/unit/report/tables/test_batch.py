@@ -379,7 +379,7 @@ def test_repeats_to_decide_counts_memory_s_interval_too():
     text = BR._step_text(e, 1.36, m)
     # never a ratio of 0 or below (this read "-2.35x to 1.12x over memory's interval"), nor
     # the numbers of memory's interval, which spans a factor of 4.9
-    assert "memory grew +136.0%, more than epoch time can fall" in text
+    assert "memory grew +136%, more than epoch time can fall" in text
     assert "memory's own interval: spread too large" in text
     assert "-2.35x" not in text and "-0.36x" not in text
     assert text.endswith("; about 4 repeats would decide it"), text
