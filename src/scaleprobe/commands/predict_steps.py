@@ -219,8 +219,7 @@ def print_rows(run: RunResult, s: S.RunSample, rows: list[W.Row], target: float)
                       fig(p.comm_busy_s), esc(_needed(r, bool(caveat))))
         con.print(t)
     notes = dict.fromkeys([n for r in rows for n in r.prediction.notes] +
-                          [mean_step_note(r.prediction, duration) for r in rows
-                           if mean_step_note(r.prediction, duration)] +
+                          [m for r in rows if (m := mean_step_note(r.prediction, duration))] +
                           [f"{r.prediction.strategy} on {r.nnodes * r.nproc} processes, link "
                            f"for {target:.0%}: {r.needed_reason}" for r in rows
                            if r.needed_reason])
