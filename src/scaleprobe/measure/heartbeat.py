@@ -79,16 +79,16 @@ class Heartbeat:
     def step_done(self, steps: int) -> None:
         if self._buf is not None:
             t = time.time()
-            struct.pack_into("<dddd", self._buf, 24, steps, t, 0.0, t)
+            _put(self._buf, 24, "<dddd", steps, t, 0.0, t)
 
     def passed(self, mark: str) -> None:
         if self._buf is not None:
-            struct.pack_into("<dd", self._buf, 40, _INDEX.get(mark, 0), time.time())
+            _put(self._buf, 40, "<dd", _INDEX.get(mark, 0), time.time())
 
     def asked_to_stop(self, signum: int) -> None:
         """This rank was sent ``signum``: its peers stop with it (``peer_stop``)."""
         if self._buf is not None:
-            struct.pack_into("<d", self._buf, _STOP_AT, signum)
+            _put(self._buf, _STOP_AT, "<d", signum)
 
     def watch_peers(self) -> None:
         """Map the files of this rank's peers on this host, to read their ``stop`` at every
@@ -117,7 +117,7 @@ class Heartbeat:
 
     def set_state(self, state: str) -> None:
         if self._buf is not None:
-            struct.pack_into("<d", self._buf, 16, STATES.index(state))
+            _put(self._buf, 16, "<d", STATES.index(state))
             self._beat()
 
     def keep_steps(self, source: Any) -> None:
@@ -162,8 +162,17 @@ class Heartbeat:
         if self._buf is not None:
             now = time.time()
             if self.busy is not None and _true(self.busy):
-                struct.pack_into("<d", self._buf, 48, now)  # progress, at the same step
-            struct.pack_into("<d", self._buf, 56, now)
+                _put(self._buf, 48, "<d", now)  # progress, at the same step
+            _put(self._buf, 56, "<d", now)
+
+
+def _put(buf: mmap.mmap, offset: int, fmt: str, *vals: float) -> None:
+    """Store ``vals`` at ``offset`` in one copy of the packed bytes. ``struct.pack_into``
+    zeroes the span before it writes each field, so a reader in another process (the
+    launcher's watch) could see a step with no time (``progress_wall`` 0: "no progress for
+    1796014666.2 s"): one read in 15 while a rank ended steps in a loop."""
+    raw = struct.pack(fmt, *vals)
+    buf[offset:offset + len(raw)] = raw
 
 
 def _true(busy: Callable[[], bool]) -> bool:

@@ -1,6 +1,7 @@
 """Heartbeats (``measure/heartbeat.py``): what a rank writes, and which rank they name as the
 one that stopped making progress."""
 
+import multiprocessing as mp
 import time
 from dataclasses import replace
 
@@ -35,6 +36,40 @@ def test_the_file_holds_the_position_and_the_state(tmp_path):
     finally:
         hb.finish("done")
     assert read_beats(tmp_path)[3].state == "done"
+
+
+def _end_steps_until(run_dir, stop):
+    hb = Heartbeat(run_dir, 0, interval_s=0.001).start()
+    hb.busy = lambda: True  # the beat thread moves progress_wall too
+    hb.set_state("training")
+    step = 0
+    while not stop.is_set():
+        step += 1
+        hb.step_done(step)
+        hb.passed("forward")
+
+
+def test_a_reader_never_sees_a_position_without_its_time(tmp_path):
+    """Bug caught: each store zeroed its span before writing it (``struct.pack_into``), so
+    the launcher's watch, reading while a rank ended steps, saw one read in 15 with a step and
+    no time: the job was killed as "stalled: no progress for 1796014666.2 s at step 6"."""
+    stop = mp.get_context("spawn").Event()
+    writer = mp.get_context("spawn").Process(target=_end_steps_until, args=(tmp_path, stop))
+    writer.start()
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and read_beats(tmp_path).get(0, Beat(
+                0, 0, "setup", 0, None, 0, 0.0, 0.0)).step < 100:
+            time.sleep(0.01)
+        torn, reads, t0 = 0, 0, time.time()
+        while time.time() - t0 < 1.0:
+            b = read_beats(tmp_path)[0]
+            reads += 1
+            torn += b.progress_wall == 0 or b.beat_wall == 0 or b.state != "training"
+        assert reads > 1000 and torn == 0, f"{torn} of {reads} reads torn"
+    finally:
+        stop.set()
+        writer.join(timeout=10)
 
 
 def test_a_rank_that_stopped_beating_is_named_not_the_one_that_waited():
