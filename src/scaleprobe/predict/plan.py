@@ -169,8 +169,10 @@ class Row:
 
     @property
     def tight(self) -> bool:
-        """Fits, with the peak above the share of the device a diagnosis calls tight."""
-        return self.fits and self.peak_bytes > TH.memory_tight_fraction * self.device_bytes
+        """Fits, with the peak's interval reaching above the share of the device a diagnosis
+        calls tight (its top: a peak of 85% whose interval reaches 93% is tight too)."""
+        top = self.memory.high_bytes if self.memory.high_bytes is not None else self.peak_bytes
+        return self.fits and top > TH.memory_tight_fraction * self.device_bytes
 
     @property
     def cost_h(self) -> M.Figure:

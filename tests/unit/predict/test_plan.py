@@ -87,6 +87,11 @@ def test_memory_fits_tight_and_headroom_by_hand():
     # tight (over 90% of the device)
     (ddp,) = P.memory_rows(INPUTS, q(nprocs=[2], batches=[64], device_bytes={2: 22 * MB}))
     assert ddp.fits and ddp.tight
+    # fsdp on 4 with 6.5 MB: fits (top 6.12 MB), its point 76% of the device and its top 94%:
+    # tight on the interval, as the goal of 10% per point asks
+    (fsdp,) = P.memory_rows(INPUTS, q(strategies=["fsdp"], nprocs=[4], batches=[64],
+                                      device_bytes={4: 6_500_000}))
+    assert fsdp.fits and fsdp.peak_bytes < 0.9 * 6_500_000 and fsdp.tight
 
 
 def test_one_device_is_planned_once_under_the_first_strategy():
