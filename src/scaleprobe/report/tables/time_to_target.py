@@ -229,9 +229,9 @@ def target_line(row: ScaleRow) -> str | None:
         return (f"{head}: {row['ttt_speedup']:.2f}x, left out of every verdict (the "
                 "throughput speedup of the same runs is implausible)"
                 + (f"; {caveat}" if caveat else ""))
-    if iv is not None and iv.decides(1.0):
-        word = "sooner" if iv.above(1.0) else "later"
-        text = f"{head}: reached {word} than {than} by {iv.text()}"
+    claim = ttt_claim(row)  # its words: "sooner than 1 process" / "later than ..."
+    if iv is not None and claim is not None and claim.decided:
+        text = f"{head}: reached {claim.verdict} by {iv.text()}"
     else:
         text = f"{head}: {CL.undecided(iv, 1.0, 'time-to-target speedup')}"
     if row.get("speedup") is not None:

@@ -59,6 +59,18 @@ def test_a_clear_time_to_target_gain_is_stated_with_its_interval():
     assert "sooner than 1 process" in explain([row], recs)[0]
 
 
+def test_a_clear_time_to_target_loss_is_later_with_its_interval():
+    """The words of the other side come from the same claim (``ttt_claim``) as the table's
+    cell: 2 processes that needed 3x the samples reach the target later, decided."""
+    recs = []
+    for rep, (t1, t2) in enumerate([(10.0, 16.0), (12.0, 18.5), (11.0, 17.0)]):
+        recs += [_run(1, rep, 100.0, t1, 1000), _run(2, rep, 190.0, t2, 3000)]
+    row = _rows(recs)[1]
+    line = explain([row], recs)[0]
+    assert row["ttt_speedup_interval"].below(1.0)
+    assert "reached later than 1 process by 0.6" in line and "sooner" not in line
+
+
 def test_runs_that_missed_the_target_still_count_for_throughput_and_are_reported():
     """A seed that did not reach the target (status target_not_reached) is a complete
     throughput measurement; its time drops out of the pairs, and the table says 1 of 2."""
