@@ -28,6 +28,7 @@ def test_the_reference_studies_have_examples():
 def test_sweep_example_is_valid_and_small(path):
     sp = load_spec(path)
     pts = check_points(sp)
+    assert sp.unused == []  # no setting the runs ignore (a loader on device-resident data)
     cfgs = [sp.config(p) for p in pts]
     preflight(cfgs)
     assert all(isinstance(c.train.steps, int) and c.train.steps <= 20 for c in cfgs)
