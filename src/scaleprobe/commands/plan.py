@@ -33,6 +33,7 @@ from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import traits_of
 from scaleprobe.features.links import parse_spec, resolve_link
 from scaleprobe.predict import plan as P
+from scaleprobe.predict import plan_inputs as PI
 from scaleprobe.predict import whatif as W
 from scaleprobe.report.reading.machine_load import source
 from scaleprobe.report.render.whatif import ceiling_caveat
@@ -102,14 +103,14 @@ def _question(args: argparse.Namespace, like: RunResult, runs: list[RunResult],
     W.check_gpu_link(on_cuda, [args.link], [args.nnodes], nprocs)
     return P.Question(strategies, nprocs, sorted(set(batches)),
                       {n: int(v or 0) for n, v in device.items()}, args.nnodes, args.link,
-                      prefetch=on_cuda, target=P.target_from(runs, args.target))
+                      prefetch=on_cuda, target=PI.target_from(runs, args.target))
 
 
 def _like(runs: list[RunResult], path: str) -> RunResult:
     """The one-rank run whose memory facts and setting the plan is made for (its latest;
     a run whose step was two half-batches only when there is no other)."""
     ones = [r for r in runs if (r.world_size or 1) == 1]
-    plain = [r for r in ones if not P.two_halves(r)]
+    plain = [r for r in ones if not PI.two_halves(r)]
     try:
         return PM.source_run(plain or ones, path)
     except ConfigError:
@@ -123,10 +124,10 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
     like = _like(runs, args.from_result)
     inputs = PM.inputs_of(like)
     strategies = [x.strip().lower() for x in str(args.strategy).split(",") if x.strip()]
-    bases = {s: P.bases_for(runs, like, s) for s in strategies if s in P.STRATEGIES}
+    bases = {s: PI.bases_for(runs, like, s) for s in strategies if s in P.STRATEGIES}
     q = _question(args, like, runs, bases)
     if any(not b for b in bases.values()):
-        halves = any(P.two_halves(r) for r in runs if (r.world_size or 1) == 1)
+        halves = any(PI.two_halves(r) for r in runs if (r.world_size or 1) == 1)
         raise ConfigError(f"no measured one-rank run of {like.label}'s setting in "
                           f"{args.from_result} to draw the step from"
                           + (": a --gns run on one process steps in two half-batches; run "

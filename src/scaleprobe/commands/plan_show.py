@@ -9,6 +9,7 @@ from typing import Any
 from scaleprobe.commands.predict_memory import cpu_basis_caveat, largest_text, sharded_caveat
 from scaleprobe.commands.predict_steps import time_unit
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import fmt
 from scaleprobe.predict import plan as P
 from scaleprobe.predict import stepmodel as M
@@ -50,7 +51,7 @@ def row_json(r: P.Row) -> dict[str, Any]:
 
 def efficiency_claim(r: P.Row) -> CL.Claim:
     e = r.efficiency
-    return CL.plan_efficiency(e.value, e.lo, e.hi, r.runs, r.efficiency_of or "")
+    return CK.plan_efficiency(e.value, e.lo, e.hi, r.runs, r.efficiency_of or "")
 
 
 def efficiency_json(r: P.Row) -> dict[str, Any]:

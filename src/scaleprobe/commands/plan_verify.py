@@ -16,10 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scaleprobe.commands.predict_memory import memory_point
+from scaleprobe.commands.predict_memory_check import memory_point
 from scaleprobe.config.keys import flatten
 from scaleprobe.config.runconfig import build
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
 from scaleprobe.core.result_model import RunResult
@@ -240,7 +241,7 @@ def _one(got: dict[str, Any], r: P.Row, args: argparse.Namespace,
 def goal_claim(here: P.Row, measured: float, measured_iv: tuple[float, float] | None,
                steps: int, sources: tuple[CL.Source, ...] = ()) -> CL.Claim:
     """Whether the measured step came within +-``GOAL`` of the prediction from the fresh
-    one-rank runs, as a claim (``claim.prediction_check``): predicted / measured, its interval
+    one-rank runs, as a claim (``claim_kinds.prediction_check``): predicted / measured, its interval
     the prediction's low end over the measured median's high end and back (a prediction
     without an interval: its value at both ends); without the measured median's interval,
     no interval, never a verdict. One run measured: its interval holds its steps' spread,
@@ -255,7 +256,7 @@ def goal_claim(here: P.Row, measured: float, measured_iv: tuple[float, float] | 
         if m_lo > 0 and m_hi > 0:
             iv = Interval(ratio, lo / m_hi, hi / m_lo, steps,
                           "the prediction's interval over the measured median step's")
-    return CL.prediction_check(
+    return CK.prediction_check(
         "predicted from the one-rank runs just before / measured", ratio, iv, GOAL,
         f"one run measured, its {steps} timed steps, against the prediction's interval",
         sources)
@@ -319,5 +320,5 @@ def _pair(pk: P.Pick, done: list[dict[str, Any]]) -> CL.Claim:
         (alo, ahi), (blo, bhi) = a["measured_interval_s"], b["measured_interval_s"]
         iv = Interval(ratio, (kb[1] * blo) / (ka[2] * ahi), (kb[2] * bhi) / (ka[1] * alo), 1,
                       "the two runs' median-step intervals")
-    return CL.plan_pick(CL.FASTEST, pk.row.label(), pk.runner_up.label(), ratio, iv, (1, 1),
+    return CK.plan_pick(CL.FASTEST, pk.row.label(), pk.runner_up.label(), ratio, iv, (1, 1),
                         (source(a["record"]), source(b["record"])), what, "one run each, here")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from scaleprobe.commands import predict_memory as PM
+from scaleprobe.commands import predict_memory_check as PMC
 from scaleprobe.core.claim import UNDER_LOAD
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.machine_load import run_load
@@ -269,7 +269,7 @@ def run_check(args: argparse.Namespace) -> int:
     if not points:
         raise ConfigError(f"no measured multi-rank run in {args.check}")
     summ = C.summary(points)
-    mem = {id(p): PM.check_memory(p, records) for p in points}
+    mem = {id(p): PMC.check_memory(p, records) for p in points}
     pairs = C.order_pairs(points)
     if args.json:
         print(json.dumps({"points": [_point_dict(p) | mem[id(p)] for p in points],
@@ -281,7 +281,7 @@ def run_check(args: argparse.Namespace) -> int:
     if not getattr(args, "memory", False):
         print_check(points, summ)
         print_order(pairs)
-    PM.print_check_memory(points, mem, always=bool(getattr(args, "memory", False)))
+    PMC.print_check_memory(points, mem, always=bool(getattr(args, "memory", False)))
     return 0
 
 

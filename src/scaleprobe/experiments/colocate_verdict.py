@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import metrics
 from scaleprobe.core.fmt import rate, ratio
 from scaleprobe.core.thresholds import DEFAULT
@@ -104,7 +105,7 @@ class JobFigures:
 
     @property
     def claim(self) -> CL.Claim:
-        return CL.slowdown_claim(self.name, self.slowdown, self.interval, self.sources)
+        return CK.slowdown_claim(self.name, self.slowdown, self.interval, self.sources)
 
     @property
     def reading(self) -> str:

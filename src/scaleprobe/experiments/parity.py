@@ -28,6 +28,7 @@ from typing import Any
 from scaleprobe.config.runconfig import validate
 from scaleprobe.config.sections import RunConfig
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import machine_load as ML
 from scaleprobe.core import metrics
 from scaleprobe.core import results as res
@@ -103,7 +104,7 @@ def parity_verdict(acc_1: Sequence[float | None], acc_n: Sequence[float | None],
     diff = sum(b) / len(b) - sum(a) / len(a)
     iv = metrics.paired_difference_interval(a, b)
     method = "paired t on the seeds' differences (N - 1)"
-    claim = CL.parity(diff, None if iv is None else metrics.Interval(
+    claim = CK.parity(diff, None if iv is None else metrics.Interval(
         iv[0], iv[1], iv[2], len(pairs), method), len(pairs), tol)
     if sources:
         claim = dataclasses.replace(claim, sources=sources)

@@ -31,6 +31,7 @@ from typing import Any
 
 # where a compile event falls: the record's own words (core/invariants.py checks them)
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import intervals as M
 from scaleprobe.core.invariants import AFTER, WARMUP, WINDOW
 from scaleprobe.core.rank_record import CompileEvent, GraphBreak, RankCompile
@@ -283,7 +284,7 @@ def vs_eager_line(block_: dict[str, Any] | None, why: dict[str, str]) -> str | N
     shown = f"{vs['fwd_bwd_speedup']:.2f}x" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
     pairs = int(vs.get("pairs") or 0)
     interval = M.Interval(vs["fwd_bwd_speedup"], iv[0], iv[1], max(pairs, 1), "") if iv else None
-    claim = CL.compiled_speedup(vs["fwd_bwd_speedup"], interval, pairs)
+    claim = CK.compiled_speedup(vs["fwd_bwd_speedup"], interval, pairs)
     verdict = claim.verdict if interval is not None else f"{CL.INCONCLUSIVE} (one value a side)"
     how = (f"geometric mean of {pairs} pairs of passes, a compiled one then an eager one, "
            "after the window" if pairs else

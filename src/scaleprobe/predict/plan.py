@@ -4,7 +4,7 @@ run measured the gradient noise scale, the steps and time to a target; then the 
 fits and the cheapest in device-hours, each against its runner-up as a claim
 (``scaleprobe plan``). No torch.
 
-A row fits as ``predict --memory`` decides it (``core/claim.memory_fit``): only when the
+A row fits as ``predict --memory`` decides it (``core/claim_kinds.memory_fit``): only when the
 whole interval of its predicted peak lies under the device's memory; it does not fit when the
 whole interval lies over it, and is inconclusive between (``Row.fit``): such a row's step is
 predicted and shown, but it is never picked.
@@ -15,10 +15,11 @@ module adds (docs/PLAN.md gives each rule and its interval): a batch the runs di
 grown from the nearest measured one (``scaled_from``); samples/s and efficiency against the
 plan's own one-device row; steps and time to a target from the critical batch; device-hours.
 
-A pick is a ``core/claim.plan_pick``: its figure over the runner-up's (the best other row
+A pick is a ``core/claim_kinds.plan_pick``: its figure over the runner-up's (the best other row
 that fits), with the interval from the two rows' intervals (the pick's low end against the
 runner-up's high end, and back): intervals that overlap are not resolved. Its repeats are the
-one-rank runs behind each row (one run decides nothing).
+one-rank runs behind each row (one run decides nothing). The runs and the target are read
+from the records in ``plan_inputs.py``.
 """
 
 from __future__ import annotations
@@ -28,14 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import metrics as Mx
-from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.metrics import Interval
-from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.thresholds import DEFAULT as TH
 from scaleprobe.core.traits import traits_of
-from scaleprobe.features import target as TG
-from scaleprobe.predict import check as C
 from scaleprobe.predict import memmodel as MM
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import stepmodel as M
@@ -134,10 +132,10 @@ class Row:
 
     @property
     def fit(self) -> CL.Claim:
-        """Whether the row fits, as ``predict --memory`` decides it (``claim.memory_fit``):
+        """Whether the row fits, as ``predict --memory`` decides it (``claim_kinds.memory_fit``):
         on the predicted peak's interval against the device's memory."""
         m = self.memory
-        return CL.memory_fit(m.peak_bytes, m.low_bytes, m.high_bytes, self.device_bytes,
+        return CK.memory_fit(m.peak_bytes, m.low_bytes, m.high_bytes, self.device_bytes,
                              self.probes)
 
     @property
@@ -448,103 +446,6 @@ def pick(rows: list[Row], kind: str, sources: Callable[[Row], tuple[CL.Source, .
     what = ("1 / time to the target" if to_target else "samples/s") if kind == CL.FASTEST \
         else ("1 / device-hours to the target" if to_target else "1 / device-hours per sample")
     both = tuple(dict.fromkeys(sources(best) + sources(runner)))  # a run named once
-    claim = CL.plan_pick(kind, best.label(), runner.label(), a.value / b.value, iv,
+    claim = CK.plan_pick(kind, best.label(), runner.label(), a.value / b.value, iv,
                          (best.runs, runner.runs), both, what)
     return Pick(kind, best, runner, claim)
-
-
-# ---- from the records --------------------------------------------------------------------
-
-def _setting(r: RunResult) -> tuple[object, ...]:
-    """What rows of one plan share: ``check.setting`` less the batch per device."""
-    return (*C.setting_values(r), r.env.get("threads"), r.env.get("cpu_model"))
-
-
-def two_halves(r: RunResult) -> bool:
-    """The run's steps were two half-batches (``--gns`` on one process): not a plain step."""
-    return r.gns is not None and r.gns.method == "micro_batches"
-
-
-def bases_for(runs: list[RunResult], like: RunResult, strategy: str) -> dict[int, Basis]:
-    """The one-rank runs of ``like``'s setting a ``strategy`` row draws its step from, per
-    batch per device (``check.PREFER``: DDP's own runs for DDP, then the others), each
-    batch's runs pooled; runs whose step was two half-batches are left out."""
-    ones = [r for r in runs if (r.world_size or 1) == 1 and r.status == "ok"
-            and r.step_median_s is not None and r.batch.per_device
-            and _setting(r) == _setting(like) and not two_halves(r)]
-    for want in C.PREFER.get(strategy, ("single", "ddp", "fsdp")):
-        got = [r for r in ones if str(r.cfg("dist.strategy") or "single") == want]
-        if got:
-            by: dict[int, list[RunResult]] = {}
-            for r in got:
-                by.setdefault(int(r.batch.per_device or 0), []).append(r)
-            return {b: Basis(b, C.pooled(rs), len(rs), tuple(r.label for r in rs),
-                             tuple(r.run_id for r in rs))
-                    for b, rs in sorted(by.items())}
-    return {}
-
-
-def _steps_to(r: RunResult, tg: TG.Target) -> tuple[int, int | None] | None:
-    """The step of the run's first evaluation that reached ``tg``, and of the evaluation
-    before it (0 when it was the first; None: not recorded): the target was crossed between
-    the two."""
-    t = r.target
-    if t is None or t.metric != tg.metric:
-        return None
-    steps = [int(c["step"]) if c.get("step") is not None else None for c in t.curve]
-    hit = next((i for i, c in enumerate(t.curve) if tg.reached(c.get("value"))), None)
-    at = steps[hit] if hit is not None else None
-    if hit is not None and at is not None:
-        return at, (steps[hit - 1] or 0) if hit > 0 else 0
-    if t.target == tg.value and t.reached and t.steps_to_target is not None:  # no curve kept
-        return t.steps_to_target, t.steps_to_target_lo
-    return None
-
-
-
-def _b_crit(r: RunResult) -> tuple[float, float, float] | None:
-    """B_noise at the run's end (its series' last block) with an interval: the whole
-    window's, relative; the window's own figure when the series has no last block."""
-    g = r.gns
-    if g is None or not g.b_simple or not g.b_simple_lo:
-        return None
-    end = g.series[-1].b_simple if g.series and g.series[-1].b_simple else g.b_simple
-    hi = g.b_simple_hi if g.b_simple_hi and math.isfinite(g.b_simple_hi) else math.inf
-    return end, end * g.b_simple_lo / g.b_simple, end * hi / g.b_simple
-
-
-def target_from(runs: list[RunResult], text: str | None) -> Target | None:
-    """The steps to ``text`` (``--target METRIC=VALUE``; None: a measured run's own reached
-    target) at a run's batch, with its B_noise, from the latest run that measured both; a
-    ConfigError says what is missing when a target was asked for."""
-    gns = sorted((r for r in runs if r.status in ("ok", "target_not_reached")
-                  and _b_crit(r) is not None), key=lambda r: str(r.started_at or ""))
-    want = TG.parse_target(text) if text is not None else None
-    for r in reversed(gns):
-        tg = want or (TG.Target(str(r.target.metric), float(r.target.target))
-                      if r.target is not None and r.target.reached and r.target.metric
-                      and r.target.target is not None else None)
-        got = _steps_to(r, tg) if tg is not None else None
-        bc = _b_crit(r)
-        if tg is None or got is None or bc is None or not r.batch.global_:
-            continue
-        steps, lo = got
-        where = (f"it was crossed between its evaluations at step {lo:,} and {steps:,}" if lo
-                 else f"its first evaluation reached it: it was crossed in steps 0-{steps:,}")
-        said = (f"; {where}, so every row's steps and time to it may be up to "
-                f"{(steps - lo) / steps:.0%} lower: evaluate more often to narrow it "
-                f"({TG.more_often(steps)})" if lo is not None and TG.wide_bracket(steps, lo)
-                else "")
-        return Target(tg.text(), float(steps), int(r.batch.global_), *bc,
-                      f"{r.label}: {steps:,} steps to {tg.text()} at global batch "
-                      f"{r.batch.global_}, B_noise {bc[0]:,.0f} at its end{said}",
-                      None if lo is None else float(lo))
-    if want is None:
-        return None
-    if not gns:
-        raise ConfigError("--target needs a run that measured the gradient noise scale and "
-                          "evaluated towards the target: scaleprobe run ... --gns --target "
-                          f"{text} --eval-every N (none in --from)")
-    raise ConfigError(f"no run in --from that measured the gradient noise scale reached "
-                      f"{want.text()}: train one to it (--target {text} --gns --eval-every "
-                      "N: without it, it is evaluated once an epoch)")

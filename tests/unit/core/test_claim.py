@@ -10,6 +10,7 @@ import json
 import pytest
 
 from scaleprobe.core import claim as C
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core.metrics import Interval
 
 
@@ -182,20 +183,20 @@ def test_batch_step_pays_only_clear_of_the_whole_bar_range() -> None:
     # memory +37% with its own interval [+30%, +45%]: the bar 1 - 0.37 = 0.63x spans
     # 2 - 1.45 = 0.55x to 2 - 1.30 = 0.70x; the epoch ratio must clear all of it
     mem = iv(1.37, 1.30, 1.45)
-    assert C.batch_step(iv(0.45, 0.40, 0.54), 0.37, mem).verdict == "pays"
-    assert C.batch_step(iv(0.80, 0.71, 0.90), 0.37, mem).verdict == "does not pay"
+    assert CK.batch_step(iv(0.45, 0.40, 0.54), 0.37, mem).verdict == "pays"
+    assert CK.batch_step(iv(0.80, 0.71, 0.90), 0.37, mem).verdict == "does not pay"
     # mutant: the point bar 0.63 instead of the range (0.50..0.60 lies below 0.63 but
     # reaches 0.55..0.70)
-    c = C.batch_step(iv(0.55, 0.50, 0.60), 0.37, mem)
+    c = CK.batch_step(iv(0.55, 0.50, 0.60), 0.37, mem)
     assert c.verdict == "not resolved (the interval includes 0.55x to 0.70x (the bar's range))"
     # mutant: range ends swapped in the comparison (0.58..0.69 lies inside the range)
-    assert not C.batch_step(iv(0.62, 0.58, 0.69), 0.37, mem).decided
+    assert not CK.batch_step(iv(0.62, 0.58, 0.69), 0.37, mem).decided
 
 
 def test_batch_step_without_memory_interval_uses_the_point_bar() -> None:
     # memory +20%, no interval: the bar is 0.80x; 0.70..0.79 lies below it
-    assert C.batch_step(iv(0.75, 0.70, 0.79), 0.20).verdict == "pays"
-    assert C.batch_step(iv(0.75, 0.70, 0.80), 0.20).verdict.startswith("not resolved")
+    assert CK.batch_step(iv(0.75, 0.70, 0.79), 0.20).verdict == "pays"
+    assert CK.batch_step(iv(0.75, 0.70, 0.80), 0.20).verdict.startswith("not resolved")
 
 
 def test_ranking_words_by_repeats() -> None:
@@ -212,15 +213,15 @@ def test_ranking_words_by_repeats() -> None:
 
 def test_memory_fit_is_inconclusive_where_the_device_lies_inside_the_interval() -> None:
     """Catches a fit decided from the point estimate alone: 95 MB [90, 101] on 100 MB."""
-    c = C.memory_fit(95, 90, 101, 100, 3)
+    c = CK.memory_fit(95, 90, 101, 100, 3)
     assert c.verdict == "inconclusive (the interval includes 1x)"
     assert c.short_verdict == C.INCONCLUSIVE and not c.decided
-    assert C.memory_fit(95, 90, 99, 100, 3).short_verdict == C.FITS
-    assert C.memory_fit(105, 101, 110, 100, 3).short_verdict == C.DOES_NOT_FIT
+    assert CK.memory_fit(95, 90, 99, 100, 3).short_verdict == C.FITS
+    assert CK.memory_fit(105, 101, 110, 100, 3).short_verdict == C.DOES_NOT_FIT
     # the device exactly at the interval's top does not decide it
-    assert C.memory_fit(95, 90, 100, 100, 3).short_verdict == C.INCONCLUSIVE
+    assert CK.memory_fit(95, 90, 100, 100, 3).short_verdict == C.INCONCLUSIVE
     # no interval (two batch sizes probed): never judged
-    assert C.memory_fit(50, None, None, 100, 2).short_verdict == C.NO_INTERVAL
+    assert CK.memory_fit(50, None, None, 100, 2).short_verdict == C.NO_INTERVAL
     # the figure names what stands behind the interval: not repeats
     assert "3 probed batch sizes" in c.text() and "repeats" not in c.text()
 

@@ -11,10 +11,12 @@ import pytest
 
 from scaleprobe.cli import main
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.predict import memmodel as MM
 from scaleprobe.predict import plan as P
+from scaleprobe.predict import plan_inputs as PI
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import stepmodel as M
 from scaleprobe.predict.timeline import Bucket, Compute
@@ -222,7 +224,7 @@ def test_one_device_predicted_for_the_ratio_when_no_row_has_one():
     (0.80, 0.95, 1, "inconclusive (1 repeat)"),
 ])
 def test_efficiency_claim_says_when_its_interval_holds_100_percent(lo, hi, runs, verdict):
-    c = CL.plan_efficiency(0.9, lo, hi, runs, "ddp, batch 32 per device, 1 device")
+    c = CK.plan_efficiency(0.9, lo, hi, runs, "ddp, batch 32 per device, 1 device")
     assert c.verdict == verdict and c.value == 0.9
     assert c.cell(markdown=False).startswith("90% [80%, ")
 
@@ -292,12 +294,12 @@ def _gns_run(steps_to=158, reached=True, curve=None):
 
 
 def test_the_target_from_a_run_that_measured_the_noise_scale():
-    tg = P.target_from([_gns_run()], None)  # the run's own target
+    tg = PI.target_from([_gns_run()], None)  # the run's own target
     assert (tg.steps, tg.batch_global, tg.text) == (158, 16, "loss <= 2.6")
     # B_noise at the run's end (50), its interval the window's relative one: 25 to 200
     assert (tg.b_crit, tg.b_crit_lo, tg.b_crit_hi) == (50.0, 25.0, 200.0)
     curve = [{"step": 40, "value": 3.4}, {"step": 80, "value": 2.95}]
-    tg = P.target_from([_gns_run(reached=False, curve=curve)], "loss=3.0")
+    tg = PI.target_from([_gns_run(reached=False, curve=curve)], "loss=3.0")
     assert tg.steps == 80 and tg.text == "loss <= 3"
     # crossed between the evaluations at 40 and 80: every row's steps may be half
     assert tg.steps_lo == 40
@@ -312,31 +314,31 @@ def test_a_target_reached_at_the_first_evaluation_says_its_steps_are_an_upper_en
     (5,469 steps), gave every row of the plan its time to loss <= 3 from 5,469 steps, though
     the run's training loss was 3.07 at step 60. A target the first evaluation reached was
     crossed anywhere from step 0; a bracket under 10% of the steps is not said."""
-    tg = P.target_from([_gns_run(reached=False, curve=[{"step": 5469, "value": 1.2}])],
+    tg = PI.target_from([_gns_run(reached=False, curve=[{"step": 5469, "value": 1.2}])],
                        "loss=3.0")
     assert (tg.steps, tg.steps_lo) == (5469, 0)
     assert "its first evaluation reached it: it was crossed in steps 0-5,469" in tg.source
     assert "up to 100% lower" in tg.source
     near = [{"step": 95, "value": 3.1}, {"step": 100, "value": 2.9}]
-    tg = P.target_from([_gns_run(reached=False, curve=near)], "loss=3.0")
+    tg = PI.target_from([_gns_run(reached=False, curve=near)], "loss=3.0")
     assert tg.steps_lo == 95 and "crossed" not in tg.source
     # a record without its curve: the bracket from the result's own field, unknown where
     # it has none (nothing said)
-    tg = P.target_from([_gns_run()], None)
+    tg = PI.target_from([_gns_run()], None)
     assert (tg.steps, tg.steps_lo) == (158, None) and "crossed" not in tg.source
     run = _gns_run()
     run.target.steps_to_target_lo = 100
-    tg = P.target_from([run], None)
+    tg = PI.target_from([run], None)
     assert tg.steps_lo == 100 and "between its evaluations at step 100 and 158" in tg.source
 
 
 def test_a_target_without_a_noise_scale_or_never_reached_is_one_line():
     with pytest.raises(ConfigError, match="--gns"):
-        P.target_from([], "loss=3.0")
+        PI.target_from([], "loss=3.0")
     with pytest.raises(ConfigError, match="reached loss <= 2"):
-        P.target_from([_gns_run(reached=False)], "loss=2")
+        PI.target_from([_gns_run(reached=False)], "loss=2")
     with pytest.raises(ConfigError, match="METRIC=VALUE"):
-        P.target_from([_gns_run()], "loss")
+        PI.target_from([_gns_run()], "loss")
 
 
 # ---- the command on a hand-built record (no workers) --------------------------------------
@@ -720,7 +722,7 @@ def test_the_verified_pair_compares_what_the_pick_was_chosen_by(monkeypatch):
 
     def plan_pick(kind, pick, runner, ratio, iv, repeats, sources, what, where):
         seen.update(ratio=ratio, iv=iv, what=what)
-    monkeypatch.setattr(V.CL, "plan_pick", plan_pick)
+    monkeypatch.setattr(V.CK, "plan_pick", plan_pick)
 
     def row(label, steps):
         return SimpleNamespace(label=lambda: label, steps_to_target=steps)

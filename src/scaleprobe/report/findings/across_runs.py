@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, SweepRecord
@@ -245,7 +246,7 @@ def _job_reading(j: dict[str, Any]) -> str:
     text = f"{j.get('name')}: {fmt.ratio(j.get('slowdown'))}"
     if iv is None:
         return f"{text} (no interval: recorded without repeats)"
-    c = CL.slowdown_claim(str(j.get("name")), num(j.get("slowdown")), iv)
+    c = CK.slowdown_claim(str(j.get("name")), num(j.get("slowdown")), iv)
     return f"{text} {iv.bounds()} {c.short_verdict}"
 
 

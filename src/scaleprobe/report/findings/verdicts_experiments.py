@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.experiment_records import ColocateRecord, ParityRecord, pair_seeds
@@ -95,7 +96,7 @@ def colocate_verdict(rec: ColocateRecord, th: Thresholds) -> Verdict:
     iv = M.Interval(**ivd) if {"estimate", "lo", "hi", "n", "method"} <= set(ivd) else None
     # the worst job's own reading, by the claim's rules: "slower together" only where its
     # interval says so ("inconclusive (1 repeat)", "not resolved" otherwise)
-    reading = CL.slowdown_claim(str(worst.get("name")), worst["slowdown"], iv).short_verdict
+    reading = CK.slowdown_claim(str(worst.get("name")), worst["slowdown"], iv).short_verdict
     number = f"{worst.get('name')}: {fmt.ratio(worst['slowdown'])} ({reading})"
     caveats = [f"{j.get('name')}: {j['load_caveat']}" for j in jobs if j.get("load_caveat")]
     if caveats:  # load alone makes a slowdown look smaller, together larger
@@ -167,7 +168,7 @@ def parity_claim(rec: ParityRecord, runs: dict[str, RunResult] | None = None) ->
     iv = (M.Interval(diff, lo, hi, n, "paired t")
           if lo is not None and hi is not None and diff is not None and tol is not None
           else None)
-    c = CL.parity(diff, iv, n if iv is not None or diff is None else 1, tol or 0.01)
+    c = CK.parity(diff, iv, n if iv is not None or diff is None else 1, tol or 0.01)
     return dataclasses.replace(c, sources=parity_sources(rec, runs))
 
 

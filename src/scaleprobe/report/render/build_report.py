@@ -19,6 +19,7 @@ from scaleprobe.report.findings.grouped import group_findings
 from scaleprobe.report.findings.headline import TITLE as HEADLINE
 from scaleprobe.report.findings.headline import headline_section
 from scaleprobe.report.reading import records as R
+from scaleprobe.report.render import sections_comm as SC
 from scaleprobe.report.render import sections_exp as SE
 from scaleprobe.report.render import sections_runs as SR
 from scaleprobe.report.render.doc import Section, Table, Text, to_html, to_markdown
@@ -86,7 +87,7 @@ def compose(records: list[Record], bases: list[Path],
         safe("Step-time breakdown", SR.breakdown_section, runs),
         safe("Utilisation over time", SR.utilisation_section, runs, bases),
         safe("Co-location", SE.colocate_section, records),
-        safe("Communication", SE.comm_section, records),
+        safe("Communication", SC.comm_section, records),
         safe("What if", whatif_section, records),
         safe("Accuracy parity", SE.parity_section, records),
         safe("Top operators", SR.top_ops_section, runs, bases),

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scaleprobe.core import claim as CL
+from scaleprobe.core import claim_kinds as CK
 from scaleprobe.core import fmt
 from scaleprobe.core import metrics as M
 from scaleprobe.core.record import Record
@@ -36,14 +37,14 @@ from scaleprobe.report.tables.rows import BatchPicks, BatchRow, BatchStep
 
 def pays(epoch: M.Interval | None, mem_growth: float | None,
          mem: M.Interval | None = None) -> bool | None:
-    """The batch rule (``claim.batch_step``): a larger batch pays while epoch time falls
+    """The batch rule (``claim_kinds.batch_step``): a larger batch pays while epoch time falls
     faster than memory grows, i.e. epoch ratio E < 1 - memory growth = 2 - memory ratio R.
     True / False only when E's interval lies wholly on one side of the bar; with memory's own
     interval (``mem``, over the repeats) the bar is a range too, and E must clear all of it.
     None (cannot tell) otherwise."""
     if epoch is None or mem_growth is None:
         return None
-    rule = CL.batch_step(epoch, mem_growth, mem).rule
+    rule = CK.batch_step(epoch, mem_growth, mem).rule
     return {CL.RULE_BELOW: True, CL.RULE_ABOVE: False}.get(rule)
 
 
@@ -97,7 +98,7 @@ def _step_text(iv: M.Interval | None, mg: float | None, miv: M.Interval | None =
     if iv is None or mg is None:
         return "cannot tell: " + ("no epoch-time spread" if mg is not None
                                   else "no memory figure")
-    c = CL.batch_step(iv, mg, miv)
+    c = CK.batch_step(iv, mg, miv)
     if c.decided:  # with the interval it was decided on: clear of the bar, however wide
         return (f"{c.verdict} (epoch-time ratio {iv.short(ref=1.0 - mg)}, "
                 f"{bar_text(mg, miv, exact)})")
