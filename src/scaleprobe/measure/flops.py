@@ -26,13 +26,16 @@ from typing import Any
 import torch
 
 from scaleprobe.core.rank_record import RankFlops
+from scaleprobe.measure.outside import machine_busy_s
 from scaleprobe.measure.peaks import table_peak
 
 CACHE_FILE = "peaks.json"
-# A CPU calibration whose threads got less than this share of their cores (process CPU time /
-# (wall time x threads), over its best product) ran beside other work: its peak is low.
-# Measured on the 2-core machine (2026-11-25, 5 calibrations each): quiet, 1.0 and 69-73
-# GFLOP/s; one busy loop beside it, 0.68-0.71 and 41-44 GFLOP/s; two, 0.33-0.44.
+# A CPU calibration beside other processes that kept more than 1 - this share of its threads'
+# cores busy (the machine's busy CPU time less its own, over its wall time) ran under load:
+# its peak is low. Measured on the 2-core machine (2026-11-25, 5 calibrations each): quiet,
+# its threads had 1.0 of their cores and 69-73 GFLOP/s; one busy loop beside it, 0.68-0.71
+# and 41-44 GFLOP/s; two, 0.33-0.44. Its own share is no test: bf16's products there use one
+# thread of two on a quiet machine (0.51), every one of them "under load" and measured again.
 BUSY_SHARE = 0.8
 # A cached peak is checked at every run with a short series of the same products (about
 # CHECK_SECONDS); a check above the cached figure by more than STALE_MARGIN proves the cache
@@ -45,6 +48,13 @@ CHECK_SECONDS = 0.05
 # on the 2-core machine at load average 3
 CHECK_EVERY_S = 600.0
 STALE_MARGIN = 0.10
+# The CPU's products: the largest of these sizes whose one product, timed at the smallest,
+# would take at most CPU_PRODUCT_S. fp32 on any recent CPU gets 1024 (19 ms a product at 110
+# GFLOP/s on the 2-core machine); a dtype without a fast kernel gets less: bf16 there took
+# 2.9 s a 1024 product, so a calibration (two untimed, at least three timed) took 14.4 s
+# and a quick check as long, before every bf16 run on the CPU.
+CPU_SIZES = (256, 512, 1024)
+CPU_PRODUCT_S = 0.25
 COUNT_METHOD = ("torch.utils.flop_counter.FlopCounterMode over the first warm-up step "
                 "(forward + backward; 2 FLOPs per multiply-add; attention's products on the "
                 "full T x T scores, without recomputation; element-wise operators and the "
@@ -180,14 +190,18 @@ def cpu_threads() -> int:
 
 def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: float = 0.5,
               clock: Callable[[], float] = time.perf_counter,
-              cpu_clock: Callable[[], float] = time.process_time) -> dict[str, Any]:
+              cpu_clock: Callable[[], float] = time.process_time,
+              machine_clock: Callable[[], float] = machine_busy_s) -> dict[str, Any]:
     """The best FLOP/s of ``n x n`` matrix products in ``dtype`` on ``device``, over about
-    ``seconds`` after two untimed products. On a CPU every core of the process's affinity is
-    used (the thread count is restored after), and the share of those cores the best product
-    got (``cpu_share``: process CPU time / (wall time x threads)) says whether other processes
-    took some (``under_load``)."""
+    ``seconds`` after two untimed products (``n`` None: 8192 on CUDA; on a CPU the size
+    ``cpu_size`` picks from one product at the smallest). On a CPU every core of the process's affinity is
+    used (the thread count is restored after): ``cpu_share`` is the share of those cores the
+    best product used (process CPU time / (wall time x threads)), and ``outside_cores`` the
+    cores other processes kept busy over the calibration (the machine's busy CPU time less
+    this process's, over its wall time). It ran under load when they took more than
+    ``1 - BUSY_SHARE`` of its threads' cores: a kernel that uses one thread of two (bf16's
+    products on a CPU without bf16 instructions) is slow, not loaded."""
     cuda = device.type == "cuda"
-    n = n or (8192 if cuda else 1024)
     tdt = TORCH_DTYPE[dtype]
     threads = torch.get_num_threads()
     if not cuda:
@@ -195,11 +209,13 @@ def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: f
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
+        n = n or (8192 if cuda else cpu_size(_product_s(CPU_SIZES[0], tdt, clock)))
         g = torch.Generator().manual_seed(0)
         a = torch.randn(n, n, generator=g).to(device, tdt)
         b = torch.randn(n, n, generator=g).to(device, tdt)
         used = None if cuda else cpu_threads()
         best, share, reps, t_end = 0.0, None, 0, clock() + seconds
+        w_start, c_start, m_start = clock(), cpu_clock(), machine_clock()
         for i in range(1000):
             sync_device(device)
             t0, c0 = clock(), cpu_clock()
@@ -213,13 +229,38 @@ def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: f
                     share = min(1.0, cpu_dt / (dt * used)) if used else None
                 if clock() >= t_end and reps >= 3:
                     break
+        wall = clock() - w_start
+        others = (machine_clock() - m_start) - (cpu_clock() - c_start)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
         torch.set_num_threads(threads)
     where = f"{used} threads" if used else "one device"
+    outside = max(0.0, others / wall) if used and wall > 0 else None
     return {"flops_per_s": best, "n": n, "reps": reps, "threads": used, "cpu_share": share,
-            "under_load": share is not None and share < BUSY_SHARE,
+            "outside_cores": outside,
+            "under_load": outside is not None and used is not None
+            and outside > (1.0 - BUSY_SHARE) * used,
             "method": f"measured peak: best of {reps} {dtype} {n}x{n} matrix products, {where}"}
+
+
+def cpu_size(smallest_s: float) -> int:
+    """The CPU calibration's size: the largest of ``CPU_SIZES`` whose product would take at
+    most ``CPU_PRODUCT_S``, from ``smallest_s``, one product at the smallest size (the time
+    grows as the size cubed); the smallest when none would."""
+    small = CPU_SIZES[0]
+    for n in sorted(CPU_SIZES, reverse=True):
+        if smallest_s * (n / small) ** 3 <= CPU_PRODUCT_S:
+            return n
+    return small
+
+
+def _product_s(n: int, tdt: torch.dtype, clock: Callable[[], float]) -> float:
+    """The time of one CPU product of ``n x n`` matrices in ``tdt``, after an untimed one."""
+    a = torch.ones(n, n, dtype=tdt)
+    torch.mm(a, a)
+    t0 = clock()
+    torch.mm(a, a)
+    return clock() - t0
 
 
 def sync_device(device: torch.device) -> None:
@@ -358,8 +399,9 @@ def resolve_peak(device: torch.device, amp: str, folder: Path | None = None) -> 
                   f"{old.get('check_flops_per_s', 0) / 1e9:.3g} GFLOP/s beat")
     busy = ""
     if m.get("under_load"):
-        share = m.get("cpu_share")
-        got = f" (its threads had {share:.0%} of their cores)" if share is not None else ""
+        out, used = m.get("outside_cores"), m.get("threads")
+        got = (f" (they kept {out:.1f} of its {used} threads' cores busy)"
+               if out is not None and used else "")
         busy = (f"; measured while other processes used the CPU{got}: the peak is likely "
                 "higher and the MFU lower than shown; measured again at the next run")
     return {"flops_per_s": m["flops_per_s"], "dtype": dtype, "device_name": name,

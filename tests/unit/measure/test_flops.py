@@ -1,6 +1,7 @@
 """FLOP counting, the peak table, the measured peak and its cache (measure/flops.py, peaks.py)."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -167,6 +168,27 @@ def test_calibration_counts_two_flops_per_multiply_add():
     assert got["flops_per_s"] == pytest.approx(2 * 16 ** 3 / 0.25)
 
 
+@pytest.mark.parametrize("smallest_s,n", [(0.0003, 1024), (0.003, 1024), (0.0045, 512),
+                                          (0.03, 512), (0.05, 256), (0.048 * 60, 256)])
+def test_the_cpu_product_size_keeps_one_product_short(smallest_s, n):
+    """Bug caught: bf16 on a CPU without bf16 kernels took 2.9 s a 1024 x 1024 product; a
+    calibration of five took 14.4 s before every bf16 run. One product at 256 sets the size:
+    the largest whose product would take at most CPU_PRODUCT_S (0.25 s)."""
+    assert F.cpu_size(smallest_s) == n
+
+
+def test_a_slow_dtype_is_calibrated_in_a_second_or_two_not_fifteen():
+    """On this CPU bf16's products are slow (no bf16 instructions: 14.4 s at 1024); on one
+    with them the size stays 1024 and the calibration takes about ``seconds``. Either way one
+    calibration stays short, and its figure is a positive rate at the size it names."""
+    t0 = time.perf_counter()
+    got = F.calibrate(torch.device("cpu"), "bf16", seconds=0.2)
+    took = time.perf_counter() - t0
+    assert took < 5.0, (took, got["method"])
+    assert got["flops_per_s"] > 0 and f"{got['n']}x{got['n']}" in got["method"]
+    assert got["n"] in F.CPU_SIZES
+
+
 def test_calibration_measures_a_matmul_rate_and_restores_threads():
     """Catches a calibration that reports 0 or a rate off by the 2 FLOPs per multiply-add
     (checked against a matrix product timed here independently), or leaves the process
@@ -231,30 +253,37 @@ def test_measured_peak_is_cached_per_machine_and_dtype(tmp_path):
 
 
 class _Clocks:
-    """A wall clock that moves 10 ms a reading and a CPU clock that moves ``share`` of the
-    wall time of every thread the calibration runs: its products got that share of the cores."""
+    """A wall clock that moves 10 ms a reading, a CPU clock that moves ``share`` of the wall
+    time of every thread the calibration runs (its products got that share of the cores), and
+    the machine's busy clock: that, plus ``others`` of those cores kept busy by others."""
 
-    def __init__(self, share):
-        self.t, self.c, self.share = 0.0, 0.0, share
+    def __init__(self, share, others):
+        self.t, self.share, self.others = 0.0, share, others
 
     def wall(self):
         self.t += 0.01
         return self.t
 
     def cpu(self):
-        self.c += 0.01 * self.share * F.cpu_threads()
-        return self.c
+        return self.t * self.share * F.cpu_threads()
+
+    def machine(self):
+        return self.t * (self.share + self.others) * F.cpu_threads()
 
 
-@pytest.mark.parametrize("share, busy", [(1.0, False), (0.9, False), (0.45, True)])
-def test_calibration_says_whether_its_threads_got_their_cores(share, busy):
+@pytest.mark.parametrize("share, others, busy", [(1.0, 0.0, False), (0.9, 0.1, False),
+                                                 (0.5, 0.0, False), (0.45, 0.55, True)])
+def test_calibration_says_whether_other_processes_took_its_cores(share, others, busy):
     """Catches a peak measured beside other work (two busy loops gave the threads 34-44% of
-    their cores, 2026-11-25) taken for the machine's peak: the CPU time of the products
-    against wall time x threads says so."""
-    c = _Clocks(share)
+    their cores, 2026-11-25) taken for the machine's peak, and a slow kernel taken for load:
+    bf16's products on this CPU use one thread of two on a quiet machine (share 0.5), and
+    every bf16 peak was said to be "measured while other processes used the CPU" and measured
+    again at every run. The machine's busy time less the calibration's own decides."""
+    c = _Clocks(share, others)
     got = F.calibrate(torch.device("cpu"), "fp32", n=32, seconds=0.0, clock=c.wall,
-                      cpu_clock=c.cpu)
+                      cpu_clock=c.cpu, machine_clock=c.machine)
     assert got["cpu_share"] == pytest.approx(share)
+    assert got["outside_cores"] == pytest.approx(others * F.cpu_threads())
     assert got["under_load"] is busy
 
 
@@ -282,12 +311,12 @@ def test_a_peak_measured_under_load_is_measured_again_and_the_higher_kept(tmp_pa
 def test_a_peak_under_load_says_so_in_its_source(tmp_path, monkeypatch):
     """Catches an MFU against a busy machine's peak printed as if the peak were sound."""
     monkeypatch.setattr(F, "calibrate", lambda d, t: {
-        "flops_per_s": 2e10, "under_load": True, "cpu_share": 0.44,
-        "method": "measured peak: fake"})
+        "flops_per_s": 2e10, "under_load": True, "cpu_share": 0.44, "outside_cores": 1.1,
+        "threads": 2, "method": "measured peak: fake"})
     got = F.resolve_peak(torch.device("cpu"), "off", tmp_path)
     assert got["under_load"] is True
     assert got["source"] == ("measured peak: fake; measured while other processes used the CPU "
-                             "(its threads had 44% of their cores): the peak is likely higher "
+                             "(they kept 1.1 of its 2 threads' cores busy): the peak is likely higher "
                              "and the MFU lower than shown; measured again at the next run")
 
 
