@@ -327,6 +327,25 @@ def test_flops_per_s_from_the_median_step_when_no_samples_were_counted():
     assert assemble([r])["metrics"]["achieved_flops_per_s"] == pytest.approx(256 / 0.025)
 
 
+def test_an_mfu_above_the_whole_is_null_with_the_figures_that_show_why():
+    """Bug caught: bf16 on a CPU without bf16 instructions, its matrix products measured at
+    1.31 GFLOP/s while the digits CNN's bf16 convolutions reached 3.94: "MFU 301% of 1.31
+    GFLOP/s bf16". A share above 100% says the peak is not the device's: no MFU, and why."""
+    r = raw(0, 0.025, batch=0, steps=38)
+    r["flops"] = {"flops_per_step": 1e8, "peak": {"flops_per_s": 1.31e9, "dtype": "bf16",
+                                                   "source": "measured peak: best of 3"}}
+    out = assemble([r])
+    assert out["metrics"]["achieved_flops_per_s"] == pytest.approx(4e9)
+    assert out["metrics"]["mfu"] is None
+    why = out["null_reasons"]["mfu"]
+    assert why.startswith("not shown: the run's 4 GFLOP/s exceed the 1.31 GFLOP/s of its "
+                          "bf16 peak (305%)"), why
+    assert "measured peak: best of 3" in why
+    # at the peak or under it, the share is shown
+    r["flops"]["peak"]["flops_per_s"] = 8e9
+    assert assemble([r])["metrics"]["mfu"] == pytest.approx(0.5)
+
+
 def test_gloo_socket_cpu_per_step_is_the_most_of_any_training_rank():
     """Each rank's socket threads' CPU over its window / its timed steps; a server's does not
     count; no rank with a gloo group (one process, NCCL): null."""
