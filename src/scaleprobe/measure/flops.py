@@ -194,9 +194,9 @@ def calibrate(device: torch.device, dtype: str, n: int | None = None, seconds: f
               machine_clock: Callable[[], float] = machine_busy_s) -> dict[str, Any]:
     """The best FLOP/s of ``n x n`` matrix products in ``dtype`` on ``device``, over about
     ``seconds`` after two untimed products (``n`` None: 8192 on CUDA; on a CPU the size
-    ``cpu_size`` picks from one product at the smallest). On a CPU every core of the process's affinity is
-    used (the thread count is restored after): ``cpu_share`` is the share of those cores the
-    best product used (process CPU time / (wall time x threads)), and ``outside_cores`` the
+    ``cpu_size`` picks from one product at the smallest). On a CPU every core of the
+    process's affinity is used (the thread count is restored after): ``cpu_share`` is the
+    share of those cores the best product used (process CPU time / (wall time x threads)), and ``outside_cores`` the
     cores other processes kept busy over the calibration (the machine's busy CPU time less
     this process's, over its wall time). It ran under load when they took more than
     ``1 - BUSY_SHARE`` of its threads' cores: a kernel that uses one thread of two (bf16's
