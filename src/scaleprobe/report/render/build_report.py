@@ -100,6 +100,14 @@ def compose(records: list[Record], bases: list[Path],
     return _intro(records, runs, source), sections
 
 
+def lead_section(records: list[Record]) -> Section | None:
+    """The report's opening section ("What this says") alone, from what ``compose`` builds
+    it from (the findings of each run, grouped), without the other sections' tables and
+    figures: what ``compose(...)[1][0]`` is."""
+    groups = group_findings(_run_findings(R.runs(records), lambda _, f, *a: f(*a)))
+    return headline_section(records, groups)
+
+
 def findings_text(records: list[Record]) -> str:
     """The report's Findings for the terminal (``report --findings``): the findings across
     runs, then the per-run findings grouped as in the report (one per verdict and next step,

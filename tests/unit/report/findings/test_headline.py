@@ -8,7 +8,7 @@ from scaleprobe.report import build_report
 from scaleprobe.report.findings import headline as H
 from scaleprobe.report.findings import verdicts_experiments as VE
 from scaleprobe.report.findings import verdicts_settings as VS
-from scaleprobe.report.render.build_report import compose
+from scaleprobe.report.render.build_report import compose, lead_section
 from scaleprobe.report.render.doc import Table, Text
 from tests.unit.report.factory import GIB, breakdown, run, with_, write_results
 
@@ -41,12 +41,24 @@ def _headline(recs: list[dict], tmp_path) -> tuple[list[list[str]], list[str]]:
     write_results(tmp_path, recs)
     from scaleprobe.report.reading import records as R
 
-    _, sections = compose(R.load_records(tmp_path), [tmp_path])
-    lead = sections[0]
-    assert lead.title == H.TITLE and lead.lead
+    lead = lead_section(R.load_records(tmp_path))  # the report's first section, alone
+    assert lead is not None and lead.title == H.TITLE and lead.lead
     rows = next((b.rows for b in lead.blocks if isinstance(b, Table)), [])
     notes = [b.text for b in lead.blocks if isinstance(b, Text)]
     return rows, notes
+
+
+def test_the_lead_section_alone_is_the_reports_first_section(tmp_path):
+    """The tests here build the opening section alone (``lead_section``), not the whole
+    report: it must be the section the report opens with, row for row."""
+    from scaleprobe.report.reading import records as R
+
+    write_results(tmp_path, _batch("bs", [1.0, 1.02, 0.99], {16: 100.0, 32: 52.0}, oom=64))
+    recs = R.load_records(tmp_path)
+    first = compose(recs, [tmp_path])[1][0]
+    alone = lead_section(recs)
+    assert alone is not None and first.title == alone.title == H.TITLE
+    assert [vars(b) for b in first.blocks] == [vars(b) for b in alone.blocks]
 
 
 def test_a_decided_batch_verdict_has_its_number_interval_and_command(tmp_path):
