@@ -15,7 +15,7 @@ from scaleprobe.core.record import Record
 from scaleprobe.core.result_model import RunResult, dict_of, dicts
 from scaleprobe.report.findings.diagnose import diagnose_experiment, diagnose_run, format_findings
 from scaleprobe.report.findings.finding import Finding
-from scaleprobe.report.findings.grouped import group_findings
+from scaleprobe.report.findings.grouped import Group, group_findings
 from scaleprobe.report.findings.headline import TITLE as HEADLINE
 from scaleprobe.report.findings.headline import headline_section
 from scaleprobe.report.reading import records as R
@@ -104,8 +104,7 @@ def lead_section(records: list[Record]) -> Section | None:
     """The report's opening section ("What this says") alone, from what ``compose`` builds
     it from (the findings of each run, grouped), without the other sections' tables and
     figures: what ``compose(...)[1][0]`` is."""
-    groups = group_findings(_run_findings(R.runs(records), lambda _, f, *a: f(*a)))
-    return headline_section(records, groups)
+    return headline_section(records, _groups(R.runs(records)))
 
 
 def findings_text(records: list[Record]) -> str:
@@ -114,12 +113,18 @@ def findings_text(records: list[Record]) -> str:
     naming its runs), most severe first."""
     runs = R.runs(records)
     across = diagnose_experiment(records)
-    per_run = [g.finding for g in group_findings(_run_findings(runs, lambda _, f, *a: f(*a)))]
+    per_run = [g.finding for g in _groups(runs)]
     if not across and not per_run:
         return format_findings([])
     parts = [f"{caption}:\n{format_findings(items)}" for caption, items
              in (("Across runs", across), ("Per run", per_run)) if items]
     return "\n\n".join(parts)
+
+
+def _groups(runs: list[RunResult]) -> list[Group]:
+    """The runs' findings grouped as the report groups them, outside ``compose`` (whose
+    ``safe`` turns a part's failure into a line of the document)."""
+    return group_findings(_run_findings(runs, lambda _, f, *a: f(*a)))
 
 
 def _run_findings(runs: list[RunResult], safe: Any) -> list[tuple[RunResult, Finding]]:
