@@ -184,7 +184,7 @@ def test_a_slow_dtype_is_calibrated_in_a_second_or_two_not_fifteen():
     t0 = time.perf_counter()
     got = F.calibrate(torch.device("cpu"), "bf16", seconds=0.2)
     took = time.perf_counter() - t0
-    assert took < 5.0, (took, got["method"])
+    assert took < 8.0, (took, got["method"])  # 14.4 s before, on this CPU
     assert got["flops_per_s"] > 0 and f"{got['n']}x{got['n']}" in got["method"]
     assert got["n"] in F.CPU_SIZES
 
