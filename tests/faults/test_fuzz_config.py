@@ -12,6 +12,7 @@ the whole file takes a few seconds.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -194,6 +195,7 @@ def run_cli(capsys: Any, argv: list[str]) -> tuple[int, str]:
     return code, err
 
 
+@functools.cache  # one parser build per command, not one per command line drawn
 def _options(cmd: str) -> list[tuple[str, bool]]:
     """The option strings of a command, and whether each takes a value."""
     p = build_parser()

@@ -121,8 +121,10 @@ def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
 
     from scaleprobe.launch.lines import loader_worker_exits
 
+    # timeout: the loader looks at its workers once a batch is that late (by default once
+    # every 5 s, PyTorch's status-check interval, which this test would wait out)
     loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=4, num_workers=1,
-                        prefetch_factor=1)
+                        prefetch_factor=1, timeout=1)
     it = iter(loader)
     # PyTorch's SIGCHLD handler would raise "is killed by signal: Killed." wherever the main
     # thread is (name_signal reads those words); without it the death surfaces at a batch
