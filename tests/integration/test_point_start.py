@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -23,7 +24,8 @@ def _servers() -> list[psutil.Process]:
     out = []
     for c in psutil.Process().children(recursive=True):
         try:
-            if "multiprocessing.forkserver" in " ".join(c.cmdline()) and c.is_running() \
+            if ("multiprocessing.forkserver" in " ".join(c.cmdline())
+                    or c.name() == procs.SERVER_NAME) and c.is_running() \
                     and c.status() != psutil.STATUS_ZOMBIE:
                 out.append(c)
         except psutil.Error:
@@ -43,6 +45,9 @@ def test_the_start_is_chosen_by_the_environment(monkeypatch):
 
 def _sweep(monkeypatch, out, how) -> dict[int, dict]:
     monkeypatch.setenv(procs.START_ENV, how)
+    # the server a fresh `scaleprobe sweep` starts: a fresh interpreter (a caller that runs no
+    # thread and imported what it preloads forks it instead: test_a_server_forked_from...)
+    monkeypatch.setattr(procs, "_can_fork_server", lambda: False)
     t0 = time.monotonic()
     recs = [r.to_dict() for r in run_sweep(DOC, out, progress=False, repeats=1)]
     print(f"{how}: two points in {time.monotonic() - t0:.1f} s")
@@ -135,3 +140,79 @@ def test_a_forked_points_loader_workers_are_its_own(monkeypatch, tmp_path):
     assert rec["experiment"]["start"] == "fork"
     kids = (tmp_path / "m.py.kids").read_text().split(",")
     assert kids.count("pt_data_worker") == 2, kids
+
+
+def test_point_sets_inside_one_server_leave_it_to_the_block(monkeypatch):
+    """A set's close ends the server unless a ``one_server`` block holds it (the demo's two
+    sweeps pay torch's import once); the block's end, the outermost of nested ones, ends it,
+    after an error too."""
+    ended = []
+    monkeypatch.setattr(procs, "stop_server", lambda: ended.append(1))
+    procs.ProcessSet().close()
+    assert len(ended) == 1
+    with pytest.raises(KeyboardInterrupt), procs.one_server():
+        with procs.one_server():
+            procs.ProcessSet().close()
+            procs.ProcessSet().close()
+        assert len(ended) == 1  # the inner block's end leaves it to the outer one
+        raise KeyboardInterrupt
+    assert len(ended) == 2
+    assert procs._held == 0
+
+
+FORKED_SERVER = """
+import json, sys, time
+from multiprocessing import forkserver
+import psutil
+from scaleprobe.experiments import procs
+for m in procs._PRELOAD:
+    __import__(m)
+out = sys.argv[1]
+assert procs._can_fork_server(), "nothing runs here but the main thread"
+procs.start_server()
+server = psutil.Process(forkserver._forkserver._forkserver_pid)
+for _ in range(100):  # the server names itself as it starts
+    if server.name() == procs.SERVER_NAME:
+        break
+    time.sleep(0.05)
+seen = {"name": server.name(), "cmdline": server.cmdline() == psutil.Process().cmdline()}
+from scaleprobe.experiments.sweep import run_sweep
+recs = [r.to_dict() for r in run_sweep(json.loads(sys.argv[2]), out, progress=False)]
+seen["status"] = [r["status"] for r in recs if r["kind"] == "run"]
+seen["start"] = sorted({r["experiment"]["start"] for r in recs if r["kind"] == "run"})
+seen["server_left"] = server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+print(json.dumps(seen))
+"""
+
+
+def test_a_server_forked_from_its_caller_runs_points_as_a_fresh_one_does(tmp_path):
+    """A caller that imported what the server preloads and runs no thread yet (the suite's
+    CLI processes, forked from tests/cliserver.py) forks the server instead of starting an
+    interpreter that imports torch again. Bugs it would show: a point's output sent to the
+    caller's stream objects instead of its log, a server that outlives the sweep (holding
+    the caller's "alive" pipe end), the points named as the server."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    model = tmp_path / "named.py"  # each point writes the name its process runs under
+    model.write_text("import torch\ndef build():\n    with open(__file__ + '.names', 'a') as f:\n"
+                     "        f.write(open('/proc/self/comm').read())\n"
+                     "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))\n")
+    doc = json.dumps({**DOC, "base": {**DOC["base"], "model": f"{model}:build",
+                                      "dataset": "synthetic", "image_size": 8},
+                      "sweep": {"repeats": 1, "id": "f"}})
+    p = subprocess.run([sys.executable, "-c", FORKED_SERVER, str(out), doc],
+                       capture_output=True, text=True, timeout=240,
+                       env={**os.environ, procs.START_ENV: "fork"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    assert seen["name"] == procs.SERVER_NAME and seen["cmdline"], seen
+    assert seen["status"] == ["ok", "ok"] and seen["start"] == ["fork"], seen
+    assert not seen["server_left"], "the forked server outlived the sweep"
+    logs = sorted((out / "points").glob("*.log"))
+    assert len(logs) == 2 and all("point {'batch_size'" in f.read_text() for f in logs)
+    # each point is named as its caller is (the interpreter's name), not as the server
+    names = (tmp_path / "named.py.names").read_text().split()
+    assert len(names) == 2 and procs.SERVER_NAME not in names, names

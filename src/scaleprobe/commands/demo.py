@@ -131,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
     # heavy: rich (and psutil): the sweep's ~50 modules stay out of the CLI's start-up
     from scaleprobe import experiments
+    from scaleprobe.experiments.procs import one_server
 
     con = Console()
     sweep_command.terminate_as_interrupt()  # SIGTERM (kill, a scheduler) stops it as Ctrl+C does
@@ -139,13 +140,14 @@ def run(args: argparse.Namespace) -> int:
               f"results in {escape(str(out))}/", soft_wrap=True)
     con.print(escape(plan_line(args.quick, args.repeats, *machine_load())), soft_wrap=True)
     try:
-        for spec in _sweeps(args.quick):
-            sid = spec["sweep"]["id"]
-            con.rule(sid)
-            experiments.run_sweep(spec, out / sid, progress=True, console=con,
-                                  repeats=args.repeats or (2 if args.quick else None),
-                                  tables=write_tables)
-            print((out / sid / "sweep.md").read_text(), flush=True)
+        with one_server():  # both sweeps' points fork from one preloaded server
+            for spec in _sweeps(args.quick):
+                sid = spec["sweep"]["id"]
+                con.rule(sid)
+                experiments.run_sweep(spec, out / sid, progress=True, console=con,
+                                      repeats=args.repeats or (2 if args.quick else None),
+                                      tables=write_tables)
+                print((out / sid / "sweep.md").read_text(), flush=True)
     except KeyboardInterrupt:  # every point process is stopped; what finished is on disk
         return say_interrupted(out, _again(args), report=True)
     _report(con, out)

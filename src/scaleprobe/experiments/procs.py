@@ -16,16 +16,23 @@ fresh interpreter (``python -m scaleprobe.experiments.point POINT.json``).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import faulthandler
+import io
 import json
 import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from multiprocessing import forkserver
+from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +101,22 @@ def fork_points() -> bool:
 
 
 _server: Any = None
+_held = 0  # open ``one_server`` blocks: while any is open, a set's close keeps the server
+
+
+@contextlib.contextmanager
+def one_server() -> Iterator[None]:
+    """The point sets run inside share one server, ended as the block ends: a command that
+    runs several sets in turn (the demo's two sweeps) pays the server's start, torch's import,
+    once, not once per set."""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held:
+            stop_server()
 
 
 def _forkserver() -> Any:
@@ -103,6 +126,96 @@ def _forkserver() -> Any:
         ctx.set_forkserver_preload(_PRELOAD)
         _server = ctx
     return _server
+
+
+def _can_fork_server() -> bool:
+    """Whether the server may start as a fork of this process rather than a fresh
+    interpreter: this process imported what the server preloads (so a fork saves its import)
+    and runs no thread but its main one and the one torch's import starts (a thread of
+    torch's pools, started by a tensor operation, would be missing from the fork)."""
+    if not all(m in sys.modules for m in _PRELOAD) or threading.active_count() != 1:
+        return False
+    try:
+        tasks = len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: not Linux, where the server is a fresh interpreter anyway
+        return False
+    return tasks <= 1 + ("torch" in sys.modules)
+
+
+def start_server() -> None:
+    """Start the server now, as a fork of this process where ``_can_fork_server``, while no
+    thread runs yet (a set calls it as it is made); otherwise it starts as a fresh
+    interpreter at the first point, as multiprocessing starts it."""
+    if _server is not None or not fork_points() or not _can_fork_server():
+        return
+    _forkserver()
+    real = mp_util.spawnv_passfds
+    setattr(mp_util, "spawnv_passfds", _fork_passfds)  # noqa: B010 (typed apart from ours)
+    try:
+        forkserver.ensure_running()
+    finally:
+        setattr(mp_util, "spawnv_passfds", real)  # noqa: B010
+
+
+def _fork_passfds(path: str, args: list[str], passfds: list[int]) -> int:
+    """multiprocessing's ``spawnv_passfds`` (fork, then exec ``python -c CMD`` keeping
+    ``passfds``) without the exec: the child runs CMD, the server's main loop, with what this
+    process imported. It is made to look as a fresh interpreter would: every other file
+    descriptor points at /dev/null (a lock or pipe end of this process is not held by the
+    server, and no number an object of this process still names can be reused), the standard
+    streams are new, the signal handlers and mask are Python's defaults."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()  # nothing buffered here is written twice
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        _as_fresh_interpreter(set(passfds))
+        exec(args[-1], {"__name__": "__mp_forkserver__"})  # noqa: S102 (multiprocessing's own)
+        code = 0
+    except SystemExit as e:  # the server's loop ends so, once no client is left
+        code = e.code if isinstance(e.code, int) else 0
+    except BaseException:  # noqa: BLE001 - never back into the caller's stack
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _as_fresh_interpreter(keep: set[int]) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != null and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.dup2(null, fd)
+    signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                          else signal.SIG_IGN if sig in _IGNORED else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), line_buffering=True)  # noqa: SIM115
+    sys.stderr = io.TextIOWrapper(open(2, "wb", closefd=False), line_buffering=True)  # noqa: SIM115
+    setattr(forkserver._forkserver, "_lock", threading.Lock())  # noqa: B010 (held as it forked)
+    faulthandler.disable()
+    global _name_before
+    with contextlib.suppress(OSError):
+        _name_before = Path("/proc/self/comm").read_text().strip()
+    _set_name(SERVER_NAME)  # in ps and psutil: its command line is the caller's
+
+
+SERVER_NAME = "sp-pointserver"  # a forked server's process name (15 characters at most)
+_name_before: str | None = None  # the caller's, given back to each point the server forks
+
+
+def _set_name(name: str) -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+_IGNORED = {signal.SIGPIPE, signal.SIGXFSZ}  # what Python ignores at start-up
 
 
 def stop_server() -> None:
@@ -133,6 +246,8 @@ def _forked_point(spec_path: str, log_path: str, env: dict[str, str],
     """The body of a forked point: its own session (or, ``own_session`` False, its own
     process group in the parent's session), output to its log, the parent's current
     environment, then the point (its exit status is the point's)."""
+    if _name_before is not None:  # forked from a server that was forked from the caller
+        _set_name(_name_before)
     if own_session:
         os.setsid()
     else:
@@ -178,6 +293,7 @@ class ProcessSet:
 
     def __init__(self) -> None:
         self.live: dict[int, PointProcess] = {}
+        start_server()  # while the caller runs no thread yet (a progress bar starts one)
 
     def start(self, payload: PointPayload, work_dir: Path, label: str,
               env: dict[str, str] | None = None, own_session: bool = True) -> PointProcess:
@@ -222,8 +338,10 @@ class ProcessSet:
             time.sleep(poll_s)
 
     def close(self) -> None:
-        """Once the set's points are over: end the server they were forked from."""
-        stop_server()
+        """Once the set's points are over: end the server they were forked from (unless a
+        ``one_server`` block keeps it for the next set)."""
+        if not _held:
+            stop_server()
 
     def stop_all(self, grace_s: float | None = None) -> None:
         """Stop every point (``stop_groups``); a point that was ended before it recorded

@@ -24,6 +24,7 @@ from scaleprobe.config import runconfig as C
 from scaleprobe.config.sections import ScriptConfig
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.experiments import sweep
+from scaleprobe.experiments.procs import one_server
 from scaleprobe.experiments.spec import load_spec
 from scaleprobe.experiments.sweep import Tables, sweep_out_dir
 from scaleprobe.run.script import check_target
@@ -46,27 +47,28 @@ def run_scale(spec: dict[str, Any], out: str | None, views: ScaleViews, progress
               executor: Any = None) -> list[Any]:
     """Run (or resume) the scale experiment; return its table rows (``views.rows``);
     ``executor``: where its points run (experiments/executor.py; None: here)."""
-    sweep.run_sweep(spec, out, progress=progress, console=console, repeats=repeats,
-                    executor=executor, tables=views.tables)
-    folder, sid = sweep_out_dir(spec, out), spec["sweep"]["id"]
-    rows = views.rows(folder, sid)
-    odd = [r for r in rows if r.get("implausible")]
-    if odd:
-        n = load_spec(spec, None, repeats).repeats
-        con = console or Console(stderr=True)
-        con.print(f"implausible speedup at {', '.join(str(r['nproc']) for r in odd)} "
-                  "processes: measuring those points and the baseline once more",
-                  soft_wrap=True)
-        (base,) = [r["record"].point
-                   for r in rows if r["is_base"] and r["experiment"] == odd[0]["experiment"]]
-        points = [r["record"].point for r in odd]
-        grid: dict[str, Any] = {"nproc": sorted({p.get("nproc", 1) for p in [base, *points]})}
-        if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
-            grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})
-        again = {**spec, "grid": grid}
-        sweep.run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
+    with one_server():  # a second measurement of odd points reuses the first's server
+        sweep.run_sweep(spec, out, progress=progress, console=console, repeats=repeats,
                         executor=executor, tables=views.tables)
+        folder, sid = sweep_out_dir(spec, out), spec["sweep"]["id"]
         rows = views.rows(folder, sid)
+        odd = [r for r in rows if r.get("implausible")]
+        if odd:
+            n = load_spec(spec, None, repeats).repeats
+            con = console or Console(stderr=True)
+            con.print(f"implausible speedup at {', '.join(str(r['nproc']) for r in odd)} "
+                      "processes: measuring those points and the baseline once more",
+                      soft_wrap=True)
+            (base,) = [r["record"].point
+                       for r in rows if r["is_base"] and r["experiment"] == odd[0]["experiment"]]
+            points = [r["record"].point for r in odd]
+            grid: dict[str, Any] = {"nproc": sorted({p.get("nproc", 1) for p in [base, *points]})}
+            if "nnodes" in spec["grid"]:  # the product may add a point; one more repeat of it
+                grid["nnodes"] = sorted({p.get("nnodes", 1) for p in [base, *points]})
+            again = {**spec, "grid": grid}
+            sweep.run_sweep(again, out, progress=progress, console=console, repeats=n + 1,
+                            executor=executor, tables=views.tables)
+            rows = views.rows(folder, sid)
     return rows
 
 
