@@ -115,6 +115,25 @@ def run_cli(*argv, timeout=240, env=None, cwd=None, netns=None, cpus=None):
                           capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
 
 
+def start_cli(folder, *argv, env=None):
+    """``python -m scaleprobe ARGV`` started, not waited for (a test that signals the command
+    itself): forked from the CLI server as ``run_cli``'s calls are, or a fresh interpreter
+    with SCALEPROBE_TEST_CLI=exec, leading its own process group either way. Returns (the
+    handle: ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``; the file its stdout goes
+    to, its stderr's), both files in ``folder``."""
+    from tests import cliserver
+
+    e = {**os.environ, **(env or {})}
+    out_f, err_f = Path(folder) / "cli.out", Path(folder) / "cli.err"
+    args = [str(a) for a in argv]
+    srv = cliserver.server()
+    if srv is not None:
+        return srv.start(args, e, str(out_f), str(err_f)), out_f, err_f
+    with out_f.open("w") as out, err_f.open("w") as err:
+        return (subprocess.Popen([sys.executable, "-m", "scaleprobe", *args], stdout=out,
+                                 stderr=err, env=e, start_new_session=True), out_f, err_f)
+
+
 # torch's gloo, at a process's exit after the script has ended, now and then aborts a rank
 # (std::terminate from a thread torn down with the interpreter): 2 of 40 bare runs of
 # examples/scripts/train_ddp.py under torchrun on this machine, each after its last line.

@@ -297,7 +297,6 @@ def test_second_sweep_into_the_same_folder_refuses(cli, tmp_path, out_dir):
     """Catches two identical sweeps started at once into one --out both running every point
     (each saw no finished runs): the second refuses in one line naming the folder and the
     PID of the first, which then runs each point once."""
-    import sys
     import time
 
     model = tmp_path / "held.py"
@@ -305,14 +304,14 @@ def test_second_sweep_into_the_same_folder_refuses(cli, tmp_path, out_dir):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC.replace('model = "linear"', f'model = "{model}:build"')
                     .replace("[8, 16]", "[8]"))
-    first = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
-                              str(out_dir), "--no-progress"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    from tests.conftest import start_cli
+
+    first, _, err_f = start_cli(tmp_path, "sweep", spec, "--out", out_dir, "--no-progress")
     try:
         lock = out_dir / ".sweep.lock"
         deadline = time.monotonic() + 120
         while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
-            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            assert first.poll() is None and time.monotonic() < deadline, err_f.read_text()
             time.sleep(0.1)
         t0 = time.monotonic()
         second = cli("sweep", spec, "--out", out_dir, "--no-progress", timeout=120)
@@ -324,8 +323,8 @@ def test_second_sweep_into_the_same_folder_refuses(cli, tmp_path, out_dir):
         assert took < 60, took
     finally:
         model.with_suffix(".go").touch()
-        out, err = first.communicate(timeout=180)
-    assert first.returncode == 0, err[-2000:]
+        first.wait(timeout=180)
+    assert first.returncode == 0, err_f.read_text()[-2000:]
     recs = res.read_jsonl(out_dir / res.RESULTS_FILE)
     assert [r["kind"] for r in recs] == ["run", "sweep"]  # the point ran once
     assert recs[0]["status"] == "ok"

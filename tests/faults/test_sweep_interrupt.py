@@ -15,6 +15,7 @@ from scaleprobe.experiments.procs import GRACE_S
 from scaleprobe.experiments.spec import load_spec, points
 from scaleprobe.experiments.sweep import run_sweep
 from scaleprobe.report.render.sweep_tables import write_tables
+from tests.conftest import start_cli
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -54,10 +55,8 @@ def _wait_for(cond, timeout_s):
 def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
     spec = tmp_path / "s.toml"
     spec.write_text(SPEC)
-    sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
-                              str(out_dir), "--no-progress", "--repeats", "1"],
-                             stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    sweep, _, err_f = start_cli(tmp_path, "sweep", spec, "--out", out_dir, "--no-progress",
+                                "--repeats", "1")
     results = out_dir / "results.jsonl"
     try:
         assert _wait_for(lambda: len(res.read_jsonl(results, warn=False)) == 1, 120)
@@ -67,11 +66,12 @@ def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
         family = psutil.Process(sweep.pid).children(recursive=True)
         t0 = time.time()
         sweep.send_signal(signal.SIGINT)
-        _, err = sweep.communicate(timeout=30)
+        sweep.wait(timeout=30)
     finally:
         if sweep.poll() is None:
             sweep.kill()
     stop_s = time.time() - t0
+    err = err_f.read_text(errors="replace")
     assert sweep.returncode == 130, err[-2000:]
     _, alive = psutil.wait_procs(family, timeout=3)
     assert not _alive(alive), f"left behind: {[p.cmdline() for p in _alive(alive)]}"

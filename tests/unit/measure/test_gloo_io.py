@@ -18,7 +18,8 @@ from scaleprobe.measure import env
 ROOT = Path(__file__).resolve().parents[3]
 linux = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux's /proc")
 
-# one process's gloo group: its socket thread exists from init_process_group on
+# one process's gloo group: its socket thread exists from init_process_group on; each mode
+# in turn ("default" first: it leaves the threads as they are)
 _GROUP = """
 import os, sys
 sys.path.insert(0, {src!r})
@@ -26,28 +27,30 @@ import torch.distributed as dist
 from scaleprobe.measure.env import set_gloo_io, threads_named
 store = dist.HashStore()
 dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-print(set_gloo_io({mode!r}))
-print(",".join(str(os.sched_getscheduler(t)) for t in threads_named("gloo_tcp_loop")))
+for mode in {modes!r}:
+    print(set_gloo_io(mode),
+          ",".join(str(os.sched_getscheduler(t)) for t in threads_named("gloo_tcp_loop")))
 dist.destroy_process_group()
 """
 
 
-def _group(mode: str) -> tuple[int, list[int]]:
-    code = _GROUP.format(src=str(ROOT / "src"), mode=mode)
+def _groups(*modes: str) -> list[tuple[int, list[int]]]:
+    """For each mode, set in turn in one process: (threads it set, every socket thread's
+    scheduling policy after it)."""
+    code = _GROUP.format(src=str(ROOT / "src"), modes=list(modes))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    n, policies = out.stdout.split()
-    return int(n), [int(p) for p in policies.split(",")]
+    rows = [line.split() for line in out.stdout.strip().splitlines()]
+    return [(int(n), [int(p) for p in policies.split(",")]) for n, policies in rows]
 
 
 @linux
 def test_batch_sets_every_gloo_socket_thread_and_default_none():
-    n, policies = _group("batch")
-    assert n >= 1 and len(policies) == n
-    assert set(policies) == {os.SCHED_BATCH}
-    n, policies = _group("default")
+    (n, policies), (n_batch, batch) = _groups("default", "batch")
     assert n == 0 and os.SCHED_BATCH not in policies and policies
+    assert n_batch >= 1 and len(batch) == n_batch
+    assert set(batch) == {os.SCHED_BATCH}
 
 
 @linux
