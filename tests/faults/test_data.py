@@ -220,4 +220,5 @@ def test_run_with_loader_workers_on_a_tiny_dev_shm(tmp_path, out_dir):
     first = p.stdout.splitlines()[0]
     assert "status: failed" in first and FIX in first
     assert "Traceback" not in p.stdout + p.stderr
-    assert not cliserver.running_descendants()
+    left = cliserver.running_descendants()
+    assert not left, [" ".join(c.cmdline())[:200] for c in left]

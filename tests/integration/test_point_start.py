@@ -164,9 +164,12 @@ FORKED_SERVER = """
 import json, sys, time
 from multiprocessing import forkserver
 import psutil
+from scaleprobe import launch
 from scaleprobe.experiments import procs
 for m in procs._PRELOAD:
     __import__(m)
+assert not procs._can_fork_server(), "a caller's own process runs a fresh server"
+launch.fresh_launcher()  # as the command line's entry says: scaleprobe's own process
 out = sys.argv[1]
 assert procs._can_fork_server(), "nothing runs here but the main thread"
 procs.start_server()

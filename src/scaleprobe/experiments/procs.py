@@ -44,6 +44,7 @@ from scaleprobe.core.result_model import Experiment, RunResult
 from scaleprobe.core.traits import known
 from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, PointPayload, find_attempt, record_once
+from scaleprobe.launch import is_fresh
 from scaleprobe.launch.rankwatch import INTERRUPT_GRACE_S
 from scaleprobe.measure.env import gpu_machine, use_platform_start_method
 
@@ -130,10 +131,13 @@ def _forkserver() -> Any:
 
 def _can_fork_server() -> bool:
     """Whether the server may start as a fork of this process rather than a fresh
-    interpreter: this process imported what the server preloads (so a fork saves its import)
-    and runs no thread but its main one and the one torch's import starts (a thread of
-    torch's pools, started by a tensor operation, would be missing from the fork)."""
-    if not all(m in sys.modules for m in _PRELOAD) or threading.active_count() != 1:
+    interpreter: this process is scaleprobe's own command and has run no tensor operation
+    (``launch.is_fresh``: the rule its forked ranks follow; torch's OpenMP pool, once used,
+    deadlocks a forked child, even a child of a child), imported what the server preloads (so
+    a fork saves its import), and runs no thread but its main one and the one torch's import
+    starts."""
+    if not is_fresh() or not all(m in sys.modules for m in _PRELOAD) \
+            or threading.active_count() != 1:
         return False
     try:
         tasks = len(os.listdir("/proc/self/task"))

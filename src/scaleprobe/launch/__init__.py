@@ -75,6 +75,12 @@ def fresh_launcher() -> None:
     _fresh = True
 
 
+def is_fresh() -> bool:
+    """Whether ``fresh_launcher`` was called in this process (or in the one it was forked
+    from before it ran anything): scaleprobe's own, no tensor operation run."""
+    return _fresh
+
+
 def rank_start_method() -> str:
     """``fork`` or ``spawn``: how this host's ranks start (see the module's docstring)."""
     how = os.environ.get(START_ENV, "").strip().lower()
