@@ -11,7 +11,10 @@ point does not spend about five seconds of a 2-core CPU importing them again. Th
 imports nothing that touches a GPU, but a process forked after CUDA was initialised cannot use
 CUDA, and the forked start has not been run on a GPU, so on a GPU machine every point is a
 fresh interpreter (``python -m scaleprobe.experiments.point POINT.json``).
-``SCALEPROBE_POINT_START=fork`` or ``=exec`` chooses either start explicitly.
+``SCALEPROBE_POINT_START=fork`` or ``=exec`` chooses either start explicitly. The server is
+itself a fresh interpreter, or a fork of the command's own process where that has imported
+all the server preloads and run nothing yet (``start_server``; in practice the test suite's
+commands, forked from a process that imported torch once).
 """
 
 from __future__ import annotations
@@ -188,6 +191,7 @@ def _fork_passfds(path: str, args: list[str], passfds: list[int]) -> int:
 
 
 def _as_fresh_interpreter(keep: set[int]) -> None:
+    """In the forked server, before its loop: what ``_fork_passfds`` says."""
     null = os.open(os.devnull, os.O_RDWR)
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
