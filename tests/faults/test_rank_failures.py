@@ -2,10 +2,7 @@
 no process behind: not the other ranks, not the loader workers of the rank that died."""
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import psutil
@@ -80,45 +77,39 @@ def run_job(argv, tmp_path, timeout=240, during=None):
     """Run ``python -m scaleprobe ARGV``, recording its process tree every 0.1 s; ``during``
     is called with the Popen on each round (to send signals). Output goes to files, so a
     chatty job never blocks on a full pipe."""
-    from tests import cliserver
+    from tests.conftest import start_cli
 
-    out_f, err_f = tmp_path / "job.out", tmp_path / "job.err"
     family = {}
-    srv = cliserver.server()
-    with out_f.open("w") as out, err_f.open("w") as err:
-        # forked from the tests' server (no import of torch to pay), in a process group of
-        # its own; a fresh interpreter with SCALEPROBE_TEST_CLI=exec
-        p = (srv.start([str(a) for a in argv], dict(os.environ), str(out_f), str(err_f))
-             if srv is not None else
-             subprocess.Popen([sys.executable, "-m", "scaleprobe", *map(str, argv)],
-                              stdout=out, stderr=err, text=True))
-        deadline = time.time() + timeout
-        try:
-            while p.poll() is None:
-                if time.time() > deadline:
-                    pytest.fail(f"scaleprobe {' '.join(map(str, argv[:3]))} did not end "
-                                f"within {timeout} s")
+    # forked from the tests' server (no import of torch to pay), in a process group of its
+    # own; a fresh interpreter with SCALEPROBE_TEST_CLI=exec
+    p, out_f, err_f = start_cli(tmp_path, *argv)
+    deadline = time.time() + timeout
+    try:
+        while p.poll() is None:
+            if time.time() > deadline:
+                pytest.fail(f"scaleprobe {' '.join(map(str, argv[:3]))} did not end "
+                            f"within {timeout} s")
+            try:
+                kids = psutil.Process(p.pid).children(recursive=True)
+            except psutil.Error:
+                kids = []
+            for c in kids:  # one child gone mid-round does not lose the others
                 try:
-                    kids = psutil.Process(p.pid).children(recursive=True)
+                    key = (c.pid, c.create_time())
+                    if key not in family:
+                        family[key] = (c, " ".join(c.cmdline()))
                 except psutil.Error:
-                    kids = []
-                for c in kids:  # one child gone mid-round does not lose the others
-                    try:
-                        key = (c.pid, c.create_time())
-                        if key not in family:
-                            family[key] = (c, " ".join(c.cmdline()))
-                    except psutil.Error:
-                        pass
-                if during is not None:
-                    during(p)
-                time.sleep(0.1)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-                for c, _ in family.values():
-                    if _running(c):
-                        c.kill()
+                    pass
+            if during is not None:
+                during(p)
+            time.sleep(0.1)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            for c, _ in family.values():
+                if _running(c):
+                    c.kill()
     return Job(p.returncode, out_f.read_text(), err_f.read_text(), time.time(),
                list(family.values()))
 
