@@ -45,8 +45,8 @@ def test_the_start_is_chosen_by_the_environment(monkeypatch):
 
 def _sweep(monkeypatch, out, how, sizes) -> dict[int, dict]:
     monkeypatch.setenv(procs.START_ENV, how)
-    # the server a fresh `scaleprobe sweep` starts: a fresh interpreter (a caller that runs no
-    # thread and imported what it preloads forks it instead: test_a_server_forked_from...)
+    # the server a fresh `scaleprobe sweep` starts: a fresh interpreter (a scaleprobe command
+    # that imported what it preloads and runs no thread forks it: test_a_server_forked_from...)
     monkeypatch.setattr(procs, "_can_fork_server", lambda: False)
     t0 = time.monotonic()
     doc = {**DOC, "grid": {"batch_size": list(sizes)}}
@@ -73,11 +73,10 @@ def test_forked_and_fresh_points_record_their_start_and_agree_on_net_memory(monk
     batch size: a fresh point costs a fresh interpreter's imports."""
     fresh = _sweep(monkeypatch, tmp_path / "exec", "exec", (16,))
     forked = _sweep(monkeypatch, tmp_path / "fork", "fork", (16,))
-    for bs in (16,):
-        f, x = forked[bs], fresh[bs]
-        assert f["host"] < x["host"]  # a forked point's total counts only what it touched
-        assert f["host_file_growth"] > x["host_file_growth"] > 0
-        assert abs(f["host_net"] - x["host_net"]) < 16 * 2**20, (bs, f, x)
+    f, x = forked[16], fresh[16]
+    assert f["host"] < x["host"]  # a forked point's total counts only what it touched
+    assert f["host_file_growth"] > x["host_file_growth"] > 0
+    assert abs(f["host_net"] - x["host_net"]) < 16 * 2**20, (f, x)
 
 
 def test_a_forked_point_killed_by_a_signal_reads_as_killed(monkeypatch, tmp_path):
@@ -191,11 +190,11 @@ print(json.dumps(seen))
 
 
 def test_a_server_forked_from_its_caller_runs_points_as_a_fresh_one_does(tmp_path):
-    """A caller that imported what the server preloads and runs no thread yet (the suite's
-    CLI processes, forked from tests/cliserver.py) forks the server instead of starting an
-    interpreter that imports torch again. Bugs it would show: a point's output sent to the
-    caller's stream objects instead of its log, a server that outlives the sweep (holding
-    the caller's "alive" pipe end), the points named as the server."""
+    """A scaleprobe command that imported what the server preloads and runs no thread yet
+    (the suite's CLI processes, forked from tests/cliserver.py) forks the server instead of
+    starting an interpreter that imports torch again; a Python session's own process does
+    not. Checked: the server is that fork, its points run, log and record as forked points,
+    carry the caller's process name (not the server's), and the server ends with the sweep."""
     import json
     import subprocess
     import sys
