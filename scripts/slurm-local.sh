@@ -80,6 +80,9 @@ SlurmdPort=${SLURMD_PORT:-6818}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+# a job submitted within 3 s (the default) of the last scheduling pass waits for the next:
+# a sweep submits its next point as the last one ends
+SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 JobAcctGatherType=jobacct_gather/none

@@ -68,14 +68,18 @@ def test_a_sweep_runs_each_point_as_a_job_and_resumes_without_submitting(
     assert len(list((out_dir / "points").glob("*.jsonl"))) == 2  # nothing submitted
 
 
-def _running_job(timeout_s=120):
-    """The id of the first job the cluster is running, waited for."""
+def _running_job(out_dir, timeout_s=120):
+    """The id of the sweep in OUT_DIR's job, once the cluster runs it, waited for (the
+    submitter's folder per job, ``slurm/<id>``; not the first job squeue lists: the last
+    test's job may still be ending)."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        q = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"],
-                           capture_output=True, text=True)
-        if q.stdout.split():
-            return q.stdout.split()[0]
+        ids = [d.name for d in out_dir.glob("slurm/*") if d.name.isdigit()]
+        if ids:
+            q = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-j", ids[0], "-o", "%i"],
+                               capture_output=True, text=True)
+            if q.stdout.split():
+                return ids[0]
         time.sleep(0.5)
     return None
 
@@ -105,7 +109,7 @@ def _stop_a_training_point(tmp_path, out_dir, sid, stop):
                               str(out_dir), "--executor", "slurm", "--no-progress"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        job = _running_job()
+        job = _running_job(out_dir)
         assert job is not None, "the point never ran as a job"
         # stopped before its first timed step, a run has no steps to keep (a fixed 10 s was
         # not always enough under load)

@@ -362,9 +362,10 @@ class SlurmProcessSet:
         while True:
             if _returned(proc.job):  # the job's function returned (or raised)
                 rc = self._result(proc)
-                base, reason = _final_state(proc.pid)  # scancel'ed: it returned 130
-                if base in ENDED and base != "COMPLETED":
-                    proc.ended = (base, reason)
+                if rc != 0:  # scancel'ed: it returned 130, and the scheduler says why
+                    base, reason = _final_state(proc.pid)
+                    if base in ENDED and base != "COMPLETED":
+                        proc.ended = (base, reason)
                 break
             state, reason = job_state(proc.pid)
             base = _base(state)
