@@ -4,8 +4,6 @@
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
@@ -14,6 +12,7 @@ import pytest
 from scaleprobe.core.results import read_jsonl
 from scaleprobe.measure.heartbeat import read_beats
 from scaleprobe.run.resources import RANKS_PER_CORE, host_cores
+from tests.conftest import start_cli
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -70,12 +69,9 @@ def test_ctrl_c_ends_every_rank_of_an_oversubscribed_job_within_10_s(tmp_path, o
     the first rank beats (the others still starting or waiting at the rendezvous), or once
     all train. Bug caught: 63 of 64 processes still running 40 s after Ctrl+C (ranks that
     had not written a heartbeat were never killed; the launcher's grace was 20 s)."""
-    cmd = [sys.executable, "-m", "scaleprobe", "run", "--strategy", "ddp", "--nproc", NPROC,
-           "--force", "--steps", 10**6, "--warmup-steps", 1, "--model", "linear", "--loader",
-           "naive", "--out", out_dir, "--no-progress"]
-    log = (tmp_path / "job.log").open("w")
-    p = subprocess.Popen(list(map(str, cmd)), stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)
+    p, out_f, _ = start_cli(tmp_path, "run", "--strategy", "ddp", "--nproc", NPROC, "--force",
+                            "--steps", 10**6, "--warmup-steps", 1, "--model", "linear",
+                            "--loader", "naive", "--out", out_dir, "--no-progress")
     family: dict = {}
     try:
         deadline = time.time() + 240
@@ -105,8 +101,9 @@ def test_ctrl_c_ends_every_rank_of_an_oversubscribed_job_within_10_s(tmp_path, o
         assert not _alive(family.values())
         assert took < ALL_GONE_S, f"ranks ran on {took:.1f} s after Ctrl+C"
         code = p.wait(timeout=60)
-        log.flush()
-        assert code == 130, (tmp_path / "job.log").read_text(errors="replace")[-3000:]
+        job_log = out_f.read_text(errors="replace") + out_f.with_name("cli.err").read_text(
+            errors="replace")
+        assert code == 130, job_log[-3000:]
         recs = read_jsonl(out_dir / "results.jsonl")
         assert len(recs) == 1, [(r.get("run_id"), r.get("status"), r.get("error"), r.get("experiment")) for r in recs]
         (rec,) = recs
@@ -116,4 +113,3 @@ def test_ctrl_c_ends_every_rank_of_an_oversubscribed_job_within_10_s(tmp_path, o
             os.killpg(p.pid, signal.SIGKILL)
         for c in _alive(family.values()):
             c.kill()
-        log.close()
