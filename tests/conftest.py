@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -113,6 +114,41 @@ def run_cli(*argv, timeout=240, env=None, cwd=None, netns=None, cpus=None):
     wrap += ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
     return subprocess.run([*wrap, sys.executable, "-m", "scaleprobe", *map(str, argv)],
                           capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
+
+
+def _toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a TOML basic string
+
+
+def run_config_cli(cfg, timeout=300):
+    """``run_config(cfg)`` as ``scaleprobe run CONFIG.toml``, forked from the CLI server
+    (``run_cli``): a run of several ranks forks them from there, where pytest's own process
+    (it ran tensor operations) would start each rank as a fresh interpreter importing torch.
+    Returns the run's record as written (the last run record of its results.jsonl)."""
+    from scaleprobe.core.results import read_jsonl, results_file
+
+    lines = []
+    for section, values in cfg.to_dict().items():
+        if isinstance(values, dict):
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+        elif values is not None:
+            lines.insert(0, f"{section} = {_toml_value(values)}")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    f = out / "run-config.toml"
+    f.write_text("\n".join(lines) + "\n")
+    p = run_cli("run", f, timeout=timeout)
+    runs = [r for r in read_jsonl(results_file(out)) if r.get("kind") == "run"] \
+        if results_file(out).exists() else []
+    assert runs, f"exit {p.returncode}, no record: {p.stderr[-3000:]}"
+    return runs[-1]
 
 
 def start_cli(folder, *argv, env=None):

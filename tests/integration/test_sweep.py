@@ -6,6 +6,7 @@ import pytest
 
 from scaleprobe.core.results import read_jsonl
 from scaleprobe.run.failure import is_oom
+from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -148,13 +149,14 @@ def test_resume_reruns_failed_and_interrupted_points_only(tmp_path):
     a failed or interrupted record as if it were measured, or reruns a finished point."""
     from scaleprobe.core import results as res
     from scaleprobe.experiments.spec import load_spec, points
-    from scaleprobe.experiments.sweep import run_sweep
 
-    doc = {"base": {"model": "linear", "loader": "naive", "steps": 2, "warmup_steps": 1},
-           "grid": {"batch_size": [8, 16, 24]}, "sweep": {"repeats": 1}}
+    spec = tmp_path / "resume.toml"
+    spec.write_text('[sweep]\nid = "resume"\nrepeats = 1\n[base]\nmodel = "linear"\n'
+                    'loader = "naive"\nsteps = 2\nwarmup_steps = 1\n[grid]\n'
+                    'batch_size = [8, 16, 24]\n')
     out = tmp_path / "out"
     out.mkdir()
-    sp = load_spec(doc)
+    sp = load_spec(spec)
     before = {}
     for pt, status in zip(points(sp), ("ok", "failed", "interrupted"), strict=True):
         cfg = sp.config(pt, str(out))
@@ -164,9 +166,13 @@ def test_resume_reruns_failed_and_interrupted_points_only(tmp_path):
                              "repeat": 0}  # this sweep's own runs, from before it stopped
         res.append_jsonl(out / "results.jsonl", rec)
         before[pt.axes["batch_size"]] = rec["run_id"]
-    recs = [r.to_dict() for r in run_sweep(doc, out, progress=False)]
-    assert [r["experiment"]["point"]["batch_size"] for r in recs] == [8, 16, 24]
-    assert [r["status"] for r in recs] == ["ok", "ok", "ok"]
-    assert recs[0]["run_id"] == before[8] and recs[0]["experiment"]["reused"] == before[8]
-    assert recs[1]["run_id"] != before[16] and recs[2]["run_id"] != before[24]
+    p = run_cli("sweep", spec, "--out", out, "--no-progress")  # its points fork from there
+    assert p.returncode == 0, p.stderr[-2000:]
+    pts = _sweep_record(out)["points"]
+    assert [q["point"]["batch_size"] for q in pts] == [8, 16, 24]
+    assert [q["status"] for q in pts] == ["ok", "ok", "ok"]
+    assert pts[0]["run_id"] == before[8]
+    assert pts[1]["run_id"] != before[16] and pts[2]["run_id"] != before[24]
+    new = [r for r in _runs(out) if not r["run_id"].startswith("old-")]
+    assert sorted(r["experiment"]["point"]["batch_size"] for r in new) == [16, 24]
     assert _sweep_record(out)["points_run"] == 2

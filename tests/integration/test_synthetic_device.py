@@ -134,7 +134,9 @@ def test_shard_audit_still_catches_ranks_reading_the_same_samples(tmp_path, monk
                    "batch_size": 8, "epochs": 2, "strategy": "ddp", "nproc": 2,
                    "sampler": "same_batch", "calibrate_comm": False, "out": str(tmp_path),
                    "progress": False})
-    rec = execute(cfg)
+    from tests.conftest import run_config_cli
+
+    rec = run_config_cli(cfg)
     assert rec["status"] == "audit_failed", rec["error"]
     assert rec["audit"]["ok"] is False and rec["audit"]["duplicate_samples"] > 0
     assert rec["metrics"]["peak"]["devices"] == 1  # two CPU ranks share one host's peak

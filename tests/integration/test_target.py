@@ -79,7 +79,9 @@ def test_one_process_reaches_the_target_and_records_time_and_epochs(tmp_path):
 def test_two_processes_reach_the_target_with_the_global_batch(tmp_path):
     """With 2 ddp ranks both must stop at the same step (one evaluates, both agree), and the
     samples to target count both ranks' batches."""
-    rec = execute(_cfg(tmp_path, strategy="ddp", nproc=2))
+    from tests.conftest import run_config_cli
+
+    rec = run_config_cli(_cfg(tmp_path, strategy="ddp", nproc=2))
     _check_reached(rec, 128)
     # both ranks stopped at the evaluation that reached it, and looked back together
     assert rec["metrics"]["steps_done"] == rec["target"]["curve"][-1]["step"]

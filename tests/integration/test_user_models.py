@@ -56,6 +56,10 @@ def _run(tmp_path, fn, **kw):
     f.write_text(LAZY)
     cfg = build({"model": f"{f}:{fn}", "steps": 6, "warmup_steps": 1, "loader": "naive",
                  "eval": True, "out": str(tmp_path / "out"), "progress": False, **kw})
+    if cfg.dist.nproc > 1:  # its ranks fork from the CLI server, not fresh interpreters
+        from tests.conftest import run_config_cli
+
+        return run_config_cli(cfg)
     return execute(cfg)
 
 
