@@ -9,6 +9,11 @@ working folder, default signal handlers, stdout and stderr in files, and the sam
 (a negative signal number when a signal ended it, as `subprocess` reports it). The server
 itself never runs a tensor operation, so no thread pool is carried into a forked child.
 
+A test may also call a function of its own there (``call``: ``"module:function"`` and its
+string arguments), one that starts processes of its own: forked from the server, they do not
+import torch again, where pytest's own process (it ran tensor operations) could only start
+fresh interpreters.
+
 Each call forks twice: a waiter, then the command under it. The waiter sends the command's
 pid, waits for it and sends how it ended, so the server never waits and never holds a thread.
 
@@ -86,10 +91,18 @@ def _run_command(req: dict) -> None:
             f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(f, fd)
             os.close(f)
-        sys.argv = [str(Path(sys.executable)), *req["argv"]]
-        from scaleprobe.cli import entry
+        if req.get("call"):  # a test's own function: "module:function", its arguments
+            import importlib
 
-        code = entry(req["argv"])
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.*
+            module, _, name = req["call"].partition(":")
+            got = getattr(importlib.import_module(module), name)(*req["argv"])
+            code = got if isinstance(got, int) else 0
+        else:
+            sys.argv = [str(Path(sys.executable)), *req["argv"]]
+            from scaleprobe.cli import entry
+
+            code = entry(req["argv"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
     except BaseException:  # noqa: BLE001 - as the interpreter would: a traceback, exit 1
@@ -169,7 +182,7 @@ class Server:
             raise RuntimeError(f"the test CLI server did not start: {line!r}")
 
     def run(self, argv: list[str], env: dict[str, str], cwd: str | None, timeout: float,
-            netns: str | None = None, cpus: list[int] | None = None
+            netns: str | None = None, cpus: list[int] | None = None, call: str | None = None
             ) -> subprocess.CompletedProcess:
         out = tempfile.NamedTemporaryFile(dir=self.dir, delete=False)
         err = tempfile.NamedTemporaryFile(dir=self.dir, delete=False)
@@ -181,7 +194,7 @@ class Server:
             conn.connect(self.path)
             _send(conn, {"argv": argv, "env": env, "cwd": str(cwd or os.getcwd()),
                          "stdout": out.name, "stderr": err.name, "status": status,
-                         "netns": netns, "cpus": cpus})
+                         "netns": netns, "cpus": cpus, "call": call})
             pid = (_recv(conn) or {})["pid"]
             conn.settimeout(timeout)
             try:

@@ -116,6 +116,24 @@ def run_cli(*argv, timeout=240, env=None, cwd=None, netns=None, cpus=None):
                           capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
 
 
+def run_forked(func, *args, timeout=240):
+    """``func(*args)`` (a module-level function of a test module; string arguments) in a
+    process forked from the CLI server, waited for: processes it starts fork from one that
+    imported torch and ran no tensor operation. Returns CompletedProcess (exit code: an int
+    returned, else 0; a traceback on stderr and 1 when it raised). A fresh interpreter
+    with SCALEPROBE_TEST_CLI=exec."""
+    from tests import cliserver
+
+    target = f"{func.__module__}:{func.__name__}"
+    srv = cliserver.server()
+    if srv is not None:
+        return srv.run([str(a) for a in args], dict(os.environ), None, timeout, call=target)
+    code = (f"import sys; from {func.__module__} import {func.__name__} as f; "
+            f"r = f(*sys.argv[1:]); sys.exit(r if isinstance(r, int) else 0)")
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
 def _toml_value(v):
     if isinstance(v, bool):
         return "true" if v else "false"

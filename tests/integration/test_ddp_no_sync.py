@@ -10,13 +10,12 @@ exposed 0.0, 0.0 and 4.9 ms of a 40 ms step, against 14 of 35 ms quiet, 2026-11-
 
 from __future__ import annotations
 
+import json
+import multiprocessing as mp
 import socket
+from pathlib import Path
 
 import pytest
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch import nn
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +26,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, port: int, out: dict) -> None:
+def _rank(rank: int, port: int, folder: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
     from scaleprobe.config.sections import DistConfig
     from scaleprobe.strategies.ddp import DDP
 
@@ -50,20 +53,35 @@ def _rank(rank: int, port: int, out: dict) -> None:
         local = grads()
         model(x).sum().backward()
         synced = grads()
-        out[rank] = (local, synced)
+        (Path(folder) / f"rank{rank}.json").write_text(json.dumps([local, synced]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def test_no_sync_skips_the_all_reduce_and_sync_averages():
+def _two_ranks(folder: str) -> int:
+    """Both ranks, forked from this process (the tests' CLI server's fork: torch imported, no
+    tensor operation run, so no fresh interpreter imports it again); 1 if one failed."""
+    port = _free_port()
+    ranks = [mp.get_context("fork").Process(target=_rank, args=(r, port, folder))
+             for r in (0, 1)]
+    for r in ranks:
+        r.start()
+    for r in ranks:
+        r.join(60)
+    return 0 if all(r.exitcode == 0 for r in ranks) else 1
+
+
+def test_no_sync_skips_the_all_reduce_and_sync_averages(tmp_path):
     """Catches a no-op no_sync (the strategy returning a null context instead of DDP's): the
     gradients under it would be the two ranks' average, equal on both, as after a synchronised
     backward."""
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_rank, args=(_free_port(), out), nprocs=2, join=True)
-        (local0, synced0), (local1, synced1) = out[0], out[1]
+    from tests.conftest import run_forked
+
+    p = run_forked(_two_ranks, tmp_path, timeout=90)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (local0, synced0), (local1, synced1) = (
+        json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert local0 != local1  # each rank kept its own gradient
     assert synced0 == pytest.approx(synced1)
     assert synced0 == pytest.approx([(a + b) / 2 for a, b in zip(local0, local1, strict=True)])

@@ -184,13 +184,13 @@ def test_out_of_memory_is_a_result_with_exit_code_3(tmp_path, out_dir, capsys, e
 
 
 def test_epoch_starts_are_the_timed_steps_that_took_an_epochs_first_batch(tmp_path):
-    """Digits at batch 512: 2 steps per epoch, so after one warm-up step every other timed
+    """Digits at batch 512 (the linear model: the data is what counts): 2 steps per epoch, so after one warm-up step every other timed
     step takes an epoch's first batch (timed steps 1, 3, 5). Their median data wait and
     their share of the window's, recomputed here from steps.csv (bug caught: the flag set on
     the warm-up's epoch start, or shifted by one, which the H100 batch search's epochs of
     1-3 steps would have read as the wrong steps)."""
-    res = execute(C.build({"batch_size": 512, "steps": 7, "warmup_steps": 1, "loader": "naive",
-                           "out": str(tmp_path), "progress": False}))
+    res = execute(C.build({"model": "linear", "batch_size": 512, "steps": 7, "warmup_steps": 1,
+                           "loader": "naive", "out": str(tmp_path), "progress": False}))
     m = res["metrics"]
     assert res["status"] == "ok" and m["steps_per_epoch"] == 2 and m["steps_timed"] == 7
     rows = list(csv.DictReader(open(next(tmp_path.glob("*/steps.csv")))))
