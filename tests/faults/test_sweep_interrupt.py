@@ -3,8 +3,6 @@ a torn last line in results.jsonl is skipped with a warning, never lost or fatal
 
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
@@ -108,45 +106,6 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
     assert [r["kind"] for r in lines] == ["run", "sweep"]  # the torn line stays torn, alone
     assert lines[-1]["points_run"] == 0
     assert (out / "sweep.md").exists()
-
-
-DEMO = """
-import sys
-from scaleprobe.commands import demo
-SPEC = {"sweep": {"id": "tiny"}, "base": {"model": "linear", "loader": "naive",
-        "warmup_steps": 1}, "grid": {"steps": [2, 1000000]}}
-demo._sweeps = lambda quick: [SPEC]
-from scaleprobe.cli import main
-sys.exit(main(["demo", "--repeats", "1", "--out", sys.argv[1]]))
-"""
-
-
-@pytest.mark.slow
-def test_ctrl_c_in_the_demo_says_what_was_kept_and_writes_the_report(tmp_path):
-    """Bug: on a busy machine the demo showed nothing inside a point for minutes, and Ctrl+C
-    printed only "scaleprobe: interrupted". Now the running point's steps are in its steps
-    file (shown on the bar), and Ctrl+C names the runs kept, the command that resumes and the
-    report of what was measured."""
-    out = tmp_path / "demo"
-    demo = subprocess.Popen([sys.executable, "-c", DEMO, str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    results = out / "tiny" / "results.jsonl"
-    try:
-        assert _wait_for(lambda: len(res.read_jsonl(results, warn=False)) == 1, 120)
-        steps = out / "tiny" / "points"
-        assert _wait_for(lambda: any("of 1000000 steps timed" in p.read_text()
-                                     for p in steps.glob("*.progress")), 90)
-        demo.send_signal(signal.SIGINT)
-        _, err = demo.communicate(timeout=60)
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-    assert demo.returncode == 130, err[-2000:]
-    assert f"Kept 1 finished run in {out} (tiny: 1)" in err, err[-2000:]
-    assert f"Running `scaleprobe demo --repeats 1 --out {out}` again resumes" in err
-    assert f"report of what was measured: {out / 'report.md'}" in err
-    assert "Traceback" not in err
-    assert "steps=2" in (out / "report.md").read_text()
 
 
 def test_sigterm_stops_the_demo_as_ctrl_c_does(tmp_path, monkeypatch, capsys):

@@ -1,26 +1,86 @@
-"""`scaleprobe demo --quick`: both sweeps' tables printed, the report written, resumable."""
+"""`scaleprobe demo --quick`: stopped with Ctrl+C, then resumed to the end; both sweeps' tables
+printed, the report written, every point reused by a third call."""
 
 import pytest
 
 from scaleprobe.report.tables.batch import BATCH_HEADERS
 from scaleprobe.report.tables.workers import LOADER_HEADERS
 
-# 8 runs of two epochs each, twice (the second call reuses them): about 90 s on the quiet
-# 2-core machine, 4-5 minutes when other test suites share it
+# 8 runs of two epochs each and the one stopped by Ctrl+C (the third call reuses them): about
+# 60 s on the quiet 2-core machine, 4-5 minutes when other test suites share it
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
+
+
+def _wait_for(cond, timeout_s):
+    import time
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _training(points):
+    """Whether a point in the folder ``points`` is past its warm-up, timing steps (its
+    progress file: "epoch 1 of 2, step 5 of 22")."""
+    return any(f.read_text(errors="replace").startswith("epoch ")
+               for f in points.glob("*.progress"))
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """One `scaleprobe demo --quick` for the module's tests: (its output folder, its process)."""
-    from tests.conftest import run_cli
+    """A user's `scaleprobe demo --quick`, stopped with Ctrl+C in its second point, then run
+    again to the end (it resumes): (the output folder, the finished run's process, and of
+    the stopped one: its exit code, its stderr, its sweep's run statuses, its report)."""
+    import signal
 
-    out_dir = tmp_path_factory.mktemp("demo") / "out"
-    return out_dir, run_cli("demo", "--quick", "--out", out_dir, timeout=900)
+    from scaleprobe.core.results import read_jsonl
+    from tests.conftest import run_cli, start_cli
+
+    d = tmp_path_factory.mktemp("demo")
+    out_dir = d / "out"
+    results = out_dir / "demo-batch-size" / "results.jsonl"
+    first, _, err_f = start_cli(d, "demo", "--quick", "--out", out_dir)
+    try:
+        assert _wait_for(lambda: results.exists() and read_jsonl(results, warn=False), 300)
+        assert _wait_for(lambda: _training(out_dir / "demo-batch-size" / "points"), 120)
+        first.send_signal(signal.SIGINT)
+        code = first.wait(timeout=60)
+        statuses = [r["status"] for r in read_jsonl(results, warn=False) if r["kind"] == "run"]
+        report = (out_dir / "report.md").read_text() if (out_dir / "report.md").exists() else ""
+        stopped = code, err_f.read_text(errors="replace"), statuses, report
+    finally:
+        if first.poll() is None:
+            first.kill()
+    return out_dir, run_cli("demo", "--quick", "--out", out_dir, timeout=900), stopped
+
+
+def test_ctrl_c_in_the_demo_says_what_was_kept_and_writes_the_report(demo):
+    """Bug: on a busy machine the demo showed nothing inside a point for minutes, and Ctrl+C
+    printed only "scaleprobe: interrupted". Now the running point's steps are in its steps
+    file (shown on the bar), and Ctrl+C names the runs kept, the command that resumes and the
+    report of what was measured."""
+    import re
+
+    out, _, (code, err, statuses, report) = demo
+    assert code == 130, err[-2000:]
+    kept = re.search(rf"Kept (\d+) finished runs? in {re.escape(str(out))} "
+                     r"\(demo-batch-size: (\d+)\)", err)
+    assert kept and kept.group(1) == kept.group(2), err[-2000:]
+    # the runs kept are those recorded ok; the point that was training when Ctrl+C came is
+    # recorded interrupted, with the steps it had timed
+    assert statuses.count("ok") == int(kept.group(1)) >= 1, (statuses, err[-2000:])
+    assert statuses[-1] == "interrupted", statuses
+    assert f"Running `scaleprobe demo --quick --out {out}` again resumes" in err
+    assert f"report of what was measured: {out / 'report.md'}" in err
+    assert "### Sweep demo-batch-size" in report  # the runs kept, reported
+    assert "Traceback" not in err
 
 
 def test_quick_demo_prints_tables_and_writes_the_report(cli, demo):
-    out_dir, p = demo
+    out_dir, p, _ = demo
     assert p.returncode == 0, p.stderr[-2000:]
     assert "| Batch size | Devices | Peak memory | Growth | Epoch time | Growth |" in p.stdout
     assert "A larger batch pays only while epoch time falls faster than memory grows" in p.stdout
@@ -43,13 +103,16 @@ def test_quick_demo_prints_tables_and_writes_the_report(cli, demo):
 
     again = cli("demo", "--quick", "--out", out_dir, timeout=300)  # every point reused: no new run records
     assert again.returncode == 0, again.stderr[-2000:]
-    n_runs = sum(1 for f in out_dir.rglob("result.json"))
-    assert n_runs == 8  # 4 points x 2 repeats, none run twice
     import json
 
+    recs = [json.loads(f.read_text()) for f in out_dir.rglob("result.json")]
+    ok = [r for r in recs if r["status"] == "ok"]
+    # 4 points x 2 repeats, none run twice; and the run Ctrl+C stopped
+    assert len(ok) == 8 and [r["status"] for r in recs].count("interrupted") == 1
+    assert len({(r["experiment"]["id"], str(r["experiment"]["point"]), r["experiment"]["repeat"])
+                for r in ok}) == 8
     # the timed window's page faults, counted in each run's process (measure/env.py)
-    faults = [json.loads(f.read_text())["metrics"]["page_faults_per_step"]
-              for f in out_dir.rglob("result.json")]
+    faults = [r["metrics"]["page_faults_per_step"] for r in ok]
     assert all(isinstance(v, int | float) and v >= 0 for v in faults), faults
     assert "intervals over 2 repeats" in p.stdout
 
@@ -60,7 +123,7 @@ def test_the_demos_report_in_a_real_browser(demo):
     above zero; no label is cut or two alike; no "None" and no literal backtick."""
     from tests.integration.test_report_html import check_page, find_browser, inspect
 
-    out_dir, p = demo
+    out_dir, p, _ = demo
     assert p.returncode == 0, p.stderr[-2000:]
     binary = find_browser()
     if binary is None:
@@ -131,7 +194,7 @@ def test_the_demos_records_and_tables_keep_their_shape(demo):
     (SCALEPROBE_UPDATE_GOLDEN=1) and shows the difference in its commit."""
     import os
 
-    out_dir, p = demo
+    out_dir, p, _ = demo
     assert p.returncode == 0, p.stderr[-2000:]
     now = demo_shape(out_dir)
     if os.environ.get("SCALEPROBE_UPDATE_GOLDEN"):
