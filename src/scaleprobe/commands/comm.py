@@ -33,7 +33,7 @@ from scaleprobe.experiments.executor import (
     launcher_env,
 )
 from scaleprobe.features.links import MMAP_BYTES
-from scaleprobe.launch import Job, run_workers
+from scaleprobe.launch import Job, fresh_launcher, run_workers
 from scaleprobe.launch.failures import WorkerFailure
 from scaleprobe.measure.comm.bench import (
     DEFAULT_OPS,
@@ -361,6 +361,7 @@ JOB_ARGS = ("nproc", "ops", "sizes", "iters", "warmup", "backend", "timeout", "o
 def comm_job(given: dict[str, Any]) -> CommBenchRecord | None:
     """What the Slurm job runs, on each of its nodes: the benchmark with this node's rank and
     the rendezvous on the job's first node; node 0 returns the record."""
+    fresh_launcher()  # the job's own process, no tensor operation run: its ranks may fork
     args = argparse.Namespace(**given, node_rank=0, rdzv_endpoint=None)
     if args.nnodes > 1:
         env = launcher_env(dict(os.environ))

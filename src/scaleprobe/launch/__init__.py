@@ -69,8 +69,9 @@ _fresh = False  # this process is scaleprobe's own and has run no tensor operati
 def fresh_launcher() -> None:
     """Say that this process is scaleprobe's own, started to run one command or one point,
     so it has run no tensor operation before it launches ranks: they may be forked from it
-    (the module's docstring). Called by the command line's entry and by a point's process,
-    never by code a user or a test calls in a process of its own."""
+    (the module's docstring). Called by the command line's entry, by a point's process and
+    by a Slurm job of ``comm``, never by code a user or a test calls in a process of its
+    own."""
     global _fresh
     _fresh = True
 
@@ -137,6 +138,13 @@ def _send_to_self(signals: list[int]) -> None:
         os.kill(os.getpid(), sig)
 
 
+def _handler_of(sig: int) -> Any:
+    try:
+        return signal.getsignal(sig)
+    except (ValueError, OSError):  # not a signal this platform lets Python handle
+        return None
+
+
 def _begin_as_a_fresh_rank() -> None:
     """In a rank just forked by the launcher: what a fresh interpreter starts with."""
     global _forking_ranks, _guard_fd
@@ -149,8 +157,12 @@ def _begin_as_a_fresh_rank() -> None:
     _forking_ranks = False
     _held.clear()
     _deferred.clear()
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
+    # every handler the launcher's process set (its stop handlers, torch's launcher's, a
+    # scheduler's job wrapper's such as submitit's SIGUSR2), as a fresh interpreter has none
+    for sig in (*_STOP_SIGNALS, signal.SIGCHLD, *(
+            s for s in signal.valid_signals() if callable(_handler_of(s)))):
+        if sig != signal.SIGINT:
+            signal.signal(sig, signal.SIG_DFL)
     # Ctrl+C is held until the rank's entry (``_armed``): raised here, between the fork and
     # multiprocessing's own try, the KeyboardInterrupt climbed the launcher's stack copied
     # into the child, which then recorded the run a second time as the launcher's double
