@@ -167,6 +167,12 @@ start() {
 stop() {
   export SLURM_CONF=$CONF
   [ -f "$CONF" ] && on_node 0 scancel --quiet --full -u "$(id -un)" 2>/dev/null || true
+  # the jobs leave the queue first: a job step whose slurmd is gone waits for it forever
+  # (a sweep does not wait for a job that returned to leave the queue)
+  for _ in $(seq 1 40); do
+    [ -f "$CONF" ] && [ -n "$(on_node 0 squeue -h 2>/dev/null)" ] || break
+    sleep 0.25
+  done
   for pidfile in "$STATE"/slurmd-*.pid "$STATE/slurmctld.pid" "$STATE/munge/munged.pid"; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done

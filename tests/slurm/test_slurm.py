@@ -99,37 +99,47 @@ def _a_step_timed(out_dir, timeout_s=180):
     return False
 
 
-def _stop_a_training_point(tmp_path, out_dir, sid, stop):
-    """A one-point sweep of a long run as a Slurm job; once it has logged a timed step,
-    ``stop(job_id, sweep_process)``; returns (job id, the sweep's exit code, its stderr)."""
-    import sys
+@pytest.fixture(scope="module")
+def stopped_points(slurm_cluster, tmp_path_factory):
+    """Two one-point sweeps of a long run, each point a Slurm job, side by side: once each
+    job has timed a step, one job is `scancel`ed (what a pre-emption or an admin does) and
+    the other's sweep gets Ctrl+C. ``{"cancel" | "ctrlc": (its output folder, its job id,
+    the sweep's exit code, its stderr)}``."""
+    import signal
 
-    spec = _spec(tmp_path, sid, "steps = [1000000]")
-    sweep = subprocess.Popen([sys.executable, "-m", "scaleprobe", "sweep", str(spec), "--out",
-                              str(out_dir), "--executor", "slurm", "--no-progress"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    from tests.conftest import start_cli
+
+    started = {}
+    for sid in ("cancel", "ctrlc"):
+        d = tmp_path_factory.mktemp(sid)
+        spec = _spec(d, sid, "steps = [1000000]")
+        proc, _, err_f = start_cli(d, "sweep", spec, "--out", d / "out", "--executor", "slurm",
+                                   "--no-progress")
+        started[sid] = (d / "out", proc, err_f)
     try:
-        job = _running_job(out_dir)
-        assert job is not None, "the point never ran as a job"
-        # stopped before its first timed step, a run has no steps to keep (a fixed 10 s was
-        # not always enough under load)
-        assert _a_step_timed(out_dir), "the point's job never timed a step"
-        stop(job, sweep)
-        _, err = sweep.communicate(timeout=120)
+        jobs = {}
+        for sid, (out, _, _) in started.items():
+            jobs[sid] = _running_job(out)
+            assert jobs[sid] is not None, f"{sid}: the point never ran as a job"
+            # stopped before its first timed step, a run has no steps to keep (a fixed 10 s
+            # was not always enough under load)
+            assert _a_step_timed(out), f"{sid}: the point's job never timed a step"
+        subprocess.run(["scancel", jobs["cancel"]], check=True)
+        started["ctrlc"][1].send_signal(signal.SIGINT)
+        return {sid: (out, jobs[sid], proc.wait(timeout=120), err_f.read_text())
+                for sid, (out, proc, err_f) in started.items()}
     finally:
-        if sweep.poll() is None:
-            sweep.kill()
-    return job, sweep.returncode, err
+        for _, proc, _ in started.values():
+            if proc.poll() is None:
+                proc.kill()
 
 
-def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
-        slurm_cluster, tmp_path, out_dir):
+def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(stopped_points):
     """`scancel` of a running point (what a pre-emption or an admin does). Bugs caught: the
     sweep waiting forever for a job that will never return (submitit asks sacct, which a
     cluster without accounting refuses), the point recorded ok or failed, the scheduler's
     verdict missing from its error, the steps timed before the cancel lost."""
-    job, _, _ = _stop_a_training_point(tmp_path, out_dir, "cancel", lambda job, sweep: (
-        subprocess.run(["scancel", job], check=True)))
+    out_dir, job, _, _ = stopped_points["cancel"]
     (run,) = _records(out_dir)
     assert run["status"] == "interrupted", run.get("error")
     assert run["error"].startswith(f"Slurm job {job} ended CANCELLED"), run["error"]
@@ -137,17 +147,13 @@ def test_a_cancelled_job_is_an_interrupted_point_with_the_schedulers_reason(
     assert run["metrics"]["steps_timed"] > 0  # the job stopped as on SIGTERM, steps kept
 
 
-def test_ctrl_c_in_the_submitter_cancels_its_jobs_and_keeps_their_steps(
-        slurm_cluster, tmp_path, out_dir):
+def test_ctrl_c_in_the_submitter_cancels_its_jobs_and_keeps_their_steps(stopped_points):
     """Ctrl+C in `scaleprobe sweep --executor slurm` while a point trains as a job. Bugs
     caught: the job left running on the cluster after the sweep is gone (it would hold its
     nodes until its time limit), the sweep not ending 130, the point not recorded (or
     recorded ok, or without the steps the job timed before it was cancelled), the reason not
     saying who cancelled it."""
-    import signal
-
-    job, rc, err = _stop_a_training_point(tmp_path, out_dir, "ctrlc", lambda job, sweep: (
-        sweep.send_signal(signal.SIGINT)))
+    out_dir, job, rc, err = stopped_points["ctrlc"]
     assert rc == 130, err[-2000:]
     deadline = time.time() + 60  # scancel'ed: the job leaves the queue
     while time.time() < deadline:
