@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,16 @@ def run_cli(*argv, timeout=240, env=None, cwd=None, netns=None, cpus=None):
     wrap += ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
     return subprocess.run([*wrap, sys.executable, "-m", "scaleprobe", *map(str, argv)],
                           capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
+
+
+def wait_for(cond, timeout_s, every_s=0.1):
+    """Whether ``cond()`` came true within ``timeout_s``, asked every ``every_s``."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(every_s)
+    return False
 
 
 def run_forked(func, *args, timeout=240):

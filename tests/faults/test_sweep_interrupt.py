@@ -13,7 +13,7 @@ from scaleprobe.experiments.procs import GRACE_S
 from scaleprobe.experiments.spec import load_spec, points
 from scaleprobe.experiments.sweep import run_sweep
 from scaleprobe.report.render.sweep_tables import write_tables
-from tests.conftest import start_cli
+from tests.conftest import start_cli, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,15 +40,6 @@ def _alive(procs):
     return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def _wait_for(cond, timeout_s):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.slow
 def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
     spec = tmp_path / "s.toml"
@@ -57,9 +48,9 @@ def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
                                 "--repeats", "1")
     results = out_dir / "results.jsonl"
     try:
-        assert _wait_for(lambda: len(res.read_jsonl(results, warn=False)) == 1, 120)
+        assert wait_for(lambda: len(res.read_jsonl(results, warn=False)) == 1, 120)
         # the second point has started (its log exists), however points start
-        assert _wait_for(lambda: len(list((out_dir / "points").glob("*.log"))) == 2, 30)
+        assert wait_for(lambda: len(list((out_dir / "points").glob("*.log"))) == 2, 30)
         time.sleep(3)  # the second point is importing or training
         family = psutil.Process(sweep.pid).children(recursive=True)
         t0 = time.time()

@@ -11,17 +11,6 @@ from scaleprobe.report.tables.workers import LOADER_HEADERS
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 
-def _wait_for(cond, timeout_s):
-    import time
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _training(points):
     """Whether a point in the folder ``points`` is past its warm-up, timing steps (its
     progress file: "epoch 1 of 2, step 5 of 22")."""
@@ -37,15 +26,15 @@ def demo(tmp_path_factory):
     import signal
 
     from scaleprobe.core.results import read_jsonl
-    from tests.conftest import run_cli, start_cli
+    from tests.conftest import run_cli, start_cli, wait_for
 
     d = tmp_path_factory.mktemp("demo")
     out_dir = d / "out"
     results = out_dir / "demo-batch-size" / "results.jsonl"
     first, _, err_f = start_cli(d, "demo", "--quick", "--out", out_dir)
     try:
-        assert _wait_for(lambda: results.exists() and read_jsonl(results, warn=False), 300)
-        assert _wait_for(lambda: _training(out_dir / "demo-batch-size" / "points"), 120)
+        assert wait_for(lambda: results.exists() and read_jsonl(results, warn=False), 300)
+        assert wait_for(lambda: _training(out_dir / "demo-batch-size" / "points"), 120)
         first.send_signal(signal.SIGINT)
         code = first.wait(timeout=60)
         statuses = [r["status"] for r in read_jsonl(results, warn=False) if r["kind"] == "run"]
