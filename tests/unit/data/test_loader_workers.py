@@ -7,6 +7,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(120)
 
+
 def _loader_and_first_batch():
     """A pipelined loader of two workers over 64 samples, and its iterator past its first
     batch (the workers started)."""
@@ -48,8 +49,11 @@ def _kill_a_trainer() -> int:
             del it
         finally:
             os._exit(1)
+    os.close(told)  # the child's end alone: a child that dies before it writes is EOF here
     try:
-        os.read(ready, 1)
+        if os.read(ready, 1) != b"r":
+            print("the training process ended before its workers started")
+            return 1
         workers = psutil.Process(pid).children()
         if len(workers) != 2:
             print(f"{len(workers)} workers, expected 2")
