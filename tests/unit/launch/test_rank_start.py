@@ -81,14 +81,17 @@ def test_a_fork_that_is_not_a_ranks_holds_nothing(monkeypatch):
 def test_a_forked_rank_begins_with_default_handlers_and_its_own_streams(monkeypatch):
     """The launcher's handlers raise its own exception type and another of its threads may
     hold its stdout's lock at the fork: a rank gets Python's defaults and new stream objects,
-    and a plain fork (a loader worker) keeps everything."""
+    and a plain fork (a loader worker) keeps everything. Any other handler of the launcher's
+    process goes too (a Slurm job's: submitit's SIGUSR2), as a fresh interpreter has none."""
     monkeypatch.setattr(launch, "_forking_ranks", True)
     old = signal.signal(signal.SIGTERM, _raise_stop)
+    old_usr2 = signal.signal(signal.SIGUSR2, _raise_stop)
     r, w = os.pipe()
     try:
         pid = os.fork()
         if pid == 0:  # the rank: Ctrl+C held until its entry runs
             ok = (signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+                  and signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
                   and signal.getsignal(signal.SIGINT) is launch._defer
                   and sys.stdout is not launch._stale_streams[0]
                   and not launch._forking_ranks
@@ -102,12 +105,14 @@ def test_a_forked_rank_begins_with_default_handlers_and_its_own_streams(monkeypa
         monkeypatch.setattr(launch, "_forking_ranks", False)
         pid = os.fork()
         if pid == 0:  # not a rank: nothing changed
-            os.write(w, b"1" if signal.getsignal(signal.SIGTERM) is _raise_stop else b"0")
+            os.write(w, b"1" if signal.getsignal(signal.SIGTERM) is _raise_stop
+                     and signal.getsignal(signal.SIGUSR2) is _raise_stop else b"0")
             os._exit(0)
         os.waitpid(pid, 0)
         assert os.read(r, 1) == b"1"
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGUSR2, old_usr2)
         os.close(r)
         os.close(w)
 
