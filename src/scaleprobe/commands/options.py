@@ -11,6 +11,7 @@ default ``--help`` shows never overrides a file.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import sys
@@ -164,10 +165,14 @@ def add_run_options(p: argparse.ArgumentParser, config_file: bool = True,
 
 def other_keys_text() -> str:
     """The config keys that have no flag, with their help and defaults (for ``--help``)."""
+    return _other_keys_text(min(max(shutil.get_terminal_size().columns - 2, 60), 100))
+
+
+@functools.cache  # five commands show it: filled once per terminal width
+def _other_keys_text(cols: int) -> str:
     flagged = {key for _f, key, _o in RUN_FLAGS}
     keys = [k for k in ALL_KEYS if k not in flagged]
     width = max(map(len, keys)) + 4
-    cols = min(max(shutil.get_terminal_size().columns - 2, 60), 100)
     lines = [textwrap.fill(f"{KNOBS[k].help} (default: {KNOBS[k].default_text()}"
                            f"{C.task_default_text(k)})",
                            cols, initial_indent=f"  {k:{width - 2}s}",
