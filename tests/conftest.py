@@ -27,6 +27,12 @@ def _user() -> str:
 
 def pytest_configure(config):
     os.environ.setdefault("SCALEPROBE_TEST", "1")
+    # An environment that asks Python not to write bytecode (PYTHONDONTWRITEBYTECODE, set in
+    # many container images) had each of the hundreds of interpreters the suite starts (ranks,
+    # command lines, jobs) compile scaleprobe's sources again: the first one now writes them
+    # (__pycache__, ignored by git) and the others read them
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        sys.dont_write_bytecode = False
     import tempfile
 
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
