@@ -15,12 +15,8 @@ workers are killed at once, not after the launcher's 30 s grace. Ctrl+C or SIGTE
 process is forwarded to the workers, which stop together and keep their records
 (``interrupt.py``); ``Interrupted`` then reports it.
 
-How a rank starts: forked from this process when it is scaleprobe's own (``fresh_launcher``)
-on a machine without a GPU driver, so it does not import torch and the engine again; spawned
-otherwise (a process that may have run tensor operations: torch's OpenMP pool deadlocks a
-forked child; a GPU machine: CUDA). docs/RELIABILITY.md gives the rule, what a forked rank
-resets and what it costs; ``SCALEPROBE_RANK_START=fork`` or ``=spawn`` chooses either. ``wrap``'s
-ranks start the same way (``wrap/boot.forked_rank``).
+How a rank starts, forked from this process or spawned, and what a forked rank resets:
+``launch/rankstart.py``.
 """
 
 from __future__ import annotations
@@ -28,11 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import functools
-import io
 import logging
-import multiprocessing
-import multiprocessing.util
 import os
 import signal
 import socket
@@ -52,181 +44,27 @@ from scaleprobe.core.errors import ConfigError
 from scaleprobe.features.interrupt import Interrupted, signal_name
 from scaleprobe.launch import guard
 from scaleprobe.launch.failures import WorkerFailure
+from scaleprobe.launch.rankstart import (
+    START_ENV,
+    STOP_SIGNALS,
+    LeavesAfterReturn,
+    armed,
+    forking,
+    fresh_launcher,
+    guard_pipe,
+    is_fresh,
+    rank_start_method,
+    send_to_self,
+)
 from scaleprobe.launch.rankwatch import (
     INTERRUPT_GRACE_S,
     STOP_CEILING_S,
     STOP_STEPS,
     RankWatch,
 )
-from scaleprobe.measure.env import gpu_machine, leave_process
 
-START_ENV = "SCALEPROBE_RANK_START"  # fork | spawn (see the module's docstring)
-
-
-_fresh = False  # this process is scaleprobe's own and has run no tensor operation
-
-
-def fresh_launcher() -> None:
-    """Say that this process is scaleprobe's own, started to run one command or one point,
-    so it has run no tensor operation before it launches ranks: they may be forked from it
-    (the module's docstring). Called by the command line's entry, by a point's process and
-    by a Slurm job of ``comm``, never by code a user or a test calls in a process of its
-    own."""
-    global _fresh
-    _fresh = True
-
-
-def is_fresh() -> bool:
-    """Whether ``fresh_launcher`` was called in this process (or in the one it was forked
-    from before it ran anything): scaleprobe's own, no tensor operation run."""
-    return _fresh
-
-
-def rank_start_method() -> str:
-    """``fork`` or ``spawn``: how this host's ranks start (see the module's docstring)."""
-    how = os.environ.get(START_ENV, "").strip().lower()
-    if how in ("fork", "spawn"):
-        return how
-    if how:
-        raise ConfigError(f"{START_ENV}={how!r}: expected fork or spawn")
-    fork_ok = sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
-    return "fork" if _fresh and fork_ok and not gpu_machine() else "spawn"
-
-
-_forking_ranks = False  # set while this process forks its ranks
-_guard_fd: int | None = None  # the write end of the job's guard's pipe (``_guarded``)
-_stale_streams: list[Any] = []  # the parent's stdio objects, kept from finalisers in a rank
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_held: dict[int, Any] = {}  # the stop signals' handlers, while a rank is being forked
-_deferred: list[int] = []  # stop signals that came while a rank was being forked
-
-
-def _defer(signum: int, _frame: Any) -> None:
-    _deferred.append(signum)
-
-
-def _hold_stop_signals() -> None:
-    """Before a rank's fork, in the launcher: Python runs its at-fork hooks (logging's, ...)
-    around the fork, and an exception raised in one is printed and dropped. The launcher's
-    stop handler raises (Ctrl+C, SIGTERM), so a stop that came during a fork was lost and the
-    job ran on (6 ranks on 2 cores stopped in their first steps ran for minutes): until the
-    fork is over, a stop signal is only noted, then sent again (``_release_stop_signals``)."""
-    if not _forking_ranks or threading.current_thread() is not threading.main_thread():
-        return
-    for sig in _STOP_SIGNALS:
-        _held[sig] = signal.getsignal(sig)
-        signal.signal(sig, _defer)
-
-
-def _release_stop_signals() -> None:
-    """After a rank's fork, in the launcher: the handlers back, the stops noted sent again
-    from another thread a moment later, so they arrive outside this hook."""
-    if not _held:
-        return
-    pending = list(dict.fromkeys(_deferred))
-    _deferred.clear()
-    if pending:
-        threading.Timer(0.05, _send_to_self, args=(pending,)).start()
-    held = dict(_held)
-    _held.clear()
-    for sig, handler in held.items():
-        signal.signal(sig, handler)
-
-
-def _send_to_self(signals: list[int]) -> None:
-    for sig in signals:
-        os.kill(os.getpid(), sig)
-
-
-def _handler_of(sig: int) -> Any:
-    try:
-        return signal.getsignal(sig)
-    except (ValueError, OSError):  # not a signal this platform lets Python handle
-        return None
-
-
-def _begin_as_a_fresh_rank() -> None:
-    """In a rank just forked by the launcher: what a fresh interpreter starts with."""
-    global _forking_ranks, _guard_fd
-    if _guard_fd is not None:  # only the launcher holds the guard's pipe (``_guarded``)
-        with contextlib.suppress(OSError):
-            os.close(_guard_fd)
-        _guard_fd = None
-    if not _forking_ranks:  # another fork (a loader worker, a user's own): nothing to do
-        return
-    _forking_ranks = False
-    _held.clear()
-    _deferred.clear()
-    # every handler the launcher's process set (its stop handlers, torch's launcher's, a
-    # scheduler's job wrapper's such as submitit's SIGUSR2), as a fresh interpreter has none
-    for sig in (*_STOP_SIGNALS, signal.SIGCHLD, *(
-            s for s in signal.valid_signals() if callable(_handler_of(s)))):
-        if sig != signal.SIGINT:
-            signal.signal(sig, signal.SIG_DFL)
-    # Ctrl+C is held until the rank's entry (``_armed``): raised here, between the fork and
-    # multiprocessing's own try, the KeyboardInterrupt climbed the launcher's stack copied
-    # into the child, which then recorded the run a second time as the launcher's double
-    signal.signal(signal.SIGINT, _defer)
-    for name, fd in (("stdout", 1), ("stderr", 2)):
-        old = getattr(sys, name)
-        if old is None:
-            continue
-        _stale_streams.append(old)  # never flushed nor closed here: its lock may be held
-        new = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
-                               encoding=getattr(old, "encoding", None) or "utf-8",
-                               errors=getattr(old, "errors", None) or "strict",
-                               line_buffering=bool(getattr(old, "line_buffering", False)),
-                               # -u / PYTHONUNBUFFERED: as unbuffered as the old one
-                               write_through=name == "stderr" or bool(
-                                   getattr(old, "write_through", False)))
-        setattr(sys, name, new)
-        setattr(sys, f"__{name}__", new)
-
-
-os.register_at_fork(before=_hold_stop_signals, after_in_parent=_release_stop_signals,
-                    after_in_child=_begin_as_a_fresh_rank)
-
-
-def _armed(entry: Callable[..., Any]) -> Callable[..., Any]:
-    """``entry`` as a forked rank runs it: Ctrl+C, held since the fork, is armed again
-    first, and one that came meanwhile is raised here, where the rank's own code handles
-    it."""
-    @functools.wraps(entry)
-    def rank_entry(*args: Any) -> Any:
-        came = signal.SIGINT in _deferred
-        _deferred.clear()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if came:
-            raise KeyboardInterrupt
-        return entry(*args)
-
-    return rank_entry
-
-
-class _LeavesAfterReturn:
-    """``entry`` as a spawned rank runs it for a caller that asked (``run_workers(...,
-    leave_after_return=True)``): once it has returned, and the launcher has taken its value,
-    the process ends by ``leave_process`` (threads joined, atexit run, streams flushed,
-    ``os._exit``) instead of the interpreter's teardown, where a gloo thread of a process
-    group a DDP model keeps alive can abort the rank (``measure/env.leave_process``). A
-    forked rank ends in ``os._exit`` already; a rank that raised ends as before, with its
-    code. A class, not a closure: a spawned rank's entry is pickled."""
-
-    def __init__(self, entry: Callable[..., Any]) -> None:
-        self.entry = entry
-        functools.update_wrapper(self, entry)  # the launcher names it, and records it
-
-    def __call__(self, *args: Any) -> Any:
-        out = self.entry(*args)
-        # multiprocessing runs its finalizers as the rank's function has ended, after
-        # torch's launcher has handed the value over; this one last of them
-        multiprocessing.util.Finalize(None, _leave_unless_raised, exitpriority=-(2 ** 31))
-        return out
-
-
-def _leave_unless_raised() -> None:
-    if sys.exc_info()[0] is None:  # called inside the ``finally`` that an exception also takes
-        leave_process(0)
+__all__ = ["START_ENV", "Job", "WorkerFailure", "fresh_launcher", "is_fresh",
+           "rank_start_method", "run_workers"]
 
 
 @contextlib.contextmanager
@@ -234,7 +72,6 @@ def _guarded(run_dir: str | None) -> Iterator[int | None]:
     """The job's guard (``launch/guard.py``) while inside: when this process ends, however it
     ends, the guard kills what the ranks left in their process groups. Yields its pid (None:
     no guard, without a run folder or off Linux)."""
-    global _guard_fd
     if not run_dir or not sys.platform.startswith("linux"):
         yield None
         return
@@ -251,11 +88,10 @@ def _guarded(run_dir: str | None) -> Iterator[int | None]:
         return
     finally:
         os.close(r)
-    _guard_fd = w
     try:
-        yield proc.pid
+        with guard_pipe(w):
+            yield proc.pid
     finally:
-        _guard_fd = None
         os.close(w)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
@@ -422,14 +258,14 @@ def _stops_told_to(watch: RankWatch | None) -> Iterator[None]:
     def on_stop(signum: int, frame: Any) -> None:
         watch.asked_to_stop(signal_name(signum))
         if _in_finaliser(frame):  # raised there, it is printed and dropped: the job ran on
-            threading.Timer(0.05, _send_to_self, args=([signum],)).start()
+            threading.Timer(0.05, send_to_self, args=([signum],)).start()
             return
         raise SignalException(f"Process {os.getpid()} got signal: {signal_name(signum)}",
                               sigval=signal.Signals(signum))
 
     saved = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
     os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = ""
-    for sig in _STOP_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, on_stop)
     try:
         yield
@@ -464,7 +300,7 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
     (to this process, or to one rank alone) the ranks get ``stop_steps`` of their slowest
     step, at least ``INTERRUPT_GRACE_S``, to stop together, before they are killed. With
     ``leave_after_return`` a spawned rank that returned ends without the interpreter's
-    teardown (``_LeavesAfterReturn``): for scaleprobe's own ranks, whose objects need none.
+    teardown (``rankstart.LeavesAfterReturn``): for scaleprobe's own ranks, whose objects need none.
     """
     # heavy: torch: torch.distributed's launcher, only when ranks are launched
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -495,15 +331,13 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
                          STOP_CEILING_S if run_dir else INTERRUPT_GRACE_S,
                          own_stop_handler=bool(run_dir))
     if start == "fork" and callable(entry):
-        entry = _armed(entry)
+        entry = armed(entry)
     elif leave_after_return and callable(entry):
-        entry = _LeavesAfterReturn(entry)
-    handlers = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+        entry = LeavesAfterReturn(entry)
+    handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})
-    global _forking_ranks
     try:
-        _forking_ranks = start == "fork"
-        with _environ(env), _guarded(run_dir) as guard_pid, \
+        with forking(start == "fork"), _environ(env), _guarded(run_dir) as guard_pid, \
                 RankWatch(run_dir, stall_after_s, spare={guard_pid},
                           stop_steps=stop_steps) as watch, \
                 _stops_told_to(watch if run_dir else None):
@@ -524,7 +358,6 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
                     raise WorkerFailure(-1, f"rendezvous failed: {e}") from None
                 raise
     finally:
-        _forking_ranks = False
         # the launcher's handlers raise its own exception type; they would outlive the job
         for s, h in handlers.items():
             with contextlib.suppress(ValueError, TypeError):

@@ -1,5 +1,5 @@
 """A spawned rank that returned ends without the interpreter's teardown when its caller asked
-(``run_workers(..., leave_after_return=True)``, launch ``_LeavesAfterReturn``): its threads
+(``run_workers(..., leave_after_return=True)``, ``launch.rankstart.LeavesAfterReturn``): its threads
 joined and atexit run first, then ``os._exit(0)``; a rank that raised keeps its code, and a
 plain spawned rank ends through the teardown as before."""
 
@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent('''
     import threading
     import time
 
-    from scaleprobe.launch import _LeavesAfterReturn
+    from scaleprobe.launch.rankstart import LeavesAfterReturn
 
 
     def ok(tag):
@@ -33,8 +33,8 @@ SCRIPT = textwrap.dedent('''
 
     if __name__ == "__main__":
         ctx = mp.get_context("spawn")
-        for name, target in (("plain", ok), ("leaves", _LeavesAfterReturn(ok)),
-                             ("raises", _LeavesAfterReturn(fails))):
+        for name, target in (("plain", ok), ("leaves", LeavesAfterReturn(ok)),
+                             ("raises", LeavesAfterReturn(fails))):
             p = ctx.Process(target=target, args=(name,))
             p.start()
             p.join()

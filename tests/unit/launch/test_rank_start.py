@@ -1,4 +1,4 @@
-"""How a rank starts (launch/__init__.py): forked on a machine without a GPU driver, spawned on
+"""How a rank starts (launch/rankstart.py): forked on a machine without a GPU driver, spawned on
 one, as the environment says otherwise; a forked rank begins as a fresh interpreter would;
 a stop signal that comes while a rank is being forked is not lost."""
 
@@ -11,6 +11,7 @@ import pytest
 
 from scaleprobe import launch
 from scaleprobe.core.errors import ConfigError
+from scaleprobe.launch import rankstart
 
 
 @pytest.mark.parametrize("env,gpu,fresh,expect", [
@@ -23,8 +24,8 @@ from scaleprobe.core.errors import ConfigError
 def test_the_start_method_follows_the_machine_the_process_and_the_environment(
         monkeypatch, env, gpu, fresh, expect):
     monkeypatch.setenv(launch.START_ENV, env)
-    monkeypatch.setattr(launch, "gpu_machine", lambda: gpu)
-    monkeypatch.setattr(launch, "_fresh", fresh)
+    monkeypatch.setattr(rankstart, "gpu_machine", lambda: gpu)
+    monkeypatch.setattr(rankstart, "_fresh", fresh)
     assert launch.rank_start_method() == expect
 
 
@@ -33,9 +34,9 @@ def test_only_scaleprobes_own_entries_say_the_process_is_fresh(monkeypatch):
     line's entry (and a point's process) say their process is fresh."""
     from scaleprobe import cli
 
-    monkeypatch.setattr(launch, "_fresh", False)
-    assert cli.main(["--version"]) == 0 and launch._fresh is False
-    assert cli.entry(["--version"]) == 0 and launch._fresh is True
+    monkeypatch.setattr(rankstart, "_fresh", False)
+    assert cli.main(["--version"]) == 0 and rankstart._fresh is False
+    assert cli.entry(["--version"]) == 0 and rankstart._fresh is True
 
 
 def test_an_unknown_start_method_is_one_line(monkeypatch):
@@ -56,13 +57,13 @@ def test_a_stop_during_a_ranks_fork_is_sent_again_after_it(monkeypatch):
     """Bug caught: Ctrl+C while the launcher forked its ranks raised inside one of Python's
     at-fork hooks, where the exception is printed and dropped: the job ran on for minutes."""
     old = signal.signal(signal.SIGTERM, _raise_stop)
-    monkeypatch.setattr(launch, "_forking_ranks", True)
+    monkeypatch.setattr(rankstart, "_forking_ranks", True)
     try:
-        launch._hold_stop_signals()  # the fork begins
+        rankstart._hold_stop_signals()  # the fork begins
         os.kill(os.getpid(), signal.SIGTERM)  # noted, not raised
-        assert launch._deferred == [signal.SIGTERM]
-        launch._release_stop_signals()  # the fork is over: the handler is back
-        assert signal.getsignal(signal.SIGTERM) is _raise_stop and not launch._held
+        assert rankstart._deferred == [signal.SIGTERM]
+        rankstart._release_stop_signals()  # the fork is over: the handler is back
+        assert signal.getsignal(signal.SIGTERM) is _raise_stop and not rankstart._held
         with pytest.raises(Stop):
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
@@ -72,10 +73,10 @@ def test_a_stop_during_a_ranks_fork_is_sent_again_after_it(monkeypatch):
 
 
 def test_a_fork_that_is_not_a_ranks_holds_nothing(monkeypatch):
-    monkeypatch.setattr(launch, "_forking_ranks", False)
+    monkeypatch.setattr(rankstart, "_forking_ranks", False)
     before = signal.getsignal(signal.SIGINT)
-    launch._hold_stop_signals()
-    assert signal.getsignal(signal.SIGINT) is before and not launch._held
+    rankstart._hold_stop_signals()
+    assert signal.getsignal(signal.SIGINT) is before and not rankstart._held
 
 
 def test_a_forked_rank_begins_with_default_handlers_and_its_own_streams(monkeypatch):
@@ -83,7 +84,7 @@ def test_a_forked_rank_begins_with_default_handlers_and_its_own_streams(monkeypa
     hold its stdout's lock at the fork: a rank gets Python's defaults and new stream objects,
     and a plain fork (a loader worker) keeps everything. Any other handler of the launcher's
     process goes too (a Slurm job's: submitit's SIGUSR2), as a fresh interpreter has none."""
-    monkeypatch.setattr(launch, "_forking_ranks", True)
+    monkeypatch.setattr(rankstart, "_forking_ranks", True)
     old = signal.signal(signal.SIGTERM, _raise_stop)
     old_usr2 = signal.signal(signal.SIGUSR2, _raise_stop)
     r, w = os.pipe()
@@ -92,17 +93,17 @@ def test_a_forked_rank_begins_with_default_handlers_and_its_own_streams(monkeypa
         if pid == 0:  # the rank: Ctrl+C held until its entry runs
             ok = (signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
                   and signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
-                  and signal.getsignal(signal.SIGINT) is launch._defer
-                  and sys.stdout is not launch._stale_streams[0]
-                  and not launch._forking_ranks
-                  and launch._armed(lambda: signal.getsignal(signal.SIGINT))()
+                  and signal.getsignal(signal.SIGINT) is rankstart._defer
+                  and sys.stdout is not rankstart._stale_streams[0]
+                  and not rankstart._forking_ranks
+                  and rankstart.armed(lambda: signal.getsignal(signal.SIGINT))()
                   is signal.default_int_handler)
             os.write(w, b"1" if ok else b"0")
             os._exit(0)
         os.waitpid(pid, 0)
         assert os.read(r, 1) == b"1"
         assert signal.getsignal(signal.SIGTERM) is _raise_stop  # the launcher keeps its own
-        monkeypatch.setattr(launch, "_forking_ranks", False)
+        monkeypatch.setattr(rankstart, "_forking_ranks", False)
         pid = os.fork()
         if pid == 0:  # not a rank: nothing changed
             os.write(w, b"1" if signal.getsignal(signal.SIGTERM) is _raise_stop
@@ -121,7 +122,7 @@ def test_ctrl_c_between_a_ranks_fork_and_its_entry_is_raised_in_the_entry(monkey
     """Bug caught: Ctrl+C that reached a rank just forked, before multiprocessing's own try,
     raised KeyboardInterrupt through the launcher's stack copied into the child: the child
     finished the launcher's run and recorded it a second time (two records of one run)."""
-    monkeypatch.setattr(launch, "_forking_ranks", True)
+    monkeypatch.setattr(rankstart, "_forking_ranks", True)
     r, w = os.pipe()
     try:
         pid = os.fork()
@@ -131,7 +132,7 @@ def test_ctrl_c_between_a_ranks_fork_and_its_entry_is_raised_in_the_entry(monkey
                 time.sleep(0.05)  # held: nothing raised here
                 ran = []
                 try:
-                    launch._armed(lambda: ran.append(1))()
+                    rankstart.armed(lambda: ran.append(1))()
                     got = b"n"
                 except KeyboardInterrupt:
                     got = b"k" if not ran else b"r"
@@ -149,7 +150,7 @@ def test_ctrl_c_between_a_ranks_fork_and_its_entry_is_raised_in_the_entry(monkey
 def test_the_entry_keeps_its_name_for_torchs_launcher():
     def launched_worker():
         return 7
-    armed = launch._armed(launched_worker)
+    armed = rankstart.armed(launched_worker)
     assert armed.__name__ == "launched_worker" and armed() == 7
 
 
