@@ -18,15 +18,20 @@ from scaleprobe.measure import env
 ROOT = Path(__file__).resolve().parents[3]
 linux = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux's /proc")
 
-# one process's gloo group: its socket thread exists from init_process_group on; each mode
-# in turn ("default" first: it leaves the threads as they are)
+# one process's gloo group: its socket thread starts in init_process_group and names itself
+# once it runs (under load, after init_process_group has returned: waited for here, as the
+# engine's window gate, where set_gloo_io is applied again, comes steps later); each mode in
+# turn ("default" first: it leaves the threads as they are)
 _GROUP = """
-import os, sys
+import os, sys, time
 sys.path.insert(0, {src!r})
 import torch.distributed as dist
 from scaleprobe.measure.env import set_gloo_io, threads_named
 store = dist.HashStore()
 dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+deadline = time.monotonic() + 30
+while not threads_named("gloo_tcp_loop") and time.monotonic() < deadline:
+    time.sleep(0.01)
 for mode in {modes!r}:
     print(set_gloo_io(mode),
           ",".join(str(os.sched_getscheduler(t)) for t in threads_named("gloo_tcp_loop")))
