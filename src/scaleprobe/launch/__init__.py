@@ -52,6 +52,7 @@ from scaleprobe.launch.rankstart import (
     forking,
     fresh_launcher,
     guard_pipe,
+    in_fork_hooks,
     is_fresh,
     rank_start_method,
     send_to_self,
@@ -257,7 +258,8 @@ def _stops_told_to(watch: RankWatch | None) -> Iterator[None]:
 
     def on_stop(signum: int, frame: Any) -> None:
         watch.asked_to_stop(signal_name(signum))
-        if _in_finaliser(frame):  # raised there, it is printed and dropped: the job ran on
+        # raised in a finaliser or in an at-fork hook, it is printed and dropped: the job ran on
+        if _in_finaliser(frame) or in_fork_hooks():
             threading.Timer(0.05, send_to_self, args=([signum],)).start()
             return
         raise SignalException(f"Process {os.getpid()} got signal: {signal_name(signum)}",

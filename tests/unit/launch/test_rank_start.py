@@ -72,6 +72,104 @@ def test_a_stop_during_a_ranks_fork_is_sent_again_after_it(monkeypatch):
         signal.signal(signal.SIGTERM, old)
 
 
+def test_a_stop_that_comes_as_the_handlers_go_back_is_not_lost(monkeypatch):
+    """Bug caught: the stops noted were read before the handlers went back, so a stop that
+    came in between was noted after the list was read and never sent again. Here it comes
+    at the first handler's return (the moment a real signal could)."""
+    old = signal.signal(signal.SIGTERM, _raise_stop)
+    monkeypatch.setattr(rankstart, "_forking_ranks", True)
+    real = signal.signal
+
+    def signal_late(sig, handler):
+        if sig == signal.SIGTERM:  # the stop comes while SIGTERM's handler is still held
+            current = signal.getsignal(sig)
+            if callable(current):
+                current(sig, None)
+        return real(sig, handler)
+
+    try:
+        rankstart._hold_stop_signals()  # the fork begins
+        monkeypatch.setattr(rankstart.signal, "signal", signal_late)
+        rankstart._release_stop_signals()
+        monkeypatch.setattr(rankstart.signal, "signal", real)
+        assert signal.getsignal(signal.SIGTERM) is _raise_stop and not rankstart._held
+        with pytest.raises(Stop):  # sent again, and raised by the handler now back
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        real(signal.SIGTERM, old)
+        rankstart._deferred.clear()
+
+
+class StopHup(Exception):
+    sigval = signal.SIGHUP  # as torch's launcher's SignalException carries its signal
+
+
+def _raise_hup(*_a):
+    raise StopHup()
+
+
+def test_a_handler_put_back_that_raises_in_the_hook_loses_neither_stop_nor_handlers(
+        monkeypatch):
+    """A stop that comes just after its handler went back runs that handler inside the
+    at-fork hook; one that raises there (Python's KeyboardInterrupt, torch's launcher's own)
+    had its exception dropped and left the handlers after it held for good. Now the stop is
+    noted and sent again, and every handler goes back."""
+    olds = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGQUIT)}
+    signal.signal(signal.SIGHUP, _raise_hup)
+    monkeypatch.setattr(rankstart, "_forking_ranks", True)
+    real = signal.signal
+    raised = []
+
+    def signal_then_stop(sig, handler):
+        if sig == signal.SIGQUIT and not raised:  # SIGHUP's handler, back, runs and raises
+            raised.append(sig)
+            _raise_hup()
+        return real(sig, handler)
+
+    try:
+        rankstart._hold_stop_signals()
+        monkeypatch.setattr(rankstart.signal, "signal", signal_then_stop)
+        rankstart._release_stop_signals()
+        monkeypatch.setattr(rankstart.signal, "signal", real)
+        assert raised and signal.getsignal(signal.SIGQUIT) is olds[signal.SIGQUIT]
+        assert signal.getsignal(signal.SIGHUP) is _raise_hup and not rankstart.in_fork_hooks()
+        with pytest.raises(StopHup):  # the stop, sent again
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        for sig, h in olds.items():
+            real(sig, h)
+        rankstart._deferred.clear()
+
+
+def test_the_launchers_stop_inside_the_fork_hooks_is_told_and_sent_again(monkeypatch, tmp_path):
+    """The launcher's own stop handler, run inside the at-fork hooks, tells the watch and
+    raises nothing there; the stop is raised once the hooks are over."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from scaleprobe.launch.rankwatch import RankWatch
+
+    old = signal.getsignal(signal.SIGTERM)
+    watch = RankWatch(str(tmp_path))
+    try:
+        with launch._stops_told_to(watch):
+            monkeypatch.setattr(rankstart, "_in_fork_hooks", True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(20):  # 0.2 s: sent again every 0.05 s, raised nowhere
+                time.sleep(0.01)
+            assert watch.stop_asked is not None and watch.stop_asked[1] == "SIGTERM"
+            with pytest.raises(SignalException):
+                monkeypatch.setattr(rankstart, "_in_fork_hooks", False)  # the hooks are over
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def test_a_fork_that_is_not_a_ranks_holds_nothing(monkeypatch):
     monkeypatch.setattr(rankstart, "_forking_ranks", False)
     before = signal.getsignal(signal.SIGINT)
