@@ -109,6 +109,18 @@ def test_a_killed_loader_worker_is_named_with_its_signal():
     assert name_signal(words) == words[:-1] + " (signal 9, SIGKILL)"
 
 
+class _SlowFromEight:
+    """64 samples; from the ninth on, each takes a minute (the worker waits there)."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> float:
+        if i >= 8:
+            time.sleep(60)
+        return float(i)
+
+
 @pytest.mark.timeout(60)
 def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
     """A real DataLoader whose worker is killed: the error's traceback holds the iterator,
@@ -116,20 +128,28 @@ def test_the_killed_worker_is_found_in_the_failed_batchs_frames():
     connection, neither naming the signal)."""
     import os
 
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
+    import numpy.random  # noqa: F401  (see below)
+    from torch.utils.data import DataLoader
 
     from scaleprobe.launch.lines import loader_worker_exits
 
+    # numpy.random imported here, as every rank's seeding does: numpy loads it lazily, and a
+    # worker forked from a process without it imported it to seed itself, where Python 3.11's
+    # module lock failed once in about 200 forks (KeyError in importlib's acquire)
+
     # timeout: the loader looks at its workers once a batch is that late (by default once
     # every 5 s, PyTorch's status-check interval, which this test would wait out)
-    loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=4, num_workers=1,
-                        prefetch_factor=1, timeout=1)
+    loader = DataLoader(_SlowFromEight(), batch_size=4, num_workers=1, prefetch_factor=1,
+                        timeout=1)
     it = iter(loader)
     # PyTorch's SIGCHLD handler would raise "is killed by signal: Killed." wherever the main
     # thread is (name_signal reads those words); without it the death surfaces at a batch
     before = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    next(it)
+    next(it), next(it)  # batch 2 asked for: the worker sleeps in its first sample
+    time.sleep(0.5)
+    # killed there, it holds none of the loader's locks: killed at any moment, it could hold
+    # its done event's (it reads the event after every index), and the loader waited on that
+    # lock for good (1 in about 150 runs)
     pid = it._workers[0].pid
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
