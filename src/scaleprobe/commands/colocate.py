@@ -17,6 +17,7 @@ has no figures (verdict "not measured").
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from scaleprobe.commands import sweep as sweep_command
@@ -57,4 +58,9 @@ def run(args: argparse.Namespace) -> int:
         folder = Path(out) if out is not None else Path(cs.jobs[0][1].out)
         return say_interrupted(folder, ids=(cs.colocate_id,), resumes=False)
     print(render_colocate(rec))
-    return 0 if rec.verdict != "not measured" else 1
+    if rec.verdict != "not measured":
+        return 0
+    # the table says why on stdout; a script that reads the exit code reads stderr too
+    why = " ".join((rec.evidence or "").split()) or "no figures alone and together"
+    print(f"scaleprobe: colocate: {rec.verdict}: {why}", file=sys.stderr)
+    return 1
