@@ -69,7 +69,6 @@ _stale_streams: list[Any] = []  # the parent's stdio objects, kept from finalise
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _held: dict[int, Any] = {}  # the stop signals' handlers, while a rank is being forked
 _deferred: list[int] = []  # stop signals that came while a rank was being forked
-_in_fork_hooks = False  # between the hold and the release of the stop signals (a fork)
 
 
 def _defer(signum: int, _frame: Any) -> None:
@@ -82,10 +81,8 @@ def _hold_stop_signals() -> None:
     stop handler raises (Ctrl+C, SIGTERM), so a stop that came during a fork was lost and the
     job ran on (6 ranks on 2 cores stopped in their first steps ran for minutes): until the
     fork is over, a stop signal is only noted, then sent again (``_release_stop_signals``)."""
-    global _in_fork_hooks
     if not _forking_ranks or threading.current_thread() is not threading.main_thread():
         return
-    _in_fork_hooks = True
     for sig in STOP_SIGNALS:
         _held[sig] = signal.getsignal(sig)
         signal.signal(sig, _defer)
@@ -100,13 +97,9 @@ def _release_stop_signals() -> None:
     the job ran on). A handler put back runs for a stop that comes at once, still inside the
     hooks: this module's launcher's handler then only notes it (``in_fork_hooks``); another
     that raises (KeyboardInterrupt, torch's launcher's) is caught here and its stop noted."""
-    global _in_fork_hooks
     if not _held:
-        _in_fork_hooks = False
         return
-    held = dict(_held)
-    _held.clear()
-    for sig, handler in held.items():
+    for sig, handler in list(_held.items()):
         while True:
             try:
                 signal.signal(sig, handler)
@@ -121,7 +114,7 @@ def _release_stop_signals() -> None:
     _deferred.clear()
     if pending:
         threading.Timer(0.05, send_to_self, args=(pending,)).start()
-    _in_fork_hooks = False
+    _held.clear()  # the hooks are over (``in_fork_hooks``)
 
 
 def _signal_of(e: BaseException) -> int | None:
@@ -137,7 +130,7 @@ def in_fork_hooks() -> bool:
     """Whether this process is between its hold of the stop signals before a rank's fork and
     their release after it: a stop handler run now runs inside Python's at-fork hooks, where
     what it raises is printed and dropped, so it should note the stop and send it again."""
-    return _in_fork_hooks
+    return bool(_held)
 
 
 def send_to_self(signals: list[int]) -> None:

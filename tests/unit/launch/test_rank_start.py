@@ -145,7 +145,7 @@ def test_a_handler_put_back_that_raises_in_the_hook_loses_neither_stop_nor_handl
         rankstart._deferred.clear()
 
 
-def test_the_launchers_stop_inside_the_fork_hooks_is_told_and_sent_again(monkeypatch, tmp_path):
+def test_the_launchers_stop_inside_the_fork_hooks_is_told_and_sent_again(tmp_path):
     """The launcher's own stop handler, run inside the at-fork hooks, tells the watch and
     raises nothing there; the stop is raised once the hooks are over."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -156,17 +156,18 @@ def test_the_launchers_stop_inside_the_fork_hooks_is_told_and_sent_again(monkeyp
     watch = RankWatch(str(tmp_path))
     try:
         with launch._stops_told_to(watch):
-            monkeypatch.setattr(rankstart, "_in_fork_hooks", True)
+            rankstart._held[signal.SIGQUIT] = signal.getsignal(signal.SIGQUIT)  # a fork under way
             os.kill(os.getpid(), signal.SIGTERM)
             for _ in range(20):  # 0.2 s: sent again every 0.05 s, raised nowhere
                 time.sleep(0.01)
             assert watch.stop_asked is not None and watch.stop_asked[1] == "SIGTERM"
             with pytest.raises(SignalException):
-                monkeypatch.setattr(rankstart, "_in_fork_hooks", False)  # the hooks are over
+                rankstart._held.clear()  # the hooks are over
                 deadline = time.monotonic() + 5
                 while time.monotonic() < deadline:
                     time.sleep(0.01)
     finally:
+        rankstart._held.clear()
         signal.signal(signal.SIGTERM, old)
 
 
