@@ -379,24 +379,23 @@ def test_ctrl_c_keeps_the_steps_so_far(tmp_path):
     """Ctrl+C to scaleprobe: the ranks stop, status interrupted with the steps timed so far,
     exit code 130, nothing left running."""
     import signal
-    import subprocess
-    import sys
+
+    from tests.conftest import start_cli, wait_for
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "scaleprobe", "wrap", "--nproc", "2", "--warmup-steps", "2",
-           "--out", str(out), "--", str(SCRIPTS / "train_ddp.py"), "--epochs", "1000",
-           "--samples", "256"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for line in proc.stdout:  # the script's first epoch ended: steps were timed
-            if line.startswith("epoch 1:"):
-                break
+    proc, out_f, err_f = start_cli(tmp_path, "wrap", "--nproc", 2, "--warmup-steps", 2,
+                                   "--out", out, "--", SCRIPTS / "train_ddp.py", "--epochs",
+                                   1000, "--samples", 256)
+    try:  # the script's second epoch ended: steps were timed
+        assert wait_for(lambda: out_f.exists() and "\nepoch 1:" in out_f.read_text(
+            errors="replace"), 180, every_s=0.05), err_f.read_text(errors="replace")[-3000:]
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err[-3000:]
+    err = err_f.read_text(errors="replace")
+    assert code == 130, err[-3000:]
     rec = _result(out)
     assert rec["status"] == "interrupted"
     assert rec["metrics"]["steps_timed"] >= 2 * (256 // 2 // 32) - 2
