@@ -44,3 +44,44 @@ def test_stopped_rank_is_named_and_the_job_ends_within_the_timeout(tmp_path, out
     stalled_s = float(re.search(r", ([0-9.]+) s before the job was stopped", rec["error"])[1])
     assert TIMEOUT_S - 1 <= stalled_s <= TIMEOUT_S + LOAD_MARGIN_S, stalled_s
     assert took < TIMEOUT_S + 10 + LOAD_MARGIN_S, f"ended {took:.1f} s after the stop"
+
+
+SETUP_TIMEOUT_S = 5  # --timeout of the run whose rank stops in its setup
+STOPS_IN_BUILD = """
+import os, signal, time, torch
+def build():
+    if os.environ.get("RANK") == "1":  # in its setup: the process group joined, no step yet
+        with open(__file__ + ".failed_at", "w") as fh:
+            fh.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+"""
+
+
+def test_a_rank_stopped_in_its_setup_is_named_not_the_one_that_waited(tmp_path, out_dir):
+    """Rank 1 stops (SIGSTOP) while it builds its model, before its first step; rank 0 waits
+    for it in DDP's first collective and gives up at the timeout. Bugs caught: the error named
+    rank 0 and its timeout alone (the heartbeats of ranks that had not begun training were not
+    read; a rank stopped before joining the process group read the same, as "DistStoreError:
+    wait timeout" from rank 0), and the stopped rank left behind."""
+    from .test_rank_failures import failed_at, run_job, valid_jsonl
+
+    model = tmp_path / "m.py"
+    model.write_text(STOPS_IN_BUILD)
+    job = run_job(["run", "--strategy", "ddp", "--nproc", 2, "--steps", 5, "--warmup-steps", 1,
+                   "--model", f"{model}:build", "--dataset", "digits", "--loader", "naive",
+                   "--timeout", SETUP_TIMEOUT_S, "--out", out_dir, "--no-progress"], tmp_path)
+    try:
+        assert job.returncode == 1, job.stderr[-2000:]
+        assert not job.left_behind()
+    finally:
+        job.kill_left()
+    took = job.ended_at - failed_at(model)
+    (rec,) = valid_jsonl(out_dir / "results.jsonl")
+    print(f"ended {took:.1f} s after rank 1 stopped; error: {rec['error']}")
+    assert rec["status"] == "failed"
+    assert rec["error"].startswith("rank 1: stopped making progress in its setup, before its "
+                                   "first step "), rec["error"]
+    assert "; rank 0 waited for it and gave up at the collective timeout (--timeout): " \
+        in rec["error"], rec["error"]
+    assert took < SETUP_TIMEOUT_S + 10 + LOAD_MARGIN_S, f"ended {took:.1f} s after the stop"

@@ -89,7 +89,14 @@ def waited_text(rank: int, line: str) -> str:
     waited for it and gave up at the collective timeout (--timeout): RuntimeError: Timed out
     waiting 10000ms for recv operation to complete``."""
     line = plain_error(line)
-    if re.search(r"timed? ?out", line, re.IGNORECASE):
+    if gave_up_waiting(line):
         return (f"rank {rank} waited for it and gave up at the collective timeout "
                 f"(--timeout): {line}")
     return f"rank {rank}, which waited for it, then failed: {line}"
+
+
+def gave_up_waiting(line: str) -> bool:
+    """Whether a rank's error says it gave up waiting (a collective's or the rendezvous
+    store's timeout: "Timed out waiting 10000ms for recv", "DistStoreError: wait timeout
+    after 10000ms"), rather than failing on its own."""
+    return re.search(r"timed? ?out", line, re.IGNORECASE) is not None

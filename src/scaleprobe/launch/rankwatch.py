@@ -28,7 +28,7 @@ from scaleprobe.launch.failures import (
     first_failure,
     how_child_ended,
 )
-from scaleprobe.launch.lines import plain_error, signal_name_of, waited_text
+from scaleprobe.launch.lines import gave_up_waiting, plain_error, signal_name_of, waited_text
 from scaleprobe.launch.strays import is_alive, kill_strays
 from scaleprobe.measure.heartbeat import (
     Beat,
@@ -436,6 +436,10 @@ class RankWatch:
             return first
         stalled, beat = self.stalled
         if stalled == rank or at - beat.progress_wall < MIN_STALL_S:
+            return first
+        if beat.state != "training" and not gave_up_waiting(line):
+            # before training, a frozen peer is named only where the rank that failed says it
+            # waited (the rendezvous, a first collective): an error of its own comes first
             return first
         return WorkerFailure(stalled, f"{stall_text(beat, at)}; {waited_text(rank, line)}")
 

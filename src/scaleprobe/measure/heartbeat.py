@@ -51,6 +51,7 @@ FROZEN_AFTER_S = 3.0
 MARKS = ("start", "data", "h2d", "forward", "backward", "comm", "optimizer")
 _INDEX = {m: i for i, m in enumerate(MARKS)}
 STATES = ("setup", "training", "after", "done", "failed", "serving")
+LIVE = ("setup", "training", "serving")  # a rank in these states should keep beating
 _FMT = "<9d"
 SIZE = struct.calcsize(_FMT)
 _OLD_SIZE = struct.calcsize("<8d")  # a file of the eight fields before ``stop``
@@ -300,16 +301,19 @@ def find_stalled(beats: dict[int, Beat], now: float) -> int | None:
     """The rank that stopped making progress while the others waited, or None when the
     heartbeats cannot tell (one rank, or every rank at the same place and beating).
 
-    First a rank in training whose process stopped beating while another beat recently;
-    else the one rank furthest behind (steps done, then phase), when it is alone there."""
+    First a rank whose process stopped beating while another beat recently, whether it was
+    training, serving or still in its setup (a rank stopped before it joined the process
+    group keeps the others waiting in the rendezvous); else the one rank furthest behind
+    (steps done, then phase), when it is alone there."""
     if len(beats) < 2:
         return None
-    training = {r: b for r, b in beats.items() if b.state == "training"}
-    frozen = [r for r, b in training.items() if now - b.beat_wall > FROZEN_AFTER_S]
+    live = {r: b for r, b in beats.items() if b.state in LIVE}
+    frozen = [r for r, b in live.items() if now - b.beat_wall > FROZEN_AFTER_S]
     fresh = [r for r, b in beats.items() if r not in frozen
              and now - b.beat_wall <= FROZEN_AFTER_S]
     if frozen and fresh:
-        return min(frozen, key=lambda r: (training[r].beat_wall, r))
+        return min(frozen, key=lambda r: (live[r].beat_wall, r))
+    training = {r: b for r, b in beats.items() if b.state == "training"}
     placed = {r: (b.step, b.mark) for r, b in beats.items()
               if b.state in ("training", "failed")}
     if len(placed) < 2 or not training:
@@ -322,7 +326,15 @@ def find_stalled(beats: dict[int, Beat], now: float) -> int | None:
 
 
 def stall_text(beat: Beat, stopped_at: float) -> str:
-    """``stopped making progress at step 7, 12.3 s before the job was stopped``"""
+    """``stopped making progress at step 7, 12.3 s before the job was stopped``; for a rank
+    that had not begun training, where it was: ``stopped making progress in its setup, before
+    its first step (...), 10.0 s before the job was stopped``."""
     since = max(0.0, stopped_at - beat.progress_wall)
-    return (f"stopped making progress at step {beat.step}, {since:.1f} s before the job "
-            "was stopped")
+    if beat.state == "setup" and not beat.moved:
+        where = ("in its setup, before its first step (joining the process group, building "
+                 "its data and model)")
+    elif beat.state == "serving":
+        where = "while serving the workers (a parameter server)"
+    else:
+        where = f"at step {beat.step}"
+    return f"stopped making progress {where}, {since:.1f} s before the job was stopped"

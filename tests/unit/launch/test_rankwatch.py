@@ -320,6 +320,31 @@ def test_the_rank_that_waited_for_a_frozen_peer_is_described_in_plain_words(tmp_
         "; rank 0, which waited for it, then failed: RuntimeError: Connection closed by peer")
 
 
+def test_a_peer_frozen_in_its_setup_is_named_only_where_the_failed_rank_waited(tmp_path):
+    """Rank 2 froze before its first step; rank 0 gave up in the rendezvous at the timeout:
+    rank 2 is named, with what rank 0 did after it. Where rank 0 failed on its own (an error
+    that is no wait), its error comes first: a peer that had not begun training is no proof
+    that rank 0 waited for it."""
+    beat_dir(tmp_path).mkdir(parents=True)
+    now = time.time()
+    watch = RankWatch(str(tmp_path))
+    watch.first = (0, now, True)
+    watch.stalled = (2, Beat(rank=2, pid=2, state="setup", step=0, step_wall=None, mark=0,
+                               progress_wall=now - 10.0, beat_wall=now - 9.9))
+    waited = ("torch.distributed.DistStoreError: wait timeout after 10000ms, keys: "
+              "/default_pg/0//cpu//0/2")
+    write_error(tmp_path, 0, RankError(waited))
+    got = watch.failure(SimpleNamespace(failures={}))
+    assert got.rank == 2
+    assert got.message == (
+        "stopped making progress in its setup, before its first step (joining the process "
+        "group, building its data and model), 10.0 s before the job was stopped; rank 0 "
+        f"waited for it and gave up at the collective timeout (--timeout): {waited}")
+    write_error(tmp_path, 0, RankError("ValueError: bad shape"))
+    got = watch.failure(SimpleNamespace(failures={}))
+    assert (got.rank, got.message) == (0, "ValueError: bad shape")
+
+
 def _at(run_dir, rank, pid, step, step_wall, progress_wall, stop=0, state="training"):
     beat_dir(run_dir).mkdir(parents=True, exist_ok=True)
     (beat_dir(run_dir) / f"rank-{rank}.hb").write_bytes(struct.pack(

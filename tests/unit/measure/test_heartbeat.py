@@ -80,6 +80,32 @@ def test_a_rank_that_stopped_beating_is_named_not_the_one_that_waited():
     assert find_stalled(beats, 1000.0) == 1
 
 
+def test_a_rank_frozen_before_its_first_step_is_named_and_said_to_be_in_its_setup():
+    """SIGSTOP of a rank before it joined the process group (or while it builds its data):
+    the others wait in the rendezvous, beating, and one gives up at the timeout. Bug caught:
+    only ranks in training were looked at, so the job's error named the rank that waited
+    ("DistStoreError: wait timeout") and not the one that never came."""
+    beats = {0: _beat(0, 0, 0, beat_age=0.3, state="failed"),
+             1: _beat(1, 0, 0, beat_age=0.2, state="setup"),
+             2: _beat(2, 0, 0, beat_age=FROZEN_AFTER_S + 6, state="setup")}
+    assert find_stalled(beats, 1000.0) == 2
+    assert stall_text(beats[2], 1000.0) == (
+        "stopped making progress in its setup, before its first step (joining the process "
+        "group, building its data and model), 9.0 s before the job was stopped")
+    # a frozen parameter server is named too, where it is said
+    server = {0: _beat(0, 0, 0, beat_age=FROZEN_AFTER_S + 1, state="serving"),
+              1: _beat(1, 3, 2, beat_age=0.1, state="failed")}
+    assert find_stalled(server, 1000.0) == 0
+    assert stall_text(server[0], 1000.0).startswith(
+        "stopped making progress while serving the workers (a parameter server), 4.0 s ")
+    # every rank in its setup and beating (one still importing, slow, not stopped): no name
+    slow = {0: _beat(0, 0, 0, 0.1, state="failed"), 1: _beat(1, 0, 0, 0.4, state="setup")}
+    assert find_stalled(slow, 1000.0) is None
+    # a rank in training is still placed by its step
+    assert stall_text(_beat(1, 7, 3, 2.0), 1000.0).startswith("stopped making progress at "
+                                                              "step 7, 2.0 s ")
+
+
 def test_a_live_rank_behind_the_others_is_named():
     """A rank stuck in its own code (an endless loop: it keeps beating) while the other waits
     in backward: the one furthest behind is named."""
