@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,21 +80,48 @@ def estimate_s(runs: int, cores: int, busy_cores: float) -> tuple[float, float]:
 
 
 def machine_load() -> tuple[int, float]:
-    """(cores this process may use, cores other work keeps busy): the larger of the 1-minute
-    load average and the CPU use over half a second."""
-    # heavy: psutil: only when the demo starts
-    import psutil
-
+    """(cores this process may use, cores other work keeps busy): the threads ready to run
+    now, other than this one, over half a second (``runnable_now``); where the system does
+    not say (not Linux), the larger of the 1-minute load average and the CPU use over half a
+    second. The load average alone lags: for most of a minute after other work has ended it
+    still counts it, and the demo said "the machine is busy" of a quiet machine."""
     # heavy: psutil (run.resources reads the host with it): only when the demo starts
     from scaleprobe.run.resources import host_cores
 
     cores = host_cores()
-    now = psutil.cpu_percent(interval=0.5) / 100.0 * (psutil.cpu_count() or cores)
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    return cores, min(max(now, load), 64.0 * cores)
+    busy = runnable_now()
+    if busy is None:
+        # heavy: psutil: only when the demo starts
+        import psutil
+
+        now = psutil.cpu_percent(interval=0.5) / 100.0 * (psutil.cpu_count() or cores)
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            load = 0.0
+        busy = max(now, load)
+    return cores, min(busy, 64.0 * cores)
+
+
+def runnable_now(seconds: float = 0.5, every_s: float = 0.025,
+                 path: str = "/proc/loadavg") -> float | None:
+    """The mean number of threads ready to run, this one left out, over ``seconds``: the
+    fourth field of Linux's ``/proc/loadavg`` ("2/412": 2 runnable of 412), read every
+    ``every_s``. Demand, as the load average counts it (eight busy processes on two cores
+    read 8, where CPU use reads 2), without its minute of lag. None where there is no such
+    file."""
+    seen: list[int] = []
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            with open(path) as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        seen.append(max(0, running - 1))  # this thread, reading
+        if time.monotonic() >= end:
+            return sum(seen) / len(seen)
+        time.sleep(every_s)
 
 
 def plan_line(quick: bool, repeats: int | None, cores: int, busy: float) -> str:

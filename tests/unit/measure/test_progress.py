@@ -140,6 +140,30 @@ def test_the_demo_says_how_long_it_will_take_here_and_offers_quick_when_busy():
     assert demo.estimate_s(27, 16, 0.0) == (93.0, 1.0)  # idle cores: the reference, no less
 
 
+def test_the_demo_reads_the_load_now_not_the_minute_behind_it(tmp_path, monkeypatch):
+    """Bug caught: right after other work ended, the 1-minute load average still counted it
+    (1.9 a second after two busy processes were killed), and the demo stretched its estimate
+    and called a quiet machine busy. It reads the threads ready to run now (/proc/loadavg's
+    fourth field, itself left out), which count demand beyond the cores as the load average
+    does: 8 busy processes on 2 cores read 8.0 (measured with 2 and 8 busy loops, 2.0 and
+    8.0; 0.0 a second after they ended)."""
+    from scaleprobe.commands import demo
+
+    f = tmp_path / "loadavg"
+    f.write_text("1.94 1.18 1.15 9/412 12850\n")  # the average still high, 9 ready now
+    assert demo.runnable_now(0.05, 0.01, str(f)) == 8.0
+    f.write_text("1.94 1.18 1.15 1/412 12850\n")  # only the reader: nothing else to run
+    assert demo.runnable_now(0.05, 0.01, str(f)) == 0.0
+    assert demo.runnable_now(0.05, 0.01, str(tmp_path / "none")) is None
+    monkeypatch.setattr(demo, "runnable_now", lambda: 8.0)
+    cores, busy = demo.machine_load()
+    assert busy == 8.0 and cores >= 1
+    # where the system does not say: the larger of the load average and the CPU use now
+    monkeypatch.setattr(demo, "runnable_now", lambda: None)
+    monkeypatch.setattr(demo.os, "getloadavg", lambda: (3.5, 1.0, 1.0))
+    assert demo.machine_load()[1] >= 3.5
+
+
 def test_outside_a_terminal_a_run_prints_a_plain_line_every_interval(monkeypatch, capsys):
     """Bug caught: outside a terminal `run` printed no progress at all (a --compile run:
     nothing for 7 min 52 s). A plain line comes every PLAIN_EVERY_S, also inside a step."""
