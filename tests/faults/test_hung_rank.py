@@ -85,3 +85,63 @@ def test_a_rank_stopped_in_its_setup_is_named_not_the_one_that_waited(tmp_path, 
     assert "; rank 0 waited for it and gave up at the collective timeout (--timeout): " \
         in rec["error"], rec["error"]
     assert took < SETUP_TIMEOUT_S + 10 + LOAD_MARGIN_S, f"ended {took:.1f} s after the stop"
+
+
+def _run_with_a_rank_stuck_as_it_starts(out_dir, pid_file):
+    """Forked from the CLI server (``run_forked``): ``scaleprobe run`` of two DDP ranks forked
+    from this process, the second of them stopped (SIGSTOP) in the fork itself, before any of
+    the rank's code ran, as a child that inherits a lock another thread held would hang."""
+    import os
+    import signal
+
+    from scaleprobe.cli import main
+
+    forks = [0]
+
+    def before():
+        forks[0] += 1  # in this process, before each fork; the child inherits the count
+
+    def in_child():
+        if forks[0] == 2:
+            with open(pid_file, "w") as fh:
+                fh.write(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    # ranks forked from this process, as from a command's own (a test's process is not one)
+    os.environ["SCALEPROBE_RANK_START"] = "fork"
+    os.register_at_fork(before=before, after_in_child=in_child)
+    return main(["run", "--strategy", "ddp", "--nproc", "2", "--model", "linear", "--loader",
+                 "naive", "--steps", "5", "--warmup-steps", "1", "--timeout",
+                 str(SETUP_TIMEOUT_S), "--out", str(out_dir), "--no-progress"])
+
+
+def test_a_rank_that_never_started_is_named_and_the_job_ends_at_the_timeout(tmp_path,
+                                                                              out_dir):
+    """A rank's process hangs as it starts, before its heartbeat (an import lock another
+    thread of the launcher held at the fork; a site hook): the other waits for it in the
+    rendezvous and gives up at the timeout. Bugs caught: the error named the rank that waited
+    and its store timeout alone, and the job took the launcher's 30 s SIGTERM grace more to
+    end (a rank without a heartbeat was unknown to the watch until the launcher returned):
+    50 s with --timeout 10, 19 s now."""
+    import json
+    import time
+
+    from tests import cliserver
+    from tests.conftest import run_forked
+
+    pid_file = tmp_path / "stuck.pid"
+    t0 = time.monotonic()
+    p = run_forked(_run_with_a_rank_stuck_as_it_starts, out_dir, pid_file, timeout=120)
+    took = time.monotonic() - t0
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert pid_file.exists(), "no rank was stopped"
+    (rec,) = [json.loads(ln) for ln in (out_dir / "results.jsonl").read_text().splitlines()]
+    print(f"ended {took:.1f} s after the start; error: {rec['error']}")
+    m = re.match(r"rank (\d): never started: no heartbeat [\d.]+ s after the job began "
+                 r"\(its process never reached scaleprobe's code in the rank: .*\); rank (\d) "
+                 r"waited for it and gave up at the collective timeout \(--timeout\): ",
+                 rec["error"])
+    assert m and m.group(1) != m.group(2), rec["error"]
+    assert took < SETUP_TIMEOUT_S + 10 + LOAD_MARGIN_S, f"ended {took:.1f} s after its start"
+    left = cliserver.running_descendants()
+    assert not left, [" ".join(c.cmdline())[:200] for c in left]

@@ -340,8 +340,8 @@ def run_workers(entry: Callable[..., Any], args: tuple, job: Job, *, log_dir: st
     env.update({"OMP_NUM_THREADS": None, "TORCHELASTIC_SIGNALS_TO_HANDLE": None})
     try:
         with forking(start == "fork"), _environ(env), _guarded(run_dir) as guard_pid, \
-                RankWatch(run_dir, stall_after_s, spare={guard_pid},
-                          stop_steps=stop_steps) as watch, \
+                RankWatch(run_dir, stall_after_s, spare={guard_pid}, stop_steps=stop_steps,
+                          ranks=range(job.nproc) if job.nnodes == 1 else None) as watch, \
                 _stops_told_to(watch if run_dir else None):
             try:
                 return elastic_launch(cfg, entry)(*args)

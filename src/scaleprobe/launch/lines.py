@@ -1,7 +1,8 @@
 """The error lines a failed rank leaves, in scaleprobe's words: the last meaningful line of a
 traceback (``last_meaningful_line``), torch's wrapping taken off (``plain_error``), a killed
 DataLoader worker's signal named (``name_signal``, ``loader_worker_exits``), and what a rank
-that waited for a frozen peer did (``waited_text``)."""
+that waited for a frozen peer did (``waited_text``), and a rank that never started
+(``never_started_text``)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,11 @@ def gave_up_waiting(line: str) -> bool:
     store's timeout: "Timed out waiting 10000ms for recv", "DistStoreError: wait timeout
     after 10000ms"), rather than failing on its own."""
     return re.search(r"timed? ?out", line, re.IGNORECASE) is not None
+
+
+def never_started_text(after_s: float) -> str:
+    """``never started: no heartbeat 12.3 s after the job began ...``: a rank whose process
+    never reached scaleprobe's code in the rank."""
+    return (f"never started: no heartbeat {after_s:.1f} s after the job began (its process "
+            "never reached scaleprobe's code in the rank: stuck as it started, in an import, "
+            "a lock held when it was forked or a site hook)")

@@ -14,6 +14,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +29,13 @@ from scaleprobe.launch.failures import (
     first_failure,
     how_child_ended,
 )
-from scaleprobe.launch.lines import gave_up_waiting, plain_error, signal_name_of, waited_text
+from scaleprobe.launch.lines import (
+    gave_up_waiting,
+    never_started_text,
+    plain_error,
+    signal_name_of,
+    waited_text,
+)
 from scaleprobe.launch.strays import is_alive, kill_strays
 from scaleprobe.measure.heartbeat import (
     Beat,
@@ -87,8 +94,12 @@ class RankWatch:
     POLL_S = 0.2
 
     def __init__(self, run_dir: str | None, stall_after_s: float | None = None,
-                 spare: set[int | None] | None = None, stop_steps: int = STOP_STEPS) -> None:
+                 spare: set[int | None] | None = None, stop_steps: int = STOP_STEPS,
+                 ranks: Iterable[int] | None = None) -> None:
         self.run_dir = run_dir
+        # the ranks this host starts, where known (one host): a rank among them that never
+        # wrote a heartbeat never reached scaleprobe's code (``_never_started``)
+        self.expected = set(ranks) if ranks is not None else None
         self.stop_steps = stop_steps  # steps the ranks may take to stop (``stop_grace_s``)
         self.slowest_step_s = 0.0  # the slowest step any rank was seen to take
         self._steps: dict[int, tuple[int, float]] = {}  # rank -> (steps done, when) last seen
@@ -211,6 +222,10 @@ class RankWatch:
             self._check_stall(beats)
         if self.first is not None and time.time() - self.first[1] >= KILL_AFTER_S:
             self._kill_all()
+            if self._never_started():
+                # a rank with no heartbeat (stuck as it started) is known by no pid: the
+                # launcher's own teardown would give it 30 s to answer a SIGTERM
+                kill_strays(self.started_at, self.spare)
         self._check_stop(beats)
 
     def _follow_steps(self, beats: dict[int, Beat]) -> None:
@@ -365,6 +380,16 @@ class RankWatch:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
 
+    def _never_started(self) -> list[int]:
+        """The ranks of this host that wrote no heartbeat while others did: their processes
+        never reached scaleprobe's code in the rank (stuck as they started: an import, a
+        lock held when they were forked, a site hook). Empty where the ranks are not known
+        or no rank has a heartbeat (a folder the heartbeats could not be written to)."""
+        if self.expected is None:
+            return []
+        seen = read_beats(self.run_dir or "")
+        return sorted(self.expected - set(seen)) if seen else []
+
     def _own_line(self, agent: WorkerFailure) -> WorkerFailure:
         """The launcher's failure with the rank's own error line where it wrote one: a rank
         that raised exits with code 1, which is all the launcher can tell (it may see the
@@ -432,6 +457,10 @@ class RankWatch:
                     (agent.message if agent.rank == rank else DIED_UNREAD))
         first = WorkerFailure(rank, line, None if raised or fail is None else fail.exitcode,
                               error=own)
+        missing = self._never_started() if raised and gave_up_waiting(line) else []
+        if missing:  # the rank that failed waited for one that never came
+            return WorkerFailure(missing[0], f"{never_started_text(at - self.started_at)}; "
+                                             f"{waited_text(rank, line)}")
         if self.stalled is None or not raised:
             return first
         stalled, beat = self.stalled

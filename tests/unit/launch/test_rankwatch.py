@@ -345,6 +345,37 @@ def test_a_peer_frozen_in_its_setup_is_named_only_where_the_failed_rank_waited(t
     assert (got.rank, got.message) == (0, "ValueError: bad shape")
 
 
+def test_a_rank_without_a_heartbeat_is_named_where_another_waited_for_it(tmp_path):
+    """Ranks 0 and 2 of three wrote heartbeats and rank 0 gave up in the rendezvous: rank 1,
+    which never wrote one, is named. Not where rank 0 failed on its own, not where the ranks
+    of this host are not known (several hosts), and not where no rank has a heartbeat (a
+    folder they could not be written to)."""
+    now = time.time()
+    waited = ("torch.distributed.DistStoreError: wait timeout after 10000ms, keys: "
+              "/default_pg/0//cpu//0/1")
+    for rank in (0, 2):
+        _at(tmp_path, rank, 100 + rank, 0, 0.0, now - 12.0, state="setup")
+    write_error(tmp_path, 0, RankError(waited))
+    watch = RankWatch(str(tmp_path), ranks=range(3))
+    watch.started_at = now - 12.5
+    watch.first = (0, now, True)
+    got = watch.failure(SimpleNamespace(failures={}))
+    assert got.rank == 1
+    assert got.message == (
+        "never started: no heartbeat 12.5 s after the job began (its process never reached "
+        "scaleprobe's code in the rank: stuck as it started, in an import, a lock held when "
+        f"it was forked or a site hook); rank 0 waited for it and gave up at the collective "
+        f"timeout (--timeout): {waited}")
+    unknown = RankWatch(str(tmp_path))
+    unknown.first = (0, now, True)
+    assert unknown.failure(SimpleNamespace(failures={})).rank == 0
+    write_error(tmp_path, 0, RankError("ValueError: bad shape"))
+    assert watch.failure(SimpleNamespace(failures={})).rank == 0
+    empty = RankWatch(str(tmp_path / "none"), ranks=range(3))
+    empty.first = (0, now, True)
+    assert empty._never_started() == []
+
+
 def _at(run_dir, rank, pid, step, step_wall, progress_wall, stop=0, state="training"):
     beat_dir(run_dir).mkdir(parents=True, exist_ok=True)
     (beat_dir(run_dir) / f"rank-{rank}.hb").write_bytes(struct.pack(
