@@ -26,9 +26,7 @@ from scaleprobe.launch.failures import (
     WorkerFailure,
     how_child_ended,
 )
-from scaleprobe.launch.lines import (
-    signal_name_of,
-)
+from scaleprobe.launch.lines import signal_name_of
 from scaleprobe.launch.strays import is_alive, kill_strays
 from scaleprobe.measure.heartbeat import (
     Beat,
