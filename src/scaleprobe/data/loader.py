@@ -130,8 +130,6 @@ def build_loader(ds: Dataset, cfg: DataConfig, batch_size: int, *, sampler: Samp
                           persistent_workers=pipelined,
                           pin_memory=pipelined and device.type == "cuda",
                           worker_init_fn=_init if pipelined else None)
-    if len(ds) < batch_size and drop_last:
-        raise DataError(f"the dataset has {len(ds)} samples, fewer than one batch of {batch_size}")
     return DataLoader(
         ds,
         batch_size=batch_size,

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from scaleprobe.config.sections import RunConfig
-from scaleprobe.core.errors import ConfigError
+from scaleprobe.core.errors import ConfigError, DataError
 from scaleprobe.core.rank_record import RankInfo
 from scaleprobe.data.datasets import build_split
 from scaleprobe.data.device import DeviceBatches
@@ -178,6 +178,7 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
         batch_sampler.shard = sampler
     loader, val_loader = _loaders(cfg, task, split, train_ds, batch, sampler, batch_sampler,
                                   device, strategy)
+    no_full_batch(loader, len(train_ds), sampler, batch)
     info = {"num_classes": split.num_classes, "image_size": size, "dataset_source": split.source,
             "train_samples": len(train_ds), "param_count": param_count(strategy.unwrap(model)),
             "per_process_batch": batch, "lr_effective": lr_target,
@@ -200,6 +201,26 @@ def lr_warmup_steps(cfg: RunConfig, steps_per_epoch: int | None) -> int:
     if t.warmup_epochs is not None and steps_per_epoch:
         return max(1, round(t.warmup_epochs * steps_per_epoch))
     return max(1, t.warmup_steps)
+
+
+def no_full_batch(loader: Any, samples: int, sampler: Any, batch: int) -> None:
+    """A DataError where an epoch of this rank holds no full batch: its share of the data
+    (the sampler's, under a strategy that splits it) is under one batch. Each rank drops its
+    last partial batch, so without this an epoch would end at once, every time, and the run
+    would spin without a step."""
+    try:
+        if len(loader) > 0:
+            return
+    except TypeError:  # a stream of unknown length
+        return
+    try:
+        mine = len(sampler) if sampler is not None else samples
+    except TypeError:
+        mine = samples
+    share = f", {mine:,} of them for each rank" if mine != samples else ""
+    raise DataError(f"the dataset has {samples:,} samples{share}, fewer than one batch of "
+                    f"{batch:,} per rank: lower --batch-size to {mine:,} or less"
+                    + (", or run fewer ranks" if share else ""))
 
 
 def _steps_per_epoch(loader: Any) -> int | None:
