@@ -67,6 +67,7 @@ def test_epoch_time_measured_and_steps_per_epoch(digits_run):
     m = digits_run[0]["metrics"]
     assert m["epoch_time_projected"] is False and m["epoch_time_s"] > 0
     assert m["steps_per_epoch"] == 1438 // 64
+    assert m["train_samples"] == 1438  # the split's, which plan and predict --memory read
     assert m["steps_done"] == 3 * m["steps_per_epoch"]
     assert m["steps_timed"] == m["steps_done"] - 5  # warm-up excluded
 

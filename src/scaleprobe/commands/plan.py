@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from scaleprobe.commands import plan_show, plan_verify
@@ -103,7 +104,8 @@ def _question(args: argparse.Namespace, like: RunResult, runs: list[RunResult],
     W.check_gpu_link(on_cuda, [args.link], [args.nnodes], nprocs)
     return P.Question(strategies, nprocs, sorted(set(batches)),
                       {n: int(v or 0) for n, v in device.items()}, args.nnodes, args.link,
-                      prefetch=on_cuda, target=PI.target_from(runs, args.target))
+                      prefetch=on_cuda, target=PI.target_from(runs, args.target),
+                      train_samples=like.metrics.train_samples)
 
 
 def _like(runs: list[RunResult], path: str) -> RunResult:
@@ -134,14 +136,12 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
                              "the same once without --gns" if halves else ""))
     units = PS.fsdp_units(like) if "fsdp" in q.strategies else ()
     buffers = W.as_run(like)["buffers"]
-    q = P.Question(q.strategies, q.nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
-                   q.prefetch, units, q.target, buffers)
+    q = replace(q, units=units, buffers=buffers)
     rows: list[P.Row] = []
     for s in q.strategies:
         nprocs = [n for n in q.nprocs if n * q.nnodes > 1 or s == q.strategies[0]]
         if nprocs:
-            one = P.Question([s], nprocs, q.batches, q.device_bytes, q.nnodes, q.link,
-                             q.prefetch, units, q.target, buffers)
+            one = replace(q, strategies=[s], nprocs=nprocs)
             rows += P.plan(inputs, bases[s], one, progress=_progress(s))
     against_one_device(rows, inputs, bases[q.strategies[0]], q)
     srcs = {s: tuple(source(r) for r in runs if r.run_id in
@@ -154,7 +154,8 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
     picks = [P.pick(rows, k, sources, to_target) for k in (CL.FASTEST, CL.CHEAPEST)]
     # as predict --memory says it: fits up to one batch, inconclusive up to another
     largest = [{"strategy": s, "nproc": n, "devices": n * q.nnodes,
-                **PM.largest_fit(inputs, s, n * q.nnodes, q.device_bytes[n], "device")}
+                **PM.largest_fit(inputs, s, n * q.nnodes, q.device_bytes[n], "device"),
+                "data_samples_per_device": P.share(q, s, n * q.nnodes)}
                for s in q.strategies for n in q.nprocs
                if n * q.nnodes >= traits_of(s).min_world
                and (n * q.nnodes > 1 or s == q.strategies[0])]

@@ -46,7 +46,9 @@ def row_json(r: P.Row) -> dict[str, Any]:
             "steps_to_target": _fig(r.steps_to_target),
             "time_to_target_s": _fig(r.time_to_target_s), "scaled_from_batch": r.scaled_from,
             "one_rank_runs": r.runs, "reason": r.reason,
-            "oversubscribed": bool(p and p.oversubscribed), "notes": p.notes if p else []}
+            "oversubscribed": bool(p and p.oversubscribed),
+            "data_samples_per_device": r.data_samples, "over_data": r.over_data,
+            "notes": p.notes if p else []}
 
 
 def efficiency_claim(r: P.Row) -> CL.Claim:
@@ -155,8 +157,9 @@ def _table(title: str, cols: list[str]) -> Any:
 
 def _head(r: P.Row) -> list[str]:
     """Strategy, devices (``!``: left out of the picks, its ranks would share the run's
-    cores) and batch (``*``: not measured)."""
-    mark = "*" if r.scaled_from is not None else ""
+    cores) and batch (``*``: not measured; ``#``: more than the data holds per device, left
+    out of the picks)."""
+    mark = ("*" if r.scaled_from is not None else "") + ("#" if r.over_data else "")
     crowded = " !" if r.prediction is not None and r.prediction.oversubscribed else ""
     return [r.strategy, f"{r.devices}{crowded}", f"{r.batch}{mark}"]
 
@@ -245,6 +248,13 @@ def _print_rest(say: Any, got: dict[str, Any], rows: list[P.Row], bytes_: Any,
         say("! left out of the picks, their ranks on one host needing more cores than it has at "
             "the run's threads per rank (strategy, devices x batch per device): "
             + ", ".join(f"{r.strategy} {r.devices} x {r.batch}" for r in crowded))
+    over = [r for r in rows if r.fits and r.over_data]
+    if over:
+        say("# left out of the picks, more samples per device than the runs' data holds for "
+            "each, so no full step in an epoch on that data (strategy, devices x batch per "
+            "device: the data's samples per device): "
+            + ", ".join(f"{r.strategy} {r.devices} x {r.batch} ({r.data_samples:,})"
+                        for r in over))
     say(_largest_line(got["largest"]))
     if any(r.scaled_from is not None for r in rows if r.fits):
         say("* batch not measured: its data, forward and backward interpolated between the "
@@ -308,6 +318,12 @@ def _largest_line(largest: list[dict[str, Any]]) -> str:
         pt = x["largest_batch_per_device_point"]
         said = (largest_text(x, "device", short=True) if judged
                 else fmt.NA if pt is None else f"{pt:,}")
+        share = x.get("data_samples_per_device")
+        top = max((x.get(k) or 0) for k in ("largest_batch_per_device",
+                                            "largest_batch_per_device_low_end",
+                                            "largest_batch_per_device_point"))
+        if share is not None and top > share:
+            said += f" (the data: {share:,})"
         by.setdefault(x["strategy"], []).append(f"{x['devices']}: {said}")
     head = (f"largest batch per device that {CL.FITS}, by devices: " if judged else
             "largest batch per device under it by the point estimate, not judged "

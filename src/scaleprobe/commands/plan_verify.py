@@ -106,7 +106,7 @@ def _predicted_here(got: dict[str, Any], r: P.Row, bases: dict[int, P.Basis] | N
     if bases is None and q.link is None and q.nnodes == 1:
         return r
     one = P.Question([r.strategy], [r.nproc], [r.batch], {r.nproc: r.device_bytes}, 1, None,
-                     q.prefetch, q.units, q.target)
+                     q.prefetch, q.units, q.target, train_samples=q.train_samples)
     (again,) = P.plan(got["inputs"], bases or got["bases"][r.strategy], one)
     return again
 

@@ -158,9 +158,11 @@ def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
     for s in args.memory_strategies:
         for n in args.memory_nproc:
             cap, source = device_memory(run, args.device_memory_bytes, n)
+            share = data_share(run, s, n)
             for b in batches:
-                points.append(_point(MM.predict(inputs, s, n, b), cap, source, inputs.probes))
-            fits.append(_largest(inputs, s, n, cap, source))
+                points.append({**_point(MM.predict(inputs, s, n, b), cap, source, inputs.probes),
+                               **over_data(b, share)})
+            fits.append({**_largest(inputs, s, n, cap, source), "data_samples_per_rank": share})
     named = args.device_memory_bytes is not None
     out = {"from": {**_from(run, inputs), "caveat": sharded_caveat(run),
                     "device_caveat": cpu_basis_caveat(run, named)},
@@ -170,6 +172,31 @@ def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
     else:
         _print(out)
     return 0
+
+
+def data_share(run: RunResult, strategy: str, nproc: int) -> int | None:
+    """The training samples per rank of ``run``'s data on ``nproc`` ranks of ``strategy``
+    (``memmodel.data_share``): None where the run did not record its data's size."""
+    return MM.data_share(run.metrics.train_samples, traits_of(strategy).training_ranks(nproc))
+
+
+def over_data(batch: int, share: int | None) -> dict[str, Any]:
+    """``data_samples_per_rank`` and ``over_data``: the batch per rank is more than the run's
+    data holds per rank (no full step in an epoch: the memory is predicted all the same)."""
+    return {"data_samples_per_rank": share, "over_data": share is not None and batch > share}
+
+
+def over_data_text(rows: list[dict[str, Any]], per: str, n_key: str, b_key: str) -> str | None:
+    """``over the run's data (strategy N x batch per rank: its samples per rank): ddp 8 x 256
+    (179); ...``, or None where no row is over it."""
+    over = [r for r in rows if r.get("over_data")]
+    if not over:
+        return None
+    return (f"more samples per {per} than the run's data holds for each, so no full step in an "
+            f"epoch on that data (the memory holds for a larger dataset) (strategy, {n_key} x "
+            f"batch per {per}: the data's samples per {per}): "
+            + ", ".join(f"{r['strategy']} {r[n_key]} x {r[b_key]} "
+                        f"({r['data_samples_per_rank']:,})" for r in over))
 
 
 def _point(p: MM.Point, cap: int | None, source: str, probes: int) -> dict[str, Any]:
@@ -216,6 +243,17 @@ def largest_fit(i: MM.Inputs, s: str, n: int, cap: int | None, per: str) -> dict
             out[key] = MM.largest_batch(i, s, n, cap - 1, bound="high")
             out[f"{key}_low_end"] = MM.largest_batch(i, s, n, cap, bound="low")
     return out
+
+
+def data_text(got: dict[str, Any], per: str) -> str:
+    """``, more than the 1,438 samples per rank the run's data holds`` where the largest batch that
+    fits (or that the point estimate puts under the device) is more than the run's data holds
+    per rank (``data_samples_per_rank``); else nothing."""
+    key, share = f"largest_batch_per_{per}", got.get("data_samples_per_rank")
+    top = max((got.get(k) or 0) for k in (key, f"{key}_low_end", f"{key}_point"))
+    if share is None or top <= share:
+        return ""
+    return f", more than the {share:,} samples per {per} the run's data holds"
 
 
 def largest_text(got: dict[str, Any], per: str = "rank", short: bool = False) -> str:
@@ -329,6 +367,8 @@ def _print(out: dict[str, Any]) -> None:
               "DDP's gradient buckets or FSDP's gathered units (parameters + gradients); step = "
               "activations + the batch, or the optimizer step's temporaries, whichever peaks "
               "(--json: every part)", markup=False, highlight=False)
+    if text := over_data_text(out["points"], "rank", "nproc", "batch_size"):
+        con.print(text, markup=False, highlight=False)
     for row in out["largest_batch"]:
         con.print(_largest_line(row, out["points"]), markup=False, highlight=False)
 
@@ -343,4 +383,5 @@ def _largest_line(row: dict[str, Any], points: list[dict[str, Any]]) -> str:
     where = (f"{bytes_(cap)} per rank ({row['device_memory_source']})" if cap
              else row["device_memory_source"])
     said = largest_text(row)
-    return f"  {row['strategy']} on {row['nproc']}: {state}; {said} in {where}"
+    return f"  {row['strategy']} on {row['nproc']}: {state}; {said} in {where}" + \
+        data_text(row, "rank")

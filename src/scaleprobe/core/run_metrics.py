@@ -201,6 +201,9 @@ class Metrics(Record):
     epoch_time_projected: bool | None = None
     epoch_times_s: list[float] | None = None
     steps_per_epoch: int | None = None
+    # the training split's samples, all ranks together (a batch per rank above its share has
+    # no full step in an epoch: predict --memory and plan say so)
+    train_samples: int | None = None
     # the timed steps that took an epoch's first batch (the loader prefetches nothing across
     # an epoch boundary): how many, their median wait for it, the waits' share of the
     # window's data wait and of the timed window, and the median data wait of the other steps

@@ -92,6 +92,7 @@ class Question:
     units: tuple[Unit, ...] = ()
     target: Target | None = None
     buffers: tuple[int, ...] | None = None  # the model's, per dtype: DDP's broadcasts
+    train_samples: int | None = None  # the runs' training split (None: not recorded)
 
 
 @dataclass
@@ -113,6 +114,13 @@ class Row:
     time_to_target_s: M.Figure | None = None
     reason: str | None = None  # why no step was predicted
     probes: int = 3  # the batch sizes the memory model's interval was drawn from
+    data_samples: int | None = None  # the training samples each rank's epoch holds
+
+    @property
+    def over_data(self) -> bool:
+        """More samples per device than the runs' data holds per rank: no full step in an
+        epoch on that data (never a pick: ``candidates``)."""
+        return self.data_samples is not None and self.batch > self.data_samples
 
     @property
     def devices(self) -> int:
@@ -276,8 +284,14 @@ def memory_rows(inputs: MM.Inputs, q: Question) -> list[Row]:
                 continue
             for b in q.batches:
                 rows.append(Row(strategy, n, q.nnodes, b, MM.predict(inputs, strategy, world, b),
-                                q.device_bytes[n], probes=inputs.probes))
+                                q.device_bytes[n], probes=inputs.probes,
+                                data_samples=share(q, strategy, world)))
     return rows
+
+
+def share(q: Question, strategy: str, world: int) -> int | None:
+    """The training samples each rank's epoch holds on ``world`` devices of ``strategy``."""
+    return MM.data_share(q.train_samples, traits_of(strategy).training_ranks(world))
 
 
 def predict_row(r: Row, bases: dict[int, Basis], q: Question) -> None:
@@ -344,7 +358,8 @@ def one_device(inputs: MM.Inputs, bases: dict[int, Basis], q: Question, batch: i
     ``--nproc`` has no 1, or whose one device cannot hold the batch."""
     s = q.strategies[0]
     r = Row(s, 1, 1, batch, MM.predict(inputs, s, 1, batch),
-            q.device_bytes.get(1, max(q.device_bytes.values())), probes=inputs.probes)
+            q.device_bytes.get(1, max(q.device_bytes.values())), probes=inputs.probes,
+            data_samples=share(q, s, 1))
     predict_row(r, bases, q)
     return r
 
@@ -417,10 +432,11 @@ def _thrift(r: Row, to_target: bool) -> M.Figure:
 
 def candidates(rows: list[Row]) -> list[Row]:
     """The rows a pick is made from: they fit (``Row.fits``: the whole interval under the
-    device; an inconclusive row is never one), and their step was predicted from compute
-    their ranks can have (not ``Prediction.oversubscribed``)."""
+    device; an inconclusive row is never one), their step was predicted from compute
+    their ranks can have (not ``Prediction.oversubscribed``), and the runs' data holds one
+    batch per rank at least (not ``Row.over_data``)."""
     return [r for r in rows if r.fits and r.prediction is not None and r.samples_s.value
-            and not r.prediction.oversubscribed]
+            and not r.prediction.oversubscribed and not r.over_data]
 
 
 def pick(rows: list[Row], kind: str, sources: Callable[[Row], tuple[CL.Source, ...]],

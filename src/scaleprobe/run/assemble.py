@@ -206,6 +206,7 @@ def _epochs(result: RunResult, raw0: RankRecord, trainers: int) -> None:
     per_proc = raw0.samples_per_step
     spe = max(1, info.train_samples // max(1, trainers) // max(1, per_proc))
     m.steps_per_epoch = spe
+    m.train_samples = info.train_samples or None
     st = m.step_time_s
     m.epoch_time_s, m.epoch_time_projected = epoch_time(raw0, st.median if st else None, spe)
     if not info.train_samples and m.epoch_time_projected:  # no dataset size to project with

@@ -784,3 +784,56 @@ def test_verify_says_within_10_percent_only_when_the_ratios_interval_is_inside(c
             "interval: inconclusive (the interval crosses 0.90x..1.10x); the plan's "
             "prediction / measured 1.05") in said, said
     assert "within +-10%" not in said and "outside +-10%" not in said
+
+
+def test_a_batch_over_the_runs_data_per_device_is_said_and_never_picked(tmp_path, capsys):
+    """Bug: from a digits run (1,438 training samples) plan and predict --memory said batch
+    117,156 per device fits in 80 GiB, and picked rows whose ranks hold fewer samples than
+    one batch: such a run stops before its first step (train/parts.no_full_batch). 100
+    samples: 50 per rank on 2 devices, so batch 64 fits there but has no step; on 1 device
+    100 holds it."""
+    run = _record(tmp_path)
+    rec = json.loads((tmp_path / "r" / "result.json").read_text())
+    rec["metrics"]["train_samples"] = 100
+    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    args = ["plan", "--from", run, "--device-memory", "80GiB", "--nproc", "1,2",
+            "--strategy", "ddp", "--batch-size", "32,64"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["devices"], r["batch_per_device"]): r for r in out["rows"]}
+    assert rows[(2, 64)]["over_data"] and rows[(2, 64)]["data_samples_per_device"] == 50
+    assert rows[(2, 64)]["fits"] and rows[(2, 64)]["step_s"]["value"] is not None
+    assert not rows[(1, 64)]["over_data"] and not rows[(2, 32)]["over_data"]
+    for pk in out["picks"].values():
+        assert (pk["row"]["devices"], pk["row"]["batch_per_device"]) != (2, 64)
+        assert pk["runner_up"] is None or (pk["runner_up"]["devices"],
+                                           pk["runner_up"]["batch_per_device"]) != (2, 64)
+    big = {x["devices"]: x for x in out["largest_batch"]}
+    assert (big[1]["data_samples_per_device"], big[2]["data_samples_per_device"]) == (100, 50)
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert re.search(r"ddp\s+2\s+64\*?#", said), said
+    assert ("# left out of the picks, more samples per device than the runs' data holds for "
+            "each") in said and "ddp 2 x 64 (50)" in said
+    assert re.search(r"by devices: ddp 1: [\d,]+ \(the data: 100\), 2: [\d,]+ \(the data: "
+                     r"50\)", said), said
+    # predict --memory: the same share, per point and beside the largest batch
+    assert main(["predict", "--from", run, "--memory", "--nproc", "1,2", "--strategy", "ddp",
+                 "--batch-size", "64", "--device-memory", "80GiB", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert [(p["nproc"], p["data_samples_per_rank"], p["over_data"]) for p in mem["points"]] \
+        == [(1, 100, False), (2, 50, True)]
+    assert main(["predict", "--from", run, "--memory", "--nproc", "2", "--strategy", "ddp",
+                 "--batch-size", "64", "--device-memory", "80GiB"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "no full step in an epoch on that data" in said and "ddp 2 x 64 (50)" in said
+    assert "more than the 50 samples per rank the run's data holds" in said
+
+
+def test_a_run_that_did_not_record_its_data_size_is_not_judged_on_it(tmp_path, capsys):
+    run = _record(tmp_path)  # no metrics.train_samples: an older record
+    assert main(["plan", "--from", run, "--device-memory", "80GiB", "--nproc", "1,2",
+                 "--strategy", "ddp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(r["data_samples_per_device"] is None and not r["over_data"]
+               for r in out["rows"])
