@@ -17,6 +17,7 @@ from typing import Any
 from scaleprobe.config.sections import parse_size
 from scaleprobe.core import claim as CL
 from scaleprobe.core import claim_kinds as CK
+from scaleprobe.core import metrics as M
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.result_model import RunResult
 from scaleprobe.core.traits import traits_of
@@ -176,8 +177,8 @@ def run_memory(args: argparse.Namespace, runs: list[RunResult]) -> int:
 
 def data_share(run: RunResult, strategy: str, nproc: int) -> int | None:
     """The training samples per rank of ``run``'s data on ``nproc`` ranks of ``strategy``
-    (``memmodel.data_share``): None where the run did not record its data's size."""
-    return MM.data_share(run.metrics.train_samples, traits_of(strategy).training_ranks(nproc))
+    (``core/metrics.data_share``): None where the run did not record its data's size."""
+    return M.data_share(run.metrics.train_samples, traits_of(strategy).training_ranks(nproc))
 
 
 def over_data(batch: int, share: int | None) -> dict[str, Any]:

@@ -192,6 +192,16 @@ def mfu(achieved: float | None, peak_per_device: float | None, devices: int | No
     return achieved / (peak_per_device * devices)
 
 
+def data_share(train_samples: int | None, trainers: int | None) -> int | None:
+    """The training samples each training rank's epoch holds (its sampler's share of the
+    split, the remainder dropped), or None where the size is not known. A batch per rank
+    above it has no full step in an epoch: a run stops before its first
+    (``train/parts.no_full_batch``)."""
+    if not train_samples or not trainers or trainers < 1:
+        return None
+    return train_samples // trainers
+
+
 def epochs_of(step: int | None, steps_per_epoch: int | None) -> float | None:
     """Epochs a run had trained after ``step`` steps: 1.0 is one pass over its training split
     (the steps of a whole epoch, with the last partial batch dropped)."""

@@ -24,6 +24,7 @@ class BatchSearch:
     largest_fit: int | None = None  # largest size that ran
     first_oom: int | None = None  # smallest size that ran out of memory
     failed_at: int | None = None  # a size that failed for another reason (search stops)
+    data_cap: int | None = None  # the data's training samples per rank (``hold_to_data``)
     probes: list[tuple[int, str]] = field(default_factory=list)  # (size, status) in order
 
     def __post_init__(self) -> None:
@@ -39,6 +40,13 @@ class BatchSearch:
     @property
     def phase(self) -> str:
         return "doubling" if self.first_oom is None else "bisecting"
+
+    def hold_to_data(self, share: int | None) -> None:
+        """Each rank's epoch holds ``share`` samples (a run's ``metrics.train_samples`` over
+        its training ranks): a larger batch has no full step, so the search goes no further
+        and its last doubling tries ``share`` itself."""
+        if share is not None and 1 <= share < self.cap:
+            self.data_cap = self.cap = share
 
     def report(self, size: int, status: str) -> None:
         """Record the outcome of trying ``size``: "ok", "oom", or anything else (failed)."""
@@ -106,6 +114,9 @@ class BatchSearch:
             return f"stopped: batch {self.failed_at} failed (not out of memory); tried {tried}"
         if self.largest_fit is None:
             return f"no batch size fitted; tried {tried}"
+        if self.first_oom is None and self.largest_fit == self.data_cap:
+            return (f"largest batch {self.largest_fit:,}: every sample the data holds per rank "
+                    f"(no larger batch has a step; no out-of-memory up to it); tried {tried}")
         if self.first_oom is None:
             return f"largest batch {self.largest_fit} (no out-of-memory up to the cap); tried {tried}"
         return (f"largest batch that fits: {self.largest_fit} "

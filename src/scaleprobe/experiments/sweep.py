@@ -26,6 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
+from scaleprobe.core import metrics as M
 from scaleprobe.core import results as res
 from scaleprobe.core.errors import ConfigError
 from scaleprobe.core.experiment_records import SkippedPoint, SweepRecord
@@ -177,6 +178,8 @@ def _run_auto(st: SweepState, groups: list[Point]) -> None:
             search.report(size, status)
             if status == "ok":
                 fits.append(pt)
+                search.hold_to_data(M.data_share(rec.metrics.train_samples,
+                                                 rec.batch.training_ranks))
         others = {k: v for k, v in base_point.axes.items() if k != axis.label}
         st.searches.append({"group": others, "largest_fit": search.largest_fit,
                             "first_oom": search.first_oom, "probes": search.probes,

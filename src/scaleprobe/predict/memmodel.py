@@ -244,16 +244,6 @@ def _fsdp_band(i: Inputs, below: float, above: float, nproc: int) -> tuple[float
     return below + u, above + u + 2 * u2 + 2 * r
 
 
-def data_share(train_samples: int | None, trainers: int) -> int | None:
-    """The training samples each training rank's epoch holds (its sampler's share of the
-    split, the remainder dropped), or None where the run recorded no data size. A batch per
-    rank above it has no full step in an epoch: the run stops before its first
-    (``train/parts.no_full_batch``)."""
-    if not train_samples or trainers < 1:
-        return None
-    return train_samples // trainers
-
-
 def _div(n: int, k: int) -> int:
     return -(-n // k)  # a shard rounds up
 

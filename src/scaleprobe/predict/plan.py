@@ -291,7 +291,7 @@ def memory_rows(inputs: MM.Inputs, q: Question) -> list[Row]:
 
 def share(q: Question, strategy: str, world: int) -> int | None:
     """The training samples each rank's epoch holds on ``world`` devices of ``strategy``."""
-    return MM.data_share(q.train_samples, traits_of(strategy).training_ranks(world))
+    return Mx.data_share(q.train_samples, traits_of(strategy).training_ranks(world))
 
 
 def predict_row(r: Row, bases: dict[int, Basis], q: Question) -> None:

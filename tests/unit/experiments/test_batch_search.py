@@ -65,6 +65,35 @@ def test_a_failure_that_is_not_oom_stops_the_search():
     assert "not out of memory" in s.summary()
 
 
+def test_the_data_per_rank_ends_the_doubling_at_its_size():
+    """Bug: a search on the digits (1,438 training samples) doubled to 2,048, which failed
+    (no full batch in an epoch), and the sweep said "stopped: batch 2048 failed (not out of
+    memory)". A run's data size now caps it: the last doubling tries every sample."""
+    s = BatchSearch(start=16, cap=4096)
+    while (size := s.next_size()) is not None:
+        s.report(size, "ok")
+        s.hold_to_data(1438)
+    assert [t for t, _ in s.probes] == [16, 32, 64, 128, 256, 512, 1024, 1438]
+    assert s.largest_fit == 1438 and s.failed_at is None
+    assert s.summary().startswith("largest batch 1,438: every sample the data holds per rank")
+
+
+def test_out_of_memory_under_the_data_size_still_bisects():
+    s = BatchSearch(start=16, cap=4096, max_probes=20, round_to=8)
+    while (size := s.next_size()) is not None:
+        s.report(size, "ok" if size <= 700 else "oom")
+        s.hold_to_data(1438)
+    assert (s.largest_fit, s.first_oom) == (696, 704)
+    assert "largest batch that fits: 696" in s.summary()
+
+
+def test_a_data_size_over_the_cap_changes_nothing():
+    s = BatchSearch(start=16, cap=100)
+    s.hold_to_data(5000)
+    s.hold_to_data(None)
+    assert s.cap == 100 and s.data_cap is None
+
+
 def test_estimate_is_positive_until_done():
     s = BatchSearch(start=16, cap=4096)
     assert s.estimate_remaining() >= 1
