@@ -200,6 +200,16 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
     return "\n".join(out)
 
 
+def clipped(text: str, width: int = 80) -> str:
+    """``text`` in at most ``width`` characters, cut at a word with `` ...`` (a table cell
+    that holds an error: its whole text is in the record)."""
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    cut = text[:width - 4].rsplit(" ", 1)[0] if " " in text[:width - 4] else text[:width - 4]
+    return cut.rstrip(",;:") + " ..."
+
+
 def phase_name(phase: str, gpu: bool) -> str:
     """A step phase as a reader knows it. 'h2d' (the record's key) is the copy of a batch to
     the GPU; on a CPU nothing is copied and the phase is what the loop does to the batch

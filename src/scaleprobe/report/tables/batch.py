@@ -327,7 +327,7 @@ def batch_cells(row: BatchRow) -> list[str]:
         return head + ["out of memory"] + ["-"] * 8
     if row["status"] != "ok":
         err = f": {row['error']}" if row.get("error") else ""
-        return head + [f"{row['status']}{err}"[:80]] + ["-"] * 8
+        return head + [fmt.clipped(f"{row['status']}{err}")] + ["-"] * 8
     mem = fmt.bytes_(row["peak_mem_bytes"])
     total = row.get("peak_host_total_bytes")
     if row["memory_kind"] == "host" and total and total != row["peak_mem_bytes"]:

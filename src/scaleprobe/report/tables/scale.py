@@ -375,7 +375,7 @@ def scale_cells(row: ScaleRow, th: Thresholds = DEFAULT) -> list[str]:
     head = [fmt.num(row["nproc"], "d") + (f" ({_placement(row)})" if _placement(row) else ""),
             fmt.num(row.get("threads"), "d")]
     if row["status"] not in MEASURED:
-        return head + [row["record"].status_text[:80]] + ["-"] * 7
+        return head + [fmt.clipped(row["record"].status_text)] + ["-"] * 7
     claim = row.get("claim")
     both = claim is not None and claim.under_load  # a run of either point was loaded
     shown = L.run_load(row["record"], th)[0]  # the run this row's figures come from
