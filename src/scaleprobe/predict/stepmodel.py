@@ -299,23 +299,27 @@ def free_link_efficiency(s: S.RunSample, sc: Scenario) -> float:
     """The efficiency on a link that costs nothing (no bandwidth limit, no latency): what the
     ranks' waiting for the slowest and the strategy's local work leave."""
     sim, rows = simulator(sc, s, s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE)
-    step = _simulate(sim, rows, sc, 60, FREE, np.random.default_rng(0)).mean
+    step = _simulate(sim, rows, sc, SIM_STEPS, FREE, np.random.default_rng(0),
+                     every_row=True).mean
     return sc.trainers * float(np.mean([c.total for c in s.rows])) / step / sc.world
 
 
 def needed_link_gbit_s(s: S.RunSample, sc: Scenario, target: float = 0.9) -> float | None:
     """The slowest link (Gbit/s, the scenario's latency kept) at which the predicted
     efficiency reaches ``target``; None when no bandwidth does (latency, a server that takes
-    no batch, or the run's compute alone). Bisection on a log scale, point estimates."""
+    no batch, or the run's compute alone). Bisection on a log scale, point estimates, each
+    simulated as ``predict``'s point estimate is (its steps, its draw, the buffers'
+    broadcasts), so that at the row's own bandwidth it gives the row's efficiency: the link
+    needed for 90% is never at or under a link whose row says less."""
     one = float(np.mean([c.total for c in s.rows]))
 
     def eff_at(gbit: float) -> float:
         # the bandwidth searched is every collective's (the link's own per-op fits dropped)
         link = replace(sc.link, bandwidth_gbit_s=gbit, spread=0.0, ops=())
-        sc2 = Scenario(sc.strategy, sc.nproc, sc.nnodes, link, {}, sc.average_every,
-                       sc.prefetch, sc.intra, sc.units)
+        sc2 = replace(sc, link=link, rank_links={})
         sim, rows = simulator(sc2, s, s.pass_s_per_byte or DEFAULT_PASS_S_PER_BYTE)
-        step = _simulate(sim, rows, sc2, 60, 1.0, np.random.default_rng(0)).mean
+        step = _simulate(sim, rows, sc2, SIM_STEPS, 1.0, np.random.default_rng(0),
+                         every_row=True).mean
         return sc.trainers * one / step / sc.world
 
     lo, hi = NEEDED_FLOOR_GBIT_S, 1e5

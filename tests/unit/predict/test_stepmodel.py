@@ -163,6 +163,24 @@ def test_needed_link_by_hand(tmp_path):
     assert got == pytest.approx(1.6, rel=0.03)
 
 
+def test_the_link_needed_agrees_with_the_efficiency_printed_beside_it(tmp_path):
+    """Bug: predict --link 1gbit printed ddp on 2 ranks at 85% efficiency and, beside it,
+    "link for 90%: >= 1.00 Gbit/s": the search simulated 60 drawn steps without the buffers'
+    broadcasts, the row 200 its own way, and a heavy-tailed run's waiting for the slower rank
+    moved the mean between them. Now, at any bandwidth, the search's efficiency is the row's:
+    a link at or over the one needed predicts 90% or more, and a row under 90% needs more
+    than its own link."""
+    rows = [(0.01, 0.03, 0.005)] * 6 + [(0.02, 0.08, 0.005), (0.01, 0.05, 0.005)]
+    s = S.from_run(one_rank_run(tmp_path, rows, THIRDS))
+    sc = M.Scenario("ddp", 1, 2, SLOW, buffers=(4096,))
+    need = M.needed_link_gbit_s(s, sc, 0.8)
+    assert need is not None and need > SLOW.bandwidth_gbit_s
+    at = M.predict(s, replace(sc, link=Link("at", need, 0.0, "given")))
+    under = M.predict(s, replace(sc, link=Link("under", need * 0.9, 0.0, "given")))
+    assert at.efficiency.value >= 0.8 > under.efficiency.value
+    assert M.predict(s, sc).efficiency.value < 0.8
+
+
 def test_parameter_server_from_a_ddp_run_takes_ddps_cost_out(tmp_path):
     """A DDP run's backward holds its hooks and bucket copies; a worker without DDP does
     not: the model takes them out and says so. A run without buckets to time a memory pass
