@@ -16,9 +16,11 @@ from dataclasses import replace
 
 import pytest
 
+from scaleprobe.predict import plan as P
 from scaleprobe.predict import sample as S
 from scaleprobe.predict import stepmodel as M
 from scaleprobe.predict import whatif as W
+from tests.unit.predict.test_plan import INPUTS, _varied, q
 from tests.unit.predict.test_stepmodel import THIRDS, one_rank_run
 
 TARGET = 0.9
@@ -87,3 +89,39 @@ def test_the_link_needed_agrees_with_the_efficiency_beside_it(rows):
             assert _efficiency_at(s, sc, need) >= TARGET > _efficiency_at(s, sc, need / 1.03), \
                 what
     assert checked >= 20
+
+
+def test_every_plan_row_multiplies_out():
+    """The plan's columns from its rows' figures: samples/s = training ranks x batch / the
+    predicted mean step; device-hours per 1M samples = devices x 1M / samples/s / 3600, its
+    interval the samples/s's ends swapped; efficiency = samples/s / (devices x the one-device
+    row's); headroom = the device less the peak; a row fits exactly when its interval's top
+    is under the device. Two strategies, three device counts, two batch sizes (one scaled
+    from the measured), a device that holds some rows and not others."""
+    devices = {1: 20_100_000, 2: 20_100_000, 4: 20_100_000}  # ddp at 64 over it
+    question = q(strategies=["ddp", "fsdp"], nprocs=[1, 2, 4], batches=[32, 64],
+                 device_bytes=devices)
+    bases = _varied()
+    rows = P.plan(INPUTS, bases, question)
+    # as `scaleprobe plan` does: a one-device row predicted for the ratio where none is
+    ones = {r.batch: r for r in rows if r.devices == 1 and r.prediction is not None}
+    for b in {r.batch for r in rows} - set(ones):
+        ones[b] = P.one_device(INPUTS, bases, question, b)
+    P.set_efficiency(rows, ones)
+    predicted = [r for r in rows if r.prediction is not None]
+    assert len(predicted) >= 6 and any(r.scaled_from for r in predicted)
+    assert any(not r.fits for r in rows) and any(r.fits for r in rows)
+    for r in rows:
+        top = r.memory.high_bytes
+        assert r.fits == (top is not None and top < r.device_bytes), r.label()
+        assert r.headroom_bytes == r.device_bytes - r.peak_bytes
+    for r in predicted:
+        p, sps = r.prediction, r.samples_s
+        assert sps.value == pytest.approx(r.trainers * r.batch / p.step_mean_s, rel=1e-9)
+        cost = r.cost_h
+        for got, rate in ((cost.value, sps.value), (cost.lo, sps.hi), (cost.hi, sps.lo)):
+            assert got == pytest.approx(r.devices * P.PER_SAMPLES / rate / 3600, rel=1e-9)
+        one = ones[r.batch].samples_s.value
+        assert r.efficiency.value == pytest.approx(sps.value / (r.devices * one), rel=1e-9)
+        if r is not ones[r.batch]:
+            assert r.efficiency.lo <= r.efficiency.value <= r.efficiency.hi
