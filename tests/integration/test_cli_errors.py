@@ -51,6 +51,20 @@ def test_bad_input_is_one_line(capsys, out_dir, argv, needle):
     assert not out_dir.exists()  # found before any run folder is made
 
 
+def test_a_batch_over_the_data_is_one_line_and_recorded(capsys, out_dir):
+    """The loader a rank trains from is checked as the run sets up (train/parts.no_full_batch;
+    under DDP an epoch with no full batch spun without a step: tests/unit/train/
+    test_no_full_batch.py): one line, exit 2, and the run recorded failed with it."""
+    from scaleprobe.core.results import read_jsonl
+
+    code, err = _err(capsys, "run", "--batch-size", "2048", "--out", out_dir, "--no-progress")
+    line = ("the dataset has 1,438 samples, fewer than one batch of 2,048 per rank: lower "
+            "--batch-size to 1,438 or less")
+    assert code == 2 and err.endswith(line) and len(err.splitlines()) == 1, err
+    (rec,) = read_jsonl(out_dir / "results.jsonl")
+    assert rec["status"] == "failed" and line in rec["error"]
+
+
 def test_empty_data_dir(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     code, err = _err(capsys, "run", "--dataset", "imagefolder", "--data-dir",
