@@ -2,6 +2,7 @@
 
 import io
 
+import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
@@ -181,3 +182,18 @@ def test_the_flops_line_says_the_padded_head_was_counted():
     print_run(RunResult.from_dict(rec), Console(file=out, width=300))
     assert "(the head's 50,304 rows counted: vocabulary 50,257 padded)" in out.getvalue()
     assert rec["resolved"]["model.vocab_padded"] == 50304
+
+
+@pytest.mark.parametrize(("steps", "says"), [
+    (2, "no interval for the median (it needs 3 timed steps or more)"),
+    (20, "the median's 95% interval is ±4.0% of it")])
+def test_a_window_too_short_for_an_interval_says_so(steps, says):
+    """Bug: two timed steps printed "the median's 95% interval is n/a of it"."""
+    rec = assemble([raw(0, 0.1102)])
+    rec["status"], rec["paths"] = "ok", {"dir": "out/r"}
+    rec["metrics"]["step_time_s"]["rel_ci"] = 0.04 if steps >= 3 else None
+    rec["metrics"].update(stop_reason="steps", steps_timed=steps)
+    out = io.StringIO()
+    print_run(RunResult.from_dict(rec), Console(file=out, width=300))
+    line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("timed window"))
+    assert line == f"timed window: {steps} steps, ended after the --steps count; {says}"
