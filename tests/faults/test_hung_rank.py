@@ -53,21 +53,27 @@ def build():
     if os.environ.get("RANK") == "1":  # in its setup: the process group joined, no step yet
         with open(__file__ + ".failed_at", "w") as fh:
             fh.write(repr(time.time()))
-        os.kill(os.getpid(), signal.SIGSTOP)
+        {hang}
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
 """
+HANGS = {"stopped": "os.kill(os.getpid(), signal.SIGSTOP)",  # no beat: its process frozen
+         # its main thread waits for what never comes (a lock, a download); it beats
+         "waiting": "time.sleep(10**6)"}
 
 
-def test_a_rank_stopped_in_its_setup_is_named_not_the_one_that_waited(tmp_path, out_dir):
-    """Rank 1 stops (SIGSTOP) while it builds its model, before its first step; rank 0 waits
-    for it in DDP's first collective and gives up at the timeout. Bugs caught: the error named
-    rank 0 and its timeout alone (the heartbeats of ranks that had not begun training were not
-    read; a rank stopped before joining the process group read the same, as "DistStoreError:
-    wait timeout" from rank 0), and the stopped rank left behind."""
+@pytest.mark.parametrize("how", list(HANGS))
+def test_a_rank_stopped_in_its_setup_is_named_not_the_one_that_waited(tmp_path, out_dir, how):
+    """Rank 1 stops (SIGSTOP), or its main thread waits forever, while it builds its model,
+    before its first step; rank 0 waits for it in DDP's first collective and gives up at the
+    timeout. Bugs caught: the error named rank 0 and its timeout alone (the heartbeats of ranks
+    that had not begun training were not read; a rank stopped before joining the process group
+    read the same, as "DistStoreError: wait timeout" from rank 0; a rank whose main thread
+    waited beat as the others did, and only its place in its setup tells it from them), and
+    the stopped rank left behind."""
     from .test_rank_failures import failed_at, run_job, valid_jsonl
 
     model = tmp_path / "m.py"
-    model.write_text(STOPS_IN_BUILD)
+    model.write_text(STOPS_IN_BUILD.format(hang=HANGS[how]))
     job = run_job(["run", "--strategy", "ddp", "--nproc", 2, "--steps", 5, "--warmup-steps", 1,
                    "--model", f"{model}:build", "--dataset", "digits", "--loader", "naive",
                    "--timeout", SETUP_TIMEOUT_S, "--out", out_dir, "--no-progress"], tmp_path)
@@ -80,8 +86,8 @@ def test_a_rank_stopped_in_its_setup_is_named_not_the_one_that_waited(tmp_path, 
     (rec,) = valid_jsonl(out_dir / "results.jsonl")
     print(f"ended {took:.1f} s after rank 1 stopped; error: {rec['error']}")
     assert rec["status"] == "failed"
-    assert rec["error"].startswith("rank 1: stopped making progress in its setup, before its "
-                                   "first step "), rec["error"]
+    assert rec["error"].startswith("rank 1: stopped making progress in its setup, building its "
+                                   "model, before its first step, "), rec["error"]
     assert "; rank 0 waited for it and gave up at the collective timeout (--timeout): " \
         in rec["error"], rec["error"]
     assert took < SETUP_TIMEOUT_S + 10 + LOAD_MARGIN_S, f"ended {took:.1f} s after the stop"

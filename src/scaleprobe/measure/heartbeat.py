@@ -11,7 +11,8 @@ latest position:
                           5 serving (a parameter server: it has no steps of its own)
     step, step_wall       steps done, and time.time() when the last one ended
     mark, progress_wall   index in ``MARKS`` of the last phase mark passed in the step under
-                          way, and time.time() then
+                          way, and time.time() then; before training, ``SETUP_BASE`` + the
+                          index in ``SETUP_MARKS`` of the last place its setup passed
     beat_wall             time.time() of the last beat: a daemon thread beats every
                           ``INTERVAL_S``; a stopped process (SIGSTOP, or wedged with the
                           interpreter lock held) stops beating
@@ -24,7 +25,10 @@ While the rank compiles (``busy``: torch.compile's warm-up, minutes for a large 
 beat also moves ``progress_wall``: compiling is progress, not a stall.
 
 A rank waiting in a collective keeps beating, its position still; a stopped rank neither
-moves nor beats. ``find_stalled`` reads that. A heartbeat never fails a run: when its file
+moves nor beats. ``find_stalled`` reads that. In its setup a rank passes ``SETUP_MARKS``
+(joined the process group, built its data, built its model, wrapped it), so a rank whose main
+thread waits for what never comes (a lock, a model builder that hangs) while its heartbeat
+beats is told from the ranks that got further and wait for it in their first collective. A heartbeat never fails a run: when its file
 cannot be created (a full disk) the rank runs without one.
 """
 
@@ -52,6 +56,15 @@ MARKS = ("start", "data", "h2d", "forward", "backward", "comm", "optimizer")
 _INDEX = {m: i for i, m in enumerate(MARKS)}
 STATES = ("setup", "training", "after", "done", "failed", "serving")
 LIVE = ("setup", "training", "serving")  # a rank in these states should keep beating
+# the places a rank's setup passes, in order (``Heartbeat.setup_passed``), and what it does
+# after each until the next: its ``mark`` is SETUP_BASE + the index until its first step
+SETUP_MARKS = ("start", "joined", "data", "model", "wrapped")
+SETUP_DOING = {"start": "joining the process group", "joined": "building its data",
+               "data": "building its model",
+               "model": "wrapping its model for the strategy (DDP's first broadcast, FSDP's "
+                        "sharding)",
+               "wrapped": "after wrapping its model (its optimizer, its first batch)"}
+SETUP_BASE = 100
 _FMT = "<9d"
 SIZE = struct.calcsize(_FMT)
 _OLD_SIZE = struct.calcsize("<8d")  # a file of the eight fields before ``stop``
@@ -85,6 +98,11 @@ class Heartbeat:
     def passed(self, mark: str) -> None:
         if self._buf is not None:
             _put(self._buf, 40, "<dd", _INDEX.get(mark, 0), time.time())
+
+    def setup_passed(self, mark: str) -> None:
+        """This rank's setup got to ``mark`` (of ``SETUP_MARKS``): a place, and progress."""
+        if self._buf is not None and mark in SETUP_MARKS:
+            _put(self._buf, 40, "<dd", SETUP_BASE + SETUP_MARKS.index(mark), time.time())
 
     def asked_to_stop(self, signum: int) -> None:
         """This rank was sent ``signum``: its peers stop with it (``peer_stop``)."""
@@ -254,8 +272,21 @@ class Beat:
 
     @property
     def moved(self) -> bool:
-        """Has the rank made progress at all (a step ended, or a phase mark passed)?"""
-        return bool(self.step or self.mark)
+        """Has the rank made progress at all (a step ended, or a step's phase mark passed)?
+        Its setup's places are not: a long setup is judged by its CPU, as before any mark."""
+        return bool(self.step or 0 < self.mark < SETUP_BASE)
+
+    @property
+    def setup_at(self) -> int | None:
+        """Where the rank is in its setup (an index in ``SETUP_MARKS``; past it all, their
+        count), or None where that is not known (a finished or stopped rank, a wrapped
+        script's rank, which passes none of them)."""
+        in_setup = self.state == "setup" or (self.state == "failed" and not self.moved)
+        if in_setup:
+            return self.mark - SETUP_BASE if self.mark >= SETUP_BASE else 0
+        if self.state in ("training", "serving") or self.moved:
+            return len(SETUP_MARKS)
+        return None
 
 
 def read_beat(path: str | Path) -> Beat | None:
@@ -303,8 +334,10 @@ def find_stalled(beats: dict[int, Beat], now: float) -> int | None:
 
     First a rank whose process stopped beating while another beat recently, whether it was
     training, serving or still in its setup (a rank stopped before it joined the process
-    group keeps the others waiting in the rendezvous); else the one rank furthest behind
-    (steps done, then phase), when it is alone there."""
+    group keeps the others waiting in the rendezvous); then a rank still in its setup alone
+    furthest behind there (``SETUP_MARKS``) while another got further: it beats, but its main
+    thread waits (the others wait for it in their first collective); else the one rank
+    furthest behind (steps done, then phase), when it is alone there."""
     if len(beats) < 2:
         return None
     live = {r: b for r, b in beats.items() if b.state in LIVE}
@@ -313,6 +346,9 @@ def find_stalled(beats: dict[int, Beat], now: float) -> int | None:
              and now - b.beat_wall <= FROZEN_AFTER_S]
     if frozen and fresh:
         return min(frozen, key=lambda r: (live[r].beat_wall, r))
+    behind_in_setup = _behind_in_setup(beats)
+    if behind_in_setup is not None:
+        return behind_in_setup
     training = {r: b for r, b in beats.items() if b.state == "training"}
     placed = {r: (b.step, b.mark) for r, b in beats.items()
               if b.state in ("training", "failed")}
@@ -325,12 +361,29 @@ def find_stalled(beats: dict[int, Beat], now: float) -> int | None:
     return None
 
 
+def _behind_in_setup(beats: dict[int, Beat]) -> int | None:
+    """The one rank in its setup behind every other rank's place there (or past it), or
+    None where no rank is alone behind, or none of them got further."""
+    places = {r: b.setup_at for r, b in beats.items()}
+    known = {r: p for r, p in places.items() if p is not None}
+    if len(known) < 2:
+        return None
+    low = min(known.values())
+    behind = [r for r, p in known.items() if p == low]
+    if len(behind) == 1 and beats[behind[0]].state == "setup" and max(known.values()) > low:
+        return behind[0]
+    return None
+
+
 def stall_text(beat: Beat, stopped_at: float) -> str:
     """``stopped making progress at step 7, 12.3 s before the job was stopped``; for a rank
     that had not begun training, where it was: ``stopped making progress in its setup, before
     its first step (...), 10.0 s before the job was stopped``."""
     since = max(0.0, stopped_at - beat.progress_wall)
-    if beat.state == "setup" and not beat.moved:
+    if beat.state == "setup" and beat.mark >= SETUP_BASE:
+        mark = SETUP_MARKS[min(beat.mark - SETUP_BASE, len(SETUP_MARKS) - 1)]
+        where = f"in its setup, {SETUP_DOING[mark]}, before its first step"
+    elif beat.state == "setup" and not beat.moved:
         where = ("in its setup, before its first step (joining the process group, building "
                  "its data and model)")
     elif beat.state == "serving":

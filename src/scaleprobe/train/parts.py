@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,9 +88,10 @@ def _task_transforms(task: Task, kind: str, size: int) -> tuple[Any, Any]:
 
 
 def _model(cfg: RunConfig, task: Task, split: Any, train_ds: Any, shape: Any,
-           device: torch.device, strategy: Strategy) -> Any:
+           device: torch.device, strategy: Strategy, passed: Callable[[str], None]) -> Any:
     """The model on its device: built by the task (or the task's head on a registry model),
-    lazy shapes from the run's own data, channels-last, wrapped by the strategy, compiled."""
+    lazy shapes from the run's own data, channels-last, wrapped by the strategy, compiled.
+    ``passed``: told "model" once it is built, before the strategy wraps it."""
     size = split.image_size
     if isinstance(task, OwnModel):  # the task builds its own kind of model (detection)
         model = task.make_model(cfg.model.name, split.num_classes, size).to(device)
@@ -104,6 +106,7 @@ def _model(cfg: RunConfig, task: Task, split: Any, train_ds: Any, shape: Any,
         init_lazy(model, task.to_device(x, y, device, False)[0])
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    passed("model")
     strategy.configure(cfg)
     model = strategy.wrap(model)
     if cfg.model.compile:  # the wrapped model, as PyTorch advises for DDP (graphs split at buckets)
@@ -145,7 +148,10 @@ def _loaders(cfg: RunConfig, task: Task, split: Any, train_ds: Any, batch: int, 
     return loader, val_loader
 
 
-def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
+def setup(cfg: RunConfig, device: torch.device, strategy: Strategy,
+          passed: Callable[[str], None] = lambda mark: None) -> Parts:
+    """The run's parts. ``passed`` is told each place of the setup it gets to ("data",
+    "model", "wrapped": the heartbeat's ``SETUP_MARKS``)."""
     # torch (and on CUDA its context) is already resident: what the run adds is measured
     # against this baseline (``peak_mem_bytes.host_net``). torch's compiler front end is
     # imported by the first optimizer (and by DDP) whether or not anything is compiled: about
@@ -162,11 +168,13 @@ def setup(cfg: RunConfig, device: torch.device, strategy: Strategy) -> Parts:
     size = split.image_size  # token data has none: its task's transforms take none (lm)
     joint, image_tf = _task_transforms(task, cfg.data.transform, size or 0)
     train_ds = Indexed(split.train, image_tf, cfg.data.skip_bad_samples, joint)
+    passed("data")
     towers = strategy.towers
     trainers = strategy.trainers * towers  # devices with a batch
     batch = cfg.per_device_batch(trainers) * towers
     shape = shape_of(cfg) if is_gpt(cfg.model.name) else None  # GPT: sizes from flags
-    model = _model(cfg, task, split, train_ds, shape, device, strategy)
+    model = _model(cfg, task, split, train_ds, shape, device, strategy, passed)
+    passed("wrapped")
     lr_target = cfg.train.lr * (trainers if cfg.train.lr_scaling == "linear"
                                 and cfg.train.global_batch is None else 1)
     optimizer = _optimizer(cfg, strategy.unwrap(model).parameters(), cfg.train.lr, device)

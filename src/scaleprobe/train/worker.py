@@ -103,6 +103,8 @@ def worker_main(cfg: RunConfig, run_dir: str | None = None,
     stop = stop if stop is not None else StopRequest()
     with stop.handling():
         device, strategy = _local_device_and_strategy(cfg)
+        if beat is not None:
+            beat.setup_passed("joined")
         prog = _progress(progress and strategy.rank == strategy.progress_rank, cfg)
         # the limit covers training, not the imports before it nor the recording after it
         with memory_limit(cfg.measure.memory_limit):

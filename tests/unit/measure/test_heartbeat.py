@@ -7,6 +7,8 @@ from dataclasses import replace
 
 from scaleprobe.measure.heartbeat import (
     FROZEN_AFTER_S,
+    SETUP_BASE,
+    SETUP_MARKS,
     Beat,
     Heartbeat,
     find_stalled,
@@ -282,3 +284,53 @@ def test_the_stop_a_rank_was_sent_is_named_for_a_host_without_rank_0():
     assert stop_named(beats) == "SIGTERM to rank 3"
     beats[2] = replace(beats[2], stop=15)  # every rank was sent it: the launcher's signal
     assert stop_named(beats) == "SIGTERM"
+
+
+
+def _setup(rank, place, beat_age=0.2, state="setup", moved_age=12.0):
+    """A rank whose setup got to ``place`` (of SETUP_MARKS) ``moved_age`` s ago, beating."""
+    return _beat(rank, 0, SETUP_BASE + SETUP_MARKS.index(place), beat_age, state=state,
+                 moved_age=moved_age)
+
+
+def test_a_rank_beating_but_behind_in_its_setup_is_named_where_it_is():
+    """Rank 1's model builder waits forever (a lock, a download): its heartbeat beats, so it
+    is not frozen, but its setup is still at "data" (building its model) while rank 0 built
+    its model and failed waiting in DDP's first broadcast. Bug caught: the job named rank 0
+    and its collective timeout."""
+    beats = {0: _setup(0, "model", state="failed", moved_age=10.0), 1: _setup(1, "data")}
+    assert find_stalled(beats, 1000.0) == 1
+    assert stall_text(beats[1], 1000.0) == (
+        "stopped making progress in its setup, building its model, before its first step, "
+        "12.0 s before the job was stopped")
+    # a rank past its setup (training) counts as further than one still in it
+    beats = {0: _beat(0, 3, 2, 0.1), 1: _setup(1, "joined"), 2: _beat(2, 3, 2, 0.1)}
+    assert find_stalled(beats, 1000.0) == 1
+    # every rank at the same place, or the one behind not live (it failed): no name
+    same = {0: _setup(0, "data"), 1: _setup(1, "data")}
+    assert find_stalled(same, 1000.0) is None
+    failed_behind = {0: _setup(0, "joined", state="failed"), 1: _setup(1, "wrapped")}
+    assert find_stalled(failed_behind, 1000.0) is None
+    # two ranks behind together: which one waits is not told
+    two = {0: _setup(0, "joined"), 1: _setup(1, "joined"), 2: _setup(2, "model")}
+    assert find_stalled(two, 1000.0) is None
+
+
+def test_setup_places_are_not_a_steps_progress(tmp_path):
+    """A setup's places move the rank's time but are not steps' phases: a rank in a long
+    setup is judged by its CPU (``moved`` false), and a wrapped script's ranks, which pass no
+    place, read as at the start."""
+    hb = Heartbeat(tmp_path, 0).start()
+    try:
+        hb.setup_passed("joined")
+        hb.setup_passed("data")
+        b = read_beats(tmp_path)[0]
+        assert b.setup_at == SETUP_MARKS.index("data") and not b.moved
+        hb.set_state("training")
+        hb.passed("forward")  # the first step's phases replace the setup's place
+        b = read_beats(tmp_path)[0]
+        assert b.moved and b.setup_at == len(SETUP_MARKS)
+    finally:
+        hb.finish("done")
+    script = _beat(0, 0, 0, 0.1, state="setup")
+    assert script.setup_at == 0 and not script.moved
