@@ -51,7 +51,9 @@ def test_sigint_stops_the_sweep_and_every_child(tmp_path, out_dir):
         assert wait_for(lambda: len(res.read_jsonl(results, warn=False)) == 1, 120)
         # the second point has started (its log exists), however points start
         assert wait_for(lambda: len(list((out_dir / "points").glob("*.log"))) == 2, 30)
-        time.sleep(3)  # the second point is importing or training
+        # the second point is training (its progress file counts its steps timed)
+        assert wait_for(lambda: any("of 1000000 steps timed" in f.read_text(errors="replace")
+                                    for f in (out_dir / "points").glob("*.progress")), 60)
         family = psutil.Process(sweep.pid).children(recursive=True)
         t0 = time.time()
         sweep.send_signal(signal.SIGINT)
