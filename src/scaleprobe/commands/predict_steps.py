@@ -338,11 +338,14 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
           if p.prediction else ()))))
     u, fig = unit[0], _in(unit)
     t = _table(f"measured step beside its prediction from the matching 1-rank run ({u}, 95% "
-               "intervals)")
-    for col in ("model", "link", "strategy", "N", f"measured {u}", f"predicted {u}",
-                "pred / meas", f"comm meas / pred {u}"):
-        t.add_column(col, justify="left" if col in ("model", "link", "strategy") else "right",
-                     overflow="fold")  # a narrow terminal wraps a name, never cuts it
+               "intervals; ratio: predicted / measured; comm: the step's communication, "
+               "measured / predicted)")
+    model_w = min(24, max((len(str(p.run.cfg("model.name"))) for p in points), default=5))
+    for col in ("model", "link", "ranks", "measured", "predicted", "ratio", "comm"):
+        # a model's name keeps its width (up to 24), the figures wrap at their spaces; a
+        # narrow terminal wraps a longer name, never cuts it
+        t.add_column(col, justify="left" if col in ("model", "link", "ranks") else "right",
+                     overflow="fold", min_width=max(5, model_w) if col == "model" else None)
     for p in points:
         pr, iv, ri = p.prediction, p.measured_interval, p.ratio_interval
         lo, hi = iv or (None, None)
@@ -355,7 +358,8 @@ def print_check(points: list[C.Point], summ: C.Summary) -> None:
         mc = p.run.metrics.breakdown_s.comm
         comm = f"{fig(mc)} / {fig(pr.phases['comm'])}" if pr and mc is not None else "n/a"
         t.add_row(esc(p.run.cfg("model.name")), esc(_link_label(p.run)),
-                  esc(p.run.cfg("dist.strategy")), str(p.run.world_size), meas, pred, ratio, comm)
+                  esc(f"{p.run.cfg('dist.strategy')} x{p.run.world_size}"), meas, pred, ratio,
+                  comm)
     con.print(t)
     busy = [p for p in points if p.under_load]
     if busy:  # whatever its error: a prediction near a loaded run may match its load

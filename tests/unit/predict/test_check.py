@@ -3,6 +3,7 @@ and the figures set beside it; link specs (comm/links.py) and per-rank cables
 (netlab/ranknet.py); the straggler a parameter server names (measure/aggregate.py)."""
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -144,8 +145,12 @@ def test_check_on_the_command_line(tmp_path, capsys, monkeypatch):
     assert main(["predict", "--check", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "0.85" in out and "goal (median within +-10%" in out
-    # bug caught: one unit named in the headings, nothing cut in 80 columns
-    assert "measured" in out and " ms" in out and "…" not in out
+    # bugs caught: one unit named in the title, nothing cut in 80 columns, no name or
+    # heading folded mid-word ("digits_cn" over "n", "predicte" over "d")
+    assert re.search(r"\(ms, 95%\s+intervals", out) and "…" not in out
+    head = next(ln for ln in out.splitlines() if ln.startswith("model"))
+    assert head.split() == ["model", "link", "ranks", "measured", "predicted", "ratio", "comm"]
+    assert re.search(r"^\S+\s+\S+\s+ddp x2\s", out, re.M), out
     assert max(len(line) for line in out.splitlines()) <= 80
     (tmp_path / "results.jsonl").write_text(lines[0] + "\n")
     assert main(["predict", "--check", str(tmp_path)]) == 2
