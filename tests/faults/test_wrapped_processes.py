@@ -100,6 +100,32 @@ def test_a_script_that_hangs_before_its_first_step_is_ended_as_stalled(tmp_path,
     assert f"--timeout {TIMEOUT_S})" in rec["error"]
 
 
+ONE_RANK_HANGS = """
+import os, time, torch
+import torch.distributed as dist
+if os.environ["RANK"] == "1":
+    time.sleep(10**6)  # its own setup waits for what never comes, before it joins
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
+"""
+
+
+def test_the_rank_that_never_joined_is_named_not_the_one_that_waited(tmp_path, out_dir, cli):
+    """Two ranks; rank 1 waits forever before `init_process_group`, rank 0 waits for it there.
+    Both beat and neither uses the CPU. Bug caught: the job named rank 0 (idle first: it got
+    to the rendezvous first), not rank 1, which never joined."""
+    script = tmp_path / "one_rank_hangs.py"
+    script.write_text(ONE_RANK_HANGS)
+    p = cli("wrap", "--nproc", 2, "--out", out_dir, "--timeout", TIMEOUT_S, "--", script,
+            timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    (rec,) = read_jsonl(out_dir / "results.jsonl")
+    assert rec["error"].startswith("rank 1: stalled before the first step: "), rec["error"]
+    assert "; this rank was behind the others, before joining the process group (" \
+        in rec["error"], rec["error"]
+    assert _gone(_rank_pids(out_dir))
+
+
 SLOW_COMPILE = """
 import time, torch
 

@@ -21,7 +21,7 @@ from scaleprobe.launch.lines import (
     plain_error,
     waited_text,
 )
-from scaleprobe.measure.heartbeat import Beat, read_beats, read_error, stall_text
+from scaleprobe.measure.heartbeat import Beat, read_beats, read_error, setup_doing, stall_text
 
 # a rank is named as the one that stopped only when it had not moved for this long
 MIN_STALL_S = 2.0
@@ -36,6 +36,7 @@ class NamesTheFailure:
     first: tuple[int, float, bool] | None  # (rank, when, raised: not killed)
     stalled: tuple[int, Beat] | None
     stall: tuple[int, Beat, float] | None  # (rank, beat, seen at)
+    stall_behind: bool  # named as behind the others' places (``RankWatch._check_start``)
     stall_after_s: float | None
     exits: dict[int, str]
     killed: set[int]
@@ -48,10 +49,12 @@ class NamesTheFailure:
         _, beat, seen = self.stall
         since = seen - beat.progress_wall
         if not beat.moved:
+            behind = (f"; this rank was behind the others, {setup_doing(beat)}"
+                      if self.stall_behind else "")
             return (f"stalled before the first step: for {since:.1f} s no rank took a batch, "
-                    "ran a forward pass, compiled or used the CPU (the script waits for "
-                    "something that never comes: a process group of its own, a lock, a child "
-                    f"process; --timeout {self.stall_after_s:g})")
+                    f"ran a forward pass, compiled or used the CPU{behind} (the script waits "
+                    "for something that never comes: a process group of its own, a lock, a "
+                    f"child process; --timeout {self.stall_after_s:g})")
         return (f"stalled: no progress for {since:.1f} s at step {beat.step} (no step "
                 "ended, no batch was taken and no forward pass ran; "
                 f"--timeout {self.stall_after_s:g})")

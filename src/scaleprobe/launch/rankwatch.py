@@ -97,6 +97,7 @@ class RankWatch(NamesTheFailure):
         self.spare = spare or set()  # processes of the launcher's own (the job's guard)
         self.stall_after_s = stall_after_s
         self.stall: tuple[int, Beat, float] | None = None  # (rank, beat, seen at)
+        self.stall_behind = False  # the stalled rank was named as behind the others' places
         self._fds: dict[int, int] = {}  # rank -> pidfd of its process
         self.procs: dict[int, Any] = {}  # rank -> its process (None: gone before first seen)
         self.family: dict[int, dict[int, Any]] = {}
@@ -314,7 +315,12 @@ class RankWatch(NamesTheFailure):
             if now - since <= (self.stall_after_s or 0):
                 return
             idle[r] = since
-        rank = min(idle, key=lambda r: (idle[r], r))
+        # the rank behind the others' places (its setup's, or its first step's) where one is
+        # alone there; else the one idle longest (a rank that got further and waits for it
+        # can have gone idle first)
+        named = find_stalled(beats, now)
+        rank = named if named in idle else min(idle, key=lambda r: (idle[r], r))
+        self.stall_behind = rank == named
         self.stall = (rank, replace(live[rank], progress_wall=idle[rank]), now)
         self.first = (rank, idle[rank], False)
 

@@ -28,8 +28,12 @@ A rank waiting in a collective keeps beating, its position still; a stopped rank
 moves nor beats. ``find_stalled`` reads that. In its setup a rank passes ``SETUP_MARKS``
 (joined the process group, built its data, built its model, wrapped it), so a rank whose main
 thread waits for what never comes (a lock, a model builder that hangs) while its heartbeat
-beats is told from the ranks that got further and wait for it in their first collective. A heartbeat never fails a run: when its file
-cannot be created (a full disk) the rank runs without one.
+beats is told from the ranks that got further and wait for it in their first collective. A
+wrapped script's rank passes those it can be seen to pass (joining and joined, through
+``init_process_group``; its model built and wrapped, through DDP's constructor).
+
+A heartbeat never fails a run: when its file cannot be created (a full disk) the rank runs
+without one.
 """
 
 from __future__ import annotations
@@ -58,8 +62,10 @@ STATES = ("setup", "training", "after", "done", "failed", "serving")
 LIVE = ("setup", "training", "serving")  # a rank in these states should keep beating
 # the places a rank's setup passes, in order (``Heartbeat.setup_passed``), and what it does
 # after each until the next: its ``mark`` is SETUP_BASE + the index until its first step
-SETUP_MARKS = ("start", "joined", "data", "model", "wrapped")
-SETUP_DOING = {"start": "joining the process group", "joined": "building its data",
+SETUP_MARKS = ("start", "joining", "joined", "data", "model", "wrapped")
+SETUP_DOING = {"start": "before joining the process group",
+               "joining": "joining the process group",
+               "joined": "after joining the process group (building its data and model)",
                "data": "building its model",
                "model": "wrapping its model for the strategy (DDP's first broadcast, FSDP's "
                         "sharding)",
@@ -277,6 +283,16 @@ class Beat:
         return bool(self.step or 0 < self.mark < SETUP_BASE)
 
     @property
+    def place(self) -> tuple[int, int]:
+        """Where the rank is, in order: (steps done, then the step's phase mark), a place
+        in its setup before any phase of the first step (a wrapped script's ranks are in
+        state "training" from its first line, and pass their setup's places there)."""
+        if self.step or 0 < self.mark < SETUP_BASE:
+            return self.step, self.mark
+        at = self.mark - SETUP_BASE if self.mark >= SETUP_BASE else 0
+        return 0, at - len(SETUP_MARKS)
+
+    @property
     def setup_at(self) -> int | None:
         """Where the rank is in its setup (an index in ``SETUP_MARKS``; past it all, their
         count), or None where that is not known (a finished or stopped rank, a wrapped
@@ -350,8 +366,7 @@ def find_stalled(beats: dict[int, Beat], now: float) -> int | None:
     if behind_in_setup is not None:
         return behind_in_setup
     training = {r: b for r, b in beats.items() if b.state == "training"}
-    placed = {r: (b.step, b.mark) for r, b in beats.items()
-              if b.state in ("training", "failed")}
+    placed = {r: b.place for r, b in beats.items() if b.state in ("training", "failed")}
     if len(placed) < 2 or not training:
         return None
     low = min(placed.values())
@@ -375,14 +390,20 @@ def _behind_in_setup(beats: dict[int, Beat]) -> int | None:
     return None
 
 
+def setup_doing(beat: Beat) -> str:
+    """What a rank that has not begun its first step's phases was doing, by its setup's
+    place: ``before joining the process group``, ``building its model``, ..."""
+    at = beat.mark - SETUP_BASE if beat.mark >= SETUP_BASE else 0
+    return SETUP_DOING[SETUP_MARKS[min(max(at, 0), len(SETUP_MARKS) - 1)]]
+
+
 def stall_text(beat: Beat, stopped_at: float) -> str:
     """``stopped making progress at step 7, 12.3 s before the job was stopped``; for a rank
     that had not begun training, where it was: ``stopped making progress in its setup, before
     its first step (...), 10.0 s before the job was stopped``."""
     since = max(0.0, stopped_at - beat.progress_wall)
-    if beat.state == "setup" and beat.mark >= SETUP_BASE:
-        mark = SETUP_MARKS[min(beat.mark - SETUP_BASE, len(SETUP_MARKS) - 1)]
-        where = f"in its setup, {SETUP_DOING[mark]}, before its first step"
+    if beat.state in ("setup", "training") and not beat.moved and beat.mark >= SETUP_BASE:
+        where = f"in its setup, {setup_doing(beat)}, before its first step"
     elif beat.state == "setup" and not beat.moved:
         where = ("in its setup, before its first step (joining the process group, building "
                  "its data and model)")

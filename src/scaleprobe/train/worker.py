@@ -102,6 +102,8 @@ def worker_main(cfg: RunConfig, run_dir: str | None = None,
 
     stop = stop if stop is not None else StopRequest()
     with stop.handling():
+        if beat is not None:
+            beat.setup_passed("joining")
         device, strategy = _local_device_and_strategy(cfg)
         if beat is not None:
             beat.setup_passed("joined")

@@ -205,14 +205,15 @@ def _compile_watch() -> Any:
     return CompileWatch().install()
 
 
-def _comm_timer() -> Any:
-    """DDP's comm hook timer (wrap/ddp_comm.py), installed before the script builds its model;
-    None where torch has no distributed package."""
+def _comm_timer(passed: Any) -> Any:
+    """DDP's comm hook timer (wrap/ddp_comm.py), installed before the script builds its model
+    (``passed``: the heartbeat's setup places it sees the script pass); None where torch has
+    no distributed package."""
     try:
         from scaleprobe.wrap import ddp_comm as comm  # heavy: numpy
 
         timer = CommTimer()
-        comm.install(timer)
+        comm.install(timer, passed)
         return timer
     except Exception:  # noqa: BLE001  (communication then stays null with its reason)
         return None
@@ -365,7 +366,7 @@ def main(argv: list[str]) -> int:
     rec = Recorder(settings.warmup_steps, settings.stop_after, beat, settings.gloo_io).install(
         loss=bool(observers))
     rec.observers = observers
-    rec.comm = _comm_timer()
+    rec.comm = _comm_timer(beat.setup_passed)
     rec.watch = _compile_watch()
     beat.busy = lambda: rec.watch.compiling  # a long torch.compile is progress, not a stall
     _refuse_own_ranks()

@@ -9,6 +9,7 @@ trains exactly as it would bare. hooks.py asks for the step's buckets at each op
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from scaleprobe.measure.comm.hook import CommTimer
@@ -25,10 +26,11 @@ def _builtin(ddp: Any, kind: Any) -> tuple[Any, Any]:
     return dh.allreduce_hook, ddp.process_group
 
 
-def _note_process_group(timer: CommTimer) -> None:
+def _note_process_group(timer: CommTimer, passed: Callable[[str], None]) -> None:
     """``timer.group`` becomes True when the script initialises a process group (through
     ``torch.distributed.init_process_group``, however it imported it): a script without one,
-    and without a DDP model, has nothing to communicate with."""
+    and without a DDP model, has nothing to communicate with. ``passed`` is told "joining"
+    and "joined" around it (the heartbeat's setup places)."""
     # heavy: torch: torch.distributed, only once the script makes a process group
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
@@ -37,15 +39,20 @@ def _note_process_group(timer: CommTimer) -> None:
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         timer.group = True
-        return orig(*args, **kwargs)
+        passed("joining")
+        got = orig(*args, **kwargs)
+        passed("joined")
+        return got
 
     c10d.init_process_group = init_process_group
     dist.init_process_group = init_process_group
 
 
-def install(timer: CommTimer) -> None:
+def install(timer: CommTimer, passed: Callable[[str], None] = lambda mark: None) -> None:
     """Patches ``DistributedDataParallel``: the timing hook after the constructor; a hook the
-    script registers afterwards runs inside it."""
+    script registers afterwards runs inside it. ``passed`` is told the setup's places the
+    script can be seen to pass: "model" as DDP's constructor starts (its first broadcast waits
+    for every rank's model), "wrapped" once it returns, and those of ``init_process_group``."""
     from torch.nn.parallel import distributed as D  # heavy: torch
 
     cls = D.DistributedDataParallel
@@ -55,7 +62,9 @@ def install(timer: CommTimer) -> None:
                                          cls._register_builtin_comm_hook)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        passed("model")
         orig_init(self, *args, **kwargs)
+        passed("wrapped")
         timer.built += 1
         try:
             timer.attach(self)
@@ -80,6 +89,6 @@ def install(timer: CommTimer) -> None:
 
     __init__._scaleprobe = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
-    _note_process_group(timer)
+    _note_process_group(timer, passed)
     cls.register_comm_hook = register_comm_hook
     cls._register_builtin_comm_hook = _register_builtin_comm_hook

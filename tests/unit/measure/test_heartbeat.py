@@ -334,3 +334,27 @@ def test_setup_places_are_not_a_steps_progress(tmp_path):
         hb.finish("done")
     script = _beat(0, 0, 0, 0.1, state="setup")
     assert script.setup_at == 0 and not script.moved
+
+
+def test_a_wrapped_scripts_ranks_are_placed_by_their_setup_before_their_first_phase():
+    """A wrapped script's ranks are in state "training" from its first line and pass the
+    setup places wrap sees (joining, joined, model, wrapped). Every setup place comes before
+    any phase of the first step (a rank in its first forward is further than one still
+    building its model: FSDP has no collective in its wrapper), and a rank that passed none
+    is at the start."""
+    base = SETUP_BASE
+    start = _beat(0, 0, 0, 0.1)
+    joining = _beat(1, 0, base + SETUP_MARKS.index("joining"), 0.1)
+    model = _beat(2, 0, base + SETUP_MARKS.index("model"), 0.1)
+    forward = _beat(3, 0, 3, 0.1)
+    stepped = _beat(4, 1, 0, 0.1)
+    order = [b.place for b in (start, joining, model, forward, stepped)]
+    assert order == sorted(order) and len(set(order)) == 5
+    # rank 1 never got to the rendezvous; rank 0 waits in it: rank 1 is named, with where
+    beats = {0: _beat(0, 0, base + SETUP_MARKS.index("joining"), 0.1), 1: _beat(1, 0, 0, 0.2)}
+    assert find_stalled(beats, 1000.0) == 1
+    fsdp = {0: _beat(0, 0, 3, 0.1), 1: _beat(1, 0, base + SETUP_MARKS.index("joined"), 0.1)}
+    assert find_stalled(fsdp, 1000.0) == 1
+    assert stall_text(fsdp[1], 1000.0).startswith(
+        "stopped making progress in its setup, after joining the process group (building its "
+        "data and model), before its first step, ")
