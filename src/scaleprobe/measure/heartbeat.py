@@ -26,11 +26,12 @@ beat also moves ``progress_wall``: compiling is progress, not a stall.
 
 A rank waiting in a collective keeps beating, its position still; a stopped rank neither
 moves nor beats. ``find_stalled`` reads that. In its setup a rank passes ``SETUP_MARKS``
-(joined the process group, built its data, built its model, wrapped it), so a rank whose main
-thread waits for what never comes (a lock, a model builder that hangs) while its heartbeat
-beats is told from the ranks that got further and wait for it in their first collective. A
-wrapped script's rank passes those it can be seen to pass (joining and joined, through
-``init_process_group``; its model built and wrapped, through DDP's constructor).
+(joining the process group, joined, built its data, built its model, wrapped it), so a
+rank whose main thread waits for what never comes (a lock, a model builder that hangs) while
+its heartbeat beats is told from the ranks that got further and wait for it in their first
+collective. A wrapped script's rank passes those it can be seen to pass (joining and
+joined, through ``init_process_group``; its model built and wrapped, through DDP's
+constructor).
 
 A heartbeat never fails a run: when its file cannot be created (a full disk) the rank runs
 without one.
@@ -294,9 +295,10 @@ class Beat:
 
     @property
     def setup_at(self) -> int | None:
-        """Where the rank is in its setup (an index in ``SETUP_MARKS``; past it all, their
-        count), or None where that is not known (a finished or stopped rank, a wrapped
-        script's rank, which passes none of them)."""
+        """Where a rank in state "setup" is in it (an index in ``SETUP_MARKS``; a rank that
+        failed there too; past it, training or serving, their count), or None where that is
+        not known (a finished or stopped rank). A wrapped script's ranks are in state
+        "training" from its first line: ``place`` orders them."""
         in_setup = self.state == "setup" or (self.state == "failed" and not self.moved)
         if in_setup:
             return self.mark - SETUP_BASE if self.mark >= SETUP_BASE else 0
