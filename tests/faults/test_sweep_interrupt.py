@@ -101,6 +101,36 @@ def test_torn_last_line_is_skipped_and_done_points_are_not_rerun(tmp_path, capsy
     assert (out / "sweep.md").exists()
 
 
+@pytest.mark.slow
+def test_sigkill_of_the_sweep_ends_its_training_point_recorded(tmp_path, out_dir):
+    """`kill -9` of a sweep while its point trains. Bug caught: the point, forked from the
+    points' server, trained on for as long as its steps asked (32 minutes at 118% CPU before
+    it was found): the server lives while any point it forked lives (each holds its alive
+    pipe), so the point's parent-death signal never came. Each forked point now ends with
+    the sweep that asked for it: SIGTERM, the steps so far recorded, nothing left."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC)
+    sweep, _, _ = start_cli(tmp_path, "sweep", spec, "--out", out_dir, "--no-progress",
+                            "--repeats", "1")
+    results = out_dir / "results.jsonl"
+    try:
+        assert wait_for(lambda: len(res.read_jsonl(results, warn=False)) == 1, 120)
+        assert wait_for(lambda: any("of 1000000 steps timed" in f.read_text(errors="replace")
+                                    for f in (out_dir / "points").glob("*.progress")), 60)
+        family = psutil.Process(sweep.pid).children(recursive=True)
+        assert family
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait(timeout=30)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    _, alive = psutil.wait_procs(family, timeout=STOP_MARGIN_S + GRACE_S)
+    assert not _alive(alive), f"left behind: {[p.cmdline() for p in _alive(alive)]}"
+    runs = [r for r in res.read_jsonl(results) if r["kind"] == "run"]
+    assert [r["status"] for r in runs] == ["ok", "interrupted"], runs
+    assert runs[1]["metrics"]["steps_timed"] > 0  # the steps it timed, kept
+
+
 def test_sigterm_stops_the_demo_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
     """Bug: `kill` (SIGTERM) of the demo ended it at once without a word: no runs named, no
     resume command (sweep and scale already took SIGTERM as Ctrl+C)."""

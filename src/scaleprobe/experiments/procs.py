@@ -49,7 +49,7 @@ from scaleprobe.experiments import point
 from scaleprobe.experiments.point import INTERRUPTED, PointPayload, find_attempt, record_once
 from scaleprobe.launch import is_fresh
 from scaleprobe.launch.rankwatch import INTERRUPT_GRACE_S
-from scaleprobe.measure.env import gpu_machine, use_platform_start_method
+from scaleprobe.measure.env import die_with, gpu_machine, use_platform_start_method
 
 GRACE_S = 3.0  # after SIGINT, how long a point may take to write its record before SIGKILL
 START_ENV = "SCALEPROBE_POINT_START"  # fork | exec (see the module's docstring)
@@ -250,10 +250,15 @@ def stop_server() -> None:
 
 
 def _forked_point(spec_path: str, log_path: str, env: dict[str, str],
-                  own_session: bool = True) -> None:
+                  own_session: bool = True, caller: int | None = None) -> None:
     """The body of a forked point: its own session (or, ``own_session`` False, its own
     process group in the parent's session), output to its log, the parent's current
-    environment, then the point (its exit status is the point's)."""
+    environment, then the point (its exit status is the point's). It ends with ``caller``
+    (the sweep that asked for it: SIGTERM, recorded interrupted), however the caller ends:
+    its parent is the server, which lives on while any point it forked lives (each holds
+    the server's alive pipe), so a ``kill -9`` of the sweep left the point training."""
+    if caller is not None:
+        die_with(caller, signal.SIGTERM)
     if _name_before is not None:  # forked from a server that was forked from the caller
         _set_name(_name_before)
     if own_session:
@@ -322,7 +327,7 @@ class ProcessSet:
             log_path.write_text("")
             child = _forkserver().Process(target=_forked_point, name=f"point {label}",
                                           args=(str(spec_path), str(log_path), full_env,
-                                                own_session))
+                                                own_session, os.getpid()))
             child.start()
             popen: Any = _Forked(child)
         else:

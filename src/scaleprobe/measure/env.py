@@ -10,11 +10,13 @@ import os
 import platform
 import random
 import resource
+import select
 import shutil
 import signal
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
@@ -271,6 +273,36 @@ def die_with_parent(sig: int, parent: int | None = None) -> None:
         return
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def die_with(pid: int, sig: int) -> None:
+    """Send this process ``sig`` when the process ``pid`` ends, however it ends (``kill -9``
+    too), where ``pid`` is not this process's parent (``die_with_parent`` is for that): a
+    daemon thread waits on a pidfd of it (Linux 5.3 and later; elsewhere it looks once a
+    second). Sent at once where ``pid`` has already ended."""
+    try:
+        fd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os.kill(os.getpid(), sig)
+        return
+    except (OSError, AttributeError):  # an older kernel, or not Linux
+        fd = None
+
+    def watch() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:  # alive, another user's
+                    continue
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="scaleprobe-dies-with", daemon=True).start()
 
 
 def own_process_group() -> None:
