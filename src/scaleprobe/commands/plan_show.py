@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scaleprobe.commands.predict_memory import cpu_basis_caveat, largest_text, sharded_caveat
+from scaleprobe.commands.predict_memory import (
+    cpu_basis_caveat,
+    largest_text,
+    sharded_caveat,
+    share_under_largest,
+)
 from scaleprobe.commands.predict_steps import time_unit
 from scaleprobe.core import claim as CL
 from scaleprobe.core import claim_kinds as CK
@@ -318,11 +323,8 @@ def _largest_line(largest: list[dict[str, Any]]) -> str:
         pt = x["largest_batch_per_device_point"]
         said = (largest_text(x, "device", short=True) if judged
                 else fmt.NA if pt is None else f"{pt:,}")
-        share = x.get("data_samples_per_device")
-        top = max((x.get(k) or 0) for k in ("largest_batch_per_device",
-                                            "largest_batch_per_device_low_end",
-                                            "largest_batch_per_device_point"))
-        if share is not None and top > share:
+        share = share_under_largest(x, "device")
+        if share is not None:
             said += f" (the data: {share:,})"
         by.setdefault(x["strategy"], []).append(f"{x['devices']}: {said}")
     head = (f"largest batch per device that {CL.FITS}, by devices: " if judged else

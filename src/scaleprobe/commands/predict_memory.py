@@ -246,13 +246,20 @@ def largest_fit(i: MM.Inputs, s: str, n: int, cap: int | None, per: str) -> dict
     return out
 
 
-def data_text(got: dict[str, Any], per: str) -> str:
-    """``, more than the 1,438 samples per rank the run's data holds`` where the largest batch that
-    fits (or that the point estimate puts under the device) is more than the run's data holds
-    per rank (``data_samples_per_rank``); else nothing."""
-    key, share = f"largest_batch_per_{per}", got.get("data_samples_per_rank")
+def share_under_largest(got: dict[str, Any], per: str) -> int | None:
+    """The run's data's samples per rank (``data_samples_per_<per>``) where the largest batch
+    that fits (or that the point estimate puts under the device, or up to which it is
+    inconclusive) is more than it; else None."""
+    key, share = f"largest_batch_per_{per}", got.get(f"data_samples_per_{per}")
     top = max((got.get(k) or 0) for k in (key, f"{key}_low_end", f"{key}_point"))
-    if share is None or top <= share:
+    return share if share is not None and top > share else None
+
+
+def data_text(got: dict[str, Any], per: str) -> str:
+    """``, more than the 1,438 samples per rank the run's data holds`` where the largest
+    batch that fits is more than the run's data holds per rank; else nothing."""
+    share = share_under_largest(got, per)
+    if share is None:
         return ""
     return f", more than the {share:,} samples per {per} the run's data holds"
 
