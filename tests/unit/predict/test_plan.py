@@ -343,7 +343,9 @@ def test_a_target_without_a_noise_scale_or_never_reached_is_one_line():
 
 # ---- the command on a hand-built record (no workers) --------------------------------------
 
-def _record(tmp_path, batch=32):
+def _record(tmp_path, batch=32, edit=None):
+    """A one-rank run's record and steps in ``tmp_path/r``; ``edit(rec)`` changes the record
+    before it is written."""
     folder = tmp_path / "r"
     folder.mkdir()
     steps = folder / "steps.csv"
@@ -356,6 +358,8 @@ def _record(tmp_path, batch=32):
            "metrics": {"memory_facts": facts().to_dict(), "param_count": 1_000_000,
                        "step_time_s": {"median": 0.1}},
            "paths": {"steps_csv": str(steps)}}
+    if edit is not None:
+        edit(rec)
     (folder / "result.json").write_text(json.dumps(rec))
     return str(folder)
 
@@ -399,10 +403,8 @@ def test_a_row_whose_peak_interval_holds_the_device_is_inconclusive_never_a_pick
     estimate's, where predict --memory said it was inconclusive. The activations' slope grew
     250 B per sample across the probes: DDP on 2 at batch 96 peaks at 20,155,600 B [20,147,600,
     20,194,556] in 20,170,000 B; at 128 the whole interval is over it."""
-    run = _record(tmp_path)
-    rec = json.loads((tmp_path / "r" / "result.json").read_text())
-    rec["metrics"]["memory_facts"]["fwd_bwd_peak_bytes"] = [4_082_000, 4_066_000, 4_060_000]
-    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    run = _record(tmp_path, edit=lambda rec: rec["metrics"]["memory_facts"].update(
+        fwd_bwd_peak_bytes=[4_082_000, 4_066_000, 4_060_000]))
     args = ["plan", "--from", run, "--device-memory", "20170000", "--nproc", "1,2",
             "--strategy", "ddp", "--batch-size", "32,64,96,128"]
     assert main([*args, "--json"]) == 0
@@ -456,10 +458,7 @@ def test_a_plan_on_the_cpu_leaves_out_rows_whose_ranks_would_share_the_runs_core
         tmp_path, capsys):
     """A one-rank CPU run of 2 threads on a 2-core host: 2 processes there would need 4
     cores. The row is predicted and shown, said to be left out, and not picked."""
-    run = _record(tmp_path)
-    rec = json.loads((tmp_path / "r" / "result.json").read_text())
-    rec["env"].update(threads=2, cores=2)
-    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    run = _record(tmp_path, edit=lambda rec: rec["env"].update(threads=2, cores=2))
     args = ["plan", "--from", run, "--device-memory", "80GiB", "--nproc", "1,2",
             "--strategy", "ddp"]
     assert main([*args, "--json"]) == 0
@@ -478,11 +477,10 @@ def test_a_plan_on_the_cpu_leaves_out_rows_whose_ranks_would_share_the_runs_core
 
 
 def test_a_plan_from_a_one_rank_fsdp_run_says_its_memory_is_high(tmp_path, capsys):
-    run = _record(tmp_path)
-    rec = json.loads((tmp_path / "r" / "result.json").read_text())
-    rec["config"]["dist"]["strategy"] = "fsdp"
-    rec["metrics"]["memory_facts"]["strategy"] = "fsdp"
-    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    def fsdp(rec):
+        rec["config"]["dist"]["strategy"] = rec["metrics"]["memory_facts"]["strategy"] = "fsdp"
+
+    run = _record(tmp_path, edit=fsdp)
     args = ["plan", "--from", run, "--device-memory", "80GiB", "--nproc", "1,2"]
     assert main([*args, "--json"]) == 0
     said = json.loads(capsys.readouterr().out)["from"]["memory_caveat"]
@@ -792,10 +790,7 @@ def test_a_batch_over_the_runs_data_per_device_is_said_and_never_picked(tmp_path
     one batch: such a run stops before its first step (train/parts.no_full_batch). 100
     samples: 50 per rank on 2 devices, so batch 64 fits there but has no step; on 1 device
     100 holds it."""
-    run = _record(tmp_path)
-    rec = json.loads((tmp_path / "r" / "result.json").read_text())
-    rec["metrics"]["train_samples"] = 100
-    (tmp_path / "r" / "result.json").write_text(json.dumps(rec))
+    run = _record(tmp_path, edit=lambda rec: rec["metrics"].update(train_samples=100))
     args = ["plan", "--from", run, "--device-memory", "80GiB", "--nproc", "1,2",
             "--strategy", "ddp", "--batch-size", "32,64"]
     assert main([*args, "--json"]) == 0
