@@ -184,20 +184,20 @@ def data_share(run: RunResult, strategy: str, nproc: int) -> int | None:
 def over_data(batch: int, share: int | None) -> dict[str, Any]:
     """``data_samples_per_rank`` and ``over_data``: the batch per rank is more than the run's
     data holds per rank (no full step in an epoch: the memory is predicted all the same)."""
-    return {"data_samples_per_rank": share, "over_data": share is not None and batch > share}
+    return {"data_samples_per_rank": share, "over_data": M.over_share(batch, share)}
 
 
-def over_data_text(rows: list[dict[str, Any]], per: str, n_key: str, b_key: str) -> str | None:
-    """``over the run's data (strategy N x batch per rank: its samples per rank): ddp 8 x 256
-    (179); ...``, or None where no row is over it."""
-    over = [r for r in rows if r.get("over_data")]
+def over_data_text(points: list[dict[str, Any]]) -> str | None:
+    """``more samples per rank than the run's data holds for each, ... ddp 8 x 256 (179)``:
+    the points over it, or None where none is."""
+    over = [p for p in points if p.get("over_data")]
     if not over:
         return None
-    return (f"more samples per {per} than the run's data holds for each, so no full step in an "
-            f"epoch on that data (the memory holds for a larger dataset) (strategy, {n_key} x "
-            f"batch per {per}: the data's samples per {per}): "
-            + ", ".join(f"{r['strategy']} {r[n_key]} x {r[b_key]} "
-                        f"({r['data_samples_per_rank']:,})" for r in over))
+    return ("more samples per rank than the run's data holds for each, so no full step in an "
+            "epoch on that data (the memory holds for a larger dataset) (strategy, nproc x "
+            "batch per rank: the data's samples per rank): "
+            + ", ".join(f"{p['strategy']} {p['nproc']} x {p['batch_size']} "
+                        f"({p['data_samples_per_rank']:,})" for p in over))
 
 
 def _point(p: MM.Point, cap: int | None, source: str, probes: int) -> dict[str, Any]:
@@ -375,7 +375,7 @@ def _print(out: dict[str, Any]) -> None:
               "DDP's gradient buckets or FSDP's gathered units (parameters + gradients); step = "
               "activations + the batch, or the optimizer step's temporaries, whichever peaks "
               "(--json: every part)", markup=False, highlight=False)
-    if text := over_data_text(out["points"], "rank", "nproc", "batch_size"):
+    if text := over_data_text(out["points"]):
         con.print(text, markup=False, highlight=False)
     for row in out["largest_batch"]:
         con.print(_largest_line(row, out["points"]), markup=False, highlight=False)

@@ -202,6 +202,11 @@ def data_share(train_samples: int | None, trainers: int | None) -> int | None:
     return train_samples // trainers
 
 
+def over_share(batch: int, share: int | None) -> bool:
+    """A batch per rank larger than its share of the data (``data_share``; unknown: not)."""
+    return share is not None and batch > share
+
+
 def epochs_of(step: int | None, steps_per_epoch: int | None) -> float | None:
     """Epochs a run had trained after ``step`` steps: 1.0 is one pass over its training split
     (the steps of a whole epoch, with the last partial batch dropped)."""

@@ -120,7 +120,7 @@ class Row:
     def over_data(self) -> bool:
         """More samples per device than the runs' data holds per rank: no full step in an
         epoch on that data (never a pick: ``candidates``)."""
-        return self.data_samples is not None and self.batch > self.data_samples
+        return Mx.over_share(self.batch, self.data_samples)
 
     @property
     def devices(self) -> int:

@@ -398,8 +398,7 @@ def train(cfg: RunConfig, strategy: Strategy, device: torch.device, progress: St
     peak = None if strategy.is_server else _peak(device, cfg.train.amp)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    p = setup(cfg, device, strategy) if beat is None else \
-        setup(cfg, device, strategy, beat.setup_passed)
+    p = setup(cfg, device, strategy, beat.setup_passed if beat is not None else lambda m: None)
     compiles = watchers(p)
     timer = StepTimer(device.type)
     observed: dict[str, Any] = {}

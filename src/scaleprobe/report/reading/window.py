@@ -56,11 +56,12 @@ def window_line(r: RunResult) -> str | None:
     if ended:
         ended = ", ended " + ended.format(max_steps=r.cfg("train.max_steps"),
                                           max_seconds=r.cfg("train.max_seconds") or 0)
-    line = f"timed window: {m.steps_timed} steps{ended}; " + (
-        f"the median's 95% interval is {rel_ci_text(st.rel_ci)} of it"
-        if st.rel_ci is not None and math.isfinite(st.rel_ci)
-        else "no interval for the median (it needs 3 timed steps or more)"
-        if m.steps_timed < 3 else "no interval for the median")
+    if st.rel_ci is not None and math.isfinite(st.rel_ci):
+        spread = f"the median's 95% interval is {rel_ci_text(st.rel_ci)} of it"
+    else:
+        spread = "no interval for the median" + (
+            " (it needs 3 timed steps or more)" if m.steps_timed < 3 else "")
+    line = f"timed window: {m.steps_timed} steps{ended}; {spread}"
     target = r.cfg("measure.stable_rel_ci")
     if r.cfg("train.steps") == "auto" and target is not None:
         line += f" (stable at ±{float(target) * 100:g}%)"
